@@ -115,6 +115,13 @@ struct DenseLayerWeights {
 
 struct LayerAssets {
   double rope_theta = 10000.0;
+  // RoPE pair layout of Q/K: false = rotate-half pairs (i, i + head_dim / 2), as Llama in
+  // Hugging Face transformers; true = interleaved pairs (2i, 2i + 1), as GPT-J.
+  // Default: false.
+  bool rope_interleaved = false;
+  // [head_dim / 2] RoPE inverse frequencies of a model that scales RoPE (linear, llama3, ...).
+  // Default: empty, meaning rope_theta^(-2i / head_dim).
+  std::vector<float> rope_inv_freq;
   // Per kv head: [num_centroids, head_dim] unit-norm k-means centroids of de-roped keys.
   std::vector<std::vector<float>> centroids;
   int num_centroids = 0;

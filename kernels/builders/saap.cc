@@ -1,9 +1,161 @@
 #include "kernels/builders/saap.h"
 
-namespace spattn {
+#include <algorithm>
+#include <cmath>
+#include <numeric>
 
-absl::Status BuildSaapIndex(const AttentionProblem&, const SaapParams&, const std::vector<int>&, const LayerAssets*, int, SparseIndex*) {
-  return absl::UnimplementedError("saap: CPU index builder not implemented yet");
+#include "absl/strings/str_cat.h"
+#include "kernels/builders/saap_math.h"
+#include "kernels/builders/tile_math.h"
+#include "kernels/parallel.h"
+#include "kernels/status_macros.h"
+
+namespace spattn {
+namespace {
+
+constexpr int kKeyChunk = 2048;  // keys de-roped and assigned per task
+
+// CSR bucket lists of one (sequence, kv head): members of bucket c are
+// idx[off[c] .. off[c+1]), ascending key positions.
+struct Buckets {
+  std::vector<int32_t> off;
+  std::vector<int32_t> idx;
+};
+
+}  // namespace
+
+absl::Status BuildSaapIndex(const AttentionProblem& problem, const SaapParams& params,
+                            const std::vector<int>& heads, const LayerAssets* assets, int block_m,
+                            SparseIndex* out) {
+  SPATTN_RETURN_IF_ERROR(problem.Validate());
+  if (block_m <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("block_m must be > 0, got ", block_m));
+  }
+  SPATTN_RETURN_IF_ERROR(CheckSaapAssets(problem, params, heads, assets));
+  InitSparseIndex(problem, heads, block_m, out);
+  std::vector<RowKeys> rows(out->num_rows());
+  if (heads.empty()) {
+    CompactRows(&rows, out);
+    return absl::OkStatus();
+  }
+  SPATTN_ASSIGN_OR_RETURN(const std::vector<double> freq, RopeInvFreq(*assets, problem.head_dim));
+  const int d = problem.head_dim, nc = params.num_centroids, nb = problem.batch();
+  const int nkv = problem.num_kv_heads;
+  const bool interleaved = assets->rope_interleaved;
+
+  // Requested q heads (unique) and head slots of every kv head.
+  std::vector<std::vector<int>> group_heads(nkv), group_slots(nkv);
+  for (int s = 0; s < out->num_heads(); ++s) {
+    const int h = out->heads[s], kvh = problem.kv_head_of(h);
+    group_slots[kvh].push_back(s);
+    auto& gh = group_heads[kvh];
+    if (std::find(gh.begin(), gh.end(), h) == gh.end()) gh.push_back(h);
+  }
+  std::vector<int> kv_used;
+  for (int kvh = 0; kvh < nkv; ++kvh) {
+    if (!group_slots[kvh].empty()) kv_used.push_back(kvh);
+  }
+  std::vector<std::vector<float>> centroids_t(nkv);
+  for (int kvh : kv_used) {
+    centroids_t[kvh].resize(static_cast<size_t>(d) * nc);
+    Transpose(assets->centroids[kvh].data(), d, nc, d, centroids_t[kvh].data(), nc);
+  }
+
+  // Keys: de-rope and assign, chunk by chunk.
+  std::vector<std::vector<int32_t>> bucket_of(static_cast<size_t>(nb) * nkv);
+  struct KeyTask {
+    int seq, kvh, first, count;
+  };
+  std::vector<KeyTask> key_tasks;
+  for (int b = 0; b < nb; ++b) {
+    for (int kvh : kv_used) {
+      bucket_of[static_cast<size_t>(b) * nkv + kvh].resize(problem.k_len(b));
+      for (int j0 = 0; j0 < problem.k_len(b); j0 += kKeyChunk) {
+        key_tasks.push_back({b, kvh, j0, std::min(kKeyChunk, problem.k_len(b) - j0)});
+      }
+    }
+  }
+  ParallelFor(static_cast<int64_t>(key_tasks.size()), [&](int64_t t) {
+    const KeyTask& task = key_tasks[t];
+    std::vector<float> x(static_cast<size_t>(task.count) * d);
+    LoadRows(problem, problem.k, problem.cu_seqlens_k[task.seq], task.kvh, task.first, task.count,
+             x.data());
+    RotateRope(x.data(), task.count, d, task.first, freq, interleaved, -1);
+    AssignNearestCentroid(x.data(), task.count, d, centroids_t[task.kvh].data(), nc,
+                          bucket_of[static_cast<size_t>(task.seq) * nkv + task.kvh].data() +
+                              task.first,
+                          nullptr);
+  });
+  std::vector<Buckets> buckets(static_cast<size_t>(nb) * nkv);
+  ParallelFor(static_cast<int64_t>(nb) * nkv, [&](int64_t u) {
+    const std::vector<int32_t>& of = bucket_of[u];
+    if (of.empty()) return;
+    Buckets& bk = buckets[u];
+    bk.off.assign(nc + 1, 0);
+    for (int32_t c : of) ++bk.off[c + 1];
+    for (int c = 0; c < nc; ++c) bk.off[c + 1] += bk.off[c];
+    bk.idx.resize(of.size());
+    std::vector<int32_t> fill(bk.off.begin(), bk.off.end() - 1);
+    for (int32_t j = 0; j < static_cast<int32_t>(of.size()); ++j) bk.idx[fill[of[j]]++] = j;
+  });
+
+  // Queries: classifier distributions summed per (block, kv group), top-l buckets, rows.
+  const int nblocks = out->num_blocks();
+  ParallelFor(static_cast<int64_t>(kv_used.size()) * nblocks, [&](int64_t t) {
+    const int kvh = kv_used[t / nblocks];
+    const int block = static_cast<int>(t % nblocks);
+    const BlockGeometry g = GetBlockGeometry(problem, *out, block);
+    const int m = g.q_end - g.q_begin;
+    std::vector<float> x(static_cast<size_t>(m) * d), logits(static_cast<size_t>(m) * nc),
+        scratch;
+    std::vector<double> score(nc, 0.0);
+    for (int h : group_heads[kvh]) {
+      LoadRows(problem, problem.q, problem.cu_seqlens_q[g.seq], h, g.q_begin, m, x.data());
+      RotateRope(x.data(), m, d, g.first_pos, freq, interleaved, -1);
+      ClassifierForward(assets->classifiers[h], x.data(), m, logits.data(), &scratch);
+      for (int i = 0; i < m; ++i) {
+        float* l = &logits[static_cast<size_t>(i) * nc];
+        float mx = -INFINITY;
+        for (int c = 0; c < nc; ++c) mx = l[c] > mx ? l[c] : mx;
+        if (!std::isfinite(mx)) continue;  // NaN/Inf query: no vote.
+        double sum = 0;
+        for (int c = 0; c < nc; ++c) {
+          l[c] = ExpApprox(l[c] - mx);
+          sum += l[c];
+        }
+        if (!std::isfinite(sum)) continue;
+        const double inv = 1.0 / sum;
+        for (int c = 0; c < nc; ++c) score[c] += l[c] * inv;
+      }
+    }
+    std::vector<int32_t> order(nc);
+    std::iota(order.begin(), order.end(), 0);
+    auto better = [&](int32_t a, int32_t b) {
+      return score[a] != score[b] ? score[a] > score[b] : a < b;
+    };
+    std::partial_sort(order.begin(), order.begin() + params.top_l, order.end(), better);
+
+    RowKeys row;
+    row.AddRange(0, params.sink_tokens);
+    if (params.local_tokens > 0) {
+      row.AddRange(int64_t{g.first_pos} - params.local_tokens + 1, int64_t{g.last_pos} + 1);
+    }
+    const Buckets& bk = buckets[static_cast<size_t>(g.seq) * nkv + kvh];
+    if (!bk.off.empty()) {
+      for (int i = 0; i < params.top_l; ++i) {
+        const int c = order[i];
+        for (int32_t e = bk.off[c]; e < bk.off[c + 1] && bk.idx[e] < g.key_end; ++e) {
+          row.AddCol(bk.idx[e]);
+        }
+      }
+    }
+    row.Normalize(g.key_end);
+    const std::vector<int>& slots = group_slots[kvh];
+    for (size_t i = 0; i + 1 < slots.size(); ++i) rows[out->row(slots[i], block)] = row;
+    rows[out->row(slots.back(), block)] = std::move(row);
+  });
+  CompactRows(&rows, out);
+  return absl::OkStatus();
 }
 
 }  // namespace spattn
