@@ -290,10 +290,17 @@ void PlantClusters(HostProblem* hp, const ClusterSpec& spec, uint64_t seed) {
                   &k[((static_cast<size_t>(p.cu_seqlens_k[b]) + j) * p.num_kv_heads + kvh) * d]);
       }
     }
+    // Targets per (kv head, segment of rows), or per (q head, row) when segment is 1.
+    const int segment = std::max(1, spec.segment);
+    const int segments = (p.q_len(b) + segment - 1) / segment;
+    std::vector<int> topic(static_cast<size_t>(p.num_kv_heads) * segments);
+    for (int& t : topic) t = pick(rng);
     for (int h = 0; h < p.num_q_heads; ++h) {
       const int kvh = p.kv_head_of(h);
       for (int i = 0; i < p.q_len(b); ++i) {
-        const std::vector<float>& dir = dirs[kvh][pick(rng)];
+        const int target =
+            segment == 1 ? pick(rng) : topic[static_cast<size_t>(kvh) * segments + i / segment];
+        const std::vector<float>& dir = dirs[kvh][target];
         for (int c = 0; c < d; ++c) row[c] = amp * dir[c] + offset[h][c] + spec.noise * gauss(rng);
         RotateRope(row.data(), 1, d, p.query_pos(b, i), freq, false, +1);
         std::copy(row.begin(), row.end(),

@@ -54,13 +54,17 @@ struct PlantedHead {
 // sink and columns from two shared directions. Needs head_dim >= 64.
 void PlantStructure(HostProblem* hp, const std::vector<PlantedHead>& heads, uint64_t seed);
 
-// Keys from `clusters` directions and queries aimed at one cluster each, written in de-roped
+// Keys from `clusters` directions and queries aimed at one cluster each (shared by runs of
+// `segment` query rows), written in de-roped
 // space and then RoPE'd (rotate-half, `rope_theta`): the structure Saap's k-means and classifier
 // are built to find. Directions depend on model_seed only (the "model"); token draws on seed.
 struct ClusterSpec {
   int clusters = 16;
   float logit = 8.f;            // score of a query with keys of its target cluster
   float noise = 0.1f;
+  // Consecutive query rows sharing one target cluster (a "topic"), for all q heads of a kv
+  // head; 1 draws a target per query and head.
+  int segment = 128;
   double rope_theta = 1e6;
   uint64_t model_seed = 7;
 };
