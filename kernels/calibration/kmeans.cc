@@ -112,45 +112,68 @@ void InitRandom(const std::vector<float>& x, int64_t n, int d, int k, std::mt199
   }
 }
 
+// Greedy k-means++ (as scikit-learn): each next seed is the best, by total potential
+// sum(1 - max cos), of 2 + ln(k) candidates drawn with probability proportional to 1 - max cos.
 void InitPlusPlus(const std::vector<float>& x, int64_t n, int d, int k, std::mt19937_64* rng,
                   std::vector<float>* centroids) {
+  const int trials = 2 + static_cast<int>(std::log(static_cast<double>(k)));
   std::uniform_int_distribution<int64_t> first(0, n - 1);
   int64_t chosen = first(*rng);
   std::vector<float> best(n, -INFINITY);
   const int64_t chunks = (n + kChunk - 1) / kChunk;
-  std::vector<double> weight(n);
+  std::vector<double> weight(n), cum(n);
+  std::vector<int64_t> cand(trials);
+  std::vector<std::vector<double>> potential(chunks, std::vector<double>(trials));
+  auto dot = [&](int64_t i, int64_t j) {
+    const float* a = &x[static_cast<size_t>(i) * d];
+    const float* b = &x[static_cast<size_t>(j) * d];
+    float acc = 0.f;
+    for (int c = 0; c < d; ++c) acc += a[c] * b[c];
+    return acc;
+  };
   for (int c = 0; c < k; ++c) {
-    float* cen = &(*centroids)[static_cast<size_t>(c) * d];
-    std::copy(x.begin() + chosen * d, x.begin() + (chosen + 1) * d, cen);
+    std::copy(x.begin() + chosen * d, x.begin() + (chosen + 1) * d,
+              centroids->begin() + static_cast<int64_t>(c) * d);
     if (c + 1 == k) break;
     ParallelFor(chunks, [&](int64_t ch) {
       const int64_t i1 = std::min(n, (ch + 1) * kChunk);
-      for (int64_t i = ch * kChunk; i < i1; ++i) {
-        const float* xi = &x[static_cast<size_t>(i) * d];
-        float dot = 0.f;
-        for (int j = 0; j < d; ++j) dot += xi[j] * cen[j];
-        best[i] = std::max(best[i], dot);
-      }
+      for (int64_t i = ch * kChunk; i < i1; ++i) best[i] = std::max(best[i], dot(i, chosen));
     });
     double total = 0;
     for (int64_t i = 0; i < n; ++i) {
       weight[i] = std::max(0.0, 1.0 - double{best[i]});
       total += weight[i];
+      cum[i] = total;
     }
     if (!(total > 0)) {  // Every point coincides with a seed: any point will do.
-      std::uniform_int_distribution<int64_t> any(0, n - 1);
-      chosen = any(*rng);
+      chosen = first(*rng);
       continue;
     }
     std::uniform_real_distribution<double> u(0.0, total);
-    const double r = u(*rng);
-    double cum = 0;
-    chosen = n - 1;
-    for (int64_t i = 0; i < n; ++i) {
-      cum += weight[i];
-      if (cum > r && weight[i] > 0) {
-        chosen = i;
-        break;
+    for (int t = 0; t < trials; ++t) {
+      const double r = u(*rng);
+      int64_t i = std::upper_bound(cum.begin(), cum.end(), r) - cum.begin();
+      i = std::min(i, n - 1);
+      while (i > 0 && weight[i] == 0) --i;  // land on a point that can still be chosen
+      cand[t] = i;
+    }
+    ParallelFor(chunks, [&](int64_t ch) {
+      const int64_t i1 = std::min(n, (ch + 1) * kChunk);
+      for (int t = 0; t < trials; ++t) {
+        double pot = 0;
+        for (int64_t i = ch * kChunk; i < i1; ++i) {
+          pot += std::max(0.0, 1.0 - std::max(double{best[i]}, double{dot(i, cand[t])}));
+        }
+        potential[ch][t] = pot;
+      }
+    });
+    double best_pot = INFINITY;
+    for (int t = 0; t < trials; ++t) {
+      double pot = 0;
+      for (int64_t ch = 0; ch < chunks; ++ch) pot += potential[ch][t];
+      if (pot < best_pot) {
+        best_pot = pot;
+        chosen = cand[t];
       }
     }
   }
