@@ -13,7 +13,8 @@
 namespace spattn {
 namespace {
 
-constexpr int kKeyChunk = 2048;  // keys de-roped and assigned per task
+constexpr int kKeyChunk = 2048;   // keys de-roped and assigned per task
+constexpr int kQueryRows = 256;   // query rows classified per task (whole blocks)
 
 // CSR bucket lists of one (sequence, kv head): members of bucket c are
 // idx[off[c] .. off[c+1]), ascending key positions.
@@ -99,19 +100,33 @@ absl::Status BuildSaapIndex(const AttentionProblem& problem, const SaapParams& p
     for (int32_t j = 0; j < static_cast<int32_t>(of.size()); ++j) bk.idx[fill[of[j]]++] = j;
   });
 
-  // Queries: classifier distributions summed per (block, kv group), top-l buckets, rows.
-  const int nblocks = out->num_blocks();
-  ParallelFor(static_cast<int64_t>(kv_used.size()) * nblocks, [&](int64_t t) {
-    const int kvh = kv_used[t / nblocks];
-    const int block = static_cast<int>(t % nblocks);
-    const BlockGeometry g = GetBlockGeometry(problem, *out, block);
-    const int m = g.q_end - g.q_begin;
+  // Queries: classifier distributions summed per (block, kv group), top-l buckets, rows. A task
+  // takes consecutive blocks of one sequence, up to kQueryRows rows, so the classifier's
+  // products are tall enough to run near GEMM speed.
+  struct QueryTask {
+    int kvh, first_block, blocks;
+  };
+  std::vector<QueryTask> query_tasks;
+  const int per_task = std::max(1, kQueryRows / block_m);
+  for (int kvh : kv_used) {
+    for (int b = 0; b < nb; ++b) {
+      for (int blk = out->block_offsets[b]; blk < out->block_offsets[b + 1]; blk += per_task) {
+        query_tasks.push_back({kvh, blk, std::min(per_task, out->block_offsets[b + 1] - blk)});
+      }
+    }
+  }
+  ParallelFor(static_cast<int64_t>(query_tasks.size()), [&](int64_t t) {
+    const QueryTask& task = query_tasks[t];
+    const int kvh = task.kvh;
+    const BlockGeometry g0 = GetBlockGeometry(problem, *out, task.first_block);
+    const BlockGeometry g1 = GetBlockGeometry(problem, *out, task.first_block + task.blocks - 1);
+    const int m = g1.q_end - g0.q_begin;
     std::vector<float> x(static_cast<size_t>(m) * d), logits(static_cast<size_t>(m) * nc),
         scratch;
-    std::vector<double> score(nc, 0.0);
+    std::vector<double> score(static_cast<size_t>(task.blocks) * nc, 0.0);
     for (int h : group_heads[kvh]) {
-      LoadRows(problem, problem.q, problem.cu_seqlens_q[g.seq], h, g.q_begin, m, x.data());
-      RotateRope(x.data(), m, d, g.first_pos, freq, interleaved, -1);
+      LoadRows(problem, problem.q, problem.cu_seqlens_q[g0.seq], h, g0.q_begin, m, x.data());
+      RotateRope(x.data(), m, d, g0.first_pos, freq, interleaved, -1);
       ClassifierForward(assets->classifiers[h], x.data(), m, logits.data(), &scratch);
       for (int i = 0; i < m; ++i) {
         float* l = &logits[static_cast<size_t>(i) * nc];
@@ -125,34 +140,37 @@ absl::Status BuildSaapIndex(const AttentionProblem& problem, const SaapParams& p
         }
         if (!std::isfinite(sum)) continue;
         const double inv = 1.0 / sum;
-        for (int c = 0; c < nc; ++c) score[c] += l[c] * inv;
+        double* sc = &score[static_cast<size_t>(i / block_m) * nc];
+        for (int c = 0; c < nc; ++c) sc[c] += l[c] * inv;
       }
     }
     std::vector<int32_t> order(nc);
-    std::iota(order.begin(), order.end(), 0);
-    auto better = [&](int32_t a, int32_t b) {
-      return score[a] != score[b] ? score[a] > score[b] : a < b;
-    };
-    std::partial_sort(order.begin(), order.begin() + params.top_l, order.end(), better);
-
-    RowKeys row;
-    row.AddRange(0, params.sink_tokens);
-    if (params.local_tokens > 0) {
-      row.AddRange(int64_t{g.first_pos} - params.local_tokens + 1, int64_t{g.last_pos} + 1);
-    }
-    const Buckets& bk = buckets[static_cast<size_t>(g.seq) * nkv + kvh];
-    if (!bk.off.empty()) {
-      for (int i = 0; i < params.top_l; ++i) {
-        const int c = order[i];
-        for (int32_t e = bk.off[c]; e < bk.off[c + 1] && bk.idx[e] < g.key_end; ++e) {
-          row.AddCol(bk.idx[e]);
+    for (int k = 0; k < task.blocks; ++k) {
+      const int block = task.first_block + k;
+      const BlockGeometry g = GetBlockGeometry(problem, *out, block);
+      const double* sc = &score[static_cast<size_t>(k) * nc];
+      std::iota(order.begin(), order.end(), 0);
+      std::partial_sort(order.begin(), order.begin() + params.top_l, order.end(),
+                        [&](int32_t a, int32_t b) { return sc[a] != sc[b] ? sc[a] > sc[b] : a < b; });
+      RowKeys row;
+      row.AddRange(0, params.sink_tokens);
+      if (params.local_tokens > 0) {
+        row.AddRange(int64_t{g.first_pos} - params.local_tokens + 1, int64_t{g.last_pos} + 1);
+      }
+      const Buckets& bk = buckets[static_cast<size_t>(g.seq) * nkv + kvh];
+      if (!bk.off.empty()) {
+        for (int i = 0; i < params.top_l; ++i) {
+          const int c = order[i];
+          for (int32_t e = bk.off[c]; e < bk.off[c + 1] && bk.idx[e] < g.key_end; ++e) {
+            row.AddCol(bk.idx[e]);
+          }
         }
       }
+      row.Normalize(g.key_end);
+      const std::vector<int>& slots = group_slots[kvh];
+      for (size_t i = 0; i + 1 < slots.size(); ++i) rows[out->row(slots[i], block)] = row;
+      rows[out->row(slots.back(), block)] = std::move(row);
     }
-    row.Normalize(g.key_end);
-    const std::vector<int>& slots = group_slots[kvh];
-    for (size_t i = 0; i + 1 < slots.size(); ++i) rows[out->row(slots[i], block)] = row;
-    rows[out->row(slots.back(), block)] = std::move(row);
   });
   CompactRows(&rows, out);
   return absl::OkStatus();
