@@ -155,9 +155,10 @@ std::vector<uint8_t> NaiveMask(const AttentionProblem& p, const SampleAttentionP
     std::set<int> cols, slashes;
   };
   std::vector<Chunk> chunks;
+  const int n = std::min(prm.chunk_n, (ql + blk - 1) / blk);  // capped at the query blocks
   int begin = 0;
-  for (int c = 1; c <= prm.chunk_n; ++c) {
-    const int end = static_cast<int>(static_cast<int64_t>(c) * ql / prm.chunk_n);
+  for (int c = 1; c <= n; ++c) {
+    const int end = static_cast<int>(static_cast<int64_t>(c) * ql / n);
     if (end > begin) chunks.push_back({begin, end, {}, {}});
     begin = std::max(begin, end);
   }
@@ -243,6 +244,7 @@ TEST(SampleAttentionTest, MatchesPlainLoopsOnSmallInputs) {
   cases.push_back({shape({90, 37}, {150, 37}, 2, 2, true), prm(0.8f, 0.8f, 2, 16, 3)});
   cases.push_back({shape({70}, {120}, 1, 1, false), prm(0.7f, 0.6f, 2, 16, 0)});
   cases.push_back({shape({5}, {}, 1, 1, true), prm(0.95f, 0.95f, 4, 16, 1)});
+  cases.push_back({shape({100}, {}, 1, 1, true), prm(0.9f, 0.9f, 1000000, 16, 0)});
   uint64_t seed = 10;
   for (const BruteCase& c : cases) {
     auto hp = RandomProblem(c.shape, seed++);

@@ -123,7 +123,8 @@ absl::Status BuildSampleAttentionIndex(const AttentionProblem& problem,
   const int nslots = out->num_heads();
 
   // Chunks of every (slot, sequence): chunk c of sequence b owns rows
-  // [floor(c q_len / chunk_n), floor((c+1) q_len / chunk_n)); empty ones are dropped.
+  // [floor(c q_len / n), floor((c+1) q_len / n)) with n = chunk_n capped at the sequence's
+  // number of query blocks (shorter chunks would only re-sample overlapping rows).
   std::vector<std::vector<ChunkSelection>> chunks(static_cast<size_t>(nslots) * nb);
   struct Unit {
     int slot, seq, chunk;
@@ -133,9 +134,10 @@ absl::Status BuildSampleAttentionIndex(const AttentionProblem& problem,
     for (int b = 0; b < nb; ++b) {
       const int ql = problem.q_len(b);
       auto& list = chunks[static_cast<size_t>(s) * nb + b];
+      const int n = std::min(params.chunk_n, (ql + blk - 1) / blk);
       int begin = 0;
-      for (int c = 1; c <= params.chunk_n; ++c) {
-        const int end = static_cast<int>(static_cast<int64_t>(c) * ql / params.chunk_n);
+      for (int c = 1; c <= n; ++c) {
+        const int end = static_cast<int>(static_cast<int64_t>(c) * ql / n);
         if (end > begin) {
           ChunkSelection sel;
           sel.row_begin = begin;

@@ -1,10 +1,11 @@
 // SampleAttention (seed 004): sampled query blocks, column and slash CRA selection.
 //
 // Per (q head, sequence), following Algorithm 1 of the paper with blk = params.block_size:
-//  1. Query-guided chunked sampling. The q_len queries are split into chunk_n equal chunks; chunk
-//     i (1-based) owns rows [floor((i-1) q_len / chunk_n), floor(i q_len / chunk_n)) and samples
-//     the blk rows at its bottom, Q[i*itv - blk : i*itv] (clipped at row 0). Their exact softmax
-//     over all (causal) keys is computed.
+//  1. Query-guided chunked sampling. The q_len queries are split into n equal chunks, n =
+//     chunk_n capped at the sequence's number of query blocks; chunk i (1-based) owns rows
+//     [floor((i-1) q_len / n), floor(i q_len / n)) and samples the blk rows at its bottom,
+//     Q[i*itv - blk : i*itv] (clipped at row 0). Their exact softmax over all (causal) keys is
+//     computed.
 //  2. Block reduction. The sampled probabilities are summed per column block (key j -> j / blk)
 //     and per slash block (diagonal offset t = pos - j -> floor(t / blk)).
 //  3. CRA filtering. Per chunk, the smallest set of column blocks whose share of the summed
