@@ -41,21 +41,23 @@ void LoadRows(const AttentionProblem& p, const TokenTensor& t, int64_t tok0, int
 void LoadRowsTransposed(const AttentionProblem& p, const TokenTensor& t, int64_t tok0, int head,
                         int first, int count, float* dst, int64_t ld, std::vector<float>* scratch);
 
-// exp(x) for x <= 88 with relative error < 2e-7 (underflows to 0 below -87); branch-free so
-// loops over it vectorise. Interpolates 2^f on [0, 1) at the 7 Chebyshev nodes.
+// exp(x) for x <= 88 with relative error < 3e-7 (clamped to exp(-87) below -87); branch-free so
+// loops over it vectorise. Cody-Waite reduction x = n ln2 + r, |r| <= ln2 / 2, then a degree-7
+// Taylor polynomial for e^r (truncation < 2e-9) scaled by 2^n.
 inline float ExpApprox(float x) {
   x = std::min(88.f, std::max(-87.f, x));
-  const float t = x * 1.44269504088896341f;
-  const float fi = std::floor(t);
-  const float f = t - fi;
-  float p = 2.1865784801363908e-4f;
-  p = p * f + 1.239133183006765e-3f;
-  p = p * f + 9.684186310822214e-3f;
-  p = p * f + 5.548063019645923e-2f;
-  p = p * f + 2.4023045441236401e-1f;
-  p = p * f + 6.931469327588616e-1f;
-  p = p * f + 1.0000000025307454f;
-  const int32_t bits = (static_cast<int32_t>(fi) + 127) << 23;
+  const float n = std::floor(x * 1.44269504088896341f + 0.5f);
+  float r = std::fma(-n, 0.693359375f, x);  // ln2 split in two: exact product with n
+  r = std::fma(-n, -2.12194440e-4f, r);
+  float p = 1.f / 5040;
+  p = std::fma(p, r, 1.f / 720);
+  p = std::fma(p, r, 1.f / 120);
+  p = std::fma(p, r, 1.f / 24);
+  p = std::fma(p, r, 1.f / 6);
+  p = std::fma(p, r, 0.5f);
+  p = std::fma(p, r, 1.f);
+  p = std::fma(p, r, 1.f);
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
   float scale;
   std::memcpy(&scale, &bits, sizeof(scale));
   return p * scale;
