@@ -832,7 +832,10 @@ absl::Status IndexStore::ApplyRetention(const std::string& model_id) {
     const rocksdb::Slice v = it->value();
     SPATTN_RETURN_IF_ERROR(
         DecodeRecord(absl::string_view(v.data(), v.size()), "version manifest", &rec, nullptr));
-    versions.emplace_back(rec.info().version(), rec.info().state());
+    // OPEN versions are never deleted and do not count against keep_versions.
+    if (rec.info().state() != v1::VERSION_STATE_OPEN) {
+      versions.emplace_back(rec.info().version(), rec.info().state());
+    }
   }
   Observe("scan", kPublishCf, ResultLabel(it->status()));
   SPATTN_RETURN_IF_ERROR(FromRocks(it->status(), "listing versions"));
@@ -842,8 +845,8 @@ absl::Status IndexStore::ApplyRetention(const std::string& model_id) {
   rocksdb::WriteBatch batch;
   bool any = false;
   for (size_t i = options_.keep_versions; i < versions.size(); ++i) {
-    const auto [version, state] = versions[i];
-    if (version == current.version || state == v1::VERSION_STATE_OPEN) continue;
+    const uint64_t version = versions[i].first;
+    if (version == current.version) continue;
     const std::string begin = VersionPrefix(model_id, version);
     const std::string end = PrefixEnd(begin);
     batch.Delete(cfs_->publish, VersionKey(model_id, version));

@@ -54,9 +54,9 @@ using PublishListener =
 struct IndexStoreOptions {
   // The RocksDB directory; created when missing. Default: none (required).
   std::string path;
-  // Keep at most this many versions per model; older STAGED/RETIRED ones are range-deleted after
-  // each seal and publish. OPEN versions and the published one are never deleted. Default: 0 (keep
-  // all).
+  // Keep this many sealed (STAGED/RETIRED/PUBLISHED) versions per model, the newest; older ones
+  // are range-deleted after each seal and publish. OPEN versions and the published one are never
+  // deleted. Default: 0 (keep all).
   int keep_versions = 0;
   // fsync the WAL on every write that ends a client request (publish always syncs). Default: true.
   bool sync_writes = true;
