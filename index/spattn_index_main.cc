@@ -58,10 +58,12 @@ int main(int argc, char** argv) {
   std::string metrics = (*server)->metrics_port() != 0
                             ? absl::StrCat(" metrics on :", (*server)->metrics_port(), "/metrics")
                             : " (no metrics exposer)";
-  std::fprintf(stderr, "[spattn-index] %s serving spattn.v1.IndexService on %s (port %d)%s, "
-               "data_dir %s\n",
-               spattn::kSpattnVersion, options.listen_address.c_str(), (*server)->port(),
-               metrics.c_str(), options.data_dir.c_str());
+  std::fprintf(stderr,
+               "[spattn-index] %s serving spattn.v1.IndexService on %s (listen %s),%s, "
+               "data_dir %s, keep_versions %d, max_message_bytes %d\n",
+               spattn::kSpattnVersion, (*server)->address().c_str(),
+               options.listen_address.c_str(), metrics.c_str(), options.data_dir.c_str(),
+               options.keep_versions, options.max_message_bytes);
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
   if (!port_file.empty()) {
     // Write then rename, so a reader never sees a partial file.
