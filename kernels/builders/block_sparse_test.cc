@@ -181,6 +181,7 @@ std::vector<Case> BruteCases() {
       {MakeShape({97}, {}, 4, 1, 64, DType::kF32), 16, 2},
       {MakeShape({260}, {}, 8, 1, 128, DType::kF16), 64, 2},
       {MakeShape({37}, {300}, 4, 2), 16, 4},                           // chunked, unaligned
+      {MakeShape({45}, {300}, 2, 1), 16, 1},                           // 2 diagonal blocks > top_k
       {MakeShape({1, 63, 130}, {1, 100, 200}, 2, 2), 32, 3},           // varlen + chunked
       {MakeShape({70}, {150}, 2, 1, 64, DType::kBF16, false), 16, 3},  // not causal
       {MakeShape({129}, {}, 1, 1), 128, 1},

@@ -74,6 +74,12 @@ TEST(FlexPrefillQueryAwareTest, HandCheckedFlattenedSelection) {
   ASSERT_TRUE(BuildFlexPrefillIndex(hp->problem(), params, {0}, &idx).ok());
   EXPECT_EQ(RowRanges(idx, 0, 2), (Ranges{{0, 48}}));
   EXPECT_EQ(RowRanges(idx, 0, 3), (Ranges{{0, 16}, {48, 64}}));
+  // gamma 0.8 -> target 3.2: 3 + 1/4 (r3 b0, the lowest of four equal 1/4) = 3.25; r3's other
+  // 1/4 entries tie with it but are not needed.
+  params.gamma = 0.8f;
+  ASSERT_TRUE(BuildFlexPrefillIndex(hp->problem(), params, {0}, &idx).ok());
+  EXPECT_EQ(RowRanges(idx, 0, 2), (Ranges{{0, 48}}));
+  EXPECT_EQ(RowRanges(idx, 0, 3), (Ranges{{0, 16}, {48, 64}}));
   // gamma 0.9 -> target 3.6 also takes 1/4 (r3 b0), (r3 b1), (r3 b2) (3.75 >= 3.6); with
   // max_budget 16 tokens = 1 block per row, only the kept first/diagonal blocks survive.
   params.gamma = 0.9f;
@@ -442,6 +448,10 @@ std::vector<Case> BruteCases() {
       {MakeShape({300}, {}, 2, 1), Params(32, 0.8f, 1.f, 0, 96, false)},    // per block
       {MakeShape({300}, {}, 2, 1), Params(32, 0.9f, 0.f, 0, 0)},            // vertical-slash
       {MakeShape({200}, {}, 4, 1, 64, DType::kF32), Params(16, 0.95f, 0.f, 20, 60)},
+      {MakeShape({200}, {}, 2, 1, 64, DType::kF32), Params(16, 0.1f, 0.f, 40, 0)},  // min binds
+      {MakeShape({200}, {}, 2, 1, 64, DType::kF32), Params(16, 0.99f, 0.f, 0, 30)},  // max binds
+      {MakeShape({200}, {}, 2, 1, 64, DType::kF32), Params(16, 0.3f, 1.f, 48, 0)},
+      {MakeShape({200}, {}, 2, 1, 64, DType::kF32), Params(16, 0.99f, 1.f, 0, 32)},  // max binds
       {MakeShape({97}, {}, 8, 1, 128, DType::kF16), Params(16, 0.9f, 0.1f, 16, 0)},
       {MakeShape({37}, {300}, 4, 2), Params(16, 0.9f, 1.f, 16, 0)},         // chunked, QA
       {MakeShape({37}, {300}, 4, 2), Params(16, 0.9f, 0.f, 16, 0)},         // chunked, VS
@@ -474,6 +484,11 @@ TEST(FlexPrefillIndexTest, MatchesBruteForceSelection) {
         if (got == want) {
           ++exact;
           EXPECT_EQ(choice.query_aware, naive.query_aware) << config;
+          if (!naive.query_aware && !naive.fragile) {
+            // Lines hidden under other ranges leave the mask unchanged: compare the counts too.
+            EXPECT_EQ(choice.num_columns, static_cast<int>(naive.columns.size())) << config;
+            EXPECT_EQ(choice.num_diagonals, static_cast<int>(naive.offsets.size())) << config;
+          }
           continue;
         }
         ASSERT_TRUE(naive.fragile) << config << " head " << s << " seq " << b
