@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdint>
 #include <cmath>
 #include <functional>
 
@@ -194,9 +195,10 @@ class UnitBuilder {
       }
     }
     // Kept blocks and per-block budgets, then ranges.
-    const int min_blocks = (params_.min_budget + bs_ - 1) / bs_;
-    const int max_blocks =
-        params_.max_budget > 0 ? (params_.max_budget + bs_ - 1) / bs_ : INT_MAX;
+    const int min_blocks = static_cast<int>((int64_t{params_.min_budget} + bs_ - 1) / bs_);
+    const int max_blocks = params_.max_budget > 0
+                               ? static_cast<int>((int64_t{params_.max_budget} + bs_ - 1) / bs_)
+                               : INT_MAX;
     for (int i = 0; i < nq; ++i) {
       const BlockGeometry& g = geo[i];
       const int vis = visible[i];

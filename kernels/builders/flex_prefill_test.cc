@@ -670,6 +670,16 @@ TEST(FlexPrefillIndexTest, ChoosesPatternAndRecallsPlantedHeads) {
 
 // ---------------------------------------------------------------------------------------------
 
+TEST(FlexPrefillIndexTest, HugeBudgetsMeanEverything) {
+  auto hp = RandomProblem(MakeShape({100}, {}, 1, 1), 4);
+  for (float tau : {0.f, 1.f}) {
+    FlexPrefillParams params = Params(16, 0.5f, tau, std::numeric_limits<int>::max(), 0);
+    SparseIndex idx;
+    ASSERT_TRUE(BuildFlexPrefillIndex(hp->problem(), params, {0}, &idx).ok());
+    EXPECT_EQ(ComputedPairs(hp->problem(), idx, 0), AllowedPairs(hp->problem())) << tau;
+  }
+}
+
 TEST(FlexPrefillIndexTest, NonFiniteInputsGiveAValidIndex) {
   for (float tau : {0.f, 1.f}) {
     auto hp = RandomProblem(MakeShape({130}, {}, 2, 1, 64, DType::kF32), 3);
