@@ -84,11 +84,12 @@ class UnitBuilder {
     const std::vector<double> estimate = BlockSoftmax(mean_q.data(), VisibleBlocks(last_pos));
     choice.js_distance = SqrtJsDivergence(estimate, truth);
     choice.query_aware = choice.js_distance < params_.tau;
+    DiagonalSums diagonals;
+    if (!choice.query_aware) diagonals = SumDiagonals(p_, seq_, r0, ql, probs.data());
+    probs = std::vector<float>();  // B * k_len floats: release before the selection passes
     if (choice.query_aware) {
       QueryAware();
     } else {
-      const DiagonalSums diagonals = SumDiagonals(p_, seq_, r0, ql, probs.data());
-      probs = std::vector<float>();
       VerticalSlash(columns, diagonals, &choice);
     }
     return choice;
