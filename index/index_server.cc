@@ -55,6 +55,7 @@ absl::StatusOr<std::unique_ptr<IndexServer>> IndexServer::Start(
   IndexServiceOptions service_options;
   // Leave room for the message framing around a data chunk.
   service_options.chunk_bytes = std::min(options.chunk_bytes, options.max_message_bytes - 4096);
+  service_options.backup_root = options.backup_root;
   server->service_ = std::make_unique<IndexServiceImpl>(server->metrics_.get(), service_options);
 
   grpc::EnableDefaultHealthCheckService(true);

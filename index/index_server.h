@@ -50,6 +50,9 @@ struct IndexServerOptions {
   int chunk_bytes = 1 << 20;
   // fsync the WAL before acknowledging writes. Default: true.
   bool sync_writes = true;
+  // Backup RPC directories are relative to this one when set (see IndexServiceOptions).
+  // Default: "" (absolute paths anywhere on the host).
+  std::string backup_root;
 };
 
 class IndexServer {

@@ -1,6 +1,8 @@
 #include "index/index_service.h"
 
 #include <algorithm>
+#include <atomic>
+#include <filesystem>
 #include <chrono>
 #include <utility>
 
@@ -163,7 +165,7 @@ class PutTensorsReactor final : public grpc::ServerReadReactor<v1::TensorChunk> 
   std::string buffer_;
   uint64_t tensors_ = 0;
   uint64_t bytes_ = 0;
-  bool cancelled_ = false;
+  std::atomic<bool> cancelled_{false};  // OnCancel may run on another thread.
   absl::Status status_;
 };
 
@@ -243,6 +245,27 @@ class GetTensorsReactor final : public grpc::ServerWriteReactor<v1::TensorChunk>
   size_t offset_ = 0;
   absl::Status status_;
 };
+
+// A backup directory from a request: absolute when the server has no backup root, else relative
+// to the root (no "..": clients cannot write elsewhere on the server's host).
+absl::StatusOr<std::string> ResolveBackupDir(const std::string& root, const std::string& dir) {
+  if (dir.empty()) return absl::InvalidArgumentError("backup_dir: is empty");
+  const std::filesystem::path p(dir);
+  if (root.empty()) {
+    if (!p.is_absolute()) {
+      return absl::InvalidArgumentError("backup_dir: must be an absolute path on the server");
+    }
+    return dir;
+  }
+  if (p.is_absolute()) {
+    return absl::InvalidArgumentError(
+        "backup_dir: must be relative to the server's backup root (--backup_root)");
+  }
+  for (const std::filesystem::path& part : p) {
+    if (part == "..") return absl::InvalidArgumentError("backup_dir: must not contain '..'");
+  }
+  return (std::filesystem::path(root) / p).string();
+}
 
 }  // namespace
 
@@ -647,9 +670,15 @@ grpc::ServerUnaryReactor* IndexServiceImpl::Backup(grpc::CallbackServerContext* 
     reactor->Finish(ToGrpcStatus(store.status()));
     return reactor;
   }
+  absl::StatusOr<std::string> dir = ResolveBackupDir(options_.backup_root, request->backup_dir());
+  if (!dir.ok()) {
+    metrics_->RecordRpc("Backup", dir.status().code(), SecondsSince(start));
+    reactor->Finish(ToGrpcStatus(dir.status()));
+    return reactor;
+  }
   // Backups take seconds: run them off the gRPC thread.
-  RunInBackground([this, reactor, request, response, start, store = *std::move(store)] {
-    absl::StatusOr<BackupEntry> entry = store->Backup(request->backup_dir());
+  RunInBackground([this, reactor, response, start, dir = *dir, store = *std::move(store)] {
+    absl::StatusOr<BackupEntry> entry = store->Backup(dir);
     if (entry.ok()) {
       response->set_backup_id(entry->backup_id);
       response->set_size_bytes(entry->size_bytes);
@@ -665,8 +694,9 @@ grpc::ServerUnaryReactor* IndexServiceImpl::ListBackups(grpc::CallbackServerCont
                                                         const v1::ListBackupsRequest* request,
                                                         v1::ListBackupsResponse* response) {
   return Unary(ctx, "ListBackups", [&](IndexStore&) -> absl::Status {
-    SPATTN_ASSIGN_OR_RETURN(std::vector<BackupEntry> entries,
-                            IndexStore::ListBackups(request->backup_dir()));
+    SPATTN_ASSIGN_OR_RETURN(std::string dir,
+                            ResolveBackupDir(options_.backup_root, request->backup_dir()));
+    SPATTN_ASSIGN_OR_RETURN(std::vector<BackupEntry> entries, IndexStore::ListBackups(dir));
     for (const BackupEntry& e : entries) {
       v1::BackupResponse* b = response->add_backups();
       b->set_backup_id(e.backup_id);

@@ -34,6 +34,9 @@ struct IndexServiceOptions {
   // A watcher further behind than this many events is ended with RESOURCE_EXHAUSTED (it can
   // reconnect with after_version). Default: 1024.
   int max_watch_queue = 1024;
+  // When set, Backup/ListBackups directories are relative to this one (and may not leave it);
+  // when empty they must be absolute paths on the server. Default: "".
+  std::string backup_root;
 };
 
 class IndexServiceImpl final : public v1::IndexService::CallbackService {

@@ -914,6 +914,8 @@ TEST(IndexServerBackupTest, BackupWipeRestoreGivesTheSameData) {
     EXPECT_CODE(client.Call(&v1::IndexService::Stub::ListBackups, l), kNotFound);
     b.set_backup_dir("");
     EXPECT_CODE(client.Call(&v1::IndexService::Stub::Backup, b), kInvalidArgument);
+    b.set_backup_dir("relative/dir");  // Without --backup_root paths must be absolute.
+    EXPECT_CODE(client.Call(&v1::IndexService::Stub::Backup, b), kInvalidArgument);
   }
   std::filesystem::remove_all(dir);
   IndexServerOptions options;
@@ -937,6 +939,33 @@ TEST(IndexServerBackupTest, BackupWipeRestoreGivesTheSameData) {
   bad.data_dir = TmpDir("restore_missing");
   bad.restore_from = backups + "/missing";
   EXPECT_CODE(IndexServer::Start(bad), kNotFound);
+}
+
+TEST(IndexServerBackupTest, BackupRootConfinesBackupDirectories) {
+  const std::string root = TmpDir("backup_root");
+  IndexServerOptions options;
+  options.data_dir = TmpDir("backup_root_db");
+  options.backup_root = root;
+  auto server = IndexServer::Start(options);
+  ASSERT_OK(server);
+  Client client((*server)->address());
+  ASSERT_OK(client.PutModel(MakeModel("rooted", 1, 1, 1, 4)));
+  v1::BackupRequest b;
+  b.set_backup_dir("nightly");
+  ASSERT_OK(client.Call(&v1::IndexService::Stub::Backup, b));
+  EXPECT_TRUE(std::filesystem::is_directory(root + "/nightly"));
+  v1::ListBackupsRequest l;
+  l.set_backup_dir("nightly");
+  absl::StatusOr<v1::ListBackupsResponse> list =
+      client.Call(&v1::IndexService::Stub::ListBackups, l);
+  ASSERT_OK(list);
+  EXPECT_EQ(list->backups_size(), 1);
+  for (const char* bad : {"../escape", "a/../../escape", "/tmp/absolute"}) {
+    b.set_backup_dir(bad);
+    EXPECT_CODE(client.Call(&v1::IndexService::Stub::Backup, b), kInvalidArgument);
+    l.set_backup_dir(bad);
+    EXPECT_CODE(client.Call(&v1::IndexService::Stub::ListBackups, l), kInvalidArgument);
+  }
 }
 
 TEST(IndexServerRetentionTest, KeepsTheNewestVersionsAndThePublishedOne) {

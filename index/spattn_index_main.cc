@@ -23,6 +23,9 @@ ABSL_FLAG(std::string, restore_from, "",
           "Backup directory to restore into data_dir on start when data_dir holds no database.");
 ABSL_FLAG(int, keep_versions, 0, "Versions kept per model (0 = all).");
 ABSL_FLAG(int, max_message_bytes, 64 << 20, "Largest gRPC message sent or received.");
+ABSL_FLAG(std::string, backup_root, "",
+          "When set, Backup RPC directories are relative to this directory (and cannot leave "
+          "it); otherwise they must be absolute paths on this host.");
 ABSL_FLAG(std::string, port_file, "",
           "After start, write the gRPC port (and the metrics port) to this file, for scripts.");
 
@@ -45,6 +48,7 @@ int main(int argc, char** argv) {
   options.restore_from = absl::GetFlag(FLAGS_restore_from);
   options.keep_versions = absl::GetFlag(FLAGS_keep_versions);
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  options.backup_root = absl::GetFlag(FLAGS_backup_root);
   if (options.data_dir.empty()) {
     std::fprintf(stderr, "spattn-index: --data_dir is required\n");
     return 2;
