@@ -1,5 +1,9 @@
 #include "client/index_commands.h"
 
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
+#include <grpcpp/grpcpp.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -12,10 +16,6 @@
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <google/protobuf/struct.pb.h>
-#include <google/protobuf/util/json_util.h>
-#include <grpcpp/grpcpp.h>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -31,7 +31,8 @@
 namespace spattn {
 namespace {
 
-constexpr char kUsage[] = R"(usage: spattnctl index [--server=HOST:PORT] [--timeout=SECONDS] COMMAND ...
+constexpr char kUsage[] =
+    R"(usage: spattnctl index [--server=HOST:PORT] [--timeout=SECONDS] COMMAND ...
 
 The server defaults to $SPATTN_INDEX_ADDR, else 127.0.0.1:50061. VERSION 0 means "published".
 
@@ -129,7 +130,8 @@ class Args {
     return v;
   }
   absl::StatusOr<std::string> PositionalString(size_t i, const char* what) const {
-    if (i >= positional_.size()) return absl::InvalidArgumentError(absl::StrCat(what, " is required"));
+    if (i >= positional_.size())
+      return absl::InvalidArgumentError(absl::StrCat(what, " is required"));
     return positional_[i];
   }
   // Flags given but never read: typos.
@@ -152,8 +154,7 @@ class Args {
 
 std::string Time(int64_t unix_ms) {
   if (unix_ms == 0) return "-";
-  return absl::FormatTime("%Y-%m-%d %H:%M:%S", absl::FromUnixMillis(unix_ms),
-                          absl::UTCTimeZone());
+  return absl::FormatTime("%Y-%m-%d %H:%M:%S", absl::FromUnixMillis(unix_ms), absl::UTCTimeZone());
 }
 
 std::string Bytes(uint64_t n) {
@@ -234,8 +235,8 @@ class Cli {
   absl::Status Backup(Args& args);
   absl::Status ListBackups(Args& args);
   absl::Status Health(Args& args);
-  absl::StatusOr<std::vector<DownloadedTensor>> Download(const std::string& model,
-                                                         uint64_t version, v1::TensorKind kind,
+  absl::StatusOr<std::vector<DownloadedTensor>> Download(const std::string& model, uint64_t version,
+                                                         v1::TensorKind kind,
                                                          std::optional<uint32_t> layer);
 
   absl::Duration timeout_;
@@ -312,8 +313,7 @@ absl::Status Cli::ModelsPut(Args& args) {
     if (!s.ok()) return s;
   } else {
     m->set_model_id(args.Get("model"));
-    for (auto [flag, setter] :
-         std::vector<std::pair<const char*, void (v1::Model::*)(uint32_t)>>{
+    for (auto [flag, setter] : std::vector<std::pair<const char*, void (v1::Model::*)(uint32_t)>>{
              {"layers", &v1::Model::set_num_layers},
              {"q_heads", &v1::Model::set_num_q_heads},
              {"kv_heads", &v1::Model::set_num_kv_heads},
@@ -344,8 +344,7 @@ absl::Status Cli::ModelsPut(Args& args) {
   }
   absl::StatusOr<v1::PutModelResponse> r = Call(&v1::IndexService::Stub::PutModel, req);
   if (!r.ok()) return r.status();
-  std::printf("%s model %s\n", r->created() ? "created" : "updated",
-              r->model().model_id().c_str());
+  std::printf("%s model %s\n", r->created() ? "created" : "updated", r->model().model_id().c_str());
   return absl::OkStatus();
 }
 
@@ -357,8 +356,7 @@ absl::Status Cli::Versions(Args& args) {
   absl::StatusOr<v1::ListVersionsResponse> r = Call(&v1::IndexService::Stub::ListVersions, req);
   if (!r.ok()) return r.status();
   std::printf("model %s, published version: %s\n", id->c_str(),
-              r->published_version() == 0 ? "none"
-                                          : absl::StrCat(r->published_version()).c_str());
+              r->published_version() == 0 ? "none" : absl::StrCat(r->published_version()).c_str());
   std::printf("%8s  %-9s %8s %8s %11s  %-19s  %-19s  %s\n", "VERSION", "STATE", "CONFIGS",
               "TENSORS", "BYTES", "CREATED (UTC)", "PUBLISHED (UTC)", "DESCRIPTION");
   for (const v1::VersionInfo& v : r->versions()) {
@@ -401,8 +399,7 @@ absl::Status Cli::Seal(Args& args) {
   if (!r.ok()) return r.status();
   std::printf("version %llu of %s is %s: %llu head configs, %llu tensors (%s)\n",
               static_cast<unsigned long long>(r->version()), id->c_str(),
-              StateName(r->state()).c_str(),
-              static_cast<unsigned long long>(r->num_head_configs()),
+              StateName(r->state()).c_str(), static_cast<unsigned long long>(r->num_head_configs()),
               static_cast<unsigned long long>(r->num_tensors()), Bytes(r->tensor_bytes()).c_str());
   return absl::OkStatus();
 }
@@ -421,8 +418,7 @@ absl::Status Cli::Publish(Args& args) {
   req.set_model_id(*id);
   req.set_version(*version);
   req.set_expected_current_version(*expect);
-  absl::StatusOr<v1::PublishVersionResponse> r =
-      Call(&v1::IndexService::Stub::PublishVersion, req);
+  absl::StatusOr<v1::PublishVersionResponse> r = Call(&v1::IndexService::Stub::PublishVersion, req);
   if (!r.ok()) return r.status();
   std::printf("published version %llu of %s (previous: %llu)\n",
               static_cast<unsigned long long>(r->published().version()), id->c_str(),
@@ -562,8 +558,9 @@ absl::Status Cli::Centroids(Args& args) {
     } else {
       if (npy->shape.size() != 4) {
         return absl::InvalidArgumentError(absl::StrCat(
-            *file, ": expected [layers, kv_heads, C, head_dim] (or pass --layer/--kv_head for "
-                   "one [C, head_dim] array)"));
+            *file,
+            ": expected [layers, kv_heads, C, head_dim] (or pass --layer/--kv_head for "
+            "one [C, head_dim] array)"));
       }
       const int64_t per = npy->shape[2] * npy->shape[3] * 4;
       for (int64_t l = 0; l < npy->shape[0]; ++l) {
@@ -604,11 +601,11 @@ absl::Status Cli::Centroids(Args& args) {
         std::vector<int64_t> shape(t.header.desc().shape().begin(), t.header.desc().shape().end());
         absl::Status s = WriteNpyFp32(out, shape, t.bytes);
         if (!s.ok()) return s;
-        std::printf("wrote centroids(layer=%llu, kv_head=%llu) [%lld, %lld] of version %llu to %s\n",
-                    static_cast<unsigned long long>(*layer),
-                    static_cast<unsigned long long>(*kv_head),
-                    static_cast<long long>(shape[0]), static_cast<long long>(shape[1]),
-                    static_cast<unsigned long long>(t.header.version()), out.c_str());
+        std::printf(
+            "wrote centroids(layer=%llu, kv_head=%llu) [%lld, %lld] of version %llu to %s\n",
+            static_cast<unsigned long long>(*layer), static_cast<unsigned long long>(*kv_head),
+            static_cast<long long>(shape[0]), static_cast<long long>(shape[1]),
+            static_cast<unsigned long long>(t.header.version()), out.c_str());
         return absl::OkStatus();
       }
       return absl::NotFoundError("no centroids stored for that layer and kv head");
@@ -619,9 +616,9 @@ absl::Status Cli::Centroids(Args& args) {
     if (!model.ok()) return model.status();
     const size_t expected = size_t{model->num_layers()} * model->num_kv_heads();
     if (tensors->size() != expected) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the version holds ", tensors->size(), " of ", expected,
-          " centroid sets; download them one by one with --layer/--kv_head"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("the version holds ", tensors->size(), " of ", expected,
+                       " centroid sets; download them one by one with --layer/--kv_head"));
     }
     const auto& first = (*tensors)[0].header.desc();
     std::string all;
@@ -762,8 +759,7 @@ absl::Status Cli::Watch(Args& args) {
   v1::WatchPublishedRequest req;
   req.set_model_id(*id);
   req.set_after_version(*after);
-  std::unique_ptr<grpc::ClientReader<v1::PublishedEvent>> reader =
-      stub_->WatchPublished(&ctx, req);
+  std::unique_ptr<grpc::ClientReader<v1::PublishedEvent>> reader = stub_->WatchPublished(&ctx, req);
   std::fprintf(stderr, "watching %s (after version %llu)...\n", id->c_str(),
                static_cast<unsigned long long>(*after));
   v1::PublishedEvent event;
@@ -865,8 +861,7 @@ absl::StatusOr<v1::PutHeadConfigsRequest> ParseMInferenceConfig(absl::string_vie
     for (const auto& [key, value] : layer.struct_value().fields()) {
       uint32_t head;
       if (!absl::SimpleAtoi(key, &head)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("layer ", l, ": head key is not a number"));
+        return absl::InvalidArgumentError(absl::StrCat("layer ", l, ": head key is not a number"));
       }
       heads[head] = &value;
     }
@@ -920,9 +915,9 @@ absl::StatusOr<v1::PutHeadConfigsRequest> ParseSpattnConfig(absl::string_view js
   v1::GetHeadConfigsResponse parsed;
   google::protobuf::util::JsonParseOptions options;
   options.ignore_unknown_fields = true;
-  absl::Status s = FromProtobuf(
-      google::protobuf::util::JsonStringToMessage(std::string(json), &parsed, options),
-      "spattn config JSON");
+  absl::Status s =
+      FromProtobuf(google::protobuf::util::JsonStringToMessage(std::string(json), &parsed, options),
+                   "spattn config JSON");
   if (!s.ok()) return s;
   v1::PutHeadConfigsRequest out;
   *out.mutable_configs() = parsed.configs();

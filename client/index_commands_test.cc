@@ -1,15 +1,15 @@
 // `spattnctl index` against an in-process index server on loopback (port 0).
 #include "client/index_commands.h"
 
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <grpcpp/grpcpp.h>
-#include <gtest/gtest.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -29,9 +29,7 @@ std::string TmpDir(const std::string& name) {
   return dir;
 }
 
-void WriteText(const std::string& path, const std::string& text) {
-  std::ofstream(path) << text;
-}
+void WriteText(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
 std::string ReadText(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -71,7 +69,7 @@ TEST(MInferenceConfigTest, MapsPatternsToMethods) {
   EXPECT_EQ(r->configs(7).method().vertical_slash().vertical_size(), 3500);
 
   for (const char* bad : {
-           R"([{"0": ["diagonal", 1, 2, 3]}])",   // Unknown pattern.
+           R"([{"0": ["diagonal", 1, 2, 3]}])",    // Unknown pattern.
            R"([{"x": ["stream_llm", 1, 2, 3]}])",  // Head is not a number.
            R"([{"0": ["stream_llm", "1", 2, 3]}])",
            R"([{"0": ["stream_llm", 1]}])",
@@ -141,8 +139,8 @@ TEST_F(IndexCommandsTest, ModelsPutGetListDelete) {
 }
 
 TEST_F(IndexCommandsTest, ConfigsImportExportMInferenceAndOwnFormat) {
-  ASSERT_EQ(Run({"models", "put", "--model=cli-cfg", "--layers=2", "--q_heads=4",
-                 "--kv_heads=2", "--head_dim=16"}),
+  ASSERT_EQ(Run({"models", "put", "--model=cli-cfg", "--layers=2", "--q_heads=4", "--kv_heads=2",
+                 "--head_dim=16"}),
             0)
       << err_;
   ASSERT_EQ(Run({"create-version", "cli-cfg", "--description=minference import"}), 0) << err_;
@@ -150,8 +148,7 @@ TEST_F(IndexCommandsTest, ConfigsImportExportMInferenceAndOwnFormat) {
   WriteText(dir + "/best_pattern.json", kMInference);
   ASSERT_EQ(Run({"configs", "import", "cli-cfg", "1", dir + "/best_pattern.json"}), 0) << err_;
   EXPECT_TRUE(absl::StrContains(out_, "imported 8 head configs (minference format)")) << out_;
-  ASSERT_EQ(Run({"configs", "export", "cli-cfg", "--version=1", "--out=" + dir + "/ours.json"}),
-            0)
+  ASSERT_EQ(Run({"configs", "export", "cli-cfg", "--version=1", "--out=" + dir + "/ours.json"}), 0)
       << err_;
   const std::string exported = ReadText(dir + "/ours.json");
   EXPECT_TRUE(absl::StrContains(exported, "METHOD_VERTICAL_SLASH")) << exported;
@@ -188,9 +185,9 @@ TEST_F(IndexCommandsTest, TensorsSealPublishWatchBackup) {
   // Classifier parameters from a directory of l{L}_h{H}_{param}.npy files.
   std::filesystem::create_directories(dir + "/clf");
   for (const TensorUpload& t : testing_util::MakeClassifier(m, 1, 2, 6, 5, 9)) {
-    ASSERT_TRUE(WriteNpyFp32(absl::StrCat(dir, "/clf/l1_h2_", t.key.name(), ".npy"), t.shape,
-                             t.bytes)
-                    .ok());
+    ASSERT_TRUE(
+        WriteNpyFp32(absl::StrCat(dir, "/clf/l1_h2_", t.key.name(), ".npy"), t.shape, t.bytes)
+            .ok());
   }
   ASSERT_EQ(Run({"classifier", "upload", "cli-t", "1", "--dir=" + dir + "/clf"}), 0) << err_;
   EXPECT_TRUE(absl::StrContains(out_, "uploaded 4 classifier parameters")) << out_;

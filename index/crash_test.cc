@@ -3,6 +3,9 @@
 // intact, exactly one version is PUBLISHED and it is the pointer's, every acknowledged seal and
 // publish survived, and nothing half-written is visible through the published pointer.
 #include <fcntl.h>
+#include <google/protobuf/util/message_differencer.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -17,10 +20,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <google/protobuf/util/message_differencer.h>
-#include <grpcpp/grpcpp.h>
-#include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -108,14 +107,14 @@ class Child {
 };
 
 std::unique_ptr<v1::IndexService::Stub> Connect(int port) {
-  return v1::IndexService::NewStub(grpc::CreateChannel(absl::StrCat("127.0.0.1:", port),
-                                                       grpc::InsecureChannelCredentials()));
+  return v1::IndexService::NewStub(
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
 }
 
 template <typename Req, typename Resp>
 absl::StatusOr<Resp> Call(v1::IndexService::Stub& stub,
                           grpc::Status (v1::IndexService::Stub::*method)(grpc::ClientContext*,
-                                                                        const Req&, Resp*),
+                                                                         const Req&, Resp*),
                           const Req& request) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
@@ -253,8 +252,7 @@ TEST(IndexCrashTest, KillDuringStagingAndPublishingLosesNothingAcknowledged) {
   for (int run = 0; run <= kRuns; ++run) {
     Child child(data, work, run);
     const int port = child.WaitForPort();
-    ASSERT_GT(port, 0) << "spattn-index did not start; see " << work << "/server." << run
-                       << ".log";
+    ASSERT_GT(port, 0) << "spattn-index did not start; see " << work << "/server." << run << ".log";
     auto stub = Connect(port);
     if (run == 0) {
       v1::PutModelRequest pm;
@@ -274,8 +272,7 @@ TEST(IndexCrashTest, KillDuringStagingAndPublishingLosesNothingAcknowledged) {
   absl::MutexLock lock(&ledger.mu);
   EXPECT_GE(ledger.sealed_acked.size(), 2u) << "the loop hardly ran; the test proves little";
   std::printf("crash test: %zu acknowledged seals, published version %llu after %d kills\n",
-              ledger.sealed_acked.size(), static_cast<unsigned long long>(last_published),
-              kRuns);
+              ledger.sealed_acked.size(), static_cast<unsigned long long>(last_published), kRuns);
 }
 
 }  // namespace

@@ -1,11 +1,11 @@
 #include "index/crc32c.h"
 
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <random>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 namespace spattn {
 namespace {
@@ -32,8 +32,8 @@ TEST(Crc32cTest, HardwareMatchesSoftwareAtEveryAlignmentAndLength) {
   for (uint8_t& b : buf) b = static_cast<uint8_t>(rng());
   for (size_t offset = 0; offset < 9; ++offset) {
     for (size_t n : {0, 1, 7, 8, 9, 15, 16, 63, 64, 65, 1000, 4096}) {
-      SCOPED_TRACE(testing::Message() << "offset=" << offset << " n=" << n
-                                      << " hardware=" << Crc32cHasHardware());
+      SCOPED_TRACE(testing::Message()
+                   << "offset=" << offset << " n=" << n << " hardware=" << Crc32cHasHardware());
       EXPECT_EQ(Crc32cExtend(0, buf.data() + offset, n),
                 Crc32cExtendSoftware(0, buf.data() + offset, n));
     }

@@ -3,6 +3,8 @@
 //   config fetch latency (GetHeadConfigs of a 32-layer x 32-head model, whole model and one layer),
 //   centroid upload/fetch throughput (32 layers x 8 kv heads x [1024, 128] fp32 = 128 MiB),
 //   seal latency (verifies every byte), publish latency (synced compare-and-set).
+#include <grpcpp/grpcpp.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -11,8 +13,6 @@
 #include <string>
 #include <vector>
 
-#include <grpcpp/grpcpp.h>
-
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
@@ -20,7 +20,8 @@
 #include "index/tensor_client.h"
 #include "index/test_util.h"
 
-ABSL_FLAG(std::string, data_dir, "", "RocksDB directory (default: a fresh temp dir, removed after).");
+ABSL_FLAG(std::string, data_dir, "",
+          "RocksDB directory (default: a fresh temp dir, removed after).");
 ABSL_FLAG(int, config_iterations, 500, "GetHeadConfigs calls per measurement.");
 ABSL_FLAG(int, fetch_iterations, 5, "Full centroid-set downloads.");
 ABSL_FLAG(int, publish_iterations, 50, "Publishes measured.");
@@ -54,13 +55,13 @@ T Check(absl::StatusOr<T> s, const char* what) {
 template <typename Req, typename Resp>
 absl::StatusOr<Resp> Call(v1::IndexService::Stub& stub,
                           grpc::Status (v1::IndexService::Stub::*method)(grpc::ClientContext*,
-                                                                        const Req&, Resp*),
+                                                                         const Req&, Resp*),
                           const Req& request) {
   grpc::ClientContext ctx;
   Resp response;
   grpc::Status s = (stub.*method)(&ctx, request, &response);
-  if (!s.ok()) return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
-                                   s.error_message());
+  if (!s.ok())
+    return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
   return response;
 }
 
@@ -101,9 +102,10 @@ int Main() {
   Check(UploadTensors(*stub, model.model_id(), version, centroids), "upload");
   const double upload_ms = Ms(Clock::now() - t0);
   centroids.clear();
-  std::printf("{\"bench\":\"centroid_upload\",\"mib\":%.1f,\"tensors\":%d,\"ms\":%.1f,"
-              "\"mib_per_s\":%.1f}\n",
-              mib, 32 * 8, upload_ms, mib / (upload_ms / 1000));
+  std::printf(
+      "{\"bench\":\"centroid_upload\",\"mib\":%.1f,\"tensors\":%d,\"ms\":%.1f,"
+      "\"mib_per_s\":%.1f}\n",
+      mib, 32 * 8, upload_ms, mib / (upload_ms / 1000));
 
   v1::SealVersionRequest sv;
   sv.set_model_id(model.model_id());
@@ -130,10 +132,11 @@ int Main() {
       if (i >= 20) lat.push_back(Ms(Clock::now() - t0));  // First 20: warm-up.
       configs = r.configs_size();
     }
-    std::printf("{\"bench\":\"config_fetch\",\"scope\":\"%s\",\"configs\":%d,\"n\":%zu,"
-                "\"p50_ms\":%.3f,\"p99_ms\":%.3f}\n",
-                one_layer ? "layer" : "model", configs, lat.size(), Percentile(lat, 0.5),
-                Percentile(lat, 0.99));
+    std::printf(
+        "{\"bench\":\"config_fetch\",\"scope\":\"%s\",\"configs\":%d,\"n\":%zu,"
+        "\"p50_ms\":%.3f,\"p99_ms\":%.3f}\n",
+        one_layer ? "layer" : "model", configs, lat.size(), Percentile(lat, 0.5),
+        Percentile(lat, 0.99));
   }
 
   // Centroid fetch throughput: the whole 128 MiB set, streamed in 1 MiB chunks.
@@ -149,9 +152,10 @@ int Main() {
       if (got.size() != 256) Check(absl::InternalError("wrong tensor count"), "download");
     }
     const double med = Percentile(ms, 0.5), best = *std::min_element(ms.begin(), ms.end());
-    std::printf("{\"bench\":\"centroid_fetch\",\"mib\":%.1f,\"n\":%zu,\"median_ms\":%.1f,"
-                "\"median_mib_per_s\":%.1f,\"best_mib_per_s\":%.1f}\n",
-                mib, ms.size(), med, mib / (med / 1000), mib / (best / 1000));
+    std::printf(
+        "{\"bench\":\"centroid_fetch\",\"mib\":%.1f,\"n\":%zu,\"median_ms\":%.1f,"
+        "\"median_mib_per_s\":%.1f,\"best_mib_per_s\":%.1f}\n",
+        mib, ms.size(), med, mib / (med / 1000), mib / (best / 1000));
     // One layer (8 kv heads, 4 MiB): what a worker loading lazily per layer sees.
     gt.set_layer(5);
     std::vector<double> layer_ms;
@@ -160,10 +164,10 @@ int Main() {
       Check(DownloadTensors(*stub, gt), "download layer");
       layer_ms.push_back(Ms(Clock::now() - t0));
     }
-    std::printf("{\"bench\":\"centroid_fetch_layer\",\"mib\":%.1f,\"n\":%zu,\"p50_ms\":%.2f,"
-                "\"p99_ms\":%.2f}\n",
-                mib / 32, layer_ms.size(), Percentile(layer_ms, 0.5),
-                Percentile(layer_ms, 0.99));
+    std::printf(
+        "{\"bench\":\"centroid_fetch_layer\",\"mib\":%.1f,\"n\":%zu,\"p50_ms\":%.2f,"
+        "\"p99_ms\":%.2f}\n",
+        mib / 32, layer_ms.size(), Percentile(layer_ms, 0.5), Percentile(layer_ms, 0.99));
   }
 
   // Publish latency: staged config-only versions, published one after another (synced write).

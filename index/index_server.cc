@@ -1,15 +1,15 @@
 #include "index/index_server.h"
 
-#include <chrono>
-#include <cstdio>
-#include <exception>
-#include <utility>
-
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <prometheus/exposer.h>
 #include <prometheus/registry.h>
+
+#include <chrono>
+#include <cstdio>
+#include <exception>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -30,8 +30,7 @@ IndexServer::IndexServer(const IndexServerOptions& options) : options_(options) 
 
 IndexServer::~IndexServer() { Shutdown(); }
 
-absl::StatusOr<std::unique_ptr<IndexServer>> IndexServer::Start(
-    const IndexServerOptions& options) {
+absl::StatusOr<std::unique_ptr<IndexServer>> IndexServer::Start(const IndexServerOptions& options) {
   if (options.data_dir.empty()) return absl::InvalidArgumentError("data_dir: is empty");
   if (options.keep_versions < 0) return absl::InvalidArgumentError("keep_versions: must be >= 0");
   if (options.max_message_bytes < (64 << 10)) {
@@ -133,8 +132,7 @@ absl::Status IndexServer::CloseStore() {
   absl::MutexLock lock(&mu_);
   if (shut_down_) return absl::FailedPreconditionError("the server is shut down");
   SetServing(false);
-  absl::StatusOr<std::shared_ptr<IndexStore>> store =
-      service_->DetachStore(absl::Seconds(10));
+  absl::StatusOr<std::shared_ptr<IndexStore>> store = service_->DetachStore(absl::Seconds(10));
   return store.status();  // Dropping the last reference closes the database.
 }
 

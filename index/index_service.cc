@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <filesystem>
 #include <chrono>
+#include <filesystem>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -61,8 +61,8 @@ class PutTensorsReactor final : public grpc::ServerReadReactor<v1::TensorChunk> 
         Done(absl::CancelledError("PutTensors cancelled by the client"));
       } else if (in_tensor_) {
         Done(absl::InvalidArgumentError(absl::StrCat(
-            "stream ended inside ", TensorKeyName(header_.key()), ": got ", buffer_.size(),
-            " of ", header_.total_bytes(), " bytes; that tensor was not stored")));
+            "stream ended inside ", TensorKeyName(header_.key()), ": got ", buffer_.size(), " of ",
+            header_.total_bytes(), " bytes; that tensor was not stored")));
       } else {
         absl::Status s = store_->Sync();
         response_->set_tensors_written(tensors_);
@@ -92,8 +92,8 @@ class PutTensorsReactor final : public grpc::ServerReadReactor<v1::TensorChunk> 
       case v1::TensorChunk::kHeader: {
         if (in_tensor_) {
           return absl::InvalidArgumentError(absl::StrCat(
-              "chunk: a header arrived before ", TensorKeyName(header_.key()),
-              " was complete (", buffer_.size(), " of ", header_.total_bytes(), " bytes)"));
+              "chunk: a header arrived before ", TensorKeyName(header_.key()), " was complete (",
+              buffer_.size(), " of ", header_.total_bytes(), " bytes)"));
         }
         const v1::TensorHeader& h = chunk_.header();
         if (tensors_ == 0 && !have_target_) {
@@ -105,9 +105,8 @@ class PutTensorsReactor final : public grpc::ServerReadReactor<v1::TensorChunk> 
               "header.model_id/version: all tensors of one PutTensors stream must name the same "
               "model and version");
         }
-        SPATTN_RETURN_IF_ERROR(
-            store_->CheckTensorHeader(h.model_id(), h.version(), h.key(), h.desc(),
-                                      h.total_bytes()));
+        SPATTN_RETURN_IF_ERROR(store_->CheckTensorHeader(h.model_id(), h.version(), h.key(),
+                                                         h.desc(), h.total_bytes()));
         header_ = h;
         buffer_.clear();
         buffer_.reserve(h.total_bytes());
@@ -120,9 +119,9 @@ class PutTensorsReactor final : public grpc::ServerReadReactor<v1::TensorChunk> 
         }
         const std::string& data = chunk_.data();
         if (buffer_.size() + data.size() > header_.total_bytes()) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "data: more bytes than total_bytes (", header_.total_bytes(), ") for ",
-              TensorKeyName(header_.key())));
+          return absl::InvalidArgumentError(absl::StrCat("data: more bytes than total_bytes (",
+                                                         header_.total_bytes(), ") for ",
+                                                         TensorKeyName(header_.key())));
         }
         buffer_.append(data);
         if (buffer_.size() < header_.total_bytes()) return absl::OkStatus();
@@ -434,8 +433,7 @@ void IndexServiceImpl::AttachStore(std::shared_ptr<IndexStore> store) {
   }
 }
 
-absl::StatusOr<std::shared_ptr<IndexStore>> IndexServiceImpl::DetachStore(
-    absl::Duration timeout) {
+absl::StatusOr<std::shared_ptr<IndexStore>> IndexServiceImpl::DetachStore(absl::Duration timeout) {
   std::shared_ptr<IndexStore> store;
   {
     absl::MutexLock lock(&store_mu_);
@@ -478,8 +476,8 @@ void IndexServiceImpl::RemoveWatcher(Watcher* watcher) {
 }
 
 template <typename Fn>
-grpc::ServerUnaryReactor* IndexServiceImpl::Unary(grpc::CallbackServerContext* ctx,
-                                                  const char* rpc, Fn fn) {
+grpc::ServerUnaryReactor* IndexServiceImpl::Unary(grpc::CallbackServerContext* ctx, const char* rpc,
+                                                  Fn fn) {
   const absl::Time start = absl::Now();
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   absl::Status status;
@@ -540,16 +538,16 @@ grpc::ServerUnaryReactor* IndexServiceImpl::CreateVersion(grpc::CallbackServerCo
                                                           const v1::CreateVersionRequest* request,
                                                           v1::VersionInfo* response) {
   return Unary(ctx, "CreateVersion", [&](IndexStore& store) -> absl::Status {
-    SPATTN_ASSIGN_OR_RETURN(*response,
-                            store.CreateVersion(request->model_id(), request->base_version(),
-                                                request->description()));
+    SPATTN_ASSIGN_OR_RETURN(
+        *response,
+        store.CreateVersion(request->model_id(), request->base_version(), request->description()));
     return absl::OkStatus();
   });
 }
 
-grpc::ServerUnaryReactor* IndexServiceImpl::PutHeadConfigs(
-    grpc::CallbackServerContext* ctx, const v1::PutHeadConfigsRequest* request,
-    v1::PutHeadConfigsResponse* response) {
+grpc::ServerUnaryReactor* IndexServiceImpl::PutHeadConfigs(grpc::CallbackServerContext* ctx,
+                                                           const v1::PutHeadConfigsRequest* request,
+                                                           v1::PutHeadConfigsResponse* response) {
   return Unary(ctx, "PutHeadConfigs", [&](IndexStore& store) -> absl::Status {
     SPATTN_ASSIGN_OR_RETURN(
         uint64_t written,
@@ -559,9 +557,9 @@ grpc::ServerUnaryReactor* IndexServiceImpl::PutHeadConfigs(
   });
 }
 
-grpc::ServerUnaryReactor* IndexServiceImpl::GetHeadConfigs(
-    grpc::CallbackServerContext* ctx, const v1::GetHeadConfigsRequest* request,
-    v1::GetHeadConfigsResponse* response) {
+grpc::ServerUnaryReactor* IndexServiceImpl::GetHeadConfigs(grpc::CallbackServerContext* ctx,
+                                                           const v1::GetHeadConfigsRequest* request,
+                                                           v1::GetHeadConfigsResponse* response) {
   return Unary(ctx, "GetHeadConfigs", [&](IndexStore& store) -> absl::Status {
     std::optional<uint32_t> layer;
     if (request->has_layer()) layer = request->layer();
@@ -587,8 +585,8 @@ grpc::ServerWriteReactor<v1::TensorChunk>* IndexServiceImpl::GetTensors(
   if (!reader.ok()) {
     return new FailedWriter<v1::TensorChunk>(metrics_, "GetTensors", reader.status());
   }
-  return new GetTensorsReactor(metrics_, *std::move(store), *std::move(reader),
-                               request->model_id(), options_.chunk_bytes);
+  return new GetTensorsReactor(metrics_, *std::move(store), *std::move(reader), request->model_id(),
+                               options_.chunk_bytes);
 }
 
 grpc::ServerUnaryReactor* IndexServiceImpl::SealVersion(grpc::CallbackServerContext* ctx,
@@ -600,9 +598,9 @@ grpc::ServerUnaryReactor* IndexServiceImpl::SealVersion(grpc::CallbackServerCont
   });
 }
 
-grpc::ServerUnaryReactor* IndexServiceImpl::PublishVersion(
-    grpc::CallbackServerContext* ctx, const v1::PublishVersionRequest* request,
-    v1::PublishVersionResponse* response) {
+grpc::ServerUnaryReactor* IndexServiceImpl::PublishVersion(grpc::CallbackServerContext* ctx,
+                                                           const v1::PublishVersionRequest* request,
+                                                           v1::PublishVersionResponse* response) {
   return Unary(ctx, "PublishVersion", [&](IndexStore& store) -> absl::Status {
     SPATTN_ASSIGN_OR_RETURN(PublishResult result,
                             store.PublishVersion(request->model_id(), request->version(),

@@ -78,8 +78,8 @@ class IndexServiceImpl final : public v1::IndexService::CallbackService {
   grpc::ServerUnaryReactor* GetHeadConfigs(grpc::CallbackServerContext* ctx,
                                            const v1::GetHeadConfigsRequest* request,
                                            v1::GetHeadConfigsResponse* response) override;
-  grpc::ServerReadReactor<v1::TensorChunk>* PutTensors(
-      grpc::CallbackServerContext* ctx, v1::PutTensorsResponse* response) override;
+  grpc::ServerReadReactor<v1::TensorChunk>* PutTensors(grpc::CallbackServerContext* ctx,
+                                                       v1::PutTensorsResponse* response) override;
   grpc::ServerWriteReactor<v1::TensorChunk>* GetTensors(
       grpc::CallbackServerContext* ctx, const v1::GetTensorsRequest* request) override;
   grpc::ServerUnaryReactor* SealVersion(grpc::CallbackServerContext* ctx,

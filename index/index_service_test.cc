@@ -1,5 +1,10 @@
 // IndexService through the real gRPC server on loopback (port 0): round trips of every kind,
 // publish races, watch ordering/resume, bad input, metrics, health, backup/restore, retention.
+#include <google/protobuf/util/message_differencer.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -10,11 +15,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <google/protobuf/util/message_differencer.h>
-#include <grpcpp/generic/generic_stub.h>
-#include <grpcpp/grpcpp.h>
-#include <gtest/gtest.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -195,15 +195,15 @@ absl::Status StatusOf(const absl::StatusOr<T>& s) {
   return s.status();
 }
 
-#define ASSERT_OK(expr)                                    \
-  do {                                                     \
-    const absl::Status spattn_s_ = StatusOf(expr);         \
+#define ASSERT_OK(expr)                                          \
+  do {                                                           \
+    const absl::Status spattn_s_ = StatusOf(expr);               \
     ASSERT_TRUE(spattn_s_.ok()) << #expr << " -> " << spattn_s_; \
   } while (0)
 
-#define EXPECT_CODE(expr, code_value)                                               \
-  do {                                                                              \
-    absl::Status spattn_s_ = StatusOf(expr);                                        \
+#define EXPECT_CODE(expr, code_value)                                                          \
+  do {                                                                                         \
+    absl::Status spattn_s_ = StatusOf(expr);                                                   \
     EXPECT_EQ(spattn_s_.code(), absl::StatusCode::code_value) << #expr << " -> " << spattn_s_; \
   } while (0)
 
@@ -627,8 +627,8 @@ TEST_F(IndexServiceTest, BadInputGetsSpecificCodesAndTheServerKeepsServing) {
   EXPECT_CODE(client_->PutRaw({HeaderChunk(id, 1, v1::TENSOR_KIND_CENTROIDS, 0, 0, {4, 16},
                                            good.size() + 4, good_crc)}),
               kInvalidArgument);  // Byte size != shape x 4.
-  EXPECT_CODE(client_->PutRaw({HeaderChunk(id, 1, v1::TENSOR_KIND_CENTROIDS, 0, 0,
-                                           {1 << 20, 16}, uint64_t{1} << 26, 0)}),
+  EXPECT_CODE(client_->PutRaw({HeaderChunk(id, 1, v1::TENSOR_KIND_CENTROIDS, 0, 0, {1 << 20, 16},
+                                           uint64_t{1} << 26, 0)}),
               kInvalidArgument);  // Oversized.
   EXPECT_CODE(client_->PutRaw({HeaderChunk(id, 1, v1::TENSOR_KIND_CENTROIDS, 0, 2, {4, 16},
                                            good.size(), good_crc)}),
@@ -646,9 +646,9 @@ TEST_F(IndexServiceTest, BadInputGetsSpecificCodesAndTheServerKeepsServing) {
     std::vector<float> values(4 * 16, 0.25f);
     values[37] = std::numeric_limits<float>::quiet_NaN();
     const std::string nan = FloatsToBytes(values);
-    absl::Status s = client_->PutRaw({HeaderChunk(id, 1, v1::TENSOR_KIND_CENTROIDS, 0, 0,
-                                                  {4, 16}, nan.size(), Crc32c(nan)),
-                                      DataChunk(nan)});
+    absl::Status s = client_->PutRaw(
+        {HeaderChunk(id, 1, v1::TENSOR_KIND_CENTROIDS, 0, 0, {4, 16}, nan.size(), Crc32c(nan)),
+         DataChunk(nan)});
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
     EXPECT_TRUE(absl::StrContains(s.message(), "element 37 is NaN")) << s;
     values[37] = std::numeric_limits<float>::infinity();
@@ -661,7 +661,7 @@ TEST_F(IndexServiceTest, BadInputGetsSpecificCodesAndTheServerKeepsServing) {
   EXPECT_CODE(client_->PutRaw({HeaderChunk(id, 1, v1::TENSOR_KIND_CENTROIDS, 0, 0, {4, 16},
                                            good.size(), good_crc ^ 1),
                                DataChunk(good)}),
-              kDataLoss);  // Corrupted in transfer.
+              kDataLoss);                                             // Corrupted in transfer.
   EXPECT_CODE(client_->PutRaw({DataChunk(good)}), kInvalidArgument);  // Data before header.
   EXPECT_CODE(client_->PutRaw({HeaderChunk(id, 1, v1::TENSOR_KIND_CENTROIDS, 0, 0, {4, 16},
                                            good.size(), good_crc),
@@ -670,7 +670,7 @@ TEST_F(IndexServiceTest, BadInputGetsSpecificCodesAndTheServerKeepsServing) {
   EXPECT_CODE(client_->PutRaw({HeaderChunk(id, 1, v1::TENSOR_KIND_CENTROIDS, 0, 0, {4, 16},
                                            good.size(), good_crc),
                                DataChunk(good + "extra")}),
-              kInvalidArgument);  // More bytes than declared.
+              kInvalidArgument);                                        // More bytes than declared.
   EXPECT_CODE(client_->PutRaw({v1::TensorChunk()}), kInvalidArgument);  // Empty chunk.
   // None of the refused tensors was stored.
   absl::StatusOr<std::vector<DownloadedTensor>> none =
@@ -683,9 +683,9 @@ TEST_F(IndexServiceTest, BadInputGetsSpecificCodesAndTheServerKeepsServing) {
 
   // Version life: publish OPEN, writes to sealed, wrong expected, delete published.
   EXPECT_CODE(client_->Publish(id, 1, 0), kFailedPrecondition);
-  ASSERT_OK(client_->PutRaw({HeaderChunk(id, 1, v1::TENSOR_KIND_CENTROIDS, 0, 0, {4, 16},
-                                         good.size(), good_crc),
-                             DataChunk(good)}));
+  ASSERT_OK(client_->PutRaw(
+      {HeaderChunk(id, 1, v1::TENSOR_KIND_CENTROIDS, 0, 0, {4, 16}, good.size(), good_crc),
+       DataChunk(good)}));
   ASSERT_OK(client_->Seal(id, 1));
   ASSERT_OK(client_->Seal(id, 1));  // Idempotent.
   c.mutable_method()->set_method(v1::METHOD_DENSE);
@@ -791,8 +791,8 @@ TEST_F(IndexServiceTest, ReflectionIsOn) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   grpc::CompletionQueue cq;
-  auto call = stub.PrepareCall(&ctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
-                               &cq);
+  auto call =
+      stub.PrepareCall(&ctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
   call->StartCall(reinterpret_cast<void*>(1));
   void* tag;
   bool ok;

@@ -14,14 +14,14 @@
 #ifndef SPATTN_INDEX_METRICS_H_
 #define SPATTN_INDEX_METRICS_H_
 
-#include <cstdint>
-#include <string>
-
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
+
+#include <cstdint>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"

@@ -103,9 +103,8 @@ absl::StatusOr<NpyFp32> ParseNpyFp32(absl::string_view file) {
   }
   const size_t data_start = header_start + header_len;
   if (file.size() - data_start != elements * 4) {
-    return absl::InvalidArgumentError(absl::StrCat("npy: shape needs ", elements * 4,
-                                                   " data bytes, file has ",
-                                                   file.size() - data_start));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "npy: shape needs ", elements * 4, " data bytes, file has ", file.size() - data_start));
   }
   out.bytes = std::string(file.substr(data_start));
   return out;
@@ -127,8 +126,8 @@ absl::StatusOr<NpyFp32> ReadNpyFp32(const std::string& path) {
 std::string EncodeNpyFp32(const std::vector<int64_t>& shape, absl::string_view bytes) {
   std::string shape_text = absl::StrJoin(shape, ", ");
   if (shape.size() == 1) shape_text += ",";
-  std::string header = absl::StrCat("{'descr': '<f4', 'fortran_order': False, 'shape': (",
-                                    shape_text, "), }");
+  std::string header =
+      absl::StrCat("{'descr': '<f4', 'fortran_order': False, 'shape': (", shape_text, "), }");
   // Pad with spaces so the data starts 64-byte aligned; the header ends with '\n'.
   size_t prefix = kMagicLen + 2 + 2;
   bool v2 = false;

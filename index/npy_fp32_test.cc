@@ -1,11 +1,11 @@
 #include "index/npy_fp32.h"
 
+#include <gtest/gtest.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
 

@@ -5,9 +5,9 @@
 #ifndef SPATTN_INDEX_RECORD_CODEC_H_
 #define SPATTN_INDEX_RECORD_CODEC_H_
 
-#include <string>
-
 #include <google/protobuf/message_lite.h>
+
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"

@@ -30,8 +30,9 @@ ABSL_FLAG(std::string, port_file, "",
           "After start, write the gRPC port (and the metrics port) to this file, for scripts.");
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("spattn index service: per-model sparse-attention configs, "
-                               "centroids and classifier weights in RocksDB.");
+  absl::SetProgramUsageMessage(
+      "spattn index service: per-model sparse-attention configs, "
+      "centroids and classifier weights in RocksDB.");
   absl::ParseCommandLine(argc, argv);
 
   // Block the shutdown signals before any thread starts, then wait for them on this thread.
@@ -53,8 +54,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "spattn-index: --data_dir is required\n");
     return 2;
   }
-  absl::StatusOr<std::unique_ptr<spattn::IndexServer>> server =
-      spattn::IndexServer::Start(options);
+  absl::StatusOr<std::unique_ptr<spattn::IndexServer>> server = spattn::IndexServer::Start(options);
   if (!server.ok()) {
     std::fprintf(stderr, "spattn-index: cannot start: %s\n", server.status().ToString().c_str());
     return 1;
@@ -65,9 +65,9 @@ int main(int argc, char** argv) {
   std::fprintf(stderr,
                "[spattn-index] %s serving spattn.v1.IndexService on %s (listen %s),%s, "
                "data_dir %s, keep_versions %d, max_message_bytes %d\n",
-               spattn::kSpattnVersion, (*server)->address().c_str(),
-               options.listen_address.c_str(), metrics.c_str(), options.data_dir.c_str(),
-               options.keep_versions, options.max_message_bytes);
+               spattn::kSpattnVersion, (*server)->address().c_str(), options.listen_address.c_str(),
+               metrics.c_str(), options.data_dir.c_str(), options.keep_versions,
+               options.max_message_bytes);
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
   if (!port_file.empty()) {
     // Write then rename, so a reader never sees a partial file.

@@ -1,17 +1,17 @@
 #include "index/store.h"
 
+#include <rocksdb/db.h>
+#include <rocksdb/options.h>
+#include <rocksdb/slice.h>
+#include <rocksdb/utilities/backup_engine.h>
+#include <rocksdb/write_batch.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <map>
 #include <set>
 #include <system_error>
 #include <utility>
-
-#include <rocksdb/db.h>
-#include <rocksdb/options.h>
-#include <rocksdb/slice.h>
-#include <rocksdb/utilities/backup_engine.h>
-#include <rocksdb/write_batch.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -362,8 +362,7 @@ absl::StatusOr<ModelRecord> IndexStore::LoadModel(absl::string_view model_id,
   return rec;
 }
 
-absl::StatusOr<VersionRecord> IndexStore::LoadVersion(absl::string_view model_id,
-                                                      uint64_t version,
+absl::StatusOr<VersionRecord> IndexStore::LoadVersion(absl::string_view model_id, uint64_t version,
                                                       const rocksdb::Snapshot* snapshot) const {
   VersionRecord rec;
   SPATTN_RETURN_IF_ERROR(ReadRecord(cfs_->publish, kPublishCf, VersionKey(model_id, version),
@@ -453,8 +452,8 @@ absl::StatusOr<std::vector<v1::Model>> IndexStore::ListModels() {
   for (it->Seek("m/"); it->Valid() && it->key().starts_with("m/"); it->Next()) {
     ModelRecord rec;
     const rocksdb::Slice v = it->value();
-    SPATTN_RETURN_IF_ERROR(DecodeRecord(absl::string_view(v.data(), v.size()), "model record",
-                                        &rec, nullptr));
+    SPATTN_RETURN_IF_ERROR(
+        DecodeRecord(absl::string_view(v.data(), v.size()), "model record", &rec, nullptr));
     out.push_back(rec.model());
   }
   Observe("scan", kModelsCf, ResultLabel(it->status()));
@@ -468,8 +467,8 @@ absl::Status IndexStore::DeleteModel(absl::string_view model_id, bool force) {
   SPATTN_RETURN_IF_ERROR(LoadModel(model_id, nullptr).status());
   SPATTN_ASSIGN_OR_RETURN(bool has_versions, HasVersions(model_id));
   if (has_versions && !force) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "model '", model_id, "' has versions; delete them first or set force"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("model '", model_id, "' has versions; delete them first or set force"));
   }
   const std::string begin = ModelPrefix(model_id);
   const std::string end = PrefixEnd(begin);
@@ -522,9 +521,9 @@ absl::StatusOr<v1::VersionInfo> IndexStore::CreateVersion(absl::string_view mode
     const std::string to = VersionPrefix(model_id, version);
     const std::string upper = PrefixEnd(from);
     const rocksdb::Slice upper_slice(upper);
-    for (auto [cf, name] : {std::pair{cfs_->head_configs, kHeadConfigsCf},
-                            std::pair{cfs_->centroids, kCentroidsCf},
-                            std::pair{cfs_->classifiers, kClassifiersCf}}) {
+    for (auto [cf, name] :
+         {std::pair{cfs_->head_configs, kHeadConfigsCf}, std::pair{cfs_->centroids, kCentroidsCf},
+          std::pair{cfs_->classifiers, kClassifiersCf}}) {
       rocksdb::ReadOptions ro;
       ro.verify_checksums = true;
       ro.iterate_upper_bound = &upper_slice;
@@ -607,8 +606,7 @@ absl::Status IndexStore::CheckTensorHeader(absl::string_view model_id, uint64_t 
 }
 
 absl::StatusOr<uint32_t> IndexStore::PutTensor(absl::string_view model_id, uint64_t version,
-                                               const v1::TensorKey& key,
-                                               const v1::TensorDesc& desc,
+                                               const v1::TensorKey& key, const v1::TensorDesc& desc,
                                                absl::string_view data) {
   SPATTN_RETURN_IF_ERROR(ValidateModelId(model_id));
   SPATTN_RETURN_IF_ERROR(CheckWriteVersion(version));
@@ -645,11 +643,10 @@ absl::StatusOr<uint32_t> IndexStore::PutTensor(absl::string_view model_id, uint6
     TensorRecordHeader old_header;
     // A corrupt old row is being replaced anyway; its size only feeds the OPEN-version estimate
     // (SealVersion recounts).
-    if (DecodeRecord(absl::string_view(old.data(), old.size()), "old tensor", &old_header,
-                     nullptr)
+    if (DecodeRecord(absl::string_view(old.data(), old.size()), "old tensor", &old_header, nullptr)
             .ok()) {
-      info->set_tensor_bytes(info->tensor_bytes() - std::min(info->tensor_bytes(),
-                                                             old_header.byte_size()));
+      info->set_tensor_bytes(info->tensor_bytes() -
+                             std::min(info->tensor_bytes(), old_header.byte_size()));
     }
   } else {
     return FromRocks(s, "reading a tensor");
@@ -689,9 +686,9 @@ absl::StatusOr<v1::VersionInfo> IndexStore::SealVersion(absl::string_view model_
   std::map<std::pair<uint32_t, uint32_t>, int64_t> centroids;         // (layer, kv head) -> C
   std::set<std::pair<uint32_t, uint32_t>> classifiers;                // (layer, q head)
   uint64_t num_configs = 0, num_tensors = 0, tensor_bytes = 0;
-  for (auto [cf, name] : {std::pair{cfs_->head_configs, kHeadConfigsCf},
-                          std::pair{cfs_->centroids, kCentroidsCf},
-                          std::pair{cfs_->classifiers, kClassifiersCf}}) {
+  for (auto [cf, name] :
+       {std::pair{cfs_->head_configs, kHeadConfigsCf}, std::pair{cfs_->centroids, kCentroidsCf},
+        std::pair{cfs_->classifiers, kClassifiersCf}}) {
     rocksdb::ReadOptions ro;
     ro.verify_checksums = true;
     ro.iterate_upper_bound = &upper_slice;
@@ -850,8 +847,8 @@ absl::Status IndexStore::ApplyRetention(const std::string& model_id) {
     const std::string begin = VersionPrefix(model_id, version);
     const std::string end = PrefixEnd(begin);
     batch.Delete(cfs_->publish, VersionKey(model_id, version));
-    for (rocksdb::ColumnFamilyHandle* cf : {cfs_->head_configs, cfs_->centroids,
-                                            cfs_->classifiers}) {
+    for (rocksdb::ColumnFamilyHandle* cf :
+         {cfs_->head_configs, cfs_->centroids, cfs_->classifiers}) {
       batch.DeleteRange(cf, begin, end);
     }
     any = true;
@@ -880,10 +877,9 @@ absl::StatusOr<v1::ListVersionsResponse> IndexStore::ListVersions(absl::string_v
   for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
     VersionRecord rec;
     const rocksdb::Slice v = it->value();
-    SPATTN_RETURN_IF_ERROR(DecodeRecord(absl::string_view(v.data(), v.size()),
-                                        absl::StrCat("a version manifest of model '", model_id,
-                                                     "'"),
-                                        &rec, nullptr));
+    SPATTN_RETURN_IF_ERROR(
+        DecodeRecord(absl::string_view(v.data(), v.size()),
+                     absl::StrCat("a version manifest of model '", model_id, "'"), &rec, nullptr));
     *out.add_versions() = rec.info();
   }
   Observe("scan", kPublishCf, ResultLabel(it->status()));
@@ -906,8 +902,7 @@ absl::Status IndexStore::DeleteVersion(absl::string_view model_id, uint64_t vers
   const std::string end = PrefixEnd(begin);
   rocksdb::WriteBatch batch;
   batch.Delete(cfs_->publish, VersionKey(model_id, version));
-  for (rocksdb::ColumnFamilyHandle* cf :
-       {cfs_->head_configs, cfs_->centroids, cfs_->classifiers}) {
+  for (rocksdb::ColumnFamilyHandle* cf : {cfs_->head_configs, cfs_->centroids, cfs_->classifiers}) {
     batch.DeleteRange(cf, begin, end);
   }
   return Write(kPublishCf, &batch, /*sync=*/true);
@@ -927,8 +922,8 @@ absl::StatusOr<v1::GetHeadConfigsResponse> IndexStore::GetHeadConfigs(
   } release{db_.get(), snapshot};
   SPATTN_ASSIGN_OR_RETURN(ModelRecord model, LoadModel(model_id, snapshot));
   if (layer.has_value() && *layer >= model.model().num_layers()) {
-    return absl::InvalidArgumentError(absl::StrCat("layer: ", *layer, " is out of range [0, ",
-                                                   model.model().num_layers(), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("layer: ", *layer, " is out of range [0, ", model.model().num_layers(), ")"));
   }
   SPATTN_ASSIGN_OR_RETURN(uint64_t resolved, ResolveVersion(model_id, version, snapshot));
   SPATTN_RETURN_IF_ERROR(LoadVersion(model_id, resolved, snapshot).status());
@@ -963,8 +958,7 @@ absl::StatusOr<std::unique_ptr<TensorReader>> IndexStore::ReadTensors(
   SPATTN_RETURN_IF_ERROR(ValidateModelId(model_id));
   if (kind != v1::TENSOR_KIND_UNSPECIFIED && kind != v1::TENSOR_KIND_CENTROIDS &&
       kind != v1::TENSOR_KIND_CLASSIFIER) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("kind: unknown value ", static_cast<int>(kind)));
+    return absl::InvalidArgumentError(absl::StrCat("kind: unknown value ", static_cast<int>(kind)));
   }
   std::unique_ptr<TensorReader> reader(new TensorReader());
   reader->db_ = db_.get();
@@ -972,11 +966,10 @@ absl::StatusOr<std::unique_ptr<TensorReader>> IndexStore::ReadTensors(
   reader->observer_ = options_.op_observer;
   SPATTN_ASSIGN_OR_RETURN(ModelRecord model, LoadModel(model_id, reader->snapshot_));
   if (layer.has_value() && *layer >= model.model().num_layers()) {
-    return absl::InvalidArgumentError(absl::StrCat("layer: ", *layer, " is out of range [0, ",
-                                                   model.model().num_layers(), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("layer: ", *layer, " is out of range [0, ", model.model().num_layers(), ")"));
   }
-  SPATTN_ASSIGN_OR_RETURN(uint64_t resolved,
-                          ResolveVersion(model_id, version, reader->snapshot_));
+  SPATTN_ASSIGN_OR_RETURN(uint64_t resolved, ResolveVersion(model_id, version, reader->snapshot_));
   SPATTN_RETURN_IF_ERROR(LoadVersion(model_id, resolved, reader->snapshot_).status());
   reader->version_ = resolved;
   reader->what_ = absl::StrCat("tensors of ", VersionName(model_id, resolved));

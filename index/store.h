@@ -172,12 +172,11 @@ class IndexStore {
 
   // Reads. version 0 = the published version (NOT_FOUND when none).
   absl::StatusOr<v1::GetHeadConfigsResponse> GetHeadConfigs(absl::string_view model_id,
-                                                             uint64_t version,
-                                                             std::optional<uint32_t> layer);
+                                                            uint64_t version,
+                                                            std::optional<uint32_t> layer);
   // kind TENSOR_KIND_UNSPECIFIED reads both kinds.
   absl::StatusOr<std::unique_ptr<TensorReader>> ReadTensors(absl::string_view model_id,
-                                                            uint64_t version,
-                                                            v1::TensorKind kind,
+                                                            uint64_t version, v1::TensorKind kind,
                                                             std::optional<uint32_t> layer);
   // NOT_FOUND when the model does not exist.
   absl::StatusOr<CurrentVersion> GetCurrent(absl::string_view model_id);

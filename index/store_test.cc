@@ -2,16 +2,16 @@
 // through raw RocksDB read back as DATA_LOSS), version numbering and the publish listener.
 #include "index/store.h"
 
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <rocksdb/db.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <grpcpp/grpcpp.h>
-#include <gtest/gtest.h>
-#include <rocksdb/db.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -75,8 +75,8 @@ class RawDb {
  public:
   explicit RawDb(const std::string& dir) {
     std::vector<rocksdb::ColumnFamilyDescriptor> cfs;
-    for (const char* name : {"default", "models", "head_configs", "centroids", "classifiers",
-                             "publish"}) {
+    for (const char* name :
+         {"default", "models", "head_configs", "centroids", "classifiers", "publish"}) {
       cfs.emplace_back(name, rocksdb::ColumnFamilyOptions());
     }
     rocksdb::DB* db = nullptr;

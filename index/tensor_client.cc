@@ -1,9 +1,9 @@
 #include "index/tensor_client.h"
 
+#include <grpcpp/generic/generic_stub.h>
+
 #include <chrono>
 #include <cstring>
-
-#include <grpcpp/generic/generic_stub.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"

@@ -5,12 +5,12 @@
 #ifndef SPATTN_INDEX_TENSOR_CLIENT_H_
 #define SPATTN_INDEX_TENSOR_CLIENT_H_
 
+#include <grpcpp/grpcpp.h>
+
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -38,8 +38,8 @@ struct DownloadedTensor {
 };
 
 // Reads a GetTensors stream whole, checking each tensor's length and crc32c (DATA_LOSS if wrong).
-absl::StatusOr<std::vector<DownloadedTensor>> DownloadTensors(
-    v1::IndexService::StubInterface& stub, const v1::GetTensorsRequest& request);
+absl::StatusOr<std::vector<DownloadedTensor>> DownloadTensors(v1::IndexService::StubInterface& stub,
+                                                              const v1::GetTensorsRequest& request);
 
 // grpc.health.v1.Health/Check: 1 SERVING, 2 NOT_SERVING, 3 SERVICE_UNKNOWN (0 UNKNOWN).
 absl::StatusOr<int> CheckHealth(const std::shared_ptr<grpc::Channel>& channel,

@@ -87,8 +87,7 @@ std::vector<v1::HeadConfig> MakeHeadConfigs(const v1::Model& model, uint64_t see
   return out;
 }
 
-std::vector<TensorUpload> MakeCentroids(const v1::Model& model, int num_centroids,
-                                        uint64_t seed) {
+std::vector<TensorUpload> MakeCentroids(const v1::Model& model, int num_centroids, uint64_t seed) {
   std::vector<TensorUpload> out;
   for (uint32_t l = 0; l < model.num_layers(); ++l) {
     for (uint32_t h = 0; h < model.num_kv_heads(); ++h) {
@@ -112,8 +111,8 @@ std::vector<TensorUpload> MakeClassifier(const v1::Model& model, uint32_t layer,
     const char* name;
     std::vector<int64_t> shape;
   };
-  std::vector<P> params = {{"w0", {d, hidden}}, {"b0", {hidden}}, {"w1", {hidden, out_dim}},
-                           {"b1", {out_dim}}};
+  std::vector<P> params = {
+      {"w0", {d, hidden}}, {"b0", {hidden}}, {"w1", {hidden, out_dim}}, {"b1", {out_dim}}};
   std::vector<TensorUpload> out;
   uint64_t s = seed * 7919 + layer * 131 + head;
   for (const P& p : params) {
@@ -154,7 +153,8 @@ absl::StatusOr<std::string> HttpGet(int port, const std::string& path) {
   close(fd);
   const size_t body = response.find("\r\n\r\n");
   if (body == std::string::npos) return absl::InternalError("no HTTP body");
-  if (response.compare(0, 12, "HTTP/1.1 200") != 0 && response.compare(0, 12, "HTTP/1.0 200") != 0) {
+  if (response.compare(0, 12, "HTTP/1.1 200") != 0 &&
+      response.compare(0, 12, "HTTP/1.0 200") != 0) {
     return absl::InternalError(absl::StrCat("HTTP status: ", response.substr(0, 20)));
   }
   return response.substr(body + 4);

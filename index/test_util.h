@@ -24,8 +24,7 @@ std::vector<float> RandomFloats(uint64_t seed, size_t n);
 std::vector<v1::HeadConfig> MakeHeadConfigs(const v1::Model& model, uint64_t seed);
 
 // Centroids [num_centroids, head_dim] for every (layer, kv head), values from `seed`.
-std::vector<TensorUpload> MakeCentroids(const v1::Model& model, int num_centroids,
-                                        uint64_t seed);
+std::vector<TensorUpload> MakeCentroids(const v1::Model& model, int num_centroids, uint64_t seed);
 
 // Classifier parameters w0 [head_dim, hidden], b0 [hidden], w1 [hidden, out], b1 [out] for the
 // given (layer, q head).

@@ -40,8 +40,8 @@ absl::Status ValidateModelId(absl::string_view model_id, absl::string_view field
   }
   for (size_t i = 0; i < model_id.size(); ++i) {
     if (!IsIdChar(model_id[i])) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          field, ": character at offset ", i, " is not one of [A-Za-z0-9._-]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": character at offset ", i, " is not one of [A-Za-z0-9._-]"));
     }
   }
   return absl::OkStatus();
@@ -61,8 +61,8 @@ absl::Status ValidateModel(const v1::Model& m) {
   if (!(s = Range("model.head_dim", m.head_dim(), 1, kMaxHeadDim)).ok()) return s;
   if (!(s = FiniteNonNegative("model.rope_theta", m.rope_theta())).ok()) return s;
   const v1::RopeScaling& rs = m.rope_scaling();
-  static constexpr absl::string_view kRopeTypes[] = {"", "none", "linear", "dynamic", "llama3",
-                                                     "yarn"};
+  static constexpr absl::string_view kRopeTypes[] = {"",        "none",   "linear",
+                                                     "dynamic", "llama3", "yarn"};
   bool known = false;
   for (absl::string_view t : kRopeTypes) known = known || rs.type() == t;
   if (!known) {
@@ -73,8 +73,7 @@ absl::Status ValidateModel(const v1::Model& m) {
   if (!(s = FiniteNonNegative("model.rope_scaling.low_freq_factor", rs.low_freq_factor())).ok()) {
     return s;
   }
-  if (!(s = FiniteNonNegative("model.rope_scaling.high_freq_factor", rs.high_freq_factor()))
-           .ok()) {
+  if (!(s = FiniteNonNegative("model.rope_scaling.high_freq_factor", rs.high_freq_factor())).ok()) {
     return s;
   }
   if (rs.original_max_position() < 0) {
@@ -184,14 +183,12 @@ absl::StatusOr<MethodConfig> MethodConfigFromProto(const v1::MethodConfig& p,
 absl::Status ValidateHeadConfig(const v1::Model& model, const v1::HeadConfig& config,
                                 absl::string_view field) {
   if (config.layer() >= model.num_layers()) {
-    return absl::InvalidArgumentError(absl::StrCat(field, ".layer: ", config.layer(),
-                                                   " is out of range [0, ", model.num_layers(),
-                                                   ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ".layer: ", config.layer(), " is out of range [0, ", model.num_layers(), ")"));
   }
   if (config.head() >= model.num_q_heads()) {
-    return absl::InvalidArgumentError(absl::StrCat(field, ".head: ", config.head(),
-                                                   " is out of range [0, ", model.num_q_heads(),
-                                                   ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ".head: ", config.head(), " is out of range [0, ", model.num_q_heads(), ")"));
   }
   if (!std::isfinite(config.search_score())) {
     return absl::InvalidArgumentError(absl::StrCat(field, ".search_score: is not finite"));
@@ -205,17 +202,15 @@ absl::Status ValidateTensorHeader(const v1::Model& model, const v1::TensorKey& k
                                   const v1::TensorDesc& desc, uint64_t total_bytes) {
   const std::string name = TensorKeyName(key);
   if (key.layer() >= model.num_layers()) {
-    return absl::InvalidArgumentError(absl::StrCat("key.layer: ", key.layer(),
-                                                   " is out of range [0, ", model.num_layers(),
-                                                   ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("key.layer: ", key.layer(), " is out of range [0, ", model.num_layers(), ")"));
   }
   switch (key.kind()) {
     case v1::TENSOR_KIND_CENTROIDS:
       if (key.head() >= model.num_kv_heads()) {
-        return absl::InvalidArgumentError(absl::StrCat("key.head: ", key.head(),
-                                                       " is out of range [0, ",
-                                                       model.num_kv_heads(),
-                                                       ") (centroids are per kv head)"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("key.head: ", key.head(), " is out of range [0, ", model.num_kv_heads(),
+                         ") (centroids are per kv head)"));
       }
       if (!key.name().empty()) {
         return absl::InvalidArgumentError("key.name: must be empty for centroids");
@@ -224,14 +219,13 @@ absl::Status ValidateTensorHeader(const v1::Model& model, const v1::TensorKey& k
     case v1::TENSOR_KIND_CLASSIFIER: {
       if (key.head() >= model.num_q_heads()) {
         return absl::InvalidArgumentError(absl::StrCat("key.head: ", key.head(),
-                                                       " is out of range [0, ",
-                                                       model.num_q_heads(),
+                                                       " is out of range [0, ", model.num_q_heads(),
                                                        ") (classifiers are per q head)"));
       }
       if (key.name().empty() || key.name().size() > kMaxParamNameLength) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "key.name: classifier parameter name must have 1 to ", kMaxParamNameLength,
-            " characters"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("key.name: classifier parameter name must have 1 to ", kMaxParamNameLength,
+                         " characters"));
       }
       for (char c : key.name()) {
         if (!IsIdChar(c)) {
@@ -242,9 +236,8 @@ absl::Status ValidateTensorHeader(const v1::Model& model, const v1::TensorKey& k
       break;
     }
     default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("key.kind: must be CENTROIDS or CLASSIFIER, got ",
-                       static_cast<int>(key.kind())));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "key.kind: must be CENTROIDS or CLASSIFIER, got ", static_cast<int>(key.kind())));
   }
   if (desc.dtype() != v1::DATA_TYPE_FP32) {
     return absl::InvalidArgumentError(
@@ -253,8 +246,8 @@ absl::Status ValidateTensorHeader(const v1::Model& model, const v1::TensorKey& k
   const int rank = desc.shape_size();
   if (key.kind() == v1::TENSOR_KIND_CENTROIDS) {
     if (rank != 2) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("desc.shape: ", name, " must be [num_centroids, head_dim], got rank ", rank));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "desc.shape: ", name, " must be [num_centroids, head_dim], got rank ", rank));
     }
     if (desc.shape(0) < 1 || desc.shape(0) > kMaxCentroids) {
       return absl::InvalidArgumentError(absl::StrCat("desc.shape[0]: ", name, " num_centroids ",
@@ -262,8 +255,9 @@ absl::Status ValidateTensorHeader(const v1::Model& model, const v1::TensorKey& k
                                                      kMaxCentroids, "]"));
     }
     if (desc.shape(1) != static_cast<int64_t>(model.head_dim())) {
-      return absl::InvalidArgumentError(absl::StrCat("desc.shape[1]: ", name, " must equal head_dim ",
-                                                     model.head_dim(), ", got ", desc.shape(1)));
+      return absl::InvalidArgumentError(absl::StrCat("desc.shape[1]: ", name,
+                                                     " must equal head_dim ", model.head_dim(),
+                                                     ", got ", desc.shape(1)));
     }
   } else if (rank < 1 || rank > 2) {
     return absl::InvalidArgumentError(
@@ -273,8 +267,7 @@ absl::Status ValidateTensorHeader(const v1::Model& model, const v1::TensorKey& k
   for (int i = 0; i < rank; ++i) {
     if (desc.shape(i) < 1 || desc.shape(i) > kMaxTensorDim) {
       return absl::InvalidArgumentError(absl::StrCat("desc.shape[", i, "]: ", desc.shape(i),
-                                                     " is out of range [1, ", kMaxTensorDim,
-                                                     "]"));
+                                                     " is out of range [1, ", kMaxTensorDim, "]"));
     }
     elements *= static_cast<uint64_t>(desc.shape(i));
   }
@@ -297,9 +290,8 @@ absl::Status ValidateTensorHeader(const v1::Model& model, const v1::TensorKey& k
     }
   }
   if (total_bytes != elements * 4) {
-    return absl::InvalidArgumentError(absl::StrCat("total_bytes: ", name, " declares ",
-                                                   total_bytes, " bytes but shape x 4 is ",
-                                                   elements * 4));
+    return absl::InvalidArgumentError(absl::StrCat("total_bytes: ", name, " declares ", total_bytes,
+                                                   " bytes but shape x 4 is ", elements * 4));
   }
   return absl::OkStatus();
 }
@@ -310,8 +302,8 @@ absl::Status CheckFiniteFp32(absl::string_view bytes, absl::string_view what) {
     uint32_t bits;
     std::memcpy(&bits, bytes.data() + 4 * i, 4);
     if ((bits & 0x7F800000u) == 0x7F800000u) {  // Exponent all ones: Inf or NaN.
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, ": element ", i, " is ", (bits & 0x007FFFFFu) ? "NaN" : "Inf"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": element ", i, " is ", (bits & 0x007FFFFFu) ? "NaN" : "Inf"));
     }
   }
   return absl::OkStatus();
