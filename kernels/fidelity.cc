@@ -340,6 +340,13 @@ const float* ExactRowSample::ExactOutput(int head, int i) const {
   return outputs_[hp].data() + static_cast<size_t>(i) * head_dim_;
 }
 
+const float* ExactRowSample::Probabilities(int head, int i, int* count) const {
+  const int hp = HeadPosition(head);
+  if (hp < 0 || i < 0 || i >= static_cast<int>(rows_.size())) return nullptr;
+  *count = static_cast<int>(prob_offset_[i + 1] - prob_offset_[i]);
+  return probs_[hp].data() + prob_offset_[i];
+}
+
 absl::StatusOr<SlotFidelity> ExactRowSample::Score(const AttentionProblem& problem,
                                                    const SparseIndex& index, int slot) const {
   absl::Status s = CheckSameShape(problem);

@@ -103,8 +103,11 @@ class ExactRowSample {
   absl::StatusOr<double> OutputError(const AttentionProblem& problem,
                                      const std::vector<int>& heads) const;
 
-  // Exact output row [head_dim] of sampled row `i` of head `head`.
+  // Exact output row [head_dim] of sampled row `i` of head `head` (null if not sampled).
   const float* ExactOutput(int head, int i) const;
+  // Exact probabilities of sampled row `i` of head `head` over keys [0, *count) of its sequence
+  // (null if not sampled).
+  const float* Probabilities(int head, int i, int* count) const;
 
  private:
   ExactRowSample() = default;
