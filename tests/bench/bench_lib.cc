@@ -28,14 +28,18 @@ struct ParamRef {
   const char* name;
   std::function<int*(MethodConfig*)> int_field;
   std::function<float*(MethodConfig*)> float_field;
+  std::function<bool*(MethodConfig*)> bool_field;
 };
 
 std::vector<ParamRef> ParamTable() {
   auto i = [](Method m, const char* n, std::function<int*(MethodConfig*)> f) {
-    return ParamRef{m, n, std::move(f), nullptr};
+    return ParamRef{m, n, std::move(f), nullptr, nullptr};
   };
   auto f = [](Method m, const char* n, std::function<float*(MethodConfig*)> g) {
-    return ParamRef{m, n, nullptr, std::move(g)};
+    return ParamRef{m, n, nullptr, std::move(g), nullptr};
+  };
+  auto b = [](Method m, const char* n, std::function<bool*(MethodConfig*)> g) {
+    return ParamRef{m, n, nullptr, nullptr, std::move(g)};
   };
   using M = Method;
   return {
@@ -57,6 +61,7 @@ std::vector<ParamRef> ParamTable() {
       i(M::kFlexPrefill, "min_budget", [](MethodConfig* c) { return &c->flex_prefill.min_budget; }),
       i(M::kFlexPrefill, "max_budget", [](MethodConfig* c) { return &c->flex_prefill.max_budget; }),
       i(M::kFlexPrefill, "block_size", [](MethodConfig* c) { return &c->flex_prefill.block_size; }),
+      b(M::kFlexPrefill, "flatten", [](MethodConfig* c) { return &c->flex_prefill.flatten; }),
       f(M::kSampleAttention, "alpha_c",
         [](MethodConfig* c) { return &c->sample_attention.alpha_c; }),
       f(M::kSampleAttention, "alpha_s",
@@ -222,7 +227,7 @@ Methods:
   --param METHOD.PARAM=V the same, repeatable
                          a_shape: sink_tokens local_tokens; vertical_slash: last_q vertical_size
                          slash_size forced_columns forced_diagonals; block_sparse: block_size top_k;
-                         flex_prefill: gamma tau min_budget max_budget block_size;
+                         flex_prefill: gamma tau min_budget max_budget block_size flatten;
                          sample_attention: alpha_c alpha_s chunk_n block_size local_tokens;
                          anchor: theta step block_size init_tokens;
                          saap: num_centroids top_l sink_tokens local_tokens
@@ -265,6 +270,12 @@ absl::Status SetMethodParam(const std::string& dotted, const std::string& value,
             absl::StrCat(dotted, ": not an integer: '", value, "'"));
       }
       *p.int_field(config) = v;
+    } else if (p.bool_field) {
+      if (value != "true" && value != "false") {
+        return absl::InvalidArgumentError(
+            absl::StrCat(dotted, ": expected true or false, got '", value, "'"));
+      }
+      *p.bool_field(config) = value == "true";
     } else {
       float v;
       if (!absl::SimpleAtof(value, &v)) {

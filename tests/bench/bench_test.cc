@@ -274,6 +274,10 @@ TEST(BenchTest, SetMethodParamCoversIntsAndFloats) {
   EXPECT_FLOAT_EQ(c.anchor.theta, 9.5f);
   ASSERT_TRUE(SetMethodParam("sample_attention.alpha_c", "0.9", &c).ok());
   EXPECT_FLOAT_EQ(c.sample_attention.alpha_c, 0.9f);
+  ASSERT_TRUE(SetMethodParam("flex_prefill.flatten", "false", &c).ok());
+  EXPECT_FALSE(c.flex_prefill.flatten);
+  EXPECT_EQ(SetMethodParam("flex_prefill.flatten", "2", &c).code(),
+            absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(SetMethodParam("dense.x", "1", &c).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(SetMethodParam("nodot", "1", &c).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(SetMethodParam("block_sparse.top_k", "1.5", &c).code(),
