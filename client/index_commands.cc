@@ -24,8 +24,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
-#include "index/npy_fp32.h"
 #include "index/tensor_client.h"
+#include "kernels/io/tensor_io.h"
 #include "proto/grpc_status.h"
 
 namespace spattn {
@@ -52,12 +52,12 @@ Versions
 Head configs
   configs import MODEL VERSION FILE [--format=auto|spattn|minference]
   configs export MODEL [--version=V] [--out=FILE]
-Tensors (.npy, little-endian float32)
-  centroids upload MODEL VERSION FILE.npy  [L, kv_heads, C, head_dim] for all layers, or
+Tensors (FILE: .npy, .safetensors or .safetensors:NAME; fp16/bf16 are widened to fp32)
+  centroids upload MODEL VERSION FILE      [L, kv_heads, C, head_dim] for all layers, or
                                            [C, head_dim] with --layer=L --kv_head=H
   centroids download MODEL [--version=V] --out=FILE.npy [--layer=L --kv_head=H]
   classifier upload MODEL VERSION --dir=DIR          files l{L}_h{H}_{param}.npy
-  classifier upload MODEL VERSION --layer=L --head=H --name=PARAM FILE.npy
+  classifier upload MODEL VERSION --layer=L --head=H --name=PARAM FILE
   classifier download MODEL [--version=V] --dir=DIR [--layer=L]
 Operations
   watch MODEL [--after=VERSION] [--count=N]
@@ -186,6 +186,35 @@ absl::Status WriteFile(const std::string& path, const std::string& contents) {
   if (!out) return absl::PermissionDeniedError(absl::StrCat("cannot write '", path, "'"));
   out << contents;
   return out ? absl::OkStatus() : absl::DataLossError(absl::StrCat("writing '", path, "'"));
+}
+
+// A tensor file as fp32 (what the index stores): .npy, .safetensors or .safetensors:name;
+// fp16/bf16 content is widened.
+struct Fp32Tensor {
+  std::vector<int64_t> shape;
+  std::string bytes;
+};
+
+absl::StatusOr<Fp32Tensor> ReadFp32(const std::string& spec) {
+  absl::StatusOr<HostTensor> t = ReadTensorSpec(spec);
+  if (!t.ok()) return t.status();
+  Fp32Tensor out;
+  out.shape = t->shape;
+  if (t->dtype == DType::kF32) {
+    out.bytes.assign(reinterpret_cast<const char*>(t->bytes.data()), t->bytes.size());
+  } else {
+    out.bytes = FloatsToBytes(t->ToFloats());
+  }
+  return out;
+}
+
+absl::Status WriteFp32Npy(const std::string& path, const std::vector<int64_t>& shape,
+                          const std::string& bytes) {
+  HostTensor t;
+  t.dtype = DType::kF32;
+  t.shape = shape;
+  t.bytes.assign(bytes.begin(), bytes.end());
+  return WriteNpy(path, t);
 }
 
 absl::Status FromProtobuf(const google::protobuf::util::Status& s, absl::string_view what) {
@@ -536,11 +565,11 @@ absl::Status Cli::Centroids(Args& args) {
   if (sub == "upload") {
     absl::StatusOr<std::string> id = args.PositionalString(2, "MODEL");
     absl::StatusOr<uint64_t> version = args.PositionalUint(3, "VERSION");
-    absl::StatusOr<std::string> file = args.PositionalString(4, "FILE.npy");
+    absl::StatusOr<std::string> file = args.PositionalString(4, "FILE");
     if (!id.ok()) return id.status();
     if (!version.ok()) return version.status();
     if (!file.ok()) return file.status();
-    absl::StatusOr<NpyFp32> npy = ReadNpyFp32(*file);
+    absl::StatusOr<Fp32Tensor> npy = ReadFp32(*file);
     if (!npy.ok()) return npy.status();
     std::vector<TensorUpload> uploads;
     if (one) {
@@ -599,7 +628,7 @@ absl::Status Cli::Centroids(Args& args) {
       for (const DownloadedTensor& t : *tensors) {
         if (t.header.key().head() != *kv_head) continue;
         std::vector<int64_t> shape(t.header.desc().shape().begin(), t.header.desc().shape().end());
-        absl::Status s = WriteNpyFp32(out, shape, t.bytes);
+        absl::Status s = WriteFp32Npy(out, shape, t.bytes);
         if (!s.ok()) return s;
         std::printf(
             "wrote centroids(layer=%llu, kv_head=%llu) [%lld, %lld] of version %llu to %s\n",
@@ -630,7 +659,7 @@ absl::Status Cli::Centroids(Args& args) {
       }
       all += t.bytes;
     }
-    absl::Status s = WriteNpyFp32(
+    absl::Status s = WriteFp32Npy(
         out, {model->num_layers(), model->num_kv_heads(), first.shape(0), first.shape(1)}, all);
     if (!s.ok()) return s;
     std::printf("wrote centroids [%u, %u, %lld, %lld] (%s) of version %llu to %s\n",
@@ -684,7 +713,7 @@ absl::Status Cli::Classifier(Args& args) {
             absl::StrCat("--dir: no files named l{L}_h{H}_{param}.npy in '", dir, "'"));
       }
     } else {
-      absl::StatusOr<std::string> file = args.PositionalString(4, "FILE.npy (or --dir)");
+      absl::StatusOr<std::string> file = args.PositionalString(4, "FILE (or --dir)");
       absl::StatusOr<uint64_t> layer = args.RequireUint("layer");
       absl::StatusOr<uint64_t> head = args.RequireUint("head");
       const std::string name = args.Get("name");
@@ -701,7 +730,7 @@ absl::Status Cli::Classifier(Args& args) {
     }
     std::vector<TensorUpload> uploads;
     for (const auto& [path, key] : files) {
-      absl::StatusOr<NpyFp32> npy = ReadNpyFp32(path);
+      absl::StatusOr<Fp32Tensor> npy = ReadFp32(path);
       if (!npy.ok()) return npy.status();
       uploads.push_back({key, npy->shape, std::move(npy->bytes)});
     }
@@ -737,7 +766,7 @@ absl::Status Cli::Classifier(Args& args) {
       std::vector<int64_t> shape(t.header.desc().shape().begin(), t.header.desc().shape().end());
       const std::string path =
           absl::StrCat(dir, "/l", k.layer(), "_h", k.head(), "_", k.name(), ".npy");
-      absl::Status s = WriteNpyFp32(path, shape, t.bytes);
+      absl::Status s = WriteFp32Npy(path, shape, t.bytes);
       if (!s.ok()) return s;
       bytes += t.bytes.size();
     }

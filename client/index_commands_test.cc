@@ -14,9 +14,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "index/index_server.h"
-#include "index/npy_fp32.h"
 #include "index/tensor_client.h"
 #include "index/test_util.h"
+#include "kernels/io/tensor_io.h"
 
 namespace spattn {
 namespace {
@@ -27,6 +27,15 @@ std::string TmpDir(const std::string& name) {
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;
+}
+
+absl::Status WriteF32(const std::string& path, std::vector<int64_t> shape,
+                      const std::string& bytes) {
+  HostTensor t;
+  t.dtype = DType::kF32;
+  t.shape = std::move(shape);
+  t.bytes.assign(bytes.begin(), bytes.end());
+  return WriteNpy(path, t);
 }
 
 void WriteText(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
@@ -179,14 +188,14 @@ TEST_F(IndexCommandsTest, TensorsSealPublishWatchBackup) {
   const std::string dir = TmpDir("cli_tensors");
   // Centroids: one [L, kv, C, D] array.
   std::vector<float> all = testing_util::RandomFloats(3, 2 * 2 * 5 * 8);
-  ASSERT_TRUE(WriteNpyFp32(dir + "/centroids.npy", {2, 2, 5, 8}, FloatsToBytes(all)).ok());
+  ASSERT_TRUE(WriteF32(dir + "/centroids.npy", {2, 2, 5, 8}, FloatsToBytes(all)).ok());
   ASSERT_EQ(Run({"centroids", "upload", "cli-t", "1", dir + "/centroids.npy"}), 0) << err_;
   EXPECT_TRUE(absl::StrContains(out_, "uploaded 4 centroid tensors")) << out_;
   // Classifier parameters from a directory of l{L}_h{H}_{param}.npy files.
   std::filesystem::create_directories(dir + "/clf");
   for (const TensorUpload& t : testing_util::MakeClassifier(m, 1, 2, 6, 5, 9)) {
     ASSERT_TRUE(
-        WriteNpyFp32(absl::StrCat(dir, "/clf/l1_h2_", t.key.name(), ".npy"), t.shape, t.bytes)
+        WriteF32(absl::StrCat(dir, "/clf/l1_h2_", t.key.name(), ".npy"), t.shape, t.bytes)
             .ok());
   }
   ASSERT_EQ(Run({"classifier", "upload", "cli-t", "1", "--dir=" + dir + "/clf"}), 0) << err_;
@@ -208,10 +217,31 @@ TEST_F(IndexCommandsTest, TensorsSealPublishWatchBackup) {
                  "--out=" + dir + "/one.npy"}),
             0)
       << err_;
-  absl::StatusOr<NpyFp32> one = ReadNpyFp32(dir + "/one.npy");
+  absl::StatusOr<HostTensor> one = ReadNpy(dir + "/one.npy");
   ASSERT_TRUE(one.ok());
   EXPECT_EQ(one->shape, (std::vector<int64_t>{5, 8}));
-  EXPECT_EQ(one->bytes, FloatsToBytes(all).substr((1 * 2 + 0) * 5 * 8 * 4, 5 * 8 * 4));
+  EXPECT_EQ(std::string(one->bytes.begin(), one->bytes.end()),
+            FloatsToBytes(all).substr((1 * 2 + 0) * 5 * 8 * 4, 5 * 8 * 4));
+  // bf16 files are widened to fp32 on upload: a [C, head_dim] set from .safetensors.
+  {
+    std::vector<float> v = testing_util::RandomFloats(8, 5 * 8);
+    absl::StatusOr<HostTensor> bf16 = HostTensor::FromFloats(v, {5, 8}, DType::kBF16);
+    ASSERT_TRUE(bf16.ok());
+    ASSERT_TRUE(WriteSafetensors(dir + "/c.safetensors", {{"centroids", *bf16}}).ok());
+    ASSERT_EQ(Run({"create-version", "cli-t", "--base=1"}), 0) << err_;
+    ASSERT_EQ(Run({"centroids", "upload", "cli-t", "2", dir + "/c.safetensors:centroids",
+                   "--layer=0", "--kv_head=1"}),
+              0)
+        << err_;
+    ASSERT_EQ(Run({"centroids", "download", "cli-t", "--version=2", "--layer=0", "--kv_head=1",
+                   "--out=" + dir + "/widened.npy"}),
+              0)
+        << err_;
+    absl::StatusOr<HostTensor> widened = ReadNpy(dir + "/widened.npy");
+    ASSERT_TRUE(widened.ok());
+    EXPECT_EQ(widened->dtype, DType::kF32);
+    EXPECT_EQ(widened->ToFloats(), bf16->ToFloats());
+  }
   ASSERT_EQ(Run({"classifier", "download", "cli-t", "--dir=" + dir + "/clf_back"}), 0) << err_;
   for (const char* p : {"w0", "b0", "w1", "b1"}) {
     EXPECT_EQ(ReadText(absl::StrCat(dir, "/clf_back/l1_h2_", p, ".npy")),
