@@ -14,6 +14,8 @@
 #include "kernels/builders/saap.h"
 #include "kernels/calibration/saap_calibration.h"
 #include "kernels/methods_b_testing.h"
+#include "kernels/fidelity.h"
+#include "kernels/workload/workload.h"
 #include "kernels/reference/reference_attention.h"
 
 namespace spattn {
@@ -23,6 +25,18 @@ using methods_b_testing::AllHeads;
 using methods_b_testing::Describe;
 using methods_b_testing::RandomProblem;
 using methods_b_testing::RandomSaapAssets;
+
+// A workload from the shared generator (kernels/workload), S = 4096, GQA 2, d = 128, bf16.
+Workload GeneratorWorkload(const char* kind) {
+  WorkloadOptions o;
+  o.workload = kind;
+  o.shape.q_lens = {4096};
+  o.shape.num_q_heads = 4;
+  o.shape.num_kv_heads = 2;
+  o.shape.head_dim = 128;
+  o.shape.dtype = DType::kBF16;
+  return GenerateWorkload(o).value();
+}
 
 std::string Row(const SparseIndex& idx, int slot, int block) {
   const int64_t r = idx.row(slot, block);
@@ -442,6 +456,35 @@ TEST(SaapTest, RecallOnPlantedClustersWithCalibration) {
   EXPECT_GE(recall, 0.95) << Describe(t) << " density " << density;
   EXPECT_LE(density, 0.3) << Describe(t) << " recall " << recall;
   printf("planted clusters: recall %.4f density %.4f\n", recall, density);
+}
+
+// The shared generator's topic heads (keys carry their segment's topic; queries attend to their
+// own topic's keys, also in earlier segments where the topic recurs). Its topic vectors depend on
+// the seed, so the assets are calibrated on the same prompt (held-out generalisation is the
+// planted-cluster test above). 64 buckets, 4 visited, dense 1 + 128. Measured: recall 0.90,
+// density 0.124.
+TEST(SaapTest, RecallOnGeneratorTopicWorkload) {
+  Workload w = GeneratorWorkload("topic_blocks");
+  LayerAssets assets;
+  assets.rope_theta = w.options.rope_theta;
+  SaapCalibrationOptions co;
+  co.kmeans.num_centroids = 64;
+  co.kmeans.init = KMeansInit::kKMeansPlusPlus;
+  co.classifier.hidden = 128;
+  co.classifier.steps = 300;
+  co.local_tokens = 128;
+  co.max_queries = 4096;
+  ASSERT_TRUE(CalibrateSaap(w.problem(), co, &assets, nullptr).ok());
+  SaapParams params;
+  params.num_centroids = 64;
+  params.top_l = 4;
+  params.local_tokens = 128;
+  SparseIndex idx;
+  ASSERT_TRUE(
+      BuildSaapIndex(w.problem(), params, AllHeads(w.problem()), &assets, 64, &idx).ok());
+  const FidelitySummary f = SummarizeFidelity(w.problem(), idx, 128, 1).value();
+  EXPECT_GE(f.recall_mean, 0.85) << "density " << f.density_mean;
+  EXPECT_LE(f.density_mean, 0.2) << "recall " << f.recall_mean;
 }
 
 TEST(SaapTest, MissingAssetsAreFailedPrecondition) {
