@@ -4,6 +4,7 @@
 //
 //   bazel run -c opt //kernels:methods_b_bench -- --seq=16384 --q_heads=8 --kv_heads=8 --d=128
 //
+// --workload=KIND runs every method on the shared generator's heads (kernels/workload) instead.
 // Saap needs centroids and classifiers: random ones of the paper's shapes by default (the
 // builder's cost does not depend on the values), or --calibrate to fit them on a second draw of
 // the workload (slow at paper sizes on few cores).
@@ -19,6 +20,7 @@
 #include "kernels/calibration/saap_calibration.h"
 #include "kernels/methods_b_testing.h"
 #include "kernels/parallel.h"
+#include "kernels/workload/workload.h"
 
 namespace spattn {
 namespace {
@@ -33,6 +35,7 @@ struct Flags {
   bool recall = false;
   bool calibrate = false;
   std::string methods = "sample_attention,anchor,saap";
+  std::string workload;  // a kernels/workload kind for all methods instead of the planted heads
 };
 
 bool Parse(int argc, char** argv, Flags* f) {
@@ -56,6 +59,8 @@ bool Parse(int argc, char** argv, Flags* f) {
       f->threads = std::atoi(v);
     } else if (const char* v = val("--methods")) {
       f->methods = v;
+    } else if (const char* v = val("--workload")) {
+      f->workload = v;
     } else if (std::strcmp(a, "--recall") == 0) {
       f->recall = true;
     } else if (std::strcmp(a, "--calibrate") == 0) {
@@ -78,7 +83,8 @@ int Main(int argc, char** argv) {
   if (!Parse(argc, argv, &f)) {
     std::fprintf(stderr,
                  "usage: methods_b_bench [--seq=N] [--q_heads=N] [--kv_heads=N] [--d=N>=64] "
-                 "[--reps=N] [--threads=N] [--methods=a,b] [--recall] [--calibrate]\n");
+                 "[--reps=N] [--threads=N] [--methods=a,b] [--workload=KIND] [--recall] "
+                 "[--calibrate]\n");
     return 2;
   }
   SetCpuThreads(f.threads);
@@ -111,21 +117,37 @@ int Main(int argc, char** argv) {
   auto clustered = methods_b_testing::RandomProblem(shape, 3);
   methods_b_testing::PlantClusters(clustered.get(), spec, 4);
 
+  Workload generated;
+  if (!f.workload.empty()) {
+    WorkloadOptions wo;
+    wo.workload = f.workload;
+    wo.shape = shape;
+    absl::StatusOr<Workload> w = GenerateWorkload(wo);
+    if (!w.ok()) {
+      std::fprintf(stderr, "workload: %s\n", w.status().ToString().c_str());
+      return 1;
+    }
+    generated = std::move(*w);
+    std::printf("workload %s (kernels/workload)\n", f.workload.c_str());
+  }
   MethodConfig saap_cfg;
   saap_cfg.method = Method::kSaap;
   LayerAssets assets;
   if (f.calibrate) {
+    // Planted clusters: a second draw of the same "model". Generator workloads: the same prompt
+    // (its content vectors depend on the seed).
     auto calib = methods_b_testing::RandomProblem(shape, 5);
     methods_b_testing::ClusterSpec cs = spec;
     cs.segment = 1;
     methods_b_testing::PlantClusters(calib.get(), cs, 6);
-    assets.rope_theta = spec.rope_theta;
+    assets.rope_theta = f.workload.empty() ? spec.rope_theta : generated.options.rope_theta;
     SaapCalibrationOptions co;
     co.kmeans.num_centroids = saap_cfg.saap.num_centroids;
     co.classifier.steps = 200;
     co.max_queries = 8192;
     const auto t0 = std::chrono::steady_clock::now();
-    const absl::Status st = CalibrateSaap(calib->problem(), co, &assets, nullptr);
+    const absl::Status st = CalibrateSaap(
+        f.workload.empty() ? calib->problem() : generated.problem(), co, &assets, nullptr);
     if (!st.ok()) {
       std::fprintf(stderr, "calibration: %s\n", st.ToString().c_str());
       return 1;
@@ -134,7 +156,7 @@ int Main(int argc, char** argv) {
   } else {
     assets = methods_b_testing::RandomSaapAssets(f.q_heads, f.kv_heads, f.d,
                                                  saap_cfg.saap.num_centroids, 1024, 7);
-    assets.rope_theta = spec.rope_theta;
+    assets.rope_theta = f.workload.empty() ? spec.rope_theta : generated.options.rope_theta;
   }
 
   const std::vector<int> heads = methods_b_testing::AllHeads(structured->problem());
@@ -142,8 +164,9 @@ int Main(int argc, char** argv) {
     if (f.methods.find(MethodName(m)) == std::string::npos) continue;
     MethodConfig cfg;
     cfg.method = m;
-    const AttentionProblem& p =
-        m == Method::kSaap ? clustered->problem() : structured->problem();
+    const AttentionProblem& p = !f.workload.empty()  ? generated.problem()
+                                : m == Method::kSaap ? clustered->problem()
+                                                     : structured->problem();
     BuildOptions opt;
     opt.maybe_assets = &assets;
     SparseIndex idx;

@@ -15,6 +15,7 @@
 //    and the group's kept keys as gathered columns (stripe granularity: single keys).
 // Chunked prefill: positions are key positions, so [init_tokens, gfp) spans the earlier context.
 // Not causal: the local window is the group's whole span and stripes also cover keys after it.
+// Thread-safe: reads its inputs only and writes `out`; runs on CpuThreads() threads.
 #ifndef SPATTN_KERNELS_BUILDERS_ANCHOR_H_
 #define SPATTN_KERNELS_BUILDERS_ANCHOR_H_
 

@@ -15,6 +15,7 @@
 //    before the block's causal end as gathered columns. All requested heads of a GQA group share
 //    the rows, as they share the search in the paper.
 // Missing assets: FAILED_PRECONDITION naming what is missing; shape mismatches: INVALID_ARGUMENT.
+// Thread-safe: reads its inputs only and writes `out`; runs on CpuThreads() threads.
 #ifndef SPATTN_KERNELS_BUILDERS_SAAP_H_
 #define SPATTN_KERNELS_BUILDERS_SAAP_H_
 

@@ -18,6 +18,7 @@
 //     last] is added (it is usually selected anyway as slash block 0). Everything is contiguous,
 //     so rows hold ranges only; index blocks have block_size rows.
 // Chunked prefill: pos is the key position of the query (k_len - q_len + row).
+// Thread-safe: reads its inputs only and writes `out`; runs on CpuThreads() threads.
 #ifndef SPATTN_KERNELS_BUILDERS_SAMPLE_ATTENTION_H_
 #define SPATTN_KERNELS_BUILDERS_SAMPLE_ATTENTION_H_
 
