@@ -346,6 +346,28 @@ v1::DataType ToProtoDType(DType dtype) {
   return v1::DATA_TYPE_UNSPECIFIED;
 }
 
+v1::Method ToProtoMethod(Method method) {
+  switch (method) {
+    case Method::kDense:
+      return v1::METHOD_DENSE;
+    case Method::kAShape:
+      return v1::METHOD_A_SHAPE;
+    case Method::kVerticalSlash:
+      return v1::METHOD_VERTICAL_SLASH;
+    case Method::kBlockSparse:
+      return v1::METHOD_BLOCK_SPARSE;
+    case Method::kFlexPrefill:
+      return v1::METHOD_FLEX_PREFILL;
+    case Method::kSampleAttention:
+      return v1::METHOD_SAMPLE_ATTENTION;
+    case Method::kAnchor:
+      return v1::METHOD_ANCHOR;
+    case Method::kSaap:
+      return v1::METHOD_SAAP;
+  }
+  return v1::METHOD_UNSPECIFIED;
+}
+
 v1::TensorRef InlineTensor(DType dtype, const std::vector<int64_t>& shape, const void* data,
                            size_t bytes) {
   v1::TensorRef t;

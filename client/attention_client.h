@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "kernels/dtype.h"
+#include "kernels/method_config.h"
 #include "spattn/v1/attention_service.grpc.pb.h"
 
 namespace spattn {
@@ -127,6 +128,7 @@ v1::TensorRef InlineTensor(DType dtype, const std::vector<int64_t>& shape, const
 v1::TensorRef RegionTensor(DType dtype, const std::vector<int64_t>& shape,
                            const std::string& region_name, uint64_t offset, uint64_t byte_size);
 v1::DataType ToProtoDType(DType dtype);
+v1::Method ToProtoMethod(Method method);
 
 // The inline output of `response` as floats [total_q, num_q_heads, head_dim].
 absl::StatusOr<std::vector<float>> DecodeInlineOutput(const v1::AttentionResponse& response);
