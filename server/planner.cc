@@ -42,7 +42,8 @@ bool SameMethodConfig(const MethodConfig& a, const MethodConfig& b) {
     case Method::kFlexPrefill: {
       const FlexPrefillParams &x = a.flex_prefill, &y = b.flex_prefill;
       return x.gamma == y.gamma && x.tau == y.tau && x.min_budget == y.min_budget &&
-             x.max_budget == y.max_budget && x.block_size == y.block_size;
+             x.max_budget == y.max_budget && x.block_size == y.block_size &&
+             x.flatten == y.flatten;
     }
     case Method::kSampleAttention: {
       const SampleAttentionParams &x = a.sample_attention, &y = b.sample_attention;

@@ -27,6 +27,7 @@
 #include "kernels/builders/simple_patterns.h"
 #include "kernels/host_problem.h"
 #include "kernels/reference/reference_attention.h"
+#include "server/convert.h"
 #include "server/recall.h"
 #include "server/test_util.h"
 
@@ -351,6 +352,74 @@ TEST_F(WorkerTest, AShapeThroughSharedMemoryMatchesMaskedReference) {
   auto gone = client_->ComputeAttention(req);
   EXPECT_EQ(gone.status().code(), absl::StatusCode::kNotFound) << gone.status();
   EXPECT_NE(gone.status().message().find("q.region"), std::string::npos) << gone.status();
+}
+
+// Small parameters so that every method is really sparse on a few hundred keys.
+MethodConfig SmallConfig(Method m) {
+  MethodConfig c;
+  c.method = m;
+  c.a_shape.sink_tokens = 4;
+  c.a_shape.local_tokens = 24;
+  c.vertical_slash.last_q = 16;
+  c.vertical_slash.vertical_size = 8;
+  c.vertical_slash.slash_size = 8;
+  c.vertical_slash.forced_columns = 2;
+  c.vertical_slash.forced_diagonals = 4;
+  c.block_sparse.block_size = 16;
+  c.block_sparse.top_k = 3;
+  c.flex_prefill.gamma = 0.5f;  // Random inputs spread attention: 0.9 keeps every block.
+  c.flex_prefill.min_budget = 16;
+  c.flex_prefill.max_budget = 64;
+  c.flex_prefill.block_size = 16;
+  c.sample_attention.block_size = 16;
+  c.sample_attention.local_tokens = 16;
+  c.anchor.block_size = 16;
+  c.anchor.step = 2;
+  c.anchor.init_tokens = 16;
+  return c;
+}
+
+TEST_F(WorkerTest, EveryCpuMethodMatchesTheReferenceUnderItsMask) {
+  const ProblemShape shape = TestShape();
+  HostProblem hp(shape);
+  hp.FillRandom(71);
+  const AttentionProblem& p = hp.problem();
+  int tested = 0;
+  for (Method m : kAllMethods) {
+    if (!CpuBuilderAvailable(m)) continue;
+    const MethodConfig config = SmallConfig(m);
+    // The same index, built here: the worker must compute attention under exactly its mask.
+    SparseIndex index;
+    BuildOptions build;
+    build.block_m = 64;
+    const absl::Status built = BuildSparseIndex(p, config, {0, 1, 2, 3}, build, &index);
+    if (built.code() == absl::StatusCode::kFailedPrecondition) continue;  // Needs assets.
+    ASSERT_TRUE(built.ok()) << MethodName(m) << ": " << built;
+    ReferenceMasks masks;
+    for (int h = 0; h < 4; ++h) {
+      for (int b = 0; b < p.batch(); ++b) masks.push_back(DensifyMask(p, index, h, b));
+    }
+    v1::AttentionRequest req = InlineRequest(hp);
+    req.set_causal(true);
+    req.set_return_stats(true);
+    MethodConfigToProto(config, req.mutable_method_override());
+    auto resp = client_->ComputeAttention(req);
+    ASSERT_TRUE(resp.ok()) << config.DebugString() << ": " << Describe(resp.status());
+    auto out = DecodeInlineOutput(*resp);
+    ASSERT_TRUE(out.ok());
+    ExpectClose(*out, Reference(hp, masks), p.dtype,
+                absl::StrCat(config.DebugString(), " ", ShapeString(shape)));
+    for (int h = 0; h < 4; ++h) {
+      EXPECT_EQ(resp->heads(h).method_name(), MethodName(m));
+      EXPECT_DOUBLE_EQ(resp->heads(h).density(),
+                       static_cast<double>(ComputedPairs(p, index, h)) / AllowedPairs(p))
+          << config.DebugString() << " head " << h;
+    }
+    if (m != Method::kDense) EXPECT_LT(resp->density(), 1.0) << config.DebugString();
+    ++tested;
+  }
+  std::printf("methods compared with the masked reference: %d\n", tested);
+  EXPECT_GE(tested, 2);  // dense and a_shape at least.
 }
 
 TEST_F(WorkerTest, StreamAnswersLayersInOrder) {
