@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "kernels/parallel.h"
 #include "kernels/status_macros.h"
 #include "server/cuda_ipc.h"
 #include "server/planner.h"
@@ -244,10 +245,13 @@ absl::Status AttentionPipeline::Run(ParsedRequest& req, AttentionBackend& backen
   const int64_t allowed = AllowedPairs(p);
   int64_t computed_total = 0;
   result.heads.resize(p.num_q_heads);
+  // (group, slot) of every head, for the per-head work below.
+  std::vector<std::pair<int, int>> where(p.num_q_heads);
   for (size_t g = 0; g < plan.groups.size(); ++g) {
     const SparseIndex& index = indexes[g];
     for (int slot = 0; slot < index.num_heads(); ++slot) {
       const int h = index.heads[slot];
+      where[h] = {static_cast<int>(g), slot};
       HeadResult& hr = result.heads[h];
       hr.head = h;
       hr.config = plan.groups[g].config;
@@ -255,17 +259,27 @@ absl::Status AttentionPipeline::Run(ParsedRequest& req, AttentionBackend& backen
       computed_total += computed;
       hr.density = allowed > 0 ? static_cast<double>(computed) / allowed : 0.0;
       if (metrics_) metrics_->HeadDone(hr.config.method, hr.density);
-      if (req.estimate_recall) {
-        if (p.space != MemorySpace::kHost) {
-          return absl::FailedPreconditionError(
-              "estimate_recall: needs host copies of Q/K on this backend");
-        }
-        SPATTN_RETURN_IF_ERROR(CheckControl(control, "recall"));
-        SPATTN_ASSIGN_OR_RETURN(hr.recall, EstimateRecall(p, index, slot,
-                                                          options_.recall_sample_rows,
-                                                          options_.recall_seed));
-        if (metrics_) metrics_->Recall(hr.config.method, hr.recall);
+    }
+  }
+  if (req.estimate_recall) {
+    if (p.space != MemorySpace::kHost) {
+      return absl::FailedPreconditionError(
+          "estimate_recall: needs host copies of Q/K on this backend");
+    }
+    SPATTN_RETURN_IF_ERROR(CheckControl(control, "recall"));
+    std::vector<absl::Status> errors(p.num_q_heads);
+    ParallelFor(p.num_q_heads, [&](int64_t h) {
+      auto r = EstimateRecall(p, indexes[where[h].first], where[h].second,
+                              options_.recall_sample_rows, options_.recall_seed);
+      if (r.ok()) {
+        result.heads[h].recall = *r;
+      } else {
+        errors[h] = r.status();
       }
+    });
+    for (const absl::Status& e : errors) SPATTN_RETURN_IF_ERROR(e);
+    if (metrics_) {
+      for (const HeadResult& hr : result.heads) metrics_->Recall(hr.config.method, hr.recall);
     }
   }
   result.density = allowed > 0 ? static_cast<double>(computed_total) /

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/reference/reference_attention.h"
+#include "kernels/dtype.h"
 
 namespace spattn {
 
@@ -39,7 +39,12 @@ absl::StatusOr<double> EstimateRecall(const AttentionProblem& p, const SparseInd
   const int q_head = index.heads[slot];
   const int kv_head = p.kv_head_of(q_head);
   const int d = p.head_dim;
-  std::vector<double> q(d), scores;
+  const int es = DTypeSize(p.dtype);
+  const char* kbase = static_cast<const char*>(p.k.data);
+  const char* qbase = static_cast<const char*>(p.q.data);
+  std::vector<float> q(d), keys;  // keys: the kv head's keys of sequence `keys_seq`, as float
+  int keys_seq = -1;
+  std::vector<double> scores;
   std::vector<uint8_t> selected;
   double sum = 0;
   int counted = 0;
@@ -50,13 +55,24 @@ absl::StatusOr<double> EstimateRecall(const AttentionProblem& p, const SparseInd
     const int k_len = p.k_len(seq);
     const int allowed = p.causal ? std::min(k_len, p.query_pos(seq, i) + 1) : k_len;
     if (allowed <= 0) continue;
-    for (int c = 0; c < d; ++c) q[c] = ReadElement(p.q, p.dtype, row, q_head, c);
+    if (keys_seq != seq) {
+      // Rows are sorted, so each sequence's keys are converted once.
+      keys.resize(static_cast<size_t>(k_len) * d);
+      for (int j = 0; j < k_len; ++j) {
+        const int64_t tok = int64_t{p.cu_seqlens_k[seq]} + j;
+        ToFloat(kbase + (tok * p.k.token_stride + int64_t{kv_head} * p.k.head_stride) * es,
+                p.dtype, d, &keys[static_cast<size_t>(j) * d]);
+      }
+      keys_seq = seq;
+    }
+    ToFloat(qbase + (int64_t{row} * p.q.token_stride + int64_t{q_head} * p.q.head_stride) * es,
+            p.dtype, d, q.data());
     scores.assign(allowed, 0.0);
     double max_score = -INFINITY;
     for (int j = 0; j < allowed; ++j) {
+      const float* kj = &keys[static_cast<size_t>(j) * d];
       double s = 0;
-      const int64_t tok = int64_t{p.cu_seqlens_k[seq]} + j;
-      for (int c = 0; c < d; ++c) s += q[c] * ReadElement(p.k, p.dtype, tok, kv_head, c);
+      for (int c = 0; c < d; ++c) s += double{q[c]} * kj[c];
       scores[j] = s * p.softmax_scale;
       max_score = std::max(max_score, scores[j]);
     }

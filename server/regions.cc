@@ -15,6 +15,14 @@
 
 namespace spattn {
 
+struct RegionManager::IpcMapping {
+  void* ptr = nullptr;
+  int device = 0;
+  ~IpcMapping() {
+    if (ptr != nullptr) CudaIpcClose(ptr, device);
+  }
+};
+
 struct RegionManager::Region {
   RegionInfoRow info;
   uint8_t* base = nullptr;  // First byte of the registered slice.
@@ -25,11 +33,10 @@ struct RegionManager::Region {
   bool writable = true;
   void* map_addr = nullptr;  // What munmap gets.
   size_t map_len = 0;
-  void* ipc_ptr = nullptr;  // What cudaIpcCloseMemHandle gets.
+  std::shared_ptr<IpcMapping> ipc;  // CUDA regions: closed when the last user lets go.
 
   ~Region() {
     if (map_addr != nullptr) munmap(map_addr, map_len);
-    if (ipc_ptr != nullptr) CudaIpcClose(ipc_ptr, device);
   }
 };
 
@@ -154,10 +161,10 @@ absl::Status RegionManager::RegisterCuda(const std::string& name, const std::str
   }
   SPATTN_RETURN_IF_ERROR(CudaIpcUsable());
   SPATTN_ASSIGN_OR_RETURN(const int device, ResolveCudaDevice(device_uuid, device_id));
-  SPATTN_ASSIGN_OR_RETURN(void* ptr, CudaIpcOpen(raw_handle, device));
+  SPATTN_ASSIGN_OR_RETURN(std::shared_ptr<IpcMapping> mapping, OpenIpc(raw_handle, device));
   auto region = std::make_shared<Region>();
-  region->ipc_ptr = ptr;
-  region->base = static_cast<uint8_t*>(ptr);
+  region->base = static_cast<uint8_t*>(mapping->ptr);
+  region->ipc = std::move(mapping);
   region->size = byte_size;
   region->space = MemorySpace::kCuda;
   region->device = device;
@@ -168,6 +175,26 @@ absl::Status RegionManager::RegisterCuda(const std::string& name, const std::str
     return absl::AlreadyExistsError(absl::StrCat("region '", name, "' is already registered"));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<RegionManager::IpcMapping>> RegionManager::OpenIpc(
+    const std::string& raw_handle, int device) {
+  std::lock_guard<std::mutex> lock(ipc_mu_);
+  const std::string key = absl::StrCat(device, "|", raw_handle);
+  auto it = ipc_open_.find(key);
+  if (it != ipc_open_.end()) {
+    if (std::shared_ptr<IpcMapping> open = it->second.lock()) return open;
+  }
+  SPATTN_ASSIGN_OR_RETURN(void* ptr, CudaIpcOpen(raw_handle, device));
+  auto mapping = std::make_shared<IpcMapping>();
+  mapping->ptr = ptr;
+  mapping->device = device;
+  // Forget handles whose mappings are gone.
+  for (auto e = ipc_open_.begin(); e != ipc_open_.end();) {
+    e = e->second.expired() ? ipc_open_.erase(e) : std::next(e);
+  }
+  ipc_open_[key] = mapping;
+  return mapping;
 }
 
 absl::StatusOr<int> RegionManager::Unregister(const std::string& name) {
@@ -257,13 +284,14 @@ absl::StatusOr<RegionSlice> RegionManager::ResolveIpc(const std::string& field,
       return absl::Status(device.status().code(),
                           absl::StrCat(field, ".", device.status().message()));
     }
-    auto ptr = CudaIpcOpen(raw_handle, *device);
-    if (!ptr.ok()) {
-      return absl::Status(ptr.status().code(), absl::StrCat(field, ": ", ptr.status().message()));
+    auto mapping = OpenIpc(raw_handle, *device);
+    if (!mapping.ok()) {
+      return absl::Status(mapping.status().code(),
+                          absl::StrCat(field, ": ", mapping.status().message()));
     }
     region = std::make_shared<Region>();
-    region->ipc_ptr = *ptr;
-    region->base = static_cast<uint8_t*>(*ptr);
+    region->base = static_cast<uint8_t*>((*mapping)->ptr);
+    region->ipc = std::move(*mapping);
     region->space = MemorySpace::kCuda;
     region->device = *device;
     region->kind = HandleKind::kCudaIpc;

@@ -80,7 +80,14 @@ class RegionManager {
 
  private:
   struct Region;
+  struct IpcMapping;
+  // Opens `raw_handle` on `device` once per process: a handle registered as a region and also
+  // sent raw shares one mapping (CUDA maps a handle once per context).
+  absl::StatusOr<std::shared_ptr<IpcMapping>> OpenIpc(const std::string& raw_handle, int device);
+
   const RegionManagerOptions options_;
+  std::mutex ipc_mu_;  // Serializes opens so one handle is never opened twice at once.
+  std::map<std::string, std::weak_ptr<IpcMapping>> ipc_open_;  // Guarded by ipc_mu_.
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<Region>> regions_;  // Guarded by mu_.
   // Raw IPC handles from requests, most recently used last. Guarded by mu_.

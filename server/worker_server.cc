@@ -142,6 +142,7 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOp
     co.max_message_bytes = options.max_message_bytes;
     co.on_link_change = [st](bool up) {
       st->metrics->IndexServiceUp(up);
+      if (!up) st->metrics->Error(ErrorKind::kIndexService);
       grpc::HealthCheckServiceInterface* h = st->health.load();
       if (h != nullptr) h->SetServingStatus(kIndexLinkHealth, up);
     };

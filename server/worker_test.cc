@@ -567,6 +567,24 @@ TEST_F(WorkerTest, BadRequestsGetPreciseCodesAndTheWorkerKeepsServing) {
   }
   auto ok = client_->ComputeAttention(good);
   EXPECT_TRUE(ok.ok()) << Describe(ok.status());
+
+  // A registered region referenced past its end: INVALID_ARGUMENT naming the field.
+  const std::string key = absl::StrCat("/spattn_wt_small_", getpid());
+  auto shm = SharedMemoryRegion::Create(key, 4096);
+  ASSERT_TRUE(shm.ok()) << shm.status();
+  ASSERT_TRUE(client_->RegisterSystemRegion("small", **shm).ok());
+  EXPECT_EQ(client_->RegisterSystemRegion("small", **shm).code(),
+            absl::StatusCode::kAlreadyExists);
+  v1::AttentionRequest past = good;
+  const uint64_t kb = hp.k_bytes().size();
+  *past.mutable_k() = RegionTensor(DType::kBF16, {hp.problem().total_k(), 2, 64}, "small", 0, kb);
+  auto out_of_bounds = client_->ComputeAttention(past);
+  EXPECT_EQ(out_of_bounds.status().code(), absl::StatusCode::kInvalidArgument)
+      << out_of_bounds.status();
+  EXPECT_EQ(out_of_bounds.status().message().rfind("k.region: offset 0 + byte_size", 0), 0u)
+      << out_of_bounds.status();
+  EXPECT_EQ(*client_->UnregisterRegion("small"), 1);
+  EXPECT_EQ(client_->UnregisterRegion("small").status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST_F(WorkerTest, MetricsScrapeHasEveryFamily) {
