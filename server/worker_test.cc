@@ -723,5 +723,54 @@ TEST(WorkerDrainTest, DrainFinishesInFlightAndRefusesNewWork) {
   shutdown.join();
 }
 
+TEST(WorkerDrainTest, OpenStreamsKeepBeingServedDuringDrain) {
+  HeldWorker held(/*queue_capacity=*/4);
+  auto stream = held.client().OpenStream();
+  v1::AttentionRequest layer0 = held.Request("free-0");
+  ASSERT_TRUE(stream->Send(layer0).ok());
+  ASSERT_TRUE(stream->Receive().ok());
+  std::thread shutdown([&] { held.worker().Shutdown(); });
+  // New calls are refused, but the prompt already streaming gets its remaining layers.
+  absl::StatusOr<v1::AttentionResponse> refused = absl::UnknownError("not sent");
+  const absl::Time end = absl::Now() + absl::Seconds(10);
+  while (absl::Now() < end) {
+    refused = held.client().ComputeAttention(held.Request("free-x"), absl::Milliseconds(200));
+    if (refused.status().code() == absl::StatusCode::kUnavailable) break;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable) << refused.status();
+  v1::AttentionRequest layer1 = held.Request("free-1");
+  layer1.set_layer(1);
+  ASSERT_TRUE(stream->Send(layer1).ok());
+  auto answer = stream->Receive();
+  ASSERT_TRUE(answer.ok()) << Describe(answer.status());
+  EXPECT_EQ(answer->layer(), 1u);
+  EXPECT_TRUE(stream->Finish().ok());
+  shutdown.join();
+}
+
+TEST(WorkerStreamTest, CancelledStreamStopsAndTheWorkerCarriesOn) {
+  HeldWorker held(/*queue_capacity=*/4);
+  {
+    auto stream = held.client().OpenStream();
+    ASSERT_TRUE(stream->Send(held.Request("blocked")).ok());
+    held.gate().WaitEntered(1);
+    stream->Cancel();
+    EXPECT_EQ(stream->Finish().code(), absl::StatusCode::kCancelled);
+  }
+  held.gate().Open();
+  // The held message sees the cancellation when it resumes; the worker keeps serving.
+  const absl::Time end = absl::Now() + absl::Seconds(10);
+  double cancelled = 0;
+  while (absl::Now() < end && cancelled < 1) {
+    cancelled = Sample(Scrape(held.worker()),
+                       "spattn_requests_total{code=\"CANCELLED\",rpc=\"ComputeAttentionStream\"}");
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_GE(cancelled, 1);
+  auto ok = held.client().ComputeAttention(held.Request("after"));
+  EXPECT_TRUE(ok.ok()) << Describe(ok.status());
+}
+
 }  // namespace
 }  // namespace spattn
