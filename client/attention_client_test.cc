@@ -5,13 +5,16 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include "absl/strings/str_cat.h"
 
 namespace spattn {
 namespace {
 
 TEST(SharedMemoryRegionTest, CreateWriteReadOpenAndUnlink) {
-  const std::string key = absl::StrCat("/spattn_ct_", getpid());
+  std::random_device rd;
+  const std::string key = absl::StrCat("/spattn_ct_", getpid(), "_", absl::Hex(rd()));
   {
     auto r = SharedMemoryRegion::Create(key, 10000);
     ASSERT_TRUE(r.ok()) << r.status();

@@ -7,6 +7,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -258,7 +259,8 @@ int Attention(AttentionClient& client, const Flags& f) {
   const size_t qb = hp.q_bytes().size(), kb = hp.k_bytes().size();
 
   std::unique_ptr<SharedMemoryRegion> shm;
-  const std::string region = absl::StrCat("spattnctl-", getpid());
+  std::random_device rd;
+  const std::string region = absl::StrCat("spattnctl-", getpid(), "-", absl::Hex(rd()));
   if (transport == "shm") {
     auto created = SharedMemoryRegion::Create(absl::StrCat("/", region), qb * 2 + kb * 2);
     if (!created.ok()) return Fail(created.status());

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_runtime.h"
+#include "server/test_util.h"
 
 namespace spattn {
 namespace {
@@ -20,7 +21,7 @@ namespace {
 class ShmObject {
  public:
   ShmObject(const std::string& tag, size_t bytes)
-      : key_(absl::StrCat("/spattn_rt_", getpid(), "_", tag)) {
+      : key_(testing_util::UniqueShmKey(absl::StrCat("rt_", tag))) {
     shm_unlink(key_.c_str());
     const int fd = shm_open(key_.c_str(), O_CREAT | O_RDWR, 0600);
     EXPECT_GE(fd, 0) << key_;

@@ -1,5 +1,9 @@
 #include "server/test_util.h"
 
+#include <unistd.h>
+
+#include <random>
+
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "server/crc32c.h"
@@ -46,6 +50,12 @@ v1::AttentionRequest InlineRequest(HostProblem& hp) {
   SetTensor(r.mutable_k(), p.dtype, p.total_k(), p.num_kv_heads, p.head_dim, hp.k_bytes());
   SetTensor(r.mutable_v(), p.dtype, p.total_k(), p.num_kv_heads, p.head_dim, hp.v_bytes());
   return r;
+}
+
+std::string UniqueShmKey(const std::string& tag) {
+  std::random_device rd;
+  const uint64_t r = (uint64_t{rd()} << 32) | rd();
+  return absl::StrCat("/spattn_", tag, "_", getpid(), "_", absl::Hex(r));
 }
 
 std::string Describe(const absl::Status& s) {

@@ -24,6 +24,10 @@ namespace testing_util {
 // A request for `hp` with every tensor inline, causal as hp says, output returned inline.
 v1::AttentionRequest InlineRequest(HostProblem& hp);
 
+// A POSIX shared-memory key no other test run uses, even in another PID namespace (sandboxed
+// runs can share a pid, and /dev/shm is shared).
+std::string UniqueShmKey(const std::string& tag);
+
 // Status code and message of a failed StatusOr/Status, printable in test failures.
 std::string Describe(const absl::Status& s);
 

@@ -290,7 +290,7 @@ TEST_F(WorkerTest, AShapeThroughSharedMemoryMatchesMaskedReference) {
   const size_t qb = hp.q_bytes().size(), kb = hp.k_bytes().size();
   // One region holds Q, K, V and O back to back, at offsets that are not page-aligned.
   const size_t q_off = 256, k_off = q_off + qb, v_off = k_off + kb, o_off = v_off + kb;
-  const std::string key = absl::StrCat("/spattn_wt_", getpid());
+  const std::string key = testing_util::UniqueShmKey("wt");
   auto shm = SharedMemoryRegion::Create(key, o_off + qb);
   ASSERT_TRUE(shm.ok()) << shm.status();
   ASSERT_TRUE((*shm)->Write(q_off, hp.q_bytes().data(), qb).ok());
@@ -569,7 +569,7 @@ TEST_F(WorkerTest, BadRequestsGetPreciseCodesAndTheWorkerKeepsServing) {
   EXPECT_TRUE(ok.ok()) << Describe(ok.status());
 
   // A registered region referenced past its end: INVALID_ARGUMENT naming the field.
-  const std::string key = absl::StrCat("/spattn_wt_small_", getpid());
+  const std::string key = testing_util::UniqueShmKey("wt_small");
   auto shm = SharedMemoryRegion::Create(key, 4096);
   ASSERT_TRUE(shm.ok()) << shm.status();
   ASSERT_TRUE(client_->RegisterSystemRegion("small", **shm).ok());
@@ -758,6 +758,8 @@ TEST(WorkerStreamTest, CancelledStreamStopsAndTheWorkerCarriesOn) {
     stream->Cancel();
     EXPECT_EQ(stream->Finish().code(), absl::StatusCode::kCancelled);
   }
+  // The client gives up at once; give the cancellation time to reach the worker over loopback.
+  absl::SleepFor(absl::Seconds(1));
   held.gate().Open();
   // The held message sees the cancellation when it resumes; the worker keeps serving.
   const absl::Time end = absl::Now() + absl::Seconds(10);
