@@ -7,6 +7,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -16,9 +17,15 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "client/attention_client.h"
+#include "client/index_commands.h"
+#include "kernels/fidelity.h"
 #include "kernels/host_problem.h"
+#include "kernels/io/tensor_io.h"
 #include "kernels/method_config.h"
 #include "kernels/reference/reference_attention.h"
+#include "kernels/status_macros.h"
+#include "kernels/workload/tensor_problem.h"
+#include "kernels/workload/workload.h"
 
 namespace spattn {
 namespace {
@@ -32,9 +39,12 @@ commands:
   regions register --name=N --shm_key=/KEY --byte_size=B [--offset=0]
   regions unregister [--name=N]     one region, or all without --name
   attention [flags]                 send one request (or a stream of layers), print per-head stats
-      input (synthetic, random N(0,1)):
-        --seq_len=4096 [--q_len=seq_len] [--batch=1] --q_heads=32 --kv_heads=8 --head_dim=128
-        --dtype=bf16|fp16|fp32 --seed=1 [--non_causal]
+      input, one of:
+        --q=Q --k=K --v=V [--layout=auto|thd|hsd|bhsd]   tensors from .npy / .safetensors[:name]
+        synthetic (default): --seq_len=4096 [--q_len=seq_len] [--batch=1] --q_heads=32
+          --kv_heads=8 --head_dim=128 --seed=1 --workload=llm_mix|<head kind>|random
+          [--rope_theta=500000] [--concentration=1]
+      [--dtype=bf16|fp16|fp32] [--non_causal] [--softmax_scale=S]
       --transport=inline|shm        how Q/K/V/O travel (default inline)
       --method=NAME                 override every head (dense, a_shape, vertical_slash, ...)
       --model=ID --layer=L [--config_version=V]   use the model's head configs
@@ -42,7 +52,9 @@ commands:
       --recall                      estimate attention-mass recall per head (worker side)
       --check                       also compute dense attention here and print the output's
                                     relative L2 error against it (slow for long inputs)
-  index ...                         index-service commands (see `spattnctl index help`)
+      --out=PATH.npy                write the output ([tokens, heads, head_dim], the input dtype)
+  index ...                         index-service commands (`spattnctl index help`; they take
+                                    --server=HOST:PORT or $SPATTN_INDEX_ADDR, not --address)
 
 The worker address defaults to $SPATTN_WORKER or 127.0.0.1:50051.
 )";
@@ -171,16 +183,6 @@ int Regions(AttentionClient& client, const Flags& f) {
   return Fail(absl::StrCat("regions: unknown subcommand '", sub, "'"));
 }
 
-double RelativeL2(const std::vector<float>& got, const std::vector<float>& want) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < got.size() && i < want.size(); ++i) {
-    const double d = double{got[i]} - want[i];
-    num += d * d;
-    den += double{want[i]} * want[i];
-  }
-  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-}
-
 void PrintResponse(const v1::AttentionResponse& r) {
   std::printf("request %s layer %u  device=%s  config_version=%llu  density=%.4f\n",
               r.request_id().c_str(), r.layer(), r.device().c_str(),
@@ -199,30 +201,51 @@ void PrintResponse(const v1::AttentionResponse& r) {
               t.kernel_seconds() * 1e3, t.output_seconds() * 1e3, t.total_seconds() * 1e3);
 }
 
-int Attention(AttentionClient& client, const Flags& f) {
+// The input of layer `l`: tensors from files (the same for every layer), a synthetic LLM-like
+// workload (seed + l), or plain random values.
+absl::StatusOr<std::unique_ptr<HostProblem>> MakeLayerInput(const Flags& f, int64_t l) {
   std::string error;
-  int64_t seq_len, q_len, batch, hq, hkv, d, seed, layers, layer, version;
+  const bool causal = !f.Has("non_causal");
+  double scale = 0;
+  if (f.Has("softmax_scale") && !absl::SimpleAtod(f.Get("softmax_scale", ""), &scale)) {
+    return absl::InvalidArgumentError("--softmax_scale: not a number");
+  }
+  std::optional<DType> dtype;
+  if (f.Has("dtype")) {
+    auto t = ParseDType(f.Get("dtype", ""));
+    if (!t.ok()) return t.status();
+    dtype = *t;
+  }
+  if (f.Has("q") || f.Has("k") || f.Has("v")) {
+    if (!f.Has("q") || !f.Has("k") || !f.Has("v")) {
+      return absl::InvalidArgumentError("--q, --k and --v go together");
+    }
+    TensorProblemOptions o;
+    auto layout = ParseTensorLayout(f.Get("layout", "auto"));
+    if (!layout.ok()) return layout.status();
+    o.layout = *layout;
+    o.dtype = dtype;
+    o.causal = causal;
+    o.softmax_scale = static_cast<float>(scale);
+    auto q = ReadTensorSpec(f.Get("q", ""));
+    if (!q.ok()) return q.status();
+    auto k = ReadTensorSpec(f.Get("k", ""));
+    if (!k.ok()) return k.status();
+    auto v = ReadTensorSpec(f.Get("v", ""));
+    if (!v.ok()) return v.status();
+    return ProblemFromTensors(*q, *k, *v, o);
+  }
+  int64_t seq_len, q_len, batch, hq, hkv, d, seed;
   if (!f.GetInt("seq_len", 4096, &seq_len, &error) || !f.GetInt("q_len", -1, &q_len, &error) ||
       !f.GetInt("batch", 1, &batch, &error) || !f.GetInt("q_heads", 32, &hq, &error) ||
       !f.GetInt("kv_heads", 8, &hkv, &error) || !f.GetInt("head_dim", 128, &d, &error) ||
-      !f.GetInt("seed", 1, &seed, &error) || !f.GetInt("layers", 1, &layers, &error) ||
-      !f.GetInt("layer", 0, &layer, &error) || !f.GetInt("config_version", 0, &version, &error)) {
-    return Fail(error);
-  }
-  if (f.Has("q") || f.Has("k") || f.Has("v")) {
-    return Fail("attention: .npy inputs (--q/--k/--v) are not supported by this build; use the "
-                "synthetic input flags");
+      !f.GetInt("seed", 1, &seed, &error)) {
+    return absl::InvalidArgumentError(error);
   }
   if (q_len < 0) q_len = seq_len;
   if (seq_len <= 0 || q_len <= 0 || q_len > seq_len || batch <= 0 || hq <= 0 || hkv <= 0 ||
-      d <= 0 || layers <= 0) {
-    return Fail("attention: sizes must be positive and q_len <= seq_len");
-  }
-  auto dtype = ParseDType(f.Get("dtype", "bf16"));
-  if (!dtype.ok()) return Fail(dtype.status());
-  const std::string transport = f.Get("transport", "inline");
-  if (transport != "inline" && transport != "shm") {
-    return Fail("--transport: expected inline or shm");
+      d <= 0 || seq_len > (1 << 30)) {
+    return absl::InvalidArgumentError("sizes must be positive and q_len <= seq_len");
   }
   ProblemShape shape;
   shape.q_lens.assign(batch, static_cast<int32_t>(q_len));
@@ -230,19 +253,70 @@ int Attention(AttentionClient& client, const Flags& f) {
   shape.num_q_heads = static_cast<int>(hq);
   shape.num_kv_heads = static_cast<int>(hkv);
   shape.head_dim = static_cast<int>(d);
-  shape.dtype = *dtype;
-  shape.causal = !f.Has("non_causal");
-  HostProblem hp(shape);
-  const AttentionProblem& p = hp.problem();
+  shape.dtype = dtype.value_or(DType::kBF16);
+  shape.causal = causal;
+  shape.softmax_scale = static_cast<float>(scale);
+  const std::string workload = f.Get("workload", "llm_mix");
+  if (workload == "random") {
+    auto hp = std::make_unique<HostProblem>(shape);
+    hp->FillRandom(static_cast<uint64_t>(seed + l));
+    return hp;
+  }
+  WorkloadOptions o;
+  o.workload = workload;
+  o.shape = shape;
+  o.seed = static_cast<uint64_t>(seed + l);
+  if (f.Has("rope_theta") && !absl::SimpleAtod(f.Get("rope_theta", ""), &o.rope_theta)) {
+    return absl::InvalidArgumentError("--rope_theta: not a number");
+  }
+  if (f.Has("concentration") &&
+      !absl::SimpleAtod(f.Get("concentration", ""), &o.concentration)) {
+    return absl::InvalidArgumentError("--concentration: not a number");
+  }
+  auto w = GenerateWorkload(o);
+  if (!w.ok()) return w.status();
+  return std::move(w->host);
+}
+
+// Writes the output of `p` (dtype of the problem) to `path` as [total_q, heads, head_dim].
+absl::Status WriteOutput(const std::string& path, const AttentionProblem& p,
+                         const std::vector<float>& out) {
+  auto t = HostTensor::FromFloats(out, {p.total_q(), p.num_q_heads, p.head_dim}, p.dtype);
+  if (!t.ok()) return t.status();
+  return WriteNpy(path, *t);
+}
+
+int Attention(AttentionClient& client, const Flags& f) {
+  std::string error;
+  int64_t layers, layer, version;
+  if (!f.GetInt("layers", 1, &layers, &error) || !f.GetInt("layer", 0, &layer, &error) ||
+      !f.GetInt("config_version", 0, &version, &error)) {
+    return Fail(error);
+  }
+  if (layers <= 0) return Fail("--layers: must be > 0");
+  const std::string transport = f.Get("transport", "inline");
+  if (transport != "inline" && transport != "shm") {
+    return Fail("--transport: expected inline or shm");
+  }
+  auto first = MakeLayerInput(f, 0);
+  if (!first.ok()) return Fail(first.status());
+  std::unique_ptr<HostProblem> hp = std::move(*first);
+  const AttentionProblem& p0 = hp->problem();
+  const DType dtype = p0.dtype;
+  const size_t qb = hp->q_bytes().size(), kb = hp->k_bytes().size();
+  const std::vector<int64_t> q_shape = {p0.total_q(), p0.num_q_heads, p0.head_dim};
+  const std::vector<int64_t> kv_shape = {p0.total_k(), p0.num_kv_heads, p0.head_dim};
 
   v1::AttentionRequest base;
-  base.set_request_id(absl::StrCat("spattnctl-", getpid()));
-  base.set_num_q_heads(p.num_q_heads);
-  base.set_num_kv_heads(p.num_kv_heads);
-  base.set_head_dim(p.head_dim);
-  base.set_causal(p.causal);
-  for (int32_t x : p.cu_seqlens_q) base.add_cu_seqlens_q(x);
-  for (int32_t x : p.cu_seqlens_k) base.add_cu_seqlens_k(x);
+  std::random_device rd;
+  base.set_request_id(absl::StrCat("spattnctl-", getpid(), "-", absl::Hex(rd())));
+  base.set_num_q_heads(p0.num_q_heads);
+  base.set_num_kv_heads(p0.num_kv_heads);
+  base.set_head_dim(p0.head_dim);
+  base.set_softmax_scale(p0.softmax_scale);
+  base.set_causal(p0.causal);
+  for (int32_t x : p0.cu_seqlens_q) base.add_cu_seqlens_q(x);
+  for (int32_t x : p0.cu_seqlens_k) base.add_cu_seqlens_k(x);
   base.set_return_stats(true);
   base.set_estimate_recall(f.Has("recall"));
   if (f.Has("model")) {
@@ -254,12 +328,8 @@ int Attention(AttentionClient& client, const Flags& f) {
     if (!m.ok()) return Fail(m.status());
     base.mutable_method_override()->set_method(ToProtoMethod(*m));
   }
-  const std::vector<int64_t> q_shape = {p.total_q(), p.num_q_heads, p.head_dim};
-  const std::vector<int64_t> kv_shape = {p.total_k(), p.num_kv_heads, p.head_dim};
-  const size_t qb = hp.q_bytes().size(), kb = hp.k_bytes().size();
 
   std::unique_ptr<SharedMemoryRegion> shm;
-  std::random_device rd;
   const std::string region = absl::StrCat("spattnctl-", getpid(), "-", absl::Hex(rd()));
   if (transport == "shm") {
     auto created = SharedMemoryRegion::Create(absl::StrCat("/", region), qb * 2 + kb * 2);
@@ -268,92 +338,89 @@ int Attention(AttentionClient& client, const Flags& f) {
     const absl::Status s = client.RegisterSystemRegion(region, *shm);
     if (!s.ok()) return Fail(s);
   }
-  auto cleanup = [&] {
+  // Unregisters the region (the object is unlinked when `shm` goes).
+  auto finish = [&](int rc) {
     if (shm) client.UnregisterRegion(region).IgnoreError();
+    return rc;
   };
 
-  std::vector<v1::AttentionRequest> requests;
-  std::vector<std::vector<float>> checks;
-  for (int64_t l = 0; l < layers; ++l) {
-    hp.FillRandom(static_cast<uint64_t>(seed + l));
+  // One layer: its request (inputs written into the region for shm).
+  auto request_for = [&](int64_t l) -> absl::StatusOr<v1::AttentionRequest> {
+    if (l > 0) {
+      auto next = MakeLayerInput(f, l);
+      if (!next.ok()) return next.status();
+      hp = std::move(*next);
+    }
     v1::AttentionRequest r = base;
     r.set_layer(static_cast<uint32_t>(layer + l));
     if (shm) {
       // Layers of one stream reuse the region: the next layer is written after the answer.
-      *r.mutable_q() = RegionTensor(p.dtype, q_shape, region, 0, qb);
-      *r.mutable_k() = RegionTensor(p.dtype, kv_shape, region, qb, kb);
-      *r.mutable_v() = RegionTensor(p.dtype, kv_shape, region, qb + kb, kb);
-      *r.mutable_output() = RegionTensor(p.dtype, q_shape, region, qb + 2 * kb, qb);
+      SPATTN_RETURN_IF_ERROR(shm->Write(0, hp->q_bytes().data(), qb));
+      SPATTN_RETURN_IF_ERROR(shm->Write(qb, hp->k_bytes().data(), kb));
+      SPATTN_RETURN_IF_ERROR(shm->Write(qb + kb, hp->v_bytes().data(), kb));
+      *r.mutable_q() = RegionTensor(dtype, q_shape, region, 0, qb);
+      *r.mutable_k() = RegionTensor(dtype, kv_shape, region, qb, kb);
+      *r.mutable_v() = RegionTensor(dtype, kv_shape, region, qb + kb, kb);
+      *r.mutable_output() = RegionTensor(dtype, q_shape, region, qb + 2 * kb, qb);
     } else {
-      *r.mutable_q() = InlineTensor(p.dtype, q_shape, hp.q_bytes().data(), qb);
-      *r.mutable_k() = InlineTensor(p.dtype, kv_shape, hp.k_bytes().data(), kb);
-      *r.mutable_v() = InlineTensor(p.dtype, kv_shape, hp.v_bytes().data(), kb);
+      *r.mutable_q() = InlineTensor(dtype, q_shape, hp->q_bytes().data(), qb);
+      *r.mutable_k() = InlineTensor(dtype, kv_shape, hp->k_bytes().data(), kb);
+      *r.mutable_v() = InlineTensor(dtype, kv_shape, hp->v_bytes().data(), kb);
     }
-    requests.push_back(std::move(r));
-    if (f.Has("check")) {
-      std::vector<float> want;
-      const absl::Status s = ReferenceAttention(p, {}, {}, &want, nullptr);
-      if (!s.ok()) return Fail(s);
-      checks.push_back(std::move(want));
-    }
-  }
-
-  std::vector<float> got;
-  auto output_of = [&](const v1::AttentionResponse& r) -> absl::StatusOr<std::vector<float>> {
-    if (!shm) return DecodeInlineOutput(r);
-    std::vector<float> out(qb / DTypeSize(p.dtype));
-    ToFloat(shm->data() + qb + 2 * kb, p.dtype, static_cast<int64_t>(out.size()), out.data());
-    return out;
+    return r;
   };
+  // Prints one answer; --check compares with dense attention of the layer's input, --out writes
+  // the output (layer index appended when there are several).
   auto report = [&](int64_t l, const v1::AttentionResponse& r) -> int {
     PrintResponse(r);
-    if (f.Has("check")) {
-      auto out = output_of(r);
+    if (!f.Has("check") && !f.Has("out")) return 0;
+    std::vector<float> got(qb / DTypeSize(dtype));
+    if (shm) {
+      ToFloat(shm->data() + qb + 2 * kb, dtype, static_cast<int64_t>(got.size()), got.data());
+    } else {
+      auto out = DecodeInlineOutput(r);
       if (!out.ok()) return Fail(out.status());
+      got = std::move(*out);
+    }
+    if (f.Has("check")) {
+      std::vector<float> want;
+      const absl::Status s = ReferenceAttention(hp->problem(), {}, {}, &want, nullptr);
+      if (!s.ok()) return Fail(s);
       std::printf("  output vs dense attention: relative L2 error %.3e\n",
-                  RelativeL2(*out, checks[l]));
+                  RelativeL2Error(got, want));
+    }
+    if (f.Has("out")) {
+      const std::string path =
+          layers == 1 ? f.Get("out", "") : absl::StrCat(f.Get("out", ""), ".layer", l, ".npy");
+      const absl::Status s = WriteOutput(path, hp->problem(), got);
+      if (!s.ok()) return Fail(s);
+      std::printf("  output written to %s\n", path.c_str());
     }
     return 0;
   };
-  auto write_inputs = [&](int64_t l) {
-    if (!shm) return;
-    hp.FillRandom(static_cast<uint64_t>(seed + l));
-    shm->Write(0, hp.q_bytes().data(), qb).IgnoreError();
-    shm->Write(qb, hp.k_bytes().data(), kb).IgnoreError();
-    shm->Write(qb + kb, hp.v_bytes().data(), kb).IgnoreError();
-  };
 
   if (layers == 1) {
-    write_inputs(0);
-    auto r = client.ComputeAttention(requests[0]);
-    if (!r.ok()) {
-      cleanup();
-      return Fail(r.status());
-    }
-    const int rc = report(0, *r);
-    cleanup();
-    return rc;
+    auto req = request_for(0);
+    if (!req.ok()) return finish(Fail(req.status()));
+    auto r = client.ComputeAttention(*req);
+    if (!r.ok()) return finish(Fail(r.status()));
+    return finish(report(0, *r));
   }
   auto stream = client.OpenStream();
   for (int64_t l = 0; l < layers; ++l) {
-    write_inputs(l);
-    absl::Status s = stream->Send(requests[l]);
-    auto r = s.ok() ? stream->Receive() : absl::StatusOr<v1::AttentionResponse>(s);
+    auto req = request_for(l);
+    if (!req.ok()) return finish(Fail(req.status()));
+    const absl::Status sent = stream->Send(*req);
+    auto r = sent.ok() ? stream->Receive() : absl::StatusOr<v1::AttentionResponse>(sent);
     if (!r.ok()) {
       const absl::Status fin = stream->Finish();
-      cleanup();
-      return Fail(fin.ok() ? r.status() : fin);
+      return finish(Fail(fin.ok() ? r.status() : fin));
     }
     const int rc = report(l, *r);
-    if (rc != 0) {
-      cleanup();
-      return rc;
-    }
+    if (rc != 0) return finish(rc);
   }
   const absl::Status fin = stream->Finish();
-  cleanup();
-  if (!fin.ok()) return Fail(fin);
-  return 0;
+  return finish(fin.ok() ? 0 : Fail(fin));
 }
 
 int Main(int argc, char** argv) {
@@ -380,11 +447,7 @@ int Main(int argc, char** argv) {
     return i >= argc ? 2 : 0;
   }
   const std::string command = argv[i];
-  if (command == "index") {
-    // The index-service commands (RunIndexCommand in client/index_commands.h) are wired in here
-    // once that target is part of the build.
-    return Fail("index: the index-service commands are not part of this build");
-  }
+  if (command == "index") return RunIndexCommand(argc - i - 1, argv + i + 1);
   const Flags flags = ParseFlags(argc, argv, i);
   ClientOptions options;
   options.address = address;

@@ -9,7 +9,7 @@
 #include "kernels/status_macros.h"
 #include "proto/grpc_status.h"
 #include "server/convert.h"
-#include "server/crc32c.h"
+#include "index/crc32c.h"
 #include "server/log.h"
 
 namespace spattn {

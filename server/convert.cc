@@ -385,7 +385,7 @@ v1::Method MethodToProto(Method method) {
   return v1::METHOD_UNSPECIFIED;
 }
 
-absl::StatusOr<MethodConfig> MethodConfigFromProto(const v1::MethodConfig& proto,
+absl::StatusOr<MethodConfig> ParseMethodConfig(const v1::MethodConfig& proto,
                                                    absl::string_view field) {
   MethodConfig c;
   SPATTN_ASSIGN_OR_RETURN(c.method,
@@ -687,7 +687,7 @@ absl::StatusOr<ParsedRequest> ParseAttentionRequest(const v1::AttentionRequest& 
   // Methods.
   if (req.has_method_override()) {
     SPATTN_ASSIGN_OR_RETURN(out.method_override,
-                            MethodConfigFromProto(req.method_override(), "method_override"));
+                            ParseMethodConfig(req.method_override(), "method_override"));
   }
   std::set<int> seen;
   for (int i = 0; i < req.head_overrides_size(); ++i) {
@@ -701,7 +701,7 @@ absl::StatusOr<ParsedRequest> ParseAttentionRequest(const v1::AttentionRequest& 
       return Invalid(field + ".head", absl::StrCat("head ", o.head(), " is overridden twice"));
     }
     if (!o.has_method()) return Invalid(field + ".method", "missing");
-    SPATTN_ASSIGN_OR_RETURN(MethodConfig c, MethodConfigFromProto(o.method(), field + ".method"));
+    SPATTN_ASSIGN_OR_RETURN(MethodConfig c, ParseMethodConfig(o.method(), field + ".method"));
     out.head_overrides.emplace_back(static_cast<int>(o.head()), c);
   }
   out.return_stats = req.return_stats();
@@ -734,7 +734,7 @@ absl::StatusOr<ModelConfig> ModelConfigFromProto(
   if (model.rope_theta() > 0) m.rope_theta = model.rope_theta();
   // A model without a default method runs dense on heads without their own config.
   if (model.has_default_method() && model.default_method().method() != v1::METHOD_UNSPECIFIED) {
-    auto def = MethodConfigFromProto(model.default_method(), "default_method");
+    auto def = ParseMethodConfig(model.default_method(), "default_method");
     if (!def.ok()) return bad(def.status().message());
     m.default_method = *def;
   }
@@ -746,7 +746,7 @@ absl::StatusOr<ModelConfig> ModelConfigFromProto(
                               hc.head(), " outside the model (", m.num_layers, " layers, ",
                               m.num_q_heads, " q heads)"));
     }
-    auto c = MethodConfigFromProto(hc.method(), absl::StrCat("head_configs[", i, "].method"));
+    auto c = ParseMethodConfig(hc.method(), absl::StrCat("head_configs[", i, "].method"));
     if (!c.ok()) return bad(c.status().message());
     m.heads[hc.layer()][hc.head()] = *c;
   }

@@ -33,7 +33,7 @@ v1::Method MethodToProto(Method method);
 
 // A method and its parameters; parameters left at 0 take the paper defaults. Errors name the
 // parameter under `field`, e.g. "method_override.vertical_slash.last_q must be > 0, got -1".
-absl::StatusOr<MethodConfig> MethodConfigFromProto(const v1::MethodConfig& proto,
+absl::StatusOr<MethodConfig> ParseMethodConfig(const v1::MethodConfig& proto,
                                                    absl::string_view field);
 void MethodConfigToProto(const MethodConfig& config, v1::MethodConfig* proto);
 

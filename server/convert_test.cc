@@ -355,7 +355,7 @@ TEST(MethodConfigProtoTest, RoundTripsEveryMethod) {
     c.saap.top_l = 9;
     v1::MethodConfig proto;
     MethodConfigToProto(c, &proto);
-    auto back = MethodConfigFromProto(proto, "m");
+    auto back = ParseMethodConfig(proto, "m");
     ASSERT_TRUE(back.ok()) << MethodName(m) << ": " << back.status();
     EXPECT_EQ(back->DebugString(), c.DebugString());
   }

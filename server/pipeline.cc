@@ -6,11 +6,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "kernels/parallel.h"
+#include "kernels/fidelity.h"
 #include "kernels/status_macros.h"
 #include "server/cuda_ipc.h"
 #include "server/planner.h"
-#include "server/recall.h"
 
 namespace spattn {
 namespace {
@@ -266,20 +265,14 @@ absl::Status AttentionPipeline::Run(ParsedRequest& req, AttentionBackend& backen
       return absl::FailedPreconditionError(
           "estimate_recall: needs host copies of Q/K on this backend");
     }
-    SPATTN_RETURN_IF_ERROR(CheckControl(control, "recall"));
-    std::vector<absl::Status> errors(p.num_q_heads);
-    ParallelFor(p.num_q_heads, [&](int64_t h) {
-      auto r = EstimateRecall(p, indexes[where[h].first], where[h].second,
-                              options_.recall_sample_rows, options_.recall_seed);
-      if (r.ok()) {
-        result.heads[h].recall = *r;
-      } else {
-        errors[h] = r.status();
-      }
-    });
-    for (const absl::Status& e : errors) SPATTN_RETURN_IF_ERROR(e);
-    if (metrics_) {
-      for (const HeadResult& hr : result.heads) metrics_->Recall(hr.config.method, hr.recall);
+    // Exact over all allowed keys for a fixed sample of rows (parallel over the rows).
+    for (int h = 0; h < p.num_q_heads; ++h) {
+      SPATTN_RETURN_IF_ERROR(CheckControl(control, "recall"));
+      SPATTN_ASSIGN_OR_RETURN(result.heads[h].recall,
+                              AttentionMassRecall(p, indexes[where[h].first], where[h].second,
+                                                  options_.recall_sample_rows,
+                                                  options_.recall_seed));
+      if (metrics_) metrics_->Recall(result.heads[h].config.method, result.heads[h].recall);
     }
   }
   result.density = allowed > 0 ? static_cast<double>(computed_total) /

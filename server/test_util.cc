@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "server/crc32c.h"
+#include "index/crc32c.h"
 
 namespace spattn {
 namespace testing_util {

@@ -25,10 +25,10 @@
 #include "client/attention_client.h"
 #include "kernels/builders/build_index.h"
 #include "kernels/builders/simple_patterns.h"
+#include "kernels/fidelity.h"
 #include "kernels/host_problem.h"
 #include "kernels/reference/reference_attention.h"
 #include "server/convert.h"
-#include "server/recall.h"
 #include "server/test_util.h"
 
 namespace spattn {
@@ -334,7 +334,7 @@ TEST_F(WorkerTest, AShapeThroughSharedMemoryMatchesMaskedReference) {
       const double density = static_cast<double>(ComputedPairs(p, index, h)) / AllowedPairs(p);
       EXPECT_DOUBLE_EQ(resp->heads(h).density(), density);
       EXPECT_LT(density, 1.0);
-      auto recall = EstimateRecall(p, index, h, 64, 0x5eed);
+      auto recall = AttentionMassRecall(p, index, h, 64, 0x5eed);
       ASSERT_TRUE(recall.ok());
       EXPECT_DOUBLE_EQ(resp->heads(h).recall(), *recall);
       EXPECT_GT(*recall, 0.0);
@@ -415,7 +415,9 @@ TEST_F(WorkerTest, EveryCpuMethodMatchesTheReferenceUnderItsMask) {
                        static_cast<double>(ComputedPairs(p, index, h)) / AllowedPairs(p))
           << config.DebugString() << " head " << h;
     }
-    if (m != Method::kDense) EXPECT_LT(resp->density(), 1.0) << config.DebugString();
+    if (m != Method::kDense) {
+      EXPECT_LT(resp->density(), 1.0) << config.DebugString();
+    }
     ++tested;
   }
   std::printf("methods compared with the masked reference: %d\n", tested);
