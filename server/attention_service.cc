@@ -28,13 +28,6 @@ absl::Time DeadlineOf(const grpc::CallbackServerContext* ctx) {
   return absl::FromChrono(d);
 }
 
-bool TouchesCuda(const v1::AttentionRequest& r) {
-  for (const v1::TensorRef* t : {&r.q(), &r.k(), &r.v(), &r.output()}) {
-    if (t->location_case() == v1::TensorRef::kCudaIpc) return true;
-  }
-  return false;
-}
-
 }  // namespace
 
 AttentionServiceImpl::AttentionServiceImpl(const ServiceInfo& info, std::vector<Device>* devices,
@@ -125,11 +118,6 @@ void AttentionServiceImpl::Execute(const v1::AttentionRequest* request,
     if (before_execute_) before_execute_(parsed->request_id);
     CallControl control{deadline, cancelled};
     absl::Status s = pipeline_->Run(*parsed, *device->backend, control, parse_seconds, response);
-    if (metrics_ && TouchesCuda(*request)) {
-      uint64_t used = 0;
-      for (const CudaDeviceInfo& d : ListCudaDevices()) used += CudaMemoryUsed(d.ordinal);
-      metrics_->GpuMemoryUsed(used);
-    }
     if (metrics_) metrics_->InFlightAdd(-1);
     Record(rpc, parsed->request_id, s, start);
     done(s);

@@ -6,12 +6,15 @@
 #include <unistd.h>
 
 #include <gtest/gtest.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
 
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -193,6 +196,14 @@ TEST(CudaIpcTest, WorkerReadsAndWritesGpuMemoryOfAnotherProcess) {
   past.mutable_output()->mutable_region()->set_offset(total - qb + 2);
   auto bad = (*client)->ComputeAttention(past);
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << bad.status();
+
+  // The worker reports the memory in use on the GPU the handles live on.
+  std::ostringstream text;
+  prometheus::TextSerializer().Serialize(text, (*worker)->registry().Collect());
+  const std::string metrics = text.str();
+  const size_t at = metrics.find("\nspattn_gpu_memory_used_bytes ");
+  ASSERT_NE(at, std::string::npos);
+  EXPECT_GT(std::stod(metrics.substr(at + 30)), 0);
 
   auto n = (*client)->UnregisterRegion("gpu");
   ASSERT_TRUE(n.ok());

@@ -18,6 +18,7 @@ namespace {
 struct Bindings {
   std::vector<std::shared_ptr<void>> keepalive;
   std::deque<std::vector<uint8_t>> staging;  // Host copies of device tensors.
+  uint64_t cuda_devices = 0;                 // Bit d: a tensor lives on CUDA device d.
   // A device output computed into host staging: copied back at the end.
   void* device_output = nullptr;
   const void* staged_output = nullptr;
@@ -75,6 +76,9 @@ absl::StatusOr<const void*> BindInput(const TensorSpec& t, const AttentionBacken
   SPATTN_ASSIGN_OR_RETURN(RegionSlice slice, ResolveSlice(t, regions));
   if (metrics) metrics->Transfer(true, slice.kind, t.bytes);
   b->keepalive.push_back(slice.keepalive);
+  if (slice.space == MemorySpace::kCuda && slice.device < 64) {
+    b->cuda_devices |= uint64_t{1} << slice.device;
+  }
   if (slice.space == backend.space()) return static_cast<const void*>(slice.data);
   if (slice.space == MemorySpace::kCuda && backend.space() == MemorySpace::kHost) {
     b->staging.emplace_back(static_cast<size_t>(t.bytes));
@@ -112,6 +116,9 @@ absl::StatusOr<void*> BindOutput(ParsedRequest& req, const AttentionBackend& bac
   }
   if (metrics) metrics->Transfer(false, slice.kind, t.bytes);
   b->keepalive.push_back(slice.keepalive);
+  if (slice.space == MemorySpace::kCuda && slice.device < 64) {
+    b->cuda_devices |= uint64_t{1} << slice.device;
+  }
   if (slice.space == backend.space()) return static_cast<void*>(slice.data);
   if (slice.space == MemorySpace::kCuda && backend.space() == MemorySpace::kHost) {
     b->staging.emplace_back(static_cast<size_t>(t.bytes));
@@ -148,6 +155,16 @@ absl::Status CheckAgainstModel(const ParsedRequest& req, const ModelConfig& m) {
 AttentionPipeline::AttentionPipeline(const PipelineOptions& options, RegionManager* regions,
                                      ConfigCache* maybe_cache, WorkerMetrics* maybe_metrics)
     : options_(options), regions_(regions), cache_(maybe_cache), metrics_(maybe_metrics) {}
+
+void AttentionPipeline::UpdateGpuMemory(uint64_t devices_now) {
+  const uint64_t touched = touched_devices_.fetch_or(devices_now) | devices_now;
+  if (metrics_ == nullptr) return;
+  uint64_t used = 0;
+  for (int d = 0; d < 64; ++d) {
+    if (touched & (uint64_t{1} << d)) used += CudaMemoryUsed(d);
+  }
+  metrics_->GpuMemoryUsed(used);
+}
 
 absl::Status AttentionPipeline::Run(ParsedRequest& req, AttentionBackend& backend,
                                     const CallControl& control, double parse_seconds,
@@ -279,6 +296,7 @@ absl::Status AttentionPipeline::Run(ParsedRequest& req, AttentionBackend& backen
                                      (static_cast<double>(allowed) * p.num_q_heads)
                                : 0.0;
   if (metrics_) metrics_->PrefillTokens(p.total_q());
+  if (bindings.cuda_devices != 0) UpdateGpuMemory(bindings.cuda_devices);
   stage_done(Stage::kOutput, &result.seconds.output);
   result.seconds.total = parse_seconds + absl::ToDoubleSeconds(absl::Now() - start);
   FillAttentionResult(req, result, response);

@@ -4,6 +4,7 @@
 #ifndef SPATTN_SERVER_PIPELINE_H_
 #define SPATTN_SERVER_PIPELINE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 
@@ -55,7 +56,11 @@ class AttentionPipeline {
                    double parse_seconds, v1::AttentionResponse* response);
 
  private:
+  // Reports GPU memory in use on the devices CUDA handles have touched so far.
+  void UpdateGpuMemory(uint64_t devices_now);
+
   const PipelineOptions options_;
+  std::atomic<uint64_t> touched_devices_{0};  // Bit d: CUDA device d was used.
   RegionManager* const regions_;
   ConfigCache* const cache_;
   WorkerMetrics* const metrics_;

@@ -69,6 +69,7 @@ class FakeIndexService final : public v1::IndexService::Service {
 };
 
 // A FakeIndexService on a loopback port that can be stopped and started again on that port.
+// Not thread-safe: one test thread drives Stop/Restart.
 class FakeIndexServer {
  public:
   FakeIndexServer();
