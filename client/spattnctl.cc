@@ -1,0 +1,472 @@
+// spattnctl: command-line client of the spattn worker (and, through `index`, of the index
+// service). Run `spattnctl help` for the commands.
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "client/attention_client.h"
+#include "client/index_commands.h"
+#include "kernels/fidelity.h"
+#include "kernels/host_problem.h"
+#include "kernels/io/tensor_io.h"
+#include "kernels/method_config.h"
+#include "kernels/reference/reference_attention.h"
+#include "kernels/status_macros.h"
+#include "kernels/workload/tensor_problem.h"
+#include "kernels/workload/workload.h"
+
+namespace spattn {
+namespace {
+
+constexpr char kUsage[] = R"(usage: spattnctl [--address=host:port] [--timeout_s=60] COMMAND [flags]
+
+commands:
+  metadata                          RPCs, methods (implemented on cpu/cuda), devices, limits
+  health [--service=NAME]           grpc.health.v1 status ("" = the whole worker)
+  regions list                      registered shared-memory / CUDA regions
+  regions register --name=N --shm_key=/KEY --byte_size=B [--offset=0]
+  regions unregister [--name=N]     one region, or all without --name
+  attention [flags]                 send one request (or a stream of layers), print per-head stats
+      input, one of:
+        --q=Q --k=K --v=V [--layout=auto|thd|hsd|bhsd]   tensors from .npy / .safetensors[:name]
+        synthetic (default): --seq_len=4096 [--q_len=seq_len] [--batch=1] --q_heads=32
+          --kv_heads=8 --head_dim=128 --seed=1 --workload=llm_mix|<head kind>|random
+          [--rope_theta=500000] [--concentration=1]
+      [--dtype=bf16|fp16|fp32] [--non_causal] [--softmax_scale=S]
+      --transport=inline|shm        how Q/K/V/O travel (default inline)
+      --method=NAME                 override every head (dense, a_shape, vertical_slash, ...)
+      --model=ID --layer=L [--config_version=V]   use the model's head configs
+      --layers=N                    stream N layers (one message each) through one stream
+      --recall                      estimate attention-mass recall per head (worker side)
+      --check                       also compute dense attention here and print the output's
+                                    relative L2 error against it (slow for long inputs)
+      --out=PATH.npy                write the output ([tokens, heads, head_dim], the input dtype)
+  index ...                         index-service commands (`spattnctl index help`; they take
+                                    --server=HOST:PORT or $SPATTN_INDEX_ADDR, not --address)
+
+The worker address defaults to $SPATTN_WORKER or 127.0.0.1:50051.
+)";
+
+// --name=value flags after the command; bare --name means "true".
+struct Flags {
+  std::map<std::string, std::string> values;
+  std::vector<std::string> positional;
+
+  bool Has(const std::string& name) const { return values.count(name) != 0; }
+  std::string Get(const std::string& name, const std::string& def) const {
+    auto it = values.find(name);
+    return it == values.end() ? def : it->second;
+  }
+  bool GetInt(const std::string& name, int64_t def, int64_t* out, std::string* error) const {
+    auto it = values.find(name);
+    if (it == values.end()) {
+      *out = def;
+      return true;
+    }
+    if (!absl::SimpleAtoi(it->second, out)) {
+      *error = absl::StrCat("--", name, ": not an integer: '", it->second, "'");
+      return false;
+    }
+    return true;
+  }
+};
+
+Flags ParseFlags(int argc, char** argv, int first) {
+  Flags f;
+  for (int i = first; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.rfind("--", 0) == 0) {
+      const size_t eq = a.find('=');
+      if (eq == std::string::npos) {
+        f.values[a.substr(2)] = "true";
+      } else {
+        f.values[a.substr(2, eq - 2)] = a.substr(eq + 1);
+      }
+    } else {
+      f.positional.push_back(a);
+    }
+  }
+  return f;
+}
+
+int Fail(const absl::Status& s) {
+  std::cerr << "spattnctl: " << absl::StatusCodeToString(s.code()) << ": " << s.message() << "\n";
+  return 1;
+}
+
+int Fail(const std::string& msg) {
+  std::cerr << "spattnctl: " << msg << "\n";
+  return 2;
+}
+
+int Metadata(AttentionClient& client) {
+  auto md = client.Metadata();
+  if (!md.ok()) return Fail(md.status());
+  std::printf("%s %s  device=%s\n", md->name().c_str(), md->version().c_str(),
+              md->device().c_str());
+  for (const auto& d : md->devices()) {
+    std::printf("  device %s:%d %s %s%s\n", d.kind().c_str(), d.ordinal(), d.name().c_str(),
+                d.uuid().c_str(),
+                d.memory_bytes() ? absl::StrFormat(" %.1f GiB", d.memory_bytes() / 1073741824.0)
+                                       .c_str()
+                                 : "");
+  }
+  std::printf("limits: max_message_bytes=%llu max_inline_bytes=%llu\n",
+              static_cast<unsigned long long>(md->max_message_bytes()),
+              static_cast<unsigned long long>(md->max_inline_bytes()));
+  std::printf("index service: %s (%s)\n",
+              md->index_service().empty() ? "none" : md->index_service().c_str(),
+              md->index_service_reachable() ? "reachable" : "not reachable");
+  std::string dtypes;
+  for (int t : md->dtypes()) {
+    absl::StrAppend(&dtypes, dtypes.empty() ? "" : ",", v1::DataType_Name(t));
+  }
+  std::printf("dtypes: %s\n", dtypes.c_str());
+  std::printf("%-24s %s\n", "rpc", "implemented");
+  for (const auto& r : md->rpcs()) {
+    std::printf("%-24s %-5s %s\n", r.name().c_str(), r.implemented() ? "yes" : "no",
+                r.note().c_str());
+  }
+  std::printf("%-18s %-5s %-5s\n", "method", "cpu", "cuda");
+  for (const auto& m : md->methods()) {
+    std::printf("%-18s %-5s %-5s\n", m.name().c_str(), m.implemented_cpu() ? "yes" : "no",
+                m.implemented_cuda() ? "yes" : "no");
+  }
+  return 0;
+}
+
+int Regions(AttentionClient& client, const Flags& f) {
+  const std::string sub = f.positional.size() > 1 ? f.positional[1] : "list";
+  std::string error;
+  if (sub == "list") {
+    auto rows = client.ListRegions();
+    if (!rows.ok()) return Fail(rows.status());
+    std::printf("%-20s %-7s %-24s %12s %12s %6s\n", "name", "kind", "shm_key", "offset",
+                "byte_size", "device");
+    for (const auto& r : *rows) {
+      std::printf("%-20s %-7s %-24s %12llu %12llu %6d\n", r.name().c_str(), r.kind().c_str(),
+                  r.shm_key().c_str(), static_cast<unsigned long long>(r.offset()),
+                  static_cast<unsigned long long>(r.byte_size()), r.device_id());
+    }
+    return 0;
+  }
+  if (sub == "register") {
+    int64_t offset = 0, size = 0;
+    if (!f.Has("name") || !f.Has("shm_key")) return Fail("regions register: needs --name and --shm_key");
+    if (!f.GetInt("offset", 0, &offset, &error) || !f.GetInt("byte_size", 0, &size, &error)) {
+      return Fail(error);
+    }
+    const absl::Status s =
+        client.RegisterSystemRegion(f.Get("name", ""), f.Get("shm_key", ""), offset, size);
+    if (!s.ok()) return Fail(s);
+    std::printf("registered %s\n", f.Get("name", "").c_str());
+    return 0;
+  }
+  if (sub == "unregister") {
+    auto n = client.UnregisterRegion(f.Get("name", ""));
+    if (!n.ok()) return Fail(n.status());
+    std::printf("unregistered %d region(s)\n", *n);
+    return 0;
+  }
+  return Fail(absl::StrCat("regions: unknown subcommand '", sub, "'"));
+}
+
+void PrintResponse(const v1::AttentionResponse& r) {
+  std::printf("request %s layer %u  device=%s  config_version=%llu  density=%.4f\n",
+              r.request_id().c_str(), r.layer(), r.device().c_str(),
+              static_cast<unsigned long long>(r.config_version_used()), r.density());
+  if (r.heads_size() > 0) {
+    std::printf("  %5s  %-18s %9s %9s\n", "head", "method", "density", "recall");
+    for (const auto& h : r.heads()) {
+      std::printf("  %5u  %-18s %9.4f %9s\n", h.head(), h.method_name().c_str(), h.density(),
+                  h.recall() < 0 ? "-" : absl::StrFormat("%.4f", h.recall()).c_str());
+    }
+  }
+  const auto& t = r.timings();
+  std::printf("  stages (ms): resolve %.2f  config %.2f  index_build %.2f  kernel %.2f  "
+              "output %.2f  total %.2f\n",
+              t.resolve_seconds() * 1e3, t.config_seconds() * 1e3, t.index_build_seconds() * 1e3,
+              t.kernel_seconds() * 1e3, t.output_seconds() * 1e3, t.total_seconds() * 1e3);
+}
+
+// The input of layer `l`: tensors from files (the same for every layer), a synthetic LLM-like
+// workload (seed + l), or plain random values.
+absl::StatusOr<std::unique_ptr<HostProblem>> MakeLayerInput(const Flags& f, int64_t l) {
+  std::string error;
+  const bool causal = !f.Has("non_causal");
+  double scale = 0;
+  if (f.Has("softmax_scale") && !absl::SimpleAtod(f.Get("softmax_scale", ""), &scale)) {
+    return absl::InvalidArgumentError("--softmax_scale: not a number");
+  }
+  std::optional<DType> dtype;
+  if (f.Has("dtype")) {
+    auto t = ParseDType(f.Get("dtype", ""));
+    if (!t.ok()) return t.status();
+    dtype = *t;
+  }
+  if (f.Has("q") || f.Has("k") || f.Has("v")) {
+    if (!f.Has("q") || !f.Has("k") || !f.Has("v")) {
+      return absl::InvalidArgumentError("--q, --k and --v go together");
+    }
+    TensorProblemOptions o;
+    auto layout = ParseTensorLayout(f.Get("layout", "auto"));
+    if (!layout.ok()) return layout.status();
+    o.layout = *layout;
+    o.dtype = dtype;
+    o.causal = causal;
+    o.softmax_scale = static_cast<float>(scale);
+    auto q = ReadTensorSpec(f.Get("q", ""));
+    if (!q.ok()) return q.status();
+    auto k = ReadTensorSpec(f.Get("k", ""));
+    if (!k.ok()) return k.status();
+    auto v = ReadTensorSpec(f.Get("v", ""));
+    if (!v.ok()) return v.status();
+    return ProblemFromTensors(*q, *k, *v, o);
+  }
+  int64_t seq_len, q_len, batch, hq, hkv, d, seed;
+  if (!f.GetInt("seq_len", 4096, &seq_len, &error) || !f.GetInt("q_len", -1, &q_len, &error) ||
+      !f.GetInt("batch", 1, &batch, &error) || !f.GetInt("q_heads", 32, &hq, &error) ||
+      !f.GetInt("kv_heads", 8, &hkv, &error) || !f.GetInt("head_dim", 128, &d, &error) ||
+      !f.GetInt("seed", 1, &seed, &error)) {
+    return absl::InvalidArgumentError(error);
+  }
+  if (q_len < 0) q_len = seq_len;
+  if (seq_len <= 0 || q_len <= 0 || q_len > seq_len || batch <= 0 || hq <= 0 || hkv <= 0 ||
+      d <= 0 || seq_len > (1 << 30)) {
+    return absl::InvalidArgumentError("sizes must be positive and q_len <= seq_len");
+  }
+  ProblemShape shape;
+  shape.q_lens.assign(batch, static_cast<int32_t>(q_len));
+  shape.k_lens.assign(batch, static_cast<int32_t>(seq_len));
+  shape.num_q_heads = static_cast<int>(hq);
+  shape.num_kv_heads = static_cast<int>(hkv);
+  shape.head_dim = static_cast<int>(d);
+  shape.dtype = dtype.value_or(DType::kBF16);
+  shape.causal = causal;
+  shape.softmax_scale = static_cast<float>(scale);
+  const std::string workload = f.Get("workload", "llm_mix");
+  if (workload == "random") {
+    auto hp = std::make_unique<HostProblem>(shape);
+    hp->FillRandom(static_cast<uint64_t>(seed + l));
+    return hp;
+  }
+  WorkloadOptions o;
+  o.workload = workload;
+  o.shape = shape;
+  o.seed = static_cast<uint64_t>(seed + l);
+  if (f.Has("rope_theta") && !absl::SimpleAtod(f.Get("rope_theta", ""), &o.rope_theta)) {
+    return absl::InvalidArgumentError("--rope_theta: not a number");
+  }
+  if (f.Has("concentration") &&
+      !absl::SimpleAtod(f.Get("concentration", ""), &o.concentration)) {
+    return absl::InvalidArgumentError("--concentration: not a number");
+  }
+  auto w = GenerateWorkload(o);
+  if (!w.ok()) return w.status();
+  return std::move(w->host);
+}
+
+// Writes the output of `p` (dtype of the problem) to `path` as [total_q, heads, head_dim].
+absl::Status WriteOutput(const std::string& path, const AttentionProblem& p,
+                         const std::vector<float>& out) {
+  auto t = HostTensor::FromFloats(out, {p.total_q(), p.num_q_heads, p.head_dim}, p.dtype);
+  if (!t.ok()) return t.status();
+  return WriteNpy(path, *t);
+}
+
+int Attention(AttentionClient& client, const Flags& f) {
+  std::string error;
+  int64_t layers, layer, version;
+  if (!f.GetInt("layers", 1, &layers, &error) || !f.GetInt("layer", 0, &layer, &error) ||
+      !f.GetInt("config_version", 0, &version, &error)) {
+    return Fail(error);
+  }
+  if (layers <= 0) return Fail("--layers: must be > 0");
+  const std::string transport = f.Get("transport", "inline");
+  if (transport != "inline" && transport != "shm") {
+    return Fail("--transport: expected inline or shm");
+  }
+  auto first = MakeLayerInput(f, 0);
+  if (!first.ok()) return Fail(first.status());
+  std::unique_ptr<HostProblem> hp = std::move(*first);
+  const AttentionProblem& p0 = hp->problem();
+  const DType dtype = p0.dtype;
+  const size_t qb = hp->q_bytes().size(), kb = hp->k_bytes().size();
+  const std::vector<int64_t> q_shape = {p0.total_q(), p0.num_q_heads, p0.head_dim};
+  const std::vector<int64_t> kv_shape = {p0.total_k(), p0.num_kv_heads, p0.head_dim};
+
+  v1::AttentionRequest base;
+  std::random_device rd;
+  base.set_request_id(absl::StrCat("spattnctl-", getpid(), "-", absl::Hex(rd())));
+  base.set_num_q_heads(p0.num_q_heads);
+  base.set_num_kv_heads(p0.num_kv_heads);
+  base.set_head_dim(p0.head_dim);
+  base.set_softmax_scale(p0.softmax_scale);
+  base.set_causal(p0.causal);
+  for (int32_t x : p0.cu_seqlens_q) base.add_cu_seqlens_q(x);
+  for (int32_t x : p0.cu_seqlens_k) base.add_cu_seqlens_k(x);
+  base.set_return_stats(true);
+  base.set_estimate_recall(f.Has("recall"));
+  if (f.Has("model")) {
+    base.set_model_id(f.Get("model", ""));
+    base.set_config_version(version);
+  }
+  if (f.Has("method")) {
+    auto m = ParseMethod(f.Get("method", ""));
+    if (!m.ok()) return Fail(m.status());
+    base.mutable_method_override()->set_method(ToProtoMethod(*m));
+  }
+
+  std::unique_ptr<SharedMemoryRegion> shm;
+  const std::string region = absl::StrCat("spattnctl-", getpid(), "-", absl::Hex(rd()));
+  if (transport == "shm") {
+    auto created = SharedMemoryRegion::Create(absl::StrCat("/", region), qb * 2 + kb * 2);
+    if (!created.ok()) return Fail(created.status());
+    shm = std::move(*created);
+    const absl::Status s = client.RegisterSystemRegion(region, *shm);
+    if (!s.ok()) return Fail(s);
+  }
+  // Unregisters the region (the object is unlinked when `shm` goes).
+  auto finish = [&](int rc) {
+    if (shm) client.UnregisterRegion(region).IgnoreError();
+    return rc;
+  };
+
+  // One layer: its request (inputs written into the region for shm).
+  auto request_for = [&](int64_t l) -> absl::StatusOr<v1::AttentionRequest> {
+    if (l > 0) {
+      auto next = MakeLayerInput(f, l);
+      if (!next.ok()) return next.status();
+      hp = std::move(*next);
+    }
+    v1::AttentionRequest r = base;
+    r.set_layer(static_cast<uint32_t>(layer + l));
+    if (shm) {
+      // Layers of one stream reuse the region: the next layer is written after the answer.
+      SPATTN_RETURN_IF_ERROR(shm->Write(0, hp->q_bytes().data(), qb));
+      SPATTN_RETURN_IF_ERROR(shm->Write(qb, hp->k_bytes().data(), kb));
+      SPATTN_RETURN_IF_ERROR(shm->Write(qb + kb, hp->v_bytes().data(), kb));
+      *r.mutable_q() = RegionTensor(dtype, q_shape, region, 0, qb);
+      *r.mutable_k() = RegionTensor(dtype, kv_shape, region, qb, kb);
+      *r.mutable_v() = RegionTensor(dtype, kv_shape, region, qb + kb, kb);
+      *r.mutable_output() = RegionTensor(dtype, q_shape, region, qb + 2 * kb, qb);
+    } else {
+      *r.mutable_q() = InlineTensor(dtype, q_shape, hp->q_bytes().data(), qb);
+      *r.mutable_k() = InlineTensor(dtype, kv_shape, hp->k_bytes().data(), kb);
+      *r.mutable_v() = InlineTensor(dtype, kv_shape, hp->v_bytes().data(), kb);
+    }
+    return r;
+  };
+  // Prints one answer; --check compares with dense attention of the layer's input, --out writes
+  // the output (layer index appended when there are several).
+  auto report = [&](int64_t l, const v1::AttentionResponse& r) -> int {
+    PrintResponse(r);
+    if (!f.Has("check") && !f.Has("out")) return 0;
+    std::vector<float> got(qb / DTypeSize(dtype));
+    if (shm) {
+      ToFloat(shm->data() + qb + 2 * kb, dtype, static_cast<int64_t>(got.size()), got.data());
+    } else {
+      auto out = DecodeInlineOutput(r);
+      if (!out.ok()) return Fail(out.status());
+      got = std::move(*out);
+    }
+    if (f.Has("check")) {
+      std::vector<float> want;
+      const absl::Status s = ReferenceAttention(hp->problem(), {}, {}, &want, nullptr);
+      if (!s.ok()) return Fail(s);
+      std::printf("  output vs dense attention: relative L2 error %.3e\n",
+                  RelativeL2Error(got, want));
+    }
+    if (f.Has("out")) {
+      const std::string path =
+          layers == 1 ? f.Get("out", "") : absl::StrCat(f.Get("out", ""), ".layer", l, ".npy");
+      const absl::Status s = WriteOutput(path, hp->problem(), got);
+      if (!s.ok()) return Fail(s);
+      std::printf("  output written to %s\n", path.c_str());
+    }
+    return 0;
+  };
+
+  if (layers == 1) {
+    auto req = request_for(0);
+    if (!req.ok()) return finish(Fail(req.status()));
+    auto r = client.ComputeAttention(*req);
+    if (!r.ok()) return finish(Fail(r.status()));
+    return finish(report(0, *r));
+  }
+  auto stream = client.OpenStream();
+  for (int64_t l = 0; l < layers; ++l) {
+    auto req = request_for(l);
+    if (!req.ok()) return finish(Fail(req.status()));
+    const absl::Status sent = stream->Send(*req);
+    auto r = sent.ok() ? stream->Receive() : absl::StatusOr<v1::AttentionResponse>(sent);
+    if (!r.ok()) {
+      const absl::Status fin = stream->Finish();
+      return finish(Fail(fin.ok() ? r.status() : fin));
+    }
+    const int rc = report(l, *r);
+    if (rc != 0) return finish(rc);
+  }
+  const absl::Status fin = stream->Finish();
+  return finish(fin.ok() ? 0 : Fail(fin));
+}
+
+int Main(int argc, char** argv) {
+  std::string address = getenv("SPATTN_WORKER") ? getenv("SPATTN_WORKER") : "127.0.0.1:50051";
+  double timeout_s = 60;
+  int i = 1;
+  for (; i < argc && std::string(argv[i]).rfind("--", 0) == 0; ++i) {
+    const std::string a = argv[i];
+    if (a.rfind("--address=", 0) == 0) {
+      address = a.substr(10);
+    } else if (a.rfind("--timeout_s=", 0) == 0) {
+      if (!absl::SimpleAtod(a.substr(12), &timeout_s) || timeout_s <= 0) {
+        return Fail("--timeout_s: expected a positive number");
+      }
+    } else if (a == "--help") {
+      std::cout << kUsage;
+      return 0;
+    } else {
+      return Fail(absl::StrCat("unknown global flag '", a, "'\n", kUsage));
+    }
+  }
+  if (i >= argc || std::string(argv[i]) == "help") {
+    std::cout << kUsage;
+    return i >= argc ? 2 : 0;
+  }
+  const std::string command = argv[i];
+  if (command == "index") return RunIndexCommand(argc - i - 1, argv + i + 1);
+  const Flags flags = ParseFlags(argc, argv, i);
+  ClientOptions options;
+  options.address = address;
+  options.timeout = absl::Seconds(timeout_s);
+  auto client = AttentionClient::Connect(options);
+  if (!client.ok()) return Fail(client.status());
+  if (command == "metadata") return Metadata(**client);
+  if (command == "health") {
+    auto h = (*client)->Health(flags.Get("service", ""));
+    if (!h.ok()) return Fail(h.status());
+    std::printf("%s\n", h->c_str());
+    return *h == "SERVING" ? 0 : 1;
+  }
+  if (command == "regions") return Regions(**client, flags);
+  if (command == "attention") return Attention(**client, flags);
+  return Fail(absl::StrCat("unknown command '", command, "'\n", kUsage));
+}
+
+}  // namespace
+}  // namespace spattn
+
+int main(int argc, char** argv) { return spattn::Main(argc, argv); }

@@ -1,0 +1,22 @@
+// The build without nvcc (--config=nocuda): CUDA handles are refused with FAILED_PRECONDITION.
+#include "server/cuda_ipc.h"
+
+namespace spattn {
+namespace {
+
+absl::Status NoCuda() {
+  return absl::FailedPreconditionError(
+      "CUDA handles need a GPU, and this worker was built without CUDA (--config=nocuda)");
+}
+
+}  // namespace
+
+absl::Status CudaIpcUsable() { return NoCuda(); }
+absl::StatusOr<int> ResolveCudaDevice(const std::string&, int) { return NoCuda(); }
+absl::StatusOr<void*> CudaIpcOpen(const std::string&, int) { return NoCuda(); }
+void CudaIpcClose(void*, int) {}
+absl::Status CudaCopyToHost(void*, const void*, size_t, int) { return NoCuda(); }
+absl::Status CudaCopyToDevice(void*, const void*, size_t, int) { return NoCuda(); }
+uint64_t CudaMemoryUsed(int) { return 0; }
+
+}  // namespace spattn

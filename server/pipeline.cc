@@ -1,0 +1,306 @@
+#include "server/pipeline.h"
+
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "kernels/fidelity.h"
+#include "kernels/status_macros.h"
+#include "server/cuda_ipc.h"
+#include "server/planner.h"
+
+namespace spattn {
+namespace {
+
+// Keeps what the resolved pointers of one request point into.
+struct Bindings {
+  std::vector<std::shared_ptr<void>> keepalive;
+  std::deque<std::vector<uint8_t>> staging;  // Host copies of device tensors.
+  uint64_t cuda_devices = 0;                 // Bit d: a tensor lives on CUDA device d.
+  // A device output computed into host staging: copied back at the end.
+  void* device_output = nullptr;
+  const void* staged_output = nullptr;
+  size_t output_bytes = 0;
+  int output_device = 0;
+};
+
+class Stopwatch {
+ public:
+  Stopwatch() : start_(absl::Now()) {}
+  double Lap() {
+    const absl::Time now = absl::Now();
+    const double s = absl::ToDoubleSeconds(now - start_);
+    start_ = now;
+    return s;
+  }
+
+ private:
+  absl::Time start_;
+};
+
+absl::Status CheckControl(const CallControl& control, const char* before) {
+  // The deadline first: gRPC also marks a call cancelled once its deadline passes.
+  if (absl::Now() > control.deadline) {
+    return absl::DeadlineExceededError(absl::StrCat("deadline passed before ", before));
+  }
+  if (control.cancelled && control.cancelled()) {
+    return absl::CancelledError(absl::StrCat("cancelled by the client before ", before));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RegionSlice> ResolveSlice(const TensorSpec& t, RegionManager* regions) {
+  if (t.kind == HandleKind::kCudaIpc) {
+    return regions->ResolveIpc(t.field + ".cuda_ipc", t.ipc_handle, t.device_id, t.device_uuid,
+                               t.offset, static_cast<uint64_t>(t.bytes));
+  }
+  return regions->Resolve(t.field + ".region", t.region_name, t.offset,
+                          static_cast<uint64_t>(t.bytes));
+}
+
+// A host pointer to the bytes of input `t`, staging device memory when the backend wants host.
+absl::StatusOr<const void*> BindInput(const TensorSpec& t, const AttentionBackend& backend,
+                                      RegionManager* regions, WorkerMetrics* metrics,
+                                      Bindings* b) {
+  if (t.kind == HandleKind::kInline) {
+    if (metrics) metrics->Transfer(true, HandleKind::kInline, t.bytes);
+    if (backend.space() != MemorySpace::kHost) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(t.field, ": inline tensors cannot feed the ", backend.kind(),
+                       " backend yet; use a CUDA region"));
+    }
+    return static_cast<const void*>(t.inline_bytes->data());
+  }
+  SPATTN_ASSIGN_OR_RETURN(RegionSlice slice, ResolveSlice(t, regions));
+  if (metrics) metrics->Transfer(true, slice.kind, t.bytes);
+  b->keepalive.push_back(slice.keepalive);
+  if (slice.space == MemorySpace::kCuda && slice.device < 64) {
+    b->cuda_devices |= uint64_t{1} << slice.device;
+  }
+  if (slice.space == backend.space()) return static_cast<const void*>(slice.data);
+  if (slice.space == MemorySpace::kCuda && backend.space() == MemorySpace::kHost) {
+    b->staging.emplace_back(static_cast<size_t>(t.bytes));
+    SPATTN_RETURN_IF_ERROR(
+        CudaCopyToHost(b->staging.back().data(), slice.data, t.bytes, slice.device));
+    return static_cast<const void*>(b->staging.back().data());
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      t.field, ": host regions cannot feed the ", backend.kind(), " backend yet; use a CUDA "
+      "region"));
+}
+
+// Where the kernel writes O.
+absl::StatusOr<void*> BindOutput(ParsedRequest& req, const AttentionBackend& backend,
+                                 RegionManager* regions, WorkerMetrics* metrics, Bindings* b,
+                                 v1::AttentionResponse* response) {
+  if (!req.output.has_value()) {
+    if (backend.space() != MemorySpace::kHost) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "output: inline outputs from the ", backend.kind(), " backend need an output region"));
+    }
+    void* out = PrepareInlineOutput(req, response);
+    if (metrics) {
+      const AttentionProblem& p = req.problem;
+      metrics->Transfer(false, HandleKind::kInline,
+                        int64_t{p.total_q()} * p.num_q_heads * p.head_dim * DTypeSize(p.dtype));
+    }
+    return out;
+  }
+  const TensorSpec& t = *req.output;
+  SPATTN_ASSIGN_OR_RETURN(RegionSlice slice, ResolveSlice(t, regions));
+  if (!slice.writable) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("output.region: region '", t.region_name, "' is read-only for the worker"));
+  }
+  if (metrics) metrics->Transfer(false, slice.kind, t.bytes);
+  b->keepalive.push_back(slice.keepalive);
+  if (slice.space == MemorySpace::kCuda && slice.device < 64) {
+    b->cuda_devices |= uint64_t{1} << slice.device;
+  }
+  if (slice.space == backend.space()) return static_cast<void*>(slice.data);
+  if (slice.space == MemorySpace::kCuda && backend.space() == MemorySpace::kHost) {
+    b->staging.emplace_back(static_cast<size_t>(t.bytes));
+    b->device_output = slice.data;
+    b->staged_output = b->staging.back().data();
+    b->output_bytes = static_cast<size_t>(t.bytes);
+    b->output_device = slice.device;
+    return static_cast<void*>(b->staging.back().data());
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "output: host regions cannot receive the ", backend.kind(), " backend's output yet"));
+}
+
+absl::Status CheckAgainstModel(const ParsedRequest& req, const ModelConfig& m) {
+  const AttentionProblem& p = req.problem;
+  auto differ = [&](const char* field, int got, int want) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": ", got, " differs from model '",
+                                                   m.model_id, "' (", want, ")"));
+  };
+  if (p.num_q_heads != m.num_q_heads) return differ("num_q_heads", p.num_q_heads, m.num_q_heads);
+  if (p.num_kv_heads != m.num_kv_heads) {
+    return differ("num_kv_heads", p.num_kv_heads, m.num_kv_heads);
+  }
+  if (m.head_dim > 0 && p.head_dim != m.head_dim) return differ("head_dim", p.head_dim, m.head_dim);
+  if (req.layer >= m.num_layers) {
+    return absl::InvalidArgumentError(absl::StrCat("layer: ", req.layer, " is not a layer of model '",
+                                                   m.model_id, "' (", m.num_layers, " layers)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+AttentionPipeline::AttentionPipeline(const PipelineOptions& options, RegionManager* regions,
+                                     ConfigCache* maybe_cache, WorkerMetrics* maybe_metrics)
+    : options_(options), regions_(regions), cache_(maybe_cache), metrics_(maybe_metrics) {}
+
+void AttentionPipeline::UpdateGpuMemory(uint64_t devices_now) {
+  const uint64_t touched = touched_devices_.fetch_or(devices_now) | devices_now;
+  if (metrics_ == nullptr) return;
+  uint64_t used = 0;
+  for (int d = 0; d < 64; ++d) {
+    if (touched & (uint64_t{1} << d)) used += CudaMemoryUsed(d);
+  }
+  metrics_->GpuMemoryUsed(used);
+}
+
+absl::Status AttentionPipeline::Run(ParsedRequest& req, AttentionBackend& backend,
+                                    const CallControl& control, double parse_seconds,
+                                    v1::AttentionResponse* response) {
+  const absl::Time start = absl::Now();
+  AttentionResult result;
+  result.device = backend.kind();
+  Stopwatch watch;
+  auto stage_done = [&](Stage stage, double* slot) {
+    *slot += watch.Lap();
+    if (metrics_) metrics_->StageDone(stage, *slot);
+  };
+  AttentionProblem& p = req.problem;
+
+  // Resolve handles.
+  SPATTN_RETURN_IF_ERROR(CheckControl(control, "resolve"));
+  SPATTN_RETURN_IF_ERROR(backend.CheckDType(p.dtype));
+  InitAttentionResponse(req, response);
+  Bindings bindings;
+  p.space = backend.space();
+  SPATTN_ASSIGN_OR_RETURN(p.q.data, BindInput(req.q, backend, regions_, metrics_, &bindings));
+  SPATTN_ASSIGN_OR_RETURN(p.k.data, BindInput(req.k, backend, regions_, metrics_, &bindings));
+  SPATTN_ASSIGN_OR_RETURN(p.v.data, BindInput(req.v, backend, regions_, metrics_, &bindings));
+  SPATTN_ASSIGN_OR_RETURN(p.o,
+                          BindOutput(req, backend, regions_, metrics_, &bindings, response));
+  p.maybe_lse = req.return_lse ? PrepareInlineLse(req, response) : nullptr;
+  SPATTN_RETURN_IF_ERROR(p.Validate());
+  result.seconds.resolve = parse_seconds;
+  stage_done(Stage::kResolve, &result.seconds.resolve);
+
+  // Head configs.
+  SPATTN_RETURN_IF_ERROR(CheckControl(control, "config"));
+  std::shared_ptr<const ModelConfig> model;
+  if (!req.model_id.empty()) {
+    if (cache_ == nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("model_id: '", req.model_id,
+                       "' needs head configs, but this worker has no index service configured"));
+    }
+    SPATTN_ASSIGN_OR_RETURN(model, cache_->Get(req.model_id, req.config_version, control.deadline));
+    SPATTN_RETURN_IF_ERROR(CheckAgainstModel(req, *model));
+    result.config_version_used = model->version;
+  } else if (req.config_version != 0) {
+    return absl::InvalidArgumentError("config_version: set without a model_id");
+  }
+  PlanInput plan_in;
+  plan_in.num_q_heads = p.num_q_heads;
+  plan_in.layer = req.layer;
+  plan_in.maybe_model = model.get();
+  plan_in.maybe_method_override = req.method_override ? &*req.method_override : nullptr;
+  plan_in.maybe_head_overrides = &req.head_overrides;
+  plan_in.worker_default = options_.default_method;
+  plan_in.dense_below_tokens = options_.dense_below_tokens;
+  for (int b = 0; b < p.batch(); ++b) plan_in.max_k_len = std::max(plan_in.max_k_len, p.k_len(b));
+  SPATTN_ASSIGN_OR_RETURN(
+      Plan plan, MakePlan(plan_in, [&](Method m) { return backend.MethodAvailable(m); },
+                          backend.kind()));
+  std::shared_ptr<const LayerAssets> assets;
+  BuildOptions build;
+  build.block_m = options_.block_m;
+  for (const HeadGroup& g : plan.groups) {
+    if (g.config.method == Method::kSaap && model != nullptr && assets == nullptr) {
+      SPATTN_ASSIGN_OR_RETURN(assets, cache_->GetAssets(*model, req.layer, control.deadline));
+    }
+  }
+  build.maybe_assets = assets.get();
+  stage_done(Stage::kConfig, &result.seconds.config);
+
+  // Index builders: one per head group.
+  std::vector<SparseIndex> indexes(plan.groups.size());
+  for (size_t g = 0; g < plan.groups.size(); ++g) {
+    SPATTN_RETURN_IF_ERROR(CheckControl(control, "index_build"));
+    const absl::Status s = backend.BuildIndex(p, plan.groups[g].config, plan.groups[g].heads,
+                                              build, &indexes[g]);
+    if (!s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("index build (", MethodName(plan.groups[g].config.method),
+                                                 ", layer ", req.layer, "): ", s.message()));
+    }
+  }
+  stage_done(Stage::kIndexBuild, &result.seconds.index_build);
+
+  // Kernel.
+  for (size_t g = 0; g < plan.groups.size(); ++g) {
+    SPATTN_RETURN_IF_ERROR(CheckControl(control, "kernel"));
+    SPATTN_RETURN_IF_ERROR(backend.Attend(p, indexes[g]));
+  }
+  stage_done(Stage::kKernel, &result.seconds.kernel);
+
+  // Output and stats.
+  if (bindings.device_output != nullptr) {
+    SPATTN_RETURN_IF_ERROR(CudaCopyToDevice(bindings.device_output, bindings.staged_output,
+                                            bindings.output_bytes, bindings.output_device));
+  }
+  const int64_t allowed = AllowedPairs(p);
+  int64_t computed_total = 0;
+  result.heads.resize(p.num_q_heads);
+  // (group, slot) of every head, for the per-head work below.
+  std::vector<std::pair<int, int>> where(p.num_q_heads);
+  for (size_t g = 0; g < plan.groups.size(); ++g) {
+    const SparseIndex& index = indexes[g];
+    for (int slot = 0; slot < index.num_heads(); ++slot) {
+      const int h = index.heads[slot];
+      where[h] = {static_cast<int>(g), slot};
+      HeadResult& hr = result.heads[h];
+      hr.head = h;
+      hr.config = plan.groups[g].config;
+      const int64_t computed = ComputedPairs(p, index, slot);
+      computed_total += computed;
+      hr.density = allowed > 0 ? static_cast<double>(computed) / allowed : 0.0;
+      if (metrics_) metrics_->HeadDone(hr.config.method, hr.density);
+    }
+  }
+  if (req.estimate_recall) {
+    if (p.space != MemorySpace::kHost) {
+      return absl::FailedPreconditionError(
+          "estimate_recall: needs host copies of Q/K on this backend");
+    }
+    // Exact over all allowed keys for a fixed sample of rows (parallel over the rows).
+    for (int h = 0; h < p.num_q_heads; ++h) {
+      SPATTN_RETURN_IF_ERROR(CheckControl(control, "recall"));
+      SPATTN_ASSIGN_OR_RETURN(result.heads[h].recall,
+                              AttentionMassRecall(p, indexes[where[h].first], where[h].second,
+                                                  options_.recall_sample_rows,
+                                                  options_.recall_seed));
+      if (metrics_) metrics_->Recall(result.heads[h].config.method, result.heads[h].recall);
+    }
+  }
+  result.density = allowed > 0 ? static_cast<double>(computed_total) /
+                                     (static_cast<double>(allowed) * p.num_q_heads)
+                               : 0.0;
+  if (metrics_) metrics_->PrefillTokens(p.total_q());
+  if (bindings.cuda_devices != 0) UpdateGpuMemory(bindings.cuda_devices);
+  stage_done(Stage::kOutput, &result.seconds.output);
+  result.seconds.total = parse_seconds + absl::ToDoubleSeconds(absl::Now() - start);
+  FillAttentionResult(req, result, response);
+  return absl::OkStatus();
+}
+
+}  // namespace spattn

@@ -1,0 +1,99 @@
+// The request pipeline without gRPC: deadlines and cancellation between stages, the dense
+// fallback for short sequences, model consistency checks, and stats (density, recall).
+#include "server/pipeline.h"
+
+#include <gtest/gtest.h>
+
+#include "absl/time/clock.h"
+#include "kernels/host_problem.h"
+#include "server/test_util.h"
+
+namespace spattn {
+namespace {
+
+using testing_util::Describe;
+using testing_util::InlineRequest;
+
+class PipelineTest : public ::testing::Test {
+ protected:
+  PipelineTest() : backend_(MakeCpuBackend()) {
+    ProblemShape s;
+    s.q_lens = {100};
+    s.num_q_heads = 2;
+    s.num_kv_heads = 1;
+    s.head_dim = 64;
+    hp_ = std::make_unique<HostProblem>(s);
+    hp_->FillRandom(3);
+    request_ = InlineRequest(*hp_);
+    request_.set_causal(true);
+    request_.set_return_stats(true);
+  }
+
+  absl::Status Run(const PipelineOptions& options, const CallControl& control,
+                   v1::AttentionResponse* response) {
+    auto parsed = ParseAttentionRequest(request_, ConvertLimits());
+    if (!parsed.ok()) return parsed.status();
+    AttentionPipeline pipeline(options, &regions_, nullptr, nullptr);
+    return pipeline.Run(*parsed, *backend_, control, 0.0, response);
+  }
+
+  std::unique_ptr<AttentionBackend> backend_;
+  RegionManager regions_;
+  std::unique_ptr<HostProblem> hp_;
+  v1::AttentionRequest request_;
+};
+
+TEST_F(PipelineTest, DeadlineAndCancellationStopTheRequest) {
+  v1::AttentionResponse r;
+  CallControl past;
+  past.deadline = absl::Now() - absl::Seconds(1);
+  const absl::Status late = Run(PipelineOptions(), past, &r);
+  EXPECT_EQ(late.code(), absl::StatusCode::kDeadlineExceeded) << Describe(late);
+  CallControl cancelled;
+  cancelled.cancelled = [] { return true; };
+  const absl::Status gone = Run(PipelineOptions(), cancelled, &r);
+  EXPECT_EQ(gone.code(), absl::StatusCode::kCancelled) << Describe(gone);
+  // Cancellation observed between stages: the probe answers "no" during resolve only.
+  int calls = 0;
+  CallControl later;
+  later.cancelled = [&calls] { return ++calls > 1; };
+  const absl::Status mid = Run(PipelineOptions(), later, &r);
+  EXPECT_EQ(mid.code(), absl::StatusCode::kCancelled) << Describe(mid);
+  EXPECT_NE(mid.message().find("before config"), std::string::npos) << Describe(mid);
+}
+
+TEST_F(PipelineTest, ShortSequencesFallBackToDense) {
+  PipelineOptions options;
+  options.default_method.method = Method::kAShape;
+  options.default_method.a_shape.sink_tokens = 4;
+  options.default_method.a_shape.local_tokens = 16;
+  v1::AttentionResponse sparse;
+  ASSERT_TRUE(Run(options, CallControl(), &sparse).ok());
+  EXPECT_EQ(sparse.heads(0).method_name(), "a_shape");
+  EXPECT_LT(sparse.heads(0).density(), 1.0);
+  options.dense_below_tokens = 101;  // The sequence has 100 keys.
+  v1::AttentionResponse dense;
+  ASSERT_TRUE(Run(options, CallControl(), &dense).ok());
+  EXPECT_EQ(dense.heads(0).method_name(), "dense");
+  EXPECT_DOUBLE_EQ(dense.heads(0).density(), 1.0);
+  EXPECT_DOUBLE_EQ(dense.density(), 1.0);
+}
+
+TEST_F(PipelineTest, RecallOfDenseIsOne) {
+  request_.set_estimate_recall(true);
+  v1::AttentionResponse r;
+  ASSERT_TRUE(Run(PipelineOptions(), CallControl(), &r).ok());
+  ASSERT_EQ(r.heads_size(), 2);
+  for (const auto& h : r.heads()) EXPECT_NEAR(h.recall(), 1.0, 1e-12);
+}
+
+TEST_F(PipelineTest, ModelIdWithoutIndexServiceIsFailedPrecondition) {
+  request_.set_model_id("llama");
+  v1::AttentionResponse r;
+  const absl::Status s = Run(PipelineOptions(), CallControl(), &r);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << Describe(s);
+  EXPECT_EQ(s.message().rfind("model_id", 0), 0u) << Describe(s);
+}
+
+}  // namespace
+}  // namespace spattn

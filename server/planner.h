@@ -1,0 +1,62 @@
+// Planning: which method runs on which head of one request. Heads are grouped by method config so
+// that each index builder runs once per group. Precedence, highest first: the request's
+// head_overrides, its method_override, the head's config in the model, the model's default
+// method, the worker's default method. Sequences shorter than a threshold run dense (sparse
+// methods gain nothing there), except for heads the request overrides explicitly.
+#ifndef SPATTN_SERVER_PLANNER_H_
+#define SPATTN_SERVER_PLANNER_H_
+
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/method_config.h"
+#include "server/request.h"
+
+namespace spattn {
+
+struct PlanInput {
+  int num_q_heads = 0;
+  int layer = 0;
+  const ModelConfig* maybe_model = nullptr;               // Null: no model config.
+  const MethodConfig* maybe_method_override = nullptr;    // Null: none.
+  const std::vector<std::pair<int, MethodConfig>>* maybe_head_overrides = nullptr;
+  MethodConfig worker_default;                            // Without model and override.
+  // Every sequence has fewer keys than this: dense everywhere except explicit overrides.
+  // 0 = never.
+  int dense_below_tokens = 0;
+  int max_k_len = 0;  // Longest sequence (keys) of the request.
+};
+
+// Why a head got its method (for logs and tests).
+enum class MethodSource { kHeadOverride, kRequestOverride, kHeadConfig, kModelDefault,
+                          kWorkerDefault, kShortSequence };
+const char* MethodSourceName(MethodSource source);
+
+struct HeadGroup {
+  MethodConfig config;
+  std::vector<int> heads;  // Ascending.
+};
+
+struct Plan {
+  std::vector<HeadGroup> groups;       // Ordered by their first head.
+  std::vector<int> group_of_head;      // [num_q_heads]
+  std::vector<MethodSource> source;    // [num_q_heads]
+  bool dense_fallback = false;         // The short-sequence rule applied.
+};
+
+// True when two configs would build the same index (same method, same parameters of it).
+bool SameMethodConfig(const MethodConfig& a, const MethodConfig& b);
+
+// Makes the plan; `available(method)` says whether the executing device can run a method, and
+// a head whose method it cannot run fails the plan with FAILED_PRECONDITION naming the head,
+// the method and `device`.
+absl::StatusOr<Plan> MakePlan(const PlanInput& input,
+                              const std::function<bool(Method)>& available,
+                              const std::string& device);
+
+}  // namespace spattn
+
+#endif  // SPATTN_SERVER_PLANNER_H_

@@ -1,0 +1,146 @@
+// Planner: grouping heads by method config, precedence of overrides, the short-sequence dense
+// fallback, and refusal of methods the device cannot run.
+#include "server/planner.h"
+
+#include <gtest/gtest.h>
+
+namespace spattn {
+namespace {
+
+bool All(Method) { return true; }
+
+ModelConfig TwoLayerModel() {
+  ModelConfig m;
+  m.model_id = "m";
+  m.version = 4;
+  m.num_layers = 2;
+  m.num_q_heads = 6;
+  m.num_kv_heads = 2;
+  m.head_dim = 64;
+  m.default_method.method = Method::kAShape;
+  m.heads.assign(2, std::vector<std::optional<MethodConfig>>(6));
+  MethodConfig vs;
+  vs.method = Method::kVerticalSlash;
+  m.heads[1][0] = vs;
+  m.heads[1][3] = vs;
+  MethodConfig vs_small = vs;
+  vs_small.vertical_slash.vertical_size = 200;  // Same method, other params: its own group.
+  m.heads[1][4] = vs_small;
+  return m;
+}
+
+TEST(PlannerTest, GroupsHeadsByConfig) {
+  const ModelConfig m = TwoLayerModel();
+  PlanInput in;
+  in.num_q_heads = 6;
+  in.layer = 1;
+  in.maybe_model = &m;
+  auto plan = MakePlan(in, All, "cpu");
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->groups.size(), 3u);
+  EXPECT_EQ(plan->groups[0].config.method, Method::kVerticalSlash);
+  EXPECT_EQ(plan->groups[0].heads, (std::vector<int>{0, 3}));
+  EXPECT_EQ(plan->groups[1].config.method, Method::kAShape);
+  EXPECT_EQ(plan->groups[1].heads, (std::vector<int>{1, 2, 5}));
+  EXPECT_EQ(plan->groups[2].config.vertical_slash.vertical_size, 200);
+  EXPECT_EQ(plan->groups[2].heads, (std::vector<int>{4}));
+  EXPECT_EQ(plan->group_of_head, (std::vector<int>{0, 1, 1, 0, 2, 1}));
+  EXPECT_EQ(plan->source[0], MethodSource::kHeadConfig);
+  EXPECT_EQ(plan->source[1], MethodSource::kModelDefault);
+  EXPECT_FALSE(plan->dense_fallback);
+
+  in.layer = 0;  // No per-head configs: one group with the model default.
+  plan = MakePlan(in, All, "cpu");
+  ASSERT_TRUE(plan.ok());
+  ASSERT_EQ(plan->groups.size(), 1u);
+  EXPECT_EQ(plan->groups[0].heads.size(), 6u);
+}
+
+TEST(PlannerTest, OverridesTakePrecedence) {
+  const ModelConfig m = TwoLayerModel();
+  MethodConfig dense;
+  MethodConfig block;
+  block.method = Method::kBlockSparse;
+  std::vector<std::pair<int, MethodConfig>> heads = {{5, block}};
+  PlanInput in;
+  in.num_q_heads = 6;
+  in.layer = 1;
+  in.maybe_model = &m;
+  in.maybe_method_override = &dense;
+  in.maybe_head_overrides = &heads;
+  auto plan = MakePlan(in, All, "cpu");
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->groups.size(), 2u);
+  EXPECT_EQ(plan->groups[0].config.method, Method::kDense);
+  EXPECT_EQ(plan->groups[0].heads, (std::vector<int>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(plan->groups[1].config.method, Method::kBlockSparse);
+  EXPECT_EQ(plan->source[5], MethodSource::kHeadOverride);
+  EXPECT_EQ(plan->source[0], MethodSource::kRequestOverride);
+
+  // Without model and override: the worker default.
+  PlanInput bare;
+  bare.num_q_heads = 3;
+  bare.worker_default.method = Method::kAShape;
+  plan = MakePlan(bare, All, "cpu");
+  ASSERT_TRUE(plan.ok());
+  ASSERT_EQ(plan->groups.size(), 1u);
+  EXPECT_EQ(plan->groups[0].config.method, Method::kAShape);
+  EXPECT_EQ(plan->source[2], MethodSource::kWorkerDefault);
+}
+
+TEST(PlannerTest, ShortSequencesRunDenseExceptExplicitOverrides) {
+  const ModelConfig m = TwoLayerModel();
+  MethodConfig block;
+  block.method = Method::kBlockSparse;
+  std::vector<std::pair<int, MethodConfig>> heads = {{2, block}};
+  PlanInput in;
+  in.num_q_heads = 6;
+  in.layer = 1;
+  in.maybe_model = &m;
+  in.maybe_head_overrides = &heads;
+  in.dense_below_tokens = 1024;
+  in.max_k_len = 1023;
+  auto plan = MakePlan(in, All, "cpu");
+  ASSERT_TRUE(plan.ok());
+  EXPECT_TRUE(plan->dense_fallback);
+  ASSERT_EQ(plan->groups.size(), 2u);
+  EXPECT_EQ(plan->groups[0].config.method, Method::kDense);
+  EXPECT_EQ(plan->groups[0].heads, (std::vector<int>{0, 1, 3, 4, 5}));
+  EXPECT_EQ(plan->source[0], MethodSource::kShortSequence);
+  EXPECT_EQ(plan->groups[1].config.method, Method::kBlockSparse);
+
+  in.max_k_len = 1024;  // At the threshold: the configured methods.
+  plan = MakePlan(in, All, "cpu");
+  ASSERT_TRUE(plan.ok());
+  EXPECT_FALSE(plan->dense_fallback);
+  EXPECT_EQ(plan->groups.size(), 4u);
+}
+
+TEST(PlannerTest, UnavailableMethodIsFailedPrecondition) {
+  const ModelConfig m = TwoLayerModel();
+  PlanInput in;
+  in.num_q_heads = 6;
+  in.layer = 1;
+  in.maybe_model = &m;
+  auto plan = MakePlan(in, [](Method x) { return x != Method::kVerticalSlash; }, "cpu");
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(plan.status().message().find("head 0: method vertical_slash"), std::string::npos)
+      << plan.status();
+  EXPECT_NE(plan.status().message().find("device cpu"), std::string::npos);
+}
+
+TEST(PlannerTest, SameMethodConfigComparesOnlyTheMethodsParams) {
+  MethodConfig a, b;
+  a.method = b.method = Method::kAShape;
+  b.vertical_slash.last_q = 5;  // Not a_shape's parameter.
+  EXPECT_TRUE(SameMethodConfig(a, b));
+  b.a_shape.local_tokens = 100;
+  EXPECT_FALSE(SameMethodConfig(a, b));
+  b = a;
+  b.method = Method::kDense;
+  EXPECT_FALSE(SameMethodConfig(a, b));
+}
+
+}  // namespace
+}  // namespace spattn

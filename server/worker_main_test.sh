@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The spattn-worker binary: starts on free ports, answers spattnctl, serves /metrics, drains and
+# exits 0 on SIGTERM.
+set -euo pipefail
+WORKER="$1"
+CTL="$2"
+out="$TEST_TMPDIR/worker.out"
+err="$TEST_TMPDIR/worker.err"
+cfg="$TEST_TMPDIR/worker.conf"
+printf '# test config\nlisten = 127.0.0.1:0\nmetrics = 127.0.0.1:0\nqueue_capacity = 8\n' > "$cfg"
+"$WORKER" --config="$cfg" --log_level=debug >"$out" 2>"$err" &
+pid=$!
+for _ in $(seq 1 100); do
+  grep -q "listening on" "$out" 2>/dev/null && break
+  sleep 0.1
+done
+addr=$(awk '/listening on/ {print $4}' "$out")
+[ -n "$addr" ] || { echo "worker did not start"; cat "$err"; exit 1; }
+"$CTL" --address="$addr" health | grep -qx SERVING
+"$CTL" --address="$addr" metadata | grep -q "ComputeAttentionStream   yes"
+"$CTL" --address="$addr" attention --seq_len=300 --q_heads=4 --kv_heads=2 --head_dim=64 \
+  --method=a_shape --transport=shm --layers=2 --check > "$TEST_TMPDIR/attention.out"
+grep -q "layer 1  device=cpu" "$TEST_TMPDIR/attention.out"
+grep -q "relative L2 error" "$TEST_TMPDIR/attention.out"
+"$CTL" --address="$addr" regions list | grep -q "^name"
+# A bad flag is refused before anything starts.
+if "$WORKER" --no_such_flag=1 2>/dev/null; then echo "bad flag accepted"; exit 1; fi
+kill -TERM "$pid"
+wait "$pid"
+rc=$?
+[ "$rc" -eq 0 ] || { echo "exit status $rc"; cat "$err"; exit 1; }
+grep -q "event=worker_stopped" "$err"
+grep -q "event=request_done" "$err"
+echo PASS

@@ -1,0 +1,263 @@
+#include "server/worker_server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <prometheus/exposer.h>
+#include <prometheus/registry.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <exception>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "kernels/cuda/cuda_runtime.h"
+#include "kernels/parallel.h"
+#include "server/attention_service.h"
+#include "server/backend.h"
+#include "server/config_cache.h"
+#include "server/log.h"
+#include "server/metrics.h"
+#include "server/pipeline.h"
+#include "server/regions.h"
+
+namespace spattn {
+namespace {
+
+constexpr char kVersion[] = "0.1.0";
+constexpr char kServiceName[] = "spattn.v1.AttentionService";
+// Health entry that follows the worker's link to the index service (the worker itself keeps
+// SERVING from cache while it is down).
+constexpr char kIndexLinkHealth[] = "spattn.worker.index_link";
+
+absl::StatusOr<std::vector<Device>> MakeDevices(const WorkerOptions& o) {
+  std::vector<Device> devices;
+  auto add_cpu = [&] {
+    Device d;
+    d.backend = MakeCpuBackend();
+    WorkQueueOptions q;
+    q.threads = o.executor_threads;
+    q.capacity = o.queue_capacity;
+    q.name = "cpu";
+    d.queue = std::make_unique<WorkQueue>(q);
+    devices.push_back(std::move(d));
+  };
+  if (o.devices == "auto" || o.devices == "cpu") {
+    // No CUDA attention backend is part of this build yet: "auto" serves on the CPU.
+    add_cpu();
+    return devices;
+  }
+  for (absl::string_view part : absl::StrSplit(o.devices, ',')) {
+    if (part == "cpu") continue;
+    if (absl::StartsWith(part, "cuda")) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "devices: '", part, "' asks for a CUDA backend, which this build does not have yet; "
+          "use 'cpu' or 'auto'"));
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat("devices: unknown device '", part, "' (expected auto, cpu or cuda:N)"));
+  }
+  add_cpu();
+  return devices;
+}
+
+// host:port -> a dialable address for `port`.
+std::string DialAddress(const std::string& listen, int port) {
+  std::string host = listen.substr(0, listen.rfind(':'));
+  if (host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::") host = "127.0.0.1";
+  return absl::StrCat(host, ":", port);
+}
+
+}  // namespace
+
+struct WorkerServer::State {
+  WorkerOptions options;
+  std::shared_ptr<prometheus::Registry> registry;
+  std::unique_ptr<WorkerMetrics> metrics;
+  std::unique_ptr<prometheus::Exposer> exposer;
+  std::unique_ptr<RegionManager> regions;
+  std::unique_ptr<ConfigCache> cache;
+  std::vector<Device> devices;
+  std::unique_ptr<AttentionPipeline> pipeline;
+  std::unique_ptr<AttentionServiceImpl> service;
+  std::unique_ptr<grpc::Server> server;
+  std::atomic<grpc::HealthCheckServiceInterface*> health{nullptr};
+  int port = 0;
+  int metrics_port = 0;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  bool shutting_down = false;  // Guarded by mu.
+  bool shut_down = false;      // Guarded by mu.
+};
+
+WorkerServer::WorkerServer(std::unique_ptr<State> state) : state_(std::move(state)) {}
+
+absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOptions& options) {
+  if (options.max_message_bytes <= 0) {
+    return absl::InvalidArgumentError("max_message_bytes must be > 0");
+  }
+  if (options.max_inline_bytes < 0) {
+    return absl::InvalidArgumentError("max_inline_bytes must be >= 0");
+  }
+  if (options.queue_capacity < 0 || options.executor_threads <= 0) {
+    return absl::InvalidArgumentError(
+        "queue_capacity must be >= 0 and executor_threads must be > 0");
+  }
+  if (options.recall_sample_rows <= 0 || options.block_m <= 0 || options.block_m % 16 != 0) {
+    return absl::InvalidArgumentError(
+        "recall_sample_rows must be > 0 and block_m a positive multiple of 16");
+  }
+  const absl::Status method_ok = options.default_method.Validate();
+  if (!method_ok.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("default_method: ", method_ok.message()));
+  }
+  auto state = std::make_unique<State>();
+  State* st = state.get();
+  st->options = options;
+  if (options.cpu_threads > 0) SetCpuThreads(options.cpu_threads);
+
+  st->registry = std::make_shared<prometheus::Registry>();
+  st->metrics = std::make_unique<WorkerMetrics>(*st->registry, kVersion, CudaCompiledIn());
+  if (!options.metrics_address.empty()) {
+    try {
+      st->exposer = std::make_unique<prometheus::Exposer>(options.metrics_address);
+    } catch (const std::exception& e) {
+      return absl::UnavailableError(absl::StrCat("metrics_address '", options.metrics_address,
+                                                 "': cannot listen (", e.what(), ")"));
+    }
+    st->exposer->RegisterCollectable(st->registry);
+    const std::vector<int> ports = st->exposer->GetListeningPorts();
+    st->metrics_port = ports.empty() ? 0 : ports[0];
+  }
+
+  st->regions = std::make_unique<RegionManager>();
+  if (!options.index_address.empty()) {
+    ConfigCacheOptions co;
+    co.index_address = options.index_address;
+    co.rpc_timeout = options.index_rpc_timeout;
+    co.max_message_bytes = options.max_message_bytes;
+    co.on_link_change = [st](bool up) {
+      st->metrics->IndexServiceUp(up);
+      if (!up) st->metrics->Error(ErrorKind::kIndexService);
+      grpc::HealthCheckServiceInterface* h = st->health.load();
+      if (h != nullptr) h->SetServingStatus(kIndexLinkHealth, up);
+    };
+    st->cache = std::make_unique<ConfigCache>(co);
+  }
+  auto devices = MakeDevices(options);
+  if (!devices.ok()) return devices.status();
+  st->devices = std::move(*devices);
+
+  PipelineOptions po;
+  po.dense_below_tokens = options.dense_below_tokens;
+  po.default_method = options.default_method;
+  po.recall_sample_rows = options.recall_sample_rows;
+  po.block_m = options.block_m;
+  st->pipeline = std::make_unique<AttentionPipeline>(po, st->regions.get(), st->cache.get(),
+                                                     st->metrics.get());
+  ServiceInfo info;
+  info.version = kVersion;
+  info.max_message_bytes = static_cast<uint64_t>(options.max_message_bytes);
+  info.index_address = options.index_address;
+  info.limits.max_inline_bytes = options.max_inline_bytes;
+  st->service = std::make_unique<AttentionServiceImpl>(info, &st->devices, st->regions.get(),
+                                                       st->pipeline.get(), st->cache.get(),
+                                                       st->metrics.get());
+  if (options.before_execute) st->service->set_before_execute(options.before_execute);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(), &st->port);
+  builder.SetMaxReceiveMessageSize(options.max_message_bytes);
+  builder.SetMaxSendMessageSize(options.max_message_bytes);
+  builder.RegisterService(st->service.get());
+  st->server = builder.BuildAndStart();
+  if (st->server == nullptr || st->port == 0) {
+    if (st->server) st->server->Shutdown();
+    return absl::UnavailableError(
+        absl::StrCat("listen_address '", options.listen_address, "': cannot listen"));
+  }
+  grpc::HealthCheckServiceInterface* health = st->server->GetHealthCheckService();
+  if (health != nullptr) {
+    health->SetServingStatus(true);
+    health->SetServingStatus(kServiceName, true);
+    health->SetServingStatus(kIndexLinkHealth,
+                             st->cache == nullptr ? true : st->cache->link_up());
+  }
+  st->health.store(health);
+  Log(LogLevel::kInfo, "worker_started",
+      {{"address", DialAddress(options.listen_address, st->port)},
+       {"metrics_port", std::to_string(st->metrics_port)},
+       {"device", st->devices[0].backend->kind()},
+       {"index_address", options.index_address},
+       {"version", kVersion}});
+  return std::unique_ptr<WorkerServer>(new WorkerServer(std::move(state)));
+}
+
+WorkerServer::~WorkerServer() {
+  Shutdown();
+  State* st = state_.get();
+  st->server.reset();
+  st->service.reset();
+  st->devices.clear();
+  st->cache.reset();
+  st->exposer.reset();
+}
+
+int WorkerServer::port() const { return state_->port; }
+
+std::string WorkerServer::address() const {
+  return DialAddress(state_->options.listen_address, state_->port);
+}
+
+int WorkerServer::metrics_port() const { return state_->metrics_port; }
+
+std::string WorkerServer::device() const { return state_->devices[0].backend->kind(); }
+
+prometheus::Registry& WorkerServer::registry() { return *state_->registry; }
+
+void WorkerServer::Shutdown() {
+  State* st = state_.get();
+  {
+    std::unique_lock<std::mutex> lock(st->mu);
+    if (st->shutting_down) {
+      st->cv.wait(lock, [st] { return st->shut_down; });
+      return;
+    }
+    st->shutting_down = true;
+  }
+  Log(LogLevel::kInfo, "worker_draining",
+      {{"active_calls", std::to_string(st->service->active_calls())}});
+  grpc::HealthCheckServiceInterface* health = st->health.load();
+  if (health != nullptr) health->SetServingStatus(false);
+  if (st->options.drain_grace > absl::ZeroDuration()) absl::SleepFor(st->options.drain_grace);
+  st->service->StartDraining();
+  const bool drained = st->service->WaitForCalls(absl::Now() + st->options.drain_timeout);
+  if (!drained) {
+    Log(LogLevel::kWarning, "worker_drain_timeout",
+        {{"active_calls", std::to_string(st->service->active_calls())}});
+  }
+  // Cancels whatever is still open after the drain timeout.
+  st->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  for (Device& d : st->devices) d.queue->Stop();
+  if (st->cache) st->cache->Shutdown();
+  Log(LogLevel::kInfo, "worker_stopped", {});
+  {
+    std::lock_guard<std::mutex> lock(st->mu);
+    st->shut_down = true;
+  }
+  st->cv.notify_all();
+}
+
+void WorkerServer::Wait() {
+  State* st = state_.get();
+  std::unique_lock<std::mutex> lock(st->mu);
+  st->cv.wait(lock, [st] { return st->shut_down; });
+}
+
+}  // namespace spattn

@@ -1,0 +1,94 @@
+// The worker process in one object: the gRPC server (AttentionService, health, reflection), the
+// per-device executors, the region registry, the head-config cache and the metrics endpoint.
+// Used by spattn_worker_main.cc and, in-process, by tests.
+#ifndef SPATTN_SERVER_WORKER_SERVER_H_
+#define SPATTN_SERVER_WORKER_SERVER_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "kernels/method_config.h"
+
+namespace prometheus {
+class Registry;
+}  // namespace prometheus
+
+namespace spattn {
+
+struct WorkerOptions {
+  // gRPC listen address; port 0 picks a free port. Default: "127.0.0.1:0".
+  std::string listen_address = "127.0.0.1:0";
+  // Prometheus pull endpoint (host:port, port 0 picks one); "" = no endpoint. Default: "".
+  std::string metrics_address;
+  // host:port of the index service; "" = none (requests then name no model_id). Default: "".
+  std::string index_address;
+  // Largest gRPC message sent or received. Default: 256 MiB.
+  int max_message_bytes = 256 << 20;
+  // Largest inline tensor (and inline output/LSE). Default: 64 MiB.
+  int64_t max_inline_bytes = 64 << 20;
+  // Requests waiting per device before RESOURCE_EXHAUSTED. Default: 64.
+  int queue_capacity = 64;
+  // Executor threads per device (each runs one request at a time). Default: 1.
+  int executor_threads = 1;
+  // Threads the CPU kernels and builders use inside one request; 0 = all cores. Default: 0.
+  int cpu_threads = 0;
+  // Requests whose sequences all have fewer keys than this run dense (explicit overrides
+  // excepted); 0 = never. Default: 0.
+  int dense_below_tokens = 0;
+  // "auto" (CUDA backends when available, else the CPU), "cpu", or "cuda:0,cuda:1".
+  // Default: "auto".
+  std::string devices = "auto";
+  // Method for heads when a request names neither a model nor an override. Default: dense.
+  MethodConfig default_method;
+  // Query rows sampled per head when a request sets estimate_recall. Default: 64.
+  int recall_sample_rows = 64;
+  // Query rows per index block for methods without their own block size. Default: 64.
+  int block_m = 64;
+  // Index-service RPC timeout on the request path. Default: 5 s.
+  absl::Duration index_rpc_timeout = absl::Seconds(5);
+  // Shutdown: how long health reports NOT_SERVING before new calls are refused (lets load
+  // balancers notice). Default: 0.
+  absl::Duration drain_grace = absl::ZeroDuration();
+  // Shutdown: longest wait for in-flight calls and open streams. Default: 30 s.
+  absl::Duration drain_timeout = absl::Seconds(30);
+  // For tests: runs on the executor thread before each attention request. Default: none.
+  std::function<void(const std::string& request_id)> before_execute;
+};
+
+// Thread-safe: port()/address()/metrics_port() are constant after Start; Shutdown may be called
+// from any thread (e.g. a signal handler thread), more than once.
+class WorkerServer {
+ public:
+  static absl::StatusOr<std::unique_ptr<WorkerServer>> Start(const WorkerOptions& options);
+  ~WorkerServer();  // Shutdown().
+  WorkerServer(const WorkerServer&) = delete;
+  WorkerServer& operator=(const WorkerServer&) = delete;
+
+  int port() const;
+  std::string address() const;  // "127.0.0.1:<port>" style, dialable.
+  int metrics_port() const;      // 0 without a metrics endpoint.
+  std::string device() const;    // "cpu" or "cuda": what serves requests.
+
+  // Graceful drain: health NOT_SERVING, wait drain_grace, refuse new calls (UNAVAILABLE), let
+  // in-flight calls and open streams finish (up to drain_timeout), then stop.
+  void Shutdown();
+  // Blocks until Shutdown has completed.
+  void Wait();
+
+  prometheus::Registry& registry();
+
+ private:
+  struct State;
+  explicit WorkerServer(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace spattn
+
+#endif  // SPATTN_SERVER_WORKER_SERVER_H_
