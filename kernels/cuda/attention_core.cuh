@@ -1,0 +1,507 @@
+// The tensor-core attention core shared by the dense and the sparse kernel (FlashAttention-2
+// style): one CTA computes one (q head, query block) with an online softmax over a sequence of
+// key tiles. A tile is either BN consecutive keys of a range or BN keys gathered one by one from
+// a column list; both are loaded with cp.async into XOR-swizzled shared memory, kStages deep,
+// and fed to mma.sync m16n8k16 (bf16/fp16 in, fp32 accumulate) through ldmatrix.
+//
+// Warp w owns query rows [w * kWarpRows, (w + 1) * kWarpRows) of the block (16 or 32 rows); its
+// S = Q K^T fragment stays in registers and becomes the A operand of P V directly.
+#ifndef SPATTN_KERNELS_CUDA_ATTENTION_CORE_CUH_
+#define SPATTN_KERNELS_CUDA_ATTENTION_CORE_CUH_
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/attention_launch.h"
+
+namespace spattn {
+namespace cuda {
+namespace detail {
+
+constexpr float kNegInf = -__builtin_huge_valf();
+constexpr float kLn2 = 0.6931471805599453f;
+
+// ---- PTX wrappers ----------------------------------------------------------------------------
+
+__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte async copy global → shared; copies zeros when !valid (src is not read then).
+__device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src, bool valid) {
+  const int n = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
+}
+__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void LdMatrixX4(uint32_t addr, uint32_t& r0, uint32_t& r1,
+                                           uint32_t& r2, uint32_t& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr));
+}
+__device__ __forceinline__ void LdMatrixX4Trans(uint32_t addr, uint32_t& r0, uint32_t& r1,
+                                                uint32_t& r2, uint32_t& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr));
+}
+
+__device__ __forceinline__ float Exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+template <typename T>
+struct Mma;
+
+template <>
+struct Mma<__nv_bfloat16> {
+  // c += a * b (m16n8k16, row.col).
+  static __device__ __forceinline__ void Run(float* c, const uint32_t* a, uint32_t b0,
+                                             uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+  static __device__ __forceinline__ uint32_t Pack(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
+};
+
+template <>
+struct Mma<__half> {
+  static __device__ __forceinline__ void Run(float* c, const uint32_t* a, uint32_t b0,
+                                             uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+  static __device__ __forceinline__ uint32_t Pack(float lo, float hi) {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
+};
+
+// ---- Kernel shape ----------------------------------------------------------------------------
+
+template <typename T_, int kD_, int kBM_, int kBN_, int kWarps_, int kStages_>
+struct Traits {
+  using T = T_;
+  static constexpr int kD = kD_;
+  static constexpr int kBM = kBM_;
+  static constexpr int kBN = kBN_;
+  static constexpr int kWarps = kWarps_;
+  static constexpr int kStages = kStages_;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kWarpRows = kBM / kWarps;
+  static constexpr int kMT = kWarpRows / 16;  // m16 tiles per warp
+  static constexpr int kNT = kBN / 8;         // n8 tiles of S
+  static constexpr int kKS = kD / 16;         // k16 steps of Q K^T
+  static constexpr int kDT = kD / 8;          // n8 tiles of O
+  static constexpr int kChunks = kD / 8;      // 16-byte chunks per row
+  static constexpr bool kQInRegs = (kMT == 1);
+  static_assert(kD % 64 == 0, "swizzle needs >= 8 chunks per row");
+  static_assert(kWarpRows % 16 == 0 && kMT <= 2, "16 or 32 query rows per warp");
+  static_assert(kBN % 16 == 0, "key tile must be a multiple of 16");
+  static_assert(kStages >= 2, "at least double buffering");
+
+  // Shared memory: Q [kBM][kD], K and V [kStages][kBN][kD], keys [kStages][kBN], tile info.
+  static constexpr int kQBytes = kBM * kD * 2;
+  static constexpr int kKVTileBytes = kBN * kD * 2;
+  static constexpr int kKOff = kQBytes;
+  static constexpr int kVOff = kKOff + kStages * kKVTileBytes;
+  static constexpr int kKeysOff = kVOff + kStages * kKVTileBytes;
+  static constexpr int kInfoOff = kKeysOff + kStages * kBN * 4;
+  static constexpr int kSmemBytes = kInfoOff + kStages * 4 * 4;
+};
+
+// Byte offset of 16-byte chunk `ch` of row `row` in a swizzled tile of kChunks chunks per row:
+// the chunk index is XORed with the row's low 3 bits so that the 8 rows an ldmatrix phase reads
+// fall into 8 different bank groups.
+template <int kChunks>
+__device__ __forceinline__ uint32_t Swz(int row, int ch) {
+  return static_cast<uint32_t>((row * kChunks + (ch ^ (row & 7))) * 16);
+}
+
+// The keys of one (head, query block): ranges then gathered columns. With range_start null, one
+// range [0, dense_end).
+struct KeySet {
+  int num_ranges = 0;
+  const int32_t* range_start = nullptr;
+  const int32_t* range_len = nullptr;
+  int dense_end = 0;
+  const int32_t* cols = nullptr;
+  int num_cols = 0;
+};
+
+// Walks a KeySet tile by tile: range tiles of up to kBN consecutive keys, then column groups.
+template <int kBN>
+struct TileCursor {
+  int e = 0, off = 0, c = 0;
+  // kind 0: keys [start, start + n); kind 1: cols[start, start + n).
+  __device__ __forceinline__ bool Next(const KeySet& ks, int& kind, int& start, int& n) {
+    while (e < ks.num_ranges) {
+      int rs = 0, rl = ks.dense_end;
+      if (ks.range_start != nullptr) {
+        rs = __ldg(ks.range_start + e);
+        rl = __ldg(ks.range_len + e);
+      }
+      if (off < rl) {
+        kind = 0;
+        start = rs + off;
+        n = min(kBN, rl - off);
+        off += kBN;
+        return true;
+      }
+      ++e;
+      off = 0;
+    }
+    if (c < ks.num_cols) {
+      kind = 1;
+      start = c;
+      n = min(kBN, ks.num_cols - c);
+      c += kBN;
+      return true;
+    }
+    return false;
+  }
+};
+
+// Computes O (and LSE) of rows [q_block * kBM, ...) of sequence `seq`, q head `head`, over the
+// keys of `ks`. All threads of the CTA call it; it uses all of `smem`.
+template <class Tr>
+__device__ __forceinline__ void ProcessBlock(const AttnParams& p, char* smem, int seq, int head,
+                                             int q_block, const KeySet& ks) {
+  using T = typename Tr::T;
+  constexpr int kBM = Tr::kBM, kBN = Tr::kBN, kStages = Tr::kStages;
+  constexpr int kChunks = Tr::kChunks, kMT = Tr::kMT, kNT = Tr::kNT, kKS = Tr::kKS,
+                kDT = Tr::kDT;
+  const int tid = threadIdx.x;
+  const int warp = tid / 32, lane = tid % 32;
+  const int g = lane / 4, t4 = lane % 4;
+  const int warp_row0 = warp * Tr::kWarpRows;
+
+  const int q_tok0 = p.cu_seqlens_q[seq];
+  const int q_len = p.cu_seqlens_q[seq + 1] - q_tok0;
+  const int k_tok0 = p.cu_seqlens_k[seq];
+  const int k_len = p.cu_seqlens_k[seq + 1] - k_tok0;
+  const int q_begin = q_block * kBM;
+  const int first_pos = k_len - q_len + q_begin;  // key position of the block's first row
+  const int kv_head = head / p.group;
+
+  char* sQ = smem;
+  char* sK = smem + Tr::kKOff;
+  char* sV = smem + Tr::kVOff;
+  int* sKeys = reinterpret_cast<int*>(smem + Tr::kKeysOff);
+  int* sInfo = reinterpret_cast<int*>(smem + Tr::kInfoOff);
+  const uint32_t sQa = SmemAddr(sQ), sKa = SmemAddr(sK), sVa = SmemAddr(sV);
+  // ldmatrix lane addresses: every row a lane reads has (row & 7) == (lane & 7), so the swizzle
+  // is a per-lane XOR of the chunk index with a compile-time step (chunk = 2 * step ^ x).
+  constexpr uint32_t kRowBytes = kChunks * 16;
+  const uint32_t lane_k_row = ((lane % 8) + (lane / 16) * 8) * kRowBytes;  // K: 2 n-tiles
+  const uint32_t lane_k_xor = (((lane / 8) % 2) ^ (lane & 7)) * 16;
+  const uint32_t lane_v_row = ((lane % 8) + ((lane / 8) % 2) * 8) * kRowBytes;  // V: 2 k-halves
+  const uint32_t lane_v_xor = ((lane / 16) ^ (lane & 7)) * 16;  // also Q's (same lane pattern)
+  const uint32_t lane_q_row = (warp_row0 + (lane % 16)) * kRowBytes;
+
+  const T* qg = static_cast<const T*>(p.q) + static_cast<int64_t>(head) * p.q_head_stride;
+  const T* kg = static_cast<const T*>(p.k) + static_cast<int64_t>(kv_head) * p.k_head_stride;
+  const T* vg = static_cast<const T*>(p.v) + static_cast<int64_t>(kv_head) * p.v_head_stride;
+
+  // Q tile (rows past q_len read as zeros).
+  for (int i = tid; i < kBM * kChunks; i += Tr::kThreads) {
+    const int r = i / kChunks, ch = i % kChunks;
+    const bool valid = q_begin + r < q_len;
+    const T* src = qg + static_cast<int64_t>(q_tok0 + (valid ? q_begin + r : 0)) *
+                            p.q_token_stride + ch * 8;
+    CpAsync16(sQa + Swz<kChunks>(r, ch), src, valid);
+  }
+
+  TileCursor<kBN> cursor;
+  // Issues the loads of the cursor's next tile into `stage` (or records that none is left).
+  auto issue = [&](int stage) {
+    int kind = 0, start = 0, n = 0;
+    const bool has = cursor.Next(ks, kind, start, n);
+    if (!has) {
+      if (tid == 0) sInfo[stage * 4 + 2] = 0;
+      return;
+    }
+    const uint32_t kst = sKa + stage * Tr::kKVTileBytes;
+    const uint32_t vst = sVa + stage * Tr::kKVTileBytes;
+    for (int i = tid; i < kBN * kChunks; i += Tr::kThreads) {
+      const int r = i / kChunks, ch = i % kChunks;
+      const bool valid = r < n;
+      int key = 0;
+      if (valid) key = kind == 0 ? start + r : __ldg(ks.cols + start + r);
+      const int64_t tok = k_tok0 + key;
+      CpAsync16(kst + Swz<kChunks>(r, ch), kg + tok * p.k_token_stride + ch * 8, valid);
+      CpAsync16(vst + Swz<kChunks>(r, ch), vg + tok * p.v_token_stride + ch * 8, valid);
+      if (ch == 0) sKeys[stage * kBN + r] = valid ? key : 0x7fffffff;
+    }
+    if (tid == 0) {
+      const int last_key = kind == 0 ? start + n - 1 : __ldg(ks.cols + start + n - 1);
+      sInfo[stage * 4 + 0] = kind;
+      sInfo[stage * 4 + 1] = start;
+      sInfo[stage * 4 + 2] = n;
+      sInfo[stage * 4 + 3] = (n < kBN || (p.causal && last_key > first_pos)) ? 1 : 0;
+    }
+  };
+
+  for (int st = 0; st < kStages - 1; ++st) {
+    issue(st);
+    CpAsyncCommit();  // group st (group 0 also holds Q)
+  }
+
+  float acc[kMT][kDT][4];
+  float m_i[kMT][2], l_i[kMT][2];
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+    for (int dt = 0; dt < kDT; ++dt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mt][dt][e] = 0.f;
+    }
+    m_i[mt][0] = m_i[mt][1] = kNegInf;
+    l_i[mt][0] = l_i[mt][1] = 0.f;
+  }
+  uint32_t qf[Tr::kQInRegs ? kKS : 1][4];
+  const float scale = p.scale_log2;
+
+  for (int t = 0;; ++t) {
+    CpAsyncWait<kStages - 2>();
+    __syncthreads();
+    if (Tr::kQInRegs && t == 0) {
+#pragma unroll
+      for (int ks_i = 0; ks_i < kKS; ++ks_i) {
+        LdMatrixX4(sQa + lane_q_row + ((ks_i * 32) ^ lane_v_xor), qf[ks_i][0], qf[ks_i][1],
+                   qf[ks_i][2], qf[ks_i][3]);
+      }
+    }
+    const int stage = t % kStages;
+    const int n = sInfo[stage * 4 + 2];
+    if (n == 0) break;
+    const int kind = sInfo[stage * 4 + 0];
+    const int start = sInfo[stage * 4 + 1];
+    const bool need_mask = sInfo[stage * 4 + 3] != 0;
+    issue((t + kStages - 1) % kStages);
+    CpAsyncCommit();
+
+    const uint32_t kst = sKa + stage * Tr::kKVTileBytes;
+    const uint32_t vst = sVa + stage * Tr::kKVTileBytes;
+
+    // S = Q K^T
+    float s[kMT][kNT][4];
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.f;
+      }
+    }
+#pragma unroll
+    for (int ks_i = 0; ks_i < kKS; ++ks_i) {
+      uint32_t a[kMT][4];
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+        if constexpr (Tr::kQInRegs) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) a[mt][e] = qf[ks_i][e];
+        } else {
+          LdMatrixX4(sQa + lane_q_row + mt * 16 * kRowBytes + ((ks_i * 32) ^ lane_v_xor),
+                     a[mt][0], a[mt][1], a[mt][2], a[mt][3]);
+        }
+      }
+#pragma unroll
+      for (int np = 0; np < kNT / 2; ++np) {
+        uint32_t b0, b1, b2, b3;
+        LdMatrixX4(kst + lane_k_row + np * 16 * kRowBytes + ((ks_i * 32) ^ lane_k_xor), b0, b1,
+                   b2, b3);
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          Mma<T>::Run(s[mt][2 * np], a[mt], b0, b1);
+          Mma<T>::Run(s[mt][2 * np + 1], a[mt], b2, b3);
+        }
+      }
+    }
+
+    // Mask: keys past the tile's n, and causal (key > row position).
+    if (need_mask) {
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const int col = nt * 8 + 2 * t4 + j;
+          const int key = kind == 0 ? (col < n ? start + col : 0x7fffffff)
+                                    : sKeys[stage * kBN + col];
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const int pos = first_pos + warp_row0 + mt * 16 + g + 8 * h;
+              const bool ok = col < n && (!p.causal || key <= pos);
+              if (!ok) s[mt][nt][2 * h + j] = kNegInf;
+            }
+          }
+        }
+      }
+    }
+
+    // Online softmax (log2 domain; scores scaled on the fly).
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float mx = m_i[mt][h];
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) {
+          mx = fmaxf(mx, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
+        }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float ms = mx == kNegInf ? 0.f : mx * scale;
+        const float corr = Exp2(m_i[mt][h] * scale - ms);
+        m_i[mt][h] = mx;
+        float sum = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+          for (int j = 0; j < 2; ++j) {
+            const float pv = Exp2(fmaf(s[mt][nt][2 * h + j], scale, -ms));
+            s[mt][nt][2 * h + j] = pv;
+            sum += pv;
+          }
+        }
+        l_i[mt][h] = l_i[mt][h] * corr + sum;
+#pragma unroll
+        for (int dt = 0; dt < kDT; ++dt) {
+          acc[mt][dt][2 * h] *= corr;
+          acc[mt][dt][2 * h + 1] *= corr;
+        }
+      }
+    }
+
+    // O += P V
+#pragma unroll
+    for (int kk = 0; kk < kBN / 16; ++kk) {
+      uint32_t a[kMT][4];
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+        a[mt][0] = Mma<T>::Pack(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+        a[mt][1] = Mma<T>::Pack(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+        a[mt][2] = Mma<T>::Pack(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+        a[mt][3] = Mma<T>::Pack(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+      }
+#pragma unroll
+      for (int dp = 0; dp < kDT / 2; ++dp) {
+        uint32_t b0, b1, b2, b3;
+        LdMatrixX4Trans(vst + lane_v_row + kk * 16 * kRowBytes + ((dp * 32) ^ lane_v_xor), b0,
+                        b1, b2, b3);
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          Mma<T>::Run(acc[mt][2 * dp], a[mt], b0, b1);
+          Mma<T>::Run(acc[mt][2 * dp + 1], a[mt], b2, b3);
+        }
+      }
+    }
+  }
+  CpAsyncWait<0>();
+
+  // Epilogue: normalize, stage the warp's rows in its part of sQ, write 16-byte rows.
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float l = l_i[mt][h];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const float inv = l == 0.f ? 0.f : 1.f / l;
+      const int r = warp_row0 + mt * 16 + g + 8 * h;
+#pragma unroll
+      for (int dt = 0; dt < kDT; ++dt) {
+        const uint32_t packed =
+            Mma<T>::Pack(acc[mt][dt][2 * h] * inv, acc[mt][dt][2 * h + 1] * inv);
+        *reinterpret_cast<uint32_t*>(sQ + Swz<kChunks>(r, dt) + t4 * 4) = packed;
+      }
+      if (p.maybe_lse != nullptr && t4 == 0 && q_begin + r < q_len) {
+        const float lse =
+            l == 0.f ? kNegInf : (m_i[mt][h] * scale + __log2f(l)) * kLn2;
+        p.maybe_lse[static_cast<int64_t>(head) * p.total_q + q_tok0 + q_begin + r] = lse;
+      }
+    }
+  }
+  __syncwarp();
+  T* og = static_cast<T*>(p.o) + static_cast<int64_t>(head) * p.o_head_stride;
+  for (int i = lane; i < Tr::kWarpRows * kChunks; i += 32) {
+    const int r = warp_row0 + i / kChunks, ch = i % kChunks;
+    if (q_begin + r < q_len) {
+      const uint4 val = *reinterpret_cast<const uint4*>(sQ + Swz<kChunks>(r, ch));
+      *reinterpret_cast<uint4*>(og + static_cast<int64_t>(q_tok0 + q_begin + r) *
+                                         p.o_token_stride + ch * 8) = val;
+    }
+  }
+}
+
+// Dense: one CTA per (q head, query block, sequence); blocks with the most keys start first.
+template <class Tr>
+__global__ void __launch_bounds__(Tr::kThreads) DenseKernel(AttnParams p, int num_m_blocks) {
+  extern __shared__ __align__(128) char smem[];
+  const int head = blockIdx.x;
+  const int m_block = num_m_blocks - 1 - static_cast<int>(blockIdx.y);
+  const int seq = blockIdx.z;
+  const int q_len = p.cu_seqlens_q[seq + 1] - p.cu_seqlens_q[seq];
+  if (m_block * Tr::kBM >= q_len) return;
+  const int k_len = p.cu_seqlens_k[seq + 1] - p.cu_seqlens_k[seq];
+  const int last_row = min(q_len, (m_block + 1) * Tr::kBM) - 1;
+  KeySet ks;
+  ks.num_ranges = 1;
+  ks.dense_end = p.causal ? k_len - q_len + last_row + 1 : k_len;
+  ProcessBlock<Tr>(p, smem, seq, head, m_block, ks);
+}
+
+// Sparse: a persistent grid; each CTA pulls (head slot, block) rows from the schedule.
+template <class Tr>
+__global__ void __launch_bounds__(Tr::kThreads)
+    SparseKernel(AttnParams p, SparseIndexView idx, SparseSchedule sched, int batch) {
+  extern __shared__ __align__(128) char smem[];
+  __shared__ int item;
+  for (;;) {
+    if (threadIdx.x == 0) item = atomicAdd(sched.counter, 1);
+    __syncthreads();
+    const int w = item;
+    if (w >= sched.num_items) break;
+    const int r = sched.order[w];
+    const int slot = r / idx.num_blocks;
+    const int blk = r - slot * idx.num_blocks;
+    int seq = 0;
+    while (seq + 1 < batch && idx.block_offsets[seq + 1] <= blk) ++seq;
+    KeySet ks;
+    const int r0 = idx.range_indptr[r];
+    ks.num_ranges = idx.range_indptr[r + 1] - r0;
+    ks.range_start = idx.range_start + r0;
+    ks.range_len = idx.range_len + r0;
+    const int c0 = idx.col_indptr[r];
+    ks.cols = idx.col_idx + c0;
+    ks.num_cols = idx.col_indptr[r + 1] - c0;
+    ProcessBlock<Tr>(p, smem, seq, idx.heads[slot], blk - idx.block_offsets[seq], ks);
+    __syncthreads();  // smem and `item` are reused by the next row
+  }
+}
+
+}  // namespace detail
+}  // namespace cuda
+}  // namespace spattn
+
+#endif  // SPATTN_KERNELS_CUDA_ATTENTION_CORE_CUH_
