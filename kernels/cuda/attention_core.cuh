@@ -6,6 +6,12 @@
 //
 // Warp w owns query rows [w * kWarpRows, (w + 1) * kWarpRows) of the block (16 or 32 rows); its
 // S = Q K^T fragment stays in registers and becomes the A operand of P V directly.
+//
+// With kWgmma (Hopper, sm_90a) each warpgroup of 4 warps computes its 64 rows with wgmma instead:
+// S = Q K^T from shared memory (K-major, 128-byte swizzle descriptors), then O += P V with P
+// from registers and V read N-major. Shared tiles are then stored as [head_dim / 64] sub-tiles
+// of [rows][128 bytes], the layout the descriptors describe; the register layouts of S and O
+// are the same as mma.sync's, so masking, softmax and the epilogue are shared.
 #ifndef SPATTN_KERNELS_CUDA_ATTENTION_CORE_CUH_
 #define SPATTN_KERNELS_CUDA_ATTENTION_CORE_CUH_
 
@@ -14,8 +20,10 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/attention_launch.h"
+#include "kernels/cuda/wgmma_ops.cuh"
 
 namespace spattn {
 namespace cuda {
@@ -96,7 +104,8 @@ struct Mma<__half> {
 
 // ---- Kernel shape ----------------------------------------------------------------------------
 
-template <typename T_, int kD_, int kBM_, int kBN_, int kWarps_, int kStages_>
+template <typename T_, int kD_, int kBM_, int kBN_, int kWarps_, int kStages_,
+          bool kWgmma_ = false>
 struct Traits {
   using T = T_;
   static constexpr int kD = kD_;
@@ -111,7 +120,10 @@ struct Traits {
   static constexpr int kKS = kD / 16;         // k16 steps of Q K^T
   static constexpr int kDT = kD / 8;          // n8 tiles of O
   static constexpr int kChunks = kD / 8;      // 16-byte chunks per row
-  static constexpr bool kQInRegs = (kMT == 1);
+  static constexpr bool kWgmma = kWgmma_;
+  static constexpr bool kQInRegs = (kMT == 1) && !kWgmma;
+  static_assert(!kWgmma || (kMT == 1 && kWarps % 4 == 0 && (kBN == 64 || kBN == 128)),
+                "wgmma: warpgroups of 64 rows, key tiles of 64 or 128");
   static_assert(kD % 64 == 0, "swizzle needs >= 8 chunks per row");
   static_assert(kWarpRows % 16 == 0 && kMT <= 2, "16 or 32 query rows per warp");
   static_assert(kBN % 16 == 0, "key tile must be a multiple of 16");
@@ -124,7 +136,92 @@ struct Traits {
   static constexpr int kVOff = kKOff + kStages * kKVTileBytes;
   static constexpr int kKeysOff = kVOff + kStages * kKVTileBytes;
   static constexpr int kInfoOff = kKeysOff + kStages * kBN * 4;
-  static constexpr int kSmemBytes = kInfoOff + kStages * 4 * 4;
+  // wgmma descriptors need 1024-byte aligned sub-tiles: room to align the base.
+  static constexpr int kSmemBytes = kInfoOff + kStages * 4 * 4 + (kWgmma ? 1024 : 0);
+  static_assert(!kWgmma || (kQBytes % 1024 == 0 && kKVTileBytes % 1024 == 0), "alignment");
+
+  // Byte offset of 16-byte chunk `ch` of row `row` in a tile of `rows` rows.
+  static __device__ __forceinline__ uint32_t Off(int row, int ch, int rows) {
+    if constexpr (kWgmma) {
+      return static_cast<uint32_t>((ch / 8) * rows * 128 + row * 128 + (((ch & 7) ^ (row & 7)) * 16));
+    } else {
+      return static_cast<uint32_t>((row * kChunks + (ch ^ (row & 7))) * 16);
+    }
+  }
+};
+
+// ---- wgmma helpers ---------------------------------------------------------------------------
+
+// Shared-memory matrix descriptor with 128-byte swizzle.
+__device__ __forceinline__ uint64_t SmemDesc(uint32_t addr, uint32_t lbo_bytes,
+                                             uint32_t sbo_bytes) {
+  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) |
+         (static_cast<uint64_t>((lbo_bytes >> 4) & 0x3FFF) << 16) |
+         (static_cast<uint64_t>((sbo_bytes >> 4) & 0x3FFF) << 32) | (uint64_t{1} << 62);
+}
+
+__device__ __forceinline__ void WgmmaFence() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void WgmmaCommit() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void WgmmaWaitAll() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#endif
+}
+// Makes shared memory written through the generic proxy (cp.async) visible to wgmma.
+__device__ __forceinline__ void FenceProxyAsync() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+// Keeps the compiler from moving accesses of `x` across an async wgmma boundary.
+__device__ __forceinline__ void FenceReg(float& x) { asm volatile("" : "+f"(x)::"memory"); }
+__device__ __forceinline__ void FenceReg(uint32_t& x) { asm volatile("" : "+r"(x)::"memory"); }
+
+template <typename T, int N>
+struct Wgmma;
+template <>
+struct Wgmma<__nv_bfloat16, 64> {
+  static __device__ __forceinline__ void SS(float* d, uint64_t a, uint64_t b, int sd) {
+    WgmmaSS_N64_bf16(d, a, b, sd);
+  }
+  static __device__ __forceinline__ void RS(float* d, const uint32_t* a, uint64_t b) {
+    WgmmaRS_N64_bf16(d, a, b, 1);
+  }
+};
+template <>
+struct Wgmma<__nv_bfloat16, 128> {
+  static __device__ __forceinline__ void SS(float* d, uint64_t a, uint64_t b, int sd) {
+    WgmmaSS_N128_bf16(d, a, b, sd);
+  }
+  static __device__ __forceinline__ void RS(float* d, const uint32_t* a, uint64_t b) {
+    WgmmaRS_N128_bf16(d, a, b, 1);
+  }
+};
+template <>
+struct Wgmma<__half, 64> {
+  static __device__ __forceinline__ void SS(float* d, uint64_t a, uint64_t b, int sd) {
+    WgmmaSS_N64_f16(d, a, b, sd);
+  }
+  static __device__ __forceinline__ void RS(float* d, const uint32_t* a, uint64_t b) {
+    WgmmaRS_N64_f16(d, a, b, 1);
+  }
+};
+template <>
+struct Wgmma<__half, 128> {
+  static __device__ __forceinline__ void SS(float* d, uint64_t a, uint64_t b, int sd) {
+    WgmmaSS_N128_f16(d, a, b, sd);
+  }
+  static __device__ __forceinline__ void RS(float* d, const uint32_t* a, uint64_t b) {
+    WgmmaRS_N128_f16(d, a, b, 1);
+  }
 };
 
 // Byte offset of 16-byte chunk `ch` of row `row` in a swizzled tile of kChunks chunks per row:
@@ -185,7 +282,7 @@ template <class Tr>
 __device__ __forceinline__ void ProcessBlock(const AttnParams& p, char* smem, int seq, int head,
                                              int q_block, const KeySet& ks) {
   using T = typename Tr::T;
-  constexpr int kBM = Tr::kBM, kBN = Tr::kBN, kStages = Tr::kStages;
+  constexpr int kD = Tr::kD, kBM = Tr::kBM, kBN = Tr::kBN, kStages = Tr::kStages;
   constexpr int kChunks = Tr::kChunks, kMT = Tr::kMT, kNT = Tr::kNT, kKS = Tr::kKS,
                 kDT = Tr::kDT;
   const int tid = threadIdx.x;
@@ -201,6 +298,9 @@ __device__ __forceinline__ void ProcessBlock(const AttnParams& p, char* smem, in
   const int first_pos = k_len - q_len + q_begin;  // key position of the block's first row
   const int kv_head = head / p.group;
 
+  if constexpr (Tr::kWgmma) {
+    smem += (1024 - (SmemAddr(smem) & 1023)) & 1023;
+  }
   char* sQ = smem;
   char* sK = smem + Tr::kKOff;
   char* sV = smem + Tr::kVOff;
@@ -226,7 +326,7 @@ __device__ __forceinline__ void ProcessBlock(const AttnParams& p, char* smem, in
     const bool valid = q_begin + r < q_len;
     const T* src = qg + static_cast<int64_t>(q_tok0 + (valid ? q_begin + r : 0)) *
                             p.q_token_stride + ch * 8;
-    CpAsync16(sQa + Swz<kChunks>(r, ch), src, valid);
+    CpAsync16(sQa + Tr::Off(r, ch, kBM), src, valid);
   }
 
   TileCursor<kBN> cursor;
@@ -246,8 +346,8 @@ __device__ __forceinline__ void ProcessBlock(const AttnParams& p, char* smem, in
       int key = 0;
       if (valid) key = kind == 0 ? start + r : __ldg(ks.cols + start + r);
       const int64_t tok = k_tok0 + key;
-      CpAsync16(kst + Swz<kChunks>(r, ch), kg + tok * p.k_token_stride + ch * 8, valid);
-      CpAsync16(vst + Swz<kChunks>(r, ch), vg + tok * p.v_token_stride + ch * 8, valid);
+      CpAsync16(kst + Tr::Off(r, ch, kBN), kg + tok * p.k_token_stride + ch * 8, valid);
+      CpAsync16(vst + Tr::Off(r, ch, kBN), vg + tok * p.v_token_stride + ch * 8, valid);
       if (ch == 0) sKeys[stage * kBN + r] = valid ? key : 0x7fffffff;
     }
     if (tid == 0) {
@@ -281,6 +381,7 @@ __device__ __forceinline__ void ProcessBlock(const AttnParams& p, char* smem, in
 
   for (int t = 0;; ++t) {
     CpAsyncWait<kStages - 2>();
+    if constexpr (Tr::kWgmma) FenceProxyAsync();
     __syncthreads();
     if (Tr::kQInRegs && t == 0) {
 #pragma unroll
@@ -300,9 +401,31 @@ __device__ __forceinline__ void ProcessBlock(const AttnParams& p, char* smem, in
 
     const uint32_t kst = sKa + stage * Tr::kKVTileBytes;
     const uint32_t vst = sVa + stage * Tr::kKVTileBytes;
+    // Two copies of the tile math: interior tiles skip the mask code (fewer live registers).
+    auto compute = [&](auto mask_tag) {
+    constexpr bool kMask = decltype(mask_tag)::value;
 
     // S = Q K^T
     float s[kMT][kNT][4];
+    if constexpr (Tr::kWgmma) {
+      // This warpgroup's 64 rows of Q against the whole key tile; d in steps of 16.
+      const uint32_t q_rows = sQa + (warp / 4) * 64 * 128;
+      WgmmaFence();
+#pragma unroll
+      for (int ks_i = 0; ks_i < kKS; ++ks_i) {
+        const uint32_t koff = (ks_i % 4) * 32;  // 16 elements within the 128-byte row
+        const uint64_t da = SmemDesc(q_rows + (ks_i / 4) * kBM * 128 + koff, 16, 1024);
+        const uint64_t db = SmemDesc(kst + (ks_i / 4) * kBN * 128 + koff, 16, 1024);
+        Wgmma<T, kBN>::SS(&s[0][0][0], da, db, ks_i > 0 ? 1 : 0);
+      }
+      WgmmaCommit();
+      WgmmaWaitAll();
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) FenceReg(s[0][nt][e]);
+      }
+    } else {
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
@@ -336,9 +459,10 @@ __device__ __forceinline__ void ProcessBlock(const AttnParams& p, char* smem, in
         }
       }
     }
+    }  // mma.sync
 
     // Mask: keys past the tile's n, and causal (key > row position).
-    if (need_mask) {
+    if constexpr (kMask) {
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt) {
 #pragma unroll
@@ -394,6 +518,40 @@ __device__ __forceinline__ void ProcessBlock(const AttnParams& p, char* smem, in
     }
 
     // O += P V
+    if constexpr (Tr::kWgmma) {
+      uint32_t pa[kBN / 16][4];
+#pragma unroll
+      for (int kk = 0; kk < kBN / 16; ++kk) {
+        pa[kk][0] = Mma<T>::Pack(s[0][2 * kk][0], s[0][2 * kk][1]);
+        pa[kk][1] = Mma<T>::Pack(s[0][2 * kk][2], s[0][2 * kk][3]);
+        pa[kk][2] = Mma<T>::Pack(s[0][2 * kk + 1][0], s[0][2 * kk + 1][1]);
+        pa[kk][3] = Mma<T>::Pack(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3]);
+      }
+#pragma unroll
+      for (int kk = 0; kk < kBN / 16; ++kk) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) FenceReg(pa[kk][e]);  // written before the fence
+      }
+#pragma unroll
+      for (int dt = 0; dt < kDT; ++dt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) FenceReg(acc[0][dt][e]);
+      }
+      WgmmaFence();
+#pragma unroll
+      for (int kk = 0; kk < kBN / 16; ++kk) {
+        // V N-major: 8-key groups 1024 bytes apart (SBO), 64-wide d blocks kBN * 128 apart (LBO).
+        const uint64_t db = SmemDesc(vst + kk * 16 * 128, kBN * 128, 1024);
+        Wgmma<T, kD>::RS(&acc[0][0][0], pa[kk], db);
+      }
+      WgmmaCommit();
+      WgmmaWaitAll();
+#pragma unroll
+      for (int dt = 0; dt < kDT; ++dt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) FenceReg(acc[0][dt][e]);
+      }
+    } else {
 #pragma unroll
     for (int kk = 0; kk < kBN / 16; ++kk) {
       uint32_t a[kMT][4];
@@ -416,6 +574,13 @@ __device__ __forceinline__ void ProcessBlock(const AttnParams& p, char* smem, in
         }
       }
     }
+    }  // mma.sync
+    };
+    if (need_mask) {
+      compute(std::true_type{});
+    } else {
+      compute(std::false_type{});
+    }
   }
   CpAsyncWait<0>();
 
@@ -433,7 +598,7 @@ __device__ __forceinline__ void ProcessBlock(const AttnParams& p, char* smem, in
       for (int dt = 0; dt < kDT; ++dt) {
         const uint32_t packed =
             Mma<T>::Pack(acc[mt][dt][2 * h] * inv, acc[mt][dt][2 * h + 1] * inv);
-        *reinterpret_cast<uint32_t*>(sQ + Swz<kChunks>(r, dt) + t4 * 4) = packed;
+        *reinterpret_cast<uint32_t*>(sQ + Tr::Off(r, dt, kBM) + t4 * 4) = packed;
       }
       if (p.maybe_lse != nullptr && t4 == 0 && q_begin + r < q_len) {
         const float lse =
@@ -447,7 +612,7 @@ __device__ __forceinline__ void ProcessBlock(const AttnParams& p, char* smem, in
   for (int i = lane; i < Tr::kWarpRows * kChunks; i += 32) {
     const int r = warp_row0 + i / kChunks, ch = i % kChunks;
     if (q_begin + r < q_len) {
-      const uint4 val = *reinterpret_cast<const uint4*>(sQ + Swz<kChunks>(r, ch));
+      const uint4 val = *reinterpret_cast<const uint4*>(sQ + Tr::Off(r, ch, kBM));
       *reinterpret_cast<uint4*>(og + static_cast<int64_t>(q_tok0 + q_begin + r) *
                                          p.o_token_stride + ch * 8) = val;
     }

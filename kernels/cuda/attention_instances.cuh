@@ -18,6 +18,14 @@ template <typename T, int kD>
 using Block128W4 = Traits<T, kD, 128, kTileN, 4, 2>;
 template <typename T, int kD>
 using Block64W4 = Traits<T, kD, 64, kTileN, 4, 2>;
+// Hopper wgmma shapes: two warpgroups (block_m 128) or one (block_m 64); the dense kernel takes
+// 128-key tiles, the sparse one 64 (less waste on short ranges and column groups).
+template <typename T, int kD>
+using DenseWgmma = Traits<T, kD, 128, 128, 8, 2, true>;
+template <typename T, int kD>
+using Block128Wgmma = Traits<T, kD, 128, kTileN, 8, 2, true>;
+template <typename T, int kD>
+using Block64Wgmma = Traits<T, kD, 64, kTileN, 4, 2, true>;
 
 // Raises the kernel's dynamic shared-memory limit once (cheap after the first call).
 template <typename Kernel>
@@ -62,6 +70,7 @@ cudaError_t LaunchSparseShape(const AttnParams& p, const SparseIndexView& idx,
 template <typename T, int kD>
 cudaError_t DenseForDim(const AttnParams& p, int max_q_len, KernelVariant v,
                         cudaStream_t stream) {
+  if (v == KernelVariant::kWgmma) return LaunchDenseShape<DenseWgmma<T, kD>>(p, max_q_len, stream);
   if (v == KernelVariant::kWarps8) return LaunchDenseShape<Block128W8<T, kD>>(p, max_q_len, stream);
   return LaunchDenseShape<Block128W4<T, kD>>(p, max_q_len, stream);
 }
@@ -69,6 +78,10 @@ cudaError_t DenseForDim(const AttnParams& p, int max_q_len, KernelVariant v,
 template <typename T, int kD>
 cudaError_t SparseForDim(const AttnParams& p, const SparseIndexView& idx,
                          const SparseSchedule& sched, KernelVariant v, cudaStream_t stream) {
+  if (v == KernelVariant::kWgmma) {
+    if (idx.block_m == 64) return LaunchSparseShape<Block64Wgmma<T, kD>>(p, idx, sched, stream);
+    return LaunchSparseShape<Block128Wgmma<T, kD>>(p, idx, sched, stream);
+  }
   if (idx.block_m == 64) return LaunchSparseShape<Block64W4<T, kD>>(p, idx, sched, stream);
   if (v == KernelVariant::kWarps8) {
     return LaunchSparseShape<Block128W8<T, kD>>(p, idx, sched, stream);

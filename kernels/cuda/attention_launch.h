@@ -42,6 +42,7 @@ enum class KernelVariant {
   kAuto = 0,
   kWarps8 = 1,  // block_m 128: 8 warps of 16 query rows
   kWarps4 = 2,  // block_m 128: 4 warps of 32 query rows (half the shared-memory reads per FLOP)
+  kWgmma = 3,   // Hopper (sm_90) only: warpgroups of 64 rows with wgmma; elsewhere kWarps4
 };
 
 // Dense attention (causal or full) over every head. `max_q_len` is the longest q_len of the

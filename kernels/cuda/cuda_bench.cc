@@ -6,9 +6,10 @@
 // only ("effective" for the sparse kernel: pairs its index selects).
 //
 // Flags (--name=value): seq_lens (comma list, default 8192,32768,131072), heads 32, kv_heads 8,
-// head_dim 128, iters 10, warmup 2, variants 1,2 (dense shapes), range_densities, col_densities,
-// device 0, block_m 128 (sparse), skip_sparse_above (seq len above which the sparse synthetic
-// indexes are skipped; default 131072).
+// head_dim 128, iters 10, warmup 2, variants 1,2,3 (dense kernel shapes), sparse_variants 2,3,
+// range_densities, col_densities, device 0, block_ms 128 (sparse index block sizes),
+// skip_sparse_above (seq len above which the sparse synthetic indexes are skipped; default
+// 131072).
 #include <algorithm>
 #include <cinttypes>
 #include <cmath>
@@ -164,11 +165,12 @@ int Run(int argc, char** argv) {
   const int d = std::atoi(get("head_dim", "128").c_str());
   const int iters = std::atoi(get("iters", "10").c_str());
   const int warmup = std::atoi(get("warmup", "2").c_str());
-  const std::vector<double> variants = Doubles(get("variants", "1,2"));
+  const std::vector<double> variants = Doubles(get("variants", "1,2,3"));
+  const std::vector<double> sparse_variants = Doubles(get("sparse_variants", "2,3"));
+  const std::vector<double> block_ms = Doubles(get("block_ms", "128"));
   const std::vector<double> range_dens = Doubles(get("range_densities", "0.1,0.3"));
   const std::vector<double> col_dens = Doubles(get("col_densities", "0.05,0.2"));
   const int device = std::atoi(get("device", "0").c_str());
-  const int block_m = std::atoi(get("block_m", "128").c_str());
   const double skip_sparse_above = std::atof(get("skip_sparse_above", "131072").c_str());
 
   std::string why;
@@ -180,7 +182,10 @@ int Run(int argc, char** argv) {
   std::fprintf(stderr, "cuda_bench on %s (%d SMs)\n", devices[device].name.c_str(),
                devices[device].multiprocessors);
   std::map<int, std::unique_ptr<CudaAttentionEngine>> engines;
-  for (double v : variants) {
+  std::vector<double> all_variants = variants;
+  all_variants.insert(all_variants.end(), sparse_variants.begin(), sparse_variants.end());
+  for (double v : all_variants) {
+    if (engines.count(static_cast<int>(v)) > 0) continue;
     CudaEngineOptions o;
     o.kernel_variant = static_cast<int>(v);
     auto e = CudaAttentionEngine::Create(device, int64_t{1} << 30, o);
@@ -190,7 +195,7 @@ int Run(int argc, char** argv) {
     }
     engines[o.kernel_variant] = std::move(*e);
   }
-  CudaAttentionEngine* sparse_engine = engines.begin()->second.get();
+  const char* kVariantName[] = {"auto", "w8", "w4", "wgmma"};
 
   for (double sl : seq_lens) {
     const int n = static_cast<int>(sl);
@@ -232,6 +237,7 @@ int Run(int argc, char** argv) {
     p.maybe_lse = static_cast<float*>(b.lse->data());
     const double dense_flops = 4.0 * d * static_cast<double>(AllowedPairs(p)) * heads;
 
+    int block_m = 128;
     auto emit = [&](const std::string& kernel, double density, double flops,
                     const std::vector<double>& kernel_s, const std::vector<double>& sched_s) {
       const double ms = Median(kernel_s) * 1e3;
@@ -246,7 +252,8 @@ int Run(int argc, char** argv) {
       std::fflush(stdout);
     };
 
-    for (auto& [variant, engine] : engines) {
+    for (double v : variants) {
+      CudaAttentionEngine* engine = engines[static_cast<int>(v)].get();
       std::vector<double> ks, ss;
       for (int i = 0; i < warmup + iters; ++i) {
         CudaStageTimes t;
@@ -257,7 +264,7 @@ int Run(int argc, char** argv) {
         }
         if (i >= warmup) ks.push_back(t.kernel_seconds), ss.push_back(0);
       }
-      emit(variant == 1 ? "dense_w8" : "dense_w4", 1.0, dense_flops, ks, ss);
+      emit(std::string("dense_") + kVariantName[static_cast<int>(v)], 1.0, dense_flops, ks, ss);
     }
 
     auto run_sparse = [&](const std::string& name, const SparseIndex& idx) -> int {
@@ -268,32 +275,38 @@ int Run(int argc, char** argv) {
         return 1;
       }
       const double pairs = static_cast<double>(SumPairs(p, idx));
-      std::vector<double> ks, ss;
-      for (int i = 0; i < warmup + iters; ++i) {
-        CudaStageTimes t;
-        const absl::Status s = sparse_engine->RunSparseDeviceIndex(p, *view, &t);
-        if (!s.ok()) {
-          std::fprintf(stderr, "%s: %s\n", name.c_str(), s.ToString().c_str());
-          return 1;
+      for (double v : sparse_variants) {
+        CudaAttentionEngine* engine = engines[static_cast<int>(v)].get();
+        std::vector<double> ks, ss;
+        for (int i = 0; i < warmup + iters; ++i) {
+          CudaStageTimes t;
+          const absl::Status s = engine->RunSparseDeviceIndex(p, *view, &t);
+          if (!s.ok()) {
+            std::fprintf(stderr, "%s: %s\n", name.c_str(), s.ToString().c_str());
+            return 1;
+          }
+          if (i >= warmup) ks.push_back(t.kernel_seconds), ss.push_back(t.schedule_seconds);
         }
-        if (i >= warmup) ks.push_back(t.kernel_seconds), ss.push_back(t.schedule_seconds);
+        emit(name + "_" + kVariantName[static_cast<int>(v)],
+             pairs / (static_cast<double>(AllowedPairs(p)) * heads), 4.0 * d * pairs, ks, ss);
       }
-      emit(name, pairs / (static_cast<double>(AllowedPairs(p)) * heads), 4.0 * d * pairs, ks,
-           ss);
       return 0;
     };
 
-    SparseIndex dense_idx;
-    std::vector<int> all(heads);
-    for (int h = 0; h < heads; ++h) all[h] = h;
-    if (!BuildDenseIndex(p, all, block_m, &dense_idx).ok()) return 1;
-    if (run_sparse("sparse_dense_index", dense_idx) != 0) return 1;
-    if (sl > skip_sparse_above) continue;
-    for (double rd : range_dens) {
-      if (run_sparse("sparse_ranges", RangesIndex(p, block_m, rd, 11)) != 0) return 1;
-    }
-    for (double cd : col_dens) {
-      if (run_sparse("sparse_columns", ColumnsIndex(p, block_m, cd, 12)) != 0) return 1;
+    for (double bm : block_ms) {
+      block_m = static_cast<int>(bm);
+      SparseIndex dense_idx;
+      std::vector<int> all(heads);
+      for (int h = 0; h < heads; ++h) all[h] = h;
+      if (!BuildDenseIndex(p, all, block_m, &dense_idx).ok()) return 1;
+      if (run_sparse("sparse_dense_index", dense_idx) != 0) return 1;
+      if (sl > skip_sparse_above) continue;
+      for (double rd : range_dens) {
+        if (run_sparse("sparse_ranges", RangesIndex(p, block_m, rd, 11)) != 0) return 1;
+      }
+      for (double cd : col_dens) {
+        if (run_sparse("sparse_columns", ColumnsIndex(p, block_m, cd, 12)) != 0) return 1;
+      }
     }
   }
   return 0;

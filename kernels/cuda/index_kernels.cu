@@ -181,11 +181,28 @@ __global__ void FillRangesKernel(int kind, int sink, int local, const int32_t* c
 }
 
 }  // namespace
+
+// kAuto and kWgmma resolve to what the current device runs: wgmma needs compute capability 9.0
+// (the sm_90a image); other devices take the mma.sync shapes.
+KernelVariant Resolve(KernelVariant v) {
+  if (v != KernelVariant::kAuto && v != KernelVariant::kWgmma) return v;
+  int device = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+    cudaGetLastError();
+    return KernelVariant::kWarps4;
+  }
+  const bool hopper = major == 9 && minor == 0;
+  if (v == KernelVariant::kWgmma) return hopper ? v : KernelVariant::kWarps4;
+  return KernelVariant::kWarps4;  // kAuto: the measured default (see NOTES.md)
+}
+
 }  // namespace detail
 
 cudaError_t LaunchDenseAttention(const AttnParams& p, int max_q_len, KernelVariant variant,
                                  cudaStream_t stream) {
-  if (variant == KernelVariant::kAuto) variant = KernelVariant::kWarps4;
+  variant = detail::Resolve(variant);
   switch (p.dtype) {
     case DType::kBF16:
       return detail::DenseBf16(p, max_q_len, variant, stream);
@@ -200,7 +217,7 @@ cudaError_t LaunchDenseAttention(const AttnParams& p, int max_q_len, KernelVaria
 cudaError_t LaunchSparseAttention(const AttnParams& p, const SparseIndexView& index,
                                   const SparseSchedule& schedule, KernelVariant variant,
                                   cudaStream_t stream) {
-  if (variant == KernelVariant::kAuto) variant = KernelVariant::kWarps4;
+  variant = detail::Resolve(variant);
   switch (p.dtype) {
     case DType::kBF16:
       return detail::SparseBf16(p, index, schedule, variant, stream);

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Copies the opt-built CUDA binaries, their non-system shared libraries and the scripts into a
+# folder that travels to the GPU machine (default: <repo>/.gpu, git-ignored).
+# Usage: kernels/cuda/gpu/pack_gpu.sh [dest]   (after bazel build -c opt //kernels/cuda:all)
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+DEST=${1:-.gpu}
+rm -rf "$DEST"
+mkdir -p "$DEST/bin" "$DEST/lib"
+for b in attention_cuda_test cuda_engine_test cuda_bench; do
+  cp bazel-bin/kernels/cuda/$b "$DEST/bin/"
+  chmod u+w "$DEST/bin/$b"
+  strip --strip-debug "$DEST/bin/$b"
+  ldd "bazel-bin/kernels/cuda/$b" | awk '/=> \// {print $3}' | grep -E "libabsl|libgtest|libgmock" |
+    xargs -r -I{} cp -nL {} "$DEST/lib/"
+done
+cp kernels/cuda/sdpa_reference.py kernels/cuda/gpu/run_gpu.sh "$DEST/"
+du -sh "$DEST"
