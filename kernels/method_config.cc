@@ -97,7 +97,13 @@ absl::Status MethodConfig::Validate() const {
                     NonNegative("flex_prefill", "tau", p.tau),
                     NonNegative("flex_prefill", "min_budget", p.min_budget),
                     NonNegative("flex_prefill", "max_budget", p.max_budget),
-                    BlockSize("flex_prefill", p.block_size)});
+                    BlockSize("flex_prefill", p.block_size),
+                    p.max_budget == 0 || p.max_budget >= p.min_budget
+                        ? absl::OkStatus()
+                        : absl::InvalidArgumentError(absl::StrCat(
+                              "flex_prefill.max_budget must be 0 (no limit) or >= "
+                              "flex_prefill.min_budget (",
+                              p.min_budget, "), got ", p.max_budget))});
     }
     case Method::kSampleAttention: {
       const SampleAttentionParams& p = sample_attention;
@@ -141,7 +147,8 @@ std::string MethodConfig::DebugString() const {
       const FlexPrefillParams& p = flex_prefill;
       return absl::StrCat("flex_prefill(gamma=", p.gamma, ", tau=", p.tau,
                           ", min_budget=", p.min_budget, ", max_budget=", p.max_budget,
-                          ", block_size=", p.block_size, ")");
+                          ", block_size=", p.block_size,
+                          ", flatten=", p.flatten ? "true" : "false", ")");
     }
     case Method::kSampleAttention: {
       const SampleAttentionParams& p = sample_attention;

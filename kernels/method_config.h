@@ -59,6 +59,9 @@ struct FlexPrefillParams {
   int min_budget = 1024;  // Default: 1024.
   int max_budget = 0;     // Default: 0 (no limit).
   int block_size = 128;   // Default: 128.
+  // Query-aware heads pick key blocks over the whole flattened, normalized block map (the
+  // paper's Alg. 4); false picks per query block (the "w/o flatten" variant of its App. F.4).
+  bool flatten = true;    // Default: true.
 };
 
 // SampleAttention (seed 004).

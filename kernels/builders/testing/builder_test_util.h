@@ -1,0 +1,60 @@
+// Test helpers for the index builders: random and planted problems, exact attention
+// probabilities, attention-mass recall, and the densified-mask check of the CPU kernel.
+// Test-only; not thread-safe.
+#ifndef SPATTN_KERNELS_BUILDERS_TESTING_BUILDER_TEST_UTIL_H_
+#define SPATTN_KERNELS_BUILDERS_TESTING_BUILDER_TEST_UTIL_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/host_problem.h"
+#include "kernels/problem.h"
+#include "kernels/sparse_index.h"
+
+namespace spattn {
+namespace testing {
+
+ProblemShape MakeShape(std::vector<int32_t> q_lens, std::vector<int32_t> k_lens, int hq, int hkv,
+                       int head_dim = 64, DType dtype = DType::kBF16, bool causal = true);
+std::string Describe(const ProblemShape& s);
+
+// A problem with Q, K, V ~ N(0, stddev^2) (fixed seed).
+std::unique_ptr<HostProblem> RandomProblem(const ProblemShape& shape, uint64_t seed,
+                                           float stddev = 1.f);
+std::vector<int> AllHeads(const AttentionProblem& p);
+
+// Writes one head row (head_dim floats, converted to the problem's dtype) of Q or K.
+void SetQRow(HostProblem* hp, int64_t token, int head, const std::vector<float>& row);
+void SetKRow(HostProblem* hp, int64_t token, int kv_head, const std::vector<float>& row);
+
+// Element [token, head, c] of Q or K as double (the builder's inputs after dtype rounding).
+double QAt(const AttentionProblem& p, int64_t token, int head, int c);
+double KAt(const AttentionProblem& p, int64_t token, int head, int c);
+
+// Exact attention probabilities of q head `q_head`, sequence `seq`, query rows
+// [row_begin, row_end): [n, k_len] in double with the causal mask; plain loops.
+std::vector<double> ExactProbs(const AttentionProblem& p, int q_head, int seq, int row_begin,
+                               int row_end);
+
+// Mean over the query rows of sequence `seq` (with at least one key) of the exact attention mass
+// that `mask` ([q_len, k_len], e.g. from DensifyMask) keeps for q head `q_head`.
+double MaskRecall(const AttentionProblem& p, int q_head, int seq, const std::vector<uint8_t>& mask);
+// Mean recall over every head slot and sequence of `index`.
+double IndexRecall(const AttentionProblem& p, const SparseIndex& index);
+// Computed pairs over allowed pairs, averaged over head slots.
+double IndexDensity(const AttentionProblem& p, const SparseIndex& index);
+
+// Runs SparseAttentionCpu on `index` and checks O and LSE against ReferenceAttention under the
+// densified masks (FlashAttention's tolerance rule: 2 units of the dtype's roundoff).
+void ExpectKernelMatchesMaskedReference(HostProblem* hp, const SparseIndex& index,
+                                        const std::string& config);
+
+// Key sets of one row of `index` as a sorted list of keys (ranges expanded).
+std::vector<int32_t> RowKeyList(const SparseIndex& index, int slot, int block);
+
+}  // namespace testing
+}  // namespace spattn
+
+#endif  // SPATTN_KERNELS_BUILDERS_TESTING_BUILDER_TEST_UTIL_H_

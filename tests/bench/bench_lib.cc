@@ -1,0 +1,719 @@
+#include "tests/bench/bench_lib.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <memory>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "kernels/fidelity.h"
+#include "kernels/io/tensor_io.h"
+#include "kernels/parallel.h"
+#include "kernels/workload/tensor_problem.h"
+#include "kernels/workload/workload.h"
+#include "tests/bench/backend.h"
+
+namespace spattn {
+namespace {
+
+// ---- Method parameters: one table of (method, name, field).
+struct ParamRef {
+  Method method;
+  const char* name;
+  std::function<int*(MethodConfig*)> int_field;
+  std::function<float*(MethodConfig*)> float_field;
+  std::function<bool*(MethodConfig*)> bool_field;
+};
+
+std::vector<ParamRef> ParamTable() {
+  auto i = [](Method m, const char* n, std::function<int*(MethodConfig*)> f) {
+    return ParamRef{m, n, std::move(f), nullptr, nullptr};
+  };
+  auto f = [](Method m, const char* n, std::function<float*(MethodConfig*)> g) {
+    return ParamRef{m, n, nullptr, std::move(g), nullptr};
+  };
+  auto b = [](Method m, const char* n, std::function<bool*(MethodConfig*)> g) {
+    return ParamRef{m, n, nullptr, nullptr, std::move(g)};
+  };
+  using M = Method;
+  return {
+      i(M::kAShape, "sink_tokens", [](MethodConfig* c) { return &c->a_shape.sink_tokens; }),
+      i(M::kAShape, "local_tokens", [](MethodConfig* c) { return &c->a_shape.local_tokens; }),
+      i(M::kVerticalSlash, "last_q", [](MethodConfig* c) { return &c->vertical_slash.last_q; }),
+      i(M::kVerticalSlash, "vertical_size",
+        [](MethodConfig* c) { return &c->vertical_slash.vertical_size; }),
+      i(M::kVerticalSlash, "slash_size",
+        [](MethodConfig* c) { return &c->vertical_slash.slash_size; }),
+      i(M::kVerticalSlash, "forced_columns",
+        [](MethodConfig* c) { return &c->vertical_slash.forced_columns; }),
+      i(M::kVerticalSlash, "forced_diagonals",
+        [](MethodConfig* c) { return &c->vertical_slash.forced_diagonals; }),
+      i(M::kBlockSparse, "block_size", [](MethodConfig* c) { return &c->block_sparse.block_size; }),
+      i(M::kBlockSparse, "top_k", [](MethodConfig* c) { return &c->block_sparse.top_k; }),
+      f(M::kFlexPrefill, "gamma", [](MethodConfig* c) { return &c->flex_prefill.gamma; }),
+      f(M::kFlexPrefill, "tau", [](MethodConfig* c) { return &c->flex_prefill.tau; }),
+      i(M::kFlexPrefill, "min_budget", [](MethodConfig* c) { return &c->flex_prefill.min_budget; }),
+      i(M::kFlexPrefill, "max_budget", [](MethodConfig* c) { return &c->flex_prefill.max_budget; }),
+      i(M::kFlexPrefill, "block_size", [](MethodConfig* c) { return &c->flex_prefill.block_size; }),
+      b(M::kFlexPrefill, "flatten", [](MethodConfig* c) { return &c->flex_prefill.flatten; }),
+      f(M::kSampleAttention, "alpha_c",
+        [](MethodConfig* c) { return &c->sample_attention.alpha_c; }),
+      f(M::kSampleAttention, "alpha_s",
+        [](MethodConfig* c) { return &c->sample_attention.alpha_s; }),
+      i(M::kSampleAttention, "chunk_n",
+        [](MethodConfig* c) { return &c->sample_attention.chunk_n; }),
+      i(M::kSampleAttention, "block_size",
+        [](MethodConfig* c) { return &c->sample_attention.block_size; }),
+      i(M::kSampleAttention, "local_tokens",
+        [](MethodConfig* c) { return &c->sample_attention.local_tokens; }),
+      f(M::kAnchor, "theta", [](MethodConfig* c) { return &c->anchor.theta; }),
+      i(M::kAnchor, "step", [](MethodConfig* c) { return &c->anchor.step; }),
+      i(M::kAnchor, "block_size", [](MethodConfig* c) { return &c->anchor.block_size; }),
+      i(M::kAnchor, "init_tokens", [](MethodConfig* c) { return &c->anchor.init_tokens; }),
+      i(M::kSaap, "num_centroids", [](MethodConfig* c) { return &c->saap.num_centroids; }),
+      i(M::kSaap, "top_l", [](MethodConfig* c) { return &c->saap.top_l; }),
+      i(M::kSaap, "sink_tokens", [](MethodConfig* c) { return &c->saap.sink_tokens; }),
+      i(M::kSaap, "local_tokens", [](MethodConfig* c) { return &c->saap.local_tokens; }),
+  };
+}
+
+// ---- Small JSON writer for the output lines.
+class JsonLine {
+ public:
+  JsonLine& Str(const std::string& key, const std::string& value) {
+    Key(key);
+    Quote(value);
+    return *this;
+  }
+  JsonLine& Num(const std::string& key, double value) {
+    Key(key);
+    if (!std::isfinite(value)) {
+      s_ += "null";
+    } else {
+      char buf[32];
+      std::snprintf(buf, sizeof(buf), "%.6g", value);
+      s_ += buf;
+    }
+    return *this;
+  }
+  JsonLine& Int(const std::string& key, int64_t value) {
+    Key(key);
+    s_ += std::to_string(value);
+    return *this;
+  }
+  JsonLine& Ints(const std::string& key, const std::vector<int>& values) {
+    Key(key);
+    s_ += "[" + absl::StrJoin(values, ",") + "]";
+    return *this;
+  }
+  std::string Done() const { return s_ + "}"; }
+
+ private:
+  void Key(const std::string& key) {
+    s_ += s_.size() > 1 ? "," : "";
+    Quote(key);
+    s_ += ":";
+  }
+  void Quote(const std::string& v) {
+    s_ += '"';
+    for (char c : v) {
+      if (c == '"' || c == '\\') {
+        s_ += '\\';
+        s_ += c;
+      } else if (static_cast<unsigned char>(c) < 0x20) {
+        char buf[8];
+        std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+        s_ += buf;
+      } else {
+        s_ += c;
+      }
+    }
+    s_ += '"';
+  }
+  std::string s_ = "{";
+};
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return std::nan("");
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+absl::Status ParseInt(const std::string& flag, const std::string& v, int* out) {
+  if (!absl::SimpleAtoi(v, out)) {
+    return absl::InvalidArgumentError(absl::StrCat("--", flag, ": not an integer: '", v, "'"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseDouble(const std::string& flag, const std::string& v, double* out) {
+  if (!absl::SimpleAtod(v, out)) {
+    return absl::InvalidArgumentError(absl::StrCat("--", flag, ": not a number: '", v, "'"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseBool(const std::string& flag, const std::string& v, bool* out) {
+  if (v == "true" || v == "1" || v.empty()) {
+    *out = true;
+  } else if (v == "false" || v == "0") {
+    *out = false;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("--", flag, ": expected true or false"));
+  }
+  return absl::OkStatus();
+}
+
+// A head group: a name (head kind or "all") and its q heads.
+struct Group {
+  std::string name;
+  std::vector<int> heads;
+};
+
+// What one (method, group) measured.
+struct Result {
+  std::string method, params, group, error;
+  std::vector<int> heads;
+  double build_ms = 0, kernel_ms = 0, density = 0, density_min = 0, density_max = 0;
+  double recall = 0, recall_min = 0, rel_l2 = 0;
+  int64_t pairs = 0;
+  std::vector<SlotFidelity> slots;
+};
+
+}  // namespace
+
+std::string BenchUsage() {
+  return R"(spattn-bench: index build + sparse kernel time and fidelity of every sparse attention method.
+
+Prints one JSON line per (method, head group): method, params, workload, group, heads, seq_len,
+q_len, batch, num_heads, kv_heads, head_dim, dtype, device, threads, index_build_ms, kernel_ms,
+total_ms (medians over --repeat runs), density, density_min, density_max, recall, recall_min
+(attention-mass recall on sampled rows), rel_l2_error (output vs exact dense attention on the
+sampled rows), pairs (computed query-key pairs) and tflops (4 * pairs * head_dim / kernel time).
+A method that fails (e.g. a builder not implemented yet) gets a line with "error" instead.
+With several groups an extra line with group "all" sums the times over the groups.
+
+Workload (synthetic, kernels/workload/README.md):
+  --workload=NAME        llm_mix (default) or one head kind: sink_local, vertical, slash,
+                         vertical_slash, topic_blocks, retrieval, diffuse
+  --seq_len=N            keys per sequence (default 4096)
+  --q_len=N              queries per sequence, <= seq_len: chunked prefill (default seq_len)
+  --batch=N              sequences of seq_len each (default 1)
+  --heads=N              q heads (default 8)
+  --kv_heads=N           kv heads, divides --heads (default 2)
+  --head_dim=N           multiple of 8 in [32, 256] (default 128)
+  --dtype=T              bf16 (default), fp16 or fp32
+  --causal=BOOL          causal mask (default true)
+  --rope_theta=X         RoPE base (default 500000)
+  --concentration=X      how peaked attention is; multiplies planted logits (default 1)
+  --seed=N               workload and sampling seed (default 0)
+  --dump=PATH            also write the workload's q/k/v to PATH (.safetensors, THD/BHSD)
+Workload (tensor files, taken as the kernel sees them: after RoPE):
+  --q=SPEC --k=SPEC --v=SPEC
+                         SPEC is file.npy, file.safetensors (one tensor) or file.safetensors:NAME;
+                         fp32/fp16/bf16 (kernels/io/README.md); converted to --dtype if given
+  --layout=L             auto (default: rank 3 = thd, rank 4 = bhsd), thd, hsd or bhsd
+Methods:
+  --methods=LIST         comma-separated, or all (default): dense, a_shape, vertical_slash,
+                         block_sparse, flex_prefill, sample_attention, anchor, saap
+  --METHOD.PARAM=V       a method parameter, e.g. --vertical_slash.last_q=64
+  --param METHOD.PARAM=V the same, repeatable
+                         a_shape: sink_tokens local_tokens; vertical_slash: last_q vertical_size
+                         slash_size forced_columns forced_diagonals; block_sparse: block_size top_k;
+                         flex_prefill: gamma tau min_budget max_budget block_size flatten;
+                         sample_attention: alpha_c alpha_s chunk_n block_size local_tokens;
+                         anchor: theta step block_size init_tokens;
+                         saap: num_centroids top_l sink_tokens local_tokens
+  --block_m=N            query rows per index block for dense, a_shape, vertical_slash, saap
+                         (default 64)
+Run:
+  --device=D             cpu (default) or cuda
+  --warmup=N             untimed runs per method and group (default -1 = auto)
+  --repeat=N             timed runs; medians are reported (default 0 = auto)
+                         auto: warmup 1, repeat 3; warmup 0, repeat 1 when one dense pass
+                         exceeds 5e10 flop (e.g. 16K tokens, 8 heads, d 128) on the CPU
+  --recall_rows=N        query rows sampled (over the batch) for recall and error (default 256;
+                         0 = every row, which costs O(S^2) memory)
+  --threads=N            CPU threads (default 0 = all cores)
+  --group_by=G           auto (default: kind for synthetic workloads, all for files), kind, all
+  --table                print a markdown table (method | group | density | recall | ...) instead
+  --help                 this text
+)";
+}
+
+absl::Status SetMethodParam(const std::string& dotted, const std::string& value,
+                            MethodConfig* config) {
+  const size_t dot = dotted.find('.');
+  if (dot == std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("param '", dotted, "': expected METHOD.PARAM=VALUE"));
+  }
+  auto method = ParseMethod(dotted.substr(0, dot));
+  if (!method.ok()) return method.status();
+  const std::string name = dotted.substr(dot + 1);
+  std::vector<std::string> known;
+  for (const ParamRef& p : ParamTable()) {
+    if (p.method != *method) continue;
+    known.push_back(p.name);
+    if (name != p.name) continue;
+    if (p.int_field) {
+      int v;
+      if (!absl::SimpleAtoi(value, &v)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(dotted, ": not an integer: '", value, "'"));
+      }
+      *p.int_field(config) = v;
+    } else if (p.bool_field) {
+      if (value != "true" && value != "false") {
+        return absl::InvalidArgumentError(
+            absl::StrCat(dotted, ": expected true or false, got '", value, "'"));
+      }
+      *p.bool_field(config) = value == "true";
+    } else {
+      float v;
+      if (!absl::SimpleAtof(value, &v)) {
+        return absl::InvalidArgumentError(absl::StrCat(dotted, ": not a number: '", value, "'"));
+      }
+      *p.float_field(config) = v;
+    }
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(dotted, ": unknown parameter of ", MethodName(*method), " (known: ",
+                   known.empty() ? "none" : absl::StrJoin(known, ", "), ")"));
+}
+
+absl::StatusOr<BenchFlags> ParseBenchFlags(const std::vector<std::string>& args) {
+  BenchFlags f;
+  const std::vector<std::string> bools = {"causal", "table", "help"};
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a.rfind("--", 0) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", a, "'"));
+    }
+    std::string name = a.substr(2), value;
+    bool has_value = false;
+    const size_t eq = name.find('=');
+    if (eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      has_value = true;
+    }
+    const bool is_bool = std::find(bools.begin(), bools.end(), name) != bools.end();
+    if (!has_value && !is_bool) {
+      if (i + 1 >= args.size()) {
+        return absl::InvalidArgumentError(absl::StrCat("--", name, ": needs a value"));
+      }
+      value = args[++i];
+    }
+    absl::Status s;
+    if (name == "workload") {
+      f.workload = value;
+    } else if (name == "q") {
+      f.q_file = value;
+    } else if (name == "k") {
+      f.k_file = value;
+    } else if (name == "v") {
+      f.v_file = value;
+    } else if (name == "layout") {
+      f.layout = value;
+    } else if (name == "seq_len") {
+      s = ParseInt(name, value, &f.seq_len);
+    } else if (name == "q_len") {
+      s = ParseInt(name, value, &f.q_len);
+    } else if (name == "batch") {
+      s = ParseInt(name, value, &f.batch);
+    } else if (name == "heads") {
+      s = ParseInt(name, value, &f.heads);
+    } else if (name == "kv_heads") {
+      s = ParseInt(name, value, &f.kv_heads);
+    } else if (name == "head_dim") {
+      s = ParseInt(name, value, &f.head_dim);
+    } else if (name == "dtype") {
+      f.dtype = value;
+    } else if (name == "causal") {
+      s = ParseBool(name, value, &f.causal);
+    } else if (name == "rope_theta") {
+      s = ParseDouble(name, value, &f.rope_theta);
+    } else if (name == "concentration") {
+      s = ParseDouble(name, value, &f.concentration);
+    } else if (name == "seed") {
+      if (!absl::SimpleAtoi(value, &f.seed)) {
+        s = absl::InvalidArgumentError(absl::StrCat("--seed: not an integer: '", value, "'"));
+      }
+    } else if (name == "methods") {
+      f.methods = absl::StrSplit(value, ',', absl::SkipEmpty());
+    } else if (name == "param") {
+      const size_t peq = value.find('=');
+      if (peq == std::string::npos) {
+        s = absl::InvalidArgumentError(
+            absl::StrCat("--param: expected METHOD.PARAM=VALUE, got '", value, "'"));
+      } else {
+        f.params.emplace_back(value.substr(0, peq), value.substr(peq + 1));
+      }
+    } else if (name.find('.') != std::string::npos) {
+      f.params.emplace_back(name, value);
+    } else if (name == "device") {
+      f.device = value;
+    } else if (name == "warmup") {
+      s = ParseInt(name, value, &f.warmup);
+    } else if (name == "repeat") {
+      s = ParseInt(name, value, &f.repeat);
+    } else if (name == "recall_rows") {
+      s = ParseInt(name, value, &f.recall_rows);
+    } else if (name == "threads") {
+      s = ParseInt(name, value, &f.threads);
+    } else if (name == "group_by") {
+      f.group_by = value;
+    } else if (name == "block_m") {
+      s = ParseInt(name, value, &f.block_m);
+    } else if (name == "table") {
+      s = ParseBool(name, value, &f.table);
+    } else if (name == "dump") {
+      f.dump = value;
+    } else if (name == "help") {
+      f.help = true;
+    } else {
+      s = absl::InvalidArgumentError(absl::StrCat("unknown flag --", name, " (see --help)"));
+    }
+    if (!s.ok()) return s;
+  }
+  if (f.methods.empty() || (f.methods.size() == 1 && f.methods[0] == "all")) {
+    f.methods.clear();
+    for (Method m : kAllMethods) f.methods.push_back(MethodName(m));
+  }
+  for (const std::string& m : f.methods) {
+    auto parsed = ParseMethod(m);
+    if (!parsed.ok()) return absl::InvalidArgumentError(absl::StrCat("--methods: ", parsed.status().message()));
+  }
+  if (f.warmup < -1) return absl::InvalidArgumentError("--warmup must be >= 0 (-1: auto)");
+  if (f.repeat < 0) return absl::InvalidArgumentError("--repeat must be > 0 (0: auto)");
+  if (f.threads < 0) return absl::InvalidArgumentError("--threads must be >= 0");
+  if (f.recall_rows < 0) return absl::InvalidArgumentError("--recall_rows must be >= 0");
+  if (f.batch <= 0) return absl::InvalidArgumentError("--batch must be > 0");
+  if (f.seq_len <= 0) return absl::InvalidArgumentError("--seq_len must be > 0");
+  if (f.q_len < 0 || f.q_len > f.seq_len) {
+    return absl::InvalidArgumentError("--q_len must be in [0, seq_len] (0: seq_len)");
+  }
+  if (f.group_by != "auto" && f.group_by != "kind" && f.group_by != "all") {
+    return absl::InvalidArgumentError("--group_by must be auto, kind or all");
+  }
+  const bool any_file = !f.q_file.empty() || !f.k_file.empty() || !f.v_file.empty();
+  if (any_file && (f.q_file.empty() || f.k_file.empty() || f.v_file.empty())) {
+    return absl::InvalidArgumentError("--q, --k and --v must be given together");
+  }
+  if (any_file && f.group_by == "kind") {
+    return absl::InvalidArgumentError("--group_by=kind needs a synthetic workload");
+  }
+  return f;
+}
+
+int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  auto flags_or = ParseBenchFlags(args);
+  if (!flags_or.ok()) {
+    err << "spattn-bench: " << flags_or.status().message() << "\n";
+    return 2;
+  }
+  BenchFlags& f = *flags_or;
+  if (f.help) {
+    out << BenchUsage();
+    return 0;
+  }
+  // Method configs with the parameters applied.
+  std::map<Method, MethodConfig> configs;
+  for (Method m : kAllMethods) configs[m].method = m;
+  for (const auto& [dotted, value] : f.params) {
+    const size_t dot = dotted.find('.');
+    auto m = ParseMethod(dotted.substr(0, dot));
+    absl::Status s = m.ok() ? SetMethodParam(dotted, value, &configs[*m]) : m.status();
+    if (!s.ok()) {
+      err << "spattn-bench: " << s.message() << "\n";
+      return 2;
+    }
+  }
+  auto dtype = ParseDType(f.dtype);
+  if (!dtype.ok()) {
+    err << "spattn-bench: --" << dtype.status().message() << "\n";
+    return 2;
+  }
+  SetCpuThreads(f.threads);
+
+  // The problem: synthetic or from files.
+  std::unique_ptr<Workload> workload;
+  std::unique_ptr<HostProblem> file_problem;
+  std::string workload_name;
+  const bool from_files = !f.q_file.empty();
+  const auto setup_start = std::chrono::steady_clock::now();
+  if (from_files) {
+    auto layout = ParseTensorLayout(f.layout);
+    if (!layout.ok()) {
+      err << "spattn-bench: --" << layout.status().message() << "\n";
+      return 2;
+    }
+    auto q = ReadTensorSpec(f.q_file);
+    auto k = q.ok() ? ReadTensorSpec(f.k_file) : q;
+    auto v = k.ok() ? ReadTensorSpec(f.v_file) : k;
+    if (!v.ok()) {
+      err << "spattn-bench: " << v.status().message() << "\n";
+      return 1;
+    }
+    TensorProblemOptions opt;
+    opt.layout = *layout;
+    opt.dtype = *dtype;
+    opt.causal = f.causal;
+    auto p = ProblemFromTensors(*q, *k, *v, opt);
+    if (!p.ok()) {
+      err << "spattn-bench: " << p.status().message() << "\n";
+      return 1;
+    }
+    file_problem = std::move(*p);
+    workload_name = "files";
+  } else {
+    WorkloadOptions o;
+    o.workload = f.workload;
+    o.shape.q_lens.assign(f.batch, f.q_len > 0 ? f.q_len : f.seq_len);
+    o.shape.k_lens.assign(f.batch, f.seq_len);
+    o.shape.num_q_heads = f.heads;
+    o.shape.num_kv_heads = f.kv_heads;
+    o.shape.head_dim = f.head_dim;
+    o.shape.dtype = *dtype;
+    o.shape.causal = f.causal;
+    o.seed = f.seed;
+    o.rope_theta = f.rope_theta;
+    o.concentration = f.concentration;
+    auto w = GenerateWorkload(o);
+    if (!w.ok()) {
+      err << "spattn-bench: " << w.status().message() << "\n";
+      return 2;
+    }
+    workload = std::make_unique<Workload>(std::move(*w));
+    workload_name = f.workload;
+  }
+  AttentionProblem& problem = workload ? workload->problem() : file_problem->problem();
+  const double setup_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - setup_start)
+          .count();
+  if (!f.dump.empty()) {
+    const bool equal = [&] {
+      for (int b = 1; b < problem.batch(); ++b) {
+        if (problem.q_len(b) != problem.q_len(0) || problem.k_len(b) != problem.k_len(0)) {
+          return false;
+        }
+      }
+      return true;
+    }();
+    auto tensors = equal ? ProblemToTensors(problem, problem.batch() == 1 ? TensorLayout::kTHD
+                                                                          : TensorLayout::kBHSD)
+                         : absl::StatusOr<NamedTensors>(absl::InvalidArgumentError("ragged"));
+    absl::Status s = tensors.ok() ? WriteSafetensors(f.dump, *tensors) : tensors.status();
+    if (!s.ok()) {
+      err << "spattn-bench: --dump: " << s.message() << "\n";
+      return 1;
+    }
+  }
+  auto backend = MakeBackend(f.device);
+  if (!backend.ok()) {
+    err << "spattn-bench: " << backend.status().message() << "\n";
+    return 1;
+  }
+  absl::Status prep = (*backend)->Prepare(&problem);
+  if (!prep.ok()) {
+    err << "spattn-bench: " << prep.message() << "\n";
+    return 1;
+  }
+
+  // Head groups.
+  std::vector<Group> groups;
+  std::vector<int> all_heads(problem.num_q_heads);
+  for (int h = 0; h < problem.num_q_heads; ++h) all_heads[h] = h;
+  if (workload && f.group_by != "all") {
+    for (const auto& [kind, heads] : workload->HeadsByKind()) {
+      groups.push_back({HeadKindName(kind), heads});
+    }
+  } else {
+    groups.push_back({"all", all_heads});
+  }
+
+  // Exact dense attention on the sampled rows, once for every method.
+  const auto exact_start = std::chrono::steady_clock::now();
+  ExactRowSample::Options so;
+  so.sample_rows = f.recall_rows;
+  so.seed = f.seed;
+  auto exact = ExactRowSample::Compute(problem, all_heads, so);
+  if (!exact.ok()) {
+    err << "spattn-bench: " << exact.status().message() << "\n";
+    return 1;
+  }
+  const double exact_ms = std::chrono::duration<double, std::milli>(
+                              std::chrono::steady_clock::now() - exact_start)
+                              .count();
+  err << "spattn-bench: workload " << workload_name << ", batch " << problem.batch()
+      << ", seq_len " << problem.k_len(0) << ", q_len " << problem.q_len(0) << ", heads "
+      << problem.num_q_heads << "/" << problem.num_kv_heads << ", d " << problem.head_dim
+      << ", " << DTypeName(problem.dtype) << ", " << CpuThreads() << " threads; setup "
+      << static_cast<int64_t>(setup_ms) << " ms, exact sample of " << (*exact)->rows().size()
+      << " rows " << static_cast<int64_t>(exact_ms) << " ms\n";
+
+  // Auto repetitions: keep a 16K CPU run within minutes.
+  const double dense_flop =
+      4.0 * static_cast<double>(AllowedPairs(problem)) * problem.num_q_heads * problem.head_dim;
+  const bool big = f.device == "cpu" && dense_flop > 5e10;
+  if (f.warmup < 0) f.warmup = big ? 0 : 1;
+  if (f.repeat == 0) f.repeat = big ? 1 : 3;
+
+  BuildOptions bo;
+  bo.block_m = f.block_m;
+  std::vector<Result> table_rows;
+  auto emit = [&](const Result& r) {
+    if (f.table) {
+      table_rows.push_back(r);
+      return;
+    }
+    JsonLine j;
+    j.Str("method", r.method).Str("params", r.params).Str("workload", workload_name);
+    j.Str("group", r.group).Ints("heads", r.heads);
+    j.Int("seq_len", problem.k_len(0)).Int("q_len", problem.q_len(0)).Int("batch", problem.batch());
+    j.Int("num_heads", problem.num_q_heads).Int("kv_heads", problem.num_kv_heads);
+    j.Int("head_dim", problem.head_dim).Str("dtype", DTypeName(problem.dtype));
+    j.Str("device", (*backend)->name()).Int("threads", CpuThreads());
+    if (!r.error.empty()) {
+      j.Str("error", r.error);
+    } else {
+      j.Int("warmup", f.warmup).Int("repeat", f.repeat);
+      j.Num("index_build_ms", r.build_ms).Num("kernel_ms", r.kernel_ms);
+      j.Num("total_ms", r.build_ms + r.kernel_ms);
+      j.Num("density", r.density).Num("density_min", r.density_min);
+      j.Num("density_max", r.density_max);
+      j.Num("recall", r.recall).Num("recall_min", r.recall_min);
+      j.Num("rel_l2_error", r.rel_l2).Int("recall_rows", static_cast<int64_t>((*exact)->rows().size()));
+      j.Int("pairs", r.pairs);
+      j.Num("tflops", r.kernel_ms > 0 ? 4.0 * r.pairs * problem.head_dim / (r.kernel_ms * 1e-3) / 1e12
+                                      : std::nan(""));
+    }
+    out << j.Done() << "\n";
+    out.flush();
+  };
+
+  for (const std::string& method_name : f.methods) {
+    const Method method = *ParseMethod(method_name);
+    const MethodConfig& config = configs[method];
+    std::vector<Result> done;
+    bool all_ok = true;
+    for (const Group& g : groups) {
+      Result r;
+      r.method = method_name;
+      r.params = config.DebugString();
+      r.group = g.name;
+      r.heads = g.heads;
+      absl::Status s = config.Validate();
+      std::vector<double> build_ms, kernel_ms;
+      SparseIndex index;
+      for (int it = 0; s.ok() && it < f.warmup + f.repeat; ++it) {
+        auto b = (*backend)->BuildIndex(config, g.heads, bo, &index);
+        if (!b.ok()) {
+          s = b.status();
+          break;
+        }
+        if (it == 0) {
+          // Builders from other components are trusted by the kernel; check before running it.
+          s = ValidateSparseIndex(problem, index);
+          if (!s.ok()) {
+            s = absl::InternalError(absl::StrCat("invalid index: ", s.message()));
+            break;
+          }
+        }
+        auto k = (*backend)->RunKernel(index);
+        if (!k.ok()) {
+          s = k.status();
+          break;
+        }
+        if (it >= f.warmup) {
+          build_ms.push_back(*b);
+          kernel_ms.push_back(*k);
+        }
+      }
+      if (s.ok()) s = (*backend)->FetchOutput();
+      if (s.ok()) {
+        r.build_ms = Median(build_ms);
+        r.kernel_ms = Median(kernel_ms);
+        for (int slot = 0; slot < index.num_heads() && s.ok(); ++slot) {
+          auto sf = (*exact)->Score(problem, index, slot);
+          if (!sf.ok()) {
+            s = sf.status();
+          } else {
+            r.slots.push_back(*sf);
+          }
+          r.pairs += ComputedPairs(problem, index, slot);
+        }
+      }
+      if (s.ok()) {
+        auto e = (*exact)->OutputError(problem, g.heads);
+        if (!e.ok()) s = e.status();
+        if (s.ok()) r.rel_l2 = *e;
+      }
+      if (!s.ok()) {
+        r.error = absl::StrCat(absl::StatusCodeToString(s.code()), ": ", s.message());
+        all_ok = false;
+        emit(r);
+        continue;
+      }
+      const FidelitySummary sum = Aggregate(r.slots);
+      r.density = sum.density_mean;
+      r.density_min = sum.density_min;
+      r.density_max = sum.density_max;
+      r.recall = sum.recall_mean;
+      r.recall_min = sum.recall_min;
+      emit(r);
+      done.push_back(std::move(r));
+    }
+    if (groups.size() > 1 && all_ok) {
+      Result all;
+      all.method = method_name;
+      all.params = config.DebugString();
+      all.group = "all";
+      all.heads = all_heads;
+      for (const Result& r : done) {
+        all.build_ms += r.build_ms;
+        all.kernel_ms += r.kernel_ms;
+        all.pairs += r.pairs;
+        all.slots.insert(all.slots.end(), r.slots.begin(), r.slots.end());
+      }
+      const FidelitySummary sum = Aggregate(all.slots);
+      all.density = sum.density_mean;
+      all.density_min = sum.density_min;
+      all.density_max = sum.density_max;
+      all.recall = sum.recall_mean;
+      all.recall_min = sum.recall_min;
+      auto e = (*exact)->OutputError(problem, all_heads);
+      all.rel_l2 = e.ok() ? *e : std::nan("");
+      emit(all);
+    }
+  }
+
+  if (f.table) {
+    char buf[512];
+    out << "| method | group | density | recall (mean / min) | rel L2 error | index ms | "
+           "kernel ms | total ms |\n|---|---|---|---|---|---|---|---|\n";
+    for (const Result& r : table_rows) {
+      if (!r.error.empty()) {
+        out << "| " << r.method << " | " << r.group << " | error: " << r.error
+            << " | | | | | |\n";
+        continue;
+      }
+      std::snprintf(buf, sizeof(buf), "| %s | %s | %.3f | %.3f / %.3f | %.2e | %.1f | %.1f | %.1f |\n",
+                    r.method.c_str(), r.group.c_str(), r.density, r.recall, r.recall_min,
+                    r.rel_l2, r.build_ms, r.kernel_ms, r.build_ms + r.kernel_ms);
+      out << buf;
+    }
+  }
+  return 0;
+}
+
+}  // namespace spattn

@@ -1,0 +1,70 @@
+// spattn-bench as a library: flag parsing, method parameters, and the benchmark run that prints
+// one JSON line (or a markdown table row) per (method, head group). See `spattn-bench --help`.
+#ifndef SPATTN_TESTS_BENCH_BENCH_LIB_H_
+#define SPATTN_TESTS_BENCH_BENCH_LIB_H_
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/method_config.h"
+
+namespace spattn {
+
+struct BenchFlags {
+  std::string workload = "llm_mix";  // Default: llm_mix (or a head kind).
+  std::string q_file, k_file, v_file;  // Default: none (synthetic workload).
+  std::string layout = "auto";       // Default: auto.
+  int seq_len = 4096;                // Default: 4096 keys per sequence.
+  int q_len = 0;                     // Default: 0 = seq_len (less: chunked prefill).
+  int batch = 1;                     // Default: 1 sequence.
+  int heads = 8;                     // Default: 8 q heads.
+  int kv_heads = 2;                  // Default: 2 kv heads.
+  int head_dim = 128;                // Default: 128.
+  std::string dtype = "bf16";        // Default: bf16.
+  bool causal = true;                // Default: true.
+  double rope_theta = 500000;        // Default: 500000.
+  double concentration = 1.0;        // Default: 1.
+  uint64_t seed = 0;                 // Default: 0.
+  std::vector<std::string> methods;  // Default: all.
+  // "method.name" -> value, in the order given.
+  std::vector<std::pair<std::string, std::string>> params;
+  std::string device = "cpu";        // Default: cpu.
+  // Default: -1 / 0 = auto: 1 warm-up and 3 timed runs, or 0 and 1 when one dense pass over
+  // the problem exceeds 5e10 flop (about 16K tokens x 8 heads x d 128 and up, on a CPU).
+  int warmup = -1;
+  int repeat = 0;
+  int recall_rows = 256;             // Default: 256 sampled query rows (0: all rows).
+  int threads = 0;                   // Default: 0 = all cores.
+  std::string group_by = "auto";     // Default: auto (kind for synthetic, all for files).
+  int block_m = 64;                  // Default: 64.
+  bool table = false;                // Default: false (JSON lines).
+  std::string dump;                  // Default: none.
+  bool help = false;
+};
+
+// The --help text.
+std::string BenchUsage();
+
+// Parses argv-style flags (without the program name): --flag=value or --flag value; bool flags
+// may omit the value; --METHOD.PARAM=value and --param METHOD.PARAM=value set method parameters.
+// INVALID_ARGUMENT names the bad flag.
+absl::StatusOr<BenchFlags> ParseBenchFlags(const std::vector<std::string>& args);
+
+// Sets one parameter, e.g. ("vertical_slash.last_q", "64"). INVALID_ARGUMENT for an unknown
+// method or parameter (listing the known ones) or a bad value.
+absl::Status SetMethodParam(const std::string& dotted, const std::string& value,
+                            MethodConfig* config);
+
+// Runs the benchmark: JSON lines (or the table) to `out`, progress and errors to `err`.
+// Returns the process exit code: 0 ok (even when some methods failed: their lines carry
+// "error"), 2 bad flags, 1 when the run could not start (bad files, device unavailable).
+int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
+}  // namespace spattn
+
+#endif  // SPATTN_TESTS_BENCH_BENCH_LIB_H_
