@@ -451,9 +451,9 @@ absl::StatusOr<std::unique_ptr<CudaAttentionEngine>> CudaAttentionEngine::Create
     return absl::InvalidArgumentError(
         absl::StrCat("workspace_bytes must be > 0, got ", workspace_bytes));
   }
-  if (options.kernel_variant < 0 || options.kernel_variant > 3) {
+  if (options.kernel_variant < 0 || options.kernel_variant > 4) {
     return absl::InvalidArgumentError(
-        absl::StrCat("kernel_variant must be in [0, 3], got ", options.kernel_variant));
+        absl::StrCat("kernel_variant must be in [0, 4], got ", options.kernel_variant));
   }
   SPATTN_CUDA(cudaSetDevice(device), "cudaSetDevice");
   void* base = nullptr;

@@ -38,9 +38,10 @@ struct CudaStageTimes {
 
 struct CudaEngineOptions {
   // Kernel shape (for benchmarks and tests): 0 = default (measured best), 1 = 8 warps of 16
-  // query rows (mma.sync), 2 = 4 warps of 32 rows (mma.sync), 3 = Hopper wgmma warpgroups
-  // (falls back to 2 on other GPUs). Variants 1 and 2 apply to block_m 128; block_m 64 uses
-  // 4 warps of 16 rows, or one wgmma warpgroup with 3. Default: 0.
+  // query rows (mma.sync), 2 = 4 warps of 32 rows (mma.sync), 3 = Hopper wgmma warpgroups,
+  // 4 = 3 with deeper pipelines (3 and 4 fall back to 2 off Hopper). Variants 1 and 2 apply to
+  // block_m 128; block_m 64 uses 4 warps of 16 rows, or one wgmma warpgroup with 3 and 4.
+  // 0 = wgmma (3) on Hopper, 2 elsewhere. Default: 0.
   int kernel_variant = 0;
 };
 

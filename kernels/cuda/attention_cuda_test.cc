@@ -86,7 +86,7 @@ class CudaAttentionTest : public ::testing::Test {
       skip_reason_ = new std::string("no CUDA device: " + why);
       return;
     }
-    for (int variant : {1, 2, 3}) {
+    for (int variant : {1, 2, 3, 4}) {
       CudaEngineOptions options;
       options.kernel_variant = variant;
       auto e = CudaAttentionEngine::Create(0, kWorkspace, options);
@@ -126,16 +126,17 @@ class CudaAttentionTest : public ::testing::Test {
   }
 
   static std::string* skip_reason_;
-  // Kernel variants 1 (8 warps), 2 (4 warps of 32 rows), 3 (wgmma; = 2 off Hopper).
-  static CudaAttentionEngine* engines_[3];
+  // Kernel variants 1 (8 warps), 2 (4 warps of 32 rows), 3 (wgmma; = 2 off Hopper), 4 (3 with
+  // deeper pipelines).
+  static CudaAttentionEngine* engines_[4];
 };
 
 std::string* CudaAttentionTest::skip_reason_ = nullptr;
-CudaAttentionEngine* CudaAttentionTest::engines_[3] = {nullptr, nullptr, nullptr};
+CudaAttentionEngine* CudaAttentionTest::engines_[4] = {nullptr, nullptr, nullptr, nullptr};
 
 TEST_F(CudaAttentionTest, DenseKernelMatchesReference) {
   uint64_t seed = 1;
-  for (int variant : {1, 2, 3}) {
+  for (int variant : {1, 2, 3, 4}) {
     for (const Case& c : SmallCases()) {
       auto hp = MakeProblem(c, seed++);
       CheckRun(engines_[variant - 1], *hp, nullptr, 1 << 20,
@@ -216,7 +217,7 @@ SparseIndex RandomIndex(const AttentionProblem& p, const std::vector<int>& heads
 TEST_F(CudaAttentionTest, RandomRangesAndColumnsMatchReference) {
   uint64_t seed = 300;
   for (int block_m : {64, 128}) {
-    for (int variant : {1, 2, 3}) {
+    for (int variant : {1, 2, 3, 4}) {
       for (const Case& c : SmallCases()) {
         auto hp = MakeProblem(c, seed++);
         std::vector<int> heads;
@@ -236,7 +237,7 @@ TEST_F(CudaAttentionTest, ColumnsOnlyMatchReference) {
   for (int block_m : {64, 128}) {
     SparseIndex idx = RandomIndex(hp->problem(), AllHeads(c.hq), block_m, 0, 300, 401, false);
     ASSERT_GT(idx.col_idx.size(), 10000u);
-    for (int variant : {1, 2, 3}) {
+    for (int variant : {1, 2, 3, 4}) {
       CheckRun(engines_[variant - 1], *hp, &idx, 1 << 20,
                absl::StrCat(Describe(c), " block_m=", block_m, " variant=", variant));
     }
@@ -398,6 +399,7 @@ TEST_F(CudaAttentionTest, LongContextsMatchSampledReference) {
     const std::string config = Describe(l.c);
     CheckRun(engines_[1], *hp, nullptr, 48, config + " dense");
     CheckRun(engines_[2], *hp, nullptr, 48, config + " dense wgmma");
+    CheckRun(engines_[3], *hp, nullptr, 48, config + " dense wgmma deep");
     AShapeParams params;  // paper defaults: sink 128, local 3968
     SparseIndex ashape;
     ASSERT_TRUE(BuildAShapeIndex(hp->problem(), params, AllHeads(l.c.hq), l.block_m, &ashape).ok());
@@ -405,6 +407,7 @@ TEST_F(CudaAttentionTest, LongContextsMatchSampledReference) {
     SparseIndex random = RandomIndex(hp->problem(), {0, l.c.hq - 1}, l.block_m, 4, 500,
                                      seed++, false);
     CheckRun(engines_[0], *hp, &random, 48, config + " random ranges+columns");
+    CheckRun(engines_[3], *hp, &random, 48, config + " random ranges+columns wgmma deep");
   }
 }
 

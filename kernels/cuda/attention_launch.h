@@ -43,6 +43,7 @@ enum class KernelVariant {
   kWarps8 = 1,  // block_m 128: 8 warps of 16 query rows
   kWarps4 = 2,  // block_m 128: 4 warps of 32 query rows (half the shared-memory reads per FLOP)
   kWgmma = 3,   // Hopper (sm_90) only: warpgroups of 64 rows with wgmma; elsewhere kWarps4
+  kWgmmaDeep = 4,  // kWgmma with 3 (dense) / 4 (sparse, block_m 128) pipeline stages
 };
 
 // Dense attention (causal or full) over every head. `max_q_len` is the longest q_len of the

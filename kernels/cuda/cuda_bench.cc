@@ -195,7 +195,7 @@ int Run(int argc, char** argv) {
     }
     engines[o.kernel_variant] = std::move(*e);
   }
-  const char* kVariantName[] = {"auto", "w8", "w4", "wgmma"};
+  const char* kVariantName[] = {"auto", "w8", "w4", "wgmma", "wgmma_deep"};
 
   for (double sl : seq_lens) {
     const int n = static_cast<int>(sl);

@@ -185,7 +185,8 @@ __global__ void FillRangesKernel(int kind, int sink, int local, const int32_t* c
 // kAuto and kWgmma resolve to what the current device runs: wgmma needs compute capability 9.0
 // (the sm_90a image); other devices take the mma.sync shapes.
 KernelVariant Resolve(KernelVariant v) {
-  if (v != KernelVariant::kAuto && v != KernelVariant::kWgmma) return v;
+  const bool wants_wgmma = v == KernelVariant::kWgmma || v == KernelVariant::kWgmmaDeep;
+  if (v != KernelVariant::kAuto && !wants_wgmma) return v;
   int device = 0, major = 0, minor = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
@@ -194,8 +195,9 @@ KernelVariant Resolve(KernelVariant v) {
     return KernelVariant::kWarps4;
   }
   const bool hopper = major == 9 && minor == 0;
-  if (v == KernelVariant::kWgmma) return hopper ? v : KernelVariant::kWarps4;
-  return KernelVariant::kWarps4;  // kAuto: the measured default (see NOTES.md)
+  if (wants_wgmma) return hopper ? v : KernelVariant::kWarps4;
+  // kAuto: the measured best (kernels/cuda/NOTES.md): wgmma on Hopper, else 4 warps of 32 rows.
+  return hopper ? KernelVariant::kWgmma : KernelVariant::kWarps4;
 }
 
 }  // namespace detail

@@ -2,9 +2,13 @@
 # One GPU-machine run of the CUDA kernels: SASS check, tests, benchmark, PyTorch SDPA reference.
 # Expects the layout pack_gpu.sh makes: bin/ (binaries), lib/ (non-system shared libs),
 # sdpa_reference.py. Writes logs under $OUT (or /tmp/out) and prints a short summary last.
-# Usage: run_gpu.sh [bench flags...]
+# Usage: [SDPA_ARGS=...] [SPATTN_BENCH_ARGS=...] run_gpu.sh [cuda_bench flags...]
 set -u
 cd "$(dirname "$0")"
+if [ -f bundle.tar.xz ]; then
+  WORK=/tmp/spattn_gpu && rm -rf "$WORK" && mkdir -p "$WORK" && tar -xJf bundle.tar.xz -C "$WORK"
+  cp sdpa_reference.py "$WORK/" && cd "$WORK"
+fi
 export LD_LIBRARY_PATH=$PWD/lib
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -21,15 +25,24 @@ if command -v cuobjdump >/dev/null; then
     /tmp/sass.txt | sed 's/_ZN6spattn4cuda6detail//' | cut -c1-160 > "$OUT/sass_summary.txt"
 fi
 
-timeout 330 bin/attention_cuda_test > "$OUT/test.log" 2>&1; echo "attention_cuda_test rc=$?" >> "$OUT/summary.txt"
-timeout 60 bin/cuda_engine_test > "$OUT/engine_test.log" 2>&1; echo "cuda_engine_test rc=$?" >> "$OUT/summary.txt"
-timeout 200 bin/cuda_bench "$@" > "$OUT/bench.jsonl" 2> "$OUT/bench.err"; echo "cuda_bench rc=$?" >> "$OUT/summary.txt"
-PYTHONUNBUFFERED=1 timeout 120 python3 sdpa_reference.py --ours "$OUT/bench.jsonl" \
-  > "$OUT/sdpa.jsonl" 2> "$OUT/sdpa.err"; echo "sdpa rc=$?" >> "$OUT/summary.txt"
+# At most 8 files come back: tests.log, bench.jsonl, sdpa.jsonl, spattn_bench.jsonl, errors.log,
+# gpu.txt, sass_summary.txt, summary.txt.
+{ timeout 330 bin/attention_cuda_test; echo "attention_cuda_test rc=$?"; } > "$OUT/tests.log" 2>&1
+tail -1 "$OUT/tests.log" >> "$OUT/summary.txt"
+{ timeout 60 bin/cuda_engine_test; echo "cuda_engine_test rc=$?"; } >> "$OUT/tests.log" 2>&1
+tail -1 "$OUT/tests.log" >> "$OUT/summary.txt"
+timeout 240 bin/cuda_bench "$@" > "$OUT/bench.jsonl" 2> "$OUT/errors.log"; echo "cuda_bench rc=$?" >> "$OUT/summary.txt"
+PYTHONUNBUFFERED=1 timeout 120 python3 sdpa_reference.py --ours "$OUT/bench.jsonl" ${SDPA_ARGS:-} \
+  > "$OUT/sdpa.jsonl" 2>> "$OUT/errors.log"; echo "sdpa rc=$?" >> "$OUT/summary.txt"
+if [ -x bin/spattn-bench ] && [ -n "${SPATTN_BENCH_ARGS:-}" ]; then
+  timeout 200 bin/spattn-bench --device=cuda $SPATTN_BENCH_ARGS > "$OUT/spattn_bench.jsonl" \
+    2>> "$OUT/errors.log"; echo "spattn-bench rc=$?" >> "$OUT/summary.txt"
+fi
 
-echo "=== sass"; cat "$OUT/sass_summary.txt" 2>/dev/null | grep -v "Kernel\b" | head -30
-echo "=== tests"; grep -hE "^\[ +(OK|FAILED|SKIPPED) +\]|^\[  PASSED|^\[  FAILED" "$OUT/test.log" "$OUT/engine_test.log" | sort | uniq -c | sort -rn | head -40
-grep -hE "Failure|error:|Expected|Which is|bound|not written" "$OUT/test.log" "$OUT/engine_test.log" | cut -c1-400 | head -40
-echo "=== bench"; cat "$OUT/bench.jsonl" | cut -c1-260; tail -3 "$OUT/bench.err"
-echo "=== sdpa"; cat "$OUT/sdpa.jsonl"; tail -3 "$OUT/sdpa.err"
+echo "=== sass"; cat "$OUT/sass_summary.txt" 2>/dev/null | head -40
+echo "=== tests"; grep -hE "^\[ +(OK|FAILED|SKIPPED) +\]|^\[  PASSED|^\[  FAILED" "$OUT/tests.log" | sort | uniq -c | sort -rn | head -40
+grep -hE "Failure|error:|Expected|Which is|bound|not written" "$OUT/tests.log" | cut -c1-400 | head -30
+echo "=== bench"; cut -c1-200 "$OUT/bench.jsonl"; tail -3 "$OUT/errors.log"
+echo "=== sdpa"; cat "$OUT/sdpa.jsonl"
+echo "=== spattn-bench"; cut -c1-330 "$OUT/spattn_bench.jsonl" 2>/dev/null
 echo "=== summary"; cat "$OUT/summary.txt"
