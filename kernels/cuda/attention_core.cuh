@@ -330,33 +330,70 @@ __device__ __forceinline__ void ProcessBlock(const AttnParams& p, char* smem, in
   }
 
   TileCursor<kBN> cursor;
-  // Issues the loads of the cursor's next tile into `stage` (or records that none is left).
+  // The next tile to issue, looked up one tile ahead: its gathered key numbers are loaded into
+  // registers a whole tile before the cp.asyncs that need them, so the index load's latency is
+  // not paid in the loop.
+  // Only the wgmma shapes have the registers to spare; the mma.sync ones load at issue time.
+  constexpr int kLoadIters = kBN * kChunks / Tr::kThreads;
+  static_assert(kBN * kChunks % Tr::kThreads == 0, "whole chunks per thread");
+  constexpr bool kPrefetch = Tr::kWgmma;
+  int nx_kind = 0, nx_start = 0, nx_n = 0, nx_last = 0;
+  bool nx_has = false;
+  int nx_keys[kPrefetch ? kLoadIters : 1];
+  auto advance = [&] {
+    nx_has = cursor.Next(ks, nx_kind, nx_start, nx_n);
+    if (!nx_has) return;
+    if (nx_kind == 0) {
+      nx_last = nx_start + nx_n - 1;
+      return;
+    }
+    if constexpr (kPrefetch) {
+      nx_last = __ldg(ks.cols + nx_start + nx_n - 1);
+#pragma unroll
+      for (int j = 0; j < kLoadIters; ++j) {
+        const int r = (tid + j * Tr::kThreads) / kChunks;
+        nx_keys[j] = r < nx_n ? __ldg(ks.cols + nx_start + r) : 0;
+      }
+    }
+  };
+  advance();
+  // Issues the loads of the next tile into `stage` (or records that none is left).
   auto issue = [&](int stage) {
-    int kind = 0, start = 0, n = 0;
-    const bool has = cursor.Next(ks, kind, start, n);
-    if (!has) {
+    if (!nx_has) {
       if (tid == 0) sInfo[stage * 4 + 2] = 0;
       return;
     }
+    const int kind = nx_kind, start = nx_start, n = nx_n;
     const uint32_t kst = sKa + stage * Tr::kKVTileBytes;
     const uint32_t vst = sVa + stage * Tr::kKVTileBytes;
-    for (int i = tid; i < kBN * kChunks; i += Tr::kThreads) {
+#pragma unroll
+    for (int j = 0; j < kLoadIters; ++j) {
+      const int i = tid + j * Tr::kThreads;
       const int r = i / kChunks, ch = i % kChunks;
       const bool valid = r < n;
       int key = 0;
-      if (valid) key = kind == 0 ? start + r : __ldg(ks.cols + start + r);
+      if (valid) {
+        if (kind == 0) {
+          key = start + r;
+        } else if constexpr (kPrefetch) {
+          key = nx_keys[j];
+        } else {
+          key = __ldg(ks.cols + start + r);
+        }
+      }
       const int64_t tok = k_tok0 + key;
       CpAsync16(kst + Tr::Off(r, ch, kBN), kg + tok * p.k_token_stride + ch * 8, valid);
       CpAsync16(vst + Tr::Off(r, ch, kBN), vg + tok * p.v_token_stride + ch * 8, valid);
       if (ch == 0) sKeys[stage * kBN + r] = valid ? key : 0x7fffffff;
     }
     if (tid == 0) {
-      const int last_key = kind == 0 ? start + n - 1 : __ldg(ks.cols + start + n - 1);
+      if (!kPrefetch && kind == 1) nx_last = __ldg(ks.cols + start + n - 1);
       sInfo[stage * 4 + 0] = kind;
       sInfo[stage * 4 + 1] = start;
       sInfo[stage * 4 + 2] = n;
-      sInfo[stage * 4 + 3] = (n < kBN || (p.causal && last_key > first_pos)) ? 1 : 0;
+      sInfo[stage * 4 + 3] = (n < kBN || (p.causal && nx_last > first_pos)) ? 1 : 0;
     }
+    advance();
   };
 
   for (int st = 0; st < kStages - 1; ++st) {

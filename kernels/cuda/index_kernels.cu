@@ -196,8 +196,9 @@ KernelVariant Resolve(KernelVariant v) {
   }
   const bool hopper = major == 9 && minor == 0;
   if (wants_wgmma) return hopper ? v : KernelVariant::kWarps4;
-  // kAuto: the measured best (kernels/cuda/NOTES.md): wgmma on Hopper, else 4 warps of 32 rows.
-  return hopper ? KernelVariant::kWgmma : KernelVariant::kWarps4;
+  // kAuto: the measured best (kernels/cuda/NOTES.md): the deep wgmma pipeline on Hopper, else
+  // 4 warps of 32 rows.
+  return hopper ? KernelVariant::kWgmmaDeep : KernelVariant::kWarps4;
 }
 
 }  // namespace detail
