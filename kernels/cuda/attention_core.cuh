@@ -140,7 +140,10 @@ struct Traits {
   static constexpr int kSmemBytes = kInfoOff + kStages * 4 * 4 + (kWgmma ? 1024 : 0);
   static_assert(!kWgmma || (kQBytes % 1024 == 0 && kKVTileBytes % 1024 == 0), "alignment");
 
-  // Byte offset of 16-byte chunk `ch` of row `row` in a tile of `rows` rows.
+  // Byte offset of 16-byte chunk `ch` of row `row` in a tile of `rows` rows. The chunk index
+  // is XORed with the row's low 3 bits so that the 8 rows an ldmatrix phase (or a wgmma core
+  // matrix) reads fall into 8 different bank groups; wgmma tiles split rows into 128-byte
+  // sub-tiles (the 128-byte swizzle layout of the descriptors).
   static __device__ __forceinline__ uint32_t Off(int row, int ch, int rows) {
     if constexpr (kWgmma) {
       return static_cast<uint32_t>((ch / 8) * rows * 128 + row * 128 + (((ch & 7) ^ (row & 7)) * 16));
@@ -223,14 +226,6 @@ struct Wgmma<__half, 128> {
     WgmmaRS_N128_f16(d, a, b, 1);
   }
 };
-
-// Byte offset of 16-byte chunk `ch` of row `row` in a swizzled tile of kChunks chunks per row:
-// the chunk index is XORed with the row's low 3 bits so that the 8 rows an ldmatrix phase reads
-// fall into 8 different bank groups.
-template <int kChunks>
-__device__ __forceinline__ uint32_t Swz(int row, int ch) {
-  return static_cast<uint32_t>((row * kChunks + (ch ^ (row & 7))) * 16);
-}
 
 // The keys of one (head, query block): ranges then gathered columns. With range_start null, one
 // range [0, dense_end).
