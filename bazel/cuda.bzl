@@ -1,7 +1,7 @@
 """cuda_library: .cu files compiled by nvcc in a genrule, linked with the static CUDA runtime.
 
-With --define=cuda=off (--config=nocuda) the objects are empty placeholders and nothing may link
-them; targets choose their CPU-only sources with select(["//:cuda_on"]).
+With --define=cuda=off (--config=nocuda) the genrules write empty placeholders that the library
+leaves out (it is then empty); targets choose their CPU-only sources with select(["//:cuda_on"]).
 """
 
 NVCC = "/usr/local/cuda/bin/nvcc"
@@ -45,8 +45,14 @@ def cuda_library(name, srcs, hdrs = [], nvcc_hdrs = [], deps = [], nvcc_flags = 
         objs.append(obj)
     native.cc_library(
         name = name,
-        srcs = objs,
+        srcs = select({
+            "//:cuda_on": objs,
+            "//conditions:default": [],
+        }),
         hdrs = hdrs,
-        deps = deps + ["@local_cuda//:cudart"],
+        deps = deps + select({
+            "//:cuda_on": ["@local_cuda//:cudart"],
+            "//conditions:default": [],
+        }),
         **kwargs
     )

@@ -371,11 +371,14 @@ MethodConfig SmallConfig(Method m) {
   c.flex_prefill.min_budget = 16;
   c.flex_prefill.max_budget = 64;
   c.flex_prefill.block_size = 16;
+  c.sample_attention.alpha_c = 0.5f;  // As for flex_prefill: flat attention needs low alphas.
+  c.sample_attention.alpha_s = 0.5f;
   c.sample_attention.block_size = 16;
   c.sample_attention.local_tokens = 16;
   c.anchor.block_size = 16;
   c.anchor.step = 2;
   c.anchor.init_tokens = 16;
+  c.anchor.theta = 1.f;  // Random logits differ by a few units: theta 12 keeps every key.
   return c;
 }
 

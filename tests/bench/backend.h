@@ -1,7 +1,7 @@
 // Where spattn-bench runs index builders and the sparse kernel: one interface per device.
-// The CPU backend calls the host builders and SparseAttentionCpu. A CUDA backend plugs in by
-// implementing AttentionBackend (copy Q/K/V in Prepare, time with CUDA events, copy the index
-// and O back for the fidelity metrics) and returning it from MakeBackend("cuda").
+// The CPU backend calls the host builders and SparseAttentionCpu. The CUDA backend copies Q/K/V
+// to the device in Prepare, builds dense/a_shape indexes on the GPU (others on the CPU), times
+// the sparse kernel with CUDA events and copies O back for the fidelity metrics.
 #ifndef SPATTN_TESTS_BENCH_BACKEND_H_
 #define SPATTN_TESTS_BENCH_BACKEND_H_
 
@@ -34,8 +34,8 @@ class AttentionBackend {
   virtual absl::Status FetchOutput() = 0;
 };
 
-// "cpu", or "cuda" (FAILED_PRECONDITION until a CUDA sparse kernel API exists, saying so);
-// anything else is INVALID_ARGUMENT.
+// "cpu", or "cuda" (device 0 through CudaAttentionEngine; FAILED_PRECONDITION, saying why,
+// when the build has no CUDA or the machine no GPU); anything else is INVALID_ARGUMENT.
 absl::StatusOr<std::unique_ptr<AttentionBackend>> MakeBackend(const std::string& device);
 
 }  // namespace spattn
