@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "kernels/cuda/attention_launch.h"
+#include "kernels/cuda/gpu_builders_b.h"
 #include "kernels/status_macros.h"
 
 namespace spattn {
@@ -252,7 +253,8 @@ class CudaAttentionEngine::Impl {
   // Builds a static-pattern index on the device from the uploaded offsets in `a`.
   absl::StatusOr<SparseIndexView> BuildStatic(const AttentionProblem& p, const cuda::AttnParams& a,
                                               const MethodConfig& config,
-                                              const std::vector<int>& heads, int block_m) {
+                                              const std::vector<int>& heads, int block_m,
+                                              const CudaLayerAssets* maybe_assets = nullptr) {
     SPATTN_RETURN_IF_ERROR(config.Validate());
     if (!GpuBuilderAvailable(config.method)) {
       return absl::UnimplementedError(
@@ -265,6 +267,16 @@ class CudaAttentionEngine::Impl {
       if (h < 0 || h >= p.num_q_heads) {
         return absl::InvalidArgumentError(absl::StrCat("heads: ", h, " is not a q head"));
       }
+    }
+    if (cuda::IsBuilderB(config.method)) {
+      cuda::BuilderEnv env;
+      env.stream = stream_;
+      env.device = device_;
+      env.alloc = [this](int64_t bytes, const char* what) -> absl::StatusOr<void*> {
+        SPATTN_ASSIGN_OR_RETURN(char* ptr, Alloc<char>(bytes, what));
+        return static_cast<void*>(ptr);
+      };
+      return cuda::BuildIndexB(env, p, a, config, heads, block_m, maybe_assets);
     }
     const int kind = config.method == Method::kDense ? 0 : 1;
     const int num_blocks = NumBlocks(p, block_m);
@@ -483,7 +495,14 @@ int CudaAttentionEngine::device() const { return impl_->device(); }
 int64_t CudaAttentionEngine::workspace_bytes() const { return impl_->bytes(); }
 
 bool CudaAttentionEngine::GpuBuilderAvailable(Method method) {
-  return method == Method::kDense || method == Method::kAShape;
+  return method == Method::kDense || method == Method::kAShape || cuda::IsBuilderB(method);
+}
+
+absl::StatusOr<std::unique_ptr<CudaLayerAssets>> CudaAttentionEngine::UploadLayerAssets(
+    const LayerAssets& assets, int head_dim) {
+  SPATTN_ASSIGN_OR_RETURN(std::unique_ptr<CudaLayerAssets::Rep> rep,
+                          cuda::UploadSaapAssets(assets, head_dim, impl_->device()));
+  return std::make_unique<CudaLayerAssets>(std::move(rep));
 }
 
 namespace {
@@ -582,7 +601,8 @@ absl::Status CudaAttentionEngine::RunSparseDeviceIndex(const AttentionProblem& p
 absl::Status CudaAttentionEngine::RunBuiltIndex(const AttentionProblem& p,
                                                 const MethodConfig& config,
                                                 const std::vector<int>& heads, int block_m,
-                                                CudaStageTimes* times) {
+                                                CudaStageTimes* times,
+                                                const CudaLayerAssets* maybe_assets) {
   absl::MutexLock lock(&impl_->mu());
   SPATTN_RETURN_IF_ERROR(impl_->Begin(times));
   SPATTN_RETURN_IF_ERROR(CheckDeviceProblem(p, impl_->device()));
@@ -593,8 +613,10 @@ absl::Status CudaAttentionEngine::RunBuiltIndex(const AttentionProblem& p,
   SPATTN_RETURN_IF_ERROR(impl_->Mark(Impl::kUpload));
   SPATTN_ASSIGN_OR_RETURN(cuda::AttnParams a, impl_->Params(p));
   SPATTN_RETURN_IF_ERROR(impl_->Mark(Impl::kUpload));
-  SPATTN_ASSIGN_OR_RETURN(SparseIndexView v, impl_->BuildStatic(p, a, config, heads, block_m));
+  SPATTN_ASSIGN_OR_RETURN(SparseIndexView v,
+                          impl_->BuildStatic(p, a, config, heads, block_m, maybe_assets));
   SPATTN_RETURN_IF_ERROR(impl_->Mark(Impl::kIndex));
+  SPATTN_RETURN_IF_ERROR(CheckIndexShape(p, v));  // methods with their own block size
   SPATTN_RETURN_IF_ERROR(impl_->Sparse(a, v));
   return impl_->Finish();
 }
@@ -602,12 +624,18 @@ absl::Status CudaAttentionEngine::RunBuiltIndex(const AttentionProblem& p,
 absl::Status CudaAttentionEngine::BuildIndexOnDevice(const AttentionProblem& p,
                                                      const MethodConfig& config,
                                                      const std::vector<int>& heads, int block_m,
-                                                     SparseIndex* out) {
+                                                     SparseIndex* out,
+                                                     const CudaLayerAssets* maybe_assets,
+                                                     CudaStageTimes* times) {
   absl::MutexLock lock(&impl_->mu());
-  SPATTN_RETURN_IF_ERROR(impl_->Begin(nullptr));
+  SPATTN_RETURN_IF_ERROR(impl_->Begin(times));
   SPATTN_RETURN_IF_ERROR(p.Validate());
+  SPATTN_RETURN_IF_ERROR(impl_->Mark(Impl::kUpload));
   SPATTN_ASSIGN_OR_RETURN(cuda::AttnParams a, impl_->Params(p));
-  SPATTN_ASSIGN_OR_RETURN(SparseIndexView v, impl_->BuildStatic(p, a, config, heads, block_m));
+  SPATTN_RETURN_IF_ERROR(impl_->Mark(Impl::kUpload));
+  SPATTN_ASSIGN_OR_RETURN(SparseIndexView v,
+                          impl_->BuildStatic(p, a, config, heads, block_m, maybe_assets));
+  SPATTN_RETURN_IF_ERROR(impl_->Mark(Impl::kIndex));
   SPATTN_RETURN_IF_ERROR(impl_->Finish());
   const int64_t rows = static_cast<int64_t>(v.num_heads) * v.num_blocks;
   out->block_m = block_m;
@@ -625,14 +653,20 @@ absl::Status CudaAttentionEngine::BuildIndexOnDevice(const AttentionProblem& p,
                          cudaMemcpyDeviceToHost),
               "download col_indptr");
   const int32_t nr = out->range_indptr[rows];
+  const int32_t nc = out->col_indptr[rows];
   out->range_start.resize(nr);
   out->range_len.resize(nr);
-  out->col_idx.clear();
+  out->col_idx.resize(nc);
   if (nr > 0) {
     SPATTN_CUDA(cudaMemcpy(out->range_start.data(), v.range_start, nr * 4, cudaMemcpyDeviceToHost),
                 "download range_start");
     SPATTN_CUDA(cudaMemcpy(out->range_len.data(), v.range_len, nr * 4, cudaMemcpyDeviceToHost),
                 "download range_len");
+  }
+  if (nc > 0) {
+    SPATTN_CUDA(cudaMemcpy(out->col_idx.data(), v.col_idx, static_cast<int64_t>(nc) * 4,
+                           cudaMemcpyDeviceToHost),
+                "download col_idx");
   }
   return absl::OkStatus();
 }

@@ -72,6 +72,29 @@ class CudaDeviceBuffer {
   int64_t bytes_;
 };
 
+// Saap's LayerAssets of one layer (k-means centroids per kv head, query classifiers per q head,
+// RoPE settings) in device memory, made once per layer by CudaAttentionEngine::UploadLayerAssets
+// and passed to RunBuiltIndex / BuildIndexOnDevice. Centroids are kept as bf16 hi + lo parts
+// (float-like precision in the key assignment), classifier weights as bf16 for the tensor cores,
+// biases and RoPE tables in float / double. Immutable: thread-safe to share between calls of the
+// engine that uploaded it (only that engine's device may use it).
+class CudaLayerAssets {
+ public:
+  struct Rep;
+  explicit CudaLayerAssets(std::unique_ptr<Rep> rep);
+  ~CudaLayerAssets();
+  CudaLayerAssets(const CudaLayerAssets&) = delete;
+  CudaLayerAssets& operator=(const CudaLayerAssets&) = delete;
+
+  int device() const;
+  int head_dim() const;
+  int num_centroids() const;
+  const Rep& rep() const;
+
+ private:
+  std::unique_ptr<Rep> rep_;
+};
+
 // Thread-safe: calls are serialized by an internal mutex (one stream, one workspace).
 class CudaAttentionEngine {
  public:
@@ -100,21 +123,35 @@ class CudaAttentionEngine {
   absl::Status RunSparseDeviceIndex(const AttentionProblem& problem,
                                     const SparseIndexView& device_index,
                                     CudaStageTimes* maybe_times = nullptr);
-  // Builds the index of `heads` with the GPU builder of config.method (dense, a_shape) in the
-  // workspace, then runs the sparse kernel. UNIMPLEMENTED for methods without a GPU builder.
+  // Builds the index of `heads` with the GPU builder of config.method in the workspace, then
+  // runs the sparse kernel. UNIMPLEMENTED for methods without a GPU builder. block_m is the
+  // index block of dense, a_shape and saap; sample_attention and anchor use their block_size
+  // (the kernel takes 64 and 128). Saap reads `maybe_assets` (FAILED_PRECONDITION without).
   absl::Status RunBuiltIndex(const AttentionProblem& problem, const MethodConfig& config,
                              const std::vector<int>& heads, int block_m,
-                             CudaStageTimes* maybe_times = nullptr);
+                             CudaStageTimes* maybe_times = nullptr,
+                             const CudaLayerAssets* maybe_assets = nullptr);
 
   // ---- Host-buffer path: problem.space == kHost. Copies Q/K/V in, runs the dense kernel
   // (maybe_index null) or the sparse kernel, copies O (and LSE) out.
   absl::Status RunHost(const AttentionProblem& problem, const SparseIndex* maybe_index,
                        CudaStageTimes* maybe_times = nullptr);
 
-  // Builds the index with the GPU builder and copies it to `out` (tests, debugging). Only the
-  // problem's sizes are read; its tensors may live anywhere.
+  // Builds the index with the GPU builder and copies it to `out` (tests, benchmarks). dense and
+  // a_shape read only the problem's sizes; the builders that look at Q/K (sample_attention,
+  // anchor, saap) need problem.space == kCuda. maybe_times gets the build's GPU time as
+  // index_seconds (the download is not counted).
   absl::Status BuildIndexOnDevice(const AttentionProblem& problem, const MethodConfig& config,
-                                  const std::vector<int>& heads, int block_m, SparseIndex* out);
+                                  const std::vector<int>& heads, int block_m, SparseIndex* out,
+                                  const CudaLayerAssets* maybe_assets = nullptr,
+                                  CudaStageTimes* maybe_times = nullptr);
+
+  // Checks Saap's `assets` for head_dim as the CPU builder would (INVALID_ARGUMENT naming the
+  // field) and copies them to this engine's device (cudaMalloc: once per layer, not on the
+  // request path). UNIMPLEMENTED for classifiers the GPU builder does not run: more than two
+  // layers, hidden width over 1024, more than 4096 centroids, different shapes per head.
+  absl::StatusOr<std::unique_ptr<CudaLayerAssets>> UploadLayerAssets(const LayerAssets& assets,
+                                                                     int head_dim);
 
   // Whether config.method has a GPU index builder.
   static bool GpuBuilderAvailable(Method method);

@@ -44,7 +44,8 @@ absl::Status CudaAttentionEngine::RunSparseDeviceIndex(const AttentionProblem&,
   return NoCuda();
 }
 absl::Status CudaAttentionEngine::RunBuiltIndex(const AttentionProblem&, const MethodConfig&,
-                                                const std::vector<int>&, int, CudaStageTimes*) {
+                                                const std::vector<int>&, int, CudaStageTimes*,
+                                                const CudaLayerAssets*) {
   return NoCuda();
 }
 absl::Status CudaAttentionEngine::RunHost(const AttentionProblem&, const SparseIndex*,
@@ -53,9 +54,21 @@ absl::Status CudaAttentionEngine::RunHost(const AttentionProblem&, const SparseI
 }
 absl::Status CudaAttentionEngine::BuildIndexOnDevice(const AttentionProblem&,
                                                      const MethodConfig&,
-                                                     const std::vector<int>&, int,
-                                                     SparseIndex*) {
+                                                     const std::vector<int>&, int, SparseIndex*,
+                                                     const CudaLayerAssets*, CudaStageTimes*) {
   return NoCuda();
 }
+absl::StatusOr<std::unique_ptr<CudaLayerAssets>> CudaAttentionEngine::UploadLayerAssets(
+    const LayerAssets&, int) {
+  return NoCuda();
+}
+
+struct CudaLayerAssets::Rep {};
+CudaLayerAssets::CudaLayerAssets(std::unique_ptr<Rep> rep) : rep_(std::move(rep)) {}
+CudaLayerAssets::~CudaLayerAssets() = default;
+int CudaLayerAssets::device() const { return -1; }
+int CudaLayerAssets::head_dim() const { return 0; }
+int CudaLayerAssets::num_centroids() const { return 0; }
+const CudaLayerAssets::Rep& CudaLayerAssets::rep() const { return *rep_; }
 
 }  // namespace spattn
