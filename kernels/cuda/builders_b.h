@@ -68,6 +68,7 @@ struct SaItem {
   int unit, key_begin, key_end;
 };
 constexpr int kSaSpan = 4096;
+constexpr int kSaItemScores = kSaSpan / 16 + 16;  // column (or slash) blocks one span touches
 
 struct SaArgs {
   AttnParams p;
@@ -79,12 +80,14 @@ struct SaArgs {
   int block_size = 0;               // 16, 32, 64 or 128
   float2* partial = nullptr;        // [num_items * 128] (max, sum) in the log2 domain
   float* lse2 = nullptr;            // [num_units * 128] log2-sum-exp2 of each sampled row (NaN: no vote)
-  float* scores = nullptr;          // [total] column then slash block scores per unit (zeroed)
+  float* item_scores = nullptr;     // [num_items * 2 * kSaItemScores] per-span block sums
+  float* scores = nullptr;          // [total] column then slash block scores per unit
   int32_t* selected = nullptr;      // [total] selected blocks per unit (same layout as scores)
   int32_t* selected_n = nullptr;    // [num_units * 2] selected column / slash blocks
   float alpha_c = 0, alpha_s = 0;
 };
-// Sampled-row statistics, block-reduced scores, CRA selection (scores must be zeroed).
+// Sampled-row statistics, block-reduced scores (per span, then summed in span order: the same
+// scores on every run), CRA selection.
 cudaError_t LaunchSampleAttentionSelect(const SaArgs& a, cudaStream_t stream);
 
 struct SaAsmArgs {

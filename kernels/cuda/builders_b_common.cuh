@@ -180,7 +180,7 @@ __device__ __forceinline__ void OrSpanBlock(uint32_t* arr, int64_t wbase, int64_
 // ranges and columns of each slot row, fill pass writes the entries at off_* (then turns range
 // ends into lengths).
 template <class Src>
-__global__ void __launch_bounds__(kAsmThreads) AssembleKernel(Src src, int num_units, AsmOut out,
+__global__ void __launch_bounds__(kAsmThreads, 2) AssembleKernel(Src src, int num_units, AsmOut out,
                                                               bool fill) {
   __shared__ uint32_t sR[kAsmArrayWords];
   __shared__ uint32_t sC[kAsmArrayWords];

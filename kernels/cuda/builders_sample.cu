@@ -21,12 +21,25 @@ namespace {
 constexpr int kSaThreads = 256;  // 8 warps x 16 sampled rows
 constexpr int kSaRows = 128;
 constexpr int kSaTileN = 64;
-constexpr int kSaAcc = kSaSpan / 16 + 16;  // column / slash accumulators per span (blk >= 16)
+constexpr int kSaAcc = kSaItemScores;  // column / slash accumulators per span (blk >= 16)
+constexpr int kSaWarps = kSaThreads / 32;
 constexpr int kSaSlots = 8;                // slash blocks one warp tile can touch (blk >= 16)
 
 template <int kD>
 constexpr int SaSmemBytes() {
-  return kSaRows * kD * 2 + 2 * kSaTileN * kD * 2 + 2 * kSaAcc * 4;
+  return kSaRows * kD * 2 + 2 * kSaTileN * kD * 2 + 2 * kSaWarps * kSaAcc * 4;
+}
+
+// The column blocks [cb0, cb0 + n_cb) and slash blocks [sb_lo, sb_lo + n_sb) a span's keys and
+// the unit's sampled rows can touch.
+__device__ __forceinline__ void SaWindow(const SaUnit& u, const SaItem& item, int pos0, int lg,
+                                         int& cb0, int& n_cb, int& sb_lo, int& n_sb) {
+  const int rows = u.s1 - u.s0;
+  const int kb = item.key_begin, ke = item.key_end;
+  cb0 = kb >> lg;
+  n_cb = ((ke - 1) >> lg) - cb0 + 1;
+  sb_lo = (pos0 - (ke - 1)) >> lg;  // arithmetic shift = floor
+  n_sb = ((pos0 + rows - 1 - kb) >> lg) - sb_lo + 1;
 }
 
 // Pass 1 (kScores = false): partial (max, sum) of each sampled row over the item's key span.
@@ -38,8 +51,9 @@ __global__ void __launch_bounds__(kSaThreads) SaPassKernel(SaArgs a) {
   extern __shared__ __align__(128) char smem[];
   const uint32_t sQa = SmemAddr(smem);
   const uint32_t sKa = sQa + kSaRows * kD * 2;
+  // Per-warp column and slash sums (no atomics: the same sums on every run).
   float* sCol = reinterpret_cast<float*>(smem + kSaRows * kD * 2 + 2 * kSaTileN * kD * 2);
-  float* sSlash = sCol + kSaAcc;
+  float* sSlash = sCol + kSaWarps * kSaAcc;
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t4 = lane & 3;
@@ -59,17 +73,16 @@ __global__ void __launch_bounds__(kSaThreads) SaPassKernel(SaArgs a) {
   const int kb = item.key_begin, ke = item.key_end;
 
   // Span-level block ranges (pass 2).
-  const int cb0 = kb >> lg;
-  const int n_cb = ((ke - 1) >> lg) - cb0 + 1;
-  const int sb_lo = (pos0 - (ke - 1)) >> lg;  // arithmetic shift = floor
-  const int sb_hi = (pos0 + rows - 1 - kb) >> lg;
-  const int n_sb = sb_hi - sb_lo + 1;
+  int cb0, n_cb, sb_lo, n_sb;
+  SaWindow(u, item, pos0, lg, cb0, n_cb, sb_lo, n_sb);
   if constexpr (kScores) {
-    for (int i = tid; i < kSaAcc; i += kSaThreads) {
+    for (int i = tid; i < kSaWarps * kSaAcc; i += kSaThreads) {
       sCol[i] = 0.f;
       sSlash[i] = 0.f;
     }
   }
+  float* wCol = sCol + warp * kSaAcc;
+  float* wSlash = sSlash + warp * kSaAcc;
 
   const T* qg = static_cast<const T*>(p.q) + static_cast<int64_t>(q_head) * p.q_head_stride;
   const T* kg = static_cast<const T*>(p.k) + static_cast<int64_t>(kvh) * p.k_head_stride;
@@ -200,20 +213,20 @@ __global__ void __launch_bounds__(kSaThreads) SaPassKernel(SaArgs a) {
           const int idx = (j + nt * 8) >> lg;  // warp-uniform
           if (idx != cur) {
             cs = WarpSum(cs);
-            if (lane == 0 && cs != 0.f) atomicAdd(sCol + (cur - cb0), cs);
+            if (lane == 0 && cs != 0.f) wCol[cur - cb0] += cs;
             cs = 0.f;
             cur = idx;
           }
           cs += csum[nt];
         }
         cs = WarpSum(cs);
-        if (lane == 0 && cs != 0.f) atomicAdd(sCol + (cur - cb0), cs);
+        if (lane == 0 && cs != 0.f) wCol[cur - cb0] += cs;
 #pragma unroll
         for (int kk = 0; kk < kSaSlots; ++kk) {
           if (__any_sync(0xffffffffu, ss[kk] != 0.f)) {
             const float v = WarpSum(ss[kk]);
             const int idx = sb_base + kk - sb_lo;
-            if (lane == 0 && v != 0.f && idx >= 0 && idx < n_sb) atomicAdd(sSlash + idx, v);
+            if (lane == 0 && v != 0.f && idx >= 0 && idx < n_sb) wSlash[idx] += v;
           }
         }
       }
@@ -234,17 +247,45 @@ __global__ void __launch_bounds__(kSaThreads) SaPassKernel(SaArgs a) {
       }
     }
   } else {
-    // Spans stay within the unit's blocks: keys < k_len, slashes of visible keys.
-    float* col = a.scores + u.score_off;
-    float* slash = a.scores + u.score_off + u.n_col;
-    for (int i = tid; i < n_cb; i += kSaThreads) {
-      const int cb = cb0 + i;
-      if (sCol[i] != 0.f && cb >= 0 && cb < u.n_col) atomicAdd(col + cb, sCol[i]);
+    // The span's sums over the warps, in warp order.
+    __syncthreads();
+    float* out = a.item_scores + static_cast<int64_t>(blockIdx.x) * 2 * kSaAcc;
+    for (int i = tid; i < kSaAcc; i += kSaThreads) {
+      float c = 0.f, sl = 0.f;
+#pragma unroll
+      for (int w = 0; w < kSaWarps; ++w) {
+        c += sCol[w * kSaAcc + i];
+        sl += sSlash[w * kSaAcc + i];
+      }
+      out[i] = c;
+      out[kSaAcc + i] = sl;
     }
-    for (int i = tid; i < n_sb; i += kSaThreads) {
-      const int sb = sb_lo + i - u.sb_min;
-      if (sSlash[i] != 0.f && sb >= 0 && sb < u.n_slash) atomicAdd(slash + sb, sSlash[i]);
+  }
+}
+
+// Scores of each unit: its spans' sums, added in span order.
+__global__ void SaReduceKernel(SaArgs a) {
+  const SaUnit u = a.units[blockIdx.x];
+  const AttnParams& p = a.p;
+  const int q_len = p.cu_seqlens_q[u.seq + 1] - p.cu_seqlens_q[u.seq];
+  const int k_len = p.cu_seqlens_k[u.seq + 1] - p.cu_seqlens_k[u.seq];
+  const int pos0 = k_len - q_len + u.s0;
+  const int lg = __ffs(a.block_size) - 1;
+  for (int e = threadIdx.x; e < u.n_col + u.n_slash; e += blockDim.x) {
+    double sum = 0;
+    for (int it = u.item_begin; it < u.item_begin + u.item_count; ++it) {
+      int cb0, n_cb, sb_lo, n_sb;
+      SaWindow(u, a.items[it], pos0, lg, cb0, n_cb, sb_lo, n_sb);
+      const float* sc = a.item_scores + static_cast<int64_t>(it) * 2 * kSaAcc;
+      if (e < u.n_col) {
+        const int i = e - cb0;
+        if (i >= 0 && i < n_cb) sum += sc[i];
+      } else {
+        const int i = e - u.n_col + u.sb_min - sb_lo;
+        if (i >= 0 && i < n_sb) sum += sc[kSaAcc + i];
+      }
     }
+    a.scores[u.score_off + e] = static_cast<float>(sum);
   }
 }
 
@@ -461,6 +502,8 @@ cudaError_t SaLaunchTyped(const SaArgs& a, cudaStream_t stream) {
   SaCombineKernel<<<a.num_units, kSaRows, 0, stream>>>(a);
   if ((err = cudaGetLastError()) != cudaSuccess) return err;
   pass2<<<a.num_items, kSaThreads, smem, stream>>>(a);
+  if ((err = cudaGetLastError()) != cudaSuccess) return err;
+  SaReduceKernel<<<a.num_units, 256, 0, stream>>>(a);
   if ((err = cudaGetLastError()) != cudaSuccess) return err;
   SaCraKernel<<<a.num_units * 2, kCraThreads, 0, stream>>>(a);
   return cudaGetLastError();

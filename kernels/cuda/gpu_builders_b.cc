@@ -233,6 +233,9 @@ absl::StatusOr<SparseIndexView> BuildSampleAttention(const BuilderEnv& env,
                                         "sample_attention row partials"));
   SPATTN_ASSIGN_OR_RETURN(sa.lse2, Alloc<float>(env, static_cast<int64_t>(units.size()) * 128,
                                                 "sample_attention row lse"));
+  SPATTN_ASSIGN_OR_RETURN(sa.item_scores,
+                          Alloc<float>(env, static_cast<int64_t>(items.size()) * 2 * kSaItemScores,
+                                       "sample_attention span scores"));
   SPATTN_ASSIGN_OR_RETURN(sa.scores, Alloc<float>(env, score_total, "sample_attention scores"));
   SPATTN_ASSIGN_OR_RETURN(sa.selected,
                           Alloc<int32_t>(env, score_total, "sample_attention selection"));
@@ -242,6 +245,7 @@ absl::StatusOr<SparseIndexView> BuildSampleAttention(const BuilderEnv& env,
   sa.alpha_c = params.alpha_c;
   sa.alpha_s = params.alpha_s;
   if (score_total > 0) {
+    // Units without keys get no span: their scores stay 0.
     SPATTN_CUDA_B(cudaMemsetAsync(sa.scores, 0, score_total * sizeof(float), env.stream),
                   "sample_attention scores");
   }

@@ -302,7 +302,7 @@ TEST(GpuBuildersBTest, SaapMatchesCpuOnPlantedClusters) {
     c.saap.local_tokens = 64;
     // One clearly best bucket per block: the index should be the CPU's, row for row.
     c.saap.top_l = 1;
-    ExpectAgreement(*hp, *engine, c, AllHeads(hq), 64, 0.01, 0.01, 0.01, &assets, dev->get());
+    ExpectAgreement(*hp, *engine, c, AllHeads(hq), 64, 0.05, 0.01, 0.01, &assets, dev->get());
     c.saap.top_l = 3;
     for (int block_m : {64, 128, 32}) {
       ExpectAgreement(*hp, *engine, c, AllHeads(hq), block_m, 0.05, 0.02, 0.02, &assets,

@@ -1,7 +1,8 @@
 // Where spattn-bench runs index builders and the sparse kernel: one interface per device.
 // The CPU backend calls the host builders and SparseAttentionCpu. The CUDA backend copies Q/K/V
-// to the device in Prepare, builds dense/a_shape indexes on the GPU (others on the CPU), times
-// the sparse kernel with CUDA events and copies O back for the fidelity metrics.
+// to the device in Prepare, builds indexes with the GPU builders where the method has one
+// (others on the CPU; index time = GPU build time), times the sparse kernel with CUDA events and
+// copies O back for the fidelity metrics.
 #ifndef SPATTN_TESTS_BENCH_BACKEND_H_
 #define SPATTN_TESTS_BENCH_BACKEND_H_
 
@@ -24,7 +25,8 @@ class AttentionBackend {
   virtual std::string name() const = 0;  // "cpu", "cuda:0", ...
   // Takes the host problem the following calls work on (a device backend copies Q/K/V).
   virtual absl::Status Prepare(AttentionProblem* host_problem) = 0;
-  // Builds the index of q heads `heads` into `index` (host copy); returns elapsed milliseconds.
+  // Builds the index of q heads `heads` into `index` (host copy); returns elapsed milliseconds
+  // (on a device: the build's device time, without copying the index back).
   virtual absl::StatusOr<double> BuildIndex(const MethodConfig& config,
                                             const std::vector<int>& heads,
                                             const BuildOptions& options, SparseIndex* index) = 0;

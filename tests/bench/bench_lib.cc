@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "kernels/calibration/saap_calibration.h"
 #include "kernels/fidelity.h"
 #include "kernels/io/tensor_io.h"
 #include "kernels/parallel.h"
@@ -233,6 +234,10 @@ Methods:
                          saap: num_centroids top_l sink_tokens local_tokens
   --block_m=N            query rows per index block for dense, a_shape, vertical_slash, saap
                          (default 64)
+  --calibrate            saap: calibrate its assets (k-means, query classifier) on the first
+                         --calibrate_len queries of sequence 0 (default 4096), training the
+                         classifier (--calibrate_hidden wide, default 1024) for
+                         --calibrate_steps steps (default 100); without it saap has no assets
 Run:
   --device=D             cpu (default) or cuda
   --warmup=N             untimed runs per method and group (default -1 = auto)
@@ -292,7 +297,7 @@ absl::Status SetMethodParam(const std::string& dotted, const std::string& value,
 
 absl::StatusOr<BenchFlags> ParseBenchFlags(const std::vector<std::string>& args) {
   BenchFlags f;
-  const std::vector<std::string> bools = {"causal", "table", "help"};
+  const std::vector<std::string> bools = {"causal", "table", "help", "calibrate"};
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a.rfind("--", 0) != 0) {
@@ -376,6 +381,14 @@ absl::StatusOr<BenchFlags> ParseBenchFlags(const std::vector<std::string>& args)
       s = ParseInt(name, value, &f.block_m);
     } else if (name == "table") {
       s = ParseBool(name, value, &f.table);
+    } else if (name == "calibrate") {
+      s = ParseBool(name, value, &f.calibrate);
+    } else if (name == "calibrate_len") {
+      s = ParseInt(name, value, &f.calibrate_len);
+    } else if (name == "calibrate_steps") {
+      s = ParseInt(name, value, &f.calibrate_steps);
+    } else if (name == "calibrate_hidden") {
+      s = ParseInt(name, value, &f.calibrate_hidden);
     } else if (name == "dump") {
       f.dump = value;
     } else if (name == "help") {
@@ -397,6 +410,11 @@ absl::StatusOr<BenchFlags> ParseBenchFlags(const std::vector<std::string>& args)
   if (f.repeat < 0) return absl::InvalidArgumentError("--repeat must be > 0 (0: auto)");
   if (f.threads < 0) return absl::InvalidArgumentError("--threads must be >= 0");
   if (f.recall_rows < 0) return absl::InvalidArgumentError("--recall_rows must be >= 0");
+  if (f.calibrate_len <= 0) return absl::InvalidArgumentError("--calibrate_len must be > 0");
+  if (f.calibrate_steps <= 0) return absl::InvalidArgumentError("--calibrate_steps must be > 0");
+  if (f.calibrate_hidden <= 0) {
+    return absl::InvalidArgumentError("--calibrate_hidden must be > 0");
+  }
   if (f.batch <= 0) return absl::InvalidArgumentError("--batch must be > 0");
   if (f.seq_len <= 0) return absl::InvalidArgumentError("--seq_len must be > 0");
   if (f.q_len < 0 || f.q_len > f.seq_len) {
@@ -568,8 +586,42 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
   if (f.warmup < 0) f.warmup = big ? 0 : 1;
   if (f.repeat == 0) f.repeat = big ? 1 : 3;
 
+  // Saap's assets, calibrated on a prefix of sequence 0 (queries [0, n) and the keys they see).
+  LayerAssets assets;
+  const bool wants_saap =
+      std::find(f.methods.begin(), f.methods.end(), MethodName(Method::kSaap)) != f.methods.end();
+  bool calibrated = false;
+  if (f.calibrate && wants_saap) {
+    const auto calib_start = std::chrono::steady_clock::now();
+    AttentionProblem prefix = problem;
+    const int nq = std::min(f.calibrate_len, problem.q_len(0));
+    prefix.cu_seqlens_q = {0, nq};
+    prefix.cu_seqlens_k = {0, problem.k_len(0) - problem.q_len(0) + nq};
+    assets.rope_theta = f.rope_theta;
+    const SaapParams& sp = configs[Method::kSaap].saap;
+    SaapCalibrationOptions co;
+    co.kmeans.num_centroids = sp.num_centroids;
+    co.classifier.hidden = f.calibrate_hidden;
+    co.classifier.steps = f.calibrate_steps;
+    co.sink_tokens = sp.sink_tokens;
+    co.local_tokens = sp.local_tokens;
+    co.max_queries = 4096;
+    co.seed = f.seed + 1;
+    absl::Status cs = CalibrateSaap(prefix, co, &assets, nullptr);
+    const double calib_ms = std::chrono::duration<double, std::milli>(
+                                std::chrono::steady_clock::now() - calib_start)
+                                .count();
+    if (cs.ok()) {
+      calibrated = true;
+      err << "spattn-bench: saap assets calibrated on " << nq << " queries in "
+          << static_cast<int64_t>(calib_ms) << " ms\n";
+    } else {
+      err << "spattn-bench: saap calibration failed: " << cs.message() << "\n";
+    }
+  }
   BuildOptions bo;
   bo.block_m = f.block_m;
+  bo.maybe_assets = calibrated ? &assets : nullptr;
   std::vector<Result> table_rows;
   auto emit = [&](const Result& r) {
     if (f.table) {

@@ -42,6 +42,13 @@ struct BenchFlags {
   int threads = 0;                   // Default: 0 = all cores.
   std::string group_by = "auto";     // Default: auto (kind for synthetic, all for files).
   int block_m = 64;                  // Default: 64.
+  // Saap: calibrate the layer assets (kernels/calibration: k-means with saap.num_centroids,
+  // classifier) on the first calibrate_len queries of sequence 0 before running. Without it
+  // saap has no assets and reports an error line.
+  bool calibrate = false;            // Default: false.
+  int calibrate_len = 4096;          // Default: 4096.
+  int calibrate_steps = 100;         // Default: 100 classifier training steps.
+  int calibrate_hidden = 1024;       // Default: 1024 (the paper's classifier width).
   bool table = false;                // Default: false (JSON lines).
   std::string dump;                  // Default: none.
   bool help = false;
