@@ -638,7 +638,7 @@ absl::Status CudaAttentionEngine::BuildIndexOnDevice(const AttentionProblem& p,
   SPATTN_RETURN_IF_ERROR(impl_->Mark(Impl::kIndex));
   SPATTN_RETURN_IF_ERROR(impl_->Finish());
   const int64_t rows = static_cast<int64_t>(v.num_heads) * v.num_blocks;
-  out->block_m = block_m;
+  out->block_m = v.block_m;  // sample_attention and anchor index by their own block_size
   out->heads.assign(heads.begin(), heads.end());
   out->block_offsets.resize(p.batch() + 1);
   out->range_indptr.resize(rows + 1);
