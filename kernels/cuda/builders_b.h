@@ -222,6 +222,7 @@ struct SaapArgs {
   int classify_grid = 0;
   int top_l = 0;
   int32_t* selected = nullptr;              // [num_kv * num_blocks * top_l]
+  cudaEvent_t keys_done = nullptr;          // optional: recorded after the bucket lists
 };
 // Shared memory the classifier kernel needs (0 when the shape is not supported).
 int SaapClassifySmemBytes(int head_dim, int num_layers, int hidden_pad, int c_pad);

@@ -617,6 +617,9 @@ cudaError_t SaapLaunchTyped(const SaapArgs& a, cudaStream_t stream) {
     SaapScatterKernel<<<a.num_key_tiles, kAsKeys, 0, stream>>>(a);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
   }
+  if (a.keys_done != nullptr && (err = cudaEventRecord(a.keys_done, stream)) != cudaSuccess) {
+    return err;
+  }
   if (a.num_kv > 0 && a.num_blocks > 0) {
     auto classify = SaapClassifyKernel<T, kD>;
     const int smem = SaapClassifySmemBytes(kD, a.assets.num_layers, a.assets.hidden_pad,

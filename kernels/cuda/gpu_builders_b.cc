@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 
@@ -36,6 +38,43 @@ int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 int FloorDiv(int64_t a, int64_t b) {
   return static_cast<int>(a >= 0 ? a / b : -((-a + b - 1) / b));
 }
+
+// With SPATTN_GPU_BUILDER_PROFILE set, each build prints its stage times (CUDA events) to
+// stderr: selection (split for saap), count pass, fill pass.
+class StageProfile {
+ public:
+  explicit StageProfile(cudaStream_t stream) : stream_(stream) {
+    if (std::getenv("SPATTN_GPU_BUILDER_PROFILE") == nullptr) return;
+    on_ = true;
+    for (cudaEvent_t& e : events_) cudaEventCreate(&e);
+  }
+  ~StageProfile() {
+    if (!on_) return;
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
+  }
+  // The event of mark `i` (null when off), to record elsewhere.
+  cudaEvent_t event(int i) const { return on_ ? events_[i] : nullptr; }
+  void Mark(int i) {
+    if (on_) cudaEventRecord(events_[i], stream_);
+  }
+  // Prints the times between consecutive marks [0, n).
+  void Print(const char* method, const char* const* names, int n) {
+    if (!on_) return;
+    cudaEventSynchronize(events_[n - 1]);
+    std::fprintf(stderr, "gpu builder %s:", method);
+    for (int i = 1; i < n; ++i) {
+      float ms = 0;
+      cudaEventElapsedTime(&ms, events_[i - 1], events_[i]);
+      std::fprintf(stderr, " %s %.3f ms", names[i - 1], ms);
+    }
+    std::fprintf(stderr, "\n");
+  }
+
+ private:
+  cudaStream_t stream_;
+  bool on_ = false;
+  cudaEvent_t events_[6] = {};
+};
 
 template <typename T>
 absl::StatusOr<T*> Alloc(const BuilderEnv& env, int64_t count, const char* what) {
@@ -114,7 +153,8 @@ Layout MakeLayout(const AttentionProblem& p, const std::vector<int>& heads, int 
 // Count pass, scan, the entry totals (the build's one host round trip), fill pass.
 absl::StatusOr<SparseIndexView> Assemble(
     const BuilderEnv& env, const Layout& l,
-    const std::function<cudaError_t(const AsmOut&, bool)>& launch) {
+    const std::function<cudaError_t(const AsmOut&, bool)>& launch,
+    StageProfile* prof = nullptr, int mark = 0) {
   const int num_slots = l.host.num_heads(), num_blocks = l.host.num_blocks();
   const int64_t rows = static_cast<int64_t>(num_slots) * num_blocks;
   SparseIndexView v;
@@ -128,10 +168,12 @@ absl::StatusOr<SparseIndexView> Assemble(
   out.num_blocks = num_blocks;
   SPATTN_ASSIGN_OR_RETURN(out.count_ranges, Alloc<int64_t>(env, rows + 1, "range counts"));
   SPATTN_ASSIGN_OR_RETURN(out.count_cols, Alloc<int64_t>(env, rows + 1, "column counts"));
+  if (prof != nullptr) prof->Mark(mark);
   SPATTN_CUDA_B(launch(out, false), "index assembly (count)");
   SPATTN_CUDA_B(LaunchExclusiveScan64(out.count_ranges, rows, env.stream), "range offsets");
   SPATTN_CUDA_B(LaunchExclusiveScan64(out.count_cols, rows, env.stream), "column offsets");
   int64_t totals[2] = {0, 0};
+  if (prof != nullptr) prof->Mark(mark + 1);
   SPATTN_CUDA_B(cudaMemcpyAsync(&totals[0], out.count_ranges + rows, 8, cudaMemcpyDeviceToHost,
                                 env.stream),
                 "index totals");
@@ -161,7 +203,9 @@ absl::StatusOr<SparseIndexView> Assemble(
   out.range_start = range_start;
   out.range_len = range_len;
   out.col_idx = col_idx;
+  if (prof != nullptr) prof->Mark(mark + 2);
   SPATTN_CUDA_B(launch(out, true), "index assembly (fill)");
+  if (prof != nullptr) prof->Mark(mark + 3);
   v.range_indptr = range_indptr;
   v.range_start = range_start;
   v.range_len = range_len;
@@ -249,6 +293,8 @@ absl::StatusOr<SparseIndexView> BuildSampleAttention(const BuilderEnv& env,
     SPATTN_CUDA_B(cudaMemsetAsync(sa.scores, 0, score_total * sizeof(float), env.stream),
                   "sample_attention scores");
   }
+  StageProfile prof(env.stream);
+  prof.Mark(0);
   SPATTN_CUDA_B(LaunchSampleAttentionSelect(sa, env.stream), "sample_attention selection");
 
   SaAsmArgs asm_args;
@@ -262,9 +308,15 @@ absl::StatusOr<SparseIndexView> BuildSampleAttention(const BuilderEnv& env,
   asm_args.selected_n = sa.selected_n;
   asm_args.block_size = blk;
   asm_args.local_tokens = params.local_tokens;
-  return Assemble(env, l, [&](const AsmOut& out, bool fill) {
-    return LaunchSampleAttentionAssemble(asm_args, out, fill, env.stream);
-  });
+  auto v = Assemble(
+      env, l,
+      [&](const AsmOut& out, bool fill) {
+        return LaunchSampleAttentionAssemble(asm_args, out, fill, env.stream);
+      },
+      &prof, 1);
+  static const char* const kNames[] = {"select", "count", "sync+alloc", "fill"};
+  if (v.ok()) prof.Print("sample_attention", kNames, 5);
+  return v;
 }
 
 // ---- AnchorAttention ---------------------------------------------------------------------------
@@ -383,6 +435,8 @@ absl::StatusOr<SparseIndexView> BuildAnchor(const BuilderEnv& env, const Attenti
     SPATTN_CUDA_B(cudaMemsetAsync(an.bitmaps, 0, words * 4, env.stream), "anchor bitmaps");
   }
   an.theta = params.theta;
+  StageProfile prof(env.stream);
+  prof.Mark(0);
   SPATTN_CUDA_B(LaunchAnchorSelect(an, env.stream), "anchor selection");
 
   AnAsmArgs asm_args;
@@ -393,9 +447,15 @@ absl::StatusOr<SparseIndexView> BuildAnchor(const BuilderEnv& env, const Attenti
   asm_args.group_of_block = an.group_of_block;
   asm_args.groups_per_slot = groups_per_slot;
   asm_args.bitmaps = an.bitmaps;
-  return Assemble(env, l, [&](const AsmOut& out, bool fill) {
-    return LaunchAnchorAssemble(asm_args, out, fill, env.stream);
-  });
+  auto v = Assemble(
+      env, l,
+      [&](const AsmOut& out, bool fill) {
+        return LaunchAnchorAssemble(asm_args, out, fill, env.stream);
+      },
+      &prof, 1);
+  static const char* const kNames[] = {"anchor+stripes", "count", "sync+alloc", "fill"};
+  if (v.ok()) prof.Print("anchor", kNames, 5);
+  return v;
 }
 
 // ---- Saap --------------------------------------------------------------------------------------
@@ -527,6 +587,9 @@ absl::StatusOr<SparseIndexView> BuildSaap(const BuilderEnv& env, const Attention
   sp.top_l = params.top_l;
   SPATTN_ASSIGN_OR_RETURN(sp.selected, Alloc<int32_t>(env, cls_items * params.top_l,
                                                       "saap visited buckets"));
+  StageProfile prof(env.stream);
+  prof.Mark(0);
+  sp.keys_done = prof.event(1);
   SPATTN_CUDA_B(LaunchSaapSelect(sp, env.stream), "saap selection");
 
   SaapAsmArgs asm_args;
@@ -543,9 +606,15 @@ absl::StatusOr<SparseIndexView> BuildSaap(const BuilderEnv& env, const Attention
   SPATTN_ASSIGN_OR_RETURN(asm_args.group_slots, Upload(env, slot_list, "saap group slots"));
   asm_args.sink_tokens = params.sink_tokens;
   asm_args.local_tokens = params.local_tokens;
-  return Assemble(env, l, [&](const AsmOut& out, bool fill) {
-    return LaunchSaapAssemble(asm_args, out, fill, env.stream);
-  });
+  auto v = Assemble(
+      env, l,
+      [&](const AsmOut& out, bool fill) {
+        return LaunchSaapAssemble(asm_args, out, fill, env.stream);
+      },
+      &prof, 2);
+  static const char* const kNames[] = {"keys", "classify", "count", "sync+alloc", "fill"};
+  if (v.ok()) prof.Print("saap", kNames, 6);
+  return v;
 }
 
 }  // namespace

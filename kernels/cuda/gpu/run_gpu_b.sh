@@ -4,7 +4,8 @@
 # --device=cuda on llm_mix (32 q / 8 kv heads, d 128, bf16) at the lengths in BENCH_LENS.
 # Expects pack_gpu.sh's bundle (PACK_BINS="gpu_builders_b_test cuda_engine_test"). Logs go to
 # $OUT (at most 8 files come back); a short summary is printed last.
-# Usage: [BENCH_LENS="32768 131072"] [BENCH_ARGS=...] [TEST_FILTER=...] run_gpu_b.sh
+# Usage: [BENCH_LENS="32768 131072"] [BENCH_ARGS=...] [BENCH_PROFILE=1: per-stage build times]
+#        [TEST_FILTER=...] run_gpu_b.sh
 set -u
 cd "$(dirname "$0")"
 WORK=/tmp/spattn_gpu_b && rm -rf "$WORK" && mkdir -p "$WORK" && tar -xJf bundle.tar.xz -C "$WORK"
@@ -31,7 +32,7 @@ fi
 for len in ${BENCH_LENS:-32768 131072}; do
   rows=256
   [ "$len" -gt 65536 ] && rows=128
-  timeout "${BENCH_TIMEOUT:-150}" bin/spattn-bench --device=cuda --seq_len="$len" --heads=32 \
+  SPATTN_GPU_BUILDER_PROFILE=${BENCH_PROFILE:-} timeout "${BENCH_TIMEOUT:-150}" bin/spattn-bench --device=cuda --seq_len="$len" --heads=32 \
     --kv_heads=8 --head_dim=128 --methods=sample_attention,anchor,saap --group_by=all \
     --warmup=1 --repeat=3 --recall_rows="$rows" --calibrate --calibrate_steps=30 \
     ${BENCH_ARGS:-} >> "$OUT/bench.jsonl" 2>> "$OUT/bench.err"
@@ -44,7 +45,10 @@ grep -hE "^\[ +(OK|FAILED|SKIPPED) +\]|rc=" "$OUT/tests.log" | head -40
 grep -hE "Failure|error:|Expected|Which is|actual|rows differ|recall cpu" "$OUT/tests.log" |
   grep -vE " 0/[0-9]+ rows differ" | cut -c1-300 | head -40
 echo "=== bench"
-cat "$OUT/bench.err" | cut -c1-300 | tail -12
+grep -v "^gpu builder" "$OUT/bench.err" | cut -c1-300 | tail -12
+echo "--- last stage profile per method and length"
+awk '/^spattn-bench: workload/ {len=$7} /^gpu builder/ {last[len" "$3]=$0} END {for (k in last) print last[k]}' \
+  "$OUT/bench.err" | sort | cut -c1-250
 python3 - "$OUT/bench.jsonl" <<'PY' 2>/dev/null || cut -c1-400 "$OUT/bench.jsonl"
 import json, sys
 for line in open(sys.argv[1]):
