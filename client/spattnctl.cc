@@ -18,6 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "client/attention_client.h"
+#include "client/calibrate_command.h"
 #include "client/index_commands.h"
 #include "kernels/fidelity.h"
 #include "kernels/host_problem.h"
@@ -56,6 +57,11 @@ commands:
       --out=PATH.npy                write the output ([tokens, heads, head_dim], the input dtype)
   index ...                         index-service commands (`spattnctl index help`; they take
                                     --server=HOST:PORT or $SPATTN_INDEX_ADDR, not --address)
+  calibrate ...                     offline per-head pattern search on calibration prompts
+                                    (synthetic or captured Q/K/V per layer): prints the chosen
+                                    method per head, writes --out=configs.json and/or publishes
+                                    a new version with --publish --model=ID (`spattnctl
+                                    calibrate help`; --server / $SPATTN_INDEX_ADDR as index)
 
 The worker address defaults to $SPATTN_WORKER or 127.0.0.1:50051.
 )";
@@ -474,6 +480,7 @@ int Main(int argc, char** argv) {
   }
   const std::string command = argv[i];
   if (command == "index") return RunIndexCommand(argc - i - 1, argv + i + 1);
+  if (command == "calibrate") return RunCalibrateCommand(argc - i - 1, argv + i + 1);
   const Flags flags = ParseFlags(argc, argv, i);
   ClientOptions options;
   options.address = address;
