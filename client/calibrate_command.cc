@@ -662,14 +662,16 @@ absl::Status Run(Options& o) {
     const bool kinds = !in.kinds.empty();
     std::printf("%5s %4s  %-15s%-16s %-24s %7s %8s %s  %s\n", "layer", "head",
                 kinds ? "workload kind" : "", "method", "params", "recall", "density",
-                held.empty() ? "" : " heldout", "runner-up (recall, density)");
+                held.empty() ? "" : " held-out (recall, density)", "runner-up (recall, density)");
     std::set<int> saap_heads;
     for (size_t i = 0; i < result->heads.size(); ++i) {
       const HeadSearchResult& h = result->heads[i];
       std::printf("%5d %4d  %-15s%-16s %-24s %7.4f %8.4f %s  %s (%.4f, %.4f)\n", layer, h.head,
                   kinds ? HeadKindName(in.kinds[h.head]) : "", MethodName(h.chosen.config.method),
                   Params(h.chosen.config).c_str(), h.chosen.recall, h.chosen.density,
-                  held.empty() ? "" : absl::StrFormat("%8.4f", held[i].recall).c_str(),
+                  held.empty() ? ""
+                               : absl::StrFormat("%19.4f, %.4f", held[i].recall,
+                                                 held[i].density).c_str(),
                   h.has_runner_up ? ConfigLabel(h.runner_up.config).c_str() : "-",
                   h.runner_up.recall, h.runner_up.density);
       v1::HeadConfig c;

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The main job, end to end on one machine: builds spattn, starts an index service (RocksDB in a
-# temporary directory) and a worker on loopback, publishes a model's per-head sparse-attention
-# configs, sends one realistic prefill layer through shared memory, prints the per-head report and
-# the metrics endpoints, and shuts both servers down cleanly.
+# temporary directory) and a worker on loopback, calibrates a model's per-head sparse-attention
+# configs offline and publishes them (spattnctl calibrate), sends one realistic prefill layer
+# through shared memory, prints the per-head report and the metrics endpoints, and shuts both
+# servers down cleanly.
 #
 #   ./deploy/demo.sh [--seq_len=8192] [--q_heads=32] [--kv_heads=8] [--head_dim=128] [--keep]
 #
@@ -78,40 +79,18 @@ WORKER_METRICS_PORT=$(awk '/listening on/ {print $6}' "$WORK/worker.out")
 export SPATTN_WORKER="$WORKER_ADDR"
 sed 's/^/  /' "$WORK/worker.out"
 
-step "publish per-head configs for model demo-llama (32 layers, $Q_HEADS q-heads, $KV_HEADS kv-heads)"
-# What an offline pattern search would hand over: every head defaults to A-shape; in layer 0 the
-# heads of the synthetic workload's vertical/slash/retrieval kinds get methods that fit them.
+step "calibrate and publish per-head configs for model demo-llama (32 layers, $Q_HEADS q-heads, $KV_HEADS kv-heads)"
+# Every head defaults to A-shape; the offline pattern search (kernels/calibration/README.md)
+# chooses layer 0's heads: per head, the cheapest method + parameters whose attention-mass recall
+# reaches 0.95 on a calibration prompt. It calibrates on prompt 2 and scores its choices on
+# prompt 1 (the held-out column), which is the prompt sent below: same model (model_seed 1),
+# different text.
 "$CTL" index models put --model=demo-llama --layers=32 --q_heads="$Q_HEADS" --kv_heads="$KV_HEADS" \
   --head_dim="$HEAD_DIM" --rope_theta=500000 --default_method=a_shape \
   --description="spattn demo model"
-"$CTL" index create-version demo-llama --description="demo pattern search"
-python3 - "$Q_HEADS" > "$WORK/configs.json" <<'PY'
-import json, sys
-heads = int(sys.argv[1])
-# A mix like MInference's offline search output: vertical-slash for most non-local heads, a few
-# FlexPrefill / block-sparse / SampleAttention / Anchor heads.
-cycle = [
-    ("METHOD_VERTICAL_SLASH", "verticalSlash", {"lastQ": 64, "verticalSize": 1000, "slashSize": 2048}),
-    ("METHOD_FLEX_PREFILL", "flexPrefill", {"gamma": 0.95}),
-    ("METHOD_BLOCK_SPARSE", "blockSparse", {"topK": 32}),
-    ("METHOD_A_SHAPE", "aShape", {"sinkTokens": 128, "localTokens": 1024}),
-    ("METHOD_SAMPLE_ATTENTION", "sampleAttention", {}),
-    ("METHOD_ANCHOR", "anchor", {"theta": 6}),
-    ("METHOD_VERTICAL_SLASH", "verticalSlash", {"lastQ": 64, "verticalSize": 1000, "slashSize": 2048}),
-    ("METHOD_A_SHAPE", "aShape", {"sinkTokens": 128, "localTokens": 1024}),
-]
-configs = []
-for h in range(heads):
-    method, key, params = cycle[h % len(cycle)]
-    m = {"method": method}
-    if params:
-        m[key] = params
-    configs.append({"layer": 0, "head": h, "method": m, "searchScore": 0.95})
-print(json.dumps({"configs": configs}, indent=1))
-PY
-"$CTL" index configs import demo-llama 1 "$WORK/configs.json"
-"$CTL" index seal demo-llama 1
-"$CTL" index publish demo-llama 1 --expect=0
+"$CTL" calibrate --workload=llm_mix --seed=2 --model_seed=1 --holdout_seed=1 \
+  --seq_len="$SEQ_LEN" --q_heads="$Q_HEADS" --kv_heads="$KV_HEADS" --head_dim="$HEAD_DIM" \
+  --layers=1 --target_recall=0.95 --publish --model=demo-llama
 "$CTL" index versions demo-llama
 
 step "one prefill layer: $SEQ_LEN tokens, $Q_HEADS q-heads / $KV_HEADS kv-heads, d=$HEAD_DIM, bf16, via shared memory"
