@@ -63,6 +63,7 @@ Search:
                            block_sparse, flex_prefill, sample_attention, anchor, saap
   --sample_rows=256        query rows per prompt over which recall is computed exactly
   --build_cost_weight=1    weight of the modeled index-build work against kernel pairs
+  --block_m=64             query rows per index block: the worker's --block_m
   --threads=0              CPU threads (0 = all cores)
   saap calibrates centroids and classifiers per layer first (slow on long prompts):
   [--saap_centroids=256] [--saap_hidden=256] [--saap_steps=300]
@@ -288,6 +289,8 @@ absl::StatusOr<Options> ParseOptions(Flags& f) {
   if (!(o.search.build_cost_weight >= 0)) {
     return absl::InvalidArgumentError("--build_cost_weight: must be >= 0");
   }
+  SPATTN_ASSIGN_OR_RETURN(o.search.block_m, f.GetNumber<int>("block_m", 64));
+  if (o.search.block_m < 1) return absl::InvalidArgumentError("--block_m: must be >= 1");
   SPATTN_ASSIGN_OR_RETURN(int threads, f.GetNumber<int>("threads", 0));
   if (threads < 0) return absl::InvalidArgumentError("--threads: must be >= 0");
   SetCpuThreads(threads);
