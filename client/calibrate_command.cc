@@ -179,9 +179,8 @@ absl::StatusOr<std::vector<int>> ParseLayers(const std::string& spec) {
   if (!list) {
     int n;
     if (!absl::SimpleAtoi(spec, &n) || n < 1 || n > 100000) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--layers: expected a layer count >= 1 or a list like 0,3,5-7, got '",
-                       spec, "'"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--layers: expected a layer count >= 1 or a list like 0,3,5-7, got '", spec, "'"));
     }
     for (int l = 0; l < n; ++l) layers.insert(l);
   } else {
@@ -230,9 +229,9 @@ absl::StatusOr<Options> ParseOptions(Flags& f) {
     o.tensor_options.causal = !f.GetBool("non_causal");
     SPATTN_ASSIGN_OR_RETURN(double scale, f.GetNumber<double>("softmax_scale", 0.0));
     o.tensor_options.softmax_scale = static_cast<float>(scale);
-    for (const char* synthetic_only : {"workload", "seq_len", "q_heads", "kv_heads", "head_dim",
-                                       "seed", "model_seed", "draws", "holdout_seed",
-                                       "concentration"}) {
+    for (const char* synthetic_only :
+         {"workload", "seq_len", "q_heads", "kv_heads", "head_dim", "seed", "model_seed", "draws",
+          "holdout_seed", "concentration"}) {
       if (f.Has(synthetic_only)) {
         return absl::InvalidArgumentError(
             absl::StrCat("--", synthetic_only, " is for synthetic input, not with --q/--k/--v"));
@@ -271,7 +270,8 @@ absl::StatusOr<Options> ParseOptions(Flags& f) {
       o.holdout_seed = h;
     }
     SPATTN_ASSIGN_OR_RETURN(o.draws, f.GetNumber<int>("draws", 1));
-    if (o.draws < 1 || o.draws > 64) return absl::InvalidArgumentError("--draws: must be in [1, 64]");
+    if (o.draws < 1 || o.draws > 64)
+      return absl::InvalidArgumentError("--draws: must be in [1, 64]");
   }
   SPATTN_ASSIGN_OR_RETURN(o.layers, ParseLayers(f.Get("layers", "1")));
 
@@ -326,8 +326,8 @@ struct LayerInput {
   std::vector<Workload> workloads;                  // synthetic prompts
   std::vector<std::unique_ptr<HostProblem>> owned;  // captured prompts
   std::vector<const AttentionProblem*> problems;
-  std::vector<HeadKind> kinds;                      // synthetic: the planted kind per q head
-  std::unique_ptr<Workload> holdout;                // synthetic, with --holdout_seed
+  std::vector<HeadKind> kinds;        // synthetic: the planted kind per q head
+  std::unique_ptr<Workload> holdout;  // synthetic, with --holdout_seed
 };
 
 absl::StatusOr<Workload> Synthetic(const Options& o, uint64_t seed, uint64_t model_seed) {
@@ -459,9 +459,11 @@ class Publisher {
     absl::StatusOr<v1::Model> m = Call(&v1::IndexService::Stub::GetModel, req);
     if (!m.ok()) {
       if (m.status().code() == absl::StatusCode::kNotFound) {
-        return absl::NotFoundError(absl::StrCat(
-            "model '", model_id, "' not found in the index service; create it first with "
-            "`spattnctl index models put --model=", model_id, " ...`"));
+        return absl::NotFoundError(
+            absl::StrCat("model '", model_id,
+                         "' not found in the index service; create it first with "
+                         "`spattnctl index models put --model=",
+                         model_id, " ...`"));
       }
       return m.status();
     }
@@ -483,16 +485,15 @@ class Publisher {
         static_cast<int>(model_.num_kv_heads()) != p.num_kv_heads ||
         static_cast<int>(model_.head_dim()) != p.head_dim) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "model '", model_id_, "' has ", model_.num_q_heads(), " q heads, ",
-          model_.num_kv_heads(), " kv heads, head_dim ", model_.head_dim(),
-          "; the calibration input has ", p.num_q_heads, ", ", p.num_kv_heads, ", ",
-          p.head_dim));
+          "model '", model_id_, "' has ", model_.num_q_heads(), " q heads, ", model_.num_kv_heads(),
+          " kv heads, head_dim ", model_.head_dim(), "; the calibration input has ", p.num_q_heads,
+          ", ", p.num_kv_heads, ", ", p.head_dim));
     }
     for (int l : layers) {
       if (l >= static_cast<int>(model_.num_layers())) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "--layers: layer ", l, " is past model '", model_id_, "' (", model_.num_layers(),
-            " layers)"));
+        return absl::FailedPreconditionError(absl::StrCat("--layers: layer ", l, " is past model '",
+                                                          model_id_, "' (", model_.num_layers(),
+                                                          " layers)"));
       }
     }
     return absl::OkStatus();
@@ -518,7 +519,8 @@ class Publisher {
       return absl::Status(
           s.code(), absl::StrCat(step, " version ", version, ": ", s.message(),
                                  " (the version is left unpublished; remove it with `spattnctl "
-                                 "index delete-version ", model_id_, " ", version, "`)"));
+                                 "index delete-version ",
+                                 model_id_, " ", version, "`)"));
     };
     v1::PutHeadConfigsRequest put;
     put.set_model_id(model_id_);
@@ -528,7 +530,8 @@ class Publisher {
         Call(&v1::IndexService::Stub::PutHeadConfigs, put);
     if (!written.ok()) return failed(written.status(), "writing head configs into");
     if (!tensors.empty()) {
-      absl::StatusOr<v1::PutTensorsResponse> up = UploadTensors(*stub_, model_id_, version, tensors);
+      absl::StatusOr<v1::PutTensorsResponse> up =
+          UploadTensors(*stub_, model_id_, version, tensors);
       if (!up.ok()) return failed(up.status(), "uploading Saap tensors into");
       std::printf("uploaded %llu Saap tensors (%llu bytes)\n",
                   static_cast<unsigned long long>(up->tensors_written()),
@@ -548,9 +551,9 @@ class Publisher {
     if (!published.ok()) {
       if (published.status().code() == absl::StatusCode::kAborted) {
         return absl::AbortedError(absl::StrCat(
-            "publishing version ", version, ": ", published.status().message(),
-            ". Version ", version, " stays sealed: publish it with `spattnctl index publish ",
-            model_id_, " ", version, " --expect=CURRENT` if it should still win"));
+            "publishing version ", version, ": ", published.status().message(), ". Version ",
+            version, " stays sealed: publish it with `spattnctl index publish ", model_id_, " ",
+            version, " --expect=CURRENT` if it should still win"));
       }
       return failed(published.status(), "publishing");
     }
@@ -617,10 +620,11 @@ absl::Status Run(Options& o) {
     SPATTN_ASSIGN_OR_RETURN(LayerInput in, LoadLayer(o, layer));
     const AttentionProblem& p0 = *in.problems[0];
     if (publisher) SPATTN_RETURN_IF_ERROR(publisher->CheckShape(p0, o.layers));
-    std::printf("layer %d: %zu prompt(s) of %d tokens, %d q / %d kv heads, head_dim %d "
-                "(loaded in %.1f s)\n",
-                layer, in.problems.size(), p0.total_k(), p0.num_q_heads, p0.num_kv_heads,
-                p0.head_dim, SecondsSince(t0));
+    std::printf(
+        "layer %d: %zu prompt(s) of %d tokens, %d q / %d kv heads, head_dim %d "
+        "(loaded in %.1f s)\n",
+        layer, in.problems.size(), p0.total_k(), p0.num_q_heads, p0.num_kv_heads, p0.head_dim,
+        SecondsSince(t0));
 
     // Saap learns its centroids and classifiers on the first prompt before it can compete.
     LayerAssets assets;
@@ -631,8 +635,8 @@ absl::Status Run(Options& o) {
       SaapCalibrationOptions saap = o.saap;
       absl::Status s = CalibrateSaap(p0, saap, &assets, nullptr);
       if (!s.ok()) {
-        return absl::Status(s.code(), absl::StrCat("layer ", layer, ": saap calibration: ",
-                                                   s.message()));
+        return absl::Status(s.code(),
+                            absl::StrCat("layer ", layer, ": saap calibration: ", s.message()));
       }
       maybe_assets = &assets;
       std::printf("layer %d: saap calibrated (%d centroids) in %.1f s\n", layer,
@@ -656,9 +660,9 @@ absl::Status Run(Options& o) {
     }
     std::vector<HeadEvaluation> held;
     if (in.holdout) {
-      SPATTN_ASSIGN_OR_RETURN(held, EvaluateHeadConfigs(in.holdout->problem(), heads, chosen,
-                                                        o.search.sample_rows, o.search.seed,
-                                                        o.search.block_m, maybe_assets));
+      SPATTN_ASSIGN_OR_RETURN(
+          held, EvaluateHeadConfigs(in.holdout->problem(), heads, chosen, o.search.sample_rows,
+                                    o.search.seed, o.search.block_m, maybe_assets));
     }
 
     // The table.
@@ -672,9 +676,9 @@ absl::Status Run(Options& o) {
       std::printf("%5d %4d  %-15s%-16s %-24s %7.4f %8.4f %s  %s (%.4f, %.4f)\n", layer, h.head,
                   kinds ? HeadKindName(in.kinds[h.head]) : "", MethodName(h.chosen.config.method),
                   Params(h.chosen.config).c_str(), h.chosen.recall, h.chosen.density,
-                  held.empty() ? ""
-                               : absl::StrFormat("%19.4f, %.4f", held[i].recall,
-                                                 held[i].density).c_str(),
+                  held.empty()
+                      ? ""
+                      : absl::StrFormat("%19.4f, %.4f", held[i].recall, held[i].density).c_str(),
                   h.has_runner_up ? ConfigLabel(h.runner_up.config).c_str() : "-",
                   h.runner_up.recall, h.runner_up.density);
       v1::HeadConfig c;
@@ -695,8 +699,7 @@ absl::Status Run(Options& o) {
                      std::make_move_iterator(t.end()));
     }
     std::printf("layer %d: searched %zu candidates in %.1f s (exact rows %.1f s, builds %.1f s)\n",
-                layer, candidates.size(), result->total_seconds, result->exact_seconds,
-                [&] {
+                layer, candidates.size(), result->total_seconds, result->exact_seconds, [&] {
                   double s = 0;
                   for (double b : result->build_seconds) s += b;
                   return s;
@@ -739,8 +742,8 @@ absl::Status Run(Options& o) {
         v1::PublishVersionResponse published,
         publisher->Publish(publisher->published(), expect, description, configs, tensors));
     std::printf("published version %llu of %s (previous %llu)\n",
-                static_cast<unsigned long long>(published.published().version()),
-                o.model.c_str(), static_cast<unsigned long long>(published.previous_version()));
+                static_cast<unsigned long long>(published.published().version()), o.model.c_str(),
+                static_cast<unsigned long long>(published.previous_version()));
   }
   return absl::OkStatus();
 }

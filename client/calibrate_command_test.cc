@@ -48,8 +48,9 @@ std::string ReadText(const std::string& path) {
 
 // The small synthetic model of these tests: 4 q heads / 2 kv heads, head_dim 64, 1024 tokens.
 constexpr int kSeqLen = 1024;
-const std::vector<std::string> kShape = {"--workload=llm_mix", "--seq_len=1024", "--q_heads=4",
-                                         "--kv_heads=2", "--head_dim=64", "--sample_rows=128"};
+const std::vector<std::string> kShape = {"--workload=llm_mix", "--seq_len=1024",
+                                         "--q_heads=4",        "--kv_heads=2",
+                                         "--head_dim=64",      "--sample_rows=128"};
 
 Workload Prompt(uint64_t seed, int seq_len = kSeqLen) {
   WorkloadOptions o;
@@ -100,7 +101,8 @@ class CalibrateCommandTest : public ::testing::Test {
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = server->release();
     stub_ = v1::IndexService::NewStub(
-        grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials())).release();
+                grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials()))
+                .release();
   }
   static void TearDownTestSuite() {
     delete stub_;
@@ -228,8 +230,7 @@ TEST_F(CalibrateCommandTest, LostPublishRaceIsAborted) {
   PutModel("cal-race", 1);
   ASSERT_EQ(Calibrate(With({"--seed=3", "--publish", "--model=cal-race", Server()})), 0) << err_;
   // Expecting nothing published (0) while version 1 is: compare-and-set fails.
-  EXPECT_EQ(Calibrate(With({"--seed=5", "--publish", "--model=cal-race", Server(),
-                            "--expect=0"})),
+  EXPECT_EQ(Calibrate(With({"--seed=5", "--publish", "--model=cal-race", Server(), "--expect=0"})),
             1);
   EXPECT_TRUE(absl::StrContains(err_, "ABORTED")) << err_;
   EXPECT_TRUE(absl::StrContains(err_, "Version 2 stays sealed")) << err_;
@@ -315,12 +316,12 @@ TEST_F(CalibrateCommandTest, SaapChoicesCarryTheirTensors) {
     } else {
       got_classifiers.insert(k.head());
       // w0 [64, 32], b0 [32], w1 [32, 16], b1 [16] (what the worker's asset loader expects).
-      if (k.name() == "w0") EXPECT_EQ(std::vector<int64_t>(shape.begin(), shape.end()),
-                                      (std::vector<int64_t>{64, 32}));
-      if (k.name() == "w1") EXPECT_EQ(std::vector<int64_t>(shape.begin(), shape.end()),
-                                      (std::vector<int64_t>{32, 16}));
-      if (k.name() == "b1") EXPECT_EQ(std::vector<int64_t>(shape.begin(), shape.end()),
-                                      (std::vector<int64_t>{16}));
+      if (k.name() == "w0")
+        EXPECT_EQ(std::vector<int64_t>(shape.begin(), shape.end()), (std::vector<int64_t>{64, 32}));
+      if (k.name() == "w1")
+        EXPECT_EQ(std::vector<int64_t>(shape.begin(), shape.end()), (std::vector<int64_t>{32, 16}));
+      if (k.name() == "b1")
+        EXPECT_EQ(std::vector<int64_t>(shape.begin(), shape.end()), (std::vector<int64_t>{16}));
     }
   }
   EXPECT_EQ(got_centroids, kv_heads);

@@ -85,10 +85,10 @@ absl::Status CheckProblems(const std::vector<const AttentionProblem*>& problems)
     const AttentionProblem& p0 = *problems[0];
     if (p->num_q_heads != p0.num_q_heads || p->num_kv_heads != p0.num_kv_heads ||
         p->head_dim != p0.head_dim) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "problems[", i, "]: heads/head_dim (", p->num_q_heads, "/", p->num_kv_heads, "/",
-          p->head_dim, ") differ from problems[0] (", p0.num_q_heads, "/", p0.num_kv_heads, "/",
-          p0.head_dim, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("problems[", i, "]: heads/head_dim (", p->num_q_heads, "/", p->num_kv_heads,
+                       "/", p->head_dim, ") differ from problems[0] (", p0.num_q_heads, "/",
+                       p0.num_kv_heads, "/", p0.head_dim, ")"));
     }
   }
   return absl::OkStatus();
@@ -109,16 +109,15 @@ absl::Status CheckCandidates(const std::vector<MethodConfig>& candidates,
           "candidates[", i, "]: saap needs the layer's assets (options.maybe_assets)"));
     }
     if (!CpuBuilderAvailable(candidates[i].method)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "candidates[", i, "]: ", MethodName(candidates[i].method),
-          " has no CPU builder in this build"));
+      return absl::FailedPreconditionError(absl::StrCat("candidates[", i,
+                                                        "]: ", MethodName(candidates[i].method),
+                                                        " has no CPU builder in this build"));
     }
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<int>> ResolveHeads(const std::vector<int>& requested,
-                                              int num_q_heads) {
+absl::StatusOr<std::vector<int>> ResolveHeads(const std::vector<int>& requested, int num_q_heads) {
   std::vector<int> heads = requested;
   if (heads.empty()) {
     heads.resize(num_q_heads);
@@ -320,8 +319,8 @@ absl::StatusOr<PatternSearchResult> SearchHeadPatterns(
         absl::StrCat("target_recall must be in (0, 1], got ", options.target_recall));
   }
   if (!(options.build_cost_weight >= 0) || std::isinf(options.build_cost_weight)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "build_cost_weight must be finite and >= 0, got ", options.build_cost_weight));
+    return absl::InvalidArgumentError(
+        absl::StrCat("build_cost_weight must be finite and >= 0, got ", options.build_cost_weight));
   }
   if (options.block_m <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("block_m must be > 0, got ", options.block_m));
@@ -439,9 +438,9 @@ absl::StatusOr<PatternSearchResult> SearchHeadPatterns(
           absl::Status s = BuildSparseIndex(p, candidates[c], build_heads, build, &index);
           result.build_seconds[c] += SecondsSince(t0);
           if (!s.ok()) {
-            return absl::Status(s.code(), absl::StrCat("candidates[", c, "] ",
-                                                       candidates[c].DebugString(), ": ",
-                                                       s.message()));
+            return absl::Status(
+                s.code(), absl::StrCat("candidates[", c, "] ", candidates[c].DebugString(), ": ",
+                                       s.message()));
           }
           t0 = std::chrono::steady_clock::now();
           const int slots = index.num_heads();
@@ -516,8 +515,8 @@ absl::StatusOr<std::vector<HeadEvaluation>> EvaluateHeadConfigs(
     const std::vector<MethodConfig>& configs, int sample_rows, uint64_t seed, int block_m,
     const LayerAssets* maybe_assets) {
   if (heads.size() != configs.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("configs: ", configs.size(),
-                                                   " configs for ", heads.size(), " heads"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("configs: ", configs.size(), " configs for ", heads.size(), " heads"));
   }
   SPATTN_RETURN_IF_ERROR(CheckProblems({&problem}));
   std::vector<HeadEvaluation> out;
@@ -532,8 +531,8 @@ absl::StatusOr<std::vector<HeadEvaluation>> EvaluateHeadConfigs(
     SparseIndex index;
     absl::Status s = BuildSparseIndex(problem, configs[i], {heads[i]}, build, &index);
     if (!s.ok()) {
-      return absl::Status(s.code(), absl::StrCat("head ", heads[i], " ",
-                                                 configs[i].DebugString(), ": ", s.message()));
+      return absl::Status(s.code(), absl::StrCat("head ", heads[i], " ", configs[i].DebugString(),
+                                                 ": ", s.message()));
     }
     SPATTN_ASSIGN_OR_RETURN(double recall,
                             AttentionMassRecall(problem, index, 0, sample_rows, seed));

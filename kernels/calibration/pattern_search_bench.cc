@@ -2,7 +2,8 @@
 // the chosen config, its recall / density / cost, the runner-up and the recall of the chosen
 // config on a held-out draw; then the time spent per candidate. Usage:
 //   pattern_search_bench [--seq_len=8192] [--q_heads=32] [--kv_heads=8] [--head_dim=128]
-//       [--seed=2] [--holdout_seed=1] [--model_seed=1] [--target=0.95] [--sample_rows=256] [--threads=0]
+//       [--seed=2] [--holdout_seed=1] [--model_seed=1] [--target=0.95] [--sample_rows=256]
+//       [--threads=0]
 //       [--candidates=all] [--build_cost_weight=1]
 #include <cstdio>
 #include <cstdlib>
@@ -99,13 +100,15 @@ int main(int argc, char** argv) {
   const int draws = IntFlag(argc, argv, "draws", 1);
   std::vector<spattn::Workload> extra;
   std::vector<const spattn::AttentionProblem*> problems = {&calib.problem()};
-  for (int i = 1; i < draws; ++i) extra.push_back(Generate(seq, qh, kvh, dim, seed + 1000 * i, model_seed));
+  for (int i = 1; i < draws; ++i)
+    extra.push_back(Generate(seq, qh, kvh, dim, seed + 1000 * i, model_seed));
   for (const auto& w : extra) problems.push_back(&w.problem());
   spattn::Workload held = Generate(seq, qh, kvh, dim, holdout, model_seed);
-  std::printf("seq=%d q_heads=%d kv_heads=%d dim=%d seed=%d holdout=%d target=%.3f rows=%d "
-              "threads=%d candidates=%zu\n",
-              seq, qh, kvh, dim, seed, holdout, options.target_recall, options.sample_rows,
-              spattn::CpuThreads(), candidates->size());
+  std::printf(
+      "seq=%d q_heads=%d kv_heads=%d dim=%d seed=%d holdout=%d target=%.3f rows=%d "
+      "threads=%d candidates=%zu\n",
+      seq, qh, kvh, dim, seed, holdout, options.target_recall, options.sample_rows,
+      spattn::CpuThreads(), candidates->size());
 
   absl::StatusOr<spattn::PatternSearchResult> r =
       spattn::SearchHeadPatterns(problems, *candidates, options);
@@ -119,8 +122,8 @@ int main(int argc, char** argv) {
     heads.push_back(h.head);
     chosen.push_back(h.chosen.config);
   }
-  absl::StatusOr<std::vector<spattn::HeadEvaluation>> eval = spattn::EvaluateHeadConfigs(
-      held.problem(), heads, chosen, options.sample_rows, options.seed);
+  absl::StatusOr<std::vector<spattn::HeadEvaluation>> eval =
+      spattn::EvaluateHeadConfigs(held.problem(), heads, chosen, options.sample_rows, options.seed);
   if (!eval.ok()) {
     std::fprintf(stderr, "held-out: %s\n", eval.status().ToString().c_str());
     return 1;
@@ -146,7 +149,9 @@ int main(int argc, char** argv) {
     absl::StatusOr<spattn::PatternSearchResult> c =
         spattn::SearchHeadPatterns({&calib.problem()}, *candidates, options);
     if (v.ok() && c.ok()) {
-      std::printf("head %d: every candidate (calibration recall / held-out recall, density, cost)\n", verbose);
+      std::printf(
+          "head %d: every candidate (calibration recall / held-out recall, density, cost)\n",
+          verbose);
       for (size_t i = 0; i < v->heads[0].all.size(); ++i) {
         const auto& a = c->heads[0].all[i];
         std::printf("  %-100s %.4f / %.4f  %.4f  %.4f\n", a.config.DebugString().c_str(), a.recall,
@@ -158,8 +163,7 @@ int main(int argc, char** argv) {
               r->exact_seconds, r->score_seconds);
   for (size_t c = 0; c < candidates->size(); ++c) {
     std::printf("  build %-100s %6.3f s  skipped on %d heads\n",
-                (*candidates)[c].DebugString().c_str(), r->build_seconds[c],
-                r->skipped_heads[c]);
+                (*candidates)[c].DebugString().c_str(), r->build_seconds[c], r->skipped_heads[c]);
   }
   return 0;
 }

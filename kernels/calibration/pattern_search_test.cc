@@ -301,8 +301,8 @@ TEST(PatternSearch, BadOptionsAreRejectedByName) {
     c->candidates[1].vertical_slash.last_q = -1;
   }
   {
-    Case* c = add("saap without assets", absl::StatusCode::kFailedPrecondition,
-                  "candidates[0]: saap");
+    Case* c =
+        add("saap without assets", absl::StatusCode::kFailedPrecondition, "candidates[0]: saap");
     c->candidates = SaapCandidates(16);
   }
   add("no problems", absl::StatusCode::kInvalidArgument, "problems")->problems.clear();
@@ -311,8 +311,7 @@ TEST(PatternSearch, BadOptionsAreRejectedByName) {
   add("mismatched", absl::StatusCode::kInvalidArgument, "problems[1]")->problems = {
       &w.problem(), &other.problem()};
   for (const Case& c : cases) {
-    absl::StatusOr<PatternSearchResult> r =
-        SearchHeadPatterns(c.problems, c.candidates, c.options);
+    absl::StatusOr<PatternSearchResult> r = SearchHeadPatterns(c.problems, c.candidates, c.options);
     EXPECT_EQ(r.status().code(), c.code) << c.name << ": " << r.status();
     EXPECT_NE(std::string(r.status().message()).find(c.expect), std::string::npos)
         << c.name << ": " << r.status();
