@@ -239,11 +239,11 @@ int64_t ComputedPairs(const AttentionProblem& problem, const SparseIndex& index,
     };
     for (int32_t i = index.range_indptr[r]; i < index.range_indptr[r + 1]; ++i) {
       const int64_t st = index.range_start[i], en = st + index.range_len[i];
-      if (!problem.causal || en - 1 <= g.first_pos) {
-        total += (en - st) * static_cast<int64_t>(rows);
-        continue;
-      }
-      for (int64_t key = st; key < en; ++key) total += visible_count(key);
+      // Keys up to first_pos are visible to every row; only the few past it are counted one
+      // by one (at most block_m of them), so long ranges cost O(1).
+      const int64_t full_end = problem.causal ? std::min<int64_t>(en, int64_t{g.first_pos} + 1) : en;
+      if (full_end > st) total += (full_end - st) * static_cast<int64_t>(rows);
+      for (int64_t key = std::max(st, full_end); key < en; ++key) total += visible_count(key);
     }
     for (int32_t i = index.col_indptr[r]; i < index.col_indptr[r + 1]; ++i) {
       total += visible_count(index.col_idx[i]);
