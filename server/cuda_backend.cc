@@ -30,6 +30,7 @@ class CudaBackend;
 class CudaCall : public BackendCall {
  public:
   CudaCall(CudaBackend* backend, std::unique_lock<std::mutex> lock, const AttentionProblem& p);
+  ~CudaCall() override;
 
   absl::Status Bind(const RequestTensors& t);
 
@@ -163,6 +164,12 @@ CudaCall::CudaCall(CudaBackend* backend, std::unique_lock<std::mutex> lock,
   hp_.q.data = hp_.k.data = hp_.v.data = nullptr;
   hp_.o = nullptr;
   hp_.maybe_lse = nullptr;
+}
+
+CudaCall::~CudaCall() {
+  // A call that failed half way may leave copies in flight: they read request memory and write
+  // the staging pool, neither of which may change under them.
+  (void)backend_->copier().Sync();
 }
 
 absl::StatusOr<void*> CudaCall::Stage(const char* name, int64_t bytes) {
