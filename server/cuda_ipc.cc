@@ -63,6 +63,13 @@ absl::StatusOr<void*> CudaIpcOpen(const std::string& raw_handle, int device) {
   return ptr;
 }
 
+absl::StatusOr<std::string> CudaIpcExport(void* device_ptr) {
+  cudaIpcMemHandle_t handle;
+  const cudaError_t err = cudaIpcGetMemHandle(&handle, device_ptr);
+  if (err != cudaSuccess) return CudaError("cudaIpcGetMemHandle", err);
+  return std::string(reinterpret_cast<const char*>(&handle), sizeof(handle));
+}
+
 void CudaIpcClose(void* ptr, int device) {
   if (cudaSetDevice(device) == cudaSuccess) cudaIpcCloseMemHandle(ptr);
 }

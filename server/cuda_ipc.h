@@ -27,6 +27,8 @@ absl::StatusOr<int> ResolveCudaDevice(const std::string& uuid, int device_id);
 // Opens a 64-byte cudaIpcMemHandle_t on `device`; the pointer stays valid until CudaIpcClose.
 absl::StatusOr<void*> CudaIpcOpen(const std::string& raw_handle, int device);
 void CudaIpcClose(void* ptr, int device);
+// The producer's side (clients, tests, benchmarks): the 64-byte handle of a cudaMalloc'd block.
+absl::StatusOr<std::string> CudaIpcExport(void* device_ptr);
 
 // Synchronous copies between host and device memory on `device`.
 absl::Status CudaCopyToHost(void* dst, const void* src, size_t bytes, int device);

@@ -15,6 +15,7 @@ absl::Status CudaIpcUsable() { return NoCuda(); }
 absl::StatusOr<int> ResolveCudaDevice(const std::string&, int) { return NoCuda(); }
 absl::StatusOr<void*> CudaIpcOpen(const std::string&, int) { return NoCuda(); }
 void CudaIpcClose(void*, int) {}
+absl::StatusOr<std::string> CudaIpcExport(void*) { return NoCuda(); }
 absl::Status CudaCopyToHost(void*, const void*, size_t, int) { return NoCuda(); }
 absl::Status CudaCopyToDevice(void*, const void*, size_t, int) { return NoCuda(); }
 uint64_t CudaMemoryUsed(int) { return 0; }
