@@ -16,6 +16,10 @@ namespace {
 
 constexpr int64_t kAlign = 256;
 
+// Methods whose index depends on sizes only (static patterns): any builder makes it without
+// reading Q/K.
+bool ReadsNoTensor(Method m) { return m == Method::kDense || m == Method::kAShape; }
+
 // A tensor [tokens, heads, head_dim] with element strides, on one side of a copy.
 struct Layout {
   int64_t tokens = 0;
@@ -355,6 +359,14 @@ absl::Status CudaCall::EnsureHost(const MethodConfig& config, const std::vector<
 
 absl::Status CudaCall::BuildIndex(const MethodConfig& config, const std::vector<int>& heads,
                                   const BuildOptions& options, SparseIndex* index) {
+  if (ReadsNoTensor(config.method)) {
+    // The host copy only serves the stats: built here in microseconds from the sizes (the
+    // builder dereferences none of the device pointers it is handed); the kernel gets the GPU
+    // builder's own index (Attend).
+    AttentionProblem sizes = dp_;
+    sizes.space = MemorySpace::kHost;
+    return BuildSparseIndex(sizes, config, heads, options, index);
+  }
   if (backend_->DeviceBuilder(config.method)) {
     return Engine(
         backend_->engine().BuildIndexOnDevice(dp_, config, heads, options.block_m, index));
@@ -370,8 +382,8 @@ absl::Status CudaCall::Attend(const MethodConfig& config, const SparseIndex& ind
   absl::Status s;
   if (config.method == Method::kDense && index.num_heads() == dp_.num_q_heads) {
     s = engine.RunDense(dp_, &t);  // Every head: the dense kernel needs no index.
-  } else if (backend_->DeviceBuilder(config.method)) {
-    // Built again next to the kernel (the host copy only serves the stats): no index upload.
+  } else if (ReadsNoTensor(config.method) && backend_->DeviceBuilder(config.method)) {
+    // Built on the GPU next to the kernel: no index upload.
     std::vector<int> heads(index.heads.begin(), index.heads.end());
     s = engine.RunBuiltIndex(dp_, config, heads, index.block_m, &t);
   } else {

@@ -3,10 +3,13 @@
 // Tensors already in this GPU's memory (CUDA IPC regions, raw CUDA IPC handles) feed the kernels
 // in place, with no copy. Tensors in host memory (inline bytes, shared-memory regions) are copied
 // once per request into a staging pool reserved on the GPU at start, and a host output is copied
-// back once at the end, whatever the number of head groups. Indexes come from the GPU builders
-// where CudaAttentionEngine has one (built again in the workspace next to the kernel, and once
-// downloaded for the stats); other methods build on the host CPU, reading host Q/K (for device
-// tensors only the heads and query rows the builder reads are copied to the host).
+// back once at the end, whatever the number of head groups. The kernel's index comes from the GPU
+// builder where CudaAttentionEngine has one: static patterns (dense, a_shape) are built in the
+// workspace next to the kernel (dense over every head needs none), and their host copy for the
+// stats is built on the CPU from sizes alone; other GPU builders' indexes are downloaded once for
+// the stats. Methods without a GPU builder build on the host CPU from host Q/K (for device
+// tensors only the heads and query rows the builder reads are copied to the host) and the index
+// is uploaded.
 #ifndef SPATTN_SERVER_CUDA_BACKEND_H_
 #define SPATTN_SERVER_CUDA_BACKEND_H_
 
