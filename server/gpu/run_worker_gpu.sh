@@ -17,9 +17,9 @@ mkdir -p "$OUT"
   mount -o remount,size=48G /dev/shm 2>&1 && df -h /dev/shm
 } > "$OUT/machine.txt" 2>&1
 export SPATTN_IPC_PRODUCER=$PWD/bin/cuda_ipc_producer TEST_TMPDIR=/tmp/spattn_test && mkdir -p "$TEST_TMPDIR"
-{ timeout 150 bin/cuda_backend_test; echo "cuda_backend_test rc=$?"; } > "$OUT/tests.log" 2>&1
-{ timeout 60 bin/cuda_ipc_test; echo "cuda_ipc_test rc=$?"; } >> "$OUT/tests.log" 2>&1
-timeout 300 bin/spattn-server-bench "$@" > "$OUT/server_bench.jsonl" 2> "$OUT/server_bench.err"
+{ timeout 120 bin/cuda_backend_test; echo "cuda_backend_test rc=$?"; } > "$OUT/tests.log" 2>&1
+{ timeout 45 bin/cuda_ipc_test; echo "cuda_ipc_test rc=$?"; } >> "$OUT/tests.log" 2>&1
+timeout 240 bin/spattn-server-bench "$@" > "$OUT/server_bench.jsonl" 2> "$OUT/server_bench.err"
 echo "spattn-server-bench rc=$?" >> "$OUT/tests.log"
 echo "=== machine"; cat "$OUT/machine.txt"
 echo "=== tests"; grep -hE "^\[ +(OK|FAILED|SKIPPED) +\]|^\[  PASSED|^\[  FAILED|rc=" "$OUT/tests.log"
