@@ -13,6 +13,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <iostream>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "client/attention_client.h"
 #include "kernels/builders/build_index.h"
 #include "kernels/cuda/cuda_runtime.h"
@@ -486,6 +488,11 @@ TEST(CudaBackendPoolsTest, TooSmallPoolsAreResourceExhaustedAndTheWorkerKeepsSer
   auto out = DecodeInlineOutput(*ok);
   ASSERT_TRUE(out.ok());
   CheckOutput(small, std::vector<Method>(4, Method::kAShape), *out, {}, "after exhaustion");
+  // For the GPU-run logs: how long the shutdown (drain, stop, freeing the GPU pools) takes.
+  client->reset();
+  const absl::Time stop = absl::Now();
+  w->reset();
+  std::cerr << "worker shutdown took " << absl::ToDoubleSeconds(absl::Now() - stop) << " s\n";
 }
 
 }  // namespace

@@ -11,7 +11,10 @@
 namespace spattn {
 namespace {
 
+// Also clears the thread's last error: a failed call must not surface again in the next,
+// unrelated launch check (e.g. a bad IPC handle failing the next request's kernel).
 absl::Status CudaError(const char* what, cudaError_t err) {
+  cudaGetLastError();
   return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(err)));
 }
 
@@ -56,6 +59,7 @@ absl::StatusOr<void*> CudaIpcOpen(const std::string& raw_handle, int device) {
   void* ptr = nullptr;
   err = cudaIpcOpenMemHandle(&ptr, handle, cudaIpcMemLazyEnablePeerAccess);
   if (err != cudaSuccess) {
+    cudaGetLastError();
     // A handle from this very process, a stale handle or another host's handle ends up here.
     return absl::FailedPreconditionError(
         absl::StrCat("cudaIpcOpenMemHandle failed: ", cudaGetErrorString(err)));
@@ -71,7 +75,9 @@ absl::StatusOr<std::string> CudaIpcExport(void* device_ptr) {
 }
 
 void CudaIpcClose(void* ptr, int device) {
-  if (cudaSetDevice(device) == cudaSuccess) cudaIpcCloseMemHandle(ptr);
+  if (cudaSetDevice(device) != cudaSuccess || cudaIpcCloseMemHandle(ptr) != cudaSuccess) {
+    cudaGetLastError();
+  }
 }
 
 absl::Status CudaCopyToHost(void* dst, const void* src, size_t bytes, int device) {
@@ -91,9 +97,11 @@ absl::Status CudaCopyToDevice(void* dst, const void* src, size_t bytes, int devi
 }
 
 uint64_t CudaMemoryUsed(int device) {
-  if (cudaSetDevice(device) != cudaSuccess) return 0;
   size_t free_bytes = 0, total = 0;
-  if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) return 0;
+  if (cudaSetDevice(device) != cudaSuccess || cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
   return total - free_bytes;
 }
 
@@ -126,9 +134,10 @@ absl::StatusOr<int> CudaPointerDevice(const void* ptr) {
 }
 
 absl::Status CudaDeviceCheck(int device) {
+  // Sticky errors (a faulted kernel, a lost device) come back from every call; plain ones were
+  // cleared where they happened.
   cudaError_t err = cudaSetDevice(device);
   if (err == cudaSuccess) err = cudaDeviceSynchronize();
-  if (err == cudaSuccess) err = cudaPeekAtLastError();
   if (err != cudaSuccess) {
     return absl::UnavailableError(absl::StrCat("GPU ", device, " failed: ", cudaGetErrorName(err),
                                                " (", cudaGetErrorString(err), ")"));

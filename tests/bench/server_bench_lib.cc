@@ -239,6 +239,7 @@ Shapes ShapesOf(const Layout& l) {
 
 struct Timed {
   std::vector<double> call_ms, kernel_ms, worker_ms, transfer_ms, index_ms;
+  std::vector<double> resolve_ms, output_ms, unaccounted_ms;  // Worker stages.
   std::string first_output;  // Inline output of the first timed call (inline transport).
 };
 
@@ -256,12 +257,65 @@ absl::StatusOr<Timed> TimeCalls(AttentionClient& client, const v1::AttentionRequ
     t.worker_ms.push_back(resp->timings().total_seconds() * 1e3);
     t.transfer_ms.push_back(resp->timings().transfer_seconds() * 1e3);
     t.index_ms.push_back(resp->timings().index_build_seconds() * 1e3);
+    const v1::StageTimings& st = resp->timings();
+    t.resolve_ms.push_back(st.resolve_seconds() * 1e3);
+    t.output_ms.push_back(st.output_seconds() * 1e3);
+    // Wall time of the kernel stage beyond the device's own kernel time (launch, sync, index
+    // upload): the total minus the stages.
+    t.unaccounted_ms.push_back((st.total_seconds() - st.resolve_seconds() - st.config_seconds() -
+                                st.index_build_seconds() - st.kernel_seconds() -
+                                st.output_seconds()) * 1e3);
     if (keep_output && t.first_output.empty()) t.first_output = resp->output().inline_data().data();
   }
   return t;
 }
 
 std::string Num(double v) { return v < 0 ? "null" : absl::StrFormat("%.4f", v); }
+
+// The same problem straight through CudaAttentionEngine in this process (device buffers, no
+// worker, no gRPC): wall time of the call and the kernel time its CUDA events give.
+struct EngineTimes {
+  double wall_ms = -1, kernel_ms = -1;
+};
+
+EngineTimes TimeEngine(CudaAttentionEngine& engine, const Layout& l, const uint8_t* host,
+                       const MethodConfig& method, int reps) {
+  EngineTimes out;
+  auto buf = CudaDeviceBuffer::Allocate(engine.device(), l.total());
+  if (!buf.ok() || !(*buf)->CopyFromHost(host, l.in_bytes()).ok()) return out;
+  uint8_t* base = static_cast<uint8_t*>((*buf)->data());
+  AttentionProblem p;
+  p.cu_seqlens_q = {0, l.seq_len};
+  p.cu_seqlens_k = {0, l.seq_len};
+  p.num_q_heads = l.hq;
+  p.num_kv_heads = l.hk;
+  p.head_dim = l.d;
+  p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(l.d));
+  p.dtype = l.dtype;
+  p.space = MemorySpace::kCuda;
+  SetContiguousStrides(&p);
+  p.q.data = base + l.q_off();
+  p.k.data = base + l.k_off();
+  p.v.data = base + l.v_off();
+  p.o = base + l.o_off();
+  std::vector<int> heads(l.hq);
+  for (int h = 0; h < l.hq; ++h) heads[h] = h;
+  std::vector<double> wall, kernel;
+  for (int r = 0; r < reps + 1; ++r) {
+    CudaStageTimes t;
+    const auto start = Clock::now();
+    const absl::Status s = method.method == Method::kDense
+                               ? engine.RunDense(p, &t)
+                               : engine.RunBuiltIndex(p, method, heads, 64, &t);
+    if (!s.ok()) return out;
+    if (r == 0) continue;
+    wall.push_back(MsSince(start));
+    kernel.push_back((t.schedule_seconds + t.kernel_seconds) * 1e3);
+  }
+  out.wall_ms = Percentile(wall, 0.5);
+  out.kernel_ms = Percentile(kernel, 0.5);
+  return out;
+}
 
 }  // namespace
 
@@ -407,6 +461,19 @@ int RunServerBench(const std::vector<std::string>& args, std::ostream& out, std:
     return 1;
   }
   const std::string device = absl::StrJoin((*worker)->device_names(), ",");
+  // The gRPC floor: a trivial call (ServerMetadata) through the same client and server.
+  std::vector<double> floor_ms;
+  for (int i = 0; i < 30; ++i) {
+    const auto start = Clock::now();
+    if (!(*client)->Metadata().ok()) break;
+    if (i >= 5) floor_ms.push_back(MsSince(start));
+  }
+  const double grpc_floor = Percentile(floor_ms, 0.5);
+  std::unique_ptr<CudaAttentionEngine> engine;
+  if (gpu) {
+    auto e = CudaAttentionEngine::Create(0, int64_t{1} << 30);
+    if (e.ok()) engine = std::move(*e);
+  }
   if (!gpu && f.devices != "cpu") why = absl::StrCat(" (no GPU: ", why, ")");
   err << "worker on " << device << (gpu ? "" : why) << "\n";
 
@@ -482,6 +549,10 @@ int RunServerBench(const std::vector<std::string>& args, std::ostream& out, std:
       MethodConfig method;
       method.method = *ParseMethod(method_name);
       std::string inline_output;
+      EngineTimes direct;
+      if (engine != nullptr && (method.method == Method::kDense || method.method == Method::kAShape)) {
+        direct = TimeEngine(*engine, l, base, method, 5);
+      }
       for (const std::string& transport : transports) {
         std::string line = absl::StrCat(
             "{\"bench\":\"server\",\"device\":\"", device, "\",\"transport\":\"", transport,
@@ -541,7 +612,17 @@ int RunServerBench(const std::vector<std::string>& args, std::ostream& out, std:
                         ",\"worker_overhead_p50_ms\":", Num(Percentile(worker_overhead, 0.5)),
                         ",\"worker_transfer_p50_ms\":", Num(Percentile(t.transfer_ms, 0.5)),
                         ",\"index_build_p50_ms\":", Num(Percentile(t.index_ms, 0.5)),
+                        ",\"resolve_p50_ms\":", Num(Percentile(t.resolve_ms, 0.5)),
+                        ",\"output_p50_ms\":", Num(Percentile(t.output_ms, 0.5)),
+                        ",\"kernel_stage_extra_p50_ms\":", Num(Percentile(t.unaccounted_ms, 0.5)),
+                        ",\"grpc_floor_p50_ms\":", Num(grpc_floor),
                         ",\"bytes_in\":", l.in_bytes(), ",\"bytes_out\":", l.q_bytes());
+        if (direct.wall_ms >= 0) {
+          absl::StrAppend(&line, ",\"engine_wall_p50_ms\":", Num(direct.wall_ms),
+                          ",\"engine_kernel_p50_ms\":", Num(direct.kernel_ms),
+                          ",\"call_minus_engine_wall_p50_ms\":",
+                          absl::StrFormat("%.4f", Percentile(t.call_ms, 0.5) - direct.wall_ms));
+        }
         if (transport == "inline") inline_output = t.first_output;
         if (transport == "shm") {
           absl::StrAppend(&line, ",\"region_pinned\":", shm_pinned ? "true" : "false");
