@@ -261,11 +261,28 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOp
 WorkerServer::~WorkerServer() {
   Shutdown();
   State* st = state_.get();
+  // Each step timed: a slow teardown says where it waited.
+  absl::Time t = absl::Now();
+  auto lap = [&t] {
+    const absl::Time now = absl::Now();
+    const double s = absl::ToDoubleSeconds(now - t);
+    t = now;
+    return s;
+  };
   st->server.reset();
+  const double server_s = lap();
   st->service.reset();
+  const double service_s = lap();
   st->devices.clear();
+  const double devices_s = lap();
   st->cache.reset();
   st->exposer.reset();
+  const double rest_s = lap();
+  if (server_s + service_s + devices_s + rest_s > 1.0) {
+    Log(LogLevel::kWarning, "slow_teardown",
+        {{"grpc_server_s", absl::StrCat(server_s)}, {"service_s", absl::StrCat(service_s)},
+         {"devices_s", absl::StrCat(devices_s)}, {"cache_metrics_s", absl::StrCat(rest_s)}});
+  }
 }
 
 int WorkerServer::port() const { return state_->port; }
