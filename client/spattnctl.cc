@@ -2,6 +2,7 @@
 // service). Run `spattnctl help` for the commands.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -183,15 +184,35 @@ int Regions(AttentionClient& client, const Flags& f) {
   return Fail(absl::StrCat("regions: unknown subcommand '", sub, "'"));
 }
 
-void PrintResponse(const v1::AttentionResponse& r) {
+// Prints one answer: a row per head (with the synthetic workload's head kind when known) and a
+// summary over heads.
+void PrintResponse(const v1::AttentionResponse& r, const std::vector<std::string>& head_kinds) {
   std::printf("request %s layer %u  device=%s  config_version=%llu  density=%.4f\n",
               r.request_id().c_str(), r.layer(), r.device().c_str(),
               static_cast<unsigned long long>(r.config_version_used()), r.density());
   if (r.heads_size() > 0) {
-    std::printf("  %5s  %-18s %9s %9s\n", "head", "method", "density", "recall");
+    const bool kinds = !head_kinds.empty();
+    std::printf("  %5s  %-15s%-18s %9s %9s\n", "head", kinds ? "workload kind" : "", "method",
+                "density", "recall");
+    double recall_sum = 0, recall_min = 1;
+    int recalls = 0;
     for (const auto& h : r.heads()) {
-      std::printf("  %5u  %-18s %9.4f %9s\n", h.head(), h.method_name().c_str(), h.density(),
+      const std::string kind =
+          kinds && h.head() < head_kinds.size() ? head_kinds[h.head()] : std::string();
+      std::printf("  %5u  %-15s%-18s %9.4f %9s\n", h.head(), kind.c_str(),
+                  h.method_name().c_str(), h.density(),
                   h.recall() < 0 ? "-" : absl::StrFormat("%.4f", h.recall()).c_str());
+      if (h.recall() >= 0) {
+        recall_sum += h.recall();
+        recall_min = std::min(recall_min, h.recall());
+        ++recalls;
+      }
+    }
+    if (recalls > 0) {
+      std::printf("  all heads: density %.4f (%.1fx fewer pairs than dense), recall mean %.4f "
+                  "min %.4f\n",
+                  r.density(), r.density() > 0 ? 1.0 / r.density() : 0.0, recall_sum / recalls,
+                  recall_min);
     }
   }
   const auto& t = r.timings();
@@ -203,7 +224,10 @@ void PrintResponse(const v1::AttentionResponse& r) {
 
 // The input of layer `l`: tensors from files (the same for every layer), a synthetic LLM-like
 // workload (seed + l), or plain random values.
-absl::StatusOr<std::unique_ptr<HostProblem>> MakeLayerInput(const Flags& f, int64_t l) {
+// `head_kinds` gets the synthetic workload's kind of each q head (left empty otherwise).
+absl::StatusOr<std::unique_ptr<HostProblem>> MakeLayerInput(const Flags& f, int64_t l,
+                                                            std::vector<std::string>* head_kinds) {
+  head_kinds->clear();
   std::string error;
   const bool causal = !f.Has("non_causal");
   double scale = 0;
@@ -275,6 +299,7 @@ absl::StatusOr<std::unique_ptr<HostProblem>> MakeLayerInput(const Flags& f, int6
   }
   auto w = GenerateWorkload(o);
   if (!w.ok()) return w.status();
+  for (const HeadPlan& plan : w->heads) head_kinds->push_back(HeadKindName(plan.kind));
   return std::move(w->host);
 }
 
@@ -298,7 +323,8 @@ int Attention(AttentionClient& client, const Flags& f) {
   if (transport != "inline" && transport != "shm") {
     return Fail("--transport: expected inline or shm");
   }
-  auto first = MakeLayerInput(f, 0);
+  std::vector<std::string> head_kinds;
+  auto first = MakeLayerInput(f, 0, &head_kinds);
   if (!first.ok()) return Fail(first.status());
   std::unique_ptr<HostProblem> hp = std::move(*first);
   const AttentionProblem& p0 = hp->problem();
@@ -347,7 +373,7 @@ int Attention(AttentionClient& client, const Flags& f) {
   // One layer: its request (inputs written into the region for shm).
   auto request_for = [&](int64_t l) -> absl::StatusOr<v1::AttentionRequest> {
     if (l > 0) {
-      auto next = MakeLayerInput(f, l);
+      auto next = MakeLayerInput(f, l, &head_kinds);
       if (!next.ok()) return next.status();
       hp = std::move(*next);
     }
@@ -372,7 +398,7 @@ int Attention(AttentionClient& client, const Flags& f) {
   // Prints one answer; --check compares with dense attention of the layer's input, --out writes
   // the output (layer index appended when there are several).
   auto report = [&](int64_t l, const v1::AttentionResponse& r) -> int {
-    PrintResponse(r);
+    PrintResponse(r, head_kinds);
     if (!f.Has("check") && !f.Has("out")) return 0;
     std::vector<float> got(qb / DTypeSize(dtype));
     if (shm) {
