@@ -34,8 +34,9 @@ struct ServerBenchFlags {
   int64_t max_inline_total = int64_t{512} << 20;
   uint64_t seed = 1;              // Default: 1.
   // Internal: run as the CUDA IPC producer of one problem (seq_len = seq_lens[0]).
+  // Default: false.
   bool ipc_producer = false;
-  bool help = false;
+  bool help = false;  // Default: false.
 };
 
 std::string ServerBenchUsage();
