@@ -146,10 +146,10 @@ int Metadata(AttentionClient& client) {
     std::printf("%-24s %-5s %s\n", r.name().c_str(), r.implemented() ? "yes" : "no",
                 r.note().c_str());
   }
-  std::printf("%-18s %-5s %-5s\n", "method", "cpu", "cuda");
+  std::printf("%-18s %-5s %-5s %s\n", "method", "cpu", "cuda", "gpu_index_builder");
   for (const auto& m : md->methods()) {
-    std::printf("%-18s %-5s %-5s\n", m.name().c_str(), m.implemented_cpu() ? "yes" : "no",
-                m.implemented_cuda() ? "yes" : "no");
+    std::printf("%-18s %-5s %-5s %s\n", m.name().c_str(), m.implemented_cpu() ? "yes" : "no",
+                m.implemented_cuda() ? "yes" : "no", m.gpu_index_builder() ? "yes" : "no");
   }
   return 0;
 }
@@ -160,12 +160,13 @@ int Regions(AttentionClient& client, const Flags& f) {
   if (sub == "list") {
     auto rows = client.ListRegions();
     if (!rows.ok()) return Fail(rows.status());
-    std::printf("%-20s %-7s %-24s %12s %12s %6s\n", "name", "kind", "shm_key", "offset",
-                "byte_size", "device");
+    std::printf("%-20s %-7s %-24s %12s %12s %6s %s\n", "name", "kind", "shm_key", "offset",
+                "byte_size", "device", "pinned");
     for (const auto& r : *rows) {
-      std::printf("%-20s %-7s %-24s %12llu %12llu %6d\n", r.name().c_str(), r.kind().c_str(),
+      std::printf("%-20s %-7s %-24s %12llu %12llu %6d %s\n", r.name().c_str(), r.kind().c_str(),
                   r.shm_key().c_str(), static_cast<unsigned long long>(r.offset()),
-                  static_cast<unsigned long long>(r.byte_size()), r.device_id());
+                  static_cast<unsigned long long>(r.byte_size()), r.device_id(),
+                  r.pinned() ? "yes" : "no");
     }
     return 0;
   }
@@ -223,9 +224,10 @@ void PrintResponse(const v1::AttentionResponse& r, const std::vector<std::string
   }
   const auto& t = r.timings();
   std::printf("  stages (ms): resolve %.2f  config %.2f  index_build %.2f  kernel %.2f  "
-              "output %.2f  total %.2f\n",
+              "output %.2f  total %.2f  (host<->GPU copies %.2f)\n",
               t.resolve_seconds() * 1e3, t.config_seconds() * 1e3, t.index_build_seconds() * 1e3,
-              t.kernel_seconds() * 1e3, t.output_seconds() * 1e3, t.total_seconds() * 1e3);
+              t.kernel_seconds() * 1e3, t.output_seconds() * 1e3, t.total_seconds() * 1e3,
+              t.transfer_seconds() * 1e3);
 }
 
 // The input of layer `l`: tensors from files (the same for every layer), a synthetic LLM-like

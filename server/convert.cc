@@ -690,6 +690,7 @@ void FillAttentionResult(const ParsedRequest& request, const AttentionResult& re
   t->set_kernel_seconds(result.seconds.kernel);
   t->set_output_seconds(result.seconds.output);
   t->set_total_seconds(result.seconds.total);
+  t->set_transfer_seconds(result.seconds.transfer);
   response->set_density(result.density);
   if (request.return_stats || request.estimate_recall) {
     for (const HeadResult& h : result.heads) {
