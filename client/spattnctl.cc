@@ -2,6 +2,7 @@
 // service). Run `spattnctl help` for the commands.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -17,6 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "client/attention_client.h"
+#include "client/calibrate_command.h"
 #include "client/index_commands.h"
 #include "kernels/fidelity.h"
 #include "kernels/host_problem.h"
@@ -55,6 +57,11 @@ commands:
       --out=PATH.npy                write the output ([tokens, heads, head_dim], the input dtype)
   index ...                         index-service commands (`spattnctl index help`; they take
                                     --server=HOST:PORT or $SPATTN_INDEX_ADDR, not --address)
+  calibrate ...                     offline per-head pattern search on calibration prompts
+                                    (synthetic or captured Q/K/V per layer): prints the chosen
+                                    method per head, writes --out=configs.json and/or publishes
+                                    a new version with --publish --model=ID (`spattnctl
+                                    calibrate help`; --server / $SPATTN_INDEX_ADDR as index)
 
 The worker address defaults to $SPATTN_WORKER or 127.0.0.1:50051.
 )";
@@ -139,10 +146,10 @@ int Metadata(AttentionClient& client) {
     std::printf("%-24s %-5s %s\n", r.name().c_str(), r.implemented() ? "yes" : "no",
                 r.note().c_str());
   }
-  std::printf("%-18s %-5s %-5s\n", "method", "cpu", "cuda");
+  std::printf("%-18s %-5s %-5s %s\n", "method", "cpu", "cuda", "gpu_index_builder");
   for (const auto& m : md->methods()) {
-    std::printf("%-18s %-5s %-5s\n", m.name().c_str(), m.implemented_cpu() ? "yes" : "no",
-                m.implemented_cuda() ? "yes" : "no");
+    std::printf("%-18s %-5s %-5s %s\n", m.name().c_str(), m.implemented_cpu() ? "yes" : "no",
+                m.implemented_cuda() ? "yes" : "no", m.gpu_index_builder() ? "yes" : "no");
   }
   return 0;
 }
@@ -153,12 +160,13 @@ int Regions(AttentionClient& client, const Flags& f) {
   if (sub == "list") {
     auto rows = client.ListRegions();
     if (!rows.ok()) return Fail(rows.status());
-    std::printf("%-20s %-7s %-24s %12s %12s %6s\n", "name", "kind", "shm_key", "offset",
-                "byte_size", "device");
+    std::printf("%-20s %-7s %-24s %12s %12s %6s %s\n", "name", "kind", "shm_key", "offset",
+                "byte_size", "device", "pinned");
     for (const auto& r : *rows) {
-      std::printf("%-20s %-7s %-24s %12llu %12llu %6d\n", r.name().c_str(), r.kind().c_str(),
+      std::printf("%-20s %-7s %-24s %12llu %12llu %6d %s\n", r.name().c_str(), r.kind().c_str(),
                   r.shm_key().c_str(), static_cast<unsigned long long>(r.offset()),
-                  static_cast<unsigned long long>(r.byte_size()), r.device_id());
+                  static_cast<unsigned long long>(r.byte_size()), r.device_id(),
+                  r.pinned() ? "yes" : "no");
     }
     return 0;
   }
@@ -183,27 +191,51 @@ int Regions(AttentionClient& client, const Flags& f) {
   return Fail(absl::StrCat("regions: unknown subcommand '", sub, "'"));
 }
 
-void PrintResponse(const v1::AttentionResponse& r) {
+// Prints one answer: a row per head (with the synthetic workload's head kind when known) and a
+// summary over heads.
+void PrintResponse(const v1::AttentionResponse& r, const std::vector<std::string>& head_kinds) {
   std::printf("request %s layer %u  device=%s  config_version=%llu  density=%.4f\n",
               r.request_id().c_str(), r.layer(), r.device().c_str(),
               static_cast<unsigned long long>(r.config_version_used()), r.density());
   if (r.heads_size() > 0) {
-    std::printf("  %5s  %-18s %9s %9s\n", "head", "method", "density", "recall");
+    const bool kinds = !head_kinds.empty();
+    std::printf("  %5s  %-15s%-18s %9s %9s\n", "head", kinds ? "workload kind" : "", "method",
+                "density", "recall");
+    double recall_sum = 0, recall_min = 1;
+    int recalls = 0;
     for (const auto& h : r.heads()) {
-      std::printf("  %5u  %-18s %9.4f %9s\n", h.head(), h.method_name().c_str(), h.density(),
+      const std::string kind =
+          kinds && h.head() < head_kinds.size() ? head_kinds[h.head()] : std::string();
+      std::printf("  %5u  %-15s%-18s %9.4f %9s\n", h.head(), kind.c_str(),
+                  h.method_name().c_str(), h.density(),
                   h.recall() < 0 ? "-" : absl::StrFormat("%.4f", h.recall()).c_str());
+      if (h.recall() >= 0) {
+        recall_sum += h.recall();
+        recall_min = std::min(recall_min, h.recall());
+        ++recalls;
+      }
+    }
+    if (recalls > 0) {
+      std::printf("  all heads: density %.4f (%.1fx fewer pairs than dense), recall mean %.4f "
+                  "min %.4f\n",
+                  r.density(), r.density() > 0 ? 1.0 / r.density() : 0.0, recall_sum / recalls,
+                  recall_min);
     }
   }
   const auto& t = r.timings();
   std::printf("  stages (ms): resolve %.2f  config %.2f  index_build %.2f  kernel %.2f  "
-              "output %.2f  total %.2f\n",
+              "output %.2f  total %.2f  (host<->GPU copies %.2f)\n",
               t.resolve_seconds() * 1e3, t.config_seconds() * 1e3, t.index_build_seconds() * 1e3,
-              t.kernel_seconds() * 1e3, t.output_seconds() * 1e3, t.total_seconds() * 1e3);
+              t.kernel_seconds() * 1e3, t.output_seconds() * 1e3, t.total_seconds() * 1e3,
+              t.transfer_seconds() * 1e3);
 }
 
 // The input of layer `l`: tensors from files (the same for every layer), a synthetic LLM-like
 // workload (seed + l), or plain random values.
-absl::StatusOr<std::unique_ptr<HostProblem>> MakeLayerInput(const Flags& f, int64_t l) {
+// `head_kinds` gets the synthetic workload's kind of each q head (left empty otherwise).
+absl::StatusOr<std::unique_ptr<HostProblem>> MakeLayerInput(const Flags& f, int64_t l,
+                                                            std::vector<std::string>* head_kinds) {
+  head_kinds->clear();
   std::string error;
   const bool causal = !f.Has("non_causal");
   double scale = 0;
@@ -275,6 +307,7 @@ absl::StatusOr<std::unique_ptr<HostProblem>> MakeLayerInput(const Flags& f, int6
   }
   auto w = GenerateWorkload(o);
   if (!w.ok()) return w.status();
+  for (const HeadPlan& plan : w->heads) head_kinds->push_back(HeadKindName(plan.kind));
   return std::move(w->host);
 }
 
@@ -298,7 +331,8 @@ int Attention(AttentionClient& client, const Flags& f) {
   if (transport != "inline" && transport != "shm") {
     return Fail("--transport: expected inline or shm");
   }
-  auto first = MakeLayerInput(f, 0);
+  std::vector<std::string> head_kinds;
+  auto first = MakeLayerInput(f, 0, &head_kinds);
   if (!first.ok()) return Fail(first.status());
   std::unique_ptr<HostProblem> hp = std::move(*first);
   const AttentionProblem& p0 = hp->problem();
@@ -347,7 +381,7 @@ int Attention(AttentionClient& client, const Flags& f) {
   // One layer: its request (inputs written into the region for shm).
   auto request_for = [&](int64_t l) -> absl::StatusOr<v1::AttentionRequest> {
     if (l > 0) {
-      auto next = MakeLayerInput(f, l);
+      auto next = MakeLayerInput(f, l, &head_kinds);
       if (!next.ok()) return next.status();
       hp = std::move(*next);
     }
@@ -372,7 +406,7 @@ int Attention(AttentionClient& client, const Flags& f) {
   // Prints one answer; --check compares with dense attention of the layer's input, --out writes
   // the output (layer index appended when there are several).
   auto report = [&](int64_t l, const v1::AttentionResponse& r) -> int {
-    PrintResponse(r);
+    PrintResponse(r, head_kinds);
     if (!f.Has("check") && !f.Has("out")) return 0;
     std::vector<float> got(qb / DTypeSize(dtype));
     if (shm) {
@@ -448,6 +482,7 @@ int Main(int argc, char** argv) {
   }
   const std::string command = argv[i];
   if (command == "index") return RunIndexCommand(argc - i - 1, argv + i + 1);
+  if (command == "calibrate") return RunCalibrateCommand(argc - i - 1, argv + i + 1);
   const Flags flags = ParseFlags(argc, argv, i);
   ClientOptions options;
   options.address = address;

@@ -4,6 +4,8 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/status_macros.h"
+#include "proto/method_config_convert.h"
 
 namespace spattn {
 namespace {
@@ -22,12 +24,6 @@ absl::Status Range(absl::string_view field, uint64_t value, uint64_t lo, uint64_
 absl::Status FiniteNonNegative(absl::string_view field, double value) {
   if (std::isfinite(value) && value >= 0) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(field, ": must be finite and >= 0"));
-}
-
-// Proto value, or the kernels' default when the proto says 0.
-template <typename T>
-void Take(T proto_value, T* out) {
-  if (proto_value != T{}) *out = proto_value;
 }
 
 }  // namespace
@@ -94,89 +90,11 @@ absl::Status ValidateModel(const v1::Model& m) {
 
 absl::StatusOr<MethodConfig> MethodConfigFromProto(const v1::MethodConfig& p,
                                                    absl::string_view field) {
-  MethodConfig c;
-  v1::MethodConfig::ParamsCase expected = v1::MethodConfig::PARAMS_NOT_SET;
-  switch (p.method()) {
-    case v1::METHOD_DENSE:
-      c.method = Method::kDense;
-      break;
-    case v1::METHOD_A_SHAPE:
-      c.method = Method::kAShape;
-      expected = v1::MethodConfig::kAShape;
-      Take(p.a_shape().sink_tokens(), &c.a_shape.sink_tokens);
-      Take(p.a_shape().local_tokens(), &c.a_shape.local_tokens);
-      break;
-    case v1::METHOD_VERTICAL_SLASH: {
-      c.method = Method::kVerticalSlash;
-      expected = v1::MethodConfig::kVerticalSlash;
-      const v1::VerticalSlashParams& q = p.vertical_slash();
-      Take(q.last_q(), &c.vertical_slash.last_q);
-      Take(q.vertical_size(), &c.vertical_slash.vertical_size);
-      Take(q.slash_size(), &c.vertical_slash.slash_size);
-      Take(q.forced_columns(), &c.vertical_slash.forced_columns);
-      Take(q.forced_diagonals(), &c.vertical_slash.forced_diagonals);
-      break;
-    }
-    case v1::METHOD_BLOCK_SPARSE:
-      c.method = Method::kBlockSparse;
-      expected = v1::MethodConfig::kBlockSparse;
-      Take(p.block_sparse().block_size(), &c.block_sparse.block_size);
-      Take(p.block_sparse().top_k(), &c.block_sparse.top_k);
-      break;
-    case v1::METHOD_FLEX_PREFILL: {
-      c.method = Method::kFlexPrefill;
-      expected = v1::MethodConfig::kFlexPrefill;
-      const v1::FlexPrefillParams& q = p.flex_prefill();
-      Take(q.gamma(), &c.flex_prefill.gamma);
-      Take(q.tau(), &c.flex_prefill.tau);
-      Take(q.min_budget(), &c.flex_prefill.min_budget);
-      Take(q.max_budget(), &c.flex_prefill.max_budget);
-      Take(q.block_size(), &c.flex_prefill.block_size);
-      break;
-    }
-    case v1::METHOD_SAMPLE_ATTENTION: {
-      c.method = Method::kSampleAttention;
-      expected = v1::MethodConfig::kSampleAttention;
-      const v1::SampleAttentionParams& q = p.sample_attention();
-      Take(q.alpha_c(), &c.sample_attention.alpha_c);
-      Take(q.alpha_s(), &c.sample_attention.alpha_s);
-      Take(q.chunk_n(), &c.sample_attention.chunk_n);
-      Take(q.block_size(), &c.sample_attention.block_size);
-      Take(q.local_tokens(), &c.sample_attention.local_tokens);
-      break;
-    }
-    case v1::METHOD_ANCHOR:
-      c.method = Method::kAnchor;
-      expected = v1::MethodConfig::kAnchor;
-      Take(p.anchor().theta(), &c.anchor.theta);
-      Take(p.anchor().step(), &c.anchor.step);
-      Take(p.anchor().block_size(), &c.anchor.block_size);
-      Take(p.anchor().init_tokens(), &c.anchor.init_tokens);
-      break;
-    case v1::METHOD_SAAP:
-      c.method = Method::kSaap;
-      expected = v1::MethodConfig::kSaap;
-      Take(p.saap().num_centroids(), &c.saap.num_centroids);
-      Take(p.saap().top_l(), &c.saap.top_l);
-      Take(p.saap().sink_tokens(), &c.saap.sink_tokens);
-      Take(p.saap().local_tokens(), &c.saap.local_tokens);
-      if (c.saap.num_centroids > kMaxCentroids) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            field, ": saap.num_centroids ", c.saap.num_centroids, " exceeds ", kMaxCentroids));
-      }
-      break;
-    case v1::METHOD_UNSPECIFIED:
-      return absl::InvalidArgumentError(absl::StrCat(field, ".method: is unspecified"));
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ".method: unknown value ", static_cast<int>(p.method())));
-  }
-  if (p.params_case() != v1::MethodConfig::PARAMS_NOT_SET && p.params_case() != expected) {
+  SPATTN_ASSIGN_OR_RETURN(MethodConfig c, ParseMethodConfig(p, field));
+  if (c.method == Method::kSaap && c.saap.num_centroids > kMaxCentroids) {
     return absl::InvalidArgumentError(absl::StrCat(
-        field, ": parameters of another method given for method ", MethodName(c.method)));
+        field, ".saap.num_centroids: ", c.saap.num_centroids, " exceeds ", kMaxCentroids));
   }
-  absl::Status s = c.Validate();
-  if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat(field, ": ", s.message()));
   return c;
 }
 

@@ -239,11 +239,13 @@ int64_t ComputedPairs(const AttentionProblem& problem, const SparseIndex& index,
     };
     for (int32_t i = index.range_indptr[r]; i < index.range_indptr[r + 1]; ++i) {
       const int64_t st = index.range_start[i], en = st + index.range_len[i];
-      if (!problem.causal || en - 1 <= g.first_pos) {
-        total += (en - st) * static_cast<int64_t>(rows);
-        continue;
-      }
-      for (int64_t key = st; key < en; ++key) total += visible_count(key);
+      // Keys up to first_pos are visible to every row; key first_pos + j (j >= 1) to rows - j
+      // of them: an arithmetic series, so every range costs O(1).
+      const int64_t full_end = problem.causal ? std::min<int64_t>(en, int64_t{g.first_pos} + 1) : en;
+      if (full_end > st) total += (full_end - st) * static_cast<int64_t>(rows);
+      const int64_t j0 = std::max(st, full_end) - g.first_pos;
+      const int64_t j1 = std::min<int64_t>(en - g.first_pos, rows);  // j >= rows: seen by none.
+      if (problem.causal && j1 > j0) total += (j1 - j0) * rows - (j0 + j1 - 1) * (j1 - j0) / 2;
     }
     for (int32_t i = index.col_indptr[r]; i < index.col_indptr[r + 1]; ++i) {
       total += visible_count(index.col_idx[i]);

@@ -1,5 +1,6 @@
 #include "server/attention_service.h"
 
+#include <algorithm>
 #include <chrono>
 #include <deque>
 
@@ -38,7 +39,8 @@ AttentionServiceImpl::AttentionServiceImpl(const ServiceInfo& info, std::vector<
       regions_(regions),
       pipeline_(pipeline),
       cache_(maybe_cache),
-      metrics_(maybe_metrics) {}
+      metrics_(maybe_metrics),
+      gpus_(ListCudaDevices()) {}
 
 void AttentionServiceImpl::StartDraining() { draining_.store(true); }
 
@@ -83,17 +85,47 @@ void AttentionServiceImpl::Record(const char* rpc, const std::string& request_id
   }
 }
 
-Device* AttentionServiceImpl::PickDevice() {
-  Device* best = &(*devices_)[0];
-  int best_load = best->queue->waiting() + best->queue->running();
+Device* AttentionServiceImpl::PickDevice(const ParsedRequest& req) {
+  // A GPU that holds a CUDA tensor of the request computes it without copies.
+  int gpu = -1;
+  for (const TensorSpec* t : {&req.q, &req.k, &req.v}) {
+    if (gpu >= 0) break;
+    if (t->kind == HandleKind::kCudaRegion) gpu = regions_->CudaDeviceOf(t->region_name);
+    if (t->kind == HandleKind::kCudaIpc) {
+      for (const CudaDeviceInfo& g : gpus_) {
+        if (!t->device_uuid.empty() ? g.uuid == t->device_uuid : g.ordinal == t->device_id) {
+          gpu = g.ordinal;
+        }
+      }
+    }
+  }
+  Device* best = nullptr;
+  int best_load = 0;
   for (Device& d : *devices_) {
+    if (!d.backend->Health().ok() || !d.backend->CheckDType(req.problem.dtype).ok()) continue;
+    if (gpu >= 0 && d.backend->kind() == "cuda" && d.backend->ordinal() == gpu) return &d;
     const int load = d.queue->waiting() + d.queue->running();
-    if (load < best_load) {
+    // Tensors on a GPU without a backend: the CPU copies them (a CUDA backend would refuse).
+    const bool fits = gpu < 0 || d.backend->kind() == "cpu";
+    const bool best_fits = best != nullptr && (gpu < 0 || best->backend->kind() == "cpu");
+    if (best == nullptr || (fits && !best_fits) || (fits == best_fits && load < best_load)) {
       best = &d;
       best_load = load;
     }
   }
-  return best;
+  return best != nullptr ? best : &(*devices_)[0];
+}
+
+void AttentionServiceImpl::CheckHealth(Device* device) {
+  const absl::Status h = device->backend->Health();
+  if (h.ok()) return;
+  const std::string name = device->backend->name();
+  {
+    std::lock_guard<std::mutex> lock(failed_mu_);
+    if (std::find(failed_.begin(), failed_.end(), name) != failed_.end()) return;
+    failed_.push_back(name);
+  }
+  if (on_device_failed_) on_device_failed_(name, h);
 }
 
 void AttentionServiceImpl::Execute(const v1::AttentionRequest* request,
@@ -112,12 +144,13 @@ void AttentionServiceImpl::Execute(const v1::AttentionRequest* request,
     parsed->request_id = absl::StrCat("w-", next_request_.fetch_add(1));
   }
   const double parse_seconds = absl::ToDoubleSeconds(absl::Now() - start);
-  Device* device = PickDevice();
+  Device* device = PickDevice(*parsed);
   if (metrics_) metrics_->InFlightAdd(1);
   const absl::Status queued = device->queue->TrySubmit([=]() {
     if (before_execute_) before_execute_(parsed->request_id);
     CallControl control{deadline, cancelled};
     absl::Status s = pipeline_->Run(*parsed, *device->backend, control, parse_seconds, response);
+    if (!s.ok()) CheckHealth(device);
     if (metrics_) metrics_->InFlightAdd(-1);
     Record(rpc, parsed->request_id, s, start);
     done(s);
@@ -329,7 +362,7 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::ServerMetadata(
     info->set_name("host CPU");
   }
   // GPUs the worker sees (whether or not a CUDA backend serves on them).
-  for (const CudaDeviceInfo& g : ListCudaDevices()) {
+  for (const CudaDeviceInfo& g : gpus_) {
     v1::DeviceInfo* info = r->add_devices();
     info->set_kind("cuda");
     info->set_ordinal(g.ordinal);
@@ -352,11 +385,14 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::ServerMetadata(
     info->set_method(MethodToProto(m));
     info->set_name(MethodName(m));
     info->set_implemented_cpu(CpuBuilderAvailable(m));
-    bool cuda = false;
+    bool cuda = false, gpu_builder = false;
     for (const Device& d : *devices_) {
-      cuda |= d.backend->kind() == "cuda" && d.backend->MethodAvailable(m);
+      if (d.backend->kind() != "cuda") continue;
+      cuda |= d.backend->MethodAvailable(m);
+      gpu_builder |= d.backend->DeviceBuilder(m);
     }
     info->set_implemented_cuda(cuda);
+    info->set_gpu_index_builder(gpu_builder);
   }
   r->set_max_message_bytes(info_.max_message_bytes);
   r->set_max_inline_bytes(static_cast<uint64_t>(info_.limits.max_inline_bytes));
@@ -427,6 +463,7 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::ListRegions(grpc::CallbackServer
     info->set_offset(row.offset);
     info->set_byte_size(row.byte_size);
     info->set_device_id(row.device_id);
+    info->set_pinned(row.pinned);
   }
   Record("ListRegions", "", absl::OkStatus(), start);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();

@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "kernels/cuda/cuda_runtime.h"
 #include "server/backend.h"
 #include "server/config_cache.h"
 #include "server/convert.h"
@@ -55,6 +56,12 @@ class AttentionServiceImpl final : public v1::AttentionService::CallbackService 
   void set_before_execute(std::function<void(const std::string& request_id)> hook) {
     before_execute_ = std::move(hook);
   }
+  // Called once per device whose backend reports a failure (Health() not OK), with its name.
+  // Set before serving. Default: none.
+  void set_on_device_failed(
+      std::function<void(const std::string& device, const absl::Status& why)> hook) {
+    on_device_failed_ = std::move(hook);
+  }
 
   grpc::ServerUnaryReactor* ServerMetadata(grpc::CallbackServerContext* ctx,
                                            const v1::ServerMetadataRequest* request,
@@ -91,7 +98,12 @@ class AttentionServiceImpl final : public v1::AttentionService::CallbackService 
               absl::Time start);
   void CallStarted();
   void CallEnded();
-  Device* PickDevice();
+  // The device for `request`: the backend of the GPU its CUDA tensors live on, else the least
+  // loaded healthy backend that computes its dtype (falling back to the first device, which
+  // then answers why it cannot).
+  Device* PickDevice(const ParsedRequest& request);
+  // After a request on `device`: reports a newly failed backend.
+  void CheckHealth(Device* device);
 
   const ServiceInfo info_;
   std::vector<Device>* const devices_;
@@ -100,6 +112,10 @@ class AttentionServiceImpl final : public v1::AttentionService::CallbackService 
   ConfigCache* const cache_;
   WorkerMetrics* const metrics_;
   std::function<void(const std::string&)> before_execute_;
+  std::function<void(const std::string&, const absl::Status&)> on_device_failed_;
+  std::vector<CudaDeviceInfo> gpus_;       // Visible GPUs (read once: uuid -> ordinal).
+  std::mutex failed_mu_;
+  std::vector<std::string> failed_;        // Devices already reported. Guarded by failed_mu_.
   std::atomic<bool> draining_{false};
   std::atomic<uint64_t> next_request_{1};
   mutable std::mutex calls_mu_;

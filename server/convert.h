@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "kernels/method_config.h"
+#include "proto/method_config_convert.h"
 #include "server/request.h"
 #include "spattn/v1/attention_service.pb.h"
 #include "spattn/v1/index_service.pb.h"
@@ -25,17 +26,9 @@ struct ConvertLimits {
   int max_heads = 1024;
 };
 
-// DType and Method enums.
+// DType enum (Method conversions are in proto/method_config_convert.h).
 absl::StatusOr<DType> DTypeFromProto(int proto_dtype, absl::string_view field);
 v1::DataType DTypeToProto(DType dtype);
-absl::StatusOr<Method> MethodFromProto(int proto_method, absl::string_view field);
-v1::Method MethodToProto(Method method);
-
-// A method and its parameters; parameters left at 0 take the paper defaults. Errors name the
-// parameter under `field`, e.g. "method_override.vertical_slash.last_q must be > 0, got -1".
-absl::StatusOr<MethodConfig> ParseMethodConfig(const v1::MethodConfig& proto,
-                                                   absl::string_view field);
-void MethodConfigToProto(const MethodConfig& config, v1::MethodConfig* proto);
 
 // Validates a whole AttentionRequest: head counts, head_dim, scale, cu_seqlens, each tensor's
 // dtype, shape, strides, byte size and handle, the output, and the method overrides. Region

@@ -350,6 +350,7 @@ TEST(MethodConfigProtoTest, RoundTripsEveryMethod) {
     c.vertical_slash.slash_size = 99;
     c.block_sparse.top_k = 3;
     c.flex_prefill.gamma = 0.5f;
+    c.flex_prefill.flatten = false;
     c.sample_attention.chunk_n = 1;
     c.anchor.theta = 4.5f;
     c.saap.top_l = 9;
@@ -359,6 +360,17 @@ TEST(MethodConfigProtoTest, RoundTripsEveryMethod) {
     ASSERT_TRUE(back.ok()) << MethodName(m) << ": " << back.status();
     EXPECT_EQ(back->DebugString(), c.DebugString());
   }
+}
+
+TEST(MethodConfigProtoTest, UnsetFlattenKeepsThePaperDefault) {
+  v1::MethodConfig proto;
+  proto.set_method(v1::METHOD_FLEX_PREFILL);
+  proto.mutable_flex_prefill()->set_gamma(0.95f);
+  auto c = ParseMethodConfig(proto, "m");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->flex_prefill.flatten);
+  proto.mutable_flex_prefill()->set_flatten(false);
+  EXPECT_FALSE(ParseMethodConfig(proto, "m")->flex_prefill.flatten);
 }
 
 TEST(ModelConfigProtoTest, BuildsPerHeadTableAndRejectsBadConfigs) {

@@ -2,6 +2,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -10,7 +11,10 @@
 namespace spattn {
 namespace {
 
+// Also clears the thread's last error: a failed call must not surface again in the next,
+// unrelated launch check (e.g. a bad IPC handle failing the next request's kernel).
 absl::Status CudaError(const char* what, cudaError_t err) {
+  cudaGetLastError();
   return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(err)));
 }
 
@@ -35,9 +39,11 @@ absl::StatusOr<int> ResolveCudaDevice(const std::string& uuid, int device_id) {
   for (const CudaDeviceInfo& d : devices) {
     if (!uuid.empty() ? d.uuid == uuid : d.ordinal == device_id) return d.ordinal;
   }
-  if (!uuid.empty()) return absl::NotFoundError("device_uuid: no such GPU on this worker");
-  return absl::NotFoundError(absl::StrCat("device_id: no GPU ", device_id, " on this worker (",
-                                          devices.size(), " visible)"));
+  if (!uuid.empty()) {
+    return absl::FailedPreconditionError("device_uuid: no such GPU on this worker");
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "device_id: no GPU ", device_id, " on this worker (", devices.size(), " visible)"));
 }
 
 absl::StatusOr<void*> CudaIpcOpen(const std::string& raw_handle, int device) {
@@ -53,6 +59,7 @@ absl::StatusOr<void*> CudaIpcOpen(const std::string& raw_handle, int device) {
   void* ptr = nullptr;
   err = cudaIpcOpenMemHandle(&ptr, handle, cudaIpcMemLazyEnablePeerAccess);
   if (err != cudaSuccess) {
+    cudaGetLastError();
     // A handle from this very process, a stale handle or another host's handle ends up here.
     return absl::FailedPreconditionError(
         absl::StrCat("cudaIpcOpenMemHandle failed: ", cudaGetErrorString(err)));
@@ -60,8 +67,17 @@ absl::StatusOr<void*> CudaIpcOpen(const std::string& raw_handle, int device) {
   return ptr;
 }
 
+absl::StatusOr<std::string> CudaIpcExport(void* device_ptr) {
+  cudaIpcMemHandle_t handle;
+  const cudaError_t err = cudaIpcGetMemHandle(&handle, device_ptr);
+  if (err != cudaSuccess) return CudaError("cudaIpcGetMemHandle", err);
+  return std::string(reinterpret_cast<const char*>(&handle), sizeof(handle));
+}
+
 void CudaIpcClose(void* ptr, int device) {
-  if (cudaSetDevice(device) == cudaSuccess) cudaIpcCloseMemHandle(ptr);
+  if (cudaSetDevice(device) != cudaSuccess || cudaIpcCloseMemHandle(ptr) != cudaSuccess) {
+    cudaGetLastError();
+  }
 }
 
 absl::Status CudaCopyToHost(void* dst, const void* src, size_t bytes, int device) {
@@ -81,10 +97,138 @@ absl::Status CudaCopyToDevice(void* dst, const void* src, size_t bytes, int devi
 }
 
 uint64_t CudaMemoryUsed(int device) {
-  if (cudaSetDevice(device) != cudaSuccess) return 0;
   size_t free_bytes = 0, total = 0;
-  if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) return 0;
+  if (cudaSetDevice(device) != cudaSuccess || cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
   return total - free_bytes;
+}
+
+absl::Status CudaHostRegister(void* ptr, size_t bytes, bool read_only) {
+  unsigned int flags = cudaHostRegisterPortable;
+  if (read_only) flags |= cudaHostRegisterReadOnly;
+  const cudaError_t err = cudaHostRegister(ptr, bytes, flags);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    return absl::FailedPreconditionError(
+        absl::StrCat("cudaHostRegister: ", cudaGetErrorString(err)));
+  }
+  return absl::OkStatus();
+}
+
+void CudaHostUnregister(void* ptr) {
+  if (cudaHostUnregister(ptr) != cudaSuccess) cudaGetLastError();
+}
+
+absl::StatusOr<int> CudaPointerDevice(const void* ptr) {
+  cudaPointerAttributes attr;
+  if (cudaPointerGetAttributes(&attr, ptr) != cudaSuccess) {
+    cudaGetLastError();
+    return absl::InvalidArgumentError("not a CUDA pointer");
+  }
+  if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged) {
+    return absl::InvalidArgumentError("not device memory");
+  }
+  return attr.device;
+}
+
+absl::Status CudaDeviceCheck(int device) {
+  // Sticky errors (a faulted kernel, a lost device) come back from every call; plain ones were
+  // cleared where they happened.
+  cudaError_t err = cudaSetDevice(device);
+  if (err == cudaSuccess) err = cudaDeviceSynchronize();
+  if (err != cudaSuccess) {
+    return absl::UnavailableError(absl::StrCat("GPU ", device, " failed: ", cudaGetErrorName(err),
+                                               " (", cudaGetErrorString(err), ")"));
+  }
+  return absl::OkStatus();
+}
+
+struct CudaCopyStream::Impl {
+  int device = 0;
+  cudaStream_t stream = nullptr;
+  cudaEvent_t start = nullptr, stop = nullptr;
+  bool pending = false;  // A copy was enqueued since the last Sync.
+
+  // Records the start event before the first copy of a batch.
+  absl::Status Begin() {
+    cudaError_t err = cudaSetDevice(device);
+    if (err != cudaSuccess) return CudaError("cudaSetDevice", err);
+    if (!pending) {
+      err = cudaEventRecord(start, stream);
+      if (err != cudaSuccess) return CudaError("cudaEventRecord", err);
+      pending = true;
+    }
+    return absl::OkStatus();
+  }
+};
+
+absl::StatusOr<std::unique_ptr<CudaCopyStream>> CudaCopyStream::Create(int device) {
+  auto impl = std::make_unique<Impl>();
+  impl->device = device;
+  cudaError_t err = cudaSetDevice(device);
+  if (err != cudaSuccess) return CudaError("cudaSetDevice", err);
+  err = cudaStreamCreateWithFlags(&impl->stream, cudaStreamNonBlocking);
+  if (err != cudaSuccess) return CudaError("cudaStreamCreate", err);
+  if ((err = cudaEventCreate(&impl->start)) != cudaSuccess ||
+      (err = cudaEventCreate(&impl->stop)) != cudaSuccess) {
+    return CudaError("cudaEventCreate", err);
+  }
+  return std::unique_ptr<CudaCopyStream>(new CudaCopyStream(std::move(impl)));
+}
+
+CudaCopyStream::CudaCopyStream(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+CudaCopyStream::~CudaCopyStream() {
+  if (cudaSetDevice(impl_->device) != cudaSuccess) return;
+  if (impl_->stream != nullptr) {
+    cudaStreamSynchronize(impl_->stream);
+    cudaStreamDestroy(impl_->stream);
+  }
+  if (impl_->start != nullptr) cudaEventDestroy(impl_->start);
+  if (impl_->stop != nullptr) cudaEventDestroy(impl_->stop);
+}
+
+absl::Status CudaCopyStream::ToDevice(void* dst, size_t dst_pitch, const void* src,
+                                      size_t src_pitch, size_t row_bytes, size_t rows) {
+  if (rows == 0 || row_bytes == 0) return absl::OkStatus();
+  absl::Status s = impl_->Begin();
+  if (!s.ok()) return s;
+  const cudaError_t err =
+      rows == 1 || (dst_pitch == row_bytes && src_pitch == row_bytes)
+          ? cudaMemcpyAsync(dst, src, row_bytes * rows, cudaMemcpyHostToDevice, impl_->stream)
+          : cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, row_bytes, rows,
+                              cudaMemcpyHostToDevice, impl_->stream);
+  if (err != cudaSuccess) return CudaError("copy to the GPU", err);
+  return absl::OkStatus();
+}
+
+absl::Status CudaCopyStream::ToHost(void* dst, size_t dst_pitch, const void* src,
+                                    size_t src_pitch, size_t row_bytes, size_t rows) {
+  if (rows == 0 || row_bytes == 0) return absl::OkStatus();
+  absl::Status s = impl_->Begin();
+  if (!s.ok()) return s;
+  const cudaError_t err =
+      rows == 1 || (dst_pitch == row_bytes && src_pitch == row_bytes)
+          ? cudaMemcpyAsync(dst, src, row_bytes * rows, cudaMemcpyDeviceToHost, impl_->stream)
+          : cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, row_bytes, rows,
+                              cudaMemcpyDeviceToHost, impl_->stream);
+  if (err != cudaSuccess) return CudaError("copy from the GPU", err);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> CudaCopyStream::Sync() {
+  if (!impl_->pending) return 0.0;
+  impl_->pending = false;
+  cudaError_t err = cudaSetDevice(impl_->device);
+  if (err == cudaSuccess) err = cudaEventRecord(impl_->stop, impl_->stream);
+  if (err == cudaSuccess) err = cudaStreamSynchronize(impl_->stream);
+  if (err != cudaSuccess) return CudaError("copies between host and GPU", err);
+  float ms = 0;
+  err = cudaEventElapsedTime(&ms, impl_->start, impl_->stop);
+  if (err != cudaSuccess) return CudaError("cudaEventElapsedTime", err);
+  return ms * 1e-3;
 }
 
 }  // namespace spattn

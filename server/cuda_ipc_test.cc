@@ -1,6 +1,7 @@
-// CUDA IPC handles end to end (GPU machines only; skipped without a GPU): another process keeps
-// Q/K/V and the output buffer in GPU memory, the worker opens its IPC handle as a registered CUDA
-// region and as a raw CudaIpcRef, computes, and writes the output back into GPU memory.
+// CUDA IPC handles end to end on the CPU backend (GPU machines only; skipped without a GPU):
+// another process keeps Q/K/V and the output buffer in GPU memory, the worker opens its IPC
+// handle as a registered CUDA region and as a raw CudaIpcRef, copies the tensors to the host,
+// computes there, and writes the output back into GPU memory.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -133,6 +134,9 @@ TEST(CudaIpcTest, WorkerReadsAndWritesGpuMemoryOfAnotherProcess) {
   ASSERT_EQ(total, qb * 2 + kb * 2);
 
   WorkerOptions o;
+  // The CPU backend reading GPU memory through handles (copies to the host and back);
+  // cuda_backend_test covers the CUDA backend.
+  o.devices = "cpu";
   o.metrics_address = "";
   auto worker = WorkerServer::Start(o);
   ASSERT_TRUE(worker.ok()) << worker.status();

@@ -194,12 +194,16 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry& registry, const std::string& 
   }
   auto& transfer = prometheus::BuildCounter()
                        .Name("spattn_transfer_bytes_total")
-                       .Help("Tensor bytes read (in) and written (out), by handle kind.")
+                       .Help("Tensor bytes read (in) and written (out) through each handle "
+                             "kind, and of those the bytes copied host to GPU (h2d) and GPU to "
+                             "host (d2h) to reach the device that computed.")
                        .Register(registry);
   for (bool in : {true, false}) {
     for (HandleKind k : kHandleKinds) {
       transfer_[{in, k}] =
           &transfer.Add({{"direction", in ? "in" : "out"}, {"handle_kind", HandleKindName(k)}});
+      copy_[{in, k}] =
+          &transfer.Add({{"direction", in ? "h2d" : "d2h"}, {"handle_kind", HandleKindName(k)}});
     }
   }
   gpu_memory_ = &prometheus::BuildGauge()
@@ -254,6 +258,10 @@ void WorkerMetrics::Recall(Method method, double recall) { recall_.at(method)->O
 
 void WorkerMetrics::Transfer(bool inbound, HandleKind kind, int64_t bytes) {
   transfer_.at({inbound, kind})->Increment(static_cast<double>(bytes));
+}
+
+void WorkerMetrics::Copy(bool to_device, HandleKind kind, int64_t bytes) {
+  copy_.at({to_device, kind})->Increment(static_cast<double>(bytes));
 }
 
 void WorkerMetrics::GpuMemoryUsed(uint64_t bytes) {

@@ -58,6 +58,9 @@ class WorkerMetrics {
   void HeadDone(Method method, double density);
   void Recall(Method method, double recall);
   void Transfer(bool inbound, HandleKind kind, int64_t bytes);
+  // Bytes a backend copied between host and GPU memory (direction h2d / d2h) for tensors that
+  // came through handles of `kind`.
+  void Copy(bool to_device, HandleKind kind, int64_t bytes);
   void GpuMemoryUsed(uint64_t bytes);
   void Error(ErrorKind kind);
   void IndexServiceUp(bool up);
@@ -72,6 +75,7 @@ class WorkerMetrics {
   std::map<Method, prometheus::Histogram*> recall_;
   std::map<Method, prometheus::Counter*> method_selected_;
   std::map<std::pair<bool, HandleKind>, prometheus::Counter*> transfer_;
+  std::map<std::pair<bool, HandleKind>, prometheus::Counter*> copy_;
   prometheus::Gauge* gpu_memory_;
   std::map<ErrorKind, prometheus::Counter*> errors_;
   prometheus::Gauge* index_service_up_;

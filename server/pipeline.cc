@@ -17,13 +17,7 @@ namespace {
 // Keeps what the resolved pointers of one request point into.
 struct Bindings {
   std::vector<std::shared_ptr<void>> keepalive;
-  std::deque<std::vector<uint8_t>> staging;  // Host copies of device tensors.
-  uint64_t cuda_devices = 0;                 // Bit d: a tensor lives on CUDA device d.
-  // A device output computed into host staging: copied back at the end.
-  void* device_output = nullptr;
-  const void* staged_output = nullptr;
-  size_t output_bytes = 0;
-  int output_device = 0;
+  uint64_t cuda_devices = 0;  // Bit d: a tensor lives on CUDA device d.
 };
 
 class Stopwatch {
@@ -60,53 +54,47 @@ absl::StatusOr<RegionSlice> ResolveSlice(const TensorSpec& t, RegionManager* reg
                           static_cast<uint64_t>(t.bytes));
 }
 
-// A host pointer to the bytes of input `t`, staging device memory when the backend wants host.
-absl::StatusOr<const void*> BindInput(const TensorSpec& t, const AttentionBackend& backend,
-                                      RegionManager* regions, WorkerMetrics* metrics,
-                                      Bindings* b) {
-  if (t.kind == HandleKind::kInline) {
-    if (metrics) metrics->Transfer(true, HandleKind::kInline, t.bytes);
-    if (backend.space() != MemorySpace::kHost) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(t.field, ": inline tensors cannot feed the ", backend.kind(),
-                       " backend yet; use a CUDA region"));
-    }
-    return static_cast<const void*>(t.inline_bytes->data());
-  }
-  SPATTN_ASSIGN_OR_RETURN(RegionSlice slice, ResolveSlice(t, regions));
-  if (metrics) metrics->Transfer(true, slice.kind, t.bytes);
+BoundTensor FromSlice(const RegionSlice& slice, int64_t bytes, Bindings* b) {
   b->keepalive.push_back(slice.keepalive);
   if (slice.space == MemorySpace::kCuda && slice.device < 64) {
     b->cuda_devices |= uint64_t{1} << slice.device;
   }
-  if (slice.space == backend.space()) return static_cast<const void*>(slice.data);
-  if (slice.space == MemorySpace::kCuda && backend.space() == MemorySpace::kHost) {
-    b->staging.emplace_back(static_cast<size_t>(t.bytes));
-    SPATTN_RETURN_IF_ERROR(
-        CudaCopyToHost(b->staging.back().data(), slice.data, t.bytes, slice.device));
-    return static_cast<const void*>(b->staging.back().data());
-  }
-  return absl::FailedPreconditionError(absl::StrCat(
-      t.field, ": host regions cannot feed the ", backend.kind(), " backend yet; use a CUDA "
-      "region"));
+  BoundTensor t;
+  t.data = slice.data;
+  t.space = slice.space;
+  t.device = slice.device;
+  t.kind = slice.kind;
+  t.bytes = bytes;
+  return t;
 }
 
-// Where the kernel writes O.
-absl::StatusOr<void*> BindOutput(ParsedRequest& req, const AttentionBackend& backend,
-                                 RegionManager* regions, WorkerMetrics* metrics, Bindings* b,
-                                 v1::AttentionResponse* response) {
+// Where the bytes of input `t` are (host or device memory, as the handle says).
+absl::StatusOr<BoundTensor> BindInput(const TensorSpec& t, RegionManager* regions,
+                                      WorkerMetrics* metrics, Bindings* b) {
+  if (metrics) metrics->Transfer(true, t.kind, t.bytes);
+  if (t.kind == HandleKind::kInline) {
+    BoundTensor bound;
+    bound.data = const_cast<char*>(t.inline_bytes->data());
+    bound.kind = HandleKind::kInline;
+    bound.bytes = t.bytes;
+    return bound;
+  }
+  SPATTN_ASSIGN_OR_RETURN(RegionSlice slice, ResolveSlice(t, regions));
+  return FromSlice(slice, t.bytes, b);
+}
+
+// Where the kernel's output goes.
+absl::StatusOr<BoundTensor> BindOutput(ParsedRequest& req, RegionManager* regions,
+                                       WorkerMetrics* metrics, Bindings* b,
+                                       v1::AttentionResponse* response) {
   if (!req.output.has_value()) {
-    if (backend.space() != MemorySpace::kHost) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "output: inline outputs from the ", backend.kind(), " backend need an output region"));
-    }
-    void* out = PrepareInlineOutput(req, response);
-    if (metrics) {
-      const AttentionProblem& p = req.problem;
-      metrics->Transfer(false, HandleKind::kInline,
-                        int64_t{p.total_q()} * p.num_q_heads * p.head_dim * DTypeSize(p.dtype));
-    }
-    return out;
+    const AttentionProblem& p = req.problem;
+    BoundTensor bound;
+    bound.data = PrepareInlineOutput(req, response);
+    bound.kind = HandleKind::kInline;
+    bound.bytes = int64_t{p.total_q()} * p.num_q_heads * p.head_dim * DTypeSize(p.dtype);
+    if (metrics) metrics->Transfer(false, HandleKind::kInline, bound.bytes);
+    return bound;
   }
   const TensorSpec& t = *req.output;
   SPATTN_ASSIGN_OR_RETURN(RegionSlice slice, ResolveSlice(t, regions));
@@ -115,21 +103,7 @@ absl::StatusOr<void*> BindOutput(ParsedRequest& req, const AttentionBackend& bac
         absl::StrCat("output.region: region '", t.region_name, "' is read-only for the worker"));
   }
   if (metrics) metrics->Transfer(false, slice.kind, t.bytes);
-  b->keepalive.push_back(slice.keepalive);
-  if (slice.space == MemorySpace::kCuda && slice.device < 64) {
-    b->cuda_devices |= uint64_t{1} << slice.device;
-  }
-  if (slice.space == backend.space()) return static_cast<void*>(slice.data);
-  if (slice.space == MemorySpace::kCuda && backend.space() == MemorySpace::kHost) {
-    b->staging.emplace_back(static_cast<size_t>(t.bytes));
-    b->device_output = slice.data;
-    b->staged_output = b->staging.back().data();
-    b->output_bytes = static_cast<size_t>(t.bytes);
-    b->output_device = slice.device;
-    return static_cast<void*>(b->staging.back().data());
-  }
-  return absl::FailedPreconditionError(absl::StrCat(
-      "output: host regions cannot receive the ", backend.kind(), " backend's output yet"));
+  return FromSlice(slice, t.bytes, b);
 }
 
 absl::Status CheckAgainstModel(const ParsedRequest& req, const ModelConfig& m) {
@@ -184,14 +158,16 @@ absl::Status AttentionPipeline::Run(ParsedRequest& req, AttentionBackend& backen
   SPATTN_RETURN_IF_ERROR(backend.CheckDType(p.dtype));
   InitAttentionResponse(req, response);
   Bindings bindings;
-  p.space = backend.space();
-  SPATTN_ASSIGN_OR_RETURN(p.q.data, BindInput(req.q, backend, regions_, metrics_, &bindings));
-  SPATTN_ASSIGN_OR_RETURN(p.k.data, BindInput(req.k, backend, regions_, metrics_, &bindings));
-  SPATTN_ASSIGN_OR_RETURN(p.v.data, BindInput(req.v, backend, regions_, metrics_, &bindings));
-  SPATTN_ASSIGN_OR_RETURN(p.o,
-                          BindOutput(req, backend, regions_, metrics_, &bindings, response));
-  p.maybe_lse = req.return_lse ? PrepareInlineLse(req, response) : nullptr;
-  SPATTN_RETURN_IF_ERROR(p.Validate());
+  RequestTensors tensors;
+  SPATTN_ASSIGN_OR_RETURN(tensors.q, BindInput(req.q, regions_, metrics_, &bindings));
+  SPATTN_ASSIGN_OR_RETURN(tensors.k, BindInput(req.k, regions_, metrics_, &bindings));
+  SPATTN_ASSIGN_OR_RETURN(tensors.v, BindInput(req.v, regions_, metrics_, &bindings));
+  SPATTN_ASSIGN_OR_RETURN(tensors.o, BindOutput(req, regions_, metrics_, &bindings, response));
+  tensors.maybe_lse = req.return_lse ? PrepareInlineLse(req, response) : nullptr;
+  if (backend.kind() == "cuda" && backend.ordinal() < 64) {
+    bindings.cuda_devices |= uint64_t{1} << backend.ordinal();
+  }
+  SPATTN_ASSIGN_OR_RETURN(std::unique_ptr<BackendCall> call, backend.Begin(p, tensors));
   result.seconds.resolve = parse_seconds;
   stage_done(Stage::kResolve, &result.seconds.resolve);
 
@@ -237,8 +213,8 @@ absl::Status AttentionPipeline::Run(ParsedRequest& req, AttentionBackend& backen
   std::vector<SparseIndex> indexes(plan.groups.size());
   for (size_t g = 0; g < plan.groups.size(); ++g) {
     SPATTN_RETURN_IF_ERROR(CheckControl(control, "index_build"));
-    const absl::Status s = backend.BuildIndex(p, plan.groups[g].config, plan.groups[g].heads,
-                                              build, &indexes[g]);
+    const absl::Status s =
+        call->BuildIndex(plan.groups[g].config, plan.groups[g].heads, build, &indexes[g]);
     if (!s.ok()) {
       return absl::Status(s.code(), absl::StrCat("index build (", MethodName(plan.groups[g].config.method),
                                                  ", layer ", req.layer, "): ", s.message()));
@@ -249,15 +225,17 @@ absl::Status AttentionPipeline::Run(ParsedRequest& req, AttentionBackend& backen
   // Kernel.
   for (size_t g = 0; g < plan.groups.size(); ++g) {
     SPATTN_RETURN_IF_ERROR(CheckControl(control, "kernel"));
-    SPATTN_RETURN_IF_ERROR(backend.Attend(p, indexes[g]));
+    SPATTN_RETURN_IF_ERROR(call->Attend(plan.groups[g].config, indexes[g]));
   }
-  stage_done(Stage::kKernel, &result.seconds.kernel);
+  const double kernel_wall = watch.Lap();
+  const DeviceSeconds device = call->device_seconds();
+  // A device's own measure of the kernel replaces the wall time (which includes launches and
+  // index uploads); the difference stays in the total.
+  result.seconds.kernel = device.kernel >= 0 ? device.kernel : kernel_wall;
+  if (metrics_) metrics_->StageDone(Stage::kKernel, result.seconds.kernel);
 
   // Output and stats.
-  if (bindings.device_output != nullptr) {
-    SPATTN_RETURN_IF_ERROR(CudaCopyToDevice(bindings.device_output, bindings.staged_output,
-                                            bindings.output_bytes, bindings.output_device));
-  }
+  SPATTN_RETURN_IF_ERROR(call->Finish());
   const int64_t allowed = AllowedPairs(p);
   int64_t computed_total = 0;
   result.heads.resize(p.num_q_heads);
@@ -265,28 +243,34 @@ absl::Status AttentionPipeline::Run(ParsedRequest& req, AttentionBackend& backen
   std::vector<std::pair<int, int>> where(p.num_q_heads);
   for (size_t g = 0; g < plan.groups.size(); ++g) {
     const SparseIndex& index = indexes[g];
+    // Static patterns give every head the same rows: count them once (long contexts have
+    // thousands of rows per head).
+    const Method m = plan.groups[g].config.method;
+    const bool same_rows = m == Method::kDense || m == Method::kAShape;
+    const int64_t first = same_rows && index.num_heads() > 0 ? ComputedPairs(p, index, 0) : 0;
     for (int slot = 0; slot < index.num_heads(); ++slot) {
       const int h = index.heads[slot];
       where[h] = {static_cast<int>(g), slot};
       HeadResult& hr = result.heads[h];
       hr.head = h;
       hr.config = plan.groups[g].config;
-      const int64_t computed = ComputedPairs(p, index, slot);
+      const int64_t computed = same_rows ? first : ComputedPairs(p, index, slot);
       computed_total += computed;
       hr.density = allowed > 0 ? static_cast<double>(computed) / allowed : 0.0;
       if (metrics_) metrics_->HeadDone(hr.config.method, hr.density);
     }
   }
   if (req.estimate_recall) {
-    if (p.space != MemorySpace::kHost) {
-      return absl::FailedPreconditionError(
-          "estimate_recall: needs host copies of Q/K on this backend");
+    auto host = call->HostView();
+    if (!host.ok()) {
+      return absl::Status(host.status().code(),
+                          absl::StrCat("estimate_recall: ", host.status().message()));
     }
     // Exact over all allowed keys for a fixed sample of rows (parallel over the rows).
     for (int h = 0; h < p.num_q_heads; ++h) {
       SPATTN_RETURN_IF_ERROR(CheckControl(control, "recall"));
       SPATTN_ASSIGN_OR_RETURN(result.heads[h].recall,
-                              AttentionMassRecall(p, indexes[where[h].first], where[h].second,
+                              AttentionMassRecall(**host, indexes[where[h].first], where[h].second,
                                                   options_.recall_sample_rows,
                                                   options_.recall_seed));
       if (metrics_) metrics_->Recall(result.heads[h].config.method, result.heads[h].recall);
@@ -295,8 +279,13 @@ absl::Status AttentionPipeline::Run(ParsedRequest& req, AttentionBackend& backen
   result.density = allowed > 0 ? static_cast<double>(computed_total) /
                                      (static_cast<double>(allowed) * p.num_q_heads)
                                : 0.0;
-  if (metrics_) metrics_->PrefillTokens(p.total_q());
+  if (metrics_) {
+    metrics_->PrefillTokens(p.total_q());
+    for (const CopiedBytes& c : call->copies()) metrics_->Copy(c.to_device, c.kind, c.bytes);
+  }
   if (bindings.cuda_devices != 0) UpdateGpuMemory(bindings.cuda_devices);
+  const DeviceSeconds final_device = call->device_seconds();
+  result.seconds.transfer = final_device.transfer >= 0 ? final_device.transfer : 0;
   stage_done(Stage::kOutput, &result.seconds.output);
   result.seconds.total = parse_seconds + absl::ToDoubleSeconds(absl::Now() - start);
   FillAttentionResult(req, result, response);

@@ -33,9 +33,11 @@ struct RegionManager::Region {
   bool writable = true;
   void* map_addr = nullptr;  // What munmap gets.
   size_t map_len = 0;
+  bool pinned = false;       // map_addr is registered with cudaHostRegister.
   std::shared_ptr<IpcMapping> ipc;  // CUDA regions: closed when the last user lets go.
 
   ~Region() {
+    if (pinned) CudaHostUnregister(map_addr);
     if (map_addr != nullptr) munmap(map_addr, map_len);
   }
 };
@@ -130,6 +132,10 @@ absl::Status RegionManager::RegisterSystem(const std::string& name, const std::s
   region->writable = writable;
   region->kind = HandleKind::kSystemRegion;
   region->info = RegionInfoRow{name, "system", shm_key, offset, byte_size, 0};
+  if (options_.pin_system_regions) {
+    region->pinned = CudaHostRegister(addr, map_len, !writable).ok();
+    region->info.pinned = region->pinned;
+  }
   std::lock_guard<std::mutex> lock(mu_);
   if (!regions_.emplace(name, region).second) {
     return absl::AlreadyExistsError(absl::StrCat("region '", name, "' is already registered"));
@@ -222,6 +228,13 @@ std::vector<RegionInfoRow> RegionManager::List() const {
   out.reserve(regions_.size());
   for (const auto& entry : regions_) out.push_back(entry.second->info);
   return out;
+}
+
+int RegionManager::CudaDeviceOf(const std::string& name) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = regions_.find(name);
+  if (it == regions_.end() || it->second->space != MemorySpace::kCuda) return -1;
+  return it->second->device;
 }
 
 absl::StatusOr<RegionSlice> RegionManager::Resolve(const std::string& field,

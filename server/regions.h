@@ -38,6 +38,7 @@ struct RegionInfoRow {
   uint64_t offset = 0;
   uint64_t byte_size = 0;
   int device_id = 0;
+  bool pinned = false;  // System regions page-locked for the GPU.
 };
 
 struct RegionManagerOptions {
@@ -45,6 +46,10 @@ struct RegionManagerOptions {
   int max_regions = 1024;
   // Most raw CUDA IPC handles kept open (least recently used closed first). Default: 64.
   int max_cached_ipc_handles = 64;
+  // Page-lock system regions when they are registered (cudaHostRegister), so that a GPU backend
+  // copies them at full DMA speed; regions that cannot be pinned stay pageable. Set when a CUDA
+  // backend serves. Default: false.
+  bool pin_system_regions = false;
 };
 
 // Thread-safe: every method may be called from any thread.
@@ -68,6 +73,8 @@ class RegionManager {
   // until requests using them finish. Returns how many were unregistered.
   absl::StatusOr<int> Unregister(const std::string& name);
   std::vector<RegionInfoRow> List() const;
+  // The CUDA device of registered CUDA region `name`; -1 when it is unknown or not a CUDA region.
+  int CudaDeviceOf(const std::string& name) const;
 
   // The slice [offset, offset + byte_size) of region `name`; `field` (e.g. "q.region") prefixes
   // errors. NOT_FOUND for an unknown region, INVALID_ARGUMENT when out of bounds.

@@ -93,6 +93,8 @@ struct HeadResult {
 
 struct StageSeconds {
   double resolve = 0, config = 0, index_build = 0, kernel = 0, output = 0, total = 0;
+  // Host <-> GPU copies inside the stages above, as the device measured them (0 on the CPU).
+  double transfer = 0;
 };
 
 // What the pipeline produced besides the output bytes (those are written in place).

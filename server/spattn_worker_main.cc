@@ -36,7 +36,11 @@ constexpr Flag kFlags[] = {
     {"executor_threads", "requests running at once per device (default 1)"},
     {"cpu_threads", "threads of the CPU kernels inside one request, 0 = all cores (default 0)"},
     {"dense_below_tokens", "run dense when every sequence is shorter, 0 = never (default 0)"},
-    {"devices", "auto | cpu | cuda:0,cuda:1 (default auto)"},
+    {"devices", "auto | cpu | cuda | cuda:0,cuda:1[,cpu] (default auto: every GPU, else cpu)"},
+    {"gpu_workspace_bytes", "per GPU: CUDA engine workspace (default 1073741824)"},
+    {"gpu_staging_bytes",
+     "per GPU: device copies of host (inline/shm) tensors of a request (default 4294967296)"},
+    {"pin_shared_memory", "page-lock shm regions while a GPU serves: true | false (default true)"},
     {"default_method", "method without model or override (default dense)"},
     {"recall_sample_rows", "query rows sampled per head for estimate_recall (default 64)"},
     {"block_m", "query rows per index block (default 64)"},
@@ -155,11 +159,21 @@ int Main(int argc, char** argv) {
       !ParseNumber(values, "dense_below_tokens", &o.dense_below_tokens, &error) ||
       !ParseNumber(values, "recall_sample_rows", &o.recall_sample_rows, &error) ||
       !ParseNumber(values, "block_m", &o.block_m, &error) ||
+      !ParseNumber(values, "gpu_workspace_bytes", &o.gpu_workspace_bytes, &error) ||
+      !ParseNumber(values, "gpu_staging_bytes", &o.gpu_staging_bytes, &error) ||
       !ParseSeconds(values, "index_rpc_timeout_s", &o.index_rpc_timeout, &error) ||
       !ParseSeconds(values, "drain_grace_s", &o.drain_grace, &error) ||
       !ParseSeconds(values, "drain_timeout_s", &o.drain_timeout, &error)) {
     std::cerr << "spattn-worker: " << error << "\n";
     return 2;
+  }
+  if (values.count("pin_shared_memory")) {
+    const std::string& v = values["pin_shared_memory"];
+    if (v != "true" && v != "false") {
+      std::cerr << "spattn-worker: --pin_shared_memory: expected true or false\n";
+      return 2;
+    }
+    o.pin_shared_memory = v == "true";
   }
   if (values.count("default_method")) {
     auto m = ParseMethod(values["default_method"]);

@@ -10,8 +10,12 @@
 #include <condition_variable>
 #include <exception>
 
-#include "absl/strings/str_cat.h"
+#include <algorithm>
+
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "kernels/cuda/cuda_runtime.h"
@@ -19,6 +23,7 @@
 #include "server/attention_service.h"
 #include "server/backend.h"
 #include "server/config_cache.h"
+#include "server/cuda_backend.h"
 #include "server/log.h"
 #include "server/metrics.h"
 #include "server/pipeline.h"
@@ -33,34 +38,73 @@ constexpr char kServiceName[] = "spattn.v1.AttentionService";
 // SERVING from cache while it is down).
 constexpr char kIndexLinkHealth[] = "spattn.worker.index_link";
 
+Device WrapBackend(std::unique_ptr<AttentionBackend> backend, const WorkerOptions& o) {
+  Device d;
+  WorkQueueOptions q;
+  q.threads = o.executor_threads;
+  q.capacity = o.queue_capacity;
+  q.name = backend->name();
+  d.backend = std::move(backend);
+  d.queue = std::make_unique<WorkQueue>(q);
+  return d;
+}
+
 absl::StatusOr<std::vector<Device>> MakeDevices(const WorkerOptions& o) {
   std::vector<Device> devices;
-  auto add_cpu = [&] {
-    Device d;
-    d.backend = MakeCpuBackend();
-    WorkQueueOptions q;
-    q.threads = o.executor_threads;
-    q.capacity = o.queue_capacity;
-    q.name = "cpu";
-    d.queue = std::make_unique<WorkQueue>(q);
-    devices.push_back(std::move(d));
-  };
-  if (o.devices == "auto" || o.devices == "cpu") {
-    // No CUDA attention backend is part of this build yet: "auto" serves on the CPU.
-    add_cpu();
+  if (o.make_backends) {
+    for (auto& b : o.make_backends()) devices.push_back(WrapBackend(std::move(b), o));
+    if (devices.empty()) return absl::InvalidArgumentError("make_backends: returned none");
     return devices;
   }
-  for (absl::string_view part : absl::StrSplit(o.devices, ',')) {
-    if (part == "cpu") continue;
-    if (absl::StartsWith(part, "cuda")) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "devices: '", part, "' asks for a CUDA backend, which this build does not have yet; "
-          "use 'cpu' or 'auto'"));
+  std::string why;
+  const std::vector<CudaDeviceInfo> gpus = ListCudaDevices(&why);
+  std::vector<int> cuda;  // Ordinals, in the order given.
+  bool cpu = false;
+  if (o.devices == "auto") {
+    for (const CudaDeviceInfo& g : gpus) cuda.push_back(g.ordinal);
+    cpu = cuda.empty();
+  } else {
+    for (absl::string_view part : absl::StrSplit(o.devices, ',')) {
+      if (part == "cpu") {
+        cpu = true;
+      } else if (part == "cuda" || absl::StartsWith(part, "cuda:")) {
+        if (gpus.empty()) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "devices: '", part, "' asks for a GPU, and this worker has none (", why,
+              "); use 'cpu' or 'auto'"));
+        }
+        if (part == "cuda") {
+          for (const CudaDeviceInfo& g : gpus) cuda.push_back(g.ordinal);
+          continue;
+        }
+        int ordinal = -1;
+        if (!absl::SimpleAtoi(part.substr(5), &ordinal) || ordinal < 0) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("devices: '", part, "' is not cuda:N with N >= 0"));
+        }
+        if (ordinal >= static_cast<int>(gpus.size())) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "devices: '", part, "' does not exist (", gpus.size(), " GPUs visible)"));
+        }
+        cuda.push_back(ordinal);
+      } else {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "devices: unknown device '", part, "' (expected auto, cpu, cuda or cuda:N)"));
+      }
     }
-    return absl::InvalidArgumentError(
-        absl::StrCat("devices: unknown device '", part, "' (expected auto, cpu or cuda:N)"));
   }
-  add_cpu();
+  std::sort(cuda.begin(), cuda.end());
+  cuda.erase(std::unique(cuda.begin(), cuda.end()), cuda.end());
+  for (int ordinal : cuda) {
+    CudaBackendOptions co;
+    co.device = ordinal;
+    co.workspace_bytes = o.gpu_workspace_bytes;
+    co.staging_bytes = o.gpu_staging_bytes;
+    auto backend = MakeCudaBackend(co);
+    if (!backend.ok()) return backend.status();
+    devices.push_back(WrapBackend(std::move(*backend), o));
+  }
+  if (cpu || devices.empty()) devices.push_back(WrapBackend(MakeCpuBackend(), o));
   return devices;
 }
 
@@ -134,7 +178,14 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOp
     st->metrics_port = ports.empty() ? 0 : ports[0];
   }
 
-  st->regions = std::make_unique<RegionManager>();
+  auto devices = MakeDevices(options);
+  if (!devices.ok()) return devices.status();
+  st->devices = std::move(*devices);
+  RegionManagerOptions ro;
+  for (const Device& d : st->devices) {
+    ro.pin_system_regions |= options.pin_shared_memory && d.backend->kind() == "cuda";
+  }
+  st->regions = std::make_unique<RegionManager>(ro);
   if (!options.index_address.empty()) {
     ConfigCacheOptions co;
     co.index_address = options.index_address;
@@ -148,10 +199,6 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOp
     };
     st->cache = std::make_unique<ConfigCache>(co);
   }
-  auto devices = MakeDevices(options);
-  if (!devices.ok()) return devices.status();
-  st->devices = std::move(*devices);
-
   PipelineOptions po;
   po.dense_below_tokens = options.dense_below_tokens;
   po.default_method = options.default_method;
@@ -168,6 +215,17 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOp
                                                        st->pipeline.get(), st->cache.get(),
                                                        st->metrics.get());
   if (options.before_execute) st->service->set_before_execute(options.before_execute);
+  // A failed GPU turns the worker NOT_SERVING: its CUDA context is gone until a restart.
+  st->service->set_on_device_failed([st](const std::string& device, const absl::Status& why) {
+    Log(LogLevel::kError, "device_failed",
+        {{"device", device}, {"error", std::string(why.message())}});
+    st->metrics->Error(ErrorKind::kInternal);
+    grpc::HealthCheckServiceInterface* h = st->health.load();
+    if (h != nullptr) {
+      h->SetServingStatus(false);
+      h->SetServingStatus(kServiceName, false);
+    }
+  });
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -194,6 +252,7 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOp
       {{"address", DialAddress(options.listen_address, st->port)},
        {"metrics_port", std::to_string(st->metrics_port)},
        {"device", st->devices[0].backend->kind()},
+       {"devices", absl::StrJoin(WorkerServer::DeviceNames(st->devices), ",")},
        {"index_address", options.index_address},
        {"version", kVersion}});
   return std::unique_ptr<WorkerServer>(new WorkerServer(std::move(state)));
@@ -202,11 +261,28 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOp
 WorkerServer::~WorkerServer() {
   Shutdown();
   State* st = state_.get();
+  // Each step timed: a slow teardown says where it waited.
+  absl::Time t = absl::Now();
+  auto lap = [&t] {
+    const absl::Time now = absl::Now();
+    const double s = absl::ToDoubleSeconds(now - t);
+    t = now;
+    return s;
+  };
   st->server.reset();
+  const double server_s = lap();
   st->service.reset();
+  const double service_s = lap();
   st->devices.clear();
+  const double devices_s = lap();
   st->cache.reset();
   st->exposer.reset();
+  const double rest_s = lap();
+  if (server_s + service_s + devices_s + rest_s > 1.0) {
+    Log(LogLevel::kWarning, "slow_teardown",
+        {{"grpc_server_s", absl::StrCat(server_s)}, {"service_s", absl::StrCat(service_s)},
+         {"devices_s", absl::StrCat(devices_s)}, {"cache_metrics_s", absl::StrCat(rest_s)}});
+  }
 }
 
 int WorkerServer::port() const { return state_->port; }
@@ -218,6 +294,16 @@ std::string WorkerServer::address() const {
 int WorkerServer::metrics_port() const { return state_->metrics_port; }
 
 std::string WorkerServer::device() const { return state_->devices[0].backend->kind(); }
+
+std::vector<std::string> WorkerServer::device_names() const {
+  return DeviceNames(state_->devices);
+}
+
+std::vector<std::string> WorkerServer::DeviceNames(const std::vector<Device>& devices) {
+  std::vector<std::string> names;
+  for (const Device& d : devices) names.push_back(d.backend->name());
+  return names;
+}
 
 prometheus::Registry& WorkerServer::registry() { return *state_->registry; }
 

@@ -21,6 +21,9 @@ class Registry;
 
 namespace spattn {
 
+class AttentionBackend;
+struct Device;
+
 struct WorkerOptions {
   // gRPC listen address; port 0 picks a free port. Default: "127.0.0.1:0".
   std::string listen_address = "127.0.0.1:0";
@@ -41,9 +44,18 @@ struct WorkerOptions {
   // Requests whose sequences all have fewer keys than this run dense (explicit overrides
   // excepted); 0 = never. Default: 0.
   int dense_below_tokens = 0;
-  // "auto" (CUDA backends when available, else the CPU), "cpu", or "cuda:0,cuda:1".
-  // Default: "auto".
+  // "auto" (one CUDA backend per GPU when there are GPUs, else the CPU), "cpu", "cuda" (every
+  // GPU), or a list such as "cuda:0,cuda:1" or "cuda:0,cpu" (the CPU then takes what the GPUs
+  // cannot compute, e.g. fp32). Default: "auto".
   std::string devices = "auto";
+  // Per GPU: the CUDA engine's workspace (offsets, indexes, the kernel's work list).
+  // Default: 1 GiB.
+  int64_t gpu_workspace_bytes = int64_t{1} << 30;
+  // Per GPU: device copies of host tensors (inline, shared memory) of one request.
+  // Default: 4 GiB.
+  int64_t gpu_staging_bytes = int64_t{4} << 30;
+  // Page-lock registered shared-memory regions while a GPU serves (faster copies). Default: true.
+  bool pin_shared_memory = true;
   // Method for heads when a request names neither a model nor an override. Default: dense.
   MethodConfig default_method;
   // Query rows sampled per head when a request sets estimate_recall. Default: 64.
@@ -59,6 +71,8 @@ struct WorkerOptions {
   absl::Duration drain_timeout = absl::Seconds(30);
   // For tests: runs on the executor thread before each attention request. Default: none.
   std::function<void(const std::string& request_id)> before_execute;
+  // For tests: the backends to serve on instead of those `devices` names. Default: none.
+  std::function<std::vector<std::unique_ptr<AttentionBackend>>()> make_backends;
 };
 
 // Thread-safe: port()/address()/metrics_port() are constant after Start; Shutdown may be called
@@ -74,6 +88,8 @@ class WorkerServer {
   std::string address() const;  // "127.0.0.1:<port>" style, dialable.
   int metrics_port() const;      // 0 without a metrics endpoint.
   std::string device() const;    // "cpu" or "cuda": what serves requests.
+  // "cpu", "cuda:0", ... one per backend, in the order requests prefer them.
+  std::vector<std::string> device_names() const;
 
   // Graceful drain: health NOT_SERVING, wait drain_grace, refuse new calls (UNAVAILABLE), let
   // in-flight calls and open streams finish (up to drain_timeout), then stop.
@@ -86,6 +102,7 @@ class WorkerServer {
  private:
   struct State;
   explicit WorkerServer(std::unique_ptr<State> state);
+  static std::vector<std::string> DeviceNames(const std::vector<Device>& devices);
   std::unique_ptr<State> state_;
 };
 

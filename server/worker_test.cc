@@ -195,6 +195,7 @@ class WorkerTest : public ::testing::Test {
     index_->service().Publish("tiny", 1);
 
     WorkerOptions o;
+    o.devices = "cpu";  // The CPU path, also on GPU machines (cuda_backend_test covers the GPU).
     o.metrics_address = "127.0.0.1:0";
     o.index_address = index_->address();
     o.max_inline_bytes = 1 << 20;
@@ -621,6 +622,7 @@ class HeldWorker {
  public:
   explicit HeldWorker(int queue_capacity) {
     WorkerOptions o;
+    o.devices = "cpu";
     o.queue_capacity = queue_capacity;
     o.executor_threads = 1;
     o.drain_timeout = absl::Seconds(20);

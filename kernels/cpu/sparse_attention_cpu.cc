@@ -5,6 +5,8 @@
 #include <limits>
 #include <vector>
 
+#include <immintrin.h>
+
 #include "absl/strings/str_cat.h"
 #include "kernels/parallel.h"
 
@@ -15,19 +17,119 @@ constexpr int kTileN = 64;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+// Query rows are processed in groups of kRowGroup so that one load of keys (or values) feeds
+// several rows' FMAs from registers; blocks are padded to a multiple with zero rows.
+constexpr int kRowGroup = 4;
+
+int PaddedRows(int rows) { return (rows + kRowGroup - 1) / kRowGroup * kRowGroup; }
+
+// s[i][j] = sum_c q[i][c] * kt[c][j] for i < padded rows, j < kTileN. q is [rows, d], kt is
+// [d, kTileN], s is [rows, kTileN]. 4 rows x 16 keys of accumulators live in registers.
+void ScoreTile(const float* q, const float* kt, int rows, int d, float* s) {
+  for (int i0 = 0; i0 < rows; i0 += kRowGroup) {
+    const float* q0 = q + static_cast<size_t>(i0) * d;
+    for (int j0 = 0; j0 < kTileN; j0 += 16) {
+      __m256 a00 = _mm256_setzero_ps(), a01 = _mm256_setzero_ps();
+      __m256 a10 = _mm256_setzero_ps(), a11 = _mm256_setzero_ps();
+      __m256 a20 = _mm256_setzero_ps(), a21 = _mm256_setzero_ps();
+      __m256 a30 = _mm256_setzero_ps(), a31 = _mm256_setzero_ps();
+      for (int c = 0; c < d; ++c) {
+        const __m256 k0 = _mm256_loadu_ps(kt + c * kTileN + j0);
+        const __m256 k1 = _mm256_loadu_ps(kt + c * kTileN + j0 + 8);
+        __m256 b = _mm256_broadcast_ss(q0 + c);
+        a00 = _mm256_fmadd_ps(b, k0, a00);
+        a01 = _mm256_fmadd_ps(b, k1, a01);
+        b = _mm256_broadcast_ss(q0 + d + c);
+        a10 = _mm256_fmadd_ps(b, k0, a10);
+        a11 = _mm256_fmadd_ps(b, k1, a11);
+        b = _mm256_broadcast_ss(q0 + 2 * d + c);
+        a20 = _mm256_fmadd_ps(b, k0, a20);
+        a21 = _mm256_fmadd_ps(b, k1, a21);
+        b = _mm256_broadcast_ss(q0 + 3 * d + c);
+        a30 = _mm256_fmadd_ps(b, k0, a30);
+        a31 = _mm256_fmadd_ps(b, k1, a31);
+      }
+      float* s0 = s + static_cast<size_t>(i0) * kTileN + j0;
+      _mm256_storeu_ps(s0, a00);
+      _mm256_storeu_ps(s0 + 8, a01);
+      _mm256_storeu_ps(s0 + kTileN, a10);
+      _mm256_storeu_ps(s0 + kTileN + 8, a11);
+      _mm256_storeu_ps(s0 + 2 * kTileN, a20);
+      _mm256_storeu_ps(s0 + 2 * kTileN + 8, a21);
+      _mm256_storeu_ps(s0 + 3 * kTileN, a30);
+      _mm256_storeu_ps(s0 + 3 * kTileN + 8, a31);
+    }
+  }
+}
+
+// acc[i][c] += sum_j p[i][j] * v[j][c] for i < padded rows, j < n. p is [rows, kTileN], v is
+// [n, d], acc is [rows, d]; d is a multiple of 8.
+void AccumulateTile(const float* p, const float* v, int rows, int n, int d, float* acc) {
+  for (int i0 = 0; i0 < rows; i0 += kRowGroup) {
+    const float* p0 = p + static_cast<size_t>(i0) * kTileN;
+    float* o0 = acc + static_cast<size_t>(i0) * d;
+    int c0 = 0;
+    for (; c0 + 16 <= d; c0 += 16) {
+      __m256 a00 = _mm256_loadu_ps(o0 + c0), a01 = _mm256_loadu_ps(o0 + c0 + 8);
+      __m256 a10 = _mm256_loadu_ps(o0 + d + c0), a11 = _mm256_loadu_ps(o0 + d + c0 + 8);
+      __m256 a20 = _mm256_loadu_ps(o0 + 2 * d + c0), a21 = _mm256_loadu_ps(o0 + 2 * d + c0 + 8);
+      __m256 a30 = _mm256_loadu_ps(o0 + 3 * d + c0), a31 = _mm256_loadu_ps(o0 + 3 * d + c0 + 8);
+      for (int j = 0; j < n; ++j) {
+        const __m256 v0 = _mm256_loadu_ps(v + static_cast<size_t>(j) * d + c0);
+        const __m256 v1 = _mm256_loadu_ps(v + static_cast<size_t>(j) * d + c0 + 8);
+        __m256 b = _mm256_broadcast_ss(p0 + j);
+        a00 = _mm256_fmadd_ps(b, v0, a00);
+        a01 = _mm256_fmadd_ps(b, v1, a01);
+        b = _mm256_broadcast_ss(p0 + kTileN + j);
+        a10 = _mm256_fmadd_ps(b, v0, a10);
+        a11 = _mm256_fmadd_ps(b, v1, a11);
+        b = _mm256_broadcast_ss(p0 + 2 * kTileN + j);
+        a20 = _mm256_fmadd_ps(b, v0, a20);
+        a21 = _mm256_fmadd_ps(b, v1, a21);
+        b = _mm256_broadcast_ss(p0 + 3 * kTileN + j);
+        a30 = _mm256_fmadd_ps(b, v0, a30);
+        a31 = _mm256_fmadd_ps(b, v1, a31);
+      }
+      _mm256_storeu_ps(o0 + c0, a00);
+      _mm256_storeu_ps(o0 + c0 + 8, a01);
+      _mm256_storeu_ps(o0 + d + c0, a10);
+      _mm256_storeu_ps(o0 + d + c0 + 8, a11);
+      _mm256_storeu_ps(o0 + 2 * d + c0, a20);
+      _mm256_storeu_ps(o0 + 2 * d + c0 + 8, a21);
+      _mm256_storeu_ps(o0 + 3 * d + c0, a30);
+      _mm256_storeu_ps(o0 + 3 * d + c0 + 8, a31);
+    }
+    for (; c0 < d; c0 += 8) {  // d % 16 == 8
+      __m256 a0 = _mm256_loadu_ps(o0 + c0), a1 = _mm256_loadu_ps(o0 + d + c0);
+      __m256 a2 = _mm256_loadu_ps(o0 + 2 * d + c0), a3 = _mm256_loadu_ps(o0 + 3 * d + c0);
+      for (int j = 0; j < n; ++j) {
+        const __m256 v0 = _mm256_loadu_ps(v + static_cast<size_t>(j) * d + c0);
+        a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(p0 + j), v0, a0);
+        a1 = _mm256_fmadd_ps(_mm256_broadcast_ss(p0 + kTileN + j), v0, a1);
+        a2 = _mm256_fmadd_ps(_mm256_broadcast_ss(p0 + 2 * kTileN + j), v0, a2);
+        a3 = _mm256_fmadd_ps(_mm256_broadcast_ss(p0 + 3 * kTileN + j), v0, a3);
+      }
+      _mm256_storeu_ps(o0 + c0, a0);
+      _mm256_storeu_ps(o0 + d + c0, a1);
+      _mm256_storeu_ps(o0 + 2 * d + c0, a2);
+      _mm256_storeu_ps(o0 + 3 * d + c0, a3);
+    }
+  }
+}
 
 // Per-thread scratch for one (head slot, query block) row of the index.
 struct Scratch {
   std::vector<float> q, acc, m, l, kt, v, s, row;
   std::vector<int32_t> keys;
   void Resize(int bm, int d) {
-    q.resize(static_cast<size_t>(bm) * d);
-    acc.resize(static_cast<size_t>(bm) * d);
-    m.resize(bm);
-    l.resize(bm);
+    const size_t rows = PaddedRows(bm);
+    q.resize(rows * d);
+    acc.resize(rows * d);
+    m.resize(rows);
+    l.resize(rows);
     kt.resize(static_cast<size_t>(d) * kTileN);
     v.resize(static_cast<size_t>(kTileN) * d);
-    s.resize(static_cast<size_t>(bm) * kTileN);
+    s.resize(rows * kTileN);
     row.resize(d);
     keys.resize(kTileN);
   }
@@ -54,9 +156,13 @@ class RowComputer {
       ToFloat(src, p_.dtype, d_, dst);
       for (int c = 0; c < d_; ++c) dst[c] *= scale;
     }
-    std::fill(sc_.acc.begin(), sc_.acc.begin() + static_cast<size_t>(rows_) * d_, 0.f);
-    std::fill(sc_.m.begin(), sc_.m.begin() + rows_, kNegInf);
-    std::fill(sc_.l.begin(), sc_.l.begin() + rows_, 0.f);
+    padded_ = PaddedRows(rows_);
+    // Padding rows: zero queries, whose probabilities are forced to 0 below.
+    std::fill(sc_.q.begin() + static_cast<size_t>(rows_) * d_,
+              sc_.q.begin() + static_cast<size_t>(padded_) * d_, 0.f);
+    std::fill(sc_.acc.begin(), sc_.acc.begin() + static_cast<size_t>(padded_) * d_, 0.f);
+    std::fill(sc_.m.begin(), sc_.m.begin() + padded_, kNegInf);
+    std::fill(sc_.l.begin(), sc_.l.begin() + padded_, 0.f);
   }
 
   // Adds keys [start, end), tile by tile.
@@ -111,16 +217,15 @@ class RowComputer {
       ToFloat(vbase + (tok * p_.v.token_stride + int64_t{kv_head_} * p_.v.head_stride) * es,
               p_.dtype, d_, &sc_.v[static_cast<size_t>(j) * d_]);
     }
-    const int max_key = sc_.keys[n - 1] > sc_.keys[0] ? sc_.keys[n - 1] : sc_.keys[0];
-    const bool needs_mask = p_.causal && max_key > first_pos_;
-    for (int i = 0; i < rows_; ++i) {
+    const bool needs_mask = p_.causal && sc_.keys[n - 1] > first_pos_;  // keys are sorted
+    ScoreTile(sc_.q.data(), kt, padded_, d_, sc_.s.data());
+    // Online softmax per row; s becomes the tile's probabilities (0 for masked keys, for keys
+    // past n and for padding rows), and acc is rescaled to the new row maximum.
+    for (int i = 0; i < padded_; ++i) {
       float* s = &sc_.s[static_cast<size_t>(i) * kTileN];
-      const float* q = &sc_.q[static_cast<size_t>(i) * d_];
-      for (int j = 0; j < kTileN; ++j) s[j] = 0.f;
-      for (int c = 0; c < d_; ++c) {
-        const float qc = q[c];
-        const float* kc = kt + c * kTileN;
-        for (int j = 0; j < kTileN; ++j) s[j] += qc * kc[j];
+      if (i >= rows_) {
+        std::fill(s, s + kTileN, 0.f);
+        continue;
       }
       if (needs_mask) {
         const int pos = first_pos_ + i;
@@ -130,32 +235,31 @@ class RowComputer {
       }
       float mx = sc_.m[i];
       for (int j = 0; j < n; ++j) mx = std::max(mx, s[j]);
-      if (mx == kNegInf) continue;  // Every key of this tile is masked for this row.
+      if (mx == kNegInf) {  // Every key of this tile is masked for this row.
+        std::fill(s, s + kTileN, 0.f);
+        continue;
+      }
       const float corr = std::exp2(sc_.m[i] - mx);
       float sum = 0.f;
       for (int j = 0; j < n; ++j) {
         s[j] = std::exp2(s[j] - mx);
         sum += s[j];
       }
+      std::fill(s + n, s + kTileN, 0.f);
       sc_.l[i] = sc_.l[i] * corr + sum;
       sc_.m[i] = mx;
-      float* acc = &sc_.acc[static_cast<size_t>(i) * d_];
       if (corr != 1.f) {
+        float* acc = &sc_.acc[static_cast<size_t>(i) * d_];
         for (int c = 0; c < d_; ++c) acc[c] *= corr;
       }
-      for (int j = 0; j < n; ++j) {
-        const float w = s[j];
-        if (w == 0.f) continue;
-        const float* vj = &sc_.v[static_cast<size_t>(j) * d_];
-        for (int c = 0; c < d_; ++c) acc[c] += w * vj[c];
-      }
     }
+    AccumulateTile(sc_.s.data(), sc_.v.data(), padded_, n, d_, sc_.acc.data());
   }
 
   const AttentionProblem& p_;
   Scratch& sc_;
   const int d_;
-  int seq_ = 0, kv_head_ = 0, rows_ = 0, first_pos_ = 0;
+  int seq_ = 0, kv_head_ = 0, rows_ = 0, padded_ = 0, first_pos_ = 0;
   int64_t ktok0_ = 0;
 };
 

@@ -237,7 +237,7 @@ double LocalWindowKeys(const PairGroups& g, const std::vector<double>& omega, do
 
 HeadPlan MakePlan(HeadKind kind, const WorkloadOptions& opt, int head, int max_k_len,
                   const PairGroups& g, const std::vector<double>& omega) {
-  Stream rng(Key(opt.seed, kHeadRng, static_cast<uint64_t>(head)));
+  Stream rng(Key(opt.model_seed.value_or(opt.seed), kHeadRng, static_cast<uint64_t>(head)));
   HeadPlan p;
   p.kind = kind;
   p.background_std = rng.Uniform(0.8, 1.2);
@@ -448,7 +448,7 @@ absl::StatusOr<Workload> GenerateWorkload(const WorkloadOptions& options) {
   if (!st.ok()) return st;
   std::vector<HeadKind> kinds;
   if (options.workload == "llm_mix") {
-    kinds = LlmMixKinds(options.shape.num_q_heads, options.seed);
+    kinds = LlmMixKinds(options.shape.num_q_heads, options.model_seed.value_or(options.seed));
   } else {
     auto kind = ParseHeadKind(options.workload);
     if (!kind.ok()) return kind.status();

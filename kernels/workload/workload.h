@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,8 +48,13 @@ struct WorkloadOptions {
   std::string workload = "llm_mix";
   // Sizes, dtype and causality of the problem. Default: ProblemShape's defaults.
   ProblemShape shape;
-  // Default: 0.
+  // Seed of the "prompt": the sequence layout and every token's content. Default: 0.
   uint64_t seed = 0;
+  // Seed of the "model": llm_mix's head kinds and each head's plan (window widths, slash
+  // offsets, ...). Two workloads with the same model_seed and different seeds are two prompts
+  // through the same layer (what a held-out check of offline calibration needs).
+  // Default: unset = seed.
+  std::optional<uint64_t> model_seed;
   // RoPE base. Default: 500000 (Llama-3; with 10000, far structures fade beyond ~4K tokens as
   // they do in Llama-2).
   double rope_theta = 500000.0;

@@ -222,6 +222,31 @@ TEST(WorkloadTest, SameSeedSameBytesOtherSeedOtherBytes) {
   EXPECT_NE(a->host->v_bytes(), c->host->v_bytes());
 }
 
+// model_seed fixes the "model" (kinds and plans) while seed changes the prompt; unset, the seed
+// sets both, as before model_seed existed.
+TEST(WorkloadTest, ModelSeedKeepsHeadsAcrossPrompts) {
+  WorkloadOptions o = Options("llm_mix", {1024}, {}, 16, 4);
+  o.model_seed = 7;
+  auto a = GenerateWorkload(o);
+  o.seed = 2;
+  auto b = GenerateWorkload(o);
+  o.model_seed.reset();
+  o.seed = 7;
+  auto c = GenerateWorkload(o);
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  EXPECT_NE(a->host->q_bytes(), b->host->q_bytes());
+  EXPECT_NE(a->host->k_bytes(), b->host->k_bytes());
+  ASSERT_EQ(a->heads.size(), b->heads.size());
+  for (size_t h = 0; h < a->heads.size(); ++h) {
+    EXPECT_EQ(a->heads[h].kind, b->heads[h].kind) << "head " << h;
+    EXPECT_EQ(a->heads[h].kind, c->heads[h].kind) << "head " << h;
+    EXPECT_EQ(a->heads[h].slash_offsets, b->heads[h].slash_offsets) << "head " << h;
+    EXPECT_EQ(a->heads[h].local_alpha, b->heads[h].local_alpha) << "head " << h;
+    EXPECT_EQ(a->heads[h].sink_logit, b->heads[h].sink_logit) << "head " << h;
+  }
+  EXPECT_EQ(LlmMixKinds(16, 7).size(), 16u);
+}
+
 // A chunk (q_len < k_len) is the suffix of the full prefill: same K/V, last q_len Q rows.
 TEST(WorkloadTest, ChunkedPrefillIsTheSuffixOfTheFullProblem) {
   auto full = GenerateWorkload(Options("llm_mix", {1000}, {}, 8, 2, 64, DType::kF32));

@@ -1,0 +1,181 @@
+// Kernel-aware per-head pattern search (MInference, seed 000, §3.2 and Alg. 1): the offline step a
+// user runs once per model before serving. For every q head of a layer it tries a list of
+// candidate configs (methods x parameter settings) on one or more calibration problems of that
+// layer, measures each one's attention-mass recall (kernels/fidelity.h, exact over sampled query
+// rows) and its cost, and picks the cheapest candidate that reaches a target recall; dense is the
+// fallback (recall 1 by definition, cost = all causal pairs).
+//
+// Where MInference fixes a FLOPs budget and maximises output recall, this search fixes the recall
+// and minimises the work, which is what a server wants to publish per head. The cost is
+// "kernel-aware" in the same sense: it counts the (query, key) pairs the sparse kernel really
+// computes under the index the builder produced (ComputedPairs: per-row causal mask, ranges and
+// gathered columns), plus the index build's own work in pair-equivalents (ModeledBuildPairs).
+//
+// Every candidate is built through BuildSparseIndex, i.e. by the same builders the worker runs.
+#ifndef SPATTN_KERNELS_CALIBRATION_PATTERN_SEARCH_H_
+#define SPATTN_KERNELS_CALIBRATION_PATTERN_SEARCH_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "kernels/method_config.h"
+#include "kernels/problem.h"
+
+namespace spattn {
+
+// ---- Candidates.
+
+// The default search space, every method but Saap, a few settings each (sizes in tokens):
+//   a_shape           sink 64, local 256 / 512 / 1024 / 2048 / 4096
+//   vertical_slash    (vertical, slash) = (64, 256), (256, 512), (500, 1000), (1000, 2048),
+//                     (1000, 4096); last_q 64, forced 30 columns / 100 diagonals (paper)
+//   block_sparse      top_k 8 / 16 / 32 / 64 blocks of 64
+//   flex_prefill      gamma 0.9 / 0.95 (tau 0.1, min_budget 1024, block 128)
+//   sample_attention  alpha_c = alpha_s = 0.9 / 0.95 (chunk_n 2, block 128)
+//   anchor            theta 6 / 9 / 12 (step 16, block 128, init 2048)
+// The other parameters keep the paper defaults of kernels/method_config.h.
+std::vector<MethodConfig> DefaultCandidates();
+
+// Saap candidates for a layer whose assets hold `num_centroids` centroids: top_l 8 / 16 / 32
+// (sink 1, local 2047).
+std::vector<MethodConfig> SaapCandidates(int num_centroids);
+
+// The default candidates of `methods` (in DefaultCandidates() order; kDense adds nothing: dense
+// is always the fallback). Saap candidates need `maybe_assets` with centroids: without it
+// FAILED_PRECONDITION naming saap.
+absl::StatusOr<std::vector<MethodConfig>> CandidatesForMethods(const std::vector<Method>& methods,
+                                                               const LayerAssets* maybe_assets);
+
+// "all" (every method but saap) or a comma-separated list of method names, e.g.
+// "a_shape,vertical_slash". INVALID_ARGUMENT names the unknown method.
+absl::StatusOr<std::vector<Method>> ParseCandidateMethods(absl::string_view spec);
+
+// A short label with the parameters the default candidates vary, for tables:
+// "a_shape(64,1024)" (sink, local), "vertical_slash(500,1000)" (vertical, slash),
+// "block_sparse(k=16)", "flex_prefill(gamma=0.9)", "sample_attention(alpha=0.9)" (or
+// "alpha_c=..,alpha_s=.." when they differ), "anchor(theta=12)", "saap(l=16)", "dense".
+std::string ConfigLabel(const MethodConfig& config);
+
+// ---- Cost model.
+
+// Modeled work of building `config`'s index for ONE q head of `problem`, in pair-equivalents (one
+// pair = what the sparse kernel spends on one (query, key): a q.k dot product and a p.v update,
+// i.e. two length-head_dim products; a builder's length-head_dim dot product counts 0.5). Summed
+// over the sequences (q = q_len, k = k_len), from what each builder computes:
+//   dense, a_shape     0 (static patterns read no tensor data)
+//   vertical_slash     0.5 * min(last_q, q) * k                  (last_q x all keys, Alg. 2)
+//   block_sparse       0.5 * (q + k + nq * nk / 2)               (pooling + pooled causal map)
+//   flex_prefill       0.5 * (min(B, q) * k + q + k + nq * nk / 2)  (last block x keys + map)
+//   sample_attention   0.5 * min(chunk_n, nq) * min(B, q) * k    (sampled blocks x keys)
+//   anchor             0.5 * (q * (min(init, k) + min(step * B / 2, k)) + nq * k)
+//                      (per-row anchor over init + local keys, pooled queries x keys)
+//   saap               0.5 * (k * C / group + q * mlp_macs / head_dim)
+//                      (key -> centroid assignment shared by the kv group, query classifier)
+// with B the method's block size, nq = ceil(q / B), nk = ceil(k / B), C the centroid count and
+// mlp_macs the classifier's multiply-adds per query (from `maybe_assets`; 0 without them).
+double ModeledBuildPairs(const AttentionProblem& problem, const MethodConfig& config,
+                         const LayerAssets* maybe_assets);
+
+// ---- Search.
+
+struct PatternSearchOptions {
+  // Attention-mass recall a head's config must reach, in (0, 1]. Default: 0.95.
+  double target_recall = 0.95;
+  // Query rows per problem over which recall is computed exactly (stratified over the batch,
+  // kernels/fidelity.h SampleQueryRows); <= 0 takes every row (memory O(S^2) per head).
+  // Default: 256.
+  int sample_rows = 256;
+  // Seed of the row sample. Default: 0.
+  uint64_t seed = 0;
+  // Multiplies ModeledBuildPairs in the cost; 0 ranks by kernel work alone. Default: 1.
+  double build_cost_weight = 1.0;
+  // BuildOptions::block_m (query rows per index block for dense, a_shape, vertical_slash, saap).
+  // Default: 64.
+  int block_m = 64;
+  // q heads to search; empty = every q head. Default: empty.
+  std::vector<int> heads;
+  // The layer's Saap assets; needed when a candidate is saap. Not owned. Default: none.
+  const LayerAssets* maybe_assets = nullptr;
+  // Score every candidate on every head and keep the scores (HeadSearchResult::all). Without
+  // it, a candidate whose modeled build cost alone exceeds a head's second-lowest cost found so
+  // far among candidates reaching the target is not built for that head (it could be neither
+  // chosen nor runner-up there; candidates go by increasing build cost).
+  // The choice is the same either way. Default: false.
+  bool keep_all_scores = false;
+};
+
+// One candidate on one head, averaged over the calibration problems.
+struct CandidateScore {
+  // Position in the candidate list; kDenseFallback for the implicit dense candidate.
+  int candidate = -1;
+  MethodConfig config;
+  double recall = 0;        // mean over problems of the mean recall of the sampled rows
+  double recall_min = 0;    // smallest per-problem mean recall: what must reach the target
+  double density = 0;       // mean over problems of computed pairs / causal pairs
+  double kernel_pairs = 0;  // mean over problems of computed pairs
+  double build_pairs = 0;   // mean over problems of ModeledBuildPairs
+  double cost = 0;          // kernel_pairs + build_cost_weight * build_pairs
+  bool meets_target = false;
+};
+inline constexpr int kDenseFallback = -1;
+
+struct HeadSearchResult {
+  int head = 0;
+  // The cheapest candidate reaching the target (dense when none does, or when dense is cheaper).
+  CandidateScore chosen;
+  // The next one in the ranking: the next cheapest reaching the target, else the one with the
+  // best recall among those that do not.
+  bool has_runner_up = false;
+  CandidateScore runner_up;
+  // Every candidate in list order, dense last (only with keep_all_scores).
+  std::vector<CandidateScore> all;
+};
+
+struct PatternSearchResult {
+  std::vector<HeadSearchResult> heads;  // in the order of options.heads (or 0 .. H-1)
+  std::vector<int> skipped_heads;  // per candidate: heads it was not built for (the bound)
+  // Measured wall seconds (informational; the choice never depends on them).
+  std::vector<double> build_seconds;  // per candidate: index builds, summed over problems
+  double exact_seconds = 0;           // exact attention of the sampled rows
+  double score_seconds = 0;           // recall and density of every index
+  double total_seconds = 0;
+};
+
+// Recall at or above target - kRecallTolerance counts as reaching it: the exact probabilities
+// are kept in fp32, so a full row sums to 1 only within ~1e-7.
+inline constexpr double kRecallTolerance = 1e-6;
+
+// Searches every head of `problems` (host memory; all with the same head counts and head_dim,
+// e.g. several prompts of one layer) over `candidates`. A candidate reaches the target on a head
+// when its recall does on every problem (the worst prompt decides: configs are published for
+// prompts not seen here). Errors: INVALID_ARGUMENT naming the bad
+// option ("target_recall", "sample_rows", "build_cost_weight", "block_m", "heads",
+// "candidates[i]: ...", "problems[i]: ..."), FAILED_PRECONDITION when a saap candidate has no
+// assets. Deterministic for given inputs (multi-threaded through ParallelFor; no timing enters
+// the choice). Thread-safe: reads its inputs only.
+absl::StatusOr<PatternSearchResult> SearchHeadPatterns(
+    const std::vector<const AttentionProblem*>& problems,
+    const std::vector<MethodConfig>& candidates, const PatternSearchOptions& options);
+
+// ---- Checking configs on other inputs.
+
+struct HeadEvaluation {
+  int head = 0;
+  double recall = 0;   // mean over the sampled rows (AttentionMassRecall)
+  double density = 0;  // computed pairs / causal pairs
+};
+
+// Recall and density of `configs[i]` on q head `heads[i]` of `problem` (e.g. a held-out draw),
+// each head's index built alone through BuildSparseIndex. INVALID_ARGUMENT for mismatched sizes
+// or a bad head; builder errors pass through. Thread-safe: reads its inputs only.
+absl::StatusOr<std::vector<HeadEvaluation>> EvaluateHeadConfigs(
+    const AttentionProblem& problem, const std::vector<int>& heads,
+    const std::vector<MethodConfig>& configs, int sample_rows, uint64_t seed, int block_m = 64,
+    const LayerAssets* maybe_assets = nullptr);
+
+}  // namespace spattn
+
+#endif  // SPATTN_KERNELS_CALIBRATION_PATTERN_SEARCH_H_

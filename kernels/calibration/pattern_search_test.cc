@@ -1,0 +1,387 @@
+#include "kernels/calibration/pattern_search.h"
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "kernels/host_problem.h"
+#include "kernels/parallel.h"
+#include "kernels/workload/workload.h"
+
+namespace spattn {
+namespace {
+
+// One synthetic llm_mix layer: 4096 tokens, 16 q heads / 4 kv heads, d = 128. Calibration on
+// prompt seed 2; held-out prompts 3 and 4 go through the same "model" (model_seed 1).
+constexpr int kSeqLen = 4096;
+constexpr int kQHeads = 16;
+constexpr int kKvHeads = 4;
+constexpr uint64_t kModelSeed = 1;
+// A held-out prompt may be harder than the calibration one; this is how far below the target a
+// chosen config's recall may fall on one (measured worst: 0.024 at this size).
+constexpr double kHeldOutMargin = 0.04;
+
+Workload Generate(uint64_t seed, int seq_len = kSeqLen, int q_heads = kQHeads,
+                  int kv_heads = kKvHeads, const std::string& workload = "llm_mix") {
+  WorkloadOptions o;
+  o.workload = workload;
+  o.shape.q_lens = {seq_len};
+  o.shape.num_q_heads = q_heads;
+  o.shape.num_kv_heads = kv_heads;
+  o.shape.head_dim = 128;
+  o.seed = seed;
+  o.model_seed = kModelSeed;
+  absl::StatusOr<Workload> w = GenerateWorkload(o);
+  EXPECT_TRUE(w.ok()) << w.status();
+  return std::move(*w);
+}
+
+std::string Describe(const HeadSearchResult& h, const Workload& w) {
+  return absl::StrCat("head ", h.head, " (", HeadKindName(w.heads[h.head].kind), "): chose ",
+                      h.chosen.config.DebugString(), " recall ", h.chosen.recall, " density ",
+                      h.chosen.density, "; runner-up ", h.runner_up.config.DebugString(),
+                      " recall ", h.runner_up.recall);
+}
+
+class PatternSearchTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    calibration_ = new Workload(Generate(2));
+    PatternSearchOptions o;  // target 0.95, 256 rows
+    absl::StatusOr<PatternSearchResult> r =
+        SearchHeadPatterns({&calibration_->problem()}, DefaultCandidates(), o);
+    ASSERT_TRUE(r.ok()) << r.status();
+    result_ = new PatternSearchResult(std::move(*r));
+  }
+  static void TearDownTestSuite() {
+    delete result_;
+    delete calibration_;
+  }
+
+  static Workload* calibration_;
+  static PatternSearchResult* result_;
+};
+Workload* PatternSearchTest::calibration_ = nullptr;
+PatternSearchResult* PatternSearchTest::result_ = nullptr;
+
+TEST_F(PatternSearchTest, ReportsEveryHeadWithRunnerUp) {
+  ASSERT_EQ(result_->heads.size(), static_cast<size_t>(kQHeads));
+  for (int i = 0; i < kQHeads; ++i) {
+    const HeadSearchResult& h = result_->heads[i];
+    SCOPED_TRACE(Describe(h, *calibration_));
+    EXPECT_EQ(h.head, i);
+    EXPECT_TRUE(h.chosen.meets_target);
+    ASSERT_TRUE(h.has_runner_up);
+    // The runner-up is never ranked above the choice.
+    if (h.runner_up.meets_target) {
+      EXPECT_GE(h.runner_up.cost, h.chosen.cost);
+    }
+    EXPECT_GT(h.chosen.density, 0.0);
+    EXPECT_LE(h.chosen.density, 1.0);
+    EXPECT_NEAR(h.chosen.cost,
+                h.chosen.kernel_pairs + h.chosen.build_pairs,  // build_cost_weight 1
+                1e-6 * h.chosen.cost);
+  }
+  EXPECT_EQ(result_->build_seconds.size(), DefaultCandidates().size());
+}
+
+TEST_F(PatternSearchTest, SinkLocalHeadsPickCheapAShapeLikeConfigs) {
+  int seen = 0;
+  for (const HeadSearchResult& h : result_->heads) {
+    if (calibration_->heads[h.head].kind != HeadKind::kSinkLocal) continue;
+    ++seen;
+    SCOPED_TRACE(Describe(h, *calibration_));
+    // A sink plus a local window: a_shape itself, or a vertical-slash config small enough to be
+    // one (its forced first columns and nearest diagonals).
+    const Method m = h.chosen.config.method;
+    EXPECT_TRUE(m == Method::kAShape ||
+                (m == Method::kVerticalSlash && h.chosen.config.vertical_slash.slash_size <= 512));
+    EXPECT_LT(h.chosen.density, 0.2);
+  }
+  EXPECT_GE(seen, 2);
+}
+
+TEST_F(PatternSearchTest, VerticalSlashHeadsGetDynamicMethods) {
+  int seen = 0;
+  for (const HeadSearchResult& h : result_->heads) {
+    if (calibration_->heads[h.head].kind != HeadKind::kVerticalSlash) continue;
+    ++seen;
+    SCOPED_TRACE(Describe(h, *calibration_));
+    const Method m = h.chosen.config.method;
+    EXPECT_TRUE(m == Method::kVerticalSlash || m == Method::kFlexPrefill ||
+                m == Method::kSampleAttention);
+    EXPECT_LT(h.chosen.density, 0.5);
+  }
+  EXPECT_GE(seen, 1);
+}
+
+TEST_F(PatternSearchTest, ChosenConfigsReachTargetOnCalibrationAndHeldOut) {
+  std::vector<int> heads;
+  std::vector<MethodConfig> configs;
+  for (const HeadSearchResult& h : result_->heads) {
+    heads.push_back(h.head);
+    configs.push_back(h.chosen.config);
+  }
+  // Rebuilt from scratch on the calibration prompt: the same recall (fp32 vs double exact
+  // probabilities aside) and density.
+  absl::StatusOr<std::vector<HeadEvaluation>> again =
+      EvaluateHeadConfigs(calibration_->problem(), heads, configs, 256, /*seed=*/0);
+  ASSERT_TRUE(again.ok()) << again.status();
+  for (size_t i = 0; i < heads.size(); ++i) {
+    SCOPED_TRACE(Describe(result_->heads[i], *calibration_));
+    EXPECT_GE((*again)[i].recall, 0.95 - 1e-5);
+    EXPECT_NEAR((*again)[i].recall, result_->heads[i].chosen.recall, 1e-5);
+    EXPECT_NEAR((*again)[i].density, result_->heads[i].chosen.density, 1e-12);
+  }
+  for (uint64_t seed : {3, 4}) {
+    Workload held = Generate(seed);
+    absl::StatusOr<std::vector<HeadEvaluation>> eval =
+        EvaluateHeadConfigs(held.problem(), heads, configs, 256, /*seed=*/7);
+    ASSERT_TRUE(eval.ok()) << eval.status();
+    double mean = 0;
+    for (size_t i = 0; i < heads.size(); ++i) {
+      SCOPED_TRACE(absl::StrCat("held-out prompt ", seed, ": ",
+                                Describe(result_->heads[i], *calibration_), ", held-out recall ",
+                                (*eval)[i].recall));
+      EXPECT_GE((*eval)[i].recall, 0.95 - kHeldOutMargin);
+      mean += (*eval)[i].recall / static_cast<double>(heads.size());
+    }
+    EXPECT_GE(mean, 0.95) << "held-out prompt " << seed;
+  }
+}
+
+TEST_F(PatternSearchTest, SkippingHopelessBuildsChangesNothing) {
+  PatternSearchOptions o;
+  o.keep_all_scores = true;
+  absl::StatusOr<PatternSearchResult> all =
+      SearchHeadPatterns({&calibration_->problem()}, DefaultCandidates(), o);
+  ASSERT_TRUE(all.ok()) << all.status();
+  for (size_t i = 0; i < all->heads.size(); ++i) {
+    const HeadSearchResult& a = all->heads[i];
+    const HeadSearchResult& b = result_->heads[i];
+    SCOPED_TRACE(Describe(b, *calibration_));
+    EXPECT_EQ(a.chosen.candidate, b.chosen.candidate);
+    EXPECT_EQ(a.runner_up.candidate, b.runner_up.candidate);
+    EXPECT_EQ(a.chosen.recall, b.chosen.recall);
+    ASSERT_EQ(a.all.size(), DefaultCandidates().size() + 1);
+    EXPECT_EQ(a.all.back().candidate, kDenseFallback);
+    // No candidate reaching the target is cheaper than the choice.
+    for (const CandidateScore& s : a.all) {
+      if (s.meets_target) {
+        EXPECT_GE(s.cost, a.chosen.cost) << s.config.DebugString();
+      }
+    }
+  }
+  for (int skipped : all->skipped_heads) EXPECT_EQ(skipped, 0);
+}
+
+TEST(PatternSearch, DenseFallbackWhenTargetIsOne) {
+  Workload w = Generate(2, /*seq_len=*/1024, /*q_heads=*/8, /*kv_heads=*/2);
+  PatternSearchOptions o;
+  o.target_recall = 1.0;
+  absl::StatusOr<PatternSearchResult> r =
+      SearchHeadPatterns({&w.problem()}, DefaultCandidates(), o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  for (const HeadSearchResult& h : r->heads) {
+    SCOPED_TRACE(Describe(h, w));
+    EXPECT_EQ(h.chosen.candidate, kDenseFallback);
+    EXPECT_EQ(h.chosen.config.method, Method::kDense);
+    EXPECT_EQ(h.chosen.recall, 1.0);
+    EXPECT_EQ(h.chosen.density, 1.0);
+  }
+}
+
+TEST(PatternSearch, DenseWinsWhenOnlyExpensiveCandidatesReachTheTarget) {
+  // a_shape covering every key reaches any target but costs what dense costs: dense wins ties.
+  Workload w = Generate(2, 1024, 4, 1);
+  MethodConfig full;
+  full.method = Method::kAShape;
+  full.a_shape.local_tokens = 4096;
+  absl::StatusOr<PatternSearchResult> r =
+      SearchHeadPatterns({&w.problem()}, {full}, PatternSearchOptions());
+  ASSERT_TRUE(r.ok()) << r.status();
+  for (const HeadSearchResult& h : r->heads) {
+    EXPECT_EQ(h.chosen.candidate, kDenseFallback);
+    EXPECT_EQ(h.runner_up.candidate, 0);
+    EXPECT_EQ(h.runner_up.cost, h.chosen.cost);
+  }
+}
+
+TEST(PatternSearch, SeveralProblemsTheWorstDecides) {
+  Workload a = Generate(2, 2048, 8, 2), b = Generate(5, 2048, 8, 2);
+  PatternSearchOptions o;
+  o.keep_all_scores = true;
+  absl::StatusOr<PatternSearchResult> both =
+      SearchHeadPatterns({&a.problem(), &b.problem()}, DefaultCandidates(), o);
+  absl::StatusOr<PatternSearchResult> only_a =
+      SearchHeadPatterns({&a.problem()}, DefaultCandidates(), o);
+  absl::StatusOr<PatternSearchResult> only_b =
+      SearchHeadPatterns({&b.problem()}, DefaultCandidates(), o);
+  ASSERT_TRUE(both.ok() && only_a.ok() && only_b.ok());
+  for (size_t i = 0; i < both->heads.size(); ++i) {
+    for (size_t c = 0; c < both->heads[i].all.size(); ++c) {
+      const CandidateScore& s = both->heads[i].all[c];
+      const double ra = only_a->heads[i].all[c].recall, rb = only_b->heads[i].all[c].recall;
+      EXPECT_NEAR(s.recall, (ra + rb) / 2, 1e-12);
+      EXPECT_NEAR(s.recall_min, std::min(ra, rb), 1e-12);
+      EXPECT_EQ(s.meets_target, std::min(ra, rb) >= 0.95 - kRecallTolerance);
+    }
+  }
+}
+
+TEST(PatternSearch, DeterministicAcrossThreadCounts) {
+  Workload w = Generate(2, 2048, 8, 2);
+  PatternSearchOptions o;
+  o.keep_all_scores = true;
+  SetCpuThreads(1);
+  absl::StatusOr<PatternSearchResult> one =
+      SearchHeadPatterns({&w.problem()}, DefaultCandidates(), o);
+  SetCpuThreads(3);
+  absl::StatusOr<PatternSearchResult> three =
+      SearchHeadPatterns({&w.problem()}, DefaultCandidates(), o);
+  SetCpuThreads(0);
+  ASSERT_TRUE(one.ok() && three.ok());
+  for (size_t i = 0; i < one->heads.size(); ++i) {
+    for (size_t c = 0; c < one->heads[i].all.size(); ++c) {
+      EXPECT_EQ(one->heads[i].all[c].recall, three->heads[i].all[c].recall);
+      EXPECT_EQ(one->heads[i].all[c].kernel_pairs, three->heads[i].all[c].kernel_pairs);
+    }
+    EXPECT_EQ(one->heads[i].chosen.candidate, three->heads[i].chosen.candidate);
+  }
+}
+
+TEST(PatternSearch, SubsetOfHeads) {
+  Workload w = Generate(2, 1024, 8, 2);
+  PatternSearchOptions o;
+  o.heads = {5, 1};
+  absl::StatusOr<PatternSearchResult> r =
+      SearchHeadPatterns({&w.problem()}, DefaultCandidates(), o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->heads.size(), 2u);
+  EXPECT_EQ(r->heads[0].head, 5);
+  EXPECT_EQ(r->heads[1].head, 1);
+}
+
+TEST(PatternSearch, BadOptionsAreRejectedByName) {
+  Workload w = Generate(2, 512, 4, 2);
+  Workload other = Generate(2, 512, 8, 2);
+  const std::vector<const AttentionProblem*> problems = {&w.problem()};
+  const std::vector<MethodConfig> candidates = DefaultCandidates();
+  struct Case {
+    std::string name;
+    PatternSearchOptions options;
+    std::vector<MethodConfig> candidates;
+    std::vector<const AttentionProblem*> problems;
+    absl::StatusCode code;
+    std::string expect;
+  };
+  std::vector<Case> cases;
+  auto add = [&](const std::string& name, absl::StatusCode code, const std::string& expect) {
+    Case c{name, PatternSearchOptions(), candidates, problems, code, expect};
+    cases.push_back(c);
+    return &cases.back();
+  };
+  add("target 0", absl::StatusCode::kInvalidArgument, "target_recall")->options.target_recall = 0;
+  add("target 1.5", absl::StatusCode::kInvalidArgument, "target_recall")->options.target_recall =
+      1.5;
+  add("weight", absl::StatusCode::kInvalidArgument, "build_cost_weight")
+      ->options.build_cost_weight = -1;
+  add("block_m", absl::StatusCode::kInvalidArgument, "block_m")->options.block_m = 0;
+  add("head range", absl::StatusCode::kInvalidArgument, "heads: 4")->options.heads = {0, 4};
+  add("head twice", absl::StatusCode::kInvalidArgument, "heads: 1 is listed twice")
+      ->options.heads = {1, 1};
+  add("no candidates", absl::StatusCode::kInvalidArgument, "candidates")->candidates.clear();
+  {
+    Case* c = add("bad candidate", absl::StatusCode::kInvalidArgument,
+                  "candidates[1]: vertical_slash.last_q");
+    c->candidates = {candidates[0], candidates[6]};
+    c->candidates[1].vertical_slash.last_q = -1;
+  }
+  {
+    Case* c =
+        add("saap without assets", absl::StatusCode::kFailedPrecondition, "candidates[0]: saap");
+    c->candidates = SaapCandidates(16);
+  }
+  add("no problems", absl::StatusCode::kInvalidArgument, "problems")->problems.clear();
+  add("null problem", absl::StatusCode::kInvalidArgument, "problems[0] is null")->problems = {
+      nullptr};
+  add("mismatched", absl::StatusCode::kInvalidArgument, "problems[1]")->problems = {
+      &w.problem(), &other.problem()};
+  for (const Case& c : cases) {
+    absl::StatusOr<PatternSearchResult> r = SearchHeadPatterns(c.problems, c.candidates, c.options);
+    EXPECT_EQ(r.status().code(), c.code) << c.name << ": " << r.status();
+    EXPECT_NE(std::string(r.status().message()).find(c.expect), std::string::npos)
+        << c.name << ": " << r.status();
+  }
+}
+
+TEST(PatternSearch, CandidateLists) {
+  absl::StatusOr<std::vector<Method>> all = ParseCandidateMethods("all");
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all->size(), 6u);  // every method but dense and saap
+  for (Method m : *all) {
+    EXPECT_NE(m, Method::kDense);
+    EXPECT_NE(m, Method::kSaap);
+  }
+  absl::StatusOr<std::vector<Method>> two = ParseCandidateMethods("a_shape, vertical_slash");
+  ASSERT_TRUE(two.ok()) << two.status();
+  EXPECT_EQ(*two, (std::vector<Method>{Method::kAShape, Method::kVerticalSlash}));
+  absl::StatusOr<std::vector<Method>> bad = ParseCandidateMethods("a_shape,bogus");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(bad.status().message()).find("'bogus'"), std::string::npos);
+  EXPECT_EQ(ParseCandidateMethods("").status().code(), absl::StatusCode::kInvalidArgument);
+
+  absl::StatusOr<std::vector<MethodConfig>> vs =
+      CandidatesForMethods({Method::kVerticalSlash}, nullptr);
+  ASSERT_TRUE(vs.ok());
+  EXPECT_EQ(vs->size(), 5u);
+  for (const MethodConfig& c : *vs) EXPECT_EQ(c.method, Method::kVerticalSlash);
+  EXPECT_EQ(CandidatesForMethods({Method::kSaap}, nullptr).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  LayerAssets assets;
+  assets.num_centroids = 16;
+  absl::StatusOr<std::vector<MethodConfig>> saap = CandidatesForMethods({Method::kSaap}, &assets);
+  ASSERT_TRUE(saap.ok());
+  ASSERT_EQ(saap->size(), 2u);  // top_l 8 and 16 (32 > 16 centroids)
+  EXPECT_EQ((*saap)[1].saap.top_l, 16);
+  for (const MethodConfig& c : DefaultCandidates()) {
+    EXPECT_TRUE(c.Validate().ok()) << c.DebugString();
+  }
+  EXPECT_EQ(ConfigLabel(DefaultCandidates()[0]), "a_shape(64,128)");
+}
+
+TEST(PatternSearch, ModeledBuildCost) {
+  ProblemShape shape;
+  shape.q_lens = {1000};
+  shape.k_lens = {3000};  // chunked prefill: 1000 queries over 3000 keys
+  shape.num_q_heads = 4;
+  shape.num_kv_heads = 2;
+  shape.head_dim = 64;
+  HostProblem hp(shape);
+  const AttentionProblem& p = hp.problem();
+  MethodConfig c;
+  EXPECT_EQ(ModeledBuildPairs(p, c, nullptr), 0);  // dense
+  c.method = Method::kAShape;
+  EXPECT_EQ(ModeledBuildPairs(p, c, nullptr), 0);
+  c.method = Method::kVerticalSlash;  // last_q 64
+  EXPECT_DOUBLE_EQ(ModeledBuildPairs(p, c, nullptr), 0.5 * 64 * 3000);
+  c.method = Method::kBlockSparse;  // 16 x 47 blocks of 64
+  EXPECT_DOUBLE_EQ(ModeledBuildPairs(p, c, nullptr), 0.5 * (1000 + 3000 + 16.0 * 47 / 2));
+  c.method = Method::kSampleAttention;  // 2 chunks of 128 rows
+  EXPECT_DOUBLE_EQ(ModeledBuildPairs(p, c, nullptr), 0.5 * 2 * 128 * 3000);
+  c.method = Method::kAnchor;  // init 2048, step 16 x block 128 / 2 = 1024 local, 8 blocks
+  EXPECT_DOUBLE_EQ(ModeledBuildPairs(p, c, nullptr), 0.5 * (1000.0 * (2048 + 1024) + 8 * 3000));
+  c.method = Method::kSaap;
+  c.saap.num_centroids = 32;
+  LayerAssets assets;
+  assets.classifiers.resize(4);
+  assets.classifiers[1] = {DenseLayerWeights{64, 128}, DenseLayerWeights{128, 32}};
+  EXPECT_DOUBLE_EQ(ModeledBuildPairs(p, c, &assets),
+                   0.5 * (3000.0 * 32 / 2 + 1000.0 * (64 * 128 + 128 * 32) / 64));
+}
+
+}  // namespace
+}  // namespace spattn

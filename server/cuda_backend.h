@@ -1,0 +1,47 @@
+// The CUDA backend: one GPU through CudaAttentionEngine.
+//
+// Tensors already in this GPU's memory (CUDA IPC regions, raw CUDA IPC handles) feed the kernels
+// in place, with no copy. Tensors in host memory (inline bytes, shared-memory regions) are copied
+// once per request into a staging pool reserved on the GPU at start, and a host output is copied
+// back once at the end, whatever the number of head groups. The kernel's index comes from the GPU
+// builder where CudaAttentionEngine has one: static patterns (dense, a_shape) are built in the
+// workspace next to the kernel (dense over every head needs none), and their host copy for the
+// stats is built on the CPU from sizes alone; other GPU builders' indexes are downloaded once for
+// the stats. Methods without a GPU builder build on the host CPU from host Q/K (for device
+// tensors only the heads and query rows the builder reads are copied to the host) and the index
+// is uploaded.
+#ifndef SPATTN_SERVER_CUDA_BACKEND_H_
+#define SPATTN_SERVER_CUDA_BACKEND_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "server/backend.h"
+
+namespace spattn {
+
+struct CudaBackendOptions {
+  // CUDA device ordinal. Default: 0.
+  int device = 0;
+  // The engine's pool: sequence offsets, uploaded or GPU-built indexes, the kernel's work list.
+  // Requests that do not fit fail with RESOURCE_EXHAUSTED. Default: 1 GiB.
+  int64_t workspace_bytes = int64_t{1} << 30;
+  // Device copies of host tensors (Q/K/V, the output, the LSE) of one request; 128K tokens of
+  // 32 q / 8 kv heads at d = 128 in bf16 need 2.5 GiB. 0 = only tensors already on the GPU.
+  // Default: 4 GiB.
+  int64_t staging_bytes = int64_t{4} << 30;
+  // CudaEngineOptions::kernel_variant. Default: 0 (the measured best for the GPU).
+  int kernel_variant = 0;
+};
+
+// Reserves the workspace and the staging pool on `options.device`. FAILED_PRECONDITION without
+// CUDA or without that device; RESOURCE_EXHAUSTED when the pools do not fit in its memory.
+// The backend runs one request at a time (one stream, one staging pool): more executor threads
+// on a CUDA device only queue behind each other. Thread-safe.
+absl::StatusOr<std::unique_ptr<AttentionBackend>> MakeCudaBackend(
+    const CudaBackendOptions& options);
+
+}  // namespace spattn
+
+#endif  // SPATTN_SERVER_CUDA_BACKEND_H_
