@@ -99,7 +99,9 @@ class CudaBackend : public AttentionBackend {
     return CudaAttentionEngine::GpuBuilderAvailable(method) || CpuBuilderAvailable(method);
   }
   bool DeviceBuilder(Method method) const override {
-    return CudaAttentionEngine::GpuBuilderAvailable(method);
+    // Saap's GPU builder needs its layer assets on the device (UploadLayerAssets); the worker
+    // holds them on the host only, so Saap keeps the CPU builder here.
+    return method != Method::kSaap && CudaAttentionEngine::GpuBuilderAvailable(method);
   }
   absl::Status CheckDType(DType dtype) const override {
     if (dtype == DType::kBF16 || dtype == DType::kF16) return absl::OkStatus();
