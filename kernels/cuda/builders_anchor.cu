@@ -218,7 +218,9 @@ __global__ void __launch_bounds__(kAnThreads) AnStripeKernel(AnArgs a) {
   auto issue = [&](int t) {
     const int j = kb + t * kAnTileN;
     LoadTileAsync(sKa + (t & 1) * kAnTileN * kD * 2, kAnTileN, min(kAnTileN, ke - j), kCh,
-                  [&](int r) { return kg + static_cast<int64_t>(k_tok0 + j + r) * p.k_token_stride; },
+                  [&](int r) {
+                    return kg + static_cast<int64_t>(k_tok0 + j + r) * p.k_token_stride;
+                  },
                   tid, kAnThreads);
   };
   issue(0);
@@ -259,7 +261,8 @@ __global__ void __launch_bounds__(kAnThreads) AnStripeKernel(AnArgs a) {
           const int key = j + nt * 8 + 2 * t4 + e;
           const bool cand = (key >= grp.a1 && key < grp.b1) || (key >= grp.a2 && key < grp.b2);
           // NaN x_a (padding rows) never passes.
-          const bool pass = cand && (xa[0] - s[nt][e] <= a.theta || xa[1] - s[nt][2 + e] <= a.theta);
+          const bool pass =
+              cand && (xa[0] - s[nt][e] <= a.theta || xa[1] - s[nt][2 + e] <= a.theta);
           uint32_t bal = __ballot_sync(0xffffffffu, pass);  // lane 4 g + t4
           bal |= bal >> 16;
           bal |= bal >> 8;
@@ -342,7 +345,8 @@ cudaError_t LaunchAnchorSelect(const AnArgs& a, cudaStream_t stream) {
   using namespace bdetail;
   const bool bf16 = a.p.dtype == DType::kBF16;
   if (a.p.head_dim == 64) {
-    return bf16 ? AnLaunchTyped<__nv_bfloat16, 64>(a, stream) : AnLaunchTyped<__half, 64>(a, stream);
+    return bf16 ? AnLaunchTyped<__nv_bfloat16, 64>(a, stream)
+                : AnLaunchTyped<__half, 64>(a, stream);
   }
   if (a.p.head_dim == 128) {
     return bf16 ? AnLaunchTyped<__nv_bfloat16, 128>(a, stream)

@@ -79,7 +79,7 @@ struct SaArgs {
   int num_items = 0;
   int block_size = 0;               // 16, 32, 64 or 128
   float2* partial = nullptr;        // [num_items * 128] (max, sum) in the log2 domain
-  float* lse2 = nullptr;            // [num_units * 128] log2-sum-exp2 of each sampled row (NaN: no vote)
+  float* lse2 = nullptr;            // [num_units * 128] row log2-sum-exp2 (NaN: the row has no vote)
   float* item_scores = nullptr;     // [num_items * 2 * kSaItemScores] per-span block sums
   float* scores = nullptr;          // [total] column then slash block scores per unit
   int32_t* selected = nullptr;      // [total] selected blocks per unit (same layout as scores)

@@ -272,7 +272,9 @@ __device__ __forceinline__ void ClsGemm(uint32_t sA, int K, const __nv_bfloat16*
     for (int kk = 0; kk < kClsK / 16; ++kk) {
       uint32_t af[2][4];
 #pragma unroll
-      for (int mt = 0; mt < 2; ++mt) LoadA(sA, 32 * wr + 16 * mt, s * 4 + kk, chunks_a, lane, af[mt]);
+      for (int mt = 0; mt < 2; ++mt) {
+        LoadA(sA, 32 * wr + 16 * mt, s * 4 + kk, chunks_a, lane, af[mt]);
+      }
 #pragma unroll
       for (int np = 0; np < 4; ++np) {
         uint32_t b[4];

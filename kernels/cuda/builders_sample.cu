@@ -95,7 +95,9 @@ __global__ void __launch_bounds__(kSaThreads) SaPassKernel(SaArgs a) {
   auto issue = [&](int t) {
     const int j = kb + t * kSaTileN;
     LoadTileAsync(sKa + (t & 1) * kSaTileN * kD * 2, kSaTileN, min(kSaTileN, ke - j), kCh,
-                  [&](int r) { return kg + static_cast<int64_t>(k_tok0 + j + r) * p.k_token_stride; },
+                  [&](int r) {
+                    return kg + static_cast<int64_t>(k_tok0 + j + r) * p.k_token_stride;
+                  },
                   tid, kSaThreads);
   };
   issue(0);
@@ -522,7 +524,8 @@ cudaError_t LaunchSampleAttentionSelect(const SaArgs& a, cudaStream_t stream) {
     const bool bf16 = a.p.dtype == DType::kBF16;
     cudaError_t err = cudaErrorInvalidValue;
     if (a.p.head_dim == 64) {
-      err = bf16 ? SaLaunchTyped<__nv_bfloat16, 64>(a, stream) : SaLaunchTyped<__half, 64>(a, stream);
+      err = bf16 ? SaLaunchTyped<__nv_bfloat16, 64>(a, stream)
+                 : SaLaunchTyped<__half, 64>(a, stream);
     } else if (a.p.head_dim == 128) {
       err = bf16 ? SaLaunchTyped<__nv_bfloat16, 128>(a, stream)
                  : SaLaunchTyped<__half, 128>(a, stream);

@@ -171,6 +171,31 @@ TEST(BenchTest, EveryMethodGetsALineAtSmallSize) {
   }
 }
 
+// Saap has no assets unless --calibrate makes them from a prefix of the workload.
+TEST(BenchTest, CalibrateGivesSaapItsAssets) {
+  const std::vector<std::string> base = {
+      "--seq_len=1024", "--heads=2",          "--kv_heads=1",           "--head_dim=64",
+      "--group_by=all", "--methods=saap",     "--saap.num_centroids=16", "--saap.top_l=2",
+      "--saap.local_tokens=64", "--recall_rows=16", "--threads=2", "--warmup=0", "--repeat=1"};
+  const BenchRun without = RunWith(base);
+  ASSERT_EQ(without.code, 0) << without.err;
+  ASSERT_EQ(without.lines.size(), 1u) << without.out;
+  ASSERT_EQ(without.lines[0].count("error"), 1u) << without.out;
+  EXPECT_TRUE(absl::StrContains(without.lines[0].at("error"), "no layer assets"));
+  std::vector<std::string> with = base;
+  for (const char* a : {"--calibrate", "--calibrate_len=512", "--calibrate_steps=5",
+                        "--calibrate_hidden=32"}) {
+    with.push_back(a);
+  }
+  const BenchRun r = RunWith(with);
+  ASSERT_EQ(r.code, 0) << r.err;
+  ASSERT_EQ(r.lines.size(), 1u) << r.out;
+  EXPECT_EQ(r.lines[0].count("error"), 0u) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.err, "saap assets calibrated on 512 queries")) << r.err;
+  EXPECT_GT(Num(r.lines[0], "density"), 0);
+  EXPECT_LT(Num(r.lines[0], "density"), 1);
+}
+
 TEST(BenchTest, ChunkedPrefillAndBatch) {
   const BenchRun r = RunWith({"--seq_len=400", "--q_len=100", "--batch=2", "--heads=4",
                          "--kv_heads=1", "--methods=dense", "--group_by=all",
@@ -243,6 +268,8 @@ TEST(BenchTest, BadFlagsAreRefusedWithTheirName) {
       {{"--workload=nope", "--seq_len=64"}, 2, "unknown head kind 'nope'"},
       {{"--device=tpu", "--seq_len=64"}, 1, "unknown 'tpu'"},
       {{"--seq_len"}, 2, "needs a value"},
+      {{"--calibrate_len=0"}, 2, "--calibrate_len"},
+      {{"--calibrate_steps=-1"}, 2, "--calibrate_steps"},
   };
   if (ListCudaDevices().empty()) {  // with a GPU, --device=cuda runs
     bad.push_back({{"--device=cuda", "--seq_len=64"}, 1, "device cuda"});
