@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "kernels/cuda/attention_launch.h"
+#include "kernels/cuda/builders_a.h"
 #include "kernels/status_macros.h"
 
 namespace spattn {
@@ -178,6 +179,19 @@ class CudaAttentionEngine::Impl {
   }
   cudaStream_t stream() const { return stream_; }
 
+  // The workspace pool as the GPU builders' carver.
+  class Carver : public cuda::gpu_a::WorkspaceCarver {
+   public:
+    explicit Carver(Impl* impl) : impl_(impl) {}
+    absl::StatusOr<void*> Carve(int64_t bytes, const char* what) override {
+      SPATTN_ASSIGN_OR_RETURN(char* p, impl_->Alloc<char>(bytes, what));
+      return static_cast<void*>(p);
+    }
+
+   private:
+    Impl* impl_;
+  };
+
   // Device-side problem: the pointers of `p` (device memory), offsets uploaded.
   absl::StatusOr<cuda::AttnParams> Params(const AttentionProblem& p) {
     cuda::AttnParams a;
@@ -276,6 +290,10 @@ class CudaAttentionEngine::Impl {
     v.num_blocks = num_blocks;
     std::vector<int32_t> heads32(heads.begin(), heads.end());
     SPATTN_ASSIGN_OR_RETURN(v.heads, Upload(heads32, "index.heads"));
+    if (cuda::gpu_a::IsBuilderAMethod(config.method)) {
+      Carver carver(this);
+      return cuda::gpu_a::BuildIndexA(p, a, config, heads, v.heads, block_m, carver, stream_);
+    }
     cuda::DeviceIndexArrays out;
     SPATTN_ASSIGN_OR_RETURN(out.block_offsets, Alloc<int32_t>(p.batch() + 1, "block_offsets"));
     SPATTN_ASSIGN_OR_RETURN(out.range_indptr, Alloc<int32_t>(rows + 1, "range_indptr"));
@@ -483,7 +501,8 @@ int CudaAttentionEngine::device() const { return impl_->device(); }
 int64_t CudaAttentionEngine::workspace_bytes() const { return impl_->bytes(); }
 
 bool CudaAttentionEngine::GpuBuilderAvailable(Method method) {
-  return method == Method::kDense || method == Method::kAShape;
+  return method == Method::kDense || method == Method::kAShape ||
+         cuda::gpu_a::IsBuilderAMethod(method);
 }
 
 namespace {
@@ -586,9 +605,11 @@ absl::Status CudaAttentionEngine::RunBuiltIndex(const AttentionProblem& p,
   absl::MutexLock lock(&impl_->mu());
   SPATTN_RETURN_IF_ERROR(impl_->Begin(times));
   SPATTN_RETURN_IF_ERROR(CheckDeviceProblem(p, impl_->device()));
-  if (block_m != 64 && block_m != 128) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("block_m: the CUDA kernel supports 64 and 128, got ", block_m));
+  const int index_block_m = cuda::gpu_a::IndexBlockM(config, block_m);
+  if (index_block_m != 64 && index_block_m != 128) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "block_m: the CUDA kernel supports 64 and 128, got ", index_block_m,
+        index_block_m != block_m ? " (the method's block_size)" : ""));
   }
   SPATTN_RETURN_IF_ERROR(impl_->Mark(Impl::kUpload));
   SPATTN_ASSIGN_OR_RETURN(cuda::AttnParams a, impl_->Params(p));
@@ -602,13 +623,20 @@ absl::Status CudaAttentionEngine::RunBuiltIndex(const AttentionProblem& p,
 absl::Status CudaAttentionEngine::BuildIndexOnDevice(const AttentionProblem& p,
                                                      const MethodConfig& config,
                                                      const std::vector<int>& heads, int block_m,
-                                                     SparseIndex* out) {
+                                                     SparseIndex* out, CudaStageTimes* times) {
   absl::MutexLock lock(&impl_->mu());
-  SPATTN_RETURN_IF_ERROR(impl_->Begin(nullptr));
+  SPATTN_RETURN_IF_ERROR(impl_->Begin(times));
   SPATTN_RETURN_IF_ERROR(p.Validate());
+  // The estimating builders read Q/K on the device; the static ones only the sizes.
+  if (cuda::gpu_a::IsBuilderAMethod(config.method)) {
+    SPATTN_RETURN_IF_ERROR(CheckDeviceProblem(p, impl_->device()));
+  }
   SPATTN_ASSIGN_OR_RETURN(cuda::AttnParams a, impl_->Params(p));
+  SPATTN_RETURN_IF_ERROR(impl_->Mark(Impl::kUpload));
   SPATTN_ASSIGN_OR_RETURN(SparseIndexView v, impl_->BuildStatic(p, a, config, heads, block_m));
+  SPATTN_RETURN_IF_ERROR(impl_->Mark(Impl::kIndex));
   SPATTN_RETURN_IF_ERROR(impl_->Finish());
+  block_m = v.block_m;
   const int64_t rows = static_cast<int64_t>(v.num_heads) * v.num_blocks;
   out->block_m = block_m;
   out->heads.assign(heads.begin(), heads.end());
@@ -627,12 +655,17 @@ absl::Status CudaAttentionEngine::BuildIndexOnDevice(const AttentionProblem& p,
   const int32_t nr = out->range_indptr[rows];
   out->range_start.resize(nr);
   out->range_len.resize(nr);
-  out->col_idx.clear();
   if (nr > 0) {
     SPATTN_CUDA(cudaMemcpy(out->range_start.data(), v.range_start, nr * 4, cudaMemcpyDeviceToHost),
                 "download range_start");
     SPATTN_CUDA(cudaMemcpy(out->range_len.data(), v.range_len, nr * 4, cudaMemcpyDeviceToHost),
                 "download range_len");
+  }
+  const int32_t nc = out->col_indptr[rows];
+  out->col_idx.resize(nc);
+  if (nc > 0) {
+    SPATTN_CUDA(cudaMemcpy(out->col_idx.data(), v.col_idx, nc * 4, cudaMemcpyDeviceToHost),
+                "download col_idx");
   }
   return absl::OkStatus();
 }

@@ -100,8 +100,10 @@ class CudaAttentionEngine {
   absl::Status RunSparseDeviceIndex(const AttentionProblem& problem,
                                     const SparseIndexView& device_index,
                                     CudaStageTimes* maybe_times = nullptr);
-  // Builds the index of `heads` with the GPU builder of config.method (dense, a_shape) in the
-  // workspace, then runs the sparse kernel. UNIMPLEMENTED for methods without a GPU builder.
+  // Builds the index of `heads` with the GPU builder of config.method (dense, a_shape,
+  // vertical_slash, block_sparse, flex_prefill) in the workspace, then runs the sparse kernel.
+  // block_sparse and flex_prefill index with their block_size (64 or 128 here), the others with
+  // block_m. UNIMPLEMENTED for methods without a GPU builder.
   absl::Status RunBuiltIndex(const AttentionProblem& problem, const MethodConfig& config,
                              const std::vector<int>& heads, int block_m,
                              CudaStageTimes* maybe_times = nullptr);
@@ -111,10 +113,14 @@ class CudaAttentionEngine {
   absl::Status RunHost(const AttentionProblem& problem, const SparseIndex* maybe_index,
                        CudaStageTimes* maybe_times = nullptr);
 
-  // Builds the index with the GPU builder and copies it to `out` (tests, debugging). Only the
-  // problem's sizes are read; its tensors may live anywhere.
+  // Builds the index with the GPU builder and copies it to `out` (tests, benchmarks). dense and
+  // a_shape read only the problem's sizes (its tensors may live anywhere); the estimating
+  // builders (vertical_slash, block_sparse, flex_prefill) read Q/K, which must then be device
+  // memory (problem.space == kCuda). maybe_times->index_seconds is the device build time (the
+  // download is not counted).
   absl::Status BuildIndexOnDevice(const AttentionProblem& problem, const MethodConfig& config,
-                                  const std::vector<int>& heads, int block_m, SparseIndex* out);
+                                  const std::vector<int>& heads, int block_m, SparseIndex* out,
+                                  CudaStageTimes* maybe_times = nullptr);
 
   // Whether config.method has a GPU index builder.
   static bool GpuBuilderAvailable(Method method);

@@ -54,7 +54,7 @@ absl::Status CudaAttentionEngine::RunHost(const AttentionProblem&, const SparseI
 absl::Status CudaAttentionEngine::BuildIndexOnDevice(const AttentionProblem&,
                                                      const MethodConfig&,
                                                      const std::vector<int>&, int,
-                                                     SparseIndex*) {
+                                                     SparseIndex*, CudaStageTimes*) {
   return NoCuda();
 }
 
