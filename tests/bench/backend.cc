@@ -62,10 +62,11 @@ void PackTokens(const AttentionProblem& p, const TokenTensor& t, int heads, int6
   }
 }
 
-// The CUDA engine: Q/K/V copied to the device once in Prepare; dense and a_shape indexes built
-// by the GPU builders (their time includes copying the index back for the fidelity metrics),
-// the other methods by the CPU builders; the kernel time is the sparse kernel's (work schedule
-// included) measured with CUDA events.
+// The CUDA engine: Q/K/V copied to the device once in Prepare; indexes of methods with a GPU
+// builder (CudaAttentionEngine::GpuBuilderAvailable) built on the device — their time is the
+// device build time measured with CUDA events (the copy back for the fidelity metrics is not
+// counted) — the other methods' by the CPU builders (wall time); the kernel time is the sparse
+// kernel's (work schedule included) measured with CUDA events.
 class CudaBackend : public AttentionBackend {
  public:
   CudaBackend(std::unique_ptr<CudaAttentionEngine> engine, std::string name)
@@ -105,11 +106,14 @@ class CudaBackend : public AttentionBackend {
 
   absl::StatusOr<double> BuildIndex(const MethodConfig& config, const std::vector<int>& heads,
                                     const BuildOptions& options, SparseIndex* index) override {
+    if (CudaAttentionEngine::GpuBuilderAvailable(config.method)) {
+      CudaStageTimes t;
+      SPATTN_RETURN_IF_ERROR(
+          engine_->BuildIndexOnDevice(dp_, config, heads, options.block_m, index, &t));
+      return t.index_seconds * 1e3;
+    }
     const auto start = std::chrono::steady_clock::now();
-    absl::Status s = CudaAttentionEngine::GpuBuilderAvailable(config.method)
-                         ? engine_->BuildIndexOnDevice(dp_, config, heads, options.block_m, index)
-                         : BuildSparseIndex(*problem_, config, heads, options, index);
-    if (!s.ok()) return s;
+    SPATTN_RETURN_IF_ERROR(BuildSparseIndex(*problem_, config, heads, options, index));
     return MillisSince(start);
   }
 
@@ -162,9 +166,10 @@ absl::StatusOr<std::unique_ptr<AttentionBackend>> MakeBackend(const std::string&
       return absl::FailedPreconditionError(
           absl::StrCat("device cuda: no CUDA device (", why, "); run with --device=cpu"));
     }
-    // 1 GiB of workspace: sequence offsets, the uploaded index and the kernel's work list.
+    // 4 GiB of workspace: sequence offsets, the GPU builders' scratch, the index (built or
+    // uploaded) and the kernel's work list (a 128K-token index of 32 heads can take ~1 GiB).
     SPATTN_ASSIGN_OR_RETURN(std::unique_ptr<CudaAttentionEngine> engine,
-                            CudaAttentionEngine::Create(0, int64_t{1} << 30));
+                            CudaAttentionEngine::Create(0, int64_t{4} << 30));
     return std::unique_ptr<AttentionBackend>(new CudaBackend(
         std::move(engine), absl::StrCat("cuda:0 (", devices[0].name, ")")));
   }

@@ -1,7 +1,8 @@
 // Where spattn-bench runs index builders and the sparse kernel: one interface per device.
 // The CPU backend calls the host builders and SparseAttentionCpu. The CUDA backend copies Q/K/V
-// to the device in Prepare, builds dense/a_shape indexes on the GPU (others on the CPU), times
-// the sparse kernel with CUDA events and copies O back for the fidelity metrics.
+// to the device in Prepare, builds indexes on the GPU where the method has a GPU builder (others
+// on the CPU), times builders and the sparse kernel with CUDA events and copies O back for the
+// fidelity metrics.
 #ifndef SPATTN_TESTS_BENCH_BACKEND_H_
 #define SPATTN_TESTS_BENCH_BACKEND_H_
 
