@@ -247,7 +247,9 @@ struct FlexParams {
   float* row_mx = nullptr;        // [slots * num_blocks]
   double* row_sum = nullptr;      // [slots * num_blocks]
   double* row_total = nullptr;    // [slots * num_blocks]
-  int32_t* row_ties = nullptr;    // [slots * num_blocks] tie counts, then exclusive prefix
+  // [slots * num_blocks] flatten: tie counts, then their exclusive prefix; otherwise each row's
+  // gamma count k (written by the count pass, read by the fill pass).
+  int32_t* row_ties = nullptr;
   int* hist_count = nullptr;      // [slots * batch * 256]
   double* hist_mass = nullptr;    // [slots * batch * 256]
   FlexUnitState* state = nullptr;  // [slots * batch]

@@ -318,8 +318,16 @@ __global__ void __launch_bounds__(kQaThreads) FlexQaRowsKernel(FlexParams p, int
         *m = pr[i];
         return true;
       };
-      const double target = static_cast<double>(p.gamma) * p.row_total[row];
-      const int k = CtaMassCount<kQaThreads>(vis, target, key_mass, sm);
+      // The count pass finds k and keeps it for the fill pass: the mass sums use shared-memory
+      // atomics, whose order (last bit) may vary between launches.
+      int k;
+      if (mode == kCount) {
+        const double target = static_cast<double>(p.gamma) * p.row_total[row];
+        k = CtaMassCount<kQaThreads>(vis, target, key_mass, sm);
+        if (tid == 0) p.row_ties[row] = k;
+      } else {
+        k = p.row_ties[row];
+      }
       const TopKRule rule = CtaTopKRule<kQaThreads>(vis, k, key_all, sm);
       CtaApplyRule<kQaThreads>(vis, rule, key_all, [&](int i, int) { sel[i] = 1; }, scan);
     }
