@@ -1,8 +1,11 @@
 #include "kernels/cuda/builders_a.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/builders_a_launch.h"
@@ -26,6 +29,45 @@ absl::Status Cuda(cudaError_t err, const char* what) {
 #define SPATTN_A_CUDA(expr, what) SPATTN_RETURN_IF_ERROR(Cuda((expr), what))
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Opt-in per-stage device times of one build (SPATTN_GPU_BUILDER_PROFILE set): events between
+// stages, printed to stderr when the build ends. Off by default (no events, no output).
+class StageTimer {
+ public:
+  StageTimer(cudaStream_t stream, const char* method)
+      : stream_(stream), method_(method), on_(std::getenv("SPATTN_GPU_BUILDER_PROFILE") != nullptr) {
+    Mark("start");
+  }
+  ~StageTimer() {
+    if (!on_ || marks_.size() < 2) return;
+    if (cudaStreamSynchronize(stream_) == cudaSuccess) {
+      std::string line = std::string("gpu_a profile ") + method_ + ":";
+      for (size_t i = 1; i < marks_.size(); ++i) {
+        float ms = 0;
+        cudaEventElapsedTime(&ms, marks_[i - 1].second, marks_[i].second);
+        char buf[96];
+        std::snprintf(buf, sizeof(buf), " %s=%.3f", marks_[i].first, ms);
+        line += buf;
+      }
+      std::fprintf(stderr, "%s\n", line.c_str());
+    }
+    cudaGetLastError();
+    for (auto& m : marks_) cudaEventDestroy(m.second);
+  }
+  void Mark(const char* stage) {
+    if (!on_) return;
+    cudaEvent_t e;
+    if (cudaEventCreate(&e) != cudaSuccess) return;
+    cudaEventRecord(e, stream_);
+    marks_.emplace_back(stage, e);
+  }
+
+ private:
+  cudaStream_t stream_;
+  const char* method_;
+  bool on_;
+  std::vector<std::pair<const char*, cudaEvent_t>> marks_;
+};
 
 // Small host arrays gathered into one upload.
 class MetaBlob {
@@ -147,7 +189,8 @@ EstimatePlan MakeEstimatePlan(const AttentionProblem& p, int rows) {
 absl::StatusOr<EstimateParams> RunEstimate(const AttentionProblem& p, const AttnParams& a,
                                            const EstimatePlan& e, const EstimateSeq* d_seqs,
                                            const int32_t* d_heads, int slots,
-                                           WorkspaceCarver& ws, cudaStream_t stream) {
+                                           WorkspaceCarver& ws, cudaStream_t stream,
+                                           StageTimer& timer) {
   EstimateParams ep;
   ep.q = a.q;
   ep.k = a.k;
@@ -188,6 +231,7 @@ absl::StatusOr<EstimateParams> RunEstimate(const AttentionProblem& p, const Attn
   SPATTN_A_CUDA(LaunchEstimateRowInv(ep, stream), "estimate row sums");
   SPATTN_A_CUDA(LaunchEstimatePass(ep, 3, stream), "estimate pass 3");
   SPATTN_A_CUDA(LaunchEstimateDiagCombine(ep, stream), "estimate diagonals");
+  timer.Mark("estimate");
   return ep;
 }
 
@@ -244,6 +288,29 @@ absl::Status ScanAndSize(int64_t rows, Csr* c, WorkspaceCarver& ws, cudaStream_t
   } else {
     SPATTN_ASSIGN_OR_RETURN(c->col_idx, CarveArray<int32_t>(ws, 1, "col_idx"));
   }
+  return absl::OkStatus();
+}
+
+// Column runs and offset clusters of the selected lines (MergeParams' groups).
+absl::Status GroupLines(MergeParams* mp, int slots, int64_t cols_stride, int64_t offs_stride,
+                        WorkspaceCarver& ws, cudaStream_t stream) {
+  const int64_t units = static_cast<int64_t>(slots) * mp->batch;
+  SPATTN_ASSIGN_OR_RETURN(int32_t * runs,
+                          CarveArray<int32_t>(ws, 2 * slots * cols_stride, "column runs"));
+  SPATTN_ASSIGN_OR_RETURN(int32_t * full,
+                          CarveArray<int32_t>(ws, 2 * slots * offs_stride, "offset clusters"));
+  SPATTN_ASSIGN_OR_RETURN(int32_t * last,
+                          CarveArray<int32_t>(ws, 2 * slots * offs_stride, "offset clusters"));
+  SPATTN_ASSIGN_OR_RETURN(int32_t * counts, CarveArray<int32_t>(ws, 3 * units, "group counts"));
+  SPATTN_A_CUDA(LaunchGroupLines(*mp, runs, full, last, counts, counts + units,
+                                 counts + 2 * units, stream),
+                "group lines");
+  mp->col_runs = runs;
+  mp->clusters_full = full;
+  mp->clusters_last = last;
+  mp->unit_nruns = counts;
+  mp->unit_ncl_full = counts + units;
+  mp->unit_ncl_last = counts + 2 * units;
   return absl::OkStatus();
 }
 
@@ -354,7 +421,8 @@ absl::StatusOr<SparseIndexView> BuildVerticalSlash(const AttentionProblem& p, co
                                                    const VerticalSlashParams& vs,
                                                    const std::vector<int>& heads,
                                                    const int32_t* d_heads, int block_m,
-                                                   WorkspaceCarver& ws, cudaStream_t stream) {
+                                                   WorkspaceCarver& ws, cudaStream_t stream,
+                                                   StageTimer& timer) {
   const Plan plan = MakePlan(p, static_cast<int>(heads.size()), block_m);
   const EstimatePlan e = MakeEstimatePlan(p, vs.last_q);
   std::vector<LineSeq> lines(plan.batch);
@@ -396,7 +464,7 @@ absl::StatusOr<SparseIndexView> BuildVerticalSlash(const AttentionProblem& p, co
 
   SPATTN_ASSIGN_OR_RETURN(
       EstimateParams ep, RunEstimate(p, a, e, blob.At<EstimateSeq>(o_seqs), d_heads, plan.slots,
-                                     ws, stream));
+                                     ws, stream, timer));
   LineSelectParams lp;
   lp.num_slots = plan.slots;
   lp.batch = plan.batch;
@@ -416,6 +484,7 @@ absl::StatusOr<SparseIndexView> BuildVerticalSlash(const AttentionProblem& p, co
   SPATTN_ASSIGN_OR_RETURN(lp.unit_ncols, CarveArray<int32_t>(ws, units, "column counts"));
   SPATTN_ASSIGN_OR_RETURN(lp.unit_noffs, CarveArray<int32_t>(ws, units, "diagonal counts"));
   SPATTN_A_CUDA(LaunchSelectLines(lp, stream), "select lines");
+  timer.Mark("select");
 
   SPATTN_ASSIGN_OR_RETURN(Csr csr, CarveCounts(plan.rows(), ws, stream));
   MergeParams mp;
@@ -435,14 +504,19 @@ absl::StatusOr<SparseIndexView> BuildVerticalSlash(const AttentionProblem& p, co
   mp.unit_noffs = lp.unit_noffs;
   mp.range_count = csr.range_count;
   mp.col_count = csr.col_count;
+  SPATTN_RETURN_IF_ERROR(GroupLines(&mp, plan.slots, cols_stride, offs_stride, ws, stream));
+  timer.Mark("group");
   SPATTN_A_CUDA(LaunchMergeRows(mp, /*fill=*/false, stream), "merge rows (count)");
+  timer.Mark("merge_count");
   SPATTN_RETURN_IF_ERROR(ScanAndSize(plan.rows(), &csr, ws, stream, /*with_cols=*/true));
+  timer.Mark("scan_sync");
   mp.range_indptr = csr.range_indptr;
   mp.col_indptr = csr.col_indptr;
   mp.range_start = csr.range_start;
   mp.range_len = csr.range_len;
   mp.col_idx = csr.col_idx;
   SPATTN_A_CUDA(LaunchMergeRows(mp, /*fill=*/true, stream), "merge rows (fill)");
+  timer.Mark("merge_fill");
   return ViewOf(plan, d_heads, d_offsets, csr);
 }
 
@@ -452,7 +526,7 @@ absl::StatusOr<SparseIndexView> BuildBlockSparse(const AttentionProblem& p, cons
                                                  const ::spattn::BlockSparseParams& bsp,
                                                  const std::vector<int>& heads,
                                                  const int32_t* d_heads, WorkspaceCarver& ws,
-                                                 cudaStream_t stream) {
+                                                 cudaStream_t stream, StageTimer& timer) {
   const int bs = bsp.block_size;
   const Plan plan = MakePlan(p, static_cast<int>(heads.size()), bs);
   const PooledPlan pp = MakePooledPlan(p, plan, bs);
@@ -462,7 +536,7 @@ absl::StatusOr<SparseIndexView> BuildBlockSparse(const AttentionProblem& p, cons
         rows_per_group,
         RowsPerGroup(pp.nk_max,
                      [&](int r) { return BlockSparseSmemBytes(p.head_dim, r, pp.nk_max); },
-                     8 * 1024, "block_sparse.block_size"));
+                     16 * 1024, "block_sparse.block_size"));
   }
   const std::vector<RowGroup> groups = MakeGroups(plan, pp, rows_per_group);
   MetaBlob blob;
@@ -500,11 +574,15 @@ absl::StatusOr<SparseIndexView> BuildBlockSparse(const AttentionProblem& p, cons
   SPATTN_ASSIGN_OR_RETURN(k.tmp_start, CarveArray<int32_t>(ws, plan.rows() * k.cap, "range slots"));
   SPATTN_ASSIGN_OR_RETURN(k.tmp_end, CarveArray<int32_t>(ws, plan.rows() * k.cap, "range slots"));
   k.range_count = csr.range_count;
+  timer.Mark("pool_keys");
   SPATTN_A_CUDA(LaunchBlockSparseRows(k, stream), "block_sparse rows");
+  timer.Mark("rows");
   SPATTN_RETURN_IF_ERROR(ScanAndSize(plan.rows(), &csr, ws, stream, /*with_cols=*/false));
+  timer.Mark("scan_sync");
   SPATTN_A_CUDA(LaunchCompactRanges(k.tmp_start, k.tmp_end, k.cap, plan.rows(), csr.range_indptr,
                                     csr.range_start, csr.range_len, stream),
                 "compact ranges");
+  timer.Mark("compact");
   return ViewOf(plan, d_heads, d_offsets, csr);
 }
 
@@ -514,7 +592,7 @@ absl::StatusOr<SparseIndexView> BuildFlexPrefill(const AttentionProblem& p, cons
                                                  const FlexPrefillParams& fp,
                                                  const std::vector<int>& heads,
                                                  const int32_t* d_heads, WorkspaceCarver& ws,
-                                                 cudaStream_t stream) {
+                                                 cudaStream_t stream, StageTimer& timer) {
   const int bs = fp.block_size;
   const Plan plan = MakePlan(p, static_cast<int>(heads.size()), bs);
   const PooledPlan pp = MakePooledPlan(p, plan, bs);
@@ -560,7 +638,7 @@ absl::StatusOr<SparseIndexView> BuildFlexPrefill(const AttentionProblem& p, cons
                                                             ws, stream));
   SPATTN_ASSIGN_OR_RETURN(
       EstimateParams ep, RunEstimate(p, a, e, blob.At<EstimateSeq>(o_est), d_heads, plan.slots,
-                                     ws, stream));
+                                     ws, stream, timer));
   FlexParams f;
   f.q = a.q;
   f.q_token_stride = a.q_token_stride;
@@ -606,6 +684,7 @@ absl::StatusOr<SparseIndexView> BuildFlexPrefill(const AttentionProblem& p, cons
   SPATTN_ASSIGN_OR_RETURN(f.state,
                           CarveZeroed<FlexUnitState>(ws, units, "flex unit state", stream));
   SPATTN_A_CUDA(LaunchFlexDecide(f, stream), "flex decision");
+  timer.Mark("decide");
 
   LineSelectParams lp;
   lp.num_slots = plan.slots;
@@ -630,9 +709,11 @@ absl::StatusOr<SparseIndexView> BuildFlexPrefill(const AttentionProblem& p, cons
   lp.max_budget = fp.max_budget;
   lp.unit_is_vs = f.unit_is_vs;
   SPATTN_A_CUDA(LaunchSelectLines(lp, stream), "flex lines");
+  timer.Mark("select");
 
   // Query-aware heads: row statistics, then the flattened selection's levels.
   SPATTN_A_CUDA(LaunchFlexQaRows(f, 0, 0, stream), "flex rows (stats)");
+  timer.Mark("qa_stats");
   if (fp.flatten) {
     for (int level = 0; level < kFlexLevels; ++level) {
       SPATTN_A_CUDA(LaunchFlexQaScan(f, level, stream), "flex scan");
@@ -643,6 +724,7 @@ absl::StatusOr<SparseIndexView> BuildFlexPrefill(const AttentionProblem& p, cons
     SPATTN_A_CUDA(LaunchFlexQaRows(f, 2, 0, stream), "flex rows (ties)");
     SPATTN_A_CUDA(LaunchFlexTieScan(f, stream), "flex tie ranks");
   }
+  timer.Mark("qa_levels");
 
   SPATTN_ASSIGN_OR_RETURN(Csr csr, CarveCounts(rows, ws, stream));
   MergeParams mp;
@@ -666,9 +748,14 @@ absl::StatusOr<SparseIndexView> BuildFlexPrefill(const AttentionProblem& p, cons
   mp.col_count = csr.col_count;
   f.range_count = csr.range_count;
   f.col_count = csr.col_count;
+  SPATTN_RETURN_IF_ERROR(GroupLines(&mp, plan.slots, cols_stride, offs_stride, ws, stream));
+  timer.Mark("group");
   SPATTN_A_CUDA(LaunchMergeRows(mp, /*fill=*/false, stream), "flex merge rows (count)");
+  timer.Mark("merge_count");
   SPATTN_A_CUDA(LaunchFlexQaRows(f, 3, 0, stream), "flex rows (count)");
+  timer.Mark("qa_count");
   SPATTN_RETURN_IF_ERROR(ScanAndSize(rows, &csr, ws, stream, /*with_cols=*/true));
+  timer.Mark("scan_sync");
   mp.range_indptr = csr.range_indptr;
   mp.col_indptr = csr.col_indptr;
   mp.range_start = csr.range_start;
@@ -678,7 +765,9 @@ absl::StatusOr<SparseIndexView> BuildFlexPrefill(const AttentionProblem& p, cons
   f.range_start = csr.range_start;
   f.range_len = csr.range_len;
   SPATTN_A_CUDA(LaunchMergeRows(mp, /*fill=*/true, stream), "flex merge rows (fill)");
+  timer.Mark("merge_fill");
   SPATTN_A_CUDA(LaunchFlexQaRows(f, 4, 0, stream), "flex rows (fill)");
+  timer.Mark("qa_fill");
   return ViewOf(plan, d_heads, d_offsets, csr);
 }
 
@@ -728,15 +817,17 @@ absl::StatusOr<SparseIndexView> BuildIndexA(const AttentionProblem& problem, con
                                             const int32_t* d_heads, int block_m,
                                             WorkspaceCarver& workspace, cudaStream_t stream) {
   SPATTN_RETURN_IF_ERROR(CheckBuilderA(problem, config, block_m));
+  StageTimer timer(stream, MethodName(config.method));
   switch (config.method) {
     case Method::kVerticalSlash:
       return BuildVerticalSlash(problem, a, config.vertical_slash, heads, d_heads, block_m,
-                                workspace, stream);
+                                workspace, stream, timer);
     case Method::kBlockSparse:
-      return BuildBlockSparse(problem, a, config.block_sparse, heads, d_heads, workspace, stream);
+      return BuildBlockSparse(problem, a, config.block_sparse, heads, d_heads, workspace, stream,
+                              timer);
     case Method::kFlexPrefill:
       return BuildFlexPrefill(problem, a, config.flex_prefill, heads, d_heads, workspace,
-                              stream);
+                              stream, timer);
     default:
       break;
   }

@@ -122,6 +122,14 @@ struct MergeParams {
   const int64_t* unit_off_base = nullptr;  // [slots * batch]
   const int32_t* unit_ncols = nullptr;
   const int32_t* unit_noffs = nullptr;
+  // Groups of the lines (LaunchGroupLines): column runs at 2 * unit_col_base, offset clusters
+  // for full blocks and for the sequence's last (partial) block at 2 * unit_off_base.
+  const int32_t* col_runs = nullptr;
+  const int32_t* clusters_full = nullptr;
+  const int32_t* clusters_last = nullptr;
+  const int32_t* unit_nruns = nullptr;      // [slots * batch]
+  const int32_t* unit_ncl_full = nullptr;
+  const int32_t* unit_ncl_last = nullptr;
   const uint8_t* maybe_unit_is_vs = nullptr;  // flex: rows of other units are skipped
   int kept_block = 0;  // flex: each row also keeps key block 0 and its diagonal blocks
   int32_t* range_count = nullptr;  // count pass: [rows]
@@ -133,6 +141,10 @@ struct MergeParams {
   int32_t* col_idx = nullptr;
 };
 cudaError_t LaunchMergeRows(const MergeParams& p, bool fill, cudaStream_t stream);
+// Fills the groups of MergeParams (col_runs, clusters_*, unit_n*) from the selected lines.
+cudaError_t LaunchGroupLines(const MergeParams& p, int32_t* col_runs, int32_t* clusters_full,
+                             int32_t* clusters_last, int32_t* unit_nruns, int32_t* unit_ncl_full,
+                             int32_t* unit_ncl_last, cudaStream_t stream);
 
 // Exclusive prefix sums of counts[0, n) into out[0, n) (cub), with temp storage from the pool.
 size_t ScanTempBytes(int64_t n);

@@ -63,21 +63,22 @@ __host__ __device__ inline BsSmem BsLayout(int d, int max_rows, int nk_max) {
   l.ks = Align16(static_cast<int64_t>(max_rows) * d * 4);
   l.logits = l.ks + Align16(static_cast<int64_t>(64) * (d + 1) * 4);
   l.flags = l.logits + Align16(static_cast<int64_t>(max_rows) * nk_max * 4);
-  l.total = l.flags + Align16(nk_max);
+  l.total = l.flags + Align16(static_cast<int64_t>(kRowThreads / 32) * nk_max);  // per warp
   return l;
 }
 
 template <typename T>
 __global__ void __launch_bounds__(kRowThreads) BlockSparseRowsKernel(BlockRowsParams p) {
-  using Scan = cub::BlockScan<int, kRowThreads>;
-  __shared__ RadixSmem sm;
-  __shared__ typename Scan::TempStorage scan;
+  constexpr int kWarps = kRowThreads / 32;
+  __shared__ int warp_hist[kWarps][256];
   extern __shared__ __align__(16) unsigned char smem[];
   const BsSmem lay = BsLayout(p.head_dim, p.max_rows, p.nk_max);
   float* qs = reinterpret_cast<float*>(smem + lay.qs);
   float* ks = reinterpret_cast<float*>(smem + lay.ks);
   float* logits = reinterpret_cast<float*>(smem + lay.logits);
-  uint8_t* flags = smem + lay.flags;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  uint8_t* flags = smem + lay.flags + static_cast<int64_t>(warp) * p.nk_max;
+  int* hist = warp_hist[warp];
 
   const RowGroup grp = p.groups[blockIdx.x];
   const PooledSeq s = p.seqs[grp.seq];
@@ -101,7 +102,8 @@ __global__ void __launch_bounds__(kRowThreads) BlockSparseRowsKernel(BlockRowsPa
   PooledDots<kRowThreads>(qs, grp.rows, d, pk, vis_max, ks,
                           [&](int r, int kb, float l) { logits[r * nk + kb] = l; });
 
-  for (int r = 0; r < grp.rows; ++r) {
+  // One warp per row: top-k with the diagonal blocks forced first, then runs of blocks.
+  for (int r = warp; r < grp.rows; r += kWarps) {
     int first_pos, last_pos, key_end;
     const int vis = visible_of(r, &first_pos, &last_pos, &key_end);
     const int diag_first = first_pos / bs;
@@ -114,24 +116,22 @@ __global__ void __launch_bounds__(kRowThreads) BlockSparseRowsKernel(BlockRowsPa
                                                  : DoubleKey(static_cast<double>(lr[i]));
       return true;
     };
-    const TopKRule rule = CtaTopKRule<kRowThreads>(vis, k, key_of, sm);
-    for (int i = threadIdx.x; i < vis; i += kRowThreads) flags[i] = 0;
-    __syncthreads();
-    CtaApplyRule<kRowThreads>(vis, rule, key_of, [&](int i, int) { flags[i] = 1; }, scan);
-    __syncthreads();
+    const TopKRule rule = WarpTopKRule(vis, k, key_of, hist);
+    for (int i = lane; i < vis; i += 32) flags[i] = 0;
+    __syncwarp();
+    WarpApplyRule(vis, rule, key_of, [&](int i, int) { flags[i] = 1; });
+    __syncwarp();
     const int64_t row = static_cast<int64_t>(grp.slot) * p.num_blocks + s.block_base +
                         grp.first_block + r;
     int32_t* ts = p.tmp_start + row * p.cap;
     int32_t* te = p.tmp_end + row * p.cap;
-    const int n = CtaBlockRuns<kRowThreads>(
-        flags, vis, bs, key_end,
-        [&](int ri, bool starts, bool ends, int start, int end) {
-          if (starts) ts[ri] = start;
-          if (ends) te[ri] = end;
-        },
-        scan);
-    if (threadIdx.x == 0) p.range_count[row] = n;
-    __syncthreads();
+    const int n = WarpBlockRuns(flags, vis, bs, key_end,
+                                [&](int ri, bool starts, bool ends, int start, int end) {
+                                  if (starts) ts[ri] = start;
+                                  if (ends) te[ri] = end;
+                                });
+    if (lane == 0) p.range_count[row] = n;
+    __syncwarp();  // flags are reused by the warp's next row
   }
 }
 

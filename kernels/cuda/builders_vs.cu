@@ -375,20 +375,71 @@ __global__ void __launch_bounds__(kMergeThreads) MergeRowsKernel(MergeParams p, 
     g.key_end = p.causal ? g.last_pos + 1 : kl;
     rowmerge::ExtraRanges extra;
     if (p.kept_block > 0) extra = rowmerge::KeptBlocks(g, p.kept_block);
-    const int32_t* offs = p.line_offs + p.unit_off_base[unit];
-    const int32_t* cols = p.line_cols + p.unit_col_base[unit];
-    const int n_off = p.unit_noffs[unit], n_col = p.unit_ncols[unit];
+    // Offset clusters are grouped by the block length: full blocks, or the last one.
+    const bool full = q_end - q_begin == min(p.block_m, ql);
+    rowmerge::RowLines lines;
+    lines.offsets = p.line_offs + p.unit_off_base[unit];
+    lines.n_off = p.unit_noffs[unit];
+    lines.clusters =
+        (full ? p.clusters_full : p.clusters_last) + 2 * p.unit_off_base[unit];
+    lines.n_clusters = full ? p.unit_ncl_full[unit] : p.unit_ncl_last[unit];
+    lines.col_runs = p.col_runs + 2 * p.unit_col_base[unit];
+    lines.n_runs = p.unit_nruns[unit];
     if (!fill) {
       rowmerge::CountSink sink;
-      rowmerge::MergeRow(g, extra, offs, n_off, cols, n_col, 16, sink);
+      rowmerge::MergeRow(g, extra, lines, 16, sink);
       p.range_count[row] = sink.ranges;
       p.col_count[row] = sink.cols;
     } else {
       rowmerge::FillSink sink{p.range_start + p.range_indptr[row],
                               p.range_len + p.range_indptr[row], p.col_idx + p.col_indptr[row]};
-      rowmerge::MergeRow(g, extra, offs, n_off, cols, n_col, 16, sink);
+      rowmerge::MergeRow(g, extra, lines, 16, sink);
     }
   }
+}
+
+constexpr int kGroupThreads = 256;
+
+// Per (unit, list): column runs (gap 1), offset clusters for full blocks (gap block_m) and for
+// the sequence's last block (gap = its rows).
+__global__ void __launch_bounds__(kGroupThreads) GroupLinesKernel(
+    MergeParams p, int32_t* col_runs, int32_t* clusters_full, int32_t* clusters_last,
+    int32_t* unit_nruns, int32_t* unit_ncl_full, int32_t* unit_ncl_last) {
+  using Scan = cub::BlockScan<int, kGroupThreads>;
+  __shared__ typename Scan::TempStorage scan;
+  const int list = blockIdx.x % 3;
+  const int unit = blockIdx.x / 3;
+  const int seq = unit % p.batch;
+  if (p.maybe_unit_is_vs != nullptr && p.maybe_unit_is_vs[unit] == 0) {
+    if (threadIdx.x == 0) {
+      if (list == 0) unit_nruns[unit] = 0;
+      if (list == 1) unit_ncl_full[unit] = 0;
+      if (list == 2) unit_ncl_last[unit] = 0;
+    }
+    return;
+  }
+  const int ql = p.cu_q[seq + 1] - p.cu_q[seq];
+  int n, gap;
+  const int32_t* a;
+  int32_t* out;
+  int32_t* count;
+  if (list == 0) {
+    a = p.line_cols + p.unit_col_base[unit];
+    n = p.unit_ncols[unit];
+    gap = 1;
+    out = col_runs + 2 * p.unit_col_base[unit];
+    count = unit_nruns + unit;
+  } else {
+    a = p.line_offs + p.unit_off_base[unit];
+    n = p.unit_noffs[unit];
+    const int full = min(p.block_m, ql);
+    const int last = ql - (ql > 0 ? (ql - 1) / p.block_m : 0) * p.block_m;
+    gap = list == 1 ? full : last;
+    out = (list == 1 ? clusters_full : clusters_last) + 2 * p.unit_off_base[unit];
+    count = (list == 1 ? unit_ncl_full : unit_ncl_last) + unit;
+  }
+  const int groups = CtaGroupRuns<kGroupThreads>(a, n, gap, out, scan);
+  if (threadIdx.x == 0) *count = groups;
 }
 
 int GridFor(int64_t n, int threads) {
@@ -474,6 +525,16 @@ cudaError_t LaunchMergeRows(const MergeParams& p, bool fill, cudaStream_t stream
   const int64_t rows = static_cast<int64_t>(p.num_slots) * p.num_blocks;
   if (rows == 0) return cudaSuccess;
   MergeRowsKernel<<<GridFor(rows, kMergeThreads), kMergeThreads, 0, stream>>>(p, fill);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchGroupLines(const MergeParams& p, int32_t* col_runs, int32_t* clusters_full,
+                             int32_t* clusters_last, int32_t* unit_nruns, int32_t* unit_ncl_full,
+                             int32_t* unit_ncl_last, cudaStream_t stream) {
+  const int64_t grid = static_cast<int64_t>(p.num_slots) * p.batch * 3;
+  if (grid == 0) return cudaSuccess;
+  GroupLinesKernel<<<static_cast<unsigned>(grid), kGroupThreads, 0, stream>>>(
+      p, col_runs, clusters_full, clusters_last, unit_nruns, unit_ncl_full, unit_ncl_last);
   return cudaGetLastError();
 }
 

@@ -472,6 +472,139 @@ __device__ __forceinline__ int CtaBlockRuns(const uint8_t* flags, int n, int bs,
   return carry;
 }
 
+
+// Groups of a sorted array a[0, n): maximal runs whose consecutive values differ by at most
+// `gap`, written as [lo, hi] pairs to out (as rowmerge::GroupRuns); returns their count.
+template <int kThreads>
+__device__ __forceinline__ int CtaGroupRuns(const int32_t* a, int n, int gap, int32_t* out,
+                                            typename cub::BlockScan<int, kThreads>::TempStorage& scan) {
+  int carry = 0;
+  for (int base = 0; base < n; base += kThreads) {
+    const int i = base + static_cast<int>(threadIdx.x);
+    const bool in = i < n;
+    const int v = in ? a[i] : 0;
+    const bool head = in && (i == 0 || v - a[i - 1] > gap);
+    const bool tail = in && (i == n - 1 || a[i + 1] - v > gap);
+    int incl = 0, total = 0;
+    cub::BlockScan<int, kThreads>(scan).InclusiveSum(head ? 1 : 0, incl, total);
+    __syncthreads();
+    const int k = carry + incl - 1;
+    if (head) out[2 * k] = v;
+    if (tail) out[2 * k + 1] = v;
+    carry += total;
+  }
+  return carry;
+}
+
+// ---- Warp-level versions (one warp per row, no CTA barriers): the same rules as the Cta*
+// functions above. `hist` is the warp's own 256 ints of shared memory.
+
+__device__ __forceinline__ unsigned LaneMaskLt() {
+  return (1u << (threadIdx.x & 31)) - 1u;
+}
+
+template <class KeyFn>
+__device__ TopKRule WarpTopKRule(int n, int k, KeyFn key_of, int* hist) {
+  const int lane = threadIdx.x & 31;
+  if (k <= 0 || n <= 0) return SelectNone();
+  unsigned long long prefix = 0, mask = 0;
+  int k_rem = k;
+  for (int shift = 56; shift >= 0; shift -= 8) {
+    for (int b = lane; b < 256; b += 32) hist[b] = 0;
+    __syncwarp();
+    for (int i = lane; i < n; i += 32) {
+      unsigned long long key;
+      if (key_of(i, &key) && (key & mask) == prefix) {
+        atomicAdd(&hist[(key >> shift) & 255], 1);
+      }
+    }
+    __syncwarp();
+    int local = 0;
+#pragma unroll
+    for (int t = 0; t < 8; ++t) local += hist[255 - (lane * 8 + t)];
+    int incl = local;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int v = __shfl_up_sync(kFullMask, incl, o);
+      if (lane >= o) incl += v;
+    }
+    const int excl = incl - local;
+    const int total = __shfl_sync(kFullMask, incl, 31);
+    if (total < k_rem) return TopKRule{prefix, mask, INT_MAX};
+    const bool mine = excl < k_rem && k_rem <= incl;
+    int bin = 0, bin_count = 0, rem = 0;
+    if (mine) {
+      int above = excl;
+      for (int t = 0; t < 8; ++t) {
+        const int b = 255 - (lane * 8 + t);
+        const int h = hist[b];
+        if (above + h >= k_rem) {
+          bin = b;
+          bin_count = h;
+          rem = k_rem - above;
+          break;
+        }
+        above += h;
+      }
+    }
+    const int src = __ffs(__ballot_sync(kFullMask, mine)) - 1;
+    bin = __shfl_sync(kFullMask, bin, src);
+    bin_count = __shfl_sync(kFullMask, bin_count, src);
+    rem = __shfl_sync(kFullMask, rem, src);
+    __syncwarp();  // every lane has read hist before the next pass clears it
+    prefix |= static_cast<unsigned long long>(bin) << shift;
+    mask |= 0xffull << shift;
+    k_rem = rem;
+    if (bin_count == k_rem) return TopKRule{prefix, mask, INT_MAX};
+  }
+  return TopKRule{prefix, mask, k_rem};
+}
+
+template <class KeyFn, class Emit>
+__device__ int WarpApplyRule(int n, const TopKRule& rule, KeyFn key_of, Emit emit) {
+  const int lane = threadIdx.x & 31;
+  int carry_eq = 0, carry_sel = 0;
+  for (int base = 0; base < n; base += 32) {
+    const int i = base + lane;
+    bool eq = false, above = false;
+    if (i < n) {
+      unsigned long long key;
+      if (key_of(i, &key)) {
+        const unsigned long long m = key & rule.mask;
+        eq = m == rule.prefix;
+        above = m > rule.prefix;
+      }
+    }
+    const unsigned eqm = __ballot_sync(kFullMask, eq);
+    const int eq_rank = __popc(eqm & LaneMaskLt());
+    const bool sel = above || (eq && (rule.take_eq == INT_MAX ||
+                                      carry_eq + eq_rank < rule.take_eq));
+    const unsigned selm = __ballot_sync(kFullMask, sel);
+    if (sel) emit(i, carry_sel + __popc(selm & LaneMaskLt()));
+    carry_eq += __popc(eqm);
+    carry_sel += __popc(selm);
+  }
+  return carry_sel;
+}
+
+// CtaBlockRuns for one warp (flags written before it must be __syncwarp'ed).
+template <class Emit>
+__device__ int WarpBlockRuns(const uint8_t* flags, int n, int bs, int key_end, Emit emit) {
+  const int lane = threadIdx.x & 31;
+  int carry = 0;
+  for (int base = 0; base < n; base += 32) {
+    const int j = base + lane;
+    const bool f = j < n && flags[j] != 0;
+    const bool starts = f && (j == 0 || flags[j - 1] == 0);
+    const bool ends = f && (j == n - 1 || flags[j + 1] == 0);
+    const unsigned sm = __ballot_sync(kFullMask, starts);
+    const int r = carry + __popc(sm & ((LaneMaskLt() << 1) | 1u)) - 1;
+    if (starts || ends) emit(r, starts, ends, j * bs, min((j + 1) * bs, key_end));
+    carry += __popc(sm);
+  }
+  return carry;
+}
+
 }  // namespace gpu_a
 }  // namespace cuda
 }  // namespace spattn

@@ -1,6 +1,7 @@
 // One index row of vertical_slash / flex_prefill (vertical-slash heads), computed in one pass
-// over the row's selected lines with O(1) state: the GPU builders run it once per (head slot,
-// query block) thread, first to count, then to fill. Host and device code (no CUDA types), so the
+// over the row's line clusters and column runs with O(1) state: the GPU builders run it once per
+// (head slot, query block) thread, first to count, then to fill; the work per row is the number
+// of clusters and runs it reaches plus its output, not the number of lines. Host and device code (no CUDA types), so the
 // CPU tests check it against RowKeys::Normalize.
 //
 // What a row holds (the canonical form of AddVerticalSlash + Normalize, estimate.h): with
@@ -31,18 +32,17 @@ struct RowGeo {
 // Up to two extra ranges, sorted by start, each clipped to key_end when walked.
 struct ExtraRanges {
   int n = 0;
-  int start[2] = {0, 0};
-  int end[2] = {0, 0};
+  int s0 = 0, e0 = 0, s1 = 0, e1 = 0;
 };
 
 // flex_prefill's kept blocks of a row: key block 0 and the blocks holding its own positions.
 SPATTN_HD ExtraRanges KeptBlocks(const RowGeo& g, int block) {
   ExtraRanges x;
   x.n = 2;
-  x.start[0] = 0;
-  x.end[0] = block;
-  x.start[1] = g.first_pos / block * block;
-  x.end[1] = (g.last_pos / block + 1) * block;
+  x.s0 = 0;
+  x.e0 = block;
+  x.s1 = g.first_pos / block * block;
+  x.e1 = (g.last_pos / block + 1) * block;
   return x;
 }
 
@@ -57,9 +57,11 @@ struct ExtraWalk {
   }
   SPATTN_HD bool Next(int* s, int* e) {
     while (i < r.n) {
-      const int st = r.start[i] < 0 ? 0 : r.start[i];
-      const int en = r.end[i] > key_end ? key_end : r.end[i];
+      const int rs = i == 0 ? r.s0 : r.s1;
+      const int re = i == 0 ? r.e0 : r.e1;
       ++i;
+      const int st = rs < 0 ? 0 : rs;
+      const int en = re > key_end ? key_end : re;
       if (en > st) {
         *s = st;
         *e = en;
@@ -70,21 +72,48 @@ struct ExtraWalk {
   }
 };
 
-// Slash segments in key order: offsets are stored increasing, walked from the largest that
-// reaches key 0 (o <= last_pos) down, until a segment starts at or after key_end.
+// Groups of a sorted array: maximal runs where consecutive values differ by at most `gap`,
+// written as [lo, hi] pairs (inclusive) to out[2 * k], out[2 * k + 1]; returns their count.
+// Offsets grouped with gap = the row's block length L are the "clusters" whose slash segments
+// touch (o1 - o2 <= L); columns grouped with gap 1 are runs of consecutive keys.
+SPATTN_HD int GroupRuns(const int32_t* a, int n, int gap, int32_t* out) {
+  int k = 0;
+  for (int i = 0; i < n; ++i) {
+    if (i == 0 || a[i] - a[i - 1] > gap) {
+      out[2 * k] = a[i];
+      ++k;
+    }
+    out[2 * k - 1] = a[i];
+  }
+  return k;
+}
+
+// Slash segments in key order, one per cluster of offsets (clusters grouped with the row's
+// block length, stored as [lo, hi] pairs in increasing order): cluster [lo, hi] covers keys
+// [first_pos - top, last_pos - lo] with top its largest offset <= last_pos (offsets above
+// last_pos put their segment before key 0), clipped to [0, key_end); walked from the largest
+// offsets down until a segment starts at or after key_end. The union per cluster equals the
+// union of its offsets' segments, since consecutive ones touch.
 struct SlashWalk {
-  const int32_t* off;
+  const int32_t* cl;   // [2 * n] cluster bounds
+  const int32_t* off;  // the offsets themselves (for the first cluster's top)
+  int n_off;
   int i;
+  bool first;
   int first_pos, last_pos, key_end;
-  SPATTN_HD void Init(const int32_t* offsets, int n, const RowGeo& g) {
+  SPATTN_HD void Init(const int32_t* clusters, int n_clusters, const int32_t* offsets, int n,
+                      const RowGeo& g) {
+    cl = clusters;
     off = offsets;
+    n_off = n;
     first_pos = g.first_pos;
     last_pos = g.last_pos;
     key_end = g.key_end;
-    int lo = 0, hi = n;  // first index with off > last_pos
+    first = true;
+    int lo = 0, hi = n_clusters;  // first cluster with lo > last_pos
     while (lo < hi) {
       const int mid = (lo + hi) >> 1;
-      if (off[mid] <= last_pos) {
+      if (cl[2 * mid] <= last_pos) {
         lo = mid + 1;
       } else {
         hi = mid;
@@ -94,10 +123,26 @@ struct SlashWalk {
   }
   SPATTN_HD bool Next(int* s, int* e) {
     while (i >= 0) {
-      const int o = off[i];
-      int st = first_pos - o;
+      const int c_lo = cl[2 * i];
+      int top = cl[2 * i + 1];
+      if (first) {
+        first = false;
+        if (top > last_pos) {  // the largest offset <= last_pos
+          int lo = 0, hi = n_off;
+          while (lo < hi) {
+            const int mid = (lo + hi) >> 1;
+            if (off[mid] <= last_pos) {
+              lo = mid + 1;
+            } else {
+              hi = mid;
+            }
+          }
+          top = off[lo - 1];
+        }
+      }
+      int st = first_pos - top;
       if (st < 0) st = 0;
-      int en = last_pos - o + 1;
+      int en = last_pos - c_lo + 1;
       if (en > key_end) en = key_end;
       if (st >= key_end) {
         i = -1;
@@ -114,16 +159,26 @@ struct SlashWalk {
   }
 };
 
+// The lines of one row: offsets (increasing) with their clusters for this row's block length,
+// and the column runs ([lo, hi] pairs of consecutive selected keys, increasing).
+struct RowLines {
+  const int32_t* offsets = nullptr;
+  int n_off = 0;
+  const int32_t* clusters = nullptr;
+  int n_clusters = 0;
+  const int32_t* col_runs = nullptr;
+  int n_runs = 0;
+};
+
 // Extra ∪ slash spans in start order (two sorted streams merged).
 struct SpanWalk {
   ExtraWalk x;
   SlashWalk sl;
   bool hx, hs;
   int xs, xe, ss, se;
-  SPATTN_HD void Init(const ExtraRanges& extra, const int32_t* offsets, int n_off,
-                      const RowGeo& g) {
+  SPATTN_HD void Init(const ExtraRanges& extra, const RowLines& l, const RowGeo& g) {
     x.Init(extra, g.key_end);
-    sl.Init(offsets, n_off, g);
+    sl.Init(l.clusters, l.n_clusters, l.offsets, l.n_off, g);
     hx = x.Next(&xs, &xe);
     hs = sl.Next(&ss, &se);
   }
@@ -144,84 +199,97 @@ struct SpanWalk {
   }
 };
 
-// Whether keys are covered by extra ∪ slash spans, for nondecreasing queries.
+// Merged blocks of extra ∪ slash spans, for nondecreasing queries.
 struct CoverWalk {
   SpanWalk spans;
-  int cs, ce;  // the current merged block [cs, ce)
-  SPATTN_HD void Init(const ExtraRanges& extra, const int32_t* offsets, int n_off,
-                      const RowGeo& g) {
-    spans.Init(extra, offsets, n_off, g);
+  int cs, ce;  // the current merged block [cs, ce); ce <= cs: none yet
+  bool done;
+  SPATTN_HD void Init(const ExtraRanges& extra, const RowLines& l, const RowGeo& g) {
+    spans.Init(extra, l, g);
     cs = 0;
     ce = 0;
+    done = false;
   }
-  SPATTN_HD bool Covered(int c) {
-    while (ce <= c) {
+  // Makes the current block the first one ending after key a; false when there is none.
+  SPATTN_HD bool AdvanceTo(int a) {
+    while (ce <= a) {
       int s, e;
-      if (!spans.Next(&s, &e)) return false;
+      if (done || !spans.Next(&s, &e)) {
+        done = true;
+        return false;
+      }
       if (s <= ce) {
         if (e > ce) ce = e;
       } else {
+        // Absorb every following span that overlaps or touches.
         cs = s;
         ce = e;
       }
     }
-    return cs <= c;
+    return true;
   }
 };
 
-// Runs of >= min_run consecutive free columns, in key order; the free columns of shorter runs go
-// to sink.Col() as they are passed.
+// Runs of >= min_run consecutive free columns (selected, below key_end, not covered), in key
+// order; the free columns of shorter runs go to sink.Col() as they are passed.
 struct RunWalk {
-  const int32_t* col;
-  int n, k, key_end, min_run;
+  const int32_t* runs;
+  int n, k, x, key_end, min_run;
   CoverWalk cover;
-  SPATTN_HD void Init(const int32_t* cols, int n_cols, const ExtraRanges& extra,
-                      const int32_t* offsets, int n_off, const RowGeo& g, int run) {
-    col = cols;
-    n = n_cols;
+  SPATTN_HD void Init(const ExtraRanges& extra, const RowLines& l, const RowGeo& g, int run) {
+    runs = l.col_runs;
+    n = l.n_runs;
     k = 0;
+    x = n > 0 ? runs[0] : 0;
     key_end = g.key_end;
     min_run = run;
-    cover.Init(extra, offsets, n_off, g);
+    cover.Init(extra, l, g);
   }
   template <class Sink>
   SPATTN_HD bool Next(int* s, int* e, Sink& sink) {
     while (k < n) {
-      const int c = col[k];
-      if (c >= key_end) {
+      const int r_lo = runs[2 * k];
+      int b = runs[2 * k + 1] + 1;
+      if (b > key_end) b = key_end;
+      const int a = x > r_lo ? x : r_lo;
+      if (r_lo >= key_end) {
         k = n;
         break;
       }
-      if (cover.Covered(c)) {
+      if (a >= b) {
         ++k;
+        if (k < n) x = runs[2 * k];
         continue;
       }
-      int len = 1;
-      ++k;
-      while (k < n && col[k] == c + len && col[k] < key_end && !cover.Covered(col[k])) {
-        ++len;
-        ++k;
+      int free_end = b;
+      if (cover.AdvanceTo(a)) {
+        if (cover.cs <= a) {  // covered up to the block's end
+          x = cover.ce;
+          continue;
+        }
+        if (cover.cs < b) free_end = cover.cs;
       }
-      if (len >= min_run) {
-        *s = c;
-        *e = c + len;
+      x = free_end;
+      if (free_end - a >= min_run) {
+        *s = a;
+        *e = free_end;
         return true;
       }
-      for (int t = 0; t < len; ++t) sink.Col(c + t);
+      for (int t = a; t < free_end; ++t) sink.Col(t);
     }
     return false;
   }
 };
 
 // Walks one row: sink.Range(start, end) for each final range in key order, sink.Col(key) for
-// each final column in key order. `offsets` increasing, `cols` increasing and unique.
+// each final column in key order.
 template <class Sink>
-SPATTN_HD void MergeRow(const RowGeo& g, const ExtraRanges& extra, const int32_t* offsets,
-                        int n_off, const int32_t* cols, int n_cols, int min_run, Sink& sink) {
+SPATTN_HD void MergeRow(const RowGeo& g, const ExtraRanges& extra, const RowLines& lines,
+                        int min_run, Sink& sink) {
   SpanWalk spans;
-  spans.Init(extra, offsets, n_off, g);
+  spans.Init(extra, lines, g);
   RunWalk runs;
-  runs.Init(cols, n_cols, extra, offsets, n_off, g, min_run);
+  runs.Init(extra, lines, g, min_run);
   int as = 0, ae = 0, rs = 0, re = 0;
   bool ha = spans.Next(&as, &ae);
   bool hr = runs.Next(&rs, &re, sink);
