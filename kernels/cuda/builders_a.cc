@@ -602,7 +602,7 @@ absl::StatusOr<SparseIndexView> BuildFlexPrefill(const AttentionProblem& p, cons
     SPATTN_ASSIGN_OR_RETURN(
         rows_per_group,
         RowsPerGroup(pp.nk_max, [&](int r) { return FlexQaSmemBytes(p.head_dim, r, pp.nk_max); },
-                     12 * 1024, "flex_prefill.block_size"));
+                     32 * 1024, "flex_prefill.block_size"));
   }
   const std::vector<RowGroup> groups = MakeGroups(plan, pp, rows_per_group);
   // Lines: every column and offset may be kept (budgets are found on the device).

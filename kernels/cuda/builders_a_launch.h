@@ -204,7 +204,7 @@ struct BlockRowsParams {
 };
 cudaError_t LaunchBlockSparseRows(const BlockRowsParams& p, cudaStream_t stream);
 // Dynamic shared memory of LaunchBlockSparseRows for `max_rows` rows of up to nk_max key blocks
-// (the kernel also takes ~5 KB of static shared memory).
+// (the kernel also takes ~8 KB of static shared memory).
 int64_t BlockSparseSmemBytes(int head_dim, int max_rows, int nk_max);
 // Most rows per group the row kernels take (block_sparse and flex_prefill).
 inline constexpr int kMaxRowsPerGroup = 16;
@@ -278,7 +278,7 @@ cudaError_t LaunchFlexDecide(const FlexParams& p, cudaStream_t stream);
 // Query-aware rows, one launch per mode: 0 stats (+ level-0 histogram), 1 histogram of level
 // `level`, 2 tie counts, 3 count, 4 fill.
 cudaError_t LaunchFlexQaRows(const FlexParams& p, int mode, int level, cudaStream_t stream);
-// Dynamic shared memory of LaunchFlexQaRows (plus ~8 KB static).
+// Dynamic shared memory of LaunchFlexQaRows (plus ~28 KB static).
 int64_t FlexQaSmemBytes(int head_dim, int max_rows, int nk_max);
 // Levels of the flattened selection (8 bits of the 64-bit keys each).
 inline constexpr int kFlexLevels = 8;

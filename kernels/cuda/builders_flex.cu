@@ -146,17 +146,16 @@ __host__ __device__ inline QaSmem QaLayout(int d, int max_rows, int nk_max) {
   l.ks = Al16(static_cast<int64_t>(max_rows) * d * 4);
   l.pv = l.ks + Al16(static_cast<int64_t>(64) * (d + 1) * 4);
   l.sel = l.pv + Al16(static_cast<int64_t>(max_rows) * nk_max * 8);
-  l.mem = l.sel + Al16(nk_max);
-  l.total = l.mem + Al16(nk_max);
+  l.mem = l.sel + Al16(static_cast<int64_t>(kQaThreads / 32) * nk_max);
+  l.total = l.mem + Al16(static_cast<int64_t>(kQaThreads / 32) * nk_max);
   return l;
 }
 
 template <typename T>
 __global__ void __launch_bounds__(kQaThreads) FlexQaRowsKernel(FlexParams p, int mode,
                                                                int level) {
-  using Scan = cub::BlockScan<int, kQaThreads>;
-  __shared__ RadixSmem sm;
-  __shared__ typename Scan::TempStorage scan;
+  __shared__ int warp_hist[kQaThreads / 32][256];
+  __shared__ double warp_mass[kQaThreads / 32][256];
   __shared__ int hc[256];
   __shared__ double hm[256];
   __shared__ double rmx[kMaxGroupRows], rsum[kMaxGroupRows];
@@ -165,8 +164,8 @@ __global__ void __launch_bounds__(kQaThreads) FlexQaRowsKernel(FlexParams p, int
   float* qs = reinterpret_cast<float*>(smem + lay.qs);
   float* ks = reinterpret_cast<float*>(smem + lay.ks);
   double* pv = reinterpret_cast<double*>(smem + lay.pv);
-  uint8_t* sel = smem + lay.sel;
-  uint8_t* mem = smem + lay.mem;
+  uint8_t* sel_all = smem + lay.sel;  // per warp: nk_max flags each
+  uint8_t* mem_all = smem + lay.mem;
   const int tid = threadIdx.x;
 
   const RowGroup grp = p.groups[blockIdx.x];
@@ -279,25 +278,32 @@ __global__ void __launch_bounds__(kQaThreads) FlexQaRowsKernel(FlexParams p, int
     return;
   }
 
-  for (int r = 0; r < grp.rows; ++r) {
+  // One warp per row from here on (no CTA barriers): gamma selection, kept blocks, budgets,
+  // runs of blocks.
+  constexpr int kWarps = kQaThreads / 32;
+  uint8_t* sel = sel_all + static_cast<int64_t>(warp) * p.nk_max;
+  uint8_t* mem = mem_all + static_cast<int64_t>(warp) * p.nk_max;
+  int* hist = warp_hist[warp];
+  double* mass = warp_mass[warp];
+  for (int r = warp; r < grp.rows; r += kWarps) {
     int first_pos, last_pos, key_end;
     const int vis = geometry(r, &first_pos, &last_pos, &key_end);
     const double* pr = pv + r * nk;
     const int64_t row = row_of(r);
     if (mode == kTies) {
       int local = 0;
-      for (int kb = tid; kb < vis; kb += kQaThreads) {
+      for (int kb = lane; kb < vis; kb += 32) {
         local += (pr[kb] > 0 && DoubleKey(pr[kb]) == st.prefix) ? 1 : 0;
       }
-      const int ties = CtaSum<kQaThreads>(local, scan);
-      if (tid == 0) p.row_ties[row] = ties;
+      const int ties = WarpSum(local);
+      if (lane == 0) p.row_ties[row] = ties;
       continue;
     }
-    for (int kb = tid; kb < vis; kb += kQaThreads) {
+    for (int kb = lane; kb < vis; kb += 32) {
       sel[kb] = 0;
       mem[kb] = 0;
     }
-    __syncthreads();
+    __syncwarp();
     auto key_all = [&](int i, unsigned long long* key) {
       *key = DoubleKey(pr[i]);
       return true;
@@ -310,8 +316,7 @@ __global__ void __launch_bounds__(kQaThreads) FlexQaRowsKernel(FlexParams p, int
       };
       const TopKRule rule{st.prefix, st.mask, st.take_eq};
       const int before = st.needs_ties ? p.row_ties[row] : 0;
-      CtaApplyRule<kQaThreads>(vis, rule, key_pos, [&](int i, int) { sel[i] = 1; }, scan,
-                               before);
+      WarpApplyRule(vis, rule, key_pos, [&](int i, int) { sel[i] = 1; }, before);
     } else {
       auto key_mass = [&](int i, unsigned long long* key, double* m) {
         *key = DoubleKey(pr[i]);
@@ -323,24 +328,25 @@ __global__ void __launch_bounds__(kQaThreads) FlexQaRowsKernel(FlexParams p, int
       int k;
       if (mode == kCount) {
         const double target = static_cast<double>(p.gamma) * p.row_total[row];
-        k = CtaMassCount<kQaThreads>(vis, target, key_mass, sm);
-        if (tid == 0) p.row_ties[row] = k;
+        k = WarpMassCount(vis, target, key_mass, hist, mass);
+        if (lane == 0) p.row_ties[row] = k;
       } else {
         k = p.row_ties[row];
       }
-      const TopKRule rule = CtaTopKRule<kQaThreads>(vis, k, key_all, sm);
-      CtaApplyRule<kQaThreads>(vis, rule, key_all, [&](int i, int) { sel[i] = 1; }, scan);
+      const TopKRule rule = WarpTopKRule(vis, k, key_all, hist);
+      WarpApplyRule(vis, rule, key_all, [&](int i, int) { sel[i] = 1; });
     }
-    __syncthreads();
+    __syncwarp();
     // Kept blocks: key block 0 and the blocks holding the row's own positions.
     const int diag_first = first_pos / bs, diag_last = last_pos / bs;
     auto kept = [&](int j) { return j == 0 || (j >= diag_first && j <= diag_last); };
     int local = 0;
-    for (int kb = tid; kb < vis; kb += kQaThreads) {
+    for (int kb = lane; kb < vis; kb += 32) {
       mem[kb] = (sel[kb] != 0 || kept(kb)) ? 1 : 0;
       local += mem[kb];
     }
-    int count = CtaSum<kQaThreads>(local, scan);
+    int count = WarpSum(local);
+    __syncwarp();
     if (count < p.min_blocks) {
       // Best-ranked non-members until the minimum.
       auto key_out = [&](int i, unsigned long long* key) {
@@ -348,52 +354,50 @@ __global__ void __launch_bounds__(kQaThreads) FlexQaRowsKernel(FlexParams p, int
         *key = DoubleKey(pr[i]);
         return true;
       };
-      const TopKRule rule = CtaTopKRule<kQaThreads>(vis, p.min_blocks - count, key_out, sm);
-      count += CtaApplyRule<kQaThreads>(vis, rule, key_out, [&](int i, int) { mem[i] = 1; },
-                                        scan);
-      __syncthreads();
+      const TopKRule rule = WarpTopKRule(vis, p.min_blocks - count, key_out, hist);
+      count += WarpApplyRule(vis, rule, key_out, [&](int i, int) { mem[i] = 1; });
+      __syncwarp();
     }
     if (p.max_blocks > 0 && count > p.max_blocks) {
       // Drop the worst-ranked members that are not kept blocks until the maximum.
       local = 0;
-      for (int kb = tid; kb < vis; kb += kQaThreads) {
+      for (int kb = lane; kb < vis; kb += 32) {
         sel[kb] = (mem[kb] != 0 && !kept(kb)) ? 1 : 0;
         local += sel[kb];
       }
-      const int removable = CtaSum<kQaThreads>(local, scan);
+      const int removable = WarpSum(local);
+      __syncwarp();
       const int keep = max(0, removable - (count - p.max_blocks));
       auto key_rem = [&](int i, unsigned long long* key) {
         if (sel[i] == 0) return false;
         *key = DoubleKey(pr[i]);
         return true;
       };
-      const TopKRule rule = CtaTopKRule<kQaThreads>(vis, keep, key_rem, sm);
-      for (int kb = tid; kb < vis; kb += kQaThreads) {
+      const TopKRule rule = WarpTopKRule(vis, keep, key_rem, hist);
+      for (int kb = lane; kb < vis; kb += 32) {
         if (sel[kb] != 0) mem[kb] = 0;
       }
-      __syncthreads();
-      CtaApplyRule<kQaThreads>(vis, rule, key_rem, [&](int i, int) { mem[i] = 1; }, scan);
-      __syncthreads();
+      __syncwarp();
+      WarpApplyRule(vis, rule, key_rem, [&](int i, int) { mem[i] = 1; });
+      __syncwarp();
     }
     const int32_t base = mode == kFill ? p.range_indptr[row] : 0;
-    const int n = CtaBlockRuns<kQaThreads>(
-        mem, vis, bs, key_end,
-        [&](int ri, bool starts, bool ends, int start, int end) {
-          if (mode != kFill) return;
-          if (starts) p.range_start[base + ri] = start;
-          if (ends) p.range_len[base + ri] = end;  // made a length below
-        },
-        scan);
-    __syncthreads();
+    const int n = WarpBlockRuns(mem, vis, bs, key_end,
+                                [&](int ri, bool starts, bool ends, int start, int end) {
+                                  if (mode != kFill) return;
+                                  if (starts) p.range_start[base + ri] = start;
+                                  if (ends) p.range_len[base + ri] = end;  // a length below
+                                });
+    __syncwarp();
     if (mode == kFill) {
-      for (int ri = tid; ri < n; ri += kQaThreads) {
+      for (int ri = lane; ri < n; ri += 32) {
         p.range_len[base + ri] -= p.range_start[base + ri];
       }
-    } else if (tid == 0) {
+    } else if (lane == 0) {
       p.range_count[row] = n;
       p.col_count[row] = 0;
     }
-    __syncthreads();
+    __syncwarp();  // sel / mem are reused by the warp's next row
   }
 }
 

@@ -561,9 +561,10 @@ __device__ TopKRule WarpTopKRule(int n, int k, KeyFn key_of, int* hist) {
 }
 
 template <class KeyFn, class Emit>
-__device__ int WarpApplyRule(int n, const TopKRule& rule, KeyFn key_of, Emit emit) {
+__device__ int WarpApplyRule(int n, const TopKRule& rule, KeyFn key_of, Emit emit,
+                             int eq_before = 0) {
   const int lane = threadIdx.x & 31;
-  int carry_eq = 0, carry_sel = 0;
+  int carry_eq = eq_before, carry_sel = 0;
   for (int base = 0; base < n; base += 32) {
     const int i = base + lane;
     bool eq = false, above = false;
@@ -603,6 +604,61 @@ __device__ int WarpBlockRuns(const uint8_t* flags, int n, int bs, int key_end, E
     carry += __popc(sm);
   }
   return carry;
+}
+
+
+// CtaMassCount for one warp: `hist` / `mass` are the warp's own 256 bins.
+template <class KeyMassFn>
+__device__ int WarpMassCount(int n, double target, KeyMassFn key_mass, int* hist,
+                             double* mass) {
+  const int lane = threadIdx.x & 31;
+  unsigned long long prefix = 0, mask = 0;
+  double t_rem = target;
+  int count_above = 0;
+  for (int shift = 56; shift >= 0; shift -= 8) {
+    for (int b = lane; b < 256; b += 32) {
+      hist[b] = 0;
+      mass[b] = 0;
+    }
+    __syncwarp();
+    for (int i = lane; i < n; i += 32) {
+      unsigned long long key;
+      double m;
+      if (key_mass(i, &key, &m) && (key & mask) == prefix) {
+        const int b = static_cast<int>((key >> shift) & 255);
+        atomicAdd(&hist[b], 1);
+        if (m > 0) atomicAdd(&mass[b], m);
+      }
+    }
+    __syncwarp();
+    const MassBin mb = WarpFindMassBin(hist, mass, t_rem);
+    __syncwarp();  // every lane has read the bins before the next pass clears them
+    if (shift == 56 && mb.total == 0) return 0;
+    if (t_rem <= 0) return count_above + 1;
+    if (!mb.found) return count_above + mb.total;
+    count_above += mb.count_above;
+    t_rem -= mb.mass_above;
+    prefix |= static_cast<unsigned long long>(mb.bin) << shift;
+    mask |= 0xffull << shift;
+    if (mb.bin_count == 1) return count_above + 1;
+    if (shift == 0) {
+      const double t = KeyToDouble(prefix);
+      double cum = 0;
+      int m = 0;
+      while (m < mb.bin_count && cum < t_rem) {
+        if (t > 0) cum += t;
+        ++m;
+      }
+      return count_above + m;
+    }
+  }
+  return count_above;
+}
+
+__device__ __forceinline__ int WarpSum(int v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);
+  return v;
 }
 
 }  // namespace gpu_a
