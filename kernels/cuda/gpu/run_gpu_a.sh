@@ -23,15 +23,24 @@ BENCH="--device=cuda --heads=32 --kv_heads=8 --head_dim=128 --group_by=all --rec
 for len in ${BENCH_LENS:-32768 131072}; do
   rep=3
   [ "$len" -gt 65536 ] && rep=2
-  timeout "${BENCH_TIMEOUT:-110}" bin/spattn-bench $BENCH --seq_len="$len" --warmup=1 \
-    --repeat="$rep" >> "$OUT/bench.jsonl" 2>> "$OUT/bench.err"
+  # Per-stage device times of every build go to bench.err (gpu_a profile lines).
+  echo "=== seq_len $len" >> "$OUT/bench.err"
+  SPATTN_GPU_BUILDER_PROFILE=1 timeout "${BENCH_TIMEOUT:-110}" bin/spattn-bench $BENCH \
+    --seq_len="$len" --warmup=1 --repeat="$rep" >> "$OUT/bench.jsonl" 2>> "$OUT/bench.err"
   echo "bench $len rc=$? at ${SECONDS}s" >> "$OUT/summary.txt"
 done
-if [ -n "${SANITIZE:-}" ] && command -v compute-sanitizer > /dev/null; then
-  { timeout 120 compute-sanitizer --tool memcheck bin/gpu_builders_a_test \
-      --gtest_filter="$SANITIZE"; echo "memcheck rc=$?"; } > "$OUT/memcheck.log" 2>&1
-  tail -3 "$OUT/memcheck.log" >> "$OUT/summary.txt"
-fi
+# compute-sanitizer on small tests: MEMCHECK / RACECHECK are gtest filters.
+for tool in memcheck racecheck; do
+  filter=$([ "$tool" = memcheck ] && echo "${MEMCHECK:-}" || echo "${RACECHECK:-}")
+  if [ -n "$filter" ] && command -v compute-sanitizer > /dev/null; then
+    { timeout "${SANITIZE_TIMEOUT:-60}" compute-sanitizer --tool "$tool" --error-exitcode 9 \
+        bin/gpu_builders_a_test --gtest_filter="$filter"; echo "$tool rc=$?"; } \
+      > "$OUT/$tool.log" 2>&1
+    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|rc=|PASSED|FAILED" "$OUT/$tool.log" | tail -4 \
+      >> "$OUT/summary.txt"
+    echo "$tool done at ${SECONDS}s" >> "$OUT/summary.txt"
+  fi
+done
 
 echo "=== tests"
 grep -hE "^\[ +(OK|FAILED|SKIPPED) +\]|^\[  PASSED|^\[  FAILED|rc=" "$OUT/tests.log" | head -40
@@ -49,5 +58,8 @@ for line in open(sys.argv[1]):
           (r["method"], r["seq_len"], b, k, 100 * b / max(b + k, 1e-9), r["density"], r["recall"],
            r["recall_min"]))
 PY
-tail -5 "$OUT/bench.err"
+grep -v "^gpu_a profile" "$OUT/bench.err" | tail -4
+echo "=== builder stages (ms, last build of each method and length)"
+awk '/^=== seq_len/ {len=$3} /^gpu_a profile/ {last[len " " $3]=$0}
+     END {for (k in last) print k, last[k]}' "$OUT/bench.err" | sort | cut -c1-420
 echo "=== summary"; cat "$OUT/summary.txt"
