@@ -11,6 +11,7 @@
 #include "absl/synchronization/mutex.h"
 #include "kernels/cuda/attention_launch.h"
 #include "kernels/cuda/gpu_builders_b.h"
+#include "kernels/cuda/builders_a.h"
 #include "kernels/status_macros.h"
 
 namespace spattn {
@@ -179,6 +180,19 @@ class CudaAttentionEngine::Impl {
   }
   cudaStream_t stream() const { return stream_; }
 
+  // The workspace pool as the GPU builders' carver.
+  class Carver : public cuda::gpu_a::WorkspaceCarver {
+   public:
+    explicit Carver(Impl* impl) : impl_(impl) {}
+    absl::StatusOr<void*> Carve(int64_t bytes, const char* what) override {
+      SPATTN_ASSIGN_OR_RETURN(char* p, impl_->Alloc<char>(bytes, what));
+      return static_cast<void*>(p);
+    }
+
+   private:
+    Impl* impl_;
+  };
+
   // Device-side problem: the pointers of `p` (device memory), offsets uploaded.
   absl::StatusOr<cuda::AttnParams> Params(const AttentionProblem& p) {
     cuda::AttnParams a;
@@ -288,6 +302,10 @@ class CudaAttentionEngine::Impl {
     v.num_blocks = num_blocks;
     std::vector<int32_t> heads32(heads.begin(), heads.end());
     SPATTN_ASSIGN_OR_RETURN(v.heads, Upload(heads32, "index.heads"));
+    if (cuda::gpu_a::IsBuilderAMethod(config.method)) {
+      Carver carver(this);
+      return cuda::gpu_a::BuildIndexA(p, a, config, heads, v.heads, block_m, carver, stream_);
+    }
     cuda::DeviceIndexArrays out;
     SPATTN_ASSIGN_OR_RETURN(out.block_offsets, Alloc<int32_t>(p.batch() + 1, "block_offsets"));
     SPATTN_ASSIGN_OR_RETURN(out.range_indptr, Alloc<int32_t>(rows + 1, "range_indptr"));
@@ -495,7 +513,8 @@ int CudaAttentionEngine::device() const { return impl_->device(); }
 int64_t CudaAttentionEngine::workspace_bytes() const { return impl_->bytes(); }
 
 bool CudaAttentionEngine::GpuBuilderAvailable(Method method) {
-  return method == Method::kDense || method == Method::kAShape || cuda::IsBuilderB(method);
+  return method == Method::kDense || method == Method::kAShape ||
+         cuda::gpu_a::IsBuilderAMethod(method) || cuda::IsBuilderB(method);
 }
 
 absl::StatusOr<std::unique_ptr<CudaLayerAssets>> CudaAttentionEngine::UploadLayerAssets(
@@ -606,9 +625,11 @@ absl::Status CudaAttentionEngine::RunBuiltIndex(const AttentionProblem& p,
   absl::MutexLock lock(&impl_->mu());
   SPATTN_RETURN_IF_ERROR(impl_->Begin(times));
   SPATTN_RETURN_IF_ERROR(CheckDeviceProblem(p, impl_->device()));
-  if (block_m != 64 && block_m != 128) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("block_m: the CUDA kernel supports 64 and 128, got ", block_m));
+  const int index_block_m = cuda::gpu_a::IndexBlockM(config, block_m);
+  if (index_block_m != 64 && index_block_m != 128) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "block_m: the CUDA kernel supports 64 and 128, got ", index_block_m,
+        index_block_m != block_m ? " (the method's block_size)" : ""));
   }
   SPATTN_RETURN_IF_ERROR(impl_->Mark(Impl::kUpload));
   SPATTN_ASSIGN_OR_RETURN(cuda::AttnParams a, impl_->Params(p));
@@ -630,6 +651,10 @@ absl::Status CudaAttentionEngine::BuildIndexOnDevice(const AttentionProblem& p,
   absl::MutexLock lock(&impl_->mu());
   SPATTN_RETURN_IF_ERROR(impl_->Begin(times));
   SPATTN_RETURN_IF_ERROR(p.Validate());
+  // The estimating builders read Q/K on the device; the static ones only the sizes.
+  if (cuda::gpu_a::IsBuilderAMethod(config.method)) {
+    SPATTN_RETURN_IF_ERROR(CheckDeviceProblem(p, impl_->device()));
+  }
   SPATTN_RETURN_IF_ERROR(impl_->Mark(Impl::kUpload));
   SPATTN_ASSIGN_OR_RETURN(cuda::AttnParams a, impl_->Params(p));
   SPATTN_RETURN_IF_ERROR(impl_->Mark(Impl::kUpload));
@@ -637,6 +662,7 @@ absl::Status CudaAttentionEngine::BuildIndexOnDevice(const AttentionProblem& p,
                           impl_->BuildStatic(p, a, config, heads, block_m, maybe_assets));
   SPATTN_RETURN_IF_ERROR(impl_->Mark(Impl::kIndex));
   SPATTN_RETURN_IF_ERROR(impl_->Finish());
+  block_m = v.block_m;
   const int64_t rows = static_cast<int64_t>(v.num_heads) * v.num_blocks;
   out->block_m = v.block_m;  // sample_attention and anchor index by their own block_size
   out->heads.assign(heads.begin(), heads.end());

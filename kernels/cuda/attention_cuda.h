@@ -125,8 +125,9 @@ class CudaAttentionEngine {
                                     CudaStageTimes* maybe_times = nullptr);
   // Builds the index of `heads` with the GPU builder of config.method in the workspace, then
   // runs the sparse kernel. UNIMPLEMENTED for methods without a GPU builder. block_m is the
-  // index block of dense, a_shape and saap; sample_attention and anchor use their block_size
-  // (the kernel takes 64 and 128). Saap reads `maybe_assets` (FAILED_PRECONDITION without).
+  // index block of dense, a_shape, vertical_slash and saap; block_sparse, flex_prefill,
+  // sample_attention and anchor use their block_size (the kernel takes 64 and 128). Saap reads
+  // `maybe_assets` (FAILED_PRECONDITION without).
   absl::Status RunBuiltIndex(const AttentionProblem& problem, const MethodConfig& config,
                              const std::vector<int>& heads, int block_m,
                              CudaStageTimes* maybe_times = nullptr,
@@ -138,9 +139,10 @@ class CudaAttentionEngine {
                        CudaStageTimes* maybe_times = nullptr);
 
   // Builds the index with the GPU builder and copies it to `out` (tests, benchmarks). dense and
-  // a_shape read only the problem's sizes; the builders that look at Q/K (sample_attention,
-  // anchor, saap) need problem.space == kCuda. maybe_times gets the build's GPU time as
-  // index_seconds (the download is not counted).
+  // a_shape read only the problem's sizes (its tensors may live anywhere); the estimating
+  // builders (vertical_slash, block_sparse, flex_prefill, sample_attention, anchor, saap) read
+  // Q/K, which must then be device memory (problem.space == kCuda). maybe_times->index_seconds
+  // is the device build time (the download is not counted).
   absl::Status BuildIndexOnDevice(const AttentionProblem& problem, const MethodConfig& config,
                                   const std::vector<int>& heads, int block_m, SparseIndex* out,
                                   const CudaLayerAssets* maybe_assets = nullptr,

@@ -166,9 +166,16 @@ TEST(CudaEngineTest, BadCallsAnswerPreciseCodes) {
   ASSERT_TRUE(BuildDenseIndex(hp->problem(), {0}, 64, &broken).ok());
   broken.range_len[0] += 1;  // past the block's last key
   EXPECT_EQ((*engine)->RunSparse(p, broken).code(), absl::StatusCode::kInvalidArgument);
-  MethodConfig vs;
-  vs.method = Method::kVerticalSlash;
-  EXPECT_EQ((*engine)->RunBuiltIndex(p, vs, {0}, 64).code(), absl::StatusCode::kUnimplemented);
+  // A method without a GPU builder (if any is left) says UNIMPLEMENTED.
+  for (Method m : kAllMethods) {
+    if (CudaAttentionEngine::GpuBuilderAvailable(m)) continue;
+    MethodConfig none;
+    none.method = m;
+    EXPECT_EQ((*engine)->RunBuiltIndex(p, none, {0}, 64).code(),
+              absl::StatusCode::kUnimplemented)
+        << MethodName(m);
+    break;
+  }
   MethodConfig bad_ashape;
   bad_ashape.method = Method::kAShape;
   bad_ashape.a_shape.local_tokens = 0;

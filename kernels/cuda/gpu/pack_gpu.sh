@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Copies the opt-built CUDA binaries, their non-system shared libraries and the scripts into a
 # folder that travels to the GPU machine (default: <repo>/.gpu, git-ignored).
-# Usage: kernels/cuda/gpu/pack_gpu.sh [dest]
-#   (after bazel build -c opt //kernels/cuda:all //tests/bench:spattn-bench)
-# PACK_BINS overrides the kernels/cuda binaries taken (default: the kernel tests and bench).
+# Usage: [BINS="a b"] kernels/cuda/gpu/pack_gpu.sh [dest]
+#   (after bazel build -c opt //kernels/cuda:all //tests/bench:spattn-bench); BINS (or PACK_BINS)
+#   names the kernels/cuda binaries to take (default: attention_cuda_test cuda_engine_test
+#   cuda_bench).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 DEST=${1:-.gpu}
 rm -rf "$DEST"
 mkdir -p "$DEST/bin" "$DEST/lib"
-for b in ${PACK_BINS:-attention_cuda_test cuda_engine_test cuda_bench}; do
+for b in ${BINS:-${PACK_BINS:-attention_cuda_test cuda_engine_test cuda_bench}}; do
   cp bazel-bin/kernels/cuda/$b "$DEST/bin/"
   chmod u+w "$DEST/bin/$b"
   strip --strip-debug "$DEST/bin/$b"
@@ -24,5 +25,5 @@ if [ -x bazel-bin/tests/bench/spattn-bench ]; then
 fi
 # The fat binaries compress ~10x; run_gpu.sh unpacks them.
 (cd "$DEST" && tar -cJf bundle.tar.xz bin lib && rm -rf bin lib)
-cp kernels/cuda/sdpa_reference.py kernels/cuda/gpu/run_gpu.sh kernels/cuda/gpu/run_gpu_b.sh "$DEST/"
+cp kernels/cuda/sdpa_reference.py kernels/cuda/gpu/run_gpu*.sh "$DEST/"
 du -sh "$DEST"
