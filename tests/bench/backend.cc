@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/sparse_attention_cpu.h"
@@ -136,7 +137,10 @@ class CudaBackend : public AttentionBackend {
 
   absl::StatusOr<double> RunKernel(const SparseIndex& index) override {
     CudaStageTimes t;
-    if (gpu_built_ && index.heads == std::vector<int32_t>(last_heads_in_.begin(),
+    if (IsFullDenseIndex(*problem_, index)) {
+      // What the worker serves for dense over every head: no index, the dense kernel.
+      SPATTN_RETURN_IF_ERROR(engine_->RunDense(dp_, &t));
+    } else if (gpu_built_ && index.heads == std::vector<int32_t>(last_heads_in_.begin(),
                                                           last_heads_in_.end())) {
       SPATTN_RETURN_IF_ERROR(engine_->RunBuiltIndex(dp_, last_config_, last_heads_in_,
                                                     last_block_m_, &t, last_assets_));
@@ -188,6 +192,34 @@ class CudaBackend : public AttentionBackend {
 };
 
 }  // namespace
+
+bool IsFullDenseIndex(const AttentionProblem& problem, const SparseIndex& index) {
+  if (index.num_heads() != problem.num_q_heads) return false;
+  std::vector<bool> seen(problem.num_q_heads, false);
+  for (int32_t h : index.heads) {
+    if (h < 0 || h >= problem.num_q_heads || seen[h]) return false;
+    seen[h] = true;
+  }
+  if (index.block_offsets.size() != static_cast<size_t>(problem.batch()) + 1 ||
+      index.range_indptr.size() != static_cast<size_t>(index.num_rows()) + 1 ||
+      index.col_indptr.size() != static_cast<size_t>(index.num_rows()) + 1) {
+    return false;
+  }
+  std::vector<int> key_end(index.num_blocks());
+  for (int b = 0; b < index.num_blocks(); ++b) {
+    key_end[b] = GetBlockGeometry(problem, index, b).key_end;
+  }
+  for (int slot = 0; slot < index.num_heads(); ++slot) {
+    for (int b = 0; b < index.num_blocks(); ++b) {
+      const int64_t r = index.row(slot, b);
+      if (index.col_indptr[r + 1] != index.col_indptr[r]) return false;
+      const int32_t first = index.range_indptr[r];
+      if (index.range_indptr[r + 1] - first != 1) return false;
+      if (index.range_start[first] != 0 || index.range_len[first] != key_end[b]) return false;
+    }
+  }
+  return true;
+}
 
 absl::StatusOr<std::unique_ptr<AttentionBackend>> MakeBackend(const std::string& device) {
   if (device == "cpu") return std::unique_ptr<AttentionBackend>(new CpuBackend());

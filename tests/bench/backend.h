@@ -1,8 +1,10 @@
 // Where spattn-bench runs index builders and the sparse kernel: one interface per device.
-// The CPU backend calls the host builders and SparseAttentionCpu. The CUDA backend copies Q/K/V
+// The CPU backend calls the host builders and SparseAttentionCpu (dense too: its index is one
+// range per block). The CUDA backend copies Q/K/V
 // to the device in Prepare, builds indexes with the GPU builders where the method has one
-// (others on the CPU; index time = GPU build time), times the sparse kernel with CUDA events and
-// copies O back for the fidelity metrics.
+// (others on the CPU; index time = GPU build time), times the kernel with CUDA events (the dense
+// kernel for an index that IsFullDenseIndex, as the worker runs dense over every head, else the
+// sparse kernel) and copies O back for the fidelity metrics.
 #ifndef SPATTN_TESTS_BENCH_BACKEND_H_
 #define SPATTN_TESTS_BENCH_BACKEND_H_
 
@@ -35,6 +37,11 @@ class AttentionBackend {
   // Makes the output of the last RunKernel visible in the host problem's O.
   virtual absl::Status FetchOutput() = 0;
 };
+
+// True when `index` holds every q head of `problem` and each of its rows is one range of all the
+// keys its block may see (causal: up to the block's last query position) and no columns: dense
+// attention, which the CUDA backend then runs with the dedicated dense kernel.
+bool IsFullDenseIndex(const AttentionProblem& problem, const SparseIndex& index);
 
 // "cpu", or "cuda" (device 0 through CudaAttentionEngine; FAILED_PRECONDITION, saying why,
 // when the build has no CUDA or the machine no GPU); anything else is INVALID_ARGUMENT.

@@ -12,10 +12,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "kernels/calibration/pattern_search.h"
 #include "kernels/calibration/saap_calibration.h"
 #include "kernels/fidelity.h"
 #include "kernels/io/tensor_io.h"
 #include "kernels/parallel.h"
+#include "kernels/status_macros.h"
 #include "kernels/workload/tensor_problem.h"
 #include "kernels/workload/workload.h"
 #include "tests/bench/backend.h"
@@ -181,6 +183,7 @@ struct Group {
 // What one (method, group) measured.
 struct Result {
   std::string method, params, group, error;
+  std::string choices;  // searched: "method:count,..." over the group's heads
   std::vector<int> heads;
   double build_ms = 0, kernel_ms = 0, density = 0, density_min = 0, density_max = 0;
   double recall = 0, recall_min = 0, rel_l2 = 0;
@@ -223,7 +226,16 @@ Workload (tensor files, taken as the kernel sees them: after RoPE):
   --layout=L             auto (default: rank 3 = thd, rank 4 = bhsd), thd, hsd or bhsd
 Methods:
   --methods=LIST         comma-separated, or all (default): dense, a_shape, vertical_slash,
-                         block_sparse, flex_prefill, sample_attention, anchor, saap
+                         block_sparse, flex_prefill, sample_attention, anchor, saap; and
+                         searched (only when named): every head runs the config the pattern
+                         search (kernels/calibration) chose for it, as the product serves them
+  --search_len=N         searched: the search runs on another prompt of the same synthetic model
+                         (seed + 1000) of N tokens; its configs are applied at the full length
+                         (default 0 = min(seq_len, 16384))
+  --search_target_recall=X
+                         searched: recall each head's config must reach (default 0.95)
+  --search_candidates=L  searched: all (default: the search's default candidates, plus saap's
+                         when --calibrate is given) or a method list, e.g. a_shape,vertical_slash
   --METHOD.PARAM=V       a method parameter, e.g. --vertical_slash.last_q=64
   --param METHOD.PARAM=V the same, repeatable
                          a_shape: sink_tokens local_tokens; vertical_slash: last_q vertical_size
@@ -238,6 +250,7 @@ Methods:
                          --calibrate_len queries of sequence 0 (default 4096), training the
                          classifier (--calibrate_hidden wide, default 1024) for
                          --calibrate_steps steps (default 100); without it saap has no assets
+                         (searched: the same on its calibration prompt)
 Run:
   --device=D             cpu (default) or cuda
   --warmup=N             untimed runs per method and group (default -1 = auto)
@@ -389,6 +402,12 @@ absl::StatusOr<BenchFlags> ParseBenchFlags(const std::vector<std::string>& args)
       s = ParseInt(name, value, &f.calibrate_steps);
     } else if (name == "calibrate_hidden") {
       s = ParseInt(name, value, &f.calibrate_hidden);
+    } else if (name == "search_len") {
+      s = ParseInt(name, value, &f.search_len);
+    } else if (name == "search_target_recall") {
+      s = ParseDouble(name, value, &f.search_target_recall);
+    } else if (name == "search_candidates") {
+      f.search_candidates = value;
     } else if (name == "dump") {
       f.dump = value;
     } else if (name == "help") {
@@ -403,6 +422,7 @@ absl::StatusOr<BenchFlags> ParseBenchFlags(const std::vector<std::string>& args)
     for (Method m : kAllMethods) f.methods.push_back(MethodName(m));
   }
   for (const std::string& m : f.methods) {
+    if (m == kSearchedMethod) continue;
     auto parsed = ParseMethod(m);
     if (!parsed.ok()) return absl::InvalidArgumentError(absl::StrCat("--methods: ", parsed.status().message()));
   }
@@ -414,6 +434,14 @@ absl::StatusOr<BenchFlags> ParseBenchFlags(const std::vector<std::string>& args)
   if (f.calibrate_steps <= 0) return absl::InvalidArgumentError("--calibrate_steps must be > 0");
   if (f.calibrate_hidden <= 0) {
     return absl::InvalidArgumentError("--calibrate_hidden must be > 0");
+  }
+  if (f.search_len < 0) return absl::InvalidArgumentError("--search_len must be >= 0 (0: auto)");
+  if (!(f.search_target_recall > 0 && f.search_target_recall <= 1)) {
+    return absl::InvalidArgumentError("--search_target_recall must be in (0, 1]");
+  }
+  if (auto c = ParseCandidateMethods(f.search_candidates); !c.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--search_candidates: ", c.status().message()));
   }
   if (f.batch <= 0) return absl::InvalidArgumentError("--batch must be > 0");
   if (f.seq_len <= 0) return absl::InvalidArgumentError("--seq_len must be > 0");
@@ -431,6 +459,48 @@ absl::StatusOr<BenchFlags> ParseBenchFlags(const std::vector<std::string>& args)
     return absl::InvalidArgumentError("--group_by=kind needs a synthetic workload");
   }
   return f;
+}
+
+std::vector<ConfigGroup> GroupHeadsByConfig(const std::vector<int>& heads,
+                                            const std::vector<MethodConfig>& config_of_head) {
+  std::vector<int> sorted = heads;
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<ConfigGroup> groups;
+  std::map<std::string, size_t> group_of;  // DebugString names every parameter
+  for (int h : sorted) {
+    const MethodConfig& c = config_of_head[h];
+    auto [it, added] = group_of.emplace(c.DebugString(), groups.size());
+    if (added) groups.push_back({c, {}});
+    groups[it->second].heads.push_back(h);
+  }
+  return groups;
+}
+
+absl::StatusOr<GroupRun> RunConfigGroups(AttentionBackend* backend,
+                                         const AttentionProblem& problem,
+                                         const std::vector<ConfigGroup>& groups,
+                                         const BuildOptions& options, bool validate, bool fetch) {
+  GroupRun run;
+  run.indexes.resize(groups.size());
+  for (size_t i = 0; i < groups.size(); ++i) {
+    SparseIndex& index = run.indexes[i];
+    // Build and run group by group: the CUDA backend runs a GPU-built index right after its build.
+    SPATTN_ASSIGN_OR_RETURN(const double build_ms,
+                            backend->BuildIndex(groups[i].config, groups[i].heads, options, &index));
+    if (validate) {
+      absl::Status v = ValidateSparseIndex(problem, index);
+      if (!v.ok()) {
+        return absl::InternalError(absl::StrCat("invalid index: ", groups[i].config.DebugString(),
+                                                ": ", v.message()));
+      }
+    }
+    SPATTN_ASSIGN_OR_RETURN(const double kernel_ms, backend->RunKernel(index));
+    // A device backend copies back the heads of its last kernel only: fetch after each group.
+    if (fetch) SPATTN_RETURN_IF_ERROR(backend->FetchOutput());
+    run.build_ms += build_ms;
+    run.kernel_ms += kernel_ms;
+  }
+  return run;
 }
 
 int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
@@ -587,17 +657,14 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
   if (f.repeat == 0) f.repeat = big ? 1 : 3;
 
   // Saap's assets, calibrated on a prefix of sequence 0 (queries [0, n) and the keys they see).
-  LayerAssets assets;
-  const bool wants_saap =
-      std::find(f.methods.begin(), f.methods.end(), MethodName(Method::kSaap)) != f.methods.end();
-  bool calibrated = false;
-  if (f.calibrate && wants_saap) {
+  auto calibrate_saap = [&](const AttentionProblem& p, const char* what,
+                            LayerAssets* assets) -> bool {
     const auto calib_start = std::chrono::steady_clock::now();
-    AttentionProblem prefix = problem;
-    const int nq = std::min(f.calibrate_len, problem.q_len(0));
+    AttentionProblem prefix = p;
+    const int nq = std::min(f.calibrate_len, p.q_len(0));
     prefix.cu_seqlens_q = {0, nq};
-    prefix.cu_seqlens_k = {0, problem.k_len(0) - problem.q_len(0) + nq};
-    assets.rope_theta = f.rope_theta;
+    prefix.cu_seqlens_k = {0, p.k_len(0) - p.q_len(0) + nq};
+    assets->rope_theta = f.rope_theta;
     const SaapParams& sp = configs[Method::kSaap].saap;
     SaapCalibrationOptions co;
     co.kmeans.num_centroids = sp.num_centroids;
@@ -607,21 +674,110 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
     co.local_tokens = sp.local_tokens;
     co.max_queries = 4096;
     co.seed = f.seed + 1;
-    absl::Status cs = CalibrateSaap(prefix, co, &assets, nullptr);
+    absl::Status cs = CalibrateSaap(prefix, co, assets, nullptr);
     const double calib_ms = std::chrono::duration<double, std::milli>(
                                 std::chrono::steady_clock::now() - calib_start)
                                 .count();
-    if (cs.ok()) {
-      calibrated = true;
-      err << "spattn-bench: saap assets calibrated on " << nq << " queries in "
-          << static_cast<int64_t>(calib_ms) << " ms\n";
-    } else {
-      err << "spattn-bench: saap calibration failed: " << cs.message() << "\n";
+    if (!cs.ok()) {
+      err << "spattn-bench: saap calibration" << what << " failed: " << cs.message() << "\n";
+      return false;
     }
-  }
+    err << "spattn-bench: saap assets" << what << " calibrated on " << nq << " queries in "
+        << static_cast<int64_t>(calib_ms) << " ms\n";
+    return true;
+  };
+  LayerAssets assets;
+  const bool wants_saap =
+      std::find(f.methods.begin(), f.methods.end(), MethodName(Method::kSaap)) != f.methods.end();
+  const bool calibrated = f.calibrate && wants_saap && calibrate_saap(problem, "", &assets);
   BuildOptions bo;
   bo.block_m = f.block_m;
   bo.maybe_assets = calibrated ? &assets : nullptr;
+
+  // searched: the pattern search on another prompt of the same model, before any timed run.
+  const bool wants_searched =
+      std::find(f.methods.begin(), f.methods.end(), kSearchedMethod) != f.methods.end();
+  absl::Status search_status;
+  std::string search_params = kSearchedMethod;
+  std::vector<MethodConfig> config_of_head;  // [num_q_heads] the search's choice
+  LayerAssets search_assets;
+  BuildOptions search_bo = bo;
+  search_bo.maybe_assets = nullptr;
+  if (wants_searched) {
+    search_status = [&]() -> absl::Status {
+      if (!workload) {
+        return absl::FailedPreconditionError(
+            "searched: needs a synthetic workload (the search runs on another prompt of the same "
+            "model); run spattnctl calibrate on captured prompts instead");
+      }
+      const int search_len = f.search_len > 0 ? f.search_len : std::min(f.seq_len, 16384);
+      search_params = absl::StrCat("searched(target=", f.search_target_recall,
+                                   ", search_len=", search_len, ")");
+      const auto search_start = std::chrono::steady_clock::now();
+      WorkloadOptions co = workload->options;
+      co.shape.q_lens = {search_len};
+      co.shape.k_lens = {search_len};
+      co.seed = f.seed + 1000;
+      co.model_seed = f.seed;  // the benchmark's model (its model_seed defaults to its seed)
+      SPATTN_ASSIGN_OR_RETURN(Workload calib, GenerateWorkload(co));
+      SPATTN_ASSIGN_OR_RETURN(std::vector<Method> methods,
+                              ParseCandidateMethods(f.search_candidates));
+      const bool want_saap_candidates =
+          f.search_candidates == "all" ||
+          std::find(methods.begin(), methods.end(), Method::kSaap) != methods.end();
+      if (f.calibrate && want_saap_candidates &&
+          calibrate_saap(calib.problem(), " (search prompt)", &search_assets)) {
+        search_bo.maybe_assets = &search_assets;
+        if (f.search_candidates == "all") methods.push_back(Method::kSaap);
+      }
+      SPATTN_ASSIGN_OR_RETURN(std::vector<MethodConfig> candidates,
+                              CandidatesForMethods(methods, search_bo.maybe_assets));
+      PatternSearchOptions so;
+      so.target_recall = f.search_target_recall;
+      so.sample_rows = f.recall_rows > 0 ? f.recall_rows : 256;
+      so.seed = f.seed;
+      so.block_m = f.block_m;
+      so.maybe_assets = search_bo.maybe_assets;
+      SPATTN_ASSIGN_OR_RETURN(PatternSearchResult result,
+                              SearchHeadPatterns({&calib.problem()}, candidates, so));
+      const double search_ms = std::chrono::duration<double, std::milli>(
+                                   std::chrono::steady_clock::now() - search_start)
+                                   .count();
+      err << "spattn-bench: searched " << candidates.size() << " candidates on a " << search_len
+          << "-token prompt (seed " << co.seed << ", model seed " << f.seed << ") in "
+          << static_cast<int64_t>(search_ms) << " ms (search "
+          << static_cast<int64_t>(result.total_seconds * 1e3) << " ms)";
+      if (search_len != problem.k_len(0)) {
+        err << "; configs found at " << search_len << " tokens are applied at "
+            << problem.k_len(0);
+      }
+      err << "\n";
+      config_of_head.assign(problem.num_q_heads, MethodConfig());
+      for (const HeadSearchResult& h : result.heads) {
+        config_of_head[h.head] = h.chosen.config;
+        char buf[64];
+        std::snprintf(buf, sizeof(buf), "recall %.4f density %.3f", h.chosen.recall,
+                      h.chosen.density);
+        err << "spattn-bench: searched head " << h.head << " ("
+            << HeadKindName(workload->heads[h.head].kind) << "): "
+            << ConfigLabel(h.chosen.config) << ", calibration " << buf << "\n";
+      }
+      return absl::OkStatus();
+    }();
+    if (!search_status.ok()) {
+      err << "spattn-bench: searched: " << search_status.message() << "\n";
+    }
+  }
+  // "method:count,..." of the search's choices on `heads`, in method order.
+  auto choice_summary = [&](const std::vector<int>& heads) {
+    std::vector<std::string> parts;
+    for (Method m : kAllMethods) {
+      int n = 0;
+      for (int h : heads) n += config_of_head[h].method == m;
+      if (n > 0) parts.push_back(absl::StrCat(MethodName(m), ":", n));
+    }
+    return absl::StrJoin(parts, ",");
+  };
   std::vector<Result> table_rows;
   auto emit = [&](const Result& r) {
     if (f.table) {
@@ -630,6 +786,7 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
     }
     JsonLine j;
     j.Str("method", r.method).Str("params", r.params).Str("workload", workload_name);
+    if (!r.choices.empty()) j.Str("choices", r.choices);
     j.Str("group", r.group).Ints("heads", r.heads);
     j.Int("seq_len", problem.k_len(0)).Int("q_len", problem.q_len(0)).Int("batch", problem.batch());
     j.Int("num_heads", problem.num_q_heads).Int("kv_heads", problem.num_kv_heads);
@@ -654,58 +811,60 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
   };
 
   for (const std::string& method_name : f.methods) {
-    const Method method = *ParseMethod(method_name);
-    const MethodConfig& config = configs[method];
+    const bool searched = method_name == kSearchedMethod;
+    const MethodConfig& config = configs[searched ? Method::kDense : *ParseMethod(method_name)];
+    const std::string params = searched ? search_params : config.DebugString();
+    const BuildOptions& options = searched ? search_bo : bo;
     std::vector<Result> done;
     bool all_ok = true;
     for (const Group& g : groups) {
       Result r;
       r.method = method_name;
-      r.params = config.DebugString();
+      r.params = params;
       r.group = g.name;
       r.heads = g.heads;
-      absl::Status s = config.Validate();
+      absl::Status s = searched ? search_status : config.Validate();
+      std::vector<ConfigGroup> config_groups;
+      if (searched && s.ok()) {
+        config_groups = GroupHeadsByConfig(g.heads, config_of_head);
+        r.choices = choice_summary(g.heads);
+      } else {
+        config_groups.push_back({config, g.heads});
+      }
       std::vector<double> build_ms, kernel_ms;
-      SparseIndex index;
-      for (int it = 0; s.ok() && it < f.warmup + f.repeat; ++it) {
-        auto b = (*backend)->BuildIndex(config, g.heads, bo, &index);
-        if (!b.ok()) {
-          s = b.status();
-          break;
-        }
-        if (it == 0) {
-          // Builders from other components are trusted by the kernel; check before running it.
-          s = ValidateSparseIndex(problem, index);
-          if (!s.ok()) {
-            s = absl::InternalError(absl::StrCat("invalid index: ", s.message()));
-            break;
-          }
-        }
-        auto k = (*backend)->RunKernel(index);
-        if (!k.ok()) {
-          s = k.status();
+      GroupRun run;
+      const int runs = f.warmup + f.repeat;
+      for (int it = 0; s.ok() && it < runs; ++it) {
+        // Builders from other components are trusted by the kernel: check before the first run.
+        auto gr = RunConfigGroups(backend->get(), problem, config_groups, options,
+                                  /*validate=*/it == 0, /*fetch=*/it == runs - 1);
+        if (!gr.ok()) {
+          s = gr.status();
           break;
         }
         if (it >= f.warmup) {
-          build_ms.push_back(*b);
-          kernel_ms.push_back(*k);
+          build_ms.push_back(gr->build_ms);
+          kernel_ms.push_back(gr->kernel_ms);
         }
+        if (it == runs - 1) run = std::move(*gr);
       }
-      if (s.ok()) s = (*backend)->FetchOutput();
       if (s.ok()) {
         r.build_ms = Median(build_ms);
         r.kernel_ms = Median(kernel_ms);
-        for (int slot = 0; slot < index.num_heads() && s.ok(); ++slot) {
-          auto sf = (*exact)->Score(problem, index, slot);
-          if (!sf.ok()) {
-            s = sf.status();
-          } else {
-            r.slots.push_back(*sf);
+        for (const SparseIndex& index : run.indexes) {
+          for (int slot = 0; slot < index.num_heads() && s.ok(); ++slot) {
+            auto sf = (*exact)->Score(problem, index, slot);
+            if (!sf.ok()) {
+              s = sf.status();
+            } else {
+              r.slots.push_back(*sf);
+            }
+            r.pairs += ComputedPairs(problem, index, slot);
           }
-          r.pairs += ComputedPairs(problem, index, slot);
         }
       }
       if (s.ok()) {
+        // The groups together wrote every head of g: compare the full output.
         auto e = (*exact)->OutputError(problem, g.heads);
         if (!e.ok()) s = e.status();
         if (s.ok()) r.rel_l2 = *e;
@@ -728,9 +887,10 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
     if (groups.size() > 1 && all_ok) {
       Result all;
       all.method = method_name;
-      all.params = config.DebugString();
+      all.params = params;
       all.group = "all";
       all.heads = all_heads;
+      if (searched) all.choices = choice_summary(all_heads);
       for (const Result& r : done) {
         all.build_ms += r.build_ms;
         all.kernel_ms += r.kernel_ms;

@@ -11,7 +11,11 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/builders/build_index.h"
 #include "kernels/method_config.h"
+#include "kernels/problem.h"
+#include "kernels/sparse_index.h"
+#include "tests/bench/backend.h"
 
 namespace spattn {
 
@@ -30,7 +34,9 @@ struct BenchFlags {
   double rope_theta = 500000;        // Default: 500000.
   double concentration = 1.0;        // Default: 1.
   uint64_t seed = 0;                 // Default: 0.
-  std::vector<std::string> methods;  // Default: all.
+  // Method names, or "searched": each head runs the config the pattern search chose for it on
+  // a calibration prompt (only when named: "all" leaves it out). Default: all.
+  std::vector<std::string> methods;
   // "method.name" -> value, in the order given.
   std::vector<std::pair<std::string, std::string>> params;
   std::string device = "cpu";        // Default: cpu.
@@ -49,6 +55,13 @@ struct BenchFlags {
   int calibrate_len = 4096;          // Default: 4096.
   int calibrate_steps = 100;         // Default: 100 classifier training steps.
   int calibrate_hidden = 1024;       // Default: 1024 (the paper's classifier width).
+  // "searched": SearchHeadPatterns on a calibration prompt of the same model (seed + 1000,
+  // model seed = seed) of search_len tokens; its configs are then applied at the full length.
+  int search_len = 0;                    // Default: 0 = min(seq_len, 16384).
+  double search_target_recall = 0.95;    // Default: 0.95.
+  // "all" (the search's default candidates, plus saap's when --calibrate gave assets) or a
+  // comma-separated method list (kernels/calibration ParseCandidateMethods).
+  std::string search_candidates = "all";  // Default: all.
   bool table = false;                // Default: false (JSON lines).
   std::string dump;                  // Default: none.
   bool help = false;
@@ -66,6 +79,37 @@ absl::StatusOr<BenchFlags> ParseBenchFlags(const std::vector<std::string>& args)
 // method or parameter (listing the known ones) or a bad value.
 absl::Status SetMethodParam(const std::string& dotted, const std::string& value,
                             MethodConfig* config);
+
+// The pseudo-method of BenchFlags::methods that runs the pattern search's per-head choices.
+inline constexpr char kSearchedMethod[] = "searched";
+
+// Heads sharing one method config, as the worker's planner groups them (one index build each).
+struct ConfigGroup {
+  MethodConfig config;
+  std::vector<int> heads;  // Ascending.
+};
+
+// Groups `heads` by `config_of_head[h]` (indexed by q head): configs equal in every parameter
+// (same DebugString) share a group; groups are ordered by their first head.
+std::vector<ConfigGroup> GroupHeadsByConfig(const std::vector<int>& heads,
+                                            const std::vector<MethodConfig>& config_of_head);
+
+// What RunConfigGroups measured.
+struct GroupRun {
+  double build_ms = 0;               // summed over the groups
+  double kernel_ms = 0;              // summed over the groups
+  std::vector<SparseIndex> indexes;  // one per group, in group order
+};
+
+// Builds each group's index with `backend` (prepared on `problem`) and runs the kernel over it,
+// group after group, so that together the groups write every listed head's output. `validate`
+// checks each index against the format's invariants first (INTERNAL "invalid index: ...");
+// `fetch` makes each group's output visible in the host problem's O. Errors of the backend pass
+// through. Not thread-safe (drives `backend`).
+absl::StatusOr<GroupRun> RunConfigGroups(AttentionBackend* backend,
+                                         const AttentionProblem& problem,
+                                         const std::vector<ConfigGroup>& groups,
+                                         const BuildOptions& options, bool validate, bool fetch);
 
 // Runs the benchmark: JSON lines (or the table) to `out`, progress and errors to `err`.
 // Returns the process exit code: 0 ok (even when some methods failed: their lines carry

@@ -2,15 +2,22 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <sstream>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "kernels/builders/build_index.h"
+#include "kernels/calibration/pattern_search.h"
 #include "kernels/cuda/cuda_runtime.h"
+#include "kernels/fidelity.h"
+#include "kernels/workload/workload.h"
+#include "tests/bench/backend.h"
 
 namespace spattn {
 namespace {
@@ -232,6 +239,15 @@ TEST(BenchTest, TensorFilesGiveTheSameNumbersAsTheWorkloadTheyCameFrom) {
       EXPECT_EQ(synth.lines[i].at(key), files.lines[i].at(key)) << key;
     }
   }
+  // searched needs another prompt of the same model: captured tensors have none.
+  std::vector<std::string> c = b;
+  c.push_back("--methods=searched");
+  const BenchRun searched = RunWith(c);
+  ASSERT_EQ(searched.code, 0) << searched.err;
+  ASSERT_EQ(searched.lines.size(), 1u) << searched.out;
+  ASSERT_EQ(searched.lines[0].count("error"), 1u) << searched.out;
+  EXPECT_TRUE(absl::StrContains(searched.lines[0].at("error"), "synthetic workload"))
+      << searched.out;
   // Missing files fail to start.
   const BenchRun missing = RunWith({"--q=" + TmpPath("nope.npy"), "--k=" + TmpPath("nope.npy"),
                                "--v=" + TmpPath("nope.npy")});
@@ -270,6 +286,11 @@ TEST(BenchTest, BadFlagsAreRefusedWithTheirName) {
       {{"--seq_len"}, 2, "needs a value"},
       {{"--calibrate_len=0"}, 2, "--calibrate_len"},
       {{"--calibrate_steps=-1"}, 2, "--calibrate_steps"},
+      {{"--methods=searched,nope"}, 2, "unknown 'nope'"},
+      {{"--search_target_recall=0"}, 2, "--search_target_recall"},
+      {{"--search_target_recall=1.5"}, 2, "--search_target_recall"},
+      {{"--search_len=-1"}, 2, "--search_len"},
+      {{"--search_candidates=a_shape,nope"}, 2, "--search_candidates"},
   };
   if (ListCudaDevices().empty()) {  // with a GPU, --device=cuda runs
     bad.push_back({{"--device=cuda", "--seq_len=64"}, 1, "device cuda"});
@@ -291,7 +312,7 @@ TEST(BenchTest, HelpExplainsEveryFlag) {
         "--dtype", "--causal", "--rope_theta", "--concentration", "--seed", "--dump", "--q=",
         "--layout", "--methods", "--METHOD.PARAM", "--param", "--block_m", "--device",
         "--warmup", "--repeat", "--recall_rows", "--threads", "--group_by", "--table",
-        "--help"}) {
+        "--help", "searched", "--search_len", "--search_target_recall", "--search_candidates"}) {
     EXPECT_TRUE(absl::StrContains(r.out, flag)) << flag;
   }
 }
@@ -312,6 +333,216 @@ TEST(BenchTest, SetMethodParamCoversIntsAndFloats) {
   EXPECT_EQ(SetMethodParam("nodot", "1", &c).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(SetMethodParam("block_sparse.top_k", "1.5", &c).code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// "method:count,..." -> total count.
+int ChoiceCount(const std::string& choices) {
+  int n = 0;
+  for (absl::string_view part : absl::StrSplit(choices, ',')) {
+    std::pair<std::string, std::string> kv = absl::StrSplit(part, ':');
+    int c = 0;
+    EXPECT_TRUE(absl::SimpleAtoi(kv.second, &c)) << choices;
+    n += c;
+  }
+  return n;
+}
+
+TEST(BenchTest, SearchedRunsEveryHeadWithTheConfigTheSearchChose) {
+  const std::vector<std::string> base = {
+      "--seq_len=1024", "--heads=8", "--kv_heads=2", "--methods=dense,searched",
+      "--search_len=1024", "--recall_rows=64", "--threads=2", "--warmup=0", "--repeat=1"};
+  for (const char* group_by : {"--group_by=all", "--group_by=kind"}) {
+    std::vector<std::string> args = base;
+    args.push_back(group_by);
+    const BenchRun r = RunWith(args);
+    ASSERT_EQ(r.code, 0) << group_by << ": " << r.err;
+    // all: dense + searched; kind: 6 kinds + all, for each.
+    const size_t per_method = std::string(group_by) == "--group_by=all" ? 1 : 7;
+    ASSERT_EQ(r.lines.size(), 2 * per_method) << r.out;
+    EXPECT_TRUE(absl::StrContains(r.err, "searched 22 candidates on a 1024-token prompt"))
+        << r.err;
+    for (int h = 0; h < 8; ++h) {
+      EXPECT_TRUE(absl::StrContains(r.err, absl::StrCat("searched head ", h, " ("))) << r.err;
+    }
+    double dense_all_error = -1;
+    for (size_t i = 0; i < r.lines.size(); ++i) {
+      const auto& l = r.lines[i];
+      const std::string what = absl::StrCat(group_by, " ", l.at("method"), "/", l.at("group"));
+      ASSERT_EQ(l.count("error"), 0u) << what << ": " << l.at("error");
+      EXPECT_GT(Num(l, "kernel_ms"), 0) << what;
+      EXPECT_GE(Num(l, "index_build_ms"), 0) << what;
+      EXPECT_GT(Num(l, "pairs"), 0) << what;
+      if (l.at("method") == "dense") {
+        EXPECT_EQ(l.count("choices"), 0u) << what;
+        if (l.at("group") == "all") dense_all_error = Num(l, "rel_l2_error");
+        continue;
+      }
+      EXPECT_EQ(l.at("params"), "searched(target=0.95, search_len=1024)") << what;
+      ASSERT_EQ(l.count("choices"), 1u) << what;
+      EXPECT_EQ(ChoiceCount(l.at("choices")),
+                static_cast<int>(std::count(l.at("heads").begin(), l.at("heads").end(), ',')) + 1)
+          << what << ": " << l.at("choices");
+      EXPECT_LT(Num(l, "density"), 1.0) << what;
+      EXPECT_GT(Num(l, "density"), 0.0) << what;
+      if (l.at("group") == "all") {
+        EXPECT_EQ(l.at("heads"), "[0,1,2,3,4,5,6,7]");
+        EXPECT_EQ(ChoiceCount(l.at("choices")), 8) << l.at("choices");
+        // Chosen at recall 0.95 on another prompt: the benchmark prompt keeps close to it.
+        EXPECT_GE(Num(l, "recall"), 0.95 - 0.05) << what;
+        // Sparse: worse than dense's bf16 rounding, far from useless.
+        EXPECT_GT(Num(l, "rel_l2_error"), dense_all_error) << what;
+        EXPECT_LT(Num(l, "rel_l2_error"), 0.5) << what;
+        EXPECT_EQ(i, r.lines.size() - 1);
+      }
+    }
+  }
+}
+
+// Fixture data for the plan tests: the bench's llm_mix problem (model and prompt seed 0) and the
+// search's choices on prompt 1000 of that model, as RunBench makes them.
+struct SearchedPlan {
+  std::unique_ptr<Workload> bench;
+  std::vector<MethodConfig> config_of_head;
+};
+
+SearchedPlan MakeSearchedPlan() {
+  SearchedPlan out;
+  WorkloadOptions o;
+  o.shape.q_lens = {1024};
+  o.shape.k_lens = {1024};
+  o.shape.num_q_heads = 8;
+  o.shape.num_kv_heads = 2;
+  o.shape.head_dim = 128;
+  auto w = GenerateWorkload(o);
+  EXPECT_TRUE(w.ok()) << w.status();
+  out.bench = std::make_unique<Workload>(std::move(*w));
+  WorkloadOptions c = o;
+  c.seed = 1000;
+  c.model_seed = 0;
+  auto calib = GenerateWorkload(c);
+  EXPECT_TRUE(calib.ok()) << calib.status();
+  PatternSearchOptions so;
+  so.sample_rows = 64;
+  auto result = SearchHeadPatterns({&calib->problem()}, DefaultCandidates(), so);
+  EXPECT_TRUE(result.ok()) << result.status();
+  out.config_of_head.resize(8);
+  for (const HeadSearchResult& h : result->heads) out.config_of_head[h.head] = h.chosen.config;
+  return out;
+}
+
+TEST(BenchTest, GroupHeadsByConfigGroupsIdenticalConfigsInHeadOrder) {
+  std::vector<MethodConfig> configs(5);
+  configs[0].method = Method::kAShape;
+  configs[1].method = Method::kDense;
+  configs[2].method = Method::kAShape;
+  configs[3].method = Method::kAShape;
+  configs[3].a_shape.local_tokens = 7;  // another parameter: another group
+  configs[4].method = Method::kDense;
+  const std::vector<ConfigGroup> g = GroupHeadsByConfig({4, 3, 2, 1, 0}, configs);
+  ASSERT_EQ(g.size(), 3u);
+  EXPECT_EQ(g[0].config.method, Method::kAShape);
+  EXPECT_EQ(g[0].heads, (std::vector<int>{0, 2}));
+  EXPECT_EQ(g[1].config.method, Method::kDense);
+  EXPECT_EQ(g[1].heads, (std::vector<int>{1, 4}));
+  EXPECT_EQ(g[2].config.a_shape.local_tokens, 7);
+  EXPECT_EQ(g[2].heads, (std::vector<int>{3}));
+  // A subset of the heads (a kind) keeps only its heads.
+  const std::vector<ConfigGroup> sub = GroupHeadsByConfig({3, 4}, configs);
+  ASSERT_EQ(sub.size(), 2u);
+  EXPECT_EQ(sub[0].heads, (std::vector<int>{3}));
+  EXPECT_EQ(sub[1].heads, (std::vector<int>{4}));
+}
+
+// The per-group path (one build and one kernel per config, as served) writes exactly the output
+// of running each head's config alone.
+TEST(BenchTest, ConfigGroupsGiveTheSameOutputAsEachHeadAlone) {
+  SearchedPlan plan = MakeSearchedPlan();
+  AttentionProblem& p = plan.bench->problem();
+  std::vector<int> heads(8);
+  for (int h = 0; h < 8; ++h) heads[h] = h;
+  const std::vector<ConfigGroup> groups = GroupHeadsByConfig(heads, plan.config_of_head);
+  ASSERT_LT(groups.size(), 8u) << "no two heads share a config: nothing grouped";
+  ASSERT_GT(groups.size(), 1u);
+  std::vector<ConfigGroup> alone;
+  for (int h : heads) alone.push_back({plan.config_of_head[h], {h}});
+
+  auto backend = MakeBackend("cpu");
+  ASSERT_TRUE(backend.ok());
+  ASSERT_TRUE((*backend)->Prepare(&p).ok());
+  ExactRowSample::Options eo;
+  eo.sample_rows = 64;
+  auto exact = ExactRowSample::Compute(p, heads, eo);
+  ASSERT_TRUE(exact.ok()) << exact.status();
+  BuildOptions bo;
+  std::vector<uint8_t>& o = plan.bench->host->o_bytes();
+
+  std::fill(o.begin(), o.end(), 0);
+  auto grouped = RunConfigGroups(backend->get(), p, groups, bo, /*validate=*/true,
+                                 /*fetch=*/true);
+  ASSERT_TRUE(grouped.ok()) << grouped.status();
+  ASSERT_EQ(grouped->indexes.size(), groups.size());
+  EXPECT_GT(grouped->kernel_ms, 0);
+  const std::vector<uint8_t> grouped_o = o;
+  auto grouped_error = (*exact)->OutputError(p, heads);
+  ASSERT_TRUE(grouped_error.ok());
+
+  std::fill(o.begin(), o.end(), 0);
+  auto single = RunConfigGroups(backend->get(), p, alone, bo, true, true);
+  ASSERT_TRUE(single.ok()) << single.status();
+  auto single_error = (*exact)->OutputError(p, heads);
+  ASSERT_TRUE(single_error.ok());
+
+  EXPECT_TRUE(grouped_o == o) << "outputs differ between grouped and per-head runs";
+  EXPECT_NEAR(*grouped_error, *single_error, 1e-6);
+  EXPECT_GT(*grouped_error, 0.0);
+  // Every head written: no head's output left at zero.
+  for (int h : heads) {
+    bool any = false;
+    for (int64_t t = 0; t < p.total_q() && !any; ++t) {
+      for (int x = 0; x < p.head_dim && !any; ++x) {
+        any = o[((t * p.num_q_heads + h) * p.head_dim + x) * DTypeSize(p.dtype)] != 0;
+      }
+    }
+    EXPECT_TRUE(any) << "head " << h;
+  }
+  // The same pairs either way.
+  int64_t grouped_pairs = 0, single_pairs = 0;
+  for (const SparseIndex& idx : grouped->indexes) {
+    for (int s = 0; s < idx.num_heads(); ++s) grouped_pairs += ComputedPairs(p, idx, s);
+  }
+  for (const SparseIndex& idx : single->indexes) single_pairs += ComputedPairs(p, idx, 0);
+  EXPECT_EQ(grouped_pairs, single_pairs);
+}
+
+TEST(BenchTest, FullDenseIndexIsRecognizedOnlyOverEveryHead) {
+  for (const bool causal : {true, false}) {
+    WorkloadOptions o;
+    o.shape.q_lens = {100, 300};  // chunked prefill: 100 of 400 and 300 of 300
+    o.shape.k_lens = {400, 300};
+    o.shape.num_q_heads = 4;
+    o.shape.num_kv_heads = 2;
+    o.shape.head_dim = 64;
+    o.shape.causal = causal;
+    auto w = GenerateWorkload(o);
+    ASSERT_TRUE(w.ok()) << w.status();
+    const AttentionProblem& p = w->problem();
+    MethodConfig dense;
+    MethodConfig a_shape;
+    a_shape.method = Method::kAShape;
+    a_shape.a_shape.sink_tokens = 4;
+    a_shape.a_shape.local_tokens = 32;
+    BuildOptions bo;
+    SparseIndex index;
+    ASSERT_TRUE(BuildSparseIndex(p, dense, {3, 1, 0, 2}, bo, &index).ok());
+    EXPECT_TRUE(IsFullDenseIndex(p, index)) << "causal " << causal;
+    ASSERT_TRUE(BuildSparseIndex(p, dense, {0, 1, 2}, bo, &index).ok());
+    EXPECT_FALSE(IsFullDenseIndex(p, index)) << "a head missing, causal " << causal;
+    ASSERT_TRUE(BuildSparseIndex(p, a_shape, {0, 1, 2, 3}, bo, &index).ok());
+    EXPECT_FALSE(IsFullDenseIndex(p, index)) << "a_shape, causal " << causal;
+    ASSERT_TRUE(BuildSparseIndex(p, dense, {0, 1, 2, 3}, bo, &index).ok());
+    index.range_len[5] -= 1;  // one row one key short
+    EXPECT_FALSE(IsFullDenseIndex(p, index)) << "short row, causal " << causal;
+  }
 }
 
 }  // namespace
