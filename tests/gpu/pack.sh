@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Packs every GPU test and benchmark (opt builds) with the shared libraries the GPU machine lacks
+# into one folder that travels with a device run (default: <repo>/.gpu-all, git-ignored), so one
+# run checks and measures the whole CUDA path. Then, on the GPU machine: bash .gpu-all/run.sh.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+DEST=${1:-.gpu-all}
+TARGETS=(
+  kernels/cuda/attention_cuda_test kernels/cuda/cuda_engine_test kernels/cuda/cuda_bench
+  kernels/cuda/gpu_builders_a_test kernels/cuda/gpu_builders_b_test
+  server/cuda_backend_test server/cuda_ipc_test server/cuda_ipc_producer
+  tests/bench/spattn-bench tests/bench/spattn-server-bench
+)
+bazel build -c opt $(printf '//%s ' "${TARGETS[@]}" | sed -E 's#//([^ ]*)/([^/ ]*) #//\1:\2 #g')
+rm -rf "$DEST"
+mkdir -p "$DEST/bin" "$DEST/lib"
+for t in "${TARGETS[@]}"; do
+  b=$(basename "$t")
+  cp "bazel-bin/$t" "$DEST/bin/"
+  chmod u+w "$DEST/bin/$b"
+  strip --strip-debug "$DEST/bin/$b"
+  # Everything but the C/C++ runtime, which the GPU machine has in a newer version.
+  ldd "bazel-bin/$t" | awk '/=> \// {print $3}' |
+    { grep -vE '/(libc|libm|libpthread|libdl|librt|libgcc_s|libstdc\+\+|ld-linux[^/]*)\.so' || true; } |
+    xargs -r -I{} cp -nL {} "$DEST/lib/"
+done
+(cd "$DEST" && tar -cJf bundle.tar.xz bin lib && rm -rf bin lib)
+cp tests/gpu/run.sh kernels/cuda/sdpa_reference.py "$DEST/"
+du -sh "$DEST"
