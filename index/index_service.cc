@@ -268,6 +268,38 @@ absl::StatusOr<std::string> ResolveBackupDir(const std::string& root, const std:
 
 }  // namespace
 
+namespace {
+
+// (published_unix_ms, version) of the versions published after `after_version` was, sorted;
+// empty when `after_version` is 0, unknown or never published (the watcher then starts from the
+// current version alone).
+std::vector<std::pair<int64_t, uint64_t>> MissedPublishes(IndexStore& store,
+                                                           const std::string& model_id,
+                                                           uint64_t after_version) {
+  std::vector<std::pair<int64_t, uint64_t>> missed;
+  if (after_version == 0) return missed;
+  absl::StatusOr<v1::ListVersionsResponse> versions = store.ListVersions(model_id);
+  if (!versions.ok()) return missed;
+  int64_t since = -1;
+  for (const v1::VersionInfo& v : versions->versions()) {
+    if (v.version() == after_version && v.published_unix_ms() > 0) since = v.published_unix_ms();
+  }
+  if (since < 0) return missed;
+  for (const v1::VersionInfo& v : versions->versions()) {
+    const bool was_published = v.state() == v1::VERSION_STATE_PUBLISHED ||
+                               v.state() == v1::VERSION_STATE_RETIRED;
+    const bool later = v.published_unix_ms() > since ||
+                       (v.published_unix_ms() == since && v.version() > after_version);
+    if (was_published && v.version() != after_version && later) {
+      missed.emplace_back(v.published_unix_ms(), v.version());
+    }
+  }
+  std::sort(missed.begin(), missed.end());
+  return missed;
+}
+
+}  // namespace
+
 // ---------------------------------------------------------------------------------------------
 // WatchPublished: one reactor per stream, registered with the service; events are queued and
 // written one at a time, in publish order.
@@ -652,6 +684,13 @@ grpc::ServerWriteReactor<v1::PublishedEvent>* IndexServiceImpl::WatchPublished(
   watchers_.insert(watcher);
   metrics_->WatcherAdded();
   if (current->version != 0 && current->version != request->after_version()) {
+    // A reconnecting watcher first gets what it missed: every version published after
+    // `after_version`, in publish order (by each version's latest publish; equal milliseconds
+    // by version number), ending with the current one.
+    for (const auto& [ms, version] : MissedPublishes(**store, request->model_id(),
+                                                     request->after_version())) {
+      if (version != current->version) watcher->Push(version, ms);
+    }
     watcher->Push(current->version, current->published_unix_ms);
   }
   return watcher;
