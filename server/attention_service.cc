@@ -106,9 +106,13 @@ Device* AttentionServiceImpl::PickDevice(const ParsedRequest& req) {
     if (gpu >= 0 && d.backend->kind() == "cuda" && d.backend->ordinal() == gpu) return &d;
     const int load = d.queue->waiting() + d.queue->running();
     // Tensors on a GPU without a backend: the CPU copies them (a CUDA backend would refuse).
-    const bool fits = gpu < 0 || d.backend->kind() == "cpu";
-    const bool best_fits = best != nullptr && (gpu < 0 || best->backend->kind() == "cpu");
-    if (best == nullptr || (fits && !best_fits) || (fits == best_fits && load < best_load)) {
+    // Otherwise any healthy GPU beats the CPU, which is orders of magnitude slower: the CPU
+    // takes what no GPU can compute (fp32) or what is left when the GPUs have failed.
+    auto rank = [gpu](const Device& x) {
+      if (gpu >= 0) return x.backend->kind() == "cpu" ? 1 : 0;
+      return x.backend->kind() == "cuda" ? 1 : 0;
+    };
+    if (best == nullptr || rank(d) > rank(*best) || (rank(d) == rank(*best) && load < best_load)) {
       best = &d;
       best_load = load;
     }

@@ -99,8 +99,8 @@ class AttentionServiceImpl final : public v1::AttentionService::CallbackService 
   void CallStarted();
   void CallEnded();
   // The device for `request`: the backend of the GPU its CUDA tensors live on, else the least
-  // loaded healthy backend that computes its dtype (falling back to the first device, which
-  // then answers why it cannot).
+  // loaded healthy GPU backend that computes its dtype, else the CPU (falling back to the first
+  // device, which then answers why it cannot).
   Device* PickDevice(const ParsedRequest& request);
   // After a request on `device`: reports a newly failed backend.
   void CheckHealth(Device* device);
