@@ -20,31 +20,9 @@ namespace {
 
 using methods_b_testing::AllHeads;
 using methods_b_testing::Describe;
+using methods_b_testing::RowString;
+using methods_b_testing::GeneratorWorkload;
 using methods_b_testing::RandomProblem;
-
-// A workload from the shared generator (kernels/workload), S = 4096, GQA 2, d = 128, bf16.
-Workload GeneratorWorkload(const char* kind) {
-  WorkloadOptions o;
-  o.workload = kind;
-  o.shape.q_lens = {4096};
-  o.shape.num_q_heads = 4;
-  o.shape.num_kv_heads = 2;
-  o.shape.head_dim = 128;
-  o.shape.dtype = DType::kBF16;
-  return GenerateWorkload(o).value();
-}
-
-std::string Row(const SparseIndex& idx, int slot, int block) {
-  const int64_t r = idx.row(slot, block);
-  std::string s;
-  for (int32_t e = idx.range_indptr[r]; e < idx.range_indptr[r + 1]; ++e) {
-    absl::StrAppend(&s, "[", idx.range_start[e], ",", idx.range_start[e] + idx.range_len[e], ")");
-  }
-  for (int32_t e = idx.col_indptr[r]; e < idx.col_indptr[r + 1]; ++e) {
-    absl::StrAppend(&s, " c", idx.col_idx[e]);
-  }
-  return s;
-}
 
 // d = 16 (scale 1/4) and q = 4 e_0 for every query, k_j = a_j e_0: the score of any query with
 // key j is exactly a_j, so anchors and pooled scores can be worked out by hand.
@@ -75,16 +53,16 @@ TEST(AnchorTest, HandCheckedAnchorAndStripes) {
   ASSERT_TRUE(BuildAnchorIndex(hp->problem(), params, {0}, &idx).ok());
   ASSERT_TRUE(ValidateSparseIndex(hp->problem(), idx).ok());
   // Group 0 starts at 0: its local window covers everything before it, no stripe candidates.
-  EXPECT_EQ(Row(idx, 0, 0), "[0,16)");
-  EXPECT_EQ(Row(idx, 0, 1), "[0,32)");
+  EXPECT_EQ(RowString(idx, 0, 0), "[0,16)");
+  EXPECT_EQ(RowString(idx, 0, 1), "[0,32)");
   // Group 1 (local window from 32): every row's anchor is 10 (key 0), so is each block's pooled
   // anchor; the pooled query scores key j with a_j. Kept: 10 - a_j <= 3, i.e. keys 20 and 30.
-  EXPECT_EQ(Row(idx, 0, 2), "[0,16)[32,48) c20 c30");
-  EXPECT_EQ(Row(idx, 0, 3), "[0,16)[32,64) c20 c30");
+  EXPECT_EQ(RowString(idx, 0, 2), "[0,16)[32,48) c20 c30");
+  EXPECT_EQ(RowString(idx, 0, 3), "[0,16)[32,64) c20 c30");
   // theta = 5 also keeps key 25 (10 - 5 = 5 <= 5: the comparison is inclusive, Eq. 2).
   params.theta = 5.f;
   ASSERT_TRUE(BuildAnchorIndex(hp->problem(), params, {0}, &idx).ok());
-  EXPECT_EQ(Row(idx, 0, 3), "[0,16)[32,64) c20 c25 c30");
+  EXPECT_EQ(RowString(idx, 0, 3), "[0,16)[32,64) c20 c25 c30");
 }
 
 TEST(AnchorTest, HandCheckedAnchorFollowsTheLocalWindow) {
@@ -99,14 +77,14 @@ TEST(AnchorTest, HandCheckedAnchorFollowsTheLocalWindow) {
   ASSERT_TRUE(BuildAnchorIndex(hp->problem(), params, {0}, &idx).ok());
   // Block 2 (rows 32..47): rows 32..39 have anchor 10, rows 40..47 anchor 14 -> pooled 12,
   // keeps a_j >= 9 (key 20). Block 3: pooled anchor 14, keeps a_j >= 11 (none). Union: {20}.
-  EXPECT_EQ(Row(idx, 0, 2), "[0,16)[32,48) c20");
-  EXPECT_EQ(Row(idx, 0, 3), "[0,16)[32,64) c20");
+  EXPECT_EQ(RowString(idx, 0, 2), "[0,16)[32,48) c20");
+  EXPECT_EQ(RowString(idx, 0, 3), "[0,16)[32,64) c20");
   // step = 1: block 3 is its own group, local window from 48, so key 40 drops out of its anchor
   // (back to 10) and becomes a stripe candidate itself: kept 20, 30 (7.5 >= 7) and 40.
   params.step = 1;
   ASSERT_TRUE(BuildAnchorIndex(hp->problem(), params, {0}, &idx).ok());
-  EXPECT_EQ(Row(idx, 0, 3), "[0,16)[48,64) c20 c30 c40");
-  EXPECT_EQ(Row(idx, 0, 2), "[0,16)[32,48) c20");
+  EXPECT_EQ(RowString(idx, 0, 3), "[0,16)[48,64) c20 c30 c40");
+  EXPECT_EQ(RowString(idx, 0, 2), "[0,16)[32,48) c20");
 }
 
 // ---- Plain-loop re-implementation ----

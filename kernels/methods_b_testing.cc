@@ -348,5 +348,29 @@ LayerAssets RandomSaapAssets(int num_q_heads, int num_kv_heads, int head_dim, in
   return a;
 }
 
+// A workload from the shared generator (kernels/workload), S = 4096, GQA 2, d = 128, bf16.
+Workload GeneratorWorkload(const char* kind) {
+  WorkloadOptions o;
+  o.workload = kind;
+  o.shape.q_lens = {4096};
+  o.shape.num_q_heads = 4;
+  o.shape.num_kv_heads = 2;
+  o.shape.head_dim = 128;
+  o.shape.dtype = DType::kBF16;
+  return GenerateWorkload(o).value();
+}
+
+std::string RowString(const SparseIndex& idx, int slot, int block) {
+  const int64_t r = idx.row(slot, block);
+  std::string s;
+  for (int32_t e = idx.range_indptr[r]; e < idx.range_indptr[r + 1]; ++e) {
+    absl::StrAppend(&s, "[", idx.range_start[e], ",", idx.range_start[e] + idx.range_len[e], ")");
+  }
+  for (int32_t e = idx.col_indptr[r]; e < idx.col_indptr[r + 1]; ++e) {
+    absl::StrAppend(&s, " c", idx.col_idx[e]);
+  }
+  return s;
+}
+
 }  // namespace methods_b_testing
 }  // namespace spattn

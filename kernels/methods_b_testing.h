@@ -12,6 +12,7 @@
 #include "kernels/host_problem.h"
 #include "kernels/method_config.h"
 #include "kernels/sparse_index.h"
+#include "kernels/workload/workload.h"
 
 namespace spattn {
 namespace methods_b_testing {
@@ -73,6 +74,13 @@ void PlantClusters(HostProblem* hp, const ClusterSpec& spec, uint64_t seed);
 // Random Saap assets (unit centroids, random 2-layer classifiers) of the right shapes.
 LayerAssets RandomSaapAssets(int num_q_heads, int num_kv_heads, int head_dim, int num_centroids,
                              int hidden, uint64_t seed);
+
+// A workload from the shared generator (kernels/workload) of one head kind: S = 4096, 4 q heads,
+// 2 kv heads, d = 128, bf16.
+Workload GeneratorWorkload(const char* kind);
+
+// One index row as text: "[start,end)" per range, then " c<key>" per column.
+std::string RowString(const SparseIndex& idx, int slot, int block);
 
 }  // namespace methods_b_testing
 }  // namespace spattn

@@ -23,32 +23,10 @@ namespace {
 
 using methods_b_testing::AllHeads;
 using methods_b_testing::Describe;
+using methods_b_testing::RowString;
+using methods_b_testing::GeneratorWorkload;
 using methods_b_testing::RandomProblem;
 using methods_b_testing::RandomSaapAssets;
-
-// A workload from the shared generator (kernels/workload), S = 4096, GQA 2, d = 128, bf16.
-Workload GeneratorWorkload(const char* kind) {
-  WorkloadOptions o;
-  o.workload = kind;
-  o.shape.q_lens = {4096};
-  o.shape.num_q_heads = 4;
-  o.shape.num_kv_heads = 2;
-  o.shape.head_dim = 128;
-  o.shape.dtype = DType::kBF16;
-  return GenerateWorkload(o).value();
-}
-
-std::string Row(const SparseIndex& idx, int slot, int block) {
-  const int64_t r = idx.row(slot, block);
-  std::string s;
-  for (int32_t e = idx.range_indptr[r]; e < idx.range_indptr[r + 1]; ++e) {
-    absl::StrAppend(&s, "[", idx.range_start[e], ",", idx.range_start[e] + idx.range_len[e], ")");
-  }
-  for (int32_t e = idx.col_indptr[r]; e < idx.col_indptr[r + 1]; ++e) {
-    absl::StrAppend(&s, " c", idx.col_idx[e]);
-  }
-  return s;
-}
 
 // RoPE written out independently of the builder's helper: pair (a, b) of pair index i turns by
 // pos * theta^(-2i/d); rotate-half pairs (i, i + d/2), interleaved pairs (2i, 2i + 1).
@@ -126,20 +104,20 @@ TEST(SaapTest, HandCheckedBucketsUnderRope) {
     ASSERT_TRUE(BuildSaapIndex(hc.hp->problem(), params, {0}, &hc.assets, 16, &idx).ok());
     ASSERT_TRUE(ValidateSparseIndex(hc.hp->problem(), idx).ok());
     // Head 0 alone: block b visits bucket b % 4, i.e. keys j = b (mod 4) before its window.
-    EXPECT_EQ(Row(idx, 0, 0), "[0,16)") << interleaved;  // sink + window cover everything
-    EXPECT_EQ(Row(idx, 0, 1), "[0,1)[15,32) c1 c5 c9 c13") << interleaved;
-    EXPECT_EQ(Row(idx, 0, 2), "[0,1)[31,48) c2 c6 c10 c14 c18 c22 c26 c30") << interleaved;
-    EXPECT_EQ(Row(idx, 0, 3),
+    EXPECT_EQ(RowString(idx, 0, 0), "[0,16)") << interleaved;  // sink + window cover everything
+    EXPECT_EQ(RowString(idx, 0, 1), "[0,1)[15,32) c1 c5 c9 c13") << interleaved;
+    EXPECT_EQ(RowString(idx, 0, 2), "[0,1)[31,48) c2 c6 c10 c14 c18 c22 c26 c30") << interleaved;
+    EXPECT_EQ(RowString(idx, 0, 3),
               "[0,1)[47,64) c3 c7 c11 c15 c19 c23 c27 c31 c35 c39 c43") << interleaved;
 
     // Both heads of the group: their distributions are summed, bucket b % 4 and bucket 3 get
     // ~16 each, so top_l = 2 visits both and the two slots share the row.
     params.top_l = 2;
     ASSERT_TRUE(BuildSaapIndex(hc.hp->problem(), params, {0, 1}, &hc.assets, 16, &idx).ok());
-    EXPECT_EQ(Row(idx, 0, 1), "[0,1)[15,32) c1 c3 c5 c7 c9 c11 c13") << interleaved;
-    EXPECT_EQ(Row(idx, 1, 1), Row(idx, 0, 1));
+    EXPECT_EQ(RowString(idx, 0, 1), "[0,1)[15,32) c1 c3 c5 c7 c9 c11 c13") << interleaved;
+    EXPECT_EQ(RowString(idx, 1, 1), RowString(idx, 0, 1));
     // Block 3: both heads vote bucket 3 (~32); buckets 0..2 tie at ~0, the lowest (0) is second.
-    EXPECT_EQ(Row(idx, 0, 3),
+    EXPECT_EQ(RowString(idx, 0, 3),
               "[0,1)[47,64) c3 c4 c7 c8 c11 c12 c15 c16 c19 c20 c23 c24 c27 c28 c31 c32 c35 c36 "
               "c39 c40 c43 c44")
         << interleaved;
@@ -156,7 +134,7 @@ TEST(SaapTest, WrongRopeLayoutChangesBuckets) {
   params.local_tokens = 2;
   SparseIndex idx;
   ASSERT_TRUE(BuildSaapIndex(hc.hp->problem(), params, {0}, &hc.assets, 16, &idx).ok());
-  EXPECT_NE(Row(idx, 0, 3), "[0,1)[47,64) c3 c7 c11 c15 c19 c23 c27 c31 c35 c39 c43");
+  EXPECT_NE(RowString(idx, 0, 3), "[0,1)[47,64) c3 c7 c11 c15 c19 c23 c27 c31 c35 c39 c43");
 }
 
 // ---- Plain-loop re-implementation ----

@@ -22,31 +22,9 @@ namespace {
 
 using methods_b_testing::AllHeads;
 using methods_b_testing::Describe;
+using methods_b_testing::RowString;
+using methods_b_testing::GeneratorWorkload;
 using methods_b_testing::RandomProblem;
-
-// A workload from the shared generator (kernels/workload), S = 4096, GQA 2, d = 128, bf16.
-Workload GeneratorWorkload(const char* kind) {
-  WorkloadOptions o;
-  o.workload = kind;
-  o.shape.q_lens = {4096};
-  o.shape.num_q_heads = 4;
-  o.shape.num_kv_heads = 2;
-  o.shape.head_dim = 128;
-  o.shape.dtype = DType::kBF16;
-  return GenerateWorkload(o).value();
-}
-
-std::string Ranges(const SparseIndex& idx, int slot, int block) {
-  const int64_t r = idx.row(slot, block);
-  std::string s;
-  for (int32_t e = idx.range_indptr[r]; e < idx.range_indptr[r + 1]; ++e) {
-    absl::StrAppend(&s, "[", idx.range_start[e], ",", idx.range_start[e] + idx.range_len[e], ")");
-  }
-  for (int32_t e = idx.col_indptr[r]; e < idx.col_indptr[r + 1]; ++e) {
-    absl::StrAppend(&s, " c", idx.col_idx[e]);
-  }
-  return s;
-}
 
 // One query attends (mass ~1) to exactly one key: q_i = L e_{i-20}, k_j = e_j, so the score of
 // (i, j) is L * scale when j = i - 20 and 0 otherwise; queries with i < 20 are 0 (uniform).
@@ -87,22 +65,22 @@ TEST(SampleAttentionTest, HandCheckedSlashAndColumns) {
   //   block 1 (pos 16..31): col 0 -> [0,16); slash -> [-15, 15].        => [0,16)
   //   block 2 (pos 32..47): cols 1,2 -> [16,48); slash -> [1, 31].      => [1,48)
   //   block 3 (pos 48..63): cols 1,2 -> [16,48); slash -> [17, 47].     => [16,48)
-  EXPECT_EQ(Ranges(idx, 0, 0), "[0,16)");
-  EXPECT_EQ(Ranges(idx, 0, 1), "[0,16)");
-  EXPECT_EQ(Ranges(idx, 0, 2), "[1,48)");
-  EXPECT_EQ(Ranges(idx, 0, 3), "[16,48)");
+  EXPECT_EQ(RowString(idx, 0, 0), "[0,16)");
+  EXPECT_EQ(RowString(idx, 0, 1), "[0,16)");
+  EXPECT_EQ(RowString(idx, 0, 2), "[1,48)");
+  EXPECT_EQ(RowString(idx, 0, 3), "[16,48)");
 
   // With alpha_s = 0.8 chunk 1 also needs slash block 0 (78.3% < 80%): block 1 then adds the
   // diagonal band [16 - 15, 31] = [1, 32), i.e. [0, 32) with column block 0.
   params.alpha_s = 0.8f;
   ASSERT_TRUE(BuildSampleAttentionIndex(hp->problem(), params, {0}, &idx).ok());
-  EXPECT_EQ(Ranges(idx, 0, 1), "[0,32)");
+  EXPECT_EQ(RowString(idx, 0, 1), "[0,32)");
   // The local window is added on top: 4 keys before block 3's first query up to its last.
   params.alpha_s = 0.7f;
   params.local_tokens = 5;
   ASSERT_TRUE(BuildSampleAttentionIndex(hp->problem(), params, {0}, &idx).ok());
-  EXPECT_EQ(Ranges(idx, 0, 3), "[16,64)");
-  EXPECT_EQ(Ranges(idx, 0, 0), "[0,16)");
+  EXPECT_EQ(RowString(idx, 0, 3), "[16,64)");
+  EXPECT_EQ(RowString(idx, 0, 0), "[0,16)");
 }
 
 // Key 5 takes all the mass of every query that sees it; chunk_n = 1 samples rows 48..63, whose
@@ -129,11 +107,11 @@ TEST(SampleAttentionTest, HandCheckedSingleColumn) {
   ASSERT_TRUE(BuildSampleAttentionIndex(hp->problem(), params, {0}, &idx).ok());
   // Column block 0 = [0, 16); slash block 3 reaches keys [first - 63, last - 48], i.e. at most
   // key 15 for block 3 and nothing for earlier blocks.
-  for (int b = 0; b < 4; ++b) EXPECT_EQ(Ranges(idx, 0, b), "[0,16)") << b;
+  for (int b = 0; b < 4; ++b) EXPECT_EQ(RowString(idx, 0, b), "[0,16)") << b;
   // alpha_s = 0.7 needs both slash blocks: block 3 gains [48 - 47, 63 - 32] = [1, 31].
   params.alpha_s = 0.7f;
   ASSERT_TRUE(BuildSampleAttentionIndex(hp->problem(), params, {0}, &idx).ok());
-  EXPECT_EQ(Ranges(idx, 0, 3), "[0,32)");
+  EXPECT_EQ(RowString(idx, 0, 3), "[0,32)");
 }
 
 // ---- Plain-loop re-implementation ----

@@ -30,65 +30,11 @@
 namespace spattn {
 namespace {
 
+using testing_util::FromHex;
+using testing_util::ProducerProcess;
+
 using testing_util::Describe;
 using testing_util::InlineRequest;
-
-// The producer process with a pipe to its stdin and one from its stdout.
-class Producer {
- public:
-  bool Start(const std::string& binary, const std::string& input, size_t extra) {
-    int to_child[2], from_child[2];
-    if (pipe(to_child) != 0 || pipe(from_child) != 0) return false;
-    pid_ = fork();
-    if (pid_ == 0) {
-      dup2(to_child[0], 0);
-      dup2(from_child[1], 1);
-      close(to_child[1]);
-      close(from_child[0]);
-      const std::string extra_s = std::to_string(extra);
-      execl(binary.c_str(), binary.c_str(), input.c_str(), extra_s.c_str(),
-            static_cast<char*>(nullptr));
-      _exit(127);
-    }
-    close(to_child[0]);
-    close(from_child[1]);
-    in_ = fdopen(to_child[1], "w");
-    out_ = fdopen(from_child[0], "r");
-    return pid_ > 0;
-  }
-  std::string ReadLine() {
-    char buf[512];
-    if (fgets(buf, sizeof(buf), out_) == nullptr) return "";
-    std::string s(buf);
-    while (!s.empty() && s.back() == '\n') s.pop_back();
-    return s;
-  }
-  void Send(const std::string& line) {
-    fprintf(in_, "%s\n", line.c_str());
-    fflush(in_);
-  }
-  int Stop() {
-    Send("exit");
-    fclose(in_);
-    fclose(out_);
-    int status = 0;
-    waitpid(pid_, &status, 0);
-    return status;
-  }
-
- private:
-  pid_t pid_ = -1;
-  FILE* in_ = nullptr;
-  FILE* out_ = nullptr;
-};
-
-std::string FromHex(const std::string& hex) {
-  std::string out;
-  for (size_t i = 0; i + 1 < hex.size(); i += 2) {
-    out.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
-  }
-  return out;
-}
 
 void ExpectClose(const std::vector<float>& got, const std::vector<float>& want,
                  const std::string& what) {
@@ -125,7 +71,7 @@ TEST(CudaIpcTest, WorkerReadsAndWritesGpuMemoryOfAnotherProcess) {
   const char* producer_env = getenv("SPATTN_IPC_PRODUCER");
   const std::string producer_bin =
       producer_env ? producer_env : "server/cuda_ipc_producer";
-  Producer producer;
+  ProducerProcess producer;
   ASSERT_TRUE(producer.Start(producer_bin, input, qb));
   const std::string hello = producer.ReadLine();
   ASSERT_EQ(hello.rfind("handle ", 0), 0u) << "producer said: '" << hello << "'";

@@ -1,6 +1,8 @@
 #include "server/test_util.h"
 
 #include <unistd.h>
+#include <cstdio>
+#include <sys/wait.h>
 
 #include <random>
 
@@ -214,6 +216,57 @@ void FakeIndexServer::Stop() {
 bool FakeIndexServer::Restart() {
   Stop();
   return StartOn(address());
+}
+
+bool ProducerProcess::Start(const std::string& binary, const std::string& input, size_t extra) {
+  int to_child[2], from_child[2];
+  if (pipe(to_child) != 0 || pipe(from_child) != 0) return false;
+  pid_ = fork();
+  if (pid_ == 0) {
+    dup2(to_child[0], 0);
+    dup2(from_child[1], 1);
+    close(to_child[1]);
+    close(from_child[0]);
+    const std::string extra_s = std::to_string(extra);
+    execl(binary.c_str(), binary.c_str(), input.c_str(), extra_s.c_str(),
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(to_child[0]);
+  close(from_child[1]);
+  in_ = fdopen(to_child[1], "w");
+  out_ = fdopen(from_child[0], "r");
+  return pid_ > 0;
+}
+
+std::string ProducerProcess::ReadLine() {
+  char buf[512];
+  if (fgets(buf, sizeof(buf), out_) == nullptr) return "";
+  std::string s(buf);
+  while (!s.empty() && s.back() == '\n') s.pop_back();
+  return s;
+}
+
+void ProducerProcess::Send(const std::string& line) {
+  fprintf(in_, "%s\n", line.c_str());
+  fflush(in_);
+}
+
+int ProducerProcess::Stop() {
+  Send("exit");
+  fclose(in_);
+  fclose(out_);
+  int status = 0;
+  waitpid(pid_, &status, 0);
+  return status;
+}
+
+std::string FromHex(const std::string& hex) {
+  std::string out;
+  for (size_t i = 0; i + 1 < hex.size(); i += 2) {
+    out.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
+  }
+  return out;
 }
 
 }  // namespace testing_util

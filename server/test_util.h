@@ -5,6 +5,9 @@
 #define SPATTN_SERVER_TEST_UTIL_H_
 
 #include <grpcpp/grpcpp.h>
+#include <sys/types.h>
+
+#include <cstdio>
 
 #include <condition_variable>
 #include <map>
@@ -86,6 +89,24 @@ class FakeIndexServer {
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
 };
+
+// Another process (a test binary such as server/testing/cuda_ipc_producer) with a pipe to its
+// stdin and one from its stdout, started as `binary input extra`. Not thread-safe.
+class ProducerProcess {
+ public:
+  bool Start(const std::string& binary, const std::string& input, size_t extra);
+  std::string ReadLine();
+  void Send(const std::string& line);
+  int Stop();  // sends "exit", waits, returns the wait status
+
+ private:
+  pid_t pid_ = -1;
+  FILE* in_ = nullptr;
+  FILE* out_ = nullptr;
+};
+
+// Bytes from a string of hex digits ("0aff" -> "\x0a\xff").
+std::string FromHex(const std::string& hex);
 
 }  // namespace testing_util
 }  // namespace spattn
