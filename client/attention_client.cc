@@ -2,12 +2,11 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#include <grpcpp/generic/generic_stub.h>
-#include <grpcpp/grpcpp.h>
 
 #include <condition_variable>
 #include <cstring>
@@ -157,8 +156,8 @@ absl::StatusOr<std::unique_ptr<AttentionClient>> AttentionClient::Connect(
   auto channel =
       grpc::CreateCustomChannel(options.address, grpc::InsecureChannelCredentials(), args);
   if (!channel->WaitForConnected(absl::ToChronoTime(absl::Now() + options.connect_timeout))) {
-    return absl::UnavailableError(absl::StrCat("cannot connect to the worker at ",
-                                               options.address));
+    return absl::UnavailableError(
+        absl::StrCat("cannot connect to the worker at ", options.address));
   }
   return std::unique_ptr<AttentionClient>(new AttentionClient(options, std::move(channel)));
 }
@@ -189,8 +188,8 @@ absl::StatusOr<std::string> AttentionClient::Health(const std::string& service) 
   std::condition_variable cv;
   bool done = false;
   grpc::Status status;
-  generic.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request,
-                    &response, [&](grpc::Status s) {
+  generic.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
+                    [&](grpc::Status s) {
                       std::lock_guard<std::mutex> lock(mu);
                       status = std::move(s);
                       done = true;
@@ -204,8 +203,8 @@ absl::StatusOr<std::string> AttentionClient::Health(const std::string& service) 
   std::vector<grpc::Slice> slices;
   if (!response.Dump(&slices).ok()) return absl::InternalError("health: unreadable response");
   std::string bytes;
-  for (const grpc::Slice& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()),
-                                                   s.size());
+  for (const grpc::Slice& s : slices)
+    bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
   // Field 1 (varint): 0x08 <status>. An empty message means UNKNOWN (0).
   int value = 0;
   if (bytes.size() >= 2 && bytes[0] == 0x08) value = static_cast<uint8_t>(bytes[1]);
@@ -288,8 +287,7 @@ std::unique_ptr<AttentionStream> AttentionClient::OpenStream(absl::Duration time
 
 AttentionStream::AttentionStream(
     std::unique_ptr<grpc::ClientContext> ctx,
-    std::unique_ptr<grpc::ClientReaderWriter<v1::AttentionRequest, v1::AttentionResponse>>
-        stream)
+    std::unique_ptr<grpc::ClientReaderWriter<v1::AttentionRequest, v1::AttentionResponse>> stream)
     : ctx_(std::move(ctx)), stream_(std::move(stream)) {}
 
 AttentionStream::~AttentionStream() {

@@ -102,9 +102,10 @@ class AttentionClient {
 // Not thread-safe except that one thread may Send while another Receives.
 class AttentionStream {
  public:
-  AttentionStream(std::unique_ptr<grpc::ClientContext> ctx,
-                  std::unique_ptr<grpc::ClientReaderWriter<v1::AttentionRequest,
-                                                           v1::AttentionResponse>> stream);
+  AttentionStream(
+      std::unique_ptr<grpc::ClientContext> ctx,
+      std::unique_ptr<grpc::ClientReaderWriter<v1::AttentionRequest, v1::AttentionResponse>>
+          stream);
   ~AttentionStream();
   // Fails when the stream has ended (the final status comes from Finish).
   absl::Status Send(const v1::AttentionRequest& request);

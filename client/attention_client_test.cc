@@ -1,9 +1,8 @@
 // Client-side pieces that need no worker: shared-memory regions, request helpers, decoders.
 #include "client/attention_client.h"
 
-#include <unistd.h>
-
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <random>
 
@@ -35,8 +34,7 @@ TEST(SharedMemoryRegionTest, CreateWriteReadOpenAndUnlink) {
   }
   // The creator unlinked the object.
   EXPECT_EQ(SharedMemoryRegion::Open(key).status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(SharedMemoryRegion::Create(key, 0).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(SharedMemoryRegion::Create(key, 0).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(RequestHelpersTest, TensorsAndDecoders) {

@@ -195,8 +195,7 @@ TEST_F(IndexCommandsTest, TensorsSealPublishWatchBackup) {
   std::filesystem::create_directories(dir + "/clf");
   for (const TensorUpload& t : testing_util::MakeClassifier(m, 1, 2, 6, 5, 9)) {
     ASSERT_TRUE(
-        WriteF32(absl::StrCat(dir, "/clf/l1_h2_", t.key.name(), ".npy"), t.shape, t.bytes)
-            .ok());
+        WriteF32(absl::StrCat(dir, "/clf/l1_h2_", t.key.name(), ".npy"), t.shape, t.bytes).ok());
   }
   ASSERT_EQ(Run({"classifier", "upload", "cli-t", "1", "--dir=" + dir + "/clf"}), 0) << err_;
   EXPECT_TRUE(absl::StrContains(out_, "uploaded 4 classifier parameters")) << out_;

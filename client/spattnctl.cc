@@ -126,9 +126,9 @@ int Metadata(AttentionClient& client) {
   for (const auto& d : md->devices()) {
     std::printf("  device %s:%d %s %s%s\n", d.kind().c_str(), d.ordinal(), d.name().c_str(),
                 d.uuid().c_str(),
-                d.memory_bytes() ? absl::StrFormat(" %.1f GiB", d.memory_bytes() / 1073741824.0)
-                                       .c_str()
-                                 : "");
+                d.memory_bytes()
+                    ? absl::StrFormat(" %.1f GiB", d.memory_bytes() / 1073741824.0).c_str()
+                    : "");
   }
   std::printf("limits: max_message_bytes=%llu max_inline_bytes=%llu\n",
               static_cast<unsigned long long>(md->max_message_bytes()),
@@ -172,7 +172,8 @@ int Regions(AttentionClient& client, const Flags& f) {
   }
   if (sub == "register") {
     int64_t offset = 0, size = 0;
-    if (!f.Has("name") || !f.Has("shm_key")) return Fail("regions register: needs --name and --shm_key");
+    if (!f.Has("name") || !f.Has("shm_key"))
+      return Fail("regions register: needs --name and --shm_key");
     if (!f.GetInt("offset", 0, &offset, &error) || !f.GetInt("byte_size", 0, &size, &error)) {
       return Fail(error);
     }
@@ -206,9 +207,8 @@ void PrintResponse(const v1::AttentionResponse& r, const std::vector<std::string
     for (const auto& h : r.heads()) {
       const std::string kind =
           kinds && h.head() < head_kinds.size() ? head_kinds[h.head()] : std::string();
-      std::printf("  %5u  %-15s%-18s %9.4f %9s\n", h.head(), kind.c_str(),
-                  h.method_name().c_str(), h.density(),
-                  h.recall() < 0 ? "-" : absl::StrFormat("%.4f", h.recall()).c_str());
+      std::printf("  %5u  %-15s%-18s %9.4f %9s\n", h.head(), kind.c_str(), h.method_name().c_str(),
+                  h.density(), h.recall() < 0 ? "-" : absl::StrFormat("%.4f", h.recall()).c_str());
       if (h.recall() >= 0) {
         recall_sum += h.recall();
         recall_min = std::min(recall_min, h.recall());
@@ -216,18 +216,19 @@ void PrintResponse(const v1::AttentionResponse& r, const std::vector<std::string
       }
     }
     if (recalls > 0) {
-      std::printf("  all heads: density %.4f (%.1fx fewer pairs than dense), recall mean %.4f "
-                  "min %.4f\n",
-                  r.density(), r.density() > 0 ? 1.0 / r.density() : 0.0, recall_sum / recalls,
-                  recall_min);
+      std::printf(
+          "  all heads: density %.4f (%.1fx fewer pairs than dense), recall mean %.4f "
+          "min %.4f\n",
+          r.density(), r.density() > 0 ? 1.0 / r.density() : 0.0, recall_sum / recalls, recall_min);
     }
   }
   const auto& t = r.timings();
-  std::printf("  stages (ms): resolve %.2f  config %.2f  index_build %.2f  kernel %.2f  "
-              "output %.2f  total %.2f  (host<->GPU copies %.2f)\n",
-              t.resolve_seconds() * 1e3, t.config_seconds() * 1e3, t.index_build_seconds() * 1e3,
-              t.kernel_seconds() * 1e3, t.output_seconds() * 1e3, t.total_seconds() * 1e3,
-              t.transfer_seconds() * 1e3);
+  std::printf(
+      "  stages (ms): resolve %.2f  config %.2f  index_build %.2f  kernel %.2f  "
+      "output %.2f  total %.2f  (host<->GPU copies %.2f)\n",
+      t.resolve_seconds() * 1e3, t.config_seconds() * 1e3, t.index_build_seconds() * 1e3,
+      t.kernel_seconds() * 1e3, t.output_seconds() * 1e3, t.total_seconds() * 1e3,
+      t.transfer_seconds() * 1e3);
 }
 
 // The input of layer `l`: tensors from files (the same for every layer), a synthetic LLM-like
@@ -301,8 +302,7 @@ absl::StatusOr<std::unique_ptr<HostProblem>> MakeLayerInput(const Flags& f, int6
   if (f.Has("rope_theta") && !absl::SimpleAtod(f.Get("rope_theta", ""), &o.rope_theta)) {
     return absl::InvalidArgumentError("--rope_theta: not a number");
   }
-  if (f.Has("concentration") &&
-      !absl::SimpleAtod(f.Get("concentration", ""), &o.concentration)) {
+  if (f.Has("concentration") && !absl::SimpleAtod(f.Get("concentration", ""), &o.concentration)) {
     return absl::InvalidArgumentError("--concentration: not a number");
   }
   auto w = GenerateWorkload(o);

@@ -274,8 +274,8 @@ namespace {
 // empty when `after_version` is 0, unknown or never published (the watcher then starts from the
 // current version alone).
 std::vector<std::pair<int64_t, uint64_t>> MissedPublishes(IndexStore& store,
-                                                           const std::string& model_id,
-                                                           uint64_t after_version) {
+                                                          const std::string& model_id,
+                                                          uint64_t after_version) {
   std::vector<std::pair<int64_t, uint64_t>> missed;
   if (after_version == 0) return missed;
   absl::StatusOr<v1::ListVersionsResponse> versions = store.ListVersions(model_id);
@@ -286,8 +286,8 @@ std::vector<std::pair<int64_t, uint64_t>> MissedPublishes(IndexStore& store,
   }
   if (since < 0) return missed;
   for (const v1::VersionInfo& v : versions->versions()) {
-    const bool was_published = v.state() == v1::VERSION_STATE_PUBLISHED ||
-                               v.state() == v1::VERSION_STATE_RETIRED;
+    const bool was_published =
+        v.state() == v1::VERSION_STATE_PUBLISHED || v.state() == v1::VERSION_STATE_RETIRED;
     const bool later = v.published_unix_ms() > since ||
                        (v.published_unix_ms() == since && v.version() > after_version);
     if (was_published && v.version() != after_version && later) {
@@ -687,8 +687,8 @@ grpc::ServerWriteReactor<v1::PublishedEvent>* IndexServiceImpl::WatchPublished(
     // A reconnecting watcher first gets what it missed: every version published after
     // `after_version`, in publish order (by each version's latest publish; equal milliseconds
     // by version number), ending with the current one.
-    for (const auto& [ms, version] : MissedPublishes(**store, request->model_id(),
-                                                     request->after_version())) {
+    for (const auto& [ms, version] :
+         MissedPublishes(**store, request->model_id(), request->after_version())) {
       if (version != current->version) watcher->Push(version, ms);
     }
     watcher->Push(current->version, current->published_unix_ms);

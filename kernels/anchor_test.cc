@@ -1,6 +1,8 @@
 // AnchorAttention index builder (seed 002): hand-checked anchors and stripes, a plain-loop
 // re-implementation on small inputs, index invariants over awkward shapes, kernel equivalence
 // under the densified mask, recall on planted stripes, parameter errors.
+#include "kernels/builders/anchor.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,21 +10,20 @@
 #include <functional>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/builders/anchor.h"
 #include "kernels/builders/build_index.h"
-#include "kernels/methods_b_testing.h"
 #include "kernels/fidelity.h"
-#include "kernels/workload/workload.h"
+#include "kernels/methods_b_testing.h"
 #include "kernels/reference/reference_attention.h"
+#include "kernels/workload/workload.h"
 
 namespace spattn {
 namespace {
 
 using methods_b_testing::AllHeads;
 using methods_b_testing::Describe;
-using methods_b_testing::RowString;
 using methods_b_testing::GeneratorWorkload;
 using methods_b_testing::RandomProblem;
+using methods_b_testing::RowString;
 
 // d = 16 (scale 1/4) and q = 4 e_0 for every query, k_j = a_j e_0: the score of any query with
 // key j is exactly a_j, so anchors and pooled scores can be worked out by hand.
@@ -226,9 +227,8 @@ TEST(AnchorTest, IndexInvariantsAcrossShapes) {
     bool causal;
   };
   const std::vector<Shape> shapes = {
-      {{1}, {}, 1, 1, true},           {{63}, {}, 4, 1, true},
-      {{64}, {}, 8, 1, true},          {{65}, {}, 8, 8, true},
-      {{127}, {}, 4, 4, true},         {{131, 1, 64}, {}, 8, 2, true},
+      {{1}, {}, 1, 1, true},           {{63}, {}, 4, 1, true},     {{64}, {}, 8, 1, true},
+      {{65}, {}, 8, 8, true},          {{127}, {}, 4, 4, true},    {{131, 1, 64}, {}, 8, 2, true},
       {{40, 3}, {300, 3}, 4, 1, true}, {{33}, {100}, 2, 1, false},
   };
   AnchorParams params;

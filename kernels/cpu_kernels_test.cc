@@ -86,12 +86,12 @@ HostProblem* MakeProblem(const Case& c, uint64_t seed) {
 
 const std::vector<Case>& Cases() {
   static const auto* cases = new std::vector<Case>{
-      {{131}, {}, 4, 1, 64, DType::kBF16, true, 64},                 // prime length, GQA 4
-      {{64}, {}, 8, 1, 128, DType::kF16, true, 64},                  // GQA 8, d=128
-      {{65}, {}, 2, 2, 64, DType::kF32, true, 32},                   // GQA 1, fp32
+      {{131}, {}, 4, 1, 64, DType::kBF16, true, 64},                    // prime length, GQA 4
+      {{64}, {}, 8, 1, 128, DType::kF16, true, 64},                     // GQA 8, d=128
+      {{65}, {}, 2, 2, 64, DType::kF32, true, 32},                      // GQA 1, fp32
       {{1, 63, 200}, {1, 100, 333}, 4, 2, 64, DType::kBF16, true, 64},  // varlen + chunked
-      {{70}, {150}, 2, 1, 64, DType::kBF16, false, 64},              // not causal
-      {{257}, {}, 1, 1, 256, DType::kBF16, true, 128},               // one head, d=256
+      {{70}, {150}, 2, 1, 64, DType::kBF16, false, 64},                 // not causal
+      {{257}, {}, 1, 1, 256, DType::kBF16, true, 128},                  // one head, d=256
   };
   return *cases;
 }
@@ -168,7 +168,8 @@ TEST(SparseAttentionCpuTest, RandomIndexWithColumnsAndEmptyRow) {
     }
   }
   for (int s = 0; s < idx.num_heads(); ++s) {
-    for (int b = 0; b < p.batch(); ++b) masks[idx.heads[s] * p.batch() + b] = DensifyMask(p, idx, s, b);
+    for (int b = 0; b < p.batch(); ++b)
+      masks[idx.heads[s] * p.batch() + b] = DensifyMask(p, idx, s, b);
   }
   std::vector<float> ref, ref_lse;
   ASSERT_TRUE(ReferenceAttention(p, {1, 3}, masks, &ref, &ref_lse).ok());

@@ -91,8 +91,8 @@ void ExactRow(const AttentionProblem& p, const KvHead& kv, int head, int seq, in
 
 // Sum of probs[key] over the keys `index` selects for (slot, seq, row), clipped to [0, limit).
 template <typename T>
-double SelectedMass(const AttentionProblem& p, const SparseIndex& index, int slot, int seq,
-                    int row, const T* probs) {
+double SelectedMass(const AttentionProblem& p, const SparseIndex& index, int slot, int seq, int row,
+                    const T* probs) {
   const int limit = AllowedLimit(p, seq, row);
   const int block = index.block_offsets[seq] + row / index.block_m;
   const int64_t r = index.row(slot, block);
@@ -121,17 +121,15 @@ absl::Status CheckIndexAndSlot(const AttentionProblem& p, const SparseIndex& ind
   absl::Status s = ValidateSparseIndex(p, index);
   if (!s.ok()) return s;
   if (slot < 0 || slot >= index.num_heads()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("slot: ", slot, " is not a head slot of the index (", index.num_heads(),
-                     " slots)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "slot: ", slot, " is not a head slot of the index (", index.num_heads(), " slots)"));
   }
   return absl::OkStatus();
 }
 
 }  // namespace
 
-std::vector<SampledRow> SampleQueryRows(const AttentionProblem& p, int sample_rows,
-                                        uint64_t seed) {
+std::vector<SampledRow> SampleQueryRows(const AttentionProblem& p, int sample_rows, uint64_t seed) {
   const int64_t total = p.total_q();
   std::vector<int64_t> tokens;
   if (sample_rows <= 0 || sample_rows >= total) {
@@ -148,9 +146,10 @@ std::vector<SampledRow> SampleQueryRows(const AttentionProblem& p, int sample_ro
   std::vector<SampledRow> rows;
   rows.reserve(tokens.size());
   for (int64_t t : tokens) {
-    const int seq = static_cast<int>(std::upper_bound(p.cu_seqlens_q.begin(),
-                                                      p.cu_seqlens_q.end(), t) -
-                                     p.cu_seqlens_q.begin()) - 1;
+    const int seq =
+        static_cast<int>(std::upper_bound(p.cu_seqlens_q.begin(), p.cu_seqlens_q.end(), t) -
+                         p.cu_seqlens_q.begin()) -
+        1;
     rows.push_back({seq, static_cast<int>(t - p.cu_seqlens_q[seq])});
   }
   return rows;
@@ -275,8 +274,7 @@ absl::StatusOr<std::unique_ptr<ExactRowSample>> ExactRowSample::Compute(
   for (int h : out->heads_) {
     if (h < 0 || h >= problem.num_q_heads) {
       return absl::InvalidArgumentError(
-          absl::StrCat("heads: ", h, " is not a q head (num_q_heads = ", problem.num_q_heads,
-                       ")"));
+          absl::StrCat("heads: ", h, " is not a q head (num_q_heads = ", problem.num_q_heads, ")"));
     }
   }
   out->rows_ = SampleQueryRows(problem, options.sample_rows, options.seed);
@@ -399,8 +397,8 @@ absl::StatusOr<double> ExactRowSample::OutputError(const AttentionProblem& probl
           absl::StrCat("heads: q head ", head, " was not in the exact sample"));
     }
     for (size_t i = 0; i < rows_.size(); ++i) {
-      ReadRow(o, problem.dtype, problem.cu_seqlens_q[rows_[i].seq] + rows_[i].row, head,
-              head_dim_, row.data());
+      ReadRow(o, problem.dtype, problem.cu_seqlens_q[rows_[i].seq] + rows_[i].row, head, head_dim_,
+              row.data());
       got.insert(got.end(), row.begin(), row.end());
       const float* w = outputs_[hp].data() + i * head_dim_;
       want.insert(want.end(), w, w + head_dim_);

@@ -49,10 +49,10 @@ double Density(const AttentionProblem& problem, const SparseIndex& index, int sl
 // Recall and density of one head slot.
 struct SlotFidelity {
   int slot = 0;
-  int head = 0;              // q head of the slot
-  double recall_mean = 0;    // mean over sampled rows of the selected share of softmax mass
-  double recall_min = 0;     // worst sampled row
-  double density = 0;        // computed pairs / allowed pairs
+  int head = 0;            // q head of the slot
+  double recall_mean = 0;  // mean over sampled rows of the selected share of softmax mass
+  double recall_min = 0;   // worst sampled row
+  double density = 0;      // computed pairs / allowed pairs
 };
 
 // Per-slot fidelity plus aggregates over the slots.

@@ -130,7 +130,7 @@ TEST(AttentionMassRecallTest, PlantedLogitsMatchClosedForm) {
   params.sink_tokens = 1;
   params.local_tokens = 1;
   ASSERT_TRUE(BuildAShapeIndex(p, params, {0}, 1, &idx).ok());  // block_m 1: exact per row
-  double want = 1.0;  // row 0
+  double want = 1.0;                                            // row 0
   for (int pos = 1; pos < S; ++pos) want += (std::exp(L) + 1) / (std::exp(L) + pos);
   want /= S;
   auto got = AttentionMassRecall(p, idx, 0, 0, 0);

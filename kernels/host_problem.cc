@@ -19,9 +19,8 @@ HostProblem::HostProblem(const ProblemShape& shape) {
   p.head_dim = shape.head_dim;
   p.causal = shape.causal;
   p.dtype = shape.dtype;
-  p.softmax_scale = shape.softmax_scale > 0.f
-                        ? shape.softmax_scale
-                        : 1.f / std::sqrt(static_cast<float>(shape.head_dim));
+  p.softmax_scale = shape.softmax_scale > 0.f ? shape.softmax_scale
+                                              : 1.f / std::sqrt(static_cast<float>(shape.head_dim));
   SetContiguousStrides(&p);
   const size_t es = DTypeSize(shape.dtype);
   q_.assign(static_cast<size_t>(p.total_q()) * p.num_q_heads * p.head_dim * es, 0);

@@ -9,14 +9,12 @@ namespace {
 
 absl::Status Positive(absl::string_view method, absl::string_view param, double value) {
   if (value > 0 && std::isfinite(value)) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat(method, ".", param, " must be > 0, got ", value));
+  return absl::InvalidArgumentError(absl::StrCat(method, ".", param, " must be > 0, got ", value));
 }
 
 absl::Status NonNegative(absl::string_view method, absl::string_view param, double value) {
   if (value >= 0 && std::isfinite(value)) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat(method, ".", param, " must be >= 0, got ", value));
+  return absl::InvalidArgumentError(absl::StrCat(method, ".", param, " must be >= 0, got ", value));
 }
 
 absl::Status InUnitInterval(absl::string_view method, absl::string_view param, double value) {
@@ -67,10 +65,10 @@ absl::StatusOr<Method> ParseMethod(absl::string_view name) {
   for (Method m : kAllMethods) {
     if (name == MethodName(m)) return m;
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "method: unknown '", name,
-      "' (expected dense, a_shape, vertical_slash, block_sparse, flex_prefill, "
-      "sample_attention, anchor or saap)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("method: unknown '", name,
+                   "' (expected dense, a_shape, vertical_slash, block_sparse, flex_prefill, "
+                   "sample_attention, anchor or saap)"));
 }
 
 absl::Status MethodConfig::Validate() const {
@@ -100,10 +98,10 @@ absl::Status MethodConfig::Validate() const {
                     BlockSize("flex_prefill", p.block_size),
                     p.max_budget == 0 || p.max_budget >= p.min_budget
                         ? absl::OkStatus()
-                        : absl::InvalidArgumentError(absl::StrCat(
-                              "flex_prefill.max_budget must be 0 (no limit) or >= "
-                              "flex_prefill.min_budget (",
-                              p.min_budget, "), got ", p.max_budget))});
+                        : absl::InvalidArgumentError(
+                              absl::StrCat("flex_prefill.max_budget must be 0 (no limit) or >= "
+                                           "flex_prefill.min_budget (",
+                                           p.min_budget, "), got ", p.max_budget))});
     }
     case Method::kSampleAttention: {
       const SampleAttentionParams& p = sample_attention;
@@ -115,8 +113,7 @@ absl::Status MethodConfig::Validate() const {
     }
     case Method::kAnchor:
       return First({Positive("anchor", "theta", anchor.theta),
-                    Positive("anchor", "step", anchor.step),
-                    BlockSize("anchor", anchor.block_size),
+                    Positive("anchor", "step", anchor.step), BlockSize("anchor", anchor.block_size),
                     NonNegative("anchor", "init_tokens", anchor.init_tokens)});
     case Method::kSaap:
       return First({Positive("saap", "num_centroids", saap.num_centroids),
@@ -147,8 +144,8 @@ std::string MethodConfig::DebugString() const {
       const FlexPrefillParams& p = flex_prefill;
       return absl::StrCat("flex_prefill(gamma=", p.gamma, ", tau=", p.tau,
                           ", min_budget=", p.min_budget, ", max_budget=", p.max_budget,
-                          ", block_size=", p.block_size,
-                          ", flatten=", p.flatten ? "true" : "false", ")");
+                          ", block_size=", p.block_size, ", flatten=", p.flatten ? "true" : "false",
+                          ")");
     }
     case Method::kSampleAttention: {
       const SampleAttentionParams& p = sample_attention;
@@ -158,12 +155,12 @@ std::string MethodConfig::DebugString() const {
     }
     case Method::kAnchor:
       return absl::StrCat("anchor(theta=", anchor.theta, ", step=", anchor.step,
-                          ", block_size=", anchor.block_size,
-                          ", init_tokens=", anchor.init_tokens, ")");
+                          ", block_size=", anchor.block_size, ", init_tokens=", anchor.init_tokens,
+                          ")");
     case Method::kSaap:
       return absl::StrCat("saap(num_centroids=", saap.num_centroids, ", top_l=", saap.top_l,
-                          ", sink_tokens=", saap.sink_tokens,
-                          ", local_tokens=", saap.local_tokens, ")");
+                          ", sink_tokens=", saap.sink_tokens, ", local_tokens=", saap.local_tokens,
+                          ")");
   }
   return "unknown";
 }

@@ -39,11 +39,11 @@ struct AShapeParams {
 
 // MInference vertical-slash (seed 000, Alg. 2 and 4).
 struct VerticalSlashParams {
-  int last_q = 64;            // Default: 64.
-  int vertical_size = 1000;   // Default: 1000.
-  int slash_size = 6096;      // Default: 6096.
-  int forced_columns = 30;    // Default: 30.
-  int forced_diagonals = 100; // Default: 100.
+  int last_q = 64;             // Default: 64.
+  int vertical_size = 1000;    // Default: 1000.
+  int slash_size = 6096;       // Default: 6096.
+  int forced_columns = 30;     // Default: 30.
+  int forced_diagonals = 100;  // Default: 100.
 };
 
 // MInference block-sparse.
@@ -61,7 +61,7 @@ struct FlexPrefillParams {
   int block_size = 128;   // Default: 128.
   // Query-aware heads pick key blocks over the whole flattened, normalized block map (the
   // paper's Alg. 4); false picks per query block (the "w/o flatten" variant of its App. F.4).
-  bool flatten = true;    // Default: true.
+  bool flatten = true;  // Default: true.
 };
 
 // SampleAttention (seed 004).

@@ -94,8 +94,8 @@ int Main(int argc, char** argv) {
   shape.num_kv_heads = f.kv_heads;
   shape.head_dim = f.d;
   shape.dtype = DType::kBF16;
-  std::printf("S=%d q_heads=%d kv_heads=%d d=%d bf16, %d threads, median of %d\n", f.seq,
-              f.q_heads, f.kv_heads, f.d, CpuThreads(), f.reps);
+  std::printf("S=%d q_heads=%d kv_heads=%d d=%d bf16, %d threads, median of %d\n", f.seq, f.q_heads,
+              f.kv_heads, f.d, CpuThreads(), f.reps);
 
   // Structured heads (sink, local, columns, slashes) for SampleAttention and AnchorAttention.
   auto structured = methods_b_testing::RandomProblem(shape, 1);

@@ -38,8 +38,8 @@ double UnitRoundoff(DType t) {
   return 1;
 }
 
-std::string FirstMismatch(const std::vector<float>& got, const std::vector<float>& want,
-                          DType t, const std::vector<uint8_t>& check, const char* what) {
+std::string FirstMismatch(const std::vector<float>& got, const std::vector<float>& want, DType t,
+                          const std::vector<uint8_t>& check, const char* what) {
   const double u = UnitRoundoff(t);
   for (size_t i = 0; i < got.size(); ++i) {
     if (!check[i]) continue;

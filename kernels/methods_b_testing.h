@@ -41,13 +41,13 @@ std::string CompareKernelWithMaskedReference(HostProblem* hp, const SparseIndex&
 
 // Structures of one kv head for PlantStructure. Logits are in softmax units (q.k * scale).
 struct PlantedHead {
-  int sink_keys = 1;                // keys [0, sink_keys) score sink_logit for every query
+  int sink_keys = 1;  // keys [0, sink_keys) score sink_logit for every query
   float sink_logit = 8.f;
-  std::vector<int> columns;         // key positions scoring column_logit for every query
+  std::vector<int> columns;  // key positions scoring column_logit for every query
   float column_logit = 8.f;
-  std::vector<int> slash_offsets;   // key pos - o scores slash_logit for the query at pos
+  std::vector<int> slash_offsets;  // key pos - o scores slash_logit for the query at pos
   float slash_logit = 8.f;
-  float noise = 0.3f;               // N(0, noise^2) on the dims no structure uses
+  float noise = 0.3f;  // N(0, noise^2) on the dims no structure uses
 };
 
 // Overwrites Q and K (V stays random) so that every q head of kv head h shows heads[h]'s
@@ -61,7 +61,7 @@ void PlantStructure(HostProblem* hp, const std::vector<PlantedHead>& heads, uint
 // are built to find. Directions depend on model_seed only (the "model"); token draws on seed.
 struct ClusterSpec {
   int clusters = 16;
-  float logit = 8.f;            // score of a query with keys of its target cluster
+  float logit = 8.f;  // score of a query with keys of its target cluster
   float noise = 0.1f;
   // Consecutive query rows sharing one target cluster (a "topic"), for all q heads of a kv
   // head; 1 draws a target per query and head.

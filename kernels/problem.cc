@@ -9,17 +9,16 @@ namespace {
 
 absl::Status CheckCuSeqlens(const std::vector<int32_t>& cu, const char* name, int batch) {
   if (static_cast<int>(cu.size()) != batch + 1) {
-    return absl::InvalidArgumentError(absl::StrCat(name, ": expected ", batch + 1,
-                                                   " entries (batch + 1), got ", cu.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": expected ", batch + 1, " entries (batch + 1), got ", cu.size()));
   }
   if (cu[0] != 0) {
     return absl::InvalidArgumentError(absl::StrCat(name, "[0] must be 0, got ", cu[0]));
   }
   for (int b = 0; b < batch; ++b) {
     if (cu[b + 1] < cu[b]) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name, " must be non-decreasing: entry ", b + 1, " is ", cu[b + 1],
-                       " after ", cu[b]));
+      return absl::InvalidArgumentError(absl::StrCat(name, " must be non-decreasing: entry ", b + 1,
+                                                     " is ", cu[b + 1], " after ", cu[b]));
     }
   }
   return absl::OkStatus();
@@ -35,9 +34,8 @@ absl::Status CheckTensor(const TokenTensor& t, const char* name, int heads, int 
                                                    " overlaps rows of head_dim ", head_dim));
   }
   if (t.token_stride < static_cast<int64_t>(heads - 1) * t.head_stride + head_dim && tokens > 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name, ": token stride ", t.token_stride, " is smaller than one token's ",
-                     heads, " heads"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ": token stride ", t.token_stride, " is smaller than one token's ", heads, " heads"));
   }
   return absl::OkStatus();
 }
@@ -64,13 +62,11 @@ absl::Status AttentionProblem::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat("num_q_heads must be > 0, got ", num_q_heads));
   }
   if (num_kv_heads <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("num_kv_heads must be > 0, got ", num_kv_heads));
+    return absl::InvalidArgumentError(absl::StrCat("num_kv_heads must be > 0, got ", num_kv_heads));
   }
   if (num_q_heads % num_kv_heads != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("num_q_heads (", num_q_heads,
-                                                   ") must be a multiple of num_kv_heads (",
-                                                   num_kv_heads, ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "num_q_heads (", num_q_heads, ") must be a multiple of num_kv_heads (", num_kv_heads, ")"));
   }
   if (head_dim <= 0 || head_dim > 256 || head_dim % 8 != 0) {
     return absl::InvalidArgumentError(

@@ -35,9 +35,9 @@ struct AttentionProblem {
   DType dtype = DType::kBF16;  // Of Q, K, V and O.
   MemorySpace space = MemorySpace::kHost;
 
-  TokenTensor q;  // [total_q, num_q_heads, head_dim]
-  TokenTensor k;  // [total_k, num_kv_heads, head_dim]
-  TokenTensor v;  // [total_k, num_kv_heads, head_dim]
+  TokenTensor q;      // [total_q, num_q_heads, head_dim]
+  TokenTensor k;      // [total_k, num_kv_heads, head_dim]
+  TokenTensor v;      // [total_k, num_kv_heads, head_dim]
   void* o = nullptr;  // [total_q, num_q_heads, head_dim], strides below
   int64_t o_token_stride = 0;
   int64_t o_head_stride = 0;

@@ -2,6 +2,8 @@
 // re-implementation on small inputs, index invariants over awkward shapes, kernel equivalence
 // under the densified mask, recall on planted clusters with on-the-fly calibration, missing or
 // mismatched assets and bad parameters.
+#include "kernels/builders/saap.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,22 +13,21 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/builders/build_index.h"
-#include "kernels/builders/saap.h"
 #include "kernels/calibration/saap_calibration.h"
-#include "kernels/methods_b_testing.h"
 #include "kernels/fidelity.h"
-#include "kernels/workload/workload.h"
+#include "kernels/methods_b_testing.h"
 #include "kernels/reference/reference_attention.h"
+#include "kernels/workload/workload.h"
 
 namespace spattn {
 namespace {
 
 using methods_b_testing::AllHeads;
 using methods_b_testing::Describe;
-using methods_b_testing::RowString;
 using methods_b_testing::GeneratorWorkload;
 using methods_b_testing::RandomProblem;
 using methods_b_testing::RandomSaapAssets;
+using methods_b_testing::RowString;
 
 // RoPE written out independently of the builder's helper: pair (a, b) of pair index i turns by
 // pos * theta^(-2i/d); rotate-half pairs (i, i + d/2), interleaved pairs (2i, 2i + 1).
@@ -107,8 +108,8 @@ TEST(SaapTest, HandCheckedBucketsUnderRope) {
     EXPECT_EQ(RowString(idx, 0, 0), "[0,16)") << interleaved;  // sink + window cover everything
     EXPECT_EQ(RowString(idx, 0, 1), "[0,1)[15,32) c1 c5 c9 c13") << interleaved;
     EXPECT_EQ(RowString(idx, 0, 2), "[0,1)[31,48) c2 c6 c10 c14 c18 c22 c26 c30") << interleaved;
-    EXPECT_EQ(RowString(idx, 0, 3),
-              "[0,1)[47,64) c3 c7 c11 c15 c19 c23 c27 c31 c35 c39 c43") << interleaved;
+    EXPECT_EQ(RowString(idx, 0, 3), "[0,1)[47,64) c3 c7 c11 c15 c19 c23 c27 c31 c35 c39 c43")
+        << interleaved;
 
     // Both heads of the group: their distributions are summed, bucket b % 4 and bucket 3 get
     // ~16 each, so top_l = 2 visits both and the two slots share the row.
@@ -182,8 +183,7 @@ std::vector<uint8_t> NaiveMask(const AttentionProblem& p, const SaapParams& prm,
     std::vector<double> score(nc, 0.0);
     for (int h : heads) {
       for (int i = r0; i < r1; ++i) {
-        std::vector<double> x =
-            deroped(p.q, p.cu_seqlens_q[b] + i, h, p.query_pos(b, i));
+        std::vector<double> x = deroped(p.q, p.cu_seqlens_q[b] + i, h, p.query_pos(b, i));
         for (const DenseLayerWeights& w : a.classifiers[h]) {
           std::vector<double> y(w.out);
           for (int o = 0; o < w.out; ++o) {
@@ -207,8 +207,8 @@ std::vector<uint8_t> NaiveMask(const AttentionProblem& p, const SaapParams& prm,
     std::vector<uint8_t> visit(nc, 0);  // 1 visited, 2 near the cut
     for (int c = 0; c < nc; ++c) {
       const bool near = std::fabs(score[c] - cut_hi) < 1e-5 || std::fabs(score[c] - cut_lo) < 1e-5;
-      const bool in = std::find(order.begin(), order.begin() + prm.top_l, c) !=
-                      order.begin() + prm.top_l;
+      const bool in =
+          std::find(order.begin(), order.begin() + prm.top_l, c) != order.begin() + prm.top_l;
       visit[c] = near && cut_hi - cut_lo < 1e-5 ? 2 : in;
     }
     const int first = p.query_pos(b, r0), last = p.query_pos(b, r1 - 1);
@@ -218,8 +218,8 @@ std::vector<uint8_t> NaiveMask(const AttentionProblem& p, const SaapParams& prm,
       for (int j = 0; j < std::min(lim, key_end); ++j) {
         uint8_t v = visit[bucket[j]];
         if (key_tied[j]) v = 2;
-        if (j < prm.sink_tokens || (prm.local_tokens > 0 && j >= first - prm.local_tokens + 1 &&
-                                    j <= last)) {
+        if (j < prm.sink_tokens ||
+            (prm.local_tokens > 0 && j >= first - prm.local_tokens + 1 && j <= last)) {
           v = 1;
         }
         mask[static_cast<size_t>(i) * kl + j] = v;
@@ -295,9 +295,8 @@ TEST(SaapTest, IndexInvariantsAcrossShapes) {
     bool causal;
   };
   const std::vector<Shape> shapes = {
-      {{1}, {}, 1, 1, true},           {{63}, {}, 4, 1, true},
-      {{64}, {}, 8, 1, true},          {{65}, {}, 8, 8, true},
-      {{127}, {}, 4, 4, true},         {{131, 1, 64}, {}, 8, 2, true},
+      {{1}, {}, 1, 1, true},           {{63}, {}, 4, 1, true},     {{64}, {}, 8, 1, true},
+      {{65}, {}, 8, 8, true},          {{127}, {}, 4, 4, true},    {{131, 1, 64}, {}, 8, 2, true},
       {{40, 3}, {300, 3}, 4, 1, true}, {{33}, {100}, 2, 1, false},
   };
   SaapParams params;
@@ -318,9 +317,9 @@ TEST(SaapTest, IndexInvariantsAcrossShapes) {
     LayerAssets assets = RandomSaapAssets(sh.hq, sh.hkv, 64, 16, 32, seed++);
     for (int block_m : {16, 64}) {
       SparseIndex idx;
-      ASSERT_TRUE(BuildSaapIndex(hp->problem(), params, AllHeads(hp->problem()), &assets, block_m,
-                                 &idx)
-                      .ok())
+      ASSERT_TRUE(
+          BuildSaapIndex(hp->problem(), params, AllHeads(hp->problem()), &assets, block_m, &idx)
+              .ok())
           << Describe(s);
       absl::Status v = ValidateSparseIndex(hp->problem(), idx);
       EXPECT_TRUE(v.ok()) << Describe(s) << ": " << v;
@@ -458,8 +457,7 @@ TEST(SaapTest, RecallOnGeneratorTopicWorkload) {
   params.top_l = 4;
   params.local_tokens = 128;
   SparseIndex idx;
-  ASSERT_TRUE(
-      BuildSaapIndex(w.problem(), params, AllHeads(w.problem()), &assets, 64, &idx).ok());
+  ASSERT_TRUE(BuildSaapIndex(w.problem(), params, AllHeads(w.problem()), &assets, 64, &idx).ok());
   const FidelitySummary f = SummarizeFidelity(w.problem(), idx, 128, 1).value();
   EXPECT_GE(f.recall_mean, 0.85) << "density " << f.density_mean;
   EXPECT_LE(f.density_mean, 0.2) << "recall " << f.recall_mean;

@@ -1,6 +1,8 @@
 // SampleAttention index builder (seed 004): hand-checked selections, a plain-loop re-implementation
 // on small inputs, index invariants over awkward shapes, kernel equivalence under the densified
 // mask, recall on planted column/slash heads, parameter errors.
+#include "kernels/builders/sample_attention.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,20 +13,19 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/builders/build_index.h"
-#include "kernels/builders/sample_attention.h"
-#include "kernels/methods_b_testing.h"
 #include "kernels/fidelity.h"
-#include "kernels/workload/workload.h"
+#include "kernels/methods_b_testing.h"
 #include "kernels/reference/reference_attention.h"
+#include "kernels/workload/workload.h"
 
 namespace spattn {
 namespace {
 
 using methods_b_testing::AllHeads;
 using methods_b_testing::Describe;
-using methods_b_testing::RowString;
 using methods_b_testing::GeneratorWorkload;
 using methods_b_testing::RandomProblem;
+using methods_b_testing::RowString;
 
 // One query attends (mass ~1) to exactly one key: q_i = L e_{i-20}, k_j = e_j, so the score of
 // (i, j) is L * scale when j = i - 20 and 0 otherwise; queries with i < 20 are 0 (uniform).
@@ -262,9 +263,8 @@ TEST(SampleAttentionTest, IndexInvariantsAcrossShapes) {
     bool causal;
   };
   const std::vector<Shape> shapes = {
-      {{1}, {}, 1, 1, true},          {{63}, {}, 4, 1, true},
-      {{64}, {}, 8, 1, true},         {{65}, {}, 8, 8, true},
-      {{127}, {}, 4, 4, true},        {{131, 1, 64}, {}, 8, 2, true},
+      {{1}, {}, 1, 1, true},           {{63}, {}, 4, 1, true},     {{64}, {}, 8, 1, true},
+      {{65}, {}, 8, 8, true},          {{127}, {}, 4, 4, true},    {{131, 1, 64}, {}, 8, 2, true},
       {{40, 3}, {300, 3}, 4, 1, true}, {{33}, {100}, 2, 1, false},
   };
   SampleAttentionParams params;
@@ -282,7 +282,8 @@ TEST(SampleAttentionTest, IndexInvariantsAcrossShapes) {
     s.causal = sh.causal;
     auto hp = RandomProblem(s, seed++);
     SparseIndex idx;
-    ASSERT_TRUE(BuildSampleAttentionIndex(hp->problem(), params, AllHeads(hp->problem()), &idx).ok())
+    ASSERT_TRUE(
+        BuildSampleAttentionIndex(hp->problem(), params, AllHeads(hp->problem()), &idx).ok())
         << Describe(s);
     absl::Status v = ValidateSparseIndex(hp->problem(), idx);
     EXPECT_TRUE(v.ok()) << Describe(s) << ": " << v;
@@ -342,7 +343,8 @@ TEST(SampleAttentionTest, KernelMatchesReferenceUnderDensifiedMask) {
     params.alpha_c = params.alpha_s = 0.2f;  // sparse enough to drop keys of random heads
     params.local_tokens = 4;
     SparseIndex idx;
-    ASSERT_TRUE(BuildSampleAttentionIndex(hp->problem(), params, AllHeads(hp->problem()), &idx).ok());
+    ASSERT_TRUE(
+        BuildSampleAttentionIndex(hp->problem(), params, AllHeads(hp->problem()), &idx).ok());
     EXPECT_LT(methods_b_testing::Density(hp->problem(), idx), 0.95) << Describe(s);
     EXPECT_EQ(methods_b_testing::CompareKernelWithMaskedReference(hp.get(), idx), "")
         << Describe(s);
@@ -399,9 +401,9 @@ TEST(SampleAttentionTest, RecallOnGeneratorWorkloads) {
                            Want{"sink_local", 0.95, 0.25}}) {
     Workload w = GeneratorWorkload(want.kind);
     SparseIndex idx;
-    ASSERT_TRUE(BuildSampleAttentionIndex(w.problem(), SampleAttentionParams(),
-                                          AllHeads(w.problem()), &idx)
-                    .ok());
+    ASSERT_TRUE(
+        BuildSampleAttentionIndex(w.problem(), SampleAttentionParams(), AllHeads(w.problem()), &idx)
+            .ok());
     const FidelitySummary f = SummarizeFidelity(w.problem(), idx, 128, 1).value();
     EXPECT_GE(f.recall_mean, want.min_recall) << want.kind << " density " << f.density_mean;
     EXPECT_LE(f.density_mean, want.max_density) << want.kind << " recall " << f.recall_mean;

@@ -144,8 +144,8 @@ void CompactRows(std::vector<RowKeys>* rows, SparseIndex* index) {
 
 absl::Status ValidateSparseIndex(const AttentionProblem& problem, const SparseIndex& index) {
   if (index.block_m <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat("index.block_m must be > 0, got ",
-                                                   index.block_m));
+    return absl::InvalidArgumentError(
+        absl::StrCat("index.block_m must be > 0, got ", index.block_m));
   }
   if (static_cast<int>(index.block_offsets.size()) != problem.batch() + 1) {
     return absl::InvalidArgumentError("index.block_offsets: size does not match the batch");
@@ -188,8 +188,8 @@ absl::Status ValidateSparseIndex(const AttentionProblem& problem, const SparseIn
       for (int32_t i = index.range_indptr[r]; i < index.range_indptr[r + 1]; ++i) {
         const int64_t st = index.range_start[i], len = index.range_len[i];
         if (len <= 0 || st < 0 || st + len > g.key_end) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              where(), ": range [", st, ", ", st + len, ") outside [0, ", g.key_end, ")"));
+          return absl::InvalidArgumentError(absl::StrCat(where(), ": range [", st, ", ", st + len,
+                                                         ") outside [0, ", g.key_end, ")"));
         }
         if (st <= prev_end) {
           return absl::InvalidArgumentError(
@@ -210,8 +210,7 @@ absl::Status ValidateSparseIndex(const AttentionProblem& problem, const SparseIn
               absl::StrCat(where(), ": columns unsorted or repeated at ", c));
         }
         prev = c;
-        while (ri < index.range_indptr[r + 1] &&
-               index.range_start[ri] + index.range_len[ri] <= c) {
+        while (ri < index.range_indptr[r + 1] && index.range_start[ri] + index.range_len[ri] <= c) {
           ++ri;
         }
         if (ri < index.range_indptr[r + 1] && index.range_start[ri] <= c) {
@@ -241,7 +240,8 @@ int64_t ComputedPairs(const AttentionProblem& problem, const SparseIndex& index,
       const int64_t st = index.range_start[i], en = st + index.range_len[i];
       // Keys up to first_pos are visible to every row; key first_pos + j (j >= 1) to rows - j
       // of them: an arithmetic series, so every range costs O(1).
-      const int64_t full_end = problem.causal ? std::min<int64_t>(en, int64_t{g.first_pos} + 1) : en;
+      const int64_t full_end =
+          problem.causal ? std::min<int64_t>(en, int64_t{g.first_pos} + 1) : en;
       if (full_end > st) total += (full_end - st) * static_cast<int64_t>(rows);
       const int64_t j0 = std::max(st, full_end) - g.first_pos;
       const int64_t j1 = std::min<int64_t>(en - g.first_pos, rows);  // j >= rows: seen by none.

@@ -23,15 +23,15 @@ namespace spattn {
 // Non-owning view of a SparseIndex; what kernels take. Pointers are host or device memory.
 struct SparseIndexView {
   int block_m = 0;
-  int num_heads = 0;                      // head slots
-  int num_blocks = 0;                     // query blocks over the batch
-  const int32_t* heads = nullptr;         // [num_heads] q head of each slot
-  const int32_t* block_offsets = nullptr; // [batch + 1]
-  const int32_t* range_indptr = nullptr;  // [num_heads * num_blocks + 1]
-  const int32_t* range_start = nullptr;   // [num_ranges]
-  const int32_t* range_len = nullptr;     // [num_ranges]
-  const int32_t* col_indptr = nullptr;    // [num_heads * num_blocks + 1]
-  const int32_t* col_idx = nullptr;       // [num_cols]
+  int num_heads = 0;                       // head slots
+  int num_blocks = 0;                      // query blocks over the batch
+  const int32_t* heads = nullptr;          // [num_heads] q head of each slot
+  const int32_t* block_offsets = nullptr;  // [batch + 1]
+  const int32_t* range_indptr = nullptr;   // [num_heads * num_blocks + 1]
+  const int32_t* range_start = nullptr;    // [num_ranges]
+  const int32_t* range_len = nullptr;      // [num_ranges]
+  const int32_t* col_indptr = nullptr;     // [num_heads * num_blocks + 1]
+  const int32_t* col_idx = nullptr;        // [num_cols]
 };
 
 struct SparseIndex {
@@ -68,12 +68,12 @@ struct RowKeys {
 
 // Where the query blocks of one sequence sit; shared by all builders.
 struct BlockGeometry {
-  int seq;         // sequence
-  int q_begin;     // first query row (within the sequence) of the block
-  int q_end;       // one past the last row
-  int first_pos;   // key position of the first row
-  int last_pos;    // key position of the last row
-  int key_end;     // keys allowed for some row of the block: [0, key_end)
+  int seq;        // sequence
+  int q_begin;    // first query row (within the sequence) of the block
+  int q_end;      // one past the last row
+  int first_pos;  // key position of the first row
+  int last_pos;   // key position of the last row
+  int key_end;    // keys allowed for some row of the block: [0, key_end)
 };
 
 // Fills `heads` and `block_offsets` for `problem`, allocating no rows yet.

@@ -31,7 +31,7 @@ TEST(RowKeysTest, NormalizeTurnsLongColumnRunsIntoRanges) {
   RowKeys row;
   for (int c = 100; c < 120; ++c) row.AddCol(c);  // run of 20
   for (int c = 200; c < 205; ++c) row.AddCol(c);  // run of 5 stays columns
-  row.AddRange(120, 130);                          // touches the run: merged
+  row.AddRange(120, 130);                         // touches the run: merged
   row.Normalize(1000, /*min_run=*/16);
   EXPECT_EQ(row.ranges, (Ranges{{100, 130}}));
   EXPECT_EQ(row.cols, (std::vector<int32_t>{200, 201, 202, 203, 204}));
@@ -135,8 +135,7 @@ TEST(SparseIndexTest, ValidateRejectsBrokenIndexes) {
 
   SparseIndex bad_head = good;
   bad_head.heads = {7};
-  EXPECT_EQ(ValidateSparseIndex(hp.problem(), bad_head).code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ValidateSparseIndex(hp.problem(), bad_head).code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(MethodConfigTest, ValidationNamesTheParameter) {

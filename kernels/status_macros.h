@@ -9,10 +9,10 @@
 #define SPATTN_CONCAT(a, b) SPATTN_CONCAT_INNER(a, b)
 
 // Returns the status from the enclosing function when `expr` is not OK.
-#define SPATTN_RETURN_IF_ERROR(expr)                  \
-  do {                                                \
-    ::absl::Status spattn_status_ = (expr);           \
-    if (!spattn_status_.ok()) return spattn_status_;  \
+#define SPATTN_RETURN_IF_ERROR(expr)                 \
+  do {                                               \
+    ::absl::Status spattn_status_ = (expr);          \
+    if (!spattn_status_.ok()) return spattn_status_; \
   } while (0)
 
 // `lhs = value of expr`, or returns its status when not OK. lhs may declare a variable.

@@ -111,7 +111,7 @@ v1::Method MethodToProto(Method method) {
 }
 
 absl::StatusOr<MethodConfig> ParseMethodConfig(const v1::MethodConfig& proto,
-                                                   absl::string_view field) {
+                                               absl::string_view field) {
   MethodConfig c;
   SPATTN_ASSIGN_OR_RETURN(c.method,
                           MethodFromProto(proto.method(), absl::StrCat(field, ".method")));

@@ -75,12 +75,16 @@ void AttentionServiceImpl::Record(const char* rpc, const std::string& request_id
   const bool attention = rpc == kComputeAttention || rpc == kComputeAttentionStream;
   if (!status.ok()) {
     Log(LogLevel::kInfo, "request_failed",
-        {{"request_id", request_id}, {"rpc", rpc},
+        {{"request_id", request_id},
+         {"rpc", rpc},
          {"code", absl::StatusCodeToString(status.code())},
-         {"seconds", absl::StrCat(seconds)}, {"error", std::string(status.message())}});
+         {"seconds", absl::StrCat(seconds)},
+         {"error", std::string(status.message())}});
   } else if (attention) {
     Log(LogLevel::kDebug, "request_done",
-        {{"request_id", request_id}, {"rpc", rpc}, {"code", "OK"},
+        {{"request_id", request_id},
+         {"rpc", rpc},
+         {"code", "OK"},
          {"seconds", absl::StrCat(seconds)}});
   }
 }
@@ -178,8 +182,8 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::ComputeAttention(
   }
   CallStarted();
   Execute(
-      request, response, kComputeAttention, [ctx] { return ctx->IsCancelled(); },
-      DeadlineOf(ctx), [this, reactor](const absl::Status& s) {
+      request, response, kComputeAttention, [ctx] { return ctx->IsCancelled(); }, DeadlineOf(ctx),
+      [this, reactor](const absl::Status& s) {
         reactor->Finish(ToGrpcStatus(s));
         CallEnded();
       });
@@ -300,7 +304,8 @@ class AttentionServiceImpl::StreamReactor
     v1::AttentionResponse* out = response->get();
     service_->Execute(
         request, out, kComputeAttentionStream, [this] { return cancelled_.load(); },
-        DeadlineOf(ctx_), [this, response, message, request](const absl::Status& s) {
+        DeadlineOf(ctx_),
+        [this, response, message, request](const absl::Status& s) {
           Actions a;
           {
             std::lock_guard<std::mutex> lock(mu_);
@@ -323,16 +328,16 @@ class AttentionServiceImpl::StreamReactor
   std::atomic<bool> cancelled_{false};
   v1::AttentionRequest incoming_;  // Target of the outstanding read.
   std::mutex mu_;
-  std::deque<std::unique_ptr<v1::AttentionRequest>> pending_;          // Guarded by mu_.
-  std::unique_ptr<v1::AttentionRequest> current_;                      // Guarded by mu_.
-  std::deque<std::unique_ptr<v1::AttentionResponse>> to_write_;        // Guarded by mu_.
-  bool reading_ = true;     // The constructor starts the first read. Guarded by mu_.
-  bool reads_done_ = false; // Guarded by mu_.
-  bool running_ = false;    // Guarded by mu_.
-  bool writing_ = false;    // Guarded by mu_.
-  bool finished_ = false;   // Guarded by mu_.
-  absl::Status status_;     // First failure. Guarded by mu_.
-  int messages_ = 0;        // Only touched when starting an execution (one at a time).
+  std::deque<std::unique_ptr<v1::AttentionRequest>> pending_;    // Guarded by mu_.
+  std::unique_ptr<v1::AttentionRequest> current_;                // Guarded by mu_.
+  std::deque<std::unique_ptr<v1::AttentionResponse>> to_write_;  // Guarded by mu_.
+  bool reading_ = true;      // The constructor starts the first read. Guarded by mu_.
+  bool reads_done_ = false;  // Guarded by mu_.
+  bool running_ = false;     // Guarded by mu_.
+  bool writing_ = false;     // Guarded by mu_.
+  bool finished_ = false;    // Guarded by mu_.
+  absl::Status status_;      // First failure. Guarded by mu_.
+  int messages_ = 0;         // Only touched when starting an execution (one at a time).
 };
 
 grpc::ServerBidiReactor<v1::AttentionRequest, v1::AttentionResponse>*
@@ -340,8 +345,10 @@ AttentionServiceImpl::ComputeAttentionStream(grpc::CallbackServerContext* ctx) {
   if (draining_.load()) {
     class Refuse : public grpc::ServerBidiReactor<v1::AttentionRequest, v1::AttentionResponse> {
      public:
-      Refuse() { Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                                     "the worker is draining; retry elsewhere")); }
+      Refuse() {
+        Finish(
+            grpc::Status(grpc::StatusCode::UNAVAILABLE, "the worker is draining; retry elsewhere"));
+      }
       void OnDone() override { delete this; }
     };
     Record(kComputeAttentionStream, "", absl::UnavailableError("draining"), absl::Now());
@@ -350,9 +357,9 @@ AttentionServiceImpl::ComputeAttentionStream(grpc::CallbackServerContext* ctx) {
   return new StreamReactor(this, ctx);
 }
 
-grpc::ServerUnaryReactor* AttentionServiceImpl::ServerMetadata(
-    grpc::CallbackServerContext* ctx, const v1::ServerMetadataRequest*,
-    v1::ServerMetadataResponse* r) {
+grpc::ServerUnaryReactor* AttentionServiceImpl::ServerMetadata(grpc::CallbackServerContext* ctx,
+                                                               const v1::ServerMetadataRequest*,
+                                                               v1::ServerMetadataResponse* r) {
   const absl::Time start = absl::Now();
   r->set_name("spattn-worker");
   r->set_version(info_.version);
@@ -374,9 +381,9 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::ServerMetadata(
     info->set_uuid(g.uuid);
     info->set_memory_bytes(g.memory_bytes);
   }
-  for (const char* rpc : {"ServerMetadata", "RegisterSystemRegion", "RegisterCudaRegion",
-                          "UnregisterRegion", "ListRegions", kComputeAttention,
-                          kComputeAttentionStream}) {
+  for (const char* rpc :
+       {"ServerMetadata", "RegisterSystemRegion", "RegisterCudaRegion", "UnregisterRegion",
+        "ListRegions", kComputeAttention, kComputeAttentionStream}) {
     v1::RpcInfo* info = r->add_rpcs();
     info->set_name(rpc);
     info->set_implemented(true);
@@ -420,8 +427,8 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::RegisterSystemRegion(
   const absl::Status s = regions_->RegisterSystem(request->name(), request->shm_key(),
                                                   request->offset(), request->byte_size());
   Record("RegisterSystemRegion", "", s, start);
-  if (s.ok()) Log(LogLevel::kInfo, "region_registered", {{"name", request->name()},
-                                                         {"kind", "system"}});
+  if (s.ok())
+    Log(LogLevel::kInfo, "region_registered", {{"name", request->name()}, {"kind", "system"}});
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   reactor->Finish(ToGrpcStatus(s));
   return reactor;
@@ -435,8 +442,8 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::RegisterCudaRegion(
       regions_->RegisterCuda(request->name(), request->raw_handle(), request->device_id(),
                              request->device_uuid(), request->byte_size());
   Record("RegisterCudaRegion", "", s, start);
-  if (s.ok()) Log(LogLevel::kInfo, "region_registered", {{"name", request->name()},
-                                                         {"kind", "cuda"}});
+  if (s.ok())
+    Log(LogLevel::kInfo, "region_registered", {{"name", request->name()}, {"kind", "cuda"}});
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   reactor->Finish(ToGrpcStatus(s));
   return reactor;

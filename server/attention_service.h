@@ -113,9 +113,9 @@ class AttentionServiceImpl final : public v1::AttentionService::CallbackService 
   WorkerMetrics* const metrics_;
   std::function<void(const std::string&)> before_execute_;
   std::function<void(const std::string&, const absl::Status&)> on_device_failed_;
-  std::vector<CudaDeviceInfo> gpus_;       // Visible GPUs (read once: uuid -> ordinal).
+  std::vector<CudaDeviceInfo> gpus_;  // Visible GPUs (read once: uuid -> ordinal).
   std::mutex failed_mu_;
-  std::vector<std::string> failed_;        // Devices already reported. Guarded by failed_mu_.
+  std::vector<std::string> failed_;  // Devices already reported. Guarded by failed_mu_.
   std::atomic<bool> draining_{false};
   std::atomic<uint64_t> next_request_{1};
   mutable std::mutex calls_mu_;

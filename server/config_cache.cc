@@ -6,10 +6,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "index/crc32c.h"
 #include "kernels/status_macros.h"
 #include "proto/grpc_status.h"
 #include "server/convert.h"
-#include "index/crc32c.h"
 #include "server/log.h"
 
 namespace spattn {
@@ -92,8 +92,8 @@ std::string ConfigCache::LinkDetail() const {
                         " models cached");
   }
   return absl::StrCat("index service ", options_.index_address, " down for ",
-                      absl::ToDoubleSeconds(absl::Now() - link_down_since_),
-                      " s; serving ", models.size(), " models from cache");
+                      absl::ToDoubleSeconds(absl::Now() - link_down_since_), " s; serving ",
+                      models.size(), " models from cache");
 }
 
 std::map<std::string, uint64_t> ConfigCache::PublishedVersions() const {
@@ -120,8 +120,8 @@ absl::StatusOr<std::shared_ptr<const ModelConfig>> ConfigCache::Fetch(const std:
         return absl::NotFoundError(
             absl::StrCat("model_id: model '", model_id, "' is not known to the index service"));
       }
-      return absl::Status(s.code(), absl::StrCat("index service GetModel('", model_id,
-                                                 "'): ", s.message()));
+      return absl::Status(s.code(),
+                          absl::StrCat("index service GetModel('", model_id, "'): ", s.message()));
     }
   }
   SetLink(true);
@@ -140,12 +140,12 @@ absl::StatusOr<std::shared_ptr<const ModelConfig>> ConfigCache::Fetch(const std:
       return std::make_shared<const ModelConfig>(std::move(m));
     }
     if (s.code() == absl::StatusCode::kNotFound) {
-      return absl::NotFoundError(absl::StrCat("config_version: model '", model_id,
-                                              "' has no version ", version));
+      return absl::NotFoundError(
+          absl::StrCat("config_version: model '", model_id, "' has no version ", version));
     }
     if (LinkFailure(s.code())) SetLink(false);
-    return absl::Status(s.code(), absl::StrCat("index service GetHeadConfigs('", model_id,
-                                               "', ", version, "): ", s.message()));
+    return absl::Status(s.code(), absl::StrCat("index service GetHeadConfigs('", model_id, "', ",
+                                               version, "): ", s.message()));
   }
   const v1::Model& m = resp.has_model() ? resp.model() : model;
   SPATTN_ASSIGN_OR_RETURN(ModelConfig cfg, ModelConfigFromProto(m, resp.version(), resp.configs()));
@@ -181,9 +181,9 @@ absl::StatusOr<std::shared_ptr<const ModelConfig>> ConfigCache::Get(const std::s
   auto fetched = Fetch(model_id, version, deadline);
   if (!fetched.ok()) {
     if (LinkFailure(fetched.status().code())) {
-      return absl::UnavailableError(absl::StrCat(
-          "index service unreachable and no cached config for model '", model_id, "' version ",
-          version, " (", fetched.status().message(), ")"));
+      return absl::UnavailableError(
+          absl::StrCat("index service unreachable and no cached config for model '", model_id,
+                       "' version ", version, " (", fetched.status().message(), ")"));
     }
     return fetched.status();
   }
@@ -270,7 +270,8 @@ void ConfigCache::WatchLoop(std::string model_id) {
       auto fresh = Fetch(model_id, event.version(), absl::InfiniteFuture());
       if (!fresh.ok()) {
         Log(LogLevel::kWarning, "config_refresh_failed",
-            {{"model_id", model_id}, {"version", std::to_string(event.version())},
+            {{"model_id", model_id},
+             {"version", std::to_string(event.version())},
              {"error", std::string(fresh.status().message())}});
         continue;
       }
@@ -295,8 +296,9 @@ void ConfigCache::WatchLoop(std::string model_id) {
   }
 }
 
-absl::StatusOr<std::shared_ptr<const LayerAssets>> ConfigCache::GetAssets(
-    const ModelConfig& model, int layer, absl::Time deadline) {
+absl::StatusOr<std::shared_ptr<const LayerAssets>> ConfigCache::GetAssets(const ModelConfig& model,
+                                                                          int layer,
+                                                                          absl::Time deadline) {
   const auto key = std::make_tuple(model.model_id, model.version, layer);
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -323,15 +325,13 @@ absl::StatusOr<std::shared_ptr<const LayerAssets>> ConfigCache::GetAssets(
     absl::Status bad;
     auto finish_tensor = [&]() -> absl::Status {
       if (bytes.size() != header.total_bytes()) {
-        return absl::DataLossError(absl::StrCat("tensor of layer ", header.key().layer(),
-                                                " head ", header.key().head(), ": got ",
-                                                bytes.size(), " of ", header.total_bytes(),
-                                                " bytes"));
+        return absl::DataLossError(absl::StrCat("tensor of layer ", header.key().layer(), " head ",
+                                                header.key().head(), ": got ", bytes.size(), " of ",
+                                                header.total_bytes(), " bytes"));
       }
       if (Crc32c(bytes.data(), bytes.size()) != header.crc32c()) {
-        return absl::DataLossError(absl::StrCat("tensor of layer ", header.key().layer(),
-                                                " head ", header.key().head(),
-                                                ": crc32c mismatch"));
+        return absl::DataLossError(absl::StrCat("tensor of layer ", header.key().layer(), " head ",
+                                                header.key().head(), ": crc32c mismatch"));
       }
       return AddTensorToAssets(header, bytes, model, assets.get());
     };
@@ -356,9 +356,9 @@ absl::StatusOr<std::shared_ptr<const LayerAssets>> ConfigCache::GetAssets(
     if (!s.ok()) {
       if (LinkFailure(s.code())) {
         SetLink(false);
-        return absl::UnavailableError(absl::StrCat(
-            "index service unreachable and layer ", layer, " assets of model '", model.model_id,
-            "' are not cached (", s.message(), ")"));
+        return absl::UnavailableError(absl::StrCat("index service unreachable and layer ", layer,
+                                                   " assets of model '", model.model_id,
+                                                   "' are not cached (", s.message(), ")"));
       }
       // A version without stored tensors is not an error: the builder says what it lacks.
       if (s.code() == absl::StatusCode::kNotFound) continue;

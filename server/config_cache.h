@@ -69,8 +69,8 @@ class ConfigCache {
                                                          uint64_t version, absl::Time deadline);
 
   // The learned assets of one layer of `model` (empty assets when none are stored).
-  absl::StatusOr<std::shared_ptr<const LayerAssets>> GetAssets(const ModelConfig& model,
-                                                               int layer, absl::Time deadline);
+  absl::StatusOr<std::shared_ptr<const LayerAssets>> GetAssets(const ModelConfig& model, int layer,
+                                                               absl::Time deadline);
 
   // Whether the last contact with the index service worked (true when none is configured).
   bool link_up() const;
@@ -98,18 +98,18 @@ class ConfigCache {
 
   mutable std::mutex mu_;
   std::condition_variable stop_cv_;
-  bool stopped_ = false;                                                  // Guarded by mu_.
-  bool link_up_ = true;                                                   // Guarded by mu_.
-  absl::Time link_down_since_ = absl::InfinitePast();                     // Guarded by mu_.
-  std::map<std::string, std::shared_ptr<const ModelConfig>> published_;   // Guarded by mu_.
+  bool stopped_ = false;                                                 // Guarded by mu_.
+  bool link_up_ = true;                                                  // Guarded by mu_.
+  absl::Time link_down_since_ = absl::InfinitePast();                    // Guarded by mu_.
+  std::map<std::string, std::shared_ptr<const ModelConfig>> published_;  // Guarded by mu_.
   std::map<std::pair<std::string, uint64_t>, std::shared_ptr<const ModelConfig>>
-      pinned_;                                                            // Guarded by mu_.
-  std::vector<std::pair<std::string, uint64_t>> pinned_order_;            // Guarded by mu_.
+      pinned_;                                                  // Guarded by mu_.
+  std::vector<std::pair<std::string, uint64_t>> pinned_order_;  // Guarded by mu_.
   std::map<std::tuple<std::string, uint64_t, int>, std::shared_ptr<const LayerAssets>>
-      assets_;                                                            // Guarded by mu_.
-  std::vector<std::tuple<std::string, uint64_t, int>> assets_order_;      // Guarded by mu_.
-  std::set<grpc::ClientContext*> watch_contexts_;                         // Guarded by mu_.
-  std::map<std::string, std::thread> watchers_;                           // Guarded by mu_.
+      assets_;                                                        // Guarded by mu_.
+  std::vector<std::tuple<std::string, uint64_t, int>> assets_order_;  // Guarded by mu_.
+  std::set<grpc::ClientContext*> watch_contexts_;                     // Guarded by mu_.
+  std::map<std::string, std::thread> watchers_;                       // Guarded by mu_.
 };
 
 }  // namespace spattn

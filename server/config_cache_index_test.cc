@@ -2,9 +2,8 @@
 // (index/index_server.h, RocksDB in $TEST_TMPDIR): published configs and learned tensors arrive,
 // a new publish reaches a running worker through WatchPublished, pinned versions keep working,
 // and a worker keeps serving from its cache while the index service is stopped.
-#include <gtest/gtest.h>
-
 #include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -37,9 +36,8 @@ class RealIndexTest : public ::testing::Test {
   void SetUp() override {
     IndexServerOptions o;
     const char* tmp = getenv("TEST_TMPDIR");
-    o.data_dir = absl::StrCat(tmp ? tmp : "/tmp", "/index_", ::testing::UnitTest::GetInstance()
-                                                                  ->current_test_info()
-                                                                  ->name());
+    o.data_dir = absl::StrCat(tmp ? tmp : "/tmp", "/index_",
+                              ::testing::UnitTest::GetInstance()->current_test_info()->name());
     o.sync_writes = false;
     auto index = IndexServer::Start(o);
     ASSERT_TRUE(index.ok()) << index.status();

@@ -61,8 +61,8 @@ class ConfigCacheTest : public ::testing::Test {
   ConfigCacheTest() {
     index_.service().PutModel(TestModel("llama"));
     index_.service().PutVersion("llama", 1, {Config(1, 2, v1::METHOD_VERTICAL_SLASH)});
-    index_.service().PutVersion("llama", 2, {Config(1, 2, v1::METHOD_BLOCK_SPARSE),
-                                             Config(0, 0, v1::METHOD_DENSE)});
+    index_.service().PutVersion(
+        "llama", 2, {Config(1, 2, v1::METHOD_BLOCK_SPARSE), Config(0, 0, v1::METHOD_DENSE)});
     index_.service().Publish("llama", 1);
   }
   FakeIndexServer index_;
@@ -201,20 +201,20 @@ TEST_F(ConfigCacheTest, FetchesLayerAssetsWithChecksums) {
   const int c = 8, d = 64, hidden = 16;
   for (int kv = 0; kv < 2; ++kv) {
     const std::string b = Floats(c * d, kv * 1000.f);
-    index_.service().PutTensor("llama", 1,
-                               Header(v1::TENSOR_KIND_CENTROIDS, 1, kv, "", {c, d}, b), b);
+    index_.service().PutTensor("llama", 1, Header(v1::TENSOR_KIND_CENTROIDS, 1, kv, "", {c, d}, b),
+                               b);
   }
   const std::string w0 = Floats(d * hidden, 0), b0 = Floats(hidden, 0);
   const std::string w1 = Floats(hidden * c, 0), b1 = Floats(c, 0);
   for (int q = 0; q < 4; ++q) {
-    index_.service().PutTensor("llama", 1, Header(v1::TENSOR_KIND_CLASSIFIER, 1, q, "w0",
-                                                  {d, hidden}, w0), w0);
-    index_.service().PutTensor("llama", 1, Header(v1::TENSOR_KIND_CLASSIFIER, 1, q, "b0",
-                                                  {hidden}, b0), b0);
-    index_.service().PutTensor("llama", 1, Header(v1::TENSOR_KIND_CLASSIFIER, 1, q, "w1",
-                                                  {hidden, c}, w1), w1);
-    index_.service().PutTensor("llama", 1, Header(v1::TENSOR_KIND_CLASSIFIER, 1, q, "b1",
-                                                  {c}, b1), b1);
+    index_.service().PutTensor("llama", 1,
+                               Header(v1::TENSOR_KIND_CLASSIFIER, 1, q, "w0", {d, hidden}, w0), w0);
+    index_.service().PutTensor("llama", 1,
+                               Header(v1::TENSOR_KIND_CLASSIFIER, 1, q, "b0", {hidden}, b0), b0);
+    index_.service().PutTensor("llama", 1,
+                               Header(v1::TENSOR_KIND_CLASSIFIER, 1, q, "w1", {hidden, c}, w1), w1);
+    index_.service().PutTensor("llama", 1, Header(v1::TENSOR_KIND_CLASSIFIER, 1, q, "b1", {c}, b1),
+                               b1);
   }
   ConfigCache cache(Options(index_.address()));
   auto model = cache.Get("llama", 0, absl::InfiniteFuture());

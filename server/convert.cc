@@ -45,7 +45,8 @@ absl::Status CheckCuSeqlens(const google::protobuf::RepeatedField<int64_t>& cu,
   if (cu.size() < 2) {
     return Invalid(field, absl::StrCat("need at least 2 entries (batch + 1), got ", cu.size()));
   }
-  if (cu[0] != 0) return Invalid(absl::StrCat(field, "[0]"), absl::StrCat("must be 0, got ", cu[0]));
+  if (cu[0] != 0)
+    return Invalid(absl::StrCat(field, "[0]"), absl::StrCat("must be 0, got ", cu[0]));
   out->assign(1, 0);
   for (int i = 1; i < cu.size(); ++i) {
     if (cu[i] < cu[i - 1]) {
@@ -97,15 +98,15 @@ absl::Status CheckDesc(const v1::TensorDesc& desc, const std::string& field, con
     }
   }
   if (desc.shape(0) != want.tokens) {
-    return Invalid(absl::StrCat(shape_field, "[0]"),
-                   absl::StrCat(desc.shape(0), " does not match ", want.tokens_name, " = ",
-                                want.tokens, " (", want.seqlens_name, " ends at ", want.tokens,
-                                ")"));
+    return Invalid(
+        absl::StrCat(shape_field, "[0]"),
+        absl::StrCat(desc.shape(0), " does not match ", want.tokens_name, " = ", want.tokens, " (",
+                     want.seqlens_name, " ends at ", want.tokens, ")"));
   }
   if (desc.shape(1) != want.heads) {
-    return Invalid(absl::StrCat(shape_field, "[1]"),
-                   absl::StrCat(desc.shape(1), " does not match ", want.heads_name, " = ",
-                                want.heads));
+    return Invalid(
+        absl::StrCat(shape_field, "[1]"),
+        absl::StrCat(desc.shape(1), " does not match ", want.heads_name, " = ", want.heads));
   }
   if (desc.shape(2) != want.head_dim) {
     return Invalid(absl::StrCat(shape_field, "[2]"),
@@ -120,14 +121,13 @@ absl::Status CheckDesc(const v1::TensorDesc& desc, const std::string& field, con
     spec->token_stride = want.heads * want.head_dim;
   } else {
     if (desc.strides_size() != 3) {
-      return Invalid(strides_field,
-                     absl::StrCat("expected 3 strides (or none for row-major), got ",
-                                  desc.strides_size()));
+      return Invalid(strides_field, absl::StrCat("expected 3 strides (or none for row-major), got ",
+                                                 desc.strides_size()));
     }
     if (desc.strides(2) != 1) {
-      return Invalid(absl::StrCat(strides_field, "[2]"),
-                     absl::StrCat("the head_dim axis must be contiguous (stride 1), got ",
-                                  desc.strides(2)));
+      return Invalid(
+          absl::StrCat(strides_field, "[2]"),
+          absl::StrCat("the head_dim axis must be contiguous (stride 1), got ", desc.strides(2)));
     }
     for (int i = 0; i < 2; ++i) {
       if (desc.strides(i) < 0 || desc.strides(i) > (int64_t{1} << 40)) {
@@ -138,16 +138,16 @@ absl::Status CheckDesc(const v1::TensorDesc& desc, const std::string& field, con
     spec->token_stride = desc.strides(0);
     spec->head_stride = desc.strides(1);
     if (want.heads > 1 && spec->head_stride < want.head_dim) {
-      return Invalid(absl::StrCat(strides_field, "[1]"),
-                     absl::StrCat(spec->head_stride, " makes heads overlap (head_dim = ",
-                                  want.head_dim, ")"));
+      return Invalid(
+          absl::StrCat(strides_field, "[1]"),
+          absl::StrCat(spec->head_stride, " makes heads overlap (head_dim = ", want.head_dim, ")"));
     }
     if (want.tokens > 1 &&
         spec->token_stride < (want.heads - 1) * spec->head_stride + want.head_dim) {
-      return Invalid(absl::StrCat(strides_field, "[0]"),
-                     absl::StrCat(spec->token_stride, " makes tokens overlap (one token spans ",
-                                  (want.heads - 1) * spec->head_stride + want.head_dim,
-                                  " elements)"));
+      return Invalid(
+          absl::StrCat(strides_field, "[0]"),
+          absl::StrCat(spec->token_stride, " makes tokens overlap (one token spans ",
+                       (want.heads - 1) * spec->head_stride + want.head_dim, " elements)"));
     }
   }
   __int128 span = 0;
@@ -167,12 +167,10 @@ absl::Status CheckDesc(const v1::TensorDesc& desc, const std::string& field, con
 absl::Status CheckLocation(const v1::TensorRef& ref, const std::string& field,
                            const ConvertLimits& limits, TensorSpec* spec) {
   const int64_t es = DTypeSize(spec->dtype);
-  const std::string need = absl::StrCat(spec->bytes, " bytes (", spec->tokens, " x ", spec->heads,
-                                        " x ", spec->head_dim, " ", DTypeName(spec->dtype),
-                                        spec->bytes == spec->tokens * spec->heads *
-                                                           spec->head_dim * es
-                                            ? ")"
-                                            : ", strided)");
+  const std::string need = absl::StrCat(
+      spec->bytes, " bytes (", spec->tokens, " x ", spec->heads, " x ", spec->head_dim, " ",
+      DTypeName(spec->dtype),
+      spec->bytes == spec->tokens * spec->heads * spec->head_dim * es ? ")" : ", strided)");
   switch (ref.location_case()) {
     case v1::TensorRef::kInlineData: {
       const std::string& data = ref.inline_data().data();
@@ -209,9 +207,9 @@ absl::Status CheckLocation(const v1::TensorRef& ref, const std::string& field,
       const v1::CudaIpcRef& c = ref.cuda_ipc();
       spec->kind = HandleKind::kCudaIpc;
       if (c.ipc_handle().size() != 64) {
-        return Invalid(field + ".cuda_ipc.ipc_handle",
-                       absl::StrCat("expected 64 bytes (cudaIpcMemHandle_t), got ",
-                                    c.ipc_handle().size()));
+        return Invalid(
+            field + ".cuda_ipc.ipc_handle",
+            absl::StrCat("expected 64 bytes (cudaIpcMemHandle_t), got ", c.ipc_handle().size()));
       }
       if (c.byte_size() != static_cast<uint64_t>(spec->bytes)) {
         return Invalid(field + ".cuda_ipc.byte_size",
@@ -222,8 +220,8 @@ absl::Status CheckLocation(const v1::TensorRef& ref, const std::string& field,
                        absl::StrCat(c.offset(), " is not a multiple of the element size ", es));
       }
       if (c.device_id() < 0) {
-        return Invalid(field + ".cuda_ipc.device_id", absl::StrCat("must be >= 0, got ",
-                                                                   c.device_id()));
+        return Invalid(field + ".cuda_ipc.device_id",
+                       absl::StrCat("must be >= 0, got ", c.device_id()));
       }
       spec->ipc_handle = c.ipc_handle();
       spec->device_uuid = c.device_uuid();
@@ -237,9 +235,8 @@ absl::Status CheckLocation(const v1::TensorRef& ref, const std::string& field,
   return Invalid(field, "no data: set inline_data, region or cuda_ipc");
 }
 
-absl::StatusOr<TensorSpec> ParseInput(const v1::AttentionRequest& req,
-                                      const v1::TensorRef& ref, bool present,
-                                      const std::string& field, const Expected& want,
+absl::StatusOr<TensorSpec> ParseInput(const v1::AttentionRequest& req, const v1::TensorRef& ref,
+                                      bool present, const std::string& field, const Expected& want,
                                       const ConvertLimits& limits) {
   if (!present) return Invalid(field, "missing");
   TensorSpec spec;
@@ -271,8 +268,8 @@ absl::StatusOr<DType> DTypeFromProto(int proto_dtype, absl::string_view field) {
     case v1::DATA_TYPE_INT32:
       return Invalid(field, "INT32 is not an attention dtype (expected BF16, FP16 or FP32)");
   }
-  return Invalid(field, absl::StrCat("unknown value ", proto_dtype,
-                                     " (expected BF16, FP16 or FP32)"));
+  return Invalid(field,
+                 absl::StrCat("unknown value ", proto_dtype, " (expected BF16, FP16 or FP32)"));
 }
 
 v1::DataType DTypeToProto(DType dtype) {
@@ -287,14 +284,12 @@ v1::DataType DTypeToProto(DType dtype) {
   return v1::DATA_TYPE_UNSPECIFIED;
 }
 
-
-
 absl::StatusOr<ParsedRequest> ParseAttentionRequest(const v1::AttentionRequest& req,
                                                     const ConvertLimits& limits) {
   ParsedRequest out;
   if (req.request_id().size() > 256) {
-    return Invalid("request_id", absl::StrCat("is ", req.request_id().size(),
-                                              " bytes; at most 256"));
+    return Invalid("request_id",
+                   absl::StrCat("is ", req.request_id().size(), " bytes; at most 256"));
   }
   out.request_id = req.request_id();
   if (req.model_id().size() > 128) {
@@ -316,9 +311,9 @@ absl::StatusOr<ParsedRequest> ParseAttentionRequest(const v1::AttentionRequest& 
   SPATTN_RETURN_IF_ERROR(CheckHeads(req.num_q_heads(), "num_q_heads", limits));
   SPATTN_RETURN_IF_ERROR(CheckHeads(req.num_kv_heads(), "num_kv_heads", limits));
   if (req.num_q_heads() % req.num_kv_heads() != 0) {
-    return Invalid("num_q_heads", absl::StrCat(req.num_q_heads(),
-                                               " is not a multiple of num_kv_heads ",
-                                               req.num_kv_heads()));
+    return Invalid(
+        "num_q_heads",
+        absl::StrCat(req.num_q_heads(), " is not a multiple of num_kv_heads ", req.num_kv_heads()));
   }
   if (req.head_dim() == 0 || req.head_dim() > 256 || req.head_dim() % 8 != 0) {
     return Invalid("head_dim",
@@ -353,19 +348,19 @@ absl::StatusOr<ParsedRequest> ParseAttentionRequest(const v1::AttentionRequest& 
   }
   for (int b = 0; b < p.batch(); ++b) {
     if (p.q_len(b) > p.k_len(b)) {
-      return Invalid("cu_seqlens_q",
-                     absl::StrCat("sequence ", b, " has ", p.q_len(b), " queries but only ",
-                                  p.k_len(b), " keys in cu_seqlens_k (queries are a suffix of "
-                                  "the keys)"));
+      return Invalid("cu_seqlens_q", absl::StrCat("sequence ", b, " has ", p.q_len(b),
+                                                  " queries but only ", p.k_len(b),
+                                                  " keys in cu_seqlens_k (queries are a suffix of "
+                                                  "the keys)"));
     }
   }
 
   // Tensors.
-  const Expected qshape{p.total_q(), "total_q", "cu_seqlens_q", p.num_q_heads, "num_q_heads",
-                        p.head_dim};
-  const Expected kshape{p.total_k(), "total_k",
-                        req.cu_seqlens_k().empty() ? "cu_seqlens_q" : "cu_seqlens_k",
-                        p.num_kv_heads, "num_kv_heads", p.head_dim};
+  const Expected qshape{p.total_q(),   "total_q",     "cu_seqlens_q",
+                        p.num_q_heads, "num_q_heads", p.head_dim};
+  const Expected kshape{
+      p.total_k(),    "total_k",      req.cu_seqlens_k().empty() ? "cu_seqlens_q" : "cu_seqlens_k",
+      p.num_kv_heads, "num_kv_heads", p.head_dim};
   SPATTN_ASSIGN_OR_RETURN(out.q, ParseInput(req, req.q(), req.has_q(), "q", qshape, limits));
   SPATTN_ASSIGN_OR_RETURN(out.k, ParseInput(req, req.k(), req.has_k(), "k", kshape, limits));
   SPATTN_ASSIGN_OR_RETURN(out.v, ParseInput(req, req.v(), req.has_v(), "v", kshape, limits));
@@ -408,10 +403,10 @@ absl::StatusOr<ParsedRequest> ParseAttentionRequest(const v1::AttentionRequest& 
     o.field = "output";
     SPATTN_RETURN_IF_ERROR(CheckDesc(desc, "output", qshape, &o));
     if (o.dtype != p.dtype) {
-      return Invalid("output.desc.dtype",
-                     absl::StrCat(ProtoDTypeName(desc.dtype()), " differs from q's ",
-                                  ProtoDTypeName(DTypeToProto(p.dtype)),
-                                  " (the output has q's dtype)"));
+      return Invalid(
+          "output.desc.dtype",
+          absl::StrCat(ProtoDTypeName(desc.dtype()), " differs from q's ",
+                       ProtoDTypeName(DTypeToProto(p.dtype)), " (the output has q's dtype)"));
     }
     SPATTN_RETURN_IF_ERROR(CheckLocation(req.output(), "output", limits, &o));
     p.o_token_stride = o.token_stride;
@@ -437,10 +432,9 @@ absl::StatusOr<ParsedRequest> ParseAttentionRequest(const v1::AttentionRequest& 
       }
     }
     if (inline_out_bytes > limits.max_inline_bytes) {
-      return Invalid("output",
-                     absl::StrCat("unset, so the output returns inline, but its ",
-                                  inline_out_bytes, " bytes exceed max_inline_bytes ",
-                                  limits.max_inline_bytes, "; name an output region"));
+      return Invalid("output", absl::StrCat("unset, so the output returns inline, but its ",
+                                            inline_out_bytes, " bytes exceed max_inline_bytes ",
+                                            limits.max_inline_bytes, "; name an output region"));
     }
     p.o_head_stride = p.head_dim;
     p.o_token_stride = int64_t{p.num_q_heads} * p.head_dim;
@@ -449,9 +443,9 @@ absl::StatusOr<ParsedRequest> ParseAttentionRequest(const v1::AttentionRequest& 
   if (out.return_lse) {
     const int64_t lse_bytes = int64_t{p.num_q_heads} * p.total_q() * 4;
     if (lse_bytes > limits.max_inline_bytes) {
-      return Invalid("return_lse", absl::StrCat("the LSE's ", lse_bytes,
-                                                " bytes exceed max_inline_bytes ",
-                                                limits.max_inline_bytes));
+      return Invalid("return_lse",
+                     absl::StrCat("the LSE's ", lse_bytes, " bytes exceed max_inline_bytes ",
+                                  limits.max_inline_bytes));
     }
   }
 
@@ -465,8 +459,9 @@ absl::StatusOr<ParsedRequest> ParseAttentionRequest(const v1::AttentionRequest& 
     const v1::HeadMethodOverride& o = req.head_overrides(i);
     const std::string field = absl::StrCat("head_overrides[", i, "]");
     if (o.head() >= static_cast<uint32_t>(p.num_q_heads)) {
-      return Invalid(field + ".head", absl::StrCat(o.head(), " is not a q head (num_q_heads = ",
-                                                   p.num_q_heads, ")"));
+      return Invalid(
+          field + ".head",
+          absl::StrCat(o.head(), " is not a q head (num_q_heads = ", p.num_q_heads, ")"));
     }
     if (!seen.insert(static_cast<int>(o.head())).second) {
       return Invalid(field + ".head", absl::StrCat("head ", o.head(), " is overridden twice"));
@@ -513,9 +508,9 @@ absl::StatusOr<ModelConfig> ModelConfigFromProto(
   for (int i = 0; i < configs.size(); ++i) {
     const v1::HeadConfig& hc = configs[i];
     if (hc.layer() >= model.num_layers() || hc.head() >= model.num_q_heads()) {
-      return bad(absl::StrCat("head_configs[", i, "] names layer ", hc.layer(), " head ",
-                              hc.head(), " outside the model (", m.num_layers, " layers, ",
-                              m.num_q_heads, " q heads)"));
+      return bad(absl::StrCat("head_configs[", i, "] names layer ", hc.layer(), " head ", hc.head(),
+                              " outside the model (", m.num_layers, " layers, ", m.num_q_heads,
+                              " q heads)"));
     }
     auto c = ParseMethodConfig(hc.method(), absl::StrCat("head_configs[", i, "].method"));
     if (!c.ok()) return bad(c.status().message());
@@ -607,8 +602,8 @@ absl::Status FinishAssets(const ModelConfig& model, LayerAssets* assets) {
       DenseLayerWeights& l = mlp[i];
       const std::string where =
           absl::StrCat("model ", model.model_id, ": classifier of q head ", h, " layer ", i);
-      if (l.weight.empty()) return absl::FailedPreconditionError(where + ": missing w" +
-                                                                 std::to_string(i));
+      if (l.weight.empty())
+        return absl::FailedPreconditionError(where + ": missing w" + std::to_string(i));
       if (l.in != in) {
         return absl::FailedPreconditionError(
             absl::StrCat(where, ": takes ", l.in, " inputs but gets ", in));
@@ -661,8 +656,8 @@ void InitAttentionResponse(const ParsedRequest& request, v1::AttentionResponse* 
 
 void* PrepareInlineOutput(const ParsedRequest& request, v1::AttentionResponse* response) {
   const AttentionProblem& p = request.problem;
-  const size_t n = static_cast<size_t>(p.total_q()) * p.num_q_heads * p.head_dim *
-                   DTypeSize(p.dtype);
+  const size_t n =
+      static_cast<size_t>(p.total_q()) * p.num_q_heads * p.head_dim * DTypeSize(p.dtype);
   std::string* data = response->mutable_output()->mutable_inline_data()->mutable_data();
   data->assign(n, '\0');
   return data->data();

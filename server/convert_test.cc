@@ -131,101 +131,137 @@ TEST_F(ConvertTest, RegionAndStridedTensors) {
 
 TEST_F(ConvertTest, BadSizes) {
   const auto kInvalid = absl::StatusCode::kInvalidArgument;
-  ExpectBad("zero q heads", [](auto* r) { r->set_num_q_heads(0); }, kInvalid, "num_q_heads");
-  ExpectBad("huge q heads", [](auto* r) { r->set_num_q_heads(1u << 31); }, kInvalid,
-            "num_q_heads");
-  ExpectBad("zero kv heads", [](auto* r) { r->set_num_kv_heads(0); }, kInvalid, "num_kv_heads");
-  ExpectBad("gqa not divisible", [](auto* r) { r->set_num_kv_heads(3); }, kInvalid,
-            "num_q_heads");
-  ExpectBad("head_dim 0", [](auto* r) { r->set_head_dim(0); }, kInvalid, "head_dim");
-  ExpectBad("head_dim 100", [](auto* r) { r->set_head_dim(100); }, kInvalid, "head_dim");
-  ExpectBad("head_dim 512", [](auto* r) { r->set_head_dim(512); }, kInvalid, "head_dim");
-  ExpectBad("negative scale", [](auto* r) { r->set_softmax_scale(-1); }, kInvalid,
-            "softmax_scale");
-  ExpectBad("nan scale", [](auto* r) { r->set_softmax_scale(NAN); }, kInvalid, "softmax_scale");
-  ExpectBad("long request id", [](auto* r) { r->set_request_id(std::string(300, 'x')); },
-            kInvalid, "request_id");
-  ExpectBad("bad model id", [](auto* r) { r->set_model_id("a b"); }, kInvalid, "model_id");
+  ExpectBad(
+      "zero q heads", [](auto* r) { r->set_num_q_heads(0); }, kInvalid, "num_q_heads");
+  ExpectBad(
+      "huge q heads", [](auto* r) { r->set_num_q_heads(1u << 31); }, kInvalid, "num_q_heads");
+  ExpectBad(
+      "zero kv heads", [](auto* r) { r->set_num_kv_heads(0); }, kInvalid, "num_kv_heads");
+  ExpectBad(
+      "gqa not divisible", [](auto* r) { r->set_num_kv_heads(3); }, kInvalid, "num_q_heads");
+  ExpectBad(
+      "head_dim 0", [](auto* r) { r->set_head_dim(0); }, kInvalid, "head_dim");
+  ExpectBad(
+      "head_dim 100", [](auto* r) { r->set_head_dim(100); }, kInvalid, "head_dim");
+  ExpectBad(
+      "head_dim 512", [](auto* r) { r->set_head_dim(512); }, kInvalid, "head_dim");
+  ExpectBad(
+      "negative scale", [](auto* r) { r->set_softmax_scale(-1); }, kInvalid, "softmax_scale");
+  ExpectBad(
+      "nan scale", [](auto* r) { r->set_softmax_scale(NAN); }, kInvalid, "softmax_scale");
+  ExpectBad(
+      "long request id", [](auto* r) { r->set_request_id(std::string(300, 'x')); }, kInvalid,
+      "request_id");
+  ExpectBad(
+      "bad model id", [](auto* r) { r->set_model_id("a b"); }, kInvalid, "model_id");
 }
 
 TEST_F(ConvertTest, BadCuSeqlens) {
   const auto kInvalid = absl::StatusCode::kInvalidArgument;
-  ExpectBad("one entry", [](auto* r) { r->mutable_cu_seqlens_q()->Truncate(1); }, kInvalid,
-            "cu_seqlens_q");
-  ExpectBad("not starting at 0", [](auto* r) { r->set_cu_seqlens_q(0, 1); }, kInvalid,
-            "cu_seqlens_q[0]");
-  ExpectBad("decreasing", [](auto* r) { r->set_cu_seqlens_q(1, 20); }, kInvalid,
-            "cu_seqlens_q[2]");
-  ExpectBad("negative", [](auto* r) { r->set_cu_seqlens_q(1, -3); }, kInvalid, "cu_seqlens_q[1]");
-  ExpectBad("overflowing", [](auto* r) { r->set_cu_seqlens_k(2, int64_t{1} << 40); }, kInvalid,
-            "cu_seqlens_k[2]");
-  ExpectBad("k count differs", [](auto* r) { r->add_cu_seqlens_k(30); }, kInvalid,
-            "cu_seqlens_k");
-  ExpectBad("more queries than keys", [](auto* r) { r->set_cu_seqlens_k(1, 3); }, kInvalid,
-            "cu_seqlens_q");
+  ExpectBad(
+      "one entry", [](auto* r) { r->mutable_cu_seqlens_q()->Truncate(1); }, kInvalid,
+      "cu_seqlens_q");
+  ExpectBad(
+      "not starting at 0", [](auto* r) { r->set_cu_seqlens_q(0, 1); }, kInvalid, "cu_seqlens_q[0]");
+  ExpectBad(
+      "decreasing", [](auto* r) { r->set_cu_seqlens_q(1, 20); }, kInvalid, "cu_seqlens_q[2]");
+  ExpectBad(
+      "negative", [](auto* r) { r->set_cu_seqlens_q(1, -3); }, kInvalid, "cu_seqlens_q[1]");
+  ExpectBad(
+      "overflowing", [](auto* r) { r->set_cu_seqlens_k(2, int64_t{1} << 40); }, kInvalid,
+      "cu_seqlens_k[2]");
+  ExpectBad(
+      "k count differs", [](auto* r) { r->add_cu_seqlens_k(30); }, kInvalid, "cu_seqlens_k");
+  ExpectBad(
+      "more queries than keys", [](auto* r) { r->set_cu_seqlens_k(1, 3); }, kInvalid,
+      "cu_seqlens_q");
   // Tensors no longer match the offsets.
-  ExpectBad("q tokens vs cu_seqlens_q", [](auto* r) { r->set_cu_seqlens_q(2, 15); }, kInvalid,
-            "q.desc.shape[0]");
-  ExpectBad("k tokens vs cu_seqlens_k", [](auto* r) { r->set_cu_seqlens_k(2, 21); }, kInvalid,
-            "k.desc.shape[0]");
+  ExpectBad(
+      "q tokens vs cu_seqlens_q", [](auto* r) { r->set_cu_seqlens_q(2, 15); }, kInvalid,
+      "q.desc.shape[0]");
+  ExpectBad(
+      "k tokens vs cu_seqlens_k", [](auto* r) { r->set_cu_seqlens_k(2, 21); }, kInvalid,
+      "k.desc.shape[0]");
 }
 
 TEST_F(ConvertTest, BadTensors) {
   const auto kInvalid = absl::StatusCode::kInvalidArgument;
-  ExpectBad("missing q", [](auto* r) { r->clear_q(); }, kInvalid, "q: missing");
-  ExpectBad("missing v", [](auto* r) { r->clear_v(); }, kInvalid, "v: missing");
-  ExpectBad("no location", [](auto* r) { r->mutable_k()->clear_inline_data(); }, kInvalid,
-            "k: no data");
-  ExpectBad("unspecified dtype",
-            [](auto* r) { r->mutable_q()->mutable_desc()->set_dtype(v1::DATA_TYPE_UNSPECIFIED); },
-            kInvalid, "q.desc.dtype");
-  ExpectBad("int32 dtype",
-            [](auto* r) { r->mutable_q()->mutable_desc()->set_dtype(v1::DATA_TYPE_INT32); },
-            kInvalid, "q.desc.dtype");
-  ExpectBad("unknown dtype",
-            [](auto* r) { r->mutable_v()->mutable_desc()->set_dtype(static_cast<v1::DataType>(42)); },
-            kInvalid, "v.desc.dtype");
-  ExpectBad("mixed dtypes",
-            [](auto* r) { r->mutable_k()->mutable_desc()->set_dtype(v1::DATA_TYPE_FP16); },
-            kInvalid, "k.desc.dtype");
-  ExpectBad("2-d shape", [](auto* r) { r->mutable_q()->mutable_desc()->mutable_shape()->Truncate(2); },
-            kInvalid, "q.desc.shape");
-  ExpectBad("negative dim", [](auto* r) { r->mutable_q()->mutable_desc()->set_shape(1, -4); },
-            kInvalid, "q.desc.shape[1]");
-  ExpectBad("wrong heads", [](auto* r) { r->mutable_k()->mutable_desc()->set_shape(1, 4); },
-            kInvalid, "k.desc.shape[1]");
-  ExpectBad("wrong head_dim", [](auto* r) { r->mutable_v()->mutable_desc()->set_shape(2, 32); },
-            kInvalid, "v.desc.shape[2]");
-  ExpectBad("overflowing dim",
-            [](auto* r) { r->mutable_q()->mutable_desc()->set_shape(0, int64_t{1} << 62); },
-            kInvalid, "q.desc.shape[0]");
-  ExpectBad("inline too short",
-            [](auto* r) { r->mutable_q()->mutable_inline_data()->mutable_data()->resize(100); },
-            kInvalid, "q.inline_data");
-  ExpectBad("inline too large", [](auto* r) {
-    r->mutable_q()->mutable_inline_data()->mutable_data()->resize(2 << 20);
-  }, kInvalid, "max_inline_bytes");
-  ExpectBad("3 strides needed",
-            [](auto* r) { r->mutable_q()->mutable_desc()->add_strides(256); }, kInvalid,
-            "q.desc.strides");
-  ExpectBad("strided last dim", [](auto* r) {
-    auto* d = r->mutable_q()->mutable_desc();
-    d->add_strides(512);
-    d->add_strides(128);
-    d->add_strides(2);
-  }, kInvalid, "q.desc.strides[2]");
-  ExpectBad("overlapping heads", [](auto* r) {
-    auto* d = r->mutable_q()->mutable_desc();
-    d->add_strides(256);
-    d->add_strides(32);
-    d->add_strides(1);
-  }, kInvalid, "q.desc.strides[1]");
-  ExpectBad("negative stride", [](auto* r) {
-    auto* d = r->mutable_q()->mutable_desc();
-    d->add_strides(-256);
-    d->add_strides(64);
-    d->add_strides(1);
-  }, kInvalid, "q.desc.strides[0]");
+  ExpectBad(
+      "missing q", [](auto* r) { r->clear_q(); }, kInvalid, "q: missing");
+  ExpectBad(
+      "missing v", [](auto* r) { r->clear_v(); }, kInvalid, "v: missing");
+  ExpectBad(
+      "no location", [](auto* r) { r->mutable_k()->clear_inline_data(); }, kInvalid, "k: no data");
+  ExpectBad(
+      "unspecified dtype",
+      [](auto* r) { r->mutable_q()->mutable_desc()->set_dtype(v1::DATA_TYPE_UNSPECIFIED); },
+      kInvalid, "q.desc.dtype");
+  ExpectBad(
+      "int32 dtype",
+      [](auto* r) { r->mutable_q()->mutable_desc()->set_dtype(v1::DATA_TYPE_INT32); }, kInvalid,
+      "q.desc.dtype");
+  ExpectBad(
+      "unknown dtype",
+      [](auto* r) { r->mutable_v()->mutable_desc()->set_dtype(static_cast<v1::DataType>(42)); },
+      kInvalid, "v.desc.dtype");
+  ExpectBad(
+      "mixed dtypes",
+      [](auto* r) { r->mutable_k()->mutable_desc()->set_dtype(v1::DATA_TYPE_FP16); }, kInvalid,
+      "k.desc.dtype");
+  ExpectBad(
+      "2-d shape", [](auto* r) { r->mutable_q()->mutable_desc()->mutable_shape()->Truncate(2); },
+      kInvalid, "q.desc.shape");
+  ExpectBad(
+      "negative dim", [](auto* r) { r->mutable_q()->mutable_desc()->set_shape(1, -4); }, kInvalid,
+      "q.desc.shape[1]");
+  ExpectBad(
+      "wrong heads", [](auto* r) { r->mutable_k()->mutable_desc()->set_shape(1, 4); }, kInvalid,
+      "k.desc.shape[1]");
+  ExpectBad(
+      "wrong head_dim", [](auto* r) { r->mutable_v()->mutable_desc()->set_shape(2, 32); }, kInvalid,
+      "v.desc.shape[2]");
+  ExpectBad(
+      "overflowing dim",
+      [](auto* r) { r->mutable_q()->mutable_desc()->set_shape(0, int64_t{1} << 62); }, kInvalid,
+      "q.desc.shape[0]");
+  ExpectBad(
+      "inline too short",
+      [](auto* r) { r->mutable_q()->mutable_inline_data()->mutable_data()->resize(100); }, kInvalid,
+      "q.inline_data");
+  ExpectBad(
+      "inline too large",
+      [](auto* r) { r->mutable_q()->mutable_inline_data()->mutable_data()->resize(2 << 20); },
+      kInvalid, "max_inline_bytes");
+  ExpectBad(
+      "3 strides needed", [](auto* r) { r->mutable_q()->mutable_desc()->add_strides(256); },
+      kInvalid, "q.desc.strides");
+  ExpectBad(
+      "strided last dim",
+      [](auto* r) {
+        auto* d = r->mutable_q()->mutable_desc();
+        d->add_strides(512);
+        d->add_strides(128);
+        d->add_strides(2);
+      },
+      kInvalid, "q.desc.strides[2]");
+  ExpectBad(
+      "overlapping heads",
+      [](auto* r) {
+        auto* d = r->mutable_q()->mutable_desc();
+        d->add_strides(256);
+        d->add_strides(32);
+        d->add_strides(1);
+      },
+      kInvalid, "q.desc.strides[1]");
+  ExpectBad(
+      "negative stride",
+      [](auto* r) {
+        auto* d = r->mutable_q()->mutable_desc();
+        d->add_strides(-256);
+        d->add_strides(64);
+        d->add_strides(1);
+      },
+      kInvalid, "q.desc.strides[0]");
 }
 
 TEST_F(ConvertTest, BadHandles) {
@@ -235,38 +271,54 @@ TEST_F(ConvertTest, BadHandles) {
     t->mutable_region()->set_offset(offset);
     t->mutable_region()->set_byte_size(size);
   };
-  ExpectBad("empty region name", [&](auto* r) { region(r->mutable_q(), "", 0, 16 * 4 * 64 * 2); },
-            kInvalid, "q.region.region_name");
-  ExpectBad("region size mismatch", [&](auto* r) { region(r->mutable_q(), "x", 0, 1000); },
-            kInvalid, "q.region.byte_size");
-  ExpectBad("misaligned offset", [&](auto* r) { region(r->mutable_k(), "x", 3, 20 * 2 * 64 * 2); },
-            kInvalid, "k.region.offset");
-  ExpectBad("short ipc handle", [](auto* r) {
-    auto* c = r->mutable_v()->mutable_cuda_ipc();
-    c->set_ipc_handle("abc");
-    c->set_byte_size(20 * 2 * 64 * 2);
-  }, kInvalid, "v.cuda_ipc.ipc_handle");
-  ExpectBad("ipc size mismatch", [](auto* r) {
-    auto* c = r->mutable_v()->mutable_cuda_ipc();
-    c->set_ipc_handle(std::string(64, 'h'));
-    c->set_byte_size(7);
-  }, kInvalid, "v.cuda_ipc.byte_size");
-  ExpectBad("inline output", [](auto* r) {
-    r->mutable_output()->mutable_inline_data()->set_data("x");
-  }, kInvalid, "output.inline_data");
-  ExpectBad("output dtype", [&](auto* r) {
-    region(r->mutable_output(), "o", 0, 16 * 4 * 64 * 2);
-    r->mutable_output()->mutable_desc()->set_dtype(v1::DATA_TYPE_FP32);
-  }, kInvalid, "output.desc.dtype");
-  ExpectBad("output shape", [&](auto* r) {
-    region(r->mutable_output(), "o", 0, 16 * 4 * 64 * 2);
-    auto* d = r->mutable_output()->mutable_desc();
-    d->add_shape(16);
-    d->add_shape(2);
-    d->add_shape(64);
-  }, kInvalid, "output.desc.shape[1]");
-  ExpectBad("output region size", [&](auto* r) { region(r->mutable_output(), "o", 0, 5); },
-            kInvalid, "output.region.byte_size");
+  ExpectBad(
+      "empty region name", [&](auto* r) { region(r->mutable_q(), "", 0, 16 * 4 * 64 * 2); },
+      kInvalid, "q.region.region_name");
+  ExpectBad(
+      "region size mismatch", [&](auto* r) { region(r->mutable_q(), "x", 0, 1000); }, kInvalid,
+      "q.region.byte_size");
+  ExpectBad(
+      "misaligned offset", [&](auto* r) { region(r->mutable_k(), "x", 3, 20 * 2 * 64 * 2); },
+      kInvalid, "k.region.offset");
+  ExpectBad(
+      "short ipc handle",
+      [](auto* r) {
+        auto* c = r->mutable_v()->mutable_cuda_ipc();
+        c->set_ipc_handle("abc");
+        c->set_byte_size(20 * 2 * 64 * 2);
+      },
+      kInvalid, "v.cuda_ipc.ipc_handle");
+  ExpectBad(
+      "ipc size mismatch",
+      [](auto* r) {
+        auto* c = r->mutable_v()->mutable_cuda_ipc();
+        c->set_ipc_handle(std::string(64, 'h'));
+        c->set_byte_size(7);
+      },
+      kInvalid, "v.cuda_ipc.byte_size");
+  ExpectBad(
+      "inline output", [](auto* r) { r->mutable_output()->mutable_inline_data()->set_data("x"); },
+      kInvalid, "output.inline_data");
+  ExpectBad(
+      "output dtype",
+      [&](auto* r) {
+        region(r->mutable_output(), "o", 0, 16 * 4 * 64 * 2);
+        r->mutable_output()->mutable_desc()->set_dtype(v1::DATA_TYPE_FP32);
+      },
+      kInvalid, "output.desc.dtype");
+  ExpectBad(
+      "output shape",
+      [&](auto* r) {
+        region(r->mutable_output(), "o", 0, 16 * 4 * 64 * 2);
+        auto* d = r->mutable_output()->mutable_desc();
+        d->add_shape(16);
+        d->add_shape(2);
+        d->add_shape(64);
+      },
+      kInvalid, "output.desc.shape[1]");
+  ExpectBad(
+      "output region size", [&](auto* r) { region(r->mutable_output(), "o", 0, 5); }, kInvalid,
+      "output.region.byte_size");
 }
 
 TEST_F(ConvertTest, InlineOutputAndLseLimits) {
@@ -298,48 +350,72 @@ TEST_F(ConvertTest, InlineOutputAndLseLimits) {
 
 TEST_F(ConvertTest, BadMethods) {
   const auto kInvalid = absl::StatusCode::kInvalidArgument;
-  ExpectBad("unspecified override",
-            [](auto* r) { r->mutable_method_override()->set_method(v1::METHOD_UNSPECIFIED); },
-            kInvalid, "method_override.method");
-  ExpectBad("unknown method",
-            [](auto* r) { r->mutable_method_override()->set_method(static_cast<v1::Method>(99)); },
-            kInvalid, "method_override.method");
-  ExpectBad("bad last_q", [](auto* r) {
-    r->mutable_method_override()->set_method(v1::METHOD_VERTICAL_SLASH);
-    r->mutable_method_override()->mutable_vertical_slash()->set_last_q(-1);
-  }, kInvalid, "method_override.vertical_slash.last_q");
-  ExpectBad("bad block size", [](auto* r) {
-    r->mutable_method_override()->set_method(v1::METHOD_BLOCK_SPARSE);
-    r->mutable_method_override()->mutable_block_sparse()->set_block_size(48);
-  }, kInvalid, "method_override.block_sparse.block_size");
-  ExpectBad("bad gamma", [](auto* r) {
-    r->mutable_method_override()->set_method(v1::METHOD_FLEX_PREFILL);
-    r->mutable_method_override()->mutable_flex_prefill()->set_gamma(1.5f);
-  }, kInvalid, "method_override.flex_prefill.gamma");
-  ExpectBad("params of another method", [](auto* r) {
-    r->mutable_method_override()->set_method(v1::METHOD_A_SHAPE);
-    r->mutable_method_override()->mutable_anchor()->set_theta(3);
-  }, kInvalid, "method_override.anchor");
-  ExpectBad("override head out of range", [](auto* r) {
-    auto* o = r->add_head_overrides();
-    o->set_head(4);
-    o->mutable_method()->set_method(v1::METHOD_DENSE);
-  }, kInvalid, "head_overrides[0].head");
-  ExpectBad("head overridden twice", [](auto* r) {
-    for (int i = 0; i < 2; ++i) {
-      auto* o = r->add_head_overrides();
-      o->set_head(1);
-      o->mutable_method()->set_method(v1::METHOD_DENSE);
-    }
-  }, kInvalid, "head_overrides[1].head");
-  ExpectBad("override without method", [](auto* r) { r->add_head_overrides()->set_head(0); },
-            kInvalid, "head_overrides[0].method");
-  ExpectBad("bad head override param", [](auto* r) {
-    auto* o = r->add_head_overrides();
-    o->set_head(2);
-    o->mutable_method()->set_method(v1::METHOD_ANCHOR);
-    o->mutable_method()->mutable_anchor()->set_step(-2);
-  }, kInvalid, "head_overrides[0].method.anchor.step");
+  ExpectBad(
+      "unspecified override",
+      [](auto* r) { r->mutable_method_override()->set_method(v1::METHOD_UNSPECIFIED); }, kInvalid,
+      "method_override.method");
+  ExpectBad(
+      "unknown method",
+      [](auto* r) { r->mutable_method_override()->set_method(static_cast<v1::Method>(99)); },
+      kInvalid, "method_override.method");
+  ExpectBad(
+      "bad last_q",
+      [](auto* r) {
+        r->mutable_method_override()->set_method(v1::METHOD_VERTICAL_SLASH);
+        r->mutable_method_override()->mutable_vertical_slash()->set_last_q(-1);
+      },
+      kInvalid, "method_override.vertical_slash.last_q");
+  ExpectBad(
+      "bad block size",
+      [](auto* r) {
+        r->mutable_method_override()->set_method(v1::METHOD_BLOCK_SPARSE);
+        r->mutable_method_override()->mutable_block_sparse()->set_block_size(48);
+      },
+      kInvalid, "method_override.block_sparse.block_size");
+  ExpectBad(
+      "bad gamma",
+      [](auto* r) {
+        r->mutable_method_override()->set_method(v1::METHOD_FLEX_PREFILL);
+        r->mutable_method_override()->mutable_flex_prefill()->set_gamma(1.5f);
+      },
+      kInvalid, "method_override.flex_prefill.gamma");
+  ExpectBad(
+      "params of another method",
+      [](auto* r) {
+        r->mutable_method_override()->set_method(v1::METHOD_A_SHAPE);
+        r->mutable_method_override()->mutable_anchor()->set_theta(3);
+      },
+      kInvalid, "method_override.anchor");
+  ExpectBad(
+      "override head out of range",
+      [](auto* r) {
+        auto* o = r->add_head_overrides();
+        o->set_head(4);
+        o->mutable_method()->set_method(v1::METHOD_DENSE);
+      },
+      kInvalid, "head_overrides[0].head");
+  ExpectBad(
+      "head overridden twice",
+      [](auto* r) {
+        for (int i = 0; i < 2; ++i) {
+          auto* o = r->add_head_overrides();
+          o->set_head(1);
+          o->mutable_method()->set_method(v1::METHOD_DENSE);
+        }
+      },
+      kInvalid, "head_overrides[1].head");
+  ExpectBad(
+      "override without method", [](auto* r) { r->add_head_overrides()->set_head(0); }, kInvalid,
+      "head_overrides[0].method");
+  ExpectBad(
+      "bad head override param",
+      [](auto* r) {
+        auto* o = r->add_head_overrides();
+        o->set_head(2);
+        o->mutable_method()->set_method(v1::METHOD_ANCHOR);
+        o->mutable_method()->mutable_anchor()->set_step(-2);
+      },
+      kInvalid, "head_overrides[0].method.anchor.step");
 }
 
 TEST(MethodConfigProtoTest, RoundTripsEveryMethod) {

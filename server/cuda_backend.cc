@@ -142,9 +142,10 @@ class CudaBackend : public AttentionBackend {
   absl::Status Usable() const {
     const absl::Status h = Health();
     if (h.ok()) return h;
-    return absl::UnavailableError(absl::StrCat(name(), " failed earlier and serves no more "
-                                               "requests (", h.message(),
-                                               "); restart the worker"));
+    return absl::UnavailableError(absl::StrCat(name(),
+                                               " failed earlier and serves no more "
+                                               "requests (",
+                                               h.message(), "); restart the worker"));
   }
 
   const CudaBackendOptions& options() const { return options_; }
@@ -183,10 +184,12 @@ absl::StatusOr<void*> CudaCall::Stage(const char* name, int64_t bytes) {
   CudaDeviceBuffer* pool = backend_->staging();
   const int64_t capacity = pool == nullptr ? 0 : pool->bytes();
   if (start + bytes > capacity) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        name, ": the GPU staging pool of ", backend_->name(), " is too small for this request's "
-        "host tensors: needs ", start + bytes, " bytes, has ", capacity,
-        " (raise --gpu_staging_bytes, or pass the tensors in GPU memory)"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat(name, ": the GPU staging pool of ", backend_->name(),
+                     " is too small for this request's "
+                     "host tensors: needs ",
+                     start + bytes, " bytes, has ", capacity,
+                     " (raise --gpu_staging_bytes, or pass the tensors in GPU memory)"));
   }
   staged_ = start + bytes;
   return static_cast<uint8_t*>(pool->data()) + start;
@@ -201,13 +204,13 @@ absl::StatusOr<const void*> CudaCall::Upload(const char* name, const BoundTensor
   const uint8_t* src = static_cast<const uint8_t*>(t.data);
   if (host.head_stride == dp_.head_dim || host.heads == 1) {
     // Whole tokens are contiguous on the host (the usual case: one copy).
-    SPATTN_RETURN_IF_ERROR(c.ToDevice(dev, packed_token, src, host.token_stride * es_,
-                                      packed_token, host.tokens));
+    SPATTN_RETURN_IF_ERROR(
+        c.ToDevice(dev, packed_token, src, host.token_stride * es_, packed_token, host.tokens));
   } else {
     for (int h = 0; h < host.heads; ++h) {
       SPATTN_RETURN_IF_ERROR(c.ToDevice(static_cast<uint8_t*>(dev) + h * row, packed_token,
-                                        src + h * host.head_stride * es_,
-                                        host.token_stride * es_, row, host.tokens));
+                                        src + h * host.head_stride * es_, host.token_stride * es_,
+                                        row, host.tokens));
     }
   }
   copies_.push_back({true, t.kind, host.tokens * packed_token});
@@ -236,15 +239,17 @@ absl::Status CudaCall::Bind(const RequestTensors& t) {
     int heads;
     int64_t tokens;
   };
-  for (const Input& in : {Input{"q", &t.q, &dp_.q, &hp_.q, hq, tq},
-                          Input{"k", &t.k, &dp_.k, &hp_.k, hk, tk},
-                          Input{"v", &t.v, &dp_.v, &hp_.v, hk, tk}}) {
+  for (const Input& in :
+       {Input{"q", &t.q, &dp_.q, &hp_.q, hq, tq}, Input{"k", &t.k, &dp_.k, &hp_.k, hk, tk},
+        Input{"v", &t.v, &dp_.v, &hp_.v, hk, tk}}) {
     const BoundTensor& b = *in.bound;
     if (b.space == MemorySpace::kCuda) {
       if (b.device != device) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            in.name, ": the tensor is in the memory of GPU ", b.device, ", and this request "
-            "runs on ", backend_->name(), " (the worker serves no GPU ", b.device, ")"));
+        return absl::FailedPreconditionError(
+            absl::StrCat(in.name, ": the tensor is in the memory of GPU ", b.device,
+                         ", and this request "
+                         "runs on ",
+                         backend_->name(), " (the worker serves no GPU ", b.device, ")"));
       }
       in.dev->data = b.data;
       continue;
@@ -262,9 +267,11 @@ absl::Status CudaCall::Bind(const RequestTensors& t) {
   k_kind_ = t.k.kind;
   if (t.o.space == MemorySpace::kCuda) {
     if (t.o.device != device) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "output: the tensor is in the memory of GPU ", t.o.device, ", and this request runs "
-          "on ", backend_->name(), " (the worker serves no GPU ", t.o.device, ")"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("output: the tensor is in the memory of GPU ", t.o.device,
+                       ", and this request runs "
+                       "on ",
+                       backend_->name(), " (the worker serves no GPU ", t.o.device, ")"));
     }
     dp_.o = t.o.data;
   } else {
@@ -319,10 +326,10 @@ absl::Status CudaCall::EnsureHost(const MethodConfig& config, const std::vector<
       for (int b = 0; b < dp_.batch(); ++b) {
         const int64_t n = std::min<int64_t>(need, dp_.q_len(b));
         const int64_t first = dp_.cu_seqlens_q[b + 1] - n;
-        SPATTN_RETURN_IF_ERROR(c.ToHost(
-            q_mirror_.get() + (first * hq + h) * row, hq * row,
-            src + (first * dp_.q.token_stride + int64_t{h} * dp_.q.head_stride) * es_,
-            dp_.q.token_stride * es_, row, n));
+        SPATTN_RETURN_IF_ERROR(
+            c.ToHost(q_mirror_.get() + (first * hq + h) * row, hq * row,
+                     src + (first * dp_.q.token_stride + int64_t{h} * dp_.q.head_stride) * es_,
+                     dp_.q.token_stride * es_, row, n));
         down_q += n * row;
       }
       q_rows_have_[h] = need;
@@ -451,17 +458,17 @@ absl::StatusOr<std::unique_ptr<AttentionBackend>> MakeCudaBackend(
   if (options.staging_bytes > 0) {
     auto buf = CudaDeviceBuffer::Allocate(options.device, options.staging_bytes);
     if (!buf.ok()) {
-      return absl::Status(buf.status().code(),
-                          absl::StrCat("cuda:", options.device, ": cannot reserve a ",
-                                       options.staging_bytes, "-byte staging pool (",
-                                       buf.status().message(), ")"));
+      return absl::Status(
+          buf.status().code(),
+          absl::StrCat("cuda:", options.device, ": cannot reserve a ", options.staging_bytes,
+                       "-byte staging pool (", buf.status().message(), ")"));
     }
     staging = std::move(*buf);
   }
   auto copier = CudaCopyStream::Create(options.device);
   if (!copier.ok()) return copier.status();
-  return std::unique_ptr<AttentionBackend>(new CudaBackend(
-      options, std::move(*engine), std::move(staging), std::move(*copier)));
+  return std::unique_ptr<AttentionBackend>(
+      new CudaBackend(options, std::move(*engine), std::move(staging), std::move(*copier)));
 }
 
 }  // namespace spattn

@@ -3,18 +3,17 @@
 // tolerance rule, kernels/cuda/cuda_test_util.h), GPU-built (dense, a_shape) and CPU-built
 // (vertical_slash) indexes, several head groups in one request, no copies for CUDA IPC tensors,
 // unusable handles, pools too small for a request, dtypes the GPU does not compute.
+#include <gtest/gtest.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <gtest/gtest.h>
-#include <prometheus/registry.h>
-#include <prometheus/text_serializer.h>
-
 #include <cstdio>
 #include <cstdlib>
-#include <iostream>
 #include <fstream>
+#include <iostream>
 #include <iterator>
 #include <map>
 #include <sstream>
@@ -42,9 +41,9 @@ using testing_util::InlineRequest;
 
 bool HasGpu(std::string* why) { return !ListCudaDevices(why).empty(); }
 
-#define SKIP_WITHOUT_GPU()                             \
-  do {                                                 \
-    std::string why;                                   \
+#define SKIP_WITHOUT_GPU()                                \
+  do {                                                    \
+    std::string why;                                      \
     if (!HasGpu(&why)) GTEST_SKIP() << "no GPU: " << why; \
   } while (0)
 
@@ -230,10 +229,10 @@ TEST_F(CudaBackendTest, InlineAndSharedMemoryMatchTheReference) {
     }
   }
   // Shared-memory regions are page-locked while a GPU serves; the copies were counted.
-  EXPECT_GT(Sample(*worker_, "spattn_transfer_bytes_total{direction=\"h2d\",handle_kind=\"system\"}"),
-            0);
-  EXPECT_GT(Sample(*worker_, "spattn_transfer_bytes_total{direction=\"h2d\",handle_kind=\"inline\"}"),
-            0);
+  EXPECT_GT(
+      Sample(*worker_, "spattn_transfer_bytes_total{direction=\"h2d\",handle_kind=\"system\"}"), 0);
+  EXPECT_GT(
+      Sample(*worker_, "spattn_transfer_bytes_total{direction=\"h2d\",handle_kind=\"inline\"}"), 0);
 }
 
 TEST_F(CudaBackendTest, SeveralHeadGroupsInOneRequest) {
@@ -342,9 +341,9 @@ TEST_F(CudaBackendTest, CudaIpcTensorsAreUsedInPlace) {
     EXPECT_GT(h.recall(), 0.0) << h.head();
     EXPECT_LE(h.recall(), 1.0 + 1e-9) << h.head();
   }
-  EXPECT_GT(Sample(*worker_,
-                   "spattn_transfer_bytes_total{direction=\"d2h\",handle_kind=\"cuda_ipc\"}"),
-            0);
+  EXPECT_GT(
+      Sample(*worker_, "spattn_transfer_bytes_total{direction=\"d2h\",handle_kind=\"cuda_ipc\"}"),
+      0);
 
   // A handle on a GPU this worker does not have, and bytes that are no handle at all.
   v1::AttentionRequest wrong = raw;
@@ -423,8 +422,7 @@ TEST(CudaBackendPoolsTest, TooSmallPoolsAreResourceExhaustedAndTheWorkerKeepsSer
   v1::AttentionRequest mid_req = InlineRequest(mid);
   SetMethod(Config(Method::kAShape), mid_req.mutable_method_override());
   auto workspace = (*client)->ComputeAttention(mid_req);
-  EXPECT_EQ(workspace.status().code(), absl::StatusCode::kResourceExhausted)
-      << workspace.status();
+  EXPECT_EQ(workspace.status().code(), absl::StatusCode::kResourceExhausted) << workspace.status();
   EXPECT_NE(workspace.status().message().find("--gpu_workspace_bytes"), std::string::npos)
       << workspace.status();
 

@@ -48,9 +48,8 @@ absl::StatusOr<int> ResolveCudaDevice(const std::string& uuid, int device_id) {
 
 absl::StatusOr<void*> CudaIpcOpen(const std::string& raw_handle, int device) {
   if (raw_handle.size() != sizeof(cudaIpcMemHandle_t)) {
-    return absl::InvalidArgumentError(absl::StrCat("raw_handle: expected ",
-                                                   sizeof(cudaIpcMemHandle_t), " bytes, got ",
-                                                   raw_handle.size()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "raw_handle: expected ", sizeof(cudaIpcMemHandle_t), " bytes, got ", raw_handle.size()));
   }
   cudaIpcMemHandle_t handle;
   std::memcpy(&handle, raw_handle.data(), sizeof(handle));
@@ -204,8 +203,8 @@ absl::Status CudaCopyStream::ToDevice(void* dst, size_t dst_pitch, const void* s
   return absl::OkStatus();
 }
 
-absl::Status CudaCopyStream::ToHost(void* dst, size_t dst_pitch, const void* src,
-                                    size_t src_pitch, size_t row_bytes, size_t rows) {
+absl::Status CudaCopyStream::ToHost(void* dst, size_t dst_pitch, const void* src, size_t src_pitch,
+                                    size_t row_bytes, size_t rows) {
   if (rows == 0 || row_bytes == 0) return absl::OkStatus();
   absl::Status s = impl_->Begin();
   if (!s.ok()) return s;

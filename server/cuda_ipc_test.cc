@@ -2,13 +2,12 @@
 // another process keeps Q/K/V and the output buffer in GPU memory, the worker opens its IPC
 // handle as a registered CUDA region and as a raw CudaIpcRef, copies the tensors to the host,
 // computes there, and writes the output back into GPU memory.
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <gtest/gtest.h>
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -69,8 +68,7 @@ TEST(CudaIpcTest, WorkerReadsAndWritesGpuMemoryOfAnotherProcess) {
     f.write(reinterpret_cast<const char*>(hp.v_bytes().data()), kb);
   }
   const char* producer_env = getenv("SPATTN_IPC_PRODUCER");
-  const std::string producer_bin =
-      producer_env ? producer_env : "server/cuda_ipc_producer";
+  const std::string producer_bin = producer_env ? producer_env : "server/cuda_ipc_producer";
   ProducerProcess producer;
   ASSERT_TRUE(producer.Start(producer_bin, input, qb));
   const std::string hello = producer.ReadLine();

@@ -35,8 +35,8 @@ constexpr Stage kStages[] = {Stage::kResolve, Stage::kConfig, Stage::kIndexBuild
 constexpr HandleKind kHandleKinds[] = {HandleKind::kInline, HandleKind::kSystemRegion,
                                        HandleKind::kCudaRegion, HandleKind::kCudaIpc};
 constexpr ErrorKind kErrorKinds[] = {
-    ErrorKind::kValidation,  ErrorKind::kNotFound, ErrorKind::kPrecondition,
-    ErrorKind::kQueueFull,   ErrorKind::kDeadline, ErrorKind::kCancelled,
+    ErrorKind::kValidation,  ErrorKind::kNotFound,     ErrorKind::kPrecondition,
+    ErrorKind::kQueueFull,   ErrorKind::kDeadline,     ErrorKind::kCancelled,
     ErrorKind::kUnavailable, ErrorKind::kIndexService, ErrorKind::kInternal};
 
 const char* CodeName(absl::StatusCode code) {
@@ -163,8 +163,8 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry& registry, const std::string& 
                      .Name("spattn_stage_duration_seconds")
                      .Help("Time spent per request stage, seconds.")
                      .Register(registry);
-  for (Stage s : kStages) stage_duration_[s] = &stages.Add({{"stage", StageName(s)}},
-                                                           DurationBuckets());
+  for (Stage s : kStages)
+    stage_duration_[s] = &stages.Add({{"stage", StageName(s)}}, DurationBuckets());
   in_flight_ = &prometheus::BuildGauge()
                     .Name("spattn_requests_in_flight")
                     .Help("Attention requests admitted and not yet answered.")
@@ -194,9 +194,10 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry& registry, const std::string& 
   }
   auto& transfer = prometheus::BuildCounter()
                        .Name("spattn_transfer_bytes_total")
-                       .Help("Tensor bytes read (in) and written (out) through each handle "
-                             "kind, and of those the bytes copied host to GPU (h2d) and GPU to "
-                             "host (d2h) to reach the device that computed.")
+                       .Help(
+                           "Tensor bytes read (in) and written (out) through each handle "
+                           "kind, and of those the bytes copied host to GPU (h2d) and GPU to "
+                           "host (d2h) to reach the device that computed.")
                        .Register(registry);
   for (bool in : {true, false}) {
     for (HandleKind k : kHandleKinds) {
@@ -224,8 +225,9 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry& registry, const std::string& 
       .Set(1);
   index_service_up_ = &prometheus::BuildGauge()
                            .Name("spattn_index_service_up")
-                           .Help("1 while the worker's link to the index service works (or none "
-                                 "is configured), 0 while it serves head configs from cache.")
+                           .Help(
+                               "1 while the worker's link to the index service works (or none "
+                               "is configured), 0 while it serves head configs from cache.")
                            .Register(registry)
                            .Add({});
   index_service_up_->Set(1);
@@ -264,9 +266,7 @@ void WorkerMetrics::Copy(bool to_device, HandleKind kind, int64_t bytes) {
   copy_.at({to_device, kind})->Increment(static_cast<double>(bytes));
 }
 
-void WorkerMetrics::GpuMemoryUsed(uint64_t bytes) {
-  gpu_memory_->Set(static_cast<double>(bytes));
-}
+void WorkerMetrics::GpuMemoryUsed(uint64_t bytes) { gpu_memory_->Set(static_cast<double>(bytes)); }
 
 void WorkerMetrics::Error(ErrorKind kind) { errors_.at(kind)->Increment(); }
 

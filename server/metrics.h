@@ -28,15 +28,15 @@ const char* StageName(Stage stage);  // "resolve", "config", "index_build", "ker
 
 // Label values of spattn_errors_total{kind}.
 enum class ErrorKind {
-  kValidation,      // INVALID_ARGUMENT / OUT_OF_RANGE
-  kNotFound,        // unknown region or model
-  kPrecondition,    // FAILED_PRECONDITION (GPU-only, read-only region, bad index data)
-  kQueueFull,       // RESOURCE_EXHAUSTED
-  kDeadline,        // DEADLINE_EXCEEDED
-  kCancelled,       // CANCELLED
-  kUnavailable,     // UNAVAILABLE (draining)
-  kIndexService,    // the index service could not be read
-  kInternal,        // anything else
+  kValidation,    // INVALID_ARGUMENT / OUT_OF_RANGE
+  kNotFound,      // unknown region or model
+  kPrecondition,  // FAILED_PRECONDITION (GPU-only, read-only region, bad index data)
+  kQueueFull,     // RESOURCE_EXHAUSTED
+  kDeadline,      // DEADLINE_EXCEEDED
+  kCancelled,     // CANCELLED
+  kUnavailable,   // UNAVAILABLE (draining)
+  kIndexService,  // the index service could not be read
+  kInternal,      // anything else
 };
 const char* ErrorKindName(ErrorKind kind);
 ErrorKind ErrorKindOf(absl::StatusCode code);

@@ -109,8 +109,8 @@ absl::StatusOr<BoundTensor> BindOutput(ParsedRequest& req, RegionManager* region
 absl::Status CheckAgainstModel(const ParsedRequest& req, const ModelConfig& m) {
   const AttentionProblem& p = req.problem;
   auto differ = [&](const char* field, int got, int want) {
-    return absl::InvalidArgumentError(absl::StrCat(field, ": ", got, " differs from model '",
-                                                   m.model_id, "' (", want, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": ", got, " differs from model '", m.model_id, "' (", want, ")"));
   };
   if (p.num_q_heads != m.num_q_heads) return differ("num_q_heads", p.num_q_heads, m.num_q_heads);
   if (p.num_kv_heads != m.num_kv_heads) {
@@ -118,8 +118,9 @@ absl::Status CheckAgainstModel(const ParsedRequest& req, const ModelConfig& m) {
   }
   if (m.head_dim > 0 && p.head_dim != m.head_dim) return differ("head_dim", p.head_dim, m.head_dim);
   if (req.layer >= m.num_layers) {
-    return absl::InvalidArgumentError(absl::StrCat("layer: ", req.layer, " is not a layer of model '",
-                                                   m.model_id, "' (", m.num_layers, " layers)"));
+    return absl::InvalidArgumentError(absl::StrCat("layer: ", req.layer,
+                                                   " is not a layer of model '", m.model_id, "' (",
+                                                   m.num_layers, " layers)"));
   }
   return absl::OkStatus();
 }
@@ -196,8 +197,9 @@ absl::Status AttentionPipeline::Run(ParsedRequest& req, AttentionBackend& backen
   plan_in.dense_below_tokens = options_.dense_below_tokens;
   for (int b = 0; b < p.batch(); ++b) plan_in.max_k_len = std::max(plan_in.max_k_len, p.k_len(b));
   SPATTN_ASSIGN_OR_RETURN(
-      Plan plan, MakePlan(plan_in, [&](Method m) { return backend.MethodAvailable(m); },
-                          backend.kind()));
+      Plan plan,
+      MakePlan(
+          plan_in, [&](Method m) { return backend.MethodAvailable(m); }, backend.kind()));
   std::shared_ptr<const LayerAssets> assets;
   BuildOptions build;
   build.block_m = options_.block_m;
@@ -216,8 +218,9 @@ absl::Status AttentionPipeline::Run(ParsedRequest& req, AttentionBackend& backen
     const absl::Status s =
         call->BuildIndex(plan.groups[g].config, plan.groups[g].heads, build, &indexes[g]);
     if (!s.ok()) {
-      return absl::Status(s.code(), absl::StrCat("index build (", MethodName(plan.groups[g].config.method),
-                                                 ", layer ", req.layer, "): ", s.message()));
+      return absl::Status(s.code(),
+                          absl::StrCat("index build (", MethodName(plan.groups[g].config.method),
+                                       ", layer ", req.layer, "): ", s.message()));
     }
   }
   stage_done(Stage::kIndexBuild, &result.seconds.index_build);
@@ -269,10 +272,10 @@ absl::Status AttentionPipeline::Run(ParsedRequest& req, AttentionBackend& backen
     // Exact over all allowed keys for a fixed sample of rows (parallel over the rows).
     for (int h = 0; h < p.num_q_heads; ++h) {
       SPATTN_RETURN_IF_ERROR(CheckControl(control, "recall"));
-      SPATTN_ASSIGN_OR_RETURN(result.heads[h].recall,
-                              AttentionMassRecall(**host, indexes[where[h].first], where[h].second,
-                                                  options_.recall_sample_rows,
-                                                  options_.recall_seed));
+      SPATTN_ASSIGN_OR_RETURN(
+          result.heads[h].recall,
+          AttentionMassRecall(**host, indexes[where[h].first], where[h].second,
+                              options_.recall_sample_rows, options_.recall_seed));
       if (metrics_) metrics_->Recall(result.heads[h].config.method, result.heads[h].recall);
     }
   }

@@ -42,8 +42,7 @@ bool SameMethodConfig(const MethodConfig& a, const MethodConfig& b) {
     case Method::kFlexPrefill: {
       const FlexPrefillParams &x = a.flex_prefill, &y = b.flex_prefill;
       return x.gamma == y.gamma && x.tau == y.tau && x.min_budget == y.min_budget &&
-             x.max_budget == y.max_budget && x.block_size == y.block_size &&
-             x.flatten == y.flatten;
+             x.max_budget == y.max_budget && x.block_size == y.block_size && x.flatten == y.flatten;
     }
     case Method::kSampleAttention: {
       const SampleAttentionParams &x = a.sample_attention, &y = b.sample_attention;
@@ -94,9 +93,8 @@ absl::StatusOr<Plan> MakePlan(const PlanInput& in, const std::function<bool(Meth
   if (in.maybe_head_overrides != nullptr) {
     for (const auto& o : *in.maybe_head_overrides) {
       if (o.first < 0 || o.first >= n) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("head_overrides: head ", o.first, " is not a q head (num_q_heads = ", n,
-                         ")"));
+        return absl::InvalidArgumentError(absl::StrCat("head_overrides: head ", o.first,
+                                                       " is not a q head (num_q_heads = ", n, ")"));
       }
       per_head[o.first] = &o.second;
       plan.source[o.first] = MethodSource::kHeadOverride;

@@ -20,10 +20,10 @@ namespace spattn {
 struct PlanInput {
   int num_q_heads = 0;
   int layer = 0;
-  const ModelConfig* maybe_model = nullptr;               // Null: no model config.
-  const MethodConfig* maybe_method_override = nullptr;    // Null: none.
+  const ModelConfig* maybe_model = nullptr;             // Null: no model config.
+  const MethodConfig* maybe_method_override = nullptr;  // Null: none.
   const std::vector<std::pair<int, MethodConfig>>* maybe_head_overrides = nullptr;
-  MethodConfig worker_default;                            // Without model and override.
+  MethodConfig worker_default;  // Without model and override.
   // Every sequence has fewer keys than this: dense everywhere except explicit overrides.
   // 0 = never.
   int dense_below_tokens = 0;
@@ -31,8 +31,14 @@ struct PlanInput {
 };
 
 // Why a head got its method (for logs and tests).
-enum class MethodSource { kHeadOverride, kRequestOverride, kHeadConfig, kModelDefault,
-                          kWorkerDefault, kShortSequence };
+enum class MethodSource {
+  kHeadOverride,
+  kRequestOverride,
+  kHeadConfig,
+  kModelDefault,
+  kWorkerDefault,
+  kShortSequence
+};
 const char* MethodSourceName(MethodSource source);
 
 struct HeadGroup {
@@ -41,10 +47,10 @@ struct HeadGroup {
 };
 
 struct Plan {
-  std::vector<HeadGroup> groups;       // Ordered by their first head.
-  std::vector<int> group_of_head;      // [num_q_heads]
-  std::vector<MethodSource> source;    // [num_q_heads]
-  bool dense_fallback = false;         // The short-sequence rule applied.
+  std::vector<HeadGroup> groups;     // Ordered by their first head.
+  std::vector<int> group_of_head;    // [num_q_heads]
+  std::vector<MethodSource> source;  // [num_q_heads]
+  bool dense_fallback = false;       // The short-sequence rule applied.
 };
 
 // True when two configs would build the same index (same method, same parameters of it).
@@ -53,8 +59,7 @@ bool SameMethodConfig(const MethodConfig& a, const MethodConfig& b);
 // Makes the plan; `available(method)` says whether the executing device can run a method, and
 // a head whose method it cannot run fails the plan with FAILED_PRECONDITION naming the head,
 // the method and `device`.
-absl::StatusOr<Plan> MakePlan(const PlanInput& input,
-                              const std::function<bool(Method)>& available,
+absl::StatusOr<Plan> MakePlan(const PlanInput& input, const std::function<bool(Method)>& available,
                               const std::string& device);
 
 }  // namespace spattn

@@ -122,7 +122,8 @@ TEST(PlannerTest, UnavailableMethodIsFailedPrecondition) {
   in.num_q_heads = 6;
   in.layer = 1;
   in.maybe_model = &m;
-  auto plan = MakePlan(in, [](Method x) { return x != Method::kVerticalSlash; }, "cpu");
+  auto plan = MakePlan(
+      in, [](Method x) { return x != Method::kVerticalSlash; }, "cpu");
   ASSERT_FALSE(plan.ok());
   EXPECT_EQ(plan.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(plan.status().message().find("head 0: method vertical_slash"), std::string::npos)

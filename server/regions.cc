@@ -33,7 +33,7 @@ struct RegionManager::Region {
   bool writable = true;
   void* map_addr = nullptr;  // What munmap gets.
   size_t map_len = 0;
-  bool pinned = false;       // map_addr is registered with cudaHostRegister.
+  bool pinned = false;              // map_addr is registered with cudaHostRegister.
   std::shared_ptr<IpcMapping> ipc;  // CUDA regions: closed when the last user lets go.
 
   ~Region() {
@@ -64,14 +64,14 @@ RegionManager::~RegionManager() = default;
 absl::Status RegionManager::RegisterSystem(const std::string& name, const std::string& shm_key,
                                            uint64_t offset, uint64_t byte_size) {
   SPATTN_RETURN_IF_ERROR(CheckName(name));
-  if (shm_key.size() < 2 || shm_key[0] != '/' ||
-      shm_key.find('/', 1) != std::string::npos || shm_key.size() > 255) {
+  if (shm_key.size() < 2 || shm_key[0] != '/' || shm_key.find('/', 1) != std::string::npos ||
+      shm_key.size() > 255) {
     return absl::InvalidArgumentError(
         absl::StrCat("shm_key of region '", name, "': must look like /name (one leading slash)"));
   }
   if (byte_size == 0) {
-    return absl::InvalidArgumentError(absl::StrCat("byte_size of region '", name,
-                                                   "': must be > 0"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("byte_size of region '", name, "': must be > 0"));
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -117,8 +117,8 @@ absl::Status RegionManager::RegisterSystem(const std::string& name, const std::s
   const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   const uint64_t map_offset = offset / page * page;
   const size_t map_len = static_cast<size_t>(offset - map_offset + byte_size);
-  void* addr = mmap(nullptr, map_len, writable ? (PROT_READ | PROT_WRITE) : PROT_READ,
-                    MAP_SHARED, fd, static_cast<off_t>(map_offset));
+  void* addr = mmap(nullptr, map_len, writable ? (PROT_READ | PROT_WRITE) : PROT_READ, MAP_SHARED,
+                    fd, static_cast<off_t>(map_offset));
   const int map_err = errno;
   close(fd);
   if (addr == MAP_FAILED) {
@@ -152,12 +152,12 @@ absl::Status RegionManager::RegisterCuda(const std::string& name, const std::str
         "raw_handle of region '", name, "': expected 64 bytes, got ", raw_handle.size()));
   }
   if (byte_size == 0) {
-    return absl::InvalidArgumentError(absl::StrCat("byte_size of region '", name,
-                                                   "': must be > 0"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("byte_size of region '", name, "': must be > 0"));
   }
   if (device_id < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("device_id of region '", name,
-                                                   "': must be >= 0"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("device_id of region '", name, "': must be >= 0"));
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -251,9 +251,9 @@ absl::StatusOr<RegionSlice> RegionManager::Resolve(const std::string& field,
     region = it->second;
   }
   if (!SliceFits(offset, byte_size, region->size)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ": offset ", offset, " + byte_size ", byte_size,
-                     " is outside region '", name, "' of ", region->size, " bytes"));
+    return absl::InvalidArgumentError(absl::StrCat(field, ": offset ", offset, " + byte_size ",
+                                                   byte_size, " is outside region '", name, "' of ",
+                                                   region->size, " bytes"));
   }
   RegionSlice s;
   s.data = region->base + offset;
@@ -267,8 +267,7 @@ absl::StatusOr<RegionSlice> RegionManager::Resolve(const std::string& field,
 }
 
 absl::StatusOr<RegionSlice> RegionManager::ResolveIpc(const std::string& field,
-                                                      const std::string& raw_handle,
-                                                      int device_id,
+                                                      const std::string& raw_handle, int device_id,
                                                       const std::string& device_uuid,
                                                       uint64_t offset, uint64_t byte_size) {
   if (offset > UINT64_MAX - byte_size) {

@@ -23,10 +23,10 @@ namespace spattn {
 // A resolved slice of a region: valid while `keepalive` is held.
 struct RegionSlice {
   std::shared_ptr<void> keepalive;
-  uint8_t* data = nullptr;   // Host pointer (system regions) or device pointer (CUDA).
+  uint8_t* data = nullptr;  // Host pointer (system regions) or device pointer (CUDA).
   uint64_t size = 0;
   MemorySpace space = MemorySpace::kHost;
-  int device = 0;            // CUDA ordinal when space == kCuda.
+  int device = 0;  // CUDA ordinal when space == kCuda.
   HandleKind kind = HandleKind::kSystemRegion;
   bool writable = true;
 };
@@ -63,12 +63,12 @@ class RegionManager {
   // Maps [offset, offset + byte_size) of the shm_open object `shm_key` read/write (read-only
   // when the object does not allow writing). ALREADY_EXISTS when `name` is taken, NOT_FOUND when
   // the object does not exist, INVALID_ARGUMENT when the slice is outside the object.
-  absl::Status RegisterSystem(const std::string& name, const std::string& shm_key,
-                              uint64_t offset, uint64_t byte_size);
+  absl::Status RegisterSystem(const std::string& name, const std::string& shm_key, uint64_t offset,
+                              uint64_t byte_size);
   // Opens a cudaIpcMemHandle_t (64 bytes) on `device_id` (or the device with `device_uuid`).
   // FAILED_PRECONDITION when this worker has no usable GPU.
-  absl::Status RegisterCuda(const std::string& name, const std::string& raw_handle,
-                            int device_id, const std::string& device_uuid, uint64_t byte_size);
+  absl::Status RegisterCuda(const std::string& name, const std::string& raw_handle, int device_id,
+                            const std::string& device_uuid, uint64_t byte_size);
   // Unregisters `name` (NOT_FOUND when unknown) or, for "", every region. Mappings stay alive
   // until requests using them finish. Returns how many were unregistered.
   absl::StatusOr<int> Unregister(const std::string& name);

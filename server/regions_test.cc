@@ -3,10 +3,9 @@
 #include "server/regions.h"
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <cstring>
 
@@ -26,8 +25,7 @@ class ShmObject {
     const int fd = shm_open(key_.c_str(), O_CREAT | O_RDWR, 0600);
     EXPECT_GE(fd, 0) << key_;
     EXPECT_EQ(ftruncate(fd, static_cast<off_t>(bytes)), 0);
-    data_ = static_cast<uint8_t*>(
-        mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+    data_ = static_cast<uint8_t*>(mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
     size_ = bytes;
     close(fd);
   }
@@ -95,21 +93,18 @@ TEST(RegionManagerTest, RegistrationErrors) {
   ShmObject shm("c", 4096);
   RegionManager rm;
   EXPECT_EQ(rm.RegisterSystem("", shm.key(), 0, 1).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(rm.RegisterSystem("r", "no_slash", 0, 1).code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(rm.RegisterSystem("r", "no_slash", 0, 1).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(rm.RegisterSystem("r", "/a/b", 0, 1).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(rm.RegisterSystem("r", shm.key(), 0, 0).code(), absl::StatusCode::kInvalidArgument);
   const absl::Status missing = rm.RegisterSystem("r", "/spattn_rt_does_not_exist", 0, 1);
   EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound);
   // Error messages name the region, never the shm key.
   EXPECT_EQ(missing.message().find("spattn_rt_does_not_exist"), std::string::npos) << missing;
-  EXPECT_EQ(rm.RegisterSystem("r", shm.key(), 4000, 97).code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(rm.RegisterSystem("r", shm.key(), 4000, 97).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(rm.RegisterSystem("r", shm.key(), UINT64_MAX, 2).code(),
             absl::StatusCode::kInvalidArgument);
   ASSERT_TRUE(rm.RegisterSystem("r", shm.key(), 0, 4096).ok());
-  EXPECT_EQ(rm.RegisterSystem("r", shm.key(), 0, 4096).code(),
-            absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(rm.RegisterSystem("r", shm.key(), 0, 4096).code(), absl::StatusCode::kAlreadyExists);
   // Two names may share one object.
   EXPECT_TRUE(rm.RegisterSystem("r2", shm.key(), 1024, 1024).ok());
 }
@@ -152,8 +147,7 @@ TEST(RegionManagerTest, UnusableCudaHandlesAreFailedPrecondition) {
   EXPECT_EQ(ipc.status().code(), absl::StatusCode::kFailedPrecondition) << ipc.status();
   EXPECT_NE(ipc.status().message().find("q.cuda_ipc"), std::string::npos);
   // Shape errors come first, GPU or not.
-  EXPECT_EQ(rm.RegisterCuda("g", "short", 0, "", 1024).code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(rm.RegisterCuda("g", "short", 0, "", 1024).code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -206,8 +206,7 @@ int Main(int argc, char** argv) {
   }
   // Machine-readable line for scripts that start the worker on port 0.
   std::printf("spattn-worker listening on %s metrics_port %d device %s\n",
-              (*server)->address().c_str(), (*server)->metrics_port(),
-              (*server)->device().c_str());
+              (*server)->address().c_str(), (*server)->metrics_port(), (*server)->device().c_str());
   std::fflush(stdout);
   WorkerServer* s = server->get();
   std::thread signals([s, stop_signals] {

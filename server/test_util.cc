@@ -1,9 +1,9 @@
 #include "server/test_util.h"
 
-#include <unistd.h>
-#include <cstdio>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <cstdio>
 #include <random>
 
 #include "absl/strings/str_cat.h"

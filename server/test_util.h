@@ -7,9 +7,8 @@
 #include <grpcpp/grpcpp.h>
 #include <sys/types.h>
 
-#include <cstdio>
-
 #include <condition_variable>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -65,8 +64,8 @@ class FakeIndexService final : public v1::IndexService::Service {
   std::map<std::string, v1::Model> models_;
   std::map<std::pair<std::string, uint64_t>, std::vector<v1::HeadConfig>> versions_;
   std::map<std::string, uint64_t> published_;
-  std::map<std::pair<std::string, uint64_t>,
-           std::vector<std::pair<v1::TensorHeader, std::string>>> tensors_;
+  std::map<std::pair<std::string, uint64_t>, std::vector<std::pair<v1::TensorHeader, std::string>>>
+      tensors_;
   int get_head_configs_calls_ = 0;
   int close_generation_ = 0;
 };

@@ -48,8 +48,8 @@ class WorkQueue {
 
   const WorkQueueOptions options_;
   mutable std::mutex mu_;
-  std::condition_variable cv_;       // Work arrived or stopping.
-  std::condition_variable idle_cv_;  // A task finished.
+  std::condition_variable cv_;               // Work arrived or stopping.
+  std::condition_variable idle_cv_;          // A task finished.
   std::deque<std::function<void()>> tasks_;  // Guarded by mu_.
   int running_ = 0;                          // Guarded by mu_.
   bool stopping_ = false;                    // Guarded by mu_.

@@ -6,11 +6,10 @@
 #include <prometheus/exposer.h>
 #include <prometheus/registry.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <exception>
-
-#include <algorithm>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -69,9 +68,9 @@ absl::StatusOr<std::vector<Device>> MakeDevices(const WorkerOptions& o) {
         cpu = true;
       } else if (part == "cuda" || absl::StartsWith(part, "cuda:")) {
         if (gpus.empty()) {
-          return absl::FailedPreconditionError(absl::StrCat(
-              "devices: '", part, "' asks for a GPU, and this worker has none (", why,
-              "); use 'cpu' or 'auto'"));
+          return absl::FailedPreconditionError(
+              absl::StrCat("devices: '", part, "' asks for a GPU, and this worker has none (", why,
+                           "); use 'cpu' or 'auto'"));
         }
         if (part == "cuda") {
           for (const CudaDeviceInfo& g : gpus) cuda.push_back(g.ordinal);
@@ -88,8 +87,8 @@ absl::StatusOr<std::vector<Device>> MakeDevices(const WorkerOptions& o) {
         }
         cuda.push_back(ordinal);
       } else {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "devices: unknown device '", part, "' (expected auto, cpu, cuda or cuda:N)"));
+        return absl::InvalidArgumentError(absl::StrCat("devices: unknown device '", part,
+                                                       "' (expected auto, cpu, cuda or cuda:N)"));
       }
     }
   }
@@ -244,8 +243,7 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOp
   if (health != nullptr) {
     health->SetServingStatus(true);
     health->SetServingStatus(kServiceName, true);
-    health->SetServingStatus(kIndexLinkHealth,
-                             st->cache == nullptr ? true : st->cache->link_up());
+    health->SetServingStatus(kIndexLinkHealth, st->cache == nullptr ? true : st->cache->link_up());
   }
   st->health.store(health);
   Log(LogLevel::kInfo, "worker_started",
@@ -280,8 +278,10 @@ WorkerServer::~WorkerServer() {
   const double rest_s = lap();
   if (server_s + service_s + devices_s + rest_s > 1.0) {
     Log(LogLevel::kWarning, "slow_teardown",
-        {{"grpc_server_s", absl::StrCat(server_s)}, {"service_s", absl::StrCat(service_s)},
-         {"devices_s", absl::StrCat(devices_s)}, {"cache_metrics_s", absl::StrCat(rest_s)}});
+        {{"grpc_server_s", absl::StrCat(server_s)},
+         {"service_s", absl::StrCat(service_s)},
+         {"devices_s", absl::StrCat(devices_s)},
+         {"cache_metrics_s", absl::StrCat(rest_s)}});
   }
 }
 
@@ -295,9 +295,7 @@ int WorkerServer::metrics_port() const { return state_->metrics_port; }
 
 std::string WorkerServer::device() const { return state_->devices[0].backend->kind(); }
 
-std::vector<std::string> WorkerServer::device_names() const {
-  return DeviceNames(state_->devices);
-}
+std::vector<std::string> WorkerServer::device_names() const { return DeviceNames(state_->devices); }
 
 std::vector<std::string> WorkerServer::DeviceNames(const std::vector<Device>& devices) {
   std::vector<std::string> names;

@@ -86,8 +86,8 @@ class WorkerServer {
 
   int port() const;
   std::string address() const;  // "127.0.0.1:<port>" style, dialable.
-  int metrics_port() const;      // 0 without a metrics endpoint.
-  std::string device() const;    // "cpu" or "cuda": what serves requests.
+  int metrics_port() const;     // 0 without a metrics endpoint.
+  std::string device() const;   // "cpu" or "cuda": what serves requests.
   // "cpu", "cuda:0", ... one per backend, in the order requests prefer them.
   std::vector<std::string> device_names() const;
 

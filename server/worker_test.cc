@@ -2,16 +2,13 @@
 // the double-precision reference, a_shape against the reference under its densified mask, streams
 // answered in order, head configs from a (fake) index service, validation over the wire, queue
 // full, deadlines, cancellation-free drain, health, metrics scrape.
-#include "server/worker_server.h"
-
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <cmath>
 #include <condition_variable>
@@ -30,6 +27,7 @@
 #include "kernels/reference/reference_attention.h"
 #include "server/convert.h"
 #include "server/test_util.h"
+#include "server/worker_server.h"
 
 namespace spattn {
 namespace {
@@ -448,8 +446,7 @@ TEST_F(WorkerTest, StreamAnswersLayersInOrder) {
     EXPECT_EQ(resp->layer(), static_cast<uint32_t>(layer));
     auto out = DecodeInlineOutput(*resp);
     ASSERT_TRUE(out.ok());
-    ExpectClose(*out, Reference(*layers[layer]), shape.dtype,
-                absl::StrCat("stream layer ", layer));
+    ExpectClose(*out, Reference(*layers[layer]), shape.dtype, absl::StrCat("stream layer ", layer));
   }
   EXPECT_TRUE(stream->Finish().ok());
 }
@@ -546,19 +543,25 @@ TEST_F(WorkerTest, BadRequestsGetPreciseCodesAndTheWorkerKeepsServing) {
        absl::StatusCode::kInvalidArgument, "k.desc.shape[1]"},
       {"bytes", [](auto* r) { r->mutable_v()->mutable_inline_data()->mutable_data()->pop_back(); },
        absl::StatusCode::kInvalidArgument, "v.inline_data"},
-      {"region", [](auto* r) {
+      {"region",
+       [](auto* r) {
          r->mutable_q()->mutable_region()->set_region_name("missing");
          r->mutable_q()->mutable_region()->set_byte_size(201 * 4 * 64 * 2);
-       }, absl::StatusCode::kNotFound, "q.region.region_name"},
-      {"method param", [](auto* r) {
+       },
+       absl::StatusCode::kNotFound, "q.region.region_name"},
+      {"method param",
+       [](auto* r) {
          r->mutable_method_override()->set_method(v1::METHOD_VERTICAL_SLASH);
          r->mutable_method_override()->mutable_vertical_slash()->set_last_q(-5);
-       }, absl::StatusCode::kInvalidArgument, "method_override.vertical_slash.last_q"},
-      {"cuda ipc on cpu", [](auto* r) {
+       },
+       absl::StatusCode::kInvalidArgument, "method_override.vertical_slash.last_q"},
+      {"cuda ipc on cpu",
+       [](auto* r) {
          auto* c = r->mutable_q()->mutable_cuda_ipc();
          c->set_ipc_handle(std::string(64, '\x02'));
          c->set_byte_size(201 * 4 * 64 * 2);
-       }, absl::StatusCode::kFailedPrecondition, "q.cuda_ipc"},
+       },
+       absl::StatusCode::kFailedPrecondition, "q.cuda_ipc"},
       {"version without model", [](auto* r) { r->set_config_version(3); },
        absl::StatusCode::kInvalidArgument, "config_version"},
   };
@@ -579,8 +582,7 @@ TEST_F(WorkerTest, BadRequestsGetPreciseCodesAndTheWorkerKeepsServing) {
   auto shm = SharedMemoryRegion::Create(key, 4096);
   ASSERT_TRUE(shm.ok()) << shm.status();
   ASSERT_TRUE(client_->RegisterSystemRegion("small", **shm).ok());
-  EXPECT_EQ(client_->RegisterSystemRegion("small", **shm).code(),
-            absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(client_->RegisterSystemRegion("small", **shm).code(), absl::StatusCode::kAlreadyExists);
   v1::AttentionRequest past = good;
   const uint64_t kb = hp.k_bytes().size();
   *past.mutable_k() = RegionTensor(DType::kBF16, {hp.problem().total_k(), 2, 64}, "small", 0, kb);
@@ -600,12 +602,12 @@ TEST_F(WorkerTest, MetricsScrapeHasEveryFamily) {
   ASSERT_GT(worker_->metrics_port(), 0);
   const std::string body = HttpGet(worker_->metrics_port(), "/metrics");
   for (const char* family :
-       {"spattn_requests_total", "spattn_request_duration_seconds",
-        "spattn_stage_duration_seconds", "spattn_requests_in_flight",
-        "spattn_prefill_tokens_total", "spattn_attention_density_ratio",
-        "spattn_attention_recall_ratio", "spattn_method_selected_total",
-        "spattn_transfer_bytes_total", "spattn_gpu_memory_used_bytes", "spattn_errors_total",
-        "spattn_build_info", "spattn_index_service_up"}) {
+       {"spattn_requests_total", "spattn_request_duration_seconds", "spattn_stage_duration_seconds",
+        "spattn_requests_in_flight", "spattn_prefill_tokens_total",
+        "spattn_attention_density_ratio", "spattn_attention_recall_ratio",
+        "spattn_method_selected_total", "spattn_transfer_bytes_total",
+        "spattn_gpu_memory_used_bytes", "spattn_errors_total", "spattn_build_info",
+        "spattn_index_service_up"}) {
     EXPECT_NE(body.find(absl::StrCat("# TYPE ", family, " ")), std::string::npos) << family;
   }
   EXPECT_GE(Sample(body, "spattn_requests_total{code=\"OK\",rpc=\"ComputeAttention\"}"), 1);
@@ -676,8 +678,9 @@ TEST(WorkerQueueTest, QueueFullIsResourceExhausted) {
   EXPECT_TRUE(queued.get().ok());
   const std::string text = Scrape(held.worker());
   EXPECT_GE(Sample(text, "spattn_errors_total{kind=\"queue_full\"}"), 1);
-  EXPECT_GE(Sample(text, "spattn_requests_total{code=\"RESOURCE_EXHAUSTED\",rpc=\"ComputeAttention\"}"),
-            1);
+  EXPECT_GE(
+      Sample(text, "spattn_requests_total{code=\"RESOURCE_EXHAUSTED\",rpc=\"ComputeAttention\"}"),
+      1);
 }
 
 TEST(WorkerQueueTest, DeadlinePassedInTheQueueIsDeadlineExceeded) {

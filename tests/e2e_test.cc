@@ -3,8 +3,8 @@
 // through the IndexService; a request through shared memory must then use exactly those methods,
 // produce the right numbers, survive an index-service restart, show up in both servers' metrics,
 // and bad requests must get precise codes while both servers keep serving.
-#include <gtest/gtest.h>
 #include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
 
 #include <cmath>
 #include <memory>
@@ -51,9 +51,8 @@ void ExpectClose(const std::vector<float>& got, const std::vector<float>& want, 
 class EndToEndTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    data_dir_ = absl::StrCat(getenv("TEST_TMPDIR"), "/index-", ::testing::UnitTest::GetInstance()
-                                                                   ->current_test_info()
-                                                                   ->name());
+    data_dir_ = absl::StrCat(getenv("TEST_TMPDIR"), "/index-",
+                             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     StartIndex();
     WorkerOptions w;
     w.metrics_address = "127.0.0.1:0";
@@ -244,9 +243,9 @@ TEST_F(EndToEndTest, PublishedConfigsDriveEachHeadAndOutputsAreExact) {
   std::vector<float> masked;
   ASSERT_TRUE(ReferenceAttention(hp.problem(), {1}, masks, &masked, nullptr).ok());
   ExpectClose(got, masked, kHeads, kDim, 1, 1.0 / 256, "a_shape head");
-  EXPECT_DOUBLE_EQ(resp->heads(1).density(),
-                   static_cast<double>(ComputedPairs(hp.problem(), ashape, 0)) /
-                       AllowedPairs(hp.problem()));
+  EXPECT_DOUBLE_EQ(
+      resp->heads(1).density(),
+      static_cast<double>(ComputedPairs(hp.problem(), ashape, 0)) / AllowedPairs(hp.problem()));
 }
 
 TEST_F(EndToEndTest, ConfigsRoundTripAndSurviveAnIndexRestart) {
@@ -306,10 +305,9 @@ TEST_F(EndToEndTest, MetricsOfBothServersHaveTheirFamilies) {
             std::string::npos);
   auto index_metrics = HttpGet(index_->metrics_port(), "/metrics");
   ASSERT_TRUE(index_metrics.ok()) << index_metrics.status();
-  for (const char* family :
-       {"spattn_index_rpc_requests_total", "spattn_index_rpc_duration_seconds",
-        "spattn_index_rocksdb_ops_total", "spattn_index_published_version",
-        "spattn_index_watchers"}) {
+  for (const char* family : {"spattn_index_rpc_requests_total", "spattn_index_rpc_duration_seconds",
+                             "spattn_index_rocksdb_ops_total", "spattn_index_published_version",
+                             "spattn_index_watchers"}) {
     EXPECT_NE(index_metrics->find(absl::StrCat("# TYPE ", family, " ")), std::string::npos)
         << family;
   }
@@ -329,7 +327,8 @@ TEST_F(EndToEndTest, BadRequestsGetPreciseCodesAndBothServersKeepServing) {
     const char* field;
   };
   const std::vector<Case> cases = {
-      {"wrong shape", [](v1::AttentionRequest* r) { r->mutable_q()->mutable_desc()->set_shape(1, 3); },
+      {"wrong shape",
+       [](v1::AttentionRequest* r) { r->mutable_q()->mutable_desc()->set_shape(1, 3); },
        absl::StatusCode::kInvalidArgument, "q.desc.shape"},
       {"byte size not shape x dtype",
        [](v1::AttentionRequest* r) {
@@ -347,7 +346,9 @@ TEST_F(EndToEndTest, BadRequestsGetPreciseCodesAndBothServersKeepServing) {
       {"unknown model", [](v1::AttentionRequest* r) { r->set_model_id("no-such-model"); },
        absl::StatusCode::kNotFound, "model_id"},
       {"unknown method",
-       [](v1::AttentionRequest* r) { r->mutable_method_override()->set_method(static_cast<v1::Method>(42)); },
+       [](v1::AttentionRequest* r) {
+         r->mutable_method_override()->set_method(static_cast<v1::Method>(42));
+       },
        absl::StatusCode::kInvalidArgument, "method_override.method"},
       {"unknown config version", [](v1::AttentionRequest* r) { r->set_config_version(9); },
        absl::StatusCode::kNotFound, "config_version"},

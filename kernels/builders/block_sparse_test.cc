@@ -394,9 +394,9 @@ TEST(BlockSparseIndexTest, RejectsBadParameters) {
   MethodConfig config;
   config.method = Method::kBlockSparse;
   config.block_sparse.top_k = -1;
-  EXPECT_NE(BuildSparseIndex(p, config, {0}, BuildOptions(), &idx).message().find(
-                "block_sparse.top_k"),
-            std::string::npos);
+  EXPECT_NE(
+      BuildSparseIndex(p, config, {0}, BuildOptions(), &idx).message().find("block_sparse.top_k"),
+      std::string::npos);
   EXPECT_TRUE(CpuBuilderAvailable(Method::kBlockSparse));
 }
 

@@ -35,7 +35,8 @@ struct RankLess {
 
 const char* ElementPtr(const AttentionProblem& p, const TokenTensor& t, int head, int64_t token) {
   const int es = DTypeSize(p.dtype);
-  return static_cast<const char*>(t.data) + (token * t.token_stride + int64_t{head} * t.head_stride) * es;
+  return static_cast<const char*>(t.data) +
+         (token * t.token_stride + int64_t{head} * t.head_stride) * es;
 }
 
 }  // namespace
@@ -49,9 +50,9 @@ absl::Status CheckBuilderInputs(const AttentionProblem& problem, const std::vect
   }
   for (size_t i = 0; i < heads.size(); ++i) {
     if (heads[i] < 0 || heads[i] >= problem.num_q_heads) {
-      return absl::InvalidArgumentError(absl::StrCat("heads[", i, "]: ", heads[i],
-                                                     " is not a q head (num_q_heads = ",
-                                                     problem.num_q_heads, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("heads[", i, "]: ", heads[i],
+                       " is not a q head (num_q_heads = ", problem.num_q_heads, ")"));
     }
   }
   if (block <= 0) {
@@ -64,7 +65,8 @@ void LoadRows(const AttentionProblem& problem, const TokenTensor& t, int head, i
               float* dst) {
   const int d = problem.head_dim;
   for (int i = 0; i < n; ++i) {
-    ToFloat(ElementPtr(problem, t, head, token + i), problem.dtype, d, dst + static_cast<size_t>(i) * d);
+    ToFloat(ElementPtr(problem, t, head, token + i), problem.dtype, d,
+            dst + static_cast<size_t>(i) * d);
   }
 }
 
@@ -90,7 +92,8 @@ void RowAttention(const AttentionProblem& problem, int seq, int q_head, int row_
     // Transposed tile [d][kKeyTile]: the inner loop below runs over keys and vectorizes.
     for (int j = 0; j < kKeyTile; ++j) {
       for (int c = 0; c < d; ++c) {
-        kt[static_cast<size_t>(c) * kKeyTile + j] = j < m ? rows[static_cast<size_t>(j) * d + c] : 0.f;
+        kt[static_cast<size_t>(c) * kKeyTile + j] =
+            j < m ? rows[static_cast<size_t>(j) * d + c] : 0.f;
       }
     }
     for (int i = 0; i < n; ++i) {
@@ -159,8 +162,8 @@ DiagonalSums SumDiagonals(const AttentionProblem& problem, int seq, int row_begi
   return out;
 }
 
-void MeanPool(const AttentionProblem& problem, const TokenTensor& t, int head, int64_t token,
-              int n, int block, std::vector<float>* out) {
+void MeanPool(const AttentionProblem& problem, const TokenTensor& t, int head, int64_t token, int n,
+              int block, std::vector<float>* out) {
   const int d = problem.head_dim;
   const int nb = n <= 0 ? 0 : (n + block - 1) / block;
   out->assign(static_cast<size_t>(nb) * d, 0.f);
@@ -199,7 +202,8 @@ PooledKeys::PooledKeys(const AttentionProblem& problem, int block)
     float* dst = &data_[offset_[u]];
     for (int j = 0; j < num_blocks_[b]; ++j) {
       for (int c = 0; c < head_dim_; ++c) {
-        dst[static_cast<size_t>(c) * stride_[b] + j] = pooled[static_cast<size_t>(j) * head_dim_ + c];
+        dst[static_cast<size_t>(c) * stride_[b] + j] =
+            pooled[static_cast<size_t>(j) * head_dim_ + c];
       }
     }
   });

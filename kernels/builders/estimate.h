@@ -57,8 +57,8 @@ DiagonalSums SumDiagonals(const AttentionProblem& problem, int seq, int row_begi
 
 // Means of consecutive groups of `block` rows: rows are tokens [token, token + n) of head `head`
 // of `t`; out [ceil(n / block), head_dim]; the last group may be partial (mean over its rows).
-void MeanPool(const AttentionProblem& problem, const TokenTensor& t, int head, int64_t token,
-              int n, int block, std::vector<float>* out);
+void MeanPool(const AttentionProblem& problem, const TokenTensor& t, int head, int64_t token, int n,
+              int block, std::vector<float>* out);
 
 // Mean-pooled keys of every (sequence, kv head), transposed for fast dot products: block j of
 // sequence b and kv head h is column j of `at(b, h)` ([head_dim][stride] floats).

@@ -68,7 +68,7 @@ TEST(EstimateTest, RankingTiesAndNaN) {
   EXPECT_EQ(TopK(s.data(), 6, 99).size(), 6u);
   EXPECT_TRUE(TopK(s.data(), 6, -1).empty());
   const std::vector<int32_t> order = RankAll(s.data(), 6);
-  EXPECT_EQ(CumulativeCount(s.data(), order, 1.8), 2);   // .9 + .9 reaches 1.8 exactly
+  EXPECT_EQ(CumulativeCount(s.data(), order, 1.8), 2);  // .9 + .9 reaches 1.8 exactly
   EXPECT_EQ(CumulativeCount(s.data(), order, 1.81), 3);
   EXPECT_EQ(CumulativeCount(s.data(), order, 99.0), 6);  // never reached: all
 }

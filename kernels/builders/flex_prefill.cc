@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <climits>
-#include <cstdint>
 #include <cmath>
+#include <cstdint>
 #include <functional>
 
 #include "kernels/builders/estimate.h"
@@ -42,8 +42,8 @@ int MassBucket(double p) {
   const double m = std::frexp(p, &e);  // p = m * 2^e, m in [0.5, 1)
   if (e < kMinExponent) return 0;
   e = std::min(e, 1);
-  const int mant = std::min((1 << kMantissaBits) - 1,
-                            static_cast<int>((m - 0.5) * (2 << kMantissaBits)));
+  const int mant =
+      std::min((1 << kMantissaBits) - 1, static_cast<int>((m - 0.5) * (2 << kMantissaBits)));
   return 1 + ((e - kMinExponent) << kMantissaBits) + mant;
 }
 

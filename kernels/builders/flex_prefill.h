@@ -38,10 +38,10 @@ absl::Status BuildFlexPrefillIndex(const AttentionProblem& problem, const FlexPr
 
 // What the pattern search decided for one (head slot, sequence).
 struct FlexPrefillChoice {
-  double js_distance = 0;     // sqrt of the Jensen-Shannon divergence, in [0, sqrt(ln 2)]
-  bool query_aware = false;   // js_distance < tau
-  int num_columns = 0;        // vertical-slash heads: columns kept
-  int num_diagonals = 0;      // vertical-slash heads: diagonals kept
+  double js_distance = 0;    // sqrt of the Jensen-Shannon divergence, in [0, sqrt(ln 2)]
+  bool query_aware = false;  // js_distance < tau
+  int num_columns = 0;       // vertical-slash heads: columns kept
+  int num_diagonals = 0;     // vertical-slash heads: diagonals kept
 };
 
 // BuildFlexPrefillIndex that also reports the choices: (*maybe_choices)[slot * batch + seq].

@@ -256,7 +256,8 @@ NaiveFlex NaiveSelect(const AttentionProblem& p, const FlexPrefillParams& fp, in
     return m;
   };
   std::vector<std::vector<double>> pooled_k;
-  for (int j = 0; j < nk; ++j) pooled_k.push_back(mean_rows(false, j * bs, std::min(kl, (j + 1) * bs)));
+  for (int j = 0; j < nk; ++j)
+    pooled_k.push_back(mean_rows(false, j * bs, std::min(kl, (j + 1) * bs)));
   auto block_softmax = [&](const std::vector<double>& q, int visible) {
     std::vector<double> s(visible);
     double mx = -std::numeric_limits<double>::infinity(), sum = 0;
@@ -275,7 +276,8 @@ NaiveFlex NaiveSelect(const AttentionProblem& p, const FlexPrefillParams& fp, in
   const std::vector<double> probs = testing::ExactProbs(p, q_head, seq, r0, ql);
   std::vector<double> truth(nk, 0.0);
   for (int i = 0; i < n; ++i) {
-    for (int key = 0; key < kl; ++key) truth[key / bs] += probs[static_cast<size_t>(i) * kl + key] / n;
+    for (int key = 0; key < kl; ++key)
+      truth[key / bs] += probs[static_cast<size_t>(i) * kl + key] / n;
   }
   std::vector<double> est = block_softmax(mean_rows(true, r0, ql), visible_blocks(kl - 1));
   est.resize(nk, 0.0);
@@ -444,17 +446,17 @@ FlexPrefillParams Params(int block, float gamma, float tau, int min_budget, int 
 std::vector<Case> BruteCases() {
   return {
       {MakeShape({300}, {}, 2, 1), Params(32, 0.9f, 0.1f, 0, 0)},
-      {MakeShape({300}, {}, 2, 1), Params(32, 0.9f, 1.f, 64, 0)},           // query-aware
-      {MakeShape({300}, {}, 2, 1), Params(32, 0.8f, 1.f, 0, 96, false)},    // per block
-      {MakeShape({300}, {}, 2, 1), Params(32, 0.9f, 0.f, 0, 0)},            // vertical-slash
+      {MakeShape({300}, {}, 2, 1), Params(32, 0.9f, 1.f, 64, 0)},         // query-aware
+      {MakeShape({300}, {}, 2, 1), Params(32, 0.8f, 1.f, 0, 96, false)},  // per block
+      {MakeShape({300}, {}, 2, 1), Params(32, 0.9f, 0.f, 0, 0)},          // vertical-slash
       {MakeShape({200}, {}, 4, 1, 64, DType::kF32), Params(16, 0.95f, 0.f, 20, 60)},
-      {MakeShape({200}, {}, 2, 1, 64, DType::kF32), Params(16, 0.1f, 0.f, 40, 0)},  // min binds
+      {MakeShape({200}, {}, 2, 1, 64, DType::kF32), Params(16, 0.1f, 0.f, 40, 0)},   // min binds
       {MakeShape({200}, {}, 2, 1, 64, DType::kF32), Params(16, 0.99f, 0.f, 0, 30)},  // max binds
       {MakeShape({200}, {}, 2, 1, 64, DType::kF32), Params(16, 0.3f, 1.f, 48, 0)},
       {MakeShape({200}, {}, 2, 1, 64, DType::kF32), Params(16, 0.99f, 1.f, 0, 32)},  // max binds
       {MakeShape({97}, {}, 8, 1, 128, DType::kF16), Params(16, 0.9f, 0.1f, 16, 0)},
-      {MakeShape({37}, {300}, 4, 2), Params(16, 0.9f, 1.f, 16, 0)},         // chunked, QA
-      {MakeShape({37}, {300}, 4, 2), Params(16, 0.9f, 0.f, 16, 0)},         // chunked, VS
+      {MakeShape({37}, {300}, 4, 2), Params(16, 0.9f, 1.f, 16, 0)},  // chunked, QA
+      {MakeShape({37}, {300}, 4, 2), Params(16, 0.9f, 0.f, 16, 0)},  // chunked, VS
       {MakeShape({1, 63, 130}, {1, 100, 200}, 2, 2), Params(32, 0.9f, 0.2f, 0, 0)},
       {MakeShape({70}, {150}, 2, 1, 64, DType::kBF16, false), Params(16, 0.9f, 1.f, 0, 0)},
       {MakeShape({70}, {150}, 2, 1, 64, DType::kBF16, false), Params(16, 0.9f, 0.f, 0, 0)},
@@ -491,8 +493,8 @@ TEST(FlexPrefillIndexTest, MatchesBruteForceSelection) {
           }
           continue;
         }
-        ASSERT_TRUE(naive.fragile) << config << " head " << s << " seq " << b
-                                   << " query_aware=" << naive.query_aware;
+        ASSERT_TRUE(naive.fragile)
+            << config << " head " << s << " seq " << b << " query_aware=" << naive.query_aware;
         ++ties;
         EXPECT_NEAR(testing::MaskRecall(p, idx.heads[s], b, got),
                     testing::MaskRecall(p, idx.heads[s], b, want), 0.02)
@@ -519,8 +521,8 @@ std::vector<Case> ShapeSweep() {
     out.push_back({MakeShape({131}, {}, 2, 2, 64, DType::kF32), Params(16, 0.95f, tau, 32, 64)});
     out.push_back({MakeShape({1, 63, 200}, {1, 100, 333}, 4, 2), Params(32, 0.9f, tau, 0, 0)});
     out.push_back({MakeShape({50}, {1000}, 4, 1), Params(16, 0.9f, tau, 32, 0, false)});
-    out.push_back({MakeShape({70}, {150}, 2, 1, 64, DType::kBF16, false),
-                   Params(32, 0.9f, tau, 0, 0)});
+    out.push_back(
+        {MakeShape({70}, {150}, 2, 1, 64, DType::kBF16, false), Params(32, 0.9f, tau, 0, 0)});
     out.push_back({MakeShape({0, 77}, {10, 77}, 2, 1), Params(32, 0.9f, tau, 0, 0)});
   }
   return out;
@@ -732,9 +734,9 @@ TEST(FlexPrefillIndexTest, RejectsBadParameters) {
   MethodConfig config;
   config.method = Method::kFlexPrefill;
   config.flex_prefill.tau = -1.f;
-  EXPECT_NE(BuildSparseIndex(p, config, {0}, BuildOptions(), &idx).message().find(
-                "flex_prefill.tau"),
-            std::string::npos);
+  EXPECT_NE(
+      BuildSparseIndex(p, config, {0}, BuildOptions(), &idx).message().find("flex_prefill.tau"),
+      std::string::npos);
   EXPECT_TRUE(CpuBuilderAvailable(Method::kFlexPrefill));
 }
 

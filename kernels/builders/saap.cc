@@ -13,8 +13,8 @@
 namespace spattn {
 namespace {
 
-constexpr int kKeyChunk = 2048;   // keys de-roped and assigned per task
-constexpr int kQueryRows = 256;   // query rows classified per task (whole blocks)
+constexpr int kKeyChunk = 2048;  // keys de-roped and assigned per task
+constexpr int kQueryRows = 256;  // query rows classified per task (whole blocks)
 
 // CSR bucket lists of one (sequence, kv head): members of bucket c are
 // idx[off[c] .. off[c+1]), ascending key positions.
@@ -82,10 +82,9 @@ absl::Status BuildSaapIndex(const AttentionProblem& problem, const SaapParams& p
     LoadRows(problem, problem.k, problem.cu_seqlens_k[task.seq], task.kvh, task.first, task.count,
              x.data());
     RotateRope(x.data(), task.count, d, task.first, freq, interleaved, -1);
-    AssignNearestCentroid(x.data(), task.count, d, centroids_t[task.kvh].data(), nc,
-                          bucket_of[static_cast<size_t>(task.seq) * nkv + task.kvh].data() +
-                              task.first,
-                          nullptr);
+    AssignNearestCentroid(
+        x.data(), task.count, d, centroids_t[task.kvh].data(), nc,
+        bucket_of[static_cast<size_t>(task.seq) * nkv + task.kvh].data() + task.first, nullptr);
   });
   std::vector<Buckets> buckets(static_cast<size_t>(nb) * nkv);
   ParallelFor(static_cast<int64_t>(nb) * nkv, [&](int64_t u) {
@@ -121,8 +120,7 @@ absl::Status BuildSaapIndex(const AttentionProblem& problem, const SaapParams& p
     const BlockGeometry g0 = GetBlockGeometry(problem, *out, task.first_block);
     const BlockGeometry g1 = GetBlockGeometry(problem, *out, task.first_block + task.blocks - 1);
     const int m = g1.q_end - g0.q_begin;
-    std::vector<float> x(static_cast<size_t>(m) * d), logits(static_cast<size_t>(m) * nc),
-        scratch;
+    std::vector<float> x(static_cast<size_t>(m) * d), logits(static_cast<size_t>(m) * nc), scratch;
     std::vector<double> score(static_cast<size_t>(task.blocks) * nc, 0.0);
     for (int h : group_heads[kvh]) {
       LoadRows(problem, problem.q, problem.cu_seqlens_q[g0.seq], h, g0.q_begin, m, x.data());
@@ -150,8 +148,9 @@ absl::Status BuildSaapIndex(const AttentionProblem& problem, const SaapParams& p
       const BlockGeometry g = GetBlockGeometry(problem, *out, block);
       const double* sc = &score[static_cast<size_t>(k) * nc];
       std::iota(order.begin(), order.end(), 0);
-      std::partial_sort(order.begin(), order.begin() + params.top_l, order.end(),
-                        [&](int32_t a, int32_t b) { return sc[a] != sc[b] ? sc[a] > sc[b] : a < b; });
+      std::partial_sort(
+          order.begin(), order.begin() + params.top_l, order.end(),
+          [&](int32_t a, int32_t b) { return sc[a] != sc[b] ? sc[a] > sc[b] : a < b; });
       RowKeys row;
       row.AddRange(0, params.sink_tokens);
       if (params.local_tokens > 0) {

@@ -29,7 +29,8 @@
 namespace spattn {
 
 absl::Status BuildSaapIndex(const AttentionProblem& problem, const SaapParams& params,
-                            const std::vector<int>& heads, const LayerAssets* assets, int block_m, SparseIndex* out);
+                            const std::vector<int>& heads, const LayerAssets* assets, int block_m,
+                            SparseIndex* out);
 
 }  // namespace spattn
 

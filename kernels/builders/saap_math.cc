@@ -17,9 +17,9 @@ absl::StatusOr<std::vector<double>> RopeInvFreq(const LayerAssets& assets, int h
   std::vector<double> f(half);
   if (!assets.rope_inv_freq.empty()) {
     if (static_cast<int>(assets.rope_inv_freq.size()) != half) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "saap: layer assets rope_inv_freq has ", assets.rope_inv_freq.size(),
-          " entries, expected head_dim / 2 = ", half));
+      return absl::InvalidArgumentError(absl::StrCat("saap: layer assets rope_inv_freq has ",
+                                                     assets.rope_inv_freq.size(),
+                                                     " entries, expected head_dim / 2 = ", half));
     }
     for (int i = 0; i < half; ++i) {
       if (!std::isfinite(assets.rope_inv_freq[i])) {
@@ -118,8 +118,8 @@ absl::Status CheckClassifier(const std::vector<DenseLayerWeights>& layers, int h
   for (size_t l = 0; l < layers.size(); ++l) {
     const DenseLayerWeights& w = layers[l];
     if (w.in != prev) {
-      return absl::InvalidArgumentError(absl::StrCat(where(l), ": reads ", w.in,
-                                                     " inputs, expected ", prev));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where(l), ": reads ", w.in, " inputs, expected ", prev));
     }
     if (w.out <= 0) {
       return absl::InvalidArgumentError(absl::StrCat(where(l), ": out must be > 0, got ", w.out));
@@ -172,15 +172,13 @@ absl::Status CheckSaapAssets(const AttentionProblem& problem, const SaapParams& 
         "saap: no layer assets (k-means centroids and query classifiers) for this layer");
   }
   if (params.top_l > params.num_centroids) {
-    return absl::InvalidArgumentError(absl::StrCat("saap.top_l (", params.top_l,
-                                                   ") exceeds saap.num_centroids (",
-                                                   params.num_centroids, ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "saap.top_l (", params.top_l, ") exceeds saap.num_centroids (", params.num_centroids, ")"));
   }
   if (assets->num_centroids != params.num_centroids) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("saap.num_centroids (", params.num_centroids,
-                     ") does not match the layer assets' num_centroids (", assets->num_centroids,
-                     ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "saap.num_centroids (", params.num_centroids,
+        ") does not match the layer assets' num_centroids (", assets->num_centroids, ")"));
   }
   if (heads.empty()) return absl::OkStatus();
   absl::StatusOr<std::vector<double>> freq = RopeInvFreq(*assets, problem.head_dim);

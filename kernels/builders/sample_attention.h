@@ -31,7 +31,8 @@
 
 namespace spattn {
 
-absl::Status BuildSampleAttentionIndex(const AttentionProblem& problem, const SampleAttentionParams& params,
+absl::Status BuildSampleAttentionIndex(const AttentionProblem& problem,
+                                       const SampleAttentionParams& params,
                                        const std::vector<int>& heads, SparseIndex* out);
 
 }  // namespace spattn

@@ -31,8 +31,7 @@ absl::Status BuildStatic(const AttentionProblem& problem, const std::vector<int>
       out->range_indptr[out->row(s, b) + 1] = s * ranges + one.range_indptr[b + 1];
       out->col_indptr[out->row(s, b) + 1] = s * cols + one.col_indptr[b + 1];
     }
-    out->range_start.insert(out->range_start.end(), one.range_start.begin(),
-                            one.range_start.end());
+    out->range_start.insert(out->range_start.end(), one.range_start.begin(), one.range_start.end());
     out->range_len.insert(out->range_len.end(), one.range_len.begin(), one.range_len.end());
     out->col_idx.insert(out->col_idx.end(), one.col_idx.begin(), one.col_idx.end());
   }

@@ -161,8 +161,7 @@ void ParallelSgemm(int m, int n, int k, const float* a, int64_t lda, const float
     const int tasks = (m + rows - 1) / rows;
     ParallelFor(tasks, [&](int64_t t) {
       const int i0 = static_cast<int>(t) * rows;
-      Sgemm(std::min(rows, m - i0), n, k, a + i0 * lda, lda, b, ldb, accumulate, c + i0 * ldc,
-            ldc);
+      Sgemm(std::min(rows, m - i0), n, k, a + i0 * lda, lda, b, ldb, accumulate, c + i0 * ldc, ldc);
     });
     return;
   }

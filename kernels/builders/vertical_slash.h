@@ -23,7 +23,8 @@
 
 namespace spattn {
 
-absl::Status BuildVerticalSlashIndex(const AttentionProblem& problem, const VerticalSlashParams& params,
+absl::Status BuildVerticalSlashIndex(const AttentionProblem& problem,
+                                     const VerticalSlashParams& params,
                                      const std::vector<int>& heads, int block_m, SparseIndex* out);
 
 // The lines selected for one (q head, sequence), before the merge.

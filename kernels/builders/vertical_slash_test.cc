@@ -222,8 +222,8 @@ TEST(VerticalSlashIndexTest, MatchesBruteForceSelection) {
       {MakeShape({150}, {}, 2, 1), 32},
       {MakeShape({97}, {}, 4, 1, 64, DType::kF32), 16},
       {MakeShape({200}, {}, 8, 1, 64, DType::kF16), 64},
-      {MakeShape({37}, {300}, 4, 2), 32},                       // chunked prefill
-      {MakeShape({1, 63, 130}, {1, 100, 200}, 2, 2), 32},       // varlen + chunked
+      {MakeShape({37}, {300}, 4, 2), 32},                           // chunked prefill
+      {MakeShape({1, 63, 130}, {1, 100, 200}, 2, 2), 32},           // varlen + chunked
       {MakeShape({70}, {150}, 2, 1, 64, DType::kBF16, false), 32},  // not causal
   };
   VerticalSlashParams params;
@@ -269,12 +269,12 @@ std::vector<BruteCase> ShapeSweep() {
   for (int len : {1, 63, 64, 65, 127, 131}) {
     out.push_back({MakeShape({len}, {}, 4, 1), 64});
   }
-  out.push_back({MakeShape({257}, {}, 8, 1, 128, DType::kF16), 64});   // GQA 8, d 128
-  out.push_back({MakeShape({131}, {}, 2, 2, 64, DType::kF32), 32});    // GQA 1
+  out.push_back({MakeShape({257}, {}, 8, 1, 128, DType::kF16), 64});  // GQA 8, d 128
+  out.push_back({MakeShape({131}, {}, 2, 2, 64, DType::kF32), 32});   // GQA 1
   out.push_back({MakeShape({1, 63, 200}, {1, 100, 333}, 4, 2), 64});  // varlen + chunked
-  out.push_back({MakeShape({50}, {1000}, 4, 1), 16});                  // small chunk, long keys
+  out.push_back({MakeShape({50}, {1000}, 4, 1), 16});                 // small chunk, long keys
   out.push_back({MakeShape({70}, {150}, 2, 1, 64, DType::kBF16, false), 32});
-  out.push_back({MakeShape({0, 77}, {10, 77}, 2, 1), 32});             // an empty chunk
+  out.push_back({MakeShape({0, 77}, {10, 77}, 2, 1), 32});  // an empty chunk
   return out;
 }
 
@@ -333,9 +333,9 @@ TEST(VerticalSlashIndexTest, KernelMatchesReferenceUnderDensifiedMask) {
 //
 // head_dim 128, scale 1. Dimension 0 carries vertical lines: every query has q[0] = 1, the planted
 // columns have k[0] = 15. Dimensions 2..127 form 63 rotation pairs split into one group per
-// planted slash offset o_g: q_i = A (cos(i t), sin(i t)), k_j = (cos((j + o_g) t), sin((j + o_g) t))
-// with random frequencies t in [0.3, 3], so q_i . k_j = A sum cos((i - j - o_g) t): ~31 A on the
-// diagonal i - j = o_g and noise of std ~5.6 A elsewhere. With A = 0.5 the planted keys carry
+// planted slash offset o_g: q_i = A (cos(i t), sin(i t)), k_j = (cos((j + o_g) t), sin((j + o_g)
+// t)) with random frequencies t in [0.3, 3], so q_i . k_j = A sum cos((i - j - o_g) t): ~31 A on
+// the diagonal i - j = o_g and noise of std ~5.6 A elsewhere. With A = 0.5 the planted keys carry
 // ~99% of each row's mass.
 void PlantVerticalSlash(HostProblem* hp, int seq, const std::vector<int>& columns,
                         const std::vector<int>& offsets, uint64_t seed) {
@@ -398,8 +398,7 @@ TEST(VerticalSlashIndexTest, RecallOnPlantedLines) {
       EXPECT_TRUE(std::binary_search(lines.columns.begin(), lines.columns.end(), c)) << c;
     }
     for (int o : {37, 300}) {
-      EXPECT_NE(std::find(lines.offsets.begin(), lines.offsets.end(), o), lines.offsets.end())
-          << o;
+      EXPECT_NE(std::find(lines.offsets.begin(), lines.offsets.end(), o), lines.offsets.end()) << o;
     }
   }
   const double recall = testing::IndexRecall(hp.problem(), idx);
@@ -479,8 +478,9 @@ TEST(VerticalSlashIndexTest, RejectsBadParameters) {
   MethodConfig config;
   config.method = Method::kVerticalSlash;
   config.vertical_slash.last_q = -2;
-  EXPECT_NE(BuildSparseIndex(p, config, {0}, BuildOptions(), &idx).message().find(
-                "vertical_slash.last_q"),
+  EXPECT_NE(BuildSparseIndex(p, config, {0}, BuildOptions(), &idx)
+                .message()
+                .find("vertical_slash.last_q"),
             std::string::npos);
   EXPECT_TRUE(CpuBuilderAvailable(Method::kVerticalSlash));
 }

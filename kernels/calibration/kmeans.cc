@@ -92,8 +92,9 @@ void Update(const std::vector<float>& x, int64_t n, int d, int k,
   std::vector<int64_t> order(n);
   std::iota(order.begin(), order.end(), 0);
   const size_t take = std::min(empty.size(), static_cast<size_t>(n));
-  std::partial_sort(order.begin(), order.begin() + take, order.end(),
-                    [&](int64_t a, int64_t b) { return best[a] != best[b] ? best[a] < best[b] : a < b; });
+  std::partial_sort(order.begin(), order.begin() + take, order.end(), [&](int64_t a, int64_t b) {
+    return best[a] != best[b] ? best[a] < best[b] : a < b;
+  });
   for (size_t e = 0; e < take; ++e) {
     std::copy(x.begin() + order[e] * d, x.begin() + (order[e] + 1) * d,
               centroids->begin() + static_cast<int64_t>(empty[e]) * d);
@@ -183,7 +184,8 @@ void InitPlusPlus(const std::vector<float>& x, int64_t n, int d, int k, std::mt1
 
 absl::StatusOr<SphericalKMeansResult> SphericalKMeans(const float* x_in, int64_t n_in, int dim,
                                                       const SphericalKMeansOptions& o) {
-  if (dim <= 0) return absl::InvalidArgumentError(absl::StrCat("kmeans: dim must be > 0, got ", dim));
+  if (dim <= 0)
+    return absl::InvalidArgumentError(absl::StrCat("kmeans: dim must be > 0, got ", dim));
   if (o.num_centroids <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("kmeans.num_centroids must be > 0, got ", o.num_centroids));
@@ -212,8 +214,8 @@ absl::StatusOr<SphericalKMeansResult> SphericalKMeans(const float* x_in, int64_t
   const int64_t n = rows.empty() ? n_in : static_cast<int64_t>(rows.size());
   const int k = o.num_centroids;
   if (n < k) {
-    return absl::InvalidArgumentError(absl::StrCat("kmeans.num_centroids (", k,
-                                                   ") exceeds the number of points (", n, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("kmeans.num_centroids (", k, ") exceeds the number of points (", n, ")"));
   }
   std::vector<float> x(static_cast<size_t>(n) * dim);
   ParallelFor((n + kChunk - 1) / kChunk, [&](int64_t ch) {

@@ -13,7 +13,7 @@
 namespace spattn {
 
 enum class KMeansInit {
-  kRandom,          // num_centroids distinct points drawn uniformly (Saap App. A).
+  kRandom,  // num_centroids distinct points drawn uniformly (Saap App. A).
   // Greedy k-means++ (as scikit-learn): each next seed is the best of 2 + ln(k) candidates drawn
   // with probability proportional to 1 - cos to the nearest seed so far.
   kKMeansPlusPlus,

@@ -136,7 +136,7 @@ struct HeadSearchResult {
 
 struct PatternSearchResult {
   std::vector<HeadSearchResult> heads;  // in the order of options.heads (or 0 .. H-1)
-  std::vector<int> skipped_heads;  // per candidate: heads it was not built for (the bound)
+  std::vector<int> skipped_heads;       // per candidate: heads it was not built for (the bound)
   // Measured wall seconds (informational; the choice never depends on them).
   std::vector<double> build_seconds;  // per candidate: index builds, summed over problems
   double exact_seconds = 0;           // exact attention of the sampled rows

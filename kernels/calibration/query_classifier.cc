@@ -77,8 +77,8 @@ void ForEachLogitChunk(const std::vector<DenseLayerWeights>& layers, const float
 }  // namespace
 
 absl::StatusOr<ClassifierTrainResult> TrainQueryClassifier(const float* queries,
-                                                           const float* targets, int64_t n,
-                                                           int dim, int num_buckets,
+                                                           const float* targets, int64_t n, int dim,
+                                                           int num_buckets,
                                                            const ClassifierTrainOptions& o) {
   if (n <= 0) return absl::InvalidArgumentError("classifier: no training examples");
   if (dim <= 0 || num_buckets <= 0) {
@@ -180,8 +180,8 @@ absl::StatusOr<ClassifierTrainResult> TrainQueryClassifier(const float* queries,
           y[i] = gamma.w[j] * zhat[i] + beta.w[j];
         }
         run_mean[j] = (1 - o.bn_momentum) * run_mean[j] + o.bn_momentum * mean;
-        run_var[j] = (1 - o.bn_momentum) * run_var[j] +
-                     o.bn_momentum * var * bsz / std::max(1, bsz - 1);
+        run_var[j] =
+            (1 - o.bn_momentum) * run_var[j] + o.bn_momentum * var * bsz / std::max(1, bsz - 1);
       }
     } else {
       y = z;
@@ -247,7 +247,8 @@ absl::StatusOr<ClassifierTrainResult> TrainQueryClassifier(const float* queries,
     // Eval-mode BN folded: y = gamma (z - mean) / sqrt(var + eps) + beta = z s + (beta - mean s).
     for (int j = 0; j < h; ++j) {
       const double s = gamma.w[j] / std::sqrt(run_var[j] + o.bn_epsilon);
-      for (int i = 0; i < d; ++i) l0.weight[static_cast<size_t>(i) * h + j] *= static_cast<float>(s);
+      for (int i = 0; i < d; ++i)
+        l0.weight[static_cast<size_t>(i) * h + j] *= static_cast<float>(s);
       l0.bias[j] = static_cast<float>((b1.w[j] - run_mean[j]) * s + beta.w[j]);
     }
   }

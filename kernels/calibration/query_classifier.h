@@ -38,8 +38,8 @@ struct ClassifierTrainResult {
 // rows summing to 1). INVALID_ARGUMENT naming the option or size that is wrong. Thread-safe;
 // uses CpuThreads() threads.
 absl::StatusOr<ClassifierTrainResult> TrainQueryClassifier(const float* queries,
-                                                           const float* targets, int64_t n,
-                                                           int dim, int num_buckets,
+                                                           const float* targets, int64_t n, int dim,
+                                                           int num_buckets,
                                                            const ClassifierTrainOptions& options);
 
 // Mean over the n examples of KL(target || softmax(classifier(query))).

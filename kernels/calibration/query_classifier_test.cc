@@ -88,15 +88,15 @@ TEST(QueryClassifierTest, KlLossDecreases) {
 
 TEST(QueryClassifierTest, HeldOutTopBucketsBeatRandom) {
   const Examples train = Make(4000, 2), held = Make(1000, 3);
-  auto r = TrainQueryClassifier(train.q.data(), train.t.data(), train.n, kDim, kBuckets,
-                                SmallOptions());
+  auto r =
+      TrainQueryClassifier(train.q.data(), train.t.data(), train.n, kDim, kBuckets, SmallOptions());
   ASSERT_TRUE(r.ok());
   // Random choice of 2 of 16 buckets catches 2/16 of the mass on average; an untrained
   // classifier (0 steps) is that baseline in practice.
   ClassifierTrainOptions untrained = SmallOptions();
   untrained.steps = 0;
-  auto r0 = TrainQueryClassifier(train.q.data(), train.t.data(), train.n, kDim, kBuckets,
-                                 untrained);
+  auto r0 =
+      TrainQueryClassifier(train.q.data(), train.t.data(), train.n, kDim, kBuckets, untrained);
   ASSERT_TRUE(r0.ok());
   const double trained =
       MeanTopBucketMass(r->layers, held.q.data(), held.t.data(), held.n, kDim, kBuckets, 2);

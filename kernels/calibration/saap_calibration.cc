@@ -31,8 +31,8 @@ absl::Status CheckOptions(const AttentionProblem& problem, const SaapCalibration
         absl::StrCat("calibration.local_tokens must be >= 0, got ", o.local_tokens));
   }
   if (o.long_range_distance < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "calibration.long_range_distance must be >= 0, got ", o.long_range_distance));
+    return absl::InvalidArgumentError(
+        absl::StrCat("calibration.long_range_distance must be >= 0, got ", o.long_range_distance));
   }
   if (o.max_queries <= 0) {
     return absl::InvalidArgumentError(
@@ -55,8 +55,7 @@ struct Sample {
 }  // namespace
 
 absl::StatusOr<ClassifierExamples> CollectClassifierExamples(const AttentionProblem& problem,
-                                                             const LayerAssets& assets,
-                                                             int q_head,
+                                                             const LayerAssets& assets, int q_head,
                                                              const SaapCalibrationOptions& o) {
   SPATTN_RETURN_IF_ERROR(CheckOptions(problem, o));
   if (q_head < 0 || q_head >= problem.num_q_heads) {
@@ -67,8 +66,8 @@ absl::StatusOr<ClassifierExamples> CollectClassifierExamples(const AttentionProb
   SPATTN_ASSIGN_OR_RETURN(const std::vector<double> freq, RopeInvFreq(assets, d));
   if (nc <= 0 || static_cast<int>(assets.centroids.size()) <= kvh ||
       assets.centroids[kvh].size() != static_cast<size_t>(nc) * d) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "saap calibration: no [num_centroids, head_dim] centroids for kv head ", kvh));
+    return absl::FailedPreconditionError(
+        absl::StrCat("saap calibration: no [num_centroids, head_dim] centroids for kv head ", kvh));
   }
   std::vector<float> ct(static_cast<size_t>(d) * nc);
   Transpose(assets.centroids[kvh].data(), d, nc, d, ct.data(), nc);
@@ -243,7 +242,8 @@ absl::Status CalibrateSaap(const AttentionProblem& problem, const SaapCalibratio
           "saap calibration: kv head ", kvh, " has ", rows, " keys after the sink, fewer than ",
           "kmeans.num_centroids (", o.kmeans.num_centroids, ")"));
     }
-    SPATTN_ASSIGN_OR_RETURN(SphericalKMeansResult km, SphericalKMeans(keys.data(), rows, d, o.kmeans));
+    SPATTN_ASSIGN_OR_RETURN(SphericalKMeansResult km,
+                            SphericalKMeans(keys.data(), rows, d, o.kmeans));
     assets->centroids[kvh] = std::move(km.centroids);
     if (maybe_report) maybe_report->kmeans_objective[kvh] = std::move(km.objective);
   }
@@ -252,10 +252,9 @@ absl::Status CalibrateSaap(const AttentionProblem& problem, const SaapCalibratio
                             CollectClassifierExamples(problem, *assets, h, o));
     ClassifierTrainOptions co = o.classifier;
     co.seed = o.classifier.seed + h;
-    SPATTN_ASSIGN_OR_RETURN(
-        ClassifierTrainResult tr,
-        TrainQueryClassifier(ex.queries.data(), ex.targets.data(), ex.count, d,
-                             o.kmeans.num_centroids, co));
+    SPATTN_ASSIGN_OR_RETURN(ClassifierTrainResult tr,
+                            TrainQueryClassifier(ex.queries.data(), ex.targets.data(), ex.count, d,
+                                                 o.kmeans.num_centroids, co));
     assets->classifiers[h] = std::move(tr.layers);
     if (maybe_report) {
       maybe_report->classifier_loss[h] = std::move(tr.loss);

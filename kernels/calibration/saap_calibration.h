@@ -46,8 +46,7 @@ struct ClassifierExamples {
 // Collects examples for q head `q_head` of `problem`, using the RoPE settings and the kv head's
 // centroids in `assets` (k-means must have run). Thread-safe; uses CpuThreads() threads.
 absl::StatusOr<ClassifierExamples> CollectClassifierExamples(const AttentionProblem& problem,
-                                                             const LayerAssets& assets,
-                                                             int q_head,
+                                                             const LayerAssets& assets, int q_head,
                                                              const SaapCalibrationOptions& options);
 
 struct SaapCalibrationReport {

@@ -123,8 +123,7 @@ TEST(SaapCalibrationTest, ErrorsAreNamed) {
   o.kmeans.num_centroids = 200;
   absl::Status st = CalibrateSaap(hp->problem(), o, &assets, nullptr);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(std::string(st.message()).find("kmeans.num_centroids (200)"), std::string::npos)
-      << st;
+  EXPECT_NE(std::string(st.message()).find("kmeans.num_centroids (200)"), std::string::npos) << st;
   o = SmallOptions();
   o.local_tokens = 500;  // longer than the sequence: no query has far keys
   st = CalibrateSaap(hp->problem(), o, &assets, nullptr);

@@ -1,11 +1,11 @@
 #include "kernels/cpu/sparse_attention_cpu.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
-
-#include <immintrin.h>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/parallel.h"

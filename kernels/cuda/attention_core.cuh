@@ -49,8 +49,8 @@ __device__ __forceinline__ void CpAsyncWait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-__device__ __forceinline__ void LdMatrixX4(uint32_t addr, uint32_t& r0, uint32_t& r1,
-                                           uint32_t& r2, uint32_t& r3) {
+__device__ __forceinline__ void LdMatrixX4(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2,
+                                           uint32_t& r3) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
                : "r"(addr));
@@ -104,8 +104,7 @@ struct Mma<__half> {
 
 // ---- Kernel shape ----------------------------------------------------------------------------
 
-template <typename T_, int kD_, int kBM_, int kBN_, int kWarps_, int kStages_,
-          bool kWgmma_ = false>
+template <typename T_, int kD_, int kBM_, int kBN_, int kWarps_, int kStages_, bool kWgmma_ = false>
 struct Traits {
   using T = T_;
   static constexpr int kD = kD_;
@@ -146,7 +145,8 @@ struct Traits {
   // sub-tiles (the 128-byte swizzle layout of the descriptors).
   static __device__ __forceinline__ uint32_t Off(int row, int ch, int rows) {
     if constexpr (kWgmma) {
-      return static_cast<uint32_t>((ch / 8) * rows * 128 + row * 128 + (((ch & 7) ^ (row & 7)) * 16));
+      return static_cast<uint32_t>((ch / 8) * rows * 128 + row * 128 +
+                                   (((ch & 7) ^ (row & 7)) * 16));
     } else {
       return static_cast<uint32_t>((row * kChunks + (ch ^ (row & 7))) * 16);
     }
@@ -278,8 +278,7 @@ __device__ __forceinline__ void ProcessBlock(const AttnParams& p, char* smem, in
                                              int q_block, const KeySet& ks) {
   using T = typename Tr::T;
   constexpr int kD = Tr::kD, kBM = Tr::kBM, kBN = Tr::kBN, kStages = Tr::kStages;
-  constexpr int kChunks = Tr::kChunks, kMT = Tr::kMT, kNT = Tr::kNT, kKS = Tr::kKS,
-                kDT = Tr::kDT;
+  constexpr int kChunks = Tr::kChunks, kMT = Tr::kMT, kNT = Tr::kNT, kKS = Tr::kKS, kDT = Tr::kDT;
   const int tid = threadIdx.x;
   const int warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, t4 = lane % 4;
@@ -319,8 +318,8 @@ __device__ __forceinline__ void ProcessBlock(const AttnParams& p, char* smem, in
   for (int i = tid; i < kBM * kChunks; i += Tr::kThreads) {
     const int r = i / kChunks, ch = i % kChunks;
     const bool valid = q_begin + r < q_len;
-    const T* src = qg + static_cast<int64_t>(q_tok0 + (valid ? q_begin + r : 0)) *
-                            p.q_token_stride + ch * 8;
+    const T* src =
+        qg + static_cast<int64_t>(q_tok0 + (valid ? q_begin + r : 0)) * p.q_token_stride + ch * 8;
     CpAsync16(sQa + Tr::Off(r, ch, kBM), src, valid);
   }
 
@@ -435,178 +434,178 @@ __device__ __forceinline__ void ProcessBlock(const AttnParams& p, char* smem, in
     const uint32_t vst = sVa + stage * Tr::kKVTileBytes;
     // Two copies of the tile math: interior tiles skip the mask code (fewer live registers).
     auto compute = [&](auto mask_tag) {
-    constexpr bool kMask = decltype(mask_tag)::value;
+      constexpr bool kMask = decltype(mask_tag)::value;
 
-    // S = Q K^T
-    float s[kMT][kNT][4];
-    if constexpr (Tr::kWgmma) {
-      // This warpgroup's 64 rows of Q against the whole key tile; d in steps of 16.
-      const uint32_t q_rows = sQa + (warp / 4) * 64 * 128;
-      WgmmaFence();
+      // S = Q K^T
+      float s[kMT][kNT][4];
+      if constexpr (Tr::kWgmma) {
+        // This warpgroup's 64 rows of Q against the whole key tile; d in steps of 16.
+        const uint32_t q_rows = sQa + (warp / 4) * 64 * 128;
+        WgmmaFence();
 #pragma unroll
-      for (int ks_i = 0; ks_i < kKS; ++ks_i) {
-        const uint32_t koff = (ks_i % 4) * 32;  // 16 elements within the 128-byte row
-        const uint64_t da = SmemDesc(q_rows + (ks_i / 4) * kBM * 128 + koff, 16, 1024);
-        const uint64_t db = SmemDesc(kst + (ks_i / 4) * kBN * 128 + koff, 16, 1024);
-        Wgmma<T, kBN>::SS(&s[0][0][0], da, db, ks_i > 0 ? 1 : 0);
-      }
-      WgmmaCommit();
-      WgmmaWaitAll();
-#pragma unroll
-      for (int nt = 0; nt < kNT; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) FenceReg(s[0][nt][e]);
-      }
-    } else {
-#pragma unroll
-    for (int mt = 0; mt < kMT; ++mt) {
-#pragma unroll
-      for (int nt = 0; nt < kNT; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.f;
-      }
-    }
-#pragma unroll
-    for (int ks_i = 0; ks_i < kKS; ++ks_i) {
-      uint32_t a[kMT][4];
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt) {
-        if constexpr (Tr::kQInRegs) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) a[mt][e] = qf[ks_i][e];
-        } else {
-          LdMatrixX4(sQa + lane_q_row + mt * 16 * kRowBytes + ((ks_i * 32) ^ lane_v_xor),
-                     a[mt][0], a[mt][1], a[mt][2], a[mt][3]);
+        for (int ks_i = 0; ks_i < kKS; ++ks_i) {
+          const uint32_t koff = (ks_i % 4) * 32;  // 16 elements within the 128-byte row
+          const uint64_t da = SmemDesc(q_rows + (ks_i / 4) * kBM * 128 + koff, 16, 1024);
+          const uint64_t db = SmemDesc(kst + (ks_i / 4) * kBN * 128 + koff, 16, 1024);
+          Wgmma<T, kBN>::SS(&s[0][0][0], da, db, ks_i > 0 ? 1 : 0);
         }
-      }
+        WgmmaCommit();
+        WgmmaWaitAll();
 #pragma unroll
-      for (int np = 0; np < kNT / 2; ++np) {
-        uint32_t b0, b1, b2, b3;
-        LdMatrixX4(kst + lane_k_row + np * 16 * kRowBytes + ((ks_i * 32) ^ lane_k_xor), b0, b1,
-                   b2, b3);
+        for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) FenceReg(s[0][nt][e]);
+        }
+      } else {
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt) {
-          Mma<T>::Run(s[mt][2 * np], a[mt], b0, b1);
-          Mma<T>::Run(s[mt][2 * np + 1], a[mt], b2, b3);
+#pragma unroll
+          for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.f;
+          }
         }
-      }
-    }
-    }  // mma.sync
-
-    // Mask: keys past the tile's n, and causal (key > row position).
-    if constexpr (kMask) {
 #pragma unroll
-      for (int nt = 0; nt < kNT; ++nt) {
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          const int col = nt * 8 + 2 * t4 + j;
-          const int key = kind == 0 ? (col < n ? start + col : 0x7fffffff)
-                                    : sKeys[stage * kBN + col];
+        for (int ks_i = 0; ks_i < kKS; ++ks_i) {
+          uint32_t a[kMT][4];
 #pragma unroll
           for (int mt = 0; mt < kMT; ++mt) {
+            if constexpr (Tr::kQInRegs) {
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              const int pos = first_pos + warp_row0 + mt * 16 + g + 8 * h;
-              const bool ok = col < n && (!p.causal || key <= pos);
-              if (!ok) s[mt][nt][2 * h + j] = kNegInf;
+              for (int e = 0; e < 4; ++e) a[mt][e] = qf[ks_i][e];
+            } else {
+              LdMatrixX4(sQa + lane_q_row + mt * 16 * kRowBytes + ((ks_i * 32) ^ lane_v_xor),
+                         a[mt][0], a[mt][1], a[mt][2], a[mt][3]);
+            }
+          }
+#pragma unroll
+          for (int np = 0; np < kNT / 2; ++np) {
+            uint32_t b0, b1, b2, b3;
+            LdMatrixX4(kst + lane_k_row + np * 16 * kRowBytes + ((ks_i * 32) ^ lane_k_xor), b0, b1,
+                       b2, b3);
+#pragma unroll
+            for (int mt = 0; mt < kMT; ++mt) {
+              Mma<T>::Run(s[mt][2 * np], a[mt], b0, b1);
+              Mma<T>::Run(s[mt][2 * np + 1], a[mt], b2, b3);
             }
           }
         }
-      }
-    }
+      }  // mma.sync
 
-    // Online softmax (log2 domain; scores scaled on the fly).
-#pragma unroll
-    for (int mt = 0; mt < kMT; ++mt) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float mx = m_i[mt][h];
-#pragma unroll
-        for (int nt = 0; nt < kNT; ++nt) {
-          mx = fmaxf(mx, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
-        }
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float ms = mx == kNegInf ? 0.f : mx * scale;
-        const float corr = Exp2(m_i[mt][h] * scale - ms);
-        m_i[mt][h] = mx;
-        float sum = 0.f;
+      // Mask: keys past the tile's n, and causal (key > row position).
+      if constexpr (kMask) {
 #pragma unroll
         for (int nt = 0; nt < kNT; ++nt) {
 #pragma unroll
           for (int j = 0; j < 2; ++j) {
-            const float pv = Exp2(fmaf(s[mt][nt][2 * h + j], scale, -ms));
-            s[mt][nt][2 * h + j] = pv;
-            sum += pv;
+            const int col = nt * 8 + 2 * t4 + j;
+            const int key =
+                kind == 0 ? (col < n ? start + col : 0x7fffffff) : sKeys[stage * kBN + col];
+#pragma unroll
+            for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+              for (int h = 0; h < 2; ++h) {
+                const int pos = first_pos + warp_row0 + mt * 16 + g + 8 * h;
+                const bool ok = col < n && (!p.causal || key <= pos);
+                if (!ok) s[mt][nt][2 * h + j] = kNegInf;
+              }
+            }
           }
         }
-        l_i[mt][h] = l_i[mt][h] * corr + sum;
-#pragma unroll
-        for (int dt = 0; dt < kDT; ++dt) {
-          acc[mt][dt][2 * h] *= corr;
-          acc[mt][dt][2 * h + 1] *= corr;
-        }
       }
-    }
 
-    // O += P V
-    if constexpr (Tr::kWgmma) {
-      uint32_t pa[kBN / 16][4];
-#pragma unroll
-      for (int kk = 0; kk < kBN / 16; ++kk) {
-        pa[kk][0] = Mma<T>::Pack(s[0][2 * kk][0], s[0][2 * kk][1]);
-        pa[kk][1] = Mma<T>::Pack(s[0][2 * kk][2], s[0][2 * kk][3]);
-        pa[kk][2] = Mma<T>::Pack(s[0][2 * kk + 1][0], s[0][2 * kk + 1][1]);
-        pa[kk][3] = Mma<T>::Pack(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3]);
-      }
-#pragma unroll
-      for (int kk = 0; kk < kBN / 16; ++kk) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) FenceReg(pa[kk][e]);  // written before the fence
-      }
-#pragma unroll
-      for (int dt = 0; dt < kDT; ++dt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) FenceReg(acc[0][dt][e]);
-      }
-      WgmmaFence();
-#pragma unroll
-      for (int kk = 0; kk < kBN / 16; ++kk) {
-        // V N-major: 8-key groups 1024 bytes apart (SBO), 64-wide d blocks kBN * 128 apart (LBO).
-        const uint64_t db = SmemDesc(vst + kk * 16 * 128, kBN * 128, 1024);
-        Wgmma<T, kD>::RS(&acc[0][0][0], pa[kk], db);
-      }
-      WgmmaCommit();
-      WgmmaWaitAll();
-#pragma unroll
-      for (int dt = 0; dt < kDT; ++dt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) FenceReg(acc[0][dt][e]);
-      }
-    } else {
-#pragma unroll
-    for (int kk = 0; kk < kBN / 16; ++kk) {
-      uint32_t a[kMT][4];
+      // Online softmax (log2 domain; scores scaled on the fly).
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt) {
-        a[mt][0] = Mma<T>::Pack(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-        a[mt][1] = Mma<T>::Pack(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-        a[mt][2] = Mma<T>::Pack(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-        a[mt][3] = Mma<T>::Pack(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
-      }
 #pragma unroll
-      for (int dp = 0; dp < kDT / 2; ++dp) {
-        uint32_t b0, b1, b2, b3;
-        LdMatrixX4Trans(vst + lane_v_row + kk * 16 * kRowBytes + ((dp * 32) ^ lane_v_xor), b0,
-                        b1, b2, b3);
+        for (int h = 0; h < 2; ++h) {
+          float mx = m_i[mt][h];
 #pragma unroll
-        for (int mt = 0; mt < kMT; ++mt) {
-          Mma<T>::Run(acc[mt][2 * dp], a[mt], b0, b1);
-          Mma<T>::Run(acc[mt][2 * dp + 1], a[mt], b2, b3);
+          for (int nt = 0; nt < kNT; ++nt) {
+            mx = fmaxf(mx, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
+          }
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          const float ms = mx == kNegInf ? 0.f : mx * scale;
+          const float corr = Exp2(m_i[mt][h] * scale - ms);
+          m_i[mt][h] = mx;
+          float sum = 0.f;
+#pragma unroll
+          for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+              const float pv = Exp2(fmaf(s[mt][nt][2 * h + j], scale, -ms));
+              s[mt][nt][2 * h + j] = pv;
+              sum += pv;
+            }
+          }
+          l_i[mt][h] = l_i[mt][h] * corr + sum;
+#pragma unroll
+          for (int dt = 0; dt < kDT; ++dt) {
+            acc[mt][dt][2 * h] *= corr;
+            acc[mt][dt][2 * h + 1] *= corr;
+          }
         }
       }
-    }
-    }  // mma.sync
+
+      // O += P V
+      if constexpr (Tr::kWgmma) {
+        uint32_t pa[kBN / 16][4];
+#pragma unroll
+        for (int kk = 0; kk < kBN / 16; ++kk) {
+          pa[kk][0] = Mma<T>::Pack(s[0][2 * kk][0], s[0][2 * kk][1]);
+          pa[kk][1] = Mma<T>::Pack(s[0][2 * kk][2], s[0][2 * kk][3]);
+          pa[kk][2] = Mma<T>::Pack(s[0][2 * kk + 1][0], s[0][2 * kk + 1][1]);
+          pa[kk][3] = Mma<T>::Pack(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3]);
+        }
+#pragma unroll
+        for (int kk = 0; kk < kBN / 16; ++kk) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) FenceReg(pa[kk][e]);  // written before the fence
+        }
+#pragma unroll
+        for (int dt = 0; dt < kDT; ++dt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) FenceReg(acc[0][dt][e]);
+        }
+        WgmmaFence();
+#pragma unroll
+        for (int kk = 0; kk < kBN / 16; ++kk) {
+          // V N-major: 8-key groups 1024 bytes apart (SBO), 64-wide d blocks kBN * 128 apart (LBO).
+          const uint64_t db = SmemDesc(vst + kk * 16 * 128, kBN * 128, 1024);
+          Wgmma<T, kD>::RS(&acc[0][0][0], pa[kk], db);
+        }
+        WgmmaCommit();
+        WgmmaWaitAll();
+#pragma unroll
+        for (int dt = 0; dt < kDT; ++dt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) FenceReg(acc[0][dt][e]);
+        }
+      } else {
+#pragma unroll
+        for (int kk = 0; kk < kBN / 16; ++kk) {
+          uint32_t a[kMT][4];
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt) {
+            a[mt][0] = Mma<T>::Pack(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+            a[mt][1] = Mma<T>::Pack(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+            a[mt][2] = Mma<T>::Pack(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+            a[mt][3] = Mma<T>::Pack(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+          }
+#pragma unroll
+          for (int dp = 0; dp < kDT / 2; ++dp) {
+            uint32_t b0, b1, b2, b3;
+            LdMatrixX4Trans(vst + lane_v_row + kk * 16 * kRowBytes + ((dp * 32) ^ lane_v_xor), b0,
+                            b1, b2, b3);
+#pragma unroll
+            for (int mt = 0; mt < kMT; ++mt) {
+              Mma<T>::Run(acc[mt][2 * dp], a[mt], b0, b1);
+              Mma<T>::Run(acc[mt][2 * dp + 1], a[mt], b2, b3);
+            }
+          }
+        }
+      }  // mma.sync
     };
     if (need_mask) {
       compute(std::true_type{});
@@ -633,8 +632,7 @@ __device__ __forceinline__ void ProcessBlock(const AttnParams& p, char* smem, in
         *reinterpret_cast<uint32_t*>(sQ + Tr::Off(r, dt, kBM) + t4 * 4) = packed;
       }
       if (p.maybe_lse != nullptr && t4 == 0 && q_begin + r < q_len) {
-        const float lse =
-            l == 0.f ? kNegInf : (m_i[mt][h] * scale + __log2f(l)) * kLn2;
+        const float lse = l == 0.f ? kNegInf : (m_i[mt][h] * scale + __log2f(l)) * kLn2;
         p.maybe_lse[static_cast<int64_t>(head) * p.total_q + q_tok0 + q_begin + r] = lse;
       }
     }
@@ -645,8 +643,8 @@ __device__ __forceinline__ void ProcessBlock(const AttnParams& p, char* smem, in
     const int r = warp_row0 + i / kChunks, ch = i % kChunks;
     if (q_begin + r < q_len) {
       const uint4 val = *reinterpret_cast<const uint4*>(sQ + Tr::Off(r, ch, kBM));
-      *reinterpret_cast<uint4*>(og + static_cast<int64_t>(q_tok0 + q_begin + r) *
-                                         p.o_token_stride + ch * 8) = val;
+      *reinterpret_cast<uint4*>(og + static_cast<int64_t>(q_tok0 + q_begin + r) * p.o_token_stride +
+                                ch * 8) = val;
     }
   }
 }

@@ -10,8 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "kernels/cuda/attention_launch.h"
-#include "kernels/cuda/gpu_builders_b.h"
 #include "kernels/cuda/builders_a.h"
+#include "kernels/cuda/gpu_builders_b.h"
 #include "kernels/status_macros.h"
 
 namespace spattn {
@@ -49,14 +49,11 @@ absl::Status CheckKernelLimits(const AttentionProblem& p) {
     const char* name;
     int64_t v;
   };
-  for (const Named& s : {Named{"q.token_stride", p.q.token_stride},
-                         Named{"q.head_stride", p.q.head_stride},
-                         Named{"k.token_stride", p.k.token_stride},
-                         Named{"k.head_stride", p.k.head_stride},
-                         Named{"v.token_stride", p.v.token_stride},
-                         Named{"v.head_stride", p.v.head_stride},
-                         Named{"o_token_stride", p.o_token_stride},
-                         Named{"o_head_stride", p.o_head_stride}}) {
+  for (const Named& s :
+       {Named{"q.token_stride", p.q.token_stride}, Named{"q.head_stride", p.q.head_stride},
+        Named{"k.token_stride", p.k.token_stride}, Named{"k.head_stride", p.k.head_stride},
+        Named{"v.token_stride", p.v.token_stride}, Named{"v.head_stride", p.v.head_stride},
+        Named{"o_token_stride", p.o_token_stride}, Named{"o_head_stride", p.o_head_stride}}) {
     if (s.v % 8 != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           s.name, " must be a multiple of 8 elements (16-byte rows) for CUDA, got ", s.v));
@@ -122,9 +119,9 @@ class CudaAttentionEngine::Impl {
     const int64_t bytes = std::max<int64_t>(count, 1) * static_cast<int64_t>(sizeof(T));
     const int64_t start = (used_ + kAlign - 1) / kAlign * kAlign;
     if (start + bytes > bytes_) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("CUDA workspace too small for ", what, ": need ", start + bytes,
-                       " bytes, pool has ", bytes_));
+      return absl::ResourceExhaustedError(absl::StrCat("CUDA workspace too small for ", what,
+                                                       ": need ", start + bytes,
+                                                       " bytes, pool has ", bytes_));
     }
     used_ = start + bytes;
     return reinterpret_cast<T*>(base_ + start);
@@ -134,8 +131,8 @@ class CudaAttentionEngine::Impl {
   absl::StatusOr<T*> Upload(const std::vector<T>& host, const char* what) {
     SPATTN_ASSIGN_OR_RETURN(T * dev, Alloc<T>(static_cast<int64_t>(host.size()), what));
     if (!host.empty()) {
-      SPATTN_CUDA(cudaMemcpyAsync(dev, host.data(), host.size() * sizeof(T),
-                                  cudaMemcpyHostToDevice, stream_),
+      SPATTN_CUDA(cudaMemcpyAsync(dev, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice,
+                                  stream_),
                   what);
     }
     return dev;
@@ -164,11 +161,21 @@ class CudaAttentionEngine::Impl {
       SPATTN_CUDA(cudaEventElapsedTime(&ms, events_[i - 1], events_[i]), "cudaEventElapsedTime");
       double* field = nullptr;
       switch (stage_of_[i]) {
-        case kUpload: field = &times_->upload_seconds; break;
-        case kIndex: field = &times_->index_seconds; break;
-        case kSchedule: field = &times_->schedule_seconds; break;
-        case kKernel: field = &times_->kernel_seconds; break;
-        case kDownload: field = &times_->download_seconds; break;
+        case kUpload:
+          field = &times_->upload_seconds;
+          break;
+        case kIndex:
+          field = &times_->index_seconds;
+          break;
+        case kSchedule:
+          field = &times_->schedule_seconds;
+          break;
+        case kKernel:
+          field = &times_->kernel_seconds;
+          break;
+        case kDownload:
+          field = &times_->download_seconds;
+          break;
       }
       if (field != nullptr) *field += ms * 1e-3;
     }
@@ -232,12 +239,11 @@ class CudaAttentionEngine::Impl {
   absl::Status Sparse(const cuda::AttnParams& a, const SparseIndexView& idx) {
     const int64_t rows = static_cast<int64_t>(idx.num_heads) * idx.num_blocks;
     SPATTN_ASSIGN_OR_RETURN(int32_t * order, Alloc<int32_t>(rows, "sparse schedule"));
-    SPATTN_ASSIGN_OR_RETURN(
-        int32_t * scratch,
-        Alloc<int32_t>(cuda::SparseScheduleScratchInts(rows), "sparse schedule scratch"));
+    SPATTN_ASSIGN_OR_RETURN(int32_t * scratch, Alloc<int32_t>(cuda::SparseScheduleScratchInts(rows),
+                                                              "sparse schedule scratch"));
     SPATTN_ASSIGN_OR_RETURN(int* counter, Alloc<int>(1, "sparse schedule counter"));
-    SPATTN_CUDA(cuda::LaunchSparseSchedule(idx, cuda::SparseTileN(a.head_dim, idx.block_m),
-                                           scratch, order, counter, stream_),
+    SPATTN_CUDA(cuda::LaunchSparseSchedule(idx, cuda::SparseTileN(a.head_dim, idx.block_m), scratch,
+                                           order, counter, stream_),
                 "sparse schedule");
     SPATTN_RETURN_IF_ERROR(Mark(kSchedule));
     cuda::SparseSchedule sched;
@@ -337,14 +343,15 @@ class CudaAttentionEngine::Impl {
     const size_t host_pitch = static_cast<size_t>(host_token_stride) * es;
     auto copy_head = [&](int h) -> absl::Status {
       char* dp = static_cast<char*>(dev) + static_cast<size_t>(h) * d * es;
-      const char* hp = static_cast<const char*>(host) + static_cast<size_t>(h) * host_head_stride * es;
+      const char* hp =
+          static_cast<const char*>(host) + static_cast<size_t>(h) * host_head_stride * es;
       if (to_device) {
         return CudaStatus(cudaMemcpy2DAsync(dp, dev_pitch, hp, host_pitch, d * es, tokens,
                                             cudaMemcpyHostToDevice, stream_),
                           "copy to device");
       }
-      return CudaStatus(cudaMemcpy2DAsync(const_cast<char*>(hp), host_pitch, dp, dev_pitch,
-                                          d * es, tokens, cudaMemcpyDeviceToHost, stream_),
+      return CudaStatus(cudaMemcpy2DAsync(const_cast<char*>(hp), host_pitch, dp, dev_pitch, d * es,
+                                          tokens, cudaMemcpyDeviceToHost, stream_),
                         "copy to host");
     };
     if (heads.empty() && host_head_stride == d) {
@@ -381,7 +388,7 @@ class CudaAttentionEngine::Impl {
 };
 
 absl::StatusOr<std::unique_ptr<CudaDeviceBuffer>> CudaDeviceBuffer::Allocate(int device,
-                                                                            int64_t bytes) {
+                                                                             int64_t bytes) {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || device < 0 || device >= count) {
     cudaGetLastError();
@@ -408,9 +415,9 @@ absl::Status CudaDeviceBuffer::CopyFromHost(const void* src, int64_t bytes, int6
     return absl::OutOfRangeError("CopyFromHost: outside the buffer");
   }
   SPATTN_CUDA(cudaSetDevice(device_), "cudaSetDevice");
-  return CudaStatus(cudaMemcpy(static_cast<char*>(data_) + offset, src, bytes,
-                               cudaMemcpyHostToDevice),
-                    "CopyFromHost");
+  return CudaStatus(
+      cudaMemcpy(static_cast<char*>(data_) + offset, src, bytes, cudaMemcpyHostToDevice),
+      "CopyFromHost");
 }
 
 absl::Status CudaDeviceBuffer::CopyToHost(void* dst, int64_t bytes, int64_t offset) const {
@@ -418,9 +425,9 @@ absl::Status CudaDeviceBuffer::CopyToHost(void* dst, int64_t bytes, int64_t offs
     return absl::OutOfRangeError("CopyToHost: outside the buffer");
   }
   SPATTN_CUDA(cudaSetDevice(device_), "cudaSetDevice");
-  return CudaStatus(cudaMemcpy(dst, static_cast<const char*>(data_) + offset, bytes,
-                               cudaMemcpyDeviceToHost),
-                    "CopyToHost");
+  return CudaStatus(
+      cudaMemcpy(dst, static_cast<const char*>(data_) + offset, bytes, cudaMemcpyDeviceToHost),
+      "CopyToHost");
 }
 
 absl::Status CudaDeviceBuffer::Fill(uint8_t value) {
@@ -433,10 +440,9 @@ absl::StatusOr<SparseIndexView> UploadSparseIndex(const AttentionProblem& proble
                                                   const SparseIndex& index, int device,
                                                   std::unique_ptr<CudaDeviceBuffer>* storage) {
   SPATTN_RETURN_IF_ERROR(ValidateSparseIndex(problem, index));
-  const std::vector<int32_t>* arrays[] = {&index.heads,       &index.block_offsets,
-                                          &index.range_indptr, &index.range_start,
-                                          &index.range_len,   &index.col_indptr,
-                                          &index.col_idx};
+  const std::vector<int32_t>* arrays[] = {
+      &index.heads,     &index.block_offsets, &index.range_indptr, &index.range_start,
+      &index.range_len, &index.col_indptr,    &index.col_idx};
   int64_t offsets[7];
   int64_t total = 0;
   for (int i = 0; i < 7; ++i) {
@@ -469,9 +475,8 @@ absl::StatusOr<std::unique_ptr<CudaAttentionEngine>> CudaAttentionEngine::Create
   cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess || count == 0) {
     cudaGetLastError();
-    return absl::FailedPreconditionError(
-        absl::StrCat("no CUDA device: ",
-                     err != cudaSuccess ? cudaGetErrorString(err) : "device count is 0"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no CUDA device: ", err != cudaSuccess ? cudaGetErrorString(err) : "device count is 0"));
   }
   if (device < 0 || device >= count) {
     return absl::FailedPreconditionError(
@@ -490,9 +495,8 @@ absl::StatusOr<std::unique_ptr<CudaAttentionEngine>> CudaAttentionEngine::Create
   err = cudaMalloc(&base, workspace_bytes);
   if (err != cudaSuccess) {
     cudaGetLastError();
-    return absl::ResourceExhaustedError(absl::StrCat("cannot reserve a ", workspace_bytes,
-                                                     "-byte CUDA workspace: ",
-                                                     cudaGetErrorString(err)));
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cannot reserve a ", workspace_bytes, "-byte CUDA workspace: ", cudaGetErrorString(err)));
   }
   cudaStream_t stream;
   err = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
@@ -500,8 +504,8 @@ absl::StatusOr<std::unique_ptr<CudaAttentionEngine>> CudaAttentionEngine::Create
     cudaFree(base);
     return CudaStatus(err, "cudaStreamCreate");
   }
-  auto impl = std::make_unique<Impl>(device, workspace_bytes, static_cast<char*>(base), stream,
-                                     options);
+  auto impl =
+      std::make_unique<Impl>(device, workspace_bytes, static_cast<char*>(base), stream, options);
   SPATTN_RETURN_IF_ERROR(impl->Init());
   return std::unique_ptr<CudaAttentionEngine>(new CudaAttentionEngine(std::move(impl)));
 }
@@ -563,8 +567,8 @@ absl::Status CheckIndexShape(const AttentionProblem& p, const SparseIndexView& v
   }
   if (v.num_blocks != NumBlocks(p, v.block_m)) {
     return absl::InvalidArgumentError(absl::StrCat("index.num_blocks is ", v.num_blocks,
-                                                   ", the problem has ",
-                                                   NumBlocks(p, v.block_m), " blocks"));
+                                                   ", the problem has ", NumBlocks(p, v.block_m),
+                                                   " blocks"));
   }
   if (v.num_heads < 0 || v.num_heads > p.num_q_heads) {
     return absl::InvalidArgumentError(absl::StrCat("index.num_heads: ", v.num_heads));
@@ -627,9 +631,9 @@ absl::Status CudaAttentionEngine::RunBuiltIndex(const AttentionProblem& p,
   SPATTN_RETURN_IF_ERROR(CheckDeviceProblem(p, impl_->device()));
   const int index_block_m = cuda::gpu_a::IndexBlockM(config, block_m);
   if (index_block_m != 64 && index_block_m != 128) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "block_m: the CUDA kernel supports 64 and 128, got ", index_block_m,
-        index_block_m != block_m ? " (the method's block_size)" : ""));
+    return absl::InvalidArgumentError(
+        absl::StrCat("block_m: the CUDA kernel supports 64 and 128, got ", index_block_m,
+                     index_block_m != block_m ? " (the method's block_size)" : ""));
   }
   SPATTN_RETURN_IF_ERROR(impl_->Mark(Impl::kUpload));
   SPATTN_ASSIGN_OR_RETURN(cuda::AttnParams a, impl_->Params(p));
@@ -642,12 +646,9 @@ absl::Status CudaAttentionEngine::RunBuiltIndex(const AttentionProblem& p,
   return impl_->Finish();
 }
 
-absl::Status CudaAttentionEngine::BuildIndexOnDevice(const AttentionProblem& p,
-                                                     const MethodConfig& config,
-                                                     const std::vector<int>& heads, int block_m,
-                                                     SparseIndex* out,
-                                                     const CudaLayerAssets* maybe_assets,
-                                                     CudaStageTimes* times) {
+absl::Status CudaAttentionEngine::BuildIndexOnDevice(
+    const AttentionProblem& p, const MethodConfig& config, const std::vector<int>& heads,
+    int block_m, SparseIndex* out, const CudaLayerAssets* maybe_assets, CudaStageTimes* times) {
   absl::MutexLock lock(&impl_->mu());
   SPATTN_RETURN_IF_ERROR(impl_->Begin(times));
   SPATTN_RETURN_IF_ERROR(p.Validate());
@@ -669,15 +670,15 @@ absl::Status CudaAttentionEngine::BuildIndexOnDevice(const AttentionProblem& p,
   out->block_offsets.resize(p.batch() + 1);
   out->range_indptr.resize(rows + 1);
   out->col_indptr.resize(rows + 1);
-  SPATTN_CUDA(cudaMemcpy(out->block_offsets.data(), v.block_offsets,
-                         out->block_offsets.size() * 4, cudaMemcpyDeviceToHost),
+  SPATTN_CUDA(cudaMemcpy(out->block_offsets.data(), v.block_offsets, out->block_offsets.size() * 4,
+                         cudaMemcpyDeviceToHost),
               "download block_offsets");
-  SPATTN_CUDA(cudaMemcpy(out->range_indptr.data(), v.range_indptr, (rows + 1) * 4,
-                         cudaMemcpyDeviceToHost),
-              "download range_indptr");
-  SPATTN_CUDA(cudaMemcpy(out->col_indptr.data(), v.col_indptr, (rows + 1) * 4,
-                         cudaMemcpyDeviceToHost),
-              "download col_indptr");
+  SPATTN_CUDA(
+      cudaMemcpy(out->range_indptr.data(), v.range_indptr, (rows + 1) * 4, cudaMemcpyDeviceToHost),
+      "download range_indptr");
+  SPATTN_CUDA(
+      cudaMemcpy(out->col_indptr.data(), v.col_indptr, (rows + 1) * 4, cudaMemcpyDeviceToHost),
+      "download col_indptr");
   const int32_t nr = out->range_indptr[rows];
   const int32_t nc = out->col_indptr[rows];
   out->range_start.resize(nr);
@@ -698,8 +699,7 @@ absl::Status CudaAttentionEngine::BuildIndexOnDevice(const AttentionProblem& p,
 }
 
 absl::Status CudaAttentionEngine::RunHost(const AttentionProblem& hp,
-                                          const SparseIndex* maybe_index,
-                                          CudaStageTimes* times) {
+                                          const SparseIndex* maybe_index, CudaStageTimes* times) {
   absl::MutexLock lock(&impl_->mu());
   SPATTN_RETURN_IF_ERROR(impl_->Begin(times));
   if (hp.space != MemorySpace::kHost) {
@@ -731,12 +731,12 @@ absl::Status CudaAttentionEngine::RunHost(const AttentionProblem& hp,
   p.o = dout;
   p.maybe_lse = dlse;
   SPATTN_RETURN_IF_ERROR(impl_->Mark(Impl::kUpload));
-  SPATTN_RETURN_IF_ERROR(impl_->CopyTokens(dq, hp.q.data, tq, hp.num_q_heads, d,
-                                           hp.q.token_stride, hp.q.head_stride, es, {}, true));
-  SPATTN_RETURN_IF_ERROR(impl_->CopyTokens(dk, hp.k.data, tk, hp.num_kv_heads, d,
-                                           hp.k.token_stride, hp.k.head_stride, es, {}, true));
-  SPATTN_RETURN_IF_ERROR(impl_->CopyTokens(dv, hp.v.data, tk, hp.num_kv_heads, d,
-                                           hp.v.token_stride, hp.v.head_stride, es, {}, true));
+  SPATTN_RETURN_IF_ERROR(impl_->CopyTokens(dq, hp.q.data, tq, hp.num_q_heads, d, hp.q.token_stride,
+                                           hp.q.head_stride, es, {}, true));
+  SPATTN_RETURN_IF_ERROR(impl_->CopyTokens(dk, hp.k.data, tk, hp.num_kv_heads, d, hp.k.token_stride,
+                                           hp.k.head_stride, es, {}, true));
+  SPATTN_RETURN_IF_ERROR(impl_->CopyTokens(dv, hp.v.data, tk, hp.num_kv_heads, d, hp.v.token_stride,
+                                           hp.v.head_stride, es, {}, true));
   SPATTN_ASSIGN_OR_RETURN(cuda::AttnParams a, impl_->Params(p));
   SparseIndexView v;
   if (maybe_index != nullptr) {
@@ -760,10 +760,10 @@ absl::Status CudaAttentionEngine::RunHost(const AttentionProblem& hp,
                         "copy lse to host");
     };
     if (heads.empty()) {
-      SPATTN_RETURN_IF_ERROR(CudaStatus(
-          cudaMemcpyAsync(hp.maybe_lse, dlse, tq * hp.num_q_heads * sizeof(float),
-                          cudaMemcpyDeviceToHost, impl_->stream()),
-          "copy lse to host"));
+      SPATTN_RETURN_IF_ERROR(
+          CudaStatus(cudaMemcpyAsync(hp.maybe_lse, dlse, tq * hp.num_q_heads * sizeof(float),
+                                     cudaMemcpyDeviceToHost, impl_->stream()),
+                     "copy lse to host"));
     } else {
       for (int h : heads) SPATTN_RETURN_IF_ERROR(copy_lse(h));
     }

@@ -18,8 +18,8 @@ absl::Status CudaDeviceBuffer::CopyFromHost(const void*, int64_t, int64_t) { ret
 absl::Status CudaDeviceBuffer::CopyToHost(void*, int64_t, int64_t) const { return NoCuda(); }
 absl::Status CudaDeviceBuffer::Fill(uint8_t) { return NoCuda(); }
 
-absl::StatusOr<SparseIndexView> UploadSparseIndex(const AttentionProblem&, const SparseIndex&,
-                                                  int, std::unique_ptr<CudaDeviceBuffer>*) {
+absl::StatusOr<SparseIndexView> UploadSparseIndex(const AttentionProblem&, const SparseIndex&, int,
+                                                  std::unique_ptr<CudaDeviceBuffer>*) {
   return NoCuda();
 }
 
@@ -52,8 +52,7 @@ absl::Status CudaAttentionEngine::RunHost(const AttentionProblem&, const SparseI
                                           CudaStageTimes*) {
   return NoCuda();
 }
-absl::Status CudaAttentionEngine::BuildIndexOnDevice(const AttentionProblem&,
-                                                     const MethodConfig&,
+absl::Status CudaAttentionEngine::BuildIndexOnDevice(const AttentionProblem&, const MethodConfig&,
                                                      const std::vector<int>&, int, SparseIndex*,
                                                      const CudaLayerAssets*, CudaStageTimes*) {
   return NoCuda();

@@ -1,6 +1,8 @@
 // The CUDA dense and sparse kernels against the CPU references (double-precision rows, with the
 // same math in the input dtype for the tolerance), through CudaAttentionEngine. Skips, saying
 // why, where no GPU is present.
+#include "kernels/cuda/attention_cuda.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,7 +13,6 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/builders/simple_patterns.h"
 #include "kernels/cpu/sparse_attention_cpu.h"
-#include "kernels/cuda/attention_cuda.h"
 #include "kernels/cuda/cuda_runtime.h"
 #include "kernels/cuda/cuda_test_util.h"
 #include "kernels/host_problem.h"
@@ -116,12 +117,12 @@ class CudaAttentionTest : public ::testing::Test {
     ASSERT_TRUE(s.ok()) << s << " " << config;
     std::vector<float> o, lse;
     ASSERT_TRUE((*dp)->Download(&o, &lse).ok());
-    const std::vector<int> heads =
-        index == nullptr ? AllHeads(p.num_q_heads)
-                         : std::vector<int>(index->heads.begin(), index->heads.end());
+    const std::vector<int> heads = index == nullptr
+                                       ? AllHeads(p.num_q_heads)
+                                       : std::vector<int>(index->heads.begin(), index->heads.end());
     EXPECT_EQ(CheckAllWritten(p, heads, o, lse), "") << config;
-    const std::string err = CheckRows(hp.problem(), index, SampleRows(hp.problem(), heads,
-                                                                      max_rows), o, lse);
+    const std::string err =
+        CheckRows(hp.problem(), index, SampleRows(hp.problem(), heads, max_rows), o, lse);
     EXPECT_EQ(err, "") << config;
   }
 
@@ -287,8 +288,9 @@ TEST_F(CudaAttentionTest, NanInputsStayWhereTheyBelong) {
   for (int which = 0; which < 3; ++which) {
     auto hp = MakeProblem(c, 600 + which);
     const int tok = 150;
-    std::vector<uint8_t>& buf = which == 0 ? hp->q_bytes() : which == 1 ? hp->k_bytes()
-                                                                        : hp->v_bytes();
+    std::vector<uint8_t>& buf = which == 0   ? hp->q_bytes()
+                                : which == 1 ? hp->k_bytes()
+                                             : hp->v_bytes();
     reinterpret_cast<uint16_t*>(buf.data())[tok * 64 + 5] = 0x7fc0;  // bf16 NaN
     auto dp = DeviceProblem::Create(0, *hp);
     ASSERT_TRUE(dp.ok());
@@ -367,14 +369,14 @@ TEST_F(CudaAttentionTest, HostPathWithStridedTensorsAndHeadSubset) {
       }
     }
   }
-  EXPECT_EQ(CheckRows(packed.problem(), &idx, SampleRows(packed.problem(), {1, 3}, 1000), o,
-                      lse),
+  EXPECT_EQ(CheckRows(packed.problem(), &idx, SampleRows(packed.problem(), {1, 3}, 1000), o, lse),
             "");
   // Dense through the host path too.
   ASSERT_TRUE(engines_[1]->RunHost(p, nullptr, &times).ok());
   for (int t = 0; t < tq; ++t) {
     for (int h = 0; h < hq; ++h) {
-      for (int c = 0; c < d; ++c) o[(t * hq + h) * d + c] = Bf16ToFloat(out[t * 2 * hq * d + h * d + c]);
+      for (int c = 0; c < d; ++c)
+        o[(t * hq + h) * d + c] = Bf16ToFloat(out[t * 2 * hq * d + h * d + c]);
     }
   }
   EXPECT_EQ(CheckRows(packed.problem(), nullptr, SampleRows(packed.problem(), AllHeads(hq), 1000),
@@ -404,8 +406,8 @@ TEST_F(CudaAttentionTest, LongContextsMatchSampledReference) {
     SparseIndex ashape;
     ASSERT_TRUE(BuildAShapeIndex(hp->problem(), params, AllHeads(l.c.hq), l.block_m, &ashape).ok());
     CheckRun(engines_[2], *hp, &ashape, 48, config + " a_shape wgmma");
-    SparseIndex random = RandomIndex(hp->problem(), {0, l.c.hq - 1}, l.block_m, 4, 500,
-                                     seed++, false);
+    SparseIndex random =
+        RandomIndex(hp->problem(), {0, l.c.hq - 1}, l.block_m, 4, 500, seed++, false);
     CheckRun(engines_[0], *hp, &random, 48, config + " random ranges+columns");
     CheckRun(engines_[3], *hp, &random, 48, config + " random ranges+columns wgmma deep");
   }

@@ -10,8 +10,8 @@ namespace detail {
 cudaError_t DenseFp16(const AttnParams& p, int max_q_len, KernelVariant v, cudaStream_t stream) {
   return DenseTyped<__half>(p, max_q_len, v, stream);
 }
-cudaError_t SparseFp16(const AttnParams& p, const SparseIndexView& idx,
-                       const SparseSchedule& sched, KernelVariant v, cudaStream_t stream) {
+cudaError_t SparseFp16(const AttnParams& p, const SparseIndexView& idx, const SparseSchedule& sched,
+                       KernelVariant v, cudaStream_t stream) {
   return SparseTyped<__half>(p, idx, sched, v, stream);
 }
 

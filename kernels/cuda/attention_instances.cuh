@@ -60,8 +60,7 @@ cudaError_t LaunchSparseShape(const AttnParams& p, const SparseIndexView& idx,
   if (err != cudaSuccess) return err;
   int device = 0, sms = 0, per_sm = 0;
   if ((err = cudaGetDevice(&device)) != cudaSuccess) return err;
-  if ((err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) !=
-      cudaSuccess) {
+  if ((err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess) {
     return err;
   }
   if ((err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Tr::kThreads,
@@ -74,8 +73,7 @@ cudaError_t LaunchSparseShape(const AttnParams& p, const SparseIndexView& idx,
 }
 
 template <typename T, int kD>
-cudaError_t DenseForDim(const AttnParams& p, int max_q_len, KernelVariant v,
-                        cudaStream_t stream) {
+cudaError_t DenseForDim(const AttnParams& p, int max_q_len, KernelVariant v, cudaStream_t stream) {
   if (v == KernelVariant::kWgmma) return LaunchDenseShape<DenseWgmma<T, kD>>(p, max_q_len, stream);
   if (v == KernelVariant::kWgmmaDeep) {
     return LaunchDenseShape<DenseWgmmaDeep<T, kD>>(p, max_q_len, stream);

@@ -16,10 +16,10 @@ namespace cuda {
 
 // One attention launch. Every pointer is device memory.
 struct AttnParams {
-  const void* q = nullptr;  // [total_q, num_q_heads, head_dim], strides below (elements)
-  const void* k = nullptr;  // [total_k, num_kv_heads, head_dim]
-  const void* v = nullptr;  // [total_k, num_kv_heads, head_dim]
-  void* o = nullptr;        // [total_q, num_q_heads, head_dim]
+  const void* q = nullptr;     // [total_q, num_q_heads, head_dim], strides below (elements)
+  const void* k = nullptr;     // [total_k, num_kv_heads, head_dim]
+  const void* v = nullptr;     // [total_k, num_kv_heads, head_dim]
+  void* o = nullptr;           // [total_q, num_q_heads, head_dim]
   float* maybe_lse = nullptr;  // [num_q_heads, total_q], natural log
   int64_t q_token_stride = 0, q_head_stride = 0;
   int64_t k_token_stride = 0, k_head_stride = 0;
@@ -40,9 +40,9 @@ struct AttnParams {
 // Kernel shapes. kAuto picks the measured default for the head dim and block size.
 enum class KernelVariant {
   kAuto = 0,
-  kWarps8 = 1,  // block_m 128: 8 warps of 16 query rows
-  kWarps4 = 2,  // block_m 128: 4 warps of 32 query rows (half the shared-memory reads per FLOP)
-  kWgmma = 3,   // Hopper (sm_90) only: warpgroups of 64 rows with wgmma; elsewhere kWarps4
+  kWarps8 = 1,     // block_m 128: 8 warps of 16 query rows
+  kWarps4 = 2,     // block_m 128: 4 warps of 32 query rows (half the shared-memory reads per FLOP)
+  kWgmma = 3,      // Hopper (sm_90) only: warpgroups of 64 rows with wgmma; elsewhere kWarps4
   kWgmmaDeep = 4,  // kWgmma with 3 (dense) / 4 (sparse, block_m 128) pipeline stages
 };
 

@@ -35,7 +35,9 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 class StageTimer {
  public:
   StageTimer(cudaStream_t stream, const char* method)
-      : stream_(stream), method_(method), on_(std::getenv("SPATTN_GPU_BUILDER_PROFILE") != nullptr) {
+      : stream_(stream),
+        method_(method),
+        on_(std::getenv("SPATTN_GPU_BUILDER_PROFILE") != nullptr) {
     Mark("start");
   }
   ~StageTimer() {
@@ -80,12 +82,12 @@ class MetaBlob {
     return at;
   }
   absl::Status Upload(WorkspaceCarver& ws, cudaStream_t stream) {
-    SPATTN_ASSIGN_OR_RETURN(void* dev, ws.Carve(static_cast<int64_t>(bytes_.size()),
-                                                "builder metadata"));
+    SPATTN_ASSIGN_OR_RETURN(void* dev,
+                            ws.Carve(static_cast<int64_t>(bytes_.size()), "builder metadata"));
     base_ = static_cast<char*>(dev);
-    return Cuda(cudaMemcpyAsync(base_, bytes_.data(), bytes_.size(), cudaMemcpyHostToDevice,
-                                stream),
-                "builder metadata upload");
+    return Cuda(
+        cudaMemcpyAsync(base_, bytes_.data(), bytes_.size(), cudaMemcpyHostToDevice, stream),
+        "builder metadata upload");
   }
   template <typename T>
   T* At(size_t offset) const {
@@ -188,9 +190,8 @@ EstimatePlan MakeEstimatePlan(const AttentionProblem& p, int rows) {
 // Device buffers and launches of the estimate (shared by vertical_slash and flex_prefill).
 absl::StatusOr<EstimateParams> RunEstimate(const AttentionProblem& p, const AttnParams& a,
                                            const EstimatePlan& e, const EstimateSeq* d_seqs,
-                                           const int32_t* d_heads, int slots,
-                                           WorkspaceCarver& ws, cudaStream_t stream,
-                                           StageTimer& timer) {
+                                           const int32_t* d_heads, int slots, WorkspaceCarver& ws,
+                                           cudaStream_t stream, StageTimer& timer) {
   EstimateParams ep;
   ep.q = a.q;
   ep.k = a.k;
@@ -262,19 +263,19 @@ absl::Status ScanAndSize(int64_t rows, Csr* c, WorkspaceCarver& ws, cudaStream_t
                          bool with_cols) {
   const size_t temp_bytes = ScanTempBytes(rows + 1);
   SPATTN_ASSIGN_OR_RETURN(void* temp, ws.Carve(static_cast<int64_t>(temp_bytes) + 1, "scan"));
-  SPATTN_A_CUDA(LaunchExclusiveScan(c->range_count, c->range_indptr, rows + 1, temp, temp_bytes,
-                                    stream),
-                "range scan");
-  SPATTN_A_CUDA(LaunchExclusiveScan(c->col_count, c->col_indptr, rows + 1, temp, temp_bytes,
-                                    stream),
-                "column scan");
+  SPATTN_A_CUDA(
+      LaunchExclusiveScan(c->range_count, c->range_indptr, rows + 1, temp, temp_bytes, stream),
+      "range scan");
+  SPATTN_A_CUDA(
+      LaunchExclusiveScan(c->col_count, c->col_indptr, rows + 1, temp, temp_bytes, stream),
+      "column scan");
   int32_t totals[2] = {0, 0};
-  SPATTN_A_CUDA(cudaMemcpyAsync(&totals[0], c->range_indptr + rows, 4, cudaMemcpyDeviceToHost,
-                                stream),
-                "range total");
-  SPATTN_A_CUDA(cudaMemcpyAsync(&totals[1], c->col_indptr + rows, 4, cudaMemcpyDeviceToHost,
-                                stream),
-                "column total");
+  SPATTN_A_CUDA(
+      cudaMemcpyAsync(&totals[0], c->range_indptr + rows, 4, cudaMemcpyDeviceToHost, stream),
+      "range total");
+  SPATTN_A_CUDA(
+      cudaMemcpyAsync(&totals[1], c->col_indptr + rows, 4, cudaMemcpyDeviceToHost, stream),
+      "column total");
   SPATTN_A_CUDA(cudaStreamSynchronize(stream), "index count pass");
   if (totals[0] < 0 || totals[1] < 0) {
     return absl::InternalError("index builder: negative entry count");
@@ -302,9 +303,9 @@ absl::Status GroupLines(MergeParams* mp, int slots, int64_t cols_stride, int64_t
   SPATTN_ASSIGN_OR_RETURN(int32_t * last,
                           CarveArray<int32_t>(ws, 2 * slots * offs_stride, "offset clusters"));
   SPATTN_ASSIGN_OR_RETURN(int32_t * counts, CarveArray<int32_t>(ws, 3 * units, "group counts"));
-  SPATTN_A_CUDA(LaunchGroupLines(*mp, runs, full, last, counts, counts + units,
-                                 counts + 2 * units, stream),
-                "group lines");
+  SPATTN_A_CUDA(
+      LaunchGroupLines(*mp, runs, full, last, counts, counts + units, counts + 2 * units, stream),
+      "group lines");
   mp->col_runs = runs;
   mp->clusters_full = full;
   mp->clusters_last = last;
@@ -386,9 +387,9 @@ absl::StatusOr<int> RowsPerGroup(int nk_max, Bytes bytes, int static_bytes, cons
     }
   }
   if (rows == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "cu_seqlens_k: a sequence of ", nk_max, " key blocks of ", param,
-        " is too long for the GPU index builder's shared memory"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("cu_seqlens_k: a sequence of ", nk_max, " key blocks of ", param,
+                     " is too long for the GPU index builder's shared memory"));
   }
   return rows;
 }
@@ -462,9 +463,8 @@ absl::StatusOr<SparseIndexView> BuildVerticalSlash(const AttentionProblem& p, co
   SPATTN_RETURN_IF_ERROR(blob.Upload(ws, stream));
   const int32_t* d_offsets = blob.At<int32_t>(o_offsets);
 
-  SPATTN_ASSIGN_OR_RETURN(
-      EstimateParams ep, RunEstimate(p, a, e, blob.At<EstimateSeq>(o_seqs), d_heads, plan.slots,
-                                     ws, stream, timer));
+  SPATTN_ASSIGN_OR_RETURN(EstimateParams ep, RunEstimate(p, a, e, blob.At<EstimateSeq>(o_seqs),
+                                                         d_heads, plan.slots, ws, stream, timer));
   LineSelectParams lp;
   lp.num_slots = plan.slots;
   lp.batch = plan.batch;
@@ -476,10 +476,10 @@ absl::StatusOr<SparseIndexView> BuildVerticalSlash(const AttentionProblem& p, co
   lp.diag_stride = ep.diag_stride;
   lp.cols_stride = cols_stride;
   lp.offs_stride = offs_stride;
-  SPATTN_ASSIGN_OR_RETURN(lp.line_cols, CarveArray<int32_t>(ws, plan.slots * cols_stride,
-                                                            "selected columns"));
-  SPATTN_ASSIGN_OR_RETURN(lp.line_offs, CarveArray<int32_t>(ws, plan.slots * offs_stride,
-                                                            "selected diagonals"));
+  SPATTN_ASSIGN_OR_RETURN(lp.line_cols,
+                          CarveArray<int32_t>(ws, plan.slots * cols_stride, "selected columns"));
+  SPATTN_ASSIGN_OR_RETURN(lp.line_offs,
+                          CarveArray<int32_t>(ws, plan.slots * offs_stride, "selected diagonals"));
   const int64_t units = static_cast<int64_t>(plan.slots) * plan.batch;
   SPATTN_ASSIGN_OR_RETURN(lp.unit_ncols, CarveArray<int32_t>(ws, units, "column counts"));
   SPATTN_ASSIGN_OR_RETURN(lp.unit_noffs, CarveArray<int32_t>(ws, units, "diagonal counts"));
@@ -534,9 +534,9 @@ absl::StatusOr<SparseIndexView> BuildBlockSparse(const AttentionProblem& p, cons
   if (pp.nk_max > 0) {
     SPATTN_ASSIGN_OR_RETURN(
         rows_per_group,
-        RowsPerGroup(pp.nk_max,
-                     [&](int r) { return BlockSparseSmemBytes(p.head_dim, r, pp.nk_max); },
-                     16 * 1024, "block_sparse.block_size"));
+        RowsPerGroup(
+            pp.nk_max, [&](int r) { return BlockSparseSmemBytes(p.head_dim, r, pp.nk_max); },
+            16 * 1024, "block_sparse.block_size"));
   }
   const std::vector<RowGroup> groups = MakeGroups(plan, pp, rows_per_group);
   MetaBlob blob;
@@ -546,8 +546,8 @@ absl::StatusOr<SparseIndexView> BuildBlockSparse(const AttentionProblem& p, cons
   const size_t o_offsets = blob.Add(plan.block_offsets);
   SPATTN_RETURN_IF_ERROR(blob.Upload(ws, stream));
   const int32_t* d_offsets = blob.At<int32_t>(o_offsets);
-  SPATTN_ASSIGN_OR_RETURN(float* pooled_k, PoolKeysOnDevice(p, a, pp, blob.At<int32_t>(o_kb), bs,
-                                                            ws, stream));
+  SPATTN_ASSIGN_OR_RETURN(float* pooled_k,
+                          PoolKeysOnDevice(p, a, pp, blob.At<int32_t>(o_kb), bs, ws, stream));
   BlockRowsParams k;
   k.q = a.q;
   k.q_token_stride = a.q_token_stride;
@@ -601,8 +601,9 @@ absl::StatusOr<SparseIndexView> BuildFlexPrefill(const AttentionProblem& p, cons
   if (pp.nk_max > 0) {
     SPATTN_ASSIGN_OR_RETURN(
         rows_per_group,
-        RowsPerGroup(pp.nk_max, [&](int r) { return FlexQaSmemBytes(p.head_dim, r, pp.nk_max); },
-                     32 * 1024, "flex_prefill.block_size"));
+        RowsPerGroup(
+            pp.nk_max, [&](int r) { return FlexQaSmemBytes(p.head_dim, r, pp.nk_max); }, 32 * 1024,
+            "flex_prefill.block_size"));
   }
   const std::vector<RowGroup> groups = MakeGroups(plan, pp, rows_per_group);
   // Lines: every column and offset may be kept (budgets are found on the device).
@@ -634,11 +635,10 @@ absl::StatusOr<SparseIndexView> BuildFlexPrefill(const AttentionProblem& p, cons
   const int64_t units = static_cast<int64_t>(plan.slots) * plan.batch;
   const int64_t rows = plan.rows();
 
-  SPATTN_ASSIGN_OR_RETURN(float* pooled_k, PoolKeysOnDevice(p, a, pp, blob.At<int32_t>(o_kb), bs,
-                                                            ws, stream));
-  SPATTN_ASSIGN_OR_RETURN(
-      EstimateParams ep, RunEstimate(p, a, e, blob.At<EstimateSeq>(o_est), d_heads, plan.slots,
-                                     ws, stream, timer));
+  SPATTN_ASSIGN_OR_RETURN(float* pooled_k,
+                          PoolKeysOnDevice(p, a, pp, blob.At<int32_t>(o_kb), bs, ws, stream));
+  SPATTN_ASSIGN_OR_RETURN(EstimateParams ep, RunEstimate(p, a, e, blob.At<EstimateSeq>(o_est),
+                                                         d_heads, plan.slots, ws, stream, timer));
   FlexParams f;
   f.q = a.q;
   f.q_token_stride = a.q_token_stride;
@@ -697,10 +697,10 @@ absl::StatusOr<SparseIndexView> BuildFlexPrefill(const AttentionProblem& p, cons
   lp.diag_stride = ep.diag_stride;
   lp.cols_stride = cols_stride;
   lp.offs_stride = offs_stride;
-  SPATTN_ASSIGN_OR_RETURN(lp.line_cols, CarveArray<int32_t>(ws, plan.slots * cols_stride,
-                                                            "selected columns"));
-  SPATTN_ASSIGN_OR_RETURN(lp.line_offs, CarveArray<int32_t>(ws, plan.slots * offs_stride,
-                                                            "selected diagonals"));
+  SPATTN_ASSIGN_OR_RETURN(lp.line_cols,
+                          CarveArray<int32_t>(ws, plan.slots * cols_stride, "selected columns"));
+  SPATTN_ASSIGN_OR_RETURN(lp.line_offs,
+                          CarveArray<int32_t>(ws, plan.slots * offs_stride, "selected diagonals"));
   SPATTN_ASSIGN_OR_RETURN(lp.unit_ncols, CarveArray<int32_t>(ws, units, "column counts"));
   SPATTN_ASSIGN_OR_RETURN(lp.unit_noffs, CarveArray<int32_t>(ws, units, "diagonal counts"));
   lp.flex = true;
@@ -802,20 +802,19 @@ absl::Status CheckBuilderA(const AttentionProblem& problem, const MethodConfig& 
   if (block_m <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("block_m must be > 0, got ", block_m));
   }
-  if (config.method == Method::kVerticalSlash &&
-      config.vertical_slash.last_q > kMaxEstimateRows) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "vertical_slash.last_q: the GPU index builder takes at most ", kMaxEstimateRows,
-        " rows, got ", config.vertical_slash.last_q));
+  if (config.method == Method::kVerticalSlash && config.vertical_slash.last_q > kMaxEstimateRows) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("vertical_slash.last_q: the GPU index builder takes at most ",
+                     kMaxEstimateRows, " rows, got ", config.vertical_slash.last_q));
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<SparseIndexView> BuildIndexA(const AttentionProblem& problem, const AttnParams& a,
                                             const MethodConfig& config,
-                                            const std::vector<int>& heads,
-                                            const int32_t* d_heads, int block_m,
-                                            WorkspaceCarver& workspace, cudaStream_t stream) {
+                                            const std::vector<int>& heads, const int32_t* d_heads,
+                                            int block_m, WorkspaceCarver& workspace,
+                                            cudaStream_t stream) {
   SPATTN_RETURN_IF_ERROR(CheckBuilderA(problem, config, block_m));
   StageTimer timer(stream, MethodName(config.method));
   switch (config.method) {
@@ -826,8 +825,8 @@ absl::StatusOr<SparseIndexView> BuildIndexA(const AttentionProblem& problem, con
       return BuildBlockSparse(problem, a, config.block_sparse, heads, d_heads, workspace, stream,
                               timer);
     case Method::kFlexPrefill:
-      return BuildFlexPrefill(problem, a, config.flex_prefill, heads, d_heads, workspace,
-                              stream, timer);
+      return BuildFlexPrefill(problem, a, config.flex_prefill, heads, d_heads, workspace, stream,
+                              timer);
     default:
       break;
   }

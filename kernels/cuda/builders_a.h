@@ -49,9 +49,9 @@ absl::Status CheckBuilderA(const AttentionProblem& problem, const MethodConfig& 
 // uploaded cu_seqlens are in `a`. Enqueues on `stream` and synchronizes it once.
 absl::StatusOr<SparseIndexView> BuildIndexA(const AttentionProblem& problem, const AttnParams& a,
                                             const MethodConfig& config,
-                                            const std::vector<int>& heads,
-                                            const int32_t* d_heads, int block_m,
-                                            WorkspaceCarver& workspace, cudaStream_t stream);
+                                            const std::vector<int>& heads, const int32_t* d_heads,
+                                            int block_m, WorkspaceCarver& workspace,
+                                            cudaStream_t stream);
 
 }  // namespace gpu_a
 }  // namespace cuda

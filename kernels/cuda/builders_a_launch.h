@@ -44,8 +44,8 @@ struct EstimateSeq {
 };
 
 struct EstimateParams {
-  const void* q = nullptr;  // [total_q, num_q_heads, head_dim]
-  const void* k = nullptr;  // [total_k, num_kv_heads, head_dim]
+  const void* q = nullptr;                        // [total_q, num_q_heads, head_dim]
+  const void* k = nullptr;                        // [total_k, num_kv_heads, head_dim]
   int64_t q_token_stride = 0, q_head_stride = 0;  // elements
   int64_t k_token_stride = 0, k_head_stride = 0;
   DType dtype = DType::kBF16;
@@ -54,21 +54,20 @@ struct EstimateParams {
   bool causal = true;
   int num_slots = 0;
   const int32_t* slot_head = nullptr;  // [num_slots] q head of each slot
-  int group = 1;                        // q heads per kv head
+  int group = 1;                       // q heads per kv head
   int batch = 0;
   const EstimateSeq* seqs = nullptr;  // [batch]
   int total_ctas = 0;                 // sum of seqs[].ctas
   int max_n = 0;                      // largest seqs[].n (shared-memory sizing)
   // Per slot: rows_stride = sum n, rowpart_stride = sum n * ctas, col_stride = total_k,
   // diag_stride = sum num_offsets, dpart_stride = sum ctas * (n + kEstKeysPerCta - 1).
-  int64_t rows_stride = 0, rowpart_stride = 0, col_stride = 0, diag_stride = 0,
-          dpart_stride = 0;
-  uint32_t* row_max = nullptr;   // [slots * rows_stride] ordered keys, zeroed before pass 1
-  double* row_part = nullptr;    // [slots * rowpart_stride] partial sums of exp per (row, cta)
-  float* row_inv = nullptr;      // [slots * rows_stride] 1 / sum, 0 for rows without keys
-  double* col_sums = nullptr;    // [slots * col_stride]
-  double* dpart = nullptr;       // [slots * dpart_stride]
-  double* diag_sums = nullptr;   // [slots * diag_stride]
+  int64_t rows_stride = 0, rowpart_stride = 0, col_stride = 0, diag_stride = 0, dpart_stride = 0;
+  uint32_t* row_max = nullptr;  // [slots * rows_stride] ordered keys, zeroed before pass 1
+  double* row_part = nullptr;   // [slots * rowpart_stride] partial sums of exp per (row, cta)
+  float* row_inv = nullptr;     // [slots * rows_stride] 1 / sum, 0 for rows without keys
+  double* col_sums = nullptr;   // [slots * col_stride]
+  double* dpart = nullptr;      // [slots * dpart_stride]
+  double* diag_sums = nullptr;  // [slots * diag_stride]
 };
 
 // Pass 1 (row maxima), 2 (row exp sums) or 3 (probabilities → column sums and diagonal
@@ -79,11 +78,11 @@ cudaError_t LaunchEstimateDiagCombine(const EstimateParams& p, cudaStream_t stre
 
 // Selected lines (columns and diagonal offsets) per unit.
 struct LineSeq {
-  int64_t col_base = 0;   // start of the sequence's column slots within a slot's line array
-  int64_t off_base = 0;   // start of its offset slots
-  int32_t col_k = 0;      // vertical_slash: columns to keep (host-known count)
-  int32_t off_k = 0;      // vertical_slash: offsets to keep
-  int32_t forced_col_end = 0;                  // columns [0, forced_col_end) rank first
+  int64_t col_base = 0;        // start of the sequence's column slots within a slot's line array
+  int64_t off_base = 0;        // start of its offset slots
+  int32_t col_k = 0;           // vertical_slash: columns to keep (host-known count)
+  int32_t off_k = 0;           // vertical_slash: offsets to keep
+  int32_t forced_col_end = 0;  // columns [0, forced_col_end) rank first
   int32_t forced_off_lo = 0, forced_off_hi = 0;  // offset indices [lo, hi) rank first
 };
 
@@ -127,11 +126,11 @@ struct MergeParams {
   const int32_t* col_runs = nullptr;
   const int32_t* clusters_full = nullptr;
   const int32_t* clusters_last = nullptr;
-  const int32_t* unit_nruns = nullptr;      // [slots * batch]
+  const int32_t* unit_nruns = nullptr;  // [slots * batch]
   const int32_t* unit_ncl_full = nullptr;
   const int32_t* unit_ncl_last = nullptr;
   const uint8_t* maybe_unit_is_vs = nullptr;  // flex: rows of other units are skipped
-  int kept_block = 0;  // flex: each row also keeps key block 0 and its diagonal blocks
+  int kept_block = 0;              // flex: each row also keeps key block 0 and its diagonal blocks
   int32_t* range_count = nullptr;  // count pass: [rows]
   int32_t* col_count = nullptr;
   const int32_t* range_indptr = nullptr;  // fill pass
@@ -158,7 +157,7 @@ struct PoolKeysParams {
   int64_t k_token_stride = 0, k_head_stride = 0;
   DType dtype = DType::kBF16;
   int head_dim = 0, num_kv_heads = 0, block = 0, batch = 0;
-  const int32_t* cu_k = nullptr;      // [batch + 1] device
+  const int32_t* cu_k = nullptr;        // [batch + 1] device
   const int32_t* kb_offsets = nullptr;  // [batch + 1] device: prefix of key blocks
   int total_kb = 0;
   float* out = nullptr;
@@ -173,10 +172,10 @@ struct RowGroup {
 
 // Shared geometry of the pooled builders.
 struct PooledSeq {
-  int32_t q_begin = 0;   // cu_q
+  int32_t q_begin = 0;  // cu_q
   int32_t ql = 0, kl = 0;
-  int32_t nk = 0;        // key blocks
-  int32_t kb_base = 0;   // prefix of nk
+  int32_t nk = 0;          // key blocks
+  int32_t kb_base = 0;     // prefix of nk
   int32_t block_base = 0;  // first global query block (block_offsets)
 };
 
@@ -197,10 +196,10 @@ struct BlockRowsParams {
   int num_groups = 0;
   int max_rows = 0;  // rows per group (smem sizing)
   int nk_max = 0;
-  int cap = 0;                      // range slots per row
-  int32_t* tmp_start = nullptr;     // [rows * cap]
-  int32_t* tmp_end = nullptr;       // [rows * cap]
-  int32_t* range_count = nullptr;   // [rows]
+  int cap = 0;                     // range slots per row
+  int32_t* tmp_start = nullptr;    // [rows * cap]
+  int32_t* tmp_end = nullptr;      // [rows * cap]
+  int32_t* range_count = nullptr;  // [rows]
 };
 cudaError_t LaunchBlockSparseRows(const BlockRowsParams& p, cudaStream_t stream);
 // Dynamic shared memory of LaunchBlockSparseRows for `max_rows` rows of up to nk_max key blocks
@@ -219,12 +218,12 @@ cudaError_t LaunchCompactRanges(const int32_t* tmp_start, const int32_t* tmp_end
 // Per-unit state of the flattened query-aware selection (a radix walk over the probabilities'
 // bits, 8 bits a level).
 struct FlexUnitState {
-  double target = 0;        // gamma * total mass
-  double t_rem = 0;         // mass still needed inside the current prefix group
+  double target = 0;  // gamma * total mass
+  double t_rem = 0;   // mass still needed inside the current prefix group
   unsigned long long prefix = 0, mask = 0;
-  int32_t take_eq = 0;      // entries of the prefix group taken (INT32_MAX: all)
-  int32_t resolved = 0;     // 1: the rule is final
-  int32_t needs_ties = 0;   // 1: take_eq < group size at full resolution (tie ranks needed)
+  int32_t take_eq = 0;     // entries of the prefix group taken (INT32_MAX: all)
+  int32_t resolved = 0;    // 1: the rule is final
+  int32_t needs_ties = 0;  // 1: take_eq < group size at full resolution (tie ranks needed)
   int32_t pad = 0;
 };
 
@@ -251,19 +250,19 @@ struct FlexParams {
   // Decision scratch: per slot, total_kb entries each.
   double* truth = nullptr;
   double* estimate = nullptr;
-  double* terms = nullptr;  // [slots * total_kb * 2]
+  double* terms = nullptr;        // [slots * total_kb * 2]
   uint8_t* unit_is_vs = nullptr;  // [slots * batch]
   // Query-aware rows.
   const RowGroup* groups = nullptr;
   int num_groups = 0, max_rows = 0, nk_max = 0;
-  float* row_mx = nullptr;        // [slots * num_blocks]
-  double* row_sum = nullptr;      // [slots * num_blocks]
-  double* row_total = nullptr;    // [slots * num_blocks]
+  float* row_mx = nullptr;      // [slots * num_blocks]
+  double* row_sum = nullptr;    // [slots * num_blocks]
+  double* row_total = nullptr;  // [slots * num_blocks]
   // [slots * num_blocks] flatten: tie counts, then their exclusive prefix; otherwise each row's
   // gamma count k (written by the count pass, read by the fill pass).
   int32_t* row_ties = nullptr;
-  int* hist_count = nullptr;      // [slots * batch * 256]
-  double* hist_mass = nullptr;    // [slots * batch * 256]
+  int* hist_count = nullptr;       // [slots * batch * 256]
+  double* hist_mass = nullptr;     // [slots * batch * 256]
   FlexUnitState* state = nullptr;  // [slots * batch]
   int32_t* range_count = nullptr;  // [rows]
   int32_t* col_count = nullptr;

@@ -56,11 +56,10 @@ __global__ void __launch_bounds__(kAnThreads) AnAnchorKernel(AnArgs a) {
 
   const T* qg = static_cast<const T*>(p.q) + static_cast<int64_t>(q_head) * p.q_head_stride;
   const T* kg = static_cast<const T*>(p.k) + static_cast<int64_t>(kvh) * p.k_head_stride;
-  LoadTileAsync(sQa, kAnRows, rows, kCh,
-                [&](int r) {
-                  return qg + static_cast<int64_t>(q_tok0 + geo.q_begin + r) * p.q_token_stride;
-                },
-                tid, kAnThreads);
+  LoadTileAsync(
+      sQa, kAnRows, rows, kCh,
+      [&](int r) { return qg + static_cast<int64_t>(q_tok0 + geo.q_begin + r) * p.q_token_stride; },
+      tid, kAnThreads);
   auto tile_span = [&](int t, int& start, int& n) {
     if (t < t1) {
       start = t * kAnTileN;
@@ -73,11 +72,10 @@ __global__ void __launch_bounds__(kAnThreads) AnAnchorKernel(AnArgs a) {
   auto issue = [&](int t) {
     int start, n;
     tile_span(t, start, n);
-    LoadTileAsync(sKa + (t & 1) * kAnTileN * kD * 2, kAnTileN, n, kCh,
-                  [&](int r) {
-                    return kg + static_cast<int64_t>(k_tok0 + start + r) * p.k_token_stride;
-                  },
-                  tid, kAnThreads);
+    LoadTileAsync(
+        sKa + (t & 1) * kAnTileN * kD * 2, kAnTileN, n, kCh,
+        [&](int r) { return kg + static_cast<int64_t>(k_tok0 + start + r) * p.k_token_stride; },
+        tid, kAnThreads);
   };
   if (ntiles > 0) issue(0);
   CpAsyncCommit();
@@ -190,8 +188,8 @@ __global__ void __launch_bounds__(kAnThreads) AnStripeKernel(AnArgs a) {
   uint32_t ahi[kKS][4], alo[kKS][4];
   float xa[2];
   {
-    const int64_t row_base = static_cast<int64_t>(grp.slot) * a.num_blocks + grp.first_block +
-                             tile.row_begin;
+    const int64_t row_base =
+        static_cast<int64_t>(grp.slot) * a.num_blocks + grp.first_block + tile.row_begin;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int r = g + 8 * h;
@@ -217,11 +215,10 @@ __global__ void __launch_bounds__(kAnThreads) AnStripeKernel(AnArgs a) {
   const int ntiles = (ke - kb + kAnTileN - 1) / kAnTileN;
   auto issue = [&](int t) {
     const int j = kb + t * kAnTileN;
-    LoadTileAsync(sKa + (t & 1) * kAnTileN * kD * 2, kAnTileN, min(kAnTileN, ke - j), kCh,
-                  [&](int r) {
-                    return kg + static_cast<int64_t>(k_tok0 + j + r) * p.k_token_stride;
-                  },
-                  tid, kAnThreads);
+    LoadTileAsync(
+        sKa + (t & 1) * kAnTileN * kD * 2, kAnTileN, min(kAnTileN, ke - j), kCh,
+        [&](int r) { return kg + static_cast<int64_t>(k_tok0 + j + r) * p.k_token_stride; }, tid,
+        kAnThreads);
   };
   issue(0);
   CpAsyncCommit();

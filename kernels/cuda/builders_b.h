@@ -24,9 +24,9 @@ namespace cuda {
 // Geometry of one query block (GetBlockGeometry), computed on the host and uploaded.
 struct BlockGeoDev {
   int seq;
-  int q_begin, q_end;        // rows within the sequence
-  int first_pos, last_pos;   // key positions of the first and last row
-  int key_end;               // [0, key_end) allowed for some row of the block
+  int q_begin, q_end;       // rows within the sequence
+  int first_pos, last_pos;  // key positions of the first and last row
+  int key_end;              // [0, key_end) allowed for some row of the block
 };
 
 // Where the assembler writes. Count pass: per slot row (slot * num_blocks + block) the number of
@@ -55,12 +55,12 @@ cudaError_t LaunchNarrow64(const int64_t* in, int64_t n, int32_t* out, cudaStrea
 // One sampled chunk of one (head slot, sequence), in (slot, sequence, chunk) order.
 struct SaUnit {
   int slot, seq;
-  int row_begin, row_end;  // the chunk's query rows
-  int s0, s1;              // sampled rows [s0, s1), s1 - s0 <= 128
-  int n_keys;              // keys the sampled rows can see: [0, n_keys)
-  int n_col, n_slash;      // column / slash blocks of the sequence
-  int sb_min;              // slash block of score entry 0
-  int64_t score_off;       // col scores at score_off, slash scores at score_off + n_col
+  int row_begin, row_end;      // the chunk's query rows
+  int s0, s1;                  // sampled rows [s0, s1), s1 - s0 <= 128
+  int n_keys;                  // keys the sampled rows can see: [0, n_keys)
+  int n_col, n_slash;          // column / slash blocks of the sequence
+  int sb_min;                  // slash block of score entry 0
+  int64_t score_off;           // col scores at score_off, slash scores at score_off + n_col
   int item_begin, item_count;  // its key spans in the item list
 };
 // A key span [key_begin, key_end) of one unit (multiple of kSaSpan keys but the last).
@@ -72,18 +72,18 @@ constexpr int kSaItemScores = kSaSpan / 16 + 16;  // column (or slash) blocks on
 
 struct SaArgs {
   AttnParams p;
-  const int32_t* heads = nullptr;   // [slots] q head of each slot
-  const SaUnit* units = nullptr;    // [num_units]
+  const int32_t* heads = nullptr;  // [slots] q head of each slot
+  const SaUnit* units = nullptr;   // [num_units]
   int num_units = 0;
-  const SaItem* items = nullptr;    // [num_items]
+  const SaItem* items = nullptr;  // [num_items]
   int num_items = 0;
-  int block_size = 0;               // 16, 32, 64 or 128
-  float2* partial = nullptr;        // [num_items * 128] (max, sum) in the log2 domain
-  float* lse2 = nullptr;            // [num_units * 128] row log2-sum-exp2 (NaN: the row has no vote)
-  float* item_scores = nullptr;     // [num_items * 2 * kSaItemScores] per-span block sums
-  float* scores = nullptr;          // [total] column then slash block scores per unit
-  int32_t* selected = nullptr;      // [total] selected blocks per unit (same layout as scores)
-  int32_t* selected_n = nullptr;    // [num_units * 2] selected column / slash blocks
+  int block_size = 0;             // 16, 32, 64 or 128
+  float2* partial = nullptr;      // [num_items * 128] (max, sum) in the log2 domain
+  float* lse2 = nullptr;          // [num_units * 128] row log2-sum-exp2 (NaN: the row has no vote)
+  float* item_scores = nullptr;   // [num_items * 2 * kSaItemScores] per-span block sums
+  float* scores = nullptr;        // [total] column then slash block scores per unit
+  int32_t* selected = nullptr;    // [total] selected blocks per unit (same layout as scores)
+  int32_t* selected_n = nullptr;  // [num_units * 2] selected column / slash blocks
   float alpha_c = 0, alpha_s = 0;
 };
 // Sampled-row statistics, block-reduced scores (per span, then summed in span order: the same
@@ -91,7 +91,7 @@ struct SaArgs {
 cudaError_t LaunchSampleAttentionSelect(const SaArgs& a, cudaStream_t stream);
 
 struct SaAsmArgs {
-  const BlockGeoDev* geo = nullptr;   // [num_blocks]
+  const BlockGeoDev* geo = nullptr;  // [num_blocks]
   int num_blocks = 0;
   int num_slots = 0;
   int batch = 0;
@@ -116,7 +116,7 @@ struct AnGroup {
   int a1, b1, a2, b2;           // stripe candidates [a1, b1) and [a2, b2) (empty when a >= b)
   int r1, r2_end;               // anchor keys [0, r1) and [gfp, r2_end) (non-causal end)
   int k_len;
-  int64_t bitmap_off;           // word offset of its kept-key bitmap over [0, k_len)
+  int64_t bitmap_off;  // word offset of its kept-key bitmap over [0, k_len)
 };
 // Up to 8 m-tiles of 16 pooled query rows (same kv head and sequence) against keys
 // [key_begin, key_end) of the stripe scan.
@@ -125,9 +125,9 @@ struct AnItem {
   int key_begin, key_end;
 };
 struct AnTile {
-  int group;       // index into groups
-  int row_begin;   // first block of the group covered (offset within the group)
-  int rows;        // <= 16
+  int group;      // index into groups
+  int row_begin;  // first block of the group covered (offset within the group)
+  int rows;       // <= 16
 };
 
 struct AnArgs {
@@ -142,8 +142,8 @@ struct AnArgs {
   const int32_t* group_of_block = nullptr;  // [num_blocks]
   int groups_per_slot = 0;
   float softmax_scale = 0;
-  float* xa = nullptr;     // [num_slots * num_blocks] pooled anchor
-  float* qbar = nullptr;   // [num_slots * num_blocks * head_dim] pooled scaled queries
+  float* xa = nullptr;    // [num_slots * num_blocks] pooled anchor
+  float* qbar = nullptr;  // [num_slots * num_blocks * head_dim] pooled scaled queries
   const AnTile* tiles = nullptr;
   const AnItem* items = nullptr;
   int num_items = 0;
@@ -174,10 +174,10 @@ constexpr int kSaapMaxGroupSlots = 64;  // head slots of one kv group in one ind
 // Device copy of LayerAssets (uploaded once per layer).
 struct SaapAssetsDev {
   int head_dim = 0;
-  int num_centroids = 0;   // C
-  int c_pad = 0;           // C rounded up to 256
-  int hidden_pad = 0;      // hidden width rounded up to 256 (2 layers), 0 for 1 layer
-  int num_layers = 0;      // 1 or 2
+  int num_centroids = 0;  // C
+  int c_pad = 0;          // C rounded up to 256
+  int hidden_pad = 0;     // hidden width rounded up to 256 (2 layers), 0 for 1 layer
+  int num_layers = 0;     // 1 or 2
   bool relu0 = false, relu1 = false;
   bool interleaved = false;
   const double* inv_freq = nullptr;  // [head_dim / 2]
@@ -197,13 +197,13 @@ struct SaapAssetsDev {
 struct SaapKeyTile {
   int kv_index;  // into kv_heads
   int seq;
-  int first;     // first key (multiple of 64)
+  int first;  // first key (multiple of 64)
 };
 
 struct SaapArgs {
   AttnParams p;
   SaapAssetsDev assets;
-  const int32_t* kv_heads = nullptr;     // [num_kv] used kv heads
+  const int32_t* kv_heads = nullptr;  // [num_kv] used kv heads
   int num_kv = 0;
   const SaapKeyTile* key_tiles = nullptr;
   int num_key_tiles = 0;
@@ -221,8 +221,8 @@ struct SaapArgs {
   float* logits_scratch = nullptr;          // [grid][64][c_pad]
   int classify_grid = 0;
   int top_l = 0;
-  int32_t* selected = nullptr;              // [num_kv * num_blocks * top_l]
-  cudaEvent_t keys_done = nullptr;          // optional: recorded after the bucket lists
+  int32_t* selected = nullptr;      // [num_kv * num_blocks * top_l]
+  cudaEvent_t keys_done = nullptr;  // optional: recorded after the bucket lists
 };
 // Shared memory the classifier kernel needs (0 when the shape is not supported).
 int SaapClassifySmemBytes(int head_dim, int num_layers, int hidden_pad, int c_pad);

@@ -140,8 +140,7 @@ TEST(BuildersBBitsTest, EmulatedAssemblyMatchesNormalize) {
     Row w;
     w.ranges = want.ranges;
     w.cols = want.cols;
-    ASSERT_EQ(Show(got), Show(w)) << "iteration " << it << " key_end " << key_end << " seg "
-                                  << seg;
+    ASSERT_EQ(Show(got), Show(w)) << "iteration " << it << " key_end " << key_end << " seg " << seg;
   }
 }
 

@@ -5,10 +5,9 @@
 #ifndef SPATTN_KERNELS_CUDA_BUILDERS_B_COMMON_CUH_
 #define SPATTN_KERNELS_CUDA_BUILDERS_B_COMMON_CUH_
 
+#include <cstdint>
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
-
-#include <cstdint>
 
 #include "kernels/cuda/attention_core.cuh"
 #include "kernels/cuda/builders_b.h"
@@ -80,8 +79,7 @@ __device__ __forceinline__ uint32_t TileElemOff(int row, int col, int chunks) {
 // `valid_rows` are zero-filled. `row_ptr(r)` gives the global address of row r.
 template <class RowPtr>
 __device__ __forceinline__ void LoadTileAsync(uint32_t dst, int tile_rows, int valid_rows,
-                                              int chunks, RowPtr row_ptr, int tid,
-                                              int nthreads) {
+                                              int chunks, RowPtr row_ptr, int tid, int nthreads) {
   for (int i = tid; i < tile_rows * chunks; i += nthreads) {
     const int r = i / chunks, ch = i - r * chunks;
     const bool valid = r < valid_rows;
@@ -94,8 +92,8 @@ __device__ __forceinline__ void LoadTileAsync(uint32_t dst, int tile_rows, int v
 // A fragments (16 rows starting at row0, a multiple of 16) of k-step ks from a swizzled tile.
 __device__ __forceinline__ void LoadA(uint32_t tile, int row0, int ks, int chunks, int lane,
                                       uint32_t (&a)[4]) {
-  const uint32_t addr = tile + (row0 + (lane & 15)) * chunks * 16 +
-                        (((2 * ks + (lane >> 4)) ^ (lane & 7)) * 16);
+  const uint32_t addr =
+      tile + (row0 + (lane & 15)) * chunks * 16 + (((2 * ks + (lane >> 4)) ^ (lane & 7)) * 16);
   LdMatrixX4(addr, a[0], a[1], a[2], a[3]);
 }
 // B fragments of two n8 tiles (16 rows of the [n][k] tile starting at n0, a multiple of 16) at
@@ -180,8 +178,8 @@ __device__ __forceinline__ void OrSpanBlock(uint32_t* arr, int64_t wbase, int64_
 // ranges and columns of each slot row, fill pass writes the entries at off_* (then turns range
 // ends into lengths).
 template <class Src>
-__global__ void __launch_bounds__(kAsmThreads, 2) AssembleKernel(Src src, int num_units, AsmOut out,
-                                                              bool fill) {
+__global__ void __launch_bounds__(kAsmThreads, 2)
+    AssembleKernel(Src src, int num_units, AsmOut out, bool fill) {
   __shared__ uint32_t sR[kAsmArrayWords];
   __shared__ uint32_t sC[kAsmArrayWords];
   __shared__ uint32_t sF[kAsmArrayWords];

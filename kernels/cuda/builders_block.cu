@@ -44,8 +44,8 @@ __global__ void PoolKeysKernel(PoolKeysParams p) {
     const int r1 = min(kl, r0 + p.block);
     float acc = 0.f;
     for (int r = r0; r < r1; ++r) {
-      acc = __fadd_rn(acc, LoadAsFloat(k, static_cast<int64_t>(p.cu_k[seq]) + r,
-                                       p.k_token_stride, h, p.k_head_stride, c));
+      acc = __fadd_rn(acc, LoadAsFloat(k, static_cast<int64_t>(p.cu_k[seq]) + r, p.k_token_stride,
+                                       h, p.k_head_stride, c));
     }
     p.out[u] = __fmul_rn(acc, __fdiv_rn(1.f, static_cast<float>(r1 - r0)));
   }
@@ -112,8 +112,8 @@ __global__ void __launch_bounds__(kRowThreads) BlockSparseRowsKernel(BlockRowsPa
     const int k = min(max(p.top_k, forced), vis);
     const float* lr = logits + r * nk;
     auto key_of = [&](int i, unsigned long long* key) {
-      *key = (i >= diag_first && i <= diag_last) ? kKeyPosInf
-                                                 : DoubleKey(static_cast<double>(lr[i]));
+      *key =
+          (i >= diag_first && i <= diag_last) ? kKeyPosInf : DoubleKey(static_cast<double>(lr[i]));
       return true;
     };
     const TopKRule rule = WarpTopKRule(vis, k, key_of, hist);
@@ -121,8 +121,8 @@ __global__ void __launch_bounds__(kRowThreads) BlockSparseRowsKernel(BlockRowsPa
     __syncwarp();
     WarpApplyRule(vis, rule, key_of, [&](int i, int) { flags[i] = 1; });
     __syncwarp();
-    const int64_t row = static_cast<int64_t>(grp.slot) * p.num_blocks + s.block_base +
-                        grp.first_block + r;
+    const int64_t row =
+        static_cast<int64_t>(grp.slot) * p.num_blocks + s.block_base + grp.first_block + r;
     int32_t* ts = p.tmp_start + row * p.cap;
     int32_t* te = p.tmp_end + row * p.cap;
     const int n = WarpBlockRuns(flags, vis, bs, key_end,

@@ -63,8 +63,8 @@ __global__ void __launch_bounds__(kDecideThreads) FlexDecideKernel(FlexParams p)
   for (int c = tid; c < d; c += kDecideThreads) {
     float acc = 0.f;
     for (int i = 0; i < n; ++i) {
-      acc = __fadd_rn(acc, LoadAsFloat(q, static_cast<int64_t>(es.q_row0) + i, p.q_token_stride,
-                                       qh, p.q_head_stride, c));
+      acc = __fadd_rn(acc, LoadAsFloat(q, static_cast<int64_t>(es.q_row0) + i, p.q_token_stride, qh,
+                                       p.q_head_stride, c));
     }
     mq[c] = __fmul_rn(acc, factor);
   }
@@ -152,8 +152,7 @@ __host__ __device__ inline QaSmem QaLayout(int d, int max_rows, int nk_max) {
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kQaThreads) FlexQaRowsKernel(FlexParams p, int mode,
-                                                               int level) {
+__global__ void __launch_bounds__(kQaThreads) FlexQaRowsKernel(FlexParams p, int mode, int level) {
   __shared__ int warp_hist[kQaThreads / 32][256];
   __shared__ double warp_mass[kQaThreads / 32][256];
   __shared__ int hc[256];
@@ -194,9 +193,8 @@ __global__ void __launch_bounds__(kQaThreads) FlexQaRowsKernel(FlexParams p, int
   int fp, lp, ke;
   const int vis_max = geometry(grp.rows - 1, &fp, &lp, &ke);
   const float* pk = p.pooled_k + (static_cast<int64_t>(kvh) * p.total_kb + s.kb_base) * d;
-  PooledDots<kQaThreads>(qs, grp.rows, d, pk, vis_max, ks, [&](int r, int kb, float l) {
-    pv[r * nk + kb] = static_cast<double>(l);
-  });
+  PooledDots<kQaThreads>(qs, grp.rows, d, pk, vis_max, ks,
+                         [&](int r, int kb, float l) { pv[r * nk + kb] = static_cast<double>(l); });
 
   // Row softmax in double (SoftmaxInPlace): max, exp, sequential sum, divide.
   const int warp = tid >> 5, lane = tid & 31;
@@ -316,7 +314,8 @@ __global__ void __launch_bounds__(kQaThreads) FlexQaRowsKernel(FlexParams p, int
       };
       const TopKRule rule{st.prefix, st.mask, st.take_eq};
       const int before = st.needs_ties ? p.row_ties[row] : 0;
-      WarpApplyRule(vis, rule, key_pos, [&](int i, int) { sel[i] = 1; }, before);
+      WarpApplyRule(
+          vis, rule, key_pos, [&](int i, int) { sel[i] = 1; }, before);
     } else {
       auto key_mass = [&](int i, unsigned long long* key, double* m) {
         *key = DoubleKey(pr[i]);
@@ -528,8 +527,8 @@ cudaError_t LaunchFlexQaRows(const FlexParams& p, int mode, int level, cudaStrea
       return LaunchWithSmem(FlexQaRowsKernel<__nv_bfloat16>, p.num_groups, kQaThreads, bytes,
                             stream, p, mode, level);
     case DType::kF16:
-      return LaunchWithSmem(FlexQaRowsKernel<__half>, p.num_groups, kQaThreads, bytes, stream,
-                            p, mode, level);
+      return LaunchWithSmem(FlexQaRowsKernel<__half>, p.num_groups, kQaThreads, bytes, stream, p,
+                            mode, level);
     case DType::kF32:
       break;
   }

@@ -28,7 +28,7 @@ constexpr float kLog2e = 1.4426950408889634f;
 // cos / sin (sign -1: RoPE removed) of row k of a 64-row span starting at `base`, pair i:
 // the CPU's angle-addition in double, rounded to float.
 __device__ __forceinline__ void RopeCS(const double* base_cs, const double* step_cs, int half,
-                                      int k, int i, float& c, float& s) {
+                                       int k, int i, float& c, float& s) {
   const double bc = base_cs[2 * i], bs = base_cs[2 * i + 1];
   const double sc = step_cs[(static_cast<int64_t>(k) * half + i) * 2];
   const double ss = step_cs[(static_cast<int64_t>(k) * half + i) * 2 + 1];
@@ -83,12 +83,12 @@ __global__ void __launch_bounds__(kAsThreads) SaapAssignKernel(SaapArgs a) {
   const __nv_bfloat16* clo = static_cast<const __nv_bfloat16*>(as.centroid_lo[kvh]);
   auto issue = [&](int t) {
     const uint32_t dst = sCa + (t & 1) * 2 * kTileBytes;
-    LoadTileAsync(dst, kAsTileC, kAsTileC, kCh,
-                  [&](int r) { return chi + static_cast<int64_t>(t * kAsTileC + r) * kD; }, tid,
-                  kAsThreads);
-    LoadTileAsync(dst + kTileBytes, kAsTileC, kAsTileC, kCh,
-                  [&](int r) { return clo + static_cast<int64_t>(t * kAsTileC + r) * kD; }, tid,
-                  kAsThreads);
+    LoadTileAsync(
+        dst, kAsTileC, kAsTileC, kCh,
+        [&](int r) { return chi + static_cast<int64_t>(t * kAsTileC + r) * kD; }, tid, kAsThreads);
+    LoadTileAsync(
+        dst + kTileBytes, kAsTileC, kAsTileC, kCh,
+        [&](int r) { return clo + static_cast<int64_t>(t * kAsTileC + r) * kD; }, tid, kAsThreads);
   };
   issue(0);
   CpAsyncCommit();
@@ -216,8 +216,8 @@ __global__ void SaapScatterKernel(SaapArgs a) {
 
 constexpr int kClsThreads = 256;  // 8 warps: 2 row halves x 4 column quarters
 constexpr int kClsRows = 64;
-constexpr int kClsN = 256;        // output columns per chunk
-constexpr int kClsK = 64;         // k per streamed weight slab
+constexpr int kClsN = 256;  // output columns per chunk
+constexpr int kClsK = 64;   // k per streamed weight slab
 constexpr int kClsSlabBytes = kClsN * kClsK * 2;
 
 struct ClsLayout {
@@ -256,9 +256,9 @@ __device__ __forceinline__ void ClsGemm(uint32_t sA, int K, const __nv_bfloat16*
   }
   const int slabs = K / kClsK;
   auto issue = [&](int s) {
-    LoadTileAsync(sW + (s & 1) * kClsSlabBytes, kClsN, kClsN, kClsK / 8,
-                  [&](int r) { return w + static_cast<int64_t>(n0 + r) * K + s * kClsK; }, tid,
-                  kClsThreads);
+    LoadTileAsync(
+        sW + (s & 1) * kClsSlabBytes, kClsN, kClsN, kClsK / 8,
+        [&](int r) { return w + static_cast<int64_t>(n0 + r) * K + s * kClsK; }, tid, kClsThreads);
   };
   issue(0);
   CpAsyncCommit();
@@ -544,8 +544,8 @@ struct SaapSrc {
   SaapAsmArgs a;
   struct Shared {
     int first, last;
-    int pref[kMaxTopL + 1];   // member prefix over the visited buckets
-    int start[kMaxTopL];      // first member of each visited bucket in bucket_idx
+    int pref[kMaxTopL + 1];  // member prefix over the visited buckets
+    int start[kMaxTopL];     // first member of each visited bucket in bucket_idx
   };
   __device__ void Begin(int unit, Shared& sh, RowCtx& ctx) const {
     const int gi = unit / a.num_blocks, block = unit - gi * a.num_blocks;
@@ -624,10 +624,10 @@ cudaError_t SaapLaunchTyped(const SaapArgs& a, cudaStream_t stream) {
   }
   if (a.num_kv > 0 && a.num_blocks > 0) {
     auto classify = SaapClassifyKernel<T, kD>;
-    const int smem = SaapClassifySmemBytes(kD, a.assets.num_layers, a.assets.hidden_pad,
-                                           a.assets.c_pad);
-    if ((err = cudaFuncSetAttribute(classify, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    smem)) != cudaSuccess) {
+    const int smem =
+        SaapClassifySmemBytes(kD, a.assets.num_layers, a.assets.hidden_pad, a.assets.c_pad);
+    if ((err = cudaFuncSetAttribute(classify, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)) !=
+        cudaSuccess) {
       return err;
     }
     classify<<<a.classify_grid, kClsThreads, smem, stream>>>(a);

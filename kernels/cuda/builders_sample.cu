@@ -23,7 +23,7 @@ constexpr int kSaRows = 128;
 constexpr int kSaTileN = 64;
 constexpr int kSaAcc = kSaItemScores;  // column / slash accumulators per span (blk >= 16)
 constexpr int kSaWarps = kSaThreads / 32;
-constexpr int kSaSlots = 8;                // slash blocks one warp tile can touch (blk >= 16)
+constexpr int kSaSlots = 8;  // slash blocks one warp tile can touch (blk >= 16)
 
 template <int kD>
 constexpr int SaSmemBytes() {
@@ -86,19 +86,17 @@ __global__ void __launch_bounds__(kSaThreads) SaPassKernel(SaArgs a) {
 
   const T* qg = static_cast<const T*>(p.q) + static_cast<int64_t>(q_head) * p.q_head_stride;
   const T* kg = static_cast<const T*>(p.k) + static_cast<int64_t>(kvh) * p.k_head_stride;
-  LoadTileAsync(sQa, kSaRows, rows, kCh,
-                [&](int r) {
-                  return qg + static_cast<int64_t>(q_tok0 + u.s0 + r) * p.q_token_stride;
-                },
-                tid, kSaThreads);
+  LoadTileAsync(
+      sQa, kSaRows, rows, kCh,
+      [&](int r) { return qg + static_cast<int64_t>(q_tok0 + u.s0 + r) * p.q_token_stride; }, tid,
+      kSaThreads);
   const int ntiles = (ke - kb + kSaTileN - 1) / kSaTileN;
   auto issue = [&](int t) {
     const int j = kb + t * kSaTileN;
-    LoadTileAsync(sKa + (t & 1) * kSaTileN * kD * 2, kSaTileN, min(kSaTileN, ke - j), kCh,
-                  [&](int r) {
-                    return kg + static_cast<int64_t>(k_tok0 + j + r) * p.k_token_stride;
-                  },
-                  tid, kSaThreads);
+    LoadTileAsync(
+        sKa + (t & 1) * kSaTileN * kD * 2, kSaTileN, min(kSaTileN, ke - j), kCh,
+        [&](int r) { return kg + static_cast<int64_t>(k_tok0 + j + r) * p.k_token_stride; }, tid,
+        kSaThreads);
   };
   issue(0);
   CpAsyncCommit();
@@ -524,8 +522,8 @@ cudaError_t LaunchSampleAttentionSelect(const SaArgs& a, cudaStream_t stream) {
     const bool bf16 = a.p.dtype == DType::kBF16;
     cudaError_t err = cudaErrorInvalidValue;
     if (a.p.head_dim == 64) {
-      err = bf16 ? SaLaunchTyped<__nv_bfloat16, 64>(a, stream)
-                 : SaLaunchTyped<__half, 64>(a, stream);
+      err =
+          bf16 ? SaLaunchTyped<__nv_bfloat16, 64>(a, stream) : SaLaunchTyped<__half, 64>(a, stream);
     } else if (a.p.head_dim == 128) {
       err = bf16 ? SaLaunchTyped<__nv_bfloat16, 128>(a, stream)
                  : SaLaunchTyped<__half, 128>(a, stream);

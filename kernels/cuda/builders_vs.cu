@@ -8,10 +8,9 @@
 // the same order per column (and per diagonal inside each key chunk), so only the logits (tensor
 // cores vs the CPU's FMA chain) and the order of the row sums differ. Where the logits are exact
 // (integer-valued inputs, power-of-two scale) the selected lines are the CPU's, ties included.
+#include <algorithm>
 #include <cub/block/block_reduce.cuh>
 #include <cub/device/device_scan.cuh>
-
-#include <algorithm>
 
 #include "kernels/cuda/builders_a_launch.h"
 #include "kernels/cuda/estimate_a.cuh"
@@ -65,9 +64,9 @@ __device__ __forceinline__ int64_t FloorDiv(int64_t a, int64_t b) {
 
 // Loads `rows` rows (zero rows up to 64) of head `head` from `base` into a [64][pitch] tile.
 template <typename T>
-__device__ __forceinline__ void LoadTile(T* dst, int pitch, const T* base, int64_t token0,
-                                         int rows, int64_t token_stride, int64_t head,
-                                         int64_t head_stride, int head_dim) {
+__device__ __forceinline__ void LoadTile(T* dst, int pitch, const T* base, int64_t token0, int rows,
+                                         int64_t token_stride, int64_t head, int64_t head_stride,
+                                         int head_dim) {
   const int vecs = head_dim / 8;
   for (int idx = threadIdx.x; idx < kTile * vecs; idx += kEstThreads) {
     const int r = idx / vecs, v = idx - r * vecs;
@@ -141,8 +140,8 @@ __global__ void __launch_bounds__(kEstThreads) EstimateKernel(EstimateParams p) 
     const int i0 = c * kTile;
     const int rows_here = min(kTile, s.n - i0);
     __syncthreads();  // previous chunk's readers of qs are done
-    LoadTile(qs, kPitch, qg, static_cast<int64_t>(s.q_row0) + i0, rows_here, p.q_token_stride,
-             qh, p.q_head_stride, kD);
+    LoadTile(qs, kPitch, qg, static_cast<int64_t>(s.q_row0) + i0, rows_here, p.q_token_stride, qh,
+             p.q_head_stride, kD);
     // This thread's two rows of the chunk (fragment rows lane/4 and lane/4 + 8 of its warp).
     const int rl[2] = {warp * 16 + (lane >> 2), warp * 16 + (lane >> 2) + 8};
     float mx[2] = {-CUDART_INF_F, -CUDART_INF_F};
@@ -175,8 +174,7 @@ __global__ void __launch_bounds__(kEstThreads) EstimateKernel(EstimateParams p) 
           const int jj = nt * 8 + (lane & 3) * 2 + (e & 1);
           const int j = j0 + jj;
           const int i = i0 + rl[h];
-          const bool valid = rl[h] < rows_here && j < s.kl &&
-                             (!p.causal || j <= s.first_pos + i);
+          const bool valid = rl[h] < rows_here && j < s.kl && (!p.causal || j <= s.first_pos + i);
           const float l = SanitizeLogit(__fmul_rn(acc[nt][e], p.scale));
           if (kPass == 1) {
             if (valid) run_max[h] = fmaxf(run_max[h], l);
@@ -246,8 +244,8 @@ __global__ void __launch_bounds__(kEstThreads) EstimateKernel(EstimateParams p) 
     for (int jj = tid; jj < kEstKeysPerCta; jj += kEstThreads) {
       if (key0 + jj < s.kl) cols[key0 + jj] = col_acc[jj];
     }
-    double* dp = p.dpart + slot * p.dpart_stride + s.dpart_base +
-                 static_cast<int64_t>(cta) * diag_len;
+    double* dp =
+        p.dpart + slot * p.dpart_stride + s.dpart_base + static_cast<int64_t>(cta) * diag_len;
     for (int x = tid; x < diag_len; x += kEstThreads) dp[x] = diag_acc[x];
   }
 }
@@ -265,8 +263,7 @@ __global__ void RowInvKernel(EstimateParams p) {
     double sum = 0;
     for (int c = 0; c < s.ctas; ++c) sum += part[c];
     const float mx = KeyToFloat(p.row_max[u]);
-    p.row_inv[u] =
-        (mx == -CUDART_INF_F || !(sum > 0)) ? 0.f : static_cast<float>(1.0 / sum);
+    p.row_inv[u] = (mx == -CUDART_INF_F || !(sum > 0)) ? 0.f : static_cast<float>(1.0 / sum);
   }
 }
 
@@ -380,8 +377,7 @@ __global__ void __launch_bounds__(kMergeThreads) MergeRowsKernel(MergeParams p, 
     rowmerge::RowLines lines;
     lines.offsets = p.line_offs + p.unit_off_base[unit];
     lines.n_off = p.unit_noffs[unit];
-    lines.clusters =
-        (full ? p.clusters_full : p.clusters_last) + 2 * p.unit_off_base[unit];
+    lines.clusters = (full ? p.clusters_full : p.clusters_last) + 2 * p.unit_off_base[unit];
     lines.n_clusters = full ? p.unit_ncl_full[unit] : p.unit_ncl_last[unit];
     lines.col_runs = p.col_runs + 2 * p.unit_col_base[unit];
     lines.n_runs = p.unit_nruns[unit];
@@ -402,9 +398,10 @@ constexpr int kGroupThreads = 256;
 
 // Per (unit, list): column runs (gap 1), offset clusters for full blocks (gap block_m) and for
 // the sequence's last block (gap = its rows).
-__global__ void __launch_bounds__(kGroupThreads) GroupLinesKernel(
-    MergeParams p, int32_t* col_runs, int32_t* clusters_full, int32_t* clusters_last,
-    int32_t* unit_nruns, int32_t* unit_ncl_full, int32_t* unit_ncl_last) {
+__global__ void __launch_bounds__(kGroupThreads)
+    GroupLinesKernel(MergeParams p, int32_t* col_runs, int32_t* clusters_full,
+                     int32_t* clusters_last, int32_t* unit_nruns, int32_t* unit_ncl_full,
+                     int32_t* unit_ncl_last) {
   using Scan = cub::BlockScan<int, kGroupThreads>;
   __shared__ typename Scan::TempStorage scan;
   const int list = blockIdx.x % 3;
@@ -443,8 +440,8 @@ __global__ void __launch_bounds__(kGroupThreads) GroupLinesKernel(
 }
 
 int GridFor(int64_t n, int threads) {
-  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((n + threads - 1) / threads,
-                                                                   65535)));
+  return static_cast<int>(
+      std::max<int64_t>(1, std::min<int64_t>((n + threads - 1) / threads, 65535)));
 }
 
 template <typename T, int kD, int kPass>
@@ -548,8 +545,7 @@ size_t ScanTempBytes(int64_t n) {
 cudaError_t LaunchExclusiveScan(const int32_t* counts, int32_t* out, int64_t n, void* temp,
                                 size_t temp_bytes, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
-  return cub::DeviceScan::ExclusiveSum(temp, temp_bytes, counts, out, static_cast<int>(n),
-                                       stream);
+  return cub::DeviceScan::ExclusiveSum(temp, temp_bytes, counts, out, static_cast<int>(n), stream);
 }
 
 }  // namespace gpu_a

@@ -78,8 +78,8 @@ absl::Status FillPattern(CudaDeviceBuffer* b, uint64_t seed) {
     // Rotate the pattern so that tiles differ.
     const int64_t shift = (i * 7919 * 2) % chunk;
     const int64_t first = std::min(n, chunk - shift);
-    absl::Status s = b->CopyFromHost(reinterpret_cast<const char*>(pattern->data()) + shift,
-                                     first, off);
+    absl::Status s =
+        b->CopyFromHost(reinterpret_cast<const char*>(pattern->data()) + shift, first, off);
     if (!s.ok()) return s;
     if (n > first) {
       s = b->CopyFromHost(pattern->data(), n - first, off + first);
@@ -91,7 +91,8 @@ absl::Status FillPattern(CudaDeviceBuffer* b, uint64_t seed) {
 
 int64_t SumPairs(const AttentionProblem& p, const SparseIndex& idx) {
   std::vector<int64_t> per(idx.num_heads());
-  ParallelFor(idx.num_heads(), [&](int64_t s) { per[s] = ComputedPairs(p, idx, static_cast<int>(s)); });
+  ParallelFor(idx.num_heads(),
+              [&](int64_t s) { per[s] = ComputedPairs(p, idx, static_cast<int>(s)); });
   int64_t total = 0;
   for (int64_t x : per) total += x;
   return total;

@@ -19,9 +19,9 @@ using cuda_test::DeviceProblem;
 
 bool HaveGpu(std::string* why) { return !ListCudaDevices(why).empty(); }
 
-#define SKIP_WITHOUT_GPU()                                  \
-  do {                                                      \
-    std::string why;                                        \
+#define SKIP_WITHOUT_GPU()                                         \
+  do {                                                             \
+    std::string why;                                               \
     if (!HaveGpu(&why)) GTEST_SKIP() << "no CUDA device: " << why; \
   } while (0)
 
@@ -81,8 +81,8 @@ TEST(CudaEngineTest, GpuBuildersMatchCpuBuilders) {
         SparseIndex cpu, gpu;
         ASSERT_TRUE(BuildDenseIndex(hp->problem(), heads, block_m, &cpu).ok());
         ASSERT_TRUE((*engine)->BuildIndexOnDevice(hp->problem(), dense, heads, block_m, &gpu).ok());
-        const std::string config = absl::StrCat("q_lens[0]=", sh.q[0], " block_m=", block_m,
-                                                " heads=", heads.size());
+        const std::string config =
+            absl::StrCat("q_lens[0]=", sh.q[0], " block_m=", block_m, " heads=", heads.size());
         ExpectSameIndex(cpu, gpu, "dense " + config);
         for (auto [sink, local] : ashape_params) {
           MethodConfig a;
@@ -91,8 +91,7 @@ TEST(CudaEngineTest, GpuBuildersMatchCpuBuilders) {
           a.a_shape.local_tokens = local;
           SparseIndex cpu_a, gpu_a;
           ASSERT_TRUE(BuildAShapeIndex(hp->problem(), a.a_shape, heads, block_m, &cpu_a).ok());
-          ASSERT_TRUE(
-              (*engine)->BuildIndexOnDevice(hp->problem(), a, heads, block_m, &gpu_a).ok());
+          ASSERT_TRUE((*engine)->BuildIndexOnDevice(hp->problem(), a, heads, block_m, &gpu_a).ok());
           ExpectSameIndex(cpu_a, gpu_a,
                           absl::StrCat("a_shape sink=", sink, " local=", local, " ", config));
         }
@@ -144,8 +143,7 @@ TEST(CudaEngineTest, BadCallsAnswerPreciseCodes) {
   AttentionProblem p = (*dp)->problem();
 
   // The host path needs room for Q/K/V/O: a 4 KiB pool is too small.
-  EXPECT_EQ((*small)->RunHost(hp->problem(), nullptr).code(),
-            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ((*small)->RunHost(hp->problem(), nullptr).code(), absl::StatusCode::kResourceExhausted);
   // Host buffers on the device path, device buffers on the host path.
   EXPECT_EQ((*engine)->RunDense(hp->problem()).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ((*engine)->RunHost(p, nullptr).code(), absl::StatusCode::kInvalidArgument);
@@ -171,8 +169,7 @@ TEST(CudaEngineTest, BadCallsAnswerPreciseCodes) {
     if (CudaAttentionEngine::GpuBuilderAvailable(m)) continue;
     MethodConfig none;
     none.method = m;
-    EXPECT_EQ((*engine)->RunBuiltIndex(p, none, {0}, 64).code(),
-              absl::StatusCode::kUnimplemented)
+    EXPECT_EQ((*engine)->RunBuiltIndex(p, none, {0}, 64).code(), absl::StatusCode::kUnimplemented)
         << MethodName(m);
     break;
   }

@@ -47,8 +47,7 @@ int SeqOfToken(const AttentionProblem& p, int token) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<DeviceProblem>> DeviceProblem::Create(int device,
-                                                                      HostProblem& hp) {
+absl::StatusOr<std::unique_ptr<DeviceProblem>> DeviceProblem::Create(int device, HostProblem& hp) {
   auto dp = std::make_unique<DeviceProblem>();
   const AttentionProblem& h = hp.problem();
   const int64_t lse_bytes = static_cast<int64_t>(h.num_q_heads) * h.total_q() * 4;
@@ -226,16 +225,16 @@ std::string CheckRows(const AttentionProblem& p, const SparseIndex* idx,
       err_emul = std::max(err_emul, std::fabs(ref.emulated[c] - ref.exact[c]));
       if (!(e <= err)) {
         err = std::isnan(e) ? kInf : e;
-        worst = absl::StrCat("head ", rows[i].head, " token ", rows[i].token, " dim ", c,
-                             ": got ", o[base + c], " want ", ref.exact[c]);
+        worst = absl::StrCat("head ", rows[i].head, " token ", rows[i].token, " dim ", c, ": got ",
+                             o[base + c], " want ", ref.exact[c]);
       }
     }
     const float got_lse = lse[static_cast<int64_t>(rows[i].head) * p.total_q() + rows[i].token];
     if (std::isinf(ref.exact_lse)) {
       if (!(std::isinf(got_lse) && got_lse < 0)) {
         lse_err = kInf;
-        worst_lse = absl::StrCat("head ", rows[i].head, " token ", rows[i].token,
-                                 ": lse got ", got_lse, " want -inf");
+        worst_lse = absl::StrCat("head ", rows[i].head, " token ", rows[i].token, ": lse got ",
+                                 got_lse, " want -inf");
       }
       continue;
     }
@@ -252,8 +251,8 @@ std::string CheckRows(const AttentionProblem& p, const SparseIndex* idx,
   const double lse_bound = 2 * lse_err_emul + UnitRoundoff(DType::kF32) * (max_lse + 1);
   std::string out;
   if (!(err <= bound)) {
-    absl::StrAppend(&out, "O error ", err, " > bound ", bound, " (2 x dtype-math error ",
-                    err_emul, " + rounding); worst ", worst, ". ");
+    absl::StrAppend(&out, "O error ", err, " > bound ", bound, " (2 x dtype-math error ", err_emul,
+                    " + rounding); worst ", worst, ". ");
   }
   if (!(lse_err <= lse_bound)) {
     absl::StrAppend(&out, "LSE error ", lse_err, " > bound ", lse_bound, "; worst ", worst_lse);

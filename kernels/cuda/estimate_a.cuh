@@ -8,12 +8,12 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <math_constants.h>
-#include <cub/block/block_reduce.cuh>
-#include <cub/block/block_scan.cuh>
 
 #include <cfloat>
 #include <climits>
 #include <cstdint>
+#include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
 
 namespace spattn {
 namespace cuda {
@@ -64,9 +64,7 @@ struct TopKRule {
   int take_eq;
 };
 
-__device__ __forceinline__ TopKRule SelectNone() {
-  return TopKRule{~0ull, ~0ull, 0};
-}
+__device__ __forceinline__ TopKRule SelectNone() { return TopKRule{~0ull, ~0ull, 0}; }
 
 struct RadixSmem {
   int hist[256];
@@ -321,8 +319,8 @@ __device__ int CtaApplyRule(int n, const TopKRule& rule, KeyFn key_of, Emit emit
     int eq_rank = 0, eq_total = 0;
     Scan(scan).ExclusiveSum(eq ? 1 : 0, eq_rank, eq_total);
     __syncthreads();
-    const bool sel = above || (eq && (rule.take_eq == INT_MAX ||
-                                      carry_eq + eq_rank < rule.take_eq));
+    const bool sel =
+        above || (eq && (rule.take_eq == INT_MAX || carry_eq + eq_rank < rule.take_eq));
     int pos = 0, sel_total = 0;
     Scan(scan).ExclusiveSum(sel ? 1 : 0, pos, sel_total);
     __syncthreads();
@@ -349,8 +347,8 @@ struct Mma;
 
 template <>
 struct Mma<__nv_bfloat16> {
-  __device__ __forceinline__ static void Run(float (&d)[4], const uint32_t (&a)[4],
-                                             uint32_t b0, uint32_t b1) {
+  __device__ __forceinline__ static void Run(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                             uint32_t b1) {
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
         "{%8,%9}, {%0,%1,%2,%3};\n"
@@ -362,8 +360,8 @@ struct Mma<__nv_bfloat16> {
 
 template <>
 struct Mma<__half> {
-  __device__ __forceinline__ static void Run(float (&d)[4], const uint32_t (&a)[4],
-                                             uint32_t b0, uint32_t b1) {
+  __device__ __forceinline__ static void Run(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                             uint32_t b1) {
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
         "{%8,%9}, {%0,%1,%2,%3};\n"
@@ -387,7 +385,6 @@ __device__ __forceinline__ float LoadAsFloat(const T* base, int64_t token, int64
   return Mma<T>::ToFloat(base[token * token_stride + head * head_stride + c]);
 }
 
-
 // ---- Pooled estimates (block_sparse, flex_prefill): fp32 means and dot products in the CPU's
 // order (MeanPool sums rows in order; ColumnDots runs one FMA chain over the head dimension).
 
@@ -396,8 +393,8 @@ __device__ __forceinline__ float LoadAsFloat(const T* base, int64_t token, int64
 template <typename T, int kThreads>
 __device__ __forceinline__ void PoolQueries(const T* q, int64_t token_stride, int64_t head,
                                             int64_t head_stride, int q_begin, int ql,
-                                            int first_block, int rows, int bs, int d,
-                                            float scale, float* qs) {
+                                            int first_block, int rows, int bs, int d, float scale,
+                                            float* qs) {
   for (int idx = threadIdx.x; idx < rows * d; idx += kThreads) {
     const int r = idx / d, c = idx - r * d;
     const int b0 = (first_block + r) * bs;
@@ -450,9 +447,9 @@ __device__ __forceinline__ void PooledDots(const float* qs, int rows, int d, con
 // Ranges of the runs of flagged blocks [0, n): block j covers keys [j * bs, (j + 1) * bs),
 // clipped to key_end. emit(range_index, start, end) per run in key order; returns the count.
 template <int kThreads, class Emit>
-__device__ __forceinline__ int CtaBlockRuns(const uint8_t* flags, int n, int bs, int key_end,
-                                            Emit emit,
-                                            typename cub::BlockScan<int, kThreads>::TempStorage& scan) {
+__device__ __forceinline__ int CtaBlockRuns(
+    const uint8_t* flags, int n, int bs, int key_end, Emit emit,
+    typename cub::BlockScan<int, kThreads>::TempStorage& scan) {
   int carry = 0;
   for (int base = 0; base < n; base += kThreads) {
     const int j = base + static_cast<int>(threadIdx.x);
@@ -472,12 +469,12 @@ __device__ __forceinline__ int CtaBlockRuns(const uint8_t* flags, int n, int bs,
   return carry;
 }
 
-
 // Groups of a sorted array a[0, n): maximal runs whose consecutive values differ by at most
 // `gap`, written as [lo, hi] pairs to out (as rowmerge::GroupRuns); returns their count.
 template <int kThreads>
-__device__ __forceinline__ int CtaGroupRuns(const int32_t* a, int n, int gap, int32_t* out,
-                                            typename cub::BlockScan<int, kThreads>::TempStorage& scan) {
+__device__ __forceinline__ int CtaGroupRuns(
+    const int32_t* a, int n, int gap, int32_t* out,
+    typename cub::BlockScan<int, kThreads>::TempStorage& scan) {
   int carry = 0;
   for (int base = 0; base < n; base += kThreads) {
     const int i = base + static_cast<int>(threadIdx.x);
@@ -499,9 +496,7 @@ __device__ __forceinline__ int CtaGroupRuns(const int32_t* a, int n, int gap, in
 // ---- Warp-level versions (one warp per row, no CTA barriers): the same rules as the Cta*
 // functions above. `hist` is the warp's own 256 ints of shared memory.
 
-__device__ __forceinline__ unsigned LaneMaskLt() {
-  return (1u << (threadIdx.x & 31)) - 1u;
-}
+__device__ __forceinline__ unsigned LaneMaskLt() { return (1u << (threadIdx.x & 31)) - 1u; }
 
 template <class KeyFn>
 __device__ TopKRule WarpTopKRule(int n, int k, KeyFn key_of, int* hist) {
@@ -578,8 +573,8 @@ __device__ int WarpApplyRule(int n, const TopKRule& rule, KeyFn key_of, Emit emi
     }
     const unsigned eqm = __ballot_sync(kFullMask, eq);
     const int eq_rank = __popc(eqm & LaneMaskLt());
-    const bool sel = above || (eq && (rule.take_eq == INT_MAX ||
-                                      carry_eq + eq_rank < rule.take_eq));
+    const bool sel =
+        above || (eq && (rule.take_eq == INT_MAX || carry_eq + eq_rank < rule.take_eq));
     const unsigned selm = __ballot_sync(kFullMask, sel);
     if (sel) emit(i, carry_sel + __popc(selm & LaneMaskLt()));
     carry_eq += __popc(eqm);
@@ -606,11 +601,9 @@ __device__ int WarpBlockRuns(const uint8_t* flags, int n, int bs, int key_end, E
   return carry;
 }
 
-
 // CtaMassCount for one warp: `hist` / `mass` are the warp's own 256 bins.
 template <class KeyMassFn>
-__device__ int WarpMassCount(int n, double target, KeyMassFn key_mass, int* hist,
-                             double* mass) {
+__device__ int WarpMassCount(int n, double target, KeyMassFn key_mass, int* hist, double* mass) {
   const int lane = threadIdx.x & 31;
   unsigned long long prefix = 0, mask = 0;
   double t_rem = target;

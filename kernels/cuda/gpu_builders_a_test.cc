@@ -28,9 +28,9 @@ namespace {
 
 using cuda_test::DeviceProblem;
 
-#define SKIP_WITHOUT_GPU()                                          \
-  do {                                                              \
-    std::string why;                                                \
+#define SKIP_WITHOUT_GPU()                                                        \
+  do {                                                                            \
+    std::string why;                                                              \
     if (ListCudaDevices(&why).empty()) GTEST_SKIP() << "no CUDA device: " << why; \
   } while (0)
 
@@ -94,8 +94,7 @@ IndexDiff Diff(const SparseIndex& cpu, const SparseIndex& gpu) {
       d.keys += static_cast<int64_t>(a.size());
       if (a == g) continue;
       std::vector<int32_t> x;
-      std::set_symmetric_difference(a.begin(), a.end(), g.begin(), g.end(),
-                                    std::back_inserter(x));
+      std::set_symmetric_difference(a.begin(), a.end(), g.begin(), g.end(), std::back_inserter(x));
       ++d.rows_differing;
       d.keys_differing += static_cast<int64_t>(x.size());
       if (d.first.empty()) {
@@ -130,8 +129,7 @@ void BuildBoth(CudaAttentionEngine& engine, HostProblem& hp, DeviceProblem& dp,
   BuildOptions bo;
   bo.block_m = block_m;
   ASSERT_TRUE(BuildSparseIndex(hp.problem(), config, heads, bo, &out->cpu).ok()) << what;
-  const absl::Status s =
-      engine.BuildIndexOnDevice(dp.problem(), config, heads, block_m, &out->gpu);
+  const absl::Status s = engine.BuildIndexOnDevice(dp.problem(), config, heads, block_m, &out->gpu);
   ASSERT_TRUE(s.ok()) << s << " " << what;
   const absl::Status v = ValidateSparseIndex(hp.problem(), out->gpu);
   ASSERT_TRUE(v.ok()) << v << " " << what;
@@ -181,10 +179,10 @@ struct Shape {
 
 std::vector<Shape> SmallShapes() {
   return {
-      {{300}, {}, 4, 4, 64, DType::kBF16, true},                              // GQA 1
-      {{257, 64, 1, 0}, {257, 1000, 7, 5}, 8, 2, 128, DType::kBF16, true},   // GQA 4, varlen
-      {{200}, {333}, 8, 1, 64, DType::kF16, false},                          // GQA 8, full mask
-      {{1000}, {1500}, 4, 1, 128, DType::kBF16, true},                       // chunked prefill
+      {{300}, {}, 4, 4, 64, DType::kBF16, true},                            // GQA 1
+      {{257, 64, 1, 0}, {257, 1000, 7, 5}, 8, 2, 128, DType::kBF16, true},  // GQA 4, varlen
+      {{200}, {333}, 8, 1, 64, DType::kF16, false},                         // GQA 8, full mask
+      {{1000}, {1500}, 4, 1, 128, DType::kBF16, true},                      // chunked prefill
   };
 }
 
@@ -206,8 +204,8 @@ TEST(GpuBuildersATest, ExactInputsSelectTheCpuKeys) {
     ASSERT_TRUE(dp.ok()) << dp.status();
     for (const MethodConfig& config : SmallConfigs()) {
       for (const std::vector<int>& heads : {AllHeads(sh.hq), std::vector<int>{sh.hq - 1, 0}}) {
-        const std::string what = absl::StrCat(config.DebugString(), " on ",
-                                              Describe(hp->problem()), " slots=", heads.size());
+        const std::string what = absl::StrCat(config.DebugString(), " on ", Describe(hp->problem()),
+                                              " slots=", heads.size());
         Builds b;
         BuildBoth(**engine, *hp, **dp, config, heads, 64, what, &b);
         if (::testing::Test::HasFatalFailure()) return;
@@ -255,10 +253,10 @@ TEST(GpuBuildersATest, GaussianInputsStayCloseToCpu) {
       if (::testing::Test::HasFatalFailure()) return;
       if (SameIndex(b.cpu, b.gpu)) continue;
       const IndexDiff d = Diff(b.cpu, b.gpu);
-      std::printf("gaussian: %s: %lld of %lld rows, %lld of %lld keys differ (%s)\n",
-                  what.c_str(), static_cast<long long>(d.rows_differing),
-                  static_cast<long long>(d.rows), static_cast<long long>(d.keys_differing),
-                  static_cast<long long>(d.keys), d.first.c_str());
+      std::printf("gaussian: %s: %lld of %lld rows, %lld of %lld keys differ (%s)\n", what.c_str(),
+                  static_cast<long long>(d.rows_differing), static_cast<long long>(d.rows),
+                  static_cast<long long>(d.keys_differing), static_cast<long long>(d.keys),
+                  d.first.c_str());
       EXPECT_NE(config.method, Method::kBlockSparse) << what << ": " << d.first;
       EXPECT_LE(d.keys_differing, std::max<int64_t>(8, d.keys * 3 / 100)) << what;
       EXPECT_NEAR(testing::IndexRecall(hp->problem(), b.gpu),
@@ -304,8 +302,8 @@ TEST(GpuBuildersATest, LongWorkloadsMatchCpuFidelity) {
       ASSERT_TRUE(fc.ok() && fg.ok()) << what;
       const bool same = SameIndex(b.cpu, b.gpu);
       std::printf("long: %s: identical=%d recall cpu %.4f gpu %.4f density cpu %.4f gpu %.4f\n",
-                  what.c_str(), same ? 1 : 0, fc->recall_mean, fg->recall_mean,
-                  fc->density_mean, fg->density_mean);
+                  what.c_str(), same ? 1 : 0, fc->recall_mean, fg->recall_mean, fc->density_mean,
+                  fg->density_mean);
       EXPECT_NEAR(fg->recall_mean, fc->recall_mean, 0.01) << what;
       EXPECT_NEAR(fg->density_mean, fc->density_mean, 0.01) << what;
       if (m == Method::kBlockSparse) EXPECT_TRUE(same) << what;
@@ -348,8 +346,7 @@ TEST(GpuBuildersATest, SparseKernelOverGpuIndex) {
     EXPECT_EQ(cuda_test::CheckAllWritten(hp->problem(), heads, oa, la), "") << what;
     SparseIndex gpu;
     ASSERT_TRUE((*engine)->BuildIndexOnDevice((*a)->problem(), config, heads, 64, &gpu).ok());
-    const std::vector<cuda_test::SampledRow> rows =
-        cuda_test::SampleRows(hp->problem(), heads, 64);
+    const std::vector<cuda_test::SampledRow> rows = cuda_test::SampleRows(hp->problem(), heads, 64);
     EXPECT_EQ(cuda_test::CheckRows(hp->problem(), &gpu, rows, oa, la), "") << what;
     if (SameIndex(cpu, gpu)) {
       EXPECT_EQ(cuda_test::CheckRows(hp->problem(), &cpu, rows, oa, la), "") << what;
@@ -371,10 +368,10 @@ TEST(GpuBuildersATest, RepeatedBuildsAreIdentical) {
   ASSERT_TRUE(dp.ok());
   for (const MethodConfig& config : SmallConfigs()) {
     SparseIndex first, again;
-    ASSERT_TRUE((*engine)->BuildIndexOnDevice((*dp)->problem(), config, AllHeads(8), 64, &first)
-                    .ok());
-    ASSERT_TRUE((*engine)->BuildIndexOnDevice((*dp)->problem(), config, AllHeads(8), 64, &again)
-                    .ok());
+    ASSERT_TRUE(
+        (*engine)->BuildIndexOnDevice((*dp)->problem(), config, AllHeads(8), 64, &first).ok());
+    ASSERT_TRUE(
+        (*engine)->BuildIndexOnDevice((*dp)->problem(), config, AllHeads(8), 64, &again).ok());
     EXPECT_TRUE(SameIndex(first, again)) << config.DebugString();
   }
 }

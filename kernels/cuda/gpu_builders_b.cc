@@ -78,9 +78,8 @@ class StageProfile {
 
 template <typename T>
 absl::StatusOr<T*> Alloc(const BuilderEnv& env, int64_t count, const char* what) {
-  SPATTN_ASSIGN_OR_RETURN(void* p,
-                          env.alloc(std::max<int64_t>(count, 1) * static_cast<int64_t>(sizeof(T)),
-                                    what));
+  SPATTN_ASSIGN_OR_RETURN(
+      void* p, env.alloc(std::max<int64_t>(count, 1) * static_cast<int64_t>(sizeof(T)), what));
   return static_cast<T*>(p);
 }
 
@@ -89,9 +88,9 @@ template <typename T>
 absl::StatusOr<T*> Upload(const BuilderEnv& env, const std::vector<T>& v, const char* what) {
   SPATTN_ASSIGN_OR_RETURN(T * d, Alloc<T>(env, static_cast<int64_t>(v.size()), what));
   if (!v.empty()) {
-    SPATTN_CUDA_B(cudaMemcpyAsync(d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice,
-                                  env.stream),
-                  what);
+    SPATTN_CUDA_B(
+        cudaMemcpyAsync(d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice, env.stream),
+        what);
   }
   return d;
 }
@@ -100,26 +99,27 @@ absl::StatusOr<T*> Upload(const BuilderEnv& env, const std::vector<T>& v, const 
 // 64 or 128, 16-byte aligned rows.
 absl::Status CheckDeviceInputs(const AttentionProblem& p, Method method) {
   if (p.space != MemorySpace::kCuda) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "GPU index builder of ", MethodName(method), " reads Q/K from device memory: "
-        "problem.space must be kCuda"));
+    return absl::FailedPreconditionError(absl::StrCat("GPU index builder of ", MethodName(method),
+                                                      " reads Q/K from device memory: "
+                                                      "problem.space must be kCuda"));
   }
   if (p.dtype != DType::kBF16 && p.dtype != DType::kF16) {
-    return absl::InvalidArgumentError(absl::StrCat("dtype: the GPU index builders take bf16 or "
-                                                   "fp16, got ", DTypeName(p.dtype)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("dtype: the GPU index builders take bf16 or "
+                     "fp16, got ",
+                     DTypeName(p.dtype)));
   }
   if (p.head_dim != 64 && p.head_dim != 128) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "head_dim: the GPU index builders support 64 and 128, got ", p.head_dim));
+    return absl::InvalidArgumentError(
+        absl::StrCat("head_dim: the GPU index builders support 64 and 128, got ", p.head_dim));
   }
   struct Named {
     const char* name;
     int64_t v;
   };
-  for (const Named& s : {Named{"q.token_stride", p.q.token_stride},
-                         Named{"q.head_stride", p.q.head_stride},
-                         Named{"k.token_stride", p.k.token_stride},
-                         Named{"k.head_stride", p.k.head_stride}}) {
+  for (const Named& s :
+       {Named{"q.token_stride", p.q.token_stride}, Named{"q.head_stride", p.q.head_stride},
+        Named{"k.token_stride", p.k.token_stride}, Named{"k.head_stride", p.k.head_stride}}) {
     if (s.v % 8 != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           s.name, " must be a multiple of 8 elements (16-byte rows) for the GPU builders, got ",
@@ -153,8 +153,8 @@ Layout MakeLayout(const AttentionProblem& p, const std::vector<int>& heads, int 
 // Count pass, scan, the entry totals (the build's one host round trip), fill pass.
 absl::StatusOr<SparseIndexView> Assemble(
     const BuilderEnv& env, const Layout& l,
-    const std::function<cudaError_t(const AsmOut&, bool)>& launch,
-    StageProfile* prof = nullptr, int mark = 0) {
+    const std::function<cudaError_t(const AsmOut&, bool)>& launch, StageProfile* prof = nullptr,
+    int mark = 0) {
   const int num_slots = l.host.num_heads(), num_blocks = l.host.num_blocks();
   const int64_t rows = static_cast<int64_t>(num_slots) * num_blocks;
   SparseIndexView v;
@@ -174,18 +174,18 @@ absl::StatusOr<SparseIndexView> Assemble(
   SPATTN_CUDA_B(LaunchExclusiveScan64(out.count_cols, rows, env.stream), "column offsets");
   int64_t totals[2] = {0, 0};
   if (prof != nullptr) prof->Mark(mark + 1);
-  SPATTN_CUDA_B(cudaMemcpyAsync(&totals[0], out.count_ranges + rows, 8, cudaMemcpyDeviceToHost,
-                                env.stream),
-                "index totals");
-  SPATTN_CUDA_B(cudaMemcpyAsync(&totals[1], out.count_cols + rows, 8, cudaMemcpyDeviceToHost,
-                                env.stream),
-                "index totals");
+  SPATTN_CUDA_B(
+      cudaMemcpyAsync(&totals[0], out.count_ranges + rows, 8, cudaMemcpyDeviceToHost, env.stream),
+      "index totals");
+  SPATTN_CUDA_B(
+      cudaMemcpyAsync(&totals[1], out.count_cols + rows, 8, cudaMemcpyDeviceToHost, env.stream),
+      "index totals");
   SPATTN_CUDA_B(cudaStreamSynchronize(env.stream), "index count pass");
   constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
   if (totals[0] > kMax || totals[1] > kMax) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "index has ", totals[0], " ranges and ", totals[1],
-        " columns: more than the int32 offsets of SparseIndex hold"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("index has ", totals[0], " ranges and ", totals[1],
+                     " columns: more than the int32 offsets of SparseIndex hold"));
   }
   int32_t *range_indptr, *col_indptr, *range_start, *range_len, *col_idx;
   SPATTN_ASSIGN_OR_RETURN(range_indptr, Alloc<int32_t>(env, rows + 1, "range_indptr"));
@@ -217,8 +217,7 @@ absl::StatusOr<SparseIndexView> Assemble(
 // ---- SampleAttention ---------------------------------------------------------------------------
 
 absl::StatusOr<SparseIndexView> BuildSampleAttention(const BuilderEnv& env,
-                                                     const AttentionProblem& p,
-                                                     const AttnParams& a,
+                                                     const AttentionProblem& p, const AttnParams& a,
                                                      const SampleAttentionParams& params,
                                                      const std::vector<int>& heads) {
   const int blk = params.block_size;
@@ -252,8 +251,8 @@ absl::StatusOr<SparseIndexView> BuildSampleAttention(const BuilderEnv& env,
         score_total += u.n_col + u.n_slash;
         u.item_begin = static_cast<int>(items.size());
         for (int k0 = 0; k0 < u.n_keys; k0 += kSaSpan) {
-          items.push_back(SaItem{static_cast<int>(units.size()), k0,
-                                 std::min(u.n_keys, k0 + kSaSpan)});
+          items.push_back(
+              SaItem{static_cast<int>(units.size()), k0, std::min(u.n_keys, k0 + kSaSpan)});
         }
         u.item_count = static_cast<int>(items.size()) - u.item_begin;
         units.push_back(u);
@@ -272,9 +271,8 @@ absl::StatusOr<SparseIndexView> BuildSampleAttention(const BuilderEnv& env,
   sa.num_units = static_cast<int>(units.size());
   sa.num_items = static_cast<int>(items.size());
   sa.block_size = blk;
-  SPATTN_ASSIGN_OR_RETURN(sa.partial,
-                          Alloc<float2>(env, static_cast<int64_t>(items.size()) * 128,
-                                        "sample_attention row partials"));
+  SPATTN_ASSIGN_OR_RETURN(sa.partial, Alloc<float2>(env, static_cast<int64_t>(items.size()) * 128,
+                                                    "sample_attention row partials"));
   SPATTN_ASSIGN_OR_RETURN(sa.lse2, Alloc<float>(env, static_cast<int64_t>(units.size()) * 128,
                                                 "sample_attention row lse"));
   SPATTN_ASSIGN_OR_RETURN(sa.item_scores,
@@ -283,9 +281,8 @@ absl::StatusOr<SparseIndexView> BuildSampleAttention(const BuilderEnv& env,
   SPATTN_ASSIGN_OR_RETURN(sa.scores, Alloc<float>(env, score_total, "sample_attention scores"));
   SPATTN_ASSIGN_OR_RETURN(sa.selected,
                           Alloc<int32_t>(env, score_total, "sample_attention selection"));
-  SPATTN_ASSIGN_OR_RETURN(sa.selected_n,
-                          Alloc<int32_t>(env, 2 * static_cast<int64_t>(units.size()),
-                                         "sample_attention selection counts"));
+  SPATTN_ASSIGN_OR_RETURN(sa.selected_n, Alloc<int32_t>(env, 2 * static_cast<int64_t>(units.size()),
+                                                        "sample_attention selection counts"));
   sa.alpha_c = params.alpha_c;
   sa.alpha_s = params.alpha_s;
   if (score_total > 0) {
@@ -425,8 +422,8 @@ absl::StatusOr<SparseIndexView> BuildAnchor(const BuilderEnv& env, const Attenti
   an.softmax_scale = p.softmax_scale;
   const int64_t slot_blocks = static_cast<int64_t>(nslots) * num_blocks;
   SPATTN_ASSIGN_OR_RETURN(an.xa, Alloc<float>(env, slot_blocks, "anchor pooled anchors"));
-  SPATTN_ASSIGN_OR_RETURN(an.qbar, Alloc<float>(env, slot_blocks * p.head_dim,
-                                                "anchor pooled queries"));
+  SPATTN_ASSIGN_OR_RETURN(an.qbar,
+                          Alloc<float>(env, slot_blocks * p.head_dim, "anchor pooled queries"));
   SPATTN_ASSIGN_OR_RETURN(an.tiles, Upload(env, tiles, "anchor stripe tiles"));
   SPATTN_ASSIGN_OR_RETURN(an.items, Upload(env, items, "anchor stripe spans"));
   an.num_items = static_cast<int>(items.size());
@@ -469,26 +466,23 @@ absl::Status CheckSaapRequest(const AttentionProblem& p, const SaapParams& param
         "saap: no layer assets (k-means centroids and query classifiers) for this layer");
   }
   if (params.top_l > params.num_centroids) {
-    return absl::InvalidArgumentError(absl::StrCat("saap.top_l (", params.top_l,
-                                                   ") exceeds saap.num_centroids (",
-                                                   params.num_centroids, ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "saap.top_l (", params.top_l, ") exceeds saap.num_centroids (", params.num_centroids, ")"));
   }
   const CudaLayerAssets::Rep& r = assets->rep();
   if (r.num_centroids != params.num_centroids) {
     return absl::InvalidArgumentError(
         absl::StrCat("saap.num_centroids (", params.num_centroids,
-                     ") does not match the layer assets' num_centroids (", r.num_centroids,
-                     ")"));
+                     ") does not match the layer assets' num_centroids (", r.num_centroids, ")"));
   }
   if (r.device != device) {
-    return absl::InvalidArgumentError(absl::StrCat("saap: layer assets live on device ",
-                                                   r.device, ", the engine on ", device));
+    return absl::InvalidArgumentError(
+        absl::StrCat("saap: layer assets live on device ", r.device, ", the engine on ", device));
   }
   if (heads.empty()) return absl::OkStatus();
   if (r.head_dim != p.head_dim) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "saap: layer assets were uploaded for head_dim ", r.head_dim, ", problem has ",
-        p.head_dim));
+    return absl::InvalidArgumentError(absl::StrCat("saap: layer assets were uploaded for head_dim ",
+                                                   r.head_dim, ", problem has ", p.head_dim));
   }
   if (params.top_l > 1024) {
     return absl::UnimplementedError(absl::StrCat(
@@ -534,9 +528,9 @@ absl::StatusOr<SparseIndexView> BuildSaap(const BuilderEnv& env, const Attention
   for (int kvh = 0; kvh < p.num_kv_heads; ++kvh) {
     if (gs[kvh].empty()) continue;
     if (gs[kvh].size() > static_cast<size_t>(kSaapMaxGroupSlots)) {
-      return absl::UnimplementedError(absl::StrCat(
-          "saap: the GPU builder shares a row between at most ", kSaapMaxGroupSlots,
-          " head slots of one kv head, kv head ", kvh, " has ", gs[kvh].size()));
+      return absl::UnimplementedError(
+          absl::StrCat("saap: the GPU builder shares a row between at most ", kSaapMaxGroupSlots,
+                       " head slots of one kv head, kv head ", kvh, " has ", gs[kvh].size()));
     }
     kv_used.push_back(kvh);
     head_list.insert(head_list.end(), gh[kvh].begin(), gh[kvh].end());
@@ -580,13 +574,12 @@ absl::StatusOr<SparseIndexView> BuildSaap(const BuilderEnv& env, const Attention
                 "multiprocessor count");
   const int64_t cls_items = static_cast<int64_t>(num_kv) * num_blocks;
   sp.classify_grid = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(cls_items, sms)));
-  SPATTN_ASSIGN_OR_RETURN(
-      sp.logits_scratch,
-      Alloc<float>(env, static_cast<int64_t>(sp.classify_grid) * 64 * dev.c_pad,
-                   "saap logits scratch"));
+  SPATTN_ASSIGN_OR_RETURN(sp.logits_scratch,
+                          Alloc<float>(env, static_cast<int64_t>(sp.classify_grid) * 64 * dev.c_pad,
+                                       "saap logits scratch"));
   sp.top_l = params.top_l;
-  SPATTN_ASSIGN_OR_RETURN(sp.selected, Alloc<int32_t>(env, cls_items * params.top_l,
-                                                      "saap visited buckets"));
+  SPATTN_ASSIGN_OR_RETURN(sp.selected,
+                          Alloc<int32_t>(env, cls_items * params.top_l, "saap visited buckets"));
   StageProfile prof(env.stream);
   prof.Mark(0);
   sp.keys_done = prof.event(1);
@@ -620,8 +613,7 @@ absl::StatusOr<SparseIndexView> BuildSaap(const BuilderEnv& env, const Attention
 }  // namespace
 
 bool IsBuilderB(Method method) {
-  return method == Method::kSampleAttention || method == Method::kAnchor ||
-         method == Method::kSaap;
+  return method == Method::kSampleAttention || method == Method::kAnchor || method == Method::kSaap;
 }
 
 absl::StatusOr<SparseIndexView> BuildIndexB(const BuilderEnv& env, const AttentionProblem& p,
@@ -644,7 +636,7 @@ absl::StatusOr<SparseIndexView> BuildIndexB(const BuilderEnv& env, const Attenti
 }
 
 absl::StatusOr<std::unique_ptr<CudaLayerAssets::Rep>> UploadSaapAssets(const LayerAssets& assets,
-                                                                      int head_dim, int device) {
+                                                                       int head_dim, int device) {
   if (head_dim != 64 && head_dim != 128) {
     return absl::InvalidArgumentError(
         absl::StrCat("head_dim: the GPU index builders support 64 and 128, got ", head_dim));
@@ -672,9 +664,9 @@ absl::StatusOr<std::unique_ptr<CudaLayerAssets::Rep>> UploadSaapAssets(const Lay
     const int hh = lh == 2 ? c[0].out : 0;
     const bool r0 = c[0].relu, r1 = c.back().relu;
     if (lh > 2) {
-      return absl::UnimplementedError(absl::StrCat(
-          "saap: the GPU builder runs classifiers of 1 or 2 dense layers; q head ", h, " has ",
-          lh));
+      return absl::UnimplementedError(
+          absl::StrCat("saap: the GPU builder runs classifiers of 1 or 2 dense layers; q head ", h,
+                       " has ", lh));
     }
     if (layers == 0) {
       layers = lh;
@@ -682,35 +674,36 @@ absl::StatusOr<std::unique_ptr<CudaLayerAssets::Rep>> UploadSaapAssets(const Lay
       relu0 = r0;
       relu1 = r1;
     } else if (lh != layers || hh != hidden || r0 != relu0 || r1 != relu1) {
-      return absl::UnimplementedError(absl::StrCat(
-          "saap: the GPU builder needs one classifier shape for every q head; q head ", h,
-          " differs from the first"));
+      return absl::UnimplementedError(
+          absl::StrCat("saap: the GPU builder needs one classifier shape for every q head; q head ",
+                       h, " differs from the first"));
     }
   }
   if (hidden > kSaapMaxHidden) {
-    return absl::UnimplementedError(absl::StrCat("saap: the GPU builder takes classifier hidden "
-                                                 "widths up to ", kSaapMaxHidden, ", got ",
-                                                 hidden));
+    return absl::UnimplementedError(
+        absl::StrCat("saap: the GPU builder takes classifier hidden "
+                     "widths up to ",
+                     kSaapMaxHidden, ", got ", hidden));
   }
   const int hidden_pad = layers == 2 ? static_cast<int>(RoundUp(hidden, 256)) : 0;
   if (layers == 1) relu1 = relu0;
   int smem_max = 0;
-  SPATTN_RETURN_IF_ERROR(Cuda(
-      cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
-      "shared memory limit"));
+  SPATTN_RETURN_IF_ERROR(
+      Cuda(cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
+           "shared memory limit"));
   const int smem = SaapClassifySmemBytes(d, std::max(layers, 1), hidden_pad, c_pad);
   if (smem > smem_max) {
-    return absl::UnimplementedError(absl::StrCat(
-        "saap: the classifier (hidden ", hidden, ", ", C, " centroids) needs ", smem,
-        " bytes of shared memory, the device has ", smem_max));
+    return absl::UnimplementedError(
+        absl::StrCat("saap: the classifier (hidden ", hidden, ", ", C, " centroids) needs ", smem,
+                     " bytes of shared memory, the device has ", smem_max));
   }
   const int nkv = static_cast<int>(assets.centroids.size());
   for (int k = 0; k < nkv; ++k) {
     const auto& c = assets.centroids[k];
     if (!c.empty() && c.size() != static_cast<size_t>(C) * d) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "saap: centroids of kv head ", k, " have ", c.size(),
-          " floats, expected num_centroids * head_dim = ", C, " * ", d));
+      return absl::InvalidArgumentError(
+          absl::StrCat("saap: centroids of kv head ", k, " have ", c.size(),
+                       " floats, expected num_centroids * head_dim = ", C, " * ", d));
     }
   }
 

@@ -61,7 +61,7 @@ absl::StatusOr<SparseIndexView> BuildIndexB(const BuilderEnv& env, const Attenti
 
 // Validates `assets` for head_dim and copies them to `device`.
 absl::StatusOr<std::unique_ptr<CudaLayerAssets::Rep>> UploadSaapAssets(const LayerAssets& assets,
-                                                                      int head_dim, int device);
+                                                                       int head_dim, int device);
 
 }  // namespace cuda
 }  // namespace spattn

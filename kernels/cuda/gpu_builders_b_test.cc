@@ -118,9 +118,9 @@ Agreement Compare(const AttentionProblem& p, const SparseIndex& cpu, const Spars
   for (int64_t r = 0; r < a.rows; ++r) {
     if (SameRow(cpu, gpu, r)) continue;
     if (a.differing++ == 0) {
-      a.first_difference = absl::StrCat("slot ", r / cpu.num_blocks(), " block ",
-                                        r % cpu.num_blocks(), ": cpu ", RowString(cpu, r),
-                                        " | gpu ", RowString(gpu, r));
+      a.first_difference =
+          absl::StrCat("slot ", r / cpu.num_blocks(), " block ", r % cpu.num_blocks(), ": cpu ",
+                       RowString(cpu, r), " | gpu ", RowString(gpu, r));
     }
   }
   if (a.differing > 0) {
@@ -143,8 +143,8 @@ void ExpectAgreement(HostProblem& hp, CudaAttentionEngine& engine, const MethodC
                      double recall_tol, double density_tol, const LayerAssets* assets = nullptr,
                      const CudaLayerAssets* dev_assets = nullptr) {
   const AttentionProblem& p = hp.problem();
-  const std::string what = absl::StrCat(config.DebugString(), " block_m=", block_m, " heads=",
-                                        heads.size(), " ", Describe(p));
+  const std::string what = absl::StrCat(config.DebugString(), " block_m=", block_m,
+                                        " heads=", heads.size(), " ", Describe(p));
   SparseIndex cpu, gpu;
   BuildOptions bo;
   bo.block_m = block_m;
@@ -168,7 +168,7 @@ void ExpectAgreement(HostProblem& hp, CudaAttentionEngine& engine, const MethodC
   printf("  recall cpu %.4f gpu %.4f, density cpu %.4f gpu %.4f\n", a.cpu_recall, a.gpu_recall,
          a.cpu_density, a.gpu_density);
   EXPECT_LE(a.differing, static_cast<int64_t>(max_diff_share * a.rows)) << what << "\n"
-                                                                         << a.first_difference;
+                                                                        << a.first_difference;
   EXPECT_NEAR(a.gpu_recall, a.cpu_recall, recall_tol) << what;
   EXPECT_NEAR(a.gpu_density, a.cpu_density, density_tol) << what;
 }
@@ -238,8 +238,8 @@ TEST(GpuBuildersBTest, AnchorMatchesCpu) {
       int step, blk, init;
     };
     // Random logits differ by a few units: theta 12 keeps every key, 1-2 keeps some.
-    for (const P& pr : {P{12.f, 16, 128, 2048}, P{1.f, 4, 64, 64}, P{2.f, 3, 32, 100},
-                        P{1.5f, 20, 16, 0}}) {
+    for (const P& pr :
+         {P{12.f, 16, 128, 2048}, P{1.f, 4, 64, 64}, P{2.f, 3, 32, 100}, P{1.5f, 20, 16, 0}}) {
       c.anchor.theta = pr.theta;
       c.anchor.step = pr.step;
       c.anchor.block_size = pr.blk;
@@ -318,8 +318,7 @@ TEST(GpuBuildersBTest, SaapMatchesCpuWithRandomAssets) {
   ASSERT_NE(engine, nullptr);
   uint64_t seed = 30;
   for (const Shape& sh : Shapes()) {
-    LayerAssets assets =
-        methods_b_testing::RandomSaapAssets(sh.hq, sh.hkv, sh.d, 32, 48, seed);
+    LayerAssets assets = methods_b_testing::RandomSaapAssets(sh.hq, sh.hkv, sh.d, 32, 48, seed);
     assets.rope_interleaved = (seed & 1) != 0;
     auto dev = engine->UploadLayerAssets(assets, sh.d);
     ASSERT_TRUE(dev.ok()) << dev.status();
@@ -331,8 +330,7 @@ TEST(GpuBuildersBTest, SaapMatchesCpuWithRandomAssets) {
     c.saap.sink_tokens = 3;
     c.saap.local_tokens = 50;
     // bf16 classifier weights move near-tied buckets: rows may differ, recall and density not.
-    ExpectAgreement(*hp, *engine, c, AllHeads(sh.hq), 64, 0.25, 0.03, 0.03, &assets,
-                    dev->get());
+    ExpectAgreement(*hp, *engine, c, AllHeads(sh.hq), 64, 0.25, 0.03, 0.03, &assets, dev->get());
     c.saap.local_tokens = 0;
     c.saap.sink_tokens = 0;
     ExpectAgreement(*hp, *engine, c, {0}, 128, 0.25, 0.03, 0.03, &assets, dev->get());
@@ -384,8 +382,7 @@ TEST(GpuBuildersBTest, LongGeneratorWorkloads) {
     sp.saap.num_centroids = 64;
     sp.saap.top_l = 4;
     sp.saap.local_tokens = 128;
-    ExpectAgreement(*w->host, *engine, sp, AllHeads(8), 64, 0.25, 0.03, 0.03, &assets,
-                    dev->get());
+    ExpectAgreement(*w->host, *engine, sp, AllHeads(8), 64, 0.25, 0.03, 0.03, &assets, dev->get());
   }
 }
 
@@ -423,9 +420,8 @@ TEST(GpuBuildersBTest, SparseKernelOverGpuIndexMatchesCpu) {
     ASSERT_TRUE(BuildSparseIndex(p, c, heads, bo, &cpu).ok()) << what;
     auto dp = DeviceProblem::Create(0, *hp);
     ASSERT_TRUE(dp.ok()) << dp.status();
-    ASSERT_TRUE(engine
-                    ->BuildIndexOnDevice((*dp)->problem(), c, heads, 64, &gpu, dev_assets->get())
-                    .ok())
+    ASSERT_TRUE(
+        engine->BuildIndexOnDevice((*dp)->problem(), c, heads, 64, &gpu, dev_assets->get()).ok())
         << what;
     ASSERT_TRUE((*dp)->Poison().ok());
     CudaStageTimes t;
@@ -491,12 +487,12 @@ TEST(GpuBuildersBTest, RepeatedBuildsAreIdentical) {
   configs[2].saap.top_l = 8;
   for (const MethodConfig& c : configs) {
     SparseIndex a, b;
-    ASSERT_TRUE(engine->BuildIndexOnDevice((*dp)->problem(), c, AllHeads(8), 64, &a,
-                                           dev_assets->get())
-                    .ok());
-    ASSERT_TRUE(engine->BuildIndexOnDevice((*dp)->problem(), c, AllHeads(8), 64, &b,
-                                           dev_assets->get())
-                    .ok());
+    ASSERT_TRUE(
+        engine->BuildIndexOnDevice((*dp)->problem(), c, AllHeads(8), 64, &a, dev_assets->get())
+            .ok());
+    ASSERT_TRUE(
+        engine->BuildIndexOnDevice((*dp)->problem(), c, AllHeads(8), 64, &b, dev_assets->get())
+            .ok());
     EXPECT_EQ(a.range_indptr, b.range_indptr) << c.DebugString();
     EXPECT_EQ(a.range_start, b.range_start) << c.DebugString();
     EXPECT_EQ(a.range_len, b.range_len) << c.DebugString();
@@ -541,18 +537,17 @@ TEST(GpuBuildersBTest, BadCallsHavePreciseStatus) {
   auto dev = engine->UploadLayerAssets(assets, 64);
   ASSERT_TRUE(dev.ok()) << dev.status();
   sp.saap.num_centroids = 32;
-  EXPECT_EQ(
-      engine->BuildIndexOnDevice((*dp)->problem(), sp, {0}, 64, &idx, dev->get()).code(),
-      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(engine->BuildIndexOnDevice((*dp)->problem(), sp, {0}, 64, &idx, dev->get()).code(),
+            absl::StatusCode::kInvalidArgument);
   sp.saap.num_centroids = 16;
   EXPECT_TRUE(engine->BuildIndexOnDevice((*dp)->problem(), sp, {0}, 64, &idx, dev->get()).ok());
   LayerAssets partial = assets;
   partial.classifiers[3].clear();
   auto dev_partial = engine->UploadLayerAssets(partial, 64);
   ASSERT_TRUE(dev_partial.ok()) << dev_partial.status();
-  EXPECT_EQ(engine->BuildIndexOnDevice((*dp)->problem(), sp, {3}, 64, &idx, dev_partial->get())
-                .code(),
-            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(
+      engine->BuildIndexOnDevice((*dp)->problem(), sp, {3}, 64, &idx, dev_partial->get()).code(),
+      absl::StatusCode::kFailedPrecondition);
   LayerAssets deep = assets;
   for (auto& c : deep.classifiers) {
     DenseLayerWeights extra;
@@ -561,12 +556,10 @@ TEST(GpuBuildersBTest, BadCallsHavePreciseStatus) {
     extra.bias.assign(16, 0.f);
     c.push_back(extra);
   }
-  EXPECT_EQ(engine->UploadLayerAssets(deep, 64).status().code(),
-            absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(engine->UploadLayerAssets(deep, 64).status().code(), absl::StatusCode::kUnimplemented);
   LayerAssets bad = assets;
   bad.centroids[1].resize(5);
-  EXPECT_EQ(engine->UploadLayerAssets(bad, 64).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(engine->UploadLayerAssets(bad, 64).status().code(), absl::StatusCode::kInvalidArgument);
   // A workspace too small for the build (the pooled queries alone take 3 KB here; device run 2
   // showed that 8 KB holds this whole build).
   auto tiny = MakeEngine(int64_t{1} << 10);

@@ -1,8 +1,7 @@
 // Dispatch of the attention launchers, the sparse kernel's work schedule (a counting sort of rows
 // by cost on the device) and the GPU builders of the static patterns (dense, a_shape).
-#include <cub/block/block_scan.cuh>
-
 #include <algorithm>
+#include <cub/block/block_scan.cuh>
 
 #include "kernels/cuda/attention_launch.h"
 
@@ -11,11 +10,11 @@ namespace cuda {
 namespace detail {
 
 cudaError_t DenseBf16(const AttnParams& p, int max_q_len, KernelVariant v, cudaStream_t stream);
-cudaError_t SparseBf16(const AttnParams& p, const SparseIndexView& idx,
-                       const SparseSchedule& sched, KernelVariant v, cudaStream_t stream);
+cudaError_t SparseBf16(const AttnParams& p, const SparseIndexView& idx, const SparseSchedule& sched,
+                       KernelVariant v, cudaStream_t stream);
 cudaError_t DenseFp16(const AttnParams& p, int max_q_len, KernelVariant v, cudaStream_t stream);
-cudaError_t SparseFp16(const AttnParams& p, const SparseIndexView& idx,
-                       const SparseSchedule& sched, KernelVariant v, cudaStream_t stream);
+cudaError_t SparseFp16(const AttnParams& p, const SparseIndexView& idx, const SparseSchedule& sched,
+                       KernelVariant v, cudaStream_t stream);
 
 namespace {
 
@@ -265,24 +264,23 @@ cudaError_t LaunchStaticIndexBuilder(int kind, int sink_tokens, int local_tokens
   if (kind != 0 && kind != 1) return cudaErrorInvalidValue;
   BlockOffsetsKernel<<<1, 32, 0, stream>>>(cu_seqlens_q, batch, block_m, out.block_offsets);
   if (num_blocks == 0 || num_heads == 0) {
-    cudaError_t err = cudaMemsetAsync(out.range_indptr, 0,
-                                      (static_cast<int64_t>(num_heads) * num_blocks + 1) * 4,
-                                      stream);
+    cudaError_t err = cudaMemsetAsync(
+        out.range_indptr, 0, (static_cast<int64_t>(num_heads) * num_blocks + 1) * 4, stream);
     if (err != cudaSuccess) return err;
-    err = cudaMemsetAsync(out.col_indptr, 0,
-                          (static_cast<int64_t>(num_heads) * num_blocks + 1) * 4, stream);
+    err = cudaMemsetAsync(out.col_indptr, 0, (static_cast<int64_t>(num_heads) * num_blocks + 1) * 4,
+                          stream);
     if (err != cudaSuccess) return err;
     return cudaGetLastError();
   }
   CountRangesKernel<<<GridFor(num_blocks, 256), 256, 0, stream>>>(
-      kind, sink_tokens, local_tokens, cu_seqlens_q, cu_seqlens_k, out.block_offsets, batch,
-      causal, block_m, num_blocks, out.scratch);
+      kind, sink_tokens, local_tokens, cu_seqlens_q, cu_seqlens_k, out.block_offsets, batch, causal,
+      block_m, num_blocks, out.scratch);
   ScanKernel<<<1, kScanThreads, 0, stream>>>(out.scratch, num_blocks, out.scratch + num_blocks,
                                              /*reverse=*/false);
   const int64_t rows = static_cast<int64_t>(num_heads) * num_blocks;
   FillRangesKernel<<<GridFor(rows, 256), 256, 0, stream>>>(
-      kind, sink_tokens, local_tokens, cu_seqlens_q, cu_seqlens_k, out.block_offsets, batch,
-      causal, block_m, num_heads, num_blocks, out.scratch, out);
+      kind, sink_tokens, local_tokens, cu_seqlens_q, cu_seqlens_k, out.block_offsets, batch, causal,
+      block_m, num_heads, num_blocks, out.scratch, out);
   return cudaGetLastError();
 }
 

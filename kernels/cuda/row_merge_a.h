@@ -1,8 +1,8 @@
 // One index row of vertical_slash / flex_prefill (vertical-slash heads), computed in one pass
 // over the row's line clusters and column runs with O(1) state: the GPU builders run it once per
 // (head slot, query block) thread, first to count, then to fill; the work per row is the number
-// of clusters and runs it reaches plus its output, not the number of lines. Host and device code (no CUDA types), so the
-// CPU tests check it against RowKeys::Normalize.
+// of clusters and runs it reaches plus its output, not the number of lines. Host and device code
+// (no CUDA types), so the CPU tests check it against RowKeys::Normalize.
 //
 // What a row holds (the canonical form of AddVerticalSlash + Normalize, estimate.h): with
 // segments = each slash offset o's keys [first_pos - o, last_pos - o] and `extra` ranges (flex's

@@ -103,10 +103,10 @@ TEST(RowMergeATest, MatchesNormalizeOnRandomRows) {
       cols.erase(std::unique(cols.begin(), cols.end()), cols.end());
     }
     const int kept = trial % 2 == 0 ? 16 << (rng() % 4) : 0;
-    const std::string config = absl::StrCat(
-        "trial ", trial, " causal=", causal, " kl=", kl, " first_pos=", first_pos,
-        " last_pos=", last_pos, " kept=", kept, " offsets=[", absl::StrJoin(offsets, ","),
-        "] cols=[", absl::StrJoin(cols, ","), "]");
+    const std::string config =
+        absl::StrCat("trial ", trial, " causal=", causal, " kl=", kl, " first_pos=", first_pos,
+                     " last_pos=", last_pos, " kept=", kept, " offsets=[",
+                     absl::StrJoin(offsets, ","), "] cols=[", absl::StrJoin(cols, ","), "]");
     const RowKeys want = CpuRow(g, offsets, cols, kept);
     int nr = 0, nc = 0;
     const VecSink got = GpuRow(g, offsets, cols, kept, &nr, &nc);

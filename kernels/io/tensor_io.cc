@@ -63,14 +63,14 @@ absl::Status CheckDataSize(const std::vector<int64_t>& shape, DType dtype, uint6
   if (!n.ok()) return n.status();
   const uint64_t need = static_cast<uint64_t>(*n) * DTypeSize(dtype);
   if (avail < need) {
-    return Bad(source, absl::StrCat(what, "truncated: shape ", ShapeString(shape), " of ",
-                                    DTypeName(dtype), " needs ", need, " data bytes, only ", avail,
-                                    " present"));
+    return Bad(source,
+               absl::StrCat(what, "truncated: shape ", ShapeString(shape), " of ", DTypeName(dtype),
+                            " needs ", need, " data bytes, only ", avail, " present"));
   }
   if (avail > need) {
     return Bad(source, absl::StrCat(what, "shape ", ShapeString(shape), " of ", DTypeName(dtype),
-                                    " needs ", need, " data bytes but ", avail,
-                                    " are present (", avail - need, " extra)"));
+                                    " needs ", need, " data bytes but ", avail, " are present (",
+                                    avail - need, " extra)"));
   }
   return absl::OkStatus();
 }
@@ -79,8 +79,7 @@ absl::Status CheckDataSize(const std::vector<int64_t>& shape, DType dtype, uint6
 // tuple-of-int values.
 class PyLiteralParser {
  public:
-  PyLiteralParser(absl::string_view text, absl::string_view source)
-      : t_(text), source_(source) {}
+  PyLiteralParser(absl::string_view text, absl::string_view source) : t_(text), source_(source) {}
 
   struct Header {
     bool has_descr = false, has_fortran = false, has_shape = false;
@@ -149,8 +148,8 @@ class PyLiteralParser {
     return true;
   }
   void Skip() {
-    while (pos_ < t_.size() && (t_[pos_] == ' ' || t_[pos_] == '\t' || t_[pos_] == '\n' ||
-                                t_[pos_] == '\r')) {
+    while (pos_ < t_.size() &&
+           (t_[pos_] == ' ' || t_[pos_] == '\t' || t_[pos_] == '\n' || t_[pos_] == '\r')) {
       ++pos_;
     }
   }
@@ -205,8 +204,7 @@ class PyLiteralParser {
 absl::StatusOr<DType> NpyDescrToDType(const std::string& descr, absl::string_view source) {
   if (descr == "<f4") return DType::kF32;
   if (descr == "<f2") return DType::kF16;
-  if (descr == "bfloat16" || descr == "<V2" || descr == "|V2" || descr == "<u2" ||
-      descr == "<i2") {
+  if (descr == "bfloat16" || descr == "<V2" || descr == "|V2" || descr == "<u2" || descr == "<i2") {
     return DType::kBF16;
   }
   std::string why;
@@ -257,8 +255,8 @@ class JsonParser {
   }
   char Peek() const { return pos_ < t_.size() ? t_[pos_] : '\0'; }
   void Skip() {
-    while (pos_ < t_.size() && (t_[pos_] == ' ' || t_[pos_] == '\t' || t_[pos_] == '\n' ||
-                                t_[pos_] == '\r')) {
+    while (pos_ < t_.size() &&
+           (t_[pos_] == ' ' || t_[pos_] == '\t' || t_[pos_] == '\n' || t_[pos_] == '\r')) {
       ++pos_;
     }
   }
@@ -296,9 +294,9 @@ class JsonParser {
       v->kind = Json::kNumber;
       const size_t start = pos_;
       if (Peek() == '-') ++pos_;
-      while (pos_ < t_.size() && (absl::ascii_isdigit(t_[pos_]) || t_[pos_] == '.' ||
-                                  t_[pos_] == 'e' || t_[pos_] == 'E' || t_[pos_] == '+' ||
-                                  t_[pos_] == '-')) {
+      while (pos_ < t_.size() &&
+             (absl::ascii_isdigit(t_[pos_]) || t_[pos_] == '.' || t_[pos_] == 'e' ||
+              t_[pos_] == 'E' || t_[pos_] == '+' || t_[pos_] == '-')) {
         ++pos_;
       }
       v->text = std::string(t_.substr(start, pos_ - start));
@@ -469,8 +467,7 @@ class JsonParser {
 };
 
 // A JSON number that must be a non-negative integer.
-absl::StatusOr<uint64_t> JsonUint(const Json& v, absl::string_view source,
-                                  absl::string_view what) {
+absl::StatusOr<uint64_t> JsonUint(const Json& v, absl::string_view source, absl::string_view what) {
   if (v.kind != Json::kNumber || v.text.empty()) {
     return Bad(source, absl::StrCat(what, " is not a number"));
   }
@@ -548,8 +545,8 @@ absl::Status CheckTensor(const HostTensor& t, absl::string_view what) {
 absl::Status WriteFileBytes(const std::string& path, absl::string_view data) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   if (!f) {
-    return absl::InternalError(absl::StrCat(path, ": cannot open for writing (",
-                                            std::strerror(errno), ")"));
+    return absl::InternalError(
+        absl::StrCat(path, ": cannot open for writing (", std::strerror(errno), ")"));
   }
   f.write(data.data(), static_cast<std::streamsize>(data.size()));
   f.close();
@@ -582,8 +579,8 @@ absl::StatusOr<HostTensor> HostTensor::FromFloats(const std::vector<float>& valu
   if (!n.ok()) return n.status();
   if (*n != static_cast<int64_t>(values.size())) {
     return absl::InvalidArgumentError(absl::StrCat("FromFloats: shape ", ShapeString(shape),
-                                                   " holds ", *n, " elements, got ",
-                                                   values.size(), " values"));
+                                                   " holds ", *n, " elements, got ", values.size(),
+                                                   " values"));
   }
   HostTensor t;
   t.dtype = dtype;
@@ -626,14 +623,14 @@ absl::StatusOr<HostTensor> ParseNpy(absl::string_view data, absl::string_view so
   }
   const uint64_t header_len = ReadLe(data.data() + 8, len_bytes);
   if (header_len > kMaxNpyHeader) {
-    return Bad(source, absl::StrCat("header too long: ", header_len, " bytes (limit ",
-                                    kMaxNpyHeader, ")"));
+    return Bad(source,
+               absl::StrCat("header too long: ", header_len, " bytes (limit ", kMaxNpyHeader, ")"));
   }
   const size_t header_start = 8 + len_bytes;
   if (data.size() - header_start < header_len) {
-    return Bad(source, absl::StrCat("truncated: header of ", header_len, " bytes runs past the ",
-                                    "end of the file (", data.size() - header_start,
-                                    " bytes left)"));
+    return Bad(source,
+               absl::StrCat("truncated: header of ", header_len, " bytes runs past the ",
+                            "end of the file (", data.size() - header_start, " bytes left)"));
   }
   absl::string_view header = data.substr(header_start, header_len);
   if (header.empty() || header.back() != '\n') {
@@ -644,8 +641,9 @@ absl::StatusOr<HostTensor> ParseNpy(absl::string_view data, absl::string_view so
   auto h = parser.Parse();
   if (!h.ok()) return h.status();
   if (h->fortran_order) {
-    return Bad(source, "fortran_order True is not supported (save a C-ordered array, e.g. "
-                       "np.ascontiguousarray)");
+    return Bad(source,
+               "fortran_order True is not supported (save a C-ordered array, e.g. "
+               "np.ascontiguousarray)");
   }
   auto dtype = NpyDescrToDType(h->descr, source);
   if (!dtype.ok()) return dtype.status();
@@ -710,8 +708,8 @@ absl::StatusOr<NamedTensors> ParseSafetensors(absl::string_view data, absl::stri
                                     kMaxSafetensorsHeader, ")"));
   }
   if (header_len < 2) {
-    return Bad(source, absl::StrCat("header too short: ", header_len,
-                                    " bytes cannot hold a JSON object"));
+    return Bad(source,
+               absl::StrCat("header too short: ", header_len, " bytes cannot hold a JSON object"));
   }
   if (data.size() - 8 < header_len) {
     return Bad(source, absl::StrCat("truncated: header of ", header_len, " bytes runs past the ",
@@ -772,9 +770,9 @@ absl::StatusOr<NamedTensors> ParseSafetensors(absl::string_view data, absl::stri
     auto end = JsonUint(offsets_v->items[1], source, absl::StrCat(what, ": data_offsets[1]"));
     if (!end.ok()) return end.status();
     if (*begin > *end || *end > buffer.size()) {
-      return Bad(source, absl::StrCat(what, ": data_offsets [", *begin, ", ", *end,
-                                      ") out of range of the ", buffer.size(),
-                                      "-byte data buffer"));
+      return Bad(source,
+                 absl::StrCat(what, ": data_offsets [", *begin, ", ", *end,
+                              ") out of range of the ", buffer.size(), "-byte data buffer"));
     }
     absl::Status s = CheckDataSize(t.shape, t.dtype, *end - *begin, source, what + ": ");
     if (!s.ok()) return s;
@@ -813,8 +811,8 @@ absl::StatusOr<std::string> SerializeSafetensors(
     if (!s.ok()) return s;
     if (header.size() > 1) header += ",";
     absl::StrAppend(&header, JsonEscape(name), ":{\"dtype\":\"", SafetensorsName(t.dtype),
-                    "\",\"shape\":[", absl::StrJoin(t.shape, ","), "],\"data_offsets\":[",
-                    offset, ",", offset + t.bytes.size(), "]}");
+                    "\",\"shape\":[", absl::StrJoin(t.shape, ","), "],\"data_offsets\":[", offset,
+                    ",", offset + t.bytes.size(), "]}");
     offset += t.bytes.size();
   }
   header += "}";
@@ -854,9 +852,9 @@ absl::StatusOr<HostTensor> ReadTensorSpec(absl::string_view spec) {
       if (all->size() != 1) {
         std::vector<std::string> names;
         for (const auto& kv : *all) names.push_back(kv.first);
-        return absl::InvalidArgumentError(
-            absl::StrCat(path, ": holds ", all->size(), " tensors (", absl::StrJoin(names, ", "),
-                         "); name one as ", path, ":NAME"));
+        return absl::InvalidArgumentError(absl::StrCat(path, ": holds ", all->size(), " tensors (",
+                                                       absl::StrJoin(names, ", "),
+                                                       "); name one as ", path, ":NAME"));
       }
       return std::move(all->begin()->second);
     }

@@ -61,9 +61,9 @@ void ExpectSameTensor(const HostTensor& a, const HostTensor& b) {
 
 // Bytes np.save wrote (numpy 1.24) for np.arange(6, dtype='<f4').reshape(2, 3) * 0.5 - 1.
 TEST(NpyTest, ReadsAndWritesExactlyWhatNumpyWrites) {
-  const std::string file = NumpyFile(
-      1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }",
-      Hex("000080bf000000bf000000000000003f0000803f0000c03f"));
+  const std::string file =
+      NumpyFile(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }",
+                Hex("000080bf000000bf000000000000003f0000803f0000c03f"));
   auto t = ParseNpy(file, "arange.npy");
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_EQ(t->dtype, DType::kF32);
@@ -76,8 +76,8 @@ TEST(NpyTest, ReadsAndWritesExactlyWhatNumpyWrites) {
 
 // numpy's version 2.0 header (np.lib.format.write_array(..., version=(2, 0))), fp16.
 TEST(NpyTest, ReadsVersion2AndFp16) {
-  const std::string file = NumpyFile(
-      2, "{'descr': '<f2', 'fortran_order': False, 'shape': (3,), }", Hex("003e00c0ff7b"));
+  const std::string file = NumpyFile(2, "{'descr': '<f2', 'fortran_order': False, 'shape': (3,), }",
+                                     Hex("003e00c0ff7b"));
   auto t = ParseNpy(file, "half.npy");
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_EQ(t->dtype, DType::kF16);
@@ -126,8 +126,8 @@ void ExpectBad(absl::string_view data, absl::string_view needle) {
 TEST(NpyTest, MalformedFilesGiveClearErrors) {
   const std::string data = Hex("0000803f00000040");  // two floats
   auto dict = [](absl::string_view descr, absl::string_view fortran, absl::string_view shape) {
-    return absl::StrCat("{'descr': '", descr, "', 'fortran_order': ", fortran,
-                        ", 'shape': ", shape, ", }");
+    return absl::StrCat("{'descr': '", descr, "', 'fortran_order': ", fortran, ", 'shape': ", shape,
+                        ", }");
   };
   ExpectBad("PK\x03\x04 not numpy", "bad magic");
   ExpectBad(NumpyFile(1, dict("<f4", "False", "(2,)"), data).replace(6, 1, "\x07"),
@@ -242,8 +242,7 @@ TEST(SafetensorsTest, RoundTripsAndSpecsPickTensors) {
   ExpectSameTensor(in["q"], *q);
   EXPECT_EQ(ReadTensorSpec(path).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ReadTensorSpec(path + ":nope").status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(ReadTensorSpec(TmpPath("x.bin")).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ReadTensorSpec(TmpPath("x.bin")).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ReadTensorSpec(TmpPath("missing.safetensors")).status().code(),
             absl::StatusCode::kNotFound);
   // Single-tensor file: no name needed.

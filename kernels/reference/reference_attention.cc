@@ -59,9 +59,9 @@ absl::Status ReferenceAttention(const AttentionProblem& p, const std::vector<int
     const int64_t ktok0 = p.cu_seqlens_k[task.seq];
     const int kvh = task.head / group;
     const int limit = p.causal ? kl - ql + task.row + 1 : kl;
-    const uint8_t* mask =
-        masks.empty() ? nullptr
-                      : masks[task.head * nb + task.seq].data() + static_cast<size_t>(task.row) * kl;
+    const uint8_t* mask = masks.empty() ? nullptr
+                                        : masks[task.head * nb + task.seq].data() +
+                                              static_cast<size_t>(task.row) * kl;
     std::vector<double> q(d), acc(d, 0.0), scores(limit);
     for (int c = 0; c < d; ++c) q[c] = ReadElement(p.q, p.dtype, qtok, task.head, c);
     double mx = -std::numeric_limits<double>::infinity();
@@ -85,8 +85,9 @@ absl::Status ReferenceAttention(const AttentionProblem& p, const std::vector<int
       for (int c = 0; c < d; ++c) acc[c] += w * ReadElement(p.v, p.dtype, ktok0 + j, kvh, c);
     }
     for (int c = 0; c < d; ++c) o[c] = static_cast<float>(acc[c] / sum);
-    if (maybe_lse) (*maybe_lse)[static_cast<size_t>(task.head) * p.total_q() + qtok] =
-        static_cast<float>(mx + std::log(sum));
+    if (maybe_lse)
+      (*maybe_lse)[static_cast<size_t>(task.head) * p.total_q() + qtok] =
+          static_cast<float>(mx + std::log(sum));
   });
   return absl::OkStatus();
 }

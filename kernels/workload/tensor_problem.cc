@@ -28,8 +28,8 @@ absl::StatusOr<View> MakeView(const HostTensor& t, TensorLayout layout, const ch
   }
   const size_t want_rank = layout == TensorLayout::kBHSD ? 4 : 3;
   if (s.size() != want_rank) {
-    return absl::InvalidArgumentError(absl::StrCat(name, ": layout needs rank ", want_rank,
-                                                   ", got ", t.DebugString()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": layout needs rank ", want_rank, ", got ", t.DebugString()));
   }
   View v;
   switch (layout) {
@@ -97,26 +97,25 @@ absl::StatusOr<std::unique_ptr<HostProblem>> ProblemFromTensors(
   if (!vv.ok()) return vv.status();
   if (kv->batch != vv->batch || kv->heads != vv->heads || kv->tokens != vv->tokens ||
       kv->dim != vv->dim) {
-    return absl::InvalidArgumentError(absl::StrCat("v: shape ", v.DebugString(),
-                                                   " does not match k ", k.DebugString()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("v: shape ", v.DebugString(), " does not match k ", k.DebugString()));
   }
   if (qv->batch != kv->batch) {
-    return absl::InvalidArgumentError(absl::StrCat("q: batch ", qv->batch,
-                                                   " differs from k's ", kv->batch));
+    return absl::InvalidArgumentError(
+        absl::StrCat("q: batch ", qv->batch, " differs from k's ", kv->batch));
   }
   if (qv->dim != kv->dim) {
     return absl::InvalidArgumentError(
         absl::StrCat("q: head_dim ", qv->dim, " differs from k's ", kv->dim));
   }
   if (qv->heads % kv->heads != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("q: ", qv->heads,
-                                                   " heads are not a multiple of k's ",
-                                                   kv->heads, " (GQA)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("q: ", qv->heads, " heads are not a multiple of k's ", kv->heads, " (GQA)"));
   }
   if (qv->tokens > kv->tokens) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("q: ", qv->tokens, " tokens but k has only ", kv->tokens,
-                     " (queries must be a suffix of the keys)"));
+    return absl::InvalidArgumentError(absl::StrCat("q: ", qv->tokens, " tokens but k has only ",
+                                                   kv->tokens,
+                                                   " (queries must be a suffix of the keys)"));
   }
   ProblemShape shape;
   shape.q_lens.assign(qv->batch, static_cast<int32_t>(qv->tokens));
@@ -166,9 +165,8 @@ absl::StatusOr<NamedTensors> ProblemToTensors(const AttentionProblem& p, TensorL
         for (int h = 0; h < heads; ++h) {
           const char* s = static_cast<const char*>(src.data) +
                           ((cu[b] + tok) * src.token_stride + int64_t{h} * src.head_stride) * es;
-          const int64_t at = layout == TensorLayout::kTHD
-                                 ? (int64_t{tok} * heads + h) * d
-                                 : ((b * heads + h) * len + tok) * d;
+          const int64_t at = layout == TensorLayout::kTHD ? (int64_t{tok} * heads + h) * d
+                                                          : ((b * heads + h) * len + tok) * d;
           std::memcpy(t.bytes.data() + at * es, s, static_cast<size_t>(d) * es);
         }
       }

@@ -78,13 +78,13 @@ class Stream {
 
 // Which rotary pairs carry what (pair i = dims i and i + n; pair 0 rotates fastest).
 struct PairGroups {
-  int n = 0;                             // pairs
-  int pos_begin = 0, pos_end = 0;        // RoPE kernels: local windows and slash lines
-  int fill_begin = 0, fill_end = 0;      // unstructured content: background logits
-  int topic_begin = 0, topic_end = 0;    // topic vectors
-  int retr_begin = 0, retr_end = 0;      // retrieval vectors
-  int vertical = 0;                      // heavy-hitter direction
-  int sink = 0;                          // sink direction (slowest pair)
+  int n = 0;                           // pairs
+  int pos_begin = 0, pos_end = 0;      // RoPE kernels: local windows and slash lines
+  int fill_begin = 0, fill_end = 0;    // unstructured content: background logits
+  int topic_begin = 0, topic_end = 0;  // topic vectors
+  int retr_begin = 0, retr_end = 0;    // retrieval vectors
+  int vertical = 0;                    // heavy-hitter direction
+  int sink = 0;                        // sink direction (slowest pair)
   int fill_dims() const { return 2 * (fill_end - fill_begin); }
   int topic_dims() const { return 2 * (topic_end - topic_begin); }
   int retr_dims() const { return 2 * (retr_end - retr_begin); }
@@ -292,8 +292,7 @@ HeadPlan MakePlan(HeadKind kind, const WorkloadOptions& opt, int head, int max_k
   if (p.local_logit > 0) {
     // The sink takes `sink_share` of the sink + local mass whatever the window's width.
     const double keys = LocalWindowKeys(g, omega, p.local_alpha, p.local_logit, max_k_len);
-    p.sink_logit =
-        p.local_logit + std::log(keys) + std::log(p.sink_share / (1.0 - p.sink_share));
+    p.sink_logit = p.local_logit + std::log(keys) + std::log(p.sink_share / (1.0 - p.sink_share));
   }
   return p;
 }
@@ -307,8 +306,8 @@ absl::Status CheckOptions(const WorkloadOptions& o) {
   for (size_t b = 0; b < s.q_lens.size(); ++b) {
     const int ql = s.q_lens[b], kl = s.k_lens.empty() ? ql : s.k_lens[b];
     if (ql < 0 || kl < ql) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "shape: sequence ", b, " needs 0 <= q_len <= k_len, got ", ql, " and ", kl));
+      return absl::InvalidArgumentError(
+          absl::StrCat("shape: sequence ", b, " needs 0 <= q_len <= k_len, got ", ql, " and ", kl));
     }
   }
   if (s.num_q_heads <= 0 || s.num_kv_heads <= 0 || s.num_q_heads % s.num_kv_heads != 0) {
@@ -378,7 +377,8 @@ absl::StatusOr<HeadKind> ParseHeadKind(absl::string_view name) {
 
 int SequenceLayout::SegmentOf(int pos) const {
   return static_cast<int>(std::upper_bound(segment_start.begin(), segment_start.end(), pos) -
-                          segment_start.begin()) - 1;
+                          segment_start.begin()) -
+         1;
 }
 
 int SequenceLayout::GroupOf(int pos) const {
@@ -410,9 +410,8 @@ std::vector<HeadKind> LlmMixKinds(int num_q_heads, uint64_t seed) {
   // Shares seen across layers of real long-context models (MInference §2 and Fig. 3: most heads
   // local/A-shape or vertical-slash, few block/retrieval-like).
   const std::vector<std::pair<HeadKind, double>> weights = {
-      {HeadKind::kSinkLocal, 0.40},   {HeadKind::kVerticalSlash, 0.25},
-      {HeadKind::kVertical, 0.10},    {HeadKind::kSlash, 0.10},
-      {HeadKind::kTopicBlocks, 0.075}, {HeadKind::kRetrieval, 0.075},
+      {HeadKind::kSinkLocal, 0.40}, {HeadKind::kVerticalSlash, 0.25}, {HeadKind::kVertical, 0.10},
+      {HeadKind::kSlash, 0.10},     {HeadKind::kTopicBlocks, 0.075},  {HeadKind::kRetrieval, 0.075},
   };
   std::vector<int> count(weights.size(), 0);
   int remaining = num_q_heads;
@@ -477,7 +476,7 @@ absl::StatusOr<Workload> GenerateWorkload(const WorkloadOptions& options) {
   // Per kv head and sequence: topic vectors, retrieval vectors per group.
   struct KvSeq {
     std::vector<std::vector<double>> topics;
-    std::vector<std::vector<double>> retrieval;  // per group (empty when no target)
+    std::vector<std::vector<double>> retrieval;   // per group (empty when no target)
     std::map<int, std::vector<int>> targeted_by;  // key position -> groups
   };
   std::vector<std::vector<KvSeq>> kvs(nkv, std::vector<KvSeq>(p.batch()));
@@ -486,14 +485,13 @@ absl::StatusOr<Workload> GenerateWorkload(const WorkloadOptions& options) {
       const SequenceLayout& L = w.sequences[b];
       KvSeq& ks = kvs[kv][b];
       if (L.k_len == 0) continue;
-      const int topics =
-          1 + *std::max_element(L.segment_topic.begin(), L.segment_topic.end());
+      const int topics = 1 + *std::max_element(L.segment_topic.begin(), L.segment_topic.end());
       ks.topics = TopicVectors(g, topics, Key(options.seed, kTopicVecRng, kv, b));
       ks.retrieval.resize(L.groups.size());
       for (size_t gi = 0; gi < L.groups.size(); ++gi) {
         if (L.groups[gi].targets.empty()) continue;
-        ks.retrieval[gi] = UnitVector(g, g.retr_begin, g.retr_end,
-                                      Key(options.seed, kRetrievalVecRng, kv, b, gi));
+        ks.retrieval[gi] =
+            UnitVector(g, g.retr_begin, g.retr_end, Key(options.seed, kRetrievalVecRng, kv, b, gi));
         for (int t : L.groups[gi].targets) ks.targeted_by[t].push_back(static_cast<int>(gi));
       }
     }
@@ -578,14 +576,16 @@ absl::StatusOr<Workload> GenerateWorkload(const WorkloadOptions& options) {
             for (int j = 0; j < d; ++j) x[j] += kRetrievalAmp * ks.retrieval[gi][j];
           }
         }
-        if (heavy) x[Re(g, g.vertical)] += kVerticalAmp * L.heavy_strength[hv - L.heavy_columns.begin()];
+        if (heavy)
+          x[Re(g, g.vertical)] += kVerticalAmp * L.heavy_strength[hv - L.heavy_columns.begin()];
         if (pos < L.sink_tokens) x[Re(g, g.sink)] += kSinkAmp * SinkStrength(pos);
         rope_store(kbuf, ktok * p.k.token_stride + int64_t{kv} * p.k.head_stride);
         // Values: plain content.
         for (int j = 0; j < d; ++j) {
           out[j] = static_cast<float>(NormalAt(Key(options.seed, kValueRng, kv, task.seq, pos, j)));
         }
-        FromFloat(out.data(), dt, d, vbuf + (ktok * p.v.token_stride + int64_t{kv} * p.v.head_stride) * es);
+        FromFloat(out.data(), dt, d,
+                  vbuf + (ktok * p.v.token_stride + int64_t{kv} * p.v.head_stride) * es);
       }
       // Queries exist for the last q_len positions.
       const int row = pos - (kl - ql);
@@ -602,7 +602,8 @@ absl::StatusOr<Workload> GenerateWorkload(const WorkloadOptions& options) {
         }
         const double fill_std = plan.background_std / std::sqrt(static_cast<double>(g.fill_dims()));
         for (int i = g.fill_begin; i < g.fill_end; ++i) {
-          x[Re(g, i)] += fill_std * NormalAt(Key(options.seed, kFillQueryRng, h, task.seq, pos, 2 * i));
+          x[Re(g, i)] +=
+              fill_std * NormalAt(Key(options.seed, kFillQueryRng, h, task.seq, pos, 2 * i));
           x[Im(g, i)] +=
               fill_std * NormalAt(Key(options.seed, kFillQueryRng, h, task.seq, pos, 2 * i + 1));
         }
@@ -650,7 +651,8 @@ PlantedMass MeasurePlantedMass(const HeadPlan& plan, const SequenceLayout& layou
     const int topic = layout.segment_topic[layout.SegmentOf(pos)];
     for (size_t s = 0; s < layout.segment_start.size(); ++s) {
       if (layout.segment_topic[s] != topic) continue;
-      const int end = s + 1 < layout.segment_start.size() ? layout.segment_start[s + 1] : layout.k_len;
+      const int end =
+          s + 1 < layout.segment_start.size() ? layout.segment_start[s + 1] : layout.k_len;
       mark(layout.segment_start[s], end, &m.topic);
     }
   }

@@ -69,35 +69,35 @@ struct WorkloadOptions {
 // What one q head was built to do (logits are before `concentration`).
 struct HeadPlan {
   HeadKind kind = HeadKind::kSinkLocal;
-  double background_std = 1.0;   // std of the unstructured logits
-  double sink_logit = 0;         // logit of the first sink token
-  double sink_share = 0;         // target sink mass / (sink + local mass); sets sink_logit
-  double local_logit = 0;        // peak logit of the local (RoPE decay) kernel; 0 = none
-  double local_alpha = 0.5;      // pair weights ~ omega^-alpha: larger = wider window
-  double vertical_logit = 0;     // logit of a heavy-hitter column of strength 1; 0 = none
-  double slash_logit = 0;        // peak logit of each slash line; 0 = none
+  double background_std = 1.0;     // std of the unstructured logits
+  double sink_logit = 0;           // logit of the first sink token
+  double sink_share = 0;           // target sink mass / (sink + local mass); sets sink_logit
+  double local_logit = 0;          // peak logit of the local (RoPE decay) kernel; 0 = none
+  double local_alpha = 0.5;        // pair weights ~ omega^-alpha: larger = wider window
+  double vertical_logit = 0;       // logit of a heavy-hitter column of strength 1; 0 = none
+  double slash_logit = 0;          // peak logit of each slash line; 0 = none
   std::vector<int> slash_offsets;  // query position - key position of each line
-  double topic_logit = 0;        // logit of a key of the query's own topic; 0 = none
-  double retrieval_logit = 0;    // logit of a target key of the query's group; 0 = none
+  double topic_logit = 0;          // logit of a key of the query's own topic; 0 = none
+  double retrieval_logit = 0;      // logit of a target key of the query's group; 0 = none
 };
 
 // The planted structure of one sequence, over key positions 0 .. k_len-1 (a query at row i sits
 // at position k_len - q_len + i). Shared by all heads: it is the "text".
 struct SequenceLayout {
   int k_len = 0;
-  int sink_tokens = 0;                 // keys [0, sink_tokens)
-  std::vector<int> heavy_columns;      // sorted key positions
-  std::vector<float> heavy_strength;   // in (0, 1], per column
-  std::vector<int> segment_start;      // topic segments: [start[s], start[s+1]) (last: k_len)
-  std::vector<int> segment_topic;      // topic id of each segment (topics recur)
+  int sink_tokens = 0;                // keys [0, sink_tokens)
+  std::vector<int> heavy_columns;     // sorted key positions
+  std::vector<float> heavy_strength;  // in (0, 1], per column
+  std::vector<int> segment_start;     // topic segments: [start[s], start[s+1]) (last: k_len)
+  std::vector<int> segment_topic;     // topic id of each segment (topics recur)
   struct RetrievalGroup {
-    int begin = 0, end = 0;            // query positions [begin, end)
-    std::vector<int> targets;          // sorted key positions this group retrieves
+    int begin = 0, end = 0;    // query positions [begin, end)
+    std::vector<int> targets;  // sorted key positions this group retrieves
   };
   std::vector<RetrievalGroup> groups;  // cover [0, k_len); groups starting early have no target
 
-  int SegmentOf(int pos) const;        // index into segment_start
-  int GroupOf(int pos) const;          // index into groups
+  int SegmentOf(int pos) const;  // index into segment_start
+  int GroupOf(int pos) const;    // index into groups
 };
 
 // A generated problem with its plan. Not thread-safe to mutate; const access is.

@@ -36,8 +36,9 @@ int main(int argc, char** argv) {
   }
   std::printf("workload=%s S=%d theta=%g concentration=%g rows=%d\n", o.workload.c_str(), s,
               o.rope_theta, o.concentration, rows);
-  std::printf("| head | kind | sink | local256 | vertical | slash | topic | retrieval | planted |"
-              " max key |\n|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf(
+      "| head | kind | sink | local256 | vertical | slash | topic | retrieval | planted |"
+      " max key |\n|---|---|---|---|---|---|---|---|---|---|\n");
   const AttentionProblem& p = w->problem();
   for (int h = 0; h < p.num_q_heads; ++h) {
     PlantedMass sum;

@@ -35,8 +35,7 @@ std::string Describe(const WorkloadOptions& o) {
   for (int x : o.shape.k_lens) absl::StrAppend(&s, x, ",");
   absl::StrAppend(&s, " hq=", o.shape.num_q_heads, " hkv=", o.shape.num_kv_heads,
                   " d=", o.shape.head_dim, " dtype=", DTypeName(o.shape.dtype),
-                  " theta=", o.rope_theta, " concentration=", o.concentration,
-                  " seed=", o.seed);
+                  " theta=", o.rope_theta, " concentration=", o.concentration, " seed=", o.seed);
   return s;
 }
 

@@ -55,10 +55,10 @@ void PackTokens(const AttentionProblem& p, const TokenTensor& t, int heads, int6
   packed->resize(static_cast<size_t>(tokens) * heads * d * es);
   for (int64_t tok = 0; tok < tokens; ++tok) {
     for (int h = 0; h < heads; ++h) {
-      std::memcpy(packed->data() + (tok * heads + h) * d * es,
-                  static_cast<const uint8_t*>(t.data) +
-                      (tok * t.token_stride + h * t.head_stride) * es,
-                  static_cast<size_t>(d) * es);
+      std::memcpy(
+          packed->data() + (tok * heads + h) * d * es,
+          static_cast<const uint8_t*>(t.data) + (tok * t.token_stride + h * t.head_stride) * es,
+          static_cast<size_t>(d) * es);
     }
   }
 }
@@ -97,8 +97,8 @@ class CudaBackend : public AttentionBackend {
     SPATTN_ASSIGN_OR_RETURN(
         o_, CudaDeviceBuffer::Allocate(engine_->device(),
                                        int64_t{p.total_q()} * p.num_q_heads * p.head_dim * es));
-    SPATTN_ASSIGN_OR_RETURN(
-        lse_, CudaDeviceBuffer::Allocate(engine_->device(), int64_t{p.total_q()} * p.num_q_heads * 4));
+    SPATTN_ASSIGN_OR_RETURN(lse_, CudaDeviceBuffer::Allocate(
+                                      engine_->device(), int64_t{p.total_q()} * p.num_q_heads * 4));
     dp_.q.data = q_->data();
     dp_.k.data = k_->data();
     dp_.v.data = v_->data();
@@ -118,8 +118,8 @@ class CudaBackend : public AttentionBackend {
     const CudaLayerAssets* assets = nullptr;
     if (config.method == Method::kSaap && options.maybe_assets != nullptr) {
       if (assets_source_ != options.maybe_assets) {
-        SPATTN_ASSIGN_OR_RETURN(assets_, engine_->UploadLayerAssets(*options.maybe_assets,
-                                                                   problem_->head_dim));
+        SPATTN_ASSIGN_OR_RETURN(
+            assets_, engine_->UploadLayerAssets(*options.maybe_assets, problem_->head_dim));
         assets_source_ = options.maybe_assets;
       }
       assets = assets_.get();
@@ -140,8 +140,8 @@ class CudaBackend : public AttentionBackend {
     if (IsFullDenseIndex(*problem_, index)) {
       // What the worker serves for dense over every head: no index, the dense kernel.
       SPATTN_RETURN_IF_ERROR(engine_->RunDense(dp_, &t));
-    } else if (gpu_built_ && index.heads == std::vector<int32_t>(last_heads_in_.begin(),
-                                                          last_heads_in_.end())) {
+    } else if (gpu_built_ &&
+               index.heads == std::vector<int32_t>(last_heads_in_.begin(), last_heads_in_.end())) {
       SPATTN_RETURN_IF_ERROR(engine_->RunBuiltIndex(dp_, last_config_, last_heads_in_,
                                                     last_block_m_, &t, last_assets_));
     } else {
@@ -158,8 +158,9 @@ class CudaBackend : public AttentionBackend {
     SPATTN_RETURN_IF_ERROR(o_->CopyToHost(o.data(), o.size()));
     for (int64_t tok = 0; tok < p.total_q(); ++tok) {
       for (int h : last_heads_) {
-        std::memcpy(static_cast<uint8_t*>(p.o) + (tok * p.o_token_stride + h * p.o_head_stride) * es,
-                    o.data() + (tok * p.num_q_heads + h) * d * es, static_cast<size_t>(d) * es);
+        std::memcpy(
+            static_cast<uint8_t*>(p.o) + (tok * p.o_token_stride + h * p.o_head_stride) * es,
+            o.data() + (tok * p.num_q_heads + h) * d * es, static_cast<size_t>(d) * es);
       }
     }
     if (p.maybe_lse != nullptr) {
@@ -233,13 +234,12 @@ absl::StatusOr<std::unique_ptr<AttentionBackend>> MakeBackend(const std::string&
     // Workspace: sequence offsets, the index (GPU-built or uploaded: Saap's is ~0.6 GB at 128K
     // x 32 heads), the builders' scratch and the kernel's work list. 8 GiB when the device has
     // 32 GiB or more, else 1 GiB.
-    const int64_t workspace = devices[0].memory_bytes >= (uint64_t{32} << 30)
-                                  ? int64_t{8} << 30
-                                  : int64_t{1} << 30;
+    const int64_t workspace =
+        devices[0].memory_bytes >= (uint64_t{32} << 30) ? int64_t{8} << 30 : int64_t{1} << 30;
     SPATTN_ASSIGN_OR_RETURN(std::unique_ptr<CudaAttentionEngine> engine,
                             CudaAttentionEngine::Create(0, workspace));
-    return std::unique_ptr<AttentionBackend>(new CudaBackend(
-        std::move(engine), absl::StrCat("cuda:0 (", devices[0].name, ")")));
+    return std::unique_ptr<AttentionBackend>(
+        new CudaBackend(std::move(engine), absl::StrCat("cuda:0 (", devices[0].name, ")")));
   }
   return absl::InvalidArgumentError(
       absl::StrCat("device: unknown '", device, "' (expected cpu or cuda)"));

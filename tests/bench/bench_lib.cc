@@ -284,8 +284,7 @@ absl::Status SetMethodParam(const std::string& dotted, const std::string& value,
     if (p.int_field) {
       int v;
       if (!absl::SimpleAtoi(value, &v)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(dotted, ": not an integer: '", value, "'"));
+        return absl::InvalidArgumentError(absl::StrCat(dotted, ": not an integer: '", value, "'"));
       }
       *p.int_field(config) = v;
     } else if (p.bool_field) {
@@ -304,8 +303,8 @@ absl::Status SetMethodParam(const std::string& dotted, const std::string& value,
     return absl::OkStatus();
   }
   return absl::InvalidArgumentError(
-      absl::StrCat(dotted, ": unknown parameter of ", MethodName(*method), " (known: ",
-                   known.empty() ? "none" : absl::StrJoin(known, ", "), ")"));
+      absl::StrCat(dotted, ": unknown parameter of ", MethodName(*method),
+                   " (known: ", known.empty() ? "none" : absl::StrJoin(known, ", "), ")"));
 }
 
 absl::StatusOr<BenchFlags> ParseBenchFlags(const std::vector<std::string>& args) {
@@ -424,7 +423,8 @@ absl::StatusOr<BenchFlags> ParseBenchFlags(const std::vector<std::string>& args)
   for (const std::string& m : f.methods) {
     if (m == kSearchedMethod) continue;
     auto parsed = ParseMethod(m);
-    if (!parsed.ok()) return absl::InvalidArgumentError(absl::StrCat("--methods: ", parsed.status().message()));
+    if (!parsed.ok())
+      return absl::InvalidArgumentError(absl::StrCat("--methods: ", parsed.status().message()));
   }
   if (f.warmup < -1) return absl::InvalidArgumentError("--warmup must be >= 0 (-1: auto)");
   if (f.repeat < 0) return absl::InvalidArgumentError("--repeat must be > 0 (0: auto)");
@@ -440,8 +440,7 @@ absl::StatusOr<BenchFlags> ParseBenchFlags(const std::vector<std::string>& args)
     return absl::InvalidArgumentError("--search_target_recall must be in (0, 1]");
   }
   if (auto c = ParseCandidateMethods(f.search_candidates); !c.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--search_candidates: ", c.status().message()));
+    return absl::InvalidArgumentError(absl::StrCat("--search_candidates: ", c.status().message()));
   }
   if (f.batch <= 0) return absl::InvalidArgumentError("--batch must be > 0");
   if (f.seq_len <= 0) return absl::InvalidArgumentError("--seq_len must be > 0");
@@ -476,8 +475,7 @@ std::vector<ConfigGroup> GroupHeadsByConfig(const std::vector<int>& heads,
   return groups;
 }
 
-absl::StatusOr<GroupRun> RunConfigGroups(AttentionBackend* backend,
-                                         const AttentionProblem& problem,
+absl::StatusOr<GroupRun> RunConfigGroups(AttentionBackend* backend, const AttentionProblem& problem,
                                          const std::vector<ConfigGroup>& groups,
                                          const BuildOptions& options, bool validate, bool fetch) {
   GroupRun run;
@@ -485,13 +483,14 @@ absl::StatusOr<GroupRun> RunConfigGroups(AttentionBackend* backend,
   for (size_t i = 0; i < groups.size(); ++i) {
     SparseIndex& index = run.indexes[i];
     // Build and run group by group: the CUDA backend runs a GPU-built index right after its build.
-    SPATTN_ASSIGN_OR_RETURN(const double build_ms,
-                            backend->BuildIndex(groups[i].config, groups[i].heads, options, &index));
+    SPATTN_ASSIGN_OR_RETURN(
+        const double build_ms,
+        backend->BuildIndex(groups[i].config, groups[i].heads, options, &index));
     if (validate) {
       absl::Status v = ValidateSparseIndex(problem, index);
       if (!v.ok()) {
-        return absl::InternalError(absl::StrCat("invalid index: ", groups[i].config.DebugString(),
-                                                ": ", v.message()));
+        return absl::InternalError(
+            absl::StrCat("invalid index: ", groups[i].config.DebugString(), ": ", v.message()));
       }
     }
     SPATTN_ASSIGN_OR_RETURN(const double kernel_ms, backend->RunKernel(index));
@@ -639,13 +638,13 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
     err << "spattn-bench: " << exact.status().message() << "\n";
     return 1;
   }
-  const double exact_ms = std::chrono::duration<double, std::milli>(
-                              std::chrono::steady_clock::now() - exact_start)
-                              .count();
-  err << "spattn-bench: workload " << workload_name << ", batch " << problem.batch()
-      << ", seq_len " << problem.k_len(0) << ", q_len " << problem.q_len(0) << ", heads "
-      << problem.num_q_heads << "/" << problem.num_kv_heads << ", d " << problem.head_dim
-      << ", " << DTypeName(problem.dtype) << ", " << CpuThreads() << " threads; setup "
+  const double exact_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - exact_start)
+          .count();
+  err << "spattn-bench: workload " << workload_name << ", batch " << problem.batch() << ", seq_len "
+      << problem.k_len(0) << ", q_len " << problem.q_len(0) << ", heads " << problem.num_q_heads
+      << "/" << problem.num_kv_heads << ", d " << problem.head_dim << ", "
+      << DTypeName(problem.dtype) << ", " << CpuThreads() << " threads; setup "
       << static_cast<int64_t>(setup_ms) << " ms, exact sample of " << (*exact)->rows().size()
       << " rows " << static_cast<int64_t>(exact_ms) << " ms\n";
 
@@ -675,9 +674,9 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
     co.max_queries = 4096;
     co.seed = f.seed + 1;
     absl::Status cs = CalibrateSaap(prefix, co, assets, nullptr);
-    const double calib_ms = std::chrono::duration<double, std::milli>(
-                                std::chrono::steady_clock::now() - calib_start)
-                                .count();
+    const double calib_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - calib_start)
+            .count();
     if (!cs.ok()) {
       err << "spattn-bench: saap calibration" << what << " failed: " << cs.message() << "\n";
       return false;
@@ -740,16 +739,15 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
       so.maybe_assets = search_bo.maybe_assets;
       SPATTN_ASSIGN_OR_RETURN(PatternSearchResult result,
                               SearchHeadPatterns({&calib.problem()}, candidates, so));
-      const double search_ms = std::chrono::duration<double, std::milli>(
-                                   std::chrono::steady_clock::now() - search_start)
-                                   .count();
+      const double search_ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - search_start)
+              .count();
       err << "spattn-bench: searched " << candidates.size() << " candidates on a " << search_len
           << "-token prompt (seed " << co.seed << ", model seed " << f.seed << ") in "
           << static_cast<int64_t>(search_ms) << " ms (search "
           << static_cast<int64_t>(result.total_seconds * 1e3) << " ms)";
       if (search_len != problem.k_len(0)) {
-        err << "; configs found at " << search_len << " tokens are applied at "
-            << problem.k_len(0);
+        err << "; configs found at " << search_len << " tokens are applied at " << problem.k_len(0);
       }
       err << "\n";
       config_of_head.assign(problem.num_q_heads, MethodConfig());
@@ -759,8 +757,8 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
         std::snprintf(buf, sizeof(buf), "recall %.4f density %.3f", h.chosen.recall,
                       h.chosen.density);
         err << "spattn-bench: searched head " << h.head << " ("
-            << HeadKindName(workload->heads[h.head].kind) << "): "
-            << ConfigLabel(h.chosen.config) << ", calibration " << buf << "\n";
+            << HeadKindName(workload->heads[h.head].kind) << "): " << ConfigLabel(h.chosen.config)
+            << ", calibration " << buf << "\n";
       }
       return absl::OkStatus();
     }();
@@ -801,10 +799,12 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
       j.Num("density", r.density).Num("density_min", r.density_min);
       j.Num("density_max", r.density_max);
       j.Num("recall", r.recall).Num("recall_min", r.recall_min);
-      j.Num("rel_l2_error", r.rel_l2).Int("recall_rows", static_cast<int64_t>((*exact)->rows().size()));
+      j.Num("rel_l2_error", r.rel_l2)
+          .Int("recall_rows", static_cast<int64_t>((*exact)->rows().size()));
       j.Int("pairs", r.pairs);
-      j.Num("tflops", r.kernel_ms > 0 ? 4.0 * r.pairs * problem.head_dim / (r.kernel_ms * 1e-3) / 1e12
-                                      : std::nan(""));
+      j.Num("tflops", r.kernel_ms > 0
+                          ? 4.0 * r.pairs * problem.head_dim / (r.kernel_ms * 1e-3) / 1e12
+                          : std::nan(""));
     }
     out << j.Done() << "\n";
     out.flush();
@@ -915,13 +915,13 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
            "kernel ms | total ms |\n|---|---|---|---|---|---|---|---|\n";
     for (const Result& r : table_rows) {
       if (!r.error.empty()) {
-        out << "| " << r.method << " | " << r.group << " | error: " << r.error
-            << " | | | | | |\n";
+        out << "| " << r.method << " | " << r.group << " | error: " << r.error << " | | | | | |\n";
         continue;
       }
-      std::snprintf(buf, sizeof(buf), "| %s | %s | %.3f | %.3f / %.3f | %.2e | %.1f | %.1f | %.1f |\n",
-                    r.method.c_str(), r.group.c_str(), r.density, r.recall, r.recall_min,
-                    r.rel_l2, r.build_ms, r.kernel_ms, r.build_ms + r.kernel_ms);
+      std::snprintf(buf, sizeof(buf),
+                    "| %s | %s | %.3f | %.3f / %.3f | %.2e | %.1f | %.1f | %.1f |\n",
+                    r.method.c_str(), r.group.c_str(), r.density, r.recall, r.recall_min, r.rel_l2,
+                    r.build_ms, r.kernel_ms, r.build_ms + r.kernel_ms);
       out << buf;
     }
   }

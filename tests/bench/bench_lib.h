@@ -20,50 +20,50 @@
 namespace spattn {
 
 struct BenchFlags {
-  std::string workload = "llm_mix";  // Default: llm_mix (or a head kind).
+  std::string workload = "llm_mix";    // Default: llm_mix (or a head kind).
   std::string q_file, k_file, v_file;  // Default: none (synthetic workload).
-  std::string layout = "auto";       // Default: auto.
-  int seq_len = 4096;                // Default: 4096 keys per sequence.
-  int q_len = 0;                     // Default: 0 = seq_len (less: chunked prefill).
-  int batch = 1;                     // Default: 1 sequence.
-  int heads = 8;                     // Default: 8 q heads.
-  int kv_heads = 2;                  // Default: 2 kv heads.
-  int head_dim = 128;                // Default: 128.
-  std::string dtype = "bf16";        // Default: bf16.
-  bool causal = true;                // Default: true.
-  double rope_theta = 500000;        // Default: 500000.
-  double concentration = 1.0;        // Default: 1.
-  uint64_t seed = 0;                 // Default: 0.
+  std::string layout = "auto";         // Default: auto.
+  int seq_len = 4096;                  // Default: 4096 keys per sequence.
+  int q_len = 0;                       // Default: 0 = seq_len (less: chunked prefill).
+  int batch = 1;                       // Default: 1 sequence.
+  int heads = 8;                       // Default: 8 q heads.
+  int kv_heads = 2;                    // Default: 2 kv heads.
+  int head_dim = 128;                  // Default: 128.
+  std::string dtype = "bf16";          // Default: bf16.
+  bool causal = true;                  // Default: true.
+  double rope_theta = 500000;          // Default: 500000.
+  double concentration = 1.0;          // Default: 1.
+  uint64_t seed = 0;                   // Default: 0.
   // Method names, or "searched": each head runs the config the pattern search chose for it on
   // a calibration prompt (only when named: "all" leaves it out). Default: all.
   std::vector<std::string> methods;
   // "method.name" -> value, in the order given.
   std::vector<std::pair<std::string, std::string>> params;
-  std::string device = "cpu";        // Default: cpu.
+  std::string device = "cpu";  // Default: cpu.
   // Default: -1 / 0 = auto: 1 warm-up and 3 timed runs, or 0 and 1 when one dense pass over
   // the problem exceeds 5e10 flop (about 16K tokens x 8 heads x d 128 and up, on a CPU).
   int warmup = -1;
   int repeat = 0;
-  int recall_rows = 256;             // Default: 256 sampled query rows (0: all rows).
-  int threads = 0;                   // Default: 0 = all cores.
-  std::string group_by = "auto";     // Default: auto (kind for synthetic, all for files).
-  int block_m = 64;                  // Default: 64.
+  int recall_rows = 256;          // Default: 256 sampled query rows (0: all rows).
+  int threads = 0;                // Default: 0 = all cores.
+  std::string group_by = "auto";  // Default: auto (kind for synthetic, all for files).
+  int block_m = 64;               // Default: 64.
   // Saap: calibrate the layer assets (kernels/calibration: k-means with saap.num_centroids,
   // classifier) on the first calibrate_len queries of sequence 0 before running. Without it
   // saap has no assets and reports an error line.
-  bool calibrate = false;            // Default: false.
-  int calibrate_len = 4096;          // Default: 4096.
-  int calibrate_steps = 100;         // Default: 100 classifier training steps.
-  int calibrate_hidden = 1024;       // Default: 1024 (the paper's classifier width).
+  bool calibrate = false;       // Default: false.
+  int calibrate_len = 4096;     // Default: 4096.
+  int calibrate_steps = 100;    // Default: 100 classifier training steps.
+  int calibrate_hidden = 1024;  // Default: 1024 (the paper's classifier width).
   // "searched": SearchHeadPatterns on a calibration prompt of the same model (seed + 1000,
   // model seed = seed) of search_len tokens; its configs are then applied at the full length.
-  int search_len = 0;                    // Default: 0 = min(seq_len, 16384).
-  double search_target_recall = 0.95;    // Default: 0.95.
+  int search_len = 0;                  // Default: 0 = min(seq_len, 16384).
+  double search_target_recall = 0.95;  // Default: 0.95.
   // "all" (the search's default candidates, plus saap's when --calibrate gave assets) or a
   // comma-separated method list (kernels/calibration ParseCandidateMethods).
   std::string search_candidates = "all";  // Default: all.
-  bool table = false;                // Default: false (JSON lines).
-  std::string dump;                  // Default: none.
+  bool table = false;                     // Default: false (JSON lines).
+  std::string dump;                       // Default: none.
   bool help = false;
 };
 
@@ -106,8 +106,7 @@ struct GroupRun {
 // checks each index against the format's invariants first (INTERNAL "invalid index: ...");
 // `fetch` makes each group's output visible in the host problem's O. Errors of the backend pass
 // through. Not thread-safe (drives `backend`).
-absl::StatusOr<GroupRun> RunConfigGroups(AttentionBackend* backend,
-                                         const AttentionProblem& problem,
+absl::StatusOr<GroupRun> RunConfigGroups(AttentionBackend* backend, const AttentionProblem& problem,
                                          const std::vector<ConfigGroup>& groups,
                                          const BuildOptions& options, bool validate, bool fetch);
 

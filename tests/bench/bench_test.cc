@@ -1,5 +1,3 @@
-#include "tests/bench/bench_lib.h"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,6 +16,7 @@
 #include "kernels/fidelity.h"
 #include "kernels/workload/workload.h"
 #include "tests/bench/backend.h"
+#include "tests/bench/bench_lib.h"
 
 namespace spattn {
 namespace {
@@ -91,10 +90,15 @@ std::string TmpPath(const std::string& name) {
 }
 
 TEST(BenchTest, SmallRunOfDenseAndAShapeGivesValidLines) {
-  const std::vector<std::string> args = {
-      "--seq_len=512", "--methods=dense,a_shape", "--a_shape.sink_tokens=16",
-      "--param",       "a_shape.local_tokens=64", "--threads=2",
-      "--recall_rows=64", "--warmup=0", "--repeat=2"};
+  const std::vector<std::string> args = {"--seq_len=512",
+                                         "--methods=dense,a_shape",
+                                         "--a_shape.sink_tokens=16",
+                                         "--param",
+                                         "a_shape.local_tokens=64",
+                                         "--threads=2",
+                                         "--recall_rows=64",
+                                         "--warmup=0",
+                                         "--repeat=2"};
   const BenchRun r = RunWith(args);
   ASSERT_EQ(r.code, 0) << r.err;
   // llm_mix with 8 heads: 6 kind groups + "all", for each method.
@@ -149,8 +153,8 @@ TEST(BenchTest, SmallRunOfDenseAndAShapeGivesValidLines) {
 
 TEST(BenchTest, FailingMethodGetsAnErrorLineAndTheRunGoesOn) {
   const BenchRun r = RunWith({"--seq_len=256", "--heads=2", "--kv_heads=1", "--group_by=all",
-                         "--methods=block_sparse,dense", "--block_sparse.top_k=0",
-                         "--recall_rows=16", "--threads=2"});
+                              "--methods=block_sparse,dense", "--block_sparse.top_k=0",
+                              "--recall_rows=16", "--threads=2"});
   ASSERT_EQ(r.code, 0) << r.err;
   ASSERT_EQ(r.lines.size(), 2u) << r.out;
   EXPECT_EQ(r.lines[0].at("method"), "block_sparse");
@@ -164,9 +168,9 @@ TEST(BenchTest, FailingMethodGetsAnErrorLineAndTheRunGoesOn) {
 
 TEST(BenchTest, EveryMethodGetsALineAtSmallSize) {
   // Whatever is implemented runs; the rest says why not. Never a crash or a missing line.
-  const BenchRun r = RunWith({"--seq_len=300", "--heads=2", "--kv_heads=1", "--head_dim=64",
-                         "--group_by=all", "--recall_rows=16", "--threads=2", "--warmup=0",
-                         "--repeat=1"});
+  const BenchRun r =
+      RunWith({"--seq_len=300", "--heads=2", "--kv_heads=1", "--head_dim=64", "--group_by=all",
+               "--recall_rows=16", "--threads=2", "--warmup=0", "--repeat=1"});
   ASSERT_EQ(r.code, 0) << r.err;
   ASSERT_EQ(r.lines.size(), 8u) << r.out;
   for (const auto& l : r.lines) {
@@ -180,18 +184,27 @@ TEST(BenchTest, EveryMethodGetsALineAtSmallSize) {
 
 // Saap has no assets unless --calibrate makes them from a prefix of the workload.
 TEST(BenchTest, CalibrateGivesSaapItsAssets) {
-  const std::vector<std::string> base = {
-      "--seq_len=1024", "--heads=2",          "--kv_heads=1",           "--head_dim=64",
-      "--group_by=all", "--methods=saap",     "--saap.num_centroids=16", "--saap.top_l=2",
-      "--saap.local_tokens=64", "--recall_rows=16", "--threads=2", "--warmup=0", "--repeat=1"};
+  const std::vector<std::string> base = {"--seq_len=1024",
+                                         "--heads=2",
+                                         "--kv_heads=1",
+                                         "--head_dim=64",
+                                         "--group_by=all",
+                                         "--methods=saap",
+                                         "--saap.num_centroids=16",
+                                         "--saap.top_l=2",
+                                         "--saap.local_tokens=64",
+                                         "--recall_rows=16",
+                                         "--threads=2",
+                                         "--warmup=0",
+                                         "--repeat=1"};
   const BenchRun without = RunWith(base);
   ASSERT_EQ(without.code, 0) << without.err;
   ASSERT_EQ(without.lines.size(), 1u) << without.out;
   ASSERT_EQ(without.lines[0].count("error"), 1u) << without.out;
   EXPECT_TRUE(absl::StrContains(without.lines[0].at("error"), "no layer assets"));
   std::vector<std::string> with = base;
-  for (const char* a : {"--calibrate", "--calibrate_len=512", "--calibrate_steps=5",
-                        "--calibrate_hidden=32"}) {
+  for (const char* a :
+       {"--calibrate", "--calibrate_len=512", "--calibrate_steps=5", "--calibrate_hidden=32"}) {
     with.push_back(a);
   }
   const BenchRun r = RunWith(with);
@@ -204,9 +217,9 @@ TEST(BenchTest, CalibrateGivesSaapItsAssets) {
 }
 
 TEST(BenchTest, ChunkedPrefillAndBatch) {
-  const BenchRun r = RunWith({"--seq_len=400", "--q_len=100", "--batch=2", "--heads=4",
-                         "--kv_heads=1", "--methods=dense", "--group_by=all",
-                         "--recall_rows=32", "--threads=2"});
+  const BenchRun r =
+      RunWith({"--seq_len=400", "--q_len=100", "--batch=2", "--heads=4", "--kv_heads=1",
+               "--methods=dense", "--group_by=all", "--recall_rows=32", "--threads=2"});
   ASSERT_EQ(r.code, 0) << r.err;
   ASSERT_EQ(r.lines.size(), 1u);
   EXPECT_EQ(r.lines[0].at("q_len"), "100");
@@ -220,14 +233,12 @@ TEST(BenchTest, TensorFilesGiveTheSameNumbersAsTheWorkloadTheyCameFrom) {
   const std::string path = TmpPath("bench_qkv.safetensors");
   const std::vector<std::string> common = {"--methods=dense,a_shape", "--a_shape.local_tokens=32",
                                            "--a_shape.sink_tokens=4", "--group_by=all",
-                                           "--recall_rows=32", "--threads=2"};
-  std::vector<std::string> a = {"--seq_len=256", "--heads=4", "--kv_heads=2",
-                                "--dump=" + path};
+                                           "--recall_rows=32",        "--threads=2"};
+  std::vector<std::string> a = {"--seq_len=256", "--heads=4", "--kv_heads=2", "--dump=" + path};
   a.insert(a.end(), common.begin(), common.end());
   const BenchRun synth = RunWith(a);
   ASSERT_EQ(synth.code, 0) << synth.err;
-  std::vector<std::string> b = {"--q=" + path + ":q", "--k=" + path + ":k",
-                                "--v=" + path + ":v"};
+  std::vector<std::string> b = {"--q=" + path + ":q", "--k=" + path + ":k", "--v=" + path + ":v"};
   b.insert(b.end(), common.begin(), common.end());
   const BenchRun files = RunWith(b);
   ASSERT_EQ(files.code, 0) << files.err;
@@ -249,16 +260,16 @@ TEST(BenchTest, TensorFilesGiveTheSameNumbersAsTheWorkloadTheyCameFrom) {
   EXPECT_TRUE(absl::StrContains(searched.lines[0].at("error"), "synthetic workload"))
       << searched.out;
   // Missing files fail to start.
-  const BenchRun missing = RunWith({"--q=" + TmpPath("nope.npy"), "--k=" + TmpPath("nope.npy"),
-                               "--v=" + TmpPath("nope.npy")});
+  const BenchRun missing = RunWith(
+      {"--q=" + TmpPath("nope.npy"), "--k=" + TmpPath("nope.npy"), "--v=" + TmpPath("nope.npy")});
   EXPECT_EQ(missing.code, 1);
   EXPECT_TRUE(absl::StrContains(missing.err, "nope.npy")) << missing.err;
 }
 
 TEST(BenchTest, TableModePrintsMarkdown) {
   const BenchRun r = RunWith({"--seq_len=256", "--heads=2", "--kv_heads=1", "--group_by=all",
-                         "--methods=dense,a_shape", "--a_shape.local_tokens=32", "--table",
-                         "--recall_rows=16", "--threads=2"});
+                              "--methods=dense,a_shape", "--a_shape.local_tokens=32", "--table",
+                              "--recall_rows=16", "--threads=2"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_TRUE(absl::StrContains(r.out, "| method | group | density | recall (mean / min) |"))
       << r.out;
@@ -298,8 +309,7 @@ TEST(BenchTest, BadFlagsAreRefusedWithTheirName) {
   for (const Bad& b : bad) {
     const BenchRun r = RunWith(b.args);
     EXPECT_EQ(r.code, b.code) << absl::StrJoin(b.args, " ") << ": " << r.err;
-    EXPECT_TRUE(absl::StrContains(r.err, b.needle)) << absl::StrJoin(b.args, " ") << ": "
-                                                    << r.err;
+    EXPECT_TRUE(absl::StrContains(r.err, b.needle)) << absl::StrJoin(b.args, " ") << ": " << r.err;
     EXPECT_TRUE(r.lines.empty());
   }
 }
@@ -307,12 +317,37 @@ TEST(BenchTest, BadFlagsAreRefusedWithTheirName) {
 TEST(BenchTest, HelpExplainsEveryFlag) {
   const BenchRun r = RunWith({"--help"});
   EXPECT_EQ(r.code, 0);
-  for (const char* flag :
-       {"--workload", "--seq_len", "--q_len", "--batch", "--heads", "--kv_heads", "--head_dim",
-        "--dtype", "--causal", "--rope_theta", "--concentration", "--seed", "--dump", "--q=",
-        "--layout", "--methods", "--METHOD.PARAM", "--param", "--block_m", "--device",
-        "--warmup", "--repeat", "--recall_rows", "--threads", "--group_by", "--table",
-        "--help", "searched", "--search_len", "--search_target_recall", "--search_candidates"}) {
+  for (const char* flag : {"--workload",
+                           "--seq_len",
+                           "--q_len",
+                           "--batch",
+                           "--heads",
+                           "--kv_heads",
+                           "--head_dim",
+                           "--dtype",
+                           "--causal",
+                           "--rope_theta",
+                           "--concentration",
+                           "--seed",
+                           "--dump",
+                           "--q=",
+                           "--layout",
+                           "--methods",
+                           "--METHOD.PARAM",
+                           "--param",
+                           "--block_m",
+                           "--device",
+                           "--warmup",
+                           "--repeat",
+                           "--recall_rows",
+                           "--threads",
+                           "--group_by",
+                           "--table",
+                           "--help",
+                           "searched",
+                           "--search_len",
+                           "--search_target_recall",
+                           "--search_candidates"}) {
     EXPECT_TRUE(absl::StrContains(r.out, flag)) << flag;
   }
 }
@@ -349,8 +384,9 @@ int ChoiceCount(const std::string& choices) {
 
 TEST(BenchTest, SearchedRunsEveryHeadWithTheConfigTheSearchChose) {
   const std::vector<std::string> base = {
-      "--seq_len=1024", "--heads=8", "--kv_heads=2", "--methods=dense,searched",
-      "--search_len=1024", "--recall_rows=64", "--threads=2", "--warmup=0", "--repeat=1"};
+      "--seq_len=1024",    "--heads=8",        "--kv_heads=2", "--methods=dense,searched",
+      "--search_len=1024", "--recall_rows=64", "--threads=2",  "--warmup=0",
+      "--repeat=1"};
   for (const char* group_by : {"--group_by=all", "--group_by=kind"}) {
     std::vector<std::string> args = base;
     args.push_back(group_by);
@@ -359,8 +395,7 @@ TEST(BenchTest, SearchedRunsEveryHeadWithTheConfigTheSearchChose) {
     // all: dense + searched; kind: 6 kinds + all, for each.
     const size_t per_method = std::string(group_by) == "--group_by=all" ? 1 : 7;
     ASSERT_EQ(r.lines.size(), 2 * per_method) << r.out;
-    EXPECT_TRUE(absl::StrContains(r.err, "searched 22 candidates on a 1024-token prompt"))
-        << r.err;
+    EXPECT_TRUE(absl::StrContains(r.err, "searched 22 candidates on a 1024-token prompt")) << r.err;
     for (int h = 0; h < 8; ++h) {
       EXPECT_TRUE(absl::StrContains(r.err, absl::StrCat("searched head ", h, " ("))) << r.err;
     }

@@ -58,7 +58,8 @@ void FillInputs(const Layout& l, uint64_t seed, uint8_t* base) {
   const int64_t n = l.in_bytes() / DTypeSize(l.dtype);
   constexpr int64_t kChunk = 1 << 20;
   ParallelFor((n + kChunk - 1) / kChunk, [&](int64_t c) {
-    uint64_t x = seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(c) * 0xBF58476D1CE4E5B9ull + 1;
+    uint64_t x =
+        seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(c) * 0xBF58476D1CE4E5B9ull + 1;
     const int64_t end = std::min(n, (c + 1) * kChunk);
     for (int64_t i = c * kChunk; i < end; ++i) {
       x ^= x << 13;
@@ -233,9 +234,7 @@ struct Shapes {
   std::vector<int64_t> q, kv;
 };
 
-Shapes ShapesOf(const Layout& l) {
-  return {{l.seq_len, l.hq, l.d}, {l.seq_len, l.hk, l.d}};
-}
+Shapes ShapesOf(const Layout& l) { return {{l.seq_len, l.hq, l.d}, {l.seq_len, l.hk, l.d}}; }
 
 struct Timed {
   std::vector<double> call_ms, kernel_ms, worker_ms, transfer_ms, index_ms;
@@ -264,7 +263,8 @@ absl::StatusOr<Timed> TimeCalls(AttentionClient& client, const v1::AttentionRequ
     // upload): the total minus the stages.
     t.unaccounted_ms.push_back((st.total_seconds() - st.resolve_seconds() - st.config_seconds() -
                                 st.index_build_seconds() - st.kernel_seconds() -
-                                st.output_seconds()) * 1e3);
+                                st.output_seconds()) *
+                               1e3);
     if (keep_output && t.first_output.empty()) t.first_output = resp->output().inline_data().data();
   }
   return t;
@@ -347,7 +347,8 @@ absl::StatusOr<ServerBenchFlags> ParseServerBenchFlags(const std::vector<std::st
       f.ipc_producer = true;
       continue;
     }
-    if (a.rfind("--", 0) != 0) return absl::InvalidArgumentError(absl::StrCat("unexpected '", a, "'"));
+    if (a.rfind("--", 0) != 0)
+      return absl::InvalidArgumentError(absl::StrCat("unexpected '", a, "'"));
     std::string name = a.substr(2), value;
     const size_t eq = name.find('=');
     if (eq != std::string::npos) {
@@ -496,8 +497,8 @@ int RunServerBench(const std::vector<std::string>& args, std::ostream& out, std:
         shm_skip = std::string(r.status().message());
       }
     } else if (want_shm) {
-      shm_skip = absl::StrCat("/dev/shm has ", shm_free, " bytes free, the problem needs ",
-                              l.total());
+      shm_skip =
+          absl::StrCat("/dev/shm has ", shm_free, " bytes free, the problem needs ", l.total());
     }
     uint8_t* base = shm ? shm->data() : nullptr;
     if (base == nullptr) {
@@ -528,7 +529,8 @@ int RunServerBench(const std::vector<std::string>& args, std::ostream& out, std:
     const bool want_ipc = std::count(transports.begin(), transports.end(), "cuda_ipc") > 0;
     if (want_ipc && !gpu) ipc_skip = "no GPU";
     if (want_ipc && gpu) {
-      std::vector<std::string> pargs = {"--ipc_producer", absl::StrCat("--seq_lens=", seq_len),
+      std::vector<std::string> pargs = {"--ipc_producer",
+                                        absl::StrCat("--seq_lens=", seq_len),
                                         absl::StrCat("--heads=", f.heads),
                                         absl::StrCat("--kv_heads=", f.kv_heads),
                                         absl::StrCat("--head_dim=", f.head_dim),
@@ -550,17 +552,19 @@ int RunServerBench(const std::vector<std::string>& args, std::ostream& out, std:
       method.method = *ParseMethod(method_name);
       std::string inline_output;
       EngineTimes direct;
-      if (engine != nullptr && (method.method == Method::kDense || method.method == Method::kAShape)) {
+      if (engine != nullptr &&
+          (method.method == Method::kDense || method.method == Method::kAShape)) {
         direct = TimeEngine(*engine, l, base, method, 5);
       }
       for (const std::string& transport : transports) {
         std::string line = absl::StrCat(
             "{\"bench\":\"server\",\"device\":\"", device, "\",\"transport\":\"", transport,
             "\",\"handle_kind\":\"",
-            transport == "inline" ? "inline" : transport == "shm" ? "system" : "cuda",
+            transport == "inline" ? "inline"
+            : transport == "shm"  ? "system"
+                                  : "cuda",
             "\",\"seq_len\":", seq_len, ",\"heads\":", l.hq, ",\"kv_heads\":", l.hk,
-            ",\"head_dim\":", l.d, ",\"dtype\":\"", f.dtype, "\",\"method\":\"", method_name,
-            "\"");
+            ",\"head_dim\":", l.d, ",\"dtype\":\"", f.dtype, "\",\"method\":\"", method_name, "\"");
         v1::AttentionRequest req = BaseRequest(l, method);
         std::string skip;
         if (transport == "inline") {
@@ -590,8 +594,8 @@ int RunServerBench(const std::vector<std::string>& args, std::ostream& out, std:
         auto timed = TimeCalls(**client, req, f.warmup, f.repeat, transport == "inline");
         if (!timed.ok()) {
           out << line << ",\"error\":\""
-              << absl::StrReplaceAll(std::string(timed.status().message()), {{"\"", "'"}})
-              << "\"}" << std::endl;
+              << absl::StrReplaceAll(std::string(timed.status().message()), {{"\"", "'"}}) << "\"}"
+              << std::endl;
           continue;
         }
         const Timed& t = *timed;
@@ -605,8 +609,7 @@ int RunServerBench(const std::vector<std::string>& args, std::ostream& out, std:
         absl::StrAppend(&line, ",\"calls\":", t.call_ms.size(),
                         ",\"call_p50_ms\":", Num(Percentile(t.call_ms, 0.5)),
                         ",\"call_p99_ms\":", Num(Percentile(t.call_ms, 0.99)),
-                        ",\"kernel_p50_ms\":", Num(kernel),
-                        ",\"overhead_p50_ms\":", Num(over),
+                        ",\"kernel_p50_ms\":", Num(kernel), ",\"overhead_p50_ms\":", Num(over),
                         ",\"overhead_p99_ms\":", Num(Percentile(overhead, 0.99)),
                         ",\"overhead_pct_of_kernel\":", Num(kernel > 0 ? 100 * over / kernel : -1),
                         ",\"worker_overhead_p50_ms\":", Num(Percentile(worker_overhead, 0.5)),
@@ -615,8 +618,8 @@ int RunServerBench(const std::vector<std::string>& args, std::ostream& out, std:
                         ",\"resolve_p50_ms\":", Num(Percentile(t.resolve_ms, 0.5)),
                         ",\"output_p50_ms\":", Num(Percentile(t.output_ms, 0.5)),
                         ",\"kernel_stage_extra_p50_ms\":", Num(Percentile(t.unaccounted_ms, 0.5)),
-                        ",\"grpc_floor_p50_ms\":", Num(grpc_floor),
-                        ",\"bytes_in\":", l.in_bytes(), ",\"bytes_out\":", l.q_bytes());
+                        ",\"grpc_floor_p50_ms\":", Num(grpc_floor), ",\"bytes_in\":", l.in_bytes(),
+                        ",\"bytes_out\":", l.q_bytes());
         if (direct.wall_ms >= 0) {
           absl::StrAppend(&line, ",\"engine_wall_p50_ms\":", Num(direct.wall_ms),
                           ",\"engine_kernel_p50_ms\":", Num(direct.kernel_ms),
@@ -627,9 +630,9 @@ int RunServerBench(const std::vector<std::string>& args, std::ostream& out, std:
         if (transport == "shm") {
           absl::StrAppend(&line, ",\"region_pinned\":", shm_pinned ? "true" : "false");
           if (!inline_output.empty()) {
-            const bool same = inline_output.size() == static_cast<size_t>(l.q_bytes()) &&
-                              std::memcmp(inline_output.data(), base + l.o_off(),
-                                          inline_output.size()) == 0;
+            const bool same =
+                inline_output.size() == static_cast<size_t>(l.q_bytes()) &&
+                std::memcmp(inline_output.data(), base + l.o_off(), inline_output.size()) == 0;
             absl::StrAppend(&line, ",\"output_matches_inline\":", same ? "true" : "false");
           }
           if (copies.h2d_pageable >= 0) {

@@ -27,12 +27,12 @@ struct ServerBenchFlags {
   std::vector<std::string> methods = {"dense", "a_shape"};  // Default: dense, a_shape.
   // inline, shm, cuda_ipc. Default: all that the machine supports (cuda_ipc needs a GPU).
   std::vector<std::string> transports;
-  int warmup = 2;                 // Default: 2 calls not timed.
-  int repeat = 10;                // Default: 10 timed calls.
-  std::string devices = "auto";   // Default: auto (the worker's --devices).
+  int warmup = 2;                // Default: 2 calls not timed.
+  int repeat = 10;               // Default: 10 timed calls.
+  std::string devices = "auto";  // Default: auto (the worker's --devices).
   // Inline requests larger than this (in + out) are skipped. Default: 512 MiB.
   int64_t max_inline_total = int64_t{512} << 20;
-  uint64_t seed = 1;              // Default: 1.
+  uint64_t seed = 1;  // Default: 1.
   // Internal: run as the CUDA IPC producer of one problem (seq_len = seq_lens[0]).
   // Default: false.
   bool ipc_producer = false;

@@ -1,8 +1,6 @@
 // spattn-server-bench on a small problem through the CPU worker (what CI can run): every line
 // parses, carries the timings, and the shared-memory output equals the inline one. GPU lines
 // (CUDA IPC, copy times) are covered by the GPU-machine runs recorded in README.md.
-#include "tests/bench/server_bench_lib.h"
-
 #include <gtest/gtest.h>
 
 #include <sstream>
@@ -10,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_split.h"
+#include "tests/bench/server_bench_lib.h"
 
 namespace spattn {
 namespace {
@@ -27,10 +26,10 @@ TEST(ServerBenchTest, FlagsAreChecked) {
 
 TEST(ServerBenchTest, InlineAndSharedMemoryOnTheCpuWorker) {
   std::ostringstream out, err;
-  const int rc = RunServerBench({"--devices=cpu", "--seq_lens=192", "--heads=2", "--kv_heads=1",
-                                 "--head_dim=64", "--methods=dense,a_shape", "--warmup=1",
-                                 "--repeat=3"},
-                                out, err);
+  const int rc =
+      RunServerBench({"--devices=cpu", "--seq_lens=192", "--heads=2", "--kv_heads=1",
+                      "--head_dim=64", "--methods=dense,a_shape", "--warmup=1", "--repeat=3"},
+                     out, err);
   ASSERT_EQ(rc, 0) << err.str();
   std::vector<std::string> lines = absl::StrSplit(out.str(), '\n', absl::SkipEmpty());
   ASSERT_EQ(lines.size(), 4u) << out.str();
@@ -40,9 +39,9 @@ TEST(ServerBenchTest, InlineAndSharedMemoryOnTheCpuWorker) {
     EXPECT_EQ(line.find("\"error\""), std::string::npos) << line;
     EXPECT_EQ(line.find("\"skipped\""), std::string::npos) << line;
     EXPECT_NE(line.find("\"device\":\"cpu\""), std::string::npos) << line;
-    for (const char* field : {"\"call_p50_ms\":", "\"call_p99_ms\":", "\"kernel_p50_ms\":",
-                              "\"overhead_p50_ms\":", "\"overhead_pct_of_kernel\":",
-                              "\"calls\":3"}) {
+    for (const char* field :
+         {"\"call_p50_ms\":", "\"call_p99_ms\":", "\"kernel_p50_ms\":", "\"overhead_p50_ms\":",
+          "\"overhead_pct_of_kernel\":", "\"calls\":3"}) {
       EXPECT_NE(line.find(field), std::string::npos) << field << " in " << line;
     }
   }

@@ -80,7 +80,8 @@ std::vector<double> ExactProbs(const AttentionProblem& p, int q_head, int seq, i
   const int kl = p.k_len(seq), d = p.head_dim, kv = p.kv_head_of(q_head);
   std::vector<double> keys(static_cast<size_t>(kl) * d), q(d);
   for (int j = 0; j < kl; ++j) {
-    for (int c = 0; c < d; ++c) keys[static_cast<size_t>(j) * d + c] = KAt(p, p.cu_seqlens_k[seq] + j, kv, c);
+    for (int c = 0; c < d; ++c)
+      keys[static_cast<size_t>(j) * d + c] = KAt(p, p.cu_seqlens_k[seq] + j, kv, c);
   }
   std::vector<double> out(static_cast<size_t>(row_end - row_begin) * kl, 0.0);
   for (int i = row_begin; i < row_end; ++i) {
@@ -101,7 +102,8 @@ std::vector<double> ExactProbs(const AttentionProblem& p, int q_head, int seq, i
   return out;
 }
 
-double MaskRecall(const AttentionProblem& p, int q_head, int seq, const std::vector<uint8_t>& mask) {
+double MaskRecall(const AttentionProblem& p, int q_head, int seq,
+                  const std::vector<uint8_t>& mask) {
   const int ql = p.q_len(seq), kl = p.k_len(seq);
   const std::vector<double> probs = ExactProbs(p, q_head, seq, 0, ql);
   double total = 0;
