@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs Python unittest files with /usr/bin/python3 (Debian's python3-grpcio, -protobuf, -numpy)
 # after generating the spattn stubs from proto/ into a temporary copy of the package.
-#   client/python/tests/run_python_tests.sh [--worker=BIN] [--index=BIN] TEST.py...   (from the repo root or
+#   client/python/tests/run_python_tests.sh [--worker=BIN] [--index=BIN] [--ctl=BIN] TEST.py...   (from the repo root or
 #   as a Bazel sh_test; JUnit XML goes to $XML_OUTPUT_FILE when set)
 set -euo pipefail
 if [ -n "${TEST_SRCDIR:-}" ]; then
@@ -16,6 +16,7 @@ for a in "$@"; do
   case "$a" in
     --worker=*) export SPATTN_WORKER_BIN="$(cd "$(dirname "${a#--worker=}")" && pwd)/$(basename "${a#--worker=}")" ;;
     --index=*) export SPATTN_INDEX_BIN="$(cd "$(dirname "${a#--index=}")" && pwd)/$(basename "${a#--index=}")" ;;
+    --ctl=*) export SPATTN_CTL_BIN="$(cd "$(dirname "${a#--ctl=}")" && pwd)/$(basename "${a#--ctl=}")" ;;
     *) tests+=("$root/$a") ;;
   esac
 done
