@@ -14,6 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "client/flags.h"
 #include "kernels/method_config.h"
 #include "server/log.h"
 #include "server/worker_server.h"
@@ -119,24 +120,28 @@ bool ParseSeconds(const std::map<std::string, std::string>& values, const char* 
 int Main(int argc, char** argv) {
   std::map<std::string, std::string> values, from_args;
   std::string error;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      Usage();
-      return 0;
+  std::vector<std::string> words(argv + 1, argv + argc);
+  for (std::string& w : words) {
+    if (w == "-h") w = "--help";
+  }
+  CommandLine::Options options;
+  options.positional = false;
+  absl::StatusOr<CommandLine> line = CommandLine::Parse(words, options);
+  if (line.ok() && line->Bool("help").value_or(true)) {
+    Usage();
+    return 0;
+  }
+  absl::Status parsed = line.status();
+  if (line.ok()) {
+    for (const Flag& f : kFlags) {
+      if (line->Has(f.name)) from_args[f.name] = line->Get(f.name);
     }
-    if (arg.rfind("--", 0) != 0 || arg.find('=') == std::string::npos) {
-      std::cerr << "spattn-worker: expected --name=value, got '" << arg << "'\n";
-      Usage();
-      return 2;
-    }
-    const std::string name = arg.substr(2, arg.find('=') - 2);
-    if (!Known(name)) {
-      std::cerr << "spattn-worker: unknown flag --" << name << "\n";
-      Usage();
-      return 2;
-    }
-    from_args[name] = arg.substr(arg.find('=') + 1);
+    parsed = line->CheckAllUsed();
+  }
+  if (!parsed.ok()) {
+    std::cerr << "spattn-worker: " << parsed.message() << "\n";
+    Usage();
+    return 2;
   }
   if (from_args.count("config") != 0 && !ReadConfigFile(from_args["config"], &values, &error)) {
     std::cerr << "spattn-worker: " << error << "\n";
