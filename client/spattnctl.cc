@@ -348,7 +348,8 @@ int Attention(AttentionClient& client, CommandLine& f) {
   }
 
   std::unique_ptr<SharedMemoryRegion> shm;
-  const std::string region = absl::StrCat("spattnctl-", getpid(), "-", absl::Hex(rd()));
+  // Keys start with the worker's default --shm_prefix "/spattn-".
+  const std::string region = absl::StrCat("spattn-ctl-", getpid(), "-", absl::Hex(rd()));
   if (transport == "shm") {
     auto created = SharedMemoryRegion::Create(absl::StrCat("/", region), qb * 2 + kb * 2);
     if (!created.ok()) return Fail(created.status());

@@ -432,6 +432,8 @@ int RunServerBench(const std::vector<std::string>& args, std::ostream& out, std:
   wo.max_inline_bytes = int64_t{1} << 30;
   // The staging pool holds one request's host tensors (Q, K, V, O) plus alignment.
   wo.gpu_staging_bytes = largest + (int64_t{64} << 20);
+  // The bench registers its shared memory over loopback TCP (in-process worker).
+  wo.allow_tcp_shm = true;
   auto worker = WorkerServer::Start(wo);
   if (!worker.ok()) {
     err << "spattn-server-bench: worker: " << worker.status() << "\n";
@@ -474,7 +476,7 @@ int RunServerBench(const std::vector<std::string>& args, std::ostream& out, std:
     std::unique_ptr<uint8_t[]> plain;
     std::string shm_skip;
     if (want_shm && shm_free >= l.total() + (int64_t{16} << 20)) {
-      const std::string key = absl::StrCat("/spattn_srvbench_", getpid(), "_", seq_len);
+      const std::string key = absl::StrCat("/spattn-srvbench_", getpid(), "_", seq_len);
       auto r = SharedMemoryRegion::Create(key, static_cast<size_t>(l.total()));
       if (r.ok()) {
         shm = std::move(*r);
