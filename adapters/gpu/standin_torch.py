@@ -37,7 +37,9 @@ def export(t):
     except Exception as e:  # no protobuf (or an incompatible one) here: the same by hand
         share = t.untyped_storage()._share_cuda_()
         off = int(share[3]) + t.storage_offset() * t.element_size()
-        return {"handle": bytes(share[1]).hex(), "offset": off,
+        h = bytes(share[1])
+        h = h[2:66] if len(h) >= 66 and h[1:2] == b"c" else h
+        return {"handle": h.hex(), "offset": off,
                 "byte_size": t.numel() * t.element_size(), "shape": list(t.shape),
                 "dtype": "bf16", "device_id": int(share[0]),
                 "device_uuid": f"GPU-{torch.cuda.get_device_properties(0).uuid}",

@@ -16,7 +16,7 @@ import grpc
 import numpy as np
 
 import spattn
-from spattn import reference
+from spattn import cuda_ipc, reference
 from spattn.shm import SharedMemoryRegion
 
 _worker = None
@@ -300,6 +300,15 @@ class CodecTest(unittest.TestCase):
         np.testing.assert_allclose(y, x, rtol=2 ** -8)
         # 1 + 2^-8 is halfway between two bf16 values: ties go to the even one (1.0).
         self.assertEqual(spattn.from_bf16(spattn.to_bf16(np.float32(1 + 2 ** -8)))[()], 1.0)
+
+    def test_torch_ipc_handle_formats(self):
+        raw = bytes(range(64))
+        self.assertEqual(cuda_ipc.raw_ipc_handle(raw), raw)
+        self.assertEqual(cuda_ipc.raw_ipc_handle(b"\x01c" + raw), raw)  # torch >= 2.2
+        with self.assertRaises(ValueError):
+            cuda_ipc.raw_ipc_handle(b"\x01e" + raw)  # expandable segment
+        with self.assertRaises(ValueError):
+            cuda_ipc.raw_ipc_handle(b"short")
 
     def test_method_config(self):
         cfg = spattn.method_config({"method": "flex_prefill", "gamma": 0.95, "tau": 0.1})
