@@ -11,7 +11,8 @@ OUT=${OUT:-/tmp/h6-out}
 mkdir -p "$W" "$OUT"
 tar -xJf "$D/bundle.tar.xz" -C "$W"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
-LD_LIBRARY_PATH="$W/lib" "$W/bin/spattn-worker" --listen=127.0.0.1:0 --metrics= \
+# Shared memory and CUDA IPC are accepted only through the Unix socket.
+LD_LIBRARY_PATH="$W/lib" "$W/bin/spattn-worker" --listen="127.0.0.1:0,unix:$W/w.sock" --metrics= \
   --devices="${DEVICES:-cuda:0,cpu}" --gpu_staging_bytes=2147483648 >"$W/w.out" 2>"$OUT/worker.log" &
 wpid=$!
 for _ in $(seq 1 300); do grep -q "listening on" "$W/w.out" 2>/dev/null && break; sleep 0.1; done
@@ -32,13 +33,13 @@ else
   torch_ipc=0
 fi
 "${PYC[@]}" -c "import sys, grpc; print('client python', sys.version.split()[0], 'grpcio', grpc.__version__)"
-SPATTN_WORKER_ADDRESS="$addr" SPATTN_TEST_TORCH_CUDA=$torch_ipc "${PYC[@]}" \
+SPATTN_WORKER_ADDRESS="unix:$W/w.sock" SPATTN_WORKER_TCP_ADDRESS="$addr" SPATTN_TEST_TORCH_CUDA=$torch_ipc "${PYC[@]}" \
   "$D/pypkg/junit_runner.py" --xml="$OUT/client_tests.xml" "$D/pypkg/test_client.py" \
   >"$OUT/client_tests.log" 2>&1
 echo "client tests rc=$?"; grep -E "^(Ran|OK|FAILED)|\.\.\. (FAIL|ERROR)" "$OUT/client_tests.log"
 rc=0
 if [ "${STANDIN:-1}" = 1 ]; then
-  python3 "$D/pypkg/standin_torch.py" --address="$addr" \
+  python3 "$D/pypkg/standin_torch.py" --address="unix:$W/w.sock" \
     --client="${PYC[*]} $PWD/$D/pypkg/standin_client.py" --out="$OUT" 2>&1 | tee "$OUT/standin.log"
   rc=${PIPESTATUS[0]}
 fi

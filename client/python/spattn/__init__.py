@@ -18,7 +18,8 @@ from spattn.dtypes import BF16, FP16, FP32, from_bf16, to_bf16
 try:
     from spattn.errors import (AbortedError, DataLossError, DeadlineExceededError,
                                FailedPreconditionError, InvalidArgumentError, NotFoundError,
-                               ResourceExhaustedError, SpattnError, UnavailableError)
+                               PermissionDeniedError, ResourceExhaustedError, SpattnError,
+                               UnauthenticatedError, UnavailableError)
 except ImportError:  # errors.py maps grpc.StatusCode
     pass
 from spattn.methods import METHODS, method_config
@@ -30,7 +31,8 @@ from spattn.tensors import CudaIpcTensor, InlineTensor, RegionTensor
 __all__ = [
     "AbortedError", "AttentionResult", "BF16", "Client", "CudaIpcTensor", "DataLossError",
     "DeadlineExceededError", "FP16", "FP32", "FailedPreconditionError", "InlineTensor",
-    "InvalidArgumentError", "LayerStream", "METHODS", "NotFoundError", "RegionTensor",
+    "InvalidArgumentError", "LayerStream", "METHODS", "NotFoundError", "PermissionDeniedError",
+    "RegionTensor", "UnauthenticatedError",
     "ResourceExhaustedError", "SharedMemoryRegion", "SpattnError", "UnavailableError",
     "attach_shared_memory_region", "create_shared_memory_region",
     "destroy_shared_memory_region", "from_bf16", "get_contents_as_numpy", "method_config",

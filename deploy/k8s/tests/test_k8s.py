@@ -120,8 +120,22 @@ class K8sTestBase(unittest.TestCase):
                   o["metadata"]["name"].startswith("spattn-worker-config-"))
         return conf_keys(cm["data"]["worker.conf"])
 
+    @staticmethod
+    def listens(conf):
+        """(tcp host, tcp port, unix path or None) of the worker's --listen list."""
+        tcp, unix = None, None
+        for a in conf["listen"].split(","):
+            a = a.strip()
+            if a.startswith("unix:"):
+                unix = a[len("unix:"):]
+            else:
+                tcp = a.rsplit(":", 1)
+        return tcp[0], int(tcp[1]), unix
+
     def check_worker_container(self, c, conf):
-        grpc_port = int(conf["listen"].rsplit(":", 1)[1])
+        host, grpc_port, _ = self.listens(conf)
+        # The kubelet's probes connect to the pod IP, not loopback.
+        self.assertNotIn(host, ("127.0.0.1", "localhost"))
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
             self.assertEqual(c[probe]["grpc"]["port"], grpc_port, probe)
         self.assertEqual(c["readinessProbe"]["grpc"]["service"], "spattn.v1.AttentionService")
@@ -214,12 +228,26 @@ class SidecarTest(K8sTestBase):
         w = container(d, "spattn-worker")
         self.assertEqual(w["restartPolicy"], "Always")  # native sidecar
         conf = self.worker_conf()
-        self.assertTrue(conf["listen"].startswith("127.0.0.1:"))
         self.check_worker_container(w, conf)
         llm = container(d, "llm")
         self.assertIn("/dev/shm", [m["mountPath"] for m in llm["volumeMounts"]])
+        # The LLM server reaches the worker through its Unix socket (shared memory and CUDA IPC
+        # are accepted only there), in a directory both containers mount.
+        _, _, sock = self.listens(conf)
+        self.assertIsNotNone(sock)
         env = {e["name"]: e["value"] for e in llm["env"]}
-        self.assertEqual(env["SPATTN_ADDRESS"], conf["listen"])
+        self.assertEqual(env["SPATTN_ADDRESS"], "unix:" + sock)
+        sock_dir = os.path.dirname(sock)
+        vols = {m["mountPath"]: m["name"] for m in w["volumeMounts"]}
+        self.assertIn(sock_dir, vols)
+        self.assertIn((vols[sock_dir], sock_dir),
+                      [(m["name"], m["mountPath"]) for m in llm["volumeMounts"]])
+        self.assertIn("emptyDir", next(v for v in spec["volumes"] if v["name"] == vols[sock_dir]))
+        # One uid for both containers (segments are 0600, the worker checks the peer's uid).
+        self.assertIn("runAsUser", spec["securityContext"])
+        for c in (w, llm):
+            self.assertNotIn("runAsUser", c.get("securityContext", {}))
+        self.assertTrue(conf["shm_prefix"].startswith("/"))
         dshm = next(v for v in spec["volumes"] if v["name"] == "dshm")
         self.assertEqual(dshm["emptyDir"]["medium"], "Memory")
         self.check_namespaced("llm")
