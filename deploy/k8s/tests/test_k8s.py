@@ -4,6 +4,7 @@ ServiceMonitors, the index StatefulSet's volumes and backup CronJob, the sidecar
 that every flag in the manifests/config files is a flag of the real binaries
 ($SPATTN_WORKER_BIN, $SPATTN_INDEX_BIN). Skipped where kubectl is missing.
 """
+import json
 import os
 import re
 import shutil
@@ -18,17 +19,19 @@ KUBECTL = shutil.which("kubectl") or ("/usr/bin/kubectl" if os.path.exists("/usr
                                       else None)
 
 
+KUBECTL_DEBIAN = next((p for p in ["/opt/spattn-tools/bin/kubectl-debian"] if os.path.exists(p)),
+                      None)
 _copy = None
 
 
-def render(path):
+def render(path, kubectl=None):
     # kustomize refuses files that are symlinks leading out of its root (Bazel runfiles): render
     # a real copy.
     global _copy
     if _copy is None:
         _copy = os.path.join(tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR")), "k8s")
         shutil.copytree(HERE, _copy, ignore=shutil.ignore_patterns("tests", "BUILD"))
-    p = subprocess.run([KUBECTL, "kustomize", os.path.join(_copy, path)], capture_output=True,
+    p = subprocess.run([kubectl or KUBECTL, "kustomize", os.path.join(_copy, path)], capture_output=True,
                        text=True, timeout=120,
                        env=dict(os.environ, HOME=os.environ.get("TEST_TMPDIR", "/tmp")))
     if p.returncode:
@@ -257,6 +260,20 @@ class SidecarTest(K8sTestBase):
         self.check_services_select_pods()
         self.check_servicemonitors()
         self.check_config_volumes_exist()
+
+
+@unittest.skipIf(KUBECTL is None or KUBECTL_DEBIAN is None,
+                 "Debian's kubectl (kustomize v2) not extracted (deploy/tools.sh)")
+class KustomizeV2Test(unittest.TestCase):
+    def test_same_objects_with_debian_kubectl(self):
+        # Debian's kubernetes-client (kubectl 1.20) embeds kustomize v2: the manifests stay within
+        # what it reads (bases:, patchesJson6902), and it renders the same objects (only the
+        # ConfigMap name hash differs between kustomize versions).
+        norm = lambda objs: re.sub(r"spattn-worker-config-[a-z0-9]{10}", "spattn-worker-config-H",
+                                   json.dumps(sorted(objs, key=lambda o: (o["kind"], o["metadata"]["name"])),
+                                              sort_keys=True))
+        for overlay in (".", "overlays/sidecar"):
+            self.assertEqual(norm(render(overlay, KUBECTL_DEBIAN)), norm(render(overlay)), overlay)
 
 
 if __name__ == "__main__":
