@@ -26,67 +26,6 @@
 namespace spattn {
 namespace {
 
-// ---- Method parameters: one table of (method, name, field).
-struct ParamRef {
-  Method method;
-  const char* name;
-  std::function<int*(MethodConfig*)> int_field;
-  std::function<float*(MethodConfig*)> float_field;
-  std::function<bool*(MethodConfig*)> bool_field;
-};
-
-std::vector<ParamRef> ParamTable() {
-  auto i = [](Method m, const char* n, std::function<int*(MethodConfig*)> f) {
-    return ParamRef{m, n, std::move(f), nullptr, nullptr};
-  };
-  auto f = [](Method m, const char* n, std::function<float*(MethodConfig*)> g) {
-    return ParamRef{m, n, nullptr, std::move(g), nullptr};
-  };
-  auto b = [](Method m, const char* n, std::function<bool*(MethodConfig*)> g) {
-    return ParamRef{m, n, nullptr, nullptr, std::move(g)};
-  };
-  using M = Method;
-  return {
-      i(M::kAShape, "sink_tokens", [](MethodConfig* c) { return &c->a_shape.sink_tokens; }),
-      i(M::kAShape, "local_tokens", [](MethodConfig* c) { return &c->a_shape.local_tokens; }),
-      i(M::kVerticalSlash, "last_q", [](MethodConfig* c) { return &c->vertical_slash.last_q; }),
-      i(M::kVerticalSlash, "vertical_size",
-        [](MethodConfig* c) { return &c->vertical_slash.vertical_size; }),
-      i(M::kVerticalSlash, "slash_size",
-        [](MethodConfig* c) { return &c->vertical_slash.slash_size; }),
-      i(M::kVerticalSlash, "forced_columns",
-        [](MethodConfig* c) { return &c->vertical_slash.forced_columns; }),
-      i(M::kVerticalSlash, "forced_diagonals",
-        [](MethodConfig* c) { return &c->vertical_slash.forced_diagonals; }),
-      i(M::kBlockSparse, "block_size", [](MethodConfig* c) { return &c->block_sparse.block_size; }),
-      i(M::kBlockSparse, "top_k", [](MethodConfig* c) { return &c->block_sparse.top_k; }),
-      f(M::kFlexPrefill, "gamma", [](MethodConfig* c) { return &c->flex_prefill.gamma; }),
-      f(M::kFlexPrefill, "tau", [](MethodConfig* c) { return &c->flex_prefill.tau; }),
-      i(M::kFlexPrefill, "min_budget", [](MethodConfig* c) { return &c->flex_prefill.min_budget; }),
-      i(M::kFlexPrefill, "max_budget", [](MethodConfig* c) { return &c->flex_prefill.max_budget; }),
-      i(M::kFlexPrefill, "block_size", [](MethodConfig* c) { return &c->flex_prefill.block_size; }),
-      b(M::kFlexPrefill, "flatten", [](MethodConfig* c) { return &c->flex_prefill.flatten; }),
-      f(M::kSampleAttention, "alpha_c",
-        [](MethodConfig* c) { return &c->sample_attention.alpha_c; }),
-      f(M::kSampleAttention, "alpha_s",
-        [](MethodConfig* c) { return &c->sample_attention.alpha_s; }),
-      i(M::kSampleAttention, "chunk_n",
-        [](MethodConfig* c) { return &c->sample_attention.chunk_n; }),
-      i(M::kSampleAttention, "block_size",
-        [](MethodConfig* c) { return &c->sample_attention.block_size; }),
-      i(M::kSampleAttention, "local_tokens",
-        [](MethodConfig* c) { return &c->sample_attention.local_tokens; }),
-      f(M::kAnchor, "theta", [](MethodConfig* c) { return &c->anchor.theta; }),
-      i(M::kAnchor, "step", [](MethodConfig* c) { return &c->anchor.step; }),
-      i(M::kAnchor, "block_size", [](MethodConfig* c) { return &c->anchor.block_size; }),
-      i(M::kAnchor, "init_tokens", [](MethodConfig* c) { return &c->anchor.init_tokens; }),
-      i(M::kSaap, "num_centroids", [](MethodConfig* c) { return &c->saap.num_centroids; }),
-      i(M::kSaap, "top_l", [](MethodConfig* c) { return &c->saap.top_l; }),
-      i(M::kSaap, "sink_tokens", [](MethodConfig* c) { return &c->saap.sink_tokens; }),
-      i(M::kSaap, "local_tokens", [](MethodConfig* c) { return &c->saap.local_tokens; }),
-  };
-}
-
 // ---- Small JSON writer for the output lines.
 class JsonLine {
  public:
@@ -169,6 +108,19 @@ struct Result {
 
 }  // namespace
 
+// The method parameters for --help, one line per method, from the parameter table.
+static std::string ParamList() {
+  std::string out;
+  for (Method m : kAllMethods) {
+    std::vector<std::string> names;
+    for (const MethodParam* p : ParamsOf(m)) names.push_back(p->name);
+    if (names.empty()) continue;
+    absl::StrAppend(&out, "                         ", MethodName(m), ": ",
+                    absl::StrJoin(names, " "), "\n");
+  }
+  return out;
+}
+
 std::string BenchUsage() {
   return R"(spattn-bench: index build + sparse kernel time and fidelity of every sparse attention method.
 
@@ -214,13 +166,8 @@ Methods:
                          when --calibrate is given) or a method list, e.g. a_shape,vertical_slash
   --METHOD.PARAM=V       a method parameter, e.g. --vertical_slash.last_q=64
   --param METHOD.PARAM=V the same, repeatable
-                         a_shape: sink_tokens local_tokens; vertical_slash: last_q vertical_size
-                         slash_size forced_columns forced_diagonals; block_sparse: block_size top_k;
-                         flex_prefill: gamma tau min_budget max_budget block_size flatten;
-                         sample_attention: alpha_c alpha_s chunk_n block_size local_tokens;
-                         anchor: theta step block_size init_tokens;
-                         saap: num_centroids top_l sink_tokens local_tokens
-  --block_m=N            query rows per index block for dense, a_shape, vertical_slash, saap
+)" + ParamList() +
+         R"(  --block_m=N            query rows per index block for dense, a_shape, vertical_slash, saap
                          (default 64)
   --calibrate            saap: calibrate its assets (k-means, query classifier) on the first
                          --calibrate_len queries of sequence 0 (default 4096), training the
@@ -240,47 +187,6 @@ Run:
   --table                print a markdown table (method | group | density | recall | ...) instead
   --help                 this text
 )";
-}
-
-absl::Status SetMethodParam(const std::string& dotted, const std::string& value,
-                            MethodConfig* config) {
-  const size_t dot = dotted.find('.');
-  if (dot == std::string::npos) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("param '", dotted, "': expected METHOD.PARAM=VALUE"));
-  }
-  auto method = ParseMethod(dotted.substr(0, dot));
-  if (!method.ok()) return method.status();
-  const std::string name = dotted.substr(dot + 1);
-  std::vector<std::string> known;
-  for (const ParamRef& p : ParamTable()) {
-    if (p.method != *method) continue;
-    known.push_back(p.name);
-    if (name != p.name) continue;
-    if (p.int_field) {
-      int v;
-      if (!absl::SimpleAtoi(value, &v)) {
-        return absl::InvalidArgumentError(absl::StrCat(dotted, ": not an integer: '", value, "'"));
-      }
-      *p.int_field(config) = v;
-    } else if (p.bool_field) {
-      if (value != "true" && value != "false") {
-        return absl::InvalidArgumentError(
-            absl::StrCat(dotted, ": expected true or false, got '", value, "'"));
-      }
-      *p.bool_field(config) = value == "true";
-    } else {
-      float v;
-      if (!absl::SimpleAtof(value, &v)) {
-        return absl::InvalidArgumentError(absl::StrCat(dotted, ": not a number: '", value, "'"));
-      }
-      *p.float_field(config) = v;
-    }
-    return absl::OkStatus();
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat(dotted, ": unknown parameter of ", MethodName(*method),
-                   " (known: ", known.empty() ? "none" : absl::StrJoin(known, ", "), ")"));
 }
 
 absl::StatusOr<BenchFlags> ParseBenchFlags(const std::vector<std::string>& args) {
@@ -394,12 +300,12 @@ std::vector<ConfigGroup> GroupHeadsByConfig(const std::vector<int>& heads,
   std::vector<int> sorted = heads;
   std::sort(sorted.begin(), sorted.end());
   std::vector<ConfigGroup> groups;
-  std::map<std::string, size_t> group_of;  // DebugString names every parameter
   for (int h : sorted) {
     const MethodConfig& c = config_of_head[h];
-    auto [it, added] = group_of.emplace(c.DebugString(), groups.size());
-    if (added) groups.push_back({c, {}});
-    groups[it->second].heads.push_back(h);
+    size_t g = 0;
+    while (g < groups.size() && !SameGroupConfig(groups[g].config, c)) ++g;
+    if (g == groups.size()) groups.push_back({c, {}});
+    groups[g].heads.push_back(h);
   }
   return groups;
 }
