@@ -201,6 +201,8 @@ class WorkerTest : public ::testing::Test {
     // Recall guard estimates only: these tests compare outputs with the configs as published
     // (pipeline_test and recall_guard_test cover widening).
     o.recall_target = 0;
+    // Shared memory / CUDA IPC over loopback TCP (security_test covers the Unix-socket path).
+    o.allow_tcp_shm = true;
     auto w = WorkerServer::Start(o);
     ASSERT_TRUE(w.ok()) << w.status();
     worker_ = w->release();

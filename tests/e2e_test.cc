@@ -60,6 +60,8 @@ class EndToEndTest : public ::testing::Test {
     // The recall guard estimates only: outputs are compared with the configs as published on
     // random tensors (server/pipeline_test and recall_guard_test cover widening).
     w.recall_target = 0;
+    // Shared memory / CUDA IPC over loopback TCP (security_test covers the Unix-socket path).
+    w.allow_tcp_shm = true;
     auto worker = WorkerServer::Start(w);
     ASSERT_TRUE(worker.ok()) << worker.status();
     worker_ = std::move(*worker);
