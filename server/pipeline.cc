@@ -209,6 +209,7 @@ absl::Status AttentionPipeline::Run(ParsedRequest& req, AttentionBackend& backen
     }
   }
   build.maybe_assets = assets.get();
+  if (assets != nullptr) call->UseLayerAssets(assets);
   stage_done(Stage::kConfig, &result.seconds.config);
 
   // Index builders: one per head group.
@@ -246,18 +247,16 @@ absl::Status AttentionPipeline::Run(ParsedRequest& req, AttentionBackend& backen
   std::vector<std::pair<int, int>> where(p.num_q_heads);
   for (size_t g = 0; g < plan.groups.size(); ++g) {
     const SparseIndex& index = indexes[g];
-    // Static patterns give every head the same rows: count them once (long contexts have
-    // thousands of rows per head).
-    const Method m = plan.groups[g].config.method;
-    const bool same_rows = m == Method::kDense || m == Method::kAShape;
-    const int64_t first = same_rows && index.num_heads() > 0 ? ComputedPairs(p, index, 0) : 0;
+    // Counted where the index is (a device backend copies one number per head, not the index).
+    SPATTN_ASSIGN_OR_RETURN(const std::vector<int64_t> computed_per_slot,
+                            call->ComputedPairsPerSlot(p, plan.groups[g].config, index));
     for (int slot = 0; slot < index.num_heads(); ++slot) {
       const int h = index.heads[slot];
       where[h] = {static_cast<int>(g), slot};
       HeadResult& hr = result.heads[h];
       hr.head = h;
       hr.config = plan.groups[g].config;
-      const int64_t computed = same_rows ? first : ComputedPairs(p, index, slot);
+      const int64_t computed = computed_per_slot[slot];
       computed_total += computed;
       hr.density = allowed > 0 ? static_cast<double>(computed) / allowed : 0.0;
       if (metrics_) metrics_->HeadDone(hr.config.method, hr.density);
@@ -269,6 +268,7 @@ absl::Status AttentionPipeline::Run(ParsedRequest& req, AttentionBackend& backen
       return absl::Status(host.status().code(),
                           absl::StrCat("estimate_recall: ", host.status().message()));
     }
+    for (SparseIndex& index : indexes) SPATTN_RETURN_IF_ERROR(call->CompleteHostIndex(&index));
     // Exact over all allowed keys for a fixed sample of rows (parallel over the rows).
     for (int h = 0; h < p.num_q_heads; ++h) {
       SPATTN_RETURN_IF_ERROR(CheckControl(control, "recall"));

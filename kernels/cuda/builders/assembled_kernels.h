@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/attention/attention_launch.h"
+#include "kernels/cuda/common/scan.h"
 
 namespace spattn {
 namespace cuda {
@@ -44,11 +45,7 @@ struct AsmOut {
 
 // ---- Shared steps ------------------------------------------------------------------------------
 
-// data[0, n) -> exclusive prefix sums in place, data[n] = total (data has n + 1 entries). One CTA.
-cudaError_t LaunchExclusiveScan64(int64_t* data, int64_t n, cudaStream_t stream);
-cudaError_t LaunchExclusiveScan32(int32_t* data, int64_t n, cudaStream_t stream);
-// out[i] = (int32) in[i] for i in [0, n) (CSR offsets, checked < 2^31 by the caller).
-cudaError_t LaunchNarrow64(const int64_t* in, int64_t n, int32_t* out, cudaStream_t stream);
+// Scans and narrowing: common/scan.h.
 
 // ---- SampleAttention ---------------------------------------------------------------------------
 

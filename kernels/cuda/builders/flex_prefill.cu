@@ -12,8 +12,8 @@
 // sums are sequential per row, as on the CPU.
 #include <algorithm>
 
-#include "kernels/cuda/builders/merged_kernels.h"
 #include "kernels/cuda/builders/estimate.cuh"
+#include "kernels/cuda/builders/merged_kernels.h"
 
 namespace spattn {
 namespace cuda {

@@ -12,8 +12,8 @@
 #include <cub/block/block_reduce.cuh>
 #include <cub/device/device_scan.cuh>
 
-#include "kernels/cuda/builders/merged_kernels.h"
 #include "kernels/cuda/builders/estimate.cuh"
+#include "kernels/cuda/builders/merged_kernels.h"
 #include "kernels/cuda/common/line_merge.h"
 
 namespace spattn {
@@ -388,7 +388,7 @@ __global__ void __launch_bounds__(kMergeThreads) MergeRowsKernel(MergeParams p, 
       p.col_count[row] = sink.cols;
     } else {
       line_merge::FillSink sink{p.range_start + p.range_indptr[row],
-                              p.range_len + p.range_indptr[row], p.col_idx + p.col_indptr[row]};
+                                p.range_len + p.range_indptr[row], p.col_idx + p.col_indptr[row]};
       line_merge::MergeRow(g, extra, lines, 16, sink);
     }
   }
