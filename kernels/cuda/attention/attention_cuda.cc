@@ -204,6 +204,7 @@ class CudaAttentionEngine::Impl {
     a.num_q_heads = p.num_q_heads;
     a.group = p.group_size();
     a.total_q = p.total_q();
+    a.total_k = p.total_k();
     a.head_dim = p.head_dim;
     a.scale_log2 = p.softmax_scale * 1.4426950408889634f;
     a.causal = p.causal;
@@ -486,9 +487,9 @@ absl::StatusOr<std::unique_ptr<CudaAttentionEngine>> CudaAttentionEngine::Create
     return absl::InvalidArgumentError(
         absl::StrCat("workspace_bytes must be > 0, got ", workspace_bytes));
   }
-  if (options.kernel_variant < 0 || options.kernel_variant > 4) {
+  if (options.kernel_variant < 0 || options.kernel_variant > 5) {
     return absl::InvalidArgumentError(
-        absl::StrCat("kernel_variant must be in [0, 4], got ", options.kernel_variant));
+        absl::StrCat("kernel_variant must be in [0, 5], got ", options.kernel_variant));
   }
   SPATTN_CUDA_RETURN_IF_ERROR(cudaSetDevice(device), "cudaSetDevice");
   void* base = nullptr;

@@ -87,7 +87,7 @@ class CudaAttentionTest : public ::testing::Test {
       skip_reason_ = new std::string("no CUDA device: " + why);
       return;
     }
-    for (int variant : {1, 2, 3, 4}) {
+    for (int variant : {1, 2, 3, 4, 5}) {
       CudaEngineOptions options;
       options.kernel_variant = variant;
       auto e = CudaAttentionEngine::Create(0, kWorkspace, options);
@@ -128,16 +128,16 @@ class CudaAttentionTest : public ::testing::Test {
 
   static std::string* skip_reason_;
   // Kernel variants 1 (8 warps), 2 (4 warps of 32 rows), 3 (wgmma; = 2 off Hopper), 4 (3 with
-  // deeper pipelines).
-  static CudaAttentionEngine* engines_[4];
+  // deeper pipelines), 5 (dense: warp-specialized TMA kernel of attention/hopper; sparse: 4).
+  static CudaAttentionEngine* engines_[5];
 };
 
 std::string* CudaAttentionTest::skip_reason_ = nullptr;
-CudaAttentionEngine* CudaAttentionTest::engines_[4] = {nullptr, nullptr, nullptr, nullptr};
+CudaAttentionEngine* CudaAttentionTest::engines_[5] = {nullptr, nullptr, nullptr, nullptr, nullptr};
 
 TEST_F(CudaAttentionTest, DenseKernelMatchesReference) {
   uint64_t seed = 1;
-  for (int variant : {1, 2, 3, 4}) {
+  for (int variant : {1, 2, 3, 4, 5}) {
     for (const Case& c : SmallCases()) {
       auto hp = MakeProblem(c, seed++);
       CheckRun(engines_[variant - 1], *hp, nullptr, 1 << 20,
@@ -285,35 +285,69 @@ TEST_F(CudaAttentionTest, EmptyRowsAndUntouchedHeads) {
 // tile while the causal mask hides it from them, as in FlashAttention), never earlier tiles.
 TEST_F(CudaAttentionTest, NanInputsStayWhereTheyBelong) {
   Case c{{256}, {}, 1, 1, 64, DType::kBF16, true};
-  for (int which = 0; which < 3; ++which) {
-    auto hp = MakeProblem(c, 600 + which);
-    const int tok = 150;
-    std::vector<uint8_t>& buf = which == 0   ? hp->q_bytes()
-                                : which == 1 ? hp->k_bytes()
-                                             : hp->v_bytes();
-    reinterpret_cast<uint16_t*>(buf.data())[tok * 64 + 5] = 0x7fc0;  // bf16 NaN
-    auto dp = DeviceProblem::Create(0, *hp);
-    ASSERT_TRUE(dp.ok());
-    ASSERT_TRUE((*dp)->Poison().ok());
-    ASSERT_TRUE(engines_[0]->RunDense((*dp)->problem()).ok());
-    std::vector<float> o, lse;
-    ASSERT_TRUE((*dp)->Download(&o, &lse).ok());
-    for (int t = 0; t < 256; ++t) {
-      // A NaN in Q or K spoils whole rows; one in V only its own dimension (5).
-      const bool nan = std::isnan(o[t * 64 + (which == 2 ? 5 : 7)]);
-      const std::string where = absl::StrCat("which=", which, " token ", t);
-      if (which == 0) {
-        EXPECT_EQ(nan, t == tok) << where;
-      } else if (which == 1) {
-        EXPECT_EQ(nan, t >= tok) << where;
-      } else {
-        if (t >= tok) {
-          EXPECT_TRUE(nan) << where;
-        }
-        if (t < 128) {
-          EXPECT_FALSE(nan) << where;  // key tile [128, 192) never reaches them
+  for (int variant : {1, 5}) {
+    for (int which = 0; which < 3; ++which) {
+      auto hp = MakeProblem(c, 600 + which);
+      const int tok = 150;
+      std::vector<uint8_t>& buf = which == 0   ? hp->q_bytes()
+                                  : which == 1 ? hp->k_bytes()
+                                               : hp->v_bytes();
+      reinterpret_cast<uint16_t*>(buf.data())[tok * 64 + 5] = 0x7fc0;  // bf16 NaN
+      auto dp = DeviceProblem::Create(0, *hp);
+      ASSERT_TRUE(dp.ok());
+      ASSERT_TRUE((*dp)->Poison().ok());
+      ASSERT_TRUE(engines_[variant - 1]->RunDense((*dp)->problem()).ok());
+      std::vector<float> o, lse;
+      ASSERT_TRUE((*dp)->Download(&o, &lse).ok());
+      for (int t = 0; t < 256; ++t) {
+        // A NaN in Q or K spoils whole rows; one in V only its own dimension (5).
+        const bool nan = std::isnan(o[t * 64 + (which == 2 ? 5 : 7)]);
+        const std::string where = absl::StrCat("variant=", variant, " which=", which, " token ", t);
+        if (which == 0) {
+          EXPECT_EQ(nan, t == tok) << where;
+        } else if (which == 1) {
+          EXPECT_EQ(nan, t >= tok) << where;
+        } else {
+          if (t >= tok) {
+            EXPECT_TRUE(nan) << where;
+          }
+          if (t < 128) {
+            EXPECT_FALSE(nan) << where;  // key tile [128, 192) never reaches them
+          }
         }
       }
+    }
+  }
+}
+
+// Varlen batches: a NaN / Inf in one sequence's K or V never reaches another sequence, even
+// where a key tile runs past the end of its sequence into the next one (TMA tiles are not
+// clipped to the sequence).
+TEST_F(CudaAttentionTest, NanInNextSequenceStaysThere) {
+  for (bool causal : {true, false}) {
+    Case c{{70, 64, 100}, {70, 64, 100}, 2, 1, 128, DType::kBF16, causal};
+    for (int variant : {1, 4, 5}) {
+      auto hp = MakeProblem(c, 650);
+      for (std::vector<uint8_t>* buf : {&hp->k_bytes(), &hp->v_bytes()}) {
+        uint16_t* x = reinterpret_cast<uint16_t*>(buf->data());
+        for (int tok = 70; tok < 74; ++tok) {  // the first keys of sequence 1
+          for (int i = 0; i < 128; ++i) x[tok * 128 + i] = (i % 2 == 0) ? 0x7fc0 : 0x7f80;
+        }
+      }
+      auto dp = DeviceProblem::Create(0, *hp);
+      ASSERT_TRUE(dp.ok());
+      ASSERT_TRUE((*dp)->Poison().ok());
+      ASSERT_TRUE(engines_[variant - 1]->RunDense((*dp)->problem()).ok());
+      std::vector<float> o, lse;
+      ASSERT_TRUE((*dp)->Download(&o, &lse).ok());
+      const std::string config = absl::StrCat(Describe(c), " variant=", variant);
+      // Sequences 0 and 2 are clean and fully checked; sequence 1 holds the NaNs.
+      std::vector<cuda_test::SampledRow> rows;
+      for (int h = 0; h < 2; ++h) {
+        for (int t = 0; t < 70; ++t) rows.push_back({h, t});
+        for (int t = 134; t < 234; ++t) rows.push_back({h, t});
+      }
+      EXPECT_EQ(CheckRows(hp->problem(), nullptr, rows, o, lse), "") << config;
     }
   }
 }
@@ -402,6 +436,7 @@ TEST_F(CudaAttentionTest, LongContextsMatchSampledReference) {
     CheckRun(engines_[1], *hp, nullptr, 48, config + " dense");
     CheckRun(engines_[2], *hp, nullptr, 48, config + " dense wgmma");
     CheckRun(engines_[3], *hp, nullptr, 48, config + " dense wgmma deep");
+    CheckRun(engines_[4], *hp, nullptr, 48, config + " dense hopper (variant 5)");
     AShapeParams params;  // paper defaults: sink 128, local 3968
     SparseIndex ashape;
     ASSERT_TRUE(BuildAShapeIndex(hp->problem(), params, AllHeads(l.c.hq), l.block_m, &ashape).ok());

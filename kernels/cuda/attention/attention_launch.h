@@ -31,6 +31,7 @@ struct AttnParams {
   int num_q_heads = 0;
   int group = 1;  // num_q_heads / num_kv_heads
   int total_q = 0;
+  int total_k = 0;  // cu_seqlens_k[batch] (sizes the TMA descriptors of variant 5)
   int head_dim = 0;
   float scale_log2 = 0.f;  // softmax_scale * log2(e)
   bool causal = true;
@@ -44,6 +45,7 @@ enum class KernelVariant {
   kWarps4 = 2,     // block_m 128: 4 warps of 32 query rows (half the shared-memory reads per FLOP)
   kWgmma = 3,      // Hopper (sm_90) only: warpgroups of 64 rows with wgmma; elsewhere kWarps4
   kWgmmaDeep = 4,  // kWgmma with 3 (dense) / 4 (sparse, block_m 128) pipeline stages
+  kHopper = 5,     // dense: warp-specialized TMA + wgmma (attention/hopper/); sparse: as 4
 };
 
 // Dense attention (causal or full) over every head. `max_q_len` is the longest q_len of the

@@ -4,6 +4,7 @@
 #include <cub/block/block_scan.cuh>
 
 #include "kernels/cuda/attention/attention_launch.h"
+#include "kernels/cuda/attention/hopper/hopper_launch.h"
 
 namespace spattn {
 namespace cuda {
@@ -85,7 +86,8 @@ int GridFor(int64_t n, int threads) {
 // kAuto and kWgmma resolve to what the current device runs: wgmma needs compute capability 9.0
 // (the sm_90a image); other devices take the mma.sync shapes.
 KernelVariant Resolve(KernelVariant v) {
-  const bool wants_wgmma = v == KernelVariant::kWgmma || v == KernelVariant::kWgmmaDeep;
+  const bool wants_wgmma =
+      v == KernelVariant::kWgmma || v == KernelVariant::kWgmmaDeep || v == KernelVariant::kHopper;
   if (v != KernelVariant::kAuto && !wants_wgmma) return v;
   int device = 0, major = 0, minor = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
@@ -106,6 +108,10 @@ KernelVariant Resolve(KernelVariant v) {
 cudaError_t LaunchDenseAttention(const AttnParams& p, int max_q_len, KernelVariant variant,
                                  cudaStream_t stream) {
   variant = detail::Resolve(variant);
+  if (variant == KernelVariant::kHopper) {
+    if (hopper::DenseSupported(p)) return hopper::LaunchDense(p, max_q_len, stream);
+    variant = KernelVariant::kWgmmaDeep;  // strides/pointers TMA cannot describe
+  }
   switch (p.dtype) {
     case DType::kBF16:
       return detail::DenseBf16(p, max_q_len, variant, stream);
@@ -121,6 +127,7 @@ cudaError_t LaunchSparseAttention(const AttnParams& p, const SparseIndexView& in
                                   const SparseSchedule& schedule, KernelVariant variant,
                                   cudaStream_t stream) {
   variant = detail::Resolve(variant);
+  if (variant == KernelVariant::kHopper) variant = KernelVariant::kWgmmaDeep;  // no sparse one yet
   switch (p.dtype) {
     case DType::kBF16:
       return detail::SparseBf16(p, index, schedule, variant, stream);

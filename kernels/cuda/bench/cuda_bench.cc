@@ -196,7 +196,7 @@ int Run(int argc, char** argv) {
     }
     engines[o.kernel_variant] = std::move(*e);
   }
-  const char* kVariantName[] = {"auto", "w8", "w4", "wgmma", "wgmma_deep"};
+  const char* kVariantName[] = {"auto", "w8", "w4", "wgmma", "wgmma_deep", "hopper"};
 
   for (double sl : seq_lens) {
     const int n = static_cast<int>(sl);

@@ -1,7 +1,7 @@
 // GPU index builder of vertical_slash (MInference, seed 000) and the pieces flex_prefill reuses:
 // the last-rows estimate (softmax of a sequence's last rows over all its keys, on tensor cores,
 // reduced to column and diagonal sums), the top-k line selection, and the per-row merge of lines
-// into ranges + columns (row_merge_a.h). The twin of kernels/builders/vertical_slash.cc.
+// into ranges + columns (common/line_merge.h). The twin of kernels/builders/vertical_slash.cc.
 //
 // Exactness: the CPU computes each row's probabilities as expf(l - max) * (1 / sum) in fp32 and
 // sums columns and diagonals in double in row order; the kernels below do the same operations in

@@ -1,5 +1,5 @@
 // The one-row merge the GPU builders of vertical_slash and flex_prefill run per thread
-// (row_merge_a.h), checked on the CPU against what the CPU builders do for a row:
+// (common/line_merge.h), checked on the CPU against what the CPU builders do for a row:
 // AddVerticalSlash (+ flex's kept blocks) followed by RowKeys::Normalize. Runs everywhere.
 #include "kernels/cuda/common/line_merge.h"
 
