@@ -15,13 +15,17 @@
 #include "absl/time/time.h"
 #include "kernels/dtype.h"
 #include "kernels/method_config.h"
+#include "proto/grpc_security.h"
 #include "spattn/v1/attention_service.grpc.pb.h"
 
 namespace spattn {
 
 struct ClientOptions {
-  // host:port of the worker. Required.
+  // host:port of the worker, or unix:/path of its Unix socket (needed to register shared
+  // memory: the worker checks that the calling user owns the segment). Required.
   std::string address;
+  // TLS / mTLS and the bearer token sent on every call. Default: plaintext, no token.
+  ClientSecurityOptions security;
   // Largest message sent or received. Default: 256 MiB.
   int max_message_bytes = 256 << 20;
   // Deadline of each call (a stream's deadline covers the whole stream). Default: 60 s.

@@ -24,6 +24,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "client/flags.h"
 #include "index/tensor_client.h"
 #include "kernels/calibration/pattern_search.h"
 #include "kernels/calibration/saap_calibration.h"
@@ -78,72 +79,37 @@ Output (the per-head table is always printed):
       [--description=TEXT] [--timeout=60]
 )";
 
-// ---- Flags: --name=value, bare --name = "true"; every flag must be read (typos fail).
+// ---- Flags (client/flags.h); every flag must be read (typos fail).
 
 class Flags {
  public:
   static absl::StatusOr<Flags> Parse(int argc, char** argv) {
-    Flags f;
-    for (int i = 0; i < argc; ++i) {
-      const std::string a = argv[i];
-      if (!absl::StartsWith(a, "--") || a.size() == 2) {
-        if (a == "help") {
-          f.help_ = true;
-          continue;
-        }
-        return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", a, "'"));
+    CommandLine::Options options;
+    options.boolean = {"publish", "non_causal"};
+    SPATTN_ASSIGN_OR_RETURN(CommandLine line, CommandLine::Parse(argc, argv, options));
+    bool help = false;
+    for (const std::string& word : line.positional()) {
+      if (word != "help") {
+        return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", word, "'"));
       }
-      const size_t eq = a.find('=');
-      if (eq == std::string::npos) {
-        f.values_[a.substr(2)] = "true";
-      } else {
-        f.values_[a.substr(2, eq - 2)] = a.substr(eq + 1);
-      }
+      help = true;
     }
-    return f;
+    return Flags(std::move(line), help);
   }
 
-  bool help() const { return help_ || values_.count("help") > 0; }
-  bool Has(const std::string& name) const { return values_.count(name) > 0; }
-  std::string Get(const std::string& name, const std::string& def) {
-    used_.insert(name);
-    auto it = values_.find(name);
-    return it == values_.end() ? def : it->second;
-  }
-  bool GetBool(const std::string& name) {
-    const std::string v = Get(name, "false");
-    return v != "false" && v != "0";
-  }
+  bool help() const { return help_ || line_.Has("help"); }
+  bool Has(const std::string& name) const { return line_.Has(name); }
+  std::string Get(const std::string& name, const std::string& def) { return line_.Get(name, def); }
+  bool GetBool(const std::string& name) { return line_.Bool(name).value_or(true); }
   template <typename T>
   absl::StatusOr<T> GetNumber(const std::string& name, T def) {
-    used_.insert(name);
-    auto it = values_.find(name);
-    if (it == values_.end()) return def;
-    T v;
-    bool ok;
-    if constexpr (std::is_floating_point_v<T>) {
-      ok = absl::SimpleAtod(it->second, &v);
-    } else {
-      ok = absl::SimpleAtoi(it->second, &v);
-    }
-    if (!ok) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--", name, ": not a number: '", it->second, "'"));
-    }
-    return v;
+    return line_.Value<T>(name, def);
   }
-  absl::Status CheckAllUsed() const {
-    for (const auto& [name, value] : values_) {
-      if (used_.count(name) == 0) {
-        return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
-      }
-    }
-    return absl::OkStatus();
-  }
+  absl::Status CheckAllUsed() const { return line_.CheckAllUsed(); }
 
  private:
-  std::map<std::string, std::string> values_;
-  std::set<std::string> used_;
+  Flags(CommandLine line, bool help) : line_(std::move(line)), help_(help) {}
+  CommandLine line_;
   bool help_ = false;
 };
 

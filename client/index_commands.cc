@@ -24,8 +24,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "client/flags.h"
 #include "index/tensor_client.h"
 #include "kernels/io/tensor_io.h"
+#include "kernels/status_macros.h"
 #include "proto/grpc_status.h"
 
 namespace spattn {
@@ -66,88 +68,49 @@ Operations
   health
 )";
 
-// ---- Arguments: positional words and --flags (--name=value, --name value, or boolean).
+// ---- Arguments: positional words and --flags (client/flags.h), read through typed getters.
 
 class Args {
  public:
   static absl::StatusOr<Args> Parse(int argc, char** argv) {
-    static const std::set<std::string> kBoolean = {"force", "help"};
-    Args a;
-    for (int i = 0; i < argc; ++i) {
-      std::string w = argv[i];
-      if (absl::StartsWith(w, "--") && w.size() > 2) {
-        std::string name = w.substr(2), value = "true";
-        const size_t eq = name.find('=');
-        if (eq != std::string::npos) {
-          value = name.substr(eq + 1);
-          name = name.substr(0, eq);
-        } else if (kBoolean.count(name) == 0) {
-          if (i + 1 >= argc) {
-            return absl::InvalidArgumentError(absl::StrCat("--", name, " needs a value"));
-          }
-          value = argv[++i];
-        }
-        a.flags_[name] = value;
-      } else {
-        a.positional_.push_back(w);
-      }
-    }
-    return a;
+    CommandLine::Options options;
+    options.boolean = {"force"};
+    SPATTN_ASSIGN_OR_RETURN(CommandLine line, CommandLine::Parse(argc, argv, options));
+    return Args(std::move(line));
   }
 
-  bool Has(const std::string& name) const { return flags_.count(name) > 0; }
+  bool Has(const std::string& name) const { return line_.Has(name); }
   std::string Get(const std::string& name, const std::string& fallback = "") {
-    used_.insert(name);
-    auto it = flags_.find(name);
-    return it == flags_.end() ? fallback : it->second;
+    return line_.Get(name, fallback);
   }
   absl::StatusOr<uint64_t> GetUint(const std::string& name, uint64_t fallback) {
-    used_.insert(name);
-    auto it = flags_.find(name);
-    if (it == flags_.end()) return fallback;
-    uint64_t v;
-    if (!absl::SimpleAtoi(it->second, &v)) {
-      return absl::InvalidArgumentError(absl::StrCat("--", name, ": not a number"));
-    }
-    return v;
+    return line_.Value<uint64_t>(name, fallback);
   }
   absl::StatusOr<uint64_t> RequireUint(const std::string& name) {
     if (!Has(name)) return absl::InvalidArgumentError(absl::StrCat("--", name, " is required"));
     return GetUint(name, 0);
   }
-  bool GetBool(const std::string& name) {
-    used_.insert(name);
-    auto it = flags_.find(name);
-    return it != flags_.end() && it->second != "false" && it->second != "0";
-  }
+  bool GetBool(const std::string& name) { return line_.Bool(name).value_or(true); }
   // Words after the command words.
-  const std::vector<std::string>& positional() const { return positional_; }
+  const std::vector<std::string>& positional() const { return line_.positional(); }
   absl::StatusOr<uint64_t> PositionalUint(size_t i, const char* what) const {
     uint64_t v;
-    if (i >= positional_.size() || !absl::SimpleAtoi(positional_[i], &v)) {
+    if (i >= positional().size() || !absl::SimpleAtoi(positional()[i], &v)) {
       return absl::InvalidArgumentError(absl::StrCat(what, " (a number) is required"));
     }
     return v;
   }
   absl::StatusOr<std::string> PositionalString(size_t i, const char* what) const {
-    if (i >= positional_.size())
+    if (i >= positional().size())
       return absl::InvalidArgumentError(absl::StrCat(what, " is required"));
-    return positional_[i];
+    return positional()[i];
   }
   // Flags given but never read: typos.
-  absl::Status CheckAllUsed() const {
-    for (const auto& [name, value] : flags_) {
-      if (used_.count(name) == 0) {
-        return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
-      }
-    }
-    return absl::OkStatus();
-  }
+  absl::Status CheckAllUsed() const { return line_.CheckAllUsed(); }
 
  private:
-  std::map<std::string, std::string> flags_;
-  std::set<std::string> used_;
-  std::vector<std::string> positional_;
+  explicit Args(CommandLine line) : line_(std::move(line)) {}
+  CommandLine line_;
 };
 
 // ---- Formatting.

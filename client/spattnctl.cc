@@ -13,12 +13,13 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "client/attention_client.h"
 #include "client/calibrate_command.h"
+#include "client/flags.h"
 #include "client/index_commands.h"
 #include "kernels/fidelity.h"
 #include "kernels/host_problem.h"
@@ -28,6 +29,7 @@
 #include "kernels/status_macros.h"
 #include "kernels/workload/tensor_problem.h"
 #include "kernels/workload/workload.h"
+#include "proto/method_config_convert.h"
 
 namespace spattn {
 namespace {
@@ -49,6 +51,8 @@ commands:
       [--dtype=bf16|fp16|fp32] [--non_causal] [--softmax_scale=S]
       --transport=inline|shm        how Q/K/V/O travel (default inline)
       --method=NAME                 override every head (dense, a_shape, vertical_slash, ...)
+      --NAME.PARAM=V                a parameter of that method, e.g. --vertical_slash.last_q=32
+                                    (the names of kernels/method_config.h; default: the paper's)
       --model=ID --layer=L [--config_version=V]   use the model's head configs
       --layers=N                    stream N layers (one message each) through one stream
       --recall                      estimate attention-mass recall per head (worker side)
@@ -66,46 +70,11 @@ commands:
 The worker address defaults to $SPATTN_WORKER or 127.0.0.1:50051.
 )";
 
-// --name=value flags after the command; bare --name means "true".
-struct Flags {
-  std::map<std::string, std::string> values;
-  std::vector<std::string> positional;
-
-  bool Has(const std::string& name) const { return values.count(name) != 0; }
-  std::string Get(const std::string& name, const std::string& def) const {
-    auto it = values.find(name);
-    return it == values.end() ? def : it->second;
-  }
-  bool GetInt(const std::string& name, int64_t def, int64_t* out, std::string* error) const {
-    auto it = values.find(name);
-    if (it == values.end()) {
-      *out = def;
-      return true;
-    }
-    if (!absl::SimpleAtoi(it->second, out)) {
-      *error = absl::StrCat("--", name, ": not an integer: '", it->second, "'");
-      return false;
-    }
-    return true;
-  }
-};
-
-Flags ParseFlags(int argc, char** argv, int first) {
-  Flags f;
-  for (int i = first; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a.rfind("--", 0) == 0) {
-      const size_t eq = a.find('=');
-      if (eq == std::string::npos) {
-        f.values[a.substr(2)] = "true";
-      } else {
-        f.values[a.substr(2, eq - 2)] = a.substr(eq + 1);
-      }
-    } else {
-      f.positional.push_back(a);
-    }
-  }
-  return f;
+// Flags of `attention`, `regions` and `health` that take no value.
+CommandLine::Options CommandOptions() {
+  CommandLine::Options o;
+  o.boolean = {"non_causal", "recall", "check"};
+  return o;
 }
 
 int Fail(const absl::Status& s) {
@@ -154,9 +123,8 @@ int Metadata(AttentionClient& client) {
   return 0;
 }
 
-int Regions(AttentionClient& client, const Flags& f) {
-  const std::string sub = f.positional.size() > 1 ? f.positional[1] : "list";
-  std::string error;
+int Regions(AttentionClient& client, CommandLine& f) {
+  const std::string sub = f.positional().size() > 1 ? f.positional()[1] : "list";
   if (sub == "list") {
     auto rows = client.ListRegions();
     if (!rows.ok()) return Fail(rows.status());
@@ -171,14 +139,14 @@ int Regions(AttentionClient& client, const Flags& f) {
     return 0;
   }
   if (sub == "register") {
-    int64_t offset = 0, size = 0;
     if (!f.Has("name") || !f.Has("shm_key"))
       return Fail("regions register: needs --name and --shm_key");
-    if (!f.GetInt("offset", 0, &offset, &error) || !f.GetInt("byte_size", 0, &size, &error)) {
-      return Fail(error);
-    }
+    absl::StatusOr<int64_t> offset = f.Value<int64_t>("offset", 0);
+    absl::StatusOr<int64_t> size = f.Value<int64_t>("byte_size", 0);
+    if (!offset.ok()) return Fail(std::string(offset.status().message()));
+    if (!size.ok()) return Fail(std::string(size.status().message()));
     const absl::Status s =
-        client.RegisterSystemRegion(f.Get("name", ""), f.Get("shm_key", ""), offset, size);
+        client.RegisterSystemRegion(f.Get("name", ""), f.Get("shm_key", ""), *offset, *size);
     if (!s.ok()) return Fail(s);
     std::printf("registered %s\n", f.Get("name", "").c_str());
     return 0;
@@ -234,15 +202,12 @@ void PrintResponse(const v1::AttentionResponse& r, const std::vector<std::string
 // The input of layer `l`: tensors from files (the same for every layer), a synthetic LLM-like
 // workload (seed + l), or plain random values.
 // `head_kinds` gets the synthetic workload's kind of each q head (left empty otherwise).
-absl::StatusOr<std::unique_ptr<HostProblem>> MakeLayerInput(const Flags& f, int64_t l,
+absl::StatusOr<std::unique_ptr<HostProblem>> MakeLayerInput(CommandLine& f, int64_t l,
                                                             std::vector<std::string>* head_kinds) {
   head_kinds->clear();
-  std::string error;
-  const bool causal = !f.Has("non_causal");
-  double scale = 0;
-  if (f.Has("softmax_scale") && !absl::SimpleAtod(f.Get("softmax_scale", ""), &scale)) {
-    return absl::InvalidArgumentError("--softmax_scale: not a number");
-  }
+  SPATTN_ASSIGN_OR_RETURN(const bool non_causal, f.Bool("non_causal"));
+  const bool causal = !non_causal;
+  SPATTN_ASSIGN_OR_RETURN(const double scale, f.Value<double>("softmax_scale", 0));
   std::optional<DType> dtype;
   if (f.Has("dtype")) {
     auto t = ParseDType(f.Get("dtype", ""));
@@ -268,13 +233,13 @@ absl::StatusOr<std::unique_ptr<HostProblem>> MakeLayerInput(const Flags& f, int6
     if (!v.ok()) return v.status();
     return ProblemFromTensors(*q, *k, *v, o);
   }
-  int64_t seq_len, q_len, batch, hq, hkv, d, seed;
-  if (!f.GetInt("seq_len", 4096, &seq_len, &error) || !f.GetInt("q_len", -1, &q_len, &error) ||
-      !f.GetInt("batch", 1, &batch, &error) || !f.GetInt("q_heads", 32, &hq, &error) ||
-      !f.GetInt("kv_heads", 8, &hkv, &error) || !f.GetInt("head_dim", 128, &d, &error) ||
-      !f.GetInt("seed", 1, &seed, &error)) {
-    return absl::InvalidArgumentError(error);
-  }
+  SPATTN_ASSIGN_OR_RETURN(const int64_t seq_len, f.Value<int64_t>("seq_len", 4096));
+  SPATTN_ASSIGN_OR_RETURN(int64_t q_len, f.Value<int64_t>("q_len", -1));
+  SPATTN_ASSIGN_OR_RETURN(const int64_t batch, f.Value<int64_t>("batch", 1));
+  SPATTN_ASSIGN_OR_RETURN(const int64_t hq, f.Value<int64_t>("q_heads", 32));
+  SPATTN_ASSIGN_OR_RETURN(const int64_t hkv, f.Value<int64_t>("kv_heads", 8));
+  SPATTN_ASSIGN_OR_RETURN(const int64_t d, f.Value<int64_t>("head_dim", 128));
+  SPATTN_ASSIGN_OR_RETURN(const int64_t seed, f.Value<int64_t>("seed", 1));
   if (q_len < 0) q_len = seq_len;
   if (seq_len <= 0 || q_len <= 0 || q_len > seq_len || batch <= 0 || hq <= 0 || hkv <= 0 ||
       d <= 0 || seq_len > (1 << 30)) {
@@ -299,12 +264,8 @@ absl::StatusOr<std::unique_ptr<HostProblem>> MakeLayerInput(const Flags& f, int6
   o.workload = workload;
   o.shape = shape;
   o.seed = static_cast<uint64_t>(seed + l);
-  if (f.Has("rope_theta") && !absl::SimpleAtod(f.Get("rope_theta", ""), &o.rope_theta)) {
-    return absl::InvalidArgumentError("--rope_theta: not a number");
-  }
-  if (f.Has("concentration") && !absl::SimpleAtod(f.Get("concentration", ""), &o.concentration)) {
-    return absl::InvalidArgumentError("--concentration: not a number");
-  }
+  SPATTN_RETURN_IF_ERROR(f.Read("rope_theta", &o.rope_theta));
+  SPATTN_RETURN_IF_ERROR(f.Read("concentration", &o.concentration));
   auto w = GenerateWorkload(o);
   if (!w.ok()) return w.status();
   for (const HeadPlan& plan : w->heads) head_kinds->push_back(HeadKindName(plan.kind));
@@ -319,13 +280,17 @@ absl::Status WriteOutput(const std::string& path, const AttentionProblem& p,
   return WriteNpy(path, *t);
 }
 
-int Attention(AttentionClient& client, const Flags& f) {
-  std::string error;
-  int64_t layers, layer, version;
-  if (!f.GetInt("layers", 1, &layers, &error) || !f.GetInt("layer", 0, &layer, &error) ||
-      !f.GetInt("config_version", 0, &version, &error)) {
-    return Fail(error);
+int Attention(AttentionClient& client, CommandLine& f) {
+  absl::StatusOr<int64_t> layers_or = f.Value<int64_t>("layers", 1);
+  absl::StatusOr<int64_t> layer_or = f.Value<int64_t>("layer", 0);
+  absl::StatusOr<int64_t> version_or = f.Value<int64_t>("config_version", 0);
+  absl::StatusOr<bool> recall = f.Bool("recall");
+  absl::StatusOr<bool> check = f.Bool("check");
+  for (const absl::Status& s : {layers_or.status(), layer_or.status(), version_or.status(),
+                                recall.status(), check.status()}) {
+    if (!s.ok()) return Fail(std::string(s.message()));
   }
+  const int64_t layers = *layers_or, layer = *layer_or, version = *version_or;
   if (layers <= 0) return Fail("--layers: must be > 0");
   const std::string transport = f.Get("transport", "inline");
   if (transport != "inline" && transport != "shm") {
@@ -352,7 +317,7 @@ int Attention(AttentionClient& client, const Flags& f) {
   for (int32_t x : p0.cu_seqlens_q) base.add_cu_seqlens_q(x);
   for (int32_t x : p0.cu_seqlens_k) base.add_cu_seqlens_k(x);
   base.set_return_stats(true);
-  base.set_estimate_recall(f.Has("recall"));
+  base.set_estimate_recall(*recall);
   if (f.Has("model")) {
     base.set_model_id(f.Get("model", ""));
     base.set_config_version(version);
@@ -361,10 +326,30 @@ int Attention(AttentionClient& client, const Flags& f) {
     auto m = ParseMethod(f.Get("method", ""));
     if (!m.ok()) return Fail(m.status());
     base.mutable_method_override()->set_method(ToProtoMethod(*m));
+    // --<method>.<param>=V flags (the parameter table) set the override's parameters.
+    MethodConfig config;
+    config.method = *m;
+    bool any = false;
+    for (const std::string& name : f.names()) {
+      if (name.find('.') == std::string::npos) continue;
+      if (!absl::StartsWith(name, absl::StrCat(MethodName(*m), "."))) {
+        return Fail(absl::StrCat("--", name, ": not a parameter of --method=", MethodName(*m)));
+      }
+      const absl::Status s = SetMethodParam(name, f.Get(name), &config);
+      if (!s.ok()) return Fail(std::string(s.message()));
+      any = true;
+    }
+    if (any) MethodConfigToProto(config, base.mutable_method_override());
+  }
+  for (const std::string& name : f.names()) {
+    if (name.find('.') != std::string::npos && !f.Has("method")) {
+      return Fail(absl::StrCat("--", name, ": method parameters go with --method"));
+    }
   }
 
   std::unique_ptr<SharedMemoryRegion> shm;
-  const std::string region = absl::StrCat("spattnctl-", getpid(), "-", absl::Hex(rd()));
+  // Keys start with the worker's default --shm_prefix "/spattn-".
+  const std::string region = absl::StrCat("spattn-ctl-", getpid(), "-", absl::Hex(rd()));
   if (transport == "shm") {
     auto created = SharedMemoryRegion::Create(absl::StrCat("/", region), qb * 2 + kb * 2);
     if (!created.ok()) return Fail(created.status());
@@ -407,7 +392,7 @@ int Attention(AttentionClient& client, const Flags& f) {
   // the output (layer index appended when there are several).
   auto report = [&](int64_t l, const v1::AttentionResponse& r) -> int {
     PrintResponse(r, head_kinds);
-    if (!f.Has("check") && !f.Has("out")) return 0;
+    if (!*check && !f.Has("out")) return 0;
     std::vector<float> got(qb / DTypeSize(dtype));
     if (shm) {
       ToFloat(shm->data() + qb + 2 * kb, dtype, static_cast<int64_t>(got.size()), got.data());
@@ -416,7 +401,7 @@ int Attention(AttentionClient& client, const Flags& f) {
       if (!out.ok()) return Fail(out.status());
       got = std::move(*out);
     }
-    if (f.Has("check")) {
+    if (*check) {
       std::vector<float> want;
       const absl::Status s = ReferenceAttention(hp->problem(), {}, {}, &want, nullptr);
       if (!s.ok()) return Fail(s);
@@ -457,24 +442,64 @@ int Attention(AttentionClient& client, const Flags& f) {
   return finish(fin.ok() ? 0 : Fail(fin));
 }
 
+// The flags each worker command reads; anything else is an unknown flag.
+const std::map<std::string, std::vector<std::string>>& CommandFlags() {
+  static const auto* const kFlags = new std::map<std::string, std::vector<std::string>>{
+      {"metadata", {}},
+      {"health", {"service"}},
+      {"regions", {"name", "shm_key", "offset", "byte_size"}},
+      {"attention",
+       {"q",
+        "k",
+        "v",
+        "layout",
+        "seq_len",
+        "q_len",
+        "batch",
+        "q_heads",
+        "kv_heads",
+        "head_dim",
+        "seed",
+        "workload",
+        "rope_theta",
+        "concentration",
+        "dtype",
+        "non_causal",
+        "softmax_scale",
+        "transport",
+        "method",
+        "model",
+        "layer",
+        "config_version",
+        "layers",
+        "recall",
+        "check",
+        "out"}},
+  };
+  return *kFlags;
+}
+
 int Main(int argc, char** argv) {
-  std::string address = getenv("SPATTN_WORKER") ? getenv("SPATTN_WORKER") : "127.0.0.1:50051";
-  double timeout_s = 60;
+  // Global flags come before the command word.
   int i = 1;
-  for (; i < argc && std::string(argv[i]).rfind("--", 0) == 0; ++i) {
-    const std::string a = argv[i];
-    if (a.rfind("--address=", 0) == 0) {
-      address = a.substr(10);
-    } else if (a.rfind("--timeout_s=", 0) == 0) {
-      if (!absl::SimpleAtod(a.substr(12), &timeout_s) || timeout_s <= 0) {
-        return Fail("--timeout_s: expected a positive number");
-      }
-    } else if (a == "--help") {
-      std::cout << kUsage;
-      return 0;
-    } else {
-      return Fail(absl::StrCat("unknown global flag '", a, "'\n", kUsage));
-    }
+  while (i < argc && absl::StartsWith(argv[i], "--")) ++i;
+  const std::vector<std::string> global_words(argv + 1, argv + i);
+  absl::StatusOr<CommandLine> global = CommandLine::Parse(global_words, CommandLine::Options());
+  if (!global.ok()) return Fail(absl::StrCat(global.status().message(), "\n", kUsage));
+  absl::StatusOr<bool> help = global->Bool("help");
+  if (help.ok() && *help) {
+    std::cout << kUsage;
+    return 0;
+  }
+  const std::string address =
+      global->Get("address", getenv("SPATTN_WORKER") ? getenv("SPATTN_WORKER") : "127.0.0.1:50051");
+  absl::StatusOr<double> timeout_s = global->Value<double>("timeout_s", 60);
+  if (!timeout_s.ok() || *timeout_s <= 0) {
+    return Fail("--timeout_s: expected a positive number");
+  }
+  if (absl::Status s = global->CheckAllUsed(); !s.ok()) {
+    return Fail(
+        absl::StrCat(s.message(), " (global flags: --address, --timeout_s, --help)\n", kUsage));
   }
   if (i >= argc || std::string(argv[i]) == "help") {
     std::cout << kUsage;
@@ -483,22 +508,40 @@ int Main(int argc, char** argv) {
   const std::string command = argv[i];
   if (command == "index") return RunIndexCommand(argc - i - 1, argv + i + 1);
   if (command == "calibrate") return RunCalibrateCommand(argc - i - 1, argv + i + 1);
-  const Flags flags = ParseFlags(argc, argv, i);
+  auto known = CommandFlags().find(command);
+  if (known == CommandFlags().end()) {
+    return Fail(absl::StrCat("unknown command '", command, "'\n", kUsage));
+  }
+  const std::vector<std::string> words(argv + i, argv + argc);
+  absl::StatusOr<CommandLine> flags = CommandLine::Parse(words, CommandOptions());
+  if (!flags.ok()) return Fail(std::string(flags.status().message()));
+  if (absl::StatusOr<bool> h = flags->Bool("help"); h.ok() && *h) {
+    std::cout << kUsage;
+    return 0;
+  }
+  for (const std::string& name : known->second) flags->MarkUsed(name);
+  if (command == "attention") {
+    for (const std::string& name : flags->names()) {
+      if (name.find('.') != std::string::npos) flags->MarkUsed(name);  // --<method>.<param>
+    }
+  }
+  if (absl::Status s = flags->CheckAllUsed(); !s.ok()) {
+    return Fail(absl::StrCat(command, ": ", s.message(), " (see spattnctl --help)"));
+  }
   ClientOptions options;
   options.address = address;
-  options.timeout = absl::Seconds(timeout_s);
+  options.timeout = absl::Seconds(*timeout_s);
   auto client = AttentionClient::Connect(options);
   if (!client.ok()) return Fail(client.status());
   if (command == "metadata") return Metadata(**client);
   if (command == "health") {
-    auto h = (*client)->Health(flags.Get("service", ""));
+    auto h = (*client)->Health(flags->Get("service", ""));
     if (!h.ok()) return Fail(h.status());
     std::printf("%s\n", h->c_str());
     return *h == "SERVING" ? 0 : 1;
   }
-  if (command == "regions") return Regions(**client, flags);
-  if (command == "attention") return Attention(**client, flags);
-  return Fail(absl::StrCat("unknown command '", command, "'\n", kUsage));
+  if (command == "regions") return Regions(**client, *flags);
+  return Attention(**client, *flags);
 }
 
 }  // namespace

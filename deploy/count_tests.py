@@ -11,7 +11,41 @@ import xml.etree.ElementTree as ET
 
 
 def main():
-    bep_path = sys.argv[1]
+    # count_tests.py BEP [TESTLOGS] [--bep MORE_BEP]... [--extra FILE]...
+    # --extra: lines "PASS name" / "FAIL name" / "SKIP name" from steps outside `bazel test`
+    # (the bounded fuzz run).
+    beps, extras = [sys.argv[1]], []
+    args = sys.argv[2:]
+    for i, a in enumerate(args):
+        if a == "--bep" and i + 1 < len(args):
+            beps.append(args[i + 1])
+        if a == "--extra" and i + 1 < len(args):
+            extras.append(args[i + 1])
+    passed = failed = skipped = 0
+    for bep_path in beps:
+        p, f, s = count_bep(bep_path)
+        passed, failed, skipped = passed + p, failed + f, skipped + s
+    for extra in extras:
+        try:
+            lines = open(extra).read().splitlines()
+        except OSError as e:
+            print(f"UNREADABLE RESULT: {extra}: {e}")
+            failed += 1
+            continue
+        for line in lines:
+            kind, _, name = line.partition(" ")
+            if kind == "PASS":
+                passed += 1
+            elif kind == "SKIP":
+                skipped += 1
+            elif kind == "FAIL":
+                print(f"FAILED: {name}")
+                failed += 1
+    print(f"{passed} passed, {failed} failed, {skipped} skipped")
+    return 1 if failed else 0
+
+
+def count_bep(bep_path):
     targets = set()  # test targets the run configured
     results = {}     # label -> list of test.xml paths
     with open(bep_path) as f:
@@ -62,8 +96,7 @@ def main():
                     skipped += 1
                 else:
                     passed += 1
-    print(f"{passed} passed, {failed} failed, {skipped} skipped")
-    return 1 if failed else 0
+    return passed, failed, skipped
 
 
 if __name__ == "__main__":

@@ -8,6 +8,8 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   librocksdb-dev prometheus-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev
   pkg-config python3 curl
+  python3-grpcio python3-protobuf python3-numpy
+  clang libclang-rt-14-dev openssl
 )
 
 missing=()

@@ -5,6 +5,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ./deploy/setup.sh
+# h6 (deploy/k8s, deploy/monitoring tests): kubectl, promtool, python3-yaml when missing.
+./deploy/tools.sh
 CONFIG=$(cat .bazel-config)
 BEP=$(mktemp /tmp/spattn-bep.XXXXXX.json)
 bazel test $CONFIG --keep_going --build_event_json_file="$BEP" //... "$@"

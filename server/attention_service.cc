@@ -33,13 +33,15 @@ absl::Time DeadlineOf(const grpc::CallbackServerContext* ctx) {
 
 AttentionServiceImpl::AttentionServiceImpl(const ServiceInfo& info, std::vector<Device>* devices,
                                            RegionManager* regions, AttentionPipeline* pipeline,
-                                           ConfigCache* maybe_cache, WorkerMetrics* maybe_metrics)
+                                           ConfigCache* maybe_cache, WorkerMetrics* maybe_metrics,
+                                           const Authorizer* auth)
     : info_(info),
       devices_(devices),
       regions_(regions),
       pipeline_(pipeline),
       cache_(maybe_cache),
       metrics_(maybe_metrics),
+      auth_(auth),
       gpus_(ListCudaDevices()) {}
 
 void AttentionServiceImpl::StartDraining() { draining_.store(true); }
@@ -94,7 +96,9 @@ Device* AttentionServiceImpl::PickDevice(const ParsedRequest& req) {
   int gpu = -1;
   for (const TensorSpec* t : {&req.q, &req.k, &req.v}) {
     if (gpu >= 0) break;
-    if (t->kind == HandleKind::kCudaRegion) gpu = regions_->CudaDeviceOf(t->region_name);
+    if (t->kind == HandleKind::kCudaRegion) {
+      gpu = regions_->CudaDeviceOf(RegionCaller{req.region_owner}, t->region_name);
+    }
     if (t->kind == HandleKind::kCudaIpc) {
       for (const CudaDeviceInfo& g : gpus_) {
         if (!t->device_uuid.empty() ? g.uuid == t->device_uuid : g.ordinal == t->device_id) {
@@ -136,11 +140,38 @@ void AttentionServiceImpl::CheckHealth(Device* device) {
   if (on_device_failed_) on_device_failed_(name, h);
 }
 
-void AttentionServiceImpl::Execute(const v1::AttentionRequest* request,
+absl::Status AttentionServiceImpl::CheckRegionCall(const Caller& caller, const char* rpc,
+                                                   bool shm) const {
+  const absl::Status allowed = auth_->Check(caller, Role::kWrite, rpc);
+  if (!allowed.ok()) return allowed;
+  if (caller.unix_peer || info_.allow_tcp_shm) return absl::OkStatus();
+  if (shm) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        rpc,
+        ": shared-memory regions are registered through the worker's Unix socket "
+        "(listen address unix:PATH), where the caller's uid proves it owns the segment; "
+        "this call came over TCP (the operator may allow it with --allow_tcp_shm)"));
+  }
+  // CUDA IPC: per authenticated client.
+  if (caller.authenticated) return absl::OkStatus();
+  return absl::PermissionDeniedError(
+      absl::StrCat(rpc,
+                   ": CUDA IPC handles need the worker's Unix socket or an authenticated client "
+                   "(bearer token / client certificate); this call came anonymously over TCP "
+                   "(the operator may allow it with --allow_tcp_shm)"));
+}
+
+void AttentionServiceImpl::Execute(const Caller& caller, const v1::AttentionRequest* request,
                                    v1::AttentionResponse* response, const char* rpc,
                                    std::function<bool()> cancelled, absl::Time deadline,
                                    std::function<void(const absl::Status&)> done) {
   const absl::Time start = absl::Now();
+  absl::Status allowed = auth_->Check(caller, Role::kRead, rpc);
+  if (!allowed.ok()) {
+    Record(rpc, request->request_id(), allowed, start);
+    done(allowed);
+    return;
+  }
   auto parsed_or = ParseAttentionRequest(*request, info_.limits);
   if (!parsed_or.ok()) {
     Record(rpc, request->request_id(), parsed_or.status(), start);
@@ -148,6 +179,17 @@ void AttentionServiceImpl::Execute(const v1::AttentionRequest* request,
     return;
   }
   auto parsed = std::make_shared<ParsedRequest>(std::move(*parsed_or));
+  parsed->region_owner = caller.principal;
+  for (const TensorSpec* t : {&parsed->q, &parsed->k, &parsed->v,
+                              parsed->output.has_value() ? &*parsed->output : nullptr}) {
+    if (t == nullptr || t->kind != HandleKind::kCudaIpc) continue;
+    allowed = CheckRegionCall(caller, rpc, /*shm=*/false);
+    if (!allowed.ok()) {
+      Record(rpc, request->request_id(), allowed, start);
+      done(allowed);
+      return;
+    }
+  }
   if (parsed->request_id.empty()) {
     parsed->request_id = absl::StrCat("w-", next_request_.fetch_add(1));
   }
@@ -182,7 +224,8 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::ComputeAttention(
   }
   CallStarted();
   Execute(
-      request, response, kComputeAttention, [ctx] { return ctx->IsCancelled(); }, DeadlineOf(ctx),
+      auth_->Identify(*ctx), request, response, kComputeAttention,
+      [ctx] { return ctx->IsCancelled(); }, DeadlineOf(ctx),
       [this, reactor](const absl::Status& s) {
         reactor->Finish(ToGrpcStatus(s));
         CallEnded();
@@ -197,7 +240,7 @@ class AttentionServiceImpl::StreamReactor
     : public grpc::ServerBidiReactor<v1::AttentionRequest, v1::AttentionResponse> {
  public:
   StreamReactor(AttentionServiceImpl* service, grpc::CallbackServerContext* ctx)
-      : service_(service), ctx_(ctx) {
+      : service_(service), ctx_(ctx), caller_(service->auth_->Identify(*ctx)) {
     service_->CallStarted();
     StartRead(&incoming_);
   }
@@ -303,7 +346,7 @@ class AttentionServiceImpl::StreamReactor
     const v1::AttentionRequest* request = current_.get();
     v1::AttentionResponse* out = response->get();
     service_->Execute(
-        request, out, kComputeAttentionStream, [this] { return cancelled_.load(); },
+        caller_, request, out, kComputeAttentionStream, [this] { return cancelled_.load(); },
         DeadlineOf(ctx_),
         [this, response, message, request](const absl::Status& s) {
           Actions a;
@@ -325,6 +368,7 @@ class AttentionServiceImpl::StreamReactor
 
   AttentionServiceImpl* const service_;
   grpc::CallbackServerContext* const ctx_;
+  const Caller caller_;
   std::atomic<bool> cancelled_{false};
   v1::AttentionRequest incoming_;  // Target of the outstanding read.
   std::mutex mu_;
@@ -424,11 +468,18 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::RegisterSystemRegion(
     grpc::CallbackServerContext* ctx, const v1::RegisterSystemRegionRequest* request,
     v1::RegisterSystemRegionResponse*) {
   const absl::Time start = absl::Now();
-  const absl::Status s = regions_->RegisterSystem(request->name(), request->shm_key(),
-                                                  request->offset(), request->byte_size());
+  const Caller caller = auth_->Identify(*ctx);
+  absl::Status s = CheckRegionCall(caller, "RegisterSystemRegion", /*shm=*/true);
+  if (s.ok()) {
+    s = regions_->RegisterSystem(RegionCaller{caller.principal, caller.unix_peer ? caller.uid : -1},
+                                 request->name(), request->shm_key(), request->offset(),
+                                 request->byte_size());
+  }
   Record("RegisterSystemRegion", "", s, start);
-  if (s.ok())
-    Log(LogLevel::kInfo, "region_registered", {{"name", request->name()}, {"kind", "system"}});
+  if (s.ok()) {
+    Log(LogLevel::kInfo, "region_registered",
+        {{"name", request->name()}, {"kind", "system"}, {"owner", caller.principal}});
+  }
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   reactor->Finish(ToGrpcStatus(s));
   return reactor;
@@ -438,12 +489,18 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::RegisterCudaRegion(
     grpc::CallbackServerContext* ctx, const v1::RegisterCudaRegionRequest* request,
     v1::RegisterCudaRegionResponse*) {
   const absl::Time start = absl::Now();
-  const absl::Status s =
-      regions_->RegisterCuda(request->name(), request->raw_handle(), request->device_id(),
-                             request->device_uuid(), request->byte_size());
+  const Caller caller = auth_->Identify(*ctx);
+  absl::Status s = CheckRegionCall(caller, "RegisterCudaRegion", /*shm=*/false);
+  if (s.ok()) {
+    s = regions_->RegisterCuda(RegionCaller{caller.principal}, request->name(),
+                               request->raw_handle(), request->device_id(), request->device_uuid(),
+                               request->byte_size());
+  }
   Record("RegisterCudaRegion", "", s, start);
-  if (s.ok())
-    Log(LogLevel::kInfo, "region_registered", {{"name", request->name()}, {"kind", "cuda"}});
+  if (s.ok()) {
+    Log(LogLevel::kInfo, "region_registered",
+        {{"name", request->name()}, {"kind", "cuda"}, {"owner", caller.principal}});
+  }
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   reactor->Finish(ToGrpcStatus(s));
   return reactor;
@@ -453,9 +510,13 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::UnregisterRegion(
     grpc::CallbackServerContext* ctx, const v1::UnregisterRegionRequest* request,
     v1::UnregisterRegionResponse* response) {
   const absl::Time start = absl::Now();
-  auto n = regions_->Unregister(request->name());
-  const absl::Status s = n.status();
-  if (n.ok()) response->set_unregistered(static_cast<uint32_t>(*n));
+  const Caller caller = auth_->Identify(*ctx);
+  absl::Status s = auth_->Check(caller, Role::kWrite, "UnregisterRegion");
+  if (s.ok()) {
+    auto n = regions_->Unregister(RegionCaller{caller.principal}, request->name());
+    s = n.status();
+    if (n.ok()) response->set_unregistered(static_cast<uint32_t>(*n));
+  }
   Record("UnregisterRegion", "", s, start);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   reactor->Finish(ToGrpcStatus(s));
@@ -466,7 +527,15 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::ListRegions(grpc::CallbackServer
                                                             const v1::ListRegionsRequest*,
                                                             v1::ListRegionsResponse* response) {
   const absl::Time start = absl::Now();
-  for (const RegionInfoRow& row : regions_->List()) {
+  const Caller caller = auth_->Identify(*ctx);
+  const absl::Status s = auth_->Check(caller, Role::kRead, "ListRegions");
+  if (!s.ok()) {
+    Record("ListRegions", "", s, start);
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    reactor->Finish(ToGrpcStatus(s));
+    return reactor;
+  }
+  for (const RegionInfoRow& row : regions_->List(RegionCaller{caller.principal})) {
     v1::RegionInfo* info = response->add_regions();
     info->set_name(row.name);
     info->set_kind(row.kind);

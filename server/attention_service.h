@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "kernels/cuda/cuda_runtime.h"
+#include "proto/grpc_security.h"
 #include "server/backend.h"
 #include "server/config_cache.h"
 #include "server/convert.h"
@@ -37,6 +38,9 @@ struct ServiceInfo {
   uint64_t max_message_bytes = 0;
   std::string index_address;
   ConvertLimits limits;
+  // Register shared-memory regions for callers that did not come through the Unix socket
+  // (whose peer uid proves who owns a segment), and CUDA IPC handles for anonymous ones.
+  bool allow_tcp_shm = false;
 };
 
 // Thread-safe. The pointers given to the constructor must outlive the service.
@@ -44,7 +48,8 @@ class AttentionServiceImpl final : public v1::AttentionService::CallbackService 
  public:
   AttentionServiceImpl(const ServiceInfo& info, std::vector<Device>* devices,
                        RegionManager* regions, AttentionPipeline* pipeline,
-                       ConfigCache* maybe_cache, WorkerMetrics* maybe_metrics);
+                       ConfigCache* maybe_cache, WorkerMetrics* maybe_metrics,
+                       const Authorizer* auth);
 
   // Refuse new calls with UNAVAILABLE (already open streams keep being served).
   void StartDraining();
@@ -90,9 +95,9 @@ class AttentionServiceImpl final : public v1::AttentionService::CallbackService 
 
   // One attention request through validation and the queue. `done` runs exactly once, on the
   // executor thread or (for refusals) on the calling thread.
-  void Execute(const v1::AttentionRequest* request, v1::AttentionResponse* response,
-               const char* rpc, std::function<bool()> cancelled, absl::Time deadline,
-               std::function<void(const absl::Status&)> done);
+  void Execute(const Caller& caller, const v1::AttentionRequest* request,
+               v1::AttentionResponse* response, const char* rpc, std::function<bool()> cancelled,
+               absl::Time deadline, std::function<void(const absl::Status&)> done);
   // Records metrics and a log line for a finished call.
   void Record(const char* rpc, const std::string& request_id, const absl::Status& status,
               absl::Time start);
@@ -102,6 +107,9 @@ class AttentionServiceImpl final : public v1::AttentionService::CallbackService 
   // loaded healthy GPU backend that computes its dtype, else the CPU (falling back to the first
   // device, which then answers why it cannot).
   Device* PickDevice(const ParsedRequest& request);
+  // Who may do what with regions: authorization (write role) and, for shared memory, the proof
+  // of who owns the segment (Unix socket peer uid) unless allow_tcp_shm.
+  absl::Status CheckRegionCall(const Caller& caller, const char* rpc, bool shm) const;
   // After a request on `device`: reports a newly failed backend.
   void CheckHealth(Device* device);
 
@@ -111,6 +119,7 @@ class AttentionServiceImpl final : public v1::AttentionService::CallbackService 
   AttentionPipeline* const pipeline_;
   ConfigCache* const cache_;
   WorkerMetrics* const metrics_;
+  const Authorizer* const auth_;
   std::function<void(const std::string&)> before_execute_;
   std::function<void(const std::string&, const absl::Status&)> on_device_failed_;
   std::vector<CudaDeviceInfo> gpus_;  // Visible GPUs (read once: uuid -> ordinal).

@@ -32,8 +32,15 @@ ConfigCache::ConfigCache(const ConfigCacheOptions& options) : options_(options) 
                 static_cast<int>(absl::ToInt64Milliseconds(options_.retry_min)));
     args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
                 static_cast<int>(absl::ToInt64Milliseconds(options_.retry_min)));
-    stub_ = v1::IndexService::NewStub(grpc::CreateCustomChannel(
-        options_.index_address, grpc::InsecureChannelCredentials(), args));
+    // WorkerServer::Start checked the security options; a failure here leaves no stub (every
+    // Get then fails with FAILED_PRECONDITION).
+    auto channel = MakeChannel(options_.index_address, options_.security, args);
+    if (channel.ok()) {
+      stub_ = v1::IndexService::NewStub(*channel);
+    } else {
+      Log(LogLevel::kError, "index_channel_failed",
+          {{"error", std::string(channel.status().message())}});
+    }
   }
 }
 

@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "kernels/method_config.h"
+#include "proto/grpc_security.h"
 #include "server/request.h"
 #include "spattn/v1/index_service.grpc.pb.h"
 
@@ -31,6 +32,8 @@ struct ConfigCacheOptions {
   // host:port of the index service. Default: "" (no index service: every Get fails with
   // FAILED_PRECONDITION).
   std::string index_address;
+  // TLS / mTLS and bearer token for the index service (plaintext, no token by default).
+  ClientSecurityOptions security;
   // Longest wait for one index-service RPC on the request path (capped by the request's own
   // deadline). Default: 5 s.
   absl::Duration rpc_timeout = absl::Seconds(5);
@@ -60,7 +63,7 @@ class ConfigCache {
   ConfigCache(const ConfigCache&) = delete;
   ConfigCache& operator=(const ConfigCache&) = delete;
 
-  bool configured() const { return !options_.index_address.empty() || stub_override_; }
+  bool configured() const { return stub_ != nullptr; }
 
   // The config of `model_id` at `version` (0 = published; a model with nothing published yet
   // gets version 0 and its default method everywhere). NOT_FOUND for an unknown model or version,

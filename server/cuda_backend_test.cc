@@ -134,6 +134,8 @@ class CudaBackendTest : public ::testing::Test {
     o.devices = "cuda:0";
     o.gpu_workspace_bytes = 64 << 20;
     o.gpu_staging_bytes = 256 << 20;
+    // Shared memory / CUDA IPC over loopback TCP (security_test covers the Unix-socket path).
+    o.allow_tcp_shm = true;
     auto w = WorkerServer::Start(o);
     ASSERT_TRUE(w.ok()) << w.status();
     worker_ = w->release();
@@ -387,6 +389,8 @@ TEST(CudaBackendPoolsTest, TooSmallPoolsAreResourceExhaustedAndTheWorkerKeepsSer
   // 64 KiB, 2048 index rows (16 heads x 128 blocks) do not.
   o.gpu_workspace_bytes = 64 << 10;
   o.gpu_staging_bytes = 40 << 20;  // Q + O of 8192 x 16 heads x d 64 (32 MiB) fit; 16384 not.
+  // Shared memory / CUDA IPC over loopback TCP (security_test covers the Unix-socket path).
+  o.allow_tcp_shm = true;
   auto w = WorkerServer::Start(o);
   ASSERT_TRUE(w.ok()) << w.status();
   ClientOptions co;

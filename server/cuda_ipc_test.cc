@@ -82,6 +82,8 @@ TEST(CudaIpcTest, WorkerReadsAndWritesGpuMemoryOfAnotherProcess) {
   // cuda_backend_test covers the CUDA backend.
   o.devices = "cpu";
   o.metrics_address = "";
+  // Shared memory / CUDA IPC over loopback TCP (security_test covers the Unix-socket path).
+  o.allow_tcp_shm = true;
   auto worker = WorkerServer::Start(o);
   ASSERT_TRUE(worker.ok()) << worker.status();
   ClientOptions co;

@@ -45,12 +45,14 @@ absl::Status CheckControl(const CallControl& control, const char* before) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<RegionSlice> ResolveSlice(const TensorSpec& t, RegionManager* regions) {
+absl::StatusOr<RegionSlice> ResolveSlice(const std::string& owner, const TensorSpec& t,
+                                         RegionManager* regions) {
+  const RegionCaller caller{owner};
   if (t.kind == HandleKind::kCudaIpc) {
-    return regions->ResolveIpc(t.field + ".cuda_ipc", t.ipc_handle, t.device_id, t.device_uuid,
-                               t.offset, static_cast<uint64_t>(t.bytes));
+    return regions->ResolveIpc(caller, t.field + ".cuda_ipc", t.ipc_handle, t.device_id,
+                               t.device_uuid, t.offset, static_cast<uint64_t>(t.bytes));
   }
-  return regions->Resolve(t.field + ".region", t.region_name, t.offset,
+  return regions->Resolve(caller, t.field + ".region", t.region_name, t.offset,
                           static_cast<uint64_t>(t.bytes));
 }
 
@@ -69,8 +71,8 @@ BoundTensor FromSlice(const RegionSlice& slice, int64_t bytes, Bindings* b) {
 }
 
 // Where the bytes of input `t` are (host or device memory, as the handle says).
-absl::StatusOr<BoundTensor> BindInput(const TensorSpec& t, RegionManager* regions,
-                                      WorkerMetrics* metrics, Bindings* b) {
+absl::StatusOr<BoundTensor> BindInput(const std::string& owner, const TensorSpec& t,
+                                      RegionManager* regions, WorkerMetrics* metrics, Bindings* b) {
   if (metrics) metrics->Transfer(true, t.kind, t.bytes);
   if (t.kind == HandleKind::kInline) {
     BoundTensor bound;
@@ -79,7 +81,7 @@ absl::StatusOr<BoundTensor> BindInput(const TensorSpec& t, RegionManager* region
     bound.bytes = t.bytes;
     return bound;
   }
-  SPATTN_ASSIGN_OR_RETURN(RegionSlice slice, ResolveSlice(t, regions));
+  SPATTN_ASSIGN_OR_RETURN(RegionSlice slice, ResolveSlice(owner, t, regions));
   return FromSlice(slice, t.bytes, b);
 }
 
@@ -97,7 +99,7 @@ absl::StatusOr<BoundTensor> BindOutput(ParsedRequest& req, RegionManager* region
     return bound;
   }
   const TensorSpec& t = *req.output;
-  SPATTN_ASSIGN_OR_RETURN(RegionSlice slice, ResolveSlice(t, regions));
+  SPATTN_ASSIGN_OR_RETURN(RegionSlice slice, ResolveSlice(req.region_owner, t, regions));
   if (!slice.writable) {
     return absl::FailedPreconditionError(
         absl::StrCat("output.region: region '", t.region_name, "' is read-only for the worker"));
@@ -160,9 +162,12 @@ absl::Status AttentionPipeline::Run(ParsedRequest& req, AttentionBackend& backen
   InitAttentionResponse(req, response);
   Bindings bindings;
   RequestTensors tensors;
-  SPATTN_ASSIGN_OR_RETURN(tensors.q, BindInput(req.q, regions_, metrics_, &bindings));
-  SPATTN_ASSIGN_OR_RETURN(tensors.k, BindInput(req.k, regions_, metrics_, &bindings));
-  SPATTN_ASSIGN_OR_RETURN(tensors.v, BindInput(req.v, regions_, metrics_, &bindings));
+  SPATTN_ASSIGN_OR_RETURN(tensors.q,
+                          BindInput(req.region_owner, req.q, regions_, metrics_, &bindings));
+  SPATTN_ASSIGN_OR_RETURN(tensors.k,
+                          BindInput(req.region_owner, req.k, regions_, metrics_, &bindings));
+  SPATTN_ASSIGN_OR_RETURN(tensors.v,
+                          BindInput(req.region_owner, req.v, regions_, metrics_, &bindings));
   SPATTN_ASSIGN_OR_RETURN(tensors.o, BindOutput(req, regions_, metrics_, &bindings, response));
   tensors.maybe_lse = req.return_lse ? PrepareInlineLse(req, response) : nullptr;
   if (backend.kind() == "cuda" && backend.ordinal() < 64) {

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/status_macros.h"
 #include "server/cuda_ipc.h"
@@ -31,6 +32,7 @@ struct RegionManager::Region {
   int device = 0;
   HandleKind kind = HandleKind::kSystemRegion;
   bool writable = true;
+  std::string owner;
   void* map_addr = nullptr;  // What munmap gets.
   size_t map_len = 0;
   bool pinned = false;              // map_addr is registered with cudaHostRegister.
@@ -61,13 +63,21 @@ RegionManager::RegionManager(const RegionManagerOptions& options) : options_(opt
 
 RegionManager::~RegionManager() = default;
 
-absl::Status RegionManager::RegisterSystem(const std::string& name, const std::string& shm_key,
-                                           uint64_t offset, uint64_t byte_size) {
+absl::Status RegionManager::RegisterSystem(const RegionCaller& caller, const std::string& name,
+                                           const std::string& shm_key, uint64_t offset,
+                                           uint64_t byte_size) {
   SPATTN_RETURN_IF_ERROR(CheckName(name));
   if (shm_key.size() < 2 || shm_key[0] != '/' || shm_key.find('/', 1) != std::string::npos ||
-      shm_key.size() > 255) {
+      shm_key.size() > 255 || shm_key == "/." || shm_key == "/..") {
     return absl::InvalidArgumentError(
         absl::StrCat("shm_key of region '", name, "': must look like /name (one leading slash)"));
+  }
+  if (!absl::StartsWith(shm_key, options_.shm_prefix)) {
+    // The key itself is not echoed (it may name someone else's object).
+    return absl::PermissionDeniedError(absl::StrCat("shm_key of region '", name,
+                                                    "': this worker only maps shared-memory "
+                                                    "objects whose key starts with '",
+                                                    options_.shm_prefix, "' (--shm_prefix)"));
   }
   if (byte_size == 0) {
     return absl::InvalidArgumentError(
@@ -75,7 +85,7 @@ absl::Status RegionManager::RegisterSystem(const std::string& name, const std::s
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (regions_.count(name) != 0) {
+    if (regions_.count({caller.owner, name}) != 0) {
       return absl::AlreadyExistsError(absl::StrCat("region '", name, "' is already registered"));
     }
     if (static_cast<int>(regions_.size()) >= options_.max_regions) {
@@ -84,10 +94,11 @@ absl::Status RegionManager::RegisterSystem(const std::string& name, const std::s
     }
   }
   bool writable = true;
-  int fd = shm_open(shm_key.c_str(), O_RDWR, 0);
+  // O_NOFOLLOW: a symlink planted under /dev/shm does not lead elsewhere.
+  int fd = shm_open(shm_key.c_str(), O_RDWR | O_NOFOLLOW, 0);
   if (fd < 0 && errno == EACCES) {
     writable = false;
-    fd = shm_open(shm_key.c_str(), O_RDONLY, 0);
+    fd = shm_open(shm_key.c_str(), O_RDONLY | O_NOFOLLOW, 0);
   }
   if (fd < 0) {
     const int err = errno;
@@ -107,6 +118,21 @@ absl::Status RegionManager::RegisterSystem(const std::string& name, const std::s
     close(fd);
     return absl::InternalError(absl::StrCat("region '", name, "': fstat: ", strerror(err)));
   }
+  if (!S_ISREG(st.st_mode)) {
+    close(fd);
+    return absl::PermissionDeniedError(
+        absl::StrCat("region '", name, "': its shm_key is not a shared-memory object"));
+  }
+  if (caller.peer_uid >= 0 && static_cast<int64_t>(st.st_uid) != caller.peer_uid) {
+    close(fd);
+    return absl::PermissionDeniedError(
+        absl::StrCat("region '", name,
+                     "': the shared-memory object is not owned by the calling "
+                     "user (uid ",
+                     caller.peer_uid, ")"));
+  }
+  // Writable only when the owner could write it itself.
+  if (caller.peer_uid >= 0 && (st.st_mode & S_IWUSR) == 0) writable = false;
   const uint64_t object_size = static_cast<uint64_t>(st.st_size);
   if (!SliceFits(offset, byte_size, object_size)) {
     close(fd);
@@ -132,20 +158,21 @@ absl::Status RegionManager::RegisterSystem(const std::string& name, const std::s
   region->writable = writable;
   region->kind = HandleKind::kSystemRegion;
   region->info = RegionInfoRow{name, "system", shm_key, offset, byte_size, 0};
+  region->owner = caller.owner;
   if (options_.pin_system_regions) {
     region->pinned = CudaHostRegister(addr, map_len, !writable).ok();
     region->info.pinned = region->pinned;
   }
   std::lock_guard<std::mutex> lock(mu_);
-  if (!regions_.emplace(name, region).second) {
+  if (!regions_.emplace(std::make_pair(caller.owner, name), region).second) {
     return absl::AlreadyExistsError(absl::StrCat("region '", name, "' is already registered"));
   }
   return absl::OkStatus();
 }
 
-absl::Status RegionManager::RegisterCuda(const std::string& name, const std::string& raw_handle,
-                                         int device_id, const std::string& device_uuid,
-                                         uint64_t byte_size) {
+absl::Status RegionManager::RegisterCuda(const RegionCaller& caller, const std::string& name,
+                                         const std::string& raw_handle, int device_id,
+                                         const std::string& device_uuid, uint64_t byte_size) {
   SPATTN_RETURN_IF_ERROR(CheckName(name));
   if (raw_handle.size() != 64) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -161,8 +188,12 @@ absl::Status RegionManager::RegisterCuda(const std::string& name, const std::str
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (regions_.count(name) != 0) {
+    if (regions_.count({caller.owner, name}) != 0) {
       return absl::AlreadyExistsError(absl::StrCat("region '", name, "' is already registered"));
+    }
+    if (static_cast<int>(regions_.size()) >= options_.max_regions) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the worker holds its maximum of ", options_.max_regions, " regions"));
     }
   }
   SPATTN_RETURN_IF_ERROR(CudaIpcUsable());
@@ -176,8 +207,9 @@ absl::Status RegionManager::RegisterCuda(const std::string& name, const std::str
   region->device = device;
   region->kind = HandleKind::kCudaRegion;
   region->info = RegionInfoRow{name, "cuda", "", 0, byte_size, device};
+  region->owner = caller.owner;
   std::lock_guard<std::mutex> lock(mu_);
-  if (!regions_.emplace(name, region).second) {
+  if (!regions_.emplace(std::make_pair(caller.owner, name), region).second) {
     return absl::AlreadyExistsError(absl::StrCat("region '", name, "' is already registered"));
   }
   return absl::OkStatus();
@@ -203,17 +235,24 @@ absl::StatusOr<std::shared_ptr<RegionManager::IpcMapping>> RegionManager::OpenIp
   return mapping;
 }
 
-absl::StatusOr<int> RegionManager::Unregister(const std::string& name) {
+absl::StatusOr<int> RegionManager::Unregister(const RegionCaller& caller, const std::string& name) {
   // Mappings are released outside the lock, when the last request holding them lets go.
   std::vector<std::shared_ptr<Region>> dropped;
   std::lock_guard<std::mutex> lock(mu_);
   if (name.empty()) {
-    const int n = static_cast<int>(regions_.size());
-    for (auto& entry : regions_) dropped.push_back(std::move(entry.second));
-    regions_.clear();
+    int n = 0;
+    for (auto it = regions_.begin(); it != regions_.end();) {
+      if (it->first.first != caller.owner) {
+        ++it;
+        continue;
+      }
+      dropped.push_back(std::move(it->second));
+      it = regions_.erase(it);
+      ++n;
+    }
     return n;
   }
-  auto it = regions_.find(name);
+  auto it = regions_.find({caller.owner, name});
   if (it == regions_.end()) {
     return absl::NotFoundError(absl::StrCat("region '", name, "' is not registered"));
   }
@@ -222,28 +261,30 @@ absl::StatusOr<int> RegionManager::Unregister(const std::string& name) {
   return 1;
 }
 
-std::vector<RegionInfoRow> RegionManager::List() const {
+std::vector<RegionInfoRow> RegionManager::List(const RegionCaller& caller) const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<RegionInfoRow> out;
-  out.reserve(regions_.size());
-  for (const auto& entry : regions_) out.push_back(entry.second->info);
+  for (const auto& entry : regions_) {
+    if (entry.first.first == caller.owner) out.push_back(entry.second->info);
+  }
   return out;
 }
 
-int RegionManager::CudaDeviceOf(const std::string& name) const {
+int RegionManager::CudaDeviceOf(const RegionCaller& caller, const std::string& name) const {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = regions_.find(name);
+  auto it = regions_.find({caller.owner, name});
   if (it == regions_.end() || it->second->space != MemorySpace::kCuda) return -1;
   return it->second->device;
 }
 
-absl::StatusOr<RegionSlice> RegionManager::Resolve(const std::string& field,
+absl::StatusOr<RegionSlice> RegionManager::Resolve(const RegionCaller& caller,
+                                                   const std::string& field,
                                                    const std::string& name, uint64_t offset,
                                                    uint64_t byte_size) const {
   std::shared_ptr<Region> region;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = regions_.find(name);
+    auto it = regions_.find({caller.owner, name});
     if (it == regions_.end()) {
       return absl::NotFoundError(
           absl::StrCat(field, ".region_name: region '", name, "' is not registered"));
@@ -266,14 +307,17 @@ absl::StatusOr<RegionSlice> RegionManager::Resolve(const std::string& field,
   return s;
 }
 
-absl::StatusOr<RegionSlice> RegionManager::ResolveIpc(const std::string& field,
+absl::StatusOr<RegionSlice> RegionManager::ResolveIpc(const RegionCaller& caller,
+                                                      const std::string& field,
                                                       const std::string& raw_handle, int device_id,
                                                       const std::string& device_uuid,
                                                       uint64_t offset, uint64_t byte_size) {
   if (offset > UINT64_MAX - byte_size) {
     return absl::InvalidArgumentError(absl::StrCat(field, ": offset + byte_size overflows"));
   }
-  const std::string cache_key = absl::StrCat(raw_handle, "|", device_uuid, "|", device_id);
+  // Per owner: a handle one client opened is not usable by another through the cache.
+  const std::string cache_key =
+      absl::StrCat(caller.owner, "|", raw_handle, "|", device_uuid, "|", device_id);
   std::shared_ptr<Region> region;
   {
     std::lock_guard<std::mutex> lock(mu_);

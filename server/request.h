@@ -50,6 +50,8 @@ struct TensorSpec {
 // One request after validation and conversion.
 struct ParsedRequest {
   std::string request_id;
+  // The caller's region namespace (RegionCaller::owner): regions are resolved in it.
+  std::string region_owner;
   std::string model_id;  // Empty: no model config (overrides or the worker default).
   uint64_t config_version = 0;
   int layer = 0;

@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -14,7 +15,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "client/flags.h"
 #include "kernels/method_config.h"
+#include "proto/grpc_security.h"
 #include "server/log.h"
 #include "server/worker_server.h"
 
@@ -27,7 +30,26 @@ struct Flag {
 };
 
 constexpr Flag kFlags[] = {
-    {"listen", "gRPC listen address host:port (default 0.0.0.0:50051)"},
+    {"listen",
+     "gRPC listen addresses: host:port and/or unix:/path, comma-separated (default "
+     "0.0.0.0:50051); shared memory is registered through a unix: socket"},
+    {"unix_socket_mode", "permissions of unix: sockets, octal (default 0660)"},
+    {"shm_prefix", "shared-memory keys the worker maps must start with this (default /spattn-)"},
+    {"allow_tcp_shm",
+     "true: accept shared-memory regions over TCP, and CUDA IPC from anonymous TCP callers "
+     "(no proof of who owns a segment; default false)"},
+    {"tls_cert", "PEM certificate chain: serve TLS on the TCP address"},
+    {"tls_key", "PEM private key of tls_cert"},
+    {"tls_ca", "PEM CA bundle verifying client certificates (mTLS)"},
+    {"tls_require_client_cert", "true: refuse TLS clients without a certificate (default false)"},
+    {"auth_tokens_file",
+     "tokens and mTLS identities with roles ('token SECRET ROLE NAME' / 'cert ID ROLE' lines): "
+     "region RPCs then need the write role, attention the read role (default: off)"},
+    {"index_tls_ca", "PEM CA bundle verifying the index service (TLS to it)"},
+    {"index_tls_cert", "PEM client certificate for the index service (mTLS)"},
+    {"index_tls_key", "PEM private key of index_tls_cert"},
+    {"index_tls_server_name", "name checked against the index service's certificate"},
+    {"index_token_file", "file whose first line is the bearer token for the index service"},
     {"metrics", "Prometheus endpoint host:port, '' = none (default 0.0.0.0:9464)"},
     {"index", "index service host:port, '' = none (default '')"},
     {"max_message_bytes", "largest gRPC message (default 268435456)"},
@@ -119,24 +141,28 @@ bool ParseSeconds(const std::map<std::string, std::string>& values, const char* 
 int Main(int argc, char** argv) {
   std::map<std::string, std::string> values, from_args;
   std::string error;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      Usage();
-      return 0;
+  std::vector<std::string> words(argv + 1, argv + argc);
+  for (std::string& w : words) {
+    if (w == "-h") w = "--help";
+  }
+  CommandLine::Options options;
+  options.positional = false;
+  absl::StatusOr<CommandLine> line = CommandLine::Parse(words, options);
+  if (line.ok() && line->Bool("help").value_or(true)) {
+    Usage();
+    return 0;
+  }
+  absl::Status parsed = line.status();
+  if (line.ok()) {
+    for (const Flag& f : kFlags) {
+      if (line->Has(f.name)) from_args[f.name] = line->Get(f.name);
     }
-    if (arg.rfind("--", 0) != 0 || arg.find('=') == std::string::npos) {
-      std::cerr << "spattn-worker: expected --name=value, got '" << arg << "'\n";
-      Usage();
-      return 2;
-    }
-    const std::string name = arg.substr(2, arg.find('=') - 2);
-    if (!Known(name)) {
-      std::cerr << "spattn-worker: unknown flag --" << name << "\n";
-      Usage();
-      return 2;
-    }
-    from_args[name] = arg.substr(arg.find('=') + 1);
+    parsed = line->CheckAllUsed();
+  }
+  if (!parsed.ok()) {
+    std::cerr << "spattn-worker: " << parsed.message() << "\n";
+    Usage();
+    return 2;
   }
   if (from_args.count("config") != 0 && !ReadConfigFile(from_args["config"], &values, &error)) {
     std::cerr << "spattn-worker: " << error << "\n";
@@ -166,6 +192,48 @@ int Main(int argc, char** argv) {
       !ParseSeconds(values, "drain_timeout_s", &o.drain_timeout, &error)) {
     std::cerr << "spattn-worker: " << error << "\n";
     return 2;
+  }
+  for (const char* name : {"allow_tcp_shm", "tls_require_client_cert"}) {
+    if (values.count(name) && values[name] != "true" && values[name] != "false") {
+      std::cerr << "spattn-worker: --" << name << ": expected true or false\n";
+      return 2;
+    }
+  }
+  o.allow_tcp_shm = values["allow_tcp_shm"] == "true";
+  if (values.count("shm_prefix")) o.shm_prefix = values["shm_prefix"];
+  if (values.count("unix_socket_mode")) {
+    const std::string& m = values["unix_socket_mode"];
+    char* end = nullptr;
+    const long mode = std::strtol(m.c_str(), &end, 8);
+    if (m.empty() || *end != '\0' || mode < 0 || mode > 0777) {
+      std::cerr << "spattn-worker: --unix_socket_mode: expected an octal mode such as 0660\n";
+      return 2;
+    }
+    o.unix_socket_mode = static_cast<mode_t>(mode);
+  }
+  o.tls.cert_file = values["tls_cert"];
+  o.tls.key_file = values["tls_key"];
+  o.tls.ca_file = values["tls_ca"];
+  o.tls.require_client_cert = values["tls_require_client_cert"] == "true";
+  if (!values["auth_tokens_file"].empty()) {
+    auto auth = LoadAuthFile(values["auth_tokens_file"]);
+    if (!auth.ok()) {
+      std::cerr << "spattn-worker: --auth_tokens_file: " << auth.status().message() << "\n";
+      return 2;
+    }
+    o.auth = *std::move(auth);
+  }
+  o.index_security.ca_file = values["index_tls_ca"];
+  o.index_security.cert_file = values["index_tls_cert"];
+  o.index_security.key_file = values["index_tls_key"];
+  o.index_security.server_name_override = values["index_tls_server_name"];
+  {
+    auto token = ReadTokenFile(values["index_token_file"]);
+    if (!token.ok()) {
+      std::cerr << "spattn-worker: --index_token_file: " << token.status().message() << "\n";
+      return 2;
+    }
+    o.index_security.bearer_token = *token;
   }
   if (values.count("pin_shared_memory")) {
     const std::string& v = values["pin_shared_memory"];

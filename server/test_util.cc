@@ -57,7 +57,7 @@ v1::AttentionRequest InlineRequest(HostProblem& hp) {
 std::string UniqueShmKey(const std::string& tag) {
   std::random_device rd;
   const uint64_t r = (uint64_t{rd()} << 32) | rd();
-  return absl::StrCat("/spattn_", tag, "_", getpid(), "_", absl::Hex(r));
+  return absl::StrCat("/spattn-", tag, "_", getpid(), "_", absl::Hex(r));
 }
 
 std::string Describe(const absl::Status& s) {

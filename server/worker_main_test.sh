@@ -7,7 +7,9 @@ CTL="$2"
 out="$TEST_TMPDIR/worker.out"
 err="$TEST_TMPDIR/worker.err"
 cfg="$TEST_TMPDIR/worker.conf"
-printf '# test config\nlisten = 127.0.0.1:0\nmetrics = 127.0.0.1:0\nqueue_capacity = 8\n' > "$cfg"
+sock="/tmp/spattn-wmt-$$-$RANDOM.sock"  # Short: unix socket paths have 107 bytes at most.
+printf '# test config\nlisten = 127.0.0.1:0,unix:%s\nmetrics = 127.0.0.1:0\nqueue_capacity = 8\n' \
+  "$sock" > "$cfg"
 "$WORKER" --config="$cfg" --log_level=debug >"$out" 2>"$err" &
 pid=$!
 for _ in $(seq 1 100); do
@@ -18,8 +20,15 @@ addr=$(awk '/listening on/ {print $4}' "$out")
 [ -n "$addr" ] || { echo "worker did not start"; cat "$err"; exit 1; }
 "$CTL" --address="$addr" health | grep -qx SERVING
 "$CTL" --address="$addr" metadata | grep -q "ComputeAttentionStream   yes"
-"$CTL" --address="$addr" attention --seq_len=300 --q_heads=4 --kv_heads=2 --head_dim=64 \
+# Shared memory goes through the Unix socket (the worker checks the caller owns the segment);
+# over TCP it is refused.
+"$CTL" --address="unix:$sock" attention --seq_len=300 --q_heads=4 --kv_heads=2 --head_dim=64 \
   --method=a_shape --transport=shm --layers=2 --check > "$TEST_TMPDIR/attention.out"
+if "$CTL" --address="$addr" attention --seq_len=64 --q_heads=4 --kv_heads=2 --head_dim=64 \
+  --transport=shm > "$TEST_TMPDIR/tcp_shm.out" 2>&1; then
+  echo "shared memory over TCP accepted"; exit 1
+fi
+grep -q "PERMISSION_DENIED" "$TEST_TMPDIR/tcp_shm.out" || { cat "$TEST_TMPDIR/tcp_shm.out"; exit 1; }
 grep -q "layer 1  device=cpu" "$TEST_TMPDIR/attention.out"
 grep -q "relative L2 error" "$TEST_TMPDIR/attention.out"
 "$CTL" --address="$addr" regions list | grep -q "^name"
@@ -30,5 +39,6 @@ wait "$pid"
 rc=$?
 [ "$rc" -eq 0 ] || { echo "exit status $rc"; cat "$err"; exit 1; }
 grep -q "event=worker_stopped" "$err"
+[ ! -e "$sock" ] || { echo "socket file left behind"; exit 1; }
 grep -q "event=request_done" "$err"
 echo PASS

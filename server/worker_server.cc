@@ -27,6 +27,7 @@
 #include "server/metrics.h"
 #include "server/pipeline.h"
 #include "server/regions.h"
+#include "server/unix_listener.h"
 
 namespace spattn {
 namespace {
@@ -127,6 +128,9 @@ struct WorkerServer::State {
   std::unique_ptr<AttentionPipeline> pipeline;
   std::unique_ptr<AttentionServiceImpl> service;
   std::unique_ptr<grpc::Server> server;
+  std::unique_ptr<Authorizer> auth;
+  std::vector<std::unique_ptr<UnixListener>> unix_listeners;
+  std::string tcp_address;  // The host:port entry of listen_address ("" = unix sockets only).
   std::atomic<grpc::HealthCheckServiceInterface*> health{nullptr};
   int port = 0;
   int metrics_port = 0;
@@ -158,9 +162,35 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOp
   if (!method_ok.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("default_method: ", method_ok.message()));
   }
+  std::string tcp_address;
+  std::vector<std::string> unix_paths;
+  for (absl::string_view part : absl::StrSplit(options.listen_address, ',', absl::SkipEmpty())) {
+    if (absl::ConsumePrefix(&part, "unix:")) {
+      unix_paths.emplace_back(part);
+    } else if (tcp_address.empty()) {
+      tcp_address = std::string(part);
+    } else {
+      return absl::InvalidArgumentError(
+          "listen_address: at most one host:port (and any number of unix:PATH)");
+    }
+  }
+  if (tcp_address.empty() && unix_paths.empty()) {
+    return absl::InvalidArgumentError("listen_address: empty");
+  }
+  auto creds = MakeServerCredentials(options.tls);
+  if (!creds.ok()) return creds.status();
+  if (!options.index_address.empty()) {
+    auto index_creds = MakeChannelCredentials(options.index_security);
+    if (!index_creds.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("index security: ", index_creds.status().message()));
+    }
+  }
   auto state = std::make_unique<State>();
   State* st = state.get();
   st->options = options;
+  st->tcp_address = tcp_address;
+  st->auth = std::make_unique<Authorizer>(options.auth);
   if (options.cpu_threads > 0) SetCpuThreads(options.cpu_threads);
 
   st->registry = std::make_shared<prometheus::Registry>();
@@ -181,6 +211,7 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOp
   if (!devices.ok()) return devices.status();
   st->devices = std::move(*devices);
   RegionManagerOptions ro;
+  ro.shm_prefix = options.shm_prefix;
   for (const Device& d : st->devices) {
     ro.pin_system_regions |= options.pin_shared_memory && d.backend->kind() == "cuda";
   }
@@ -188,6 +219,7 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOp
   if (!options.index_address.empty()) {
     ConfigCacheOptions co;
     co.index_address = options.index_address;
+    co.security = options.index_security;
     co.rpc_timeout = options.index_rpc_timeout;
     co.max_message_bytes = options.max_message_bytes;
     co.on_link_change = [st](bool up) {
@@ -210,9 +242,10 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOp
   info.max_message_bytes = static_cast<uint64_t>(options.max_message_bytes);
   info.index_address = options.index_address;
   info.limits.max_inline_bytes = options.max_inline_bytes;
+  info.allow_tcp_shm = options.allow_tcp_shm;
   st->service = std::make_unique<AttentionServiceImpl>(info, &st->devices, st->regions.get(),
                                                        st->pipeline.get(), st->cache.get(),
-                                                       st->metrics.get());
+                                                       st->metrics.get(), st->auth.get());
   if (options.before_execute) st->service->set_before_execute(options.before_execute);
   // A failed GPU turns the worker NOT_SERVING: its CUDA context is gone until a restart.
   st->service->set_on_device_failed([st](const std::string& device, const absl::Status& why) {
@@ -229,15 +262,25 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOp
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(), &st->port);
+  if (!tcp_address.empty()) builder.AddListeningPort(tcp_address, *creds, &st->port);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
   builder.RegisterService(st->service.get());
   st->server = builder.BuildAndStart();
-  if (st->server == nullptr || st->port == 0) {
+  if (st->server == nullptr || (!tcp_address.empty() && st->port == 0)) {
     if (st->server) st->server->Shutdown();
     return absl::UnavailableError(
-        absl::StrCat("listen_address '", options.listen_address, "': cannot listen"));
+        absl::StrCat("listen_address '", tcp_address, "': cannot listen"));
+  }
+  for (const std::string& path : unix_paths) {
+    auto l = UnixListener::Start(path, options.unix_socket_mode, st->server.get());
+    if (!l.ok()) {
+      for (auto& u : st->unix_listeners) u->Stop();
+      st->server->Shutdown();
+      return absl::Status(l.status().code(),
+                          absl::StrCat("listen_address 'unix:", path, "': ", l.status().message()));
+    }
+    st->unix_listeners.push_back(std::move(*l));
   }
   grpc::HealthCheckServiceInterface* health = st->server->GetHealthCheckService();
   if (health != nullptr) {
@@ -247,7 +290,13 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOp
   }
   st->health.store(health);
   Log(LogLevel::kInfo, "worker_started",
-      {{"address", DialAddress(options.listen_address, st->port)},
+      {{"address", tcp_address.empty() ? "" : DialAddress(tcp_address, st->port)},
+       {"unix", absl::StrJoin(unix_paths, ",")},
+       {"tls", options.tls.cert_file.empty()     ? "off"
+               : options.tls.require_client_cert ? "mtls"
+                                                 : "on"},
+       {"auth", st->auth->enabled() ? "on" : "off"},
+       {"allow_tcp_shm", options.allow_tcp_shm ? "true" : "false"},
        {"metrics_port", std::to_string(st->metrics_port)},
        {"device", st->devices[0].backend->kind()},
        {"devices", absl::StrJoin(WorkerServer::DeviceNames(st->devices), ",")},
@@ -288,7 +337,12 @@ WorkerServer::~WorkerServer() {
 int WorkerServer::port() const { return state_->port; }
 
 std::string WorkerServer::address() const {
-  return DialAddress(state_->options.listen_address, state_->port);
+  if (state_->tcp_address.empty()) {
+    return state_->unix_listeners.empty()
+               ? ""
+               : absl::StrCat("unix:", state_->unix_listeners[0]->path());
+  }
+  return DialAddress(state_->tcp_address, state_->port);
 }
 
 int WorkerServer::metrics_port() const { return state_->metrics_port; }
@@ -321,6 +375,7 @@ void WorkerServer::Shutdown() {
   if (health != nullptr) health->SetServingStatus(false);
   if (st->options.drain_grace > absl::ZeroDuration()) absl::SleepFor(st->options.drain_grace);
   st->service->StartDraining();
+  for (auto& u : st->unix_listeners) u->Stop();
   const bool drained = st->service->WaitForCalls(absl::Now() + st->options.drain_timeout);
   if (!drained) {
     Log(LogLevel::kWarning, "worker_drain_timeout",

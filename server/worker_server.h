@@ -4,6 +4,8 @@
 #ifndef SPATTN_SERVER_WORKER_SERVER_H_
 #define SPATTN_SERVER_WORKER_SERVER_H_
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -14,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "kernels/method_config.h"
+#include "proto/grpc_security.h"
 
 namespace prometheus {
 class Registry;
@@ -25,8 +28,27 @@ class AttentionBackend;
 struct Device;
 
 struct WorkerOptions {
-  // gRPC listen address; port 0 picks a free port. Default: "127.0.0.1:0".
+  // gRPC listen addresses, comma-separated: at most one host:port (port 0 picks a free port)
+  // and any number of unix:/path sockets, e.g. "127.0.0.1:50051,unix:/run/spattn/worker.sock".
+  // Connections through a unix: socket carry the peer's uid (SO_PEERCRED), which lets callers
+  // register shared-memory regions they own. Default: "127.0.0.1:0".
   std::string listen_address = "127.0.0.1:0";
+  // Permissions of the unix: socket files. Default: 0660 (owner and group may connect).
+  mode_t unix_socket_mode = 0660;
+  // Shared-memory keys the worker maps must start with this; "" = any. Default: "/spattn-".
+  std::string shm_prefix = "/spattn-";
+  // Accept shared-memory registrations over TCP (no proof of who owns the segment: any caller
+  // who can reach the port may map any object under shm_prefix the worker can open) and CUDA IPC
+  // handles from anonymous TCP callers. Default: false.
+  bool allow_tcp_shm = false;
+  // TLS / mTLS of the TCP listener (the unix: sockets stay plaintext: they are local).
+  ServerTlsOptions tls;
+  // Tokens and certificate identities with roles (proto/grpc_security.h); when any is set,
+  // region RPCs need the write role and attention RPCs the read role. Health, reflection and
+  // metrics stay open. Default: none (authorization off).
+  AuthConfig auth;
+  // TLS / mTLS and bearer token of the link to the index service.
+  ClientSecurityOptions index_security;
   // Prometheus pull endpoint (host:port, port 0 picks one); "" = no endpoint. Default: "".
   std::string metrics_address;
   // host:port of the index service; "" = none (requests then name no model_id). Default: "".

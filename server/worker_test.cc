@@ -198,6 +198,8 @@ class WorkerTest : public ::testing::Test {
     o.index_address = index_->address();
     o.max_inline_bytes = 1 << 20;
     o.executor_threads = 2;
+    // Shared memory / CUDA IPC over loopback TCP (security_test covers the Unix-socket path).
+    o.allow_tcp_shm = true;
     auto w = WorkerServer::Start(o);
     ASSERT_TRUE(w.ok()) << w.status();
     worker_ = w->release();

@@ -57,6 +57,8 @@ class EndToEndTest : public ::testing::Test {
     WorkerOptions w;
     w.metrics_address = "127.0.0.1:0";
     w.index_address = index_->address();
+    // Shared memory / CUDA IPC over loopback TCP (security_test covers the Unix-socket path).
+    w.allow_tcp_shm = true;
     auto worker = WorkerServer::Start(w);
     ASSERT_TRUE(worker.ok()) << worker.status();
     worker_ = std::move(*worker);

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "client/flags.h"
 #include "kernels/calibration/pattern_search.h"
 #include "kernels/calibration/saap_calibration.h"
 #include "kernels/fidelity.h"
@@ -24,67 +25,6 @@
 
 namespace spattn {
 namespace {
-
-// ---- Method parameters: one table of (method, name, field).
-struct ParamRef {
-  Method method;
-  const char* name;
-  std::function<int*(MethodConfig*)> int_field;
-  std::function<float*(MethodConfig*)> float_field;
-  std::function<bool*(MethodConfig*)> bool_field;
-};
-
-std::vector<ParamRef> ParamTable() {
-  auto i = [](Method m, const char* n, std::function<int*(MethodConfig*)> f) {
-    return ParamRef{m, n, std::move(f), nullptr, nullptr};
-  };
-  auto f = [](Method m, const char* n, std::function<float*(MethodConfig*)> g) {
-    return ParamRef{m, n, nullptr, std::move(g), nullptr};
-  };
-  auto b = [](Method m, const char* n, std::function<bool*(MethodConfig*)> g) {
-    return ParamRef{m, n, nullptr, nullptr, std::move(g)};
-  };
-  using M = Method;
-  return {
-      i(M::kAShape, "sink_tokens", [](MethodConfig* c) { return &c->a_shape.sink_tokens; }),
-      i(M::kAShape, "local_tokens", [](MethodConfig* c) { return &c->a_shape.local_tokens; }),
-      i(M::kVerticalSlash, "last_q", [](MethodConfig* c) { return &c->vertical_slash.last_q; }),
-      i(M::kVerticalSlash, "vertical_size",
-        [](MethodConfig* c) { return &c->vertical_slash.vertical_size; }),
-      i(M::kVerticalSlash, "slash_size",
-        [](MethodConfig* c) { return &c->vertical_slash.slash_size; }),
-      i(M::kVerticalSlash, "forced_columns",
-        [](MethodConfig* c) { return &c->vertical_slash.forced_columns; }),
-      i(M::kVerticalSlash, "forced_diagonals",
-        [](MethodConfig* c) { return &c->vertical_slash.forced_diagonals; }),
-      i(M::kBlockSparse, "block_size", [](MethodConfig* c) { return &c->block_sparse.block_size; }),
-      i(M::kBlockSparse, "top_k", [](MethodConfig* c) { return &c->block_sparse.top_k; }),
-      f(M::kFlexPrefill, "gamma", [](MethodConfig* c) { return &c->flex_prefill.gamma; }),
-      f(M::kFlexPrefill, "tau", [](MethodConfig* c) { return &c->flex_prefill.tau; }),
-      i(M::kFlexPrefill, "min_budget", [](MethodConfig* c) { return &c->flex_prefill.min_budget; }),
-      i(M::kFlexPrefill, "max_budget", [](MethodConfig* c) { return &c->flex_prefill.max_budget; }),
-      i(M::kFlexPrefill, "block_size", [](MethodConfig* c) { return &c->flex_prefill.block_size; }),
-      b(M::kFlexPrefill, "flatten", [](MethodConfig* c) { return &c->flex_prefill.flatten; }),
-      f(M::kSampleAttention, "alpha_c",
-        [](MethodConfig* c) { return &c->sample_attention.alpha_c; }),
-      f(M::kSampleAttention, "alpha_s",
-        [](MethodConfig* c) { return &c->sample_attention.alpha_s; }),
-      i(M::kSampleAttention, "chunk_n",
-        [](MethodConfig* c) { return &c->sample_attention.chunk_n; }),
-      i(M::kSampleAttention, "block_size",
-        [](MethodConfig* c) { return &c->sample_attention.block_size; }),
-      i(M::kSampleAttention, "local_tokens",
-        [](MethodConfig* c) { return &c->sample_attention.local_tokens; }),
-      f(M::kAnchor, "theta", [](MethodConfig* c) { return &c->anchor.theta; }),
-      i(M::kAnchor, "step", [](MethodConfig* c) { return &c->anchor.step; }),
-      i(M::kAnchor, "block_size", [](MethodConfig* c) { return &c->anchor.block_size; }),
-      i(M::kAnchor, "init_tokens", [](MethodConfig* c) { return &c->anchor.init_tokens; }),
-      i(M::kSaap, "num_centroids", [](MethodConfig* c) { return &c->saap.num_centroids; }),
-      i(M::kSaap, "top_l", [](MethodConfig* c) { return &c->saap.top_l; }),
-      i(M::kSaap, "sink_tokens", [](MethodConfig* c) { return &c->saap.sink_tokens; }),
-      i(M::kSaap, "local_tokens", [](MethodConfig* c) { return &c->saap.local_tokens; }),
-  };
-}
 
 // ---- Small JSON writer for the output lines.
 class JsonLine {
@@ -149,31 +89,6 @@ double Median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-absl::Status ParseInt(const std::string& flag, const std::string& v, int* out) {
-  if (!absl::SimpleAtoi(v, out)) {
-    return absl::InvalidArgumentError(absl::StrCat("--", flag, ": not an integer: '", v, "'"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ParseDouble(const std::string& flag, const std::string& v, double* out) {
-  if (!absl::SimpleAtod(v, out)) {
-    return absl::InvalidArgumentError(absl::StrCat("--", flag, ": not a number: '", v, "'"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ParseBool(const std::string& flag, const std::string& v, bool* out) {
-  if (v == "true" || v == "1" || v.empty()) {
-    *out = true;
-  } else if (v == "false" || v == "0") {
-    *out = false;
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat("--", flag, ": expected true or false"));
-  }
-  return absl::OkStatus();
-}
-
 // A head group: a name (head kind or "all") and its q heads.
 struct Group {
   std::string name;
@@ -192,6 +107,19 @@ struct Result {
 };
 
 }  // namespace
+
+// The method parameters for --help, one line per method, from the parameter table.
+static std::string ParamList() {
+  std::string out;
+  for (Method m : kAllMethods) {
+    std::vector<std::string> names;
+    for (const MethodParam* p : ParamsOf(m)) names.push_back(p->name);
+    if (names.empty()) continue;
+    absl::StrAppend(&out, "                         ", MethodName(m), ": ",
+                    absl::StrJoin(names, " "), "\n");
+  }
+  return out;
+}
 
 std::string BenchUsage() {
   return R"(spattn-bench: index build + sparse kernel time and fidelity of every sparse attention method.
@@ -238,13 +166,8 @@ Methods:
                          when --calibrate is given) or a method list, e.g. a_shape,vertical_slash
   --METHOD.PARAM=V       a method parameter, e.g. --vertical_slash.last_q=64
   --param METHOD.PARAM=V the same, repeatable
-                         a_shape: sink_tokens local_tokens; vertical_slash: last_q vertical_size
-                         slash_size forced_columns forced_diagonals; block_sparse: block_size top_k;
-                         flex_prefill: gamma tau min_budget max_budget block_size flatten;
-                         sample_attention: alpha_c alpha_s chunk_n block_size local_tokens;
-                         anchor: theta step block_size init_tokens;
-                         saap: num_centroids top_l sink_tokens local_tokens
-  --block_m=N            query rows per index block for dense, a_shape, vertical_slash, saap
+)" + ParamList() +
+         R"(  --block_m=N            query rows per index block for dense, a_shape, vertical_slash, saap
                          (default 64)
   --calibrate            saap: calibrate its assets (k-means, query classifier) on the first
                          --calibrate_len queries of sequence 0 (default 4096), training the
@@ -266,155 +189,67 @@ Run:
 )";
 }
 
-absl::Status SetMethodParam(const std::string& dotted, const std::string& value,
-                            MethodConfig* config) {
-  const size_t dot = dotted.find('.');
-  if (dot == std::string::npos) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("param '", dotted, "': expected METHOD.PARAM=VALUE"));
-  }
-  auto method = ParseMethod(dotted.substr(0, dot));
-  if (!method.ok()) return method.status();
-  const std::string name = dotted.substr(dot + 1);
-  std::vector<std::string> known;
-  for (const ParamRef& p : ParamTable()) {
-    if (p.method != *method) continue;
-    known.push_back(p.name);
-    if (name != p.name) continue;
-    if (p.int_field) {
-      int v;
-      if (!absl::SimpleAtoi(value, &v)) {
-        return absl::InvalidArgumentError(absl::StrCat(dotted, ": not an integer: '", value, "'"));
-      }
-      *p.int_field(config) = v;
-    } else if (p.bool_field) {
-      if (value != "true" && value != "false") {
-        return absl::InvalidArgumentError(
-            absl::StrCat(dotted, ": expected true or false, got '", value, "'"));
-      }
-      *p.bool_field(config) = value == "true";
-    } else {
-      float v;
-      if (!absl::SimpleAtof(value, &v)) {
-        return absl::InvalidArgumentError(absl::StrCat(dotted, ": not a number: '", value, "'"));
-      }
-      *p.float_field(config) = v;
-    }
-    return absl::OkStatus();
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat(dotted, ": unknown parameter of ", MethodName(*method),
-                   " (known: ", known.empty() ? "none" : absl::StrJoin(known, ", "), ")"));
-}
-
 absl::StatusOr<BenchFlags> ParseBenchFlags(const std::vector<std::string>& args) {
   BenchFlags f;
-  const std::vector<std::string> bools = {"causal", "table", "help", "calibrate"};
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a.rfind("--", 0) != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", a, "'"));
-    }
-    std::string name = a.substr(2), value;
-    bool has_value = false;
-    const size_t eq = name.find('=');
-    if (eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-      has_value = true;
-    }
-    const bool is_bool = std::find(bools.begin(), bools.end(), name) != bools.end();
-    if (!has_value && !is_bool) {
-      if (i + 1 >= args.size()) {
-        return absl::InvalidArgumentError(absl::StrCat("--", name, ": needs a value"));
-      }
-      value = args[++i];
-    }
-    absl::Status s;
-    if (name == "workload") {
-      f.workload = value;
-    } else if (name == "q") {
-      f.q_file = value;
-    } else if (name == "k") {
-      f.k_file = value;
-    } else if (name == "v") {
-      f.v_file = value;
-    } else if (name == "layout") {
-      f.layout = value;
-    } else if (name == "seq_len") {
-      s = ParseInt(name, value, &f.seq_len);
-    } else if (name == "q_len") {
-      s = ParseInt(name, value, &f.q_len);
-    } else if (name == "batch") {
-      s = ParseInt(name, value, &f.batch);
-    } else if (name == "heads") {
-      s = ParseInt(name, value, &f.heads);
-    } else if (name == "kv_heads") {
-      s = ParseInt(name, value, &f.kv_heads);
-    } else if (name == "head_dim") {
-      s = ParseInt(name, value, &f.head_dim);
-    } else if (name == "dtype") {
-      f.dtype = value;
-    } else if (name == "causal") {
-      s = ParseBool(name, value, &f.causal);
-    } else if (name == "rope_theta") {
-      s = ParseDouble(name, value, &f.rope_theta);
-    } else if (name == "concentration") {
-      s = ParseDouble(name, value, &f.concentration);
-    } else if (name == "seed") {
-      if (!absl::SimpleAtoi(value, &f.seed)) {
-        s = absl::InvalidArgumentError(absl::StrCat("--seed: not an integer: '", value, "'"));
-      }
-    } else if (name == "methods") {
-      f.methods = absl::StrSplit(value, ',', absl::SkipEmpty());
-    } else if (name == "param") {
-      const size_t peq = value.find('=');
-      if (peq == std::string::npos) {
-        s = absl::InvalidArgumentError(
-            absl::StrCat("--param: expected METHOD.PARAM=VALUE, got '", value, "'"));
-      } else {
+  CommandLine::Options options;
+  options.boolean = {"causal", "table", "calibrate"};
+  options.positional = false;
+  SPATTN_ASSIGN_OR_RETURN(CommandLine line, CommandLine::Parse(args, options));
+  f.workload = line.Get("workload", f.workload);
+  f.q_file = line.Get("q");
+  f.k_file = line.Get("k");
+  f.v_file = line.Get("v");
+  f.layout = line.Get("layout", f.layout);
+  f.dtype = line.Get("dtype", f.dtype);
+  f.device = line.Get("device", f.device);
+  f.group_by = line.Get("group_by", f.group_by);
+  f.search_candidates = line.Get("search_candidates", f.search_candidates);
+  f.dump = line.Get("dump");
+  for (auto [name, field] : std::initializer_list<std::pair<const char*, int*>>{
+           {"seq_len", &f.seq_len},
+           {"q_len", &f.q_len},
+           {"batch", &f.batch},
+           {"heads", &f.heads},
+           {"kv_heads", &f.kv_heads},
+           {"head_dim", &f.head_dim},
+           {"warmup", &f.warmup},
+           {"repeat", &f.repeat},
+           {"recall_rows", &f.recall_rows},
+           {"threads", &f.threads},
+           {"block_m", &f.block_m},
+           {"calibrate_len", &f.calibrate_len},
+           {"calibrate_steps", &f.calibrate_steps},
+           {"calibrate_hidden", &f.calibrate_hidden},
+           {"search_len", &f.search_len},
+       }) {
+    SPATTN_RETURN_IF_ERROR(line.Read(name, field));
+  }
+  SPATTN_RETURN_IF_ERROR(line.Read("rope_theta", &f.rope_theta));
+  SPATTN_RETURN_IF_ERROR(line.Read("concentration", &f.concentration));
+  SPATTN_RETURN_IF_ERROR(line.Read("search_target_recall", &f.search_target_recall));
+  SPATTN_RETURN_IF_ERROR(line.Read("seed", &f.seed));
+  SPATTN_RETURN_IF_ERROR(line.Read("causal", &f.causal));
+  SPATTN_RETURN_IF_ERROR(line.Read("table", &f.table));
+  SPATTN_RETURN_IF_ERROR(line.Read("calibrate", &f.calibrate));
+  SPATTN_RETURN_IF_ERROR(line.Read("help", &f.help));
+  if (line.Has("methods")) f.methods = absl::StrSplit(line.Get("methods"), ',', absl::SkipEmpty());
+  // Method parameters: --param METHOD.PARAM=V (repeatable) and --METHOD.PARAM=V, in order given.
+  for (const std::string& name : line.names()) {
+    if (name == "param") {
+      for (const std::string& value : line.GetAll(name)) {
+        const size_t peq = value.find('=');
+        if (peq == std::string::npos) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("--param: expected METHOD.PARAM=VALUE, got '", value, "'"));
+        }
         f.params.emplace_back(value.substr(0, peq), value.substr(peq + 1));
       }
     } else if (name.find('.') != std::string::npos) {
-      f.params.emplace_back(name, value);
-    } else if (name == "device") {
-      f.device = value;
-    } else if (name == "warmup") {
-      s = ParseInt(name, value, &f.warmup);
-    } else if (name == "repeat") {
-      s = ParseInt(name, value, &f.repeat);
-    } else if (name == "recall_rows") {
-      s = ParseInt(name, value, &f.recall_rows);
-    } else if (name == "threads") {
-      s = ParseInt(name, value, &f.threads);
-    } else if (name == "group_by") {
-      f.group_by = value;
-    } else if (name == "block_m") {
-      s = ParseInt(name, value, &f.block_m);
-    } else if (name == "table") {
-      s = ParseBool(name, value, &f.table);
-    } else if (name == "calibrate") {
-      s = ParseBool(name, value, &f.calibrate);
-    } else if (name == "calibrate_len") {
-      s = ParseInt(name, value, &f.calibrate_len);
-    } else if (name == "calibrate_steps") {
-      s = ParseInt(name, value, &f.calibrate_steps);
-    } else if (name == "calibrate_hidden") {
-      s = ParseInt(name, value, &f.calibrate_hidden);
-    } else if (name == "search_len") {
-      s = ParseInt(name, value, &f.search_len);
-    } else if (name == "search_target_recall") {
-      s = ParseDouble(name, value, &f.search_target_recall);
-    } else if (name == "search_candidates") {
-      f.search_candidates = value;
-    } else if (name == "dump") {
-      f.dump = value;
-    } else if (name == "help") {
-      f.help = true;
-    } else {
-      s = absl::InvalidArgumentError(absl::StrCat("unknown flag --", name, " (see --help)"));
+      for (const std::string& value : line.GetAll(name)) f.params.emplace_back(name, value);
     }
-    if (!s.ok()) return s;
+  }
+  if (absl::Status s = line.CheckAllUsed(); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(s.message(), " (see --help)"));
   }
   if (f.methods.empty() || (f.methods.size() == 1 && f.methods[0] == "all")) {
     f.methods.clear();
@@ -465,12 +300,12 @@ std::vector<ConfigGroup> GroupHeadsByConfig(const std::vector<int>& heads,
   std::vector<int> sorted = heads;
   std::sort(sorted.begin(), sorted.end());
   std::vector<ConfigGroup> groups;
-  std::map<std::string, size_t> group_of;  // DebugString names every parameter
   for (int h : sorted) {
     const MethodConfig& c = config_of_head[h];
-    auto [it, added] = group_of.emplace(c.DebugString(), groups.size());
-    if (added) groups.push_back({c, {}});
-    groups[it->second].heads.push_back(h);
+    size_t g = 0;
+    while (g < groups.size() && !SameGroupConfig(groups[g].config, c)) ++g;
+    if (g == groups.size()) groups.push_back({c, {}});
+    groups[g].heads.push_back(h);
   }
   return groups;
 }

@@ -22,6 +22,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "client/attention_client.h"
+#include "client/flags.h"
 #include "kernels/cuda/attention_cuda.h"
 #include "kernels/cuda/cuda_runtime.h"
 #include "kernels/dtype.h"
@@ -337,72 +338,56 @@ One JSON line per (seq_len, method, transport).
 
 absl::StatusOr<ServerBenchFlags> ParseServerBenchFlags(const std::vector<std::string>& args) {
   ServerBenchFlags f;
-  for (size_t i = 0; i < args.size(); ++i) {
-    std::string a = args[i];
-    if (a == "--help" || a == "-h") {
-      f.help = true;
-      continue;
-    }
-    if (a == "--ipc_producer") {
-      f.ipc_producer = true;
-      continue;
-    }
-    if (a.rfind("--", 0) != 0)
-      return absl::InvalidArgumentError(absl::StrCat("unexpected '", a, "'"));
-    std::string name = a.substr(2), value;
-    const size_t eq = name.find('=');
-    if (eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-    } else if (i + 1 < args.size()) {
-      value = args[++i];
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("--", name, ": needs a value"));
-    }
-    auto bad = [&] {
-      return absl::InvalidArgumentError(absl::StrCat("--", name, ": bad value '", value, "'"));
-    };
-    auto to_int = [&](int* out) { return absl::SimpleAtoi(value, out) && *out >= 0; };
-    if (name == "seq_lens") {
-      f.seq_lens.clear();
-      for (absl::string_view s : absl::StrSplit(value, ',')) {
-        int n = 0;
-        if (!absl::SimpleAtoi(s, &n) || n <= 0) return bad();
-        f.seq_lens.push_back(n);
-      }
-    } else if (name == "heads") {
-      if (!to_int(&f.heads) || f.heads == 0) return bad();
-    } else if (name == "kv_heads") {
-      if (!to_int(&f.kv_heads) || f.kv_heads == 0) return bad();
-    } else if (name == "head_dim") {
-      if (!to_int(&f.head_dim) || f.head_dim == 0) return bad();
-    } else if (name == "dtype") {
-      if (value != "bf16" && value != "fp16") return bad();
-      f.dtype = value;
-    } else if (name == "methods") {
-      f.methods = absl::StrSplit(value, ',');
-      for (const std::string& m : f.methods) {
-        if (!ParseMethod(m).ok()) return bad();
-      }
-    } else if (name == "transports") {
-      f.transports = absl::StrSplit(value, ',');
-      for (const std::string& t : f.transports) {
-        if (t != "inline" && t != "shm" && t != "cuda_ipc") return bad();
-      }
-    } else if (name == "warmup") {
-      if (!to_int(&f.warmup)) return bad();
-    } else if (name == "repeat") {
-      if (!to_int(&f.repeat) || f.repeat == 0) return bad();
-    } else if (name == "devices") {
-      f.devices = value;
-    } else if (name == "max_inline_total") {
-      if (!absl::SimpleAtoi(value, &f.max_inline_total)) return bad();
-    } else if (name == "seed") {
-      if (!absl::SimpleAtoi(value, &f.seed)) return bad();
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
+  CommandLine::Options options;
+  options.boolean = {"ipc_producer"};
+  options.positional = false;
+  std::vector<std::string> words = args;
+  for (std::string& w : words) {
+    if (w == "-h") w = "--help";
+  }
+  SPATTN_ASSIGN_OR_RETURN(CommandLine line, CommandLine::Parse(words, options));
+  auto bad = [&](const std::string& name) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", name, ": bad value '", line.Get(name), "'"));
+  };
+  // A count flag: an integer >= `min`.
+  auto count = [&](const std::string& name, int min, int* out) -> absl::Status {
+    SPATTN_RETURN_IF_ERROR(line.Read(name, out));
+    return *out >= min ? absl::OkStatus() : bad(name);
+  };
+  SPATTN_RETURN_IF_ERROR(line.Read("help", &f.help));
+  SPATTN_RETURN_IF_ERROR(line.Read("ipc_producer", &f.ipc_producer));
+  if (line.Has("seq_lens")) {
+    f.seq_lens.clear();
+    for (absl::string_view s : absl::StrSplit(line.Get("seq_lens"), ',')) {
+      int n = 0;
+      if (!absl::SimpleAtoi(s, &n) || n <= 0) return bad("seq_lens");
+      f.seq_lens.push_back(n);
     }
   }
+  SPATTN_RETURN_IF_ERROR(count("heads", 1, &f.heads));
+  SPATTN_RETURN_IF_ERROR(count("kv_heads", 1, &f.kv_heads));
+  SPATTN_RETURN_IF_ERROR(count("head_dim", 1, &f.head_dim));
+  SPATTN_RETURN_IF_ERROR(count("warmup", 0, &f.warmup));
+  SPATTN_RETURN_IF_ERROR(count("repeat", 1, &f.repeat));
+  f.dtype = line.Get("dtype", f.dtype);
+  if (f.dtype != "bf16" && f.dtype != "fp16") return bad("dtype");
+  if (line.Has("methods")) {
+    f.methods = absl::StrSplit(line.Get("methods"), ',');
+    for (const std::string& m : f.methods) {
+      if (!ParseMethod(m).ok()) return bad("methods");
+    }
+  }
+  if (line.Has("transports")) {
+    f.transports = absl::StrSplit(line.Get("transports"), ',');
+    for (const std::string& t : f.transports) {
+      if (t != "inline" && t != "shm" && t != "cuda_ipc") return bad("transports");
+    }
+  }
+  f.devices = line.Get("devices", f.devices);
+  SPATTN_RETURN_IF_ERROR(line.Read("max_inline_total", &f.max_inline_total));
+  SPATTN_RETURN_IF_ERROR(line.Read("seed", &f.seed));
+  SPATTN_RETURN_IF_ERROR(line.CheckAllUsed());
   if (f.heads % f.kv_heads != 0) {
     return absl::InvalidArgumentError("--heads must be a multiple of --kv_heads");
   }
@@ -447,6 +432,8 @@ int RunServerBench(const std::vector<std::string>& args, std::ostream& out, std:
   wo.max_inline_bytes = int64_t{1} << 30;
   // The staging pool holds one request's host tensors (Q, K, V, O) plus alignment.
   wo.gpu_staging_bytes = largest + (int64_t{64} << 20);
+  // The bench registers its shared memory over loopback TCP (in-process worker).
+  wo.allow_tcp_shm = true;
   auto worker = WorkerServer::Start(wo);
   if (!worker.ok()) {
     err << "spattn-server-bench: worker: " << worker.status() << "\n";
@@ -489,7 +476,7 @@ int RunServerBench(const std::vector<std::string>& args, std::ostream& out, std:
     std::unique_ptr<uint8_t[]> plain;
     std::string shm_skip;
     if (want_shm && shm_free >= l.total() + (int64_t{16} << 20)) {
-      const std::string key = absl::StrCat("/spattn_srvbench_", getpid(), "_", seq_len);
+      const std::string key = absl::StrCat("/spattn-srvbench_", getpid(), "_", seq_len);
       auto r = SharedMemoryRegion::Create(key, static_cast<size_t>(l.total()));
       if (r.ok()) {
         shm = std::move(*r);

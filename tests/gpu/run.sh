@@ -2,6 +2,7 @@
 # On the GPU machine: every GPU test, then the benchmarks the README's performance table comes
 # from (spattn-bench --device=cuda at 32K and 128K on llm_mix for every method and the searched
 # per-head mix, PyTorch SDPA on the same shapes, a 512K run). Logs go to $OUT; a summary last.
+# Committed copies of past runs: bench/results/gpu/.
 set -u
 cd "$(dirname "$0")"
 WORK=/tmp/spattn_gpu && rm -rf "$WORK" && mkdir -p "$WORK" && tar -xJf bundle.tar.xz -C "$WORK"
