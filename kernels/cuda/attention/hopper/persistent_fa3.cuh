@@ -63,6 +63,9 @@ struct PersistTraits {
   static constexpr int kProducerRegs = 56;
   static constexpr int kConsumerRegs = 224;
   static_assert(kSmemBytes <= 227 * 1024, "shared memory");
+  // setmaxnreg only moves registers within the CTA's launch allocation (168 x 384 = 64512);
+  // 32 / 240 (65536) deadlocks in the increase (run 3 of NOTES.md).
+  static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 168 * 384, "register budget");
 };
 
 // One work item: a 128-row query block of one head and its keys.
