@@ -198,7 +198,7 @@ class StandInStepTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.worker, m = _start([os.environ["SPATTN_WORKER_BIN"], "--listen=127.0.0.1:0",
-                                "--metrics=", "--devices=cpu", "--cpu_threads=2"],
+                                "--metrics=", "--devices=cpu", "--cpu_threads=2", "--allow_tcp_shm=true"],
                                r"listening on (\S+)")
         cls.client = spattn.Client(m.group(1), timeout=60)
 
@@ -272,7 +272,7 @@ class PublishedConfigTest(unittest.TestCase):
         with open(port_file) as f:
             cls.index_addr = "127.0.0.1:" + f.read().split()[0]
         cls.worker, m = _start([os.environ["SPATTN_WORKER_BIN"], "--listen=127.0.0.1:0",
-                                "--metrics=", "--devices=cpu", "--cpu_threads=2",
+                                "--metrics=", "--devices=cpu", "--cpu_threads=2", "--allow_tcp_shm=true",
                                 f"--index={cls.index_addr}"], r"listening on (\S+)")
         cls.client = spattn.Client(m.group(1), timeout=60)
 

@@ -271,7 +271,7 @@ class Client:
                     self.unregister_region(old_name)
                     old.destroy()
                 n = next(_counter)
-                key = f"/spattn_py_{os.getpid()}_{id(self):x}_{n}"
+                key = f"/spattn-py_{os.getpid()}_{id(self):x}_{n}"  # worker --shm_prefix
                 region = SharedMemoryRegion.create(key, max(need, 1 << 20))
                 name = f"py-{os.getpid()}-{id(self):x}-{n}"
                 try:

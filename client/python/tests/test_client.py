@@ -34,7 +34,9 @@ def setUpModule():
                                       dir=os.environ.get("TEST_TMPDIR"))
     _worker = subprocess.Popen(
         [binary, "--listen=127.0.0.1:0", "--metrics=127.0.0.1:0", "--cpu_threads=2",
-         "--devices=cpu", "--queue_capacity=16"],
+         "--devices=cpu", "--queue_capacity=16",
+         # Shared memory over loopback TCP (production: the worker's unix: socket).
+         "--allow_tcp_shm=true"],
         stdout=subprocess.PIPE, stderr=log, text=True)
     line = _worker.stdout.readline()
     m = re.search(r"listening on (\S+) metrics_port (\d+)", line)
@@ -160,7 +162,7 @@ class ClientTest(unittest.TestCase):
 
     def test_explicit_regions_and_output_region(self):
         q, k, v = rand((128, 4, 64), 25), rand((128, 4, 64), 26), rand((128, 4, 64), 27)
-        key = f"/spattn_pytest_{os.getpid()}"
+        key = f"/spattn-pytest_{os.getpid()}"
         n = q.nbytes
         with spattn.create_shared_memory_region(key, 4 * n) as region:
             self.assertEqual(region.key, key)
