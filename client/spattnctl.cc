@@ -30,6 +30,7 @@
 #include "kernels/workload/tensor_problem.h"
 #include "kernels/workload/workload.h"
 #include "proto/grpc_security.h"
+#include "proto/method_config_convert.h"
 
 namespace spattn {
 namespace {
@@ -56,6 +57,8 @@ commands:
       [--dtype=bf16|fp16|fp32] [--non_causal] [--softmax_scale=S]
       --transport=inline|shm        how Q/K/V/O travel (default inline)
       --method=NAME                 override every head (dense, a_shape, vertical_slash, ...)
+      --NAME.PARAM=V                a parameter of that method, e.g. --vertical_slash.last_q=32
+                                    (the names of kernels/method_config.h; default: the paper's)
       --model=ID --layer=L [--config_version=V]   use the model's head configs
       --layers=N                    stream N layers (one message each) through one stream
       --recall                      estimate attention-mass recall per head (worker side)
@@ -329,6 +332,25 @@ int Attention(AttentionClient& client, CommandLine& f) {
     auto m = ParseMethod(f.Get("method", ""));
     if (!m.ok()) return Fail(m.status());
     base.mutable_method_override()->set_method(ToProtoMethod(*m));
+    // --<method>.<param>=V flags (the parameter table) set the override's parameters.
+    MethodConfig config;
+    config.method = *m;
+    bool any = false;
+    for (const std::string& name : f.names()) {
+      if (name.find('.') == std::string::npos) continue;
+      if (!absl::StartsWith(name, absl::StrCat(MethodName(*m), "."))) {
+        return Fail(absl::StrCat("--", name, ": not a parameter of --method=", MethodName(*m)));
+      }
+      const absl::Status s = SetMethodParam(name, f.Get(name), &config);
+      if (!s.ok()) return Fail(std::string(s.message()));
+      any = true;
+    }
+    if (any) MethodConfigToProto(config, base.mutable_method_override());
+  }
+  for (const std::string& name : f.names()) {
+    if (name.find('.') != std::string::npos && !f.Has("method")) {
+      return Fail(absl::StrCat("--", name, ": method parameters go with --method"));
+    }
   }
 
   std::unique_ptr<SharedMemoryRegion> shm;
@@ -512,6 +534,11 @@ int Main(int argc, char** argv) {
     return 0;
   }
   for (const std::string& name : known->second) flags->MarkUsed(name);
+  if (command == "attention") {
+    for (const std::string& name : flags->names()) {
+      if (name.find('.') != std::string::npos) flags->MarkUsed(name);  // --<method>.<param>
+    }
+  }
   if (absl::Status s = flags->CheckAllUsed(); !s.ok()) {
     return Fail(absl::StrCat(command, ": ", s.message(), " (see spattnctl --help)"));
   }
@@ -519,6 +546,8 @@ int Main(int argc, char** argv) {
   options.address = address;
   options.timeout = absl::Seconds(*timeout_s);
   options.security = *security;
+  // --timeout_s bounds the whole command, connecting included.
+  options.connect_timeout = std::min(options.connect_timeout, options.timeout);
   auto client = AttentionClient::Connect(options);
   if (!client.ok()) return Fail(client.status());
   if (command == "metadata") return Metadata(**client);

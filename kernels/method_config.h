@@ -107,6 +107,62 @@ struct MethodConfig {
   std::string DebugString() const;
 };
 
+// ---- The parameter table: every method parameter described once.
+//
+// Validation, DebugString, the proto converter (proto/method_config_convert.cc, which finds the
+// proto field `v1.MethodConfig.<method>.<name>` by name), the worker's planner grouping, and the
+// command lines (spattnctl attention and spattn-bench: --<method>.<name>=V) all walk this table.
+// Adding a parameter means: the struct field above (its initializer is the default), the proto
+// field of the same name, and one row in kMethodParams (method_config.cc).
+
+enum class ParamType { kInt, kFloat, kBool };
+
+// What Validate() requires of a value.
+enum class ParamRange {
+  kAny,           // no check (booleans)
+  kPositive,      // > 0 and finite
+  kNonNegative,   // >= 0 and finite
+  kUnitInterval,  // in (0, 1]
+  kBlockSize,     // 16, 32, 64 or 128
+};
+
+struct MethodParam {
+  Method method;
+  const char* name;  // struct field, proto field, and the CLI flag --<method>.<name>
+  ParamType type;
+  ParamRange range;
+  // Heads whose configs differ in this parameter get separate planner groups (separate index
+  // builds). False only for a parameter that does not change the index.
+  bool splits_groups;
+  // The field in a MethodConfig; exactly the one matching `type` is set.
+  int* (*int_field)(MethodConfig*);
+  float* (*float_field)(MethodConfig*);
+  bool* (*bool_field)(MethodConfig*);
+
+  // The value as a double (bools 0/1); exact for int and float fields.
+  double Get(const MethodConfig& c) const;
+  void Set(double value, MethodConfig* c) const;  // rounds nothing: ints take int values
+  // "64", "0.9", "true": as DebugString prints it.
+  std::string Format(const MethodConfig& c) const;
+  // Parses a command-line value ("64", "0.9", "true"); INVALID_ARGUMENT names "<method>.<name>".
+  absl::Status Parse(absl::string_view text, MethodConfig* c) const;
+  // The range check of Validate(): "vertical_slash.last_q must be > 0, got -1".
+  absl::Status Check(const MethodConfig& c) const;
+};
+
+// Every parameter of every method, grouped by method in kAllMethods order, each method's in
+// struct order.
+const std::vector<MethodParam>& MethodParams();
+// The parameters of `m` (none for dense).
+std::vector<const MethodParam*> ParamsOf(Method m);
+// "<method>.<name>" or nullptr.
+const MethodParam* FindParam(Method m, absl::string_view name);
+// Same method and the same value of every parameter that splits planner groups.
+bool SameGroupConfig(const MethodConfig& a, const MethodConfig& b);
+// Sets a parameter from "<method>.<name>" and a value, e.g. ("vertical_slash.last_q", "64").
+// INVALID_ARGUMENT for an unknown method or parameter (listing the known ones) or a bad value.
+absl::Status SetMethodParam(absl::string_view dotted, absl::string_view value, MethodConfig* c);
+
 // Offline-learned inputs some methods read (Saap's centroids and query classifier) for one layer.
 // Absent for methods that learn nothing offline.
 struct DenseLayerWeights {

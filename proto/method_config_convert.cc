@@ -1,5 +1,8 @@
 #include "proto/method_config_convert.h"
 
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/message.h>
+
 #include "absl/strings/str_cat.h"
 #include "kernels/status_macros.h"
 
@@ -55,11 +58,63 @@ const char* ParamsCaseName(v1::MethodConfig::ParamsCase c) {
   return "none";
 }
 
-// Proto parameters use 0 for "the paper's default"; anything else (negative too) is taken as given
-// so that Validate() can name it.
-template <typename T>
-void Take(T proto_value, T* field) {
-  if (proto_value != T{0}) *field = proto_value;
+// The field of `param` in `params` (v1.<Method>Params), found by name; nullptr if the proto has
+// none (a table row without its proto field; method_config_convert_test catches that).
+const google::protobuf::FieldDescriptor* ProtoField(const google::protobuf::Message& params,
+                                                    const MethodParam& param) {
+  return params.GetDescriptor()->FindFieldByName(param.name);
+}
+
+// The v1.<Method>Params message field of v1.MethodConfig for `m` (nullptr for dense).
+const google::protobuf::FieldDescriptor* ParamsField(Method m) {
+  if (m == Method::kDense) return nullptr;
+  return v1::MethodConfig::descriptor()->FindFieldByName(MethodName(m));
+}
+
+// Proto parameters use 0 for "the paper's default" (a field with presence: unset); anything
+// else (negative too) is taken as given so that Validate() can name it.
+void TakeFromProto(const google::protobuf::Message& params, const MethodParam& param,
+                   MethodConfig* c) {
+  const google::protobuf::FieldDescriptor* f = ProtoField(params, param);
+  if (f == nullptr) return;
+  const google::protobuf::Reflection* r = params.GetReflection();
+  if (f->has_presence() && !r->HasField(params, f)) return;
+  double value = 0;
+  switch (f->cpp_type()) {
+    case google::protobuf::FieldDescriptor::CPPTYPE_INT32:
+      value = r->GetInt32(params, f);
+      break;
+    case google::protobuf::FieldDescriptor::CPPTYPE_FLOAT:
+      value = r->GetFloat(params, f);
+      break;
+    case google::protobuf::FieldDescriptor::CPPTYPE_BOOL:
+      value = r->GetBool(params, f) ? 1 : 0;
+      break;
+    default:
+      return;
+  }
+  if (value != 0 || f->has_presence()) param.Set(value, c);
+}
+
+void PutToProto(const MethodConfig& c, const MethodParam& param,
+                google::protobuf::Message* params) {
+  const google::protobuf::FieldDescriptor* f = ProtoField(*params, param);
+  if (f == nullptr) return;
+  const google::protobuf::Reflection* r = params->GetReflection();
+  const double value = param.Get(c);
+  switch (f->cpp_type()) {
+    case google::protobuf::FieldDescriptor::CPPTYPE_INT32:
+      r->SetInt32(params, f, static_cast<int32_t>(value));
+      break;
+    case google::protobuf::FieldDescriptor::CPPTYPE_FLOAT:
+      r->SetFloat(params, f, static_cast<float>(value));
+      break;
+    case google::protobuf::FieldDescriptor::CPPTYPE_BOOL:
+      r->SetBool(params, f, value != 0);
+      break;
+    default:
+      break;
+  }
 }
 
 }  // namespace
@@ -121,61 +176,9 @@ absl::StatusOr<MethodConfig> ParseMethodConfig(const v1::MethodConfig& proto,
                    absl::StrCat("parameters for ", ParamsCaseName(given), " but method is ",
                                 MethodName(c.method)));
   }
-  switch (c.method) {
-    case Method::kDense:
-      break;
-    case Method::kAShape:
-      Take(proto.a_shape().sink_tokens(), &c.a_shape.sink_tokens);
-      Take(proto.a_shape().local_tokens(), &c.a_shape.local_tokens);
-      break;
-    case Method::kVerticalSlash: {
-      const v1::VerticalSlashParams& p = proto.vertical_slash();
-      Take(p.last_q(), &c.vertical_slash.last_q);
-      Take(p.vertical_size(), &c.vertical_slash.vertical_size);
-      Take(p.slash_size(), &c.vertical_slash.slash_size);
-      Take(p.forced_columns(), &c.vertical_slash.forced_columns);
-      Take(p.forced_diagonals(), &c.vertical_slash.forced_diagonals);
-      break;
-    }
-    case Method::kBlockSparse:
-      Take(proto.block_sparse().block_size(), &c.block_sparse.block_size);
-      Take(proto.block_sparse().top_k(), &c.block_sparse.top_k);
-      break;
-    case Method::kFlexPrefill: {
-      const v1::FlexPrefillParams& p = proto.flex_prefill();
-      Take(p.gamma(), &c.flex_prefill.gamma);
-      Take(p.tau(), &c.flex_prefill.tau);
-      Take(p.min_budget(), &c.flex_prefill.min_budget);
-      Take(p.max_budget(), &c.flex_prefill.max_budget);
-      Take(p.block_size(), &c.flex_prefill.block_size);
-      if (p.has_flatten()) c.flex_prefill.flatten = p.flatten();
-      break;
-    }
-    case Method::kSampleAttention: {
-      const v1::SampleAttentionParams& p = proto.sample_attention();
-      Take(p.alpha_c(), &c.sample_attention.alpha_c);
-      Take(p.alpha_s(), &c.sample_attention.alpha_s);
-      Take(p.chunk_n(), &c.sample_attention.chunk_n);
-      Take(p.block_size(), &c.sample_attention.block_size);
-      Take(p.local_tokens(), &c.sample_attention.local_tokens);
-      break;
-    }
-    case Method::kAnchor: {
-      const v1::AnchorParams& p = proto.anchor();
-      Take(p.theta(), &c.anchor.theta);
-      Take(p.step(), &c.anchor.step);
-      Take(p.block_size(), &c.anchor.block_size);
-      Take(p.init_tokens(), &c.anchor.init_tokens);
-      break;
-    }
-    case Method::kSaap: {
-      const v1::SaapParams& p = proto.saap();
-      Take(p.num_centroids(), &c.saap.num_centroids);
-      Take(p.top_l(), &c.saap.top_l);
-      Take(p.sink_tokens(), &c.saap.sink_tokens);
-      Take(p.local_tokens(), &c.saap.local_tokens);
-      break;
-    }
+  if (const google::protobuf::FieldDescriptor* field = ParamsField(c.method)) {
+    const google::protobuf::Message& params = proto.GetReflection()->GetMessage(proto, field);
+    for (const MethodParam* p : ParamsOf(c.method)) TakeFromProto(params, *p, &c);
   }
   const absl::Status s = c.Validate();
   if (!s.ok()) {
@@ -187,61 +190,9 @@ absl::StatusOr<MethodConfig> ParseMethodConfig(const v1::MethodConfig& proto,
 void MethodConfigToProto(const MethodConfig& c, v1::MethodConfig* proto) {
   proto->Clear();
   proto->set_method(MethodToProto(c.method));
-  switch (c.method) {
-    case Method::kDense:
-      break;
-    case Method::kAShape:
-      proto->mutable_a_shape()->set_sink_tokens(c.a_shape.sink_tokens);
-      proto->mutable_a_shape()->set_local_tokens(c.a_shape.local_tokens);
-      break;
-    case Method::kVerticalSlash: {
-      v1::VerticalSlashParams* p = proto->mutable_vertical_slash();
-      p->set_last_q(c.vertical_slash.last_q);
-      p->set_vertical_size(c.vertical_slash.vertical_size);
-      p->set_slash_size(c.vertical_slash.slash_size);
-      p->set_forced_columns(c.vertical_slash.forced_columns);
-      p->set_forced_diagonals(c.vertical_slash.forced_diagonals);
-      break;
-    }
-    case Method::kBlockSparse:
-      proto->mutable_block_sparse()->set_block_size(c.block_sparse.block_size);
-      proto->mutable_block_sparse()->set_top_k(c.block_sparse.top_k);
-      break;
-    case Method::kFlexPrefill: {
-      v1::FlexPrefillParams* p = proto->mutable_flex_prefill();
-      p->set_gamma(c.flex_prefill.gamma);
-      p->set_tau(c.flex_prefill.tau);
-      p->set_min_budget(c.flex_prefill.min_budget);
-      p->set_max_budget(c.flex_prefill.max_budget);
-      p->set_block_size(c.flex_prefill.block_size);
-      p->set_flatten(c.flex_prefill.flatten);
-      break;
-    }
-    case Method::kSampleAttention: {
-      v1::SampleAttentionParams* p = proto->mutable_sample_attention();
-      p->set_alpha_c(c.sample_attention.alpha_c);
-      p->set_alpha_s(c.sample_attention.alpha_s);
-      p->set_chunk_n(c.sample_attention.chunk_n);
-      p->set_block_size(c.sample_attention.block_size);
-      p->set_local_tokens(c.sample_attention.local_tokens);
-      break;
-    }
-    case Method::kAnchor: {
-      v1::AnchorParams* p = proto->mutable_anchor();
-      p->set_theta(c.anchor.theta);
-      p->set_step(c.anchor.step);
-      p->set_block_size(c.anchor.block_size);
-      p->set_init_tokens(c.anchor.init_tokens);
-      break;
-    }
-    case Method::kSaap: {
-      v1::SaapParams* p = proto->mutable_saap();
-      p->set_num_centroids(c.saap.num_centroids);
-      p->set_top_l(c.saap.top_l);
-      p->set_sink_tokens(c.saap.sink_tokens);
-      p->set_local_tokens(c.saap.local_tokens);
-      break;
-    }
+  if (const google::protobuf::FieldDescriptor* field = ParamsField(c.method)) {
+    google::protobuf::Message* params = proto->GetReflection()->MutableMessage(proto, field);
+    for (const MethodParam* p : ParamsOf(c.method)) PutToProto(c, *p, params);
   }
 }
 

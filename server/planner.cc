@@ -23,44 +23,7 @@ const char* MethodSourceName(MethodSource source) {
 }
 
 bool SameMethodConfig(const MethodConfig& a, const MethodConfig& b) {
-  if (a.method != b.method) return false;
-  switch (a.method) {
-    case Method::kDense:
-      return true;
-    case Method::kAShape:
-      return a.a_shape.sink_tokens == b.a_shape.sink_tokens &&
-             a.a_shape.local_tokens == b.a_shape.local_tokens;
-    case Method::kVerticalSlash: {
-      const VerticalSlashParams &x = a.vertical_slash, &y = b.vertical_slash;
-      return x.last_q == y.last_q && x.vertical_size == y.vertical_size &&
-             x.slash_size == y.slash_size && x.forced_columns == y.forced_columns &&
-             x.forced_diagonals == y.forced_diagonals;
-    }
-    case Method::kBlockSparse:
-      return a.block_sparse.block_size == b.block_sparse.block_size &&
-             a.block_sparse.top_k == b.block_sparse.top_k;
-    case Method::kFlexPrefill: {
-      const FlexPrefillParams &x = a.flex_prefill, &y = b.flex_prefill;
-      return x.gamma == y.gamma && x.tau == y.tau && x.min_budget == y.min_budget &&
-             x.max_budget == y.max_budget && x.block_size == y.block_size && x.flatten == y.flatten;
-    }
-    case Method::kSampleAttention: {
-      const SampleAttentionParams &x = a.sample_attention, &y = b.sample_attention;
-      return x.alpha_c == y.alpha_c && x.alpha_s == y.alpha_s && x.chunk_n == y.chunk_n &&
-             x.block_size == y.block_size && x.local_tokens == y.local_tokens;
-    }
-    case Method::kAnchor: {
-      const AnchorParams &x = a.anchor, &y = b.anchor;
-      return x.theta == y.theta && x.step == y.step && x.block_size == y.block_size &&
-             x.init_tokens == y.init_tokens;
-    }
-    case Method::kSaap: {
-      const SaapParams &x = a.saap, &y = b.saap;
-      return x.num_centroids == y.num_centroids && x.top_l == y.top_l &&
-             x.sink_tokens == y.sink_tokens && x.local_tokens == y.local_tokens;
-    }
-  }
-  return false;
+  return SameGroupConfig(a, b);  // the parameter table's splits_groups column
 }
 
 absl::StatusOr<Plan> MakePlan(const PlanInput& in, const std::function<bool(Method)>& available,

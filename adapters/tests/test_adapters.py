@@ -7,7 +7,6 @@ $SPATTN_WORKER_BIN / $SPATTN_INDEX_BIN come from Bazel (or run_python_tests.sh -
 """
 import json
 import os
-import re
 import shutil
 import subprocess
 import tempfile
@@ -19,6 +18,7 @@ from google.protobuf import json_format
 
 import spattn
 from spattn import reference
+from spattn.testing import WorkerProcess
 from spattn.v1 import index_service_pb2 as ipb
 from spattn_llm import batch, config_convert, settings
 from spattn_llm.prefill import PrefillRunner
@@ -180,33 +180,20 @@ class ConvertTest(unittest.TestCase):
         self.assertEqual((m["num_q_heads"], m["num_kv_heads"], m["head_dim"]), (2, 1, 64))
 
 
-def _start(cmd, pattern, stream="stdout", timeout=30):
-    log = open(os.path.join(TMP, os.path.basename(cmd[0]) + ".log"), "w")
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE if stream == "stdout" else log,
-                         stderr=log if stream == "stdout" else subprocess.PIPE, text=True)
-    line = (p.stdout if stream == "stdout" else p.stderr).readline()
-    m = re.search(pattern, line)
-    if not m:
-        p.kill()
-        raise RuntimeError(f"{cmd[0]} did not start: {line!r}")
-    return p, m
-
-
 class StandInStepTest(unittest.TestCase):
     """A vLLM-like step on a numpy paged KV cache: plan -> gather -> spattn -> merge rows."""
 
     @classmethod
     def setUpClass(cls):
-        cls.worker, m = _start([os.environ["SPATTN_WORKER_BIN"], "--listen=127.0.0.1:0",
-                                "--metrics=", "--devices=cpu", "--cpu_threads=2", "--allow_tcp_shm=true"],
-                               r"listening on (\S+)")
-        cls.client = spattn.Client(m.group(1), timeout=60)
+        cls.worker = WorkerProcess(os.environ["SPATTN_WORKER_BIN"], "--devices=cpu",
+                                   "--cpu_threads=2", metrics=False)
+        # The Unix socket: shared memory is only accepted there.
+        cls.client = spattn.Client(cls.worker.unix, timeout=60)
 
     @classmethod
     def tearDownClass(cls):
         cls.client.close()
-        cls.worker.terminate()
-        cls.worker.wait(timeout=30)
+        cls.worker.stop()
 
     def test_step_matches_reference(self):
         rng = np.random.default_rng(0)
@@ -271,17 +258,16 @@ class PublishedConfigTest(unittest.TestCase):
             time.sleep(0.05)
         with open(port_file) as f:
             cls.index_addr = "127.0.0.1:" + f.read().split()[0]
-        cls.worker, m = _start([os.environ["SPATTN_WORKER_BIN"], "--listen=127.0.0.1:0",
-                                "--metrics=", "--devices=cpu", "--cpu_threads=2", "--allow_tcp_shm=true",
-                                f"--index={cls.index_addr}"], r"listening on (\S+)")
-        cls.client = spattn.Client(m.group(1), timeout=60)
+        cls.worker = WorkerProcess(os.environ["SPATTN_WORKER_BIN"], "--devices=cpu",
+                                   "--cpu_threads=2", f"--index={cls.index_addr}", metrics=False)
+        cls.client = spattn.Client(cls.worker.tcp, timeout=60)  # inline tensors: TCP is fine
 
     @classmethod
     def tearDownClass(cls):
         cls.client.close()
-        for p in (cls.worker, cls.index):
-            p.terminate()
-            p.wait(timeout=30)
+        cls.worker.stop()
+        cls.index.terminate()
+        cls.index.wait(timeout=30)
         shutil.rmtree(cls.data, ignore_errors=True)
 
     def test_rank_models_serve_their_heads(self):

@@ -75,13 +75,13 @@ std::string BenchUsage();
 // INVALID_ARGUMENT names the bad flag.
 absl::StatusOr<BenchFlags> ParseBenchFlags(const std::vector<std::string>& args);
 
-// Sets one parameter, e.g. ("vertical_slash.last_q", "64"). INVALID_ARGUMENT for an unknown
-// method or parameter (listing the known ones) or a bad value.
-absl::Status SetMethodParam(const std::string& dotted, const std::string& value,
-                            MethodConfig* config);
+// Method parameters are set with SetMethodParam (kernels/method_config.h, the parameter table).
 
 // The pseudo-method of BenchFlags::methods that runs the pattern search's per-head choices.
 inline constexpr char kSearchedMethod[] = "searched";
+// The pseudo-method that runs the searched configs after the worker's recall guard
+// (server/recall_guard.h) checked and widened them on the benchmark's prompt.
+inline constexpr char kGuardedMethod[] = "guarded";
 
 // Heads sharing one method config, as the worker's planner groups them (one index build each).
 struct ConfigGroup {

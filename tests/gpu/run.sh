@@ -2,6 +2,7 @@
 # On the GPU machine: every GPU test, then the benchmarks the README's performance table comes
 # from (spattn-bench --device=cuda at 32K and 128K on llm_mix for every method and the searched
 # per-head mix, PyTorch SDPA on the same shapes, a 512K run). Logs go to $OUT; a summary last.
+# Committed copies of past runs: bench/results/gpu/.
 set -u
 cd "$(dirname "$0")"
 WORK=/tmp/spattn_gpu && rm -rf "$WORK" && mkdir -p "$WORK" && tar -xJf bundle.tar.xz -C "$WORK"
@@ -17,7 +18,7 @@ note() { echo "$* (${SECONDS}s)" | tee -a "$OUT/summary.txt"; }
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader \
   | tee "$OUT/gpu.txt"
 
-for t in attention_cuda_test cuda_engine_test gpu_builders_a_test gpu_builders_b_test \
+for t in attention_cuda_test cuda_engine_test merged_builders_test assembled_builders_test \
          cuda_backend_test; do
   timeout 150 bin/$t > "$OUT/test_$t.log" 2>&1
   note "$t rc=$? $(grep -hE '^\[  (PASSED|FAILED) ' "$OUT/test_$t.log" | tr '\n' ' ')"

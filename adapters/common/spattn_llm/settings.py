@@ -1,6 +1,7 @@
 """Adapter settings from the environment (both adapters read the same variables).
 
-SPATTN_ADDRESS          worker address (default 127.0.0.1:50051; the sidecar's loopback)
+SPATTN_ADDRESS          worker address (default unix:/run/spattn/worker.sock, the sidecar's socket:
+                        shared memory and CUDA IPC are accepted only through the Unix socket)
 SPATTN_MODEL            model id in the index service ("" = the worker's default method)
 SPATTN_MIN_PREFILL      prefills with fewer keys stay on the server's own backend (default 0;
                         dual_chunk_attention_config's sparse_attention_threshold fits here)
@@ -16,7 +17,7 @@ from spattn_llm.config_convert import rank_model_id
 
 @dataclass
 class Settings:
-    address: str = "127.0.0.1:50051"
+    address: str = "unix:/run/spattn/worker.sock"
     model: str = ""
     min_prefill_tokens: int = 0
     transport: str = "shm"

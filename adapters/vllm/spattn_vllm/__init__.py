@@ -14,8 +14,8 @@ def register():
         raise ImportError("spattn_vllm needs a vLLM with "
                           "vllm.attention.backends.registry.register_backend") from e
     try:
-        from vllm.attention.backends.registry import _Backend as enum
-    except ImportError:  # pragma: no cover - newer name
         from vllm.attention.backends.registry import AttentionBackendEnum as enum
-    register_backend(enum.CUSTOM, BACKEND_PATH)
+    except ImportError:  # pragma: no cover - older name
+        from vllm.attention.backends.registry import _Backend as enum
+    register_backend(backend=enum.CUSTOM, class_path=BACKEND_PATH)
     return BACKEND_PATH

@@ -14,6 +14,14 @@ prefill rows are also computed densely. Prefill-only steps skip FlashAttention.
 import torch
 from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend, FlashAttentionImpl
 
+try:  # where vLLM keeps its cache-write op moved between versions
+    from vllm.v1.attention.backends.fa_utils import reshape_and_cache_flash
+except ImportError:  # pragma: no cover
+    try:
+        from vllm.attention.utils.fa_utils import reshape_and_cache_flash
+    except ImportError:
+        from vllm._custom_ops import reshape_and_cache_flash
+
 import spattn
 from spattn_llm.batch import plan_batch, scatter_lse, slots_for
 from spattn_llm.prefill import PrefillRunner
@@ -63,9 +71,8 @@ class SpattnAttentionImpl(FlashAttentionImpl):
             # Writes the cache too.
             super().forward(layer, query, key, value, kv_cache, attn_metadata, output, **kw)
         else:
-            torch.ops._C_cache_ops.reshape_and_cache_flash(
-                key[:n], value[:n], key_cache, value_cache, attn_metadata.slot_mapping,
-                self.kv_cache_dtype, layer._k_scale, layer._v_scale)
+            reshape_and_cache_flash(key, value, key_cache, value_cache, attn_metadata.slot_mapping,
+                                    self.kv_cache_dtype, layer._k_scale, layer._v_scale)
         block_size = key_cache.shape[1]
         slots = torch.from_numpy(slots_for(plan, attn_metadata.block_table.cpu(), block_size))
         slots = slots.to(key_cache.device)

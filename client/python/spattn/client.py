@@ -95,12 +95,22 @@ class Client:
         r.output, r.lse
 
     transport="shm" stages numpy tensors through a shared-memory region this client owns
-    (registered once, grown as needed) instead of the gRPC message."""
+    (registered once, grown as needed) instead of the gRPC message. The worker accepts shared
+    memory (and CUDA IPC from unauthenticated callers) only through its Unix socket: connect with
+    address "unix:/path/to/worker.sock" (the same pod/host), where the peer uid proves who owns
+    the segment; segment keys must start with the worker's --shm_prefix (default "/spattn-").
+
+    TLS: `credentials=grpc.ssl_channel_credentials(...)` (or `tls_ca=`/`tls_cert=`/`tls_key=`
+    PEM file paths); bearer token: `token=` (sent as `authorization: Bearer <token>`)."""
 
     def __init__(self, address, *, timeout=None, max_message_bytes=256 << 20, credentials=None,
-                 channel=None, metadata=None):
+                 channel=None, metadata=None, token=None, tls_ca=None, tls_cert=None,
+                 tls_key=None, shm_prefix="/spattn-"):
         options = [("grpc.max_send_message_length", max_message_bytes),
                    ("grpc.max_receive_message_length", max_message_bytes)]
+        if credentials is None and (tls_ca or tls_cert):
+            read = lambda p: open(p, "rb").read() if p else None
+            credentials = grpc.ssl_channel_credentials(read(tls_ca), read(tls_key), read(tls_cert))
         if channel is not None:
             self._channel = channel
         elif credentials is not None:
@@ -109,7 +119,10 @@ class Client:
             self._channel = grpc.insecure_channel(address, options=options)
         self.address = address
         self.timeout = timeout
-        self._metadata = list(metadata or [])  # e.g. [("authorization", "Bearer ...")]
+        self._metadata = list(metadata or [])
+        if token:
+            self._metadata.append(("authorization", f"Bearer {token}"))
+        self.shm_prefix = shm_prefix
         self._stub = pb_grpc.AttentionServiceStub(self._channel)
         self._health = self._channel.unary_unary(
             "/grpc.health.v1.Health/Check",
@@ -271,7 +284,7 @@ class Client:
                     self.unregister_region(old_name)
                     old.destroy()
                 n = next(_counter)
-                key = f"/spattn-py_{os.getpid()}_{id(self):x}_{n}"  # worker --shm_prefix
+                key = f"{self.shm_prefix}py-{os.getpid()}-{id(self):x}-{n}"
                 region = SharedMemoryRegion.create(key, max(need, 1 << 20))
                 name = f"py-{os.getpid()}-{id(self):x}-{n}"
                 try:

@@ -31,6 +31,22 @@ def device_uuid(index):
     return f"GPU-{u}" if u is not None else ""
 
 
+def raw_ipc_handle(handle):
+    """torch's shared handle -> the 64-byte cudaIpcMemHandle_t. Recent torch prefixes a version
+    byte and a kind byte ('c': a cudaMalloc block, whose cudaIpcMemHandle follows; 'e': an
+    expandable segment, which has no cudaIpcMemHandle); older torch returns the 64 bytes."""
+    h = bytes(handle)
+    if len(h) == 64:
+        return h
+    if len(h) >= 66 and h[1:2] == b"c":
+        return h[2:66]
+    if len(h) >= 2 and h[1:2] == b"e":
+        raise ValueError("the tensor lives in an expandable segment (PYTORCH_CUDA_ALLOC_CONF="
+                         "expandable_segments:True), which CUDA IPC handles cannot name; "
+                         "disable expandable segments")
+    raise ValueError(f"unrecognised torch CUDA IPC handle of {len(h)} bytes")
+
+
 def from_torch(t):
     """torch tensor -> CudaIpcTensor (CUDA tensors) or InlineTensor (CPU tensors)."""
     from spattn.tensors import InlineTensor
@@ -51,6 +67,6 @@ def from_torch(t):
     offset = int(storage_offset) + t.storage_offset() * esize
     span = ((t.shape[0] - 1) * t.stride(0) + (t.shape[1] - 1) * t.stride(1) + t.shape[2]) * esize
     contiguous = t.is_contiguous()
-    return CudaIpcTensor(handle, offset, span if t.numel() else 0, tuple(t.shape), name,
+    return CudaIpcTensor(raw_ipc_handle(handle), offset, span if t.numel() else 0, tuple(t.shape), name,
                          device_id=int(device), device_uuid=device_uuid(int(device)),
                          strides=None if contiguous else tuple(t.stride()), keepalive=t)

@@ -75,6 +75,14 @@ class DataLossError(SpattnError):
     pass
 
 
+class PermissionDeniedError(SpattnError):
+    pass
+
+
+class UnauthenticatedError(SpattnError):
+    pass
+
+
 _BY_CODE = {
     grpc.StatusCode.INVALID_ARGUMENT: InvalidArgumentError,
     grpc.StatusCode.NOT_FOUND: NotFoundError,
@@ -84,6 +92,8 @@ _BY_CODE = {
     grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceededError,
     grpc.StatusCode.ABORTED: AbortedError,
     grpc.StatusCode.DATA_LOSS: DataLossError,
+    grpc.StatusCode.PERMISSION_DENIED: PermissionDeniedError,
+    grpc.StatusCode.UNAUTHENTICATED: UnauthenticatedError,
 }
 
 

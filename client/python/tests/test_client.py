@@ -16,43 +16,29 @@ import grpc
 import numpy as np
 
 import spattn
-from spattn import reference
+from spattn import cuda_ipc, reference
 from spattn.shm import SharedMemoryRegion
+from spattn.testing import WorkerProcess
 
 _worker = None
-_address = None
-_metrics_port = None
+_address = None       # unix:... (shared memory and CUDA IPC need the worker's Unix socket)
+_tcp_address = None
 
 
 def setUpModule():
-    global _worker, _address, _metrics_port
+    global _worker, _address, _tcp_address
     _address = os.environ.get("SPATTN_WORKER_ADDRESS")
     if _address:
+        _tcp_address = os.environ.get("SPATTN_WORKER_TCP_ADDRESS")
         return
-    binary = os.environ["SPATTN_WORKER_BIN"]
-    log = tempfile.NamedTemporaryFile(prefix="worker-", suffix=".err", delete=False,
-                                      dir=os.environ.get("TEST_TMPDIR"))
-    _worker = subprocess.Popen(
-        [binary, "--listen=127.0.0.1:0", "--metrics=127.0.0.1:0", "--cpu_threads=2",
-         "--devices=cpu", "--queue_capacity=16",
-         # Shared memory over loopback TCP (production: the worker's unix: socket).
-         "--allow_tcp_shm=true"],
-        stdout=subprocess.PIPE, stderr=log, text=True)
-    line = _worker.stdout.readline()
-    m = re.search(r"listening on (\S+) metrics_port (\d+)", line)
-    if not m:
-        _worker.kill()
-        raise RuntimeError(f"worker did not start: {line!r}; see {log.name}")
-    _address, _metrics_port = m.group(1), int(m.group(2))
+    _worker = WorkerProcess(os.environ["SPATTN_WORKER_BIN"], "--cpu_threads=2", "--devices=cpu",
+                            "--queue_capacity=16")
+    _address, _tcp_address = _worker.unix, _worker.tcp
 
 
 def tearDownModule():
     if _worker is not None:
-        _worker.terminate()
-        try:
-            _worker.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            _worker.kill()
+        _worker.stop()
 
 
 def rand(shape, seed, dtype=np.float32):
@@ -162,7 +148,7 @@ class ClientTest(unittest.TestCase):
 
     def test_explicit_regions_and_output_region(self):
         q, k, v = rand((128, 4, 64), 25), rand((128, 4, 64), 26), rand((128, 4, 64), 27)
-        key = f"/spattn-pytest_{os.getpid()}"
+        key = f"/spattn-pytest-{os.getpid()}"
         n = q.nbytes
         with spattn.create_shared_memory_region(key, 4 * n) as region:
             self.assertEqual(region.key, key)
@@ -181,6 +167,23 @@ class ClientTest(unittest.TestCase):
             finally:
                 self.assertEqual(self.client.unregister_region("pytest-qkvo"), 1)
         self.assertFalse(spattn.shm.exists(key))
+
+    def test_tcp_inline_works_but_shm_is_refused(self):
+        if not _tcp_address:
+            self.skipTest("no TCP address of the worker (SPATTN_WORKER_TCP_ADDRESS)")
+        # Shared memory over TCP: the worker cannot tell who owns the segment (issue 13).
+        q, k, v = rand((64, 4, 64), 49), rand((64, 4, 64), 50), rand((64, 4, 64), 51)
+        with spattn.Client(_tcp_address, timeout=60) as tcp:
+            self.assertEqual(tcp.health(), "SERVING")
+            r = tcp.attend(q, k, v)
+            self.check(r, q, k, v)
+            with self.assertRaises(spattn.PermissionDeniedError) as cm:
+                tcp.attend(q, k, v, transport="shm")
+            self.assertEqual(cm.exception.code, grpc.StatusCode.PERMISSION_DENIED)
+        with self.assertRaises(spattn.SpattnError):
+            # Keys outside --shm_prefix are refused even on the Unix socket.
+            with SharedMemoryRegion.create(f"/other-{os.getpid()}", 4096) as region:
+                self.client.register_system_region("pytest-other", region)
 
     def test_stream_of_layers(self):
         layers = []
@@ -254,9 +257,9 @@ class ClientTest(unittest.TestCase):
 
 class SharedMemoryTest(unittest.TestCase):
     def test_leading_slash_either_way(self):
-        a = SharedMemoryRegion.create(f"spattn_noslash_{os.getpid()}", 4096)
+        a = SharedMemoryRegion.create(f"spattn-noslash-{os.getpid()}", 4096)
         try:
-            self.assertEqual(a.key, f"/spattn_noslash_{os.getpid()}")
+            self.assertEqual(a.key, f"/spattn-noslash-{os.getpid()}")
             b = SharedMemoryRegion.attach(a.key)
             c = SharedMemoryRegion.attach(a.key.lstrip("/"))
             a.set(np.arange(8, dtype=np.int32))
@@ -274,7 +277,7 @@ class SharedMemoryTest(unittest.TestCase):
     def test_attached_segment_survives_attaching_process_exit(self):
         # Python <= 3.12's resource tracker unlinks segments a process merely attached to when it
         # exits; attach() must prevent that.
-        key = f"/spattn_tracker_{os.getpid()}"
+        key = f"/spattn-tracker-{os.getpid()}"
         with SharedMemoryRegion.create(key, 4096) as region:
             region.set(np.full(4, 7, dtype=np.int32))
             code = ("import sys, numpy as np; from spattn.shm import SharedMemoryRegion as R; "
@@ -288,7 +291,7 @@ class SharedMemoryTest(unittest.TestCase):
         self.assertFalse(spattn.shm.exists(key))
 
     def test_bounds(self):
-        with SharedMemoryRegion.create(f"/spattn_bounds_{os.getpid()}", 64) as r:
+        with SharedMemoryRegion.create(f"/spattn-bounds-{os.getpid()}", 64) as r:
             with self.assertRaises(ValueError):
                 r.set(np.zeros(17, dtype=np.float32))
             with self.assertRaises(ValueError):
@@ -302,6 +305,15 @@ class CodecTest(unittest.TestCase):
         np.testing.assert_allclose(y, x, rtol=2 ** -8)
         # 1 + 2^-8 is halfway between two bf16 values: ties go to the even one (1.0).
         self.assertEqual(spattn.from_bf16(spattn.to_bf16(np.float32(1 + 2 ** -8)))[()], 1.0)
+
+    def test_torch_ipc_handle_formats(self):
+        raw = bytes(range(64))
+        self.assertEqual(cuda_ipc.raw_ipc_handle(raw), raw)
+        self.assertEqual(cuda_ipc.raw_ipc_handle(b"\x01c" + raw), raw)  # torch >= 2.2
+        with self.assertRaises(ValueError):
+            cuda_ipc.raw_ipc_handle(b"\x01e" + raw)  # expandable segment
+        with self.assertRaises(ValueError):
+            cuda_ipc.raw_ipc_handle(b"short")
 
     def test_method_config(self):
         cfg = spattn.method_config({"method": "flex_prefill", "gamma": 0.95, "tau": 0.1})

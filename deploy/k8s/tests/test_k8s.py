@@ -4,6 +4,7 @@ ServiceMonitors, the index StatefulSet's volumes and backup CronJob, the sidecar
 that every flag in the manifests/config files is a flag of the real binaries
 ($SPATTN_WORKER_BIN, $SPATTN_INDEX_BIN). Skipped where kubectl is missing.
 """
+import json
 import os
 import re
 import shutil
@@ -18,17 +19,19 @@ KUBECTL = shutil.which("kubectl") or ("/usr/bin/kubectl" if os.path.exists("/usr
                                       else None)
 
 
+KUBECTL_DEBIAN = next((p for p in ["/opt/spattn-tools/bin/kubectl-debian"] if os.path.exists(p)),
+                      None)
 _copy = None
 
 
-def render(path):
+def render(path, kubectl=None):
     # kustomize refuses files that are symlinks leading out of its root (Bazel runfiles): render
     # a real copy.
     global _copy
     if _copy is None:
         _copy = os.path.join(tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR")), "k8s")
         shutil.copytree(HERE, _copy, ignore=shutil.ignore_patterns("tests", "BUILD"))
-    p = subprocess.run([KUBECTL, "kustomize", os.path.join(_copy, path)], capture_output=True,
+    p = subprocess.run([kubectl or KUBECTL, "kustomize", os.path.join(_copy, path)], capture_output=True,
                        text=True, timeout=120,
                        env=dict(os.environ, HOME=os.environ.get("TEST_TMPDIR", "/tmp")))
     if p.returncode:
@@ -94,6 +97,12 @@ class K8sTestBase(unittest.TestCase):
             for p in svc["spec"]["ports"]:
                 self.assertIn(p["targetPort"], ports, f"{svc['metadata']['name']} {p}")
 
+    def check_prometheusrule(self):
+        rule = one(self.objs, "PrometheusRule", "spattn")
+        self.assertEqual(rule["apiVersion"], "monitoring.coreos.com/v1")
+        alerts = [r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]]
+        self.assertIn("SpattnIndexLinkDown", alerts)
+
     def check_servicemonitors(self):
         for sm in (o for o in self.objs if o["kind"] == "ServiceMonitor"):
             self.assertEqual(sm["apiVersion"], "monitoring.coreos.com/v1")
@@ -120,8 +129,22 @@ class K8sTestBase(unittest.TestCase):
                   o["metadata"]["name"].startswith("spattn-worker-config-"))
         return conf_keys(cm["data"]["worker.conf"])
 
+    @staticmethod
+    def listens(conf):
+        """(tcp host, tcp port, unix path or None) of the worker's --listen list."""
+        tcp, unix = None, None
+        for a in conf["listen"].split(","):
+            a = a.strip()
+            if a.startswith("unix:"):
+                unix = a[len("unix:"):]
+            else:
+                tcp = a.rsplit(":", 1)
+        return tcp[0], int(tcp[1]), unix
+
     def check_worker_container(self, c, conf):
-        grpc_port = int(conf["listen"].rsplit(":", 1)[1])
+        host, grpc_port, _ = self.listens(conf)
+        # The kubelet's probes connect to the pod IP, not loopback.
+        self.assertNotIn(host, ("127.0.0.1", "localhost"))
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
             self.assertEqual(c[probe]["grpc"]["port"], grpc_port, probe)
         self.assertEqual(c["readinessProbe"]["grpc"]["service"], "spattn.v1.AttentionService")
@@ -178,7 +201,8 @@ class StandaloneTest(K8sTestBase):
         kinds = sorted(o["kind"] for o in self.objs)
         self.assertEqual(kinds, sorted(["Namespace", "ConfigMap", "Service", "Service", "Service",
                                         "Deployment", "StatefulSet", "PersistentVolumeClaim",
-                                        "CronJob", "ServiceMonitor", "ServiceMonitor"]))
+                                        "CronJob", "ServiceMonitor", "ServiceMonitor",
+                                        "PrometheusRule"]))
         self.check_namespaced("spattn")
 
     def test_worker_deployment(self):
@@ -199,6 +223,7 @@ class StandaloneTest(K8sTestBase):
     def test_services_and_monitors(self):
         self.check_services_select_pods()
         self.check_servicemonitors()
+        self.check_prometheusrule()
         self.check_config_volumes_exist()
 
 
@@ -214,12 +239,26 @@ class SidecarTest(K8sTestBase):
         w = container(d, "spattn-worker")
         self.assertEqual(w["restartPolicy"], "Always")  # native sidecar
         conf = self.worker_conf()
-        self.assertTrue(conf["listen"].startswith("127.0.0.1:"))
         self.check_worker_container(w, conf)
         llm = container(d, "llm")
         self.assertIn("/dev/shm", [m["mountPath"] for m in llm["volumeMounts"]])
+        # The LLM server reaches the worker through its Unix socket (shared memory and CUDA IPC
+        # are accepted only there), in a directory both containers mount.
+        _, _, sock = self.listens(conf)
+        self.assertIsNotNone(sock)
         env = {e["name"]: e["value"] for e in llm["env"]}
-        self.assertEqual(env["SPATTN_ADDRESS"], conf["listen"])
+        self.assertEqual(env["SPATTN_ADDRESS"], "unix:" + sock)
+        sock_dir = os.path.dirname(sock)
+        vols = {m["mountPath"]: m["name"] for m in w["volumeMounts"]}
+        self.assertIn(sock_dir, vols)
+        self.assertIn((vols[sock_dir], sock_dir),
+                      [(m["name"], m["mountPath"]) for m in llm["volumeMounts"]])
+        self.assertIn("emptyDir", next(v for v in spec["volumes"] if v["name"] == vols[sock_dir]))
+        # One uid for both containers (segments are 0600, the worker checks the peer's uid).
+        self.assertIn("runAsUser", spec["securityContext"])
+        for c in (w, llm):
+            self.assertNotIn("runAsUser", c.get("securityContext", {}))
+        self.assertTrue(conf["shm_prefix"].startswith("/"))
         dshm = next(v for v in spec["volumes"] if v["name"] == "dshm")
         self.assertEqual(dshm["emptyDir"]["medium"], "Memory")
         self.check_namespaced("llm")
@@ -228,7 +267,22 @@ class SidecarTest(K8sTestBase):
         self.check_index()
         self.check_services_select_pods()
         self.check_servicemonitors()
+        self.check_prometheusrule()
         self.check_config_volumes_exist()
+
+
+@unittest.skipIf(KUBECTL is None or KUBECTL_DEBIAN is None,
+                 "Debian's kubectl (kustomize v2) not extracted (deploy/tools.sh)")
+class KustomizeV2Test(unittest.TestCase):
+    def test_same_objects_with_debian_kubectl(self):
+        # Debian's kubernetes-client (kubectl 1.20) embeds kustomize v2: the manifests stay within
+        # what it reads (bases:, patchesJson6902), and it renders the same objects (only the
+        # ConfigMap name hash differs between kustomize versions).
+        norm = lambda objs: re.sub(r"spattn-worker-config-[a-z0-9]{10}", "spattn-worker-config-H",
+                                   json.dumps(sorted(objs, key=lambda o: (o["kind"], o["metadata"]["name"])),
+                                              sort_keys=True))
+        for overlay in (".", "overlays/sidecar"):
+            self.assertEqual(norm(render(overlay, KUBECTL_DEBIAN)), norm(render(overlay)), overlay)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ import numpy as np
 import yaml
 
 import spattn
+from spattn.testing import WorkerProcess
 from spattn_llm import config_convert
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # deploy/monitoring
@@ -114,6 +115,11 @@ class RulesTest(unittest.TestCase):
         p = promtool("test", "rules", "alerts_test.yml", cwd=os.path.join(HERE, "tests"))
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
 
+    def test_prometheusrule_in_sync(self):
+        # deploy/k8s/base/monitoring/prometheusrule.yaml wraps alerts.yml for the Operator.
+        p = subprocess.run([sys.executable, os.path.join(HERE, "make_prometheusrule.py"), "--check"])
+        self.assertEqual(p.returncode, 0, "run deploy/monitoring/make_prometheusrule.py")
+
     def test_required_alerts_present(self):
         names = {n for n, _ in alert_exprs()}
         for a in ("SpattnHighErrorRate", "SpattnRecallBelowTarget", "SpattnQueueSaturated",
@@ -181,13 +187,9 @@ class LiveScrapeTest(unittest.TestCase):
             gport, mport = f.read().split()
         index_addr = f"127.0.0.1:{gport}"
         cls.index_metrics = f"http://127.0.0.1:{mport}/metrics"
-        w = subprocess.Popen([os.environ["SPATTN_WORKER_BIN"], "--listen=127.0.0.1:0",
-                              "--metrics=127.0.0.1:0", "--devices=cpu", "--cpu_threads=2",
-                              f"--index={index_addr}"], stdout=subprocess.PIPE,
-                             stderr=open(os.path.join(data, "worker.log"), "w"), text=True)
-        cls.procs.append(w)
-        m = re.search(r"listening on (\S+) metrics_port (\d+)", w.stdout.readline())
-        cls.worker_metrics = f"http://127.0.0.1:{m.group(2)}/metrics"
+        cls.worker = WorkerProcess(os.environ["SPATTN_WORKER_BIN"], "--devices=cpu",
+                                   "--cpu_threads=2", f"--index={index_addr}", log_dir=data)
+        cls.worker_metrics = f"http://127.0.0.1:{cls.worker.metrics_port}/metrics"
         # Traffic: a published model (index RPCs, published version, watcher), requests with
         # recall, an error.
         conv = config_convert.convert(
@@ -198,7 +200,7 @@ class LiveScrapeTest(unittest.TestCase):
         rng = np.random.default_rng(0)
         q = rng.standard_normal((256, 2, 64)).astype(np.float32)
         k = rng.standard_normal((256, 1, 64)).astype(np.float32)
-        with spattn.Client(m.group(1), timeout=60) as c:
+        with spattn.Client(cls.worker.unix, timeout=60) as c:
             c.attend(q, k, k, model="dash-model", layer=0, estimate_recall=True)
             c.attend(q, k, k, method="a_shape", estimate_recall=True, transport="shm")
             with self_raises(spattn.SpattnError):
@@ -214,6 +216,7 @@ class LiveScrapeTest(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
+        cls.worker.stop()
         for p in reversed(cls.procs):
             p.terminate()
             p.wait(timeout=30)

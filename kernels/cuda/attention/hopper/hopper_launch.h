@@ -1,0 +1,25 @@
+// Host entry points of the Hopper (sm_90a) warp-specialized attention kernels (kernel variant 5).
+#ifndef SPATTN_KERNELS_CUDA_ATTENTION_HOPPER_HOPPER_LAUNCH_H_
+#define SPATTN_KERNELS_CUDA_ATTENTION_HOPPER_HOPPER_LAUNCH_H_
+
+#include <cuda_runtime_api.h>
+
+#include "kernels/cuda/attention/attention_launch.h"
+
+namespace spattn {
+namespace cuda {
+namespace hopper {
+
+// Whether the TMA dense kernel takes `p`: bf16/fp16, head_dim 64 or 128, total_k set, 16-byte
+// aligned base pointers and token/head strides (TMA's rules). The caller checks that the device
+// is compute capability 9.0.
+bool DenseSupported(const AttnParams& p);
+
+// Dense attention (causal or full, GQA, varlen, q a suffix of k) over every head.
+cudaError_t LaunchDense(const AttnParams& p, int max_q_len, cudaStream_t stream);
+
+}  // namespace hopper
+}  // namespace cuda
+}  // namespace spattn
+
+#endif  // SPATTN_KERNELS_CUDA_ATTENTION_HOPPER_HOPPER_LAUNCH_H_
