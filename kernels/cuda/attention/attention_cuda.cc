@@ -487,9 +487,9 @@ absl::StatusOr<std::unique_ptr<CudaAttentionEngine>> CudaAttentionEngine::Create
     return absl::InvalidArgumentError(
         absl::StrCat("workspace_bytes must be > 0, got ", workspace_bytes));
   }
-  if (options.kernel_variant < 0 || options.kernel_variant > 5) {
+  if (options.kernel_variant < 0 || options.kernel_variant > 6) {
     return absl::InvalidArgumentError(
-        absl::StrCat("kernel_variant must be in [0, 5], got ", options.kernel_variant));
+        absl::StrCat("kernel_variant must be in [0, 6], got ", options.kernel_variant));
   }
   SPATTN_CUDA_RETURN_IF_ERROR(cudaSetDevice(device), "cudaSetDevice");
   void* base = nullptr;

@@ -44,7 +44,10 @@ struct CudaEngineOptions {
   // query rows (mma.sync), 2 = 4 warps of 32 rows (mma.sync), 3 = Hopper wgmma warpgroups,
   // 4 = 3 with deeper pipelines (3 and 4 fall back to 2 off Hopper). Variants 1 and 2 apply to
   // block_m 128; block_m 64 uses 4 warps of 16 rows, or one wgmma warpgroup with 3 and 4.
-  // 0 = deep wgmma (4) on Hopper, 2 elsewhere. Default: 0.
+  // 5 = Hopper warp-specialized kernels (TMA producer, ping-pong consumer warpgroups;
+  // attention/hopper/): dense, and sparse with block_m 128 on a persistent grid (block_m 64
+  // as 4); 6 = 5 with the dense kernel on the persistent grid too; 2 off Hopper.
+  // 0 = 5 on Hopper, 2 elsewhere. Default: 0.
   int kernel_variant = 0;
 };
 

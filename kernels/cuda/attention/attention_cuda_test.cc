@@ -87,7 +87,7 @@ class CudaAttentionTest : public ::testing::Test {
       skip_reason_ = new std::string("no CUDA device: " + why);
       return;
     }
-    for (int variant : {1, 2, 3, 4, 5}) {
+    for (int variant : {1, 2, 3, 4, 5, 6}) {
       CudaEngineOptions options;
       options.kernel_variant = variant;
       auto e = CudaAttentionEngine::Create(0, kWorkspace, options);
@@ -128,16 +128,18 @@ class CudaAttentionTest : public ::testing::Test {
 
   static std::string* skip_reason_;
   // Kernel variants 1 (8 warps), 2 (4 warps of 32 rows), 3 (wgmma; = 2 off Hopper), 4 (3 with
-  // deeper pipelines), 5 (dense: warp-specialized TMA kernel of attention/hopper; sparse: 4).
-  static CudaAttentionEngine* engines_[5];
+  // deeper pipelines), 5 (warp-specialized TMA kernels of attention/hopper; sparse block_m 64:
+  // 4), 6 (5 with the persistent dense kernel).
+  static CudaAttentionEngine* engines_[6];
 };
 
 std::string* CudaAttentionTest::skip_reason_ = nullptr;
-CudaAttentionEngine* CudaAttentionTest::engines_[5] = {nullptr, nullptr, nullptr, nullptr, nullptr};
+CudaAttentionEngine* CudaAttentionTest::engines_[6] = {nullptr, nullptr, nullptr,
+                                                       nullptr, nullptr, nullptr};
 
 TEST_F(CudaAttentionTest, DenseKernelMatchesReference) {
   uint64_t seed = 1;
-  for (int variant : {1, 2, 3, 4, 5}) {
+  for (int variant : {1, 2, 3, 4, 5, 6}) {
     for (const Case& c : SmallCases()) {
       auto hp = MakeProblem(c, seed++);
       CheckRun(engines_[variant - 1], *hp, nullptr, 1 << 20,
@@ -183,7 +185,7 @@ TEST_F(CudaAttentionTest, AShapeIndexMatchesReference) {
       params.local_tokens = 40;
       SparseIndex idx;
       ASSERT_TRUE(BuildAShapeIndex(hp->problem(), params, AllHeads(c.hq), block_m, &idx).ok());
-      for (int variant : {1, 3}) {
+      for (int variant : {1, 3, 5}) {
         CheckRun(engines_[variant - 1], *hp, &idx, 1 << 20,
                  absl::StrCat(Describe(c), " block_m=", block_m, " variant=", variant));
       }
@@ -218,7 +220,7 @@ SparseIndex RandomIndex(const AttentionProblem& p, const std::vector<int>& heads
 TEST_F(CudaAttentionTest, RandomRangesAndColumnsMatchReference) {
   uint64_t seed = 300;
   for (int block_m : {64, 128}) {
-    for (int variant : {1, 2, 3, 4}) {
+    for (int variant : {1, 2, 3, 4, 5}) {
       for (const Case& c : SmallCases()) {
         auto hp = MakeProblem(c, seed++);
         std::vector<int> heads;
@@ -238,7 +240,7 @@ TEST_F(CudaAttentionTest, ColumnsOnlyMatchReference) {
   for (int block_m : {64, 128}) {
     SparseIndex idx = RandomIndex(hp->problem(), AllHeads(c.hq), block_m, 0, 300, 401, false);
     ASSERT_GT(idx.col_idx.size(), 10000u);
-    for (int variant : {1, 2, 3, 4}) {
+    for (int variant : {1, 2, 3, 4, 5}) {
       CheckRun(engines_[variant - 1], *hp, &idx, 1 << 20,
                absl::StrCat(Describe(c), " block_m=", block_m, " variant=", variant));
     }
@@ -326,7 +328,7 @@ TEST_F(CudaAttentionTest, NanInputsStayWhereTheyBelong) {
 TEST_F(CudaAttentionTest, NanInNextSequenceStaysThere) {
   for (bool causal : {true, false}) {
     Case c{{70, 64, 100}, {70, 64, 100}, 2, 1, 128, DType::kBF16, causal};
-    for (int variant : {1, 4, 5}) {
+    for (int variant : {1, 4, 5, 6}) {
       auto hp = MakeProblem(c, 650);
       for (std::vector<uint8_t>* buf : {&hp->k_bytes(), &hp->v_bytes()}) {
         uint16_t* x = reinterpret_cast<uint16_t*>(buf->data());
@@ -437,14 +439,17 @@ TEST_F(CudaAttentionTest, LongContextsMatchSampledReference) {
     CheckRun(engines_[2], *hp, nullptr, 48, config + " dense wgmma");
     CheckRun(engines_[3], *hp, nullptr, 48, config + " dense wgmma deep");
     CheckRun(engines_[4], *hp, nullptr, 48, config + " dense hopper (variant 5)");
+    CheckRun(engines_[5], *hp, nullptr, 48, config + " dense hopper persistent (variant 6)");
     AShapeParams params;  // paper defaults: sink 128, local 3968
     SparseIndex ashape;
     ASSERT_TRUE(BuildAShapeIndex(hp->problem(), params, AllHeads(l.c.hq), l.block_m, &ashape).ok());
     CheckRun(engines_[2], *hp, &ashape, 48, config + " a_shape wgmma");
+    CheckRun(engines_[4], *hp, &ashape, 48, config + " a_shape hopper");
     SparseIndex random =
         RandomIndex(hp->problem(), {0, l.c.hq - 1}, l.block_m, 4, 500, seed++, false);
     CheckRun(engines_[0], *hp, &random, 48, config + " random ranges+columns");
     CheckRun(engines_[3], *hp, &random, 48, config + " random ranges+columns wgmma deep");
+    CheckRun(engines_[4], *hp, &random, 48, config + " random ranges+columns hopper");
   }
 }
 

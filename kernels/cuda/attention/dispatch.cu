@@ -86,8 +86,8 @@ int GridFor(int64_t n, int threads) {
 // kAuto and kWgmma resolve to what the current device runs: wgmma needs compute capability 9.0
 // (the sm_90a image); other devices take the mma.sync shapes.
 KernelVariant Resolve(KernelVariant v) {
-  const bool wants_wgmma =
-      v == KernelVariant::kWgmma || v == KernelVariant::kWgmmaDeep || v == KernelVariant::kHopper;
+  const bool wants_wgmma = v == KernelVariant::kWgmma || v == KernelVariant::kWgmmaDeep ||
+                           v == KernelVariant::kHopper || v == KernelVariant::kHopperPersistent;
   if (v != KernelVariant::kAuto && !wants_wgmma) return v;
   int device = 0, major = 0, minor = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
@@ -98,9 +98,10 @@ KernelVariant Resolve(KernelVariant v) {
   }
   const bool hopper = major == 9 && minor == 0;
   if (wants_wgmma) return hopper ? v : KernelVariant::kWarps4;
-  // kAuto: the measured best (kernels/cuda/NOTES.md): the deep wgmma pipeline on Hopper, else
-  // 4 warps of 32 rows.
-  return hopper ? KernelVariant::kWgmmaDeep : KernelVariant::kWarps4;
+  // kAuto: the measured best (kernels/cuda/NOTES.md): on Hopper the warp-specialized kernel of
+  // attention/hopper/ (dense; the sparse kernel then runs the deep wgmma pipeline), else 4 warps
+  // of 32 rows.
+  return hopper ? KernelVariant::kHopper : KernelVariant::kWarps4;
 }
 
 }  // namespace detail
@@ -108,8 +109,10 @@ KernelVariant Resolve(KernelVariant v) {
 cudaError_t LaunchDenseAttention(const AttnParams& p, int max_q_len, KernelVariant variant,
                                  cudaStream_t stream) {
   variant = detail::Resolve(variant);
-  if (variant == KernelVariant::kHopper) {
-    if (hopper::DenseSupported(p)) return hopper::LaunchDense(p, max_q_len, stream);
+  if (variant == KernelVariant::kHopper || variant == KernelVariant::kHopperPersistent) {
+    if (hopper::DenseSupported(p)) {
+      return hopper::LaunchDense(p, max_q_len, variant == KernelVariant::kHopperPersistent, stream);
+    }
     variant = KernelVariant::kWgmmaDeep;  // strides/pointers TMA cannot describe
   }
   switch (p.dtype) {
@@ -127,7 +130,10 @@ cudaError_t LaunchSparseAttention(const AttnParams& p, const SparseIndexView& in
                                   const SparseSchedule& schedule, KernelVariant variant,
                                   cudaStream_t stream) {
   variant = detail::Resolve(variant);
-  if (variant == KernelVariant::kHopper) variant = KernelVariant::kWgmmaDeep;  // no sparse one yet
+  if (variant == KernelVariant::kHopper || variant == KernelVariant::kHopperPersistent) {
+    if (hopper::SparseSupported(p, index)) return hopper::LaunchSparse(p, index, schedule, stream);
+    variant = KernelVariant::kWgmmaDeep;  // block_m 64
+  }
   switch (p.dtype) {
     case DType::kBF16:
       return detail::SparseBf16(p, index, schedule, variant, stream);

@@ -9,7 +9,10 @@
 // head_dim 128, iters 10, warmup 2, variants 1,2,3 (dense kernel shapes), sparse_variants 2,3,
 // range_densities, col_densities, device 0, block_ms 128 (sparse index block sizes),
 // skip_sparse_above (seq len above which the sparse synthetic indexes are skipped; default
-// 131072).
+// 131072), causal 1 (0: full attention), dtype bf16 (or fp16; the fp16 run reuses the bf16 bit
+// pattern: finite values of magnitude ~1-4).
+// Sparse lines also carry "dense_tflops" (the best dense variant of this run at the same shape)
+// and "vs_dense" (their effective rate over it: the per-pair ratio).
 #include <algorithm>
 #include <cinttypes>
 #include <cmath>
@@ -173,6 +176,8 @@ int Run(int argc, char** argv) {
   const std::vector<double> col_dens = Doubles(get("col_densities", "0.05,0.2"));
   const int device = std::atoi(get("device", "0").c_str());
   const double skip_sparse_above = std::atof(get("skip_sparse_above", "131072").c_str());
+  const bool causal = get("causal", "1") != "0";
+  const DType dtype = get("dtype", "bf16") == "fp16" ? DType::kF16 : DType::kBF16;
 
   std::string why;
   const auto devices = ListCudaDevices(&why);
@@ -196,7 +201,9 @@ int Run(int argc, char** argv) {
     }
     engines[o.kernel_variant] = std::move(*e);
   }
-  const char* kVariantName[] = {"auto", "w8", "w4", "wgmma", "wgmma_deep", "hopper"};
+  const char* kVariantName[] = {"auto",          "w8", "w4", "wgmma", "wgmma_deep", "hopper",
+                                "hopper_persist"};
+  std::map<int, double> best_dense;  // seq_len -> best dense TFLOP/s of this run
 
   for (double sl : seq_lens) {
     const int n = static_cast<int>(sl);
@@ -207,8 +214,8 @@ int Run(int argc, char** argv) {
     p.num_kv_heads = kv_heads;
     p.head_dim = d;
     p.softmax_scale = 1.f / std::sqrt(static_cast<float>(d));
-    p.causal = true;
-    p.dtype = DType::kBF16;
+    p.causal = causal;
+    p.dtype = dtype;
     p.space = MemorySpace::kCuda;
     SetContiguousStrides(&p);
     Buffers b;
@@ -243,13 +250,24 @@ int Run(int argc, char** argv) {
                     const std::vector<double>& kernel_s, const std::vector<double>& sched_s) {
       const double ms = Median(kernel_s) * 1e3;
       const double ms_min = *std::min_element(kernel_s.begin(), kernel_s.end()) * 1e3;
+      const double tflops = flops / (ms * 1e-3) / 1e12;
+      std::string per_pair;
+      if (kernel.rfind("dense", 0) == 0) {
+        best_dense[n] = std::max(best_dense[n], tflops);
+      } else if (best_dense.count(n) > 0) {
+        char buf[96];
+        std::snprintf(buf, sizeof(buf), ", \"dense_tflops\": %.1f, \"vs_dense\": %.3f",
+                      best_dense[n], tflops / best_dense[n]);
+        per_pair = buf;
+      }
       std::printf(
           "{\"kernel\": \"%s\", \"seq_len\": %d, \"heads\": %d, \"kv_heads\": %d, "
-          "\"head_dim\": %d, \"block_m\": %d, \"density\": %.4f, \"ms\": %.4f, \"ms_min\": %.4f, "
-          "\"schedule_ms\": %.4f, \"iters\": %d, \"tflops\": %.1f, \"device\": \"%s\"}\n",
-          kernel.c_str(), n, heads, kv_heads, d, block_m, density, ms, ms_min,
-          Median(sched_s) * 1e3, static_cast<int>(kernel_s.size()), flops / (ms * 1e-3) / 1e12,
-          devices[device].name.c_str());
+          "\"head_dim\": %d, \"causal\": %d, \"dtype\": \"%s\", \"block_m\": %d, "
+          "\"density\": %.4f, \"ms\": %.4f, \"ms_min\": %.4f, \"schedule_ms\": %.4f, "
+          "\"iters\": %d, \"tflops\": %.1f%s, \"device\": \"%s\"}\n",
+          kernel.c_str(), n, heads, kv_heads, d, causal ? 1 : 0, DTypeName(dtype), block_m, density,
+          ms, ms_min, Median(sched_s) * 1e3, static_cast<int>(kernel_s.size()), tflops,
+          per_pair.c_str(), devices[device].name.c_str());
       std::fflush(stdout);
     };
 

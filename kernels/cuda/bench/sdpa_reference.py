@@ -4,7 +4,10 @@ same JSON lines; with --ours FILE (cuda_bench's output) it also prints ratio lin
 ours / SDPA for the dense kernel, and each sparse kernel's effective TFLOP/s over our dense
 kernel at the same length.
 
-Usage (GPU machine): python3 sdpa_reference.py --seq_lens 8192,32768,131072 [--ours bench.jsonl]
+Ratios compare lines of the same shape (seq_len, heads, kv_heads, head_dim, causal, dtype).
+
+Usage (GPU machine): python3 sdpa_reference.py --seq_lens 8192,32768,131072 [--causal 0]
+  [--dtype fp16] [--heads 32 --kv_heads 8 --head_dim 128] [--ours bench.jsonl]
 """
 import argparse
 import json
@@ -16,22 +19,25 @@ def causal_pairs(n):
     return n * (n + 1) // 2
 
 
-def time_sdpa(torch, backend, n, heads, kv_heads, d, iters, warmup):
+def time_sdpa(torch, backend, n, heads, kv_heads, d, iters, warmup, causal=True,
+              dtype="bf16"):
     from torch.nn.attention import SDPBackend, sdpa_kernel
     import torch.nn.functional as F
 
     be = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}[backend]
     g = torch.Generator(device="cuda").manual_seed(1)
-    q = torch.randn(1, heads, n, d, device="cuda", dtype=torch.bfloat16, generator=g)
-    k = torch.randn(1, kv_heads, n, d, device="cuda", dtype=torch.bfloat16, generator=g)
-    v = torch.randn(1, kv_heads, n, d, device="cuda", dtype=torch.bfloat16, generator=g)
+    dt = torch.float16 if dtype == "fp16" else torch.bfloat16
+    q = torch.randn(1, heads, n, d, device="cuda", dtype=dt, generator=g)
+    k = torch.randn(1, kv_heads, n, d, device="cuda", dtype=dt, generator=g)
+    v = torch.randn(1, kv_heads, n, d, device="cuda", dtype=dt, generator=g)
     times = []
     with sdpa_kernel([be]):
         for i in range(warmup + iters):
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
             start.record()
-            F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+            F.scaled_dot_product_attention(q, k, v, is_causal=causal,
+                                           enable_gqa=kv_heads != heads)
             end.record()
             torch.cuda.synchronize()
             if i >= warmup:
@@ -51,6 +57,8 @@ def main():
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--backends", default="cudnn,flash")
+    ap.add_argument("--causal", type=int, default=1)
+    ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
     ap.add_argument("--ours", default="", help="cuda_bench JSON lines to compare with")
     args = ap.parse_args()
 
@@ -59,16 +67,19 @@ def main():
         import torch
         dev = torch.cuda.get_device_name(0)
         for n in [int(x) for x in args.seq_lens.split(",") if x]:
-            flops = 4.0 * args.head_dim * causal_pairs(n) * args.heads
+            pairs = causal_pairs(n) if args.causal else n * n
+            flops = 4.0 * args.head_dim * pairs * args.heads
             for backend in args.backends.split(","):
                 try:
                     ms, ms_min = time_sdpa(torch, backend, n, args.heads, args.kv_heads,
-                                           args.head_dim, args.iters, args.warmup)
+                                           args.head_dim, args.iters, args.warmup,
+                                           bool(args.causal), args.dtype)
                 except Exception as e:  # a backend may refuse a shape
                     print(f"# sdpa {backend} {n}: {e}", file=sys.stderr)
                     continue
                 row = {"kernel": f"sdpa_{backend}", "seq_len": n, "heads": args.heads,
-                       "kv_heads": args.kv_heads, "head_dim": args.head_dim, "density": 1.0,
+                       "kv_heads": args.kv_heads, "head_dim": args.head_dim,
+                       "causal": args.causal, "dtype": args.dtype, "density": 1.0,
                        "ms": round(ms, 4), "ms_min": round(ms_min, 4), "iters": args.iters,
                        "tflops": round(flops / (ms * 1e-3) / 1e12, 1), "device": dev}
                 rows.append(row)
@@ -78,7 +89,15 @@ def main():
 
     if not args.ours:
         return
+    def shape(r):
+        return (r["seq_len"], r["heads"], r["kv_heads"], r["head_dim"], r.get("causal", 1),
+                r.get("dtype", "bf16"))
+
     ours = [json.loads(l) for l in open(args.ours) if l.startswith("{")]
+    mine = (args.heads, args.kv_heads, args.head_dim, args.causal, args.dtype)
+    ours = [r for r in ours if shape(r)[1:] == mine]
+    tag = (f"{args.heads}/{args.kv_heads} d{args.head_dim} "
+           f"{'causal' if args.causal else 'full'} {args.dtype}")
     best_dense = {}
     for r in ours:
         if r["kernel"].startswith("dense"):
@@ -88,7 +107,8 @@ def main():
     for r in rows:
         o = best_dense.get(r["seq_len"])
         if o:
-            print(json.dumps({"ratio": f"{o['kernel']}/{r['kernel']}", "seq_len": r["seq_len"],
+            print(json.dumps({"ratio": f"{o['kernel']}/{r['kernel']}", "shape": tag,
+                              "seq_len": r["seq_len"],
                               "tflops_ratio": round(o["tflops"] / r["tflops"], 3)}))
     for r in ours:
         if r["kernel"].startswith("dense") and r["seq_len"] in best_dense:
@@ -97,7 +117,8 @@ def main():
                               "tflops": o["tflops"]})) if r is o else None
         if r["kernel"].startswith("sparse") and r["seq_len"] in best_dense:
             o = best_dense[r["seq_len"]]
-            print(json.dumps({"ratio": f"{r['kernel']}/{o['kernel']}", "seq_len": r["seq_len"],
+            print(json.dumps({"ratio": f"{r['kernel']}/{o['kernel']}", "shape": tag,
+                              "seq_len": r["seq_len"],
                               "density": r["density"],
                               "tflops_ratio": round(r["tflops"] / o["tflops"], 3)}))
 
