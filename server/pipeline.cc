@@ -240,9 +240,14 @@ absl::Status AttentionPipeline::Run(ParsedRequest& req, AttentionBackend& backen
   if (guard.probe_rows < 0) guard.probe_rows = backend.kind() == "cpu" ? 32 : 0;
   if (guard.probe_rows > 0) {
     SPATTN_ASSIGN_OR_RETURN(const AttentionProblem* host, call->HostView());
+    // The guard reads every index on the host (a device backend kept them on the device).
+    for (SparseIndex& index : indexes) SPATTN_RETURN_IF_ERROR(call->CompleteHostIndex(&index));
     const GuardBuildFn rebuild = [&](const MethodConfig& c, const std::vector<int>& hs,
                                      SparseIndex* out) {
-      return call->BuildIndex(c, hs, build, out);
+      // Complete on the host: the replacement moves (a device backend finds its kept index by
+      // address and then uploads this copy instead).
+      SPATTN_RETURN_IF_ERROR(call->BuildIndex(c, hs, build, out));
+      return call->CompleteHostIndex(out);
     };
     for (size_t g = 0; g < plan.groups.size(); ++g) {
       for (int slot = 0; slot < indexes[g].num_heads(); ++slot) {

@@ -11,8 +11,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/builders/build_index.h"
-#include "kernels/fidelity.h"
 #include "kernels/builders/testing/method_testing.h"
+#include "kernels/fidelity.h"
 #include "kernels/reference/reference_attention.h"
 #include "kernels/workload/workload.h"
 
@@ -299,8 +299,7 @@ TEST(AnchorTest, KernelMatchesReferenceUnderDensifiedMask) {
     ASSERT_TRUE(BuildAnchorIndex(hp->problem(), params, AllHeads(hp->problem()), &idx).ok());
     ASSERT_GT(idx.col_idx.size(), 0u) << Describe(s);  // gathered columns are exercised
     EXPECT_LT(method_testing::Density(hp->problem(), idx), 0.95) << Describe(s);
-    EXPECT_EQ(method_testing::CompareKernelWithMaskedReference(hp.get(), idx), "")
-        << Describe(s);
+    EXPECT_EQ(method_testing::CompareKernelWithMaskedReference(hp.get(), idx), "") << Describe(s);
   }
 }
 

@@ -13,9 +13,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/builders/build_index.h"
+#include "kernels/builders/testing/method_testing.h"
 #include "kernels/calibration/saap_calibration.h"
 #include "kernels/fidelity.h"
-#include "kernels/builders/testing/method_testing.h"
 #include "kernels/reference/reference_attention.h"
 #include "kernels/workload/workload.h"
 
@@ -379,8 +379,7 @@ TEST(SaapTest, KernelMatchesReferenceUnderDensifiedMask) {
         BuildSaapIndex(hp->problem(), params, AllHeads(hp->problem()), &assets, 32, &idx).ok());
     ASSERT_GT(idx.col_idx.size(), 0u) << Describe(s);
     EXPECT_LT(method_testing::Density(hp->problem(), idx), 0.8) << Describe(s);
-    EXPECT_EQ(method_testing::CompareKernelWithMaskedReference(hp.get(), idx), "")
-        << Describe(s);
+    EXPECT_EQ(method_testing::CompareKernelWithMaskedReference(hp.get(), idx), "") << Describe(s);
   }
 }
 

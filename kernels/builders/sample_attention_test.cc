@@ -13,8 +13,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/builders/build_index.h"
-#include "kernels/fidelity.h"
 #include "kernels/builders/testing/method_testing.h"
+#include "kernels/fidelity.h"
 #include "kernels/reference/reference_attention.h"
 #include "kernels/workload/workload.h"
 
@@ -346,8 +346,7 @@ TEST(SampleAttentionTest, KernelMatchesReferenceUnderDensifiedMask) {
     ASSERT_TRUE(
         BuildSampleAttentionIndex(hp->problem(), params, AllHeads(hp->problem()), &idx).ok());
     EXPECT_LT(method_testing::Density(hp->problem(), idx), 0.95) << Describe(s);
-    EXPECT_EQ(method_testing::CompareKernelWithMaskedReference(hp.get(), idx), "")
-        << Describe(s);
+    EXPECT_EQ(method_testing::CompareKernelWithMaskedReference(hp.get(), idx), "") << Describe(s);
   }
 }
 

@@ -2,7 +2,8 @@
 // planted workload: median wall time over --reps builds after one warm-up, with density and,
 // with --recall, the attention-mass recall of sampled rows.
 //
-//   bazel run -c opt //kernels:planted_workload_timing -- --seq=16384 --q_heads=8 --kv_heads=8 --d=128
+//   bazel run -c opt //kernels:planted_workload_timing -- --seq=16384 --q_heads=8 --kv_heads=8
+//   --d=128
 //
 // --workload=KIND runs every method on the shared generator's heads (kernels/workload) instead.
 // Saap needs centroids and classifiers: random ones of the paper's shapes by default (the
@@ -17,8 +18,8 @@
 #include <vector>
 
 #include "kernels/builders/build_index.h"
-#include "kernels/calibration/saap_calibration.h"
 #include "kernels/builders/testing/method_testing.h"
+#include "kernels/calibration/saap_calibration.h"
 #include "kernels/parallel.h"
 #include "kernels/workload/workload.h"
 
@@ -81,10 +82,11 @@ double Seconds(std::chrono::steady_clock::time_point a, std::chrono::steady_cloc
 int Main(int argc, char** argv) {
   Flags f;
   if (!Parse(argc, argv, &f)) {
-    std::fprintf(stderr,
-                 "usage: planted_workload_timing [--seq=N] [--q_heads=N] [--kv_heads=N] [--d=N>=64] "
-                 "[--reps=N] [--threads=N] [--methods=a,b] [--workload=KIND] [--recall] "
-                 "[--calibrate]\n");
+    std::fprintf(
+        stderr,
+        "usage: planted_workload_timing [--seq=N] [--q_heads=N] [--kv_heads=N] [--d=N>=64] "
+        "[--reps=N] [--threads=N] [--methods=a,b] [--workload=KIND] [--recall] "
+        "[--calibrate]\n");
     return 2;
   }
   SetCpuThreads(f.threads);
@@ -155,7 +157,7 @@ int Main(int argc, char** argv) {
     std::printf("saap calibration: %.2f s\n", Seconds(t0, std::chrono::steady_clock::now()));
   } else {
     assets = method_testing::RandomSaapAssets(f.q_heads, f.kv_heads, f.d,
-                                                 saap_cfg.saap.num_centroids, 1024, 7);
+                                              saap_cfg.saap.num_centroids, 1024, 7);
     assets.rope_theta = f.workload.empty() ? spec.rope_theta : generated.options.rope_theta;
   }
 

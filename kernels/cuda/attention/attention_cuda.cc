@@ -796,14 +796,11 @@ absl::StatusOr<GpuSparseIndex> EngineAccess::Build(CudaAttentionEngine& engine,
   absl::MutexLock lock(&impl.mu());
   SPATTN_RETURN_IF_ERROR(impl.Begin(options.maybe_times));
   SPATTN_RETURN_IF_ERROR(p.Validate());
-  if (GpuBuilderReadsTensors(config.method)) {
+  // The estimating builders read Q/K on the device (sample_attention, anchor and saap check
+  // their inputs themselves); dense and a_shape only the sizes.
+  if (config.method == Method::kVerticalSlash || config.method == Method::kBlockSparse ||
+      config.method == Method::kFlexPrefill) {
     SPATTN_RETURN_IF_ERROR(CheckDeviceProblem(p, impl.device()));
-  }
-  const int index_block_m = GpuIndexBlockM(config, options.block_m);
-  if (index_block_m != 64 && index_block_m != 128) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("block_m: the CUDA kernel supports 64 and 128, got ", index_block_m,
-                     index_block_m != options.block_m ? " (the method's block_size)" : ""));
   }
   SPATTN_RETURN_IF_ERROR(impl.Mark(CudaAttentionEngine::Impl::kUpload));
   SPATTN_ASSIGN_OR_RETURN(AttnParams a, impl.Params(p));
@@ -811,7 +808,8 @@ absl::StatusOr<GpuSparseIndex> EngineAccess::Build(CudaAttentionEngine& engine,
   SPATTN_ASSIGN_OR_RETURN(SparseIndexView v, impl.BuildIndex(p, a, config, heads, options.block_m,
                                                              options.maybe_assets));
   SPATTN_RETURN_IF_ERROR(impl.Mark(CudaAttentionEngine::Impl::kIndex));
-  SPATTN_RETURN_IF_ERROR(CheckIndexShape(p, v));
+  // Any block size builds (as on the CPU); the sparse kernel takes 64 and 128 (RunSparseDeviceIndex
+  // says so).
   SPATTN_ASSIGN_OR_RETURN(GpuSparseIndex kept, impl.Keep(v, heads));
   SPATTN_RETURN_IF_ERROR(impl.Finish());
   return kept;

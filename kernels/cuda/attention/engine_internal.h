@@ -35,9 +35,6 @@ struct BuildScope {
 // has one).
 int GpuIndexBlockM(const MethodConfig& config, int block_m);
 
-// Whether the GPU builder of `method` reads Q/K (all but dense and a_shape).
-bool GpuBuilderReadsTensors(Method method);
-
 // Builds the index in the workspace (the view points into it) with the method's GPU builder:
 // builders/<method>.cu through a_shape.h, merged_builders.h or assembled_builders.h. Enqueues on
 // scope.stream; may synchronize it (the builders' one host round trip: CSR totals).

@@ -652,7 +652,7 @@ absl::StatusOr<std::unique_ptr<CudaLayerAssets::Rep>> UploadSaapAssets(const Lay
   int smem_max = 0;
   SPATTN_RETURN_IF_ERROR(
       CudaStatus(cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
-           "shared memory limit"));
+                 "shared memory limit"));
   const int smem = SaapClassifySmemBytes(d, std::max(layers, 1), hidden_pad, c_pad);
   if (smem > smem_max) {
     return absl::UnimplementedError(

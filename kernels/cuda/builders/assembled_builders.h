@@ -1,6 +1,6 @@
 // Host side of the GPU index builders of SampleAttention, AnchorAttention and Saap
-// (assembled_kernels.h): checks, host-side tables from the problem's sizes, workspace carving, and the
-// count-then-fill assembly with its one host round trip (the two entry totals). Internal to
+// (assembled_kernels.h): checks, host-side tables from the problem's sizes, workspace carving, and
+// the count-then-fill assembly with its one host round trip (the two entry totals). Internal to
 // kernels/cuda; CudaAttentionEngine dispatches here.
 #ifndef SPATTN_KERNELS_CUDA_BUILDERS_ASSEMBLED_BUILDERS_H_
 #define SPATTN_KERNELS_CUDA_BUILDERS_ASSEMBLED_BUILDERS_H_

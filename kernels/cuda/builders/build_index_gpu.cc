@@ -95,10 +95,6 @@ int GpuIndexBlockM(const MethodConfig& config, int block_m) {
   }
 }
 
-bool GpuBuilderReadsTensors(Method method) {
-  return method != Method::kDense && method != Method::kAShape;
-}
-
 absl::StatusOr<SparseIndexView> BuildIndexInWorkspace(const BuildScope& scope,
                                                       const AttentionProblem& p,
                                                       const MethodConfig& config,

@@ -58,9 +58,11 @@ bool GpuBuilderAvailable(Method method);
 
 // Builds the index of q heads `heads` under `config` (validated first) on the engine's device.
 // problem.space must be kCuda with Q/K in that device's memory for the builders that read them
-// (all but dense and a_shape, which read only the sizes). Errors: INVALID_ARGUMENT (config,
-// heads, block size, shapes the GPU builder does not take), FAILED_PRECONDITION (Q/K not device
-// memory, Saap without assets), UNIMPLEMENTED (past a GPU builder's limits; the message says
+// (all but dense and a_shape, which read only the sizes). Any block size builds, as on the CPU
+// (the sparse kernel then takes 64 and 128). Errors: INVALID_ARGUMENT (config, heads, shapes the
+// GPU builder does not take; Q/K not device memory for vertical_slash, block_sparse,
+// flex_prefill), FAILED_PRECONDITION (Q/K not device memory for sample_attention, anchor, saap;
+// Saap without assets), UNIMPLEMENTED (past a GPU builder's limits; the message says
 // which), RESOURCE_EXHAUSTED (the workspace is full: the message names the buffer).
 absl::StatusOr<GpuSparseIndex> BuildIndexOnGpu(CudaAttentionEngine& engine,
                                                const AttentionProblem& problem,
