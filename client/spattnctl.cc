@@ -531,6 +531,8 @@ int Main(int argc, char** argv) {
   ClientOptions options;
   options.address = address;
   options.timeout = absl::Seconds(*timeout_s);
+  // --timeout_s bounds the whole command, connecting included.
+  options.connect_timeout = std::min(options.connect_timeout, options.timeout);
   auto client = AttentionClient::Connect(options);
   if (!client.ok()) return Fail(client.status());
   if (command == "metadata") return Metadata(**client);

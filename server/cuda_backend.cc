@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/cuda/attention_cuda.h"
+#include "kernels/cuda/attention/attention_cuda.h"
 #include "kernels/status_macros.h"
 #include "server/cuda_ipc.h"
 

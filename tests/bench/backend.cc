@@ -6,8 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/sparse_attention_cpu.h"
-#include "kernels/cuda/attention_cuda.h"
-#include "kernels/cuda/cuda_runtime.h"
+#include "kernels/cuda/attention/attention_cuda.h"
+#include "kernels/cuda/common/cuda_runtime.h"
 #include "kernels/status_macros.h"
 
 namespace spattn {

@@ -25,5 +25,5 @@ if [ -x bazel-bin/tests/bench/spattn-bench ]; then
 fi
 # The fat binaries compress ~10x; run_gpu.sh unpacks them.
 (cd "$DEST" && tar -cJf bundle.tar.xz bin lib && rm -rf bin lib)
-cp kernels/cuda/sdpa_reference.py kernels/cuda/gpu/run_gpu*.sh "$DEST/"
+cp kernels/cuda/bench/sdpa_reference.py kernels/cuda/gpu/run_gpu*.sh "$DEST/"
 du -sh "$DEST"

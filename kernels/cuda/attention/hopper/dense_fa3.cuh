@@ -20,7 +20,7 @@
 #define SPATTN_KERNELS_CUDA_ATTENTION_HOPPER_DENSE_FA3_CUH_
 
 #include "kernels/cuda/attention/hopper/sm90_primitives.cuh"
-#include "kernels/cuda/attention_core.cuh"
+#include "kernels/cuda/attention/attention_core.cuh"
 
 namespace spattn {
 namespace cuda {

@@ -4,7 +4,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "kernels/cuda/attention_launch.h"
+#include "kernels/cuda/attention/attention_launch.h"
 
 namespace spattn {
 namespace cuda {

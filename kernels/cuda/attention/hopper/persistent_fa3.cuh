@@ -22,7 +22,7 @@
 
 #include "kernels/cuda/attention/hopper/dense_fa3.cuh"
 #include "kernels/cuda/attention/hopper/sm90_primitives.cuh"
-#include "kernels/cuda/attention_core.cuh"
+#include "kernels/cuda/attention/attention_core.cuh"
 
 namespace spattn {
 namespace cuda {
