@@ -685,9 +685,10 @@ void FillAttentionResult(const ParsedRequest& request, const AttentionResult& re
   t->set_kernel_seconds(result.seconds.kernel);
   t->set_output_seconds(result.seconds.output);
   t->set_total_seconds(result.seconds.total);
+  t->set_recall_seconds(result.seconds.recall);
   t->set_transfer_seconds(result.seconds.transfer);
   response->set_density(result.density);
-  if (request.return_stats || request.estimate_recall) {
+  {  // Per-head method, density and recall estimate: in every response.
     for (const HeadResult& h : result.heads) {
       v1::HeadStats* s = response->add_heads();
       s->set_head(static_cast<uint32_t>(h.head));

@@ -30,8 +30,8 @@ const prometheus::Histogram::BucketBoundaries& RecallBuckets() {
   return *b;
 }
 
-constexpr Stage kStages[] = {Stage::kResolve, Stage::kConfig, Stage::kIndexBuild, Stage::kKernel,
-                             Stage::kOutput};
+constexpr Stage kStages[] = {Stage::kResolve, Stage::kConfig, Stage::kIndexBuild,
+                             Stage::kRecall,  Stage::kKernel, Stage::kOutput};
 constexpr HandleKind kHandleKinds[] = {HandleKind::kInline, HandleKind::kSystemRegion,
                                        HandleKind::kCudaRegion, HandleKind::kCudaIpc};
 constexpr ErrorKind kErrorKinds[] = {
@@ -90,6 +90,8 @@ const char* StageName(Stage stage) {
       return "config";
     case Stage::kIndexBuild:
       return "index_build";
+    case Stage::kRecall:
+      return "recall";
     case Stage::kKernel:
       return "kernel";
     case Stage::kOutput:
@@ -181,7 +183,9 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry& registry, const std::string& 
                       .Register(registry);
   auto& recall = prometheus::BuildHistogram()
                      .Name("spattn_attention_recall_ratio")
-                     .Help("Estimated attention-mass recall per head (when asked), by method.")
+                     .Help(
+                         "Attention-mass recall estimate per head (the recall guard's, or the "
+                         "exact one when asked), by method.")
                      .Register(registry);
   auto& selected = prometheus::BuildCounter()
                        .Name("spattn_method_selected_total")

@@ -23,8 +23,9 @@ class Family;
 
 namespace spattn {
 
-enum class Stage { kResolve, kConfig, kIndexBuild, kKernel, kOutput };
-const char* StageName(Stage stage);  // "resolve", "config", "index_build", "kernel", "output"
+enum class Stage { kResolve, kConfig, kIndexBuild, kRecall, kKernel, kOutput };
+// "resolve", "config", "index_build", "recall", "kernel", "output"
+const char* StageName(Stage stage);
 
 // Label values of spattn_errors_total{kind}.
 enum class ErrorKind {

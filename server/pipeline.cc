@@ -214,6 +214,7 @@ absl::Status AttentionPipeline::Run(ParsedRequest& req, AttentionBackend& backen
     }
   }
   build.maybe_assets = assets.get();
+  if (assets != nullptr) call->UseLayerAssets(assets);
   stage_done(Stage::kConfig, &result.seconds.config);
 
   // Index builders: one per head group.
@@ -230,10 +231,43 @@ absl::Status AttentionPipeline::Run(ParsedRequest& req, AttentionBackend& backen
   }
   stage_done(Stage::kIndexBuild, &result.seconds.index_build);
 
+  // Recall guard: estimate every head; widen (or make dense) heads short of the target whose
+  // config the request did not force. Replacement indexes run after their groups' (overwriting
+  // those heads' outputs).
+  std::vector<GuardedHead> guarded;
+  SPATTN_RETURN_IF_ERROR(CheckControl(control, "recall"));
+  RecallGuardOptions guard = options_.guard;
+  if (guard.probe_rows < 0) guard.probe_rows = backend.kind() == "cpu" ? 32 : 0;
+  if (guard.probe_rows > 0) {
+    SPATTN_ASSIGN_OR_RETURN(const AttentionProblem* host, call->HostView());
+    const GuardBuildFn rebuild = [&](const MethodConfig& c, const std::vector<int>& hs,
+                                     SparseIndex* out) {
+      return call->BuildIndex(c, hs, build, out);
+    };
+    for (size_t g = 0; g < plan.groups.size(); ++g) {
+      for (int slot = 0; slot < indexes[g].num_heads(); ++slot) {
+        const int h = indexes[g].heads[slot];
+        bool forced = req.method_override.has_value();
+        for (const auto& ho : req.head_overrides) forced = forced || ho.first == h;
+        SPATTN_ASSIGN_OR_RETURN(
+            GuardedHead gh,
+            GuardHead(*host, indexes[g], slot, plan.groups[g].config, !forced, rebuild, guard));
+        guarded.push_back(std::move(gh));
+      }
+    }
+  }
+  const double guard_seconds = watch.Lap();
+  result.seconds.recall += guard_seconds;
+
   // Kernel.
   for (size_t g = 0; g < plan.groups.size(); ++g) {
     SPATTN_RETURN_IF_ERROR(CheckControl(control, "kernel"));
     SPATTN_RETURN_IF_ERROR(call->Attend(plan.groups[g].config, indexes[g]));
+  }
+  for (const GuardedHead& gh : guarded) {
+    if (!gh.replaced) continue;
+    SPATTN_RETURN_IF_ERROR(CheckControl(control, "kernel"));
+    SPATTN_RETURN_IF_ERROR(call->Attend(gh.config, gh.index));
   }
   const double kernel_wall = watch.Lap();
   const DeviceSeconds device = call->device_seconds();
@@ -247,41 +281,62 @@ absl::Status AttentionPipeline::Run(ParsedRequest& req, AttentionBackend& backen
   const int64_t allowed = AllowedPairs(p);
   int64_t computed_total = 0;
   result.heads.resize(p.num_q_heads);
-  // (group, slot) of every head, for the per-head work below.
-  std::vector<std::pair<int, int>> where(p.num_q_heads);
+  // Index and slot of every head (its guard replacement when it has one).
+  std::vector<std::pair<const SparseIndex*, int>> where(p.num_q_heads);
   for (size_t g = 0; g < plan.groups.size(); ++g) {
     const SparseIndex& index = indexes[g];
-    // Static patterns give every head the same rows: count them once (long contexts have
-    // thousands of rows per head).
-    const Method m = plan.groups[g].config.method;
-    const bool same_rows = m == Method::kDense || m == Method::kAShape;
-    const int64_t first = same_rows && index.num_heads() > 0 ? ComputedPairs(p, index, 0) : 0;
+    // Counted where the index is (a device backend copies one number per head, not the index).
+    SPATTN_ASSIGN_OR_RETURN(const std::vector<int64_t> computed_per_slot,
+                            call->ComputedPairsPerSlot(p, plan.groups[g].config, index));
     for (int slot = 0; slot < index.num_heads(); ++slot) {
       const int h = index.heads[slot];
-      where[h] = {static_cast<int>(g), slot};
+      where[h] = {&index, slot};
       HeadResult& hr = result.heads[h];
       hr.head = h;
       hr.config = plan.groups[g].config;
-      const int64_t computed = same_rows ? first : ComputedPairs(p, index, slot);
+      hr.recall = hr.config.method == Method::kDense ? 1.0 : -1.0;
+      int64_t computed = computed_per_slot[slot];
+      for (const GuardedHead& gh : guarded) {
+        if (gh.head != h) continue;
+        hr.recall = gh.estimate;
+        if (gh.replaced) {
+          where[h] = {&gh.index, 0};
+          hr.config = gh.config;
+          SPATTN_ASSIGN_OR_RETURN(const std::vector<int64_t> replaced_pairs,
+                                  call->ComputedPairsPerSlot(p, gh.config, gh.index));
+          computed = replaced_pairs[0];
+        }
+      }
       computed_total += computed;
       hr.density = allowed > 0 ? static_cast<double>(computed) / allowed : 0.0;
       if (metrics_) metrics_->HeadDone(hr.config.method, hr.density);
     }
   }
+  result.seconds.output += watch.Lap();
   if (req.estimate_recall) {
     auto host = call->HostView();
     if (!host.ok()) {
       return absl::Status(host.status().code(),
                           absl::StrCat("estimate_recall: ", host.status().message()));
     }
+    for (SparseIndex& index : indexes) SPATTN_RETURN_IF_ERROR(call->CompleteHostIndex(&index));
+    for (GuardedHead& gh : guarded) {
+      if (gh.replaced) SPATTN_RETURN_IF_ERROR(call->CompleteHostIndex(&gh.index));
+    }
     // Exact over all allowed keys for a fixed sample of rows (parallel over the rows).
     for (int h = 0; h < p.num_q_heads; ++h) {
       SPATTN_RETURN_IF_ERROR(CheckControl(control, "recall"));
       SPATTN_ASSIGN_OR_RETURN(
           result.heads[h].recall,
-          AttentionMassRecall(**host, indexes[where[h].first], where[h].second,
-                              options_.recall_sample_rows, options_.recall_seed));
-      if (metrics_) metrics_->Recall(result.heads[h].config.method, result.heads[h].recall);
+          AttentionMassRecall(**host, *where[h].first, where[h].second, options_.recall_sample_rows,
+                              options_.recall_seed));
+    }
+  }
+  result.seconds.recall += watch.Lap();
+  if (metrics_) {
+    metrics_->StageDone(Stage::kRecall, result.seconds.recall);
+    for (const HeadResult& hr : result.heads) {
+      if (hr.recall >= 0) metrics_->Recall(hr.config.method, hr.recall);
     }
   }
   result.density = allowed > 0 ? static_cast<double>(computed_total) /

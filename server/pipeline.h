@@ -15,6 +15,7 @@
 #include "server/config_cache.h"
 #include "server/convert.h"
 #include "server/metrics.h"
+#include "server/recall_guard.h"
 #include "server/regions.h"
 #include "server/request.h"
 #include "spattn/v1/attention_service.pb.h"
@@ -34,6 +35,15 @@ struct PipelineOptions {
   uint64_t recall_seed = 0x5eed;
   // Query rows per index block for methods without their own block size. Default: 64.
   int block_m = 64;
+  // The online recall guard (server/recall_guard.h): every head's recall estimate, and widening
+  // of heads that run their published / default config when short of guard.target.
+  // guard.probe_rows = 0 turns it off; < 0 (the default here) = 32 on the CPU backend, off on
+  // CUDA (its estimate would run on the host; a device-side estimate is not written yet).
+  RecallGuardOptions guard = [] {
+    RecallGuardOptions o;
+    o.probe_rows = -1;
+    return o;
+  }();
 };
 
 // How the caller can stop a request: its deadline and a cancellation probe.

@@ -67,6 +67,7 @@ TEST_F(PipelineTest, ShortSequencesFallBackToDense) {
   options.default_method.method = Method::kAShape;
   options.default_method.a_shape.sink_tokens = 4;
   options.default_method.a_shape.local_tokens = 16;
+  options.guard.probe_rows = 0;  // this test is about dense_below_tokens, not the recall guard
   v1::AttentionResponse sparse;
   ASSERT_TRUE(Run(options, CallControl(), &sparse).ok());
   EXPECT_EQ(sparse.heads(0).method_name(), "a_shape");
@@ -85,6 +86,32 @@ TEST_F(PipelineTest, RecallOfDenseIsOne) {
   ASSERT_TRUE(Run(PipelineOptions(), CallControl(), &r).ok());
   ASSERT_EQ(r.heads_size(), 2);
   for (const auto& h : r.heads()) EXPECT_NEAR(h.recall(), 1.0, 1e-12);
+}
+
+// The recall guard (server/recall_guard.h): with no opt-in, every head gets an estimate and the
+// recall stage its time; a default-method head short of the target is widened (here to dense:
+// random Q/K attend broadly), a head whose method the request forces is only estimated.
+TEST_F(PipelineTest, RecallGuardEstimatesEveryHeadAndWidensShortOnes) {
+  PipelineOptions options;
+  options.default_method.method = Method::kAShape;
+  options.default_method.a_shape.sink_tokens = 4;
+  options.default_method.a_shape.local_tokens = 16;
+  v1::AttentionResponse guarded;
+  ASSERT_TRUE(Run(options, CallControl(), &guarded).ok());
+  ASSERT_EQ(guarded.heads_size(), 2);
+  for (const auto& h : guarded.heads()) EXPECT_GE(h.recall(), 0.95) << h.method_name();
+  EXPECT_GT(guarded.timings().recall_seconds(), 0);
+  options.guard.target = 0;  // estimate only
+  v1::AttentionResponse estimated;
+  ASSERT_TRUE(Run(options, CallControl(), &estimated).ok());
+  ASSERT_EQ(estimated.heads_size(), 2);
+  for (int i = 0; i < 2; ++i) {
+    const auto& h = estimated.heads(i);
+    EXPECT_EQ(h.method_name(), "a_shape");
+    EXPECT_GT(h.recall(), 0);
+    EXPECT_LT(h.recall(), 0.95);
+    EXPECT_LT(h.density(), guarded.heads(i).density());  // the guard widened it
+  }
 }
 
 TEST_F(PipelineTest, ModelIdWithoutIndexServiceIsFailedPrecondition) {

@@ -90,11 +90,13 @@ struct HeadResult {
   int head = 0;
   MethodConfig config;
   double density = 0;  // Computed pairs / allowed pairs.
-  double recall = -1;  // -1: not estimated.
+  // Recall estimate: the recall guard's (server/recall_guard.h) on its probe rows, or the exact
+  // estimate_recall when the request asked for it; 1 for dense; -1: not estimated.
+  double recall = -1;
 };
 
 struct StageSeconds {
-  double resolve = 0, config = 0, index_build = 0, kernel = 0, output = 0, total = 0;
+  double resolve = 0, config = 0, index_build = 0, recall = 0, kernel = 0, output = 0, total = 0;
   // Host <-> GPU copies inside the stages above, as the device measured them (0 on the CPU).
   double transfer = 0;
 };
@@ -104,7 +106,7 @@ struct AttentionResult {
   uint64_t config_version_used = 0;
   std::string device;  // "cpu" or "cuda"
   StageSeconds seconds;
-  std::vector<HeadResult> heads;  // Ordered by head; filled when stats or recall were asked.
+  std::vector<HeadResult> heads;  // Ordered by head.
   double density = 0;             // Over all heads.
 };
 

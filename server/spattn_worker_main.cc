@@ -66,6 +66,9 @@ constexpr Flag kFlags[] = {
     {"default_method", "method without model or override (default dense)"},
     {"recall_sample_rows", "query rows sampled per head for estimate_recall (default 64)"},
     {"block_m", "query rows per index block (default 64)"},
+    {"recall_probe_rows",
+     "recall guard rows per head: 0 off, -1 auto = 32 on CPU, off on CUDA (default -1)"},
+    {"recall_target", "recall guard target; <= 0 estimates without widening (default 0.95)"},
     {"index_rpc_timeout_s", "index-service RPC timeout, seconds (default 5)"},
     {"drain_grace_s", "seconds NOT_SERVING before refusing new calls on SIGTERM (default 0)"},
     {"drain_timeout_s", "longest wait for in-flight calls on SIGTERM, seconds (default 30)"},
@@ -185,12 +188,19 @@ int Main(int argc, char** argv) {
       !ParseNumber(values, "dense_below_tokens", &o.dense_below_tokens, &error) ||
       !ParseNumber(values, "recall_sample_rows", &o.recall_sample_rows, &error) ||
       !ParseNumber(values, "block_m", &o.block_m, &error) ||
+      !ParseNumber(values, "recall_probe_rows", &o.recall_probe_rows, &error) ||
       !ParseNumber(values, "gpu_workspace_bytes", &o.gpu_workspace_bytes, &error) ||
       !ParseNumber(values, "gpu_staging_bytes", &o.gpu_staging_bytes, &error) ||
       !ParseSeconds(values, "index_rpc_timeout_s", &o.index_rpc_timeout, &error) ||
       !ParseSeconds(values, "drain_grace_s", &o.drain_grace, &error) ||
       !ParseSeconds(values, "drain_timeout_s", &o.drain_timeout, &error)) {
     std::cerr << "spattn-worker: " << error << "\n";
+    return 2;
+  }
+  if (values.count("recall_target") &&
+      !absl::SimpleAtod(values["recall_target"], &o.recall_target)) {
+    std::cerr << "spattn-worker: --recall_target: not a number: '" << values["recall_target"]
+              << "'\n";
     return 2;
   }
   for (const char* name : {"allow_tcp_shm", "tls_require_client_cert"}) {

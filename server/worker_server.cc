@@ -235,6 +235,8 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOp
   po.default_method = options.default_method;
   po.recall_sample_rows = options.recall_sample_rows;
   po.block_m = options.block_m;
+  po.guard.probe_rows = options.recall_probe_rows;
+  po.guard.target = options.recall_target;
   st->pipeline = std::make_unique<AttentionPipeline>(po, st->regions.get(), st->cache.get(),
                                                      st->metrics.get());
   ServiceInfo info;

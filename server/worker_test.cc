@@ -198,6 +198,9 @@ class WorkerTest : public ::testing::Test {
     o.index_address = index_->address();
     o.max_inline_bytes = 1 << 20;
     o.executor_threads = 2;
+    // Recall guard estimates only: these tests compare outputs with the configs as published
+    // (pipeline_test and recall_guard_test cover widening).
+    o.recall_target = 0;
     // Shared memory / CUDA IPC over loopback TCP (security_test covers the Unix-socket path).
     o.allow_tcp_shm = true;
     auto w = WorkerServer::Start(o);
@@ -276,7 +279,7 @@ TEST_F(WorkerTest, DenseInlineMatchesReference) {
     for (const auto& h : resp->heads()) {
       EXPECT_EQ(h.method_name(), "dense");
       EXPECT_DOUBLE_EQ(h.density(), 1.0);
-      EXPECT_EQ(h.recall(), -1);
+      EXPECT_EQ(h.recall(), 1);  // dense: recall 1 by definition
     }
     EXPECT_DOUBLE_EQ(resp->density(), 1.0);
     EXPECT_GT(resp->timings().total_seconds(), 0);
@@ -489,6 +492,11 @@ TEST_F(WorkerTest, HeadConfigsComeFromTheIndexService) {
   EXPECT_EQ(resp->heads(0).method_name(), "dense");
   EXPECT_EQ(resp->heads(2).method_name(), "a_shape");
   EXPECT_LT(resp->heads(2).density(), 1.0);
+  // Every head's recall estimate, without estimate_recall.
+  EXPECT_EQ(resp->heads(0).recall(), 1.0);
+  EXPECT_GT(resp->heads(2).recall(), 0.0);
+  EXPECT_LT(resp->heads(2).recall(), 1.0);
+  EXPECT_GT(resp->timings().recall_seconds(), 0.0);
   // Heads 0, 1, 3 are dense, head 2 runs a_shape(4, 32): compare against per-head masks.
   ReferenceMasks masks = AShapeMasks(hp, 4, 32, 64);
   for (int h : {0, 1, 3}) {

@@ -57,6 +57,9 @@ class EndToEndTest : public ::testing::Test {
     WorkerOptions w;
     w.metrics_address = "127.0.0.1:0";
     w.index_address = index_->address();
+    // The recall guard estimates only: outputs are compared with the configs as published on
+    // random tensors (server/pipeline_test and recall_guard_test cover widening).
+    w.recall_target = 0;
     // Shared memory / CUDA IPC over loopback TCP (security_test covers the Unix-socket path).
     w.allow_tcp_shm = true;
     auto worker = WorkerServer::Start(w);

@@ -21,6 +21,21 @@ constexpr double kRetrievalAmp = 3.0;
 constexpr double kKeyNoise = 0.1;     // isotropic noise on every key dim
 constexpr double kQueryNoise = 0.05;  // and on every query dim
 
+// Planted logits of the content-dependent structures (tuned so that llm_mix reproduces
+// MInference's Fig. 2c cross-prompt top-4096 recall at 128K; README).
+constexpr double kVerticalHeadLogit = 9.5;
+constexpr double kVerticalSlashHeadLogit = 9.0;
+constexpr double kRetrievalHeadLogit = 11.0;
+
+// Length scaling: beyond kScaleFreeKeys keys, every planted logit but the heavy hitters' gains
+// log(pos + 1) - log(kScaleFreeKeys) for a query at position pos, so that the mass the ~pos
+// unstructured keys take stays the same share at any length (heavy-hitter columns need none:
+// their number grows with the context like the background's). Real long-context models keep
+// their attention this sharp at 128K (MInference Fig. 2b); log-n logit scaling is also what
+// Qwen's logn attention and YaRN's temperature do for long contexts.
+constexpr double kScaleFreeKeys = 4096.0;
+double LengthBoost(int pos) { return std::max(0.0, std::log((pos + 1.0) / kScaleFreeKeys)); }
+
 // ---- Counter-based randomness: every value is a hash of what it belongs to, so generation is
 // order-free (parallel, chunk-consistent) and identical on every platform.
 uint64_t Mix(uint64_t x) {
@@ -163,9 +178,11 @@ SequenceLayout MakeLayout(const WorkloadOptions& opt, int seq, int k_len) {
   std::sort(cols.begin(), cols.end());
   L.heavy_columns = cols;
   for (size_t i = 0; i < cols.size(); ++i) L.heavy_strength.push_back(rng.Uniform(0.4, 1.0));
-  // Topic segments: lengths in [k_len/32, k_len/6] (at least 32), topics recur.
-  const int lo = std::max(32, k_len / 32);
-  const int hi = std::max(lo + 1, k_len / 6);
+  // Topic segments: lengths in [k_len/32, k_len/6] (at least 32) up to 16K keys, then in
+  // [512, 2730] whatever the length (documents and paragraphs do not grow with the prompt);
+  // topics recur.
+  const int lo = std::max(32, std::min(k_len, 16384) / 32);
+  const int hi = std::max(lo + 1, std::min(k_len, 16384) / 6);
   int next_topic = 0;
   for (int start = 0; start < k_len;) {
     int len = rng.Int(lo, hi);
@@ -257,9 +274,9 @@ HeadPlan MakePlan(HeadKind kind, const WorkloadOptions& opt, int head, int max_k
       p.local_alpha = rng.Uniform(0.25, 1.0);
       break;
     case HeadKind::kVertical:
-      p.sink_share = 0.2;
-      p.vertical_logit = 11;
-      p.local_logit = 4;
+      p.sink_share = 0.5;
+      p.vertical_logit = kVerticalHeadLogit;
+      p.local_logit = 8;
       break;
     case HeadKind::kSlash:
       p.sink_share = 0.1;
@@ -268,10 +285,10 @@ HeadPlan MakePlan(HeadKind kind, const WorkloadOptions& opt, int head, int max_k
       offsets(rng.Int(1, 3));
       break;
     case HeadKind::kVerticalSlash:
-      p.sink_share = 0.1;
-      p.vertical_logit = 11;
+      p.sink_share = 0.25;
+      p.vertical_logit = kVerticalSlashHeadLogit;
       p.slash_logit = 9.5;
-      p.local_logit = 5;
+      p.local_logit = 7;
       offsets(rng.Int(1, 2));
       break;
     case HeadKind::kTopicBlocks:
@@ -280,9 +297,9 @@ HeadPlan MakePlan(HeadKind kind, const WorkloadOptions& opt, int head, int max_k
       p.local_logit = 3;
       break;
     case HeadKind::kRetrieval:
-      p.sink_share = 0.1;
-      p.retrieval_logit = 12;
-      p.local_logit = 6;
+      p.sink_share = 0.2;
+      p.retrieval_logit = kRetrievalHeadLogit;
+      p.local_logit = 7;
       break;
     case HeadKind::kDiffuse:
       p.sink_logit = 4;
@@ -496,26 +513,25 @@ absl::StatusOr<Workload> GenerateWorkload(const WorkloadOptions& options) {
       }
     }
   }
-  // Per q head: the POS-pair query vector (complex, per slash offset) is position-independent.
-  std::vector<std::vector<double>> q_pos(p.num_q_heads, std::vector<double>(d, 0.0));
+  // Per q head: the POS-pair query vectors (local kernel, slash lines; complex, per slash offset)
+  // are position-independent up to the length boost, which scales each kernel's peak.
+  std::vector<std::vector<double>> q_local(p.num_q_heads, std::vector<double>(d, 0.0));
+  std::vector<std::vector<double>> q_slash(p.num_q_heads, std::vector<double>(d, 0.0));
   for (int h = 0; h < p.num_q_heads; ++h) {
     const HeadPlan& plan = w.heads[h];
-    std::vector<double>& qv = q_pos[h];
     if (plan.local_logit > 0) {
       const auto wts = KernelWeights(g, omega, plan.local_alpha, c * plan.local_logit);
-      for (int i = g.pos_begin; i < g.pos_end; ++i) qv[Re(g, i)] += wts[i];
+      for (int i = g.pos_begin; i < g.pos_end; ++i) q_local[h][Re(g, i)] += wts[i];
     }
     if (plan.slash_logit > 0) {
       const auto wts = KernelWeights(g, omega, 0.0, c * plan.slash_logit);
       for (int off : plan.slash_offsets) {
         for (int i = g.pos_begin; i < g.pos_end; ++i) {
-          qv[Re(g, i)] += wts[i] * std::cos(off * omega[i]);
-          qv[Im(g, i)] -= wts[i] * std::sin(off * omega[i]);
+          q_slash[h][Re(g, i)] += wts[i] * std::cos(off * omega[i]);
+          q_slash[h][Im(g, i)] -= wts[i] * std::sin(off * omega[i]);
         }
       }
     }
-    qv[Re(g, g.sink)] += c * plan.sink_logit / kSinkAmp;
-    qv[Re(g, g.vertical)] += c * plan.vertical_logit / kVerticalAmp;
   }
 
   const DType dt = p.dtype;
@@ -596,10 +612,15 @@ absl::StatusOr<Workload> GenerateWorkload(const WorkloadOptions& options) {
         const HeadPlan& plan = w.heads[h];
         const int kv = p.kv_head_of(h);
         const KvSeq& ks = kvs[kv][task.seq];
+        const double boost = plan.kind == HeadKind::kDiffuse ? 0.0 : LengthBoost(pos);
+        const double local_scale = plan.local_logit > 0 ? 1.0 + boost / plan.local_logit : 0.0;
+        const double slash_scale = plan.slash_logit > 0 ? 1.0 + boost / plan.slash_logit : 0.0;
         for (int j = 0; j < d; ++j) {
-          x[j] = q_pos[h][j] +
+          x[j] = local_scale * q_local[h][j] + slash_scale * q_slash[h][j] +
                  kQueryNoise * NormalAt(Key(options.seed, kQueryNoiseRng, h, task.seq, pos, j));
         }
+        x[Re(g, g.sink)] += c * (plan.sink_logit + boost) / kSinkAmp;
+        x[Re(g, g.vertical)] += c * plan.vertical_logit / kVerticalAmp;
         const double fill_std = plan.background_std / std::sqrt(static_cast<double>(g.fill_dims()));
         for (int i = g.fill_begin; i < g.fill_end; ++i) {
           x[Re(g, i)] +=
@@ -608,11 +629,11 @@ absl::StatusOr<Workload> GenerateWorkload(const WorkloadOptions& options) {
               fill_std * NormalAt(Key(options.seed, kFillQueryRng, h, task.seq, pos, 2 * i + 1));
         }
         if (plan.topic_logit > 0) {
-          const double a = c * plan.topic_logit / kTopicAmp;
+          const double a = c * (plan.topic_logit + boost) / kTopicAmp;
           for (int j = 0; j < d; ++j) x[j] += a * ks.topics[topic][j];
         }
         if (plan.retrieval_logit > 0 && !ks.retrieval[grp].empty()) {
-          const double a = c * plan.retrieval_logit / kRetrievalAmp;
+          const double a = c * (plan.retrieval_logit + boost) / kRetrievalAmp;
           for (int j = 0; j < d; ++j) x[j] += a * ks.retrieval[grp][j];
         }
         rope_store(qbuf, qtok * p.q.token_stride + int64_t{h} * p.q.head_stride);

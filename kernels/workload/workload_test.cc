@@ -125,13 +125,16 @@ void CheckKind(const WorkloadOptions& o, double topic_far_min = 0.15) {
         EXPECT_GT(s.mean.local, 0.4) << what;
         break;
       case HeadKind::kVertical:
-        EXPECT_GT(s.mean.vertical, 0.45) << what;
+        // Heavy hitters number one per 256 keys (8 here): at 2K they carry ~0.15-0.45 of the
+        // mass, at 128K ~0.3 (the rest is sink and local: llm_mix's cross-prompt statistic).
+        EXPECT_GT(s.mean.vertical, 0.12) << what;
+        EXPECT_GT(s.mean.planted, 0.85) << what;
         break;
       case HeadKind::kSlash:
         EXPECT_GT(s.mean.slash, 0.5) << what;
         break;
       case HeadKind::kVerticalSlash:
-        EXPECT_GT(s.mean.vertical, 0.1) << what;
+        EXPECT_GT(s.mean.vertical, 0.05) << what;
         EXPECT_GT(s.mean.slash, 0.1) << what;
         EXPECT_GT(s.mean.vertical + s.mean.slash, 0.5) << what;
         break;

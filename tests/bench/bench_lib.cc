@@ -21,7 +21,9 @@
 #include "kernels/status_macros.h"
 #include "kernels/workload/tensor_problem.h"
 #include "kernels/workload/workload.h"
+#include "server/recall_guard.h"
 #include "tests/bench/backend.h"
+#include "tests/bench/stats_lines.h"
 
 namespace spattn {
 namespace {
@@ -156,7 +158,16 @@ Methods:
   --methods=LIST         comma-separated, or all (default): dense, a_shape, vertical_slash,
                          block_sparse, flex_prefill, sample_attention, anchor, saap; and
                          searched (only when named): every head runs the config the pattern
-                         search (kernels/calibration) chose for it, as the product serves them
+                         search (kernels/calibration) chose for it, as the product serves them;
+                         oracle (only when named): per group the least density any index reaches
+                         --search_target_recall with, per row, per 64-row query block (key
+                         columns) and per 64x64 block, on recall_rows/16 sampled query blocks;
+                         guarded (only when named): the searched configs after the worker's
+                         recall guard (server/recall_guard.h) widened the heads whose estimate
+                         on this prompt is short of --search_target_recall;
+                         topk_recall (only when named): share of each row's mass in its top
+                         seq_len/32 keys on this prompt and with another prompt's top keys
+                         (MInference Fig. 2b/2c: 96.8 % and 83.7 % at 128K)
   --search_len=N         searched: the search runs on another prompt of the same synthetic model
                          (seed + 1000) of N tokens; its configs are applied at the full length
                          (default 0 = min(seq_len, 16384))
@@ -175,7 +186,8 @@ Methods:
                          --calibrate_steps steps (default 100); without it saap has no assets
                          (searched: the same on its calibration prompt)
 Run:
-  --device=D             cpu (default) or cuda
+  --device=D             cpu (default); cuda (the worker's GPU path); cuda-host-index (the
+                         worker's path before plan/run: index copied to the host and back)
   --warmup=N             untimed runs per method and group (default -1 = auto)
   --repeat=N             timed runs; medians are reported (default 0 = auto)
                          auto: warmup 1, repeat 3; warmup 0, repeat 1 when one dense pass
@@ -256,7 +268,7 @@ absl::StatusOr<BenchFlags> ParseBenchFlags(const std::vector<std::string>& args)
     for (Method m : kAllMethods) f.methods.push_back(MethodName(m));
   }
   for (const std::string& m : f.methods) {
-    if (m == kSearchedMethod) continue;
+    if (m == kSearchedMethod || m == kGuardedMethod || IsStatsMethod(m)) continue;
     auto parsed = ParseMethod(m);
     if (!parsed.ok())
       return absl::InvalidArgumentError(absl::StrCat("--methods: ", parsed.status().message()));
@@ -529,8 +541,10 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
   bo.maybe_assets = calibrated ? &assets : nullptr;
 
   // searched: the pattern search on another prompt of the same model, before any timed run.
-  const bool wants_searched =
-      std::find(f.methods.begin(), f.methods.end(), kSearchedMethod) != f.methods.end();
+  const bool wants_guarded =
+      std::find(f.methods.begin(), f.methods.end(), kGuardedMethod) != f.methods.end();
+  const bool wants_searched = wants_guarded || std::find(f.methods.begin(), f.methods.end(),
+                                                         kSearchedMethod) != f.methods.end();
   absl::Status search_status;
   std::string search_params = kSearchedMethod;
   std::vector<MethodConfig> config_of_head;  // [num_q_heads] the search's choice
@@ -601,12 +615,57 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
       err << "spattn-bench: searched: " << search_status.message() << "\n";
     }
   }
+  // guarded: the searched configs through the worker's recall guard (server/recall_guard.h) on
+  // this prompt, on the host (its estimate and rebuilds are not timed; the lines time the
+  // resulting per-head configs).
+  std::vector<MethodConfig> guarded_config_of_head;
+  absl::Status guard_status = search_status;
+  std::string guard_params = "guarded";
+  if (wants_guarded && search_status.ok()) {
+    const auto guard_start = std::chrono::steady_clock::now();
+    RecallGuardOptions go;
+    go.target = f.search_target_recall;
+    guard_params = absl::StrCat("guarded(", search_params, ", probe_rows=", go.probe_rows,
+                                ", margin=", go.margin, ")");
+    guarded_config_of_head = config_of_head;
+    std::vector<int> widened(problem.num_q_heads, 0);
+    std::vector<absl::Status> errors(problem.num_q_heads);
+    auto build = [&](const MethodConfig& c, const std::vector<int>& hs, SparseIndex* out) {
+      return BuildSparseIndex(problem, c, hs, search_bo, out);
+    };
+    for (int h = 0; h < problem.num_q_heads; ++h) {
+      SparseIndex index;
+      absl::Status s = build(config_of_head[h], {h}, &index);
+      if (s.ok()) {
+        auto g = GuardHead(problem, index, 0, config_of_head[h], /*widen=*/true, build, go);
+        if (g.ok()) {
+          guarded_config_of_head[h] = g->config;
+          widened[h] = g->widened;
+        } else {
+          s = g.status();
+        }
+      }
+      if (!s.ok() && guard_status.ok()) guard_status = s;
+    }
+    err << "spattn-bench: guarded: "
+        << static_cast<int64_t>(std::chrono::duration<double, std::milli>(
+                                    std::chrono::steady_clock::now() - guard_start)
+                                    .count())
+        << " ms on the host";
+    for (int h = 0; h < problem.num_q_heads; ++h) {
+      if (widened[h] > 0) {
+        err << "; head " << h << " " << ConfigLabel(config_of_head[h]) << " -> "
+            << ConfigLabel(guarded_config_of_head[h]);
+      }
+    }
+    err << "\n";
+  }
   // "method:count,..." of the search's choices on `heads`, in method order.
-  auto choice_summary = [&](const std::vector<int>& heads) {
+  auto choice_summary = [&](const std::vector<int>& heads, const std::vector<MethodConfig>& cfg) {
     std::vector<std::string> parts;
     for (Method m : kAllMethods) {
       int n = 0;
-      for (int h : heads) n += config_of_head[h].method == m;
+      for (int h : heads) n += cfg[h].method == m;
       if (n > 0) parts.push_back(absl::StrCat(MethodName(m), ":", n));
     }
     return absl::StrJoin(parts, ",");
@@ -646,9 +705,32 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
   };
 
   for (const std::string& method_name : f.methods) {
-    const bool searched = method_name == kSearchedMethod;
+    if (IsStatsMethod(method_name)) {
+      std::vector<std::pair<std::string, std::vector<int>>> stat_groups;
+      for (const Group& g : groups) stat_groups.push_back({g.name, g.heads});
+      StatsLineOptions so;
+      so.target = f.search_target_recall;
+      so.sample_blocks = std::max(4, f.recall_rows / 16);
+      so.sample_rows = f.recall_rows > 0 ? f.recall_rows : 64;
+      so.seed = f.seed;
+      so.table = f.table;
+      const std::string prefix =
+          absl::StrCat("\"workload\":\"", workload_name, "\",\"seq_len\":", problem.k_len(0),
+                       ",\"q_len\":", problem.q_len(0), ",\"num_heads\":", problem.num_q_heads,
+                       ",\"kv_heads\":", problem.num_kv_heads, ",\"head_dim\":", problem.head_dim);
+      absl::Status s =
+          EmitStatsLines(method_name, problem, workload.get(), stat_groups, so, prefix, out);
+      if (!s.ok()) {
+        out << "{\"method\":\"" << method_name << "\",\"error\":\"" << s.message() << "\"}\n";
+      }
+      continue;
+    }
+    const bool guarded = method_name == kGuardedMethod;
+    const bool searched = guarded || method_name == kSearchedMethod;
+    const std::vector<MethodConfig>& per_head = guarded ? guarded_config_of_head : config_of_head;
     const MethodConfig& config = configs[searched ? Method::kDense : *ParseMethod(method_name)];
-    const std::string params = searched ? search_params : config.DebugString();
+    const std::string params =
+        guarded ? guard_params : (searched ? search_params : config.DebugString());
     const BuildOptions& options = searched ? search_bo : bo;
     std::vector<Result> done;
     bool all_ok = true;
@@ -658,11 +740,11 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
       r.params = params;
       r.group = g.name;
       r.heads = g.heads;
-      absl::Status s = searched ? search_status : config.Validate();
+      absl::Status s = guarded ? guard_status : (searched ? search_status : config.Validate());
       std::vector<ConfigGroup> config_groups;
       if (searched && s.ok()) {
-        config_groups = GroupHeadsByConfig(g.heads, config_of_head);
-        r.choices = choice_summary(g.heads);
+        config_groups = GroupHeadsByConfig(g.heads, per_head);
+        r.choices = choice_summary(g.heads, per_head);
       } else {
         config_groups.push_back({config, g.heads});
       }
@@ -725,7 +807,7 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
       all.params = params;
       all.group = "all";
       all.heads = all_heads;
-      if (searched) all.choices = choice_summary(all_heads);
+      if (searched) all.choices = choice_summary(all_heads, per_head);
       for (const Result& r : done) {
         all.build_ms += r.build_ms;
         all.kernel_ms += r.kernel_ms;

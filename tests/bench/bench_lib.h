@@ -79,6 +79,9 @@ absl::StatusOr<BenchFlags> ParseBenchFlags(const std::vector<std::string>& args)
 
 // The pseudo-method of BenchFlags::methods that runs the pattern search's per-head choices.
 inline constexpr char kSearchedMethod[] = "searched";
+// The pseudo-method that runs the searched configs after the worker's recall guard
+// (server/recall_guard.h) checked and widened them on the benchmark's prompt.
+inline constexpr char kGuardedMethod[] = "guarded";
 
 // Heads sharing one method config, as the worker's planner groups them (one index build each).
 struct ConfigGroup {

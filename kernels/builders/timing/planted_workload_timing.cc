@@ -2,7 +2,7 @@
 // planted workload: median wall time over --reps builds after one warm-up, with density and,
 // with --recall, the attention-mass recall of sampled rows.
 //
-//   bazel run -c opt //kernels:methods_b_bench -- --seq=16384 --q_heads=8 --kv_heads=8 --d=128
+//   bazel run -c opt //kernels:planted_workload_timing -- --seq=16384 --q_heads=8 --kv_heads=8 --d=128
 //
 // --workload=KIND runs every method on the shared generator's heads (kernels/workload) instead.
 // Saap needs centroids and classifiers: random ones of the paper's shapes by default (the
@@ -82,7 +82,7 @@ int Main(int argc, char** argv) {
   Flags f;
   if (!Parse(argc, argv, &f)) {
     std::fprintf(stderr,
-                 "usage: methods_b_bench [--seq=N] [--q_heads=N] [--kv_heads=N] [--d=N>=64] "
+                 "usage: planted_workload_timing [--seq=N] [--q_heads=N] [--kv_heads=N] [--d=N>=64] "
                  "[--reps=N] [--threads=N] [--methods=a,b] [--workload=KIND] [--recall] "
                  "[--calibrate]\n");
     return 2;

@@ -10,27 +10,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "kernels/cuda/attention/attention_launch.h"
-#include "kernels/cuda/builders/merged_builders.h"
+#include "kernels/cuda/attention/engine_internal.h"
 #include "kernels/cuda/builders/assembled_builders.h"
+#include "kernels/cuda/builders/build_index_gpu.h"
+#include "kernels/cuda/common/cuda_status.h"
+#include "kernels/cuda/common/index_stats.h"
 #include "kernels/status_macros.h"
 
 namespace spattn {
 namespace {
-
-absl::Status CudaStatus(cudaError_t err, const char* what) {
-  if (err == cudaSuccess) return absl::OkStatus();
-  cudaGetLastError();  // clear non-sticky errors so the next call starts clean
-  if (err == cudaErrorMemoryAllocation) {
-    return absl::ResourceExhaustedError(absl::StrCat(what, ": ", cudaGetErrorString(err)));
-  }
-  if (err == cudaErrorNoDevice || err == cudaErrorInsufficientDriver ||
-      err == cudaErrorInvalidDevice) {
-    return absl::FailedPreconditionError(absl::StrCat(what, ": ", cudaGetErrorString(err)));
-  }
-  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(err)));
-}
-
-#define SPATTN_CUDA(expr, what) SPATTN_RETURN_IF_ERROR(CudaStatus((expr), what))
 
 constexpr int64_t kAlign = 256;
 
@@ -96,7 +84,8 @@ class CudaAttentionEngine::Impl {
   }
 
   absl::Status Init() {
-    for (cudaEvent_t& e : events_) SPATTN_CUDA(cudaEventCreate(&e), "cudaEventCreate");
+    for (cudaEvent_t& e : events_)
+      SPATTN_CUDA_RETURN_IF_ERROR(cudaEventCreate(&e), "cudaEventCreate");
     return absl::OkStatus();
   }
 
@@ -118,10 +107,12 @@ class CudaAttentionEngine::Impl {
   absl::StatusOr<T*> Alloc(int64_t count, const char* what) {
     const int64_t bytes = std::max<int64_t>(count, 1) * static_cast<int64_t>(sizeof(T));
     const int64_t start = (used_ + kAlign - 1) / kAlign * kAlign;
-    if (start + bytes > bytes_) {
-      return absl::ResourceExhaustedError(absl::StrCat("CUDA workspace too small for ", what,
-                                                       ": need ", start + bytes,
-                                                       " bytes, pool has ", bytes_));
+    if (start + bytes > bytes_ - resident_) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("CUDA workspace too small for ", what, ": need ", start + bytes,
+                       " bytes, pool has ", bytes_ - resident_,
+                       resident_ > 0 ? absl::StrCat(" (", resident_, " more hold built indexes)")
+                                     : std::string()));
     }
     used_ = start + bytes;
     return reinterpret_cast<T*>(base_ + start);
@@ -131,9 +122,9 @@ class CudaAttentionEngine::Impl {
   absl::StatusOr<T*> Upload(const std::vector<T>& host, const char* what) {
     SPATTN_ASSIGN_OR_RETURN(T * dev, Alloc<T>(static_cast<int64_t>(host.size()), what));
     if (!host.empty()) {
-      SPATTN_CUDA(cudaMemcpyAsync(dev, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice,
-                                  stream_),
-                  what);
+      SPATTN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev, host.data(), host.size() * sizeof(T),
+                                                  cudaMemcpyHostToDevice, stream_),
+                                  what);
     }
     return dev;
   }
@@ -145,7 +136,7 @@ class CudaAttentionEngine::Impl {
     if (marks_ >= static_cast<int>(events_.size())) {
       return absl::InternalError("too many stage marks");
     }
-    SPATTN_CUDA(cudaEventRecord(events_[marks_], stream_), "cudaEventRecord");
+    SPATTN_CUDA_RETURN_IF_ERROR(cudaEventRecord(events_[marks_], stream_), "cudaEventRecord");
     stage_of_[marks_] = stage;
     ++marks_;
     return absl::OkStatus();
@@ -153,12 +144,13 @@ class CudaAttentionEngine::Impl {
 
   // Waits for the stream and fills the stage times.
   absl::Status Finish() {
-    SPATTN_CUDA(cudaStreamSynchronize(stream_), "attention on the GPU");
-    SPATTN_CUDA(cudaGetLastError(), "attention on the GPU");
+    SPATTN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_), "attention on the GPU");
+    SPATTN_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "attention on the GPU");
     if (times_ == nullptr) return absl::OkStatus();
     for (int i = 1; i < marks_; ++i) {
       float ms = 0;
-      SPATTN_CUDA(cudaEventElapsedTime(&ms, events_[i - 1], events_[i]), "cudaEventElapsedTime");
+      SPATTN_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, events_[i - 1], events_[i]),
+                                  "cudaEventElapsedTime");
       double* field = nullptr;
       switch (stage_of_[i]) {
         case kUpload:
@@ -187,19 +179,6 @@ class CudaAttentionEngine::Impl {
   }
   cudaStream_t stream() const { return stream_; }
 
-  // The workspace pool as the GPU builders' carver.
-  class Carver : public cuda::merged::WorkspaceCarver {
-   public:
-    explicit Carver(Impl* impl) : impl_(impl) {}
-    absl::StatusOr<void*> Carve(int64_t bytes, const char* what) override {
-      SPATTN_ASSIGN_OR_RETURN(char* p, impl_->Alloc<char>(bytes, what));
-      return static_cast<void*>(p);
-    }
-
-   private:
-    Impl* impl_;
-  };
-
   // Device-side problem: the pointers of `p` (device memory), offsets uploaded.
   absl::StatusOr<cuda::AttnParams> Params(const AttentionProblem& p) {
     cuda::AttnParams a;
@@ -221,6 +200,7 @@ class CudaAttentionEngine::Impl {
     a.cu_seqlens_q = cq;
     a.cu_seqlens_k = ck;
     a.batch = p.batch();
+    batch_ = p.batch();
     a.num_q_heads = p.num_q_heads;
     a.group = p.group_size();
     a.total_q = p.total_q();
@@ -233,7 +213,8 @@ class CudaAttentionEngine::Impl {
   }
 
   absl::Status Dense(const cuda::AttnParams& a, int max_q_len) {
-    SPATTN_CUDA(cuda::LaunchDenseAttention(a, max_q_len, variant(), stream_), "dense kernel");
+    SPATTN_CUDA_RETURN_IF_ERROR(cuda::LaunchDenseAttention(a, max_q_len, variant(), stream_),
+                                "dense kernel");
     return Mark(kKernel);
   }
 
@@ -243,15 +224,17 @@ class CudaAttentionEngine::Impl {
     SPATTN_ASSIGN_OR_RETURN(int32_t * scratch, Alloc<int32_t>(cuda::SparseScheduleScratchInts(rows),
                                                               "sparse schedule scratch"));
     SPATTN_ASSIGN_OR_RETURN(int* counter, Alloc<int>(1, "sparse schedule counter"));
-    SPATTN_CUDA(cuda::LaunchSparseSchedule(idx, cuda::SparseTileN(a.head_dim, idx.block_m), scratch,
-                                           order, counter, stream_),
-                "sparse schedule");
+    SPATTN_CUDA_RETURN_IF_ERROR(
+        cuda::LaunchSparseSchedule(idx, cuda::SparseTileN(a.head_dim, idx.block_m), scratch, order,
+                                   counter, stream_),
+        "sparse schedule");
     SPATTN_RETURN_IF_ERROR(Mark(kSchedule));
     cuda::SparseSchedule sched;
     sched.order = order;
     sched.num_items = static_cast<int>(rows);
     sched.counter = counter;
-    SPATTN_CUDA(cuda::LaunchSparseAttention(a, idx, sched, variant(), stream_), "sparse kernel");
+    SPATTN_CUDA_RETURN_IF_ERROR(cuda::LaunchSparseAttention(a, idx, sched, variant(), stream_),
+                                "sparse kernel");
     return Mark(kKernel);
   }
 
@@ -271,68 +254,83 @@ class CudaAttentionEngine::Impl {
     return v;
   }
 
-  // Builds a static-pattern index on the device from the uploaded offsets in `a`.
-  absl::StatusOr<SparseIndexView> BuildStatic(const AttentionProblem& p, const cuda::AttnParams& a,
-                                              const MethodConfig& config,
-                                              const std::vector<int>& heads, int block_m,
-                                              const CudaLayerAssets* maybe_assets = nullptr) {
-    SPATTN_RETURN_IF_ERROR(config.Validate());
-    if (!GpuBuilderAvailable(config.method)) {
-      return absl::UnimplementedError(
-          absl::StrCat("method ", MethodName(config.method), " has no GPU index builder yet"));
-    }
-    if (block_m <= 0) {
-      return absl::InvalidArgumentError(absl::StrCat("block_m must be > 0, got ", block_m));
-    }
-    for (int h : heads) {
-      if (h < 0 || h >= p.num_q_heads) {
-        return absl::InvalidArgumentError(absl::StrCat("heads: ", h, " is not a q head"));
-      }
-    }
-    if (cuda::IsBuilderB(config.method)) {
-      cuda::BuilderEnv env;
-      env.stream = stream_;
-      env.device = device_;
-      env.alloc = [this](int64_t bytes, const char* what) -> absl::StatusOr<void*> {
-        SPATTN_ASSIGN_OR_RETURN(char* ptr, Alloc<char>(bytes, what));
-        return static_cast<void*>(ptr);
-      };
-      return cuda::BuildIndexB(env, p, a, config, heads, block_m, maybe_assets);
-    }
-    const int kind = config.method == Method::kDense ? 0 : 1;
-    const int num_blocks = NumBlocks(p, block_m);
-    const int64_t rows = static_cast<int64_t>(heads.size()) * num_blocks;
-    const int64_t max_ranges = rows * (kind == 0 ? 1 : 2);
-    SparseIndexView v;
-    v.block_m = block_m;
-    v.num_heads = static_cast<int>(heads.size());
-    v.num_blocks = num_blocks;
-    std::vector<int32_t> heads32(heads.begin(), heads.end());
-    SPATTN_ASSIGN_OR_RETURN(v.heads, Upload(heads32, "index.heads"));
-    if (cuda::merged::IsBuilderAMethod(config.method)) {
-      Carver carver(this);
-      return cuda::merged::BuildIndexA(p, a, config, heads, v.heads, block_m, carver, stream_);
-    }
-    cuda::DeviceIndexArrays out;
-    SPATTN_ASSIGN_OR_RETURN(out.block_offsets, Alloc<int32_t>(p.batch() + 1, "block_offsets"));
-    SPATTN_ASSIGN_OR_RETURN(out.range_indptr, Alloc<int32_t>(rows + 1, "range_indptr"));
-    SPATTN_ASSIGN_OR_RETURN(out.range_start, Alloc<int32_t>(max_ranges, "range_start"));
-    SPATTN_ASSIGN_OR_RETURN(out.range_len, Alloc<int32_t>(max_ranges, "range_len"));
-    SPATTN_ASSIGN_OR_RETURN(out.col_indptr, Alloc<int32_t>(rows + 1, "col_indptr"));
-    SPATTN_ASSIGN_OR_RETURN(out.scratch, Alloc<int32_t>(num_blocks + 1, "builder scratch"));
-    SPATTN_CUDA(cuda::LaunchStaticIndexBuilder(kind, config.a_shape.sink_tokens,
-                                               config.a_shape.local_tokens, a.cu_seqlens_q,
-                                               a.cu_seqlens_k, a.batch, p.causal, block_m,
-                                               v.num_heads, num_blocks, out, stream_),
-                "index builder");
-    v.block_offsets = out.block_offsets;
-    v.range_indptr = out.range_indptr;
-    v.range_start = out.range_start;
-    v.range_len = out.range_len;
-    v.col_indptr = out.col_indptr;
-    v.col_idx = out.range_start;  // no columns; any valid pointer
-    return v;
+  // Builds an index in the workspace with the method's GPU builder (BuildIndexInWorkspace).
+  absl::StatusOr<SparseIndexView> BuildIndex(const AttentionProblem& p, const cuda::AttnParams& a,
+                                             const MethodConfig& config,
+                                             const std::vector<int>& heads, int block_m,
+                                             const CudaLayerAssets* maybe_assets) {
+    cuda::BuildScope scope;
+    scope.stream = stream_;
+    scope.device = device_;
+    scope.params = &a;
+    scope.alloc = [this](int64_t bytes, const char* what) -> absl::StatusOr<void*> {
+      SPATTN_ASSIGN_OR_RETURN(char* ptr, Alloc<char>(bytes, what));
+      return static_cast<void*>(ptr);
+    };
+    return cuda::BuildIndexInWorkspace(scope, p, config, heads, block_m, maybe_assets);
   }
+
+  // Moves a built index from the workspace into the resident region at its top, where it stays
+  // until ReleaseIndexes (device-to-device copies; reads the two CSR totals back first).
+  absl::StatusOr<GpuSparseIndex> Keep(const SparseIndexView& v, const std::vector<int>& heads) {
+    const int64_t rows = static_cast<int64_t>(v.num_heads) * v.num_blocks;
+    int32_t totals[2] = {0, 0};
+    SPATTN_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(&totals[0], v.range_indptr + rows, 4, cudaMemcpyDeviceToHost, stream_),
+        "index totals");
+    SPATTN_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(&totals[1], v.col_indptr + rows, 4, cudaMemcpyDeviceToHost, stream_),
+        "index totals");
+    SPATTN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_), "index build");
+    GpuSparseIndex out;
+    out.heads.assign(heads.begin(), heads.end());
+    out.num_ranges = totals[0];
+    out.num_cols = totals[1];
+    out.batch = batch_;
+    struct Array {
+      const int32_t* src;
+      int64_t count;
+      const int32_t** dst;
+    };
+    out.view = v;
+    Array arrays[] = {{v.heads, v.num_heads, &out.view.heads},
+                      {v.block_offsets, -1, &out.view.block_offsets},
+                      {v.range_indptr, rows + 1, &out.view.range_indptr},
+                      {v.range_start, out.num_ranges, &out.view.range_start},
+                      {v.range_len, out.num_ranges, &out.view.range_len},
+                      {v.col_indptr, rows + 1, &out.view.col_indptr},
+                      {v.col_idx, out.num_cols, &out.view.col_idx}};
+    int64_t total = 0;
+    for (Array& arr : arrays) {
+      if (arr.count < 0) arr.count = batch_ + 1;
+      total += (std::max<int64_t>(arr.count, 1) * 4 + kAlign - 1) / kAlign * kAlign;
+    }
+    const int64_t top = bytes_ - resident_ - total;
+    if (top / kAlign * kAlign < used_) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("CUDA workspace too small to keep the built index (", total,
+                       " bytes) next to the ", resident_, " bytes of indexes kept before"));
+    }
+    int64_t at = top / kAlign * kAlign;
+    const int64_t begin = at;
+    for (const Array& arr : arrays) {
+      int32_t* d = reinterpret_cast<int32_t*>(base_ + at);
+      if (arr.count > 0) {
+        SPATTN_CUDA_RETURN_IF_ERROR(
+            cudaMemcpyAsync(d, arr.src, arr.count * 4, cudaMemcpyDeviceToDevice, stream_),
+            "keep index");
+      }
+      *arr.dst = d;
+      at += (std::max<int64_t>(arr.count, 1) * 4 + kAlign - 1) / kAlign * kAlign;
+    }
+    resident_ = bytes_ - begin;
+    out.bytes = total;
+    return out;
+  }
+
+  void ReleaseIndexes() { resident_ = 0; }
+  int64_t resident() const { return resident_; }
+  void set_batch(int batch) { batch_ = batch; }
 
   // Host tensor [tokens, heads, d] (any strides) ↔ contiguous device tensor. Only `heads` are
   // copied (all when empty).
@@ -382,6 +380,8 @@ class CudaAttentionEngine::Impl {
   const CudaEngineOptions options_;
   absl::Mutex mu_;
   int64_t used_ = 0;
+  int64_t resident_ = 0;  // Bytes at the top of the pool held by kept indexes.
+  int batch_ = 0;         // Of the problem of the current call.
   std::array<cudaEvent_t, 8> events_{};
   std::array<int, 8> stage_of_{};
   int marks_ = 0;
@@ -395,7 +395,7 @@ absl::StatusOr<std::unique_ptr<CudaDeviceBuffer>> CudaDeviceBuffer::Allocate(int
     cudaGetLastError();
     return absl::FailedPreconditionError(absl::StrCat("no CUDA device ", device));
   }
-  SPATTN_CUDA(cudaSetDevice(device), "cudaSetDevice");
+  SPATTN_CUDA_RETURN_IF_ERROR(cudaSetDevice(device), "cudaSetDevice");
   void* data = nullptr;
   const cudaError_t err = cudaMalloc(&data, std::max<int64_t>(bytes, 1));
   if (err != cudaSuccess) {
@@ -415,7 +415,7 @@ absl::Status CudaDeviceBuffer::CopyFromHost(const void* src, int64_t bytes, int6
   if (offset < 0 || bytes < 0 || offset + bytes > bytes_) {
     return absl::OutOfRangeError("CopyFromHost: outside the buffer");
   }
-  SPATTN_CUDA(cudaSetDevice(device_), "cudaSetDevice");
+  SPATTN_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_), "cudaSetDevice");
   return CudaStatus(
       cudaMemcpy(static_cast<char*>(data_) + offset, src, bytes, cudaMemcpyHostToDevice),
       "CopyFromHost");
@@ -425,15 +425,15 @@ absl::Status CudaDeviceBuffer::CopyToHost(void* dst, int64_t bytes, int64_t offs
   if (offset < 0 || bytes < 0 || offset + bytes > bytes_) {
     return absl::OutOfRangeError("CopyToHost: outside the buffer");
   }
-  SPATTN_CUDA(cudaSetDevice(device_), "cudaSetDevice");
+  SPATTN_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_), "cudaSetDevice");
   return CudaStatus(
       cudaMemcpy(dst, static_cast<const char*>(data_) + offset, bytes, cudaMemcpyDeviceToHost),
       "CopyToHost");
 }
 
 absl::Status CudaDeviceBuffer::Fill(uint8_t value) {
-  SPATTN_CUDA(cudaSetDevice(device_), "cudaSetDevice");
-  SPATTN_CUDA(cudaMemset(data_, value, bytes_), "Fill");
+  SPATTN_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_), "cudaSetDevice");
+  SPATTN_CUDA_RETURN_IF_ERROR(cudaMemset(data_, value, bytes_), "Fill");
   return CudaStatus(cudaDeviceSynchronize(), "Fill");
 }
 
@@ -491,7 +491,7 @@ absl::StatusOr<std::unique_ptr<CudaAttentionEngine>> CudaAttentionEngine::Create
     return absl::InvalidArgumentError(
         absl::StrCat("kernel_variant must be in [0, 6], got ", options.kernel_variant));
   }
-  SPATTN_CUDA(cudaSetDevice(device), "cudaSetDevice");
+  SPATTN_CUDA_RETURN_IF_ERROR(cudaSetDevice(device), "cudaSetDevice");
   void* base = nullptr;
   err = cudaMalloc(&base, workspace_bytes);
   if (err != cudaSuccess) {
@@ -518,8 +518,17 @@ int CudaAttentionEngine::device() const { return impl_->device(); }
 int64_t CudaAttentionEngine::workspace_bytes() const { return impl_->bytes(); }
 
 bool CudaAttentionEngine::GpuBuilderAvailable(Method method) {
-  return method == Method::kDense || method == Method::kAShape ||
-         cuda::merged::IsBuilderAMethod(method) || cuda::IsBuilderB(method);
+  return spattn::GpuBuilderAvailable(method);
+}
+
+void CudaAttentionEngine::ReleaseIndexes() {
+  absl::MutexLock lock(&impl_->mu());
+  impl_->ReleaseIndexes();
+}
+
+int64_t CudaAttentionEngine::resident_index_bytes() const {
+  absl::MutexLock lock(&impl_->mu());
+  return impl_->resident();
 }
 
 absl::StatusOr<std::unique_ptr<CudaLayerAssets>> CudaAttentionEngine::UploadLayerAssets(
@@ -630,7 +639,7 @@ absl::Status CudaAttentionEngine::RunBuiltIndex(const AttentionProblem& p,
   absl::MutexLock lock(&impl_->mu());
   SPATTN_RETURN_IF_ERROR(impl_->Begin(times));
   SPATTN_RETURN_IF_ERROR(CheckDeviceProblem(p, impl_->device()));
-  const int index_block_m = cuda::merged::IndexBlockM(config, block_m);
+  const int index_block_m = cuda::GpuIndexBlockM(config, block_m);
   if (index_block_m != 64 && index_block_m != 128) {
     return absl::InvalidArgumentError(
         absl::StrCat("block_m: the CUDA kernel supports 64 and 128, got ", index_block_m,
@@ -640,7 +649,7 @@ absl::Status CudaAttentionEngine::RunBuiltIndex(const AttentionProblem& p,
   SPATTN_ASSIGN_OR_RETURN(cuda::AttnParams a, impl_->Params(p));
   SPATTN_RETURN_IF_ERROR(impl_->Mark(Impl::kUpload));
   SPATTN_ASSIGN_OR_RETURN(SparseIndexView v,
-                          impl_->BuildStatic(p, a, config, heads, block_m, maybe_assets));
+                          impl_->BuildIndex(p, a, config, heads, block_m, maybe_assets));
   SPATTN_RETURN_IF_ERROR(impl_->Mark(Impl::kIndex));
   SPATTN_RETURN_IF_ERROR(CheckIndexShape(p, v));  // methods with their own block size
   SPATTN_RETURN_IF_ERROR(impl_->Sparse(a, v));
@@ -654,14 +663,15 @@ absl::Status CudaAttentionEngine::BuildIndexOnDevice(
   SPATTN_RETURN_IF_ERROR(impl_->Begin(times));
   SPATTN_RETURN_IF_ERROR(p.Validate());
   // The estimating builders read Q/K on the device; the static ones only the sizes.
-  if (cuda::merged::IsBuilderAMethod(config.method)) {
+  if (config.method == Method::kVerticalSlash || config.method == Method::kBlockSparse ||
+      config.method == Method::kFlexPrefill) {
     SPATTN_RETURN_IF_ERROR(CheckDeviceProblem(p, impl_->device()));
   }
   SPATTN_RETURN_IF_ERROR(impl_->Mark(Impl::kUpload));
   SPATTN_ASSIGN_OR_RETURN(cuda::AttnParams a, impl_->Params(p));
   SPATTN_RETURN_IF_ERROR(impl_->Mark(Impl::kUpload));
   SPATTN_ASSIGN_OR_RETURN(SparseIndexView v,
-                          impl_->BuildStatic(p, a, config, heads, block_m, maybe_assets));
+                          impl_->BuildIndex(p, a, config, heads, block_m, maybe_assets));
   SPATTN_RETURN_IF_ERROR(impl_->Mark(Impl::kIndex));
   SPATTN_RETURN_IF_ERROR(impl_->Finish());
   block_m = v.block_m;
@@ -671,13 +681,13 @@ absl::Status CudaAttentionEngine::BuildIndexOnDevice(
   out->block_offsets.resize(p.batch() + 1);
   out->range_indptr.resize(rows + 1);
   out->col_indptr.resize(rows + 1);
-  SPATTN_CUDA(cudaMemcpy(out->block_offsets.data(), v.block_offsets, out->block_offsets.size() * 4,
-                         cudaMemcpyDeviceToHost),
-              "download block_offsets");
-  SPATTN_CUDA(
+  SPATTN_CUDA_RETURN_IF_ERROR(cudaMemcpy(out->block_offsets.data(), v.block_offsets,
+                                         out->block_offsets.size() * 4, cudaMemcpyDeviceToHost),
+                              "download block_offsets");
+  SPATTN_CUDA_RETURN_IF_ERROR(
       cudaMemcpy(out->range_indptr.data(), v.range_indptr, (rows + 1) * 4, cudaMemcpyDeviceToHost),
       "download range_indptr");
-  SPATTN_CUDA(
+  SPATTN_CUDA_RETURN_IF_ERROR(
       cudaMemcpy(out->col_indptr.data(), v.col_indptr, (rows + 1) * 4, cudaMemcpyDeviceToHost),
       "download col_indptr");
   const int32_t nr = out->range_indptr[rows];
@@ -686,15 +696,17 @@ absl::Status CudaAttentionEngine::BuildIndexOnDevice(
   out->range_len.resize(nr);
   out->col_idx.resize(nc);
   if (nr > 0) {
-    SPATTN_CUDA(cudaMemcpy(out->range_start.data(), v.range_start, nr * 4, cudaMemcpyDeviceToHost),
-                "download range_start");
-    SPATTN_CUDA(cudaMemcpy(out->range_len.data(), v.range_len, nr * 4, cudaMemcpyDeviceToHost),
-                "download range_len");
+    SPATTN_CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(out->range_start.data(), v.range_start, nr * 4, cudaMemcpyDeviceToHost),
+        "download range_start");
+    SPATTN_CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(out->range_len.data(), v.range_len, nr * 4, cudaMemcpyDeviceToHost),
+        "download range_len");
   }
   if (nc > 0) {
-    SPATTN_CUDA(cudaMemcpy(out->col_idx.data(), v.col_idx, static_cast<int64_t>(nc) * 4,
-                           cudaMemcpyDeviceToHost),
-                "download col_idx");
+    SPATTN_CUDA_RETURN_IF_ERROR(cudaMemcpy(out->col_idx.data(), v.col_idx,
+                                           static_cast<int64_t>(nc) * 4, cudaMemcpyDeviceToHost),
+                                "download col_idx");
   }
   return absl::OkStatus();
 }
@@ -772,5 +784,90 @@ absl::Status CudaAttentionEngine::RunHost(const AttentionProblem& hp,
   SPATTN_RETURN_IF_ERROR(impl_->Mark(Impl::kDownload));
   return impl_->Finish();
 }
+
+namespace cuda {
+
+absl::StatusOr<GpuSparseIndex> EngineAccess::Build(CudaAttentionEngine& engine,
+                                                   const AttentionProblem& p,
+                                                   const MethodConfig& config,
+                                                   const std::vector<int>& heads,
+                                                   const GpuBuildOptions& options) {
+  CudaAttentionEngine::Impl& impl = *engine.impl_;
+  absl::MutexLock lock(&impl.mu());
+  SPATTN_RETURN_IF_ERROR(impl.Begin(options.maybe_times));
+  SPATTN_RETURN_IF_ERROR(p.Validate());
+  if (GpuBuilderReadsTensors(config.method)) {
+    SPATTN_RETURN_IF_ERROR(CheckDeviceProblem(p, impl.device()));
+  }
+  const int index_block_m = GpuIndexBlockM(config, options.block_m);
+  if (index_block_m != 64 && index_block_m != 128) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("block_m: the CUDA kernel supports 64 and 128, got ", index_block_m,
+                     index_block_m != options.block_m ? " (the method's block_size)" : ""));
+  }
+  SPATTN_RETURN_IF_ERROR(impl.Mark(CudaAttentionEngine::Impl::kUpload));
+  SPATTN_ASSIGN_OR_RETURN(AttnParams a, impl.Params(p));
+  SPATTN_RETURN_IF_ERROR(impl.Mark(CudaAttentionEngine::Impl::kUpload));
+  SPATTN_ASSIGN_OR_RETURN(SparseIndexView v, impl.BuildIndex(p, a, config, heads, options.block_m,
+                                                             options.maybe_assets));
+  SPATTN_RETURN_IF_ERROR(impl.Mark(CudaAttentionEngine::Impl::kIndex));
+  SPATTN_RETURN_IF_ERROR(CheckIndexShape(p, v));
+  SPATTN_ASSIGN_OR_RETURN(GpuSparseIndex kept, impl.Keep(v, heads));
+  SPATTN_RETURN_IF_ERROR(impl.Finish());
+  return kept;
+}
+
+absl::Status EngineAccess::Download(CudaAttentionEngine& engine, const GpuSparseIndex& index,
+                                    SparseIndex* out) {
+  CudaAttentionEngine::Impl& impl = *engine.impl_;
+  absl::MutexLock lock(&impl.mu());
+  SPATTN_CUDA_RETURN_IF_ERROR(cudaSetDevice(impl.device()), "cudaSetDevice");
+  const SparseIndexView& v = index.view;
+  const int64_t rows = static_cast<int64_t>(v.num_heads) * v.num_blocks;
+  out->block_m = v.block_m;
+  out->heads = index.heads;
+  std::vector<int32_t>* arrays[] = {&out->block_offsets, &out->range_indptr, &out->range_start,
+                                    &out->range_len,     &out->col_indptr,   &out->col_idx};
+  const int32_t* sources[] = {v.block_offsets, v.range_indptr, v.range_start,
+                              v.range_len,     v.col_indptr,   v.col_idx};
+  const int64_t counts[] = {-1,       rows + 1,      index.num_ranges, index.num_ranges,
+                            rows + 1, index.num_cols};
+  for (int i = 0; i < 6; ++i) {
+    int64_t n = counts[i];
+    if (n < 0) n = index.batch + 1;
+    arrays[i]->resize(n);
+    if (n > 0) {
+      SPATTN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(arrays[i]->data(), sources[i], n * 4,
+                                                  cudaMemcpyDeviceToHost, impl.stream()),
+                                  "download index");
+    }
+  }
+  return CudaStatus(cudaStreamSynchronize(impl.stream()), "download index");
+}
+
+absl::StatusOr<std::vector<int64_t>> EngineAccess::ComputedPairs(CudaAttentionEngine& engine,
+                                                                 const AttentionProblem& p,
+                                                                 const GpuSparseIndex& index) {
+  CudaAttentionEngine::Impl& impl = *engine.impl_;
+  absl::MutexLock lock(&impl.mu());
+  SPATTN_RETURN_IF_ERROR(impl.Begin(nullptr));
+  SPATTN_ASSIGN_OR_RETURN(AttnParams a, impl.Params(p));
+  const int n = index.view.num_heads;
+  SPATTN_ASSIGN_OR_RETURN(unsigned long long* d,
+                          impl.Alloc<unsigned long long>(n, "computed pairs"));
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchComputedPairs(index.view, a.cu_seqlens_q, a.cu_seqlens_k,
+                                                  a.batch, p.causal, d, impl.stream()),
+                              "computed pairs");
+  std::vector<unsigned long long> host(n);
+  if (n > 0) {
+    SPATTN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host.data(), d, n * sizeof(unsigned long long),
+                                                cudaMemcpyDeviceToHost, impl.stream()),
+                                "computed pairs");
+  }
+  SPATTN_RETURN_IF_ERROR(impl.Finish());
+  return std::vector<int64_t>(host.begin(), host.end());
+}
+
+}  // namespace cuda
 
 }  // namespace spattn

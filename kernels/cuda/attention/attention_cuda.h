@@ -26,11 +26,14 @@
 #include "kernels/sparse_index.h"
 
 namespace spattn {
+namespace cuda {
+class EngineAccess;
+}  // namespace cuda
 
 // Seconds spent per stage of one call (0 for stages the call does not have).
 struct CudaStageTimes {
   double upload_seconds = 0;    // host → device: Q/K/V (host path), offsets, a host index
-  double index_seconds = 0;     // GPU index builders (RunBuiltIndex)
+  double index_seconds = 0;     // GPU index builders (BuildIndexOnGpu, RunBuiltIndex)
   double schedule_seconds = 0;  // ordering the sparse kernel's rows by cost
   double kernel_seconds = 0;    // the attention kernel itself
   double download_seconds = 0;  // device → host: O and LSE (host path)
@@ -77,10 +80,10 @@ class CudaDeviceBuffer {
 
 // Saap's LayerAssets of one layer (k-means centroids per kv head, query classifiers per q head,
 // RoPE settings) in device memory, made once per layer by CudaAttentionEngine::UploadLayerAssets
-// and passed to RunBuiltIndex / BuildIndexOnDevice. Centroids are kept as bf16 hi + lo parts
-// (float-like precision in the key assignment), classifier weights as bf16 for the tensor cores,
-// biases and RoPE tables in float / double. Immutable: thread-safe to share between calls of the
-// engine that uploaded it (only that engine's device may use it).
+// and passed to BuildIndexOnGpu (GpuBuildOptions::maybe_assets). Centroids are kept as bf16 hi + lo
+// parts (float-like precision in the key assignment), classifier weights as bf16 for the tensor
+// cores, biases and RoPE tables in float / double. Immutable: thread-safe to share between calls of
+// the engine that uploaded it (only that engine's device may use it).
 class CudaLayerAssets {
  public:
   struct Rep;
@@ -92,6 +95,7 @@ class CudaLayerAssets {
   int device() const;
   int head_dim() const;
   int num_centroids() const;
+  int64_t bytes() const;  // of device memory held
   const Rep& rep() const;
 
  private:
@@ -121,13 +125,14 @@ class CudaAttentionEngine {
   // Sparse attention under a host index (validated against the problem, then uploaded).
   absl::Status RunSparse(const AttentionProblem& problem, const SparseIndex& index,
                          CudaStageTimes* maybe_times = nullptr);
-  // Sparse attention under an index already in device memory (not validated: builders
-  // guarantee the invariants of sparse_index.h).
+  // Sparse attention under an index already in device memory: a GpuSparseIndex's view
+  // (BuildIndexOnGpu, build_index_gpu.h: the worker's path) or UploadSparseIndex's. Not
+  // validated: builders guarantee the invariants of sparse_index.h.
   absl::Status RunSparseDeviceIndex(const AttentionProblem& problem,
                                     const SparseIndexView& device_index,
                                     CudaStageTimes* maybe_times = nullptr);
-  // Builds the index of `heads` with the GPU builder of config.method in the workspace, then
-  // runs the sparse kernel. UNIMPLEMENTED for methods without a GPU builder. block_m is the
+  // BuildIndexOnGpu and RunSparseDeviceIndex in one call, the index dropped after (tests,
+  // cuda_bench). UNIMPLEMENTED for methods without a GPU builder. block_m is the
   // index block of dense, a_shape, vertical_slash and saap; block_sparse, flex_prefill,
   // sample_attention and anchor use their block_size (the kernel takes 64 and 128). Saap reads
   // `maybe_assets` (FAILED_PRECONDITION without).
@@ -141,7 +146,8 @@ class CudaAttentionEngine {
   absl::Status RunHost(const AttentionProblem& problem, const SparseIndex* maybe_index,
                        CudaStageTimes* maybe_times = nullptr);
 
-  // Builds the index with the GPU builder and copies it to `out` (tests, benchmarks). dense and
+  // BuildIndexOnGpu and DownloadIndex in one call (synchronous copies), the index dropped after:
+  // tests, and spattn-bench's host round-trip baseline (--cuda_index=host). dense and
   // a_shape read only the problem's sizes (its tensors may live anywhere); the estimating
   // builders (vertical_slash, block_sparse, flex_prefill, sample_attention, anchor, saap) read
   // Q/K, which must then be device memory (problem.space == kCuda). maybe_times->index_seconds
@@ -158,12 +164,20 @@ class CudaAttentionEngine {
   absl::StatusOr<std::unique_ptr<CudaLayerAssets>> UploadLayerAssets(const LayerAssets& assets,
                                                                      int head_dim);
 
-  // Whether config.method has a GPU index builder.
+  // Whether config.method has a GPU index builder (GpuBuilderAvailable in build_index_gpu.h).
   static bool GpuBuilderAvailable(Method method);
+
+  // Drops every index BuildIndexOnGpu (build_index_gpu.h) kept in this engine's workspace: their
+  // views become invalid and the space returns to the pool. The worker calls it when a request
+  // starts.
+  void ReleaseIndexes();
+  // Bytes of the workspace the kept indexes hold.
+  int64_t resident_index_bytes() const;
 
   class Impl;
 
  private:
+  friend class cuda::EngineAccess;
   explicit CudaAttentionEngine(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

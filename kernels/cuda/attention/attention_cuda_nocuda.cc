@@ -1,5 +1,6 @@
 // The build without nvcc (--config=nocuda): no engine can be created, and it says why.
 #include "kernels/cuda/attention/attention_cuda.h"
+#include "kernels/cuda/builders/build_index_gpu.h"
 
 namespace spattn {
 namespace {
@@ -32,6 +33,23 @@ CudaAttentionEngine::~CudaAttentionEngine() = default;
 int CudaAttentionEngine::device() const { return -1; }
 int64_t CudaAttentionEngine::workspace_bytes() const { return 0; }
 bool CudaAttentionEngine::GpuBuilderAvailable(Method) { return false; }
+void CudaAttentionEngine::ReleaseIndexes() {}
+int64_t CudaAttentionEngine::resident_index_bytes() const { return 0; }
+
+bool GpuBuilderAvailable(Method) { return false; }
+absl::StatusOr<GpuSparseIndex> BuildIndexOnGpu(CudaAttentionEngine&, const AttentionProblem&,
+                                               const MethodConfig&, const std::vector<int>&,
+                                               const GpuBuildOptions&) {
+  return NoCuda();
+}
+absl::Status DownloadIndex(CudaAttentionEngine&, const GpuSparseIndex&, SparseIndex*) {
+  return NoCuda();
+}
+absl::StatusOr<std::vector<int64_t>> ComputedPairsOnGpu(CudaAttentionEngine&,
+                                                        const AttentionProblem&,
+                                                        const GpuSparseIndex&) {
+  return NoCuda();
+}
 absl::Status CudaAttentionEngine::RunDense(const AttentionProblem&, CudaStageTimes*) {
   return NoCuda();
 }
@@ -68,6 +86,7 @@ CudaLayerAssets::~CudaLayerAssets() = default;
 int CudaLayerAssets::device() const { return -1; }
 int CudaLayerAssets::head_dim() const { return 0; }
 int CudaLayerAssets::num_centroids() const { return 0; }
+int64_t CudaLayerAssets::bytes() const { return 0; }
 const CudaLayerAssets::Rep& CudaLayerAssets::rep() const { return *rep_; }
 
 }  // namespace spattn

@@ -13,8 +13,8 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/builders/simple_patterns.h"
 #include "kernels/cpu/sparse_attention_cpu.h"
-#include "kernels/cuda/common/cuda_runtime.h"
 #include "kernels/cuda/attention/cuda_test_util.h"
+#include "kernels/cuda/common/cuda_runtime.h"
 #include "kernels/host_problem.h"
 
 namespace spattn {

@@ -1,7 +1,7 @@
 // Turns runtime (head_dim, block_m, variant) into kernel shapes for one element type; included
 // once per dtype (attention_bf16.cu, attention_fp16.cu) so the two compile in parallel.
-#ifndef SPATTN_KERNELS_CUDA_ATTENTION_INSTANCES_CUH_
-#define SPATTN_KERNELS_CUDA_ATTENTION_INSTANCES_CUH_
+#ifndef SPATTN_KERNELS_CUDA_ATTENTION_ATTENTION_INSTANCES_CUH_
+#define SPATTN_KERNELS_CUDA_ATTENTION_ATTENTION_INSTANCES_CUH_
 
 #include "kernels/cuda/attention/attention_core.cuh"
 
@@ -120,4 +120,4 @@ cudaError_t SparseTyped(const AttnParams& p, const SparseIndexView& idx,
 }  // namespace cuda
 }  // namespace spattn
 
-#endif  // SPATTN_KERNELS_CUDA_ATTENTION_INSTANCES_CUH_
+#endif  // SPATTN_KERNELS_CUDA_ATTENTION_ATTENTION_INSTANCES_CUH_

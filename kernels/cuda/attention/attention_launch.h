@@ -77,26 +77,6 @@ cudaError_t LaunchSparseAttention(const AttnParams& p, const SparseIndexView& in
 // Key tile width the sparse kernel uses for (head_dim, block_m); the schedule's cost unit.
 int SparseTileN(int head_dim, int block_m);
 
-// GPU index builders (static patterns, computed from cu_seqlens on the device). The caller sizes
-// the arrays with the host-side counts: heads [num_heads], block_offsets [batch + 1],
-// range_indptr / col_indptr [num_heads * num_blocks + 1], range_start / range_len
-// [max_ranges_per_row * num_heads * num_blocks]; col_idx unused. `heads` must already be on
-// the device. Writes block_offsets too.
-struct DeviceIndexArrays {
-  int32_t* block_offsets = nullptr;
-  int32_t* range_indptr = nullptr;
-  int32_t* range_start = nullptr;
-  int32_t* range_len = nullptr;
-  int32_t* col_indptr = nullptr;
-  int32_t* scratch = nullptr;  // [num_blocks + 1]
-};
-// kind 0 = dense (one range per block), 1 = a_shape (sink + local window).
-cudaError_t LaunchStaticIndexBuilder(int kind, int sink_tokens, int local_tokens,
-                                     const int32_t* cu_seqlens_q, const int32_t* cu_seqlens_k,
-                                     int batch, bool causal, int block_m, int num_heads,
-                                     int num_blocks, const DeviceIndexArrays& out,
-                                     cudaStream_t stream);
-
 }  // namespace cuda
 }  // namespace spattn
 

@@ -8,8 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/builders/simple_patterns.h"
 #include "kernels/cuda/attention/attention_cuda.h"
-#include "kernels/cuda/common/cuda_runtime.h"
 #include "kernels/cuda/attention/cuda_test_util.h"
+#include "kernels/cuda/common/cuda_runtime.h"
 #include "kernels/host_problem.h"
 
 namespace spattn {
@@ -91,7 +91,8 @@ TEST(CudaEngineTest, GpuBuildersMatchCpuBuilders) {
           a.a_shape.local_tokens = local;
           SparseIndex cpu_a, merged;
           ASSERT_TRUE(BuildAShapeIndex(hp->problem(), a.a_shape, heads, block_m, &cpu_a).ok());
-          ASSERT_TRUE((*engine)->BuildIndexOnDevice(hp->problem(), a, heads, block_m, &merged).ok());
+          ASSERT_TRUE(
+              (*engine)->BuildIndexOnDevice(hp->problem(), a, heads, block_m, &merged).ok());
           ExpectSameIndex(cpu_a, merged,
                           absl::StrCat("a_shape sink=", sink, " local=", local, " ", config));
         }

@@ -9,6 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/builders/saap_math.h"
+#include "kernels/cuda/common/cuda_status.h"
+#include "kernels/cuda/common/stage_timer.h"
 #include "kernels/dtype.h"
 #include "kernels/status_macros.h"
 
@@ -20,61 +22,17 @@ int CudaLayerAssets::device() const { return rep_->device; }
 int CudaLayerAssets::head_dim() const { return rep_->head_dim; }
 int CudaLayerAssets::num_centroids() const { return rep_->num_centroids; }
 const CudaLayerAssets::Rep& CudaLayerAssets::rep() const { return *rep_; }
+int64_t CudaLayerAssets::bytes() const {
+  return rep_->buffer == nullptr ? 0 : rep_->buffer->bytes();
+}
 
 namespace cuda {
 namespace {
-
-absl::Status Cuda(cudaError_t err, const char* what) {
-  if (err == cudaSuccess) return absl::OkStatus();
-  cudaGetLastError();
-  if (err == cudaErrorMemoryAllocation) {
-    return absl::ResourceExhaustedError(absl::StrCat(what, ": ", cudaGetErrorString(err)));
-  }
-  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(err)));
-}
-#define SPATTN_CUDA_B(expr, what) SPATTN_RETURN_IF_ERROR(Cuda((expr), what))
 
 int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 int FloorDiv(int64_t a, int64_t b) {
   return static_cast<int>(a >= 0 ? a / b : -((-a + b - 1) / b));
 }
-
-// With SPATTN_GPU_BUILDER_PROFILE set, each build prints its stage times (CUDA events) to
-// stderr: selection (split for saap), count pass, fill pass.
-class StageProfile {
- public:
-  explicit StageProfile(cudaStream_t stream) : stream_(stream) {
-    if (std::getenv("SPATTN_GPU_BUILDER_PROFILE") == nullptr) return;
-    on_ = true;
-    for (cudaEvent_t& e : events_) cudaEventCreate(&e);
-  }
-  ~StageProfile() {
-    if (!on_) return;
-    for (cudaEvent_t e : events_) cudaEventDestroy(e);
-  }
-  // The event of mark `i` (null when off), to record elsewhere.
-  cudaEvent_t event(int i) const { return on_ ? events_[i] : nullptr; }
-  void Mark(int i) {
-    if (on_) cudaEventRecord(events_[i], stream_);
-  }
-  // Prints the times between consecutive marks [0, n).
-  void Print(const char* method, const char* const* names, int n) {
-    if (!on_) return;
-    cudaEventSynchronize(events_[n - 1]);
-    std::fprintf(stderr, "gpu builder %s:", method);
-    for (int i = 1; i < n; ++i) {
-      float ms = 0;
-      cudaEventElapsedTime(&ms, events_[i - 1], events_[i]);
-      std::fprintf(stderr, " %s %.3f ms", names[i - 1], ms);
-    }
-    std::fprintf(stderr, "\n");
-  }
-
- private:
-  cudaStream_t stream_;
-  bool on_ = false;
-  cudaEvent_t events_[6] = {};
-};
 
 template <typename T>
 absl::StatusOr<T*> Alloc(const BuilderEnv& env, int64_t count, const char* what) {
@@ -88,7 +46,7 @@ template <typename T>
 absl::StatusOr<T*> Upload(const BuilderEnv& env, const std::vector<T>& v, const char* what) {
   SPATTN_ASSIGN_OR_RETURN(T * d, Alloc<T>(env, static_cast<int64_t>(v.size()), what));
   if (!v.empty()) {
-    SPATTN_CUDA_B(
+    SPATTN_CUDA_RETURN_IF_ERROR(
         cudaMemcpyAsync(d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice, env.stream),
         what);
   }
@@ -153,8 +111,8 @@ Layout MakeLayout(const AttentionProblem& p, const std::vector<int>& heads, int 
 // Count pass, scan, the entry totals (the build's one host round trip), fill pass.
 absl::StatusOr<SparseIndexView> Assemble(
     const BuilderEnv& env, const Layout& l,
-    const std::function<cudaError_t(const AsmOut&, bool)>& launch, StageProfile* prof = nullptr,
-    int mark = 0) {
+    const std::function<cudaError_t(const AsmOut&, bool)>& launch, StageTimer* timer,
+    const char* select_stage) {
   const int num_slots = l.host.num_heads(), num_blocks = l.host.num_blocks();
   const int64_t rows = static_cast<int64_t>(num_slots) * num_blocks;
   SparseIndexView v;
@@ -168,19 +126,21 @@ absl::StatusOr<SparseIndexView> Assemble(
   out.num_blocks = num_blocks;
   SPATTN_ASSIGN_OR_RETURN(out.count_ranges, Alloc<int64_t>(env, rows + 1, "range counts"));
   SPATTN_ASSIGN_OR_RETURN(out.count_cols, Alloc<int64_t>(env, rows + 1, "column counts"));
-  if (prof != nullptr) prof->Mark(mark);
-  SPATTN_CUDA_B(launch(out, false), "index assembly (count)");
-  SPATTN_CUDA_B(LaunchExclusiveScan64(out.count_ranges, rows, env.stream), "range offsets");
-  SPATTN_CUDA_B(LaunchExclusiveScan64(out.count_cols, rows, env.stream), "column offsets");
+  timer->Mark(select_stage);
+  SPATTN_CUDA_RETURN_IF_ERROR(launch(out, false), "index assembly (count)");
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchExclusiveScan64(out.count_ranges, rows, env.stream),
+                              "range offsets");
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchExclusiveScan64(out.count_cols, rows, env.stream),
+                              "column offsets");
   int64_t totals[2] = {0, 0};
-  if (prof != nullptr) prof->Mark(mark + 1);
-  SPATTN_CUDA_B(
+  timer->Mark("count");
+  SPATTN_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(&totals[0], out.count_ranges + rows, 8, cudaMemcpyDeviceToHost, env.stream),
       "index totals");
-  SPATTN_CUDA_B(
+  SPATTN_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(&totals[1], out.count_cols + rows, 8, cudaMemcpyDeviceToHost, env.stream),
       "index totals");
-  SPATTN_CUDA_B(cudaStreamSynchronize(env.stream), "index count pass");
+  SPATTN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(env.stream), "index count pass");
   constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
   if (totals[0] > kMax || totals[1] > kMax) {
     return absl::ResourceExhaustedError(
@@ -193,9 +153,10 @@ absl::StatusOr<SparseIndexView> Assemble(
   SPATTN_ASSIGN_OR_RETURN(range_start, Alloc<int32_t>(env, totals[0], "range_start"));
   SPATTN_ASSIGN_OR_RETURN(range_len, Alloc<int32_t>(env, totals[0], "range_len"));
   SPATTN_ASSIGN_OR_RETURN(col_idx, Alloc<int32_t>(env, totals[1], "col_idx"));
-  SPATTN_CUDA_B(LaunchNarrow64(out.count_ranges, rows + 1, range_indptr, env.stream),
-                "range_indptr");
-  SPATTN_CUDA_B(LaunchNarrow64(out.count_cols, rows + 1, col_indptr, env.stream), "col_indptr");
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchNarrow64(out.count_ranges, rows + 1, range_indptr, env.stream),
+                              "range_indptr");
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchNarrow64(out.count_cols, rows + 1, col_indptr, env.stream),
+                              "col_indptr");
   out.off_ranges = out.count_ranges;
   out.off_cols = out.count_cols;
   out.count_ranges = nullptr;
@@ -203,9 +164,9 @@ absl::StatusOr<SparseIndexView> Assemble(
   out.range_start = range_start;
   out.range_len = range_len;
   out.col_idx = col_idx;
-  if (prof != nullptr) prof->Mark(mark + 2);
-  SPATTN_CUDA_B(launch(out, true), "index assembly (fill)");
-  if (prof != nullptr) prof->Mark(mark + 3);
+  timer->Mark("sync+alloc");
+  SPATTN_CUDA_RETURN_IF_ERROR(launch(out, true), "index assembly (fill)");
+  timer->Mark("fill");
   v.range_indptr = range_indptr;
   v.range_start = range_start;
   v.range_len = range_len;
@@ -287,12 +248,13 @@ absl::StatusOr<SparseIndexView> BuildSampleAttention(const BuilderEnv& env,
   sa.alpha_s = params.alpha_s;
   if (score_total > 0) {
     // Units without keys get no span: their scores stay 0.
-    SPATTN_CUDA_B(cudaMemsetAsync(sa.scores, 0, score_total * sizeof(float), env.stream),
-                  "sample_attention scores");
+    SPATTN_CUDA_RETURN_IF_ERROR(
+        cudaMemsetAsync(sa.scores, 0, score_total * sizeof(float), env.stream),
+        "sample_attention scores");
   }
-  StageProfile prof(env.stream);
-  prof.Mark(0);
-  SPATTN_CUDA_B(LaunchSampleAttentionSelect(sa, env.stream), "sample_attention selection");
+  StageTimer timer(env.stream, "sample_attention");
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchSampleAttentionSelect(sa, env.stream),
+                              "sample_attention selection");
 
   SaAsmArgs asm_args;
   SPATTN_ASSIGN_OR_RETURN(asm_args.geo, Upload(env, l.geo, "block geometry"));
@@ -310,9 +272,8 @@ absl::StatusOr<SparseIndexView> BuildSampleAttention(const BuilderEnv& env,
       [&](const AsmOut& out, bool fill) {
         return LaunchSampleAttentionAssemble(asm_args, out, fill, env.stream);
       },
-      &prof, 1);
-  static const char* const kNames[] = {"select", "count", "sync+alloc", "fill"};
-  if (v.ok()) prof.Print("sample_attention", kNames, 5);
+      &timer, "select");
+  if (!v.ok()) timer.Cancel();
   return v;
 }
 
@@ -429,12 +390,12 @@ absl::StatusOr<SparseIndexView> BuildAnchor(const BuilderEnv& env, const Attenti
   an.num_items = static_cast<int>(items.size());
   SPATTN_ASSIGN_OR_RETURN(an.bitmaps, Alloc<uint32_t>(env, words, "anchor kept-key bitmaps"));
   if (words > 0) {
-    SPATTN_CUDA_B(cudaMemsetAsync(an.bitmaps, 0, words * 4, env.stream), "anchor bitmaps");
+    SPATTN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(an.bitmaps, 0, words * 4, env.stream),
+                                "anchor bitmaps");
   }
   an.theta = params.theta;
-  StageProfile prof(env.stream);
-  prof.Mark(0);
-  SPATTN_CUDA_B(LaunchAnchorSelect(an, env.stream), "anchor selection");
+  StageTimer timer(env.stream, "anchor");
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchAnchorSelect(an, env.stream), "anchor selection");
 
   AnAsmArgs asm_args;
   asm_args.geo = an.geo;
@@ -449,9 +410,8 @@ absl::StatusOr<SparseIndexView> BuildAnchor(const BuilderEnv& env, const Attenti
       [&](const AsmOut& out, bool fill) {
         return LaunchAnchorAssemble(asm_args, out, fill, env.stream);
       },
-      &prof, 1);
-  static const char* const kNames[] = {"anchor+stripes", "count", "sync+alloc", "fill"};
-  if (v.ok()) prof.Print("anchor", kNames, 5);
+      &timer, "anchor+stripes");
+  if (!v.ok()) timer.Cancel();
   return v;
 }
 
@@ -513,7 +473,9 @@ absl::StatusOr<SparseIndexView> BuildSaap(const BuilderEnv& env, const Attention
   const Layout l = MakeLayout(p, heads, block_m);
   const int nslots = l.host.num_heads(), nb = p.batch(), num_blocks = l.host.num_blocks();
   if (nslots == 0) {
-    return Assemble(env, l, [](const AsmOut&, bool) { return cudaSuccess; });
+    StageTimer timer(env.stream, "saap");
+    return Assemble(
+        env, l, [](const AsmOut&, bool) { return cudaSuccess; }, &timer, "select");
   }
   const SaapAssetsDev& dev = assets->rep().dev;
   const int C = dev.num_centroids;
@@ -562,16 +524,17 @@ absl::StatusOr<SparseIndexView> BuildSaap(const BuilderEnv& env, const Attention
   SPATTN_ASSIGN_OR_RETURN(sp.bucket_off, Alloc<int32_t>(env, buckets + 1, "saap bucket offsets"));
   SPATTN_ASSIGN_OR_RETURN(sp.bucket_cursor, Alloc<int32_t>(env, buckets, "saap bucket cursors"));
   SPATTN_ASSIGN_OR_RETURN(sp.bucket_idx, Alloc<int32_t>(env, total_keys, "saap bucket lists"));
-  SPATTN_CUDA_B(cudaMemsetAsync(sp.bucket_off, 0, (buckets + 1) * 4, env.stream),
-                "saap bucket offsets");
+  SPATTN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(sp.bucket_off, 0, (buckets + 1) * 4, env.stream),
+                              "saap bucket offsets");
   SPATTN_ASSIGN_OR_RETURN(sp.geo, Upload(env, l.geo, "block geometry"));
   sp.num_blocks = num_blocks;
   sp.block_m = block_m;
   SPATTN_ASSIGN_OR_RETURN(sp.group_head_off, Upload(env, head_off, "saap group heads"));
   SPATTN_ASSIGN_OR_RETURN(sp.group_heads, Upload(env, head_list, "saap group heads"));
   int sms = 0;
-  SPATTN_CUDA_B(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, env.device),
-                "multiprocessor count");
+  SPATTN_CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, env.device),
+      "multiprocessor count");
   const int64_t cls_items = static_cast<int64_t>(num_kv) * num_blocks;
   sp.classify_grid = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(cls_items, sms)));
   SPATTN_ASSIGN_OR_RETURN(sp.logits_scratch,
@@ -580,10 +543,9 @@ absl::StatusOr<SparseIndexView> BuildSaap(const BuilderEnv& env, const Attention
   sp.top_l = params.top_l;
   SPATTN_ASSIGN_OR_RETURN(sp.selected,
                           Alloc<int32_t>(env, cls_items * params.top_l, "saap visited buckets"));
-  StageProfile prof(env.stream);
-  prof.Mark(0);
-  sp.keys_done = prof.event(1);
-  SPATTN_CUDA_B(LaunchSaapSelect(sp, env.stream), "saap selection");
+  StageTimer timer(env.stream, "saap");
+  sp.keys_done = timer.Event("keys");
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchSaapSelect(sp, env.stream), "saap selection");
 
   SaapAsmArgs asm_args;
   asm_args.geo = sp.geo;
@@ -604,22 +566,22 @@ absl::StatusOr<SparseIndexView> BuildSaap(const BuilderEnv& env, const Attention
       [&](const AsmOut& out, bool fill) {
         return LaunchSaapAssemble(asm_args, out, fill, env.stream);
       },
-      &prof, 2);
-  static const char* const kNames[] = {"keys", "classify", "count", "sync+alloc", "fill"};
-  if (v.ok()) prof.Print("saap", kNames, 6);
+      &timer, "classify");
+  if (!v.ok()) timer.Cancel();
   return v;
 }
 
 }  // namespace
 
-bool IsBuilderB(Method method) {
+bool IsAssembledBuilderMethod(Method method) {
   return method == Method::kSampleAttention || method == Method::kAnchor || method == Method::kSaap;
 }
 
-absl::StatusOr<SparseIndexView> BuildIndexB(const BuilderEnv& env, const AttentionProblem& p,
-                                            const AttnParams& a, const MethodConfig& config,
-                                            const std::vector<int>& heads, int block_m,
-                                            const CudaLayerAssets* maybe_assets) {
+absl::StatusOr<SparseIndexView> BuildAssembledIndex(const BuilderEnv& env,
+                                                    const AttentionProblem& p, const AttnParams& a,
+                                                    const MethodConfig& config,
+                                                    const std::vector<int>& heads, int block_m,
+                                                    const CudaLayerAssets* maybe_assets) {
   SPATTN_RETURN_IF_ERROR(CheckDeviceInputs(p, config.method));
   switch (config.method) {
     case Method::kSampleAttention:
@@ -689,7 +651,7 @@ absl::StatusOr<std::unique_ptr<CudaLayerAssets::Rep>> UploadSaapAssets(const Lay
   if (layers == 1) relu1 = relu0;
   int smem_max = 0;
   SPATTN_RETURN_IF_ERROR(
-      Cuda(cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
+      CudaStatus(cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
            "shared memory limit"));
   const int smem = SaapClassifySmemBytes(d, std::max(layers, 1), hidden_pad, c_pad);
   if (smem > smem_max) {

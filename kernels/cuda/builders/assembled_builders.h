@@ -1,5 +1,5 @@
 // Host side of the GPU index builders of SampleAttention, AnchorAttention and Saap
-// (builders_b.h): checks, host-side tables from the problem's sizes, workspace carving, and the
+// (assembled_kernels.h): checks, host-side tables from the problem's sizes, workspace carving, and the
 // count-then-fill assembly with its one host round trip (the two entry totals). Internal to
 // kernels/cuda; CudaAttentionEngine dispatches here.
 #ifndef SPATTN_KERNELS_CUDA_BUILDERS_ASSEMBLED_BUILDERS_H_
@@ -45,7 +45,7 @@ struct BuilderEnv {
 };
 
 // Whether `method` is one of this file's (sample_attention, anchor, saap).
-bool IsBuilderB(Method method);
+bool IsAssembledBuilderMethod(Method method);
 
 // Builds the index of q heads `heads` (already checked to be q heads) on the device. `a` is the
 // uploaded problem (device cu_seqlens). block_m is read by saap only (the other two index by
@@ -54,10 +54,11 @@ bool IsBuilderB(Method method);
 // dtype / head_dim / strides or mismatched assets; UNIMPLEMENTED past the GPU limits (saap
 // top_l > 1024, more than 64 head slots of one kv head); RESOURCE_EXHAUSTED when the workspace
 // or int32 offsets do not suffice.
-absl::StatusOr<SparseIndexView> BuildIndexB(const BuilderEnv& env, const AttentionProblem& p,
-                                            const AttnParams& a, const MethodConfig& config,
-                                            const std::vector<int>& heads, int block_m,
-                                            const CudaLayerAssets* maybe_assets);
+absl::StatusOr<SparseIndexView> BuildAssembledIndex(const BuilderEnv& env,
+                                                    const AttentionProblem& p, const AttnParams& a,
+                                                    const MethodConfig& config,
+                                                    const std::vector<int>& heads, int block_m,
+                                                    const CudaLayerAssets* maybe_assets);
 
 // Validates `assets` for head_dim and copies them to `device`.
 absl::StatusOr<std::unique_ptr<CudaLayerAssets::Rep>> UploadSaapAssets(const LayerAssets& assets,

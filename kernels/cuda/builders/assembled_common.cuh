@@ -1,16 +1,17 @@
 // Device pieces shared by the SampleAttention, AnchorAttention and Saap GPU builders: tensor-core
-// tile products (mma.sync m16n8k16 through ldmatrix, the conventions of attention_core.cuh),
+// tile products (common/mma.cuh's mma.sync m16n8k16 through ldmatrix, the smem conventions of
+// attention_core.cuh),
 // bf16 hi/lo splitting of float operands, block reductions, and the row assembler (bitmap of a
 // row's keys -> SparseIndex row, as RowKeys::Normalize).
-#ifndef SPATTN_KERNELS_CUDA_BUILDERS_B_COMMON_CUH_
-#define SPATTN_KERNELS_CUDA_BUILDERS_B_COMMON_CUH_
+#ifndef SPATTN_KERNELS_CUDA_BUILDERS_ASSEMBLED_COMMON_CUH_
+#define SPATTN_KERNELS_CUDA_BUILDERS_ASSEMBLED_COMMON_CUH_
 
 #include <cstdint>
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 
-#include "kernels/cuda/attention/attention_core.cuh"
 #include "kernels/cuda/builders/assembled_kernels.h"
+#include "kernels/cuda/common/mma.cuh"
 #include "kernels/cuda/common/row_bits.h"
 
 namespace spattn {
@@ -316,4 +317,4 @@ __device__ __forceinline__ uint32_t FloatKey(float x) { return __float_as_uint(x
 }  // namespace cuda
 }  // namespace spattn
 
-#endif  // SPATTN_KERNELS_CUDA_BUILDERS_B_COMMON_CUH_
+#endif  // SPATTN_KERNELS_CUDA_BUILDERS_ASSEMBLED_COMMON_CUH_

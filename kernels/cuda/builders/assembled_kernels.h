@@ -1,7 +1,7 @@
 // Internal launch API of the GPU index builders of SampleAttention, AnchorAttention and Saap
 // (the twins of kernels/builders/{sample_attention,anchor,saap}.cc): plain structs of device
 // pointers and sizes, launchers returning cudaError_t. The host orchestration (workspace,
-// count-then-fill sizing) is gpu_builders_b.cc; only code under kernels/cuda includes this.
+// count-then-fill sizing) is assembled_builders.cc; only code under kernels/cuda includes this.
 //
 // Every builder ends in the same row assembler: per index row, a bitmap of the row's keys
 // [0, key_end) in shared memory (in segments of kAsmSegWords words), "range" bits and "column"
@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/attention/attention_launch.h"
+#include "kernels/cuda/common/scan.h"
 
 namespace spattn {
 namespace cuda {
@@ -44,11 +45,7 @@ struct AsmOut {
 
 // ---- Shared steps ------------------------------------------------------------------------------
 
-// data[0, n) -> exclusive prefix sums in place, data[n] = total (data has n + 1 entries). One CTA.
-cudaError_t LaunchExclusiveScan64(int64_t* data, int64_t n, cudaStream_t stream);
-cudaError_t LaunchExclusiveScan32(int32_t* data, int64_t n, cudaStream_t stream);
-// out[i] = (int32) in[i] for i in [0, n) (CSR offsets, checked < 2^31 by the caller).
-cudaError_t LaunchNarrow64(const int64_t* in, int64_t n, int32_t* out, cudaStream_t stream);
+// Scans and narrowing: common/scan.h.
 
 // ---- SampleAttention ---------------------------------------------------------------------------
 

@@ -9,8 +9,8 @@
 // CPU's, block for block.
 #include <algorithm>
 
-#include "kernels/cuda/builders/merged_kernels.h"
 #include "kernels/cuda/builders/estimate.cuh"
+#include "kernels/cuda/builders/merged_kernels.h"
 
 namespace spattn {
 namespace cuda {

@@ -1,7 +1,7 @@
 // GPU index builder of flex_prefill (FlexPrefill, seed 003), the twin of
 // kernels/builders/flex_prefill.cc. The pieces it shares with vertical_slash and block_sparse
-// (last-rows estimate, line selection, row merge, pooled keys) live in builders_vs.cu and
-// builders_block.cu; here are the pattern decision and the query-aware rows.
+// (last-rows estimate, line selection, row merge, pooled keys) live in vertical_slash.cu and
+// block_sparse.cu; here are the pattern decision and the query-aware rows.
 //
 // Query-aware heads with `flatten` keep the fewest (query block, key block) entries of the whole
 // normalized block map whose mass reaches gamma of the total, ranked by (probability desc, query
@@ -12,8 +12,8 @@
 // sums are sequential per row, as on the CPU.
 #include <algorithm>
 
-#include "kernels/cuda/builders/merged_kernels.h"
 #include "kernels/cuda/builders/estimate.cuh"
+#include "kernels/cuda/builders/merged_kernels.h"
 
 namespace spattn {
 namespace cuda {

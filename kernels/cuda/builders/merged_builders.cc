@@ -9,7 +9,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/builders/merged_kernels.h"
+#include "kernels/cuda/common/cuda_status.h"
 #include "kernels/cuda/common/line_merge.h"
+#include "kernels/cuda/common/stage_timer.h"
 #include "kernels/status_macros.h"
 
 namespace spattn {
@@ -17,59 +19,7 @@ namespace cuda {
 namespace merged {
 namespace {
 
-absl::Status Cuda(cudaError_t err, const char* what) {
-  if (err == cudaSuccess) return absl::OkStatus();
-  cudaGetLastError();
-  if (err == cudaErrorMemoryAllocation) {
-    return absl::ResourceExhaustedError(absl::StrCat(what, ": ", cudaGetErrorString(err)));
-  }
-  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(err)));
-}
-
-#define SPATTN_A_CUDA(expr, what) SPATTN_RETURN_IF_ERROR(Cuda((expr), what))
-
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-// Opt-in per-stage device times of one build (SPATTN_GPU_BUILDER_PROFILE set): events between
-// stages, printed to stderr when the build ends. Off by default (no events, no output).
-class StageTimer {
- public:
-  StageTimer(cudaStream_t stream, const char* method)
-      : stream_(stream),
-        method_(method),
-        on_(std::getenv("SPATTN_GPU_BUILDER_PROFILE") != nullptr) {
-    Mark("start");
-  }
-  ~StageTimer() {
-    if (!on_ || marks_.size() < 2) return;
-    if (cudaStreamSynchronize(stream_) == cudaSuccess) {
-      std::string line = std::string("merged profile ") + method_ + ":";
-      for (size_t i = 1; i < marks_.size(); ++i) {
-        float ms = 0;
-        cudaEventElapsedTime(&ms, marks_[i - 1].second, marks_[i].second);
-        char buf[96];
-        std::snprintf(buf, sizeof(buf), " %s=%.3f", marks_[i].first, ms);
-        line += buf;
-      }
-      std::fprintf(stderr, "%s\n", line.c_str());
-    }
-    cudaGetLastError();
-    for (auto& m : marks_) cudaEventDestroy(m.second);
-  }
-  void Mark(const char* stage) {
-    if (!on_) return;
-    cudaEvent_t e;
-    if (cudaEventCreate(&e) != cudaSuccess) return;
-    cudaEventRecord(e, stream_);
-    marks_.emplace_back(stage, e);
-  }
-
- private:
-  cudaStream_t stream_;
-  const char* method_;
-  bool on_;
-  std::vector<std::pair<const char*, cudaEvent_t>> marks_;
-};
 
 // Small host arrays gathered into one upload.
 class MetaBlob {
@@ -85,7 +35,7 @@ class MetaBlob {
     SPATTN_ASSIGN_OR_RETURN(void* dev,
                             ws.Carve(static_cast<int64_t>(bytes_.size()), "builder metadata"));
     base_ = static_cast<char*>(dev);
-    return Cuda(
+    return CudaStatus(
         cudaMemcpyAsync(base_, bytes_.data(), bytes_.size(), cudaMemcpyHostToDevice, stream),
         "builder metadata upload");
   }
@@ -109,7 +59,8 @@ template <typename T>
 absl::StatusOr<T*> CarveZeroed(WorkspaceCarver& ws, int64_t count, const char* what,
                                cudaStream_t stream) {
   SPATTN_ASSIGN_OR_RETURN(T * p, CarveArray<T>(ws, count, what));
-  SPATTN_A_CUDA(cudaMemsetAsync(p, 0, std::max<int64_t>(count, 1) * sizeof(T), stream), what);
+  SPATTN_CUDA_RETURN_IF_ERROR(
+      cudaMemsetAsync(p, 0, std::max<int64_t>(count, 1) * sizeof(T), stream), what);
   return p;
 }
 
@@ -227,11 +178,11 @@ absl::StatusOr<EstimateParams> RunEstimate(const AttentionProblem& p, const Attn
   SPATTN_ASSIGN_OR_RETURN(ep.diag_sums,
                           CarveArray<double>(ws, slots * e.diag_stride, "diagonal sums"));
   if (e.total_ctas == 0 || slots == 0) return ep;
-  SPATTN_A_CUDA(LaunchEstimatePass(ep, 1, stream), "estimate pass 1");
-  SPATTN_A_CUDA(LaunchEstimatePass(ep, 2, stream), "estimate pass 2");
-  SPATTN_A_CUDA(LaunchEstimateRowInv(ep, stream), "estimate row sums");
-  SPATTN_A_CUDA(LaunchEstimatePass(ep, 3, stream), "estimate pass 3");
-  SPATTN_A_CUDA(LaunchEstimateDiagCombine(ep, stream), "estimate diagonals");
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchEstimatePass(ep, 1, stream), "estimate pass 1");
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchEstimatePass(ep, 2, stream), "estimate pass 2");
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchEstimateRowInv(ep, stream), "estimate row sums");
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchEstimatePass(ep, 3, stream), "estimate pass 3");
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchEstimateDiagCombine(ep, stream), "estimate diagonals");
   timer.Mark("estimate");
   return ep;
 }
@@ -263,20 +214,20 @@ absl::Status ScanAndSize(int64_t rows, Csr* c, WorkspaceCarver& ws, cudaStream_t
                          bool with_cols) {
   const size_t temp_bytes = ScanTempBytes(rows + 1);
   SPATTN_ASSIGN_OR_RETURN(void* temp, ws.Carve(static_cast<int64_t>(temp_bytes) + 1, "scan"));
-  SPATTN_A_CUDA(
+  SPATTN_CUDA_RETURN_IF_ERROR(
       LaunchExclusiveScan(c->range_count, c->range_indptr, rows + 1, temp, temp_bytes, stream),
       "range scan");
-  SPATTN_A_CUDA(
+  SPATTN_CUDA_RETURN_IF_ERROR(
       LaunchExclusiveScan(c->col_count, c->col_indptr, rows + 1, temp, temp_bytes, stream),
       "column scan");
   int32_t totals[2] = {0, 0};
-  SPATTN_A_CUDA(
+  SPATTN_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(&totals[0], c->range_indptr + rows, 4, cudaMemcpyDeviceToHost, stream),
       "range total");
-  SPATTN_A_CUDA(
+  SPATTN_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(&totals[1], c->col_indptr + rows, 4, cudaMemcpyDeviceToHost, stream),
       "column total");
-  SPATTN_A_CUDA(cudaStreamSynchronize(stream), "index count pass");
+  SPATTN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), "index count pass");
   if (totals[0] < 0 || totals[1] < 0) {
     return absl::InternalError("index builder: negative entry count");
   }
@@ -303,7 +254,7 @@ absl::Status GroupLines(MergeParams* mp, int slots, int64_t cols_stride, int64_t
   SPATTN_ASSIGN_OR_RETURN(int32_t * last,
                           CarveArray<int32_t>(ws, 2 * slots * offs_stride, "offset clusters"));
   SPATTN_ASSIGN_OR_RETURN(int32_t * counts, CarveArray<int32_t>(ws, 3 * units, "group counts"));
-  SPATTN_A_CUDA(
+  SPATTN_CUDA_RETURN_IF_ERROR(
       LaunchGroupLines(*mp, runs, full, last, counts, counts + units, counts + 2 * units, stream),
       "group lines");
   mp->col_runs = runs;
@@ -412,7 +363,7 @@ absl::StatusOr<float*> PoolKeysOnDevice(const AttentionProblem& p, const AttnPar
   SPATTN_ASSIGN_OR_RETURN(
       k.out, CarveArray<float>(ws, static_cast<int64_t>(p.num_kv_heads) * pp.total_kb * p.head_dim,
                                "pooled keys"));
-  SPATTN_A_CUDA(LaunchPoolKeys(k, stream), "pool keys");
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchPoolKeys(k, stream), "pool keys");
   return k.out;
 }
 
@@ -439,7 +390,7 @@ absl::StatusOr<SparseIndexView> BuildVerticalSlash(const AttentionProblem& p, co
     l.col_k = std::min(std::max(vs.vertical_size, forced_cols), s.kl);
     int lo = 0, hi = 0;
     const int forced_offs = line_merge::ForcedOffsets(vs.forced_diagonals, s.min_offset,
-                                                    s.min_offset + s.num_offsets - 1, &lo, &hi);
+                                                      s.min_offset + s.num_offsets - 1, &lo, &hi);
     l.forced_off_lo = lo - s.min_offset;
     l.forced_off_hi = hi - s.min_offset;
     l.off_k = std::min(std::max(vs.slash_size, forced_offs), s.num_offsets);
@@ -483,7 +434,7 @@ absl::StatusOr<SparseIndexView> BuildVerticalSlash(const AttentionProblem& p, co
   const int64_t units = static_cast<int64_t>(plan.slots) * plan.batch;
   SPATTN_ASSIGN_OR_RETURN(lp.unit_ncols, CarveArray<int32_t>(ws, units, "column counts"));
   SPATTN_ASSIGN_OR_RETURN(lp.unit_noffs, CarveArray<int32_t>(ws, units, "diagonal counts"));
-  SPATTN_A_CUDA(LaunchSelectLines(lp, stream), "select lines");
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchSelectLines(lp, stream), "select lines");
   timer.Mark("select");
 
   SPATTN_ASSIGN_OR_RETURN(Csr csr, CarveCounts(plan.rows(), ws, stream));
@@ -506,7 +457,7 @@ absl::StatusOr<SparseIndexView> BuildVerticalSlash(const AttentionProblem& p, co
   mp.col_count = csr.col_count;
   SPATTN_RETURN_IF_ERROR(GroupLines(&mp, plan.slots, cols_stride, offs_stride, ws, stream));
   timer.Mark("group");
-  SPATTN_A_CUDA(LaunchMergeRows(mp, /*fill=*/false, stream), "merge rows (count)");
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchMergeRows(mp, /*fill=*/false, stream), "merge rows (count)");
   timer.Mark("merge_count");
   SPATTN_RETURN_IF_ERROR(ScanAndSize(plan.rows(), &csr, ws, stream, /*with_cols=*/true));
   timer.Mark("scan_sync");
@@ -515,7 +466,7 @@ absl::StatusOr<SparseIndexView> BuildVerticalSlash(const AttentionProblem& p, co
   mp.range_start = csr.range_start;
   mp.range_len = csr.range_len;
   mp.col_idx = csr.col_idx;
-  SPATTN_A_CUDA(LaunchMergeRows(mp, /*fill=*/true, stream), "merge rows (fill)");
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchMergeRows(mp, /*fill=*/true, stream), "merge rows (fill)");
   timer.Mark("merge_fill");
   return ViewOf(plan, d_heads, d_offsets, csr);
 }
@@ -575,13 +526,14 @@ absl::StatusOr<SparseIndexView> BuildBlockSparse(const AttentionProblem& p, cons
   SPATTN_ASSIGN_OR_RETURN(k.tmp_end, CarveArray<int32_t>(ws, plan.rows() * k.cap, "range slots"));
   k.range_count = csr.range_count;
   timer.Mark("pool_keys");
-  SPATTN_A_CUDA(LaunchBlockSparseRows(k, stream), "block_sparse rows");
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchBlockSparseRows(k, stream), "block_sparse rows");
   timer.Mark("rows");
   SPATTN_RETURN_IF_ERROR(ScanAndSize(plan.rows(), &csr, ws, stream, /*with_cols=*/false));
   timer.Mark("scan_sync");
-  SPATTN_A_CUDA(LaunchCompactRanges(k.tmp_start, k.tmp_end, k.cap, plan.rows(), csr.range_indptr,
-                                    csr.range_start, csr.range_len, stream),
-                "compact ranges");
+  SPATTN_CUDA_RETURN_IF_ERROR(
+      LaunchCompactRanges(k.tmp_start, k.tmp_end, k.cap, plan.rows(), csr.range_indptr,
+                          csr.range_start, csr.range_len, stream),
+      "compact ranges");
   timer.Mark("compact");
   return ViewOf(plan, d_heads, d_offsets, csr);
 }
@@ -683,7 +635,7 @@ absl::StatusOr<SparseIndexView> BuildFlexPrefill(const AttentionProblem& p, cons
                           CarveZeroed<double>(ws, units * 256, "flex histogram", stream));
   SPATTN_ASSIGN_OR_RETURN(f.state,
                           CarveZeroed<FlexUnitState>(ws, units, "flex unit state", stream));
-  SPATTN_A_CUDA(LaunchFlexDecide(f, stream), "flex decision");
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchFlexDecide(f, stream), "flex decision");
   timer.Mark("decide");
 
   LineSelectParams lp;
@@ -708,21 +660,22 @@ absl::StatusOr<SparseIndexView> BuildFlexPrefill(const AttentionProblem& p, cons
   lp.min_budget = fp.min_budget;
   lp.max_budget = fp.max_budget;
   lp.unit_is_vs = f.unit_is_vs;
-  SPATTN_A_CUDA(LaunchSelectLines(lp, stream), "flex lines");
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchSelectLines(lp, stream), "flex lines");
   timer.Mark("select");
 
   // Query-aware heads: row statistics, then the flattened selection's levels.
-  SPATTN_A_CUDA(LaunchFlexQaRows(f, 0, 0, stream), "flex rows (stats)");
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchFlexQaRows(f, 0, 0, stream), "flex rows (stats)");
   timer.Mark("qa_stats");
   if (fp.flatten) {
     for (int level = 0; level < kFlexLevels; ++level) {
-      SPATTN_A_CUDA(LaunchFlexQaScan(f, level, stream), "flex scan");
+      SPATTN_CUDA_RETURN_IF_ERROR(LaunchFlexQaScan(f, level, stream), "flex scan");
       if (level + 1 < kFlexLevels) {
-        SPATTN_A_CUDA(LaunchFlexQaRows(f, 1, level + 1, stream), "flex rows (histogram)");
+        SPATTN_CUDA_RETURN_IF_ERROR(LaunchFlexQaRows(f, 1, level + 1, stream),
+                                    "flex rows (histogram)");
       }
     }
-    SPATTN_A_CUDA(LaunchFlexQaRows(f, 2, 0, stream), "flex rows (ties)");
-    SPATTN_A_CUDA(LaunchFlexTieScan(f, stream), "flex tie ranks");
+    SPATTN_CUDA_RETURN_IF_ERROR(LaunchFlexQaRows(f, 2, 0, stream), "flex rows (ties)");
+    SPATTN_CUDA_RETURN_IF_ERROR(LaunchFlexTieScan(f, stream), "flex tie ranks");
   }
   timer.Mark("qa_levels");
 
@@ -750,9 +703,10 @@ absl::StatusOr<SparseIndexView> BuildFlexPrefill(const AttentionProblem& p, cons
   f.col_count = csr.col_count;
   SPATTN_RETURN_IF_ERROR(GroupLines(&mp, plan.slots, cols_stride, offs_stride, ws, stream));
   timer.Mark("group");
-  SPATTN_A_CUDA(LaunchMergeRows(mp, /*fill=*/false, stream), "flex merge rows (count)");
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchMergeRows(mp, /*fill=*/false, stream),
+                              "flex merge rows (count)");
   timer.Mark("merge_count");
-  SPATTN_A_CUDA(LaunchFlexQaRows(f, 3, 0, stream), "flex rows (count)");
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchFlexQaRows(f, 3, 0, stream), "flex rows (count)");
   timer.Mark("qa_count");
   SPATTN_RETURN_IF_ERROR(ScanAndSize(rows, &csr, ws, stream, /*with_cols=*/true));
   timer.Mark("scan_sync");
@@ -764,16 +718,16 @@ absl::StatusOr<SparseIndexView> BuildFlexPrefill(const AttentionProblem& p, cons
   f.range_indptr = csr.range_indptr;
   f.range_start = csr.range_start;
   f.range_len = csr.range_len;
-  SPATTN_A_CUDA(LaunchMergeRows(mp, /*fill=*/true, stream), "flex merge rows (fill)");
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchMergeRows(mp, /*fill=*/true, stream), "flex merge rows (fill)");
   timer.Mark("merge_fill");
-  SPATTN_A_CUDA(LaunchFlexQaRows(f, 4, 0, stream), "flex rows (fill)");
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchFlexQaRows(f, 4, 0, stream), "flex rows (fill)");
   timer.Mark("qa_fill");
   return ViewOf(plan, d_heads, d_offsets, csr);
 }
 
 }  // namespace
 
-bool IsBuilderAMethod(Method method) {
+bool IsMergedBuilderMethod(Method method) {
   return method == Method::kVerticalSlash || method == Method::kBlockSparse ||
          method == Method::kFlexPrefill;
 }
@@ -789,8 +743,8 @@ int IndexBlockM(const MethodConfig& config, int block_m) {
   }
 }
 
-absl::Status CheckBuilderA(const AttentionProblem& problem, const MethodConfig& config,
-                           int block_m) {
+absl::Status CheckMergedBuilder(const AttentionProblem& problem, const MethodConfig& config,
+                                int block_m) {
   if (problem.dtype != DType::kBF16 && problem.dtype != DType::kF16) {
     return absl::InvalidArgumentError(absl::StrCat(
         "dtype: the GPU index builders take bf16 or fp16, got ", DTypeName(problem.dtype)));
@@ -810,12 +764,12 @@ absl::Status CheckBuilderA(const AttentionProblem& problem, const MethodConfig& 
   return absl::OkStatus();
 }
 
-absl::StatusOr<SparseIndexView> BuildIndexA(const AttentionProblem& problem, const AttnParams& a,
-                                            const MethodConfig& config,
-                                            const std::vector<int>& heads, const int32_t* d_heads,
-                                            int block_m, WorkspaceCarver& workspace,
-                                            cudaStream_t stream) {
-  SPATTN_RETURN_IF_ERROR(CheckBuilderA(problem, config, block_m));
+absl::StatusOr<SparseIndexView> BuildMergedIndex(const AttentionProblem& problem,
+                                                 const AttnParams& a, const MethodConfig& config,
+                                                 const std::vector<int>& heads,
+                                                 const int32_t* d_heads, int block_m,
+                                                 WorkspaceCarver& workspace, cudaStream_t stream) {
+  SPATTN_RETURN_IF_ERROR(CheckMergedBuilder(problem, config, block_m));
   StageTimer timer(stream, MethodName(config.method));
   switch (config.method) {
     case Method::kVerticalSlash:
@@ -831,7 +785,7 @@ absl::StatusOr<SparseIndexView> BuildIndexA(const AttentionProblem& problem, con
       break;
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("method ", MethodName(config.method), " is not built by BuildIndexA"));
+      absl::StrCat("method ", MethodName(config.method), " is not built by BuildMergedIndex"));
 }
 
 }  // namespace merged

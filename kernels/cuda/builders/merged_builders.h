@@ -35,23 +35,23 @@ class WorkspaceCarver {
 };
 
 // vertical_slash, block_sparse or flex_prefill.
-bool IsBuilderAMethod(Method method);
+bool IsMergedBuilderMethod(Method method);
 
 // The index's block_m: block_sparse and flex_prefill use their block_size (as their CPU twins
 // do); vertical_slash uses `block_m`.
 int IndexBlockM(const MethodConfig& config, int block_m);
 
 // Limits of the GPU path beyond MethodConfig::Validate (the message names the parameter).
-absl::Status CheckBuilderA(const AttentionProblem& problem, const MethodConfig& config,
-                           int block_m);
+absl::Status CheckMergedBuilder(const AttentionProblem& problem, const MethodConfig& config,
+                                int block_m);
 
 // Builds the index of `heads` (already uploaded: d_heads) for the device problem whose Q/K and
 // uploaded cu_seqlens are in `a`. Enqueues on `stream` and synchronizes it once.
-absl::StatusOr<SparseIndexView> BuildIndexA(const AttentionProblem& problem, const AttnParams& a,
-                                            const MethodConfig& config,
-                                            const std::vector<int>& heads, const int32_t* d_heads,
-                                            int block_m, WorkspaceCarver& workspace,
-                                            cudaStream_t stream);
+absl::StatusOr<SparseIndexView> BuildMergedIndex(const AttentionProblem& problem,
+                                                 const AttnParams& a, const MethodConfig& config,
+                                                 const std::vector<int>& heads,
+                                                 const int32_t* d_heads, int block_m,
+                                                 WorkspaceCarver& workspace, cudaStream_t stream);
 
 }  // namespace merged
 }  // namespace cuda

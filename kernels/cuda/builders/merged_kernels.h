@@ -1,6 +1,6 @@
 // Internal launch API of the GPU index builders of vertical_slash, block_sparse and flex_prefill
 // (issue 4, builders "a"): plain params structs of device pointers and sizes, and launchers that
-// return cudaError_t. The host planner (builders_a.cc) sizes every buffer from host-known counts,
+// return cudaError_t. The host planner (merged_builders.cc) sizes every buffer from host-known counts,
 // carves it from the engine's workspace and calls these; only code under kernels/cuda includes
 // this header.
 //

@@ -8,7 +8,7 @@
 //     lower block) whose sum reaches alpha of the total, found by a binary search on the score
 //     bits (no sort), ties taken in block order.
 //  4. Assembly: each query block ORs the column and slash spans of the chunks its rows belong to
-//     and the local window into its row bitmap (builders_b_common.cuh).
+//     and the local window into its row bitmap (assembled_common.cuh).
 #include <cfloat>
 
 #include "kernels/cuda/builders/assembled_common.cuh"

@@ -1,7 +1,7 @@
 // GPU index builder of vertical_slash (MInference, seed 000) and the pieces flex_prefill reuses:
 // the last-rows estimate (softmax of a sequence's last rows over all its keys, on tensor cores,
 // reduced to column and diagonal sums), the top-k line selection, and the per-row merge of lines
-// into ranges + columns (row_merge_a.h). The twin of kernels/builders/vertical_slash.cc.
+// into ranges + columns (common/line_merge.h). The twin of kernels/builders/vertical_slash.cc.
 //
 // Exactness: the CPU computes each row's probabilities as expf(l - max) * (1 / sum) in fp32 and
 // sums columns and diagonals in double in row order; the kernels below do the same operations in
@@ -12,8 +12,8 @@
 #include <cub/block/block_reduce.cuh>
 #include <cub/device/device_scan.cuh>
 
-#include "kernels/cuda/builders/merged_kernels.h"
 #include "kernels/cuda/builders/estimate.cuh"
+#include "kernels/cuda/builders/merged_kernels.h"
 #include "kernels/cuda/common/line_merge.h"
 
 namespace spattn {
@@ -388,7 +388,7 @@ __global__ void __launch_bounds__(kMergeThreads) MergeRowsKernel(MergeParams p, 
       p.col_count[row] = sink.cols;
     } else {
       line_merge::FillSink sink{p.range_start + p.range_indptr[row],
-                              p.range_len + p.range_indptr[row], p.col_idx + p.col_indptr[row]};
+                                p.range_len + p.range_indptr[row], p.col_idx + p.col_indptr[row]};
       line_merge::MergeRow(g, extra, lines, 16, sink);
     }
   }

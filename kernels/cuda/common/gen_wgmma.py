@@ -7,8 +7,8 @@ HEADER = '''// Hopper wgmma wrappers (sm_90a): m64nNk16, f32 accumulate, bf16/f1
 // fragment layout), B from shared memory N-major (imm-trans-b = 1). On targets without sm_90a
 // features the bodies trap (the host never dispatches there).
 // Written by kernels/cuda/gen_wgmma.py; do not edit by hand.
-#ifndef SPATTN_KERNELS_CUDA_WGMMA_OPS_CUH_
-#define SPATTN_KERNELS_CUDA_WGMMA_OPS_CUH_
+#ifndef SPATTN_KERNELS_CUDA_COMMON_WGMMA_OPS_CUH_
+#define SPATTN_KERNELS_CUDA_COMMON_WGMMA_OPS_CUH_
 
 #include <cstdint>
 
@@ -20,7 +20,7 @@ FOOTER = '''}  // namespace detail
 }  // namespace cuda
 }  // namespace spattn
 
-#endif  // SPATTN_KERNELS_CUDA_WGMMA_OPS_CUH_
+#endif  // SPATTN_KERNELS_CUDA_COMMON_WGMMA_OPS_CUH_
 '''
 
 

@@ -1,5 +1,5 @@
 // The one-row merge the GPU builders of vertical_slash and flex_prefill run per thread
-// (row_merge_a.h), checked on the CPU against what the CPU builders do for a row:
+// (common/line_merge.h), checked on the CPU against what the CPU builders do for a row:
 // AddVerticalSlash (+ flex's kept blocks) followed by RowKeys::Normalize. Runs everywhere.
 #include "kernels/cuda/common/line_merge.h"
 
@@ -52,7 +52,7 @@ VecSink GpuRow(const BlockGeometry& g, const std::vector<int32_t>& offsets_asc,
   lines.n_off = static_cast<int>(offsets_asc.size());
   lines.clusters = clusters.data();
   lines.n_clusters = line_merge::GroupRuns(offsets_asc.data(), lines.n_off,
-                                         g.last_pos - g.first_pos + 1, clusters.data());
+                                           g.last_pos - g.first_pos + 1, clusters.data());
   lines.col_runs = runs.data();
   lines.n_runs = line_merge::GroupRuns(cols.data(), static_cast<int>(cols.size()), 1, runs.data());
   line_merge::CountSink count;

@@ -1,4 +1,4 @@
-// Word-level bit logic of the GPU builders' row assembler (builders_b_common.cuh), shared by the
+// Word-level bit logic of the GPU builders' row assembler (assembled_common.cuh), shared by the
 // kernel and its CPU test: a row's keys are a bitmap of 32-key words; "range" bits and "column"
 // bits become the SparseIndex row RowKeys::Normalize would make. Plain functions, no state.
 #ifndef SPATTN_KERNELS_CUDA_COMMON_ROW_BITS_H_

@@ -1,4 +1,4 @@
-// The GPU row assembler's word logic (builders_b_bits.h), run on the CPU the way AssembleKernel
+// The GPU row assembler's word logic (row_bits.h), run on the CPU the way AssembleKernel
 // runs it (segments of words with a halo word on each side, a carried last word), against
 // RowKeys::Normalize on random rows; and LongRuns16 against a brute-force run finder.
 #include "kernels/cuda/common/row_bits.h"

@@ -1,7 +1,7 @@
-// Scans and conversions shared by the SampleAttention, AnchorAttention and Saap GPU builders.
+// Scans and conversions shared by the GPU index builders.
 #include <cub/block/block_scan.cuh>
 
-#include "kernels/cuda/builders/assembled_kernels.h"
+#include "kernels/cuda/common/scan.h"
 
 namespace spattn {
 namespace cuda {

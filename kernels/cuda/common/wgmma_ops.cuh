@@ -3,8 +3,8 @@
 // fragment layout), B from shared memory N-major (imm-trans-b = 1). On targets without sm_90a
 // features the bodies trap (the host never dispatches there).
 // Written by kernels/cuda/gen_wgmma.py; do not edit by hand.
-#ifndef SPATTN_KERNELS_CUDA_WGMMA_OPS_CUH_
-#define SPATTN_KERNELS_CUDA_WGMMA_OPS_CUH_
+#ifndef SPATTN_KERNELS_CUDA_COMMON_WGMMA_OPS_CUH_
+#define SPATTN_KERNELS_CUDA_COMMON_WGMMA_OPS_CUH_
 
 #include <cstdint>
 
@@ -196,4 +196,4 @@ __device__ __forceinline__ void WgmmaRS_N128_f16(float* d, const uint32_t* a, ui
 }  // namespace cuda
 }  // namespace spattn
 
-#endif  // SPATTN_KERNELS_CUDA_WGMMA_OPS_CUH_
+#endif  // SPATTN_KERNELS_CUDA_COMMON_WGMMA_OPS_CUH_

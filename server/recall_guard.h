@@ -1,0 +1,79 @@
+// The worker's online recall guard (issue 11): a head's published config was calibrated on other
+// prompts, often of another length, so the worker checks what each sparse index captures on the
+// prompt it serves and widens the head's budget (or falls back to dense) when it falls short.
+//
+// The estimate is the attention-mass recall of the head's index over `probe_rows` query rows
+// stratified over the batch, exact over all allowed keys (kernels/fidelity.h, fixed seed): an
+// unbiased estimate of the served mean recall whose error shrinks as 1/sqrt(probe_rows). A head
+// whose estimate is below target + margin gets its config widened (WidenConfig: budgets x2,
+// mass thresholds halfway to 1) and its index rebuilt, up to max_widen times, then dense.
+//
+// Cost: probe_rows x keys x head_dim multiply-adds per head and try, on the host (the problem's
+// host view). On the CPU backend that is a few percent of the kernel; a device-side estimate for
+// the CUDA backend is not written yet, so the worker enables the guard there only when asked.
+#ifndef SPATTN_SERVER_RECALL_GUARD_H_
+#define SPATTN_SERVER_RECALL_GUARD_H_
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/method_config.h"
+#include "kernels/problem.h"
+#include "kernels/sparse_index.h"
+
+namespace spattn {
+
+struct RecallGuardOptions {
+  // Recall each guarded head must reach; <= 0 estimates only (no widening). Default: 0.95.
+  double target = 0.95;
+  // A head is widened while its estimate is below target + margin (the estimate's own sampling
+  // error). Default: 0.01.
+  double margin = 0.01;
+  // Query rows per head of the estimate; 0 turns the guard off (no estimate). Default: 32.
+  int probe_rows = 32;
+  // Seed of the probe rows (fixed: repeated requests get the same estimate). Default: 0x9a4d.
+  uint64_t seed = 0x9a4d;
+  // Widening steps of the head's own method before switching to `adaptive`. Default: 2.
+  int max_widen = 2;
+  // Then a method whose budget follows the prompt (a cumulative-mass threshold, as FlexPrefill's
+  // gamma), widened up to max_widen times, then dense. Its gamma is raised to at least
+  // target + (1 - target) / 2. Method dense skips this step. Default: flex_prefill, min budget 512.
+  MethodConfig adaptive = [] {
+    MethodConfig c;
+    c.method = Method::kFlexPrefill;
+    c.flex_prefill.min_budget = 512;
+    return c;
+  }();
+};
+
+// `config` with a larger budget (a_shape local x2, vertical_slash vertical and slash x2,
+// block_sparse top_k x2, flex_prefill gamma and sample_attention alphas halfway to 1 plus
+// flex_prefill min_budget x2, anchor theta + 4, saap top_l x2). False for dense (nothing wider).
+bool WidenConfig(const MethodConfig& config, MethodConfig* wider);
+
+// Builds the index of `heads` under a config (the backend's builder).
+using GuardBuildFn = std::function<absl::Status(const MethodConfig& config,
+                                                const std::vector<int>& heads, SparseIndex* index)>;
+
+struct GuardedHead {
+  int head = 0;
+  MethodConfig config;    // what the head runs after the guard
+  double estimate = 1.0;  // recall estimate of that config's index (1 for dense)
+  int widened = 0;        // rebuilds (widening, switch to adaptive, dense)
+  bool replaced = false;  // `index` holds the head's new index (alone), to run instead
+  SparseIndex index;
+};
+
+// Estimates slot `slot` of `index` (built under `config` on `host`) and, when `widen` and the
+// estimate is short of the target, rebuilds the head through `build` with wider configs: the
+// head's method widened (max_widen steps), then options.adaptive (widened likewise), then dense.
+// Errors of the estimate or the builder pass through.
+absl::StatusOr<GuardedHead> GuardHead(const AttentionProblem& host, const SparseIndex& index,
+                                      int slot, const MethodConfig& config, bool widen,
+                                      const GuardBuildFn& build, const RecallGuardOptions& options);
+
+}  // namespace spattn
+
+#endif  // SPATTN_SERVER_RECALL_GUARD_H_
