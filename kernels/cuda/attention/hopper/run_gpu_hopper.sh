@@ -2,13 +2,15 @@
 # One GPU-machine run for the Hopper kernels (variant 5): SASS/resource check of the hopper
 # kernels, the GPU tests (optionally filtered), cuda_bench over the given shapes and PyTorch SDPA
 # (cuDNN + flash) on the same shapes. Layout as kernels/cuda/gpu/pack_gpu.sh makes it.
-# Usage: [TEST_FILTER=...] [BENCH_SETS="flags;flags"] [SDPA_SETS="flags;flags"] run_gpu_hopper.sh
+# Usage: [TEST_FILTER=...] [BENCH_SETS="flags;flags"] [SDPA_SETS="flags;flags"]
+#   [MINFERENCE_ARGS="--seq_lens ..."] run_gpu_hopper.sh
 set -u
 cd "$(dirname "$0")"
 HERE=$PWD
 if [ -f bundle.tar.xz ]; then
   WORK=/tmp/spattn_gpu_h3 && rm -rf "$WORK" && mkdir -p "$WORK" && tar -xJf bundle.tar.xz -C "$WORK"
-  cp "$HERE"/*.py "$WORK/" 2>/dev/null; cd "$WORK"
+  cp "$HERE"/*.py "$WORK/" 2>/dev/null; [ -d "$HERE/ref" ] && cp -r "$HERE/ref" "$WORK/"
+  cd "$WORK"
 fi
 export LD_LIBRARY_PATH=$PWD/lib
 OUT=${OUT:-/tmp/out}
@@ -43,10 +45,17 @@ for s in "${SSETS[@]}"; do
     >> "$OUT/sdpa.jsonl" 2>> "$OUT/errors.log"
   echo "sdpa $s rc=$?" >> "$OUT/errors.log"
 done
+# MInference's public Triton block-sparse kernel (fetched, carried in ref/, never committed).
+if [ -d ref ] && [ -n "${MINFERENCE_ARGS:-}" ]; then
+  PYTHONUNBUFFERED=1 timeout ${REF_TIMEOUT:-90} python3 minference_reference.py --ref_dir ref \
+    $MINFERENCE_ARGS > "$OUT/minference.jsonl" 2>> "$OUT/errors.log"
+  echo "minference rc=$?" >> "$OUT/errors.log"
+fi
 echo "=== gpu"; cat "$OUT/gpu.txt"
 echo "=== sass"; cat "$OUT/sass_hopper.txt" 2>/dev/null
 echo "=== tests"; grep -hE "^\[ +(OK|FAILED|SKIPPED) +\]|^\[  PASSED|^\[  FAILED|rc=" "$OUT/tests.log" | cut -c1-160 | head -40
 grep -hE "Failure|error:|Expected|Which is|bound|not written|config" "$OUT/tests.log" | cut -c1-300 | head -20
 echo "=== bench"; cut -c1-230 "$OUT/bench.jsonl"
 echo "=== sdpa"; grep -v '"best_dense"' "$OUT/sdpa.jsonl" | cut -c1-230
+echo "=== minference"; cat "$OUT/minference.jsonl" 2>/dev/null
 echo "=== errors"; tail -8 "$OUT/errors.log" 2>/dev/null
