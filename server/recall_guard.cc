@@ -1,8 +1,10 @@
 #include "server/recall_guard.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "kernels/fidelity.h"
+#include "kernels/sparse_index.h"
 
 namespace spattn {
 
@@ -55,41 +57,73 @@ absl::StatusOr<GuardedHead> GuardHead(const AttentionProblem& host, const Sparse
   g.estimate = *est;
   if (!widen || options.target <= 0) return g;
   const double need = std::min(1.0, options.target + options.margin);
-  // The ladder of configs to try, in order.
+  // Each step tries the current config widened and (once) the adaptive method, keeps the
+  // cheapest (fewest computed pairs) that reaches `need`, else continues from the best estimate.
+  struct Try {
+    MethodConfig config;
+    SparseIndex index;
+    double estimate = 0;
+    int64_t pairs = 0;
+  };
   MethodConfig current = config;
-  int steps_on_method = 0;
-  bool on_adaptive = config.method == options.adaptive.method;
-  while (g.estimate < need) {
+  bool adaptive_tried =
+      config.method == options.adaptive.method || options.adaptive.method == Method::kDense;
+  if (g.estimate >= need) return g;
+  for (int step = 0; step < options.max_widen; ++step) {
+    std::vector<MethodConfig> configs;
     MethodConfig next;
-    if (steps_on_method < options.max_widen && WidenConfig(current, &next)) {
-      ++steps_on_method;
-    } else if (!on_adaptive && options.adaptive.method != Method::kDense) {
-      next = options.adaptive;
-      if (next.method == Method::kFlexPrefill) {
-        next.flex_prefill.gamma = std::max(next.flex_prefill.gamma,
-                                           static_cast<float>(1.0 - 0.5 * (1.0 - options.target)));
+    if (WidenConfig(current, &next)) {
+      for (int i = 1; i < options.widen_per_step; ++i) {
+        MethodConfig more;
+        if (WidenConfig(next, &more)) next = more;
       }
-      on_adaptive = true;
-      steps_on_method = 0;
-    } else {
-      next = MethodConfig();  // dense
+      configs.push_back(next);
     }
-    SparseIndex rebuilt;
-    absl::Status s = build(next, {g.head}, &rebuilt);
-    if (!s.ok()) return s;
-    current = next;
-    g.config = next;
-    g.index = std::move(rebuilt);
+    if (!adaptive_tried) {
+      MethodConfig a = options.adaptive;
+      if (a.method == Method::kFlexPrefill) {
+        a.flex_prefill.gamma = std::max(a.flex_prefill.gamma, static_cast<float>(options.target));
+      }
+      configs.push_back(a);
+      adaptive_tried = true;
+    }
+    if (configs.empty()) break;
+    std::vector<Try> tries(configs.size());
+    for (size_t t = 0; t < configs.size(); ++t) {
+      tries[t].config = configs[t];
+      absl::Status s = build(configs[t], {g.head}, &tries[t].index);
+      if (!s.ok()) return s;
+      ++g.widened;
+      est = AttentionMassRecall(host, tries[t].index, 0, options.probe_rows, options.seed);
+      if (!est.ok()) return est.status();
+      tries[t].estimate = *est;
+      tries[t].pairs = ComputedPairs(host, tries[t].index, 0);
+    }
+    int best_ok = -1, best_est = 0;
+    for (size_t t = 0; t < tries.size(); ++t) {
+      if (tries[t].estimate >= need && (best_ok < 0 || tries[t].pairs < tries[best_ok].pairs)) {
+        best_ok = static_cast<int>(t);
+      }
+      if (tries[t].estimate > tries[best_est].estimate) best_est = static_cast<int>(t);
+    }
+    const int pick = best_ok >= 0 ? best_ok : best_est;
+    g.config = tries[pick].config;
+    g.estimate = tries[pick].estimate;
+    g.index = std::move(tries[pick].index);
     g.replaced = true;
-    ++g.widened;
-    if (next.method == Method::kDense) {
-      g.estimate = 1.0;
-      break;
-    }
-    est = AttentionMassRecall(host, g.index, 0, options.probe_rows, options.seed);
-    if (!est.ok()) return est.status();
-    g.estimate = *est;
+    if (best_ok >= 0) return g;
+    current = g.config;
   }
+  // Nothing sparse reached the target: dense.
+  MethodConfig dense;
+  SparseIndex rebuilt;
+  absl::Status s = build(dense, {g.head}, &rebuilt);
+  if (!s.ok()) return s;
+  ++g.widened;
+  g.config = dense;
+  g.index = std::move(rebuilt);
+  g.replaced = true;
+  g.estimate = 1.0;
   return g;
 }
 
