@@ -65,54 +65,65 @@ absl::StatusOr<GuardedHead> GuardHead(const AttentionProblem& host, const Sparse
     double estimate = 0;
     int64_t pairs = 0;
   };
+  if (g.estimate >= need) return g;
   MethodConfig current = config;
   bool adaptive_tried =
       config.method == options.adaptive.method || options.adaptive.method == Method::kDense;
-  if (g.estimate >= need) return g;
-  for (int step = 0; step < options.max_widen; ++step) {
-    std::vector<MethodConfig> configs;
-    MethodConfig next;
-    if (WidenConfig(current, &next)) {
-      for (int i = 1; i < options.widen_per_step; ++i) {
-        MethodConfig more;
-        if (WidenConfig(next, &more)) next = more;
-      }
-      configs.push_back(next);
+  bool have_best = false;
+  Try best;  // the cheapest try so far that reaches `need`
+  auto consider = [&](Try&& t) {
+    if (t.estimate >= need && (!have_best || t.pairs < best.pairs)) {
+      best = std::move(t);
+      have_best = true;
     }
+  };
+  auto attempt = [&](const MethodConfig& c, Try* t) -> absl::Status {
+    t->config = c;
+    absl::Status s = build(c, {g.head}, &t->index);
+    if (!s.ok()) return s;
+    ++g.widened;
+    absl::StatusOr<double> e =
+        AttentionMassRecall(host, t->index, 0, options.probe_rows, options.seed);
+    if (!e.ok()) return e.status();
+    t->estimate = *e;
+    t->pairs = ComputedPairs(host, t->index, 0);
+    return absl::OkStatus();
+  };
+  for (int step = 0; step < options.max_widen; ++step) {
     if (!adaptive_tried) {
       MethodConfig a = options.adaptive;
       if (a.method == Method::kFlexPrefill) {
         a.flex_prefill.gamma = std::max(a.flex_prefill.gamma, static_cast<float>(options.target));
       }
-      configs.push_back(a);
+      Try t;
+      absl::Status s = attempt(a, &t);
+      if (!s.ok()) return s;
+      consider(std::move(t));
       adaptive_tried = true;
     }
-    if (configs.empty()) break;
-    std::vector<Try> tries(configs.size());
-    for (size_t t = 0; t < configs.size(); ++t) {
-      tries[t].config = configs[t];
-      absl::Status s = build(configs[t], {g.head}, &tries[t].index);
-      if (!s.ok()) return s;
-      ++g.widened;
-      est = AttentionMassRecall(host, tries[t].index, 0, options.probe_rows, options.seed);
-      if (!est.ok()) return est.status();
-      tries[t].estimate = *est;
-      tries[t].pairs = ComputedPairs(host, tries[t].index, 0);
+    MethodConfig next;
+    if (!WidenConfig(current, &next)) break;
+    for (int i = 1; i < options.widen_per_step; ++i) {
+      MethodConfig more;
+      if (WidenConfig(next, &more)) next = more;
     }
-    int best_ok = -1, best_est = 0;
-    for (size_t t = 0; t < tries.size(); ++t) {
-      if (tries[t].estimate >= need && (best_ok < 0 || tries[t].pairs < tries[best_ok].pairs)) {
-        best_ok = static_cast<int>(t);
-      }
-      if (tries[t].estimate > tries[best_est].estimate) best_est = static_cast<int>(t);
-    }
-    const int pick = best_ok >= 0 ? best_ok : best_est;
-    g.config = tries[pick].config;
-    g.estimate = tries[pick].estimate;
-    g.index = std::move(tries[pick].index);
+    Try t;
+    absl::Status s = attempt(next, &t);
+    if (!s.ok()) return s;
+    const bool reached = t.estimate >= need;
+    // Wider configs of this method only cost more than one that already costs as much as the
+    // best so far.
+    const bool no_better = have_best && t.pairs >= best.pairs;
+    consider(std::move(t));
+    if (reached || no_better) break;
+    current = next;
+  }
+  if (have_best) {
+    g.config = best.config;
+    g.estimate = best.estimate;
+    g.index = std::move(best.index);
     g.replaced = true;
-    if (best_ok >= 0) return g;
-    current = g.config;
+    return g;
   }
   // Nothing sparse reached the target: dense.
   MethodConfig dense;

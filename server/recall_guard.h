@@ -40,9 +40,10 @@ struct RecallGuardOptions {
   int max_widen = 5;
   int widen_per_step = 1;
   // A method whose budget follows the prompt (a cumulative-mass threshold, as FlexPrefill's
-  // gamma; raised to at least the target), tried next to the first widening: of the tries that
-  // reach the target the one with fewest computed pairs wins, else the next step widens the one
-  // with the best estimate. Method dense skips it. Default: flex_prefill, min budget 512.
+  // gamma; raised to at least the target), tried once besides the head's own method widened
+  // step by step (until it reaches the target or costs as much as the best try): of the tries
+  // that reach the target the one with the fewest computed pairs wins, else dense. Method dense
+  // skips it. Default: flex_prefill, min budget 512.
   MethodConfig adaptive = [] {
     MethodConfig c;
     c.method = Method::kFlexPrefill;
