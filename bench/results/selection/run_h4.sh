@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # h4-selection device run: SDPA cuDNN + spattn-bench (topk_recall, oracle, searched, guarded) at
-# 32K and 128K, llm_mix 32/8 heads d128 bf16, search at 16K (calibration length), target 0.95.
+# 32K and 128K (METHODS, TAG: output names), llm_mix 32/8 heads d128 bf16, search at 16K (calibration length), target 0.95.
 set -u
 cd "$(dirname "$0")"
 export LD_LIBRARY_PATH=$PWD/lib
@@ -15,8 +15,8 @@ for len in 32768 131072; do
   timeout $t bin/spattn-bench --device=cuda --workload=llm_mix --heads=32 --kv_heads=8 \
     --head_dim=128 --dtype=bf16 --group_by=all --recall_rows=64 --seq_len=$len \
     --search_len=16384 --search_target_recall=0.95 --warmup=1 --repeat=3 \
-    --methods=searched,guarded >> "$OUT/bench2.jsonl" 2>> "$OUT/bench2.err"
+    --methods=${METHODS:-searched,guarded} >> "$OUT/${TAG:-bench}.jsonl" 2>> "$OUT/${TAG:-bench}.err"
   echo "bench $len rc=$? ${SECONDS}s"
 done
-grep -v "searched head" "$OUT/bench2.err" | tail -8 | cut -c1-1500
-cat "$OUT/bench2.jsonl" | cut -c1-900
+grep -v "searched head" "$OUT/${TAG:-bench}.err" | tail -8 | cut -c1-1500
+cat "$OUT/${TAG:-bench}.jsonl" | cut -c1-900
