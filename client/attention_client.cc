@@ -8,7 +8,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 
@@ -153,6 +155,16 @@ absl::StatusOr<std::unique_ptr<AttentionClient>> AttentionClient::Connect(
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(options.max_message_bytes);
   args.SetMaxSendMessageSize(options.max_message_bytes);
+  if (options.max_attempts > 1) {
+    // Reconnect at the retry pace, so that a worker back on its port is found within the
+    // retries' back-off.
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
+                static_cast<int>(absl::ToInt64Milliseconds(options.retry_initial_backoff)));
+    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
+                static_cast<int>(absl::ToInt64Milliseconds(options.retry_initial_backoff)));
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
+                static_cast<int>(absl::ToInt64Milliseconds(options.retry_max_backoff)));
+  }
   auto made = MakeChannel(options.address, options.security, args);
   if (!made.ok()) return made.status();
   std::shared_ptr<grpc::Channel> channel = *std::move(made);
@@ -269,12 +281,25 @@ absl::StatusOr<std::vector<v1::RegionInfo>> AttentionClient::ListRegions() {
 
 absl::StatusOr<v1::AttentionResponse> AttentionClient::ComputeAttention(
     const v1::AttentionRequest& request, absl::Duration timeout) {
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx, timeout);
-  v1::AttentionResponse resp;
-  const grpc::Status s = stub_->ComputeAttention(&ctx, request, &resp);
-  if (!s.ok()) return FromGrpcStatus(s);
-  return resp;
+  const absl::Duration t = timeout > absl::ZeroDuration() ? timeout : options_.timeout;
+  const absl::Time deadline = absl::Now() + t;
+  absl::Duration backoff = options_.retry_initial_backoff;
+  for (int attempt = 1;; ++attempt) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(deadline));
+    v1::AttentionResponse resp;
+    const grpc::Status s = stub_->ComputeAttention(&ctx, request, &resp);
+    if (s.ok()) return resp;
+    // UNAVAILABLE: the worker is draining, restarting or unreachable; nothing ran. Retry with
+    // jittered exponential back-off within the call's deadline.
+    if (s.error_code() != grpc::StatusCode::UNAVAILABLE || attempt >= options_.max_attempts) {
+      return FromGrpcStatus(s);
+    }
+    const absl::Duration sleep = backoff * (0.5 + 0.5 * (std::rand() / (RAND_MAX + 1.0)));
+    if (absl::Now() + sleep >= deadline) return FromGrpcStatus(s);
+    absl::SleepFor(sleep);
+    backoff = std::min(backoff * 2, options_.retry_max_backoff);
+  }
 }
 
 std::unique_ptr<AttentionStream> AttentionClient::OpenStream(absl::Duration timeout) {

@@ -32,6 +32,13 @@ struct ClientOptions {
   absl::Duration timeout = absl::Seconds(60);
   // How long Connect waits for the channel to become ready. Default: 10 s.
   absl::Duration connect_timeout = absl::Seconds(10);
+  // Attempts of ComputeAttention when the worker answers UNAVAILABLE (draining, restarting,
+  // unreachable: nothing ran); 1 = no retries. Back-off doubles from retry_initial_backoff up
+  // to retry_max_backoff, with jitter, within the call's deadline. Streams are not retried.
+  // Default: 1 (no retries), 100 ms, 2 s.
+  int max_attempts = 1;
+  absl::Duration retry_initial_backoff = absl::Milliseconds(100);
+  absl::Duration retry_max_backoff = absl::Seconds(2);
 };
 
 // A POSIX shared-memory object mapped into this process: created (and unlinked on destruction)

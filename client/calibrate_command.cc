@@ -33,6 +33,7 @@
 #include "kernels/status_macros.h"
 #include "kernels/workload/tensor_problem.h"
 #include "kernels/workload/workload.h"
+#include "proto/grpc_security.h"
 #include "proto/grpc_status.h"
 #include "proto/method_config_convert.h"
 #include "spattn/v1/index_service.grpc.pb.h"
@@ -75,6 +76,7 @@ Output (the per-head table is always printed):
                            keep their configs), searched layers replaced, Saap tensors
                            uploaded, sealed and published with compare-and-set
       [--server=HOST:PORT]   default $SPATTN_INDEX_ADDR, else 127.0.0.1:50061
+      [--tls_ca=CA.pem --tls_cert=C.pem --tls_key=C.key --tls_server_name=N --token_file=F]
       [--expect=VERSION]     published version to replace (default: the one read at start)
       [--description=TEXT] [--timeout=60]
 )";
@@ -135,6 +137,7 @@ struct Options {
   std::string out;
   bool publish = false;
   std::string model, server, description;
+  ClientSecurityOptions security;  // --tls_* / --token_file for --publish.
   std::optional<uint64_t> expect;
   int timeout_s = 60;
 };
@@ -271,6 +274,14 @@ absl::StatusOr<Options> ParseOptions(Flags& f) {
   const char* env = std::getenv("SPATTN_INDEX_ADDR");
   o.server = f.Get("server", env != nullptr ? env : "127.0.0.1:50061");
   o.description = f.Get("description", "");
+  {
+    const char* token_env = std::getenv("SPATTN_TOKEN_FILE");
+    SPATTN_ASSIGN_OR_RETURN(
+        o.security,
+        ClientSecurityFromFlags(f.Get("tls_ca", ""), f.Get("tls_cert", ""), f.Get("tls_key", ""),
+                                f.Get("tls_server_name", ""),
+                                f.Get("token_file", token_env != nullptr ? token_env : "")));
+  }
   SPATTN_ASSIGN_OR_RETURN(o.timeout_s, f.GetNumber<int>("timeout", 60));
   if (o.timeout_s < 1) return absl::InvalidArgumentError("--timeout: must be >= 1 second");
   if (f.Has("expect")) {
@@ -409,12 +420,13 @@ std::vector<TensorUpload> SaapUploads(int layer, const LayerAssets& assets,
 
 class Publisher {
  public:
-  Publisher(const std::string& server, int timeout_s) : timeout_s_(timeout_s) {
+  Publisher(const std::string& server, const ClientSecurityOptions& security, int timeout_s)
+      : timeout_s_(timeout_s) {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(64 << 20);
     args.SetMaxSendMessageSize(64 << 20);
-    stub_ = v1::IndexService::NewStub(
-        grpc::CreateCustomChannel(server, grpc::InsecureChannelCredentials(), args));
+    // Validated when the flags were read (ClientSecurityFromFlags).
+    stub_ = v1::IndexService::NewStub(MakeChannel(server, security, args).value());
   }
 
   // Reads the model and its published version (the default compare-and-set expectation).
@@ -557,7 +569,7 @@ absl::Status Run(Options& o) {
   std::unique_ptr<Publisher> publisher;
   uint64_t expect = 0;
   if (o.publish) {
-    publisher = std::make_unique<Publisher>(o.server, o.timeout_s);
+    publisher = std::make_unique<Publisher>(o.server, o.security, o.timeout_s);
     SPATTN_RETURN_IF_ERROR(publisher->Begin(o.model));
     expect = o.expect.value_or(publisher->published());
     std::printf("model %s: %u layers, published version %llu\n", o.model.c_str(),

@@ -28,6 +28,7 @@
 #include "index/tensor_client.h"
 #include "kernels/io/tensor_io.h"
 #include "kernels/status_macros.h"
+#include "proto/grpc_security.h"
 #include "proto/grpc_status.h"
 
 namespace spattn {
@@ -37,6 +38,8 @@ constexpr char kUsage[] =
     R"(usage: spattnctl index [--server=HOST:PORT] [--timeout=SECONDS] COMMAND ...
 
 The server defaults to $SPATTN_INDEX_ADDR, else 127.0.0.1:50061. VERSION 0 means "published".
+TLS: --tls_ca=CA.pem [--tls_cert=CLIENT.pem --tls_key=CLIENT.key] [--tls_server_name=NAME];
+a bearer token: --token_file=FILE (default $SPATTN_TOKEN_FILE).
 
 Models
   models list
@@ -63,8 +66,8 @@ Tensors (FILE: .npy, .safetensors or .safetensors:NAME; fp16/bf16 are widened to
   classifier download MODEL [--version=V] --dir=DIR [--layer=L]
 Operations
   watch MODEL [--after=VERSION] [--count=N]
-  backup DIR                               online backup on the server's host
-  list-backups DIR
+  backup NAME                              online backup into NAME under the server's --backup_root
+  list-backups NAME
   health
 )";
 
@@ -189,11 +192,13 @@ absl::Status FromProtobuf(const google::protobuf::util::Status& s, absl::string_
 
 class Cli {
  public:
-  Cli(const std::string& server, absl::Duration timeout) : timeout_(timeout) {
+  Cli(const std::string& server, absl::Duration timeout, const ClientSecurityOptions& security)
+      : timeout_(timeout) {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(64 << 20);
     args.SetMaxSendMessageSize(64 << 20);
-    channel_ = grpc::CreateCustomChannel(server, grpc::InsecureChannelCredentials(), args);
+    // RunIndexCommand validated `security` (ClientSecurityFromFlags).
+    channel_ = MakeChannel(server, security, args).value();
     stub_ = v1::IndexService::NewStub(channel_);
   }
 
@@ -934,7 +939,16 @@ int RunIndexCommand(int argc, char** argv) {
     std::fprintf(stderr, "spattnctl index: %s\n", std::string(timeout.status().message()).c_str());
     return 2;
   }
-  Cli cli(server, absl::Seconds(*timeout));
+  const char* token_env = std::getenv("SPATTN_TOKEN_FILE");
+  absl::StatusOr<ClientSecurityOptions> security =
+      ClientSecurityFromFlags(args->Get("tls_ca", ""), args->Get("tls_cert", ""),
+                              args->Get("tls_key", ""), args->Get("tls_server_name", ""),
+                              args->Get("token_file", token_env != nullptr ? token_env : ""));
+  if (!security.ok()) {
+    std::fprintf(stderr, "spattnctl index: %s\n", std::string(security.status().message()).c_str());
+    return 2;
+  }
+  Cli cli(server, absl::Seconds(*timeout), *security);
   absl::Status s = cli.Run(args->positional()[0], *args);
   if (s.ok()) s = args->CheckAllUsed();
   if (s.ok()) return 0;

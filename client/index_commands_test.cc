@@ -98,6 +98,7 @@ class IndexCommandsTest : public ::testing::Test {
   static void SetUpTestSuite() {
     IndexServerOptions options;
     options.data_dir = TmpDir("cli_db");
+    options.backup_root = TmpDir("cli_backups");
     auto server = IndexServer::Start(options);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = server->release();
@@ -251,9 +252,9 @@ TEST_F(IndexCommandsTest, TensorsSealPublishWatchBackup) {
   ASSERT_EQ(Run({"watch", "cli-t", "--count=1"}), 0) << err_;
   EXPECT_TRUE(absl::StrContains(out_, "cli-t version 1 published")) << out_;
 
-  ASSERT_EQ(Run({"backup", dir + "/backups"}), 0) << err_;
+  ASSERT_EQ(Run({"backup", "nightly"}), 0) << err_;
   EXPECT_TRUE(absl::StrContains(out_, "backup 1 written")) << out_;
-  ASSERT_EQ(Run({"list-backups", dir + "/backups"}), 0) << err_;
+  ASSERT_EQ(Run({"list-backups", "nightly"}), 0) << err_;
   EXPECT_TRUE(absl::StrContains(out_, "     1  ")) << out_;
   ASSERT_EQ(Run({"health"}), 0) << err_;
   EXPECT_TRUE(absl::StrContains(out_, "SERVING")) << out_;

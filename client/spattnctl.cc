@@ -29,12 +29,18 @@
 #include "kernels/status_macros.h"
 #include "kernels/workload/tensor_problem.h"
 #include "kernels/workload/workload.h"
+#include "proto/grpc_security.h"
 #include "proto/method_config_convert.h"
 
 namespace spattn {
 namespace {
 
 constexpr char kUsage[] = R"(usage: spattnctl [--address=host:port] [--timeout_s=60] COMMAND [flags]
+
+--address: host:port, or unix:/path of the worker's Unix socket (needed for --transport=shm and
+`regions register`: the worker maps only shared memory the calling user owns). TLS:
+--tls_ca=CA.pem [--tls_cert=C.pem --tls_key=C.key] [--tls_server_name=NAME]; bearer token:
+--token_file=FILE (default $SPATTN_TOKEN_FILE).
 
 commands:
   metadata                          RPCs, methods (implemented on cpu/cuda), devices, limits
@@ -497,10 +503,18 @@ int Main(int argc, char** argv) {
   if (!timeout_s.ok() || *timeout_s <= 0) {
     return Fail("--timeout_s: expected a positive number");
   }
+  const char* token_env = getenv("SPATTN_TOKEN_FILE");
+  absl::StatusOr<ClientSecurityOptions> security =
+      ClientSecurityFromFlags(global->Get("tls_ca", ""), global->Get("tls_cert", ""),
+                              global->Get("tls_key", ""), global->Get("tls_server_name", ""),
+                              global->Get("token_file", token_env != nullptr ? token_env : ""));
   if (absl::Status s = global->CheckAllUsed(); !s.ok()) {
-    return Fail(
-        absl::StrCat(s.message(), " (global flags: --address, --timeout_s, --help)\n", kUsage));
+    return Fail(absl::StrCat(s.message(),
+                             " (global flags: --address, --timeout_s, --tls_ca, --tls_cert, "
+                             "--tls_key, --tls_server_name, --token_file, --help)\n",
+                             kUsage));
   }
+  if (!security.ok()) return Fail(security.status());
   if (i >= argc || std::string(argv[i]) == "help") {
     std::cout << kUsage;
     return i >= argc ? 2 : 0;
@@ -531,6 +545,9 @@ int Main(int argc, char** argv) {
   ClientOptions options;
   options.address = address;
   options.timeout = absl::Seconds(*timeout_s);
+  options.security = *security;
+  // --timeout_s bounds the whole command, connecting included.
+  options.connect_timeout = std::min(options.connect_timeout, options.timeout);
   auto client = AttentionClient::Connect(options);
   if (!client.ok()) return Fail(client.status());
   if (command == "metadata") return Metadata(**client);

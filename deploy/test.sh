@@ -11,8 +11,30 @@ CONFIG=$(cat .bazel-config)
 BEP=$(mktemp /tmp/spattn-bep.XXXXXX.json)
 bazel test $CONFIG --keep_going --build_event_json_file="$BEP" //... "$@"
 bazel_rc=$?
-python3 deploy/count_tests.py "$BEP" "$(bazel info $CONFIG bazel-testlogs 2>/dev/null)"
+# Issue 13 (h5): the server, index and kernels tests again under ASan + UBSan (CPU code,
+# --config=asan; SPATTN_ASAN=0 skips), and each libFuzzer target for SPATTN_FUZZ_SECONDS
+# (default 20; 0 skips). Their cases are counted with the others.
+ASAN_BEP=$(mktemp /tmp/spattn-asan-bep.XXXXXX.json)
+EXTRA=$(mktemp /tmp/spattn-extra.XXXXXX.txt)
+count_args=()
+if [ "${SPATTN_ASAN:-1}" != 0 ]; then
+  bazel test --config=asan --keep_going --build_event_json_file="$ASAN_BEP" \
+    //server:all //index:all //kernels:all
+  [ $? -eq 0 ] || bazel_rc=1
+  count_args+=(--bep "$ASAN_BEP")
+fi
+if [ "${SPATTN_FUZZ_SECONDS:-20}" != 0 ]; then
+  if ./fuzz/build.sh >/tmp/spattn-fuzz-build.log 2>&1; then
+    FUZZ_RESULTS="$EXTRA" ./fuzz/run.sh "${SPATTN_FUZZ_SECONDS:-20}" || bazel_rc=1
+  else
+    tail -20 /tmp/spattn-fuzz-build.log
+    echo "FAIL fuzz:build" >>"$EXTRA"
+  fi
+  count_args+=(--extra "$EXTRA")
+fi
+python3 deploy/count_tests.py "$BEP" "$(bazel info $CONFIG bazel-testlogs 2>/dev/null)" \
+  "${count_args[@]}"
 count_rc=$?
-rm -f "$BEP"
+rm -f "$BEP" "$ASAN_BEP" "$EXTRA"
 if [ $bazel_rc -ne 0 ] || [ $count_rc -ne 0 ]; then exit 1; fi
 exit 0

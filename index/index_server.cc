@@ -55,13 +55,16 @@ absl::StatusOr<std::unique_ptr<IndexServer>> IndexServer::Start(const IndexServe
   // Leave room for the message framing around a data chunk.
   service_options.chunk_bytes = std::min(options.chunk_bytes, options.max_message_bytes - 4096);
   service_options.backup_root = options.backup_root;
+  service_options.auth = options.auth;
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> creds =
+      MakeServerCredentials(options.tls);
+  if (!creds.ok()) return creds.status();
   server->service_ = std::make_unique<IndexServiceImpl>(server->metrics_.get(), service_options);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(),
-                           &server->port_);
+  builder.AddListeningPort(options.listen_address, *creds, &server->port_);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
   builder.RegisterService(server->service_.get());

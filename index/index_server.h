@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "proto/grpc_security.h"
 
 namespace grpc {
 class Server;
@@ -50,9 +51,13 @@ struct IndexServerOptions {
   int chunk_bytes = 1 << 20;
   // fsync the WAL before acknowledging writes. Default: true.
   bool sync_writes = true;
-  // Backup RPC directories are relative to this one when set (see IndexServiceOptions).
-  // Default: "" (absolute paths anywhere on the host).
+  // Backup RPCs name directories under this one (names, not paths); "" = backups over RPC
+  // are off. Default: "".
   std::string backup_root;
+  // TLS / mTLS of the gRPC listener. Default: plaintext.
+  ServerTlsOptions tls;
+  // Tokens / mTLS identities with roles (see IndexServiceOptions::auth). Default: none.
+  AuthConfig auth;
 };
 
 class IndexServer {

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -245,25 +246,32 @@ class GetTensorsReactor final : public grpc::ServerWriteReactor<v1::TensorChunk>
   absl::Status status_;
 };
 
-// A backup directory from a request: absolute when the server has no backup root, else relative
-// to the root (no "..": clients cannot write elsewhere on the server's host).
-absl::StatusOr<std::string> ResolveBackupDir(const std::string& root, const std::string& dir) {
-  if (dir.empty()) return absl::InvalidArgumentError("backup_dir: is empty");
-  const std::filesystem::path p(dir);
+// A backup directory from a request: a name (not a path) of a directory under the server's
+// --backup_root, so clients cannot make the server write or read anywhere else on its host.
+absl::StatusOr<std::string> ResolveBackupDir(const std::string& root, const std::string& name) {
   if (root.empty()) {
-    if (!p.is_absolute()) {
-      return absl::InvalidArgumentError("backup_dir: must be an absolute path on the server");
+    return absl::FailedPreconditionError(
+        "backups are off on this server (start it with --backup_root=DIR)");
+  }
+  if (name.empty() || name.size() > 128 || name == "." || name == "..") {
+    return absl::InvalidArgumentError("backup_dir: must be a name of 1 to 128 characters");
+  }
+  for (char c : name) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') {
+      return absl::InvalidArgumentError(
+          "backup_dir: a name under the server's backup root ([A-Za-z0-9._-]), not a path");
     }
-    return dir;
   }
-  if (p.is_absolute()) {
-    return absl::InvalidArgumentError(
-        "backup_dir: must be relative to the server's backup root (--backup_root)");
+  return (std::filesystem::path(root) / name).string();
+}
+
+// Reads: everything else (and backups) writes.
+Role RoleFor(absl::string_view rpc) {
+  for (const char* read : {"GetModel", "ListModels", "GetHeadConfigs", "GetTensors", "ListVersions",
+                           "WatchPublished"}) {
+    if (rpc == read) return Role::kRead;
   }
-  for (const std::filesystem::path& part : p) {
-    if (part == "..") return absl::InvalidArgumentError("backup_dir: must not contain '..'");
-  }
-  return (std::filesystem::path(root) / p).string();
+  return Role::kWrite;
 }
 
 }  // namespace
@@ -395,7 +403,7 @@ class IndexServiceImpl::Watcher final : public grpc::ServerWriteReactor<v1::Publ
 // ---------------------------------------------------------------------------------------------
 
 IndexServiceImpl::IndexServiceImpl(IndexMetrics* metrics, const IndexServiceOptions& options)
-    : metrics_(metrics), options_(options) {
+    : metrics_(metrics), options_(options), authorizer_(options.auth) {
   bg_thread_ = std::thread([this] {
     std::unique_lock<std::mutex> lock(bg_mu_);
     while (true) {
@@ -502,6 +510,13 @@ void IndexServiceImpl::OnPublished(const std::string& model_id, uint64_t version
   }
 }
 
+absl::StatusOr<std::shared_ptr<IndexStore>> IndexServiceImpl::AuthorizedStore(
+    grpc::CallbackServerContext* ctx, const char* rpc) {
+  const absl::Status allowed = authorizer_.Check(authorizer_.Identify(*ctx), RoleFor(rpc), rpc);
+  if (!allowed.ok()) return allowed;
+  return GetStore();
+}
+
 void IndexServiceImpl::RemoveWatcher(Watcher* watcher) {
   absl::MutexLock lock(&watch_mu_);
   if (watchers_.erase(watcher) > 0) metrics_->WatcherRemoved();
@@ -513,7 +528,7 @@ grpc::ServerUnaryReactor* IndexServiceImpl::Unary(grpc::CallbackServerContext* c
   const absl::Time start = absl::Now();
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   absl::Status status;
-  absl::StatusOr<std::shared_ptr<IndexStore>> store = GetStore();
+  absl::StatusOr<std::shared_ptr<IndexStore>> store = AuthorizedStore(ctx, rpc);
   if (!store.ok()) {
     status = store.status();
   } else if (ctx->IsCancelled()) {
@@ -603,12 +618,12 @@ grpc::ServerUnaryReactor* IndexServiceImpl::GetHeadConfigs(grpc::CallbackServerC
 
 grpc::ServerReadReactor<v1::TensorChunk>* IndexServiceImpl::PutTensors(
     grpc::CallbackServerContext* ctx, v1::PutTensorsResponse* response) {
-  return new PutTensorsReactor(metrics_, GetStore(), response);
+  return new PutTensorsReactor(metrics_, AuthorizedStore(ctx, "PutTensors"), response);
 }
 
 grpc::ServerWriteReactor<v1::TensorChunk>* IndexServiceImpl::GetTensors(
     grpc::CallbackServerContext* ctx, const v1::GetTensorsRequest* request) {
-  absl::StatusOr<std::shared_ptr<IndexStore>> store = GetStore();
+  absl::StatusOr<std::shared_ptr<IndexStore>> store = AuthorizedStore(ctx, "GetTensors");
   if (!store.ok()) return new FailedWriter<v1::TensorChunk>(metrics_, "GetTensors", store.status());
   std::optional<uint32_t> layer;
   if (request->has_layer()) layer = request->layer();
@@ -662,9 +677,9 @@ grpc::ServerUnaryReactor* IndexServiceImpl::DeleteVersion(grpc::CallbackServerCo
 
 grpc::ServerWriteReactor<v1::PublishedEvent>* IndexServiceImpl::WatchPublished(
     grpc::CallbackServerContext* ctx, const v1::WatchPublishedRequest* request) {
-  absl::Status status = ValidateModelId(request->model_id());
-  absl::StatusOr<std::shared_ptr<IndexStore>> store = GetStore();
-  if (status.ok()) status = store.status();
+  absl::StatusOr<std::shared_ptr<IndexStore>> store = AuthorizedStore(ctx, "WatchPublished");
+  absl::Status status = store.status();
+  if (status.ok()) status = ValidateModelId(request->model_id());
   if (!status.ok()) {
     return new FailedWriter<v1::PublishedEvent>(metrics_, "WatchPublished", status);
   }
@@ -701,7 +716,7 @@ grpc::ServerUnaryReactor* IndexServiceImpl::Backup(grpc::CallbackServerContext* 
                                                    v1::BackupResponse* response) {
   const absl::Time start = absl::Now();
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  absl::StatusOr<std::shared_ptr<IndexStore>> store = GetStore();
+  absl::StatusOr<std::shared_ptr<IndexStore>> store = AuthorizedStore(ctx, "Backup");
   if (!store.ok()) {
     metrics_->RecordRpc("Backup", store.status().code(), SecondsSince(start));
     reactor->Finish(ToGrpcStatus(store.status()));

@@ -24,6 +24,7 @@
 #include "absl/time/time.h"
 #include "index/metrics.h"
 #include "index/store.h"
+#include "proto/grpc_security.h"
 #include "spattn/v1/index_service.grpc.pb.h"
 
 namespace spattn {
@@ -34,9 +35,14 @@ struct IndexServiceOptions {
   // A watcher further behind than this many events is ended with RESOURCE_EXHAUSTED (it can
   // reconnect with after_version). Default: 1024.
   int max_watch_queue = 1024;
-  // When set, Backup/ListBackups directories are relative to this one (and may not leave it);
-  // when empty they must be absolute paths on the server. Default: "".
+  // Backup/ListBackups name a directory under this one (a name, not a path:
+  // [A-Za-z0-9._-]{1,128}); empty = the Backup RPCs are off (FAILED_PRECONDITION).
+  // Default: "".
   std::string backup_root;
+  // Bearer tokens / mTLS identities with roles: when set, writes (models, versions, configs,
+  // tensors, publish, delete, backups) need the write role and reads (get, list, watch) the read
+  // role. Default: none (authorization off).
+  AuthConfig auth;
 };
 
 class IndexServiceImpl final : public v1::IndexService::CallbackService {
@@ -111,6 +117,10 @@ class IndexServiceImpl final : public v1::IndexService::CallbackService {
  private:
   // The attached store, or UNAVAILABLE.
   absl::StatusOr<std::shared_ptr<IndexStore>> GetStore();
+  // GetStore() after checking that the caller of `ctx` may call `rpc` (UNAUTHENTICATED /
+  // PERMISSION_DENIED otherwise).
+  absl::StatusOr<std::shared_ptr<IndexStore>> AuthorizedStore(grpc::CallbackServerContext* ctx,
+                                                              const char* rpc);
   // Runs `fn` against the store and finishes the unary call with its status.
   template <typename Fn>
   grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx, const char* rpc, Fn fn);
@@ -121,6 +131,7 @@ class IndexServiceImpl final : public v1::IndexService::CallbackService {
 
   IndexMetrics* const metrics_;
   const IndexServiceOptions options_;
+  const Authorizer authorizer_;
 
   absl::Mutex store_mu_;
   std::shared_ptr<IndexStore> store_ ABSL_GUARDED_BY(store_mu_);

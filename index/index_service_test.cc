@@ -887,35 +887,37 @@ TEST(IndexServerRestartTest, DataSurvivesARestart) {
 
 TEST(IndexServerBackupTest, BackupWipeRestoreGivesTheSameData) {
   const std::string dir = TmpDir("backup_db");
-  const std::string backups = TmpDir("backups");
+  const std::string root = TmpDir("backups");
+  const std::string backups = root + "/b1";
   const v1::Model m = MakeModel("backed-up", 2, 4, 2, 32);
   Snapshot before;
   {
     IndexServerOptions options;
     options.data_dir = dir;
+    options.backup_root = root;
     auto server = IndexServer::Start(options);
     ASSERT_OK(server);
     Client client((*server)->address());
     Populate(client, m);
     before = Capture(client, m.model_id());
     v1::BackupRequest b;
-    b.set_backup_dir(backups);
+    b.set_backup_dir("b1");  // A name under --backup_root.
     absl::StatusOr<v1::BackupResponse> r = client.Call(&v1::IndexService::Stub::Backup, b);
     ASSERT_OK(r);
     EXPECT_EQ(r->backup_id(), 1u);
     EXPECT_GT(r->size_bytes(), 0u);
     v1::ListBackupsRequest l;
-    l.set_backup_dir(backups);
+    l.set_backup_dir("b1");
     absl::StatusOr<v1::ListBackupsResponse> list =
         client.Call(&v1::IndexService::Stub::ListBackups, l);
     ASSERT_OK(list);
     ASSERT_EQ(list->backups_size(), 1);
     EXPECT_EQ(list->backups(0).backup_id(), 1u);
-    l.set_backup_dir(backups + "/missing");
+    l.set_backup_dir("missing");
     EXPECT_CODE(client.Call(&v1::IndexService::Stub::ListBackups, l), kNotFound);
     b.set_backup_dir("");
     EXPECT_CODE(client.Call(&v1::IndexService::Stub::Backup, b), kInvalidArgument);
-    b.set_backup_dir("relative/dir");  // Without --backup_root paths must be absolute.
+    b.set_backup_dir("relative/dir");  // Names, not paths.
     EXPECT_CODE(client.Call(&v1::IndexService::Stub::Backup, b), kInvalidArgument);
   }
   std::filesystem::remove_all(dir);
@@ -961,11 +963,28 @@ TEST(IndexServerBackupTest, BackupRootConfinesBackupDirectories) {
       client.Call(&v1::IndexService::Stub::ListBackups, l);
   ASSERT_OK(list);
   EXPECT_EQ(list->backups_size(), 1);
-  for (const char* bad : {"../escape", "a/../../escape", "/tmp/absolute"}) {
+  for (const char* bad :
+       {"../escape", "a/../../escape", "/tmp/absolute", "..", ".", "a/b", "/", "nightly/../../x"}) {
     b.set_backup_dir(bad);
     EXPECT_CODE(client.Call(&v1::IndexService::Stub::Backup, b), kInvalidArgument);
     l.set_backup_dir(bad);
     EXPECT_CODE(client.Call(&v1::IndexService::Stub::ListBackups, l), kInvalidArgument);
+  }
+}
+
+TEST(IndexServerBackupTest, WithoutBackupRootBackupsAreOff) {
+  IndexServerOptions options;
+  options.data_dir = TmpDir("no_backup_root_db");
+  auto server = IndexServer::Start(options);
+  ASSERT_OK(server);
+  Client client((*server)->address());
+  v1::BackupRequest b;
+  for (const char* dir : {"/tmp/anywhere", "name"}) {
+    b.set_backup_dir(dir);
+    EXPECT_CODE(client.Call(&v1::IndexService::Stub::Backup, b), kFailedPrecondition);
+    v1::ListBackupsRequest l;
+    l.set_backup_dir(dir);
+    EXPECT_CODE(client.Call(&v1::IndexService::Stub::ListBackups, l), kFailedPrecondition);
   }
 }
 

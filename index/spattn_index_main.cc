@@ -24,8 +24,18 @@ ABSL_FLAG(std::string, restore_from, "",
 ABSL_FLAG(int, keep_versions, 0, "Versions kept per model (0 = all).");
 ABSL_FLAG(int, max_message_bytes, 64 << 20, "Largest gRPC message sent or received.");
 ABSL_FLAG(std::string, backup_root, "",
-          "When set, Backup RPC directories are relative to this directory (and cannot leave "
-          "it); otherwise they must be absolute paths on this host.");
+          "Directory holding the backups the Backup RPC writes; requests name a backup "
+          "directory under it ([A-Za-z0-9._-]{1,128}), never a path. Empty = Backup and "
+          "ListBackups are off.");
+ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain: serve TLS.");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
+ABSL_FLAG(std::string, tls_ca, "", "PEM CA bundle verifying client certificates (mTLS).");
+ABSL_FLAG(bool, tls_require_client_cert, false,
+          "Refuse TLS clients without a certificate the CA verifies.");
+ABSL_FLAG(std::string, auth_tokens_file, "",
+          "Tokens and mTLS identities with roles ('token SECRET ROLE NAME' / 'cert ID ROLE' "
+          "lines, mode 0600): writes then need the write role, reads the read role. Empty = "
+          "authorization off.");
 ABSL_FLAG(std::string, port_file, "",
           "After start, write the gRPC port (and the metrics port) to this file, for scripts.");
 
@@ -50,6 +60,20 @@ int main(int argc, char** argv) {
   options.keep_versions = absl::GetFlag(FLAGS_keep_versions);
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   options.backup_root = absl::GetFlag(FLAGS_backup_root);
+  options.tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
+  options.tls.key_file = absl::GetFlag(FLAGS_tls_key);
+  options.tls.ca_file = absl::GetFlag(FLAGS_tls_ca);
+  options.tls.require_client_cert = absl::GetFlag(FLAGS_tls_require_client_cert);
+  if (!absl::GetFlag(FLAGS_auth_tokens_file).empty()) {
+    absl::StatusOr<spattn::AuthConfig> auth =
+        spattn::LoadAuthFile(absl::GetFlag(FLAGS_auth_tokens_file));
+    if (!auth.ok()) {
+      std::fprintf(stderr, "spattn-index: --auth_tokens_file: %s\n",
+                   std::string(auth.status().message()).c_str());
+      return 2;
+    }
+    options.auth = *std::move(auth);
+  }
   if (options.data_dir.empty()) {
     std::fprintf(stderr, "spattn-index: --data_dir is required\n");
     return 2;

@@ -169,6 +169,25 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
   return token;
 }
 
+absl::StatusOr<ClientSecurityOptions> ClientSecurityFromFlags(const std::string& ca,
+                                                              const std::string& cert,
+                                                              const std::string& key,
+                                                              const std::string& server_name,
+                                                              const std::string& token_file) {
+  ClientSecurityOptions o;
+  o.ca_file = ca;
+  o.cert_file = cert;
+  o.key_file = key;
+  o.server_name_override = server_name;
+  auto token = ReadTokenFile(token_file);
+  if (!token.ok()) return token.status();
+  o.bearer_token = *token;
+  // Validate the combination now (a clear error before any call).
+  auto creds = MakeChannelCredentials(o);
+  if (!creds.ok()) return creds.status();
+  return o;
+}
+
 const char* RoleName(Role role) {
   switch (role) {
     case Role::kRead:

@@ -59,6 +59,13 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const std::string& ta
                                                            grpc::ChannelArguments args = {});
 // The token of a token file (first line, whitespace trimmed); "" when path is "".
 absl::StatusOr<std::string> ReadTokenFile(const std::string& path);
+// Client options from command-line values (--tls_ca, --tls_cert, --tls_key, --tls_server_name,
+// --token_file); empty values are unset.
+absl::StatusOr<ClientSecurityOptions> ClientSecurityFromFlags(const std::string& ca,
+                                                              const std::string& cert,
+                                                              const std::string& key,
+                                                              const std::string& server_name,
+                                                              const std::string& token_file);
 
 enum class Role { kNone = 0, kRead = 1, kWrite = 2 };
 const char* RoleName(Role role);

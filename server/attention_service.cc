@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "kernels/builders/build_index.h"
-#include "kernels/cuda/cuda_runtime.h"
+#include "kernels/cuda/common/cuda_runtime.h"
 #include "proto/grpc_status.h"
 #include "server/cuda_ipc.h"
 #include "server/log.h"

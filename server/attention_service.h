@@ -14,7 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "kernels/cuda/cuda_runtime.h"
+#include "kernels/cuda/common/cuda_runtime.h"
 #include "proto/grpc_security.h"
 #include "server/backend.h"
 #include "server/config_cache.h"

@@ -9,6 +9,18 @@
 
 namespace spattn {
 
+absl::StatusOr<std::vector<int64_t>> BackendCall::ComputedPairsPerSlot(
+    const AttentionProblem& problem, const MethodConfig& config, const SparseIndex& index) {
+  std::vector<int64_t> out(index.num_heads());
+  // Static patterns give every head the same rows: count them once (long contexts have
+  // thousands of rows per head).
+  const bool same_rows = config.method == Method::kDense || config.method == Method::kAShape;
+  for (int slot = 0; slot < index.num_heads(); ++slot) {
+    out[slot] = same_rows && slot > 0 ? out[0] : ComputedPairs(problem, index, slot);
+  }
+  return out;
+}
+
 std::string AttentionBackend::name() const {
   return kind() == "cpu" ? std::string("cpu") : absl::StrCat(kind(), ":", ordinal());
 }

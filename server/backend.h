@@ -63,6 +63,20 @@ class BackendCall {
                                   const BuildOptions& options, SparseIndex* index) = 0;
   // Computes O (and the LSE when asked) for the heads of `index`, built under `config`.
   virtual absl::Status Attend(const MethodConfig& config, const SparseIndex& index) = 0;
+  // Per head slot of `index` (as BuildIndex left it), the (query, key) pairs the kernel computes
+  // (ComputedPairs of kernels/sparse_index.h), for the stats. The default counts them on the host
+  // from the index; a device backend that keeps the index on the device (its host `index` then
+  // holds only heads, block_m and block_offsets) counts them there.
+  virtual absl::StatusOr<std::vector<int64_t>> ComputedPairsPerSlot(const AttentionProblem& problem,
+                                                                    const MethodConfig& config,
+                                                                    const SparseIndex& index);
+  // Fills `index` on the host when BuildIndex kept it on the device only (the recall estimate
+  // reads every row). Default: nothing to do.
+  virtual absl::Status CompleteHostIndex(SparseIndex* index) { return absl::OkStatus(); }
+  // Saap's learned inputs of the request's layer, for a device builder that keeps its own copy
+  // (held while the backend caches it). Called before BuildIndex when a group is Saap. Default:
+  // ignored (BuildOptions::maybe_assets serves the host builders).
+  virtual void UseLayerAssets(std::shared_ptr<const LayerAssets> assets) {}
   // Delivers O and the LSE to where the request wants them (copies back staged outputs).
   virtual absl::Status Finish() = 0;
   // The problem with host Q/K/V pointers (copying device tensors to the host when needed), for

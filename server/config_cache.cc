@@ -243,20 +243,16 @@ void ConfigCache::WatchLoop(std::string model_id) {
       current = published_.at(model_id)->version;
     }
     if (resync) {
-      // Whatever was published while the stream was down.
+      // Is the index service back? (Marks the link up.) What was published while the stream
+      // was down is not taken from here: the watch below resumes after `current`, and the
+      // index service replays every version published since, in publish order, so each one is
+      // applied (and logged) in turn and none is skipped.
       auto fresh = Fetch(model_id, 0, absl::InfiniteFuture());
       if (!fresh.ok()) {
         if (!SleepUnlessStopped(backoff)) return;
         backoff = std::min(backoff * 2, options_.retry_max);
         continue;
       }
-      std::lock_guard<std::mutex> lock(mu_);
-      if ((*fresh)->version != current) {
-        Log(LogLevel::kInfo, "config_refreshed",
-            {{"model_id", model_id}, {"version", std::to_string((*fresh)->version)}});
-      }
-      published_[model_id] = *fresh;
-      current = (*fresh)->version;
     }
     grpc::ClientContext ctx;
     {

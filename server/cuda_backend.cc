@@ -2,12 +2,15 @@
 
 #include <algorithm>
 #include <climits>
+#include <list>
+#include <map>
 #include <mutex>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/cuda/attention_cuda.h"
+#include "kernels/cuda/attention/attention_cuda.h"
+#include "kernels/cuda/builders/build_index_gpu.h"
 #include "kernels/status_macros.h"
 #include "server/cuda_ipc.h"
 
@@ -15,10 +18,6 @@ namespace spattn {
 namespace {
 
 constexpr int64_t kAlign = 256;
-
-// Methods whose index depends on sizes only (static patterns): any builder makes it without
-// reading Q/K.
-bool ReadsNoTensor(Method m) { return m == Method::kDense || m == Method::kAShape; }
 
 // A tensor [tokens, heads, head_dim] with element strides, on one side of a copy.
 struct Layout {
@@ -41,6 +40,13 @@ class CudaCall : public BackendCall {
   absl::Status BuildIndex(const MethodConfig& config, const std::vector<int>& heads,
                           const BuildOptions& options, SparseIndex* index) override;
   absl::Status Attend(const MethodConfig& config, const SparseIndex& index) override;
+  absl::StatusOr<std::vector<int64_t>> ComputedPairsPerSlot(const AttentionProblem& problem,
+                                                            const MethodConfig& config,
+                                                            const SparseIndex& index) override;
+  absl::Status CompleteHostIndex(SparseIndex* index) override;
+  void UseLayerAssets(std::shared_ptr<const LayerAssets> assets) override {
+    assets_ = std::move(assets);
+  }
   absl::Status Finish() override;
   absl::StatusOr<const AttentionProblem*> HostView() override;
   std::vector<CopiedBytes> copies() const override { return copies_; }
@@ -61,8 +67,20 @@ class CudaCall : public BackendCall {
   // Engine errors: hints for a full workspace, and device health after internal errors.
   absl::Status Engine(const absl::Status& s);
 
+  // Where the index of one head group lives.
+  struct GroupIndex {
+    bool dense_all = false;  // Dense over every head: the dense kernel, no index.
+    bool on_device = false;  // Built on the GPU and kept there (`gpu`).
+    bool host_complete = false;
+    MethodConfig config;
+    GpuSparseIndex gpu;
+  };
+
   CudaBackend* const backend_;
   std::unique_lock<std::mutex> lock_;
+  // By the host SparseIndex the pipeline holds for the group (stable for the call).
+  std::map<const SparseIndex*, GroupIndex> groups_;
+  std::shared_ptr<const LayerAssets> assets_;
   const int es_;
   AttentionProblem dp_;  // Device pointers (in place or staged), contiguous where staged.
   AttentionProblem hp_;  // Host view for CPU builders and recall (pointers set as copies arrive).
@@ -98,11 +116,7 @@ class CudaBackend : public AttentionBackend {
   bool MethodAvailable(Method method) const override {
     return CudaAttentionEngine::GpuBuilderAvailable(method) || CpuBuilderAvailable(method);
   }
-  bool DeviceBuilder(Method method) const override {
-    // Saap's GPU builder needs its layer assets on the device (UploadLayerAssets); the worker
-    // holds them on the host only, so Saap keeps the CPU builder here.
-    return method != Method::kSaap && CudaAttentionEngine::GpuBuilderAvailable(method);
-  }
+  bool DeviceBuilder(Method method) const override { return GpuBuilderAvailable(method); }
   absl::Status CheckDType(DType dtype) const override {
     if (dtype == DType::kBF16 || dtype == DType::kF16) return absl::OkStatus();
     return absl::FailedPreconditionError(
@@ -148,6 +162,39 @@ class CudaBackend : public AttentionBackend {
                                                h.message(), "); restart the worker"));
   }
 
+  // Saap's assets of a layer on this GPU: uploaded on first use and kept (least recently used
+  // evicted first, within options.saap_assets_bytes). UNIMPLEMENTED (remembered) when the GPU
+  // builder cannot run the layer's classifier. Called under the call lock.
+  absl::StatusOr<const CudaLayerAssets*> DeviceAssets(
+      const std::shared_ptr<const LayerAssets>& assets, int head_dim) {
+    for (auto it = assets_cache_.begin(); it != assets_cache_.end(); ++it) {
+      if (it->host != assets || it->head_dim != head_dim) continue;
+      assets_cache_.splice(assets_cache_.begin(), assets_cache_, it);
+      if (!it->status.ok()) return it->status;
+      return it->dev.get();
+    }
+    CachedAssets c;
+    c.host = assets;
+    c.head_dim = head_dim;
+    auto dev = engine_->UploadLayerAssets(*assets, head_dim);
+    if (dev.ok()) {
+      c.dev = std::move(*dev);
+      c.bytes = c.dev->bytes();
+    } else if (dev.status().code() == absl::StatusCode::kUnimplemented) {
+      c.status = dev.status();
+    } else {
+      return dev.status();
+    }
+    assets_cache_.push_front(std::move(c));
+    cached_bytes_ += assets_cache_.front().bytes;
+    while (cached_bytes_ > options_.saap_assets_bytes && assets_cache_.size() > 1) {
+      cached_bytes_ -= assets_cache_.back().bytes;
+      assets_cache_.pop_back();
+    }
+    if (!assets_cache_.front().status.ok()) return assets_cache_.front().status;
+    return assets_cache_.front().dev.get();
+  }
+
   const CudaBackendOptions& options() const { return options_; }
   CudaAttentionEngine& engine() { return *engine_; }
   CudaDeviceBuffer* staging() { return staging_.get(); }
@@ -158,6 +205,15 @@ class CudaBackend : public AttentionBackend {
   std::unique_ptr<CudaAttentionEngine> engine_;
   std::unique_ptr<CudaDeviceBuffer> staging_;  // Null when staging_bytes is 0.
   std::unique_ptr<CudaCopyStream> copier_;
+  struct CachedAssets {
+    std::shared_ptr<const LayerAssets> host;  // Held: its address is the key.
+    int head_dim = 0;
+    std::unique_ptr<CudaLayerAssets> dev;
+    absl::Status status;  // UNIMPLEMENTED: the GPU builder cannot take these assets.
+    int64_t bytes = 0;
+  };
+  std::list<CachedAssets> assets_cache_;  // Most recently used first; guarded by call_mu_.
+  int64_t cached_bytes_ = 0;
   std::mutex call_mu_;  // One request at a time owns the stream, the pools and the copier.
   mutable std::mutex health_mu_;
   absl::Status failed_;  // Guarded by health_mu_.
@@ -171,12 +227,14 @@ CudaCall::CudaCall(CudaBackend* backend, std::unique_lock<std::mutex> lock,
   hp_.q.data = hp_.k.data = hp_.v.data = nullptr;
   hp_.o = nullptr;
   hp_.maybe_lse = nullptr;
+  backend_->engine().ReleaseIndexes();  // Indexes of an earlier request (normally none).
 }
 
 CudaCall::~CudaCall() {
   // A call that failed half way may leave copies in flight: they read request memory and write
   // the staging pool, neither of which may change under them.
   (void)backend_->copier().Sync();
+  backend_->engine().ReleaseIndexes();
 }
 
 absl::StatusOr<void*> CudaCall::Stage(const char* name, int64_t bytes) {
@@ -368,39 +426,96 @@ absl::Status CudaCall::EnsureHost(const MethodConfig& config, const std::vector<
 
 absl::Status CudaCall::BuildIndex(const MethodConfig& config, const std::vector<int>& heads,
                                   const BuildOptions& options, SparseIndex* index) {
-  if (ReadsNoTensor(config.method)) {
-    // The host copy only serves the stats: built here in microseconds from the sizes (the
-    // builder dereferences none of the device pointers it is handed); the kernel gets the GPU
-    // builder's own index (Attend).
-    AttentionProblem sizes = dp_;
-    sizes.space = MemorySpace::kHost;
-    return BuildSparseIndex(sizes, config, heads, options, index);
+  GroupIndex& g = groups_[index];
+  g = GroupIndex();
+  g.config = config;
+  AttentionProblem sizes = dp_;  // For what reads only the sizes.
+  sizes.space = MemorySpace::kHost;
+  if (config.method == Method::kDense && static_cast<int>(heads.size()) == dp_.num_q_heads) {
+    // Every head dense: the dense kernel needs no index (the stats count the allowed pairs).
+    g.dense_all = true;
+    InitSparseIndex(sizes, heads, options.block_m, index);
+    return absl::OkStatus();
   }
   if (backend_->DeviceBuilder(config.method)) {
-    return Engine(
-        backend_->engine().BuildIndexOnDevice(dp_, config, heads, options.block_m, index));
+    GpuBuildOptions o;
+    o.block_m = options.block_m;
+    bool on_gpu = true;
+    if (config.method == Method::kSaap && assets_ != nullptr) {
+      auto dev = backend_->DeviceAssets(assets_, dp_.head_dim);
+      if (dev.ok()) {
+        o.maybe_assets = *dev;
+      } else if (dev.status().code() == absl::StatusCode::kUnimplemented) {
+        on_gpu = false;  // A classifier past the GPU builder's limits: the CPU builder takes it.
+      } else {
+        return Engine(dev.status());
+      }
+    }
+    if (on_gpu) {
+      // Plan: built on the GPU and kept in the engine's workspace for Attend (no host copy).
+      auto built = BuildIndexOnGpu(backend_->engine(), dp_, config, heads, o);
+      if (!built.ok()) return Engine(built.status());
+      g.on_device = true;
+      g.gpu = std::move(*built);
+      InitSparseIndex(sizes, heads, g.gpu.view.block_m, index);
+      return absl::OkStatus();
+    }
   }
-  // No GPU builder for this method (yet): build on the host CPU from host Q/K.
+  // On the host CPU from host Q/K; Attend uploads the index.
   SPATTN_RETURN_IF_ERROR(EnsureHost(config, heads));
-  return BuildSparseIndex(hp_, config, heads, options, index);
+  SPATTN_RETURN_IF_ERROR(BuildSparseIndex(hp_, config, heads, options, index));
+  g.host_complete = true;
+  return absl::OkStatus();
 }
 
 absl::Status CudaCall::Attend(const MethodConfig& config, const SparseIndex& index) {
   CudaStageTimes t;
   CudaAttentionEngine& engine = backend_->engine();
+  auto it = groups_.find(&index);
   absl::Status s;
-  if (config.method == Method::kDense && index.num_heads() == dp_.num_q_heads) {
-    s = engine.RunDense(dp_, &t);  // Every head: the dense kernel needs no index.
-  } else if (ReadsNoTensor(config.method) && backend_->DeviceBuilder(config.method)) {
-    // Built on the GPU next to the kernel: no index upload.
-    std::vector<int> heads(index.heads.begin(), index.heads.end());
-    s = engine.RunBuiltIndex(dp_, config, heads, index.block_m, &t);
+  if (it != groups_.end() && it->second.dense_all) {
+    s = engine.RunDense(dp_, &t);
+  } else if (it != groups_.end() && it->second.on_device) {
+    s = engine.RunSparseDeviceIndex(dp_, it->second.gpu.view, &t);  // Run: the kept index.
   } else {
-    s = engine.RunSparse(dp_, index, &t);
+    s = engine.RunSparse(dp_, index, &t);  // A host-built index: validated, uploaded.
   }
   SPATTN_RETURN_IF_ERROR(Engine(s));
   kernel_seconds_ += t.schedule_seconds + t.kernel_seconds;
   transfer_seconds_ += t.upload_seconds + t.download_seconds;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<int64_t>> CudaCall::ComputedPairsPerSlot(const AttentionProblem& problem,
+                                                                    const MethodConfig& config,
+                                                                    const SparseIndex& index) {
+  auto it = groups_.find(&index);
+  if (it != groups_.end() && it->second.dense_all) {
+    return std::vector<int64_t>(index.num_heads(), AllowedPairs(problem));
+  }
+  if (it != groups_.end() && it->second.on_device && !it->second.host_complete) {
+    auto pairs = ComputedPairsOnGpu(backend_->engine(), dp_, it->second.gpu);
+    if (!pairs.ok()) return Engine(pairs.status());
+    return pairs;
+  }
+  return BackendCall::ComputedPairsPerSlot(problem, config, index);
+}
+
+absl::Status CudaCall::CompleteHostIndex(SparseIndex* index) {
+  auto it = groups_.find(index);
+  if (it == groups_.end() || it->second.host_complete) return absl::OkStatus();
+  GroupIndex& g = it->second;
+  if (g.dense_all) {
+    AttentionProblem sizes = dp_;
+    sizes.space = MemorySpace::kHost;
+    BuildOptions o;
+    o.block_m = index->block_m;
+    std::vector<int> heads(index->heads.begin(), index->heads.end());
+    SPATTN_RETURN_IF_ERROR(BuildSparseIndex(sizes, g.config, heads, o, index));
+  } else if (g.on_device) {
+    SPATTN_RETURN_IF_ERROR(Engine(DownloadIndex(backend_->engine(), g.gpu, index)));
+  }
+  g.host_complete = true;
   return absl::OkStatus();
 }
 

@@ -3,13 +3,17 @@
 // Tensors already in this GPU's memory (CUDA IPC regions, raw CUDA IPC handles) feed the kernels
 // in place, with no copy. Tensors in host memory (inline bytes, shared-memory regions) are copied
 // once per request into a staging pool reserved on the GPU at start, and a host output is copied
-// back once at the end, whatever the number of head groups. The kernel's index comes from the GPU
-// builder where CudaAttentionEngine has one: static patterns (dense, a_shape) are built in the
-// workspace next to the kernel (dense over every head needs none), and their host copy for the
-// stats is built on the CPU from sizes alone; other GPU builders' indexes are downloaded once for
-// the stats. Methods without a GPU builder build on the host CPU from host Q/K (for device
-// tensors only the heads and query rows the builder reads are copied to the host) and the index
-// is uploaded.
+// back once at the end, whatever the number of head groups.
+//
+// Indexes are planned and run on the device (FlashInfer's plan / run): every method's GPU
+// builder (BuildIndexOnGpu, kernels/cuda/builders/build_index_gpu.h) writes its index into the
+// engine's workspace, where it stays until the request ends, and the sparse kernel reads it
+// there. Only what the stats need comes to the host: the computed pairs per head, counted on the
+// device; the whole index only when the request asks for a recall estimate. Dense over every head
+// runs the dense kernel without an index. Saap's centroids and classifiers are uploaded once per
+// layer and cached on the device (CudaBackendOptions::saap_assets_bytes); a classifier past the
+// GPU builder's limits falls back to the CPU builder (host Q/K: for device tensors only the heads
+// and query rows it reads are copied), whose index is then uploaded.
 #ifndef SPATTN_SERVER_CUDA_BACKEND_H_
 #define SPATTN_SERVER_CUDA_BACKEND_H_
 
@@ -33,6 +37,10 @@ struct CudaBackendOptions {
   int64_t staging_bytes = int64_t{4} << 30;
   // CudaEngineOptions::kernel_variant. Default: 0 (the measured best for the GPU).
   int kernel_variant = 0;
+  // Device copies of Saap's layer assets (centroids, query classifiers) kept across requests,
+  // least recently used evicted first (one layer of 32 q / 8 kv heads at the paper's sizes takes
+  // ~80 MB). Default: 2 GiB.
+  int64_t saap_assets_bytes = int64_t{2} << 30;
 };
 
 // Reserves the workspace and the staging pool on `options.device`. FAILED_PRECONDITION without

@@ -1,6 +1,6 @@
 // The worker on the CUDA backend (GPU machines only; every test skips without a GPU): inline,
 // shared-memory and CUDA IPC tensors against the CPU double-precision reference (FlashAttention's
-// tolerance rule, kernels/cuda/cuda_test_util.h), GPU-built (dense, a_shape) and CPU-built
+// tolerance rule, kernels/cuda/attention/cuda_test_util.h), GPU-built (dense, a_shape) and CPU-built
 // (vertical_slash) indexes, several head groups in one request, no copies for CUDA IPC tensors,
 // unusable handles, pools too small for a request, dtypes the GPU does not compute.
 #include <gtest/gtest.h>
@@ -24,8 +24,8 @@
 #include "absl/time/clock.h"
 #include "client/attention_client.h"
 #include "kernels/builders/build_index.h"
-#include "kernels/cuda/cuda_runtime.h"
-#include "kernels/cuda/cuda_test_util.h"
+#include "kernels/cuda/common/cuda_runtime.h"
+#include "kernels/cuda/attention/cuda_test_util.h"
 #include "kernels/host_problem.h"
 #include "server/test_util.h"
 #include "server/worker_server.h"

@@ -6,19 +6,10 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/cuda/cuda_runtime.h"
+#include "kernels/cuda/common/cuda_runtime.h"
+#include "kernels/cuda/common/cuda_status.h"
 
 namespace spattn {
-namespace {
-
-// Also clears the thread's last error: a failed call must not surface again in the next,
-// unrelated launch check (e.g. a bad IPC handle failing the next request's kernel).
-absl::Status CudaError(const char* what, cudaError_t err) {
-  cudaGetLastError();
-  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(err)));
-}
-
-}  // namespace
 
 absl::Status CudaIpcUsable() {
   std::string why;
@@ -54,7 +45,7 @@ absl::StatusOr<void*> CudaIpcOpen(const std::string& raw_handle, int device) {
   cudaIpcMemHandle_t handle;
   std::memcpy(&handle, raw_handle.data(), sizeof(handle));
   cudaError_t err = cudaSetDevice(device);
-  if (err != cudaSuccess) return CudaError("cudaSetDevice", err);
+  if (err != cudaSuccess) return CudaStatus(err, "cudaSetDevice");
   void* ptr = nullptr;
   err = cudaIpcOpenMemHandle(&ptr, handle, cudaIpcMemLazyEnablePeerAccess);
   if (err != cudaSuccess) {
@@ -69,7 +60,7 @@ absl::StatusOr<void*> CudaIpcOpen(const std::string& raw_handle, int device) {
 absl::StatusOr<std::string> CudaIpcExport(void* device_ptr) {
   cudaIpcMemHandle_t handle;
   const cudaError_t err = cudaIpcGetMemHandle(&handle, device_ptr);
-  if (err != cudaSuccess) return CudaError("cudaIpcGetMemHandle", err);
+  if (err != cudaSuccess) return CudaStatus(err, "cudaIpcGetMemHandle");
   return std::string(reinterpret_cast<const char*>(&handle), sizeof(handle));
 }
 
@@ -81,17 +72,17 @@ void CudaIpcClose(void* ptr, int device) {
 
 absl::Status CudaCopyToHost(void* dst, const void* src, size_t bytes, int device) {
   cudaError_t err = cudaSetDevice(device);
-  if (err != cudaSuccess) return CudaError("cudaSetDevice", err);
+  if (err != cudaSuccess) return CudaStatus(err, "cudaSetDevice");
   err = cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost);
-  if (err != cudaSuccess) return CudaError("cudaMemcpy device to host", err);
+  if (err != cudaSuccess) return CudaStatus(err, "cudaMemcpy device to host");
   return absl::OkStatus();
 }
 
 absl::Status CudaCopyToDevice(void* dst, const void* src, size_t bytes, int device) {
   cudaError_t err = cudaSetDevice(device);
-  if (err != cudaSuccess) return CudaError("cudaSetDevice", err);
+  if (err != cudaSuccess) return CudaStatus(err, "cudaSetDevice");
   err = cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice);
-  if (err != cudaSuccess) return CudaError("cudaMemcpy host to device", err);
+  if (err != cudaSuccess) return CudaStatus(err, "cudaMemcpy host to device");
   return absl::OkStatus();
 }
 
@@ -153,10 +144,10 @@ struct CudaCopyStream::Impl {
   // Records the start event before the first copy of a batch.
   absl::Status Begin() {
     cudaError_t err = cudaSetDevice(device);
-    if (err != cudaSuccess) return CudaError("cudaSetDevice", err);
+    if (err != cudaSuccess) return CudaStatus(err, "cudaSetDevice");
     if (!pending) {
       err = cudaEventRecord(start, stream);
-      if (err != cudaSuccess) return CudaError("cudaEventRecord", err);
+      if (err != cudaSuccess) return CudaStatus(err, "cudaEventRecord");
       pending = true;
     }
     return absl::OkStatus();
@@ -167,12 +158,12 @@ absl::StatusOr<std::unique_ptr<CudaCopyStream>> CudaCopyStream::Create(int devic
   auto impl = std::make_unique<Impl>();
   impl->device = device;
   cudaError_t err = cudaSetDevice(device);
-  if (err != cudaSuccess) return CudaError("cudaSetDevice", err);
+  if (err != cudaSuccess) return CudaStatus(err, "cudaSetDevice");
   err = cudaStreamCreateWithFlags(&impl->stream, cudaStreamNonBlocking);
-  if (err != cudaSuccess) return CudaError("cudaStreamCreate", err);
+  if (err != cudaSuccess) return CudaStatus(err, "cudaStreamCreate");
   if ((err = cudaEventCreate(&impl->start)) != cudaSuccess ||
       (err = cudaEventCreate(&impl->stop)) != cudaSuccess) {
-    return CudaError("cudaEventCreate", err);
+    return CudaStatus(err, "cudaEventCreate");
   }
   return std::unique_ptr<CudaCopyStream>(new CudaCopyStream(std::move(impl)));
 }
@@ -199,7 +190,7 @@ absl::Status CudaCopyStream::ToDevice(void* dst, size_t dst_pitch, const void* s
           ? cudaMemcpyAsync(dst, src, row_bytes * rows, cudaMemcpyHostToDevice, impl_->stream)
           : cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, row_bytes, rows,
                               cudaMemcpyHostToDevice, impl_->stream);
-  if (err != cudaSuccess) return CudaError("copy to the GPU", err);
+  if (err != cudaSuccess) return CudaStatus(err, "copy to the GPU");
   return absl::OkStatus();
 }
 
@@ -213,7 +204,7 @@ absl::Status CudaCopyStream::ToHost(void* dst, size_t dst_pitch, const void* src
           ? cudaMemcpyAsync(dst, src, row_bytes * rows, cudaMemcpyDeviceToHost, impl_->stream)
           : cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, row_bytes, rows,
                               cudaMemcpyDeviceToHost, impl_->stream);
-  if (err != cudaSuccess) return CudaError("copy from the GPU", err);
+  if (err != cudaSuccess) return CudaStatus(err, "copy from the GPU");
   return absl::OkStatus();
 }
 
@@ -223,10 +214,10 @@ absl::StatusOr<double> CudaCopyStream::Sync() {
   cudaError_t err = cudaSetDevice(impl_->device);
   if (err == cudaSuccess) err = cudaEventRecord(impl_->stop, impl_->stream);
   if (err == cudaSuccess) err = cudaStreamSynchronize(impl_->stream);
-  if (err != cudaSuccess) return CudaError("copies between host and GPU", err);
+  if (err != cudaSuccess) return CudaStatus(err, "copies between host and GPU");
   float ms = 0;
   err = cudaEventElapsedTime(&ms, impl_->start, impl_->stop);
-  if (err != cudaSuccess) return CudaError("cudaEventElapsedTime", err);
+  if (err != cudaSuccess) return CudaStatus(err, "cudaEventElapsedTime");
   return ms * 1e-3;
 }
 

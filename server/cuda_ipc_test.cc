@@ -20,7 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/attention_client.h"
-#include "kernels/cuda/cuda_runtime.h"
+#include "kernels/cuda/common/cuda_runtime.h"
 #include "kernels/host_problem.h"
 #include "kernels/reference/reference_attention.h"
 #include "server/test_util.h"

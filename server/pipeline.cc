@@ -214,6 +214,7 @@ absl::Status AttentionPipeline::Run(ParsedRequest& req, AttentionBackend& backen
     }
   }
   build.maybe_assets = assets.get();
+  if (assets != nullptr) call->UseLayerAssets(assets);
   stage_done(Stage::kConfig, &result.seconds.config);
 
   // Index builders: one per head group.
@@ -284,11 +285,9 @@ absl::Status AttentionPipeline::Run(ParsedRequest& req, AttentionBackend& backen
   std::vector<std::pair<const SparseIndex*, int>> where(p.num_q_heads);
   for (size_t g = 0; g < plan.groups.size(); ++g) {
     const SparseIndex& index = indexes[g];
-    // Static patterns give every head the same rows: count them once (long contexts have
-    // thousands of rows per head).
-    const Method m = plan.groups[g].config.method;
-    const bool same_rows = m == Method::kDense || m == Method::kAShape;
-    const int64_t first = same_rows && index.num_heads() > 0 ? ComputedPairs(p, index, 0) : 0;
+    // Counted where the index is (a device backend copies one number per head, not the index).
+    SPATTN_ASSIGN_OR_RETURN(const std::vector<int64_t> computed_per_slot,
+                            call->ComputedPairsPerSlot(p, plan.groups[g].config, index));
     for (int slot = 0; slot < index.num_heads(); ++slot) {
       const int h = index.heads[slot];
       where[h] = {&index, slot};
@@ -296,17 +295,18 @@ absl::Status AttentionPipeline::Run(ParsedRequest& req, AttentionBackend& backen
       hr.head = h;
       hr.config = plan.groups[g].config;
       hr.recall = hr.config.method == Method::kDense ? 1.0 : -1.0;
+      int64_t computed = computed_per_slot[slot];
       for (const GuardedHead& gh : guarded) {
         if (gh.head != h) continue;
         hr.recall = gh.estimate;
         if (gh.replaced) {
           where[h] = {&gh.index, 0};
           hr.config = gh.config;
+          SPATTN_ASSIGN_OR_RETURN(const std::vector<int64_t> replaced_pairs,
+                                  call->ComputedPairsPerSlot(p, gh.config, gh.index));
+          computed = replaced_pairs[0];
         }
       }
-      const bool replaced = where[h].first != &index;
-      const int64_t computed = replaced ? ComputedPairs(p, *where[h].first, 0)
-                                        : (same_rows ? first : ComputedPairs(p, index, slot));
       computed_total += computed;
       hr.density = allowed > 0 ? static_cast<double>(computed) / allowed : 0.0;
       if (metrics_) metrics_->HeadDone(hr.config.method, hr.density);
@@ -318,6 +318,10 @@ absl::Status AttentionPipeline::Run(ParsedRequest& req, AttentionBackend& backen
     if (!host.ok()) {
       return absl::Status(host.status().code(),
                           absl::StrCat("estimate_recall: ", host.status().message()));
+    }
+    for (SparseIndex& index : indexes) SPATTN_RETURN_IF_ERROR(call->CompleteHostIndex(&index));
+    for (GuardedHead& gh : guarded) {
+      if (gh.replaced) SPATTN_RETURN_IF_ERROR(call->CompleteHostIndex(&gh.index));
     }
     // Exact over all allowed keys for a fixed sample of rows (parallel over the rows).
     for (int h = 0; h < p.num_q_heads; ++h) {

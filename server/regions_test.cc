@@ -10,7 +10,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/cuda/cuda_runtime.h"
+#include "kernels/cuda/common/cuda_runtime.h"
 #include "server/test_util.h"
 
 namespace spattn {

@@ -19,6 +19,11 @@ done
 addr=$(awk '/listening on/ {print $4}' "$out")
 [ -n "$addr" ] || { echo "worker did not start"; cat "$err"; exit 1; }
 "$CTL" --address="$addr" health | grep -qx SERVING
+# The metrics endpoint listens where --metrics says (127.0.0.1), not on every interface.
+mport=$(awk '/listening on/ {print $6}' "$out")
+hexport=$(printf '%04X' "$mport")
+grep -q " 0100007F:$hexport 00000000:0000 0A " /proc/net/tcp || { echo "metrics not on 127.0.0.1:$mport"; exit 1; }
+if grep -q " 00000000:$hexport 00000000:0000 0A " /proc/net/tcp; then echo "metrics on 0.0.0.0"; exit 1; fi
 "$CTL" --address="$addr" metadata | grep -q "ComputeAttentionStream   yes"
 # Shared memory goes through the Unix socket (the worker checks the caller owns the segment);
 # over TCP it is refused.

@@ -8,14 +8,14 @@
 #include <numeric>
 
 #include "kernels/builders/saap.h"
-#include "kernels/methods_b_testing.h"
+#include "kernels/builders/testing/method_testing.h"
 
 namespace spattn {
 namespace {
 
-using methods_b_testing::ClusterSpec;
-using methods_b_testing::PlantClusters;
-using methods_b_testing::RandomProblem;
+using method_testing::ClusterSpec;
+using method_testing::PlantClusters;
+using method_testing::RandomProblem;
 
 std::unique_ptr<HostProblem> Planted(std::vector<int32_t> lens, uint64_t seed, int segment = 1) {
   ProblemShape s;

@@ -1,14 +1,16 @@
 #include "tests/bench/backend.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/sparse_attention_cpu.h"
-#include "kernels/cuda/attention_cuda.h"
-#include "kernels/cuda/cuda_runtime.h"
+#include "kernels/cuda/attention/attention_cuda.h"
+#include "kernels/cuda/common/cuda_runtime.h"
 #include "kernels/status_macros.h"
+#include "tests/bench/worker_path.h"
 
 namespace spattn {
 namespace {
@@ -63,17 +65,23 @@ void PackTokens(const AttentionProblem& p, const TokenTensor& t, int heads, int6
   }
 }
 
-// The CUDA engine: Q/K/V copied to the device once in Prepare; indexes of methods with a GPU
-// builder are built on the GPU (index time = the build's GPU time from CUDA events; the copy
-// back for the fidelity metrics is not counted), the others by the CPU builders. The kernel
-// time is the sparse kernel's (work schedule included) from CUDA events: for a GPU-built index
-// RunBuiltIndex builds it again in the workspace and runs the kernel on it (no host round trip
-// of a large index), else RunSparse uploads the host index. Saap's assets are uploaded once
-// per LayerAssets object.
+// The CUDA backend: Q/K/V copied to the device once in Prepare, then each head group runs as
+// one request of the worker's CUDA path (WorkerCudaPath: GPU index builders planning into the
+// workspace, the sparse kernel on the kept index, computed pairs counted on the device). Index
+// time = wall time of the worker's build and stats; kernel time = wall time of its Attend (both
+// synchronize). The host copy of the index the fidelity metrics read is made outside the timed
+// calls.
+//
+// With host_index (--device=cuda-host-index), the path the worker had before plan / run: GPU
+// builds copied to the host with synchronous copies (BuildIndexOnDevice), stats counted there,
+// the index validated and uploaded again by RunSparse; a_shape built on the CPU for the stats and
+// again on the GPU next to the kernel; Saap on the CPU builder from Q/K copied to the host. For
+// before / after comparisons in one run.
 class CudaBackend : public AttentionBackend {
  public:
-  CudaBackend(std::unique_ptr<CudaAttentionEngine> engine, std::string name)
-      : engine_(std::move(engine)), name_(std::move(name)) {}
+  CudaBackend(std::unique_ptr<CudaAttentionEngine> engine, std::unique_ptr<WorkerCudaPath> path,
+              std::string name)
+      : engine_(std::move(engine)), path_(std::move(path)), name_(std::move(name)) {}
 
   std::string name() const override { return name_; }
 
@@ -85,20 +93,21 @@ class CudaBackend : public AttentionBackend {
     dp_.space = MemorySpace::kCuda;
     SetContiguousStrides(&dp_);
     std::vector<uint8_t> packed;
+    const int device = engine_ != nullptr ? engine_->device() : 0;
     auto upload = [&](const TokenTensor& t, int heads, int64_t tokens,
                       std::unique_ptr<CudaDeviceBuffer>* buf) -> absl::Status {
       PackTokens(p, t, heads, tokens, &packed);
-      SPATTN_ASSIGN_OR_RETURN(*buf, CudaDeviceBuffer::Allocate(engine_->device(), packed.size()));
+      SPATTN_ASSIGN_OR_RETURN(*buf, CudaDeviceBuffer::Allocate(device, packed.size()));
       return (*buf)->CopyFromHost(packed.data(), packed.size());
     };
     SPATTN_RETURN_IF_ERROR(upload(p.q, p.num_q_heads, p.total_q(), &q_));
     SPATTN_RETURN_IF_ERROR(upload(p.k, p.num_kv_heads, p.total_k(), &k_));
     SPATTN_RETURN_IF_ERROR(upload(p.v, p.num_kv_heads, p.total_k(), &v_));
     SPATTN_ASSIGN_OR_RETURN(
-        o_, CudaDeviceBuffer::Allocate(engine_->device(),
-                                       int64_t{p.total_q()} * p.num_q_heads * p.head_dim * es));
-    SPATTN_ASSIGN_OR_RETURN(lse_, CudaDeviceBuffer::Allocate(
-                                      engine_->device(), int64_t{p.total_q()} * p.num_q_heads * 4));
+        o_,
+        CudaDeviceBuffer::Allocate(device, int64_t{p.total_q()} * p.num_q_heads * p.head_dim * es));
+    SPATTN_ASSIGN_OR_RETURN(
+        lse_, CudaDeviceBuffer::Allocate(device, int64_t{p.total_q()} * p.num_q_heads * 4));
     dp_.q.data = q_->data();
     dp_.k.data = k_->data();
     dp_.v.data = v_->data();
@@ -109,46 +118,38 @@ class CudaBackend : public AttentionBackend {
 
   absl::StatusOr<double> BuildIndex(const MethodConfig& config, const std::vector<int>& heads,
                                     const BuildOptions& options, SparseIndex* index) override {
-    gpu_built_ = false;
-    if (!CudaAttentionEngine::GpuBuilderAvailable(config.method)) {
-      const auto start = std::chrono::steady_clock::now();
-      SPATTN_RETURN_IF_ERROR(BuildSparseIndex(*problem_, config, heads, options, index));
-      return MillisSince(start);
-    }
-    const CudaLayerAssets* assets = nullptr;
-    if (config.method == Method::kSaap && options.maybe_assets != nullptr) {
-      if (assets_source_ != options.maybe_assets) {
-        SPATTN_ASSIGN_OR_RETURN(
-            assets_, engine_->UploadLayerAssets(*options.maybe_assets, problem_->head_dim));
-        assets_source_ = options.maybe_assets;
-      }
-      assets = assets_.get();
-    }
-    CudaStageTimes t;
-    SPATTN_RETURN_IF_ERROR(
-        engine_->BuildIndexOnDevice(dp_, config, heads, options.block_m, index, assets, &t));
-    gpu_built_ = true;
     last_config_ = config;
-    last_heads_in_ = heads;
-    last_block_m_ = options.block_m;
-    last_assets_ = assets;
-    return t.index_seconds * 1e3;
+    if (path_ != nullptr) {
+      // One request per head group (the worker would build every group, then attend each).
+      AttentionProblem request = dp_;
+      request.maybe_lse = nullptr;
+      SPATTN_RETURN_IF_ERROR(path_->Begin(request));
+      SPATTN_ASSIGN_OR_RETURN(const double ms, path_->BuildIndex(config, heads, options, index));
+      SPATTN_RETURN_IF_ERROR(path_->CompleteHostIndex(index));
+      return ms;
+    }
+    return BuildHostIndex(config, heads, options, index);
   }
 
   absl::StatusOr<double> RunKernel(const SparseIndex& index) override {
+    last_heads_ = index.heads;
+    if (path_ != nullptr) {
+      double device_ms = 0;
+      SPATTN_ASSIGN_OR_RETURN(const double ms, path_->Attend(last_config_, index, &device_ms));
+      path_->End();
+      return ms;
+    }
+    const auto start = std::chrono::steady_clock::now();
     CudaStageTimes t;
-    if (IsFullDenseIndex(*problem_, index)) {
-      // What the worker serves for dense over every head: no index, the dense kernel.
+    if (last_config_.method == Method::kDense && index.num_heads() == problem_->num_q_heads) {
       SPATTN_RETURN_IF_ERROR(engine_->RunDense(dp_, &t));
-    } else if (gpu_built_ &&
-               index.heads == std::vector<int32_t>(last_heads_in_.begin(), last_heads_in_.end())) {
-      SPATTN_RETURN_IF_ERROR(engine_->RunBuiltIndex(dp_, last_config_, last_heads_in_,
-                                                    last_block_m_, &t, last_assets_));
+    } else if (last_config_.method == Method::kDense || last_config_.method == Method::kAShape) {
+      std::vector<int> heads(index.heads.begin(), index.heads.end());
+      SPATTN_RETURN_IF_ERROR(engine_->RunBuiltIndex(dp_, last_config_, heads, index.block_m, &t));
     } else {
       SPATTN_RETURN_IF_ERROR(engine_->RunSparse(dp_, index, &t));
     }
-    last_heads_ = index.heads;
-    return (t.schedule_seconds + t.kernel_seconds) * 1e3;
+    return MillisSince(start);
   }
 
   absl::Status FetchOutput() override {
@@ -175,21 +176,39 @@ class CudaBackend : public AttentionBackend {
   }
 
  private:
-  std::unique_ptr<CudaAttentionEngine> engine_;
+  // The worker's path before plan / run (see the class comment); wall milliseconds of the build
+  // and the stats.
+  absl::StatusOr<double> BuildHostIndex(const MethodConfig& config, const std::vector<int>& heads,
+                                        const BuildOptions& options, SparseIndex* index) {
+    const auto start = std::chrono::steady_clock::now();
+    if (config.method == Method::kDense || config.method == Method::kAShape) {
+      AttentionProblem sizes = *problem_;
+      SPATTN_RETURN_IF_ERROR(BuildSparseIndex(sizes, config, heads, options, index));
+    } else if (config.method == Method::kSaap) {
+      // Q and K mirrored to the host (the bench's host problem is the mirror), then the CPU
+      // builder.
+      std::vector<uint8_t> mirror(std::max(q_->bytes(), k_->bytes()));
+      SPATTN_RETURN_IF_ERROR(q_->CopyToHost(mirror.data(), q_->bytes()));
+      SPATTN_RETURN_IF_ERROR(k_->CopyToHost(mirror.data(), k_->bytes()));
+      SPATTN_RETURN_IF_ERROR(BuildSparseIndex(*problem_, config, heads, options, index));
+    } else {
+      SPATTN_RETURN_IF_ERROR(
+          engine_->BuildIndexOnDevice(dp_, config, heads, options.block_m, index, nullptr));
+    }
+    for (int slot = 0; slot < index->num_heads(); ++slot) {
+      (void)ComputedPairs(*problem_, *index, slot);  // the stats the worker took
+    }
+    return MillisSince(start);
+  }
+
+  std::unique_ptr<CudaAttentionEngine> engine_;  // host-index mode only
+  std::unique_ptr<WorkerCudaPath> path_;         // worker mode only
   std::string name_;
   AttentionProblem* problem_ = nullptr;
   AttentionProblem dp_;
   std::unique_ptr<CudaDeviceBuffer> q_, k_, v_, o_, lse_;
   std::vector<int32_t> last_heads_;
-  // The last GPU build (RunKernel rebuilds it on the device).
-  bool gpu_built_ = false;
   MethodConfig last_config_;
-  std::vector<int> last_heads_in_;
-  int last_block_m_ = 64;
-  const CudaLayerAssets* last_assets_ = nullptr;
-  // Saap assets on the device and the host object they came from.
-  const LayerAssets* assets_source_ = nullptr;
-  std::unique_ptr<CudaLayerAssets> assets_;
 };
 
 }  // namespace
@@ -224,7 +243,7 @@ bool IsFullDenseIndex(const AttentionProblem& problem, const SparseIndex& index)
 
 absl::StatusOr<std::unique_ptr<AttentionBackend>> MakeBackend(const std::string& device) {
   if (device == "cpu") return std::unique_ptr<AttentionBackend>(new CpuBackend());
-  if (device == "cuda") {
+  if (device == "cuda" || device == "cuda-host-index") {
     std::string why;
     const std::vector<CudaDeviceInfo> devices = ListCudaDevices(&why);
     if (devices.empty()) {
@@ -236,13 +255,19 @@ absl::StatusOr<std::unique_ptr<AttentionBackend>> MakeBackend(const std::string&
     // 32 GiB or more, else 1 GiB.
     const int64_t workspace =
         devices[0].memory_bytes >= (uint64_t{32} << 30) ? int64_t{8} << 30 : int64_t{1} << 30;
+    const std::string name = absl::StrCat("cuda:0 (", devices[0].name, ")");
+    if (device == "cuda") {
+      SPATTN_ASSIGN_OR_RETURN(std::unique_ptr<WorkerCudaPath> path,
+                              WorkerCudaPath::Create(0, workspace));
+      return std::unique_ptr<AttentionBackend>(new CudaBackend(nullptr, std::move(path), name));
+    }
     SPATTN_ASSIGN_OR_RETURN(std::unique_ptr<CudaAttentionEngine> engine,
                             CudaAttentionEngine::Create(0, workspace));
     return std::unique_ptr<AttentionBackend>(
-        new CudaBackend(std::move(engine), absl::StrCat("cuda:0 (", devices[0].name, ")")));
+        new CudaBackend(std::move(engine), nullptr, absl::StrCat(name, " host-index")));
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("device: unknown '", device, "' (expected cpu or cuda)"));
+      absl::StrCat("device: unknown '", device, "' (expected cpu, cuda or cuda-host-index)"));
 }
 
 }  // namespace spattn

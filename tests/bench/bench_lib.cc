@@ -186,7 +186,8 @@ Methods:
                          --calibrate_steps steps (default 100); without it saap has no assets
                          (searched: the same on its calibration prompt)
 Run:
-  --device=D             cpu (default) or cuda
+  --device=D             cpu (default); cuda (the worker's GPU path); cuda-host-index (the
+                         worker's path before plan/run: index copied to the host and back)
   --warmup=N             untimed runs per method and group (default -1 = auto)
   --repeat=N             timed runs; medians are reported (default 0 = auto)
                          auto: warmup 1, repeat 3; warmup 0, repeat 1 when one dense pass

@@ -12,7 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "kernels/builders/build_index.h"
 #include "kernels/calibration/pattern_search.h"
-#include "kernels/cuda/cuda_runtime.h"
+#include "kernels/cuda/common/cuda_runtime.h"
 #include "kernels/fidelity.h"
 #include "kernels/workload/workload.h"
 #include "tests/bench/backend.h"

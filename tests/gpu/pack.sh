@@ -7,7 +7,7 @@ cd "$(dirname "$0")/../.."
 DEST=${1:-.gpu-all}
 TARGETS=(
   kernels/cuda/attention_cuda_test kernels/cuda/cuda_engine_test kernels/cuda/cuda_bench
-  kernels/cuda/gpu_builders_a_test kernels/cuda/gpu_builders_b_test
+  kernels/cuda/build_index_gpu_test
   server/cuda_backend_test server/cuda_ipc_test server/cuda_ipc_producer
   tests/bench/spattn-bench tests/bench/spattn-server-bench
 )
@@ -25,5 +25,5 @@ for t in "${TARGETS[@]}"; do
     xargs -r -I{} cp -nL {} "$DEST/lib/"
 done
 (cd "$DEST" && tar -cJf bundle.tar.xz bin lib && rm -rf bin lib)
-cp tests/gpu/run.sh kernels/cuda/sdpa_reference.py "$DEST/"
+cp tests/gpu/run.sh kernels/cuda/bench/sdpa_reference.py "$DEST/"
 du -sh "$DEST"

@@ -97,6 +97,12 @@ class K8sTestBase(unittest.TestCase):
             for p in svc["spec"]["ports"]:
                 self.assertIn(p["targetPort"], ports, f"{svc['metadata']['name']} {p}")
 
+    def check_prometheusrule(self):
+        rule = one(self.objs, "PrometheusRule", "spattn")
+        self.assertEqual(rule["apiVersion"], "monitoring.coreos.com/v1")
+        alerts = [r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]]
+        self.assertIn("SpattnIndexLinkDown", alerts)
+
     def check_servicemonitors(self):
         for sm in (o for o in self.objs if o["kind"] == "ServiceMonitor"):
             self.assertEqual(sm["apiVersion"], "monitoring.coreos.com/v1")
@@ -195,7 +201,8 @@ class StandaloneTest(K8sTestBase):
         kinds = sorted(o["kind"] for o in self.objs)
         self.assertEqual(kinds, sorted(["Namespace", "ConfigMap", "Service", "Service", "Service",
                                         "Deployment", "StatefulSet", "PersistentVolumeClaim",
-                                        "CronJob", "ServiceMonitor", "ServiceMonitor"]))
+                                        "CronJob", "ServiceMonitor", "ServiceMonitor",
+                                        "PrometheusRule"]))
         self.check_namespaced("spattn")
 
     def test_worker_deployment(self):
@@ -216,6 +223,7 @@ class StandaloneTest(K8sTestBase):
     def test_services_and_monitors(self):
         self.check_services_select_pods()
         self.check_servicemonitors()
+        self.check_prometheusrule()
         self.check_config_volumes_exist()
 
 
@@ -259,6 +267,7 @@ class SidecarTest(K8sTestBase):
         self.check_index()
         self.check_services_select_pods()
         self.check_servicemonitors()
+        self.check_prometheusrule()
         self.check_config_volumes_exist()
 
 

@@ -115,6 +115,11 @@ class RulesTest(unittest.TestCase):
         p = promtool("test", "rules", "alerts_test.yml", cwd=os.path.join(HERE, "tests"))
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
 
+    def test_prometheusrule_in_sync(self):
+        # deploy/k8s/base/monitoring/prometheusrule.yaml wraps alerts.yml for the Operator.
+        p = subprocess.run([sys.executable, os.path.join(HERE, "make_prometheusrule.py"), "--check"])
+        self.assertEqual(p.returncode, 0, "run deploy/monitoring/make_prometheusrule.py")
+
     def test_required_alerts_present(self):
         names = {n for n, _ in alert_exprs()}
         for a in ("SpattnHighErrorRate", "SpattnRecallBelowTarget", "SpattnQueueSaturated",

@@ -2,10 +2,12 @@
 // runtime's driver entry point, so no -lcuda) and the launch.
 #include <cudaTypedefs.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels/cuda/attention/hopper/dense_fa3.cuh"
 #include "kernels/cuda/attention/hopper/hopper_launch.h"
+#include "kernels/cuda/attention/hopper/persistent_fa3.cuh"
 
 namespace spattn {
 namespace cuda {
@@ -49,20 +51,23 @@ bool EncodeTokens(CUtensorMap* map, DType dtype, const void* base, int64_t token
 
 bool Aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) == 0; }
 
+bool EncodeAll(const AttnParams& p, int box_q, int box_k, CUtensorMap* tq, CUtensorMap* tk,
+               CUtensorMap* tv) {
+  const int kv_heads = p.num_q_heads / p.group;
+  return EncodeTokens(tq, p.dtype, p.q, p.total_q, p.num_q_heads, p.head_dim, p.q_token_stride,
+                      p.q_head_stride, box_q) &&
+         EncodeTokens(tk, p.dtype, p.k, p.total_k, kv_heads, p.head_dim, p.k_token_stride,
+                      p.k_head_stride, box_k) &&
+         EncodeTokens(tv, p.dtype, p.v, p.total_k, kv_heads, p.head_dim, p.v_token_stride,
+                      p.v_head_stride, box_k);
+}
+
 template <class Tr>
 cudaError_t LaunchShape(const AttnParams& p, int max_q_len, cudaStream_t stream) {
   const int blocks = (max_q_len + Tr::kBM - 1) / Tr::kBM;
   if (blocks == 0 || p.batch == 0) return cudaSuccess;
-  const int kv_heads = p.num_q_heads / p.group;
   CUtensorMap tq, tk, tv;
-  if (!EncodeTokens(&tq, p.dtype, p.q, p.total_q, p.num_q_heads, p.head_dim, p.q_token_stride,
-                    p.q_head_stride, Tr::kBM) ||
-      !EncodeTokens(&tk, p.dtype, p.k, p.total_k, kv_heads, p.head_dim, p.k_token_stride,
-                    p.k_head_stride, Tr::kBN) ||
-      !EncodeTokens(&tv, p.dtype, p.v, p.total_k, kv_heads, p.head_dim, p.v_token_stride,
-                    p.v_head_stride, Tr::kBN)) {
-    return cudaErrorInvalidValue;
-  }
+  if (!EncodeAll(p, Tr::kBM, Tr::kBN, &tq, &tk, &tv)) return cudaErrorInvalidValue;
   auto kernel = DenseFa3Kernel<Tr>;
   cudaError_t err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
@@ -70,6 +75,62 @@ cudaError_t LaunchShape(const AttnParams& p, int max_q_len, cudaStream_t stream)
   const dim3 grid(p.num_q_heads, blocks, p.batch);
   kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p, tq, tk, tv, blocks);
   return cudaGetLastError();
+}
+
+int NumSms() {
+  static int sms = [] {
+    int device = 0, n = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+      cudaGetLastError();
+      return 132;
+    }
+    return n;
+  }();
+  return sms;
+}
+
+template <class Tr, bool kSparse>
+cudaError_t LaunchPersistent(const AttnParams& p, const SparseIndexView& idx,
+                             const SparseSchedule& sched, int num_items, int num_m_blocks,
+                             cudaStream_t stream) {
+  if (num_items <= 0 || p.batch == 0) return cudaSuccess;
+  CUtensorMap tq, tk, tv;
+  if (!EncodeAll(p, Tr::kBM, Tr::kBN, &tq, &tk, &tv)) return cudaErrorInvalidValue;
+  auto kernel = PersistentFa3Kernel<Tr, kSparse>;
+  cudaError_t err =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
+  if (err != cudaSuccess) return err;
+  const int grid = std::min(num_items, NumSms());
+  kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p, idx, sched, num_items, num_m_blocks, tq,
+                                                         tk, tv);
+  return cudaGetLastError();
+}
+
+template <typename T, int kD, bool kSparse>
+cudaError_t PersistentDim(const AttnParams& p, const SparseIndexView& idx,
+                          const SparseSchedule& sched, int num_items, int num_m_blocks,
+                          cudaStream_t stream) {
+  using Tr = PersistTraits<T, kD, kD == 128 ? 2 : 4>;
+  return LaunchPersistent<Tr, kSparse>(p, idx, sched, num_items, num_m_blocks, stream);
+}
+
+template <bool kSparse>
+cudaError_t PersistentTyped(const AttnParams& p, const SparseIndexView& idx,
+                            const SparseSchedule& sched, int num_items, int num_m_blocks,
+                            cudaStream_t stream) {
+  if (p.dtype == DType::kBF16) {
+    if (p.head_dim == 128) {
+      return PersistentDim<__nv_bfloat16, 128, kSparse>(p, idx, sched, num_items, num_m_blocks,
+                                                        stream);
+    }
+    return PersistentDim<__nv_bfloat16, 64, kSparse>(p, idx, sched, num_items, num_m_blocks,
+                                                     stream);
+  }
+  if (p.head_dim == 128) {
+    return PersistentDim<__half, 128, kSparse>(p, idx, sched, num_items, num_m_blocks, stream);
+  }
+  return PersistentDim<__half, 64, kSparse>(p, idx, sched, num_items, num_m_blocks, stream);
 }
 
 template <typename T>
@@ -92,9 +153,23 @@ bool DenseSupported(const AttnParams& p) {
   return Encoder() != nullptr;
 }
 
-cudaError_t LaunchDense(const AttnParams& p, int max_q_len, cudaStream_t stream) {
+cudaError_t LaunchDense(const AttnParams& p, int max_q_len, bool persistent, cudaStream_t stream) {
+  if (persistent) {
+    const int blocks = (max_q_len + 127) / 128;
+    return PersistentTyped<false>(p, SparseIndexView(), SparseSchedule(),
+                                  blocks * p.num_q_heads * p.batch, blocks, stream);
+  }
   if (p.dtype == DType::kBF16) return LaunchTyped<__nv_bfloat16>(p, max_q_len, stream);
   return LaunchTyped<__half>(p, max_q_len, stream);
+}
+
+bool SparseSupported(const AttnParams& p, const SparseIndexView& index) {
+  return index.block_m == 128 && DenseSupported(p);
+}
+
+cudaError_t LaunchSparse(const AttnParams& p, const SparseIndexView& index,
+                         const SparseSchedule& schedule, cudaStream_t stream) {
+  return PersistentTyped<true>(p, index, schedule, schedule.num_items, 0, stream);
 }
 
 }  // namespace hopper

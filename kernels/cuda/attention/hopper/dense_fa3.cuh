@@ -20,7 +20,7 @@
 #define SPATTN_KERNELS_CUDA_ATTENTION_HOPPER_DENSE_FA3_CUH_
 
 #include "kernels/cuda/attention/hopper/sm90_primitives.cuh"
-#include "kernels/cuda/attention_core.cuh"
+#include "kernels/cuda/attention/attention_core.cuh"
 
 namespace spattn {
 namespace cuda {
@@ -48,6 +48,8 @@ struct Fa3Traits {
   static constexpr int kConsumerRegs = 240;
   static_assert(kD == 64 || kD == 128, "head_dim 64 or 128");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory");
+  // setmaxnreg moves registers within the launch allocation (168 x 384) only.
+  static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 168 * 384, "register budget");
 };
 
 // Named barrier ids (0 is __syncthreads): 1, 2 = "your turn" of consumer warpgroup 0, 1;

@@ -4,7 +4,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "kernels/cuda/attention_launch.h"
+#include "kernels/cuda/attention/attention_launch.h"
 
 namespace spattn {
 namespace cuda {
@@ -15,8 +15,15 @@ namespace hopper {
 // is compute capability 9.0.
 bool DenseSupported(const AttnParams& p);
 
-// Dense attention (causal or full, GQA, varlen, q a suffix of k) over every head.
-cudaError_t LaunchDense(const AttnParams& p, int max_q_len, cudaStream_t stream);
+// Dense attention (causal or full, GQA, varlen, q a suffix of k) over every head: one CTA per
+// (head, query block), or with `persistent` one per SM walking the blocks longest first.
+cudaError_t LaunchDense(const AttnParams& p, int max_q_len, bool persistent, cudaStream_t stream);
+
+// The sparse kernel through the same mainloop (persistent grid over `schedule`): block_m 128
+// only (DenseSupported's rules too).
+bool SparseSupported(const AttnParams& p, const SparseIndexView& index);
+cudaError_t LaunchSparse(const AttnParams& p, const SparseIndexView& index,
+                         const SparseSchedule& schedule, cudaStream_t stream);
 
 }  // namespace hopper
 }  // namespace cuda

@@ -1,0 +1,88 @@
+// Test and bench helpers for the SampleAttention, AnchorAttention and Saap builders: tensor
+// access, exact attention-mass recall and density, the kernel-vs-masked-reference check, and
+// generators that plant the structures each method is built to find. Not thread-safe.
+#ifndef SPATTN_KERNELS_BUILDERS_TESTING_METHOD_TESTING_H_
+#define SPATTN_KERNELS_BUILDERS_TESTING_METHOD_TESTING_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/host_problem.h"
+#include "kernels/method_config.h"
+#include "kernels/sparse_index.h"
+#include "kernels/workload/workload.h"
+
+namespace spattn {
+namespace method_testing {
+
+enum class Tensor { kQ, kK, kV };
+
+std::unique_ptr<HostProblem> RandomProblem(const ProblemShape& shape, uint64_t seed);
+std::string Describe(const ProblemShape& shape);
+std::vector<int> AllHeads(const AttentionProblem& p);
+
+// Whole tensor as float [tokens, heads, head_dim], and back (rounded to the problem's dtype).
+std::vector<float> ReadTensor(const HostProblem& hp, Tensor which);
+void WriteTensor(HostProblem* hp, Tensor which, const std::vector<float>& values);
+
+// Exact attention-mass recall of `index`: for every row_stride-th query row of every sequence
+// (and its last row) and every head slot, the share of the full causal softmax mass (double)
+// carried by the keys the index selects for that row; averaged.
+double MassRecall(const AttentionProblem& p, const SparseIndex& index, int row_stride);
+// Computed pairs / allowed pairs, over all head slots.
+double Density(const AttentionProblem& p, const SparseIndex& index);
+
+// Runs SparseAttentionCpu on `index` and ReferenceAttention under its densified masks; returns
+// "" when O and LSE agree within twice the dtype's rounding (cpu_kernels_test's rule), else
+// what differs.
+std::string CompareKernelWithMaskedReference(HostProblem* hp, const SparseIndex& index);
+
+// Structures of one kv head for PlantStructure. Logits are in softmax units (q.k * scale).
+struct PlantedHead {
+  int sink_keys = 1;  // keys [0, sink_keys) score sink_logit for every query
+  float sink_logit = 8.f;
+  std::vector<int> columns;  // key positions scoring column_logit for every query
+  float column_logit = 8.f;
+  std::vector<int> slash_offsets;  // key pos - o scores slash_logit for the query at pos
+  float slash_logit = 8.f;
+  float noise = 0.3f;  // N(0, noise^2) on the dims no structure uses
+};
+
+// Overwrites Q and K (V stays random) so that every q head of kv head h shows heads[h]'s
+// structures: slashes from a positional code (24 frequency pairs, so side lobes are small),
+// sink and columns from two shared directions. Needs head_dim >= 64.
+void PlantStructure(HostProblem* hp, const std::vector<PlantedHead>& heads, uint64_t seed);
+
+// Keys from `clusters` directions and queries aimed at one cluster each (shared by runs of
+// `segment` query rows), written in de-roped
+// space and then RoPE'd (rotate-half, `rope_theta`): the structure Saap's k-means and classifier
+// are built to find. Directions depend on model_seed only (the "model"); token draws on seed.
+struct ClusterSpec {
+  int clusters = 16;
+  float logit = 8.f;  // score of a query with keys of its target cluster
+  float noise = 0.1f;
+  // Consecutive query rows sharing one target cluster (a "topic"), for all q heads of a kv
+  // head; 1 draws a target per query and head.
+  int segment = 128;
+  double rope_theta = 1e6;
+  uint64_t model_seed = 7;
+};
+void PlantClusters(HostProblem* hp, const ClusterSpec& spec, uint64_t seed);
+
+// Random Saap assets (unit centroids, random 2-layer classifiers) of the right shapes.
+LayerAssets RandomSaapAssets(int num_q_heads, int num_kv_heads, int head_dim, int num_centroids,
+                             int hidden, uint64_t seed);
+
+// A workload from the shared generator (kernels/workload) of one head kind: S = 4096, 4 q heads,
+// 2 kv heads, d = 128, bf16.
+Workload GeneratorWorkload(const char* kind);
+
+// One index row as text: "[start,end)" per range, then " c<key>" per column.
+std::string RowString(const SparseIndex& idx, int slot, int block);
+
+}  // namespace method_testing
+}  // namespace spattn
+
+#endif  // SPATTN_KERNELS_BUILDERS_TESTING_METHOD_TESTING_H_

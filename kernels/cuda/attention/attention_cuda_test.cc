@@ -1,0 +1,457 @@
+// The CUDA dense and sparse kernels against the CPU references (double-precision rows, with the
+// same math in the input dtype for the tolerance), through CudaAttentionEngine. Skips, saying
+// why, where no GPU is present.
+#include "kernels/cuda/attention/attention_cuda.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/builders/simple_patterns.h"
+#include "kernels/cpu/sparse_attention_cpu.h"
+#include "kernels/cuda/attention/cuda_test_util.h"
+#include "kernels/cuda/common/cuda_runtime.h"
+#include "kernels/host_problem.h"
+
+namespace spattn {
+namespace {
+
+using cuda_test::CheckAllWritten;
+using cuda_test::CheckRows;
+using cuda_test::DeviceProblem;
+using cuda_test::SampleRows;
+
+constexpr int64_t kWorkspace = int64_t{2} << 30;
+
+struct Case {
+  std::vector<int32_t> q_lens, k_lens;
+  int hq, hkv, d;
+  DType dtype;
+  bool causal;
+};
+
+std::string Describe(const Case& c) {
+  std::string s = "q_lens=";
+  for (int x : c.q_lens) absl::StrAppend(&s, x, ",");
+  absl::StrAppend(&s, " k_lens=");
+  for (int x : c.k_lens) absl::StrAppend(&s, x, ",");
+  absl::StrAppend(&s, " hq=", c.hq, " hkv=", c.hkv, " d=", c.d, " dtype=", DTypeName(c.dtype),
+                  " causal=", c.causal);
+  return s;
+}
+
+std::unique_ptr<HostProblem> MakeProblem(const Case& c, uint64_t seed) {
+  ProblemShape s;
+  s.q_lens = c.q_lens;
+  s.k_lens = c.k_lens;
+  s.num_q_heads = c.hq;
+  s.num_kv_heads = c.hkv;
+  s.head_dim = c.d;
+  s.dtype = c.dtype;
+  s.causal = c.causal;
+  auto hp = std::make_unique<HostProblem>(s);
+  hp->FillRandom(seed);
+  return hp;
+}
+
+std::vector<int> AllHeads(int n) {
+  std::vector<int> h(n);
+  for (int i = 0; i < n; ++i) h[i] = i;
+  return h;
+}
+
+// Small shapes that break kernels: odd and prime lengths, GQA 1/4/8, varlen + chunked prefill,
+// full (non-causal) masks, both head dims and dtypes.
+const std::vector<Case>& SmallCases() {
+  static const auto* cases = new std::vector<Case>{
+      {{1}, {}, 1, 1, 64, DType::kBF16, true},
+      {{63}, {}, 4, 1, 128, DType::kBF16, true},
+      {{65}, {}, 8, 1, 64, DType::kF16, true},
+      {{131}, {}, 2, 2, 128, DType::kF16, true},
+      {{1, 63, 200}, {1, 100, 333}, 4, 2, 128, DType::kBF16, true},
+      {{70, 5}, {150, 300}, 8, 8, 64, DType::kBF16, false},
+      {{257}, {521}, 8, 1, 128, DType::kBF16, true},
+  };
+  return *cases;
+}
+
+class CudaAttentionTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    std::string why;
+    if (ListCudaDevices(&why).empty()) {
+      skip_reason_ = new std::string("no CUDA device: " + why);
+      return;
+    }
+    for (int variant : {1, 2, 3, 4, 5, 6}) {
+      CudaEngineOptions options;
+      options.kernel_variant = variant;
+      auto e = CudaAttentionEngine::Create(0, kWorkspace, options);
+      ASSERT_TRUE(e.ok()) << e.status();
+      engines_[variant - 1] = e->release();
+    }
+  }
+  static void TearDownTestSuite() {
+    for (auto*& e : engines_) {
+      delete e;
+      e = nullptr;
+    }
+  }
+  void SetUp() override {
+    if (skip_reason_ != nullptr) GTEST_SKIP() << *skip_reason_;
+  }
+
+  // Runs dense (index null) or sparse on the device path and checks the sampled rows plus
+  // that every element of the index's heads was written.
+  void CheckRun(CudaAttentionEngine* engine, HostProblem& hp, const SparseIndex* index,
+                int max_rows, const std::string& config) {
+    auto dp = DeviceProblem::Create(0, hp);
+    ASSERT_TRUE(dp.ok()) << dp.status() << " " << config;
+    ASSERT_TRUE((*dp)->Poison().ok());
+    AttentionProblem& p = (*dp)->problem();
+    const absl::Status s = index == nullptr ? engine->RunDense(p) : engine->RunSparse(p, *index);
+    ASSERT_TRUE(s.ok()) << s << " " << config;
+    std::vector<float> o, lse;
+    ASSERT_TRUE((*dp)->Download(&o, &lse).ok());
+    const std::vector<int> heads = index == nullptr
+                                       ? AllHeads(p.num_q_heads)
+                                       : std::vector<int>(index->heads.begin(), index->heads.end());
+    EXPECT_EQ(CheckAllWritten(p, heads, o, lse), "") << config;
+    const std::string err =
+        CheckRows(hp.problem(), index, SampleRows(hp.problem(), heads, max_rows), o, lse);
+    EXPECT_EQ(err, "") << config;
+  }
+
+  static std::string* skip_reason_;
+  // Kernel variants 1 (8 warps), 2 (4 warps of 32 rows), 3 (wgmma; = 2 off Hopper), 4 (3 with
+  // deeper pipelines), 5 (warp-specialized TMA kernels of attention/hopper; sparse block_m 64:
+  // 4), 6 (5 with the persistent dense kernel).
+  static CudaAttentionEngine* engines_[6];
+};
+
+std::string* CudaAttentionTest::skip_reason_ = nullptr;
+CudaAttentionEngine* CudaAttentionTest::engines_[6] = {nullptr, nullptr, nullptr,
+                                                       nullptr, nullptr, nullptr};
+
+TEST_F(CudaAttentionTest, DenseKernelMatchesReference) {
+  uint64_t seed = 1;
+  for (int variant : {1, 2, 3, 4, 5, 6}) {
+    for (const Case& c : SmallCases()) {
+      auto hp = MakeProblem(c, seed++);
+      CheckRun(engines_[variant - 1], *hp, nullptr, 1 << 20,
+               absl::StrCat(Describe(c), " variant=", variant));
+    }
+  }
+}
+
+// The dense index through the sparse kernel: the test twin of the dense kernel. With the same
+// block shape it must agree with the dense kernel bit for bit.
+TEST_F(CudaAttentionTest, SparseKernelWithDenseIndexMatchesReferenceAndDenseKernel) {
+  uint64_t seed = 100;
+  for (int block_m : {64, 128}) {
+    for (const Case& c : SmallCases()) {
+      auto hp = MakeProblem(c, seed++);
+      SparseIndex idx;
+      ASSERT_TRUE(BuildDenseIndex(hp->problem(), AllHeads(c.hq), block_m, &idx).ok());
+      const std::string config = absl::StrCat(Describe(c), " block_m=", block_m);
+      CheckRun(engines_[1], *hp, &idx, 1 << 20, config);
+      if (block_m == 128) {
+        auto a = DeviceProblem::Create(0, *hp);
+        auto b = DeviceProblem::Create(0, *hp);
+        ASSERT_TRUE(a.ok() && b.ok());
+        ASSERT_TRUE(engines_[1]->RunDense((*a)->problem()).ok());
+        ASSERT_TRUE(engines_[1]->RunSparse((*b)->problem(), idx).ok());
+        std::vector<float> oa, la, ob, lb;
+        ASSERT_TRUE((*a)->Download(&oa, &la).ok());
+        ASSERT_TRUE((*b)->Download(&ob, &lb).ok());
+        EXPECT_EQ(0, std::memcmp(oa.data(), ob.data(), oa.size() * 4)) << config;
+        EXPECT_EQ(0, std::memcmp(la.data(), lb.data(), la.size() * 4)) << config;
+      }
+    }
+  }
+}
+
+TEST_F(CudaAttentionTest, AShapeIndexMatchesReference) {
+  uint64_t seed = 200;
+  for (int block_m : {64, 128}) {
+    for (const Case& c : SmallCases()) {
+      auto hp = MakeProblem(c, seed++);
+      AShapeParams params;
+      params.sink_tokens = 5;
+      params.local_tokens = 40;
+      SparseIndex idx;
+      ASSERT_TRUE(BuildAShapeIndex(hp->problem(), params, AllHeads(c.hq), block_m, &idx).ok());
+      for (int variant : {1, 3, 5}) {
+        CheckRun(engines_[variant - 1], *hp, &idx, 1 << 20,
+                 absl::StrCat(Describe(c), " block_m=", block_m, " variant=", variant));
+      }
+    }
+  }
+}
+
+// Random ranges (unaligned to tiles) and gathered columns; an empty row; a subset of heads.
+SparseIndex RandomIndex(const AttentionProblem& p, const std::vector<int>& heads, int block_m,
+                        int ranges, int cols, uint64_t seed, bool with_empty_row) {
+  SparseIndex idx;
+  InitSparseIndex(p, heads, block_m, &idx);
+  std::mt19937_64 rng(seed);
+  std::vector<RowKeys> rows(idx.num_rows());
+  for (int s = 0; s < idx.num_heads(); ++s) {
+    for (int b = 0; b < idx.num_blocks(); ++b) {
+      if (with_empty_row && s == 0 && b == idx.num_blocks() / 2) continue;
+      const BlockGeometry g = GetBlockGeometry(p, idx, b);
+      RowKeys& row = rows[idx.row(s, b)];
+      for (int i = 0; i < ranges; ++i) {
+        const int64_t st = rng() % g.key_end;
+        row.AddRange(st, st + 1 + rng() % 150);
+      }
+      for (int i = 0; i < cols; ++i) row.AddCol(rng() % g.key_end);
+      row.Normalize(g.key_end, /*min_run=*/1 << 30);
+    }
+  }
+  CompactRows(&rows, &idx);
+  return idx;
+}
+
+TEST_F(CudaAttentionTest, RandomRangesAndColumnsMatchReference) {
+  uint64_t seed = 300;
+  for (int block_m : {64, 128}) {
+    for (int variant : {1, 2, 3, 4, 5}) {
+      for (const Case& c : SmallCases()) {
+        auto hp = MakeProblem(c, seed++);
+        std::vector<int> heads;
+        for (int h = c.hq - 1; h >= 0; h -= 2) heads.push_back(h);  // a subset, out of order
+        SparseIndex idx = RandomIndex(hp->problem(), heads, block_m, 3, 90, seed, true);
+        ASSERT_TRUE(ValidateSparseIndex(hp->problem(), idx).ok());
+        CheckRun(engines_[variant - 1], *hp, &idx, 1 << 20,
+                 absl::StrCat(Describe(c), " block_m=", block_m, " variant=", variant));
+      }
+    }
+  }
+}
+
+TEST_F(CudaAttentionTest, ColumnsOnlyMatchReference) {
+  Case c{{700, 333}, {1000, 333}, 8, 2, 128, DType::kBF16, true};
+  auto hp = MakeProblem(c, 400);
+  for (int block_m : {64, 128}) {
+    SparseIndex idx = RandomIndex(hp->problem(), AllHeads(c.hq), block_m, 0, 300, 401, false);
+    ASSERT_GT(idx.col_idx.size(), 10000u);
+    for (int variant : {1, 2, 3, 4, 5}) {
+      CheckRun(engines_[variant - 1], *hp, &idx, 1 << 20,
+               absl::StrCat(Describe(c), " block_m=", block_m, " variant=", variant));
+    }
+  }
+}
+
+// An empty row gives O = 0 and LSE = -inf; rows of heads outside the index stay untouched.
+TEST_F(CudaAttentionTest, EmptyRowsAndUntouchedHeads) {
+  Case c{{130}, {}, 4, 2, 64, DType::kBF16, true};
+  auto hp = MakeProblem(c, 500);
+  SparseIndex idx;
+  InitSparseIndex(hp->problem(), {2}, 64, &idx);
+  std::vector<RowKeys> rows(idx.num_rows());
+  rows[1].AddRange(0, 10);
+  rows[1].Normalize(128);
+  CompactRows(&rows, &idx);
+  auto dp = DeviceProblem::Create(0, *hp);
+  ASSERT_TRUE(dp.ok());
+  ASSERT_TRUE((*dp)->Poison().ok());
+  ASSERT_TRUE(engines_[0]->RunSparse((*dp)->problem(), idx).ok());
+  std::vector<float> o, lse;
+  ASSERT_TRUE((*dp)->Download(&o, &lse).ok());
+  const int tq = 130, d = 64;
+  for (int t = 0; t < tq; ++t) {
+    const bool empty = t < 64 || t >= 128;  // blocks 0 and 2 are empty
+    for (int h = 0; h < 4; ++h) {
+      const float l = lse[h * tq + t];
+      const float v = o[(t * 4 + h) * d];
+      if (h != 2) {
+        EXPECT_TRUE(std::isnan(l) && std::isnan(v)) << "head " << h << " token " << t;
+      } else if (empty) {
+        EXPECT_EQ(l, -INFINITY) << t;
+        EXPECT_EQ(v, 0.f) << t;
+      } else {
+        EXPECT_TRUE(std::isfinite(l) && std::isfinite(v)) << t;
+      }
+    }
+  }
+  EXPECT_EQ(CheckRows(hp->problem(), &idx, SampleRows(hp->problem(), {2}, 1000), o, lse), "");
+}
+
+// NaN in Q poisons its own row only; NaN in K poisons the rows that see the key; NaN in V the
+// rows that see it (and, through 0 x NaN in the tensor-core product, rows that share its key
+// tile while the causal mask hides it from them, as in FlashAttention), never earlier tiles.
+TEST_F(CudaAttentionTest, NanInputsStayWhereTheyBelong) {
+  Case c{{256}, {}, 1, 1, 64, DType::kBF16, true};
+  for (int variant : {1, 5}) {
+    for (int which = 0; which < 3; ++which) {
+      auto hp = MakeProblem(c, 600 + which);
+      const int tok = 150;
+      std::vector<uint8_t>& buf = which == 0   ? hp->q_bytes()
+                                  : which == 1 ? hp->k_bytes()
+                                               : hp->v_bytes();
+      reinterpret_cast<uint16_t*>(buf.data())[tok * 64 + 5] = 0x7fc0;  // bf16 NaN
+      auto dp = DeviceProblem::Create(0, *hp);
+      ASSERT_TRUE(dp.ok());
+      ASSERT_TRUE((*dp)->Poison().ok());
+      ASSERT_TRUE(engines_[variant - 1]->RunDense((*dp)->problem()).ok());
+      std::vector<float> o, lse;
+      ASSERT_TRUE((*dp)->Download(&o, &lse).ok());
+      for (int t = 0; t < 256; ++t) {
+        // A NaN in Q or K spoils whole rows; one in V only its own dimension (5).
+        const bool nan = std::isnan(o[t * 64 + (which == 2 ? 5 : 7)]);
+        const std::string where = absl::StrCat("variant=", variant, " which=", which, " token ", t);
+        if (which == 0) {
+          EXPECT_EQ(nan, t == tok) << where;
+        } else if (which == 1) {
+          EXPECT_EQ(nan, t >= tok) << where;
+        } else {
+          if (t >= tok) {
+            EXPECT_TRUE(nan) << where;
+          }
+          if (t < 128) {
+            EXPECT_FALSE(nan) << where;  // key tile [128, 192) never reaches them
+          }
+        }
+      }
+    }
+  }
+}
+
+// Varlen batches: a NaN / Inf in one sequence's K or V never reaches another sequence, even
+// where a key tile runs past the end of its sequence into the next one (TMA tiles are not
+// clipped to the sequence).
+TEST_F(CudaAttentionTest, NanInNextSequenceStaysThere) {
+  for (bool causal : {true, false}) {
+    Case c{{70, 64, 100}, {70, 64, 100}, 2, 1, 128, DType::kBF16, causal};
+    for (int variant : {1, 4, 5, 6}) {
+      auto hp = MakeProblem(c, 650);
+      for (std::vector<uint8_t>* buf : {&hp->k_bytes(), &hp->v_bytes()}) {
+        uint16_t* x = reinterpret_cast<uint16_t*>(buf->data());
+        for (int tok = 70; tok < 74; ++tok) {  // the first keys of sequence 1
+          for (int i = 0; i < 128; ++i) x[tok * 128 + i] = (i % 2 == 0) ? 0x7fc0 : 0x7f80;
+        }
+      }
+      auto dp = DeviceProblem::Create(0, *hp);
+      ASSERT_TRUE(dp.ok());
+      ASSERT_TRUE((*dp)->Poison().ok());
+      ASSERT_TRUE(engines_[variant - 1]->RunDense((*dp)->problem()).ok());
+      std::vector<float> o, lse;
+      ASSERT_TRUE((*dp)->Download(&o, &lse).ok());
+      const std::string config = absl::StrCat(Describe(c), " variant=", variant);
+      // Sequences 0 and 2 are clean and fully checked; sequence 1 holds the NaNs.
+      std::vector<cuda_test::SampledRow> rows;
+      for (int h = 0; h < 2; ++h) {
+        for (int t = 0; t < 70; ++t) rows.push_back({h, t});
+        for (int t = 134; t < 234; ++t) rows.push_back({h, t});
+      }
+      EXPECT_EQ(CheckRows(hp->problem(), nullptr, rows, o, lse), "") << config;
+    }
+  }
+}
+
+// The host-buffer path: strided host tensors in, only the index's heads written back.
+TEST_F(CudaAttentionTest, HostPathWithStridedTensorsAndHeadSubset) {
+  const int tq = 200, hq = 4, hkv = 2, d = 128;
+  ProblemShape s;
+  s.q_lens = {tq};
+  s.num_q_heads = hq;
+  s.num_kv_heads = hkv;
+  s.head_dim = d;
+  HostProblem packed(s);
+  packed.FillRandom(700);
+  // A packed QKV buffer [tokens, hq + 2 hkv, d] like an LLM's fused projection.
+  const int width = (hq + 2 * hkv) * d;
+  std::vector<uint16_t> qkv(static_cast<size_t>(tq) * width);
+  const uint16_t* q = reinterpret_cast<const uint16_t*>(packed.q_bytes().data());
+  const uint16_t* k = reinterpret_cast<const uint16_t*>(packed.k_bytes().data());
+  const uint16_t* v = reinterpret_cast<const uint16_t*>(packed.v_bytes().data());
+  for (int t = 0; t < tq; ++t) {
+    std::memcpy(&qkv[t * width], q + t * hq * d, hq * d * 2);
+    std::memcpy(&qkv[t * width + hq * d], k + t * hkv * d, hkv * d * 2);
+    std::memcpy(&qkv[t * width + (hq + hkv) * d], v + t * hkv * d, hkv * d * 2);
+  }
+  std::vector<uint16_t> out(static_cast<size_t>(tq) * hq * d * 2, 0x1234);  // stride 2x
+  std::vector<float> lse(hq * tq, 42.f);
+  AttentionProblem p = packed.problem();
+  p.q = {qkv.data(), width, d};
+  p.k = {qkv.data() + hq * d, width, d};
+  p.v = {qkv.data() + (hq + hkv) * d, width, d};
+  p.o = out.data();
+  p.o_token_stride = 2 * hq * d;
+  p.o_head_stride = d;
+  p.maybe_lse = lse.data();
+  SparseIndex idx;
+  ASSERT_TRUE(BuildDenseIndex(p, {1, 3}, 64, &idx).ok());
+  CudaStageTimes times;
+  ASSERT_TRUE(engines_[0]->RunHost(p, &idx, &times).ok());
+  EXPECT_GT(times.upload_seconds, 0);
+  EXPECT_GT(times.kernel_seconds, 0);
+  EXPECT_GT(times.download_seconds, 0);
+  std::vector<float> o(static_cast<size_t>(tq) * hq * d);
+  for (int t = 0; t < tq; ++t) {
+    for (int h = 0; h < hq; ++h) {
+      for (int c = 0; c < d; ++c) {
+        const uint16_t raw = out[t * 2 * hq * d + h * d + c];
+        if (h == 0 || h == 2) {
+          ASSERT_EQ(raw, 0x1234) << "head " << h << " written";
+          ASSERT_EQ(lse[h * tq + t], 42.f);
+        }
+        o[(t * hq + h) * d + c] = Bf16ToFloat(raw);
+      }
+    }
+  }
+  EXPECT_EQ(CheckRows(packed.problem(), &idx, SampleRows(packed.problem(), {1, 3}, 1000), o, lse),
+            "");
+  // Dense through the host path too.
+  ASSERT_TRUE(engines_[1]->RunHost(p, nullptr, &times).ok());
+  for (int t = 0; t < tq; ++t) {
+    for (int h = 0; h < hq; ++h) {
+      for (int c = 0; c < d; ++c)
+        o[(t * hq + h) * d + c] = Bf16ToFloat(out[t * 2 * hq * d + h * d + c]);
+    }
+  }
+  EXPECT_EQ(CheckRows(packed.problem(), nullptr, SampleRows(packed.problem(), AllHeads(hq), 1000),
+                      o, lse),
+            "");
+}
+
+// Long contexts (32K and 128K), rows sampled for the reference.
+TEST_F(CudaAttentionTest, LongContextsMatchSampledReference) {
+  struct Long {
+    Case c;
+    int block_m;
+  };
+  const std::vector<Long> cases = {
+      {{{32768}, {}, 4, 1, 128, DType::kBF16, true}, 128},
+      {{{131072}, {}, 2, 1, 128, DType::kBF16, true}, 128},
+      {{{20000, 12768}, {40000, 12768}, 8, 8, 64, DType::kF16, true}, 64},
+  };
+  uint64_t seed = 800;
+  for (const Long& l : cases) {
+    auto hp = MakeProblem(l.c, seed++);
+    const std::string config = Describe(l.c);
+    CheckRun(engines_[1], *hp, nullptr, 48, config + " dense");
+    CheckRun(engines_[2], *hp, nullptr, 48, config + " dense wgmma");
+    CheckRun(engines_[3], *hp, nullptr, 48, config + " dense wgmma deep");
+    CheckRun(engines_[4], *hp, nullptr, 48, config + " dense hopper (variant 5)");
+    CheckRun(engines_[5], *hp, nullptr, 48, config + " dense hopper persistent (variant 6)");
+    AShapeParams params;  // paper defaults: sink 128, local 3968
+    SparseIndex ashape;
+    ASSERT_TRUE(BuildAShapeIndex(hp->problem(), params, AllHeads(l.c.hq), l.block_m, &ashape).ok());
+    CheckRun(engines_[2], *hp, &ashape, 48, config + " a_shape wgmma");
+    CheckRun(engines_[4], *hp, &ashape, 48, config + " a_shape hopper");
+    SparseIndex random =
+        RandomIndex(hp->problem(), {0, l.c.hq - 1}, l.block_m, 4, 500, seed++, false);
+    CheckRun(engines_[0], *hp, &random, 48, config + " random ranges+columns");
+    CheckRun(engines_[3], *hp, &random, 48, config + " random ranges+columns wgmma deep");
+    CheckRun(engines_[4], *hp, &random, 48, config + " random ranges+columns hopper");
+  }
+}
+
+}  // namespace
+}  // namespace spattn

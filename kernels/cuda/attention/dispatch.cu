@@ -1,0 +1,173 @@
+// Dispatch of the attention launchers and the sparse kernel's work schedule (a counting sort of
+// rows by cost on the device).
+#include <algorithm>
+#include <cub/block/block_scan.cuh>
+
+#include "kernels/cuda/attention/attention_launch.h"
+#include "kernels/cuda/attention/hopper/hopper_launch.h"
+
+namespace spattn {
+namespace cuda {
+namespace detail {
+
+cudaError_t DenseBf16(const AttnParams& p, int max_q_len, KernelVariant v, cudaStream_t stream);
+cudaError_t SparseBf16(const AttnParams& p, const SparseIndexView& idx, const SparseSchedule& sched,
+                       KernelVariant v, cudaStream_t stream);
+cudaError_t DenseFp16(const AttnParams& p, int max_q_len, KernelVariant v, cudaStream_t stream);
+cudaError_t SparseFp16(const AttnParams& p, const SparseIndexView& idx, const SparseSchedule& sched,
+                       KernelVariant v, cudaStream_t stream);
+
+namespace {
+
+constexpr int kScanThreads = 1024;
+constexpr int kScanItems = 4;
+// Rows of equal cost above this many tiles share the last bucket.
+constexpr int kCostBuckets = kScanThreads * kScanItems;
+
+// Exclusive prefix sum of data[0, n) in place by one CTA; total (optional) gets the sum.
+// With `reverse`, sums from the end: data[i] = sum of data[j] for j > i.
+__global__ void ScanKernel(int32_t* data, int n, int32_t* total, bool reverse) {
+  using Scan = cub::BlockScan<int32_t, kScanThreads>;
+  __shared__ typename Scan::TempStorage temp;
+  __shared__ int32_t carry;
+  if (threadIdx.x == 0) carry = 0;
+  __syncthreads();
+  for (int base = 0; base < n; base += kScanThreads * kScanItems) {
+    int32_t items[kScanItems];
+    for (int j = 0; j < kScanItems; ++j) {
+      const int i = base + threadIdx.x * kScanItems + j;
+      items[j] = i < n ? data[reverse ? n - 1 - i : i] : 0;
+    }
+    int32_t chunk_total = 0;
+    Scan(temp).ExclusiveSum(items, items, chunk_total);
+    const int32_t c = carry;
+    for (int j = 0; j < kScanItems; ++j) {
+      const int i = base + threadIdx.x * kScanItems + j;
+      if (i < n) data[reverse ? n - 1 - i : i] = items[j] + c;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) carry = c + chunk_total;
+    __syncthreads();
+  }
+  if (threadIdx.x == 0 && total != nullptr) *total = carry;
+}
+
+__device__ __forceinline__ int CeilDiv(int a, int b) { return (a + b - 1) / b; }
+
+__global__ void CostKernel(SparseIndexView idx, int tile_n, int32_t* hist, int32_t* bucket_of) {
+  const int64_t rows = static_cast<int64_t>(idx.num_heads) * idx.num_blocks;
+  for (int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; r < rows;
+       r += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int cost = 0;
+    for (int e = idx.range_indptr[r]; e < idx.range_indptr[r + 1]; ++e) {
+      cost += CeilDiv(idx.range_len[e], tile_n);
+    }
+    cost += CeilDiv(idx.col_indptr[r + 1] - idx.col_indptr[r], tile_n);
+    const int b = min(cost, kCostBuckets - 1);
+    bucket_of[r] = b;
+    atomicAdd(hist + b, 1);
+  }
+}
+
+__global__ void ScatterKernel(int64_t rows, const int32_t* bucket_of, int32_t* offsets,
+                              int32_t* order) {
+  for (int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; r < rows;
+       r += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    order[atomicAdd(offsets + bucket_of[r], 1)] = static_cast<int32_t>(r);
+  }
+}
+
+int GridFor(int64_t n, int threads) {
+  return static_cast<int>(std::min<int64_t>((n + threads - 1) / threads, 4096));
+}
+
+}  // namespace
+
+// kAuto and kWgmma resolve to what the current device runs: wgmma needs compute capability 9.0
+// (the sm_90a image); other devices take the mma.sync shapes.
+KernelVariant Resolve(KernelVariant v) {
+  const bool wants_wgmma = v == KernelVariant::kWgmma || v == KernelVariant::kWgmmaDeep ||
+                           v == KernelVariant::kHopper || v == KernelVariant::kHopperPersistent;
+  if (v != KernelVariant::kAuto && !wants_wgmma) return v;
+  int device = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+    cudaGetLastError();
+    return KernelVariant::kWarps4;
+  }
+  const bool hopper = major == 9 && minor == 0;
+  if (wants_wgmma) return hopper ? v : KernelVariant::kWarps4;
+  // kAuto: the measured best (kernels/cuda/NOTES.md): on Hopper the warp-specialized kernel of
+  // attention/hopper/ (dense; the sparse kernel then runs the deep wgmma pipeline), else 4 warps
+  // of 32 rows.
+  return hopper ? KernelVariant::kHopper : KernelVariant::kWarps4;
+}
+
+}  // namespace detail
+
+cudaError_t LaunchDenseAttention(const AttnParams& p, int max_q_len, KernelVariant variant,
+                                 cudaStream_t stream) {
+  variant = detail::Resolve(variant);
+  if (variant == KernelVariant::kHopper || variant == KernelVariant::kHopperPersistent) {
+    if (hopper::DenseSupported(p)) {
+      return hopper::LaunchDense(p, max_q_len, variant == KernelVariant::kHopperPersistent, stream);
+    }
+    variant = KernelVariant::kWgmmaDeep;  // strides/pointers TMA cannot describe
+  }
+  switch (p.dtype) {
+    case DType::kBF16:
+      return detail::DenseBf16(p, max_q_len, variant, stream);
+    case DType::kF16:
+      return detail::DenseFp16(p, max_q_len, variant, stream);
+    case DType::kF32:
+      break;
+  }
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t LaunchSparseAttention(const AttnParams& p, const SparseIndexView& index,
+                                  const SparseSchedule& schedule, KernelVariant variant,
+                                  cudaStream_t stream) {
+  variant = detail::Resolve(variant);
+  if (variant == KernelVariant::kHopper || variant == KernelVariant::kHopperPersistent) {
+    if (hopper::SparseSupported(p, index)) return hopper::LaunchSparse(p, index, schedule, stream);
+    variant = KernelVariant::kWgmmaDeep;  // block_m 64
+  }
+  switch (p.dtype) {
+    case DType::kBF16:
+      return detail::SparseBf16(p, index, schedule, variant, stream);
+    case DType::kF16:
+      return detail::SparseFp16(p, index, schedule, variant, stream);
+    case DType::kF32:
+      break;
+  }
+  return cudaErrorInvalidValue;
+}
+
+int SparseTileN(int /*head_dim*/, int /*block_m*/) { return 64; }
+
+int64_t SparseScheduleScratchInts(int64_t num_rows) {
+  return 2 * static_cast<int64_t>(detail::kCostBuckets) + num_rows;
+}
+
+cudaError_t LaunchSparseSchedule(const SparseIndexView& index, int tile_n, int32_t* scratch,
+                                 int32_t* order, int* counter, cudaStream_t stream) {
+  using namespace detail;
+  const int64_t rows = static_cast<int64_t>(index.num_heads) * index.num_blocks;
+  int32_t* hist = scratch;
+  int32_t* bucket_of = scratch + kCostBuckets;
+  cudaError_t err = cudaMemsetAsync(counter, 0, sizeof(int), stream);
+  if (err != cudaSuccess || rows == 0) return err;
+  if ((err = cudaMemsetAsync(hist, 0, kCostBuckets * sizeof(int32_t), stream)) != cudaSuccess) {
+    return err;
+  }
+  CostKernel<<<GridFor(rows, 256), 256, 0, stream>>>(index, tile_n, hist, bucket_of);
+  // Costliest first: offsets from the top bucket down.
+  ScanKernel<<<1, kScanThreads, 0, stream>>>(hist, kCostBuckets, nullptr, /*reverse=*/true);
+  ScatterKernel<<<GridFor(rows, 256), 256, 0, stream>>>(rows, bucket_of, hist, order);
+  return cudaGetLastError();
+}
+
+}  // namespace cuda
+}  // namespace spattn

@@ -1,0 +1,67 @@
+// What the GPU index builders need from CudaAttentionEngine, and the one per-method dispatch of
+// the builders. Internal to kernels/cuda (CUDA types appear here).
+#ifndef SPATTN_KERNELS_CUDA_ATTENTION_ENGINE_INTERNAL_H_
+#define SPATTN_KERNELS_CUDA_ATTENTION_ENGINE_INTERNAL_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/cuda/attention/attention_cuda.h"
+#include "kernels/cuda/attention/attention_launch.h"
+#include "kernels/cuda/builders/build_index_gpu.h"
+#include "kernels/method_config.h"
+#include "kernels/problem.h"
+#include "kernels/sparse_index.h"
+
+namespace spattn {
+namespace cuda {
+
+// One build inside an engine call: the engine's stream and device, the uploaded problem (device
+// cu_seqlens in `params`) and the workspace (a bump allocator emptied at the call's start; 256-
+// byte aligned; RESOURCE_EXHAUSTED when full).
+struct BuildScope {
+  cudaStream_t stream = nullptr;
+  int device = 0;
+  const AttnParams* params = nullptr;
+  std::function<absl::StatusOr<void*>(int64_t bytes, const char* what)> alloc;
+};
+
+// The index block size of `config` with the caller's block_m (the method's block_size where it
+// has one).
+int GpuIndexBlockM(const MethodConfig& config, int block_m);
+
+// Whether the GPU builder of `method` reads Q/K (all but dense and a_shape).
+bool GpuBuilderReadsTensors(Method method);
+
+// Builds the index in the workspace (the view points into it) with the method's GPU builder:
+// builders/<method>.cu through a_shape.h, merged_builders.h or assembled_builders.h. Enqueues on
+// scope.stream; may synchronize it (the builders' one host round trip: CSR totals).
+absl::StatusOr<SparseIndexView> BuildIndexInWorkspace(const BuildScope& scope,
+                                                      const AttentionProblem& p,
+                                                      const MethodConfig& config,
+                                                      const std::vector<int>& heads, int block_m,
+                                                      const CudaLayerAssets* maybe_assets);
+
+// The engine side of build_index_gpu.h (implemented in attention_cuda.cc).
+class EngineAccess {
+ public:
+  static absl::StatusOr<GpuSparseIndex> Build(CudaAttentionEngine& engine,
+                                              const AttentionProblem& p, const MethodConfig& config,
+                                              const std::vector<int>& heads,
+                                              const GpuBuildOptions& options);
+  static absl::Status Download(CudaAttentionEngine& engine, const GpuSparseIndex& index,
+                               SparseIndex* out);
+  static absl::StatusOr<std::vector<int64_t>> ComputedPairs(CudaAttentionEngine& engine,
+                                                            const AttentionProblem& p,
+                                                            const GpuSparseIndex& index);
+};
+
+}  // namespace cuda
+}  // namespace spattn
+
+#endif  // SPATTN_KERNELS_CUDA_ATTENTION_ENGINE_INTERNAL_H_

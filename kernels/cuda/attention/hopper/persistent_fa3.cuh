@@ -1,0 +1,513 @@
+// Persistent warp-specialized attention for Hopper (sm_90a): the mainloop of dense_fa3.cuh over
+// a work list, for the sparse kernel (index rows: ranges and gathered columns) and for a
+// persistent dense kernel.
+//
+// Grid: one CTA per SM (at most one per item). Items are taken from a list ordered costliest
+// first (the sparse schedule; for dense: query blocks from the last, the longest causal rows, to
+// the first), CTA c taking items c, 2G - 1 - c, 2G + c, ... (snake order: a greedy balance of
+// the sorted costs without a shared counter). Producer and consumers walk the same items and the
+// same key tiles independently, so no item or tile description crosses between them.
+//
+// Per item the producer warpgroup loads the 128-row Q block by TMA into one of two Q buffers
+// (the other may still hold the previous item's Q / staged output), then the item's key tiles:
+//  * range tiles (up to 128 consecutive keys): TMA, by one thread (the others just arrive);
+//  * column tiles (up to 128 gathered keys): each of the 128 producer threads copies one key's K
+//    (then V) row with cp.async and arrives on the slot's barrier when its copies land
+//    (cp.async.mbarrier.arrive.noinc); rows past the tile's keys are zero-filled.
+// The consumers are dense_fa3.cuh's: S(t+1) and P(t)V issued together, ping-pong between the
+// two warpgroups. Range tiles shorter than 128 keys have their V rows past the range zeroed by
+// the consumers (those rows hold keys the row does not attend; NaN/Inf there must not leak).
+#ifndef SPATTN_KERNELS_CUDA_ATTENTION_HOPPER_PERSISTENT_FA3_CUH_
+#define SPATTN_KERNELS_CUDA_ATTENTION_HOPPER_PERSISTENT_FA3_CUH_
+
+#include "kernels/cuda/attention/hopper/dense_fa3.cuh"
+#include "kernels/cuda/attention/hopper/sm90_primitives.cuh"
+#include "kernels/cuda/attention_core.cuh"
+
+namespace spattn {
+namespace cuda {
+namespace hopper {
+
+// Arrives on `bar` once every cp.async this thread issued before has landed (counts as one of
+// the barrier's expected arrivals).
+__device__ __forceinline__ void CpAsyncArriveNoinc(uint32_t bar) {
+#if SPATTN_SM90A
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+#endif
+}
+
+__device__ __forceinline__ void CpAsync16Zfill(uint32_t dst, const void* src, bool valid) {
+  const int n = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n)
+               : "memory");
+}
+
+template <typename T_, int kD_, int kStages_>
+struct PersistTraits {
+  using T = T_;
+  static constexpr int kD = kD_;
+  static constexpr int kStages = kStages_;
+  static constexpr int kBM = 128;
+  static constexpr int kBN = 128;
+  static constexpr int kConsumerWgs = 2;
+  static constexpr int kThreads = 384;
+  static constexpr int kSub = kD / 64;
+  static constexpr int kQBytes = kBM * kD * 2;
+  static constexpr int kTileBytes = kBN * kD * 2;
+  static constexpr int kKOff = 2 * kQBytes;  // two Q buffers
+  static constexpr int kVOff = kKOff + kStages * kTileBytes;
+  static constexpr int kBarOff = kVOff + kStages * kTileBytes;
+  // q_full[2], q_empty[2], k_full[S], v_full[S], k_empty[S], v_empty[S]
+  static constexpr int kNumBars = 4 + 4 * kStages;
+  static constexpr int kSmemBytes = kBarOff + kNumBars * 8 + 1024;
+  static constexpr int kProducerRegs = 56;
+  static constexpr int kConsumerRegs = 224;
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory");
+  // setmaxnreg only moves registers within the CTA's launch allocation (168 x 384 = 64512);
+  // 32 / 240 (65536) deadlocks in the increase (run 3 of NOTES.md).
+  static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 168 * 384, "register budget");
+};
+
+// One work item: a 128-row query block of one head and its keys.
+struct Item {
+  int q_tok0, q_len, k_tok0, k_len, q_begin, rows, first_pos;
+  int head;
+  detail::KeySet ks;
+};
+
+// Item `w` of the list. Dense: w runs over query blocks from the last (heads x batch of them per
+// block index). Returns false for a block past its sequence's end (nothing to do).
+template <bool kSparse>
+__device__ __forceinline__ bool GetItem(const AttnParams& p, const SparseIndexView& idx,
+                                        const SparseSchedule& sched, int num_m_blocks, int w,
+                                        Item& it) {
+  int seq, q_block;
+  if constexpr (kSparse) {
+    const int r = sched.order[w];
+    const int slot = r / idx.num_blocks;
+    const int blk = r - slot * idx.num_blocks;
+    seq = 0;
+    while (seq + 1 < p.batch && idx.block_offsets[seq + 1] <= blk) ++seq;
+    q_block = blk - idx.block_offsets[seq];
+    it.head = idx.heads[slot];
+    const int r0 = idx.range_indptr[r];
+    it.ks.num_ranges = idx.range_indptr[r + 1] - r0;
+    it.ks.range_start = idx.range_start + r0;
+    it.ks.range_len = idx.range_len + r0;
+    const int c0 = idx.col_indptr[r];
+    it.ks.cols = idx.col_idx + c0;
+    it.ks.num_cols = idx.col_indptr[r + 1] - c0;
+  } else {
+    const int per_block = p.num_q_heads * p.batch;
+    q_block = num_m_blocks - 1 - w / per_block;
+    const int rem = w % per_block;
+    seq = rem / p.num_q_heads;
+    it.head = rem % p.num_q_heads;
+  }
+  it.q_tok0 = p.cu_seqlens_q[seq];
+  it.q_len = p.cu_seqlens_q[seq + 1] - it.q_tok0;
+  it.k_tok0 = p.cu_seqlens_k[seq];
+  it.k_len = p.cu_seqlens_k[seq + 1] - it.k_tok0;
+  it.q_begin = q_block * 128;
+  if (it.q_begin >= it.q_len) return false;
+  it.rows = min(128, it.q_len - it.q_begin);
+  it.first_pos = it.k_len - it.q_len + it.q_begin;
+  if constexpr (!kSparse) {
+    it.ks = detail::KeySet();
+    it.ks.num_ranges = 1;
+    it.ks.dense_end = max(0, p.causal ? min(it.k_len, it.first_pos + it.rows) : it.k_len);
+  }
+  return true;
+}
+
+// The w-th item of CTA `c` among G CTAs in snake order.
+__device__ __forceinline__ int SnakeItem(int round, int c, int G) {
+  return round * G + ((round & 1) ? G - 1 - c : c);
+}
+
+template <class Tr, bool kSparse>
+__global__ void __launch_bounds__(Tr::kThreads, 1)
+    PersistentFa3Kernel(const AttnParams p, const SparseIndexView idx, const SparseSchedule sched,
+                        int num_items, int num_m_blocks, const __grid_constant__ CUtensorMap tmap_q,
+                        const __grid_constant__ CUtensorMap tmap_k,
+                        const __grid_constant__ CUtensorMap tmap_v) {
+#if SPATTN_SM90A
+  using T = typename Tr::T;
+  using detail::FenceReg;
+  using detail::kNegInf;
+  constexpr int kD = Tr::kD, kBM = Tr::kBM, kBN = Tr::kBN, kStages = Tr::kStages;
+  constexpr int kSub = Tr::kSub;
+  extern __shared__ __align__(1024) char smem_raw[];
+  char* smem = smem_raw + ((1024 - (Smem32(smem_raw) & 1023)) & 1023);
+
+  const uint32_t sQ0 = Smem32(smem);
+  const uint32_t sK = sQ0 + Tr::kKOff;
+  const uint32_t sV = sQ0 + Tr::kVOff;
+  const uint32_t bars = sQ0 + Tr::kBarOff;
+  auto q_full = [&](int b) { return bars + 8 * b; };
+  auto q_empty = [&](int b) { return bars + 8 * (2 + b); };
+  auto k_full = [&](int s) { return bars + 8 * (4 + s); };
+  auto v_full = [&](int s) { return bars + 8 * (4 + kStages + s); };
+  auto k_empty = [&](int s) { return bars + 8 * (4 + 2 * kStages + s); };
+  auto v_empty = [&](int s) { return bars + 8 * (4 + 3 * kStages + s); };
+
+  if (threadIdx.x == 0) {
+    for (int b = 0; b < 2; ++b) {
+      MbarInit(q_full(b), 1);
+      MbarInit(q_empty(b), 8);
+    }
+    for (int s = 0; s < kStages; ++s) {
+      MbarInit(k_full(s), 128);  // every producer thread arrives (TMA: one with the bytes)
+      MbarInit(v_full(s), 128);
+      MbarInit(k_empty(s), 8);
+      MbarInit(v_empty(s), 8);
+    }
+    MbarInitFence();
+  }
+  __syncthreads();
+
+  const int G = gridDim.x, c = blockIdx.x;
+  const int wg = threadIdx.x / 128;
+  const int tid = threadIdx.x % 128;
+
+  if (wg == 0) {
+    // ---- producer ----
+    RegsDecrease<Tr::kProducerRegs>();
+    const bool leader = tid == 0;
+    if (leader) {
+      PrefetchTensorMap(&tmap_q);
+      PrefetchTensorMap(&tmap_k);
+      PrefetchTensorMap(&tmap_v);
+    }
+    int tile = 0;    // tiles issued so far (ring position)
+    int n_item = 0;  // items loaded so far (Q buffer)
+    // Loads one K or V tile into ring slot `s`.
+    auto load = [&](const CUtensorMap* map, const T* base, int64_t tok_stride, uint32_t dst,
+                    uint32_t full, const Item& it, int kind, int start, int n) {
+      if (kind == 0) {
+        if (leader) {
+          MbarArriveExpectTx(full, Tr::kTileBytes);
+#pragma unroll
+          for (int sub = 0; sub < kSub; ++sub) {
+            TmaLoad3d(dst + sub * kBN * 128, map, sub * 64, it.head / p.group, it.k_tok0 + start,
+                      full);
+          }
+        } else {
+          MbarArrive(full);
+        }
+      } else {
+        const bool valid = tid < n;
+        const int key = valid ? __ldg(it.ks.cols + start + tid) : 0;
+        const T* src = base + static_cast<int64_t>(it.k_tok0 + key) * tok_stride;
+#pragma unroll
+        for (int ch = 0; ch < kD / 8; ++ch) {
+          const uint32_t off = (ch / 8) * kBN * 128 + tid * 128 + (((ch & 7) ^ (tid & 7)) * 16);
+          CpAsync16Zfill(dst + off, src + ch * 8, valid);
+        }
+        CpAsyncArriveNoinc(full);
+      }
+    };
+    for (int round = 0;; ++round) {
+      const int w = SnakeItem(round, c, G);
+      if (w >= num_items) break;
+      Item it;
+      if (!GetItem<kSparse>(p, idx, sched, num_m_blocks, w, it)) continue;
+      const int qb = n_item & 1;
+      MbarWait(q_empty(qb), ((n_item >> 1) & 1) ^ 1);
+      if (leader) {
+        MbarArriveExpectTx(q_full(qb), Tr::kQBytes);
+#pragma unroll
+        for (int sub = 0; sub < kSub; ++sub) {
+          TmaLoad3d(sQ0 + qb * Tr::kQBytes + sub * kBM * 128, &tmap_q, sub * 64, it.head,
+                    it.q_tok0 + it.q_begin, q_full(qb));
+        }
+      }
+      ++n_item;
+      const T* kbase =
+          static_cast<const T*>(p.k) + static_cast<int64_t>(it.head / p.group) * p.k_head_stride;
+      const T* vbase =
+          static_cast<const T*>(p.v) + static_cast<int64_t>(it.head / p.group) * p.v_head_stride;
+      detail::TileCursor<kBN> cursor;
+      int kind, start, n;
+      int pkind = 0, pstart = 0, pn = 0;
+      bool have_prev = false;
+      for (;;) {
+        const bool have = cursor.Next(it.ks, kind, start, n);
+        if (have) {
+          const int s = tile % kStages;
+          MbarWait(k_empty(s), ((tile / kStages) & 1) ^ 1);
+          load(&tmap_k, kbase, p.k_token_stride, sK + s * Tr::kTileBytes, k_full(s), it, kind,
+               start, n);
+        }
+        if (have_prev) {
+          const int s = (tile - 1) % kStages;
+          MbarWait(v_empty(s), (((tile - 1) / kStages) & 1) ^ 1);
+          load(&tmap_v, vbase, p.v_token_stride, sV + s * Tr::kTileBytes, v_full(s), it, pkind,
+               pstart, pn);
+        }
+        if (!have) break;
+        ++tile;
+        pkind = kind, pstart = start, pn = n;
+        have_prev = true;
+      }
+    }
+    asm volatile("cp.async.wait_all;\n" ::: "memory");  // no thread leaves copies in flight
+    return;
+  }
+
+  // ---- consumers ----
+  RegsIncrease<Tr::kConsumerRegs>();
+  const int cw = wg - 1;
+  const int warp = tid / 32, lane = tid % 32;
+  const int g = lane / 4, t4 = lane % 4;
+  const int row0 = cw * 64 + warp * 16 + g;  // + 8 * h
+  const float scale = p.scale_log2;
+  const int my_turn = kBarTurn0 + cw, other_turn = kBarTurn0 + (1 - cw);
+
+  float acc[kD / 2];
+  float s[kBN / 2];
+  uint32_t pa[kBN / 16][4];
+  float m_i[2], l_i[2];
+
+  auto release = [&](uint32_t bar) {
+    if (lane == 0) MbarArrive(bar);
+  };
+
+  if (cw == 1) NamedArrive(kBarTurn0, 256);  // consumer warpgroup 0 goes first
+  int tile = 0, n_item = 0;
+  for (int round = 0;; ++round) {
+    const int w = SnakeItem(round, c, G);
+    if (w >= num_items) break;
+    Item it;
+    if (!GetItem<kSparse>(p, idx, sched, num_m_blocks, w, it)) continue;
+    const int qb = n_item & 1;
+    const uint32_t sQ = sQ0 + qb * Tr::kQBytes;
+    const uint32_t q_rows = sQ + cw * 64 * 128;
+    const int my_first = it.first_pos + cw * 64;
+
+    auto issue_qk = [&](int stage) {
+      const uint32_t kst = sK + stage * Tr::kTileBytes;
+#pragma unroll
+      for (int i = 0; i < kBN / 2; ++i) FenceReg(s[i]);
+      detail::WgmmaFence();
+#pragma unroll
+      for (int ks = 0; ks < kD / 16; ++ks) {
+        const uint32_t koff = (ks % 4) * 32;
+        const uint64_t da = detail::SmemDesc(q_rows + (ks / 4) * kBM * 128 + koff, 16, 1024);
+        const uint64_t db = detail::SmemDesc(kst + (ks / 4) * kBN * 128 + koff, 16, 1024);
+        detail::Wgmma<T, kBN>::SS(s, da, db, ks > 0 ? 1 : 0);
+      }
+      detail::WgmmaCommit();
+    };
+    auto issue_pv = [&](int stage) {
+      const uint32_t vst = sV + stage * Tr::kTileBytes;
+#pragma unroll
+      for (int kk = 0; kk < kBN / 16; ++kk) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) FenceReg(pa[kk][e]);
+      }
+#pragma unroll
+      for (int i = 0; i < kD / 2; ++i) FenceReg(acc[i]);
+      detail::WgmmaFence();
+#pragma unroll
+      for (int kk = 0; kk < kBN / 16; ++kk) {
+        const uint64_t db = detail::SmemDesc(vst + kk * 16 * 128, kBN * 128, 1024);
+        detail::Wgmma<T, kD>::RS(acc, pa[kk], db);
+      }
+      detail::WgmmaCommit();
+    };
+    // Masks S of a tile: keys past n, causal; column tiles read their key numbers.
+    auto mask = [&](int kind, int start, int n) {
+      const int last = kind == 0 ? start + n - 1 : __ldg(it.ks.cols + start + n - 1);
+      if (n == kBN && !(p.causal && last > my_first)) return;
+#pragma unroll
+      for (int nt = 0; nt < kBN / 8; ++nt) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const int col = nt * 8 + 2 * t4 + j;
+          int key = 0x7fffffff;
+          if (col < n) key = kind == 0 ? start + col : __ldg(it.ks.cols + start + col);
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int pos = it.first_pos + row0 + 8 * h;
+            const bool ok = col < n && (!p.causal || key <= pos);
+            if (!ok) s[nt * 4 + 2 * h + j] = kNegInf;
+          }
+        }
+      }
+    };
+    auto softmax = [&](float* corr) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float mx = m_i[h];
+#pragma unroll
+        for (int nt = 0; nt < kBN / 8; ++nt) {
+          mx = fmaxf(mx, fmaxf(s[nt * 4 + 2 * h], s[nt * 4 + 2 * h + 1]));
+        }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float ms = mx == kNegInf ? 0.f : mx * scale;
+        corr[h] = detail::Exp2(m_i[h] * scale - ms);
+        m_i[h] = mx;
+        float sum = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < kBN / 8; ++nt) {
+#pragma unroll
+          for (int j = 0; j < 2; ++j) {
+            const float pv = detail::Exp2(fmaf(s[nt * 4 + 2 * h + j], scale, -ms));
+            s[nt * 4 + 2 * h + j] = pv;
+            sum += pv;
+          }
+        }
+        l_i[h] = l_i[h] * corr[h] + sum;
+      }
+    };
+    auto to_p = [&] {
+#pragma unroll
+      for (int kk = 0; kk < kBN / 16; ++kk) {
+        pa[kk][0] = detail::Mma<T>::Pack(s[8 * kk + 0], s[8 * kk + 1]);
+        pa[kk][1] = detail::Mma<T>::Pack(s[8 * kk + 2], s[8 * kk + 3]);
+        pa[kk][2] = detail::Mma<T>::Pack(s[8 * kk + 4], s[8 * kk + 5]);
+        pa[kk][3] = detail::Mma<T>::Pack(s[8 * kk + 6], s[8 * kk + 7]);
+      }
+    };
+    // After the V tile of (kind, n) landed: a short range tile has other keys past n (zero
+    // them, see the header); gathered tiles were written by cp.async (make them visible to
+    // wgmma).
+    auto prepare_v = [&](int stage, int kind, int n) {
+      if (kind == 1) {
+        detail::FenceProxyAsync();
+        return;
+      }
+      if (n >= kBN) return;
+      char* vst = smem + Tr::kVOff + stage * Tr::kTileBytes;
+      for (int i = tid; i < (kBN - n) * kSub * 8; i += 128) {
+        const int r = n + i / (kSub * 8), cc = i % (kSub * 8);
+        *reinterpret_cast<uint4*>(vst + (cc / 8) * kBN * 128 + r * 128 + (cc % 8) * 16) =
+            make_uint4(0, 0, 0, 0);
+      }
+      detail::FenceProxyAsync();
+      NamedSync(kBarWg0 + cw, 128);
+    };
+    auto wait_k = [&](int t, int kind) {
+      MbarWait(k_full(t % kStages), (t / kStages) & 1);
+      if (kind == 1) detail::FenceProxyAsync();
+    };
+
+#pragma unroll
+    for (int i = 0; i < kD / 2; ++i) acc[i] = 0.f;
+    m_i[0] = m_i[1] = kNegInf;
+    l_i[0] = l_i[1] = 0.f;
+    MbarWait(q_full(qb), (n_item >> 1) & 1);
+    ++n_item;
+
+    detail::TileCursor<kBN> cursor;
+    int kind, start, n;
+    if (cursor.Next(it.ks, kind, start, n)) {
+      wait_k(tile, kind);
+      NamedSync(my_turn, 256);
+      issue_qk(tile % kStages);
+      NamedArrive(other_turn, 256);
+      WgmmaWait<0>();
+#pragma unroll
+      for (int i = 0; i < kBN / 2; ++i) FenceReg(s[i]);
+      release(k_empty(tile % kStages));
+      mask(kind, start, n);
+      {
+        float corr[2];
+        softmax(corr);
+      }
+      to_p();
+      int pkind = kind, pn = n;
+      ++tile;
+      while (cursor.Next(it.ks, kind, start, n)) {
+        const int st = tile % kStages;
+        const int ps = (tile - 1) % kStages, pph = ((tile - 1) / kStages) & 1;
+        wait_k(tile, kind);
+        MbarWait(v_full(ps), pph);
+        prepare_v(ps, pkind, pn);
+        NamedSync(my_turn, 256);
+        issue_qk(st);
+        issue_pv(ps);
+        NamedArrive(other_turn, 256);
+        WgmmaWait<1>();
+#pragma unroll
+        for (int i = 0; i < kBN / 2; ++i) FenceReg(s[i]);
+        release(k_empty(st));
+        mask(kind, start, n);
+        float corr[2];
+        softmax(corr);
+        WgmmaWait<0>();
+#pragma unroll
+        for (int i = 0; i < kD / 2; ++i) FenceReg(acc[i]);
+        release(v_empty(ps));
+#pragma unroll
+        for (int dt = 0; dt < kD / 8; ++dt) {
+          acc[dt * 4 + 0] *= corr[0];
+          acc[dt * 4 + 1] *= corr[0];
+          acc[dt * 4 + 2] *= corr[1];
+          acc[dt * 4 + 3] *= corr[1];
+        }
+        to_p();
+        pkind = kind, pn = n;
+        ++tile;
+      }
+      const int ps = (tile - 1) % kStages, pph = ((tile - 1) / kStages) & 1;
+      MbarWait(v_full(ps), pph);
+      prepare_v(ps, pkind, pn);
+      NamedSync(my_turn, 256);
+      issue_pv(ps);
+      NamedArrive(other_turn, 256);
+      WgmmaWait<0>();
+#pragma unroll
+      for (int i = 0; i < kD / 2; ++i) FenceReg(acc[i]);
+      release(v_empty(ps));
+    }
+
+    // Epilogue: normalize, stage the warp's rows in its Q rows, 16-byte stores; then the Q
+    // buffer goes back to the producer.
+    T* og = static_cast<T*>(p.o) + static_cast<int64_t>(it.head) * p.o_head_stride;
+    char* sq = smem + qb * Tr::kQBytes;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float l = l_i[h];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const float inv = l == 0.f ? 0.f : 1.f / l;
+      const int r = row0 + 8 * h;
+#pragma unroll
+      for (int dt = 0; dt < kD / 8; ++dt) {
+        const uint32_t packed =
+            detail::Mma<T>::Pack(acc[dt * 4 + 2 * h] * inv, acc[dt * 4 + 2 * h + 1] * inv);
+        const int off = (dt / 8) * kBM * 128 + r * 128 + (((dt & 7) ^ (r & 7)) * 16) + t4 * 4;
+        *reinterpret_cast<uint32_t*>(sq + off) = packed;
+      }
+      if (p.maybe_lse != nullptr && t4 == 0 && r < it.rows) {
+        const float lse = l == 0.f ? kNegInf : (m_i[h] * scale + __log2f(l)) * detail::kLn2;
+        p.maybe_lse[static_cast<int64_t>(it.head) * p.total_q + it.q_tok0 + it.q_begin + r] = lse;
+      }
+    }
+    __syncwarp();
+    constexpr int kChunks = kD / 8;
+    for (int i = lane; i < 16 * kChunks; i += 32) {
+      const int r = cw * 64 + warp * 16 + i / kChunks, ch = i % kChunks;
+      if (r < it.rows) {
+        const int off = (ch / 8) * kBM * 128 + r * 128 + (((ch & 7) ^ (r & 7)) * 16);
+        const uint4 val = *reinterpret_cast<const uint4*>(sq + off);
+        *reinterpret_cast<uint4*>(
+            og + static_cast<int64_t>(it.q_tok0 + it.q_begin + r) * p.o_token_stride + ch * 8) =
+            val;
+      }
+    }
+    __syncwarp();
+    release(q_empty(qb));
+  }
+  if (cw == 0) NamedSync(my_turn, 256);  // balances warpgroup 1's first "your turn"
+#endif                                   // SPATTN_SM90A
+}
+
+}  // namespace hopper
+}  // namespace cuda
+}  // namespace spattn
+
+#endif  // SPATTN_KERNELS_CUDA_ATTENTION_HOPPER_PERSISTENT_FA3_CUH_

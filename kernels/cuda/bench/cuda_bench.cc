@@ -1,0 +1,337 @@
+// cuda_bench: times the CUDA dense kernel and the sparse kernel (dense index, ranges-only and
+// columns-only synthetic indexes) and prints one JSON line per measurement:
+//   {"kernel": ..., "seq_len": ..., "heads": ..., "kv_heads": ..., "head_dim": ...,
+//    "density": ..., "ms": median, "ms_min": ..., "tflops": ..., ...}
+// TFLOP/s count 4 * head_dim FLOPs per computed (query, key) pair (QK^T and PV), causal pairs
+// only ("effective" for the sparse kernel: pairs its index selects).
+//
+// Flags (--name=value): seq_lens (comma list, default 8192,32768,131072), heads 32, kv_heads 8,
+// head_dim 128, iters 10, warmup 2, variants 1,2,3 (dense kernel shapes), sparse_variants 2,3,
+// range_densities, col_densities, device 0, block_ms 128 (sparse index block sizes),
+// skip_sparse_above (seq len above which the sparse synthetic indexes are skipped; default
+// 131072), causal 1 (0: full attention), dtype bf16 (or fp16; the fp16 run reuses the bf16 bit
+// pattern: finite values of magnitude ~1-4).
+// Sparse lines also carry "dense_tflops" (the best dense variant of this run at the same shape)
+// and "vs_dense" (their effective rate over it: the per-pair ratio).
+#include <algorithm>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "kernels/builders/simple_patterns.h"
+#include "kernels/cuda/attention/attention_cuda.h"
+#include "kernels/cuda/common/cuda_runtime.h"
+#include "kernels/parallel.h"
+#include "kernels/sparse_index.h"
+
+namespace spattn {
+namespace {
+
+std::map<std::string, std::string> ParseFlags(int argc, char** argv) {
+  std::map<std::string, std::string> f;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.rfind("--", 0) != 0) continue;
+    const size_t eq = a.find('=');
+    f[a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2)] =
+        eq == std::string::npos ? "1" : a.substr(eq + 1);
+  }
+  return f;
+}
+
+std::vector<double> Doubles(const std::string& s) {
+  std::vector<double> out;
+  for (absl::string_view part : absl::StrSplit(s, ',', absl::SkipEmpty())) {
+    double v;
+    if (absl::SimpleAtod(part, &v)) out.push_back(v);
+  }
+  return out;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// Device Q/K/V/O/LSE filled with a random (not zero) pattern.
+struct Buffers {
+  std::unique_ptr<CudaDeviceBuffer> q, k, v, o, lse;
+};
+
+absl::Status FillPattern(CudaDeviceBuffer* b, uint64_t seed) {
+  // 16 MiB of N(0, 1) bf16 values, tiled over the buffer.
+  static std::vector<uint16_t>* pattern = nullptr;
+  if (pattern == nullptr) {
+    pattern = new std::vector<uint16_t>(8 << 20);
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<float> dist(0.f, 1.f);
+    for (uint16_t& x : *pattern) x = FloatToBf16(dist(rng));
+  }
+  const int64_t chunk = static_cast<int64_t>(pattern->size()) * 2;
+  for (int64_t off = 0, i = 0; off < b->bytes(); off += chunk, ++i) {
+    const int64_t n = std::min(chunk, b->bytes() - off);
+    // Rotate the pattern so that tiles differ.
+    const int64_t shift = (i * 7919 * 2) % chunk;
+    const int64_t first = std::min(n, chunk - shift);
+    absl::Status s =
+        b->CopyFromHost(reinterpret_cast<const char*>(pattern->data()) + shift, first, off);
+    if (!s.ok()) return s;
+    if (n > first) {
+      s = b->CopyFromHost(pattern->data(), n - first, off + first);
+      if (!s.ok()) return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+int64_t SumPairs(const AttentionProblem& p, const SparseIndex& idx) {
+  std::vector<int64_t> per(idx.num_heads());
+  ParallelFor(idx.num_heads(),
+              [&](int64_t s) { per[s] = ComputedPairs(p, idx, static_cast<int>(s)); });
+  int64_t total = 0;
+  for (int64_t x : per) total += x;
+  return total;
+}
+
+// Ranges-only: sink 64 + local window 1024 + random 256-key spans (unaligned) until about
+// `density` of the block's causal keys are covered.
+SparseIndex RangesIndex(const AttentionProblem& p, int block_m, double density, uint64_t seed) {
+  SparseIndex idx;
+  std::vector<int> heads(p.num_q_heads);
+  for (int h = 0; h < p.num_q_heads; ++h) heads[h] = h;
+  InitSparseIndex(p, heads, block_m, &idx);
+  std::vector<RowKeys> rows(idx.num_rows());
+  ParallelFor(idx.num_rows(), [&](int64_t r) {
+    const int b = static_cast<int>(r % idx.num_blocks());
+    const BlockGeometry g = GetBlockGeometry(p, idx, b);
+    std::mt19937_64 rng(seed * 1000003 + r);
+    RowKeys& row = rows[r];
+    row.AddRange(0, 64);
+    row.AddRange(g.first_pos - 1023, g.last_pos + 1);
+    const int64_t target = static_cast<int64_t>(density * g.key_end);
+    int64_t covered = std::min<int64_t>(g.key_end, 64 + 1024 + block_m);
+    while (covered < target) {
+      const int64_t st = rng() % g.key_end;
+      row.AddRange(st, st + 256);
+      covered += 256;
+    }
+    row.Normalize(g.key_end);
+  });
+  CompactRows(&rows, &idx);
+  return idx;
+}
+
+// Columns-only: every causal key of the block independently with probability `density`.
+SparseIndex ColumnsIndex(const AttentionProblem& p, int block_m, double density, uint64_t seed) {
+  SparseIndex idx;
+  std::vector<int> heads(p.num_q_heads);
+  for (int h = 0; h < p.num_q_heads; ++h) heads[h] = h;
+  InitSparseIndex(p, heads, block_m, &idx);
+  std::vector<std::vector<int32_t>> cols(idx.num_rows());
+  ParallelFor(idx.num_rows(), [&](int64_t r) {
+    const int b = static_cast<int>(r % idx.num_blocks());
+    const BlockGeometry g = GetBlockGeometry(p, idx, b);
+    std::mt19937_64 rng(seed * 1000003 + r);
+    std::geometric_distribution<int> skip(density);
+    for (int64_t k = skip(rng); k < g.key_end; k += 1 + skip(rng)) {
+      cols[r].push_back(static_cast<int32_t>(k));
+    }
+  });
+  idx.range_indptr.assign(idx.num_rows() + 1, 0);
+  idx.col_indptr.assign(idx.num_rows() + 1, 0);
+  for (int64_t r = 0; r < idx.num_rows(); ++r) {
+    idx.col_indptr[r + 1] = idx.col_indptr[r] + static_cast<int32_t>(cols[r].size());
+  }
+  idx.col_idx.resize(idx.col_indptr.back());
+  ParallelFor(idx.num_rows(), [&](int64_t r) {
+    std::copy(cols[r].begin(), cols[r].end(), idx.col_idx.begin() + idx.col_indptr[r]);
+  });
+  return idx;
+}
+
+int Run(int argc, char** argv) {
+  auto flags = ParseFlags(argc, argv);
+  auto get = [&](const char* k, const char* def) {
+    auto it = flags.find(k);
+    return it == flags.end() ? std::string(def) : it->second;
+  };
+  const std::vector<double> seq_lens = Doubles(get("seq_lens", "8192,32768,131072"));
+  const int heads = std::atoi(get("heads", "32").c_str());
+  const int kv_heads = std::atoi(get("kv_heads", "8").c_str());
+  const int d = std::atoi(get("head_dim", "128").c_str());
+  const int iters = std::atoi(get("iters", "10").c_str());
+  const int warmup = std::atoi(get("warmup", "2").c_str());
+  const std::vector<double> variants = Doubles(get("variants", "1,2,3"));
+  const std::vector<double> sparse_variants = Doubles(get("sparse_variants", "2,3"));
+  const std::vector<double> block_ms = Doubles(get("block_ms", "128"));
+  const std::vector<double> range_dens = Doubles(get("range_densities", "0.1,0.3"));
+  const std::vector<double> col_dens = Doubles(get("col_densities", "0.05,0.2"));
+  const int device = std::atoi(get("device", "0").c_str());
+  const double skip_sparse_above = std::atof(get("skip_sparse_above", "131072").c_str());
+  const bool causal = get("causal", "1") != "0";
+  const DType dtype = get("dtype", "bf16") == "fp16" ? DType::kF16 : DType::kBF16;
+
+  std::string why;
+  const auto devices = ListCudaDevices(&why);
+  if (devices.empty()) {
+    std::fprintf(stderr, "cuda_bench: no CUDA device: %s\n", why.c_str());
+    return 2;
+  }
+  std::fprintf(stderr, "cuda_bench on %s (%d SMs)\n", devices[device].name.c_str(),
+               devices[device].multiprocessors);
+  std::map<int, std::unique_ptr<CudaAttentionEngine>> engines;
+  std::vector<double> all_variants = variants;
+  all_variants.insert(all_variants.end(), sparse_variants.begin(), sparse_variants.end());
+  for (double v : all_variants) {
+    if (engines.count(static_cast<int>(v)) > 0) continue;
+    CudaEngineOptions o;
+    o.kernel_variant = static_cast<int>(v);
+    auto e = CudaAttentionEngine::Create(device, int64_t{1} << 30, o);
+    if (!e.ok()) {
+      std::fprintf(stderr, "engine: %s\n", e.status().ToString().c_str());
+      return 1;
+    }
+    engines[o.kernel_variant] = std::move(*e);
+  }
+  const char* kVariantName[] = {"auto",          "w8", "w4", "wgmma", "wgmma_deep", "hopper",
+                                "hopper_persist"};
+  std::map<int, double> best_dense;  // seq_len -> best dense TFLOP/s of this run
+
+  for (double sl : seq_lens) {
+    const int n = static_cast<int>(sl);
+    AttentionProblem p;
+    p.cu_seqlens_q = {0, n};
+    p.cu_seqlens_k = {0, n};
+    p.num_q_heads = heads;
+    p.num_kv_heads = kv_heads;
+    p.head_dim = d;
+    p.softmax_scale = 1.f / std::sqrt(static_cast<float>(d));
+    p.causal = causal;
+    p.dtype = dtype;
+    p.space = MemorySpace::kCuda;
+    SetContiguousStrides(&p);
+    Buffers b;
+    const int64_t qbytes = int64_t{n} * heads * d * 2, kbytes = int64_t{n} * kv_heads * d * 2;
+    auto alloc = [&](std::unique_ptr<CudaDeviceBuffer>* out, int64_t bytes) {
+      auto r = CudaDeviceBuffer::Allocate(device, bytes);
+      if (!r.ok()) {
+        std::fprintf(stderr, "alloc: %s\n", r.status().ToString().c_str());
+        std::exit(1);
+      }
+      *out = std::move(*r);
+    };
+    alloc(&b.q, qbytes);
+    alloc(&b.k, kbytes);
+    alloc(&b.v, kbytes);
+    alloc(&b.o, qbytes);
+    alloc(&b.lse, int64_t{n} * heads * 4);
+    if (!FillPattern(b.q.get(), 1).ok() || !FillPattern(b.k.get(), 2).ok() ||
+        !FillPattern(b.v.get(), 3).ok()) {
+      std::fprintf(stderr, "fill failed\n");
+      return 1;
+    }
+    p.q.data = b.q->data();
+    p.k.data = b.k->data();
+    p.v.data = b.v->data();
+    p.o = b.o->data();
+    p.maybe_lse = static_cast<float*>(b.lse->data());
+    const double dense_flops = 4.0 * d * static_cast<double>(AllowedPairs(p)) * heads;
+
+    int block_m = 128;
+    auto emit = [&](const std::string& kernel, double density, double flops,
+                    const std::vector<double>& kernel_s, const std::vector<double>& sched_s) {
+      const double ms = Median(kernel_s) * 1e3;
+      const double ms_min = *std::min_element(kernel_s.begin(), kernel_s.end()) * 1e3;
+      const double tflops = flops / (ms * 1e-3) / 1e12;
+      std::string per_pair;
+      if (kernel.rfind("dense", 0) == 0) {
+        best_dense[n] = std::max(best_dense[n], tflops);
+      } else if (best_dense.count(n) > 0) {
+        char buf[96];
+        std::snprintf(buf, sizeof(buf), ", \"dense_tflops\": %.1f, \"vs_dense\": %.3f",
+                      best_dense[n], tflops / best_dense[n]);
+        per_pair = buf;
+      }
+      std::printf(
+          "{\"kernel\": \"%s\", \"seq_len\": %d, \"heads\": %d, \"kv_heads\": %d, "
+          "\"head_dim\": %d, \"causal\": %d, \"dtype\": \"%s\", \"block_m\": %d, "
+          "\"density\": %.4f, \"ms\": %.4f, \"ms_min\": %.4f, \"schedule_ms\": %.4f, "
+          "\"iters\": %d, \"tflops\": %.1f%s, \"device\": \"%s\"}\n",
+          kernel.c_str(), n, heads, kv_heads, d, causal ? 1 : 0, DTypeName(dtype), block_m, density,
+          ms, ms_min, Median(sched_s) * 1e3, static_cast<int>(kernel_s.size()), tflops,
+          per_pair.c_str(), devices[device].name.c_str());
+      std::fflush(stdout);
+    };
+
+    for (double v : variants) {
+      CudaAttentionEngine* engine = engines[static_cast<int>(v)].get();
+      std::vector<double> ks, ss;
+      for (int i = 0; i < warmup + iters; ++i) {
+        CudaStageTimes t;
+        const absl::Status s = engine->RunDense(p, &t);
+        if (!s.ok()) {
+          std::fprintf(stderr, "dense: %s\n", s.ToString().c_str());
+          return 1;
+        }
+        if (i >= warmup) ks.push_back(t.kernel_seconds), ss.push_back(0);
+      }
+      emit(std::string("dense_") + kVariantName[static_cast<int>(v)], 1.0, dense_flops, ks, ss);
+    }
+
+    auto run_sparse = [&](const std::string& name, const SparseIndex& idx) -> int {
+      std::unique_ptr<CudaDeviceBuffer> storage;
+      auto view = UploadSparseIndex(p, idx, device, &storage);
+      if (!view.ok()) {
+        std::fprintf(stderr, "%s upload: %s\n", name.c_str(), view.status().ToString().c_str());
+        return 1;
+      }
+      const double pairs = static_cast<double>(SumPairs(p, idx));
+      for (double v : sparse_variants) {
+        CudaAttentionEngine* engine = engines[static_cast<int>(v)].get();
+        std::vector<double> ks, ss;
+        for (int i = 0; i < warmup + iters; ++i) {
+          CudaStageTimes t;
+          const absl::Status s = engine->RunSparseDeviceIndex(p, *view, &t);
+          if (!s.ok()) {
+            std::fprintf(stderr, "%s: %s\n", name.c_str(), s.ToString().c_str());
+            return 1;
+          }
+          if (i >= warmup) ks.push_back(t.kernel_seconds), ss.push_back(t.schedule_seconds);
+        }
+        emit(name + "_" + kVariantName[static_cast<int>(v)],
+             pairs / (static_cast<double>(AllowedPairs(p)) * heads), 4.0 * d * pairs, ks, ss);
+      }
+      return 0;
+    };
+
+    for (double bm : block_ms) {
+      block_m = static_cast<int>(bm);
+      SparseIndex dense_idx;
+      std::vector<int> all(heads);
+      for (int h = 0; h < heads; ++h) all[h] = h;
+      if (!BuildDenseIndex(p, all, block_m, &dense_idx).ok()) return 1;
+      if (run_sparse("sparse_dense_index", dense_idx) != 0) return 1;
+      if (sl > skip_sparse_above) continue;
+      for (double rd : range_dens) {
+        if (run_sparse("sparse_ranges", RangesIndex(p, block_m, rd, 11)) != 0) return 1;
+      }
+      for (double cd : col_dens) {
+        if (run_sparse("sparse_columns", ColumnsIndex(p, block_m, cd, 12)) != 0) return 1;
+      }
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace spattn
+
+int main(int argc, char** argv) { return spattn::Run(argc, argv); }

@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""Times PyTorch SDPA (cuDNN and flash backends) on cuda_bench's dense shapes and prints the
+same JSON lines; with --ours FILE (cuda_bench's output) it also prints ratio lines:
+ours / SDPA for the dense kernel, and each sparse kernel's effective TFLOP/s over our dense
+kernel at the same length.
+
+Ratios compare lines of the same shape (seq_len, heads, kv_heads, head_dim, causal, dtype).
+
+Usage (GPU machine): python3 sdpa_reference.py --seq_lens 8192,32768,131072 [--causal 0]
+  [--dtype fp16] [--heads 32 --kv_heads 8 --head_dim 128] [--ours bench.jsonl]
+"""
+import argparse
+import json
+import math
+import sys
+
+
+def causal_pairs(n):
+    return n * (n + 1) // 2
+
+
+def time_sdpa(torch, backend, n, heads, kv_heads, d, iters, warmup, causal=True,
+              dtype="bf16"):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    import torch.nn.functional as F
+
+    be = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}[backend]
+    g = torch.Generator(device="cuda").manual_seed(1)
+    dt = torch.float16 if dtype == "fp16" else torch.bfloat16
+    q = torch.randn(1, heads, n, d, device="cuda", dtype=dt, generator=g)
+    k = torch.randn(1, kv_heads, n, d, device="cuda", dtype=dt, generator=g)
+    v = torch.randn(1, kv_heads, n, d, device="cuda", dtype=dt, generator=g)
+    times = []
+    with sdpa_kernel([be]):
+        for i in range(warmup + iters):
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            F.scaled_dot_product_attention(q, k, v, is_causal=causal,
+                                           enable_gqa=kv_heads != heads)
+            end.record()
+            torch.cuda.synchronize()
+            if i >= warmup:
+                times.append(start.elapsed_time(end))
+    times.sort()
+    del q, k, v
+    torch.cuda.empty_cache()
+    return times[len(times) // 2], times[0]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seq_lens", default="8192,32768,131072")
+    ap.add_argument("--heads", type=int, default=32)
+    ap.add_argument("--kv_heads", type=int, default=8)
+    ap.add_argument("--head_dim", type=int, default=128)
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--backends", default="cudnn,flash")
+    ap.add_argument("--causal", type=int, default=1)
+    ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
+    ap.add_argument("--ours", default="", help="cuda_bench JSON lines to compare with")
+    args = ap.parse_args()
+
+    rows = []
+    try:
+        import torch
+        dev = torch.cuda.get_device_name(0)
+        for n in [int(x) for x in args.seq_lens.split(",") if x]:
+            pairs = causal_pairs(n) if args.causal else n * n
+            flops = 4.0 * args.head_dim * pairs * args.heads
+            for backend in args.backends.split(","):
+                try:
+                    ms, ms_min = time_sdpa(torch, backend, n, args.heads, args.kv_heads,
+                                           args.head_dim, args.iters, args.warmup,
+                                           bool(args.causal), args.dtype)
+                except Exception as e:  # a backend may refuse a shape
+                    print(f"# sdpa {backend} {n}: {e}", file=sys.stderr)
+                    continue
+                row = {"kernel": f"sdpa_{backend}", "seq_len": n, "heads": args.heads,
+                       "kv_heads": args.kv_heads, "head_dim": args.head_dim,
+                       "causal": args.causal, "dtype": args.dtype, "density": 1.0,
+                       "ms": round(ms, 4), "ms_min": round(ms_min, 4), "iters": args.iters,
+                       "tflops": round(flops / (ms * 1e-3) / 1e12, 1), "device": dev}
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    except ImportError as e:
+        print(f"# no torch: {e}", file=sys.stderr)
+
+    if not args.ours:
+        return
+    def shape(r):
+        return (r["seq_len"], r["heads"], r["kv_heads"], r["head_dim"], r.get("causal", 1),
+                r.get("dtype", "bf16"))
+
+    ours = [json.loads(l) for l in open(args.ours) if l.startswith("{")]
+    mine = (args.heads, args.kv_heads, args.head_dim, args.causal, args.dtype)
+    ours = [r for r in ours if shape(r)[1:] == mine]
+    tag = (f"{args.heads}/{args.kv_heads} d{args.head_dim} "
+           f"{'causal' if args.causal else 'full'} {args.dtype}")
+    best_dense = {}
+    for r in ours:
+        if r["kernel"].startswith("dense"):
+            n = r["seq_len"]
+            if n not in best_dense or r["tflops"] > best_dense[n]["tflops"]:
+                best_dense[n] = r
+    for r in rows:
+        o = best_dense.get(r["seq_len"])
+        if o:
+            print(json.dumps({"ratio": f"{o['kernel']}/{r['kernel']}", "shape": tag,
+                              "seq_len": r["seq_len"],
+                              "tflops_ratio": round(o["tflops"] / r["tflops"], 3)}))
+    for r in ours:
+        if r["kernel"].startswith("dense") and r["seq_len"] in best_dense:
+            o = best_dense[r["seq_len"]]
+            print(json.dumps({"best_dense": o["kernel"], "seq_len": r["seq_len"],
+                              "tflops": o["tflops"]})) if r is o else None
+        if r["kernel"].startswith("sparse") and r["seq_len"] in best_dense:
+            o = best_dense[r["seq_len"]]
+            print(json.dumps({"ratio": f"{r['kernel']}/{o['kernel']}", "shape": tag,
+                              "seq_len": r["seq_len"],
+                              "density": r["density"],
+                              "tflops_ratio": round(r["tflops"] / o["tflops"], 3)}))
+
+
+if __name__ == "__main__":
+    main()

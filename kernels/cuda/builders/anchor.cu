@@ -1,0 +1,362 @@
+// AnchorAttention (seed 002) on the GPU, the twin of kernels/builders/anchor.cc:
+//  1. Anchor pass, one CTA per (slot, query block): the max of q.k * scale of every row over the
+//     init keys [0, r1) and the group's local window [gfp, row) (tensor-core tiles), averaged
+//     over the block (x_a), and the block's mean scaled query (the CPU's float sums, same order).
+//  2. Stripe scan: a GEMM of the pooled queries (split into bf16 hi + lo, so the products keep
+//     ~16 mantissa bits) against the keys between the init keys and each group's window; a key
+//     is kept for a group when some pooled query of the group has x_a - qbar.k <= theta. Kept
+//     keys go to a bitmap per group.
+//  3. Assembly: init range, the group's local range and its kept keys (as columns) per row.
+#include "kernels/cuda/builders/assembled_common.cuh"
+
+namespace spattn {
+namespace cuda {
+namespace assembled {
+namespace {
+
+constexpr int kAnThreads = 256;
+constexpr int kAnRows = 128;
+constexpr int kAnTileN = 64;
+
+template <int kD>
+constexpr int AnAnchorSmemBytes() {
+  return kAnRows * kD * 2 + 2 * kAnTileN * kD * 2 + kAnRows * 4;
+}
+template <int kD>
+constexpr int AnStripeSmemBytes() {
+  return 2 * kAnTileN * kD * 2;
+}
+
+template <typename T, int kD>
+__global__ void __launch_bounds__(kAnThreads) AnAnchorKernel(AnArgs a) {
+  constexpr int kCh = kD / 8;
+  constexpr int kKS = kD / 16;
+  extern __shared__ __align__(128) char smem[];
+  const uint32_t sQa = SmemAddr(smem);
+  const uint32_t sKa = sQa + kAnRows * kD * 2;
+  float* sMax = reinterpret_cast<float*>(smem + kAnRows * kD * 2 + 2 * kAnTileN * kD * 2);
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int slot = blockIdx.x / a.num_blocks;
+  const int block = blockIdx.x - slot * a.num_blocks;
+  const BlockGeoDev geo = a.geo[block];
+  const AnGroup grp = a.groups[slot * a.groups_per_slot + a.group_of_block[block]];
+  const AttnParams& p = a.p;
+  const int q_head = a.heads[slot];
+  const int kvh = q_head / p.group;
+  const int q_tok0 = p.cu_seqlens_q[geo.seq];
+  const int k_tok0 = p.cu_seqlens_k[geo.seq];
+  const int rows = geo.q_end - geo.q_begin;
+  // Anchor keys: [0, r1) then [gfp, hi); causal rows see the window up to their own position.
+  const int r1 = grp.r1;
+  const int hi = p.causal ? geo.last_pos + 1 : grp.r2_end;
+  const int t1 = (r1 + kAnTileN - 1) / kAnTileN;
+  const int ntiles = t1 + (hi > grp.gfp ? (hi - grp.gfp + kAnTileN - 1) / kAnTileN : 0);
+
+  const T* qg = static_cast<const T*>(p.q) + static_cast<int64_t>(q_head) * p.q_head_stride;
+  const T* kg = static_cast<const T*>(p.k) + static_cast<int64_t>(kvh) * p.k_head_stride;
+  LoadTileAsync(
+      sQa, kAnRows, rows, kCh,
+      [&](int r) { return qg + static_cast<int64_t>(q_tok0 + geo.q_begin + r) * p.q_token_stride; },
+      tid, kAnThreads);
+  auto tile_span = [&](int t, int& start, int& n) {
+    if (t < t1) {
+      start = t * kAnTileN;
+      n = min(kAnTileN, r1 - start);
+    } else {
+      start = grp.gfp + (t - t1) * kAnTileN;
+      n = min(kAnTileN, hi - start);
+    }
+  };
+  auto issue = [&](int t) {
+    int start, n;
+    tile_span(t, start, n);
+    LoadTileAsync(
+        sKa + (t & 1) * kAnTileN * kD * 2, kAnTileN, n, kCh,
+        [&](int r) { return kg + static_cast<int64_t>(k_tok0 + start + r) * p.k_token_stride; },
+        tid, kAnThreads);
+  };
+  if (ntiles > 0) issue(0);
+  CpAsyncCommit();
+
+  const int row0 = warp * 16;
+  const bool active = row0 < rows;
+  float mx[2] = {kNegInf, kNegInf};
+  int pos_h[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) pos_h[h] = geo.first_pos + row0 + g + 8 * h;
+  uint32_t qf[kKS][4];
+  if (ntiles == 0) CpAsyncWait<0>();
+
+  for (int t = 0; t < ntiles; ++t) {
+    if (t + 1 < ntiles) issue(t + 1);
+    CpAsyncCommit();
+    CpAsyncWait<1>();
+    __syncthreads();
+    if (t == 0 && active) {
+#pragma unroll
+      for (int ks = 0; ks < kKS; ++ks) LoadA(sQa, row0, ks, kCh, lane, qf[ks]);
+    }
+    if (active) {
+      int start, n;
+      tile_span(t, start, n);
+      const uint32_t kst = sKa + (t & 1) * kAnTileN * kD * 2;
+      float s[8][4];
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[nt][e] = 0.f;
+      }
+#pragma unroll
+      for (int ks = 0; ks < kKS; ++ks) {
+#pragma unroll
+        for (int np = 0; np < 4; ++np) {
+          uint32_t b[4];
+          LoadB2(kst, np * 16, ks, kCh, lane, b);
+          Mma<T>::Run(s[2 * np], qf[ks], b[0], b[1]);
+          Mma<T>::Run(s[2 * np + 1], qf[ks], b[2], b[3]);
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int col = nt * 8 + 2 * t4 + (e & 1);
+          const int key = start + col;
+          const int h = e >> 1;
+          const bool ok = col < n && (!p.causal || key <= pos_h[h]);
+          if (ok) mx[h] = fmaxf(mx[h], s[nt][e] * a.softmax_scale);
+        }
+      }
+    }
+    __syncthreads();
+  }
+  CpAsyncWait<0>();
+  __syncthreads();
+  if (active) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float m = QuadMax(mx[h]);
+      const int r = row0 + g + 8 * h;
+      if (t4 == 0 && r < rows) sMax[r] = m;
+    }
+  }
+  __syncthreads();
+  const int64_t out = static_cast<int64_t>(slot) * a.num_blocks + block;
+  if (tid == 0) {
+    double sum = 0;
+    for (int r = 0; r < rows; ++r) sum += sMax[r];
+    a.xa[out] = static_cast<float>(sum / rows);
+  }
+  // Pooled scaled query: the CPU's float sums in row order.
+  const float scale = a.softmax_scale;
+  for (int c = tid; c < kD; c += kAnThreads) {
+    float acc = 0.f;
+    for (int r = 0; r < rows; ++r) {
+      const T v = *reinterpret_cast<const T*>(smem + TileElemOff(r, c, kCh));
+      acc = __fadd_rn(acc, __fmul_rn(ToF(v), scale));
+    }
+    a.qbar[out * kD + c] = __fdiv_rn(acc, static_cast<float>(rows));
+  }
+}
+
+// Stripe scan: warp w takes m-tile item.tile_begin + w (16 pooled queries of one group).
+template <typename T, int kD>
+__global__ void __launch_bounds__(kAnThreads) AnStripeKernel(AnArgs a) {
+  constexpr int kCh = kD / 8;
+  constexpr int kKS = kD / 16;
+  extern __shared__ __align__(128) char smem[];
+  const uint32_t sKa = SmemAddr(smem);
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, t4 = lane & 3;
+  const AnItem item = a.items[blockIdx.x];
+  const AttnParams& p = a.p;
+  const AnGroup g0 = a.groups[a.tiles[item.tile_begin].group];
+  const int kvh = a.heads[g0.slot] / p.group;
+  const int k_tok0 = p.cu_seqlens_k[g0.seq];
+  const T* kg = static_cast<const T*>(p.k) + static_cast<int64_t>(kvh) * p.k_head_stride;
+
+  const bool has_tile = warp < item.tile_count;
+  AnTile tile{0, 0, 0};
+  AnGroup grp = g0;
+  if (has_tile) {
+    tile = a.tiles[item.tile_begin + warp];
+    grp = a.groups[tile.group];
+  }
+  // A fragments of the pooled queries, split hi + lo; x_a of rows g and g + 8.
+  uint32_t ahi[kKS][4], alo[kKS][4];
+  float xa[2];
+  {
+    const int64_t row_base =
+        static_cast<int64_t>(grp.slot) * a.num_blocks + grp.first_block + tile.row_begin;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = g + 8 * h;
+      xa[h] = has_tile && r < tile.rows ? a.xa[row_base + r] : __int_as_float(0x7fffffff);
+    }
+#pragma unroll
+    for (int ks = 0; ks < kKS; ++ks) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = g + 8 * (e & 1);
+        const int c = ks * 16 + 2 * t4 + 8 * (e >> 1);
+        float x0 = 0.f, x1 = 0.f;
+        if (has_tile && r < tile.rows) {
+          const float2 v = *reinterpret_cast<const float2*>(a.qbar + (row_base + r) * kD + c);
+          x0 = v.x;
+          x1 = v.y;
+        }
+        SplitPair<T>(x0, x1, ahi[ks][e], alo[ks][e]);
+      }
+    }
+  }
+  const int kb = item.key_begin, ke = item.key_end;
+  const int ntiles = (ke - kb + kAnTileN - 1) / kAnTileN;
+  auto issue = [&](int t) {
+    const int j = kb + t * kAnTileN;
+    LoadTileAsync(
+        sKa + (t & 1) * kAnTileN * kD * 2, kAnTileN, min(kAnTileN, ke - j), kCh,
+        [&](int r) { return kg + static_cast<int64_t>(k_tok0 + j + r) * p.k_token_stride; }, tid,
+        kAnThreads);
+  };
+  issue(0);
+  CpAsyncCommit();
+  for (int t = 0; t < ntiles; ++t) {
+    if (t + 1 < ntiles) issue(t + 1);
+    CpAsyncCommit();
+    CpAsyncWait<1>();
+    __syncthreads();
+    const int j = kb + t * kAnTileN;
+    const bool overlap = has_tile && ((j < grp.b1 && j + kAnTileN > grp.a1 && grp.a1 < grp.b1) ||
+                                      (j < grp.b2 && j + kAnTileN > grp.a2 && grp.a2 < grp.b2));
+    if (overlap) {
+      const uint32_t kst = sKa + (t & 1) * kAnTileN * kD * 2;
+      float s[8][4];
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[nt][e] = 0.f;
+      }
+#pragma unroll
+      for (int ks = 0; ks < kKS; ++ks) {
+#pragma unroll
+        for (int np = 0; np < 4; ++np) {
+          uint32_t b[4];
+          LoadB2(kst, np * 16, ks, kCh, lane, b);
+          Mma<T>::Run(s[2 * np], ahi[ks], b[0], b[1]);
+          Mma<T>::Run(s[2 * np + 1], ahi[ks], b[2], b[3]);
+          Mma<T>::Run(s[2 * np], alo[ks], b[0], b[1]);
+          Mma<T>::Run(s[2 * np + 1], alo[ks], b[2], b[3]);
+        }
+      }
+      uint32_t words[2] = {0u, 0u};
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int key = j + nt * 8 + 2 * t4 + e;
+          const bool cand = (key >= grp.a1 && key < grp.b1) || (key >= grp.a2 && key < grp.b2);
+          // NaN x_a (padding rows) never passes.
+          const bool pass =
+              cand && (xa[0] - s[nt][e] <= a.theta || xa[1] - s[nt][2 + e] <= a.theta);
+          uint32_t bal = __ballot_sync(0xffffffffu, pass);  // lane 4 g + t4
+          bal |= bal >> 16;
+          bal |= bal >> 8;
+          bal |= bal >> 4;  // bit t4: column 8 nt + 2 t4 + e kept by some row
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            words[nt >> 2] |= ((bal >> q) & 1u) << ((nt & 3) * 8 + 2 * q + e);
+          }
+        }
+      }
+      if (lane == 0) {
+        uint32_t* bm = a.bitmaps + grp.bitmap_off + (j >> 5);
+        if (words[0] != 0u) atomicOr(bm, words[0]);
+        if (words[1] != 0u) atomicOr(bm + 1, words[1]);
+      }
+    }
+    __syncthreads();
+  }
+  CpAsyncWait<0>();
+}
+
+struct AnSrc {
+  AnAsmArgs a;
+  struct Shared {
+    int init_end, gfp, glp;
+    int bm_words;
+    int64_t bm_off;
+  };
+  __device__ void Begin(int unit, Shared& sh, RowCtx& ctx) const {
+    const int slot = unit / a.num_blocks, block = unit - slot * a.num_blocks;
+    const BlockGeoDev g = a.geo[block];
+    const AnGroup grp = a.groups[slot * a.groups_per_slot + a.group_of_block[block]];
+    ctx.key_end = g.key_end;
+    ctx.block = block;
+    ctx.num_slots = 1;
+    ctx.slots[0] = slot;
+    sh.init_end = grp.init_end;
+    sh.gfp = grp.gfp;
+    sh.glp = grp.glp;
+    sh.bm_words = (grp.k_len + 31) / 32;
+    sh.bm_off = grp.bitmap_off;
+  }
+  __device__ void SetBits(const RowCtx& ctx, const Shared& sh, uint32_t* R, uint32_t* C,
+                          int64_t wbase) const {
+    OrSpanBlock(R, wbase, 0, sh.init_end);
+    OrSpanBlock(R, wbase, sh.gfp, static_cast<int64_t>(sh.glp) + 1);
+    for (int i = threadIdx.x; i < kAsmArrayWords; i += blockDim.x) {
+      const int64_t w = wbase + i;
+      if (w >= 0 && w < sh.bm_words) C[i] = a.bitmaps[sh.bm_off + w];
+    }
+  }
+};
+
+template <typename T, int kD>
+cudaError_t AnLaunchTyped(const AnArgs& a, cudaStream_t stream) {
+  auto anchor = AnAnchorKernel<T, kD>;
+  auto stripe = AnStripeKernel<T, kD>;
+  cudaError_t err = cudaFuncSetAttribute(anchor, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         AnAnchorSmemBytes<kD>());
+  if (err != cudaSuccess) return err;
+  err = cudaFuncSetAttribute(stripe, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             AnStripeSmemBytes<kD>());
+  if (err != cudaSuccess) return err;
+  const int64_t blocks = static_cast<int64_t>(a.num_slots) * a.num_blocks;
+  if (blocks > 0) {
+    anchor<<<static_cast<unsigned>(blocks), kAnThreads, AnAnchorSmemBytes<kD>(), stream>>>(a);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+  }
+  if (a.num_items > 0) {
+    stripe<<<a.num_items, kAnThreads, AnStripeSmemBytes<kD>(), stream>>>(a);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+  }
+  return cudaSuccess;
+}
+
+}  // namespace
+}  // namespace assembled
+
+cudaError_t LaunchAnchorSelect(const AnArgs& a, cudaStream_t stream) {
+  using namespace assembled;
+  const bool bf16 = a.p.dtype == DType::kBF16;
+  if (a.p.head_dim == 64) {
+    return bf16 ? AnLaunchTyped<__nv_bfloat16, 64>(a, stream)
+                : AnLaunchTyped<__half, 64>(a, stream);
+  }
+  if (a.p.head_dim == 128) {
+    return bf16 ? AnLaunchTyped<__nv_bfloat16, 128>(a, stream)
+                : AnLaunchTyped<__half, 128>(a, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t LaunchAnchorAssemble(const AnAsmArgs& a, const AsmOut& out, bool fill,
+                                 cudaStream_t stream) {
+  assembled::AnSrc src{a};
+  return assembled::LaunchAssemble(src, a.num_slots * a.num_blocks, out, fill, stream);
+}
+
+}  // namespace cuda
+}  // namespace spattn

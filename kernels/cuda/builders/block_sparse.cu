@@ -1,0 +1,218 @@
+// GPU index builder of block_sparse (MInference, seed 000, Alg. 3), the twin of
+// kernels/builders/block_sparse.cc, and the pooled keys flex_prefill shares.
+//
+// Pooled keys and queries are fp32 means summed in row order, and each block logit one FMA chain
+// over the head dimension, exactly as PooledKeys / MeanPool / ColumnDots compute them on the CPU
+// (fp32, not tensor cores: rounding the means to bf16 or tf32 would change which blocks win; the
+// whole product is S/B x S/B x d per head, ~1% of the sparse kernel's work at B = 64). So the
+// top-k per query block — the diagonal blocks forced first, equal logits by lower block — is the
+// CPU's, block for block.
+#include <algorithm>
+
+#include "kernels/cuda/builders/estimate.cuh"
+#include "kernels/cuda/builders/merged_kernels.h"
+
+namespace spattn {
+namespace cuda {
+namespace merged {
+namespace {
+
+constexpr int kRowThreads = 256;
+
+template <typename T>
+__global__ void PoolKeysKernel(PoolKeysParams p) {
+  const T* k = static_cast<const T*>(p.k);
+  const int64_t total = static_cast<int64_t>(p.num_kv_heads) * p.total_kb * p.head_dim;
+  for (int64_t u = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; u < total;
+       u += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int c = static_cast<int>(u % p.head_dim);
+    const int64_t hb = u / p.head_dim;
+    const int kb_global = static_cast<int>(hb % p.total_kb);
+    const int h = static_cast<int>(hb / p.total_kb);
+    int lo = 0, hi = p.batch - 1;  // last sequence whose first key block is <= kb_global
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) >> 1;
+      if (p.kb_offsets[mid] <= kb_global) {
+        lo = mid;
+      } else {
+        hi = mid - 1;
+      }
+    }
+    const int seq = lo;
+    const int kl = p.cu_k[seq + 1] - p.cu_k[seq];
+    const int r0 = (kb_global - p.kb_offsets[seq]) * p.block;
+    const int r1 = min(kl, r0 + p.block);
+    float acc = 0.f;
+    for (int r = r0; r < r1; ++r) {
+      acc = __fadd_rn(acc, LoadAsFloat(k, static_cast<int64_t>(p.cu_k[seq]) + r, p.k_token_stride,
+                                       h, p.k_head_stride, c));
+    }
+    p.out[u] = __fmul_rn(acc, __fdiv_rn(1.f, static_cast<float>(r1 - r0)));
+  }
+}
+
+struct BsSmem {
+  int64_t qs, ks, logits, flags, total;
+};
+
+__host__ __device__ inline int64_t Align16(int64_t x) { return (x + 15) / 16 * 16; }
+
+__host__ __device__ inline BsSmem BsLayout(int d, int max_rows, int nk_max) {
+  BsSmem l;
+  l.qs = 0;
+  l.ks = Align16(static_cast<int64_t>(max_rows) * d * 4);
+  l.logits = l.ks + Align16(static_cast<int64_t>(64) * (d + 1) * 4);
+  l.flags = l.logits + Align16(static_cast<int64_t>(max_rows) * nk_max * 4);
+  l.total = l.flags + Align16(static_cast<int64_t>(kRowThreads / 32) * nk_max);  // per warp
+  return l;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kRowThreads) BlockSparseRowsKernel(BlockRowsParams p) {
+  constexpr int kWarps = kRowThreads / 32;
+  __shared__ int warp_hist[kWarps][256];
+  extern __shared__ __align__(16) unsigned char smem[];
+  const BsSmem lay = BsLayout(p.head_dim, p.max_rows, p.nk_max);
+  float* qs = reinterpret_cast<float*>(smem + lay.qs);
+  float* ks = reinterpret_cast<float*>(smem + lay.ks);
+  float* logits = reinterpret_cast<float*>(smem + lay.logits);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  uint8_t* flags = smem + lay.flags + static_cast<int64_t>(warp) * p.nk_max;
+  int* hist = warp_hist[warp];
+
+  const RowGroup grp = p.groups[blockIdx.x];
+  const PooledSeq s = p.seqs[grp.seq];
+  const int qh = p.slot_head[grp.slot];
+  const int kvh = qh / p.group;
+  const int bs = p.block, d = p.head_dim;
+  const int nk = s.nk;
+  PoolQueries<T, kRowThreads>(static_cast<const T*>(p.q), p.q_token_stride, qh, p.q_head_stride,
+                              s.q_begin, s.ql, grp.first_block, grp.rows, bs, d, p.scale, qs);
+  auto visible_of = [&](int r, int* first_pos, int* last_pos, int* key_end) {
+    const int q_begin = (grp.first_block + r) * bs;
+    const int q_end = min(q_begin + bs, s.ql);
+    *first_pos = s.kl - s.ql + q_begin;
+    *last_pos = s.kl - s.ql + q_end - 1;
+    *key_end = p.causal ? *last_pos + 1 : s.kl;
+    return p.causal ? min(nk, *last_pos / bs + 1) : nk;
+  };
+  int fp, lp, ke;
+  const int vis_max = visible_of(grp.rows - 1, &fp, &lp, &ke);
+  const float* pk = p.pooled_k + (static_cast<int64_t>(kvh) * p.total_kb + s.kb_base) * d;
+  PooledDots<kRowThreads>(qs, grp.rows, d, pk, vis_max, ks,
+                          [&](int r, int kb, float l) { logits[r * nk + kb] = l; });
+
+  // One warp per row: top-k with the diagonal blocks forced first, then runs of blocks.
+  for (int r = warp; r < grp.rows; r += kWarps) {
+    int first_pos, last_pos, key_end;
+    const int vis = visible_of(r, &first_pos, &last_pos, &key_end);
+    const int diag_first = first_pos / bs;
+    const int diag_last = min(vis - 1, last_pos / bs);
+    const int forced = max(0, diag_last - diag_first + 1);
+    const int k = min(max(p.top_k, forced), vis);
+    const float* lr = logits + r * nk;
+    auto key_of = [&](int i, unsigned long long* key) {
+      *key =
+          (i >= diag_first && i <= diag_last) ? kKeyPosInf : DoubleKey(static_cast<double>(lr[i]));
+      return true;
+    };
+    const TopKRule rule = WarpTopKRule(vis, k, key_of, hist);
+    for (int i = lane; i < vis; i += 32) flags[i] = 0;
+    __syncwarp();
+    WarpApplyRule(vis, rule, key_of, [&](int i, int) { flags[i] = 1; });
+    __syncwarp();
+    const int64_t row =
+        static_cast<int64_t>(grp.slot) * p.num_blocks + s.block_base + grp.first_block + r;
+    int32_t* ts = p.tmp_start + row * p.cap;
+    int32_t* te = p.tmp_end + row * p.cap;
+    const int n = WarpBlockRuns(flags, vis, bs, key_end,
+                                [&](int ri, bool starts, bool ends, int start, int end) {
+                                  if (starts) ts[ri] = start;
+                                  if (ends) te[ri] = end;
+                                });
+    if (lane == 0) p.range_count[row] = n;
+    __syncwarp();  // flags are reused by the warp's next row
+  }
+}
+
+__global__ void CompactRangesKernel(const int32_t* tmp_start, const int32_t* tmp_end, int cap,
+                                    int64_t rows, const int32_t* indptr, int32_t* range_start,
+                                    int32_t* range_len) {
+  for (int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; r < rows;
+       r += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int32_t o = indptr[r], n = indptr[r + 1] - o;
+    for (int t = 0; t < n; ++t) {
+      const int32_t st = tmp_start[r * cap + t];
+      range_start[o + t] = st;
+      range_len[o + t] = tmp_end[r * cap + t] - st;
+    }
+  }
+}
+
+int Grid(int64_t n, int threads) {
+  return static_cast<int>(
+      std::max<int64_t>(1, std::min<int64_t>((n + threads - 1) / threads, 65535)));
+}
+
+}  // namespace
+
+int64_t BlockSparseSmemBytes(int head_dim, int max_rows, int nk_max) {
+  return BsLayout(head_dim, max_rows, nk_max).total;
+}
+
+cudaError_t LaunchPoolKeys(const PoolKeysParams& p, cudaStream_t stream) {
+  const int64_t n = static_cast<int64_t>(p.num_kv_heads) * p.total_kb * p.head_dim;
+  if (n == 0) return cudaSuccess;
+  switch (p.dtype) {
+    case DType::kBF16:
+      PoolKeysKernel<__nv_bfloat16><<<Grid(n, 256), 256, 0, stream>>>(p);
+      break;
+    case DType::kF16:
+      PoolKeysKernel<__half><<<Grid(n, 256), 256, 0, stream>>>(p);
+      break;
+    case DType::kF32:
+      return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchBlockSparseRows(const BlockRowsParams& p, cudaStream_t stream) {
+  if (p.num_groups == 0) return cudaSuccess;
+  const int64_t bytes = BsLayout(p.head_dim, p.max_rows, p.nk_max).total;
+  if (p.max_rows > 4 * (kRowThreads / 64)) return cudaErrorInvalidValue;
+  cudaError_t err;
+  switch (p.dtype) {
+    case DType::kBF16: {
+      auto kernel = BlockSparseRowsKernel<__nv_bfloat16>;
+      err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 static_cast<int>(bytes));
+      if (err != cudaSuccess) return err;
+      kernel<<<p.num_groups, kRowThreads, bytes, stream>>>(p);
+      break;
+    }
+    case DType::kF16: {
+      auto kernel = BlockSparseRowsKernel<__half>;
+      err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 static_cast<int>(bytes));
+      if (err != cudaSuccess) return err;
+      kernel<<<p.num_groups, kRowThreads, bytes, stream>>>(p);
+      break;
+    }
+    case DType::kF32:
+      return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchCompactRanges(const int32_t* tmp_start, const int32_t* tmp_end, int cap,
+                                int64_t rows, const int32_t* range_indptr, int32_t* range_start,
+                                int32_t* range_len, cudaStream_t stream) {
+  if (rows == 0) return cudaSuccess;
+  CompactRangesKernel<<<Grid(rows, 256), 256, 0, stream>>>(tmp_start, tmp_end, cap, rows,
+                                                           range_indptr, range_start, range_len);
+  return cudaGetLastError();
+}
+
+}  // namespace merged
+}  // namespace cuda
+}  // namespace spattn

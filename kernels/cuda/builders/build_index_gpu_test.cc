@@ -1,0 +1,710 @@
+// BuildIndexOnGpu against BuildSparseIndex, for every method of kAllMethods: the GPU index is the
+// CPU twin's row for row where the arithmetic is the same (dense, a_shape, block_sparse,
+// sample_attention, anchor; vertical_slash and flex_prefill on integer Q/K, where every logit is
+// exact), within stated tolerances of recall and density where it is not (Saap's bf16
+// classifier; vertical_slash / flex_prefill exp rounding at near-ties). Every GPU index is
+// checked against the format's invariants, its per-slot computed pairs (counted on the device)
+// against ComputedPairs of its download, and the sparse kernel over the device-resident index
+// against the exact attention of that index. Method-specific cases (Saap on planted clusters,
+// precise error codes) follow. Skips (with the reason) without a GPU.
+#include "kernels/cuda/builders/build_index_gpu.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/builders/build_index.h"
+#include "kernels/builders/testing/method_testing.h"
+#include "kernels/calibration/saap_calibration.h"
+#include "kernels/cuda/attention/attention_cuda.h"
+#include "kernels/cuda/attention/cuda_test_util.h"
+#include "kernels/cuda/common/cuda_runtime.h"
+#include "kernels/fidelity.h"
+#include "kernels/host_problem.h"
+#include "kernels/workload/workload.h"
+
+namespace spattn {
+namespace {
+
+using cuda_test::DeviceProblem;
+
+#define SKIP_WITHOUT_GPU()                                                        \
+  do {                                                                            \
+    std::string why;                                                              \
+    if (ListCudaDevices(&why).empty()) GTEST_SKIP() << "no CUDA device: " << why; \
+  } while (0)
+
+// Random Q/K/V; with integer_qk, Q/K in {-1, 0, 1} and a power-of-two scale, so that every logit
+// is exact on both sides.
+std::unique_ptr<HostProblem> MakeProblem(std::vector<int32_t> q, std::vector<int32_t> k, int hq,
+                                         int hkv, int d, DType dtype, bool causal, uint64_t seed,
+                                         bool integer_qk) {
+  ProblemShape s;
+  s.q_lens = std::move(q);
+  s.k_lens = std::move(k);
+  s.num_q_heads = hq;
+  s.num_kv_heads = hkv;
+  s.head_dim = d;
+  s.dtype = dtype;
+  s.causal = causal;
+  // A power of two: with integer Q/K every logit is exact on both sides.
+  if (integer_qk) s.softmax_scale = d == 64 ? 0.125f : 0.0625f;
+  auto hp = std::make_unique<HostProblem>(s);
+  hp->FillRandom(seed);
+  if (integer_qk) {
+    std::mt19937_64 rng(seed * 7919 + 1);
+    for (std::vector<uint8_t>* t : {&hp->q_bytes(), &hp->k_bytes()}) {
+      uint16_t* h = reinterpret_cast<uint16_t*>(t->data());
+      for (size_t i = 0; i < t->size() / 2; ++i) {
+        const float v = static_cast<float>(static_cast<int>(rng() % 3) - 1);
+        h[i] = dtype == DType::kBF16 ? FloatToBf16(v) : FloatToFp16(v);
+      }
+    }
+  }
+  return hp;
+}
+
+std::string Describe(const AttentionProblem& p) {
+  std::string s = "q_lens=";
+  for (int b = 0; b < p.batch(); ++b) absl::StrAppend(&s, b ? "," : "", p.q_len(b));
+  absl::StrAppend(&s, " k_lens=");
+  for (int b = 0; b < p.batch(); ++b) absl::StrAppend(&s, b ? "," : "", p.k_len(b));
+  absl::StrAppend(&s, " heads=", p.num_q_heads, "/", p.num_kv_heads, " d=", p.head_dim,
+                  p.causal ? " causal" : " full", " ", DTypeName(p.dtype));
+  return s;
+}
+
+std::vector<int> AllHeads(int n) {
+  std::vector<int> h(n);
+  for (int i = 0; i < n; ++i) h[i] = i;
+  return h;
+}
+
+std::string RowString(const SparseIndex& idx, int64_t r) {
+  std::string s;
+  for (int32_t e = idx.range_indptr[r]; e < idx.range_indptr[r + 1]; ++e) {
+    absl::StrAppend(&s, "[", idx.range_start[e], ",", idx.range_start[e] + idx.range_len[e], ")");
+  }
+  int shown = 0;
+  for (int32_t e = idx.col_indptr[r]; e < idx.col_indptr[r + 1]; ++e) {
+    if (++shown > 12) {
+      absl::StrAppend(&s, " ...(", idx.col_indptr[r + 1] - idx.col_indptr[r], " cols)");
+      break;
+    }
+    absl::StrAppend(&s, " c", idx.col_idx[e]);
+  }
+  return s;
+}
+
+bool SameRow(const SparseIndex& a, const SparseIndex& b, int64_t r) {
+  const int32_t na = a.range_indptr[r + 1] - a.range_indptr[r];
+  const int32_t nb = b.range_indptr[r + 1] - b.range_indptr[r];
+  const int32_t ca = a.col_indptr[r + 1] - a.col_indptr[r];
+  const int32_t cb = b.col_indptr[r + 1] - b.col_indptr[r];
+  if (na != nb || ca != cb) return false;
+  for (int32_t i = 0; i < na; ++i) {
+    if (a.range_start[a.range_indptr[r] + i] != b.range_start[b.range_indptr[r] + i] ||
+        a.range_len[a.range_indptr[r] + i] != b.range_len[b.range_indptr[r] + i]) {
+      return false;
+    }
+  }
+  for (int32_t i = 0; i < ca; ++i) {
+    if (a.col_idx[a.col_indptr[r] + i] != b.col_idx[b.col_indptr[r] + i]) return false;
+  }
+  return true;
+}
+
+struct Agreement {
+  int64_t rows = 0;
+  int64_t differing = 0;
+  std::string first_difference;
+  double cpu_recall = 0, gpu_recall = 0, cpu_density = 0, gpu_density = 0;
+};
+
+// Row-by-row comparison, plus recall and density of both when some rows differ.
+Agreement Compare(const AttentionProblem& p, const SparseIndex& cpu, const SparseIndex& gpu,
+                  int recall_rows) {
+  Agreement a;
+  a.rows = cpu.num_rows();
+  for (int64_t r = 0; r < a.rows; ++r) {
+    if (SameRow(cpu, gpu, r)) continue;
+    if (a.differing++ == 0) {
+      a.first_difference =
+          absl::StrCat("slot ", r / cpu.num_blocks(), " block ", r % cpu.num_blocks(), ": cpu ",
+                       RowString(cpu, r), " | gpu ", RowString(gpu, r));
+    }
+  }
+  if (a.differing > 0) {
+    auto fc = SummarizeFidelity(p, cpu, recall_rows, 1);
+    auto fg = SummarizeFidelity(p, gpu, recall_rows, 1);
+    if (fc.ok() && fg.ok()) {
+      a.cpu_recall = fc->recall_mean;
+      a.gpu_recall = fg->recall_mean;
+      a.cpu_density = fc->density_mean;
+      a.gpu_density = fg->density_mean;
+    }
+  }
+  return a;
+}
+
+// What one method is tested with: its configurations and how close to the CPU the GPU must be.
+struct MethodCases {
+  std::vector<MethodConfig> configs;
+  bool integer_qk = false;  // exact logits (the estimating builders of vertical_slash / flex)
+  double max_diff_share = 0, recall_tol = 0, density_tol = 0;
+  bool needs_assets = false;  // saap
+};
+
+std::vector<MethodConfig> SmallConfigs() {
+  std::vector<MethodConfig> out;
+  MethodConfig c;
+  c.method = Method::kVerticalSlash;
+  c.vertical_slash = {64, 30, 40, 5, 8};
+  out.push_back(c);
+  c.vertical_slash = {100, 200, 300, 0, 1};  // two row chunks, long column runs, many lines
+  out.push_back(c);
+  c = MethodConfig();
+  c.method = Method::kBlockSparse;
+  c.block_sparse = {64, 3};
+  out.push_back(c);
+  c.block_sparse = {32, 5};
+  out.push_back(c);
+  c = MethodConfig();
+  c.method = Method::kFlexPrefill;
+  c.flex_prefill.block_size = 64;
+  c.flex_prefill.min_budget = 32;
+  c.flex_prefill.tau = 0.f;  // every head vertical-slash
+  out.push_back(c);
+  c.flex_prefill.tau = 1.f;  // every head query-aware, flattened
+  c.flex_prefill.min_budget = 128;
+  out.push_back(c);
+  c.flex_prefill.block_size = 32;  // query-aware per block, with a maximum
+  c.flex_prefill.flatten = false;
+  c.flex_prefill.min_budget = 0;
+  c.flex_prefill.max_budget = 256;
+  out.push_back(c);
+  c = MethodConfig();
+  c.method = Method::kFlexPrefill;  // paper defaults (mixed decisions)
+  c.flex_prefill.gamma = 0.95f;
+  out.push_back(c);
+  return out;
+}
+
+MethodCases CasesFor(Method m) {
+  MethodCases mc;
+  MethodConfig c;
+  c.method = m;
+  switch (m) {
+    case Method::kDense:
+      mc.configs = {c};
+      break;
+    case Method::kAShape:
+      mc.configs.push_back(c);
+      c.a_shape.sink_tokens = 64;
+      c.a_shape.local_tokens = 256;
+      mc.configs.push_back(c);
+      c.a_shape.sink_tokens = 0;
+      c.a_shape.local_tokens = 1;
+      mc.configs.push_back(c);
+      break;
+    case Method::kVerticalSlash:
+    case Method::kBlockSparse:
+    case Method::kFlexPrefill:
+      for (const MethodConfig& s : SmallConfigs()) {
+        if (s.method == m) mc.configs.push_back(s);
+      }
+      mc.integer_qk = true;
+      // glibc's expf vs exp through double may swap two near-equal lines (block_sparse computes
+      // the CPU's exact operations: no difference allowed).
+      if (m != Method::kBlockSparse)
+        mc.max_diff_share = 0.02, mc.recall_tol = mc.density_tol = 0.005;
+      break;
+    case Method::kSampleAttention: {
+      struct P {
+        float ac, as;
+        int chunk_n, blk, local;
+      };
+      // Flat random attention needs low alphas to be sparse (0.95 keeps nearly every block).
+      for (const P& pr : {P{0.95f, 0.95f, 2, 128, 128}, P{0.5f, 0.5f, 3, 64, 0},
+                          P{0.6f, 0.3f, 1, 16, 40}, P{0.4f, 0.7f, 5, 32, 1}}) {
+        c.sample_attention.alpha_c = pr.ac;
+        c.sample_attention.alpha_s = pr.as;
+        c.sample_attention.chunk_n = pr.chunk_n;
+        c.sample_attention.block_size = pr.blk;
+        c.sample_attention.local_tokens = pr.local;
+        mc.configs.push_back(c);
+      }
+      mc.max_diff_share = 0.02, mc.recall_tol = mc.density_tol = 0.01;
+      break;
+    }
+    case Method::kAnchor: {
+      struct P {
+        float theta;
+        int step, blk, init;
+      };
+      // Random logits differ by a few units: theta 12 keeps every key, 1-2 keeps some.
+      for (const P& pr :
+           {P{12.f, 16, 128, 2048}, P{1.f, 4, 64, 64}, P{2.f, 3, 32, 100}, P{1.5f, 20, 16, 0}}) {
+        c.anchor.theta = pr.theta;
+        c.anchor.step = pr.step;
+        c.anchor.block_size = pr.blk;
+        c.anchor.init_tokens = pr.init;
+        mc.configs.push_back(c);
+      }
+      mc.max_diff_share = 0.02, mc.recall_tol = mc.density_tol = 0.01;
+      break;
+    }
+    case Method::kSaap:
+      c.saap.num_centroids = 32;
+      c.saap.top_l = 4;
+      c.saap.sink_tokens = 3;
+      c.saap.local_tokens = 50;
+      mc.configs.push_back(c);
+      c.saap.sink_tokens = c.saap.local_tokens = 0;
+      mc.configs.push_back(c);
+      // bf16 classifier weights move near-tied buckets: rows may differ, recall and density not.
+      mc.max_diff_share = 0.25, mc.recall_tol = mc.density_tol = 0.03;
+      mc.needs_assets = true;
+      break;
+  }
+  return mc;
+}
+
+struct Shape {
+  std::vector<int32_t> q, k;
+  int hq, hkv, d;
+  DType dtype;
+  bool causal;
+};
+
+// One token, odd and prime lengths, GQA 1 / 4 / 8, varlen with empty and chunked sequences, a
+// non-causal batch, fp16, d 64 and 128.
+const std::vector<Shape>& Shapes() {
+  static const std::vector<Shape> shapes = {
+      {{1}, {}, 2, 2, 64, DType::kBF16, true},
+      {{777}, {}, 4, 1, 128, DType::kBF16, true},
+      {{257, 64, 1, 0}, {257, 1000, 7, 5}, 8, 2, 128, DType::kBF16, true},
+      {{63, 1000, 1, 300}, {63, 1500, 7, 301}, 8, 2, 64, DType::kBF16, true},
+      {{2049, 130}, {5000, 130}, 8, 1, 128, DType::kBF16, true},
+      {{500, 129}, {700, 129}, 4, 4, 64, DType::kBF16, false},
+      {{200}, {333}, 8, 1, 64, DType::kF16, false},
+  };
+  return shapes;
+}
+
+std::unique_ptr<CudaAttentionEngine> MakeEngine(int64_t bytes) {
+  auto e = CudaAttentionEngine::Create(0, bytes);
+  EXPECT_TRUE(e.ok()) << e.status();
+  return e.ok() ? std::move(*e) : nullptr;
+}
+
+// Builds on the GPU (kept in the engine), checks the index and its device-side statistics, and
+// returns its download.
+void BuildOnGpu(CudaAttentionEngine& engine, const HostProblem& hp, DeviceProblem& dp,
+                const MethodConfig& config, const std::vector<int>& heads, int block_m,
+                const CudaLayerAssets* dev_assets, const std::string& what, SparseIndex* out,
+                GpuSparseIndex* maybe_kept = nullptr) {
+  GpuBuildOptions o;
+  o.block_m = block_m;
+  o.maybe_assets = dev_assets;
+  CudaStageTimes t;
+  o.maybe_times = &t;
+  auto built = BuildIndexOnGpu(engine, dp.problem(), config, heads, o);
+  ASSERT_TRUE(built.ok()) << built.status() << " " << what;
+  EXPECT_GT(engine.resident_index_bytes(), 0) << what;
+  EXPECT_EQ(built->heads, std::vector<int32_t>(heads.begin(), heads.end())) << what;
+  const absl::Status d = DownloadIndex(engine, *built, out);
+  ASSERT_TRUE(d.ok()) << d << " " << what;
+  const absl::Status valid = ValidateSparseIndex(hp.problem(), *out);
+  ASSERT_TRUE(valid.ok()) << valid << " " << what;
+  auto pairs = ComputedPairsOnGpu(engine, dp.problem(), *built);
+  ASSERT_TRUE(pairs.ok()) << pairs.status() << " " << what;
+  ASSERT_EQ(static_cast<int>(pairs->size()), out->num_heads()) << what;
+  for (int slot = 0; slot < out->num_heads(); ++slot) {
+    EXPECT_EQ((*pairs)[slot], ComputedPairs(hp.problem(), *out, slot)) << what << " slot " << slot;
+  }
+  if (maybe_kept != nullptr) *maybe_kept = *built;
+}
+
+// The GPU index of `config` vs the CPU's: same layout, valid, rows equal but for at most
+// `max_diff_share` of them, and then recall / density within the tolerances.
+void ExpectAgreement(HostProblem& hp, CudaAttentionEngine& engine, const MethodConfig& config,
+                     const std::vector<int>& heads, int block_m, double max_diff_share,
+                     double recall_tol, double density_tol, const LayerAssets* assets = nullptr,
+                     const CudaLayerAssets* dev_assets = nullptr) {
+  const AttentionProblem& p = hp.problem();
+  const std::string what = absl::StrCat(config.DebugString(), " block_m=", block_m,
+                                        " heads=", heads.size(), " ", Describe(p));
+  SparseIndex cpu, gpu;
+  BuildOptions bo;
+  bo.block_m = block_m;
+  bo.maybe_assets = assets;
+  ASSERT_TRUE(BuildSparseIndex(p, config, heads, bo, &cpu).ok()) << what;
+  auto dp = DeviceProblem::Create(engine.device(), hp);
+  ASSERT_TRUE(dp.ok()) << dp.status();
+  BuildOnGpu(engine, hp, **dp, config, heads, block_m, dev_assets, what, &gpu);
+  engine.ReleaseIndexes();
+  EXPECT_EQ(engine.resident_index_bytes(), 0);
+  if (::testing::Test::HasFatalFailure()) return;
+  ASSERT_EQ(cpu.block_m, gpu.block_m) << what;
+  ASSERT_EQ(cpu.heads, gpu.heads) << what;
+  ASSERT_EQ(cpu.block_offsets, gpu.block_offsets) << what;
+  const Agreement a = Compare(p, cpu, gpu, 128);
+  if (a.differing == 0) return;
+  printf("%s: %lld/%lld rows differ; first: %s\n", what.c_str(),
+         static_cast<long long>(a.differing), static_cast<long long>(a.rows),
+         a.first_difference.substr(0, 300).c_str());
+  printf("  recall cpu %.4f gpu %.4f, density cpu %.4f gpu %.4f\n", a.cpu_recall, a.gpu_recall,
+         a.cpu_density, a.gpu_density);
+  EXPECT_LE(a.differing, static_cast<int64_t>(max_diff_share * a.rows)) << what << "\n"
+                                                                        << a.first_difference;
+  EXPECT_NEAR(a.gpu_recall, a.cpu_recall, recall_tol) << what;
+  EXPECT_NEAR(a.gpu_density, a.cpu_density, density_tol) << what;
+}
+
+class BuildIndexOnGpuTest : public ::testing::TestWithParam<Method> {};
+
+TEST_P(BuildIndexOnGpuTest, MatchesCpuTwin) {
+  SKIP_WITHOUT_GPU();
+  ASSERT_TRUE(GpuBuilderAvailable(GetParam()));
+  auto engine = MakeEngine(int64_t{512} << 20);
+  ASSERT_NE(engine, nullptr);
+  const MethodCases mc = CasesFor(GetParam());
+  uint64_t seed = 10 + static_cast<int>(GetParam()) * 100;
+  for (const Shape& sh : Shapes()) {
+    auto hp =
+        MakeProblem(sh.q, sh.k, sh.hq, sh.hkv, sh.d, sh.dtype, sh.causal, ++seed, mc.integer_qk);
+    LayerAssets assets;
+    std::unique_ptr<CudaLayerAssets> dev;
+    if (mc.needs_assets) {
+      assets = method_testing::RandomSaapAssets(sh.hq, sh.hkv, sh.d, 32, 48, seed);
+      assets.rope_interleaved = (seed & 1) != 0;
+      auto up = engine->UploadLayerAssets(assets, sh.d);
+      ASSERT_TRUE(up.ok()) << up.status();
+      dev = std::move(*up);
+    }
+    for (const MethodConfig& config : mc.configs) {
+      for (const std::vector<int>& heads : {AllHeads(sh.hq), std::vector<int>{sh.hq - 1, 0}}) {
+        for (int block_m : {64, 128}) {
+          ExpectAgreement(*hp, *engine, config, heads, block_m, mc.max_diff_share, mc.recall_tol,
+                          mc.density_tol, mc.needs_assets ? &assets : nullptr, dev.get());
+          if (::testing::Test::HasFatalFailure()) return;
+        }
+      }
+    }
+  }
+}
+
+// The sparse kernel over the device-resident index (the worker's plan / run): every output row
+// against the exact attention of that index, every covered output written.
+TEST_P(BuildIndexOnGpuTest, KernelRunsOnTheResidentIndex) {
+  SKIP_WITHOUT_GPU();
+  auto engine = MakeEngine(int64_t{512} << 20);
+  ASSERT_NE(engine, nullptr);
+  const MethodCases mc = CasesFor(GetParam());
+  auto hp = MakeProblem({700, 131}, {1200, 131}, 8, 2, 128, DType::kBF16, true, 77, mc.integer_qk);
+  LayerAssets assets;
+  std::unique_ptr<CudaLayerAssets> dev;
+  if (mc.needs_assets) {
+    assets = method_testing::RandomSaapAssets(8, 2, 128, 32, 48, 78);
+    auto up = engine->UploadLayerAssets(assets, 128);
+    ASSERT_TRUE(up.ok()) << up.status();
+    dev = std::move(*up);
+  }
+  const std::vector<int> heads = {0, 3, 4, 7};
+  for (MethodConfig config : mc.configs) {
+    // The kernel takes index blocks of 64 and 128.
+    for (int* bs : {&config.block_sparse.block_size, &config.flex_prefill.block_size,
+                    &config.sample_attention.block_size, &config.anchor.block_size}) {
+      *bs = std::max(*bs, 64);
+    }
+    const std::string what = absl::StrCat(config.DebugString(), " on ", Describe(hp->problem()));
+    auto dp = DeviceProblem::Create(0, *hp);
+    ASSERT_TRUE(dp.ok());
+    ASSERT_TRUE((*dp)->Poison().ok());
+    SparseIndex gpu;
+    GpuSparseIndex kept;
+    BuildOnGpu(*engine, *hp, **dp, config, heads, 64, dev.get(), what, &gpu, &kept);
+    if (::testing::Test::HasFatalFailure()) return;
+    CudaStageTimes times;
+    const absl::Status s = engine->RunSparseDeviceIndex((*dp)->problem(), kept.view, &times);
+    ASSERT_TRUE(s.ok()) << s << " " << what;
+    EXPECT_GT(times.kernel_seconds, 0) << what;
+    engine->ReleaseIndexes();
+    std::vector<float> o, lse;
+    ASSERT_TRUE((*dp)->Download(&o, &lse).ok());
+    EXPECT_EQ(cuda_test::CheckAllWritten(hp->problem(), heads, o, lse), "") << what;
+    const std::vector<cuda_test::SampledRow> rows = cuda_test::SampleRows(hp->problem(), heads, 64);
+    EXPECT_EQ(cuda_test::CheckRows(hp->problem(), &gpu, rows, o, lse), "") << what;
+  }
+}
+
+// Two builds kept side by side are identical (deterministic builders, no aliasing between kept
+// indexes), and ReleaseIndexes returns the space.
+TEST_P(BuildIndexOnGpuTest, RepeatedBuildsAreIdentical) {
+  SKIP_WITHOUT_GPU();
+  auto engine = MakeEngine(int64_t{256} << 20);
+  ASSERT_NE(engine, nullptr);
+  const MethodCases mc = CasesFor(GetParam());
+  auto hp = MakeProblem({900, 77}, {900, 300}, 8, 2, 64, DType::kBF16, true, 5, false);
+  auto dp = DeviceProblem::Create(0, *hp);
+  ASSERT_TRUE(dp.ok());
+  LayerAssets assets;
+  std::unique_ptr<CudaLayerAssets> dev;
+  if (mc.needs_assets) {
+    assets = method_testing::RandomSaapAssets(8, 2, 64, 32, 48, 6);
+    auto up = engine->UploadLayerAssets(assets, 64);
+    ASSERT_TRUE(up.ok()) << up.status();
+    dev = std::move(*up);
+  }
+  for (const MethodConfig& config : mc.configs) {
+    SparseIndex first, again;
+    BuildOnGpu(*engine, *hp, **dp, config, AllHeads(8), 64, dev.get(), config.DebugString(),
+               &first);
+    const int64_t one = engine->resident_index_bytes();
+    BuildOnGpu(*engine, *hp, **dp, config, AllHeads(8), 64, dev.get(), config.DebugString(),
+               &again);
+    if (::testing::Test::HasFatalFailure()) return;
+    EXPECT_GE(engine->resident_index_bytes(), 2 * one) << config.DebugString();
+    EXPECT_EQ(first.range_indptr, again.range_indptr) << config.DebugString();
+    EXPECT_EQ(first.range_start, again.range_start) << config.DebugString();
+    EXPECT_EQ(first.range_len, again.range_len) << config.DebugString();
+    EXPECT_EQ(first.col_indptr, again.col_indptr) << config.DebugString();
+    EXPECT_EQ(first.col_idx, again.col_idx) << config.DebugString();
+    engine->ReleaseIndexes();
+    EXPECT_EQ(engine->resident_index_bytes(), 0);
+  }
+}
+
+// A long generator workload per method (llm_mix, 16K, 8 q / 2 kv heads): recall and density of
+// the GPU index equal the CPU's.
+TEST_P(BuildIndexOnGpuTest, LongWorkloadKeepsCpuFidelity) {
+  SKIP_WITHOUT_GPU();
+  auto engine = MakeEngine(int64_t{2} << 30);
+  ASSERT_NE(engine, nullptr);
+  WorkloadOptions o;
+  o.workload = "llm_mix";
+  o.shape.q_lens = {16384};
+  o.shape.num_q_heads = 8;
+  o.shape.num_kv_heads = 2;
+  o.shape.head_dim = 128;
+  o.shape.dtype = DType::kBF16;
+  auto w = GenerateWorkload(o);
+  ASSERT_TRUE(w.ok()) << w.status();
+  MethodConfig c;
+  c.method = GetParam();
+  LayerAssets assets;
+  std::unique_ptr<CudaLayerAssets> dev;
+  double diff = 0.02, tol = 0.01;
+  if (c.method == Method::kSaap) {
+    WorkloadOptions oc = o;
+    oc.shape.q_lens = {4096};
+    auto wc = GenerateWorkload(oc);
+    ASSERT_TRUE(wc.ok());
+    assets.rope_theta = o.rope_theta;
+    SaapCalibrationOptions co;
+    co.kmeans.num_centroids = 64;
+    co.classifier.hidden = 128;
+    co.classifier.steps = 100;
+    co.local_tokens = 128;
+    co.max_queries = 2048;
+    ASSERT_TRUE(CalibrateSaap(wc->problem(), co, &assets, nullptr).ok());
+    auto up = engine->UploadLayerAssets(assets, 128);
+    ASSERT_TRUE(up.ok()) << up.status();
+    dev = std::move(*up);
+    c.saap.num_centroids = 64;
+    c.saap.top_l = 4;
+    c.saap.local_tokens = 128;
+    diff = 0.25, tol = 0.03;
+  }
+  ExpectAgreement(*w->host, *engine, c, AllHeads(8), 64, diff, tol, tol,
+                  c.method == Method::kSaap ? &assets : nullptr, dev.get());
+}
+
+INSTANTIATE_TEST_SUITE_P(AllMethods, BuildIndexOnGpuTest, ::testing::ValuesIn(kAllMethods),
+                         [](const ::testing::TestParamInfo<Method>& info) {
+                           return std::string(MethodName(info.param));
+                         });
+
+// Saap assets calibrated (kernels/calibration) on planted clusters, as saap_test does.
+LayerAssets CalibratedClusters(int hq, int hkv, int d, int centroids, int hidden, uint64_t seed) {
+  method_testing::ClusterSpec spec;
+  spec.segment = 1;
+  ProblemShape s;
+  s.q_lens = {1536, 1536};
+  s.num_q_heads = hq;
+  s.num_kv_heads = hkv;
+  s.head_dim = d;
+  s.dtype = DType::kBF16;
+  auto calib = method_testing::RandomProblem(s, seed);
+  method_testing::PlantClusters(calib.get(), spec, seed + 1);
+  LayerAssets assets;
+  assets.rope_theta = spec.rope_theta;
+  SaapCalibrationOptions co;
+  co.kmeans.num_centroids = centroids;
+  co.kmeans.init = KMeansInit::kKMeansPlusPlus;
+  co.kmeans.iterations = 10;
+  co.classifier.hidden = hidden;
+  co.classifier.steps = 150;
+  co.local_tokens = 64;
+  co.long_range_distance = 0;
+  co.max_queries = 2048;
+  EXPECT_TRUE(CalibrateSaap(calib->problem(), co, &assets, nullptr).ok());
+  return assets;
+}
+
+TEST(BuildIndexOnGpuSaapTest, MatchesCpuOnPlantedClusters) {
+  SKIP_WITHOUT_GPU();
+  auto engine = MakeEngine(int64_t{256} << 20);
+  ASSERT_NE(engine, nullptr);
+  for (int d : {64, 128}) {
+    const int hq = 8, hkv = 2;
+    LayerAssets assets = CalibratedClusters(hq, hkv, d, 16, 64, 100 + d);
+    auto dev = engine->UploadLayerAssets(assets, d);
+    ASSERT_TRUE(dev.ok()) << dev.status();
+    ProblemShape t;
+    t.q_lens = {2048, 600, 77};
+    t.k_lens = {2048, 1800, 77};
+    t.num_q_heads = hq;
+    t.num_kv_heads = hkv;
+    t.head_dim = d;
+    auto hp = method_testing::RandomProblem(t, 200 + d);
+    method_testing::ClusterSpec spec;
+    method_testing::PlantClusters(hp.get(), spec, 201 + d);
+    MethodConfig c;
+    c.method = Method::kSaap;
+    c.saap.num_centroids = 16;
+    c.saap.sink_tokens = 1;
+    c.saap.local_tokens = 64;
+    // One clearly best bucket per block: the index should be the CPU's, row for row.
+    c.saap.top_l = 1;
+    ExpectAgreement(*hp, *engine, c, AllHeads(hq), 64, 0.05, 0.01, 0.01, &assets, dev->get());
+    c.saap.top_l = 3;
+    for (int block_m : {64, 128, 32}) {
+      ExpectAgreement(*hp, *engine, c, AllHeads(hq), block_m, 0.05, 0.02, 0.02, &assets,
+                      dev->get());
+    }
+    ExpectAgreement(*hp, *engine, c, {5, 1, 4}, 64, 0.05, 0.02, 0.02, &assets, dev->get());
+  }
+}
+
+TEST(BuildIndexOnGpuErrorsTest, MergedBuildersAnswerPreciseCodes) {
+  SKIP_WITHOUT_GPU();
+  auto engine = CudaAttentionEngine::Create(0, int64_t{64} << 20);
+  ASSERT_TRUE(engine.ok());
+  auto tiny = CudaAttentionEngine::Create(0, 64 << 10);
+  ASSERT_TRUE(tiny.ok());
+  auto hp = MakeProblem({2000}, {}, 4, 2, 64, DType::kBF16, true, 9, false);
+  auto dp = DeviceProblem::Create(0, *hp);
+  ASSERT_TRUE(dp.ok());
+  MethodConfig vs;
+  vs.method = Method::kVerticalSlash;
+  SparseIndex out;
+  // Estimating builders read Q/K: host buffers are refused.
+  EXPECT_EQ((*engine)->BuildIndexOnDevice(hp->problem(), vs, {0}, 64, &out).code(),
+            absl::StatusCode::kInvalidArgument);
+  MethodConfig long_q = vs;
+  long_q.vertical_slash.last_q = 4096;
+  EXPECT_EQ((*engine)->BuildIndexOnDevice((*dp)->problem(), long_q, {0}, 64, &out).code(),
+            absl::StatusCode::kInvalidArgument);
+  MethodConfig bad = vs;
+  bad.vertical_slash.last_q = 0;
+  EXPECT_EQ((*engine)->RunBuiltIndex((*dp)->problem(), bad, {0}, 64).code(),
+            absl::StatusCode::kInvalidArgument);
+  MethodConfig flex32;
+  flex32.method = Method::kFlexPrefill;
+  flex32.flex_prefill.block_size = 32;  // the sparse kernel takes block_m 64 and 128
+  EXPECT_EQ((*engine)->RunBuiltIndex((*dp)->problem(), flex32, {0}, 64).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*engine)->BuildIndexOnDevice((*dp)->problem(), vs, {4}, 64, &out).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*tiny)->BuildIndexOnDevice((*dp)->problem(), vs, {0, 1, 2, 3}, 64, &out).code(),
+            absl::StatusCode::kResourceExhausted);
+  // No heads: an empty index.
+  ASSERT_TRUE((*engine)->BuildIndexOnDevice((*dp)->problem(), vs, {}, 64, &out).ok());
+  EXPECT_EQ(out.num_heads(), 0);
+  EXPECT_TRUE(ValidateSparseIndex(hp->problem(), out).ok());
+  // Still usable afterwards.
+  EXPECT_TRUE((*engine)->BuildIndexOnDevice((*dp)->problem(), vs, {0}, 64, &out).ok());
+  EXPECT_TRUE(ValidateSparseIndex(hp->problem(), out).ok());
+}
+
+TEST(BuildIndexOnGpuErrorsTest, AssembledBuildersAnswerPreciseCodes) {
+  SKIP_WITHOUT_GPU();
+  auto engine = MakeEngine(int64_t{64} << 20);
+  ASSERT_NE(engine, nullptr);
+  auto hp = MakeProblem({300}, {}, 4, 2, 64, DType::kBF16, true, 60, false);
+  auto dp = DeviceProblem::Create(0, *hp);
+  ASSERT_TRUE(dp.ok());
+  SparseIndex idx;
+  MethodConfig sa;
+  sa.method = Method::kSampleAttention;
+  // Q/K in host memory.
+  EXPECT_EQ(engine->BuildIndexOnDevice(hp->problem(), sa, {0}, 64, &idx).code(),
+            absl::StatusCode::kFailedPrecondition);
+  // Not a q head.
+  EXPECT_EQ(engine->BuildIndexOnDevice((*dp)->problem(), sa, {4}, 64, &idx).code(),
+            absl::StatusCode::kInvalidArgument);
+  // Bad parameter.
+  sa.sample_attention.block_size = 48;
+  EXPECT_EQ(engine->BuildIndexOnDevice((*dp)->problem(), sa, {0}, 64, &idx).code(),
+            absl::StatusCode::kInvalidArgument);
+  // Block sizes the sparse kernel does not take: the index builds, the kernel call says no.
+  sa.sample_attention.block_size = 32;
+  EXPECT_TRUE(engine->BuildIndexOnDevice((*dp)->problem(), sa, {0}, 64, &idx).ok());
+  EXPECT_EQ(engine->RunBuiltIndex((*dp)->problem(), sa, {0}, 64).code(),
+            absl::StatusCode::kInvalidArgument);
+  // Saap: no assets, wrong centroid count, unsupported classifier.
+  MethodConfig sp;
+  sp.method = Method::kSaap;
+  sp.saap.num_centroids = 16;
+  sp.saap.top_l = 2;
+  EXPECT_EQ(engine->BuildIndexOnDevice((*dp)->problem(), sp, {0}, 64, &idx).code(),
+            absl::StatusCode::kFailedPrecondition);
+  LayerAssets assets = method_testing::RandomSaapAssets(4, 2, 64, 16, 32, 61);
+  auto dev = engine->UploadLayerAssets(assets, 64);
+  ASSERT_TRUE(dev.ok()) << dev.status();
+  sp.saap.num_centroids = 32;
+  EXPECT_EQ(engine->BuildIndexOnDevice((*dp)->problem(), sp, {0}, 64, &idx, dev->get()).code(),
+            absl::StatusCode::kInvalidArgument);
+  sp.saap.num_centroids = 16;
+  EXPECT_TRUE(engine->BuildIndexOnDevice((*dp)->problem(), sp, {0}, 64, &idx, dev->get()).ok());
+  LayerAssets partial = assets;
+  partial.classifiers[3].clear();
+  auto dev_partial = engine->UploadLayerAssets(partial, 64);
+  ASSERT_TRUE(dev_partial.ok()) << dev_partial.status();
+  EXPECT_EQ(
+      engine->BuildIndexOnDevice((*dp)->problem(), sp, {3}, 64, &idx, dev_partial->get()).code(),
+      absl::StatusCode::kFailedPrecondition);
+  LayerAssets deep = assets;
+  for (auto& c : deep.classifiers) {
+    DenseLayerWeights extra;
+    extra.in = extra.out = 16;
+    extra.weight.assign(256, 0.f);
+    extra.bias.assign(16, 0.f);
+    c.push_back(extra);
+  }
+  EXPECT_EQ(engine->UploadLayerAssets(deep, 64).status().code(), absl::StatusCode::kUnimplemented);
+  LayerAssets bad = assets;
+  bad.centroids[1].resize(5);
+  EXPECT_EQ(engine->UploadLayerAssets(bad, 64).status().code(), absl::StatusCode::kInvalidArgument);
+  // A workspace too small for the build (the pooled queries alone take 3 KB here; device run 2
+  // showed that 8 KB holds this whole build).
+  auto tiny = MakeEngine(int64_t{1} << 10);
+  ASSERT_NE(tiny, nullptr);
+  MethodConfig an;
+  an.method = Method::kAnchor;
+  EXPECT_EQ(tiny->BuildIndexOnDevice((*dp)->problem(), an, AllHeads(4), 64, &idx).code(),
+            absl::StatusCode::kResourceExhausted);
+}
+
+}  // namespace
+}  // namespace spattn

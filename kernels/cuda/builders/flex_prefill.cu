@@ -1,0 +1,554 @@
+// GPU index builder of flex_prefill (FlexPrefill, seed 003), the twin of
+// kernels/builders/flex_prefill.cc. The pieces it shares with vertical_slash and block_sparse
+// (last-rows estimate, line selection, row merge, pooled keys) live in vertical_slash.cu and
+// block_sparse.cu; here are the pattern decision and the query-aware rows.
+//
+// Query-aware heads with `flatten` keep the fewest (query block, key block) entries of the whole
+// normalized block map whose mass reaches gamma of the total, ranked by (probability desc, query
+// block asc, key block asc). The map is S/B x S/B per head: instead of storing it, each unit walks
+// the probabilities' bits 8 at a time (a radix select by mass): every level recomputes the rows'
+// pooled logits and softmax (cheap: S/B x S/B x d) and histograms the next byte of the entries
+// still tied with the boundary; a unit stops as soon as its boundary is one entry. Row softmax
+// sums are sequential per row, as on the CPU.
+#include <algorithm>
+
+#include "kernels/cuda/builders/estimate.cuh"
+#include "kernels/cuda/builders/merged_kernels.h"
+
+namespace spattn {
+namespace cuda {
+namespace merged {
+namespace {
+
+constexpr int kDecideThreads = 256;
+constexpr int kQaThreads = 256;
+constexpr int kMaxGroupRows = 4 * (kQaThreads / 64);
+
+enum QaMode { kStats = 0, kHist = 1, kTies = 2, kCount = 3, kFill = 4 };
+
+template <typename T>
+__global__ void __launch_bounds__(kDecideThreads) FlexDecideKernel(FlexParams p) {
+  using Reduce = cub::BlockReduce<double, kDecideThreads>;
+  __shared__ typename Reduce::TempStorage reduce;
+  __shared__ float mq[256];
+  __shared__ double scalars[4];
+  const int tid = threadIdx.x;
+  const int unit = blockIdx.x;
+  const int slot = unit / p.batch, seq = unit - slot * p.batch;
+  const EstimateSeq es = p.est[seq];
+  const PooledSeq ps = p.seqs[seq];
+  if (es.n == 0) {
+    if (tid == 0) p.unit_is_vs[unit] = 0;
+    return;
+  }
+  const int qh = p.slot_head[slot], kvh = qh / p.group;
+  const int d = p.head_dim, bs = p.block, nk = ps.nk, n = es.n;
+  const double* cols = p.col_sums + slot * p.col_stride + es.col_base;
+  const int64_t kb0 = static_cast<int64_t>(slot) * p.total_kb + ps.kb_base;
+  double* truth = p.truth + kb0;
+  double* est = p.estimate + kb0;
+  double* terms = p.terms + 2 * kb0;
+  const float* pk = p.pooled_k + (static_cast<int64_t>(kvh) * p.total_kb + ps.kb_base) * d;
+
+  // True block distribution: the rows' column sums added per key block, in key order.
+  for (int kb = tid; kb < nk; kb += kDecideThreads) {
+    double t = 0;
+    const int j1 = min(es.kl, (kb + 1) * bs);
+    for (int j = kb * bs; j < j1; ++j) t += cols[j];
+    truth[kb] = t;
+  }
+  // Mean of the representative queries (row order), times scale / n.
+  const T* q = static_cast<const T*>(p.q);
+  const float factor = __fdiv_rn(p.scale, static_cast<float>(n));
+  for (int c = tid; c < d; c += kDecideThreads) {
+    float acc = 0.f;
+    for (int i = 0; i < n; ++i) {
+      acc = __fadd_rn(acc, LoadAsFloat(q, static_cast<int64_t>(es.q_row0) + i, p.q_token_stride, qh,
+                                       p.q_head_stride, c));
+    }
+    mq[c] = __fmul_rn(acc, factor);
+  }
+  __syncthreads();
+  // Estimated distribution: softmax of the mean query against every pooled key block (the last
+  // row sees all of them).
+  double local_max = -CUDART_INF;
+  for (int kb = tid; kb < nk; kb += kDecideThreads) {
+    float acc = 0.f;
+    for (int c = 0; c < d; ++c) acc = fmaf(mq[c], pk[static_cast<int64_t>(kb) * d + c], acc);
+    const double l = static_cast<double>(SanitizeLogit(acc));
+    est[kb] = l;
+    local_max = fmax(local_max, l);
+  }
+  const double mx = Reduce(reduce).Reduce(local_max, [](double a, double b) { return fmax(a, b); });
+  if (tid == 0) scalars[0] = mx;
+  __syncthreads();
+  const double m = scalars[0];
+  for (int kb = tid; kb < nk; kb += kDecideThreads) {
+    est[kb] = m == -CUDART_INF ? 0.0 : exp(est[kb] - m);
+  }
+  __syncthreads();
+  if (tid == 0) {
+    double sum = 0;
+    for (int kb = 0; kb < nk; ++kb) sum += est[kb];
+    scalars[1] = sum;
+  }
+  __syncthreads();
+  if (m != -CUDART_INF) {
+    const double sum = scalars[1];
+    for (int kb = tid; kb < nk; kb += kDecideThreads) est[kb] = est[kb] / sum;
+  }
+  __syncthreads();
+  if (tid == 0) {
+    double sp = 0, sq = 0;
+    for (int kb = 0; kb < nk; ++kb) {
+      sp += est[kb];
+      sq += truth[kb];
+    }
+    scalars[2] = sp;
+    scalars[3] = sq;
+  }
+  __syncthreads();
+  const double sp = scalars[2], sq = scalars[3];
+  const bool degenerate = !(sp > 0) || !(sq > 0);
+  if (!degenerate) {
+    for (int kb = tid; kb < nk; kb += kDecideThreads) {
+      const double a = est[kb] / sp, b = truth[kb] / sq, mid = 0.5 * (a + b);
+      terms[2 * kb] = a > 0 ? 0.5 * a * log(a / mid) : 0.0;
+      terms[2 * kb + 1] = b > 0 ? 0.5 * b * log(b / mid) : 0.0;
+    }
+  }
+  __syncthreads();
+  if (tid == 0) {
+    double js;
+    if (degenerate) {
+      js = sqrt(log(2.0));
+    } else {
+      double acc = 0;
+      for (int kb = 0; kb < nk; ++kb) {
+        acc += terms[2 * kb];
+        acc += terms[2 * kb + 1];
+      }
+      js = sqrt(fmax(0.0, acc));
+    }
+    p.unit_is_vs[unit] = js < static_cast<double>(p.tau) ? 0 : 1;
+  }
+}
+
+struct QaSmem {
+  int64_t qs, ks, pv, sel, mem, total;
+};
+
+__host__ __device__ inline int64_t Al16(int64_t x) { return (x + 15) / 16 * 16; }
+
+__host__ __device__ inline QaSmem QaLayout(int d, int max_rows, int nk_max) {
+  QaSmem l;
+  l.qs = 0;
+  l.ks = Al16(static_cast<int64_t>(max_rows) * d * 4);
+  l.pv = l.ks + Al16(static_cast<int64_t>(64) * (d + 1) * 4);
+  l.sel = l.pv + Al16(static_cast<int64_t>(max_rows) * nk_max * 8);
+  l.mem = l.sel + Al16(static_cast<int64_t>(kQaThreads / 32) * nk_max);
+  l.total = l.mem + Al16(static_cast<int64_t>(kQaThreads / 32) * nk_max);
+  return l;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kQaThreads) FlexQaRowsKernel(FlexParams p, int mode, int level) {
+  __shared__ int warp_hist[kQaThreads / 32][256];
+  __shared__ double warp_mass[kQaThreads / 32][256];
+  __shared__ int hc[256];
+  __shared__ double hm[256];
+  __shared__ double rmx[kMaxGroupRows], rsum[kMaxGroupRows];
+  extern __shared__ __align__(16) unsigned char smem[];
+  const QaSmem lay = QaLayout(p.head_dim, p.max_rows, p.nk_max);
+  float* qs = reinterpret_cast<float*>(smem + lay.qs);
+  float* ks = reinterpret_cast<float*>(smem + lay.ks);
+  double* pv = reinterpret_cast<double*>(smem + lay.pv);
+  uint8_t* sel_all = smem + lay.sel;  // per warp: nk_max flags each
+  uint8_t* mem_all = smem + lay.mem;
+  const int tid = threadIdx.x;
+
+  const RowGroup grp = p.groups[blockIdx.x];
+  const int unit = grp.slot * p.batch + grp.seq;
+  if (p.unit_is_vs[unit] != 0) return;
+  const FlexUnitState st = p.state[unit];
+  if (mode == kHist && st.resolved) return;
+  if (mode == kTies && !st.needs_ties) return;
+  const PooledSeq s = p.seqs[grp.seq];
+  const int qh = p.slot_head[grp.slot], kvh = qh / p.group;
+  const int bs = p.block, d = p.head_dim, nk = s.nk;
+  auto geometry = [&](int r, int* first_pos, int* last_pos, int* key_end) {
+    const int q_begin = (grp.first_block + r) * bs;
+    const int q_end = min(q_begin + bs, s.ql);
+    *first_pos = s.kl - s.ql + q_begin;
+    *last_pos = s.kl - s.ql + q_end - 1;
+    *key_end = p.causal ? *last_pos + 1 : s.kl;
+    return p.causal ? min(nk, *last_pos / bs + 1) : nk;
+  };
+  auto row_of = [&](int r) {
+    return static_cast<int64_t>(grp.slot) * p.num_blocks + s.block_base + grp.first_block + r;
+  };
+
+  PoolQueries<T, kQaThreads>(static_cast<const T*>(p.q), p.q_token_stride, qh, p.q_head_stride,
+                             s.q_begin, s.ql, grp.first_block, grp.rows, bs, d, p.scale, qs);
+  int fp, lp, ke;
+  const int vis_max = geometry(grp.rows - 1, &fp, &lp, &ke);
+  const float* pk = p.pooled_k + (static_cast<int64_t>(kvh) * p.total_kb + s.kb_base) * d;
+  PooledDots<kQaThreads>(qs, grp.rows, d, pk, vis_max, ks,
+                         [&](int r, int kb, float l) { pv[r * nk + kb] = static_cast<double>(l); });
+
+  // Row softmax in double (SoftmaxInPlace): max, exp, sequential sum, divide.
+  const int warp = tid >> 5, lane = tid & 31;
+  if (mode == kStats) {
+    for (int r = warp; r < grp.rows; r += kQaThreads / 32) {
+      const int vis = geometry(r, &fp, &lp, &ke);
+      double m = -CUDART_INF;
+      for (int kb = lane; kb < vis; kb += 32) m = fmax(m, pv[r * nk + kb]);
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) m = fmax(m, __shfl_xor_sync(kFullMask, m, o));
+      if (lane == 0) rmx[r] = m;
+    }
+  } else if (tid < grp.rows) {
+    rmx[tid] = static_cast<double>(p.row_mx[row_of(tid)]);
+    rsum[tid] = p.row_sum[row_of(tid)];
+  }
+  __syncthreads();
+  for (int idx = tid; idx < grp.rows * nk; idx += kQaThreads) {
+    const int r = idx / nk, kb = idx - r * nk;
+    if (kb < geometry(r, &fp, &lp, &ke)) {
+      pv[idx] = rmx[r] == -CUDART_INF ? 0.0 : exp(pv[idx] - rmx[r]);
+    }
+  }
+  __syncthreads();
+  if (mode == kStats && tid < grp.rows) {
+    const int vis = geometry(tid, &fp, &lp, &ke);
+    double sum = 0;
+    for (int kb = 0; kb < vis; ++kb) sum += pv[tid * nk + kb];
+    rsum[tid] = sum;
+    p.row_mx[row_of(tid)] = static_cast<float>(rmx[tid]);
+    p.row_sum[row_of(tid)] = sum;
+  }
+  __syncthreads();
+  for (int idx = tid; idx < grp.rows * nk; idx += kQaThreads) {
+    const int r = idx / nk, kb = idx - r * nk;
+    if (kb < geometry(r, &fp, &lp, &ke) && rmx[r] != -CUDART_INF) pv[idx] = pv[idx] / rsum[r];
+  }
+  __syncthreads();
+
+  if (mode == kStats || mode == kHist) {
+    if (mode == kStats && tid < grp.rows) {
+      const int vis = geometry(tid, &fp, &lp, &ke);
+      double total = 0;
+      for (int kb = 0; kb < vis; ++kb) {
+        const double v = pv[tid * nk + kb];
+        if (v > 0) total += v;
+      }
+      p.row_total[row_of(tid)] = total;
+    }
+    if (!p.flatten) return;
+    for (int b = tid; b < 256; b += kQaThreads) {
+      hc[b] = 0;
+      hm[b] = 0;
+    }
+    __syncthreads();
+    const int shift = 56 - 8 * level;
+    const unsigned long long mask = mode == kStats ? 0ull : st.mask;
+    const unsigned long long prefix = mode == kStats ? 0ull : st.prefix;
+    for (int idx = tid; idx < grp.rows * nk; idx += kQaThreads) {
+      const int r = idx / nk, kb = idx - r * nk;
+      if (kb >= geometry(r, &fp, &lp, &ke)) continue;
+      const double v = pv[idx];
+      if (!(v > 0)) continue;
+      const unsigned long long key = DoubleKey(v);
+      if ((key & mask) != prefix) continue;
+      const int b = static_cast<int>((key >> shift) & 255);
+      atomicAdd(&hc[b], 1);
+      atomicAdd(&hm[b], v);
+    }
+    __syncthreads();
+    int* gc = p.hist_count + static_cast<int64_t>(unit) * 256;
+    double* gm = p.hist_mass + static_cast<int64_t>(unit) * 256;
+    for (int b = tid; b < 256; b += kQaThreads) {
+      if (hc[b] != 0) {
+        atomicAdd(gc + b, hc[b]);
+        atomicAdd(gm + b, hm[b]);
+      }
+    }
+    return;
+  }
+
+  // One warp per row from here on (no CTA barriers): gamma selection, kept blocks, budgets,
+  // runs of blocks.
+  constexpr int kWarps = kQaThreads / 32;
+  uint8_t* sel = sel_all + static_cast<int64_t>(warp) * p.nk_max;
+  uint8_t* mem = mem_all + static_cast<int64_t>(warp) * p.nk_max;
+  int* hist = warp_hist[warp];
+  double* mass = warp_mass[warp];
+  for (int r = warp; r < grp.rows; r += kWarps) {
+    int first_pos, last_pos, key_end;
+    const int vis = geometry(r, &first_pos, &last_pos, &key_end);
+    const double* pr = pv + r * nk;
+    const int64_t row = row_of(r);
+    if (mode == kTies) {
+      int local = 0;
+      for (int kb = lane; kb < vis; kb += 32) {
+        local += (pr[kb] > 0 && DoubleKey(pr[kb]) == st.prefix) ? 1 : 0;
+      }
+      const int ties = WarpSum(local);
+      if (lane == 0) p.row_ties[row] = ties;
+      continue;
+    }
+    for (int kb = lane; kb < vis; kb += 32) {
+      sel[kb] = 0;
+      mem[kb] = 0;
+    }
+    __syncwarp();
+    auto key_all = [&](int i, unsigned long long* key) {
+      *key = DoubleKey(pr[i]);
+      return true;
+    };
+    if (p.flatten) {
+      auto key_pos = [&](int i, unsigned long long* key) {
+        if (!(pr[i] > 0)) return false;
+        *key = DoubleKey(pr[i]);
+        return true;
+      };
+      const TopKRule rule{st.prefix, st.mask, st.take_eq};
+      const int before = st.needs_ties ? p.row_ties[row] : 0;
+      WarpApplyRule(
+          vis, rule, key_pos, [&](int i, int) { sel[i] = 1; }, before);
+    } else {
+      auto key_mass = [&](int i, unsigned long long* key, double* m) {
+        *key = DoubleKey(pr[i]);
+        *m = pr[i];
+        return true;
+      };
+      // The count pass finds k and keeps it for the fill pass: the mass sums use shared-memory
+      // atomics, whose order (last bit) may vary between launches.
+      int k;
+      if (mode == kCount) {
+        const double target = static_cast<double>(p.gamma) * p.row_total[row];
+        k = WarpMassCount(vis, target, key_mass, hist, mass);
+        if (lane == 0) p.row_ties[row] = k;
+      } else {
+        k = p.row_ties[row];
+      }
+      const TopKRule rule = WarpTopKRule(vis, k, key_all, hist);
+      WarpApplyRule(vis, rule, key_all, [&](int i, int) { sel[i] = 1; });
+    }
+    __syncwarp();
+    // Kept blocks: key block 0 and the blocks holding the row's own positions.
+    const int diag_first = first_pos / bs, diag_last = last_pos / bs;
+    auto kept = [&](int j) { return j == 0 || (j >= diag_first && j <= diag_last); };
+    int local = 0;
+    for (int kb = lane; kb < vis; kb += 32) {
+      mem[kb] = (sel[kb] != 0 || kept(kb)) ? 1 : 0;
+      local += mem[kb];
+    }
+    int count = WarpSum(local);
+    __syncwarp();
+    if (count < p.min_blocks) {
+      // Best-ranked non-members until the minimum.
+      auto key_out = [&](int i, unsigned long long* key) {
+        if (mem[i] != 0) return false;
+        *key = DoubleKey(pr[i]);
+        return true;
+      };
+      const TopKRule rule = WarpTopKRule(vis, p.min_blocks - count, key_out, hist);
+      count += WarpApplyRule(vis, rule, key_out, [&](int i, int) { mem[i] = 1; });
+      __syncwarp();
+    }
+    if (p.max_blocks > 0 && count > p.max_blocks) {
+      // Drop the worst-ranked members that are not kept blocks until the maximum.
+      local = 0;
+      for (int kb = lane; kb < vis; kb += 32) {
+        sel[kb] = (mem[kb] != 0 && !kept(kb)) ? 1 : 0;
+        local += sel[kb];
+      }
+      const int removable = WarpSum(local);
+      __syncwarp();
+      const int keep = max(0, removable - (count - p.max_blocks));
+      auto key_rem = [&](int i, unsigned long long* key) {
+        if (sel[i] == 0) return false;
+        *key = DoubleKey(pr[i]);
+        return true;
+      };
+      const TopKRule rule = WarpTopKRule(vis, keep, key_rem, hist);
+      for (int kb = lane; kb < vis; kb += 32) {
+        if (sel[kb] != 0) mem[kb] = 0;
+      }
+      __syncwarp();
+      WarpApplyRule(vis, rule, key_rem, [&](int i, int) { mem[i] = 1; });
+      __syncwarp();
+    }
+    const int32_t base = mode == kFill ? p.range_indptr[row] : 0;
+    const int n = WarpBlockRuns(mem, vis, bs, key_end,
+                                [&](int ri, bool starts, bool ends, int start, int end) {
+                                  if (mode != kFill) return;
+                                  if (starts) p.range_start[base + ri] = start;
+                                  if (ends) p.range_len[base + ri] = end;  // a length below
+                                });
+    __syncwarp();
+    if (mode == kFill) {
+      for (int ri = lane; ri < n; ri += 32) {
+        p.range_len[base + ri] -= p.range_start[base + ri];
+      }
+    } else if (lane == 0) {
+      p.range_count[row] = n;
+      p.col_count[row] = 0;
+    }
+    __syncwarp();  // sel / mem are reused by the warp's next row
+  }
+}
+
+__global__ void FlexQaScanKernel(FlexParams p, int level) {
+  const int unit = blockIdx.x;
+  const int slot = unit / p.batch, seq = unit - slot * p.batch;
+  if (p.est[seq].n == 0 || p.unit_is_vs[unit] != 0) return;
+  const int lane = threadIdx.x;
+  FlexUnitState* st = p.state + unit;
+  int* hc = p.hist_count + static_cast<int64_t>(unit) * 256;
+  double* hm = p.hist_mass + static_cast<int64_t>(unit) * 256;
+  if (level == 0 && lane == 0) {
+    const PooledSeq s = p.seqs[seq];
+    const int nq = (s.ql + p.block - 1) / p.block;
+    const int64_t row0 = static_cast<int64_t>(slot) * p.num_blocks + s.block_base;
+    double total = 0;
+    for (int b = 0; b < nq; ++b) total += p.row_total[row0 + b];
+    FlexUnitState init;
+    init.target = static_cast<double>(p.gamma) * total;
+    init.t_rem = init.target;
+    init.prefix = 0;
+    init.mask = 0;
+    init.take_eq = INT_MAX;
+    init.resolved = 0;
+    init.needs_ties = 0;
+    if (!(init.target > 0)) {  // nothing is needed: select none
+      init.prefix = ~0ull;
+      init.mask = ~0ull;
+      init.take_eq = 0;
+      init.resolved = 1;
+    }
+    *st = init;
+  }
+  __syncwarp();
+  if (!st->resolved) {
+    const int shift = 56 - 8 * level;
+    const MassBin mb = WarpFindMassBin(hc, hm, st->t_rem);
+    if (lane == 0) {
+      FlexUnitState u = *st;
+      if (!mb.found) {
+        u.take_eq = INT_MAX;  // falls short: the whole prefix group
+        u.resolved = 1;
+      } else {
+        u.t_rem -= mb.mass_above;
+        u.prefix |= static_cast<unsigned long long>(mb.bin) << shift;
+        u.mask |= 0xffull << shift;
+        if (mb.bin_count == 1) {
+          u.take_eq = INT_MAX;
+          u.resolved = 1;
+        } else if (shift == 0) {
+          const double t = KeyToDouble(u.prefix);
+          double cum = 0;
+          int m = 0;
+          while (m < mb.bin_count && cum < u.t_rem) {
+            cum += t;
+            ++m;
+          }
+          u.take_eq = m;
+          u.resolved = 1;
+          u.needs_ties = m < mb.bin_count ? 1 : 0;
+        }
+      }
+      *st = u;
+    }
+  }
+  __syncwarp();
+  for (int b = lane; b < 256; b += 32) {
+    hc[b] = 0;
+    hm[b] = 0;
+  }
+}
+
+__global__ void FlexTieScanKernel(FlexParams p) {
+  const int unit = blockIdx.x * blockDim.x + threadIdx.x;
+  if (unit >= p.num_slots * p.batch) return;
+  const int slot = unit / p.batch, seq = unit - slot * p.batch;
+  if (p.est[seq].n == 0 || p.unit_is_vs[unit] != 0 || !p.state[unit].needs_ties) return;
+  const PooledSeq s = p.seqs[seq];
+  const int nq = (s.ql + p.block - 1) / p.block;
+  const int64_t row0 = static_cast<int64_t>(slot) * p.num_blocks + s.block_base;
+  int32_t acc = 0;
+  for (int b = 0; b < nq; ++b) {
+    const int32_t t = p.row_ties[row0 + b];
+    p.row_ties[row0 + b] = acc;
+    acc += t;
+  }
+}
+
+template <typename K>
+cudaError_t LaunchWithSmem(K kernel, int grid, int threads, int64_t bytes, cudaStream_t stream,
+                           const FlexParams& p, int mode, int level) {
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(bytes));
+  if (err != cudaSuccess) return err;
+  kernel<<<grid, threads, bytes, stream>>>(p, mode, level);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+int64_t FlexQaSmemBytes(int head_dim, int max_rows, int nk_max) {
+  return QaLayout(head_dim, max_rows, nk_max).total;
+}
+
+cudaError_t LaunchFlexDecide(const FlexParams& p, cudaStream_t stream) {
+  const int units = p.num_slots * p.batch;
+  if (units == 0) return cudaSuccess;
+  if (p.head_dim > 256) return cudaErrorInvalidValue;
+  switch (p.dtype) {
+    case DType::kBF16:
+      FlexDecideKernel<__nv_bfloat16><<<units, kDecideThreads, 0, stream>>>(p);
+      break;
+    case DType::kF16:
+      FlexDecideKernel<__half><<<units, kDecideThreads, 0, stream>>>(p);
+      break;
+    case DType::kF32:
+      return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchFlexQaRows(const FlexParams& p, int mode, int level, cudaStream_t stream) {
+  if (p.num_groups == 0) return cudaSuccess;
+  if (p.max_rows > kMaxGroupRows) return cudaErrorInvalidValue;
+  const int64_t bytes = QaLayout(p.head_dim, p.max_rows, p.nk_max).total;
+  switch (p.dtype) {
+    case DType::kBF16:
+      return LaunchWithSmem(FlexQaRowsKernel<__nv_bfloat16>, p.num_groups, kQaThreads, bytes,
+                            stream, p, mode, level);
+    case DType::kF16:
+      return LaunchWithSmem(FlexQaRowsKernel<__half>, p.num_groups, kQaThreads, bytes, stream, p,
+                            mode, level);
+    case DType::kF32:
+      break;
+  }
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t LaunchFlexQaScan(const FlexParams& p, int level, cudaStream_t stream) {
+  const int units = p.num_slots * p.batch;
+  if (units == 0) return cudaSuccess;
+  FlexQaScanKernel<<<units, 32, 0, stream>>>(p, level);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchFlexTieScan(const FlexParams& p, cudaStream_t stream) {
+  const int units = p.num_slots * p.batch;
+  if (units == 0) return cudaSuccess;
+  FlexTieScanKernel<<<(units + 127) / 128, 128, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace merged
+}  // namespace cuda
+}  // namespace spattn

@@ -1,0 +1,671 @@
+// Saap (seed 001) on the GPU, the twin of kernels/builders/saap.cc:
+//  1. Keys: 64-key tiles de-roped (angles in double, as RotateRope) and assigned to the nearest
+//     unit centroid by tensor-core products of bf16 hi/lo splits (hi.hi + hi.lo + lo.hi keeps
+//     ~16 mantissa bits of the float product); argmax with the lowest centroid on ties.
+//  2. Bucket lists per (kv head, sequence): histogram, scan, scatter (members unordered: the
+//     row assembler only ORs them into a bitmap).
+//  3. Queries: one CTA per (kv group, query block) runs, for every requested q head of the
+//     group and every 64 rows of the block, the de-rope and the classifier MLP on tensor cores
+//     (X -> hidden in shared memory as bf16 -> logits in 256-wide chunks with an online row
+//     max / sum), then adds softmax(logits) of its rows to the block's bucket scores and takes
+//     the top_l buckets (binary search on the score bits, ties to the lower bucket).
+//  4. Assembly: sink + local ranges and the members of the visited buckets, written to every
+//     head slot of the group.
+#include <cfloat>
+
+#include "kernels/cuda/builders/assembled_common.cuh"
+
+namespace spattn {
+namespace cuda {
+namespace assembled {
+namespace {
+
+constexpr double kTwoPi = 6.283185307179586;
+constexpr float kLog2e = 1.4426950408889634f;
+
+// ---- De-rope ------------------------------------------------------------------------------------
+
+// cos / sin (sign -1: RoPE removed) of row k of a 64-row span starting at `base`, pair i:
+// the CPU's angle-addition in double, rounded to float.
+__device__ __forceinline__ void RopeCS(const double* base_cs, const double* step_cs, int half,
+                                       int k, int i, float& c, float& s) {
+  const double bc = base_cs[2 * i], bs = base_cs[2 * i + 1];
+  const double sc = step_cs[(static_cast<int64_t>(k) * half + i) * 2];
+  const double ss = step_cs[(static_cast<int64_t>(k) * half + i) * 2 + 1];
+  c = static_cast<float>(bc * sc - bs * ss);
+  s = static_cast<float>(-(bs * sc + bc * ss));
+}
+
+// Thread i < half: base angle of position `pos` (fmod before cos/sin, as RotateRope).
+__device__ __forceinline__ void BaseAngles(const double* inv_freq, int half, int64_t pos,
+                                           double* base_cs) {
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    const double ang = fmod(static_cast<double>(pos) * inv_freq[i], kTwoPi);
+    double s, c;
+    sincos(ang, &s, &c);
+    base_cs[2 * i] = c;
+    base_cs[2 * i + 1] = s;
+  }
+}
+
+// ---- 1. Key assignment --------------------------------------------------------------------------
+
+constexpr int kAsThreads = 128;  // 4 warps x 16 keys
+constexpr int kAsKeys = 64;
+constexpr int kAsTileC = 64;
+
+template <int kD>
+constexpr int AssignSmemBytes() {
+  return kAsKeys * (kD + 4) * 4 + 2 * 2 * kAsTileC * kD * 2 + kD * 8;
+}
+
+template <typename T, int kD>
+__global__ void __launch_bounds__(kAsThreads) SaapAssignKernel(SaapArgs a) {
+  constexpr int kHalf = kD / 2, kCh = kD / 8, kKS = kD / 16, kXs = kD + 4;
+  constexpr int kTileBytes = kAsTileC * kD * 2;
+  extern __shared__ __align__(128) char smem[];
+  float* sX = reinterpret_cast<float*>(smem);
+  const uint32_t sCa = SmemAddr(smem + kAsKeys * kXs * 4);
+  double* sBase = reinterpret_cast<double*>(smem + kAsKeys * kXs * 4 + 4 * kTileBytes);
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, t4 = lane & 3;
+  const SaapKeyTile kt = a.key_tiles[blockIdx.x];
+  const AttnParams& p = a.p;
+  const SaapAssetsDev& as = a.assets;
+  const int kvh = a.kv_heads[kt.kv_index];
+  const int k_tok0 = p.cu_seqlens_k[kt.seq];
+  const int k_len = p.cu_seqlens_k[kt.seq + 1] - k_tok0;
+  const int n = min(kAsKeys, k_len - kt.first);
+  const int C = as.num_centroids;
+  const int ntiles = as.c_pad / kAsTileC;
+  const __nv_bfloat16* chi = static_cast<const __nv_bfloat16*>(as.centroid_hi[kvh]);
+  const __nv_bfloat16* clo = static_cast<const __nv_bfloat16*>(as.centroid_lo[kvh]);
+  auto issue = [&](int t) {
+    const uint32_t dst = sCa + (t & 1) * 2 * kTileBytes;
+    LoadTileAsync(
+        dst, kAsTileC, kAsTileC, kCh,
+        [&](int r) { return chi + static_cast<int64_t>(t * kAsTileC + r) * kD; }, tid, kAsThreads);
+    LoadTileAsync(
+        dst + kTileBytes, kAsTileC, kAsTileC, kCh,
+        [&](int r) { return clo + static_cast<int64_t>(t * kAsTileC + r) * kD; }, tid, kAsThreads);
+  };
+  issue(0);
+  CpAsyncCommit();
+
+  // De-roped keys (float) into sX.
+  BaseAngles(as.inv_freq, kHalf, kt.first, sBase);
+  __syncthreads();
+  const T* kg = static_cast<const T*>(p.k) + static_cast<int64_t>(kvh) * p.k_head_stride;
+  for (int idx = tid; idx < kAsKeys * kHalf; idx += kAsThreads) {
+    const int r = idx / kHalf, i = idx - r * kHalf;
+    const int ia = as.interleaved ? 2 * i : i;
+    const int ib = as.interleaved ? 2 * i + 1 : i + kHalf;
+    float x1 = 0.f, x2 = 0.f;
+    if (r < n) {
+      const T* kr = kg + static_cast<int64_t>(k_tok0 + kt.first + r) * p.k_token_stride;
+      x1 = ToF(kr[ia]);
+      x2 = ToF(kr[ib]);
+    }
+    float c, s;
+    RopeCS(sBase, as.step_cs, kHalf, r, i, c, s);
+    sX[r * kXs + ia] = x1 * c - x2 * s;
+    sX[r * kXs + ib] = x2 * c + x1 * s;
+  }
+  __syncthreads();
+  const int row0 = warp * 16;
+  uint32_t ahi[kKS][4], alo[kKS][4];
+#pragma unroll
+  for (int ks = 0; ks < kKS; ++ks) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = row0 + g + 8 * (e & 1);
+      const int c = ks * 16 + 2 * t4 + 8 * (e >> 1);
+      const float2 v = *reinterpret_cast<const float2*>(sX + r * kXs + c);
+      SplitPair<__nv_bfloat16>(v.x, v.y, ahi[ks][e], alo[ks][e]);
+    }
+  }
+  float best_v[2] = {kNegInf, kNegInf};
+  int best_c[2] = {0, 0};
+  for (int t = 0; t < ntiles; ++t) {
+    if (t + 1 < ntiles) issue(t + 1);
+    CpAsyncCommit();
+    CpAsyncWait<1>();
+    __syncthreads();
+    const uint32_t th = sCa + (t & 1) * 2 * kTileBytes, tl = th + kTileBytes;
+    float acc[8][4];
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
+    }
+#pragma unroll
+    for (int ks = 0; ks < kKS; ++ks) {
+#pragma unroll
+      for (int np = 0; np < 4; ++np) {
+        uint32_t bh[4], bl[4];
+        LoadB2(th, np * 16, ks, kCh, lane, bh);
+        LoadB2(tl, np * 16, ks, kCh, lane, bl);
+        Mma<__nv_bfloat16>::Run(acc[2 * np], ahi[ks], bh[0], bh[1]);
+        Mma<__nv_bfloat16>::Run(acc[2 * np + 1], ahi[ks], bh[2], bh[3]);
+        Mma<__nv_bfloat16>::Run(acc[2 * np], ahi[ks], bl[0], bl[1]);
+        Mma<__nv_bfloat16>::Run(acc[2 * np + 1], ahi[ks], bl[2], bl[3]);
+        Mma<__nv_bfloat16>::Run(acc[2 * np], alo[ks], bh[0], bh[1]);
+        Mma<__nv_bfloat16>::Run(acc[2 * np + 1], alo[ks], bh[2], bh[3]);
+      }
+    }
+    // Ascending centroid order within the thread: a strict > keeps the lowest on ties.
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int c = t * kAsTileC + nt * 8 + 2 * t4 + (e & 1);
+        const int h = e >> 1;
+        if (c < C && acc[nt][e] > best_v[h]) {
+          best_v[h] = acc[nt][e];
+          best_c[h] = c;
+        }
+      }
+    }
+    __syncthreads();
+  }
+  CpAsyncWait<0>();
+  const int64_t out0 = a.unit_key_off[kt.kv_index * p.batch + kt.seq] + kt.first;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float bv = best_v[h];
+    int bc = best_c[h];
+#pragma unroll
+    for (int o = 1; o <= 2; o <<= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+      const int oc = __shfl_xor_sync(0xffffffffu, bc, o);
+      if (ov > bv || (ov == bv && oc < bc)) {
+        bv = ov;
+        bc = oc;
+      }
+    }
+    const int r = row0 + g + 8 * h;
+    if (t4 == 0 && r < n) a.bucket_of[out0 + r] = bc;
+  }
+}
+
+// ---- 2. Bucket lists ----------------------------------------------------------------------------
+
+__global__ void SaapHistogramKernel(SaapArgs a) {
+  const SaapKeyTile kt = a.key_tiles[blockIdx.x];
+  const int k_len = a.p.cu_seqlens_k[kt.seq + 1] - a.p.cu_seqlens_k[kt.seq];
+  const int r = threadIdx.x;
+  if (kt.first + r >= k_len) return;
+  const int64_t unit = static_cast<int64_t>(kt.kv_index) * a.p.batch + kt.seq;
+  const int b = a.bucket_of[a.unit_key_off[unit] + kt.first + r];
+  atomicAdd(a.bucket_off + unit * a.assets.num_centroids + b, 1);
+}
+
+__global__ void SaapScatterKernel(SaapArgs a) {
+  const SaapKeyTile kt = a.key_tiles[blockIdx.x];
+  const int k_len = a.p.cu_seqlens_k[kt.seq + 1] - a.p.cu_seqlens_k[kt.seq];
+  const int r = threadIdx.x;
+  if (kt.first + r >= k_len) return;
+  const int64_t unit = static_cast<int64_t>(kt.kv_index) * a.p.batch + kt.seq;
+  const int b = a.bucket_of[a.unit_key_off[unit] + kt.first + r];
+  const int at = atomicAdd(a.bucket_cursor + unit * a.assets.num_centroids + b, 1);
+  a.bucket_idx[at] = kt.first + r;
+}
+
+// ---- 3. Query classification --------------------------------------------------------------------
+
+constexpr int kClsThreads = 256;  // 8 warps: 2 row halves x 4 column quarters
+constexpr int kClsRows = 64;
+constexpr int kClsN = 256;  // output columns per chunk
+constexpr int kClsK = 64;   // k per streamed weight slab
+constexpr int kClsSlabBytes = kClsN * kClsK * 2;
+
+struct ClsLayout {
+  int x, h, w, score, stat, rowm, rowinv, base, total;
+};
+__host__ __device__ inline ClsLayout MakeClsLayout(int head_dim, int num_layers, int hidden_pad,
+                                                   int c_pad) {
+  ClsLayout l;
+  l.x = 0;
+  l.h = l.x + kClsRows * head_dim * 2;
+  l.w = l.h + (num_layers == 2 ? kClsRows * hidden_pad * 2 : 0);
+  l.score = l.w + 2 * kClsSlabBytes;
+  l.stat = l.score + c_pad * 4;
+  l.rowm = l.stat + 4 * kClsRows * 8;
+  l.rowinv = l.rowm + kClsRows * 4;
+  l.base = l.rowinv + kClsRows * 4;
+  l.total = l.base + head_dim * 8;
+  return l;
+}
+
+// acc = A[64 x K] (swizzled bf16 tile, K / 8 chunks per row) * W[n0, n0 + 256) x K ^T (bf16
+// rows of K elements in global memory, streamed in 64-wide k slabs). Warp w: rows
+// 32 (w & 1) + [0, 32), columns n0 + 64 (w >> 1) + [0, 64).
+__device__ __forceinline__ void ClsGemm(uint32_t sA, int K, const __nv_bfloat16* w, int n0,
+                                        uint32_t sW, float (&acc)[2][8][4]) {
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int wr = warp & 1, wc = warp >> 1;
+  const int chunks_a = K / 8;
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.f;
+    }
+  }
+  const int slabs = K / kClsK;
+  auto issue = [&](int s) {
+    LoadTileAsync(
+        sW + (s & 1) * kClsSlabBytes, kClsN, kClsN, kClsK / 8,
+        [&](int r) { return w + static_cast<int64_t>(n0 + r) * K + s * kClsK; }, tid, kClsThreads);
+  };
+  issue(0);
+  CpAsyncCommit();
+  for (int s = 0; s < slabs; ++s) {
+    if (s + 1 < slabs) issue(s + 1);
+    CpAsyncCommit();
+    CpAsyncWait<1>();
+    __syncthreads();
+    const uint32_t ws = sW + (s & 1) * kClsSlabBytes;
+#pragma unroll
+    for (int kk = 0; kk < kClsK / 16; ++kk) {
+      uint32_t af[2][4];
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        LoadA(sA, 32 * wr + 16 * mt, s * 4 + kk, chunks_a, lane, af[mt]);
+      }
+#pragma unroll
+      for (int np = 0; np < 4; ++np) {
+        uint32_t b[4];
+        LoadB2(ws, 64 * wc + 16 * np, kk, kClsK / 8, lane, b);
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+          Mma<__nv_bfloat16>::Run(acc[mt][2 * np], af[mt], b[0], b[1]);
+          Mma<__nv_bfloat16>::Run(acc[mt][2 * np + 1], af[mt], b[2], b[3]);
+        }
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// The top_l entries of sc[0, n) (non-negative), ties to the lower index, in index order to out.
+__device__ void TopL(const float* sc, int n, int top_l, int32_t* out) {
+  using IReduce = cub::BlockReduce<int, kClsThreads>;
+  using Scan = cub::BlockScan<int, kClsThreads>;
+  __shared__ typename IReduce::TempStorage red;
+  __shared__ typename Scan::TempStorage scan;
+  __shared__ int bcast;
+  const int tid = threadIdx.x;
+  const int per = (n + kClsThreads - 1) / kClsThreads;
+  const int i0 = min(n, tid * per), i1 = min(n, i0 + per);
+  auto count_ge = [&](uint32_t key) {
+    int c = 0;
+    for (int i = i0; i < i1; ++i) c += FloatKey(sc[i]) >= key ? 1 : 0;
+    const int total = IReduce(red).Sum(c);
+    if (tid == 0) bcast = total;
+    __syncthreads();
+    const int r = bcast;
+    __syncthreads();
+    return r;
+  };
+  uint32_t lo = 0u, hi = 0x7f800001u;  // count(>= lo) >= top_l > count(>= hi)
+  while (hi - lo > 1u) {
+    const uint32_t mid = lo + (hi - lo) / 2;
+    if (count_ge(mid) >= top_l) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  const int need = top_l - count_ge(lo + 1u);  // ties at the threshold to take, lowest first
+  int my_ties = 0;
+  for (int i = i0; i < i1; ++i) my_ties += FloatKey(sc[i]) == lo ? 1 : 0;
+  int rank = 0;
+  Scan(scan).ExclusiveSum(my_ties, rank);
+  __syncthreads();
+  int my_sel = 0;
+  {
+    int r = rank;
+    for (int i = i0; i < i1; ++i) {
+      const uint32_t k = FloatKey(sc[i]);
+      if (k > lo) {
+        ++my_sel;
+      } else if (k == lo) {
+        my_sel += r < need ? 1 : 0;
+        ++r;
+      }
+    }
+  }
+  int pos = 0;
+  Scan(scan).ExclusiveSum(my_sel, pos);
+  __syncthreads();
+  int r = rank;
+  for (int i = i0; i < i1; ++i) {
+    const uint32_t k = FloatKey(sc[i]);
+    bool take = k > lo;
+    if (k == lo) {
+      take = r < need;
+      ++r;
+    }
+    if (take) out[pos++] = i;
+  }
+}
+
+template <typename T, int kD>
+__global__ void __launch_bounds__(kClsThreads, 1) SaapClassifyKernel(SaapArgs a) {
+  constexpr int kHalf = kD / 2, kCh = kD / 8;
+  extern __shared__ __align__(128) char smem[];
+  const SaapAssetsDev& as = a.assets;
+  const int hp = as.hidden_pad, cp = as.c_pad, C = as.num_centroids;
+  const ClsLayout lay = MakeClsLayout(kD, as.num_layers, hp, cp);
+  char* sX = smem + lay.x;
+  const uint32_t sXa = SmemAddr(sX);
+  char* sH = smem + lay.h;
+  const uint32_t sHa = SmemAddr(sH);
+  const uint32_t sWa = SmemAddr(smem + lay.w);
+  float* sScore = reinterpret_cast<float*>(smem + lay.score);
+  float2* sStat = reinterpret_cast<float2*>(smem + lay.stat);
+  float* sRowM = reinterpret_cast<float*>(smem + lay.rowm);
+  float* sRowInv = reinterpret_cast<float*>(smem + lay.rowinv);
+  double* sBase = reinterpret_cast<double*>(smem + lay.base);
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int wr = warp & 1, wc = warp >> 1;
+  const AttnParams& p = a.p;
+  float* scratch = a.logits_scratch + static_cast<int64_t>(blockIdx.x) * kClsRows * cp;
+  const int64_t items = static_cast<int64_t>(a.num_kv) * a.num_blocks;
+
+  for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
+    const int gi = static_cast<int>(item / a.num_blocks);
+    const int block = static_cast<int>(item - static_cast<int64_t>(gi) * a.num_blocks);
+    const BlockGeoDev geo = a.geo[block];
+    const int q_tok0 = p.cu_seqlens_q[geo.seq];
+    for (int c = tid; c < cp; c += kClsThreads) sScore[c] = 0.f;
+    for (int hi = a.group_head_off[gi]; hi < a.group_head_off[gi + 1]; ++hi) {
+      const int h = a.group_heads[hi];
+      const T* qg = static_cast<const T*>(p.q) + static_cast<int64_t>(h) * p.q_head_stride;
+      for (int row_start = geo.q_begin; row_start < geo.q_end; row_start += kClsRows) {
+        const int rows = min(kClsRows, geo.q_end - row_start);
+        const int64_t pos_base = static_cast<int64_t>(geo.first_pos) + (row_start - geo.q_begin);
+        __syncthreads();  // sX, sBase, sStat and the scratch are free
+        BaseAngles(as.inv_freq, kHalf, pos_base, sBase);
+        __syncthreads();
+        for (int idx = tid; idx < kClsRows * kHalf; idx += kClsThreads) {
+          const int r = idx / kHalf, i = idx - r * kHalf;
+          const int ia = as.interleaved ? 2 * i : i;
+          const int ib = as.interleaved ? 2 * i + 1 : i + kHalf;
+          float y1 = 0.f, y2 = 0.f;
+          if (r < rows) {
+            const T* qr = qg + static_cast<int64_t>(q_tok0 + row_start + r) * p.q_token_stride;
+            const float x1 = ToF(qr[ia]), x2 = ToF(qr[ib]);
+            float c, s;
+            RopeCS(sBase, as.step_cs, kHalf, r, i, c, s);
+            y1 = x1 * c - x2 * s;
+            y2 = x2 * c + x1 * s;
+          }
+          *reinterpret_cast<__nv_bfloat16*>(sX + TileElemOff(r, ia, kCh)) = __float2bfloat16(y1);
+          *reinterpret_cast<__nv_bfloat16*>(sX + TileElemOff(r, ib, kCh)) = __float2bfloat16(y2);
+        }
+        __syncthreads();
+        float acc[2][8][4];
+        if (as.num_layers == 2) {
+          const __nv_bfloat16* w0 = static_cast<const __nv_bfloat16*>(as.w0t[h]);
+          const float* b0 = as.b0[h];
+          for (int n0 = 0; n0 < hp; n0 += kClsN) {
+            ClsGemm(sXa, kD, w0, n0, sWa, acc);
+#pragma unroll
+            for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+              for (int nt = 0; nt < 8; ++nt) {
+                const int c = n0 + 64 * wc + 8 * nt + 2 * t4;
+                const float bias0 = b0[c], bias1 = b0[c + 1];
+#pragma unroll
+                for (int hh = 0; hh < 2; ++hh) {
+                  const int r = 32 * wr + 16 * mt + g + 8 * hh;
+                  float v0 = acc[mt][nt][2 * hh] + bias0, v1 = acc[mt][nt][2 * hh + 1] + bias1;
+                  if (as.relu0) {
+                    v0 = fmaxf(v0, 0.f);
+                    v1 = fmaxf(v1, 0.f);
+                  }
+                  *reinterpret_cast<uint32_t*>(sH + TileElemOff(r, c, hp / 8)) =
+                      Mma<__nv_bfloat16>::Pack(v0, v1);
+                }
+              }
+            }
+          }
+          __syncthreads();
+        }
+        const uint32_t sA = as.num_layers == 2 ? sHa : sXa;
+        const int K = as.num_layers == 2 ? hp : kD;
+        const __nv_bfloat16* w1 = static_cast<const __nv_bfloat16*>(as.w1t[h]);
+        const float* b1 = as.b1[h];
+        float m_run[2][2], l_run[2][2];
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+          m_run[mt][0] = m_run[mt][1] = kNegInf;
+          l_run[mt][0] = l_run[mt][1] = 0.f;
+        }
+        for (int n0 = 0; n0 < cp; n0 += kClsN) {
+          ClsGemm(sA, K, w1, n0, sWa, acc);
+#pragma unroll
+          for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh) {
+              const int r = 32 * wr + 16 * mt + g + 8 * hh;
+              float cmax = kNegInf;
+#pragma unroll
+              for (int nt = 0; nt < 8; ++nt) {
+                const int c = n0 + 64 * wc + 8 * nt + 2 * t4;
+                float v0 = acc[mt][nt][2 * hh] + b1[c], v1 = acc[mt][nt][2 * hh + 1] + b1[c + 1];
+                if (as.relu1) {
+                  v0 = fmaxf(v0, 0.f);
+                  v1 = fmaxf(v1, 0.f);
+                }
+                acc[mt][nt][2 * hh] = v0;
+                acc[mt][nt][2 * hh + 1] = v1;
+                *reinterpret_cast<float2*>(scratch + static_cast<int64_t>(r) * cp + c) =
+                    make_float2(v0, v1);
+                if (c < C) cmax = fmaxf(cmax, v0);
+                if (c + 1 < C) cmax = fmaxf(cmax, v1);
+              }
+              cmax = QuadMax(cmax);
+              const float m_new = fmaxf(m_run[mt][hh], cmax);
+              if (m_new != kNegInf) {
+                float sum = 0.f;
+#pragma unroll
+                for (int nt = 0; nt < 8; ++nt) {
+                  const int c = n0 + 64 * wc + 8 * nt + 2 * t4;
+                  if (c < C) sum += Exp2((acc[mt][nt][2 * hh] - m_new) * kLog2e);
+                  if (c + 1 < C) sum += Exp2((acc[mt][nt][2 * hh + 1] - m_new) * kLog2e);
+                }
+                l_run[mt][hh] = (m_run[mt][hh] == kNegInf
+                                     ? 0.f
+                                     : l_run[mt][hh] * Exp2((m_run[mt][hh] - m_new) * kLog2e)) +
+                                sum;
+                m_run[mt][hh] = m_new;
+              }
+            }
+          }
+        }
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            const float l = QuadSum(l_run[mt][hh]);
+            const int r = 32 * wr + 16 * mt + g + 8 * hh;
+            if (t4 == 0) sStat[wc * kClsRows + r] = make_float2(m_run[mt][hh], l);
+          }
+        }
+        __syncthreads();
+        if (tid < kClsRows) {
+          float m = kNegInf;
+#pragma unroll
+          for (int q = 0; q < 4; ++q) m = fmaxf(m, sStat[q * kClsRows + tid].x);
+          float l = 0.f;
+          if (m != kNegInf) {
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+              const float2 st = sStat[q * kClsRows + tid];
+              l += st.x == kNegInf ? 0.f : st.y * Exp2((st.x - m) * kLog2e);
+            }
+          }
+          const bool ok = tid < rows && isfinite(m) && isfinite(l) && l > 0.f;
+          sRowM[tid] = m;
+          sRowInv[tid] = ok ? 1.f / l : 0.f;
+        }
+        __syncthreads();
+        for (int c = tid; c < C; c += kClsThreads) {
+          float s = 0.f;
+          for (int r = 0; r < rows; ++r) {
+            const float inv = sRowInv[r];
+            if (inv != 0.f) {
+              s += Exp2((scratch[static_cast<int64_t>(r) * cp + c] - sRowM[r]) * kLog2e) * inv;
+            }
+          }
+          sScore[c] += s;
+        }
+      }
+    }
+    __syncthreads();
+    TopL(sScore, C, a.top_l,
+         a.selected + (static_cast<int64_t>(gi) * a.num_blocks + block) * a.top_l);
+    __syncthreads();
+  }
+}
+
+// ---- 4. Assembly --------------------------------------------------------------------------------
+
+constexpr int kMaxTopL = 1024;
+
+struct SaapSrc {
+  SaapAsmArgs a;
+  struct Shared {
+    int first, last;
+    int pref[kMaxTopL + 1];  // member prefix over the visited buckets
+    int start[kMaxTopL];     // first member of each visited bucket in bucket_idx
+  };
+  __device__ void Begin(int unit, Shared& sh, RowCtx& ctx) const {
+    const int gi = unit / a.num_blocks, block = unit - gi * a.num_blocks;
+    const BlockGeoDev g = a.geo[block];
+    ctx.key_end = g.key_end;
+    ctx.block = block;
+    const int s0 = a.group_slot_off[gi], s1 = a.group_slot_off[gi + 1];
+    ctx.num_slots = s1 - s0;
+    for (int i = 0; i < s1 - s0; ++i) ctx.slots[i] = a.group_slots[s0 + i];
+    sh.first = g.first_pos;
+    sh.last = g.last_pos;
+    const int64_t bu = (static_cast<int64_t>(gi) * a.batch + g.seq) * a.num_centroids;
+    const int32_t* sel = a.selected + static_cast<int64_t>(unit) * a.top_l;
+    sh.pref[0] = 0;
+    for (int k = 0; k < a.top_l; ++k) {
+      const int c = sel[k];
+      const int b0 = a.bucket_off[bu + c], b1 = a.bucket_off[bu + c + 1];
+      sh.start[k] = b0;
+      sh.pref[k + 1] = sh.pref[k] + (b1 - b0);
+    }
+  }
+  __device__ void SetBits(const RowCtx& ctx, const Shared& sh, uint32_t* R, uint32_t* C,
+                          int64_t wbase) const {
+    if (a.sink_tokens > 0) OrSpanBlock(R, wbase, 0, a.sink_tokens);
+    if (a.local_tokens > 0) {
+      OrSpanBlock(R, wbase, static_cast<int64_t>(sh.first) - a.local_tokens + 1,
+                  static_cast<int64_t>(sh.last) + 1);
+    }
+    const int total = sh.pref[a.top_l];
+    const int64_t lo_key = (wbase < 0 ? 0 : wbase) * 32;
+    const int64_t hi_key = (wbase + kAsmArrayWords) * 32;
+    for (int t = threadIdx.x; t < total; t += blockDim.x) {
+      int lo = 0, hi = a.top_l;  // last k with pref[k] <= t
+      while (hi - lo > 1) {
+        const int mid = (lo + hi) / 2;
+        if (sh.pref[mid] <= t) {
+          lo = mid;
+        } else {
+          hi = mid;
+        }
+      }
+      const int64_t key = a.bucket_idx[sh.start[lo] + (t - sh.pref[lo])];
+      if (key >= lo_key && key < hi_key && key < ctx.key_end) {
+        atomicOr(C + ((key >> 5) - wbase), 1u << (key & 31));
+      }
+    }
+  }
+};
+
+template <typename T, int kD>
+cudaError_t SaapLaunchTyped(const SaapArgs& a, cudaStream_t stream) {
+  cudaError_t err;
+  if (a.num_key_tiles > 0) {
+    auto assign = SaapAssignKernel<T, kD>;
+    if ((err = cudaFuncSetAttribute(assign, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    AssignSmemBytes<kD>())) != cudaSuccess) {
+      return err;
+    }
+    assign<<<a.num_key_tiles, kAsThreads, AssignSmemBytes<kD>(), stream>>>(a);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+    SaapHistogramKernel<<<a.num_key_tiles, kAsKeys, 0, stream>>>(a);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+  }
+  const int64_t buckets = static_cast<int64_t>(a.num_kv) * a.p.batch * a.assets.num_centroids;
+  if ((err = LaunchExclusiveScan32(a.bucket_off, buckets, stream)) != cudaSuccess) return err;
+  if (a.num_key_tiles > 0) {
+    if ((err = cudaMemcpyAsync(a.bucket_cursor, a.bucket_off, buckets * sizeof(int32_t),
+                               cudaMemcpyDeviceToDevice, stream)) != cudaSuccess) {
+      return err;
+    }
+    SaapScatterKernel<<<a.num_key_tiles, kAsKeys, 0, stream>>>(a);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+  }
+  if (a.keys_done != nullptr && (err = cudaEventRecord(a.keys_done, stream)) != cudaSuccess) {
+    return err;
+  }
+  if (a.num_kv > 0 && a.num_blocks > 0) {
+    auto classify = SaapClassifyKernel<T, kD>;
+    const int smem =
+        SaapClassifySmemBytes(kD, a.assets.num_layers, a.assets.hidden_pad, a.assets.c_pad);
+    if ((err = cudaFuncSetAttribute(classify, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)) !=
+        cudaSuccess) {
+      return err;
+    }
+    classify<<<a.classify_grid, kClsThreads, smem, stream>>>(a);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+  }
+  return cudaSuccess;
+}
+
+}  // namespace
+}  // namespace assembled
+
+int SaapClassifySmemBytes(int head_dim, int num_layers, int hidden_pad, int c_pad) {
+  return assembled::MakeClsLayout(head_dim, num_layers, hidden_pad, c_pad).total;
+}
+
+cudaError_t LaunchSaapSelect(const SaapArgs& a, cudaStream_t stream) {
+  using namespace assembled;
+  if (a.top_l <= 0 || a.top_l > kMaxTopL || a.top_l > a.assets.num_centroids) {
+    return cudaErrorInvalidValue;
+  }
+  const bool bf16 = a.p.dtype == DType::kBF16;
+  if (a.p.head_dim == 64) {
+    return bf16 ? SaapLaunchTyped<__nv_bfloat16, 64>(a, stream)
+                : SaapLaunchTyped<__half, 64>(a, stream);
+  }
+  if (a.p.head_dim == 128) {
+    return bf16 ? SaapLaunchTyped<__nv_bfloat16, 128>(a, stream)
+                : SaapLaunchTyped<__half, 128>(a, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t LaunchSaapAssemble(const SaapAsmArgs& a, const AsmOut& out, bool fill,
+                               cudaStream_t stream) {
+  if (a.top_l <= 0 || a.top_l > assembled::kMaxTopL) return cudaErrorInvalidValue;
+  assembled::SaapSrc src{a};
+  return assembled::LaunchAssemble(src, a.num_kv * a.num_blocks, out, fill, stream);
+}
+
+}  // namespace cuda
+}  // namespace spattn

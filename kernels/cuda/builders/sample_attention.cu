@@ -1,0 +1,544 @@
+// SampleAttention (seed 004) on the GPU, the twin of kernels/builders/sample_attention.cc:
+//  1. Stats pass: per sampled row, max and sum of 2^(s log2 e) over its causal keys, key spans in
+//     parallel (tensor-core Q K^T tiles), combined into the row's log-sum-exp.
+//  2. Score pass: the same tiles again; p = exact softmax probability, summed per column block
+//     (key / blk) and per slash block (floor((pos - key) / blk)), in shared memory per span, then
+//     added to the unit's global scores.
+//  3. CRA per (unit, column|slash): the smallest prefix of the blocks sorted by score (ties to the
+//     lower block) whose sum reaches alpha of the total, found by a binary search on the score
+//     bits (no sort), ties taken in block order.
+//  4. Assembly: each query block ORs the column and slash spans of the chunks its rows belong to
+//     and the local window into its row bitmap (assembled_common.cuh).
+#include <cfloat>
+
+#include "kernels/cuda/builders/assembled_common.cuh"
+
+namespace spattn {
+namespace cuda {
+namespace assembled {
+namespace {
+
+constexpr int kSaThreads = 256;  // 8 warps x 16 sampled rows
+constexpr int kSaRows = 128;
+constexpr int kSaTileN = 64;
+constexpr int kSaAcc = kSaItemScores;  // column / slash accumulators per span (blk >= 16)
+constexpr int kSaWarps = kSaThreads / 32;
+constexpr int kSaSlots = 8;  // slash blocks one warp tile can touch (blk >= 16)
+
+template <int kD>
+constexpr int SaSmemBytes() {
+  return kSaRows * kD * 2 + 2 * kSaTileN * kD * 2 + 2 * kSaWarps * kSaAcc * 4;
+}
+
+// The column blocks [cb0, cb0 + n_cb) and slash blocks [sb_lo, sb_lo + n_sb) a span's keys and
+// the unit's sampled rows can touch.
+__device__ __forceinline__ void SaWindow(const SaUnit& u, const SaItem& item, int pos0, int lg,
+                                         int& cb0, int& n_cb, int& sb_lo, int& n_sb) {
+  const int rows = u.s1 - u.s0;
+  const int kb = item.key_begin, ke = item.key_end;
+  cb0 = kb >> lg;
+  n_cb = ((ke - 1) >> lg) - cb0 + 1;
+  sb_lo = (pos0 - (ke - 1)) >> lg;  // arithmetic shift = floor
+  n_sb = ((pos0 + rows - 1 - kb) >> lg) - sb_lo + 1;
+}
+
+// Pass 1 (kScores = false): partial (max, sum) of each sampled row over the item's key span.
+// Pass 2 (kScores = true): column and slash block sums of the row probabilities.
+template <typename T, int kD, bool kScores>
+__global__ void __launch_bounds__(kSaThreads) SaPassKernel(SaArgs a) {
+  constexpr int kCh = kD / 8;
+  constexpr int kKS = kD / 16;
+  extern __shared__ __align__(128) char smem[];
+  const uint32_t sQa = SmemAddr(smem);
+  const uint32_t sKa = sQa + kSaRows * kD * 2;
+  // Per-warp column and slash sums (no atomics: the same sums on every run).
+  float* sCol = reinterpret_cast<float*>(smem + kSaRows * kD * 2 + 2 * kSaTileN * kD * 2);
+  float* sSlash = sCol + kSaWarps * kSaAcc;
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, t4 = lane & 3;
+  const SaItem item = a.items[blockIdx.x];
+  const SaUnit u = a.units[item.unit];
+  const AttnParams& p = a.p;
+  const int q_head = a.heads[u.slot];
+  const int kvh = q_head / p.group;
+  const int q_tok0 = p.cu_seqlens_q[u.seq];
+  const int q_len = p.cu_seqlens_q[u.seq + 1] - q_tok0;
+  const int k_tok0 = p.cu_seqlens_k[u.seq];
+  const int k_len = p.cu_seqlens_k[u.seq + 1] - k_tok0;
+  const int rows = u.s1 - u.s0;
+  const int pos0 = k_len - q_len + u.s0;  // position of sampled row 0
+  const int blk = a.block_size;
+  const int lg = __ffs(blk) - 1;
+  const int kb = item.key_begin, ke = item.key_end;
+
+  // Span-level block ranges (pass 2).
+  int cb0, n_cb, sb_lo, n_sb;
+  SaWindow(u, item, pos0, lg, cb0, n_cb, sb_lo, n_sb);
+  if constexpr (kScores) {
+    for (int i = tid; i < kSaWarps * kSaAcc; i += kSaThreads) {
+      sCol[i] = 0.f;
+      sSlash[i] = 0.f;
+    }
+  }
+  float* wCol = sCol + warp * kSaAcc;
+  float* wSlash = sSlash + warp * kSaAcc;
+
+  const T* qg = static_cast<const T*>(p.q) + static_cast<int64_t>(q_head) * p.q_head_stride;
+  const T* kg = static_cast<const T*>(p.k) + static_cast<int64_t>(kvh) * p.k_head_stride;
+  LoadTileAsync(
+      sQa, kSaRows, rows, kCh,
+      [&](int r) { return qg + static_cast<int64_t>(q_tok0 + u.s0 + r) * p.q_token_stride; }, tid,
+      kSaThreads);
+  const int ntiles = (ke - kb + kSaTileN - 1) / kSaTileN;
+  auto issue = [&](int t) {
+    const int j = kb + t * kSaTileN;
+    LoadTileAsync(
+        sKa + (t & 1) * kSaTileN * kD * 2, kSaTileN, min(kSaTileN, ke - j), kCh,
+        [&](int r) { return kg + static_cast<int64_t>(k_tok0 + j + r) * p.k_token_stride; }, tid,
+        kSaThreads);
+  };
+  issue(0);
+  CpAsyncCommit();
+
+  const int row0 = warp * 16;
+  const bool active = row0 < rows;
+  const float scale = p.scale_log2;
+  // This thread's rows: row0 + g (h = 0) and row0 + g + 8 (h = 1).
+  int pos_h[2];
+  bool row_ok[2];
+  float lse_h[2] = {0.f, 0.f};
+  float m_run[2] = {kNegInf, kNegInf}, l_run[2] = {0.f, 0.f};
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = row0 + g + 8 * h;
+    pos_h[h] = pos0 + r;
+    row_ok[h] = r < rows;
+    if constexpr (kScores) {
+      if (row_ok[h]) {
+        lse_h[h] = a.lse2[static_cast<int64_t>(item.unit) * kSaRows + r];
+        row_ok[h] = !isnan(lse_h[h]);
+      }
+    }
+  }
+  uint32_t qf[kKS][4];
+
+  for (int t = 0; t < ntiles; ++t) {
+    if (t + 1 < ntiles) issue(t + 1);
+    CpAsyncCommit();
+    CpAsyncWait<1>();
+    __syncthreads();
+    if (t == 0 && active) {
+#pragma unroll
+      for (int ks = 0; ks < kKS; ++ks) LoadA(sQa, row0, ks, kCh, lane, qf[ks]);
+    }
+    const int j = kb + t * kSaTileN;
+    if (active) {
+      const uint32_t kst = sKa + (t & 1) * kSaTileN * kD * 2;
+      float s[8][4];
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[nt][e] = 0.f;
+      }
+#pragma unroll
+      for (int ks = 0; ks < kKS; ++ks) {
+#pragma unroll
+        for (int np = 0; np < 4; ++np) {
+          uint32_t b[4];
+          LoadB2(kst, np * 16, ks, kCh, lane, b);
+          Mma<T>::Run(s[2 * np], qf[ks], b[0], b[1]);
+          Mma<T>::Run(s[2 * np + 1], qf[ks], b[2], b[3]);
+        }
+      }
+      if constexpr (!kScores) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float mx = kNegInf;
+#pragma unroll
+          for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int key = j + nt * 8 + 2 * t4 + e;
+              const bool ok = row_ok[h] && key < ke && (!p.causal || key <= pos_h[h]);
+              const float v = s[nt][2 * h + e] * scale;
+              s[nt][2 * h + e] = ok ? v : kNegInf;
+              mx = fmaxf(mx, s[nt][2 * h + e]);
+            }
+          }
+          mx = QuadMax(mx);
+          const float m_new = fmaxf(m_run[h], mx);
+          if (m_new != kNegInf) {
+            float sum = 0.f;
+#pragma unroll
+            for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+              for (int e = 0; e < 2; ++e) {
+                const float v = s[nt][2 * h + e];
+                sum += v == kNegInf ? 0.f : Exp2(v - m_new);
+              }
+            }
+            l_run[h] = Rescale2(l_run[h], m_run[h], m_new) + sum;
+            m_run[h] = m_new;
+          }
+        }
+      } else {
+        float csum[8];
+        float ss[kSaSlots];
+#pragma unroll
+        for (int k = 0; k < kSaSlots; ++k) ss[k] = 0.f;
+        const int sb_base = (pos0 + row0 - (j + kSaTileN - 1)) >> lg;
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+          csum[nt] = 0.f;
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int key = j + nt * 8 + 2 * t4 + e;
+              const bool ok = row_ok[h] && key < ke && (!p.causal || key <= pos_h[h]);
+              const float pr = ok ? Exp2(s[nt][2 * h + e] * scale - lse_h[h]) : 0.f;
+              csum[nt] += pr;
+              const int k = ((pos_h[h] - key) >> lg) - sb_base;
+#pragma unroll
+              for (int kk = 0; kk < kSaSlots; ++kk) ss[kk] += k == kk ? pr : 0.f;
+            }
+          }
+        }
+        // Column blocks: nts of one block summed in the thread, then over the warp.
+        float cs = 0.f;
+        int cur = j >> lg;
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+          const int idx = (j + nt * 8) >> lg;  // warp-uniform
+          if (idx != cur) {
+            cs = WarpSum(cs);
+            if (lane == 0 && cs != 0.f) wCol[cur - cb0] += cs;
+            cs = 0.f;
+            cur = idx;
+          }
+          cs += csum[nt];
+        }
+        cs = WarpSum(cs);
+        if (lane == 0 && cs != 0.f) wCol[cur - cb0] += cs;
+#pragma unroll
+        for (int kk = 0; kk < kSaSlots; ++kk) {
+          if (__any_sync(0xffffffffu, ss[kk] != 0.f)) {
+            const float v = WarpSum(ss[kk]);
+            const int idx = sb_base + kk - sb_lo;
+            if (lane == 0 && v != 0.f && idx >= 0 && idx < n_sb) wSlash[idx] += v;
+          }
+        }
+      }
+    }
+    __syncthreads();
+  }
+  CpAsyncWait<0>();
+
+  if constexpr (!kScores) {
+    if (active) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float l = QuadSum(l_run[h]);
+        if (t4 == 0 && row_ok[h]) {
+          a.partial[static_cast<int64_t>(blockIdx.x) * kSaRows + row0 + g + 8 * h] =
+              make_float2(m_run[h], l);
+        }
+      }
+    }
+  } else {
+    // The span's sums over the warps, in warp order.
+    __syncthreads();
+    float* out = a.item_scores + static_cast<int64_t>(blockIdx.x) * 2 * kSaAcc;
+    for (int i = tid; i < kSaAcc; i += kSaThreads) {
+      float c = 0.f, sl = 0.f;
+#pragma unroll
+      for (int w = 0; w < kSaWarps; ++w) {
+        c += sCol[w * kSaAcc + i];
+        sl += sSlash[w * kSaAcc + i];
+      }
+      out[i] = c;
+      out[kSaAcc + i] = sl;
+    }
+  }
+}
+
+// Scores of each unit: its spans' sums, added in span order.
+__global__ void SaReduceKernel(SaArgs a) {
+  const SaUnit u = a.units[blockIdx.x];
+  const AttnParams& p = a.p;
+  const int q_len = p.cu_seqlens_q[u.seq + 1] - p.cu_seqlens_q[u.seq];
+  const int k_len = p.cu_seqlens_k[u.seq + 1] - p.cu_seqlens_k[u.seq];
+  const int pos0 = k_len - q_len + u.s0;
+  const int lg = __ffs(a.block_size) - 1;
+  for (int e = threadIdx.x; e < u.n_col + u.n_slash; e += blockDim.x) {
+    double sum = 0;
+    for (int it = u.item_begin; it < u.item_begin + u.item_count; ++it) {
+      int cb0, n_cb, sb_lo, n_sb;
+      SaWindow(u, a.items[it], pos0, lg, cb0, n_cb, sb_lo, n_sb);
+      const float* sc = a.item_scores + static_cast<int64_t>(it) * 2 * kSaAcc;
+      if (e < u.n_col) {
+        const int i = e - cb0;
+        if (i >= 0 && i < n_cb) sum += sc[i];
+      } else {
+        const int i = e - u.n_col + u.sb_min - sb_lo;
+        if (i >= 0 && i < n_sb) sum += sc[kSaAcc + i];
+      }
+    }
+    a.scores[u.score_off + e] = static_cast<float>(sum);
+  }
+}
+
+// Row log2-sum-exp2 of each sampled row from the spans' partials; NaN when the row has no finite
+// score or a non-finite sum (the CPU builder skips such rows).
+__global__ void SaCombineKernel(SaArgs a) {
+  const SaUnit u = a.units[blockIdx.x];
+  const int r = threadIdx.x;
+  if (r >= kSaRows) return;
+  float out = __int_as_float(0x7fffffff);
+  if (r < u.s1 - u.s0) {
+    float m = kNegInf;
+    for (int i = 0; i < u.item_count; ++i) {
+      m = fmaxf(m, a.partial[static_cast<int64_t>(u.item_begin + i) * kSaRows + r].x);
+    }
+    if (isfinite(m)) {
+      float l = 0.f;
+      for (int i = 0; i < u.item_count; ++i) {
+        const float2 pl = a.partial[static_cast<int64_t>(u.item_begin + i) * kSaRows + r];
+        l += Rescale2(pl.y, pl.x, m);
+      }
+      if (isfinite(l) && l > 0.f) out = m + log2f(l);
+    }
+  }
+  a.lse2[static_cast<int64_t>(blockIdx.x) * kSaRows + r] = out;
+}
+
+constexpr int kCraThreads = 256;
+
+// CRA of one (unit, kind): kind 0 = column blocks with alpha_c, 1 = slash blocks with alpha_s.
+__global__ void __launch_bounds__(kCraThreads) SaCraKernel(SaArgs a) {
+  using Reduce = cub::BlockReduce<double, kCraThreads>;
+  using IReduce = cub::BlockReduce<int, kCraThreads>;
+  using Scan = cub::BlockScan<int, kCraThreads>;
+  __shared__ typename Reduce::TempStorage red;
+  __shared__ typename IReduce::TempStorage ired;
+  __shared__ typename Scan::TempStorage scan;
+  __shared__ double s_bcast;
+  __shared__ int s_ibcast;
+
+  const int kind = blockIdx.x & 1;
+  const SaUnit u = a.units[blockIdx.x >> 1];
+  const int n = kind == 0 ? u.n_col : u.n_slash;
+  const int64_t off = u.score_off + (kind == 0 ? 0 : u.n_col);
+  const float* sc = a.scores + off;
+  int32_t* sel = a.selected + off;
+  const int tid = threadIdx.x;
+  const int per = (n + kCraThreads - 1) / kCraThreads;
+  const int i0 = min(n, tid * per), i1 = min(n, i0 + per);
+
+  auto sum_at_least = [&](uint32_t key) -> double {
+    double s = 0;
+    for (int i = i0; i < i1; ++i) {
+      if (FloatKey(sc[i]) >= key) s += sc[i];
+    }
+    const double total = Reduce(red).Sum(s);
+    if (tid == 0) s_bcast = total;
+    __syncthreads();
+    const double r = s_bcast;
+    __syncthreads();
+    return r;
+  };
+  auto count_key = [&](uint32_t key) -> int {
+    int c = 0;
+    for (int i = i0; i < i1; ++i) c += FloatKey(sc[i]) == key ? 1 : 0;
+    const int total = IReduce(ired).Sum(c);
+    if (tid == 0) s_ibcast = total;
+    __syncthreads();
+    const int r = s_ibcast;
+    __syncthreads();
+    return r;
+  };
+
+  const double total = sum_at_least(1u);  // every positive score
+  int32_t* count_out = a.selected_n + (blockIdx.x >> 1) * 2 + kind;
+  if (!(total > 0)) {
+    if (tid == 0) *count_out = 0;
+    return;
+  }
+  const double target = static_cast<double>(kind == 0 ? a.alpha_c : a.alpha_s) * total;
+  // Largest T with sum(scores >= T) >= target: the score of the last block CRA takes.
+  uint32_t lo = 1u, hi = 0x7f800000u;
+  while (hi - lo > 1u) {
+    const uint32_t mid = lo + (hi - lo) / 2;
+    if (sum_at_least(mid) >= target) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  const uint32_t t_key = lo;
+  const double above = sum_at_least(t_key + 1u);
+  const int ties = count_key(t_key);
+  // How many blocks scoring exactly T (in block order) the prefix takes.
+  if (tid == 0) {
+    const double v = static_cast<double>(__uint_as_float(t_key));
+    double cum = above;
+    int need = 0;
+    while (need < ties) {
+      cum += v;
+      ++need;
+      if (cum >= target) break;
+    }
+    s_ibcast = need;
+  }
+  __syncthreads();
+  const int need = s_ibcast;
+  __syncthreads();
+  int my_ties = 0;
+  for (int i = i0; i < i1; ++i) my_ties += FloatKey(sc[i]) == t_key ? 1 : 0;
+  int tie_rank = 0;
+  Scan(scan).ExclusiveSum(my_ties, tie_rank);
+  __syncthreads();
+  int my_sel = 0;
+  {
+    int r = tie_rank;
+    for (int i = i0; i < i1; ++i) {
+      const uint32_t k = FloatKey(sc[i]);
+      if (k > t_key) {
+        ++my_sel;
+      } else if (k == t_key) {
+        if (r < need) ++my_sel;
+        ++r;
+      }
+    }
+  }
+  int out_pos = 0, n_sel = 0;
+  Scan(scan).ExclusiveSum(my_sel, out_pos, n_sel);
+  {
+    int r = tie_rank;
+    for (int i = i0; i < i1; ++i) {
+      const uint32_t k = FloatKey(sc[i]);
+      bool take = false;
+      if (k > t_key) {
+        take = true;
+      } else if (k == t_key) {
+        take = r < need;
+        ++r;
+      }
+      if (take) sel[out_pos++] = kind == 0 ? i : i + u.sb_min;
+    }
+  }
+  if (tid == 0) *count_out = n_sel;
+}
+
+// Assembly source: a (slot, block) row takes the spans of the chunks its rows belong to.
+struct SaSrc {
+  SaAsmArgs a;
+  struct Shared {
+    int u_lo, u_hi;
+    int first, last;
+  };
+  __device__ void Begin(int unit, Shared& sh, RowCtx& ctx) const {
+    const int slot = unit / a.num_blocks, block = unit - slot * a.num_blocks;
+    const BlockGeoDev g = a.geo[block];
+    ctx.key_end = g.key_end;
+    ctx.block = block;
+    ctx.num_slots = 1;
+    ctx.slots[0] = slot;
+    sh.first = g.first_pos;
+    sh.last = g.last_pos;
+    int lo = a.unit_first[slot * a.batch + g.seq];
+    int hi = a.unit_first[slot * a.batch + g.seq + 1];
+    // First chunk ending after the block's first row (chunks are in row order).
+    while (lo < hi) {
+      const int mid = (lo + hi) / 2;
+      if (a.units[mid].row_end <= g.q_begin) {
+        lo = mid + 1;
+      } else {
+        hi = mid;
+      }
+    }
+    const int end = a.unit_first[slot * a.batch + g.seq + 1];
+    int e = lo;
+    while (e < end && a.units[e].row_begin < g.q_end) ++e;
+    sh.u_lo = lo;
+    sh.u_hi = e;
+  }
+  __device__ void SetBits(const RowCtx& ctx, const Shared& sh, uint32_t* R, uint32_t* /*C*/,
+                          int64_t wbase) const {
+    const int64_t blk = a.block_size;
+    for (int ui = sh.u_lo; ui < sh.u_hi; ++ui) {
+      const SaUnit& u = a.units[ui];
+      const int nc = a.selected_n[2 * ui], ns = a.selected_n[2 * ui + 1];
+      const int32_t* sel = a.selected + u.score_off;
+      for (int t = threadIdx.x; t < nc + ns; t += blockDim.x) {
+        if (t < nc) {
+          const int64_t cb = sel[t];
+          OrSpan(R, wbase, cb * blk, (cb + 1) * blk);
+        } else {
+          const int64_t sb = sel[u.n_col + (t - nc)];
+          OrSpan(R, wbase, sh.first - (sb + 1) * blk + 1, sh.last - sb * blk + 1);
+        }
+      }
+    }
+    if (a.local_tokens > 0) {
+      OrSpanBlock(R, wbase, static_cast<int64_t>(sh.first) - a.local_tokens + 1,
+                  static_cast<int64_t>(sh.last) + 1);
+    }
+  }
+};
+
+template <typename T, int kD>
+cudaError_t SaLaunchTyped(const SaArgs& a, cudaStream_t stream) {
+  constexpr int smem = SaSmemBytes<kD>();
+  auto pass1 = SaPassKernel<T, kD, false>;
+  auto pass2 = SaPassKernel<T, kD, true>;
+  cudaError_t err = cudaFuncSetAttribute(pass1, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (err != cudaSuccess) return err;
+  err = cudaFuncSetAttribute(pass2, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (err != cudaSuccess) return err;
+  pass1<<<a.num_items, kSaThreads, smem, stream>>>(a);
+  if ((err = cudaGetLastError()) != cudaSuccess) return err;
+  SaCombineKernel<<<a.num_units, kSaRows, 0, stream>>>(a);
+  if ((err = cudaGetLastError()) != cudaSuccess) return err;
+  pass2<<<a.num_items, kSaThreads, smem, stream>>>(a);
+  if ((err = cudaGetLastError()) != cudaSuccess) return err;
+  SaReduceKernel<<<a.num_units, 256, 0, stream>>>(a);
+  if ((err = cudaGetLastError()) != cudaSuccess) return err;
+  SaCraKernel<<<a.num_units * 2, kCraThreads, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+}  // namespace
+}  // namespace assembled
+
+cudaError_t LaunchSampleAttentionSelect(const SaArgs& a, cudaStream_t stream) {
+  using namespace assembled;
+  if (a.num_units == 0) return cudaSuccess;
+  if (a.block_size < 16 || a.block_size > 128 || (a.block_size & (a.block_size - 1)) != 0) {
+    return cudaErrorInvalidValue;
+  }
+  if (a.num_items > 0) {
+    const bool bf16 = a.p.dtype == DType::kBF16;
+    cudaError_t err = cudaErrorInvalidValue;
+    if (a.p.head_dim == 64) {
+      err =
+          bf16 ? SaLaunchTyped<__nv_bfloat16, 64>(a, stream) : SaLaunchTyped<__half, 64>(a, stream);
+    } else if (a.p.head_dim == 128) {
+      err = bf16 ? SaLaunchTyped<__nv_bfloat16, 128>(a, stream)
+                 : SaLaunchTyped<__half, 128>(a, stream);
+    }
+    return err;
+  }
+  // No keys anywhere: nothing is selected.
+  return cudaMemsetAsync(a.selected_n, 0, sizeof(int32_t) * 2 * a.num_units, stream);
+}
+
+cudaError_t LaunchSampleAttentionAssemble(const SaAsmArgs& a, const AsmOut& out, bool fill,
+                                          cudaStream_t stream) {
+  assembled::SaSrc src{a};
+  return assembled::LaunchAssemble(src, a.num_slots * a.num_blocks, out, fill, stream);
+}
+
+}  // namespace cuda
+}  // namespace spattn

@@ -1,0 +1,553 @@
+// GPU index builder of vertical_slash (MInference, seed 000) and the pieces flex_prefill reuses:
+// the last-rows estimate (softmax of a sequence's last rows over all its keys, on tensor cores,
+// reduced to column and diagonal sums), the top-k line selection, and the per-row merge of lines
+// into ranges + columns (common/line_merge.h). The twin of kernels/builders/vertical_slash.cc.
+//
+// Exactness: the CPU computes each row's probabilities as expf(l - max) * (1 / sum) in fp32 and
+// sums columns and diagonals in double in row order; the kernels below do the same operations in
+// the same order per column (and per diagonal inside each key chunk), so only the logits (tensor
+// cores vs the CPU's FMA chain) and the order of the row sums differ. Where the logits are exact
+// (integer-valued inputs, power-of-two scale) the selected lines are the CPU's, ties included.
+#include <algorithm>
+#include <cub/block/block_reduce.cuh>
+#include <cub/device/device_scan.cuh>
+
+#include "kernels/cuda/builders/estimate.cuh"
+#include "kernels/cuda/builders/merged_kernels.h"
+#include "kernels/cuda/common/line_merge.h"
+
+namespace spattn {
+namespace cuda {
+namespace merged {
+namespace {
+
+constexpr int kEstThreads = 128;
+constexpr int kTile = 64;
+constexpr int kTilesPerCta = kEstKeysPerCta / kTile;
+constexpr int kPitchP = kTile + 1;  // floats per row of the probability tile
+
+__host__ __device__ constexpr int64_t AlignUp16(int64_t x) { return (x + 15) / 16 * 16; }
+
+struct EstSmem {
+  int64_t diag, ptile, qs, ks, total;
+};
+
+__host__ __device__ inline EstSmem EstLayout(int head_dim, int max_n) {
+  EstSmem l;
+  const int64_t pitch = head_dim + 8;
+  l.diag = AlignUp16(static_cast<int64_t>(kEstKeysPerCta) * 8);
+  l.ptile = l.diag + AlignUp16(static_cast<int64_t>(max_n + kEstKeysPerCta - 1) * 8);
+  l.qs = l.ptile + AlignUp16(static_cast<int64_t>(kTile) * kPitchP * 4);
+  l.ks = l.qs + AlignUp16(kTile * pitch * 2);
+  l.total = l.ks + AlignUp16(kTile * pitch * 2);
+  return l;
+}
+
+// Largest index s in [0, n) with base(s) <= x (sequences without items share the next one's base).
+template <class F>
+__device__ __forceinline__ int LastAtOrBelow(int n, int64_t x, F base) {
+  int lo = 0, hi = n - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) >> 1;
+    if (base(mid) <= x) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return lo;
+}
+
+__device__ __forceinline__ int64_t FloorDiv(int64_t a, int64_t b) {
+  return a >= 0 ? a / b : -((-a + b - 1) / b);
+}
+
+// Loads `rows` rows (zero rows up to 64) of head `head` from `base` into a [64][pitch] tile.
+template <typename T>
+__device__ __forceinline__ void LoadTile(T* dst, int pitch, const T* base, int64_t token0, int rows,
+                                         int64_t token_stride, int64_t head, int64_t head_stride,
+                                         int head_dim) {
+  const int vecs = head_dim / 8;
+  for (int idx = threadIdx.x; idx < kTile * vecs; idx += kEstThreads) {
+    const int r = idx / vecs, v = idx - r * vecs;
+    uint4 val = make_uint4(0, 0, 0, 0);
+    if (r < rows) {
+      val = *reinterpret_cast<const uint4*>(base + (token0 + r) * token_stride +
+                                            head * head_stride + v * 8);
+    }
+    *reinterpret_cast<uint4*>(dst + r * pitch + v * 8) = val;
+  }
+}
+
+// S = Q K^T for the warp's 16 rows x 64 keys: acc[n-tile][fragment].
+template <typename T, int kD>
+__device__ __forceinline__ void TileLogits(const T* qs, const T* ks, float (&acc)[8][4]) {
+  constexpr int kPitch = kD + 8;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
+  }
+#pragma unroll
+  for (int kk = 0; kk < kD / 16; ++kk) {
+    uint32_t a[4];
+    LdMatrixX4(a, qs + (warp * 16 + (lane & 15)) * kPitch + kk * 16 + (lane >> 4) * 8);
+#pragma unroll
+    for (int np = 0; np < 4; ++np) {
+      uint32_t b[4];
+      const int key = np * 16 + (lane & 7) + ((lane >> 4) << 3);
+      LdMatrixX4(b, ks + key * kPitch + kk * 16 + ((lane >> 3) & 1) * 8);
+      Mma<T>::Run(acc[2 * np], a, b[0], b[1]);
+      Mma<T>::Run(acc[2 * np + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// One pass of the estimate over one key chunk of one unit (see EstimateParams).
+template <typename T, int kD, int kPass>
+__global__ void __launch_bounds__(kEstThreads) EstimateKernel(EstimateParams p) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const EstSmem lay = EstLayout(kD, p.max_n);
+  double* col_acc = reinterpret_cast<double*>(smem);
+  double* diag_acc = reinterpret_cast<double*>(smem + lay.diag);
+  float* ptile = reinterpret_cast<float*>(smem + lay.ptile);
+  T* qs = reinterpret_cast<T*>(smem + lay.qs);
+  T* ks = reinterpret_cast<T*>(smem + lay.ks);
+  constexpr int kPitch = kD + 8;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+
+  const int slot = blockIdx.x % p.num_slots;
+  const int g = blockIdx.x / p.num_slots;
+  const int seq = LastAtOrBelow(p.batch, g, [&](int s) { return p.seqs[s].cta_begin; });
+  const EstimateSeq s = p.seqs[seq];
+  if (s.n == 0 || g >= s.cta_begin + s.ctas) return;
+  const int cta = g - s.cta_begin;
+  const int key0 = cta * kEstKeysPerCta;
+  const int qh = p.slot_head[slot];
+  const int kvh = qh / p.group;
+  const T* qg = static_cast<const T*>(p.q);
+  const T* kg = static_cast<const T*>(p.k);
+  const int64_t row_at = slot * p.rows_stride + s.row_base;
+  const int diag_len = s.n + kEstKeysPerCta - 1;
+
+  if (kPass == 3) {
+    for (int i = tid; i < kEstKeysPerCta; i += kEstThreads) col_acc[i] = 0;
+    for (int i = tid; i < diag_len; i += kEstThreads) diag_acc[i] = 0;
+  }
+  const int chunks = CeilDivD(s.n, kTile);
+  for (int c = 0; c < chunks; ++c) {
+    const int i0 = c * kTile;
+    const int rows_here = min(kTile, s.n - i0);
+    __syncthreads();  // previous chunk's readers of qs are done
+    LoadTile(qs, kPitch, qg, static_cast<int64_t>(s.q_row0) + i0, rows_here, p.q_token_stride, qh,
+             p.q_head_stride, kD);
+    // This thread's two rows of the chunk (fragment rows lane/4 and lane/4 + 8 of its warp).
+    const int rl[2] = {warp * 16 + (lane >> 2), warp * 16 + (lane >> 2) + 8};
+    float mx[2] = {-CUDART_INF_F, -CUDART_INF_F};
+    float inv[2] = {0.f, 0.f};
+    if (kPass >= 2) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if (rl[h] < rows_here) {
+          mx[h] = KeyToFloat(p.row_max[row_at + i0 + rl[h]]);
+          if (kPass == 3) inv[h] = p.row_inv[row_at + i0 + rl[h]];
+        }
+      }
+    }
+    float run_max[2] = {-CUDART_INF_F, -CUDART_INF_F};
+    double run_sum[2] = {0, 0};
+    for (int t = 0; t < kTilesPerCta; ++t) {
+      const int j0 = key0 + t * kTile;
+      if (j0 >= s.kl) break;
+      __syncthreads();  // previous tile's readers of ks / ptile are done
+      LoadTile(ks, kPitch, kg, static_cast<int64_t>(s.k_begin) + j0, min(kTile, s.kl - j0),
+               p.k_token_stride, kvh, p.k_head_stride, kD);
+      __syncthreads();
+      float acc[8][4];
+      TileLogits<T, kD>(qs, ks, acc);
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int h = e >> 1;
+          const int jj = nt * 8 + (lane & 3) * 2 + (e & 1);
+          const int j = j0 + jj;
+          const int i = i0 + rl[h];
+          const bool valid = rl[h] < rows_here && j < s.kl && (!p.causal || j <= s.first_pos + i);
+          const float l = SanitizeLogit(__fmul_rn(acc[nt][e], p.scale));
+          if (kPass == 1) {
+            if (valid) run_max[h] = fmaxf(run_max[h], l);
+          } else {
+            float ex = 0.f;
+            if (valid && mx[h] != -CUDART_INF_F) {
+              ex = static_cast<float>(exp(static_cast<double>(__fsub_rn(l, mx[h]))));
+            }
+            if (kPass == 2) {
+              run_sum[h] += static_cast<double>(ex);
+            } else {
+              ptile[rl[h] * kPitchP + jj] = __fmul_rn(ex, inv[h]);
+            }
+          }
+        }
+      }
+      if (kPass == 3) {
+        __syncthreads();
+        if (tid < kTile) {
+          // Column jj: add this chunk's rows in row order (the CPU's order).
+          double a = col_acc[t * kTile + tid];
+          for (int r = 0; r < rows_here; ++r) a += static_cast<double>(ptile[r * kPitchP + tid]);
+          col_acc[t * kTile + tid] = a;
+        } else {
+          // Diagonals dl = row - column in [-63, 63]: x = i0 - 64t + W - 1 + dl.
+          for (int dd = tid - kTile; dd < 2 * kTile - 1; dd += kEstThreads - kTile) {
+            const int dl = dd - (kTile - 1);
+            const int r_lo = max(0, dl);
+            const int r_hi = min(rows_here - 1, kTile - 1 + dl);
+            if (r_lo > r_hi) continue;
+            const int x = i0 - t * kTile + kEstKeysPerCta - 1 + dl;
+            double a = diag_acc[x];
+            for (int r = r_lo; r <= r_hi; ++r) {
+              a += static_cast<double>(ptile[r * kPitchP + (r - dl)]);
+            }
+            diag_acc[x] = a;
+          }
+        }
+      }
+    }
+    if (kPass == 1) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float m = run_max[h];
+        m = fmaxf(m, __shfl_xor_sync(kFullMask, m, 1));
+        m = fmaxf(m, __shfl_xor_sync(kFullMask, m, 2));
+        if ((lane & 3) == 0 && rl[h] < rows_here) {
+          atomicMax(p.row_max + row_at + i0 + rl[h], FloatKey(m));
+        }
+      }
+    } else if (kPass == 2) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        double v = run_sum[h];
+        v += __shfl_xor_sync(kFullMask, v, 1);
+        v += __shfl_xor_sync(kFullMask, v, 2);
+        if ((lane & 3) == 0 && rl[h] < rows_here) {
+          p.row_part[slot * p.rowpart_stride + s.rowpart_base +
+                     static_cast<int64_t>(i0 + rl[h]) * s.ctas + cta] = v;
+        }
+      }
+    }
+  }
+  if (kPass == 3) {
+    __syncthreads();
+    double* cols = p.col_sums + slot * p.col_stride + s.col_base;
+    for (int jj = tid; jj < kEstKeysPerCta; jj += kEstThreads) {
+      if (key0 + jj < s.kl) cols[key0 + jj] = col_acc[jj];
+    }
+    double* dp =
+        p.dpart + slot * p.dpart_stride + s.dpart_base + static_cast<int64_t>(cta) * diag_len;
+    for (int x = tid; x < diag_len; x += kEstThreads) dp[x] = diag_acc[x];
+  }
+}
+
+__global__ void RowInvKernel(EstimateParams p) {
+  const int64_t total = static_cast<int64_t>(p.num_slots) * p.rows_stride;
+  for (int64_t u = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; u < total;
+       u += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int slot = static_cast<int>(u / p.rows_stride);
+    const int64_t r = u - slot * p.rows_stride;
+    const int seq = LastAtOrBelow(p.batch, r, [&](int s) { return p.seqs[s].row_base; });
+    const EstimateSeq& s = p.seqs[seq];
+    const int64_t i = r - s.row_base;
+    const double* part = p.row_part + slot * p.rowpart_stride + s.rowpart_base + i * s.ctas;
+    double sum = 0;
+    for (int c = 0; c < s.ctas; ++c) sum += part[c];
+    const float mx = KeyToFloat(p.row_max[u]);
+    p.row_inv[u] = (mx == -CUDART_INF_F || !(sum > 0)) ? 0.f : static_cast<float>(1.0 / sum);
+  }
+}
+
+__global__ void DiagCombineKernel(EstimateParams p) {
+  const int64_t total = static_cast<int64_t>(p.num_slots) * p.diag_stride;
+  constexpr int W = kEstKeysPerCta;
+  for (int64_t u = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; u < total;
+       u += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int slot = static_cast<int>(u / p.diag_stride);
+    const int64_t oi = u - slot * p.diag_stride;
+    const int seq = LastAtOrBelow(p.batch, oi, [&](int s) { return p.seqs[s].diag_base; });
+    const EstimateSeq& s = p.seqs[seq];
+    const int64_t o = s.min_offset + (oi - s.diag_base);
+    const int64_t diag_len = s.n + W - 1;
+    // Chunk c holds offset o at x = o - first_pos + W (c + 1) - 1 when 0 <= x < diag_len.
+    int64_t c_lo = FloorDiv(s.first_pos - o + 1, W) - 2;
+    if (c_lo < 0) c_lo = 0;
+    int64_t c_hi = c_lo + (diag_len + W - 1) / W + 3;
+    if (c_hi > s.ctas - 1) c_hi = s.ctas - 1;
+    const double* base = p.dpart + slot * p.dpart_stride + s.dpart_base;
+    double sum = 0;
+    for (int64_t c = c_lo; c <= c_hi; ++c) {
+      const int64_t x = o - s.first_pos + W * (c + 1) - 1;
+      if (x >= 0 && x < diag_len) sum += base[c * diag_len + x];
+    }
+    p.diag_sums[u] = sum;
+  }
+}
+
+constexpr int kSelectThreads = 512;
+
+__global__ void __launch_bounds__(kSelectThreads) SelectLinesKernel(LineSelectParams p) {
+  using Scan = cub::BlockScan<int, kSelectThreads>;
+  using Reduce = cub::BlockReduce<double, kSelectThreads>;
+  __shared__ RadixSmem sm;
+  __shared__ typename Scan::TempStorage scan;
+  __shared__ typename Reduce::TempStorage reduce;
+  __shared__ double total_s;
+  const int tid = threadIdx.x;
+  const int list = blockIdx.x & 1;
+  const int unit = blockIdx.x >> 1;
+  const int slot = unit / p.batch, seq = unit - slot * p.batch;
+  const EstimateSeq s = p.seqs[seq];
+  const LineSeq ls = p.lines[seq];
+  int32_t* count_out = list == 0 ? p.unit_ncols + unit : p.unit_noffs + unit;
+  if (s.n == 0 || (p.flex && p.unit_is_vs[unit] == 0)) {
+    if (tid == 0) *count_out = 0;
+    return;
+  }
+  const int len = list == 0 ? s.kl : s.num_offsets;
+  const double* v = list == 0 ? p.col_sums + slot * p.col_stride + s.col_base
+                              : p.diag_sums + slot * p.diag_stride + s.diag_base;
+  int32_t* out = list == 0 ? p.line_cols + slot * p.cols_stride + ls.col_base
+                           : p.line_offs + slot * p.offs_stride + ls.off_base;
+  const int f_lo = list == 0 ? 0 : ls.forced_off_lo;
+  const int f_hi = list == 0 ? ls.forced_col_end : ls.forced_off_hi;
+  auto key_of = [&](int i, unsigned long long* key) {
+    *key = (i >= f_lo && i < f_hi) ? kKeyPosInf : DoubleKey(v[i]);
+    return true;
+  };
+  int k;
+  if (!p.flex) {
+    k = list == 0 ? ls.col_k : ls.off_k;
+  } else {
+    double part = 0;
+    for (int i = tid; i < len; i += kSelectThreads) part += v[i];
+    const double total = Reduce(reduce).Sum(part);
+    if (tid == 0) total_s = total;
+    __syncthreads();
+    const double target = static_cast<double>(p.gamma) * total_s;
+    auto key_mass = [&](int i, unsigned long long* key, double* m) {
+      *key = DoubleKey(v[i]);
+      *m = v[i];
+      return true;
+    };
+    k = CtaMassCount<kSelectThreads>(len, target, key_mass, sm);
+    k = max(k, p.min_budget);
+    if (p.max_budget > 0) k = min(k, p.max_budget);
+    k = min(k, len);
+  }
+  const TopKRule rule = CtaTopKRule<kSelectThreads>(len, k, key_of, sm);
+  const int add = list == 0 ? 0 : s.min_offset;
+  const int n = CtaApplyRule<kSelectThreads>(
+      len, rule, key_of, [&](int i, int pos) { out[pos] = i + add; }, scan);
+  if (tid == 0) *count_out = n;
+}
+
+constexpr int kMergeThreads = 128;
+
+__global__ void __launch_bounds__(kMergeThreads) MergeRowsKernel(MergeParams p, bool fill) {
+  const int64_t rows = static_cast<int64_t>(p.num_slots) * p.num_blocks;
+  for (int64_t row = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; row < rows;
+       row += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int slot = static_cast<int>(row / p.num_blocks);
+    const int blk = static_cast<int>(row - static_cast<int64_t>(slot) * p.num_blocks);
+    const int seq = LastAtOrBelow(p.batch, blk, [&](int s) { return p.block_offsets[s]; });
+    const int unit = slot * p.batch + seq;
+    if (p.maybe_unit_is_vs != nullptr && p.maybe_unit_is_vs[unit] == 0) continue;
+    const int ql = p.cu_q[seq + 1] - p.cu_q[seq];
+    const int kl = p.cu_k[seq + 1] - p.cu_k[seq];
+    const int q_begin = (blk - p.block_offsets[seq]) * p.block_m;
+    const int q_end = min(q_begin + p.block_m, ql);
+    line_merge::RowGeo g;
+    g.first_pos = kl - ql + q_begin;
+    g.last_pos = kl - ql + q_end - 1;
+    g.key_end = p.causal ? g.last_pos + 1 : kl;
+    line_merge::ExtraRanges extra;
+    if (p.kept_block > 0) extra = line_merge::KeptBlocks(g, p.kept_block);
+    // Offset clusters are grouped by the block length: full blocks, or the last one.
+    const bool full = q_end - q_begin == min(p.block_m, ql);
+    line_merge::RowLines lines;
+    lines.offsets = p.line_offs + p.unit_off_base[unit];
+    lines.n_off = p.unit_noffs[unit];
+    lines.clusters = (full ? p.clusters_full : p.clusters_last) + 2 * p.unit_off_base[unit];
+    lines.n_clusters = full ? p.unit_ncl_full[unit] : p.unit_ncl_last[unit];
+    lines.col_runs = p.col_runs + 2 * p.unit_col_base[unit];
+    lines.n_runs = p.unit_nruns[unit];
+    if (!fill) {
+      line_merge::CountSink sink;
+      line_merge::MergeRow(g, extra, lines, 16, sink);
+      p.range_count[row] = sink.ranges;
+      p.col_count[row] = sink.cols;
+    } else {
+      line_merge::FillSink sink{p.range_start + p.range_indptr[row],
+                                p.range_len + p.range_indptr[row], p.col_idx + p.col_indptr[row]};
+      line_merge::MergeRow(g, extra, lines, 16, sink);
+    }
+  }
+}
+
+constexpr int kGroupThreads = 256;
+
+// Per (unit, list): column runs (gap 1), offset clusters for full blocks (gap block_m) and for
+// the sequence's last block (gap = its rows).
+__global__ void __launch_bounds__(kGroupThreads)
+    GroupLinesKernel(MergeParams p, int32_t* col_runs, int32_t* clusters_full,
+                     int32_t* clusters_last, int32_t* unit_nruns, int32_t* unit_ncl_full,
+                     int32_t* unit_ncl_last) {
+  using Scan = cub::BlockScan<int, kGroupThreads>;
+  __shared__ typename Scan::TempStorage scan;
+  const int list = blockIdx.x % 3;
+  const int unit = blockIdx.x / 3;
+  const int seq = unit % p.batch;
+  if (p.maybe_unit_is_vs != nullptr && p.maybe_unit_is_vs[unit] == 0) {
+    if (threadIdx.x == 0) {
+      if (list == 0) unit_nruns[unit] = 0;
+      if (list == 1) unit_ncl_full[unit] = 0;
+      if (list == 2) unit_ncl_last[unit] = 0;
+    }
+    return;
+  }
+  const int ql = p.cu_q[seq + 1] - p.cu_q[seq];
+  int n, gap;
+  const int32_t* a;
+  int32_t* out;
+  int32_t* count;
+  if (list == 0) {
+    a = p.line_cols + p.unit_col_base[unit];
+    n = p.unit_ncols[unit];
+    gap = 1;
+    out = col_runs + 2 * p.unit_col_base[unit];
+    count = unit_nruns + unit;
+  } else {
+    a = p.line_offs + p.unit_off_base[unit];
+    n = p.unit_noffs[unit];
+    const int full = min(p.block_m, ql);
+    const int last = ql - (ql > 0 ? (ql - 1) / p.block_m : 0) * p.block_m;
+    gap = list == 1 ? full : last;
+    out = (list == 1 ? clusters_full : clusters_last) + 2 * p.unit_off_base[unit];
+    count = (list == 1 ? unit_ncl_full : unit_ncl_last) + unit;
+  }
+  const int groups = CtaGroupRuns<kGroupThreads>(a, n, gap, out, scan);
+  if (threadIdx.x == 0) *count = groups;
+}
+
+int GridFor(int64_t n, int threads) {
+  return static_cast<int>(
+      std::max<int64_t>(1, std::min<int64_t>((n + threads - 1) / threads, 65535)));
+}
+
+template <typename T, int kD, int kPass>
+cudaError_t LaunchEstimateTyped(const EstimateParams& p, int max_n, cudaStream_t stream) {
+  const int64_t bytes = EstLayout(kD, max_n).total;
+  auto kernel = EstimateKernel<T, kD, kPass>;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(bytes));
+  if (err != cudaSuccess) return err;
+  const int64_t grid = static_cast<int64_t>(p.total_ctas) * p.num_slots;
+  if (grid == 0) return cudaSuccess;
+  if (grid > 0x7fffffff) return cudaErrorInvalidValue;
+  kernel<<<static_cast<unsigned>(grid), kEstThreads, bytes, stream>>>(p);
+  return cudaGetLastError();
+}
+
+template <typename T, int kD>
+cudaError_t LaunchEstimateD(const EstimateParams& p, int pass, int max_n, cudaStream_t stream) {
+  switch (pass) {
+    case 1:
+      return LaunchEstimateTyped<T, kD, 1>(p, max_n, stream);
+    case 2:
+      return LaunchEstimateTyped<T, kD, 2>(p, max_n, stream);
+    case 3:
+      return LaunchEstimateTyped<T, kD, 3>(p, max_n, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+template <typename T>
+cudaError_t LaunchEstimateT(const EstimateParams& p, int pass, int max_n, cudaStream_t stream) {
+  switch (p.head_dim) {
+    case 64:
+      return LaunchEstimateD<T, 64>(p, pass, max_n, stream);
+    case 128:
+      return LaunchEstimateD<T, 128>(p, pass, max_n, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace
+
+cudaError_t LaunchEstimatePass(const EstimateParams& p, int pass, cudaStream_t stream) {
+  if (p.max_n <= 0 || p.max_n > kMaxEstimateRows) return cudaErrorInvalidValue;
+  switch (p.dtype) {
+    case DType::kBF16:
+      return LaunchEstimateT<__nv_bfloat16>(p, pass, p.max_n, stream);
+    case DType::kF16:
+      return LaunchEstimateT<__half>(p, pass, p.max_n, stream);
+    case DType::kF32:
+      break;
+  }
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t LaunchEstimateRowInv(const EstimateParams& p, cudaStream_t stream) {
+  const int64_t n = static_cast<int64_t>(p.num_slots) * p.rows_stride;
+  if (n == 0) return cudaSuccess;
+  RowInvKernel<<<GridFor(n, 256), 256, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchEstimateDiagCombine(const EstimateParams& p, cudaStream_t stream) {
+  const int64_t n = static_cast<int64_t>(p.num_slots) * p.diag_stride;
+  if (n == 0) return cudaSuccess;
+  DiagCombineKernel<<<GridFor(n, 256), 256, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchSelectLines(const LineSelectParams& p, cudaStream_t stream) {
+  const int64_t grid = static_cast<int64_t>(p.num_slots) * p.batch * 2;
+  if (grid == 0) return cudaSuccess;
+  SelectLinesKernel<<<static_cast<unsigned>(grid), kSelectThreads, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchMergeRows(const MergeParams& p, bool fill, cudaStream_t stream) {
+  const int64_t rows = static_cast<int64_t>(p.num_slots) * p.num_blocks;
+  if (rows == 0) return cudaSuccess;
+  MergeRowsKernel<<<GridFor(rows, kMergeThreads), kMergeThreads, 0, stream>>>(p, fill);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchGroupLines(const MergeParams& p, int32_t* col_runs, int32_t* clusters_full,
+                             int32_t* clusters_last, int32_t* unit_nruns, int32_t* unit_ncl_full,
+                             int32_t* unit_ncl_last, cudaStream_t stream) {
+  const int64_t grid = static_cast<int64_t>(p.num_slots) * p.batch * 3;
+  if (grid == 0) return cudaSuccess;
+  GroupLinesKernel<<<static_cast<unsigned>(grid), kGroupThreads, 0, stream>>>(
+      p, col_runs, clusters_full, clusters_last, unit_nruns, unit_ncl_full, unit_ncl_last);
+  return cudaGetLastError();
+}
+
+size_t ScanTempBytes(int64_t n) {
+  size_t bytes = 0;
+  cub::DeviceScan::ExclusiveSum(nullptr, bytes, static_cast<const int32_t*>(nullptr),
+                                static_cast<int32_t*>(nullptr), static_cast<int>(n));
+  return bytes;
+}
+
+cudaError_t LaunchExclusiveScan(const int32_t* counts, int32_t* out, int64_t n, void* temp,
+                                size_t temp_bytes, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  return cub::DeviceScan::ExclusiveSum(temp, temp_bytes, counts, out, static_cast<int>(n), stream);
+}
+
+}  // namespace merged
+}  // namespace cuda
+}  // namespace spattn

@@ -1,0 +1,60 @@
+#include <algorithm>
+
+#include "kernels/cuda/common/index_geometry.cuh"
+#include "kernels/cuda/common/index_stats.h"
+
+namespace spattn {
+namespace cuda {
+namespace {
+
+// One thread per index row; the same arithmetic as ComputedPairs in kernels/sparse_index.cc.
+__global__ void ComputedPairsKernel(SparseIndexView idx, const int32_t* cu_q, const int32_t* cu_k,
+                                    int batch, bool causal, unsigned long long* per_slot) {
+  const int64_t rows = static_cast<int64_t>(idx.num_heads) * idx.num_blocks;
+  for (int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; r < rows;
+       r += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int slot = static_cast<int>(r / idx.num_blocks);
+    const int blk = static_cast<int>(r - static_cast<int64_t>(slot) * idx.num_blocks);
+    const geometry::BlockGeo g =
+        geometry::Geometry(cu_q, cu_k, idx.block_offsets, batch, causal, idx.block_m, blk);
+    const int64_t n = g.q_end - g.q_begin;
+    int64_t total = 0;
+    for (int32_t i = idx.range_indptr[r]; i < idx.range_indptr[r + 1]; ++i) {
+      const int64_t st = idx.range_start[i], en = st + idx.range_len[i];
+      const int64_t full_end = causal ? min(en, static_cast<int64_t>(g.first_pos) + 1) : en;
+      if (full_end > st) total += (full_end - st) * n;
+      const int64_t j0 = max(st, full_end) - g.first_pos;
+      const int64_t j1 = min(en - g.first_pos, n);
+      if (causal && j1 > j0) total += (j1 - j0) * n - (j0 + j1 - 1) * (j1 - j0) / 2;
+    }
+    for (int32_t i = idx.col_indptr[r]; i < idx.col_indptr[r + 1]; ++i) {
+      if (!causal) {
+        total += n;
+      } else {
+        const int64_t first_row =
+            max(int64_t{0}, static_cast<int64_t>(idx.col_idx[i]) - g.first_pos);
+        total += max(int64_t{0}, n - first_row);
+      }
+    }
+    if (total != 0) atomicAdd(per_slot + slot, static_cast<unsigned long long>(total));
+  }
+}
+
+}  // namespace
+
+cudaError_t LaunchComputedPairs(const SparseIndexView& idx, const int32_t* cu_q,
+                                const int32_t* cu_k, int batch, bool causal,
+                                unsigned long long* per_slot, cudaStream_t stream) {
+  if (idx.num_heads <= 0) return cudaSuccess;
+  cudaError_t err =
+      cudaMemsetAsync(per_slot, 0, idx.num_heads * sizeof(unsigned long long), stream);
+  if (err != cudaSuccess) return err;
+  const int64_t rows = static_cast<int64_t>(idx.num_heads) * idx.num_blocks;
+  if (rows == 0) return cudaSuccess;
+  const int grid = static_cast<int>(std::min<int64_t>((rows + 255) / 256, 4096));
+  ComputedPairsKernel<<<grid, 256, 0, stream>>>(idx, cu_q, cu_k, batch, causal, per_slot);
+  return cudaGetLastError();
+}
+
+}  // namespace cuda
+}  // namespace spattn

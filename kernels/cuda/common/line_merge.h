@@ -1,0 +1,373 @@
+// One index row of vertical_slash / flex_prefill (vertical-slash heads), computed in one pass
+// over the row's line clusters and column runs with O(1) state: the GPU builders run it once per
+// (head slot, query block) thread, first to count, then to fill; the work per row is the number
+// of clusters and runs it reaches plus its output, not the number of lines. Host and device code
+// (no CUDA types), so the CPU tests check it against RowKeys::Normalize.
+//
+// What a row holds (the canonical form of AddVerticalSlash + Normalize, estimate.h): with
+// segments = each slash offset o's keys [first_pos - o, last_pos - o] and `extra` ranges (flex's
+// kept blocks), all clipped to [0, key_end), and columns < key_end not inside a segment or extra
+// range ("free" columns): ranges are the maximal runs of (segments ∪ extra ∪ runs of >= min_run
+// consecutive free columns) — touching spans merge — and the columns are the other free columns.
+#ifndef SPATTN_KERNELS_CUDA_COMMON_LINE_MERGE_H_
+#define SPATTN_KERNELS_CUDA_COMMON_LINE_MERGE_H_
+
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define SPATTN_HD __host__ __device__ __forceinline__
+#else
+#define SPATTN_HD inline
+#endif
+
+namespace spattn {
+namespace line_merge {
+
+struct RowGeo {
+  int first_pos;  // key position of the block's first query row
+  int last_pos;   // of its last row
+  int key_end;    // keys [0, key_end) are allowed for some row of the block
+};
+
+// Up to two extra ranges, sorted by start, each clipped to key_end when walked.
+struct ExtraRanges {
+  int n = 0;
+  int s0 = 0, e0 = 0, s1 = 0, e1 = 0;
+};
+
+// flex_prefill's kept blocks of a row: key block 0 and the blocks holding its own positions.
+SPATTN_HD ExtraRanges KeptBlocks(const RowGeo& g, int block) {
+  ExtraRanges x;
+  x.n = 2;
+  x.s0 = 0;
+  x.e0 = block;
+  x.s1 = g.first_pos / block * block;
+  x.e1 = (g.last_pos / block + 1) * block;
+  return x;
+}
+
+struct ExtraWalk {
+  ExtraRanges r;
+  int i;
+  int key_end;
+  SPATTN_HD void Init(const ExtraRanges& x, int e) {
+    r = x;
+    i = 0;
+    key_end = e;
+  }
+  SPATTN_HD bool Next(int* s, int* e) {
+    while (i < r.n) {
+      const int rs = i == 0 ? r.s0 : r.s1;
+      const int re = i == 0 ? r.e0 : r.e1;
+      ++i;
+      const int st = rs < 0 ? 0 : rs;
+      const int en = re > key_end ? key_end : re;
+      if (en > st) {
+        *s = st;
+        *e = en;
+        return true;
+      }
+    }
+    return false;
+  }
+};
+
+// Groups of a sorted array: maximal runs where consecutive values differ by at most `gap`,
+// written as [lo, hi] pairs (inclusive) to out[2 * k], out[2 * k + 1]; returns their count.
+// Offsets grouped with gap = the row's block length L are the "clusters" whose slash segments
+// touch (o1 - o2 <= L); columns grouped with gap 1 are runs of consecutive keys.
+SPATTN_HD int GroupRuns(const int32_t* a, int n, int gap, int32_t* out) {
+  int k = 0;
+  for (int i = 0; i < n; ++i) {
+    if (i == 0 || a[i] - a[i - 1] > gap) {
+      out[2 * k] = a[i];
+      ++k;
+    }
+    out[2 * k - 1] = a[i];
+  }
+  return k;
+}
+
+// Slash segments in key order, one per cluster of offsets (clusters grouped with the row's
+// block length, stored as [lo, hi] pairs in increasing order): cluster [lo, hi] covers keys
+// [first_pos - top, last_pos - lo] with top its largest offset <= last_pos (offsets above
+// last_pos put their segment before key 0), clipped to [0, key_end); walked from the largest
+// offsets down until a segment starts at or after key_end. The union per cluster equals the
+// union of its offsets' segments, since consecutive ones touch.
+struct SlashWalk {
+  const int32_t* cl;   // [2 * n] cluster bounds
+  const int32_t* off;  // the offsets themselves (for the first cluster's top)
+  int n_off;
+  int i;
+  bool first;
+  int first_pos, last_pos, key_end;
+  SPATTN_HD void Init(const int32_t* clusters, int n_clusters, const int32_t* offsets, int n,
+                      const RowGeo& g) {
+    cl = clusters;
+    off = offsets;
+    n_off = n;
+    first_pos = g.first_pos;
+    last_pos = g.last_pos;
+    key_end = g.key_end;
+    first = true;
+    int lo = 0, hi = n_clusters;  // first cluster with lo > last_pos
+    while (lo < hi) {
+      const int mid = (lo + hi) >> 1;
+      if (cl[2 * mid] <= last_pos) {
+        lo = mid + 1;
+      } else {
+        hi = mid;
+      }
+    }
+    i = lo - 1;
+  }
+  SPATTN_HD bool Next(int* s, int* e) {
+    while (i >= 0) {
+      const int c_lo = cl[2 * i];
+      int top = cl[2 * i + 1];
+      if (first) {
+        first = false;
+        if (top > last_pos) {  // the largest offset <= last_pos
+          int lo = 0, hi = n_off;
+          while (lo < hi) {
+            const int mid = (lo + hi) >> 1;
+            if (off[mid] <= last_pos) {
+              lo = mid + 1;
+            } else {
+              hi = mid;
+            }
+          }
+          top = off[lo - 1];
+        }
+      }
+      int st = first_pos - top;
+      if (st < 0) st = 0;
+      int en = last_pos - c_lo + 1;
+      if (en > key_end) en = key_end;
+      if (st >= key_end) {
+        i = -1;
+        return false;
+      }
+      --i;
+      if (en > st) {
+        *s = st;
+        *e = en;
+        return true;
+      }
+    }
+    return false;
+  }
+};
+
+// The lines of one row: offsets (increasing) with their clusters for this row's block length,
+// and the column runs ([lo, hi] pairs of consecutive selected keys, increasing).
+struct RowLines {
+  const int32_t* offsets = nullptr;
+  int n_off = 0;
+  const int32_t* clusters = nullptr;
+  int n_clusters = 0;
+  const int32_t* col_runs = nullptr;
+  int n_runs = 0;
+};
+
+// Extra ∪ slash spans in start order (two sorted streams merged).
+struct SpanWalk {
+  ExtraWalk x;
+  SlashWalk sl;
+  bool hx, hs;
+  int xs, xe, ss, se;
+  SPATTN_HD void Init(const ExtraRanges& extra, const RowLines& l, const RowGeo& g) {
+    x.Init(extra, g.key_end);
+    sl.Init(l.clusters, l.n_clusters, l.offsets, l.n_off, g);
+    hx = x.Next(&xs, &xe);
+    hs = sl.Next(&ss, &se);
+  }
+  SPATTN_HD bool Next(int* s, int* e) {
+    if (hx && (!hs || xs <= ss)) {
+      *s = xs;
+      *e = xe;
+      hx = x.Next(&xs, &xe);
+      return true;
+    }
+    if (hs) {
+      *s = ss;
+      *e = se;
+      hs = sl.Next(&ss, &se);
+      return true;
+    }
+    return false;
+  }
+};
+
+// Merged blocks of extra ∪ slash spans, for nondecreasing queries.
+struct CoverWalk {
+  SpanWalk spans;
+  int cs, ce;  // the current merged block [cs, ce); ce <= cs: none yet
+  bool done;
+  SPATTN_HD void Init(const ExtraRanges& extra, const RowLines& l, const RowGeo& g) {
+    spans.Init(extra, l, g);
+    cs = 0;
+    ce = 0;
+    done = false;
+  }
+  // Makes the current block the first one ending after key a; false when there is none.
+  SPATTN_HD bool AdvanceTo(int a) {
+    while (ce <= a) {
+      int s, e;
+      if (done || !spans.Next(&s, &e)) {
+        done = true;
+        return false;
+      }
+      if (s <= ce) {
+        if (e > ce) ce = e;
+      } else {
+        // Absorb every following span that overlaps or touches.
+        cs = s;
+        ce = e;
+      }
+    }
+    return true;
+  }
+};
+
+// Runs of >= min_run consecutive free columns (selected, below key_end, not covered), in key
+// order; the free columns of shorter runs go to sink.Col() as they are passed.
+struct RunWalk {
+  const int32_t* runs;
+  int n, k, x, key_end, min_run;
+  CoverWalk cover;
+  SPATTN_HD void Init(const ExtraRanges& extra, const RowLines& l, const RowGeo& g, int run) {
+    runs = l.col_runs;
+    n = l.n_runs;
+    k = 0;
+    x = n > 0 ? runs[0] : 0;
+    key_end = g.key_end;
+    min_run = run;
+    cover.Init(extra, l, g);
+  }
+  template <class Sink>
+  SPATTN_HD bool Next(int* s, int* e, Sink& sink) {
+    while (k < n) {
+      const int r_lo = runs[2 * k];
+      int b = runs[2 * k + 1] + 1;
+      if (b > key_end) b = key_end;
+      const int a = x > r_lo ? x : r_lo;
+      if (r_lo >= key_end) {
+        k = n;
+        break;
+      }
+      if (a >= b) {
+        ++k;
+        if (k < n) x = runs[2 * k];
+        continue;
+      }
+      int free_end = b;
+      if (cover.AdvanceTo(a)) {
+        if (cover.cs <= a) {  // covered up to the block's end
+          x = cover.ce;
+          continue;
+        }
+        if (cover.cs < b) free_end = cover.cs;
+      }
+      x = free_end;
+      if (free_end - a >= min_run) {
+        *s = a;
+        *e = free_end;
+        return true;
+      }
+      for (int t = a; t < free_end; ++t) sink.Col(t);
+    }
+    return false;
+  }
+};
+
+// Walks one row: sink.Range(start, end) for each final range in key order, sink.Col(key) for
+// each final column in key order.
+template <class Sink>
+SPATTN_HD void MergeRow(const RowGeo& g, const ExtraRanges& extra, const RowLines& lines,
+                        int min_run, Sink& sink) {
+  SpanWalk spans;
+  spans.Init(extra, lines, g);
+  RunWalk runs;
+  runs.Init(extra, lines, g, min_run);
+  int as = 0, ae = 0, rs = 0, re = 0;
+  bool ha = spans.Next(&as, &ae);
+  bool hr = runs.Next(&rs, &re, sink);
+  bool have = false;
+  int cur_s = 0, cur_e = 0;
+  while (ha || hr) {
+    int s, e;
+    if (ha && (!hr || as <= rs)) {
+      s = as;
+      e = ae;
+      ha = spans.Next(&as, &ae);
+    } else {
+      s = rs;
+      e = re;
+      hr = runs.Next(&rs, &re, sink);
+    }
+    if (have && s <= cur_e) {
+      if (e > cur_e) cur_e = e;
+    } else {
+      if (have) sink.Range(cur_s, cur_e);
+      cur_s = s;
+      cur_e = e;
+      have = true;
+    }
+  }
+  if (have) sink.Range(cur_s, cur_e);
+}
+
+// Sinks.
+struct CountSink {
+  int ranges = 0, cols = 0;
+  SPATTN_HD void Range(int, int) { ++ranges; }
+  SPATTN_HD void Col(int) { ++cols; }
+};
+
+struct FillSink {
+  int32_t* range_start;
+  int32_t* range_len;
+  int32_t* col_idx;
+  int r = 0, c = 0;
+  SPATTN_HD void Range(int s, int e) {
+    range_start[r] = s;
+    range_len[r] = e - s;
+    ++r;
+  }
+  SPATTN_HD void Col(int key) { col_idx[c++] = key; }
+};
+
+// The offsets forced into vertical_slash's top-k: forced_diagonals offsets taken by distance
+// from the main diagonal, 0, 1, -1, 2, -2, ... within [min_offset, max_offset] — an interval
+// [*lo, *hi) of offsets; returns how many.
+SPATTN_HD int ForcedOffsets(int forced_diagonals, int min_offset, int max_offset, int* lo,
+                            int* hi) {
+  int a = 1, b = 0;  // empty interval [a, b] (inclusive) grown around 0
+  int count = 0;
+  const int reach = max_offset > -min_offset ? max_offset : -min_offset;
+  for (int dist = 0; dist <= reach && count < forced_diagonals; ++dist) {
+    for (int sign = 0; sign < 2 && count < forced_diagonals; ++sign) {
+      if (dist == 0 && sign == 1) break;
+      const int o = sign == 0 ? dist : -dist;
+      if (o < min_offset || o > max_offset) continue;
+      if (count == 0) {
+        a = o;
+        b = o;
+      } else {
+        if (o < a) a = o;
+        if (o > b) b = o;
+      }
+      ++count;
+    }
+  }
+  *lo = a;
+  *hi = b + 1;
+  if (count == 0) *hi = *lo;
+  return count;
+}
+
+}  // namespace line_merge
+}  // namespace spattn
+
+#endif  // SPATTN_KERNELS_CUDA_COMMON_LINE_MERGE_H_

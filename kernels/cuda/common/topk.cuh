@@ -1,0 +1,337 @@
+// Top-k on the GPU: ordered integer keys of floats / doubles and CTA-wide radix selections (the
+// k best by count, or the shortest prefix reaching a mass) with the CPU builders' ranking
+// (higher score first, equal scores by lower index, NaN last), plus the CTA helpers they use.
+// Used by the GPU builders of vertical_slash, block_sparse and flex_prefill. Header-only device
+// code.
+#ifndef SPATTN_KERNELS_CUDA_COMMON_TOPK_CUH_
+#define SPATTN_KERNELS_CUDA_COMMON_TOPK_CUH_
+
+#include <cuda_runtime.h>
+#include <math_constants.h>
+
+#include <climits>
+#include <cstdint>
+#include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
+
+namespace spattn {
+namespace cuda {
+namespace topk {
+
+constexpr unsigned kFullMask = 0xffffffffu;
+
+// Ordered 64-bit key of a double: larger value, larger key; NaN ranks as -inf; -0 as +0 (they
+// compare equal on the CPU, so they tie and rank by index).
+__device__ __forceinline__ unsigned long long DoubleKey(double v) {
+  if (isnan(v)) v = -CUDART_INF;
+  if (v == 0.0) v = 0.0;
+  const unsigned long long b = static_cast<unsigned long long>(__double_as_longlong(v));
+  return (b >> 63) ? ~b : (b | 0x8000000000000000ull);
+}
+__device__ __forceinline__ double KeyToDouble(unsigned long long key) {
+  const unsigned long long b = (key >> 63) ? (key & 0x7fffffffffffffffull) : ~key;
+  return __longlong_as_double(static_cast<long long>(b));
+}
+constexpr unsigned long long kKeyPosInf = 0xfff0000000000000ull;  // DoubleKey(+inf)
+
+// Ordered 32-bit key of a float (for atomicMax of row maxima); 0 = nothing seen.
+__device__ __forceinline__ unsigned FloatKey(float v) {
+  const unsigned b = __float_as_uint(v);
+  return (b >> 31) ? ~b : (b | 0x80000000u);
+}
+__device__ __forceinline__ float KeyToFloat(unsigned key) {
+  if (key == 0) return -CUDART_INF_F;
+  const unsigned b = (key >> 31) ? (key & 0x7fffffffu) : ~key;
+  return __uint_as_float(b);
+}
+
+// The selection a radix walk ends with: element i (eligible) is selected iff
+//   (key & mask) > prefix, or (key & mask) == prefix and its rank among the equal ones
+//   (by index) is < take_eq.
+struct TopKRule {
+  unsigned long long prefix;
+  unsigned long long mask;
+  int take_eq;
+};
+
+__device__ __forceinline__ TopKRule SelectNone() { return TopKRule{~0ull, ~0ull, 0}; }
+
+struct RadixSmem {
+  int hist[256];
+  double mass[256];
+  int bin;
+  int bin_count;
+  int k_rem;
+  int all;
+  int count_above;
+  double mass_above;
+  int total;
+};
+
+// Warp 0: finds the bin, counted from the top, that holds the k_rem-th element of `hist`.
+// Writes sm.bin, sm.bin_count, sm.k_rem (rank inside the bin), sm.all (fewer than k_rem).
+__device__ __forceinline__ void FindCountBin(RadixSmem& sm, int k_rem) {
+  const int lane = threadIdx.x & 31;
+  int local = 0;
+#pragma unroll
+  for (int t = 0; t < 8; ++t) local += sm.hist[255 - (lane * 8 + t)];
+  int incl = local;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int v = __shfl_up_sync(kFullMask, incl, o);
+    if (lane >= o) incl += v;
+  }
+  const int excl = incl - local;
+  const int total = __shfl_sync(kFullMask, incl, 31);
+  if (lane == 0) {
+    sm.all = total < k_rem ? 1 : 0;
+    sm.total = total;
+  }
+  if (total >= k_rem && excl < k_rem && k_rem <= incl) {
+    int above = excl;
+    for (int t = 0; t < 8; ++t) {
+      const int b = 255 - (lane * 8 + t);
+      const int h = sm.hist[b];
+      if (above + h >= k_rem) {
+        sm.bin = b;
+        sm.bin_count = h;
+        sm.k_rem = k_rem - above;
+        break;
+      }
+      above += h;
+    }
+  }
+}
+
+// Top `k` eligible elements of [0, n) by (key desc, index asc). key_of(i, &key) returns whether
+// i is eligible. Every thread of the CTA must call it; returns the same rule in every thread.
+template <int kThreads, class KeyFn>
+__device__ TopKRule CtaTopKRule(int n, int k, KeyFn key_of, RadixSmem& sm) {
+  const int tid = threadIdx.x;
+  if (k <= 0 || n <= 0) return SelectNone();
+  unsigned long long prefix = 0, mask = 0;
+  int k_rem = k;
+  for (int shift = 56; shift >= 0; shift -= 8) {
+    for (int b = tid; b < 256; b += kThreads) sm.hist[b] = 0;
+    __syncthreads();
+    for (int i = tid; i < n; i += kThreads) {
+      unsigned long long key;
+      if (key_of(i, &key) && (key & mask) == prefix) {
+        atomicAdd(&sm.hist[(key >> shift) & 255], 1);
+      }
+    }
+    __syncthreads();
+    if (tid < 32) FindCountBin(sm, k_rem);
+    __syncthreads();
+    const int all = sm.all, bin = sm.bin, bin_count = sm.bin_count, rem = sm.k_rem;
+    __syncthreads();  // the scalars are rewritten by the next pass
+    if (all) return TopKRule{prefix, mask, INT_MAX};
+    prefix |= static_cast<unsigned long long>(bin) << shift;
+    mask |= 0xffull << shift;
+    k_rem = rem;
+    if (bin_count == k_rem) return TopKRule{prefix, mask, INT_MAX};
+  }
+  return TopKRule{prefix, mask, k_rem};
+}
+
+// Where a descending walk over 256 bins reaches mass t_rem (> 0). Call with all 32 lanes of a
+// warp; every lane gets the result.
+struct MassBin {
+  int found;          // 0: the bins' total mass is below t_rem
+  int bin;            // the bin where the cumulative mass reaches t_rem
+  int bin_count;      // its elements
+  int count_above;    // elements in higher bins
+  double mass_above;  // their mass
+  int total;          // elements in all bins
+};
+
+__device__ __forceinline__ MassBin WarpFindMassBin(const int* hist, const double* mass,
+                                                   double t_rem) {
+  const int lane = threadIdx.x & 31;
+  int cnt = 0;
+  double ms = 0;
+#pragma unroll
+  for (int t = 0; t < 8; ++t) {
+    cnt += hist[255 - (lane * 8 + t)];
+    ms += mass[255 - (lane * 8 + t)];
+  }
+  int ci = cnt;
+  double mi = ms;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int cv = __shfl_up_sync(kFullMask, ci, o);
+    const double mv = __shfl_up_sync(kFullMask, mi, o);
+    if (lane >= o) {
+      ci += cv;
+      mi += mv;
+    }
+  }
+  // Exclusive sums from the neighbour's inclusive ones (lane 0: nothing above).
+  double me = __shfl_up_sync(kFullMask, mi, 1);
+  int ce = __shfl_up_sync(kFullMask, ci, 1);
+  if (lane == 0) {
+    me = 0;
+    ce = 0;
+  }
+  MassBin r;
+  r.total = __shfl_sync(kFullMask, ci, 31);
+  const double total_mass = __shfl_sync(kFullMask, mi, 31);
+  r.found = total_mass >= t_rem ? 1 : 0;
+  r.bin = -1;
+  r.bin_count = 0;
+  r.count_above = 0;
+  r.mass_above = 0;
+  const bool mine = r.found && me < t_rem && t_rem <= mi;
+  int bin = -1, bin_count = 0, c_above_out = 0;
+  double m_above_out = 0;
+  if (mine) {
+    double above = me;
+    int c_above = ce;
+    for (int t = 0; t < 8; ++t) {
+      const int b = 255 - (lane * 8 + t);
+      if (hist[b] > 0) {
+        // The last non-empty bin of the lane is the fallback when rounding of the lane's
+        // parts keeps the sum below t_rem.
+        bin = b;
+        bin_count = hist[b];
+        c_above_out = c_above;
+        m_above_out = above;
+        if (above + mass[b] >= t_rem) break;
+      }
+      above += mass[b];
+      c_above += hist[b];
+    }
+  }
+  const unsigned who = __ballot_sync(kFullMask, mine);
+  if (who != 0) {
+    const int src = __ffs(who) - 1;
+    r.bin = __shfl_sync(kFullMask, bin, src);
+    r.bin_count = __shfl_sync(kFullMask, bin_count, src);
+    r.count_above = __shfl_sync(kFullMask, c_above_out, src);
+    r.mass_above = __shfl_sync(kFullMask, m_above_out, src);
+  }
+  if (r.bin < 0) r.found = 0;
+  return r;
+}
+
+// The length of the shortest prefix, in (key desc, index asc) order of the eligible elements,
+// whose masses (> 0 only) sum to >= target; all eligible elements when they fall short; 1 when
+// target <= 0 (estimate.cc's CumulativeCount). key_mass(i, &key, &mass) returns eligibility.
+// Sums run in a different order than the CPU's: at exact boundaries the last bit may differ.
+template <int kThreads, class KeyMassFn>
+__device__ int CtaMassCount(int n, double target, KeyMassFn key_mass, RadixSmem& sm) {
+  const int tid = threadIdx.x;
+  unsigned long long prefix = 0, mask = 0;
+  double t_rem = target;
+  int count_above = 0;
+  for (int shift = 56; shift >= 0; shift -= 8) {
+    for (int b = tid; b < 256; b += kThreads) {
+      sm.hist[b] = 0;
+      sm.mass[b] = 0;
+    }
+    __syncthreads();
+    for (int i = tid; i < n; i += kThreads) {
+      unsigned long long key;
+      double m;
+      if (key_mass(i, &key, &m) && (key & mask) == prefix) {
+        const int b = static_cast<int>((key >> shift) & 255);
+        atomicAdd(&sm.hist[b], 1);
+        if (m > 0) atomicAdd(&sm.mass[b], m);
+      }
+    }
+    __syncthreads();
+    if (tid < 32) {
+      const MassBin mb = WarpFindMassBin(sm.hist, sm.mass, t_rem);
+      if (tid == 0) {
+        sm.total = mb.total;
+        sm.bin = mb.bin;
+        sm.bin_count = mb.bin_count;
+        sm.count_above = mb.count_above;
+        sm.mass_above = mb.mass_above;
+        if (shift == 56 && mb.total == 0) {
+          sm.all = 1;  // nothing eligible
+        } else if (t_rem <= 0) {
+          sm.all = 2;  // target already met: one element
+        } else if (!mb.found) {
+          sm.all = 3;  // falls short: the whole group
+        } else {
+          sm.all = 0;
+        }
+      }
+    }
+    __syncthreads();
+    const int all = sm.all, bin = sm.bin, bin_count = sm.bin_count, total = sm.total;
+    const int c_above = sm.count_above;
+    const double m_above = sm.mass_above;
+    __syncthreads();
+    if (all == 1) return 0;
+    if (all == 2) return count_above + 1;
+    if (all == 3) return count_above + total;
+    count_above += c_above;
+    t_rem -= m_above;
+    prefix |= static_cast<unsigned long long>(bin) << shift;
+    mask |= 0xffull << shift;
+    if (bin_count == 1) return count_above + 1;
+    if (shift == 0) {
+      // Every element of the bin equals T: add them one by one, as the CPU does.
+      const double t = KeyToDouble(prefix);
+      double cum = 0;
+      int m = 0;
+      while (m < bin_count && cum < t_rem) {
+        if (t > 0) cum += t;
+        ++m;
+      }
+      return count_above + m;
+    }
+  }
+  return count_above;
+}
+
+// Applies `rule` in index order: calls emit(i, position) for every selected element, position
+// counting the selected ones before it. Every thread must call it. Returns the number selected.
+template <int kThreads, class KeyFn, class Emit>
+__device__ int CtaApplyRule(int n, const TopKRule& rule, KeyFn key_of, Emit emit,
+                            typename cub::BlockScan<int, kThreads>::TempStorage& scan,
+                            int eq_before = 0) {
+  using Scan = cub::BlockScan<int, kThreads>;
+  int carry_eq = eq_before, carry_sel = 0;
+  for (int base = 0; base < n; base += kThreads) {
+    const int i = base + static_cast<int>(threadIdx.x);
+    bool eq = false, above = false;
+    if (i < n) {
+      unsigned long long key;
+      if (key_of(i, &key)) {
+        const unsigned long long m = key & rule.mask;
+        eq = m == rule.prefix;
+        above = m > rule.prefix;
+      }
+    }
+    int eq_rank = 0, eq_total = 0;
+    Scan(scan).ExclusiveSum(eq ? 1 : 0, eq_rank, eq_total);
+    __syncthreads();
+    const bool sel =
+        above || (eq && (rule.take_eq == INT_MAX || carry_eq + eq_rank < rule.take_eq));
+    int pos = 0, sel_total = 0;
+    Scan(scan).ExclusiveSum(sel ? 1 : 0, pos, sel_total);
+    __syncthreads();
+    if (sel) emit(i, carry_sel + pos);
+    carry_eq += eq_total;
+    carry_sel += sel_total;
+  }
+  return carry_sel;
+}
+
+// CTA-wide sum of one int per thread (result in every thread).
+template <int kThreads>
+__device__ int CtaSum(int v, typename cub::BlockScan<int, kThreads>::TempStorage& scan) {
+  int excl = 0, total = 0;
+  cub::BlockScan<int, kThreads>(scan).ExclusiveSum(v, excl, total);
+  __syncthreads();
+  return total;
+}
+
+}  // namespace topk
+}  // namespace cuda
+}  // namespace spattn
+
+#endif  // SPATTN_KERNELS_CUDA_COMMON_TOPK_CUH_

@@ -1,0 +1,102 @@
+#include "tests/bench/worker_path.h"
+
+#include <chrono>
+#include <utility>
+
+#include "kernels/status_macros.h"
+#include "server/backend.h"
+#include "server/cuda_backend.h"
+
+namespace spattn {
+namespace {
+
+double MillisSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+BoundTensor Device(const void* data, int device) {
+  BoundTensor t;
+  t.data = const_cast<void*>(data);
+  t.space = MemorySpace::kCuda;
+  t.device = device;
+  t.kind = HandleKind::kCudaIpc;
+  return t;
+}
+
+}  // namespace
+
+struct WorkerCudaPath::Rep {
+  int device = 0;
+  std::unique_ptr<AttentionBackend> backend;
+  std::unique_ptr<BackendCall> call;
+  AttentionProblem problem;
+};
+
+WorkerCudaPath::WorkerCudaPath(std::unique_ptr<Rep> rep) : rep_(std::move(rep)) {}
+WorkerCudaPath::~WorkerCudaPath() { End(); }
+
+absl::StatusOr<std::unique_ptr<WorkerCudaPath>> WorkerCudaPath::Create(int device,
+                                                                       int64_t workspace_bytes) {
+  CudaBackendOptions o;
+  o.device = device;
+  o.workspace_bytes = workspace_bytes;
+  o.staging_bytes = 0;
+  auto rep = std::make_unique<Rep>();
+  rep->device = device;
+  SPATTN_ASSIGN_OR_RETURN(rep->backend, MakeCudaBackend(o));
+  return std::unique_ptr<WorkerCudaPath>(new WorkerCudaPath(std::move(rep)));
+}
+
+absl::Status WorkerCudaPath::Begin(const AttentionProblem& device_problem) {
+  End();
+  rep_->problem = device_problem;
+  RequestTensors t;
+  t.q = Device(device_problem.q.data, rep_->device);
+  t.k = Device(device_problem.k.data, rep_->device);
+  t.v = Device(device_problem.v.data, rep_->device);
+  t.o = Device(device_problem.o, rep_->device);
+  SPATTN_ASSIGN_OR_RETURN(rep_->call, rep_->backend->Begin(device_problem, t));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> WorkerCudaPath::BuildIndex(const MethodConfig& config,
+                                                  const std::vector<int>& heads,
+                                                  const BuildOptions& options, SparseIndex* index) {
+  if (rep_->call == nullptr) return absl::FailedPreconditionError("BuildIndex before Begin");
+  const auto start = std::chrono::steady_clock::now();
+  if (options.maybe_assets != nullptr) {
+    // The worker holds the layer's assets in a shared_ptr (its config cache); here the caller
+    // keeps them alive.
+    rep_->call->UseLayerAssets(
+        std::shared_ptr<const LayerAssets>(options.maybe_assets, [](const LayerAssets*) {}));
+  }
+  SPATTN_RETURN_IF_ERROR(rep_->call->BuildIndex(config, heads, options, index));
+  SPATTN_RETURN_IF_ERROR(rep_->call->ComputedPairsPerSlot(rep_->problem, config, *index).status());
+  return MillisSince(start);
+}
+
+absl::Status WorkerCudaPath::CompleteHostIndex(SparseIndex* index) {
+  if (rep_->call == nullptr) return absl::FailedPreconditionError("no request");
+  return rep_->call->CompleteHostIndex(index);
+}
+
+absl::StatusOr<double> WorkerCudaPath::Attend(const MethodConfig& config, const SparseIndex& index,
+                                              double* device_ms) {
+  if (rep_->call == nullptr) return absl::FailedPreconditionError("Attend before Begin");
+  const double before = rep_->call->device_seconds().kernel;
+  const auto start = std::chrono::steady_clock::now();
+  SPATTN_RETURN_IF_ERROR(rep_->call->Attend(config, index));
+  const double wall = MillisSince(start);
+  if (device_ms != nullptr) *device_ms = (rep_->call->device_seconds().kernel - before) * 1e3;
+  return wall;
+}
+
+void WorkerCudaPath::End() {
+  if (rep_ != nullptr && rep_->call != nullptr) {
+    (void)rep_->call->Finish();
+    rep_->call.reset();
+  }
+}
+
+}  // namespace spattn

@@ -1,0 +1,55 @@
+// The worker's CUDA request path (server/cuda_backend.h: GPU index builders planning into the
+// engine's workspace, the sparse kernel running on the kept index, stats counted on the device),
+// driven one head group at a time over tensors already on the GPU: what spattn-bench
+// --device=cuda times. A separate file because server/backend.h and tests/bench/backend.h both
+// name an AttentionBackend.
+#ifndef SPATTN_TESTS_BENCH_WORKER_PATH_H_
+#define SPATTN_TESTS_BENCH_WORKER_PATH_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/builders/build_index.h"
+#include "kernels/method_config.h"
+#include "kernels/problem.h"
+#include "kernels/sparse_index.h"
+
+namespace spattn {
+
+// Not thread-safe.
+class WorkerCudaPath {
+ public:
+  // The worker's CUDA backend on `device` with `workspace_bytes` and no staging pool.
+  static absl::StatusOr<std::unique_ptr<WorkerCudaPath>> Create(int device,
+                                                                int64_t workspace_bytes);
+  ~WorkerCudaPath();
+
+  // Starts a request over `device_problem` (Q/K/V/O/LSE in this GPU's memory); ends the one
+  // before (its kept indexes are released).
+  absl::Status Begin(const AttentionProblem& device_problem);
+  // BackendCall::BuildIndex of the request, then the stats the worker takes (computed pairs per
+  // head). Returns the wall milliseconds of both, as the worker spends them.
+  absl::StatusOr<double> BuildIndex(const MethodConfig& config, const std::vector<int>& heads,
+                                    const BuildOptions& options, SparseIndex* index);
+  // Fills `index` on the host (not timed: the bench's fidelity metrics need it; the worker only
+  // for recall estimates).
+  absl::Status CompleteHostIndex(SparseIndex* index);
+  // BackendCall::Attend; returns the wall milliseconds, and in *device_ms the kernel's own time
+  // (CUDA events, work schedule included).
+  absl::StatusOr<double> Attend(const MethodConfig& config, const SparseIndex& index,
+                                double* device_ms);
+  // Ends the request.
+  void End();
+
+ private:
+  struct Rep;
+  explicit WorkerCudaPath(std::unique_ptr<Rep> rep);
+  std::unique_ptr<Rep> rep_;
+};
+
+}  // namespace spattn
+
+#endif  // SPATTN_TESTS_BENCH_WORKER_PATH_H_
