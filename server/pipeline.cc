@@ -242,9 +242,12 @@ absl::Status AttentionPipeline::Run(ParsedRequest& req, AttentionBackend& backen
     SPATTN_ASSIGN_OR_RETURN(const AttentionProblem* host, call->HostView());
     const GuardBuildFn rebuild = [&](const MethodConfig& c, const std::vector<int>& hs,
                                      SparseIndex* out) {
-      return call->BuildIndex(c, hs, build, out);
+      // The guard reads the index on the host (a device backend may keep only its copy).
+      SPATTN_RETURN_IF_ERROR(call->BuildIndex(c, hs, build, out));
+      return call->CompleteHostIndex(out);
     };
     for (size_t g = 0; g < plan.groups.size(); ++g) {
+      SPATTN_RETURN_IF_ERROR(call->CompleteHostIndex(&indexes[g]));
       for (int slot = 0; slot < indexes[g].num_heads(); ++slot) {
         const int h = indexes[g].heads[slot];
         bool forced = req.method_override.has_value();
