@@ -1,8 +1,10 @@
 #include "server/recall_guard.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "kernels/fidelity.h"
+#include "kernels/sparse_index.h"
 
 namespace spattn {
 
@@ -55,41 +57,84 @@ absl::StatusOr<GuardedHead> GuardHead(const AttentionProblem& host, const Sparse
   g.estimate = *est;
   if (!widen || options.target <= 0) return g;
   const double need = std::min(1.0, options.target + options.margin);
-  // The ladder of configs to try, in order.
+  // Each step tries the current config widened and (once) the adaptive method, keeps the
+  // cheapest (fewest computed pairs) that reaches `need`, else continues from the best estimate.
+  struct Try {
+    MethodConfig config;
+    SparseIndex index;
+    double estimate = 0;
+    int64_t pairs = 0;
+  };
+  if (g.estimate >= need) return g;
   MethodConfig current = config;
-  int steps_on_method = 0;
-  bool on_adaptive = config.method == options.adaptive.method;
-  while (g.estimate < need) {
-    MethodConfig next;
-    if (steps_on_method < options.max_widen && WidenConfig(current, &next)) {
-      ++steps_on_method;
-    } else if (!on_adaptive && options.adaptive.method != Method::kDense) {
-      next = options.adaptive;
-      if (next.method == Method::kFlexPrefill) {
-        next.flex_prefill.gamma = std::max(next.flex_prefill.gamma,
-                                           static_cast<float>(1.0 - 0.5 * (1.0 - options.target)));
-      }
-      on_adaptive = true;
-      steps_on_method = 0;
-    } else {
-      next = MethodConfig();  // dense
+  bool adaptive_tried =
+      config.method == options.adaptive.method || options.adaptive.method == Method::kDense;
+  bool have_best = false;
+  Try best;  // the cheapest try so far that reaches `need`
+  auto consider = [&](Try&& t) {
+    if (t.estimate >= need && (!have_best || t.pairs < best.pairs)) {
+      best = std::move(t);
+      have_best = true;
     }
-    SparseIndex rebuilt;
-    absl::Status s = build(next, {g.head}, &rebuilt);
+  };
+  auto attempt = [&](const MethodConfig& c, Try* t) -> absl::Status {
+    t->config = c;
+    absl::Status s = build(c, {g.head}, &t->index);
     if (!s.ok()) return s;
-    current = next;
-    g.config = next;
-    g.index = std::move(rebuilt);
-    g.replaced = true;
     ++g.widened;
-    if (next.method == Method::kDense) {
-      g.estimate = 1.0;
-      break;
+    absl::StatusOr<double> e =
+        AttentionMassRecall(host, t->index, 0, options.probe_rows, options.seed);
+    if (!e.ok()) return e.status();
+    t->estimate = *e;
+    t->pairs = ComputedPairs(host, t->index, 0);
+    return absl::OkStatus();
+  };
+  for (int step = 0; step < options.max_widen; ++step) {
+    if (!adaptive_tried) {
+      MethodConfig a = options.adaptive;
+      if (a.method == Method::kFlexPrefill) {
+        a.flex_prefill.gamma = std::max(a.flex_prefill.gamma, static_cast<float>(options.target));
+      }
+      Try t;
+      absl::Status s = attempt(a, &t);
+      if (!s.ok()) return s;
+      consider(std::move(t));
+      adaptive_tried = true;
     }
-    est = AttentionMassRecall(host, g.index, 0, options.probe_rows, options.seed);
-    if (!est.ok()) return est.status();
-    g.estimate = *est;
+    MethodConfig next;
+    if (!WidenConfig(current, &next)) break;
+    for (int i = 1; i < options.widen_per_step; ++i) {
+      MethodConfig more;
+      if (WidenConfig(next, &more)) next = more;
+    }
+    Try t;
+    absl::Status s = attempt(next, &t);
+    if (!s.ok()) return s;
+    const bool reached = t.estimate >= need;
+    // Wider configs of this method only cost more than one that already costs as much as the
+    // best so far.
+    const bool no_better = have_best && t.pairs >= best.pairs;
+    consider(std::move(t));
+    if (reached || no_better) break;
+    current = next;
   }
+  if (have_best) {
+    g.config = best.config;
+    g.estimate = best.estimate;
+    g.index = std::move(best.index);
+    g.replaced = true;
+    return g;
+  }
+  // Nothing sparse reached the target: dense.
+  MethodConfig dense;
+  SparseIndex rebuilt;
+  absl::Status s = build(dense, {g.head}, &rebuilt);
+  if (!s.ok()) return s;
+  ++g.widened;
+  g.config = dense;
+  g.index = std::move(rebuilt);
+  g.replaced = true;
+  g.estimate = 1.0;
   return g;
 }
 

@@ -35,11 +35,15 @@ struct RecallGuardOptions {
   int probe_rows = 32;
   // Seed of the probe rows (fixed: repeated requests get the same estimate). Default: 0x9a4d.
   uint64_t seed = 0x9a4d;
-  // Widening steps of the head's own method before switching to `adaptive`. Default: 2.
-  int max_widen = 2;
-  // Then a method whose budget follows the prompt (a cumulative-mass threshold, as FlexPrefill's
-  // gamma), widened up to max_widen times, then dense. Its gamma is raised to at least
-  // target + (1 - target) / 2. Method dense skips this step. Default: flex_prefill, min budget 512.
+  // Widening steps before dense; each step applies WidenConfig `widen_per_step` times to the
+  // current config. Defaults: 5 and 1 (an A-shape window of 128 reaches 4096).
+  int max_widen = 5;
+  int widen_per_step = 1;
+  // A method whose budget follows the prompt (a cumulative-mass threshold, as FlexPrefill's
+  // gamma; raised to at least the target), tried once besides the head's own method widened
+  // step by step (until it reaches the target or costs as much as the best try): of the tries
+  // that reach the target the one with the fewest computed pairs wins, else dense. Method dense
+  // skips it. Default: flex_prefill, min budget 512.
   MethodConfig adaptive = [] {
     MethodConfig c;
     c.method = Method::kFlexPrefill;
@@ -61,14 +65,14 @@ struct GuardedHead {
   int head = 0;
   MethodConfig config;    // what the head runs after the guard
   double estimate = 1.0;  // recall estimate of that config's index (1 for dense)
-  int widened = 0;        // rebuilds (widening, switch to adaptive, dense)
+  int widened = 0;        // rebuilds tried (widenings, adaptive, dense)
   bool replaced = false;  // `index` holds the head's new index (alone), to run instead
   SparseIndex index;
 };
 
 // Estimates slot `slot` of `index` (built under `config` on `host`) and, when `widen` and the
-// estimate is short of the target, rebuilds the head through `build` with wider configs: the
-// head's method widened (max_widen steps), then options.adaptive (widened likewise), then dense.
+// estimate is short of the target, rebuilds the head through `build` with wider configs (the
+// head's method widened, options.adaptive; max_widen steps), then dense.
 // Errors of the estimate or the builder pass through.
 absl::StatusOr<GuardedHead> GuardHead(const AttentionProblem& host, const SparseIndex& index,
                                       int slot, const MethodConfig& config, bool widen,

@@ -53,7 +53,7 @@ TEST(RecallGuardTest, FallsBackToDenseWhenWideningCannotReach) {
   RecallGuardOptions go;
   go.target = 1.0;
   go.max_widen = 1;
-  go.adaptive = MethodConfig();  // straight to dense after the widening
+  go.adaptive = MethodConfig();  // no adaptive try: one widening, then dense
   int builds = 0;
   auto build = [&](const MethodConfig& cfg, const std::vector<int>& hs, SparseIndex* out) {
     ++builds;
