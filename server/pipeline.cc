@@ -250,7 +250,6 @@ absl::Status AttentionPipeline::Run(ParsedRequest& req, AttentionBackend& backen
       return call->CompleteHostIndex(out);
     };
     for (size_t g = 0; g < plan.groups.size(); ++g) {
-      SPATTN_RETURN_IF_ERROR(call->CompleteHostIndex(&indexes[g]));
       for (int slot = 0; slot < indexes[g].num_heads(); ++slot) {
         const int h = indexes[g].heads[slot];
         bool forced = req.method_override.has_value();
