@@ -164,6 +164,8 @@ TEST_F(RealIndexTest, WorkerUsesPublishedConfigsAndServesFromCacheWhileIndexIsDo
   const uint64_t v1 = Publish({Config(1, 2, v1::METHOD_A_SHAPE)}, {}, 0);
   WorkerOptions wo;
   wo.index_address = index_->address();
+  // Estimate recall but serve the published configs as they are: this test is about them.
+  wo.recall_target = 0;
   auto worker = WorkerServer::Start(wo);
   ASSERT_TRUE(worker.ok()) << worker.status();
   ClientOptions co;

@@ -259,7 +259,9 @@ class PublishedConfigTest(unittest.TestCase):
         with open(port_file) as f:
             cls.index_addr = "127.0.0.1:" + f.read().split()[0]
         cls.worker = WorkerProcess(os.environ["SPATTN_WORKER_BIN"], "--devices=cpu",
-                                   "--cpu_threads=2", f"--index={cls.index_addr}", metrics=False)
+                                   "--cpu_threads=2", f"--index={cls.index_addr}",
+                                   # the published heads as published (no recall widening)
+                                   "--recall_target=0", metrics=False)
         cls.client = spattn.Client(cls.worker.tcp, timeout=60)  # inline tensors: TCP is fine
 
     @classmethod
