@@ -199,10 +199,10 @@ void PrintResponse(const v1::AttentionResponse& r, const std::vector<std::string
   const auto& t = r.timings();
   std::printf(
       "  stages (ms): resolve %.2f  config %.2f  index_build %.2f  kernel %.2f  "
-      "output %.2f  total %.2f  (host<->GPU copies %.2f)\n",
+      "recall %.2f  output %.2f  total %.2f  (host<->GPU copies %.2f)\n",
       t.resolve_seconds() * 1e3, t.config_seconds() * 1e3, t.index_build_seconds() * 1e3,
-      t.kernel_seconds() * 1e3, t.output_seconds() * 1e3, t.total_seconds() * 1e3,
-      t.transfer_seconds() * 1e3);
+      t.kernel_seconds() * 1e3, t.recall_seconds() * 1e3, t.output_seconds() * 1e3,
+      t.total_seconds() * 1e3, t.transfer_seconds() * 1e3);
 }
 
 // The input of layer `l`: tensors from files (the same for every layer), a synthetic LLM-like

@@ -70,7 +70,9 @@ export SPATTN_INDEX_ADDR="127.0.0.1:$INDEX_PORT"
 sed 's/^/  /' "$WORK/index.log"
 
 step "start the worker (index service at $SPATTN_INDEX_ADDR)"
-"$WORKER_BIN" --listen=127.0.0.1:0 --metrics=127.0.0.1:0 --index="$SPATTN_INDEX_ADDR" \
+# TCP for everything but shared memory, which the worker maps only for a caller on its Unix
+# socket whose uid owns the segment (server/README.md, Security).
+"$WORKER_BIN" --listen="127.0.0.1:0,unix:$WORK/worker.sock" --metrics=127.0.0.1:0 --index="$SPATTN_INDEX_ADDR" \
   >"$WORK/worker.out" 2>"$WORK/worker.log" &
 WORKER_PID=$!
 wait_for "$WORK/worker.out" "listening on" "spattn-worker"
@@ -94,7 +96,7 @@ step "calibrate and publish per-head configs for model demo-llama (32 layers, $Q
 "$CTL" index versions demo-llama
 
 step "one prefill layer: $SEQ_LEN tokens, $Q_HEADS q-heads / $KV_HEADS kv-heads, d=$HEAD_DIM, bf16, via shared memory"
-"$CTL" attention --model=demo-llama --layer=0 --seq_len="$SEQ_LEN" --q_heads="$Q_HEADS" \
+"$CTL" --address="unix:$WORK/worker.sock" attention --model=demo-llama --layer=0 --seq_len="$SEQ_LEN" --q_heads="$Q_HEADS" \
   --kv_heads="$KV_HEADS" --head_dim="$HEAD_DIM" --dtype=bf16 --workload=llm_mix --seed=1 \
   --transport=shm --recall
 
