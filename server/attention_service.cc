@@ -197,6 +197,7 @@ void AttentionServiceImpl::Execute(const Caller& caller, const v1::AttentionRequ
   Device* device = PickDevice(*parsed);
   if (metrics_) metrics_->InFlightAdd(1);
   const absl::Status queued = device->queue->TrySubmit([=]() {
+    if (metrics_) metrics_->QueueDepth(device->backend->name(), device->queue->waiting());
     if (before_execute_) before_execute_(parsed->request_id);
     CallControl control{deadline, cancelled};
     absl::Status s = pipeline_->Run(*parsed, *device->backend, control, parse_seconds, response);
@@ -205,6 +206,7 @@ void AttentionServiceImpl::Execute(const Caller& caller, const v1::AttentionRequ
     Record(rpc, parsed->request_id, s, start);
     done(s);
   });
+  if (metrics_) metrics_->QueueDepth(device->backend->name(), device->queue->waiting());
   if (!queued.ok()) {
     if (metrics_) metrics_->InFlightAdd(-1);
     Record(rpc, parsed->request_id, queued, start);

@@ -172,6 +172,10 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry& registry, const std::string& 
                     .Help("Attention requests admitted and not yet answered.")
                     .Register(registry)
                     .Add({});
+  queue_depth_ = &prometheus::BuildGauge()
+                      .Name("spattn_queue_depth")
+                      .Help("Attention requests waiting in a device's queue (not yet running).")
+                      .Register(registry);
   prefill_tokens_ = &prometheus::BuildCounter()
                          .Name("spattn_prefill_tokens_total")
                          .Help("Query tokens whose attention the worker computed.")
@@ -250,6 +254,11 @@ void WorkerMetrics::StageDone(Stage stage, double seconds) {
 }
 
 void WorkerMetrics::InFlightAdd(int delta) { in_flight_->Increment(delta); }
+
+void WorkerMetrics::QueueDepth(const std::string& device, int waiting) {
+  // Family::Add returns the existing child for known labels (thread-safe).
+  queue_depth_->Add({{"device", device}}).Set(waiting);
+}
 
 void WorkerMetrics::PrefillTokens(int64_t tokens) {
   prefill_tokens_->Increment(static_cast<double>(tokens));

@@ -55,6 +55,8 @@ class WorkerMetrics {
   void RequestDone(const std::string& rpc, absl::StatusCode code, double seconds);
   void StageDone(Stage stage, double seconds);
   void InFlightAdd(int delta);
+  // Requests waiting (admitted, not yet running) in the queue of device `device`.
+  void QueueDepth(const std::string& device, int waiting);
   void PrefillTokens(int64_t tokens);
   void HeadDone(Method method, double density);
   void Recall(Method method, double recall);
@@ -71,6 +73,7 @@ class WorkerMetrics {
   prometheus::Histogram* request_duration_;
   std::map<Stage, prometheus::Histogram*> stage_duration_;
   prometheus::Gauge* in_flight_;
+  prometheus::Family<prometheus::Gauge>* queue_depth_;
   prometheus::Counter* prefill_tokens_;
   std::map<Method, prometheus::Histogram*> density_;
   std::map<Method, prometheus::Histogram*> recall_;

@@ -210,6 +210,7 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOp
   auto devices = MakeDevices(options);
   if (!devices.ok()) return devices.status();
   st->devices = std::move(*devices);
+  for (const Device& d : st->devices) st->metrics->QueueDepth(d.backend->name(), 0);
   RegionManagerOptions ro;
   ro.shm_prefix = options.shm_prefix;
   for (const Device& d : st->devices) {

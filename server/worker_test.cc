@@ -613,7 +613,7 @@ TEST_F(WorkerTest, MetricsScrapeHasEveryFamily) {
   const std::string body = HttpGet(worker_->metrics_port(), "/metrics");
   for (const char* family :
        {"spattn_requests_total", "spattn_request_duration_seconds", "spattn_stage_duration_seconds",
-        "spattn_requests_in_flight", "spattn_prefill_tokens_total",
+        "spattn_requests_in_flight", "spattn_queue_depth", "spattn_prefill_tokens_total",
         "spattn_attention_density_ratio", "spattn_attention_recall_ratio",
         "spattn_method_selected_total", "spattn_transfer_bytes_total",
         "spattn_gpu_memory_used_bytes", "spattn_errors_total", "spattn_build_info",

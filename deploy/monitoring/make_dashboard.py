@@ -66,6 +66,8 @@ ROWS = [
             (f"sum by (method) (rate({sel('spattn_method_selected_total')}[{RI}]))", "{{method}}")]),
     ]),
     ("Capacity", [
+        ("Queue depth (waiting, not running) per device", "short", [
+            (f"max by (instance, device) ({sel('spattn_queue_depth')})", "{{instance}} {{device}}")]),
         ("Requests in flight (queued + running) per worker", "short", [
             (f"sum by (instance) ({sel('spattn_requests_in_flight')})", "{{instance}}")]),
         ("Shed requests (queue full) / s", "ops", [

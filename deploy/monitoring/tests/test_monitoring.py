@@ -148,7 +148,7 @@ class DashboardStaticTest(unittest.TestCase):
         text = " ".join(e for _, e in dashboard_exprs())
         for metric in ("spattn_requests_total", "spattn_stage_duration_seconds_bucket",
                        "spattn_request_duration_seconds_bucket", "spattn_attention_density_ratio",
-                       "spattn_attention_recall_ratio", "spattn_requests_in_flight",
+                       "spattn_attention_recall_ratio", "spattn_requests_in_flight", "spattn_queue_depth",
                        'kind="queue_full"', "spattn_gpu_memory_used_bytes",
                        "spattn_index_service_up", "spattn_index_published_version"):
             self.assertIn(metric, text)
