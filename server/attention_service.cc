@@ -324,21 +324,34 @@ class AttentionServiceImpl::StreamReactor
       writing_ = true;
       a.write = to_write_.front().get();
     }
-    const bool idle = !running_ && !writing_;
+    // starting_: operations decided under the lock but not yet started by Perform; finishing
+    // before they start would let the reactor be deleted under them.
+    const bool idle = !running_ && !writing_ && starting_ == 0;
     if (idle && (failed || (reads_done_ && pending_.empty() && to_write_.empty()))) {
       finished_ = true;
       a.finish = true;
       a.status = ToGrpcStatus(status_);
     }
+    if (a.read || a.write != nullptr || a.execute) ++starting_;
     return a;
   }
 
-  void Perform(const Actions& a) {
-    // Finish last: after it the reactor may be deleted once every operation completes.
-    if (a.read) StartRead(&incoming_);
-    if (a.write != nullptr) StartWrite(a.write);
-    if (a.execute) ExecuteCurrent();
-    if (a.finish) Finish(a.status);
+  void Perform(Actions a) {
+    while (true) {
+      // Finish last: after it the reactor may be deleted once every operation completes.
+      if (a.finish) {
+        Finish(a.status);
+        return;
+      }
+      if (!a.read && a.write == nullptr && !a.execute) return;
+      if (a.read) StartRead(&incoming_);
+      if (a.write != nullptr) StartWrite(a.write);
+      if (a.execute) ExecuteCurrent();
+      // Started: another reaction may now finish the stream, or this one does.
+      std::lock_guard<std::mutex> lock(mu_);
+      --starting_;
+      a = NextLocked();
+    }
   }
 
   void ExecuteCurrent() {
@@ -382,6 +395,7 @@ class AttentionServiceImpl::StreamReactor
   bool running_ = false;     // Guarded by mu_.
   bool writing_ = false;     // Guarded by mu_.
   bool finished_ = false;    // Guarded by mu_.
+  int starting_ = 0;         // Actions handed to Perform and not yet started. Guarded by mu_.
   absl::Status status_;      // First failure. Guarded by mu_.
   int messages_ = 0;         // Only touched when starting an execution (one at a time).
 };
