@@ -1,7 +1,8 @@
 // Internal launch API of the GPU index builders of SampleAttention, AnchorAttention and Saap
 // (the twins of kernels/builders/{sample_attention,anchor,saap}.cc): plain structs of device
-// pointers and sizes, launchers returning cudaError_t. The host orchestration (workspace,
-// count-then-fill sizing) is assembled_builders.cc; only code under kernels/cuda includes this.
+// pointers and sizes, launchers returning cudaError_t. The host side is
+// builders/<method>_host.cc (count-then-fill sizing: builder_steps.h's Assemble); only code under
+// kernels/cuda includes this.
 //
 // Every builder ends in the same row assembler: per index row, a bitmap of the row's keys
 // [0, key_end) in shared memory (in segments of kAsmSegWords words), "range" bits and "column"
