@@ -10,7 +10,6 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/builders/builder_steps.h"
 #include "kernels/cuda/builders/method_builders.h"
-#include "kernels/cuda/common/line_merge.h"
 
 namespace spattn {
 namespace cuda {

@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/builders/builder_steps.h"
 #include "kernels/cuda/builders/method_builders.h"
-#include "kernels/cuda/common/line_merge.h"
+#include "kernels/cuda/common/row_assembly.h"
 
 namespace spattn {
 namespace cuda {
@@ -37,8 +37,8 @@ absl::StatusOr<SparseIndexView> BuildVerticalSlash(const AttentionProblem& p, co
     l.forced_col_end = forced_cols;
     l.col_k = std::min(std::max(vs.vertical_size, forced_cols), s.kl);
     int lo = 0, hi = 0;
-    const int forced_offs = line_merge::ForcedOffsets(vs.forced_diagonals, s.min_offset,
-                                                      s.min_offset + s.num_offsets - 1, &lo, &hi);
+    const int forced_offs = row_assembly::ForcedOffsets(vs.forced_diagonals, s.min_offset,
+                                                        s.min_offset + s.num_offsets - 1, &lo, &hi);
     l.forced_off_lo = lo - s.min_offset;
     l.forced_off_hi = hi - s.min_offset;
     l.off_k = std::min(std::max(vs.slash_size, forced_offs), s.num_offsets);
