@@ -61,18 +61,8 @@ absl::Status CudaAttentionEngine::RunSparseDeviceIndex(const AttentionProblem&,
                                                        const SparseIndexView&, CudaStageTimes*) {
   return NoCuda();
 }
-absl::Status CudaAttentionEngine::RunBuiltIndex(const AttentionProblem&, const MethodConfig&,
-                                                const std::vector<int>&, int, CudaStageTimes*,
-                                                const CudaLayerAssets*) {
-  return NoCuda();
-}
 absl::Status CudaAttentionEngine::RunHost(const AttentionProblem&, const SparseIndex*,
                                           CudaStageTimes*) {
-  return NoCuda();
-}
-absl::Status CudaAttentionEngine::BuildIndexOnDevice(const AttentionProblem&, const MethodConfig&,
-                                                     const std::vector<int>&, int, SparseIndex*,
-                                                     const CudaLayerAssets*, CudaStageTimes*) {
   return NoCuda();
 }
 absl::StatusOr<std::unique_ptr<CudaLayerAssets>> CudaAttentionEngine::UploadLayerAssets(
