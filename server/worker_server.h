@@ -76,6 +76,10 @@ struct WorkerOptions {
   // Per GPU: device copies of host tensors (inline, shared memory) of one request.
   // Default: 4 GiB.
   int64_t gpu_staging_bytes = int64_t{4} << 30;
+  // Per GPU: device copies of Saap's layer assets (centroids, query classifiers) kept across
+  // requests, least recently used evicted first; the layer in use always stays (0 = only it).
+  // Must be >= 0. Default: 2 GiB (CudaBackendOptions::saap_assets_bytes).
+  int64_t saap_assets_bytes = int64_t{2} << 30;
   // Page-lock registered shared-memory regions while a GPU serves (faster copies). Default: true.
   bool pin_shared_memory = true;
   // Method for heads when a request names neither a model nor an override. Default: dense.
