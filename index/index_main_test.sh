@@ -5,8 +5,9 @@
 set -euo pipefail
 INDEX="$1"
 [ "$("$INDEX" --version)" = "spattn-index 0.1.0" ] || { echo "--version"; exit 1; }
-"$INDEX" --help 2>&1 | grep -q -- "--data_dir: RocksDB directory"
-"$INDEX" --help 2>&1 | grep -q -- "--version: Print the service version"
+"$INDEX" --help > "$TEST_TMPDIR/help.txt" 2>&1  # whole output first (grep -q would cut the pipe)
+grep -q -- "--data_dir: RocksDB directory" "$TEST_TMPDIR/help.txt"
+grep -q -- "--version: Print the service version" "$TEST_TMPDIR/help.txt"
 expect_usage_error() {  # expected message, then the arguments
   local want="$1"
   shift

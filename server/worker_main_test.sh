@@ -39,7 +39,8 @@ grep -q "relative L2 error" "$TEST_TMPDIR/attention.out"
 "$CTL" --address="$addr" regions list | grep -q "^name"
 # A bad flag is refused before anything starts.
 if "$WORKER" --no_such_flag=1 2>/dev/null; then echo "bad flag accepted"; exit 1; fi
-"$WORKER" --help 2>&1 | grep -q -- "--saap_assets_bytes: per GPU: Saap layer assets"
+"$WORKER" --help > "$TEST_TMPDIR/help.txt" 2>&1
+grep -q -- "--saap_assets_bytes: per GPU: Saap layer assets" "$TEST_TMPDIR/help.txt"
 if "$WORKER" --saap_assets_bytes=lots 2>"$TEST_TMPDIR/bad_saap.err"; then echo "bad saap_assets_bytes accepted"; exit 1; fi
 grep -q -- "--saap_assets_bytes: not an integer: 'lots'" "$TEST_TMPDIR/bad_saap.err"
 if "$WORKER" --saap_assets_bytes=-1 --listen=127.0.0.1:0 --metrics= --devices=cpu 2>"$TEST_TMPDIR/neg_saap.err"; then
