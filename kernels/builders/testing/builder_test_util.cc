@@ -110,6 +110,15 @@ void ExpectKernelMatchesMaskedReference(HostProblem* hp, const SparseIndex& inde
   EXPECT_EQ(method_testing::CompareKernelWithMaskedReference(hp, index), "") << config;
 }
 
+Ranges RowRanges(const SparseIndex& index, int slot, int block) {
+  Ranges out;
+  const int64_t r = index.row(slot, block);
+  for (int e = index.range_indptr[r]; e < index.range_indptr[r + 1]; ++e) {
+    out.emplace_back(index.range_start[e], index.range_start[e] + index.range_len[e]);
+  }
+  return out;
+}
+
 std::vector<int32_t> RowKeyList(const SparseIndex& index, int slot, int block) {
   std::vector<int32_t> keys;
   const int64_t r = index.row(slot, block);

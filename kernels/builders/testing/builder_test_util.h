@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/builders/testing/method_testing.h"
@@ -49,6 +50,10 @@ double IndexDensity(const AttentionProblem& p, const SparseIndex& index);
 // form of method_testing::CompareKernelWithMaskedReference.
 void ExpectKernelMatchesMaskedReference(HostProblem* hp, const SparseIndex& index,
                                         const std::string& config);
+
+// The ranges of one row of `index` as [start, end) pairs, in index order.
+using Ranges = std::vector<std::pair<int32_t, int32_t>>;
+Ranges RowRanges(const SparseIndex& index, int slot, int block);
 
 // Key sets of one row of `index` as a sorted list of keys (ranges expanded).
 std::vector<int32_t> RowKeyList(const SparseIndex& index, int slot, int block);
