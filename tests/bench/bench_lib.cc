@@ -130,7 +130,9 @@ Prints one JSON line per (method, head group): method, params, workload, group, 
 q_len, batch, num_heads, kv_heads, head_dim, dtype, device, threads, index_build_ms, kernel_ms,
 total_ms (medians over --repeat runs), density, density_min, density_max, recall, recall_min
 (attention-mass recall on sampled rows), rel_l2_error (output vs exact dense attention on the
-sampled rows), pairs (computed query-key pairs) and tflops (4 * pairs * head_dim / kernel time).
+sampled rows), pairs (computed query-key pairs) and tflops (4 * pairs * head_dim / kernel time:
+the per-pair rate); lines after the dense method's in the same run also carry dense_tflops (its
+rate, same group) and vs_dense (tflops / dense_tflops).
 A method that fails (e.g. a builder not implemented yet) gets a line with "error" instead.
 With several groups an extra line with group "all" sums the times over the groups.
 
@@ -671,6 +673,8 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
     return absl::StrJoin(parts, ",");
   };
   std::vector<Result> table_rows;
+  // The dense method's TFLOP/s per group of this run (the per-pair reference of the others).
+  std::map<std::string, double> dense_tflops;
   auto emit = [&](const Result& r) {
     if (f.table) {
       table_rows.push_back(r);
@@ -696,9 +700,15 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
       j.Num("rel_l2_error", r.rel_l2)
           .Int("recall_rows", static_cast<int64_t>((*exact)->rows().size()));
       j.Int("pairs", r.pairs);
-      j.Num("tflops", r.kernel_ms > 0
-                          ? 4.0 * r.pairs * problem.head_dim / (r.kernel_ms * 1e-3) / 1e12
-                          : std::nan(""));
+      const double tflops = r.kernel_ms > 0
+                                ? 4.0 * r.pairs * problem.head_dim / (r.kernel_ms * 1e-3) / 1e12
+                                : std::nan("");
+      j.Num("tflops", tflops);
+      if (r.method == "dense" && r.kernel_ms > 0) dense_tflops[r.group] = tflops;
+      auto dense = dense_tflops.find(r.group);
+      if (r.method != "dense" && dense != dense_tflops.end() && dense->second > 0) {
+        j.Num("dense_tflops", dense->second).Num("vs_dense", tflops / dense->second);
+      }
     }
     out << j.Done() << "\n";
     out.flush();

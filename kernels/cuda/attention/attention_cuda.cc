@@ -225,8 +225,8 @@ class CudaAttentionEngine::Impl {
                                                               "sparse schedule scratch"));
     SPATTN_ASSIGN_OR_RETURN(int* counter, Alloc<int>(1, "sparse schedule counter"));
     SPATTN_CUDA_RETURN_IF_ERROR(
-        cuda::LaunchSparseSchedule(idx, cuda::SparseTileN(a.head_dim, idx.block_m), scratch, order,
-                                   counter, stream_),
+        cuda::LaunchSparseSchedule(idx, a, cuda::SparseTileN(a.head_dim, idx.block_m), scratch,
+                                   order, counter, stream_),
         "sparse schedule");
     SPATTN_RETURN_IF_ERROR(Mark(kSchedule));
     cuda::SparseSchedule sched;
