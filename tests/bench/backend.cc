@@ -131,6 +131,23 @@ class CudaBackend : public AttentionBackend {
     return BuildHostIndex(config, heads, options, index);
   }
 
+  absl::StatusOr<GuardOutcome> GuardOnDevice(const std::vector<MethodConfig>& config_of_head,
+                                             double target, int probe_rows,
+                                             const BuildOptions& options) override {
+    if (path_ == nullptr)
+      return AttentionBackend::GuardOnDevice(config_of_head, target, probe_rows, options);
+    AttentionProblem request = dp_;
+    request.maybe_lse = nullptr;
+    SPATTN_RETURN_IF_ERROR(path_->Begin(request));
+    GuardOutcome g;
+    auto ms = path_->Guard(config_of_head, target, probe_rows, options, &g.configs, &g.estimates,
+                           &g.widened, &g.build_ms);
+    path_->End();
+    if (!ms.ok()) return ms.status();
+    g.recall_ms = *ms;
+    return g;
+  }
+
   absl::StatusOr<double> RunKernel(const SparseIndex& index) override {
     last_heads_ = index.heads;
     if (path_ != nullptr) {

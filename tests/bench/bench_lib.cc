@@ -164,7 +164,9 @@ Methods:
                          columns) and per 64x64 block, on recall_rows/16 sampled query blocks;
                          guarded (only when named): the searched configs after the worker's
                          recall guard (server/recall_guard.h) widened the heads whose estimate
-                         on this prompt is short of --search_target_recall;
+                         on this prompt is short of --search_target_recall (with
+                         --device=cuda: the worker's guard on the GPU, its recall stage timed
+                         as guard_recall_ms);
                          topk_recall (only when named): share of each row's mass in its top
                          seq_len/32 keys on this prompt and with another prompt's top keys
                          (MInference Fig. 2b/2c: 96.8 % and 83.7 % at 128K)
@@ -173,6 +175,8 @@ Methods:
                          (default 0 = min(seq_len, 16384))
   --search_target_recall=X
                          searched: recall each head's config must reach (default 0.95)
+  --guard_probe_rows=N   guarded: probe rows per head (default -1: the worker's, 32 on the host
+                         and 64 on CUDA)
   --search_candidates=L  searched: all (default: the search's default candidates, plus saap's
                          when --calibrate is given) or a method list, e.g. a_shape,vertical_slash
   --METHOD.PARAM=V       a method parameter, e.g. --vertical_slash.last_q=64
@@ -239,6 +243,7 @@ absl::StatusOr<BenchFlags> ParseBenchFlags(const std::vector<std::string>& args)
   SPATTN_RETURN_IF_ERROR(line.Read("rope_theta", &f.rope_theta));
   SPATTN_RETURN_IF_ERROR(line.Read("concentration", &f.concentration));
   SPATTN_RETURN_IF_ERROR(line.Read("search_target_recall", &f.search_target_recall));
+  SPATTN_RETURN_IF_ERROR(line.Read("guard_probe_rows", &f.guard_probe_rows));
   SPATTN_RETURN_IF_ERROR(line.Read("seed", &f.seed));
   SPATTN_RETURN_IF_ERROR(line.Read("causal", &f.causal));
   SPATTN_RETURN_IF_ERROR(line.Read("table", &f.table));
@@ -621,37 +626,56 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
   std::vector<MethodConfig> guarded_config_of_head;
   absl::Status guard_status = search_status;
   std::string guard_params = "guarded";
+  double guard_recall_ms = -1;  // the recall stage on the device (worker path), else -1
   if (wants_guarded && search_status.ok()) {
     const auto guard_start = std::chrono::steady_clock::now();
     RecallGuardOptions go;
     go.target = f.search_target_recall;
-    guard_params = absl::StrCat("guarded(", search_params, ", probe_rows=", go.probe_rows,
-                                ", margin=", go.margin, ")");
+    if (f.guard_probe_rows >= 0) go.probe_rows = f.guard_probe_rows;
     guarded_config_of_head = config_of_head;
     std::vector<int> widened(problem.num_q_heads, 0);
-    std::vector<absl::Status> errors(problem.num_q_heads);
-    auto build = [&](const MethodConfig& c, const std::vector<int>& hs, SparseIndex* out) {
-      return BuildSparseIndex(problem, c, hs, search_bo, out);
-    };
-    for (int h = 0; h < problem.num_q_heads; ++h) {
-      SparseIndex index;
-      absl::Status s = build(config_of_head[h], {h}, &index);
-      if (s.ok()) {
-        auto g = GuardHead(problem, index, 0, config_of_head[h], /*widen=*/true, build, go);
-        if (g.ok()) {
-          guarded_config_of_head[h] = g->config;
-          widened[h] = g->widened;
-        } else {
-          s = g.status();
+    // On a device with the worker's path: the worker's own guard there (estimates on the GPU),
+    // timed; else on the host (not timed).
+    auto device_guard = (*backend)->GuardOnDevice(
+        config_of_head, go.target, f.guard_probe_rows >= 0 ? f.guard_probe_rows : 64, search_bo);
+    // (the host path keeps go.probe_rows: --guard_probe_rows or the CPU worker's 32)
+    if (device_guard.ok()) {
+      go.probe_rows = f.guard_probe_rows >= 0 ? f.guard_probe_rows : 64;
+      guarded_config_of_head = device_guard->configs;
+      widened = device_guard->widened;
+      guard_recall_ms = device_guard->recall_ms;
+      err << "spattn-bench: guarded on " << (*backend)->name() << ": recall stage "
+          << device_guard->recall_ms << " ms (first index builds " << device_guard->build_ms
+          << " ms)";
+    } else if (device_guard.status().code() != absl::StatusCode::kUnimplemented) {
+      guard_status = device_guard.status();
+    } else {
+      std::vector<absl::Status> errors(problem.num_q_heads);
+      auto build = [&](const MethodConfig& c, const std::vector<int>& hs, SparseIndex* out) {
+        return BuildSparseIndex(problem, c, hs, search_bo, out);
+      };
+      for (int h = 0; h < problem.num_q_heads; ++h) {
+        SparseIndex index;
+        absl::Status s = build(config_of_head[h], {h}, &index);
+        if (s.ok()) {
+          auto g = GuardHead(problem, index, 0, config_of_head[h], /*widen=*/true, build, go);
+          if (g.ok()) {
+            guarded_config_of_head[h] = g->config;
+            widened[h] = g->widened;
+          } else {
+            s = g.status();
+          }
         }
+        if (!s.ok() && guard_status.ok()) guard_status = s;
       }
-      if (!s.ok() && guard_status.ok()) guard_status = s;
+      err << "spattn-bench: guarded: "
+          << static_cast<int64_t>(std::chrono::duration<double, std::milli>(
+                                      std::chrono::steady_clock::now() - guard_start)
+                                      .count())
+          << " ms on the host";
     }
-    err << "spattn-bench: guarded: "
-        << static_cast<int64_t>(std::chrono::duration<double, std::milli>(
-                                    std::chrono::steady_clock::now() - guard_start)
-                                    .count())
-        << " ms on the host";
+    guard_params = absl::StrCat("guarded(", search_params, ", probe_rows=", go.probe_rows,
+                                ", margin=", go.margin, ")");
     for (int h = 0; h < problem.num_q_heads; ++h) {
       if (widened[h] > 0) {
         err << "; head " << h << " " << ConfigLabel(config_of_head[h]) << " -> "
@@ -696,6 +720,9 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
       j.Num("rel_l2_error", r.rel_l2)
           .Int("recall_rows", static_cast<int64_t>((*exact)->rows().size()));
       j.Int("pairs", r.pairs);
+      if (r.method == kGuardedMethod && guard_recall_ms >= 0) {
+        j.Num("guard_recall_ms", guard_recall_ms);
+      }
       j.Num("tflops", r.kernel_ms > 0
                           ? 4.0 * r.pairs * problem.head_dim / (r.kernel_ms * 1e-3) / 1e12
                           : std::nan(""));
