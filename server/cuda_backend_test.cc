@@ -319,8 +319,8 @@ TEST_F(CudaBackendTest, CudaIpcTensorsAreUsedInPlace) {
   ToFloat(bytes.data() + qb + 2 * kb, p.dtype, static_cast<int64_t>(got.size()), got.data());
   CheckOutput(hp, std::vector<Method>(hq, Method::kAShape), got, {}, "cuda region a_shape");
 
-  // Raw CudaIpcRefs, a CPU-built index (Q rows and K copied to the host for the builder only),
-  // output inline, recall estimated from host copies.
+  // Raw CudaIpcRefs, vertical_slash built on the GPU, output inline, the recall estimated on the
+  // GPU (issue 11): nothing of Q/K comes to the host.
   v1::AttentionRequest raw = InlineRequest(hp);
   raw.set_causal(true);
   raw.set_estimate_recall(true);
@@ -344,7 +344,7 @@ TEST_F(CudaBackendTest, CudaIpcTensorsAreUsedInPlace) {
     EXPECT_GT(h.recall(), 0.0) << h.head();
     EXPECT_LE(h.recall(), 1.0 + 1e-9) << h.head();
   }
-  EXPECT_GT(
+  EXPECT_LE(
       Sample(*worker_, "spattn_transfer_bytes_total{direction=\"d2h\",handle_kind=\"cuda_ipc\"}"),
       0);
 
@@ -444,9 +444,6 @@ TEST(CudaBackendPoolsTest, TooSmallPoolsAreResourceExhaustedAndTheWorkerKeepsSer
   std::cerr << "worker shutdown took " << absl::ToDoubleSeconds(absl::Now() - stop) << " s\n";
 }
 
-}  // namespace
-}  // namespace spattn
-
 // Issue 11: the recall guard runs on the CUDA backend by default, its estimate computed on the
 // GPU (no Q/K copies to the host: the only device-to-host bytes are the output's): every head
 // carries its estimate without estimate_recall; heads of the worker's default config that fall
@@ -488,7 +485,9 @@ TEST(CudaBackendGuardTest, GuardsOnTheGpuByDefault) {
     guard[h.head()] = h.recall();
     EXPECT_GT(h.recall(), 0.0) << h.head();
     EXPECT_LE(h.recall(), 1.0 + 1e-9) << h.head();
-    if (h.method_name() != "dense") EXPECT_GE(h.recall(), 0.95) << h.head() << h.method_name();
+    if (h.method_name() != "dense") {
+      EXPECT_GE(h.recall(), 0.95) << h.head() << h.method_name();
+    }
   }
   EXPECT_GT(resp->timings().recall_seconds(), 0);
   // The output is what the guard chose: the reference of each head's served index is checked
@@ -501,3 +500,6 @@ TEST(CudaBackendGuardTest, GuardsOnTheGpuByDefault) {
     EXPECT_NEAR(h.recall(), guard[h.head()], 0.05) << h.head() << " " << h.method_name();
   }
 }
+
+}  // namespace
+}  // namespace spattn

@@ -2,6 +2,7 @@
 
 #include <deque>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -201,6 +202,23 @@ absl::Status AttentionPipeline::Run(ParsedRequest& req, AttentionBackend& backen
   plan_in.worker_default = options_.default_method;
   plan_in.dense_below_tokens = options_.dense_below_tokens;
   for (int b = 0; b < p.batch(); ++b) plan_in.max_k_len = std::max(plan_in.max_k_len, p.k_len(b));
+  // The recall guard (below) starts each head from what it learned on earlier requests of this
+  // length class (GuardMemory); `start_key[h]` names the head's entry (empty: not guarded).
+  RecallGuardOptions guard = options_.guard;
+  if (guard.probe_rows < 0) guard.probe_rows = backend.kind() == "cpu" ? 32 : 64;
+  const bool learning = guard.probe_rows > 0 && guard.target > 0;
+  std::vector<std::string> start_key(p.num_q_heads);
+  std::deque<MethodConfig> learned;  // what plan_in.maybe_learned hands out
+  if (learning) {
+    plan_in.maybe_learned = [&](int h, const MethodConfig& c) -> const MethodConfig* {
+      start_key[h] = GuardMemory::Key(req.model_id, model ? model->version : 0, req.layer, h, c,
+                                      plan_in.max_k_len);
+      MethodConfig m;
+      if (!guard_memory_.Lookup(start_key[h], &m)) return nullptr;
+      learned.push_back(m);
+      return &learned.back();
+    };
+  }
   SPATTN_ASSIGN_OR_RETURN(
       Plan plan,
       MakePlan(
@@ -236,8 +254,6 @@ absl::Status AttentionPipeline::Run(ParsedRequest& req, AttentionBackend& backen
   // Replacement indexes run after their groups' (overwriting those heads' outputs).
   std::vector<GuardedHead> guarded;
   SPATTN_RETURN_IF_ERROR(CheckControl(control, "recall"));
-  RecallGuardOptions guard = options_.guard;
-  if (guard.probe_rows < 0) guard.probe_rows = backend.kind() == "cpu" ? 32 : 64;
   if (guard.probe_rows > 0) {
     GuardOps ops;
     ops.build = [&](const MethodConfig& c, const std::vector<int>& hs, SparseIndex* out) {
@@ -264,6 +280,9 @@ absl::Status AttentionPipeline::Run(ParsedRequest& req, AttentionBackend& backen
         for (const auto& ho : req.head_overrides) forced = forced || ho.first == h;
         SPATTN_ASSIGN_OR_RETURN(GuardedHead gh, GuardHead(h, estimates[slot], plan.groups[g].config,
                                                           !forced, ops, guard));
+        if (gh.replaced && !forced && !start_key[h].empty()) {
+          guard_memory_.Remember(start_key[h], gh.config);
+        }
         guarded.push_back(std::move(gh));
       }
     }

@@ -70,6 +70,7 @@ class AttentionPipeline {
   void UpdateGpuMemory(uint64_t devices_now);
 
   const PipelineOptions options_;
+  GuardMemory guard_memory_;  // What the recall guard widened heads to, per length class.
   std::atomic<uint64_t> touched_devices_{0};  // Bit d: CUDA device d was used.
   RegionManager* const regions_;
   ConfigCache* const cache_;

@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "kernels/fidelity.h"
 #include "kernels/sparse_index.h"
 #include "kernels/status_macros.h"
@@ -173,6 +174,38 @@ absl::StatusOr<GuardedHead> GuardHead(const AttentionProblem& host, const Sparse
                           AttentionMassRecall(host, index, slot, options.probe_rows, options.seed));
   return GuardHead(index.heads[slot], est, config, widen, HostGuardOps(host, build, options),
                    options);
+}
+
+std::string GuardMemory::Key(const std::string& model_id, uint64_t version, int layer, int head,
+                             const MethodConfig& published, int64_t max_k_len) {
+  int length_class = 0;
+  while (length_class < 62 && (int64_t{2} << length_class) <= max_k_len) ++length_class;
+  return absl::StrCat(model_id, "/", version, "/", layer, "/", head, "/", length_class, "/",
+                      published.DebugString());
+}
+
+bool GuardMemory::Lookup(const std::string& key, MethodConfig* config) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return false;
+  *config = it->second;
+  return true;
+}
+
+void GuardMemory::Remember(const std::string& key, const MethodConfig& config) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto [it, inserted] = entries_.insert_or_assign(key, config);
+  if (!inserted) return;
+  order_.push_back(key);
+  while (static_cast<int>(order_.size()) > max_entries_) {
+    entries_.erase(order_.front());
+    order_.pop_front();
+  }
+}
+
+int GuardMemory::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(entries_.size());
 }
 
 }  // namespace spattn

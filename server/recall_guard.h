@@ -15,8 +15,12 @@
 #define SPATTN_SERVER_RECALL_GUARD_H_
 
 #include <cstdint>
+#include <deque>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -101,6 +105,28 @@ GuardOps HostGuardOps(const AttentionProblem& host, GuardBuildFn build,
 absl::StatusOr<GuardedHead> GuardHead(const AttentionProblem& host, const SparseIndex& index,
                                       int slot, const MethodConfig& config, bool widen,
                                       const GuardBuildFn& build, const RecallGuardOptions& options);
+
+// What the guard learned on earlier requests: per (model, version, layer, head, published
+// config, length class = floor(log2(longest sequence))) the config it widened the head to. A
+// later request of that class starts there, so that in steady state the guard only estimates
+// (no rebuild ladder); it is widened further from there when still short. Thread-safe; at most
+// `max_entries` entries (the oldest dropped first).
+class GuardMemory {
+ public:
+  explicit GuardMemory(int max_entries = 65536) : max_entries_(max_entries) {}
+  static std::string Key(const std::string& model_id, uint64_t version, int layer, int head,
+                         const MethodConfig& published, int64_t max_k_len);
+  // The remembered config of `key`, if any.
+  bool Lookup(const std::string& key, MethodConfig* config) const;
+  void Remember(const std::string& key, const MethodConfig& config);
+  int size() const;
+
+ private:
+  const int max_entries_;
+  mutable std::mutex mu_;
+  std::map<std::string, MethodConfig> entries_;  // Guarded by mu_.
+  std::deque<std::string> order_;                // Insertion order; guarded by mu_.
+};
 
 }  // namespace spattn
 

@@ -45,10 +45,13 @@ class AttentionBackend {
     std::vector<double> estimates;
     std::vector<int> widened;
     double recall_ms = 0, build_ms = 0;
+    // With `again`: the same guard once more on this prompt, starting from what the first call
+    // learned (a worker's steady state): its recall stage (else 0).
+    double warm_recall_ms = 0;
   };
   virtual absl::StatusOr<GuardOutcome> GuardOnDevice(
       const std::vector<MethodConfig>& config_of_head, double target, int probe_rows,
-      const BuildOptions& options) {
+      const BuildOptions& options, bool again = true) {
     return absl::UnimplementedError("no worker path on " + name());
   }
 };

@@ -1,5 +1,6 @@
 #include "tests/bench/worker_path.h"
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -35,6 +36,7 @@ struct WorkerCudaPath::Rep {
   std::unique_ptr<AttentionBackend> backend;
   std::unique_ptr<BackendCall> call;
   AttentionProblem problem;
+  GuardMemory memory;  // Guard: what it learned on earlier calls (as the worker's pipeline)
 };
 
 WorkerCudaPath::WorkerCudaPath(std::unique_ptr<Rep> rep) : rep_(std::move(rep)) {}
@@ -105,17 +107,29 @@ absl::StatusOr<double> WorkerCudaPath::Guard(const std::vector<MethodConfig>& co
   if (rep_->call == nullptr) return absl::FailedPreconditionError("Guard before Begin");
   BackendCall& call = *rep_->call;
   const int hq = static_cast<int>(config_of_head.size());
-  guarded->assign(config_of_head.begin(), config_of_head.end());
+  // As the worker: each head starts from what the guard learned on earlier calls of this length
+  // class (GuardMemory), else from its config.
+  int64_t max_k_len = 0;
+  for (int b = 0; b < rep_->problem.batch(); ++b) {
+    max_k_len = std::max<int64_t>(max_k_len, rep_->problem.k_len(b));
+  }
+  std::vector<std::string> key(hq);
+  std::vector<MethodConfig> first(config_of_head.begin(), config_of_head.end());
+  for (int h = 0; h < hq; ++h) {
+    key[h] = GuardMemory::Key("", 0, 0, h, config_of_head[h], max_k_len);
+    rep_->memory.Lookup(key[h], &first[h]);
+  }
+  guarded->assign(first.begin(), first.end());
   estimates->assign(hq, 1.0);
   widened->assign(hq, 0);
   // Groups of heads with equal configs (as the worker's planner groups them).
   std::map<std::string, std::vector<int>> by_config;
-  for (int h = 0; h < hq; ++h) by_config[config_of_head[h].DebugString()].push_back(h);
+  for (int h = 0; h < hq; ++h) by_config[first[h].DebugString()].push_back(h);
   std::vector<std::unique_ptr<SparseIndex>> indexes;
   std::vector<MethodConfig> configs;
   auto start = std::chrono::steady_clock::now();
   for (const auto& g : by_config) {
-    configs.push_back(config_of_head[g.second[0]]);
+    configs.push_back(first[g.second[0]]);
     indexes.push_back(std::make_unique<SparseIndex>());
     SPATTN_RETURN_IF_ERROR(
         call.BuildIndex(configs.back(), g.second, options, indexes.back().get()));
@@ -148,6 +162,7 @@ absl::StatusOr<double> WorkerCudaPath::Guard(const std::vector<MethodConfig>& co
       const int h = indexes[g]->heads[slot];
       SPATTN_ASSIGN_OR_RETURN(GuardedHead gh,
                               GuardHead(h, est[slot], configs[g], /*widen=*/true, ops, go));
+      if (gh.replaced) rep_->memory.Remember(key[h], gh.config);
       (*guarded)[h] = gh.config;
       (*estimates)[h] = gh.estimate;
       (*widened)[h] = gh.widened;

@@ -42,7 +42,9 @@ class WorkerCudaPath {
   absl::StatusOr<double> Attend(const MethodConfig& config, const SparseIndex& index,
                                 double* device_ms);
   // The worker's recall guard (server/recall_guard.h, as the pipeline runs it) on the current
-  // request: builds every group of heads with equal configs, estimates each head on the GPU
+  // request: each head starts from what the guard learned on earlier calls of this length class
+  // (GuardMemory, as the worker), builds every group of heads with equal configs, estimates each
+  // head on the GPU
   // (BackendCall::MassRecall, `probe_rows` rows) and widens heads short of `target`. Fills the
   // configs the heads end with and their estimates; returns the wall milliseconds of the recall
   // stage (estimates + widening, after the first builds) and in *build_ms those builds'.
