@@ -37,7 +37,7 @@ struct BuildScope {
 int GpuIndexBlockM(const MethodConfig& config, int block_m);
 
 // Builds the index in the workspace (the view points into it) with the method's GPU builder:
-// builders/<method>.cu through a_shape.h, merged_builders.h or assembled_builders.h. Enqueues on
+// host entry (builders/method_builders.h, defined in builders/<method>_host.cc). Enqueues on
 // scope.stream; may synchronize it (the builders' one host round trip: CSR totals).
 absl::StatusOr<SparseIndexView> BuildIndexInWorkspace(const BuildScope& scope,
                                                       const AttentionProblem& p,

@@ -1,7 +1,7 @@
-// Internal launch API of the GPU index builders of vertical_slash, block_sparse and flex_prefill
-// (issue 4, builders "a"): plain params structs of device pointers and sizes, and launchers that
-// return cudaError_t. The host planner (merged_builders.cc) sizes every buffer from host-known
-// counts, carves it from the engine's workspace and calls these; only code under kernels/cuda
+// Internal launch API of the GPU index builders of vertical_slash, block_sparse and flex_prefill:
+// plain params structs of device pointers and sizes, and launchers that return cudaError_t. The
+// host side (builders/<method>_host.cc with builder_steps.h) sizes every buffer from host-known
+// counts, carves it from the build's workspace and calls these; only code under kernels/cuda
 // includes this header.
 //
 // Units: a (head slot, sequence) pair, numbered unit = slot * batch + seq. Rows: a (head slot,
