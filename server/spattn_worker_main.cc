@@ -70,7 +70,7 @@ constexpr Flag kFlags[] = {
     {"recall_sample_rows", "query rows sampled per head for estimate_recall (default 64)"},
     {"block_m", "query rows per index block (default 64)"},
     {"recall_probe_rows",
-     "recall guard rows per head: 0 off, -1 auto = 32 on CPU, off on CUDA (default -1)"},
+     "recall guard rows per head: 0 off, -1 auto = 32 on CPU, 64 on CUDA (default -1)"},
     {"recall_target", "recall guard target; <= 0 estimates without widening (default 0.95)"},
     {"index_rpc_timeout_s", "index-service RPC timeout, seconds (default 5)"},
     {"drain_grace_s", "seconds NOT_SERVING before refusing new calls on SIGTERM (default 0)"},

@@ -89,7 +89,7 @@ struct WorkerOptions {
   // The online recall guard (server/recall_guard.h): heads running their published or default
   // config whose recall estimate on recall_probe_rows rows is short of recall_target get a
   // wider budget or dense. recall_probe_rows: 0 = off (no estimate), -1 = 32 on the CPU backend
-  // and off on CUDA (host-side estimate). recall_target <= 0: estimate only. Defaults: -1, 0.95.
+  // and 64 on CUDA (estimated on the GPU). recall_target <= 0: estimate only. Defaults: -1, 0.95.
   int recall_probe_rows = -1;
   double recall_target = 0.95;
   // Query rows per index block for methods without their own block size. Default: 64.

@@ -132,6 +132,33 @@ class CudaBackend : public AttentionBackend {
     return BuildHostIndex(config, heads, options, index);
   }
 
+  absl::StatusOr<GuardOutcome> GuardOnDevice(const std::vector<MethodConfig>& config_of_head,
+                                             double target, int probe_rows,
+                                             const BuildOptions& options, bool again) override {
+    if (path_ == nullptr) {
+      return AttentionBackend::GuardOnDevice(config_of_head, target, probe_rows, options, again);
+    }
+    AttentionProblem request = dp_;
+    request.maybe_lse = nullptr;
+    SPATTN_RETURN_IF_ERROR(path_->Begin(request));
+    GuardOutcome g;
+    auto ms = path_->Guard(config_of_head, target, probe_rows, options, &g.configs, &g.estimates,
+                           &g.widened, &g.build_ms);
+    path_->End();
+    if (!ms.ok()) return ms.status();
+    g.recall_ms = *ms;
+    if (!again) return g;
+    // Again, from what the first call learned.
+    SPATTN_RETURN_IF_ERROR(path_->Begin(request));
+    GuardOutcome warm;
+    auto warm_ms = path_->Guard(config_of_head, target, probe_rows, options, &warm.configs,
+                                &warm.estimates, &warm.widened, &warm.build_ms);
+    path_->End();
+    if (!warm_ms.ok()) return warm_ms.status();
+    g.warm_recall_ms = *warm_ms;
+    return g;
+  }
+
   absl::StatusOr<double> RunKernel(const SparseIndex& index) override {
     last_heads_ = index.heads;
     if (path_ != nullptr) {

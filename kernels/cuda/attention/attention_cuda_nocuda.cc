@@ -50,6 +50,11 @@ absl::StatusOr<std::vector<int64_t>> ComputedPairsOnGpu(CudaAttentionEngine&,
                                                         const GpuSparseIndex&) {
   return NoCuda();
 }
+absl::StatusOr<std::vector<double>> MassRecallOnGpu(CudaAttentionEngine&, const AttentionProblem&,
+                                                    const SparseIndex&, const SparseIndexView*,
+                                                    const std::vector<std::pair<int, int>>&) {
+  return NoCuda();
+}
 absl::Status CudaAttentionEngine::RunDense(const AttentionProblem&, CudaStageTimes*) {
   return NoCuda();
 }
