@@ -5,9 +5,10 @@
 set -euo pipefail
 INDEX="$1"
 [ "$("$INDEX" --version)" = "spattn-index 0.1.0" ] || { echo "--version"; exit 1; }
-"$INDEX" --help > "$TEST_TMPDIR/help.txt" 2>&1  # whole output first (grep -q would cut the pipe)
-grep -q -- "--data_dir: RocksDB directory" "$TEST_TMPDIR/help.txt"
-grep -q -- "--version: Print the service version" "$TEST_TMPDIR/help.txt"
+# Help goes to a file first: `grep -q` quitting early would SIGPIPE the binary under pipefail.
+"$INDEX" --help >"$TEST_TMPDIR/help" 2>&1
+grep -q -- "--data_dir: RocksDB directory" "$TEST_TMPDIR/help"
+grep -q -- "--version: Print the service version" "$TEST_TMPDIR/help"
 expect_usage_error() {  # expected message, then the arguments
   local want="$1"
   shift
