@@ -75,6 +75,10 @@ const std::vector<Case>& SmallCases() {
       {{1, 63, 200}, {1, 100, 333}, 4, 2, 128, DType::kBF16, true},
       {{70, 5}, {150, 300}, 8, 8, 64, DType::kBF16, false},
       {{257}, {521}, 8, 1, 128, DType::kBF16, true},
+      // Non-causal d = 128 over sequences that end inside a 176-key tile (the Hopper kernel's
+      // non-causal tile), and d = 64 causal over several 192-row blocks (its 3-warpgroup shape).
+      {{300, 77}, {400, 1000}, 4, 2, 128, DType::kF16, false},
+      {{700}, {}, 4, 2, 64, DType::kBF16, true},
   };
   return *cases;
 }
