@@ -2,10 +2,10 @@
 // rows by cost on the device).
 #include <algorithm>
 #include <cstdlib>
-#include <cub/block/block_scan.cuh>
 
 #include "kernels/cuda/attention/attention_launch.h"
 #include "kernels/cuda/attention/hopper/hopper_launch.h"
+#include "kernels/cuda/common/scan.h"
 
 namespace spattn {
 namespace cuda {
@@ -20,40 +20,10 @@ cudaError_t SparseFp16(const AttnParams& p, const SparseIndexView& idx, const Sp
 
 namespace {
 
-constexpr int kScanThreads = 1024;
-constexpr int kScanItems = 4;
 // Rows of equal cost above this many tiles share the last bucket.
-constexpr int kCostBuckets = kScanThreads * kScanItems;
+constexpr int kCostBuckets = 4096;
 // L2 sections of the schedule (below): at most this many.
 constexpr int kMaxSections = 16;
-
-// Exclusive prefix sum of data[0, n) in place by one CTA; total (optional) gets the sum.
-// With `reverse`, sums from the end: data[i] = sum of data[j] for j > i.
-__global__ void ScanKernel(int32_t* data, int n, int32_t* total, bool reverse) {
-  using Scan = cub::BlockScan<int32_t, kScanThreads>;
-  __shared__ typename Scan::TempStorage temp;
-  __shared__ int32_t carry;
-  if (threadIdx.x == 0) carry = 0;
-  __syncthreads();
-  for (int base = 0; base < n; base += kScanThreads * kScanItems) {
-    int32_t items[kScanItems];
-    for (int j = 0; j < kScanItems; ++j) {
-      const int i = base + threadIdx.x * kScanItems + j;
-      items[j] = i < n ? data[reverse ? n - 1 - i : i] : 0;
-    }
-    int32_t chunk_total = 0;
-    Scan(temp).ExclusiveSum(items, items, chunk_total);
-    const int32_t c = carry;
-    for (int j = 0; j < kScanItems; ++j) {
-      const int i = base + threadIdx.x * kScanItems + j;
-      if (i < n) data[reverse ? n - 1 - i : i] = items[j] + c;
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) carry = c + chunk_total;
-    __syncthreads();
-  }
-  if (threadIdx.x == 0 && total != nullptr) *total = carry;
-}
 
 __device__ __forceinline__ int CeilDiv(int a, int b) { return (a + b - 1) / b; }
 
@@ -193,7 +163,7 @@ cudaError_t LaunchSparseSchedule(const SparseIndexView& index, const AttnParams&
   CostKernel<<<GridFor(rows, 256), 256, 0, stream>>>(index, tile_n, std::max(p.group, 1),
                                                      kv_per_section, sections, hist, bucket_of);
   // Section by section, costliest first: offsets from the top bucket down.
-  ScanKernel<<<1, kScanThreads, 0, stream>>>(hist, buckets, nullptr, /*reverse=*/true);
+  if ((err = LaunchReverseExclusiveScan32(hist, buckets, stream)) != cudaSuccess) return err;
   ScatterKernel<<<GridFor(rows, 256), 256, 0, stream>>>(rows, bucket_of, hist, order);
   return cudaGetLastError();
 }

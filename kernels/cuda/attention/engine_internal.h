@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -56,6 +57,11 @@ class EngineAccess {
   static absl::StatusOr<std::vector<int64_t>> ComputedPairs(CudaAttentionEngine& engine,
                                                             const AttentionProblem& p,
                                                             const GpuSparseIndex& index);
+  // MassRecallOnGpu (build_index_gpu.h): `maybe_device` is the index on the device, or null to
+  // upload `index` (complete on the host) into the workspace first.
+  static absl::StatusOr<std::vector<double>> MassRecall(
+      CudaAttentionEngine& engine, const AttentionProblem& p, const SparseIndex& index,
+      const SparseIndexView* maybe_device, const std::vector<std::pair<int, int>>& rows);
 };
 
 }  // namespace cuda

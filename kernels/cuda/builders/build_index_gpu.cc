@@ -105,4 +105,12 @@ absl::StatusOr<std::vector<int64_t>> ComputedPairsOnGpu(CudaAttentionEngine& eng
   return cuda::EngineAccess::ComputedPairs(engine, problem, index);
 }
 
+absl::StatusOr<std::vector<double>> MassRecallOnGpu(CudaAttentionEngine& engine,
+                                                    const AttentionProblem& problem,
+                                                    const SparseIndex& index,
+                                                    const SparseIndexView* maybe_device,
+                                                    const std::vector<std::pair<int, int>>& rows) {
+  return cuda::EngineAccess::MassRecall(engine, problem, index, maybe_device, rows);
+}
+
 }  // namespace spattn

@@ -268,13 +268,13 @@ absl::StatusOr<Csr> CarveCounts(int64_t rows, const BuildScope& ws, cudaStream_t
 
 absl::Status ScanAndSize(int64_t rows, Csr* c, const BuildScope& ws, cudaStream_t stream,
                          bool with_cols) {
-  const size_t temp_bytes = ScanTempBytes(rows + 1);
+  const size_t temp_bytes = DeviceScanTempBytes(rows + 1);
   SPATTN_ASSIGN_OR_RETURN(void* temp, ws.alloc(static_cast<int64_t>(temp_bytes) + 1, "scan"));
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchDeviceExclusiveScan32(c->range_count, c->range_indptr, rows + 1,
+                                                          temp, temp_bytes, stream),
+                              "range scan");
   SPATTN_CUDA_RETURN_IF_ERROR(
-      LaunchExclusiveScan(c->range_count, c->range_indptr, rows + 1, temp, temp_bytes, stream),
-      "range scan");
-  SPATTN_CUDA_RETURN_IF_ERROR(
-      LaunchExclusiveScan(c->col_count, c->col_indptr, rows + 1, temp, temp_bytes, stream),
+      LaunchDeviceExclusiveScan32(c->col_count, c->col_indptr, rows + 1, temp, temp_bytes, stream),
       "column scan");
   int32_t totals[2] = {0, 0};
   SPATTN_CUDA_RETURN_IF_ERROR(

@@ -23,6 +23,7 @@
 #include "kernels/cuda/builders/assembled_kernels.h"
 #include "kernels/cuda/builders/merged_kernels.h"
 #include "kernels/cuda/common/cuda_status.h"
+#include "kernels/cuda/common/scan.h"
 #include "kernels/cuda/common/stage_timer.h"
 #include "kernels/method_config.h"
 #include "kernels/problem.h"

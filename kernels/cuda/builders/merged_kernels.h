@@ -145,11 +145,6 @@ cudaError_t LaunchGroupLines(const MergeParams& p, int32_t* col_runs, int32_t* c
                              int32_t* clusters_last, int32_t* unit_nruns, int32_t* unit_ncl_full,
                              int32_t* unit_ncl_last, cudaStream_t stream);
 
-// Exclusive prefix sums of counts[0, n) into out[0, n) (cub), with temp storage from the pool.
-size_t ScanTempBytes(int64_t n);
-cudaError_t LaunchExclusiveScan(const int32_t* counts, int32_t* out, int64_t n, void* temp,
-                                size_t temp_bytes, cudaStream_t stream);
-
 // Mean-pooled keys per (kv head, key block of `block` keys aligned at key 0 of each sequence),
 // summed in row order in fp32 like PooledKeys: out [num_kv_heads][total_kb][head_dim].
 struct PoolKeysParams {

@@ -10,7 +10,6 @@
 // (integer-valued inputs, power-of-two scale) the selected lines are the CPU's, ties included.
 #include <algorithm>
 #include <cub/block/block_reduce.cuh>
-#include <cub/device/device_scan.cuh>
 
 #include "kernels/cuda/builders/estimate.cuh"
 #include "kernels/cuda/builders/merged_kernels.h"
@@ -533,19 +532,6 @@ cudaError_t LaunchGroupLines(const MergeParams& p, int32_t* col_runs, int32_t* c
   GroupLinesKernel<<<static_cast<unsigned>(grid), kGroupThreads, 0, stream>>>(
       p, col_runs, clusters_full, clusters_last, unit_nruns, unit_ncl_full, unit_ncl_last);
   return cudaGetLastError();
-}
-
-size_t ScanTempBytes(int64_t n) {
-  size_t bytes = 0;
-  cub::DeviceScan::ExclusiveSum(nullptr, bytes, static_cast<const int32_t*>(nullptr),
-                                static_cast<int32_t*>(nullptr), static_cast<int>(n));
-  return bytes;
-}
-
-cudaError_t LaunchExclusiveScan(const int32_t* counts, int32_t* out, int64_t n, void* temp,
-                                size_t temp_bytes, cudaStream_t stream) {
-  if (n <= 0) return cudaSuccess;
-  return cub::DeviceScan::ExclusiveSum(temp, temp_bytes, counts, out, static_cast<int>(n), stream);
 }
 
 }  // namespace merged
