@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -13,6 +14,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -36,6 +38,7 @@
 #include "proto/grpc_security.h"
 #include "proto/grpc_status.h"
 #include "proto/method_config_convert.h"
+#include "server/convert.h"
 #include "spattn/v1/index_service.grpc.pb.h"
 
 namespace spattn {
@@ -58,10 +61,15 @@ Input, one of:
       layer number; comma-separated lists give several prompts per layer
       [--layout=auto|thd|hsd|bhsd] [--non_causal] [--softmax_scale=S]
   [--dtype=bf16|fp16|fp32]   (synthetic default bf16; captured default: the file's)
+      [--length_buckets=L1,L2,..]  one search per length (instead of --seq_len): each bucket's
+      configs serve prompts from the geometric middle to the previous length on (HeadConfig
+      min_tokens: 0, sqrt(L1*L2), ...); the worker picks by the request's longest sequence
 Layers: --layers=N (layers 0..N-1; default 1) or a list, --layers=0,3,5-7
 Search:
   --target_recall=0.95     recall every chosen config must reach on every calibration prompt
-  --candidates=all         all (every method but saap) or a list: a_shape, vertical_slash,
+  --candidates=all         all (every method but saap; with --publish also saap where the
+                           published version holds the layer's Saap assets, on the heads that
+                           have a classifier) or a list: a_shape, vertical_slash,
                            block_sparse, flex_prefill, sample_attention, anchor, saap
   --sample_rows=256        query rows per prompt over which recall is computed exactly
   --build_cost_weight=1    weight of the modeled index-build work against kernel pairs
@@ -131,6 +139,9 @@ struct Options {
   std::vector<int> layers;
   // Search.
   std::vector<Method> methods;
+  bool candidates_all = false;  // --candidates=all: Saap joins where the layer has assets
+  // --length_buckets: calibration lengths, ascending (synthetic input); empty = --seq_len only.
+  std::vector<int> bucket_lens;
   PatternSearchOptions search;
   SaapCalibrationOptions saap;
   // Output.
@@ -200,7 +211,7 @@ absl::StatusOr<Options> ParseOptions(Flags& f) {
     o.tensor_options.softmax_scale = static_cast<float>(scale);
     for (const char* synthetic_only :
          {"workload", "seq_len", "q_heads", "kv_heads", "head_dim", "seed", "model_seed", "draws",
-          "holdout_seed", "concentration"}) {
+          "holdout_seed", "concentration", "length_buckets"}) {
       if (f.Has(synthetic_only)) {
         return absl::InvalidArgumentError(
             absl::StrCat("--", synthetic_only, " is for synthetic input, not with --q/--k/--v"));
@@ -227,6 +238,19 @@ absl::StatusOr<Options> ParseOptions(Flags& f) {
           "--q_heads, --kv_heads: must be >= 1 and q_heads a multiple of kv_heads");
     }
     o.workload.shape.q_lens = {seq_len};
+    if (f.Has("length_buckets")) {
+      for (absl::string_view w :
+           absl::StrSplit(f.Get("length_buckets", ""), ',', absl::SkipWhitespace())) {
+        int len = 0;
+        if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(w), &len) || len < 64 || len > (1 << 24) ||
+            (!o.bucket_lens.empty() && len <= o.bucket_lens.back())) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "--length_buckets: '", w, "' (expected ascending token counts in [64, 16777216])"));
+        }
+        o.bucket_lens.push_back(len);
+      }
+      if (o.bucket_lens.empty()) return absl::InvalidArgumentError("--length_buckets: empty");
+    }
     o.workload.shape.dtype = dtype.value_or(DType::kBF16);
     SPATTN_ASSIGN_OR_RETURN(o.workload.concentration, f.GetNumber<double>("concentration", 1.0));
     SPATTN_ASSIGN_OR_RETURN(o.seed, f.GetNumber<uint64_t>("seed", 1));
@@ -246,6 +270,7 @@ absl::StatusOr<Options> ParseOptions(Flags& f) {
 
   // Search.
   SPATTN_ASSIGN_OR_RETURN(o.methods, ParseCandidateMethods(f.Get("candidates", "all")));
+  o.candidates_all = absl::AsciiStrToLower(f.Get("candidates", "all")) == "all";
   SPATTN_ASSIGN_OR_RETURN(o.search.target_recall, f.GetNumber<double>("target_recall", 0.95));
   if (!(o.search.target_recall > 0 && o.search.target_recall <= 1)) {
     return absl::InvalidArgumentError(
@@ -457,6 +482,34 @@ class Publisher {
   const v1::Model& model() const { return model_; }
   uint64_t published() const { return published_; }
 
+  // The Saap assets (centroids, classifiers of the heads that have one) the published version
+  // holds for `layer`; num_centroids 0 when it holds none.
+  absl::StatusOr<LayerAssets> PublishedAssets(int layer) {
+    LayerAssets assets;
+    assets.rope_theta = model_.rope_theta() > 0 ? model_.rope_theta() : assets.rope_theta;
+    if (published_ == 0) return assets;
+    SPATTN_ASSIGN_OR_RETURN(
+        ModelConfig mc, ModelConfigFromProto(model_, published_,
+                                             google::protobuf::RepeatedPtrField<v1::HeadConfig>()));
+    v1::GetTensorsRequest req;
+    req.set_model_id(model_id_);
+    req.set_version(published_);
+    req.set_layer(static_cast<uint32_t>(layer));
+    auto got = DownloadTensors(*stub_, req);
+    if (absl::IsNotFound(got.status())) return assets;
+    if (!got.ok()) return got.status();
+    if (got->empty()) return assets;
+    // Centroids first (classifier shapes are checked against them).
+    for (bool centroids : {true, false}) {
+      for (const DownloadedTensor& t : *got) {
+        if ((t.header.key().kind() == v1::TENSOR_KIND_CENTROIDS) != centroids) continue;
+        SPATTN_RETURN_IF_ERROR(AddTensorToAssets(t.header, t.bytes, mc, &assets));
+      }
+    }
+    SPATTN_RETURN_IF_ERROR(FinishAssets(mc, &assets));
+    return assets;
+  }
+
   // The calibration must match the model's shape and layer count.
   absl::Status CheckShape(const AttentionProblem& p, const std::vector<int>& layers) const {
     if (static_cast<int>(model_.num_q_heads()) != p.num_q_heads ||
@@ -587,15 +640,40 @@ absl::Status Run(Options& o) {
         "reads the model's) to undo RoPE");
   }
 
+  if (want_saap && o.bucket_lens.size() > 1) {
+    return absl::InvalidArgumentError(
+        "--length_buckets with saap candidates: the worker holds one Saap asset set per layer; "
+        "calibrate Saap once (one length), then the buckets with --candidates=all --publish "
+        "reuse its published assets");
+  }
   std::vector<v1::HeadConfig> configs;
   std::vector<TensorUpload> tensors;
   std::map<std::string, int> method_count;
   double density_sum = 0;
   int heads_total = 0;
-  for (size_t li = 0; li < o.layers.size(); ++li) {
+  // Length buckets: (calibration length, min_tokens) per search; one search at --seq_len (or the
+  // captured length) with min_tokens 0 without them.
+  std::vector<std::pair<int, uint32_t>> buckets;
+  for (size_t b = 0; b < o.bucket_lens.size(); ++b) {
+    const uint32_t from =
+        b == 0
+            ? 0
+            : static_cast<uint32_t>(std::sqrt(double{1} * o.bucket_lens[b - 1] * o.bucket_lens[b]));
+    buckets.push_back({o.bucket_lens[b], from});
+  }
+  if (buckets.empty()) buckets.push_back({0, 0});
+  for (size_t lb = 0; lb < o.layers.size() * buckets.size(); ++lb) {
+    const size_t li = lb / buckets.size();
     const int layer = o.layers[li];
+    const uint32_t min_tokens = buckets[lb % buckets.size()].second;
+    Options ob = o;
+    if (buckets[lb % buckets.size()].first > 0) {
+      ob.workload.shape.q_lens = {buckets[lb % buckets.size()].first};
+      std::printf("layer %d: length bucket from %u tokens, calibrated at %d\n", layer, min_tokens,
+                  buckets[lb % buckets.size()].first);
+    }
     auto t0 = std::chrono::steady_clock::now();
-    SPATTN_ASSIGN_OR_RETURN(LayerInput in, LoadLayer(o, layer));
+    SPATTN_ASSIGN_OR_RETURN(LayerInput in, LoadLayer(ob, layer));
     const AttentionProblem& p0 = *in.problems[0];
     if (publisher) SPATTN_RETURN_IF_ERROR(publisher->CheckShape(p0, o.layers));
     std::printf(
@@ -620,8 +698,30 @@ absl::Status Run(Options& o) {
       std::printf("layer %d: saap calibrated (%d centroids) in %.1f s\n", layer,
                   assets.num_centroids, SecondsSince(t0));
     }
+    std::vector<Method> methods = o.methods;
+    if (!want_saap && o.candidates_all && publisher) {
+      // Saap in the search by default when the layer has assets: those the published version
+      // holds (heads without a classifier skip Saap).
+      absl::StatusOr<LayerAssets> published = publisher->PublishedAssets(layer);
+      if (!published.ok()) {
+        return absl::Status(published.status().code(),
+                            absl::StrCat("layer ", layer, ": published Saap assets: ",
+                                         published.status().message()));
+      }
+      if (published->num_centroids > 0) {
+        assets = std::move(*published);
+        maybe_assets = &assets;
+        methods.push_back(Method::kSaap);
+        int with = 0;
+        for (int h = 0; h < p0.num_q_heads; ++h) with += HasClassifier(maybe_assets, h);
+        std::printf(
+            "layer %d: saap joins the search with the published assets (%d centroids, "
+            "classifiers for %d of %d heads)\n",
+            layer, assets.num_centroids, with, p0.num_q_heads);
+      }
+    }
     SPATTN_ASSIGN_OR_RETURN(std::vector<MethodConfig> candidates,
-                            CandidatesForMethods(o.methods, maybe_assets));
+                            CandidatesForMethods(methods, maybe_assets));
     PatternSearchOptions search = o.search;
     search.maybe_assets = maybe_assets;
     absl::StatusOr<PatternSearchResult> result =
@@ -664,6 +764,7 @@ absl::Status Run(Options& o) {
       c.set_head(static_cast<uint32_t>(h.head));
       MethodConfigToProto(h.chosen.config, c.mutable_method());
       c.set_search_score(static_cast<float>(h.chosen.recall));
+      c.set_min_tokens(min_tokens);
       configs.push_back(c);
       ++method_count[MethodName(h.chosen.config.method)];
       density_sum += h.chosen.density;

@@ -326,6 +326,31 @@ TEST_F(CalibrateCommandTest, SaapChoicesCarryTheirTensors) {
   }
   EXPECT_EQ(got_centroids, kv_heads);
   EXPECT_EQ(got_classifiers, saap_heads);
+
+  // Issue 11: the default candidates (all) include Saap on the heads whose assets the published
+  // version holds (no Saap calibration in this run), and the new version keeps their tensors.
+  out_.clear();
+  err_.clear();
+  ASSERT_EQ(Calibrate({"--workload=llm_mix", "--seq_len=4096", "--q_heads=4", "--kv_heads=2",
+                       "--head_dim=64", "--seed=3", "--sample_rows=64", "--target_recall=0.9",
+                       "--publish", "--model=cal-saap", Server()}),
+            0)
+      << err_ << out_;
+  EXPECT_NE(out_.find("saap joins the search with the published assets (16 centroids, "
+                      "classifiers for " +
+                      std::to_string(saap_heads.size()) + " of 4 heads)"),
+            std::string::npos)
+      << out_;
+  EXPECT_EQ(out_.find("saap calibrated"), std::string::npos) << out_;
+  v1::GetHeadConfigsResponse again = Configs("cal-saap", 0);
+  for (const v1::HeadConfig& h : again.configs()) {
+    if (h.method().method() == v1::METHOD_SAAP) {
+      EXPECT_TRUE(saap_heads.count(h.head())) << h.head();
+    }
+  }
+  auto kept = DownloadTensors(*stub_, req);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_FALSE(kept->empty());
 }
 
 TEST_F(CalibrateCommandTest, UsageAndServiceErrors) {

@@ -13,23 +13,46 @@
 #include <string>
 #include <vector>
 
-#include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
+#include "client/flags.h"
 #include "index/index_server.h"
 #include "index/tensor_client.h"
 #include "index/test_util.h"
-
-ABSL_FLAG(std::string, data_dir, "",
-          "RocksDB directory (default: a fresh temp dir, removed after).");
-ABSL_FLAG(int, config_iterations, 500, "GetHeadConfigs calls per measurement.");
-ABSL_FLAG(int, fetch_iterations, 5, "Full centroid-set downloads.");
-ABSL_FLAG(int, publish_iterations, 50, "Publishes measured.");
 
 namespace spattn {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// The command line (--help lists it).
+struct BenchFlags {
+  std::string data_dir;         // RocksDB directory (default: a fresh temp dir, removed after)
+  int config_iterations = 500;  // GetHeadConfigs calls per measurement
+  int fetch_iterations = 5;     // full centroid-set downloads
+  int publish_iterations = 50;  // publishes measured
+};
+BenchFlags flags;
+
+constexpr char kUsage[] =
+    "usage: spattn-index-bench [--name=value ...]\n"
+    "  --data_dir: RocksDB directory (default: a fresh temp dir, removed after)\n"
+    "  --config_iterations: GetHeadConfigs calls per measurement (default 500)\n"
+    "  --fetch_iterations: full centroid-set downloads (default 5)\n"
+    "  --publish_iterations: publishes measured (default 50)\n";
+
+absl::Status ReadFlags(CommandLine& line) {
+  for (auto [name, out] :
+       {std::pair<const char*, int*>{"config_iterations", &flags.config_iterations},
+        {"fetch_iterations", &flags.fetch_iterations},
+        {"publish_iterations", &flags.publish_iterations}}) {
+    absl::Status s = line.Read(name, out);
+    if (!s.ok()) return s;
+    if (*out <= 0) return absl::InvalidArgumentError(absl::StrCat("--", name, ": must be > 0"));
+  }
+  absl::Status s = line.Read("data_dir", &flags.data_dir);
+  if (!s.ok()) return s;
+  return line.CheckAllUsed();
+}
 
 double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
@@ -66,7 +89,7 @@ absl::StatusOr<Resp> Call(v1::IndexService::Stub& stub,
 }
 
 int Main() {
-  std::string dir = absl::GetFlag(FLAGS_data_dir);
+  std::string dir = flags.data_dir;
   const bool temp = dir.empty();
   if (temp) {
     char tmpl[] = "/tmp/spattn-index-bench.XXXXXX";
@@ -126,7 +149,7 @@ int Main() {
     if (one_layer) gc.set_layer(17);
     std::vector<double> lat;
     int configs = 0;
-    for (int i = 0; i < absl::GetFlag(FLAGS_config_iterations) + 20; ++i) {
+    for (int i = 0; i < flags.config_iterations + 20; ++i) {
       t0 = Clock::now();
       auto r = Check(Call(*stub, &v1::IndexService::Stub::GetHeadConfigs, gc), "get configs");
       if (i >= 20) lat.push_back(Ms(Clock::now() - t0));  // First 20: warm-up.
@@ -145,7 +168,7 @@ int Main() {
     gt.set_model_id(model.model_id());
     gt.set_kind(v1::TENSOR_KIND_CENTROIDS);
     std::vector<double> ms;
-    for (int i = 0; i < absl::GetFlag(FLAGS_fetch_iterations); ++i) {
+    for (int i = 0; i < flags.fetch_iterations; ++i) {
       t0 = Clock::now();
       auto got = Check(DownloadTensors(*stub, gt), "download");
       ms.push_back(Ms(Clock::now() - t0));
@@ -172,7 +195,7 @@ int Main() {
 
   // Publish latency: staged config-only versions, published one after another (synced write).
   {
-    const int n = absl::GetFlag(FLAGS_publish_iterations);
+    const int n = flags.publish_iterations;
     std::vector<uint64_t> staged;
     for (int i = 0; i < n; ++i) {
       cv.set_base_version(0);
@@ -206,6 +229,20 @@ int Main() {
 }  // namespace spattn
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  spattn::CommandLine::Options options;
+  options.positional = false;
+  absl::StatusOr<spattn::CommandLine> line =
+      spattn::CommandLine::Parse(std::vector<std::string>(argv + 1, argv + argc), options);
+  if (line.ok() && line->Bool("help").value_or(true)) {
+    std::fputs(spattn::kUsage, stderr);
+    return 0;
+  }
+  absl::Status s = line.status();
+  if (s.ok()) s = spattn::ReadFlags(*line);
+  if (!s.ok()) {
+    std::fprintf(stderr, "spattn-index-bench: %s\n%s", std::string(s.message()).c_str(),
+                 spattn::kUsage);
+    return 2;
+  }
   return spattn::Main();
 }

@@ -7,43 +7,112 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <vector>
 
-#include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "client/flags.h"
 #include "index/index_server.h"
 #include "index/metrics.h"
+#include "kernels/status_macros.h"
 
-ABSL_FLAG(std::string, data_dir, "", "RocksDB directory (created when missing). Required.");
-ABSL_FLAG(std::string, listen, "0.0.0.0:50061", "gRPC listen address (port 0 = any free port).");
-ABSL_FLAG(std::string, metrics_listen, "",
-          "Prometheus /metrics listen address, e.g. 0.0.0.0:9461; empty = no exposer.");
-ABSL_FLAG(std::string, restore_from, "",
-          "Backup directory to restore into data_dir on start when data_dir holds no database.");
-ABSL_FLAG(int, keep_versions, 0, "Versions kept per model (0 = all).");
-ABSL_FLAG(int, max_message_bytes, 64 << 20, "Largest gRPC message sent or received.");
-ABSL_FLAG(std::string, backup_root, "",
-          "Directory holding the backups the Backup RPC writes; requests name a backup "
-          "directory under it ([A-Za-z0-9._-]{1,128}), never a path. Empty = Backup and "
-          "ListBackups are off.");
-ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain: serve TLS.");
-ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
-ABSL_FLAG(std::string, tls_ca, "", "PEM CA bundle verifying client certificates (mTLS).");
-ABSL_FLAG(bool, tls_require_client_cert, false,
-          "Refuse TLS clients without a certificate the CA verifies.");
-ABSL_FLAG(std::string, auth_tokens_file, "",
-          "Tokens and mTLS identities with roles ('token SECRET ROLE NAME' / 'cert ID ROLE' "
-          "lines, mode 0600): writes then need the write role, reads the read role. Empty = "
-          "authorization off.");
-ABSL_FLAG(std::string, port_file, "",
-          "After start, write the gRPC port (and the metrics port) to this file, for scripts.");
+namespace {
+
+struct Flag {
+  const char* name;
+  const char* help;
+};
+
+constexpr Flag kFlags[] = {
+    {"data_dir", "RocksDB directory (created when missing). Required."},
+    {"listen", "gRPC listen address (port 0 = any free port). Default 0.0.0.0:50061."},
+    {"metrics_listen",
+     "Prometheus /metrics listen address, e.g. 0.0.0.0:9461; empty (default) = no exposer."},
+    {"restore_from",
+     "Backup directory to restore into data_dir on start when data_dir holds no database."},
+    {"keep_versions", "Versions kept per model (default 0 = all)."},
+    {"max_message_bytes", "Largest gRPC message sent or received (default 67108864)."},
+    {"backup_root",
+     "Directory holding the backups the Backup RPC writes; requests name a backup directory "
+     "under it ([A-Za-z0-9._-]{1,128}), never a path. Empty (default) = Backup and ListBackups "
+     "are off."},
+    {"tls_cert", "PEM certificate chain: serve TLS."},
+    {"tls_key", "PEM private key of --tls_cert."},
+    {"tls_ca", "PEM CA bundle verifying client certificates (mTLS)."},
+    {"tls_require_client_cert",
+     "Refuse TLS clients without a certificate the CA verifies (default false)."},
+    {"auth_tokens_file",
+     "Tokens and mTLS identities with roles ('token SECRET ROLE NAME' / 'cert ID ROLE' lines, "
+     "mode 0600): writes then need the write role, reads the read role. Empty = authorization "
+     "off."},
+    {"port_file",
+     "After start, write the gRPC port (and the metrics port) to this file, for scripts."},
+    {"version", "Print the service version and exit."},
+    {"help", "Print this list and exit."},
+};
+
+void Usage() {
+  std::fprintf(stderr,
+               "usage: spattn-index --data_dir=DIR [--name=value ...]\n"
+               "spattn index service: per-model sparse-attention configs, centroids and "
+               "classifier weights in RocksDB.\n");
+  for (const Flag& f : kFlags) std::fprintf(stderr, "  --%s: %s\n", f.name, f.help);
+}
+
+// The flags into `options` (and `port_file`); INVALID_ARGUMENT naming the flag.
+absl::Status ReadFlags(spattn::CommandLine& line, spattn::IndexServerOptions* options,
+                       std::string* port_file) {
+  options->listen_address = "0.0.0.0:50061";
+  SPATTN_RETURN_IF_ERROR(line.Read("data_dir", &options->data_dir));
+  SPATTN_RETURN_IF_ERROR(line.Read("listen", &options->listen_address));
+  SPATTN_RETURN_IF_ERROR(line.Read("metrics_listen", &options->metrics_address));
+  SPATTN_RETURN_IF_ERROR(line.Read("restore_from", &options->restore_from));
+  SPATTN_RETURN_IF_ERROR(line.Read("keep_versions", &options->keep_versions));
+  SPATTN_RETURN_IF_ERROR(line.Read("max_message_bytes", &options->max_message_bytes));
+  SPATTN_RETURN_IF_ERROR(line.Read("backup_root", &options->backup_root));
+  SPATTN_RETURN_IF_ERROR(line.Read("tls_cert", &options->tls.cert_file));
+  SPATTN_RETURN_IF_ERROR(line.Read("tls_key", &options->tls.key_file));
+  SPATTN_RETURN_IF_ERROR(line.Read("tls_ca", &options->tls.ca_file));
+  SPATTN_RETURN_IF_ERROR(line.Read("tls_require_client_cert", &options->tls.require_client_cert));
+  std::string auth_file;
+  SPATTN_RETURN_IF_ERROR(line.Read("auth_tokens_file", &auth_file));
+  SPATTN_RETURN_IF_ERROR(line.Read("port_file", port_file));
+  SPATTN_RETURN_IF_ERROR(line.CheckAllUsed());
+  if (!auth_file.empty()) {
+    absl::StatusOr<spattn::AuthConfig> auth = spattn::LoadAuthFile(auth_file);
+    if (!auth.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--auth_tokens_file: ", auth.status().message()));
+    }
+    options->auth = *std::move(auth);
+  }
+  if (options->data_dir.empty()) return absl::InvalidArgumentError("--data_dir is required");
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "spattn index service: per-model sparse-attention configs, "
-      "centroids and classifier weights in RocksDB.");
-  absl::ParseCommandLine(argc, argv);
+  spattn::CommandLine::Options flag_options;
+  flag_options.boolean = {"version", "tls_require_client_cert"};
+  flag_options.positional = false;
+  absl::StatusOr<spattn::CommandLine> line =
+      spattn::CommandLine::Parse(std::vector<std::string>(argv + 1, argv + argc), flag_options);
+  if (line.ok() && line->Bool("help").value_or(true)) {
+    Usage();
+    return 0;
+  }
+  if (line.ok() && line->Bool("version").value_or(false)) {
+    std::printf("spattn-index %s\n", spattn::kSpattnVersion);
+    return 0;
+  }
+  spattn::IndexServerOptions options;
+  std::string port_file;
+  absl::Status flags = line.status();
+  if (flags.ok()) flags = ReadFlags(*line, &options, &port_file);
+  if (!flags.ok()) {
+    std::fprintf(stderr, "spattn-index: %s\n", std::string(flags.message()).c_str());
+    return 2;
+  }
 
   // Block the shutdown signals before any thread starts, then wait for them on this thread.
   sigset_t signals;
@@ -52,32 +121,6 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  spattn::IndexServerOptions options;
-  options.data_dir = absl::GetFlag(FLAGS_data_dir);
-  options.listen_address = absl::GetFlag(FLAGS_listen);
-  options.metrics_address = absl::GetFlag(FLAGS_metrics_listen);
-  options.restore_from = absl::GetFlag(FLAGS_restore_from);
-  options.keep_versions = absl::GetFlag(FLAGS_keep_versions);
-  options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
-  options.backup_root = absl::GetFlag(FLAGS_backup_root);
-  options.tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
-  options.tls.key_file = absl::GetFlag(FLAGS_tls_key);
-  options.tls.ca_file = absl::GetFlag(FLAGS_tls_ca);
-  options.tls.require_client_cert = absl::GetFlag(FLAGS_tls_require_client_cert);
-  if (!absl::GetFlag(FLAGS_auth_tokens_file).empty()) {
-    absl::StatusOr<spattn::AuthConfig> auth =
-        spattn::LoadAuthFile(absl::GetFlag(FLAGS_auth_tokens_file));
-    if (!auth.ok()) {
-      std::fprintf(stderr, "spattn-index: --auth_tokens_file: %s\n",
-                   std::string(auth.status().message()).c_str());
-      return 2;
-    }
-    options.auth = *std::move(auth);
-  }
-  if (options.data_dir.empty()) {
-    std::fprintf(stderr, "spattn-index: --data_dir is required\n");
-    return 2;
-  }
   absl::StatusOr<std::unique_ptr<spattn::IndexServer>> server = spattn::IndexServer::Start(options);
   if (!server.ok()) {
     std::fprintf(stderr, "spattn-index: cannot start: %s\n", server.status().ToString().c_str());
@@ -92,7 +135,6 @@ int main(int argc, char** argv) {
                spattn::kSpattnVersion, (*server)->address().c_str(), options.listen_address.c_str(),
                metrics.c_str(), options.data_dir.c_str(), options.keep_versions,
                options.max_message_bytes);
-  const std::string port_file = absl::GetFlag(FLAGS_port_file);
   if (!port_file.empty()) {
     // Write then rename, so a reader never sees a partial file.
     const std::string tmp = port_file + ".tmp";

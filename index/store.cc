@@ -58,6 +58,12 @@ std::string LayerPrefix(absl::string_view model, uint64_t version, uint32_t laye
 std::string RowKey(absl::string_view model, uint64_t version, uint32_t layer, uint32_t head) {
   return absl::StrCat(VersionPrefix(model, version), absl::StrFormat("l/%04d/h/%04d", layer, head));
 }
+// A head config's row: RowKey, plus "/t/<min_tokens>" for a length bucket (min_tokens > 0).
+std::string ConfigRowKey(absl::string_view model, uint64_t version, const v1::HeadConfig& c) {
+  std::string k = RowKey(model, version, c.layer(), c.head());
+  if (c.min_tokens() > 0) absl::StrAppend(&k, absl::StrFormat("/t/%010u", c.min_tokens()));
+  return k;
+}
 std::string TensorRowKey(absl::string_view model, uint64_t version, const v1::TensorKey& key) {
   std::string k = RowKey(model, version, key.layer(), key.head());
   if (key.kind() == v1::TENSOR_KIND_CLASSIFIER) absl::StrAppend(&k, "/p/", key.name());
@@ -570,7 +576,7 @@ absl::StatusOr<uint64_t> IndexStore::PutHeadConfigs(
   for (int i = 0; i < configs.size(); ++i) {
     SPATTN_RETURN_IF_ERROR(
         ValidateHeadConfig(model.model(), configs[i], absl::StrCat("configs[", i, "]")));
-    rows[RowKey(model_id, version, configs[i].layer(), configs[i].head())] = &configs[i];
+    rows[ConfigRowKey(model_id, version, configs[i])] = &configs[i];
   }
   rocksdb::WriteBatch batch;
   uint64_t added = 0;

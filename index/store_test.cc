@@ -176,6 +176,47 @@ TEST(IndexStoreTest, KeysFollowTheDesignLayout) {
   EXPECT_EQ(manifest.info().num_tensors(), 10u);
 }
 
+// Issue 11: length buckets are their own rows ("/t/<min_tokens>" after the head's key; the
+// default bucket keeps the old key), carried into versions based on this one, read back with
+// their min_tokens.
+TEST(IndexStoreTest, LengthBucketsAreRowsOfTheirOwn) {
+  const std::string dir = TmpDir("bucket_db");
+  {
+    auto store = OpenStore(dir);
+    ASSERT_NE(store, nullptr);
+    Populate(*store);
+    google::protobuf::RepeatedPtrField<v1::HeadConfig> more;
+    v1::HeadConfig* c = more.Add();
+    c->set_layer(2);
+    c->set_head(3);
+    c->set_min_tokens(23170);
+    c->mutable_method()->set_method(v1::METHOD_FLEX_PREFILL);
+    ASSERT_TRUE(store->PutHeadConfigs("km", 1, more).ok());
+    ASSERT_TRUE(store->SealVersion("km", 1).ok());
+    ASSERT_TRUE(store->CreateVersion("km", 1, "based on 1").ok());
+    auto got = store->GetHeadConfigs("km", 2, 2u);
+    ASSERT_TRUE(got.ok()) << got.status();
+    int bucketed = 0, plain = 0;
+    for (const v1::HeadConfig& h : got->configs()) {
+      if (h.head() != 3) continue;
+      if (h.min_tokens() == 23170) {
+        ++bucketed;
+        EXPECT_EQ(h.method().method(), v1::METHOD_FLEX_PREFILL);
+      } else {
+        ++plain;
+        EXPECT_EQ(h.min_tokens(), 0u);
+      }
+    }
+    EXPECT_EQ(bucketed, 1);
+    EXPECT_EQ(plain, 1);
+  }
+  RawDb raw(dir);
+  auto configs = raw.Rows("head_configs");
+  EXPECT_TRUE(configs.count("m/km/v/0000000000000001/l/0002/h/0003"));
+  EXPECT_TRUE(configs.count("m/km/v/0000000000000001/l/0002/h/0003/t/0000023170"));
+  EXPECT_TRUE(configs.count("m/km/v/0000000000000002/l/0002/h/0003/t/0000023170"));
+}
+
 // Flips one byte of a stored value (at `offset` from the end, default: inside the payload).
 void FlipByte(const std::string& dir, const std::string& cf, const std::string& key,
               size_t offset_from_end = 9) {

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/sparse_attention_cpu.h"
+#include "kernels/fidelity.h"
 #include "kernels/status_macros.h"
 #include "server/cuda_ipc.h"
 
@@ -17,6 +18,17 @@ absl::StatusOr<std::vector<int64_t>> BackendCall::ComputedPairsPerSlot(
   const bool same_rows = config.method == Method::kDense || config.method == Method::kAShape;
   for (int slot = 0; slot < index.num_heads(); ++slot) {
     out[slot] = same_rows && slot > 0 ? out[0] : ComputedPairs(problem, index, slot);
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<double>> BackendCall::MassRecall(SparseIndex* index, int rows,
+                                                            uint64_t seed) {
+  SPATTN_ASSIGN_OR_RETURN(const AttentionProblem* host, HostView());
+  SPATTN_RETURN_IF_ERROR(CompleteHostIndex(index));
+  std::vector<double> out(index->num_heads());
+  for (int slot = 0; slot < index->num_heads(); ++slot) {
+    SPATTN_ASSIGN_OR_RETURN(out[slot], AttentionMassRecall(*host, *index, slot, rows, seed));
   }
   return out;
 }

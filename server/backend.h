@@ -70,9 +70,14 @@ class BackendCall {
   virtual absl::StatusOr<std::vector<int64_t>> ComputedPairsPerSlot(const AttentionProblem& problem,
                                                                     const MethodConfig& config,
                                                                     const SparseIndex& index);
-  // Fills `index` on the host when BuildIndex kept it on the device only (the recall estimate
-  // reads every row). Default: nothing to do.
+  // Fills `index` on the host when BuildIndex kept it on the device only. Default: nothing to do.
   virtual absl::Status CompleteHostIndex(SparseIndex* index) { return absl::OkStatus(); }
+  // Per head slot of `index` (as BuildIndex left it), the attention-mass recall over the query
+  // rows SampleQueryRows(problem, rows, seed) picks (AttentionMassRecall, kernels/fidelity.h):
+  // the recall guard's estimate and `estimate_recall`. The default computes it on the host
+  // (HostView, CompleteHostIndex); a device backend computes it where Q/K and the index are.
+  virtual absl::StatusOr<std::vector<double>> MassRecall(SparseIndex* index, int rows,
+                                                         uint64_t seed);
   // Saap's learned inputs of the request's layer, for a device builder that keeps its own copy
   // (held while the backend caches it). Called before BuildIndex when a group is Saap. Default:
   // ignored (BuildOptions::maybe_assets serves the host builders).
@@ -80,7 +85,7 @@ class BackendCall {
   // Delivers O and the LSE to where the request wants them (copies back staged outputs).
   virtual absl::Status Finish() = 0;
   // The problem with host Q/K/V pointers (copying device tensors to the host when needed), for
-  // the recall estimate.
+  // the default MassRecall.
   virtual absl::StatusOr<const AttentionProblem*> HostView() = 0;
   virtual std::vector<CopiedBytes> copies() const = 0;
   virtual DeviceSeconds device_seconds() const { return DeviceSeconds(); }

@@ -1,5 +1,6 @@
 #include "server/convert.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -514,7 +515,23 @@ absl::StatusOr<ModelConfig> ModelConfigFromProto(
     }
     auto c = ParseMethodConfig(hc.method(), absl::StrCat("head_configs[", i, "].method"));
     if (!c.ok()) return bad(c.status().message());
-    m.heads[hc.layer()][hc.head()] = *c;
+    if (hc.min_tokens() == 0) {
+      m.heads[hc.layer()][hc.head()] = *c;
+      continue;
+    }
+    // A length bucket (a later config of the same bucket replaces an earlier one).
+    if (m.buckets.empty()) {
+      m.buckets.assign(m.num_layers, std::vector<std::vector<ModelConfig::Bucket>>(m.num_q_heads));
+    }
+    std::vector<ModelConfig::Bucket>& b = m.buckets[hc.layer()][hc.head()];
+    auto at =
+        std::lower_bound(b.begin(), b.end(), int64_t{hc.min_tokens()},
+                         [](const ModelConfig::Bucket& x, int64_t t) { return x.min_tokens < t; });
+    if (at != b.end() && at->min_tokens == hc.min_tokens()) {
+      at->config = *c;
+    } else {
+      b.insert(at, ModelConfig::Bucket{hc.min_tokens(), *c});
+    }
   }
   return m;
 }

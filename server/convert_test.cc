@@ -471,6 +471,37 @@ TEST(ModelConfigProtoTest, BuildsPerHeadTableAndRejectsBadConfigs) {
   EXPECT_TRUE(m->LayerUses(1, Method::kVerticalSlash));
   EXPECT_FALSE(m->LayerUses(0, Method::kVerticalSlash));
 
+  // Length buckets (issue 11): a config from min_tokens on serves prompts at least that long.
+  v1::HeadConfig* b = configs.Add();
+  b->set_layer(1);
+  b->set_head(2);
+  b->set_min_tokens(20000);
+  b->mutable_method()->set_method(v1::METHOD_FLEX_PREFILL);
+  v1::HeadConfig* b2 = configs.Add();
+  *b2 = *b;
+  b2->set_min_tokens(5000);
+  b2->mutable_method()->set_method(v1::METHOD_BLOCK_SPARSE);
+  v1::HeadConfig* other = configs.Add();  // a bucket for a head without a base config
+  other->set_layer(0);
+  other->set_head(1);
+  other->set_min_tokens(100);
+  other->mutable_method()->set_method(v1::METHOD_ANCHOR);
+  auto bucketed = ModelConfigFromProto(model, 3, configs);
+  ASSERT_TRUE(bucketed.ok()) << bucketed.status();
+  EXPECT_EQ(bucketed->For(1, 2).method, Method::kVerticalSlash);
+  EXPECT_EQ(bucketed->For(1, 2, 4999).method, Method::kVerticalSlash);
+  EXPECT_EQ(bucketed->For(1, 2, 5000).method, Method::kBlockSparse);
+  EXPECT_EQ(bucketed->For(1, 2, 19999).method, Method::kBlockSparse);
+  EXPECT_EQ(bucketed->For(1, 2, 131072).method, Method::kFlexPrefill);
+  EXPECT_EQ(bucketed->For(1, 1, 131072).method, Method::kAShape);
+  EXPECT_EQ(bucketed->For(0, 1, 99).method, Method::kAShape);
+  EXPECT_EQ(bucketed->For(0, 1, 100).method, Method::kAnchor);
+  EXPECT_TRUE(bucketed->LayerUses(1, Method::kFlexPrefill));
+  EXPECT_TRUE(bucketed->LayerUses(0, Method::kAnchor));
+  configs.RemoveLast();
+  configs.RemoveLast();
+  configs.RemoveLast();
+
   c->set_head(9);
   auto bad = ModelConfigFromProto(model, 3, configs);
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kFailedPrecondition) << bad.status();

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/attention/attention_cuda.h"
 #include "kernels/cuda/builders/build_index_gpu.h"
+#include "kernels/fidelity.h"
 #include "kernels/status_macros.h"
 #include "server/cuda_ipc.h"
 
@@ -44,6 +45,8 @@ class CudaCall : public BackendCall {
                                                             const MethodConfig& config,
                                                             const SparseIndex& index) override;
   absl::Status CompleteHostIndex(SparseIndex* index) override;
+  absl::StatusOr<std::vector<double>> MassRecall(SparseIndex* index, int rows,
+                                                 uint64_t seed) override;
   void UseLayerAssets(std::shared_ptr<const LayerAssets> assets) override {
     assets_ = std::move(assets);
   }
@@ -517,6 +520,25 @@ absl::Status CudaCall::CompleteHostIndex(SparseIndex* index) {
   }
   g.host_complete = true;
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<double>> CudaCall::MassRecall(SparseIndex* index, int rows,
+                                                         uint64_t seed) {
+  auto it = groups_.find(index);
+  if (it != groups_.end() && it->second.dense_all) {
+    return std::vector<double>(index->num_heads(), 1.0);
+  }
+  // On the GPU from the device Q/K and the index where it is (a host-built index is uploaded
+  // into the workspace): no host copy of Q/K.
+  AttentionProblem sizes = dp_;
+  sizes.space = MemorySpace::kHost;
+  std::vector<std::pair<int, int>> probe;
+  for (const SampledRow& r : SampleQueryRows(sizes, rows, seed)) probe.push_back({r.seq, r.row});
+  const SparseIndexView* device =
+      it != groups_.end() && it->second.on_device ? &it->second.gpu.view : nullptr;
+  auto recall = MassRecallOnGpu(backend_->engine(), dp_, *index, device, probe);
+  if (!recall.ok()) return Engine(recall.status());
+  return recall;
 }
 
 absl::Status CudaCall::Finish() {

@@ -2,6 +2,7 @@
 
 #include <deque>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -201,6 +202,23 @@ absl::Status AttentionPipeline::Run(ParsedRequest& req, AttentionBackend& backen
   plan_in.worker_default = options_.default_method;
   plan_in.dense_below_tokens = options_.dense_below_tokens;
   for (int b = 0; b < p.batch(); ++b) plan_in.max_k_len = std::max(plan_in.max_k_len, p.k_len(b));
+  // The recall guard (below) starts each head from what it learned on earlier requests of this
+  // length class (GuardMemory); `start_key[h]` names the head's entry (empty: not guarded).
+  RecallGuardOptions guard = options_.guard;
+  if (guard.probe_rows < 0) guard.probe_rows = backend.kind() == "cpu" ? 32 : 64;
+  const bool learning = guard.probe_rows > 0 && guard.target > 0;
+  std::vector<std::string> start_key(p.num_q_heads);
+  std::deque<MethodConfig> learned;  // what plan_in.maybe_learned hands out
+  if (learning) {
+    plan_in.maybe_learned = [&](int h, const MethodConfig& c) -> const MethodConfig* {
+      start_key[h] = GuardMemory::Key(req.model_id, model ? model->version : 0, req.layer, h, c,
+                                      plan_in.max_k_len);
+      MethodConfig m;
+      if (!guard_memory_.Lookup(start_key[h], &m)) return nullptr;
+      learned.push_back(m);
+      return &learned.back();
+    };
+  }
   SPATTN_ASSIGN_OR_RETURN(
       Plan plan,
       MakePlan(
@@ -231,32 +249,40 @@ absl::Status AttentionPipeline::Run(ParsedRequest& req, AttentionBackend& backen
   }
   stage_done(Stage::kIndexBuild, &result.seconds.index_build);
 
-  // Recall guard: estimate every head; widen (or make dense) heads short of the target whose
-  // config the request did not force. Replacement indexes run after their groups' (overwriting
-  // those heads' outputs).
+  // Recall guard: estimate every head (where the tensors are: BackendCall::MassRecall); widen
+  // (or make dense) heads short of the target whose config the request did not force.
+  // Replacement indexes run after their groups' (overwriting those heads' outputs).
   std::vector<GuardedHead> guarded;
   SPATTN_RETURN_IF_ERROR(CheckControl(control, "recall"));
-  RecallGuardOptions guard = options_.guard;
-  if (guard.probe_rows < 0) guard.probe_rows = backend.kind() == "cpu" ? 32 : 0;
   if (guard.probe_rows > 0) {
-    SPATTN_ASSIGN_OR_RETURN(const AttentionProblem* host, call->HostView());
-    // The guard reads every index on the host (a device backend kept them on the device).
-    for (SparseIndex& index : indexes) SPATTN_RETURN_IF_ERROR(call->CompleteHostIndex(&index));
-    const GuardBuildFn rebuild = [&](const MethodConfig& c, const std::vector<int>& hs,
-                                     SparseIndex* out) {
-      // Complete on the host: the replacement moves (a device backend finds its kept index by
-      // address and then uploads this copy instead).
-      SPATTN_RETURN_IF_ERROR(call->BuildIndex(c, hs, build, out));
-      return call->CompleteHostIndex(out);
+    GuardOps ops;
+    ops.build = [&](const MethodConfig& c, const std::vector<int>& hs, SparseIndex* out) {
+      return call->BuildIndex(c, hs, build, out);
+    };
+    ops.estimate = [&](SparseIndex* index) -> absl::StatusOr<double> {
+      SPATTN_ASSIGN_OR_RETURN(std::vector<double> r,
+                              call->MassRecall(index, guard.probe_rows, guard.seed));
+      return r.at(0);
+    };
+    ops.pairs = [&](const MethodConfig& c, SparseIndex* index) -> absl::StatusOr<int64_t> {
+      SPATTN_ASSIGN_OR_RETURN(std::vector<int64_t> n, call->ComputedPairsPerSlot(p, c, *index));
+      return n.at(0);
     };
     for (size_t g = 0; g < plan.groups.size(); ++g) {
+      std::vector<double> estimates(indexes[g].num_heads(), 1.0);
+      if (plan.groups[g].config.method != Method::kDense) {
+        SPATTN_ASSIGN_OR_RETURN(estimates,
+                                call->MassRecall(&indexes[g], guard.probe_rows, guard.seed));
+      }
       for (int slot = 0; slot < indexes[g].num_heads(); ++slot) {
         const int h = indexes[g].heads[slot];
         bool forced = req.method_override.has_value();
         for (const auto& ho : req.head_overrides) forced = forced || ho.first == h;
-        SPATTN_ASSIGN_OR_RETURN(
-            GuardedHead gh,
-            GuardHead(*host, indexes[g], slot, plan.groups[g].config, !forced, rebuild, guard));
+        SPATTN_ASSIGN_OR_RETURN(GuardedHead gh, GuardHead(h, estimates[slot], plan.groups[g].config,
+                                                          !forced, ops, guard));
+        if (gh.replaced && !forced && !start_key[h].empty()) {
+          guard_memory_.Remember(start_key[h], gh.config);
+        }
         guarded.push_back(std::move(gh));
       }
     }
@@ -272,7 +298,7 @@ absl::Status AttentionPipeline::Run(ParsedRequest& req, AttentionBackend& backen
   for (const GuardedHead& gh : guarded) {
     if (!gh.replaced) continue;
     SPATTN_RETURN_IF_ERROR(CheckControl(control, "kernel"));
-    SPATTN_RETURN_IF_ERROR(call->Attend(gh.config, gh.index));
+    SPATTN_RETURN_IF_ERROR(call->Attend(gh.config, *gh.index));
   }
   const double kernel_wall = watch.Lap();
   const DeviceSeconds device = call->device_seconds();
@@ -305,10 +331,10 @@ absl::Status AttentionPipeline::Run(ParsedRequest& req, AttentionBackend& backen
         if (gh.head != h) continue;
         hr.recall = gh.estimate;
         if (gh.replaced) {
-          where[h] = {&gh.index, 0};
+          where[h] = {gh.index.get(), 0};
           hr.config = gh.config;
           SPATTN_ASSIGN_OR_RETURN(const std::vector<int64_t> replaced_pairs,
-                                  call->ComputedPairsPerSlot(p, gh.config, gh.index));
+                                  call->ComputedPairsPerSlot(p, gh.config, *gh.index));
           computed = replaced_pairs[0];
         }
       }
@@ -319,22 +345,34 @@ absl::Status AttentionPipeline::Run(ParsedRequest& req, AttentionBackend& backen
   }
   result.seconds.output += watch.Lap();
   if (req.estimate_recall) {
-    auto host = call->HostView();
-    if (!host.ok()) {
-      return absl::Status(host.status().code(),
-                          absl::StrCat("estimate_recall: ", host.status().message()));
-    }
-    for (SparseIndex& index : indexes) SPATTN_RETURN_IF_ERROR(call->CompleteHostIndex(&index));
-    for (GuardedHead& gh : guarded) {
-      if (gh.replaced) SPATTN_RETURN_IF_ERROR(call->CompleteHostIndex(&gh.index));
-    }
-    // Exact over all allowed keys for a fixed sample of rows (parallel over the rows).
-    for (int h = 0; h < p.num_q_heads; ++h) {
+    // Exact over all allowed keys for a fixed sample of rows, where the tensors are (on the GPU
+    // for a device backend); its own stage (recall).
+    auto exact = [&](SparseIndex* index) -> absl::StatusOr<std::vector<double>> {
+      auto r = call->MassRecall(index, options_.recall_sample_rows, options_.recall_seed);
+      if (!r.ok()) {
+        return absl::Status(r.status().code(),
+                            absl::StrCat("estimate_recall: ", r.status().message()));
+      }
+      return r;
+    };
+    for (size_t g = 0; g < plan.groups.size(); ++g) {
       SPATTN_RETURN_IF_ERROR(CheckControl(control, "recall"));
-      SPATTN_ASSIGN_OR_RETURN(
-          result.heads[h].recall,
-          AttentionMassRecall(**host, *where[h].first, where[h].second, options_.recall_sample_rows,
-                              options_.recall_seed));
+      bool any = false;  // a slot that still runs this group's index
+      for (int slot = 0; slot < indexes[g].num_heads(); ++slot) {
+        any = any || where[indexes[g].heads[slot]].first == &indexes[g];
+      }
+      if (!any || plan.groups[g].config.method == Method::kDense) continue;
+      SPATTN_ASSIGN_OR_RETURN(std::vector<double> r, exact(&indexes[g]));
+      for (int slot = 0; slot < indexes[g].num_heads(); ++slot) {
+        const int h = indexes[g].heads[slot];
+        if (where[h].first == &indexes[g]) result.heads[h].recall = r[slot];
+      }
+    }
+    for (GuardedHead& gh : guarded) {
+      if (!gh.replaced || gh.config.method == Method::kDense) continue;
+      SPATTN_RETURN_IF_ERROR(CheckControl(control, "recall"));
+      SPATTN_ASSIGN_OR_RETURN(std::vector<double> r, exact(gh.index.get()));
+      result.heads[gh.head].recall = r[0];
     }
   }
   result.seconds.recall += watch.Lap();

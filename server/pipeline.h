@@ -37,8 +37,8 @@ struct PipelineOptions {
   int block_m = 64;
   // The online recall guard (server/recall_guard.h): every head's recall estimate, and widening
   // of heads that run their published / default config when short of guard.target.
-  // guard.probe_rows = 0 turns it off; < 0 (the default here) = 32 on the CPU backend, off on
-  // CUDA (its estimate would run on the host; a device-side estimate is not written yet).
+  // guard.probe_rows = 0 turns it off; < 0 (the default here) = 32 on the CPU backend and 64 on
+  // CUDA (where the estimate runs on the GPU, BackendCall::MassRecall).
   RecallGuardOptions guard = [] {
     RecallGuardOptions o;
     o.probe_rows = -1;
@@ -70,6 +70,7 @@ class AttentionPipeline {
   void UpdateGpuMemory(uint64_t devices_now);
 
   const PipelineOptions options_;
+  GuardMemory guard_memory_;  // What the recall guard widened heads to, per length class.
   std::atomic<uint64_t> touched_devices_{0};  // Bit d: CUDA device d was used.
   RegionManager* const regions_;
   ConfigCache* const cache_;

@@ -114,6 +114,50 @@ TEST_F(PipelineTest, RecallGuardEstimatesEveryHeadAndWidensShortOnes) {
   }
 }
 
+// The guard remembers what it widened a head to (GuardMemory, per length class): the next
+// request of that length starts there and needs no rebuild.
+TEST_F(PipelineTest, RecallGuardStartsFromWhatItLearned) {
+  PipelineOptions options;
+  options.default_method.method = Method::kAShape;
+  options.default_method.a_shape.sink_tokens = 4;
+  options.default_method.a_shape.local_tokens = 16;
+  auto parsed = ParseAttentionRequest(request_, ConvertLimits());
+  ASSERT_TRUE(parsed.ok());
+  AttentionPipeline pipeline(options, &regions_, nullptr, nullptr);
+  v1::AttentionResponse first, second;
+  ASSERT_TRUE(pipeline.Run(*parsed, *backend_, CallControl(), 0.0, &first).ok());
+  auto again = ParseAttentionRequest(request_, ConvertLimits());
+  ASSERT_TRUE(again.ok());
+  ASSERT_TRUE(pipeline.Run(*again, *backend_, CallControl(), 0.0, &second).ok());
+  ASSERT_EQ(second.heads_size(), 2);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(second.heads(i).method_name(), first.heads(i).method_name());
+    EXPECT_EQ(second.heads(i).density(), first.heads(i).density());
+    EXPECT_GE(second.heads(i).recall(), 0.95);
+  }
+}
+
+TEST(GuardMemoryTest, KeysByLengthClassAndPublishedConfig) {
+  GuardMemory memory(2);
+  MethodConfig a, wide;
+  a.method = Method::kAShape;
+  wide.method = Method::kFlexPrefill;
+  const std::string k = GuardMemory::Key("m", 1, 0, 3, a, 40000);
+  EXPECT_EQ(k, GuardMemory::Key("m", 1, 0, 3, a, 32768));  // same power-of-two class
+  EXPECT_NE(k, GuardMemory::Key("m", 1, 0, 3, a, 65536));
+  EXPECT_NE(k, GuardMemory::Key("m", 2, 0, 3, a, 40000));
+  EXPECT_NE(k, GuardMemory::Key("m", 1, 0, 3, wide, 40000));
+  MethodConfig got;
+  EXPECT_FALSE(memory.Lookup(k, &got));
+  memory.Remember(k, wide);
+  ASSERT_TRUE(memory.Lookup(k, &got));
+  EXPECT_EQ(got.method, Method::kFlexPrefill);
+  memory.Remember("b", a);
+  memory.Remember("c", a);  // over max_entries: the oldest (k) goes
+  EXPECT_FALSE(memory.Lookup(k, &got));
+  EXPECT_EQ(memory.size(), 2);
+}
+
 TEST_F(PipelineTest, ModelIdWithoutIndexServiceIsFailedPrecondition) {
   request_.set_model_id("llama");
   v1::AttentionResponse r;

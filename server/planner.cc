@@ -43,10 +43,11 @@ absl::StatusOr<Plan> MakePlan(const PlanInput& in, const std::function<bool(Meth
       plan.source[h] = MethodSource::kShortSequence;
     } else if (in.maybe_model != nullptr) {
       const ModelConfig& m = *in.maybe_model;
-      const bool own = in.layer < static_cast<int>(m.heads.size()) &&
-                       h < static_cast<int>(m.heads[in.layer].size()) &&
-                       m.heads[in.layer][h].has_value();
-      per_head[h] = &m.For(in.layer, h);
+      const bool own =
+          (in.layer < static_cast<int>(m.heads.size()) &&
+           h < static_cast<int>(m.heads[in.layer].size()) && m.heads[in.layer][h].has_value()) ||
+          &m.For(in.layer, h, in.max_k_len) != &m.For(in.layer, h);
+      per_head[h] = &m.For(in.layer, h, in.max_k_len);
       plan.source[h] = own ? MethodSource::kHeadConfig : MethodSource::kModelDefault;
     } else {
       per_head[h] = &in.worker_default;
@@ -65,6 +66,12 @@ absl::StatusOr<Plan> MakePlan(const PlanInput& in, const std::function<bool(Meth
   }
   for (int h = 0; h < n; ++h) {
     plan.dense_fallback |= plan.source[h] == MethodSource::kShortSequence;
+    const MethodSource src = plan.source[h];
+    if (in.maybe_learned &&
+        (src == MethodSource::kHeadConfig || src == MethodSource::kModelDefault ||
+         src == MethodSource::kWorkerDefault)) {
+      if (const MethodConfig* learned = in.maybe_learned(h, *per_head[h])) per_head[h] = learned;
+    }
   }
   plan.group_of_head.assign(n, -1);
   for (int h = 0; h < n; ++h) {

@@ -28,6 +28,10 @@ struct PlanInput {
   // 0 = never.
   int dense_below_tokens = 0;
   int max_k_len = 0;  // Longest sequence (keys) of the request.
+  // When set: for a head that runs a published, model-default or worker-default config, a
+  // config to run instead (what the recall guard learned for it, GuardMemory), or null. The
+  // returned config must outlive the plan.
+  std::function<const MethodConfig*(int head, const MethodConfig& config)> maybe_learned;
 };
 
 // Why a head got its method (for logs and tests).

@@ -56,6 +56,45 @@ TEST(PlannerTest, GroupsHeadsByConfig) {
   EXPECT_EQ(plan->groups[0].heads.size(), 6u);
 }
 
+// Issue 11: a head's length bucket is picked by the request's longest sequence, and what the
+// recall guard learned (maybe_learned) replaces published and default configs, not overrides.
+TEST(PlannerTest, LengthBucketsAndLearnedConfigs) {
+  ModelConfig m = TwoLayerModel();
+  m.buckets.assign(2, std::vector<std::vector<ModelConfig::Bucket>>(6));
+  MethodConfig flex;
+  flex.method = Method::kFlexPrefill;
+  m.buckets[1][0].push_back({16384, flex});
+  PlanInput in;
+  in.num_q_heads = 6;
+  in.layer = 1;
+  in.maybe_model = &m;
+  in.max_k_len = 8192;
+  auto plan = MakePlan(in, All, "cpu");
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->groups[plan->group_of_head[0]].config.method, Method::kVerticalSlash);
+  in.max_k_len = 16384;
+  plan = MakePlan(in, All, "cpu");
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->groups[plan->group_of_head[0]].config.method, Method::kFlexPrefill);
+  EXPECT_EQ(plan->groups[plan->group_of_head[3]].config.method, Method::kVerticalSlash);
+  EXPECT_EQ(plan->source[0], MethodSource::kHeadConfig);
+
+  MethodConfig dense;
+  std::vector<int> asked;
+  in.maybe_learned = [&](int h, const MethodConfig& c) -> const MethodConfig* {
+    asked.push_back(h);
+    return h == 1 || h == 2 ? &dense : nullptr;
+  };
+  const std::vector<std::pair<int, MethodConfig>> overrides = {{2, flex}};
+  in.maybe_head_overrides = &overrides;
+  plan = MakePlan(in, All, "cpu");
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(asked, (std::vector<int>{0, 1, 3, 4, 5}));  // not the overridden head 2
+  EXPECT_EQ(plan->groups[plan->group_of_head[1]].config.method, Method::kDense);
+  EXPECT_EQ(plan->groups[plan->group_of_head[2]].config.method, Method::kFlexPrefill);
+  EXPECT_EQ(plan->groups[plan->group_of_head[5]].config.method, Method::kAShape);
+}
+
 TEST(PlannerTest, OverridesTakePrecedence) {
   const ModelConfig m = TwoLayerModel();
   MethodConfig dense;

@@ -1,10 +1,14 @@
 #include "server/recall_guard.h"
 
 #include <algorithm>
+#include <memory>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "kernels/fidelity.h"
 #include "kernels/sparse_index.h"
+#include "kernels/status_macros.h"
 
 namespace spattn {
 
@@ -43,25 +47,21 @@ bool WidenConfig(const MethodConfig& config, MethodConfig* wider) {
   return false;
 }
 
-absl::StatusOr<GuardedHead> GuardHead(const AttentionProblem& host, const SparseIndex& index,
-                                      int slot, const MethodConfig& config, bool widen,
-                                      const GuardBuildFn& build,
+absl::StatusOr<GuardedHead> GuardHead(int head, double estimate, const MethodConfig& config,
+                                      bool widen, const GuardOps& ops,
                                       const RecallGuardOptions& options) {
   GuardedHead g;
-  g.head = index.heads[slot];
+  g.head = head;
   g.config = config;
   if (config.method == Method::kDense || options.probe_rows <= 0) return g;
-  absl::StatusOr<double> est =
-      AttentionMassRecall(host, index, slot, options.probe_rows, options.seed);
-  if (!est.ok()) return est.status();
-  g.estimate = *est;
+  g.estimate = estimate;
   if (!widen || options.target <= 0) return g;
   const double need = std::min(1.0, options.target + options.margin);
   // Each step tries the current config widened and (once) the adaptive method, keeps the
   // cheapest (fewest computed pairs) that reaches `need`, else continues from the best estimate.
   struct Try {
     MethodConfig config;
-    SparseIndex index;
+    std::unique_ptr<SparseIndex> index;
     double estimate = 0;
     int64_t pairs = 0;
   };
@@ -70,7 +70,8 @@ absl::StatusOr<GuardedHead> GuardHead(const AttentionProblem& host, const Sparse
   bool adaptive_tried =
       config.method == options.adaptive.method || options.adaptive.method == Method::kDense;
   bool have_best = false;
-  Try best;  // the cheapest try so far that reaches `need`
+  bool full = false;  // the device workspace is full: no more tries
+  Try best;           // the cheapest try so far that reaches `need`
   auto consider = [&](Try&& t) {
     if (t.estimate >= need && (!have_best || t.pairs < best.pairs)) {
       best = std::move(t);
@@ -79,25 +80,31 @@ absl::StatusOr<GuardedHead> GuardHead(const AttentionProblem& host, const Sparse
   };
   auto attempt = [&](const MethodConfig& c, Try* t) -> absl::Status {
     t->config = c;
-    absl::Status s = build(c, {g.head}, &t->index);
+    t->index = std::make_unique<SparseIndex>();
+    absl::Status s = ops.build(c, {g.head}, t->index.get());
+    if (s.code() == absl::StatusCode::kResourceExhausted) {
+      full = true;
+      return absl::OkStatus();
+    }
     if (!s.ok()) return s;
     ++g.widened;
-    absl::StatusOr<double> e =
-        AttentionMassRecall(host, t->index, 0, options.probe_rows, options.seed);
+    absl::StatusOr<double> e = ops.estimate(t->index.get());
     if (!e.ok()) return e.status();
     t->estimate = *e;
-    t->pairs = ComputedPairs(host, t->index, 0);
+    absl::StatusOr<int64_t> pairs = ops.pairs(c, t->index.get());
+    if (!pairs.ok()) return pairs.status();
+    t->pairs = *pairs;
     return absl::OkStatus();
   };
-  for (int step = 0; step < options.max_widen; ++step) {
+  for (int step = 0; step < options.max_widen && !full; ++step) {
     if (!adaptive_tried) {
       MethodConfig a = options.adaptive;
       if (a.method == Method::kFlexPrefill) {
         a.flex_prefill.gamma = std::max(a.flex_prefill.gamma, static_cast<float>(options.target));
       }
       Try t;
-      absl::Status s = attempt(a, &t);
-      if (!s.ok()) return s;
+      SPATTN_RETURN_IF_ERROR(attempt(a, &t));
+      if (full) break;
       consider(std::move(t));
       adaptive_tried = true;
     }
@@ -108,8 +115,8 @@ absl::StatusOr<GuardedHead> GuardHead(const AttentionProblem& host, const Sparse
       if (WidenConfig(next, &more)) next = more;
     }
     Try t;
-    absl::Status s = attempt(next, &t);
-    if (!s.ok()) return s;
+    SPATTN_RETURN_IF_ERROR(attempt(next, &t));
+    if (full) break;
     const bool reached = t.estimate >= need;
     // Wider configs of this method only cost more than one that already costs as much as the
     // best so far.
@@ -127,15 +134,78 @@ absl::StatusOr<GuardedHead> GuardHead(const AttentionProblem& host, const Sparse
   }
   // Nothing sparse reached the target: dense.
   MethodConfig dense;
-  SparseIndex rebuilt;
-  absl::Status s = build(dense, {g.head}, &rebuilt);
-  if (!s.ok()) return s;
+  auto rebuilt = std::make_unique<SparseIndex>();
+  SPATTN_RETURN_IF_ERROR(ops.build(dense, {g.head}, rebuilt.get()));
   ++g.widened;
   g.config = dense;
   g.index = std::move(rebuilt);
   g.replaced = true;
   g.estimate = 1.0;
   return g;
+}
+
+GuardOps HostGuardOps(const AttentionProblem& host, GuardBuildFn build,
+                      const RecallGuardOptions& options) {
+  GuardOps ops;
+  ops.build = std::move(build);
+  const AttentionProblem* p = &host;
+  const int rows = options.probe_rows;
+  const uint64_t seed = options.seed;
+  ops.estimate = [p, rows, seed](SparseIndex* index) {
+    return AttentionMassRecall(*p, *index, 0, rows, seed);
+  };
+  ops.pairs = [p](const MethodConfig&, SparseIndex* index) -> absl::StatusOr<int64_t> {
+    return ComputedPairs(*p, *index, 0);
+  };
+  return ops;
+}
+
+absl::StatusOr<GuardedHead> GuardHead(const AttentionProblem& host, const SparseIndex& index,
+                                      int slot, const MethodConfig& config, bool widen,
+                                      const GuardBuildFn& build,
+                                      const RecallGuardOptions& options) {
+  if (config.method == Method::kDense || options.probe_rows <= 0) {
+    GuardedHead g;
+    g.head = index.heads[slot];
+    g.config = config;
+    return g;
+  }
+  SPATTN_ASSIGN_OR_RETURN(double est,
+                          AttentionMassRecall(host, index, slot, options.probe_rows, options.seed));
+  return GuardHead(index.heads[slot], est, config, widen, HostGuardOps(host, build, options),
+                   options);
+}
+
+std::string GuardMemory::Key(const std::string& model_id, uint64_t version, int layer, int head,
+                             const MethodConfig& published, int64_t max_k_len) {
+  int length_class = 0;
+  while (length_class < 62 && (int64_t{2} << length_class) <= max_k_len) ++length_class;
+  return absl::StrCat(model_id, "/", version, "/", layer, "/", head, "/", length_class, "/",
+                      published.DebugString());
+}
+
+bool GuardMemory::Lookup(const std::string& key, MethodConfig* config) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return false;
+  *config = it->second;
+  return true;
+}
+
+void GuardMemory::Remember(const std::string& key, const MethodConfig& config) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto [it, inserted] = entries_.insert_or_assign(key, config);
+  if (!inserted) return;
+  order_.push_back(key);
+  while (static_cast<int>(order_.size()) > max_entries_) {
+    entries_.erase(order_.front());
+    order_.pop_front();
+  }
+}
+
+int GuardMemory::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(entries_.size());
 }
 
 }  // namespace spattn

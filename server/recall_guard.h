@@ -8,14 +8,19 @@
 // whose estimate is below target + margin gets its config widened (WidenConfig: budgets x2,
 // mass thresholds halfway to 1) and its index rebuilt, up to max_widen times, then dense.
 //
-// Cost: probe_rows x keys x head_dim multiply-adds per head and try, on the host (the problem's
-// host view). On the CPU backend that is a few percent of the kernel; a device-side estimate for
-// the CUDA backend is not written yet, so the worker enables the guard there only when asked.
+// Cost: probe_rows x keys x head_dim multiply-adds per head and try, where the tensors are: on
+// the host for the CPU backend (a few percent of the kernel), on the GPU for the CUDA backend
+// (kernels/cuda/recall/mass_recall.h: Q, K and the index stay on the device).
 #ifndef SPATTN_SERVER_RECALL_GUARD_H_
 #define SPATTN_SERVER_RECALL_GUARD_H_
 
 #include <cstdint>
+#include <deque>
 #include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -61,22 +66,67 @@ bool WidenConfig(const MethodConfig& config, MethodConfig* wider);
 using GuardBuildFn = std::function<absl::Status(const MethodConfig& config,
                                                 const std::vector<int>& heads, SparseIndex* index)>;
 
+// What the guard asks of the backend for the one head it guards; every index it passes was made
+// by `build` for that head alone (slot 0) and keeps its address while the request runs.
+struct GuardOps {
+  GuardBuildFn build;
+  // The recall estimate of slot 0 (probe_rows rows, the options' seed): on the device where
+  // the index and Q/K are, else on the host.
+  std::function<absl::StatusOr<double>(SparseIndex* index)> estimate;
+  // Computed (query, key) pairs of slot 0 (the cost the guard minimizes).
+  std::function<absl::StatusOr<int64_t>(const MethodConfig& config, SparseIndex* index)> pairs;
+};
+
 struct GuardedHead {
   int head = 0;
   MethodConfig config;    // what the head runs after the guard
   double estimate = 1.0;  // recall estimate of that config's index (1 for dense)
   int widened = 0;        // rebuilds tried (widenings, adaptive, dense)
   bool replaced = false;  // `index` holds the head's new index (alone), to run instead
-  SparseIndex index;
+  // Heap-held so that its address stays put (a device backend finds its kept copy by address).
+  std::unique_ptr<SparseIndex> index;
 };
 
-// Estimates slot `slot` of `index` (built under `config` on `host`) and, when `widen` and the
-// estimate is short of the target, rebuilds the head through `build` with wider configs (the
-// head's method widened, options.adaptive; max_widen steps), then dense.
-// Errors of the estimate or the builder pass through.
+// Head `head` runs `config` and its index's estimate is `estimate`. When `widen` and the
+// estimate is short of the target, rebuilds the head through `ops` with wider configs (the
+// head's method widened, options.adaptive; max_widen steps), then dense. A try that finds the
+// device workspace full (RESOURCE_EXHAUSTED) ends the widening (the best try so far, else dense).
+// Other errors of the estimate or the builder pass through.
+absl::StatusOr<GuardedHead> GuardHead(int head, double estimate, const MethodConfig& config,
+                                      bool widen, const GuardOps& ops,
+                                      const RecallGuardOptions& options);
+
+// GuardOps over a host problem: AttentionMassRecall and ComputedPairs (kernels/fidelity.h).
+GuardOps HostGuardOps(const AttentionProblem& host, GuardBuildFn build,
+                      const RecallGuardOptions& options);
+
+// On the host: estimates slot `slot` of `index` (built under `config` on `host`), then GuardHead
+// with HostGuardOps.
 absl::StatusOr<GuardedHead> GuardHead(const AttentionProblem& host, const SparseIndex& index,
                                       int slot, const MethodConfig& config, bool widen,
                                       const GuardBuildFn& build, const RecallGuardOptions& options);
+
+// What the guard learned on earlier requests: per (model, version, layer, head, published
+// config, length class = floor(log2(longest sequence))) the config it widened the head to. A
+// later request of that class starts there, so that in steady state the guard only estimates
+// (no rebuild ladder); it is widened further from there when still short. Thread-safe; at most
+// `max_entries` entries (the oldest dropped first).
+class GuardMemory {
+ public:
+  explicit GuardMemory(int max_entries = 65536) : max_entries_(max_entries) {}
+  static std::string Key(const std::string& model_id, uint64_t version, int layer, int head,
+                         const MethodConfig& published, int64_t max_k_len);
+  // The remembered config of `key`, if any.
+  bool Lookup(const std::string& key, MethodConfig* config) const;
+  void Remember(const std::string& key, const MethodConfig& config);
+  int size() const;
+
+ private:
+  const int max_entries_;
+  mutable std::mutex mu_;
+  std::map<std::string, MethodConfig> entries_;  // Guarded by mu_.
+  std::deque<std::string> order_;                // Insertion order; guarded by mu_.
+};
 
 }  // namespace spattn
 

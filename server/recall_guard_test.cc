@@ -103,7 +103,7 @@ TEST(RecallGuardTest, KeepsThePromiseOnHeldOutPromptsAndLengths) {
           ASSERT_TRUE(build(config[h], {h}, &index).ok());
           auto g = GuardHead(p, index, 0, config[h], /*widen=*/true, build, go);
           ASSERT_TRUE(g.ok()) << g.status();
-          const SparseIndex& served = g->replaced ? g->index : index;
+          const SparseIndex& served = g->replaced ? *g->index : index;
           // Other rows than the guard's probe rows.
           auto r = AttentionMassRecall(p, served, 0, 128, /*seed=*/777);
           ASSERT_TRUE(r.ok());

@@ -95,18 +95,22 @@ TEST(RegionManagerTest, RegistrationErrors) {
   ShmObject shm("c", 4096);
   RegionManager rm;
   EXPECT_EQ(rm.RegisterSystem(kMe, "", shm.key(), 0, 1).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(rm.RegisterSystem(kMe, "r", "no_slash", 0, 1).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(rm.RegisterSystem(kMe, "r", "no_slash", 0, 1).code(),
+            absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(rm.RegisterSystem(kMe, "r", "/a/b", 0, 1).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(rm.RegisterSystem(kMe, "r", shm.key(), 0, 0).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(rm.RegisterSystem(kMe, "r", shm.key(), 0, 0).code(),
+            absl::StatusCode::kInvalidArgument);
   const absl::Status missing = rm.RegisterSystem(kMe, "r", "/spattn-rt-does-not-exist", 0, 1);
   EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound);
   // Error messages name the region, never the shm key.
   EXPECT_EQ(missing.message().find("spattn_rt_does_not_exist"), std::string::npos) << missing;
-  EXPECT_EQ(rm.RegisterSystem(kMe, "r", shm.key(), 4000, 97).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(rm.RegisterSystem(kMe, "r", shm.key(), 4000, 97).code(),
+            absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(rm.RegisterSystem(kMe, "r", shm.key(), UINT64_MAX, 2).code(),
             absl::StatusCode::kInvalidArgument);
   ASSERT_TRUE(rm.RegisterSystem(kMe, "r", shm.key(), 0, 4096).ok());
-  EXPECT_EQ(rm.RegisterSystem(kMe, "r", shm.key(), 0, 4096).code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(rm.RegisterSystem(kMe, "r", shm.key(), 0, 4096).code(),
+            absl::StatusCode::kAlreadyExists);
   // Two names may share one object.
   EXPECT_TRUE(rm.RegisterSystem(kMe, "r2", shm.key(), 1024, 1024).ok());
 }
@@ -149,7 +153,8 @@ TEST(RegionManagerTest, UnusableCudaHandlesAreFailedPrecondition) {
   EXPECT_EQ(ipc.status().code(), absl::StatusCode::kFailedPrecondition) << ipc.status();
   EXPECT_NE(ipc.status().message().find("q.cuda_ipc"), std::string::npos);
   // Shape errors come first, GPU or not.
-  EXPECT_EQ(rm.RegisterCuda(kMe, "g", "short", 0, "", 1024).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(rm.RegisterCuda(kMe, "g", "short", 0, "", 1024).code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(RegionManagerTest, KeysOutsideThePrefixArePermissionDenied) {

@@ -24,9 +24,26 @@ const MethodConfig& ModelConfig::For(int layer, int head) const {
   return default_method;
 }
 
+const MethodConfig& ModelConfig::For(int layer, int head, int64_t tokens) const {
+  if (layer >= 0 && layer < static_cast<int>(buckets.size()) && head >= 0 &&
+      head < static_cast<int>(buckets[layer].size())) {
+    const std::vector<Bucket>& b = buckets[layer][head];
+    for (auto it = b.rbegin(); it != b.rend(); ++it) {
+      if (it->min_tokens <= tokens) return it->config;
+    }
+  }
+  return For(layer, head);
+}
+
 bool ModelConfig::LayerUses(int layer, Method method) const {
   for (int h = 0; h < num_q_heads; ++h) {
     if (For(layer, h).method == method) return true;
+    if (layer >= 0 && layer < static_cast<int>(buckets.size()) &&
+        h < static_cast<int>(buckets[layer].size())) {
+      for (const Bucket& b : buckets[layer][h]) {
+        if (b.config.method == method) return true;
+      }
+    }
   }
   return false;
 }

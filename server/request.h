@@ -79,9 +79,19 @@ struct ModelConfig {
   MethodConfig default_method;
   // Per layer, per q head: the head's own config, or nullopt for the model default.
   std::vector<std::vector<std::optional<MethodConfig>>> heads;
+  // Length buckets (HeadConfig.min_tokens > 0): per layer, per q head, configs for prompts of
+  // at least `min_tokens` keys, sorted by min_tokens. Empty for heads without buckets.
+  struct Bucket {
+    int64_t min_tokens = 0;
+    MethodConfig config;
+  };
+  std::vector<std::vector<std::vector<Bucket>>> buckets;
 
   // The method of (layer, head): its own config or the model default.
   const MethodConfig& For(int layer, int head) const;
+  // The same for a prompt whose longest sequence has `tokens` keys: the bucket with the largest
+  // min_tokens <= tokens, else For(layer, head).
+  const MethodConfig& For(int layer, int head, int64_t tokens) const;
   // True when some head of `layer` uses `method`.
   bool LayerUses(int layer, Method method) const;
 };

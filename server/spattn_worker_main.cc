@@ -62,12 +62,15 @@ constexpr Flag kFlags[] = {
     {"gpu_workspace_bytes", "per GPU: CUDA engine workspace (default 1073741824)"},
     {"gpu_staging_bytes",
      "per GPU: device copies of host (inline/shm) tensors of a request (default 4294967296)"},
+    {"saap_assets_bytes",
+     "per GPU: Saap layer assets (centroids, classifiers) cached on the device, least recently "
+     "used evicted first; the layer in use always stays, 0 = only it (default 2147483648)"},
     {"pin_shared_memory", "page-lock shm regions while a GPU serves: true | false (default true)"},
     {"default_method", "method without model or override (default dense)"},
     {"recall_sample_rows", "query rows sampled per head for estimate_recall (default 64)"},
     {"block_m", "query rows per index block (default 64)"},
     {"recall_probe_rows",
-     "recall guard rows per head: 0 off, -1 auto = 32 on CPU, off on CUDA (default -1)"},
+     "recall guard rows per head: 0 off, -1 auto = 32 on CPU, 64 on CUDA (default -1)"},
     {"recall_target", "recall guard target; <= 0 estimates without widening (default 0.95)"},
     {"index_rpc_timeout_s", "index-service RPC timeout, seconds (default 5)"},
     {"drain_grace_s", "seconds NOT_SERVING before refusing new calls on SIGTERM (default 0)"},
@@ -191,6 +194,7 @@ int Main(int argc, char** argv) {
       !ParseNumber(values, "recall_probe_rows", &o.recall_probe_rows, &error) ||
       !ParseNumber(values, "gpu_workspace_bytes", &o.gpu_workspace_bytes, &error) ||
       !ParseNumber(values, "gpu_staging_bytes", &o.gpu_staging_bytes, &error) ||
+      !ParseNumber(values, "saap_assets_bytes", &o.saap_assets_bytes, &error) ||
       !ParseSeconds(values, "index_rpc_timeout_s", &o.index_rpc_timeout, &error) ||
       !ParseSeconds(values, "drain_grace_s", &o.drain_grace, &error) ||
       !ParseSeconds(values, "drain_timeout_s", &o.drain_timeout, &error)) {

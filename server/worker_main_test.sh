@@ -8,7 +8,7 @@ out="$TEST_TMPDIR/worker.out"
 err="$TEST_TMPDIR/worker.err"
 cfg="$TEST_TMPDIR/worker.conf"
 sock="/tmp/spattn-wmt-$$-$RANDOM.sock"  # Short: unix socket paths have 107 bytes at most.
-printf '# test config\nlisten = 127.0.0.1:0,unix:%s\nmetrics = 127.0.0.1:0\nqueue_capacity = 8\n' \
+printf '# test config\nlisten = 127.0.0.1:0,unix:%s\nmetrics = 127.0.0.1:0\nqueue_capacity = 8\nsaap_assets_bytes = 1048576\n' \
   "$sock" > "$cfg"
 "$WORKER" --config="$cfg" --log_level=debug >"$out" 2>"$err" &
 pid=$!
@@ -39,6 +39,13 @@ grep -q "relative L2 error" "$TEST_TMPDIR/attention.out"
 "$CTL" --address="$addr" regions list | grep -q "^name"
 # A bad flag is refused before anything starts.
 if "$WORKER" --no_such_flag=1 2>/dev/null; then echo "bad flag accepted"; exit 1; fi
+"$WORKER" --help 2>&1 | grep -q -- "--saap_assets_bytes: per GPU: Saap layer assets"
+if "$WORKER" --saap_assets_bytes=lots 2>"$TEST_TMPDIR/bad_saap.err"; then echo "bad saap_assets_bytes accepted"; exit 1; fi
+grep -q -- "--saap_assets_bytes: not an integer: 'lots'" "$TEST_TMPDIR/bad_saap.err"
+if "$WORKER" --saap_assets_bytes=-1 --listen=127.0.0.1:0 --metrics= --devices=cpu 2>"$TEST_TMPDIR/neg_saap.err"; then
+  echo "negative saap_assets_bytes accepted"; exit 1
+fi
+grep -q "saap_assets_bytes must be >= 0" "$TEST_TMPDIR/neg_saap.err" || { cat "$TEST_TMPDIR/neg_saap.err"; exit 1; }
 kill -TERM "$pid"
 wait "$pid"
 rc=$?

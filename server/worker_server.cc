@@ -100,6 +100,7 @@ absl::StatusOr<std::vector<Device>> MakeDevices(const WorkerOptions& o) {
     co.device = ordinal;
     co.workspace_bytes = o.gpu_workspace_bytes;
     co.staging_bytes = o.gpu_staging_bytes;
+    co.saap_assets_bytes = o.saap_assets_bytes;
     auto backend = MakeCudaBackend(co);
     if (!backend.ok()) return backend.status();
     devices.push_back(WrapBackend(std::move(*backend), o));
@@ -149,6 +150,10 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOp
   }
   if (options.max_inline_bytes < 0) {
     return absl::InvalidArgumentError("max_inline_bytes must be >= 0");
+  }
+  if (options.saap_assets_bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("saap_assets_bytes must be >= 0, got ", options.saap_assets_bytes));
   }
   if (options.queue_capacity < 0 || options.executor_threads <= 0) {
     return absl::InvalidArgumentError(

@@ -76,6 +76,10 @@ struct WorkerOptions {
   // Per GPU: device copies of host tensors (inline, shared memory) of one request.
   // Default: 4 GiB.
   int64_t gpu_staging_bytes = int64_t{4} << 30;
+  // Per GPU: device copies of Saap's layer assets (centroids, query classifiers) kept across
+  // requests, least recently used evicted first; the layer in use always stays (0 = only it).
+  // Must be >= 0. Default: 2 GiB (CudaBackendOptions::saap_assets_bytes).
+  int64_t saap_assets_bytes = int64_t{2} << 30;
   // Page-lock registered shared-memory regions while a GPU serves (faster copies). Default: true.
   bool pin_shared_memory = true;
   // Method for heads when a request names neither a model nor an override. Default: dense.
@@ -85,7 +89,7 @@ struct WorkerOptions {
   // The online recall guard (server/recall_guard.h): heads running their published or default
   // config whose recall estimate on recall_probe_rows rows is short of recall_target get a
   // wider budget or dense. recall_probe_rows: 0 = off (no estimate), -1 = 32 on the CPU backend
-  // and off on CUDA (host-side estimate). recall_target <= 0: estimate only. Defaults: -1, 0.95.
+  // and 64 on CUDA (estimated on the GPU). recall_target <= 0: estimate only. Defaults: -1, 0.95.
   int recall_probe_rows = -1;
   double recall_target = 0.95;
   // Query rows per index block for methods without their own block size. Default: 64.

@@ -670,6 +670,24 @@ class HeldWorker {
   std::unique_ptr<HostProblem> hp_;
 };
 
+// Option checks answer before anything starts, naming the option.
+TEST(WorkerOptionsTest, NegativeSaapAssetsBytesIsRefused) {
+  WorkerOptions o;
+  o.devices = "cpu";
+  o.listen_address = "127.0.0.1:0";
+  o.metrics_address = "";
+  o.saap_assets_bytes = -1;
+  auto w = WorkerServer::Start(o);
+  ASSERT_FALSE(w.ok());
+  EXPECT_EQ(w.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(w.status().message().find("saap_assets_bytes must be >= 0, got -1"), std::string::npos)
+      << w.status();
+  o.saap_assets_bytes = 0;  // Only the layer in use stays cached: allowed.
+  auto ok = WorkerServer::Start(o);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  (*ok)->Shutdown();
+}
+
 TEST(WorkerQueueTest, QueueFullIsResourceExhausted) {
   HeldWorker held(/*queue_capacity=*/1);
   auto running = held.Async("a");  // Runs and blocks in the gate.

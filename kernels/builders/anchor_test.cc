@@ -20,8 +20,12 @@ namespace spattn {
 namespace {
 
 using method_testing::AllHeads;
+using method_testing::AwkwardShapes;
+using method_testing::CheckIndexesAcrossShapes;
 using method_testing::Describe;
 using method_testing::GeneratorWorkload;
+using method_testing::KernelCheckShapes;
+using method_testing::KernelMatchesMaskedReference;
 using method_testing::RandomProblem;
 using method_testing::RowString;
 
@@ -221,37 +225,17 @@ TEST(AnchorTest, MatchesPlainLoopsOnSmallInputs) {
 }
 
 TEST(AnchorTest, IndexInvariantsAcrossShapes) {
-  struct Shape {
-    std::vector<int32_t> q, k;
-    int hq, hkv;
-    bool causal;
-  };
-  const std::vector<Shape> shapes = {
-      {{1}, {}, 1, 1, true},           {{63}, {}, 4, 1, true},     {{64}, {}, 8, 1, true},
-      {{65}, {}, 8, 8, true},          {{127}, {}, 4, 4, true},    {{131, 1, 64}, {}, 8, 2, true},
-      {{40, 3}, {300, 3}, 4, 1, true}, {{33}, {100}, 2, 1, false},
-  };
   AnchorParams params;
   params.block_size = 16;
   params.step = 3;
   params.init_tokens = 10;
   params.theta = 2.f;
-  uint64_t seed = 50;
-  for (const Shape& sh : shapes) {
-    ProblemShape s;
-    s.q_lens = sh.q;
-    s.k_lens = sh.k;
-    s.num_q_heads = sh.hq;
-    s.num_kv_heads = sh.hkv;
-    s.head_dim = 64;
-    s.causal = sh.causal;
-    auto hp = RandomProblem(s, seed++);
-    SparseIndex idx;
-    ASSERT_TRUE(BuildAnchorIndex(hp->problem(), params, AllHeads(hp->problem()), &idx).ok())
-        << Describe(s);
-    absl::Status v = ValidateSparseIndex(hp->problem(), idx);
-    EXPECT_TRUE(v.ok()) << Describe(s) << ": " << v;
-  }
+  EXPECT_EQ(CheckIndexesAcrossShapes(AwkwardShapes(), 50,
+                                     [&](const HostProblem& hp, uint64_t, SparseIndex* idx) {
+                                       return BuildAnchorIndex(hp.problem(), params,
+                                                               AllHeads(hp.problem()), idx);
+                                     }),
+            "");
   ProblemShape s;
   s.q_lens = {100};
   s.num_q_heads = 8;
@@ -268,39 +252,18 @@ TEST(AnchorTest, IndexInvariantsAcrossShapes) {
 }
 
 TEST(AnchorTest, KernelMatchesReferenceUnderDensifiedMask) {
-  struct Case {
-    std::vector<int32_t> q, k;
-    int hq, hkv;
-    DType dtype;
-    bool causal;
-  };
-  const std::vector<Case> cases = {
-      {{131}, {}, 4, 1, DType::kBF16, true},
-      {{65, 20}, {65, 90}, 2, 2, DType::kF32, true},
-      {{50}, {80}, 2, 1, DType::kF16, false},
-  };
-  uint64_t seed = 80;
-  for (const Case& c : cases) {
-    ProblemShape s;
-    s.q_lens = c.q;
-    s.k_lens = c.k;
-    s.num_q_heads = c.hq;
-    s.num_kv_heads = c.hkv;
-    s.head_dim = 64;
-    s.dtype = c.dtype;
-    s.causal = c.causal;
-    auto hp = RandomProblem(s, seed++);
-    AnchorParams params;
-    params.block_size = 16;
-    params.step = 1;
-    params.init_tokens = 4;
-    params.theta = 2.f;
-    SparseIndex idx;
-    ASSERT_TRUE(BuildAnchorIndex(hp->problem(), params, AllHeads(hp->problem()), &idx).ok());
-    ASSERT_GT(idx.col_idx.size(), 0u) << Describe(s);  // gathered columns are exercised
-    EXPECT_LT(method_testing::Density(hp->problem(), idx), 0.95) << Describe(s);
-    EXPECT_EQ(method_testing::CompareKernelWithMaskedReference(hp.get(), idx), "") << Describe(s);
-  }
+  AnchorParams params;
+  params.block_size = 16;
+  params.step = 1;
+  params.init_tokens = 4;
+  params.theta = 2.f;
+  EXPECT_EQ(CheckIndexesAcrossShapes(
+                KernelCheckShapes(), 80,
+                [&](const HostProblem& hp, uint64_t, SparseIndex* idx) {
+                  return BuildAnchorIndex(hp.problem(), params, AllHeads(hp.problem()), idx);
+                },
+                KernelMatchesMaskedReference(/*max_density=*/0.95, /*needs_columns=*/true)),
+            "");
 }
 
 // Sink, local window and vertical stripes: stripes score near the anchor, everything else far

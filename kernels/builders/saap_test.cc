@@ -23,8 +23,12 @@ namespace spattn {
 namespace {
 
 using method_testing::AllHeads;
+using method_testing::AwkwardShapes;
+using method_testing::CheckIndexesAcrossShapes;
 using method_testing::Describe;
 using method_testing::GeneratorWorkload;
+using method_testing::KernelCheckShapes;
+using method_testing::KernelMatchesMaskedReference;
 using method_testing::RandomProblem;
 using method_testing::RandomSaapAssets;
 using method_testing::RowString;
@@ -289,41 +293,22 @@ TEST(SaapTest, MatchesPlainLoopsOnSmallInputs) {
 }
 
 TEST(SaapTest, IndexInvariantsAcrossShapes) {
-  struct Shape {
-    std::vector<int32_t> q, k;
-    int hq, hkv;
-    bool causal;
-  };
-  const std::vector<Shape> shapes = {
-      {{1}, {}, 1, 1, true},           {{63}, {}, 4, 1, true},     {{64}, {}, 8, 1, true},
-      {{65}, {}, 8, 8, true},          {{127}, {}, 4, 4, true},    {{131, 1, 64}, {}, 8, 2, true},
-      {{40, 3}, {300, 3}, 4, 1, true}, {{33}, {100}, 2, 1, false},
-  };
   SaapParams params;
   params.num_centroids = 16;
   params.top_l = 3;
   params.sink_tokens = 2;
   params.local_tokens = 9;
-  uint64_t seed = 60;
-  for (const Shape& sh : shapes) {
-    ProblemShape s;
-    s.q_lens = sh.q;
-    s.k_lens = sh.k;
-    s.num_q_heads = sh.hq;
-    s.num_kv_heads = sh.hkv;
-    s.head_dim = 64;
-    s.causal = sh.causal;
-    auto hp = RandomProblem(s, seed);
-    LayerAssets assets = RandomSaapAssets(sh.hq, sh.hkv, 64, 16, 32, seed++);
-    for (int block_m : {16, 64}) {
-      SparseIndex idx;
-      ASSERT_TRUE(
-          BuildSaapIndex(hp->problem(), params, AllHeads(hp->problem()), &assets, block_m, &idx)
-              .ok())
-          << Describe(s);
-      absl::Status v = ValidateSparseIndex(hp->problem(), idx);
-      EXPECT_TRUE(v.ok()) << Describe(s) << ": " << v;
-    }
+  for (int block_m : {16, 64}) {
+    EXPECT_EQ(CheckIndexesAcrossShapes(AwkwardShapes(), 60,
+                                       [&](const HostProblem& hp, uint64_t seed, SparseIndex* idx) {
+                                         const AttentionProblem& p = hp.problem();
+                                         LayerAssets assets = RandomSaapAssets(
+                                             p.num_q_heads, p.num_kv_heads, 64, 16, 32, seed);
+                                         return BuildSaapIndex(p, params, AllHeads(p), &assets,
+                                                               block_m, idx);
+                                       }),
+              "")
+        << "block_m " << block_m;
   }
   // Through the dispatcher, a head subset, block_m from the options.
   ProblemShape s;
@@ -347,40 +332,20 @@ TEST(SaapTest, IndexInvariantsAcrossShapes) {
 }
 
 TEST(SaapTest, KernelMatchesReferenceUnderDensifiedMask) {
-  struct Case {
-    std::vector<int32_t> q, k;
-    int hq, hkv;
-    DType dtype;
-    bool causal;
-  };
-  const std::vector<Case> cases = {
-      {{131}, {}, 4, 1, DType::kBF16, true},
-      {{65, 20}, {65, 90}, 2, 2, DType::kF32, true},
-      {{50}, {80}, 2, 1, DType::kF16, false},
-  };
-  uint64_t seed = 90;
-  for (const Case& c : cases) {
-    ProblemShape s;
-    s.q_lens = c.q;
-    s.k_lens = c.k;
-    s.num_q_heads = c.hq;
-    s.num_kv_heads = c.hkv;
-    s.head_dim = 64;
-    s.dtype = c.dtype;
-    s.causal = c.causal;
-    auto hp = RandomProblem(s, seed);
-    LayerAssets assets = RandomSaapAssets(c.hq, c.hkv, 64, 16, 32, seed++);
-    SaapParams params;
-    params.num_centroids = 16;
-    params.top_l = 2;
-    params.local_tokens = 8;
-    SparseIndex idx;
-    ASSERT_TRUE(
-        BuildSaapIndex(hp->problem(), params, AllHeads(hp->problem()), &assets, 32, &idx).ok());
-    ASSERT_GT(idx.col_idx.size(), 0u) << Describe(s);
-    EXPECT_LT(method_testing::Density(hp->problem(), idx), 0.8) << Describe(s);
-    EXPECT_EQ(method_testing::CompareKernelWithMaskedReference(hp.get(), idx), "") << Describe(s);
-  }
+  SaapParams params;
+  params.num_centroids = 16;
+  params.top_l = 2;
+  params.local_tokens = 8;
+  EXPECT_EQ(CheckIndexesAcrossShapes(
+                KernelCheckShapes(), 90,
+                [&](const HostProblem& hp, uint64_t seed, SparseIndex* idx) {
+                  const AttentionProblem& p = hp.problem();
+                  LayerAssets assets =
+                      RandomSaapAssets(p.num_q_heads, p.num_kv_heads, 64, 16, 32, seed);
+                  return BuildSaapIndex(p, params, AllHeads(p), &assets, 32, idx);
+                },
+                KernelMatchesMaskedReference(/*max_density=*/0.8, /*needs_columns=*/true)),
+            "");
 }
 
 // Keys from 16 clusters and queries aimed at one cluster each, RoPE'd; centroids and classifiers

@@ -22,8 +22,12 @@ namespace spattn {
 namespace {
 
 using method_testing::AllHeads;
+using method_testing::AwkwardShapes;
+using method_testing::CheckIndexesAcrossShapes;
 using method_testing::Describe;
 using method_testing::GeneratorWorkload;
+using method_testing::KernelCheckShapes;
+using method_testing::KernelMatchesMaskedReference;
 using method_testing::RandomProblem;
 using method_testing::RowString;
 
@@ -257,48 +261,35 @@ TEST(SampleAttentionTest, MatchesPlainLoopsOnSmallInputs) {
 // ---- Invariants over awkward shapes ----
 
 TEST(SampleAttentionTest, IndexInvariantsAcrossShapes) {
-  struct Shape {
-    std::vector<int32_t> q, k;
-    int hq, hkv;
-    bool causal;
-  };
-  const std::vector<Shape> shapes = {
-      {{1}, {}, 1, 1, true},           {{63}, {}, 4, 1, true},     {{64}, {}, 8, 1, true},
-      {{65}, {}, 8, 8, true},          {{127}, {}, 4, 4, true},    {{131, 1, 64}, {}, 8, 2, true},
-      {{40, 3}, {300, 3}, 4, 1, true}, {{33}, {100}, 2, 1, false},
-  };
   SampleAttentionParams params;
   params.block_size = 32;
   params.chunk_n = 3;
   params.local_tokens = 20;
-  uint64_t seed = 40;
-  for (const Shape& sh : shapes) {
-    ProblemShape s;
-    s.q_lens = sh.q;
-    s.k_lens = sh.k;
-    s.num_q_heads = sh.hq;
-    s.num_kv_heads = sh.hkv;
-    s.head_dim = 64;
-    s.causal = sh.causal;
-    auto hp = RandomProblem(s, seed++);
-    SparseIndex idx;
-    ASSERT_TRUE(
-        BuildSampleAttentionIndex(hp->problem(), params, AllHeads(hp->problem()), &idx).ok())
-        << Describe(s);
-    absl::Status v = ValidateSparseIndex(hp->problem(), idx);
-    EXPECT_TRUE(v.ok()) << Describe(s) << ": " << v;
-    // Every query row sees at least its own position (the local window).
+  // Every query row sees at least its own position (the local window).
+  auto sees_itself = [](HostProblem* hp, const SparseIndex& idx) -> std::string {
+    const AttentionProblem& p = hp->problem();
     for (int slot = 0; slot < idx.num_heads(); ++slot) {
-      for (int b = 0; b < hp->problem().batch(); ++b) {
-        const std::vector<uint8_t> m = DensifyMask(hp->problem(), idx, slot, b);
-        const int kl = hp->problem().k_len(b);
-        for (int i = 0; i < hp->problem().q_len(b); ++i) {
-          const int pos = hp->problem().query_pos(b, i);
-          if (pos < kl) EXPECT_EQ(m[static_cast<size_t>(i) * kl + pos], 1) << Describe(s);
+      for (int b = 0; b < p.batch(); ++b) {
+        const std::vector<uint8_t> m = DensifyMask(p, idx, slot, b);
+        const int kl = p.k_len(b);
+        for (int i = 0; i < p.q_len(b); ++i) {
+          const int pos = p.query_pos(b, i);
+          if (pos < kl && m[static_cast<size_t>(i) * kl + pos] != 1) {
+            return absl::StrCat("slot ", slot, " sequence ", b, " row ", i, " misses key ", pos);
+          }
         }
       }
     }
-  }
+    return "";
+  };
+  EXPECT_EQ(CheckIndexesAcrossShapes(
+                AwkwardShapes(), 40,
+                [&](const HostProblem& hp, uint64_t, SparseIndex* idx) {
+                  return BuildSampleAttentionIndex(hp.problem(), params, AllHeads(hp.problem()),
+                                                   idx);
+                },
+                sees_itself),
+            "");
   // A subset of heads, through the dispatcher.
   ProblemShape s;
   s.q_lens = {100};
@@ -316,38 +307,18 @@ TEST(SampleAttentionTest, IndexInvariantsAcrossShapes) {
 }
 
 TEST(SampleAttentionTest, KernelMatchesReferenceUnderDensifiedMask) {
-  struct Case {
-    std::vector<int32_t> q, k;
-    int hq, hkv;
-    DType dtype;
-    bool causal;
-  };
-  const std::vector<Case> cases = {
-      {{131}, {}, 4, 1, DType::kBF16, true},
-      {{65, 20}, {65, 90}, 2, 2, DType::kF32, true},
-      {{50}, {80}, 2, 1, DType::kF16, false},
-  };
-  uint64_t seed = 70;
-  for (const Case& c : cases) {
-    ProblemShape s;
-    s.q_lens = c.q;
-    s.k_lens = c.k;
-    s.num_q_heads = c.hq;
-    s.num_kv_heads = c.hkv;
-    s.head_dim = 64;
-    s.dtype = c.dtype;
-    s.causal = c.causal;
-    auto hp = RandomProblem(s, seed++);
-    SampleAttentionParams params;
-    params.block_size = 16;
-    params.alpha_c = params.alpha_s = 0.2f;  // sparse enough to drop keys of random heads
-    params.local_tokens = 4;
-    SparseIndex idx;
-    ASSERT_TRUE(
-        BuildSampleAttentionIndex(hp->problem(), params, AllHeads(hp->problem()), &idx).ok());
-    EXPECT_LT(method_testing::Density(hp->problem(), idx), 0.95) << Describe(s);
-    EXPECT_EQ(method_testing::CompareKernelWithMaskedReference(hp.get(), idx), "") << Describe(s);
-  }
+  SampleAttentionParams params;
+  params.block_size = 16;
+  params.alpha_c = params.alpha_s = 0.2f;  // sparse enough to drop keys of random heads
+  params.local_tokens = 4;
+  EXPECT_EQ(CheckIndexesAcrossShapes(
+                KernelCheckShapes(), 70,
+                [&](const HostProblem& hp, uint64_t, SparseIndex* idx) {
+                  return BuildSampleAttentionIndex(hp.problem(), params, AllHeads(hp.problem()),
+                                                   idx);
+                },
+                KernelMatchesMaskedReference(/*max_density=*/0.95, /*needs_columns=*/false)),
+            "");
 }
 
 // Heads built from columns and slashes: the CRA-selected blocks keep >= 95% of the mass at

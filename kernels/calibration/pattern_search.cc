@@ -195,6 +195,12 @@ std::vector<MethodConfig> SaapCandidates(int num_centroids) {
   return out;
 }
 
+bool HasClassifier(const LayerAssets* maybe_assets, int head) {
+  return maybe_assets != nullptr && head >= 0 &&
+         head < static_cast<int>(maybe_assets->classifiers.size()) &&
+         !maybe_assets->classifiers[head].empty();
+}
+
 absl::StatusOr<std::vector<MethodConfig>> CandidatesForMethods(const std::vector<Method>& methods,
                                                                const LayerAssets* maybe_assets) {
   const std::set<Method> wanted(methods.begin(), methods.end());
@@ -413,6 +419,10 @@ absl::StatusOr<PatternSearchResult> SearchHeadPatterns(
       const double bound = options.build_cost_weight * build_mean[c];
       std::vector<int> live_heads;  // the group's heads on which candidate c can still win
       for (size_t i : group) {
+        if (candidates[c].method == Method::kSaap &&
+            !HasClassifier(options.maybe_assets, heads[i])) {
+          continue;  // assets published for other heads only: Saap is no candidate here
+        }
         if (options.keep_all_scores || !(bound > second_best_cost(i))) {
           live_heads.push_back(heads[i]);
         } else {

@@ -49,6 +49,10 @@ std::vector<MethodConfig> SaapCandidates(int num_centroids);
 absl::StatusOr<std::vector<MethodConfig>> CandidatesForMethods(const std::vector<Method>& methods,
                                                                const LayerAssets* maybe_assets);
 
+// Whether `maybe_assets` holds a Saap classifier for q head `head`. SearchHeadPatterns tries
+// Saap candidates only on such heads (a layer's published assets may cover some heads only).
+bool HasClassifier(const LayerAssets* maybe_assets, int head);
+
 // "all" (every method but saap) or a comma-separated list of method names, e.g.
 // "a_shape,vertical_slash". INVALID_ARGUMENT names the unknown method.
 absl::StatusOr<std::vector<Method>> ParseCandidateMethods(absl::string_view spec);

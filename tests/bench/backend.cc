@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/sparse_attention_cpu.h"
 #include "kernels/cuda/attention/attention_cuda.h"
+#include "kernels/cuda/builders/build_index_gpu.h"
 #include "kernels/cuda/common/cuda_runtime.h"
 #include "kernels/status_macros.h"
 #include "tests/bench/worker_path.h"
@@ -73,7 +74,7 @@ void PackTokens(const AttentionProblem& p, const TokenTensor& t, int heads, int6
 // calls.
 //
 // With host_index (--device=cuda-host-index), the path the worker had before plan / run: GPU
-// builds copied to the host with synchronous copies (BuildIndexOnDevice), stats counted there,
+// builds copied to the host (BuildIndexOnGpu + DownloadIndex, then released), stats counted there,
 // the index validated and uploaded again by RunSparse; a_shape built on the CPU for the stats and
 // again on the GPU next to the kernel; Saap on the CPU builder from Q/K copied to the host. For
 // before / after comparisons in one run.
@@ -131,6 +132,33 @@ class CudaBackend : public AttentionBackend {
     return BuildHostIndex(config, heads, options, index);
   }
 
+  absl::StatusOr<GuardOutcome> GuardOnDevice(const std::vector<MethodConfig>& config_of_head,
+                                             double target, int probe_rows,
+                                             const BuildOptions& options, bool again) override {
+    if (path_ == nullptr) {
+      return AttentionBackend::GuardOnDevice(config_of_head, target, probe_rows, options, again);
+    }
+    AttentionProblem request = dp_;
+    request.maybe_lse = nullptr;
+    SPATTN_RETURN_IF_ERROR(path_->Begin(request));
+    GuardOutcome g;
+    auto ms = path_->Guard(config_of_head, target, probe_rows, options, &g.configs, &g.estimates,
+                           &g.widened, &g.build_ms);
+    path_->End();
+    if (!ms.ok()) return ms.status();
+    g.recall_ms = *ms;
+    if (!again) return g;
+    // Again, from what the first call learned.
+    SPATTN_RETURN_IF_ERROR(path_->Begin(request));
+    GuardOutcome warm;
+    auto warm_ms = path_->Guard(config_of_head, target, probe_rows, options, &warm.configs,
+                                &warm.estimates, &warm.widened, &warm.build_ms);
+    path_->End();
+    if (!warm_ms.ok()) return warm_ms.status();
+    g.warm_recall_ms = *warm_ms;
+    return g;
+  }
+
   absl::StatusOr<double> RunKernel(const SparseIndex& index) override {
     last_heads_ = index.heads;
     if (path_ != nullptr) {
@@ -144,8 +172,15 @@ class CudaBackend : public AttentionBackend {
     if (last_config_.method == Method::kDense && index.num_heads() == problem_->num_q_heads) {
       SPATTN_RETURN_IF_ERROR(engine_->RunDense(dp_, &t));
     } else if (last_config_.method == Method::kDense || last_config_.method == Method::kAShape) {
+      // Built again next to the kernel, as the worker did before plan / run.
       std::vector<int> heads(index.heads.begin(), index.heads.end());
-      SPATTN_RETURN_IF_ERROR(engine_->RunBuiltIndex(dp_, last_config_, heads, index.block_m, &t));
+      GpuBuildOptions o;
+      o.block_m = index.block_m;
+      absl::StatusOr<GpuSparseIndex> built = BuildIndexOnGpu(*engine_, dp_, last_config_, heads, o);
+      absl::Status s = built.status();
+      if (s.ok()) s = engine_->RunSparseDeviceIndex(dp_, built->view, &t);
+      engine_->ReleaseIndexes();
+      SPATTN_RETURN_IF_ERROR(s);
     } else {
       SPATTN_RETURN_IF_ERROR(engine_->RunSparse(dp_, index, &t));
     }
@@ -192,8 +227,13 @@ class CudaBackend : public AttentionBackend {
       SPATTN_RETURN_IF_ERROR(k_->CopyToHost(mirror.data(), k_->bytes()));
       SPATTN_RETURN_IF_ERROR(BuildSparseIndex(*problem_, config, heads, options, index));
     } else {
-      SPATTN_RETURN_IF_ERROR(
-          engine_->BuildIndexOnDevice(dp_, config, heads, options.block_m, index, nullptr));
+      GpuBuildOptions o;
+      o.block_m = options.block_m;
+      absl::StatusOr<GpuSparseIndex> built = BuildIndexOnGpu(*engine_, dp_, config, heads, o);
+      absl::Status s = built.status();
+      if (s.ok()) s = DownloadIndex(*engine_, *built, index);
+      engine_->ReleaseIndexes();
+      SPATTN_RETURN_IF_ERROR(s);
     }
     for (int slot = 0; slot < index->num_heads(); ++slot) {
       (void)ComputedPairs(*problem_, *index, slot);  // the stats the worker took

@@ -36,6 +36,24 @@ class AttentionBackend {
   virtual absl::StatusOr<double> RunKernel(const SparseIndex& index) = 0;
   // Makes the output of the last RunKernel visible in the host problem's O.
   virtual absl::Status FetchOutput() = 0;
+  // The worker's recall guard on this device (WorkerCudaPath::Guard): the configs heads end with
+  // after it, their estimates and rebuild counts; recall_ms = its stage time, build_ms = the
+  // first builds'. UNIMPLEMENTED where the device runs no worker path (the bench then guards on
+  // the host).
+  struct GuardOutcome {
+    std::vector<MethodConfig> configs;
+    std::vector<double> estimates;
+    std::vector<int> widened;
+    double recall_ms = 0, build_ms = 0;
+    // With `again`: the same guard once more on this prompt, starting from what the first call
+    // learned (a worker's steady state): its recall stage (else 0).
+    double warm_recall_ms = 0;
+  };
+  virtual absl::StatusOr<GuardOutcome> GuardOnDevice(
+      const std::vector<MethodConfig>& config_of_head, double target, int probe_rows,
+      const BuildOptions& options, bool again = true) {
+    return absl::UnimplementedError("no worker path on " + name());
+  }
 };
 
 // True when `index` holds every q head of `problem` and each of its rows is one range of all the

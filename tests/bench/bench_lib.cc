@@ -23,6 +23,7 @@
 #include "kernels/workload/workload.h"
 #include "server/recall_guard.h"
 #include "tests/bench/backend.h"
+#include "tests/bench/promise_lines.h"
 #include "tests/bench/stats_lines.h"
 
 namespace spattn {
@@ -130,7 +131,9 @@ Prints one JSON line per (method, head group): method, params, workload, group, 
 q_len, batch, num_heads, kv_heads, head_dim, dtype, device, threads, index_build_ms, kernel_ms,
 total_ms (medians over --repeat runs), density, density_min, density_max, recall, recall_min
 (attention-mass recall on sampled rows), rel_l2_error (output vs exact dense attention on the
-sampled rows), pairs (computed query-key pairs) and tflops (4 * pairs * head_dim / kernel time).
+sampled rows), pairs (computed query-key pairs) and tflops (4 * pairs * head_dim / kernel time:
+the per-pair rate); lines after the dense method's in the same run also carry dense_tflops (its
+rate, same group) and vs_dense (tflops / dense_tflops).
 A method that fails (e.g. a builder not implemented yet) gets a line with "error" instead.
 With several groups an extra line with group "all" sums the times over the groups.
 
@@ -164,7 +167,13 @@ Methods:
                          columns) and per 64x64 block, on recall_rows/16 sampled query blocks;
                          guarded (only when named): the searched configs after the worker's
                          recall guard (server/recall_guard.h) widened the heads whose estimate
-                         on this prompt is short of --search_target_recall;
+                         on this prompt is short of --search_target_recall (with
+                         --device=cuda: the worker's guard on the GPU, its recall stage timed
+                         as guard_recall_ms);
+                         promise (only when named): for targets 0.90/0.95/0.98, configs searched
+                         on a --search_len prompt, served through the recall guard on held-out
+                         prompts of 0.25x..8x that length; recall on other rows, "kept" per
+                         length and target (tests/bench/promise_lines.h);
                          topk_recall (only when named): share of each row's mass in its top
                          seq_len/32 keys on this prompt and with another prompt's top keys
                          (MInference Fig. 2b/2c: 96.8 % and 83.7 % at 128K)
@@ -173,6 +182,12 @@ Methods:
                          (default 0 = min(seq_len, 16384))
   --search_target_recall=X
                          searched: recall each head's config must reach (default 0.95)
+  --promise_max_len=N    promise: skip held-out prompts longer than N (default 0: none)
+  --promise_search_rows=N
+                         promise: exact rows of the search and of the served recall (default 128)
+  --promise_targets=L    promise: recall targets (default 0.90,0.95,0.98)
+  --guard_probe_rows=N   guarded: probe rows per head (default -1: the worker's, 32 on the host
+                         and 64 on CUDA)
   --search_candidates=L  searched: all (default: the search's default candidates, plus saap's
                          when --calibrate is given) or a method list, e.g. a_shape,vertical_slash
   --METHOD.PARAM=V       a method parameter, e.g. --vertical_slash.last_q=64
@@ -239,6 +254,19 @@ absl::StatusOr<BenchFlags> ParseBenchFlags(const std::vector<std::string>& args)
   SPATTN_RETURN_IF_ERROR(line.Read("rope_theta", &f.rope_theta));
   SPATTN_RETURN_IF_ERROR(line.Read("concentration", &f.concentration));
   SPATTN_RETURN_IF_ERROR(line.Read("search_target_recall", &f.search_target_recall));
+  SPATTN_RETURN_IF_ERROR(line.Read("guard_probe_rows", &f.guard_probe_rows));
+  SPATTN_RETURN_IF_ERROR(line.Read("promise_max_len", &f.promise_max_len));
+  SPATTN_RETURN_IF_ERROR(line.Read("promise_search_rows", &f.promise_search_rows));
+  if (line.Has("promise_targets")) {
+    for (absl::string_view w : absl::StrSplit(line.Get("promise_targets", ""), ',')) {
+      double t = 0;
+      if (!absl::SimpleAtod(w, &t) || !(t > 0 && t <= 1)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--promise_targets: '", w, "' is not a recall in (0, 1]"));
+      }
+      f.promise_targets.push_back(t);
+    }
+  }
   SPATTN_RETURN_IF_ERROR(line.Read("seed", &f.seed));
   SPATTN_RETURN_IF_ERROR(line.Read("causal", &f.causal));
   SPATTN_RETURN_IF_ERROR(line.Read("table", &f.table));
@@ -268,7 +296,9 @@ absl::StatusOr<BenchFlags> ParseBenchFlags(const std::vector<std::string>& args)
     for (Method m : kAllMethods) f.methods.push_back(MethodName(m));
   }
   for (const std::string& m : f.methods) {
-    if (m == kSearchedMethod || m == kGuardedMethod || IsStatsMethod(m)) continue;
+    if (m == kSearchedMethod || m == kGuardedMethod || m == kPromiseMethod || IsStatsMethod(m)) {
+      continue;
+    }
     auto parsed = ParseMethod(m);
     if (!parsed.ok())
       return absl::InvalidArgumentError(absl::StrCat("--methods: ", parsed.status().message()));
@@ -621,37 +651,58 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
   std::vector<MethodConfig> guarded_config_of_head;
   absl::Status guard_status = search_status;
   std::string guard_params = "guarded";
+  double guard_recall_ms = -1;  // the recall stage on the device (worker path), else -1
+  double guard_warm_ms = -1;    // the same after it learned (GuardMemory)
   if (wants_guarded && search_status.ok()) {
     const auto guard_start = std::chrono::steady_clock::now();
     RecallGuardOptions go;
     go.target = f.search_target_recall;
-    guard_params = absl::StrCat("guarded(", search_params, ", probe_rows=", go.probe_rows,
-                                ", margin=", go.margin, ")");
+    if (f.guard_probe_rows >= 0) go.probe_rows = f.guard_probe_rows;
     guarded_config_of_head = config_of_head;
     std::vector<int> widened(problem.num_q_heads, 0);
-    std::vector<absl::Status> errors(problem.num_q_heads);
-    auto build = [&](const MethodConfig& c, const std::vector<int>& hs, SparseIndex* out) {
-      return BuildSparseIndex(problem, c, hs, search_bo, out);
-    };
-    for (int h = 0; h < problem.num_q_heads; ++h) {
-      SparseIndex index;
-      absl::Status s = build(config_of_head[h], {h}, &index);
-      if (s.ok()) {
-        auto g = GuardHead(problem, index, 0, config_of_head[h], /*widen=*/true, build, go);
-        if (g.ok()) {
-          guarded_config_of_head[h] = g->config;
-          widened[h] = g->widened;
-        } else {
-          s = g.status();
+    // On a device with the worker's path: the worker's own guard there (estimates on the GPU),
+    // timed; else on the host (not timed).
+    auto device_guard = (*backend)->GuardOnDevice(
+        config_of_head, go.target, f.guard_probe_rows >= 0 ? f.guard_probe_rows : 64, search_bo);
+    // (the host path keeps go.probe_rows: --guard_probe_rows or the CPU worker's 32)
+    if (device_guard.ok()) {
+      go.probe_rows = f.guard_probe_rows >= 0 ? f.guard_probe_rows : 64;
+      guarded_config_of_head = device_guard->configs;
+      widened = device_guard->widened;
+      guard_recall_ms = device_guard->recall_ms;
+      guard_warm_ms = device_guard->warm_recall_ms;
+      err << "spattn-bench: guarded on " << (*backend)->name() << ": recall stage "
+          << device_guard->recall_ms << " ms (first index builds " << device_guard->build_ms
+          << " ms); again from what it learned: " << device_guard->warm_recall_ms << " ms";
+    } else if (device_guard.status().code() != absl::StatusCode::kUnimplemented) {
+      guard_status = device_guard.status();
+    } else {
+      std::vector<absl::Status> errors(problem.num_q_heads);
+      auto build = [&](const MethodConfig& c, const std::vector<int>& hs, SparseIndex* out) {
+        return BuildSparseIndex(problem, c, hs, search_bo, out);
+      };
+      for (int h = 0; h < problem.num_q_heads; ++h) {
+        SparseIndex index;
+        absl::Status s = build(config_of_head[h], {h}, &index);
+        if (s.ok()) {
+          auto g = GuardHead(problem, index, 0, config_of_head[h], /*widen=*/true, build, go);
+          if (g.ok()) {
+            guarded_config_of_head[h] = g->config;
+            widened[h] = g->widened;
+          } else {
+            s = g.status();
+          }
         }
+        if (!s.ok() && guard_status.ok()) guard_status = s;
       }
-      if (!s.ok() && guard_status.ok()) guard_status = s;
+      err << "spattn-bench: guarded: "
+          << static_cast<int64_t>(std::chrono::duration<double, std::milli>(
+                                      std::chrono::steady_clock::now() - guard_start)
+                                      .count())
+          << " ms on the host";
     }
-    err << "spattn-bench: guarded: "
-        << static_cast<int64_t>(std::chrono::duration<double, std::milli>(
-                                    std::chrono::steady_clock::now() - guard_start)
-                                    .count())
-        << " ms on the host";
+    guard_params = absl::StrCat("guarded(", search_params, ", probe_rows=", go.probe_rows,
+                                ", margin=", go.margin, ")");
     for (int h = 0; h < problem.num_q_heads; ++h) {
       if (widened[h] > 0) {
         err << "; head " << h << " " << ConfigLabel(config_of_head[h]) << " -> "
@@ -671,6 +722,8 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
     return absl::StrJoin(parts, ",");
   };
   std::vector<Result> table_rows;
+  // The dense method's TFLOP/s per group of this run (the per-pair reference of the others).
+  std::map<std::string, double> dense_tflops;
   auto emit = [&](const Result& r) {
     if (f.table) {
       table_rows.push_back(r);
@@ -696,15 +749,41 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
       j.Num("rel_l2_error", r.rel_l2)
           .Int("recall_rows", static_cast<int64_t>((*exact)->rows().size()));
       j.Int("pairs", r.pairs);
-      j.Num("tflops", r.kernel_ms > 0
-                          ? 4.0 * r.pairs * problem.head_dim / (r.kernel_ms * 1e-3) / 1e12
-                          : std::nan(""));
+      if (r.method == kGuardedMethod && guard_recall_ms >= 0) {
+        j.Num("guard_recall_ms", guard_recall_ms).Num("guard_recall_warm_ms", guard_warm_ms);
+      }
+      const double tflops = r.kernel_ms > 0
+                                ? 4.0 * r.pairs * problem.head_dim / (r.kernel_ms * 1e-3) / 1e12
+                                : std::nan("");
+      j.Num("tflops", tflops);
+      if (r.method == "dense" && r.kernel_ms > 0) dense_tflops[r.group] = tflops;
+      auto dense = dense_tflops.find(r.group);
+      if (r.method != "dense" && dense != dense_tflops.end() && dense->second > 0) {
+        j.Num("dense_tflops", dense->second).Num("vs_dense", tflops / dense->second);
+      }
     }
     out << j.Done() << "\n";
     out.flush();
   };
 
   for (const std::string& method_name : f.methods) {
+    if (method_name == kPromiseMethod) {
+      PromiseOptions po;
+      po.calib_len = f.search_len > 0 ? f.search_len : std::min(problem.k_len(0), 16384);
+      po.probe_rows = f.guard_probe_rows;
+      po.build = search_bo;
+      po.build.maybe_assets = nullptr;
+      po.max_len = f.promise_max_len > 0 ? f.promise_max_len : (1 << 20);
+      if (f.promise_search_rows > 0) po.search_rows = po.recall_rows = f.promise_search_rows;
+      if (!f.promise_targets.empty()) po.targets = f.promise_targets;
+      absl::Status s = workload == nullptr
+                           ? absl::FailedPreconditionError("promise needs a synthetic --workload")
+                           : EmitPromiseLines(workload->options, backend->get(), po, out, err);
+      if (!s.ok()) {
+        out << "{\"method\":\"promise\",\"error\":\"" << s.message() << "\"}\n";
+      }
+      continue;
+    }
     if (IsStatsMethod(method_name)) {
       std::vector<std::pair<std::string, std::vector<int>>> stat_groups;
       for (const Group& g : groups) stat_groups.push_back({g.name, g.heads});

@@ -59,6 +59,13 @@ struct BenchFlags {
   // model seed = seed) of search_len tokens; its configs are then applied at the full length.
   int search_len = 0;                  // Default: 0 = min(seq_len, 16384).
   double search_target_recall = 0.95;  // Default: 0.95.
+  // "guarded": the guard's probe rows per head; -1 = the worker's (32 on the host, 64 on CUDA).
+  int guard_probe_rows = -1;  // Default: -1.
+  // "promise" (tests/bench/promise_lines.h): longest held-out prompt (0 = no limit), exact rows
+  // of its search and served recall (0 = 128), targets (empty = 0.90, 0.95, 0.98).
+  int promise_max_len = 0;
+  int promise_search_rows = 0;
+  std::vector<double> promise_targets;
   // "all" (the search's default candidates, plus saap's when --calibrate gave assets) or a
   // comma-separated method list (kernels/calibration ParseCandidateMethods).
   std::string search_candidates = "all";  // Default: all.

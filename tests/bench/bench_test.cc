@@ -347,7 +347,11 @@ TEST(BenchTest, HelpExplainsEveryFlag) {
                            "searched",
                            "--search_len",
                            "--search_target_recall",
-                           "--search_candidates"}) {
+                           "--search_candidates",
+                           "promise",
+                           "--promise_max_len",
+                           "--promise_targets",
+                           "--guard_probe_rows"}) {
     EXPECT_TRUE(absl::StrContains(r.out, flag)) << flag;
   }
 }
@@ -431,6 +435,38 @@ TEST(BenchTest, SearchedRunsEveryHeadWithTheConfigTheSearchChose) {
       }
     }
   }
+}
+
+// Issue 11's promise check at CPU size: configs searched on a 512-token prompt, served through
+// the recall guard (on the host) on held-out prompts of 128 .. 4096 tokens; a line per (target,
+// length) and a summary per target. The promise itself is asserted by recall_guard_test; here
+// the lines and their bookkeeping.
+TEST(BenchTest, PromiseLinesPerTargetAndLength) {
+  const BenchRun r = RunWith({"--seq_len=512", "--heads=4", "--kv_heads=2", "--head_dim=64",
+                              "--methods=promise", "--search_len=512", "--promise_targets=0.9",
+                              "--promise_search_rows=64", "--threads=2"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  ASSERT_EQ(r.lines.size(), 7u) << r.out;  // 6 lengths + the summary
+  int kept = 0;
+  for (size_t i = 0; i < 6; ++i) {
+    const auto& l = r.lines[i];
+    ASSERT_EQ(l.count("error"), 0u) << l.at("error");
+    EXPECT_EQ(l.at("method"), "promise");
+    EXPECT_EQ(Num(l, "calib_len"), 512);
+    EXPECT_EQ(Num(l, "seq_len"), std::max(128.0, 512 * Num(l, "factor")));
+    EXPECT_EQ(l.at("guard"), "host");
+    EXPECT_GT(Num(l, "recall_mean"), 0.8);
+    EXPECT_LE(Num(l, "recall_min"), Num(l, "recall_mean"));
+    EXPECT_GT(Num(l, "density"), 0);
+    const bool k = Num(l, "recall_mean") >= 0.9 && Num(l, "heads_within_0_02") >= 0.95 * 4;
+    EXPECT_EQ(l.at("kept"), k ? "true" : "false");
+    kept += k;
+  }
+  const auto& sum = r.lines[6];
+  EXPECT_EQ(sum.at("summary"), "true");
+  EXPECT_EQ(Num(sum, "lengths"), 6);
+  EXPECT_EQ(Num(sum, "lengths_kept"), kept);
+  EXPECT_EQ(Num(sum, "heads"), 24);
 }
 
 // Fixture data for the plan tests: the bench's llm_mix problem (model and prompt seed 0) and the

@@ -24,6 +24,7 @@
 #include "client/attention_client.h"
 #include "client/flags.h"
 #include "kernels/cuda/attention/attention_cuda.h"
+#include "kernels/cuda/builders/build_index_gpu.h"
 #include "kernels/cuda/common/cuda_runtime.h"
 #include "kernels/dtype.h"
 #include "kernels/parallel.h"
@@ -305,9 +306,17 @@ EngineTimes TimeEngine(CudaAttentionEngine& engine, const Layout& l, const uint8
   for (int r = 0; r < reps + 1; ++r) {
     CudaStageTimes t;
     const auto start = Clock::now();
-    const absl::Status s = method.method == Method::kDense
-                               ? engine.RunDense(p, &t)
-                               : engine.RunBuiltIndex(p, method, heads, 64, &t);
+    absl::Status s;
+    if (method.method == Method::kDense) {
+      s = engine.RunDense(p, &t);
+    } else {  // plan, run, release: the worker's calls
+      GpuBuildOptions o;
+      o.block_m = 64;
+      absl::StatusOr<GpuSparseIndex> built = BuildIndexOnGpu(engine, p, method, heads, o);
+      s = built.status();
+      if (s.ok()) s = engine.RunSparseDeviceIndex(p, built->view, &t);
+      engine.ReleaseIndexes();
+    }
     if (!s.ok()) return out;
     if (r == 0) continue;
     wall.push_back(MsSince(start));

@@ -1,11 +1,16 @@
 #include "tests/bench/worker_path.h"
 
+#include <algorithm>
 #include <chrono>
+#include <map>
+#include <memory>
+#include <string>
 #include <utility>
 
 #include "kernels/status_macros.h"
 #include "server/backend.h"
 #include "server/cuda_backend.h"
+#include "server/recall_guard.h"
 
 namespace spattn {
 namespace {
@@ -31,6 +36,7 @@ struct WorkerCudaPath::Rep {
   std::unique_ptr<AttentionBackend> backend;
   std::unique_ptr<BackendCall> call;
   AttentionProblem problem;
+  GuardMemory memory;  // Guard: what it learned on earlier calls (as the worker's pipeline)
 };
 
 WorkerCudaPath::WorkerCudaPath(std::unique_ptr<Rep> rep) : rep_(std::move(rep)) {}
@@ -90,6 +96,80 @@ absl::StatusOr<double> WorkerCudaPath::Attend(const MethodConfig& config, const 
   const double wall = MillisSince(start);
   if (device_ms != nullptr) *device_ms = (rep_->call->device_seconds().kernel - before) * 1e3;
   return wall;
+}
+
+absl::StatusOr<double> WorkerCudaPath::Guard(const std::vector<MethodConfig>& config_of_head,
+                                             double target, int probe_rows,
+                                             const BuildOptions& options,
+                                             std::vector<MethodConfig>* guarded,
+                                             std::vector<double>* estimates,
+                                             std::vector<int>* widened, double* build_ms) {
+  if (rep_->call == nullptr) return absl::FailedPreconditionError("Guard before Begin");
+  BackendCall& call = *rep_->call;
+  const int hq = static_cast<int>(config_of_head.size());
+  // As the worker: each head starts from what the guard learned on earlier calls of this length
+  // class (GuardMemory), else from its config.
+  int64_t max_k_len = 0;
+  for (int b = 0; b < rep_->problem.batch(); ++b) {
+    max_k_len = std::max<int64_t>(max_k_len, rep_->problem.k_len(b));
+  }
+  std::vector<std::string> key(hq);
+  std::vector<MethodConfig> first(config_of_head.begin(), config_of_head.end());
+  for (int h = 0; h < hq; ++h) {
+    key[h] = GuardMemory::Key("", 0, 0, h, config_of_head[h], max_k_len);
+    rep_->memory.Lookup(key[h], &first[h]);
+  }
+  guarded->assign(first.begin(), first.end());
+  estimates->assign(hq, 1.0);
+  widened->assign(hq, 0);
+  // Groups of heads with equal configs (as the worker's planner groups them).
+  std::map<std::string, std::vector<int>> by_config;
+  for (int h = 0; h < hq; ++h) by_config[first[h].DebugString()].push_back(h);
+  std::vector<std::unique_ptr<SparseIndex>> indexes;
+  std::vector<MethodConfig> configs;
+  auto start = std::chrono::steady_clock::now();
+  for (const auto& g : by_config) {
+    configs.push_back(first[g.second[0]]);
+    indexes.push_back(std::make_unique<SparseIndex>());
+    SPATTN_RETURN_IF_ERROR(
+        call.BuildIndex(configs.back(), g.second, options, indexes.back().get()));
+  }
+  *build_ms = MillisSince(start);
+  start = std::chrono::steady_clock::now();
+  RecallGuardOptions go;
+  go.target = target;
+  go.probe_rows = probe_rows;
+  GuardOps ops;
+  ops.build = [&](const MethodConfig& c, const std::vector<int>& hs, SparseIndex* out) {
+    return call.BuildIndex(c, hs, options, out);
+  };
+  ops.estimate = [&](SparseIndex* index) -> absl::StatusOr<double> {
+    SPATTN_ASSIGN_OR_RETURN(std::vector<double> r, call.MassRecall(index, go.probe_rows, go.seed));
+    return r.at(0);
+  };
+  ops.pairs = [&](const MethodConfig& c, SparseIndex* index) -> absl::StatusOr<int64_t> {
+    SPATTN_ASSIGN_OR_RETURN(std::vector<int64_t> n,
+                            call.ComputedPairsPerSlot(rep_->problem, c, *index));
+    return n.at(0);
+  };
+  std::vector<GuardedHead> kept;  // replacement indexes stay alive while the request runs
+  for (size_t g = 0; g < indexes.size(); ++g) {
+    std::vector<double> est(indexes[g]->num_heads(), 1.0);
+    if (configs[g].method != Method::kDense) {
+      SPATTN_ASSIGN_OR_RETURN(est, call.MassRecall(indexes[g].get(), go.probe_rows, go.seed));
+    }
+    for (int slot = 0; slot < indexes[g]->num_heads(); ++slot) {
+      const int h = indexes[g]->heads[slot];
+      SPATTN_ASSIGN_OR_RETURN(GuardedHead gh,
+                              GuardHead(h, est[slot], configs[g], /*widen=*/true, ops, go));
+      if (gh.replaced) rep_->memory.Remember(key[h], gh.config);
+      (*guarded)[h] = gh.config;
+      (*estimates)[h] = gh.estimate;
+      (*widened)[h] = gh.widened;
+      kept.push_back(std::move(gh));
+    }
+  }
+  return MillisSince(start);
 }
 
 void WorkerCudaPath::End() {

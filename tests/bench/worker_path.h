@@ -41,6 +41,17 @@ class WorkerCudaPath {
   // (CUDA events, work schedule included).
   absl::StatusOr<double> Attend(const MethodConfig& config, const SparseIndex& index,
                                 double* device_ms);
+  // The worker's recall guard (server/recall_guard.h, as the pipeline runs it) on the current
+  // request: each head starts from what the guard learned on earlier calls of this length class
+  // (GuardMemory, as the worker), builds every group of heads with equal configs, estimates each
+  // head on the GPU
+  // (BackendCall::MassRecall, `probe_rows` rows) and widens heads short of `target`. Fills the
+  // configs the heads end with and their estimates; returns the wall milliseconds of the recall
+  // stage (estimates + widening, after the first builds) and in *build_ms those builds'.
+  absl::StatusOr<double> Guard(const std::vector<MethodConfig>& config_of_head, double target,
+                               int probe_rows, const BuildOptions& options,
+                               std::vector<MethodConfig>* guarded, std::vector<double>* estimates,
+                               std::vector<int>* widened, double* build_ms);
   // Ends the request.
   void End();
 

@@ -34,27 +34,62 @@
 #include <thread>
 #include <vector>
 
-#include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "client/attention_client.h"
+#include "client/flags.h"
 #include "index/test_util.h"
 #include "spattn/v1/index_service.grpc.pb.h"
-
-ABSL_FLAG(std::string, worker, "bazel-bin/server/spattn-worker", "spattn-worker binary");
-ABSL_FLAG(std::string, index, "bazel-bin/index/spattn-index", "spattn-index binary");
-ABSL_FLAG(std::string, scenarios, "shed,retry,drain,index", "comma-separated scenarios");
-ABSL_FLAG(int, seq_len, 2048, "tokens per request (one sequence, dense, 4/2 heads, d 64, bf16)");
-ABSL_FLAG(double, overload_seconds, 10, "shed: seconds at 2x capacity");
-ABSL_FLAG(int, queue_capacity, 8, "shed: the worker's --queue_capacity");
-ABSL_FLAG(std::string, work_dir, "/tmp/spattn-load-bench", "scratch directory");
 
 namespace spattn {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// The command line (client/flags.h; --help lists it).
+struct BenchFlags {
+  std::string worker = "bazel-bin/server/spattn-worker";  // spattn-worker binary
+  std::string index = "bazel-bin/index/spattn-index";     // spattn-index binary
+  std::string scenarios = "shed,retry,drain,index";       // comma-separated scenarios
+  int seq_len = 2048;            // tokens per request (one sequence, dense, 4/2 heads, d 64, bf16)
+  double overload_seconds = 10;  // shed: seconds at 2x capacity
+  int queue_capacity = 8;        // shed: the worker's --queue_capacity
+  std::string work_dir = "/tmp/spattn-load-bench";  // scratch directory
+};
+BenchFlags flags;
+
+constexpr char kUsage[] =
+    "usage: spattn-load-bench [--name=value ...]\n"
+    "  --worker: spattn-worker binary (default bazel-bin/server/spattn-worker)\n"
+    "  --index: spattn-index binary (default bazel-bin/index/spattn-index)\n"
+    "  --scenarios: comma-separated of shed, retry, drain, index (default all)\n"
+    "  --seq_len: tokens per request (default 2048)\n"
+    "  --overload_seconds: shed: seconds at 2x capacity (default 10)\n"
+    "  --queue_capacity: shed: the worker's --queue_capacity (default 8)\n"
+    "  --work_dir: scratch directory (default /tmp/spattn-load-bench)\n";
+
+absl::Status ReadFlags(CommandLine& line) {
+  for (auto [name, out] : {std::pair<const char*, std::string*>{"worker", &flags.worker},
+                           {"index", &flags.index},
+                           {"scenarios", &flags.scenarios},
+                           {"work_dir", &flags.work_dir}}) {
+    absl::Status s = line.Read(name, out);
+    if (!s.ok()) return s;
+  }
+  for (auto [name, out] : {std::pair<const char*, int*>{"seq_len", &flags.seq_len},
+                           {"queue_capacity", &flags.queue_capacity}}) {
+    absl::Status s = line.Read(name, out);
+    if (!s.ok()) return s;
+    if (*out <= 0) return absl::InvalidArgumentError(absl::StrCat("--", name, ": must be > 0"));
+  }
+  absl::Status s = line.Read("overload_seconds", &flags.overload_seconds);
+  if (!s.ok()) return s;
+  if (!(flags.overload_seconds > 0)) {
+    return absl::InvalidArgumentError("--overload_seconds: must be > 0");
+  }
+  return line.CheckAllUsed();
+}
 
 struct Process {
   pid_t pid = -1;
@@ -121,8 +156,7 @@ int FreePort() {
 }
 
 Process StartWorker(const std::vector<std::string>& extra, const std::string& err) {
-  std::vector<std::string> argv = {absl::GetFlag(FLAGS_worker), "--metrics=", "--devices=cpu",
-                                   "--cpu_threads=1"};
+  std::vector<std::string> argv = {flags.worker, "--metrics=", "--devices=cpu", "--cpu_threads=1"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   Process p = Spawn(argv, err, true);
   return p;
@@ -135,7 +169,7 @@ std::string AddressOf(const Process& worker) {
 }
 
 v1::AttentionRequest MakeRequest(const std::string& model = "") {
-  const int n = absl::GetFlag(FLAGS_seq_len);
+  const int n = flags.seq_len;
   v1::AttentionRequest r;
   r.set_model_id(model);
   r.set_num_q_heads(4);
@@ -178,7 +212,7 @@ double Percentile(std::vector<double> v, double p) {
 
 // ---- shed: 2x capacity, open loop.
 void Shed(const std::string& dir) {
-  const int queue = absl::GetFlag(FLAGS_queue_capacity);
+  const int queue = flags.queue_capacity;
   Process w = StartWorker(
       {"--listen=127.0.0.1:0", absl::StrCat("--queue_capacity=", queue), "--executor_threads=1"},
       dir + "/shed.err");
@@ -209,7 +243,7 @@ void Shed(const std::string& dir) {
     grpc::ClientContext ctx;
     v1::AttentionResponse resp;
   };
-  const double seconds = absl::GetFlag(FLAGS_overload_seconds);
+  const double seconds = flags.overload_seconds;
   const int64_t total = static_cast<int64_t>(rate * seconds);
   const auto start = Clock::now();
   for (int64_t i = 0; i < total; ++i) {
@@ -251,7 +285,7 @@ void Shed(const std::string& dir) {
       "%lld requests, %lld ok (%.1f req/s), %lld shed RESOURCE_EXHAUSTED, %lld failed otherwise; "
       "RSS %lld KiB before, peak %lld KiB (VmHWM %lld KiB); after: %d/20 failed, p50 %.1f ms; "
       "exit %d\n",
-      capacity, Percentile(base_ms, 0.5), absl::GetFlag(FLAGS_seq_len), rate, seconds,
+      capacity, Percentile(base_ms, 0.5), flags.seq_len, rate, seconds,
       static_cast<long long>(total), static_cast<long long>(ok.load()), ok.load() / overload_s,
       static_cast<long long>(shed.load()), static_cast<long long>(failed.load()),
       static_cast<long long>(rss_base), static_cast<long long>(peak_rss.load()),
@@ -375,7 +409,7 @@ class Index {
 void IndexOutage(const std::string& dir) {
   const int port = FreePort();
   const std::string index_address = absl::StrCat("127.0.0.1:", port);
-  const std::vector<std::string> index_argv = {absl::GetFlag(FLAGS_index),
+  const std::vector<std::string> index_argv = {flags.index,
                                                absl::StrCat("--data_dir=", dir, "/index-db"),
                                                absl::StrCat("--listen=", index_address)};
   Process index = Spawn(index_argv, dir + "/index.err", false);
@@ -469,11 +503,25 @@ void IndexOutage(const std::string& dir) {
 }  // namespace spattn
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  spattn::CommandLine::Options options;
+  options.positional = false;
+  absl::StatusOr<spattn::CommandLine> line =
+      spattn::CommandLine::Parse(std::vector<std::string>(argv + 1, argv + argc), options);
+  if (line.ok() && line->Bool("help").value_or(true)) {
+    std::fputs(spattn::kUsage, stderr);
+    return 0;
+  }
+  absl::Status parsed = line.status();
+  if (parsed.ok()) parsed = spattn::ReadFlags(*line);
+  if (!parsed.ok()) {
+    std::fprintf(stderr, "spattn-load-bench: %s\n%s", std::string(parsed.message()).c_str(),
+                 spattn::kUsage);
+    return 2;
+  }
   signal(SIGPIPE, SIG_IGN);
-  const std::string dir = absl::GetFlag(FLAGS_work_dir);
+  const std::string dir = spattn::flags.work_dir;
   std::system(absl::StrCat("rm -rf '", dir, "' && mkdir -p '", dir, "'").c_str());
-  for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_scenarios), ',')) {
+  for (absl::string_view s : absl::StrSplit(spattn::flags.scenarios, ',')) {
     if (s == "shed") spattn::Shed(dir);
     if (s == "retry") spattn::Retry(dir);
     if (s == "drain") spattn::Drain(dir);

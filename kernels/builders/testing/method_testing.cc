@@ -77,6 +77,87 @@ std::vector<int> AllHeads(const AttentionProblem& p) {
   return h;
 }
 
+std::vector<ProblemShape> AwkwardShapes() {
+  struct Row {
+    std::vector<int32_t> q, k;
+    int hq, hkv;
+    bool causal;
+  };
+  const Row rows[] = {
+      {{1}, {}, 1, 1, true},           {{63}, {}, 4, 1, true},     {{64}, {}, 8, 1, true},
+      {{65}, {}, 8, 8, true},          {{127}, {}, 4, 4, true},    {{131, 1, 64}, {}, 8, 2, true},
+      {{40, 3}, {300, 3}, 4, 1, true}, {{33}, {100}, 2, 1, false},
+  };
+  std::vector<ProblemShape> shapes;
+  for (const Row& r : rows) {
+    ProblemShape s;
+    s.q_lens = r.q;
+    s.k_lens = r.k;
+    s.num_q_heads = r.hq;
+    s.num_kv_heads = r.hkv;
+    s.head_dim = 64;
+    s.causal = r.causal;
+    shapes.push_back(s);
+  }
+  return shapes;
+}
+
+std::vector<ProblemShape> KernelCheckShapes() {
+  struct Row {
+    std::vector<int32_t> q, k;
+    int hq, hkv;
+    DType dtype;
+    bool causal;
+  };
+  const Row rows[] = {
+      {{131}, {}, 4, 1, DType::kBF16, true},
+      {{65, 20}, {65, 90}, 2, 2, DType::kF32, true},
+      {{50}, {80}, 2, 1, DType::kF16, false},
+  };
+  std::vector<ProblemShape> shapes;
+  for (const Row& r : rows) {
+    ProblemShape s;
+    s.q_lens = r.q;
+    s.k_lens = r.k;
+    s.num_q_heads = r.hq;
+    s.num_kv_heads = r.hkv;
+    s.head_dim = 64;
+    s.dtype = r.dtype;
+    s.causal = r.causal;
+    shapes.push_back(s);
+  }
+  return shapes;
+}
+
+std::string CheckIndexesAcrossShapes(const std::vector<ProblemShape>& shapes, uint64_t seed,
+                                     const IndexBuild& build, const IndexCheck& maybe_check) {
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const ProblemShape& s = shapes[i];
+    auto hp = RandomProblem(s, seed + i);
+    SparseIndex idx;
+    absl::Status built = build(*hp, seed + i, &idx);
+    if (!built.ok()) return absl::StrCat(Describe(s), ": build: ", built.ToString());
+    absl::Status valid = ValidateSparseIndex(hp->problem(), idx);
+    if (!valid.ok()) return absl::StrCat(Describe(s), ": ", valid.ToString());
+    if (maybe_check != nullptr) {
+      const std::string bad = maybe_check(hp.get(), idx);
+      if (!bad.empty()) return absl::StrCat(Describe(s), ": ", bad);
+    }
+  }
+  return "";
+}
+
+IndexCheck KernelMatchesMaskedReference(double max_density, bool needs_columns) {
+  return [max_density, needs_columns](HostProblem* hp, const SparseIndex& idx) -> std::string {
+    if (needs_columns && idx.col_idx.empty()) return "no gathered columns";
+    const double density = Density(hp->problem(), idx);
+    if (!(density < max_density)) {
+      return absl::StrCat("density ", density, " is not below ", max_density);
+    }
+    return CompareKernelWithMaskedReference(hp, idx);
+  };
+}
+
 std::vector<float> ReadTensor(const HostProblem& hp, Tensor which) {
   const std::vector<uint8_t>& b = Bytes(const_cast<HostProblem*>(&hp), which);
   const DType t = hp.problem().dtype;

@@ -5,10 +5,12 @@
 #define SPATTN_KERNELS_BUILDERS_TESTING_METHOD_TESTING_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "kernels/host_problem.h"
 #include "kernels/method_config.h"
 #include "kernels/sparse_index.h"
@@ -26,6 +28,32 @@ std::vector<int> AllHeads(const AttentionProblem& p);
 // Whole tensor as float [tokens, heads, head_dim], and back (rounded to the problem's dtype).
 std::vector<float> ReadTensor(const HostProblem& hp, Tensor which);
 void WriteTensor(HostProblem* hp, Tensor which, const std::vector<float>& values);
+
+// ---- The shared checks of the builder tests ----
+
+// Awkward shapes for index invariants (head_dim 64, bf16): one token, lengths around the block
+// sizes, GQA ratios 1/4/8 and MHA, a batch with a one-token sequence, chunked prefill (more keys
+// than queries), non-causal.
+std::vector<ProblemShape> AwkwardShapes();
+// Shapes for the kernel-vs-masked-reference check: bf16, fp32 with varlen + chunked prefill,
+// fp16 non-causal (head_dim 64).
+std::vector<ProblemShape> KernelCheckShapes();
+
+// Builds the index of every q head of `hp` (problem seed `seed`, e.g. for assets drawn alike).
+using IndexBuild =
+    std::function<absl::Status(const HostProblem& hp, uint64_t seed, SparseIndex* out)>;
+// More checks on a built index: "" when they hold, else what fails.
+using IndexCheck = std::function<std::string(HostProblem* hp, const SparseIndex& index)>;
+
+// For shapes[i]: RandomProblem(shapes[i], seed + i), `build`, ValidateSparseIndex, then
+// `maybe_check`. Returns "" when all hold, else the first failure with its shape.
+std::string CheckIndexesAcrossShapes(const std::vector<ProblemShape>& shapes, uint64_t seed,
+                                     const IndexBuild& build,
+                                     const IndexCheck& maybe_check = nullptr);
+
+// An IndexCheck: Density < max_density, at least one gathered column when `needs_columns` (so
+// the kernel's column path runs), and CompareKernelWithMaskedReference.
+IndexCheck KernelMatchesMaskedReference(double max_density, bool needs_columns);
 
 // Exact attention-mass recall of `index`: for every row_stride-th query row of every sequence
 // (and its last row) and every head slot, the share of the full causal softmax mass (double)

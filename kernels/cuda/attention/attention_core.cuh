@@ -158,6 +158,18 @@ struct Wgmma<__half, 128> {
     WgmmaRS_N128_f16(d, a, b, 1);
   }
 };
+template <>
+struct Wgmma<__nv_bfloat16, 176> {
+  static __device__ __forceinline__ void SS(float* d, uint64_t a, uint64_t b, int sd) {
+    WgmmaSS_N176_bf16(d, a, b, sd);
+  }
+};
+template <>
+struct Wgmma<__half, 176> {
+  static __device__ __forceinline__ void SS(float* d, uint64_t a, uint64_t b, int sd) {
+    WgmmaSS_N176_f16(d, a, b, sd);
+  }
+};
 
 // The keys of one (head, query block): ranges then gathered columns. With range_start null, one
 // range [0, dense_end).

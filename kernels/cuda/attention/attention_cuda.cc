@@ -4,17 +4,20 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "kernels/cuda/attention/attention_launch.h"
 #include "kernels/cuda/attention/engine_internal.h"
-#include "kernels/cuda/builders/assembled_builders.h"
 #include "kernels/cuda/builders/build_index_gpu.h"
+#include "kernels/cuda/builders/method_builders.h"
 #include "kernels/cuda/common/cuda_status.h"
 #include "kernels/cuda/common/index_stats.h"
+#include "kernels/cuda/recall/mass_recall.h"
 #include "kernels/status_macros.h"
 
 namespace spattn {
@@ -225,8 +228,8 @@ class CudaAttentionEngine::Impl {
                                                               "sparse schedule scratch"));
     SPATTN_ASSIGN_OR_RETURN(int* counter, Alloc<int>(1, "sparse schedule counter"));
     SPATTN_CUDA_RETURN_IF_ERROR(
-        cuda::LaunchSparseSchedule(idx, cuda::SparseTileN(a.head_dim, idx.block_m), scratch, order,
-                                   counter, stream_),
+        cuda::LaunchSparseSchedule(idx, a, cuda::SparseTileN(a.head_dim, idx.block_m), scratch,
+                                   order, counter, stream_),
         "sparse schedule");
     SPATTN_RETURN_IF_ERROR(Mark(kSchedule));
     cuda::SparseSchedule sched;
@@ -631,86 +634,6 @@ absl::Status CudaAttentionEngine::RunSparseDeviceIndex(const AttentionProblem& p
   return impl_->Finish();
 }
 
-absl::Status CudaAttentionEngine::RunBuiltIndex(const AttentionProblem& p,
-                                                const MethodConfig& config,
-                                                const std::vector<int>& heads, int block_m,
-                                                CudaStageTimes* times,
-                                                const CudaLayerAssets* maybe_assets) {
-  absl::MutexLock lock(&impl_->mu());
-  SPATTN_RETURN_IF_ERROR(impl_->Begin(times));
-  SPATTN_RETURN_IF_ERROR(CheckDeviceProblem(p, impl_->device()));
-  const int index_block_m = cuda::GpuIndexBlockM(config, block_m);
-  if (index_block_m != 64 && index_block_m != 128) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("block_m: the CUDA kernel supports 64 and 128, got ", index_block_m,
-                     index_block_m != block_m ? " (the method's block_size)" : ""));
-  }
-  SPATTN_RETURN_IF_ERROR(impl_->Mark(Impl::kUpload));
-  SPATTN_ASSIGN_OR_RETURN(cuda::AttnParams a, impl_->Params(p));
-  SPATTN_RETURN_IF_ERROR(impl_->Mark(Impl::kUpload));
-  SPATTN_ASSIGN_OR_RETURN(SparseIndexView v,
-                          impl_->BuildIndex(p, a, config, heads, block_m, maybe_assets));
-  SPATTN_RETURN_IF_ERROR(impl_->Mark(Impl::kIndex));
-  SPATTN_RETURN_IF_ERROR(CheckIndexShape(p, v));  // methods with their own block size
-  SPATTN_RETURN_IF_ERROR(impl_->Sparse(a, v));
-  return impl_->Finish();
-}
-
-absl::Status CudaAttentionEngine::BuildIndexOnDevice(
-    const AttentionProblem& p, const MethodConfig& config, const std::vector<int>& heads,
-    int block_m, SparseIndex* out, const CudaLayerAssets* maybe_assets, CudaStageTimes* times) {
-  absl::MutexLock lock(&impl_->mu());
-  SPATTN_RETURN_IF_ERROR(impl_->Begin(times));
-  SPATTN_RETURN_IF_ERROR(p.Validate());
-  // The estimating builders read Q/K on the device; the static ones only the sizes.
-  if (config.method == Method::kVerticalSlash || config.method == Method::kBlockSparse ||
-      config.method == Method::kFlexPrefill) {
-    SPATTN_RETURN_IF_ERROR(CheckDeviceProblem(p, impl_->device()));
-  }
-  SPATTN_RETURN_IF_ERROR(impl_->Mark(Impl::kUpload));
-  SPATTN_ASSIGN_OR_RETURN(cuda::AttnParams a, impl_->Params(p));
-  SPATTN_RETURN_IF_ERROR(impl_->Mark(Impl::kUpload));
-  SPATTN_ASSIGN_OR_RETURN(SparseIndexView v,
-                          impl_->BuildIndex(p, a, config, heads, block_m, maybe_assets));
-  SPATTN_RETURN_IF_ERROR(impl_->Mark(Impl::kIndex));
-  SPATTN_RETURN_IF_ERROR(impl_->Finish());
-  block_m = v.block_m;
-  const int64_t rows = static_cast<int64_t>(v.num_heads) * v.num_blocks;
-  out->block_m = v.block_m;  // sample_attention and anchor index by their own block_size
-  out->heads.assign(heads.begin(), heads.end());
-  out->block_offsets.resize(p.batch() + 1);
-  out->range_indptr.resize(rows + 1);
-  out->col_indptr.resize(rows + 1);
-  SPATTN_CUDA_RETURN_IF_ERROR(cudaMemcpy(out->block_offsets.data(), v.block_offsets,
-                                         out->block_offsets.size() * 4, cudaMemcpyDeviceToHost),
-                              "download block_offsets");
-  SPATTN_CUDA_RETURN_IF_ERROR(
-      cudaMemcpy(out->range_indptr.data(), v.range_indptr, (rows + 1) * 4, cudaMemcpyDeviceToHost),
-      "download range_indptr");
-  SPATTN_CUDA_RETURN_IF_ERROR(
-      cudaMemcpy(out->col_indptr.data(), v.col_indptr, (rows + 1) * 4, cudaMemcpyDeviceToHost),
-      "download col_indptr");
-  const int32_t nr = out->range_indptr[rows];
-  const int32_t nc = out->col_indptr[rows];
-  out->range_start.resize(nr);
-  out->range_len.resize(nr);
-  out->col_idx.resize(nc);
-  if (nr > 0) {
-    SPATTN_CUDA_RETURN_IF_ERROR(
-        cudaMemcpy(out->range_start.data(), v.range_start, nr * 4, cudaMemcpyDeviceToHost),
-        "download range_start");
-    SPATTN_CUDA_RETURN_IF_ERROR(
-        cudaMemcpy(out->range_len.data(), v.range_len, nr * 4, cudaMemcpyDeviceToHost),
-        "download range_len");
-  }
-  if (nc > 0) {
-    SPATTN_CUDA_RETURN_IF_ERROR(cudaMemcpy(out->col_idx.data(), v.col_idx,
-                                           static_cast<int64_t>(nc) * 4, cudaMemcpyDeviceToHost),
-                                "download col_idx");
-  }
-  return absl::OkStatus();
-}
-
 absl::Status CudaAttentionEngine::RunHost(const AttentionProblem& hp,
                                           const SparseIndex* maybe_index, CudaStageTimes* times) {
   absl::MutexLock lock(&impl_->mu());
@@ -864,6 +787,106 @@ absl::StatusOr<std::vector<int64_t>> EngineAccess::ComputedPairs(CudaAttentionEn
   }
   SPATTN_RETURN_IF_ERROR(impl.Finish());
   return std::vector<int64_t>(host.begin(), host.end());
+}
+
+absl::StatusOr<std::vector<double>> EngineAccess::MassRecall(
+    CudaAttentionEngine& engine, const AttentionProblem& p, const SparseIndex& index,
+    const SparseIndexView* maybe_device, const std::vector<std::pair<int, int>>& rows) {
+  const int slots = index.num_heads();
+  std::vector<double> recall(slots, 1.0);
+  if (slots == 0 || rows.empty()) return recall;
+  if (p.head_dim != 64 && p.head_dim != 128) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("recall on the GPU: head_dim ", p.head_dim, " (takes 64 and 128)"));
+  }
+  CudaAttentionEngine::Impl& impl = *engine.impl_;
+  SPATTN_RETURN_IF_ERROR(CheckDeviceProblem(p, impl.device()));
+  // Work items: per probe row and kv head, up to kRecallSlotsPerItem slots of that kv head.
+  const int num_rows = static_cast<int>(rows.size());
+  std::vector<RecallItem> items;
+  int max_limit = 0;
+  for (int i = 0; i < num_rows; ++i) {
+    const int seq = rows[i].first, row = rows[i].second;
+    if (seq < 0 || seq >= p.batch() || row < 0 || row >= p.q_len(seq)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("recall on the GPU: probe row ", row, " of sequence ", seq, " is outside"));
+    }
+    RecallItem base;
+    base.q_token = p.cu_seqlens_q[seq] + row;
+    base.k_base = p.cu_seqlens_k[seq];
+    base.limit = p.causal ? p.query_pos(seq, row) + 1 : p.k_len(seq);
+    max_limit = std::max(max_limit, base.limit);
+    const int block = index.block_offsets[seq] + row / index.block_m;
+    for (int kv = 0; kv < p.num_kv_heads; ++kv) {
+      RecallItem it = base;
+      it.kv_head = kv;
+      for (int s = 0; s < slots; ++s) {
+        if (p.kv_head_of(index.heads[s]) != kv) continue;
+        it.head[it.num_slots] = index.heads[s];
+        it.index_row[it.num_slots] = static_cast<int32_t>(index.row(s, block));
+        it.out[it.num_slots] = s * num_rows + i;
+        if (++it.num_slots == kRecallSlotsPerItem) {
+          items.push_back(it);
+          it = base;
+          it.kv_head = kv;
+        }
+      }
+      if (it.num_slots > 0) items.push_back(it);
+    }
+  }
+  const int chunks = (max_limit + kRecallChunkKeys - 1) / kRecallChunkKeys;
+  if (chunks == 0) return recall;
+  absl::MutexLock lock(&impl.mu());
+  SPATTN_RETURN_IF_ERROR(impl.Begin(nullptr));
+  SparseIndexView view;
+  if (maybe_device != nullptr) {
+    view = *maybe_device;
+  } else {
+    SPATTN_RETURN_IF_ERROR(ValidateSparseIndex(p, index));
+    SPATTN_ASSIGN_OR_RETURN(view, impl.UploadIndex(index));
+  }
+  SPATTN_ASSIGN_OR_RETURN(RecallItem * d_items, impl.Upload(items, "recall items"));
+  const int64_t outs = static_cast<int64_t>(slots) * num_rows;
+  SPATTN_ASSIGN_OR_RETURN(float* d_part, impl.Alloc<float>(outs * chunks * 3, "recall partials"));
+  RecallTensors t;
+  t.q = p.q.data;
+  t.k = p.k.data;
+  t.q_token_stride = p.q.token_stride;
+  t.q_head_stride = p.q.head_stride;
+  t.k_token_stride = p.k.token_stride;
+  t.k_head_stride = p.k.head_stride;
+  t.head_dim = p.head_dim;
+  t.scale_log2 = p.softmax_scale * 1.4426950408889634f;
+  t.dtype = p.dtype;
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchMassRecall(t, view, d_items, static_cast<int>(items.size()),
+                                               chunks, d_part, impl.stream()),
+                              "recall estimate");
+  std::vector<float> part(static_cast<size_t>(outs * chunks * 3));
+  SPATTN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(part.data(), d_part, part.size() * sizeof(float),
+                                              cudaMemcpyDeviceToHost, impl.stream()),
+                              "recall estimate");
+  SPATTN_RETURN_IF_ERROR(impl.Finish());
+  // Per output row: combine the chunks (log-sum-exp in base 2), then average the rows per slot.
+  for (int s = 0; s < slots; ++s) {
+    double sum = 0;
+    for (int i = 0; i < num_rows; ++i) {
+      const float* o = part.data() + (static_cast<int64_t>(s) * num_rows + i) * chunks * 3;
+      float m = -std::numeric_limits<float>::infinity();
+      for (int c = 0; c < chunks; ++c) m = std::max(m, o[c * 3]);
+      double all = 0, sel = 0;
+      if (m != -std::numeric_limits<float>::infinity()) {
+        for (int c = 0; c < chunks; ++c) {
+          if (o[c * 3] == -std::numeric_limits<float>::infinity()) continue;
+          const double w = std::exp2(static_cast<double>(o[c * 3]) - m);
+          all += w * o[c * 3 + 1];
+          sel += w * o[c * 3 + 2];
+        }
+      }
+      sum += all > 0 ? std::min(1.0, sel / all) : 1.0;
+    }
+    recall[s] = sum / num_rows;
+  }
+  return recall;
 }
 
 }  // namespace cuda

@@ -33,7 +33,7 @@ class EngineAccess;
 // Seconds spent per stage of one call (0 for stages the call does not have).
 struct CudaStageTimes {
   double upload_seconds = 0;    // host → device: Q/K/V (host path), offsets, a host index
-  double index_seconds = 0;     // GPU index builders (BuildIndexOnGpu, RunBuiltIndex)
+  double index_seconds = 0;     // GPU index builders (BuildIndexOnGpu)
   double schedule_seconds = 0;  // ordering the sparse kernel's rows by cost
   double kernel_seconds = 0;    // the attention kernel itself
   double download_seconds = 0;  // device → host: O and LSE (host path)
@@ -127,35 +127,17 @@ class CudaAttentionEngine {
                          CudaStageTimes* maybe_times = nullptr);
   // Sparse attention under an index already in device memory: a GpuSparseIndex's view
   // (BuildIndexOnGpu, build_index_gpu.h: the worker's path) or UploadSparseIndex's. Not
-  // validated: builders guarantee the invariants of sparse_index.h.
+  // validated: builders guarantee the invariants of sparse_index.h. INVALID_ARGUMENT when the
+  // index's block_m is not 64 or 128 (a method's own block_size may build other indexes).
+  // The one way to run a GPU-built index: BuildIndexOnGpu (plan), this (run), ReleaseIndexes.
   absl::Status RunSparseDeviceIndex(const AttentionProblem& problem,
                                     const SparseIndexView& device_index,
                                     CudaStageTimes* maybe_times = nullptr);
-  // BuildIndexOnGpu and RunSparseDeviceIndex in one call, the index dropped after (tests,
-  // cuda_bench). UNIMPLEMENTED for methods without a GPU builder. block_m is the
-  // index block of dense, a_shape, vertical_slash and saap; block_sparse, flex_prefill,
-  // sample_attention and anchor use their block_size (the kernel takes 64 and 128). Saap reads
-  // `maybe_assets` (FAILED_PRECONDITION without).
-  absl::Status RunBuiltIndex(const AttentionProblem& problem, const MethodConfig& config,
-                             const std::vector<int>& heads, int block_m,
-                             CudaStageTimes* maybe_times = nullptr,
-                             const CudaLayerAssets* maybe_assets = nullptr);
 
   // ---- Host-buffer path: problem.space == kHost. Copies Q/K/V in, runs the dense kernel
   // (maybe_index null) or the sparse kernel, copies O (and LSE) out.
   absl::Status RunHost(const AttentionProblem& problem, const SparseIndex* maybe_index,
                        CudaStageTimes* maybe_times = nullptr);
-
-  // BuildIndexOnGpu and DownloadIndex in one call (synchronous copies), the index dropped after:
-  // tests, and spattn-bench's host round-trip baseline (--cuda_index=host). dense and
-  // a_shape read only the problem's sizes (its tensors may live anywhere); the estimating
-  // builders (vertical_slash, block_sparse, flex_prefill, sample_attention, anchor, saap) read
-  // Q/K, which must then be device memory (problem.space == kCuda). maybe_times->index_seconds
-  // is the device build time (the download is not counted).
-  absl::Status BuildIndexOnDevice(const AttentionProblem& problem, const MethodConfig& config,
-                                  const std::vector<int>& heads, int block_m, SparseIndex* out,
-                                  const CudaLayerAssets* maybe_assets = nullptr,
-                                  CudaStageTimes* maybe_times = nullptr);
 
   // Checks Saap's `assets` for head_dim as the CPU builder would (INVALID_ARGUMENT naming the
   // field) and copies them to this engine's device (cudaMalloc: once per layer, not on the

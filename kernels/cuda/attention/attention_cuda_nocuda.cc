@@ -50,6 +50,11 @@ absl::StatusOr<std::vector<int64_t>> ComputedPairsOnGpu(CudaAttentionEngine&,
                                                         const GpuSparseIndex&) {
   return NoCuda();
 }
+absl::StatusOr<std::vector<double>> MassRecallOnGpu(CudaAttentionEngine&, const AttentionProblem&,
+                                                    const SparseIndex&, const SparseIndexView*,
+                                                    const std::vector<std::pair<int, int>>&) {
+  return NoCuda();
+}
 absl::Status CudaAttentionEngine::RunDense(const AttentionProblem&, CudaStageTimes*) {
   return NoCuda();
 }
@@ -61,18 +66,8 @@ absl::Status CudaAttentionEngine::RunSparseDeviceIndex(const AttentionProblem&,
                                                        const SparseIndexView&, CudaStageTimes*) {
   return NoCuda();
 }
-absl::Status CudaAttentionEngine::RunBuiltIndex(const AttentionProblem&, const MethodConfig&,
-                                                const std::vector<int>&, int, CudaStageTimes*,
-                                                const CudaLayerAssets*) {
-  return NoCuda();
-}
 absl::Status CudaAttentionEngine::RunHost(const AttentionProblem&, const SparseIndex*,
                                           CudaStageTimes*) {
-  return NoCuda();
-}
-absl::Status CudaAttentionEngine::BuildIndexOnDevice(const AttentionProblem&, const MethodConfig&,
-                                                     const std::vector<int>&, int, SparseIndex*,
-                                                     const CudaLayerAssets*, CudaStageTimes*) {
   return NoCuda();
 }
 absl::StatusOr<std::unique_ptr<CudaLayerAssets>> CudaAttentionEngine::UploadLayerAssets(

@@ -64,10 +64,16 @@ struct SparseSchedule {
 
 // Scratch for LaunchSparseSchedule: SparseScheduleScratchInts(num_rows) int32s.
 int64_t SparseScheduleScratchInts(int64_t num_rows);
-// Orders the rows of `index` by decreasing cost (key tiles of `tile_n` keys) into `order`
-// ([num_rows]) with a counting sort on the device, and zeroes `counter`.
-cudaError_t LaunchSparseSchedule(const SparseIndexView& index, int tile_n, int32_t* scratch,
-                                 int32_t* order, int* counter, cudaStream_t stream);
+// Orders the rows of `index` into `order` ([num_rows]) with a counting sort on the device, and
+// zeroes `counter`: L2 sections first (SparseKvHeadsPerSection kv heads of `p` each, the rows of
+// a section one after the other so the CTAs in flight share those heads' K/V in L2), then
+// decreasing cost (key tiles of `tile_n` keys).
+cudaError_t LaunchSparseSchedule(const SparseIndexView& index, const AttnParams& p, int tile_n,
+                                 int32_t* scratch, int32_t* order, int* counter,
+                                 cudaStream_t stream);
+// KV heads per L2 section of the sparse schedule: as many as have K and V within
+// SPATTN_HOPPER_L2_MB (default 32; 0: one section), a power of two, at most 16 sections.
+int SparseKvHeadsPerSection(const AttnParams& p);
 
 // The sparse kernel over a device SparseIndexView (block_m 64 or 128): a persistent grid pulls
 // rows from `schedule`. Rows of heads not in the index are untouched.

@@ -15,6 +15,8 @@
 namespace spattn {
 namespace {
 
+using cuda_test::BuildAndDownloadIndex;
+using cuda_test::BuildAndRunIndex;
 using cuda_test::DeviceProblem;
 
 bool HaveGpu(std::string* why) { return !ListCudaDevices(why).empty(); }
@@ -80,7 +82,8 @@ TEST(CudaEngineTest, GpuBuildersMatchCpuBuilders) {
         MethodConfig dense;
         SparseIndex cpu, gpu;
         ASSERT_TRUE(BuildDenseIndex(hp->problem(), heads, block_m, &cpu).ok());
-        ASSERT_TRUE((*engine)->BuildIndexOnDevice(hp->problem(), dense, heads, block_m, &gpu).ok());
+        ASSERT_TRUE(
+            BuildAndDownloadIndex(**engine, hp->problem(), dense, heads, block_m, &gpu).ok());
         const std::string config =
             absl::StrCat("q_lens[0]=", sh.q[0], " block_m=", block_m, " heads=", heads.size());
         ExpectSameIndex(cpu, gpu, "dense " + config);
@@ -92,7 +95,7 @@ TEST(CudaEngineTest, GpuBuildersMatchCpuBuilders) {
           SparseIndex cpu_a, merged;
           ASSERT_TRUE(BuildAShapeIndex(hp->problem(), a.a_shape, heads, block_m, &cpu_a).ok());
           ASSERT_TRUE(
-              (*engine)->BuildIndexOnDevice(hp->problem(), a, heads, block_m, &merged).ok());
+              BuildAndDownloadIndex(**engine, hp->problem(), a, heads, block_m, &merged).ok());
           ExpectSameIndex(cpu_a, merged,
                           absl::StrCat("a_shape sink=", sink, " local=", local, " ", config));
         }
@@ -102,7 +105,7 @@ TEST(CudaEngineTest, GpuBuildersMatchCpuBuilders) {
 }
 
 // The GPU-built index runs the same computation as the uploaded CPU-built one, bit for bit.
-TEST(CudaEngineTest, RunBuiltIndexEqualsUploadedIndex) {
+TEST(CudaEngineTest, BuiltIndexRunsLikeUploadedIndex) {
   SKIP_WITHOUT_GPU();
   auto engine = CudaAttentionEngine::Create(0, 256 << 20);
   ASSERT_TRUE(engine.ok());
@@ -119,7 +122,7 @@ TEST(CudaEngineTest, RunBuiltIndexEqualsUploadedIndex) {
   ASSERT_TRUE(a.ok() && b.ok());
   ASSERT_TRUE((*a)->Poison().ok() && (*b)->Poison().ok());
   CudaStageTimes times;
-  ASSERT_TRUE((*engine)->RunBuiltIndex((*a)->problem(), config, heads, 64, &times).ok());
+  ASSERT_TRUE(BuildAndRunIndex(**engine, (*a)->problem(), config, heads, 64, &times).ok());
   EXPECT_GT(times.index_seconds, 0);
   EXPECT_GT(times.schedule_seconds, 0);
   EXPECT_GT(times.kernel_seconds, 0);
@@ -170,14 +173,14 @@ TEST(CudaEngineTest, BadCallsAnswerPreciseCodes) {
     if (CudaAttentionEngine::GpuBuilderAvailable(m)) continue;
     MethodConfig none;
     none.method = m;
-    EXPECT_EQ((*engine)->RunBuiltIndex(p, none, {0}, 64).code(), absl::StatusCode::kUnimplemented)
+    EXPECT_EQ(BuildAndRunIndex(**engine, p, none, {0}, 64).code(), absl::StatusCode::kUnimplemented)
         << MethodName(m);
     break;
   }
   MethodConfig bad_ashape;
   bad_ashape.method = Method::kAShape;
   bad_ashape.a_shape.local_tokens = 0;
-  EXPECT_EQ((*engine)->RunBuiltIndex(p, bad_ashape, {0}, 64).code(),
+  EXPECT_EQ(BuildAndRunIndex(**engine, p, bad_ashape, {0}, 64).code(),
             absl::StatusCode::kInvalidArgument);
   // After all that the engine still works.
   EXPECT_TRUE((*engine)->RunDense(p).ok());

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cuda/builders/build_index_gpu.h"
 #include "kernels/parallel.h"
 #include "kernels/reference/reference_attention.h"
 #include "kernels/status_macros.h"
@@ -276,6 +277,43 @@ std::string CheckAllWritten(const AttentionProblem& p, const std::vector<int>& h
     }
   }
   return "";
+}
+
+absl::Status BuildAndDownloadIndex(CudaAttentionEngine& engine, const AttentionProblem& problem,
+                                   const MethodConfig& config, const std::vector<int>& heads,
+                                   int block_m, SparseIndex* out,
+                                   const CudaLayerAssets* maybe_assets,
+                                   CudaStageTimes* maybe_times) {
+  GpuBuildOptions o;
+  o.block_m = block_m;
+  o.maybe_assets = maybe_assets;
+  o.maybe_times = maybe_times;
+  absl::StatusOr<GpuSparseIndex> built = BuildIndexOnGpu(engine, problem, config, heads, o);
+  absl::Status s = built.status();
+  if (s.ok()) s = DownloadIndex(engine, *built, out);
+  engine.ReleaseIndexes();
+  return s;
+}
+
+absl::Status BuildAndRunIndex(CudaAttentionEngine& engine, const AttentionProblem& problem,
+                              const MethodConfig& config, const std::vector<int>& heads,
+                              int block_m, CudaStageTimes* maybe_times,
+                              const CudaLayerAssets* maybe_assets) {
+  CudaStageTimes build_times, run_times;
+  GpuBuildOptions o;
+  o.block_m = block_m;
+  o.maybe_assets = maybe_assets;
+  o.maybe_times = &build_times;
+  absl::StatusOr<GpuSparseIndex> built = BuildIndexOnGpu(engine, problem, config, heads, o);
+  absl::Status s = built.status();
+  if (s.ok()) s = engine.RunSparseDeviceIndex(problem, built->view, &run_times);
+  engine.ReleaseIndexes();
+  if (maybe_times != nullptr) {
+    *maybe_times = run_times;
+    maybe_times->index_seconds = build_times.index_seconds;
+    maybe_times->upload_seconds += build_times.upload_seconds;
+  }
+  return s;
 }
 
 }  // namespace cuda_test

@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "kernels/cuda/attention/attention_cuda.h"
 #include "kernels/host_problem.h"
+#include "kernels/method_config.h"
 #include "kernels/sparse_index.h"
 
 namespace spattn {
@@ -74,6 +75,21 @@ std::string CheckRows(const AttentionProblem& p, const SparseIndex* maybe_index,
 // Every O element and LSE of `heads` is written (no NaN left from the poison).
 std::string CheckAllWritten(const AttentionProblem& p, const std::vector<int>& heads,
                             const std::vector<float>& o, const std::vector<float>& lse);
+
+// The one GPU calling convention (BuildIndexOnGpu, then DownloadIndex or RunSparseDeviceIndex,
+// then ReleaseIndexes) in one call, for tests: the index is dropped before returning, also on
+// errors. `block_m` is GpuBuildOptions::block_m. BuildAndDownloadIndex: maybe_times gets the
+// build's times. BuildAndRunIndex: maybe_times gets the build's index_seconds and the run's
+// schedule / kernel seconds.
+absl::Status BuildAndDownloadIndex(CudaAttentionEngine& engine, const AttentionProblem& problem,
+                                   const MethodConfig& config, const std::vector<int>& heads,
+                                   int block_m, SparseIndex* out,
+                                   const CudaLayerAssets* maybe_assets = nullptr,
+                                   CudaStageTimes* maybe_times = nullptr);
+absl::Status BuildAndRunIndex(CudaAttentionEngine& engine, const AttentionProblem& problem,
+                              const MethodConfig& config, const std::vector<int>& heads,
+                              int block_m, CudaStageTimes* maybe_times = nullptr,
+                              const CudaLayerAssets* maybe_assets = nullptr);
 
 }  // namespace cuda_test
 }  // namespace spattn

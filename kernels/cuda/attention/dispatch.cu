@@ -1,10 +1,11 @@
 // Dispatch of the attention launchers and the sparse kernel's work schedule (a counting sort of
 // rows by cost on the device).
 #include <algorithm>
-#include <cub/block/block_scan.cuh>
+#include <cstdlib>
 
 #include "kernels/cuda/attention/attention_launch.h"
 #include "kernels/cuda/attention/hopper/hopper_launch.h"
+#include "kernels/cuda/common/scan.h"
 
 namespace spattn {
 namespace cuda {
@@ -19,42 +20,18 @@ cudaError_t SparseFp16(const AttnParams& p, const SparseIndexView& idx, const Sp
 
 namespace {
 
-constexpr int kScanThreads = 1024;
-constexpr int kScanItems = 4;
 // Rows of equal cost above this many tiles share the last bucket.
-constexpr int kCostBuckets = kScanThreads * kScanItems;
-
-// Exclusive prefix sum of data[0, n) in place by one CTA; total (optional) gets the sum.
-// With `reverse`, sums from the end: data[i] = sum of data[j] for j > i.
-__global__ void ScanKernel(int32_t* data, int n, int32_t* total, bool reverse) {
-  using Scan = cub::BlockScan<int32_t, kScanThreads>;
-  __shared__ typename Scan::TempStorage temp;
-  __shared__ int32_t carry;
-  if (threadIdx.x == 0) carry = 0;
-  __syncthreads();
-  for (int base = 0; base < n; base += kScanThreads * kScanItems) {
-    int32_t items[kScanItems];
-    for (int j = 0; j < kScanItems; ++j) {
-      const int i = base + threadIdx.x * kScanItems + j;
-      items[j] = i < n ? data[reverse ? n - 1 - i : i] : 0;
-    }
-    int32_t chunk_total = 0;
-    Scan(temp).ExclusiveSum(items, items, chunk_total);
-    const int32_t c = carry;
-    for (int j = 0; j < kScanItems; ++j) {
-      const int i = base + threadIdx.x * kScanItems + j;
-      if (i < n) data[reverse ? n - 1 - i : i] = items[j] + c;
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) carry = c + chunk_total;
-    __syncthreads();
-  }
-  if (threadIdx.x == 0 && total != nullptr) *total = carry;
-}
+constexpr int kCostBuckets = 4096;
+// L2 sections of the schedule (below): at most this many.
+constexpr int kMaxSections = 16;
 
 __device__ __forceinline__ int CeilDiv(int a, int b) { return (a + b - 1) / b; }
 
-__global__ void CostKernel(SparseIndexView idx, int tile_n, int32_t* hist, int32_t* bucket_of) {
+// Bucket of a row: its section (rows of section 0 first) and within it its cost (costliest
+// first; the scan below sums from the top bucket down). A section is `kv_per_section`
+// consecutive kv heads (q head / group).
+__global__ void CostKernel(SparseIndexView idx, int tile_n, int group, int kv_per_section,
+                           int num_sections, int32_t* hist, int32_t* bucket_of) {
   const int64_t rows = static_cast<int64_t>(idx.num_heads) * idx.num_blocks;
   for (int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; r < rows;
        r += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -63,7 +40,9 @@ __global__ void CostKernel(SparseIndexView idx, int tile_n, int32_t* hist, int32
       cost += CeilDiv(idx.range_len[e], tile_n);
     }
     cost += CeilDiv(idx.col_indptr[r + 1] - idx.col_indptr[r], tile_n);
-    const int b = min(cost, kCostBuckets - 1);
+    const int slot = static_cast<int>(r / idx.num_blocks);
+    const int section = min(idx.heads[slot] / group / max(kv_per_section, 1), num_sections - 1);
+    const int b = (num_sections - 1 - section) * kCostBuckets + min(cost, kCostBuckets - 1);
     bucket_of[r] = b;
     atomicAdd(hist + b, 1);
   }
@@ -148,23 +127,43 @@ cudaError_t LaunchSparseAttention(const AttnParams& p, const SparseIndexView& in
 int SparseTileN(int /*head_dim*/, int /*block_m*/) { return 64; }
 
 int64_t SparseScheduleScratchInts(int64_t num_rows) {
-  return 2 * static_cast<int64_t>(detail::kCostBuckets) + num_rows;
+  return (detail::kMaxSections + 1) * static_cast<int64_t>(detail::kCostBuckets) + num_rows;
 }
 
-cudaError_t LaunchSparseSchedule(const SparseIndexView& index, int tile_n, int32_t* scratch,
-                                 int32_t* order, int* counter, cudaStream_t stream) {
+int SparseKvHeadsPerSection(const AttnParams& p) {
+  const int kv_heads = p.num_q_heads / std::max(p.group, 1);
+  const char* env = std::getenv("SPATTN_HOPPER_L2_MB");
+  const int mb = env != nullptr && *env != '\0' ? std::atoi(env) : 32;
+  if (mb <= 0 || kv_heads <= 0) return std::max(kv_heads, 1);
+  // K and V of one kv head over the whole batch (the rows of a section span every sequence).
+  const double kv_bytes = static_cast<double>(p.total_k) * p.head_dim * 2.0 * 2.0;
+  int per = 1;
+  while (per * 2 <= kv_heads && per * 2 * kv_bytes <= mb * 1048576.0) per *= 2;
+  // At most kMaxSections sections.
+  while ((kv_heads + per - 1) / per > detail::kMaxSections) per *= 2;
+  return per;
+}
+
+cudaError_t LaunchSparseSchedule(const SparseIndexView& index, const AttnParams& p, int tile_n,
+                                 int32_t* scratch, int32_t* order, int* counter,
+                                 cudaStream_t stream) {
   using namespace detail;
   const int64_t rows = static_cast<int64_t>(index.num_heads) * index.num_blocks;
+  const int kv_heads = std::max(p.num_q_heads / std::max(p.group, 1), 1);
+  const int kv_per_section = SparseKvHeadsPerSection(p);
+  const int sections = (kv_heads + kv_per_section - 1) / kv_per_section;
+  const int buckets = sections * kCostBuckets;
   int32_t* hist = scratch;
-  int32_t* bucket_of = scratch + kCostBuckets;
+  int32_t* bucket_of = scratch + kMaxSections * kCostBuckets;
   cudaError_t err = cudaMemsetAsync(counter, 0, sizeof(int), stream);
   if (err != cudaSuccess || rows == 0) return err;
-  if ((err = cudaMemsetAsync(hist, 0, kCostBuckets * sizeof(int32_t), stream)) != cudaSuccess) {
+  if ((err = cudaMemsetAsync(hist, 0, buckets * sizeof(int32_t), stream)) != cudaSuccess) {
     return err;
   }
-  CostKernel<<<GridFor(rows, 256), 256, 0, stream>>>(index, tile_n, hist, bucket_of);
-  // Costliest first: offsets from the top bucket down.
-  ScanKernel<<<1, kScanThreads, 0, stream>>>(hist, kCostBuckets, nullptr, /*reverse=*/true);
+  CostKernel<<<GridFor(rows, 256), 256, 0, stream>>>(index, tile_n, std::max(p.group, 1),
+                                                     kv_per_section, sections, hist, bucket_of);
+  // Section by section, costliest first: offsets from the top bucket down.
+  if ((err = LaunchReverseExclusiveScan32(hist, buckets, stream)) != cudaSuccess) return err;
   ScatterKernel<<<GridFor(rows, 256), 256, 0, stream>>>(rows, bucket_of, hist, order);
   return cudaGetLastError();
 }

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -36,7 +37,7 @@ struct BuildScope {
 int GpuIndexBlockM(const MethodConfig& config, int block_m);
 
 // Builds the index in the workspace (the view points into it) with the method's GPU builder:
-// builders/<method>.cu through a_shape.h, merged_builders.h or assembled_builders.h. Enqueues on
+// host entry (builders/method_builders.h, defined in builders/<method>_host.cc). Enqueues on
 // scope.stream; may synchronize it (the builders' one host round trip: CSR totals).
 absl::StatusOr<SparseIndexView> BuildIndexInWorkspace(const BuildScope& scope,
                                                       const AttentionProblem& p,
@@ -56,6 +57,11 @@ class EngineAccess {
   static absl::StatusOr<std::vector<int64_t>> ComputedPairs(CudaAttentionEngine& engine,
                                                             const AttentionProblem& p,
                                                             const GpuSparseIndex& index);
+  // MassRecallOnGpu (build_index_gpu.h): `maybe_device` is the index on the device, or null to
+  // upload `index` (complete on the host) into the workspace first.
+  static absl::StatusOr<std::vector<double>> MassRecall(
+      CudaAttentionEngine& engine, const AttentionProblem& p, const SparseIndex& index,
+      const SparseIndexView* maybe_device, const std::vector<std::pair<int, int>>& rows);
 };
 
 }  // namespace cuda

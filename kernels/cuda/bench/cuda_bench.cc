@@ -9,8 +9,14 @@
 // head_dim 128, iters 10, warmup 2, variants 1,2,3 (dense kernel shapes), sparse_variants 2,3,
 // range_densities, col_densities, device 0, block_ms 128 (sparse index block sizes),
 // skip_sparse_above (seq len above which the sparse synthetic indexes are skipped; default
-// 131072), causal 1 (0: full attention), dtype bf16 (or fp16; the fp16 run reuses the bf16 bit
-// pattern: finite values of magnitude ~1-4).
+// 131072), causal 1 (0: full attention), dtype bf16 (or fp16). Q, K, V are N(0, 1) values of
+// the dtype (as torch.randn in sdpa_reference.py).
+// tag: a label copied into every line (the knobs of the run, say).
+// Shape matrix: kv_heads, head_dim, causal and dtype also take comma lists (every combination
+// is run, each over seq_lens).
+// sdpa (a file of sdpa_reference.py's JSON lines, run on the same machine in the same device
+// run): dense lines of a shape it has also carry "sdpa_kernel", "sdpa_ms", "sdpa_tflops" and
+// "vs_sdpa" (our TFLOP/s over SDPA's; the cuDNN backend's line, else the flash one's).
 // Sparse lines also carry "dense_tflops" (the best dense variant of this run at the same shape)
 // and "vs_dense" (their effective rate over it: the per-pair ratio).
 #include <algorithm>
@@ -18,10 +24,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -66,14 +74,18 @@ struct Buffers {
   std::unique_ptr<CudaDeviceBuffer> q, k, v, o, lse;
 };
 
-absl::Status FillPattern(CudaDeviceBuffer* b, uint64_t seed) {
-  // 16 MiB of N(0, 1) bf16 values, tiled over the buffer.
-  static std::vector<uint16_t>* pattern = nullptr;
-  if (pattern == nullptr) {
-    pattern = new std::vector<uint16_t>(8 << 20);
+absl::Status FillPattern(CudaDeviceBuffer* b, DType dtype, uint64_t seed) {
+  // 16 MiB of N(0, 1) values of the dtype, tiled over the buffer.
+  static std::map<DType, std::vector<uint16_t>>* patterns =
+      new std::map<DType, std::vector<uint16_t>>();
+  std::vector<uint16_t>* pattern = &(*patterns)[dtype];
+  if (pattern->empty()) {
+    pattern->resize(8 << 20);
     std::mt19937_64 rng(seed);
     std::normal_distribution<float> dist(0.f, 1.f);
-    for (uint16_t& x : *pattern) x = FloatToBf16(dist(rng));
+    for (uint16_t& x : *pattern) {
+      x = dtype == DType::kF16 ? FloatToFp16(dist(rng)) : FloatToBf16(dist(rng));
+    }
   }
   const int64_t chunk = static_cast<int64_t>(pattern->size()) * 2;
   for (int64_t off = 0, i = 0; off < b->bytes(); off += chunk, ++i) {
@@ -157,16 +169,88 @@ SparseIndex ColumnsIndex(const AttentionProblem& p, int block_m, double density,
   return idx;
 }
 
+// SDPA lines of sdpa_reference.py by shape (seq_len, heads, kv_heads, head_dim, causal, dtype).
+using ShapeKey = std::tuple<int, int, int, int, int, std::string>;
+struct SdpaLine {
+  std::string kernel;
+  double ms = 0, tflops = 0;
+};
+
+// The value after "key": in one JSON line (numbers and strings; enough for sdpa_reference.py's
+// flat lines).
+std::string JsonField(const std::string& line, const std::string& key) {
+  const std::string pat = "\"" + key + "\": ";
+  const size_t at = line.find(pat);
+  if (at == std::string::npos) return "";
+  size_t b = at + pat.size();
+  if (b < line.size() && line[b] == '"') {
+    const size_t e = line.find('"', b + 1);
+    return e == std::string::npos ? "" : line.substr(b + 1, e - b - 1);
+  }
+  size_t e = b;
+  while (e < line.size() && line[e] != ',' && line[e] != '}') ++e;
+  return line.substr(b, e - b);
+}
+
+std::map<ShapeKey, SdpaLine> ReadSdpa(const std::string& path) {
+  std::map<ShapeKey, SdpaLine> out;
+  if (path.empty()) return out;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    const std::string kernel = JsonField(line, "kernel");
+    if (kernel.rfind("sdpa_", 0) != 0) continue;
+    const ShapeKey key{std::atoi(JsonField(line, "seq_len").c_str()),
+                       std::atoi(JsonField(line, "heads").c_str()),
+                       std::atoi(JsonField(line, "kv_heads").c_str()),
+                       std::atoi(JsonField(line, "head_dim").c_str()),
+                       std::atoi(JsonField(line, "causal").c_str()),
+                       JsonField(line, "dtype")};
+    auto it = out.find(key);
+    // cuDNN is the reference; flash only where cuDNN has no line.
+    if (it != out.end() && it->second.kernel == "sdpa_cudnn") continue;
+    out[key] = {kernel, std::atof(JsonField(line, "ms").c_str()),
+                std::atof(JsonField(line, "tflops").c_str())};
+  }
+  if (out.empty()) std::fprintf(stderr, "cuda_bench: no SDPA lines in %s\n", path.c_str());
+  return out;
+}
+
+int RunShape(const std::map<std::string, std::string>& flags, int kv_heads, int d, bool causal,
+             DType dtype, const std::map<ShapeKey, SdpaLine>& sdpa,
+             std::map<int, std::unique_ptr<CudaAttentionEngine>>& engines);
+
 int Run(int argc, char** argv) {
   auto flags = ParseFlags(argc, argv);
   auto get = [&](const char* k, const char* def) {
     auto it = flags.find(k);
     return it == flags.end() ? std::string(def) : it->second;
   };
+  const std::map<ShapeKey, SdpaLine> sdpa = ReadSdpa(get("sdpa", ""));
+  std::map<int, std::unique_ptr<CudaAttentionEngine>> engines;
+  for (double kvh : Doubles(get("kv_heads", "8"))) {
+    for (double d : Doubles(get("head_dim", "128"))) {
+      for (double c : Doubles(get("causal", "1"))) {
+        for (absl::string_view dt : absl::StrSplit(get("dtype", "bf16"), ',', absl::SkipEmpty())) {
+          const int rc = RunShape(flags, static_cast<int>(kvh), static_cast<int>(d), c != 0,
+                                  dt == "fp16" ? DType::kF16 : DType::kBF16, sdpa, engines);
+          if (rc != 0) return rc;
+        }
+      }
+    }
+  }
+  return 0;
+}
+
+int RunShape(const std::map<std::string, std::string>& flags, int kv_heads, int d, bool causal,
+             DType dtype, const std::map<ShapeKey, SdpaLine>& sdpa,
+             std::map<int, std::unique_ptr<CudaAttentionEngine>>& engines) {
+  auto get = [&](const char* k, const char* def) {
+    auto it = flags.find(k);
+    return it == flags.end() ? std::string(def) : it->second;
+  };
   const std::vector<double> seq_lens = Doubles(get("seq_lens", "8192,32768,131072"));
   const int heads = std::atoi(get("heads", "32").c_str());
-  const int kv_heads = std::atoi(get("kv_heads", "8").c_str());
-  const int d = std::atoi(get("head_dim", "128").c_str());
   const int iters = std::atoi(get("iters", "10").c_str());
   const int warmup = std::atoi(get("warmup", "2").c_str());
   const std::vector<double> variants = Doubles(get("variants", "1,2,3"));
@@ -175,9 +259,8 @@ int Run(int argc, char** argv) {
   const std::vector<double> range_dens = Doubles(get("range_densities", "0.1,0.3"));
   const std::vector<double> col_dens = Doubles(get("col_densities", "0.05,0.2"));
   const int device = std::atoi(get("device", "0").c_str());
+  const std::string tag = get("tag", "");
   const double skip_sparse_above = std::atof(get("skip_sparse_above", "131072").c_str());
-  const bool causal = get("causal", "1") != "0";
-  const DType dtype = get("dtype", "bf16") == "fp16" ? DType::kF16 : DType::kBF16;
 
   std::string why;
   const auto devices = ListCudaDevices(&why);
@@ -187,7 +270,6 @@ int Run(int argc, char** argv) {
   }
   std::fprintf(stderr, "cuda_bench on %s (%d SMs)\n", devices[device].name.c_str(),
                devices[device].multiprocessors);
-  std::map<int, std::unique_ptr<CudaAttentionEngine>> engines;
   std::vector<double> all_variants = variants;
   all_variants.insert(all_variants.end(), sparse_variants.begin(), sparse_variants.end());
   for (double v : all_variants) {
@@ -233,8 +315,8 @@ int Run(int argc, char** argv) {
     alloc(&b.v, kbytes);
     alloc(&b.o, qbytes);
     alloc(&b.lse, int64_t{n} * heads * 4);
-    if (!FillPattern(b.q.get(), 1).ok() || !FillPattern(b.k.get(), 2).ok() ||
-        !FillPattern(b.v.get(), 3).ok()) {
+    if (!FillPattern(b.q.get(), dtype, 1).ok() || !FillPattern(b.k.get(), dtype, 2).ok() ||
+        !FillPattern(b.v.get(), dtype, 3).ok()) {
       std::fprintf(stderr, "fill failed\n");
       return 1;
     }
@@ -254,6 +336,16 @@ int Run(int argc, char** argv) {
       std::string per_pair;
       if (kernel.rfind("dense", 0) == 0) {
         best_dense[n] = std::max(best_dense[n], tflops);
+        auto it = sdpa.find(ShapeKey{n, heads, kv_heads, d, causal ? 1 : 0, DTypeName(dtype)});
+        if (it != sdpa.end() && it->second.tflops > 0) {
+          char buf[160];
+          std::snprintf(buf, sizeof(buf),
+                        ", \"sdpa_kernel\": \"%s\", \"sdpa_ms\": %.4f, \"sdpa_tflops\": %.1f, "
+                        "\"vs_sdpa\": %.3f",
+                        it->second.kernel.c_str(), it->second.ms, it->second.tflops,
+                        tflops / it->second.tflops);
+          per_pair = buf;
+        }
       } else if (best_dense.count(n) > 0) {
         char buf[96];
         std::snprintf(buf, sizeof(buf), ", \"dense_tflops\": %.1f, \"vs_dense\": %.3f",
@@ -264,10 +356,10 @@ int Run(int argc, char** argv) {
           "{\"kernel\": \"%s\", \"seq_len\": %d, \"heads\": %d, \"kv_heads\": %d, "
           "\"head_dim\": %d, \"causal\": %d, \"dtype\": \"%s\", \"block_m\": %d, "
           "\"density\": %.4f, \"ms\": %.4f, \"ms_min\": %.4f, \"schedule_ms\": %.4f, "
-          "\"iters\": %d, \"tflops\": %.1f%s, \"device\": \"%s\"}\n",
+          "\"iters\": %d, \"tflops\": %.1f%s, \"tag\": \"%s\", \"device\": \"%s\"}\n",
           kernel.c_str(), n, heads, kv_heads, d, causal ? 1 : 0, DTypeName(dtype), block_m, density,
           ms, ms_min, Median(sched_s) * 1e3, static_cast<int>(kernel_s.size()), tflops,
-          per_pair.c_str(), devices[device].name.c_str());
+          per_pair.c_str(), tag.c_str(), devices[device].name.c_str());
       std::fflush(stdout);
     };
 

@@ -6,6 +6,9 @@ kernel at the same length.
 
 Ratios compare lines of the same shape (seq_len, heads, kv_heads, head_dim, causal, dtype).
 
+kv_heads, head_dim, causal and dtype take comma lists: every combination is timed (the shape
+matrix of cuda_bench, which reads these lines back with --sdpa=FILE).
+
 Usage (GPU machine): python3 sdpa_reference.py --seq_lens 8192,32768,131072 [--causal 0]
   [--dtype fp16] [--heads 32 --kv_heads 8 --head_dim 128] [--ours bench.jsonl]
 """
@@ -52,43 +55,47 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seq_lens", default="8192,32768,131072")
     ap.add_argument("--heads", type=int, default=32)
-    ap.add_argument("--kv_heads", type=int, default=8)
-    ap.add_argument("--head_dim", type=int, default=128)
+    ap.add_argument("--kv_heads", default="8")
+    ap.add_argument("--head_dim", default="128")
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--backends", default="cudnn,flash")
-    ap.add_argument("--causal", type=int, default=1)
-    ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
+    ap.add_argument("--causal", default="1")
+    ap.add_argument("--dtype", default="bf16")
     ap.add_argument("--ours", default="", help="cuda_bench JSON lines to compare with")
     args = ap.parse_args()
 
+    ints = lambda s: [int(x) for x in s.split(",") if x]
+    shapes = [(kvh, d, c, dt) for kvh in ints(args.kv_heads) for d in ints(args.head_dim)
+              for c in ints(args.causal) for dt in args.dtype.split(",") if dt]
     rows = []
     try:
         import torch
         dev = torch.cuda.get_device_name(0)
-        for n in [int(x) for x in args.seq_lens.split(",") if x]:
-            pairs = causal_pairs(n) if args.causal else n * n
-            flops = 4.0 * args.head_dim * pairs * args.heads
-            for backend in args.backends.split(","):
-                try:
-                    ms, ms_min = time_sdpa(torch, backend, n, args.heads, args.kv_heads,
-                                           args.head_dim, args.iters, args.warmup,
-                                           bool(args.causal), args.dtype)
-                except Exception as e:  # a backend may refuse a shape
-                    print(f"# sdpa {backend} {n}: {e}", file=sys.stderr)
-                    continue
-                row = {"kernel": f"sdpa_{backend}", "seq_len": n, "heads": args.heads,
-                       "kv_heads": args.kv_heads, "head_dim": args.head_dim,
-                       "causal": args.causal, "dtype": args.dtype, "density": 1.0,
-                       "ms": round(ms, 4), "ms_min": round(ms_min, 4), "iters": args.iters,
-                       "tflops": round(flops / (ms * 1e-3) / 1e12, 1), "device": dev}
-                rows.append(row)
-                print(json.dumps(row), flush=True)
+        for kv_heads, head_dim, causal, dtype in shapes:
+            for n in ints(args.seq_lens):
+                pairs = causal_pairs(n) if causal else n * n
+                flops = 4.0 * head_dim * pairs * args.heads
+                for backend in args.backends.split(","):
+                    try:
+                        ms, ms_min = time_sdpa(torch, backend, n, args.heads, kv_heads, head_dim,
+                                               args.iters, args.warmup, bool(causal), dtype)
+                    except Exception as e:  # a backend may refuse a shape
+                        print(f"# sdpa {backend} {n}: {e}", file=sys.stderr)
+                        continue
+                    row = {"kernel": f"sdpa_{backend}", "seq_len": n, "heads": args.heads,
+                           "kv_heads": kv_heads, "head_dim": head_dim, "causal": causal,
+                           "dtype": dtype, "density": 1.0, "ms": round(ms, 4),
+                           "ms_min": round(ms_min, 4), "iters": args.iters,
+                           "tflops": round(flops / (ms * 1e-3) / 1e12, 1), "device": dev}
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
     except ImportError as e:
         print(f"# no torch: {e}", file=sys.stderr)
 
-    if not args.ours:
+    if not args.ours or len(shapes) != 1:
         return
+    args.kv_heads, args.head_dim, args.causal, args.dtype = shapes[0]
     def shape(r):
         return (r["seq_len"], r["heads"], r["kv_heads"], r["head_dim"], r.get("causal", 1),
                 r.get("dtype", "bf16"))

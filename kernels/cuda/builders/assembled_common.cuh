@@ -1,8 +1,8 @@
 // Device pieces shared by the SampleAttention, AnchorAttention and Saap GPU builders: tensor-core
 // tile products (common/mma.cuh's mma.sync m16n8k16 through ldmatrix, the smem conventions of
 // attention_core.cuh),
-// bf16 hi/lo splitting of float operands, block reductions, and the row assembler (bitmap of a
-// row's keys -> SparseIndex row, as RowKeys::Normalize).
+// bf16 hi/lo splitting of float operands, block reductions; rows are assembled by
+// common/row_assembly.cuh.
 #ifndef SPATTN_KERNELS_CUDA_BUILDERS_ASSEMBLED_COMMON_CUH_
 #define SPATTN_KERNELS_CUDA_BUILDERS_ASSEMBLED_COMMON_CUH_
 
@@ -12,7 +12,7 @@
 
 #include "kernels/cuda/builders/assembled_kernels.h"
 #include "kernels/cuda/common/mma.cuh"
-#include "kernels/cuda/common/row_bits.h"
+#include "kernels/cuda/common/row_assembly.cuh"
 
 namespace spattn {
 namespace cuda {
@@ -26,6 +26,14 @@ using detail::kNegInf;
 using detail::LdMatrixX4;
 using detail::Mma;
 using detail::SmemAddr;
+using row_assembly::AsmOut;
+using row_assembly::kAsmArrayWords;
+using row_assembly::LaunchAssemble;
+using row_assembly::OrSpan;
+using row_assembly::OrSpanBlock;
+using row_assembly::RowCtx;
+static_assert(kSaapMaxGroupSlots <= row_assembly::kAsmMaxSlots,
+              "a Saap kv group's head slots share one assembled row");
 
 __device__ __forceinline__ int CeilDivD(int a, int b) { return (a + b - 1) / b; }
 __device__ __forceinline__ int FloorDivD(int a, int b) {
@@ -125,187 +133,6 @@ __device__ __forceinline__ float QuadSum(float v) {
 // l * 2^(m_old - m_new) with l = 0 whenever m_old is -inf (empty so far).
 __device__ __forceinline__ float Rescale2(float l, float m_old, float m_new) {
   return m_old == kNegInf ? 0.f : l * Exp2(m_old - m_new);
-}
-
-// ---- Row assembler ------------------------------------------------------------------------------
-
-constexpr int kAsmThreads = 256;
-constexpr int kAsmSegWords = 2048;  // 64K keys per segment
-constexpr int kAsmWordsPerThread = kAsmSegWords / kAsmThreads;
-constexpr int kAsmArrayWords = kAsmSegWords + 2;  // plus one halo word on each side
-constexpr int kAsmMaxSlots = kSaapMaxGroupSlots;
-
-// What a source tells the assembler about one row (filled by Src::Begin on thread 0).
-struct RowCtx {
-  int key_end;
-  int block;
-  int num_slots;
-  int slots[kAsmMaxSlots];
-};
-
-// Sets bits [start, end) of a segment array (array word i is key word wbase + i), clipped to the
-// array. One thread; for short spans.
-__device__ __forceinline__ void OrSpan(uint32_t* arr, int64_t wbase, int64_t start, int64_t end) {
-  const int64_t lo_key = (wbase < 0 ? 0 : wbase) * 32;
-  const int64_t hi_key = (wbase + kAsmArrayWords) * 32;
-  if (start < lo_key) start = lo_key;
-  if (end > hi_key) end = hi_key;
-  if (start >= end) return;
-  for (int64_t w = start >> 5; w <= (end - 1) >> 5; ++w) {
-    atomicOr(arr + (w - wbase), SpanBits(w, start, end));
-  }
-}
-// Same, all threads of the CTA together (each takes whole words): for long spans.
-__device__ __forceinline__ void OrSpanBlock(uint32_t* arr, int64_t wbase, int64_t start,
-                                            int64_t end) {
-  const int64_t lo_key = (wbase < 0 ? 0 : wbase) * 32;
-  const int64_t hi_key = (wbase + kAsmArrayWords) * 32;
-  if (start < lo_key) start = lo_key;
-  if (end > hi_key) end = hi_key;
-  if (start >= end) return;
-  const int64_t w_first = start >> 5, w_last = (end - 1) >> 5;
-  for (int64_t w = w_first + threadIdx.x; w <= w_last; w += blockDim.x) {
-    atomicOr(arr + (w - wbase), SpanBits(w, start, end));
-  }
-}
-
-// The assembler kernel. Src provides:
-//   struct Shared;                                   (per-row state in shared memory)
-//   __device__ void Begin(int unit, Shared&, RowCtx&) const;   (thread 0)
-//   __device__ void SetBits(const RowCtx&, const Shared&, uint32_t* ranges, uint32_t* cols,
-//                           int64_t wbase) const;    (all threads; atomicOr / plain stores to
-//                                                     `cols` words nobody else writes)
-// For every unit (a row shared by ctx.num_slots head slots): count pass writes the number of
-// ranges and columns of each slot row, fill pass writes the entries at off_* (then turns range
-// ends into lengths).
-template <class Src>
-__global__ void __launch_bounds__(kAsmThreads, 2)
-    AssembleKernel(Src src, int num_units, AsmOut out, bool fill) {
-  __shared__ uint32_t sR[kAsmArrayWords];
-  __shared__ uint32_t sC[kAsmArrayWords];
-  __shared__ uint32_t sF[kAsmArrayWords];
-  __shared__ typename Src::Shared sh;
-  __shared__ RowCtx ctx;
-  using Scan = cub::BlockScan<unsigned long long, kAsmThreads>;
-  __shared__ typename Scan::TempStorage scan_tmp;
-  __shared__ unsigned long long seg_total;
-  __shared__ uint32_t carry_f;
-  __shared__ long long base_s, base_e, base_c;
-  const int tid = threadIdx.x;
-  constexpr unsigned long long kField = (1ull << 21) - 1;
-
-  for (int unit = blockIdx.x; unit < num_units; unit += gridDim.x) {
-    if (tid == 0) {
-      src.Begin(unit, sh, ctx);
-      carry_f = 0;
-      base_s = base_e = base_c = 0;
-    }
-    __syncthreads();
-    const int key_end = ctx.key_end;
-    const int64_t num_words = (static_cast<int64_t>(key_end) + 31) / 32;
-    // Words [0, num_words] (one past the last, where a run ending at key_end ends).
-    for (int64_t w0 = 0; w0 <= num_words; w0 += kAsmSegWords) {
-      const int64_t wbase = w0 - 1;
-      for (int i = tid; i < kAsmArrayWords; i += kAsmThreads) {
-        sR[i] = 0u;
-        sC[i] = 0u;
-      }
-      __syncthreads();
-      src.SetBits(ctx, sh, sR, sC, wbase);
-      __syncthreads();
-      for (int i = tid; i < kAsmArrayWords; i += kAsmThreads) {
-        const uint32_t m = WordMask(wbase + i, key_end);
-        sR[i] &= m;
-        sC[i] &= m;
-      }
-      __syncthreads();
-      // This thread's words: array indices [first_i, first_i + kAsmWordsPerThread).
-      const int first_i = 1 + tid * kAsmWordsPerThread;
-      uint32_t f[kAsmWordsPerThread], cf[kAsmWordsPerThread];
-#pragma unroll
-      for (int k = 0; k < kAsmWordsPerThread; ++k) {
-        const int i = first_i + k;
-        FinalBits(sR[i - 1], sC[i - 1], sR[i], sC[i], sR[i + 1], sC[i + 1], &f[k], &cf[k]);
-        sF[i] = f[k];
-      }
-      if (tid == 0) sF[0] = carry_f;
-      __syncthreads();
-      unsigned long long packed = 0;
-      uint32_t starts[kAsmWordsPerThread], ends[kAsmWordsPerThread];
-#pragma unroll
-      for (int k = 0; k < kAsmWordsPerThread; ++k) {
-        RangeEvents(sF[first_i + k - 1], f[k], &starts[k], &ends[k]);
-        packed += static_cast<unsigned long long>(__popc(starts[k])) |
-                  (static_cast<unsigned long long>(__popc(ends[k])) << 21) |
-                  (static_cast<unsigned long long>(__popc(cf[k])) << 42);
-      }
-      unsigned long long excl = 0, total = 0;
-      Scan(scan_tmp).ExclusiveSum(packed, excl, total);
-      if (fill) {
-        const int64_t ks = base_s + static_cast<int64_t>(excl & kField);
-        const int64_t ke = base_e + static_cast<int64_t>((excl >> 21) & kField);
-        const int64_t kc = base_c + static_cast<int64_t>((excl >> 42) & kField);
-        for (int si = 0; si < ctx.num_slots; ++si) {
-          const int64_t row = static_cast<int64_t>(ctx.slots[si]) * out.num_blocks + ctx.block;
-          const int64_t ro = out.off_ranges[row], co = out.off_cols[row];
-          int64_t ps = ro + ks, pe = ro + ke, pc = co + kc;
-#pragma unroll
-          for (int k = 0; k < kAsmWordsPerThread; ++k) {
-            const int32_t key0 = static_cast<int32_t>((w0 + tid * kAsmWordsPerThread + k) * 32);
-            for (uint32_t b = starts[k]; b != 0u; b &= b - 1u) {
-              out.range_start[ps++] = key0 + __ffs(b) - 1;
-            }
-            for (uint32_t b = ends[k]; b != 0u; b &= b - 1u) {
-              out.range_len[pe++] = key0 + __ffs(b) - 1;  // the end; made a length below
-            }
-            for (uint32_t b = cf[k]; b != 0u; b &= b - 1u) {
-              out.col_idx[pc++] = key0 + __ffs(b) - 1;
-            }
-          }
-        }
-      }
-      if (tid == kAsmThreads - 1) seg_total = total;
-      __syncthreads();
-      if (tid == 0) {
-        carry_f = sF[kAsmSegWords];
-        base_s += static_cast<long long>(seg_total & kField);
-        base_e += static_cast<long long>((seg_total >> 21) & kField);
-        base_c += static_cast<long long>((seg_total >> 42) & kField);
-      }
-      __syncthreads();
-    }
-    if (fill) {
-      const int64_t n = base_s;
-      for (int si = 0; si < ctx.num_slots; ++si) {
-        const int64_t row = static_cast<int64_t>(ctx.slots[si]) * out.num_blocks + ctx.block;
-        const int64_t ro = out.off_ranges[row];
-        for (int64_t k = tid; k < n; k += kAsmThreads) {
-          out.range_len[ro + k] -= out.range_start[ro + k];
-        }
-      }
-    } else if (tid == 0) {
-      for (int si = 0; si < ctx.num_slots; ++si) {
-        const int64_t row = static_cast<int64_t>(ctx.slots[si]) * out.num_blocks + ctx.block;
-        out.count_ranges[row] = base_s;
-        out.count_cols[row] = base_c;
-      }
-    }
-    __syncthreads();
-  }
-}
-
-template <class Src>
-cudaError_t LaunchAssemble(const Src& src, int num_units, const AsmOut& out, bool fill,
-                           cudaStream_t stream) {
-  if (num_units <= 0) return cudaSuccess;
-  int device = 0, sms = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err != cudaSuccess) return err;
-  err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  if (err != cudaSuccess) return err;
-  const int grid = num_units < sms * 8 ? num_units : sms * 8;
-  AssembleKernel<Src><<<grid, kAsmThreads, 0, stream>>>(src, num_units, out, fill);
-  return cudaGetLastError();
 }
 
 // ---- Block-wide selection helpers ---------------------------------------------------------------

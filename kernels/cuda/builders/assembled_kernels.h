@@ -1,14 +1,15 @@
 // Internal launch API of the GPU index builders of SampleAttention, AnchorAttention and Saap
 // (the twins of kernels/builders/{sample_attention,anchor,saap}.cc): plain structs of device
-// pointers and sizes, launchers returning cudaError_t. The host orchestration (workspace,
-// count-then-fill sizing) is assembled_builders.cc; only code under kernels/cuda includes this.
+// pointers and sizes, launchers returning cudaError_t. The host side is
+// builders/<method>_host.cc (count-then-fill sizing: builder_steps.h's Assemble); only code under
+// kernels/cuda includes this.
 //
-// Every builder ends in the same row assembler: per index row, a bitmap of the row's keys
-// [0, key_end) in shared memory (in segments of kAsmSegWords words), "range" bits and "column"
-// bits, turned into the SparseIndex row exactly as RowKeys::Normalize would (ranges merged when
-// they overlap or touch, columns inside ranges dropped, runs of >= 16 consecutive columns turned
-// into ranges). A count pass writes the entries per row, a scan gives the CSR offsets, a fill
-// pass writes the entries: the index is sized by its real counts.
+// Every builder ends in the bitmap row assembler (common/row_assembly.cuh): per index row, a bitmap
+// of the row's keys [0, key_end) in shared memory (in segments of kAsmSegWords words), "range" bits
+// and "column" bits, turned into the SparseIndex row exactly as RowKeys::Normalize would (ranges
+// merged when they overlap or touch, columns inside ranges dropped, runs of >= 16 consecutive
+// columns turned into ranges). A count pass writes the entries per row, a scan gives the CSR
+// offsets, a fill pass writes the entries: the index is sized by its real counts.
 #ifndef SPATTN_KERNELS_CUDA_BUILDERS_ASSEMBLED_KERNELS_H_
 #define SPATTN_KERNELS_CUDA_BUILDERS_ASSEMBLED_KERNELS_H_
 
@@ -17,6 +18,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/attention/attention_launch.h"
+#include "kernels/cuda/common/row_assembly.h"
 #include "kernels/cuda/common/scan.h"
 
 namespace spattn {
@@ -30,18 +32,8 @@ struct BlockGeoDev {
   int key_end;              // [0, key_end) allowed for some row of the block
 };
 
-// Where the assembler writes. Count pass: per slot row (slot * num_blocks + block) the number of
-// ranges and columns. Fill pass: the entries at the scanned offsets.
-struct AsmOut {
-  int num_blocks = 0;
-  int64_t* count_ranges = nullptr;      // [rows]
-  int64_t* count_cols = nullptr;        // [rows]
-  const int64_t* off_ranges = nullptr;  // [rows + 1] exclusive prefix of count_ranges
-  const int64_t* off_cols = nullptr;    // [rows + 1]
-  int32_t* range_start = nullptr;
-  int32_t* range_len = nullptr;
-  int32_t* col_idx = nullptr;
-};
+// Where the row assembler writes (common/row_assembly.h).
+using row_assembly::AsmOut;
 
 // ---- Shared steps ------------------------------------------------------------------------------
 

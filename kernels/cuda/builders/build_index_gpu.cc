@@ -6,79 +6,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/attention/engine_internal.h"
-#include "kernels/cuda/builders/a_shape.h"
-#include "kernels/cuda/builders/assembled_builders.h"
-#include "kernels/cuda/builders/merged_builders.h"
-#include "kernels/cuda/common/cuda_status.h"
+#include "kernels/cuda/builders/method_builders.h"
 #include "kernels/status_macros.h"
 
 namespace spattn {
 namespace cuda {
-namespace {
-
-// The workspace as the merged builders' carver.
-class ScopeCarver : public merged::WorkspaceCarver {
- public:
-  explicit ScopeCarver(const BuildScope& scope) : scope_(scope) {}
-  absl::StatusOr<void*> Carve(int64_t bytes, const char* what) override {
-    return scope_.alloc(bytes, what);
-  }
-
- private:
-  const BuildScope& scope_;
-};
-
-template <typename T>
-absl::StatusOr<T*> Alloc(const BuildScope& scope, int64_t count, const char* what) {
-  SPATTN_ASSIGN_OR_RETURN(void* p,
-                          scope.alloc(std::max<int64_t>(count, 1) * int64_t{sizeof(T)}, what));
-  return static_cast<T*>(p);
-}
-
-int NumBlocks(const AttentionProblem& p, int block_m) {
-  int n = 0;
-  for (int b = 0; b < p.batch(); ++b) n += (p.q_len(b) + block_m - 1) / block_m;
-  return n;
-}
-
-// dense and a_shape (builders/a_shape.cu): ranges from the sizes alone.
-absl::StatusOr<SparseIndexView> BuildStaticPattern(const BuildScope& scope,
-                                                   const AttentionProblem& p,
-                                                   const MethodConfig& config,
-                                                   const int32_t* d_heads, int num_heads,
-                                                   int block_m) {
-  const int kind = config.method == Method::kDense ? 0 : 1;
-  const int num_blocks = NumBlocks(p, block_m);
-  const int64_t rows = static_cast<int64_t>(num_heads) * num_blocks;
-  const int64_t max_ranges = rows * (kind == 0 ? 1 : 2);
-  SparseIndexView v;
-  v.block_m = block_m;
-  v.num_heads = num_heads;
-  v.num_blocks = num_blocks;
-  v.heads = d_heads;
-  DeviceIndexArrays out;
-  SPATTN_ASSIGN_OR_RETURN(out.block_offsets, Alloc<int32_t>(scope, p.batch() + 1, "block_offsets"));
-  SPATTN_ASSIGN_OR_RETURN(out.range_indptr, Alloc<int32_t>(scope, rows + 1, "range_indptr"));
-  SPATTN_ASSIGN_OR_RETURN(out.range_start, Alloc<int32_t>(scope, max_ranges, "range_start"));
-  SPATTN_ASSIGN_OR_RETURN(out.range_len, Alloc<int32_t>(scope, max_ranges, "range_len"));
-  SPATTN_ASSIGN_OR_RETURN(out.col_indptr, Alloc<int32_t>(scope, rows + 1, "col_indptr"));
-  SPATTN_ASSIGN_OR_RETURN(out.scratch, Alloc<int32_t>(scope, num_blocks + 1, "builder scratch"));
-  const AttnParams& a = *scope.params;
-  SPATTN_CUDA_RETURN_IF_ERROR(
-      LaunchStaticIndexBuilder(kind, config.a_shape.sink_tokens, config.a_shape.local_tokens,
-                               a.cu_seqlens_q, a.cu_seqlens_k, a.batch, p.causal, block_m,
-                               num_heads, num_blocks, out, scope.stream),
-      "index builder");
-  v.block_offsets = out.block_offsets;
-  v.range_indptr = out.range_indptr;
-  v.range_start = out.range_start;
-  v.range_len = out.range_len;
-  v.col_indptr = out.col_indptr;
-  v.col_idx = out.range_start;  // no columns; any valid pointer
-  return v;
-}
-
-}  // namespace
 
 int GpuIndexBlockM(const MethodConfig& config, int block_m) {
   switch (config.method) {
@@ -114,38 +46,21 @@ absl::StatusOr<SparseIndexView> BuildIndexInWorkspace(const BuildScope& scope,
     }
   }
   switch (config.method) {
-    case Method::kSampleAttention:
-    case Method::kAnchor:
-    case Method::kSaap: {
-      BuilderEnv env;
-      env.stream = scope.stream;
-      env.device = scope.device;
-      env.alloc = scope.alloc;
-      return BuildAssembledIndex(env, p, *scope.params, config, heads, block_m, maybe_assets);
-    }
-    default:
-      break;
-  }
-  std::vector<int32_t> heads32(heads.begin(), heads.end());
-  SPATTN_ASSIGN_OR_RETURN(
-      int32_t * d_heads,
-      Alloc<int32_t>(scope, static_cast<int64_t>(heads32.size()), "index.heads"));
-  if (!heads32.empty()) {
-    SPATTN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_heads, heads32.data(), heads32.size() * 4,
-                                                cudaMemcpyHostToDevice, scope.stream),
-                                "index.heads");
-  }
-  switch (config.method) {
     case Method::kDense:
     case Method::kAShape:
-      return BuildStaticPattern(scope, p, config, d_heads, static_cast<int>(heads.size()), block_m);
+      return BuildSimplePatternIndex(scope, p, config, heads, block_m);
     case Method::kVerticalSlash:
+      return BuildVerticalSlashIndex(scope, p, config, heads, block_m);
     case Method::kBlockSparse:
-    case Method::kFlexPrefill: {
-      ScopeCarver carver(scope);
-      return merged::BuildMergedIndex(p, *scope.params, config, heads, d_heads, block_m, carver,
-                                      scope.stream);
-    }
+      return BuildBlockSparseIndex(scope, p, config, heads, block_m);
+    case Method::kFlexPrefill:
+      return BuildFlexPrefillIndex(scope, p, config, heads, block_m);
+    case Method::kSampleAttention:
+      return BuildSampleAttentionIndex(scope, p, config, heads, block_m);
+    case Method::kAnchor:
+      return BuildAnchorIndex(scope, p, config, heads, block_m);
+    case Method::kSaap:
+      return BuildSaapIndex(scope, p, config, heads, block_m, maybe_assets);
     default:
       break;
   }
@@ -188,6 +103,14 @@ absl::StatusOr<std::vector<int64_t>> ComputedPairsOnGpu(CudaAttentionEngine& eng
                                                         const AttentionProblem& problem,
                                                         const GpuSparseIndex& index) {
   return cuda::EngineAccess::ComputedPairs(engine, problem, index);
+}
+
+absl::StatusOr<std::vector<double>> MassRecallOnGpu(CudaAttentionEngine& engine,
+                                                    const AttentionProblem& problem,
+                                                    const SparseIndex& index,
+                                                    const SparseIndexView* maybe_device,
+                                                    const std::vector<std::pair<int, int>>& rows) {
+  return cuda::EngineAccess::MassRecall(engine, problem, index, maybe_device, rows);
 }
 
 }  // namespace spattn

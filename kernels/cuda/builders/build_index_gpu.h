@@ -15,6 +15,7 @@
 #define SPATTN_KERNELS_CUDA_BUILDERS_BUILD_INDEX_GPU_H_
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -80,6 +81,19 @@ absl::Status DownloadIndex(CudaAttentionEngine& engine, const GpuSparseIndex& in
 absl::StatusOr<std::vector<int64_t>> ComputedPairsOnGpu(CudaAttentionEngine& engine,
                                                         const AttentionProblem& problem,
                                                         const GpuSparseIndex& index);
+
+// Per head slot of an index, the attention-mass recall (AttentionMassRecall of kernels/fidelity.h:
+// the softmax mass of the keys the index selects, averaged over the probe rows) on the query rows
+// `rows` ((sequence, row within it), e.g. SampleQueryRows), computed on the device from the
+// problem's device Q/K (problem.space kCuda) and the device index: only per-chunk sums come to the
+// host (the recall guard and `estimate_recall` of the worker). `index` on the host gives heads,
+// block_m and block_offsets; `maybe_device` is its device copy (a GpuSparseIndex's view), or null
+// to upload `index` (then complete on the host). Issue 11.
+absl::StatusOr<std::vector<double>> MassRecallOnGpu(CudaAttentionEngine& engine,
+                                                    const AttentionProblem& problem,
+                                                    const SparseIndex& index,
+                                                    const SparseIndexView* maybe_device,
+                                                    const std::vector<std::pair<int, int>>& rows);
 
 }  // namespace spattn
 

@@ -34,6 +34,8 @@
 namespace spattn {
 namespace {
 
+using cuda_test::BuildAndDownloadIndex;
+using cuda_test::BuildAndRunIndex;
 using cuda_test::DeviceProblem;
 
 #define SKIP_WITHOUT_GPU()                                                        \
@@ -609,31 +611,31 @@ TEST(BuildIndexOnGpuErrorsTest, MergedBuildersAnswerPreciseCodes) {
   vs.method = Method::kVerticalSlash;
   SparseIndex out;
   // Estimating builders read Q/K: host buffers are refused.
-  EXPECT_EQ((*engine)->BuildIndexOnDevice(hp->problem(), vs, {0}, 64, &out).code(),
+  EXPECT_EQ(BuildAndDownloadIndex(**engine, hp->problem(), vs, {0}, 64, &out).code(),
             absl::StatusCode::kInvalidArgument);
   MethodConfig long_q = vs;
   long_q.vertical_slash.last_q = 4096;
-  EXPECT_EQ((*engine)->BuildIndexOnDevice((*dp)->problem(), long_q, {0}, 64, &out).code(),
+  EXPECT_EQ(BuildAndDownloadIndex(**engine, (*dp)->problem(), long_q, {0}, 64, &out).code(),
             absl::StatusCode::kInvalidArgument);
   MethodConfig bad = vs;
   bad.vertical_slash.last_q = 0;
-  EXPECT_EQ((*engine)->RunBuiltIndex((*dp)->problem(), bad, {0}, 64).code(),
+  EXPECT_EQ(BuildAndRunIndex(**engine, (*dp)->problem(), bad, {0}, 64).code(),
             absl::StatusCode::kInvalidArgument);
   MethodConfig flex32;
   flex32.method = Method::kFlexPrefill;
   flex32.flex_prefill.block_size = 32;  // the sparse kernel takes block_m 64 and 128
-  EXPECT_EQ((*engine)->RunBuiltIndex((*dp)->problem(), flex32, {0}, 64).code(),
+  EXPECT_EQ(BuildAndRunIndex(**engine, (*dp)->problem(), flex32, {0}, 64).code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ((*engine)->BuildIndexOnDevice((*dp)->problem(), vs, {4}, 64, &out).code(),
+  EXPECT_EQ(BuildAndDownloadIndex(**engine, (*dp)->problem(), vs, {4}, 64, &out).code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ((*tiny)->BuildIndexOnDevice((*dp)->problem(), vs, {0, 1, 2, 3}, 64, &out).code(),
+  EXPECT_EQ(BuildAndDownloadIndex(**tiny, (*dp)->problem(), vs, {0, 1, 2, 3}, 64, &out).code(),
             absl::StatusCode::kResourceExhausted);
   // No heads: an empty index.
-  ASSERT_TRUE((*engine)->BuildIndexOnDevice((*dp)->problem(), vs, {}, 64, &out).ok());
+  ASSERT_TRUE(BuildAndDownloadIndex(**engine, (*dp)->problem(), vs, {}, 64, &out).ok());
   EXPECT_EQ(out.num_heads(), 0);
   EXPECT_TRUE(ValidateSparseIndex(hp->problem(), out).ok());
   // Still usable afterwards.
-  EXPECT_TRUE((*engine)->BuildIndexOnDevice((*dp)->problem(), vs, {0}, 64, &out).ok());
+  EXPECT_TRUE(BuildAndDownloadIndex(**engine, (*dp)->problem(), vs, {0}, 64, &out).ok());
   EXPECT_TRUE(ValidateSparseIndex(hp->problem(), out).ok());
 }
 
@@ -648,42 +650,42 @@ TEST(BuildIndexOnGpuErrorsTest, AssembledBuildersAnswerPreciseCodes) {
   MethodConfig sa;
   sa.method = Method::kSampleAttention;
   // Q/K in host memory.
-  EXPECT_EQ(engine->BuildIndexOnDevice(hp->problem(), sa, {0}, 64, &idx).code(),
+  EXPECT_EQ(BuildAndDownloadIndex(*engine, hp->problem(), sa, {0}, 64, &idx).code(),
             absl::StatusCode::kFailedPrecondition);
   // Not a q head.
-  EXPECT_EQ(engine->BuildIndexOnDevice((*dp)->problem(), sa, {4}, 64, &idx).code(),
+  EXPECT_EQ(BuildAndDownloadIndex(*engine, (*dp)->problem(), sa, {4}, 64, &idx).code(),
             absl::StatusCode::kInvalidArgument);
   // Bad parameter.
   sa.sample_attention.block_size = 48;
-  EXPECT_EQ(engine->BuildIndexOnDevice((*dp)->problem(), sa, {0}, 64, &idx).code(),
+  EXPECT_EQ(BuildAndDownloadIndex(*engine, (*dp)->problem(), sa, {0}, 64, &idx).code(),
             absl::StatusCode::kInvalidArgument);
   // Block sizes the sparse kernel does not take: the index builds, the kernel call says no.
   sa.sample_attention.block_size = 32;
-  EXPECT_TRUE(engine->BuildIndexOnDevice((*dp)->problem(), sa, {0}, 64, &idx).ok());
-  EXPECT_EQ(engine->RunBuiltIndex((*dp)->problem(), sa, {0}, 64).code(),
+  EXPECT_TRUE(BuildAndDownloadIndex(*engine, (*dp)->problem(), sa, {0}, 64, &idx).ok());
+  EXPECT_EQ(BuildAndRunIndex(*engine, (*dp)->problem(), sa, {0}, 64).code(),
             absl::StatusCode::kInvalidArgument);
   // Saap: no assets, wrong centroid count, unsupported classifier.
   MethodConfig sp;
   sp.method = Method::kSaap;
   sp.saap.num_centroids = 16;
   sp.saap.top_l = 2;
-  EXPECT_EQ(engine->BuildIndexOnDevice((*dp)->problem(), sp, {0}, 64, &idx).code(),
+  EXPECT_EQ(BuildAndDownloadIndex(*engine, (*dp)->problem(), sp, {0}, 64, &idx).code(),
             absl::StatusCode::kFailedPrecondition);
   LayerAssets assets = method_testing::RandomSaapAssets(4, 2, 64, 16, 32, 61);
   auto dev = engine->UploadLayerAssets(assets, 64);
   ASSERT_TRUE(dev.ok()) << dev.status();
   sp.saap.num_centroids = 32;
-  EXPECT_EQ(engine->BuildIndexOnDevice((*dp)->problem(), sp, {0}, 64, &idx, dev->get()).code(),
+  EXPECT_EQ(BuildAndDownloadIndex(*engine, (*dp)->problem(), sp, {0}, 64, &idx, dev->get()).code(),
             absl::StatusCode::kInvalidArgument);
   sp.saap.num_centroids = 16;
-  EXPECT_TRUE(engine->BuildIndexOnDevice((*dp)->problem(), sp, {0}, 64, &idx, dev->get()).ok());
+  EXPECT_TRUE(BuildAndDownloadIndex(*engine, (*dp)->problem(), sp, {0}, 64, &idx, dev->get()).ok());
   LayerAssets partial = assets;
   partial.classifiers[3].clear();
   auto dev_partial = engine->UploadLayerAssets(partial, 64);
   ASSERT_TRUE(dev_partial.ok()) << dev_partial.status();
-  EXPECT_EQ(
-      engine->BuildIndexOnDevice((*dp)->problem(), sp, {3}, 64, &idx, dev_partial->get()).code(),
-      absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(BuildAndDownloadIndex(*engine, (*dp)->problem(), sp, {3}, 64, &idx, dev_partial->get())
+                .code(),
+            absl::StatusCode::kFailedPrecondition);
   LayerAssets deep = assets;
   for (auto& c : deep.classifiers) {
     DenseLayerWeights extra;
@@ -702,7 +704,7 @@ TEST(BuildIndexOnGpuErrorsTest, AssembledBuildersAnswerPreciseCodes) {
   ASSERT_NE(tiny, nullptr);
   MethodConfig an;
   an.method = Method::kAnchor;
-  EXPECT_EQ(tiny->BuildIndexOnDevice((*dp)->problem(), an, AllHeads(4), 64, &idx).code(),
+  EXPECT_EQ(BuildAndDownloadIndex(*tiny, (*dp)->problem(), an, AllHeads(4), 64, &idx).code(),
             absl::StatusCode::kResourceExhausted);
 }
 

@@ -132,7 +132,7 @@ __device__ __forceinline__ int CtaBlockRuns(
 }
 
 // Groups of a sorted array a[0, n): maximal runs whose consecutive values differ by at most
-// `gap`, written as [lo, hi] pairs to out (as line_merge::GroupRuns); returns their count.
+// `gap`, written as [lo, hi] pairs to out (as row_assembly::GroupRuns); returns their count.
 template <int kThreads>
 __device__ __forceinline__ int CtaGroupRuns(
     const int32_t* a, int n, int gap, int32_t* out,

@@ -1,7 +1,7 @@
-// Internal launch API of the GPU index builders of vertical_slash, block_sparse and flex_prefill
-// (issue 4, builders "a"): plain params structs of device pointers and sizes, and launchers that
-// return cudaError_t. The host planner (merged_builders.cc) sizes every buffer from host-known
-// counts, carves it from the engine's workspace and calls these; only code under kernels/cuda
+// Internal launch API of the GPU index builders of vertical_slash, block_sparse and flex_prefill:
+// plain params structs of device pointers and sizes, and launchers that return cudaError_t. The
+// host side (builders/<method>_host.cc with builder_steps.h) sizes every buffer from host-known
+// counts, carves it from the build's workspace and calls these; only code under kernels/cuda
 // includes this header.
 //
 // Units: a (head slot, sequence) pair, numbered unit = slot * batch + seq. Rows: a (head slot,
@@ -144,11 +144,6 @@ cudaError_t LaunchMergeRows(const MergeParams& p, bool fill, cudaStream_t stream
 cudaError_t LaunchGroupLines(const MergeParams& p, int32_t* col_runs, int32_t* clusters_full,
                              int32_t* clusters_last, int32_t* unit_nruns, int32_t* unit_ncl_full,
                              int32_t* unit_ncl_last, cudaStream_t stream);
-
-// Exclusive prefix sums of counts[0, n) into out[0, n) (cub), with temp storage from the pool.
-size_t ScanTempBytes(int64_t n);
-cudaError_t LaunchExclusiveScan(const int32_t* counts, int32_t* out, int64_t n, void* temp,
-                                size_t temp_bytes, cudaStream_t stream);
 
 // Mean-pooled keys per (kv head, key block of `block` keys aligned at key 0 of each sequence),
 // summed in row order in fp32 like PooledKeys: out [num_kv_heads][total_kb][head_dim].

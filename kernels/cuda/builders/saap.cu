@@ -8,12 +8,13 @@
 //     group and every 64 rows of the block, the de-rope and the classifier MLP on tensor cores
 //     (X -> hidden in shared memory as bf16 -> logits in 256-wide chunks with an online row
 //     max / sum), then adds softmax(logits) of its rows to the block's bucket scores and takes
-//     the top_l buckets (binary search on the score bits, ties to the lower bucket).
+//     the top_l buckets (common/topk.cuh CtaTopKByBisection: ties to the lower bucket).
 //  4. Assembly: sink + local ranges and the members of the visited buckets, written to every
 //     head slot of the group.
 #include <cfloat>
 
 #include "kernels/cuda/builders/assembled_common.cuh"
+#include "kernels/cuda/common/topk.cuh"
 
 namespace spattn {
 namespace cuda {
@@ -290,69 +291,6 @@ __device__ __forceinline__ void ClsGemm(uint32_t sA, int K, const __nv_bfloat16*
   }
 }
 
-// The top_l entries of sc[0, n) (non-negative), ties to the lower index, in index order to out.
-__device__ void TopL(const float* sc, int n, int top_l, int32_t* out) {
-  using IReduce = cub::BlockReduce<int, kClsThreads>;
-  using Scan = cub::BlockScan<int, kClsThreads>;
-  __shared__ typename IReduce::TempStorage red;
-  __shared__ typename Scan::TempStorage scan;
-  __shared__ int bcast;
-  const int tid = threadIdx.x;
-  const int per = (n + kClsThreads - 1) / kClsThreads;
-  const int i0 = min(n, tid * per), i1 = min(n, i0 + per);
-  auto count_ge = [&](uint32_t key) {
-    int c = 0;
-    for (int i = i0; i < i1; ++i) c += FloatKey(sc[i]) >= key ? 1 : 0;
-    const int total = IReduce(red).Sum(c);
-    if (tid == 0) bcast = total;
-    __syncthreads();
-    const int r = bcast;
-    __syncthreads();
-    return r;
-  };
-  uint32_t lo = 0u, hi = 0x7f800001u;  // count(>= lo) >= top_l > count(>= hi)
-  while (hi - lo > 1u) {
-    const uint32_t mid = lo + (hi - lo) / 2;
-    if (count_ge(mid) >= top_l) {
-      lo = mid;
-    } else {
-      hi = mid;
-    }
-  }
-  const int need = top_l - count_ge(lo + 1u);  // ties at the threshold to take, lowest first
-  int my_ties = 0;
-  for (int i = i0; i < i1; ++i) my_ties += FloatKey(sc[i]) == lo ? 1 : 0;
-  int rank = 0;
-  Scan(scan).ExclusiveSum(my_ties, rank);
-  __syncthreads();
-  int my_sel = 0;
-  {
-    int r = rank;
-    for (int i = i0; i < i1; ++i) {
-      const uint32_t k = FloatKey(sc[i]);
-      if (k > lo) {
-        ++my_sel;
-      } else if (k == lo) {
-        my_sel += r < need ? 1 : 0;
-        ++r;
-      }
-    }
-  }
-  int pos = 0;
-  Scan(scan).ExclusiveSum(my_sel, pos);
-  __syncthreads();
-  int r = rank;
-  for (int i = i0; i < i1; ++i) {
-    const uint32_t k = FloatKey(sc[i]);
-    bool take = k > lo;
-    if (k == lo) {
-      take = r < need;
-      ++r;
-    }
-    if (take) out[pos++] = i;
-  }
-}
-
 template <typename T, int kD>
 __global__ void __launch_bounds__(kClsThreads, 1) SaapClassifyKernel(SaapArgs a) {
   constexpr int kHalf = kD / 2, kCh = kD / 8;
@@ -530,8 +468,9 @@ __global__ void __launch_bounds__(kClsThreads, 1) SaapClassifyKernel(SaapArgs a)
       }
     }
     __syncthreads();
-    TopL(sScore, C, a.top_l,
-         a.selected + (static_cast<int64_t>(gi) * a.num_blocks + block) * a.top_l);
+    topk::CtaTopKByBisection<kClsThreads>(
+        sScore, C, a.top_l,
+        a.selected + (static_cast<int64_t>(gi) * a.num_blocks + block) * a.top_l);
     __syncthreads();
   }
 }

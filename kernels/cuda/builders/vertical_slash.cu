@@ -1,7 +1,7 @@
 // GPU index builder of vertical_slash (MInference, seed 000) and the pieces flex_prefill reuses:
 // the last-rows estimate (softmax of a sequence's last rows over all its keys, on tensor cores,
 // reduced to column and diagonal sums), the top-k line selection, and the per-row merge of lines
-// into ranges + columns (common/line_merge.h). The twin of kernels/builders/vertical_slash.cc.
+// into ranges + columns (common/row_assembly.h). The twin of kernels/builders/vertical_slash.cc.
 //
 // Exactness: the CPU computes each row's probabilities as expf(l - max) * (1 / sum) in fp32 and
 // sums columns and diagonals in double in row order; the kernels below do the same operations in
@@ -10,11 +10,10 @@
 // (integer-valued inputs, power-of-two scale) the selected lines are the CPU's, ties included.
 #include <algorithm>
 #include <cub/block/block_reduce.cuh>
-#include <cub/device/device_scan.cuh>
 
 #include "kernels/cuda/builders/estimate.cuh"
 #include "kernels/cuda/builders/merged_kernels.h"
-#include "kernels/cuda/common/line_merge.h"
+#include "kernels/cuda/common/row_assembly.h"
 
 namespace spattn {
 namespace cuda {
@@ -366,15 +365,15 @@ __global__ void __launch_bounds__(kMergeThreads) MergeRowsKernel(MergeParams p, 
     const int kl = p.cu_k[seq + 1] - p.cu_k[seq];
     const int q_begin = (blk - p.block_offsets[seq]) * p.block_m;
     const int q_end = min(q_begin + p.block_m, ql);
-    line_merge::RowGeo g;
+    row_assembly::RowGeo g;
     g.first_pos = kl - ql + q_begin;
     g.last_pos = kl - ql + q_end - 1;
     g.key_end = p.causal ? g.last_pos + 1 : kl;
-    line_merge::ExtraRanges extra;
-    if (p.kept_block > 0) extra = line_merge::KeptBlocks(g, p.kept_block);
+    row_assembly::ExtraRanges extra;
+    if (p.kept_block > 0) extra = row_assembly::KeptBlocks(g, p.kept_block);
     // Offset clusters are grouped by the block length: full blocks, or the last one.
     const bool full = q_end - q_begin == min(p.block_m, ql);
-    line_merge::RowLines lines;
+    row_assembly::RowLines lines;
     lines.offsets = p.line_offs + p.unit_off_base[unit];
     lines.n_off = p.unit_noffs[unit];
     lines.clusters = (full ? p.clusters_full : p.clusters_last) + 2 * p.unit_off_base[unit];
@@ -382,14 +381,14 @@ __global__ void __launch_bounds__(kMergeThreads) MergeRowsKernel(MergeParams p, 
     lines.col_runs = p.col_runs + 2 * p.unit_col_base[unit];
     lines.n_runs = p.unit_nruns[unit];
     if (!fill) {
-      line_merge::CountSink sink;
-      line_merge::MergeRow(g, extra, lines, 16, sink);
+      row_assembly::CountSink sink;
+      row_assembly::MergeRow(g, extra, lines, 16, sink);
       p.range_count[row] = sink.ranges;
       p.col_count[row] = sink.cols;
     } else {
-      line_merge::FillSink sink{p.range_start + p.range_indptr[row],
-                                p.range_len + p.range_indptr[row], p.col_idx + p.col_indptr[row]};
-      line_merge::MergeRow(g, extra, lines, 16, sink);
+      row_assembly::FillSink sink{p.range_start + p.range_indptr[row],
+                                  p.range_len + p.range_indptr[row], p.col_idx + p.col_indptr[row]};
+      row_assembly::MergeRow(g, extra, lines, 16, sink);
     }
   }
 }
@@ -533,19 +532,6 @@ cudaError_t LaunchGroupLines(const MergeParams& p, int32_t* col_runs, int32_t* c
   GroupLinesKernel<<<static_cast<unsigned>(grid), kGroupThreads, 0, stream>>>(
       p, col_runs, clusters_full, clusters_last, unit_nruns, unit_ncl_full, unit_ncl_last);
   return cudaGetLastError();
-}
-
-size_t ScanTempBytes(int64_t n) {
-  size_t bytes = 0;
-  cub::DeviceScan::ExclusiveSum(nullptr, bytes, static_cast<const int32_t*>(nullptr),
-                                static_cast<int32_t*>(nullptr), static_cast<int>(n));
-  return bytes;
-}
-
-cudaError_t LaunchExclusiveScan(const int32_t* counts, int32_t* out, int64_t n, void* temp,
-                                size_t temp_bytes, cudaStream_t stream) {
-  if (n <= 0) return cudaSuccess;
-  return cub::DeviceScan::ExclusiveSum(temp, temp_bytes, counts, out, static_cast<int>(n), stream);
 }
 
 }  // namespace merged

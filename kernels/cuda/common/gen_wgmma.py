@@ -55,7 +55,7 @@ def body(n, ty, rs):
 def main():
     parts = [HEADER]
     for ty in ("bf16", "f16"):
-        for n in (64, 128):
+        for n in (64, 128, 176):
             parts.append(body(n, ty, rs=False))
             parts.append(body(n, ty, rs=True))
     parts.append(FOOTER)

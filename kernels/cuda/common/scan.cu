@@ -1,5 +1,6 @@
-// Scans and conversions shared by the GPU index builders.
+// Scans and conversions shared by the GPU index builders and the sparse kernel's schedule.
 #include <cub/block/block_scan.cuh>
+#include <cub/device/device_scan.cuh>
 
 #include "kernels/cuda/common/scan.h"
 
@@ -10,8 +11,9 @@ namespace {
 constexpr int kScanThreads = 1024;
 constexpr int kScanItems = 4;
 
-// Exclusive prefix sums of data[0, n) in place by one CTA; data[n] gets the total.
-template <typename V>
+// Exclusive prefix sums of data[0, n) in place by one CTA; with kTotal data[n] gets the total.
+// kReverse sums from the end: data[i] = sum of data[j] for j > i.
+template <typename V, bool kReverse, bool kTotal>
 __global__ void __launch_bounds__(kScanThreads) ScanKernel(V* data, int64_t n) {
   using Scan = cub::BlockScan<V, kScanThreads>;
   __shared__ typename Scan::TempStorage temp;
@@ -23,7 +25,7 @@ __global__ void __launch_bounds__(kScanThreads) ScanKernel(V* data, int64_t n) {
 #pragma unroll
     for (int j = 0; j < kScanItems; ++j) {
       const int64_t i = base + threadIdx.x * kScanItems + j;
-      items[j] = i < n ? data[i] : V(0);
+      items[j] = i < n ? data[kReverse ? n - 1 - i : i] : V(0);
     }
     V chunk_total = 0;
     Scan(temp).ExclusiveSum(items, items, chunk_total);
@@ -31,13 +33,13 @@ __global__ void __launch_bounds__(kScanThreads) ScanKernel(V* data, int64_t n) {
 #pragma unroll
     for (int j = 0; j < kScanItems; ++j) {
       const int64_t i = base + threadIdx.x * kScanItems + j;
-      if (i < n) data[i] = items[j] + c;
+      if (i < n) data[kReverse ? n - 1 - i : i] = items[j] + c;
     }
     __syncthreads();
     if (threadIdx.x == 0) carry = c + chunk_total;
     __syncthreads();
   }
-  if (threadIdx.x == 0) data[n] = carry;
+  if (kTotal && threadIdx.x == 0) data[n] = carry;
 }
 
 __global__ void NarrowKernel(const int64_t* in, int64_t n, int32_t* out) {
@@ -50,13 +52,32 @@ __global__ void NarrowKernel(const int64_t* in, int64_t n, int32_t* out) {
 }  // namespace
 
 cudaError_t LaunchExclusiveScan64(int64_t* data, int64_t n, cudaStream_t stream) {
-  ScanKernel<long long><<<1, kScanThreads, 0, stream>>>(reinterpret_cast<long long*>(data), n);
+  ScanKernel<long long, false, true>
+      <<<1, kScanThreads, 0, stream>>>(reinterpret_cast<long long*>(data), n);
   return cudaGetLastError();
 }
 
 cudaError_t LaunchExclusiveScan32(int32_t* data, int64_t n, cudaStream_t stream) {
-  ScanKernel<int><<<1, kScanThreads, 0, stream>>>(data, n);
+  ScanKernel<int, false, true><<<1, kScanThreads, 0, stream>>>(data, n);
   return cudaGetLastError();
+}
+
+cudaError_t LaunchReverseExclusiveScan32(int32_t* data, int64_t n, cudaStream_t stream) {
+  ScanKernel<int, true, false><<<1, kScanThreads, 0, stream>>>(data, n);
+  return cudaGetLastError();
+}
+
+size_t DeviceScanTempBytes(int64_t n) {
+  size_t bytes = 0;
+  cub::DeviceScan::ExclusiveSum(nullptr, bytes, static_cast<const int32_t*>(nullptr),
+                                static_cast<int32_t*>(nullptr), static_cast<int>(n));
+  return bytes;
+}
+
+cudaError_t LaunchDeviceExclusiveScan32(const int32_t* in, int32_t* out, int64_t n, void* temp,
+                                        size_t temp_bytes, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  return cub::DeviceScan::ExclusiveSum(temp, temp_bytes, in, out, static_cast<int>(n), stream);
 }
 
 cudaError_t LaunchNarrow64(const int64_t* in, int64_t n, int32_t* out, cudaStream_t stream) {

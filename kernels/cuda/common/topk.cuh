@@ -1,8 +1,8 @@
 // Top-k on the GPU: ordered integer keys of floats / doubles and CTA-wide radix selections (the
 // k best by count, or the shortest prefix reaching a mass) with the CPU builders' ranking
 // (higher score first, equal scores by lower index, NaN last), plus the CTA helpers they use.
-// Used by the GPU builders of vertical_slash, block_sparse and flex_prefill. Header-only device
-// code.
+// Used by the GPU builders of vertical_slash, block_sparse, flex_prefill and saap. Header-only
+// device code.
 #ifndef SPATTN_KERNELS_CUDA_COMMON_TOPK_CUH_
 #define SPATTN_KERNELS_CUDA_COMMON_TOPK_CUH_
 
@@ -328,6 +328,74 @@ __device__ int CtaSum(int v, typename cub::BlockScan<int, kThreads>::TempStorage
   cub::BlockScan<int, kThreads>(scan).ExclusiveSum(v, excl, total);
   __syncthreads();
   return total;
+}
+
+// The top `k` of sc[0, n) (non-negative floats, in shared or global memory), ties to the lower
+// index, written in index order to out[0, min(k, n)): a bisection on the float bits (31 CTA-wide
+// counts), then one pass that ranks the ties. Needs a few words of shared memory, where
+// CtaTopKRule needs RadixSmem (3 KB): for kernels whose shared memory holds their tiles (Saap's
+// classifier). Every thread of the CTA (kThreads of them) must call it.
+template <int kThreads>
+__device__ void CtaTopKByBisection(const float* sc, int n, int k, int32_t* out) {
+  using IReduce = cub::BlockReduce<int, kThreads>;
+  using Scan = cub::BlockScan<int, kThreads>;
+  __shared__ typename IReduce::TempStorage red;
+  __shared__ typename Scan::TempStorage scan;
+  __shared__ int bcast;
+  const int tid = threadIdx.x;
+  const int per = (n + kThreads - 1) / kThreads;
+  const int i0 = min(n, tid * per), i1 = min(n, i0 + per);
+  auto count_ge = [&](uint32_t key) {
+    int c = 0;
+    for (int i = i0; i < i1; ++i) c += __float_as_uint(sc[i]) >= key ? 1 : 0;
+    const int total = IReduce(red).Sum(c);
+    if (tid == 0) bcast = total;
+    __syncthreads();
+    const int r = bcast;
+    __syncthreads();
+    return r;
+  };
+  uint32_t lo = 0u, hi = 0x7f800001u;  // count(>= lo) >= k > count(>= hi)
+  while (hi - lo > 1u) {
+    const uint32_t mid = lo + (hi - lo) / 2;
+    if (count_ge(mid) >= k) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  const int need = k - count_ge(lo + 1u);  // ties at the threshold to take, lowest first
+  int my_ties = 0;
+  for (int i = i0; i < i1; ++i) my_ties += __float_as_uint(sc[i]) == lo ? 1 : 0;
+  int rank = 0;
+  Scan(scan).ExclusiveSum(my_ties, rank);
+  __syncthreads();
+  int my_sel = 0;
+  {
+    int r = rank;
+    for (int i = i0; i < i1; ++i) {
+      const uint32_t key = __float_as_uint(sc[i]);
+      if (key > lo) {
+        ++my_sel;
+      } else if (key == lo) {
+        my_sel += r < need ? 1 : 0;
+        ++r;
+      }
+    }
+  }
+  int pos = 0;
+  Scan(scan).ExclusiveSum(my_sel, pos);
+  __syncthreads();
+  int r = rank;
+  for (int i = i0; i < i1; ++i) {
+    const uint32_t key = __float_as_uint(sc[i]);
+    bool take = key > lo;
+    if (key == lo) {
+      take = r < need;
+      ++r;
+    }
+    if (take) out[pos++] = i;
+  }
 }
 
 }  // namespace topk

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 
 #include "kernels/cuda/attention/hopper/dense_fa3.cuh"
 #include "kernels/cuda/attention/hopper/hopper_launch.h"
@@ -62,6 +63,28 @@ bool EncodeAll(const AttnParams& p, int box_q, int box_k, CUtensorMap* tq, CUten
                       p.v_head_stride, box_k);
 }
 
+// Benchmark knobs (kernels/cuda/README.md): an integer environment variable, `def` when unset.
+int Knob(const char* name, int def) {
+  const char* v = std::getenv(name);
+  return v == nullptr || *v == '\0' ? def : std::atoi(v);
+}
+
+// Heads per L2 section of the dense grid (DenseFa3Kernel's SectionTile): as many GQA groups as
+// have their K and V (mean sequence length) within `SPATTN_HOPPER_L2_MB` (default 32 MB, as
+// FlashAttention-3; the H100/H200 L2 is 50 MB), rounded down to a power of two, at least one group.
+// 0 gives the plain order (heads fastest).
+int SectionHeads(const AttnParams& p) {
+  const int total_hb = p.num_q_heads * std::max(p.batch, 1);
+  const int mb = Knob("SPATTN_HOPPER_L2_MB", 32);
+  if (mb <= 0) return p.num_q_heads;
+  const double kv_bytes =
+      static_cast<double>(p.total_k) / std::max(p.batch, 1) * p.head_dim * 2.0 * 2.0;
+  const double fit = mb * 1048576.0 / std::max(kv_bytes, 1.0);
+  int64_t groups = 1;
+  while (static_cast<double>(groups * 2) <= fit && groups * 2 * p.group <= total_hb) groups *= 2;
+  return static_cast<int>(std::min<int64_t>(groups * p.group, total_hb));
+}
+
 template <class Tr>
 cudaError_t LaunchShape(const AttnParams& p, int max_q_len, cudaStream_t stream) {
   const int blocks = (max_q_len + Tr::kBM - 1) / Tr::kBM;
@@ -72,8 +95,9 @@ cudaError_t LaunchShape(const AttnParams& p, int max_q_len, cudaStream_t stream)
   cudaError_t err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
   if (err != cudaSuccess) return err;
-  const dim3 grid(p.num_q_heads, blocks, p.batch);
-  kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p, tq, tk, tv, blocks);
+  const int64_t ctas = static_cast<int64_t>(p.num_q_heads) * blocks * p.batch;
+  kernel<<<static_cast<unsigned>(ctas), Tr::kThreads, Tr::kSmemBytes, stream>>>(
+      p, tq, tk, tv, blocks, SectionHeads(p));
   return cudaGetLastError();
 }
 
@@ -102,8 +126,9 @@ cudaError_t LaunchPersistent(const AttnParams& p, const SparseIndexView& idx,
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
   if (err != cudaSuccess) return err;
   const int grid = std::min(num_items, NumSms());
-  kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p, idx, sched, num_items, num_m_blocks, tq,
-                                                         tk, tv);
+  const int flags = Knob("SPATTN_HOPPER_COALESCED_COLUMNS", 0) != 0 ? kPersistCoalescedColumns : 0;
+  kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p, idx, sched, num_items, num_m_blocks,
+                                                         flags, tq, tk, tv);
   return cudaGetLastError();
 }
 
@@ -111,6 +136,13 @@ template <typename T, int kD, bool kSparse>
 cudaError_t PersistentDim(const AttnParams& p, const SparseIndexView& idx,
                           const SparseSchedule& sched, int num_items, int num_m_blocks,
                           cudaStream_t stream) {
+  if constexpr (kSparse && kD == 128) {
+    // d = 128: 3 ring slots with one Q buffer, or 2 slots with two (SPATTN_HOPPER_SPARSE_STAGES).
+    if (Knob("SPATTN_HOPPER_SPARSE_STAGES", 2) == 3) {
+      return LaunchPersistent<PersistTraits<T, 128, 3, 1>, true>(p, idx, sched, num_items,
+                                                                 num_m_blocks, stream);
+    }
+  }
   using Tr = PersistTraits<T, kD, kD == 128 ? 2 : 4>;
   return LaunchPersistent<Tr, kSparse>(p, idx, sched, num_items, num_m_blocks, stream);
 }
@@ -135,8 +167,18 @@ cudaError_t PersistentTyped(const AttnParams& p, const SparseIndexView& idx,
 
 template <typename T>
 cudaError_t LaunchTyped(const AttnParams& p, int max_q_len, cudaStream_t stream) {
-  if (p.head_dim == 128) return LaunchShape<Fa3Traits<T, 128, 2>>(p, max_q_len, stream);
-  return LaunchShape<Fa3Traits<T, 64, 4>>(p, max_q_len, stream);
+  if (p.head_dim == 128) {
+    // Non-causal: 176-key tiles unless SPATTN_HOPPER_FULL_BN=128.
+    if (!p.causal && Knob("SPATTN_HOPPER_FULL_BN", 176) == 176) {
+      return LaunchShape<Fa3Traits<T, 128, 2, 2, 176>>(p, max_q_len, stream);
+    }
+    return LaunchShape<Fa3Traits<T, 128, 2>>(p, max_q_len, stream);
+  }
+  // d = 64: 3 consumer warpgroups (192-row blocks) unless SPATTN_HOPPER_D64_WGS=2.
+  if (Knob("SPATTN_HOPPER_D64_WGS", 3) == 2) {
+    return LaunchShape<Fa3Traits<T, 64, 4, 2>>(p, max_q_len, stream);
+  }
+  return LaunchShape<Fa3Traits<T, 64, 4, 3>>(p, max_q_len, stream);
 }
 
 }  // namespace

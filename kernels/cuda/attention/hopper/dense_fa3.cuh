@@ -19,21 +19,26 @@
 #ifndef SPATTN_KERNELS_CUDA_ATTENTION_HOPPER_DENSE_FA3_CUH_
 #define SPATTN_KERNELS_CUDA_ATTENTION_HOPPER_DENSE_FA3_CUH_
 
-#include "kernels/cuda/attention/hopper/sm90_primitives.cuh"
 #include "kernels/cuda/attention/attention_core.cuh"
+#include "kernels/cuda/attention/hopper/sm90_primitives.cuh"
 
 namespace spattn {
 namespace cuda {
 namespace hopper {
 
-template <typename T_, int kD_, int kStages_>
+// kConsumerWgs consumer warpgroups of 64 rows each: 2 (128-row blocks, 240 registers each) or 3
+// (192-row blocks, 160 registers: FlashAttention-3's shape for d = 64, where the softmax costs
+// as much as the GEMMs and a third warpgroup keeps the tensor cores fed). kBN keys per tile:
+// 128, or 176 (FlashAttention-3's tile for non-causal d = 128: fewer softmax rounds and
+// barrier turns per key; causal blocks keep 128, which wastes less on the diagonal).
+template <typename T_, int kD_, int kStages_, int kConsumerWgs_ = 2, int kBN_ = 128>
 struct Fa3Traits {
   using T = T_;
   static constexpr int kD = kD_;
   static constexpr int kStages = kStages_;
-  static constexpr int kBM = 128;  // two consumer warpgroups of 64 rows
-  static constexpr int kBN = 128;  // keys per tile
-  static constexpr int kConsumerWgs = 2;
+  static constexpr int kConsumerWgs = kConsumerWgs_;
+  static constexpr int kBM = 64 * kConsumerWgs;
+  static constexpr int kBN = kBN_;  // keys per tile
   static constexpr int kThreads = 128 * (kConsumerWgs + 1);
   static constexpr int kSub = kD / 64;  // 128-byte sub-tiles per row
   static constexpr int kQBytes = kBM * kD * 2;
@@ -45,17 +50,22 @@ struct Fa3Traits {
   static constexpr int kNumBars = 1 + 4 * kStages;
   static constexpr int kSmemBytes = kBarOff + kNumBars * 8 + 1024;  // + room to align to 1024
   static constexpr int kProducerRegs = 24;
-  static constexpr int kConsumerRegs = 240;
+  static constexpr int kConsumerRegs = kConsumerWgs == 2 ? 240 : 160;
   static_assert(kD == 64 || kD == 128, "head_dim 64 or 128");
+  static_assert(kConsumerWgs == 2 || kConsumerWgs == 3, "2 or 3 consumer warpgroups");
+  static_assert(kBN % 16 == 0 && kBN <= 256 && (kBN * 128) % 1024 == 0, "key tile");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory");
-  // setmaxnreg moves registers within the launch allocation (168 x 384) only.
-  static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 168 * 384, "register budget");
+  // setmaxnreg moves registers within the launch allocation (65536 / threads, rounded down to a
+  // multiple of 8: 168 x 384, 128 x 512) only.
+  static_assert(128 * kProducerRegs + 128 * kConsumerWgs * kConsumerRegs <=
+                    (65536 / kThreads) / 8 * 8 * kThreads,
+                "register budget");
 };
 
-// Named barrier ids (0 is __syncthreads): 1, 2 = "your turn" of consumer warpgroup 0, 1;
-// 3, 4 = consumer warpgroup 0, 1 alone.
+// Named barrier ids (0 is __syncthreads): 1, 2, 3 = "your turn" of consumer warpgroup 0, 1, 2;
+// 4, 5, 6 = consumer warpgroup 0, 1, 2 alone.
 constexpr int kBarTurn0 = 1;
-constexpr int kBarWg0 = 3;
+constexpr int kBarWg0 = 4;
 
 // Row geometry of one query block (CTA-uniform).
 struct BlockRows {
@@ -79,11 +89,32 @@ __device__ __forceinline__ bool Geometry(const AttnParams& p, int seq, int m_blo
   return true;
 }
 
+// CTA order (FlashAttention-3's L2 sections): the (sequence, head) pairs are cut into sections of
+// `section_heads` consecutive pairs whose K/V fit in L2 together; CTAs walk a section query block
+// by query block (the last, longest causal block first), the section's heads side by side, so
+// the CTAs in flight share K/V tiles through L2. section_heads = num_heads is the plain order
+// (heads fastest, then blocks, then sequences).
+__device__ __forceinline__ void SectionTile(int linear, int num_heads, int batch, int num_m_blocks,
+                                            int section_heads, int& head, int& m_block, int& seq) {
+  const int total_hb = num_heads * batch;
+  const int per_section = section_heads * num_m_blocks;
+  const int section = linear / per_section;
+  const int r = linear - section * per_section;
+  const int hb0 = section * section_heads;
+  const int here = min(section_heads, total_hb - hb0);
+  const int blk = r / here;
+  const int hb = hb0 + (r - blk * here);
+  seq = hb / num_heads;
+  head = hb - seq * num_heads;
+  m_block = num_m_blocks - 1 - blk;
+}
+
 template <class Tr>
 __global__ void __launch_bounds__(Tr::kThreads, 1)
     DenseFa3Kernel(const AttnParams p, const __grid_constant__ CUtensorMap tmap_q,
                    const __grid_constant__ CUtensorMap tmap_k,
-                   const __grid_constant__ CUtensorMap tmap_v, int num_m_blocks) {
+                   const __grid_constant__ CUtensorMap tmap_v, int num_m_blocks,
+                   int section_heads) {
 #if SPATTN_SM90A
   using T = typename Tr::T;
   using detail::FenceReg;
@@ -93,9 +124,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   extern __shared__ __align__(1024) char smem_raw[];
   char* smem = smem_raw + ((1024 - (Smem32(smem_raw) & 1023)) & 1023);
 
-  const int head = blockIdx.x;
-  const int m_block = num_m_blocks - 1 - static_cast<int>(blockIdx.y);
-  const int seq = blockIdx.z;
+  int head, m_block, seq;
+  SectionTile(static_cast<int>(blockIdx.x), p.num_q_heads, p.batch, num_m_blocks, section_heads,
+              head, m_block, seq);
   BlockRows b;
   if (!Geometry<Tr>(p, seq, m_block, b)) return;
   const int kv_head = head / p.group;
@@ -177,7 +208,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   uint32_t pa[kBN / 16][4];
   float m_i[2] = {kNegInf, kNegInf}, l_i[2] = {0.f, 0.f};
 
-  const int my_turn = kBarTurn0 + cw, other_turn = kBarTurn0 + (1 - cw);
+  // The turns go round the consumer warpgroups: 0, 1, (2,) 0, ...
+  const int my_turn = kBarTurn0 + cw;
+  const int other_turn = kBarTurn0 + (cw + 1) % Tr::kConsumerWgs;
   const uint32_t q_rows = sQ + cw * 64 * 128;
 
   auto issue_qk = [&](int stage) {
@@ -286,7 +319,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
 
   MbarWait(q_full, 0);
   if (n_tiles > 0) {
-    if (cw == 1) NamedArrive(kBarTurn0, 256);  // consumer warpgroup 0 goes first
+    // Consumer warpgroup 0 goes first.
+    if (cw == Tr::kConsumerWgs - 1) NamedArrive(kBarTurn0, 256);
     // Tile 0: S, mask, softmax.
     MbarWait(k_full(0), 0);
     NamedSync(my_turn, 256);
@@ -344,7 +378,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       for (int i = 0; i < kD / 2; ++i) FenceReg(acc[i]);
       release(v_empty(ps));
     }
-    if (cw == 0) NamedSync(my_turn, 256);  // the last "your turn" of warpgroup 1
+    if (cw == 0) NamedSync(my_turn, 256);  // the last "your turn" of the last warpgroup
   }
 
   // Epilogue: normalize, stage this warp's 16 rows in its own Q rows, write 16-byte chunks.

@@ -20,9 +20,9 @@
 #ifndef SPATTN_KERNELS_CUDA_ATTENTION_HOPPER_PERSISTENT_FA3_CUH_
 #define SPATTN_KERNELS_CUDA_ATTENTION_HOPPER_PERSISTENT_FA3_CUH_
 
+#include "kernels/cuda/attention/attention_core.cuh"
 #include "kernels/cuda/attention/hopper/dense_fa3.cuh"
 #include "kernels/cuda/attention/hopper/sm90_primitives.cuh"
-#include "kernels/cuda/attention/attention_core.cuh"
 
 namespace spattn {
 namespace cuda {
@@ -42,11 +42,14 @@ __device__ __forceinline__ void CpAsync16Zfill(uint32_t dst, const void* src, bo
                : "memory");
 }
 
-template <typename T_, int kD_, int kStages_>
+template <typename T_, int kD_, int kStages_, int kQBufs_ = 2>
 struct PersistTraits {
   using T = T_;
   static constexpr int kD = kD_;
   static constexpr int kStages = kStages_;
+  // Q buffers: 2 lets the next item's Q load under the current item's tail; 1 leaves the room of
+  // a third K/V ring slot at d = 128.
+  static constexpr int kQBufs = kQBufs_;
   static constexpr int kBM = 128;
   static constexpr int kBN = 128;
   static constexpr int kConsumerWgs = 2;
@@ -54,11 +57,11 @@ struct PersistTraits {
   static constexpr int kSub = kD / 64;
   static constexpr int kQBytes = kBM * kD * 2;
   static constexpr int kTileBytes = kBN * kD * 2;
-  static constexpr int kKOff = 2 * kQBytes;  // two Q buffers
+  static constexpr int kKOff = kQBufs * kQBytes;
   static constexpr int kVOff = kKOff + kStages * kTileBytes;
   static constexpr int kBarOff = kVOff + kStages * kTileBytes;
-  // q_full[2], q_empty[2], k_full[S], v_full[S], k_empty[S], v_empty[S]
-  static constexpr int kNumBars = 4 + 4 * kStages;
+  // q_full[Q], q_empty[Q], k_full[S], v_full[S], k_empty[S], v_empty[S]
+  static constexpr int kNumBars = 2 * kQBufs + 4 * kStages;
   static constexpr int kSmemBytes = kBarOff + kNumBars * 8 + 1024;
   static constexpr int kProducerRegs = 56;
   static constexpr int kConsumerRegs = 224;
@@ -67,6 +70,9 @@ struct PersistTraits {
   // 32 / 240 (65536) deadlocks in the increase (run 3 of NOTES.md).
   static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 168 * 384, "register budget");
 };
+
+// Flags of PersistentFa3Kernel (bits).
+constexpr int kPersistCoalescedColumns = 1;  // column tiles copied whole rows per warp instruction
 
 // One work item: a 128-row query block of one head and its keys.
 struct Item {
@@ -128,7 +134,8 @@ __device__ __forceinline__ int SnakeItem(int round, int c, int G) {
 template <class Tr, bool kSparse>
 __global__ void __launch_bounds__(Tr::kThreads, 1)
     PersistentFa3Kernel(const AttnParams p, const SparseIndexView idx, const SparseSchedule sched,
-                        int num_items, int num_m_blocks, const __grid_constant__ CUtensorMap tmap_q,
+                        int num_items, int num_m_blocks, int flags,
+                        const __grid_constant__ CUtensorMap tmap_q,
                         const __grid_constant__ CUtensorMap tmap_k,
                         const __grid_constant__ CUtensorMap tmap_v) {
 #if SPATTN_SM90A
@@ -144,15 +151,16 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   const uint32_t sK = sQ0 + Tr::kKOff;
   const uint32_t sV = sQ0 + Tr::kVOff;
   const uint32_t bars = sQ0 + Tr::kBarOff;
+  constexpr int kQB = Tr::kQBufs;
   auto q_full = [&](int b) { return bars + 8 * b; };
-  auto q_empty = [&](int b) { return bars + 8 * (2 + b); };
-  auto k_full = [&](int s) { return bars + 8 * (4 + s); };
-  auto v_full = [&](int s) { return bars + 8 * (4 + kStages + s); };
-  auto k_empty = [&](int s) { return bars + 8 * (4 + 2 * kStages + s); };
-  auto v_empty = [&](int s) { return bars + 8 * (4 + 3 * kStages + s); };
+  auto q_empty = [&](int b) { return bars + 8 * (kQB + b); };
+  auto k_full = [&](int s) { return bars + 8 * (2 * kQB + s); };
+  auto v_full = [&](int s) { return bars + 8 * (2 * kQB + kStages + s); };
+  auto k_empty = [&](int s) { return bars + 8 * (2 * kQB + 2 * kStages + s); };
+  auto v_empty = [&](int s) { return bars + 8 * (2 * kQB + 3 * kStages + s); };
 
   if (threadIdx.x == 0) {
-    for (int b = 0; b < 2; ++b) {
+    for (int b = 0; b < kQB; ++b) {
       MbarInit(q_full(b), 1);
       MbarInit(q_empty(b), 8);
     }
@@ -181,9 +189,16 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     }
     int tile = 0;    // tiles issued so far (ring position)
     int n_item = 0;  // items loaded so far (Q buffer)
-    // Loads one K or V tile into ring slot `s`.
+    const bool coalesced = (flags & kPersistCoalescedColumns) != 0;
+    const int pwarp = tid / 32, plane = tid % 32;
+    // The key number of this thread's row of a column tile (read before the slot is free, so
+    // its latency is not paid between the slot's release and the copies).
+    auto tile_key = [&](const Item& it, int kind, int start, int n) {
+      return kind == 1 && tid < n ? __ldg(it.ks.cols + start + tid) : 0;
+    };
+    // Loads one K or V tile into ring slot `s`; `key` is tile_key's.
     auto load = [&](const CUtensorMap* map, const T* base, int64_t tok_stride, uint32_t dst,
-                    uint32_t full, const Item& it, int kind, int start, int n) {
+                    uint32_t full, const Item& it, int kind, int start, int n, int key) {
       if (kind == 0) {
         if (leader) {
           MbarArriveExpectTx(full, Tr::kTileBytes);
@@ -195,9 +210,24 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         } else {
           MbarArrive(full);
         }
+      } else if (coalesced) {
+        // A warp copies its 32 rows a few whole rows per instruction (lanes along a row's 16-byte
+        // chunks), the key numbers passed along by shuffles.
+        constexpr int kChunks = kD / 8, kRowsPerInst = 32 / kChunks;
+        const int ch = plane % kChunks;
+#pragma unroll 1  // (unrolling spills the producer's 56 registers)
+        for (int i = 0; i < 32 / kRowsPerInst; ++i) {
+          const int rw = i * kRowsPerInst + plane / kChunks;
+          const int kk = __shfl_sync(0xffffffffu, key, rw);
+          const int row = pwarp * 32 + rw;
+          const bool valid = row < n;
+          const T* src = base + static_cast<int64_t>(it.k_tok0 + kk) * tok_stride + ch * 8;
+          const uint32_t off = (ch / 8) * kBN * 128 + row * 128 + (((ch & 7) ^ (row & 7)) * 16);
+          CpAsync16Zfill(dst + off, src, valid);
+        }
+        CpAsyncArriveNoinc(full);
       } else {
         const bool valid = tid < n;
-        const int key = valid ? __ldg(it.ks.cols + start + tid) : 0;
         const T* src = base + static_cast<int64_t>(it.k_tok0 + key) * tok_stride;
 #pragma unroll
         for (int ch = 0; ch < kD / 8; ++ch) {
@@ -212,8 +242,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       if (w >= num_items) break;
       Item it;
       if (!GetItem<kSparse>(p, idx, sched, num_m_blocks, w, it)) continue;
-      const int qb = n_item & 1;
-      MbarWait(q_empty(qb), ((n_item >> 1) & 1) ^ 1);
+      const int qb = n_item % kQB;
+      MbarWait(q_empty(qb), ((n_item / kQB) & 1) ^ 1);
       if (leader) {
         MbarArriveExpectTx(q_full(qb), Tr::kQBytes);
 #pragma unroll
@@ -229,25 +259,26 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
           static_cast<const T*>(p.v) + static_cast<int64_t>(it.head / p.group) * p.v_head_stride;
       detail::TileCursor<kBN> cursor;
       int kind, start, n;
-      int pkind = 0, pstart = 0, pn = 0;
+      int pkind = 0, pstart = 0, pn = 0, pkey = 0;
       bool have_prev = false;
       for (;;) {
         const bool have = cursor.Next(it.ks, kind, start, n);
+        const int key = have ? tile_key(it, kind, start, n) : 0;
         if (have) {
           const int s = tile % kStages;
           MbarWait(k_empty(s), ((tile / kStages) & 1) ^ 1);
           load(&tmap_k, kbase, p.k_token_stride, sK + s * Tr::kTileBytes, k_full(s), it, kind,
-               start, n);
+               start, n, key);
         }
         if (have_prev) {
           const int s = (tile - 1) % kStages;
           MbarWait(v_empty(s), (((tile - 1) / kStages) & 1) ^ 1);
           load(&tmap_v, vbase, p.v_token_stride, sV + s * Tr::kTileBytes, v_full(s), it, pkind,
-               pstart, pn);
+               pstart, pn, pkey);
         }
         if (!have) break;
         ++tile;
-        pkind = kind, pstart = start, pn = n;
+        pkind = kind, pstart = start, pn = n, pkey = key;
         have_prev = true;
       }
     }
@@ -280,7 +311,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     if (w >= num_items) break;
     Item it;
     if (!GetItem<kSparse>(p, idx, sched, num_m_blocks, w, it)) continue;
-    const int qb = n_item & 1;
+    const int qb = n_item % kQB;
     const uint32_t sQ = sQ0 + qb * Tr::kQBytes;
     const uint32_t q_rows = sQ + cw * 64 * 128;
     const int my_first = it.first_pos + cw * 64;
@@ -316,9 +347,13 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       }
       detail::WgmmaCommit();
     };
+    // The tile's last key (column tiles: read as soon as the tile is known, used by the mask
+    // after the tile's S is ready, so the load's latency hides under the waits and GEMMs).
+    auto last_key = [&](int kind, int start, int n) {
+      return kind == 0 ? start + n - 1 : __ldg(it.ks.cols + start + n - 1);
+    };
     // Masks S of a tile: keys past n, causal; column tiles read their key numbers.
-    auto mask = [&](int kind, int start, int n) {
-      const int last = kind == 0 ? start + n - 1 : __ldg(it.ks.cols + start + n - 1);
+    auto mask = [&](int kind, int start, int n, int last) {
       if (n == kBN && !(p.causal && last > my_first)) return;
 #pragma unroll
       for (int nt = 0; nt < kBN / 8; ++nt) {
@@ -398,12 +433,13 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     for (int i = 0; i < kD / 2; ++i) acc[i] = 0.f;
     m_i[0] = m_i[1] = kNegInf;
     l_i[0] = l_i[1] = 0.f;
-    MbarWait(q_full(qb), (n_item >> 1) & 1);
+    MbarWait(q_full(qb), (n_item / kQB) & 1);
     ++n_item;
 
     detail::TileCursor<kBN> cursor;
     int kind, start, n;
     if (cursor.Next(it.ks, kind, start, n)) {
+      const int last0 = last_key(kind, start, n);
       wait_k(tile, kind);
       NamedSync(my_turn, 256);
       issue_qk(tile % kStages);
@@ -412,7 +448,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
 #pragma unroll
       for (int i = 0; i < kBN / 2; ++i) FenceReg(s[i]);
       release(k_empty(tile % kStages));
-      mask(kind, start, n);
+      mask(kind, start, n, last0);
       {
         float corr[2];
         softmax(corr);
@@ -421,6 +457,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       int pkind = kind, pn = n;
       ++tile;
       while (cursor.Next(it.ks, kind, start, n)) {
+        const int last = last_key(kind, start, n);
         const int st = tile % kStages;
         const int ps = (tile - 1) % kStages, pph = ((tile - 1) / kStages) & 1;
         wait_k(tile, kind);
@@ -434,7 +471,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
 #pragma unroll
         for (int i = 0; i < kBN / 2; ++i) FenceReg(s[i]);
         release(k_empty(st));
-        mask(kind, start, n);
+        mask(kind, start, n, last);
         float corr[2];
         softmax(corr);
         WgmmaWait<0>();

@@ -1,16 +1,23 @@
-// One index row of vertical_slash / flex_prefill (vertical-slash heads), computed in one pass
-// over the row's line clusters and column runs with O(1) state: the GPU builders run it once per
-// (head slot, query block) thread, first to count, then to fill; the work per row is the number
-// of clusters and runs it reaches plus its output, not the number of lines. Host and device code
-// (no CUDA types), so the CPU tests check it against RowKeys::Normalize.
+// Row assembly: how every GPU index builder turns what it selected for one index row into the
+// SparseIndex row that RowKeys::Normalize makes on the CPU (the CPU builders' canonical form):
+// the ranges are the maximal runs of keys that lie in a given range or in a run of >= 16
+// consecutive selected "free" columns (ranges that overlap or touch merge); the columns are the
+// other selected keys; both in key order and below the row's key_end. Host and device code (no
+// CUDA types), so the CPU tests check both input forms against RowKeys::Normalize.
 //
-// What a row holds (the canonical form of AddVerticalSlash + Normalize, estimate.h): with
-// segments = each slash offset o's keys [first_pos - o, last_pos - o] and `extra` ranges (flex's
-// kept blocks), all clipped to [0, key_end), and columns < key_end not inside a segment or extra
-// range ("free" columns): ranges are the maximal runs of (segments ∪ extra ∪ runs of >= min_run
-// consecutive free columns) — touching spans merge — and the columns are the other free columns.
-#ifndef SPATTN_KERNELS_CUDA_COMMON_LINE_MERGE_H_
-#define SPATTN_KERNELS_CUDA_COMMON_LINE_MERGE_H_
+// Two input forms, each the fast one for the builders that use it (same output):
+//  * Spans and lines (MergeRow): sorted slash-offset clusters, at most two extra ranges and
+//    sorted column runs, walked once per row with O(1) state; one thread per (head slot, query
+//    block), first to count (CountSink), then to fill (FillSink). Work ~ the lines the row
+//    reaches, not the keys: vertical_slash and flex_prefill's vertical-slash heads.
+//  * Key bitmaps (the word logic below + the CTA kernel of row_assembly.cuh): any key set, as
+//    32-key words of "range" bits and "column" bits; one CTA per row walks key_end / 32 words in
+//    segments. sample_attention, anchor and saap, whose keys come from blocks, stripes and bucket
+//    members in no useful order.
+// dense, a_shape, block_sparse and flex_prefill's query-aware heads write ranges of whole key
+// blocks that are canonical as built (disjoint, sorted, never touching), so they need neither.
+#ifndef SPATTN_KERNELS_CUDA_COMMON_ROW_ASSEMBLY_H_
+#define SPATTN_KERNELS_CUDA_COMMON_ROW_ASSEMBLY_H_
 
 #include <cstdint>
 
@@ -21,7 +28,15 @@
 #endif
 
 namespace spattn {
-namespace line_merge {
+namespace row_assembly {
+
+// ---- Spans and lines ---------------------------------------------------------------------------
+//
+// What a row holds here (AddVerticalSlash + Normalize, kernels/builders/estimate.h): with
+// segments = each slash offset o's keys [first_pos - o, last_pos - o] and `extra` ranges (flex's
+// kept blocks), all clipped to [0, key_end), and columns < key_end not inside a segment or extra
+// range ("free" columns): ranges are the maximal runs of (segments ∪ extra ∪ runs of >= min_run
+// consecutive free columns) — touching spans merge — and the columns are the other free columns.
 
 struct RowGeo {
   int first_pos;  // key position of the block's first query row
@@ -367,7 +382,80 @@ SPATTN_HD int ForcedOffsets(int forced_diagonals, int min_offset, int max_offset
   return count;
 }
 
-}  // namespace line_merge
+// ---- Key bitmaps -------------------------------------------------------------------------------
+//
+// A row's keys are a bitmap of 32-key words; "range" bits and "column" bits become the row.
+// Plain functions, no state; the kernel that drives them is row_assembly.cuh.
+
+// Bits of key word `word` (keys 32 word .. 32 word + 31) below key_end; 0 for words before 0 or
+// past the end.
+SPATTN_HD uint32_t WordMask(int64_t word, int key_end) {
+  if (word < 0) return 0u;
+  const int64_t lo = word * 32;
+  if (lo >= key_end) return 0u;
+  if (lo + 32 <= key_end) return 0xffffffffu;
+  return (1u << static_cast<int>(key_end - lo)) - 1u;
+}
+
+// Bits of word `word` inside the key span [start, end) (0 when they do not meet).
+SPATTN_HD uint32_t SpanBits(int64_t word, int64_t start, int64_t end) {
+  const int64_t a = start > word * 32 ? start - word * 32 : 0;
+  const int64_t b = end < word * 32 + 32 ? end - word * 32 : 32;
+  if (a >= b) return 0u;
+  return (b == 32 ? 0xffffffffu : ((1u << b) - 1u)) & ~((1u << a) - 1u);
+}
+
+// Bits of `cur` that lie in a run of >= 16 consecutive set bits of the bit stream prev|cur|next
+// (prev holds the 32 keys before cur, next the 32 after): RowKeys::Normalize's min_run of 16.
+SPATTN_HD uint32_t LongRuns16(uint32_t prev, uint32_t cur, uint32_t next) {
+  // v = stream bits [16, 80): prev's high half, cur, next's low half.
+  const uint64_t v = static_cast<uint64_t>(prev >> 16) | (static_cast<uint64_t>(cur) << 16) |
+                     (static_cast<uint64_t>(next & 0xffffu) << 48);
+  uint64_t e = v & (v >> 1);  // bit p: v[p .. p+15] all set (valid for p <= 48)
+  e &= e >> 2;
+  e &= e >> 4;
+  e &= e >> 8;
+  uint64_t d = e | (e << 1);  // bit q: some run of 16 starts in [q - 15, q]
+  d |= d << 2;
+  d |= d << 4;
+  d |= d << 8;
+  return static_cast<uint32_t>(d >> 16);
+}
+
+// The final bits of one word from its range bits r and column bits c and those of its two
+// neighbours: f = keys in ranges (the given ranges and long column runs), cols = gathered keys.
+SPATTN_HD void FinalBits(uint32_t r_prev, uint32_t c_prev, uint32_t r, uint32_t c, uint32_t r_next,
+                         uint32_t c_next, uint32_t* f, uint32_t* cols) {
+  const uint32_t kp = c_prev & ~r_prev, kc = c & ~r, kn = c_next & ~r_next;
+  const uint32_t l = LongRuns16(kp, kc, kn);
+  *f = r | l;
+  *cols = kc & ~l;
+}
+
+// Range starts (bit b: a range starts at key b) and ends (bit b: a range ends at key b,
+// exclusive) of word f given the previous word of the stream.
+SPATTN_HD void RangeEvents(uint32_t f_prev, uint32_t f, uint32_t* starts, uint32_t* ends) {
+  const uint32_t shifted = (f << 1) | (f_prev >> 31);  // bit b: key b - 1 is in a range
+  *starts = f & ~shifted;
+  *ends = ~f & shifted;
+}
+
+// Where the bitmap assembler writes. Count pass: per slot row (slot * num_blocks + block) the
+// number of ranges and columns. Fill pass: the entries at the scanned offsets.
+struct AsmOut {
+  int num_blocks = 0;
+  int64_t* count_ranges = nullptr;      // [rows]
+  int64_t* count_cols = nullptr;        // [rows]
+  const int64_t* off_ranges = nullptr;  // [rows + 1] exclusive prefix of count_ranges
+  const int64_t* off_cols = nullptr;    // [rows + 1]
+  int32_t* range_start = nullptr;
+  int32_t* range_len = nullptr;
+  int32_t* col_idx = nullptr;
+};
+
+}  // namespace row_assembly
 }  // namespace spattn
 
-#endif  // SPATTN_KERNELS_CUDA_COMMON_LINE_MERGE_H_
+#undef SPATTN_HD
+
+#endif  // SPATTN_KERNELS_CUDA_COMMON_ROW_ASSEMBLY_H_

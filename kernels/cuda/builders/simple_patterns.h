@@ -1,8 +1,8 @@
 // GPU builders of the static patterns, dense (one range per query block) and a_shape (sink +
 // local window, kernels/builders/simple_patterns.cc on the CPU): computed from the uploaded
 // cu_seqlens alone, Q/K are not read. Launchers return cudaError_t and only enqueue.
-#ifndef SPATTN_KERNELS_CUDA_BUILDERS_A_SHAPE_H_
-#define SPATTN_KERNELS_CUDA_BUILDERS_A_SHAPE_H_
+#ifndef SPATTN_KERNELS_CUDA_BUILDERS_SIMPLE_PATTERNS_H_
+#define SPATTN_KERNELS_CUDA_BUILDERS_SIMPLE_PATTERNS_H_
 
 #include <cuda_runtime_api.h>
 
@@ -33,4 +33,4 @@ cudaError_t LaunchStaticIndexBuilder(int kind, int sink_tokens, int local_tokens
 }  // namespace cuda
 }  // namespace spattn
 
-#endif  // SPATTN_KERNELS_CUDA_BUILDERS_A_SHAPE_H_
+#endif  // SPATTN_KERNELS_CUDA_BUILDERS_SIMPLE_PATTERNS_H_

@@ -2,7 +2,7 @@
 // (count pass, scan, fill pass); every head slot gets the same rows.
 #include <algorithm>
 
-#include "kernels/cuda/builders/a_shape.h"
+#include "kernels/cuda/builders/simple_patterns.h"
 #include "kernels/cuda/common/index_geometry.cuh"
 #include "kernels/cuda/common/scan.h"
 

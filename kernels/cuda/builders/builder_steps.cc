@@ -1,0 +1,402 @@
+#include "kernels/cuda/builders/builder_steps.h"
+
+#include <algorithm>
+#include <limits>
+#include <string>
+#include <utility>
+
+namespace spattn {
+namespace cuda {
+
+absl::StatusOr<const int32_t*> UploadHeads(const BuildScope& scope, const std::vector<int>& heads) {
+  const std::vector<int32_t> heads32(heads.begin(), heads.end());
+  SPATTN_ASSIGN_OR_RETURN(int32_t * d, Upload(scope, heads32, "index.heads"));
+  return d;
+}
+
+int MaxSmemOptin() {
+  int device = 0, bytes = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
+          cudaSuccess) {
+    cudaGetLastError();
+    return 48 * 1024;
+  }
+  return bytes;
+}
+
+absl::Status CheckDeviceInputs(const AttentionProblem& p, Method method) {
+  if (p.space != MemorySpace::kCuda) {
+    return absl::FailedPreconditionError(absl::StrCat("GPU index builder of ", MethodName(method),
+                                                      " reads Q/K from device memory: "
+                                                      "problem.space must be kCuda"));
+  }
+  if (p.dtype != DType::kBF16 && p.dtype != DType::kF16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dtype: the GPU index builders take bf16 or "
+                     "fp16, got ",
+                     DTypeName(p.dtype)));
+  }
+  if (p.head_dim != 64 && p.head_dim != 128) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("head_dim: the GPU index builders support 64 and 128, got ", p.head_dim));
+  }
+  struct Named {
+    const char* name;
+    int64_t v;
+  };
+  for (const Named& s :
+       {Named{"q.token_stride", p.q.token_stride}, Named{"q.head_stride", p.q.head_stride},
+        Named{"k.token_stride", p.k.token_stride}, Named{"k.head_stride", p.k.head_stride}}) {
+    if (s.v % 8 != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          s.name, " must be a multiple of 8 elements (16-byte rows) for the GPU builders, got ",
+          s.v));
+    }
+  }
+  for (const void* ptr : {p.q.data, p.k.data}) {
+    if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) {
+      return absl::InvalidArgumentError("q/k: pointers must be 16-byte aligned");
+    }
+  }
+  return absl::OkStatus();
+}
+
+Layout MakeLayout(const AttentionProblem& p, const std::vector<int>& heads, int block_m) {
+  Layout l;
+  InitSparseIndex(p, heads, block_m, &l.host);
+  l.geo.resize(l.host.num_blocks());
+  for (int b = 0; b < l.host.num_blocks(); ++b) {
+    const BlockGeometry g = GetBlockGeometry(p, l.host, b);
+    l.geo[b] = BlockGeoDev{g.seq, g.q_begin, g.q_end, g.first_pos, g.last_pos, g.key_end};
+  }
+  return l;
+}
+
+// Count pass, scan, the entry totals (the build's one host round trip), fill pass.
+absl::StatusOr<SparseIndexView> Assemble(
+    const BuildScope& env, const Layout& l,
+    const std::function<cudaError_t(const AsmOut&, bool)>& launch, StageTimer* timer,
+    const char* select_stage) {
+  const int num_slots = l.host.num_heads(), num_blocks = l.host.num_blocks();
+  const int64_t rows = static_cast<int64_t>(num_slots) * num_blocks;
+  SparseIndexView v;
+  v.block_m = l.host.block_m;
+  v.num_heads = num_slots;
+  v.num_blocks = num_blocks;
+  SPATTN_ASSIGN_OR_RETURN(v.heads, Upload(env, l.host.heads, "index.heads"));
+  SPATTN_ASSIGN_OR_RETURN(v.block_offsets,
+                          Upload(env, l.host.block_offsets, "index.block_offsets"));
+  AsmOut out;
+  out.num_blocks = num_blocks;
+  SPATTN_ASSIGN_OR_RETURN(out.count_ranges, Carve<int64_t>(env, rows + 1, "range counts"));
+  SPATTN_ASSIGN_OR_RETURN(out.count_cols, Carve<int64_t>(env, rows + 1, "column counts"));
+  timer->Mark(select_stage);
+  SPATTN_CUDA_RETURN_IF_ERROR(launch(out, false), "index assembly (count)");
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchExclusiveScan64(out.count_ranges, rows, env.stream),
+                              "range offsets");
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchExclusiveScan64(out.count_cols, rows, env.stream),
+                              "column offsets");
+  int64_t totals[2] = {0, 0};
+  timer->Mark("count");
+  SPATTN_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(&totals[0], out.count_ranges + rows, 8, cudaMemcpyDeviceToHost, env.stream),
+      "index totals");
+  SPATTN_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(&totals[1], out.count_cols + rows, 8, cudaMemcpyDeviceToHost, env.stream),
+      "index totals");
+  SPATTN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(env.stream), "index count pass");
+  constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
+  if (totals[0] > kMax || totals[1] > kMax) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("index has ", totals[0], " ranges and ", totals[1],
+                     " columns: more than the int32 offsets of SparseIndex hold"));
+  }
+  int32_t *range_indptr, *col_indptr, *range_start, *range_len, *col_idx;
+  SPATTN_ASSIGN_OR_RETURN(range_indptr, Carve<int32_t>(env, rows + 1, "range_indptr"));
+  SPATTN_ASSIGN_OR_RETURN(col_indptr, Carve<int32_t>(env, rows + 1, "col_indptr"));
+  SPATTN_ASSIGN_OR_RETURN(range_start, Carve<int32_t>(env, totals[0], "range_start"));
+  SPATTN_ASSIGN_OR_RETURN(range_len, Carve<int32_t>(env, totals[0], "range_len"));
+  SPATTN_ASSIGN_OR_RETURN(col_idx, Carve<int32_t>(env, totals[1], "col_idx"));
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchNarrow64(out.count_ranges, rows + 1, range_indptr, env.stream),
+                              "range_indptr");
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchNarrow64(out.count_cols, rows + 1, col_indptr, env.stream),
+                              "col_indptr");
+  out.off_ranges = out.count_ranges;
+  out.off_cols = out.count_cols;
+  out.count_ranges = nullptr;
+  out.count_cols = nullptr;
+  out.range_start = range_start;
+  out.range_len = range_len;
+  out.col_idx = col_idx;
+  timer->Mark("sync+alloc");
+  SPATTN_CUDA_RETURN_IF_ERROR(launch(out, true), "index assembly (fill)");
+  timer->Mark("fill");
+  v.range_indptr = range_indptr;
+  v.range_start = range_start;
+  v.range_len = range_len;
+  v.col_indptr = col_indptr;
+  v.col_idx = col_idx;
+  return v;
+}
+
+namespace merged {
+
+absl::Status CheckMergedBuilder(const AttentionProblem& problem, const MethodConfig& config,
+                                int block_m) {
+  if (problem.dtype != DType::kBF16 && problem.dtype != DType::kF16) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dtype: the GPU index builders take bf16 or fp16, got ", DTypeName(problem.dtype)));
+  }
+  if (problem.head_dim != 64 && problem.head_dim != 128) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "head_dim: the GPU index builders support 64 and 128, got ", problem.head_dim));
+  }
+  if (block_m <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("block_m must be > 0, got ", block_m));
+  }
+  if (config.method == Method::kVerticalSlash && config.vertical_slash.last_q > kMaxEstimateRows) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("vertical_slash.last_q: the GPU index builder takes at most ",
+                     kMaxEstimateRows, " rows, got ", config.vertical_slash.last_q));
+  }
+  return absl::OkStatus();
+}
+
+Plan MakePlan(const AttentionProblem& p, int slots, int block_m) {
+  Plan plan;
+  plan.p = &p;
+  plan.batch = p.batch();
+  plan.slots = slots;
+  plan.block_m = block_m;
+  plan.block_offsets.assign(plan.batch + 1, 0);
+  for (int b = 0; b < plan.batch; ++b) {
+    plan.block_offsets[b + 1] =
+        plan.block_offsets[b] + static_cast<int32_t>(CeilDiv(p.q_len(b), block_m));
+  }
+  plan.num_blocks = plan.block_offsets[plan.batch];
+  return plan;
+}
+
+EstimatePlan MakeEstimatePlan(const AttentionProblem& p, int rows) {
+  EstimatePlan e;
+  constexpr int W = kEstKeysPerCta;
+  e.seqs.resize(p.batch());
+  for (int b = 0; b < p.batch(); ++b) {
+    EstimateSeq& s = e.seqs[b];
+    const int ql = p.q_len(b), kl = p.k_len(b);
+    s.col_base = p.cu_seqlens_k[b];
+    s.diag_base = e.diag_stride;
+    s.dpart_base = e.dpart_stride;
+    s.rowpart_base = e.rowpart_stride;
+    s.cta_begin = e.total_ctas;
+    s.row_base = static_cast<int32_t>(e.rows_stride);
+    s.k_begin = p.cu_seqlens_k[b];
+    s.kl = kl;
+    if (ql == 0 || kl == 0) continue;
+    s.n = std::min(rows, ql);
+    s.q_row0 = p.cu_seqlens_q[b] + ql - s.n;
+    s.first_pos = kl - s.n;  // = query_pos(b, ql - n)
+    const int last_pos = kl - 1;
+    s.min_offset = p.causal ? 0 : s.first_pos - (kl - 1);
+    s.num_offsets = last_pos - s.min_offset + 1;
+    s.ctas = static_cast<int32_t>(CeilDiv(kl, W));
+    e.total_ctas += s.ctas;
+    e.rows_stride += s.n;
+    e.rowpart_stride += static_cast<int64_t>(s.n) * s.ctas;
+    e.diag_stride += s.num_offsets;
+    e.dpart_stride += static_cast<int64_t>(s.ctas) * (s.n + W - 1);
+    e.max_n = std::max(e.max_n, s.n);
+  }
+  return e;
+}
+
+// Device buffers and launches of the estimate (shared by vertical_slash and flex_prefill).
+absl::StatusOr<EstimateParams> RunEstimate(const AttentionProblem& p, const AttnParams& a,
+                                           const EstimatePlan& e, const EstimateSeq* d_seqs,
+                                           const int32_t* d_heads, int slots, const BuildScope& ws,
+                                           cudaStream_t stream, StageTimer& timer) {
+  EstimateParams ep;
+  ep.q = a.q;
+  ep.k = a.k;
+  ep.q_token_stride = a.q_token_stride;
+  ep.q_head_stride = a.q_head_stride;
+  ep.k_token_stride = a.k_token_stride;
+  ep.k_head_stride = a.k_head_stride;
+  ep.dtype = p.dtype;
+  ep.head_dim = p.head_dim;
+  ep.scale = p.softmax_scale;
+  ep.causal = p.causal;
+  ep.num_slots = slots;
+  ep.slot_head = d_heads;
+  ep.group = p.group_size();
+  ep.batch = p.batch();
+  ep.seqs = d_seqs;
+  ep.total_ctas = e.total_ctas;
+  ep.max_n = e.max_n;
+  ep.rows_stride = e.rows_stride;
+  ep.rowpart_stride = e.rowpart_stride;
+  ep.col_stride = p.total_k();
+  ep.diag_stride = e.diag_stride;
+  ep.dpart_stride = e.dpart_stride;
+  SPATTN_ASSIGN_OR_RETURN(ep.row_max,
+                          CarveZeroed<uint32_t>(ws, slots * e.rows_stride, "row maxima", stream));
+  SPATTN_ASSIGN_OR_RETURN(ep.row_part, Carve<double>(ws, slots * e.rowpart_stride, "row sums"));
+  SPATTN_ASSIGN_OR_RETURN(ep.row_inv, Carve<float>(ws, slots * e.rows_stride, "row inv"));
+  SPATTN_ASSIGN_OR_RETURN(ep.col_sums, Carve<double>(ws, slots * ep.col_stride, "column sums"));
+  SPATTN_ASSIGN_OR_RETURN(ep.dpart, Carve<double>(ws, slots * e.dpart_stride, "diagonal partials"));
+  SPATTN_ASSIGN_OR_RETURN(ep.diag_sums, Carve<double>(ws, slots * e.diag_stride, "diagonal sums"));
+  if (e.total_ctas == 0 || slots == 0) return ep;
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchEstimatePass(ep, 1, stream), "estimate pass 1");
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchEstimatePass(ep, 2, stream), "estimate pass 2");
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchEstimateRowInv(ep, stream), "estimate row sums");
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchEstimatePass(ep, 3, stream), "estimate pass 3");
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchEstimateDiagCombine(ep, stream), "estimate diagonals");
+  timer.Mark("estimate");
+  return ep;
+}
+
+absl::StatusOr<Csr> CarveCounts(int64_t rows, const BuildScope& ws, cudaStream_t stream) {
+  Csr c;
+  SPATTN_ASSIGN_OR_RETURN(c.range_count,
+                          CarveZeroed<int32_t>(ws, rows + 1, "range counts", stream));
+  SPATTN_ASSIGN_OR_RETURN(c.col_count, CarveZeroed<int32_t>(ws, rows + 1, "column counts", stream));
+  SPATTN_ASSIGN_OR_RETURN(c.range_indptr, Carve<int32_t>(ws, rows + 1, "range_indptr"));
+  SPATTN_ASSIGN_OR_RETURN(c.col_indptr, Carve<int32_t>(ws, rows + 1, "col_indptr"));
+  return c;
+}
+
+absl::Status ScanAndSize(int64_t rows, Csr* c, const BuildScope& ws, cudaStream_t stream,
+                         bool with_cols) {
+  const size_t temp_bytes = DeviceScanTempBytes(rows + 1);
+  SPATTN_ASSIGN_OR_RETURN(void* temp, ws.alloc(static_cast<int64_t>(temp_bytes) + 1, "scan"));
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchDeviceExclusiveScan32(c->range_count, c->range_indptr, rows + 1,
+                                                          temp, temp_bytes, stream),
+                              "range scan");
+  SPATTN_CUDA_RETURN_IF_ERROR(
+      LaunchDeviceExclusiveScan32(c->col_count, c->col_indptr, rows + 1, temp, temp_bytes, stream),
+      "column scan");
+  int32_t totals[2] = {0, 0};
+  SPATTN_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(&totals[0], c->range_indptr + rows, 4, cudaMemcpyDeviceToHost, stream),
+      "range total");
+  SPATTN_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(&totals[1], c->col_indptr + rows, 4, cudaMemcpyDeviceToHost, stream),
+      "column total");
+  SPATTN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), "index count pass");
+  if (totals[0] < 0 || totals[1] < 0) {
+    return absl::InternalError("index builder: negative entry count");
+  }
+  c->total_ranges = totals[0];
+  c->total_cols = totals[1];
+  SPATTN_ASSIGN_OR_RETURN(c->range_start, Carve<int32_t>(ws, totals[0], "range_start"));
+  SPATTN_ASSIGN_OR_RETURN(c->range_len, Carve<int32_t>(ws, totals[0], "range_len"));
+  if (with_cols) {
+    SPATTN_ASSIGN_OR_RETURN(c->col_idx, Carve<int32_t>(ws, totals[1], "col_idx"));
+  } else {
+    SPATTN_ASSIGN_OR_RETURN(c->col_idx, Carve<int32_t>(ws, 1, "col_idx"));
+  }
+  return absl::OkStatus();
+}
+
+// Column runs and offset clusters of the selected lines (MergeParams' groups).
+absl::Status GroupLines(MergeParams* mp, int slots, int64_t cols_stride, int64_t offs_stride,
+                        const BuildScope& ws, cudaStream_t stream) {
+  const int64_t units = static_cast<int64_t>(slots) * mp->batch;
+  SPATTN_ASSIGN_OR_RETURN(int32_t * runs,
+                          Carve<int32_t>(ws, 2 * slots * cols_stride, "column runs"));
+  SPATTN_ASSIGN_OR_RETURN(int32_t * full,
+                          Carve<int32_t>(ws, 2 * slots * offs_stride, "offset clusters"));
+  SPATTN_ASSIGN_OR_RETURN(int32_t * last,
+                          Carve<int32_t>(ws, 2 * slots * offs_stride, "offset clusters"));
+  SPATTN_ASSIGN_OR_RETURN(int32_t * counts, Carve<int32_t>(ws, 3 * units, "group counts"));
+  SPATTN_CUDA_RETURN_IF_ERROR(
+      LaunchGroupLines(*mp, runs, full, last, counts, counts + units, counts + 2 * units, stream),
+      "group lines");
+  mp->col_runs = runs;
+  mp->clusters_full = full;
+  mp->clusters_last = last;
+  mp->unit_nruns = counts;
+  mp->unit_ncl_full = counts + units;
+  mp->unit_ncl_last = counts + 2 * units;
+  return absl::OkStatus();
+}
+
+SparseIndexView ViewOf(const Plan& plan, const int32_t* d_heads, const int32_t* d_offsets,
+                       const Csr& c) {
+  SparseIndexView v;
+  v.block_m = plan.block_m;
+  v.num_heads = plan.slots;
+  v.num_blocks = plan.num_blocks;
+  v.heads = d_heads;
+  v.block_offsets = d_offsets;
+  v.range_indptr = c.range_indptr;
+  v.range_start = c.range_start;
+  v.range_len = c.range_len;
+  v.col_indptr = c.col_indptr;
+  v.col_idx = c.col_idx;
+  return v;
+}
+
+PooledPlan MakePooledPlan(const AttentionProblem& p, const Plan& plan, int block) {
+  PooledPlan pp;
+  pp.seqs.resize(plan.batch);
+  pp.kb_offsets.assign(plan.batch + 1, 0);
+  for (int b = 0; b < plan.batch; ++b) {
+    PooledSeq& s = pp.seqs[b];
+    s.q_begin = p.cu_seqlens_q[b];
+    s.ql = p.q_len(b);
+    s.kl = p.k_len(b);
+    s.nk = static_cast<int32_t>(CeilDiv(s.kl, block));
+    s.kb_base = pp.total_kb;
+    s.block_base = plan.block_offsets[b];
+    pp.total_kb += s.nk;
+    pp.kb_offsets[b + 1] = pp.total_kb;
+    if (s.ql > 0) pp.nk_max = std::max(pp.nk_max, static_cast<int>(s.nk));
+  }
+  return pp;
+}
+
+std::vector<RowGroup> MakeGroups(const Plan& plan, const PooledPlan& pp, int rows_per_group) {
+  std::vector<RowGroup> groups;
+  for (int slot = 0; slot < plan.slots; ++slot) {
+    for (int b = 0; b < plan.batch; ++b) {
+      const int nq = plan.block_offsets[b + 1] - plan.block_offsets[b];
+      for (int first = 0; first < nq; first += rows_per_group) {
+        RowGroup g;
+        g.slot = slot;
+        g.seq = b;
+        g.first_block = first;
+        g.rows = std::min(rows_per_group, nq - first);
+        groups.push_back(g);
+      }
+    }
+  }
+  return groups;
+}
+
+absl::StatusOr<float*> PoolKeysOnDevice(const AttentionProblem& p, const AttnParams& a,
+                                        const PooledPlan& pp, const int32_t* d_kb_offsets,
+                                        int block, const BuildScope& ws, cudaStream_t stream) {
+  PoolKeysParams k;
+  k.k = a.k;
+  k.k_token_stride = a.k_token_stride;
+  k.k_head_stride = a.k_head_stride;
+  k.dtype = p.dtype;
+  k.head_dim = p.head_dim;
+  k.num_kv_heads = p.num_kv_heads;
+  k.block = block;
+  k.batch = p.batch();
+  k.cu_k = a.cu_seqlens_k;
+  k.kb_offsets = d_kb_offsets;
+  k.total_kb = pp.total_kb;
+  SPATTN_ASSIGN_OR_RETURN(
+      k.out, Carve<float>(ws, static_cast<int64_t>(p.num_kv_heads) * pp.total_kb * p.head_dim,
+                          "pooled keys"));
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchPoolKeys(k, stream), "pool keys");
+  return k.out;
+}
+
+}  // namespace merged
+}  // namespace cuda
+}  // namespace spattn

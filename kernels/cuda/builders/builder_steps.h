@@ -1,0 +1,229 @@
+// Host steps shared by the GPU index builders (each builders/<method>_host.cc): workspace carving
+// and uploads, input checks, and the two ways a builder sizes its rows: the line builders
+// (vertical_slash, block_sparse, flex_prefill: count -> cub scan -> totals -> fill, in
+// namespace `merged`, launch API merged_kernels.h) and the bitmap builders (sample_attention,
+// anchor, saap: count -> scan -> totals -> fill through the row assembler, assembled_kernels.h).
+// Internal to kernels/cuda; CUDA types appear here.
+#ifndef SPATTN_KERNELS_CUDA_BUILDERS_BUILDER_STEPS_H_
+#define SPATTN_KERNELS_CUDA_BUILDERS_BUILDER_STEPS_H_
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/attention/attention_launch.h"
+#include "kernels/cuda/attention/engine_internal.h"
+#include "kernels/cuda/builders/assembled_kernels.h"
+#include "kernels/cuda/builders/merged_kernels.h"
+#include "kernels/cuda/common/cuda_status.h"
+#include "kernels/cuda/common/scan.h"
+#include "kernels/cuda/common/stage_timer.h"
+#include "kernels/method_config.h"
+#include "kernels/problem.h"
+#include "kernels/sparse_index.h"
+#include "kernels/status_macros.h"
+
+namespace spattn {
+namespace cuda {
+
+// ---- Workspace ---------------------------------------------------------------------------------
+
+inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+inline int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+inline int FloorDiv(int64_t a, int64_t b) {
+  return static_cast<int>(a >= 0 ? a / b : -((-a + b - 1) / b));
+}
+
+// `count` (>= 1 is carved even for 0) elements of T from the build's workspace.
+template <typename T>
+absl::StatusOr<T*> Carve(const BuildScope& scope, int64_t count, const char* what) {
+  SPATTN_ASSIGN_OR_RETURN(
+      void* p, scope.alloc(std::max<int64_t>(count, 1) * static_cast<int64_t>(sizeof(T)), what));
+  return static_cast<T*>(p);
+}
+
+// Carve, then zero on `stream`.
+template <typename T>
+absl::StatusOr<T*> CarveZeroed(const BuildScope& ws, int64_t count, const char* what,
+                               cudaStream_t stream) {
+  SPATTN_ASSIGN_OR_RETURN(T * p, Carve<T>(ws, count, what));
+  SPATTN_CUDA_RETURN_IF_ERROR(
+      cudaMemsetAsync(p, 0, std::max<int64_t>(count, 1) * sizeof(T), stream), what);
+  return p;
+}
+
+// Copies `v` into the workspace (pageable source: staged before the call returns).
+template <typename T>
+absl::StatusOr<T*> Upload(const BuildScope& scope, const std::vector<T>& v, const char* what) {
+  SPATTN_ASSIGN_OR_RETURN(T * d, Carve<T>(scope, static_cast<int64_t>(v.size()), what));
+  if (!v.empty()) {
+    SPATTN_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice, scope.stream),
+        what);
+  }
+  return d;
+}
+
+// The q heads of an index as device int32 (index.heads).
+absl::StatusOr<const int32_t*> UploadHeads(const BuildScope& scope, const std::vector<int>& heads);
+
+// Small host arrays gathered into one upload.
+class MetaBlob {
+ public:
+  template <typename T>
+  size_t Add(const std::vector<T>& v) {
+    const size_t at = (bytes_.size() + 255) / 256 * 256;
+    bytes_.resize(at + std::max<size_t>(v.size() * sizeof(T), 1));
+    if (!v.empty()) std::memcpy(bytes_.data() + at, v.data(), v.size() * sizeof(T));
+    return at;
+  }
+  absl::Status Upload(const BuildScope& ws, cudaStream_t stream) {
+    SPATTN_ASSIGN_OR_RETURN(void* dev,
+                            ws.alloc(static_cast<int64_t>(bytes_.size()), "builder metadata"));
+    base_ = static_cast<char*>(dev);
+    return CudaStatus(
+        cudaMemcpyAsync(base_, bytes_.data(), bytes_.size(), cudaMemcpyHostToDevice, stream),
+        "builder metadata upload");
+  }
+  template <typename T>
+  T* At(size_t offset) const {
+    return reinterpret_cast<T*>(base_ + offset);
+  }
+
+ private:
+  std::vector<char> bytes_;
+  char* base_ = nullptr;
+};
+
+// The device's opt-in shared memory per block (48 KB when it cannot be read).
+int MaxSmemOptin();
+
+// ---- Checks ------------------------------------------------------------------------------------
+
+// What the bitmap builders' kernels need beyond AttentionProblem::Validate(): device Q/K in
+// bf16/fp16, head_dim 64 or 128, 16-byte aligned rows.
+absl::Status CheckDeviceInputs(const AttentionProblem& p, Method method);
+
+namespace merged {
+
+// Limits of the line builders beyond MethodConfig::Validate (the message names the parameter).
+absl::Status CheckMergedBuilder(const AttentionProblem& problem, const MethodConfig& config,
+                                int block_m);
+
+// ---- Line builders (vertical_slash, block_sparse, flex_prefill) --------------------------------
+
+// Host geometry shared by the three builders.
+struct Plan {
+  const AttentionProblem* p = nullptr;
+  int batch = 0, slots = 0, block_m = 0, num_blocks = 0;
+  std::vector<int32_t> block_offsets;  // [batch + 1]
+  int64_t rows() const { return static_cast<int64_t>(slots) * num_blocks; }
+};
+
+Plan MakePlan(const AttentionProblem& p, int slots, int block_m);
+
+// The last-rows estimate plan: `rows` = last_q (vertical_slash) or block_size (flex_prefill).
+struct EstimatePlan {
+  std::vector<EstimateSeq> seqs;
+  int64_t rows_stride = 0, rowpart_stride = 0, diag_stride = 0, dpart_stride = 0;
+  int total_ctas = 0, max_n = 0;
+};
+
+EstimatePlan MakeEstimatePlan(const AttentionProblem& p, int rows);
+
+// Device buffers and launches of the estimate (shared by vertical_slash and flex_prefill).
+absl::StatusOr<EstimateParams> RunEstimate(const AttentionProblem& p, const AttnParams& a,
+                                           const EstimatePlan& e, const EstimateSeq* d_seqs,
+                                           const int32_t* d_heads, int slots, const BuildScope& ws,
+                                           cudaStream_t stream, StageTimer& timer);
+
+// CSR arrays: counts (written by the count pass) → indptr by exclusive scans, then one copy of
+// the totals to the host to carve the entry arrays.
+struct Csr {
+  int32_t* range_count = nullptr;
+  int32_t* col_count = nullptr;
+  int32_t* range_indptr = nullptr;
+  int32_t* col_indptr = nullptr;
+  int32_t* range_start = nullptr;
+  int32_t* range_len = nullptr;
+  int32_t* col_idx = nullptr;
+  int32_t total_ranges = 0, total_cols = 0;
+};
+
+absl::StatusOr<Csr> CarveCounts(int64_t rows, const BuildScope& ws, cudaStream_t stream);
+
+// Scans the counts into indptr, copies the two totals to the host (the build's one round trip)
+// and carves the entry arrays at their real size.
+absl::Status ScanAndSize(int64_t rows, Csr* c, const BuildScope& ws, cudaStream_t stream,
+                         bool with_cols);
+
+// Column runs and offset clusters of the selected lines (MergeParams' groups).
+absl::Status GroupLines(MergeParams* mp, int slots, int64_t cols_stride, int64_t offs_stride,
+                        const BuildScope& ws, cudaStream_t stream);
+
+SparseIndexView ViewOf(const Plan& plan, const int32_t* d_heads, const int32_t* d_offsets,
+                       const Csr& c);
+
+// Pooled geometry (block_sparse, flex_prefill).
+struct PooledPlan {
+  std::vector<PooledSeq> seqs;
+  std::vector<int32_t> kb_offsets;  // [batch + 1]
+  int total_kb = 0, nk_max = 0;
+};
+
+PooledPlan MakePooledPlan(const AttentionProblem& p, const Plan& plan, int block);
+
+std::vector<RowGroup> MakeGroups(const Plan& plan, const PooledPlan& pp, int rows_per_group);
+
+// The most rows per group whose shared memory fits the device.
+template <class Bytes>
+absl::StatusOr<int> RowsPerGroup(int nk_max, Bytes bytes, int static_bytes, const char* param) {
+  const int64_t budget = MaxSmemOptin() - static_bytes;
+  int rows = 0;
+  for (int r = kMaxRowsPerGroup; r >= 1; --r) {
+    if (bytes(r) <= budget) {
+      rows = r;
+      break;
+    }
+  }
+  if (rows == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cu_seqlens_k: a sequence of ", nk_max, " key blocks of ", param,
+                     " is too long for the GPU index builder's shared memory"));
+  }
+  return rows;
+}
+
+// Mean-pooled keys of every kv head (LaunchPoolKeys) in the workspace.
+absl::StatusOr<float*> PoolKeysOnDevice(const AttentionProblem& p, const AttnParams& a,
+                                        const PooledPlan& pp, const int32_t* d_kb_offsets,
+                                        int block, const BuildScope& ws, cudaStream_t stream);
+
+}  // namespace merged
+
+// ---- Bitmap builders (sample_attention, anchor, saap) ------------------------------------------
+
+// Block table and block offsets of an index with blocks of `block_m` rows.
+struct Layout {
+  SparseIndex host;  // heads and block_offsets only
+  std::vector<BlockGeoDev> geo;
+};
+Layout MakeLayout(const AttentionProblem& p, const std::vector<int>& heads, int block_m);
+
+// Count pass, scan, the entry totals (the build's one host round trip), fill pass.
+absl::StatusOr<SparseIndexView> Assemble(
+    const BuildScope& env, const Layout& l,
+    const std::function<cudaError_t(const AsmOut&, bool)>& launch, StageTimer* timer,
+    const char* select_stage);
+
+}  // namespace cuda
+}  // namespace spattn
+
+#endif  // SPATTN_KERNELS_CUDA_BUILDERS_BUILDER_STEPS_H_

@@ -1,0 +1,219 @@
+// Host side of the GPU flex_prefill index builder (kernels: flex_prefill.cu; CPU twin:
+// kernels/builders/flex_prefill.cc): sizes every buffer from host-known counts, carves it from the
+// build's workspace and enqueues the kernels; one host round trip (the CSR totals).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/builders/builder_steps.h"
+#include "kernels/cuda/builders/method_builders.h"
+
+namespace spattn {
+namespace cuda {
+namespace merged {
+namespace {
+
+absl::StatusOr<SparseIndexView> BuildFlexPrefill(const AttentionProblem& p, const AttnParams& a,
+                                                 const FlexPrefillParams& fp,
+                                                 const std::vector<int>& heads,
+                                                 const int32_t* d_heads, const BuildScope& ws,
+                                                 cudaStream_t stream, StageTimer& timer) {
+  const int bs = fp.block_size;
+  const Plan plan = MakePlan(p, static_cast<int>(heads.size()), bs);
+  const PooledPlan pp = MakePooledPlan(p, plan, bs);
+  const EstimatePlan e = MakeEstimatePlan(p, bs);
+  int rows_per_group = 1;
+  if (pp.nk_max > 0) {
+    SPATTN_ASSIGN_OR_RETURN(
+        rows_per_group,
+        RowsPerGroup(
+            pp.nk_max, [&](int r) { return FlexQaSmemBytes(p.head_dim, r, pp.nk_max); }, 32 * 1024,
+            "flex_prefill.block_size"));
+  }
+  const std::vector<RowGroup> groups = MakeGroups(plan, pp, rows_per_group);
+  // Lines: every column and offset may be kept (budgets are found on the device).
+  std::vector<LineSeq> lines(plan.batch);
+  for (int b = 0; b < plan.batch; ++b) {
+    lines[b].col_base = e.seqs[b].col_base;
+    lines[b].off_base = e.seqs[b].diag_base;
+  }
+  const int64_t cols_stride = p.total_k(), offs_stride = e.diag_stride;
+  std::vector<int64_t> unit_col_base(static_cast<size_t>(plan.slots) * plan.batch);
+  std::vector<int64_t> unit_off_base(unit_col_base.size());
+  for (int slot = 0; slot < plan.slots; ++slot) {
+    for (int b = 0; b < plan.batch; ++b) {
+      unit_col_base[slot * plan.batch + b] = slot * cols_stride + lines[b].col_base;
+      unit_off_base[slot * plan.batch + b] = slot * offs_stride + lines[b].off_base;
+    }
+  }
+  MetaBlob blob;
+  const size_t o_est = blob.Add(e.seqs);
+  const size_t o_lines = blob.Add(lines);
+  const size_t o_pseqs = blob.Add(pp.seqs);
+  const size_t o_kb = blob.Add(pp.kb_offsets);
+  const size_t o_groups = blob.Add(groups);
+  const size_t o_offsets = blob.Add(plan.block_offsets);
+  const size_t o_ucol = blob.Add(unit_col_base);
+  const size_t o_uoff = blob.Add(unit_off_base);
+  SPATTN_RETURN_IF_ERROR(blob.Upload(ws, stream));
+  const int32_t* d_offsets = blob.At<int32_t>(o_offsets);
+  const int64_t units = static_cast<int64_t>(plan.slots) * plan.batch;
+  const int64_t rows = plan.rows();
+
+  SPATTN_ASSIGN_OR_RETURN(float* pooled_k,
+                          PoolKeysOnDevice(p, a, pp, blob.At<int32_t>(o_kb), bs, ws, stream));
+  SPATTN_ASSIGN_OR_RETURN(EstimateParams ep, RunEstimate(p, a, e, blob.At<EstimateSeq>(o_est),
+                                                         d_heads, plan.slots, ws, stream, timer));
+  FlexParams f;
+  f.q = a.q;
+  f.q_token_stride = a.q_token_stride;
+  f.q_head_stride = a.q_head_stride;
+  f.dtype = p.dtype;
+  f.head_dim = p.head_dim;
+  f.scale = p.softmax_scale;
+  f.causal = p.causal;
+  f.block = bs;
+  f.gamma = fp.gamma;
+  f.tau = fp.tau;
+  f.min_blocks = static_cast<int>(CeilDiv(fp.min_budget, bs));
+  f.max_blocks = fp.max_budget > 0 ? static_cast<int>(CeilDiv(fp.max_budget, bs)) : 0;
+  f.flatten = fp.flatten;
+  f.slot_head = d_heads;
+  f.group = p.group_size();
+  f.num_slots = plan.slots;
+  f.batch = plan.batch;
+  f.num_blocks = plan.num_blocks;
+  f.seqs = blob.At<PooledSeq>(o_pseqs);
+  f.est = ep.seqs;
+  f.pooled_k = pooled_k;
+  f.total_kb = pp.total_kb;
+  f.col_sums = ep.col_sums;
+  f.col_stride = ep.col_stride;
+  const int64_t kb_all = static_cast<int64_t>(plan.slots) * pp.total_kb;
+  SPATTN_ASSIGN_OR_RETURN(f.truth, Carve<double>(ws, kb_all, "flex truth"));
+  SPATTN_ASSIGN_OR_RETURN(f.estimate, Carve<double>(ws, kb_all, "flex estimate"));
+  SPATTN_ASSIGN_OR_RETURN(f.terms, Carve<double>(ws, 2 * kb_all, "flex js terms"));
+  SPATTN_ASSIGN_OR_RETURN(f.unit_is_vs, CarveZeroed<uint8_t>(ws, units, "flex decisions", stream));
+  f.groups = blob.At<RowGroup>(o_groups);
+  f.num_groups = static_cast<int>(groups.size());
+  f.max_rows = rows_per_group;
+  f.nk_max = std::max(pp.nk_max, 1);
+  SPATTN_ASSIGN_OR_RETURN(f.row_mx, Carve<float>(ws, rows, "flex row max"));
+  SPATTN_ASSIGN_OR_RETURN(f.row_sum, Carve<double>(ws, rows, "flex row sums"));
+  SPATTN_ASSIGN_OR_RETURN(f.row_total, Carve<double>(ws, rows, "flex row totals"));
+  SPATTN_ASSIGN_OR_RETURN(f.row_ties, CarveZeroed<int32_t>(ws, rows, "flex ties", stream));
+  SPATTN_ASSIGN_OR_RETURN(f.hist_count,
+                          CarveZeroed<int>(ws, units * 256, "flex histogram", stream));
+  SPATTN_ASSIGN_OR_RETURN(f.hist_mass,
+                          CarveZeroed<double>(ws, units * 256, "flex histogram", stream));
+  SPATTN_ASSIGN_OR_RETURN(f.state,
+                          CarveZeroed<FlexUnitState>(ws, units, "flex unit state", stream));
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchFlexDecide(f, stream), "flex decision");
+  timer.Mark("decide");
+
+  LineSelectParams lp;
+  lp.num_slots = plan.slots;
+  lp.batch = plan.batch;
+  lp.seqs = ep.seqs;
+  lp.lines = blob.At<LineSeq>(o_lines);
+  lp.col_sums = ep.col_sums;
+  lp.diag_sums = ep.diag_sums;
+  lp.col_stride = ep.col_stride;
+  lp.diag_stride = ep.diag_stride;
+  lp.cols_stride = cols_stride;
+  lp.offs_stride = offs_stride;
+  SPATTN_ASSIGN_OR_RETURN(lp.line_cols,
+                          Carve<int32_t>(ws, plan.slots * cols_stride, "selected columns"));
+  SPATTN_ASSIGN_OR_RETURN(lp.line_offs,
+                          Carve<int32_t>(ws, plan.slots * offs_stride, "selected diagonals"));
+  SPATTN_ASSIGN_OR_RETURN(lp.unit_ncols, Carve<int32_t>(ws, units, "column counts"));
+  SPATTN_ASSIGN_OR_RETURN(lp.unit_noffs, Carve<int32_t>(ws, units, "diagonal counts"));
+  lp.flex = true;
+  lp.gamma = fp.gamma;
+  lp.min_budget = fp.min_budget;
+  lp.max_budget = fp.max_budget;
+  lp.unit_is_vs = f.unit_is_vs;
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchSelectLines(lp, stream), "flex lines");
+  timer.Mark("select");
+
+  // Query-aware heads: row statistics, then the flattened selection's levels.
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchFlexQaRows(f, 0, 0, stream), "flex rows (stats)");
+  timer.Mark("qa_stats");
+  if (fp.flatten) {
+    for (int level = 0; level < kFlexLevels; ++level) {
+      SPATTN_CUDA_RETURN_IF_ERROR(LaunchFlexQaScan(f, level, stream), "flex scan");
+      if (level + 1 < kFlexLevels) {
+        SPATTN_CUDA_RETURN_IF_ERROR(LaunchFlexQaRows(f, 1, level + 1, stream),
+                                    "flex rows (histogram)");
+      }
+    }
+    SPATTN_CUDA_RETURN_IF_ERROR(LaunchFlexQaRows(f, 2, 0, stream), "flex rows (ties)");
+    SPATTN_CUDA_RETURN_IF_ERROR(LaunchFlexTieScan(f, stream), "flex tie ranks");
+  }
+  timer.Mark("qa_levels");
+
+  SPATTN_ASSIGN_OR_RETURN(Csr csr, CarveCounts(rows, ws, stream));
+  MergeParams mp;
+  mp.num_slots = plan.slots;
+  mp.batch = plan.batch;
+  mp.num_blocks = plan.num_blocks;
+  mp.block_m = bs;
+  mp.causal = p.causal;
+  mp.cu_q = a.cu_seqlens_q;
+  mp.cu_k = a.cu_seqlens_k;
+  mp.block_offsets = d_offsets;
+  mp.line_cols = lp.line_cols;
+  mp.line_offs = lp.line_offs;
+  mp.unit_col_base = blob.At<int64_t>(o_ucol);
+  mp.unit_off_base = blob.At<int64_t>(o_uoff);
+  mp.unit_ncols = lp.unit_ncols;
+  mp.unit_noffs = lp.unit_noffs;
+  mp.maybe_unit_is_vs = f.unit_is_vs;
+  mp.kept_block = bs;
+  mp.range_count = csr.range_count;
+  mp.col_count = csr.col_count;
+  f.range_count = csr.range_count;
+  f.col_count = csr.col_count;
+  SPATTN_RETURN_IF_ERROR(GroupLines(&mp, plan.slots, cols_stride, offs_stride, ws, stream));
+  timer.Mark("group");
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchMergeRows(mp, /*fill=*/false, stream),
+                              "flex merge rows (count)");
+  timer.Mark("merge_count");
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchFlexQaRows(f, 3, 0, stream), "flex rows (count)");
+  timer.Mark("qa_count");
+  SPATTN_RETURN_IF_ERROR(ScanAndSize(rows, &csr, ws, stream, /*with_cols=*/true));
+  timer.Mark("scan_sync");
+  mp.range_indptr = csr.range_indptr;
+  mp.col_indptr = csr.col_indptr;
+  mp.range_start = csr.range_start;
+  mp.range_len = csr.range_len;
+  mp.col_idx = csr.col_idx;
+  f.range_indptr = csr.range_indptr;
+  f.range_start = csr.range_start;
+  f.range_len = csr.range_len;
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchMergeRows(mp, /*fill=*/true, stream), "flex merge rows (fill)");
+  timer.Mark("merge_fill");
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchFlexQaRows(f, 4, 0, stream), "flex rows (fill)");
+  timer.Mark("qa_fill");
+  return ViewOf(plan, d_heads, d_offsets, csr);
+}
+
+}  // namespace
+}  // namespace merged
+
+absl::StatusOr<SparseIndexView> BuildFlexPrefillIndex(const BuildScope& scope,
+                                                      const AttentionProblem& p,
+                                                      const MethodConfig& config,
+                                                      const std::vector<int>& heads, int block_m) {
+  SPATTN_RETURN_IF_ERROR(merged::CheckMergedBuilder(p, config, block_m));
+  SPATTN_ASSIGN_OR_RETURN(const int32_t* d_heads, UploadHeads(scope, heads));
+  StageTimer timer(scope.stream, MethodName(config.method));
+  return merged::BuildFlexPrefill(p, *scope.params, config.flex_prefill, heads, d_heads, scope,
+                                  scope.stream, timer);
+}
+
+}  // namespace cuda
+}  // namespace spattn

@@ -1,0 +1,132 @@
+// Host side of the GPU SampleAttention index builder (kernels: sample_attention.cu; CPU twin:
+// kernels/builders/sample_attention.cc): host-side tables from the problem's sizes, workspace
+// carving, and the count-then-fill row assembly (builder_steps.h: Assemble) with its one host round
+// trip.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/builders/builder_steps.h"
+#include "kernels/cuda/builders/method_builders.h"
+
+namespace spattn {
+
+namespace cuda {
+namespace {
+
+absl::StatusOr<SparseIndexView> BuildSampleAttention(const BuildScope& env,
+                                                     const AttentionProblem& p, const AttnParams& a,
+                                                     const SampleAttentionParams& params,
+                                                     const std::vector<int>& heads) {
+  const int blk = params.block_size;
+  const Layout l = MakeLayout(p, heads, blk);
+  const int nslots = l.host.num_heads(), nb = p.batch();
+  std::vector<SaUnit> units;
+  std::vector<SaItem> items;
+  std::vector<int32_t> unit_first;
+  int64_t score_total = 0;
+  for (int s = 0; s < nslots; ++s) {
+    for (int b = 0; b < nb; ++b) {
+      unit_first.push_back(static_cast<int32_t>(units.size()));
+      const int ql = p.q_len(b), kl = p.k_len(b);
+      const int n = std::min(params.chunk_n, (ql + blk - 1) / blk);
+      int begin = 0;
+      for (int c = 1; c <= n; ++c) {
+        const int end = static_cast<int>(static_cast<int64_t>(c) * ql / n);
+        if (end <= begin) continue;
+        SaUnit u;
+        u.slot = s;
+        u.seq = b;
+        u.row_begin = begin;
+        u.row_end = end;
+        u.s1 = end;
+        u.s0 = std::max(0, end - blk);
+        u.n_keys = p.causal ? p.query_pos(b, end - 1) + 1 : kl;
+        u.n_col = (kl + blk - 1) / blk;
+        u.sb_min = p.causal ? 0 : FloorDiv(-(static_cast<int64_t>(kl) - 1), blk);
+        u.n_slash = std::max(0, FloorDiv(static_cast<int64_t>(kl) - 1, blk) - u.sb_min + 1);
+        u.score_off = score_total;
+        score_total += u.n_col + u.n_slash;
+        u.item_begin = static_cast<int>(items.size());
+        for (int k0 = 0; k0 < u.n_keys; k0 += kSaSpan) {
+          items.push_back(
+              SaItem{static_cast<int>(units.size()), k0, std::min(u.n_keys, k0 + kSaSpan)});
+        }
+        u.item_count = static_cast<int>(items.size()) - u.item_begin;
+        units.push_back(u);
+        begin = end;
+      }
+    }
+  }
+  unit_first.push_back(static_cast<int32_t>(units.size()));
+
+  SaArgs sa;
+  sa.p = a;
+  std::vector<int32_t> heads32(heads.begin(), heads.end());
+  SPATTN_ASSIGN_OR_RETURN(sa.heads, Upload(env, heads32, "sample_attention heads"));
+  SPATTN_ASSIGN_OR_RETURN(sa.units, Upload(env, units, "sample_attention units"));
+  SPATTN_ASSIGN_OR_RETURN(sa.items, Upload(env, items, "sample_attention spans"));
+  sa.num_units = static_cast<int>(units.size());
+  sa.num_items = static_cast<int>(items.size());
+  sa.block_size = blk;
+  SPATTN_ASSIGN_OR_RETURN(sa.partial, Carve<float2>(env, static_cast<int64_t>(items.size()) * 128,
+                                                    "sample_attention row partials"));
+  SPATTN_ASSIGN_OR_RETURN(sa.lse2, Carve<float>(env, static_cast<int64_t>(units.size()) * 128,
+                                                "sample_attention row lse"));
+  SPATTN_ASSIGN_OR_RETURN(sa.item_scores,
+                          Carve<float>(env, static_cast<int64_t>(items.size()) * 2 * kSaItemScores,
+                                       "sample_attention span scores"));
+  SPATTN_ASSIGN_OR_RETURN(sa.scores, Carve<float>(env, score_total, "sample_attention scores"));
+  SPATTN_ASSIGN_OR_RETURN(sa.selected,
+                          Carve<int32_t>(env, score_total, "sample_attention selection"));
+  SPATTN_ASSIGN_OR_RETURN(sa.selected_n, Carve<int32_t>(env, 2 * static_cast<int64_t>(units.size()),
+                                                        "sample_attention selection counts"));
+  sa.alpha_c = params.alpha_c;
+  sa.alpha_s = params.alpha_s;
+  if (score_total > 0) {
+    // Units without keys get no span: their scores stay 0.
+    SPATTN_CUDA_RETURN_IF_ERROR(
+        cudaMemsetAsync(sa.scores, 0, score_total * sizeof(float), env.stream),
+        "sample_attention scores");
+  }
+  StageTimer timer(env.stream, "sample_attention");
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchSampleAttentionSelect(sa, env.stream),
+                              "sample_attention selection");
+
+  SaAsmArgs asm_args;
+  SPATTN_ASSIGN_OR_RETURN(asm_args.geo, Upload(env, l.geo, "block geometry"));
+  asm_args.num_blocks = l.host.num_blocks();
+  asm_args.num_slots = nslots;
+  asm_args.batch = nb;
+  asm_args.units = sa.units;
+  SPATTN_ASSIGN_OR_RETURN(asm_args.unit_first, Upload(env, unit_first, "sample_attention units"));
+  asm_args.selected = sa.selected;
+  asm_args.selected_n = sa.selected_n;
+  asm_args.block_size = blk;
+  asm_args.local_tokens = params.local_tokens;
+  auto v = Assemble(
+      env, l,
+      [&](const AsmOut& out, bool fill) {
+        return LaunchSampleAttentionAssemble(asm_args, out, fill, env.stream);
+      },
+      &timer, "select");
+  if (!v.ok()) timer.Cancel();
+  return v;
+}
+
+}  // namespace
+
+absl::StatusOr<SparseIndexView> BuildSampleAttentionIndex(const BuildScope& scope,
+                                                          const AttentionProblem& p,
+                                                          const MethodConfig& config,
+                                                          const std::vector<int>& heads,
+                                                          int block_m) {
+  SPATTN_RETURN_IF_ERROR(CheckDeviceInputs(p, config.method));
+  return BuildSampleAttention(scope, p, *scope.params, config.sample_attention, heads);
+}
+
+}  // namespace cuda
+}  // namespace spattn

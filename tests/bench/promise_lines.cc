@@ -1,0 +1,140 @@
+#include "tests/bench/promise_lines.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "kernels/calibration/pattern_search.h"
+#include "kernels/fidelity.h"
+#include "kernels/status_macros.h"
+#include "server/recall_guard.h"
+
+namespace spattn {
+namespace {
+
+double MillisSince(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+}
+
+}  // namespace
+
+absl::Status EmitPromiseLines(const WorkloadOptions& model, AttentionBackend* backend,
+                              const PromiseOptions& o, std::ostream& out, std::ostream& err) {
+  const uint64_t model_seed = model.model_seed.value_or(model.seed);
+  auto prompt = [&](int len, uint64_t seed) {
+    WorkloadOptions w = model;
+    w.shape.q_lens = {len};
+    w.shape.k_lens = {len};
+    w.seed = seed;
+    w.model_seed = model_seed;
+    return GenerateWorkload(w);
+  };
+  // The search per target on the calibration prompt.
+  SPATTN_ASSIGN_OR_RETURN(Workload calib, prompt(o.calib_len, model.seed + 1000));
+  const int hq = calib.problem().num_q_heads;
+  std::vector<std::vector<MethodConfig>> searched(o.targets.size());
+  for (size_t t = 0; t < o.targets.size(); ++t) {
+    PatternSearchOptions so;
+    so.target_recall = o.targets[t];
+    so.sample_rows = o.search_rows;
+    so.block_m = o.build.block_m;
+    so.seed = model.seed;
+    const auto start = std::chrono::steady_clock::now();
+    SPATTN_ASSIGN_OR_RETURN(PatternSearchResult r,
+                            SearchHeadPatterns({&calib.problem()}, DefaultCandidates(), so));
+    searched[t].assign(hq, MethodConfig());
+    for (const HeadSearchResult& h : r.heads) searched[t][h.head] = h.chosen.config;
+    err << "spattn-bench: promise: searched target " << o.targets[t] << " on " << o.calib_len
+        << " tokens in " << static_cast<int64_t>(MillisSince(start)) << " ms\n";
+  }
+  struct Tally {
+    double recall_sum = 0;
+    int heads = 0, within = 0, lengths = 0, kept = 0;
+  };
+  std::vector<Tally> tally(o.targets.size());
+  for (double factor : o.factors) {
+    const int len = std::max(128, static_cast<int>(std::lround(o.calib_len * factor)));
+    if (len > o.max_len) continue;
+    SPATTN_ASSIGN_OR_RETURN(Workload held, prompt(len, model.seed + 2000 + len));
+    AttentionProblem& p = held.problem();
+    SPATTN_RETURN_IF_ERROR(backend->Prepare(&p));
+    for (size_t t = 0; t < o.targets.size(); ++t) {
+      const double target = o.targets[t];
+      std::vector<MethodConfig> served = searched[t];
+      std::string where = "host";
+      double guard_ms = -1;
+      const int device_rows = o.probe_rows >= 0 ? o.probe_rows : 64;
+      auto device =
+          backend->GuardOnDevice(searched[t], target, device_rows, o.build, /*again=*/false);
+      if (device.ok()) {
+        served = device->configs;
+        where = backend->name();
+        guard_ms = device->recall_ms;
+      } else if (device.status().code() == absl::StatusCode::kUnimplemented) {
+        RecallGuardOptions go;
+        go.target = target;
+        if (o.probe_rows >= 0) go.probe_rows = o.probe_rows;
+        auto build = [&](const MethodConfig& c, const std::vector<int>& hs, SparseIndex* out) {
+          return BuildSparseIndex(p, c, hs, o.build, out);
+        };
+        const auto start = std::chrono::steady_clock::now();
+        for (int h = 0; h < hq; ++h) {
+          SparseIndex index;
+          SPATTN_RETURN_IF_ERROR(build(searched[t][h], {h}, &index));
+          SPATTN_ASSIGN_OR_RETURN(GuardedHead g, GuardHead(p, index, 0, searched[t][h],
+                                                           /*widen=*/true, build, go));
+          served[h] = g.config;
+        }
+        guard_ms = MillisSince(start);
+      } else {
+        return device.status();
+      }
+      // The served configs' recall on other rows than the guard's probes.
+      std::vector<double> recall(hq), density(hq);
+      for (int h = 0; h < hq; ++h) {
+        SparseIndex index;
+        SPATTN_RETURN_IF_ERROR(BuildSparseIndex(p, served[h], {h}, o.build, &index));
+        SPATTN_ASSIGN_OR_RETURN(recall[h], AttentionMassRecall(p, index, 0, o.recall_rows, 777));
+        density[h] = Density(p, index, 0);
+      }
+      double mean = 0, mn = 1, dens = 0;
+      int within = 0;
+      for (int h = 0; h < hq; ++h) {
+        mean += recall[h] / hq;
+        mn = std::min(mn, recall[h]);
+        dens += density[h] / hq;
+        within += recall[h] >= target - 0.02;
+      }
+      const bool kept = mean >= target && within >= 0.95 * hq;
+      Tally& ty = tally[t];
+      ty.recall_sum += mean * hq;
+      ty.heads += hq;
+      ty.within += within;
+      ++ty.lengths;
+      ty.kept += kept;
+      out << absl::StrFormat(
+          "{\"method\":\"promise\",\"workload\":\"%s\",\"target\":%.2f,\"calib_len\":%d,"
+          "\"seq_len\":%d,\"factor\":%g,\"num_heads\":%d,\"kv_heads\":%d,\"head_dim\":%d,"
+          "\"recall_mean\":%.4f,\"recall_min\":%.4f,\"heads_within_0_02\":%d,\"density\":%.4f,"
+          "\"guard\":\"%s\",\"guard_recall_ms\":%.2f,\"kept\":%s}\n",
+          model.workload, target, o.calib_len, len, factor, hq, p.num_kv_heads, p.head_dim, mean,
+          mn, within, dens, where, guard_ms, kept ? "true" : "false");
+      out.flush();
+    }
+  }
+  for (size_t t = 0; t < o.targets.size(); ++t) {
+    const Tally& ty = tally[t];
+    out << absl::StrFormat(
+        "{\"method\":\"promise\",\"summary\":true,\"target\":%.2f,\"calib_len\":%d,"
+        "\"lengths\":%d,\"lengths_kept\":%d,\"recall_mean\":%.4f,\"heads\":%d,"
+        "\"heads_within_0_02\":%d,\"kept\":%s}\n",
+        o.targets[t], o.calib_len, ty.lengths, ty.kept, ty.heads ? ty.recall_sum / ty.heads : 0.0,
+        ty.heads, ty.within, ty.kept == ty.lengths && ty.lengths > 0 ? "true" : "false");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace spattn
