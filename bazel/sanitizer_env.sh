@@ -6,11 +6,11 @@
 # directory, and processes a test starts may change directory). Options --test_env already put
 # into LSAN_OPTIONS / TSAN_OPTIONS are kept.
 #  asan: LSAN_OPTIONS gets bazel/lsan.supp.
-#  tsan: TSAN_OPTIONS gets bazel/tsan.supp, and Abseil built with -fsanitize=thread
-#        ($SPATTN_TSAN_ABSL/lib, default /opt/spattn-tsan-absl/lib, made by deploy/tsan_absl.sh)
-#        goes first on LD_LIBRARY_PATH so that TSan sees absl::Mutex, which our index service and
-#        gRPC core synchronize with. Without it TSan reports nearly every hand-off through gRPC
-#        as a race, so the wrapper refuses to run.
+#  tsan: TSAN_OPTIONS gets bazel/tsan.supp. The binaries load Abseil built with
+#        -fsanitize=thread from /opt/spattn-tsan-absl/lib (their DT_RPATH, .bazelrc; made by
+#        deploy/tsan_absl.sh) so that TSan sees absl::Mutex, which our index service and gRPC
+#        core synchronize with. Without it TSan reports nearly every hand-off through gRPC as a
+#        race, so the wrapper refuses to run when it is missing.
 here="$(cd "$(dirname "$0")" && pwd)"
 case "$(basename "$0")" in
   asan_env*)
@@ -22,15 +22,14 @@ case "$(basename "$0")" in
   tsan_env*)
     supp="$here/tsan.supp"
     [ -r "$supp" ] || { echo "sanitizer_env: $supp not found" >&2; exit 1; }
-    absl="${SPATTN_TSAN_ABSL:-/opt/spattn-tsan-absl}/lib"
+    absl=/opt/spattn-tsan-absl/lib
     if [ ! -r "$absl/libabsl_synchronization.so.20220623" ]; then
       echo "sanitizer_env: no Abseil built with -fsanitize=thread in $absl;" \
-        "run deploy/tsan_absl.sh first (or pass --test_env=SPATTN_TSAN_ABSL=DIR)" >&2
+        "run deploy/tsan_absl.sh first" >&2
       exit 1
     fi
     TSAN_OPTIONS="${TSAN_OPTIONS:+$TSAN_OPTIONS:}suppressions=$supp"
-    LD_LIBRARY_PATH="$absl${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-    export TSAN_OPTIONS LD_LIBRARY_PATH
+    export TSAN_OPTIONS
     ;;
   *)
     echo "sanitizer_env: run as asan_env or tsan_env, not $(basename "$0")" >&2

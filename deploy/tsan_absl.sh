@@ -1,13 +1,12 @@
 #!/usr/bin/env bash
 # Builds Debian's own Abseil (the source of the installed libabsl-dev, same version, patches and
-# inline namespace) with -fsanitize=thread into $PREFIX (default /opt/spattn-tsan-absl), for
-# `bazel test --config=tsan`: bazel/sanitizer_env.sh puts $PREFIX/lib first on LD_LIBRARY_PATH,
-# so our binaries and Debian's libgrpc load these instrumented libraries instead of the system
-# ones. Then TSan sees every absl::Mutex (ours and gRPC core's, whose grpc_core::Mutex is an
+# inline namespace) with -fsanitize=thread into /opt/spattn-tsan-absl, for
+# `bazel test --config=tsan`: its binaries carry that lib directory as DT_RPATH (.bazelrc), so
+# they and Debian's libgrpc load these instrumented libraries instead of the system ones. Then TSan sees every absl::Mutex (ours and gRPC core's, whose grpc_core::Mutex is an
 # absl::Mutex) and Abseil's own code. Needs a deb-src entry for Debian bookworm (added if
 # missing) and network access to the Debian archive; about 3 minutes on 2 cores. Idempotent.
 set -euo pipefail
-PREFIX=${1:-${SPATTN_TSAN_ABSL:-/opt/spattn-tsan-absl}}
+PREFIX=/opt/spattn-tsan-absl  # .bazelrc (--config=tsan rpath) and bazel/sanitizer_env.sh name it
 if [ -e "$PREFIX/lib/libabsl_synchronization.so.20220623" ]; then
   echo "tsan_absl: $PREFIX already built"
   exit 0

@@ -7,18 +7,18 @@
 // sees no happens-before edge and reports the reactor's own fields, touched in one reaction and
 // again in the next, as a race. A reactor calls ReactorRelease(this) just before starting an
 // operation and ReactorAcquire(this) first thing in each reaction; both are no-ops unless the
-// build uses -fsanitize=thread (bazel test --config=tsan).
+// build is --config=tsan (which defines SPATTN_TSAN).
 #ifndef SPATTN_PROTO_REACTOR_ORDER_H_
 #define SPATTN_PROTO_REACTOR_ORDER_H_
 
-#if defined(__SANITIZE_THREAD__)
+#if defined(SPATTN_TSAN)
 #include <sanitizer/tsan_interface.h>
 #endif
 
 namespace spattn {
 
 inline void ReactorRelease(const void* reactor) {
-#if defined(__SANITIZE_THREAD__)
+#if defined(SPATTN_TSAN)
   __tsan_release(const_cast<void*>(reactor));
 #else
   (void)reactor;
@@ -26,7 +26,7 @@ inline void ReactorRelease(const void* reactor) {
 }
 
 inline void ReactorAcquire(const void* reactor) {
-#if defined(__SANITIZE_THREAD__)
+#if defined(SPATTN_TSAN)
   __tsan_acquire(const_cast<void*>(reactor));
 #else
   (void)reactor;
