@@ -14,6 +14,7 @@
 #include "index/validate.h"
 #include "kernels/status_macros.h"
 #include "proto/grpc_status.h"
+#include "proto/reactor_order.h"
 
 namespace spattn {
 namespace {
@@ -53,10 +54,11 @@ class PutTensorsReactor final : public grpc::ServerReadReactor<v1::TensorChunk> 
       return;
     }
     store_ = *std::move(store);
-    StartRead(&chunk_);
+    Read();
   }
 
   void OnReadDone(bool ok) override {
+    ReactorAcquire(this);
     if (!ok) {
       if (cancelled_) {
         Done(absl::CancelledError("PutTensors cancelled by the client"));
@@ -77,17 +79,23 @@ class PutTensorsReactor final : public grpc::ServerReadReactor<v1::TensorChunk> 
       Done(s);
       return;
     }
-    StartRead(&chunk_);
+    Read();
   }
 
   void OnCancel() override { cancelled_ = true; }
 
   void OnDone() override {
+    ReactorAcquire(this);
     metrics_->RecordRpc("PutTensors", status_.code(), SecondsSince(start_));
     delete this;
   }
 
  private:
+  void Read() {
+    ReactorRelease(this);
+    StartRead(&chunk_);
+  }
+
   absl::Status Handle() {
     switch (chunk_.part_case()) {
       case v1::TensorChunk::kHeader: {
@@ -149,6 +157,7 @@ class PutTensorsReactor final : public grpc::ServerReadReactor<v1::TensorChunk> 
 
   void Done(const absl::Status& status) {
     status_ = status;
+    ReactorRelease(this);
     Finish(ToGrpcStatus(status));
   }
 
@@ -185,6 +194,7 @@ class GetTensorsReactor final : public grpc::ServerWriteReactor<v1::TensorChunk>
   }
 
   void OnWriteDone(bool ok) override {
+    ReactorAcquire(this);
     if (!ok) {
       Done(absl::CancelledError("GetTensors: the client went away"));
       return;
@@ -193,6 +203,7 @@ class GetTensorsReactor final : public grpc::ServerWriteReactor<v1::TensorChunk>
   }
 
   void OnDone() override {
+    ReactorAcquire(this);
     metrics_->RecordRpc("GetTensors", status_.code(), SecondsSince(start_));
     delete this;
   }
@@ -204,6 +215,7 @@ class GetTensorsReactor final : public grpc::ServerWriteReactor<v1::TensorChunk>
       const size_t n = std::min<size_t>(chunk_bytes_, tensor_.data.size() - offset_);
       msg_.set_data(tensor_.data.data() + offset_, n);
       offset_ += n;
+      ReactorRelease(this);
       StartWrite(&msg_);
       return;
     }
@@ -225,11 +237,13 @@ class GetTensorsReactor final : public grpc::ServerWriteReactor<v1::TensorChunk>
     *h->mutable_desc() = tensor_.desc;
     h->set_total_bytes(tensor_.data.size());
     h->set_crc32c(tensor_.crc32c);
+    ReactorRelease(this);
     StartWrite(&msg_);
   }
 
   void Done(const absl::Status& status) {
     status_ = status;
+    ReactorRelease(this);
     Finish(ToGrpcStatus(status));
   }
 
@@ -350,6 +364,7 @@ class IndexServiceImpl::Watcher final : public grpc::ServerWriteReactor<v1::Publ
     if (finishing_) {
       if (!finished_) {
         finished_ = true;
+        ReactorRelease(this);
         Finish(final_status_);
       }
       return;
@@ -357,9 +372,15 @@ class IndexServiceImpl::Watcher final : public grpc::ServerWriteReactor<v1::Publ
     MaybeWriteLocked();
   }
 
-  void OnCancel() override { Close(grpc::Status::CANCELLED); }
+  void OnCancel() override {
+    Close(grpc::Status::CANCELLED);
+    // gRPC calls OnDone only after OnCancel has returned (the count of running callbacks is
+    // dropped inside libgrpc++); OnDone then destroys mu_, which Close just unlocked here.
+    ReactorRelease(this);
+  }
 
   void OnDone() override {
+    ReactorAcquire(this);
     service_->RemoveWatcher(this);
     service_->metrics()->RecordRpc("WatchPublished", FromGrpcStatus(final_status_).code(),
                                    SecondsSince(start_));
@@ -382,6 +403,7 @@ class IndexServiceImpl::Watcher final : public grpc::ServerWriteReactor<v1::Publ
     final_status_ = status;
     if (!writing_) {
       finished_ = true;
+      ReactorRelease(this);
       Finish(status);
     }
   }

@@ -70,7 +70,7 @@ uint16_t FloatToFp16(float f) {
 void ToFloat(const void* src, DType t, int64_t n, float* dst) {
   switch (t) {
     case DType::kF32:
-      std::memcpy(dst, src, n * sizeof(float));
+      if (n > 0) std::memcpy(dst, src, n * sizeof(float));  // An empty tensor's data is null.
       return;
     case DType::kBF16: {
       const uint16_t* s = static_cast<const uint16_t*>(src);
@@ -88,7 +88,7 @@ void ToFloat(const void* src, DType t, int64_t n, float* dst) {
 void FromFloat(const float* src, DType t, int64_t n, void* dst) {
   switch (t) {
     case DType::kF32:
-      std::memcpy(dst, src, n * sizeof(float));
+      if (n > 0) std::memcpy(dst, src, n * sizeof(float));  // An empty tensor's data is null.
       return;
     case DType::kBF16: {
       uint16_t* d = static_cast<uint16_t*>(dst);
