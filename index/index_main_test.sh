@@ -9,6 +9,9 @@ INDEX="$1"
 "$INDEX" --help >"$TEST_TMPDIR/help" 2>&1
 grep -q -- "--data_dir: RocksDB directory" "$TEST_TMPDIR/help"
 grep -q -- "--version: Print the service version" "$TEST_TMPDIR/help"
+# Abseil's --helpfull, which deploy tests use to list the flags, prints the same list.
+"$INDEX" --helpfull >"$TEST_TMPDIR/helpfull" 2>&1
+cmp -s "$TEST_TMPDIR/help" "$TEST_TMPDIR/helpfull" || { echo "--helpfull differs from --help"; exit 1; }
 expect_usage_error() {  # expected message, then the arguments
   local want="$1"
   shift
