@@ -1,6 +1,7 @@
 #include "server/pipeline.h"
 
 #include <deque>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -255,19 +256,19 @@ absl::Status AttentionPipeline::Run(ParsedRequest& req, AttentionBackend& backen
   std::vector<GuardedHead> guarded;
   SPATTN_RETURN_IF_ERROR(CheckControl(control, "recall"));
   if (guard.probe_rows > 0) {
-    GuardOps ops;
+    // The heads short of the target are widened together: one build, estimate and count per
+    // config group and ladder step (GuardHeads), not per head and try.
+    GuardBatchOps ops;
     ops.build = [&](const MethodConfig& c, const std::vector<int>& hs, SparseIndex* out) {
       return call->BuildIndex(c, hs, build, out);
     };
-    ops.estimate = [&](SparseIndex* index) -> absl::StatusOr<double> {
-      SPATTN_ASSIGN_OR_RETURN(std::vector<double> r,
-                              call->MassRecall(index, guard.probe_rows, guard.seed));
-      return r.at(0);
+    ops.estimate = [&](SparseIndex* index) {
+      return call->MassRecall(index, guard.probe_rows, guard.seed);
     };
-    ops.pairs = [&](const MethodConfig& c, SparseIndex* index) -> absl::StatusOr<int64_t> {
-      SPATTN_ASSIGN_OR_RETURN(std::vector<int64_t> n, call->ComputedPairsPerSlot(p, c, *index));
-      return n.at(0);
+    ops.pairs = [&](const MethodConfig& c, SparseIndex* index) {
+      return call->ComputedPairsPerSlot(p, c, *index);
     };
+    std::vector<GuardInput> inputs;
     for (size_t g = 0; g < plan.groups.size(); ++g) {
       std::vector<double> estimates(indexes[g].num_heads(), 1.0);
       if (plan.groups[g].config.method != Method::kDense) {
@@ -278,12 +279,19 @@ absl::Status AttentionPipeline::Run(ParsedRequest& req, AttentionBackend& backen
         const int h = indexes[g].heads[slot];
         bool forced = req.method_override.has_value();
         for (const auto& ho : req.head_overrides) forced = forced || ho.first == h;
-        SPATTN_ASSIGN_OR_RETURN(GuardedHead gh, GuardHead(h, estimates[slot], plan.groups[g].config,
-                                                          !forced, ops, guard));
-        if (gh.replaced && !forced && !start_key[h].empty()) {
-          guard_memory_.Remember(start_key[h], gh.config);
-        }
-        guarded.push_back(std::move(gh));
+        GuardInput in;
+        in.head = h;
+        in.estimate = estimates[slot];
+        in.config = plan.groups[g].config;
+        in.widen = !forced;
+        inputs.push_back(in);
+      }
+    }
+    SPATTN_ASSIGN_OR_RETURN(guarded, GuardHeads(inputs, ops, guard));
+    for (size_t i = 0; i < guarded.size(); ++i) {
+      const int h = guarded[i].head;
+      if (guarded[i].replaced && inputs[i].widen && !start_key[h].empty()) {
+        guard_memory_.Remember(start_key[h], guarded[i].config);
       }
     }
   }
@@ -295,10 +303,17 @@ absl::Status AttentionPipeline::Run(ParsedRequest& req, AttentionBackend& backen
     SPATTN_RETURN_IF_ERROR(CheckControl(control, "kernel"));
     SPATTN_RETURN_IF_ERROR(call->Attend(plan.groups[g].config, indexes[g]));
   }
+  // Replacement indexes (each shared by the heads widened together): once each.
+  std::vector<const GuardedHead*> replacements;  // the first head of every distinct index
   for (const GuardedHead& gh : guarded) {
     if (!gh.replaced) continue;
+    bool seen = false;
+    for (const GuardedHead* r : replacements) seen = seen || r->index == gh.index;
+    if (!seen) replacements.push_back(&gh);
+  }
+  for (const GuardedHead* gh : replacements) {
     SPATTN_RETURN_IF_ERROR(CheckControl(control, "kernel"));
-    SPATTN_RETURN_IF_ERROR(call->Attend(gh.config, *gh.index));
+    SPATTN_RETURN_IF_ERROR(call->Attend(gh->config, *gh->index));
   }
   const double kernel_wall = watch.Lap();
   const DeviceSeconds device = call->device_seconds();
@@ -314,6 +329,11 @@ absl::Status AttentionPipeline::Run(ParsedRequest& req, AttentionBackend& backen
   result.heads.resize(p.num_q_heads);
   // Index and slot of every head (its guard replacement when it has one).
   std::vector<std::pair<const SparseIndex*, int>> where(p.num_q_heads);
+  std::map<const SparseIndex*, std::vector<int64_t>> replaced_pairs;
+  for (const GuardedHead* gh : replacements) {
+    SPATTN_ASSIGN_OR_RETURN(replaced_pairs[gh->index.get()],
+                            call->ComputedPairsPerSlot(p, gh->config, *gh->index));
+  }
   for (size_t g = 0; g < plan.groups.size(); ++g) {
     const SparseIndex& index = indexes[g];
     // Counted where the index is (a device backend copies one number per head, not the index).
@@ -331,11 +351,9 @@ absl::Status AttentionPipeline::Run(ParsedRequest& req, AttentionBackend& backen
         if (gh.head != h) continue;
         hr.recall = gh.estimate;
         if (gh.replaced) {
-          where[h] = {gh.index.get(), 0};
+          where[h] = {gh.index.get(), gh.slot};
           hr.config = gh.config;
-          SPATTN_ASSIGN_OR_RETURN(const std::vector<int64_t> replaced_pairs,
-                                  call->ComputedPairsPerSlot(p, gh.config, *gh.index));
-          computed = replaced_pairs[0];
+          computed = replaced_pairs.at(gh.index.get()).at(gh.slot);
         }
       }
       computed_total += computed;
@@ -368,11 +386,13 @@ absl::Status AttentionPipeline::Run(ParsedRequest& req, AttentionBackend& backen
         if (where[h].first == &indexes[g]) result.heads[h].recall = r[slot];
       }
     }
-    for (GuardedHead& gh : guarded) {
-      if (!gh.replaced || gh.config.method == Method::kDense) continue;
+    for (const GuardedHead* gh : replacements) {
+      if (gh->config.method == Method::kDense) continue;
       SPATTN_RETURN_IF_ERROR(CheckControl(control, "recall"));
-      SPATTN_ASSIGN_OR_RETURN(std::vector<double> r, exact(gh.index.get()));
-      result.heads[gh.head].recall = r[0];
+      SPATTN_ASSIGN_OR_RETURN(std::vector<double> r, exact(gh->index.get()));
+      for (int slot = 0; slot < gh->index->num_heads(); ++slot) {
+        result.heads[gh->index->heads[slot]].recall = r[slot];
+      }
     }
   }
   result.seconds.recall += watch.Lap();

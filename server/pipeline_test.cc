@@ -5,7 +5,11 @@
 #include <gtest/gtest.h>
 
 #include "absl/time/clock.h"
+#include "kernels/builders/build_index.h"
+#include "kernels/fidelity.h"
 #include "kernels/host_problem.h"
+#include "kernels/workload/workload.h"
+#include "server/recall_guard.h"
 #include "server/test_util.h"
 
 namespace spattn {
@@ -135,6 +139,79 @@ TEST_F(PipelineTest, RecallGuardStartsFromWhatItLearned) {
     EXPECT_EQ(second.heads(i).density(), first.heads(i).density());
     EXPECT_GE(second.heads(i).recall(), 0.95);
   }
+}
+
+// The pipeline widens the short heads of a request together (GuardHeads): on a structured
+// 8-head layer (CPU backend) every head ends as GuardHead decides head by head (method,
+// estimate, density), and its output is what the request gets when it forces that config.
+TEST(PipelineGuardTest, WidensShortHeadsTogetherAsHeadByHead) {
+  WorkloadOptions wo;
+  wo.shape.q_lens = {1024};
+  wo.shape.num_q_heads = 8;
+  wo.shape.num_kv_heads = 2;
+  wo.shape.head_dim = 64;
+  wo.seed = 5;
+  wo.model_seed = 7;
+  auto w = GenerateWorkload(wo);
+  ASSERT_TRUE(w.ok()) << w.status();
+  const AttentionProblem& p = w->problem();
+  v1::AttentionRequest request = InlineRequest(*w->host);
+  request.set_causal(true);
+  request.set_return_stats(true);
+  PipelineOptions options;
+  options.default_method.method = Method::kAShape;
+  options.default_method.a_shape.sink_tokens = 4;
+  options.default_method.a_shape.local_tokens = 32;
+  RegionManager regions;
+  std::unique_ptr<AttentionBackend> backend = MakeCpuBackend();
+  auto parsed = ParseAttentionRequest(request, ConvertLimits());
+  ASSERT_TRUE(parsed.ok());
+  v1::AttentionResponse guarded;
+  {
+    AttentionPipeline pipeline(options, &regions, nullptr, nullptr);
+    ASSERT_TRUE(pipeline.Run(*parsed, *backend, CallControl(), 0.0, &guarded).ok());
+  }
+  ASSERT_EQ(guarded.heads_size(), 8);
+  // Head by head on the host, as the guard did before it batched.
+  BuildOptions bo;
+  bo.block_m = options.block_m;
+  auto build = [&](const MethodConfig& c, const std::vector<int>& hs, SparseIndex* out) {
+    return BuildSparseIndex(p, c, hs, bo, out);
+  };
+  RecallGuardOptions go = options.guard;
+  go.probe_rows = 32;  // the CPU backend's default
+  SparseIndex index;
+  ASSERT_TRUE(build(options.default_method, {0, 1, 2, 3, 4, 5, 6, 7}, &index).ok());
+  int widened = 0;
+  auto forced = ParseAttentionRequest(request, ConvertLimits());
+  ASSERT_TRUE(forced.ok());
+  for (int h = 0; h < 8; ++h) {
+    auto g = GuardHead(p, index, h, options.default_method, /*widen=*/true, build, go);
+    ASSERT_TRUE(g.ok()) << g.status();
+    const auto& got = guarded.heads(h);
+    ASSERT_EQ(static_cast<int>(got.head()), h);
+    EXPECT_EQ(got.method_name(), MethodName(g->config.method)) << "head " << h;
+    EXPECT_NEAR(got.recall(), g->estimate, 1e-12) << "head " << h;
+    const SparseIndex& served = g->replaced ? *g->index : index;
+    EXPECT_NEAR(got.density(), Density(p, served, g->replaced ? g->slot : h), 1e-12)
+        << "head " << h;
+    widened += g->replaced;
+    forced->head_overrides.emplace_back(h, g->config);
+  }
+  EXPECT_GE(widened, 2) << "the test needs several heads widened together";
+  // Forcing every head's guarded config (estimate only, no widening) gives the same output.
+  v1::AttentionResponse direct;
+  {
+    AttentionPipeline pipeline(options, &regions, nullptr, nullptr);
+    ASSERT_TRUE(pipeline.Run(*forced, *backend, CallControl(), 0.0, &direct).ok());
+  }
+  ASSERT_EQ(direct.heads_size(), 8);
+  for (int h = 0; h < 8; ++h) {
+    EXPECT_EQ(direct.heads(h).method_name(), guarded.heads(h).method_name()) << "head " << h;
+    EXPECT_NEAR(direct.heads(h).density(), guarded.heads(h).density(), 1e-12) << "head " << h;
+  }
+  ASSERT_FALSE(guarded.output().inline_data().data().empty());
+  EXPECT_EQ(guarded.output().inline_data().data(), direct.output().inline_data().data());
 }
 
 TEST(GuardMemoryTest, KeysByLengthClassAndPublishedConfig) {

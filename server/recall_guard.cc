@@ -1,7 +1,9 @@
 #include "server/recall_guard.h"
 
 #include <algorithm>
+#include <map>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -47,101 +49,229 @@ bool WidenConfig(const MethodConfig& config, MethodConfig* wider) {
   return false;
 }
 
+absl::StatusOr<std::vector<GuardedHead>> GuardHeads(const std::vector<GuardInput>& heads,
+                                                    const GuardBatchOps& ops,
+                                                    const RecallGuardOptions& options,
+                                                    GuardBatchStats* maybe_stats) {
+  GuardBatchStats local_stats;
+  GuardBatchStats& stats = maybe_stats != nullptr ? *maybe_stats : local_stats;
+  stats = GuardBatchStats();
+  const int n = static_cast<int>(heads.size());
+  std::vector<GuardedHead> out(n);
+  const double need = std::min(1.0, options.target + options.margin);
+  // Per head: where its ladder is. A try lives in a Batch (one index for the heads that tried
+  // the same config in the same round); the best try is a (batch, slot) reference.
+  struct Batch {
+    MethodConfig config;
+    std::vector<int> who;  // inputs, in slot order
+    std::shared_ptr<SparseIndex> index;
+    std::vector<double> estimate;
+    std::vector<int64_t> pairs;
+  };
+  struct State {
+    MethodConfig current;
+    bool active = false;
+    bool adaptive_tried = false;
+    std::shared_ptr<Batch> best;  // null: no try reached `need` yet
+    int best_slot = 0;
+  };
+  std::vector<State> st(n);
+  for (int i = 0; i < n; ++i) {
+    const GuardInput& in = heads[i];
+    out[i].head = in.head;
+    out[i].config = in.config;
+    if (in.config.method == Method::kDense || options.probe_rows <= 0) continue;
+    out[i].estimate = in.estimate;
+    st[i].current = in.config;
+    st[i].active = in.widen && options.target > 0 && in.estimate < need;
+    st[i].adaptive_tried =
+        in.config.method == options.adaptive.method || options.adaptive.method == Method::kDense;
+  }
+  bool full = false;  // the device workspace is full: no more tries for anyone
+  // Builds, estimates and counts one index per distinct config of `wants` (input, config).
+  auto round = [&](const std::vector<std::pair<int, MethodConfig>>& wants,
+                   std::vector<std::shared_ptr<Batch>>* batches, int* builds) -> absl::Status {
+    std::map<std::string, std::shared_ptr<Batch>> by_config;
+    for (const auto& [i, c] : wants) {
+      std::shared_ptr<Batch>& b = by_config[c.DebugString()];
+      if (b == nullptr) {
+        b = std::make_shared<Batch>();
+        b->config = c;
+      }
+      b->who.push_back(i);
+    }
+    for (auto& [key, b] : by_config) {
+      std::vector<int> hs;
+      for (int i : b->who) hs.push_back(heads[i].head);
+      b->index = std::make_shared<SparseIndex>();
+      const absl::Status s = ops.build(b->config, hs, b->index.get());
+      if (s.code() == absl::StatusCode::kResourceExhausted) {
+        full = true;
+        return absl::OkStatus();
+      }
+      if (!s.ok()) return s;
+      ++*builds;
+      for (int i : b->who) ++out[i].widened;
+      SPATTN_ASSIGN_OR_RETURN(b->estimate, ops.estimate(b->index.get()));
+      SPATTN_ASSIGN_OR_RETURN(b->pairs, ops.pairs(b->config, b->index.get()));
+      if (b->estimate.size() != b->who.size() || b->pairs.size() != b->who.size()) {
+        return absl::InternalError("recall guard: estimate or pairs per slot do not match heads");
+      }
+      batches->push_back(b);
+    }
+    return absl::OkStatus();
+  };
+  // Keeps slot `slot` of `b` as input i's best when it reaches `need` and costs less.
+  auto consider = [&](int i, const std::shared_ptr<Batch>& b, int slot) {
+    State& s = st[i];
+    if (b->estimate[slot] >= need &&
+        (s.best == nullptr || b->pairs[slot] < s.best->pairs[s.best_slot])) {
+      s.best = b;
+      s.best_slot = slot;
+    }
+  };
+  for (int step = 0; step < options.max_widen && !full; ++step) {
+    int builds = 0;
+    // The adaptive method, once per head, before its first widening.
+    std::vector<std::pair<int, MethodConfig>> wants;
+    MethodConfig a = options.adaptive;
+    if (a.method == Method::kFlexPrefill) {
+      a.flex_prefill.gamma = std::max(a.flex_prefill.gamma, static_cast<float>(options.target));
+    }
+    for (int i = 0; i < n; ++i) {
+      if (st[i].active && !st[i].adaptive_tried) wants.emplace_back(i, a);
+    }
+    std::vector<std::shared_ptr<Batch>> batches;
+    if (!wants.empty()) {
+      SPATTN_RETURN_IF_ERROR(round(wants, &batches, &builds));
+      for (const auto& b : batches) {
+        for (size_t slot = 0; slot < b->who.size(); ++slot) {
+          consider(b->who[slot], b, static_cast<int>(slot));
+          st[b->who[slot]].adaptive_tried = true;
+        }
+      }
+    }
+    if (full) {
+      stats.builds_per_step.push_back(builds);
+      break;
+    }
+    // The head's own config, widened.
+    wants.clear();
+    for (int i = 0; i < n; ++i) {
+      if (!st[i].active) continue;
+      MethodConfig next;
+      if (!WidenConfig(st[i].current, &next)) {
+        st[i].active = false;
+        continue;
+      }
+      for (int k = 1; k < options.widen_per_step; ++k) {
+        MethodConfig more;
+        if (WidenConfig(next, &more)) next = more;
+      }
+      wants.emplace_back(i, next);
+    }
+    batches.clear();
+    if (!wants.empty()) SPATTN_RETURN_IF_ERROR(round(wants, &batches, &builds));
+    stats.builds_per_step.push_back(builds);
+    if (full) break;
+    for (const auto& b : batches) {
+      for (size_t slot = 0; slot < b->who.size(); ++slot) {
+        const int i = b->who[slot];
+        State& s = st[i];
+        const bool reached = b->estimate[slot] >= need;
+        // Wider configs of this method only cost more than one that already costs as much as
+        // the best so far.
+        const bool no_better = s.best != nullptr && b->pairs[slot] >= s.best->pairs[s.best_slot];
+        consider(i, b, static_cast<int>(slot));
+        if (reached || no_better) {
+          s.active = false;
+        } else {
+          s.current = b->config;
+        }
+      }
+    }
+    bool any = false;
+    for (int i = 0; i < n; ++i) any = any || st[i].active;
+    if (!any) break;
+  }
+  // Heads that kept a try: a batch whose heads all kept it is their index as is; the others are
+  // rebuilt per batch for the heads that kept it. Heads whose widening started and that kept no
+  // try: dense, one build for all.
+  std::map<Batch*, std::vector<int>> kept;
+  std::vector<int> dense;
+  for (int i = 0; i < n; ++i) {
+    if (st[i].best != nullptr) {
+      kept[st[i].best.get()].push_back(i);
+    } else if (out[i].config.method != Method::kDense && options.probe_rows > 0 && heads[i].widen &&
+               options.target > 0 && heads[i].estimate < need) {
+      dense.push_back(i);
+    }
+  }
+  for (auto& [batch, who] : kept) {
+    const Batch& b = *st[who[0]].best;
+    std::shared_ptr<SparseIndex> index = b.index;
+    std::vector<int> slot_of(n, -1);
+    for (size_t slot = 0; slot < b.who.size(); ++slot) slot_of[b.who[slot]] = slot;
+    std::vector<int> new_slot(n, -1);
+    if (who.size() != b.who.size()) {
+      std::vector<int> hs;
+      for (int i : who) hs.push_back(heads[i].head);
+      index = std::make_shared<SparseIndex>();
+      SPATTN_RETURN_IF_ERROR(ops.build(b.config, hs, index.get()));
+      ++stats.regroup_builds;
+      for (size_t k = 0; k < who.size(); ++k) new_slot[who[k]] = static_cast<int>(k);
+    } else {
+      new_slot = slot_of;
+    }
+    for (int i : who) {
+      out[i].config = b.config;
+      out[i].estimate = b.estimate[slot_of[i]];
+      out[i].index = index;
+      out[i].slot = new_slot[i];
+      out[i].replaced = true;
+    }
+  }
+  for (int i = 0; i < n; ++i) st[i].best.reset();  // frees the tries nobody kept
+  if (!dense.empty()) {
+    std::vector<int> hs;
+    for (int i : dense) hs.push_back(heads[i].head);
+    auto index = std::make_shared<SparseIndex>();
+    SPATTN_RETURN_IF_ERROR(ops.build(MethodConfig(), hs, index.get()));
+    ++stats.dense_builds;
+    for (size_t k = 0; k < dense.size(); ++k) {
+      GuardedHead& g = out[dense[k]];
+      ++g.widened;
+      g.config = MethodConfig();
+      g.index = index;
+      g.slot = static_cast<int>(k);
+      g.replaced = true;
+      g.estimate = 1.0;
+    }
+  }
+  return out;
+}
+
 absl::StatusOr<GuardedHead> GuardHead(int head, double estimate, const MethodConfig& config,
                                       bool widen, const GuardOps& ops,
                                       const RecallGuardOptions& options) {
-  GuardedHead g;
-  g.head = head;
-  g.config = config;
-  if (config.method == Method::kDense || options.probe_rows <= 0) return g;
-  g.estimate = estimate;
-  if (!widen || options.target <= 0) return g;
-  const double need = std::min(1.0, options.target + options.margin);
-  // Each step tries the current config widened and (once) the adaptive method, keeps the
-  // cheapest (fewest computed pairs) that reaches `need`, else continues from the best estimate.
-  struct Try {
-    MethodConfig config;
-    std::unique_ptr<SparseIndex> index;
-    double estimate = 0;
-    int64_t pairs = 0;
+  GuardBatchOps batch;
+  batch.build = ops.build;
+  batch.estimate = [&](SparseIndex* index) -> absl::StatusOr<std::vector<double>> {
+    SPATTN_ASSIGN_OR_RETURN(double e, ops.estimate(index));
+    return std::vector<double>{e};
   };
-  if (g.estimate >= need) return g;
-  MethodConfig current = config;
-  bool adaptive_tried =
-      config.method == options.adaptive.method || options.adaptive.method == Method::kDense;
-  bool have_best = false;
-  bool full = false;  // the device workspace is full: no more tries
-  Try best;           // the cheapest try so far that reaches `need`
-  auto consider = [&](Try&& t) {
-    if (t.estimate >= need && (!have_best || t.pairs < best.pairs)) {
-      best = std::move(t);
-      have_best = true;
-    }
+  batch.pairs = [&](const MethodConfig& c,
+                    SparseIndex* index) -> absl::StatusOr<std::vector<int64_t>> {
+    SPATTN_ASSIGN_OR_RETURN(int64_t n, ops.pairs(c, index));
+    return std::vector<int64_t>{n};
   };
-  auto attempt = [&](const MethodConfig& c, Try* t) -> absl::Status {
-    t->config = c;
-    t->index = std::make_unique<SparseIndex>();
-    absl::Status s = ops.build(c, {g.head}, t->index.get());
-    if (s.code() == absl::StatusCode::kResourceExhausted) {
-      full = true;
-      return absl::OkStatus();
-    }
-    if (!s.ok()) return s;
-    ++g.widened;
-    absl::StatusOr<double> e = ops.estimate(t->index.get());
-    if (!e.ok()) return e.status();
-    t->estimate = *e;
-    absl::StatusOr<int64_t> pairs = ops.pairs(c, t->index.get());
-    if (!pairs.ok()) return pairs.status();
-    t->pairs = *pairs;
-    return absl::OkStatus();
-  };
-  for (int step = 0; step < options.max_widen && !full; ++step) {
-    if (!adaptive_tried) {
-      MethodConfig a = options.adaptive;
-      if (a.method == Method::kFlexPrefill) {
-        a.flex_prefill.gamma = std::max(a.flex_prefill.gamma, static_cast<float>(options.target));
-      }
-      Try t;
-      SPATTN_RETURN_IF_ERROR(attempt(a, &t));
-      if (full) break;
-      consider(std::move(t));
-      adaptive_tried = true;
-    }
-    MethodConfig next;
-    if (!WidenConfig(current, &next)) break;
-    for (int i = 1; i < options.widen_per_step; ++i) {
-      MethodConfig more;
-      if (WidenConfig(next, &more)) next = more;
-    }
-    Try t;
-    SPATTN_RETURN_IF_ERROR(attempt(next, &t));
-    if (full) break;
-    const bool reached = t.estimate >= need;
-    // Wider configs of this method only cost more than one that already costs as much as the
-    // best so far.
-    const bool no_better = have_best && t.pairs >= best.pairs;
-    consider(std::move(t));
-    if (reached || no_better) break;
-    current = next;
-  }
-  if (have_best) {
-    g.config = best.config;
-    g.estimate = best.estimate;
-    g.index = std::move(best.index);
-    g.replaced = true;
-    return g;
-  }
-  // Nothing sparse reached the target: dense.
-  MethodConfig dense;
-  auto rebuilt = std::make_unique<SparseIndex>();
-  SPATTN_RETURN_IF_ERROR(ops.build(dense, {g.head}, rebuilt.get()));
-  ++g.widened;
-  g.config = dense;
-  g.index = std::move(rebuilt);
-  g.replaced = true;
-  g.estimate = 1.0;
-  return g;
+  GuardInput in;
+  in.head = head;
+  in.estimate = estimate;
+  in.config = config;
+  in.widen = widen;
+  SPATTN_ASSIGN_OR_RETURN(std::vector<GuardedHead> g, GuardHeads({in}, batch, options));
+  return std::move(g[0]);
 }
 
 GuardOps HostGuardOps(const AttentionProblem& host, GuardBuildFn build,
@@ -156,6 +286,28 @@ GuardOps HostGuardOps(const AttentionProblem& host, GuardBuildFn build,
   };
   ops.pairs = [p](const MethodConfig&, SparseIndex* index) -> absl::StatusOr<int64_t> {
     return ComputedPairs(*p, *index, 0);
+  };
+  return ops;
+}
+
+GuardBatchOps HostGuardBatchOps(const AttentionProblem& host, GuardBuildFn build,
+                                const RecallGuardOptions& options) {
+  GuardBatchOps ops;
+  ops.build = std::move(build);
+  const AttentionProblem* p = &host;
+  const int rows = options.probe_rows;
+  const uint64_t seed = options.seed;
+  ops.estimate = [p, rows, seed](SparseIndex* index) -> absl::StatusOr<std::vector<double>> {
+    std::vector<double> r(index->num_heads());
+    for (int s = 0; s < index->num_heads(); ++s) {
+      SPATTN_ASSIGN_OR_RETURN(r[s], AttentionMassRecall(*p, *index, s, rows, seed));
+    }
+    return r;
+  };
+  ops.pairs = [p](const MethodConfig&, SparseIndex* index) -> absl::StatusOr<std::vector<int64_t>> {
+    std::vector<int64_t> n(index->num_heads());
+    for (int s = 0; s < index->num_heads(); ++s) n[s] = ComputedPairs(*p, *index, s);
+    return n;
   };
   return ops;
 }

@@ -82,9 +82,12 @@ struct GuardedHead {
   MethodConfig config;    // what the head runs after the guard
   double estimate = 1.0;  // recall estimate of that config's index (1 for dense)
   int widened = 0;        // rebuilds tried (widenings, adaptive, dense)
-  bool replaced = false;  // `index` holds the head's new index (alone), to run instead
+  bool replaced = false;  // slot `slot` of `index` holds the head's new index, to run instead
   // Heap-held so that its address stays put (a device backend finds its kept copy by address).
-  std::unique_ptr<SparseIndex> index;
+  // Shared by the heads the guard widened together: every head of `index` is replaced by it
+  // (attend it once), and `slot` is this head's slot in it (0 for GuardHead).
+  std::shared_ptr<SparseIndex> index;
+  int slot = 0;
 };
 
 // Head `head` runs `config` and its index's estimate is `estimate`. When `widen` and the
@@ -96,9 +99,52 @@ absl::StatusOr<GuardedHead> GuardHead(int head, double estimate, const MethodCon
                                       bool widen, const GuardOps& ops,
                                       const RecallGuardOptions& options);
 
+// The batched guard of one request: what GuardHead decides for each head, but the heads still
+// short of the target are widened together, one ladder step for all of them at a time. Each
+// step builds one index per distinct config the short heads try (heads of one planner group
+// share their configs, so one build per group: the adaptive try, then the widened configs),
+// and estimates and counts each such index once for all its heads. A head's decisions (the
+// order of its tries, the cheapest that reaches target + margin, the early stop when a wider
+// config costs as much as the best, dense last) are those of GuardHead for the same inputs.
+// RESOURCE_EXHAUSTED from a build ends the widening of every head (best so far, else dense).
+// The replacement indexes hold exactly the heads that run them: a try index that some of its
+// heads did not keep is rebuilt for those that did (the estimate is per head and carries over).
+struct GuardInput {
+  int head = 0;
+  double estimate = 1.0;  // of the head's index under `config`
+  MethodConfig config;
+  bool widen = true;  // false: estimate only (the request forced this head's config)
+};
+
+struct GuardBatchOps {
+  GuardBuildFn build;
+  // Recall estimate of every slot (probe_rows rows, the options' seed), where the index is.
+  std::function<absl::StatusOr<std::vector<double>>(SparseIndex* index)> estimate;
+  // Computed (query, key) pairs of every slot.
+  std::function<absl::StatusOr<std::vector<int64_t>>(const MethodConfig& config,
+                                                     SparseIndex* index)>
+      pairs;
+};
+
+// What GuardHeads did (for tests and benchmarks).
+struct GuardBatchStats {
+  std::vector<int> builds_per_step;  // ladder steps (adaptive and widened tries of one step)
+  int dense_builds = 0;              // 0 or 1: the heads that nothing sparse kept
+  int regroup_builds = 0;            // try indexes rebuilt for the subset of heads that kept them
+};
+
+absl::StatusOr<std::vector<GuardedHead>> GuardHeads(const std::vector<GuardInput>& heads,
+                                                    const GuardBatchOps& ops,
+                                                    const RecallGuardOptions& options,
+                                                    GuardBatchStats* maybe_stats = nullptr);
+
 // GuardOps over a host problem: AttentionMassRecall and ComputedPairs (kernels/fidelity.h).
 GuardOps HostGuardOps(const AttentionProblem& host, GuardBuildFn build,
                       const RecallGuardOptions& options);
+
+// GuardBatchOps over a host problem (every slot of an index).
+GuardBatchOps HostGuardBatchOps(const AttentionProblem& host, GuardBuildFn build,
+                                const RecallGuardOptions& options);
 
 // On the host: estimates slot `slot` of `index` (built under `config` on `host`), then GuardHead
 // with HostGuardOps.

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "absl/status/status.h"
 #include "gtest/gtest.h"
 #include "kernels/builders/build_index.h"
 #include "kernels/calibration/pattern_search.h"
@@ -70,6 +71,158 @@ TEST(RecallGuardTest, FallsBackToDenseWhenWideningCannotReach) {
   ASSERT_TRUE(e.ok());
   EXPECT_FALSE(e->replaced);
   EXPECT_LT(e->estimate, 1.0);
+}
+
+// Two planner groups of four heads each, configs too narrow for the target on this prompt.
+std::vector<MethodConfig> NarrowConfigs() {
+  std::vector<MethodConfig> config(8);
+  for (int h = 0; h < 8; ++h) {
+    if (h < 4) {
+      config[h].method = Method::kAShape;
+      config[h].a_shape.sink_tokens = 4;
+      config[h].a_shape.local_tokens = 32;
+    } else {
+      config[h].method = Method::kVerticalSlash;
+      config[h].vertical_slash.vertical_size = 16;
+      config[h].vertical_slash.slash_size = 16;
+    }
+  }
+  return config;
+}
+
+// GuardHeads over all heads of a request decides what GuardHead decides head by head (config,
+// estimate, tries), with one build per config group and ladder step instead of one per head and
+// try, and replacement indexes that hold exactly the heads that run them.
+TEST(RecallGuardTest, BatchedGuardDecidesAsPerHeadWithOneBuildPerGroupAndStep) {
+  auto w = GenerateWorkload(Layer(2048, 5));
+  ASSERT_TRUE(w.ok());
+  const AttentionProblem& p = w->problem();
+  const std::vector<MethodConfig> config = NarrowConfigs();
+  BuildOptions bo;
+  for (double target : {0.90, 0.95, 0.98}) {
+    RecallGuardOptions go;
+    go.target = target;
+    int per_head_builds = 0;
+    auto per_head_build = [&](const MethodConfig& c, const std::vector<int>& hs, SparseIndex* out) {
+      ++per_head_builds;
+      return BuildSparseIndex(p, c, hs, bo, out);
+    };
+    std::vector<std::vector<int>> batch_calls;  // heads of every build call
+    auto batch_build = [&](const MethodConfig& c, const std::vector<int>& hs, SparseIndex* out) {
+      batch_calls.push_back(hs);
+      return BuildSparseIndex(p, c, hs, bo, out);
+    };
+    std::vector<GuardInput> inputs;
+    std::vector<GuardedHead> one;
+    for (int g = 0; g < 2; ++g) {
+      const std::vector<int> heads =
+          g == 0 ? std::vector<int>{0, 1, 2, 3} : std::vector<int>{4, 5, 6, 7};
+      SparseIndex index;
+      ASSERT_TRUE(BuildSparseIndex(p, config[heads[0]], heads, bo, &index).ok());
+      for (int slot = 0; slot < 4; ++slot) {
+        auto e = AttentionMassRecall(p, index, slot, go.probe_rows, go.seed);
+        ASSERT_TRUE(e.ok());
+        GuardInput in;
+        in.head = heads[slot];
+        in.estimate = *e;
+        in.config = config[heads[slot]];
+        in.widen = heads[slot] != 7;  // a forced head: estimate only
+        inputs.push_back(in);
+        auto g1 = GuardHead(p, index, slot, in.config, in.widen, per_head_build, go);
+        ASSERT_TRUE(g1.ok()) << g1.status();
+        one.push_back(std::move(*g1));
+      }
+    }
+    GuardBatchStats stats;
+    auto batched = GuardHeads(inputs, HostGuardBatchOps(p, batch_build, go), go, &stats);
+    ASSERT_TRUE(batched.ok()) << batched.status();
+    ASSERT_EQ(batched->size(), 8u);
+    int short_heads = 0;
+    for (int i = 0; i < 8; ++i) {
+      const GuardedHead& b = (*batched)[i];
+      const GuardedHead& o = one[i];
+      EXPECT_EQ(b.head, o.head);
+      EXPECT_EQ(b.config.DebugString(), o.config.DebugString()) << "head " << b.head;
+      EXPECT_DOUBLE_EQ(b.estimate, o.estimate) << "head " << b.head;
+      EXPECT_EQ(b.widened, o.widened) << "head " << b.head;
+      EXPECT_EQ(b.replaced, o.replaced) << "head " << b.head;
+      short_heads += b.replaced;
+      if (!b.replaced) continue;
+      // The shared index holds this head at its slot, and every head in it runs it.
+      ASSERT_NE(b.index, nullptr);
+      EXPECT_EQ(b.index->heads.at(b.slot), b.head);
+      for (int h : b.index->heads) {
+        bool runs = false;
+        for (const GuardedHead& x : *batched) runs = runs || (x.head == h && x.index == b.index);
+        EXPECT_TRUE(runs) << "head " << h << " is in a replacement index it does not run";
+      }
+      // The estimate is that of the head's slot in the index it runs.
+      if (b.config.method != Method::kDense) {
+        auto e = AttentionMassRecall(p, *b.index, b.slot, go.probe_rows, go.seed);
+        ASSERT_TRUE(e.ok());
+        EXPECT_DOUBLE_EQ(*e, b.estimate);
+      }
+    }
+    EXPECT_FALSE((*batched)[7].replaced);  // forced
+    // Every ladder step: at most one build per config group (the adaptive try is one config
+    // for all short heads; the groups' own widened configs one each).
+    ASSERT_FALSE(stats.builds_per_step.empty()) << "target " << target;
+    EXPECT_LE(stats.builds_per_step[0], 3);
+    for (size_t s = 1; s < stats.builds_per_step.size(); ++s) {
+      EXPECT_LE(stats.builds_per_step[s], 2) << "step " << s;
+    }
+    int ladder = 0;
+    for (int b : stats.builds_per_step) ladder += b;
+    EXPECT_EQ(static_cast<int>(batch_calls.size()),
+              ladder + stats.dense_builds + stats.regroup_builds);
+    EXPECT_LE(stats.dense_builds, 1);
+    EXPECT_GT(short_heads, 1) << "target " << target;
+    EXPECT_LT(batch_calls.size(), static_cast<size_t>(per_head_builds)) << "target " << target;
+    std::printf("target %.2f: %d heads replaced, per-head builds %d, batched builds %zu (steps",
+                target, short_heads, per_head_builds, batch_calls.size());
+    for (int b : stats.builds_per_step) std::printf(" %d", b);
+    std::printf(", dense %d, regroup %d)\n", stats.dense_builds, stats.regroup_builds);
+  }
+}
+
+// A full device workspace (RESOURCE_EXHAUSTED from a widened build) ends the widening of every
+// head at once: each keeps its best try so far, else goes dense (one build for all).
+TEST(RecallGuardTest, BatchedGuardStopsAllHeadsWhenTheWorkspaceIsFull) {
+  auto w = GenerateWorkload(Layer(1024, 3));
+  ASSERT_TRUE(w.ok());
+  const AttentionProblem& p = w->problem();
+  const std::vector<MethodConfig> config = NarrowConfigs();
+  BuildOptions bo;
+  RecallGuardOptions go;
+  go.target = 1.0;  // nothing sparse reaches it: widening would go on for max_widen steps
+  go.adaptive = MethodConfig();
+  int sparse_builds = 0;
+  auto build = [&](const MethodConfig& c, const std::vector<int>& hs, SparseIndex* out) {
+    if (c.method != Method::kDense && ++sparse_builds > 2) {
+      return absl::ResourceExhaustedError("device workspace full");
+    }
+    return BuildSparseIndex(p, c, hs, bo, out);
+  };
+  std::vector<GuardInput> inputs;
+  for (int h = 0; h < 8; ++h) {
+    GuardInput in;
+    in.head = h;
+    in.estimate = 0.5;
+    in.config = config[h];
+    inputs.push_back(in);
+  }
+  GuardBatchStats stats;
+  auto g = GuardHeads(inputs, HostGuardBatchOps(p, build, go), go, &stats);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(stats.builds_per_step, (std::vector<int>{2, 0}));  // step 2's first build was full
+  EXPECT_EQ(stats.dense_builds, 1);
+  for (const GuardedHead& x : *g) {
+    EXPECT_TRUE(x.replaced);
+    EXPECT_EQ(x.config.method, Method::kDense);
+    EXPECT_EQ(x.widened, 2);  // one widening, then dense
+    EXPECT_EQ(x.index, (*g)[0].index);
+    EXPECT_EQ(x.index->heads.at(x.slot), x.head);
+  }
 }
 
 TEST(RecallGuardTest, KeepsThePromiseOnHeldOutPromptsAndLengths) {

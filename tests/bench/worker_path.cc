@@ -139,35 +139,37 @@ absl::StatusOr<double> WorkerCudaPath::Guard(const std::vector<MethodConfig>& co
   RecallGuardOptions go;
   go.target = target;
   go.probe_rows = probe_rows;
-  GuardOps ops;
+  // As the worker: the short heads widened together (GuardHeads).
+  GuardBatchOps ops;
   ops.build = [&](const MethodConfig& c, const std::vector<int>& hs, SparseIndex* out) {
     return call.BuildIndex(c, hs, options, out);
   };
-  ops.estimate = [&](SparseIndex* index) -> absl::StatusOr<double> {
-    SPATTN_ASSIGN_OR_RETURN(std::vector<double> r, call.MassRecall(index, go.probe_rows, go.seed));
-    return r.at(0);
+  ops.estimate = [&](SparseIndex* index) { return call.MassRecall(index, go.probe_rows, go.seed); };
+  ops.pairs = [&](const MethodConfig& c, SparseIndex* index) {
+    return call.ComputedPairsPerSlot(rep_->problem, c, *index);
   };
-  ops.pairs = [&](const MethodConfig& c, SparseIndex* index) -> absl::StatusOr<int64_t> {
-    SPATTN_ASSIGN_OR_RETURN(std::vector<int64_t> n,
-                            call.ComputedPairsPerSlot(rep_->problem, c, *index));
-    return n.at(0);
-  };
-  std::vector<GuardedHead> kept;  // replacement indexes stay alive while the request runs
+  std::vector<GuardInput> inputs;
   for (size_t g = 0; g < indexes.size(); ++g) {
     std::vector<double> est(indexes[g]->num_heads(), 1.0);
     if (configs[g].method != Method::kDense) {
       SPATTN_ASSIGN_OR_RETURN(est, call.MassRecall(indexes[g].get(), go.probe_rows, go.seed));
     }
     for (int slot = 0; slot < indexes[g]->num_heads(); ++slot) {
-      const int h = indexes[g]->heads[slot];
-      SPATTN_ASSIGN_OR_RETURN(GuardedHead gh,
-                              GuardHead(h, est[slot], configs[g], /*widen=*/true, ops, go));
-      if (gh.replaced) rep_->memory.Remember(key[h], gh.config);
-      (*guarded)[h] = gh.config;
-      (*estimates)[h] = gh.estimate;
-      (*widened)[h] = gh.widened;
-      kept.push_back(std::move(gh));
+      GuardInput in;
+      in.head = indexes[g]->heads[slot];
+      in.estimate = est[slot];
+      in.config = configs[g];
+      inputs.push_back(in);
     }
+  }
+  // Replacement indexes stay alive while the request runs.
+  SPATTN_ASSIGN_OR_RETURN(std::vector<GuardedHead> kept, GuardHeads(inputs, ops, go));
+  for (const GuardedHead& gh : kept) {
+    const int h = gh.head;
+    if (gh.replaced) rep_->memory.Remember(key[h], gh.config);
+    (*guarded)[h] = gh.config;
+    (*estimates)[h] = gh.estimate;
+    (*widened)[h] = gh.widened;
   }
   return MillisSince(start);
 }
