@@ -5,8 +5,11 @@
 set -euo pipefail
 INDEX="$1"
 [ "$("$INDEX" --version)" = "spattn-index 0.1.0" ] || { echo "--version"; exit 1; }
-"$INDEX" --help 2>&1 | grep -q -- "--data_dir: RocksDB directory"
-"$INDEX" --help 2>&1 | grep -q -- "--version: Print the service version"
+# Captured first: `binary | grep -q` under pipefail fails when grep exits before the binary has
+# written everything (SIGPIPE), which a slower build (ThreadSanitizer) made happen.
+help="$("$INDEX" --help 2>&1)"
+grep -q -- "--data_dir: RocksDB directory" <<<"$help"
+grep -q -- "--version: Print the service version" <<<"$help"
 expect_usage_error() {  # expected message, then the arguments
   local want="$1"
   shift
