@@ -5,11 +5,13 @@
 set -euo pipefail
 INDEX="$1"
 [ "$("$INDEX" --version)" = "spattn-index 0.1.0" ] || { echo "--version"; exit 1; }
-# Captured first: `binary | grep -q` under pipefail fails when grep exits before the binary has
-# written everything (SIGPIPE), which a slower build (ThreadSanitizer) made happen.
-help="$("$INDEX" --help 2>&1)"
-grep -q -- "--data_dir: RocksDB directory" <<<"$help"
-grep -q -- "--version: Print the service version" <<<"$help"
+# Help goes to a file first: `grep -q` quitting early would SIGPIPE the binary under pipefail.
+"$INDEX" --help >"$TEST_TMPDIR/help" 2>&1
+grep -q -- "--data_dir: RocksDB directory" "$TEST_TMPDIR/help"
+grep -q -- "--version: Print the service version" "$TEST_TMPDIR/help"
+# Abseil's --helpfull, which deploy tests use to list the flags, prints the same list.
+"$INDEX" --helpfull >"$TEST_TMPDIR/helpfull" 2>&1
+cmp -s "$TEST_TMPDIR/help" "$TEST_TMPDIR/helpfull" || { echo "--helpfull differs from --help"; exit 1; }
 expect_usage_error() {  # expected message, then the arguments
   local want="$1"
   shift

@@ -47,7 +47,7 @@ constexpr Flag kFlags[] = {
     {"port_file",
      "After start, write the gRPC port (and the metrics port) to this file, for scripts."},
     {"version", "Print the service version and exit."},
-    {"help", "Print this list and exit."},
+    {"help", "Print this list and exit (also --helpfull, -h)."},
 };
 
 void Usage() {
@@ -95,8 +95,12 @@ int main(int argc, char** argv) {
   spattn::CommandLine::Options flag_options;
   flag_options.boolean = {"version", "tls_require_client_cert"};
   flag_options.positional = false;
-  absl::StatusOr<spattn::CommandLine> line =
-      spattn::CommandLine::Parse(std::vector<std::string>(argv + 1, argv + argc), flag_options);
+  std::vector<std::string> words(argv + 1, argv + argc);
+  for (std::string& w : words) {
+    // Abseil's --helpfull (what scripts used while this binary had ABSL_FLAGs) and -h: --help.
+    if (w == "--helpfull" || w == "-h") w = "--help";
+  }
+  absl::StatusOr<spattn::CommandLine> line = spattn::CommandLine::Parse(words, flag_options);
   if (line.ok() && line->Bool("help").value_or(true)) {
     Usage();
     return 0;
@@ -111,6 +115,7 @@ int main(int argc, char** argv) {
   if (flags.ok()) flags = ReadFlags(*line, &options, &port_file);
   if (!flags.ok()) {
     std::fprintf(stderr, "spattn-index: %s\n", std::string(flags.message()).c_str());
+    Usage();
     return 2;
   }
 

@@ -18,13 +18,13 @@ for _ in $(seq 1 100); do
 done
 addr=$(awk '/listening on/ {print $4}' "$out")
 [ -n "$addr" ] || { echo "worker did not start"; cat "$err"; exit 1; }
-"$CTL" --address="$addr" health | grep -qx SERVING
+"$CTL" --address="$addr" health | grep -x SERVING >/dev/null
 # The metrics endpoint listens where --metrics says (127.0.0.1), not on every interface.
 mport=$(awk '/listening on/ {print $6}' "$out")
 hexport=$(printf '%04X' "$mport")
 grep -q " 0100007F:$hexport 00000000:0000 0A " /proc/net/tcp || { echo "metrics not on 127.0.0.1:$mport"; exit 1; }
 if grep -q " 00000000:$hexport 00000000:0000 0A " /proc/net/tcp; then echo "metrics on 0.0.0.0"; exit 1; fi
-"$CTL" --address="$addr" metadata | grep -q "ComputeAttentionStream   yes"
+"$CTL" --address="$addr" metadata | grep "ComputeAttentionStream   yes" >/dev/null
 # Shared memory goes through the Unix socket (the worker checks the caller owns the segment);
 # over TCP it is refused.
 "$CTL" --address="unix:$sock" attention --seq_len=300 --q_heads=4 --kv_heads=2 --head_dim=64 \
@@ -36,10 +36,10 @@ fi
 grep -q "PERMISSION_DENIED" "$TEST_TMPDIR/tcp_shm.out" || { cat "$TEST_TMPDIR/tcp_shm.out"; exit 1; }
 grep -q "layer 1  device=cpu" "$TEST_TMPDIR/attention.out"
 grep -q "relative L2 error" "$TEST_TMPDIR/attention.out"
-"$CTL" --address="$addr" regions list | grep -q "^name"
+"$CTL" --address="$addr" regions list | grep "^name" >/dev/null
 # A bad flag is refused before anything starts.
 if "$WORKER" --no_such_flag=1 2>/dev/null; then echo "bad flag accepted"; exit 1; fi
-"$WORKER" --help 2>&1 | grep -q -- "--saap_assets_bytes: per GPU: Saap layer assets"
+"$WORKER" --help 2>&1 | grep -- "--saap_assets_bytes: per GPU: Saap layer assets" >/dev/null
 if "$WORKER" --saap_assets_bytes=lots 2>"$TEST_TMPDIR/bad_saap.err"; then echo "bad saap_assets_bytes accepted"; exit 1; fi
 grep -q -- "--saap_assets_bytes: not an integer: 'lots'" "$TEST_TMPDIR/bad_saap.err"
 if "$WORKER" --saap_assets_bytes=-1 --listen=127.0.0.1:0 --metrics= --devices=cpu 2>"$TEST_TMPDIR/neg_saap.err"; then

@@ -46,7 +46,7 @@ if "$CTL" index "${ix[@]}" --tls_cert=worker.crt --tls_key=worker.key --token_fi
   models list 2>"$d/bad.err"; then echo "bad token accepted"; exit 1; fi
 grep -q UNAUTHENTICATED "$d/bad.err"
 # Backups: a name under --backup_root, never a path.
-"$CTL" index "${ix[@]}" --tls_cert=ops.crt --tls_key=ops.key backup nightly | grep -q "backup 1 written"
+"$CTL" index "${ix[@]}" --tls_cert=ops.crt --tls_key=ops.key backup nightly | grep "backup 1 written" >/dev/null
 [ -d "$d/backups/nightly" ]
 if "$CTL" index "${ix[@]}" --tls_cert=ops.crt --tls_key=ops.key backup /tmp/elsewhere 2>"$d/b.err"; then
   echo "backup path accepted"; exit 1
@@ -64,17 +64,17 @@ waddr=$(awk '/listening on/ {print $4}' "$d/worker.out")
 [ -n "$waddr" ] || { echo "worker did not start"; cat "$d/worker.err"; exit 1; }
 wport=${waddr##*:}
 w=(--address="localhost:$wport" --tls_ca=ca.crt)
-"$CTL" "${w[@]}" health | grep -qx SERVING                       # open
+"$CTL" "${w[@]}" health | grep -x SERVING >/dev/null                       # open
 if "$CTL" "${w[@]}" --timeout_s=3 --address="127.0.0.1:$wport" --tls_ca= health >/dev/null 2>&1; then
   echo "plaintext client reached the TLS worker"; exit 1
 fi
 if "$CTL" "${w[@]}" regions list 2>"$d/r.err"; then echo "anonymous regions list"; exit 1; fi
 grep -q UNAUTHENTICATED "$d/r.err"
-"$CTL" "${w[@]}" --token_file=ops.token regions list | grep -q "^name"
+"$CTL" "${w[@]}" --token_file=ops.token regions list | grep "^name" >/dev/null
 # Through the Unix socket with the token: shared memory of this user, model configs from the
 # index service over mTLS.
 "$CTL" --address="unix:$sock" --token_file=ops.token attention --model=m --layer=1 --seq_len=128 \
-  --q_heads=2 --kv_heads=1 --head_dim=64 --transport=shm --check | grep -q "relative L2 error"
+  --q_heads=2 --kv_heads=1 --head_dim=64 --transport=shm --check | grep "relative L2 error" >/dev/null
 kill -TERM "$worker_pid" "$index_pid"
 wait "$worker_pid" "$index_pid"
 echo PASS

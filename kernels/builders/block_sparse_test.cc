@@ -21,16 +21,8 @@ using testing::AllHeads;
 using testing::Describe;
 using testing::MakeShape;
 using testing::RandomProblem;
-using Ranges = std::vector<std::pair<int32_t, int32_t>>;
-
-Ranges RowRanges(const SparseIndex& idx, int slot, int block) {
-  Ranges out;
-  const int64_t r = idx.row(slot, block);
-  for (int e = idx.range_indptr[r]; e < idx.range_indptr[r + 1]; ++e) {
-    out.emplace_back(idx.range_start[e], idx.range_start[e] + idx.range_len[e]);
-  }
-  return out;
-}
+using testing::Ranges;
+using testing::RowRanges;
 
 // Every query = e0 and every key of key block j = s_j * e0 with s = [1, 3, 2, 0], scale 1: the
 // pooled scores of any query block are s_j over its visible key blocks.

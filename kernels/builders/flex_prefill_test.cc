@@ -24,16 +24,8 @@ using testing::AllHeads;
 using testing::Describe;
 using testing::MakeShape;
 using testing::RandomProblem;
-using Ranges = std::vector<std::pair<int32_t, int32_t>>;
-
-Ranges RowRanges(const SparseIndex& idx, int slot, int block) {
-  Ranges out;
-  const int64_t r = idx.row(slot, block);
-  for (int e = idx.range_indptr[r]; e < idx.range_indptr[r + 1]; ++e) {
-    out.emplace_back(idx.range_start[e], idx.range_start[e] + idx.range_len[e]);
-  }
-  return out;
-}
+using testing::Ranges;
+using testing::RowRanges;
 
 std::string DescribeParams(const FlexPrefillParams& p) {
   return absl::StrCat("gamma=", p.gamma, " tau=", p.tau, " min_budget=", p.min_budget,

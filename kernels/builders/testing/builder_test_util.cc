@@ -13,41 +13,6 @@
 namespace spattn {
 namespace testing {
 
-ProblemShape MakeShape(std::vector<int32_t> q_lens, std::vector<int32_t> k_lens, int hq, int hkv,
-                       int head_dim, DType dtype, bool causal) {
-  ProblemShape s;
-  s.q_lens = std::move(q_lens);
-  s.k_lens = std::move(k_lens);
-  s.num_q_heads = hq;
-  s.num_kv_heads = hkv;
-  s.head_dim = head_dim;
-  s.dtype = dtype;
-  s.causal = causal;
-  return s;
-}
-
-std::string Describe(const ProblemShape& s) {
-  std::string out = "q_lens=";
-  for (int x : s.q_lens) absl::StrAppend(&out, x, ",");
-  absl::StrAppend(&out, " k_lens=");
-  for (int x : s.k_lens) absl::StrAppend(&out, x, ",");
-  absl::StrAppend(&out, " hq=", s.num_q_heads, " hkv=", s.num_kv_heads, " d=", s.head_dim,
-                  " dtype=", DTypeName(s.dtype), " causal=", s.causal);
-  return out;
-}
-
-std::unique_ptr<HostProblem> RandomProblem(const ProblemShape& shape, uint64_t seed, float stddev) {
-  auto hp = std::make_unique<HostProblem>(shape);
-  hp->FillRandom(seed, stddev);
-  return hp;
-}
-
-std::vector<int> AllHeads(const AttentionProblem& p) {
-  std::vector<int> h(p.num_q_heads);
-  for (int i = 0; i < p.num_q_heads; ++i) h[i] = i;
-  return h;
-}
-
 namespace {
 
 void SetRow(const AttentionProblem& p, const TokenTensor& t, std::vector<uint8_t>* bytes,
@@ -140,75 +105,18 @@ double IndexDensity(const AttentionProblem& p, const SparseIndex& index) {
   return index.num_heads() == 0 ? 0 : sum / index.num_heads();
 }
 
-namespace {
-
-double UnitRoundoff(DType t) {
-  switch (t) {
-    case DType::kF32:
-      return 1.0 / (1 << 24);
-    case DType::kF16:
-      return 1.0 / (1 << 11);
-    case DType::kBF16:
-      return 1.0 / (1 << 8);
-  }
-  return 1;
-}
-
-void ExpectClose(const std::vector<float>& got, const std::vector<float>& want, DType t,
-                 const std::string& config) {
-  ASSERT_EQ(got.size(), want.size()) << config;
-  const double u = UnitRoundoff(t);
-  double max_err = 0;
-  size_t worst = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (std::isinf(want[i]) && got[i] == want[i]) continue;  // -inf LSE of empty rows
-    const double tol = 2 * u * std::fabs(want[i]) + 1e-5;
-    const double err = std::fabs(double{got[i]} - want[i]);
-    if (!(err <= tol) && (err - tol > max_err || std::isnan(err))) {
-      max_err = std::isnan(err) ? INFINITY : err - tol;
-      worst = i;
-    }
-  }
-  EXPECT_EQ(max_err, 0) << config << ": element " << worst << " got " << got[worst] << " want "
-                        << want[worst];
-}
-
-}  // namespace
-
 void ExpectKernelMatchesMaskedReference(HostProblem* hp, const SparseIndex& index,
                                         const std::string& config) {
-  const AttentionProblem& p = hp->problem();
-  ASSERT_TRUE(SparseAttentionCpu(p, index).ok()) << config;
-  ReferenceMasks masks(static_cast<size_t>(p.num_q_heads) * p.batch());
-  std::vector<int> heads;
-  for (int s = 0; s < index.num_heads(); ++s) {
-    heads.push_back(index.heads[s]);
-    for (int b = 0; b < p.batch(); ++b) {
-      masks[static_cast<size_t>(index.heads[s]) * p.batch() + b] = DensifyMask(p, index, s, b);
-    }
+  EXPECT_EQ(method_testing::CompareKernelWithMaskedReference(hp, index), "") << config;
+}
+
+Ranges RowRanges(const SparseIndex& index, int slot, int block) {
+  Ranges out;
+  const int64_t r = index.row(slot, block);
+  for (int e = index.range_indptr[r]; e < index.range_indptr[r + 1]; ++e) {
+    out.emplace_back(index.range_start[e], index.range_start[e] + index.range_len[e]);
   }
-  std::vector<float> ref, ref_lse;
-  ASSERT_TRUE(ReferenceAttention(p, heads, masks, &ref, &ref_lse).ok()) << config;
-  // Only the head slots of the index are written by both.
-  std::vector<float> got = hp->OutputAsFloat(), want(got.size(), 0.f);
-  std::vector<float> got_lse, want_lse;
-  const int d = p.head_dim;
-  for (int h : heads) {
-    for (int t = 0; t < p.total_q(); ++t) {
-      for (int c = 0; c < d; ++c) {
-        const size_t i = (static_cast<size_t>(t) * p.num_q_heads + h) * d + c;
-        want[i] = ref[i];
-      }
-      got_lse.push_back(hp->lse()[static_cast<size_t>(h) * p.total_q() + t]);
-      want_lse.push_back(ref_lse[static_cast<size_t>(h) * p.total_q() + t]);
-    }
-  }
-  for (size_t i = 0; i < got.size(); ++i) {
-    const size_t h = (i / d) % p.num_q_heads;
-    if (std::find(heads.begin(), heads.end(), static_cast<int>(h)) == heads.end()) got[i] = 0.f;
-  }
-  ExpectClose(got, want, p.dtype, config);
-  ExpectClose(got_lse, want_lse, DType::kF32, "lse " + config);
+  return out;
 }
 
 std::vector<int32_t> RowKeyList(const SparseIndex& index, int slot, int block) {

@@ -7,8 +7,10 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "kernels/builders/testing/method_testing.h"
 #include "kernels/host_problem.h"
 #include "kernels/problem.h"
 #include "kernels/sparse_index.h"
@@ -16,14 +18,11 @@
 namespace spattn {
 namespace testing {
 
-ProblemShape MakeShape(std::vector<int32_t> q_lens, std::vector<int32_t> k_lens, int hq, int hkv,
-                       int head_dim = 64, DType dtype = DType::kBF16, bool causal = true);
-std::string Describe(const ProblemShape& s);
-
-// A problem with Q, K, V ~ N(0, stddev^2) (fixed seed).
-std::unique_ptr<HostProblem> RandomProblem(const ProblemShape& shape, uint64_t seed,
-                                           float stddev = 1.f);
-std::vector<int> AllHeads(const AttentionProblem& p);
+// Shapes, problems and heads: method_testing.h (one definition for every builder test).
+using method_testing::AllHeads;
+using method_testing::Describe;
+using method_testing::MakeShape;
+using method_testing::RandomProblem;
 
 // Writes one head row (head_dim floats, converted to the problem's dtype) of Q or K.
 void SetQRow(HostProblem* hp, int64_t token, int head, const std::vector<float>& row);
@@ -47,9 +46,14 @@ double IndexRecall(const AttentionProblem& p, const SparseIndex& index);
 double IndexDensity(const AttentionProblem& p, const SparseIndex& index);
 
 // Runs SparseAttentionCpu on `index` and checks O and LSE against ReferenceAttention under the
-// densified masks (FlashAttention's tolerance rule: 2 units of the dtype's roundoff).
+// densified masks (FlashAttention's tolerance rule: 2 units of the dtype's roundoff): the gtest
+// form of method_testing::CompareKernelWithMaskedReference.
 void ExpectKernelMatchesMaskedReference(HostProblem* hp, const SparseIndex& index,
                                         const std::string& config);
+
+// The ranges of one row of `index` as [start, end) pairs, in index order.
+using Ranges = std::vector<std::pair<int32_t, int32_t>>;
+Ranges RowRanges(const SparseIndex& index, int slot, int block);
 
 // Key sets of one row of `index` as a sorted list of keys (ranges expanded).
 std::vector<int32_t> RowKeyList(const SparseIndex& index, int slot, int block);

@@ -55,9 +55,22 @@ std::string FirstMismatch(const std::vector<float>& got, const std::vector<float
 
 }  // namespace
 
-std::unique_ptr<HostProblem> RandomProblem(const ProblemShape& shape, uint64_t seed) {
+ProblemShape MakeShape(std::vector<int32_t> q_lens, std::vector<int32_t> k_lens, int hq, int hkv,
+                       int head_dim, DType dtype, bool causal) {
+  ProblemShape s;
+  s.q_lens = std::move(q_lens);
+  s.k_lens = std::move(k_lens);
+  s.num_q_heads = hq;
+  s.num_kv_heads = hkv;
+  s.head_dim = head_dim;
+  s.dtype = dtype;
+  s.causal = causal;
+  return s;
+}
+
+std::unique_ptr<HostProblem> RandomProblem(const ProblemShape& shape, uint64_t seed, float stddev) {
   auto hp = std::make_unique<HostProblem>(shape);
-  hp->FillRandom(seed);
+  hp->FillRandom(seed, stddev);
   return hp;
 }
 

@@ -1,6 +1,7 @@
-// Test and bench helpers for the SampleAttention, AnchorAttention and Saap builders: tensor
-// access, exact attention-mass recall and density, the kernel-vs-masked-reference check, and
-// generators that plant the structures each method is built to find. Not thread-safe.
+// Test and bench helpers of the index builders (no gtest; builder_test_util.h adds the gtest
+// checks on top): problems and shapes, tensor access, exact attention-mass recall and density,
+// the kernel-vs-masked-reference check, the shape sweeps every builder test runs, and generators
+// that plant the structures each method is built to find. Not thread-safe.
 #ifndef SPATTN_KERNELS_BUILDERS_TESTING_METHOD_TESTING_H_
 #define SPATTN_KERNELS_BUILDERS_TESTING_METHOD_TESTING_H_
 
@@ -21,7 +22,11 @@ namespace method_testing {
 
 enum class Tensor { kQ, kK, kV };
 
-std::unique_ptr<HostProblem> RandomProblem(const ProblemShape& shape, uint64_t seed);
+ProblemShape MakeShape(std::vector<int32_t> q_lens, std::vector<int32_t> k_lens, int hq, int hkv,
+                       int head_dim = 64, DType dtype = DType::kBF16, bool causal = true);
+// A problem with Q, K, V ~ N(0, stddev^2) (fixed seed).
+std::unique_ptr<HostProblem> RandomProblem(const ProblemShape& shape, uint64_t seed,
+                                           float stddev = 1.f);
 std::string Describe(const ProblemShape& shape);
 std::vector<int> AllHeads(const AttentionProblem& p);
 

@@ -224,8 +224,9 @@ class CudaAttentionEngine::Impl {
   absl::Status Sparse(const cuda::AttnParams& a, const SparseIndexView& idx) {
     const int64_t rows = static_cast<int64_t>(idx.num_heads) * idx.num_blocks;
     SPATTN_ASSIGN_OR_RETURN(int32_t * order, Alloc<int32_t>(rows, "sparse schedule"));
-    SPATTN_ASSIGN_OR_RETURN(int32_t * scratch, Alloc<int32_t>(cuda::SparseScheduleScratchInts(rows),
-                                                              "sparse schedule scratch"));
+    SPATTN_ASSIGN_OR_RETURN(
+        int32_t * scratch,
+        Alloc<int32_t>(cuda::SparseScheduleScratchInts(rows, a), "sparse schedule scratch"));
     SPATTN_ASSIGN_OR_RETURN(int* counter, Alloc<int>(1, "sparse schedule counter"));
     SPATTN_CUDA_RETURN_IF_ERROR(
         cuda::LaunchSparseSchedule(idx, a, cuda::SparseTileN(a.head_dim, idx.block_m), scratch,

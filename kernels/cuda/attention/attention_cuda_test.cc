@@ -75,6 +75,10 @@ const std::vector<Case>& SmallCases() {
       {{1, 63, 200}, {1, 100, 333}, 4, 2, 128, DType::kBF16, true},
       {{70, 5}, {150, 300}, 8, 8, 64, DType::kBF16, false},
       {{257}, {521}, 8, 1, 128, DType::kBF16, true},
+      // Non-causal d = 128 over sequences that end inside a 176-key tile (the Hopper kernel's
+      // non-causal tile), and d = 64 causal over several 192-row blocks (its 3-warpgroup shape).
+      {{300, 77}, {400, 1000}, 4, 2, 128, DType::kF16, false},
+      {{700}, {}, 4, 2, 64, DType::kBF16, true},
   };
   return *cases;
 }
@@ -285,12 +289,15 @@ TEST_F(CudaAttentionTest, EmptyRowsAndUntouchedHeads) {
 // NaN in Q poisons its own row only; NaN in K poisons the rows that see the key; NaN in V the
 // rows that see it (and, through 0 x NaN in the tensor-core product, rows that share its key
 // tile while the causal mask hides it from them, as in FlashAttention), never earlier tiles.
+// The NaN sits at token 400, in the last query block of every kernel shape (128-row blocks;
+// 192-row blocks of the Hopper d = 64 kernel: [384, 512)) and in key tile [384, 448) / [384, 512):
+// no row before 384 belongs to a block whose keys reach that tile.
 TEST_F(CudaAttentionTest, NanInputsStayWhereTheyBelong) {
-  Case c{{256}, {}, 1, 1, 64, DType::kBF16, true};
+  Case c{{512}, {}, 1, 1, 64, DType::kBF16, true};
   for (int variant : {1, 5}) {
     for (int which = 0; which < 3; ++which) {
       auto hp = MakeProblem(c, 600 + which);
-      const int tok = 150;
+      const int tok = 400;
       std::vector<uint8_t>& buf = which == 0   ? hp->q_bytes()
                                   : which == 1 ? hp->k_bytes()
                                                : hp->v_bytes();
@@ -301,7 +308,7 @@ TEST_F(CudaAttentionTest, NanInputsStayWhereTheyBelong) {
       ASSERT_TRUE(engines_[variant - 1]->RunDense((*dp)->problem()).ok());
       std::vector<float> o, lse;
       ASSERT_TRUE((*dp)->Download(&o, &lse).ok());
-      for (int t = 0; t < 256; ++t) {
+      for (int t = 0; t < 512; ++t) {
         // A NaN in Q or K spoils whole rows; one in V only its own dimension (5).
         const bool nan = std::isnan(o[t * 64 + (which == 2 ? 5 : 7)]);
         const std::string where = absl::StrCat("variant=", variant, " which=", which, " token ", t);
@@ -313,8 +320,8 @@ TEST_F(CudaAttentionTest, NanInputsStayWhereTheyBelong) {
           if (t >= tok) {
             EXPECT_TRUE(nan) << where;
           }
-          if (t < 128) {
-            EXPECT_FALSE(nan) << where;  // key tile [128, 192) never reaches them
+          if (t < 384) {
+            EXPECT_FALSE(nan) << where;  // key tile [384, ...) never reaches them
           }
         }
       }

@@ -62,8 +62,9 @@ struct SparseSchedule {
   int* counter = nullptr;  // one int, zeroed by LaunchSparseSchedule
 };
 
-// Scratch for LaunchSparseSchedule: SparseScheduleScratchInts(num_rows) int32s.
-int64_t SparseScheduleScratchInts(int64_t num_rows);
+// Scratch for LaunchSparseSchedule: SparseScheduleScratchInts(num_rows, p) int32s (a cost
+// histogram per L2 section, so it grows with the sections `p` needs).
+int64_t SparseScheduleScratchInts(int64_t num_rows, const AttnParams& p);
 // Orders the rows of `index` into `order` ([num_rows]) with a counting sort on the device, and
 // zeroes `counter`: L2 sections first (SparseKvHeadsPerSection kv heads of `p` each, the rows of
 // a section one after the other so the CTAs in flight share those heads' K/V in L2), then

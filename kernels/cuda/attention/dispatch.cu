@@ -126,8 +126,17 @@ cudaError_t LaunchSparseAttention(const AttnParams& p, const SparseIndexView& in
 
 int SparseTileN(int /*head_dim*/, int /*block_m*/) { return 64; }
 
-int64_t SparseScheduleScratchInts(int64_t num_rows) {
-  return (detail::kMaxSections + 1) * static_cast<int64_t>(detail::kCostBuckets) + num_rows;
+namespace {
+int ScheduleSections(const AttnParams& p) {
+  const int kv_heads = std::max(p.num_q_heads / std::max(p.group, 1), 1);
+  const int kv_per_section = SparseKvHeadsPerSection(p);
+  return (kv_heads + kv_per_section - 1) / kv_per_section;
+}
+}  // namespace
+
+int64_t SparseScheduleScratchInts(int64_t num_rows, const AttnParams& p) {
+  // One histogram of cost buckets per section, then each row's bucket.
+  return ScheduleSections(p) * static_cast<int64_t>(detail::kCostBuckets) + num_rows;
 }
 
 int SparseKvHeadsPerSection(const AttnParams& p) {
@@ -149,12 +158,11 @@ cudaError_t LaunchSparseSchedule(const SparseIndexView& index, const AttnParams&
                                  cudaStream_t stream) {
   using namespace detail;
   const int64_t rows = static_cast<int64_t>(index.num_heads) * index.num_blocks;
-  const int kv_heads = std::max(p.num_q_heads / std::max(p.group, 1), 1);
   const int kv_per_section = SparseKvHeadsPerSection(p);
-  const int sections = (kv_heads + kv_per_section - 1) / kv_per_section;
+  const int sections = ScheduleSections(p);
   const int buckets = sections * kCostBuckets;
   int32_t* hist = scratch;
-  int32_t* bucket_of = scratch + kMaxSections * kCostBuckets;
+  int32_t* bucket_of = scratch + buckets;
   cudaError_t err = cudaMemsetAsync(counter, 0, sizeof(int), stream);
   if (err != cudaSuccess || rows == 0) return err;
   if ((err = cudaMemsetAsync(hist, 0, buckets * sizeof(int32_t), stream)) != cudaSuccess) {

@@ -12,8 +12,11 @@
 #     knobs, kernels/cuda/README.md). SDPA runs once per distinct SHAPE (cuDNN backend;
 #     SDPA_BACKENDS to change).
 #   SPATTN_BENCH="flags" (spattn-bench runs, ';'-separated), BENCH_ENV (their environment).
-# Outputs under $OUT: gpu.txt, tests.log, sdpa.jsonl, bench.jsonl, spattn_bench.jsonl, errors.log,
-# summary.txt.
+#   MINFERENCE_ARGS="--seq_lens ... --kernels a_shape,block_sparse": MInference's public Triton
+#     kernels (files fetched into ref/ beside this script, never committed) through
+#     kernels/cuda/attention/hopper/minference_reference.py.
+# Outputs under $OUT: gpu.txt, tests.log, sdpa.jsonl, bench.jsonl, spattn_bench.jsonl,
+# minference.jsonl, errors.log (stderr of everything, builder stage times included), summary.txt.
 set -u
 cd "$(dirname "$0")"
 HERE=$PWD
@@ -60,9 +63,14 @@ IFS=';' read -ra SB_LIST <<< "${SPATTN_BENCH:-}"
 for sb in "${SB_LIST[@]}"; do
   [ -n "$sb" ] || continue
   env ${BENCH_ENV:-} timeout "${SB_TIMEOUT:-150}" bin/spattn-bench $sb \
-    >> "$OUT/spattn_bench.jsonl" 2>> "$OUT/spattn_bench.err"
+    >> "$OUT/spattn_bench.jsonl" 2>> "$OUT/errors.log"
   note "spattn-bench $sb rc=$?"
 done
+if [ -d ref ] && [ -n "${MINFERENCE_ARGS:-}" ]; then
+  PYTHONUNBUFFERED=1 timeout "${REF_TIMEOUT:-120}" python3 minference_reference.py --ref_dir ref \
+    $MINFERENCE_ARGS > "$OUT/minference.jsonl" 2>> "$OUT/errors.log"
+  note "minference $MINFERENCE_ARGS rc=$?"
+fi
 echo "=== gpu"; cat "$OUT/gpu.txt"
 echo "=== tests"
 grep -hE "^\[  FAILED|Failure|error:" "$OUT/tests.log" 2>/dev/null | head -20
@@ -83,8 +91,24 @@ for line in open(sys.argv[1]):
             shape, r["seq_len"], r["kernel"], r["block_m"], r["density"], r["ms"], r["tflops"],
             r.get("vs_dense", "-"), r.get("tag", "")))
 PY
-echo "=== spattn-bench"
-cut -c1-60 "$OUT/spattn_bench.jsonl" 2>/dev/null | head -3
-grep -hE "stage|ms" "$OUT/spattn_bench.err" 2>/dev/null | tail -40
-echo "=== errors"; tail -6 "$OUT/errors.log" 2>/dev/null
+echo "=== spattn-bench (index / kernel ms, per-pair TFLOP/s vs dense)"
+python3 - "$OUT/spattn_bench.jsonl" <<'PY'
+import json, sys
+try:
+    lines = open(sys.argv[1]).read().splitlines()
+except OSError:
+    lines = []
+for line in lines:
+    if not line.startswith("{"): continue
+    r = json.loads(line)
+    if "error" in r:
+        print(r["method"], r.get("seq_len"), "ERROR", r["error"][:120]); continue
+    b, k = r["index_build_ms"], r["kernel_ms"]
+    print("%-16s %7d index %8.3f kernel %8.3f share %5.1f%% density %.3f recall %.3f %6.1f TF vs_dense %s"
+          % (r["method"], r["seq_len"], b, k, 100 * b / (b + k), r["density"], r["recall"],
+             r["tflops"], r.get("vs_dense", "-")))
+PY
+grep -h "gpu builder" "$OUT/errors.log" 2>/dev/null | tail -12 | cut -c1-250
+echo "=== minference"; cat "$OUT/minference.jsonl" 2>/dev/null
+echo "=== errors"; grep -v "^cuda_bench on\|^gpu builder\|^spattn-bench: workload" "$OUT/errors.log" 2>/dev/null | tail -6
 cat "$OUT/summary.txt"

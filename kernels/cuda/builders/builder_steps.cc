@@ -322,6 +322,27 @@ absl::Status GroupLines(MergeParams* mp, int slots, int64_t cols_stride, int64_t
   return absl::OkStatus();
 }
 
+MergeParams LineMergeParams(const AttentionProblem& p, const AttnParams& a, const Plan& plan,
+                            const int32_t* d_offsets, const LineSelectParams& lp,
+                            const int64_t* d_unit_col_base, const int64_t* d_unit_off_base) {
+  MergeParams mp;
+  mp.num_slots = plan.slots;
+  mp.batch = plan.batch;
+  mp.num_blocks = plan.num_blocks;
+  mp.block_m = plan.block_m;
+  mp.causal = p.causal;
+  mp.cu_q = a.cu_seqlens_q;
+  mp.cu_k = a.cu_seqlens_k;
+  mp.block_offsets = d_offsets;
+  mp.line_cols = lp.line_cols;
+  mp.line_offs = lp.line_offs;
+  mp.unit_col_base = d_unit_col_base;
+  mp.unit_off_base = d_unit_off_base;
+  mp.unit_ncols = lp.unit_ncols;
+  mp.unit_noffs = lp.unit_noffs;
+  return mp;
+}
+
 SparseIndexView ViewOf(const Plan& plan, const int32_t* d_heads, const int32_t* d_offsets,
                        const Csr& c) {
   SparseIndexView v;

@@ -168,6 +168,12 @@ absl::Status ScanAndSize(int64_t rows, Csr* c, const BuildScope& ws, cudaStream_
 absl::Status GroupLines(MergeParams* mp, int slots, int64_t cols_stride, int64_t offs_stride,
                         const BuildScope& ws, cudaStream_t stream);
 
+// The merge of the selected lines into rows (LaunchMergeRows) over `plan`, with the lines of
+// `lp` and each unit's first column / offset slot; the caller sets counts, groups and outputs.
+MergeParams LineMergeParams(const AttentionProblem& p, const AttnParams& a, const Plan& plan,
+                            const int32_t* d_offsets, const LineSelectParams& lp,
+                            const int64_t* d_unit_col_base, const int64_t* d_unit_off_base);
+
 SparseIndexView ViewOf(const Plan& plan, const int32_t* d_heads, const int32_t* d_offsets,
                        const Csr& c);
 

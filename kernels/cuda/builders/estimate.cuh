@@ -155,95 +155,8 @@ __device__ __forceinline__ int CtaGroupRuns(
   return carry;
 }
 
-// ---- Warp-level versions (one warp per row, no CTA barriers): the same rules as the Cta*
-// functions above. `hist` is the warp's own 256 ints of shared memory.
-
-__device__ __forceinline__ unsigned LaneMaskLt() { return (1u << (threadIdx.x & 31)) - 1u; }
-
-template <class KeyFn>
-__device__ TopKRule WarpTopKRule(int n, int k, KeyFn key_of, int* hist) {
-  const int lane = threadIdx.x & 31;
-  if (k <= 0 || n <= 0) return SelectNone();
-  unsigned long long prefix = 0, mask = 0;
-  int k_rem = k;
-  for (int shift = 56; shift >= 0; shift -= 8) {
-    for (int b = lane; b < 256; b += 32) hist[b] = 0;
-    __syncwarp();
-    for (int i = lane; i < n; i += 32) {
-      unsigned long long key;
-      if (key_of(i, &key) && (key & mask) == prefix) {
-        atomicAdd(&hist[(key >> shift) & 255], 1);
-      }
-    }
-    __syncwarp();
-    int local = 0;
-#pragma unroll
-    for (int t = 0; t < 8; ++t) local += hist[255 - (lane * 8 + t)];
-    int incl = local;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const int v = __shfl_up_sync(kFullMask, incl, o);
-      if (lane >= o) incl += v;
-    }
-    const int excl = incl - local;
-    const int total = __shfl_sync(kFullMask, incl, 31);
-    if (total < k_rem) return TopKRule{prefix, mask, INT_MAX};
-    const bool mine = excl < k_rem && k_rem <= incl;
-    int bin = 0, bin_count = 0, rem = 0;
-    if (mine) {
-      int above = excl;
-      for (int t = 0; t < 8; ++t) {
-        const int b = 255 - (lane * 8 + t);
-        const int h = hist[b];
-        if (above + h >= k_rem) {
-          bin = b;
-          bin_count = h;
-          rem = k_rem - above;
-          break;
-        }
-        above += h;
-      }
-    }
-    const int src = __ffs(__ballot_sync(kFullMask, mine)) - 1;
-    bin = __shfl_sync(kFullMask, bin, src);
-    bin_count = __shfl_sync(kFullMask, bin_count, src);
-    rem = __shfl_sync(kFullMask, rem, src);
-    __syncwarp();  // every lane has read hist before the next pass clears it
-    prefix |= static_cast<unsigned long long>(bin) << shift;
-    mask |= 0xffull << shift;
-    k_rem = rem;
-    if (bin_count == k_rem) return TopKRule{prefix, mask, INT_MAX};
-  }
-  return TopKRule{prefix, mask, k_rem};
-}
-
-template <class KeyFn, class Emit>
-__device__ int WarpApplyRule(int n, const TopKRule& rule, KeyFn key_of, Emit emit,
-                             int eq_before = 0) {
-  const int lane = threadIdx.x & 31;
-  int carry_eq = eq_before, carry_sel = 0;
-  for (int base = 0; base < n; base += 32) {
-    const int i = base + lane;
-    bool eq = false, above = false;
-    if (i < n) {
-      unsigned long long key;
-      if (key_of(i, &key)) {
-        const unsigned long long m = key & rule.mask;
-        eq = m == rule.prefix;
-        above = m > rule.prefix;
-      }
-    }
-    const unsigned eqm = __ballot_sync(kFullMask, eq);
-    const int eq_rank = __popc(eqm & LaneMaskLt());
-    const bool sel =
-        above || (eq && (rule.take_eq == INT_MAX || carry_eq + eq_rank < rule.take_eq));
-    const unsigned selm = __ballot_sync(kFullMask, sel);
-    if (sel) emit(i, carry_sel + __popc(selm & LaneMaskLt()));
-    carry_eq += __popc(eqm);
-    carry_sel += __popc(selm);
-  }
-  return carry_sel;
-}
+// ---- Warp-level versions (one warp per row, no CTA barriers). Warp top-k and mass count:
+// common/topk.cuh.
 
 // CtaBlockRuns for one warp (flags written before it must be __syncwarp'ed).
 template <class Emit>
@@ -261,53 +174,6 @@ __device__ int WarpBlockRuns(const uint8_t* flags, int n, int bs, int key_end, E
     carry += __popc(sm);
   }
   return carry;
-}
-
-// CtaMassCount for one warp: `hist` / `mass` are the warp's own 256 bins.
-template <class KeyMassFn>
-__device__ int WarpMassCount(int n, double target, KeyMassFn key_mass, int* hist, double* mass) {
-  const int lane = threadIdx.x & 31;
-  unsigned long long prefix = 0, mask = 0;
-  double t_rem = target;
-  int count_above = 0;
-  for (int shift = 56; shift >= 0; shift -= 8) {
-    for (int b = lane; b < 256; b += 32) {
-      hist[b] = 0;
-      mass[b] = 0;
-    }
-    __syncwarp();
-    for (int i = lane; i < n; i += 32) {
-      unsigned long long key;
-      double m;
-      if (key_mass(i, &key, &m) && (key & mask) == prefix) {
-        const int b = static_cast<int>((key >> shift) & 255);
-        atomicAdd(&hist[b], 1);
-        if (m > 0) atomicAdd(&mass[b], m);
-      }
-    }
-    __syncwarp();
-    const MassBin mb = WarpFindMassBin(hist, mass, t_rem);
-    __syncwarp();  // every lane has read the bins before the next pass clears them
-    if (shift == 56 && mb.total == 0) return 0;
-    if (t_rem <= 0) return count_above + 1;
-    if (!mb.found) return count_above + mb.total;
-    count_above += mb.count_above;
-    t_rem -= mb.mass_above;
-    prefix |= static_cast<unsigned long long>(mb.bin) << shift;
-    mask |= 0xffull << shift;
-    if (mb.bin_count == 1) return count_above + 1;
-    if (shift == 0) {
-      const double t = KeyToDouble(prefix);
-      double cum = 0;
-      int m = 0;
-      while (m < mb.bin_count && cum < t_rem) {
-        if (t > 0) cum += t;
-        ++m;
-      }
-      return count_above + m;
-    }
-  }
-  return count_above;
 }
 
 __device__ __forceinline__ int WarpSum(int v) {

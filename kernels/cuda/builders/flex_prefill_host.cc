@@ -156,21 +156,8 @@ absl::StatusOr<SparseIndexView> BuildFlexPrefill(const AttentionProblem& p, cons
   timer.Mark("qa_levels");
 
   SPATTN_ASSIGN_OR_RETURN(Csr csr, CarveCounts(rows, ws, stream));
-  MergeParams mp;
-  mp.num_slots = plan.slots;
-  mp.batch = plan.batch;
-  mp.num_blocks = plan.num_blocks;
-  mp.block_m = bs;
-  mp.causal = p.causal;
-  mp.cu_q = a.cu_seqlens_q;
-  mp.cu_k = a.cu_seqlens_k;
-  mp.block_offsets = d_offsets;
-  mp.line_cols = lp.line_cols;
-  mp.line_offs = lp.line_offs;
-  mp.unit_col_base = blob.At<int64_t>(o_ucol);
-  mp.unit_off_base = blob.At<int64_t>(o_uoff);
-  mp.unit_ncols = lp.unit_ncols;
-  mp.unit_noffs = lp.unit_noffs;
+  MergeParams mp = LineMergeParams(p, a, plan, d_offsets, lp, blob.At<int64_t>(o_ucol),
+                                   blob.At<int64_t>(o_uoff));
   mp.maybe_unit_is_vs = f.unit_is_vs;
   mp.kept_block = bs;
   mp.range_count = csr.range_count;
