@@ -13,7 +13,8 @@ bazel test $CONFIG --keep_going --build_event_json_file="$BEP" //... "$@"
 bazel_rc=$?
 # Issue 13 (h5): the server, index and kernels tests again under ASan + UBSan (CPU code,
 # --config=asan; SPATTN_ASAN=0 skips), and each libFuzzer target for SPATTN_FUZZ_SECONDS
-# (default 20; 0 skips). Their cases are counted with the others.
+# (default 20; 0 skips). Their cases are counted with the others. The whole suite under ASan or
+# TSan: deploy/sanitizers.sh asan|tsan (README, Sanitizers; not in CI for its time on 2 cores).
 ASAN_BEP=$(mktemp /tmp/spattn-asan-bep.XXXXXX.json)
 EXTRA=$(mktemp /tmp/spattn-extra.XXXXXX.txt)
 count_args=()
