@@ -11,8 +11,8 @@ CONFIG=$(cat .bazel-config)
 BEP=$(mktemp /tmp/spattn-bep.XXXXXX.json)
 bazel test $CONFIG --keep_going --build_event_json_file="$BEP" //... "$@"
 bazel_rc=$?
-# Issue 13 (h5): the server, index and kernels tests again under ASan + UBSan (CPU code,
-# --config=asan; SPATTN_ASAN=0 skips), and each libFuzzer target for SPATTN_FUZZ_SECONDS
+# Issue 13: the server, index and every kernels/ package's tests again under ASan + UBSan
+# (CPU code, --config=asan; SPATTN_ASAN=0 skips), and each libFuzzer target for SPATTN_FUZZ_SECONDS
 # (default 20; 0 skips). Their cases are counted with the others. The whole suite under ASan or
 # TSan: deploy/sanitizers.sh asan|tsan (README, Sanitizers; not in CI for its time on 2 cores).
 ASAN_BEP=$(mktemp /tmp/spattn-asan-bep.XXXXXX.json)
@@ -20,7 +20,7 @@ EXTRA=$(mktemp /tmp/spattn-extra.XXXXXX.txt)
 count_args=()
 if [ "${SPATTN_ASAN:-1}" != 0 ]; then
   bazel test --config=asan --keep_going --build_event_json_file="$ASAN_BEP" \
-    //server:all //index:all //kernels:all
+    //server:all //index:all //kernels/...
   [ $? -eq 0 ] || bazel_rc=1
   count_args+=(--bep "$ASAN_BEP")
 fi
