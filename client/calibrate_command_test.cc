@@ -316,12 +316,14 @@ TEST_F(CalibrateCommandTest, SaapChoicesCarryTheirTensors) {
     } else {
       got_classifiers.insert(k.head());
       // w0 [64, 32], b0 [32], w1 [32, 16], b1 [16] (what the worker's asset loader expects).
-      if (k.name() == "w0")
-        EXPECT_EQ(std::vector<int64_t>(shape.begin(), shape.end()), (std::vector<int64_t>{64, 32}));
-      if (k.name() == "w1")
-        EXPECT_EQ(std::vector<int64_t>(shape.begin(), shape.end()), (std::vector<int64_t>{32, 16}));
-      if (k.name() == "b1")
-        EXPECT_EQ(std::vector<int64_t>(shape.begin(), shape.end()), (std::vector<int64_t>{16}));
+      const std::vector<int64_t> dims(shape.begin(), shape.end());
+      if (k.name() == "w0") {
+        EXPECT_EQ(dims, (std::vector<int64_t>{64, 32}));
+      } else if (k.name() == "w1") {
+        EXPECT_EQ(dims, (std::vector<int64_t>{32, 16}));
+      } else if (k.name() == "b1") {
+        EXPECT_EQ(dims, (std::vector<int64_t>{16}));
+      }
     }
   }
   EXPECT_EQ(got_centroids, kv_heads);

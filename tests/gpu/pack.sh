@@ -7,7 +7,7 @@ cd "$(dirname "$0")/../.."
 DEST=${1:-.gpu-all}
 TARGETS=(
   kernels/cuda/attention_cuda_test kernels/cuda/cuda_engine_test kernels/cuda/cuda_bench
-  kernels/cuda/build_index_gpu_test
+  kernels/cuda/build_index_gpu_test kernels/cuda/mass_recall_test
   server/cuda_backend_test server/cuda_ipc_test server/cuda_ipc_producer
   tests/bench/spattn-bench tests/bench/spattn-server-bench
 )

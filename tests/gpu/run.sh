@@ -18,7 +18,7 @@ note() { echo "$* (${SECONDS}s)" | tee -a "$OUT/summary.txt"; }
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader \
   | tee "$OUT/gpu.txt"
 
-for t in attention_cuda_test cuda_engine_test build_index_gpu_test \
+for t in attention_cuda_test cuda_engine_test build_index_gpu_test mass_recall_test \
          cuda_backend_test; do
   timeout 150 bin/$t > "$OUT/test_$t.log" 2>&1
   note "$t rc=$? $(grep -hE '^\[  (PASSED|FAILED) ' "$OUT/test_$t.log" | tr '\n' ' ')"
@@ -31,7 +31,7 @@ COMMON="--device=cuda --workload=llm_mix --heads=32 --kv_heads=8 --head_dim=128 
 for len in 32768 131072; do
   rep=10; [ "$len" -gt 65536 ] && rep=5
   timeout 200 bin/spattn-bench $COMMON --seq_len=$len --warmup=2 --repeat=$rep \
-    --methods=dense,a_shape,vertical_slash,block_sparse,flex_prefill,sample_attention,anchor,saap,searched \
+    --methods=dense,a_shape,vertical_slash,block_sparse,flex_prefill,sample_attention,anchor,saap,searched,guarded \
     >> "$OUT/bench.jsonl" 2>> "$OUT/bench.err"
   note "spattn-bench $len rc=$?"
 done

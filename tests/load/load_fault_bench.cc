@@ -10,8 +10,8 @@
 //            the restart all reach it (none skipped, from its config_refreshed log lines).
 //
 //   bazel build -c opt //tests/load:spattn-load-bench //server:spattn-worker //index:spattn-index
-//   bazel-bin/tests/load/spattn-load-bench --worker=bazel-bin/server/spattn-worker \
-//       --index=bazel-bin/index/spattn-index
+//   bazel-bin/tests/load/spattn-load-bench --worker=bazel-bin/server/spattn-worker
+//       --index=bazel-bin/index/spattn-index    (one command line)
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
