@@ -8,12 +8,12 @@ W=/tmp/s15b && rm -rf $W && mkdir -p $W && tar -xJf bundle.tar.xz -C $W && cd $W
 export LD_LIBRARY_PATH=$PWD/lib
 OUT=${OUT:-/tmp/out}; mkdir -p $OUT
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/gpu.txt
-timeout 60 bin/build_index_gpu_test > $OUT/test_build_index_gpu.log 2>&1
+timeout ${TEST_TIMEOUT:-60} bin/build_index_gpu_test --gtest_filter="${TEST_FILTER:-*}" > $OUT/test_build_index_gpu.log 2>&1
 echo "build_index_gpu_test rc=$? $(grep -E '^\[  (PASSED|FAILED) ' $OUT/test_build_index_gpu.log | tr '\n' ' ')" | tee -a $OUT/summary.txt
 B="--workload=llm_mix --heads=32 --kv_heads=8 --head_dim=128 --dtype=bf16 --group_by=all --recall_rows=16 --warmup=1 --repeat=3 --device=cuda --methods=flex_prefill,vertical_slash"
-for len in 32768 131072; do
+for len in ${LENS:-32768 131072}; do
   for bin in spattn-bench-old spattn-bench; do
-    SPATTN_GPU_BUILDER_PROFILE=1 timeout 40 bin/$bin $B --seq_len=$len > $OUT/$bin.$len.jsonl 2> $OUT/$bin.$len.err
+    SPATTN_GPU_BUILDER_PROFILE=1 timeout ${SB_TIMEOUT:-40} bin/$bin $B --seq_len=$len > $OUT/$bin.$len.jsonl 2> $OUT/$bin.$len.err
     echo "$bin $len rc=$?" | tee -a $OUT/summary.txt
     python3 -c "
 import json,sys
