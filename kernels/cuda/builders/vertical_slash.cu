@@ -350,12 +350,20 @@ __global__ void __launch_bounds__(kSelectThreads) SelectLinesKernel(LineSelectPa
   if (tid == 0) *count_out = n;
 }
 
-constexpr int kMergeThreads = 128;
+constexpr int kMergeThreads = 128;  // 4 rows per CTA, one warp each
 
+// One warp per row: lane l walks part l of the row's keys (row_assembly::MergePart), the lanes'
+// pieces are stitched with shuffles (a lane's first range continues the previous lane's last
+// one when they touch at the window edge) and placed by a warp prefix sum. Count pass: the row's
+// totals; fill pass: counts again for the offsets, then the entries (range ends first, made
+// lengths after the warp has written them).
 __global__ void __launch_bounds__(kMergeThreads) MergeRowsKernel(MergeParams p, bool fill) {
+  constexpr unsigned kAll = 0xffffffffu;
+  const int lane = static_cast<int>(threadIdx.x & 31u);
   const int64_t rows = static_cast<int64_t>(p.num_slots) * p.num_blocks;
-  for (int64_t row = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; row < rows;
-       row += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  const int64_t warps = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
+  for (int64_t row = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) >> 5; row < rows;
+       row += warps) {
     const int slot = static_cast<int>(row / p.num_blocks);
     const int blk = static_cast<int>(row - static_cast<int64_t>(slot) * p.num_blocks);
     const int seq = LastAtOrBelow(p.batch, blk, [&](int s) { return p.block_offsets[s]; });
@@ -380,16 +388,47 @@ __global__ void __launch_bounds__(kMergeThreads) MergeRowsKernel(MergeParams p, 
     lines.n_clusters = full ? p.unit_ncl_full[unit] : p.unit_ncl_last[unit];
     lines.col_runs = p.col_runs + 2 * p.unit_col_base[unit];
     lines.n_runs = p.unit_nruns[unit];
-    if (!fill) {
-      row_assembly::CountSink sink;
-      row_assembly::MergeRow(g, extra, lines, 16, sink);
-      p.range_count[row] = sink.ranges;
-      p.col_count[row] = sink.cols;
-    } else {
-      row_assembly::FillSink sink{p.range_start + p.range_indptr[row],
-                                  p.range_len + p.range_indptr[row], p.col_idx + p.col_indptr[row]};
-      row_assembly::MergeRow(g, extra, lines, 16, sink);
+    int lo = 0, hi = 0;
+    row_assembly::PartWindow(g.key_end, 32, lane, &lo, &hi);
+    row_assembly::PartSink part;
+    row_assembly::MergePart(g, extra, lines, 16, lo, hi, part);
+    const int prev_ranges = __shfl_up_sync(kAll, part.ranges, 1);
+    const int prev_ends = __shfl_up_sync(kAll, part.ends_at_hi ? 1 : 0, 1);
+    const bool cont = lane > 0 && row_assembly::ContinuesPrev(prev_ranges, prev_ends != 0,
+                                                              part.ranges, part.starts_at_lo);
+    const bool next_cont = __shfl_down_sync(kAll, cont ? 1 : 0, 1) != 0 && lane < 31;
+    const int nr = part.ranges - (cont ? 1 : 0);
+    int sr = nr, sc = part.cols;  // inclusive prefix over the lanes
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      const int tr = __shfl_up_sync(kAll, sr, d);
+      const int tc = __shfl_up_sync(kAll, sc, d);
+      if (lane >= d) {
+        sr += tr;
+        sc += tc;
+      }
     }
+    if (!fill) {
+      if (lane == 31) {
+        p.range_count[row] = sr;
+        p.col_count[row] = sc;
+      }
+      continue;
+    }
+    const int64_t ro = p.range_indptr[row];
+    const int64_t co = p.col_indptr[row];
+    row_assembly::PartSink out;
+    out.range_start = p.range_start + ro + (sr - nr);
+    out.range_end = p.range_len + ro + (sr - nr);
+    out.col_idx = p.col_idx + co + (sc - part.cols);
+    out.merge_prev = cont;
+    out.merge_next = next_cont;
+    out.n_ranges = part.ranges;
+    row_assembly::MergePart(g, extra, lines, 16, lo, hi, out);
+    __syncwarp();
+    const int total = __shfl_sync(kAll, sr, 31);
+    for (int k = lane; k < total; k += 32) p.range_len[ro + k] -= p.range_start[ro + k];
+    __syncwarp();
   }
 }
 
@@ -520,7 +559,7 @@ cudaError_t LaunchSelectLines(const LineSelectParams& p, cudaStream_t stream) {
 cudaError_t LaunchMergeRows(const MergeParams& p, bool fill, cudaStream_t stream) {
   const int64_t rows = static_cast<int64_t>(p.num_slots) * p.num_blocks;
   if (rows == 0) return cudaSuccess;
-  MergeRowsKernel<<<GridFor(rows, kMergeThreads), kMergeThreads, 0, stream>>>(p, fill);
+  MergeRowsKernel<<<GridFor(rows * 32, kMergeThreads), kMergeThreads, 0, stream>>>(p, fill);
   return cudaGetLastError();
 }
 

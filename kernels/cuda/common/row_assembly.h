@@ -7,9 +7,11 @@
 //
 // Two input forms, each the fast one for the builders that use it (same output):
 //  * Spans and lines (MergeRow): sorted slash-offset clusters, at most two extra ranges and
-//    sorted column runs, walked once per row with O(1) state; one thread per (head slot, query
-//    block), first to count (CountSink), then to fill (FillSink). Work ~ the lines the row
-//    reaches, not the keys: vertical_slash and flex_prefill's vertical-slash heads.
+//    sorted column runs, walked with O(1) state; on the GPU one warp per (head slot, query
+//    block), each lane walking one part of the row's keys (MergePart: its window plus min_run
+//    keys of halo) and the lanes' pieces stitched, first to count, then to fill. Work ~ the
+//    lines the row reaches, not the keys: vertical_slash and flex_prefill's vertical-slash
+//    heads.
 //  * Key bitmaps (the word logic below + the CTA kernel of row_assembly.cuh): any key set, as
 //    32-key words of "range" bits and "column" bits; one CTA per row walks key_end / 32 words in
 //    segments. sample_attention, anchor and saap, whose keys come from blocks, stripes and bucket
@@ -39,9 +41,10 @@ namespace row_assembly {
 // consecutive free columns) — touching spans merge — and the columns are the other free columns.
 
 struct RowGeo {
-  int first_pos;  // key position of the block's first query row
-  int last_pos;   // of its last row
-  int key_end;    // keys [0, key_end) are allowed for some row of the block
+  int first_pos;      // key position of the block's first query row
+  int last_pos;       // of its last row
+  int key_end;        // keys [0, key_end) are allowed for some row of the block
+  int key_begin = 0;  // walks see only keys [key_begin, key_end) (a part's window, below)
 };
 
 // Up to two extra ranges, sorted by start, each clipped to key_end when walked.
@@ -64,10 +67,11 @@ SPATTN_HD ExtraRanges KeptBlocks(const RowGeo& g, int block) {
 struct ExtraWalk {
   ExtraRanges r;
   int i;
-  int key_end;
-  SPATTN_HD void Init(const ExtraRanges& x, int e) {
+  int key_begin, key_end;
+  SPATTN_HD void Init(const ExtraRanges& x, int b, int e) {
     r = x;
     i = 0;
+    key_begin = b;
     key_end = e;
   }
   SPATTN_HD bool Next(int* s, int* e) {
@@ -75,7 +79,7 @@ struct ExtraWalk {
       const int rs = i == 0 ? r.s0 : r.s1;
       const int re = i == 0 ? r.e0 : r.e1;
       ++i;
-      const int st = rs < 0 ? 0 : rs;
+      const int st = rs < key_begin ? key_begin : rs;
       const int en = re > key_end ? key_end : re;
       if (en > st) {
         *s = st;
@@ -115,7 +119,7 @@ struct SlashWalk {
   int n_off;
   int i;
   bool first;
-  int first_pos, last_pos, key_end;
+  int first_pos, last_pos, key_begin, key_end;
   SPATTN_HD void Init(const int32_t* clusters, int n_clusters, const int32_t* offsets, int n,
                       const RowGeo& g) {
     cl = clusters;
@@ -123,12 +127,15 @@ struct SlashWalk {
     n_off = n;
     first_pos = g.first_pos;
     last_pos = g.last_pos;
+    key_begin = g.key_begin;
     key_end = g.key_end;
     first = true;
-    int lo = 0, hi = n_clusters;  // first cluster with lo > last_pos
+    // First cluster with lo > last_pos - key_begin: the ones from there on are above last_pos
+    // or end at or before key_begin (a cluster's segment ends at last_pos - lo + 1).
+    int lo = 0, hi = n_clusters;
     while (lo < hi) {
       const int mid = (lo + hi) >> 1;
-      if (cl[2 * mid] <= last_pos) {
+      if (cl[2 * mid] <= last_pos - key_begin) {
         lo = mid + 1;
       } else {
         hi = mid;
@@ -156,7 +163,7 @@ struct SlashWalk {
         }
       }
       int st = first_pos - top;
-      if (st < 0) st = 0;
+      if (st < key_begin) st = key_begin;
       int en = last_pos - c_lo + 1;
       if (en > key_end) en = key_end;
       if (st >= key_end) {
@@ -192,7 +199,7 @@ struct SpanWalk {
   bool hx, hs;
   int xs, xe, ss, se;
   SPATTN_HD void Init(const ExtraRanges& extra, const RowLines& l, const RowGeo& g) {
-    x.Init(extra, g.key_end);
+    x.Init(extra, g.key_begin, g.key_end);
     sl.Init(l.clusters, l.n_clusters, l.offsets, l.n_off, g);
     hx = x.Next(&xs, &xe);
     hs = sl.Next(&ss, &se);
@@ -254,8 +261,17 @@ struct RunWalk {
   SPATTN_HD void Init(const ExtraRanges& extra, const RowLines& l, const RowGeo& g, int run) {
     runs = l.col_runs;
     n = l.n_runs;
-    k = 0;
-    x = n > 0 ? runs[0] : 0;
+    int lo = 0, hi = n;  // first run that reaches key_begin
+    while (lo < hi) {
+      const int mid = (lo + hi) >> 1;
+      if (runs[2 * mid + 1] < g.key_begin) {
+        lo = mid + 1;
+      } else {
+        hi = mid;
+      }
+    }
+    k = lo;
+    x = k < n ? (runs[2 * k] > g.key_begin ? runs[2 * k] : g.key_begin) : 0;
     key_end = g.key_end;
     min_run = run;
     cover.Init(extra, l, g);
@@ -352,6 +368,76 @@ struct FillSink {
   }
   SPATTN_HD void Col(int key) { col_idx[c++] = key; }
 };
+
+// ---- One row in parts (a warp per row on the GPU) ----------------------------------------------
+//
+// Part l of `parts` owns the keys [lo, hi) of an equal split of [0, key_end) (trailing parts may
+// be empty, never one between two non-empty ones). It walks MergeRow over its window widened by
+// min_run keys on each side (so a run of free columns that reaches into the window is long in
+// the walk exactly when it is long in the row) and keeps what falls in [lo, hi): the row's
+// ranges cut at the window's edges, and its columns there. Stitching: a part's first range
+// continues the previous part's last one when that ends at hi and this starts at lo (both parts
+// have ranges); the row's ranges are the parts' ranges less those continuations, in part order.
+
+SPATTN_HD void PartWindow(int key_end, int parts, int part, int* lo, int* hi) {
+  const int w = (key_end + parts - 1) / parts;
+  int a = part * w, b = a + w;
+  if (a > key_end) a = key_end;
+  if (b > key_end) b = key_end;
+  *lo = a;
+  *hi = b;
+}
+
+// What one part found: its ranges (cut to the window) and columns, and whether its first range
+// starts at lo, its last ends at hi. Fill mode also writes them: range j of the part to index
+// j - merge_prev of range_start / range_end (range ENDS: the caller makes lengths once every
+// part has written), leaving out the start of a continuation (merge_prev) and the end of a range
+// the next part continues (merge_next); columns in order from col_idx.
+struct PartSink {
+  int lo = 0, hi = 0;
+  int ranges = 0, cols = 0;
+  bool starts_at_lo = false, ends_at_hi = false;
+  int32_t* range_start = nullptr;  // fill mode when set
+  int32_t* range_end = nullptr;
+  int32_t* col_idx = nullptr;
+  bool merge_prev = false, merge_next = false;
+  int n_ranges = 0;  // fill: the part's ranges (from its count)
+  SPATTN_HD void Range(int s, int e) {
+    if (s < lo) s = lo;
+    if (e > hi) e = hi;
+    if (e <= s) return;
+    if (ranges == 0) starts_at_lo = s == lo;
+    ends_at_hi = e == hi;
+    if (range_start != nullptr) {
+      const int j = ranges - (merge_prev ? 1 : 0);
+      if (!(ranges == 0 && merge_prev)) range_start[j] = s;
+      if (!(ranges == n_ranges - 1 && merge_next)) range_end[j] = e;
+    }
+    ++ranges;
+  }
+  SPATTN_HD void Col(int key) {
+    if (key < lo || key >= hi) return;
+    if (col_idx != nullptr) col_idx[cols] = key;
+    ++cols;
+  }
+};
+
+// Walks part [lo, hi) of the row into sink (sink.lo / hi set here).
+SPATTN_HD void MergePart(const RowGeo& g, const ExtraRanges& extra, const RowLines& lines,
+                         int min_run, int lo, int hi, PartSink& sink) {
+  sink.lo = lo;
+  sink.hi = hi;
+  if (lo >= hi) return;
+  RowGeo w = g;
+  w.key_begin = lo - min_run > g.key_begin ? lo - min_run : g.key_begin;
+  w.key_end = hi + min_run < g.key_end ? hi + min_run : g.key_end;
+  MergeRow(w, extra, lines, min_run, sink);
+}
+
+// Whether a part's first range continues the previous part's last one.
+SPATTN_HD bool ContinuesPrev(int prev_ranges, bool prev_ends_at_hi, int ranges, bool starts_at_lo) {
+  return prev_ranges > 0 && prev_ends_at_hi && ranges > 0 && starts_at_lo;
+}
 
 // The offsets forced into vertical_slash's top-k: forced_diagonals offsets taken by distance
 // from the main diagonal, 0, 1, -1, 2, -2, ... within [min_offset, max_offset] — an interval

@@ -75,6 +75,46 @@ VecSink GpuRow(const BlockGeometry& g, const std::vector<int32_t>& offsets_asc,
   *counted_cols = count.cols;
   VecSink sink;
   row_assembly::MergeRow(geo, extra, lines, 16, sink);
+  // The row in parts, as MergeRowsKernel's lanes make it: counts, continuations, prefix, fill,
+  // ends made lengths; must be the same row for every number of parts.
+  for (int parts : {1, 2, 3, 7, 32}) {
+    std::vector<row_assembly::PartSink> counts(parts);
+    for (int l = 0; l < parts; ++l) {
+      int lo = 0, hi = 0;
+      row_assembly::PartWindow(geo.key_end, parts, l, &lo, &hi);
+      row_assembly::MergePart(geo, extra, lines, 16, lo, hi, counts[l]);
+    }
+    std::vector<int> base_r(parts + 1, 0), base_c(parts + 1, 0);
+    std::vector<bool> cont(parts + 1, false);
+    for (int l = 0; l < parts; ++l) {
+      cont[l] = l > 0 && row_assembly::ContinuesPrev(counts[l - 1].ranges, counts[l - 1].ends_at_hi,
+                                                     counts[l].ranges, counts[l].starts_at_lo);
+      base_r[l + 1] = base_r[l] + counts[l].ranges - (cont[l] ? 1 : 0);
+      base_c[l + 1] = base_c[l] + counts[l].cols;
+    }
+    EXPECT_EQ(base_r[parts], count.ranges) << "parts " << parts;
+    EXPECT_EQ(base_c[parts], count.cols) << "parts " << parts;
+    std::vector<int32_t> starts(base_r[parts], -7), ends(base_r[parts], -7),
+        cols(base_c[parts], -7);
+    for (int l = 0; l < parts; ++l) {
+      row_assembly::PartSink fill;
+      fill.range_start = starts.data() + base_r[l];
+      fill.range_end = ends.data() + base_r[l];
+      fill.col_idx = cols.data() + base_c[l];
+      fill.merge_prev = cont[l];
+      fill.merge_next = cont[l + 1];
+      fill.n_ranges = counts[l].ranges;
+      int lo = 0, hi = 0;
+      row_assembly::PartWindow(geo.key_end, parts, l, &lo, &hi);
+      row_assembly::MergePart(geo, extra, lines, 16, lo, hi, fill);
+    }
+    std::vector<std::pair<int32_t, int32_t>> ranges;
+    for (size_t i = 0; i < starts.size(); ++i) ranges.emplace_back(starts[i], ends[i] - starts[i]);
+    std::vector<std::pair<int32_t, int32_t>> want;
+    for (const auto& [s, e] : sink.ranges) want.emplace_back(s, e - s);
+    EXPECT_EQ(ranges, want) << "parts " << parts;
+    EXPECT_EQ(cols, sink.cols) << "parts " << parts;
+  }
   return sink;
 }
 
