@@ -294,12 +294,10 @@ TEST(AnchorTest, RecallOnPlantedStripes) {
   params.theta = 4.f;
   SparseIndex idx;
   ASSERT_TRUE(BuildAnchorIndex(hp->problem(), params, AllHeads(hp->problem()), &idx).ok());
-  ASSERT_TRUE(ValidateSparseIndex(hp->problem(), idx).ok());
-  const double recall = method_testing::MassRecall(hp->problem(), idx, 7);
-  const double density = method_testing::Density(hp->problem(), idx);
-  EXPECT_GE(recall, 0.95) << Describe(s) << " density " << density;
-  EXPECT_LE(density, 0.3) << Describe(s) << " recall " << recall;
-  printf("planted stripes: recall %.4f density %.4f\n", recall, density);
+  EXPECT_EQ(
+      method_testing::CheckRecallAndDensity(hp->problem(), idx, 7, 0.95, 0.3, "planted stripes"),
+      "")
+      << Describe(s);
 }
 
 // The shared generator's vertical heads (heavy-hitter columns, sink, weak local window). Its

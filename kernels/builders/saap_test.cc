@@ -391,12 +391,10 @@ TEST(SaapTest, RecallOnPlantedClustersWithCalibration) {
   SparseIndex idx;
   ASSERT_TRUE(
       BuildSaapIndex(hp->problem(), params, AllHeads(hp->problem()), &assets, 64, &idx).ok());
-  ASSERT_TRUE(ValidateSparseIndex(hp->problem(), idx).ok());
-  const double recall = method_testing::MassRecall(hp->problem(), idx, 5);
-  const double density = method_testing::Density(hp->problem(), idx);
-  EXPECT_GE(recall, 0.95) << Describe(t) << " density " << density;
-  EXPECT_LE(density, 0.3) << Describe(t) << " recall " << recall;
-  printf("planted clusters: recall %.4f density %.4f\n", recall, density);
+  EXPECT_EQ(
+      method_testing::CheckRecallAndDensity(hp->problem(), idx, 5, 0.95, 0.3, "planted clusters"),
+      "")
+      << Describe(t);
 }
 
 // The shared generator's topic heads (keys carry their segment's topic; queries attend to their

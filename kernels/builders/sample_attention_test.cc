@@ -351,12 +351,10 @@ TEST(SampleAttentionTest, RecallOnPlantedColumnsAndSlashes) {
   params.local_tokens = 64;
   SparseIndex idx;
   ASSERT_TRUE(BuildSampleAttentionIndex(hp->problem(), params, AllHeads(hp->problem()), &idx).ok());
-  ASSERT_TRUE(ValidateSparseIndex(hp->problem(), idx).ok());
-  const double recall = method_testing::MassRecall(hp->problem(), idx, 7);
-  const double density = method_testing::Density(hp->problem(), idx);
-  EXPECT_GE(recall, 0.95) << Describe(s) << " density " << density;
-  EXPECT_LE(density, 0.5) << Describe(s) << " recall " << recall;
-  printf("planted columns/slashes: recall %.4f density %.4f\n", recall, density);
+  EXPECT_EQ(method_testing::CheckRecallAndDensity(hp->problem(), idx, 7, 0.95, 0.5,
+                                                  "planted columns/slashes"),
+            "")
+      << Describe(s);
 }
 
 // The shared generator's heads with paper defaults (alpha 0.95, chunk_n 2, block 128); recall

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -241,6 +242,19 @@ double Density(const AttentionProblem& p, const SparseIndex& index) {
   for (int s = 0; s < index.num_heads(); ++s) computed += ComputedPairs(p, index, s);
   const int64_t allowed = AllowedPairs(p) * index.num_heads();
   return allowed == 0 ? 0.0 : static_cast<double>(computed) / allowed;
+}
+
+std::string CheckRecallAndDensity(const AttentionProblem& p, const SparseIndex& index,
+                                  int row_stride, double min_recall, double max_density,
+                                  const std::string& label) {
+  absl::Status valid = ValidateSparseIndex(p, index);
+  if (!valid.ok()) return absl::StrCat(label, ": invalid index: ", valid.ToString());
+  const double recall = MassRecall(p, index, row_stride);
+  const double density = Density(p, index);
+  printf("%s: recall %.4f density %.4f\n", label.c_str(), recall, density);
+  if (recall >= min_recall && density <= max_density) return "";
+  return absl::StrCat(label, ": recall ", recall, " (want >= ", min_recall, "), density ", density,
+                      " (want <= ", max_density, ")");
 }
 
 std::string CompareKernelWithMaskedReference(HostProblem* hp, const SparseIndex& index) {

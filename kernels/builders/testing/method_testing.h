@@ -66,6 +66,12 @@ IndexCheck KernelMatchesMaskedReference(double max_density, bool needs_columns);
 double MassRecall(const AttentionProblem& p, const SparseIndex& index, int row_stride);
 // Computed pairs / allowed pairs, over all head slots.
 double Density(const AttentionProblem& p, const SparseIndex& index);
+// Validates `index` on `p`, then checks MassRecall (row_stride) >= min_recall and Density <=
+// max_density; prints both under `label` (what the planted-structure tests measured). "" when
+// all hold, else what failed with both numbers.
+std::string CheckRecallAndDensity(const AttentionProblem& p, const SparseIndex& index,
+                                  int row_stride, double min_recall, double max_density,
+                                  const std::string& label);
 
 // Runs SparseAttentionCpu on `index` and ReferenceAttention under its densified masks; returns
 // "" when O and LSE agree within twice the dtype's rounding (cpu_kernels_test's rule), else
