@@ -126,7 +126,8 @@ cudaError_t LaunchPersistent(const AttnParams& p, const SparseIndexView& idx,
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
   if (err != cudaSuccess) return err;
   const int grid = std::min(num_items, NumSms());
-  const int flags = Knob("SPATTN_HOPPER_COALESCED_COLUMNS", 0) != 0 ? kPersistCoalescedColumns : 0;
+  // L1-allocating gathered-row copies (kernels/cuda/NOTES.md, session 16).
+  const int flags = Knob("SPATTN_HOPPER_COLUMN_CA", 0) != 0 ? kPersistColumnsCa : 0;
   kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p, idx, sched, num_items, num_m_blocks,
                                                          flags, tq, tk, tv);
   return cudaGetLastError();
@@ -141,6 +142,20 @@ cudaError_t PersistentDim(const AttnParams& p, const SparseIndexView& idx,
     if (Knob("SPATTN_HOPPER_SPARSE_STAGES", 2) == 3) {
       return LaunchPersistent<PersistTraits<T, 128, 3, 1>, true>(p, idx, sched, num_items,
                                                                  num_m_blocks, stream);
+    }
+    // Lanes per gathered key row (SPATTN_HOPPER_COLUMN_LANES, PersistTraits::kLanes).
+    switch (Knob("SPATTN_HOPPER_COLUMN_LANES", 1)) {
+      case 2:
+        return LaunchPersistent<PersistTraits<T, 128, 2, 2, 2>, true>(p, idx, sched, num_items,
+                                                                      num_m_blocks, stream);
+      case 4:
+        return LaunchPersistent<PersistTraits<T, 128, 2, 2, 4>, true>(p, idx, sched, num_items,
+                                                                      num_m_blocks, stream);
+      case 16:
+        return LaunchPersistent<PersistTraits<T, 128, 2, 2, 16>, true>(p, idx, sched, num_items,
+                                                                       num_m_blocks, stream);
+      default:
+        break;
     }
   }
   using Tr = PersistTraits<T, kD, kD == 128 ? 2 : 4>;

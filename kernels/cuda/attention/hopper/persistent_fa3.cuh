@@ -41,8 +41,15 @@ __device__ __forceinline__ void CpAsync16Zfill(uint32_t dst, const void* src, bo
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n)
                : "memory");
 }
+// As CpAsync16Zfill, cached in L1 (.ca): the other half of the 32-byte sector, copied by the next
+// instruction, can come from L1 instead of a second L2 sector read.
+__device__ __forceinline__ void CpAsync16ZfillCa(uint32_t dst, const void* src, bool valid) {
+  const int n = valid ? 16 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n)
+               : "memory");
+}
 
-template <typename T_, int kD_, int kStages_, int kQBufs_ = 2>
+template <typename T_, int kD_, int kStages_, int kQBufs_ = 2, int kLanes_ = 1>
 struct PersistTraits {
   using T = T_;
   static constexpr int kD = kD_;
@@ -50,6 +57,12 @@ struct PersistTraits {
   // Q buffers: 2 lets the next item's Q load under the current item's tail; 1 leaves the room of
   // a third K/V ring slot at d = 128.
   static constexpr int kQBufs = kQBufs_;
+  // Lanes per gathered key row in the column-tile copies (1, 2, 4, 8, 16 at d = 128): kLanes lanes
+  // copy kLanes consecutive 16-byte chunks of a row per instruction, so one warp instruction
+  // reads 32 / kLanes rows of 16 kLanes bytes (whole 32-byte sectors from 2 lanes on; with one
+  // lane per row each 16-byte copy reads a 32-byte sector from L2 and uses half of it).
+  static constexpr int kLanes = kLanes_;
+  static_assert(kLanes >= 1 && kLanes <= kD_ / 8 && (kLanes & (kLanes - 1)) == 0, "lanes");
   static constexpr int kBM = 128;
   static constexpr int kBN = 128;
   static constexpr int kConsumerWgs = 2;
@@ -72,7 +85,8 @@ struct PersistTraits {
 };
 
 // Flags of PersistentFa3Kernel (bits).
-constexpr int kPersistCoalescedColumns = 1;  // column tiles copied whole rows per warp instruction
+// Column tiles by cp.async.ca (L1-allocating) instead of .cg (one lane per row only).
+constexpr int kPersistColumnsCa = 4;
 
 // One work item: a 128-row query block of one head and its keys.
 struct Item {
@@ -189,8 +203,31 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     }
     int tile = 0;    // tiles issued so far (ring position)
     int n_item = 0;  // items loaded so far (Q buffer)
-    const bool coalesced = (flags & kPersistCoalescedColumns) != 0;
+    const bool cols_ca = (flags & kPersistColumnsCa) != 0;
     const int pwarp = tid / 32, plane = tid % 32;
+    // Gathered rows of a column tile, kL lanes per row: warp `pwarp` copies rows
+    // pwarp * 32 + [0, 32), 32 / kL per instruction (lanes plane / kL), each lane the chunks
+    // plane % kL + kL m of them; the key numbers come by shuffle from the lane that read them.
+    auto gather = [&](const T* base, int64_t tok_stride, uint32_t dst, const Item& it, int n,
+                      int key) {
+      constexpr int kL = Tr::kLanes;
+      constexpr int kRows = 32 / kL, kPer = kD / 8 / kL;
+      const int sub = plane % kL;
+#pragma unroll 1  // (unrolling the rows spills the producer's 56 registers)
+      for (int k = 0; k < kL; ++k) {
+        const int rw = plane / kL + kRows * k;
+        const int kk = __shfl_sync(0xffffffffu, key, rw);
+        const int row = pwarp * 32 + rw;
+        const bool valid = row < n;
+        const T* src = base + static_cast<int64_t>(it.k_tok0 + kk) * tok_stride;
+#pragma unroll
+        for (int m = 0; m < kPer; ++m) {
+          const int ch = sub + kL * m;
+          const uint32_t off = (ch / 8) * kBN * 128 + row * 128 + (((ch & 7) ^ (row & 7)) * 16);
+          CpAsync16Zfill(dst + off, src + ch * 8, valid);
+        }
+      }
+    };
     // The key number of this thread's row of a column tile (read before the slot is free, so
     // its latency is not paid between the slot's release and the copies).
     auto tile_key = [&](const Item& it, int kind, int start, int n) {
@@ -210,21 +247,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         } else {
           MbarArrive(full);
         }
-      } else if (coalesced) {
-        // A warp copies its 32 rows a few whole rows per instruction (lanes along a row's 16-byte
-        // chunks), the key numbers passed along by shuffles.
-        constexpr int kChunks = kD / 8, kRowsPerInst = 32 / kChunks;
-        const int ch = plane % kChunks;
-#pragma unroll 1  // (unrolling spills the producer's 56 registers)
-        for (int i = 0; i < 32 / kRowsPerInst; ++i) {
-          const int rw = i * kRowsPerInst + plane / kChunks;
-          const int kk = __shfl_sync(0xffffffffu, key, rw);
-          const int row = pwarp * 32 + rw;
-          const bool valid = row < n;
-          const T* src = base + static_cast<int64_t>(it.k_tok0 + kk) * tok_stride + ch * 8;
-          const uint32_t off = (ch / 8) * kBN * 128 + row * 128 + (((ch & 7) ^ (row & 7)) * 16);
-          CpAsync16Zfill(dst + off, src, valid);
-        }
+      } else if constexpr (Tr::kLanes > 1) {
+        gather(base, tok_stride, dst, it, n, key);
         CpAsyncArriveNoinc(full);
       } else {
         const bool valid = tid < n;
@@ -232,7 +256,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
 #pragma unroll
         for (int ch = 0; ch < kD / 8; ++ch) {
           const uint32_t off = (ch / 8) * kBN * 128 + tid * 128 + (((ch & 7) ^ (tid & 7)) * 16);
-          CpAsync16Zfill(dst + off, src + ch * 8, valid);
+          if (cols_ca) {
+            CpAsync16ZfillCa(dst + off, src + ch * 8, valid);
+          } else {
+            CpAsync16Zfill(dst + off, src + ch * 8, valid);
+          }
         }
         CpAsyncArriveNoinc(full);
       }
