@@ -222,14 +222,16 @@ struct ConsumerStep {
 //   after_k(const Desc&)    after K of the tile landed, before its S is issued;
 //   prepare_v(slot, const Desc&)  after V of the tile landed, before its P V is issued;
 //   mask(Step&, const Desc&)      after S of the tile is ready.
-// The caller arranges the first and last "your turn" of the ping-pong (my_turn, other_turn).
-// Returns whether there was any tile.
+// The caller arranges the first and last "your turn" of the ping-pong (my_turn, other_turn);
+// turn_threads: the threads of a turn barrier (256: this warpgroup and the one handing over; a
+// lone consumer warpgroup passes 128 and its own barrier as both turns, which makes the turns
+// plain warpgroup barriers). Returns whether there was any tile.
 template <class Desc, class Step, class Ring, class Next, class AfterK, class PrepareV,
           class MaskTile>
 __device__ __forceinline__ bool RunKeyTiles(Step& st, const Ring& ring, int& tile, uint32_t q_rows,
                                             int my_turn, int other_turn, int lane, float scale,
                                             Next next, AfterK after_k, PrepareV prepare_v,
-                                            MaskTile mask) {
+                                            MaskTile mask, int turn_threads = 256) {
   auto release = [&](uint32_t bar) {
     if (lane == 0) MbarArrive(bar);
   };
@@ -239,9 +241,9 @@ __device__ __forceinline__ bool RunKeyTiles(Step& st, const Ring& ring, int& til
     const int ks = Ring::Slot(tile);
     MbarWait(ring.KFull(ks), Ring::Phase(tile));
     after_k(d);
-    NamedSync(my_turn, 256);
+    NamedSync(my_turn, turn_threads);
     st.IssueQk(q_rows, ring.K(ks));
-    NamedArrive(other_turn, 256);
+    NamedArrive(other_turn, turn_threads);
     WgmmaWait<0>();
     st.FenceS();
     release(ring.KEmpty(ks));
@@ -259,10 +261,10 @@ __device__ __forceinline__ bool RunKeyTiles(Step& st, const Ring& ring, int& til
     after_k(d);
     MbarWait(ring.VFull(vs), Ring::Phase(tile - 1));
     prepare_v(vs, prev);
-    NamedSync(my_turn, 256);
+    NamedSync(my_turn, turn_threads);
     st.IssueQk(q_rows, ring.K(ks));
     st.IssuePv(ring.V(vs));
-    NamedArrive(other_turn, 256);
+    NamedArrive(other_turn, turn_threads);
     WgmmaWait<1>();  // S(t) is ready; P(t-1) V is still running
     st.FenceS();
     release(ring.KEmpty(ks));
@@ -280,9 +282,9 @@ __device__ __forceinline__ bool RunKeyTiles(Step& st, const Ring& ring, int& til
   const int vs = Ring::Slot(tile - 1);
   MbarWait(ring.VFull(vs), Ring::Phase(tile - 1));
   prepare_v(vs, prev);
-  NamedSync(my_turn, 256);
+  NamedSync(my_turn, turn_threads);
   st.IssuePv(ring.V(vs));
-  NamedArrive(other_turn, 256);
+  NamedArrive(other_turn, turn_threads);
   WgmmaWait<0>();
   st.FenceAcc();
   release(ring.VEmpty(vs));
