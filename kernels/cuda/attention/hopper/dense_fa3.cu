@@ -187,6 +187,10 @@ cudaError_t LaunchTyped(const AttnParams& p, int max_q_len, cudaStream_t stream)
     if (!p.causal && Knob("SPATTN_HOPPER_FULL_BN", 176) == 176) {
       return LaunchShape<Fa3Traits<T, 128, 2, 2, 176>>(p, max_q_len, stream);
     }
+    // 128-key tiles: a 2-slot K/V ring unless SPATTN_HOPPER_D128_STAGES=3.
+    if (Knob("SPATTN_HOPPER_D128_STAGES", 2) == 3) {
+      return LaunchShape<Fa3Traits<T, 128, 3>>(p, max_q_len, stream);
+    }
     return LaunchShape<Fa3Traits<T, 128, 2>>(p, max_q_len, stream);
   }
   // d = 64: 3 consumer warpgroups (192-row blocks) unless SPATTN_HOPPER_D64_WGS=2.

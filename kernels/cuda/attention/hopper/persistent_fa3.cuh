@@ -21,7 +21,7 @@
 #define SPATTN_KERNELS_CUDA_ATTENTION_HOPPER_PERSISTENT_FA3_CUH_
 
 #include "kernels/cuda/attention/attention_core.cuh"
-#include "kernels/cuda/attention/hopper/dense_fa3.cuh"
+#include "kernels/cuda/attention/hopper/consumer_step.cuh"
 #include "kernels/cuda/attention/hopper/sm90_primitives.cuh"
 
 namespace spattn {
@@ -154,8 +154,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                         const __grid_constant__ CUtensorMap tmap_v) {
 #if SPATTN_SM90A
   using T = typename Tr::T;
-  using detail::FenceReg;
-  using detail::kNegInf;
   constexpr int kD = Tr::kD, kBM = Tr::kBM, kBN = Tr::kBN, kStages = Tr::kStages;
   constexpr int kSub = Tr::kSub;
   extern __shared__ __align__(1024) char smem_raw[];
@@ -318,19 +316,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   RegsIncrease<Tr::kConsumerRegs>();
   const int cw = wg - 1;
   const int warp = tid / 32, lane = tid % 32;
-  const int g = lane / 4, t4 = lane % 4;
-  const int row0 = cw * 64 + warp * 16 + g;  // + 8 * h
-  const float scale = p.scale_log2;
+  const int row0 = cw * 64 + warp * 16 + lane / 4;  // + 8 * h
   const int my_turn = kBarTurn0 + cw, other_turn = kBarTurn0 + (1 - cw);
-
-  float acc[kD / 2];
-  float s[kBN / 2];
-  uint32_t pa[kBN / 16][4];
-  float m_i[2], l_i[2];
-
-  auto release = [&](uint32_t bar) {
-    if (lane == 0) MbarArrive(bar);
-  };
+  const KvRing<kStages, Tr::kTileBytes> ring{sK, sV, k_full(0), v_full(0), k_empty(0), v_empty(0)};
+  ConsumerStep<T, kD, kBN, kBM> st(lane);
 
   if (cw == 1) NamedArrive(kBarTurn0, 256);  // consumer warpgroup 0 goes first
   int tile = 0, n_item = 0;
@@ -340,232 +329,73 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     Item it;
     if (!GetItem<kSparse>(p, idx, sched, num_m_blocks, w, it)) continue;
     const int qb = n_item % kQB;
-    const uint32_t sQ = sQ0 + qb * Tr::kQBytes;
-    const uint32_t q_rows = sQ + cw * 64 * 128;
     const int my_first = it.first_pos + cw * 64;
 
-    auto issue_qk = [&](int stage) {
-      const uint32_t kst = sK + stage * Tr::kTileBytes;
-#pragma unroll
-      for (int i = 0; i < kBN / 2; ++i) FenceReg(s[i]);
-      detail::WgmmaFence();
-#pragma unroll
-      for (int ks = 0; ks < kD / 16; ++ks) {
-        const uint32_t koff = (ks % 4) * 32;
-        const uint64_t da = detail::SmemDesc(q_rows + (ks / 4) * kBM * 128 + koff, 16, 1024);
-        const uint64_t db = detail::SmemDesc(kst + (ks / 4) * kBN * 128 + koff, 16, 1024);
-        detail::Wgmma<T, kBN>::SS(s, da, db, ks > 0 ? 1 : 0);
-      }
-      detail::WgmmaCommit();
+    // A tile of the item's key set; `last`: its last key (column tiles: read as soon as the
+    // tile is known, used by the mask after the tile's S is ready, so the load's latency hides
+    // under the waits and GEMMs).
+    struct Tile {
+      int kind, start, n, last;
     };
-    auto issue_pv = [&](int stage) {
-      const uint32_t vst = sV + stage * Tr::kTileBytes;
-#pragma unroll
-      for (int kk = 0; kk < kBN / 16; ++kk) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) FenceReg(pa[kk][e]);
-      }
-#pragma unroll
-      for (int i = 0; i < kD / 2; ++i) FenceReg(acc[i]);
-      detail::WgmmaFence();
-#pragma unroll
-      for (int kk = 0; kk < kBN / 16; ++kk) {
-        const uint64_t db = detail::SmemDesc(vst + kk * 16 * 128, kBN * 128, 1024);
-        detail::Wgmma<T, kD>::RS(acc, pa[kk], db);
-      }
-      detail::WgmmaCommit();
+    detail::TileCursor<kBN> cursor;
+    auto next = [&](Tile& d) {
+      if (!cursor.Next(it.ks, d.kind, d.start, d.n)) return false;
+      d.last = d.kind == 0 ? d.start + d.n - 1 : __ldg(it.ks.cols + d.start + d.n - 1);
+      return true;
     };
-    // The tile's last key (column tiles: read as soon as the tile is known, used by the mask
-    // after the tile's S is ready, so the load's latency hides under the waits and GEMMs).
-    auto last_key = [&](int kind, int start, int n) {
-      return kind == 0 ? start + n - 1 : __ldg(it.ks.cols + start + n - 1);
+    // Gathered tiles were written by cp.async: make them visible to wgmma.
+    auto after_k = [&](const Tile& d) {
+      if (d.kind == 1) detail::FenceProxyAsync();
     };
-    // Masks S of a tile: keys past n, causal; column tiles read their key numbers.
-    auto mask = [&](int kind, int start, int n, int last) {
-      if (n == kBN && !(p.causal && last > my_first)) return;
-#pragma unroll
-      for (int nt = 0; nt < kBN / 8; ++nt) {
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          const int col = nt * 8 + 2 * t4 + j;
-          int key = 0x7fffffff;
-          if (col < n) key = kind == 0 ? start + col : __ldg(it.ks.cols + start + col);
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int pos = it.first_pos + row0 + 8 * h;
-            const bool ok = col < n && (!p.causal || key <= pos);
-            if (!ok) s[nt * 4 + 2 * h + j] = kNegInf;
-          }
-        }
-      }
-    };
-    auto softmax = [&](float* corr) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float mx = m_i[h];
-#pragma unroll
-        for (int nt = 0; nt < kBN / 8; ++nt) {
-          mx = fmaxf(mx, fmaxf(s[nt * 4 + 2 * h], s[nt * 4 + 2 * h + 1]));
-        }
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float ms = mx == kNegInf ? 0.f : mx * scale;
-        corr[h] = detail::Exp2(m_i[h] * scale - ms);
-        m_i[h] = mx;
-        float sum = 0.f;
-#pragma unroll
-        for (int nt = 0; nt < kBN / 8; ++nt) {
-#pragma unroll
-          for (int j = 0; j < 2; ++j) {
-            const float pv = detail::Exp2(fmaf(s[nt * 4 + 2 * h + j], scale, -ms));
-            s[nt * 4 + 2 * h + j] = pv;
-            sum += pv;
-          }
-        }
-        l_i[h] = l_i[h] * corr[h] + sum;
-      }
-    };
-    auto to_p = [&] {
-#pragma unroll
-      for (int kk = 0; kk < kBN / 16; ++kk) {
-        pa[kk][0] = detail::Mma<T>::Pack(s[8 * kk + 0], s[8 * kk + 1]);
-        pa[kk][1] = detail::Mma<T>::Pack(s[8 * kk + 2], s[8 * kk + 3]);
-        pa[kk][2] = detail::Mma<T>::Pack(s[8 * kk + 4], s[8 * kk + 5]);
-        pa[kk][3] = detail::Mma<T>::Pack(s[8 * kk + 6], s[8 * kk + 7]);
-      }
-    };
-    // After the V tile of (kind, n) landed: a short range tile has other keys past n (zero
-    // them, see the header); gathered tiles were written by cp.async (make them visible to
-    // wgmma).
-    auto prepare_v = [&](int stage, int kind, int n) {
-      if (kind == 1) {
+    // After the V tile landed: a short range tile has other keys past n (zero them, see the
+    // header); gathered tiles were written by cp.async (make them visible to wgmma).
+    auto prepare_v = [&](int slot, const Tile& d) {
+      if (d.kind == 1) {
         detail::FenceProxyAsync();
         return;
       }
-      if (n >= kBN) return;
-      char* vst = smem + Tr::kVOff + stage * Tr::kTileBytes;
-      for (int i = tid; i < (kBN - n) * kSub * 8; i += 128) {
-        const int r = n + i / (kSub * 8), cc = i % (kSub * 8);
+      if (d.n >= kBN) return;
+      char* vst = smem + Tr::kVOff + slot * Tr::kTileBytes;
+      for (int i = tid; i < (kBN - d.n) * kSub * 8; i += 128) {
+        const int r = d.n + i / (kSub * 8), cc = i % (kSub * 8);
         *reinterpret_cast<uint4*>(vst + (cc / 8) * kBN * 128 + r * 128 + (cc % 8) * 16) =
             make_uint4(0, 0, 0, 0);
       }
       detail::FenceProxyAsync();
       NamedSync(kBarWg0 + cw, 128);
     };
-    auto wait_k = [&](int t, int kind) {
-      MbarWait(k_full(t % kStages), (t / kStages) & 1);
-      if (kind == 1) detail::FenceProxyAsync();
+    // Masks S of a tile: keys past n, causal; column tiles read their key numbers.
+    auto mask = [&](decltype(st)& step, const Tile& d) {
+      if (d.n == kBN && !(p.causal && d.last > my_first)) return;
+      step.Mask(
+          [&](int col) {
+            if (col >= d.n) return 0x7fffffff;
+            return d.kind == 0 ? d.start + col : __ldg(it.ks.cols + d.start + col);
+          },
+          [&](int col, int key, int h) {
+            const int pos = it.first_pos + row0 + 8 * h;
+            return col < d.n && (!p.causal || key <= pos);
+          });
     };
 
-#pragma unroll
-    for (int i = 0; i < kD / 2; ++i) acc[i] = 0.f;
-    m_i[0] = m_i[1] = kNegInf;
-    l_i[0] = l_i[1] = 0.f;
+    st.Reset();
     MbarWait(q_full(qb), (n_item / kQB) & 1);
     ++n_item;
+    RunKeyTiles<Tile>(st, ring, tile, sQ0 + qb * Tr::kQBytes + cw * 64 * 128, my_turn, other_turn,
+                      lane, p.scale_log2, next, after_k, prepare_v, mask);
 
-    detail::TileCursor<kBN> cursor;
-    int kind, start, n;
-    if (cursor.Next(it.ks, kind, start, n)) {
-      const int last0 = last_key(kind, start, n);
-      wait_k(tile, kind);
-      NamedSync(my_turn, 256);
-      issue_qk(tile % kStages);
-      NamedArrive(other_turn, 256);
-      WgmmaWait<0>();
-#pragma unroll
-      for (int i = 0; i < kBN / 2; ++i) FenceReg(s[i]);
-      release(k_empty(tile % kStages));
-      mask(kind, start, n, last0);
-      {
-        float corr[2];
-        softmax(corr);
-      }
-      to_p();
-      int pkind = kind, pn = n;
-      ++tile;
-      while (cursor.Next(it.ks, kind, start, n)) {
-        const int last = last_key(kind, start, n);
-        const int st = tile % kStages;
-        const int ps = (tile - 1) % kStages, pph = ((tile - 1) / kStages) & 1;
-        wait_k(tile, kind);
-        MbarWait(v_full(ps), pph);
-        prepare_v(ps, pkind, pn);
-        NamedSync(my_turn, 256);
-        issue_qk(st);
-        issue_pv(ps);
-        NamedArrive(other_turn, 256);
-        WgmmaWait<1>();
-#pragma unroll
-        for (int i = 0; i < kBN / 2; ++i) FenceReg(s[i]);
-        release(k_empty(st));
-        mask(kind, start, n, last);
-        float corr[2];
-        softmax(corr);
-        WgmmaWait<0>();
-#pragma unroll
-        for (int i = 0; i < kD / 2; ++i) FenceReg(acc[i]);
-        release(v_empty(ps));
-#pragma unroll
-        for (int dt = 0; dt < kD / 8; ++dt) {
-          acc[dt * 4 + 0] *= corr[0];
-          acc[dt * 4 + 1] *= corr[0];
-          acc[dt * 4 + 2] *= corr[1];
-          acc[dt * 4 + 3] *= corr[1];
-        }
-        to_p();
-        pkind = kind, pn = n;
-        ++tile;
-      }
-      const int ps = (tile - 1) % kStages, pph = ((tile - 1) / kStages) & 1;
-      MbarWait(v_full(ps), pph);
-      prepare_v(ps, pkind, pn);
-      NamedSync(my_turn, 256);
-      issue_pv(ps);
-      NamedArrive(other_turn, 256);
-      WgmmaWait<0>();
-#pragma unroll
-      for (int i = 0; i < kD / 2; ++i) FenceReg(acc[i]);
-      release(v_empty(ps));
-    }
-
-    // Epilogue: normalize, stage the warp's rows in its Q rows, 16-byte stores; then the Q
-    // buffer goes back to the producer.
-    T* og = static_cast<T*>(p.o) + static_cast<int64_t>(it.head) * p.o_head_stride;
-    char* sq = smem + qb * Tr::kQBytes;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float l = l_i[h];
-      l += __shfl_xor_sync(0xffffffffu, l, 1);
-      l += __shfl_xor_sync(0xffffffffu, l, 2);
-      const float inv = l == 0.f ? 0.f : 1.f / l;
-      const int r = row0 + 8 * h;
-#pragma unroll
-      for (int dt = 0; dt < kD / 8; ++dt) {
-        const uint32_t packed =
-            detail::Mma<T>::Pack(acc[dt * 4 + 2 * h] * inv, acc[dt * 4 + 2 * h + 1] * inv);
-        const int off = (dt / 8) * kBM * 128 + r * 128 + (((dt & 7) ^ (r & 7)) * 16) + t4 * 4;
-        *reinterpret_cast<uint32_t*>(sq + off) = packed;
-      }
-      if (p.maybe_lse != nullptr && t4 == 0 && r < it.rows) {
-        const float lse = l == 0.f ? kNegInf : (m_i[h] * scale + __log2f(l)) * detail::kLn2;
-        p.maybe_lse[static_cast<int64_t>(it.head) * p.total_q + it.q_tok0 + it.q_begin + r] = lse;
-      }
-    }
+    // Epilogue: the warp's rows through its Q rows to 16-byte stores; then the Q buffer goes
+    // back to the producer.
+    const int64_t row_tok = it.q_tok0 + it.q_begin;
+    T* o_block = static_cast<T*>(p.o) + static_cast<int64_t>(it.head) * p.o_head_stride +
+                 row_tok * p.o_token_stride;
+    float* lse_block = p.maybe_lse == nullptr
+                           ? nullptr
+                           : p.maybe_lse + static_cast<int64_t>(it.head) * p.total_q + row_tok;
+    st.Store(smem + qb * Tr::kQBytes, cw * 64 + warp * 16, lane, it.rows, p.scale_log2, o_block,
+             p.o_token_stride, lse_block);
     __syncwarp();
-    constexpr int kChunks = kD / 8;
-    for (int i = lane; i < 16 * kChunks; i += 32) {
-      const int r = cw * 64 + warp * 16 + i / kChunks, ch = i % kChunks;
-      if (r < it.rows) {
-        const int off = (ch / 8) * kBM * 128 + r * 128 + (((ch & 7) ^ (r & 7)) * 16);
-        const uint4 val = *reinterpret_cast<const uint4*>(sq + off);
-        *reinterpret_cast<uint4*>(
-            og + static_cast<int64_t>(it.q_tok0 + it.q_begin + r) * p.o_token_stride + ch * 8) =
-            val;
-      }
-    }
-    __syncwarp();
-    release(q_empty(qb));
+    if (lane == 0) MbarArrive(q_empty(qb));
   }
   if (cw == 0) NamedSync(my_turn, 256);  // balances warpgroup 1's first "your turn"
 #endif                                   // SPATTN_SM90A
