@@ -125,7 +125,7 @@ cudaError_t LaunchPersistent(const AttnParams& p, const SparseIndexView& idx,
   cudaError_t err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
   if (err != cudaSuccess) return err;
-  const int grid = std::min(num_items, NumSms());
+  const int grid = std::min(num_items, NumSms() * Tr::kMinBlocks);
   // L1-allocating gathered-row copies (kernels/cuda/NOTES.md, session 16).
   const int flags = Knob("SPATTN_HOPPER_COLUMN_CA", 0) != 0 ? kPersistColumnsCa : 0;
   kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p, idx, sched, num_items, num_m_blocks,
@@ -137,6 +137,14 @@ template <typename T, int kD, bool kSparse>
 cudaError_t PersistentDim(const AttnParams& p, const SparseIndexView& idx,
                           const SparseSchedule& sched, int num_items, int num_m_blocks,
                           cudaStream_t stream) {
+  if constexpr (kSparse) {
+    // block_m 64: one consumer warpgroup per CTA, two CTAs per SM, 64-key tiles (2 ring slots
+    // at d = 128, 4 at d = 64).
+    if (idx.block_m == 64) {
+      return LaunchPersistent<PersistTraits<T, kD, kD == 128 ? 2 : 4, 2, 1, 64>, true>(
+          p, idx, sched, num_items, num_m_blocks, stream);
+    }
+  }
   if constexpr (kSparse && kD == 128) {
     // d = 128: 3 ring slots with one Q buffer, or 2 slots with two (SPATTN_HOPPER_SPARSE_STAGES).
     if (Knob("SPATTN_HOPPER_SPARSE_STAGES", 2) == 3) {
@@ -225,7 +233,9 @@ cudaError_t LaunchDense(const AttnParams& p, int max_q_len, bool persistent, cud
 }
 
 bool SparseSupported(const AttnParams& p, const SparseIndexView& index) {
-  return index.block_m == 128 && DenseSupported(p);
+  // block_m 64 on this path unless SPATTN_HOPPER_BM64=0 (then the deep wgmma kernel, variant 4).
+  const bool bm_ok = index.block_m == 128 || (index.block_m == 64 && Knob("SPATTN_HOPPER_BM64", 1));
+  return bm_ok && DenseSupported(p);
 }
 
 cudaError_t LaunchSparse(const AttnParams& p, const SparseIndexView& index,

@@ -49,7 +49,10 @@ __device__ __forceinline__ void CpAsync16ZfillCa(uint32_t dst, const void* src, 
                : "memory");
 }
 
-template <typename T_, int kD_, int kStages_, int kQBufs_ = 2, int kLanes_ = 1>
+// kBM_ = 128: two consumer warpgroups of 64 rows (ping-pong), 128-key tiles, one CTA per SM.
+// kBM_ = 64 (block_m 64 indexes): one consumer warpgroup, 64-key tiles, two CTAs per SM (their
+// warpgroups take turns on the tensor cores as the hardware schedules them).
+template <typename T_, int kD_, int kStages_, int kQBufs_ = 2, int kLanes_ = 1, int kBM_ = 128>
 struct PersistTraits {
   using T = T_;
   static constexpr int kD = kD_;
@@ -63,10 +66,12 @@ struct PersistTraits {
   // lane per row each 16-byte copy reads a 32-byte sector from L2 and uses half of it).
   static constexpr int kLanes = kLanes_;
   static_assert(kLanes >= 1 && kLanes <= kD_ / 8 && (kLanes & (kLanes - 1)) == 0, "lanes");
-  static constexpr int kBM = 128;
-  static constexpr int kBN = 128;
-  static constexpr int kConsumerWgs = 2;
-  static constexpr int kThreads = 384;
+  static constexpr int kBM = kBM_;
+  static_assert(kBM == 64 || kBM == 128, "block_m");
+  static constexpr int kBN = kBM;
+  static constexpr int kConsumerWgs = kBM / 64;
+  static constexpr int kThreads = 128 * (1 + kConsumerWgs);
+  static constexpr int kMinBlocks = kBM == 128 ? 1 : 2;  // CTAs per SM
   static constexpr int kSub = kD / 64;
   static constexpr int kQBytes = kBM * kD * 2;
   static constexpr int kTileBytes = kBN * kD * 2;
@@ -77,18 +82,21 @@ struct PersistTraits {
   static constexpr int kNumBars = 2 * kQBufs + 4 * kStages;
   static constexpr int kSmemBytes = kBarOff + kNumBars * 8 + 1024;
   static constexpr int kProducerRegs = 56;
-  static constexpr int kConsumerRegs = 224;
-  static_assert(kSmemBytes <= 227 * 1024, "shared memory");
-  // setmaxnreg only moves registers within the CTA's launch allocation (168 x 384 = 64512);
-  // 32 / 240 (65536) deadlocks in the increase (run 3 of NOTES.md).
-  static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 168 * 384, "register budget");
+  static constexpr int kConsumerRegs = kBM == 128 ? 224 : 200;
+  static_assert(kSmemBytes * kMinBlocks <= 227 * 1024, "shared memory");
+  // setmaxnreg only moves registers within the CTA's launch allocation (168 x 384 = 64512 for
+  // one CTA of 384 threads per SM, 128 x 256 for two of 256); 32 / 240 (65536) deadlocks in the
+  // increase (run 3 of NOTES.md).
+  static constexpr int kLaunchRegs = (65536 / (kThreads * kMinBlocks)) / 8 * 8;
+  static_assert(128 * kProducerRegs + 128 * kConsumerWgs * kConsumerRegs <= kLaunchRegs * kThreads,
+                "register budget");
 };
 
 // Flags of PersistentFa3Kernel (bits).
 // Column tiles by cp.async.ca (L1-allocating) instead of .cg (one lane per row only).
 constexpr int kPersistColumnsCa = 4;
 
-// One work item: a 128-row query block of one head and its keys.
+// One work item: a query block (kBM rows) of one head and its keys.
 struct Item {
   int q_tok0, q_len, k_tok0, k_len, q_begin, rows, first_pos;
   int head;
@@ -97,7 +105,7 @@ struct Item {
 
 // Item `w` of the list. Dense: w runs over query blocks from the last (heads x batch of them per
 // block index). Returns false for a block past its sequence's end (nothing to do).
-template <bool kSparse>
+template <bool kSparse, int kBM = 128>
 __device__ __forceinline__ bool GetItem(const AttnParams& p, const SparseIndexView& idx,
                                         const SparseSchedule& sched, int num_m_blocks, int w,
                                         Item& it) {
@@ -128,9 +136,9 @@ __device__ __forceinline__ bool GetItem(const AttnParams& p, const SparseIndexVi
   it.q_len = p.cu_seqlens_q[seq + 1] - it.q_tok0;
   it.k_tok0 = p.cu_seqlens_k[seq];
   it.k_len = p.cu_seqlens_k[seq + 1] - it.k_tok0;
-  it.q_begin = q_block * 128;
+  it.q_begin = q_block * kBM;
   if (it.q_begin >= it.q_len) return false;
-  it.rows = min(128, it.q_len - it.q_begin);
+  it.rows = min(kBM, it.q_len - it.q_begin);
   it.first_pos = it.k_len - it.q_len + it.q_begin;
   if constexpr (!kSparse) {
     it.ks = detail::KeySet();
@@ -146,7 +154,7 @@ __device__ __forceinline__ int SnakeItem(int round, int c, int G) {
 }
 
 template <class Tr, bool kSparse>
-__global__ void __launch_bounds__(Tr::kThreads, 1)
+__global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
     PersistentFa3Kernel(const AttnParams p, const SparseIndexView idx, const SparseSchedule sched,
                         int num_items, int num_m_blocks, int flags,
                         const __grid_constant__ CUtensorMap tmap_q,
@@ -174,13 +182,13 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   if (threadIdx.x == 0) {
     for (int b = 0; b < kQB; ++b) {
       MbarInit(q_full(b), 1);
-      MbarInit(q_empty(b), 8);
+      MbarInit(q_empty(b), 4 * Tr::kConsumerWgs);  // every consumer warp releases
     }
     for (int s = 0; s < kStages; ++s) {
       MbarInit(k_full(s), 128);  // every producer thread arrives (TMA: one with the bytes)
       MbarInit(v_full(s), 128);
-      MbarInit(k_empty(s), 8);
-      MbarInit(v_empty(s), 8);
+      MbarInit(k_empty(s), 4 * Tr::kConsumerWgs);
+      MbarInit(v_empty(s), 4 * Tr::kConsumerWgs);
     }
     MbarInitFence();
   }
@@ -246,8 +254,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
           MbarArrive(full);
         }
       } else if constexpr (Tr::kLanes > 1) {
-        gather(base, tok_stride, dst, it, n, key);
+        if (pwarp * 32 < kBN) gather(base, tok_stride, dst, it, n, key);
         CpAsyncArriveNoinc(full);
+      } else if (tid >= kBN) {
+        MbarArrive(full);  // (64-key tiles: the upper producer threads hold no row)
       } else {
         const bool valid = tid < n;
         const T* src = base + static_cast<int64_t>(it.k_tok0 + key) * tok_stride;
@@ -267,7 +277,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       const int w = SnakeItem(round, c, G);
       if (w >= num_items) break;
       Item it;
-      if (!GetItem<kSparse>(p, idx, sched, num_m_blocks, w, it)) continue;
+      if (!GetItem<kSparse, kBM>(p, idx, sched, num_m_blocks, w, it)) continue;
       const int qb = n_item % kQB;
       MbarWait(q_empty(qb), ((n_item / kQB) & 1) ^ 1);
       if (leader) {
@@ -317,17 +327,22 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   const int cw = wg - 1;
   const int warp = tid / 32, lane = tid % 32;
   const int row0 = cw * 64 + warp * 16 + lane / 4;  // + 8 * h
-  const int my_turn = kBarTurn0 + cw, other_turn = kBarTurn0 + (1 - cw);
+  // Ping-pong turns between the two consumer warpgroups; a lone warpgroup (block_m 64) syncs on
+  // its own barrier and arrives on an otherwise unused one (plain warpgroup barriers).
+  constexpr bool kPingPong = Tr::kConsumerWgs == 2;
+  const int my_turn = kPingPong ? kBarTurn0 + cw : kBarWg0 + cw;
+  const int other_turn = kPingPong ? kBarTurn0 + (1 - cw) : kBarTurn0;
+  constexpr int kTurnThreads = kPingPong ? 256 : 128;
   const KvRing<kStages, Tr::kTileBytes> ring{sK, sV, k_full(0), v_full(0), k_empty(0), v_empty(0)};
   ConsumerStep<T, kD, kBN, kBM> st(lane);
 
-  if (cw == 1) NamedArrive(kBarTurn0, 256);  // consumer warpgroup 0 goes first
+  if (kPingPong && cw == 1) NamedArrive(kBarTurn0, 256);  // consumer warpgroup 0 goes first
   int tile = 0, n_item = 0;
   for (int round = 0;; ++round) {
     const int w = SnakeItem(round, c, G);
     if (w >= num_items) break;
     Item it;
-    if (!GetItem<kSparse>(p, idx, sched, num_m_blocks, w, it)) continue;
+    if (!GetItem<kSparse, kBM>(p, idx, sched, num_m_blocks, w, it)) continue;
     const int qb = n_item % kQB;
     const int my_first = it.first_pos + cw * 64;
 
@@ -382,7 +397,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     MbarWait(q_full(qb), (n_item / kQB) & 1);
     ++n_item;
     RunKeyTiles<Tile>(st, ring, tile, sQ0 + qb * Tr::kQBytes + cw * 64 * 128, my_turn, other_turn,
-                      lane, p.scale_log2, next, after_k, prepare_v, mask);
+                      lane, p.scale_log2, next, after_k, prepare_v, mask, kTurnThreads);
 
     // Epilogue: the warp's rows through its Q rows to 16-byte stores; then the Q buffer goes
     // back to the producer.
@@ -397,8 +412,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     __syncwarp();
     if (lane == 0) MbarArrive(q_empty(qb));
   }
-  if (cw == 0) NamedSync(my_turn, 256);  // balances warpgroup 1's first "your turn"
-#endif                                   // SPATTN_SM90A
+  if (kPingPong && cw == 0) NamedSync(my_turn, 256);  // balances warpgroup 1's first "your turn"
+#endif                                                // SPATTN_SM90A
 }
 
 }  // namespace hopper
