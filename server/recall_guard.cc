@@ -1,6 +1,7 @@
 #include "server/recall_guard.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <memory>
 #include <string>
@@ -13,6 +14,43 @@
 #include "kernels/status_macros.h"
 
 namespace spattn {
+
+MethodConfig ScaleConfigToLength(const MethodConfig& config, int64_t calibrated_tokens,
+                                 int64_t served_tokens, double exponent) {
+  MethodConfig c = config;
+  if (calibrated_tokens <= 0 || served_tokens <= 0 || calibrated_tokens == served_tokens) {
+    return c;
+  }
+  const double f = std::pow(
+      static_cast<double>(served_tokens) / static_cast<double>(calibrated_tokens), exponent);
+  auto scale = [f](int* v) {
+    if (*v <= 0) return;  // 0 = none (flex_prefill budgets)
+    const double x = std::round(*v * f);
+    *v = static_cast<int>(std::clamp(x, 1.0, double{1 << 30}));
+  };
+  switch (config.method) {
+    case Method::kAShape:
+      scale(&c.a_shape.local_tokens);
+      break;
+    case Method::kVerticalSlash:
+      scale(&c.vertical_slash.vertical_size);
+      scale(&c.vertical_slash.slash_size);
+      break;
+    case Method::kBlockSparse:
+      scale(&c.block_sparse.top_k);
+      break;
+    case Method::kFlexPrefill:
+      scale(&c.flex_prefill.min_budget);
+      if (c.flex_prefill.max_budget > 0) scale(&c.flex_prefill.max_budget);
+      break;
+    case Method::kDense:
+    case Method::kSampleAttention:
+    case Method::kAnchor:
+    case Method::kSaap:
+      break;
+  }
+  return c;
+}
 
 bool WidenConfig(const MethodConfig& config, MethodConfig* wider) {
   *wider = config;

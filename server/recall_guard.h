@@ -55,7 +55,28 @@ struct RecallGuardOptions {
     c.flex_prefill.min_budget = 512;
     return c;
   }();
+  // Exponent e of ScaleConfigToLength: a config calibrated on C keys serving a prompt of S keys
+  // starts from its key-count budgets times (S / C)^e. Default: see kLengthExponent.
+  double length_exponent = kLengthExponent;
+
+  // SampleAttention (seed 004, Table 4): with each doubling of the length, the share of keys
+  // needed for the same attention mass drops by ~20%, i.e. the count grows 1.6x per doubling:
+  // e = log2(1.6) = 0.68. tests/bench/README.md (issue 11, s16-scale) measures it on llm_mix.
+  static constexpr double kLengthExponent = 0.68;
 };
+
+// `config`, calibrated on a prompt of `calibrated_tokens` keys, for a prompt of `served_tokens`
+// keys: its budgets that count keys (a_shape local_tokens, vertical_slash vertical_size and
+// slash_size, block_sparse top_k, flex_prefill min_budget and max_budget) times
+// (served / calibrated)^exponent, rounded, at least 1. Left as they are: the budgets that are
+// mass or score thresholds (flex_prefill gamma and tau, sample_attention alphas, anchor theta:
+// they keep the same share of the attention or of the keys at any length by construction), Saap's
+// top_l (a share of the C buckets, each of which grows with the keys), and the structural sizes
+// (sinks, estimation rows last_q / chunk_n, forced columns and diagonals, local windows of
+// sample_attention and saap, block sizes). Unchanged when either length is <= 0 or they are
+// equal.
+MethodConfig ScaleConfigToLength(const MethodConfig& config, int64_t calibrated_tokens,
+                                 int64_t served_tokens, double exponent);
 
 // `config` with a larger budget (a_shape local x2, vertical_slash vertical and slash x2,
 // block_sparse top_k x2, flex_prefill gamma and sample_attention alphas halfway to 1 plus

@@ -41,6 +41,55 @@ TEST(WidenConfigTest, EveryMethodButDenseWidens) {
   }
 }
 
+// Issue 11: key-count budgets scale by (served / calibrated)^e; thresholds, Saap's top_l and
+// structural sizes do not; equal or unknown lengths change nothing.
+TEST(ScaleConfigToLengthTest, ScalesKeyCountBudgetsOnly) {
+  for (Method m : kAllMethods) {
+    MethodConfig c;
+    c.method = m;
+    c.flex_prefill.max_budget = 4096;
+    EXPECT_EQ(ScaleConfigToLength(c, 16384, 16384, 1.0).DebugString(), c.DebugString());
+    EXPECT_EQ(ScaleConfigToLength(c, 0, 65536, 1.0).DebugString(), c.DebugString());
+    EXPECT_EQ(ScaleConfigToLength(c, 16384, 65536, 0.0).DebugString(), c.DebugString());
+    const MethodConfig x4 = ScaleConfigToLength(c, 16384, 65536, 1.0);
+    EXPECT_TRUE(x4.Validate().ok()) << MethodName(m);
+    const MethodConfig sqrt4 = ScaleConfigToLength(c, 16384, 65536, 0.5);
+    const MethodConfig quarter = ScaleConfigToLength(c, 16384, 4096, 1.0);
+    EXPECT_TRUE(quarter.Validate().ok()) << MethodName(m);
+    switch (m) {
+      case Method::kAShape:
+        EXPECT_EQ(x4.a_shape.local_tokens, 4 * 3968);
+        EXPECT_EQ(x4.a_shape.sink_tokens, 128);
+        EXPECT_EQ(quarter.a_shape.local_tokens, 992);
+        break;
+      case Method::kVerticalSlash:
+        EXPECT_EQ(x4.vertical_slash.vertical_size, 4000);
+        EXPECT_EQ(x4.vertical_slash.slash_size, 4 * 6096);
+        EXPECT_EQ(sqrt4.vertical_slash.vertical_size, 2000);
+        EXPECT_EQ(x4.vertical_slash.last_q, 64);
+        EXPECT_EQ(x4.vertical_slash.forced_diagonals, 100);
+        break;
+      case Method::kBlockSparse:
+        EXPECT_EQ(x4.block_sparse.top_k, 400);
+        EXPECT_EQ(quarter.block_sparse.top_k, 25);
+        EXPECT_EQ(ScaleConfigToLength(c, 16384, 128, 1.0).block_sparse.top_k, 1);  // at least 1
+        break;
+      case Method::kFlexPrefill:
+        EXPECT_EQ(x4.flex_prefill.min_budget, 4096);
+        EXPECT_EQ(x4.flex_prefill.max_budget, 16384);
+        EXPECT_EQ(x4.flex_prefill.gamma, c.flex_prefill.gamma);
+        break;
+      default:  // thresholds (alphas, theta), Saap's top_l: length-free by construction
+        EXPECT_EQ(x4.DebugString(), c.DebugString()) << MethodName(m);
+        break;
+    }
+  }
+  MethodConfig none;
+  none.method = Method::kFlexPrefill;
+  none.flex_prefill.min_budget = 0;  // 0 stays 0 (no floor)
+  EXPECT_EQ(ScaleConfigToLength(none, 1024, 8192, 1.0).flex_prefill.min_budget, 0);
+}
+
 TEST(RecallGuardTest, FallsBackToDenseWhenWideningCannotReach) {
   auto w = GenerateWorkload(Layer(1024, 3));
   ASSERT_TRUE(w.ok());
