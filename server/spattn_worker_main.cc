@@ -147,29 +147,17 @@ bool ParseSeconds(const std::map<std::string, std::string>& values, const char* 
 int Main(int argc, char** argv) {
   std::map<std::string, std::string> values, from_args;
   std::string error;
-  std::vector<std::string> words(argv + 1, argv + argc);
-  for (std::string& w : words) {
-    if (w == "-h") w = "--help";
-  }
-  CommandLine::Options options;
-  options.positional = false;
-  absl::StatusOr<CommandLine> line = CommandLine::Parse(words, options);
-  if (line.ok() && line->Bool("help").value_or(true)) {
-    Usage();
-    return 0;
-  }
-  absl::Status parsed = line.status();
-  if (line.ok()) {
+  MainFlags flags;
+  flags.program = "spattn-worker";
+  flags.usage = Usage;
+  flags.read = [&](CommandLine& line) {
     for (const Flag& f : kFlags) {
-      if (line->Has(f.name)) from_args[f.name] = line->Get(f.name);
+      if (line.Has(f.name)) from_args[f.name] = line.Get(f.name);
     }
-    parsed = line->CheckAllUsed();
-  }
-  if (!parsed.ok()) {
-    std::cerr << "spattn-worker: " << parsed.message() << "\n";
-    Usage();
-    return 2;
-  }
+    return line.CheckAllUsed();
+  };
+  const int rc = HandleMainFlags(argc, argv, flags);
+  if (rc >= 0) return rc;
   if (from_args.count("config") != 0 && !ReadConfigFile(from_args["config"], &values, &error)) {
     std::cerr << "spattn-worker: " << error << "\n";
     return 2;
