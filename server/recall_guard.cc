@@ -53,38 +53,60 @@ MethodConfig ScaleConfigToLength(const MethodConfig& config, int64_t calibrated_
 }
 
 bool WidenConfig(const MethodConfig& config, MethodConfig* wider) {
+  return WidenConfigBy(config, 2.0, wider);
+}
+
+bool WidenConfigBy(const MethodConfig& config, double factor, MethodConfig* wider) {
   *wider = config;
-  auto halfway = [](float x) { return 1.0f - 0.5f * (1.0f - x); };
+  factor = std::clamp(factor, 1.0, 2.0);
+  // Key counts: x factor, at least one more.
+  auto more = [factor](int floor, int v) {
+    const int x = std::max(floor, v);
+    return std::max(x + 1, static_cast<int>(std::ceil(x * factor - 1e-9)));
+  };
+  // Mass thresholds: the gap to 1 shrinks by the factor (2: halfway).
+  auto closer = [factor](float x) { return 1.0f - (1.0f - x) / static_cast<float>(factor); };
   switch (config.method) {
     case Method::kDense:
       return false;
     case Method::kAShape:
-      wider->a_shape.local_tokens = 2 * std::max(64, config.a_shape.local_tokens);
+      wider->a_shape.local_tokens = more(64, config.a_shape.local_tokens);
       return true;
     case Method::kVerticalSlash:
-      wider->vertical_slash.vertical_size = 2 * std::max(32, config.vertical_slash.vertical_size);
-      wider->vertical_slash.slash_size = 2 * std::max(32, config.vertical_slash.slash_size);
+      wider->vertical_slash.vertical_size = more(32, config.vertical_slash.vertical_size);
+      wider->vertical_slash.slash_size = more(32, config.vertical_slash.slash_size);
       return true;
     case Method::kBlockSparse:
-      wider->block_sparse.top_k = 2 * std::max(1, config.block_sparse.top_k);
+      wider->block_sparse.top_k = more(1, config.block_sparse.top_k);
       return true;
     case Method::kFlexPrefill:
-      wider->flex_prefill.gamma = halfway(config.flex_prefill.gamma);
-      wider->flex_prefill.min_budget = 2 * std::max(64, config.flex_prefill.min_budget);
-      if (wider->flex_prefill.max_budget > 0) wider->flex_prefill.max_budget *= 2;
+      wider->flex_prefill.gamma = closer(config.flex_prefill.gamma);
+      wider->flex_prefill.min_budget = more(64, config.flex_prefill.min_budget);
+      if (wider->flex_prefill.max_budget > 0) {
+        wider->flex_prefill.max_budget = more(1, config.flex_prefill.max_budget);
+      }
       return true;
     case Method::kSampleAttention:
-      wider->sample_attention.alpha_c = halfway(config.sample_attention.alpha_c);
-      wider->sample_attention.alpha_s = halfway(config.sample_attention.alpha_s);
+      wider->sample_attention.alpha_c = closer(config.sample_attention.alpha_c);
+      wider->sample_attention.alpha_s = closer(config.sample_attention.alpha_s);
       return true;
     case Method::kAnchor:
-      wider->anchor.theta = config.anchor.theta + 4.0f;
+      wider->anchor.theta = config.anchor.theta + static_cast<float>(4.0 * std::log2(factor));
       return true;
     case Method::kSaap:
-      wider->saap.top_l = 2 * std::max(1, config.saap.top_l);
+      wider->saap.top_l = more(1, config.saap.top_l);
       return true;
   }
   return false;
+}
+
+double LadderStepFactor(double estimate, double need, const RecallGuardOptions& options) {
+  if (options.fine_step <= 1.0 || options.fine_step >= 2.0) return 2.0;
+  const double missing = 1.0 - estimate;
+  if (missing <= 0 || estimate >= need) return options.fine_step;
+  const double r = (need - estimate) / missing;
+  if (r >= 1.0) return 2.0;
+  return 1.0 / (1.0 - r) <= options.fine_step ? options.fine_step : 2.0;
 }
 
 absl::StatusOr<std::vector<GuardedHead>> GuardHeads(const std::vector<GuardInput>& heads,
@@ -108,6 +130,7 @@ absl::StatusOr<std::vector<GuardedHead>> GuardHeads(const std::vector<GuardInput
   };
   struct State {
     MethodConfig current;
+    double estimate = 1.0;  // of `current`
     bool active = false;
     bool adaptive_tried = false;
     std::shared_ptr<Batch> best;  // null: no try reached `need` yet
@@ -121,6 +144,7 @@ absl::StatusOr<std::vector<GuardedHead>> GuardHeads(const std::vector<GuardInput
     if (in.config.method == Method::kDense || options.probe_rows <= 0) continue;
     out[i].estimate = in.estimate;
     st[i].current = in.config;
+    st[i].estimate = in.estimate;
     st[i].active = in.widen && options.target > 0 && in.estimate < need;
     st[i].adaptive_tried =
         in.config.method == options.adaptive.method || options.adaptive.method == Method::kDense;
@@ -198,7 +222,7 @@ absl::StatusOr<std::vector<GuardedHead>> GuardHeads(const std::vector<GuardInput
     for (int i = 0; i < n; ++i) {
       if (!st[i].active) continue;
       MethodConfig next;
-      if (!WidenConfig(st[i].current, &next)) {
+      if (!WidenConfigBy(st[i].current, LadderStepFactor(st[i].estimate, need, options), &next)) {
         st[i].active = false;
         continue;
       }
@@ -225,6 +249,7 @@ absl::StatusOr<std::vector<GuardedHead>> GuardHeads(const std::vector<GuardInput
           s.active = false;
         } else {
           s.current = b->config;
+          s.estimate = b->estimate[slot];
         }
       }
     }

@@ -5,8 +5,9 @@
 // The estimate is the attention-mass recall of the head's index over `probe_rows` query rows
 // stratified over the batch, exact over all allowed keys (kernels/fidelity.h, fixed seed): an
 // unbiased estimate of the served mean recall whose error shrinks as 1/sqrt(probe_rows). A head
-// whose estimate is below target + margin gets its config widened (WidenConfig: budgets x2,
-// mass thresholds halfway to 1) and its index rebuilt, up to max_widen times, then dense.
+// whose estimate is below target + margin gets its config widened (WidenConfigBy: budgets x2,
+// mass thresholds halfway to 1, or a finer step when the estimate says the shortfall is small:
+// LadderStepFactor) and its index rebuilt, up to max_widen times, then dense.
 //
 // Cost: probe_rows x keys x head_dim multiply-adds per head and try, where the tensors are: on
 // the host for the CPU backend (a few percent of the kernel), on the GPU for the CUDA backend
@@ -40,8 +41,9 @@ struct RecallGuardOptions {
   int probe_rows = 32;
   // Seed of the probe rows (fixed: repeated requests get the same estimate). Default: 0x9a4d.
   uint64_t seed = 0x9a4d;
-  // Widening steps before dense; each step applies WidenConfig `widen_per_step` times to the
-  // current config. Defaults: 5 and 1 (an A-shape window of 128 reaches 4096).
+  // Widening steps before dense; each step applies WidenConfigBy(LadderStepFactor) to the
+  // current config, then WidenConfig `widen_per_step` - 1 times more. Defaults: 5 and 1 (an
+  // A-shape window of 128 reaches 4096 with doublings).
   int max_widen = 5;
   int widen_per_step = 1;
   // A method whose budget follows the prompt (a cumulative-mass threshold, as FlexPrefill's
@@ -55,6 +57,10 @@ struct RecallGuardOptions {
     c.flex_prefill.min_budget = 512;
     return c;
   }();
+  // Finer ladder steps: a widening step multiplies the budgets by `fine_step` instead of 2
+  // when the estimate says the shortfall is small (LadderStepFactor); <= 1 or >= 2: always x2.
+  // Default: sqrt(2).
+  double fine_step = 1.4142135623730951;
   // Exponent e of ScaleConfigToLength: a config calibrated on C keys serving a prompt of S keys
   // starts from its key-count budgets times (S / C)^e. Default: see kLengthExponent.
   double length_exponent = kLengthExponent;
@@ -82,6 +88,18 @@ MethodConfig ScaleConfigToLength(const MethodConfig& config, int64_t calibrated_
 // block_sparse top_k x2, flex_prefill gamma and sample_attention alphas halfway to 1 plus
 // flex_prefill min_budget x2, anchor theta + 4, saap top_l x2). False for dense (nothing wider).
 bool WidenConfig(const MethodConfig& config, MethodConfig* wider);
+
+// The same with the budgets times `factor` (in (1, 2]; 2 is WidenConfig): key counts x factor
+// (rounded up, at least +1), mass thresholds' gap to 1 x 1/factor, anchor theta + 4 log2(factor).
+bool WidenConfigBy(const MethodConfig& config, double factor, MethodConfig* wider);
+
+// The factor of a ladder step for a head whose estimate is `estimate`, short of `need`: the
+// share of the missing mass still to capture, r = (need - estimate) / (1 - estimate), asks for
+// about 1 / (1 - r) times the budget when the missing mass falls off as 1 / budget (a heavy,
+// Zipf-like tail: what attention's sorted weights look like past the selected keys). Quantized
+// to two steps so that heads of one planner group share their builds: options.fine_step when
+// 1 / (1 - r) <= fine_step, else 2.
+double LadderStepFactor(double estimate, double need, const RecallGuardOptions& options);
 
 // Builds the index of `heads` under a config (the backend's builder).
 using GuardBuildFn = std::function<absl::Status(const MethodConfig& config,
@@ -123,7 +141,8 @@ absl::StatusOr<GuardedHead> GuardHead(int head, double estimate, const MethodCon
 // The batched guard of one request: what GuardHead decides for each head, but the heads still
 // short of the target are widened together, one ladder step for all of them at a time. Each
 // step builds one index per distinct config the short heads try (heads of one planner group
-// share their configs, so one build per group: the adaptive try, then the widened configs),
+// share their configs, so one build per group and step size: the adaptive try, then the
+// widened configs),
 // and estimates and counts each such index once for all its heads. A head's decisions (the
 // order of its tries, the cheapest that reaches target + margin, the early stop when a wider
 // config costs as much as the best, dense last) are those of GuardHead for the same inputs.

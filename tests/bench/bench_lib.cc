@@ -192,6 +192,8 @@ Methods:
                          guarded, promise: start from the searched configs' key-count budgets
                          x (served / search length)^E (default -1: the worker's 0.68; 0: as
                          searched)
+  --guard_fine_step=F    guarded, promise (host guard): the ladder's fine step (default -1: the
+                         worker's sqrt(2); 0: doublings only)
   --search_candidates=L  searched: all (default: the search's default candidates, plus saap's
                          when --calibrate is given) or a method list, e.g. a_shape,vertical_slash
   --METHOD.PARAM=V       a method parameter, e.g. --vertical_slash.last_q=64
@@ -260,6 +262,7 @@ absl::StatusOr<BenchFlags> ParseBenchFlags(const std::vector<std::string>& args)
   SPATTN_RETURN_IF_ERROR(line.Read("search_target_recall", &f.search_target_recall));
   SPATTN_RETURN_IF_ERROR(line.Read("guard_probe_rows", &f.guard_probe_rows));
   SPATTN_RETURN_IF_ERROR(line.Read("guard_length_exponent", &f.guard_length_exponent));
+  SPATTN_RETURN_IF_ERROR(line.Read("guard_fine_step", &f.guard_fine_step));
   SPATTN_RETURN_IF_ERROR(line.Read("promise_max_len", &f.promise_max_len));
   SPATTN_RETURN_IF_ERROR(line.Read("promise_search_rows", &f.promise_search_rows));
   if (line.Has("promise_targets")) {
@@ -664,6 +667,7 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
     const auto guard_start = std::chrono::steady_clock::now();
     RecallGuardOptions go;
     go.target = f.search_target_recall;
+    if (f.guard_fine_step >= 0) go.fine_step = f.guard_fine_step;
     if (f.guard_probe_rows >= 0) go.probe_rows = f.guard_probe_rows;
     // As the worker: each head starts from its config scaled to this length
     // (HeadConfig.calibrated_tokens = the search length).
@@ -792,6 +796,7 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
       po.calib_len = f.search_len > 0 ? f.search_len : std::min(problem.k_len(0), 16384);
       po.probe_rows = f.guard_probe_rows;
       if (f.guard_length_exponent >= 0) po.length_exponent = f.guard_length_exponent;
+      if (f.guard_fine_step >= 0) po.fine_step = f.guard_fine_step;
       po.build = search_bo;
       po.build.maybe_assets = nullptr;
       po.max_len = f.promise_max_len > 0 ? f.promise_max_len : (1 << 20);

@@ -82,6 +82,7 @@ absl::Status EmitPromiseLines(const WorkloadOptions& model, AttentionBackend* ba
       } else if (device.status().code() == absl::StatusCode::kUnimplemented) {
         RecallGuardOptions go;
         go.target = target;
+        go.fine_step = o.fine_step;
         if (o.probe_rows >= 0) go.probe_rows = o.probe_rows;
         auto build = [&](const MethodConfig& c, const std::vector<int>& hs, SparseIndex* out) {
           return BuildSparseIndex(p, c, hs, o.build, out);
@@ -127,9 +128,10 @@ absl::Status EmitPromiseLines(const WorkloadOptions& model, AttentionBackend* ba
           "\"seq_len\":%d,\"factor\":%g,\"num_heads\":%d,\"kv_heads\":%d,\"head_dim\":%d,"
           "\"recall_mean\":%.4f,\"recall_min\":%.4f,\"heads_within_0_02\":%d,\"density\":%.4f,"
           "\"guard\":\"%s\",\"guard_recall_ms\":%.2f,\"guard_rebuilds\":%d,"
-          "\"length_exponent\":%g,\"kept\":%s}\n",
+          "\"length_exponent\":%g,\"fine_step\":%g,\"kept\":%s}\n",
           model.workload, target, o.calib_len, len, factor, hq, p.num_kv_heads, p.head_dim, mean,
-          mn, within, dens, where, guard_ms, rebuilds, o.length_exponent, kept ? "true" : "false");
+          mn, within, dens, where, guard_ms, rebuilds, o.length_exponent, o.fine_step,
+          kept ? "true" : "false");
       out.flush();
     }
   }

@@ -35,6 +35,8 @@ struct PromiseOptions {
   // The searched configs start from ScaleConfigToLength(config, calib_len, served length, e),
   // as a worker starts from HeadConfig.calibrated_tokens; 0 = unscaled.
   double length_exponent = RecallGuardOptions::kLengthExponent;
+  // The host guard's fine ladder step (RecallGuardOptions::fine_step; 0: doublings only).
+  double fine_step = RecallGuardOptions().fine_step;
   BuildOptions build;
 };
 
