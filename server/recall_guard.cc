@@ -151,8 +151,12 @@ absl::StatusOr<std::vector<GuardedHead>> GuardHeads(const std::vector<GuardInput
   }
   bool full = false;  // the device workspace is full: no more tries for anyone
   // Builds, estimates and counts one index per distinct config of `wants` (input, config).
+  // A try the backend's builder refuses for this problem (INVALID_ARGUMENT or UNIMPLEMENTED: a
+  // GPU builder past its documented limits, e.g. a key-block count its shared memory cannot
+  // hold at 1M keys) is skipped: its inputs land in `refused`.
   auto round = [&](const std::vector<std::pair<int, MethodConfig>>& wants,
-                   std::vector<std::shared_ptr<Batch>>* batches, int* builds) -> absl::Status {
+                   std::vector<std::shared_ptr<Batch>>* batches, int* builds,
+                   std::vector<int>* refused) -> absl::Status {
     std::map<std::string, std::shared_ptr<Batch>> by_config;
     for (const auto& [i, c] : wants) {
       std::shared_ptr<Batch>& b = by_config[c.DebugString()];
@@ -170,6 +174,11 @@ absl::StatusOr<std::vector<GuardedHead>> GuardHeads(const std::vector<GuardInput
       if (s.code() == absl::StatusCode::kResourceExhausted) {
         full = true;
         return absl::OkStatus();
+      }
+      if (s.code() == absl::StatusCode::kInvalidArgument ||
+          s.code() == absl::StatusCode::kUnimplemented) {
+        refused->insert(refused->end(), b->who.begin(), b->who.end());
+        continue;
       }
       if (!s.ok()) return s;
       ++*builds;
@@ -204,13 +213,17 @@ absl::StatusOr<std::vector<GuardedHead>> GuardHeads(const std::vector<GuardInput
       if (st[i].active && !st[i].adaptive_tried) wants.emplace_back(i, a);
     }
     std::vector<std::shared_ptr<Batch>> batches;
+    std::vector<int> refused;
     if (!wants.empty()) {
-      SPATTN_RETURN_IF_ERROR(round(wants, &batches, &builds));
+      SPATTN_RETURN_IF_ERROR(round(wants, &batches, &builds, &refused));
       for (const auto& b : batches) {
         for (size_t slot = 0; slot < b->who.size(); ++slot) {
           consider(b->who[slot], b, static_cast<int>(slot));
-          st[b->who[slot]].adaptive_tried = true;
         }
+      }
+      // Tried, or refused by the builder: not again.
+      if (!full) {
+        for (const auto& w : wants) st[w.first].adaptive_tried = true;
       }
     }
     if (full) {
@@ -233,9 +246,11 @@ absl::StatusOr<std::vector<GuardedHead>> GuardHeads(const std::vector<GuardInput
       wants.emplace_back(i, next);
     }
     batches.clear();
-    if (!wants.empty()) SPATTN_RETURN_IF_ERROR(round(wants, &batches, &builds));
+    refused.clear();
+    if (!wants.empty()) SPATTN_RETURN_IF_ERROR(round(wants, &batches, &builds, &refused));
     stats.builds_per_step.push_back(builds);
     if (full) break;
+    for (int i : refused) st[i].active = false;  // no wider config of its method here
     for (const auto& b : batches) {
       for (size_t slot = 0; slot < b->who.size(); ++slot) {
         const int i = b->who[slot];

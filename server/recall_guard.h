@@ -133,7 +133,10 @@ struct GuardedHead {
 // estimate is short of the target, rebuilds the head through `ops` with wider configs (the
 // head's method widened, options.adaptive; max_widen steps), then dense. A try that finds the
 // device workspace full (RESOURCE_EXHAUSTED) ends the widening (the best try so far, else dense).
-// Other errors of the estimate or the builder pass through.
+// A try the builder refuses for this problem (INVALID_ARGUMENT or UNIMPLEMENTED: a GPU builder
+// past its limits, e.g. flex_prefill's key blocks at 1M keys) is skipped: the adaptive try is
+// not made, a refused widening ends that head's ladder (best so far, else dense). Other errors
+// of the estimate or the builder pass through.
 absl::StatusOr<GuardedHead> GuardHead(int head, double estimate, const MethodConfig& config,
                                       bool widen, const GuardOps& ops,
                                       const RecallGuardOptions& options);

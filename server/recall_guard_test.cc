@@ -278,6 +278,56 @@ TEST(RecallGuardTest, BatchedGuardDecidesAsPerHeadWithOneBuildPerGroupAndStep) {
   }
 }
 
+// A try the builder refuses for this problem (INVALID_ARGUMENT: a GPU builder past its limits,
+// as flex_prefill's at 1M keys) is skipped, not an error: no head runs the refused method, the
+// heads still reach the target (their own method widened, else dense), and the batched guard
+// decides as head by head.
+TEST(RecallGuardTest, RefusedTriesAreSkipped) {
+  auto w = GenerateWorkload(Layer(2048, 5));
+  ASSERT_TRUE(w.ok());
+  const AttentionProblem& p = w->problem();
+  std::vector<MethodConfig> config = NarrowConfigs();
+  config[6].method = Method::kBlockSparse;  // its widening is refused too
+  config[6].block_sparse.top_k = 2;
+  BuildOptions bo;
+  int refused = 0;
+  auto build = [&](const MethodConfig& c, const std::vector<int>& hs, SparseIndex* out) {
+    if (c.method == Method::kFlexPrefill ||
+        (c.method == Method::kBlockSparse && c.block_sparse.top_k > 2)) {
+      ++refused;
+      return absl::InvalidArgumentError("cu_seqlens_k: too long for the GPU index builder");
+    }
+    return BuildSparseIndex(p, c, hs, bo, out);
+  };
+  for (double target : {0.90, 0.95, 0.98}) {
+    RecallGuardOptions go;
+    go.target = target;
+    std::vector<GuardInput> inputs;
+    std::vector<GuardedHead> one;
+    for (int h = 0; h < 8; ++h) {
+      SparseIndex index;
+      ASSERT_TRUE(BuildSparseIndex(p, config[h], {h}, bo, &index).ok());
+      auto e = AttentionMassRecall(p, index, 0, go.probe_rows, go.seed);
+      ASSERT_TRUE(e.ok());
+      inputs.push_back({h, *e, config[h], true});
+      auto g1 = GuardHead(p, index, 0, config[h], true, build, go);
+      ASSERT_TRUE(g1.ok()) << g1.status();
+      one.push_back(std::move(*g1));
+    }
+    refused = 0;
+    auto batched = GuardHeads(inputs, HostGuardBatchOps(p, build, go), go);
+    ASSERT_TRUE(batched.ok()) << batched.status();
+    EXPECT_GT(refused, 0);
+    for (int h = 0; h < 8; ++h) {
+      const GuardedHead& b = (*batched)[h];
+      EXPECT_NE(b.config.method, Method::kFlexPrefill) << "head " << h;
+      EXPECT_EQ(b.config.DebugString(), one[h].config.DebugString()) << "head " << h;
+      EXPECT_GE(b.estimate, target) << "head " << h;
+    }
+    EXPECT_EQ((*batched)[6].config.method, Method::kDense) << "target " << target;
+  }
+}
+
 // A full device workspace (RESOURCE_EXHAUSTED from a widened build) ends the widening of every
 // head at once: each keeps its best try so far, else goes dense (one build for all).
 TEST(RecallGuardTest, BatchedGuardStopsAllHeadsWhenTheWorkspaceIsFull) {

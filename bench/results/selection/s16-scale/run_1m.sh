@@ -4,6 +4,9 @@
 # (sdpa_chunk.py) and spattn-bench --methods=guarded on the same shape (llm_mix 32/8 heads d 128
 # bf16, configs searched on a 16K prompt at target 0.95 and scaled to 1M by
 # (1M/16K)^0.68 before the worker's recall guard, on the GPU). Packed by pack_1m.sh here.
+# Search candidates: the methods whose GPU builders take 1M keys in one sequence (CANDS; run 1
+# found block_sparse's, and flex_prefill's by the same shared-memory sizing, refusing
+# 16384 / 8192 key blocks); the guard skips a try the builder refuses (its adaptive flex_prefill).
 set -u
 cd "$(dirname "$0")"
 WORK=/tmp/s16scale && rm -rf "$WORK" && mkdir -p "$WORK" && tar -xJf bundle.tar.xz -C "$WORK"
@@ -20,6 +23,7 @@ cat "$OUT/sdpa_chunk.jsonl"; tail -3 "$OUT/sdpa_chunk.err"
 timeout ${BENCH_S:-80} bin/spattn-bench --device=cuda --workload=llm_mix --heads=32 --kv_heads=8 \
   --head_dim=128 --dtype=bf16 --group_by=all --recall_rows=32 --seq_len=1048576 --q_len=65536 \
   --search_len=16384 --search_target_recall=0.95 --warmup=1 --repeat=2 --methods=guarded \
+  --search_candidates=${CANDS:-a_shape,vertical_slash,sample_attention,anchor} \
   > "$OUT/bench_1m.jsonl" 2> "$OUT/bench_1m.err"; note "bench rc=$?"
 grep -E "setup|searched [0-9]+ cand|guarded on" "$OUT/bench_1m.err" | cut -c1-400
 python3 - "$OUT" <<'PY'
