@@ -45,6 +45,9 @@ bool WidenConfig(const MethodConfig& config, MethodConfig* wider) {
     case Method::kSaap:
       wider->saap.top_l = 2 * std::max(1, config.saap.top_l);
       return true;
+    case Method::kSampledLines:
+      wider->sampled_lines.gamma = halfway(config.sampled_lines.gamma);
+      return true;
   }
   return false;
 }
