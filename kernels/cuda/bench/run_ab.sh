@@ -96,6 +96,7 @@ for item in "${LONG_LIST[@]}"; do
     >> "$OUT/bench.jsonl" 2>> "$OUT/errors.log"
   note "cuda_bench $shape --warmup=${ours_warmup:-0} rc=$?"
 done
+REFS=${REFS:-}
 for n in ${REFS//,/ }; do
   timeout "${SB_TIMEOUT:-200}" bin/spattn-bench --device=cuda --workload=llm_mix --heads=32 \
     --kv_heads=8 --head_dim=128 --dtype=bf16 --group_by=all --recall_rows=16 --warmup=1 \
