@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A/B device run of the dense kernel's knobs against PyTorch SDPA (cuDNN) in the same run, plus
 # the reference kernels of the sparse methods on spattn-bench's tensors. Layout as
-# kernels/cuda/gpu/pack_gpu.sh makes it (bundle.tar.xz + this script + the .py files + ref/).
+# kernels/cuda/gpu/pack_gpu.sh makes it (bundle.tar.xz + this script + sdpa_reference.py,
+# attention/hopper/minference_reference.py and sparse_references.py + ref/, the fetched files).
 #
 # Env:
 #   TESTS="attention_cuda_test cuda_engine_test" (binaries run first)

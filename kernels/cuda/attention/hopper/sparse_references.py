@@ -24,16 +24,20 @@ never committed:
     Its kernel time is step 1 + step 3 (the attention work); step 2 is reported as the index.
 MInference's and AnchorAttention's kernels are multi-head only: K/V are expanded to every q head.
 
-Usage (GPU machine): python3 sparse_references.py --ref_dir ref --tensors w32k.safetensors
+Usage (GPU machine, minference_reference.py beside this file): python3 sparse_references.py
+  --ref_dir ref --tensors w32k.safetensors
   [--methods vertical_slash,flex_prefill,anchor] [--iters 5] [--warmup 1]
 """
 import argparse
-import importlib.util
 import json
 import math
+import os
 import struct
 import sys
 import types
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from minference_reference import timed  # noqa: E402  (the same median-of-events timing)
 
 _DTYPES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
 
@@ -65,21 +69,6 @@ def load_source(path, name, replace=()):
     sys.modules[name] = mod
     exec(compile(src, path, "exec"), mod.__dict__)
     return mod
-
-
-def timed(torch, fn, iters, warmup):
-    times = []
-    for i in range(warmup + iters):
-        s = torch.cuda.Event(enable_timing=True)
-        e = torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        torch.cuda.synchronize()
-        if i >= warmup:
-            times.append(s.elapsed_time(e))
-    times.sort()
-    return times[len(times) // 2]
 
 
 def line(kernel, n, h, d, pairs, ms, dev, **extra):
