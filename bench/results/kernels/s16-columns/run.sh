@@ -10,7 +10,7 @@ mkdir -p "$OUT"
 # the run uses the variant-4 fallback (SPATTN_HOPPER_BM64=0).
 if [ -n "${BM64_PROBE:-}" ]; then
   P=/tmp/s16probe && rm -rf $P && mkdir -p $P && tar -xJf bundle.tar.xz -C $P
-  (cd $P && LD_LIBRARY_PATH=$P/lib timeout 60 bin/cuda_bench $BM64_PROBE > "$OUT/probe.jsonl" 2>&1)
+  (cd $P && LD_LIBRARY_PATH=$P/lib timeout 60 bin/cuda_bench $BM64_PROBE >> "$OUT/errors.log" 2>&1)
   rc=$?
   echo "bm64 probe rc=$rc (${SECONDS}s)" | tee -a "$OUT/summary.txt"
   [ $rc -eq 0 ] || export SPATTN_HOPPER_BM64=0
@@ -25,7 +25,9 @@ for e in "${KT[@]}"; do
   env $e timeout "${TEST_TIMEOUT:-150}" bin/attention_cuda_test --gtest_filter="${KNOB_TEST_FILTER:-*}" >> "$OUT/tests.log" 2>&1
   echo "attention_cuda_test [$e] rc=$? $(grep -hE '^\[  (PASSED|FAILED) ' "$OUT/tests.log" | tail -1) (${SECONDS}s)" | tee -a "$OUT/summary.txt"
 done
-if command -v ncu >/dev/null && [ -n "${NCU_ENVS:-}" ]; then
+if [ -z "${NCU_ENVS:-}" ]; then
+  :
+elif command -v ncu >/dev/null; then
   IFS=';' read -ra NE <<< "$NCU_ENVS"
   for e in "${NE[@]}"; do
     echo "=== ncu [$e]" >> "$OUT/ncu.txt"

@@ -2,21 +2,25 @@
 // a work list, for the sparse kernel (index rows: ranges and gathered columns) and for a
 // persistent dense kernel.
 //
-// Grid: one CTA per SM (at most one per item). Items are taken from a list ordered costliest
-// first (the sparse schedule; for dense: query blocks from the last, the longest causal rows, to
-// the first), CTA c taking items c, 2G - 1 - c, 2G + c, ... (snake order: a greedy balance of
-// the sorted costs without a shared counter). Producer and consumers walk the same items and the
-// same key tiles independently, so no item or tile description crosses between them.
+// Grid: one CTA per SM (block_m 64: two), at most one per item. Items are taken from a list
+// ordered costliest first (the sparse schedule; for dense: query blocks from the last, the longest
+// causal rows, to the first), CTA c taking items c, 2G - 1 - c, 2G + c, ... (snake order: a
+// greedy balance of the sorted costs without a shared counter). Producer and consumers walk the
+// same items and the same key tiles independently, so no item or tile description crosses
+// between them.
 //
-// Per item the producer warpgroup loads the 128-row Q block by TMA into one of two Q buffers
-// (the other may still hold the previous item's Q / staged output), then the item's key tiles:
-//  * range tiles (up to 128 consecutive keys): TMA, by one thread (the others just arrive);
-//  * column tiles (up to 128 gathered keys): each of the 128 producer threads copies one key's K
-//    (then V) row with cp.async and arrives on the slot's barrier when its copies land
+// Per item the producer warpgroup loads the Q block (kBM rows) by TMA into one of two Q buffers
+// (the other may still hold the previous item's Q / staged output), then the item's key tiles
+// (kBN = kBM keys):
+//  * range tiles (up to kBN consecutive keys): TMA, by one thread (the others just arrive);
+//  * column tiles (up to kBN gathered keys): producer warp w copies rows [w, w + 1) * kBN / 4,
+//    kLanes lanes per key row (each lane kLanes-strided 16-byte chunks), with cp.async; every
+//    producer thread arrives on the slot's barrier when its copies land
 //    (cp.async.mbarrier.arrive.noinc); rows past the tile's keys are zero-filled.
-// The consumers are dense_fa3.cuh's: S(t+1) and P(t)V issued together, ping-pong between the
-// two warpgroups. Range tiles shorter than 128 keys have their V rows past the range zeroed by
-// the consumers (those rows hold keys the row does not attend; NaN/Inf there must not leak).
+// The consumers run consumer_step.cuh: S(t+1) and P(t)V issued together, ping-pong between the
+// two warpgroups (block_m 64: a lone warpgroup per CTA, the two CTAs of an SM interleave). Range
+// tiles shorter than kBN keys have their V rows past the range zeroed by the consumers (those
+// rows hold keys the row does not attend; NaN/Inf there must not leak).
 #ifndef SPATTN_KERNELS_CUDA_ATTENTION_HOPPER_PERSISTENT_FA3_CUH_
 #define SPATTN_KERNELS_CUDA_ATTENTION_HOPPER_PERSISTENT_FA3_CUH_
 
