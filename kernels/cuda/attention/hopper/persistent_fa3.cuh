@@ -17,10 +17,11 @@
 //    kLanes lanes per key row (each lane kLanes-strided 16-byte chunks), with cp.async; every
 //    producer thread arrives on the slot's barrier when its copies land
 //    (cp.async.mbarrier.arrive.noinc); rows past the tile's keys are zero-filled.
-// The consumers run consumer_step.cuh: S(t+1) and P(t)V issued together, ping-pong between the
-// two warpgroups (block_m 64: a lone warpgroup per CTA, the two CTAs of an SM interleave). Range
-// tiles shorter than kBN keys have their V rows past the range zeroed by the consumers (those
-// rows hold keys the row does not attend; NaN/Inf there must not leak).
+// The consumers are consumer_step.cuh's (RunKeyTiles, as in dense_fa3.cuh): S(t+1) and P(t)V
+// issued together, ping-pong between the two warpgroups (block_m 64: a lone warpgroup per CTA;
+// the two CTAs of an SM interleave). Range tiles shorter than kBN keys have their V rows past
+// the range zeroed by the consumers (those rows hold keys the row does not attend; NaN/Inf there
+// must not leak).
 #ifndef SPATTN_KERNELS_CUDA_ATTENTION_HOPPER_PERSISTENT_FA3_CUH_
 #define SPATTN_KERNELS_CUDA_ATTENTION_HOPPER_PERSISTENT_FA3_CUH_
 
