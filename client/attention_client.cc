@@ -388,6 +388,8 @@ v1::Method ToProtoMethod(Method method) {
       return v1::METHOD_ANCHOR;
     case Method::kSaap:
       return v1::METHOD_SAAP;
+    case Method::kSampledLines:
+      return v1::METHOD_SAMPLED_LINES;
   }
   return v1::METHOD_UNSPECIFIED;
 }

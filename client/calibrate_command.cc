@@ -398,6 +398,9 @@ std::string Params(const MethodConfig& c) {
       return absl::StrCat("theta=", c.anchor.theta);
     case Method::kSaap:
       return absl::StrCat("top_l=", c.saap.top_l, " C=", c.saap.num_centroids);
+    case Method::kSampledLines:
+      return absl::StrCat("gamma=", c.sampled_lines.gamma,
+                          " rows_per_block=", c.sampled_lines.rows_per_block);
   }
   return "?";
 }

@@ -87,6 +87,17 @@ std::vector<MethodParam> MakeMethodParams() {
           [](MethodConfig* c) { return &c->saap.sink_tokens; }),
       Int(M::kSaap, "local_tokens", R::kNonNegative,
           [](MethodConfig* c) { return &c->saap.local_tokens; }),
+
+      Float(M::kSampledLines, "gamma", R::kUnitInterval,
+            [](MethodConfig* c) { return &c->sampled_lines.gamma; }),
+      Int(M::kSampledLines, "rows_per_block", R::kPositive,
+          [](MethodConfig* c) { return &c->sampled_lines.rows_per_block; }),
+      Int(M::kSampledLines, "last_q", R::kPositive,
+          [](MethodConfig* c) { return &c->sampled_lines.last_q; }),
+      Int(M::kSampledLines, "sink_tokens", R::kNonNegative,
+          [](MethodConfig* c) { return &c->sampled_lines.sink_tokens; }),
+      Int(M::kSampledLines, "local_tokens", R::kNonNegative,
+          [](MethodConfig* c) { return &c->sampled_lines.local_tokens; }),
   };
 }
 
@@ -124,6 +135,8 @@ const char* MethodName(Method m) {
       return "anchor";
     case Method::kSaap:
       return "saap";
+    case Method::kSampledLines:
+      return "sampled_lines";
   }
   return "unknown";
 }
@@ -135,7 +148,7 @@ absl::StatusOr<Method> ParseMethod(absl::string_view name) {
   return absl::InvalidArgumentError(
       absl::StrCat("method: unknown '", name,
                    "' (expected dense, a_shape, vertical_slash, block_sparse, flex_prefill, "
-                   "sample_attention, anchor or saap)"));
+                   "sample_attention, anchor, saap or sampled_lines)"));
 }
 
 double MethodParam::Get(const MethodConfig& c) const {

@@ -21,11 +21,13 @@ enum class Method {
   kSampleAttention,
   kAnchor,
   kSaap,
+  kSampledLines,
 };
 
 inline constexpr Method kAllMethods[] = {
-    Method::kDense,       Method::kAShape,          Method::kVerticalSlash, Method::kBlockSparse,
-    Method::kFlexPrefill, Method::kSampleAttention, Method::kAnchor,        Method::kSaap,
+    Method::kDense,       Method::kAShape,      Method::kVerticalSlash,
+    Method::kBlockSparse, Method::kFlexPrefill, Method::kSampleAttention,
+    Method::kAnchor,      Method::kSaap,        Method::kSampledLines,
 };
 
 const char* MethodName(Method m);  // "dense", "a_shape", "vertical_slash", ...
@@ -89,6 +91,16 @@ struct SaapParams {
   int local_tokens = 2047;   // Default: 2047.
 };
 
+// Per query block, the fewest vertical + slash lines reaching gamma of the mass of a few sampled
+// rows of that block (issue 11; kernels/builders/sampled_lines.h). Index blocks of block_m rows.
+struct SampledLinesParams {
+  float gamma = 0.95f;     // Default: 0.95.
+  int rows_per_block = 2;  // Default: 2.
+  int last_q = 64;         // Default: 64.
+  int sink_tokens = 4;     // Default: 4.
+  int local_tokens = 64;   // Default: 64.
+};
+
 // A method with its parameters. Only the struct matching `method` is read.
 struct MethodConfig {
   Method method = Method::kDense;
@@ -99,6 +111,7 @@ struct MethodConfig {
   SampleAttentionParams sample_attention;
   AnchorParams anchor;
   SaapParams saap;
+  SampledLinesParams sampled_lines;
 
   // Checks the parameters of `method`; the message names the parameter, e.g.
   // "vertical_slash.last_q must be > 0, got -1".

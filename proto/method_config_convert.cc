@@ -32,6 +32,8 @@ v1::MethodConfig::ParamsCase ParamsCaseOf(Method m) {
       return v1::MethodConfig::kAnchor;
     case Method::kSaap:
       return v1::MethodConfig::kSaap;
+    case Method::kSampledLines:
+      return v1::MethodConfig::kSampledLines;
   }
   return v1::MethodConfig::PARAMS_NOT_SET;
 }
@@ -52,6 +54,8 @@ const char* ParamsCaseName(v1::MethodConfig::ParamsCase c) {
       return "anchor";
     case v1::MethodConfig::kSaap:
       return "saap";
+    case v1::MethodConfig::kSampledLines:
+      return "sampled_lines";
     case v1::MethodConfig::PARAMS_NOT_SET:
       break;
   }
@@ -137,6 +141,8 @@ absl::StatusOr<Method> MethodFromProto(int proto_method, absl::string_view field
       return Method::kAnchor;
     case v1::METHOD_SAAP:
       return Method::kSaap;
+    case v1::METHOD_SAMPLED_LINES:
+      return Method::kSampledLines;
     case v1::METHOD_UNSPECIFIED:
       return Invalid(field, "unspecified");
   }
@@ -161,6 +167,8 @@ v1::Method MethodToProto(Method method) {
       return v1::METHOD_ANCHOR;
     case Method::kSaap:
       return v1::METHOD_SAAP;
+    case Method::kSampledLines:
+      return v1::METHOD_SAMPLED_LINES;
   }
   return v1::METHOD_UNSPECIFIED;
 }

@@ -96,6 +96,9 @@ bool WidenConfigBy(const MethodConfig& config, double factor, MethodConfig* wide
     case Method::kSaap:
       wider->saap.top_l = more(1, config.saap.top_l);
       return true;
+    case Method::kSampledLines:
+      wider->sampled_lines.gamma = halfway(config.sampled_lines.gamma);
+      return true;
   }
   return false;
 }

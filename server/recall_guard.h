@@ -86,7 +86,8 @@ MethodConfig ScaleConfigToLength(const MethodConfig& config, int64_t calibrated_
 
 // `config` with a larger budget (a_shape local x2, vertical_slash vertical and slash x2,
 // block_sparse top_k x2, flex_prefill gamma and sample_attention alphas halfway to 1 plus
-// flex_prefill min_budget x2, anchor theta + 4, saap top_l x2). False for dense (nothing wider).
+// flex_prefill min_budget x2, anchor theta + 4, saap top_l x2, sampled_lines gamma halfway to
+// 1). False for dense (nothing wider).
 bool WidenConfig(const MethodConfig& config, MethodConfig* wider);
 
 // The same with the budgets times `factor` (in (1, 2]; 2 is WidenConfig): key counts x factor

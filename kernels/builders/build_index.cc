@@ -6,6 +6,7 @@
 #include "kernels/builders/flex_prefill.h"
 #include "kernels/builders/saap.h"
 #include "kernels/builders/sample_attention.h"
+#include "kernels/builders/sampled_lines.h"
 #include "kernels/builders/simple_patterns.h"
 #include "kernels/builders/vertical_slash.h"
 
@@ -43,6 +44,8 @@ absl::Status BuildSparseIndex(const AttentionProblem& problem, const MethodConfi
     case Method::kSaap:
       return BuildSaapIndex(problem, config.saap, heads, options.maybe_assets, options.block_m,
                             out);
+    case Method::kSampledLines:
+      return BuildSampledLinesIndex(problem, config.sampled_lines, heads, options.block_m, out);
   }
   return absl::InvalidArgumentError("method: unknown value");
 }

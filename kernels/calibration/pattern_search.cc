@@ -179,6 +179,12 @@ std::vector<MethodConfig> DefaultCandidates() {
     c.anchor.theta = theta;
     out.push_back(c);
   }
+  for (float gamma : {0.85f, 0.9f, 0.95f}) {
+    MethodConfig c;
+    c.method = Method::kSampledLines;
+    c.sampled_lines.gamma = gamma;
+    out.push_back(c);
+  }
   return out;
 }
 
@@ -233,7 +239,7 @@ absl::StatusOr<std::vector<Method>> ParseCandidateMethods(absl::string_view spec
       return absl::InvalidArgumentError(absl::StrCat(
           "candidates: unknown method '", absl::StripAsciiWhitespace(word),
           "' (expected all, or a list of a_shape, vertical_slash, block_sparse, flex_prefill, "
-          "sample_attention, anchor, saap)"));
+          "sample_attention, anchor, saap, sampled_lines)"));
     }
     if (std::find(out.begin(), out.end(), *m) == out.end()) out.push_back(*m);
   }
@@ -264,6 +270,8 @@ std::string ConfigLabel(const MethodConfig& c) {
       return absl::StrCat("anchor(theta=", c.anchor.theta, ")");
     case Method::kSaap:
       return absl::StrCat("saap(l=", c.saap.top_l, ")");
+    case Method::kSampledLines:
+      return absl::StrCat("sampled_lines(gamma=", c.sampled_lines.gamma, ")");
   }
   return "unknown";
 }
@@ -309,6 +317,14 @@ double ModeledBuildPairs(const AttentionProblem& p, const MethodConfig& config,
         const double centroids = config.saap.num_centroids;
         work += k * centroids / std::max(1, p.group_size()) +
                 q * ClassifierMacs(maybe_assets) / std::max(1, p.head_dim);
+        break;
+      }
+      case Method::kSampledLines: {
+        // Three passes over the sampled rows (row statistics, histograms, kept entries), each
+        // row seeing half of the keys on average under the causal mask, plus the last rows.
+        const double rows = std::min(config.sampled_lines.rows_per_block, 64) *
+                            static_cast<double>(CeilDiv(p.q_len(b), 64));
+        work += 1.5 * rows * k + std::min<double>(config.sampled_lines.last_q, q) * k;
         break;
       }
     }

@@ -36,6 +36,8 @@ namespace spattn {
 //   flex_prefill      gamma 0.9 / 0.95 (tau 0.1, min_budget 1024, block 128)
 //   sample_attention  alpha_c = alpha_s = 0.9 / 0.95 (chunk_n 2, block 128)
 //   anchor            theta 6 / 9 / 12 (step 16, block 128, init 2048)
+//   sampled_lines     gamma 0.85 / 0.9 / 0.95 (2 rows per block of 64, last_q 64, sink 4,
+//                     local 64)
 // The other parameters keep the paper defaults of kernels/method_config.h.
 std::vector<MethodConfig> DefaultCandidates();
 
@@ -60,7 +62,8 @@ absl::StatusOr<std::vector<Method>> ParseCandidateMethods(absl::string_view spec
 // A short label with the parameters the default candidates vary, for tables:
 // "a_shape(64,1024)" (sink, local), "vertical_slash(500,1000)" (vertical, slash),
 // "block_sparse(k=16)", "flex_prefill(gamma=0.9)", "sample_attention(alpha=0.9)" (or
-// "alpha_c=..,alpha_s=.." when they differ), "anchor(theta=12)", "saap(l=16)", "dense".
+// "alpha_c=..,alpha_s=.." when they differ), "anchor(theta=12)", "saap(l=16)",
+// "sampled_lines(gamma=0.95)", "dense".
 std::string ConfigLabel(const MethodConfig& config);
 
 // ---- Cost model.
@@ -77,6 +80,9 @@ std::string ConfigLabel(const MethodConfig& config);
 //   anchor             0.5 * (q * (min(init, k) + min(step * B / 2, k)) + nq * k)
 //                      (per-row anchor over init + local keys, pooled queries x keys)
 //   saap               0.5 * (k * C / group + q * mlp_macs / head_dim)
+//   sampled_lines      0.5 * (1.5 * rows_per_block * ceil(q / 64) + min(last_q, q)) * k
+//                      (three passes over the sampled rows, half the keys each under the
+//                      mask, and the last-rows evidence)
 //                      (key -> centroid assignment shared by the kv group, query classifier)
 // with B the method's block size, nq = ceil(q / B), nk = ceil(k / B), C the centroid count and
 // mlp_macs the classifier's multiply-adds per query (from `maybe_assets`; 0 without them).

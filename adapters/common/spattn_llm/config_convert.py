@@ -35,7 +35,8 @@ _MINFERENCE = {
 }
 _PARAMS_KEY = {"a_shape": "a_shape", "vertical_slash": "vertical_slash",
                "block_sparse": "block_sparse", "flex_prefill": "flex_prefill",
-               "sample_attention": "sample_attention", "anchor": "anchor", "saap": "saap"}
+               "sample_attention": "sample_attention", "anchor": "anchor", "saap": "saap",
+               "sampled_lines": "sampled_lines"}
 
 
 class ConfigError(ValueError):

@@ -2,7 +2,7 @@
 from spattn.v1 import common_pb2
 
 METHODS = ["dense", "a_shape", "vertical_slash", "block_sparse", "flex_prefill",
-           "sample_attention", "anchor", "saap"]
+           "sample_attention", "anchor", "saap", "sampled_lines"]
 # The MethodConfig oneof field holding each method's params (dense has none).
 PARAMS_FIELD = {m: m for m in METHODS if m != "dense"}
 

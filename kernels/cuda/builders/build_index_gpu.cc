@@ -61,6 +61,8 @@ absl::StatusOr<SparseIndexView> BuildIndexInWorkspace(const BuildScope& scope,
       return BuildAnchorIndex(scope, p, config, heads, block_m);
     case Method::kSaap:
       return BuildSaapIndex(scope, p, config, heads, block_m, maybe_assets);
+    case Method::kSampledLines:
+      return BuildSampledLinesIndex(scope, p, config, heads, block_m);
     default:
       break;
   }
@@ -80,6 +82,7 @@ bool GpuBuilderAvailable(Method method) {
     case Method::kSampleAttention:
     case Method::kAnchor:
     case Method::kSaap:
+    case Method::kSampledLines:
       return true;
     default:
       return false;

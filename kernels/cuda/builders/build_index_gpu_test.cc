@@ -276,6 +276,27 @@ MethodCases CasesFor(Method m) {
       mc.max_diff_share = 0.25, mc.recall_tol = mc.density_tol = 0.03;
       mc.needs_assets = true;
       break;
+    case Method::kSampledLines: {
+      struct P {
+        float gamma;
+        int rows, last_q, sink, local;
+      };
+      // Flat random attention needs low gammas to be sparse.
+      for (const P& pr : {P{0.95f, 2, 64, 4, 64}, P{0.5f, 1, 16, 0, 0}, P{0.3f, 4, 100, 1, 16},
+                          P{0.6f, 3, 1, 0, 1}}) {
+        c.sampled_lines.gamma = pr.gamma;
+        c.sampled_lines.rows_per_block = pr.rows;
+        c.sampled_lines.last_q = pr.last_q;
+        c.sampled_lines.sink_tokens = pr.sink;
+        c.sampled_lines.local_tokens = pr.local;
+        mc.configs.push_back(c);
+      }
+      // Exact logits; the GPU's exp2 vs the CPU's exp may move an entry across a bin edge or the
+      // threshold bin of a block whose cumulative mass sits at gamma.
+      mc.integer_qk = true;
+      mc.max_diff_share = 0.05, mc.recall_tol = mc.density_tol = 0.01;
+      break;
+    }
   }
   return mc;
 }

@@ -1,0 +1,378 @@
+// GPU index builder of sampled_lines (issue 11): the twin of kernels/builders/sampled_lines.cc.
+// See sampled_lines_kernels.h for the passes. The CPU computes the sampled rows' probabilities
+// with its own exp and fp32 dot products, so masses next to a bin edge may fall in the
+// neighbouring bin here: indexes agree up to such entries (build_index_gpu_test's tolerances).
+#include <math_constants.h>
+
+#include <cfloat>
+#include <cstdint>
+
+#include "kernels/cuda/builders/sampled_lines_kernels.h"
+#include "kernels/cuda/common/mma.cuh"
+#include "kernels/cuda/common/row_assembly.cuh"
+
+namespace spattn {
+namespace cuda {
+namespace {
+
+using detail::LdMatrixX4;
+using detail::Mma;
+
+constexpr int kThreads = 128;
+constexpr int kTile = 64;
+constexpr unsigned kFull = 0xffffffffu;
+
+struct SlSmem {
+  int64_t ks, hm, hc, total;
+};
+
+__host__ __device__ inline SlSmem Layout(int head_dim) {
+  SlSmem l;
+  const int64_t tile = static_cast<int64_t>(kTile) * (head_dim + 8) * 2;
+  l.ks = tile;
+  l.hm = 2 * tile;
+  l.hc = l.hm + static_cast<int64_t>(kSlGroupBlocks) * kSlBins * 4;
+  l.total = l.hc + static_cast<int64_t>(kSlGroupBlocks) * kSlBins * 4;
+  return l;
+}
+
+__device__ __forceinline__ float Sanitize(float x) {
+  if (isnan(x)) return -CUDART_INF_F;
+  if (x == CUDART_INF_F) return FLT_MAX;
+  return x;
+}
+
+__device__ __forceinline__ int Bin(float m) {
+  const int key = static_cast<int>(__float_as_uint(m) >> 20) - kSlBinFloor;
+  return key < 0 ? 0 : (key >= kSlBins ? kSlBins - 1 : key);
+}
+
+// Rows `rows` of a [64][pitch] tile: row i is token token_of(i) of head `head`, zero past `n`.
+template <typename T, class F>
+__device__ __forceinline__ void LoadRows(T* dst, int pitch, const T* base, int n,
+                                         int64_t token_stride, int64_t head, int64_t head_stride,
+                                         int head_dim, F token_of) {
+  const int vecs = head_dim / 8;
+  for (int idx = threadIdx.x; idx < kTile * vecs; idx += kThreads) {
+    const int r = idx / vecs, v = idx - r * vecs;
+    uint4 val = make_uint4(0, 0, 0, 0);
+    if (r < n) {
+      val = *reinterpret_cast<const uint4*>(base + token_of(r) * token_stride + head * head_stride +
+                                            v * 8);
+    }
+    *reinterpret_cast<uint4*>(dst + r * pitch + v * 8) = val;
+  }
+}
+
+// S = Q K^T for the warp's 16 rows x 64 keys.
+template <typename T, int kD>
+__device__ __forceinline__ void TileLogits(const T* qs, const T* ks, float (&acc)[8][4]) {
+  constexpr int kPitch = kD + 8;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
+  }
+#pragma unroll
+  for (int kk = 0; kk < kD / 16; ++kk) {
+    uint32_t a[4];
+    LdMatrixX4(a, qs + (warp * 16 + (lane & 15)) * kPitch + kk * 16 + (lane >> 4) * 8);
+#pragma unroll
+    for (int np = 0; np < 4; ++np) {
+      uint32_t b[4];
+      const int key = np * 16 + (lane & 7) + ((lane >> 4) << 3);
+      LdMatrixX4(b, ks + key * kPitch + kk * 16 + ((lane >> 3) & 1) * 8);
+      Mma<T>::Run(acc[2 * np], a, b[0], b[1]);
+      Mma<T>::Run(acc[2 * np + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// Evidence rows that see key x (column) / reach offset x (diagonal): sampled_lines.cc's
+// SampledLinesColumnRows / SampledLinesDiagonalRows.
+__device__ __forceinline__ int ColumnRows(int fp, int lp, bool causal, int key) {
+  if (!causal) return lp - fp + 1;
+  const int lo = key > fp ? key : fp;
+  return lp - lo + 1 > 0 ? lp - lo + 1 : 0;
+}
+__device__ __forceinline__ int DiagonalRows(int fp, int lp, int kl, bool causal, int offset) {
+  int hi = lp;
+  if (!causal && offset + kl - 1 < hi) hi = offset + kl - 1;
+  const int lo = offset > fp ? offset : fp;
+  return hi - lo + 1 > 0 ? hi - lo + 1 : 0;
+}
+
+// One pass over the keys of one group for one head slot.
+template <typename T, int kD, int kPass>
+__global__ void __launch_bounds__(kThreads) SlPassKernel(SlArgs a) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const SlSmem lay = Layout(kD);
+  constexpr int kPitch = kD + 8;
+  T* qs = reinterpret_cast<T*>(smem);
+  T* ks = reinterpret_cast<T*>(smem + lay.ks);
+  float* hm = reinterpret_cast<float*>(smem + lay.hm);
+  int* hc = reinterpret_cast<int*>(smem + lay.hc);
+  __shared__ int blk_thr[kSlGroupBlocks];
+  __shared__ int blk_cursor[kSlGroupBlocks];
+  __shared__ int blk_count[kSlGroupBlocks];
+  __shared__ long long blk_base[kSlGroupBlocks];
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const SlGroup g = a.groups[blockIdx.x];
+  const int slot = blockIdx.y;
+  const int qh = a.heads[slot];
+  const int kvh = qh / a.p.group;
+  const T* qg = static_cast<const T*>(a.p.q);
+  const T* kg = static_cast<const T*>(a.p.k);
+  // Sequence token bases from the device cu_seqlens.
+  const int64_t qtok = a.p.cu_seqlens_q[g.seq];
+  const int64_t ktok = a.p.cu_seqlens_k[g.seq];
+  const int kl = a.p.cu_seqlens_k[g.seq + 1] - a.p.cu_seqlens_k[g.seq];
+
+  if (kPass == 2) {
+    for (int i = tid; i < kSlGroupBlocks * kSlBins; i += kThreads) {
+      hm[i] = 0.f;
+      hc[i] = 0;
+    }
+  }
+  if (kPass == 3 && tid < g.blocks) {
+    const int64_t row = static_cast<int64_t>(slot) * a.num_blocks + g.block_begin + tid;
+    blk_thr[tid] = a.thr[row];
+    blk_cursor[tid] = 0;
+    blk_base[tid] = a.kept[row];
+    blk_count[tid] = static_cast<int>(a.kept[row + 1] - a.kept[row]);
+  }
+  LoadRows(qs, kPitch, qg, g.rows, a.p.q_token_stride, qh, a.p.q_head_stride, kD,
+           [&](int r) { return qtok + a.rows[g.row_begin + r].q_row; });
+
+  // This thread's two rows (fragment rows lane/4 and lane/4 + 8 of its warp).
+  int rl[2] = {warp * 16 + (lane >> 2), warp * 16 + (lane >> 2) + 8};
+  int pos[2], vis[2], blk[2];
+  float w[2], mx[2], inv[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    pos[h] = 0;
+    vis[h] = 0;
+    blk[h] = 0;
+    w[h] = 0.f;
+    mx[h] = -CUDART_INF_F;
+    inv[h] = 0.f;
+    if (rl[h] < g.rows) {
+      const SlRow r = a.rows[g.row_begin + rl[h]];
+      pos[h] = r.pos;
+      vis[h] = a.p.causal ? r.pos + 1 : kl;
+      blk[h] = r.block - g.block_begin;
+      w[h] = r.w;
+      if (kPass >= 2) {
+        const int64_t at = static_cast<int64_t>(slot) * a.num_rows + g.row_begin + rl[h];
+        mx[h] = a.row_max2[at];
+        inv[h] = a.row_inv[at];
+      }
+    }
+  }
+  // Evidence of this (slot, sequence).
+  const merged::EstimateSeq es = a.ev_seqs[g.seq];
+  const int ev_fp = es.first_pos, ev_lp = es.first_pos + es.n - 1;
+  const double* ev_col = a.col_sums + slot * a.col_stride + es.col_base;
+  const double* ev_diag = a.diag_sums + slot * a.diag_stride + es.diag_base;
+
+  float run_max[2] = {-CUDART_INF_F, -CUDART_INF_F};
+  float run_sum[2] = {0.f, 0.f};
+  for (int j0 = 0; j0 < g.key_end; j0 += kTile) {
+    __syncthreads();  // readers of the previous key tile are done
+    LoadRows(ks, kPitch, kg, min(kTile, kl - j0), a.p.k_token_stride, kvh, a.p.k_head_stride, kD,
+             [&](int r) { return ktok + j0 + r; });
+    __syncthreads();
+    float acc[8][4];
+    TileLogits<T, kD>(qs, ks, acc);
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int h = e >> 1;
+        const int j = j0 + nt * 8 + (lane & 3) * 2 + (e & 1);
+        if (rl[h] >= g.rows || j >= vis[h]) continue;
+        const float l2 = Sanitize(__fmul_rn(acc[nt][e], a.p.scale_log2));
+        if (kPass == 1) {
+          if (l2 == -CUDART_INF_F) continue;
+          if (l2 > run_max[h]) {
+            run_sum[h] = __fmul_rn(run_sum[h], exp2f(__fsub_rn(run_max[h], l2))) + 1.f;
+            run_max[h] = l2;
+          } else {
+            run_sum[h] += exp2f(__fsub_rn(l2, run_max[h]));
+          }
+          continue;
+        }
+        if (mx[h] == -CUDART_INF_F) continue;
+        const float m = __fmul_rn(__fmul_rn(exp2f(__fsub_rn(l2, mx[h])), inv[h]), w[h]);
+        if (!(m > 0.f)) continue;
+        const int bin = Bin(m);
+        if (kPass == 2) {
+          atomicAdd(hm + blk[h] * kSlBins + bin, m);
+          atomicAdd(hc + blk[h] * kSlBins + bin, 1);
+          continue;
+        }
+        if (bin < blk_thr[blk[h]]) continue;
+        const int o = pos[h] - j;
+        const int oi = o - es.min_offset;
+        float d = 0.f;
+        if (oi >= 0 && oi < es.num_offsets) {
+          const int cnt = DiagonalRows(ev_fp, ev_lp, kl, a.p.causal, o);
+          if (cnt > 0) d = static_cast<float>(ev_diag[oi] / cnt);
+        }
+        float v = 0.f;
+        const int cnt = ColumnRows(ev_fp, ev_lp, a.p.causal, j);
+        if (cnt > 0) v = static_cast<float>(ev_col[j] / cnt);
+        const int32_t code = d > v ? -1 - (o + kl) : j;
+        const int idx = atomicAdd(blk_cursor + blk[h], 1);
+        if (idx < blk_count[blk[h]]) a.entries[blk_base[blk[h]] + idx] = code;
+      }
+    }
+  }
+  if (kPass == 1) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float m = run_max[h], s = run_sum[h];
+#pragma unroll
+      for (int x = 1; x <= 2; x <<= 1) {
+        const float om = __shfl_xor_sync(kFull, m, x);
+        const float os = __shfl_xor_sync(kFull, s, x);
+        const float nm = fmaxf(m, om);
+        float ns = 0.f;
+        if (nm != -CUDART_INF_F) {
+          ns = (m == -CUDART_INF_F ? 0.f : s * exp2f(m - nm)) +
+               (om == -CUDART_INF_F ? 0.f : os * exp2f(om - nm));
+        }
+        m = nm;
+        s = ns;
+      }
+      if ((lane & 3) == 0 && rl[h] < g.rows) {
+        const int64_t at = static_cast<int64_t>(slot) * a.num_rows + g.row_begin + rl[h];
+        a.row_max2[at] = m;
+        a.row_inv[at] = (m == -CUDART_INF_F || !(s > 0.f)) ? 0.f : 1.f / s;
+      }
+    }
+  } else if (kPass == 2) {
+    __syncthreads();
+    for (int b = warp; b < g.blocks; b += kThreads / 32) {
+      const float* bm = hm + b * kSlBins;
+      const int* bc = hc + b * kSlBins;
+      float part = 0.f;
+      for (int i = lane; i < kSlBins; i += 32) part += bm[i];
+#pragma unroll
+      for (int x = 16; x >= 1; x >>= 1) part += __shfl_xor_sync(kFull, part, x);
+      if (lane == 0) {
+        const float target = a.gamma * part;
+        int thr = kSlBins;
+        long long kept = 0;
+        if (part > 0.f) {
+          float cum = 0.f;
+          for (int i = kSlBins - 1; i >= 0; --i) {
+            cum += bm[i];
+            kept += bc[i];
+            if (cum >= target) {
+              thr = i;
+              break;
+            }
+          }
+        }
+        const int64_t row = static_cast<int64_t>(slot) * a.num_blocks + g.block_begin + b;
+        a.thr[row] = thr;
+        a.kept[row] = thr == kSlBins ? 0 : kept;
+      }
+    }
+  }
+}
+
+template <typename T, int kD, int kPass>
+cudaError_t LaunchPass(const SlArgs& a, cudaStream_t stream) {
+  const int64_t bytes = Layout(kD).total;
+  cudaError_t err =
+      cudaFuncSetAttribute(SlPassKernel<T, kD, kPass>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(bytes));
+  if (err != cudaSuccess) return err;
+  SlPassKernel<T, kD, kPass><<<dim3(a.num_groups, a.num_slots), kThreads, bytes, stream>>>(a);
+  return cudaGetLastError();
+}
+
+template <int kPass>
+cudaError_t Dispatch(const SlArgs& a, cudaStream_t stream) {
+  const bool bf16 = a.p.dtype == DType::kBF16;
+  if (a.p.head_dim == 128) {
+    return bf16 ? LaunchPass<__nv_bfloat16, 128, kPass>(a, stream)
+                : LaunchPass<__half, 128, kPass>(a, stream);
+  }
+  if (a.p.head_dim == 64) {
+    return bf16 ? LaunchPass<__nv_bfloat16, 64, kPass>(a, stream)
+                : LaunchPass<__half, 64, kPass>(a, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+// The assembler's source: each row's entries plus its sink and local ranges.
+struct SlAsmSrc {
+  SlAsmArgs a;
+  struct Shared {
+    int first_pos, last_pos, kl;
+    long long e_begin, e_end;
+  };
+  __device__ void Begin(int unit, Shared& sh, row_assembly::RowCtx& ctx) const {
+    const int slot = unit / a.num_blocks, block = unit % a.num_blocks;
+    const BlockGeoDev g = a.geo[block];
+    ctx.key_end = g.key_end;
+    ctx.block = block;
+    ctx.num_slots = 1;
+    ctx.slots[0] = slot;
+    sh.first_pos = g.first_pos;
+    sh.last_pos = g.last_pos;
+    sh.kl = a.k_lens[g.seq];
+    sh.e_begin = a.offsets[unit];
+    sh.e_end = a.offsets[unit + 1];
+  }
+  __device__ void SetBits(const row_assembly::RowCtx& ctx, const Shared& sh, uint32_t* ranges,
+                          uint32_t* cols, int64_t wbase) const {
+    using row_assembly::kAsmArrayWords;
+    using row_assembly::OrSpan;
+    if (threadIdx.x == 0) {
+      if (a.sink_tokens > 0) OrSpan(ranges, wbase, 0, a.sink_tokens);
+      if (a.local_tokens > 0) {
+        OrSpan(ranges, wbase, static_cast<int64_t>(sh.first_pos) - a.local_tokens + 1,
+               static_cast<int64_t>(sh.last_pos) + 1);
+      }
+    }
+    for (long long e = sh.e_begin + threadIdx.x; e < sh.e_end; e += blockDim.x) {
+      const int32_t code = a.entries[e];
+      if (code >= 0) {
+        const int64_t i = (code >> 5) - wbase;
+        if (i >= 0 && i < kAsmArrayWords) atomicOr(cols + i, 1u << (code & 31));
+      } else {
+        const int64_t o = -1 - static_cast<int64_t>(code) - sh.kl;
+        OrSpan(ranges, wbase, sh.first_pos - o, sh.last_pos - o + 1);
+      }
+    }
+  }
+};
+
+}  // namespace
+
+cudaError_t LaunchSampledLinesSelect(const SlArgs& a, cudaStream_t stream) {
+  if (a.num_groups == 0 || a.num_slots == 0) return cudaSuccess;
+  cudaError_t err = Dispatch<1>(a, stream);
+  if (err != cudaSuccess) return err;
+  return Dispatch<2>(a, stream);
+}
+
+cudaError_t LaunchSampledLinesEmit(const SlArgs& a, cudaStream_t stream) {
+  if (a.num_groups == 0 || a.num_slots == 0) return cudaSuccess;
+  return Dispatch<3>(a, stream);
+}
+
+cudaError_t LaunchSampledLinesAssemble(const SlAsmArgs& a, const row_assembly::AsmOut& out,
+                                       bool fill, cudaStream_t stream) {
+  SlAsmSrc src;
+  src.a = a;
+  return row_assembly::LaunchAssemble(src, a.num_rows, out, fill, stream);
+}
+
+}  // namespace cuda
+}  // namespace spattn

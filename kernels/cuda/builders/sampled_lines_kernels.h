@@ -1,0 +1,97 @@
+// Internal launch API of the GPU sampled_lines index builder (the twin of
+// kernels/builders/sampled_lines.cc; host side builders/sampled_lines_host.cc). Plain structs of
+// device pointers and sizes; launchers return cudaError_t. Only code under kernels/cuda includes
+// this.
+//
+// Work: the sampled rows of consecutive query blocks of one sequence are packed into groups of at
+// most kSlGroupRows rows and kSlGroupBlocks blocks; one CTA per (group, head slot) computes their
+// logits against every key the group sees on tensor cores, three times: (1) each row's max and sum
+// (online, log2 domain), (2) per block a histogram of entry masses over the bins of
+// SampledLinesBin -> each block's threshold bin and kept-entry count, (3) the kept entries, each
+// classified as a column or a diagonal by the last-rows evidence (vertical_slash's estimate) and
+// written to the block's slice of an entry list. The row assembler (common/row_assembly.cuh) turns
+// each row's entries plus its sink and local ranges into the SparseIndex row.
+#ifndef SPATTN_KERNELS_CUDA_BUILDERS_SAMPLED_LINES_KERNELS_H_
+#define SPATTN_KERNELS_CUDA_BUILDERS_SAMPLED_LINES_KERNELS_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/attention/attention_launch.h"
+#include "kernels/cuda/builders/assembled_kernels.h"
+#include "kernels/cuda/builders/merged_kernels.h"
+
+namespace spattn {
+namespace cuda {
+
+constexpr int kSlGroupRows = 64;    // sampled rows per CTA (4 warps x 16)
+constexpr int kSlGroupBlocks = 32;  // query blocks per CTA (histograms in shared memory)
+constexpr int kSlBins = 258;        // = kSampledLinesBins (sampled_lines.h)
+constexpr int kSlBinFloor = 759;    // = kSampledLinesBinFloor
+
+// Sampled rows of consecutive query blocks of one sequence.
+struct SlGroup {
+  int seq;
+  int row_begin, rows;      // into the row table
+  int block_begin, blocks;  // global query blocks
+  int key_end;              // keys any of its rows sees
+};
+
+// One sampled row.
+struct SlRow {
+  int q_row;  // row within the sequence
+  int pos;    // its key position
+  int block;  // global query block
+  float w;    // 1 / (rows sampled in its block)
+};
+
+struct SlArgs {
+  AttnParams p;
+  float scale = 0.f;               // softmax_scale
+  const int32_t* heads = nullptr;  // [slots]
+  int num_slots = 0;
+  int num_blocks = 0;
+  const SlGroup* groups = nullptr;  // [num_groups]
+  int num_groups = 0;
+  const SlRow* rows = nullptr;  // [num_rows]
+  int num_rows = 0;
+  const BlockGeoDev* geo = nullptr;  // [num_blocks]
+  float gamma = 0.f;
+  // Evidence: vertical_slash's estimate over the last rows (merged_kernels.h EstimateParams).
+  const merged::EstimateSeq* ev_seqs = nullptr;  // [batch]
+  const double* col_sums = nullptr;              // [slots * col_stride]
+  const double* diag_sums = nullptr;             // [slots * diag_stride]
+  int64_t col_stride = 0, diag_stride = 0;
+  // Per sampled row (slot-major [slots * num_rows]): log2-domain max and 1 / sum.
+  float* row_max2 = nullptr;
+  float* row_inv = nullptr;
+  // Per index row (slot * num_blocks + block): threshold bin, kept entries, their offset.
+  int32_t* thr = nullptr;
+  int64_t* kept = nullptr;     // [rows + 1] counts, scanned in place to offsets
+  int32_t* entries = nullptr;  // kept entries: key j (column) or -1 - (o + k_len) (diagonal)
+};
+
+// Pass 1 (row statistics) and pass 2 (histograms -> thr, kept counts).
+cudaError_t LaunchSampledLinesSelect(const SlArgs& a, cudaStream_t stream);
+// Pass 3: the kept entries at the scanned offsets in `kept`.
+cudaError_t LaunchSampledLinesEmit(const SlArgs& a, cudaStream_t stream);
+
+// Row assembly: per index row its entries plus sink [0, sink) and local
+// [first_pos - local + 1, last_pos].
+struct SlAsmArgs {
+  const BlockGeoDev* geo = nullptr;
+  int num_blocks = 0;
+  int num_rows = 0;                  // slots * num_blocks
+  const int64_t* offsets = nullptr;  // [num_rows + 1] entry offsets
+  const int32_t* entries = nullptr;
+  const int32_t* k_lens = nullptr;  // [batch]
+  int sink_tokens = 0, local_tokens = 0;
+};
+cudaError_t LaunchSampledLinesAssemble(const SlAsmArgs& a, const row_assembly::AsmOut& out,
+                                       bool fill, cudaStream_t stream);
+
+}  // namespace cuda
+}  // namespace spattn
+
+#endif  // SPATTN_KERNELS_CUDA_BUILDERS_SAMPLED_LINES_KERNELS_H_
