@@ -14,9 +14,10 @@
 //  * column tiles (up to 128 gathered keys): each of the 128 producer threads copies one key's K
 //    (then V) row with cp.async and arrives on the slot's barrier when its copies land
 //    (cp.async.mbarrier.arrive.noinc); rows past the tile's keys are zero-filled.
-// The consumers are dense_fa3.cuh's: S(t+1) and P(t)V issued together, ping-pong between the
-// two warpgroups. Range tiles shorter than 128 keys have their V rows past the range zeroed by
-// the consumers (those rows hold keys the row does not attend; NaN/Inf there must not leak).
+// The consumers are consumer_step.cuh's (RunKeyTiles, as in dense_fa3.cuh): S(t+1) and P(t)V
+// issued together, ping-pong between the two warpgroups. Range tiles shorter than 128 keys have
+// their V rows past the range zeroed by the consumers (those rows hold keys the row does not
+// attend; NaN/Inf there must not leak).
 #ifndef SPATTN_KERNELS_CUDA_ATTENTION_HOPPER_PERSISTENT_FA3_CUH_
 #define SPATTN_KERNELS_CUDA_ATTENTION_HOPPER_PERSISTENT_FA3_CUH_
 
