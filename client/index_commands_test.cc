@@ -173,6 +173,15 @@ TEST_F(IndexCommandsTest, ConfigsImportExportMInferenceAndOwnFormat) {
   absl::StatusOr<v1::PutHeadConfigsRequest> b = ParseSpattnConfig(again);
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_EQ(a->SerializeAsString(), b->SerializeAsString());
+  // Issue 11: a config's calibration length and length bucket go in and come out.
+  WriteText(dir + "/calibrated.json",
+            R"({"configs": [{"layer": 1, "head": 2, "min_tokens": 23170,
+                "calibrated_tokens": 32768, "method": {"method": "METHOD_A_SHAPE"}}]})");
+  ASSERT_EQ(Run({"create-version", "cli-cfg"}), 0) << err_;
+  ASSERT_EQ(Run({"configs", "import", "cli-cfg", "3", dir + "/calibrated.json"}), 0) << err_;
+  ASSERT_EQ(Run({"configs", "export", "cli-cfg", "--version=3"}), 0) << err_;
+  EXPECT_TRUE(absl::StrContains(out_, "\"calibrated_tokens\": 32768")) << out_;
+  EXPECT_TRUE(absl::StrContains(out_, "\"min_tokens\": 23170")) << out_;
   // The server validates: a MInference file for a bigger model is refused with the field named.
   WriteText(dir + "/too_many.json", R"([{"9": ["stream_llm", 1, 2, 3]}])");
   EXPECT_EQ(Run({"configs", "import", "cli-cfg", "2", dir + "/too_many.json"}), 1);

@@ -75,11 +75,12 @@ struct RecallGuardOptions {
 // keys: its budgets that count keys (a_shape local_tokens, vertical_slash vertical_size and
 // slash_size, block_sparse top_k, flex_prefill min_budget and max_budget) times
 // (served / calibrated)^exponent, rounded, at least 1. Left as they are: the budgets that are
-// mass or score thresholds (flex_prefill gamma and tau, sample_attention alphas, anchor theta:
-// they keep the same share of the attention or of the keys at any length by construction), Saap's
-// top_l (a share of the C buckets, each of which grows with the keys), and the structural sizes
-// (sinks, estimation rows last_q / chunk_n, forced columns and diagonals, local windows of
-// sample_attention and saap, block sizes). Unchanged when either length is <= 0 or they are
+// mass or score thresholds (flex_prefill gamma and tau, sample_attention alphas, anchor theta,
+// sampled_lines gamma: they keep the same share of the attention or of the keys at any length
+// by construction), Saap's top_l (a share of the C buckets, each of which grows with the keys),
+// and the structural sizes (sinks, estimation rows last_q / chunk_n / rows_per_block, forced
+// columns and diagonals, local windows of sample_attention, saap and sampled_lines, block
+// sizes). Unchanged when either length is <= 0 or they are
 // equal.
 MethodConfig ScaleConfigToLength(const MethodConfig& config, int64_t calibrated_tokens,
                                  int64_t served_tokens, double exponent);

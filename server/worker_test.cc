@@ -26,6 +26,7 @@
 #include "kernels/host_problem.h"
 #include "kernels/reference/reference_attention.h"
 #include "server/convert.h"
+#include "server/recall_guard.h"
 #include "server/test_util.h"
 #include "server/worker_server.h"
 
@@ -189,7 +190,17 @@ class WorkerTest : public ::testing::Test {
     c.mutable_method()->set_method(v1::METHOD_A_SHAPE);
     c.mutable_method()->mutable_a_shape()->set_sink_tokens(4);
     c.mutable_method()->mutable_a_shape()->set_local_tokens(32);
-    index_->service().PutVersion("tiny", 1, {c});
+    // Layer 2 (issue 11): head 1's config records its calibration length (50 keys; requests
+    // here have 150), head 3 the same config written without it (an older version's row).
+    v1::HeadConfig scaled = c;
+    scaled.set_layer(2);
+    scaled.set_head(1);
+    scaled.mutable_method()->mutable_a_shape()->set_local_tokens(16);
+    scaled.set_calibrated_tokens(50);
+    v1::HeadConfig unscaled = scaled;
+    unscaled.set_head(3);
+    unscaled.clear_calibrated_tokens();
+    index_->service().PutVersion("tiny", 1, {c, scaled, unscaled});
     index_->service().Publish("tiny", 1);
 
     WorkerOptions o;
@@ -234,7 +245,7 @@ TEST_F(WorkerTest, MetadataListsRpcsMethodsAndDevice) {
   EXPECT_EQ(md->device(), "cpu");
   EXPECT_EQ(md->rpcs_size(), 7);
   for (const auto& rpc : md->rpcs()) EXPECT_TRUE(rpc.implemented()) << rpc.name();
-  ASSERT_EQ(md->methods_size(), 9);
+  ASSERT_EQ(md->methods_size(), static_cast<int>(std::size(kAllMethods)));  // every method
   for (const auto& m : md->methods()) {
     auto method = ParseMethod(m.name());
     ASSERT_TRUE(method.ok()) << m.name();
@@ -536,6 +547,46 @@ TEST_F(WorkerTest, HeadConfigsComeFromTheIndexService) {
   bad_version.set_config_version(5);
   auto r3 = client_->ComputeAttention(bad_version);
   EXPECT_EQ(r3.status().code(), absl::StatusCode::kNotFound) << r3.status();
+}
+
+// Issue 11: a head config that records its calibration length runs its key-count budgets scaled
+// to the request's longest sequence (150 keys = 3x the 50 it was calibrated on: a_shape local
+// 16 x 3^0.68 = 34); the same config without the field runs as published.
+TEST_F(WorkerTest, HeadConfigsScaleFromTheirCalibrationLength) {
+  HostProblem hp(TestShape());
+  hp.FillRandom(37);
+  v1::AttentionRequest req = InlineRequest(hp);
+  req.set_causal(true);
+  req.set_model_id("tiny");
+  req.set_layer(2);
+  req.set_return_stats(true);
+  auto resp = client_->ComputeAttention(req);
+  ASSERT_TRUE(resp.ok()) << Describe(resp.status());
+  ASSERT_EQ(resp->heads_size(), 4);
+  EXPECT_EQ(resp->heads(1).method_name(), "a_shape");
+  EXPECT_EQ(resp->heads(3).method_name(), "a_shape");
+  MethodConfig published;
+  published.method = Method::kAShape;
+  published.a_shape.sink_tokens = 4;
+  published.a_shape.local_tokens = 16;
+  const MethodConfig served =
+      ScaleConfigToLength(published, 50, 150, RecallGuardOptions::kLengthExponent);
+  ASSERT_EQ(served.a_shape.local_tokens, 34);
+  EXPECT_GT(resp->heads(1).density(), resp->heads(3).density());
+  // Outputs under exactly those masks: head 1 a_shape(4, 34), head 3 a_shape(4, 16), 0 and 2
+  // dense.
+  ReferenceMasks wide = AShapeMasks(hp, 4, 34, 64);
+  ReferenceMasks masks = AShapeMasks(hp, 4, 16, 64);
+  for (int b = 0; b < 2; ++b) masks[1 * 2 + b] = wide[1 * 2 + b];
+  for (int h : {0, 2}) {
+    for (int b = 0; b < 2; ++b) {
+      masks[h * 2 + b].assign(static_cast<size_t>(hp.problem().q_len(b)) * hp.problem().k_len(b),
+                              1);
+    }
+  }
+  auto out = DecodeInlineOutput(*resp);
+  ASSERT_TRUE(out.ok());
+  ExpectClose(*out, Reference(hp, masks), DType::kBF16, "model tiny layer 2");
 }
 
 TEST_F(WorkerTest, BadRequestsGetPreciseCodesAndTheWorkerKeepsServing) {
