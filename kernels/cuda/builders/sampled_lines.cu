@@ -176,6 +176,7 @@ __global__ void __launch_bounds__(kThreads) SlPassKernel(SlArgs a) {
   const double* ev_col = a.col_sums + slot * a.col_stride + es.col_base;
   const double* ev_diag = a.diag_sums + slot * a.diag_stride + es.diag_base;
 
+  const float diag_floor = kSlDiagonalFloor / static_cast<float>(kl);
   float run_max[2] = {-CUDART_INF_F, -CUDART_INF_F};
   float run_sum[2] = {0.f, 0.f};
   for (int j0 = 0; j0 < g.key_end; j0 += kTile) {
@@ -223,7 +224,7 @@ __global__ void __launch_bounds__(kThreads) SlPassKernel(SlArgs a) {
         float v = 0.f;
         const int cnt = ColumnRows(ev_fp, ev_lp, a.p.causal, j);
         if (cnt > 0) v = static_cast<float>(ev_col[j] / cnt);
-        const int32_t code = d > v ? -1 - (o + kl) : j;
+        const int32_t code = d > v && d > diag_floor ? -1 - (o + kl) : j;
         const int idx = atomicAdd(blk_cursor + blk[h], 1);
         if (idx < blk_count[blk[h]]) a.entries[blk_base[blk[h]] + idx] = code;
       }

@@ -19,6 +19,7 @@ namespace {
 
 static_assert(kSlBins == kSampledLinesBins, "bins of sampled_lines.h");
 static_assert(kSlBinFloor == kSampledLinesBinFloor, "bins of sampled_lines.h");
+static_assert(kSlDiagonalFloor == kSampledLinesDiagonalFloor, "floor of sampled_lines.h");
 
 absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const AttentionProblem& p,
                                                   const AttnParams& a,
