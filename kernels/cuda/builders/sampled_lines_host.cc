@@ -109,7 +109,10 @@ absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const A
   // Blocks without sampled rows (empty sequences) keep nothing: counts start at 0.
   SPATTN_ASSIGN_OR_RETURN(sa.kept,
                           CarveZeroed<int64_t>(env, irows + 1, "sampled_lines kept", env.stream));
-  SPATTN_CUDA_RETURN_IF_ERROR(LaunchSampledLinesSelect(sa, env.stream), "sampled_lines select");
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchSampledLinesStats(sa, env.stream), "sampled_lines row stats");
+  timer.Mark("row_stats");
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchSampledLinesHistogram(sa, env.stream),
+                              "sampled_lines histograms");
   timer.Mark("histogram");
   SPATTN_CUDA_RETURN_IF_ERROR(LaunchExclusiveScan64(sa.kept, irows, env.stream),
                               "sampled_lines entry offsets");
@@ -122,6 +125,7 @@ absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const A
   // read as key 0, never as a stray offset.
   SPATTN_ASSIGN_OR_RETURN(sa.entries,
                           CarveZeroed<int32_t>(env, total, "sampled_lines entries", env.stream));
+  timer.Mark("entry_total");
   SPATTN_CUDA_RETURN_IF_ERROR(LaunchSampledLinesEmit(sa, env.stream), "sampled_lines emit");
   timer.Mark("emit");
 

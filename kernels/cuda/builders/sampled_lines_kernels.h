@@ -73,8 +73,10 @@ struct SlArgs {
   int32_t* entries = nullptr;  // kept entries: key j (column) or -1 - (o + k_len) (diagonal)
 };
 
-// Pass 1 (row statistics) and pass 2 (histograms -> thr, kept counts).
-cudaError_t LaunchSampledLinesSelect(const SlArgs& a, cudaStream_t stream);
+// Pass 1 (row statistics).
+cudaError_t LaunchSampledLinesStats(const SlArgs& a, cudaStream_t stream);
+// Pass 2 (histograms -> thr, kept counts).
+cudaError_t LaunchSampledLinesHistogram(const SlArgs& a, cudaStream_t stream);
 // Pass 3: the kept entries at the scanned offsets in `kept`.
 cudaError_t LaunchSampledLinesEmit(const SlArgs& a, cudaStream_t stream);
 
