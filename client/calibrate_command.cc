@@ -679,11 +679,19 @@ absl::Status Run(Options& o) {
     SPATTN_ASSIGN_OR_RETURN(LayerInput in, LoadLayer(ob, layer));
     const AttentionProblem& p0 = *in.problems[0];
     if (publisher) SPATTN_RETURN_IF_ERROR(publisher->CheckShape(p0, o.layers));
+    // The calibration length the configs record (the longest calibration sequence): a worker
+    // scales their key-count budgets to the length it serves (HeadConfig.calibrated_tokens).
+    uint32_t calibrated_tokens = 0;
+    for (const AttentionProblem* p : in.problems) {
+      for (int b = 0; b < p->batch(); ++b) {
+        calibrated_tokens = std::max(calibrated_tokens, static_cast<uint32_t>(p->k_len(b)));
+      }
+    }
     std::printf(
         "layer %d: %zu prompt(s) of %d tokens, %d q / %d kv heads, head_dim %d "
-        "(loaded in %.1f s)\n",
+        "(loaded in %.1f s); configs record calibrated_tokens %u\n",
         layer, in.problems.size(), p0.total_k(), p0.num_q_heads, p0.num_kv_heads, p0.head_dim,
-        SecondsSince(t0));
+        SecondsSince(t0), calibrated_tokens);
 
     // Saap learns its centroids and classifiers on the first prompt before it can compete.
     LayerAssets assets;
@@ -768,6 +776,7 @@ absl::Status Run(Options& o) {
       MethodConfigToProto(h.chosen.config, c.mutable_method());
       c.set_search_score(static_cast<float>(h.chosen.recall));
       c.set_min_tokens(min_tokens);
+      c.set_calibrated_tokens(calibrated_tokens);
       configs.push_back(c);
       ++method_count[MethodName(h.chosen.config.method)];
       density_sum += h.chosen.density;

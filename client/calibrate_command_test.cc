@@ -7,6 +7,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -78,6 +79,9 @@ std::vector<v1::HeadConfig> Expected(const AttentionProblem& p, int layer) {
     c.set_head(h.head);
     MethodConfigToProto(h.chosen.config, c.mutable_method());
     c.set_search_score(static_cast<float>(h.chosen.recall));
+    int calibrated = 0;
+    for (int b = 0; b < p.batch(); ++b) calibrated = std::max(calibrated, p.k_len(b));
+    c.set_calibrated_tokens(calibrated);  // issue 11: the length the configs were searched at
     out.push_back(c);
   }
   return out;

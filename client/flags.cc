@@ -1,5 +1,7 @@
 #include "client/flags.h"
 
+#include <cstdio>
+
 namespace spattn {
 
 absl::StatusOr<CommandLine> CommandLine::Parse(absl::Span<const std::string> words,
@@ -71,6 +73,34 @@ absl::Status CommandLine::CheckAllUsed() const {
     if (missing_.count(name) > 0) return NeedsValue(name);
   }
   return absl::OkStatus();
+}
+
+int HandleMainFlags(int argc, char** argv, const MainFlags& flags) {
+  CommandLine::Options options;
+  options.positional = false;
+  options.boolean = flags.boolean;
+  if (flags.version != nullptr) options.boolean.insert("version");
+  std::vector<std::string> words(argv + 1, argv + argc);
+  for (std::string& w : words) {
+    if (w == "--helpfull" || w == "-h") w = "--help";
+  }
+  absl::StatusOr<CommandLine> line = CommandLine::Parse(words, options);
+  if (line.ok() && line->Bool("help").value_or(true)) {
+    flags.usage();
+    return 0;
+  }
+  if (line.ok() && flags.version != nullptr && line->Bool("version").value_or(false)) {
+    std::printf("%s %s\n", flags.program, flags.version);
+    return 0;
+  }
+  absl::Status s = line.status();
+  if (s.ok()) s = flags.read(*line);
+  if (!s.ok()) {
+    std::fprintf(stderr, "%s: %s\n", flags.program, std::string(s.message()).c_str());
+    flags.usage();
+    return 2;
+  }
+  return -1;
 }
 
 }  // namespace spattn

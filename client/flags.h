@@ -17,6 +17,7 @@
 #ifndef SPATTN_CLIENT_FLAGS_H_
 #define SPATTN_CLIENT_FLAGS_H_
 
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -108,6 +109,23 @@ class CommandLine {
   std::set<std::string> used_;
   std::vector<std::string> positional_;
 };
+
+// A binary's main() flag handling, one way for every server and benchmark binary: parse argv
+// (flags only, no positional words), answer --help (also -h and Abseil's --helpfull) with the
+// usage and --version (when `version` is set) with "<program> <version>", then let `read` take
+// the flags (it should end with CheckAllUsed). A parse or `read` error prints
+// "<program>: <message>" and the usage to stderr.
+struct MainFlags {
+  const char* program = "";       // e.g. "spattn-index"
+  std::function<void()> usage;    // prints the usage (to stderr)
+  const char* version = nullptr;  // Default: null (no --version flag).
+  std::set<std::string> boolean;  // boolean flags besides help / version. Default: none.
+  std::function<absl::Status(CommandLine& line)> read;  // reads the flags
+};
+
+// -1 when main() should go on (the flags were read), else its exit status: 0 after --help or
+// --version, 2 after a usage error.
+int HandleMainFlags(int argc, char** argv, const MainFlags& flags);
 
 }  // namespace spattn
 

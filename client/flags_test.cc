@@ -76,5 +76,55 @@ TEST(CommandLineTest, UsageErrors) {
   EXPECT_TRUE(*MustParse({"--help"}).Bool("help"));
 }
 
+// HandleMainFlags: what every binary's main() does with its command line (exit statuses 0 for
+// --help / -h / --helpfull / --version, 2 for a usage error, -1 to go on with the flags read).
+int RunMain(std::vector<std::string> args, const char* version, int* usage_calls, int* limit,
+            std::string* stdout_text) {
+  std::vector<char*> argv;
+  std::string program = "prog";
+  argv.push_back(program.data());
+  for (std::string& a : args) argv.push_back(a.data());
+  MainFlags flags;
+  flags.program = "prog";
+  flags.usage = [usage_calls] { ++*usage_calls; };
+  flags.version = version;
+  flags.read = [limit](CommandLine& line) -> absl::Status {
+    absl::Status s = line.Read("limit", limit);
+    if (!s.ok()) return s;
+    return line.CheckAllUsed();
+  };
+  testing::internal::CaptureStdout();
+  testing::internal::CaptureStderr();
+  const int rc = HandleMainFlags(static_cast<int>(argv.size()), argv.data(), flags);
+  *stdout_text = testing::internal::GetCapturedStdout();
+  (void)testing::internal::GetCapturedStderr();
+  return rc;
+}
+
+TEST(HandleMainFlagsTest, HelpVersionUsageErrorsAndFlags) {
+  int usage = 0, limit = 7;
+  std::string out;
+  for (const char* help : {"--help", "-h", "--helpfull"}) {
+    usage = 0;
+    EXPECT_EQ(RunMain({help}, "1.2", &usage, &limit, &out), 0) << help;
+    EXPECT_EQ(usage, 1) << help;
+  }
+  usage = 0;
+  EXPECT_EQ(RunMain({"--version"}, "1.2", &usage, &limit, &out), 0);
+  EXPECT_EQ(out, "prog 1.2\n");
+  EXPECT_EQ(usage, 0);
+  // Without a version, --version is an unknown flag: usage error.
+  EXPECT_EQ(RunMain({"--version"}, nullptr, &usage, &limit, &out), 2);
+  EXPECT_EQ(usage, 1);
+  EXPECT_EQ(RunMain({"--limit=many"}, nullptr, &usage, &limit, &out), 2);
+  EXPECT_EQ(RunMain({"--no_such=1"}, nullptr, &usage, &limit, &out), 2);
+  EXPECT_EQ(RunMain({"positional"}, nullptr, &usage, &limit, &out), 2);
+  EXPECT_EQ(usage, 4);
+  EXPECT_EQ(limit, 7);
+  EXPECT_EQ(RunMain({"--limit", "12"}, "1.2", &usage, &limit, &out), -1);
+  EXPECT_EQ(limit, 12);
+  EXPECT_EQ(usage, 4);
+}
+
 }  // namespace
 }  // namespace spattn

@@ -229,20 +229,11 @@ int Main() {
 }  // namespace spattn
 
 int main(int argc, char** argv) {
-  spattn::CommandLine::Options options;
-  options.positional = false;
-  absl::StatusOr<spattn::CommandLine> line =
-      spattn::CommandLine::Parse(std::vector<std::string>(argv + 1, argv + argc), options);
-  if (line.ok() && line->Bool("help").value_or(true)) {
-    std::fputs(spattn::kUsage, stderr);
-    return 0;
-  }
-  absl::Status s = line.status();
-  if (s.ok()) s = spattn::ReadFlags(*line);
-  if (!s.ok()) {
-    std::fprintf(stderr, "spattn-index-bench: %s\n%s", std::string(s.message()).c_str(),
-                 spattn::kUsage);
-    return 2;
-  }
+  spattn::MainFlags flags;
+  flags.program = "spattn-index-bench";
+  flags.usage = [] { std::fputs(spattn::kUsage, stderr); };
+  flags.read = [](spattn::CommandLine& line) { return spattn::ReadFlags(line); };
+  const int rc = spattn::HandleMainFlags(argc, argv, flags);
+  if (rc >= 0) return rc;
   return spattn::Main();
 }

@@ -92,32 +92,16 @@ absl::Status ReadFlags(spattn::CommandLine& line, spattn::IndexServerOptions* op
 }  // namespace
 
 int main(int argc, char** argv) {
-  spattn::CommandLine::Options flag_options;
-  flag_options.boolean = {"version", "tls_require_client_cert"};
-  flag_options.positional = false;
-  std::vector<std::string> words(argv + 1, argv + argc);
-  for (std::string& w : words) {
-    // Abseil's --helpfull (what scripts used while this binary had ABSL_FLAGs) and -h: --help.
-    if (w == "--helpfull" || w == "-h") w = "--help";
-  }
-  absl::StatusOr<spattn::CommandLine> line = spattn::CommandLine::Parse(words, flag_options);
-  if (line.ok() && line->Bool("help").value_or(true)) {
-    Usage();
-    return 0;
-  }
-  if (line.ok() && line->Bool("version").value_or(false)) {
-    std::printf("spattn-index %s\n", spattn::kSpattnVersion);
-    return 0;
-  }
   spattn::IndexServerOptions options;
   std::string port_file;
-  absl::Status flags = line.status();
-  if (flags.ok()) flags = ReadFlags(*line, &options, &port_file);
-  if (!flags.ok()) {
-    std::fprintf(stderr, "spattn-index: %s\n", std::string(flags.message()).c_str());
-    Usage();
-    return 2;
-  }
+  spattn::MainFlags flags;
+  flags.program = "spattn-index";
+  flags.usage = Usage;
+  flags.version = spattn::kSpattnVersion;
+  flags.boolean = {"tls_require_client_cert"};
+  flags.read = [&](spattn::CommandLine& line) { return ReadFlags(line, &options, &port_file); };
+  const int rc = spattn::HandleMainFlags(argc, argv, flags);
+  if (rc >= 0) return rc;
 
   // Block the shutdown signals before any thread starts, then wait for them on this thread.
   sigset_t signals;

@@ -190,6 +190,7 @@ TEST(IndexStoreTest, LengthBucketsAreRowsOfTheirOwn) {
     c->set_layer(2);
     c->set_head(3);
     c->set_min_tokens(23170);
+    c->set_calibrated_tokens(32768);
     c->mutable_method()->set_method(v1::METHOD_FLEX_PREFILL);
     ASSERT_TRUE(store->PutHeadConfigs("km", 1, more).ok());
     ASSERT_TRUE(store->SealVersion("km", 1).ok());
@@ -202,9 +203,11 @@ TEST(IndexStoreTest, LengthBucketsAreRowsOfTheirOwn) {
       if (h.min_tokens() == 23170) {
         ++bucketed;
         EXPECT_EQ(h.method().method(), v1::METHOD_FLEX_PREFILL);
+        EXPECT_EQ(h.calibrated_tokens(), 32768u);  // kept in the row, carried to version 2
       } else {
         ++plain;
         EXPECT_EQ(h.min_tokens(), 0u);
+        EXPECT_EQ(h.calibrated_tokens(), 0u);  // a row written without it
       }
     }
     EXPECT_EQ(bucketed, 1);

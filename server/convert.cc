@@ -517,6 +517,12 @@ absl::StatusOr<ModelConfig> ModelConfigFromProto(
     if (!c.ok()) return bad(c.status().message());
     if (hc.min_tokens() == 0) {
       m.heads[hc.layer()][hc.head()] = *c;
+      if (hc.calibrated_tokens() > 0 || !m.calibrated_tokens.empty()) {
+        if (m.calibrated_tokens.empty()) {
+          m.calibrated_tokens.assign(m.num_layers, std::vector<int64_t>(m.num_q_heads, 0));
+        }
+        m.calibrated_tokens[hc.layer()][hc.head()] = hc.calibrated_tokens();
+      }
       continue;
     }
     // A length bucket (a later config of the same bucket replaces an earlier one).
@@ -529,8 +535,9 @@ absl::StatusOr<ModelConfig> ModelConfigFromProto(
                          [](const ModelConfig::Bucket& x, int64_t t) { return x.min_tokens < t; });
     if (at != b.end() && at->min_tokens == hc.min_tokens()) {
       at->config = *c;
+      at->calibrated_tokens = hc.calibrated_tokens();
     } else {
-      b.insert(at, ModelConfig::Bucket{hc.min_tokens(), *c});
+      b.insert(at, ModelConfig::Bucket{hc.min_tokens(), *c, hc.calibrated_tokens()});
     }
   }
   return m;

@@ -2,6 +2,7 @@
 // naming the field; good requests convert to the AttentionProblem the kernels expect.
 #include "server/convert.h"
 
+#include <google/protobuf/util/json_util.h>
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -449,6 +450,30 @@ TEST(MethodConfigProtoTest, UnsetFlattenKeepsThePaperDefault) {
   EXPECT_FALSE(ParseMethodConfig(proto, "m")->flex_prefill.flatten);
 }
 
+// Issue 11: HeadConfig.calibrated_tokens survives the wire (binary and JSON, as `spattnctl configs
+// export/import` writes it); a message without it reads 0.
+TEST(ModelConfigProtoTest, CalibratedTokensRoundTrip) {
+  v1::HeadConfig c;
+  c.set_layer(3);
+  c.set_head(7);
+  c.set_min_tokens(23170);
+  c.set_calibrated_tokens(32768);
+  c.mutable_method()->set_method(v1::METHOD_VERTICAL_SLASH);
+  v1::HeadConfig back;
+  ASSERT_TRUE(back.ParseFromString(c.SerializeAsString()));
+  EXPECT_EQ(back.calibrated_tokens(), 32768u);
+  EXPECT_EQ(back.min_tokens(), 23170u);
+  std::string json;
+  ASSERT_TRUE(google::protobuf::util::MessageToJsonString(c, &json).ok());
+  EXPECT_NE(json.find("calibratedTokens"), std::string::npos) << json;
+  v1::HeadConfig from_json;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(json, &from_json).ok());
+  EXPECT_EQ(from_json.calibrated_tokens(), 32768u);
+  c.clear_calibrated_tokens();
+  ASSERT_TRUE(back.ParseFromString(c.SerializeAsString()));
+  EXPECT_EQ(back.calibrated_tokens(), 0u);
+}
+
 TEST(ModelConfigProtoTest, BuildsPerHeadTableAndRejectsBadConfigs) {
   v1::Model model;
   model.set_model_id("m");
@@ -498,6 +523,21 @@ TEST(ModelConfigProtoTest, BuildsPerHeadTableAndRejectsBadConfigs) {
   EXPECT_EQ(bucketed->For(0, 1, 100).method, Method::kAnchor);
   EXPECT_TRUE(bucketed->LayerUses(1, Method::kFlexPrefill));
   EXPECT_TRUE(bucketed->LayerUses(0, Method::kAnchor));
+  // No config records a calibration length: nothing is scaled.
+  EXPECT_TRUE(bucketed->calibrated_tokens.empty());
+  EXPECT_EQ(bucketed->CalibratedTokens(1, 2, 131072), 0);
+
+  // Calibration lengths (issue 11), per head config and per bucket; the model default has none.
+  c->set_calibrated_tokens(16384);
+  b->set_calibrated_tokens(32768);
+  auto calibrated = ModelConfigFromProto(model, 3, configs);
+  ASSERT_TRUE(calibrated.ok()) << calibrated.status();
+  EXPECT_EQ(calibrated->CalibratedTokens(1, 2, 4999), 16384);
+  EXPECT_EQ(calibrated->CalibratedTokens(1, 2, 5000), 0);  // bucket b2 records none
+  EXPECT_EQ(calibrated->CalibratedTokens(1, 2, 131072), 32768);
+  EXPECT_EQ(calibrated->CalibratedTokens(1, 1, 131072), 0);  // model default
+  EXPECT_EQ(calibrated->CalibratedTokens(0, 1, 100), 0);
+  c->set_calibrated_tokens(0);
   configs.RemoveLast();
   configs.RemoveLast();
   configs.RemoveLast();

@@ -208,6 +208,8 @@ absl::Status AttentionPipeline::Run(ParsedRequest& req, AttentionBackend& backen
   RecallGuardOptions guard = options_.guard;
   if (guard.probe_rows < 0) guard.probe_rows = backend.kind() == "cpu" ? 32 : 64;
   const bool learning = guard.probe_rows > 0 && guard.target > 0;
+  // With the guard on, published configs start from their budgets scaled to this length.
+  if (learning) plan_in.length_exponent = guard.length_exponent;
   std::vector<std::string> start_key(p.num_q_heads);
   std::deque<MethodConfig> learned;  // what plan_in.maybe_learned hands out
   if (learning) {

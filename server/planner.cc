@@ -1,6 +1,9 @@
 #include "server/planner.h"
 
+#include <deque>
+
 #include "absl/strings/str_cat.h"
+#include "server/recall_guard.h"
 
 namespace spattn {
 
@@ -64,13 +67,23 @@ absl::StatusOr<Plan> MakePlan(const PlanInput& in, const std::function<bool(Meth
       plan.source[o.first] = MethodSource::kHeadOverride;
     }
   }
+  std::deque<MethodConfig> scaled;  // length-scaled head configs (per_head points here)
   for (int h = 0; h < n; ++h) {
     plan.dense_fallback |= plan.source[h] == MethodSource::kShortSequence;
     const MethodSource src = plan.source[h];
+    const MethodConfig* published = per_head[h];
+    if (src == MethodSource::kHeadConfig && in.length_exponent != 0) {
+      const int64_t calibrated = in.maybe_model->CalibratedTokens(in.layer, h, in.max_k_len);
+      if (calibrated > 0 && calibrated != in.max_k_len) {
+        scaled.push_back(
+            ScaleConfigToLength(*published, calibrated, in.max_k_len, in.length_exponent));
+        per_head[h] = &scaled.back();
+      }
+    }
     if (in.maybe_learned &&
         (src == MethodSource::kHeadConfig || src == MethodSource::kModelDefault ||
          src == MethodSource::kWorkerDefault)) {
-      if (const MethodConfig* learned = in.maybe_learned(h, *per_head[h])) per_head[h] = learned;
+      if (const MethodConfig* learned = in.maybe_learned(h, *published)) per_head[h] = learned;
     }
   }
   plan.group_of_head.assign(n, -1);

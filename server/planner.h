@@ -28,9 +28,14 @@ struct PlanInput {
   // 0 = never.
   int dense_below_tokens = 0;
   int max_k_len = 0;  // Longest sequence (keys) of the request.
+  // A head config that records its calibration length (HeadConfig.calibrated_tokens) runs
+  // ScaleConfigToLength(config, calibrated, max_k_len, length_exponent) (server/recall_guard.h).
+  // Default: 0 (configs run as published).
+  double length_exponent = 0;
   // When set: for a head that runs a published, model-default or worker-default config, a
-  // config to run instead (what the recall guard learned for it, GuardMemory), or null. The
-  // returned config must outlive the plan.
+  // config to run instead (what the recall guard learned for it, GuardMemory), or null. It is
+  // passed the config as published (before length scaling). The returned config must outlive
+  // the plan.
   std::function<const MethodConfig*(int head, const MethodConfig& config)> maybe_learned;
 };
 

@@ -95,6 +95,61 @@ TEST(PlannerTest, LengthBucketsAndLearnedConfigs) {
   EXPECT_EQ(plan->groups[plan->group_of_head[5]].config.method, Method::kAShape);
 }
 
+// Issue 11: a head config that records its calibration length runs its key-count budgets
+// scaled to the request's length (ScaleConfigToLength); configs without it (written before the
+// field, or the model default) run as published; learned configs are looked up under the
+// published config and win over the scaled one.
+TEST(PlannerTest, ScalesConfigsByServedOverCalibratedLength) {
+  ModelConfig m = TwoLayerModel();
+  m.calibrated_tokens.assign(2, std::vector<int64_t>(6, 0));
+  m.calibrated_tokens[1][0] = 16384;  // head 3 shares head 0's config but records no length
+  m.buckets.assign(2, std::vector<std::vector<ModelConfig::Bucket>>(6));
+  MethodConfig bs;
+  bs.method = Method::kBlockSparse;
+  bs.block_sparse.top_k = 100;
+  m.buckets[1][4].push_back({65536, bs, 65536});
+  PlanInput in;
+  in.num_q_heads = 6;
+  in.layer = 1;
+  in.maybe_model = &m;
+  in.max_k_len = 65536;                  // 4x head 0's calibration length
+  auto plan = MakePlan(in, All, "cpu");  // length_exponent 0: as published
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->groups[plan->group_of_head[0]].config.vertical_slash.vertical_size, 1000);
+
+  in.length_exponent = 1.0;
+  plan = MakePlan(in, All, "cpu");
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const MethodConfig& h0 = plan->groups[plan->group_of_head[0]].config;
+  EXPECT_EQ(h0.vertical_slash.vertical_size, 4000);
+  EXPECT_EQ(h0.vertical_slash.slash_size, 4 * 6096);
+  EXPECT_EQ(h0.vertical_slash.last_q, 64);  // structural sizes stay
+  EXPECT_EQ(h0.vertical_slash.forced_columns, 30);
+  EXPECT_EQ(plan->groups[plan->group_of_head[3]].config.vertical_slash.vertical_size, 1000);
+  EXPECT_NE(plan->group_of_head[0], plan->group_of_head[3]);
+  EXPECT_EQ(plan->groups[plan->group_of_head[1]].config.a_shape.local_tokens, 3968);  // default
+  // The bucket calibrated at the served length: as published.
+  EXPECT_EQ(plan->groups[plan->group_of_head[4]].config.block_sparse.top_k, 100);
+
+  in.length_exponent = 0.5;
+  in.max_k_len = 4096;  // shorter than calibrated: budgets shrink
+  plan = MakePlan(in, All, "cpu");
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->groups[plan->group_of_head[0]].config.vertical_slash.vertical_size, 500);
+
+  MethodConfig learned;
+  learned.method = Method::kFlexPrefill;
+  std::vector<int> published_vs;
+  in.maybe_learned = [&](int h, const MethodConfig& c) -> const MethodConfig* {
+    if (c.method == Method::kVerticalSlash) published_vs.push_back(c.vertical_slash.vertical_size);
+    return h == 0 ? &learned : nullptr;
+  };
+  plan = MakePlan(in, All, "cpu");
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(published_vs, (std::vector<int>{1000, 1000, 200}));  // heads 0, 3, 4: unscaled
+  EXPECT_EQ(plan->groups[plan->group_of_head[0]].config.method, Method::kFlexPrefill);
+}
+
 TEST(PlannerTest, OverridesTakePrecedence) {
   const ModelConfig m = TwoLayerModel();
   MethodConfig dense;

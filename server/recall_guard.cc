@@ -1,6 +1,7 @@
 #include "server/recall_guard.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <memory>
 #include <string>
@@ -14,42 +15,101 @@
 
 namespace spattn {
 
+MethodConfig ScaleConfigToLength(const MethodConfig& config, int64_t calibrated_tokens,
+                                 int64_t served_tokens, double exponent) {
+  MethodConfig c = config;
+  if (calibrated_tokens <= 0 || served_tokens <= 0 || calibrated_tokens == served_tokens) {
+    return c;
+  }
+  const double f = std::pow(
+      static_cast<double>(served_tokens) / static_cast<double>(calibrated_tokens), exponent);
+  auto scale = [f](int* v) {
+    if (*v <= 0) return;  // 0 = none (flex_prefill budgets)
+    const double x = std::round(*v * f);
+    *v = static_cast<int>(std::clamp(x, 1.0, double{1 << 30}));
+  };
+  switch (config.method) {
+    case Method::kAShape:
+      scale(&c.a_shape.local_tokens);
+      break;
+    case Method::kVerticalSlash:
+      scale(&c.vertical_slash.vertical_size);
+      scale(&c.vertical_slash.slash_size);
+      break;
+    case Method::kBlockSparse:
+      scale(&c.block_sparse.top_k);
+      break;
+    case Method::kFlexPrefill:
+      scale(&c.flex_prefill.min_budget);
+      if (c.flex_prefill.max_budget > 0) scale(&c.flex_prefill.max_budget);
+      break;
+    case Method::kDense:
+    case Method::kSampleAttention:
+    case Method::kAnchor:
+    case Method::kSaap:
+      break;
+  }
+  return c;
+}
+
 bool WidenConfig(const MethodConfig& config, MethodConfig* wider) {
+  return WidenConfigBy(config, 2.0, wider);
+}
+
+bool WidenConfigBy(const MethodConfig& config, double factor, MethodConfig* wider) {
   *wider = config;
-  auto halfway = [](float x) { return 1.0f - 0.5f * (1.0f - x); };
+  factor = std::clamp(factor, 1.0, 2.0);
+  // Key counts: x factor, at least one more.
+  auto more = [factor](int floor, int v) {
+    const int x = std::max(floor, v);
+    return std::max(x + 1, static_cast<int>(std::ceil(x * factor - 1e-9)));
+  };
+  // Mass thresholds: the gap to 1 shrinks by the factor (2: halfway).
+  auto closer = [factor](float x) { return 1.0f - (1.0f - x) / static_cast<float>(factor); };
   switch (config.method) {
     case Method::kDense:
       return false;
     case Method::kAShape:
-      wider->a_shape.local_tokens = 2 * std::max(64, config.a_shape.local_tokens);
+      wider->a_shape.local_tokens = more(64, config.a_shape.local_tokens);
       return true;
     case Method::kVerticalSlash:
-      wider->vertical_slash.vertical_size = 2 * std::max(32, config.vertical_slash.vertical_size);
-      wider->vertical_slash.slash_size = 2 * std::max(32, config.vertical_slash.slash_size);
+      wider->vertical_slash.vertical_size = more(32, config.vertical_slash.vertical_size);
+      wider->vertical_slash.slash_size = more(32, config.vertical_slash.slash_size);
       return true;
     case Method::kBlockSparse:
-      wider->block_sparse.top_k = 2 * std::max(1, config.block_sparse.top_k);
+      wider->block_sparse.top_k = more(1, config.block_sparse.top_k);
       return true;
     case Method::kFlexPrefill:
-      wider->flex_prefill.gamma = halfway(config.flex_prefill.gamma);
-      wider->flex_prefill.min_budget = 2 * std::max(64, config.flex_prefill.min_budget);
-      if (wider->flex_prefill.max_budget > 0) wider->flex_prefill.max_budget *= 2;
+      wider->flex_prefill.gamma = closer(config.flex_prefill.gamma);
+      wider->flex_prefill.min_budget = more(64, config.flex_prefill.min_budget);
+      if (wider->flex_prefill.max_budget > 0) {
+        wider->flex_prefill.max_budget = more(1, config.flex_prefill.max_budget);
+      }
       return true;
     case Method::kSampleAttention:
-      wider->sample_attention.alpha_c = halfway(config.sample_attention.alpha_c);
-      wider->sample_attention.alpha_s = halfway(config.sample_attention.alpha_s);
+      wider->sample_attention.alpha_c = closer(config.sample_attention.alpha_c);
+      wider->sample_attention.alpha_s = closer(config.sample_attention.alpha_s);
       return true;
     case Method::kAnchor:
-      wider->anchor.theta = config.anchor.theta + 4.0f;
+      wider->anchor.theta = config.anchor.theta + static_cast<float>(4.0 * std::log2(factor));
       return true;
     case Method::kSaap:
-      wider->saap.top_l = 2 * std::max(1, config.saap.top_l);
+      wider->saap.top_l = more(1, config.saap.top_l);
       return true;
     case Method::kSampledLines:
       wider->sampled_lines.gamma = halfway(config.sampled_lines.gamma);
       return true;
   }
   return false;
+}
+
+double LadderStepFactor(double estimate, double need, const RecallGuardOptions& options) {
+  if (options.fine_step <= 1.0 || options.fine_step >= 2.0) return 2.0;
+  const double missing = 1.0 - estimate;
+  if (missing <= 0 || estimate >= need) return options.fine_step;
+  const double r = (need - estimate) / missing;
+  if (r >= 1.0) return 2.0;
+  return 1.0 / (1.0 - r) <= options.fine_step ? options.fine_step : 2.0;
 }
 
 absl::StatusOr<std::vector<GuardedHead>> GuardHeads(const std::vector<GuardInput>& heads,
@@ -73,6 +133,7 @@ absl::StatusOr<std::vector<GuardedHead>> GuardHeads(const std::vector<GuardInput
   };
   struct State {
     MethodConfig current;
+    double estimate = 1.0;  // of `current`
     bool active = false;
     bool adaptive_tried = false;
     std::shared_ptr<Batch> best;  // null: no try reached `need` yet
@@ -86,14 +147,19 @@ absl::StatusOr<std::vector<GuardedHead>> GuardHeads(const std::vector<GuardInput
     if (in.config.method == Method::kDense || options.probe_rows <= 0) continue;
     out[i].estimate = in.estimate;
     st[i].current = in.config;
+    st[i].estimate = in.estimate;
     st[i].active = in.widen && options.target > 0 && in.estimate < need;
     st[i].adaptive_tried =
         in.config.method == options.adaptive.method || options.adaptive.method == Method::kDense;
   }
   bool full = false;  // the device workspace is full: no more tries for anyone
   // Builds, estimates and counts one index per distinct config of `wants` (input, config).
+  // A try the backend's builder refuses for this problem (INVALID_ARGUMENT or UNIMPLEMENTED: a
+  // GPU builder past its documented limits, e.g. a key-block count its shared memory cannot
+  // hold at 1M keys) is skipped: its inputs land in `refused`.
   auto round = [&](const std::vector<std::pair<int, MethodConfig>>& wants,
-                   std::vector<std::shared_ptr<Batch>>* batches, int* builds) -> absl::Status {
+                   std::vector<std::shared_ptr<Batch>>* batches, int* builds,
+                   std::vector<int>* refused) -> absl::Status {
     std::map<std::string, std::shared_ptr<Batch>> by_config;
     for (const auto& [i, c] : wants) {
       std::shared_ptr<Batch>& b = by_config[c.DebugString()];
@@ -111,6 +177,11 @@ absl::StatusOr<std::vector<GuardedHead>> GuardHeads(const std::vector<GuardInput
       if (s.code() == absl::StatusCode::kResourceExhausted) {
         full = true;
         return absl::OkStatus();
+      }
+      if (s.code() == absl::StatusCode::kInvalidArgument ||
+          s.code() == absl::StatusCode::kUnimplemented) {
+        refused->insert(refused->end(), b->who.begin(), b->who.end());
+        continue;
       }
       if (!s.ok()) return s;
       ++*builds;
@@ -145,13 +216,17 @@ absl::StatusOr<std::vector<GuardedHead>> GuardHeads(const std::vector<GuardInput
       if (st[i].active && !st[i].adaptive_tried) wants.emplace_back(i, a);
     }
     std::vector<std::shared_ptr<Batch>> batches;
+    std::vector<int> refused;
     if (!wants.empty()) {
-      SPATTN_RETURN_IF_ERROR(round(wants, &batches, &builds));
+      SPATTN_RETURN_IF_ERROR(round(wants, &batches, &builds, &refused));
       for (const auto& b : batches) {
         for (size_t slot = 0; slot < b->who.size(); ++slot) {
           consider(b->who[slot], b, static_cast<int>(slot));
-          st[b->who[slot]].adaptive_tried = true;
         }
+      }
+      // Tried, or refused by the builder: not again.
+      if (!full) {
+        for (const auto& w : wants) st[w.first].adaptive_tried = true;
       }
     }
     if (full) {
@@ -163,7 +238,7 @@ absl::StatusOr<std::vector<GuardedHead>> GuardHeads(const std::vector<GuardInput
     for (int i = 0; i < n; ++i) {
       if (!st[i].active) continue;
       MethodConfig next;
-      if (!WidenConfig(st[i].current, &next)) {
+      if (!WidenConfigBy(st[i].current, LadderStepFactor(st[i].estimate, need, options), &next)) {
         st[i].active = false;
         continue;
       }
@@ -174,9 +249,11 @@ absl::StatusOr<std::vector<GuardedHead>> GuardHeads(const std::vector<GuardInput
       wants.emplace_back(i, next);
     }
     batches.clear();
-    if (!wants.empty()) SPATTN_RETURN_IF_ERROR(round(wants, &batches, &builds));
+    refused.clear();
+    if (!wants.empty()) SPATTN_RETURN_IF_ERROR(round(wants, &batches, &builds, &refused));
     stats.builds_per_step.push_back(builds);
     if (full) break;
+    for (int i : refused) st[i].active = false;  // no wider config of its method here
     for (const auto& b : batches) {
       for (size_t slot = 0; slot < b->who.size(); ++slot) {
         const int i = b->who[slot];
@@ -190,6 +267,7 @@ absl::StatusOr<std::vector<GuardedHead>> GuardHeads(const std::vector<GuardInput
           s.active = false;
         } else {
           s.current = b->config;
+          s.estimate = b->estimate[slot];
         }
       }
     }

@@ -5,8 +5,9 @@
 // The estimate is the attention-mass recall of the head's index over `probe_rows` query rows
 // stratified over the batch, exact over all allowed keys (kernels/fidelity.h, fixed seed): an
 // unbiased estimate of the served mean recall whose error shrinks as 1/sqrt(probe_rows). A head
-// whose estimate is below target + margin gets its config widened (WidenConfig: budgets x2,
-// mass thresholds halfway to 1) and its index rebuilt, up to max_widen times, then dense.
+// whose estimate is below target + margin gets its config widened (WidenConfigBy: budgets x2,
+// mass thresholds halfway to 1, or a finer step when the estimate says the shortfall is small:
+// LadderStepFactor) and its index rebuilt, up to max_widen times, then dense.
 //
 // Cost: probe_rows x keys x head_dim multiply-adds per head and try, where the tensors are: on
 // the host for the CPU backend (a few percent of the kernel), on the GPU for the CUDA backend
@@ -40,8 +41,9 @@ struct RecallGuardOptions {
   int probe_rows = 32;
   // Seed of the probe rows (fixed: repeated requests get the same estimate). Default: 0x9a4d.
   uint64_t seed = 0x9a4d;
-  // Widening steps before dense; each step applies WidenConfig `widen_per_step` times to the
-  // current config. Defaults: 5 and 1 (an A-shape window of 128 reaches 4096).
+  // Widening steps before dense; each step applies WidenConfigBy(LadderStepFactor) to the
+  // current config, then WidenConfig `widen_per_step` - 1 times more. Defaults: 5 and 1 (an
+  // A-shape window of 128 reaches 4096 with doublings).
   int max_widen = 5;
   int widen_per_step = 1;
   // A method whose budget follows the prompt (a cumulative-mass threshold, as FlexPrefill's
@@ -55,13 +57,50 @@ struct RecallGuardOptions {
     c.flex_prefill.min_budget = 512;
     return c;
   }();
+  // Finer ladder steps: a widening step multiplies the budgets by `fine_step` instead of 2
+  // when the estimate says the shortfall is small (LadderStepFactor); <= 1 or >= 2: always x2.
+  // Default: sqrt(2).
+  double fine_step = 1.4142135623730951;
+  // Exponent e of ScaleConfigToLength: a config calibrated on C keys serving a prompt of S keys
+  // starts from its key-count budgets times (S / C)^e. Default: see kLengthExponent.
+  double length_exponent = kLengthExponent;
+
+  // SampleAttention (seed 004, Table 4): with each doubling of the length, the share of keys
+  // needed for the same attention mass drops by ~20%, i.e. the count grows 1.6x per doubling:
+  // e = log2(1.6) = 0.68. tests/bench/README.md (issue 11, s16-scale) measures it on llm_mix.
+  static constexpr double kLengthExponent = 0.68;
 };
+
+// `config`, calibrated on a prompt of `calibrated_tokens` keys, for a prompt of `served_tokens`
+// keys: its budgets that count keys (a_shape local_tokens, vertical_slash vertical_size and
+// slash_size, block_sparse top_k, flex_prefill min_budget and max_budget) times
+// (served / calibrated)^exponent, rounded, at least 1. Left as they are: the budgets that are
+// mass or score thresholds (flex_prefill gamma and tau, sample_attention alphas, anchor theta:
+// they keep the same share of the attention or of the keys at any length by construction), Saap's
+// top_l (a share of the C buckets, each of which grows with the keys), and the structural sizes
+// (sinks, estimation rows last_q / chunk_n, forced columns and diagonals, local windows of
+// sample_attention and saap, block sizes). Unchanged when either length is <= 0 or they are
+// equal.
+MethodConfig ScaleConfigToLength(const MethodConfig& config, int64_t calibrated_tokens,
+                                 int64_t served_tokens, double exponent);
 
 // `config` with a larger budget (a_shape local x2, vertical_slash vertical and slash x2,
 // block_sparse top_k x2, flex_prefill gamma and sample_attention alphas halfway to 1 plus
 // flex_prefill min_budget x2, anchor theta + 4, saap top_l x2, sampled_lines gamma halfway to
 // 1). False for dense (nothing wider).
 bool WidenConfig(const MethodConfig& config, MethodConfig* wider);
+
+// The same with the budgets times `factor` (in (1, 2]; 2 is WidenConfig): key counts x factor
+// (rounded up, at least +1), mass thresholds' gap to 1 x 1/factor, anchor theta + 4 log2(factor).
+bool WidenConfigBy(const MethodConfig& config, double factor, MethodConfig* wider);
+
+// The factor of a ladder step for a head whose estimate is `estimate`, short of `need`: the
+// share of the missing mass still to capture, r = (need - estimate) / (1 - estimate), asks for
+// about 1 / (1 - r) times the budget when the missing mass falls off as 1 / budget (a heavy,
+// Zipf-like tail: what attention's sorted weights look like past the selected keys). Quantized
+// to two steps so that heads of one planner group share their builds: options.fine_step when
+// 1 / (1 - r) <= fine_step, else 2.
+double LadderStepFactor(double estimate, double need, const RecallGuardOptions& options);
 
 // Builds the index of `heads` under a config (the backend's builder).
 using GuardBuildFn = std::function<absl::Status(const MethodConfig& config,
@@ -95,7 +134,10 @@ struct GuardedHead {
 // estimate is short of the target, rebuilds the head through `ops` with wider configs (the
 // head's method widened, options.adaptive; max_widen steps), then dense. A try that finds the
 // device workspace full (RESOURCE_EXHAUSTED) ends the widening (the best try so far, else dense).
-// Other errors of the estimate or the builder pass through.
+// A try the builder refuses for this problem (INVALID_ARGUMENT or UNIMPLEMENTED: a GPU builder
+// past its limits, e.g. flex_prefill's key blocks at 1M keys) is skipped: the adaptive try is
+// not made, a refused widening ends that head's ladder (best so far, else dense). Other errors
+// of the estimate or the builder pass through.
 absl::StatusOr<GuardedHead> GuardHead(int head, double estimate, const MethodConfig& config,
                                       bool widen, const GuardOps& ops,
                                       const RecallGuardOptions& options);
@@ -103,7 +145,8 @@ absl::StatusOr<GuardedHead> GuardHead(int head, double estimate, const MethodCon
 // The batched guard of one request: what GuardHead decides for each head, but the heads still
 // short of the target are widened together, one ladder step for all of them at a time. Each
 // step builds one index per distinct config the short heads try (heads of one planner group
-// share their configs, so one build per group: the adaptive try, then the widened configs),
+// share their configs, so one build per group and step size: the adaptive try, then the
+// widened configs),
 // and estimates and counts each such index once for all its heads. A head's decisions (the
 // order of its tries, the cheapest that reaches target + margin, the early stop when a wider
 // config costs as much as the best, dense last) are those of GuardHead for the same inputs.

@@ -35,6 +35,22 @@ const MethodConfig& ModelConfig::For(int layer, int head, int64_t tokens) const 
   return For(layer, head);
 }
 
+int64_t ModelConfig::CalibratedTokens(int layer, int head, int64_t tokens) const {
+  if (layer >= 0 && layer < static_cast<int>(buckets.size()) && head >= 0 &&
+      head < static_cast<int>(buckets[layer].size())) {
+    const std::vector<Bucket>& b = buckets[layer][head];
+    for (auto it = b.rbegin(); it != b.rend(); ++it) {
+      if (it->min_tokens <= tokens) return it->calibrated_tokens;
+    }
+  }
+  if (layer >= 0 && layer < static_cast<int>(calibrated_tokens.size()) && head >= 0 &&
+      head < static_cast<int>(calibrated_tokens[layer].size()) &&
+      layer < static_cast<int>(heads.size()) && heads[layer][head].has_value()) {
+    return calibrated_tokens[layer][head];
+  }
+  return 0;
+}
+
 bool ModelConfig::LayerUses(int layer, Method method) const {
   for (int h = 0; h < num_q_heads; ++h) {
     if (For(layer, h).method == method) return true;

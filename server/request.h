@@ -84,14 +84,21 @@ struct ModelConfig {
   struct Bucket {
     int64_t min_tokens = 0;
     MethodConfig config;
+    int64_t calibrated_tokens = 0;  // HeadConfig.calibrated_tokens (0: not recorded)
   };
   std::vector<std::vector<std::vector<Bucket>>> buckets;
+  // Per layer, per q head: HeadConfig.calibrated_tokens of the head's own config (0: not
+  // recorded, or no own config). Empty when no config records it.
+  std::vector<std::vector<int64_t>> calibrated_tokens;
 
   // The method of (layer, head): its own config or the model default.
   const MethodConfig& For(int layer, int head) const;
   // The same for a prompt whose longest sequence has `tokens` keys: the bucket with the largest
   // min_tokens <= tokens, else For(layer, head).
   const MethodConfig& For(int layer, int head, int64_t tokens) const;
+  // The calibration length of the config For(layer, head, tokens) picks; 0 when not recorded
+  // (the model default, or a config written before HeadConfig.calibrated_tokens).
+  int64_t CalibratedTokens(int layer, int head, int64_t tokens) const;
   // True when some head of `layer` uses `method`.
   bool LayerUses(int layer, Method method) const;
 };

@@ -10,6 +10,7 @@
 #include <map>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -72,6 +73,9 @@ constexpr Flag kFlags[] = {
     {"recall_probe_rows",
      "recall guard rows per head: 0 off, -1 auto = 32 on CPU, 64 on CUDA (default -1)"},
     {"recall_target", "recall guard target; <= 0 estimates without widening (default 0.95)"},
+    {"recall_length_exponent",
+     "recall guard: head configs start from budgets x (served / calibrated length)^E "
+     "(default 0.68; 0: as published)"},
     {"index_rpc_timeout_s", "index-service RPC timeout, seconds (default 5)"},
     {"drain_grace_s", "seconds NOT_SERVING before refusing new calls on SIGTERM (default 0)"},
     {"drain_timeout_s", "longest wait for in-flight calls on SIGTERM, seconds (default 30)"},
@@ -147,29 +151,17 @@ bool ParseSeconds(const std::map<std::string, std::string>& values, const char* 
 int Main(int argc, char** argv) {
   std::map<std::string, std::string> values, from_args;
   std::string error;
-  std::vector<std::string> words(argv + 1, argv + argc);
-  for (std::string& w : words) {
-    if (w == "-h") w = "--help";
-  }
-  CommandLine::Options options;
-  options.positional = false;
-  absl::StatusOr<CommandLine> line = CommandLine::Parse(words, options);
-  if (line.ok() && line->Bool("help").value_or(true)) {
-    Usage();
-    return 0;
-  }
-  absl::Status parsed = line.status();
-  if (line.ok()) {
+  MainFlags flags;
+  flags.program = "spattn-worker";
+  flags.usage = Usage;
+  flags.read = [&](CommandLine& line) {
     for (const Flag& f : kFlags) {
-      if (line->Has(f.name)) from_args[f.name] = line->Get(f.name);
+      if (line.Has(f.name)) from_args[f.name] = line.Get(f.name);
     }
-    parsed = line->CheckAllUsed();
-  }
-  if (!parsed.ok()) {
-    std::cerr << "spattn-worker: " << parsed.message() << "\n";
-    Usage();
-    return 2;
-  }
+    return line.CheckAllUsed();
+  };
+  const int rc = HandleMainFlags(argc, argv, flags);
+  if (rc >= 0) return rc;
   if (from_args.count("config") != 0 && !ReadConfigFile(from_args["config"], &values, &error)) {
     std::cerr << "spattn-worker: " << error << "\n";
     return 2;
@@ -201,11 +193,12 @@ int Main(int argc, char** argv) {
     std::cerr << "spattn-worker: " << error << "\n";
     return 2;
   }
-  if (values.count("recall_target") &&
-      !absl::SimpleAtod(values["recall_target"], &o.recall_target)) {
-    std::cerr << "spattn-worker: --recall_target: not a number: '" << values["recall_target"]
-              << "'\n";
-    return 2;
+  for (auto [name, field] : {std::pair{"recall_target", &o.recall_target},
+                             std::pair{"recall_length_exponent", &o.recall_length_exponent}}) {
+    if (values.count(name) && !absl::SimpleAtod(values[name], field)) {
+      std::cerr << "spattn-worker: --" << name << ": not a number: '" << values[name] << "'\n";
+      return 2;
+    }
   }
   for (const char* name : {"allow_tcp_shm", "tls_require_client_cert"}) {
     if (values.count(name) && values[name] != "true" && values[name] != "false") {

@@ -40,6 +40,9 @@ grep -q "relative L2 error" "$TEST_TMPDIR/attention.out"
 # A bad flag is refused before anything starts.
 if "$WORKER" --no_such_flag=1 2>/dev/null; then echo "bad flag accepted"; exit 1; fi
 "$WORKER" --help 2>&1 | grep -- "--saap_assets_bytes: per GPU: Saap layer assets" >/dev/null
+"$WORKER" --help 2>&1 | grep -- "--recall_length_exponent: recall guard" >/dev/null
+if "$WORKER" --recall_length_exponent=steep 2>"$TEST_TMPDIR/bad_exp.err"; then echo "bad recall_length_exponent accepted"; exit 1; fi
+grep -q -- "--recall_length_exponent: not a number" "$TEST_TMPDIR/bad_exp.err" || { cat "$TEST_TMPDIR/bad_exp.err"; exit 1; }
 if "$WORKER" --saap_assets_bytes=lots 2>"$TEST_TMPDIR/bad_saap.err"; then echo "bad saap_assets_bytes accepted"; exit 1; fi
 grep -q -- "--saap_assets_bytes: not an integer: 'lots'" "$TEST_TMPDIR/bad_saap.err"
 if "$WORKER" --saap_assets_bytes=-1 --listen=127.0.0.1:0 --metrics= --devices=cpu 2>"$TEST_TMPDIR/neg_saap.err"; then

@@ -243,6 +243,7 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOp
   po.block_m = options.block_m;
   po.guard.probe_rows = options.recall_probe_rows;
   po.guard.target = options.recall_target;
+  po.guard.length_exponent = options.recall_length_exponent;
   st->pipeline = std::make_unique<AttentionPipeline>(po, st->regions.get(), st->cache.get(),
                                                      st->metrics.get());
   ServiceInfo info;

@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "kernels/method_config.h"
+#include "server/recall_guard.h"
 #include "proto/grpc_security.h"
 
 namespace prometheus {
@@ -92,6 +93,10 @@ struct WorkerOptions {
   // and 64 on CUDA (estimated on the GPU). recall_target <= 0: estimate only. Defaults: -1, 0.95.
   int recall_probe_rows = -1;
   double recall_target = 0.95;
+  // With the guard on, a head config that records its calibration length starts from its
+  // key-count budgets x (served / calibrated)^recall_length_exponent (server/recall_guard.h
+  // ScaleConfigToLength); 0 = as published. Default: 0.68 (RecallGuardOptions).
+  double recall_length_exponent = RecallGuardOptions::kLengthExponent;
   // Query rows per index block for methods without their own block size. Default: 64.
   int block_m = 64;
   // Index-service RPC timeout on the request path. Default: 5 s.

@@ -188,6 +188,12 @@ Methods:
   --promise_targets=L    promise: recall targets (default 0.90,0.95,0.98)
   --guard_probe_rows=N   guarded: probe rows per head (default -1: the worker's, 32 on the host
                          and 64 on CUDA)
+  --guard_length_exponent=E
+                         guarded, promise: start from the searched configs' key-count budgets
+                         x (served / search length)^E (default -1: the worker's 0.68; 0: as
+                         searched)
+  --guard_fine_step=F    guarded, promise (host guard): the ladder's fine step (default -1: the
+                         worker's sqrt(2); 0: doublings only)
   --search_candidates=L  searched: all (default: the search's default candidates, plus saap's
                          when --calibrate is given) or a method list, e.g. a_shape,vertical_slash
   --METHOD.PARAM=V       a method parameter, e.g. --vertical_slash.last_q=64
@@ -255,6 +261,8 @@ absl::StatusOr<BenchFlags> ParseBenchFlags(const std::vector<std::string>& args)
   SPATTN_RETURN_IF_ERROR(line.Read("concentration", &f.concentration));
   SPATTN_RETURN_IF_ERROR(line.Read("search_target_recall", &f.search_target_recall));
   SPATTN_RETURN_IF_ERROR(line.Read("guard_probe_rows", &f.guard_probe_rows));
+  SPATTN_RETURN_IF_ERROR(line.Read("guard_length_exponent", &f.guard_length_exponent));
+  SPATTN_RETURN_IF_ERROR(line.Read("guard_fine_step", &f.guard_fine_step));
   SPATTN_RETURN_IF_ERROR(line.Read("promise_max_len", &f.promise_max_len));
   SPATTN_RETURN_IF_ERROR(line.Read("promise_search_rows", &f.promise_search_rows));
   if (line.Has("promise_targets")) {
@@ -577,6 +585,7 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
                                                          kSearchedMethod) != f.methods.end();
   absl::Status search_status;
   std::string search_params = kSearchedMethod;
+  int searched_at = 0;  // the search prompt's length (the configs' calibration length)
   std::vector<MethodConfig> config_of_head;  // [num_q_heads] the search's choice
   LayerAssets search_assets;
   BuildOptions search_bo = bo;
@@ -589,6 +598,7 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
             "model); run spattnctl calibrate on captured prompts instead");
       }
       const int search_len = f.search_len > 0 ? f.search_len : std::min(f.seq_len, 16384);
+      searched_at = search_len;
       search_params = absl::StrCat("searched(target=", f.search_target_recall,
                                    ", search_len=", search_len, ")");
       const auto search_start = std::chrono::steady_clock::now();
@@ -657,13 +667,27 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
     const auto guard_start = std::chrono::steady_clock::now();
     RecallGuardOptions go;
     go.target = f.search_target_recall;
+    if (f.guard_fine_step >= 0) go.fine_step = f.guard_fine_step;
     if (f.guard_probe_rows >= 0) go.probe_rows = f.guard_probe_rows;
-    guarded_config_of_head = config_of_head;
+    // As the worker: each head starts from its config scaled to this length
+    // (HeadConfig.calibrated_tokens = the search length).
+    const double length_exponent = f.guard_length_exponent >= 0
+                                       ? f.guard_length_exponent
+                                       : RecallGuardOptions::kLengthExponent;
+    int64_t served_len = 0;
+    for (int b = 0; b < problem.batch(); ++b) {
+      served_len = std::max<int64_t>(served_len, problem.k_len(b));
+    }
+    std::vector<MethodConfig> start_of_head = config_of_head;
+    for (MethodConfig& c : start_of_head) {
+      c = ScaleConfigToLength(c, searched_at, served_len, length_exponent);
+    }
+    guarded_config_of_head = start_of_head;
     std::vector<int> widened(problem.num_q_heads, 0);
     // On a device with the worker's path: the worker's own guard there (estimates on the GPU),
     // timed; else on the host (not timed).
     auto device_guard = (*backend)->GuardOnDevice(
-        config_of_head, go.target, f.guard_probe_rows >= 0 ? f.guard_probe_rows : 64, search_bo);
+        start_of_head, go.target, f.guard_probe_rows >= 0 ? f.guard_probe_rows : 64, search_bo);
     // (the host path keeps go.probe_rows: --guard_probe_rows or the CPU worker's 32)
     if (device_guard.ok()) {
       go.probe_rows = f.guard_probe_rows >= 0 ? f.guard_probe_rows : 64;
@@ -683,9 +707,9 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
       };
       for (int h = 0; h < problem.num_q_heads; ++h) {
         SparseIndex index;
-        absl::Status s = build(config_of_head[h], {h}, &index);
+        absl::Status s = build(start_of_head[h], {h}, &index);
         if (s.ok()) {
-          auto g = GuardHead(problem, index, 0, config_of_head[h], /*widen=*/true, build, go);
+          auto g = GuardHead(problem, index, 0, start_of_head[h], /*widen=*/true, build, go);
           if (g.ok()) {
             guarded_config_of_head[h] = g->config;
             widened[h] = g->widened;
@@ -702,7 +726,7 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
           << " ms on the host";
     }
     guard_params = absl::StrCat("guarded(", search_params, ", probe_rows=", go.probe_rows,
-                                ", margin=", go.margin, ")");
+                                ", margin=", go.margin, ", length_exponent=", length_exponent, ")");
     for (int h = 0; h < problem.num_q_heads; ++h) {
       if (widened[h] > 0) {
         err << "; head " << h << " " << ConfigLabel(config_of_head[h]) << " -> "
@@ -771,6 +795,8 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
       PromiseOptions po;
       po.calib_len = f.search_len > 0 ? f.search_len : std::min(problem.k_len(0), 16384);
       po.probe_rows = f.guard_probe_rows;
+      if (f.guard_length_exponent >= 0) po.length_exponent = f.guard_length_exponent;
+      if (f.guard_fine_step >= 0) po.fine_step = f.guard_fine_step;
       po.build = search_bo;
       po.build.maybe_assets = nullptr;
       po.max_len = f.promise_max_len > 0 ? f.promise_max_len : (1 << 20);

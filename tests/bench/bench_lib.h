@@ -61,6 +61,14 @@ struct BenchFlags {
   double search_target_recall = 0.95;  // Default: 0.95.
   // "guarded": the guard's probe rows per head; -1 = the worker's (32 on the host, 64 on CUDA).
   int guard_probe_rows = -1;  // Default: -1.
+  // "guarded"/"promise": the searched configs start from their key-count budgets scaled by
+  // (served / search length)^e (ScaleConfigToLength, as the worker does with
+  // HeadConfig.calibrated_tokens); < 0 = the worker's RecallGuardOptions::kLengthExponent,
+  // 0 = unscaled.
+  double guard_length_exponent = -1;  // Default: -1.
+  // "guarded"/"promise" on the host: the guard's fine ladder step (RecallGuardOptions::
+  // fine_step); < 0 = the worker's, 0 = doublings only.
+  double guard_fine_step = -1;  // Default: -1.
   // "promise" (tests/bench/promise_lines.h): longest held-out prompt (0 = no limit), exact rows
   // of its search and served recall (0 = 128), targets (empty = 0.90, 0.95, 0.98).
   int promise_max_len = 0;

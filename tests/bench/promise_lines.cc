@@ -63,19 +63,26 @@ absl::Status EmitPromiseLines(const WorkloadOptions& model, AttentionBackend* ba
     SPATTN_RETURN_IF_ERROR(backend->Prepare(&p));
     for (size_t t = 0; t < o.targets.size(); ++t) {
       const double target = o.targets[t];
-      std::vector<MethodConfig> served = searched[t];
+      // As a worker: every head starts from its config scaled to this length.
+      std::vector<MethodConfig> start_of_head = searched[t];
+      for (MethodConfig& c : start_of_head)
+        c = ScaleConfigToLength(c, o.calib_len, len, o.length_exponent);
+      std::vector<MethodConfig> served = start_of_head;
+      int rebuilds = 0;  // the guard's tries (widenings, adaptive, dense) over all heads
       std::string where = "host";
       double guard_ms = -1;
       const int device_rows = o.probe_rows >= 0 ? o.probe_rows : 64;
       auto device =
-          backend->GuardOnDevice(searched[t], target, device_rows, o.build, /*again=*/false);
+          backend->GuardOnDevice(start_of_head, target, device_rows, o.build, /*again=*/false);
       if (device.ok()) {
         served = device->configs;
+        for (int w : device->widened) rebuilds += w;
         where = backend->name();
         guard_ms = device->recall_ms;
       } else if (device.status().code() == absl::StatusCode::kUnimplemented) {
         RecallGuardOptions go;
         go.target = target;
+        go.fine_step = o.fine_step;
         if (o.probe_rows >= 0) go.probe_rows = o.probe_rows;
         auto build = [&](const MethodConfig& c, const std::vector<int>& hs, SparseIndex* out) {
           return BuildSparseIndex(p, c, hs, o.build, out);
@@ -83,10 +90,11 @@ absl::Status EmitPromiseLines(const WorkloadOptions& model, AttentionBackend* ba
         const auto start = std::chrono::steady_clock::now();
         for (int h = 0; h < hq; ++h) {
           SparseIndex index;
-          SPATTN_RETURN_IF_ERROR(build(searched[t][h], {h}, &index));
-          SPATTN_ASSIGN_OR_RETURN(GuardedHead g, GuardHead(p, index, 0, searched[t][h],
+          SPATTN_RETURN_IF_ERROR(build(start_of_head[h], {h}, &index));
+          SPATTN_ASSIGN_OR_RETURN(GuardedHead g, GuardHead(p, index, 0, start_of_head[h],
                                                            /*widen=*/true, build, go));
           served[h] = g.config;
+          rebuilds += g.widened;
         }
         guard_ms = MillisSince(start);
       } else {
@@ -119,9 +127,11 @@ absl::Status EmitPromiseLines(const WorkloadOptions& model, AttentionBackend* ba
           "{\"method\":\"promise\",\"workload\":\"%s\",\"target\":%.2f,\"calib_len\":%d,"
           "\"seq_len\":%d,\"factor\":%g,\"num_heads\":%d,\"kv_heads\":%d,\"head_dim\":%d,"
           "\"recall_mean\":%.4f,\"recall_min\":%.4f,\"heads_within_0_02\":%d,\"density\":%.4f,"
-          "\"guard\":\"%s\",\"guard_recall_ms\":%.2f,\"kept\":%s}\n",
+          "\"guard\":\"%s\",\"guard_recall_ms\":%.2f,\"guard_rebuilds\":%d,"
+          "\"length_exponent\":%g,\"fine_step\":%g,\"kept\":%s}\n",
           model.workload, target, o.calib_len, len, factor, hq, p.num_kv_heads, p.head_dim, mean,
-          mn, within, dens, where, guard_ms, kept ? "true" : "false");
+          mn, within, dens, where, guard_ms, rebuilds, o.length_exponent, o.fine_step,
+          kept ? "true" : "false");
       out.flush();
     }
   }

@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "kernels/builders/build_index.h"
 #include "kernels/workload/workload.h"
+#include "server/recall_guard.h"
 #include "tests/bench/backend.h"
 
 namespace spattn {
@@ -31,6 +32,11 @@ struct PromiseOptions {
   int recall_rows = 128;  // exact rows per head of the served recall (seed 777: not the probes)
   int probe_rows = -1;    // guard probe rows (-1: the worker's, 32 host / 64 CUDA)
   int max_len = 1 << 20;  // held-out prompts longer than this are skipped
+  // The searched configs start from ScaleConfigToLength(config, calib_len, served length, e),
+  // as a worker starts from HeadConfig.calibrated_tokens; 0 = unscaled.
+  double length_exponent = RecallGuardOptions::kLengthExponent;
+  // The host guard's fine ladder step (RecallGuardOptions::fine_step; 0: doublings only).
+  double fine_step = RecallGuardOptions().fine_step;
   BuildOptions build;
 };
 

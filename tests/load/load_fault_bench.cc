@@ -503,21 +503,12 @@ void IndexOutage(const std::string& dir) {
 }  // namespace spattn
 
 int main(int argc, char** argv) {
-  spattn::CommandLine::Options options;
-  options.positional = false;
-  absl::StatusOr<spattn::CommandLine> line =
-      spattn::CommandLine::Parse(std::vector<std::string>(argv + 1, argv + argc), options);
-  if (line.ok() && line->Bool("help").value_or(true)) {
-    std::fputs(spattn::kUsage, stderr);
-    return 0;
-  }
-  absl::Status parsed = line.status();
-  if (parsed.ok()) parsed = spattn::ReadFlags(*line);
-  if (!parsed.ok()) {
-    std::fprintf(stderr, "spattn-load-bench: %s\n%s", std::string(parsed.message()).c_str(),
-                 spattn::kUsage);
-    return 2;
-  }
+  spattn::MainFlags flags;
+  flags.program = "spattn-load-bench";
+  flags.usage = [] { std::fputs(spattn::kUsage, stderr); };
+  flags.read = [](spattn::CommandLine& line) { return spattn::ReadFlags(line); };
+  const int rc = spattn::HandleMainFlags(argc, argv, flags);
+  if (rc >= 0) return rc;
   signal(SIGPIPE, SIG_IGN);
   const std::string dir = spattn::flags.work_dir;
   std::system(absl::StrCat("rm -rf '", dir, "' && mkdir -p '", dir, "'").c_str());

@@ -133,7 +133,8 @@ class CudaAttentionTest : public ::testing::Test {
   static std::string* skip_reason_;
   // Kernel variants 1 (8 warps), 2 (4 warps of 32 rows), 3 (wgmma; = 2 off Hopper), 4 (3 with
   // deeper pipelines), 5 (warp-specialized TMA kernels of attention/hopper; sparse block_m 64:
-  // 4), 6 (5 with the persistent dense kernel).
+  // one consumer warpgroup per CTA, 4 under SPATTN_HOPPER_BM64=0), 6 (5 with the persistent
+  // dense kernel).
   static CudaAttentionEngine* engines_[6];
 };
 

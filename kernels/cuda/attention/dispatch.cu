@@ -111,7 +111,8 @@ cudaError_t LaunchSparseAttention(const AttnParams& p, const SparseIndexView& in
   variant = detail::Resolve(variant);
   if (variant == KernelVariant::kHopper || variant == KernelVariant::kHopperPersistent) {
     if (hopper::SparseSupported(p, index)) return hopper::LaunchSparse(p, index, schedule, stream);
-    variant = KernelVariant::kWgmmaDeep;  // block_m 64
+    variant =
+        KernelVariant::kWgmmaDeep;  // TMA cannot describe the tensors, or SPATTN_HOPPER_BM64=0
   }
   switch (p.dtype) {
     case DType::kBF16:

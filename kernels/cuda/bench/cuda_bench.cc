@@ -12,6 +12,11 @@
 // 131072), causal 1 (0: full attention), dtype bf16 (or fp16). Q, K, V are N(0, 1) values of
 // the dtype (as torch.randn in sdpa_reference.py).
 // tag: a label copied into every line (the knobs of the run, say).
+// knob_sets (dense lines only): "NAME:VAR=VALUE+VAR=VALUE;NAME2:..." runs each dense variant once
+// per set with those environment variables set (the Hopper benchmark knobs are read at each
+// launch), a line per set tagged "<tag>/<NAME>"; a set with no variables ("NAME:") is the
+// defaults. rounds (default 1): the sets run that many times, interleaved (set 1, set 2, ...,
+// set 1, ...), so drifts of the clock show as a spread between rounds rather than between sets.
 // Shape matrix: kv_heads, head_dim, causal and dtype also take comma lists (every combination
 // is run, each over seq_lens).
 // sdpa (a file of sdpa_reference.py's JSON lines, run on the same machine in the same device
@@ -30,6 +35,7 @@
 #include <random>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -216,6 +222,32 @@ std::map<ShapeKey, SdpaLine> ReadSdpa(const std::string& path) {
   return out;
 }
 
+// One set of benchmark knobs (environment variables) for the dense lines.
+struct KnobSet {
+  std::string name;
+  std::vector<std::pair<std::string, std::string>> vars;
+};
+
+// "NAME:VAR=VALUE+VAR=VALUE;NAME2:..." -> sets; empty -> one unnamed set of the defaults.
+std::vector<KnobSet> ParseKnobSets(const std::string& spec) {
+  std::vector<KnobSet> out;
+  for (absl::string_view item : absl::StrSplit(spec, ';', absl::SkipEmpty())) {
+    KnobSet set;
+    const size_t colon = item.find(':');
+    set.name = std::string(item.substr(0, colon));
+    if (colon != absl::string_view::npos) {
+      for (absl::string_view kv : absl::StrSplit(item.substr(colon + 1), '+', absl::SkipEmpty())) {
+        const size_t eq = kv.find('=');
+        if (eq == absl::string_view::npos) continue;
+        set.vars.emplace_back(std::string(kv.substr(0, eq)), std::string(kv.substr(eq + 1)));
+      }
+    }
+    out.push_back(std::move(set));
+  }
+  if (out.empty()) out.emplace_back();
+  return out;
+}
+
 int RunShape(const std::map<std::string, std::string>& flags, int kv_heads, int d, bool causal,
              DType dtype, const std::map<ShapeKey, SdpaLine>& sdpa,
              std::map<int, std::unique_ptr<CudaAttentionEngine>>& engines);
@@ -259,7 +291,10 @@ int RunShape(const std::map<std::string, std::string>& flags, int kv_heads, int 
   const std::vector<double> range_dens = Doubles(get("range_densities", "0.1,0.3"));
   const std::vector<double> col_dens = Doubles(get("col_densities", "0.05,0.2"));
   const int device = std::atoi(get("device", "0").c_str());
-  const std::string tag = get("tag", "");
+  const std::string base_tag = get("tag", "");
+  std::string tag = base_tag;
+  const std::vector<KnobSet> knob_sets = ParseKnobSets(get("knob_sets", ""));
+  const int rounds = std::max(1, std::atoi(get("rounds", "1").c_str()));
   const double skip_sparse_above = std::atof(get("skip_sparse_above", "131072").c_str());
 
   std::string why;
@@ -363,20 +398,28 @@ int RunShape(const std::map<std::string, std::string>& flags, int kv_heads, int 
       std::fflush(stdout);
     };
 
-    for (double v : variants) {
-      CudaAttentionEngine* engine = engines[static_cast<int>(v)].get();
-      std::vector<double> ks, ss;
-      for (int i = 0; i < warmup + iters; ++i) {
-        CudaStageTimes t;
-        const absl::Status s = engine->RunDense(p, &t);
-        if (!s.ok()) {
-          std::fprintf(stderr, "dense: %s\n", s.ToString().c_str());
-          return 1;
+    for (int round = 0; round < rounds; ++round) {
+      for (const KnobSet& set : knob_sets) {
+        for (const auto& [var, value] : set.vars) setenv(var.c_str(), value.c_str(), 1);
+        for (double v : variants) {
+          CudaAttentionEngine* engine = engines[static_cast<int>(v)].get();
+          std::vector<double> ks, ss;
+          for (int i = 0; i < warmup + iters; ++i) {
+            CudaStageTimes t;
+            const absl::Status s = engine->RunDense(p, &t);
+            if (!s.ok()) {
+              std::fprintf(stderr, "dense: %s\n", s.ToString().c_str());
+              return 1;
+            }
+            if (i >= warmup) ks.push_back(t.kernel_seconds), ss.push_back(0);
+          }
+          tag = set.name.empty() ? base_tag : base_tag + "/" + set.name;
+          emit(std::string("dense_") + kVariantName[static_cast<int>(v)], 1.0, dense_flops, ks, ss);
         }
-        if (i >= warmup) ks.push_back(t.kernel_seconds), ss.push_back(0);
+        for (const auto& [var, value] : set.vars) unsetenv(var.c_str());
       }
-      emit(std::string("dense_") + kVariantName[static_cast<int>(v)], 1.0, dense_flops, ks, ss);
     }
+    tag = base_tag;
 
     auto run_sparse = [&](const std::string& name, const SparseIndex& idx) -> int {
       std::unique_ptr<CudaDeviceBuffer> storage;

@@ -328,6 +328,9 @@ cudaError_t AnLaunchTyped(const AnArgs& a, cudaStream_t stream) {
     anchor<<<static_cast<unsigned>(blocks), kAnThreads, AnAnchorSmemBytes<kD>(), stream>>>(a);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
   }
+  if (a.anchor_done != nullptr && (err = cudaEventRecord(a.anchor_done, stream)) != cudaSuccess) {
+    return err;
+  }
   if (a.num_items > 0) {
     stripe<<<a.num_items, kAnThreads, AnStripeSmemBytes<kD>(), stream>>>(a);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;

@@ -132,6 +132,7 @@ absl::StatusOr<SparseIndexView> BuildAnchor(const BuildScope& env, const Attenti
   }
   an.theta = params.theta;
   StageTimer timer(env.stream, "anchor");
+  an.anchor_done = timer.Event("anchor");
   SPATTN_CUDA_RETURN_IF_ERROR(LaunchAnchorSelect(an, env.stream), "anchor selection");
 
   AnAsmArgs asm_args;
@@ -147,7 +148,7 @@ absl::StatusOr<SparseIndexView> BuildAnchor(const BuildScope& env, const Attenti
       [&](const AsmOut& out, bool fill) {
         return LaunchAnchorAssemble(asm_args, out, fill, env.stream);
       },
-      &timer, "anchor+stripes");
+      &timer, "stripes");
   if (!v.ok()) timer.Cancel();
   return v;
 }

@@ -74,6 +74,8 @@ struct SaArgs {
   int32_t* selected = nullptr;    // [total] selected blocks per unit (same layout as scores)
   int32_t* selected_n = nullptr;  // [num_units * 2] selected column / slash blocks
   float alpha_c = 0, alpha_s = 0;
+  cudaEvent_t pass1_done = nullptr;  // optional: recorded after pass 1 (+ combine)
+  cudaEvent_t pass2_done = nullptr;  // optional: recorded after pass 2 (+ reduce)
 };
 // Sampled-row statistics, block-reduced scores (per span, then summed in span order: the same
 // scores on every run), CRA selection.
@@ -138,6 +140,7 @@ struct AnArgs {
   int num_items = 0;
   uint32_t* bitmaps = nullptr;  // kept keys per group (zeroed)
   float theta = 0;
+  cudaEvent_t anchor_done = nullptr;  // optional: recorded after the anchor pass
 };
 // Anchor pass (pooled anchors and queries) and stripe scan (kept-key bitmaps).
 cudaError_t LaunchAnchorSelect(const AnArgs& a, cudaStream_t stream);

@@ -34,14 +34,12 @@ absl::StatusOr<SparseIndexView> BuildBlockSparse(const AttentionProblem& p, cons
   }
   const std::vector<RowGroup> groups = MakeGroups(plan, pp, rows_per_group);
   MetaBlob blob;
-  const size_t o_seqs = blob.Add(pp.seqs);
-  const size_t o_kb = blob.Add(pp.kb_offsets);
-  const size_t o_groups = blob.Add(groups);
+  const PooledMeta pm = AddPooledMeta(pp, groups, &blob);
   const size_t o_offsets = blob.Add(plan.block_offsets);
   SPATTN_RETURN_IF_ERROR(blob.Upload(ws, stream));
   const int32_t* d_offsets = blob.At<int32_t>(o_offsets);
-  SPATTN_ASSIGN_OR_RETURN(float* pooled_k,
-                          PoolKeysOnDevice(p, a, pp, blob.At<int32_t>(o_kb), bs, ws, stream));
+  SPATTN_ASSIGN_OR_RETURN(
+      float* pooled_k, PoolKeysOnDevice(p, a, pp, blob.At<int32_t>(pm.kb_offsets), bs, ws, stream));
   BlockRowsParams k;
   k.q = a.q;
   k.q_token_stride = a.q_token_stride;
@@ -56,10 +54,10 @@ absl::StatusOr<SparseIndexView> BuildBlockSparse(const AttentionProblem& p, cons
   k.group = p.group_size();
   k.batch = plan.batch;
   k.num_blocks = plan.num_blocks;
-  k.seqs = blob.At<PooledSeq>(o_seqs);
+  k.seqs = blob.At<PooledSeq>(pm.seqs);
   k.pooled_k = pooled_k;
   k.total_kb = pp.total_kb;
-  k.groups = blob.At<RowGroup>(o_groups);
+  k.groups = blob.At<RowGroup>(pm.groups);
   k.num_groups = static_cast<int>(groups.size());
   k.max_rows = rows_per_group;
   k.nk_max = std::max(pp.nk_max, 1);

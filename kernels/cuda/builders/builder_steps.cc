@@ -359,6 +359,83 @@ SparseIndexView ViewOf(const Plan& plan, const int32_t* d_heads, const int32_t* 
   return v;
 }
 
+LineMeta AddLineMeta(const Plan& plan, const EstimatePlan& e, const std::vector<LineSeq>& lines,
+                     int64_t cols_stride, int64_t offs_stride, MetaBlob* blob) {
+  std::vector<int64_t> unit_col_base(static_cast<size_t>(plan.slots) * plan.batch);
+  std::vector<int64_t> unit_off_base(unit_col_base.size());
+  for (int slot = 0; slot < plan.slots; ++slot) {
+    for (int b = 0; b < plan.batch; ++b) {
+      unit_col_base[slot * plan.batch + b] = slot * cols_stride + lines[b].col_base;
+      unit_off_base[slot * plan.batch + b] = slot * offs_stride + lines[b].off_base;
+    }
+  }
+  LineMeta m;
+  m.seqs = blob->Add(e.seqs);
+  m.lines = blob->Add(lines);
+  m.unit_col_base = blob->Add(unit_col_base);
+  m.unit_off_base = blob->Add(unit_off_base);
+  return m;
+}
+
+absl::StatusOr<LineSelectParams> CarveLineSelect(const Plan& plan, const EstimateParams& ep,
+                                                 const LineSeq* d_lines, int64_t cols_stride,
+                                                 int64_t offs_stride, const BuildScope& ws) {
+  LineSelectParams lp;
+  lp.num_slots = plan.slots;
+  lp.batch = plan.batch;
+  lp.seqs = ep.seqs;
+  lp.lines = d_lines;
+  lp.col_sums = ep.col_sums;
+  lp.diag_sums = ep.diag_sums;
+  lp.col_stride = ep.col_stride;
+  lp.diag_stride = ep.diag_stride;
+  lp.cols_stride = cols_stride;
+  lp.offs_stride = offs_stride;
+  SPATTN_ASSIGN_OR_RETURN(lp.line_cols,
+                          Carve<int32_t>(ws, plan.slots * cols_stride, "selected columns"));
+  SPATTN_ASSIGN_OR_RETURN(lp.line_offs,
+                          Carve<int32_t>(ws, plan.slots * offs_stride, "selected diagonals"));
+  const int64_t units = static_cast<int64_t>(plan.slots) * plan.batch;
+  SPATTN_ASSIGN_OR_RETURN(lp.unit_ncols, Carve<int32_t>(ws, units, "column counts"));
+  SPATTN_ASSIGN_OR_RETURN(lp.unit_noffs, Carve<int32_t>(ws, units, "diagonal counts"));
+  return lp;
+}
+
+absl::StatusOr<Csr> MergeLines(MergeParams mp, int64_t rows, int64_t cols_stride,
+                               int64_t offs_stride, const BuildScope& ws, cudaStream_t stream,
+                               StageTimer& timer,
+                               const std::function<absl::Status(const Csr&, bool fill)>& also) {
+  SPATTN_ASSIGN_OR_RETURN(Csr csr, CarveCounts(rows, ws, stream));
+  mp.range_count = csr.range_count;
+  mp.col_count = csr.col_count;
+  SPATTN_ASSIGN_OR_RETURN(mp.lane_prefix, Carve<int32_t>(ws, rows * 64, "merge lane prefixes"));
+  SPATTN_RETURN_IF_ERROR(GroupLines(&mp, mp.num_slots, cols_stride, offs_stride, ws, stream));
+  timer.Mark("group");
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchMergeRows(mp, /*fill=*/false, stream), "merge rows (count)");
+  timer.Mark("merge_count");
+  if (also) SPATTN_RETURN_IF_ERROR(also(csr, /*fill=*/false));
+  SPATTN_RETURN_IF_ERROR(ScanAndSize(rows, &csr, ws, stream, /*with_cols=*/true));
+  timer.Mark("scan_sync");
+  mp.range_indptr = csr.range_indptr;
+  mp.col_indptr = csr.col_indptr;
+  mp.range_start = csr.range_start;
+  mp.range_len = csr.range_len;
+  mp.col_idx = csr.col_idx;
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchMergeRows(mp, /*fill=*/true, stream), "merge rows (fill)");
+  timer.Mark("merge_fill");
+  if (also) SPATTN_RETURN_IF_ERROR(also(csr, /*fill=*/true));
+  return csr;
+}
+
+PooledMeta AddPooledMeta(const PooledPlan& pp, const std::vector<RowGroup>& groups,
+                         MetaBlob* blob) {
+  PooledMeta m;
+  m.seqs = blob->Add(pp.seqs);
+  m.kb_offsets = blob->Add(pp.kb_offsets);
+  m.groups = blob->Add(groups);
+  return m;
+}
+
 PooledPlan MakePooledPlan(const AttentionProblem& p, const Plan& plan, int block) {
   PooledPlan pp;
   pp.seqs.resize(plan.batch);

@@ -177,6 +177,30 @@ MergeParams LineMergeParams(const AttentionProblem& p, const AttnParams& a, cons
 SparseIndexView ViewOf(const Plan& plan, const int32_t* d_heads, const int32_t* d_offsets,
                        const Csr& c);
 
+// The selected-line metadata of vertical_slash and flex_prefill, added to `blob`: the estimate's
+// sequences, the line slots per sequence and each unit's first column / offset slot
+// (slot * stride + the sequence's base). Offsets into the blob.
+struct LineMeta {
+  size_t seqs = 0, lines = 0, unit_col_base = 0, unit_off_base = 0;
+};
+LineMeta AddLineMeta(const Plan& plan, const EstimatePlan& e, const std::vector<LineSeq>& lines,
+                     int64_t cols_stride, int64_t offs_stride, MetaBlob* blob);
+
+// The line selection over the estimate `ep` (LaunchSelectLines), its outputs carved from the
+// workspace; flex_prefill sets its own fields on top.
+absl::StatusOr<LineSelectParams> CarveLineSelect(const Plan& plan, const EstimateParams& ep,
+                                                 const LineSeq* d_lines, int64_t cols_stride,
+                                                 int64_t offs_stride, const BuildScope& ws);
+
+// The merge of selected lines into a Csr carved here: groups (GroupLines), count pass, scan and
+// sizing (the build's round trip), fill pass, over `mp` from LineMergeParams. `also(csr, fill)`,
+// when set, runs right after each merge pass (flex_prefill's query-aware rows). Stages: group,
+// merge_count, scan_sync, merge_fill (and what `also` marks).
+absl::StatusOr<Csr> MergeLines(MergeParams mp, int64_t rows, int64_t cols_stride,
+                               int64_t offs_stride, const BuildScope& ws, cudaStream_t stream,
+                               StageTimer& timer,
+                               const std::function<absl::Status(const Csr&, bool fill)>& also);
+
 // Pooled geometry (block_sparse, flex_prefill).
 struct PooledPlan {
   std::vector<PooledSeq> seqs;
@@ -187,6 +211,13 @@ struct PooledPlan {
 PooledPlan MakePooledPlan(const AttentionProblem& p, const Plan& plan, int block);
 
 std::vector<RowGroup> MakeGroups(const Plan& plan, const PooledPlan& pp, int rows_per_group);
+
+// The pooled metadata of block_sparse and flex_prefill, added to `blob`: sequences, key-block
+// offsets, row groups. Offsets into the blob.
+struct PooledMeta {
+  size_t seqs = 0, kb_offsets = 0, groups = 0;
+};
+PooledMeta AddPooledMeta(const PooledPlan& pp, const std::vector<RowGroup>& groups, MetaBlob* blob);
 
 // The most rows per group whose shared memory fits the device.
 template <class Bytes>

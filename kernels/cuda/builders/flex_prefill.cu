@@ -253,16 +253,18 @@ __global__ void __launch_bounds__(kQaThreads) FlexQaRowsKernel(FlexParams p, int
     const int shift = 56 - 8 * level;
     const unsigned long long mask = mode == kStats ? 0ull : st.mask;
     const unsigned long long prefix = mode == kStats ? 0ull : st.prefix;
-    for (int idx = tid; idx < grp.rows * nk; idx += kQaThreads) {
-      const int r = idx / nk, kb = idx - r * nk;
-      if (kb >= geometry(r, &fp, &lp, &ke)) continue;
-      const double v = pv[idx];
-      if (!(v > 0)) continue;
-      const unsigned long long key = DoubleKey(v);
-      if ((key & mask) != prefix) continue;
-      const int b = static_cast<int>((key >> shift) & 255);
-      atomicAdd(&hc[b], 1);
-      atomicAdd(&hm[b], v);
+    const int n_all = grp.rows * nk;
+    for (int base = tid & ~31; base < n_all; base += kQaThreads) {  // warp-uniform trip count
+      const int idx = base + (tid & 31);
+      int b = -1;
+      double v = 0;
+      if (idx < n_all) {
+        const int r = idx / nk, kb = idx - r * nk;
+        v = kb < geometry(r, &fp, &lp, &ke) ? pv[idx] : 0.0;
+        const unsigned long long key = DoubleKey(v);
+        if (v > 0 && (key & mask) == prefix) b = static_cast<int>((key >> shift) & 255);
+      }
+      WarpHistMassAdd(hc, hm, b, v);
     }
     __syncthreads();
     int* gc = p.hist_count + static_cast<int64_t>(unit) * 256;

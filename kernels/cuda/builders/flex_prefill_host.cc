@@ -41,31 +41,18 @@ absl::StatusOr<SparseIndexView> BuildFlexPrefill(const AttentionProblem& p, cons
     lines[b].off_base = e.seqs[b].diag_base;
   }
   const int64_t cols_stride = p.total_k(), offs_stride = e.diag_stride;
-  std::vector<int64_t> unit_col_base(static_cast<size_t>(plan.slots) * plan.batch);
-  std::vector<int64_t> unit_off_base(unit_col_base.size());
-  for (int slot = 0; slot < plan.slots; ++slot) {
-    for (int b = 0; b < plan.batch; ++b) {
-      unit_col_base[slot * plan.batch + b] = slot * cols_stride + lines[b].col_base;
-      unit_off_base[slot * plan.batch + b] = slot * offs_stride + lines[b].off_base;
-    }
-  }
   MetaBlob blob;
-  const size_t o_est = blob.Add(e.seqs);
-  const size_t o_lines = blob.Add(lines);
-  const size_t o_pseqs = blob.Add(pp.seqs);
-  const size_t o_kb = blob.Add(pp.kb_offsets);
-  const size_t o_groups = blob.Add(groups);
+  const LineMeta lm = AddLineMeta(plan, e, lines, cols_stride, offs_stride, &blob);
+  const PooledMeta pm = AddPooledMeta(pp, groups, &blob);
   const size_t o_offsets = blob.Add(plan.block_offsets);
-  const size_t o_ucol = blob.Add(unit_col_base);
-  const size_t o_uoff = blob.Add(unit_off_base);
   SPATTN_RETURN_IF_ERROR(blob.Upload(ws, stream));
   const int32_t* d_offsets = blob.At<int32_t>(o_offsets);
   const int64_t units = static_cast<int64_t>(plan.slots) * plan.batch;
   const int64_t rows = plan.rows();
 
-  SPATTN_ASSIGN_OR_RETURN(float* pooled_k,
-                          PoolKeysOnDevice(p, a, pp, blob.At<int32_t>(o_kb), bs, ws, stream));
-  SPATTN_ASSIGN_OR_RETURN(EstimateParams ep, RunEstimate(p, a, e, blob.At<EstimateSeq>(o_est),
+  SPATTN_ASSIGN_OR_RETURN(
+      float* pooled_k, PoolKeysOnDevice(p, a, pp, blob.At<int32_t>(pm.kb_offsets), bs, ws, stream));
+  SPATTN_ASSIGN_OR_RETURN(EstimateParams ep, RunEstimate(p, a, e, blob.At<EstimateSeq>(lm.seqs),
                                                          d_heads, plan.slots, ws, stream, timer));
   FlexParams f;
   f.q = a.q;
@@ -86,7 +73,7 @@ absl::StatusOr<SparseIndexView> BuildFlexPrefill(const AttentionProblem& p, cons
   f.num_slots = plan.slots;
   f.batch = plan.batch;
   f.num_blocks = plan.num_blocks;
-  f.seqs = blob.At<PooledSeq>(o_pseqs);
+  f.seqs = blob.At<PooledSeq>(pm.seqs);
   f.est = ep.seqs;
   f.pooled_k = pooled_k;
   f.total_kb = pp.total_kb;
@@ -97,7 +84,7 @@ absl::StatusOr<SparseIndexView> BuildFlexPrefill(const AttentionProblem& p, cons
   SPATTN_ASSIGN_OR_RETURN(f.estimate, Carve<double>(ws, kb_all, "flex estimate"));
   SPATTN_ASSIGN_OR_RETURN(f.terms, Carve<double>(ws, 2 * kb_all, "flex js terms"));
   SPATTN_ASSIGN_OR_RETURN(f.unit_is_vs, CarveZeroed<uint8_t>(ws, units, "flex decisions", stream));
-  f.groups = blob.At<RowGroup>(o_groups);
+  f.groups = blob.At<RowGroup>(pm.groups);
   f.num_groups = static_cast<int>(groups.size());
   f.max_rows = rows_per_group;
   f.nk_max = std::max(pp.nk_max, 1);
@@ -114,23 +101,8 @@ absl::StatusOr<SparseIndexView> BuildFlexPrefill(const AttentionProblem& p, cons
   SPATTN_CUDA_RETURN_IF_ERROR(LaunchFlexDecide(f, stream), "flex decision");
   timer.Mark("decide");
 
-  LineSelectParams lp;
-  lp.num_slots = plan.slots;
-  lp.batch = plan.batch;
-  lp.seqs = ep.seqs;
-  lp.lines = blob.At<LineSeq>(o_lines);
-  lp.col_sums = ep.col_sums;
-  lp.diag_sums = ep.diag_sums;
-  lp.col_stride = ep.col_stride;
-  lp.diag_stride = ep.diag_stride;
-  lp.cols_stride = cols_stride;
-  lp.offs_stride = offs_stride;
-  SPATTN_ASSIGN_OR_RETURN(lp.line_cols,
-                          Carve<int32_t>(ws, plan.slots * cols_stride, "selected columns"));
-  SPATTN_ASSIGN_OR_RETURN(lp.line_offs,
-                          Carve<int32_t>(ws, plan.slots * offs_stride, "selected diagonals"));
-  SPATTN_ASSIGN_OR_RETURN(lp.unit_ncols, Carve<int32_t>(ws, units, "column counts"));
-  SPATTN_ASSIGN_OR_RETURN(lp.unit_noffs, Carve<int32_t>(ws, units, "diagonal counts"));
+  SPATTN_ASSIGN_OR_RETURN(LineSelectParams lp, CarveLineSelect(plan, ep, blob.At<LineSeq>(lm.lines),
+                                                               cols_stride, offs_stride, ws));
   lp.flex = true;
   lp.gamma = fp.gamma;
   lp.min_budget = fp.min_budget;
@@ -155,36 +127,28 @@ absl::StatusOr<SparseIndexView> BuildFlexPrefill(const AttentionProblem& p, cons
   }
   timer.Mark("qa_levels");
 
-  SPATTN_ASSIGN_OR_RETURN(Csr csr, CarveCounts(rows, ws, stream));
-  MergeParams mp = LineMergeParams(p, a, plan, d_offsets, lp, blob.At<int64_t>(o_ucol),
-                                   blob.At<int64_t>(o_uoff));
+  MergeParams mp = LineMergeParams(p, a, plan, d_offsets, lp, blob.At<int64_t>(lm.unit_col_base),
+                                   blob.At<int64_t>(lm.unit_off_base));
   mp.maybe_unit_is_vs = f.unit_is_vs;
   mp.kept_block = bs;
-  mp.range_count = csr.range_count;
-  mp.col_count = csr.col_count;
-  f.range_count = csr.range_count;
-  f.col_count = csr.col_count;
-  SPATTN_RETURN_IF_ERROR(GroupLines(&mp, plan.slots, cols_stride, offs_stride, ws, stream));
-  timer.Mark("group");
-  SPATTN_CUDA_RETURN_IF_ERROR(LaunchMergeRows(mp, /*fill=*/false, stream),
-                              "flex merge rows (count)");
-  timer.Mark("merge_count");
-  SPATTN_CUDA_RETURN_IF_ERROR(LaunchFlexQaRows(f, 3, 0, stream), "flex rows (count)");
-  timer.Mark("qa_count");
-  SPATTN_RETURN_IF_ERROR(ScanAndSize(rows, &csr, ws, stream, /*with_cols=*/true));
-  timer.Mark("scan_sync");
-  mp.range_indptr = csr.range_indptr;
-  mp.col_indptr = csr.col_indptr;
-  mp.range_start = csr.range_start;
-  mp.range_len = csr.range_len;
-  mp.col_idx = csr.col_idx;
-  f.range_indptr = csr.range_indptr;
-  f.range_start = csr.range_start;
-  f.range_len = csr.range_len;
-  SPATTN_CUDA_RETURN_IF_ERROR(LaunchMergeRows(mp, /*fill=*/true, stream), "flex merge rows (fill)");
-  timer.Mark("merge_fill");
-  SPATTN_CUDA_RETURN_IF_ERROR(LaunchFlexQaRows(f, 4, 0, stream), "flex rows (fill)");
-  timer.Mark("qa_fill");
+  // The query-aware heads' rows, after each merge pass (the merge skips their rows).
+  auto qa_rows = [&](const Csr& csr, bool fill) -> absl::Status {
+    if (!fill) {
+      f.range_count = csr.range_count;
+      f.col_count = csr.col_count;
+      SPATTN_CUDA_RETURN_IF_ERROR(LaunchFlexQaRows(f, 3, 0, stream), "flex rows (count)");
+      timer.Mark("qa_count");
+    } else {
+      f.range_indptr = csr.range_indptr;
+      f.range_start = csr.range_start;
+      f.range_len = csr.range_len;
+      SPATTN_CUDA_RETURN_IF_ERROR(LaunchFlexQaRows(f, 4, 0, stream), "flex rows (fill)");
+      timer.Mark("qa_fill");
+    }
+    return absl::OkStatus();
+  };
+  SPATTN_ASSIGN_OR_RETURN(
+      const Csr csr, MergeLines(mp, rows, cols_stride, offs_stride, ws, stream, timer, qa_rows));
   return ViewOf(plan, d_heads, d_offsets, csr);
 }
 

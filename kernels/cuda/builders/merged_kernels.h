@@ -133,6 +133,10 @@ struct MergeParams {
   int kept_block = 0;              // flex: each row also keeps key block 0 and its diagonal blocks
   int32_t* range_count = nullptr;  // count pass: [rows]
   int32_t* col_count = nullptr;
+  // [rows * 64]: per row, each lane's inclusive prefix of new ranges (bit 31: its first range
+  // continues the previous lane's last one), then each lane's inclusive prefix of columns;
+  // written by the count pass, read by the fill pass (so it walks the row once, not twice).
+  int32_t* lane_prefix = nullptr;
   const int32_t* range_indptr = nullptr;  // fill pass
   const int32_t* col_indptr = nullptr;
   int32_t* range_start = nullptr;

@@ -501,10 +501,16 @@ cudaError_t SaLaunchTyped(const SaArgs& a, cudaStream_t stream) {
   if ((err = cudaGetLastError()) != cudaSuccess) return err;
   SaCombineKernel<<<a.num_units, kSaRows, 0, stream>>>(a);
   if ((err = cudaGetLastError()) != cudaSuccess) return err;
+  if (a.pass1_done != nullptr && (err = cudaEventRecord(a.pass1_done, stream)) != cudaSuccess) {
+    return err;
+  }
   pass2<<<a.num_items, kSaThreads, smem, stream>>>(a);
   if ((err = cudaGetLastError()) != cudaSuccess) return err;
   SaReduceKernel<<<a.num_units, 256, 0, stream>>>(a);
   if ((err = cudaGetLastError()) != cudaSuccess) return err;
+  if (a.pass2_done != nullptr && (err = cudaEventRecord(a.pass2_done, stream)) != cudaSuccess) {
+    return err;
+  }
   SaCraKernel<<<a.num_units * 2, kCraThreads, 0, stream>>>(a);
   return cudaGetLastError();
 }

@@ -93,6 +93,8 @@ absl::StatusOr<SparseIndexView> BuildSampleAttention(const BuildScope& env,
         "sample_attention scores");
   }
   StageTimer timer(env.stream, "sample_attention");
+  sa.pass1_done = timer.Event("pass1");
+  sa.pass2_done = timer.Event("pass2");
   SPATTN_CUDA_RETURN_IF_ERROR(LaunchSampleAttentionSelect(sa, env.stream),
                               "sample_attention selection");
 
@@ -112,7 +114,7 @@ absl::StatusOr<SparseIndexView> BuildSampleAttention(const BuildScope& env,
       [&](const AsmOut& out, bool fill) {
         return LaunchSampleAttentionAssemble(asm_args, out, fill, env.stream);
       },
-      &timer, "select");
+      &timer, "cra");
   if (!v.ok()) timer.Cancel();
   return v;
 }

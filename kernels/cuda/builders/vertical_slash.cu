@@ -355,8 +355,9 @@ constexpr int kMergeThreads = 128;  // 4 rows per CTA, one warp each
 // One warp per row: lane l walks part l of the row's keys (row_assembly::MergePart), the lanes'
 // pieces are stitched with shuffles (a lane's first range continues the previous lane's last
 // one when they touch at the window edge) and placed by a warp prefix sum. Count pass: the row's
-// totals; fill pass: counts again for the offsets, then the entries (range ends first, made
-// lengths after the warp has written them).
+// totals, and each lane's prefixes and continuation flag in lane_prefix; fill pass: one more walk
+// per lane at those offsets writes the entries (range ends first, made lengths after the warp has
+// written them).
 __global__ void __launch_bounds__(kMergeThreads) MergeRowsKernel(MergeParams p, bool fill) {
   constexpr unsigned kAll = 0xffffffffu;
   const int lane = static_cast<int>(threadIdx.x & 31u);
@@ -390,40 +391,56 @@ __global__ void __launch_bounds__(kMergeThreads) MergeRowsKernel(MergeParams p, 
     lines.n_runs = p.unit_nruns[unit];
     int lo = 0, hi = 0;
     row_assembly::PartWindow(g.key_end, 32, lane, &lo, &hi);
-    row_assembly::PartSink part;
-    row_assembly::MergePart(g, extra, lines, 16, lo, hi, part);
-    const int prev_ranges = __shfl_up_sync(kAll, part.ranges, 1);
-    const int prev_ends = __shfl_up_sync(kAll, part.ends_at_hi ? 1 : 0, 1);
-    const bool cont = lane > 0 && row_assembly::ContinuesPrev(prev_ranges, prev_ends != 0,
-                                                              part.ranges, part.starts_at_lo);
-    const bool next_cont = __shfl_down_sync(kAll, cont ? 1 : 0, 1) != 0 && lane < 31;
-    const int nr = part.ranges - (cont ? 1 : 0);
-    int sr = nr, sc = part.cols;  // inclusive prefix over the lanes
-#pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-      const int tr = __shfl_up_sync(kAll, sr, d);
-      const int tc = __shfl_up_sync(kAll, sc, d);
-      if (lane >= d) {
-        sr += tr;
-        sc += tc;
-      }
-    }
+    int32_t* lane_state = p.lane_prefix + row * 64;
+    int sr, sc, nr, ncols;  // inclusive prefixes over the lanes; this lane's new ranges, columns
+    bool cont;
     if (!fill) {
+      row_assembly::PartSink part;
+      row_assembly::MergePart(g, extra, lines, 16, lo, hi, part);
+      const int prev_ranges = __shfl_up_sync(kAll, part.ranges, 1);
+      const int prev_ends = __shfl_up_sync(kAll, part.ends_at_hi ? 1 : 0, 1);
+      cont = lane > 0 && row_assembly::ContinuesPrev(prev_ranges, prev_ends != 0, part.ranges,
+                                                     part.starts_at_lo);
+      nr = part.ranges - (cont ? 1 : 0);
+      ncols = part.cols;
+      sr = nr;
+      sc = ncols;
+#pragma unroll
+      for (int d = 1; d < 32; d <<= 1) {
+        const int tr = __shfl_up_sync(kAll, sr, d);
+        const int tc = __shfl_up_sync(kAll, sc, d);
+        if (lane >= d) {
+          sr += tr;
+          sc += tc;
+        }
+      }
+      lane_state[lane] = static_cast<int32_t>(static_cast<uint32_t>(sr) | (cont ? 1u << 31 : 0u));
+      lane_state[32 + lane] = sc;
       if (lane == 31) {
         p.range_count[row] = sr;
         p.col_count[row] = sc;
       }
       continue;
     }
+    // Fill: the count pass's per-lane prefixes give the offsets; one more walk writes.
+    const uint32_t word = static_cast<uint32_t>(lane_state[lane]);
+    cont = (word >> 31) != 0;
+    sr = static_cast<int>(word & 0x7fffffffu);
+    sc = lane_state[32 + lane];
+    const int sr_prev = __shfl_up_sync(kAll, sr, 1);
+    const int sc_prev = __shfl_up_sync(kAll, sc, 1);
+    nr = sr - (lane > 0 ? sr_prev : 0);
+    ncols = sc - (lane > 0 ? sc_prev : 0);
+    const bool next_cont = __shfl_down_sync(kAll, cont ? 1 : 0, 1) != 0 && lane < 31;
     const int64_t ro = p.range_indptr[row];
     const int64_t co = p.col_indptr[row];
     row_assembly::PartSink out;
     out.range_start = p.range_start + ro + (sr - nr);
     out.range_end = p.range_len + ro + (sr - nr);
-    out.col_idx = p.col_idx + co + (sc - part.cols);
+    out.col_idx = p.col_idx + co + (sc - ncols);
     out.merge_prev = cont;
     out.merge_next = next_cont;
-    out.n_ranges = part.ranges;
+    out.n_ranges = nr + (cont ? 1 : 0);
     row_assembly::MergePart(g, extra, lines, 16, lo, hi, out);
     __syncwarp();
     const int total = __shfl_sync(kAll, sr, 31);

@@ -45,64 +45,24 @@ absl::StatusOr<SparseIndexView> BuildVerticalSlash(const AttentionProblem& p, co
     cols_stride += l.col_k;
     offs_stride += l.off_k;
   }
-  std::vector<int64_t> unit_col_base(static_cast<size_t>(plan.slots) * plan.batch);
-  std::vector<int64_t> unit_off_base(unit_col_base.size());
-  for (int slot = 0; slot < plan.slots; ++slot) {
-    for (int b = 0; b < plan.batch; ++b) {
-      unit_col_base[slot * plan.batch + b] = slot * cols_stride + lines[b].col_base;
-      unit_off_base[slot * plan.batch + b] = slot * offs_stride + lines[b].off_base;
-    }
-  }
   MetaBlob blob;
-  const size_t o_seqs = blob.Add(e.seqs);
-  const size_t o_lines = blob.Add(lines);
+  const LineMeta lm = AddLineMeta(plan, e, lines, cols_stride, offs_stride, &blob);
   const size_t o_offsets = blob.Add(plan.block_offsets);
-  const size_t o_ucol = blob.Add(unit_col_base);
-  const size_t o_uoff = blob.Add(unit_off_base);
   SPATTN_RETURN_IF_ERROR(blob.Upload(ws, stream));
   const int32_t* d_offsets = blob.At<int32_t>(o_offsets);
 
-  SPATTN_ASSIGN_OR_RETURN(EstimateParams ep, RunEstimate(p, a, e, blob.At<EstimateSeq>(o_seqs),
+  SPATTN_ASSIGN_OR_RETURN(EstimateParams ep, RunEstimate(p, a, e, blob.At<EstimateSeq>(lm.seqs),
                                                          d_heads, plan.slots, ws, stream, timer));
-  LineSelectParams lp;
-  lp.num_slots = plan.slots;
-  lp.batch = plan.batch;
-  lp.seqs = ep.seqs;
-  lp.lines = blob.At<LineSeq>(o_lines);
-  lp.col_sums = ep.col_sums;
-  lp.diag_sums = ep.diag_sums;
-  lp.col_stride = ep.col_stride;
-  lp.diag_stride = ep.diag_stride;
-  lp.cols_stride = cols_stride;
-  lp.offs_stride = offs_stride;
-  SPATTN_ASSIGN_OR_RETURN(lp.line_cols,
-                          Carve<int32_t>(ws, plan.slots * cols_stride, "selected columns"));
-  SPATTN_ASSIGN_OR_RETURN(lp.line_offs,
-                          Carve<int32_t>(ws, plan.slots * offs_stride, "selected diagonals"));
-  const int64_t units = static_cast<int64_t>(plan.slots) * plan.batch;
-  SPATTN_ASSIGN_OR_RETURN(lp.unit_ncols, Carve<int32_t>(ws, units, "column counts"));
-  SPATTN_ASSIGN_OR_RETURN(lp.unit_noffs, Carve<int32_t>(ws, units, "diagonal counts"));
+  SPATTN_ASSIGN_OR_RETURN(LineSelectParams lp, CarveLineSelect(plan, ep, blob.At<LineSeq>(lm.lines),
+                                                               cols_stride, offs_stride, ws));
   SPATTN_CUDA_RETURN_IF_ERROR(LaunchSelectLines(lp, stream), "select lines");
   timer.Mark("select");
 
-  SPATTN_ASSIGN_OR_RETURN(Csr csr, CarveCounts(plan.rows(), ws, stream));
-  MergeParams mp = LineMergeParams(p, a, plan, d_offsets, lp, blob.At<int64_t>(o_ucol),
-                                   blob.At<int64_t>(o_uoff));
-  mp.range_count = csr.range_count;
-  mp.col_count = csr.col_count;
-  SPATTN_RETURN_IF_ERROR(GroupLines(&mp, plan.slots, cols_stride, offs_stride, ws, stream));
-  timer.Mark("group");
-  SPATTN_CUDA_RETURN_IF_ERROR(LaunchMergeRows(mp, /*fill=*/false, stream), "merge rows (count)");
-  timer.Mark("merge_count");
-  SPATTN_RETURN_IF_ERROR(ScanAndSize(plan.rows(), &csr, ws, stream, /*with_cols=*/true));
-  timer.Mark("scan_sync");
-  mp.range_indptr = csr.range_indptr;
-  mp.col_indptr = csr.col_indptr;
-  mp.range_start = csr.range_start;
-  mp.range_len = csr.range_len;
-  mp.col_idx = csr.col_idx;
-  SPATTN_CUDA_RETURN_IF_ERROR(LaunchMergeRows(mp, /*fill=*/true, stream), "merge rows (fill)");
-  timer.Mark("merge_fill");
+  const MergeParams mp =
+      LineMergeParams(p, a, plan, d_offsets, lp, blob.At<int64_t>(lm.unit_col_base),
+                      blob.At<int64_t>(lm.unit_off_base));
+  SPATTN_ASSIGN_OR_RETURN(const Csr csr, MergeLines(mp, plan.rows(), cols_stride, offs_stride, ws,
+                                                    stream, timer, nullptr));
   return ViewOf(plan, d_heads, d_offsets, csr);
 }
 

@@ -21,6 +21,43 @@ namespace topk {
 
 constexpr unsigned kFullMask = 0xffffffffu;
 
+// Adds 1 to hist[bin] for every lane whose bin is >= 0 (shared memory). Lanes with the same bin
+// add once, together: same-address shared atomics of one warp serialize, and the first levels of
+// a radix walk put most keys in a few bins. Integer counts, so the histogram is the same. Call
+// with all 32 lanes of the warp.
+__device__ __forceinline__ void WarpHistAdd(int* hist, int bin) {
+  const unsigned peers = __match_any_sync(kFullMask, bin);
+  if (bin >= 0 && static_cast<int>(threadIdx.x & 31) == __ffs(peers) - 1) {
+    atomicAdd(&hist[bin], __popc(peers));
+  }
+}
+
+// WarpHistAdd with a mass: hist[bin] += 1 and, when m > 0, mass[bin] += m for every lane whose
+// bin is >= 0. When lanes share a bin, their masses are first summed in lane order (one double
+// atomic per bin instead of one per lane, which a warp serializes); the order of a bin's sum
+// changes, and it was never fixed (atomics of many warps). Call with all 32 lanes of the warp.
+__device__ __forceinline__ void WarpHistMassAdd(int* hist, double* mass, int bin, double m) {
+  const unsigned peers = __match_any_sync(kFullMask, bin);
+  if (!__any_sync(kFullMask, bin >= 0 && __popc(peers) > 1)) {
+    if (bin >= 0) {
+      atomicAdd(&hist[bin], 1);
+      if (m > 0) atomicAdd(&mass[bin], m);
+    }
+    return;
+  }
+  const double mine = bin >= 0 && m > 0 ? m : 0.0;
+  double sum = 0.0;
+#pragma unroll
+  for (int j = 0; j < 32; ++j) {
+    const double v = __shfl_sync(kFullMask, mine, j);
+    if ((peers >> j) & 1u) sum += v;
+  }
+  if (bin >= 0 && static_cast<int>(threadIdx.x & 31) == __ffs(peers) - 1) {
+    atomicAdd(&hist[bin], __popc(peers));
+    if (sum > 0) atomicAdd(&mass[bin], sum);
+  }
+}
+
 // Ordered 64-bit key of a double: larger value, larger key; NaN ranks as -inf; -0 as +0 (they
 // compare equal on the CPU, so they tie and rank by index).
 __device__ __forceinline__ unsigned long long DoubleKey(double v) {
@@ -115,11 +152,11 @@ __device__ TopKRule CtaTopKRule(int n, int k, KeyFn key_of, RadixSmem& sm) {
   for (int shift = 56; shift >= 0; shift -= 8) {
     for (int b = tid; b < 256; b += kThreads) sm.hist[b] = 0;
     __syncthreads();
-    for (int i = tid; i < n; i += kThreads) {
+    for (int base = tid & ~31; base < n; base += kThreads) {  // warp-uniform trip count
+      const int i = base + (tid & 31);
       unsigned long long key;
-      if (key_of(i, &key) && (key & mask) == prefix) {
-        atomicAdd(&sm.hist[(key >> shift) & 255], 1);
-      }
+      const bool in = i < n && key_of(i, &key) && (key & mask) == prefix;
+      WarpHistAdd(sm.hist, in ? static_cast<int>((key >> shift) & 255) : -1);
     }
     __syncthreads();
     if (tid < 32) FindCountBin(sm, k_rem);
@@ -231,14 +268,12 @@ __device__ int CtaMassCount(int n, double target, KeyMassFn key_mass, RadixSmem&
       sm.mass[b] = 0;
     }
     __syncthreads();
-    for (int i = tid; i < n; i += kThreads) {
+    for (int base = tid & ~31; base < n; base += kThreads) {  // warp-uniform trip count
+      const int i = base + (tid & 31);
       unsigned long long key;
-      double m;
-      if (key_mass(i, &key, &m) && (key & mask) == prefix) {
-        const int b = static_cast<int>((key >> shift) & 255);
-        atomicAdd(&sm.hist[b], 1);
-        if (m > 0) atomicAdd(&sm.mass[b], m);
-      }
+      double m = 0;
+      const bool in = i < n && key_mass(i, &key, &m) && (key & mask) == prefix;
+      WarpHistMassAdd(sm.hist, sm.mass, in ? static_cast<int>((key >> shift) & 255) : -1, m);
     }
     __syncthreads();
     if (tid < 32) {
@@ -345,11 +380,11 @@ __device__ TopKRule WarpTopKRule(int n, int k, KeyFn key_of, int* hist) {
   for (int shift = 56; shift >= 0; shift -= 8) {
     for (int b = lane; b < 256; b += 32) hist[b] = 0;
     __syncwarp();
-    for (int i = lane; i < n; i += 32) {
+    for (int base = 0; base < n; base += 32) {
+      const int i = base + lane;
       unsigned long long key;
-      if (key_of(i, &key) && (key & mask) == prefix) {
-        atomicAdd(&hist[(key >> shift) & 255], 1);
-      }
+      const bool in = i < n && key_of(i, &key) && (key & mask) == prefix;
+      WarpHistAdd(hist, in ? static_cast<int>((key >> shift) & 255) : -1);
     }
     __syncwarp();
     int local = 0;
@@ -434,14 +469,12 @@ __device__ int WarpMassCount(int n, double target, KeyMassFn key_mass, int* hist
       mass[b] = 0;
     }
     __syncwarp();
-    for (int i = lane; i < n; i += 32) {
+    for (int base = 0; base < n; base += 32) {
+      const int i = base + lane;
       unsigned long long key;
-      double m;
-      if (key_mass(i, &key, &m) && (key & mask) == prefix) {
-        const int b = static_cast<int>((key >> shift) & 255);
-        atomicAdd(&hist[b], 1);
-        if (m > 0) atomicAdd(&mass[b], m);
-      }
+      double m = 0;
+      const bool in = i < n && key_mass(i, &key, &m) && (key & mask) == prefix;
+      WarpHistMassAdd(hist, mass, in ? static_cast<int>((key >> shift) & 255) : -1, m);
     }
     __syncwarp();
     const MassBin mb = WarpFindMassBin(hist, mass, t_rem);

@@ -125,8 +125,9 @@ cudaError_t LaunchPersistent(const AttnParams& p, const SparseIndexView& idx,
   cudaError_t err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
   if (err != cudaSuccess) return err;
-  const int grid = std::min(num_items, NumSms());
-  const int flags = Knob("SPATTN_HOPPER_COALESCED_COLUMNS", 0) != 0 ? kPersistCoalescedColumns : 0;
+  const int grid = std::min(num_items, NumSms() * Tr::kMinBlocks);
+  // L1-allocating gathered-row copies (kernels/cuda/NOTES.md, session 16).
+  const int flags = Knob("SPATTN_HOPPER_COLUMN_CA", 0) != 0 ? kPersistColumnsCa : 0;
   kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p, idx, sched, num_items, num_m_blocks,
                                                          flags, tq, tk, tv);
   return cudaGetLastError();
@@ -136,11 +137,33 @@ template <typename T, int kD, bool kSparse>
 cudaError_t PersistentDim(const AttnParams& p, const SparseIndexView& idx,
                           const SparseSchedule& sched, int num_items, int num_m_blocks,
                           cudaStream_t stream) {
+  if constexpr (kSparse) {
+    // block_m 64: one consumer warpgroup per CTA, two CTAs per SM, 64-key tiles (2 ring slots
+    // at d = 128, 4 at d = 64).
+    if (idx.block_m == 64) {
+      return LaunchPersistent<PersistTraits<T, kD, kD == 128 ? 2 : 4, 2, 1, 64>, true>(
+          p, idx, sched, num_items, num_m_blocks, stream);
+    }
+  }
   if constexpr (kSparse && kD == 128) {
     // d = 128: 3 ring slots with one Q buffer, or 2 slots with two (SPATTN_HOPPER_SPARSE_STAGES).
     if (Knob("SPATTN_HOPPER_SPARSE_STAGES", 2) == 3) {
       return LaunchPersistent<PersistTraits<T, 128, 3, 1>, true>(p, idx, sched, num_items,
                                                                  num_m_blocks, stream);
+    }
+    // Lanes per gathered key row (SPATTN_HOPPER_COLUMN_LANES, PersistTraits::kLanes).
+    switch (Knob("SPATTN_HOPPER_COLUMN_LANES", 1)) {
+      case 2:
+        return LaunchPersistent<PersistTraits<T, 128, 2, 2, 2>, true>(p, idx, sched, num_items,
+                                                                      num_m_blocks, stream);
+      case 4:
+        return LaunchPersistent<PersistTraits<T, 128, 2, 2, 4>, true>(p, idx, sched, num_items,
+                                                                      num_m_blocks, stream);
+      case 16:
+        return LaunchPersistent<PersistTraits<T, 128, 2, 2, 16>, true>(p, idx, sched, num_items,
+                                                                       num_m_blocks, stream);
+      default:
+        break;
     }
   }
   using Tr = PersistTraits<T, kD, kD == 128 ? 2 : 4>;
@@ -171,6 +194,10 @@ cudaError_t LaunchTyped(const AttnParams& p, int max_q_len, cudaStream_t stream)
     // Non-causal: 176-key tiles unless SPATTN_HOPPER_FULL_BN=128.
     if (!p.causal && Knob("SPATTN_HOPPER_FULL_BN", 176) == 176) {
       return LaunchShape<Fa3Traits<T, 128, 2, 2, 176>>(p, max_q_len, stream);
+    }
+    // 128-key tiles: a 2-slot K/V ring unless SPATTN_HOPPER_D128_STAGES=3.
+    if (Knob("SPATTN_HOPPER_D128_STAGES", 2) == 3) {
+      return LaunchShape<Fa3Traits<T, 128, 3>>(p, max_q_len, stream);
     }
     return LaunchShape<Fa3Traits<T, 128, 2>>(p, max_q_len, stream);
   }
@@ -206,7 +233,9 @@ cudaError_t LaunchDense(const AttnParams& p, int max_q_len, bool persistent, cud
 }
 
 bool SparseSupported(const AttnParams& p, const SparseIndexView& index) {
-  return index.block_m == 128 && DenseSupported(p);
+  // block_m 64 on this path unless SPATTN_HOPPER_BM64=0 (then the deep wgmma kernel, variant 4).
+  const bool bm_ok = index.block_m == 128 || (index.block_m == 64 && Knob("SPATTN_HOPPER_BM64", 1));
+  return bm_ok && DenseSupported(p);
 }
 
 cudaError_t LaunchSparse(const AttnParams& p, const SparseIndexView& index,

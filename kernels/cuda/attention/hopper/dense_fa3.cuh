@@ -10,7 +10,8 @@
 //    together and the softmax of the new S runs while P V is still on the tensor cores
 //    (intra-warpgroup overlap). Between the two warpgroups named barriers hand the tensor cores
 //    back and forth (ping-pong): one warpgroup issues its two GEMMs, then the other, so one's
-//    softmax runs under the other's GEMMs.
+//    softmax runs under the other's GEMMs. The consumer step is consumer_step.cuh's, shared
+//    with the persistent kernel.
 // Key tiles run from the last to the first, so the tiles that need a mask (causal diagonal,
 // partial last tile) come first; the others skip the mask code.
 //
@@ -20,6 +21,7 @@
 #define SPATTN_KERNELS_CUDA_ATTENTION_HOPPER_DENSE_FA3_CUH_
 
 #include "kernels/cuda/attention/attention_core.cuh"
+#include "kernels/cuda/attention/hopper/consumer_step.cuh"
 #include "kernels/cuda/attention/hopper/sm90_primitives.cuh"
 
 namespace spattn {
@@ -61,11 +63,6 @@ struct Fa3Traits {
                     (65536 / kThreads) / 8 * 8 * kThreads,
                 "register budget");
 };
-
-// Named barrier ids (0 is __syncthreads): 1, 2, 3 = "your turn" of consumer warpgroup 0, 1, 2;
-// 4, 5, 6 = consumer warpgroup 0, 1, 2 alone.
-constexpr int kBarTurn0 = 1;
-constexpr int kBarWg0 = 4;
 
 // Row geometry of one query block (CTA-uniform).
 struct BlockRows {
@@ -117,8 +114,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                    int section_heads) {
 #if SPATTN_SM90A
   using T = typename Tr::T;
-  using detail::FenceReg;
-  using detail::kNegInf;
   constexpr int kD = Tr::kD, kBM = Tr::kBM, kBN = Tr::kBN, kStages = Tr::kStages;
   constexpr int kSub = Tr::kSub;
   extern __shared__ __align__(1024) char smem_raw[];
@@ -193,121 +188,34 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
 
   // ---- consumers ----
   RegsIncrease<Tr::kConsumerRegs>();
-  const int cw = wg - 1;  // consumer warpgroup 0 or 1
+  const int cw = wg - 1;  // consumer warpgroup 0, 1 (, 2)
   const int tid = threadIdx.x % 128;
   const int warp = tid / 32, lane = tid % 32;
-  const int g = lane / 4, t4 = lane % 4;
-  const int row_in_cta0 = cw * 64 + warp * 16 + g;  // + 8 * h
-  const float scale = p.scale_log2;
+  const int row_in_cta0 = cw * 64 + warp * 16 + lane / 4;  // + 8 * h
   const int n_tiles = b.n_tiles;
-
-  float acc[kD / 2];
-#pragma unroll
-  for (int i = 0; i < kD / 2; ++i) acc[i] = 0.f;
-  float s[kBN / 2];
-  uint32_t pa[kBN / 16][4];
-  float m_i[2] = {kNegInf, kNegInf}, l_i[2] = {0.f, 0.f};
+  const KvRing<kStages, Tr::kTileBytes> ring{sK, sV, k_full(0), v_full(0), k_empty(0), v_empty(0)};
+  ConsumerStep<T, kD, kBN, kBM> st(lane);
+  st.Reset();
 
   // The turns go round the consumer warpgroups: 0, 1, (2,) 0, ...
   const int my_turn = kBarTurn0 + cw;
   const int other_turn = kBarTurn0 + (cw + 1) % Tr::kConsumerWgs;
-  const uint32_t q_rows = sQ + cw * 64 * 128;
 
-  auto issue_qk = [&](int stage) {
-    const uint32_t kst = sK + stage * Tr::kTileBytes;
-#pragma unroll
-    for (int i = 0; i < kBN / 2; ++i) FenceReg(s[i]);
-    detail::WgmmaFence();
-#pragma unroll
-    for (int ks = 0; ks < kD / 16; ++ks) {
-      const uint32_t koff = (ks % 4) * 32;
-      const uint64_t da = detail::SmemDesc(q_rows + (ks / 4) * kBM * 128 + koff, 16, 1024);
-      const uint64_t db = detail::SmemDesc(kst + (ks / 4) * kBN * 128 + koff, 16, 1024);
-      detail::Wgmma<T, kBN>::SS(s, da, db, ks > 0 ? 1 : 0);
-    }
-    detail::WgmmaCommit();
-  };
-  auto issue_pv = [&](int stage) {
-    const uint32_t vst = sV + stage * Tr::kTileBytes;
-#pragma unroll
-    for (int kk = 0; kk < kBN / 16; ++kk) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) FenceReg(pa[kk][e]);
-    }
-#pragma unroll
-    for (int i = 0; i < kD / 2; ++i) FenceReg(acc[i]);
-    detail::WgmmaFence();
-#pragma unroll
-    for (int kk = 0; kk < kBN / 16; ++kk) {
-      const uint64_t db = detail::SmemDesc(vst + kk * 16 * 128, kBN * 128, 1024);
-      detail::Wgmma<T, kD>::RS(acc, pa[kk], db);
-    }
-    detail::WgmmaCommit();
-  };
-  auto release = [&](uint32_t bar) {
-    if (lane == 0) MbarArrive(bar);
-  };
-  // Masks S of tile t (keys past key_end, causal) when the tile needs it.
-  auto mask = [&](int t) {
-    const int key0 = (n_tiles - 1 - t) * kBN;
-    const bool need =
-        key0 + kBN > b.key_end || (p.causal && key0 + kBN - 1 > b.first_pos + cw * 64);
-    if (!need) return;
-#pragma unroll
-    for (int nt = 0; nt < kBN / 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = key0 + nt * 8 + 2 * t4 + (e & 1);
-        const int pos = b.first_pos + row_in_cta0 + 8 * (e >> 1);
-        const bool ok = key < b.key_end && (!p.causal || key <= pos);
-        if (!ok) s[nt * 4 + e] = kNegInf;
-      }
-    }
-  };
-  // Online softmax of S in place (log2 domain); returns the rescale factors of the rows.
-  auto softmax = [&](float* corr) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float mx = m_i[h];
-#pragma unroll
-      for (int nt = 0; nt < kBN / 8; ++nt) {
-        mx = fmaxf(mx, fmaxf(s[nt * 4 + 2 * h], s[nt * 4 + 2 * h + 1]));
-      }
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float ms = mx == kNegInf ? 0.f : mx * scale;
-      corr[h] = detail::Exp2(m_i[h] * scale - ms);
-      m_i[h] = mx;
-      float sum = 0.f;
-#pragma unroll
-      for (int nt = 0; nt < kBN / 8; ++nt) {
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          const float pv = detail::Exp2(fmaf(s[nt * 4 + 2 * h + j], scale, -ms));
-          s[nt * 4 + 2 * h + j] = pv;
-          sum += pv;
-        }
-      }
-      l_i[h] = l_i[h] * corr[h] + sum;
-    }
-  };
-  auto to_p = [&] {
-#pragma unroll
-    for (int kk = 0; kk < kBN / 16; ++kk) {
-      pa[kk][0] = detail::Mma<T>::Pack(s[8 * kk + 0], s[8 * kk + 1]);
-      pa[kk][1] = detail::Mma<T>::Pack(s[8 * kk + 2], s[8 * kk + 3]);
-      pa[kk][2] = detail::Mma<T>::Pack(s[8 * kk + 4], s[8 * kk + 5]);
-      pa[kk][3] = detail::Mma<T>::Pack(s[8 * kk + 6], s[8 * kk + 7]);
-    }
+  // Tile t holds keys [(n_tiles - 1 - t) kBN, + kBN): the last first.
+  // (The ring position is the tile number: one block per CTA.)
+  int tile = 0;
+  auto next = [&](int& d) {
+    d = tile;
+    return tile < n_tiles;
   };
   // V rows past the sequence's keys may hold another sequence's values (NaN/Inf would leak
-  // through 0 * x): zero them in the (rare) tile that has them. Both consumer warpgroups write
+  // through 0 * x): zero them in the (rare) tile that has them. Every consumer warpgroup writes
   // the same zeros, so their writes never race with a value that matters.
-  auto zero_v_tail = [&](int stage, int t) {
+  auto zero_v_tail = [&](int slot, int t) {
     const int key0 = (n_tiles - 1 - t) * kBN;
     const int valid = b.k_len - key0;
     if (valid >= kBN || b.k_tok0 + b.k_len >= p.total_k) return;
-    char* vst = smem + Tr::kVOff + stage * Tr::kTileBytes;
+    char* vst = smem + Tr::kVOff + slot * Tr::kTileBytes;
     for (int i = tid; i < (kBN - valid) * kSub * 8; i += 128) {
       const int r = valid + i / (kSub * 8), c = i % (kSub * 8);
       *reinterpret_cast<uint4*>(vst + (c / 8) * kBN * 128 + r * 128 + (c % 8) * 16) =
@@ -316,104 +224,38 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     detail::FenceProxyAsync();
     NamedSync(kBarWg0 + cw, 128);
   };
+  // Masks S of tile t (keys past key_end, causal) when the tile needs it.
+  auto mask = [&](decltype(st)& step, int t) {
+    const int key0 = (n_tiles - 1 - t) * kBN;
+    const bool need =
+        key0 + kBN > b.key_end || (p.causal && key0 + kBN - 1 > b.first_pos + cw * 64);
+    if (!need) return;
+    step.Mask([&](int col) { return key0 + col; },
+              [&](int, int key, int h) {
+                const int pos = b.first_pos + row_in_cta0 + 8 * h;
+                return key < b.key_end && (!p.causal || key <= pos);
+              });
+  };
 
   MbarWait(q_full, 0);
   if (n_tiles > 0) {
     // Consumer warpgroup 0 goes first.
     if (cw == Tr::kConsumerWgs - 1) NamedArrive(kBarTurn0, 256);
-    // Tile 0: S, mask, softmax.
-    MbarWait(k_full(0), 0);
-    NamedSync(my_turn, 256);
-    issue_qk(0);
-    NamedArrive(other_turn, 256);
-    WgmmaWait<0>();
-#pragma unroll
-    for (int i = 0; i < kBN / 2; ++i) FenceReg(s[i]);
-    release(k_empty(0));
-    mask(0);
-    {
-      float corr[2];
-      softmax(corr);
-    }
-    to_p();
-    for (int t = 1; t < n_tiles; ++t) {
-      const int st = t % kStages, ph = (t / kStages) & 1;
-      const int ps = (t - 1) % kStages, pph = ((t - 1) / kStages) & 1;
-      MbarWait(k_full(st), ph);
-      MbarWait(v_full(ps), pph);
-      zero_v_tail(ps, t - 1);
-      NamedSync(my_turn, 256);
-      issue_qk(st);
-      issue_pv(ps);
-      NamedArrive(other_turn, 256);
-      WgmmaWait<1>();  // S(t) is ready; P(t-1) V is still running
-#pragma unroll
-      for (int i = 0; i < kBN / 2; ++i) FenceReg(s[i]);
-      release(k_empty(st));
-      mask(t);
-      float corr[2];
-      softmax(corr);
-      WgmmaWait<0>();
-#pragma unroll
-      for (int i = 0; i < kD / 2; ++i) FenceReg(acc[i]);
-      release(v_empty(ps));
-#pragma unroll
-      for (int dt = 0; dt < kD / 8; ++dt) {
-        acc[dt * 4 + 0] *= corr[0];
-        acc[dt * 4 + 1] *= corr[0];
-        acc[dt * 4 + 2] *= corr[1];
-        acc[dt * 4 + 3] *= corr[1];
-      }
-      to_p();
-    }
-    {
-      const int ps = (n_tiles - 1) % kStages, pph = ((n_tiles - 1) / kStages) & 1;
-      MbarWait(v_full(ps), pph);
-      zero_v_tail(ps, n_tiles - 1);
-      NamedSync(my_turn, 256);
-      issue_pv(ps);
-      NamedArrive(other_turn, 256);
-      WgmmaWait<0>();
-#pragma unroll
-      for (int i = 0; i < kD / 2; ++i) FenceReg(acc[i]);
-      release(v_empty(ps));
-    }
+    RunKeyTiles<int>(
+        st, ring, tile, sQ + cw * 64 * 128, my_turn, other_turn, lane, p.scale_log2, next,
+        [](int) {}, zero_v_tail, mask);
     if (cw == 0) NamedSync(my_turn, 256);  // the last "your turn" of the last warpgroup
   }
 
-  // Epilogue: normalize, stage this warp's 16 rows in its own Q rows, write 16-byte chunks.
-  T* og = static_cast<T*>(p.o) + static_cast<int64_t>(head) * p.o_head_stride;
-  char* sq = smem;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    float l = l_i[h];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const float inv = l == 0.f ? 0.f : 1.f / l;
-    const int r = row_in_cta0 + 8 * h;
-#pragma unroll
-    for (int dt = 0; dt < kD / 8; ++dt) {
-      const uint32_t packed =
-          detail::Mma<T>::Pack(acc[dt * 4 + 2 * h] * inv, acc[dt * 4 + 2 * h + 1] * inv);
-      const int off = (dt / 8) * kBM * 128 + r * 128 + (((dt & 7) ^ (r & 7)) * 16) + t4 * 4;
-      *reinterpret_cast<uint32_t*>(sq + off) = packed;
-    }
-    if (p.maybe_lse != nullptr && t4 == 0 && r < b.rows) {
-      const float lse = l == 0.f ? kNegInf : (m_i[h] * scale + __log2f(l)) * detail::kLn2;
-      p.maybe_lse[static_cast<int64_t>(head) * p.total_q + b.q_tok0 + b.q_begin + r] = lse;
-    }
-  }
-  __syncwarp();
-  constexpr int kChunks = kD / 8;
-  for (int i = lane; i < 16 * kChunks; i += 32) {
-    const int r = cw * 64 + warp * 16 + i / kChunks, ch = i % kChunks;
-    if (r < b.rows) {
-      const int off = (ch / 8) * kBM * 128 + r * 128 + (((ch & 7) ^ (r & 7)) * 16);
-      const uint4 val = *reinterpret_cast<const uint4*>(sq + off);
-      *reinterpret_cast<uint4*>(
-          og + static_cast<int64_t>(b.q_tok0 + b.q_begin + r) * p.o_token_stride + ch * 8) = val;
-    }
-  }
+  // Epilogue: this warp's 16 rows through its own Q rows to 16-byte stores.
+  const int64_t row_tok = b.q_tok0 + b.q_begin;
+  T* o_block = static_cast<T*>(p.o) + static_cast<int64_t>(head) * p.o_head_stride +
+               row_tok * p.o_token_stride;
+  float* lse_block = p.maybe_lse == nullptr
+                         ? nullptr
+                         : p.maybe_lse + static_cast<int64_t>(head) * p.total_q + row_tok;
+  st.Store(smem, cw * 64 + warp * 16, lane, b.rows, p.scale_log2, o_block, p.o_token_stride,
+           lse_block);
 #endif  // SPATTN_SM90A
 }
 

@@ -20,7 +20,8 @@ bool DenseSupported(const AttnParams& p);
 cudaError_t LaunchDense(const AttnParams& p, int max_q_len, bool persistent, cudaStream_t stream);
 
 // The sparse kernel through the same mainloop (persistent grid over `schedule`): block_m 128
-// only (DenseSupported's rules too).
+// (two consumer warpgroups) and 64 (one consumer warpgroup per CTA, two CTAs per SM; off with
+// SPATTN_HOPPER_BM64=0); DenseSupported's rules too.
 bool SparseSupported(const AttnParams& p, const SparseIndexView& index);
 cudaError_t LaunchSparse(const AttnParams& p, const SparseIndexView& index,
                          const SparseSchedule& schedule, cudaStream_t stream);

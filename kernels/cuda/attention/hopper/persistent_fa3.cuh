@@ -21,7 +21,7 @@
 #define SPATTN_KERNELS_CUDA_ATTENTION_HOPPER_PERSISTENT_FA3_CUH_
 
 #include "kernels/cuda/attention/attention_core.cuh"
-#include "kernels/cuda/attention/hopper/dense_fa3.cuh"
+#include "kernels/cuda/attention/hopper/consumer_step.cuh"
 #include "kernels/cuda/attention/hopper/sm90_primitives.cuh"
 
 namespace spattn {
@@ -41,8 +41,18 @@ __device__ __forceinline__ void CpAsync16Zfill(uint32_t dst, const void* src, bo
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n)
                : "memory");
 }
+// As CpAsync16Zfill, cached in L1 (.ca): the other half of the 32-byte sector, copied by the next
+// instruction, can come from L1 instead of a second L2 sector read.
+__device__ __forceinline__ void CpAsync16ZfillCa(uint32_t dst, const void* src, bool valid) {
+  const int n = valid ? 16 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n)
+               : "memory");
+}
 
-template <typename T_, int kD_, int kStages_, int kQBufs_ = 2>
+// kBM_ = 128: two consumer warpgroups of 64 rows (ping-pong), 128-key tiles, one CTA per SM.
+// kBM_ = 64 (block_m 64 indexes): one consumer warpgroup, 64-key tiles, two CTAs per SM (their
+// warpgroups take turns on the tensor cores as the hardware schedules them).
+template <typename T_, int kD_, int kStages_, int kQBufs_ = 2, int kLanes_ = 1, int kBM_ = 128>
 struct PersistTraits {
   using T = T_;
   static constexpr int kD = kD_;
@@ -50,10 +60,18 @@ struct PersistTraits {
   // Q buffers: 2 lets the next item's Q load under the current item's tail; 1 leaves the room of
   // a third K/V ring slot at d = 128.
   static constexpr int kQBufs = kQBufs_;
-  static constexpr int kBM = 128;
-  static constexpr int kBN = 128;
-  static constexpr int kConsumerWgs = 2;
-  static constexpr int kThreads = 384;
+  // Lanes per gathered key row in the column-tile copies (1, 2, 4, 8, 16 at d = 128): kLanes lanes
+  // copy kLanes consecutive 16-byte chunks of a row per instruction, so one warp instruction
+  // reads 32 / kLanes rows of 16 kLanes bytes (whole 32-byte sectors from 2 lanes on; with one
+  // lane per row each 16-byte copy reads a 32-byte sector from L2 and uses half of it).
+  static constexpr int kLanes = kLanes_;
+  static_assert(kLanes >= 1 && kLanes <= kD_ / 8 && (kLanes & (kLanes - 1)) == 0, "lanes");
+  static constexpr int kBM = kBM_;
+  static_assert(kBM == 64 || kBM == 128, "block_m");
+  static constexpr int kBN = kBM;
+  static constexpr int kConsumerWgs = kBM / 64;
+  static constexpr int kThreads = 128 * (1 + kConsumerWgs);
+  static constexpr int kMinBlocks = kBM == 128 ? 1 : 2;  // CTAs per SM
   static constexpr int kSub = kD / 64;
   static constexpr int kQBytes = kBM * kD * 2;
   static constexpr int kTileBytes = kBN * kD * 2;
@@ -64,17 +82,21 @@ struct PersistTraits {
   static constexpr int kNumBars = 2 * kQBufs + 4 * kStages;
   static constexpr int kSmemBytes = kBarOff + kNumBars * 8 + 1024;
   static constexpr int kProducerRegs = 56;
-  static constexpr int kConsumerRegs = 224;
-  static_assert(kSmemBytes <= 227 * 1024, "shared memory");
-  // setmaxnreg only moves registers within the CTA's launch allocation (168 x 384 = 64512);
-  // 32 / 240 (65536) deadlocks in the increase (run 3 of NOTES.md).
-  static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 168 * 384, "register budget");
+  static constexpr int kConsumerRegs = kBM == 128 ? 224 : 200;
+  static_assert(kSmemBytes * kMinBlocks <= 227 * 1024, "shared memory");
+  // setmaxnreg only moves registers within the CTA's launch allocation (168 x 384 = 64512 for
+  // one CTA of 384 threads per SM, 128 x 256 for two of 256); 32 / 240 (65536) deadlocks in the
+  // increase (run 3 of NOTES.md).
+  static constexpr int kLaunchRegs = (65536 / (kThreads * kMinBlocks)) / 8 * 8;
+  static_assert(128 * kProducerRegs + 128 * kConsumerWgs * kConsumerRegs <= kLaunchRegs * kThreads,
+                "register budget");
 };
 
 // Flags of PersistentFa3Kernel (bits).
-constexpr int kPersistCoalescedColumns = 1;  // column tiles copied whole rows per warp instruction
+// Column tiles by cp.async.ca (L1-allocating) instead of .cg (one lane per row only).
+constexpr int kPersistColumnsCa = 4;
 
-// One work item: a 128-row query block of one head and its keys.
+// One work item: a query block (kBM rows) of one head and its keys.
 struct Item {
   int q_tok0, q_len, k_tok0, k_len, q_begin, rows, first_pos;
   int head;
@@ -83,7 +105,7 @@ struct Item {
 
 // Item `w` of the list. Dense: w runs over query blocks from the last (heads x batch of them per
 // block index). Returns false for a block past its sequence's end (nothing to do).
-template <bool kSparse>
+template <bool kSparse, int kBM = 128>
 __device__ __forceinline__ bool GetItem(const AttnParams& p, const SparseIndexView& idx,
                                         const SparseSchedule& sched, int num_m_blocks, int w,
                                         Item& it) {
@@ -114,9 +136,9 @@ __device__ __forceinline__ bool GetItem(const AttnParams& p, const SparseIndexVi
   it.q_len = p.cu_seqlens_q[seq + 1] - it.q_tok0;
   it.k_tok0 = p.cu_seqlens_k[seq];
   it.k_len = p.cu_seqlens_k[seq + 1] - it.k_tok0;
-  it.q_begin = q_block * 128;
+  it.q_begin = q_block * kBM;
   if (it.q_begin >= it.q_len) return false;
-  it.rows = min(128, it.q_len - it.q_begin);
+  it.rows = min(kBM, it.q_len - it.q_begin);
   it.first_pos = it.k_len - it.q_len + it.q_begin;
   if constexpr (!kSparse) {
     it.ks = detail::KeySet();
@@ -132,7 +154,7 @@ __device__ __forceinline__ int SnakeItem(int round, int c, int G) {
 }
 
 template <class Tr, bool kSparse>
-__global__ void __launch_bounds__(Tr::kThreads, 1)
+__global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
     PersistentFa3Kernel(const AttnParams p, const SparseIndexView idx, const SparseSchedule sched,
                         int num_items, int num_m_blocks, int flags,
                         const __grid_constant__ CUtensorMap tmap_q,
@@ -140,8 +162,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                         const __grid_constant__ CUtensorMap tmap_v) {
 #if SPATTN_SM90A
   using T = typename Tr::T;
-  using detail::FenceReg;
-  using detail::kNegInf;
   constexpr int kD = Tr::kD, kBM = Tr::kBM, kBN = Tr::kBN, kStages = Tr::kStages;
   constexpr int kSub = Tr::kSub;
   extern __shared__ __align__(1024) char smem_raw[];
@@ -162,13 +182,13 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   if (threadIdx.x == 0) {
     for (int b = 0; b < kQB; ++b) {
       MbarInit(q_full(b), 1);
-      MbarInit(q_empty(b), 8);
+      MbarInit(q_empty(b), 4 * Tr::kConsumerWgs);  // every consumer warp releases
     }
     for (int s = 0; s < kStages; ++s) {
       MbarInit(k_full(s), 128);  // every producer thread arrives (TMA: one with the bytes)
       MbarInit(v_full(s), 128);
-      MbarInit(k_empty(s), 8);
-      MbarInit(v_empty(s), 8);
+      MbarInit(k_empty(s), 4 * Tr::kConsumerWgs);
+      MbarInit(v_empty(s), 4 * Tr::kConsumerWgs);
     }
     MbarInitFence();
   }
@@ -189,8 +209,31 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     }
     int tile = 0;    // tiles issued so far (ring position)
     int n_item = 0;  // items loaded so far (Q buffer)
-    const bool coalesced = (flags & kPersistCoalescedColumns) != 0;
+    const bool cols_ca = (flags & kPersistColumnsCa) != 0;
     const int pwarp = tid / 32, plane = tid % 32;
+    // Gathered rows of a column tile, kL lanes per row: warp `pwarp` copies rows
+    // pwarp * 32 + [0, 32), 32 / kL per instruction (lanes plane / kL), each lane the chunks
+    // plane % kL + kL m of them; the key numbers come by shuffle from the lane that read them.
+    auto gather = [&](const T* base, int64_t tok_stride, uint32_t dst, const Item& it, int n,
+                      int key) {
+      constexpr int kL = Tr::kLanes;
+      constexpr int kRows = 32 / kL, kPer = kD / 8 / kL;
+      const int sub = plane % kL;
+#pragma unroll 1  // (unrolling the rows spills the producer's 56 registers)
+      for (int k = 0; k < kL; ++k) {
+        const int rw = plane / kL + kRows * k;
+        const int kk = __shfl_sync(0xffffffffu, key, rw);
+        const int row = pwarp * 32 + rw;
+        const bool valid = row < n;
+        const T* src = base + static_cast<int64_t>(it.k_tok0 + kk) * tok_stride;
+#pragma unroll
+        for (int m = 0; m < kPer; ++m) {
+          const int ch = sub + kL * m;
+          const uint32_t off = (ch / 8) * kBN * 128 + row * 128 + (((ch & 7) ^ (row & 7)) * 16);
+          CpAsync16Zfill(dst + off, src + ch * 8, valid);
+        }
+      }
+    };
     // The key number of this thread's row of a column tile (read before the slot is free, so
     // its latency is not paid between the slot's release and the copies).
     auto tile_key = [&](const Item& it, int kind, int start, int n) {
@@ -210,29 +253,22 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         } else {
           MbarArrive(full);
         }
-      } else if (coalesced) {
-        // A warp copies its 32 rows a few whole rows per instruction (lanes along a row's 16-byte
-        // chunks), the key numbers passed along by shuffles.
-        constexpr int kChunks = kD / 8, kRowsPerInst = 32 / kChunks;
-        const int ch = plane % kChunks;
-#pragma unroll 1  // (unrolling spills the producer's 56 registers)
-        for (int i = 0; i < 32 / kRowsPerInst; ++i) {
-          const int rw = i * kRowsPerInst + plane / kChunks;
-          const int kk = __shfl_sync(0xffffffffu, key, rw);
-          const int row = pwarp * 32 + rw;
-          const bool valid = row < n;
-          const T* src = base + static_cast<int64_t>(it.k_tok0 + kk) * tok_stride + ch * 8;
-          const uint32_t off = (ch / 8) * kBN * 128 + row * 128 + (((ch & 7) ^ (row & 7)) * 16);
-          CpAsync16Zfill(dst + off, src, valid);
-        }
+      } else if constexpr (Tr::kLanes > 1) {
+        if (pwarp * 32 < kBN) gather(base, tok_stride, dst, it, n, key);
         CpAsyncArriveNoinc(full);
+      } else if (tid >= kBN) {
+        MbarArrive(full);  // (64-key tiles: the upper producer threads hold no row)
       } else {
         const bool valid = tid < n;
         const T* src = base + static_cast<int64_t>(it.k_tok0 + key) * tok_stride;
 #pragma unroll
         for (int ch = 0; ch < kD / 8; ++ch) {
           const uint32_t off = (ch / 8) * kBN * 128 + tid * 128 + (((ch & 7) ^ (tid & 7)) * 16);
-          CpAsync16Zfill(dst + off, src + ch * 8, valid);
+          if (cols_ca) {
+            CpAsync16ZfillCa(dst + off, src + ch * 8, valid);
+          } else {
+            CpAsync16Zfill(dst + off, src + ch * 8, valid);
+          }
         }
         CpAsyncArriveNoinc(full);
       }
@@ -241,7 +277,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       const int w = SnakeItem(round, c, G);
       if (w >= num_items) break;
       Item it;
-      if (!GetItem<kSparse>(p, idx, sched, num_m_blocks, w, it)) continue;
+      if (!GetItem<kSparse, kBM>(p, idx, sched, num_m_blocks, w, it)) continue;
       const int qb = n_item % kQB;
       MbarWait(q_empty(qb), ((n_item / kQB) & 1) ^ 1);
       if (leader) {
@@ -290,257 +326,94 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   RegsIncrease<Tr::kConsumerRegs>();
   const int cw = wg - 1;
   const int warp = tid / 32, lane = tid % 32;
-  const int g = lane / 4, t4 = lane % 4;
-  const int row0 = cw * 64 + warp * 16 + g;  // + 8 * h
-  const float scale = p.scale_log2;
-  const int my_turn = kBarTurn0 + cw, other_turn = kBarTurn0 + (1 - cw);
+  const int row0 = cw * 64 + warp * 16 + lane / 4;  // + 8 * h
+  // Ping-pong turns between the two consumer warpgroups; a lone warpgroup (block_m 64) syncs on
+  // its own barrier and arrives on an otherwise unused one (plain warpgroup barriers).
+  constexpr bool kPingPong = Tr::kConsumerWgs == 2;
+  const int my_turn = kPingPong ? kBarTurn0 + cw : kBarWg0 + cw;
+  const int other_turn = kPingPong ? kBarTurn0 + (1 - cw) : kBarTurn0;
+  constexpr int kTurnThreads = kPingPong ? 256 : 128;
+  const KvRing<kStages, Tr::kTileBytes> ring{sK, sV, k_full(0), v_full(0), k_empty(0), v_empty(0)};
+  ConsumerStep<T, kD, kBN, kBM> st(lane);
 
-  float acc[kD / 2];
-  float s[kBN / 2];
-  uint32_t pa[kBN / 16][4];
-  float m_i[2], l_i[2];
-
-  auto release = [&](uint32_t bar) {
-    if (lane == 0) MbarArrive(bar);
-  };
-
-  if (cw == 1) NamedArrive(kBarTurn0, 256);  // consumer warpgroup 0 goes first
+  if (kPingPong && cw == 1) NamedArrive(kBarTurn0, 256);  // consumer warpgroup 0 goes first
   int tile = 0, n_item = 0;
   for (int round = 0;; ++round) {
     const int w = SnakeItem(round, c, G);
     if (w >= num_items) break;
     Item it;
-    if (!GetItem<kSparse>(p, idx, sched, num_m_blocks, w, it)) continue;
+    if (!GetItem<kSparse, kBM>(p, idx, sched, num_m_blocks, w, it)) continue;
     const int qb = n_item % kQB;
-    const uint32_t sQ = sQ0 + qb * Tr::kQBytes;
-    const uint32_t q_rows = sQ + cw * 64 * 128;
     const int my_first = it.first_pos + cw * 64;
 
-    auto issue_qk = [&](int stage) {
-      const uint32_t kst = sK + stage * Tr::kTileBytes;
-#pragma unroll
-      for (int i = 0; i < kBN / 2; ++i) FenceReg(s[i]);
-      detail::WgmmaFence();
-#pragma unroll
-      for (int ks = 0; ks < kD / 16; ++ks) {
-        const uint32_t koff = (ks % 4) * 32;
-        const uint64_t da = detail::SmemDesc(q_rows + (ks / 4) * kBM * 128 + koff, 16, 1024);
-        const uint64_t db = detail::SmemDesc(kst + (ks / 4) * kBN * 128 + koff, 16, 1024);
-        detail::Wgmma<T, kBN>::SS(s, da, db, ks > 0 ? 1 : 0);
-      }
-      detail::WgmmaCommit();
+    // A tile of the item's key set; `last`: its last key (column tiles: read as soon as the
+    // tile is known, used by the mask after the tile's S is ready, so the load's latency hides
+    // under the waits and GEMMs).
+    struct Tile {
+      int kind, start, n, last;
     };
-    auto issue_pv = [&](int stage) {
-      const uint32_t vst = sV + stage * Tr::kTileBytes;
-#pragma unroll
-      for (int kk = 0; kk < kBN / 16; ++kk) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) FenceReg(pa[kk][e]);
-      }
-#pragma unroll
-      for (int i = 0; i < kD / 2; ++i) FenceReg(acc[i]);
-      detail::WgmmaFence();
-#pragma unroll
-      for (int kk = 0; kk < kBN / 16; ++kk) {
-        const uint64_t db = detail::SmemDesc(vst + kk * 16 * 128, kBN * 128, 1024);
-        detail::Wgmma<T, kD>::RS(acc, pa[kk], db);
-      }
-      detail::WgmmaCommit();
+    detail::TileCursor<kBN> cursor;
+    auto next = [&](Tile& d) {
+      if (!cursor.Next(it.ks, d.kind, d.start, d.n)) return false;
+      d.last = d.kind == 0 ? d.start + d.n - 1 : __ldg(it.ks.cols + d.start + d.n - 1);
+      return true;
     };
-    // The tile's last key (column tiles: read as soon as the tile is known, used by the mask
-    // after the tile's S is ready, so the load's latency hides under the waits and GEMMs).
-    auto last_key = [&](int kind, int start, int n) {
-      return kind == 0 ? start + n - 1 : __ldg(it.ks.cols + start + n - 1);
+    // Gathered tiles were written by cp.async: make them visible to wgmma.
+    auto after_k = [&](const Tile& d) {
+      if (d.kind == 1) detail::FenceProxyAsync();
     };
-    // Masks S of a tile: keys past n, causal; column tiles read their key numbers.
-    auto mask = [&](int kind, int start, int n, int last) {
-      if (n == kBN && !(p.causal && last > my_first)) return;
-#pragma unroll
-      for (int nt = 0; nt < kBN / 8; ++nt) {
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          const int col = nt * 8 + 2 * t4 + j;
-          int key = 0x7fffffff;
-          if (col < n) key = kind == 0 ? start + col : __ldg(it.ks.cols + start + col);
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int pos = it.first_pos + row0 + 8 * h;
-            const bool ok = col < n && (!p.causal || key <= pos);
-            if (!ok) s[nt * 4 + 2 * h + j] = kNegInf;
-          }
-        }
-      }
-    };
-    auto softmax = [&](float* corr) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float mx = m_i[h];
-#pragma unroll
-        for (int nt = 0; nt < kBN / 8; ++nt) {
-          mx = fmaxf(mx, fmaxf(s[nt * 4 + 2 * h], s[nt * 4 + 2 * h + 1]));
-        }
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float ms = mx == kNegInf ? 0.f : mx * scale;
-        corr[h] = detail::Exp2(m_i[h] * scale - ms);
-        m_i[h] = mx;
-        float sum = 0.f;
-#pragma unroll
-        for (int nt = 0; nt < kBN / 8; ++nt) {
-#pragma unroll
-          for (int j = 0; j < 2; ++j) {
-            const float pv = detail::Exp2(fmaf(s[nt * 4 + 2 * h + j], scale, -ms));
-            s[nt * 4 + 2 * h + j] = pv;
-            sum += pv;
-          }
-        }
-        l_i[h] = l_i[h] * corr[h] + sum;
-      }
-    };
-    auto to_p = [&] {
-#pragma unroll
-      for (int kk = 0; kk < kBN / 16; ++kk) {
-        pa[kk][0] = detail::Mma<T>::Pack(s[8 * kk + 0], s[8 * kk + 1]);
-        pa[kk][1] = detail::Mma<T>::Pack(s[8 * kk + 2], s[8 * kk + 3]);
-        pa[kk][2] = detail::Mma<T>::Pack(s[8 * kk + 4], s[8 * kk + 5]);
-        pa[kk][3] = detail::Mma<T>::Pack(s[8 * kk + 6], s[8 * kk + 7]);
-      }
-    };
-    // After the V tile of (kind, n) landed: a short range tile has other keys past n (zero
-    // them, see the header); gathered tiles were written by cp.async (make them visible to
-    // wgmma).
-    auto prepare_v = [&](int stage, int kind, int n) {
-      if (kind == 1) {
+    // After the V tile landed: a short range tile has other keys past n (zero them, see the
+    // header); gathered tiles were written by cp.async (make them visible to wgmma).
+    auto prepare_v = [&](int slot, const Tile& d) {
+      if (d.kind == 1) {
         detail::FenceProxyAsync();
         return;
       }
-      if (n >= kBN) return;
-      char* vst = smem + Tr::kVOff + stage * Tr::kTileBytes;
-      for (int i = tid; i < (kBN - n) * kSub * 8; i += 128) {
-        const int r = n + i / (kSub * 8), cc = i % (kSub * 8);
+      if (d.n >= kBN) return;
+      char* vst = smem + Tr::kVOff + slot * Tr::kTileBytes;
+      for (int i = tid; i < (kBN - d.n) * kSub * 8; i += 128) {
+        const int r = d.n + i / (kSub * 8), cc = i % (kSub * 8);
         *reinterpret_cast<uint4*>(vst + (cc / 8) * kBN * 128 + r * 128 + (cc % 8) * 16) =
             make_uint4(0, 0, 0, 0);
       }
       detail::FenceProxyAsync();
       NamedSync(kBarWg0 + cw, 128);
     };
-    auto wait_k = [&](int t, int kind) {
-      MbarWait(k_full(t % kStages), (t / kStages) & 1);
-      if (kind == 1) detail::FenceProxyAsync();
+    // Masks S of a tile: keys past n, causal; column tiles read their key numbers.
+    auto mask = [&](decltype(st)& step, const Tile& d) {
+      if (d.n == kBN && !(p.causal && d.last > my_first)) return;
+      step.Mask(
+          [&](int col) {
+            if (col >= d.n) return 0x7fffffff;
+            return d.kind == 0 ? d.start + col : __ldg(it.ks.cols + d.start + col);
+          },
+          [&](int col, int key, int h) {
+            const int pos = it.first_pos + row0 + 8 * h;
+            return col < d.n && (!p.causal || key <= pos);
+          });
     };
 
-#pragma unroll
-    for (int i = 0; i < kD / 2; ++i) acc[i] = 0.f;
-    m_i[0] = m_i[1] = kNegInf;
-    l_i[0] = l_i[1] = 0.f;
+    st.Reset();
     MbarWait(q_full(qb), (n_item / kQB) & 1);
     ++n_item;
+    RunKeyTiles<Tile>(st, ring, tile, sQ0 + qb * Tr::kQBytes + cw * 64 * 128, my_turn, other_turn,
+                      lane, p.scale_log2, next, after_k, prepare_v, mask, kTurnThreads);
 
-    detail::TileCursor<kBN> cursor;
-    int kind, start, n;
-    if (cursor.Next(it.ks, kind, start, n)) {
-      const int last0 = last_key(kind, start, n);
-      wait_k(tile, kind);
-      NamedSync(my_turn, 256);
-      issue_qk(tile % kStages);
-      NamedArrive(other_turn, 256);
-      WgmmaWait<0>();
-#pragma unroll
-      for (int i = 0; i < kBN / 2; ++i) FenceReg(s[i]);
-      release(k_empty(tile % kStages));
-      mask(kind, start, n, last0);
-      {
-        float corr[2];
-        softmax(corr);
-      }
-      to_p();
-      int pkind = kind, pn = n;
-      ++tile;
-      while (cursor.Next(it.ks, kind, start, n)) {
-        const int last = last_key(kind, start, n);
-        const int st = tile % kStages;
-        const int ps = (tile - 1) % kStages, pph = ((tile - 1) / kStages) & 1;
-        wait_k(tile, kind);
-        MbarWait(v_full(ps), pph);
-        prepare_v(ps, pkind, pn);
-        NamedSync(my_turn, 256);
-        issue_qk(st);
-        issue_pv(ps);
-        NamedArrive(other_turn, 256);
-        WgmmaWait<1>();
-#pragma unroll
-        for (int i = 0; i < kBN / 2; ++i) FenceReg(s[i]);
-        release(k_empty(st));
-        mask(kind, start, n, last);
-        float corr[2];
-        softmax(corr);
-        WgmmaWait<0>();
-#pragma unroll
-        for (int i = 0; i < kD / 2; ++i) FenceReg(acc[i]);
-        release(v_empty(ps));
-#pragma unroll
-        for (int dt = 0; dt < kD / 8; ++dt) {
-          acc[dt * 4 + 0] *= corr[0];
-          acc[dt * 4 + 1] *= corr[0];
-          acc[dt * 4 + 2] *= corr[1];
-          acc[dt * 4 + 3] *= corr[1];
-        }
-        to_p();
-        pkind = kind, pn = n;
-        ++tile;
-      }
-      const int ps = (tile - 1) % kStages, pph = ((tile - 1) / kStages) & 1;
-      MbarWait(v_full(ps), pph);
-      prepare_v(ps, pkind, pn);
-      NamedSync(my_turn, 256);
-      issue_pv(ps);
-      NamedArrive(other_turn, 256);
-      WgmmaWait<0>();
-#pragma unroll
-      for (int i = 0; i < kD / 2; ++i) FenceReg(acc[i]);
-      release(v_empty(ps));
-    }
-
-    // Epilogue: normalize, stage the warp's rows in its Q rows, 16-byte stores; then the Q
-    // buffer goes back to the producer.
-    T* og = static_cast<T*>(p.o) + static_cast<int64_t>(it.head) * p.o_head_stride;
-    char* sq = smem + qb * Tr::kQBytes;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float l = l_i[h];
-      l += __shfl_xor_sync(0xffffffffu, l, 1);
-      l += __shfl_xor_sync(0xffffffffu, l, 2);
-      const float inv = l == 0.f ? 0.f : 1.f / l;
-      const int r = row0 + 8 * h;
-#pragma unroll
-      for (int dt = 0; dt < kD / 8; ++dt) {
-        const uint32_t packed =
-            detail::Mma<T>::Pack(acc[dt * 4 + 2 * h] * inv, acc[dt * 4 + 2 * h + 1] * inv);
-        const int off = (dt / 8) * kBM * 128 + r * 128 + (((dt & 7) ^ (r & 7)) * 16) + t4 * 4;
-        *reinterpret_cast<uint32_t*>(sq + off) = packed;
-      }
-      if (p.maybe_lse != nullptr && t4 == 0 && r < it.rows) {
-        const float lse = l == 0.f ? kNegInf : (m_i[h] * scale + __log2f(l)) * detail::kLn2;
-        p.maybe_lse[static_cast<int64_t>(it.head) * p.total_q + it.q_tok0 + it.q_begin + r] = lse;
-      }
-    }
+    // Epilogue: the warp's rows through its Q rows to 16-byte stores; then the Q buffer goes
+    // back to the producer.
+    const int64_t row_tok = it.q_tok0 + it.q_begin;
+    T* o_block = static_cast<T*>(p.o) + static_cast<int64_t>(it.head) * p.o_head_stride +
+                 row_tok * p.o_token_stride;
+    float* lse_block = p.maybe_lse == nullptr
+                           ? nullptr
+                           : p.maybe_lse + static_cast<int64_t>(it.head) * p.total_q + row_tok;
+    st.Store(smem + qb * Tr::kQBytes, cw * 64 + warp * 16, lane, it.rows, p.scale_log2, o_block,
+             p.o_token_stride, lse_block);
     __syncwarp();
-    constexpr int kChunks = kD / 8;
-    for (int i = lane; i < 16 * kChunks; i += 32) {
-      const int r = cw * 64 + warp * 16 + i / kChunks, ch = i % kChunks;
-      if (r < it.rows) {
-        const int off = (ch / 8) * kBM * 128 + r * 128 + (((ch & 7) ^ (r & 7)) * 16);
-        const uint4 val = *reinterpret_cast<const uint4*>(sq + off);
-        *reinterpret_cast<uint4*>(
-            og + static_cast<int64_t>(it.q_tok0 + it.q_begin + r) * p.o_token_stride + ch * 8) =
-            val;
-      }
-    }
-    __syncwarp();
-    release(q_empty(qb));
+    if (lane == 0) MbarArrive(q_empty(qb));
   }
-  if (cw == 0) NamedSync(my_turn, 256);  // balances warpgroup 1's first "your turn"
-#endif                                   // SPATTN_SM90A
+  if (kPingPong && cw == 0) NamedSync(my_turn, 256);  // balances warpgroup 1's first "your turn"
+#endif                                                // SPATTN_SM90A
 }
 
 }  // namespace hopper

@@ -1,0 +1,298 @@
+// The consumer side of the Hopper warp-specialized kernels (dense_fa3.cuh, persistent_fa3.cuh):
+// one consumer warpgroup's 64 query rows against a sequence of K/V tiles from the producer's
+// ring, FlashAttention-3 style.
+//
+// Per tile t (after the first): wait for K(t) and V(t - 1), take the tensor-core turn, issue
+// S(t) = Q K(t)^T and O += P(t - 1) V(t - 1) together, hand the turn to the next warpgroup
+// (ping-pong), wait for S(t) only, release K(t), mask, online softmax (log2 domain) while P V
+// still runs, wait for it, release V(t - 1), rescale O, convert P(t). The first tile has no P V
+// yet; the last P V runs after the loop.
+//
+// What differs between the kernels stays with them, as hooks of RunKeyTiles: where the next tile
+// comes from (a count for dense, a key-set cursor for sparse items), what follows a K wait
+// (gathered tiles need a proxy fence), the V tile's preparation (zeroing rows past the keys), and
+// the mask (which keys and positions a tile holds).
+#ifndef SPATTN_KERNELS_CUDA_ATTENTION_HOPPER_CONSUMER_STEP_CUH_
+#define SPATTN_KERNELS_CUDA_ATTENTION_HOPPER_CONSUMER_STEP_CUH_
+
+#include "kernels/cuda/attention/attention_core.cuh"
+#include "kernels/cuda/attention/hopper/sm90_primitives.cuh"
+
+namespace spattn {
+namespace cuda {
+namespace hopper {
+
+// Named barrier ids (0 is __syncthreads): 1, 2, 3 = "your turn" of consumer warpgroup 0, 1, 2;
+// 4, 5, 6 = consumer warpgroup 0, 1, 2 alone.
+constexpr int kBarTurn0 = 1;
+constexpr int kBarWg0 = 4;
+
+// The K/V ring as the consumers see it: slot 0 of each tile array and of each barrier array
+// (slots follow each other: kTileBytes apart for tiles, 8 bytes for barriers). Ring position
+// `tile` counts every tile the producer loaded into this CTA's ring so far.
+template <int kStages, int kTileBytes>
+struct KvRing {
+  uint32_t k_smem, v_smem;
+  uint32_t k_full, v_full, k_empty, v_empty;
+
+  __device__ __forceinline__ static int Slot(int tile) { return tile % kStages; }
+  __device__ __forceinline__ static uint32_t Phase(int tile) { return (tile / kStages) & 1; }
+  __device__ __forceinline__ uint32_t K(int slot) const { return k_smem + slot * kTileBytes; }
+  __device__ __forceinline__ uint32_t V(int slot) const { return v_smem + slot * kTileBytes; }
+  __device__ __forceinline__ uint32_t KFull(int slot) const { return k_full + 8 * slot; }
+  __device__ __forceinline__ uint32_t VFull(int slot) const { return v_full + 8 * slot; }
+  __device__ __forceinline__ uint32_t KEmpty(int slot) const { return k_empty + 8 * slot; }
+  __device__ __forceinline__ uint32_t VEmpty(int slot) const { return v_empty + 8 * slot; }
+};
+
+// One consumer thread's state: O accumulator, S (then P) of the current tile, P as wgmma A
+// fragments, row maxima and sums of its two rows (g and g + 8 of its warp's 16).
+// kBM: rows of the Q buffer (the stride of its 128-byte sub-tiles); kBN: keys per tile.
+template <typename T, int kD, int kBN, int kBM>
+struct ConsumerStep {
+  float acc[kD / 2];
+  float s[kBN / 2];
+  uint32_t pa[kBN / 16][4];
+  float m_i[2], l_i[2];
+  int t4;  // lane % 4: the column pair of S this thread holds within each 8-key group
+
+  __device__ __forceinline__ explicit ConsumerStep(int lane) : t4(lane % 4) {}
+
+  __device__ __forceinline__ void Reset() {
+#pragma unroll
+    for (int i = 0; i < kD / 2; ++i) acc[i] = 0.f;
+    m_i[0] = m_i[1] = detail::kNegInf;
+    l_i[0] = l_i[1] = 0.f;
+  }
+
+  // S = Q K^T of this warpgroup's 64 rows (`q_rows`: their first row in the Q buffer) and the
+  // tile at `kst`.
+  __device__ __forceinline__ void IssueQk(uint32_t q_rows, uint32_t kst) {
+    FenceS();
+    detail::WgmmaFence();
+#pragma unroll
+    for (int ks = 0; ks < kD / 16; ++ks) {
+      const uint32_t koff = (ks % 4) * 32;
+      const uint64_t da = detail::SmemDesc(q_rows + (ks / 4) * kBM * 128 + koff, 16, 1024);
+      const uint64_t db = detail::SmemDesc(kst + (ks / 4) * kBN * 128 + koff, 16, 1024);
+      detail::Wgmma<T, kBN>::SS(s, da, db, ks > 0 ? 1 : 0);
+    }
+    detail::WgmmaCommit();
+  }
+
+  // O += P V of the tile at `vst`.
+  __device__ __forceinline__ void IssuePv(uint32_t vst) {
+#pragma unroll
+    for (int kk = 0; kk < kBN / 16; ++kk) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) detail::FenceReg(pa[kk][e]);
+    }
+    FenceAcc();
+    detail::WgmmaFence();
+#pragma unroll
+    for (int kk = 0; kk < kBN / 16; ++kk) {
+      const uint64_t db = detail::SmemDesc(vst + kk * 16 * 128, kBN * 128, 1024);
+      detail::Wgmma<T, kD>::RS(acc, pa[kk], db);
+    }
+    detail::WgmmaCommit();
+  }
+
+  // Register fences after a wgmma wait: the compiler must not touch S / O across it.
+  __device__ __forceinline__ void FenceS() {
+#pragma unroll
+    for (int i = 0; i < kBN / 2; ++i) detail::FenceReg(s[i]);
+  }
+  __device__ __forceinline__ void FenceAcc() {
+#pragma unroll
+    for (int i = 0; i < kD / 2; ++i) detail::FenceReg(acc[i]);
+  }
+
+  // Sets S to -inf where ok(col, key, h) is false; key_of(col) gives the key of tile column col
+  // (0 .. kBN - 1), h the row (g + 8 h).
+  template <class KeyOf, class Ok>
+  __device__ __forceinline__ void Mask(KeyOf key_of, Ok ok) {
+#pragma unroll
+    for (int nt = 0; nt < kBN / 8; ++nt) {
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int col = nt * 8 + 2 * t4 + j;
+        const int key = key_of(col);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          if (!ok(col, key, h)) s[nt * 4 + 2 * h + j] = detail::kNegInf;
+        }
+      }
+    }
+  }
+
+  // Online softmax of S in place (log2 domain, `scale` = softmax scale * log2 e); corr gets the
+  // rescale factors of the two rows.
+  __device__ __forceinline__ void Softmax(float scale, float* corr) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float mx = m_i[h];
+#pragma unroll
+      for (int nt = 0; nt < kBN / 8; ++nt) {
+        mx = fmaxf(mx, fmaxf(s[nt * 4 + 2 * h], s[nt * 4 + 2 * h + 1]));
+      }
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float ms = mx == detail::kNegInf ? 0.f : mx * scale;
+      corr[h] = detail::Exp2(m_i[h] * scale - ms);
+      m_i[h] = mx;
+      float sum = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < kBN / 8; ++nt) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const float pv = detail::Exp2(fmaf(s[nt * 4 + 2 * h + j], scale, -ms));
+          s[nt * 4 + 2 * h + j] = pv;
+          sum += pv;
+        }
+      }
+      l_i[h] = l_i[h] * corr[h] + sum;
+    }
+  }
+
+  __device__ __forceinline__ void Rescale(const float* corr) {
+#pragma unroll
+    for (int dt = 0; dt < kD / 8; ++dt) {
+      acc[dt * 4 + 0] *= corr[0];
+      acc[dt * 4 + 1] *= corr[0];
+      acc[dt * 4 + 2] *= corr[1];
+      acc[dt * 4 + 3] *= corr[1];
+    }
+  }
+
+  // P (in S) to the A fragments of the P V wgmma.
+  __device__ __forceinline__ void ToP() {
+#pragma unroll
+    for (int kk = 0; kk < kBN / 16; ++kk) {
+      pa[kk][0] = detail::Mma<T>::Pack(s[8 * kk + 0], s[8 * kk + 1]);
+      pa[kk][1] = detail::Mma<T>::Pack(s[8 * kk + 2], s[8 * kk + 3]);
+      pa[kk][2] = detail::Mma<T>::Pack(s[8 * kk + 4], s[8 * kk + 5]);
+      pa[kk][3] = detail::Mma<T>::Pack(s[8 * kk + 6], s[8 * kk + 7]);
+    }
+  }
+
+  // Epilogue of one warp: normalize, stage the warp's 16 rows in the Q buffer `sq` (their own Q
+  // rows, same swizzle), then 16-byte stores of the rows below `rows`. `warp_row0`: the warp's
+  // first row in the block; `o_block`: the block's first output row; `maybe_lse_block`: its first
+  // LSE entry, or null.
+  __device__ __forceinline__ void Store(char* sq, int warp_row0, int lane, int rows, float scale,
+                                        T* o_block, int64_t o_token_stride,
+                                        float* maybe_lse_block) {
+    const int row0 = warp_row0 + lane / 4;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float l = l_i[h];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const float inv = l == 0.f ? 0.f : 1.f / l;
+      const int r = row0 + 8 * h;
+#pragma unroll
+      for (int dt = 0; dt < kD / 8; ++dt) {
+        const uint32_t packed =
+            detail::Mma<T>::Pack(acc[dt * 4 + 2 * h] * inv, acc[dt * 4 + 2 * h + 1] * inv);
+        const int off = (dt / 8) * kBM * 128 + r * 128 + (((dt & 7) ^ (r & 7)) * 16) + t4 * 4;
+        *reinterpret_cast<uint32_t*>(sq + off) = packed;
+      }
+      if (maybe_lse_block != nullptr && t4 == 0 && r < rows) {
+        maybe_lse_block[r] =
+            l == 0.f ? detail::kNegInf : (m_i[h] * scale + __log2f(l)) * detail::kLn2;
+      }
+    }
+    __syncwarp();
+    constexpr int kChunks = kD / 8;
+    for (int i = lane; i < 16 * kChunks; i += 32) {
+      const int r = warp_row0 + i / kChunks, ch = i % kChunks;
+      if (r < rows) {
+        const int off = (ch / 8) * kBM * 128 + r * 128 + (((ch & 7) ^ (r & 7)) * 16);
+        const uint4 val = *reinterpret_cast<const uint4*>(sq + off);
+        *reinterpret_cast<uint4*>(o_block + static_cast<int64_t>(r) * o_token_stride + ch * 8) =
+            val;
+      }
+    }
+  }
+};
+
+// Runs one query block's key tiles through `st` (state reset by the caller), advancing the ring
+// position `tile`. Hooks, with Desc the kernel's tile description:
+//   next(Desc&) -> bool     the next tile (false: no more);
+//   after_k(const Desc&)    after K of the tile landed, before its S is issued;
+//   prepare_v(slot, const Desc&)  after V of the tile landed, before its P V is issued;
+//   mask(Step&, const Desc&)      after S of the tile is ready.
+// The caller arranges the first and last "your turn" of the ping-pong (my_turn, other_turn);
+// turn_threads: the threads of a turn barrier (256: this warpgroup and the one handing over; a
+// lone consumer warpgroup passes 128 and its own barrier as both turns, which makes the turns
+// plain warpgroup barriers). Returns whether there was any tile.
+template <class Desc, class Step, class Ring, class Next, class AfterK, class PrepareV,
+          class MaskTile>
+__device__ __forceinline__ bool RunKeyTiles(Step& st, const Ring& ring, int& tile, uint32_t q_rows,
+                                            int my_turn, int other_turn, int lane, float scale,
+                                            Next next, AfterK after_k, PrepareV prepare_v,
+                                            MaskTile mask, int turn_threads = 256) {
+  auto release = [&](uint32_t bar) {
+    if (lane == 0) MbarArrive(bar);
+  };
+  Desc d;
+  if (!next(d)) return false;
+  {
+    const int ks = Ring::Slot(tile);
+    MbarWait(ring.KFull(ks), Ring::Phase(tile));
+    after_k(d);
+    NamedSync(my_turn, turn_threads);
+    st.IssueQk(q_rows, ring.K(ks));
+    NamedArrive(other_turn, turn_threads);
+    WgmmaWait<0>();
+    st.FenceS();
+    release(ring.KEmpty(ks));
+    mask(st, d);
+    float corr[2];
+    st.Softmax(scale, corr);
+    st.ToP();
+  }
+  Desc prev = d;
+  ++tile;
+  while (next(d)) {
+    const int ks = Ring::Slot(tile);
+    const int vs = Ring::Slot(tile - 1);
+    MbarWait(ring.KFull(ks), Ring::Phase(tile));
+    after_k(d);
+    MbarWait(ring.VFull(vs), Ring::Phase(tile - 1));
+    prepare_v(vs, prev);
+    NamedSync(my_turn, turn_threads);
+    st.IssueQk(q_rows, ring.K(ks));
+    st.IssuePv(ring.V(vs));
+    NamedArrive(other_turn, turn_threads);
+    WgmmaWait<1>();  // S(t) is ready; P(t-1) V is still running
+    st.FenceS();
+    release(ring.KEmpty(ks));
+    mask(st, d);
+    float corr[2];
+    st.Softmax(scale, corr);
+    WgmmaWait<0>();
+    st.FenceAcc();
+    release(ring.VEmpty(vs));
+    st.Rescale(corr);
+    st.ToP();
+    prev = d;
+    ++tile;
+  }
+  const int vs = Ring::Slot(tile - 1);
+  MbarWait(ring.VFull(vs), Ring::Phase(tile - 1));
+  prepare_v(vs, prev);
+  NamedSync(my_turn, turn_threads);
+  st.IssuePv(ring.V(vs));
+  NamedArrive(other_turn, turn_threads);
+  WgmmaWait<0>();
+  st.FenceAcc();
+  release(ring.VEmpty(vs));
+  return true;
+}
+
+}  // namespace hopper
+}  // namespace cuda
+}  // namespace spattn
+
+#endif  // SPATTN_KERNELS_CUDA_ATTENTION_HOPPER_CONSUMER_STEP_CUH_
