@@ -47,6 +47,7 @@ MethodConfig ScaleConfigToLength(const MethodConfig& config, int64_t calibrated_
     case Method::kSampleAttention:
     case Method::kAnchor:
     case Method::kSaap:
+    case Method::kSampledLines:  // gamma is a share of the mass: the same at any length
       break;
   }
   return c;
@@ -97,7 +98,7 @@ bool WidenConfigBy(const MethodConfig& config, double factor, MethodConfig* wide
       wider->saap.top_l = more(1, config.saap.top_l);
       return true;
     case Method::kSampledLines:
-      wider->sampled_lines.gamma = halfway(config.sampled_lines.gamma);
+      wider->sampled_lines.gamma = closer(config.sampled_lines.gamma);
       return true;
   }
   return false;
