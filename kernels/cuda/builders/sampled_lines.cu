@@ -174,9 +174,8 @@ __global__ void __launch_bounds__(kThreads) SlPassKernel(SlArgs a) {
   }
   // Evidence of this (slot, sequence).
   const merged::EstimateSeq es = a.ev_seqs[g.seq];
-  const int ev_fp = es.first_pos, ev_lp = es.first_pos + es.n - 1;
-  const double* ev_col = a.col_sums + slot * a.col_stride + es.col_base;
-  const double* ev_diag = a.diag_sums + slot * a.diag_stride + es.diag_base;
+  const float* ev_col = a.col_mean + slot * a.col_stride + es.col_base;
+  const float* ev_diag = a.diag_mean + slot * a.diag_stride + es.diag_base;
 
   const float diag_floor = kSlDiagonalFloor / static_cast<float>(kl);
   float run_max[2] = {-CUDART_INF_F, -CUDART_INF_F};
@@ -264,14 +263,8 @@ __global__ void __launch_bounds__(kThreads) SlPassKernel(SlArgs a) {
         if (bin < blk_thr[blk[h]]) continue;
         const int o = pos[h] - j;
         const int oi = o - es.min_offset;
-        float d = 0.f;
-        if (oi >= 0 && oi < es.num_offsets) {
-          const int cnt = DiagonalRows(ev_fp, ev_lp, kl, a.p.causal, o);
-          if (cnt > 0) d = static_cast<float>(ev_diag[oi] / cnt);
-        }
-        float v = 0.f;
-        const int cnt = ColumnRows(ev_fp, ev_lp, a.p.causal, j);
-        if (cnt > 0) v = static_cast<float>(ev_col[j] / cnt);
+        const float d = oi >= 0 && oi < es.num_offsets ? ev_diag[oi] : 0.f;
+        const float v = ev_col[j];
         const int32_t code = d > v && d > diag_floor ? -1 - (o + kl) : j;
         const int idx = atomicAdd(blk_cursor + blk[h], 1);
         if (idx < blk_count[blk[h]]) a.entries[blk_base[blk[h]] + idx] = code;
@@ -329,6 +322,27 @@ __global__ void __launch_bounds__(kThreads) SlPassKernel(SlArgs a) {
         a.thr[row] = thr;
         a.kept[row] = thr == kSlBins ? 0 : kept;
       }
+    }
+  }
+}
+
+// V(j) and D(o) of one (slot, sequence) per blockIdx.y = slot * batch + seq.
+__global__ void SlEvidenceKernel(SlArgs a) {
+  const int slot = blockIdx.y / a.batch, seq = blockIdx.y % a.batch;
+  const merged::EstimateSeq es = a.ev_seqs[seq];
+  if (es.n == 0) return;
+  const int fp = es.first_pos, lp = es.first_pos + es.n - 1;
+  const int64_t cb = slot * a.col_stride + es.col_base;
+  const int64_t db = slot * a.diag_stride + es.diag_base;
+  for (int x = blockIdx.x * blockDim.x + threadIdx.x; x < es.kl || x < es.num_offsets;
+       x += gridDim.x * blockDim.x) {
+    if (x < es.kl) {
+      const int cnt = ColumnRows(fp, lp, a.p.causal, x);
+      a.col_mean[cb + x] = cnt > 0 ? static_cast<float>(a.col_sums[cb + x] / cnt) : 0.f;
+    }
+    if (x < es.num_offsets) {
+      const int cnt = DiagonalRows(fp, lp, es.kl, a.p.causal, es.min_offset + x);
+      a.diag_mean[db + x] = cnt > 0 ? static_cast<float>(a.diag_sums[db + x] / cnt) : 0.f;
     }
   }
 }
@@ -416,6 +430,9 @@ cudaError_t LaunchSampledLinesHistogram(const SlArgs& a, cudaStream_t stream) {
 
 cudaError_t LaunchSampledLinesEmit(const SlArgs& a, cudaStream_t stream) {
   if (a.num_groups == 0 || a.num_slots == 0) return cudaSuccess;
+  SlEvidenceKernel<<<dim3(64, a.num_slots * a.batch), 256, 0, stream>>>(a);
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return err;
   return Dispatch<3>(a, stream);
 }
 

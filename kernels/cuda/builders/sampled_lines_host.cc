@@ -101,6 +101,11 @@ absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const A
   sa.diag_sums = ep.diag_sums;
   sa.col_stride = ep.col_stride;
   sa.diag_stride = ep.diag_stride;
+  sa.batch = p.batch();
+  SPATTN_ASSIGN_OR_RETURN(sa.col_mean,
+                          Carve<float>(env, nslots * ep.col_stride, "sampled_lines column means"));
+  SPATTN_ASSIGN_OR_RETURN(
+      sa.diag_mean, Carve<float>(env, nslots * ep.diag_stride, "sampled_lines diagonal means"));
   const int64_t srows = static_cast<int64_t>(nslots) * rows.size();
   const int64_t irows = static_cast<int64_t>(nslots) * nblocks;
   SPATTN_ASSIGN_OR_RETURN(sa.row_max2, Carve<float>(env, srows, "sampled_lines row max"));

@@ -64,6 +64,11 @@ struct SlArgs {
   const double* col_sums = nullptr;              // [slots * col_stride]
   const double* diag_sums = nullptr;             // [slots * diag_stride]
   int64_t col_stride = 0, diag_stride = 0;
+  int batch = 0;
+  // The evidence as the per-row means V(j) and D(o) (same layouts as col_sums / diag_sums),
+  // written by the emit launcher before pass 3.
+  float* col_mean = nullptr;
+  float* diag_mean = nullptr;
   // Per sampled row (slot-major [slots * num_rows]): log2-domain max and 1 / sum.
   float* row_max2 = nullptr;
   float* row_inv = nullptr;
@@ -77,7 +82,7 @@ struct SlArgs {
 cudaError_t LaunchSampledLinesStats(const SlArgs& a, cudaStream_t stream);
 // Pass 2 (histograms -> thr, kept counts).
 cudaError_t LaunchSampledLinesHistogram(const SlArgs& a, cudaStream_t stream);
-// Pass 3: the kept entries at the scanned offsets in `kept`.
+// The evidence means, then pass 3: the kept entries at the scanned offsets in `kept`.
 cudaError_t LaunchSampledLinesEmit(const SlArgs& a, cudaStream_t stream);
 
 // Row assembly: per index row its entries plus sink [0, sink) and local
