@@ -47,7 +47,7 @@ MethodConfig ScaleConfigToLength(const MethodConfig& config, int64_t calibrated_
     case Method::kSampleAttention:
     case Method::kAnchor:
     case Method::kSaap:
-    case Method::kSampledLines:  // gamma is a share of the mass: the same at any length
+    case Method::kSampledLines:  // mass thresholds and fixed sink/local windows: nothing scales
       break;
   }
   return c;

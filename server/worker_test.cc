@@ -234,7 +234,7 @@ TEST_F(WorkerTest, MetadataListsRpcsMethodsAndDevice) {
   EXPECT_EQ(md->device(), "cpu");
   EXPECT_EQ(md->rpcs_size(), 7);
   for (const auto& rpc : md->rpcs()) EXPECT_TRUE(rpc.implemented()) << rpc.name();
-  ASSERT_EQ(md->methods_size(), 8);
+  ASSERT_EQ(md->methods_size(), 9);
   for (const auto& m : md->methods()) {
     auto method = ParseMethod(m.name());
     ASSERT_TRUE(method.ok()) << m.name();

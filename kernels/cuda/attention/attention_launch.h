@@ -45,7 +45,7 @@ enum class KernelVariant {
   kWarps4 = 2,     // block_m 128: 4 warps of 32 query rows (half the shared-memory reads per FLOP)
   kWgmma = 3,      // Hopper (sm_90) only: warpgroups of 64 rows with wgmma; elsewhere kWarps4
   kWgmmaDeep = 4,  // kWgmma with 3 (dense) / 4 (sparse, block_m 128) pipeline stages
-  kHopper = 5,     // warp-specialized TMA + wgmma (attention/hopper/); sparse block_m 64: as 4
+  kHopper = 5,     // warp-specialized TMA + wgmma (attention/hopper/), block_m 128 and 64
   kHopperPersistent = 6,  // 5 with the dense kernel on the persistent grid too
 };
 

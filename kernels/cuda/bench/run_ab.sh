@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A/B device run of the dense kernel's knobs against PyTorch SDPA (cuDNN) in the same run, plus
 # the reference kernels of the sparse methods on spattn-bench's tensors. Layout as
-# kernels/cuda/gpu/pack_gpu.sh makes it (bundle.tar.xz + this script + the .py files + ref/).
+# kernels/cuda/gpu/pack_gpu.sh makes it (bundle.tar.xz + this script + sdpa_reference.py,
+# attention/hopper/minference_reference.py and sparse_references.py + ref/, the fetched files).
 #
 # Env:
 #   TESTS="attention_cuda_test cuda_engine_test" (binaries run first)
@@ -11,6 +12,10 @@
 #     --dtype= --iters= --warmup=).
 #   BASELINE="SHAPE|EXTRA@..." cuda_bench_base (another build's cuda_bench, e.g. before a
 #     change, in bundle bin/) on those shapes, right after the matching AB item's cuda_bench.
+#   ALT="SHAPE|EXTRA@..." ALT_N=3: per item SDPA, then ALT_N times (cuda_bench_base, cuda_bench)
+#     as separate processes with ALT_SLEEP seconds (default 2) before each, then SDPA again:
+#     equal conditions for two builds (no process runs long enough to heat the GPU more than
+#     the other's).
 #   LONG="SHAPE|OURS_WARMUP@..." shapes too long for warm-ups of both: SDPA with SHAPE as given,
 #     ours with --warmup=OURS_WARMUP (first launch included in nothing but that warm-up).
 #   REFS="32768,131072" spattn-bench --dump at each length (llm_mix, 32/8 heads, d 128, bf16,
@@ -31,6 +36,10 @@ SECONDS=0
 note() { echo "$* (${SECONDS}s)" | tee -a "$OUT/summary.txt"; }
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader |
   tee "$OUT/gpu.txt"
+# SM clock, power and temperature once a second for the whole run (the 8K numbers move with them).
+nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,noheader \
+  -l 1 > "$OUT/clocks.csv" 2>/dev/null &
+CLOCKS_PID=$!
 for t in ${TESTS:-}; do
   timeout "${TEST_TIMEOUT:-150}" "bin/$t" >> "$OUT/tests.log" 2>&1
   note "$t rc=$? $(grep -hE '^\[  (PASSED|FAILED) ' "$OUT/tests.log" | tail -2 | tr '\n' ' ')"
@@ -60,6 +69,24 @@ for item in "${AB_LIST[@]}"; do
   done
   sdpa $shape
 done
+IFS='@' read -ra ALT_LIST <<< "${ALT:-}"
+for item in "${ALT_LIST[@]}"; do
+  [ -n "$item" ] || continue
+  IFS='|' read -r shape extra <<< "$item"
+  sdpa $shape
+  for i in $(seq "${ALT_N:-3}"); do
+    for b in cuda_bench_base cuda_bench; do
+      sleep "${ALT_SLEEP:-2}"
+      out=bench.jsonl
+      [ $b = cuda_bench_base ] && out=base.jsonl
+      timeout "${BENCH_TIMEOUT:-300}" bin/$b $shape $extra --tag="alt$i" \
+        --sdpa="$WORK/sdpa_part.jsonl" >> "$OUT/$out" 2>> "$OUT/errors.log"
+      note "$b $shape alt$i rc=$?"
+    done
+  done
+  sleep "${ALT_SLEEP:-2}"
+  sdpa $shape
+done
 IFS='@' read -ra LONG_LIST <<< "${LONG:-}"
 for item in "${LONG_LIST[@]}"; do
   [ -n "$item" ] || continue
@@ -70,6 +97,7 @@ for item in "${LONG_LIST[@]}"; do
     >> "$OUT/bench.jsonl" 2>> "$OUT/errors.log"
   note "cuda_bench $shape --warmup=${ours_warmup:-0} rc=$?"
 done
+REFS=${REFS:-}
 for n in ${REFS//,/ }; do
   timeout "${SB_TIMEOUT:-200}" bin/spattn-bench --device=cuda --workload=llm_mix --heads=32 \
     --kv_heads=8 --head_dim=128 --dtype=bf16 --group_by=all --recall_rows=16 --warmup=1 \
@@ -81,6 +109,7 @@ for n in ${REFS//,/ }; do
   note "sparse_references $n rc=$?"
   rm -f "$WORK/w$n.safetensors"
 done
+kill "$CLOCKS_PID" 2>/dev/null
 echo "=== gpu"; cat "$OUT/gpu.txt"
 echo "=== tests"; grep -hE "^\[  FAILED|Failure|error:" "$OUT/tests.log" 2>/dev/null | head -20
 echo "=== dense (ours, tag/knobs; SDPA before | after the item, same run)"

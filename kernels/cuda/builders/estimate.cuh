@@ -80,9 +80,29 @@ __device__ __forceinline__ void PooledDots(const float* qs, int rows, int d, con
   const int kbi = threadIdx.x & 63, rsub = threadIdx.x >> 6;
   for (int kb0 = 0; kb0 < kb_end; kb0 += 64) {
     __syncthreads();
-    for (int idx = threadIdx.x; idx < 64 * d; idx += kThreads) {
-      const int b = idx / d, c = idx - b * d;
-      ks[b * (d + 1) + c] = kb0 + b < kb_end ? pk[static_cast<int64_t>(kb0 + b) * d + c] : 0.f;
+    // The chunk's 64 pooled keys are contiguous: float4 loads, all issued before the stores.
+    constexpr int kPer = 64 * 128 / 4 / kThreads;  // up to d = 128
+    static_assert(64 * 128 / 4 % kThreads == 0, "whole vectors per thread");
+    const int vecs = 64 * d / 4;
+    const float4* src = reinterpret_cast<const float4*>(pk + static_cast<int64_t>(kb0) * d);
+    float4 v[kPer];
+#pragma unroll
+    for (int u = 0; u < kPer; ++u) {
+      const int idx = static_cast<int>(threadIdx.x) + u * kThreads;
+      v[u] = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (idx < vecs && kb0 + idx * 4 / d < kb_end) v[u] = src[idx];
+    }
+#pragma unroll
+    for (int u = 0; u < kPer; ++u) {
+      const int idx = static_cast<int>(threadIdx.x) + u * kThreads;
+      if (idx < vecs) {
+        const int b = idx * 4 / d, c = idx * 4 - b * d;
+        float* dst = ks + b * (d + 1) + c;
+        dst[0] = v[u].x;
+        dst[1] = v[u].y;
+        dst[2] = v[u].z;
+        dst[3] = v[u].w;
+      }
     }
     __syncthreads();
     if (kb0 + kbi < kb_end) {

@@ -61,20 +61,31 @@ __device__ __forceinline__ int64_t FloorDiv(int64_t a, int64_t b) {
   return a >= 0 ? a / b : -((-a + b - 1) / b);
 }
 
-// Loads `rows` rows (zero rows up to 64) of head `head` from `base` into a [64][pitch] tile.
-template <typename T>
+// Loads `rows` rows (zero rows up to 64) of head `head` from `base` into a [64][pitch] tile. All
+// of a thread's loads are issued before its stores (a loop of load-then-store waits out the
+// memory latency once per 16 bytes).
+template <int kD, typename T>
 __device__ __forceinline__ void LoadTile(T* dst, int pitch, const T* base, int64_t token0, int rows,
-                                         int64_t token_stride, int64_t head, int64_t head_stride,
-                                         int head_dim) {
-  const int vecs = head_dim / 8;
-  for (int idx = threadIdx.x; idx < kTile * vecs; idx += kEstThreads) {
-    const int r = idx / vecs, v = idx - r * vecs;
-    uint4 val = make_uint4(0, 0, 0, 0);
+                                         int64_t token_stride, int64_t head, int64_t head_stride) {
+  constexpr int kVecs = kD / 8;
+  constexpr int kPer = kTile * kVecs / kEstThreads;
+  static_assert(kTile * kVecs % kEstThreads == 0, "whole vectors per thread");
+  uint4 val[kPer];
+#pragma unroll
+  for (int u = 0; u < kPer; ++u) {
+    const int idx = static_cast<int>(threadIdx.x) + u * kEstThreads;
+    const int r = idx / kVecs, v = idx - r * kVecs;
+    val[u] = make_uint4(0, 0, 0, 0);
     if (r < rows) {
-      val = *reinterpret_cast<const uint4*>(base + (token0 + r) * token_stride +
-                                            head * head_stride + v * 8);
+      val[u] = *reinterpret_cast<const uint4*>(base + (token0 + r) * token_stride +
+                                               head * head_stride + v * 8);
     }
-    *reinterpret_cast<uint4*>(dst + r * pitch + v * 8) = val;
+  }
+#pragma unroll
+  for (int u = 0; u < kPer; ++u) {
+    const int idx = static_cast<int>(threadIdx.x) + u * kEstThreads;
+    const int r = idx / kVecs, v = idx - r * kVecs;
+    *reinterpret_cast<uint4*>(dst + r * pitch + v * 8) = val[u];
   }
 }
 
@@ -139,8 +150,8 @@ __global__ void __launch_bounds__(kEstThreads) EstimateKernel(EstimateParams p) 
     const int i0 = c * kTile;
     const int rows_here = min(kTile, s.n - i0);
     __syncthreads();  // previous chunk's readers of qs are done
-    LoadTile(qs, kPitch, qg, static_cast<int64_t>(s.q_row0) + i0, rows_here, p.q_token_stride, qh,
-             p.q_head_stride, kD);
+    LoadTile<kD>(qs, kPitch, qg, static_cast<int64_t>(s.q_row0) + i0, rows_here, p.q_token_stride,
+                 qh, p.q_head_stride);
     // This thread's two rows of the chunk (fragment rows lane/4 and lane/4 + 8 of its warp).
     const int rl[2] = {warp * 16 + (lane >> 2), warp * 16 + (lane >> 2) + 8};
     float mx[2] = {-CUDART_INF_F, -CUDART_INF_F};
@@ -160,8 +171,8 @@ __global__ void __launch_bounds__(kEstThreads) EstimateKernel(EstimateParams p) 
       const int j0 = key0 + t * kTile;
       if (j0 >= s.kl) break;
       __syncthreads();  // previous tile's readers of ks / ptile are done
-      LoadTile(ks, kPitch, kg, static_cast<int64_t>(s.k_begin) + j0, min(kTile, s.kl - j0),
-               p.k_token_stride, kvh, p.k_head_stride, kD);
+      LoadTile<kD>(ks, kPitch, kg, static_cast<int64_t>(s.k_begin) + j0, min(kTile, s.kl - j0),
+                   p.k_token_stride, kvh, p.k_head_stride);
       __syncthreads();
       float acc[8][4];
       TileLogits<T, kD>(qs, ks, acc);

@@ -126,8 +126,7 @@ cudaError_t LaunchPersistent(const AttnParams& p, const SparseIndexView& idx,
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
   if (err != cudaSuccess) return err;
   const int grid = std::min(num_items, NumSms() * Tr::kMinBlocks);
-  // L1-allocating gathered-row copies (kernels/cuda/NOTES.md, session 16).
-  const int flags = Knob("SPATTN_HOPPER_COLUMN_CA", 0) != 0 ? kPersistColumnsCa : 0;
+  const int flags = 0;
   kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p, idx, sched, num_items, num_m_blocks,
                                                          flags, tq, tk, tv);
   return cudaGetLastError();
@@ -141,7 +140,7 @@ cudaError_t PersistentDim(const AttnParams& p, const SparseIndexView& idx,
     // block_m 64: one consumer warpgroup per CTA, two CTAs per SM, 64-key tiles (2 ring slots
     // at d = 128, 4 at d = 64).
     if (idx.block_m == 64) {
-      return LaunchPersistent<PersistTraits<T, kD, kD == 128 ? 2 : 4, 2, 1, 64>, true>(
+      return LaunchPersistent<PersistTraits<T, kD, kD == 128 ? 2 : 4, 2, 4, 64>, true>(
           p, idx, sched, num_items, num_m_blocks, stream);
     }
   }
@@ -151,13 +150,14 @@ cudaError_t PersistentDim(const AttnParams& p, const SparseIndexView& idx,
       return LaunchPersistent<PersistTraits<T, 128, 3, 1>, true>(p, idx, sched, num_items,
                                                                  num_m_blocks, stream);
     }
-    // Lanes per gathered key row (SPATTN_HOPPER_COLUMN_LANES, PersistTraits::kLanes).
-    switch (Knob("SPATTN_HOPPER_COLUMN_LANES", 1)) {
+    // Lanes per gathered key row (PersistTraits::kLanes, default 4; SPATTN_HOPPER_COLUMN_LANES
+    // = 1, 2, 16 for the A/B of NOTES.md, session 16).
+    switch (Knob("SPATTN_HOPPER_COLUMN_LANES", 4)) {
+      case 1:
+        return LaunchPersistent<PersistTraits<T, 128, 2, 2, 1>, true>(p, idx, sched, num_items,
+                                                                      num_m_blocks, stream);
       case 2:
         return LaunchPersistent<PersistTraits<T, 128, 2, 2, 2>, true>(p, idx, sched, num_items,
-                                                                      num_m_blocks, stream);
-      case 4:
-        return LaunchPersistent<PersistTraits<T, 128, 2, 2, 4>, true>(p, idx, sched, num_items,
                                                                       num_m_blocks, stream);
       case 16:
         return LaunchPersistent<PersistTraits<T, 128, 2, 2, 16>, true>(p, idx, sched, num_items,

@@ -2,21 +2,26 @@
 // a work list, for the sparse kernel (index rows: ranges and gathered columns) and for a
 // persistent dense kernel.
 //
-// Grid: one CTA per SM (at most one per item). Items are taken from a list ordered costliest
-// first (the sparse schedule; for dense: query blocks from the last, the longest causal rows, to
-// the first), CTA c taking items c, 2G - 1 - c, 2G + c, ... (snake order: a greedy balance of
-// the sorted costs without a shared counter). Producer and consumers walk the same items and the
-// same key tiles independently, so no item or tile description crosses between them.
+// Grid: one CTA per SM (block_m 64: two), at most one per item. Items are taken from a list
+// ordered costliest first (the sparse schedule; for dense: query blocks from the last, the longest
+// causal rows, to the first), CTA c taking items c, 2G - 1 - c, 2G + c, ... (snake order: a
+// greedy balance of the sorted costs without a shared counter). Producer and consumers walk the
+// same items and the same key tiles independently, so no item or tile description crosses
+// between them.
 //
-// Per item the producer warpgroup loads the 128-row Q block by TMA into one of two Q buffers
-// (the other may still hold the previous item's Q / staged output), then the item's key tiles:
-//  * range tiles (up to 128 consecutive keys): TMA, by one thread (the others just arrive);
-//  * column tiles (up to 128 gathered keys): each of the 128 producer threads copies one key's K
-//    (then V) row with cp.async and arrives on the slot's barrier when its copies land
+// Per item the producer warpgroup loads the Q block (kBM rows) by TMA into one of two Q buffers
+// (the other may still hold the previous item's Q / staged output), then the item's key tiles
+// (kBN = kBM keys):
+//  * range tiles (up to kBN consecutive keys): TMA, by one thread (the others just arrive);
+//  * column tiles (up to kBN gathered keys): producer warp w copies rows [w, w + 1) * kBN / 4,
+//    kLanes lanes per key row (each lane kLanes-strided 16-byte chunks), with cp.async; every
+//    producer thread arrives on the slot's barrier when its copies land
 //    (cp.async.mbarrier.arrive.noinc); rows past the tile's keys are zero-filled.
-// The consumers are dense_fa3.cuh's: S(t+1) and P(t)V issued together, ping-pong between the
-// two warpgroups. Range tiles shorter than 128 keys have their V rows past the range zeroed by
-// the consumers (those rows hold keys the row does not attend; NaN/Inf there must not leak).
+// The consumers are consumer_step.cuh's (RunKeyTiles, as in dense_fa3.cuh): S(t+1) and P(t)V
+// issued together, ping-pong between the two warpgroups (block_m 64: a lone warpgroup per CTA;
+// the two CTAs of an SM interleave). Range tiles shorter than kBN keys have their V rows past
+// the range zeroed by the consumers (those rows hold keys the row does not attend; NaN/Inf there
+// must not leak).
 #ifndef SPATTN_KERNELS_CUDA_ATTENTION_HOPPER_PERSISTENT_FA3_CUH_
 #define SPATTN_KERNELS_CUDA_ATTENTION_HOPPER_PERSISTENT_FA3_CUH_
 
@@ -41,18 +46,11 @@ __device__ __forceinline__ void CpAsync16Zfill(uint32_t dst, const void* src, bo
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n)
                : "memory");
 }
-// As CpAsync16Zfill, cached in L1 (.ca): the other half of the 32-byte sector, copied by the next
-// instruction, can come from L1 instead of a second L2 sector read.
-__device__ __forceinline__ void CpAsync16ZfillCa(uint32_t dst, const void* src, bool valid) {
-  const int n = valid ? 16 : 0;
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n)
-               : "memory");
-}
 
 // kBM_ = 128: two consumer warpgroups of 64 rows (ping-pong), 128-key tiles, one CTA per SM.
 // kBM_ = 64 (block_m 64 indexes): one consumer warpgroup, 64-key tiles, two CTAs per SM (their
 // warpgroups take turns on the tensor cores as the hardware schedules them).
-template <typename T_, int kD_, int kStages_, int kQBufs_ = 2, int kLanes_ = 1, int kBM_ = 128>
+template <typename T_, int kD_, int kStages_, int kQBufs_ = 2, int kLanes_ = 4, int kBM_ = 128>
 struct PersistTraits {
   using T = T_;
   static constexpr int kD = kD_;
@@ -62,8 +60,10 @@ struct PersistTraits {
   static constexpr int kQBufs = kQBufs_;
   // Lanes per gathered key row in the column-tile copies (1, 2, 4, 8, 16 at d = 128): kLanes lanes
   // copy kLanes consecutive 16-byte chunks of a row per instruction, so one warp instruction
-  // reads 32 / kLanes rows of 16 kLanes bytes (whole 32-byte sectors from 2 lanes on; with one
-  // lane per row each 16-byte copy reads a 32-byte sector from L2 and uses half of it).
+  // reads 32 / kLanes rows of 16 kLanes bytes. With one lane per row each 16-byte copy reads a
+  // 32-byte sector from L2 and uses half of it, and the copies are L2-bound (ncu: 96.6% L2
+  // throughput); 4 lanes read whole 64-byte pieces (session 16, run 2: 1.4-1.6x on gathered
+  // columns; 2 lanes 1.3-1.4x, 16 lanes and .ca copies ~1.0x).
   static constexpr int kLanes = kLanes_;
   static_assert(kLanes >= 1 && kLanes <= kD_ / 8 && (kLanes & (kLanes - 1)) == 0, "lanes");
   static constexpr int kBM = kBM_;
@@ -72,6 +72,10 @@ struct PersistTraits {
   static constexpr int kConsumerWgs = kBM / 64;
   static constexpr int kThreads = 128 * (1 + kConsumerWgs);
   static constexpr int kMinBlocks = kBM == 128 ? 1 : 2;  // CTAs per SM
+  // Column tiles: producer warp w copies the tile's rows [w, w + 1) * kWarpRows (kLanes > 1), the
+  // key numbers read by its first kWarpRows lanes.
+  static constexpr int kWarpRows = kBN / 4;
+  static_assert(kLanes == 1 || 32 / kLanes <= kWarpRows, "lanes for this tile size");
   static constexpr int kSub = kD / 64;
   static constexpr int kQBytes = kBM * kD * 2;
   static constexpr int kTileBytes = kBN * kD * 2;
@@ -92,9 +96,7 @@ struct PersistTraits {
                 "register budget");
 };
 
-// Flags of PersistentFa3Kernel (bits).
-// Column tiles by cp.async.ca (L1-allocating) instead of .cg (one lane per row only).
-constexpr int kPersistColumnsCa = 4;
+// Flags of PersistentFa3Kernel: none at present (kept for benchmark knobs).
 
 // One work item: a query block (kBM rows) of one head and its keys.
 struct Item {
@@ -209,21 +211,22 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
     }
     int tile = 0;    // tiles issued so far (ring position)
     int n_item = 0;  // items loaded so far (Q buffer)
-    const bool cols_ca = (flags & kPersistColumnsCa) != 0;
     const int pwarp = tid / 32, plane = tid % 32;
     // Gathered rows of a column tile, kL lanes per row: warp `pwarp` copies rows
-    // pwarp * 32 + [0, 32), 32 / kL per instruction (lanes plane / kL), each lane the chunks
-    // plane % kL + kL m of them; the key numbers come by shuffle from the lane that read them.
+    // pwarp * kWarpRows + [0, kWarpRows), 32 / kL per instruction (lanes plane / kL), each lane
+    // the chunks plane % kL + kL m of them; the key numbers come by shuffle from the lane that
+    // read them (tile_key).
+    constexpr int kWarpRows = Tr::kWarpRows;
     auto gather = [&](const T* base, int64_t tok_stride, uint32_t dst, const Item& it, int n,
                       int key) {
       constexpr int kL = Tr::kLanes;
       constexpr int kRows = 32 / kL, kPer = kD / 8 / kL;
       const int sub = plane % kL;
 #pragma unroll 1  // (unrolling the rows spills the producer's 56 registers)
-      for (int k = 0; k < kL; ++k) {
+      for (int k = 0; k < kWarpRows / kRows; ++k) {
         const int rw = plane / kL + kRows * k;
         const int kk = __shfl_sync(0xffffffffu, key, rw);
-        const int row = pwarp * 32 + rw;
+        const int row = pwarp * kWarpRows + rw;
         const bool valid = row < n;
         const T* src = base + static_cast<int64_t>(it.k_tok0 + kk) * tok_stride;
 #pragma unroll
@@ -234,10 +237,13 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
         }
       }
     };
-    // The key number of this thread's row of a column tile (read before the slot is free, so
-    // its latency is not paid between the slot's release and the copies).
+    // The key number of the column-tile row this thread reads for its warp (one lane per row:
+    // its own row), read before the slot is free, so its latency is not paid between the slot's
+    // release and the copies.
+    const int key_row =
+        Tr::kLanes == 1 ? tid : (plane < kWarpRows ? pwarp * kWarpRows + plane : kBN);
     auto tile_key = [&](const Item& it, int kind, int start, int n) {
-      return kind == 1 && tid < n ? __ldg(it.ks.cols + start + tid) : 0;
+      return kind == 1 && key_row < n ? __ldg(it.ks.cols + start + key_row) : 0;
     };
     // Loads one K or V tile into ring slot `s`; `key` is tile_key's.
     auto load = [&](const CUtensorMap* map, const T* base, int64_t tok_stride, uint32_t dst,
@@ -254,7 +260,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
           MbarArrive(full);
         }
       } else if constexpr (Tr::kLanes > 1) {
-        if (pwarp * 32 < kBN) gather(base, tok_stride, dst, it, n, key);
+        gather(base, tok_stride, dst, it, n, key);
         CpAsyncArriveNoinc(full);
       } else if (tid >= kBN) {
         MbarArrive(full);  // (64-key tiles: the upper producer threads hold no row)
@@ -264,11 +270,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
 #pragma unroll
         for (int ch = 0; ch < kD / 8; ++ch) {
           const uint32_t off = (ch / 8) * kBN * 128 + tid * 128 + (((ch & 7) ^ (tid & 7)) * 16);
-          if (cols_ca) {
-            CpAsync16ZfillCa(dst + off, src + ch * 8, valid);
-          } else {
-            CpAsync16Zfill(dst + off, src + ch * 8, valid);
-          }
+          CpAsync16Zfill(dst + off, src + ch * 8, valid);
         }
         CpAsyncArriveNoinc(full);
       }

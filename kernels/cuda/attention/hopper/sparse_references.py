@@ -24,16 +24,20 @@ never committed:
     Its kernel time is step 1 + step 3 (the attention work); step 2 is reported as the index.
 MInference's and AnchorAttention's kernels are multi-head only: K/V are expanded to every q head.
 
-Usage (GPU machine): python3 sparse_references.py --ref_dir ref --tensors w32k.safetensors
+Usage (GPU machine, minference_reference.py beside this file): python3 sparse_references.py
+  --ref_dir ref --tensors w32k.safetensors
   [--methods vertical_slash,flex_prefill,anchor] [--iters 5] [--warmup 1]
 """
 import argparse
-import importlib.util
 import json
 import math
+import os
 import struct
 import sys
 import types
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from minference_reference import timed  # noqa: E402  (the same median-of-events timing)
 
 _DTYPES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
 
@@ -65,21 +69,6 @@ def load_source(path, name, replace=()):
     sys.modules[name] = mod
     exec(compile(src, path, "exec"), mod.__dict__)
     return mod
-
-
-def timed(torch, fn, iters, warmup):
-    times = []
-    for i in range(warmup + iters):
-        s = torch.cuda.Event(enable_timing=True)
-        e = torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        torch.cuda.synchronize()
-        if i >= warmup:
-            times.append(s.elapsed_time(e))
-    times.sort()
-    return times[len(times) // 2]
 
 
 def line(kernel, n, h, d, pairs, ms, dev, **extra):
@@ -239,6 +228,11 @@ def run_vertical_slash(torch, args, q, k, v, dev):
 # ---- flex_prefill (FlexPrefill) ----------------------------------------------------------------
 
 def run_flex_prefill(torch, args, q, k, v, dev):
+    for gamma in [float(x) for x in args.gamma.split(",") if x]:
+        flex_prefill_once(torch, args, q, k, v, dev, gamma)
+
+
+def flex_prefill_once(torch, args, q, k, v, dev, gamma):
     # The file imports einops and transformers at the top; give it the one rearrange it uses and
     # no flash-attn.
     if "einops" not in sys.modules:
@@ -262,7 +256,7 @@ def run_flex_prefill(torch, args, q, k, v, dev):
     t0 = torch.cuda.Event(enable_timing=True)
     t1 = torch.cuda.Event(enable_timing=True)
     t0.record()
-    block_idx = mod.get_active_blocks(qb, kb, vb, bs, args.gamma, math.ceil(args.min_budget / bs),
+    block_idx = mod.get_active_blocks(qb, kb, vb, bs, gamma, math.ceil(args.min_budget / bs),
                                       2147483647, args.tau, False)
     t1.record()
     torch.cuda.synchronize()
@@ -279,7 +273,7 @@ def run_flex_prefill(torch, args, q, k, v, dev):
     ms = timed(torch, lambda: mod.triton_block_wise_attention(qb, kb, vb, block_idx, bs),
                args.iters, args.warmup)
     line("flexprefill_triton_block_wise", n, h, d, pairs, ms, dev, index_ms=round(idx_ms, 2),
-         gamma=args.gamma, tau=args.tau, min_budget=args.min_budget)
+         gamma=gamma, tau=args.tau, min_budget=args.min_budget)
 
 
 # ---- anchor (AnchorAttention) ------------------------------------------------------------------
@@ -339,7 +333,8 @@ def main():
     ap.add_argument("--last_q", type=int, default=64)
     ap.add_argument("--k_v", type=int, default=1000)
     ap.add_argument("--k_s", type=int, default=6096)
-    ap.add_argument("--gamma", type=float, default=0.9)
+    ap.add_argument("--gamma", default="0.9",
+                    help="FlexPrefill's coverage; a list runs one line each (density match)")
     ap.add_argument("--tau", type=float, default=0.1)
     ap.add_argument("--min_budget", type=int, default=1024)
     ap.add_argument("--theta", type=float, default=12.0)

@@ -12,7 +12,7 @@ mkdir -p "$OUT"
 SECONDS=0
 note() { echo "$* (${SECONDS}s)" | tee -a "$OUT/summary.txt"; }
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$OUT/gpu.txt"
-for t in ${TESTS:-}; do
+for t in build_index_gpu_test cuda_engine_test; do
   timeout 60 bin/$t > "$OUT/test_$t.log" 2>&1
   note "$t rc=$? $(grep -hE '^\[  (PASSED|FAILED) ' "$OUT/test_$t.log" | tr '\n' ' ')"
 done
@@ -20,12 +20,12 @@ grep -hE "^\[  FAILED|Failure" "$OUT"/test_*.log | head -20
 export SPATTN_GPU_BUILDER_PROFILE=1
 COMMON="--device=cuda --workload=llm_mix --heads=32 --kv_heads=8 --head_dim=128 --dtype=bf16
   --group_by=all --recall_rows=16 --warmup=2 --repeat=3"
-M=${METHODS:-a_shape,vertical_slash,block_sparse,flex_prefill,sample_attention,anchor}
-for run in "new 131072" "base 131072"; do
+for run in "new 32768 vertical_slash,block_sparse,flex_prefill" "base 32768 vertical_slash,block_sparse,flex_prefill" \
+           "new 131072 a_shape,vertical_slash,block_sparse,flex_prefill,sample_attention,anchor" \
+           "base 131072 a_shape,vertical_slash,block_sparse,flex_prefill,sample_attention,anchor"; do
   set -- $run
   bin=bin/spattn-bench; [ "$1" = base ] && bin=bin/spattn-bench-base
-  timeout ${BENCH_TIMEOUT:-60} $bin $COMMON --seq_len=$2 --methods=$M \
-    >> "$OUT/bench_$1.jsonl" 2>> "$OUT/bench_$1.err"
+  timeout 45 $bin $COMMON --seq_len=$2 --methods=$3 >> "$OUT/bench_$1.jsonl" 2>> "$OUT/bench_$1.err"
   note "spattn-bench $1 $2 rc=$?"
 done
 python3 - "$OUT" <<'PY'
