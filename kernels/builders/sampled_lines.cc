@@ -158,6 +158,7 @@ absl::Status BuildSampledLinesIndex(const AttentionProblem& problem,
     std::vector<float> probs;
     SampledRowProbs(problem, g.seq, heads[slot], sampled, &probs);
     const float w = sampled.empty() ? 0.f : 1.f / static_cast<float>(sampled.size());
+    const float diag_floor = kSampledLinesDiagonalFloor / static_cast<float>(kl);
     // Mass per bin over the block's entries, then the threshold bin.
     std::vector<double> hist(kSampledLinesBins, 0.0);
     double total = 0;
@@ -190,7 +191,7 @@ absl::Status BuildSampledLinesIndex(const AttentionProblem& problem,
         const int o = pos - j;
         const int oi = o - ev.min_offset;
         const float d = oi >= 0 && oi < static_cast<int>(ev.diag.size()) ? ev.diag[oi] : 0.f;
-        if (d > ev.col[j]) {
+        if (d > ev.col[j] && d > diag_floor) {
           offsets.push_back(o);
         } else {
           columns.push_back(j);

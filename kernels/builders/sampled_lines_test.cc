@@ -139,18 +139,19 @@ TEST(SampledLinesTest, RecallOnPlantedColumnsAndSlashes) {
 }
 
 // The shared generator's head kinds (S = 4096, 4 q heads) at the defaults; recall over 128
-// sampled rows. Retrieval heads keep their query-specific keys (per-block samples), which no
-// fixed vertical/slash budget does at this density. Measured: vertical_slash 0.982 at density
-// 0.26, slash 0.993 at 0.37 (two ~80-key bands per block of 64 rows at S = 4096), sink_local
-// 0.989 at 0.12, retrieval 0.945 at 0.19, topic_blocks 0.980 at 0.17.
+// sampled rows. Retrieval heads keep their query-specific keys (per-block samples) at a density
+// no fixed vertical/slash budget reaches them with; a retrieval group that starts after a block's
+// sampled rows is missed by that block (the method's estimate error on rows it did not sample).
+// Measured: vertical_slash 0.970 at density 0.14, slash 0.974 at 0.18, sink_local 0.980 at 0.08,
+// retrieval 0.923 at 0.07, topic_blocks 0.938 at 0.13.
 TEST(SampledLinesTest, RecallOnGeneratorWorkloads) {
   struct Want {
     const char* kind;
     double min_recall, max_density;
   };
   for (const Want& want :
-       {Want{"vertical_slash", 0.93, 0.3}, Want{"slash", 0.95, 0.4}, Want{"sink_local", 0.93, 0.2},
-        Want{"retrieval", 0.93, 0.3}, Want{"topic_blocks", 0.93, 0.4}}) {
+       {Want{"vertical_slash", 0.95, 0.2}, Want{"slash", 0.95, 0.25}, Want{"sink_local", 0.95, 0.1},
+        Want{"retrieval", 0.9, 0.1}, Want{"topic_blocks", 0.92, 0.2}}) {
     Workload w = GeneratorWorkload(want.kind);
     SparseIndex idx;
     ASSERT_TRUE(

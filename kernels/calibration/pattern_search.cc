@@ -179,7 +179,7 @@ std::vector<MethodConfig> DefaultCandidates() {
     c.anchor.theta = theta;
     out.push_back(c);
   }
-  for (float gamma : {0.85f, 0.9f, 0.95f}) {
+  for (float gamma : {0.85f, 0.9f, 0.95f, 0.975f}) {
     MethodConfig c;
     c.method = Method::kSampledLines;
     c.sampled_lines.gamma = gamma;

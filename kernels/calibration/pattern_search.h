@@ -36,7 +36,7 @@ namespace spattn {
 //   flex_prefill      gamma 0.9 / 0.95 (tau 0.1, min_budget 1024, block 128)
 //   sample_attention  alpha_c = alpha_s = 0.9 / 0.95 (chunk_n 2, block 128)
 //   anchor            theta 6 / 9 / 12 (step 16, block 128, init 2048)
-//   sampled_lines     gamma 0.85 / 0.9 / 0.95 (2 rows per block of 64, last_q 64, sink 4,
+//   sampled_lines     gamma 0.85 / 0.9 / 0.95 / 0.975 (2 rows per block of 64, last_q 64, sink 4,
 //                     local 64)
 // The other parameters keep the paper defaults of kernels/method_config.h.
 std::vector<MethodConfig> DefaultCandidates();

@@ -115,7 +115,8 @@ TEST_F(PatternSearchTest, VerticalSlashHeadsGetDynamicMethods) {
     // vertical-slash heads carry most of their mass on sink + local at short lengths (few heavy
     // columns): a wide enough A-shape may serve them here.
     EXPECT_TRUE(m == Method::kVerticalSlash || m == Method::kFlexPrefill ||
-                m == Method::kSampleAttention || m == Method::kAShape);
+                m == Method::kSampleAttention || m == Method::kAShape ||
+                m == Method::kSampledLines);
     EXPECT_LT(h.chosen.density, 0.5);
   }
   EXPECT_GE(seen, 1);
@@ -324,7 +325,7 @@ TEST(PatternSearch, BadOptionsAreRejectedByName) {
 TEST(PatternSearch, CandidateLists) {
   absl::StatusOr<std::vector<Method>> all = ParseCandidateMethods("all");
   ASSERT_TRUE(all.ok());
-  EXPECT_EQ(all->size(), 6u);  // every method but dense and saap
+  EXPECT_EQ(all->size(), 7u);  // every method but dense and saap
   for (Method m : *all) {
     EXPECT_NE(m, Method::kDense);
     EXPECT_NE(m, Method::kSaap);

@@ -172,7 +172,7 @@ TEST(BenchTest, EveryMethodGetsALineAtSmallSize) {
       RunWith({"--seq_len=300", "--heads=2", "--kv_heads=1", "--head_dim=64", "--group_by=all",
                "--recall_rows=16", "--threads=2", "--warmup=0", "--repeat=1"});
   ASSERT_EQ(r.code, 0) << r.err;
-  ASSERT_EQ(r.lines.size(), 8u) << r.out;
+  ASSERT_EQ(r.lines.size(), 9u) << r.out;  // every method of kAllMethods
   for (const auto& l : r.lines) {
     if (l.count("error")) continue;
     EXPECT_GT(Num(l, "density"), 0) << l.at("method");
@@ -399,7 +399,7 @@ TEST(BenchTest, SearchedRunsEveryHeadWithTheConfigTheSearchChose) {
     // all: dense + searched; kind: 6 kinds + all, for each.
     const size_t per_method = std::string(group_by) == "--group_by=all" ? 1 : 7;
     ASSERT_EQ(r.lines.size(), 2 * per_method) << r.out;
-    EXPECT_TRUE(absl::StrContains(r.err, "searched 22 candidates on a 1024-token prompt")) << r.err;
+    EXPECT_TRUE(absl::StrContains(r.err, "searched 26 candidates on a 1024-token prompt")) << r.err;
     for (int h = 0; h < 8; ++h) {
       EXPECT_TRUE(absl::StrContains(r.err, absl::StrCat("searched head ", h, " ("))) << r.err;
     }

@@ -26,13 +26,15 @@ struct SlSmem {
   int64_t ks, hm, hc, total;
 };
 
-__host__ __device__ inline SlSmem Layout(int head_dim) {
+// The Q and K tiles, plus (pass 2 only, so that passes 1 and 3 fit more CTAs per SM) the
+// per-block histograms.
+__host__ __device__ inline SlSmem Layout(int head_dim, bool histograms) {
   SlSmem l;
   const int64_t tile = static_cast<int64_t>(kTile) * (head_dim + 8) * 2;
   l.ks = tile;
   l.hm = 2 * tile;
   l.hc = l.hm + static_cast<int64_t>(kSlGroupBlocks) * kSlBins * 4;
-  l.total = l.hc + static_cast<int64_t>(kSlGroupBlocks) * kSlBins * 4;
+  l.total = histograms ? l.hc + static_cast<int64_t>(kSlGroupBlocks) * kSlBins * 4 : l.hm;
   return l;
 }
 
@@ -107,7 +109,7 @@ __device__ __forceinline__ int DiagonalRows(int fp, int lp, int kl, bool causal,
 template <typename T, int kD, int kPass>
 __global__ void __launch_bounds__(kThreads) SlPassKernel(SlArgs a) {
   extern __shared__ __align__(16) unsigned char smem[];
-  const SlSmem lay = Layout(kD);
+  const SlSmem lay = Layout(kD, kPass == 2);
   constexpr int kPitch = kD + 8;
   T* qs = reinterpret_cast<T*>(smem);
   T* ks = reinterpret_cast<T*>(smem + lay.ks);
@@ -172,10 +174,10 @@ __global__ void __launch_bounds__(kThreads) SlPassKernel(SlArgs a) {
   }
   // Evidence of this (slot, sequence).
   const merged::EstimateSeq es = a.ev_seqs[g.seq];
-  const int ev_fp = es.first_pos, ev_lp = es.first_pos + es.n - 1;
-  const double* ev_col = a.col_sums + slot * a.col_stride + es.col_base;
-  const double* ev_diag = a.diag_sums + slot * a.diag_stride + es.diag_base;
+  const float* ev_col = a.col_mean + slot * a.col_stride + es.col_base;
+  const float* ev_diag = a.diag_mean + slot * a.diag_stride + es.diag_base;
 
+  const float diag_floor = kSlDiagonalFloor / static_cast<float>(kl);
   float run_max[2] = {-CUDART_INF_F, -CUDART_INF_F};
   float run_sum[2] = {0.f, 0.f};
   for (int j0 = 0; j0 < g.key_end; j0 += kTile) {
@@ -185,6 +187,67 @@ __global__ void __launch_bounds__(kThreads) SlPassKernel(SlArgs a) {
     __syncthreads();
     float acc[8][4];
     TileLogits<T, kD>(qs, ks, acc);
+    if (kPass == 1) {
+      // Log2-domain logits of this thread's entries (-inf where masked), then one rescale of
+      // each row's running sum per tile.
+      float tmax[2] = {-CUDART_INF_F, -CUDART_INF_F};
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int h = e >> 1;
+          const int j = j0 + nt * 8 + (lane & 3) * 2 + (e & 1);
+          const bool valid = rl[h] < g.rows && j < vis[h];
+          const float l2 = valid ? Sanitize(__fmul_rn(acc[nt][e], a.p.scale_log2)) : -CUDART_INF_F;
+          acc[nt][e] = l2;
+          tmax[h] = fmaxf(tmax[h], l2);
+        }
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if (tmax[h] > run_max[h]) {
+          if (run_max[h] != -CUDART_INF_F) {
+            run_sum[h] = __fmul_rn(run_sum[h], exp2f(__fsub_rn(run_max[h], tmax[h])));
+          }
+          run_max[h] = tmax[h];
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int h = e >> 1;
+          if (acc[nt][e] != -CUDART_INF_F) {
+            run_sum[h] += exp2f(__fsub_rn(acc[nt][e], run_max[h]));
+          }
+        }
+      }
+      continue;
+    }
+    if (kPass == 2) {
+      // Every lane reaches each match (no early exits): lanes adding to one bin are counted
+      // once by the lowest of them; the masses are added one by one.
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int h = e >> 1;
+          const int j = j0 + nt * 8 + (lane & 3) * 2 + (e & 1);
+          float m = 0.f;
+          if (rl[h] < g.rows && j < vis[h] && mx[h] != -CUDART_INF_F) {
+            const float l2 = Sanitize(__fmul_rn(acc[nt][e], a.p.scale_log2));
+            m = __fmul_rn(__fmul_rn(exp2f(__fsub_rn(l2, mx[h])), inv[h]), w[h]);
+          }
+          const int key = m > 0.f ? blk[h] * kSlBins + Bin(m) : -1;
+          const unsigned peers = __match_any_sync(kFull, key);
+          if (key >= 0) {
+            atomicAdd(hm + key, m);
+            if (lane == __ffs(peers) - 1) atomicAdd(hc + key, __popc(peers));
+          }
+        }
+      }
+      continue;
+    }
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
@@ -193,37 +256,16 @@ __global__ void __launch_bounds__(kThreads) SlPassKernel(SlArgs a) {
         const int j = j0 + nt * 8 + (lane & 3) * 2 + (e & 1);
         if (rl[h] >= g.rows || j >= vis[h]) continue;
         const float l2 = Sanitize(__fmul_rn(acc[nt][e], a.p.scale_log2));
-        if (kPass == 1) {
-          if (l2 == -CUDART_INF_F) continue;
-          if (l2 > run_max[h]) {
-            run_sum[h] = __fmul_rn(run_sum[h], exp2f(__fsub_rn(run_max[h], l2))) + 1.f;
-            run_max[h] = l2;
-          } else {
-            run_sum[h] += exp2f(__fsub_rn(l2, run_max[h]));
-          }
-          continue;
-        }
         if (mx[h] == -CUDART_INF_F) continue;
         const float m = __fmul_rn(__fmul_rn(exp2f(__fsub_rn(l2, mx[h])), inv[h]), w[h]);
         if (!(m > 0.f)) continue;
         const int bin = Bin(m);
-        if (kPass == 2) {
-          atomicAdd(hm + blk[h] * kSlBins + bin, m);
-          atomicAdd(hc + blk[h] * kSlBins + bin, 1);
-          continue;
-        }
         if (bin < blk_thr[blk[h]]) continue;
         const int o = pos[h] - j;
         const int oi = o - es.min_offset;
-        float d = 0.f;
-        if (oi >= 0 && oi < es.num_offsets) {
-          const int cnt = DiagonalRows(ev_fp, ev_lp, kl, a.p.causal, o);
-          if (cnt > 0) d = static_cast<float>(ev_diag[oi] / cnt);
-        }
-        float v = 0.f;
-        const int cnt = ColumnRows(ev_fp, ev_lp, a.p.causal, j);
-        if (cnt > 0) v = static_cast<float>(ev_col[j] / cnt);
-        const int32_t code = d > v ? -1 - (o + kl) : j;
+        const float d = oi >= 0 && oi < es.num_offsets ? ev_diag[oi] : 0.f;
+        const float v = ev_col[j];
+        const int32_t code = d > v && d > diag_floor ? -1 - (o + kl) : j;
         const int idx = atomicAdd(blk_cursor + blk[h], 1);
         if (idx < blk_count[blk[h]]) a.entries[blk_base[blk[h]] + idx] = code;
       }
@@ -284,9 +326,30 @@ __global__ void __launch_bounds__(kThreads) SlPassKernel(SlArgs a) {
   }
 }
 
+// V(j) and D(o) of one (slot, sequence) per blockIdx.y = slot * batch + seq.
+__global__ void SlEvidenceKernel(SlArgs a) {
+  const int slot = blockIdx.y / a.batch, seq = blockIdx.y % a.batch;
+  const merged::EstimateSeq es = a.ev_seqs[seq];
+  if (es.n == 0) return;
+  const int fp = es.first_pos, lp = es.first_pos + es.n - 1;
+  const int64_t cb = slot * a.col_stride + es.col_base;
+  const int64_t db = slot * a.diag_stride + es.diag_base;
+  for (int x = blockIdx.x * blockDim.x + threadIdx.x; x < es.kl || x < es.num_offsets;
+       x += gridDim.x * blockDim.x) {
+    if (x < es.kl) {
+      const int cnt = ColumnRows(fp, lp, a.p.causal, x);
+      a.col_mean[cb + x] = cnt > 0 ? static_cast<float>(a.col_sums[cb + x] / cnt) : 0.f;
+    }
+    if (x < es.num_offsets) {
+      const int cnt = DiagonalRows(fp, lp, es.kl, a.p.causal, es.min_offset + x);
+      a.diag_mean[db + x] = cnt > 0 ? static_cast<float>(a.diag_sums[db + x] / cnt) : 0.f;
+    }
+  }
+}
+
 template <typename T, int kD, int kPass>
 cudaError_t LaunchPass(const SlArgs& a, cudaStream_t stream) {
-  const int64_t bytes = Layout(kD).total;
+  const int64_t bytes = Layout(kD, kPass == 2).total;
   cudaError_t err =
       cudaFuncSetAttribute(SlPassKernel<T, kD, kPass>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(bytes));
@@ -355,15 +418,21 @@ struct SlAsmSrc {
 
 }  // namespace
 
-cudaError_t LaunchSampledLinesSelect(const SlArgs& a, cudaStream_t stream) {
+cudaError_t LaunchSampledLinesStats(const SlArgs& a, cudaStream_t stream) {
   if (a.num_groups == 0 || a.num_slots == 0) return cudaSuccess;
-  cudaError_t err = Dispatch<1>(a, stream);
-  if (err != cudaSuccess) return err;
+  return Dispatch<1>(a, stream);
+}
+
+cudaError_t LaunchSampledLinesHistogram(const SlArgs& a, cudaStream_t stream) {
+  if (a.num_groups == 0 || a.num_slots == 0) return cudaSuccess;
   return Dispatch<2>(a, stream);
 }
 
 cudaError_t LaunchSampledLinesEmit(const SlArgs& a, cudaStream_t stream) {
   if (a.num_groups == 0 || a.num_slots == 0) return cudaSuccess;
+  SlEvidenceKernel<<<dim3(64, a.num_slots * a.batch), 256, 0, stream>>>(a);
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return err;
   return Dispatch<3>(a, stream);
 }
 

@@ -19,6 +19,7 @@ namespace {
 
 static_assert(kSlBins == kSampledLinesBins, "bins of sampled_lines.h");
 static_assert(kSlBinFloor == kSampledLinesBinFloor, "bins of sampled_lines.h");
+static_assert(kSlDiagonalFloor == kSampledLinesDiagonalFloor, "floor of sampled_lines.h");
 
 absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const AttentionProblem& p,
                                                   const AttnParams& a,
@@ -100,6 +101,11 @@ absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const A
   sa.diag_sums = ep.diag_sums;
   sa.col_stride = ep.col_stride;
   sa.diag_stride = ep.diag_stride;
+  sa.batch = p.batch();
+  SPATTN_ASSIGN_OR_RETURN(sa.col_mean,
+                          Carve<float>(env, nslots * ep.col_stride, "sampled_lines column means"));
+  SPATTN_ASSIGN_OR_RETURN(
+      sa.diag_mean, Carve<float>(env, nslots * ep.diag_stride, "sampled_lines diagonal means"));
   const int64_t srows = static_cast<int64_t>(nslots) * rows.size();
   const int64_t irows = static_cast<int64_t>(nslots) * nblocks;
   SPATTN_ASSIGN_OR_RETURN(sa.row_max2, Carve<float>(env, srows, "sampled_lines row max"));
@@ -108,7 +114,10 @@ absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const A
   // Blocks without sampled rows (empty sequences) keep nothing: counts start at 0.
   SPATTN_ASSIGN_OR_RETURN(sa.kept,
                           CarveZeroed<int64_t>(env, irows + 1, "sampled_lines kept", env.stream));
-  SPATTN_CUDA_RETURN_IF_ERROR(LaunchSampledLinesSelect(sa, env.stream), "sampled_lines select");
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchSampledLinesStats(sa, env.stream), "sampled_lines row stats");
+  timer.Mark("row_stats");
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchSampledLinesHistogram(sa, env.stream),
+                              "sampled_lines histograms");
   timer.Mark("histogram");
   SPATTN_CUDA_RETURN_IF_ERROR(LaunchExclusiveScan64(sa.kept, irows, env.stream),
                               "sampled_lines entry offsets");
@@ -121,6 +130,7 @@ absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const A
   // read as key 0, never as a stray offset.
   SPATTN_ASSIGN_OR_RETURN(sa.entries,
                           CarveZeroed<int32_t>(env, total, "sampled_lines entries", env.stream));
+  timer.Mark("entry_total");
   SPATTN_CUDA_RETURN_IF_ERROR(LaunchSampledLinesEmit(sa, env.stream), "sampled_lines emit");
   timer.Mark("emit");
 

@@ -25,10 +25,11 @@
 namespace spattn {
 namespace cuda {
 
-constexpr int kSlGroupRows = 64;    // sampled rows per CTA (4 warps x 16)
-constexpr int kSlGroupBlocks = 32;  // query blocks per CTA (histograms in shared memory)
-constexpr int kSlBins = 258;        // = kSampledLinesBins (sampled_lines.h)
-constexpr int kSlBinFloor = 759;    // = kSampledLinesBinFloor
+constexpr int kSlGroupRows = 64;         // sampled rows per CTA (4 warps x 16)
+constexpr int kSlGroupBlocks = 32;       // query blocks per CTA (histograms in shared memory)
+constexpr int kSlBins = 258;             // = kSampledLinesBins (sampled_lines.h)
+constexpr int kSlBinFloor = 759;         // = kSampledLinesBinFloor
+constexpr float kSlDiagonalFloor = 2.f;  // = kSampledLinesDiagonalFloor
 
 // Sampled rows of consecutive query blocks of one sequence.
 struct SlGroup {
@@ -63,6 +64,11 @@ struct SlArgs {
   const double* col_sums = nullptr;              // [slots * col_stride]
   const double* diag_sums = nullptr;             // [slots * diag_stride]
   int64_t col_stride = 0, diag_stride = 0;
+  int batch = 0;
+  // The evidence as the per-row means V(j) and D(o) (same layouts as col_sums / diag_sums),
+  // written by the emit launcher before pass 3.
+  float* col_mean = nullptr;
+  float* diag_mean = nullptr;
   // Per sampled row (slot-major [slots * num_rows]): log2-domain max and 1 / sum.
   float* row_max2 = nullptr;
   float* row_inv = nullptr;
@@ -72,9 +78,11 @@ struct SlArgs {
   int32_t* entries = nullptr;  // kept entries: key j (column) or -1 - (o + k_len) (diagonal)
 };
 
-// Pass 1 (row statistics) and pass 2 (histograms -> thr, kept counts).
-cudaError_t LaunchSampledLinesSelect(const SlArgs& a, cudaStream_t stream);
-// Pass 3: the kept entries at the scanned offsets in `kept`.
+// Pass 1 (row statistics).
+cudaError_t LaunchSampledLinesStats(const SlArgs& a, cudaStream_t stream);
+// Pass 2 (histograms -> thr, kept counts).
+cudaError_t LaunchSampledLinesHistogram(const SlArgs& a, cudaStream_t stream);
+// The evidence means, then pass 3: the kept entries at the scanned offsets in `kept`.
 cudaError_t LaunchSampledLinesEmit(const SlArgs& a, cudaStream_t stream);
 
 // Row assembly: per index row its entries plus sink [0, sink) and local

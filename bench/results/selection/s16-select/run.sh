@@ -2,7 +2,7 @@
 # s16-select device run (on the GPU machine): the GPU sampled_lines builder against its CPU twin
 # (build_index_gpu_test), PyTorch SDPA cuDNN, then spattn-bench --device=cuda at 32K and 128K,
 # llm_mix 32/8 heads d 128 bf16, served prompt = seed 0, configs searched on another 16K prompt
-# (seed 1000) at target 0.95: sampled_lines at fixed gamma (no search), `searched` (the default
+# (seed 1000) at target 0.95: sampled_lines at gamma 0.95 for every head (no search), `searched` (the default
 # candidates, now with sampled_lines) and `guarded` (searched + the worker's recall guard).
 set -u
 cd "$(dirname "$0")"
@@ -16,7 +16,7 @@ SECONDS=0
 note() { echo "$* (${SECONDS}s)" | tee -a "$OUT/summary.txt"; }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 timeout ${TEST_TIMEOUT:-40} bin/build_index_gpu_test \
-  --gtest_filter="${TEST_FILTER:-*/sampled_lines}" > "$OUT/test_gpu.log" 2>&1
+  --gtest_filter="${TEST_FILTER:-*MatchesCpuTwin/sampled_lines:*KernelRunsOnTheResidentIndex/sampled_lines}" > "$OUT/test_gpu.log" 2>&1
 note "build_index_gpu_test rc=$? $(grep -hE '^\[  (PASSED|FAILED) ' "$OUT/test_gpu.log" | tr '\n' ' ')"
 grep -hE "^\[  FAILED|Failure" -A6 "$OUT/test_gpu.log" | head -40
 if [ -z "${SKIP_SDPA:-}" ]; then
@@ -32,10 +32,20 @@ bench() {  # len, tag, timeout, methods, extra flags...
     --methods=$methods "$@" > "$OUT/bench_${tag}_$len.jsonl" 2> "$OUT/bench_${tag}_$len.err"
   note "bench $tag $len rc=$?"
 }
-for len in ${LENS:-32768 131072}; do
-  bench $len fixed90 ${FIXED_TIMEOUT:-25} sampled_lines --sampled_lines.gamma=0.9
-  bench $len sel ${SEL_TIMEOUT:-60} searched,guarded
-done
+bench 32768 fixed95 20 sampled_lines --sampled_lines.gamma=0.95
+bench 32768 sel 45 searched,guarded
+bench 131072 fixed95 35 sampled_lines --sampled_lines.gamma=0.95
+bench 131072 sel 75 searched,guarded
+# Stage times of the GPU builder (StageTimer, one build per line), while the device time allows.
+if [ $SECONDS -lt ${PROFILE_BEFORE:-150} ]; then
+  for len in 32768 131072; do
+    SPATTN_GPU_BUILDER_PROFILE=1 timeout 40 bin/spattn-bench --device=cuda --workload=llm_mix \
+      --heads=32 --kv_heads=8 --head_dim=128 --dtype=bf16 --group_by=all --recall_rows=16 \
+      --seq_len=$len --warmup=1 --repeat=1 --methods=sampled_lines 2>&1 | grep "gpu builder" \
+      > "$OUT/profile_$len.txt"
+    note "profile $len: $(tail -1 "$OUT/profile_$len.txt")"
+  done
+fi
 python3 - "$OUT" <<'PY'
 import glob, json, os, sys
 for f in sorted(glob.glob(os.path.join(sys.argv[1], "bench_*.jsonl"))):
