@@ -119,6 +119,11 @@ __global__ void __launch_bounds__(kThreads) SlPassKernel(SlArgs a) {
   __shared__ int blk_cursor[kSlGroupBlocks];
   __shared__ int blk_count[kSlGroupBlocks];
   __shared__ long long blk_base[kSlGroupBlocks];
+  // Pass 2: per block the sum of its rows' weights and visible keys (the skip bound, below) and
+  // the total mass of its entries.
+  __shared__ float blk_wsum[kSlGroupBlocks];
+  __shared__ float blk_vsum[kSlGroupBlocks];
+  __shared__ float blk_total[kSlGroupBlocks];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const SlGroup g = a.groups[blockIdx.x];
   const int slot = blockIdx.y;
@@ -135,6 +140,11 @@ __global__ void __launch_bounds__(kThreads) SlPassKernel(SlArgs a) {
     for (int i = tid; i < kSlGroupBlocks * kSlBins; i += kThreads) {
       hm[i] = 0.f;
       hc[i] = 0;
+    }
+    if (tid < kSlGroupBlocks) {
+      blk_wsum[tid] = 0.f;
+      blk_vsum[tid] = 0.f;
+      blk_total[tid] = 0.f;
     }
   }
   if (kPass == 3 && tid < g.blocks) {
@@ -172,6 +182,36 @@ __global__ void __launch_bounds__(kThreads) SlPassKernel(SlArgs a) {
       }
     }
   }
+  // Pass 2 skips the histogram update of entries below a per-block cut bin `cut` (their mass
+  // only enters the block's total): a row whose probabilities sum to ~1 has mass ~w, so a block's
+  // total is >= 0.99 * (sum of w over its rows with inv > 0), while the entries in bins below
+  // `cut` weigh < (visible keys of its rows) * (lower edge of bin cut). The cut is the highest bin
+  // whose lower edge keeps that product <= half of (1 - gamma) * that bound of the total, so the
+  // mass above the cut alone reaches gamma * total: the threshold bin is >= cut and neither it
+  // nor the kept count (both from bins >= thr) changes.
+  int cut[2] = {0, 0};
+  if (kPass == 2) {
+    if ((lane & 3) == 0) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if (rl[h] < g.rows && mx[h] != -CUDART_INF_F && inv[h] > 0.f) {
+          atomicAdd(blk_wsum + blk[h], w[h]);
+          atomicAdd(blk_vsum + blk[h], static_cast<float>(vis[h]));
+        }
+      }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float vs = blk_vsum[blk[h]];
+      const float bound = vs > 0.f ? 0.5f * (1.f - a.gamma) * 0.99f * blk_wsum[blk[h]] / vs : 0.f;
+      if (bound > 0.f && bound < 1.f) {
+        const int key = static_cast<int>(__float_as_uint(bound) >> 20) - kSlBinFloor;
+        cut[h] = key < 0 ? 0 : (key >= kSlBins ? kSlBins - 1 : key);
+      }
+    }
+  }
+  float run_tot[2] = {0.f, 0.f};
   // Evidence of this (slot, sequence).
   const merged::EstimateSeq es = a.ev_seqs[g.seq];
   const float* ev_col = a.col_mean + slot * a.col_stride + es.col_base;
@@ -238,11 +278,15 @@ __global__ void __launch_bounds__(kThreads) SlPassKernel(SlArgs a) {
             const float l2 = Sanitize(__fmul_rn(acc[nt][e], a.p.scale_log2));
             m = __fmul_rn(__fmul_rn(exp2f(__fsub_rn(l2, mx[h])), inv[h]), w[h]);
           }
-          const int key = m > 0.f ? blk[h] * kSlBins + Bin(m) : -1;
-          const unsigned peers = __match_any_sync(kFull, key);
-          if (key >= 0) {
-            atomicAdd(hm + key, m);
-            if (lane == __ffs(peers) - 1) atomicAdd(hc + key, __popc(peers));
+          run_tot[h] += m;
+          const int bin = Bin(m);
+          const int key = m > 0.f && bin >= cut[h] ? blk[h] * kSlBins + bin : -1;
+          if (__any_sync(kFull, key >= 0)) {
+            const unsigned peers = __match_any_sync(kFull, key);
+            if (key >= 0) {
+              atomicAdd(hm + key, m);
+              if (lane == __ffs(peers) - 1) atomicAdd(hc + key, __popc(peers));
+            }
           }
         }
       }
@@ -295,14 +339,18 @@ __global__ void __launch_bounds__(kThreads) SlPassKernel(SlArgs a) {
       }
     }
   } else if (kPass == 2) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float t = run_tot[h];
+      t += __shfl_xor_sync(kFull, t, 1);
+      t += __shfl_xor_sync(kFull, t, 2);
+      if ((lane & 3) == 0 && rl[h] < g.rows) atomicAdd(blk_total + blk[h], t);
+    }
     __syncthreads();
     for (int b = warp; b < g.blocks; b += kThreads / 32) {
       const float* bm = hm + b * kSlBins;
       const int* bc = hc + b * kSlBins;
-      float part = 0.f;
-      for (int i = lane; i < kSlBins; i += 32) part += bm[i];
-#pragma unroll
-      for (int x = 16; x >= 1; x >>= 1) part += __shfl_xor_sync(kFull, part, x);
+      const float part = blk_total[b];
       if (lane == 0) {
         const float target = a.gamma * part;
         int thr = kSlBins;

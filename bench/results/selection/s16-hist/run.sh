@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# s16-hist device run (on the GPU machine): the GPU sampled_lines builder of this branch (`new`)
+# against its CPU twin (build_index_gpu_test), PyTorch SDPA cuDNN, then for `new` and `base` (the
+# tree it started from) spattn-bench --device=cuda at 32K and 128K with the builder's stage times
+# (SPATTN_GPU_BUILDER_PROFILE=1, one line per build): llm_mix 32/8 heads d 128 bf16,
+# sampled_lines at gamma 0.95 on every head.
+set -u
+cd "$(dirname "$0")"
+HERE=$PWD
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+SECONDS=0
+note() { echo "$* (${SECONDS}s)" | tee -a "$OUT/summary.txt"; }
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+for n in new base; do
+  rm -rf /tmp/s16hist_$n && mkdir -p /tmp/s16hist_$n && tar -xJf $n.tar.xz -C /tmp/s16hist_$n
+done
+export TEST_TMPDIR=/tmp/spattn_test; mkdir -p "$TEST_TMPDIR"
+cd /tmp/s16hist_new
+LD_LIBRARY_PATH=$PWD/lib timeout ${TEST_TIMEOUT:-40} bin/build_index_gpu_test \
+  --gtest_filter="*MatchesCpuTwin/sampled_lines:*KernelRunsOnTheResidentIndex/sampled_lines" > "$OUT/test_gpu.log" 2>&1
+note "build_index_gpu_test (new) rc=$? $(grep -hE '^\[  (PASSED|FAILED) ' "$OUT/test_gpu.log" | tr '\n' ' ')"
+grep -hE "^\[  FAILED|Failure" -A6 "$OUT/test_gpu.log" | head -40
+timeout 40 python3 "$HERE/sdpa_reference.py" --seq_lens 32768,131072 --backends cudnn --iters 5 --warmup 2 \
+  > "$OUT/sdpa.jsonl" 2> "$OUT/sdpa.err"; note "sdpa rc=$?"
+cat "$OUT/sdpa.jsonl" 2>/dev/null
+for len in 32768 131072; do
+  for n in new base; do
+    cd /tmp/s16hist_$n
+    SPATTN_GPU_BUILDER_PROFILE=1 LD_LIBRARY_PATH=$PWD/lib timeout $((len / 4096 + 13)) bin/spattn-bench \
+      --device=cuda --workload=llm_mix --heads=32 --kv_heads=8 --head_dim=128 --dtype=bf16 \
+      --group_by=all --recall_rows=64 --seq_len=$len --warmup=1 --repeat=3 \
+      --methods=sampled_lines --sampled_lines.gamma=0.95 \
+      > "$OUT/bench_${n}_$len.jsonl" 2> "$OUT/bench_${n}_$len.err"
+    note "bench $n $len rc=$? | $(grep -h 'gpu builder' "$OUT/bench_${n}_$len.err" | tail -1)"
+  done
+done
+python3 - "$OUT" <<'PY'
+import glob, json, os, sys
+for f in sorted(glob.glob(os.path.join(sys.argv[1], "bench_*.jsonl"))):
+    for line in open(f):
+        r = json.loads(line)
+        tag = os.path.basename(f)[6:-6]
+        if "error" in r:
+            print(tag, "ERROR", r["error"][:200]); continue
+        print("%-12s %-14s index %7.2f kernel %7.2f density %.4f recall %.4f min %.3f %s" %
+              (tag, r["method"], r["index_build_ms"], r["kernel_ms"], r["density"], r["recall"],
+               r["recall_min"], r["device"]))
+PY
