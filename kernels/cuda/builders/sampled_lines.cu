@@ -6,6 +6,7 @@
 
 #include <cfloat>
 #include <cstdint>
+#include <cstdlib>
 
 #include "kernels/cuda/builders/sampled_lines_kernels.h"
 #include "kernels/cuda/common/mma.cuh"
@@ -21,6 +22,8 @@ using detail::Mma;
 constexpr int kThreads = 128;
 constexpr int kTile = 64;
 constexpr unsigned kFull = 0xffffffffu;
+// Pass 2's fixed-point mass unit (hist_mode 2): a block's masses sum to <= ~1, so bins fit u32.
+constexpr float kFixedOne = 2147483648.f;
 
 struct SlSmem {
   int64_t ks, hm, hc, total;
@@ -282,10 +285,19 @@ __global__ void __launch_bounds__(kThreads) SlPassKernel(SlArgs a) {
           const int bin = Bin(m);
           const int key = m > 0.f && bin >= cut[h] ? blk[h] * kSlBins + bin : -1;
           if (__any_sync(kFull, key >= 0)) {
-            const unsigned peers = __match_any_sync(kFull, key);
-            if (key >= 0) {
-              atomicAdd(hm + key, m);
-              if (lane == __ffs(peers) - 1) atomicAdd(hc + key, __popc(peers));
+            if (a.hist_mode == 0) {
+              const unsigned peers = __match_any_sync(kFull, key);
+              if (key >= 0) {
+                atomicAdd(hm + key, m);
+                if (lane == __ffs(peers) - 1) atomicAdd(hc + key, __popc(peers));
+              }
+            } else if (key >= 0) {
+              if (a.hist_mode == 1) {
+                atomicAdd(hm + key, m);
+              } else {
+                atomicAdd(reinterpret_cast<unsigned*>(hm) + key, __float2uint_rn(m * kFixedOne));
+              }
+              atomicAdd(hc + key, 1);
             }
           }
         }
@@ -355,7 +367,18 @@ __global__ void __launch_bounds__(kThreads) SlPassKernel(SlArgs a) {
         const float target = a.gamma * part;
         int thr = kSlBins;
         long long kept = 0;
-        if (part > 0.f) {
+        if (part > 0.f && a.hist_mode == 2) {
+          const unsigned* bu = reinterpret_cast<const unsigned*>(bm);
+          unsigned long long cum = 0;
+          for (int i = kSlBins - 1; i >= 0; --i) {
+            cum += bu[i];
+            kept += bc[i];
+            if (static_cast<double>(cum) * (1.0 / kFixedOne) >= target) {
+              thr = i;
+              break;
+            }
+          }
+        } else if (part > 0.f) {
           float cum = 0.f;
           for (int i = kSlBins - 1; i >= 0; --i) {
             cum += bm[i];
@@ -473,7 +496,10 @@ cudaError_t LaunchSampledLinesStats(const SlArgs& a, cudaStream_t stream) {
 
 cudaError_t LaunchSampledLinesHistogram(const SlArgs& a, cudaStream_t stream) {
   if (a.num_groups == 0 || a.num_slots == 0) return cudaSuccess;
-  return Dispatch<2>(a, stream);
+  SlArgs b = a;
+  const char* mode = std::getenv("SPATTN_SL_HIST_MODE");
+  if (mode != nullptr && mode[0] >= '0' && mode[0] <= '2') b.hist_mode = mode[0] - '0';
+  return Dispatch<2>(b, stream);
 }
 
 cudaError_t LaunchSampledLinesEmit(const SlArgs& a, cudaStream_t stream) {

@@ -7,7 +7,8 @@
 // most kSlGroupRows rows and kSlGroupBlocks blocks; one CTA per (group, head slot) computes their
 // logits against every key the group sees on tensor cores, three times: (1) each row's max and sum
 // (online, log2 domain), (2) per block a histogram of entry masses over the bins of
-// SampledLinesBin -> each block's threshold bin and kept-entry count, (3) the kept entries, each
+// SampledLinesBin -> each block's threshold bin and kept-entry count (entries below a provable
+// per-block cut bin only enter the block's total), (3) the kept entries, each
 // classified as a column or a diagonal by the last-rows evidence (vertical_slash's estimate) and
 // written to the block's slice of an entry list. The row assembler (common/row_assembly.cuh) turns
 // each row's entries plus its sink and local ranges into the SparseIndex row.
@@ -59,6 +60,12 @@ struct SlArgs {
   int num_rows = 0;
   const BlockGeoDev* geo = nullptr;  // [num_blocks]
   float gamma = 0.f;
+  // Pass 2's histogram updates (SPATTN_SL_HIST_MODE=0/1/2 overrides, for comparisons):
+  // 2 (default) fixed-point masses (units of 2^-31, native integer shared atomics) + one count
+  // atomic per entry; 1 float masses (shared float atomics) + one count atomic per entry; 0 float
+  // masses + match-aggregated counts (the session-16 start). 2 halves the pass (NOTES.md,
+  // s16-hist).
+  int hist_mode = 2;
   // Evidence: vertical_slash's estimate over the last rows (merged_kernels.h EstimateParams).
   const merged::EstimateSeq* ev_seqs = nullptr;  // [batch]
   const double* col_sums = nullptr;              // [slots * col_stride]
