@@ -4,6 +4,7 @@
 # tree it started from) spattn-bench --device=cuda at 32K and 128K with the builder's stage times
 # (SPATTN_GPU_BUILDER_PROFILE=1, one line per build): llm_mix 32/8 heads d 128 bf16,
 # sampled_lines at gamma 0.95 on every head; `new` under each histogram mode (SPATTN_SL_HIST_MODE).
+# SDPA=1 adds PyTorch SDPA cuDNN at 32K and 128K (run 1 had it; run 2 left it out for budget).
 set -u
 cd "$(dirname "$0")"
 HERE=$PWD
