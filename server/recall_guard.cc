@@ -113,6 +113,30 @@ double LadderStepFactor(double estimate, double need, const RecallGuardOptions& 
   return 1.0 / (1.0 - r) <= options.fine_step ? options.fine_step : 2.0;
 }
 
+MethodConfig AdaptiveConfig(const RecallGuardOptions& options) {
+  MethodConfig a = options.adaptive;
+  if (a.method == Method::kFlexPrefill) {
+    a.flex_prefill.gamma = std::max(a.flex_prefill.gamma, static_cast<float>(options.target));
+  } else if (a.method == Method::kSampledLines) {
+    const double need = std::min(0.999, options.target + options.margin);
+    a.sampled_lines.gamma = std::max(a.sampled_lines.gamma, static_cast<float>(need));
+  }
+  return a;
+}
+
+absl::StatusOr<MethodConfig> AdaptiveByName(absl::string_view name) {
+  MethodConfig c;  // dense: no adaptive try
+  if (name == "sampled_lines") return RecallGuardOptions::DefaultAdaptive();
+  if (name == "flex_prefill") {
+    c.method = Method::kFlexPrefill;
+    c.flex_prefill.min_budget = 512;
+    return c;
+  }
+  if (name == "none") return c;
+  return absl::InvalidArgumentError(absl::StrCat("recall guard: adaptive method '", name,
+                                                 "' is not sampled_lines, flex_prefill or none"));
+}
+
 absl::StatusOr<std::vector<GuardedHead>> GuardHeads(const std::vector<GuardInput>& heads,
                                                     const GuardBatchOps& ops,
                                                     const RecallGuardOptions& options,
@@ -209,10 +233,7 @@ absl::StatusOr<std::vector<GuardedHead>> GuardHeads(const std::vector<GuardInput
     int builds = 0;
     // The adaptive method, once per head, before its first widening.
     std::vector<std::pair<int, MethodConfig>> wants;
-    MethodConfig a = options.adaptive;
-    if (a.method == Method::kFlexPrefill) {
-      a.flex_prefill.gamma = std::max(a.flex_prefill.gamma, static_cast<float>(options.target));
-    }
+    const MethodConfig a = AdaptiveConfig(options);
     for (int i = 0; i < n; ++i) {
       if (st[i].active && !st[i].adaptive_tried) wants.emplace_back(i, a);
     }

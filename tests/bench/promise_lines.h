@@ -37,6 +37,8 @@ struct PromiseOptions {
   double length_exponent = RecallGuardOptions::kLengthExponent;
   // The host guard's fine ladder step (RecallGuardOptions::fine_step; 0: doublings only).
   double fine_step = RecallGuardOptions().fine_step;
+  // The host guard's adaptive try (RecallGuardOptions::adaptive).
+  MethodConfig adaptive = RecallGuardOptions::DefaultAdaptive();
   BuildOptions build;
 };
 
