@@ -114,7 +114,11 @@ double LadderStepFactor(double estimate, double need, const RecallGuardOptions& 
 }
 
 MethodConfig AdaptiveConfig(const RecallGuardOptions& options) {
-  MethodConfig a = options.adaptive;
+  return AdaptiveConfig(options.adaptive, options);
+}
+
+MethodConfig AdaptiveConfig(const MethodConfig& adaptive, const RecallGuardOptions& options) {
+  MethodConfig a = adaptive;
   if (a.method == Method::kFlexPrefill) {
     a.flex_prefill.gamma = std::max(a.flex_prefill.gamma, static_cast<float>(options.target));
   } else if (a.method == Method::kSampledLines) {
@@ -174,8 +178,6 @@ absl::StatusOr<std::vector<GuardedHead>> GuardHeads(const std::vector<GuardInput
     st[i].current = in.config;
     st[i].estimate = in.estimate;
     st[i].active = in.widen && options.target > 0 && in.estimate < need;
-    st[i].adaptive_tried =
-        in.config.method == options.adaptive.method || options.adaptive.method == Method::kDense;
   }
   bool full = false;  // the device workspace is full: no more tries for anyone
   // Builds, estimates and counts one index per distinct config of `wants` (input, config).
@@ -231,11 +233,21 @@ absl::StatusOr<std::vector<GuardedHead>> GuardHeads(const std::vector<GuardInput
   };
   for (int step = 0; step < options.max_widen && !full; ++step) {
     int builds = 0;
-    // The adaptive method, once per head, before its first widening.
+    // The adaptive methods, once per head, before its first widening (not the head's own
+    // method: its widening is that method's ladder).
     std::vector<std::pair<int, MethodConfig>> wants;
-    const MethodConfig a = AdaptiveConfig(options);
-    for (int i = 0; i < n; ++i) {
-      if (st[i].active && !st[i].adaptive_tried) wants.emplace_back(i, a);
+    for (const MethodConfig* base : {&options.adaptive, &options.adaptive_also}) {
+      if (base->method == Method::kDense) continue;
+      const MethodConfig a = AdaptiveConfig(*base, options);
+      if (base != &options.adaptive &&
+          a.DebugString() == AdaptiveConfig(options.adaptive, options).DebugString()) {
+        continue;  // the same try twice
+      }
+      for (int i = 0; i < n; ++i) {
+        if (st[i].active && !st[i].adaptive_tried && heads[i].config.method != a.method) {
+          wants.emplace_back(i, a);
+        }
+      }
     }
     std::vector<std::shared_ptr<Batch>> batches;
     std::vector<int> refused;

@@ -56,6 +56,10 @@ struct RecallGuardOptions {
   // spends its budget where each block's mass is (issue 11, tests/bench/README.md s16-switch).
   // Before: flex_prefill, min budget 512 (spattn-bench --guard_adaptive=flex_prefill).
   MethodConfig adaptive = DefaultAdaptive();
+  // A second adaptive try made with the first (the same rules; a head keeps the cheaper of
+  // those that reach the target). Default: dense = none (spattn-bench
+  // --guard_adaptive=sampled_lines,flex_prefill sets it).
+  MethodConfig adaptive_also;
   // Finer ladder steps: a widening step multiplies the budgets by `fine_step` instead of 2
   // when the estimate says the shortfall is small (LadderStepFactor); <= 1 or >= 2: always x2.
   // Default: sqrt(2).
@@ -85,6 +89,8 @@ struct RecallGuardOptions {
 // a gamma at the target would land about half of its tries just short of the need (rows not
 // sampled keep about gamma, tests/bench/README.md s16-select). Other methods: as configured.
 MethodConfig AdaptiveConfig(const RecallGuardOptions& options);
+// The same for `adaptive` instead of options.adaptive (options.adaptive_also).
+MethodConfig AdaptiveConfig(const MethodConfig& adaptive, const RecallGuardOptions& options);
 
 // The adaptive try named `name` for flags: "sampled_lines" (the default), "flex_prefill" (the
 // default before: min budget 512, gamma from the target) or "none" (no adaptive try: method

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -218,11 +219,12 @@ TEST(RecallGuardTest, BatchedGuardDecidesAsPerHeadWithOneBuildPerGroupAndStep) {
   const AttentionProblem& p = w->problem();
   const std::vector<MethodConfig> config = NarrowConfigs();
   BuildOptions bo;
-  for (const char* adaptive : {"sampled_lines", "flex_prefill"})
+  for (const char* adaptive : {"sampled_lines", "flex_prefill", "both"})
     for (double target : {0.90, 0.95, 0.98}) {
       RecallGuardOptions go;
       go.target = target;
-      if (std::string(adaptive) != "sampled_lines") go.adaptive = *AdaptiveByName(adaptive);
+      if (std::string(adaptive) == "flex_prefill") go.adaptive = *AdaptiveByName(adaptive);
+      if (std::string(adaptive) == "both") go.adaptive_also = *AdaptiveByName("flex_prefill");
       int per_head_builds = 0;
       auto per_head_build = [&](const MethodConfig& c, const std::vector<int>& hs,
                                 SparseIndex* out) {
@@ -291,14 +293,20 @@ TEST(RecallGuardTest, BatchedGuardDecidesAsPerHeadWithOneBuildPerGroupAndStep) {
       // Every ladder step: at most one build per config group and step size (the adaptive try is
       // one config for all short heads; the groups' own widened configs one per step size each).
       ASSERT_FALSE(stats.builds_per_step.empty()) << "target " << target;
-      EXPECT_LE(stats.builds_per_step[0], 5);
+      EXPECT_LE(stats.builds_per_step[0], go.adaptive_also.method == Method::kDense ? 5 : 6);
       for (size_t s = 1; s < stats.builds_per_step.size(); ++s) {
         EXPECT_LE(stats.builds_per_step[s], 4) << "step " << s;
       }
-      // The first build is the adaptive try, for every short head at once: by default
-      // sampled_lines with gamma max(0.95, target + margin).
-      ASSERT_FALSE(batch_configs.empty());
-      EXPECT_EQ(batch_configs[0].DebugString(), AdaptiveConfig(go).DebugString());
+      // The first builds are the adaptive tries, each for every short head at once: by default
+      // sampled_lines with gamma max(0.95, target + margin); with adaptive_also, both.
+      std::set<std::string> tries = {AdaptiveConfig(go).DebugString()};
+      if (go.adaptive_also.method != Method::kDense) {
+        tries.insert(AdaptiveConfig(go.adaptive_also, go).DebugString());
+      }
+      ASSERT_GE(batch_configs.size(), tries.size());
+      std::set<std::string> first;
+      for (size_t k = 0; k < tries.size(); ++k) first.insert(batch_configs[k].DebugString());
+      EXPECT_EQ(first, tries) << adaptive << " target " << target;
       if (std::string(adaptive) == "sampled_lines") {
         EXPECT_EQ(batch_configs[0].method, Method::kSampledLines);
         EXPECT_FLOAT_EQ(batch_configs[0].sampled_lines.gamma,
@@ -312,7 +320,10 @@ TEST(RecallGuardTest, BatchedGuardDecidesAsPerHeadWithOneBuildPerGroupAndStep) {
       EXPECT_GT(short_heads, 1) << "target " << target;
       EXPECT_LT(batch_calls.size(), static_cast<size_t>(per_head_builds)) << "target " << target;
       int on_adaptive = 0;
-      for (const GuardedHead& b : *batched) on_adaptive += b.config.method == go.adaptive.method;
+      for (const GuardedHead& b : *batched) {
+        on_adaptive +=
+            b.config.method == go.adaptive.method || b.config.method == go.adaptive_also.method;
+      }
       std::printf(
           "adaptive %s target %.2f: %d heads replaced (%d on the adaptive try), per-head builds "
           "%d, batched builds %zu (steps",

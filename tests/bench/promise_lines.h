@@ -39,6 +39,7 @@ struct PromiseOptions {
   double fine_step = RecallGuardOptions().fine_step;
   // The host guard's adaptive try (RecallGuardOptions::adaptive).
   MethodConfig adaptive = RecallGuardOptions::DefaultAdaptive();
+  MethodConfig adaptive_also;  // RecallGuardOptions::adaptive_also
   BuildOptions build;
 };
 
