@@ -30,10 +30,15 @@ COMMON="--device=cuda --workload=llm_mix --heads=32 --kv_heads=8 --head_dim=128 
   --group_by=all --recall_rows=64 --calibrate --calibrate_steps=30"
 for len in 32768 131072; do
   rep=10; [ "$len" -gt 65536 ] && rep=5
-  timeout 200 bin/spattn-bench $COMMON --seq_len=$len --warmup=2 --repeat=$rep \
+  timeout 240 bin/spattn-bench $COMMON --seq_len=$len --warmup=2 --repeat=$rep \
     --methods=dense,a_shape,vertical_slash,block_sparse,flex_prefill,sample_attention,anchor,saap,searched,guarded \
     >> "$OUT/bench.jsonl" 2>> "$OUT/bench.err"
   note "spattn-bench $len rc=$?"
+  # sampled_lines at its default gamma 0.95 on every head (no search), and the oracle densities
+  # it is read against (issue 11 item 4).
+  timeout 60 bin/spattn-bench $COMMON --seq_len=$len --warmup=1 --repeat=3 \
+    --methods=sampled_lines,oracle >> "$OUT/bench.jsonl" 2>> "$OUT/bench.err"
+  note "spattn-bench sampled_lines,oracle $len rc=$?"
 done
 timeout 60 python3 sdpa_reference.py --seq_lens 32768,131072 > "$OUT/sdpa.jsonl" 2>> "$OUT/bench.err"
 note "sdpa rc=$?"
@@ -54,6 +59,10 @@ for path in sys.argv[1:]:
         r = json.loads(line)
         if "error" in r:
             print(r["method"], r["seq_len"], "ERROR", r["error"][:160]); continue
+        if r["method"] == "oracle":
+            print("oracle %7d target %.2f density row %.4f column %.4f block %.4f" %
+                  (r["seq_len"], r["target"], r["row_density"], r["column_density"], r["block_density"]))
+            continue
         b, k = r["index_build_ms"], r["kernel_ms"]
         print("%-16s %7d index %8.2f kernel %8.2f total %8.2f ms  density %.3f recall %.3f/%.3f err %.3g" %
               (r["method"], r["seq_len"], b, k, b + k, r["density"], r["recall"], r["recall_min"],
