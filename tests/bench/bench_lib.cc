@@ -194,7 +194,7 @@ Methods:
                          searched)
   --guard_fine_step=F    guarded, promise (host guard): the ladder's fine step (default -1: the
                          worker's sqrt(2); 0: doublings only)
-  --guard_adaptive=M[,M2] guarded, promise (host guard): the guard's adaptive try, sampled_lines
+  --guard_adaptive=M[,M2] guarded, promise (host and device guard): the adaptive try, sampled_lines
                          (default: the worker's), flex_prefill (the default before) or none;
                          two methods: both tried, the cheaper that reaches the target kept
   --search_candidates=L  searched: all (default: the search's default candidates, plus saap's
@@ -692,6 +692,7 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
     if (f.guard_fine_step >= 0) go.fine_step = f.guard_fine_step;
     if (!f.guard_adaptive.empty()) {
       SetGuardAdaptive(f.guard_adaptive, &go).IgnoreError();  // checked by ParseBenchFlags
+      (*backend)->SetGuardAdaptive(go.adaptive, go.adaptive_also);
     }
     if (f.guard_probe_rows >= 0) go.probe_rows = f.guard_probe_rows;
     // As the worker: each head starts from its config scaled to this length
@@ -827,6 +828,7 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
         SetGuardAdaptive(f.guard_adaptive, &go).IgnoreError();  // checked by ParseBenchFlags
         po.adaptive = go.adaptive;
         po.adaptive_also = go.adaptive_also;
+        (*backend)->SetGuardAdaptive(go.adaptive, go.adaptive_also);
       }
       po.build = search_bo;
       po.build.maybe_assets = nullptr;
