@@ -113,6 +113,34 @@ double LadderStepFactor(double estimate, double need, const RecallGuardOptions& 
   return 1.0 / (1.0 - r) <= options.fine_step ? options.fine_step : 2.0;
 }
 
+MethodConfig AdaptiveConfig(const RecallGuardOptions& options) {
+  return AdaptiveConfig(options.adaptive, options);
+}
+
+MethodConfig AdaptiveConfig(const MethodConfig& adaptive, const RecallGuardOptions& options) {
+  MethodConfig a = adaptive;
+  if (a.method == Method::kFlexPrefill) {
+    a.flex_prefill.gamma = std::max(a.flex_prefill.gamma, static_cast<float>(options.target));
+  } else if (a.method == Method::kSampledLines) {
+    const double need = std::min(0.999, options.target + options.margin);
+    a.sampled_lines.gamma = std::max(a.sampled_lines.gamma, static_cast<float>(need));
+  }
+  return a;
+}
+
+absl::StatusOr<MethodConfig> AdaptiveByName(absl::string_view name) {
+  MethodConfig c;  // dense: no adaptive try
+  if (name == "sampled_lines") return RecallGuardOptions::DefaultAdaptive();
+  if (name == "flex_prefill") {
+    c.method = Method::kFlexPrefill;
+    c.flex_prefill.min_budget = 512;
+    return c;
+  }
+  if (name == "none") return c;
+  return absl::InvalidArgumentError(absl::StrCat("recall guard: adaptive method '", name,
+                                                 "' is not sampled_lines, flex_prefill or none"));
+}
+
 absl::StatusOr<std::vector<GuardedHead>> GuardHeads(const std::vector<GuardInput>& heads,
                                                     const GuardBatchOps& ops,
                                                     const RecallGuardOptions& options,
@@ -150,8 +178,6 @@ absl::StatusOr<std::vector<GuardedHead>> GuardHeads(const std::vector<GuardInput
     st[i].current = in.config;
     st[i].estimate = in.estimate;
     st[i].active = in.widen && options.target > 0 && in.estimate < need;
-    st[i].adaptive_tried =
-        in.config.method == options.adaptive.method || options.adaptive.method == Method::kDense;
   }
   bool full = false;  // the device workspace is full: no more tries for anyone
   // Builds, estimates and counts one index per distinct config of `wants` (input, config).
@@ -207,14 +233,21 @@ absl::StatusOr<std::vector<GuardedHead>> GuardHeads(const std::vector<GuardInput
   };
   for (int step = 0; step < options.max_widen && !full; ++step) {
     int builds = 0;
-    // The adaptive method, once per head, before its first widening.
+    // The adaptive methods, once per head, before its first widening (not the head's own
+    // method: its widening is that method's ladder).
     std::vector<std::pair<int, MethodConfig>> wants;
-    MethodConfig a = options.adaptive;
-    if (a.method == Method::kFlexPrefill) {
-      a.flex_prefill.gamma = std::max(a.flex_prefill.gamma, static_cast<float>(options.target));
-    }
-    for (int i = 0; i < n; ++i) {
-      if (st[i].active && !st[i].adaptive_tried) wants.emplace_back(i, a);
+    for (const MethodConfig* base : {&options.adaptive, &options.adaptive_also}) {
+      if (base->method == Method::kDense) continue;
+      const MethodConfig a = AdaptiveConfig(*base, options);
+      if (base != &options.adaptive &&
+          a.DebugString() == AdaptiveConfig(options.adaptive, options).DebugString()) {
+        continue;  // the same try twice
+      }
+      for (int i = 0; i < n; ++i) {
+        if (st[i].active && !st[i].adaptive_tried && heads[i].config.method != a.method) {
+          wants.emplace_back(i, a);
+        }
+      }
     }
     std::vector<std::shared_ptr<Batch>> batches;
     std::vector<int> refused;

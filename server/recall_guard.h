@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "kernels/method_config.h"
 #include "kernels/problem.h"
 #include "kernels/sparse_index.h"
@@ -46,17 +47,19 @@ struct RecallGuardOptions {
   // A-shape window of 128 reaches 4096 with doublings).
   int max_widen = 5;
   int widen_per_step = 1;
-  // A method whose budget follows the prompt (a cumulative-mass threshold, as FlexPrefill's
-  // gamma; raised to at least the target), tried once besides the head's own method widened
-  // step by step (until it reaches the target or costs as much as the best try): of the tries
-  // that reach the target the one with the fewest computed pairs wins, else dense. Method dense
-  // skips it. Default: flex_prefill, min budget 512.
-  MethodConfig adaptive = [] {
-    MethodConfig c;
-    c.method = Method::kFlexPrefill;
-    c.flex_prefill.min_budget = 512;
-    return c;
-  }();
+  // A method whose budget follows the prompt (a cumulative-mass threshold: sampled_lines' or
+  // FlexPrefill's gamma, raised per request by AdaptiveConfig), tried once besides the head's
+  // own method widened step by step (until it reaches the target or costs as much as the best
+  // try): of the tries that reach the target the one with the fewest computed pairs wins, else
+  // dense. Method dense skips it. Default: sampled_lines (gamma 0.95, its default rows and
+  // windows): per query block the fewest lines reaching gamma of the block's sampled mass, so it
+  // spends its budget where each block's mass is (issue 11, tests/bench/README.md s16-switch).
+  // Before: flex_prefill, min budget 512 (spattn-bench --guard_adaptive=flex_prefill).
+  MethodConfig adaptive = DefaultAdaptive();
+  // A second adaptive try made with the first (the same rules; a head keeps the cheaper of
+  // those that reach the target). Default: dense = none (spattn-bench
+  // --guard_adaptive=sampled_lines,flex_prefill sets it).
+  MethodConfig adaptive_also;
   // Finer ladder steps: a widening step multiplies the budgets by `fine_step` instead of 2
   // when the estimate says the shortfall is small (LadderStepFactor); <= 1 or >= 2: always x2.
   // Default: sqrt(2).
@@ -69,7 +72,30 @@ struct RecallGuardOptions {
   // needed for the same attention mass drops by ~20%, i.e. the count grows 1.6x per doubling:
   // e = log2(1.6) = 0.68. tests/bench/README.md (issue 11, s16-scale) measures it on llm_mix.
   static constexpr double kLengthExponent = 0.68;
+
+  // sampled_lines with its defaults (gamma 0.95).
+  static MethodConfig DefaultAdaptive() {
+    MethodConfig c;
+    c.method = Method::kSampledLines;
+    return c;
+  }
 };
+
+// The adaptive try of a request guarded under `options`: options.adaptive with its mass
+// threshold raised to what the target asks. FlexPrefill's gamma: at least the target (as
+// before). sampled_lines' gamma: at least target + margin (the guard's `need`, capped at
+// 0.999): gamma is the share of the *sampled* rows' mass that each block's lines keep, and the
+// guard keeps the try only when the estimate on its own probe rows reaches target + margin, so
+// a gamma at the target would land about half of its tries just short of the need (rows not
+// sampled keep about gamma, tests/bench/README.md s16-select). Other methods: as configured.
+MethodConfig AdaptiveConfig(const RecallGuardOptions& options);
+// The same for `adaptive` instead of options.adaptive (options.adaptive_also).
+MethodConfig AdaptiveConfig(const MethodConfig& adaptive, const RecallGuardOptions& options);
+
+// The adaptive try named `name` for flags: "sampled_lines" (the default), "flex_prefill" (the
+// default before: min budget 512, gamma from the target) or "none" (no adaptive try: method
+// dense). Other names: INVALID_ARGUMENT.
+absl::StatusOr<MethodConfig> AdaptiveByName(absl::string_view name);
 
 // `config`, calibrated on a prompt of `calibrated_tokens` keys, for a prompt of `served_tokens`
 // keys: its budgets that count keys (a_shape local_tokens, vertical_slash vertical_size and

@@ -7,6 +7,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <set>
+#include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "gtest/gtest.h"
@@ -87,6 +90,30 @@ TEST(WidenConfigTest, FinerStepsFollowTheShortfall) {
 
 // Issue 11: key-count budgets scale by (served / calibrated)^e; thresholds, Saap's top_l and
 // structural sizes do not; equal or unknown lengths change nothing.
+// The guard's adaptive try (s16-switch): sampled_lines by default, its gamma raised to the
+// guard's need (target + margin, at least its own 0.95); flex_prefill as before (gamma at least
+// the target); "none" = no try (dense); other names refused.
+TEST(AdaptiveConfigTest, SampledLinesByDefaultWithGammaFromTheNeed) {
+  RecallGuardOptions go;
+  EXPECT_EQ(go.adaptive.method, Method::kSampledLines);
+  EXPECT_EQ(go.adaptive.DebugString(), AdaptiveByName("sampled_lines")->DebugString());
+  for (auto [target, gamma] : {std::pair{0.90, 0.95}, {0.95, 0.96}, {0.98, 0.99}, {1.0, 0.999}}) {
+    go.target = target;
+    const MethodConfig a = AdaptiveConfig(go);
+    EXPECT_EQ(a.method, Method::kSampledLines);
+    EXPECT_FLOAT_EQ(a.sampled_lines.gamma, static_cast<float>(gamma)) << "target " << target;
+    EXPECT_TRUE(a.Validate().ok()) << a.DebugString();
+  }
+  go.adaptive = *AdaptiveByName("flex_prefill");
+  EXPECT_EQ(go.adaptive.flex_prefill.min_budget, 512);
+  go.target = 0.98;
+  EXPECT_FLOAT_EQ(AdaptiveConfig(go).flex_prefill.gamma, 0.98f);
+  go.target = 0.5;
+  EXPECT_FLOAT_EQ(AdaptiveConfig(go).flex_prefill.gamma, go.adaptive.flex_prefill.gamma);
+  EXPECT_EQ(AdaptiveByName("none")->method, Method::kDense);
+  EXPECT_EQ(AdaptiveByName("block_sparse").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(ScaleConfigToLengthTest, ScalesKeyCountBudgetsOnly) {
   for (Method m : kAllMethods) {
     MethodConfig c;
@@ -192,96 +219,124 @@ TEST(RecallGuardTest, BatchedGuardDecidesAsPerHeadWithOneBuildPerGroupAndStep) {
   const AttentionProblem& p = w->problem();
   const std::vector<MethodConfig> config = NarrowConfigs();
   BuildOptions bo;
-  for (double target : {0.90, 0.95, 0.98}) {
-    RecallGuardOptions go;
-    go.target = target;
-    int per_head_builds = 0;
-    auto per_head_build = [&](const MethodConfig& c, const std::vector<int>& hs, SparseIndex* out) {
-      ++per_head_builds;
-      return BuildSparseIndex(p, c, hs, bo, out);
-    };
-    std::vector<std::vector<int>> batch_calls;  // heads of every build call
-    auto batch_build = [&](const MethodConfig& c, const std::vector<int>& hs, SparseIndex* out) {
-      batch_calls.push_back(hs);
-      return BuildSparseIndex(p, c, hs, bo, out);
-    };
-    std::vector<GuardInput> inputs;
-    std::vector<GuardedHead> one;
-    for (int g = 0; g < 2; ++g) {
-      const std::vector<int> heads =
-          g == 0 ? std::vector<int>{0, 1, 2, 3} : std::vector<int>{4, 5, 6, 7};
-      SparseIndex index;
-      ASSERT_TRUE(BuildSparseIndex(p, config[heads[0]], heads, bo, &index).ok());
-      for (int slot = 0; slot < 4; ++slot) {
-        auto e = AttentionMassRecall(p, index, slot, go.probe_rows, go.seed);
-        ASSERT_TRUE(e.ok());
-        GuardInput in;
-        in.head = heads[slot];
-        in.estimate = *e;
-        in.config = config[heads[slot]];
-        in.widen = heads[slot] != 7;  // a forced head: estimate only
-        inputs.push_back(in);
-        auto g1 = GuardHead(p, index, slot, in.config, in.widen, per_head_build, go);
-        ASSERT_TRUE(g1.ok()) << g1.status();
-        one.push_back(std::move(*g1));
+  for (const char* adaptive : {"sampled_lines", "flex_prefill", "both"})
+    for (double target : {0.90, 0.95, 0.98}) {
+      RecallGuardOptions go;
+      go.target = target;
+      if (std::string(adaptive) == "flex_prefill") go.adaptive = *AdaptiveByName(adaptive);
+      if (std::string(adaptive) == "both") go.adaptive_also = *AdaptiveByName("flex_prefill");
+      int per_head_builds = 0;
+      auto per_head_build = [&](const MethodConfig& c, const std::vector<int>& hs,
+                                SparseIndex* out) {
+        ++per_head_builds;
+        return BuildSparseIndex(p, c, hs, bo, out);
+      };
+      std::vector<std::vector<int>> batch_calls;  // heads of every build call
+      std::vector<MethodConfig> batch_configs;    // and its config
+      auto batch_build = [&](const MethodConfig& c, const std::vector<int>& hs, SparseIndex* out) {
+        batch_calls.push_back(hs);
+        batch_configs.push_back(c);
+        return BuildSparseIndex(p, c, hs, bo, out);
+      };
+      std::vector<GuardInput> inputs;
+      std::vector<GuardedHead> one;
+      for (int g = 0; g < 2; ++g) {
+        const std::vector<int> heads =
+            g == 0 ? std::vector<int>{0, 1, 2, 3} : std::vector<int>{4, 5, 6, 7};
+        SparseIndex index;
+        ASSERT_TRUE(BuildSparseIndex(p, config[heads[0]], heads, bo, &index).ok());
+        for (int slot = 0; slot < 4; ++slot) {
+          auto e = AttentionMassRecall(p, index, slot, go.probe_rows, go.seed);
+          ASSERT_TRUE(e.ok());
+          GuardInput in;
+          in.head = heads[slot];
+          in.estimate = *e;
+          in.config = config[heads[slot]];
+          in.widen = heads[slot] != 7;  // a forced head: estimate only
+          inputs.push_back(in);
+          auto g1 = GuardHead(p, index, slot, in.config, in.widen, per_head_build, go);
+          ASSERT_TRUE(g1.ok()) << g1.status();
+          one.push_back(std::move(*g1));
+        }
       }
-    }
-    GuardBatchStats stats;
-    auto batched = GuardHeads(inputs, HostGuardBatchOps(p, batch_build, go), go, &stats);
-    ASSERT_TRUE(batched.ok()) << batched.status();
-    ASSERT_EQ(batched->size(), 8u);
-    int short_heads = 0;
-    for (int i = 0; i < 8; ++i) {
-      const GuardedHead& b = (*batched)[i];
-      const GuardedHead& o = one[i];
-      EXPECT_EQ(b.head, o.head);
-      EXPECT_EQ(b.config.DebugString(), o.config.DebugString()) << "head " << b.head;
-      EXPECT_DOUBLE_EQ(b.estimate, o.estimate) << "head " << b.head;
-      EXPECT_EQ(b.widened, o.widened) << "head " << b.head;
-      EXPECT_EQ(b.replaced, o.replaced) << "head " << b.head;
-      short_heads += b.replaced;
-      if (!b.replaced) continue;
-      // The shared index holds this head at its slot, and every head in it runs it.
-      ASSERT_NE(b.index, nullptr);
-      EXPECT_EQ(b.index->heads.at(b.slot), b.head);
-      for (int h : b.index->heads) {
-        bool runs = false;
-        for (const GuardedHead& x : *batched) runs = runs || (x.head == h && x.index == b.index);
-        EXPECT_TRUE(runs) << "head " << h << " is in a replacement index it does not run";
+      GuardBatchStats stats;
+      auto batched = GuardHeads(inputs, HostGuardBatchOps(p, batch_build, go), go, &stats);
+      ASSERT_TRUE(batched.ok()) << batched.status();
+      ASSERT_EQ(batched->size(), 8u);
+      int short_heads = 0;
+      for (int i = 0; i < 8; ++i) {
+        const GuardedHead& b = (*batched)[i];
+        const GuardedHead& o = one[i];
+        EXPECT_EQ(b.head, o.head);
+        EXPECT_EQ(b.config.DebugString(), o.config.DebugString()) << "head " << b.head;
+        EXPECT_DOUBLE_EQ(b.estimate, o.estimate) << "head " << b.head;
+        EXPECT_EQ(b.widened, o.widened) << "head " << b.head;
+        EXPECT_EQ(b.replaced, o.replaced) << "head " << b.head;
+        short_heads += b.replaced;
+        if (!b.replaced) continue;
+        // The shared index holds this head at its slot, and every head in it runs it.
+        ASSERT_NE(b.index, nullptr);
+        EXPECT_EQ(b.index->heads.at(b.slot), b.head);
+        for (int h : b.index->heads) {
+          bool runs = false;
+          for (const GuardedHead& x : *batched) runs = runs || (x.head == h && x.index == b.index);
+          EXPECT_TRUE(runs) << "head " << h << " is in a replacement index it does not run";
+        }
+        // The estimate is that of the head's slot in the index it runs.
+        if (b.config.method != Method::kDense) {
+          auto e = AttentionMassRecall(p, *b.index, b.slot, go.probe_rows, go.seed);
+          ASSERT_TRUE(e.ok());
+          EXPECT_DOUBLE_EQ(*e, b.estimate);
+        }
       }
-      // The estimate is that of the head's slot in the index it runs.
-      if (b.config.method != Method::kDense) {
-        auto e = AttentionMassRecall(p, *b.index, b.slot, go.probe_rows, go.seed);
-        ASSERT_TRUE(e.ok());
-        EXPECT_DOUBLE_EQ(*e, b.estimate);
+      EXPECT_FALSE((*batched)[7].replaced);  // forced
+      // Every ladder step: at most one build per config group and step size (the adaptive try is
+      // one config for all short heads; the groups' own widened configs one per step size each).
+      ASSERT_FALSE(stats.builds_per_step.empty()) << "target " << target;
+      EXPECT_LE(stats.builds_per_step[0], go.adaptive_also.method == Method::kDense ? 5 : 6);
+      for (size_t s = 1; s < stats.builds_per_step.size(); ++s) {
+        EXPECT_LE(stats.builds_per_step[s], 4) << "step " << s;
       }
+      // The first builds are the adaptive tries, each for every short head at once: by default
+      // sampled_lines with gamma max(0.95, target + margin); with adaptive_also, both.
+      std::set<std::string> tries = {AdaptiveConfig(go).DebugString()};
+      if (go.adaptive_also.method != Method::kDense) {
+        tries.insert(AdaptiveConfig(go.adaptive_also, go).DebugString());
+      }
+      ASSERT_GE(batch_configs.size(), tries.size());
+      std::set<std::string> first;
+      for (size_t k = 0; k < tries.size(); ++k) first.insert(batch_configs[k].DebugString());
+      EXPECT_EQ(first, tries) << adaptive << " target " << target;
+      if (std::string(adaptive) == "sampled_lines") {
+        EXPECT_EQ(batch_configs[0].method, Method::kSampledLines);
+        EXPECT_FLOAT_EQ(batch_configs[0].sampled_lines.gamma,
+                        static_cast<float>(std::max(0.95, target + go.margin)));
+      }
+      int ladder = 0;
+      for (int b : stats.builds_per_step) ladder += b;
+      EXPECT_EQ(static_cast<int>(batch_calls.size()),
+                ladder + stats.dense_builds + stats.regroup_builds);
+      EXPECT_LE(stats.dense_builds, 1);
+      EXPECT_GT(short_heads, 1) << "target " << target;
+      EXPECT_LT(batch_calls.size(), static_cast<size_t>(per_head_builds)) << "target " << target;
+      int on_adaptive = 0;
+      for (const GuardedHead& b : *batched) {
+        on_adaptive +=
+            b.config.method == go.adaptive.method || b.config.method == go.adaptive_also.method;
+      }
+      std::printf(
+          "adaptive %s target %.2f: %d heads replaced (%d on the adaptive try), per-head builds "
+          "%d, batched builds %zu (steps",
+          adaptive, target, short_heads, on_adaptive, per_head_builds, batch_calls.size());
+      for (int b : stats.builds_per_step) std::printf(" %d", b);
+      std::printf(", dense %d, regroup %d)\n", stats.dense_builds, stats.regroup_builds);
     }
-    EXPECT_FALSE((*batched)[7].replaced);  // forced
-    // Every ladder step: at most one build per config group and step size (the adaptive try is
-    // one config for all short heads; the groups' own widened configs one per step size each).
-    ASSERT_FALSE(stats.builds_per_step.empty()) << "target " << target;
-    EXPECT_LE(stats.builds_per_step[0], 5);
-    for (size_t s = 1; s < stats.builds_per_step.size(); ++s) {
-      EXPECT_LE(stats.builds_per_step[s], 4) << "step " << s;
-    }
-    int ladder = 0;
-    for (int b : stats.builds_per_step) ladder += b;
-    EXPECT_EQ(static_cast<int>(batch_calls.size()),
-              ladder + stats.dense_builds + stats.regroup_builds);
-    EXPECT_LE(stats.dense_builds, 1);
-    EXPECT_GT(short_heads, 1) << "target " << target;
-    EXPECT_LT(batch_calls.size(), static_cast<size_t>(per_head_builds)) << "target " << target;
-    std::printf("target %.2f: %d heads replaced, per-head builds %d, batched builds %zu (steps",
-                target, short_heads, per_head_builds, batch_calls.size());
-    for (int b : stats.builds_per_step) std::printf(" %d", b);
-    std::printf(", dense %d, regroup %d)\n", stats.dense_builds, stats.regroup_builds);
-  }
 }
 
 // A try the builder refuses for this problem (INVALID_ARGUMENT: a GPU builder past its limits,
-// as flex_prefill's at 1M keys) is skipped, not an error: no head runs the refused method, the
-// heads still reach the target (their own method widened, else dense), and the batched guard
-// decides as head by head.
+// as flex_prefill's at 1M keys) is skipped, not an error: no head runs the refused method (here
+// the adaptive one, either method), the heads still reach the target (their own method widened,
+// else dense), and the batched guard decides as head by head.
 TEST(RecallGuardTest, RefusedTriesAreSkipped) {
   auto w = GenerateWorkload(Layer(2048, 5));
   ASSERT_TRUE(w.ok());
@@ -291,41 +346,44 @@ TEST(RecallGuardTest, RefusedTriesAreSkipped) {
   config[6].block_sparse.top_k = 2;
   BuildOptions bo;
   int refused = 0;
+  Method refuse = Method::kSampledLines;
   auto build = [&](const MethodConfig& c, const std::vector<int>& hs, SparseIndex* out) {
-    if (c.method == Method::kFlexPrefill ||
-        (c.method == Method::kBlockSparse && c.block_sparse.top_k > 2)) {
+    if (c.method == refuse || (c.method == Method::kBlockSparse && c.block_sparse.top_k > 2)) {
       ++refused;
       return absl::InvalidArgumentError("cu_seqlens_k: too long for the GPU index builder");
     }
     return BuildSparseIndex(p, c, hs, bo, out);
   };
-  for (double target : {0.90, 0.95, 0.98}) {
-    RecallGuardOptions go;
-    go.target = target;
-    std::vector<GuardInput> inputs;
-    std::vector<GuardedHead> one;
-    for (int h = 0; h < 8; ++h) {
-      SparseIndex index;
-      ASSERT_TRUE(BuildSparseIndex(p, config[h], {h}, bo, &index).ok());
-      auto e = AttentionMassRecall(p, index, 0, go.probe_rows, go.seed);
-      ASSERT_TRUE(e.ok());
-      inputs.push_back({h, *e, config[h], true});
-      auto g1 = GuardHead(p, index, 0, config[h], true, build, go);
-      ASSERT_TRUE(g1.ok()) << g1.status();
-      one.push_back(std::move(*g1));
+  for (const char* adaptive : {"sampled_lines", "flex_prefill"})
+    for (double target : {0.90, 0.95, 0.98}) {
+      RecallGuardOptions go;
+      go.target = target;
+      go.adaptive = *AdaptiveByName(adaptive);
+      refuse = go.adaptive.method;
+      std::vector<GuardInput> inputs;
+      std::vector<GuardedHead> one;
+      for (int h = 0; h < 8; ++h) {
+        SparseIndex index;
+        ASSERT_TRUE(BuildSparseIndex(p, config[h], {h}, bo, &index).ok());
+        auto e = AttentionMassRecall(p, index, 0, go.probe_rows, go.seed);
+        ASSERT_TRUE(e.ok());
+        inputs.push_back({h, *e, config[h], true});
+        auto g1 = GuardHead(p, index, 0, config[h], true, build, go);
+        ASSERT_TRUE(g1.ok()) << g1.status();
+        one.push_back(std::move(*g1));
+      }
+      refused = 0;
+      auto batched = GuardHeads(inputs, HostGuardBatchOps(p, build, go), go);
+      ASSERT_TRUE(batched.ok()) << batched.status();
+      EXPECT_GT(refused, 0);
+      for (int h = 0; h < 8; ++h) {
+        const GuardedHead& b = (*batched)[h];
+        EXPECT_NE(b.config.method, refuse) << "head " << h;
+        EXPECT_EQ(b.config.DebugString(), one[h].config.DebugString()) << "head " << h;
+        EXPECT_GE(b.estimate, target) << "head " << h;
+      }
+      EXPECT_EQ((*batched)[6].config.method, Method::kDense) << "target " << target;
     }
-    refused = 0;
-    auto batched = GuardHeads(inputs, HostGuardBatchOps(p, build, go), go);
-    ASSERT_TRUE(batched.ok()) << batched.status();
-    EXPECT_GT(refused, 0);
-    for (int h = 0; h < 8; ++h) {
-      const GuardedHead& b = (*batched)[h];
-      EXPECT_NE(b.config.method, Method::kFlexPrefill) << "head " << h;
-      EXPECT_EQ(b.config.DebugString(), one[h].config.DebugString()) << "head " << h;
-      EXPECT_GE(b.estimate, target) << "head " << h;
-    }
-    EXPECT_EQ((*batched)[6].config.method, Method::kDense) << "target " << target;
-  }
 }
 
 // A full device workspace (RESOURCE_EXHAUSTED from a widened build) ends the widening of every

@@ -132,6 +132,10 @@ class CudaBackend : public AttentionBackend {
     return BuildHostIndex(config, heads, options, index);
   }
 
+  void SetGuardAdaptive(const MethodConfig& adaptive, const MethodConfig& adaptive_also) override {
+    if (path_ != nullptr) path_->SetGuardAdaptive(adaptive, adaptive_also);
+  }
+
   absl::StatusOr<GuardOutcome> GuardOnDevice(const std::vector<MethodConfig>& config_of_head,
                                              double target, int probe_rows,
                                              const BuildOptions& options, bool again) override {

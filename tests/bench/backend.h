@@ -49,6 +49,9 @@ class AttentionBackend {
     // learned (a worker's steady state): its recall stage (else 0).
     double warm_recall_ms = 0;
   };
+  // The guard's adaptive tries for GuardOnDevice (RecallGuardOptions::adaptive /
+  // adaptive_also); not called: the worker's default. Backends without a worker path ignore it.
+  virtual void SetGuardAdaptive(const MethodConfig& adaptive, const MethodConfig& adaptive_also) {}
   virtual absl::StatusOr<GuardOutcome> GuardOnDevice(
       const std::vector<MethodConfig>& config_of_head, double target, int probe_rows,
       const BuildOptions& options, bool again = true) {

@@ -194,6 +194,9 @@ Methods:
                          searched)
   --guard_fine_step=F    guarded, promise (host guard): the ladder's fine step (default -1: the
                          worker's sqrt(2); 0: doublings only)
+  --guard_adaptive=M[,M2] guarded, promise (host and device guard): the adaptive try, sampled_lines
+                         (default: the worker's), flex_prefill (the default before) or none;
+                         two methods: both tried, the cheaper that reaches the target kept
   --search_candidates=L  searched: all (default: the search's default candidates, plus saap's
                          when --calibrate is given) or a method list, e.g. a_shape,vertical_slash
   --METHOD.PARAM=V       a method parameter, e.g. --vertical_slash.last_q=64
@@ -222,6 +225,20 @@ Run:
 )";
 }
 
+// --guard_adaptive: "M" or "M1,M2" (AdaptiveByName each) into go's adaptive / adaptive_also.
+static absl::Status SetGuardAdaptive(absl::string_view flag, RecallGuardOptions* go) {
+  const std::vector<std::string> names = absl::StrSplit(flag, ',');
+  if (names.size() > 2) {
+    return absl::InvalidArgumentError("--guard_adaptive: at most two methods");
+  }
+  SPATTN_ASSIGN_OR_RETURN(go->adaptive, AdaptiveByName(names[0]));
+  go->adaptive_also = MethodConfig();
+  if (names.size() == 2) {
+    SPATTN_ASSIGN_OR_RETURN(go->adaptive_also, AdaptiveByName(names[1]));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<BenchFlags> ParseBenchFlags(const std::vector<std::string>& args) {
   BenchFlags f;
   CommandLine::Options options;
@@ -238,6 +255,11 @@ absl::StatusOr<BenchFlags> ParseBenchFlags(const std::vector<std::string>& args)
   f.group_by = line.Get("group_by", f.group_by);
   f.search_candidates = line.Get("search_candidates", f.search_candidates);
   f.dump = line.Get("dump");
+  f.guard_adaptive = line.Get("guard_adaptive", f.guard_adaptive);
+  if (!f.guard_adaptive.empty()) {
+    RecallGuardOptions go;
+    SPATTN_RETURN_IF_ERROR(SetGuardAdaptive(f.guard_adaptive, &go));
+  }
   for (auto [name, field] : std::initializer_list<std::pair<const char*, int*>>{
            {"seq_len", &f.seq_len},
            {"q_len", &f.q_len},
@@ -668,6 +690,10 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
     RecallGuardOptions go;
     go.target = f.search_target_recall;
     if (f.guard_fine_step >= 0) go.fine_step = f.guard_fine_step;
+    if (!f.guard_adaptive.empty()) {
+      SetGuardAdaptive(f.guard_adaptive, &go).IgnoreError();  // checked by ParseBenchFlags
+      (*backend)->SetGuardAdaptive(go.adaptive, go.adaptive_also);
+    }
     if (f.guard_probe_rows >= 0) go.probe_rows = f.guard_probe_rows;
     // As the worker: each head starts from its config scaled to this length
     // (HeadConfig.calibrated_tokens = the search length).
@@ -797,6 +823,13 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
       po.probe_rows = f.guard_probe_rows;
       if (f.guard_length_exponent >= 0) po.length_exponent = f.guard_length_exponent;
       if (f.guard_fine_step >= 0) po.fine_step = f.guard_fine_step;
+      if (!f.guard_adaptive.empty()) {
+        RecallGuardOptions go;
+        SetGuardAdaptive(f.guard_adaptive, &go).IgnoreError();  // checked by ParseBenchFlags
+        po.adaptive = go.adaptive;
+        po.adaptive_also = go.adaptive_also;
+        (*backend)->SetGuardAdaptive(go.adaptive, go.adaptive_also);
+      }
       po.build = search_bo;
       po.build.maybe_assets = nullptr;
       po.max_len = f.promise_max_len > 0 ? f.promise_max_len : (1 << 20);

@@ -69,6 +69,10 @@ struct BenchFlags {
   // "guarded"/"promise" on the host: the guard's fine ladder step (RecallGuardOptions::
   // fine_step); < 0 = the worker's, 0 = doublings only.
   double guard_fine_step = -1;  // Default: -1.
+  // "guarded"/"promise" (host and device guard): the adaptive try (server/recall_guard.h
+  // AdaptiveByName: sampled_lines, flex_prefill or none; "M1,M2": both tried, as
+  // RecallGuardOptions::adaptive_also); empty = the worker's (sampled_lines).
+  std::string guard_adaptive;  // Default: empty.
   // "promise" (tests/bench/promise_lines.h): longest held-out prompt (0 = no limit), exact rows
   // of its search and served recall (0 = 128), targets (empty = 0.90, 0.95, 0.98).
   int promise_max_len = 0;

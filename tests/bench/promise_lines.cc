@@ -83,6 +83,8 @@ absl::Status EmitPromiseLines(const WorkloadOptions& model, AttentionBackend* ba
         RecallGuardOptions go;
         go.target = target;
         go.fine_step = o.fine_step;
+        go.adaptive = o.adaptive;
+        go.adaptive_also = o.adaptive_also;
         if (o.probe_rows >= 0) go.probe_rows = o.probe_rows;
         auto build = [&](const MethodConfig& c, const std::vector<int>& hs, SparseIndex* out) {
           return BuildSparseIndex(p, c, hs, o.build, out);

@@ -37,6 +37,9 @@ struct PromiseOptions {
   double length_exponent = RecallGuardOptions::kLengthExponent;
   // The host guard's fine ladder step (RecallGuardOptions::fine_step; 0: doublings only).
   double fine_step = RecallGuardOptions().fine_step;
+  // The host guard's adaptive try (RecallGuardOptions::adaptive).
+  MethodConfig adaptive = RecallGuardOptions::DefaultAdaptive();
+  MethodConfig adaptive_also;  // RecallGuardOptions::adaptive_also
   BuildOptions build;
 };
 

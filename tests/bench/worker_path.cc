@@ -139,6 +139,8 @@ absl::StatusOr<double> WorkerCudaPath::Guard(const std::vector<MethodConfig>& co
   RecallGuardOptions go;
   go.target = target;
   go.probe_rows = probe_rows;
+  go.adaptive = adaptive_;
+  go.adaptive_also = adaptive_also_;
   // As the worker: the short heads widened together (GuardHeads).
   GuardBatchOps ops;
   ops.build = [&](const MethodConfig& c, const std::vector<int>& hs, SparseIndex* out) {

@@ -16,6 +16,7 @@
 #include "kernels/method_config.h"
 #include "kernels/problem.h"
 #include "kernels/sparse_index.h"
+#include "server/recall_guard.h"
 
 namespace spattn {
 
@@ -52,6 +53,12 @@ class WorkerCudaPath {
                                int probe_rows, const BuildOptions& options,
                                std::vector<MethodConfig>* guarded, std::vector<double>* estimates,
                                std::vector<int>* widened, double* build_ms);
+  // The guard's adaptive tries (RecallGuardOptions::adaptive / adaptive_also) for Guard.
+  // Default: the worker's.
+  void SetGuardAdaptive(const MethodConfig& adaptive, const MethodConfig& adaptive_also) {
+    adaptive_ = adaptive;
+    adaptive_also_ = adaptive_also;
+  }
   // Ends the request.
   void End();
 
@@ -59,6 +66,8 @@ class WorkerCudaPath {
   struct Rep;
   explicit WorkerCudaPath(std::unique_ptr<Rep> rep);
   std::unique_ptr<Rep> rep_;
+  MethodConfig adaptive_ = RecallGuardOptions::DefaultAdaptive();
+  MethodConfig adaptive_also_;
 };
 
 }  // namespace spattn
