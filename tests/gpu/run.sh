@@ -39,6 +39,12 @@ for len in 32768 131072; do
   timeout 60 bin/spattn-bench $COMMON --seq_len=$len --warmup=1 --repeat=3 \
     --methods=sampled_lines,oracle >> "$OUT/bench.jsonl" 2>> "$OUT/bench.err"
   note "spattn-bench sampled_lines,oracle $len rc=$?"
+  # The guard's adaptive try as it was before session 16 (flex_prefill), for comparison with
+  # the default (sampled_lines) in the `guarded` line above.
+  timeout 120 bin/spattn-bench $COMMON --seq_len=$len --warmup=1 --repeat=3 --methods=guarded \
+    --guard_adaptive=flex_prefill | sed 's/"method":"guarded"/"method":"guarded_flex"/' \
+    >> "$OUT/bench.jsonl" 2>> "$OUT/bench.err"
+  note "spattn-bench guarded (adaptive flex_prefill) $len rc=${PIPESTATUS[0]}"
 done
 timeout 60 python3 sdpa_reference.py --seq_lens 32768,131072 > "$OUT/sdpa.jsonl" 2>> "$OUT/bench.err"
 note "sdpa rc=$?"
