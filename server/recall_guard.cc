@@ -130,10 +130,9 @@ MethodConfig AdaptiveConfig(const MethodConfig& adaptive, const RecallGuardOptio
 
 absl::StatusOr<MethodConfig> AdaptiveByName(absl::string_view name) {
   MethodConfig c;  // dense: no adaptive try
-  if (name == "sampled_lines") return RecallGuardOptions::DefaultAdaptive();
-  if (name == "flex_prefill") {
-    c.method = Method::kFlexPrefill;
-    c.flex_prefill.min_budget = 512;
+  if (name == "flex_prefill") return RecallGuardOptions::DefaultAdaptive();
+  if (name == "sampled_lines") {
+    c.method = Method::kSampledLines;  // its defaults (gamma 0.95, raised by AdaptiveConfig)
     return c;
   }
   if (name == "none") return c;

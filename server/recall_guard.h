@@ -73,10 +73,16 @@ struct RecallGuardOptions {
   // e = log2(1.6) = 0.68. tests/bench/README.md (issue 11, s16-scale) measures it on llm_mix.
   static constexpr double kLengthExponent = 0.68;
 
-  // sampled_lines with its defaults (gamma 0.95).
+  // FlexPrefill (min budget 512; gamma raised to the target by AdaptiveConfig). sampled_lines
+  // reaches the target with fewer pairs on the CPU, but on the GPU its index build costs more
+  // than the pairs it saves: H100, session 16's combined run (bench/results/gpu/
+  // h100-2026-11-26-s16), guarded at 32K / 128K with flex_prefill 63.8 / 393.0 ms at density
+  // 0.121 / 0.212, with sampled_lines 71.9 / 473.3 ms at 0.163 / 0.367 (sink/local heads whose
+  // sampled_lines try fell short went dense). `--guard_adaptive=sampled_lines` selects it.
   static MethodConfig DefaultAdaptive() {
     MethodConfig c;
-    c.method = Method::kSampledLines;
+    c.method = Method::kFlexPrefill;
+    c.flex_prefill.min_budget = 512;
     return c;
   }
 };

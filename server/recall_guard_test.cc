@@ -90,13 +90,15 @@ TEST(WidenConfigTest, FinerStepsFollowTheShortfall) {
 
 // Issue 11: key-count budgets scale by (served / calibrated)^e; thresholds, Saap's top_l and
 // structural sizes do not; equal or unknown lengths change nothing.
-// The guard's adaptive try (s16-switch): sampled_lines by default, its gamma raised to the
-// guard's need (target + margin, at least its own 0.95); flex_prefill as before (gamma at least
-// the target); "none" = no try (dense); other names refused.
-TEST(AdaptiveConfigTest, SampledLinesByDefaultWithGammaFromTheNeed) {
+// The guard's adaptive try: flex_prefill by default (gamma at least the target, min budget
+// 512); sampled_lines on request, its gamma raised to the guard's need (target + margin, at
+// least its own 0.95); "none" = no try (dense); other names refused.
+TEST(AdaptiveConfigTest, FlexPrefillByDefaultSampledLinesGammaFromTheNeed) {
   RecallGuardOptions go;
+  EXPECT_EQ(go.adaptive.method, Method::kFlexPrefill);
+  EXPECT_EQ(go.adaptive.DebugString(), AdaptiveByName("flex_prefill")->DebugString());
+  go.adaptive = *AdaptiveByName("sampled_lines");
   EXPECT_EQ(go.adaptive.method, Method::kSampledLines);
-  EXPECT_EQ(go.adaptive.DebugString(), AdaptiveByName("sampled_lines")->DebugString());
   for (auto [target, gamma] : {std::pair{0.90, 0.95}, {0.95, 0.96}, {0.98, 0.99}, {1.0, 0.999}}) {
     go.target = target;
     const MethodConfig a = AdaptiveConfig(go);
@@ -223,8 +225,9 @@ TEST(RecallGuardTest, BatchedGuardDecidesAsPerHeadWithOneBuildPerGroupAndStep) {
     for (double target : {0.90, 0.95, 0.98}) {
       RecallGuardOptions go;
       go.target = target;
-      if (std::string(adaptive) == "flex_prefill") go.adaptive = *AdaptiveByName(adaptive);
-      if (std::string(adaptive) == "both") go.adaptive_also = *AdaptiveByName("flex_prefill");
+      const bool both = std::string(adaptive) == "both";
+      go.adaptive = *AdaptiveByName(both ? "sampled_lines" : adaptive);
+      if (both) go.adaptive_also = *AdaptiveByName("flex_prefill");
       int per_head_builds = 0;
       auto per_head_build = [&](const MethodConfig& c, const std::vector<int>& hs,
                                 SparseIndex* out) {
@@ -297,8 +300,9 @@ TEST(RecallGuardTest, BatchedGuardDecidesAsPerHeadWithOneBuildPerGroupAndStep) {
       for (size_t s = 1; s < stats.builds_per_step.size(); ++s) {
         EXPECT_LE(stats.builds_per_step[s], 4) << "step " << s;
       }
-      // The first builds are the adaptive tries, each for every short head at once: by default
-      // sampled_lines with gamma max(0.95, target + margin); with adaptive_also, both.
+      // The first builds are the adaptive tries, each for every short head at once (sampled_lines
+      // with gamma max(0.95, target + margin), flex_prefill with gamma >= target); with
+      // adaptive_also, both.
       std::set<std::string> tries = {AdaptiveConfig(go).DebugString()};
       if (go.adaptive_also.method != Method::kDense) {
         tries.insert(AdaptiveConfig(go.adaptive_also, go).DebugString());

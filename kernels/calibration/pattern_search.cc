@@ -321,10 +321,12 @@ double ModeledBuildPairs(const AttentionProblem& p, const MethodConfig& config,
       }
       case Method::kSampledLines: {
         // Three passes over the sampled rows (row statistics, histograms, kept entries), each
-        // row seeing half of the keys on average under the causal mask, plus the last rows.
+        // row seeing half of the keys on average under the causal mask, plus the last rows;
+        // each entry at the measured cost of its passes (kSampledLinesEntryCost).
         const double rows = std::min(config.sampled_lines.rows_per_block, 64) *
                             static_cast<double>(CeilDiv(p.q_len(b), 64));
-        work += 1.5 * rows * k + std::min<double>(config.sampled_lines.last_q, q) * k;
+        work += kSampledLinesEntryCost *
+                (1.5 * rows * k + std::min<double>(config.sampled_lines.last_q, q) * k);
         break;
       }
     }

@@ -80,14 +80,23 @@ std::string ConfigLabel(const MethodConfig& config);
 //   anchor             0.5 * (q * (min(init, k) + min(step * B / 2, k)) + nq * k)
 //                      (per-row anchor over init + local keys, pooled queries x keys)
 //   saap               0.5 * (k * C / group + q * mlp_macs / head_dim)
-//   sampled_lines      0.5 * (1.5 * rows_per_block * ceil(q / 64) + min(last_q, q)) * k
+//   sampled_lines      16 * 0.5 * (1.5 * rows_per_block * ceil(q / 64) + min(last_q, q)) * k
 //                      (three passes over the sampled rows, half the keys each under the
-//                      mask, and the last-rows evidence)
+//                      mask, and the last-rows evidence; 16 = kSampledLinesEntryCost)
 //                      (key -> centroid assignment shared by the kv group, query classifier)
 // with B the method's block size, nq = ceil(q / B), nk = ceil(k / B), C the centroid count and
 // mlp_macs the classifier's multiply-adds per query (from `maybe_assets`; 0 without them).
 double ModeledBuildPairs(const AttentionProblem& problem, const MethodConfig& config,
                          const LayerAssets* maybe_assets);
+
+// What one sampled_lines entry costs in its GPU builder's passes (exp, shared-memory histogram
+// atomics, the kept-entry pass), in kernel pairs. Measured, not derived: H100, session 16's
+// combined run (bench/results/gpu/h100-2026-11-26-s16), build 15.7 / 145.8 ms at 32K / 128K
+// (32 q heads, d 128) against the dense kernel's 14.6 / 225.4 ms, where the formula without
+// the factor gives 0.049 / 0.047 of the dense pairs: 22x / 14x. Without it the search chose
+// sampled_lines for most heads and the searched mix ran 2.8x slower at 32K than with the
+// other methods (36.8 ms of index build for 4.1 ms of kernel).
+inline constexpr double kSampledLinesEntryCost = 16;
 
 // ---- Search.
 

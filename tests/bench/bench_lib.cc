@@ -194,8 +194,8 @@ Methods:
                          searched)
   --guard_fine_step=F    guarded, promise (host guard): the ladder's fine step (default -1: the
                          worker's sqrt(2); 0: doublings only)
-  --guard_adaptive=M[,M2] guarded, promise (host and device guard): the adaptive try, sampled_lines
-                         (default: the worker's), flex_prefill (the default before) or none;
+  --guard_adaptive=M[,M2] guarded, promise (host and device guard): the adaptive try, flex_prefill
+                         (default: the worker's), sampled_lines or none;
                          two methods: both tried, the cheaper that reaches the target kept
   --search_candidates=L  searched: all (default: the search's default candidates, plus saap's
                          when --calibrate is given) or a method list, e.g. a_shape,vertical_slash
