@@ -326,25 +326,7 @@ TEST(SampleAttentionTest, KernelMatchesReferenceUnderDensifiedMask) {
 // own alpha, so a column head also selects the slash blocks its columns cross in the sampled
 // rows; measured: recall 0.986, density 0.44.)
 TEST(SampleAttentionTest, RecallOnPlantedColumnsAndSlashes) {
-  ProblemShape s;
-  s.q_lens = {2048, 700};
-  s.k_lens = {2048, 1500};  // chunked prefill for the second sequence
-  s.num_q_heads = 4;
-  s.num_kv_heads = 2;
-  s.head_dim = 64;
-  s.dtype = DType::kBF16;
-  auto hp = RandomProblem(s, 5);
-  method_testing::PlantedHead columns;
-  columns.columns = {100, 101, 555, 900, 1300};
-  columns.column_logit = 11.f;
-  columns.sink_logit = 9.f;
-  columns.slash_offsets = {0};
-  method_testing::PlantedHead slashes;
-  slashes.sink_logit = 6.f;
-  slashes.column_logit = 0.f;
-  slashes.slash_offsets = {0, 1, 257, 700};
-  slashes.slash_logit = 11.f;
-  method_testing::PlantStructure(hp.get(), {columns, slashes}, 11);
+  auto hp = method_testing::PlantedColumnsAndSlashes();
   SampleAttentionParams params;
   params.block_size = 64;
   params.chunk_n = 2;
@@ -353,8 +335,7 @@ TEST(SampleAttentionTest, RecallOnPlantedColumnsAndSlashes) {
   ASSERT_TRUE(BuildSampleAttentionIndex(hp->problem(), params, AllHeads(hp->problem()), &idx).ok());
   EXPECT_EQ(method_testing::CheckRecallAndDensity(hp->problem(), idx, 7, 0.95, 0.5,
                                                   "planted columns/slashes"),
-            "")
-      << Describe(s);
+            "");
 }
 
 // The shared generator's heads with paper defaults (alpha 0.95, chunk_n 2, block 128); recall

@@ -109,33 +109,14 @@ TEST(SampledLinesTest, KernelMatchesReferenceUnderDensifiedMask) {
 // Columns and slashes planted in random heads: the lines are found per block and kept at a small
 // density (the kept slashes are 64-key ranges per block, the columns single keys).
 TEST(SampledLinesTest, RecallOnPlantedColumnsAndSlashes) {
-  ProblemShape s;
-  s.q_lens = {2048, 700};
-  s.k_lens = {2048, 1500};  // chunked prefill for the second sequence
-  s.num_q_heads = 4;
-  s.num_kv_heads = 2;
-  s.head_dim = 64;
-  s.dtype = DType::kBF16;
-  auto hp = RandomProblem(s, 5);
-  method_testing::PlantedHead columns;
-  columns.columns = {100, 101, 555, 900, 1300};
-  columns.column_logit = 11.f;
-  columns.sink_logit = 9.f;
-  columns.slash_offsets = {0};
-  method_testing::PlantedHead slashes;
-  slashes.sink_logit = 6.f;
-  slashes.column_logit = 0.f;
-  slashes.slash_offsets = {0, 1, 257, 700};
-  slashes.slash_logit = 11.f;
-  method_testing::PlantStructure(hp.get(), {columns, slashes}, 11);
+  auto hp = method_testing::PlantedColumnsAndSlashes();
   SparseIndex idx;
   ASSERT_TRUE(
       BuildSampledLinesIndex(hp->problem(), SampledLinesParams(), AllHeads(hp->problem()), 64, &idx)
           .ok());
   EXPECT_EQ(method_testing::CheckRecallAndDensity(hp->problem(), idx, 7, 0.95, 0.2,
                                                   "planted columns/slashes"),
-            "")
-      << Describe(s);
+            "");
 }
 
 // The shared generator's head kinds (S = 4096, 4 q heads) at the defaults; recall over 128

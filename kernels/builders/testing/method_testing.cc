@@ -345,6 +345,29 @@ void PlantStructure(HostProblem* hp, const std::vector<PlantedHead>& heads, uint
   WriteTensor(hp, Tensor::kK, k);
 }
 
+std::unique_ptr<HostProblem> PlantedColumnsAndSlashes() {
+  ProblemShape s;
+  s.q_lens = {2048, 700};
+  s.k_lens = {2048, 1500};
+  s.num_q_heads = 4;
+  s.num_kv_heads = 2;
+  s.head_dim = 64;
+  s.dtype = DType::kBF16;
+  auto hp = RandomProblem(s, 5);
+  PlantedHead columns;
+  columns.columns = {100, 101, 555, 900, 1300};
+  columns.column_logit = 11.f;
+  columns.sink_logit = 9.f;
+  columns.slash_offsets = {0};
+  PlantedHead slashes;
+  slashes.sink_logit = 6.f;
+  slashes.column_logit = 0.f;
+  slashes.slash_offsets = {0, 1, 257, 700};
+  slashes.slash_logit = 11.f;
+  PlantStructure(hp.get(), {columns, slashes}, 11);
+  return hp;
+}
+
 void PlantClusters(HostProblem* hp, const ClusterSpec& spec, uint64_t seed) {
   const AttentionProblem& p = hp->problem();
   const int d = p.head_dim, half = d / 2;

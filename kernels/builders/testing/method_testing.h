@@ -94,6 +94,12 @@ struct PlantedHead {
 // sink and columns from two shared directions. Needs head_dim >= 64.
 void PlantStructure(HostProblem* hp, const std::vector<PlantedHead>& heads, uint64_t seed);
 
+// Two sequences (2048 rows over 2048 keys; 700 over 1500: chunked prefill), 4 q / 2 kv heads,
+// d = 64, bf16: kv head 0 plants sink + columns {100, 101, 555, 900, 1300} + the diagonal, kv
+// head 1 slashes at offsets {0, 1, 257, 700} (logits 9-11 over noise). The shared problem of
+// the per-query-block methods' planted-structure tests.
+std::unique_ptr<HostProblem> PlantedColumnsAndSlashes();
+
 // Keys from `clusters` directions and queries aimed at one cluster each (shared by runs of
 // `segment` query rows), written in de-roped
 // space and then RoPE'd (rotate-half, `rope_theta`): the structure Saap's k-means and classifier
