@@ -511,29 +511,22 @@ TEST(SaapTest, RejectsBadParametersByName) {
   s.q_lens = {10};
   auto hp = RandomProblem(s, 1);
   LayerAssets a = RandomSaapAssets(1, 1, 64, 8, 16, 5);
-  struct Bad {
-    std::function<void(SaapParams*)> set;
-    const char* name;
-  };
-  const std::vector<Bad> bad = {
-      {[](SaapParams* p) { p->num_centroids = 0; }, "saap.num_centroids"},
-      {[](SaapParams* p) { p->top_l = 0; }, "saap.top_l"},
-      {[](SaapParams* p) { p->sink_tokens = -1; }, "saap.sink_tokens"},
-      {[](SaapParams* p) { p->local_tokens = -2; }, "saap.local_tokens"},
-  };
-  for (const Bad& b : bad) {
-    MethodConfig cfg;
-    cfg.method = Method::kSaap;
-    cfg.saap.num_centroids = 8;
-    cfg.saap.top_l = 2;
-    b.set(&cfg.saap);
-    BuildOptions opt;
-    opt.maybe_assets = &a;
-    SparseIndex idx;
-    const absl::Status st = BuildSparseIndex(hp->problem(), cfg, {0}, opt, &idx);
-    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << b.name;
-    EXPECT_NE(std::string(st.message()).find(b.name), std::string::npos) << st;
-  }
+  MethodConfig base;
+  base.method = Method::kSaap;
+  base.saap.num_centroids = 8;
+  base.saap.top_l = 2;
+  BuildOptions opt;
+  opt.maybe_assets = &a;
+  EXPECT_EQ(method_testing::CheckBadSettingsNamed(
+                hp->problem(), base,
+                {
+                    {[](MethodConfig* c) { c->saap.num_centroids = 0; }, "saap.num_centroids"},
+                    {[](MethodConfig* c) { c->saap.top_l = 0; }, "saap.top_l"},
+                    {[](MethodConfig* c) { c->saap.sink_tokens = -1; }, "saap.sink_tokens"},
+                    {[](MethodConfig* c) { c->saap.local_tokens = -2; }, "saap.local_tokens"},
+                },
+                opt),
+            "");
 }
 
 }  // namespace

@@ -363,26 +363,23 @@ TEST(SampleAttentionTest, RejectsBadParametersByName) {
   ProblemShape s;
   s.q_lens = {10};
   auto hp = RandomProblem(s, 1);
-  struct Bad {
-    std::function<void(SampleAttentionParams*)> set;
-    const char* name;
-  };
-  const std::vector<Bad> bad = {
-      {[](SampleAttentionParams* p) { p->alpha_c = 0.f; }, "sample_attention.alpha_c"},
-      {[](SampleAttentionParams* p) { p->alpha_s = 1.5f; }, "sample_attention.alpha_s"},
-      {[](SampleAttentionParams* p) { p->chunk_n = 0; }, "sample_attention.chunk_n"},
-      {[](SampleAttentionParams* p) { p->block_size = 48; }, "sample_attention.block_size"},
-      {[](SampleAttentionParams* p) { p->local_tokens = -1; }, "sample_attention.local_tokens"},
-  };
-  for (const Bad& b : bad) {
-    MethodConfig cfg;
-    cfg.method = Method::kSampleAttention;
-    b.set(&cfg.sample_attention);
-    SparseIndex idx;
-    const absl::Status st = BuildSparseIndex(hp->problem(), cfg, {0}, BuildOptions(), &idx);
-    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << b.name;
-    EXPECT_NE(std::string(st.message()).find(b.name), std::string::npos) << st;
-  }
+  MethodConfig base;
+  base.method = Method::kSampleAttention;
+  EXPECT_EQ(method_testing::CheckBadSettingsNamed(
+                hp->problem(), base,
+                {
+                    {[](MethodConfig* c) { c->sample_attention.alpha_c = 0.f; },
+                     "sample_attention.alpha_c"},
+                    {[](MethodConfig* c) { c->sample_attention.alpha_s = 1.5f; },
+                     "sample_attention.alpha_s"},
+                    {[](MethodConfig* c) { c->sample_attention.chunk_n = 0; },
+                     "sample_attention.chunk_n"},
+                    {[](MethodConfig* c) { c->sample_attention.block_size = 48; },
+                     "sample_attention.block_size"},
+                    {[](MethodConfig* c) { c->sample_attention.local_tokens = -1; },
+                     "sample_attention.local_tokens"},
+                }),
+            "");
   // A broken problem is rejected by field.
   AttentionProblem p = hp->problem();
   p.head_dim = 12;

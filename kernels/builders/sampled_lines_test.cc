@@ -150,27 +150,22 @@ TEST(SampledLinesTest, RejectsBadParametersByName) {
   ProblemShape s;
   s.q_lens = {10};
   auto hp = RandomProblem(s, 1);
-  struct Bad {
-    void (*set)(SampledLinesParams*);
-    const char* name;
-  };
-  const std::vector<Bad> bad = {
-      {[](SampledLinesParams* p) { p->gamma = 0.f; }, "sampled_lines.gamma"},
-      {[](SampledLinesParams* p) { p->gamma = 1.5f; }, "sampled_lines.gamma"},
-      {[](SampledLinesParams* p) { p->rows_per_block = 0; }, "sampled_lines.rows_per_block"},
-      {[](SampledLinesParams* p) { p->last_q = 0; }, "sampled_lines.last_q"},
-      {[](SampledLinesParams* p) { p->sink_tokens = -1; }, "sampled_lines.sink_tokens"},
-      {[](SampledLinesParams* p) { p->local_tokens = -1; }, "sampled_lines.local_tokens"},
-  };
-  for (const Bad& b : bad) {
-    MethodConfig cfg;
-    cfg.method = Method::kSampledLines;
-    b.set(&cfg.sampled_lines);
-    SparseIndex idx;
-    const absl::Status st = BuildSparseIndex(hp->problem(), cfg, {0}, BuildOptions(), &idx);
-    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << b.name;
-    EXPECT_NE(std::string(st.message()).find(b.name), std::string::npos) << st;
-  }
+  MethodConfig base;
+  base.method = Method::kSampledLines;
+  EXPECT_EQ(method_testing::CheckBadSettingsNamed(
+                hp->problem(), base,
+                {
+                    {[](MethodConfig* c) { c->sampled_lines.gamma = 0.f; }, "sampled_lines.gamma"},
+                    {[](MethodConfig* c) { c->sampled_lines.gamma = 1.5f; }, "sampled_lines.gamma"},
+                    {[](MethodConfig* c) { c->sampled_lines.rows_per_block = 0; },
+                     "sampled_lines.rows_per_block"},
+                    {[](MethodConfig* c) { c->sampled_lines.last_q = 0; }, "sampled_lines.last_q"},
+                    {[](MethodConfig* c) { c->sampled_lines.sink_tokens = -1; },
+                     "sampled_lines.sink_tokens"},
+                    {[](MethodConfig* c) { c->sampled_lines.local_tokens = -1; },
+                     "sampled_lines.local_tokens"},
+                }),
+            "");
   SparseIndex idx;
   const absl::Status st = BuildSampledLinesIndex(hp->problem(), SampledLinesParams(), {0}, 0, &idx);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);

@@ -368,6 +368,21 @@ std::unique_ptr<HostProblem> PlantedColumnsAndSlashes() {
   return hp;
 }
 
+std::string CheckBadSettingsNamed(const AttentionProblem& problem, const MethodConfig& base,
+                                  const std::vector<BadSetting>& bad, const BuildOptions& options) {
+  for (const BadSetting& b : bad) {
+    MethodConfig cfg = base;
+    b.set(&cfg);
+    SparseIndex idx;
+    const absl::Status st = BuildSparseIndex(problem, cfg, {0}, options, &idx);
+    if (st.code() != absl::StatusCode::kInvalidArgument ||
+        std::string(st.message()).find(b.name) == std::string::npos) {
+      return absl::StrCat(b.name, ": expected INVALID_ARGUMENT naming it, got ", st.ToString());
+    }
+  }
+  return "";
+}
+
 void PlantClusters(HostProblem* hp, const ClusterSpec& spec, uint64_t seed) {
   const AttentionProblem& p = hp->problem();
   const int d = p.head_dim, half = d / 2;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "kernels/builders/build_index.h"
 #include "kernels/host_problem.h"
 #include "kernels/method_config.h"
 #include "kernels/sparse_index.h"
@@ -99,6 +100,18 @@ void PlantStructure(HostProblem* hp, const std::vector<PlantedHead>& heads, uint
 // head 1 slashes at offsets {0, 1, 257, 700} (logits 9-11 over noise). The shared problem of
 // the per-query-block methods' planted-structure tests.
 std::unique_ptr<HostProblem> PlantedColumnsAndSlashes();
+
+// One bad setting of a method's parameters and the field its INVALID_ARGUMENT must name.
+struct BadSetting {
+  std::function<void(MethodConfig*)> set;
+  const char* name;
+};
+
+// BuildSparseIndex(problem, `base` with each setting applied, q head 0, `options`): "" when
+// every one is INVALID_ARGUMENT with a message naming its field, else the first that is not.
+std::string CheckBadSettingsNamed(const AttentionProblem& problem, const MethodConfig& base,
+                                  const std::vector<BadSetting>& bad,
+                                  const BuildOptions& options = BuildOptions());
 
 // Keys from `clusters` directions and queries aimed at one cluster each (shared by runs of
 // `segment` query rows), written in de-roped
