@@ -34,17 +34,7 @@ using method_testing::RowString;
 // One query attends (mass ~1) to exactly one key: q_i = L e_{i-20}, k_j = e_j, so the score of
 // (i, j) is L * scale when j = i - 20 and 0 otherwise; queries with i < 20 are 0 (uniform).
 TEST(SampleAttentionTest, HandCheckedSlashAndColumns) {
-  ProblemShape shape;
-  shape.q_lens = {64};
-  shape.num_q_heads = shape.num_kv_heads = 1;
-  shape.head_dim = 64;
-  shape.dtype = DType::kF32;
-  auto hp = RandomProblem(shape, 1);
-  std::vector<float> q(64 * 64, 0.f), k(64 * 64, 0.f);
-  for (int i = 20; i < 64; ++i) q[i * 64 + (i - 20)] = 400.f;  // 400 / 8 = 50 logits
-  for (int j = 0; j < 64; ++j) k[j * 64 + j] = 1.f;
-  method_testing::WriteTensor(hp.get(), method_testing::Tensor::kQ, q);
-  method_testing::WriteTensor(hp.get(), method_testing::Tensor::kK, k);
+  auto hp = method_testing::OneKeyPerRow(64, 20);
 
   SampleAttentionParams params;
   params.block_size = 16;

@@ -39,17 +39,7 @@ TEST(SampledLinesTest, SampledRowsSpreadOverTheBlock) {
 // each key is hit by one sampled row of many), so each block keeps the range of offset 20 and
 // nothing else besides the forced sink/local keys.
 TEST(SampledLinesTest, HandCheckedSlash) {
-  ProblemShape shape;
-  shape.q_lens = {256};
-  shape.num_q_heads = shape.num_kv_heads = 1;
-  shape.head_dim = 256;
-  shape.dtype = DType::kF32;
-  auto hp = RandomProblem(shape, 1);
-  std::vector<float> q(256 * 256, 0.f), k(256 * 256, 0.f);
-  for (int i = 20; i < 256; ++i) q[i * 256 + (i - 20)] = 800.f;  // 800 / 16 = 50 logits
-  for (int j = 0; j < 256; ++j) k[j * 256 + j] = 1.f;
-  method_testing::WriteTensor(hp.get(), method_testing::Tensor::kQ, q);
-  method_testing::WriteTensor(hp.get(), method_testing::Tensor::kK, k);
+  auto hp = method_testing::OneKeyPerRow(256, 20);
   SampledLinesParams params;
   params.gamma = 0.9f;
   params.sink_tokens = 0;

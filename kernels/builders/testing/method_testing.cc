@@ -368,6 +368,22 @@ std::unique_ptr<HostProblem> PlantedColumnsAndSlashes() {
   return hp;
 }
 
+std::unique_ptr<HostProblem> OneKeyPerRow(int n, int offset) {
+  ProblemShape shape;
+  shape.q_lens = {n};
+  shape.num_q_heads = shape.num_kv_heads = 1;
+  shape.head_dim = n;
+  shape.dtype = DType::kF32;
+  auto hp = RandomProblem(shape, 1);
+  const float peak = 50.f * std::sqrt(static_cast<float>(n));
+  std::vector<float> q(static_cast<size_t>(n) * n, 0.f), k(static_cast<size_t>(n) * n, 0.f);
+  for (int i = offset; i < n; ++i) q[static_cast<size_t>(i) * n + (i - offset)] = peak;
+  for (int j = 0; j < n; ++j) k[static_cast<size_t>(j) * n + j] = 1.f;
+  WriteTensor(hp.get(), Tensor::kQ, q);
+  WriteTensor(hp.get(), Tensor::kK, k);
+  return hp;
+}
+
 std::string CheckBadSettingsNamed(const AttentionProblem& problem, const MethodConfig& base,
                                   const std::vector<BadSetting>& bad, const BuildOptions& options) {
   for (const BadSetting& b : bad) {

@@ -101,6 +101,11 @@ void PlantStructure(HostProblem* hp, const std::vector<PlantedHead>& heads, uint
 // the per-query-block methods' planted-structure tests.
 std::unique_ptr<HostProblem> PlantedColumnsAndSlashes();
 
+// One fp32 head of n queries over n keys (head_dim n) where query i >= offset attends with mass
+// ~1 to key i - offset only: q_i = 50 sqrt(n) e_{i - offset}, k_j = e_j (a 50-logit peak after
+// the 1 / sqrt(n) scale); queries i < offset score 0 everywhere (uniform).
+std::unique_ptr<HostProblem> OneKeyPerRow(int n, int offset);
+
 // One bad setting of a method's parameters and the field its INVALID_ARGUMENT must name.
 struct BadSetting {
   std::function<void(MethodConfig*)> set;
