@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdlib>
 
+#include "kernels/cuda/builders/assembled_common.cuh"
 #include "kernels/cuda/builders/sampled_lines_kernels.h"
 #include "kernels/cuda/common/mma.cuh"
 #include "kernels/cuda/common/row_assembly.cuh"
@@ -22,22 +23,21 @@ using detail::Mma;
 constexpr int kThreads = 128;
 constexpr int kTile = 64;
 constexpr unsigned kFull = 0xffffffffu;
-// Pass 2's fixed-point mass unit (hist_mode 2): a block's masses sum to <= ~1, so bins fit u32.
+// Pass 2's fixed-point mass unit: a block's masses sum to <= ~1, so bins fit u32.
 constexpr float kFixedOne = 2147483648.f;
 
+// Shared memory: two swizzled [64][kD] tiles (assembled_common.cuh's layout; buffer 1 holds the
+// Q tile until its fragments are in registers, then both buffers take turns for the key tiles,
+// loaded one tile ahead by cp.async), plus (pass 2 only, so that passes 1 and 3 fit more CTAs per
+// SM) the per-block mass histograms (fixed point, no counts: 3 CTAs per SM).
 struct SlSmem {
-  int64_t ks, hm, hc, total;
+  int64_t tile, hm, total;
 };
-
-// The Q and K tiles, plus (pass 2 only, so that passes 1 and 3 fit more CTAs per SM) the
-// per-block histograms.
 __host__ __device__ inline SlSmem Layout(int head_dim, bool histograms) {
   SlSmem l;
-  const int64_t tile = static_cast<int64_t>(kTile) * (head_dim + 8) * 2;
-  l.ks = tile;
-  l.hm = 2 * tile;
-  l.hc = l.hm + static_cast<int64_t>(kSlGroupBlocks) * kSlBins * 4;
-  l.total = histograms ? l.hc + static_cast<int64_t>(kSlGroupBlocks) * kSlBins * 4 : l.hm;
+  l.tile = static_cast<int64_t>(kTile) * head_dim * 2;
+  l.hm = 2 * l.tile;
+  l.total = histograms ? l.hm + static_cast<int64_t>(kSlGroupBlocks) * kSlBins * 4 : l.hm;
   return l;
 }
 
@@ -52,28 +52,11 @@ __device__ __forceinline__ int Bin(float m) {
   return key < 0 ? 0 : (key >= kSlBins ? kSlBins - 1 : key);
 }
 
-// Rows `rows` of a [64][pitch] tile: row i is token token_of(i) of head `head`, zero past `n`.
-template <typename T, class F>
-__device__ __forceinline__ void LoadRows(T* dst, int pitch, const T* base, int n,
-                                         int64_t token_stride, int64_t head, int64_t head_stride,
-                                         int head_dim, F token_of) {
-  const int vecs = head_dim / 8;
-  for (int idx = threadIdx.x; idx < kTile * vecs; idx += kThreads) {
-    const int r = idx / vecs, v = idx - r * vecs;
-    uint4 val = make_uint4(0, 0, 0, 0);
-    if (r < n) {
-      val = *reinterpret_cast<const uint4*>(base + token_of(r) * token_stride + head * head_stride +
-                                            v * 8);
-    }
-    *reinterpret_cast<uint4*>(dst + r * pitch + v * 8) = val;
-  }
-}
-
-// S = Q K^T for the warp's 16 rows x 64 keys.
+// S = Q K^T for the warp's 16 rows (A fragments `qf`, kept in registers) x the 64 keys of the
+// swizzled tile at shared address `ks`: acc[n-tile][fragment].
 template <typename T, int kD>
-__device__ __forceinline__ void TileLogits(const T* qs, const T* ks, float (&acc)[8][4]) {
-  constexpr int kPitch = kD + 8;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+__device__ __forceinline__ void TileLogits(const uint32_t (&qf)[kD / 16][4], uint32_t ks,
+                                           float (&acc)[8][4], int lane) {
 #pragma unroll
   for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
@@ -81,15 +64,12 @@ __device__ __forceinline__ void TileLogits(const T* qs, const T* ks, float (&acc
   }
 #pragma unroll
   for (int kk = 0; kk < kD / 16; ++kk) {
-    uint32_t a[4];
-    LdMatrixX4(a, qs + (warp * 16 + (lane & 15)) * kPitch + kk * 16 + (lane >> 4) * 8);
 #pragma unroll
     for (int np = 0; np < 4; ++np) {
       uint32_t b[4];
-      const int key = np * 16 + (lane & 7) + ((lane >> 4) << 3);
-      LdMatrixX4(b, ks + key * kPitch + kk * 16 + ((lane >> 3) & 1) * 8);
-      Mma<T>::Run(acc[2 * np], a, b[0], b[1]);
-      Mma<T>::Run(acc[2 * np + 1], a, b[2], b[3]);
+      assembled::LoadB2(ks, np * 16, kk, kD / 8, lane, b);
+      Mma<T>::Run(acc[2 * np], qf[kk], b[0], b[1]);
+      Mma<T>::Run(acc[2 * np + 1], qf[kk], b[2], b[3]);
     }
   }
 }
@@ -110,25 +90,26 @@ __device__ __forceinline__ int DiagonalRows(int fp, int lp, int kl, bool causal,
 
 // One pass over the keys of one group for one head slot.
 template <typename T, int kD, int kPass>
-__global__ void __launch_bounds__(kThreads) SlPassKernel(SlArgs a) {
-  extern __shared__ __align__(16) unsigned char smem[];
+__global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
+  extern __shared__ __align__(128) unsigned char smem[];
   const SlSmem lay = Layout(kD, kPass == 2);
-  constexpr int kPitch = kD + 8;
-  T* qs = reinterpret_cast<T*>(smem);
-  T* ks = reinterpret_cast<T*>(smem + lay.ks);
-  float* hm = reinterpret_cast<float*>(smem + lay.hm);
-  int* hc = reinterpret_cast<int*>(smem + lay.hc);
+  constexpr int kChunks = kD / 8;  // 16-byte chunks per tile row
+  const uint32_t sbuf = detail::SmemAddr(smem);
+  unsigned* hm = reinterpret_cast<unsigned*>(smem + lay.hm);
   __shared__ int blk_thr[kSlGroupBlocks];
   __shared__ int blk_cursor[kSlGroupBlocks];
   __shared__ int blk_count[kSlGroupBlocks];
+  __shared__ int blk_first[kSlGroupBlocks];
   __shared__ long long blk_base[kSlGroupBlocks];
   // Pass 2: per block the sum of its rows' weights and visible keys (the skip bound, below) and
   // the total mass of its entries.
   __shared__ float blk_wsum[kSlGroupBlocks];
   __shared__ float blk_vsum[kSlGroupBlocks];
   __shared__ float blk_total[kSlGroupBlocks];
+  __shared__ int blk_vis[kSlGroupBlocks];  // pass 2: entries of the block (its rows' visible keys)
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const SlGroup g = a.groups[blockIdx.x];
+  // Groups in reverse: the ones that see the most keys (causal: the last) start first.
+  const SlGroup g = a.groups[a.num_groups - 1 - blockIdx.x];
   const int slot = blockIdx.y;
   const int qh = a.heads[slot];
   const int kvh = qh / a.p.group;
@@ -138,16 +119,32 @@ __global__ void __launch_bounds__(kThreads) SlPassKernel(SlArgs a) {
   const int64_t qtok = a.p.cu_seqlens_q[g.seq];
   const int64_t ktok = a.p.cu_seqlens_k[g.seq];
   const int kl = a.p.cu_seqlens_k[g.seq + 1] - a.p.cu_seqlens_k[g.seq];
+  const int num_tiles = (g.key_end + kTile - 1) / kTile;
+  auto load_keys = [&](int t) {
+    const int j0 = t * kTile;
+    assembled::LoadTileAsync(
+        sbuf + (t & 1) * static_cast<uint32_t>(lay.tile), kTile, min(kTile, kl - j0), kChunks,
+        [&](int r) { return kg + (ktok + j0 + r) * a.p.k_token_stride + kvh * a.p.k_head_stride; },
+        tid, kThreads);
+  };
+  // The Q tile into buffer 1, the first key tile into buffer 0.
+  assembled::LoadTileAsync(
+      sbuf + static_cast<uint32_t>(lay.tile), kTile, g.rows, kChunks,
+      [&](int r) {
+        return qg + (qtok + a.rows[g.row_begin + r].q_row) * a.p.q_token_stride +
+               qh * a.p.q_head_stride;
+      },
+      tid, kThreads);
+  if (num_tiles > 0) load_keys(0);
+  detail::CpAsyncCommit();
 
   if (kPass == 2) {
-    for (int i = tid; i < kSlGroupBlocks * kSlBins; i += kThreads) {
-      hm[i] = 0.f;
-      hc[i] = 0;
-    }
+    for (int i = tid; i < kSlGroupBlocks * kSlBins; i += kThreads) hm[i] = 0u;
     if (tid < kSlGroupBlocks) {
       blk_wsum[tid] = 0.f;
       blk_vsum[tid] = 0.f;
       blk_total[tid] = 0.f;
+      blk_vis[tid] = 0;
     }
   }
   if (kPass == 3 && tid < g.blocks) {
@@ -156,9 +153,8 @@ __global__ void __launch_bounds__(kThreads) SlPassKernel(SlArgs a) {
     blk_cursor[tid] = 0;
     blk_base[tid] = a.kept[row];
     blk_count[tid] = static_cast<int>(a.kept[row + 1] - a.kept[row]);
+    blk_first[tid] = a.geo[g.block_begin + tid].first_pos;
   }
-  LoadRows(qs, kPitch, qg, g.rows, a.p.q_token_stride, qh, a.p.q_head_stride, kD,
-           [&](int r) { return qtok + a.rows[g.row_begin + r].q_row; });
 
   // This thread's two rows (fragment rows lane/4 and lane/4 + 8 of its warp).
   int rl[2] = {warp * 16 + (lane >> 2), warp * 16 + (lane >> 2) + 8};
@@ -194,12 +190,14 @@ __global__ void __launch_bounds__(kThreads) SlPassKernel(SlArgs a) {
   // nor the kept count (both from bins >= thr) changes.
   int cut[2] = {0, 0};
   if (kPass == 2) {
+    __syncthreads();  // blk_* zeroed
     if ((lane & 3) == 0) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         if (rl[h] < g.rows && mx[h] != -CUDART_INF_F && inv[h] > 0.f) {
           atomicAdd(blk_wsum + blk[h], w[h]);
           atomicAdd(blk_vsum + blk[h], static_cast<float>(vis[h]));
+          atomicAdd(blk_vis + blk[h], vis[h]);
         }
       }
     }
@@ -214,22 +212,46 @@ __global__ void __launch_bounds__(kThreads) SlPassKernel(SlArgs a) {
       }
     }
   }
+  // Pass 3: the rows' threshold bins and their blocks' peer lanes (the lanes of one block are
+  // consecutive: rows are ordered by block), for one cursor atomic per block and tile.
+  int thr_h[2] = {kSlBins, kSlBins};
+  unsigned peers[2] = {0u, 0u};
+  int rel[2] = {0, 0};  // row position relative to its block's first row position
+  if (kPass == 3) {
+    __syncthreads();  // blk_* written
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const bool live = rl[h] < g.rows && mx[h] != -CUDART_INF_F;
+      if (live) {
+        thr_h[h] = blk_thr[blk[h]];
+        rel[h] = pos[h] - blk_first[blk[h]];
+      }
+      peers[h] = __match_any_sync(kFull, live ? blk[h] : -1 - warp);
+    }
+  }
   float run_tot[2] = {0.f, 0.f};
-  // Evidence of this (slot, sequence).
-  const merged::EstimateSeq es = a.ev_seqs[g.seq];
-  const float* ev_col = a.col_mean + slot * a.col_stride + es.col_base;
-  const float* ev_diag = a.diag_mean + slot * a.diag_stride + es.diag_base;
-
-  const float diag_floor = kSlDiagonalFloor / static_cast<float>(kl);
   float run_max[2] = {-CUDART_INF_F, -CUDART_INF_F};
   float run_sum[2] = {0.f, 0.f};
-  for (int j0 = 0; j0 < g.key_end; j0 += kTile) {
-    __syncthreads();  // readers of the previous key tile are done
-    LoadRows(ks, kPitch, kg, min(kTile, kl - j0), a.p.k_token_stride, kvh, a.p.k_head_stride, kD,
-             [&](int r) { return ktok + j0 + r; });
-    __syncthreads();
+
+  // The Q fragments into registers, then buffer 1 is free for key tile 1.
+  uint32_t qf[kD / 16][4];
+  detail::CpAsyncWait<0>();
+  __syncthreads();
+#pragma unroll
+  for (int kk = 0; kk < kD / 16; ++kk) {
+    assembled::LoadA(sbuf + static_cast<uint32_t>(lay.tile), warp * 16, kk, kChunks, lane, qf[kk]);
+  }
+  __syncthreads();
+
+  for (int t = 0; t < num_tiles; ++t) {
+    const int j0 = t * kTile;
+    if (t + 1 < num_tiles) load_keys(t + 1);
+    detail::CpAsyncCommit();
+    detail::CpAsyncWait<1>();
+    __syncthreads();  // key tile t is in
     float acc[8][4];
-    TileLogits<T, kD>(qs, ks, acc);
+    TileLogits<T, kD>(qf, sbuf + (t & 1) * static_cast<uint32_t>(lay.tile), acc, lane);
+    __syncthreads();  // every warp has read tile t: its buffer may take tile t + 2
     if (kPass == 1) {
       // Log2-domain logits of this thread's entries (-inf where masked), then one rescale of
       // each row's running sum per tile.
@@ -268,8 +290,10 @@ __global__ void __launch_bounds__(kThreads) SlPassKernel(SlArgs a) {
       continue;
     }
     if (kPass == 2) {
-      // Every lane reaches each match (no early exits): lanes adding to one bin are counted
-      // once by the lowest of them; the masses are added one by one.
+      // All of the thread's masses and histogram slots first (independent chains), then the
+      // updates: one fixed-point atomic per entry at or above its block's cut.
+      unsigned mu[8][4];
+      int slot_of[8][4];
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
@@ -283,47 +307,71 @@ __global__ void __launch_bounds__(kThreads) SlPassKernel(SlArgs a) {
           }
           run_tot[h] += m;
           const int bin = Bin(m);
-          const int key = m > 0.f && bin >= cut[h] ? blk[h] * kSlBins + bin : -1;
-          if (__any_sync(kFull, key >= 0)) {
-            if (a.hist_mode == 0) {
-              const unsigned peers = __match_any_sync(kFull, key);
-              if (key >= 0) {
-                atomicAdd(hm + key, m);
-                if (lane == __ffs(peers) - 1) atomicAdd(hc + key, __popc(peers));
-              }
-            } else if (key >= 0) {
-              if (a.hist_mode == 1) {
-                atomicAdd(hm + key, m);
-              } else {
-                atomicAdd(reinterpret_cast<unsigned*>(hm) + key, __float2uint_rn(m * kFixedOne));
-              }
-              atomicAdd(hc + key, 1);
-            }
-          }
+          mu[nt][e] = __float2uint_rn(m * kFixedOne);
+          slot_of[nt][e] =
+              m > 0.f && bin >= cut[h] && mu[nt][e] != 0u ? blk[h] * kSlBins + bin : -1;
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          if (slot_of[nt][e] >= 0) atomicAdd(hm + slot_of[nt][e], mu[nt][e]);
         }
       }
       continue;
     }
+    // Pass 3: which of this thread's entries are kept (bit nt * 4 + e), then per row half one
+    // slot range of its block's slice per tile (a scan over the warp's lanes, one atomic by the
+    // last lane of each block's lanes), then the entries: (row position - block's first row
+    // position) * k_len + key; SlClassifyKernel makes them columns or diagonals.
+    uint32_t keep = 0;
+    int cnt[2] = {0, 0};
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int h = e >> 1;
         const int j = j0 + nt * 8 + (lane & 3) * 2 + (e & 1);
-        if (rl[h] >= g.rows || j >= vis[h]) continue;
         const float l2 = Sanitize(__fmul_rn(acc[nt][e], a.p.scale_log2));
-        if (mx[h] == -CUDART_INF_F) continue;
         const float m = __fmul_rn(__fmul_rn(exp2f(__fsub_rn(l2, mx[h])), inv[h]), w[h]);
-        if (!(m > 0.f)) continue;
-        const int bin = Bin(m);
-        if (bin < blk_thr[blk[h]]) continue;
-        const int o = pos[h] - j;
-        const int oi = o - es.min_offset;
-        const float d = oi >= 0 && oi < es.num_offsets ? ev_diag[oi] : 0.f;
-        const float v = ev_col[j];
-        const int32_t code = d > v && d > diag_floor ? -1 - (o + kl) : j;
-        const int idx = atomicAdd(blk_cursor + blk[h], 1);
-        if (idx < blk_count[blk[h]]) a.entries[blk_base[blk[h]] + idx] = code;
+        if (j < vis[h] && thr_h[h] < kSlBins && m > 0.f && Bin(m) >= thr_h[h]) {
+          keep |= 1u << (nt * 4 + e);
+          ++cnt[h];
+        }
+      }
+    }
+    if (!__any_sync(kFull, keep != 0)) continue;
+    int at[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      int incl = cnt[h];
+#pragma unroll
+      for (int x = 1; x < 32; x <<= 1) {
+        const int o = __shfl_up_sync(kFull, incl, x);
+        if (lane >= x) incl += o;
+      }
+      const int first = __ffs(peers[h]) - 1, last = 31 - __clz(peers[h]);
+      const int before = __shfl_sync(kFull, incl, first > 0 ? first - 1 : 0);
+      const int seg_before = first > 0 ? before : 0;
+      const int seg_total = __shfl_sync(kFull, incl, last) - seg_before;
+      int base = 0;
+      if (lane == last && thr_h[h] < kSlBins && seg_total > 0)
+        base = atomicAdd(blk_cursor + blk[h], seg_total);
+      base = __shfl_sync(kFull, base, last);
+      at[h] = base + incl - cnt[h] - seg_before;
+    }
+    if (keep == 0) continue;
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int h = e >> 1;
+        if (keep & (1u << (nt * 4 + e))) {
+          const int j = j0 + nt * 8 + (lane & 3) * 2 + (e & 1);
+          const int idx = at[h]++;
+          if (idx < blk_count[blk[h]]) a.entries[blk_base[blk[h]] + idx] = rel[h] * kl + j;
+        }
       }
     }
   }
@@ -359,31 +407,37 @@ __global__ void __launch_bounds__(kThreads) SlPassKernel(SlArgs a) {
       if ((lane & 3) == 0 && rl[h] < g.rows) atomicAdd(blk_total + blk[h], t);
     }
     __syncthreads();
+    // Per block: the threshold bin (the highest whose bins from the top reach gamma * total)
+    // and a bound on the entries at or above it, the slice pass 3 writes into: an entry of bin i
+    // weighs >= edge(i) (its lower edge), i.e. >= E(i) - 1/2 fixed-point units after rounding,
+    // so bin i holds <= M(i) / (E(i) - 1/2) entries (+1 for the division's rounding): within
+    // 12.5 % (+1 per bin) of the count. Where E(i) <= 1 (bin 0 takes everything below its edge)
+    // the bound is the block's entry count. Pass 3 writes the entries and their true count.
     for (int b = warp; b < g.blocks; b += kThreads / 32) {
-      const float* bm = hm + b * kSlBins;
-      const int* bc = hc + b * kSlBins;
+      const unsigned* bm = hm + b * kSlBins;
       const float part = blk_total[b];
       if (lane == 0) {
-        const float target = a.gamma * part;
+        const double target = static_cast<double>(a.gamma * part);
+        const long long all = blk_vis[b];
         int thr = kSlBins;
-        long long kept = 0;
-        if (part > 0.f && a.hist_mode == 2) {
-          const unsigned* bu = reinterpret_cast<const unsigned*>(bm);
+        long long cap = 0;
+        if (part > 0.f) {
           unsigned long long cum = 0;
           for (int i = kSlBins - 1; i >= 0; --i) {
-            cum += bu[i];
-            kept += bc[i];
-            if (static_cast<double>(cum) * (1.0 / kFixedOne) >= target) {
-              thr = i;
-              break;
-            }
-          }
-        } else if (part > 0.f) {
-          float cum = 0.f;
-          for (int i = kSlBins - 1; i >= 0; --i) {
             cum += bm[i];
-            kept += bc[i];
-            if (cum >= target) {
+            const double edge = i == 0 ? 0.0
+                                       : static_cast<double>(__uint_as_float(
+                                             static_cast<unsigned>(i + kSlBinFloor) << 20)) *
+                                             static_cast<double>(kFixedOne);
+            if (bm[i] != 0u) {
+              cap =
+                  edge > 1.0
+                      ? cap + static_cast<long long>(static_cast<double>(bm[i]) / (edge - 0.5)) + 1
+                      : all;
+            } else if (!(edge > 1.0)) {
+              cap = all;  // entries rounded to 0 units may sit in these bins
+            }
+            if (static_cast<double>(cum) * (1.0 / kFixedOne) >= target) {
               thr = i;
               break;
             }
@@ -391,8 +445,14 @@ __global__ void __launch_bounds__(kThreads) SlPassKernel(SlArgs a) {
         }
         const int64_t row = static_cast<int64_t>(slot) * a.num_blocks + g.block_begin + b;
         a.thr[row] = thr;
-        a.kept[row] = thr == kSlBins ? 0 : kept;
+        a.kept[row] = thr == kSlBins ? 0 : (cap < all ? cap : all);
       }
+    }
+  } else if (kPass == 3) {
+    __syncthreads();  // every cursor final
+    if (tid < g.blocks) {
+      const int64_t row = static_cast<int64_t>(slot) * a.num_blocks + g.block_begin + tid;
+      a.counts[row] = min(blk_cursor[tid], blk_count[tid]);
     }
   }
 }
@@ -415,6 +475,32 @@ __global__ void SlEvidenceKernel(SlArgs a) {
       const int cnt = DiagonalRows(fp, lp, es.kl, a.p.causal, es.min_offset + x);
       a.diag_mean[db + x] = cnt > 0 ? static_cast<float>(a.diag_sums[db + x] / cnt) : 0.f;
     }
+  }
+}
+
+// The entries of each index row, from (row position - its block's first row position) * k_len +
+// key j to the assembler's codes: j (column) or -1 - (o + k_len) (diagonal o = row position - j),
+// by the last-rows evidence (sampled_lines.cc: D(o) > V(j) and D(o) > kSlDiagonalFloor / k_len).
+// One CTA per index row; its loads are independent (pass 3's hot loop has none).
+__global__ void SlClassifyKernel(SlArgs a) {
+  const int unit = blockIdx.x;
+  const int n = a.counts[unit];
+  if (n == 0) return;
+  const int slot = unit / a.num_blocks, block = unit % a.num_blocks;
+  const BlockGeoDev g = a.geo[block];
+  const int kl = a.p.cu_seqlens_k[g.seq + 1] - a.p.cu_seqlens_k[g.seq];
+  const merged::EstimateSeq es = a.ev_seqs[g.seq];
+  const float* col = a.col_mean + slot * a.col_stride + es.col_base;
+  const float* diag = a.diag_mean + slot * a.diag_stride + es.diag_base;
+  const float diag_floor = kSlDiagonalFloor / static_cast<float>(kl);
+  int32_t* e = a.entries + a.kept[unit];
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const int32_t code = e[i];
+    const int rel = code / kl, j = code - rel * kl;
+    const int o = g.first_pos + rel - j;
+    const int oi = o - es.min_offset;
+    const float d = oi >= 0 && oi < es.num_offsets ? diag[oi] : 0.f;
+    e[i] = d > col[j] && d > diag_floor ? -1 - (o + kl) : j;
   }
 }
 
@@ -443,7 +529,8 @@ cudaError_t Dispatch(const SlArgs& a, cudaStream_t stream) {
   return cudaErrorInvalidValue;
 }
 
-// The assembler's source: each row's entries plus its sink and local ranges.
+// The assembler's source: each row's entries (SlClassifyKernel's codes) plus its sink and local
+// ranges.
 struct SlAsmSrc {
   SlAsmArgs a;
   struct Shared {
@@ -461,7 +548,7 @@ struct SlAsmSrc {
     sh.last_pos = g.last_pos;
     sh.kl = a.k_lens[g.seq];
     sh.e_begin = a.offsets[unit];
-    sh.e_end = a.offsets[unit + 1];
+    sh.e_end = sh.e_begin + a.counts[unit];
   }
   __device__ void SetBits(const row_assembly::RowCtx& ctx, const Shared& sh, uint32_t* ranges,
                           uint32_t* cols, int64_t wbase) const {
@@ -496,10 +583,7 @@ cudaError_t LaunchSampledLinesStats(const SlArgs& a, cudaStream_t stream) {
 
 cudaError_t LaunchSampledLinesHistogram(const SlArgs& a, cudaStream_t stream) {
   if (a.num_groups == 0 || a.num_slots == 0) return cudaSuccess;
-  SlArgs b = a;
-  const char* mode = std::getenv("SPATTN_SL_HIST_MODE");
-  if (mode != nullptr && mode[0] >= '0' && mode[0] <= '2') b.hist_mode = mode[0] - '0';
-  return Dispatch<2>(b, stream);
+  return Dispatch<2>(a, stream);
 }
 
 cudaError_t LaunchSampledLinesEmit(const SlArgs& a, cudaStream_t stream) {
@@ -507,7 +591,10 @@ cudaError_t LaunchSampledLinesEmit(const SlArgs& a, cudaStream_t stream) {
   SlEvidenceKernel<<<dim3(64, a.num_slots * a.batch), 256, 0, stream>>>(a);
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
-  return Dispatch<3>(a, stream);
+  const cudaError_t perr = Dispatch<3>(a, stream);
+  if (perr != cudaSuccess) return perr;
+  SlClassifyKernel<<<a.num_slots * a.num_blocks, 128, 0, stream>>>(a);
+  return cudaGetLastError();
 }
 
 cudaError_t LaunchSampledLinesAssemble(const SlAsmArgs& a, const row_assembly::AsmOut& out,

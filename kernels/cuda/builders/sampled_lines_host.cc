@@ -4,6 +4,7 @@
 // assembly. Two host round trips: the kept-entry total (to carve the entry list) and the CSR
 // totals (Assemble).
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <vector>
 
@@ -73,6 +74,16 @@ absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const A
     cur->blocks += 1;
   }
 
+  // An entry is (row position - its block's first row position) * k_len + key (one int32).
+  for (int b = 0; b < nblocks; ++b) {
+    const BlockGeoDev& g = l.geo[b];
+    if (static_cast<int64_t>(g.last_pos - g.first_pos + 1) * p.k_len(g.seq) > INT32_MAX) {
+      return absl::UnimplementedError(absl::StrCat(
+          "sampled_lines: the GPU index builder takes (block rows) x k_len < 2^31, got ",
+          g.last_pos - g.first_pos + 1, " x ", p.k_len(g.seq)));
+    }
+  }
+
   StageTimer timer(env.stream, "sampled_lines");
   std::vector<int32_t> heads32(heads.begin(), heads.end());
   SPATTN_ASSIGN_OR_RETURN(const int32_t* d_heads, Upload(env, heads32, "sampled_lines heads"));
@@ -111,6 +122,9 @@ absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const A
   SPATTN_ASSIGN_OR_RETURN(sa.row_max2, Carve<float>(env, srows, "sampled_lines row max"));
   SPATTN_ASSIGN_OR_RETURN(sa.row_inv, Carve<float>(env, srows, "sampled_lines row sums"));
   SPATTN_ASSIGN_OR_RETURN(sa.thr, Carve<int32_t>(env, irows, "sampled_lines thresholds"));
+  // Zeroed: blocks without sampled rows (empty sequences) are in no group and keep nothing.
+  SPATTN_ASSIGN_OR_RETURN(
+      sa.counts, CarveZeroed<int32_t>(env, irows, "sampled_lines entry counts", env.stream));
   // Blocks without sampled rows (empty sequences) keep nothing: counts start at 0.
   SPATTN_ASSIGN_OR_RETURN(sa.kept,
                           CarveZeroed<int64_t>(env, irows + 1, "sampled_lines kept", env.stream));
@@ -126,10 +140,8 @@ absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const A
       cudaMemcpyAsync(&total, sa.kept + irows, 8, cudaMemcpyDeviceToHost, env.stream),
       "sampled_lines entry total");
   SPATTN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(env.stream), "sampled_lines entry total");
-  // Zeroed: an entry the emit pass did not write (it writes exactly the counted ones) would
-  // read as key 0, never as a stray offset.
-  SPATTN_ASSIGN_OR_RETURN(sa.entries,
-                          CarveZeroed<int32_t>(env, total, "sampled_lines entries", env.stream));
+  // Slices sized by pass 2's bound; the assembler reads the first `counts` entries of each.
+  SPATTN_ASSIGN_OR_RETURN(sa.entries, Carve<int32_t>(env, total, "sampled_lines entries"));
   timer.Mark("entry_total");
   SPATTN_CUDA_RETURN_IF_ERROR(LaunchSampledLinesEmit(sa, env.stream), "sampled_lines emit");
   timer.Mark("emit");
@@ -139,6 +151,7 @@ absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const A
   asm_args.num_blocks = nblocks;
   asm_args.num_rows = static_cast<int>(irows);
   asm_args.offsets = sa.kept;
+  asm_args.counts = sa.counts;
   asm_args.entries = sa.entries;
   std::vector<int32_t> k_lens(p.batch());
   for (int b = 0; b < p.batch(); ++b) k_lens[b] = p.k_len(b);

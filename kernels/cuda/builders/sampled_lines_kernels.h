@@ -7,8 +7,9 @@
 // most kSlGroupRows rows and kSlGroupBlocks blocks; one CTA per (group, head slot) computes their
 // logits against every key the group sees on tensor cores, three times: (1) each row's max and sum
 // (online, log2 domain), (2) per block a histogram of entry masses over the bins of
-// SampledLinesBin -> each block's threshold bin and kept-entry count (entries below a provable
-// per-block cut bin only enter the block's total), (3) the kept entries, each
+// SampledLinesBin (fixed-point masses, one shared atomic per entry) -> each block's threshold bin
+// and a bound on its kept entries (entries below a provable per-block cut bin only enter the
+// block's total), (3) the kept entries, each
 // classified as a column or a diagonal by the last-rows evidence (vertical_slash's estimate) and
 // written to the block's slice of an entry list. The row assembler (common/row_assembly.cuh) turns
 // each row's entries plus its sink and local ranges into the SparseIndex row.
@@ -60,12 +61,6 @@ struct SlArgs {
   int num_rows = 0;
   const BlockGeoDev* geo = nullptr;  // [num_blocks]
   float gamma = 0.f;
-  // Pass 2's histogram updates (SPATTN_SL_HIST_MODE=0/1/2 overrides, for comparisons):
-  // 2 (default) fixed-point masses (units of 2^-31, native integer shared atomics) + one count
-  // atomic per entry; 1 float masses (shared float atomics) + one count atomic per entry; 0 float
-  // masses + match-aggregated counts (the session-16 start). 2 halves the pass (NOTES.md,
-  // s16-hist).
-  int hist_mode = 2;
   // Evidence: vertical_slash's estimate over the last rows (merged_kernels.h EstimateParams).
   const merged::EstimateSeq* ev_seqs = nullptr;  // [batch]
   const double* col_sums = nullptr;              // [slots * col_stride]
@@ -79,17 +74,22 @@ struct SlArgs {
   // Per sampled row (slot-major [slots * num_rows]): log2-domain max and 1 / sum.
   float* row_max2 = nullptr;
   float* row_inv = nullptr;
-  // Per index row (slot * num_blocks + block): threshold bin, kept entries, their offset.
+  // Per index row (slot * num_blocks + block): threshold bin, a bound on its kept entries (pass
+  // 2; scanned in place to the offsets of their slices), the kept entries (pass 3).
   int32_t* thr = nullptr;
-  int64_t* kept = nullptr;     // [rows + 1] counts, scanned in place to offsets
-  int32_t* entries = nullptr;  // kept entries: key j (column) or -1 - (o + k_len) (diagonal)
+  int64_t* kept = nullptr;    // [rows + 1]
+  int32_t* counts = nullptr;  // [rows]
+  // Kept entries: pass 3 writes (row position - its block's first row position) * k_len + key j,
+  // the classify step turns them into key j (column) or -1 - (o + k_len) (diagonal o).
+  int32_t* entries = nullptr;
 };
 
 // Pass 1 (row statistics).
 cudaError_t LaunchSampledLinesStats(const SlArgs& a, cudaStream_t stream);
 // Pass 2 (histograms -> thr, kept counts).
 cudaError_t LaunchSampledLinesHistogram(const SlArgs& a, cudaStream_t stream);
-// The evidence means, then pass 3: the kept entries at the scanned offsets in `kept`.
+// The evidence means, pass 3 (the kept entries into the slices at the scanned offsets in `kept`,
+// their number into `counts`), then the entries classified as columns or diagonals.
 cudaError_t LaunchSampledLinesEmit(const SlArgs& a, cudaStream_t stream);
 
 // Row assembly: per index row its entries plus sink [0, sink) and local
@@ -98,7 +98,8 @@ struct SlAsmArgs {
   const BlockGeoDev* geo = nullptr;
   int num_blocks = 0;
   int num_rows = 0;                  // slots * num_blocks
-  const int64_t* offsets = nullptr;  // [num_rows + 1] entry offsets
+  const int64_t* offsets = nullptr;  // [num_rows + 1] entry slices
+  const int32_t* counts = nullptr;   // [num_rows] entries in each slice
   const int32_t* entries = nullptr;
   const int32_t* k_lens = nullptr;  // [batch]
   int sink_tokens = 0, local_tokens = 0;
