@@ -432,71 +432,12 @@ __device__ __forceinline__ float RowsMass(const float* scratch, const float* sRo
   return s;
 }
 
-// topk::CtaTopKByBisection for one warp, without CTA barriers (so the 8 warps of the classifier
-// CTA take the top-l of 8 blocks at once): the top k of sc[0, n) (non-negative floats, here in
-// the CTA's global score slice), ties to the lower index, written in index order to out[0, k).
-// Lane l owns the contiguous range [l * per, (l + 1) * per), so index order is lane order.
-__device__ __forceinline__ int WarpExclusiveSum(int v) {
-  const int lane = threadIdx.x & 31;
-  int inc = v;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const int u = __shfl_up_sync(0xffffffffu, inc, o);
-    if (lane >= o) inc += u;
-  }
-  return inc - v;
-}
-
-__device__ void WarpTopKByBisection(const float* sc, int n, int k, int32_t* out) {
-  const int lane = threadIdx.x & 31;
-  const int per = (n + 31) / 32;
-  const int i0 = min(n, lane * per), i1 = min(n, i0 + per);
-  auto count_ge = [&](uint32_t key) {
-    int c = 0;
-    for (int i = i0; i < i1; ++i) c += __float_as_uint(sc[i]) >= key ? 1 : 0;
-    return __reduce_add_sync(0xffffffffu, c);
-  };
-  uint32_t lo = 0u, hi = 0x7f800001u;  // count(>= lo) >= k > count(>= hi)
-  while (hi - lo > 1u) {
-    const uint32_t mid = lo + (hi - lo) / 2;
-    if (count_ge(mid) >= k) {
-      lo = mid;
-    } else {
-      hi = mid;
-    }
-  }
-  const int need = k - count_ge(lo + 1u);  // ties at the threshold to take, lowest first
-  int my_ties = 0;
-  for (int i = i0; i < i1; ++i) my_ties += __float_as_uint(sc[i]) == lo ? 1 : 0;
-  const int rank = WarpExclusiveSum(my_ties);
-  int my_sel = 0;
-  for (int i = i0, r = rank; i < i1; ++i) {
-    const uint32_t key = __float_as_uint(sc[i]);
-    if (key > lo) {
-      ++my_sel;
-    } else if (key == lo) {
-      my_sel += r < need ? 1 : 0;
-      ++r;
-    }
-  }
-  int pos = WarpExclusiveSum(my_sel);
-  for (int i = i0, r = rank; i < i1; ++i) {
-    const uint32_t key = __float_as_uint(sc[i]);
-    bool take = key > lo;
-    if (key == lo) {
-      take = r < need;
-      ++r;
-    }
-    if (take) out[pos++] = i;
-  }
-}
-
 // Two ways to fill a tile (a.rows_per_block): 0 = every row of one block, 64 consecutive rows
 // per tile (de-roped from the tile's first position, angle steps as RotateRope over a span);
 // > 0 = blocks_per_item blocks per item, rows_per_block evenly spaced rows of each (row j of a
 // block of n rows: (2j + 1) n / (2 count), count = min(rows_per_block, n); SaapSampledRow), each
 // de-roped at its own position (as RotateRope of one row), their scores per block kept in the
-// CTA's slice of score_scratch until the top-l (one warp per block: WarpTopKByBisection).
+// CTA's slice of score_scratch until the top-l.
 template <typename T, int kD>
 __global__ void __launch_bounds__(kClsThreads, 1) SaapClassifyKernel(SaapArgs a) {
   constexpr int kHalf = kD / 2, kCh = kD / 8;
@@ -611,11 +552,14 @@ __global__ void __launch_bounds__(kClsThreads, 1) SaapClassifyKernel(SaapArgs a)
         }
       }
     }
-    // The blocks' scores are complete (each thread wrote its own buckets): one warp per block.
-    __syncthreads();
-    for (int b = tid >> 5; b < nblk; b += kClsThreads / 32) {
-      WarpTopKByBisection(
-          block_scores + static_cast<int64_t>(b) * cp, C, a.top_l,
+    for (int b = 0; b < nblk; ++b) {
+      __syncthreads();
+      for (int c = tid; c < C; c += kClsThreads) {
+        sScore[c] = block_scores[static_cast<int64_t>(b) * cp + c];
+      }
+      __syncthreads();
+      topk::CtaTopKByBisection<kClsThreads>(
+          sScore, C, a.top_l,
           a.selected + (static_cast<int64_t>(gi) * a.num_blocks + block0 + b) * a.top_l);
     }
     __syncthreads();
