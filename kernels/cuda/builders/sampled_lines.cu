@@ -17,6 +17,7 @@ namespace spattn {
 namespace cuda {
 namespace {
 
+using detail::Exp2;  // ex2.approx.ftz: the same in every pass
 using detail::LdMatrixX4;
 using detail::Mma;
 
@@ -212,9 +213,10 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
       }
     }
   }
-  // Pass 3: the rows' threshold bins and their blocks' peer lanes (the lanes of one block are
-  // consecutive: rows are ordered by block), for one cursor atomic per block and tile.
-  int thr_h[2] = {kSlBins, kSlBins};
+  // Pass 3: the rows' threshold bins as masses (for m > 0, Bin(m) >= thr <=> m >= the lower edge
+  // of bin thr, 0 for bin 0; +inf keeps nothing) and their blocks' peer lanes (the lanes of one
+  // block are consecutive: rows are ordered by block), for one cursor atomic per block and tile.
+  float thr_m[2] = {CUDART_INF_F, CUDART_INF_F};
   unsigned peers[2] = {0u, 0u};
   int rel[2] = {0, 0};  // row position relative to its block's first row position
   if (kPass == 3) {
@@ -223,8 +225,12 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
     for (int h = 0; h < 2; ++h) {
       const bool live = rl[h] < g.rows && mx[h] != -CUDART_INF_F;
       if (live) {
-        thr_h[h] = blk_thr[blk[h]];
+        const int thr = blk_thr[blk[h]];
         rel[h] = pos[h] - blk_first[blk[h]];
+        if (thr < kSlBins) {
+          thr_m[h] =
+              thr == 0 ? 0.f : __uint_as_float(static_cast<unsigned>(thr + kSlBinFloor) << 20);
+        }
       }
       peers[h] = __match_any_sync(kFull, live ? blk[h] : -1 - warp);
     }
@@ -272,7 +278,7 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
       for (int h = 0; h < 2; ++h) {
         if (tmax[h] > run_max[h]) {
           if (run_max[h] != -CUDART_INF_F) {
-            run_sum[h] = __fmul_rn(run_sum[h], exp2f(__fsub_rn(run_max[h], tmax[h])));
+            run_sum[h] = __fmul_rn(run_sum[h], Exp2(__fsub_rn(run_max[h], tmax[h])));
           }
           run_max[h] = tmax[h];
         }
@@ -283,7 +289,7 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
         for (int e = 0; e < 4; ++e) {
           const int h = e >> 1;
           if (acc[nt][e] != -CUDART_INF_F) {
-            run_sum[h] += exp2f(__fsub_rn(acc[nt][e], run_max[h]));
+            run_sum[h] += Exp2(__fsub_rn(acc[nt][e], run_max[h]));
           }
         }
       }
@@ -303,7 +309,7 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
           float m = 0.f;
           if (rl[h] < g.rows && j < vis[h] && mx[h] != -CUDART_INF_F) {
             const float l2 = Sanitize(__fmul_rn(acc[nt][e], a.p.scale_log2));
-            m = __fmul_rn(__fmul_rn(exp2f(__fsub_rn(l2, mx[h])), inv[h]), w[h]);
+            m = __fmul_rn(__fmul_rn(Exp2(__fsub_rn(l2, mx[h])), inv[h]), w[h]);
           }
           run_tot[h] += m;
           const int bin = Bin(m);
@@ -334,8 +340,8 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
         const int h = e >> 1;
         const int j = j0 + nt * 8 + (lane & 3) * 2 + (e & 1);
         const float l2 = Sanitize(__fmul_rn(acc[nt][e], a.p.scale_log2));
-        const float m = __fmul_rn(__fmul_rn(exp2f(__fsub_rn(l2, mx[h])), inv[h]), w[h]);
-        if (j < vis[h] && thr_h[h] < kSlBins && m > 0.f && Bin(m) >= thr_h[h]) {
+        const float m = __fmul_rn(__fmul_rn(Exp2(__fsub_rn(l2, mx[h])), inv[h]), w[h]);
+        if (j < vis[h] && m > 0.f && m >= thr_m[h]) {
           keep |= 1u << (nt * 4 + e);
           ++cnt[h];
         }
@@ -356,7 +362,7 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
       const int seg_before = first > 0 ? before : 0;
       const int seg_total = __shfl_sync(kFull, incl, last) - seg_before;
       int base = 0;
-      if (lane == last && thr_h[h] < kSlBins && seg_total > 0)
+      if (lane == last && thr_m[h] != CUDART_INF_F && seg_total > 0)
         base = atomicAdd(blk_cursor + blk[h], seg_total);
       base = __shfl_sync(kFull, base, last);
       at[h] = base + incl - cnt[h] - seg_before;
@@ -386,8 +392,8 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
         const float nm = fmaxf(m, om);
         float ns = 0.f;
         if (nm != -CUDART_INF_F) {
-          ns = (m == -CUDART_INF_F ? 0.f : s * exp2f(m - nm)) +
-               (om == -CUDART_INF_F ? 0.f : os * exp2f(om - nm));
+          ns = (m == -CUDART_INF_F ? 0.f : s * Exp2(m - nm)) +
+               (om == -CUDART_INF_F ? 0.f : os * Exp2(om - nm));
         }
         m = nm;
         s = ns;
