@@ -27,17 +27,19 @@ constexpr unsigned kFull = 0xffffffffu;
 // Pass 2's fixed-point mass unit: a block's masses sum to <= ~1, so bins fit u32.
 constexpr float kFixedOne = 2147483648.f;
 
-// Shared memory: two swizzled [64][kD] tiles (assembled_common.cuh's layout; buffer 1 holds the
-// Q tile until its fragments are in registers, then both buffers take turns for the key tiles,
-// loaded one tile ahead by cp.async), plus (pass 2 only, so that passes 1 and 3 fit more CTAs per
-// SM) the per-block mass histograms (fixed point, no counts: 3 CTAs per SM).
+// Shared memory: passes 1 and 3 two swizzled [64][kD] tiles (assembled_common.cuh's layout;
+// buffer 1 holds the Q tile until its fragments are in registers, then both buffers take turns
+// for the key tiles, loaded one tile ahead by cp.async: 4 CTAs per SM). Pass 2 one tile (Q, then
+// every key tile in turn, loaded when needed) plus the per-block mass histograms (fixed point, no
+// counts): 49 KB, 4 CTAs per SM, which beat two buffers at 65 KB / 3 CTAs per SM (H100: 2.59 vs
+// 3.00 ms at 32K, 29.6 vs 30.9 ms at 128K; SPATTN_SL_HIST_BUFFERS=2 selects two for comparisons).
 struct SlSmem {
   int64_t tile, hm, total;
 };
-__host__ __device__ inline SlSmem Layout(int head_dim, bool histograms) {
+__host__ __device__ inline SlSmem Layout(int head_dim, bool histograms, int buffers = 2) {
   SlSmem l;
   l.tile = static_cast<int64_t>(kTile) * head_dim * 2;
-  l.hm = 2 * l.tile;
+  l.hm = buffers * l.tile;
   l.total = histograms ? l.hm + static_cast<int64_t>(kSlGroupBlocks) * kSlBins * 4 : l.hm;
   return l;
 }
@@ -90,10 +92,10 @@ __device__ __forceinline__ int DiagonalRows(int fp, int lp, int kl, bool causal,
 }
 
 // One pass over the keys of one group for one head slot.
-template <typename T, int kD, int kPass>
+template <typename T, int kD, int kPass, int kBufs>
 __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
   extern __shared__ __align__(128) unsigned char smem[];
-  const SlSmem lay = Layout(kD, kPass == 2);
+  const SlSmem lay = Layout(kD, kPass == 2, kBufs);
   constexpr int kChunks = kD / 8;  // 16-byte chunks per tile row
   const uint32_t sbuf = detail::SmemAddr(smem);
   unsigned* hm = reinterpret_cast<unsigned*>(smem + lay.hm);
@@ -124,19 +126,21 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
   auto load_keys = [&](int t) {
     const int j0 = t * kTile;
     assembled::LoadTileAsync(
-        sbuf + (t & 1) * static_cast<uint32_t>(lay.tile), kTile, min(kTile, kl - j0), kChunks,
+        sbuf + (kBufs == 2 ? t & 1 : 0) * static_cast<uint32_t>(lay.tile), kTile,
+        min(kTile, kl - j0), kChunks,
         [&](int r) { return kg + (ktok + j0 + r) * a.p.k_token_stride + kvh * a.p.k_head_stride; },
         tid, kThreads);
   };
-  // The Q tile into buffer 1, the first key tile into buffer 0.
+  // The Q tile into buffer 1 (0 with one buffer), the first key tile into buffer 0.
+  const uint32_t qbuf = sbuf + (kBufs - 1) * static_cast<uint32_t>(lay.tile);
   assembled::LoadTileAsync(
-      sbuf + static_cast<uint32_t>(lay.tile), kTile, g.rows, kChunks,
+      qbuf, kTile, g.rows, kChunks,
       [&](int r) {
         return qg + (qtok + a.rows[g.row_begin + r].q_row) * a.p.q_token_stride +
                qh * a.p.q_head_stride;
       },
       tid, kThreads);
-  if (num_tiles > 0) load_keys(0);
+  if (kBufs == 2 && num_tiles > 0) load_keys(0);
   detail::CpAsyncCommit();
 
   if (kPass == 2) {
@@ -245,18 +249,25 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
   __syncthreads();
 #pragma unroll
   for (int kk = 0; kk < kD / 16; ++kk) {
-    assembled::LoadA(sbuf + static_cast<uint32_t>(lay.tile), warp * 16, kk, kChunks, lane, qf[kk]);
+    assembled::LoadA(qbuf, warp * 16, kk, kChunks, lane, qf[kk]);
   }
   __syncthreads();
 
   for (int t = 0; t < num_tiles; ++t) {
     const int j0 = t * kTile;
-    if (t + 1 < num_tiles) load_keys(t + 1);
-    detail::CpAsyncCommit();
-    detail::CpAsyncWait<1>();
+    if (kBufs == 2) {
+      if (t + 1 < num_tiles) load_keys(t + 1);
+      detail::CpAsyncCommit();
+      detail::CpAsyncWait<1>();
+    } else {
+      load_keys(t);
+      detail::CpAsyncCommit();
+      detail::CpAsyncWait<0>();
+    }
     __syncthreads();  // key tile t is in
     float acc[8][4];
-    TileLogits<T, kD>(qf, sbuf + (t & 1) * static_cast<uint32_t>(lay.tile), acc, lane);
+    TileLogits<T, kD>(qf, sbuf + (kBufs == 2 ? t & 1 : 0) * static_cast<uint32_t>(lay.tile), acc,
+                      lane);
     __syncthreads();  // every warp has read tile t: its buffer may take tile t + 2
     if (kPass == 1) {
       // Log2-domain logits of this thread's entries (-inf where masked), then one rescale of
@@ -510,27 +521,28 @@ __global__ void SlClassifyKernel(SlArgs a) {
   }
 }
 
-template <typename T, int kD, int kPass>
+template <typename T, int kD, int kPass, int kBufs>
 cudaError_t LaunchPass(const SlArgs& a, cudaStream_t stream) {
-  const int64_t bytes = Layout(kD, kPass == 2).total;
+  const int64_t bytes = Layout(kD, kPass == 2, kBufs).total;
   cudaError_t err =
-      cudaFuncSetAttribute(SlPassKernel<T, kD, kPass>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(bytes));
+      cudaFuncSetAttribute(SlPassKernel<T, kD, kPass, kBufs>,
+                           cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
   if (err != cudaSuccess) return err;
-  SlPassKernel<T, kD, kPass><<<dim3(a.num_groups, a.num_slots), kThreads, bytes, stream>>>(a);
+  SlPassKernel<T, kD, kPass, kBufs>
+      <<<dim3(a.num_groups, a.num_slots), kThreads, bytes, stream>>>(a);
   return cudaGetLastError();
 }
 
-template <int kPass>
+template <int kPass, int kBufs = 2>
 cudaError_t Dispatch(const SlArgs& a, cudaStream_t stream) {
   const bool bf16 = a.p.dtype == DType::kBF16;
   if (a.p.head_dim == 128) {
-    return bf16 ? LaunchPass<__nv_bfloat16, 128, kPass>(a, stream)
-                : LaunchPass<__half, 128, kPass>(a, stream);
+    return bf16 ? LaunchPass<__nv_bfloat16, 128, kPass, kBufs>(a, stream)
+                : LaunchPass<__half, 128, kPass, kBufs>(a, stream);
   }
   if (a.p.head_dim == 64) {
-    return bf16 ? LaunchPass<__nv_bfloat16, 64, kPass>(a, stream)
-                : LaunchPass<__half, 64, kPass>(a, stream);
+    return bf16 ? LaunchPass<__nv_bfloat16, 64, kPass, kBufs>(a, stream)
+                : LaunchPass<__half, 64, kPass, kBufs>(a, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -589,7 +601,9 @@ cudaError_t LaunchSampledLinesStats(const SlArgs& a, cudaStream_t stream) {
 
 cudaError_t LaunchSampledLinesHistogram(const SlArgs& a, cudaStream_t stream) {
   if (a.num_groups == 0 || a.num_slots == 0) return cudaSuccess;
-  return Dispatch<2>(a, stream);
+  const char* bufs = std::getenv("SPATTN_SL_HIST_BUFFERS");
+  if (bufs != nullptr && bufs[0] == '2') return Dispatch<2, 2>(a, stream);
+  return Dispatch<2, 1>(a, stream);
 }
 
 cudaError_t LaunchSampledLinesEmit(const SlArgs& a, cudaStream_t stream) {

@@ -4,7 +4,9 @@
 # `base` (main 072b37f) and `new` back to back spattn-bench --device=cuda at 32K and 128K with the
 # builder's stage times (SPATTN_GPU_BUILDER_PROFILE=1, one line per build): llm_mix 32/8 heads
 # d 128 bf16, sampled_lines at gamma 0.95 on every head. NCU=1 adds ncu of new's three pass
-# kernels at 32K. BENCH_RUNS lists name:hist_mode pairs, HIST_MODES the modes tested.
+# kernels at 32K. BENCH_RUNS lists name:mode pairs, HIST_MODES the modes tested; a mode sets
+# SPATTN_SL_HIST_MODE (base: session 16's modes, 2 = default) and SPATTN_SL_HIST_BUFFERS (new: 1 =
+# pass 2 on one key buffer, 2 = default).
 set -u
 cd "$(dirname "$0")"
 HERE=$PWD
@@ -18,7 +20,7 @@ done
 export TEST_TMPDIR=/tmp/spattn_test; mkdir -p "$TEST_TMPDIR"
 cd /tmp/s17sl_new
 for mode in ${HIST_MODES:-2 0 1}; do
-  SPATTN_SL_HIST_MODE=$mode LD_LIBRARY_PATH=$PWD/lib timeout ${TEST_TIMEOUT:-60} bin/build_index_gpu_test \
+  SPATTN_SL_HIST_MODE=$mode SPATTN_SL_HIST_BUFFERS=$mode LD_LIBRARY_PATH=$PWD/lib timeout ${TEST_TIMEOUT:-60} bin/build_index_gpu_test \
     --gtest_filter="*sampled_lines*" > "$OUT/test_gpu_mode$mode.log" 2>&1
   note "build_index_gpu_test (new, hist mode $mode) rc=$? $(grep -hE '^\[  (PASSED|FAILED) ' "$OUT/test_gpu_mode$mode.log" | tr '\n' ' ')"
   grep -hE "^\[  FAILED|Failure" -A6 "$OUT/test_gpu_mode$mode.log" | head -20
@@ -32,7 +34,7 @@ for len in ${LENS:-32768 131072}; do
   for run in ${BENCH_RUNS:-base:2 new:2}; do
     n=${run%%:*} mode=${run##*:}
     cd /tmp/s17sl_$n
-    SPATTN_SL_HIST_MODE=$mode SPATTN_GPU_BUILDER_PROFILE=1 LD_LIBRARY_PATH=$PWD/lib \
+    SPATTN_SL_HIST_MODE=$mode SPATTN_SL_HIST_BUFFERS=$mode SPATTN_GPU_BUILDER_PROFILE=1 LD_LIBRARY_PATH=$PWD/lib \
       timeout $((len / 4096 + 13)) bin/spattn-bench \
       --device=cuda --workload=llm_mix --heads=32 --kv_heads=8 --head_dim=128 --dtype=bf16 \
       --group_by=all --recall_rows=64 --seq_len=$len --warmup=1 --repeat=$((len > 32768 ? 2 : 3)) \
