@@ -20,20 +20,29 @@ constexpr int kAnTileN = 64;
 
 template <int kD>
 constexpr int AnAnchorSmemBytes() {
-  return kAnRows * kD * 2 + 2 * kAnTileN * kD * 2 + kAnRows * 4;
+  return kAnRows * kD * 2 + 2 * kAnTileN * kD * 2 + 2 * kAnRows * 4;
 }
 template <int kD>
 constexpr int AnStripeSmemBytes() {
   return 2 * kAnTileN * kD * 2;
 }
 
+// Anchor pass warp tiles: warp w takes rows 32 (w & 3) .. + 32 (two m16 tiles, their A fragments
+// held in registers) and keys 32 (w >> 2) .. + 32 of each 64-key tile, so every B fragment read
+// from shared memory feeds two MMAs of each m-tile instead of one (the pass was bound by
+// ldmatrix traffic with one m16 tile per warp). The two key halves' row maxima meet in shared
+// memory; a max is exact, so the result does not depend on the split.
+constexpr int kAnWarpRows = 32;
+constexpr int kAnWarpKeys = 32;
+
 template <typename T, int kD>
-__global__ void __launch_bounds__(kAnThreads) AnAnchorKernel(AnArgs a) {
+__global__ void __launch_bounds__(kAnThreads, 2) AnAnchorKernel(AnArgs a) {
   constexpr int kCh = kD / 8;
   constexpr int kKS = kD / 16;
   extern __shared__ __align__(128) char smem[];
   const uint32_t sQa = SmemAddr(smem);
   const uint32_t sKa = sQa + kAnRows * kD * 2;
+  // Row maxima of the two key halves: sMax[half * kAnRows + row].
   float* sMax = reinterpret_cast<float*>(smem + kAnRows * kD * 2 + 2 * kAnTileN * kD * 2);
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -80,13 +89,17 @@ __global__ void __launch_bounds__(kAnThreads) AnAnchorKernel(AnArgs a) {
   if (ntiles > 0) issue(0);
   CpAsyncCommit();
 
-  const int row0 = warp * 16;
+  const int row0 = (warp & 3) * kAnWarpRows;
+  const int half = warp >> 2;
+  const int col0 = half * kAnWarpKeys;
   const bool active = row0 < rows;
-  float mx[2] = {kNegInf, kNegInf};
-  int pos_h[2];
+  // Unscaled maxima of rows row0 + 16 m + g + 8 h (index 2 m + h): scale > 0 and rounding is
+  // monotone, so max(s) * scale == max(s * scale) bit for bit.
+  float mx[4] = {kNegInf, kNegInf, kNegInf, kNegInf};
+  int pos_r[4];
 #pragma unroll
-  for (int h = 0; h < 2; ++h) pos_h[h] = geo.first_pos + row0 + g + 8 * h;
-  uint32_t qf[kKS][4];
+  for (int i = 0; i < 4; ++i) pos_r[i] = geo.first_pos + row0 + 16 * (i >> 1) + g + 8 * (i & 1);
+  uint32_t qf[2][kKS][4];
   if (ntiles == 0) CpAsyncWait<0>();
 
   for (int t = 0; t < ntiles; ++t) {
@@ -96,37 +109,55 @@ __global__ void __launch_bounds__(kAnThreads) AnAnchorKernel(AnArgs a) {
     __syncthreads();
     if (t == 0 && active) {
 #pragma unroll
-      for (int ks = 0; ks < kKS; ++ks) LoadA(sQa, row0, ks, kCh, lane, qf[ks]);
+      for (int m = 0; m < 2; ++m) {
+#pragma unroll
+        for (int ks = 0; ks < kKS; ++ks) LoadA(sQa, row0 + 16 * m, ks, kCh, lane, qf[m][ks]);
+      }
     }
-    if (active) {
-      int start, n;
-      tile_span(t, start, n);
+    int start, n;
+    tile_span(t, start, n);
+    // Causal: skip the half tile when its first key lies past every row of the warp (a
+    // warp-uniform test: the MMAs below are warp-wide).
+    if (active && col0 < n &&
+        (!p.causal || start + col0 <= geo.first_pos + row0 + kAnWarpRows - 1)) {
       const uint32_t kst = sKa + (t & 1) * kAnTileN * kD * 2;
-      float s[8][4];
+      const bool full =
+          col0 + kAnWarpKeys <= n && (!p.causal || start + col0 + kAnWarpKeys - 1 <= pos_r[0]);
+      // 16 keys at a time (np): 16 live accumulators instead of 32 keep the kernel at 2 CTAs
+      // per SM without spilling the 64 registers of A fragments.
 #pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
+      for (int np = 0; np < 2; ++np) {
+        float s[2][2][4];
 #pragma unroll
-        for (int e = 0; e < 4; ++e) s[nt][e] = 0.f;
-      }
+        for (int m = 0; m < 2; ++m) {
 #pragma unroll
-      for (int ks = 0; ks < kKS; ++ks) {
+          for (int nt = 0; nt < 2; ++nt) {
 #pragma unroll
-        for (int np = 0; np < 4; ++np) {
-          uint32_t b[4];
-          LoadB2(kst, np * 16, ks, kCh, lane, b);
-          Mma<T>::Run(s[2 * np], qf[ks], b[0], b[1]);
-          Mma<T>::Run(s[2 * np + 1], qf[ks], b[2], b[3]);
+            for (int e = 0; e < 4; ++e) s[m][nt][e] = 0.f;
+          }
         }
-      }
 #pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
+        for (int ks = 0; ks < kKS; ++ks) {
+          uint32_t b[4];
+          LoadB2(kst, col0 + np * 16, ks, kCh, lane, b);
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int col = nt * 8 + 2 * t4 + (e & 1);
-          const int key = start + col;
-          const int h = e >> 1;
-          const bool ok = col < n && (!p.causal || key <= pos_h[h]);
-          if (ok) mx[h] = fmaxf(mx[h], s[nt][e] * a.softmax_scale);
+          for (int m = 0; m < 2; ++m) {
+            Mma<T>::Run(s[m][0], qf[m][ks], b[0], b[1]);
+            Mma<T>::Run(s[m][1], qf[m][ks], b[2], b[3]);
+          }
+        }
+#pragma unroll
+        for (int m = 0; m < 2; ++m) {
+#pragma unroll
+          for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int col = col0 + np * 16 + nt * 8 + 2 * t4 + (e & 1);
+              const int i = 2 * m + (e >> 1);
+              const bool ok = full || (col < n && (!p.causal || start + col <= pos_r[i]));
+              if (ok) mx[i] = fmaxf(mx[i], s[m][nt][e]);
+            }
+          }
         }
       }
     }
@@ -136,17 +167,17 @@ __global__ void __launch_bounds__(kAnThreads) AnAnchorKernel(AnArgs a) {
   __syncthreads();
   if (active) {
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float m = QuadMax(mx[h]);
-      const int r = row0 + g + 8 * h;
-      if (t4 == 0 && r < rows) sMax[r] = m;
+    for (int i = 0; i < 4; ++i) {
+      const float m = QuadMax(mx[i]);
+      const int r = row0 + 16 * (i >> 1) + g + 8 * (i & 1);
+      if (t4 == 0 && r < rows) sMax[half * kAnRows + r] = m * a.softmax_scale;
     }
   }
   __syncthreads();
   const int64_t out = static_cast<int64_t>(slot) * a.num_blocks + block;
   if (tid == 0) {
     double sum = 0;
-    for (int r = 0; r < rows; ++r) sum += sMax[r];
+    for (int r = 0; r < rows; ++r) sum += fmaxf(sMax[r], sMax[kAnRows + r]);
     a.xa[out] = static_cast<float>(sum / rows);
   }
   // Pooled scaled query: the CPU's float sums in row order.
