@@ -17,5 +17,5 @@ done
 cp "$BASE" "$DEST/bin/spattn-bench-base" && chmod u+w "$DEST/bin/spattn-bench-base"
 strip --strip-debug "$DEST/bin/spattn-bench-base"
 (cd "$DEST" && tar -cJf bundle.tar.xz bin lib && rm -rf bin lib)
-cp bench/results/kernels/s17-anchor/run.sh "$DEST/"
+cp bench/results/kernels/s17-anchor/run${RUN:-2}/run.sh "$DEST/"
 du -sh "$DEST"
