@@ -1,7 +1,8 @@
 // AnchorAttention (seed 002) on the GPU, the twin of kernels/builders/anchor.cc:
-//  1. Anchor pass, one CTA per (slot, query block): the max of q.k * scale of every row over the
-//     init keys [0, r1) and the group's local window [gfp, row) (tensor-core tiles), averaged
-//     over the block (x_a), and the block's mean scaled query (the CPU's float sums, same order).
+//  1. Anchor pass, one CTA per (pair of slots, query block): the max of q.k * scale of every row
+//     over the init keys [0, r1) and the group's local window [gfp, row) (tensor-core tiles),
+//     averaged over the block (x_a), and the block's mean scaled query (the CPU's float sums, same
+//     order).
 //  2. Stripe scan: a GEMM of the pooled queries (split into bf16 hi + lo, so the products keep
 //     ~16 mantissa bits) against the keys between the init keys and each group's window; a key
 //     is kept for a group when some pooled query of the group has x_a - qbar.k <= theta. Kept
