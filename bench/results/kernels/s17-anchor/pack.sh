@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Packs this branch's build_index_gpu_test + spattn-bench and a base spattn-bench (built from
-# main 592a594 beforehand, path in $1) into /work/main/.gpu-s17-anchor (carry .gpu-s17-anchor).
+# main 592a594 beforehand, path in $1) into /work/main/.gpu-s17-anchor (carry .gpu-s17-anchor), with the
+# run script of bench/results/kernels/s17-anchor/run$RUN/ (RUN defaults to 2).
 set -euo pipefail
 cd "$(dirname "$0")/../../../.."
 BASE=$1
