@@ -25,6 +25,20 @@ int MaxSmemOptin() {
   return bytes;
 }
 
+namespace merged {
+
+int GlobalScratchCtas(int64_t groups) {
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    cudaGetLastError();
+    sms = 32;
+  }
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(groups, 2 * int64_t{sms})));
+}
+
+}  // namespace merged
+
 absl::Status CheckDeviceInputs(const AttentionProblem& p, Method method) {
   if (p.space != MemorySpace::kCuda) {
     return absl::FailedPreconditionError(absl::StrCat("GPU index builder of ", MethodName(method),
