@@ -80,7 +80,7 @@ __host__ __device__ inline int64_t BsSlotBytes(int max_rows, int nk_max) {
 // One group of rows: pooled queries and logits, then per row (one warp each) the top-k with the
 // diagonal blocks forced first and its runs of blocks.
 template <typename T, bool kGlobal>
-__device__ __forceinline__ void BlockSparseGroup(const BlockRowsParams& p, const RowGroup& grp,
+__device__ __forceinline__ void BlockSparseGroup(const BlockRowsParams& p, const RowGroup grp,
                                                  float* qs, float* ks, float* logits,
                                                  uint8_t* flags_all) {
   constexpr int kWarps = kRowThreads / 32;

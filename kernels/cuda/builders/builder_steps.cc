@@ -261,12 +261,16 @@ absl::StatusOr<EstimateParams> RunEstimate(const AttentionProblem& p, const Attn
   SPATTN_ASSIGN_OR_RETURN(ep.dpart, Carve<double>(ws, slots * e.dpart_stride, "diagonal partials"));
   SPATTN_ASSIGN_OR_RETURN(ep.diag_sums, Carve<double>(ws, slots * e.diag_stride, "diagonal sums"));
   if (e.total_ctas == 0 || slots == 0) return ep;
+  timer.Mark("est_setup");
   SPATTN_CUDA_RETURN_IF_ERROR(LaunchEstimatePass(ep, 1, stream), "estimate pass 1");
+  timer.Mark("est_max");
   SPATTN_CUDA_RETURN_IF_ERROR(LaunchEstimatePass(ep, 2, stream), "estimate pass 2");
   SPATTN_CUDA_RETURN_IF_ERROR(LaunchEstimateRowInv(ep, stream), "estimate row sums");
+  timer.Mark("est_sum");
   SPATTN_CUDA_RETURN_IF_ERROR(LaunchEstimatePass(ep, 3, stream), "estimate pass 3");
+  timer.Mark("est_probs");
   SPATTN_CUDA_RETURN_IF_ERROR(LaunchEstimateDiagCombine(ep, stream), "estimate diagonals");
-  timer.Mark("estimate");
+  timer.Mark("est_diag");
   return ep;
 }
 

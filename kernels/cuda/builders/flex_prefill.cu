@@ -165,7 +165,7 @@ __host__ __device__ inline int64_t QaSlotBytes(int max_rows, int nk_max) {
 // memory; pv (the rows' probabilities) and the flags in shared or global memory.
 template <typename T>
 __device__ __forceinline__ void FlexQaGroup(const FlexParams& p, int mode, int level,
-                                            const RowGroup& grp, float* qs, float* ks, double* pv,
+                                            const RowGroup grp, float* qs, float* ks, double* pv,
                                             uint8_t* sel_all, uint8_t* mem_all) {
   __shared__ int warp_hist[kQaThreads / 32][256];
   __shared__ double warp_mass[kQaThreads / 32][256];

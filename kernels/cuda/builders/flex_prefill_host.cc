@@ -54,6 +54,7 @@ absl::StatusOr<SparseIndexView> BuildFlexPrefill(const AttentionProblem& p, cons
 
   SPATTN_ASSIGN_OR_RETURN(
       float* pooled_k, PoolKeysOnDevice(p, a, pp, blob.At<int32_t>(pm.kb_offsets), bs, ws, stream));
+  timer.Mark("pool_keys");
   SPATTN_ASSIGN_OR_RETURN(EstimateParams ep, RunEstimate(p, a, e, blob.At<EstimateSeq>(lm.seqs),
                                                          d_heads, plan.slots, ws, stream, timer));
   FlexParams f;
