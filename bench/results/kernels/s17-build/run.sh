@@ -23,12 +23,12 @@ export SPATTN_GPU_BUILDER_PROFILE=1
 COMMON="--device=cuda --workload=llm_mix --heads=32 --kv_heads=8 --head_dim=128 --dtype=bf16
   --group_by=all --recall_rows=16 --warmup=2 --repeat=3"
 M=${METHODS:-vertical_slash,block_sparse,flex_prefill}
-for run in "new 32768" "base 32768" "new 131072" "base 131072"; do
-  set -- $run
+for len in ${LENS:-32768 131072}; do for v in new base; do
+  set -- $v $len
   bin=bin/spattn-bench; [ "$1" = base ] && bin=bin/spattn-bench-base
   timeout 60 $bin $COMMON --seq_len=$2 --methods=$M >> "$OUT/bench_$1.jsonl" 2>> "$OUT/bench_$1.err"
   note "spattn-bench $1 $2 rc=$?"
-done
+done; done
 if [ "${ONEM:-1}" = 1 ]; then
   timeout ${ONEM_S:-90} bin/spattn-bench --device=cuda --workload=llm_mix --heads=32 --kv_heads=8 \
     --head_dim=128 --dtype=bf16 --group_by=all --recall_rows=8 --seq_len=1048576 --q_len=65536 \
