@@ -6,8 +6,10 @@
 // Exactness: the CPU computes each row's probabilities as expf(l - max) * (1 / sum) in fp32 and
 // sums columns and diagonals in double in row order; the kernels below do the same operations in
 // the same order per column (and per diagonal inside each key chunk), so only the logits (tensor
-// cores vs the CPU's FMA chain) and the order of the row sums differ. Where the logits are exact
-// (integer-valued inputs, power-of-two scale) the selected lines are the CPU's, ties included.
+// cores vs the CPU's FMA chain), the order of the row sums and the last bits of the exp
+// (ExpNonPositive, a double-precision exp rounded to float) differ. Where the logits are exact
+// (integer-valued inputs, power-of-two scale) the selected lines are the CPU's, ties included
+// (but where an exp lands within ~1e-15 of a float rounding boundary).
 #include <algorithm>
 #include <cub/block/block_reduce.cuh>
 
@@ -34,8 +36,8 @@ struct EstSmem {
 // Shared memory of pass `pass`. Passes 1 and 2 (row maxima, row sums) need only the Q and K
 // tiles; pass 3 adds the column / diagonal accumulators and the probability tile, which takes the
 // K tile's place once the tile's logits are in registers. The smaller the footprint, the more
-// CTAs per SM: the passes are latency-bound (one more K buffer, 4 -> 3 CTAs, made them ~10%
-// slower in s17-build's run 1).
+// CTAs per SM: the passes are latency-bound (a second K buffer for a cp.async double buffer,
+// 4 -> 3 CTAs per SM, made them ~10% slower; kernels/cuda/NOTES.md, Session 17 — s17-build).
 __host__ __device__ inline EstSmem EstLayout(int head_dim, int max_n, int pass) {
   EstSmem l;
   const int64_t pitch = head_dim + 8;
@@ -57,79 +59,34 @@ __host__ __device__ inline EstSmem EstLayout(int head_dim, int max_n, int pass) 
 }
 
 // 2^(j / 64), j in [0, 64), correctly rounded.
+// clang-format off
 __constant__ double kExp2Frac[64] = {
-    1.0,
-    1.0108892860517005,
-    1.0218971486541166,
-    1.0330248790212284,
-    1.0442737824274138,
-    1.0556451783605572,
-    1.0671404006768237,
-    1.0787607977571199,
-    1.0905077326652577,
-    1.102382583307841,
-    1.1143867425958924,
-    1.1265216186082418,
-    1.1387886347566916,
-    1.1511892299529827,
-    1.1637248587775775,
-    1.1763969916502812,
-    1.189207115002721,
-    1.202156731452703,
-    1.215247359980469,
-    1.22848053610687,
-    1.241857812073484,
-    1.255380757024691,
-    1.2690509571917332,
-    1.2828700160787783,
-    1.2968395546510096,
-    1.3109612115247644,
-    1.3252366431597413,
-    1.339667524053303,
-    1.3542555469368927,
-    1.3690024229745905,
-    1.383909881963832,
-    1.3989796725383112,
-    1.4142135623730951,
-    1.42961333839197,
-    1.4451808069770467,
-    1.460917794180647,
-    1.4768261459394993,
-    1.4929077282912648,
-    1.5091644275934228,
-    1.5255981507445384,
-    1.5422108254079407,
-    1.559004400237837,
-    1.5759808451078865,
-    1.593142151342267,
-    1.6104903319492543,
-    1.6280274218573478,
-    1.645755478153965,
-    1.6636765803267364,
-    1.681792830507429,
-    1.7001063537185235,
-    1.718619298122478,
-    1.7373338352737062,
-    1.7562521603732995,
-    1.7753764925265212,
-    1.7947090750031072,
-    1.8142521755003989,
-    1.8340080864093424,
-    1.8539791250833855,
-    1.8741676341103,
-    1.8945759815869656,
-    1.9152065613971474,
-    1.9360617934922943,
-    1.9571441241754002,
-    1.978456026387951,
+    1.0, 1.0108892860517005, 1.0218971486541166, 1.0330248790212284,
+    1.0442737824274138, 1.0556451783605572, 1.0671404006768237, 1.0787607977571199,
+    1.0905077326652577, 1.102382583307841, 1.1143867425958924, 1.1265216186082418,
+    1.1387886347566916, 1.1511892299529827, 1.1637248587775775, 1.1763969916502812,
+    1.189207115002721, 1.202156731452703, 1.215247359980469, 1.22848053610687,
+    1.241857812073484, 1.255380757024691, 1.2690509571917332, 1.2828700160787783,
+    1.2968395546510096, 1.3109612115247644, 1.3252366431597413, 1.339667524053303,
+    1.3542555469368927, 1.3690024229745905, 1.383909881963832, 1.3989796725383112,
+    1.4142135623730951, 1.42961333839197, 1.4451808069770467, 1.460917794180647,
+    1.4768261459394993, 1.4929077282912648, 1.5091644275934228, 1.5255981507445384,
+    1.5422108254079407, 1.559004400237837, 1.5759808451078865, 1.593142151342267,
+    1.6104903319492543, 1.6280274218573478, 1.645755478153965, 1.6636765803267364,
+    1.681792830507429, 1.7001063537185235, 1.718619298122478, 1.7373338352737062,
+    1.7562521603732995, 1.7753764925265212, 1.7947090750031072, 1.8142521755003989,
+    1.8340080864093424, 1.8539791250833855, 1.8741676341103, 1.8945759815869656,
+    1.9152065613971474, 1.9360617934922943, 1.9571441241754002, 1.978456026387951,
 };
+// clang-format on
 
-// (float)exp((double)x) for a float x <= 0 (the CPU's expf, through double), in ~12 double
-// operations instead of exp()'s range reduction and degree-11 polynomial: x = (64 m + j) ln2/64
-// + r with |r| <= ln2/128 (Cody-Waite, FMA), exp(r) by a degree-5 polynomial (truncation below
-// 4e-17), times 2^(j/64) from `tab` (shared memory) and 2^m. Relative error a few double ulps:
-// the float rounding is exp()'s but when the exact value is within ~1e-15 of a float rounding
-// boundary. x < -110 (and -inf) gives 0, as exp() rounded to float does.
+// (float)exp((double)x) for a float x <= 0 (the CPU's expf, through double) in ~12 double
+// operations, cheaper for inputs this narrow than exp() (with exp(), pass 2 of the estimate took
+// twice pass 1): x = (64 m + j) ln2/64 + r with |r| <= ln2/128 (Cody-Waite, FMA), exp(r)
+// by a degree-5 polynomial (truncation below 4e-17), times 2^(j/64) from `tab` (shared memory)
+// and 2^m. Relative error a few double ulps: the float rounding is exp()'s but when the exact
+// value is within ~1e-15 of a float rounding boundary. x < -110 (and -inf) gives 0, as exp()
+// rounded to float does.
 __device__ __forceinline__ float ExpNonPositive(float xf, const double* tab) {
   if (!(xf >= -110.f)) return 0.f;
   const double x = static_cast<double>(xf);
