@@ -87,6 +87,8 @@ std::vector<MethodParam> MakeMethodParams() {
           [](MethodConfig* c) { return &c->saap.sink_tokens; }),
       Int(M::kSaap, "local_tokens", R::kNonNegative,
           [](MethodConfig* c) { return &c->saap.local_tokens; }),
+      Int(M::kSaap, "classify_rows", R::kPositive,
+          [](MethodConfig* c) { return &c->saap.classify_rows; }),
 
       Float(M::kSampledLines, "gamma", R::kUnitInterval,
             [](MethodConfig* c) { return &c->sampled_lines.gamma; }),

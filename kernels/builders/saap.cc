@@ -32,6 +32,10 @@ absl::Status BuildSaapIndex(const AttentionProblem& problem, const SaapParams& p
   if (block_m <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("block_m must be > 0, got ", block_m));
   }
+  if (params.classify_rows <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("saap.classify_rows must be > 0, got ", params.classify_rows));
+  }
   SPATTN_RETURN_IF_ERROR(CheckSaapAssets(problem, params, heads, assets));
   InitSparseIndex(problem, heads, block_m, out);
   std::vector<RowKeys> rows(out->num_rows());
@@ -100,13 +104,17 @@ absl::Status BuildSaapIndex(const AttentionProblem& problem, const SaapParams& p
   });
 
   // Queries: classifier distributions summed per (block, kv group), top-l buckets, rows. A task
-  // takes consecutive blocks of one sequence, up to kQueryRows rows, so the classifier's
-  // products are tall enough to run near GEMM speed.
+  // takes consecutive blocks of one sequence, up to kQueryRows classified rows, so the
+  // classifier's products are tall enough to run near GEMM speed. With classify_rows below
+  // block_m only that many evenly spaced rows of each block are classified (SampledRow), each
+  // de-roped at its own position; otherwise every row, de-roped in one call from the first.
+  const bool sampled = params.classify_rows < block_m;
+  const int rows_per_block = sampled ? params.classify_rows : block_m;
   struct QueryTask {
     int kvh, first_block, blocks;
   };
   std::vector<QueryTask> query_tasks;
-  const int per_task = std::max(1, kQueryRows / block_m);
+  const int per_task = std::max(1, kQueryRows / rows_per_block);
   for (int kvh : kv_used) {
     for (int b = 0; b < nb; ++b) {
       for (int blk = out->block_offsets[b]; blk < out->block_offsets[b + 1]; blk += per_task) {
@@ -119,12 +127,37 @@ absl::Status BuildSaapIndex(const AttentionProblem& problem, const SaapParams& p
     const int kvh = task.kvh;
     const BlockGeometry g0 = GetBlockGeometry(problem, *out, task.first_block);
     const BlockGeometry g1 = GetBlockGeometry(problem, *out, task.first_block + task.blocks - 1);
-    const int m = g1.q_end - g0.q_begin;
-    std::vector<float> x(static_cast<size_t>(m) * d), logits(static_cast<size_t>(m) * nc), scratch;
+    // Classified rows of the task: row offset from g0.q_begin, position, block within the task.
+    std::vector<int> row_at, block_of;
+    std::vector<int64_t> pos_of;
+    for (int k = 0; k < task.blocks; ++k) {
+      const BlockGeometry g = GetBlockGeometry(problem, *out, task.first_block + k);
+      const int n = g.q_end - g.q_begin;
+      const int count = sampled ? std::min(rows_per_block, n) : n;
+      for (int j = 0; j < count; ++j) {
+        const int r = sampled ? SaapSampledRow(j, count, n) : j;
+        row_at.push_back(g.q_begin - g0.q_begin + r);
+        pos_of.push_back(int64_t{g.first_pos} + r);
+        block_of.push_back(k);
+      }
+    }
+    const int m = static_cast<int>(row_at.size());
+    const int span = g1.q_end - g0.q_begin;
+    std::vector<float> x(static_cast<size_t>(sampled ? m : span) * d),
+        logits(static_cast<size_t>(m) * nc), scratch;
     std::vector<double> score(static_cast<size_t>(task.blocks) * nc, 0.0);
     for (int h : group_heads[kvh]) {
-      LoadRows(problem, problem.q, problem.cu_seqlens_q[g0.seq], h, g0.q_begin, m, x.data());
-      RotateRope(x.data(), m, d, g0.first_pos, freq, interleaved, -1);
+      if (sampled) {
+        for (int i = 0; i < m; ++i) {
+          float* xi = &x[static_cast<size_t>(i) * d];
+          LoadRows(problem, problem.q, problem.cu_seqlens_q[g0.seq], h, g0.q_begin + row_at[i], 1,
+                   xi);
+          RotateRope(xi, 1, d, pos_of[i], freq, interleaved, -1);
+        }
+      } else {
+        LoadRows(problem, problem.q, problem.cu_seqlens_q[g0.seq], h, g0.q_begin, span, x.data());
+        RotateRope(x.data(), span, d, g0.first_pos, freq, interleaved, -1);
+      }
       ClassifierForward(assets->classifiers[h], x.data(), m, logits.data(), &scratch);
       for (int i = 0; i < m; ++i) {
         float* l = &logits[static_cast<size_t>(i) * nc];
@@ -138,7 +171,7 @@ absl::Status BuildSaapIndex(const AttentionProblem& problem, const SaapParams& p
         }
         if (!std::isfinite(sum)) continue;
         const double inv = 1.0 / sum;
-        double* sc = &score[static_cast<size_t>(i / block_m) * nc];
+        double* sc = &score[static_cast<size_t>(block_of[i]) * nc];
         for (int c = 0; c < nc; ++c) sc[c] += l[c] * inv;
       }
     }

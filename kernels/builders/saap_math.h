@@ -32,6 +32,13 @@ void RotateRope(float* x, int count, int head_dim, int64_t first_pos,
 void AssignNearestCentroid(const float* x, int n, int d, const float* centroids_t,
                            int num_centroids, int32_t* out, float* maybe_best);
 
+// Row (within its block of n rows) of the j-th of `count` classified rows when Saap classifies
+// only some rows per block (SaapParams::classify_rows): evenly spaced, (2j + 1) n / (2 count),
+// so count = n gives every row. The GPU builder uses the same rule.
+inline int SaapSampledRow(int j, int count, int n) {
+  return static_cast<int>((int64_t{2} * j + 1) * n / (int64_t{2} * count));
+}
+
 // Checks one q head's classifier chain: the first layer reads head_dim, the last writes
 // num_centroids, consecutive sizes agree, weight/bias sizes match. INVALID_ARGUMENT naming the
 // head and layer otherwise.

@@ -314,9 +314,14 @@ double ModeledBuildPairs(const AttentionProblem& p, const MethodConfig& config,
         break;
       }
       case Method::kSaap: {
+        // Classified rows: every row, or classify_rows per block of 64 (as sampled_lines).
         const double centroids = config.saap.num_centroids;
+        const double rows =
+            config.saap.classify_rows < 64
+                ? std::min<double>(config.saap.classify_rows * CeilDiv(p.q_len(b), 64), q)
+                : q;
         work += k * centroids / std::max(1, p.group_size()) +
-                q * ClassifierMacs(maybe_assets) / std::max(1, p.head_dim);
+                rows * ClassifierMacs(maybe_assets) / std::max(1, p.head_dim);
         break;
       }
       case Method::kSampledLines: {

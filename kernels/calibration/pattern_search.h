@@ -79,7 +79,8 @@ std::string ConfigLabel(const MethodConfig& config);
 //   sample_attention   0.5 * min(chunk_n, nq) * min(B, q) * k    (sampled blocks x keys)
 //   anchor             0.5 * (q * (min(init, k) + min(step * B / 2, k)) + nq * k)
 //                      (per-row anchor over init + local keys, pooled queries x keys)
-//   saap               0.5 * (k * C / group + q * mlp_macs / head_dim)
+//   saap               0.5 * (k * C / group + rows * mlp_macs / head_dim), rows = q, or
+//                      min(classify_rows * ceil(q / 64), q) when classify_rows < 64
 //   sampled_lines      16 * 0.5 * (1.5 * rows_per_block * ceil(q / 64) + min(last_q, q)) * k
 //                      (three passes over the sampled rows, half the keys each under the
 //                      mask, and the last-rows evidence; 16 = kSampledLinesEntryCost)

@@ -386,6 +386,10 @@ TEST(PatternSearch, ModeledBuildCost) {
   LayerAssets assets;
   assets.classifiers.resize(4);
   assets.classifiers[1] = {DenseLayerWeights{64, 128}, DenseLayerWeights{128, 32}};
+  // Default classify_rows 4: 4 rows in each of 16 blocks of 64 go through the classifier.
+  EXPECT_DOUBLE_EQ(ModeledBuildPairs(p, c, &assets),
+                   0.5 * (3000.0 * 32 / 2 + 4.0 * 16 * (64 * 128 + 128 * 32) / 64));
+  c.saap.classify_rows = 128;  // every row
   EXPECT_DOUBLE_EQ(ModeledBuildPairs(p, c, &assets),
                    0.5 * (3000.0 * 32 / 2 + 1000.0 * (64 * 128 + 128 * 32) / 64));
 }

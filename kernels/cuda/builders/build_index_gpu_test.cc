@@ -269,7 +269,12 @@ MethodCases CasesFor(Method m) {
       c.saap.top_l = 4;
       c.saap.sink_tokens = 3;
       c.saap.local_tokens = 50;
+      mc.configs.push_back(c);     // default classify_rows: sampled rows per block
+      c.saap.classify_rows = 128;  // every row (the seed's design)
       mc.configs.push_back(c);
+      c.saap.classify_rows = 3;  // an odd count: 21 blocks per classifier tile
+      mc.configs.push_back(c);
+      c.saap.classify_rows = SaapParams().classify_rows;
       c.saap.sink_tokens = c.saap.local_tokens = 0;
       mc.configs.push_back(c);
       // bf16 classifier weights move near-tied buckets: rows may differ, recall and density not.
@@ -611,9 +616,12 @@ TEST(BuildIndexOnGpuSaapTest, MatchesCpuOnPlantedClusters) {
     c.saap.top_l = 1;
     ExpectAgreement(*hp, *engine, c, AllHeads(hq), 64, 0.05, 0.01, 0.01, &assets, dev->get());
     c.saap.top_l = 3;
-    for (int block_m : {64, 128, 32}) {
-      ExpectAgreement(*hp, *engine, c, AllHeads(hq), block_m, 0.05, 0.02, 0.02, &assets,
-                      dev->get());
+    for (int rows : {SaapParams().classify_rows, 1, 128}) {  // sampled rows; every row
+      c.saap.classify_rows = rows;
+      for (int block_m : {64, 128, 32}) {
+        ExpectAgreement(*hp, *engine, c, AllHeads(hq), block_m, 0.05, 0.02, 0.02, &assets,
+                        dev->get());
+      }
     }
     ExpectAgreement(*hp, *engine, c, {5, 1, 4}, 64, 0.05, 0.02, 0.02, &assets, dev->get());
   }
@@ -700,6 +708,15 @@ TEST(BuildIndexOnGpuErrorsTest, AssembledBuildersAnswerPreciseCodes) {
             absl::StatusCode::kInvalidArgument);
   sp.saap.num_centroids = 16;
   EXPECT_TRUE(BuildAndDownloadIndex(*engine, (*dp)->problem(), sp, {0}, 64, &idx, dev->get()).ok());
+  // classify_rows: not positive; more sampled rows of a 128-row block than one tile holds.
+  sp.saap.classify_rows = 0;
+  EXPECT_EQ(BuildAndDownloadIndex(*engine, (*dp)->problem(), sp, {0}, 64, &idx, dev->get()).code(),
+            absl::StatusCode::kInvalidArgument);
+  sp.saap.classify_rows = 100;
+  EXPECT_EQ(BuildAndDownloadIndex(*engine, (*dp)->problem(), sp, {0}, 128, &idx, dev->get()).code(),
+            absl::StatusCode::kUnimplemented);
+  EXPECT_TRUE(BuildAndDownloadIndex(*engine, (*dp)->problem(), sp, {0}, 64, &idx, dev->get()).ok());
+  sp.saap.classify_rows = SaapParams().classify_rows;
   LayerAssets partial = assets;
   partial.classifiers[3].clear();
   auto dev_partial = engine->UploadLayerAssets(partial, 64);

@@ -5,7 +5,9 @@
 //  2. Bucket lists per (kv head, sequence): histogram, scan, scatter (members unordered: the
 //     row assembler only ORs them into a bitmap).
 //  3. Queries: one CTA per (kv group, query block) runs, for every requested q head of the
-//     group and every 64 rows of the block, the de-rope and the classifier MLP on tensor cores
+//     group and every 64 rows of the block (or, with classify_rows below block_m, per (kv group,
+//     64 / classify_rows blocks) on classify_rows sampled rows of each block), the de-rope and
+//     the classifier MLP on tensor cores
 //     (X -> hidden in shared memory as bf16 -> logits in 256-wide chunks with an online row
 //     max / sum), then adds softmax(logits) of its rows to the block's bucket scores and takes
 //     the top_l buckets (common/topk.cuh CtaTopKByBisection: ties to the lower bucket).
@@ -291,186 +293,275 @@ __device__ __forceinline__ void ClsGemm(uint32_t sA, int K, const __nv_bfloat16*
   }
 }
 
+// The classifier over the 64 de-roped rows in sX (bf16, swizzled) for q head h: logits into
+// `scratch` [64 x c_pad] and each row's max and 1 / sum into sRowM / sRowInv (1 / sum = 0: the
+// row does not vote, as rows outside `valid` and rows with a NaN/Inf logit).
+template <int kD>
+__device__ __forceinline__ void ClassifyTile(const SaapArgs& a, int h, uint64_t valid,
+                                             const ClsLayout& lay, char* smem, float* scratch) {
+  const SaapAssetsDev& as = a.assets;
+  const int hp = as.hidden_pad, cp = as.c_pad, C = as.num_centroids;
+  const uint32_t sXa = SmemAddr(smem + lay.x);
+  char* sH = smem + lay.h;
+  const uint32_t sHa = SmemAddr(sH);
+  const uint32_t sWa = SmemAddr(smem + lay.w);
+  float2* sStat = reinterpret_cast<float2*>(smem + lay.stat);
+  float* sRowM = reinterpret_cast<float*>(smem + lay.rowm);
+  float* sRowInv = reinterpret_cast<float*>(smem + lay.rowinv);
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int wr = warp & 1, wc = warp >> 1;
+  float acc[2][8][4];
+  if (as.num_layers == 2) {
+    const __nv_bfloat16* w0 = static_cast<const __nv_bfloat16*>(as.w0t[h]);
+    const float* b0 = as.b0[h];
+    for (int n0 = 0; n0 < hp; n0 += kClsN) {
+      ClsGemm(sXa, kD, w0, n0, sWa, acc);
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+          const int c = n0 + 64 * wc + 8 * nt + 2 * t4;
+          const float bias0 = b0[c], bias1 = b0[c + 1];
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            const int r = 32 * wr + 16 * mt + g + 8 * hh;
+            float v0 = acc[mt][nt][2 * hh] + bias0, v1 = acc[mt][nt][2 * hh + 1] + bias1;
+            if (as.relu0) {
+              v0 = fmaxf(v0, 0.f);
+              v1 = fmaxf(v1, 0.f);
+            }
+            *reinterpret_cast<uint32_t*>(sH + TileElemOff(r, c, hp / 8)) =
+                Mma<__nv_bfloat16>::Pack(v0, v1);
+          }
+        }
+      }
+    }
+    __syncthreads();
+  }
+  const uint32_t sA = as.num_layers == 2 ? sHa : sXa;
+  const int K = as.num_layers == 2 ? hp : kD;
+  const __nv_bfloat16* w1 = static_cast<const __nv_bfloat16*>(as.w1t[h]);
+  const float* b1 = as.b1[h];
+  float m_run[2][2], l_run[2][2];
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+    m_run[mt][0] = m_run[mt][1] = kNegInf;
+    l_run[mt][0] = l_run[mt][1] = 0.f;
+  }
+  for (int n0 = 0; n0 < cp; n0 += kClsN) {
+    ClsGemm(sA, K, w1, n0, sWa, acc);
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int r = 32 * wr + 16 * mt + g + 8 * hh;
+        float cmax = kNegInf;
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+          const int c = n0 + 64 * wc + 8 * nt + 2 * t4;
+          float v0 = acc[mt][nt][2 * hh] + b1[c], v1 = acc[mt][nt][2 * hh + 1] + b1[c + 1];
+          if (as.relu1) {
+            v0 = fmaxf(v0, 0.f);
+            v1 = fmaxf(v1, 0.f);
+          }
+          acc[mt][nt][2 * hh] = v0;
+          acc[mt][nt][2 * hh + 1] = v1;
+          *reinterpret_cast<float2*>(scratch + static_cast<int64_t>(r) * cp + c) =
+              make_float2(v0, v1);
+          if (c < C) cmax = fmaxf(cmax, v0);
+          if (c + 1 < C) cmax = fmaxf(cmax, v1);
+        }
+        cmax = QuadMax(cmax);
+        const float m_new = fmaxf(m_run[mt][hh], cmax);
+        if (m_new != kNegInf) {
+          float sum = 0.f;
+#pragma unroll
+          for (int nt = 0; nt < 8; ++nt) {
+            const int c = n0 + 64 * wc + 8 * nt + 2 * t4;
+            if (c < C) sum += Exp2((acc[mt][nt][2 * hh] - m_new) * kLog2e);
+            if (c + 1 < C) sum += Exp2((acc[mt][nt][2 * hh + 1] - m_new) * kLog2e);
+          }
+          l_run[mt][hh] =
+              (m_run[mt][hh] == kNegInf ? 0.f
+                                        : l_run[mt][hh] * Exp2((m_run[mt][hh] - m_new) * kLog2e)) +
+              sum;
+          m_run[mt][hh] = m_new;
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const float l = QuadSum(l_run[mt][hh]);
+      const int r = 32 * wr + 16 * mt + g + 8 * hh;
+      if (t4 == 0) sStat[wc * kClsRows + r] = make_float2(m_run[mt][hh], l);
+    }
+  }
+  __syncthreads();
+  if (tid < kClsRows) {
+    float m = kNegInf;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) m = fmaxf(m, sStat[q * kClsRows + tid].x);
+    float l = 0.f;
+    if (m != kNegInf) {
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const float2 st = sStat[q * kClsRows + tid];
+        l += st.x == kNegInf ? 0.f : st.y * Exp2((st.x - m) * kLog2e);
+      }
+    }
+    const bool ok = ((valid >> tid) & 1u) && isfinite(m) && isfinite(l) && l > 0.f;
+    sRowM[tid] = m;
+    sRowInv[tid] = ok ? 1.f / l : 0.f;
+  }
+  __syncthreads();
+}
+
+// Sum over rows [r0, r1) of the tile of row r's softmax at bucket c (rows that do not vote add 0).
+__device__ __forceinline__ float RowsMass(const float* scratch, const float* sRowM,
+                                          const float* sRowInv, int cp, int c, int r0, int r1) {
+  float s = 0.f;
+  for (int r = r0; r < r1; ++r) {
+    const float inv = sRowInv[r];
+    if (inv != 0.f)
+      s += Exp2((scratch[static_cast<int64_t>(r) * cp + c] - sRowM[r]) * kLog2e) * inv;
+  }
+  return s;
+}
+
+// Two ways to fill a tile (a.rows_per_block): 0 = every row of one block, 64 consecutive rows
+// per tile (de-roped from the tile's first position, angle steps as RotateRope over a span);
+// > 0 = blocks_per_item blocks per item, rows_per_block evenly spaced rows of each (row j of a
+// block of n rows: (2j + 1) n / (2 count), count = min(rows_per_block, n); SaapSampledRow), each
+// de-roped at its own position (as RotateRope of one row), their scores per block kept in the
+// CTA's slice of score_scratch until the top-l.
 template <typename T, int kD>
 __global__ void __launch_bounds__(kClsThreads, 1) SaapClassifyKernel(SaapArgs a) {
   constexpr int kHalf = kD / 2, kCh = kD / 8;
   extern __shared__ __align__(128) char smem[];
   const SaapAssetsDev& as = a.assets;
-  const int hp = as.hidden_pad, cp = as.c_pad, C = as.num_centroids;
-  const ClsLayout lay = MakeClsLayout(kD, as.num_layers, hp, cp);
+  const int cp = as.c_pad, C = as.num_centroids;
+  const ClsLayout lay = MakeClsLayout(kD, as.num_layers, as.hidden_pad, cp);
   char* sX = smem + lay.x;
-  const uint32_t sXa = SmemAddr(sX);
-  char* sH = smem + lay.h;
-  const uint32_t sHa = SmemAddr(sH);
-  const uint32_t sWa = SmemAddr(smem + lay.w);
   float* sScore = reinterpret_cast<float*>(smem + lay.score);
-  float2* sStat = reinterpret_cast<float2*>(smem + lay.stat);
-  float* sRowM = reinterpret_cast<float*>(smem + lay.rowm);
-  float* sRowInv = reinterpret_cast<float*>(smem + lay.rowinv);
+  const float* sRowM = reinterpret_cast<const float*>(smem + lay.rowm);
+  const float* sRowInv = reinterpret_cast<const float*>(smem + lay.rowinv);
   double* sBase = reinterpret_cast<double*>(smem + lay.base);
 
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int g = lane >> 2, t4 = lane & 3;
-  const int wr = warp & 1, wc = warp >> 1;
+  const int tid = threadIdx.x;
   const AttnParams& p = a.p;
   float* scratch = a.logits_scratch + static_cast<int64_t>(blockIdx.x) * kClsRows * cp;
-  const int64_t items = static_cast<int64_t>(a.num_kv) * a.num_blocks;
+  const int rpb = a.rows_per_block, bpi = rpb > 0 ? a.blocks_per_item : 1;
+  float* block_scores =
+      rpb > 0 ? a.score_scratch + static_cast<int64_t>(blockIdx.x) * bpi * cp : nullptr;
+  const int chunks = (a.num_blocks + bpi - 1) / bpi;
+  const int64_t items = static_cast<int64_t>(a.num_kv) * chunks;
 
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
-    const int gi = static_cast<int>(item / a.num_blocks);
-    const int block = static_cast<int>(item - static_cast<int64_t>(gi) * a.num_blocks);
-    const BlockGeoDev geo = a.geo[block];
-    const int q_tok0 = p.cu_seqlens_q[geo.seq];
-    for (int c = tid; c < cp; c += kClsThreads) sScore[c] = 0.f;
+    const int gi = static_cast<int>(item / chunks);
+    const int block0 = static_cast<int>(item - static_cast<int64_t>(gi) * chunks) * bpi;
+    const int nblk = min(bpi, a.num_blocks - block0);
+    if (rpb == 0) {
+      const BlockGeoDev geo = a.geo[block0];
+      const int q_tok0 = p.cu_seqlens_q[geo.seq];
+      for (int c = tid; c < cp; c += kClsThreads) sScore[c] = 0.f;
+      for (int hi = a.group_head_off[gi]; hi < a.group_head_off[gi + 1]; ++hi) {
+        const int h = a.group_heads[hi];
+        const T* qg = static_cast<const T*>(p.q) + static_cast<int64_t>(h) * p.q_head_stride;
+        for (int row_start = geo.q_begin; row_start < geo.q_end; row_start += kClsRows) {
+          const int rows = min(kClsRows, geo.q_end - row_start);
+          const int64_t pos_base = static_cast<int64_t>(geo.first_pos) + (row_start - geo.q_begin);
+          __syncthreads();  // sX, sBase, sStat and the scratch are free
+          BaseAngles(as.inv_freq, kHalf, pos_base, sBase);
+          __syncthreads();
+          for (int idx = tid; idx < kClsRows * kHalf; idx += kClsThreads) {
+            const int r = idx / kHalf, i = idx - r * kHalf;
+            const int ia = as.interleaved ? 2 * i : i;
+            const int ib = as.interleaved ? 2 * i + 1 : i + kHalf;
+            float y1 = 0.f, y2 = 0.f;
+            if (r < rows) {
+              const T* qr = qg + static_cast<int64_t>(q_tok0 + row_start + r) * p.q_token_stride;
+              const float x1 = ToF(qr[ia]), x2 = ToF(qr[ib]);
+              float c, s;
+              RopeCS(sBase, as.step_cs, kHalf, r, i, c, s);
+              y1 = x1 * c - x2 * s;
+              y2 = x2 * c + x1 * s;
+            }
+            *reinterpret_cast<__nv_bfloat16*>(sX + TileElemOff(r, ia, kCh)) = __float2bfloat16(y1);
+            *reinterpret_cast<__nv_bfloat16*>(sX + TileElemOff(r, ib, kCh)) = __float2bfloat16(y2);
+          }
+          __syncthreads();
+          const uint64_t valid = rows >= 64 ? ~uint64_t{0} : (uint64_t{1} << rows) - 1;
+          ClassifyTile<kD>(a, h, valid, lay, smem, scratch);
+          for (int c = tid; c < C; c += kClsThreads) {
+            sScore[c] += RowsMass(scratch, sRowM, sRowInv, cp, c, 0, rows);
+          }
+        }
+      }
+      __syncthreads();
+      topk::CtaTopKByBisection<kClsThreads>(
+          sScore, C, a.top_l,
+          a.selected + (static_cast<int64_t>(gi) * a.num_blocks + block0) * a.top_l);
+      __syncthreads();
+      continue;
+    }
+    // Sampled rows: tile row r is row j = r % rpb of block block0 + r / rpb.
+    uint64_t valid = 0;
+    for (int r = 0; r < nblk * rpb; ++r) {
+      const BlockGeoDev geo = a.geo[block0 + r / rpb];
+      if (r % rpb < min(rpb, geo.q_end - geo.q_begin)) valid |= uint64_t{1} << r;
+    }
     for (int hi = a.group_head_off[gi]; hi < a.group_head_off[gi + 1]; ++hi) {
       const int h = a.group_heads[hi];
       const T* qg = static_cast<const T*>(p.q) + static_cast<int64_t>(h) * p.q_head_stride;
-      for (int row_start = geo.q_begin; row_start < geo.q_end; row_start += kClsRows) {
-        const int rows = min(kClsRows, geo.q_end - row_start);
-        const int64_t pos_base = static_cast<int64_t>(geo.first_pos) + (row_start - geo.q_begin);
-        __syncthreads();  // sX, sBase, sStat and the scratch are free
-        BaseAngles(as.inv_freq, kHalf, pos_base, sBase);
-        __syncthreads();
-        for (int idx = tid; idx < kClsRows * kHalf; idx += kClsThreads) {
-          const int r = idx / kHalf, i = idx - r * kHalf;
-          const int ia = as.interleaved ? 2 * i : i;
-          const int ib = as.interleaved ? 2 * i + 1 : i + kHalf;
-          float y1 = 0.f, y2 = 0.f;
-          if (r < rows) {
-            const T* qr = qg + static_cast<int64_t>(q_tok0 + row_start + r) * p.q_token_stride;
-            const float x1 = ToF(qr[ia]), x2 = ToF(qr[ib]);
-            float c, s;
-            RopeCS(sBase, as.step_cs, kHalf, r, i, c, s);
-            y1 = x1 * c - x2 * s;
-            y2 = x2 * c + x1 * s;
-          }
-          *reinterpret_cast<__nv_bfloat16*>(sX + TileElemOff(r, ia, kCh)) = __float2bfloat16(y1);
-          *reinterpret_cast<__nv_bfloat16*>(sX + TileElemOff(r, ib, kCh)) = __float2bfloat16(y2);
+      __syncthreads();  // sX, sStat and the scratch are free
+      for (int idx = tid; idx < kClsRows * kHalf; idx += kClsThreads) {
+        const int r = idx / kHalf, i = idx - r * kHalf;
+        const int ia = as.interleaved ? 2 * i : i;
+        const int ib = as.interleaved ? 2 * i + 1 : i + kHalf;
+        float y1 = 0.f, y2 = 0.f;
+        if ((valid >> r) & 1u) {
+          const BlockGeoDev geo = a.geo[block0 + r / rpb];
+          const int n = geo.q_end - geo.q_begin, count = min(rpb, n), j = r % rpb;
+          const int row = static_cast<int>((int64_t{2} * j + 1) * n / (int64_t{2} * count));
+          const T* qr = qg + static_cast<int64_t>(p.cu_seqlens_q[geo.seq] + geo.q_begin + row) *
+                                 p.q_token_stride;
+          const float x1 = ToF(qr[ia]), x2 = ToF(qr[ib]);
+          const double ang =
+              fmod(static_cast<double>(geo.first_pos + row) * as.inv_freq[i], kTwoPi);
+          double sd, cd;
+          sincos(ang, &sd, &cd);
+          const float c = static_cast<float>(cd), s = static_cast<float>(-sd);
+          y1 = x1 * c - x2 * s;
+          y2 = x2 * c + x1 * s;
         }
-        __syncthreads();
-        float acc[2][8][4];
-        if (as.num_layers == 2) {
-          const __nv_bfloat16* w0 = static_cast<const __nv_bfloat16*>(as.w0t[h]);
-          const float* b0 = as.b0[h];
-          for (int n0 = 0; n0 < hp; n0 += kClsN) {
-            ClsGemm(sXa, kD, w0, n0, sWa, acc);
-#pragma unroll
-            for (int mt = 0; mt < 2; ++mt) {
-#pragma unroll
-              for (int nt = 0; nt < 8; ++nt) {
-                const int c = n0 + 64 * wc + 8 * nt + 2 * t4;
-                const float bias0 = b0[c], bias1 = b0[c + 1];
-#pragma unroll
-                for (int hh = 0; hh < 2; ++hh) {
-                  const int r = 32 * wr + 16 * mt + g + 8 * hh;
-                  float v0 = acc[mt][nt][2 * hh] + bias0, v1 = acc[mt][nt][2 * hh + 1] + bias1;
-                  if (as.relu0) {
-                    v0 = fmaxf(v0, 0.f);
-                    v1 = fmaxf(v1, 0.f);
-                  }
-                  *reinterpret_cast<uint32_t*>(sH + TileElemOff(r, c, hp / 8)) =
-                      Mma<__nv_bfloat16>::Pack(v0, v1);
-                }
-              }
-            }
-          }
-          __syncthreads();
-        }
-        const uint32_t sA = as.num_layers == 2 ? sHa : sXa;
-        const int K = as.num_layers == 2 ? hp : kD;
-        const __nv_bfloat16* w1 = static_cast<const __nv_bfloat16*>(as.w1t[h]);
-        const float* b1 = as.b1[h];
-        float m_run[2][2], l_run[2][2];
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt) {
-          m_run[mt][0] = m_run[mt][1] = kNegInf;
-          l_run[mt][0] = l_run[mt][1] = 0.f;
-        }
-        for (int n0 = 0; n0 < cp; n0 += kClsN) {
-          ClsGemm(sA, K, w1, n0, sWa, acc);
-#pragma unroll
-          for (int mt = 0; mt < 2; ++mt) {
-#pragma unroll
-            for (int hh = 0; hh < 2; ++hh) {
-              const int r = 32 * wr + 16 * mt + g + 8 * hh;
-              float cmax = kNegInf;
-#pragma unroll
-              for (int nt = 0; nt < 8; ++nt) {
-                const int c = n0 + 64 * wc + 8 * nt + 2 * t4;
-                float v0 = acc[mt][nt][2 * hh] + b1[c], v1 = acc[mt][nt][2 * hh + 1] + b1[c + 1];
-                if (as.relu1) {
-                  v0 = fmaxf(v0, 0.f);
-                  v1 = fmaxf(v1, 0.f);
-                }
-                acc[mt][nt][2 * hh] = v0;
-                acc[mt][nt][2 * hh + 1] = v1;
-                *reinterpret_cast<float2*>(scratch + static_cast<int64_t>(r) * cp + c) =
-                    make_float2(v0, v1);
-                if (c < C) cmax = fmaxf(cmax, v0);
-                if (c + 1 < C) cmax = fmaxf(cmax, v1);
-              }
-              cmax = QuadMax(cmax);
-              const float m_new = fmaxf(m_run[mt][hh], cmax);
-              if (m_new != kNegInf) {
-                float sum = 0.f;
-#pragma unroll
-                for (int nt = 0; nt < 8; ++nt) {
-                  const int c = n0 + 64 * wc + 8 * nt + 2 * t4;
-                  if (c < C) sum += Exp2((acc[mt][nt][2 * hh] - m_new) * kLog2e);
-                  if (c + 1 < C) sum += Exp2((acc[mt][nt][2 * hh + 1] - m_new) * kLog2e);
-                }
-                l_run[mt][hh] = (m_run[mt][hh] == kNegInf
-                                     ? 0.f
-                                     : l_run[mt][hh] * Exp2((m_run[mt][hh] - m_new) * kLog2e)) +
-                                sum;
-                m_run[mt][hh] = m_new;
-              }
-            }
-          }
-        }
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt) {
-#pragma unroll
-          for (int hh = 0; hh < 2; ++hh) {
-            const float l = QuadSum(l_run[mt][hh]);
-            const int r = 32 * wr + 16 * mt + g + 8 * hh;
-            if (t4 == 0) sStat[wc * kClsRows + r] = make_float2(m_run[mt][hh], l);
-          }
-        }
-        __syncthreads();
-        if (tid < kClsRows) {
-          float m = kNegInf;
-#pragma unroll
-          for (int q = 0; q < 4; ++q) m = fmaxf(m, sStat[q * kClsRows + tid].x);
-          float l = 0.f;
-          if (m != kNegInf) {
-#pragma unroll
-            for (int q = 0; q < 4; ++q) {
-              const float2 st = sStat[q * kClsRows + tid];
-              l += st.x == kNegInf ? 0.f : st.y * Exp2((st.x - m) * kLog2e);
-            }
-          }
-          const bool ok = tid < rows && isfinite(m) && isfinite(l) && l > 0.f;
-          sRowM[tid] = m;
-          sRowInv[tid] = ok ? 1.f / l : 0.f;
-        }
-        __syncthreads();
-        for (int c = tid; c < C; c += kClsThreads) {
-          float s = 0.f;
-          for (int r = 0; r < rows; ++r) {
-            const float inv = sRowInv[r];
-            if (inv != 0.f) {
-              s += Exp2((scratch[static_cast<int64_t>(r) * cp + c] - sRowM[r]) * kLog2e) * inv;
-            }
-          }
-          sScore[c] += s;
+        *reinterpret_cast<__nv_bfloat16*>(sX + TileElemOff(r, ia, kCh)) = __float2bfloat16(y1);
+        *reinterpret_cast<__nv_bfloat16*>(sX + TileElemOff(r, ib, kCh)) = __float2bfloat16(y2);
+      }
+      __syncthreads();
+      ClassifyTile<kD>(a, h, valid, lay, smem, scratch);
+      const bool first = hi == a.group_head_off[gi];
+      for (int c = tid; c < C; c += kClsThreads) {
+        for (int b = 0; b < nblk; ++b) {
+          const float m = RowsMass(scratch, sRowM, sRowInv, cp, c, b * rpb, (b + 1) * rpb);
+          float* dst = block_scores + static_cast<int64_t>(b) * cp + c;
+          *dst = first ? m : *dst + m;
         }
       }
     }
-    __syncthreads();
-    topk::CtaTopKByBisection<kClsThreads>(
-        sScore, C, a.top_l,
-        a.selected + (static_cast<int64_t>(gi) * a.num_blocks + block) * a.top_l);
+    for (int b = 0; b < nblk; ++b) {
+      __syncthreads();
+      for (int c = tid; c < C; c += kClsThreads) {
+        sScore[c] = block_scores[static_cast<int64_t>(b) * cp + c];
+      }
+      __syncthreads();
+      topk::CtaTopKByBisection<kClsThreads>(
+          sScore, C, a.top_l,
+          a.selected + (static_cast<int64_t>(gi) * a.num_blocks + block0 + b) * a.top_l);
+    }
     __syncthreads();
   }
 }

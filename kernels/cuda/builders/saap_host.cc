@@ -40,6 +40,10 @@ absl::Status CheckSaapRequest(const AttentionProblem& p, const SaapParams& param
     return absl::InvalidArgumentError(absl::StrCat(
         "saap.top_l (", params.top_l, ") exceeds saap.num_centroids (", params.num_centroids, ")"));
   }
+  if (params.classify_rows <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("saap.classify_rows must be > 0, got ", params.classify_rows));
+  }
   const CudaLayerAssets::Rep& r = assets->rep();
   if (r.num_centroids != params.num_centroids) {
     return absl::InvalidArgumentError(
@@ -146,14 +150,33 @@ absl::StatusOr<SparseIndexView> BuildSaap(const BuildScope& env, const Attention
   SPATTN_CUDA_RETURN_IF_ERROR(
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, env.device),
       "multiprocessor count");
-  const int64_t cls_items = static_cast<int64_t>(num_kv) * num_blocks;
+  // Classifier items: (kv group, block), or (kv group, 64 / classify_rows blocks) when only
+  // classify_rows sampled rows of each block are classified (the CPU's rule: below block_m).
+  if (params.classify_rows < block_m) {
+    if (params.classify_rows > 64) {
+      return absl::UnimplementedError(absl::StrCat(
+          "saap.classify_rows: the GPU builder samples at most 64 rows of a block, got ",
+          params.classify_rows, " of ", block_m, " (>= block_m classifies every row)"));
+    }
+    sp.rows_per_block = params.classify_rows;
+    sp.blocks_per_item = 64 / sp.rows_per_block;
+  }
+  const int64_t cls_items =
+      static_cast<int64_t>(num_kv) * ((num_blocks + sp.blocks_per_item - 1) / sp.blocks_per_item);
   sp.classify_grid = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(cls_items, sms)));
   SPATTN_ASSIGN_OR_RETURN(sp.logits_scratch,
                           Carve<float>(env, static_cast<int64_t>(sp.classify_grid) * 64 * dev.c_pad,
                                        "saap logits scratch"));
+  if (sp.rows_per_block > 0) {
+    SPATTN_ASSIGN_OR_RETURN(
+        sp.score_scratch,
+        Carve<float>(env, static_cast<int64_t>(sp.classify_grid) * sp.blocks_per_item * dev.c_pad,
+                     "saap block scores"));
+  }
   sp.top_l = params.top_l;
-  SPATTN_ASSIGN_OR_RETURN(sp.selected,
-                          Carve<int32_t>(env, cls_items * params.top_l, "saap visited buckets"));
+  SPATTN_ASSIGN_OR_RETURN(
+      sp.selected, Carve<int32_t>(env, static_cast<int64_t>(num_kv) * num_blocks * params.top_l,
+                                  "saap visited buckets"));
   StageTimer timer(env.stream, "saap");
   sp.keys_done = timer.Event("keys");
   SPATTN_CUDA_RETURN_IF_ERROR(LaunchSaapSelect(sp, env.stream), "saap selection");
