@@ -12,13 +12,14 @@
 // 131072), causal 1 (0: full attention), dtype bf16 (or fp16). Q, K, V are N(0, 1) values of
 // the dtype (as torch.randn in sdpa_reference.py).
 // tag: a label copied into every line (the knobs of the run, say).
-// knob_sets (dense lines only): "NAME:VAR=VALUE+VAR=VALUE;NAME2:..." runs each dense variant once
-// per set with those environment variables set (the Hopper benchmark knobs are read at each
-// launch), a line per set tagged "<tag>/<NAME>"; a set with no variables ("NAME:") is the
-// defaults. rounds (default 1): the sets run that many times, interleaved (set 1, set 2, ...,
-// set 1, ...), so drifts of the clock show as a spread between rounds rather than between sets.
-// Shape matrix: kv_heads, head_dim, causal and dtype also take comma lists (every combination
-// is run, each over seq_lens).
+// knob_sets (dense lines; sparse ones with sparse_knobs=1): "NAME:VAR=VALUE+VAR=VALUE;NAME2:..."
+// runs each dense variant once per set with those environment variables set (the Hopper benchmark
+// knobs are read at each launch), a line per set tagged "<tag>/<NAME>"; a set with no variables
+// ("NAME:") is the defaults. rounds (default 1): the sets run that many times, interleaved (set 1,
+// set 2, ..., set 1, ...), so drifts of the clock show as a spread between rounds rather than
+// between sets. sparse_knobs=1: each sparse index runs under the knob sets and rounds as well (A/B
+// of the sparse kernel's knobs in one process, the index built once). Shape matrix: kv_heads,
+// head_dim, causal and dtype also take comma lists (every combination is run, each over seq_lens).
 // sdpa (a file of sdpa_reference.py's JSON lines, run on the same machine in the same device
 // run): dense lines of a shape it has also carry "sdpa_kernel", "sdpa_ms", "sdpa_tflops" and
 // "vs_sdpa" (our TFLOP/s over SDPA's; the cuDNN backend's line, else the flash one's).
@@ -295,6 +296,10 @@ int RunShape(const std::map<std::string, std::string>& flags, int kv_heads, int 
   std::string tag = base_tag;
   const std::vector<KnobSet> knob_sets = ParseKnobSets(get("knob_sets", ""));
   const int rounds = std::max(1, std::atoi(get("rounds", "1").c_str()));
+  // sparse_knobs=1: the sparse lines run under the knob sets (and rounds) too.
+  const bool sparse_knobs = get("sparse_knobs", "0") == "1";
+  const std::vector<KnobSet> sparse_sets = sparse_knobs ? knob_sets : ParseKnobSets("");
+  const int sparse_rounds = sparse_knobs ? rounds : 1;
   const double skip_sparse_above = std::atof(get("skip_sparse_above", "131072").c_str());
 
   std::string why;
@@ -429,21 +434,29 @@ int RunShape(const std::map<std::string, std::string>& flags, int kv_heads, int 
         return 1;
       }
       const double pairs = static_cast<double>(SumPairs(p, idx));
-      for (double v : sparse_variants) {
-        CudaAttentionEngine* engine = engines[static_cast<int>(v)].get();
-        std::vector<double> ks, ss;
-        for (int i = 0; i < warmup + iters; ++i) {
-          CudaStageTimes t;
-          const absl::Status s = engine->RunSparseDeviceIndex(p, *view, &t);
-          if (!s.ok()) {
-            std::fprintf(stderr, "%s: %s\n", name.c_str(), s.ToString().c_str());
-            return 1;
+      for (int round = 0; round < sparse_rounds; ++round) {
+        for (const KnobSet& set : sparse_sets) {
+          for (const auto& [var, value] : set.vars) setenv(var.c_str(), value.c_str(), 1);
+          tag = set.name.empty() ? base_tag : base_tag + "/" + set.name;
+          for (double v : sparse_variants) {
+            CudaAttentionEngine* engine = engines[static_cast<int>(v)].get();
+            std::vector<double> ks, ss;
+            for (int i = 0; i < warmup + iters; ++i) {
+              CudaStageTimes t;
+              const absl::Status s = engine->RunSparseDeviceIndex(p, *view, &t);
+              if (!s.ok()) {
+                std::fprintf(stderr, "%s: %s\n", name.c_str(), s.ToString().c_str());
+                return 1;
+              }
+              if (i >= warmup) ks.push_back(t.kernel_seconds), ss.push_back(t.schedule_seconds);
+            }
+            emit(name + "_" + kVariantName[static_cast<int>(v)],
+                 pairs / (static_cast<double>(AllowedPairs(p)) * heads), 4.0 * d * pairs, ks, ss);
           }
-          if (i >= warmup) ks.push_back(t.kernel_seconds), ss.push_back(t.schedule_seconds);
+          for (const auto& [var, value] : set.vars) unsetenv(var.c_str());
         }
-        emit(name + "_" + kVariantName[static_cast<int>(v)],
-             pairs / (static_cast<double>(AllowedPairs(p)) * heads), 4.0 * d * pairs, ks, ss);
       }
+      tag = base_tag;
       return 0;
     };
 

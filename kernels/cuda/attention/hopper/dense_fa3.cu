@@ -211,9 +211,28 @@ cudaError_t PersistentDim(const AttnParams& p, const SparseIndexView& idx,
   if constexpr (kSparse) {
     // block_m 64: one consumer warpgroup per CTA, two CTAs per SM, 64-key tiles (2 ring slots
     // at d = 128, 4 at d = 64).
+    // SPATTN_HOPPER_ITEMS (d = 128; PersistTraits::kItems, default 2): 1 = item and tile
+    // descriptors without the cross-item stream, 0 = neither (the session-16 kernel), for A/B.
+    const int items = kD == 128 ? Knob("SPATTN_HOPPER_ITEMS", 2) : 2;
     if (idx.block_m == 64) {
+      if (items == 0) {
+        return LaunchPersistent<PersistTraits<T, kD, kD == 128 ? 2 : 4, 2, 4, 64, 0>, true>(
+            p, idx, sched, num_items, num_m_blocks, stream);
+      }
+      if (items == 1) {
+        return LaunchPersistent<PersistTraits<T, kD, kD == 128 ? 2 : 4, 2, 4, 64, 1>, true>(
+            p, idx, sched, num_items, num_m_blocks, stream);
+      }
       return LaunchPersistent<PersistTraits<T, kD, kD == 128 ? 2 : 4, 2, 4, 64>, true>(
           p, idx, sched, num_items, num_m_blocks, stream);
+    }
+    if (kD == 128 && items == 0) {
+      return LaunchPersistent<PersistTraits<T, kD, 2, 2, 4, 128, 0>, true>(p, idx, sched, num_items,
+                                                                           num_m_blocks, stream);
+    }
+    if (kD == 128 && items == 1) {
+      return LaunchPersistent<PersistTraits<T, kD, 2, 2, 4, 128, 1>, true>(p, idx, sched, num_items,
+                                                                           num_m_blocks, stream);
     }
   }
   if constexpr (kSparse && kD == 128) {
