@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Packs every GPU test and benchmark (opt builds) with the shared libraries the GPU machine lacks
 # into one folder that travels with a device run (default: <repo>/.gpu-all, git-ignored), so one
-# run checks and measures the whole CUDA path. Then, on the GPU machine: bash .gpu-all/run.sh.
+# run checks and measures the whole CUDA path. Then, on the GPU machine: bash .gpu-all/run.sh, then bash .gpu-all/run_1m.sh (the 1M chunk).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DEST=${1:-.gpu-all}
@@ -25,5 +25,5 @@ for t in "${TARGETS[@]}"; do
     xargs -r -I{} cp -nL {} "$DEST/lib/"
 done
 (cd "$DEST" && tar -cJf bundle.tar.xz bin lib && rm -rf bin lib)
-cp tests/gpu/run.sh kernels/cuda/bench/sdpa_reference.py "$DEST/"
+cp tests/gpu/run.sh tests/gpu/run_1m.sh tests/gpu/sdpa_chunk.py kernels/cuda/bench/sdpa_reference.py "$DEST/"
 du -sh "$DEST"

@@ -215,7 +215,17 @@ class CudaAttentionEngine::Impl {
     return a;
   }
 
-  absl::Status Dense(const cuda::AttnParams& a, int max_q_len) {
+  absl::Status Dense(cuda::AttnParams a, int max_q_len) {
+    // The Hopper kernel's tail split, when its workspace fits (else it runs without).
+    int64_t zero_bytes = 0;
+    const int64_t split_bytes = cuda::DenseWorkspaceBytes(a, max_q_len, variant(), &zero_bytes);
+    const int64_t start = (used_ + kAlign - 1) / kAlign * kAlign;
+    if (split_bytes > 0 && start + split_bytes <= bytes_ - resident_) {
+      SPATTN_ASSIGN_OR_RETURN(char* ws, Alloc<char>(split_bytes, "dense tail split"));
+      SPATTN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(ws, 0, zero_bytes, stream_),
+                                  "dense tail split counters");
+      a.maybe_dense_workspace = ws;
+    }
     SPATTN_CUDA_RETURN_IF_ERROR(cuda::LaunchDenseAttention(a, max_q_len, variant(), stream_),
                                 "dense kernel");
     return Mark(kKernel);

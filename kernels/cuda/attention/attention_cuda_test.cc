@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -79,6 +80,10 @@ const std::vector<Case>& SmallCases() {
       // non-causal tile), and d = 64 causal over several 192-row blocks (its 3-warpgroup shape).
       {{300, 77}, {400, 1000}, 4, 2, 128, DType::kF16, false},
       {{700}, {}, 4, 2, 64, DType::kBF16, true},
+      // Non-causal grids of fewer CTAs than SMs: the Hopper kernel splits their blocks' key
+      // tiles over several CTAs and merges them (the tail split: 4 pieces at d = 128, 3 at d = 64).
+      {{1000}, {3000}, 4, 1, 128, DType::kBF16, false},
+      {{900, 40}, {2500, 2600}, 4, 4, 64, DType::kF16, false},
   };
   return *cases;
 }
@@ -151,6 +156,27 @@ TEST_F(CudaAttentionTest, DenseKernelMatchesReference) {
                absl::StrCat(Describe(c), " variant=", variant));
     }
   }
+}
+
+// The Hopper kernel's tail split with more pieces than a block has key tiles (pieces without
+// tiles merge as empty) and with a forced 3-way split (SPATTN_HOPPER_TAIL_SPLIT, read at each
+// launch).
+TEST_F(CudaAttentionTest, DenseTailSplitPieces) {
+  const std::vector<Case> cases = {
+      {{300, 77}, {400, 1000}, 4, 2, 128, DType::kF16, false},
+      {{1000}, {3000}, 4, 1, 128, DType::kBF16, false},
+      {{900, 40}, {2500, 2600}, 4, 4, 64, DType::kBF16, false},
+  };
+  uint64_t seed = 50;
+  for (const char* pieces : {"16", "3"}) {
+    setenv("SPATTN_HOPPER_TAIL_SPLIT", pieces, 1);
+    for (const Case& c : cases) {
+      auto hp = MakeProblem(c, seed++);
+      CheckRun(engines_[4], *hp, nullptr, 1 << 20,
+               absl::StrCat(Describe(c), " variant=5 pieces=", pieces));
+    }
+  }
+  unsetenv("SPATTN_HOPPER_TAIL_SPLIT");
 }
 
 // The dense index through the sparse kernel: the test twin of the dense kernel. With the same

@@ -36,6 +36,9 @@ struct AttnParams {
   float scale_log2 = 0.f;  // softmax_scale * log2(e)
   bool causal = true;
   DType dtype = DType::kBF16;
+  // Dense kernel's workspace (DenseWorkspaceBytes bytes, its first zero_bytes zero), or null:
+  // the Hopper kernel then runs without its tail split.
+  void* maybe_dense_workspace = nullptr;
 };
 
 // Kernel shapes. kAuto picks the measured default for the head dim and block size.
@@ -53,6 +56,11 @@ enum class KernelVariant {
 // batch (host value; sizes the grid).
 cudaError_t LaunchDenseAttention(const AttnParams& p, int max_q_len, KernelVariant variant,
                                  cudaStream_t stream);
+
+// Bytes of AttnParams::maybe_dense_workspace the dense launch of `p` can use (0: none); the
+// first *zero_bytes of it must be zero at the launch (the kernel leaves them zero).
+int64_t DenseWorkspaceBytes(const AttnParams& p, int max_q_len, KernelVariant variant,
+                            int64_t* zero_bytes);
 
 // Work list of the sparse kernel: rows (head slot * num_blocks + block) in the order they are
 // handed out, costliest first, and the counter the persistent CTAs pull from.

@@ -85,6 +85,14 @@ KernelVariant Resolve(KernelVariant v) {
 
 }  // namespace detail
 
+int64_t DenseWorkspaceBytes(const AttnParams& p, int max_q_len, KernelVariant variant,
+                            int64_t* zero_bytes) {
+  *zero_bytes = 0;
+  variant = detail::Resolve(variant);
+  if (variant != KernelVariant::kHopper) return 0;
+  return hopper::DenseWorkspaceBytes(p, max_q_len, false, zero_bytes);
+}
+
 cudaError_t LaunchDenseAttention(const AttnParams& p, int max_q_len, KernelVariant variant,
                                  cudaStream_t stream) {
   variant = detail::Resolve(variant);

@@ -1,7 +1,8 @@
 // AnchorAttention (seed 002) on the GPU, the twin of kernels/builders/anchor.cc:
-//  1. Anchor pass, one CTA per (slot, query block): the max of q.k * scale of every row over the
-//     init keys [0, r1) and the group's local window [gfp, row) (tensor-core tiles), averaged
-//     over the block (x_a), and the block's mean scaled query (the CPU's float sums, same order).
+//  1. Anchor pass, one CTA per (pair of slots, query block): the max of q.k * scale of every row
+//     over the init keys [0, r1) and the group's local window [gfp, row) (tensor-core tiles),
+//     averaged over the block (x_a), and the block's mean scaled query (the CPU's float sums, same
+//     order).
 //  2. Stripe scan: a GEMM of the pooled queries (split into bf16 hi + lo, so the products keep
 //     ~16 mantissa bits) against the keys between the init keys and each group's window; a key
 //     is kept for a group when some pooled query of the group has x_a - qbar.k <= theta. Kept
@@ -18,9 +19,18 @@ constexpr int kAnThreads = 256;
 constexpr int kAnRows = 128;
 constexpr int kAnTileN = 64;
 
+// Anchor pass CTAs: one per (pair of slots, query block). Slots 2 i and 2 i + 1 of the same kv
+// head share every K tile (one load for 256 query rows: the pass streamed each K tile from L2 once
+// per 128 rows); a pair of different kv heads (or an odd last slot) runs one slot per sweep.
+constexpr int kAnPair = 2;
+// Warp w takes slot w / 4 of the sweep and its rows 32 (w % 4) .. + 32 (two m16 tiles, A fragments
+// in registers), all 64 keys of a tile, 16 keys at a time: every B fragment read from shared
+// memory feeds four MMAs.
+constexpr int kAnWarpRows = 32;
+
 template <int kD>
 constexpr int AnAnchorSmemBytes() {
-  return kAnRows * kD * 2 + 2 * kAnTileN * kD * 2 + kAnRows * 4;
+  return kAnPair * kAnRows * kD * 2 + 2 * kAnTileN * kD * 2 + kAnPair * kAnRows * 4;
 }
 template <int kD>
 constexpr int AnStripeSmemBytes() {
@@ -28,38 +38,35 @@ constexpr int AnStripeSmemBytes() {
 }
 
 template <typename T, int kD>
-__global__ void __launch_bounds__(kAnThreads) AnAnchorKernel(AnArgs a) {
+__global__ void __launch_bounds__(kAnThreads, 2) AnAnchorKernel(AnArgs a) {
   constexpr int kCh = kD / 8;
   constexpr int kKS = kD / 16;
+  constexpr int kQBytes = kAnRows * kD * 2;
   extern __shared__ __align__(128) char smem[];
-  const uint32_t sQa = SmemAddr(smem);
-  const uint32_t sKa = sQa + kAnRows * kD * 2;
-  float* sMax = reinterpret_cast<float*>(smem + kAnRows * kD * 2 + 2 * kAnTileN * kD * 2);
+  const uint32_t sQa = SmemAddr(smem);  // [kAnPair][kAnRows][kD]
+  const uint32_t sKa = sQa + kAnPair * kQBytes;
+  float* sMax = reinterpret_cast<float*>(smem + kAnPair * kQBytes + 2 * kAnTileN * kD * 2);
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t4 = lane & 3;
-  const int slot = blockIdx.x / a.num_blocks;
-  const int block = blockIdx.x - slot * a.num_blocks;
+  const int pair = blockIdx.x / a.num_blocks;
+  const int block = blockIdx.x - pair * a.num_blocks;
   const BlockGeoDev geo = a.geo[block];
-  const AnGroup grp = a.groups[slot * a.groups_per_slot + a.group_of_block[block]];
   const AttnParams& p = a.p;
-  const int q_head = a.heads[slot];
-  const int kvh = q_head / p.group;
+  const int s0 = kAnPair * pair;
+  const bool has1 = s0 + 1 < a.num_slots;
+  const bool shared_kv = has1 && a.heads[s0] / p.group == a.heads[s0 + 1] / p.group;
+  const int sweeps = has1 && !shared_kv ? 2 : 1;
   const int q_tok0 = p.cu_seqlens_q[geo.seq];
   const int k_tok0 = p.cu_seqlens_k[geo.seq];
   const int rows = geo.q_end - geo.q_begin;
+  // Every slot has the same groups (geometry per sequence), so slot s0's group serves both.
+  const AnGroup grp = a.groups[s0 * a.groups_per_slot + a.group_of_block[block]];
   // Anchor keys: [0, r1) then [gfp, hi); causal rows see the window up to their own position.
   const int r1 = grp.r1;
   const int hi = p.causal ? geo.last_pos + 1 : grp.r2_end;
   const int t1 = (r1 + kAnTileN - 1) / kAnTileN;
   const int ntiles = t1 + (hi > grp.gfp ? (hi - grp.gfp + kAnTileN - 1) / kAnTileN : 0);
-
-  const T* qg = static_cast<const T*>(p.q) + static_cast<int64_t>(q_head) * p.q_head_stride;
-  const T* kg = static_cast<const T*>(p.k) + static_cast<int64_t>(kvh) * p.k_head_stride;
-  LoadTileAsync(
-      sQa, kAnRows, rows, kCh,
-      [&](int r) { return qg + static_cast<int64_t>(q_tok0 + geo.q_begin + r) * p.q_token_stride; },
-      tid, kAnThreads);
   auto tile_span = [&](int t, int& start, int& n) {
     if (t < t1) {
       start = t * kAnTileN;
@@ -69,95 +76,138 @@ __global__ void __launch_bounds__(kAnThreads) AnAnchorKernel(AnArgs a) {
       n = min(kAnTileN, hi - start);
     }
   };
-  auto issue = [&](int t) {
-    int start, n;
-    tile_span(t, start, n);
-    LoadTileAsync(
-        sKa + (t & 1) * kAnTileN * kD * 2, kAnTileN, n, kCh,
-        [&](int r) { return kg + static_cast<int64_t>(k_tok0 + start + r) * p.k_token_stride; },
-        tid, kAnThreads);
-  };
-  if (ntiles > 0) issue(0);
-  CpAsyncCommit();
+  const int row0 = (warp & 3) * kAnWarpRows;
+  const int sub = warp >> 2;
 
-  const int row0 = warp * 16;
-  const bool active = row0 < rows;
-  float mx[2] = {kNegInf, kNegInf};
-  int pos_h[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) pos_h[h] = geo.first_pos + row0 + g + 8 * h;
-  uint32_t qf[kKS][4];
-  if (ntiles == 0) CpAsyncWait<0>();
-
-  for (int t = 0; t < ntiles; ++t) {
-    if (t + 1 < ntiles) issue(t + 1);
-    CpAsyncCommit();
-    CpAsyncWait<1>();
-    __syncthreads();
-    if (t == 0 && active) {
-#pragma unroll
-      for (int ks = 0; ks < kKS; ++ks) LoadA(sQa, row0, ks, kCh, lane, qf[ks]);
+  for (int sweep = 0; sweep < sweeps; ++sweep) {
+    const int first = s0 + sweep;  // the sweep's first slot
+    const int nsub = shared_kv ? kAnPair : 1;
+    const int kvh = a.heads[first] / p.group;
+    const T* kg = static_cast<const T*>(p.k) + static_cast<int64_t>(kvh) * p.k_head_stride;
+    for (int u = 0; u < nsub; ++u) {
+      const T* qg =
+          static_cast<const T*>(p.q) + static_cast<int64_t>(a.heads[first + u]) * p.q_head_stride;
+      LoadTileAsync(
+          sQa + u * kQBytes, kAnRows, rows, kCh,
+          [&](int r) {
+            return qg + static_cast<int64_t>(q_tok0 + geo.q_begin + r) * p.q_token_stride;
+          },
+          tid, kAnThreads);
     }
-    if (active) {
+    auto issue = [&](int t) {
       int start, n;
       tile_span(t, start, n);
-      const uint32_t kst = sKa + (t & 1) * kAnTileN * kD * 2;
-      float s[8][4];
+      LoadTileAsync(
+          sKa + (t & 1) * kAnTileN * kD * 2, kAnTileN, n, kCh,
+          [&](int r) { return kg + static_cast<int64_t>(k_tok0 + start + r) * p.k_token_stride; },
+          tid, kAnThreads);
+    };
+    if (ntiles > 0) issue(0);
+    CpAsyncCommit();
+
+    const bool active = sub < nsub && row0 < rows;
+    const uint32_t sQw = sQa + sub * kQBytes;
+    // Unscaled maxima of rows row0 + 16 m + g + 8 h (index 2 m + h): scale > 0 and rounding is
+    // monotone, so max(s) * scale == max(s * scale) bit for bit.
+    float mx[4] = {kNegInf, kNegInf, kNegInf, kNegInf};
+    int pos_r[4];
 #pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
+    for (int i = 0; i < 4; ++i) pos_r[i] = geo.first_pos + row0 + 16 * (i >> 1) + g + 8 * (i & 1);
+    const int warp_last = geo.first_pos + row0 + kAnWarpRows - 1;  // warp-uniform
+    uint32_t qf[2][kKS][4];
+    if (ntiles == 0) CpAsyncWait<0>();
+
+    for (int t = 0; t < ntiles; ++t) {
+      if (t + 1 < ntiles) issue(t + 1);
+      CpAsyncCommit();
+      CpAsyncWait<1>();
+      __syncthreads();
+      if (t == 0 && active) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) s[nt][e] = 0.f;
-      }
+        for (int m = 0; m < 2; ++m) {
 #pragma unroll
-      for (int ks = 0; ks < kKS; ++ks) {
-#pragma unroll
-        for (int np = 0; np < 4; ++np) {
-          uint32_t b[4];
-          LoadB2(kst, np * 16, ks, kCh, lane, b);
-          Mma<T>::Run(s[2 * np], qf[ks], b[0], b[1]);
-          Mma<T>::Run(s[2 * np + 1], qf[ks], b[2], b[3]);
+          for (int ks = 0; ks < kKS; ++ks) LoadA(sQw, row0 + 16 * m, ks, kCh, lane, qf[m][ks]);
         }
       }
+      int start, n;
+      tile_span(t, start, n);
+      if (active) {
+        const uint32_t kst = sKa + (t & 1) * kAnTileN * kD * 2;
 #pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
+        for (int np = 0; np < kAnTileN / 16; ++np) {
+          const int c0 = np * 16;
+          // Warp-uniform skips (the MMAs are warp-wide): keys past the tile's end, or causal
+          // keys past every row of the warp.
+          if (c0 >= n || (p.causal && start + c0 > warp_last)) continue;
+          float s[2][2][4];
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int col = nt * 8 + 2 * t4 + (e & 1);
-          const int key = start + col;
-          const int h = e >> 1;
-          const bool ok = col < n && (!p.causal || key <= pos_h[h]);
-          if (ok) mx[h] = fmaxf(mx[h], s[nt][e] * a.softmax_scale);
+          for (int m = 0; m < 2; ++m) {
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+              for (int e = 0; e < 4; ++e) s[m][nt][e] = 0.f;
+            }
+          }
+#pragma unroll
+          for (int ks = 0; ks < kKS; ++ks) {
+            uint32_t b[4];
+            LoadB2(kst, c0, ks, kCh, lane, b);
+#pragma unroll
+            for (int m = 0; m < 2; ++m) {
+              Mma<T>::Run(s[m][0], qf[m][ks], b[0], b[1]);
+              Mma<T>::Run(s[m][1], qf[m][ks], b[2], b[3]);
+            }
+          }
+          const bool full = c0 + 16 <= n && (!p.causal || start + c0 + 15 <= pos_r[0]);
+#pragma unroll
+          for (int m = 0; m < 2; ++m) {
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+              for (int e = 0; e < 4; ++e) {
+                const int col = c0 + nt * 8 + 2 * t4 + (e & 1);
+                const int i = 2 * m + (e >> 1);
+                const bool ok = full || (col < n && (!p.causal || start + col <= pos_r[i]));
+                if (ok) mx[i] = fmaxf(mx[i], s[m][nt][e]);
+              }
+            }
+          }
         }
+      }
+      __syncthreads();
+    }
+    CpAsyncWait<0>();
+    __syncthreads();
+    if (active) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float m = QuadMax(mx[i]);
+        const int r = row0 + 16 * (i >> 1) + g + 8 * (i & 1);
+        if (t4 == 0 && r < rows) sMax[sub * kAnRows + r] = m * a.softmax_scale;
       }
     }
     __syncthreads();
-  }
-  CpAsyncWait<0>();
-  __syncthreads();
-  if (active) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float m = QuadMax(mx[h]);
-      const int r = row0 + g + 8 * h;
-      if (t4 == 0 && r < rows) sMax[r] = m;
+    // x_a: the CPU's double sum in row order (warp u's lane 0 for slot u).
+    if (lane == 0 && warp < nsub) {
+      double sum = 0;
+      for (int r = 0; r < rows; ++r) sum += sMax[warp * kAnRows + r];
+      a.xa[static_cast<int64_t>(first + warp) * a.num_blocks + block] =
+          static_cast<float>(sum / rows);
     }
-  }
-  __syncthreads();
-  const int64_t out = static_cast<int64_t>(slot) * a.num_blocks + block;
-  if (tid == 0) {
-    double sum = 0;
-    for (int r = 0; r < rows; ++r) sum += sMax[r];
-    a.xa[out] = static_cast<float>(sum / rows);
-  }
-  // Pooled scaled query: the CPU's float sums in row order.
-  const float scale = a.softmax_scale;
-  for (int c = tid; c < kD; c += kAnThreads) {
-    float acc = 0.f;
-    for (int r = 0; r < rows; ++r) {
-      const T v = *reinterpret_cast<const T*>(smem + TileElemOff(r, c, kCh));
-      acc = __fadd_rn(acc, __fmul_rn(ToF(v), scale));
+    // Pooled scaled query: the CPU's float sums in row order.
+    const float scale = a.softmax_scale;
+    for (int i = tid; i < nsub * kD; i += kAnThreads) {
+      const int u = i / kD, c = i - u * kD;
+      const char* q = smem + u * kQBytes;
+      float acc = 0.f;
+      for (int r = 0; r < rows; ++r) {
+        const T v = *reinterpret_cast<const T*>(q + TileElemOff(r, c, kCh));
+        acc = __fadd_rn(acc, __fmul_rn(ToF(v), scale));
+      }
+      const int64_t out = static_cast<int64_t>(first + u) * a.num_blocks + block;
+      a.qbar[out * kD + c] = __fdiv_rn(acc, static_cast<float>(rows));
     }
-    a.qbar[out * kD + c] = __fdiv_rn(acc, static_cast<float>(rows));
+    __syncthreads();  // the next sweep reuses the Q tiles and sMax
   }
 }
 
@@ -323,7 +373,7 @@ cudaError_t AnLaunchTyped(const AnArgs& a, cudaStream_t stream) {
   err = cudaFuncSetAttribute(stripe, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              AnStripeSmemBytes<kD>());
   if (err != cudaSuccess) return err;
-  const int64_t blocks = static_cast<int64_t>(a.num_slots) * a.num_blocks;
+  const int64_t blocks = static_cast<int64_t>((a.num_slots + kAnPair - 1) / kAnPair) * a.num_blocks;
   if (blocks > 0) {
     anchor<<<static_cast<unsigned>(blocks), kAnThreads, AnAnchorSmemBytes<kD>(), stream>>>(a);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;

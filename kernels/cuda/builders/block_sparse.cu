@@ -57,30 +57,37 @@ struct BsSmem {
 
 __host__ __device__ inline int64_t Align16(int64_t x) { return (x + 15) / 16 * 16; }
 
-__host__ __device__ inline BsSmem BsLayout(int d, int max_rows, int nk_max) {
+// Shared memory: pooled queries, a chunk of pooled keys, then (unless kGlobal) the rows' logits
+// and each warp's flags. kGlobal: the last two at the same offsets in a global slot instead.
+__host__ __device__ inline BsSmem BsLayout(int d, int max_rows, int nk_max, bool global) {
   BsSmem l;
   l.qs = 0;
   l.ks = Align16(static_cast<int64_t>(max_rows) * d * 4);
-  l.logits = l.ks + Align16(static_cast<int64_t>(64) * (d + 1) * 4);
+  const int64_t head = l.ks + Align16(static_cast<int64_t>(64) * (d + 1) * 4);
+  l.logits = global ? 0 : head;
   l.flags = l.logits + Align16(static_cast<int64_t>(max_rows) * nk_max * 4);
-  l.total = l.flags + Align16(static_cast<int64_t>(kRowThreads / 32) * nk_max);  // per warp
+  const int64_t end = l.flags + Align16(static_cast<int64_t>(kRowThreads / 32) * nk_max);
+  l.total = global ? head : end;  // global: `end` is the slot's size
   return l;
 }
 
-template <typename T>
-__global__ void __launch_bounds__(kRowThreads) BlockSparseRowsKernel(BlockRowsParams p) {
+// One CTA's global slot: the layout's logits and flags.
+__host__ __device__ inline int64_t BsSlotBytes(int max_rows, int nk_max) {
+  const BsSmem l = BsLayout(0, max_rows, nk_max, true);
+  return l.flags + Align16(static_cast<int64_t>(kRowThreads / 32) * nk_max);
+}
+
+// One group of rows: pooled queries and logits, then per row (one warp each) the top-k with the
+// diagonal blocks forced first and its runs of blocks.
+template <typename T, bool kGlobal>
+__device__ __forceinline__ void BlockSparseGroup(const BlockRowsParams& p, const RowGroup grp,
+                                                 float* qs, float* ks, float* logits,
+                                                 uint8_t* flags_all) {
   constexpr int kWarps = kRowThreads / 32;
   __shared__ int warp_hist[kWarps][256];
-  extern __shared__ __align__(16) unsigned char smem[];
-  const BsSmem lay = BsLayout(p.head_dim, p.max_rows, p.nk_max);
-  float* qs = reinterpret_cast<float*>(smem + lay.qs);
-  float* ks = reinterpret_cast<float*>(smem + lay.ks);
-  float* logits = reinterpret_cast<float*>(smem + lay.logits);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  uint8_t* flags = smem + lay.flags + static_cast<int64_t>(warp) * p.nk_max;
+  uint8_t* flags = flags_all + static_cast<int64_t>(warp) * p.nk_max;
   int* hist = warp_hist[warp];
-
-  const RowGroup grp = p.groups[blockIdx.x];
   const PooledSeq s = p.seqs[grp.seq];
   const int qh = p.slot_head[grp.slot];
   const int kvh = qh / p.group;
@@ -102,7 +109,6 @@ __global__ void __launch_bounds__(kRowThreads) BlockSparseRowsKernel(BlockRowsPa
   PooledDots<kRowThreads>(qs, grp.rows, d, pk, vis_max, ks,
                           [&](int r, int kb, float l) { logits[r * nk + kb] = l; });
 
-  // One warp per row: top-k with the diagonal blocks forced first, then runs of blocks.
   for (int r = warp; r < grp.rows; r += kWarps) {
     int first_pos, last_pos, key_end;
     const int vis = visible_of(r, &first_pos, &last_pos, &key_end);
@@ -135,6 +141,31 @@ __global__ void __launch_bounds__(kRowThreads) BlockSparseRowsKernel(BlockRowsPa
   }
 }
 
+// kGlobal = false: one CTA per group, all in shared memory. kGlobal: the logits and flags in the
+// CTA's global slot (sequences of more key blocks than shared memory holds), the CTAs walking
+// the groups; the same arithmetic and selection either way.
+template <typename T, bool kGlobal>
+__global__ void __launch_bounds__(kRowThreads) BlockSparseRowsKernel(BlockRowsParams p) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const BsSmem lay = BsLayout(p.head_dim, p.max_rows, p.nk_max, kGlobal);
+  float* qs = reinterpret_cast<float*>(smem + lay.qs);
+  float* ks = reinterpret_cast<float*>(smem + lay.ks);
+  unsigned char* big = smem;
+  if (kGlobal) {
+    big = p.scratch + static_cast<int64_t>(blockIdx.x) * BsSlotBytes(p.max_rows, p.nk_max);
+  }
+  float* logits = reinterpret_cast<float*>(big + lay.logits);
+  uint8_t* flags = big + lay.flags;
+  if constexpr (!kGlobal) {  // one group per CTA
+    BlockSparseGroup<T, kGlobal>(p, p.groups[blockIdx.x], qs, ks, logits, flags);
+  } else {
+    for (int g = blockIdx.x; g < p.num_groups; g += gridDim.x) {
+      BlockSparseGroup<T, kGlobal>(p, p.groups[g], qs, ks, logits, flags);
+      __syncthreads();  // qs / logits are reused by the CTA's next group
+    }
+  }
+}
+
 __global__ void CompactRangesKernel(const int32_t* tmp_start, const int32_t* tmp_end, int cap,
                                     int64_t rows, const int32_t* indptr, int32_t* range_start,
                                     int32_t* range_len) {
@@ -156,9 +187,11 @@ int Grid(int64_t n, int threads) {
 
 }  // namespace
 
-int64_t BlockSparseSmemBytes(int head_dim, int max_rows, int nk_max) {
-  return BsLayout(head_dim, max_rows, nk_max).total;
+int64_t BlockSparseSmemBytes(int head_dim, int max_rows, int nk_max, bool global_scratch) {
+  return BsLayout(head_dim, max_rows, nk_max, global_scratch).total;
 }
+
+int64_t BlockSparseScratchBytes(int max_rows, int nk_max) { return BsSlotBytes(max_rows, nk_max); }
 
 cudaError_t LaunchPoolKeys(const PoolKeysParams& p, cudaStream_t stream) {
   const int64_t n = static_cast<int64_t>(p.num_kv_heads) * p.total_kb * p.head_dim;
@@ -176,32 +209,42 @@ cudaError_t LaunchPoolKeys(const PoolKeysParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-cudaError_t LaunchBlockSparseRows(const BlockRowsParams& p, cudaStream_t stream) {
-  if (p.num_groups == 0) return cudaSuccess;
-  const int64_t bytes = BsLayout(p.head_dim, p.max_rows, p.nk_max).total;
-  if (p.max_rows > 4 * (kRowThreads / 64)) return cudaErrorInvalidValue;
+namespace {
+
+template <bool kGlobal>
+cudaError_t LaunchRows(const BlockRowsParams& p, cudaStream_t stream) {
+  const int64_t bytes = BsLayout(p.head_dim, p.max_rows, p.nk_max, kGlobal).total;
+  const int grid = kGlobal ? std::min(p.num_groups, std::max(p.scratch_ctas, 1)) : p.num_groups;
   cudaError_t err;
   switch (p.dtype) {
     case DType::kBF16: {
-      auto kernel = BlockSparseRowsKernel<__nv_bfloat16>;
+      auto kernel = BlockSparseRowsKernel<__nv_bfloat16, kGlobal>;
       err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  static_cast<int>(bytes));
       if (err != cudaSuccess) return err;
-      kernel<<<p.num_groups, kRowThreads, bytes, stream>>>(p);
+      kernel<<<grid, kRowThreads, bytes, stream>>>(p);
       break;
     }
     case DType::kF16: {
-      auto kernel = BlockSparseRowsKernel<__half>;
+      auto kernel = BlockSparseRowsKernel<__half, kGlobal>;
       err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  static_cast<int>(bytes));
       if (err != cudaSuccess) return err;
-      kernel<<<p.num_groups, kRowThreads, bytes, stream>>>(p);
+      kernel<<<grid, kRowThreads, bytes, stream>>>(p);
       break;
     }
     case DType::kF32:
       return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t LaunchBlockSparseRows(const BlockRowsParams& p, cudaStream_t stream) {
+  if (p.num_groups == 0) return cudaSuccess;
+  if (p.max_rows > 4 * (kRowThreads / 64)) return cudaErrorInvalidValue;
+  return p.scratch != nullptr ? LaunchRows<true>(p, stream) : LaunchRows<false>(p, stream);
 }
 
 cudaError_t LaunchCompactRanges(const int32_t* tmp_start, const int32_t* tmp_end, int cap,

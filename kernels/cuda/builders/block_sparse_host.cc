@@ -25,12 +25,15 @@ absl::StatusOr<SparseIndexView> BuildBlockSparse(const AttentionProblem& p, cons
   const Plan plan = MakePlan(p, static_cast<int>(heads.size()), bs);
   const PooledPlan pp = MakePooledPlan(p, plan, bs);
   int rows_per_group = 1;
+  bool global_scratch = false;
   if (pp.nk_max > 0) {
-    SPATTN_ASSIGN_OR_RETURN(
-        rows_per_group,
-        RowsPerGroup(
-            pp.nk_max, [&](int r) { return BlockSparseSmemBytes(p.head_dim, r, pp.nk_max); },
-            16 * 1024, "block_sparse.block_size"));
+    SPATTN_ASSIGN_OR_RETURN(rows_per_group,
+                            RowsPerGroup(
+                                pp.nk_max,
+                                [&](int r, bool global) {
+                                  return BlockSparseSmemBytes(p.head_dim, r, pp.nk_max, global);
+                                },
+                                16 * 1024, "block_sparse.block_size", &global_scratch));
   }
   const std::vector<RowGroup> groups = MakeGroups(plan, pp, rows_per_group);
   MetaBlob blob;
@@ -66,6 +69,13 @@ absl::StatusOr<SparseIndexView> BuildBlockSparse(const AttentionProblem& p, cons
   SPATTN_ASSIGN_OR_RETURN(k.tmp_start, Carve<int32_t>(ws, plan.rows() * k.cap, "range slots"));
   SPATTN_ASSIGN_OR_RETURN(k.tmp_end, Carve<int32_t>(ws, plan.rows() * k.cap, "range slots"));
   k.range_count = csr.range_count;
+  if (global_scratch) {
+    k.scratch_ctas = GlobalScratchCtas(k.num_groups);
+    SPATTN_ASSIGN_OR_RETURN(
+        k.scratch,
+        Carve<unsigned char>(ws, k.scratch_ctas * BlockSparseScratchBytes(k.max_rows, k.nk_max),
+                             "block_sparse row scratch"));
+  }
   timer.Mark("pool_keys");
   SPATTN_CUDA_RETURN_IF_ERROR(LaunchBlockSparseRows(k, stream), "block_sparse rows");
   timer.Mark("rows");

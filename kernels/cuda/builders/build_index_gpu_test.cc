@@ -562,6 +562,39 @@ INSTANTIATE_TEST_SUITE_P(AllMethods, BuildIndexOnGpuTest, ::testing::ValuesIn(kA
                            return std::string(MethodName(info.param));
                          });
 
+// Sequences of more key blocks than the pooled row kernels' shared memory holds (a 1M-key chunk
+// at block 64 has 16384; here 640K keys at block 32, 20001 key blocks, next to a short sequence):
+// block_sparse and flex_prefill keep the rows' logits / probabilities and flags in global memory
+// and still build the CPU's index.
+TEST(BuildIndexOnGpuLongKeysTest, PooledBuildersTakeMoreKeyBlocksThanSharedMemory) {
+  SKIP_WITHOUT_GPU();
+  auto engine = MakeEngine(int64_t{1} << 30);
+  ASSERT_NE(engine, nullptr);
+  auto hp = MakeProblem({96, 40}, {640001, 1000}, 2, 1, 64, DType::kBF16, true, 91,
+                        /*integer_qk=*/true);
+  std::vector<MethodConfig> configs;
+  MethodConfig c;
+  c.method = Method::kBlockSparse;
+  c.block_sparse = {32, 5};
+  configs.push_back(c);
+  c = MethodConfig();
+  c.method = Method::kFlexPrefill;
+  c.flex_prefill.block_size = 32;
+  c.flex_prefill.tau = 1.f;  // every head query-aware, flattened
+  c.flex_prefill.min_budget = 128;
+  configs.push_back(c);
+  c.flex_prefill.flatten = false;  // per block, with a maximum
+  c.flex_prefill.min_budget = 0;
+  c.flex_prefill.max_budget = 256;
+  configs.push_back(c);
+  for (const MethodConfig& config : configs) {
+    const MethodCases mc = CasesFor(config.method);
+    ExpectAgreement(*hp, *engine, config, AllHeads(2), 64, mc.max_diff_share, mc.recall_tol,
+                    mc.density_tol);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
 // Saap assets calibrated (kernels/calibration) on planted clusters, as saap_test does.
 LayerAssets CalibratedClusters(int hq, int hkv, int d, int centroids, int hidden, uint64_t seed) {
   method_testing::ClusterSpec spec;

@@ -25,6 +25,20 @@ int MaxSmemOptin() {
   return bytes;
 }
 
+namespace merged {
+
+int GlobalScratchCtas(int64_t groups) {
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    cudaGetLastError();
+    sms = 32;
+  }
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(groups, 2 * int64_t{sms})));
+}
+
+}  // namespace merged
+
 absl::Status CheckDeviceInputs(const AttentionProblem& p, Method method) {
   if (p.space != MemorySpace::kCuda) {
     return absl::FailedPreconditionError(absl::StrCat("GPU index builder of ", MethodName(method),
@@ -247,12 +261,16 @@ absl::StatusOr<EstimateParams> RunEstimate(const AttentionProblem& p, const Attn
   SPATTN_ASSIGN_OR_RETURN(ep.dpart, Carve<double>(ws, slots * e.dpart_stride, "diagonal partials"));
   SPATTN_ASSIGN_OR_RETURN(ep.diag_sums, Carve<double>(ws, slots * e.diag_stride, "diagonal sums"));
   if (e.total_ctas == 0 || slots == 0) return ep;
+  timer.Mark("est_setup");
   SPATTN_CUDA_RETURN_IF_ERROR(LaunchEstimatePass(ep, 1, stream), "estimate pass 1");
+  timer.Mark("est_max");
   SPATTN_CUDA_RETURN_IF_ERROR(LaunchEstimatePass(ep, 2, stream), "estimate pass 2");
   SPATTN_CUDA_RETURN_IF_ERROR(LaunchEstimateRowInv(ep, stream), "estimate row sums");
+  timer.Mark("est_sum");
   SPATTN_CUDA_RETURN_IF_ERROR(LaunchEstimatePass(ep, 3, stream), "estimate pass 3");
+  timer.Mark("est_probs");
   SPATTN_CUDA_RETURN_IF_ERROR(LaunchEstimateDiagCombine(ep, stream), "estimate diagonals");
-  timer.Mark("estimate");
+  timer.Mark("est_diag");
   return ep;
 }
 

@@ -219,24 +219,27 @@ struct PooledMeta {
 };
 PooledMeta AddPooledMeta(const PooledPlan& pp, const std::vector<RowGroup>& groups, MetaBlob* blob);
 
-// The most rows per group whose shared memory fits the device.
+// Rows per group of the pooled row kernels (block_sparse, flex_prefill's query-aware rows):
+// the most whose shared memory fits the device, `bytes(r, false)` with every array in shared
+// memory; where not even one row fits (sequences of ~10K+ key blocks), kMaxRowsPerGroup with
+// the rows' large arrays in per-CTA global slots (`bytes(r, true)`) and *global set.
 template <class Bytes>
-absl::StatusOr<int> RowsPerGroup(int nk_max, Bytes bytes, int static_bytes, const char* param) {
+absl::StatusOr<int> RowsPerGroup(int nk_max, Bytes bytes, int static_bytes, const char* param,
+                                 bool* global) {
   const int64_t budget = MaxSmemOptin() - static_bytes;
-  int rows = 0;
+  *global = false;
   for (int r = kMaxRowsPerGroup; r >= 1; --r) {
-    if (bytes(r) <= budget) {
-      rows = r;
-      break;
-    }
+    if (bytes(r, false) <= budget) return r;
   }
-  if (rows == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cu_seqlens_k: a sequence of ", nk_max, " key blocks of ", param,
-                     " is too long for the GPU index builder's shared memory"));
-  }
-  return rows;
+  *global = true;
+  if (bytes(kMaxRowsPerGroup, true) <= budget) return kMaxRowsPerGroup;
+  return absl::InvalidArgumentError(
+      absl::StrCat("cu_seqlens_k: a sequence of ", nk_max, " key blocks of ", param,
+                   " is too long for the GPU index builder's shared memory"));
 }
+
+// CTAs of a row kernel with global slots: the groups, at most two per SM.
+int GlobalScratchCtas(int64_t groups);
 
 // Mean-pooled keys of every kv head (LaunchPoolKeys) in the workspace.
 absl::StatusOr<float*> PoolKeysOnDevice(const AttentionProblem& p, const AttnParams& a,

@@ -140,34 +140,40 @@ struct QaSmem {
 
 __host__ __device__ inline int64_t Al16(int64_t x) { return (x + 15) / 16 * 16; }
 
-__host__ __device__ inline QaSmem QaLayout(int d, int max_rows, int nk_max) {
+// Shared memory: pooled queries, a chunk of pooled keys, then (unless `global`) the rows'
+// probabilities and each warp's two flag arrays. `global`: the last three at the same offsets in
+// a per-CTA global slot instead (QaSlotBytes).
+__host__ __device__ inline QaSmem QaLayout(int d, int max_rows, int nk_max, bool global) {
   QaSmem l;
   l.qs = 0;
   l.ks = Al16(static_cast<int64_t>(max_rows) * d * 4);
-  l.pv = l.ks + Al16(static_cast<int64_t>(64) * (d + 1) * 4);
+  const int64_t head = l.ks + Al16(static_cast<int64_t>(64) * (d + 1) * 4);
+  l.pv = global ? 0 : head;
   l.sel = l.pv + Al16(static_cast<int64_t>(max_rows) * nk_max * 8);
   l.mem = l.sel + Al16(static_cast<int64_t>(kQaThreads / 32) * nk_max);
-  l.total = l.mem + Al16(static_cast<int64_t>(kQaThreads / 32) * nk_max);
+  const int64_t end = l.mem + Al16(static_cast<int64_t>(kQaThreads / 32) * nk_max);
+  l.total = global ? head : end;
   return l;
 }
 
+__host__ __device__ inline int64_t QaSlotBytes(int max_rows, int nk_max) {
+  const QaSmem l = QaLayout(0, max_rows, nk_max, true);
+  return l.mem + Al16(static_cast<int64_t>(kQaThreads / 32) * nk_max);
+}
+
+// One group of rows of the query-aware heads in `mode` (see LaunchFlexQaRows). qs / ks in shared
+// memory; pv (the rows' probabilities) and the flags in shared or global memory.
 template <typename T>
-__global__ void __launch_bounds__(kQaThreads) FlexQaRowsKernel(FlexParams p, int mode, int level) {
+__device__ __forceinline__ void FlexQaGroup(const FlexParams& p, int mode, int level,
+                                            const RowGroup grp, float* qs, float* ks, double* pv,
+                                            uint8_t* sel_all, uint8_t* mem_all) {
   __shared__ int warp_hist[kQaThreads / 32][256];
   __shared__ double warp_mass[kQaThreads / 32][256];
   __shared__ int hc[256];
   __shared__ double hm[256];
   __shared__ double rmx[kMaxGroupRows], rsum[kMaxGroupRows];
-  extern __shared__ __align__(16) unsigned char smem[];
-  const QaSmem lay = QaLayout(p.head_dim, p.max_rows, p.nk_max);
-  float* qs = reinterpret_cast<float*>(smem + lay.qs);
-  float* ks = reinterpret_cast<float*>(smem + lay.ks);
-  double* pv = reinterpret_cast<double*>(smem + lay.pv);
-  uint8_t* sel_all = smem + lay.sel;  // per warp: nk_max flags each
-  uint8_t* mem_all = smem + lay.mem;
   const int tid = threadIdx.x;
 
-  const RowGroup grp = p.groups[blockIdx.x];
   const int unit = grp.slot * p.batch + grp.seq;
   if (p.unit_is_vs[unit] != 0) return;
   const FlexUnitState st = p.state[unit];
@@ -402,6 +408,32 @@ __global__ void __launch_bounds__(kQaThreads) FlexQaRowsKernel(FlexParams p, int
   }
 }
 
+// kGlobal = false: one CTA per group, all in shared memory. kGlobal: pv and the flags in the
+// CTA's global slot (sequences of more key blocks than shared memory holds), the CTAs walking
+// the groups; the same arithmetic and selection either way.
+template <typename T, bool kGlobal>
+__global__ void __launch_bounds__(kQaThreads) FlexQaRowsKernel(FlexParams p, int mode, int level) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const QaSmem lay = QaLayout(p.head_dim, p.max_rows, p.nk_max, kGlobal);
+  float* qs = reinterpret_cast<float*>(smem + lay.qs);
+  float* ks = reinterpret_cast<float*>(smem + lay.ks);
+  unsigned char* big = smem;
+  if (kGlobal) {
+    big = p.scratch + static_cast<int64_t>(blockIdx.x) * QaSlotBytes(p.max_rows, p.nk_max);
+  }
+  double* pv = reinterpret_cast<double*>(big + lay.pv);
+  uint8_t* sel_all = big + lay.sel;  // per warp: nk_max flags each
+  uint8_t* mem_all = big + lay.mem;
+  if constexpr (!kGlobal) {  // one group per CTA
+    FlexQaGroup<T>(p, mode, level, p.groups[blockIdx.x], qs, ks, pv, sel_all, mem_all);
+  } else {
+    for (int g = blockIdx.x; g < p.num_groups; g += gridDim.x) {
+      FlexQaGroup<T>(p, mode, level, p.groups[g], qs, ks, pv, sel_all, mem_all);
+      __syncthreads();  // qs / pv are reused by the CTA's next group
+    }
+  }
+}
+
 __global__ void FlexQaScanKernel(FlexParams p, int level) {
   const int unit = blockIdx.x;
   const int slot = unit / p.batch, seq = unit - slot * p.batch;
@@ -497,11 +529,30 @@ cudaError_t LaunchWithSmem(K kernel, int grid, int threads, int64_t bytes, cudaS
   return cudaGetLastError();
 }
 
+template <bool kGlobal>
+cudaError_t LaunchQaRows(const FlexParams& p, int mode, int level, cudaStream_t stream) {
+  const int64_t bytes = QaLayout(p.head_dim, p.max_rows, p.nk_max, kGlobal).total;
+  const int grid = kGlobal ? std::min(p.num_groups, std::max(p.scratch_ctas, 1)) : p.num_groups;
+  switch (p.dtype) {
+    case DType::kBF16:
+      return LaunchWithSmem(FlexQaRowsKernel<__nv_bfloat16, kGlobal>, grid, kQaThreads, bytes,
+                            stream, p, mode, level);
+    case DType::kF16:
+      return LaunchWithSmem(FlexQaRowsKernel<__half, kGlobal>, grid, kQaThreads, bytes, stream, p,
+                            mode, level);
+    case DType::kF32:
+      break;
+  }
+  return cudaErrorInvalidValue;
+}
+
 }  // namespace
 
-int64_t FlexQaSmemBytes(int head_dim, int max_rows, int nk_max) {
-  return QaLayout(head_dim, max_rows, nk_max).total;
+int64_t FlexQaSmemBytes(int head_dim, int max_rows, int nk_max, bool global_scratch) {
+  return QaLayout(head_dim, max_rows, nk_max, global_scratch).total;
 }
+
+int64_t FlexQaScratchBytes(int max_rows, int nk_max) { return QaSlotBytes(max_rows, nk_max); }
 
 cudaError_t LaunchFlexDecide(const FlexParams& p, cudaStream_t stream) {
   const int units = p.num_slots * p.batch;
@@ -523,18 +574,8 @@ cudaError_t LaunchFlexDecide(const FlexParams& p, cudaStream_t stream) {
 cudaError_t LaunchFlexQaRows(const FlexParams& p, int mode, int level, cudaStream_t stream) {
   if (p.num_groups == 0) return cudaSuccess;
   if (p.max_rows > kMaxGroupRows) return cudaErrorInvalidValue;
-  const int64_t bytes = QaLayout(p.head_dim, p.max_rows, p.nk_max).total;
-  switch (p.dtype) {
-    case DType::kBF16:
-      return LaunchWithSmem(FlexQaRowsKernel<__nv_bfloat16>, p.num_groups, kQaThreads, bytes,
-                            stream, p, mode, level);
-    case DType::kF16:
-      return LaunchWithSmem(FlexQaRowsKernel<__half>, p.num_groups, kQaThreads, bytes, stream, p,
-                            mode, level);
-    case DType::kF32:
-      break;
-  }
-  return cudaErrorInvalidValue;
+  return p.scratch != nullptr ? LaunchQaRows<true>(p, mode, level, stream)
+                              : LaunchQaRows<false>(p, mode, level, stream);
 }
 
 cudaError_t LaunchFlexQaScan(const FlexParams& p, int level, cudaStream_t stream) {

@@ -26,12 +26,14 @@ absl::StatusOr<SparseIndexView> BuildFlexPrefill(const AttentionProblem& p, cons
   const PooledPlan pp = MakePooledPlan(p, plan, bs);
   const EstimatePlan e = MakeEstimatePlan(p, bs);
   int rows_per_group = 1;
+  bool global_scratch = false;
   if (pp.nk_max > 0) {
     SPATTN_ASSIGN_OR_RETURN(
         rows_per_group,
         RowsPerGroup(
-            pp.nk_max, [&](int r) { return FlexQaSmemBytes(p.head_dim, r, pp.nk_max); }, 32 * 1024,
-            "flex_prefill.block_size"));
+            pp.nk_max,
+            [&](int r, bool global) { return FlexQaSmemBytes(p.head_dim, r, pp.nk_max, global); },
+            32 * 1024, "flex_prefill.block_size", &global_scratch));
   }
   const std::vector<RowGroup> groups = MakeGroups(plan, pp, rows_per_group);
   // Lines: every column and offset may be kept (budgets are found on the device).
@@ -52,6 +54,7 @@ absl::StatusOr<SparseIndexView> BuildFlexPrefill(const AttentionProblem& p, cons
 
   SPATTN_ASSIGN_OR_RETURN(
       float* pooled_k, PoolKeysOnDevice(p, a, pp, blob.At<int32_t>(pm.kb_offsets), bs, ws, stream));
+  timer.Mark("pool_keys");
   SPATTN_ASSIGN_OR_RETURN(EstimateParams ep, RunEstimate(p, a, e, blob.At<EstimateSeq>(lm.seqs),
                                                          d_heads, plan.slots, ws, stream, timer));
   FlexParams f;
@@ -98,6 +101,13 @@ absl::StatusOr<SparseIndexView> BuildFlexPrefill(const AttentionProblem& p, cons
                           CarveZeroed<double>(ws, units * 256, "flex histogram", stream));
   SPATTN_ASSIGN_OR_RETURN(f.state,
                           CarveZeroed<FlexUnitState>(ws, units, "flex unit state", stream));
+  if (global_scratch) {
+    f.scratch_ctas = GlobalScratchCtas(f.num_groups);
+    SPATTN_ASSIGN_OR_RETURN(
+        f.scratch,
+        Carve<unsigned char>(ws, f.scratch_ctas * FlexQaScratchBytes(f.max_rows, f.nk_max),
+                             "flex_prefill row scratch"));
+  }
   SPATTN_CUDA_RETURN_IF_ERROR(LaunchFlexDecide(f, stream), "flex decision");
   timer.Mark("decide");
 

@@ -199,11 +199,19 @@ struct BlockRowsParams {
   int32_t* tmp_start = nullptr;    // [rows * cap]
   int32_t* tmp_end = nullptr;      // [rows * cap]
   int32_t* range_count = nullptr;  // [rows]
+  // Long sequences (the rows' logits and flags do not fit shared memory): per-CTA slots of
+  // BlockSparseScratchBytes each in global memory, and the grid is `scratch_ctas` CTAs walking
+  // the groups. nullptr: everything in shared memory, one CTA per group.
+  unsigned char* scratch = nullptr;
+  int scratch_ctas = 0;
 };
 cudaError_t LaunchBlockSparseRows(const BlockRowsParams& p, cudaStream_t stream);
 // Dynamic shared memory of LaunchBlockSparseRows for `max_rows` rows of up to nk_max key blocks
-// (the kernel also takes ~8 KB of static shared memory).
-int64_t BlockSparseSmemBytes(int head_dim, int max_rows, int nk_max);
+// (the kernel also takes ~8 KB of static shared memory); `global_scratch`: the logits and flags
+// in global memory instead.
+int64_t BlockSparseSmemBytes(int head_dim, int max_rows, int nk_max, bool global_scratch = false);
+// Bytes of one CTA's global scratch slot (logits and per-warp flags).
+int64_t BlockSparseScratchBytes(int max_rows, int nk_max);
 // Most rows per group the row kernels take (block_sparse and flex_prefill).
 inline constexpr int kMaxRowsPerGroup = 16;
 
@@ -268,6 +276,11 @@ struct FlexParams {
   const int32_t* range_indptr = nullptr;
   int32_t* range_start = nullptr;
   int32_t* range_len = nullptr;
+  // Long sequences: the query-aware rows' probabilities and per-warp flags in per-CTA global
+  // slots of FlexQaScratchBytes, the grid `scratch_ctas` CTAs walking the groups (as
+  // BlockRowsParams::scratch). nullptr: shared memory, one CTA per group.
+  unsigned char* scratch = nullptr;
+  int scratch_ctas = 0;
 };
 
 // Decision per unit: sqrt-JS distance of the pooled estimate against the last block's true block
@@ -276,8 +289,11 @@ cudaError_t LaunchFlexDecide(const FlexParams& p, cudaStream_t stream);
 // Query-aware rows, one launch per mode: 0 stats (+ level-0 histogram), 1 histogram of level
 // `level`, 2 tie counts, 3 count, 4 fill.
 cudaError_t LaunchFlexQaRows(const FlexParams& p, int mode, int level, cudaStream_t stream);
-// Dynamic shared memory of LaunchFlexQaRows (plus ~28 KB static).
-int64_t FlexQaSmemBytes(int head_dim, int max_rows, int nk_max);
+// Dynamic shared memory of LaunchFlexQaRows (plus ~28 KB static); `global_scratch`: the
+// probabilities and flags in global memory instead.
+int64_t FlexQaSmemBytes(int head_dim, int max_rows, int nk_max, bool global_scratch = false);
+// Bytes of one CTA's global scratch slot (probabilities and per-warp flags).
+int64_t FlexQaScratchBytes(int max_rows, int nk_max);
 // Levels of the flattened selection (8 bits of the 64-bit keys each).
 inline constexpr int kFlexLevels = 8;
 // Per unit: after the level's histogram, picks the digit where the cumulative mass crosses the

@@ -23,7 +23,12 @@ constexpr int kSaRows = 128;
 constexpr int kSaTileN = 64;
 constexpr int kSaAcc = kSaItemScores;  // column / slash accumulators per span (blk >= 16)
 constexpr int kSaWarps = kSaThreads / 32;
-constexpr int kSaSlots = 8;  // slash blocks one warp tile can touch (blk >= 16)
+// Slash blocks one warp tile (16 rows x 64 keys: pos - key spans 79 values) can touch: at most
+// 2 + 78 / blk, so 2 for blk 128, 3 for 64, 8 covers blk >= 16. Pass 2 is compiled per bound:
+// each probability is added (in the same order) to the one slot it belongs to and 0 to the
+// others, so fewer slots drop only additions of 0 and the sums are the same bits.
+constexpr int kSaSlots = 8;
+constexpr int SaSlotsFor(int blk) { return blk >= 128 ? 2 : blk >= 64 ? 3 : kSaSlots; }
 
 template <int kD>
 constexpr int SaSmemBytes() {
@@ -44,7 +49,7 @@ __device__ __forceinline__ void SaWindow(const SaUnit& u, const SaItem& item, in
 
 // Pass 1 (kScores = false): partial (max, sum) of each sampled row over the item's key span.
 // Pass 2 (kScores = true): column and slash block sums of the row probabilities.
-template <typename T, int kD, bool kScores>
+template <typename T, int kD, bool kScores, int kSlots = kSaSlots>
 __global__ void __launch_bounds__(kSaThreads) SaPassKernel(SaArgs a) {
   constexpr int kCh = kD / 8;
   constexpr int kKS = kD / 16;
@@ -184,9 +189,9 @@ __global__ void __launch_bounds__(kSaThreads) SaPassKernel(SaArgs a) {
         }
       } else {
         float csum[8];
-        float ss[kSaSlots];
+        float ss[kSlots];
 #pragma unroll
-        for (int k = 0; k < kSaSlots; ++k) ss[k] = 0.f;
+        for (int k = 0; k < kSlots; ++k) ss[k] = 0.f;
         const int sb_base = (pos0 + row0 - (j + kSaTileN - 1)) >> lg;
 #pragma unroll
         for (int nt = 0; nt < 8; ++nt) {
@@ -201,7 +206,7 @@ __global__ void __launch_bounds__(kSaThreads) SaPassKernel(SaArgs a) {
               csum[nt] += pr;
               const int k = ((pos_h[h] - key) >> lg) - sb_base;
 #pragma unroll
-              for (int kk = 0; kk < kSaSlots; ++kk) ss[kk] += k == kk ? pr : 0.f;
+              for (int kk = 0; kk < kSlots; ++kk) ss[kk] += k == kk ? pr : 0.f;
             }
           }
         }
@@ -222,7 +227,7 @@ __global__ void __launch_bounds__(kSaThreads) SaPassKernel(SaArgs a) {
         cs = WarpSum(cs);
         if (lane == 0 && cs != 0.f) wCol[cur - cb0] += cs;
 #pragma unroll
-        for (int kk = 0; kk < kSaSlots; ++kk) {
+        for (int kk = 0; kk < kSlots; ++kk) {
           if (__any_sync(0xffffffffu, ss[kk] != 0.f)) {
             const float v = WarpSum(ss[kk]);
             const int idx = sb_base + kk - sb_lo;
@@ -492,7 +497,9 @@ template <typename T, int kD>
 cudaError_t SaLaunchTyped(const SaArgs& a, cudaStream_t stream) {
   constexpr int smem = SaSmemBytes<kD>();
   auto pass1 = SaPassKernel<T, kD, false>;
-  auto pass2 = SaPassKernel<T, kD, true>;
+  auto pass2 = a.block_size == 128  ? SaPassKernel<T, kD, true, SaSlotsFor(128)>
+               : a.block_size == 64 ? SaPassKernel<T, kD, true, SaSlotsFor(64)>
+                                    : SaPassKernel<T, kD, true>;
   cudaError_t err = cudaFuncSetAttribute(pass1, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess) return err;
   err = cudaFuncSetAttribute(pass2, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);

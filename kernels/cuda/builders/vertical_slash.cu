@@ -6,8 +6,10 @@
 // Exactness: the CPU computes each row's probabilities as expf(l - max) * (1 / sum) in fp32 and
 // sums columns and diagonals in double in row order; the kernels below do the same operations in
 // the same order per column (and per diagonal inside each key chunk), so only the logits (tensor
-// cores vs the CPU's FMA chain) and the order of the row sums differ. Where the logits are exact
-// (integer-valued inputs, power-of-two scale) the selected lines are the CPU's, ties included.
+// cores vs the CPU's FMA chain), the order of the row sums and the last bits of the exp
+// (ExpNonPositive, a double-precision exp rounded to float) differ. Where the logits are exact
+// (integer-valued inputs, power-of-two scale) the selected lines are the CPU's, ties included
+// (but where an exp lands within ~1e-15 of a float rounding boundary).
 #include <algorithm>
 #include <cub/block/block_reduce.cuh>
 
@@ -31,15 +33,78 @@ struct EstSmem {
   int64_t diag, ptile, qs, ks, total;
 };
 
-__host__ __device__ inline EstSmem EstLayout(int head_dim, int max_n) {
+// Shared memory of pass `pass`. Passes 1 and 2 (row maxima, row sums) need only the Q and K
+// tiles; pass 3 adds the column / diagonal accumulators and the probability tile, which takes the
+// K tile's place once the tile's logits are in registers. The smaller the footprint, the more
+// CTAs per SM: the passes are latency-bound (a second K buffer for a cp.async double buffer,
+// 4 -> 3 CTAs per SM, made them ~10% slower; kernels/cuda/NOTES.md, Session 17 — s17-build).
+__host__ __device__ inline EstSmem EstLayout(int head_dim, int max_n, int pass) {
   EstSmem l;
   const int64_t pitch = head_dim + 8;
+  const int64_t tile_bytes = AlignUp16(kTile * pitch * 2);
+  if (pass < 3) {
+    l.diag = l.ptile = 0;  // unused
+    l.qs = 0;
+    l.ks = tile_bytes;
+    l.total = 2 * tile_bytes;
+    return l;
+  }
   l.diag = AlignUp16(static_cast<int64_t>(kEstKeysPerCta) * 8);
-  l.ptile = l.diag + AlignUp16(static_cast<int64_t>(max_n + kEstKeysPerCta - 1) * 8);
-  l.qs = l.ptile + AlignUp16(static_cast<int64_t>(kTile) * kPitchP * 4);
-  l.ks = l.qs + AlignUp16(kTile * pitch * 2);
-  l.total = l.ks + AlignUp16(kTile * pitch * 2);
+  l.qs = l.diag + AlignUp16(static_cast<int64_t>(max_n + kEstKeysPerCta - 1) * 8);
+  l.ks = l.qs + tile_bytes;
+  l.ptile = l.ks;
+  const int64_t ptile_bytes = AlignUp16(static_cast<int64_t>(kTile) * kPitchP * 4);
+  l.total = l.ks + (ptile_bytes > tile_bytes ? ptile_bytes : tile_bytes);
   return l;
+}
+
+// 2^(j / 64), j in [0, 64), correctly rounded.
+// clang-format off
+__constant__ double kExp2Frac[64] = {
+    1.0, 1.0108892860517005, 1.0218971486541166, 1.0330248790212284,
+    1.0442737824274138, 1.0556451783605572, 1.0671404006768237, 1.0787607977571199,
+    1.0905077326652577, 1.102382583307841, 1.1143867425958924, 1.1265216186082418,
+    1.1387886347566916, 1.1511892299529827, 1.1637248587775775, 1.1763969916502812,
+    1.189207115002721, 1.202156731452703, 1.215247359980469, 1.22848053610687,
+    1.241857812073484, 1.255380757024691, 1.2690509571917332, 1.2828700160787783,
+    1.2968395546510096, 1.3109612115247644, 1.3252366431597413, 1.339667524053303,
+    1.3542555469368927, 1.3690024229745905, 1.383909881963832, 1.3989796725383112,
+    1.4142135623730951, 1.42961333839197, 1.4451808069770467, 1.460917794180647,
+    1.4768261459394993, 1.4929077282912648, 1.5091644275934228, 1.5255981507445384,
+    1.5422108254079407, 1.559004400237837, 1.5759808451078865, 1.593142151342267,
+    1.6104903319492543, 1.6280274218573478, 1.645755478153965, 1.6636765803267364,
+    1.681792830507429, 1.7001063537185235, 1.718619298122478, 1.7373338352737062,
+    1.7562521603732995, 1.7753764925265212, 1.7947090750031072, 1.8142521755003989,
+    1.8340080864093424, 1.8539791250833855, 1.8741676341103, 1.8945759815869656,
+    1.9152065613971474, 1.9360617934922943, 1.9571441241754002, 1.978456026387951,
+};
+// clang-format on
+
+// (float)exp((double)x) for a float x <= 0 (the CPU's expf, through double) in ~12 double
+// operations, cheaper for inputs this narrow than exp() (with exp(), pass 2 of the estimate took
+// twice pass 1): x = (64 m + j) ln2/64 + r with |r| <= ln2/128 (Cody-Waite, FMA), exp(r)
+// by a degree-5 polynomial (truncation below 4e-17), times 2^(j/64) from `tab` (shared memory)
+// and 2^m. Relative error a few double ulps: the float rounding is exp()'s but when the exact
+// value is within ~1e-15 of a float rounding boundary. x < -110 (and -inf) gives 0, as exp()
+// rounded to float does.
+__device__ __forceinline__ float ExpNonPositive(float xf, const double* tab) {
+  if (!(xf >= -110.f)) return 0.f;
+  const double x = static_cast<double>(xf);
+  constexpr double kInvL = 92.33248261689366;     // 64 / ln 2
+  constexpr double kLHi = 0.010830424696249145;   // ln 2 / 64, high part
+  constexpr double kLLo = 3.623510646634843e-19;  // ln 2 / 64 - kLHi
+  const double kd = rint(x * kInvL);
+  double r = fma(-kd, kLHi, x);
+  r = fma(-kd, kLLo, r);
+  double p = fma(r, 1.0 / 120, 1.0 / 24);
+  p = fma(p, r, 1.0 / 6);
+  p = fma(p, r, 0.5);
+  p = fma(p, r, 1.0);
+  p = fma(p, r, 1.0);
+  const int k = static_cast<int>(kd);
+  const int m = k >> 6;  // floor(k / 64): k <= 0
+  const double scale = __longlong_as_double(static_cast<long long>(m + 1023) << 52);
+  return static_cast<float>(tab[k & 63] * p * scale);
 }
 
 // Largest index s in [0, n) with base(s) <= x (sequences without items share the next one's base).
@@ -118,7 +183,7 @@ __device__ __forceinline__ void TileLogits(const T* qs, const T* ks, float (&acc
 template <typename T, int kD, int kPass>
 __global__ void __launch_bounds__(kEstThreads) EstimateKernel(EstimateParams p) {
   extern __shared__ __align__(16) unsigned char smem[];
-  const EstSmem lay = EstLayout(kD, p.max_n);
+  const EstSmem lay = EstLayout(kD, p.max_n, kPass);
   double* col_acc = reinterpret_cast<double*>(smem);
   double* diag_acc = reinterpret_cast<double*>(smem + lay.diag);
   float* ptile = reinterpret_cast<float*>(smem + lay.ptile);
@@ -126,6 +191,8 @@ __global__ void __launch_bounds__(kEstThreads) EstimateKernel(EstimateParams p) 
   T* ks = reinterpret_cast<T*>(smem + lay.ks);
   constexpr int kPitch = kD + 8;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  __shared__ double exp_tab[64];
+  if (kPass >= 2 && tid < 64) exp_tab[tid] = kExp2Frac[tid];  // published by the tile barriers
 
   const int slot = blockIdx.x % p.num_slots;
   const int g = blockIdx.x / p.num_slots;
@@ -176,6 +243,7 @@ __global__ void __launch_bounds__(kEstThreads) EstimateKernel(EstimateParams p) 
       __syncthreads();
       float acc[8][4];
       TileLogits<T, kD>(qs, ks, acc);
+      if (kPass == 3) __syncthreads();  // every warp's reads of ks are done: ptile overwrites it
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
@@ -191,7 +259,7 @@ __global__ void __launch_bounds__(kEstThreads) EstimateKernel(EstimateParams p) 
           } else {
             float ex = 0.f;
             if (valid && mx[h] != -CUDART_INF_F) {
-              ex = static_cast<float>(exp(static_cast<double>(__fsub_rn(l, mx[h]))));
+              ex = ExpNonPositive(__fsub_rn(l, mx[h]), exp_tab);
             }
             if (kPass == 2) {
               run_sum[h] += static_cast<double>(ex);
@@ -512,7 +580,7 @@ int GridFor(int64_t n, int threads) {
 
 template <typename T, int kD, int kPass>
 cudaError_t LaunchEstimateTyped(const EstimateParams& p, int max_n, cudaStream_t stream) {
-  const int64_t bytes = EstLayout(kD, max_n).total;
+  const int64_t bytes = EstLayout(kD, max_n, kPass).total;
   auto kernel = EstimateKernel<T, kD, kPass>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(bytes));

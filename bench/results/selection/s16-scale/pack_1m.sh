@@ -15,5 +15,5 @@ ldd bazel-bin/tests/bench/spattn-bench | awk '/=> \// {print $3}' |
   { grep -vE '/(libc|libm|libpthread|libdl|librt|libgcc_s|libstdc\+\+|ld-linux[^/]*)\.so' || true; } |
   xargs -r -I{} cp -nL {} "$DEST/lib/"
 (cd "$DEST" && tar -cJf bundle.tar.xz bin lib && rm -rf bin lib)
-cp bench/results/selection/s16-scale/sdpa_chunk.py bench/results/selection/s16-scale/run_1m.sh "$DEST/"
+cp tests/gpu/sdpa_chunk.py bench/results/selection/s16-scale/run_1m.sh "$DEST/"
 du -sh "$DEST"

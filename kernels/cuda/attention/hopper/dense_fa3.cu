@@ -85,22 +85,6 @@ int SectionHeads(const AttnParams& p) {
   return static_cast<int>(std::min<int64_t>(groups * p.group, total_hb));
 }
 
-template <class Tr>
-cudaError_t LaunchShape(const AttnParams& p, int max_q_len, cudaStream_t stream) {
-  const int blocks = (max_q_len + Tr::kBM - 1) / Tr::kBM;
-  if (blocks == 0 || p.batch == 0) return cudaSuccess;
-  CUtensorMap tq, tk, tv;
-  if (!EncodeAll(p, Tr::kBM, Tr::kBN, &tq, &tk, &tv)) return cudaErrorInvalidValue;
-  auto kernel = DenseFa3Kernel<Tr>;
-  cudaError_t err =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
-  if (err != cudaSuccess) return err;
-  const int64_t ctas = static_cast<int64_t>(p.num_q_heads) * blocks * p.batch;
-  kernel<<<static_cast<unsigned>(ctas), Tr::kThreads, Tr::kSmemBytes, stream>>>(
-      p, tq, tk, tv, blocks, SectionHeads(p));
-  return cudaGetLastError();
-}
-
 int NumSms() {
   static int sms = [] {
     int device = 0, n = 0;
@@ -112,6 +96,94 @@ int NumSms() {
     return n;
   }();
   return sms;
+}
+
+// The tail split of the dense grid (DenseFa3Kernel's DenseSplit): the last `ctas % SMs` query
+// blocks (one CTA per SM: every dense shape takes more than half the shared memory) would run as
+// a partial wave. Each of them runs as `pieces` CTAs over a share of its key tiles when the
+// estimate of the tail's time (a piece costs 1 / pieces of a block plus kPieceCost, a merge
+// kMergeCost per other piece, in waves of pieces) beats the whole blocks' one wave by 5%.
+// Non-causal only (causal grids run the longest blocks first; the tail is short blocks).
+// SPATTN_HOPPER_TAIL_SPLIT: unset/1 this estimate, 0 off, k >= 2 k pieces.
+struct TailPlan {
+  int64_t ctas = 0;       // whole blocks
+  int64_t full_ctas = 0;  // of which run whole
+  int pieces = 1;         // CTAs per split block (1: no split)
+  int64_t split_blocks() const { return pieces > 1 ? ctas - full_ctas : 0; }
+};
+
+template <class Tr>
+TailPlan PlanTail(const AttnParams& p, int max_q_len) {
+  TailPlan t;
+  const int blocks = (max_q_len + Tr::kBM - 1) / Tr::kBM;
+  t.ctas = static_cast<int64_t>(p.num_q_heads) * blocks * p.batch;
+  t.full_ctas = t.ctas;
+  const int knob = Knob("SPATTN_HOPPER_TAIL_SPLIT", 1);
+  if (p.causal || knob == 0 || t.ctas == 0) return t;
+  const int sms = NumSms();
+  const int64_t tail = t.ctas % sms;
+  if (tail == 0) return t;
+  const int64_t mean_keys = p.total_k / std::max(p.batch, 1);
+  const int tiles = static_cast<int>((mean_keys + Tr::kBN - 1) / Tr::kBN);
+  int pieces = 1;
+  if (knob >= 2) {
+    pieces = std::min(knob, 16);
+  } else {
+    constexpr double kPieceCost = 0.03, kMergeCost = 0.01;
+    double best = 0.95;  // the tail's whole blocks: one wave, less the margin
+    for (int k = 2; k <= std::min(8, tiles / 2); ++k) {
+      const double waves = static_cast<double>((k * tail + sms - 1) / sms);
+      const double est = waves * (1.0 / k + kPieceCost) + kMergeCost * (k - 1);
+      if (est < best) {
+        best = est;
+        pieces = k;
+      }
+    }
+  }
+  if (pieces > 1) {
+    t.full_ctas = t.ctas - tail;
+    t.pieces = pieces;
+  }
+  return t;
+}
+
+// Workspace of a plan: the counters (256-byte aligned), then the partials.
+template <class Tr>
+int64_t CounterBytes(const TailPlan& t) {
+  return (t.split_blocks() * 4 + 255) / 256 * 256;
+}
+template <class Tr>
+int64_t SplitBytes(const TailPlan& t) {
+  if (t.split_blocks() == 0) return 0;
+  return CounterBytes<Tr>(t) +
+         t.split_blocks() * t.pieces * (Tr::kD / 2 + 4) * (128 * Tr::kConsumerWgs) * int64_t{4};
+}
+
+template <class Tr>
+cudaError_t LaunchShape(const AttnParams& p, int max_q_len, cudaStream_t stream) {
+  const int blocks = (max_q_len + Tr::kBM - 1) / Tr::kBM;
+  if (blocks == 0 || p.batch == 0) return cudaSuccess;
+  CUtensorMap tq, tk, tv;
+  if (!EncodeAll(p, Tr::kBM, Tr::kBN, &tq, &tk, &tv)) return cudaErrorInvalidValue;
+  auto kernel = DenseFa3Kernel<Tr>;
+  cudaError_t err =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
+  if (err != cudaSuccess) return err;
+  const TailPlan plan = PlanTail<Tr>(p, max_q_len);
+  DenseSplit split;
+  int64_t grid = plan.ctas;
+  split.full_ctas = static_cast<int>(plan.ctas);
+  if (plan.split_blocks() > 0 && p.maybe_dense_workspace != nullptr) {
+    char* ws = static_cast<char*>(p.maybe_dense_workspace);
+    split.full_ctas = static_cast<int>(plan.full_ctas);
+    split.pieces = plan.pieces;
+    split.counters = reinterpret_cast<int*>(ws);
+    split.partials = reinterpret_cast<float*>(ws + CounterBytes<Tr>(plan));
+    grid = plan.full_ctas + plan.split_blocks() * plan.pieces;
+  }
+  kernel<<<static_cast<unsigned>(grid), Tr::kThreads, Tr::kSmemBytes, stream>>>(
+      p, tq, tk, tv, blocks, SectionHeads(p), split);
+  return cudaGetLastError();
 }
 
 template <class Tr, bool kSparse>
@@ -207,24 +279,35 @@ cudaError_t PersistentTyped(const AttnParams& p, const SparseIndexView& idx,
   return PersistentDim<__half, 64, kSparse>(p, idx, sched, num_items, num_m_blocks, stream);
 }
 
-template <typename T>
-cudaError_t LaunchTyped(const AttnParams& p, int max_q_len, cudaStream_t stream) {
+// Calls f(Shape<Tr>{}) with the dense kernel's traits for `p` (and the knobs).
+template <class Tr>
+struct Shape {
+  using Traits = Tr;
+};
+
+template <typename T, class F>
+auto WithShapeTyped(const AttnParams& p, F f) {
   if (p.head_dim == 128) {
     // Non-causal: 176-key tiles unless SPATTN_HOPPER_FULL_BN=128.
-    if (!p.causal && Knob("SPATTN_HOPPER_FULL_BN", 176) == 176) {
-      return LaunchShape<Fa3Traits<T, 128, 2, 2, 176>>(p, max_q_len, stream);
+    // Causal: 176-key tiles too unless SPATTN_HOPPER_CAUSAL_BN=128 (NOTES.md session 17: 176
+    // measured 4-9% faster at 32K).
+    if (p.causal ? Knob("SPATTN_HOPPER_CAUSAL_BN", 176) == 176
+                 : Knob("SPATTN_HOPPER_FULL_BN", 176) == 176) {
+      return f(Shape<Fa3Traits<T, 128, 2, 2, 176>>{});
     }
     // 128-key tiles: a 2-slot K/V ring unless SPATTN_HOPPER_D128_STAGES=3.
-    if (Knob("SPATTN_HOPPER_D128_STAGES", 2) == 3) {
-      return LaunchShape<Fa3Traits<T, 128, 3>>(p, max_q_len, stream);
-    }
-    return LaunchShape<Fa3Traits<T, 128, 2>>(p, max_q_len, stream);
+    if (Knob("SPATTN_HOPPER_D128_STAGES", 2) == 3) return f(Shape<Fa3Traits<T, 128, 3>>{});
+    return f(Shape<Fa3Traits<T, 128, 2>>{});
   }
   // d = 64: 3 consumer warpgroups (192-row blocks) unless SPATTN_HOPPER_D64_WGS=2.
-  if (Knob("SPATTN_HOPPER_D64_WGS", 3) == 2) {
-    return LaunchShape<Fa3Traits<T, 64, 4, 2>>(p, max_q_len, stream);
-  }
-  return LaunchShape<Fa3Traits<T, 64, 4, 3>>(p, max_q_len, stream);
+  if (Knob("SPATTN_HOPPER_D64_WGS", 3) == 2) return f(Shape<Fa3Traits<T, 64, 4, 2>>{});
+  return f(Shape<Fa3Traits<T, 64, 4, 3>>{});
+}
+
+template <class F>
+auto WithShape(const AttnParams& p, F f) {
+  if (p.dtype == DType::kBF16) return WithShapeTyped<__nv_bfloat16>(p, f);
+  return WithShapeTyped<__half>(p, f);
 }
 
 }  // namespace
@@ -247,8 +330,22 @@ cudaError_t LaunchDense(const AttnParams& p, int max_q_len, bool persistent, cud
     return PersistentTyped<false>(p, SparseIndexView(), SparseSchedule(),
                                   blocks * p.num_q_heads * p.batch, blocks, stream);
   }
-  if (p.dtype == DType::kBF16) return LaunchTyped<__nv_bfloat16>(p, max_q_len, stream);
-  return LaunchTyped<__half>(p, max_q_len, stream);
+  return WithShape(p, [&](auto shape) {
+    return LaunchShape<typename decltype(shape)::Traits>(p, max_q_len, stream);
+  });
+}
+
+int64_t DenseWorkspaceBytes(const AttnParams& p, int max_q_len, bool persistent,
+                            int64_t* zero_bytes) {
+  *zero_bytes = 0;
+  if (persistent || !DenseSupported(p)) return 0;
+  return WithShape(p, [&](auto shape) -> int64_t {
+    using Tr = typename decltype(shape)::Traits;
+    const TailPlan plan = PlanTail<Tr>(p, max_q_len);
+    const int64_t bytes = SplitBytes<Tr>(plan);
+    if (bytes > 0) *zero_bytes = CounterBytes<Tr>(plan);
+    return bytes;
+  });
 }
 
 bool SparseSupported(const AttnParams& p, const SparseIndexView& index) {

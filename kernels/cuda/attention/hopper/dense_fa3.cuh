@@ -14,6 +14,11 @@
 //    with the persistent kernel.
 // Key tiles run from the last to the first, so the tiles that need a mask (causal diagonal,
 // partial last tile) come first; the others skip the mask code.
+// Tail split (DenseSplit): the grid's last wave would run few CTAs on many idle SMs (2048 CTAs
+// are 15.5 waves on 132 SMs). The host may cut each of the last `split_blocks` query blocks into
+// `split_pieces` CTAs over consecutive key-tile ranges; each piece writes its unnormalized O and
+// row max / sum to a workspace, and the piece that finishes last (a per-block counter) merges
+// the others into its registers and stores the block (FlashAttention's split-KV combine).
 //
 // Shared tiles use the 128-byte swizzle TMA writes ([head_dim / 64] sub-tiles of [rows][128 B],
 // 16-byte chunk index XOR row % 8), the layout the wgmma descriptors of attention_core.cuh read.
@@ -32,7 +37,8 @@ namespace hopper {
 // (192-row blocks, 160 registers: FlashAttention-3's shape for d = 64, where the softmax costs
 // as much as the GEMMs and a third warpgroup keeps the tensor cores fed). kBN keys per tile:
 // 128, or 176 (FlashAttention-3's tile for non-causal d = 128: fewer softmax rounds and
-// barrier turns per key; causal blocks keep 128, which wastes less on the diagonal).
+// barrier turns per key; the d = 128 default for causal blocks too since session 17, where it
+// measured faster at 32K despite the diagonal tiles it wastes).
 template <typename T_, int kD_, int kStages_, int kConsumerWgs_ = 2, int kBN_ = 128>
 struct Fa3Traits {
   using T = T_;
@@ -64,10 +70,23 @@ struct Fa3Traits {
                 "register budget");
 };
 
-// Row geometry of one query block (CTA-uniform).
+// Row geometry of one query block (CTA-uniform). The CTA runs key tiles [tile_end - n_tiles,
+// tile_end) (all of them unless it is a piece of a split block).
 struct BlockRows {
   int q_tok0, q_len, k_tok0, k_len;
-  int q_begin, rows, first_pos, key_end, n_tiles;
+  int q_begin, rows, first_pos, key_end, n_tiles, tile_end;
+};
+
+// The tail split of the grid (host: DenseSplitPlan): CTAs [0, full_ctas) are whole query blocks
+// (grid order blocks 0 .. full_ctas - 1); the rest are `pieces` CTAs for each grid-order block
+// full_ctas + j. `partials`: per piece, kFloats x threads floats (element-major, so a warp's
+// stores are contiguous); `counters`: one int per split block, zero between launches (the
+// merging piece puts it back to zero).
+struct DenseSplit {
+  int full_ctas = 0;
+  int pieces = 1;
+  float* partials = nullptr;
+  int* counters = nullptr;
 };
 
 template <class Tr>
@@ -83,7 +102,17 @@ __device__ __forceinline__ bool Geometry(const AttnParams& p, int seq, int m_blo
   b.key_end = p.causal ? min(b.k_len, b.first_pos + b.rows) : b.k_len;
   b.key_end = max(b.key_end, 0);
   b.n_tiles = (b.key_end + Tr::kBN - 1) / Tr::kBN;
+  b.tile_end = b.n_tiles;
   return true;
+}
+
+// Piece `piece` of `pieces` of the block's key tiles: tiles [n * piece / pieces,
+// n * (piece + 1) / pieces) (possibly none).
+__device__ __forceinline__ void SplitTiles(BlockRows& b, int piece, int pieces) {
+  const int n = b.n_tiles;
+  const int lo = n * piece / pieces;
+  b.tile_end = n * (piece + 1) / pieces;
+  b.n_tiles = b.tile_end - lo;
 }
 
 // CTA order (FlashAttention-3's L2 sections): the (sequence, head) pairs are cut into sections of
@@ -106,12 +135,72 @@ __device__ __forceinline__ void SectionTile(int linear, int num_heads, int batch
   m_block = num_m_blocks - 1 - blk;
 }
 
+// Named barrier of all consumer threads (after the turns and the warpgroup barriers).
+constexpr int kBarConsumers = 7;
+
+// Split blocks: this piece's O accumulator and row max / sum go to the workspace; the piece that
+// arrives last (counter) adds the others' into `st` (rescaled to the common max) and returns
+// true: it stores the block. `thread`: the consumer thread (0 .. 128 kConsumerWgs - 1).
+template <class Tr, class Step>
+__device__ __forceinline__ bool MergePieces(Step& st, const DenseSplit& split, int split_block,
+                                            int piece, int thread, float scale) {
+  constexpr int kAcc = Tr::kD / 2;
+  constexpr int kFloats = kAcc + 4;  // acc, m_i[2], l_i[2]
+  constexpr int kCons = 128 * Tr::kConsumerWgs;
+  __shared__ int last;
+  float* mine = split.partials +
+                (static_cast<int64_t>(split_block) * split.pieces + piece) * kFloats * kCons +
+                thread;
+#pragma unroll
+  for (int i = 0; i < kAcc; ++i) __stcg(mine + i * kCons, st.acc[i]);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    __stcg(mine + (kAcc + h) * kCons, st.m_i[h]);
+    __stcg(mine + (kAcc + 2 + h) * kCons, st.l_i[h]);
+  }
+  __threadfence();
+  NamedSync(kBarConsumers, kCons);
+  if (thread == 0) {
+    const int before = atomicAdd(split.counters + split_block, 1);
+    last = before == split.pieces - 1;
+    if (last) split.counters[split_block] = 0;  // ready for the next launch
+  }
+  NamedSync(kBarConsumers, kCons);
+  if (!last) return false;
+  __threadfence();
+  // Maxima are raw scores (the probabilities are exp2(s * scale - m * scale)), the same in the
+  // four lanes of a row; sums are this thread's share of the row, as in the kernel.
+  const float* block =
+      split.partials + static_cast<int64_t>(split_block) * split.pieces * kFloats * kCons + thread;
+  for (int other = 0; other < split.pieces; ++other) {
+    if (other == piece) continue;
+    const float* theirs = block + static_cast<int64_t>(other) * kFloats * kCons;
+    float f_mine[2], f_theirs[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float m_o = __ldcg(theirs + (kAcc + h) * kCons);
+      const float l_o = __ldcg(theirs + (kAcc + 2 + h) * kCons);
+      const float m = fmaxf(st.m_i[h], m_o);
+      f_mine[h] = st.m_i[h] == detail::kNegInf ? 0.f : detail::Exp2((st.m_i[h] - m) * scale);
+      f_theirs[h] = m_o == detail::kNegInf ? 0.f : detail::Exp2((m_o - m) * scale);
+      st.m_i[h] = m;
+      st.l_i[h] = st.l_i[h] * f_mine[h] + l_o * f_theirs[h];
+    }
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) {
+      const int h = (i / 2) % 2;  // acc[dt * 4 + 2 h + j]: row g + 8 h
+      st.acc[i] = st.acc[i] * f_mine[h] + __ldcg(theirs + i * kCons) * f_theirs[h];
+    }
+  }
+  return true;
+}
+
 template <class Tr>
 __global__ void __launch_bounds__(Tr::kThreads, 1)
     DenseFa3Kernel(const AttnParams p, const __grid_constant__ CUtensorMap tmap_q,
                    const __grid_constant__ CUtensorMap tmap_k,
-                   const __grid_constant__ CUtensorMap tmap_v, int num_m_blocks,
-                   int section_heads) {
+                   const __grid_constant__ CUtensorMap tmap_v, int num_m_blocks, int section_heads,
+                   const DenseSplit split) {
 #if SPATTN_SM90A
   using T = typename Tr::T;
   constexpr int kD = Tr::kD, kBM = Tr::kBM, kBN = Tr::kBN, kStages = Tr::kStages;
@@ -119,11 +208,19 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   extern __shared__ __align__(1024) char smem_raw[];
   char* smem = smem_raw + ((1024 - (Smem32(smem_raw) & 1023)) & 1023);
 
+  // Whole block, or piece `piece` of split block `split_block` (grid order full_ctas + it).
+  int linear = static_cast<int>(blockIdx.x);
+  int split_block = -1, piece = 0;
+  if (linear >= split.full_ctas) {
+    split_block = (linear - split.full_ctas) / split.pieces;
+    piece = linear - split.full_ctas - split_block * split.pieces;
+    linear = split.full_ctas + split_block;
+  }
   int head, m_block, seq;
-  SectionTile(static_cast<int>(blockIdx.x), p.num_q_heads, p.batch, num_m_blocks, section_heads,
-              head, m_block, seq);
+  SectionTile(linear, p.num_q_heads, p.batch, num_m_blocks, section_heads, head, m_block, seq);
   BlockRows b;
-  if (!Geometry<Tr>(p, seq, m_block, b)) return;
+  if (!Geometry<Tr>(p, seq, m_block, b)) return;  // every piece of an empty block leaves
+  if (split_block >= 0) SplitTiles(b, piece, split.pieces);
   const int kv_head = head / p.group;
 
   const uint32_t sQ = Smem32(smem);
@@ -162,7 +259,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         TmaLoad3d(sQ + sub * kBM * 128, &tmap_q, sub * 64, head, b.q_tok0 + b.q_begin, q_full);
       }
       auto load = [&](const CUtensorMap* map, uint32_t base, uint32_t full, int t) {
-        const int tok = b.k_tok0 + (b.n_tiles - 1 - t) * kBN;
+        const int tok = b.k_tok0 + (b.tile_end - 1 - t) * kBN;
         MbarArriveExpectTx(full, Tr::kTileBytes);
 #pragma unroll
         for (int sub = 0; sub < kSub; ++sub) {
@@ -201,7 +298,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   const int my_turn = kBarTurn0 + cw;
   const int other_turn = kBarTurn0 + (cw + 1) % Tr::kConsumerWgs;
 
-  // Tile t holds keys [(n_tiles - 1 - t) kBN, + kBN): the last first.
+  // Tile t holds keys [(tile_end - 1 - t) kBN, + kBN): the last first.
   // (The ring position is the tile number: one block per CTA.)
   int tile = 0;
   auto next = [&](int& d) {
@@ -212,7 +309,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   // through 0 * x): zero them in the (rare) tile that has them. Every consumer warpgroup writes
   // the same zeros, so their writes never race with a value that matters.
   auto zero_v_tail = [&](int slot, int t) {
-    const int key0 = (n_tiles - 1 - t) * kBN;
+    const int key0 = (b.tile_end - 1 - t) * kBN;
     const int valid = b.k_len - key0;
     if (valid >= kBN || b.k_tok0 + b.k_len >= p.total_k) return;
     char* vst = smem + Tr::kVOff + slot * Tr::kTileBytes;
@@ -226,7 +323,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   };
   // Masks S of tile t (keys past key_end, causal) when the tile needs it.
   auto mask = [&](decltype(st)& step, int t) {
-    const int key0 = (n_tiles - 1 - t) * kBN;
+    const int key0 = (b.tile_end - 1 - t) * kBN;
     const bool need =
         key0 + kBN > b.key_end || (p.causal && key0 + kBN - 1 > b.first_pos + cw * 64);
     if (!need) return;
@@ -245,6 +342,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         st, ring, tile, sQ + cw * 64 * 128, my_turn, other_turn, lane, p.scale_log2, next,
         [](int) {}, zero_v_tail, mask);
     if (cw == 0) NamedSync(my_turn, 256);  // the last "your turn" of the last warpgroup
+  }
+
+  if (split_block >= 0 &&
+      !MergePieces<Tr>(st, split, split_block, piece, cw * 128 + tid, p.scale_log2)) {
+    return;  // another piece stores the block
   }
 
   // Epilogue: this warp's 16 rows through its own Q rows to 16-byte stores.

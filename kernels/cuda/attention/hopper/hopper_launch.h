@@ -19,6 +19,11 @@ bool DenseSupported(const AttnParams& p);
 // (head, query block), or with `persistent` one per SM walking the blocks longest first.
 cudaError_t LaunchDense(const AttnParams& p, int max_q_len, bool persistent, cudaStream_t stream);
 
+// Workspace of LaunchDense's tail split for `p` (AttnParams::maybe_dense_workspace; 0: no
+// split) and the bytes of it that must be zero.
+int64_t DenseWorkspaceBytes(const AttnParams& p, int max_q_len, bool persistent,
+                            int64_t* zero_bytes);
+
 // The sparse kernel through the same mainloop (persistent grid over `schedule`): block_m 128
 // (two consumer warpgroups) and 64 (one consumer warpgroup per CTA, two CTAs per SM; off with
 // SPATTN_HOPPER_BM64=0); DenseSupported's rules too.

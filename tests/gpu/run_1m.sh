@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# On the GPU machine, after run.sh (same bundle, packed by pack.sh): one chunk of a chunked
+# prefill at 1M keys — the last 65536 queries, a suffix of the keys (causal bottom-right) — as
+# PyTorch SDPA cuDNN (sdpa_chunk.py: the two calls that make up the chunk) and spattn on the same
+# shape (llm_mix 32/8 heads d 128 bf16): `guarded` (configs searched on a 16K prompt at target
+# 0.95, scaled to 1M by the worker's length exponent, then the recall guard) and `sampled_lines`
+# (gamma 0.95 on every head, no search). Logs in $OUT; a summary last. Issue 11 item 5's 1M row.
+set -u
+cd "$(dirname "$0")"
+WORK=/tmp/spattn_gpu_1m && rm -rf "$WORK" && mkdir -p "$WORK" && tar -xJf bundle.tar.xz -C "$WORK"
+cp sdpa_chunk.py "$WORK/"
+cd "$WORK"
+export LD_LIBRARY_PATH=$PWD/lib
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+SECONDS=0
+note() { echo "$* (${SECONDS}s)" | tee -a "$OUT/summary_1m.txt"; }
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu_1m.txt"
+timeout 60 python3 sdpa_chunk.py --k_len 1048576 --q_len 65536 --iters 3 --warmup 1 \
+  > "$OUT/sdpa_chunk.jsonl" 2> "$OUT/sdpa_chunk.err"
+note "sdpa chunk rc=$?"
+COMMON="--device=cuda --workload=llm_mix --heads=32 --kv_heads=8 --head_dim=128 --dtype=bf16
+  --group_by=all --recall_rows=32 --seq_len=1048576 --q_len=65536 --warmup=1 --repeat=2"
+timeout ${GUARDED_S:-150} bin/spattn-bench $COMMON --search_len=16384 --search_target_recall=0.95 \
+  --methods=guarded >> "$OUT/bench_1m.jsonl" 2>> "$OUT/bench_1m.err"
+note "spattn-bench guarded 1M rc=$?"
+timeout ${SAMPLED_S:-90} bin/spattn-bench $COMMON --methods=sampled_lines \
+  >> "$OUT/bench_1m.jsonl" 2>> "$OUT/bench_1m.err"
+note "spattn-bench sampled_lines 1M rc=$?"
+python3 - "$OUT" <<'PY'
+import json, os, sys
+out = sys.argv[1]
+sd = [json.loads(l) for l in open(os.path.join(out, "sdpa_chunk.jsonl")) if l.strip()]
+print("sdpa chunk:", sd[0] if sd else "missing")
+for l in open(os.path.join(out, "bench_1m.jsonl")):
+    r = json.loads(l)
+    if "error" in r:
+        print(r.get("method"), "ERROR", r["error"][:300]); continue
+    b, k = r["index_build_ms"], r["kernel_ms"]
+    ratio = ("%.3f" % ((b + k) / sd[0]["ms"])) if sd else "-"
+    print("%-14s 1M/64K: index %.2f kernel %.2f = %.2f ms (x%s cuDNN chunk) density %.4f recall %.4f"
+          " min %.4f" % (r["method"], b, k, b + k, ratio, r["density"], r["recall"], r["recall_min"]))
+PY
+tail -3 "$OUT/bench_1m.err"
+cat "$OUT/summary_1m.txt"
