@@ -81,9 +81,9 @@ std::string ConfigLabel(const MethodConfig& config);
 //                      (per-row anchor over init + local keys, pooled queries x keys)
 //   saap               0.5 * (k * C / group + rows * mlp_macs / head_dim), rows = q, or
 //                      min(classify_rows * ceil(q / 64), q) when classify_rows < 64
-//   sampled_lines      16 * 0.5 * (1.5 * rows_per_block * ceil(q / 64) + min(last_q, q)) * k
+//   sampled_lines      10 * 0.5 * (1.5 * rows_per_block * ceil(q / 64) + min(last_q, q)) * k
 //                      (three passes over the sampled rows, half the keys each under the
-//                      mask, and the last-rows evidence; 16 = kSampledLinesEntryCost)
+//                      mask, and the last-rows evidence; 10 = kSampledLinesEntryCost)
 //                      (key -> centroid assignment shared by the kv group, query classifier)
 // with B the method's block size, nq = ceil(q / B), nk = ceil(k / B), C the centroid count and
 // mlp_macs the classifier's multiply-adds per query (from `maybe_assets`; 0 without them).
@@ -91,13 +91,14 @@ double ModeledBuildPairs(const AttentionProblem& problem, const MethodConfig& co
                          const LayerAssets* maybe_assets);
 
 // What one sampled_lines entry costs in its GPU builder's passes (exp, shared-memory histogram
-// atomics, the kept-entry pass), in kernel pairs. Measured, not derived: H100, session 16's
-// combined run (bench/results/gpu/h100-2026-11-26-s16), build 15.7 / 145.8 ms at 32K / 128K
-// (32 q heads, d 128) against the dense kernel's 14.6 / 225.4 ms, where the formula without
-// the factor gives 0.049 / 0.047 of the dense pairs: 22x / 14x. Without it the search chose
-// sampled_lines for most heads and the searched mix ran 2.8x slower at 32K than with the
-// other methods (36.8 ms of index build for 4.1 ms of kernel).
-inline constexpr double kSampledLinesEntryCost = 16;
+// atomics, the kept-entry pass), in kernel pairs. Measured, not derived (H100): the formula
+// without the factor gives 0.049 / 0.047 of the dense pairs at 32K / 128K (32 q heads, d 128).
+// Session 16 (bench/results/gpu/h100-2026-11-26-s16): build 15.7 / 145.8 ms against the dense
+// kernel's 14.6 / 225.4 ms, 22x / 14x, so 16 (without it the search chose sampled_lines for
+// most heads and the searched mix ran 2.8x slower at 32K: 36.8 ms of build for 4.1 ms of
+// kernel). Session 17's builder (bench/results/selection/s17-slbuild/run4): 9.0 / 86.1 ms, 12.6x
+// / 8.1x of the same dense times, so 10.
+inline constexpr double kSampledLinesEntryCost = 10;
 
 // ---- Search.
 
