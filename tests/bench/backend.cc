@@ -285,7 +285,8 @@ bool IsFullDenseIndex(const AttentionProblem& problem, const SparseIndex& index)
   return true;
 }
 
-absl::StatusOr<std::unique_ptr<AttentionBackend>> MakeBackend(const std::string& device) {
+absl::StatusOr<std::unique_ptr<AttentionBackend>> MakeBackend(const std::string& device,
+                                                              int64_t gpu_workspace_bytes) {
   if (device == "cpu") return std::unique_ptr<AttentionBackend>(new CpuBackend());
   if (device == "cuda" || device == "cuda-host-index") {
     std::string why;
@@ -296,9 +297,10 @@ absl::StatusOr<std::unique_ptr<AttentionBackend>> MakeBackend(const std::string&
     }
     // Workspace: sequence offsets, the index (GPU-built or uploaded: Saap's is ~0.6 GB at 128K
     // x 32 heads), the builders' scratch and the kernel's work list. 8 GiB when the device has
-    // 32 GiB or more, else 1 GiB.
-    const int64_t workspace =
-        devices[0].memory_bytes >= (uint64_t{32} << 30) ? int64_t{8} << 30 : int64_t{1} << 30;
+    // 32 GiB or more, else 1 GiB, unless `gpu_workspace_bytes` says otherwise.
+    const int64_t workspace = gpu_workspace_bytes > 0 ? gpu_workspace_bytes
+                              : devices[0].memory_bytes >= (uint64_t{32} << 30) ? int64_t{8} << 30
+                                                                                : int64_t{1} << 30;
     const std::string name = absl::StrCat("cuda:0 (", devices[0].name, ")");
     if (device == "cuda") {
       SPATTN_ASSIGN_OR_RETURN(std::unique_ptr<WorkerCudaPath> path,

@@ -66,7 +66,10 @@ bool IsFullDenseIndex(const AttentionProblem& problem, const SparseIndex& index)
 
 // "cpu", or "cuda" (device 0 through CudaAttentionEngine; FAILED_PRECONDITION, saying why,
 // when the build has no CUDA or the machine no GPU); anything else is INVALID_ARGUMENT.
-absl::StatusOr<std::unique_ptr<AttentionBackend>> MakeBackend(const std::string& device);
+// `gpu_workspace_bytes` sizes the CUDA workspace (0: 8 GiB on a device of 32 GiB or more, else
+// 1 GiB).
+absl::StatusOr<std::unique_ptr<AttentionBackend>> MakeBackend(const std::string& device,
+                                                              int64_t gpu_workspace_bytes = 0);
 
 }  // namespace spattn
 

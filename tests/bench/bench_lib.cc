@@ -212,6 +212,9 @@ Methods:
 Run:
   --device=D             cpu (default); cuda (the worker's GPU path); cuda-host-index (the
                          worker's path before plan/run: index copied to the host and back)
+  --gpu_workspace_bytes=N
+                         cuda: the worker's CUDA workspace (default 0: 8 GiB on a device of
+                         32 GiB or more, else 1 GiB; a 1M-key chunk needs more)
   --warmup=N             untimed runs per method and group (default -1 = auto)
   --repeat=N             timed runs; medians are reported (default 0 = auto)
                          auto: warmup 1, repeat 3; warmup 0, repeat 1 when one dense pass
@@ -298,6 +301,11 @@ absl::StatusOr<BenchFlags> ParseBenchFlags(const std::vector<std::string>& args)
     }
   }
   SPATTN_RETURN_IF_ERROR(line.Read("seed", &f.seed));
+  SPATTN_RETURN_IF_ERROR(line.Read("gpu_workspace_bytes", &f.gpu_workspace_bytes));
+  if (f.gpu_workspace_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--gpu_workspace_bytes: ", f.gpu_workspace_bytes,
+                                                   " is negative (0 = the default size)"));
+  }
   SPATTN_RETURN_IF_ERROR(line.Read("causal", &f.causal));
   SPATTN_RETURN_IF_ERROR(line.Read("table", &f.table));
   SPATTN_RETURN_IF_ERROR(line.Read("calibrate", &f.calibrate));
@@ -512,7 +520,7 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
       return 1;
     }
   }
-  auto backend = MakeBackend(f.device);
+  auto backend = MakeBackend(f.device, f.gpu_workspace_bytes);
   if (!backend.ok()) {
     err << "spattn-bench: " << backend.status().message() << "\n";
     return 1;

@@ -40,6 +40,10 @@ struct BenchFlags {
   // "method.name" -> value, in the order given.
   std::vector<std::pair<std::string, std::string>> params;
   std::string device = "cpu";  // Default: cpu.
+  // --device=cuda: the worker's CUDA workspace (the kept indexes of every head group, the
+  // builders' scratch). Default: 0 = 8 GiB on a device of 32 GiB or more, else 1 GiB; a 1M-key
+  // chunk needs more (tests/gpu/run_1m.sh).
+  int64_t gpu_workspace_bytes = 0;
   // Default: -1 / 0 = auto: 1 warm-up and 3 timed runs, or 0 and 1 when one dense pass over
   // the problem exceeds 5e10 flop (about 16K tokens x 8 heads x d 128 and up, on a CPU).
   int warmup = -1;

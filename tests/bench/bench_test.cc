@@ -302,6 +302,8 @@ TEST(BenchTest, BadFlagsAreRefusedWithTheirName) {
       {{"--search_target_recall=1.5"}, 2, "--search_target_recall"},
       {{"--search_len=-1"}, 2, "--search_len"},
       {{"--search_candidates=a_shape,nope"}, 2, "--search_candidates"},
+      {{"--gpu_workspace_bytes=-1"}, 2, "--gpu_workspace_bytes: -1 is negative"},
+      {{"--gpu_workspace_bytes=8G"}, 2, "--gpu_workspace_bytes: not an integer"},
   };
   if (ListCudaDevices().empty()) {  // with a GPU, --device=cuda runs
     bad.push_back({{"--device=cuda", "--seq_len=64"}, 1, "device cuda"});
@@ -337,6 +339,7 @@ TEST(BenchTest, HelpExplainsEveryFlag) {
                            "--param",
                            "--block_m",
                            "--device",
+                           "--gpu_workspace_bytes",
                            "--warmup",
                            "--repeat",
                            "--recall_rows",

@@ -5,6 +5,8 @@
 # shape (llm_mix 32/8 heads d 128 bf16): `guarded` (configs searched on a 16K prompt at target
 # 0.95, scaled to 1M by the worker's length exponent, then the recall guard) and `sampled_lines`
 # (gamma 0.95 on every head, no search). Logs in $OUT; a summary last. Issue 11 item 5's 1M row.
+# The worker keeps every head group's index next to the others in one pool: at 1M keys that needs
+# more than the 8 GiB default (32 GiB here; the chunk's tensors take ~5 GB of the 80).
 set -u
 cd "$(dirname "$0")"
 WORK=/tmp/spattn_gpu_1m && rm -rf "$WORK" && mkdir -p "$WORK" && tar -xJf bundle.tar.xz -C "$WORK"
@@ -20,7 +22,8 @@ timeout 60 python3 sdpa_chunk.py --k_len 1048576 --q_len 65536 --iters 3 --warmu
   > "$OUT/sdpa_chunk.jsonl" 2> "$OUT/sdpa_chunk.err"
 note "sdpa chunk rc=$?"
 COMMON="--device=cuda --workload=llm_mix --heads=32 --kv_heads=8 --head_dim=128 --dtype=bf16
-  --group_by=all --recall_rows=32 --seq_len=1048576 --q_len=65536 --warmup=1 --repeat=2"
+  --group_by=all --recall_rows=32 --seq_len=1048576 --q_len=65536 --warmup=1 --repeat=2
+  --gpu_workspace_bytes=${WORKSPACE_BYTES:-34359738368}"
 timeout ${GUARDED_S:-150} bin/spattn-bench $COMMON --search_len=16384 --search_target_recall=0.95 \
   --methods=guarded >> "$OUT/bench_1m.jsonl" 2>> "$OUT/bench_1m.err"
 note "spattn-bench guarded 1M rc=$?"
