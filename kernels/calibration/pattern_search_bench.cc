@@ -6,65 +6,20 @@
 //       [--threads=0]
 //       [--candidates=all] [--build_cost_weight=1]
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <map>
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
+#include "kernels/calibration/bench_args.h"
 #include "kernels/calibration/pattern_search.h"
 #include "kernels/parallel.h"
 #include "kernels/workload/workload.h"
 
 namespace {
 
-std::string Flag(int argc, char** argv, const char* name, const std::string& def) {
-  const std::string prefix = std::string("--") + name + "=";
-  for (int i = 1; i < argc; ++i) {
-    if (std::strncmp(argv[i], prefix.c_str(), prefix.size()) == 0) {
-      return argv[i] + prefix.size();
-    }
-  }
-  return def;
-}
-
-int IntFlag(int argc, char** argv, const char* name, int def) {
-  int v = def;
-  const std::string s = Flag(argc, argv, name, "");
-  if (!s.empty() && !absl::SimpleAtoi(s, &v)) {
-    std::fprintf(stderr, "--%s: not an integer\n", name);
-    std::exit(2);
-  }
-  return v;
-}
-
-double DoubleFlag(int argc, char** argv, const char* name, double def) {
-  double v = def;
-  const std::string s = Flag(argc, argv, name, "");
-  if (!s.empty() && !absl::SimpleAtod(s, &v)) {
-    std::fprintf(stderr, "--%s: not a number\n", name);
-    std::exit(2);
-  }
-  return v;
-}
-
-spattn::Workload Generate(int seq, int qh, int kvh, int dim, uint64_t seed, uint64_t model_seed) {
-  spattn::WorkloadOptions o;
-  o.workload = "llm_mix";
-  o.shape.q_lens = {seq};
-  o.shape.num_q_heads = qh;
-  o.shape.num_kv_heads = kvh;
-  o.shape.head_dim = dim;
-  o.seed = seed;
-  o.model_seed = model_seed;
-  absl::StatusOr<spattn::Workload> w = spattn::GenerateWorkload(o);
-  if (!w.ok()) {
-    std::fprintf(stderr, "workload: %s\n", w.status().ToString().c_str());
-    std::exit(1);
-  }
-  return std::move(*w);
-}
+using spattn::bench_args::DoubleFlag;
+using spattn::bench_args::Flag;
+using spattn::bench_args::IntFlag;
 
 }  // namespace
 
@@ -95,15 +50,15 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", candidates.status().ToString().c_str());
     return 2;
   }
-  spattn::Workload calib = Generate(seq, qh, kvh, dim, seed, model_seed);
+  spattn::Workload calib = spattn::bench_args::LlmMix(seq, qh, kvh, dim, seed, model_seed);
   // More calibration prompts of the same model: seeds seed + 1000 i.
   const int draws = IntFlag(argc, argv, "draws", 1);
   std::vector<spattn::Workload> extra;
   std::vector<const spattn::AttentionProblem*> problems = {&calib.problem()};
   for (int i = 1; i < draws; ++i)
-    extra.push_back(Generate(seq, qh, kvh, dim, seed + 1000 * i, model_seed));
+    extra.push_back(spattn::bench_args::LlmMix(seq, qh, kvh, dim, seed + 1000 * i, model_seed));
   for (const auto& w : extra) problems.push_back(&w.problem());
-  spattn::Workload held = Generate(seq, qh, kvh, dim, holdout, model_seed);
+  spattn::Workload held = spattn::bench_args::LlmMix(seq, qh, kvh, dim, holdout, model_seed);
   std::printf(
       "seq=%d q_heads=%d kv_heads=%d dim=%d seed=%d holdout=%d target=%.3f rows=%d "
       "threads=%d candidates=%zu\n",

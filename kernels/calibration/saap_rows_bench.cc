@@ -11,14 +11,11 @@
 // One line per (prompt, classify_rows); classify_rows >= block_m is every row (the seed).
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_split.h"
 #include "kernels/builders/build_index.h"
+#include "kernels/calibration/bench_args.h"
 #include "kernels/calibration/saap_calibration.h"
 #include "kernels/fidelity.h"
 #include "kernels/parallel.h"
@@ -26,56 +23,9 @@
 
 namespace {
 
-std::string Flag(int argc, char** argv, const char* name, const std::string& def) {
-  const std::string prefix = std::string("--") + name + "=";
-  for (int i = 1; i < argc; ++i) {
-    if (std::strncmp(argv[i], prefix.c_str(), prefix.size()) == 0) {
-      return argv[i] + prefix.size();
-    }
-  }
-  return def;
-}
-
-int IntFlag(int argc, char** argv, const char* name, int def) {
-  int v = def;
-  const std::string s = Flag(argc, argv, name, "");
-  if (!s.empty() && !absl::SimpleAtoi(s, &v)) {
-    std::fprintf(stderr, "--%s: not an integer\n", name);
-    std::exit(2);
-  }
-  return v;
-}
-
-std::vector<int> IntList(int argc, char** argv, const char* name, const std::string& def) {
-  std::vector<int> out;
-  for (absl::string_view part : absl::StrSplit(Flag(argc, argv, name, def), ',')) {
-    int v = 0;
-    if (!absl::SimpleAtoi(part, &v)) {
-      std::fprintf(stderr, "--%s: not a list of integers\n", name);
-      std::exit(2);
-    }
-    out.push_back(v);
-  }
-  return out;
-}
-
-spattn::Workload Generate(int seq, int qh, int kvh, int dim, uint64_t seed, uint64_t model_seed) {
-  spattn::WorkloadOptions o;
-  o.workload = "llm_mix";
-  o.shape.q_lens = {seq};
-  o.shape.num_q_heads = qh;
-  o.shape.num_kv_heads = kvh;
-  o.shape.head_dim = dim;
-  o.shape.dtype = spattn::DType::kBF16;
-  o.seed = seed;
-  o.model_seed = model_seed;
-  absl::StatusOr<spattn::Workload> w = spattn::GenerateWorkload(o);
-  if (!w.ok()) {
-    std::fprintf(stderr, "workload: %s\n", w.status().ToString().c_str());
-    std::exit(1);
-  }
-  return std::move(*w);
-}
+using spattn::bench_args::Flag;
+using spattn::bench_args::IntFlag;
+using spattn::bench_args::IntList;
 
 double Seconds(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -110,7 +60,7 @@ int main(int argc, char** argv) {
   co.max_queries = IntFlag(argc, argv, "max_queries", 4096);
 
   auto t0 = std::chrono::steady_clock::now();
-  spattn::Workload calib = Generate(calib_len, qh, kvh, dim, seed, model_seed);
+  spattn::Workload calib = spattn::bench_args::LlmMix(calib_len, qh, kvh, dim, seed, model_seed);
   spattn::LayerAssets assets;
   assets.rope_theta = calib.options.rope_theta;
   const absl::Status cs = spattn::CalibrateSaap(calib.problem(), co, &assets, nullptr);
@@ -126,7 +76,7 @@ int main(int argc, char** argv) {
   std::printf("%-6s %-6s %-13s %-8s %-8s %-8s %s\n", "prompt", "seq", "classify_rows", "recall",
               "min", "density", "cpu_build_s");
   for (int hs : holdout) {
-    spattn::Workload w = Generate(seq, qh, kvh, dim, hs, model_seed);
+    spattn::Workload w = spattn::bench_args::LlmMix(seq, qh, kvh, dim, hs, model_seed);
     std::vector<int> heads(qh);
     for (int h = 0; h < qh; ++h) heads[h] = h;
     for (int r : rows) {
