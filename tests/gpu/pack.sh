@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Packs every GPU test and benchmark (opt builds) with the shared libraries the GPU machine lacks
 # into one folder that travels with a device run (default: <repo>/.gpu-all, git-ignored), so one
-# run checks and measures the whole CUDA path. Then, on the GPU machine: bash .gpu-all/run.sh, then bash .gpu-all/run_1m.sh (the 1M chunk).
+# run checks and measures the whole CUDA path. Then, on the GPU machine: bash .gpu-all/run.sh,
+# then (a second call) bash .gpu-all/run_1m.sh, the 1M chunk.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DEST=${1:-.gpu-all}
