@@ -269,13 +269,7 @@ TEST(AnchorTest, KernelMatchesReferenceUnderDensifiedMask) {
 // Sink, local window and vertical stripes: stripes score near the anchor, everything else far
 // below it, so the difference test keeps the stripes and little else.
 TEST(AnchorTest, RecallOnPlantedStripes) {
-  ProblemShape s;
-  s.q_lens = {2048, 700};
-  s.k_lens = {2048, 1500};
-  s.num_q_heads = 4;
-  s.num_kv_heads = 2;
-  s.head_dim = 64;
-  s.dtype = DType::kBF16;
+  const ProblemShape s = method_testing::PlantingShape();
   auto hp = RandomProblem(s, 6);
   method_testing::PlantedHead a;
   a.sink_logit = 10.f;

@@ -345,15 +345,10 @@ void PlantStructure(HostProblem* hp, const std::vector<PlantedHead>& heads, uint
   WriteTensor(hp, Tensor::kK, k);
 }
 
+ProblemShape PlantingShape() { return MakeShape({2048, 700}, {2048, 1500}, 4, 2); }
+
 std::unique_ptr<HostProblem> PlantedColumnsAndSlashes() {
-  ProblemShape s;
-  s.q_lens = {2048, 700};
-  s.k_lens = {2048, 1500};
-  s.num_q_heads = 4;
-  s.num_kv_heads = 2;
-  s.head_dim = 64;
-  s.dtype = DType::kBF16;
-  auto hp = RandomProblem(s, 5);
+  auto hp = RandomProblem(PlantingShape(), 5);
   PlantedHead columns;
   columns.columns = {100, 101, 555, 900, 1300};
   columns.column_logit = 11.f;

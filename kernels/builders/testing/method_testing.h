@@ -96,9 +96,12 @@ struct PlantedHead {
 void PlantStructure(HostProblem* hp, const std::vector<PlantedHead>& heads, uint64_t seed);
 
 // Two sequences (2048 rows over 2048 keys; 700 over 1500: chunked prefill), 4 q / 2 kv heads,
-// d = 64, bf16: kv head 0 plants sink + columns {100, 101, 555, 900, 1300} + the diagonal, kv
-// head 1 slashes at offsets {0, 1, 257, 700} (logits 9-11 over noise). The shared problem of
-// the per-query-block methods' planted-structure tests.
+// d = 64, bf16: the shape of the planted-structure tests below and in anchor_test.
+ProblemShape PlantingShape();
+
+// PlantingShape(), random (seed 5): kv head 0 plants sink + columns {100, 101, 555, 900, 1300} +
+// the diagonal, kv head 1 slashes at offsets {0, 1, 257, 700} (logits 9-11 over noise). The shared
+// problem of the per-query-block methods' planted-structure tests.
 std::unique_ptr<HostProblem> PlantedColumnsAndSlashes();
 
 // One fp32 head of n queries over n keys (head_dim n) where query i >= offset attends with mass
