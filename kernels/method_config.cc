@@ -100,6 +100,8 @@ std::vector<MethodParam> MakeMethodParams() {
           [](MethodConfig* c) { return &c->sampled_lines.sink_tokens; }),
       Int(M::kSampledLines, "local_tokens", R::kNonNegative,
           [](MethodConfig* c) { return &c->sampled_lines.local_tokens; }),
+      Float(M::kSampledLines, "diagonal_floor", R::kPositive,
+            [](MethodConfig* c) { return &c->sampled_lines.diagonal_floor; }),
   };
 }
 

@@ -104,6 +104,9 @@ struct SampledLinesParams {
   int last_q = 64;         // Default: 64.
   int sink_tokens = 4;     // Default: 4.
   int local_tokens = 64;   // Default: 64.
+  // Step 2's floor of a diagonal's mean mass, in units of the uniform share 1 / k_len.
+  // Default: 2.
+  float diagonal_floor = 2.f;
 };
 
 // A method with its parameters. Only the struct matching `method` is read.

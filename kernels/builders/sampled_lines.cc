@@ -90,8 +90,10 @@ LineEvidence EstimateLines(const AttentionProblem& p, int seq, int q_head, int l
   }
   ev.diag.resize(diag.num_offsets());
   for (int i = 0; i < diag.num_offsets(); ++i) {
-    const int cnt = SampledLinesDiagonalRows(fp, lp, kl, p.causal, diag.min_offset + i);
-    ev.diag[i] = cnt > 0 ? static_cast<float>(diag.sums[i] / cnt) : 0.f;
+    const int o = diag.min_offset + i;
+    const int cnt = SampledLinesDiagonalRows(fp, lp, kl, p.causal, o);
+    const float d = cnt > 0 ? static_cast<float>(diag.sums[i] / cnt) : 0.f;
+    ev.diag[i] = SampledLinesColumnLeak(d, cnt, ev.col.data(), fp, lp, kl, o) ? 0.f : d;
   }
   return ev;
 }
@@ -103,6 +105,15 @@ int SampledLinesBin(float mass) {
   std::memcpy(&bits, &mass, sizeof(bits));
   const int key = static_cast<int>(bits >> 20) - kSampledLinesBinFloor;
   return key < 0 ? 0 : (key >= kSampledLinesBins ? kSampledLinesBins - 1 : key);
+}
+
+bool SampledLinesColumnLeak(float d, int rows, const float* col, int first_pos, int last_pos,
+                            int k_len, int offset) {
+  const int lo = std::max(0, first_pos - offset);
+  const int hi = std::min(k_len - 1, last_pos - offset);
+  float vmax = 0.f;
+  for (int j = lo; j <= hi; ++j) vmax = std::max(vmax, col[j]);
+  return !(d * static_cast<float>(rows) > kSampledLinesColumnLeak * vmax);
 }
 
 int SampledLinesColumnRows(int first_pos, int last_pos, int k_len, bool causal, int key) {
@@ -158,7 +169,7 @@ absl::Status BuildSampledLinesIndex(const AttentionProblem& problem,
     std::vector<float> probs;
     SampledRowProbs(problem, g.seq, heads[slot], sampled, &probs);
     const float w = sampled.empty() ? 0.f : 1.f / static_cast<float>(sampled.size());
-    const float diag_floor = kSampledLinesDiagonalFloor / static_cast<float>(kl);
+    const float diag_floor = params.diagonal_floor / static_cast<float>(kl);
     // Mass per bin over the block's entries, then the threshold bin.
     std::vector<double> hist(kSampledLinesBins, 0.0);
     double total = 0;

@@ -53,13 +53,17 @@ absl::Status BuildSampledLinesIndex(const AttentionProblem& problem,
                                     const SampledLinesParams& params, const std::vector<int>& heads,
                                     int block_m, SparseIndex* out);
 
-// Step 2's floor of a diagonal's mean mass, in units of the uniform share 1 / k_len.
-inline constexpr float kSampledLinesDiagonalFloor = 2.f;
-
 // Step 3's bins: SampledLinesBin(m) in [0, kSampledLinesBins) for m in (0, 1].
 inline constexpr int kSampledLinesBinFloor = 759;  // (fp32 bits >> 20) of 2^-32, minus one
 inline constexpr int kSampledLinesBins = 258;      // bin of 1.0 = 1016 - 759, plus one
 int SampledLinesBin(float mass);
+
+// Step 2's column test: whether D(offset) = `d` (over `rows` evidence rows) is what a column
+// leaves on the diagonals its rows cross it at -- d * rows <= kSampledLinesColumnLeak x the
+// largest V(j) (`col`) over the keys j = pos - offset of the evidence rows.
+inline constexpr float kSampledLinesColumnLeak = 2.f;
+bool SampledLinesColumnLeak(float d, int rows, const float* col, int first_pos, int last_pos,
+                            int k_len, int offset);
 
 // Evidence rows (positions first_pos..last_pos) that see key `key` / reach offset `offset`.
 int SampledLinesColumnRows(int first_pos, int last_pos, int k_len, bool causal, int key);

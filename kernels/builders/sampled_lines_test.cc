@@ -50,6 +50,12 @@ TEST(SampledLinesTest, HandCheckedSlash) {
   // Block 4 = rows 64..79: offset 20 -> keys [44, 60), local [64, 80).
   EXPECT_EQ(RowString(idx, 0, 4), "[44,60)[64,80)");
   EXPECT_EQ(RowString(idx, 0, 15), "[220,236)[240,256)");
+  // A diagonal floor above D(20) * k_len (~256) leaves the sampled rows' keys as columns: rows
+  // 68 and 76 of block 4 keep keys 48 and 56.
+  params.diagonal_floor = 1000.f;
+  ASSERT_TRUE(BuildSampledLinesIndex(hp->problem(), params, {0}, 16, &idx).ok());
+  ASSERT_TRUE(ValidateSparseIndex(hp->problem(), idx).ok());
+  EXPECT_EQ(RowString(idx, 0, 4), "[64,80) c48 c56");
 }
 
 TEST(SampledLinesTest, IndexInvariantsOnAwkwardShapes) {
@@ -154,6 +160,8 @@ TEST(SampledLinesTest, RejectsBadParametersByName) {
                      "sampled_lines.sink_tokens"},
                     {[](MethodConfig* c) { c->sampled_lines.local_tokens = -1; },
                      "sampled_lines.local_tokens"},
+                    {[](MethodConfig* c) { c->sampled_lines.diagonal_floor = 0.f; },
+                     "sampled_lines.diagonal_floor"},
                 }),
             "");
   SparseIndex idx;

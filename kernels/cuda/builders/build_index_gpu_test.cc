@@ -285,11 +285,13 @@ MethodCases CasesFor(Method m) {
       struct P {
         float gamma;
         int rows, last_q, sink, local;
+        float floor;
       };
-      // Flat random attention needs low gammas to be sparse.
-      for (const P& pr : {P{0.95f, 2, 64, 4, 64}, P{0.5f, 1, 16, 0, 0}, P{0.3f, 4, 100, 1, 16},
-                          P{0.6f, 3, 1, 0, 1}}) {
+      // Flat random attention needs low gammas to be sparse; floors 1 and 0.5 make diagonals.
+      for (const P& pr : {P{0.95f, 2, 64, 4, 64, 2.f}, P{0.5f, 1, 16, 0, 0, 1.f},
+                          P{0.3f, 4, 100, 1, 16, 6.f}, P{0.6f, 3, 1, 0, 1, 0.5f}}) {
         c.sampled_lines.gamma = pr.gamma;
+        c.sampled_lines.diagonal_floor = pr.floor;
         c.sampled_lines.rows_per_block = pr.rows;
         c.sampled_lines.last_q = pr.last_q;
         c.sampled_lines.sink_tokens = pr.sink;

@@ -474,30 +474,45 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
   }
 }
 
-// V(j) and D(o) of one (slot, sequence) per blockIdx.y = slot * batch + seq.
-__global__ void SlEvidenceKernel(SlArgs a) {
+// V(j) of one (slot, sequence) per blockIdx.y = slot * batch + seq.
+__global__ void SlColumnEvidenceKernel(SlArgs a) {
   const int slot = blockIdx.y / a.batch, seq = blockIdx.y % a.batch;
   const merged::EstimateSeq es = a.ev_seqs[seq];
   if (es.n == 0) return;
   const int fp = es.first_pos, lp = es.first_pos + es.n - 1;
   const int64_t cb = slot * a.col_stride + es.col_base;
+  for (int x = blockIdx.x * blockDim.x + threadIdx.x; x < es.kl; x += gridDim.x * blockDim.x) {
+    const int cnt = ColumnRows(fp, lp, a.p.causal, x);
+    a.col_mean[cb + x] = cnt > 0 ? static_cast<float>(a.col_sums[cb + x] / cnt) : 0.f;
+  }
+}
+
+// D(o) of one (slot, sequence), 0 where a column explains it (sampled_lines.cc's
+// SampledLinesColumnLeak: D(o) * rows <= kSlColumnLeak x the largest V(j) over the keys
+// j = pos - o of the evidence rows). After SlColumnEvidenceKernel.
+__global__ void SlDiagonalEvidenceKernel(SlArgs a) {
+  const int slot = blockIdx.y / a.batch, seq = blockIdx.y % a.batch;
+  const merged::EstimateSeq es = a.ev_seqs[seq];
+  if (es.n == 0) return;
+  const int fp = es.first_pos, lp = es.first_pos + es.n - 1;
+  const float* col = a.col_mean + slot * a.col_stride + es.col_base;
   const int64_t db = slot * a.diag_stride + es.diag_base;
-  for (int x = blockIdx.x * blockDim.x + threadIdx.x; x < es.kl || x < es.num_offsets;
+  for (int x = blockIdx.x * blockDim.x + threadIdx.x; x < es.num_offsets;
        x += gridDim.x * blockDim.x) {
-    if (x < es.kl) {
-      const int cnt = ColumnRows(fp, lp, a.p.causal, x);
-      a.col_mean[cb + x] = cnt > 0 ? static_cast<float>(a.col_sums[cb + x] / cnt) : 0.f;
-    }
-    if (x < es.num_offsets) {
-      const int cnt = DiagonalRows(fp, lp, es.kl, a.p.causal, es.min_offset + x);
-      a.diag_mean[db + x] = cnt > 0 ? static_cast<float>(a.diag_sums[db + x] / cnt) : 0.f;
-    }
+    const int o = es.min_offset + x;
+    const int cnt = DiagonalRows(fp, lp, es.kl, a.p.causal, o);
+    const float d = cnt > 0 ? static_cast<float>(a.diag_sums[db + x] / cnt) : 0.f;
+    const int lo = max(0, fp - o), hi = min(es.kl - 1, lp - o);
+    float vmax = 0.f;
+    for (int j = lo; j <= hi; ++j) vmax = fmaxf(vmax, col[j]);
+    a.diag_mean[db + x] =
+        __fmul_rn(d, static_cast<float>(cnt)) > __fmul_rn(kSlColumnLeak, vmax) ? d : 0.f;
   }
 }
 
 // The entries of each index row, from (row position - its block's first row position) * k_len +
 // key j to the assembler's codes: j (column) or -1 - (o + k_len) (diagonal o = row position - j),
-// by the last-rows evidence (sampled_lines.cc: D(o) > V(j) and D(o) > kSlDiagonalFloor / k_len).
+// by the last-rows evidence (sampled_lines.cc: D(o) > V(j) and D(o) > diagonal_floor / k_len).
 // One CTA per index row; its loads are independent (pass 3's hot loop has none).
 __global__ void SlClassifyKernel(SlArgs a) {
   const int unit = blockIdx.x;
@@ -509,7 +524,7 @@ __global__ void SlClassifyKernel(SlArgs a) {
   const merged::EstimateSeq es = a.ev_seqs[g.seq];
   const float* col = a.col_mean + slot * a.col_stride + es.col_base;
   const float* diag = a.diag_mean + slot * a.diag_stride + es.diag_base;
-  const float diag_floor = kSlDiagonalFloor / static_cast<float>(kl);
+  const float diag_floor = a.diagonal_floor / static_cast<float>(kl);
   int32_t* e = a.entries + a.kept[unit];
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
     const int32_t code = e[i];
@@ -608,8 +623,11 @@ cudaError_t LaunchSampledLinesHistogram(const SlArgs& a, cudaStream_t stream) {
 
 cudaError_t LaunchSampledLinesEmit(const SlArgs& a, cudaStream_t stream) {
   if (a.num_groups == 0 || a.num_slots == 0) return cudaSuccess;
-  SlEvidenceKernel<<<dim3(64, a.num_slots * a.batch), 256, 0, stream>>>(a);
-  const cudaError_t err = cudaGetLastError();
+  SlColumnEvidenceKernel<<<dim3(64, a.num_slots * a.batch), 256, 0, stream>>>(a);
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return err;
+  SlDiagonalEvidenceKernel<<<dim3(64, a.num_slots * a.batch), 256, 0, stream>>>(a);
+  err = cudaGetLastError();
   if (err != cudaSuccess) return err;
   const cudaError_t perr = Dispatch<3>(a, stream);
   if (perr != cudaSuccess) return perr;

@@ -20,7 +20,7 @@ namespace {
 
 static_assert(kSlBins == kSampledLinesBins, "bins of sampled_lines.h");
 static_assert(kSlBinFloor == kSampledLinesBinFloor, "bins of sampled_lines.h");
-static_assert(kSlDiagonalFloor == kSampledLinesDiagonalFloor, "floor of sampled_lines.h");
+static_assert(kSlColumnLeak == kSampledLinesColumnLeak, "column test of sampled_lines.h");
 
 absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const AttentionProblem& p,
                                                   const AttnParams& a,
@@ -107,6 +107,7 @@ absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const A
   sa.num_rows = static_cast<int>(rows.size());
   SPATTN_ASSIGN_OR_RETURN(sa.geo, Upload(env, l.geo, "block geometry"));
   sa.gamma = params.gamma;
+  sa.diagonal_floor = params.diagonal_floor;
   sa.ev_seqs = ep.seqs;
   sa.col_sums = ep.col_sums;
   sa.diag_sums = ep.diag_sums;

@@ -27,11 +27,11 @@
 namespace spattn {
 namespace cuda {
 
-constexpr int kSlGroupRows = 64;         // sampled rows per CTA (4 warps x 16)
-constexpr int kSlGroupBlocks = 32;       // query blocks per CTA (histograms in shared memory)
-constexpr int kSlBins = 258;             // = kSampledLinesBins (sampled_lines.h)
-constexpr int kSlBinFloor = 759;         // = kSampledLinesBinFloor
-constexpr float kSlDiagonalFloor = 2.f;  // = kSampledLinesDiagonalFloor
+constexpr int kSlGroupRows = 64;      // sampled rows per CTA (4 warps x 16)
+constexpr int kSlGroupBlocks = 32;    // query blocks per CTA (histograms in shared memory)
+constexpr int kSlBins = 258;          // = kSampledLinesBins (sampled_lines.h)
+constexpr int kSlBinFloor = 759;      // = kSampledLinesBinFloor
+constexpr float kSlColumnLeak = 2.f;  // = kSampledLinesColumnLeak
 
 // Sampled rows of consecutive query blocks of one sequence.
 struct SlGroup {
@@ -61,6 +61,7 @@ struct SlArgs {
   int num_rows = 0;
   const BlockGeoDev* geo = nullptr;  // [num_blocks]
   float gamma = 0.f;
+  float diagonal_floor = 0.f;  // SampledLinesParams::diagonal_floor (units of 1 / k_len)
   // Evidence: vertical_slash's estimate over the last rows (merged_kernels.h EstimateParams).
   const merged::EstimateSeq* ev_seqs = nullptr;  // [batch]
   const double* col_sums = nullptr;              // [slots * col_stride]
