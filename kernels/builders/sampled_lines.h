@@ -15,14 +15,23 @@
 //  2. Line evidence from the sequence's last min(last_q, q_len) rows (vertical_slash's estimate,
 //     Alg. 2 of MInference): V(j) = column sum at key j / the rows that see j, D(o) = diagonal
 //     sum at offset o = pos - key / the rows that reach o. A key j of a sampled row at position
-//     pos is a "diagonal" entry when D(pos - j) > V(j) and D(pos - j) > 2 / k_len (its mass
-//     follows the distance, above twice the uniform share: local windows, slash lines), else a
-//     "column" entry (sinks, heavy hitters, the query-specific keys of retrieval and topic heads
-//     that no diagonal explains, and background keys). Without the floor about half of the
-//     background keys a high gamma reaches become 64-key diagonal ranges: on llm_mix at 16K
-//     (8 heads) gamma 0.95 gives density 0.139 at recall 0.979 without it, 0.065 / 0.968 with
-//     2 / k_len and 0.057 / 0.963 with 4 / k_len, which turns too many topic-segment keys into
-//     columns that other rows of the block do not share (held-out recall of topic heads drops).
+//     pos is a "diagonal" entry when D(pos - j) > V(j), D(pos - j) > diagonal_floor / k_len
+//     (its mass follows the distance, above diagonal_floor uniform shares: local windows, slash
+//     lines) and no column explains D(pos - j) (SampledLinesColumnLeak: a heavy column j' that
+//     the evidence rows cross at offsets o adds V(j') / rows to each D(o), so D(o) * rows must
+//     exceed twice the largest V over the keys pos' - o of the evidence rows), else a "column"
+//     entry (sinks, heavy hitters, the query-specific keys of retrieval and topic heads that no
+//     diagonal explains, and background keys). A diagonal entry costs a 64-key range, a column
+//     one key: background entries that pass as diagonals were most of the excess density over
+//     the query-block-column oracle (issue 11 item 4; llm_mix 32/8 heads d128, gamma 0.95, CPU
+//     sampled_lines_probe, 128 held-out rows per head, oracle on 16 blocks per head):
+//       32K: floor 2 (the old rule): density 0.0676 = 1.71x oracle, recall 0.961 (min head 0.934)
+//            + column test:           0.0646 = 1.64x, 0.961 (0.934)
+//            + floor 4:               0.0536 = 1.36x, 0.957 (0.932; 32/32 heads >= 0.93)
+//            + floor 5:               0.0505 = 1.28x, 0.955 (0.929; 31/32)
+//       16K: floor 2 1.23x / 0.965, + column test + floor 4 1.00x / 0.959 (32/32).
+//     Higher floors cost slash and vertical_slash heads their lines (16K, floor 8 without the
+//     column test: 2 of 4 slash heads below 0.93).
 //  3. Per query block, each (sampled row, key) entry weighs m = p / (rows sampled), as fp32.
 //     Entries are binned by the top 12 bits of m's fp32 representation (SampledLinesBin: 8 bins
 //     per octave, ~9% apart; everything below 2^-32 in bin 0); the threshold bin is the highest
