@@ -113,7 +113,8 @@ bool SampledLinesColumnLeak(float d, int rows, const float* col, int first_pos, 
   const int hi = std::min(k_len - 1, last_pos - offset);
   float vmax = 0.f;
   for (int j = lo; j <= hi; ++j) vmax = std::max(vmax, col[j]);
-  return !(d * static_cast<float>(rows) > kSampledLinesColumnLeak * vmax);
+  const float c = std::min(kSampledLinesColumnLeak, 0.25f * static_cast<float>(rows));
+  return !(d * static_cast<float>(rows) > c * vmax);
 }
 
 int SampledLinesColumnRows(int first_pos, int last_pos, int k_len, bool causal, int key) {

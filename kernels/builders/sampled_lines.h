@@ -19,17 +19,22 @@
 //     (its mass follows the distance, above diagonal_floor uniform shares: local windows, slash
 //     lines) and no column explains D(pos - j) (SampledLinesColumnLeak: a heavy column j' that
 //     the evidence rows cross at offsets o adds V(j') / rows to each D(o), so D(o) * rows must
-//     exceed twice the largest V over the keys pos' - o of the evidence rows), else a "column"
+//     exceed min(8, rows / 4) x the largest V over the keys pos' - o of the evidence rows),
+//     else a "column"
 //     entry (sinks, heavy hitters, the query-specific keys of retrieval and topic heads that no
 //     diagonal explains, and background keys). A diagonal entry costs a 64-key range, a column
 //     one key: background entries that pass as diagonals were most of the excess density over
 //     the query-block-column oracle (issue 11 item 4; llm_mix 32/8 heads d128, gamma 0.95, CPU
 //     sampled_lines_probe, 128 held-out rows per head, oracle on 16 blocks per head):
 //       32K: floor 2 (the old rule): density 0.0676 = 1.71x oracle, recall 0.961 (min head 0.934)
-//            + column test:           0.0646 = 1.64x, 0.961 (0.934)
-//            + floor 4:               0.0536 = 1.36x, 0.957 (0.932; 32/32 heads >= 0.93)
-//            + floor 5:               0.0505 = 1.28x, 0.955 (0.929; 31/32)
-//       16K: floor 2 1.23x / 0.965, + column test + floor 4 1.00x / 0.959 (32/32).
+//            + column test (factor 2):       0.0646 = 1.64x, 0.961 (0.934)
+//            + floor 4:                      0.0536 = 1.36x, 0.957 (0.932; 32/32 heads >= 0.93)
+//            + floor 5:                      0.0505 = 1.28x, 0.955 (0.929; 31/32)
+//            column test factor 8, floor 3:  0.0523 = 1.33x, 0.957 (0.930; 32/32)
+//                                  floor 4:  0.0488 = 1.24x, 0.955 (0.928; 31/32) (defaults)
+//                                  floor 5:  0.0459 = 1.16x, 0.954 (0.925; 30/32)
+//       16K: floor 2 1.23x / 0.965; factor 2 + floor 4 1.00x / 0.959; factor 8 + floor 4
+//            0.94x / 0.957 (32/32).
 //     Higher floors cost slash and vertical_slash heads their lines (16K, floor 8 without the
 //     column test: 2 of 4 slash heads below 0.93).
 //  3. Per query block, each (sampled row, key) entry weighs m = p / (rows sampled), as fp32.
@@ -68,9 +73,12 @@ inline constexpr int kSampledLinesBins = 258;      // bin of 1.0 = 1016 - 759, p
 int SampledLinesBin(float mass);
 
 // Step 2's column test: whether D(offset) = `d` (over `rows` evidence rows) is what a column
-// leaves on the diagonals its rows cross it at -- d * rows <= kSampledLinesColumnLeak x the
-// largest V(j) (`col`) over the keys j = pos - offset of the evidence rows.
-inline constexpr float kSampledLinesColumnLeak = 2.f;
+// leaves on the diagonals its rows cross it at -- d * rows <= min(kSampledLinesColumnLeak,
+// rows / 4) x the largest V(j) (`col`) over the keys j = pos - offset of the evidence rows. A
+// line's keys have V ~ d (one row of `rows` crosses each on the line), so a line passes with
+// d * rows ~ rows x V; a column that one row crosses at `offset` gives d * rows ~ V, a few times
+// V where its mass varies over the rows (RoPE).
+inline constexpr float kSampledLinesColumnLeak = 8.f;
 bool SampledLinesColumnLeak(float d, int rows, const float* col, int first_pos, int last_pos,
                             int k_len, int offset);
 

@@ -488,8 +488,8 @@ __global__ void SlColumnEvidenceKernel(SlArgs a) {
 }
 
 // D(o) of one (slot, sequence), 0 where a column explains it (sampled_lines.cc's
-// SampledLinesColumnLeak: D(o) * rows <= kSlColumnLeak x the largest V(j) over the keys
-// j = pos - o of the evidence rows). After SlColumnEvidenceKernel.
+// SampledLinesColumnLeak: D(o) * rows <= min(kSlColumnLeak, rows / 4) x the largest V(j) over
+// the keys j = pos - o of the evidence rows). After SlColumnEvidenceKernel.
 __global__ void SlDiagonalEvidenceKernel(SlArgs a) {
   const int slot = blockIdx.y / a.batch, seq = blockIdx.y % a.batch;
   const merged::EstimateSeq es = a.ev_seqs[seq];
@@ -505,8 +505,8 @@ __global__ void SlDiagonalEvidenceKernel(SlArgs a) {
     const int lo = max(0, fp - o), hi = min(es.kl - 1, lp - o);
     float vmax = 0.f;
     for (int j = lo; j <= hi; ++j) vmax = fmaxf(vmax, col[j]);
-    a.diag_mean[db + x] =
-        __fmul_rn(d, static_cast<float>(cnt)) > __fmul_rn(kSlColumnLeak, vmax) ? d : 0.f;
+    const float c = fminf(kSlColumnLeak, 0.25f * static_cast<float>(cnt));
+    a.diag_mean[db + x] = __fmul_rn(d, static_cast<float>(cnt)) > __fmul_rn(c, vmax) ? d : 0.f;
   }
 }
 

@@ -31,7 +31,7 @@ constexpr int kSlGroupRows = 64;      // sampled rows per CTA (4 warps x 16)
 constexpr int kSlGroupBlocks = 32;    // query blocks per CTA (histograms in shared memory)
 constexpr int kSlBins = 258;          // = kSampledLinesBins (sampled_lines.h)
 constexpr int kSlBinFloor = 759;      // = kSampledLinesBinFloor
-constexpr float kSlColumnLeak = 2.f;  // = kSampledLinesColumnLeak
+constexpr float kSlColumnLeak = 8.f;  // = kSampledLinesColumnLeak
 
 // Sampled rows of consecutive query blocks of one sequence.
 struct SlGroup {
