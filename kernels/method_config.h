@@ -105,8 +105,8 @@ struct SampledLinesParams {
   int sink_tokens = 4;     // Default: 4.
   int local_tokens = 64;   // Default: 64.
   // Step 2's floor of a diagonal's mean mass, in units of the uniform share 1 / k_len.
-  // Default: 4.
-  float diagonal_floor = 4.f;
+  // Default: 3.
+  float diagonal_floor = 3.f;
 };
 
 // A method with its parameters. Only the struct matching `method` is read.

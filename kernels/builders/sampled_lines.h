@@ -30,11 +30,16 @@
 //            + column test (factor 2):       0.0646 = 1.64x, 0.961 (0.934)
 //            + floor 4:                      0.0536 = 1.36x, 0.957 (0.932; 32/32 heads >= 0.93)
 //            + floor 5:                      0.0505 = 1.28x, 0.955 (0.929; 31/32)
-//            column test factor 8, floor 3:  0.0523 = 1.33x, 0.957 (0.930; 32/32)
-//                                  floor 4:  0.0488 = 1.24x, 0.955 (0.928; 31/32) (defaults)
+//            column test factor 8, floor 3:  0.0523 = 1.33x, 0.957 (0.930; 32/32) (defaults)
+//                                  floor 4:  0.0488 = 1.24x, 0.955 (0.928; 31/32)
 //                                  floor 5:  0.0459 = 1.16x, 0.954 (0.925; 30/32)
 //       16K: floor 2 1.23x / 0.965; factor 2 + floor 4 1.00x / 0.959; factor 8 + floor 4
 //            0.94x / 0.957 (32/32).
+//     The GPU builder gives the same densities at 32K (H100, spattn-bench, 256 recall rows per
+//     head; kernels/cuda/NOTES.md "Session 18 — s18-sldensity"); at 128K (GPU only) the floor
+//     costs more recall:
+//     floor 3 1.17x / 0.951, floor 3.5 1.12x / 0.949, floor 4 1.08x / 0.948 (oracle 0.0681), so
+//     the default floor is 3, the highest that keeps recall 0.95 at 32K and 128K.
 //     Higher floors cost slash and vertical_slash heads their lines (16K, floor 8 without the
 //     column test: 2 of 4 slash heads below 0.93).
 //  3. Per query block, each (sampled row, key) entry weighs m = p / (rows sampled), as fp32.
