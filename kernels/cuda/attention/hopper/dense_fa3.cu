@@ -198,7 +198,13 @@ cudaError_t LaunchPersistent(const AttnParams& p, const SparseIndexView& idx,
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
   if (err != cudaSuccess) return err;
   const int grid = std::min(num_items, NumSms() * Tr::kMinBlocks);
-  const int flags = 0;
+  // Range tails packed with the columns (kFlagPackTails; SPATTN_HOPPER_PACK_TAILS: 2 (default)
+  // every item with tails, 1 per item only where that saves tiles (not yet run on a device),
+  // 0 off; the schedule's cost model follows the same knob, dispatch.cu).
+  const int pack = Knob("SPATTN_HOPPER_PACK_TAILS", 2);
+  const int flags = !kSparse || !Tr::kCross || pack == 0 ? 0
+                    : pack == 2                          ? kFlagPackTails | kFlagPackAlways
+                                                         : kFlagPackTails;
   kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p, idx, sched, num_items, num_m_blocks,
                                                          flags, tq, tk, tv);
   return cudaGetLastError();
