@@ -58,37 +58,6 @@ __device__ __forceinline__ float MaxNaN(float a, float b) {
   return y;
 }
 
-// Pass 3's logit band: an entry's mass m = Exp2(l2 - mx) * inv * w (rounded as the passes round
-// it) reaches `edge` exactly when l2 - mx >= log2(edge / (inv * w)) =: L, up to the errors of
-// ex2.approx (< 2^-22 relative), of the three fp32 roundings of m and of this bound's own
-// rounding. So with a margin of 1/16 octave (4.4 % in mass, many times those errors), a raw
-// log2 logit l2 = acc * scale_log2 above ub = mx + L + margin is kept, one below
-// lb = mx + L - margin is not, and only the entries in [lb, ub] take the exact test (their exp):
-// the selection is the exact test's, bit for bit. (A float l2 > the float nearest ub exceeds ub
-// itself; same for lb.) edge 0 (threshold bin 0: every m > 0) gives lb = -inf, ub = +inf (every
-// entry takes the exact test); edge +inf or a dead row lb = ub = +inf; a row whose maximum is a
-// sanitized +inf (FLT_MAX) ub = +inf.
-constexpr double kBandMargin = 1.0 / 16;
-__device__ __forceinline__ void LogitBand(float edge, float mx, float inv, float w, float* lb,
-                                          float* ub) {
-  *lb = *ub = CUDART_INF_F;
-  if (!(edge < CUDART_INF_F) || mx == -CUDART_INF_F || !(inv > 0.f) || !(w > 0.f)) return;
-  if (!(edge > 0.f)) {
-    *lb = -CUDART_INF_F;
-    return;
-  }
-  const double l =
-      static_cast<double>(mx) +
-      log2(static_cast<double>(edge) / (static_cast<double>(inv) * static_cast<double>(w)));
-  *lb = static_cast<float>(l - kBandMargin);
-  if (mx < FLT_MAX) *ub = static_cast<float>(l + kBandMargin);
-}
-
-__device__ __forceinline__ int Bin(float m) {
-  const int key = static_cast<int>(__float_as_uint(m) >> 20) - kSlBinFloor;
-  return key < 0 ? 0 : (key >= kSlBins ? kSlBins - 1 : key);
-}
-
 // S = Q K^T for the warp's 16 rows (A fragments `qf`, kept in registers) x the 64 keys of the
 // swizzled tile at shared address `ks`: acc[n-tile][fragment].
 template <typename T, int kD>
@@ -218,13 +187,13 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
       }
     }
   }
-  // Pass 2 skips entries below a per-block cut bin `cut` (no exp, no histogram update: the
-  // prefilter): a row whose probabilities sum to ~1 has mass ~w, so a block's total is the sum of
-  // w over its live rows (within rounding; >= 0.99 of it is all the bound uses), while the entries
-  // in bins below `cut` weigh < (visible keys of its rows) * (lower edge of bin cut). The cut is
-  // the highest bin whose lower edge keeps that product <= half of (1 - gamma) * 0.99 * the total,
-  // so the mass above the cut alone reaches gamma * total: the threshold bin is >= cut and neither
-  // it nor the kept count (both from bins >= thr) changes.
+  // Pass 2 skips the histogram update of entries below a per-block cut bin `cut`: a row whose
+  // probabilities sum to ~1 has mass ~w, so a block's total is the sum of w over its live rows
+  // (within rounding; >= 0.99 of it is all the bound uses), while the entries in bins below `cut`
+  // weigh < (visible keys of its rows) * (lower edge of bin cut). The cut is the highest bin whose
+  // lower edge keeps that product <= half of (1 - gamma) * 0.99 * the total, so the mass above the
+  // cut alone reaches gamma * total: the threshold bin is >= cut and neither it nor the kept count
+  // (both from bins >= thr) changes.
   int cut[2] = {0, 0};
   if (kPass == 2) {
     __syncthreads();  // blk_* zeroed
@@ -249,12 +218,12 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
       }
     }
   }
-  // Pass 3: the rows' threshold bins as masses (for m > 0, Bin(m) >= thr <=> m >= the lower edge
-  // of bin thr, 0 for bin 0; +inf keeps nothing) and their blocks' peer lanes (the lanes of one
-  // block are consecutive: rows are ordered by block), for one cursor atomic per block and tile.
+  // Pass 3: the rows' threshold bins as masses (for m > 0, SampledLinesBin(m) >= thr <=> m >= the
+  // lower edge of bin thr, 0 for bin 0; +inf keeps nothing) and their blocks' peer lanes (the lanes
+  // of one block are consecutive: rows are ordered by block), for one cursor atomic per block and
+  // tile.
   float thr_m[2] = {CUDART_INF_F, CUDART_INF_F};
   unsigned peers[2] = {0u, 0u};
-  float lb[2] = {CUDART_INF_F, CUDART_INF_F}, ub[2] = {CUDART_INF_F, CUDART_INF_F};  // LogitBand
   int rel[2] = {0, 0};  // row position relative to its block's first row position
   if (kPass == 3) {
     __syncthreads();  // blk_* written
@@ -270,12 +239,12 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
         }
       }
       peers[h] = __match_any_sync(kFull, live ? blk[h] : -1 - warp);
-      if (live) LogitBand(thr_m[h], mx[h], inv[h], w[h], lb + h, ub + h);
     }
   }
   float run_max[2] = {-CUDART_INF_F, -CUDART_INF_F};
   float run_sum[2] = {0.f, 0.f};
-  // Pass 1: the keys every row of the warp sees (-1 if a row of the warp is past the group's).
+  // Passes 1 and 2: the keys every row of the warp sees (-1 if a row of the warp is past the
+  // group's): tiles below it need no mask.
   int warp_vis = min(rl[0] < g.rows ? vis[0] : -1, rl[1] < g.rows ? vis[1] : -1);
 #pragma unroll
   for (int x = 1; x < 32; x <<= 1) warp_vis = min(warp_vis, __shfl_xor_sync(kFull, warp_vis, x));
@@ -384,11 +353,12 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
     if (kPass == 2) {
       // All of the thread's masses and histogram slots first (independent chains), then the
       // updates: one fixed-point atomic per entry at or above its block's cut. An entry counts
-      // iff its fixed-point mass mu is > 0 (so m >= 2^-32 and 1 <= Bin(m) <= 257: the key needs no
-      // clamp; NaN converts to 0) and Bin(m) >= cut. Plain path (same masses bit for bit): a tile
-      // every row of the warp sees whole needs no mask, and where the rows' maxima are below
-      // FLT_MAX no logit is +inf, so Sanitize changes nothing that counts (NaN and -inf give
-      // mu = 0 either way), nor does a dead row (mx -inf, inv 0: m is NaN or 0).
+      // iff its fixed-point mass mu is > 0 (so m > 2^-32, and its bin key (fp32 bits >> 20) -
+      // kSlBinFloor is in [1, 257]: no clamp as in SampledLinesBin; NaN converts to 0) and the key
+      // is >= cut. Plain path (same masses bit for bit): a tile every row of the warp sees whole
+      // needs no mask, and where the rows' maxima are below FLT_MAX no logit is +inf, so Sanitize
+      // changes nothing that counts (NaN and -inf give mu = 0 either way), nor does a dead row (mx
+      // -inf, inv 0: m is NaN or 0).
       const bool plain = j0 + kTile <= warp_vis && mx[0] < FLT_MAX && mx[1] < FLT_MAX;
       unsigned mu[8][4];
       int slot_of[8][4];
@@ -424,39 +394,16 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
     // slot range of its block's slice per tile (a scan over the warp's lanes, one atomic by the
     // last lane of each block's lanes), then the entries: (row position - block's first row
     // position) * k_len + key; SlClassifyKernel makes them columns or diagonals.
-    // By the logit band (LogitBand): entries above it are kept, entries in it take the exact
-    // test (their exp; a warp with none skips it), entries below it are not. A tile every row of
-    // the warp sees whole needs no mask (warp-uniform).
-    uint32_t keep = 0, band = 0;
-    const bool whole = j0 + kTile <= warp_vis;
+    uint32_t keep = 0;
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int h = e >> 1;
         const int j = j0 + nt * 8 + (lane & 3) * 2 + (e & 1);
-        const float l2 = __fmul_rn(acc[nt][e], a.p.scale_log2);
-        if (whole || j < vis[h]) {
-          if (l2 > ub[h]) {
-            keep |= 1u << (nt * 4 + e);
-          } else if (l2 >= lb[h]) {
-            band |= 1u << (nt * 4 + e);
-          }
-        }
-      }
-    }
-    if (__any_sync(kFull, band != 0)) {
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int h = e >> 1;
-          if (band & (1u << (nt * 4 + e))) {
-            const float l2 = Sanitize(__fmul_rn(acc[nt][e], a.p.scale_log2));
-            const float m = __fmul_rn(__fmul_rn(Exp2(__fsub_rn(l2, mx[h])), inv[h]), w[h]);
-            if (m > 0.f && m >= thr_m[h]) keep |= 1u << (nt * 4 + e);
-          }
-        }
+        const float l2 = Sanitize(__fmul_rn(acc[nt][e], a.p.scale_log2));
+        const float m = __fmul_rn(__fmul_rn(Exp2(__fsub_rn(l2, mx[h])), inv[h]), w[h]);
+        if (j < vis[h] && m > 0.f && m >= thr_m[h]) keep |= 1u << (nt * 4 + e);
       }
     }
     // Bit nt * 4 + e belongs to row half e >> 1.

@@ -5,8 +5,9 @@
 # spattn-bench --device=cuda at 32K and 128K with the builder's stage times
 # (SPATTN_GPU_BUILDER_PROFILE=1, one line per build): llm_mix 32/8 heads d 128 bf16, sampled_lines
 # at gamma 0.95 on every head. NCU=1 adds ncu of new's three pass kernels at 32K. BENCH_RUNS lists
-# name:mode pairs, HIST_MODES the modes tested; a mode sets SPATTN_SL_HIST_BUFFERS (1 = pass 2 on
-# one key buffer, the default; 2 = two buffers).
+# name:mode pairs, HIST_MODES the modes tested; a mode sets SPATTN_SL_HIST_BUFFERS (2 = pass 2 on
+# two key buffers, else one, the default) and SPATTN_SL_EMIT_BAND (0 = pass 3's exact test on every
+# entry, else the logit band; run 3 only: the band was dropped after it, later binaries ignore it).
 set -u
 cd "$(dirname "$0")"
 HERE=$PWD
@@ -20,9 +21,9 @@ done
 export TEST_TMPDIR=/tmp/spattn_test; mkdir -p "$TEST_TMPDIR"
 cd /tmp/s18sl_new
 for mode in ${HIST_MODES:-1 2}; do
-  SPATTN_SL_HIST_BUFFERS=$mode LD_LIBRARY_PATH=$PWD/lib timeout ${TEST_TIMEOUT:-60} bin/build_index_gpu_test \
+  SPATTN_SL_HIST_BUFFERS=$mode SPATTN_SL_EMIT_BAND=$mode LD_LIBRARY_PATH=$PWD/lib timeout ${TEST_TIMEOUT:-60} bin/build_index_gpu_test \
     --gtest_filter="*sampled_lines*" > "$OUT/test_gpu_mode$mode.log" 2>&1
-  note "build_index_gpu_test (new, pass-2 buffers $mode) rc=$? $(grep -hE '^\[  (PASSED|FAILED) ' "$OUT/test_gpu_mode$mode.log" | tr '\n' ' ')"
+  note "build_index_gpu_test (new, mode $mode) rc=$? $(grep -hE '^\[  (PASSED|FAILED) ' "$OUT/test_gpu_mode$mode.log" | tr '\n' ' ')"
   grep -hE "^\[  FAILED|Failure" -A6 "$OUT/test_gpu_mode$mode.log" | head -20
 done
 if [ -n "${SDPA:-}" ]; then
@@ -34,7 +35,7 @@ for len in ${LENS:-32768 131072}; do
   for run in ${BENCH_RUNS:-base:1 new:1}; do
     n=${run%%:*} mode=${run##*:}
     cd /tmp/s18sl_$n
-    SPATTN_SL_HIST_BUFFERS=$mode SPATTN_GPU_BUILDER_PROFILE=1 LD_LIBRARY_PATH=$PWD/lib \
+    SPATTN_SL_HIST_BUFFERS=$mode SPATTN_SL_EMIT_BAND=$mode SPATTN_GPU_BUILDER_PROFILE=1 LD_LIBRARY_PATH=$PWD/lib \
       timeout $((len / 4096 + 13)) bin/spattn-bench \
       --device=cuda --workload=llm_mix --heads=32 --kv_heads=8 --head_dim=128 --dtype=bf16 \
       --group_by=all --recall_rows=64 --seq_len=$len --warmup=1 --repeat=$((len > 32768 ? 2 : 3)) \
