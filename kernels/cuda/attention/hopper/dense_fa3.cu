@@ -181,8 +181,11 @@ cudaError_t LaunchShape(const AttnParams& p, int max_q_len, cudaStream_t stream)
     split.partials = reinterpret_cast<float*>(ws + CounterBytes<Tr>(plan));
     grid = plan.full_ctas + plan.split_blocks() * plan.pieces;
   }
+  // SPATTN_HOPPER_NARROW_FIRST=0: partial first key tiles computed at the full tile width
+  // (the A/B baseline of NOTES.md session 18).
+  const bool narrow_first = Knob("SPATTN_HOPPER_NARROW_FIRST", 1) != 0;
   kernel<<<static_cast<unsigned>(grid), Tr::kThreads, Tr::kSmemBytes, stream>>>(
-      p, tq, tk, tv, blocks, SectionHeads(p), split);
+      p, tq, tk, tv, blocks, SectionHeads(p), split, narrow_first);
   return cudaGetLastError();
 }
 
