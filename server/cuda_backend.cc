@@ -457,11 +457,18 @@ absl::Status CudaCall::BuildIndex(const MethodConfig& config, const std::vector<
     if (on_gpu) {
       // Plan: built on the GPU and kept in the engine's workspace for Attend (no host copy).
       auto built = BuildIndexOnGpu(backend_->engine(), dp_, config, heads, o);
-      if (!built.ok()) return Engine(built.status());
-      g.on_device = true;
-      g.gpu = std::move(*built);
-      InitSparseIndex(sizes, heads, g.gpu.view.block_m, index);
-      return absl::OkStatus();
+      if (built.ok()) {
+        g.on_device = true;
+        g.gpu = std::move(*built);
+        InitSparseIndex(sizes, heads, g.gpu.view.block_m, index);
+        return absl::OkStatus();
+      }
+      // A Saap request past the GPU builder's limits (checked before any launch: top_l, head
+      // slots per kv head) is the CPU builder's, as a classifier past them is above.
+      if (config.method != Method::kSaap ||
+          built.status().code() != absl::StatusCode::kUnimplemented) {
+        return Engine(built.status());
+      }
     }
   }
   // On the host CPU from host Q/K; Attend uploads the index.
