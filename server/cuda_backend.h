@@ -11,8 +11,8 @@
 // there. Only what the stats need comes to the host: the computed pairs per head, counted on the
 // device; the whole index only when the request asks for a recall estimate. Dense over every head
 // runs the dense kernel without an index. Saap's centroids and classifiers are uploaded once per
-// layer and cached on the device (CudaBackendOptions::saap_assets_bytes); a classifier past the
-// GPU builder's limits falls back to the CPU builder (host Q/K: for device tensors only the heads
+// layer and cached on the device (CudaBackendOptions::saap_assets_bytes); a classifier or a
+// request past the GPU builder's limits falls back to the CPU builder (host Q/K: for device tensors only the heads
 // and query rows it reads are copied), whose index is then uploaded.
 #ifndef SPATTN_SERVER_CUDA_BACKEND_H_
 #define SPATTN_SERVER_CUDA_BACKEND_H_

@@ -6,11 +6,13 @@
 //     row assembler only ORs them into a bitmap).
 //  3. Queries: one CTA per (kv group, query block) runs, for every requested q head of the
 //     group and every 64 rows of the block (or, with classify_rows below block_m, per (kv group,
-//     64 / classify_rows blocks) on classify_rows sampled rows of each block), the de-rope and
-//     the classifier MLP on tensor cores
+//     64 / classify_rows blocks) on classify_rows sampled rows of each block; above 64 sampled
+//     rows, per (kv group, block) in 64-row tiles), the de-rope and the classifier MLP on tensor
+//     cores
 //     (X -> hidden in shared memory as bf16 -> logits in 256-wide chunks with an online row
 //     max / sum), then adds softmax(logits) of its rows to the block's bucket scores and takes
-//     the top_l buckets (common/topk.cuh CtaTopKByBisection: ties to the lower bucket).
+//     the top_l buckets (common/topk.cuh CtaTopKByBisection, or one warp per block in sampled
+//     mode: ties to the lower bucket).
 //  4. Assembly: sink + local ranges and the members of the visited buckets, written to every
 //     head slot of the group.
 #include <cfloat>
@@ -444,11 +446,13 @@ __device__ __forceinline__ void StoreRowPair(char* tile, int chunks, int r, Rope
 // Sum over rows [r0, r1) of the tile of row r's softmax at bucket c (rows that do not vote add 0).
 __device__ __forceinline__ float RowsMass(const float* scratch, const float* sRowM,
                                           const float* sRowInv, int cp, int c, int r0, int r1) {
+  // Loads without a branch (they can all be in flight), then a select (a row that does not vote
+  // may hold NaN logits): the same sum as adding only the voting rows.
   float s = 0.f;
   for (int r = r0; r < r1; ++r) {
     const float inv = sRowInv[r];
-    if (inv != 0.f)
-      s += Exp2((scratch[static_cast<int64_t>(r) * cp + c] - sRowM[r]) * kLog2e) * inv;
+    const float e = Exp2((scratch[static_cast<int64_t>(r) * cp + c] - sRowM[r]) * kLog2e);
+    s = inv != 0.f ? s + e * inv : s;
   }
   return s;
 }
@@ -582,10 +586,6 @@ __global__ void __launch_bounds__(kClsThreads, 1) SaapClassifyKernel(SaapArgs a)
     const int tiles =
         wide ? (min(rpb, a.geo[block0].q_end - a.geo[block0].q_begin) + kClsRows - 1) / kClsRows
              : 1;
-    // One tile: its rows' angles are the same for every head of the group, so the first head
-    // keeps them in the CTA's slice of rope_scratch and the others read them back (each thread
-    // its own (row, pair) entries: no barrier needed).
-    float2* rope_cs = a.rope_scratch + static_cast<int64_t>(blockIdx.x) * kClsRows * kHalf;
     for (int hi = a.group_head_off[gi]; hi < a.group_head_off[gi + 1]; ++hi) {
       const int h = a.group_heads[hi];
       const T* qg = static_cast<const T*>(p.q) + static_cast<int64_t>(h) * p.q_head_stride;
@@ -608,17 +608,11 @@ __global__ void __launch_bounds__(kClsThreads, 1) SaapClassifyKernel(SaapArgs a)
             const BlockGeoDev geo = a.geo[block0 + b];
             const int n = geo.q_end - geo.q_begin, count = min(rpb, n);
             const int row = static_cast<int>((int64_t{2} * j + 1) * n / (int64_t{2} * count));
-            float2 cs;
-            if (tiles == 1 && !first_head) {
-              cs = rope_cs[idx];
-            } else {
-              const double ang =
-                  fmod(static_cast<double>(geo.first_pos + row) * as.inv_freq[i], kTwoPi);
-              double sd, cd;
-              sincos(ang, &sd, &cd);
-              cs = make_float2(static_cast<float>(cd), static_cast<float>(-sd));
-              if (tiles == 1) rope_cs[idx] = cs;
-            }
+            const double ang =
+                fmod(static_cast<double>(geo.first_pos + row) * as.inv_freq[i], kTwoPi);
+            double sd, cd;
+            sincos(ang, &sd, &cd);
+            const float2 cs = make_float2(static_cast<float>(cd), static_cast<float>(-sd));
             y = Rotate(
                 LoadPair(qg + static_cast<int64_t>(p.cu_seqlens_q[geo.seq] + geo.q_begin + row) *
                                   p.q_token_stride,
@@ -630,12 +624,28 @@ __global__ void __launch_bounds__(kClsThreads, 1) SaapClassifyKernel(SaapArgs a)
         __syncthreads();
         ClassifyTile<kD>(a, h, valid, lay, smem, scratch);
         const bool first = first_head && t == 0;
+        // Per bucket, 8 blocks at a time: every load (the rows' logits, the running sums) before
+        // the stores, which the compiler could not move past them (they may alias).
         for (int c = tid; c < C; c += kClsThreads) {
-          for (int b = 0; b < nblk; ++b) {
-            const float m = wide ? RowsMass(scratch, sRowM, sRowInv, cp, c, 0, kClsRows)
-                                 : RowsMass(scratch, sRowM, sRowInv, cp, c, b * rpb, (b + 1) * rpb);
-            float* dst = block_scores + static_cast<int64_t>(b) * cp + c;
-            *dst = first ? m : *dst + m;
+          for (int b0 = 0; b0 < nblk; b0 += 8) {
+            float m[8], old[8];
+#pragma unroll
+            for (int k = 0; k < 8; ++k) {
+              const int b = b0 + k;
+              m[k] = 0.f;
+              old[k] = 0.f;
+              if (b < nblk) {
+                m[k] = wide ? RowsMass(scratch, sRowM, sRowInv, cp, c, 0, kClsRows)
+                            : RowsMass(scratch, sRowM, sRowInv, cp, c, b * rpb, (b + 1) * rpb);
+                if (!first) old[k] = block_scores[static_cast<int64_t>(b) * cp + c];
+              }
+            }
+#pragma unroll
+            for (int k = 0; k < 8; ++k) {
+              const int b = b0 + k;
+              if (b < nblk)
+                block_scores[static_cast<int64_t>(b) * cp + c] = first ? m[k] : old[k] + m[k];
+            }
           }
         }
       }

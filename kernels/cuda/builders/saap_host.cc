@@ -174,10 +174,6 @@ absl::StatusOr<SparseIndexView> BuildSaap(const BuildScope& env, const Attention
         sp.score_scratch,
         Carve<float>(env, static_cast<int64_t>(sp.classify_grid) * sp.blocks_per_item * dev.c_pad,
                      "saap block scores"));
-    SPATTN_ASSIGN_OR_RETURN(
-        sp.rope_scratch,
-        Carve<float2>(env, static_cast<int64_t>(sp.classify_grid) * 64 * (p.head_dim / 2),
-                      "saap rope angles"));
   }
   sp.top_l = params.top_l;
   SPATTN_ASSIGN_OR_RETURN(
