@@ -448,7 +448,7 @@ absl::Status CudaCall::BuildIndex(const MethodConfig& config, const std::vector<
       auto dev = backend_->DeviceAssets(assets_, dp_.head_dim);
       if (dev.ok()) {
         o.maybe_assets = *dev;
-      } else if (dev.status().code() == absl::StatusCode::kUnimplemented) {
+      } else if (SaapBuildGoesToCpu(dev.status())) {
         on_gpu = false;  // A classifier past the GPU builder's limits: the CPU builder takes it.
       } else {
         return Engine(dev.status());
@@ -465,8 +465,7 @@ absl::Status CudaCall::BuildIndex(const MethodConfig& config, const std::vector<
       }
       // A Saap request past the GPU builder's limits (checked before any launch: top_l, head
       // slots per kv head) is the CPU builder's, as a classifier past them is above.
-      if (config.method != Method::kSaap ||
-          built.status().code() != absl::StatusCode::kUnimplemented) {
+      if (config.method != Method::kSaap || !SaapBuildGoesToCpu(built.status())) {
         return Engine(built.status());
       }
     }
@@ -584,6 +583,10 @@ absl::StatusOr<const AttentionProblem*> CudaCall::HostView() {
 }
 
 }  // namespace
+
+bool SaapBuildGoesToCpu(const absl::Status& gpu_status) {
+  return gpu_status.code() == absl::StatusCode::kUnimplemented;
+}
 
 absl::StatusOr<std::unique_ptr<AttentionBackend>> MakeCudaBackend(
     const CudaBackendOptions& options) {
