@@ -63,7 +63,7 @@ __host__ __device__ inline BsSmem BsLayout(int d, int max_rows, int nk_max, bool
   BsSmem l;
   l.qs = 0;
   l.ks = Align16(static_cast<int64_t>(max_rows) * d * 4);
-  const int64_t head = l.ks + Align16(static_cast<int64_t>(64) * (d + 1) * 4);
+  const int64_t head = l.ks + Align16(static_cast<int64_t>(64) * PooledKeyPitch(d) * 4);
   l.logits = global ? 0 : head;
   l.flags = l.logits + Align16(static_cast<int64_t>(max_rows) * nk_max * 4);
   const int64_t end = l.flags + Align16(static_cast<int64_t>(kRowThreads / 32) * nk_max);
@@ -150,20 +150,12 @@ __global__ void __launch_bounds__(kRowThreads) BlockSparseRowsKernel(BlockRowsPa
   const BsSmem lay = BsLayout(p.head_dim, p.max_rows, p.nk_max, kGlobal);
   float* qs = reinterpret_cast<float*>(smem + lay.qs);
   float* ks = reinterpret_cast<float*>(smem + lay.ks);
-  unsigned char* big = smem;
-  if (kGlobal) {
-    big = p.scratch + static_cast<int64_t>(blockIdx.x) * BsSlotBytes(p.max_rows, p.nk_max);
-  }
-  float* logits = reinterpret_cast<float*>(big + lay.logits);
-  uint8_t* flags = big + lay.flags;
-  if constexpr (!kGlobal) {  // one group per CTA
-    BlockSparseGroup<T, kGlobal>(p, p.groups[blockIdx.x], qs, ks, logits, flags);
-  } else {
-    for (int g = blockIdx.x; g < p.num_groups; g += gridDim.x) {
-      BlockSparseGroup<T, kGlobal>(p, p.groups[g], qs, ks, logits, flags);
-      __syncthreads();  // qs / logits are reused by the CTA's next group
-    }
-  }
+  ForEachRowGroup<kGlobal>(
+      p.groups, p.num_groups, smem, p.scratch, BsSlotBytes(p.max_rows, p.nk_max),
+      [&](const RowGroup grp, unsigned char* big) {
+        BlockSparseGroup<T, kGlobal>(p, grp, qs, ks, reinterpret_cast<float*>(big + lay.logits),
+                                     big + lay.flags);
+      });
 }
 
 __global__ void CompactRangesKernel(const int32_t* tmp_start, const int32_t* tmp_end, int cap,
