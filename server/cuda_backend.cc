@@ -448,7 +448,7 @@ absl::Status CudaCall::BuildIndex(const MethodConfig& config, const std::vector<
       auto dev = backend_->DeviceAssets(assets_, dp_.head_dim);
       if (dev.ok()) {
         o.maybe_assets = *dev;
-      } else if (dev.status().code() == absl::StatusCode::kUnimplemented) {
+      } else if (SaapBuildGoesToCpu(dev.status())) {
         on_gpu = false;  // A classifier past the GPU builder's limits: the CPU builder takes it.
       } else {
         return Engine(dev.status());
@@ -457,11 +457,17 @@ absl::Status CudaCall::BuildIndex(const MethodConfig& config, const std::vector<
     if (on_gpu) {
       // Plan: built on the GPU and kept in the engine's workspace for Attend (no host copy).
       auto built = BuildIndexOnGpu(backend_->engine(), dp_, config, heads, o);
-      if (!built.ok()) return Engine(built.status());
-      g.on_device = true;
-      g.gpu = std::move(*built);
-      InitSparseIndex(sizes, heads, g.gpu.view.block_m, index);
-      return absl::OkStatus();
+      if (built.ok()) {
+        g.on_device = true;
+        g.gpu = std::move(*built);
+        InitSparseIndex(sizes, heads, g.gpu.view.block_m, index);
+        return absl::OkStatus();
+      }
+      // A Saap request past the GPU builder's limits (checked before any launch: top_l, head
+      // slots per kv head) is the CPU builder's, as a classifier past them is above.
+      if (config.method != Method::kSaap || !SaapBuildGoesToCpu(built.status())) {
+        return Engine(built.status());
+      }
     }
   }
   // On the host CPU from host Q/K; Attend uploads the index.
@@ -577,6 +583,10 @@ absl::StatusOr<const AttentionProblem*> CudaCall::HostView() {
 }
 
 }  // namespace
+
+bool SaapBuildGoesToCpu(const absl::Status& gpu_status) {
+  return gpu_status.code() == absl::StatusCode::kUnimplemented;
+}
 
 absl::StatusOr<std::unique_ptr<AttentionBackend>> MakeCudaBackend(
     const CudaBackendOptions& options) {

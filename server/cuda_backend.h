@@ -11,9 +11,9 @@
 // there. Only what the stats need comes to the host: the computed pairs per head, counted on the
 // device; the whole index only when the request asks for a recall estimate. Dense over every head
 // runs the dense kernel without an index. Saap's centroids and classifiers are uploaded once per
-// layer and cached on the device (CudaBackendOptions::saap_assets_bytes); a classifier past the
-// GPU builder's limits falls back to the CPU builder (host Q/K: for device tensors only the heads
-// and query rows it reads are copied), whose index is then uploaded.
+// layer and cached on the device (CudaBackendOptions::saap_assets_bytes); a classifier or a
+// request past the GPU builder's limits falls back to the CPU builder (host Q/K: for device tensors
+// only the heads and query rows it reads are copied), whose index is then uploaded.
 #ifndef SPATTN_SERVER_CUDA_BACKEND_H_
 #define SPATTN_SERVER_CUDA_BACKEND_H_
 
@@ -49,6 +49,11 @@ struct CudaBackendOptions {
 // on a CUDA device only queue behind each other. Thread-safe.
 absl::StatusOr<std::unique_ptr<AttentionBackend>> MakeCudaBackend(
     const CudaBackendOptions& options);
+
+// Whether a Saap build the GPU builder refused with `gpu_status` goes to the CPU builder: true
+// for UNIMPLEMENTED (the layer's assets, or the request, past the GPU builder's limits; checked
+// before anything runs on the GPU), false for every other status (the request fails with it).
+bool SaapBuildGoesToCpu(const absl::Status& gpu_status);
 
 }  // namespace spattn
 

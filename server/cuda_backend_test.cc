@@ -3,6 +3,8 @@
 // tolerance rule, kernels/cuda/attention/cuda_test_util.h), GPU-built (dense, a_shape) and
 // CPU-built (vertical_slash) indexes, several head groups in one request, no copies for CUDA IPC
 // tensors, unusable handles, pools too small for a request, dtypes the GPU does not compute.
+#include "server/cuda_backend.h"
+
 #include <gtest/gtest.h>
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
@@ -159,6 +161,22 @@ class CudaBackendTest : public ::testing::Test {
 
 WorkerServer* CudaBackendTest::worker_ = nullptr;
 AttentionClient* CudaBackendTest::client_ = nullptr;
+
+// The backend's fallback rule for Saap (no GPU needed): the CPU builder takes a build the GPU
+// builder refused as past its limits (assets or request: UNIMPLEMENTED); any other refusal fails
+// the request with its own status.
+TEST(CudaBackendSaapFallbackTest, OnlyGpuLimitsGoToTheCpuBuilder) {
+  EXPECT_TRUE(SaapBuildGoesToCpu(
+      absl::UnimplementedError("saap.top_l: the GPU builder visits at most 1024 buckets")));
+  EXPECT_TRUE(SaapBuildGoesToCpu(absl::UnimplementedError("saap: hidden over 1024")));
+  for (const absl::Status& s :
+       {absl::OkStatus(), absl::InvalidArgumentError("saap.classify_rows must be > 0"),
+        absl::FailedPreconditionError("saap: no layer assets"),
+        absl::ResourceExhaustedError("workspace"), absl::InternalError("cuda"),
+        absl::UnavailableError("device failed")}) {
+    EXPECT_FALSE(SaapBuildGoesToCpu(s)) << s;
+  }
+}
 
 TEST_F(CudaBackendTest, MetadataSaysCuda) {
   SKIP_WITHOUT_GPU();

@@ -30,16 +30,26 @@ __device__ __forceinline__ int CeilDiv(int a, int b) { return (a + b - 1) / b; }
 // Bucket of a row: its section (rows of section 0 first) and within it its cost (costliest
 // first; the scan below sums from the top bucket down). A section is `kv_per_section`
 // consecutive kv heads (q head / group).
+// pack_tails (2 always, the default; 1 per row where it saves tiles; 0 off): the Hopper kernel's
+// tiling with range tails packed among the columns (kFlagPackTails of persistent_fa3.cuh): whole
+// range tiles, then (columns + tails) / tile_n.
 __global__ void CostKernel(SparseIndexView idx, int tile_n, int group, int kv_per_section,
-                           int num_sections, int32_t* hist, int32_t* bucket_of) {
+                           int num_sections, int pack_tails, int32_t* hist, int32_t* bucket_of) {
   const int64_t rows = static_cast<int64_t>(idx.num_heads) * idx.num_blocks;
   for (int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; r < rows;
        r += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    int cost = 0;
+    const int cols = idx.col_indptr[r + 1] - idx.col_indptr[r];
+    int whole = 0, tails = 0, partial = 0;
     for (int e = idx.range_indptr[r]; e < idx.range_indptr[r + 1]; ++e) {
-      cost += CeilDiv(idx.range_len[e], tile_n);
+      whole += idx.range_len[e] / tile_n;
+      tails += idx.range_len[e] % tile_n;
+      partial += idx.range_len[e] % tile_n != 0 ? 1 : 0;
     }
-    cost += CeilDiv(idx.col_indptr[r + 1] - idx.col_indptr[r], tile_n);
+    const int unpacked = partial + CeilDiv(cols, tile_n);
+    const int packed = CeilDiv(cols + tails, tile_n);
+    const int cost = whole + (pack_tails == 0   ? unpacked
+                              : pack_tails == 2 ? packed
+                                                : min(packed, unpacked));
     const int slot = static_cast<int>(r / idx.num_blocks);
     const int section = min(idx.heads[slot] / group / max(kv_per_section, 1), num_sections - 1);
     const int b = (num_sections - 1 - section) * kCostBuckets + min(cost, kCostBuckets - 1);
@@ -177,8 +187,10 @@ cudaError_t LaunchSparseSchedule(const SparseIndexView& index, const AttnParams&
   if ((err = cudaMemsetAsync(hist, 0, buckets * sizeof(int32_t), stream)) != cudaSuccess) {
     return err;
   }
-  CostKernel<<<GridFor(rows, 256), 256, 0, stream>>>(index, tile_n, std::max(p.group, 1),
-                                                     kv_per_section, sections, hist, bucket_of);
+  const char* pack = std::getenv("SPATTN_HOPPER_PACK_TAILS");
+  const int pack_tails = pack == nullptr || *pack == '\0' ? 2 : std::atoi(pack);
+  CostKernel<<<GridFor(rows, 256), 256, 0, stream>>>(
+      index, tile_n, std::max(p.group, 1), kv_per_section, sections, pack_tails, hist, bucket_of);
   // Section by section, costliest first: offsets from the top bucket down.
   if ((err = LaunchReverseExclusiveScan32(hist, buckets, stream)) != cudaSuccess) return err;
   ScatterKernel<<<GridFor(rows, 256), 256, 0, stream>>>(rows, bucket_of, hist, order);

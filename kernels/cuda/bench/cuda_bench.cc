@@ -25,11 +25,19 @@
 // "vs_sdpa" (our TFLOP/s over SDPA's; the cuDNN backend's line, else the flash one's).
 // Sparse lines also carry "dense_tflops" (the best dense variant of this run at the same shape)
 // and "vs_dense" (their effective rate over it: the per-pair ratio).
+// sampled_lines (gamma, e.g. 0.95; default 0 = none): after the synthetic indexes of each length
+// and block_m, Q/K/V become an llm_mix prompt (kernels/workload, seed 0, the bench's shape) and
+// the sampled_lines GPU builder's index of it runs as "sparse_sampled_lines" (under the knob sets
+// with sparse_knobs=1), after one "index_stats" line: per index row (head x query block) the
+// ranges, their lengths, the columns, and the key tiles the kernel walks at block_m keys a tile
+// (full / partial, the keys per tile). workspace_mb: each engine's workspace (default 1024; the
+// 128K sampled_lines build needs more, 8192).
 #include <algorithm>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -43,9 +51,12 @@
 #include "absl/strings/str_split.h"
 #include "kernels/builders/simple_patterns.h"
 #include "kernels/cuda/attention/attention_cuda.h"
+#include "kernels/cuda/builders/build_index_gpu.h"
 #include "kernels/cuda/common/cuda_runtime.h"
+#include "kernels/method_config.h"
 #include "kernels/parallel.h"
 #include "kernels/sparse_index.h"
+#include "kernels/workload/workload.h"
 
 namespace spattn {
 namespace {
@@ -176,6 +187,133 @@ SparseIndex ColumnsIndex(const AttentionProblem& p, int block_m, double density,
   return idx;
 }
 
+// One JSON line on the shape of `idx` as the sparse kernel walks it: per row (head slot x query
+// block) ranges, columns and key tiles of `tile_n` keys (each range cut into tiles, then the
+// columns), tiles with fewer than tile_n keys ("partial"), and the keys per tile.
+void PrintIndexStats(const std::string& name, int seq_len, int block_m, int tile_n,
+                     const SparseIndex& idx, const std::string& device) {
+  const int64_t rows = idx.num_rows();
+  int64_t ranges = 0, range_keys = 0, cols = 0, tiles = 0, partial = 0, range_tiles = 0,
+          col_tiles = 0, short_ranges = 0, empty_rows = 0, max_ranges = 0, max_cols = 0;
+  int64_t len_hist[6] = {0, 0, 0, 0, 0, 0};  // <= 8, <= 64, <= 128, <= 256, <= 1024, more
+  int64_t tail_keys = 0;                     // keys in partial range tiles
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t nr = idx.range_indptr[r + 1] - idx.range_indptr[r];
+    const int64_t nc = idx.col_indptr[r + 1] - idx.col_indptr[r];
+    ranges += nr;
+    cols += nc;
+    max_ranges = std::max(max_ranges, nr);
+    max_cols = std::max(max_cols, nc);
+    if (nr == 0 && nc == 0) ++empty_rows;
+    for (int64_t e = idx.range_indptr[r]; e < idx.range_indptr[r + 1]; ++e) {
+      const int64_t len = idx.range_len[e];
+      range_keys += len;
+      const int64_t t = (len + tile_n - 1) / tile_n;
+      range_tiles += t;
+      if (len % tile_n != 0) ++partial, tail_keys += len % tile_n;
+      if (len < tile_n) ++short_ranges;
+      len_hist[len <= 8      ? 0
+               : len <= 64   ? 1
+               : len <= 128  ? 2
+               : len <= 256  ? 3
+               : len <= 1024 ? 4
+                             : 5]++;
+    }
+    col_tiles += (nc + tile_n - 1) / tile_n;
+    if (nc % tile_n != 0) ++partial;
+  }
+  tiles = range_tiles + col_tiles;
+  const double keys = static_cast<double>(range_keys + cols);
+  // block_m 64: query blocks 2i and 2i + 1 of a head as one 128-row item over the union of
+  // their keys in 128-key tiles (tiles x 128 x 128 computed) against each alone in 64-key tiles
+  // (tiles x 64 x 64); "pair_fill": keys x 64 of the rows over the computed size.
+  double sep_work = 0, pair_work = 0, key_work = 0;
+  if (block_m == 64 && idx.num_blocks() >= 2) {
+    std::vector<double> pw(idx.num_heads(), 0.0);
+    ParallelFor(idx.num_heads(), [&](int64_t h) {
+      for (int b = 0; b + 1 < idx.num_blocks(); b += 2) {
+        RowKeys u;
+        for (int j = 0; j < 2; ++j) {
+          const int64_t r = h * idx.num_blocks() + b + j;
+          for (int64_t e = idx.range_indptr[r]; e < idx.range_indptr[r + 1]; ++e) {
+            u.AddRange(idx.range_start[e], idx.range_start[e] + idx.range_len[e]);
+          }
+          for (int64_t c = idx.col_indptr[r]; c < idx.col_indptr[r + 1]; ++c) {
+            u.AddCol(idx.col_idx[c]);
+          }
+        }
+        u.Normalize(int64_t{1} << 30);
+        int64_t t = (static_cast<int64_t>(u.cols.size()) + 127) / 128;
+        for (const auto& [a, e] : u.ranges) t += (e - a + 127) / 128;
+        pw[h] += static_cast<double>(t) * 128 * 128;
+      }
+    });
+    for (double x : pw) pair_work += x;
+    sep_work = static_cast<double>(tiles) * 64 * 64;
+    key_work = keys * 64;
+  }
+  const double sep_fill = sep_work > 0 ? key_work / sep_work : 0;
+  const double pair_fill = pair_work > 0 ? key_work / pair_work : 0;
+  std::printf(
+      "{\"kernel\": \"index_stats\", \"index\": \"%s\", \"seq_len\": %d, \"block_m\": %d, "
+      "\"tile_n\": %d, \"rows\": %lld, \"empty_rows\": %lld, \"ranges_per_row\": %.2f, "
+      "\"max_ranges\": %lld, \"range_keys_per_row\": %.1f, \"cols_per_row\": %.1f, "
+      "\"max_cols\": %lld, \"range_len_hist\": [%lld, %lld, %lld, %lld, %lld, %lld], "
+      "\"short_ranges_per_row\": %.2f, \"tiles_per_row\": %.2f, \"range_tiles_per_row\": %.2f, "
+      "\"col_tiles_per_row\": %.2f, \"partial_tiles_per_row\": %.2f, "
+      "\"keys_in_partial_range_tiles_per_row\": %.1f, \"fill\": %.3f, "
+      "\"tiles_if_packed_per_row\": %.2f, \"fill_64\": %.3f, \"pair_fill_128\": %.3f, "
+      "\"device\": \"%s\"}\n",
+      name.c_str(), seq_len, block_m, tile_n, static_cast<long long>(rows),
+      static_cast<long long>(empty_rows), static_cast<double>(ranges) / rows,
+      static_cast<long long>(max_ranges), static_cast<double>(range_keys) / rows,
+      static_cast<double>(cols) / rows, static_cast<long long>(max_cols),
+      static_cast<long long>(len_hist[0]), static_cast<long long>(len_hist[1]),
+      static_cast<long long>(len_hist[2]), static_cast<long long>(len_hist[3]),
+      static_cast<long long>(len_hist[4]), static_cast<long long>(len_hist[5]),
+      static_cast<double>(short_ranges) / rows, static_cast<double>(tiles) / rows,
+      static_cast<double>(range_tiles) / rows, static_cast<double>(col_tiles) / rows,
+      static_cast<double>(partial) / rows, static_cast<double>(tail_keys) / rows,
+      tiles > 0 ? keys / (static_cast<double>(tiles) * tile_n) : 0.0, keys / tile_n / rows,
+      sep_fill, pair_fill, device.c_str());
+  std::fflush(stdout);
+}
+
+// Q/K/V of an llm_mix prompt (seed 0) of the problem's shape into the bench's device buffers
+// (contiguous token-major layout, as `p` has).
+absl::Status FillLlmMix(const AttentionProblem& p, Buffers& b) {
+  WorkloadOptions o;
+  o.workload = "llm_mix";
+  o.shape.q_lens = {p.cu_seqlens_q[1]};
+  o.shape.num_q_heads = p.num_q_heads;
+  o.shape.num_kv_heads = p.num_kv_heads;
+  o.shape.head_dim = p.head_dim;
+  o.shape.dtype = p.dtype;
+  o.shape.causal = p.causal;
+  absl::StatusOr<Workload> w = GenerateWorkload(o);
+  if (!w.ok()) return w.status();
+  const AttentionProblem& h = w->problem();
+  const int d = p.head_dim;
+  const int64_t n = p.cu_seqlens_q[1];
+  std::vector<uint16_t> packed;
+  auto pack = [&](const TokenTensor& t, int heads, CudaDeviceBuffer* dst) {
+    packed.resize(static_cast<size_t>(n) * heads * d);
+    ParallelFor(n, [&](int64_t tok) {
+      for (int hh = 0; hh < heads; ++hh) {
+        std::memcpy(
+            packed.data() + (tok * heads + hh) * d,
+            static_cast<const uint16_t*>(t.data) + tok * t.token_stride + hh * t.head_stride,
+            sizeof(uint16_t) * d);
+      }
+    });
+    return dst->CopyFromHost(packed.data(), static_cast<int64_t>(packed.size()) * 2);
+  };
+  absl::Status s = pack(h.q, p.num_q_heads, b.q.get());
+  if (s.ok()) s = pack(h.k, p.num_kv_heads, b.k.get());
+  if (s.ok()) s = pack(h.v, p.num_kv_heads, b.v.get());
+  return s;
+}
+
 // SDPA lines of sdpa_reference.py by shape (seq_len, heads, kv_heads, head_dim, causal, dtype).
 using ShapeKey = std::tuple<int, int, int, int, int, std::string>;
 struct SdpaLine {
@@ -301,6 +439,8 @@ int RunShape(const std::map<std::string, std::string>& flags, int kv_heads, int 
   const std::vector<KnobSet> sparse_sets = sparse_knobs ? knob_sets : ParseKnobSets("");
   const int sparse_rounds = sparse_knobs ? rounds : 1;
   const double skip_sparse_above = std::atof(get("skip_sparse_above", "131072").c_str());
+  const double sl_gamma = std::atof(get("sampled_lines", "0").c_str());
+  const int64_t workspace = int64_t{std::atoi(get("workspace_mb", "1024").c_str())} << 20;
 
   std::string why;
   const auto devices = ListCudaDevices(&why);
@@ -316,7 +456,7 @@ int RunShape(const std::map<std::string, std::string>& flags, int kv_heads, int 
     if (engines.count(static_cast<int>(v)) > 0) continue;
     CudaEngineOptions o;
     o.kernel_variant = static_cast<int>(v);
-    auto e = CudaAttentionEngine::Create(device, int64_t{1} << 30, o);
+    auto e = CudaAttentionEngine::Create(device, workspace, o);
     if (!e.ok()) {
       std::fprintf(stderr, "engine: %s\n", e.status().ToString().c_str());
       return 1;
@@ -473,6 +613,37 @@ int RunShape(const std::map<std::string, std::string>& flags, int kv_heads, int 
       }
       for (double cd : col_dens) {
         if (run_sparse("sparse_columns", ColumnsIndex(p, block_m, cd, 12)) != 0) return 1;
+      }
+    }
+    if (sl_gamma > 0) {
+      // The sampled_lines index of an llm_mix prompt (built on the GPU, downloaded, uploaded
+      // again by run_sparse as the synthetic ones).
+      const absl::Status fs = FillLlmMix(p, b);
+      if (!fs.ok()) {
+        std::fprintf(stderr, "llm_mix: %s\n", fs.ToString().c_str());
+        return 1;
+      }
+      CudaAttentionEngine& engine = *engines[static_cast<int>(sparse_variants[0])];
+      for (double bm : block_ms) {
+        block_m = static_cast<int>(bm);
+        MethodConfig config;
+        config.method = Method::kSampledLines;
+        config.sampled_lines.gamma = static_cast<float>(sl_gamma);
+        std::vector<int> all(heads);
+        for (int h = 0; h < heads; ++h) all[h] = h;
+        GpuBuildOptions o;
+        o.block_m = block_m;
+        SparseIndex idx;
+        absl::StatusOr<GpuSparseIndex> built = BuildIndexOnGpu(engine, p, config, all, o);
+        absl::Status s = built.status();
+        if (s.ok()) s = DownloadIndex(engine, *built, &idx);
+        engine.ReleaseIndexes();
+        if (!s.ok()) {
+          std::fprintf(stderr, "sampled_lines: %s\n", s.ToString().c_str());
+          return 1;
+        }
+        PrintIndexStats("sampled_lines", n, block_m, block_m, idx, devices[device].name);
+        if (run_sparse("sparse_sampled_lines", idx) != 0) return 1;
       }
     }
   }

@@ -212,10 +212,13 @@ struct SaapArgs {
   const int32_t* group_heads = nullptr;     // requested unique q heads per used kv head
   float* logits_scratch = nullptr;          // [grid][64][c_pad]
   // Sampled rows (SaapParams::classify_rows below block_m): rows classified per block, 0 = every
-  // row; blocks per classifier item (64 / rows_per_block); per-block scores [grid][blocks][c_pad].
+  // row; blocks per classifier item (64 / rows_per_block, 1 above 64 rows); per-block scores
+  // [grid][blocks][c_pad]; the per-block top-l by one warp each (else the CTA, block after block;
+  // <= 1024 buckets).
   int rows_per_block = 0;
   int blocks_per_item = 1;
   float* score_scratch = nullptr;
+  bool warp_top_l = true;
   int classify_grid = 0;
   int top_l = 0;
   int32_t* selected = nullptr;      // [num_kv * num_blocks * top_l]

@@ -274,6 +274,8 @@ MethodCases CasesFor(Method m) {
       mc.configs.push_back(c);
       c.saap.classify_rows = 3;  // an odd count: 21 blocks per classifier tile
       mc.configs.push_back(c);
+      c.saap.classify_rows = 96;  // above one tile at block_m 128: two tiles per block
+      mc.configs.push_back(c);
       c.saap.classify_rows = SaapParams().classify_rows;
       c.saap.sink_tokens = c.saap.local_tokens = 0;
       mc.configs.push_back(c);
@@ -649,7 +651,8 @@ TEST(BuildIndexOnGpuSaapTest, MatchesCpuOnPlantedClusters) {
     c.saap.top_l = 1;
     ExpectAgreement(*hp, *engine, c, AllHeads(hq), 64, 0.05, 0.01, 0.01, &assets, dev->get());
     c.saap.top_l = 3;
-    for (int rows : {SaapParams().classify_rows, 1, 128}) {  // sampled rows; every row
+    // Sampled rows (100 and 65 of a 128-row block: two tiles of one block); every row.
+    for (int rows : {SaapParams().classify_rows, 1, 128, 100, 65}) {
       c.saap.classify_rows = rows;
       for (int block_m : {64, 128, 32}) {
         ExpectAgreement(*hp, *engine, c, AllHeads(hq), block_m, 0.05, 0.02, 0.02, &assets,
@@ -741,13 +744,14 @@ TEST(BuildIndexOnGpuErrorsTest, AssembledBuildersAnswerPreciseCodes) {
             absl::StatusCode::kInvalidArgument);
   sp.saap.num_centroids = 16;
   EXPECT_TRUE(BuildAndDownloadIndex(*engine, (*dp)->problem(), sp, {0}, 64, &idx, dev->get()).ok());
-  // classify_rows: not positive; more sampled rows of a 128-row block than one tile holds.
+  // classify_rows: not positive; more sampled rows of a 128-row block than one tile holds
+  // (several tiles per block, built like any other count).
   sp.saap.classify_rows = 0;
   EXPECT_EQ(BuildAndDownloadIndex(*engine, (*dp)->problem(), sp, {0}, 64, &idx, dev->get()).code(),
             absl::StatusCode::kInvalidArgument);
   sp.saap.classify_rows = 100;
-  EXPECT_EQ(BuildAndDownloadIndex(*engine, (*dp)->problem(), sp, {0}, 128, &idx, dev->get()).code(),
-            absl::StatusCode::kUnimplemented);
+  EXPECT_TRUE(
+      BuildAndDownloadIndex(*engine, (*dp)->problem(), sp, {0}, 128, &idx, dev->get()).ok());
   EXPECT_TRUE(BuildAndDownloadIndex(*engine, (*dp)->problem(), sp, {0}, 64, &idx, dev->get()).ok());
   sp.saap.classify_rows = SaapParams().classify_rows;
   LayerAssets partial = assets;

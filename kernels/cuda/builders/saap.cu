@@ -6,11 +6,13 @@
 //     row assembler only ORs them into a bitmap).
 //  3. Queries: one CTA per (kv group, query block) runs, for every requested q head of the
 //     group and every 64 rows of the block (or, with classify_rows below block_m, per (kv group,
-//     64 / classify_rows blocks) on classify_rows sampled rows of each block), the de-rope and
-//     the classifier MLP on tensor cores
+//     64 / classify_rows blocks) on classify_rows sampled rows of each block; above 64 sampled
+//     rows, per (kv group, block) in 64-row tiles), the de-rope and the classifier MLP on tensor
+//     cores
 //     (X -> hidden in shared memory as bf16 -> logits in 256-wide chunks with an online row
 //     max / sum), then adds softmax(logits) of its rows to the block's bucket scores and takes
-//     the top_l buckets (common/topk.cuh CtaTopKByBisection: ties to the lower bucket).
+//     the top_l buckets (common/topk.cuh CtaTopKByBisection, or one warp per block in sampled
+//     mode: ties to the lower bucket).
 //  4. Assembly: sink + local ranges and the members of the visited buckets, written to every
 //     head slot of the group.
 #include <cfloat>
@@ -49,6 +51,23 @@ __device__ __forceinline__ void BaseAngles(const double* inv_freq, int half, int
     base_cs[2 * i] = c;
     base_cs[2 * i + 1] = s;
   }
+}
+
+// Column pair i of a RoPE'd row (interleaved: 2i, 2i + 1; halves: i, i + half), and the pair
+// of a row read from T: what the key and query de-ropes share.
+struct RopePair {
+  int a, b;
+};
+__device__ __forceinline__ RopePair PairCols(bool interleaved, int half, int i) {
+  return interleaved ? RopePair{2 * i, 2 * i + 1} : RopePair{i, i + half};
+}
+template <typename T>
+__device__ __forceinline__ float2 LoadPair(const T* row, RopePair pc) {
+  return make_float2(ToF(row[pc.a]), ToF(row[pc.b]));
+}
+// (x1, x2) rotated by (c, s).
+__device__ __forceinline__ float2 Rotate(float2 x, float c, float s) {
+  return make_float2(x.x * c - x.y * s, x.y * c + x.x * s);
 }
 
 // ---- 1. Key assignment --------------------------------------------------------------------------
@@ -102,18 +121,16 @@ __global__ void __launch_bounds__(kAsThreads) SaapAssignKernel(SaapArgs a) {
   const T* kg = static_cast<const T*>(p.k) + static_cast<int64_t>(kvh) * p.k_head_stride;
   for (int idx = tid; idx < kAsKeys * kHalf; idx += kAsThreads) {
     const int r = idx / kHalf, i = idx - r * kHalf;
-    const int ia = as.interleaved ? 2 * i : i;
-    const int ib = as.interleaved ? 2 * i + 1 : i + kHalf;
-    float x1 = 0.f, x2 = 0.f;
+    const RopePair pc = PairCols(as.interleaved, kHalf, i);
+    float2 x = make_float2(0.f, 0.f);
     if (r < n) {
-      const T* kr = kg + static_cast<int64_t>(k_tok0 + kt.first + r) * p.k_token_stride;
-      x1 = ToF(kr[ia]);
-      x2 = ToF(kr[ib]);
+      x = LoadPair(kg + static_cast<int64_t>(k_tok0 + kt.first + r) * p.k_token_stride, pc);
     }
     float c, s;
     RopeCS(sBase, as.step_cs, kHalf, r, i, c, s);
-    sX[r * kXs + ia] = x1 * c - x2 * s;
-    sX[r * kXs + ib] = x2 * c + x1 * s;
+    const float2 y = Rotate(x, c, s);
+    sX[r * kXs + pc.a] = y.x;
+    sX[r * kXs + pc.b] = y.y;
   }
   __syncthreads();
   const int row0 = warp * 16;
@@ -420,24 +437,80 @@ __device__ __forceinline__ void ClassifyTile(const SaapArgs& a, int h, uint64_t 
   __syncthreads();
 }
 
+// Tile row r of a swizzled bf16 tile (`chunks` 8-element chunks per row): pair pc := y.
+__device__ __forceinline__ void StoreRowPair(char* tile, int chunks, int r, RopePair pc, float2 y) {
+  *reinterpret_cast<__nv_bfloat16*>(tile + TileElemOff(r, pc.a, chunks)) = __float2bfloat16(y.x);
+  *reinterpret_cast<__nv_bfloat16*>(tile + TileElemOff(r, pc.b, chunks)) = __float2bfloat16(y.y);
+}
+
 // Sum over rows [r0, r1) of the tile of row r's softmax at bucket c (rows that do not vote add 0).
 __device__ __forceinline__ float RowsMass(const float* scratch, const float* sRowM,
                                           const float* sRowInv, int cp, int c, int r0, int r1) {
+  // Loads without a branch (they can all be in flight), then a select (a row that does not vote
+  // may hold NaN logits): the same sum as adding only the voting rows.
   float s = 0.f;
   for (int r = r0; r < r1; ++r) {
     const float inv = sRowInv[r];
-    if (inv != 0.f)
-      s += Exp2((scratch[static_cast<int64_t>(r) * cp + c] - sRowM[r]) * kLog2e) * inv;
+    const float e = Exp2((scratch[static_cast<int64_t>(r) * cp + c] - sRowM[r]) * kLog2e);
+    s = inv != 0.f ? s + e * inv : s;
   }
   return s;
+}
+
+// The top k of sc[0, n) (n <= kWarpTopLMax, scores >= 0 or NaN-free) by one warp, the same
+// selection and output order as topk::CtaTopKByBisection: the largest float bit pattern t with
+// count(>= t) >= k, everything above t, ties at t lowest index first, indices ascending. Lane
+// l holds elements 32 j + l in registers.
+constexpr int kWarpTopLMax = 1024;
+__device__ __forceinline__ void WarpTopKByBisection(const float* sc, int n, int k, int32_t* out) {
+  constexpr int kPer = kWarpTopLMax / 32;
+  const int lane = threadIdx.x & 31;
+  uint32_t key[kPer];
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int i = 32 * j + lane;
+    key[j] = i < n ? __float_as_uint(sc[i]) : 0u;
+  }
+  // Elements past n hold key 0 and never count: every threshold asked is >= 1, and ties and
+  // takes test i < n.
+  auto count_ge = [&](uint32_t t) {
+    int c = 0;
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) c += key[j] >= t ? 1 : 0;
+    return static_cast<int>(__reduce_add_sync(0xffffffffu, static_cast<unsigned>(c)));
+  };
+  uint32_t lo = 0u, hi = 0x7f800001u;  // count(>= lo) >= k > count(>= hi)
+  while (hi - lo > 1u) {
+    const uint32_t mid = lo + (hi - lo) / 2;
+    if (count_ge(mid) >= k) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  const int need = k - count_ge(lo + 1u);  // ties at the threshold to take, lowest first
+  int taken_ties = 0, pos = 0;
+  const unsigned below = (1u << lane) - 1u;
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const bool in = 32 * j + lane < n;
+    const bool tie = in && key[j] == lo;
+    const unsigned ties = __ballot_sync(0xffffffffu, tie);
+    const bool take = in && (key[j] > lo || (tie && taken_ties + __popc(ties & below) < need));
+    const unsigned takes = __ballot_sync(0xffffffffu, take);
+    if (take) out[pos + __popc(takes & below)] = 32 * j + lane;
+    pos += __popc(takes);
+    taken_ties += __popc(ties);
+  }
 }
 
 // Two ways to fill a tile (a.rows_per_block): 0 = every row of one block, 64 consecutive rows
 // per tile (de-roped from the tile's first position, angle steps as RotateRope over a span);
 // > 0 = blocks_per_item blocks per item, rows_per_block evenly spaced rows of each (row j of a
 // block of n rows: (2j + 1) n / (2 count), count = min(rows_per_block, n); SaapSampledRow), each
-// de-roped at its own position (as RotateRope of one row), their scores per block kept in the
-// CTA's slice of score_scratch until the top-l.
+// de-roped at its own position (as RotateRope of one row), 64 / rows_per_block blocks in one
+// tile, or above 64 rows one block in several tiles; their scores per block kept in the CTA's
+// slice of score_scratch until the top-l (one warp per block, or the CTA block after block).
 template <typename T, int kD>
 __global__ void __launch_bounds__(kClsThreads, 1) SaapClassifyKernel(SaapArgs a) {
   constexpr int kHalf = kD / 2, kCh = kD / 8;
@@ -479,19 +552,17 @@ __global__ void __launch_bounds__(kClsThreads, 1) SaapClassifyKernel(SaapArgs a)
           __syncthreads();
           for (int idx = tid; idx < kClsRows * kHalf; idx += kClsThreads) {
             const int r = idx / kHalf, i = idx - r * kHalf;
-            const int ia = as.interleaved ? 2 * i : i;
-            const int ib = as.interleaved ? 2 * i + 1 : i + kHalf;
-            float y1 = 0.f, y2 = 0.f;
+            const RopePair pc = PairCols(as.interleaved, kHalf, i);
+            float2 y = make_float2(0.f, 0.f);
             if (r < rows) {
-              const T* qr = qg + static_cast<int64_t>(q_tok0 + row_start + r) * p.q_token_stride;
-              const float x1 = ToF(qr[ia]), x2 = ToF(qr[ib]);
               float c, s;
               RopeCS(sBase, as.step_cs, kHalf, r, i, c, s);
-              y1 = x1 * c - x2 * s;
-              y2 = x2 * c + x1 * s;
+              y = Rotate(
+                  LoadPair(qg + static_cast<int64_t>(q_tok0 + row_start + r) * p.q_token_stride,
+                           pc),
+                  c, s);
             }
-            *reinterpret_cast<__nv_bfloat16*>(sX + TileElemOff(r, ia, kCh)) = __float2bfloat16(y1);
-            *reinterpret_cast<__nv_bfloat16*>(sX + TileElemOff(r, ib, kCh)) = __float2bfloat16(y2);
+            StoreRowPair(sX, kCh, r, pc, y);
           }
           __syncthreads();
           const uint64_t valid = rows >= 64 ? ~uint64_t{0} : (uint64_t{1} << rows) - 1;
@@ -508,59 +579,96 @@ __global__ void __launch_bounds__(kClsThreads, 1) SaapClassifyKernel(SaapArgs a)
       __syncthreads();
       continue;
     }
-    // Sampled rows: tile row r is row j = r % rpb of block block0 + r / rpb.
-    uint64_t valid = 0;
-    for (int r = 0; r < nblk * rpb; ++r) {
-      const BlockGeoDev geo = a.geo[block0 + r / rpb];
-      if (r % rpb < min(rpb, geo.q_end - geo.q_begin)) valid |= uint64_t{1} << r;
-    }
+    // Sampled rows. rows_per_block <= 64: one tile per head, tile row r is row j = r % rpb of
+    // block block0 + r / rpb. Above 64 (one block per item): tiles t of 64 rows, tile row r is
+    // row j = 64 t + r of block block0.
+    const bool wide = rpb > kClsRows;
+    const int tiles =
+        wide ? (min(rpb, a.geo[block0].q_end - a.geo[block0].q_begin) + kClsRows - 1) / kClsRows
+             : 1;
     for (int hi = a.group_head_off[gi]; hi < a.group_head_off[gi + 1]; ++hi) {
       const int h = a.group_heads[hi];
       const T* qg = static_cast<const T*>(p.q) + static_cast<int64_t>(h) * p.q_head_stride;
-      __syncthreads();  // sX, sStat and the scratch are free
-      for (int idx = tid; idx < kClsRows * kHalf; idx += kClsThreads) {
-        const int r = idx / kHalf, i = idx - r * kHalf;
-        const int ia = as.interleaved ? 2 * i : i;
-        const int ib = as.interleaved ? 2 * i + 1 : i + kHalf;
-        float y1 = 0.f, y2 = 0.f;
-        if ((valid >> r) & 1u) {
-          const BlockGeoDev geo = a.geo[block0 + r / rpb];
-          const int n = geo.q_end - geo.q_begin, count = min(rpb, n), j = r % rpb;
-          const int row = static_cast<int>((int64_t{2} * j + 1) * n / (int64_t{2} * count));
-          const T* qr = qg + static_cast<int64_t>(p.cu_seqlens_q[geo.seq] + geo.q_begin + row) *
-                                 p.q_token_stride;
-          const float x1 = ToF(qr[ia]), x2 = ToF(qr[ib]);
-          const double ang =
-              fmod(static_cast<double>(geo.first_pos + row) * as.inv_freq[i], kTwoPi);
-          double sd, cd;
-          sincos(ang, &sd, &cd);
-          const float c = static_cast<float>(cd), s = static_cast<float>(-sd);
-          y1 = x1 * c - x2 * s;
-          y2 = x2 * c + x1 * s;
+      const bool first_head = hi == a.group_head_off[gi];
+      for (int t = 0; t < tiles; ++t) {
+        uint64_t valid = 0;
+        for (int r = 0; r < kClsRows; ++r) {
+          const int b = wide ? 0 : r / rpb, j = wide ? t * kClsRows + r : r % rpb;
+          if (b >= nblk) break;
+          const BlockGeoDev geo = a.geo[block0 + b];
+          if (j < min(rpb, geo.q_end - geo.q_begin)) valid |= uint64_t{1} << r;
         }
-        *reinterpret_cast<__nv_bfloat16*>(sX + TileElemOff(r, ia, kCh)) = __float2bfloat16(y1);
-        *reinterpret_cast<__nv_bfloat16*>(sX + TileElemOff(r, ib, kCh)) = __float2bfloat16(y2);
-      }
-      __syncthreads();
-      ClassifyTile<kD>(a, h, valid, lay, smem, scratch);
-      const bool first = hi == a.group_head_off[gi];
-      for (int c = tid; c < C; c += kClsThreads) {
-        for (int b = 0; b < nblk; ++b) {
-          const float m = RowsMass(scratch, sRowM, sRowInv, cp, c, b * rpb, (b + 1) * rpb);
-          float* dst = block_scores + static_cast<int64_t>(b) * cp + c;
-          *dst = first ? m : *dst + m;
+        __syncthreads();  // sX, sStat and the scratch are free
+        for (int idx = tid; idx < kClsRows * kHalf; idx += kClsThreads) {
+          const int r = idx / kHalf, i = idx - r * kHalf;
+          const RopePair pc = PairCols(as.interleaved, kHalf, i);
+          float2 y = make_float2(0.f, 0.f);
+          if ((valid >> r) & 1u) {
+            const int b = wide ? 0 : r / rpb, j = wide ? t * kClsRows + r : r % rpb;
+            const BlockGeoDev geo = a.geo[block0 + b];
+            const int n = geo.q_end - geo.q_begin, count = min(rpb, n);
+            const int row = static_cast<int>((int64_t{2} * j + 1) * n / (int64_t{2} * count));
+            const double ang =
+                fmod(static_cast<double>(geo.first_pos + row) * as.inv_freq[i], kTwoPi);
+            double sd, cd;
+            sincos(ang, &sd, &cd);
+            const float2 cs = make_float2(static_cast<float>(cd), static_cast<float>(-sd));
+            y = Rotate(
+                LoadPair(qg + static_cast<int64_t>(p.cu_seqlens_q[geo.seq] + geo.q_begin + row) *
+                                  p.q_token_stride,
+                         pc),
+                cs.x, cs.y);
+          }
+          StoreRowPair(sX, kCh, r, pc, y);
+        }
+        __syncthreads();
+        ClassifyTile<kD>(a, h, valid, lay, smem, scratch);
+        const bool first = first_head && t == 0;
+        // Per bucket, 8 blocks at a time: every load (the rows' logits, the running sums) before
+        // the stores, which the compiler could not move past them (they may alias).
+        for (int c = tid; c < C; c += kClsThreads) {
+          for (int b0 = 0; b0 < nblk; b0 += 8) {
+            float m[8], old[8];
+#pragma unroll
+            for (int k = 0; k < 8; ++k) {
+              const int b = b0 + k;
+              m[k] = 0.f;
+              old[k] = 0.f;
+              if (b < nblk) {
+                m[k] = wide ? RowsMass(scratch, sRowM, sRowInv, cp, c, 0, kClsRows)
+                            : RowsMass(scratch, sRowM, sRowInv, cp, c, b * rpb, (b + 1) * rpb);
+                if (!first) old[k] = block_scores[static_cast<int64_t>(b) * cp + c];
+              }
+            }
+#pragma unroll
+            for (int k = 0; k < 8; ++k) {
+              const int b = b0 + k;
+              if (b < nblk)
+                block_scores[static_cast<int64_t>(b) * cp + c] = first ? m[k] : old[k] + m[k];
+            }
+          }
         }
       }
     }
-    for (int b = 0; b < nblk; ++b) {
-      __syncthreads();
-      for (int c = tid; c < C; c += kClsThreads) {
-        sScore[c] = block_scores[static_cast<int64_t>(b) * cp + c];
+    __syncthreads();  // block_scores complete
+    if (C <= kWarpTopLMax && a.warp_top_l) {
+      // One warp per block, its scores in registers: no CTA barriers between the blocks.
+      for (int b = tid / 32; b < nblk; b += kClsThreads / 32) {
+        WarpTopKByBisection(
+            block_scores + static_cast<int64_t>(b) * cp, C, a.top_l,
+            a.selected + (static_cast<int64_t>(gi) * a.num_blocks + block0 + b) * a.top_l);
       }
-      __syncthreads();
-      topk::CtaTopKByBisection<kClsThreads>(
-          sScore, C, a.top_l,
-          a.selected + (static_cast<int64_t>(gi) * a.num_blocks + block0 + b) * a.top_l);
+    } else {
+      for (int b = 0; b < nblk; ++b) {
+        __syncthreads();
+        for (int c = tid; c < C; c += kClsThreads) {
+          sScore[c] = block_scores[static_cast<int64_t>(b) * cp + c];
+        }
+        __syncthreads();
+        topk::CtaTopKByBisection<kClsThreads>(
+            sScore, C, a.top_l,
+            a.selected + (static_cast<int64_t>(gi) * a.num_blocks + block0 + b) * a.top_l);
+      }
     }
     __syncthreads();
   }

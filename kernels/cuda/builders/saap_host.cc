@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -151,15 +153,15 @@ absl::StatusOr<SparseIndexView> BuildSaap(const BuildScope& env, const Attention
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, env.device),
       "multiprocessor count");
   // Classifier items: (kv group, block), or (kv group, 64 / classify_rows blocks) when only
-  // classify_rows sampled rows of each block are classified (the CPU's rule: below block_m).
+  // classify_rows sampled rows of each block are classified (the CPU's rule: below block_m; one
+  // block per item above 64 rows).
   if (params.classify_rows < block_m) {
-    if (params.classify_rows > 64) {
-      return absl::UnimplementedError(absl::StrCat(
-          "saap.classify_rows: the GPU builder samples at most 64 rows of a block, got ",
-          params.classify_rows, " of ", block_m, " (>= block_m classifies every row)"));
-    }
     sp.rows_per_block = params.classify_rows;
-    sp.blocks_per_item = 64 / sp.rows_per_block;
+    sp.blocks_per_item = std::max(1, 64 / sp.rows_per_block);
+    // SPATTN_SAAP_CTA_TOPL=1: the per-block top-l by the whole CTA, block after block (the
+    // session-17 kernel; for comparisons, same selection).
+    const char* cta = std::getenv("SPATTN_SAAP_CTA_TOPL");
+    sp.warp_top_l = cta == nullptr || std::string(cta) != "1";
   }
   const int64_t cls_items =
       static_cast<int64_t>(num_kv) * ((num_blocks + sp.blocks_per_item - 1) / sp.blocks_per_item);

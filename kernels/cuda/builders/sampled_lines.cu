@@ -50,9 +50,12 @@ __device__ __forceinline__ float Sanitize(float x) {
   return x;
 }
 
-__device__ __forceinline__ int Bin(float m) {
-  const int key = static_cast<int>(__float_as_uint(m) >> 20) - kSlBinFloor;
-  return key < 0 ? 0 : (key >= kSlBins ? kSlBins - 1 : key);
+// max that returns NaN when either input is NaN (fmaxf drops NaN): pass 1's fast path sees a
+// NaN logit in the tile maximum.
+__device__ __forceinline__ float MaxNaN(float a, float b) {
+  float y;
+  asm("max.NaN.f32 %0, %1, %2;\n" : "=f"(y) : "f"(a), "f"(b));
+  return y;
 }
 
 // S = Q K^T for the warp's 16 rows (A fragments `qf`, kept in registers) x the 64 keys of the
@@ -104,11 +107,10 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
   __shared__ int blk_count[kSlGroupBlocks];
   __shared__ int blk_first[kSlGroupBlocks];
   __shared__ long long blk_base[kSlGroupBlocks];
-  // Pass 2: per block the sum of its rows' weights and visible keys (the skip bound, below) and
-  // the total mass of its entries.
+  // Pass 2: per block the sum of its live rows' weights (the block's total mass: each live row's
+  // masses sum to its weight, the CPU's total up to rounding) and visible keys (the cut, below).
   __shared__ float blk_wsum[kSlGroupBlocks];
   __shared__ float blk_vsum[kSlGroupBlocks];
-  __shared__ float blk_total[kSlGroupBlocks];
   __shared__ int blk_vis[kSlGroupBlocks];  // pass 2: entries of the block (its rows' visible keys)
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   // Groups in reverse: the ones that see the most keys (causal: the last) start first.
@@ -148,7 +150,6 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
     if (tid < kSlGroupBlocks) {
       blk_wsum[tid] = 0.f;
       blk_vsum[tid] = 0.f;
-      blk_total[tid] = 0.f;
       blk_vis[tid] = 0;
     }
   }
@@ -186,13 +187,13 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
       }
     }
   }
-  // Pass 2 skips the histogram update of entries below a per-block cut bin `cut` (their mass
-  // only enters the block's total): a row whose probabilities sum to ~1 has mass ~w, so a block's
-  // total is >= 0.99 * (sum of w over its rows with inv > 0), while the entries in bins below
-  // `cut` weigh < (visible keys of its rows) * (lower edge of bin cut). The cut is the highest bin
-  // whose lower edge keeps that product <= half of (1 - gamma) * that bound of the total, so the
-  // mass above the cut alone reaches gamma * total: the threshold bin is >= cut and neither it
-  // nor the kept count (both from bins >= thr) changes.
+  // Pass 2 skips the histogram update of entries below a per-block cut bin `cut`: a row whose
+  // probabilities sum to ~1 has mass ~w, so a block's total is the sum of w over its live rows
+  // (within rounding; >= 0.99 of it is all the bound uses), while the entries in bins below `cut`
+  // weigh < (visible keys of its rows) * (lower edge of bin cut). The cut is the highest bin whose
+  // lower edge keeps that product <= half of (1 - gamma) * 0.99 * the total, so the mass above the
+  // cut alone reaches gamma * total: the threshold bin is >= cut and neither it nor the kept count
+  // (both from bins >= thr) changes.
   int cut[2] = {0, 0};
   if (kPass == 2) {
     __syncthreads();  // blk_* zeroed
@@ -217,9 +218,10 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
       }
     }
   }
-  // Pass 3: the rows' threshold bins as masses (for m > 0, Bin(m) >= thr <=> m >= the lower edge
-  // of bin thr, 0 for bin 0; +inf keeps nothing) and their blocks' peer lanes (the lanes of one
-  // block are consecutive: rows are ordered by block), for one cursor atomic per block and tile.
+  // Pass 3: the rows' threshold bins as masses (for m > 0, SampledLinesBin(m) >= thr <=> m >= the
+  // lower edge of bin thr, 0 for bin 0; +inf keeps nothing) and their blocks' peer lanes (the lanes
+  // of one block are consecutive: rows are ordered by block), for one cursor atomic per block and
+  // tile.
   float thr_m[2] = {CUDART_INF_F, CUDART_INF_F};
   unsigned peers[2] = {0u, 0u};
   int rel[2] = {0, 0};  // row position relative to its block's first row position
@@ -239,9 +241,13 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
       peers[h] = __match_any_sync(kFull, live ? blk[h] : -1 - warp);
     }
   }
-  float run_tot[2] = {0.f, 0.f};
   float run_max[2] = {-CUDART_INF_F, -CUDART_INF_F};
   float run_sum[2] = {0.f, 0.f};
+  // Passes 1 and 2: the keys every row of the warp sees (-1 if a row of the warp is past the
+  // group's): tiles below it need no mask.
+  int warp_vis = min(rl[0] < g.rows ? vis[0] : -1, rl[1] < g.rows ? vis[1] : -1);
+#pragma unroll
+  for (int x = 1; x < 32; x <<= 1) warp_vis = min(warp_vis, __shfl_xor_sync(kFull, warp_vis, x));
 
   // The Q fragments into registers, then buffer 1 is free for key tile 1.
   uint32_t qf[kD / 16][4];
@@ -271,18 +277,46 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
     __syncthreads();  // every warp has read tile t: its buffer may take tile t + 2
     if (kPass == 1) {
       // Log2-domain logits of this thread's entries (-inf where masked), then one rescale of
-      // each row's running sum per tile.
+      // each row's running sum per tile. Fast path (same sums, bit for bit): a tile every row of
+      // the warp sees whole needs no mask, and where the thread's tile maxima are finite
+      // (MaxNaN: no NaN either) every logit is finite or -inf, so neither Sanitize nor the -inf
+      // test of the sum changes anything (Exp2(-inf) adds +0).
       float tmax[2] = {-CUDART_INF_F, -CUDART_INF_F};
+      bool fast = j0 + kTile <= warp_vis;  // warp-uniform
+      if (fast) {
 #pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
+        for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int h = e >> 1;
-          const int j = j0 + nt * 8 + (lane & 3) * 2 + (e & 1);
-          const bool valid = rl[h] < g.rows && j < vis[h];
-          const float l2 = valid ? Sanitize(__fmul_rn(acc[nt][e], a.p.scale_log2)) : -CUDART_INF_F;
-          acc[nt][e] = l2;
-          tmax[h] = fmaxf(tmax[h], l2);
+          for (int e = 0; e < 4; ++e) {
+            acc[nt][e] = __fmul_rn(acc[nt][e], a.p.scale_log2);
+            tmax[e >> 1] = MaxNaN(tmax[e >> 1], acc[nt][e]);
+          }
+        }
+        fast = isfinite(tmax[0]) && isfinite(tmax[1]);
+        if (!fast) {
+          tmax[0] = tmax[1] = -CUDART_INF_F;
+#pragma unroll
+          for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              acc[nt][e] = Sanitize(acc[nt][e]);
+              tmax[e >> 1] = fmaxf(tmax[e >> 1], acc[nt][e]);
+            }
+          }
+        }
+      } else {
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int h = e >> 1;
+            const int j = j0 + nt * 8 + (lane & 3) * 2 + (e & 1);
+            const bool valid = rl[h] < g.rows && j < vis[h];
+            const float l2 =
+                valid ? Sanitize(__fmul_rn(acc[nt][e], a.p.scale_log2)) : -CUDART_INF_F;
+            acc[nt][e] = l2;
+            tmax[h] = fmaxf(tmax[h], l2);
+          }
         }
       }
 #pragma unroll
@@ -294,13 +328,23 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
           run_max[h] = tmax[h];
         }
       }
+      if (fast) {
 #pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
+        for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int h = e >> 1;
-          if (acc[nt][e] != -CUDART_INF_F) {
-            run_sum[h] += Exp2(__fsub_rn(acc[nt][e], run_max[h]));
+          for (int e = 0; e < 4; ++e) {
+            run_sum[e >> 1] += Exp2(__fsub_rn(acc[nt][e], run_max[e >> 1]));
+          }
+        }
+      } else {
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int h = e >> 1;
+            if (acc[nt][e] != -CUDART_INF_F) {
+              run_sum[h] += Exp2(__fsub_rn(acc[nt][e], run_max[h]));
+            }
           }
         }
       }
@@ -308,7 +352,14 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
     }
     if (kPass == 2) {
       // All of the thread's masses and histogram slots first (independent chains), then the
-      // updates: one fixed-point atomic per entry at or above its block's cut.
+      // updates: one fixed-point atomic per entry at or above its block's cut. An entry counts
+      // iff its fixed-point mass mu is > 0 (so m > 2^-32, and its bin key (fp32 bits >> 20) -
+      // kSlBinFloor is in [1, 257]: no clamp as in SampledLinesBin; NaN converts to 0) and the key
+      // is >= cut. Plain path (same masses bit for bit): a tile every row of the warp sees whole
+      // needs no mask, and where the rows' maxima are below FLT_MAX no logit is +inf, so Sanitize
+      // changes nothing that counts (NaN and -inf give mu = 0 either way), nor does a dead row (mx
+      // -inf, inv 0: m is NaN or 0).
+      const bool plain = j0 + kTile <= warp_vis && mx[0] < FLT_MAX && mx[1] < FLT_MAX;
       unsigned mu[8][4];
       int slot_of[8][4];
 #pragma unroll
@@ -318,15 +369,16 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
           const int h = e >> 1;
           const int j = j0 + nt * 8 + (lane & 3) * 2 + (e & 1);
           float m = 0.f;
-          if (rl[h] < g.rows && j < vis[h] && mx[h] != -CUDART_INF_F) {
+          if (plain) {
+            const float l2 = __fmul_rn(acc[nt][e], a.p.scale_log2);
+            m = __fmul_rn(__fmul_rn(Exp2(__fsub_rn(l2, mx[h])), inv[h]), w[h]);
+          } else if (rl[h] < g.rows && j < vis[h] && mx[h] != -CUDART_INF_F) {
             const float l2 = Sanitize(__fmul_rn(acc[nt][e], a.p.scale_log2));
             m = __fmul_rn(__fmul_rn(Exp2(__fsub_rn(l2, mx[h])), inv[h]), w[h]);
           }
-          run_tot[h] += m;
-          const int bin = Bin(m);
+          const int key = static_cast<int>(__float_as_uint(m) >> 20) - kSlBinFloor;
           mu[nt][e] = __float2uint_rn(m * kFixedOne);
-          slot_of[nt][e] =
-              m > 0.f && bin >= cut[h] && mu[nt][e] != 0u ? blk[h] * kSlBins + bin : -1;
+          slot_of[nt][e] = key >= cut[h] && mu[nt][e] != 0u ? blk[h] * kSlBins + key : -1;
         }
       }
 #pragma unroll
@@ -343,7 +395,6 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
     // last lane of each block's lanes), then the entries: (row position - block's first row
     // position) * k_len + key; SlClassifyKernel makes them columns or diagonals.
     uint32_t keep = 0;
-    int cnt[2] = {0, 0};
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
@@ -352,12 +403,11 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
         const int j = j0 + nt * 8 + (lane & 3) * 2 + (e & 1);
         const float l2 = Sanitize(__fmul_rn(acc[nt][e], a.p.scale_log2));
         const float m = __fmul_rn(__fmul_rn(Exp2(__fsub_rn(l2, mx[h])), inv[h]), w[h]);
-        if (j < vis[h] && m > 0.f && m >= thr_m[h]) {
-          keep |= 1u << (nt * 4 + e);
-          ++cnt[h];
-        }
+        if (j < vis[h] && m > 0.f && m >= thr_m[h]) keep |= 1u << (nt * 4 + e);
       }
     }
+    // Bit nt * 4 + e belongs to row half e >> 1.
+    const int cnt[2] = {__popc(keep & 0x33333333u), __popc(keep & 0xccccccccu)};
     if (!__any_sync(kFull, keep != 0)) continue;
     int at[2];
 #pragma unroll
@@ -416,13 +466,6 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
       }
     }
   } else if (kPass == 2) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float t = run_tot[h];
-      t += __shfl_xor_sync(kFull, t, 1);
-      t += __shfl_xor_sync(kFull, t, 2);
-      if ((lane & 3) == 0 && rl[h] < g.rows) atomicAdd(blk_total + blk[h], t);
-    }
     __syncthreads();
     // Per block: the threshold bin (the highest whose bins from the top reach gamma * total)
     // and a bound on the entries at or above it, the slice pass 3 writes into: an entry of bin i
@@ -432,7 +475,7 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
     // the bound is the block's entry count. Pass 3 writes the entries and their true count.
     for (int b = warp; b < g.blocks; b += kThreads / 32) {
       const unsigned* bm = hm + b * kSlBins;
-      const float part = blk_total[b];
+      const float part = blk_wsum[b];
       if (lane == 0) {
         const double target = static_cast<double>(a.gamma * part);
         const long long all = blk_vis[b];
@@ -459,6 +502,9 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
               break;
             }
           }
+          // gamma within rounding of 1: the bins' sum (fixed point, each row normalized by pass
+          // 1's fp32 sum) may stay a hair below gamma * total; then every bin is kept.
+          if (thr == kSlBins) thr = 0;
         }
         const int64_t row = static_cast<int64_t>(slot) * a.num_blocks + g.block_begin + b;
         a.thr[row] = thr;

@@ -8,11 +8,12 @@
 // logits against every key the group sees on tensor cores, three times: (1) each row's max and sum
 // (online, log2 domain), (2) per block a histogram of entry masses over the bins of
 // SampledLinesBin (fixed-point masses, one shared atomic per entry) -> each block's threshold bin
-// and a bound on its kept entries (entries below a provable per-block cut bin only enter the
-// block's total), (3) the kept entries, written to the block's slice of an entry list; then a
-// small kernel classifies each entry as a column or a diagonal by the last-rows evidence
-// (vertical_slash's estimate). The row assembler (common/row_assembly.cuh) turns each row's
-// entries plus its sink and local ranges into the SparseIndex row.
+// and a bound on its kept entries (entries below a provable per-block cut bin are not counted;
+// the block's total is the sum of its live rows' weights), (3) the kept entries, written to the
+// block's slice of an entry list; then a small kernel classifies each entry as a column or a
+// diagonal by the last-rows evidence (vertical_slash's estimate). The row assembler
+// (common/row_assembly.cuh) turns each row's entries plus its sink and local ranges into the
+// SparseIndex row.
 #ifndef SPATTN_KERNELS_CUDA_BUILDERS_SAMPLED_LINES_KERNELS_H_
 #define SPATTN_KERNELS_CUDA_BUILDERS_SAMPLED_LINES_KERNELS_H_
 

@@ -15,6 +15,8 @@
 #ifndef SPATTN_KERNELS_CUDA_ATTENTION_HOPPER_CONSUMER_STEP_CUH_
 #define SPATTN_KERNELS_CUDA_ATTENTION_HOPPER_CONSUMER_STEP_CUH_
 
+#include <type_traits>
+
 #include "kernels/cuda/attention/attention_core.cuh"
 #include "kernels/cuda/attention/hopper/sm90_primitives.cuh"
 
@@ -78,6 +80,54 @@ struct ConsumerStep {
       detail::Wgmma<T, kBN>::SS(s, da, db, ks > 0 ? 1 : 0);
     }
     detail::WgmmaCommit();
+  }
+
+  // O += P V of the tile's first 16 `groups` keys only (1 <= groups < kBN / 16: a partial
+  // tile; P of the other keys is zero, masked). One fixed-length wgmma run per width: ptxas
+  // fences each wgmma of a run cut by branches.
+  __device__ __forceinline__ void IssuePvGroups(uint32_t vst, int groups) {
+    switch (groups) {
+      case 1:
+        return IssuePvN<1>(vst);
+      case 2:
+        return IssuePvN<2>(vst);
+      case 3:
+        return IssuePvN<3>(vst);
+      case 4:
+        return IssuePvN<4>(vst);
+      case 5:
+        return IssuePvN<5>(vst);
+      case 6:
+        return IssuePvN<6>(vst);
+      case 7:
+        return IssuePvN<7>(vst);
+      case 8:
+        return IssuePvN<8>(vst);
+      case 9:
+        return IssuePvN<9>(vst);
+      default:
+        return IssuePvN<10>(vst);
+    }
+  }
+  template <int kGroups>
+  __device__ __forceinline__ void IssuePvN(uint32_t vst) {
+    if constexpr (kGroups >= kBN / 16) {
+      IssuePv(vst);
+    } else {
+#pragma unroll
+      for (int kk = 0; kk < kBN / 16; ++kk) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) detail::FenceReg(pa[kk][e]);
+      }
+      FenceAcc();
+      detail::WgmmaFence();
+#pragma unroll
+      for (int kk = 0; kk < kGroups; ++kk) {
+        const uint64_t db = detail::SmemDesc(vst + kk * 16 * 128, kBN * 128, 1024);
+        detail::Wgmma<T, kD>::RS(acc, pa[kk], db);
+      }
+      detail::WgmmaCommit();
+    }
   }
 
   // O += P V of the tile at `vst`.
@@ -226,21 +276,33 @@ struct ConsumerStep {
 // turn_threads: the threads of a turn barrier (256: this warpgroup and the one handing over; a
 // lone consumer warpgroup passes 128 and its own barrier as both turns, which makes the turns
 // plain warpgroup barriers). Returns whether there was any tile.
+//   first_groups(const Desc&) -> int  (optional; FullTiles: none) 16-key groups of the first
+//     tile that hold keys; fewer than kBN / 16 narrows its P V to them (the dense kernel's
+//     partial tile; its mask must cover the other keys). Later tiles run whole. (A narrowed
+//     Q K^T, m64nN wgmmas into the first N / 2 S registers, makes ptxas serialize every wgmma
+//     of the kernel: C7511, as s17-items saw.)
+struct FullTiles {};
+
 template <class Desc, class Step, class Ring, class Next, class AfterK, class PrepareV,
-          class MaskTile>
+          class MaskTile, class FirstGroups = FullTiles>
 __device__ __forceinline__ bool RunKeyTiles(Step& st, const Ring& ring, int& tile, uint32_t q_rows,
                                             int my_turn, int other_turn, int lane, float scale,
                                             Next next, AfterK after_k, PrepareV prepare_v,
-                                            MaskTile mask, int turn_threads = 256) {
+                                            MaskTile mask, int turn_threads = 256,
+                                            FirstGroups first_groups = FullTiles()) {
+  constexpr bool kNarrow = !std::is_same<FirstGroups, FullTiles>::value;
+  constexpr int kAllGroups = sizeof(st.pa) / sizeof(st.pa[0]);
   auto release = [&](uint32_t bar) {
     if (lane == 0) MbarArrive(bar);
   };
   Desc d;
   if (!next(d)) return false;
+  int pv_groups = kAllGroups;  // of the P V still to issue for the previous tile
   {
     const int ks = Ring::Slot(tile);
     MbarWait(ring.KFull(ks), Ring::Phase(tile));
     after_k(d);
+    if constexpr (kNarrow) pv_groups = first_groups(d);
     NamedSync(my_turn, turn_threads);
     st.IssueQk(q_rows, ring.K(ks));
     NamedArrive(other_turn, turn_threads);
@@ -263,7 +325,16 @@ __device__ __forceinline__ bool RunKeyTiles(Step& st, const Ring& ring, int& til
     prepare_v(vs, prev);
     NamedSync(my_turn, turn_threads);
     st.IssueQk(q_rows, ring.K(ks));
-    st.IssuePv(ring.V(vs));
+    if constexpr (kNarrow) {
+      if (pv_groups < kAllGroups) {
+        st.IssuePvGroups(ring.V(vs), pv_groups);
+        pv_groups = kAllGroups;
+      } else {
+        st.IssuePv(ring.V(vs));
+      }
+    } else {
+      st.IssuePv(ring.V(vs));
+    }
     NamedArrive(other_turn, turn_threads);
     WgmmaWait<1>();  // S(t) is ready; P(t-1) V is still running
     st.FenceS();
@@ -283,7 +354,15 @@ __device__ __forceinline__ bool RunKeyTiles(Step& st, const Ring& ring, int& til
   MbarWait(ring.VFull(vs), Ring::Phase(tile - 1));
   prepare_v(vs, prev);
   NamedSync(my_turn, turn_threads);
-  st.IssuePv(ring.V(vs));
+  if constexpr (kNarrow) {
+    if (pv_groups < kAllGroups) {
+      st.IssuePvGroups(ring.V(vs), pv_groups);
+    } else {
+      st.IssuePv(ring.V(vs));
+    }
+  } else {
+    st.IssuePv(ring.V(vs));
+  }
   NamedArrive(other_turn, turn_threads);
   WgmmaWait<0>();
   st.FenceAcc();

@@ -181,8 +181,11 @@ cudaError_t LaunchShape(const AttnParams& p, int max_q_len, cudaStream_t stream)
     split.partials = reinterpret_cast<float*>(ws + CounterBytes<Tr>(plan));
     grid = plan.full_ctas + plan.split_blocks() * plan.pieces;
   }
+  // SPATTN_HOPPER_NARROW_FIRST=0: partial first key tiles computed at the full tile width
+  // (the A/B baseline of NOTES.md session 18).
+  const bool narrow_first = Knob("SPATTN_HOPPER_NARROW_FIRST", 1) != 0;
   kernel<<<static_cast<unsigned>(grid), Tr::kThreads, Tr::kSmemBytes, stream>>>(
-      p, tq, tk, tv, blocks, SectionHeads(p), split);
+      p, tq, tk, tv, blocks, SectionHeads(p), split, narrow_first);
   return cudaGetLastError();
 }
 
@@ -198,7 +201,13 @@ cudaError_t LaunchPersistent(const AttnParams& p, const SparseIndexView& idx,
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
   if (err != cudaSuccess) return err;
   const int grid = std::min(num_items, NumSms() * Tr::kMinBlocks);
-  const int flags = 0;
+  // Range tails packed with the columns (kFlagPackTails; SPATTN_HOPPER_PACK_TAILS: 2 (default)
+  // every item with tails, 1 per item only where that saves tiles (not yet run on a device),
+  // 0 off; the schedule's cost model follows the same knob, dispatch.cu).
+  const int pack = Knob("SPATTN_HOPPER_PACK_TAILS", 2);
+  const int flags = !kSparse || !Tr::kCross || pack == 0 ? 0
+                    : pack == 2                          ? kFlagPackTails | kFlagPackAlways
+                                                         : kFlagPackTails;
   kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p, idx, sched, num_items, num_m_blocks,
                                                          flags, tq, tk, tv);
   return cudaGetLastError();

@@ -13,7 +13,9 @@
 //    softmax runs under the other's GEMMs. The consumer step is consumer_step.cuh's, shared
 //    with the persistent kernel.
 // Key tiles run from the last to the first, so the tiles that need a mask (causal diagonal,
-// partial last tile) come first; the others skip the mask code.
+// partial last tile) come first; the others skip the mask code. A partial first tile runs its
+// P V on its 16-key groups that hold keys only (8192 keys = 46 tiles of 176 + 96: 6 of 11
+// wgmmas; a causal block's diagonal tile likewise).
 // Tail split (DenseSplit): the grid's last wave would run few CTAs on many idle SMs (2048 CTAs
 // are 15.5 waves on 132 SMs). The host may cut each of the last `split_blocks` query blocks into
 // `split_pieces` CTAs over consecutive key-tile ranges; each piece writes its unnormalized O and
@@ -200,7 +202,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     DenseFa3Kernel(const AttnParams p, const __grid_constant__ CUtensorMap tmap_q,
                    const __grid_constant__ CUtensorMap tmap_k,
                    const __grid_constant__ CUtensorMap tmap_v, int num_m_blocks, int section_heads,
-                   const DenseSplit split) {
+                   const DenseSplit split, bool narrow_first) {
 #if SPATTN_SM90A
   using T = typename Tr::T;
   constexpr int kD = Tr::kD, kBM = Tr::kBM, kBN = Tr::kBN, kStages = Tr::kStages;
@@ -338,9 +340,15 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   if (n_tiles > 0) {
     // Consumer warpgroup 0 goes first.
     if (cw == Tr::kConsumerWgs - 1) NamedArrive(kBarTurn0, 256);
+    // The first tile (the block's last keys) may hold fewer than kBN keys: its P V runs on the
+    // 16-key groups that hold keys (narrow_first; the mask zeroes P of the rest).
+    auto first_groups = [&](int t) {
+      const int valid = b.key_end - (b.tile_end - 1 - t) * kBN;
+      return narrow_first && valid < kBN ? (valid + 15) / 16 : kBN / 16;
+    };
     RunKeyTiles<int>(
         st, ring, tile, sQ + cw * 64 * 128, my_turn, other_turn, lane, p.scale_log2, next,
-        [](int) {}, zero_v_tail, mask);
+        [](int) {}, zero_v_tail, mask, 256, first_groups);
     if (cw == 0) NamedSync(my_turn, 256);  // the last "your turn" of the last warpgroup
   }
 

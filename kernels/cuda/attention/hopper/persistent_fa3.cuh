@@ -114,7 +114,10 @@ struct PersistTraits {
   static constexpr bool kHalfTiles = kCross && kBM_ == 128;
   static constexpr int kItemDescOff = kBarOff + kNumBars * 8;
   static constexpr int kTileDescOff = kItemDescOff + kQBufs * 32;
-  static constexpr int kSmemBytes = kTileDescOff + kStages * 16 + 1024;
+  // Packed tiles (kCross, PersistentFa3Kernel's kFlagPackTails): the key numbers of a tile that
+  // holds range tails, next to its slot (written by the producer threads that copy its rows).
+  static constexpr int kTileKeysOff = kTileDescOff + kStages * 16;
+  static constexpr int kSmemBytes = kTileKeysOff + kStages * kBN * 4 + 1024;
   static constexpr int kProducerRegs = 56;
   static constexpr int kConsumerRegs = kBM == 128 ? 224 : 200;
   static_assert(kSmemBytes * kMinBlocks <= 227 * 1024, "shared memory");
@@ -126,7 +129,106 @@ struct PersistTraits {
                 "register budget");
 };
 
-// Flags of PersistentFa3Kernel: none at present (kept for benchmark knobs).
+// Flags of PersistentFa3Kernel.
+// kFlagPackTails (sparse, kCross): each range's whole kBN-key tiles, aligned to the range's
+// end, are range tiles as before, but its first len % kBN keys (the "tail" of the tiling) are
+// not: they join the item's columns in gathered tiles (PackedCursor), so a row of ranges of
+// 65..127 keys (merged slash lines of sampled_lines, whose ranges are mostly 1-4 tiles long) no
+// longer pays a whole tile for each remainder (session 18, run 1: a third of sampled_lines'
+// tiles were partial). Aligned to the end, the local window's last tile stays the diagonal one
+// (range tile, half P V for warpgroup 0) and the keys that go to the gathered tiles are the
+// ones every row of the block sees.
+// kFlagPackTails alone: per item, only where the packed tiles are fewer (PackedCursor;
+// SPATTN_HOPPER_PACK_TAILS=1, not yet run on a device); with kFlagPackAlways, every item with
+// tails (=2, the default: session 18, run 2).
+constexpr int kFlagPackTails = 1;
+constexpr int kFlagPackAlways = 2;
+
+// The producer's walk over an item's key set with kFlagPackTails: first every range's whole
+// kBN-key tiles (kind 0, ending at the range's end), then gathered tiles (kind 1) over the list
+// cols ++ tails, tails being each range's first len % kBN keys in range order. `mixed`: the tile
+// holds tail keys (its key numbers go to shared memory for the consumers' mask; without tails a
+// gathered tile is a plain column tile and the consumers read its keys from cols as before).
+// Without the flag: TileCursor.
+template <int kBN>
+struct PackedCursor {
+  int e = 0, off = 0;   // ranges: the next whole tile (then: the next tail, unpacked)
+  int tails = 0;        // tail keys of the ranges walked so far
+  int partial = 0;      // ranges with a tail so far
+  int v = 0;            // gathered list: the next position
+  bool pack = false;    // kFlagPackTails
+  bool always = false;  // kFlagPackAlways
+  bool decided = false, packing = false;
+  detail::TileCursor<kBN> plain;
+  __device__ __forceinline__ bool Next(const detail::KeySet& ks, int& kind, int& start, int& n,
+                                       bool& mixed) {
+    mixed = false;
+    if (!pack) return plain.Next(ks, kind, start, n);
+    if (!decided) {
+      while (e < ks.num_ranges) {
+        const int rs = __ldg(ks.range_start + e), rl = __ldg(ks.range_len + e);
+        const int whole = rl / kBN * kBN;
+        if (off < whole) {
+          kind = 0;
+          start = rs + (rl - whole) + off;
+          n = kBN;
+          off += kBN;
+          return true;
+        }
+        tails += rl - whole;
+        partial += rl > whole ? 1 : 0;
+        ++e;
+        off = 0;
+      }
+      // Packed only where it saves tiles (a gathered tile costs more than a range tile of as
+      // many keys; a sink + window row packs two tails into two tiles, no gain).
+      const int c = ks.num_cols;
+      packing = always || (c + tails + kBN - 1) / kBN < (c + kBN - 1) / kBN + partial;
+      decided = true;
+      e = 0;
+    }
+    if (!packing) {
+      // The tails as range tiles (each range's first len % kBN keys), then the columns.
+      while (e < ks.num_ranges) {
+        const int rs = __ldg(ks.range_start + e), tail = __ldg(ks.range_len + e) % kBN;
+        ++e;
+        if (tail > 0) {
+          kind = 0;
+          start = rs;
+          n = tail;
+          return true;
+        }
+      }
+    }
+    const int total = ks.num_cols + (packing ? tails : 0);
+    if (v >= total) return false;
+    kind = 1;
+    start = v;
+    n = min(kBN, total - v);
+    mixed = v + n > ks.num_cols;
+    v += n;
+    return true;
+  }
+};
+
+// A producer thread's key of gathered-list position `pos` (cols ++ tails, PackedCursor): the
+// positions one thread asks for only grow, so it walks the ranges once per item (te: the range
+// whose tail holds `tbase`, the list position of that tail's first key).
+template <int kBN>
+struct TailKeys {
+  int te = 0, tbase = 0;
+  __device__ __forceinline__ int Key(const detail::KeySet& ks, int pos) {
+    if (pos < ks.num_cols) return __ldg(ks.cols + pos);
+    const int t = pos - ks.num_cols;
+    for (;;) {
+      const int rl = __ldg(ks.range_len + te);
+      const int tail = rl % kBN;
+      if (t < tbase + tail) return __ldg(ks.range_start + te) + (t - tbase);
+      tbase += tail;
+      ++te;
+    }
+  }
+};
 
 // One work item: a query block (kBM rows) of one head and its keys.
 struct Item {
@@ -188,7 +290,8 @@ struct ItemDesc {
   int flags;  // 1: tiles, 2: end
 };
 // A key tile as the consumers need it (kDesc: next to its K slot): kind (0 range, 1 columns) |
-// 2 if another tile of the same item follows; keys [start, start + n) or cols[start, start + n);
+// 2 if another tile of the same item follows | 4 if it holds range tails (kFlagPackTails: its
+// key numbers lie at kTileKeysOff); keys [start, start + n) or cols[start, start + n);
 // last: start + n - 1 (range tiles' last key).
 struct TileDesc {
   int kind_more, start, n, last;
@@ -198,6 +301,30 @@ static_assert(sizeof(ItemDesc) == 32 && sizeof(TileDesc) == 16, "descriptor slot
 // The w-th item of CTA `c` among G CTAs in snake order.
 __device__ __forceinline__ int SnakeItem(int round, int c, int G) {
   return round * G + ((round & 1) ? G - 1 - c : c);
+}
+
+// After V of a tile landed in ring slot `slot`, before its P V (consumer warpgroup cw, thread
+// tid of it): a range tile (kind 0) with n < end keys has other keys in V rows [n, end), the
+// rows its P V reads (end: kBN, or kBN / 2 for a half-key P V): they are zeroed (NaN/Inf there
+// must not leak through P = 0); gathered tiles (kind 1) were written by cp.async, zero-filled
+// past n: made visible to wgmma.
+template <class Tr>
+__device__ __forceinline__ void PrepareV(char* smem, int slot, int kind, int n, int end, int tid,
+                                         int cw) {
+  constexpr int kBN = Tr::kBN, kSub = Tr::kSub;
+  if (kind == 1) {
+    detail::FenceProxyAsync();
+    return;
+  }
+  if (n >= end) return;
+  char* vst = smem + Tr::kVOff + slot * Tr::kTileBytes;
+  for (int i = tid; i < (end - n) * kSub * 8; i += 128) {
+    const int r = n + i / (kSub * 8), cc = i % (kSub * 8);
+    *reinterpret_cast<uint4*>(vst + (cc / 8) * kBN * 128 + r * 128 + (cc % 8) * 16) =
+        make_uint4(0, 0, 0, 0);
+  }
+  detail::FenceProxyAsync();
+  NamedSync(kBarWg0 + cw, 128);
 }
 
 // O += P V over the first 64 keys of a 128-key tile (one whose keys past 64 all count for nothing
@@ -234,13 +361,13 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
                                                int turn_threads, const Ring& ring, uint32_t q_full0,
                                                uint32_t q_empty0) {
   using T = typename Tr::T;
-  constexpr int kBN = Tr::kBN, kSub = Tr::kSub, kQB = Tr::kQBufs;
+  constexpr int kBN = Tr::kBN, kQB = Tr::kQBufs;
   const uint32_t sQ0 = Smem32(smem);
   const int warp = tid / 32;
   const int row0 = cw * 64 + warp * 16 + lane / 4;  // + 8 * h
   struct Tile {
-    int kind, start, n, last;
-    bool half;
+    int kind, start, n, last, slot;
+    bool half, mixed;
   };
   int tile = 0, n_item = 0;
   ItemDesc cur;       // the item of the newest tile
@@ -264,9 +391,12 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
     const TileDesc td = *(reinterpret_cast<const TileDesc*>(smem + Tr::kTileDescOff) + s);
     d.kind = td.kind_more & 1;
     more = (td.kind_more & 2) != 0;
+    d.mixed = (td.kind_more & 4) != 0;
     d.start = td.start;
     d.n = td.n;
-    d.last = d.kind == 0 ? td.last : __ldg(cur.cols + d.start + d.n - 1);
+    d.slot = s;
+    // (A tile with range tails is masked whatever its keys: its largest key is not its last.)
+    d.last = d.kind == 0 ? td.last : d.mixed ? 0x7fffffff : __ldg(cur.cols + d.start + d.n - 1);
     const int my_first = cur.first_pos + cw * 64;
     d.half = Tr::kHalfTiles && (d.n <= kBN / 2 || (p.causal && d.kind == 0 && d.start >= my_first));
     if (d.kind == 1) detail::FenceProxyAsync();  // gathered K written by cp.async
@@ -274,33 +404,20 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
   auto release = [&](uint32_t bar) {
     if (lane == 0) MbarArrive(bar);
   };
-  // After V landed: zero the V rows past a short range tile's keys (up to the rows its P V
-  // reads); gathered tiles need the proxy fence.
+  // After V landed (PrepareV: up to the rows its P V reads).
   auto prepare_v = [&](int slot, const Tile& d) {
-    if (d.kind == 1) {
-      detail::FenceProxyAsync();
-      return;
-    }
-    const int end = d.half ? kBN / 2 : kBN;
-    if (d.n >= end) return;
-    char* vst = smem + Tr::kVOff + slot * Tr::kTileBytes;
-    for (int i = tid; i < (end - d.n) * kSub * 8; i += 128) {
-      const int r = d.n + i / (kSub * 8), cc = i % (kSub * 8);
-      *reinterpret_cast<uint4*>(vst + (cc / 8) * kBN * 128 + r * 128 + (cc % 8) * 16) =
-          make_uint4(0, 0, 0, 0);
-    }
-    detail::FenceProxyAsync();
-    NamedSync(kBarWg0 + cw, 128);
+    PrepareV<Tr>(smem, slot, d.kind, d.n, d.half ? kBN / 2 : kBN, tid, cw);
   };
   auto mask = [&](const Tile& d) {
     const int my_first = cur.first_pos + cw * 64;
     if (d.n == kBN && !(p.causal && d.last > my_first)) return;
     const int32_t* cols = cur.cols;
     const int first_pos = cur.first_pos;
+    const int* keys = reinterpret_cast<const int*>(smem + Tr::kTileKeysOff) + d.slot * kBN;
     st.Mask(
         [&](int col) {
           if (col >= d.n) return 0x7fffffff;
-          return d.kind == 0 ? d.start + col : __ldg(cols + d.start + col);
+          return d.kind == 0 ? d.start + col : d.mixed ? keys[col] : __ldg(cols + d.start + col);
         },
         [&](int col, int key, int h) {
           const int pos = first_pos + row0 + 8 * h;
@@ -339,8 +456,10 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
   NamedArrive(other_turn, turn_threads);
   WgmmaWait<0>();
   st.FenceS();
-  release(ring.KEmpty(Ring::Slot(tile)));
+  // (A mixed tile's key numbers live next to its K slot: the slot goes back after the mask.)
+  if (!d.mixed) release(ring.KEmpty(Ring::Slot(tile)));
   mask(d);
+  if (d.mixed) release(ring.KEmpty(Ring::Slot(tile)));
   st.Reset();
   {
     float corr[2];
@@ -364,8 +483,9 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
     NamedArrive(other_turn, turn_threads);
     WgmmaWait<1>();  // S(t) is ready; P(t-1) V is still running
     st.FenceS();
-    release(ring.KEmpty(ks));
+    if (!d.mixed) release(ring.KEmpty(ks));
     mask(d);
+    if (d.mixed) release(ring.KEmpty(ks));
     float corr[2];
     if (same) {
       st.Softmax(p.scale_log2, corr);
@@ -492,9 +612,16 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
     // release and the copies.
     const int key_row =
         Tr::kLanes == 1 ? tid : (plane < kWarpRows ? pwarp * kWarpRows + plane : kBN);
+    // kFlagPackTails (sparse items of the stream only): gathered tiles over cols ++ range tails.
+    const bool pack = kSparse && Tr::kCross && (flags & kFlagPackTails) != 0;
+    TailKeys<kBN> tail_keys;  // (reset per item)
     auto tile_key = [&](const Item& it, int kind, int start, int n) {
-      return kind == 1 && key_row < n ? __ldg(it.ks.cols + start + key_row) : 0;
+      if (kind != 1 || key_row >= n) return 0;
+      return pack ? tail_keys.Key(it.ks, start + key_row) : __ldg(it.ks.cols + start + key_row);
     };
+    // A packed tile's key numbers, next to its K slot, for the consumers' mask (each row's by
+    // the thread that read it).
+    int* const tile_keys = reinterpret_cast<int*>(smem + Tr::kTileKeysOff);
     // A producer thread's arrival on a slot's barrier after its cp.asyncs: when they land. The
     // leader (kDesc) arrives itself too, with release semantics, so the tile descriptor it wrote
     // before is visible to whoever waits on the slot; its copies' arrival is then not counted
@@ -507,9 +634,21 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
         CpAsyncArriveNoinc(full);
       }
     };
-    // Loads one K or V tile into ring slot `s`; `key` is tile_key's.
+    // Loads one K or V tile into ring slot `s`; `key` is tile_key's. keys_slot >= 0 (a K tile
+    // with range tails): the key numbers go to that slot's list too, and every thread's arrival
+    // releases its store.
     auto load = [&](const CUtensorMap* map, const T* base, int64_t tok_stride, uint32_t dst,
-                    uint32_t full, const Item& it, int kind, int start, int n, int key) {
+                    uint32_t full, const Item& it, int kind, int start, int n, int key,
+                    int keys_slot) {
+      auto arrive = [&]() {
+        if (keys_slot >= 0) {
+          if (key_row < n) tile_keys[keys_slot * kBN + key_row] = key;
+          CpAsyncArriveInc(full);
+          MbarArrive(full);
+        } else {
+          arrive_copies(full);
+        }
+      };
       if (kind == 0) {
         if (leader) {
           MbarArriveExpectTx(full, Tr::kTileBytes);
@@ -523,7 +662,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
         }
       } else if constexpr (Tr::kLanes > 1) {
         gather(base, tok_stride, dst, it, n, key);
-        arrive_copies(full);
+        arrive();
       } else if (tid >= kBN) {
         MbarArrive(full);  // (64-key tiles: the upper producer threads hold no row)
       } else {
@@ -534,7 +673,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
           const uint32_t off = (ch / 8) * kBN * 128 + tid * 128 + (((ch & 7) ^ (tid & 7)) * 16);
           CpAsync16Zfill(dst + off, src + ch * 8, valid);
         }
-        arrive_copies(full);
+        arrive();
       }
     };
     for (int round = 0;; ++round) {
@@ -543,9 +682,13 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
       Item it;
       if (!GetItem<kSparse, kBM>(p, idx, sched, num_m_blocks, w, it)) continue;
       // Tiles one ahead: whether another follows is part of a tile's descriptor.
-      detail::TileCursor<kBN> cursor;
+      PackedCursor<kBN> cursor;
+      cursor.pack = pack;
+      cursor.always = (flags & kFlagPackAlways) != 0;
+      tail_keys = TailKeys<kBN>();
       int kind = 0, start = 0, n = 0;
-      bool have = cursor.Next(it.ks, kind, start, n);
+      bool mixed = false;
+      bool have = cursor.Next(it.ks, kind, start, n, mixed);
       if (Tr::kCross && !have) {
         // No keys: O = 0 and LSE = -inf, written here (the consumers' stream only has items
         // with tiles).
@@ -591,29 +734,30 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
       bool have_prev = false;
       for (;;) {
         int nkind = 0, nstart = 0, nn = 0;
-        const bool have_next = have && cursor.Next(it.ks, nkind, nstart, nn);
+        bool nmixed = false;
+        const bool have_next = have && cursor.Next(it.ks, nkind, nstart, nn, nmixed);
         const int key = have ? tile_key(it, kind, start, n) : 0;
         if (have) {
           const int s = tile % kStages;
           MbarWait(k_empty(s), ((tile / kStages) & 1) ^ 1);
           if (Tr::kDesc && leader) {
             *(reinterpret_cast<TileDesc*>(smem + Tr::kTileDescOff) + s) =
-                TileDesc{kind | (have_next ? 2 : 0), start, n, start + n - 1};
+                TileDesc{kind | (have_next ? 2 : 0) | (mixed ? 4 : 0), start, n, start + n - 1};
           }
           load(&tmap_k, kbase, p.k_token_stride, sK + s * Tr::kTileBytes, k_full(s), it, kind,
-               start, n, key);
+               start, n, key, mixed ? s : -1);
         }
         if (have_prev) {
           const int s = (tile - 1) % kStages;
           MbarWait(v_empty(s), (((tile - 1) / kStages) & 1) ^ 1);
           load(&tmap_v, vbase, p.v_token_stride, sV + s * Tr::kTileBytes, v_full(s), it, pkind,
-               pstart, pn, pkey);
+               pstart, pn, pkey, -1);
         }
         if (!have) break;
         ++tile;
         pkind = kind, pstart = start, pn = n, pkey = key;
         have_prev = true;
-        kind = nkind, start = nstart, n = nn;
+        kind = nkind, start = nstart, n = nn, mixed = nmixed;
         have = have_next;
       }
     }
@@ -705,22 +849,9 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
       auto after_k = [&](const Tile& d) {
         if (d.kind == 1) detail::FenceProxyAsync();
       };
-      // After the V tile landed: a short range tile has other keys past n (zero them, see the
-      // header); gathered tiles were written by cp.async (make them visible to wgmma).
+      // After the V tile landed (PrepareV).
       auto prepare_v = [&](int slot, const Tile& d) {
-        if (d.kind == 1) {
-          detail::FenceProxyAsync();
-          return;
-        }
-        if (d.n >= kBN) return;
-        char* vst = smem + Tr::kVOff + slot * Tr::kTileBytes;
-        for (int i = tid; i < (kBN - d.n) * kSub * 8; i += 128) {
-          const int r = d.n + i / (kSub * 8), cc = i % (kSub * 8);
-          *reinterpret_cast<uint4*>(vst + (cc / 8) * kBN * 128 + r * 128 + (cc % 8) * 16) =
-              make_uint4(0, 0, 0, 0);
-        }
-        detail::FenceProxyAsync();
-        NamedSync(kBarWg0 + cw, 128);
+        PrepareV<Tr>(smem, slot, d.kind, d.n, kBN, tid, cw);
       };
       // Masks S of a tile: keys past n, causal; column tiles read their key numbers.
       auto mask = [&](decltype(st)& step, const Tile& d) {
