@@ -118,10 +118,7 @@ __global__ void __launch_bounds__(kAnThreads, 2) AnAnchorKernel(AnArgs a) {
     if (ntiles == 0) CpAsyncWait<0>();
 
     for (int t = 0; t < ntiles; ++t) {
-      if (t + 1 < ntiles) issue(t + 1);
-      CpAsyncCommit();
-      CpAsyncWait<1>();
-      __syncthreads();
+      AwaitTile(t, ntiles, issue);
       if (t == 0 && active) {
 #pragma unroll
         for (int m = 0; m < 2; ++m) {
@@ -273,10 +270,7 @@ __global__ void __launch_bounds__(kAnThreads) AnStripeKernel(AnArgs a) {
   issue(0);
   CpAsyncCommit();
   for (int t = 0; t < ntiles; ++t) {
-    if (t + 1 < ntiles) issue(t + 1);
-    CpAsyncCommit();
-    CpAsyncWait<1>();
-    __syncthreads();
+    AwaitTile(t, ntiles, issue);
     const int j = kb + t * kAnTileN;
     const bool overlap = has_tile && ((j < grp.b1 && j + kAnTileN > grp.a1 && grp.a1 < grp.b1) ||
                                       (j < grp.b2 && j + kAnTileN > grp.a2 && grp.a2 < grp.b2));

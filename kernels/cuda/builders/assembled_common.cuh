@@ -98,6 +98,17 @@ __device__ __forceinline__ void LoadTileAsync(uint32_t dst, int tile_rows, int v
   }
 }
 
+// Top of a double-buffered cp.async tile loop (one commit group per tile, tile 0 issued before
+// the loop): issues tile t + 1 when there is one, then waits until tile t has landed, for the
+// whole CTA. The caller's readers of tile t - 1 (the buffer tile t + 1 lands in) are done by then.
+template <class Issue>
+__device__ __forceinline__ void AwaitTile(int t, int ntiles, Issue issue) {
+  if (t + 1 < ntiles) issue(t + 1);
+  CpAsyncCommit();
+  CpAsyncWait<1>();
+  __syncthreads();
+}
+
 // A fragments (16 rows starting at row0, a multiple of 16) of k-step ks from a swizzled tile.
 __device__ __forceinline__ void LoadA(uint32_t tile, int row0, int ks, int chunks, int lane,
                                       uint32_t (&a)[4]) {

@@ -51,6 +51,22 @@ __global__ void PoolKeysKernel(PoolKeysParams p) {
   }
 }
 
+// Ordered 64-bit key of a logit v (not NaN) for a row whose finite logits lie in [lo, lo + range]
+// (spread = 8388000 / range, or 0): bits 62..40 hold q = round(clamp((v - lo) * spread, 0,
+// 2^23 - 1)), bits 39..8 v's ordered float bits. Every step of q is monotone in v (rounded
+// subtraction, multiplication by spread >= 0, clamps, rounded addition of 2^23 whose bits are then
+// q), so the keys order as the logits do and tie exactly where they tie (-0 as +0, as DoubleKey):
+// the top-k and its ties by index are DoubleKey's, while the walk's first bytes split the row's
+// range. Below kKeyPosInf (bit 63 is 0), as the forced blocks' keys must stay above all.
+__device__ __forceinline__ unsigned long long RangeKey(float v, float lo, float spread) {
+  if (v == 0.f) v = 0.f;
+  float t = 0.f;
+  if (spread > 0.f) t = fmaxf(0.f, fminf(__fmul_rn(__fsub_rn(v, lo), spread), 8388607.f));
+  const unsigned q = __float_as_uint(__fadd_rn(t, 8388608.f)) - 0x4b000000u;
+  return (static_cast<unsigned long long>(q) << 40) |
+         (static_cast<unsigned long long>(FloatKey(v)) << 8);
+}
+
 struct BsSmem {
   int64_t qs, ks, logits, flags, total;
 };
@@ -63,7 +79,7 @@ __host__ __device__ inline BsSmem BsLayout(int d, int max_rows, int nk_max, bool
   BsSmem l;
   l.qs = 0;
   l.ks = Align16(static_cast<int64_t>(max_rows) * d * 4);
-  const int64_t head = l.ks + Align16(static_cast<int64_t>(64) * (d + 1) * 4);
+  const int64_t head = l.ks + Align16(static_cast<int64_t>(64) * PooledKeyPitch(d) * 4);
   l.logits = global ? 0 : head;
   l.flags = l.logits + Align16(static_cast<int64_t>(max_rows) * nk_max * 4);
   const int64_t end = l.flags + Align16(static_cast<int64_t>(kRowThreads / 32) * nk_max);
@@ -117,9 +133,27 @@ __device__ __forceinline__ void BlockSparseGroup(const BlockRowsParams& p, const
     const int forced = max(0, diag_last - diag_first + 1);
     const int k = min(max(p.top_k, forced), vis);
     const float* lr = logits + r * nk;
+    // The row's finite logit range (the forced blocks left out) spreads the radix walk's first
+    // levels over the row's values instead of sign / exponent bytes most logits share.
+    float lo = CUDART_INF_F, hi = -CUDART_INF_F;
+    if (k < vis) {
+      for (int i = lane; i < vis; i += 32) {
+        const float v = lr[i];
+        if ((i < diag_first || i > diag_last) && v > -CUDART_INF_F) {
+          lo = fminf(lo, v);
+          hi = fmaxf(hi, v);
+        }
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) {
+        lo = fminf(lo, __shfl_xor_sync(kFullMask, lo, o));
+        hi = fmaxf(hi, __shfl_xor_sync(kFullMask, hi, o));
+      }
+    }
+    const float range = __fsub_rn(hi, lo);
+    const float spread = range > 0.f && range <= FLT_MAX ? __fdiv_rn(8388000.f, range) : 0.f;
     auto key_of = [&](int i, unsigned long long* key) {
-      *key =
-          (i >= diag_first && i <= diag_last) ? kKeyPosInf : DoubleKey(static_cast<double>(lr[i]));
+      *key = (i >= diag_first && i <= diag_last) ? kKeyPosInf : RangeKey(lr[i], lo, spread);
       return true;
     };
     const TopKRule rule = WarpTopKRule(vis, k, key_of, hist);
@@ -150,20 +184,12 @@ __global__ void __launch_bounds__(kRowThreads) BlockSparseRowsKernel(BlockRowsPa
   const BsSmem lay = BsLayout(p.head_dim, p.max_rows, p.nk_max, kGlobal);
   float* qs = reinterpret_cast<float*>(smem + lay.qs);
   float* ks = reinterpret_cast<float*>(smem + lay.ks);
-  unsigned char* big = smem;
-  if (kGlobal) {
-    big = p.scratch + static_cast<int64_t>(blockIdx.x) * BsSlotBytes(p.max_rows, p.nk_max);
-  }
-  float* logits = reinterpret_cast<float*>(big + lay.logits);
-  uint8_t* flags = big + lay.flags;
-  if constexpr (!kGlobal) {  // one group per CTA
-    BlockSparseGroup<T, kGlobal>(p, p.groups[blockIdx.x], qs, ks, logits, flags);
-  } else {
-    for (int g = blockIdx.x; g < p.num_groups; g += gridDim.x) {
-      BlockSparseGroup<T, kGlobal>(p, p.groups[g], qs, ks, logits, flags);
-      __syncthreads();  // qs / logits are reused by the CTA's next group
-    }
-  }
+  ForEachRowGroup<kGlobal>(
+      p.groups, p.num_groups, smem, p.scratch, BsSlotBytes(p.max_rows, p.nk_max),
+      [&](const RowGroup grp, unsigned char* big) {
+        BlockSparseGroup<T, kGlobal>(p, grp, qs, ks, reinterpret_cast<float*>(big + lay.logits),
+                                     big + lay.flags);
+      });
 }
 
 __global__ void CompactRangesKernel(const int32_t* tmp_start, const int32_t* tmp_end, int cap,

@@ -70,11 +70,9 @@ absl::StatusOr<SparseIndexView> BuildBlockSparse(const AttentionProblem& p, cons
   SPATTN_ASSIGN_OR_RETURN(k.tmp_end, Carve<int32_t>(ws, plan.rows() * k.cap, "range slots"));
   k.range_count = csr.range_count;
   if (global_scratch) {
-    k.scratch_ctas = GlobalScratchCtas(k.num_groups);
-    SPATTN_ASSIGN_OR_RETURN(
-        k.scratch,
-        Carve<unsigned char>(ws, k.scratch_ctas * BlockSparseScratchBytes(k.max_rows, k.nk_max),
-                             "block_sparse row scratch"));
+    SPATTN_RETURN_IF_ERROR(
+        CarveRowScratch(ws, k.num_groups, BlockSparseScratchBytes(k.max_rows, k.nk_max),
+                        "block_sparse row scratch", &k.scratch, &k.scratch_ctas));
   }
   timer.Mark("pool_keys");
   SPATTN_CUDA_RETURN_IF_ERROR(LaunchBlockSparseRows(k, stream), "block_sparse rows");

@@ -37,6 +37,13 @@ int GlobalScratchCtas(int64_t groups) {
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(groups, 2 * int64_t{sms})));
 }
 
+absl::Status CarveRowScratch(const BuildScope& ws, int num_groups, int64_t slot_bytes,
+                             const char* what, unsigned char** scratch, int* ctas) {
+  *ctas = GlobalScratchCtas(num_groups);
+  SPATTN_ASSIGN_OR_RETURN(*scratch, Carve<unsigned char>(ws, *ctas * slot_bytes, what));
+  return absl::OkStatus();
+}
+
 }  // namespace merged
 
 absl::Status CheckDeviceInputs(const AttentionProblem& p, Method method) {

@@ -241,6 +241,11 @@ absl::StatusOr<int> RowsPerGroup(int nk_max, Bytes bytes, int static_bytes, cons
 // CTAs of a row kernel with global slots: the groups, at most two per SM.
 int GlobalScratchCtas(int64_t groups);
 
+// The global slots of a row kernel whose rows fit no shared memory (RowsPerGroup set *global):
+// *ctas = GlobalScratchCtas(num_groups) slots of `slot_bytes` each, carved into *scratch.
+absl::Status CarveRowScratch(const BuildScope& ws, int num_groups, int64_t slot_bytes,
+                             const char* what, unsigned char** scratch, int* ctas);
+
 // Mean-pooled keys of every kv head (LaunchPoolKeys) in the workspace.
 absl::StatusOr<float*> PoolKeysOnDevice(const AttentionProblem& p, const AttnParams& a,
                                         const PooledPlan& pp, const int32_t* d_kb_offsets,

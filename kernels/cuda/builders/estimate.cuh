@@ -15,6 +15,7 @@
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 
+#include "kernels/cuda/builders/merged_kernels.h"
 #include "kernels/cuda/common/mma.cuh"
 #include "kernels/cuda/common/topk.cuh"
 
@@ -71,13 +72,21 @@ __device__ __forceinline__ void PoolQueries(const T* q, int64_t token_stride, in
   }
 }
 
+// Floats per row of PooledDots' key chunk: d + 4 keeps rows 16-byte aligned for float4 reads,
+// and 8 consecutive rows (a float4 phase of 8 lanes) start 4 banks apart: no bank conflicts.
+__host__ __device__ constexpr int PooledKeyPitch(int d) { return d + 4; }
+
 // For r < rows (at most 4 * kThreads / 64) and kb < kb_end: out(r, kb, logit) with
-// logit = SanitizeLogit(fma chain over c of qs[r][c] * pk[kb][c]). ks: smem [64][d + 1].
+// logit = SanitizeLogit(fma chain over c of qs[r][c] * pk[kb][c]). ks: smem
+// [64][PooledKeyPitch(d)]; qs 16-byte aligned, d a multiple of 4. The chain runs over c in order
+// (the CPU's ColumnDots); its operands come four at a time (float4 shared loads: one load of the
+// key and one per row for four FMAs, instead of one load per FMA plus the key's).
 template <int kThreads, class Out>
 __device__ __forceinline__ void PooledDots(const float* qs, int rows, int d, const float* pk,
                                            int kb_end, float* ks, Out out) {
   constexpr int kGroups = kThreads / 64;
   const int kbi = threadIdx.x & 63, rsub = threadIdx.x >> 6;
+  const int pitch = PooledKeyPitch(d);
   for (int kb0 = 0; kb0 < kb_end; kb0 += 64) {
     __syncthreads();
     // The chunk's 64 pooled keys are contiguous: float4 loads, all issued before the stores.
@@ -97,23 +106,25 @@ __device__ __forceinline__ void PooledDots(const float* qs, int rows, int d, con
       const int idx = static_cast<int>(threadIdx.x) + u * kThreads;
       if (idx < vecs) {
         const int b = idx * 4 / d, c = idx * 4 - b * d;
-        float* dst = ks + b * (d + 1) + c;
-        dst[0] = v[u].x;
-        dst[1] = v[u].y;
-        dst[2] = v[u].z;
-        dst[3] = v[u].w;
+        *reinterpret_cast<float4*>(ks + b * pitch + c) = v[u];
       }
     }
     __syncthreads();
     if (kb0 + kbi < kb_end) {
       float acc[4] = {0.f, 0.f, 0.f, 0.f};
-      const float* kr = ks + kbi * (d + 1);
-      for (int c = 0; c < d; ++c) {
-        const float kc = kr[c];
+      const float* kr = ks + kbi * pitch;
+      for (int c = 0; c < d; c += 4) {
+        const float4 kc = *reinterpret_cast<const float4*>(kr + c);
 #pragma unroll
         for (int u = 0; u < 4; ++u) {
           const int r = rsub + u * kGroups;
-          if (r < rows) acc[u] = fmaf(qs[r * d + c], kc, acc[u]);
+          if (r < rows) {
+            const float4 qc = *reinterpret_cast<const float4*>(qs + r * d + c);
+            acc[u] = fmaf(qc.x, kc.x, acc[u]);
+            acc[u] = fmaf(qc.y, kc.y, acc[u]);
+            acc[u] = fmaf(qc.z, kc.z, acc[u]);
+            acc[u] = fmaf(qc.w, kc.w, acc[u]);
+          }
         }
       }
 #pragma unroll
@@ -124,6 +135,26 @@ __device__ __forceinline__ void PooledDots(const float* qs, int rows, int d, con
     }
   }
   __syncthreads();
+}
+
+// The group loop of the pooled row kernels (block_sparse, flex_prefill's query-aware rows).
+// kGlobal = false: one group per CTA, its large arrays in shared memory (`smem`). kGlobal: the
+// CTAs walk the groups, the large arrays in the CTA's global slot of `slot_bytes` in `scratch`
+// (sequences of more key blocks than shared memory holds). body(group, big) per group, the group
+// by value (a reference into global memory is reloaded after every global store).
+template <bool kGlobal, class Body>
+__device__ __forceinline__ void ForEachRowGroup(const RowGroup* groups, int num_groups,
+                                                unsigned char* smem, unsigned char* scratch,
+                                                int64_t slot_bytes, Body body) {
+  if constexpr (!kGlobal) {
+    body(groups[blockIdx.x], smem);
+  } else {
+    unsigned char* big = scratch + static_cast<int64_t>(blockIdx.x) * slot_bytes;
+    for (int g = blockIdx.x; g < num_groups; g += gridDim.x) {
+      body(groups[g], big);
+      __syncthreads();  // the CTA's next group reuses its shared and global arrays
+    }
+  }
 }
 
 // Ranges of the runs of flagged blocks [0, n): block j covers keys [j * bs, (j + 1) * bs),

@@ -147,7 +147,7 @@ __host__ __device__ inline QaSmem QaLayout(int d, int max_rows, int nk_max, bool
   QaSmem l;
   l.qs = 0;
   l.ks = Al16(static_cast<int64_t>(max_rows) * d * 4);
-  const int64_t head = l.ks + Al16(static_cast<int64_t>(64) * (d + 1) * 4);
+  const int64_t head = l.ks + Al16(static_cast<int64_t>(64) * PooledKeyPitch(d) * 4);
   l.pv = global ? 0 : head;
   l.sel = l.pv + Al16(static_cast<int64_t>(max_rows) * nk_max * 8);
   l.mem = l.sel + Al16(static_cast<int64_t>(kQaThreads / 32) * nk_max);
@@ -417,21 +417,13 @@ __global__ void __launch_bounds__(kQaThreads) FlexQaRowsKernel(FlexParams p, int
   const QaSmem lay = QaLayout(p.head_dim, p.max_rows, p.nk_max, kGlobal);
   float* qs = reinterpret_cast<float*>(smem + lay.qs);
   float* ks = reinterpret_cast<float*>(smem + lay.ks);
-  unsigned char* big = smem;
-  if (kGlobal) {
-    big = p.scratch + static_cast<int64_t>(blockIdx.x) * QaSlotBytes(p.max_rows, p.nk_max);
-  }
-  double* pv = reinterpret_cast<double*>(big + lay.pv);
-  uint8_t* sel_all = big + lay.sel;  // per warp: nk_max flags each
-  uint8_t* mem_all = big + lay.mem;
-  if constexpr (!kGlobal) {  // one group per CTA
-    FlexQaGroup<T>(p, mode, level, p.groups[blockIdx.x], qs, ks, pv, sel_all, mem_all);
-  } else {
-    for (int g = blockIdx.x; g < p.num_groups; g += gridDim.x) {
-      FlexQaGroup<T>(p, mode, level, p.groups[g], qs, ks, pv, sel_all, mem_all);
-      __syncthreads();  // qs / pv are reused by the CTA's next group
-    }
-  }
+  // The big arrays: pv, then per warp nk_max selection flags and nk_max membership flags.
+  ForEachRowGroup<kGlobal>(
+      p.groups, p.num_groups, smem, p.scratch, QaSlotBytes(p.max_rows, p.nk_max),
+      [&](const RowGroup grp, unsigned char* big) {
+        FlexQaGroup<T>(p, mode, level, grp, qs, ks, reinterpret_cast<double*>(big + lay.pv),
+                       big + lay.sel, big + lay.mem);
+      });
 }
 
 __global__ void FlexQaScanKernel(FlexParams p, int level) {

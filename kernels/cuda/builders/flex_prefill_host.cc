@@ -102,11 +102,9 @@ absl::StatusOr<SparseIndexView> BuildFlexPrefill(const AttentionProblem& p, cons
   SPATTN_ASSIGN_OR_RETURN(f.state,
                           CarveZeroed<FlexUnitState>(ws, units, "flex unit state", stream));
   if (global_scratch) {
-    f.scratch_ctas = GlobalScratchCtas(f.num_groups);
-    SPATTN_ASSIGN_OR_RETURN(
-        f.scratch,
-        Carve<unsigned char>(ws, f.scratch_ctas * FlexQaScratchBytes(f.max_rows, f.nk_max),
-                             "flex_prefill row scratch"));
+    SPATTN_RETURN_IF_ERROR(
+        CarveRowScratch(ws, f.num_groups, FlexQaScratchBytes(f.max_rows, f.nk_max),
+                        "flex_prefill row scratch", &f.scratch, &f.scratch_ctas));
   }
   SPATTN_CUDA_RETURN_IF_ERROR(LaunchFlexDecide(f, stream), "flex decision");
   timer.Mark("decide");

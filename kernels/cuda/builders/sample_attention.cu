@@ -129,10 +129,7 @@ __global__ void __launch_bounds__(kSaThreads) SaPassKernel(SaArgs a) {
   uint32_t qf[kKS][4];
 
   for (int t = 0; t < ntiles; ++t) {
-    if (t + 1 < ntiles) issue(t + 1);
-    CpAsyncCommit();
-    CpAsyncWait<1>();
-    __syncthreads();
+    AwaitTile(t, ntiles, issue);
     if (t == 0 && active) {
 #pragma unroll
       for (int ks = 0; ks < kKS; ++ks) LoadA(sQa, row0, ks, kCh, lane, qf[ks]);

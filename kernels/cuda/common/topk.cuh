@@ -33,9 +33,11 @@ __device__ __forceinline__ void WarpHistAdd(int* hist, int bin) {
 }
 
 // WarpHistAdd with a mass: hist[bin] += 1 and, when m > 0, mass[bin] += m for every lane whose
-// bin is >= 0. When lanes share a bin, their masses are first summed in lane order (one double
-// atomic per bin instead of one per lane, which a warp serializes); the order of a bin's sum
-// changes, and it was never fixed (atomics of many warps). Call with all 32 lanes of the warp.
+// bin is >= 0. When lanes share a bin, their masses are first summed (one double atomic per bin
+// instead of one per lane, which a warp serializes) by pointer jumping over the bin's lanes in
+// lane order: after step s each lane holds the sum of its next 2^s peers (itself included), so
+// five steps leave the bin's sum in its lowest lane, in a fixed tree order. The order of a bin's
+// sum was never fixed (atomics of many warps). Call with all 32 lanes of the warp.
 __device__ __forceinline__ void WarpHistMassAdd(int* hist, double* mass, int bin, double m) {
   const unsigned peers = __match_any_sync(kFullMask, bin);
   if (!__any_sync(kFullMask, bin >= 0 && __popc(peers) > 1)) {
@@ -45,14 +47,21 @@ __device__ __forceinline__ void WarpHistMassAdd(int* hist, double* mass, int bin
     }
     return;
   }
-  const double mine = bin >= 0 && m > 0 ? m : 0.0;
-  double sum = 0.0;
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  double sum = bin >= 0 && m > 0 ? m : 0.0;
+  const unsigned later = peers & ~((2u << lane) - 1u);  // peers above this lane (lane 31: none)
+  int next = later != 0 ? __ffs(later) - 1 : -1;
 #pragma unroll
-  for (int j = 0; j < 32; ++j) {
-    const double v = __shfl_sync(kFullMask, mine, j);
-    if ((peers >> j) & 1u) sum += v;
+  for (int s = 0; s < 5; ++s) {
+    const int src = next >= 0 ? next : lane;
+    const double v = __shfl_sync(kFullMask, sum, src);
+    const int nn = __shfl_sync(kFullMask, next, src);
+    if (next >= 0) {
+      sum += v;
+      next = nn;
+    }
   }
-  if (bin >= 0 && static_cast<int>(threadIdx.x & 31) == __ffs(peers) - 1) {
+  if (bin >= 0 && lane == __ffs(peers) - 1) {
     atomicAdd(&hist[bin], __popc(peers));
     if (sum > 0) atomicAdd(&mass[bin], sum);
   }
