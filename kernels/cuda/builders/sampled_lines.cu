@@ -94,7 +94,49 @@ __device__ __forceinline__ int DiagonalRows(int fp, int lp, int kl, bool causal,
   return hi - lo + 1 > 0 ? hi - lo + 1 : 0;
 }
 
-// One pass over the keys of one group for one head slot.
+// Per block from its fixed-point mass histogram `bm`, the live rows' weight sum `part` and its
+// entries `all`: the threshold bin (the highest whose bins from the top reach gamma * total) and a
+// bound on the entries at or above it, the slice pass 3 writes into: an entry of bin i weighs >=
+// edge(i) (its lower edge), i.e. >= E(i) - 1/2 fixed-point units after rounding, so bin i holds <=
+// M(i) / (E(i) - 1/2) entries (+1 for the division's rounding): within 12.5 % (+1 per bin) of the
+// count. Where E(i) <= 1 (bin 0 takes everything below its edge) the bound is the block's entry
+// count. Pass 3 writes the entries and their true count.
+__device__ void BlockThreshold(const unsigned* bm, float part, long long all, float gamma,
+                               int* thr_out, long long* kept_out) {
+  const double target = static_cast<double>(gamma * part);
+  int thr = kSlBins;
+  long long cap = 0;
+  if (part > 0.f) {
+    unsigned long long cum = 0;
+    for (int i = kSlBins - 1; i >= 0; --i) {
+      cum += bm[i];
+      const double edge =
+          i == 0
+              ? 0.0
+              : static_cast<double>(__uint_as_float(static_cast<unsigned>(i + kSlBinFloor) << 20)) *
+                    static_cast<double>(kFixedOne);
+      if (bm[i] != 0u) {
+        cap = edge > 1.0
+                  ? cap + static_cast<long long>(static_cast<double>(bm[i]) / (edge - 0.5)) + 1
+                  : all;
+      } else if (!(edge > 1.0)) {
+        cap = all;  // entries rounded to 0 units may sit in these bins
+      }
+      if (static_cast<double>(cum) * (1.0 / kFixedOne) >= target) {
+        thr = i;
+        break;
+      }
+    }
+    // gamma within rounding of 1: the bins' sum (fixed point, each row normalized by pass 1's
+    // fp32 sum) may stay a hair below gamma * total; then every bin is kept.
+    if (thr == kSlBins) thr = 0;
+  }
+  *thr_out = thr;
+  *kept_out = thr == kSlBins ? 0 : (cap < all ? cap : all);
+}
+
+// One pass over key tiles [tile_begin, tile_end) of one group (an item) for one head slot.
+// blockIdx.x = item (launch order) * num_slots + slot.
 template <typename T, int kD, int kPass, int kBufs>
 __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
   extern __shared__ __align__(128) unsigned char smem[];
@@ -113,9 +155,12 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
   __shared__ float blk_vsum[kSlGroupBlocks];
   __shared__ int blk_vis[kSlGroupBlocks];  // pass 2: entries of the block (its rows' visible keys)
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  // Groups in reverse: the ones that see the most keys (causal: the last) start first.
-  const SlGroup g = a.groups[a.num_groups - 1 - blockIdx.x];
-  const int slot = blockIdx.y;
+  // Items longest first (the host's order), every slot of an item next to each other.
+  const SlItem it = a.items[blockIdx.x / a.num_slots];
+  const int slot = blockIdx.x % a.num_slots;
+  const SlGroup g = a.groups[it.group];
+  const bool split = g.parts > 1;
+  const int t_begin = it.tile_begin, t_end = it.tile_end;
   const int qh = a.heads[slot];
   const int kvh = qh / a.p.group;
   const T* qg = static_cast<const T*>(a.p.q);
@@ -124,11 +169,10 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
   const int64_t qtok = a.p.cu_seqlens_q[g.seq];
   const int64_t ktok = a.p.cu_seqlens_k[g.seq];
   const int kl = a.p.cu_seqlens_k[g.seq + 1] - a.p.cu_seqlens_k[g.seq];
-  const int num_tiles = (g.key_end + kTile - 1) / kTile;
   auto load_keys = [&](int t) {
     const int j0 = t * kTile;
     assembled::LoadTileAsync(
-        sbuf + (kBufs == 2 ? t & 1 : 0) * static_cast<uint32_t>(lay.tile), kTile,
+        sbuf + (kBufs == 2 ? (t - t_begin) & 1 : 0) * static_cast<uint32_t>(lay.tile), kTile,
         min(kTile, kl - j0), kChunks,
         [&](int r) { return kg + (ktok + j0 + r) * a.p.k_token_stride + kvh * a.p.k_head_stride; },
         tid, kThreads);
@@ -142,7 +186,7 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
                qh * a.p.q_head_stride;
       },
       tid, kThreads);
-  if (kBufs == 2 && num_tiles > 0) load_keys(0);
+  if (kBufs == 2 && t_end > t_begin) load_keys(t_begin);
   detail::CpAsyncCommit();
 
   if (kPass == 2) {
@@ -221,9 +265,10 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
   // Pass 3: the rows' threshold bins as masses (for m > 0, SampledLinesBin(m) >= thr <=> m >= the
   // lower edge of bin thr, 0 for bin 0; +inf keeps nothing) and their blocks' peer lanes (the lanes
   // of one block are consecutive: rows are ordered by block), for one cursor atomic per block and
-  // tile.
+  // tile: the block's shared cursor, or for a split group the global one in `counts`.
   float thr_m[2] = {CUDART_INF_F, CUDART_INF_F};
   unsigned peers[2] = {0u, 0u};
+  int first_l[2] = {0, 0}, last_l[2] = {0, 0};  // the first / last lane of the row's block
   int rel[2] = {0, 0};  // row position relative to its block's first row position
   if (kPass == 3) {
     __syncthreads();  // blk_* written
@@ -239,8 +284,34 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
         }
       }
       peers[h] = __match_any_sync(kFull, live ? blk[h] : -1 - warp);
+      first_l[h] = __ffs(peers[h]) - 1;
+      last_l[h] = 31 - __clz(peers[h]);
     }
   }
+  // Pass 3's slots of one tile are taken from the cursor in that tile and used in the next (the
+  // atomic's latency, global for a split group, behind the next tile's products).
+  uint32_t p_keep = 0;
+  bool p_any = false;
+  int p_j0 = 0, p_base[2] = {0, 0}, p_at[2] = {0, 0};
+  auto flush = [&]() {
+    if (!p_any) return;  // warp-uniform
+    int at[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) at[h] = __shfl_sync(kFull, p_base[h], last_l[h]) + p_at[h];
+    if (p_keep == 0) return;
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int h = e >> 1;
+        if (p_keep & (1u << (nt * 4 + e))) {
+          const int j = p_j0 + nt * 8 + (lane & 3) * 2 + (e & 1);
+          const int idx = at[h]++;
+          if (idx < blk_count[blk[h]]) a.entries[blk_base[blk[h]] + idx] = rel[h] * kl + j;
+        }
+      }
+    }
+  };
   float run_max[2] = {-CUDART_INF_F, -CUDART_INF_F};
   float run_sum[2] = {0.f, 0.f};
   // Passes 1 and 2: the keys every row of the warp sees (-1 if a row of the warp is past the
@@ -259,10 +330,10 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
   }
   __syncthreads();
 
-  for (int t = 0; t < num_tiles; ++t) {
+  for (int t = t_begin; t < t_end; ++t) {
     const int j0 = t * kTile;
     if (kBufs == 2) {
-      if (t + 1 < num_tiles) load_keys(t + 1);
+      if (t + 1 < t_end) load_keys(t + 1);
       detail::CpAsyncCommit();
       detail::CpAsyncWait<1>();
     } else {
@@ -272,8 +343,9 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
     }
     __syncthreads();  // key tile t is in
     float acc[8][4];
-    TileLogits<T, kD>(qf, sbuf + (kBufs == 2 ? t & 1 : 0) * static_cast<uint32_t>(lay.tile), acc,
-                      lane);
+    TileLogits<T, kD>(qf,
+                      sbuf + (kBufs == 2 ? (t - t_begin) & 1 : 0) * static_cast<uint32_t>(lay.tile),
+                      acc, lane);
     __syncthreads();  // every warp has read tile t: its buffer may take tile t + 2
     if (kPass == 1) {
       // Log2-domain logits of this thread's entries (-inf where masked), then one rescale of
@@ -390,10 +462,11 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
       }
       continue;
     }
-    // Pass 3: which of this thread's entries are kept (bit nt * 4 + e), then per row half one
-    // slot range of its block's slice per tile (a scan over the warp's lanes, one atomic by the
-    // last lane of each block's lanes), then the entries: (row position - block's first row
-    // position) * k_len + key; SlClassifyKernel makes them columns or diagonals.
+    // Pass 3: the previous tile's entries, then which of this thread's entries are kept (bit nt * 4
+    // + e), then per row half one slot range of its block's slice per tile (a scan over the warp's
+    // lanes, one atomic by the last lane of each block's lanes); the entries are (row position -
+    // block's first row position) * k_len + key; SlClassifyKernel makes them columns or diagonals.
+    flush();
     uint32_t keep = 0;
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
@@ -406,10 +479,12 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
         if (j < vis[h] && m > 0.f && m >= thr_m[h]) keep |= 1u << (nt * 4 + e);
       }
     }
+    p_keep = keep;
+    p_j0 = j0;
+    p_any = __any_sync(kFull, keep != 0);
+    if (!p_any) continue;
     // Bit nt * 4 + e belongs to row half e >> 1.
     const int cnt[2] = {__popc(keep & 0x33333333u), __popc(keep & 0xccccccccu)};
-    if (!__any_sync(kFull, keep != 0)) continue;
-    int at[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       int incl = cnt[h];
@@ -418,28 +493,17 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
         const int o = __shfl_up_sync(kFull, incl, x);
         if (lane >= x) incl += o;
       }
-      const int first = __ffs(peers[h]) - 1, last = 31 - __clz(peers[h]);
+      const int first = first_l[h], last = last_l[h];
       const int before = __shfl_sync(kFull, incl, first > 0 ? first - 1 : 0);
       const int seg_before = first > 0 ? before : 0;
       const int seg_total = __shfl_sync(kFull, incl, last) - seg_before;
-      int base = 0;
+      p_base[h] = 0;
       if (lane == last && thr_m[h] != CUDART_INF_F && seg_total > 0)
-        base = atomicAdd(blk_cursor + blk[h], seg_total);
-      base = __shfl_sync(kFull, base, last);
-      at[h] = base + incl - cnt[h] - seg_before;
-    }
-    if (keep == 0) continue;
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int h = e >> 1;
-        if (keep & (1u << (nt * 4 + e))) {
-          const int j = j0 + nt * 8 + (lane & 3) * 2 + (e & 1);
-          const int idx = at[h]++;
-          if (idx < blk_count[blk[h]]) a.entries[blk_base[blk[h]] + idx] = rel[h] * kl + j;
-        }
-      }
+        p_base[h] = atomicAdd(
+            split ? a.counts + static_cast<int64_t>(slot) * a.num_blocks + g.block_begin + blk[h]
+                  : blk_cursor + blk[h],
+            seg_total);
+      p_at[h] = incl - cnt[h] - seg_before;
     }
   }
   if (kPass == 1) {
@@ -460,64 +524,103 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
         s = ns;
       }
       if ((lane & 3) == 0 && rl[h] < g.rows) {
-        const int64_t at = static_cast<int64_t>(slot) * a.num_rows + g.row_begin + rl[h];
-        a.row_max2[at] = m;
-        a.row_inv[at] = (m == -CUDART_INF_F || !(s > 0.f)) ? 0.f : 1.f / s;
+        if (split) {  // merged by SlMergeStatsKernel
+          const int64_t at =
+              (static_cast<int64_t>(slot) * a.num_items + g.part_begin + it.split) * kSlGroupRows +
+              rl[h];
+          a.part_max[at] = m;
+          a.part_sum[at] = s;
+        } else {
+          const int64_t at = static_cast<int64_t>(slot) * a.num_rows + g.row_begin + rl[h];
+          a.row_max2[at] = m;
+          a.row_inv[at] = (m == -CUDART_INF_F || !(s > 0.f)) ? 0.f : 1.f / s;
+        }
       }
     }
   } else if (kPass == 2) {
     __syncthreads();
-    // Per block: the threshold bin (the highest whose bins from the top reach gamma * total)
-    // and a bound on the entries at or above it, the slice pass 3 writes into: an entry of bin i
-    // weighs >= edge(i) (its lower edge), i.e. >= E(i) - 1/2 fixed-point units after rounding,
-    // so bin i holds <= M(i) / (E(i) - 1/2) entries (+1 for the division's rounding): within
-    // 12.5 % (+1 per bin) of the count. Where E(i) <= 1 (bin 0 takes everything below its edge)
-    // the bound is the block's entry count. Pass 3 writes the entries and their true count.
-    for (int b = warp; b < g.blocks; b += kThreads / 32) {
-      const unsigned* bm = hm + b * kSlBins;
-      const float part = blk_wsum[b];
-      if (lane == 0) {
-        const double target = static_cast<double>(a.gamma * part);
-        const long long all = blk_vis[b];
-        int thr = kSlBins;
-        long long cap = 0;
-        if (part > 0.f) {
-          unsigned long long cum = 0;
-          for (int i = kSlBins - 1; i >= 0; --i) {
-            cum += bm[i];
-            const double edge = i == 0 ? 0.0
-                                       : static_cast<double>(__uint_as_float(
-                                             static_cast<unsigned>(i + kSlBinFloor) << 20)) *
-                                             static_cast<double>(kFixedOne);
-            if (bm[i] != 0u) {
-              cap =
-                  edge > 1.0
-                      ? cap + static_cast<long long>(static_cast<double>(bm[i]) / (edge - 0.5)) + 1
-                      : all;
-            } else if (!(edge > 1.0)) {
-              cap = all;  // entries rounded to 0 units may sit in these bins
-            }
-            if (static_cast<double>(cum) * (1.0 / kFixedOne) >= target) {
-              thr = i;
-              break;
-            }
-          }
-          // gamma within rounding of 1: the bins' sum (fixed point, each row normalized by pass
-          // 1's fp32 sum) may stay a hair below gamma * total; then every bin is kept.
-          if (thr == kSlBins) thr = 0;
+    if (split) {
+      // This item's bins into the group's global histograms (SlSplitThresholdKernel takes it
+      // from there); split 0 also leaves the blocks' weight sums and entry counts.
+      const int64_t hb = static_cast<int64_t>(slot) * a.split_blocks + g.split_block;
+      unsigned* gh = a.split_hist + hb * kSlBins;
+      for (int i = tid; i < g.blocks * kSlBins; i += kThreads) {
+        const unsigned v = hm[i];
+        if (v != 0u) atomicAdd(gh + i, v);
+      }
+      if (it.split == 0 && tid < g.blocks) {
+        a.split_wsum[hb + tid] = blk_wsum[tid];
+        a.split_vis[hb + tid] = blk_vis[tid];
+      }
+    } else {
+      for (int b = warp; b < g.blocks; b += kThreads / 32) {
+        if (lane == 0) {
+          int thr;
+          long long cap;
+          BlockThreshold(hm + b * kSlBins, blk_wsum[b], blk_vis[b], a.gamma, &thr, &cap);
+          const int64_t row = static_cast<int64_t>(slot) * a.num_blocks + g.block_begin + b;
+          a.thr[row] = thr;
+          a.kept[row] = cap;
         }
-        const int64_t row = static_cast<int64_t>(slot) * a.num_blocks + g.block_begin + b;
-        a.thr[row] = thr;
-        a.kept[row] = thr == kSlBins ? 0 : (cap < all ? cap : all);
       }
     }
   } else if (kPass == 3) {
+    flush();
     __syncthreads();  // every cursor final
-    if (tid < g.blocks) {
+    if (!split && tid < g.blocks) {
       const int64_t row = static_cast<int64_t>(slot) * a.num_blocks + g.block_begin + tid;
       a.counts[row] = min(blk_cursor[tid], blk_count[tid]);
     }
   }
+}
+
+// Split groups' rows: their items' (max, sum) merged in split order into row_max2 / row_inv.
+__global__ void SlMergeStatsKernel(SlArgs a) {
+  const int64_t u = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (u >= static_cast<int64_t>(a.num_slots) * a.num_rows) return;
+  const int slot = static_cast<int>(u / a.num_rows), r = static_cast<int>(u % a.num_rows);
+  const SlGroup g = a.groups[a.rows[r].group];
+  if (g.parts <= 1) return;
+  const int64_t base =
+      (static_cast<int64_t>(slot) * a.num_items + g.part_begin) * kSlGroupRows + (r - g.row_begin);
+  float m = -CUDART_INF_F;
+  for (int s = 0; s < g.parts; ++s) m = fmaxf(m, a.part_max[base + s * kSlGroupRows]);
+  float sum = 0.f;
+  if (m != -CUDART_INF_F) {
+    for (int s = 0; s < g.parts; ++s) {
+      const float ms = a.part_max[base + s * kSlGroupRows];
+      if (ms != -CUDART_INF_F) sum += a.part_sum[base + s * kSlGroupRows] * Exp2(ms - m);
+    }
+  }
+  a.row_max2[u] = m;
+  a.row_inv[u] = (m == -CUDART_INF_F || !(sum > 0.f)) ? 0.f : 1.f / sum;
+}
+
+// Split groups' blocks, one warp each: thr and the kept bound from the global histogram.
+__global__ void SlSplitThresholdKernel(SlArgs a) {
+  __shared__ unsigned h[4][kSlBins];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t u = static_cast<int64_t>(blockIdx.x) * 4 + warp;  // slot * split_blocks + block
+  if (u >= static_cast<int64_t>(a.num_slots) * a.split_blocks) return;
+  for (int i = lane; i < kSlBins; i += 32) h[warp][i] = a.split_hist[u * kSlBins + i];
+  __syncwarp();
+  if (lane == 0) {
+    const int slot = static_cast<int>(u / a.split_blocks);
+    const int block = a.split_block_ids[u % a.split_blocks];
+    int thr;
+    long long cap;
+    BlockThreshold(h[warp], a.split_wsum[u], a.split_vis[u], a.gamma, &thr, &cap);
+    const int64_t row = static_cast<int64_t>(slot) * a.num_blocks + block;
+    a.thr[row] = thr;
+    a.kept[row] = cap;
+  }
+}
+
+// Split groups' rows: the global cursor clamped to the slice (a no-op for the others).
+__global__ void SlClampCountsKernel(SlArgs a) {
+  const int64_t u = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (u >= static_cast<int64_t>(a.num_slots) * a.num_blocks) return;
+  a.counts[u] = min(a.counts[u], static_cast<int>(a.kept[u + 1] - a.kept[u]));
 }
 
 // V(j) of one (slot, sequence) per blockIdx.y = slot * batch + seq.
@@ -590,7 +693,7 @@ cudaError_t LaunchPass(const SlArgs& a, cudaStream_t stream) {
                            cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
   if (err != cudaSuccess) return err;
   SlPassKernel<T, kD, kPass, kBufs>
-      <<<dim3(a.num_groups, a.num_slots), kThreads, bytes, stream>>>(a);
+      <<<static_cast<unsigned>(a.num_items) * a.num_slots, kThreads, bytes, stream>>>(a);
   return cudaGetLastError();
 }
 
@@ -656,19 +759,27 @@ struct SlAsmSrc {
 }  // namespace
 
 cudaError_t LaunchSampledLinesStats(const SlArgs& a, cudaStream_t stream) {
-  if (a.num_groups == 0 || a.num_slots == 0) return cudaSuccess;
-  return Dispatch<1>(a, stream);
+  if (a.num_items == 0 || a.num_slots == 0) return cudaSuccess;
+  const cudaError_t err = Dispatch<1>(a, stream);
+  if (err != cudaSuccess || a.split_blocks == 0) return err;
+  const int64_t n = static_cast<int64_t>(a.num_slots) * a.num_rows;
+  SlMergeStatsKernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(a);
+  return cudaGetLastError();
 }
 
 cudaError_t LaunchSampledLinesHistogram(const SlArgs& a, cudaStream_t stream) {
-  if (a.num_groups == 0 || a.num_slots == 0) return cudaSuccess;
+  if (a.num_items == 0 || a.num_slots == 0) return cudaSuccess;
   const char* bufs = std::getenv("SPATTN_SL_HIST_BUFFERS");
-  if (bufs != nullptr && bufs[0] == '2') return Dispatch<2, 2>(a, stream);
-  return Dispatch<2, 1>(a, stream);
+  const cudaError_t err =
+      bufs != nullptr && bufs[0] == '2' ? Dispatch<2, 2>(a, stream) : Dispatch<2, 1>(a, stream);
+  if (err != cudaSuccess || a.split_blocks == 0) return err;
+  const int64_t n = static_cast<int64_t>(a.num_slots) * a.split_blocks;
+  SlSplitThresholdKernel<<<static_cast<unsigned>((n + 3) / 4), 128, 0, stream>>>(a);
+  return cudaGetLastError();
 }
 
 cudaError_t LaunchSampledLinesEmit(const SlArgs& a, cudaStream_t stream) {
-  if (a.num_groups == 0 || a.num_slots == 0) return cudaSuccess;
+  if (a.num_items == 0 || a.num_slots == 0) return cudaSuccess;
   SlColumnEvidenceKernel<<<dim3(64, a.num_slots * a.batch), 256, 0, stream>>>(a);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
@@ -677,6 +788,12 @@ cudaError_t LaunchSampledLinesEmit(const SlArgs& a, cudaStream_t stream) {
   if (err != cudaSuccess) return err;
   const cudaError_t perr = Dispatch<3>(a, stream);
   if (perr != cudaSuccess) return perr;
+  if (a.split_blocks > 0) {
+    const int64_t n = static_cast<int64_t>(a.num_slots) * a.num_blocks;
+    SlClampCountsKernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(a);
+    err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+  }
   SlClassifyKernel<<<a.num_slots * a.num_blocks, 128, 0, stream>>>(a);
   return cudaGetLastError();
 }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <cstdlib>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -21,6 +22,30 @@ namespace {
 static_assert(kSlBins == kSampledLinesBins, "bins of sampled_lines.h");
 static_assert(kSlBinFloor == kSampledLinesBinFloor, "bins of sampled_lines.h");
 static_assert(kSlColumnLeak == kSampledLinesColumnLeak, "column test of sampled_lines.h");
+
+constexpr int kSlTile = 64;           // keys per tile of the passes
+constexpr int kSlCtasPerSm = 4;       // the passes' __launch_bounds__ / shared memory
+constexpr int kSlMinSplitTiles = 16;  // shortest item of a split group
+
+// Items per group: a group with more key tiles than `split_len` goes to ceil(tiles / split_len)
+// CTAs of equal tile ranges. split_len is the total work over (SMs x CTAs per SM x waves), waves
+// from SPATTN_SL_SPLIT_WAVES (default 3; 0 = never split, one CTA per group as before).
+// SPATTN_SL_SPLIT_TILES=N > 0 sets split_len to N (tests: 1 splits every group into its tiles).
+absl::StatusOr<int> SplitLength(int64_t total_tiles) {
+  if (const char* t = std::getenv("SPATTN_SL_SPLIT_TILES")) {
+    const int n = std::atoi(t);
+    if (n > 0) return n;
+  }
+  int waves = 3;
+  if (const char* w = std::getenv("SPATTN_SL_SPLIT_WAVES")) waves = std::atoi(w);
+  if (waves <= 0 || total_tiles == 0) return INT_MAX;
+  int dev = 0, sms = 0;
+  SPATTN_CUDA_RETURN_IF_ERROR(cudaGetDevice(&dev), "sampled_lines device");
+  SPATTN_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev),
+                              "sampled_lines SM count");
+  const int64_t ctas = static_cast<int64_t>(std::max(sms, 1)) * kSlCtasPerSm * waves;
+  return static_cast<int>(std::max<int64_t>(kSlMinSplitTiles, (total_tiles + ctas - 1) / ctas));
+}
 
 absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const AttentionProblem& p,
                                                   const AttnParams& a,
@@ -51,6 +76,9 @@ absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const A
       ng.block_begin = b;
       ng.blocks = 0;
       ng.key_end = 0;
+      ng.part_begin = 0;
+      ng.parts = 1;
+      ng.split_block = -1;
       groups.push_back(ng);
       cur = &groups.back();
     }
@@ -67,12 +95,38 @@ absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const A
     }
     for (int r : sampled) {
       const int pos = p.query_pos(g.seq, r);
-      rows.push_back(SlRow{r, pos, b, 1.f / static_cast<float>(n)});
+      rows.push_back(
+          SlRow{r, pos, b, 1.f / static_cast<float>(n), static_cast<int>(groups.size()) - 1});
       cur->key_end = std::max(cur->key_end, p.causal ? pos + 1 : p.k_len(g.seq));
     }
     cur->rows += n;
     cur->blocks += 1;
   }
+  // Items (key-tile ranges of a group), longest first: one CTA per item and slot.
+  int64_t total_tiles = 0;
+  for (const SlGroup& g : groups) total_tiles += (g.key_end + kSlTile - 1) / kSlTile;
+  SPATTN_ASSIGN_OR_RETURN(const int split_len,
+                          SplitLength(total_tiles * static_cast<int64_t>(heads.size())));
+  std::vector<SlItem> items;
+  std::vector<int32_t> split_block_ids;
+  for (int gi = 0; gi < static_cast<int>(groups.size()); ++gi) {
+    SlGroup& g = groups[gi];
+    const int tiles = (g.key_end + kSlTile - 1) / kSlTile;
+    const int parts = tiles > split_len ? (tiles + split_len - 1) / split_len : 1;
+    g.part_begin = static_cast<int>(items.size());
+    g.parts = parts;
+    if (parts > 1) {
+      g.split_block = static_cast<int>(split_block_ids.size());
+      for (int b = 0; b < g.blocks; ++b) split_block_ids.push_back(g.block_begin + b);
+    }
+    for (int s = 0; s < parts; ++s) {
+      items.push_back(SlItem{gi, s, static_cast<int>(static_cast<int64_t>(s) * tiles / parts),
+                             static_cast<int>(static_cast<int64_t>(s + 1) * tiles / parts)});
+    }
+  }
+  std::stable_sort(items.begin(), items.end(), [](const SlItem& x, const SlItem& y) {
+    return x.tile_end - x.tile_begin > y.tile_end - y.tile_begin;
+  });
 
   // An entry is (row position - its block's first row position) * k_len + key (one int32).
   for (int b = 0; b < nblocks; ++b) {
@@ -103,8 +157,25 @@ absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const A
   sa.num_blocks = nblocks;
   SPATTN_ASSIGN_OR_RETURN(sa.groups, Upload(env, groups, "sampled_lines groups"));
   sa.num_groups = static_cast<int>(groups.size());
+  SPATTN_ASSIGN_OR_RETURN(sa.items, Upload(env, items, "sampled_lines items"));
+  sa.num_items = static_cast<int>(items.size());
   SPATTN_ASSIGN_OR_RETURN(sa.rows, Upload(env, rows, "sampled_lines rows"));
   sa.num_rows = static_cast<int>(rows.size());
+  sa.split_blocks = static_cast<int>(split_block_ids.size());
+  if (sa.split_blocks > 0) {
+    const int64_t parts = static_cast<int64_t>(nslots) * items.size() * kSlGroupRows;
+    const int64_t sblocks = static_cast<int64_t>(nslots) * sa.split_blocks;
+    SPATTN_ASSIGN_OR_RETURN(sa.part_max, Carve<float>(env, parts, "sampled_lines item maxima"));
+    SPATTN_ASSIGN_OR_RETURN(sa.part_sum, Carve<float>(env, parts, "sampled_lines item sums"));
+    SPATTN_ASSIGN_OR_RETURN(sa.split_hist,
+                            CarveZeroed<unsigned>(env, sblocks * kSlBins,
+                                                  "sampled_lines split histograms", env.stream));
+    SPATTN_ASSIGN_OR_RETURN(sa.split_wsum,
+                            Carve<float>(env, sblocks, "sampled_lines split weights"));
+    SPATTN_ASSIGN_OR_RETURN(sa.split_vis, Carve<int32_t>(env, sblocks, "sampled_lines split keys"));
+    SPATTN_ASSIGN_OR_RETURN(sa.split_block_ids,
+                            Upload(env, split_block_ids, "sampled_lines split blocks"));
+  }
   SPATTN_ASSIGN_OR_RETURN(sa.geo, Upload(env, l.geo, "block geometry"));
   sa.gamma = params.gamma;
   sa.diagonal_floor = params.diagonal_floor;

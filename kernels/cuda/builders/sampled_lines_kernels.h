@@ -11,7 +11,13 @@
 // and a bound on its kept entries (entries below a provable per-block cut bin are not counted;
 // the block's total is the sum of its live rows' weights), (3) the kept entries, written to the
 // block's slice of an entry list; then a small kernel classifies each entry as a column or a
-// diagonal by the last-rows evidence (vertical_slash's estimate). The row assembler
+// diagonal by the last-rows evidence (vertical_slash's estimate). A group whose keys are many
+// more than the average CTA's share is split by key tiles into several items (one CTA per item
+// and slot, longest items first): pass 1 writes per-item (max, sum) merged by SlMergeStats in split
+// order, pass 2 adds each item's fixed-point histograms into global ones with integer atomics
+// (order-free: the same bins as one CTA) and a per-block kernel derives thr and the bound, pass 3
+// takes slice slots from a global per-row cursor (entry order within a slice is free: the
+// classify step and the assembler are per entry). The row assembler
 // (common/row_assembly.cuh) turns each row's entries plus its sink and local ranges into the
 // SparseIndex row.
 #ifndef SPATTN_KERNELS_CUDA_BUILDERS_SAMPLED_LINES_KERNELS_H_
@@ -40,6 +46,15 @@ struct SlGroup {
   int row_begin, rows;      // into the row table
   int block_begin, blocks;  // global query blocks
   int key_end;              // keys any of its rows sees
+  int part_begin, parts;    // its items (key-tile ranges) as part_begin + split, split < parts
+  int split_block;          // parts > 1: its first block among the split groups' blocks; else -1
+};
+
+// One CTA's work per head slot: key tiles [tile_begin, tile_end) of one group.
+struct SlItem {
+  int group;
+  int split;  // 0 .. parts - 1 (key order)
+  int tile_begin, tile_end;
 };
 
 // One sampled row.
@@ -48,6 +63,7 @@ struct SlRow {
   int pos;    // its key position
   int block;  // global query block
   float w;    // 1 / (rows sampled in its block)
+  int group;  // its group
 };
 
 struct SlArgs {
@@ -58,9 +74,22 @@ struct SlArgs {
   int num_blocks = 0;
   const SlGroup* groups = nullptr;  // [num_groups]
   int num_groups = 0;
+  const SlItem* items = nullptr;  // [num_items], longest first (launch order)
+  int num_items = 0;
   const SlRow* rows = nullptr;  // [num_rows]
   int num_rows = 0;
-  const BlockGeoDev* geo = nullptr;  // [num_blocks]
+  // Split groups (parts > 1). Pass 1's per-item row statistics [slots * num_items * kSlGroupRows]
+  // (index (slot * num_items + part_begin + split) * kSlGroupRows + row in group): log2 max, sum.
+  float* part_max = nullptr;
+  float* part_sum = nullptr;
+  // Pass 2: per (slot, split block) [slots * split_blocks]: the fixed-point histogram (zeroed,
+  // x kSlBins), the live rows' weight sum and visible keys (written by split 0), the global block.
+  int split_blocks = 0;
+  unsigned* split_hist = nullptr;
+  float* split_wsum = nullptr;
+  int32_t* split_vis = nullptr;
+  const int32_t* split_block_ids = nullptr;  // [split_blocks]
+  const BlockGeoDev* geo = nullptr;          // [num_blocks]
   float gamma = 0.f;
   float diagonal_floor = 0.f;  // SampledLinesParams::diagonal_floor (units of 1 / k_len)
   // Evidence: vertical_slash's estimate over the last rows (merged_kernels.h EstimateParams).
@@ -80,7 +109,7 @@ struct SlArgs {
   // 2; scanned in place to the offsets of their slices), the kept entries (pass 3).
   int32_t* thr = nullptr;
   int64_t* kept = nullptr;    // [rows + 1]
-  int32_t* counts = nullptr;  // [rows]
+  int32_t* counts = nullptr;  // [rows] (zeroed: split groups' pass 3 cursor)
   // Kept entries: pass 3 writes (row position - its block's first row position) * k_len + key j,
   // the classify step turns them into key j (column) or -1 - (o + k_len) (diagonal o).
   int32_t* entries = nullptr;
