@@ -80,6 +80,16 @@ __device__ __forceinline__ void TileLogits(const uint32_t (&qf)[kD / 16][4], uin
   }
 }
 
+// Floats in their order as unsigned keys (-inf -> 0x007fffff, -0 -> 0x7fffffff, +0 ->
+// 0x80000000, +inf -> 0xff800000; NaNs outside that range) and back.
+__device__ __forceinline__ uint32_t OrderedKey(float x) {
+  const uint32_t u = __float_as_uint(x);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+__device__ __forceinline__ float FromOrderedKey(uint32_t k) {
+  return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
+}
+
 // Evidence rows that see key x (column) / reach offset x (diagonal): sampled_lines.cc's
 // SampledLinesColumnRows / SampledLinesDiagonalRows.
 __device__ __forceinline__ int ColumnRows(int fp, int lp, bool causal, int key) {
@@ -269,6 +279,10 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
   float thr_m[2] = {CUDART_INF_F, CUDART_INF_F};
   unsigned peers[2] = {0u, 0u};
   int first_l[2] = {0, 0}, last_l[2] = {0, 0};  // the first / last lane of the row's block
+  // Pass 3 keeps an entry iff its raw product q . k >= x_thr (see below), unless emit_exact.
+  const bool logit_thr =
+      kPass == 3 && !a.emit_exact && a.p.scale_log2 > 0.f && a.p.scale_log2 < CUDART_INF_F;
+  float x_thr[2] = {CUDART_NAN_F, CUDART_NAN_F};
   int rel[2] = {0, 0};  // row position relative to its block's first row position
   if (kPass == 3) {
     __syncthreads();  // blk_* written
@@ -286,6 +300,30 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
       peers[h] = __match_any_sync(kFull, live ? blk[h] : -1 - warp);
       first_l[h] = __ffs(peers[h]) - 1;
       last_l[h] = 31 - __clz(peers[h]);
+      // The keep test below as a function of the raw product x = q . k: Sanitize, the products
+      // and subtraction round monotonically (scale > 0, inv and w >= 0) and Exp2 is non-decreasing
+      // over every float (ex2.approx.ftz on sm_90, checked exhaustively by
+      // sampled_lines_gpu_test), so keep(x) <=> x >= the smallest float x with keep(x): found by
+      // bisection over the floats in order; NaN (never kept) where keep(+inf) is false.
+      if (logit_thr) {
+        auto keep_x = [&](float x) {
+          const float l2 = Sanitize(__fmul_rn(x, a.p.scale_log2));
+          const float m = __fmul_rn(__fmul_rn(Exp2(__fsub_rn(l2, mx[h])), inv[h]), w[h]);
+          return m > 0.f && m >= thr_m[h];
+        };
+        if (live && keep_x(CUDART_INF_F)) {
+          uint32_t lo = OrderedKey(-CUDART_INF_F), hi = OrderedKey(CUDART_INF_F);
+          while (lo < hi) {
+            const uint32_t mid = lo + (hi - lo) / 2;
+            if (keep_x(FromOrderedKey(mid))) {
+              hi = mid;
+            } else {
+              lo = mid + 1;
+            }
+          }
+          x_thr[h] = FromOrderedKey(lo);
+        }
+      }
     }
   }
   // Pass 3's slots of one tile are taken from the cursor in that tile and used in the next (the
@@ -468,15 +506,35 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
     // block's first row position) * k_len + key; SlClassifyKernel makes them columns or diagonals.
     flush();
     uint32_t keep = 0;
+    if (logit_thr && j0 + kTile <= warp_vis) {  // every row of the warp sees the whole tile
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
+      for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int h = e >> 1;
-        const int j = j0 + nt * 8 + (lane & 3) * 2 + (e & 1);
-        const float l2 = Sanitize(__fmul_rn(acc[nt][e], a.p.scale_log2));
-        const float m = __fmul_rn(__fmul_rn(Exp2(__fsub_rn(l2, mx[h])), inv[h]), w[h]);
-        if (j < vis[h] && m > 0.f && m >= thr_m[h]) keep |= 1u << (nt * 4 + e);
+        for (int e = 0; e < 4; ++e) {
+          if (acc[nt][e] >= x_thr[e >> 1]) keep |= 1u << (nt * 4 + e);
+        }
+      }
+    } else if (logit_thr) {
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int h = e >> 1;
+          const int j = j0 + nt * 8 + (lane & 3) * 2 + (e & 1);
+          if (j < vis[h] && acc[nt][e] >= x_thr[h]) keep |= 1u << (nt * 4 + e);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int h = e >> 1;
+          const int j = j0 + nt * 8 + (lane & 3) * 2 + (e & 1);
+          const float l2 = Sanitize(__fmul_rn(acc[nt][e], a.p.scale_log2));
+          const float m = __fmul_rn(__fmul_rn(Exp2(__fsub_rn(l2, mx[h])), inv[h]), w[h]);
+          if (j < vis[h] && m > 0.f && m >= thr_m[h]) keep |= 1u << (nt * 4 + e);
+        }
       }
     }
     p_keep = keep;
@@ -621,6 +679,19 @@ __global__ void SlClampCountsKernel(SlArgs a) {
   const int64_t u = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (u >= static_cast<int64_t>(a.num_slots) * a.num_blocks) return;
   a.counts[u] = min(a.counts[u], static_cast<int>(a.kept[u + 1] - a.kept[u]));
+}
+
+// Exp2's inversions over the floats in order: pairs of neighbours x < y with Exp2(x) > Exp2(y).
+__global__ void SlExp2InversionsKernel(unsigned long long* count) {
+  const uint64_t lo = 0x007fffffu, hi = 0xff800000u;  // -inf .. +inf
+  unsigned long long n = 0;
+  for (uint64_t k = lo + static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < hi;
+       k += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
+    const float x = FromOrderedKey(static_cast<uint32_t>(k));
+    const float y = FromOrderedKey(static_cast<uint32_t>(k + 1));
+    if (Exp2(x) > Exp2(y)) ++n;
+  }
+  if (n > 0) atomicAdd(count, n);
 }
 
 // V(j) of one (slot, sequence) per blockIdx.y = slot * batch + seq.
@@ -796,6 +867,20 @@ cudaError_t LaunchSampledLinesEmit(const SlArgs& a, cudaStream_t stream) {
   }
   SlClassifyKernel<<<a.num_slots * a.num_blocks, 128, 0, stream>>>(a);
   return cudaGetLastError();
+}
+
+cudaError_t CountSampledLinesExp2Inversions(unsigned long long* inversions) {
+  unsigned long long* d = nullptr;
+  cudaError_t err = cudaMalloc(&d, sizeof(*d));
+  if (err != cudaSuccess) return err;
+  err = cudaMemset(d, 0, sizeof(*d));
+  if (err == cudaSuccess) {
+    SlExp2InversionsKernel<<<4096, 256>>>(d);
+    err = cudaGetLastError();
+  }
+  if (err == cudaSuccess) err = cudaMemcpy(inversions, d, sizeof(*d), cudaMemcpyDeviceToHost);
+  const cudaError_t ferr = cudaFree(d);
+  return err != cudaSuccess ? err : ferr;
 }
 
 cudaError_t LaunchSampledLinesAssemble(const SlAsmArgs& a, const row_assembly::AsmOut& out,

@@ -29,14 +29,14 @@ constexpr int kSlMinSplitTiles = 16;  // shortest item of a split group
 
 // Items per group: a group with more key tiles than `split_len` goes to ceil(tiles / split_len)
 // CTAs of equal tile ranges. split_len is the total work over (SMs x CTAs per SM x waves), waves
-// from SPATTN_SL_SPLIT_WAVES (default 3; 0 = never split, one CTA per group as before).
+// from SPATTN_SL_SPLIT_WAVES (default 6; 0 = never split, one CTA per group as before).
 // SPATTN_SL_SPLIT_TILES=N > 0 sets split_len to N (tests: 1 splits every group into its tiles).
 absl::StatusOr<int> SplitLength(int64_t total_tiles) {
   if (const char* t = std::getenv("SPATTN_SL_SPLIT_TILES")) {
     const int n = std::atoi(t);
     if (n > 0) return n;
   }
-  int waves = 3;
+  int waves = 6;
   if (const char* w = std::getenv("SPATTN_SL_SPLIT_WAVES")) waves = std::atoi(w);
   if (waves <= 0 || total_tiles == 0) return INT_MAX;
   int dev = 0, sms = 0;
@@ -178,6 +178,7 @@ absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const A
   }
   SPATTN_ASSIGN_OR_RETURN(sa.geo, Upload(env, l.geo, "block geometry"));
   sa.gamma = params.gamma;
+  if (const char* x = std::getenv("SPATTN_SL_EMIT_EXACT")) sa.emit_exact = x[0] == '1';
   sa.diagonal_floor = params.diagonal_floor;
   sa.ev_seqs = ep.seqs;
   sa.col_sums = ep.col_sums;

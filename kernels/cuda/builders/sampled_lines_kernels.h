@@ -17,7 +17,9 @@
 // order, pass 2 adds each item's fixed-point histograms into global ones with integer atomics
 // (order-free: the same bins as one CTA) and a per-block kernel derives thr and the bound, pass 3
 // takes slice slots from a global per-row cursor (entry order within a slice is free: the
-// classify step and the assembler are per entry). The row assembler
+// classify step and the assembler are per entry). Pass 3 keeps an entry iff its raw product
+// q . k >= a per-row threshold found by bisection over the floats on the exact mass test (the
+// same test: the test is monotone in q . k, sampled_lines_exp2.h). The row assembler
 // (common/row_assembly.cuh) turns each row's entries plus its sink and local ranges into the
 // SparseIndex row.
 #ifndef SPATTN_KERNELS_CUDA_BUILDERS_SAMPLED_LINES_KERNELS_H_
@@ -30,6 +32,7 @@
 #include "kernels/cuda/attention/attention_launch.h"
 #include "kernels/cuda/builders/assembled_kernels.h"
 #include "kernels/cuda/builders/merged_kernels.h"
+#include "kernels/cuda/builders/sampled_lines_exp2.h"
 
 namespace spattn {
 namespace cuda {
@@ -113,6 +116,9 @@ struct SlArgs {
   // Kept entries: pass 3 writes (row position - its block's first row position) * k_len + key j,
   // the classify step turns them into key j (column) or -1 - (o + k_len) (diagonal o).
   int32_t* entries = nullptr;
+  // Pass 3 tests every entry's mass (SPATTN_SL_EMIT_EXACT=1, for comparisons) instead of the
+  // equivalent threshold on its raw product q . k.
+  bool emit_exact = false;
 };
 
 // Pass 1 (row statistics).

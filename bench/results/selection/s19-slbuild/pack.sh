@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../../../.."
 NAME=${1:?new or base}
 DEST=/work/main/.gpu-s19-slbuild
-TARGETS=(kernels/cuda/build_index_gpu_test tests/bench/spattn-bench)
+TARGETS=(kernels/cuda/build_index_gpu_test kernels/cuda/sampled_lines_gpu_test tests/bench/spattn-bench)
 bazel build -c opt --config=cuda $(printf '//%s ' "${TARGETS[@]}" | sed -E 's#//([^ ]*)/([^/ ]*) #//\1:\2 #g')
 STAGE=$(mktemp -d)
 mkdir -p "$DEST" "$STAGE/bin" "$STAGE/lib"

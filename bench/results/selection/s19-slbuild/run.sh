@@ -2,7 +2,8 @@
 # s19-slbuild device run (on the GPU machine; from s18-slbuild's): the GPU sampled_lines builder
 # of this branch (`new`) against its CPU twin (build_index_gpu_test --gtest_filter=*sampled_lines*
 # once per TEST_MODES entry: an environment assignment or `default`; SPATTN_SL_SPLIT_TILES=1
-# splits every group into one item per key tile, SPATTN_SL_SPLIT_WAVES=0 never splits), PyTorch
+# splits every group into one item per key tile, SPATTN_SL_SPLIT_WAVES=0 never splits,
+# SPATTN_SL_EMIT_EXACT=1 tests every entry's mass in pass 3), sampled_lines_gpu_test, PyTorch
 # SDPA cuDNN (SDPA=1), then per length and block_m the BENCH_RUNS entries back to back (name of a
 # packed binary, optionally :VAR=VALUE for its environment): spattn-bench --device=cuda with the
 # builder's stage times (SPATTN_GPU_BUILDER_PROFILE=1, one line per build): llm_mix 32/8 heads
@@ -27,6 +28,10 @@ for mode in ${TEST_MODES:-default SPATTN_SL_SPLIT_TILES=1 SPATTN_SL_SPLIT_WAVES=
   note "build_index_gpu_test (new, $mode) rc=$? $(grep -hE '^\[  (PASSED|FAILED) ' "$OUT/test_gpu_$i.log" | tr '\n' ' ')"
   grep -hE "^\[  FAILED|Failure" -A6 "$OUT/test_gpu_$i.log" | head -20
 done
+if [ -x bin/sampled_lines_gpu_test ]; then
+  LD_LIBRARY_PATH=$PWD/lib timeout 60 bin/sampled_lines_gpu_test > "$OUT/test_exp2.log" 2>&1
+  note "sampled_lines_gpu_test rc=$? $(grep -hE '^\[  (PASSED|FAILED) ' "$OUT/test_exp2.log" | tr '\n' ' ')"
+fi
 if [ -n "${SDPA:-}" ]; then
   timeout 60 python3 "$HERE/sdpa_reference.py" --seq_lens 32768,131072 --backends cudnn --iters 5 --warmup 2 \
     > "$OUT/sdpa.jsonl" 2> "$OUT/sdpa.err"; note "sdpa rc=$?"
