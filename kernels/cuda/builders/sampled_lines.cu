@@ -26,6 +26,7 @@ constexpr int kTile = 64;
 constexpr unsigned kFull = 0xffffffffu;
 // Pass 2's fixed-point mass unit: a block's masses sum to <= ~1, so bins fit u32.
 constexpr float kFixedOne = 2147483648.f;
+constexpr int kFixedKeyShift = 31 * 8;  // bin key (fp32 bits >> 20) of m * kFixedOne - that of m
 
 // Shared memory: passes 1 and 3 two swizzled [64][kD] tiles (assembled_common.cuh's layout;
 // buffer 1 holds the Q tile until its fragments are in registers, then both buffers take turns
@@ -248,8 +249,14 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
   // lower edge keeps that product <= half of (1 - gamma) * 0.99 * the total, so the mass above the
   // cut alone reaches gamma * total: the threshold bin is >= cut and neither it nor the kept count
   // (both from bins >= thr) changes.
-  int cut[2] = {0, 0};
+  // Pass 2 works on t = m * 2^31 (m's fixed-point mass before rounding; for a normal m its bits are
+  // m's plus 31 << 23), taken as RN(RN(e * inv) * (w * 2^31)): the same as RN(m * 2^31) for
+  // every normal m, and < 1/2 where m is subnormal (then neither counts). An entry counts iff t >=
+  // t_min (bin key >= cut, and RN(t) > 0, i.e. t > 1/2); its slot is (bits(t) >> 20) + slot_base.
+  float w2[2] = {0.f, 0.f}, t_min[2] = {CUDART_INF_F, CUDART_INF_F};
+  int slot_base[2] = {0, 0};
   if (kPass == 2) {
+    int cut[2] = {0, 0};
     __syncthreads();  // blk_* zeroed
     if ((lane & 3) == 0) {
 #pragma unroll
@@ -270,6 +277,11 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
         const int key = static_cast<int>(__float_as_uint(bound) >> 20) - kSlBinFloor;
         cut[h] = key < 0 ? 0 : (key >= kSlBins ? kSlBins - 1 : key);
       }
+      w2[h] = w[h] * kFixedOne;
+      t_min[h] = fmaxf(
+          __uint_as_float(0x3f000001u),  // the float after 1/2
+          __uint_as_float(static_cast<unsigned>(cut[h] + kSlBinFloor + kFixedKeyShift) << 20));
+      slot_base[h] = blk[h] * kSlBins - kSlBinFloor - kFixedKeyShift;
     }
   }
   // Pass 3: the rows' threshold bins as masses (for m > 0, SampledLinesBin(m) >= thr <=> m >= the
@@ -464,11 +476,11 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
       // All of the thread's masses and histogram slots first (independent chains), then the
       // updates: one fixed-point atomic per entry at or above its block's cut. An entry counts
       // iff its fixed-point mass mu is > 0 (so m > 2^-32, and its bin key (fp32 bits >> 20) -
-      // kSlBinFloor is in [1, 257]: no clamp as in SampledLinesBin; NaN converts to 0) and the key
-      // is >= cut. Plain path (same masses bit for bit): a tile every row of the warp sees whole
-      // needs no mask, and where the rows' maxima are below FLT_MAX no logit is +inf, so Sanitize
-      // changes nothing that counts (NaN and -inf give mu = 0 either way), nor does a dead row (mx
-      // -inf, inv 0: m is NaN or 0).
+      // kSlBinFloor is in [1, 257]: no clamp as in SampledLinesBin) and the key is >= cut: one
+      // test t >= t_min (above; NaN fails it). Plain path (same masses bit for bit): a tile every
+      // row of the warp sees whole needs no mask, and where the rows' maxima are below FLT_MAX no
+      // logit is +inf, so Sanitize changes nothing that counts (NaN and -inf give t NaN or 0
+      // either way), nor does a dead row (mx -inf, inv 0: t is NaN or 0).
       const bool plain = j0 + kTile <= warp_vis && mx[0] < FLT_MAX && mx[1] < FLT_MAX;
       unsigned mu[8][4];
       int slot_of[8][4];
@@ -478,17 +490,17 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
         for (int e = 0; e < 4; ++e) {
           const int h = e >> 1;
           const int j = j0 + nt * 8 + (lane & 3) * 2 + (e & 1);
-          float m = 0.f;
+          float t = 0.f;
           if (plain) {
             const float l2 = __fmul_rn(acc[nt][e], a.p.scale_log2);
-            m = __fmul_rn(__fmul_rn(Exp2(__fsub_rn(l2, mx[h])), inv[h]), w[h]);
+            t = __fmul_rn(__fmul_rn(Exp2(__fsub_rn(l2, mx[h])), inv[h]), w2[h]);
           } else if (rl[h] < g.rows && j < vis[h] && mx[h] != -CUDART_INF_F) {
             const float l2 = Sanitize(__fmul_rn(acc[nt][e], a.p.scale_log2));
-            m = __fmul_rn(__fmul_rn(Exp2(__fsub_rn(l2, mx[h])), inv[h]), w[h]);
+            t = __fmul_rn(__fmul_rn(Exp2(__fsub_rn(l2, mx[h])), inv[h]), w2[h]);
           }
-          const int key = static_cast<int>(__float_as_uint(m) >> 20) - kSlBinFloor;
-          mu[nt][e] = __float2uint_rn(m * kFixedOne);
-          slot_of[nt][e] = key >= cut[h] && mu[nt][e] != 0u ? blk[h] * kSlBins + key : -1;
+          mu[nt][e] = __float2uint_rn(t);
+          slot_of[nt][e] =
+              t >= t_min[h] ? static_cast<int>(__float_as_uint(t) >> 20) + slot_base[h] : -1;
         }
       }
 #pragma unroll
