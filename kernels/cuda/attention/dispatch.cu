@@ -27,14 +27,6 @@ constexpr int kMaxSections = 16;
 
 __device__ __forceinline__ int CeilDiv(int a, int b) { return (a + b - 1) / b; }
 
-// SPATTN_HOPPER_ORDER=2: costs in bands of at most 1/8 (the top four bits kept), so rows of
-// nearly the same cost tie and take the block-major order of ScatterKernel.
-__device__ __forceinline__ int CostBand(int cost) {
-  if (cost < 16) return cost;
-  const int drop = 31 - __clz(cost) - 3;
-  return cost >> drop << drop;
-}
-
 // Bucket of a row: its section (rows of section 0 first) and within it its cost (costliest
 // first; the scan below sums from the top bucket down). A section is `kv_per_section`
 // consecutive kv heads (q head / group).
@@ -42,8 +34,7 @@ __device__ __forceinline__ int CostBand(int cost) {
 // tiling with range tails packed among the columns (kFlagPackTails of persistent_fa3.cuh): whole
 // range tiles, then (columns + tails) / tile_n.
 __global__ void CostKernel(SparseIndexView idx, int tile_n, int group, int kv_per_section,
-                           int num_sections, int pack_tails, int order, int32_t* hist,
-                           int32_t* bucket_of) {
+                           int num_sections, int pack_tails, int32_t* hist, int32_t* bucket_of) {
   const int64_t rows = static_cast<int64_t>(idx.num_heads) * idx.num_blocks;
   for (int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; r < rows;
        r += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -61,20 +52,22 @@ __global__ void CostKernel(SparseIndexView idx, int tile_n, int group, int kv_pe
                                                 : min(packed, unpacked));
     const int slot = static_cast<int>(r / idx.num_blocks);
     const int section = min(idx.heads[slot] / group / max(kv_per_section, 1), num_sections - 1);
-    const int b = (num_sections - 1 - section) * kCostBuckets +
-                  min(order == 2 ? CostBand(cost) : cost, kCostBuckets - 1);
+    const int b = (num_sections - 1 - section) * kCostBuckets + min(cost, kCostBuckets - 1);
     bucket_of[r] = b;
     atomicAdd(hist + b, 1);
   }
 }
 
-// Order within a bucket (SPATTN_HOPPER_ORDER): 0 whatever order the atomics take (rows of one
-// head slot tend to come out together, r = slot * num_blocks + block); 1 and 2 block-major:
+// Order within a bucket (SPATTN_HOPPER_ORDER): 0 (default) whatever order the atomics take (rows
+// of one head slot tend to come out together, r = slot * num_blocks + block); 1 block-major:
 // thread i places row (slot i % num_heads, block i / num_heads), and the lanes of a warp that
 // share a bucket take consecutive places in lane order (one atomic per bucket and warp), so rows
 // of the same query block -- the q heads of one kv head among them, which read the same K/V
 // tiles where their keys agree -- sit next to each other in the list and run at the same time.
-// (Warps still take their places in whatever order they run, roughly in i order.)
+// (Warps still take their places in whatever order they run.) Session 19, run 1 (H100): 1 is
+// no faster (0.99x of 0 on average over 28 cells, 0.91-1.06x; block_m 64 1.00x), so the L2 bound
+// of block_m 64 is not which CTAs share K/V in time; a variant with costs in 1/8 bands (more
+// ties) lost 3% on average (up to 15%) and was dropped.
 __global__ void ScatterKernel(int64_t rows, int num_heads, int num_blocks, int mode,
                               const int32_t* bucket_of, int32_t* offsets, int32_t* order) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -230,9 +223,8 @@ cudaError_t LaunchSparseSchedule(const SparseIndexView& index, const AttnParams&
   const int pack_tails = pack == nullptr || *pack == '\0' ? 2 : std::atoi(pack);
   const char* ord = std::getenv("SPATTN_HOPPER_ORDER");
   const int order_mode = ord == nullptr || *ord == '\0' ? 0 : std::atoi(ord);
-  CostKernel<<<GridFor(rows, 256), 256, 0, stream>>>(index, tile_n, std::max(p.group, 1),
-                                                     kv_per_section, sections, pack_tails,
-                                                     order_mode, hist, bucket_of);
+  CostKernel<<<GridFor(rows, 256), 256, 0, stream>>>(
+      index, tile_n, std::max(p.group, 1), kv_per_section, sections, pack_tails, hist, bucket_of);
   // Section by section, costliest first: offsets from the top bucket down.
   if ((err = LaunchReverseExclusiveScan32(hist, buckets, stream)) != cudaSuccess) return err;
   ScatterKernel<<<GridFor(rows, 256), 256, 0, stream>>>(rows, index.num_heads, index.num_blocks,
