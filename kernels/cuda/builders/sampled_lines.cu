@@ -345,21 +345,15 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
   int p_j0 = 0, p_base[2] = {0, 0}, p_at[2] = {0, 0};
   auto flush = [&]() {
     if (!p_any) return;  // warp-uniform
-    int at[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) at[h] = __shfl_sync(kFull, p_base[h], last_l[h]) + p_at[h];
-    if (p_keep == 0) return;
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int h = e >> 1;
-        if (p_keep & (1u << (nt * 4 + e))) {
-          const int j = p_j0 + nt * 8 + (lane & 3) * 2 + (e & 1);
-          const int idx = at[h]++;
-          if (idx < blk_count[blk[h]]) a.entries[blk_base[blk[h]] + idx] = rel[h] * kl + j;
-        }
-      }
+    int at0 = __shfl_sync(kFull, p_base[0], last_l[0]) + p_at[0];
+    int at1 = __shfl_sync(kFull, p_base[1], last_l[1]) + p_at[1];
+    // Only the kept bits, lowest first (a warp runs as many rounds as its fullest lane).
+    for (uint32_t k = p_keep; k != 0u; k &= k - 1u) {
+      const int b = __ffs(k) - 1;  // nt * 4 + e
+      const int h = (b >> 1) & 1;
+      const int j = p_j0 + (b >> 2) * 8 + (lane & 3) * 2 + (b & 1);
+      const int idx = h ? at1++ : at0++;
+      if (idx < blk_count[blk[h]]) a.entries[blk_base[blk[h]] + idx] = rel[h] * kl + j;
     }
   };
   float run_max[2] = {-CUDART_INF_F, -CUDART_INF_F};

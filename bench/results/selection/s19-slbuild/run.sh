@@ -7,7 +7,8 @@
 # SDPA cuDNN (SDPA=1), then per length and block_m the BENCH_RUNS entries back to back (name of a
 # packed binary, optionally :VAR=VALUE for its environment): spattn-bench --device=cuda with the
 # builder's stage times (SPATTN_GPU_BUILDER_PROFILE=1, one line per build): llm_mix 32/8 heads
-# d 128 bf16, sampled_lines at gamma 0.95 on every head. base = main dd61227.
+# d 128 bf16, sampled_lines at gamma 0.95 on every head. base = main dd61227; mid (optional,
+# run 3) = the run-2 binary (7b908fd).
 set -u
 cd "$(dirname "$0")"
 HERE=$PWD
@@ -15,7 +16,8 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 SECONDS=0
 note() { echo "$* (${SECONDS}s)" | tee -a "$OUT/summary.txt"; }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
-for n in new base; do
+for n in new base mid; do
+  [ -f $n.tar.xz ] || continue
   rm -rf /tmp/s19sl_$n && mkdir -p /tmp/s19sl_$n && tar -xJf $n.tar.xz -C /tmp/s19sl_$n
 done
 export TEST_TMPDIR=/tmp/spattn_test; mkdir -p "$TEST_TMPDIR"
