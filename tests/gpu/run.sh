@@ -20,7 +20,7 @@ note() { echo "$* (${SECONDS}s)" | tee -a "$OUT/summary.txt"; }
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader \
   | tee "$OUT/gpu.txt"
 
-for t in attention_cuda_test cuda_engine_test build_index_gpu_test mass_recall_test \
+for t in attention_cuda_test cuda_engine_test build_index_gpu_test mass_recall_test sampled_lines_gpu_test \
          cuda_backend_test; do
   timeout 150 bin/$t > "$OUT/test_$t.log" 2>&1
   note "$t rc=$? $(grep -hE '^\[  (PASSED|FAILED) ' "$OUT/test_$t.log" | tr '\n' ' ')"
