@@ -27,7 +27,7 @@ COMMON="--device=cuda --workload=llm_mix --heads=32 --kv_heads=8 --head_dim=128 
 timeout ${GUARDED_S:-150} bin/spattn-bench $COMMON --search_len=16384 --search_target_recall=0.95 \
   --methods=guarded >> "$OUT/bench_1m.jsonl" 2>> "$OUT/bench_1m.err"
 note "spattn-bench guarded 1M rc=$?"
-timeout ${SAMPLED_S:-90} bin/spattn-bench $COMMON --methods=sampled_lines \
+timeout ${SAMPLED_S:-120} bin/spattn-bench $COMMON --methods=sampled_lines \
   >> "$OUT/bench_1m.jsonl" 2>> "$OUT/bench_1m.err"
 note "spattn-bench sampled_lines 1M rc=$?"
 python3 - "$OUT" <<'PY'
