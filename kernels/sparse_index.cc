@@ -142,7 +142,10 @@ void CompactRows(std::vector<RowKeys>* rows, SparseIndex* index) {
   }
 }
 
-absl::Status ValidateSparseIndex(const AttentionProblem& problem, const SparseIndex& index) {
+namespace {
+
+// The index-wide invariants: block_m, block offsets, heads, indptr sizes and ends.
+absl::Status ValidateIndexShape(const AttentionProblem& problem, const SparseIndex& index) {
   if (index.block_m <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("index.block_m must be > 0, got ", index.block_m));
@@ -175,52 +178,74 @@ absl::Status ValidateSparseIndex(const AttentionProblem& problem, const SparseIn
       index.col_indptr[rows] != static_cast<int32_t>(index.col_idx.size())) {
     return absl::InvalidArgumentError("index: indptr ends do not match the entry arrays");
   }
-  for (int s = 0; s < index.num_heads(); ++s) {
-    for (int b = 0; b < index.num_blocks(); ++b) {
-      const int64_t r = index.row(s, b);
-      const BlockGeometry g = GetBlockGeometry(problem, index, b);
-      auto where = [&] { return absl::StrCat("index: head slot ", s, ", block ", b); };
-      if (index.range_indptr[r + 1] < index.range_indptr[r] ||
-          index.col_indptr[r + 1] < index.col_indptr[r]) {
-        return absl::InvalidArgumentError(absl::StrCat(where(), ": indptr decreases"));
+  return absl::OkStatus();
+}
+
+// The per-row invariants of head slot s (the caller checked the shape).
+absl::Status ValidateSlotRows(const AttentionProblem& problem, const SparseIndex& index, int s) {
+  for (int b = 0; b < index.num_blocks(); ++b) {
+    const int64_t r = index.row(s, b);
+    const BlockGeometry g = GetBlockGeometry(problem, index, b);
+    auto where = [&] { return absl::StrCat("index: head slot ", s, ", block ", b); };
+    if (index.range_indptr[r + 1] < index.range_indptr[r] ||
+        index.col_indptr[r + 1] < index.col_indptr[r]) {
+      return absl::InvalidArgumentError(absl::StrCat(where(), ": indptr decreases"));
+    }
+    int64_t prev_end = -1;
+    for (int32_t i = index.range_indptr[r]; i < index.range_indptr[r + 1]; ++i) {
+      const int64_t st = index.range_start[i], len = index.range_len[i];
+      if (len <= 0 || st < 0 || st + len > g.key_end) {
+        return absl::InvalidArgumentError(absl::StrCat(where(), ": range [", st, ", ", st + len,
+                                                       ") outside [0, ", g.key_end, ")"));
       }
-      int64_t prev_end = -1;
-      for (int32_t i = index.range_indptr[r]; i < index.range_indptr[r + 1]; ++i) {
-        const int64_t st = index.range_start[i], len = index.range_len[i];
-        if (len <= 0 || st < 0 || st + len > g.key_end) {
-          return absl::InvalidArgumentError(absl::StrCat(where(), ": range [", st, ", ", st + len,
-                                                         ") outside [0, ", g.key_end, ")"));
-        }
-        if (st <= prev_end) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(where(), ": ranges unsorted, overlapping or adjacent at ", st));
-        }
-        prev_end = st + len;
+      if (st <= prev_end) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where(), ": ranges unsorted, overlapping or adjacent at ", st));
       }
-      int64_t prev = -1;
-      int32_t ri = index.range_indptr[r];
-      for (int32_t i = index.col_indptr[r]; i < index.col_indptr[r + 1]; ++i) {
-        const int64_t c = index.col_idx[i];
-        if (c < 0 || c >= g.key_end) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(where(), ": column ", c, " outside [0, ", g.key_end, ")"));
-        }
-        if (c <= prev) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(where(), ": columns unsorted or repeated at ", c));
-        }
-        prev = c;
-        while (ri < index.range_indptr[r + 1] && index.range_start[ri] + index.range_len[ri] <= c) {
-          ++ri;
-        }
-        if (ri < index.range_indptr[r + 1] && index.range_start[ri] <= c) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(where(), ": column ", c, " lies inside a range"));
-        }
+      prev_end = st + len;
+    }
+    int64_t prev = -1;
+    int32_t ri = index.range_indptr[r];
+    for (int32_t i = index.col_indptr[r]; i < index.col_indptr[r + 1]; ++i) {
+      const int64_t c = index.col_idx[i];
+      if (c < 0 || c >= g.key_end) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where(), ": column ", c, " outside [0, ", g.key_end, ")"));
+      }
+      if (c <= prev) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where(), ": columns unsorted or repeated at ", c));
+      }
+      prev = c;
+      while (ri < index.range_indptr[r + 1] && index.range_start[ri] + index.range_len[ri] <= c) {
+        ++ri;
+      }
+      if (ri < index.range_indptr[r + 1] && index.range_start[ri] <= c) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where(), ": column ", c, " lies inside a range"));
       }
     }
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidateSparseIndex(const AttentionProblem& problem, const SparseIndex& index) {
+  absl::Status st = ValidateIndexShape(problem, index);
+  for (int s = 0; st.ok() && s < index.num_heads(); ++s) st = ValidateSlotRows(problem, index, s);
+  return st;
+}
+
+absl::Status ValidateSparseIndexSlot(const AttentionProblem& problem, const SparseIndex& index,
+                                     int slot) {
+  absl::Status st = ValidateIndexShape(problem, index);
+  if (!st.ok()) return st;
+  if (slot < 0 || slot >= index.num_heads()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "slot: ", slot, " is not a head slot of the index (", index.num_heads(), " slots)"));
+  }
+  return ValidateSlotRows(problem, index, slot);
 }
 
 int64_t ComputedPairs(const AttentionProblem& problem, const SparseIndex& index, int slot) {

@@ -89,6 +89,12 @@ void CompactRows(std::vector<RowKeys>* rows, SparseIndex* index);
 // Checks the invariants above against `problem`; the message names the head slot, block and
 // entry that break them.
 absl::Status ValidateSparseIndex(const AttentionProblem& problem, const SparseIndex& index);
+// The same with the per-row checks for head slot `slot` only (the index-wide ones — sizes, heads,
+// block offsets, indptr ends — still run): O(batch + heads + that slot's entries), so a caller
+// that looks at every slot of a many-head index in turn (fidelity's Score, AttentionMassRecall)
+// reads each entry once instead of once per slot.
+absl::Status ValidateSparseIndexSlot(const AttentionProblem& problem, const SparseIndex& index,
+                                     int slot);
 
 // (query, key) pairs computed under `index` for head slot `slot` (per-row causal mask applied).
 int64_t ComputedPairs(const AttentionProblem& problem, const SparseIndex& index, int slot);

@@ -138,6 +138,31 @@ TEST(SparseIndexTest, ValidateRejectsBrokenIndexes) {
   EXPECT_EQ(ValidateSparseIndex(hp.problem(), bad_head).code(), absl::StatusCode::kInvalidArgument);
 }
 
+// The per-slot check reads only its slot's rows, but still the index-wide shape.
+TEST(SparseIndexTest, ValidateSlotChecksOneSlotAndTheShape) {
+  HostProblem hp(Shape({128}, {}));
+  SparseIndex two;
+  ASSERT_TRUE(BuildDenseIndex(hp.problem(), {0, 1}, 64, &two).ok());
+  ASSERT_EQ(two.num_heads(), 2);
+  ASSERT_TRUE(ValidateSparseIndexSlot(hp.problem(), two, 0).ok());
+  ASSERT_TRUE(ValidateSparseIndexSlot(hp.problem(), two, 1).ok());
+
+  SparseIndex broken = two;
+  broken.range_len[two.range_indptr[two.row(1, 0)]] = 65;  // slot 1, block 0: beyond causal
+  EXPECT_TRUE(ValidateSparseIndexSlot(hp.problem(), broken, 0).ok());
+  absl::Status s = ValidateSparseIndexSlot(hp.problem(), broken, 1);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("head slot 1, block 0"), std::string::npos) << s;
+  EXPECT_EQ(ValidateSparseIndex(hp.problem(), broken).message(), s.message());
+
+  EXPECT_EQ(ValidateSparseIndexSlot(hp.problem(), two, 2).code(),
+            absl::StatusCode::kInvalidArgument);
+  SparseIndex bad_head = two;
+  bad_head.heads = {0, 7};
+  EXPECT_EQ(ValidateSparseIndexSlot(hp.problem(), bad_head, 0).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(MethodConfigTest, ValidationNamesTheParameter) {
   MethodConfig c;
   c.method = Method::kVerticalSlash;

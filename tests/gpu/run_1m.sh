@@ -29,9 +29,16 @@ COMMON="--device=cuda --workload=llm_mix --heads=32 --kv_heads=8 --head_dim=128 
 timeout ${GUARDED_S:-150} bin/spattn-bench $COMMON --search_len=16384 --search_target_recall=0.95 \
   --methods=guarded >> "$OUT/bench_1m.jsonl" 2>> "$OUT/bench_1m.err"
 note "spattn-bench guarded 1M rc=$?"
-timeout ${SAMPLED_S:-90} bin/spattn-bench $COMMON --methods=sampled_lines \
+timeout ${SAMPLED_S:-120} bin/spattn-bench $COMMON --methods=sampled_lines \
   >> "$OUT/bench_1m.jsonl" 2>> "$OUT/bench_1m.err"
 note "spattn-bench sampled_lines 1M rc=$?"
+# sampled_lines on 128-row blocks (s19-sl1m: 0.37x cuDNN at 1M on an H100, the best 1M point);
+# SL128=0 skips it.
+if [ "${SL128:-1}" != 0 ]; then
+  timeout ${SAMPLED_S:-120} bin/spattn-bench $COMMON --methods=sampled_lines --block_m=128 \
+    >> "$OUT/bench_1m_bm128.jsonl" 2>> "$OUT/bench_1m.err"
+  note "spattn-bench sampled_lines block_m 128 1M rc=$?"
+fi
 # 512K keys, one sequence: the cheap-to-build methods (README's 512K line).
 timeout 150 bin/spattn-bench --device=cuda --workload=llm_mix --heads=32 --kv_heads=8 \
   --head_dim=128 --group_by=all --recall_rows=16 --seq_len=524288 --warmup=1 --repeat=3 \
@@ -42,14 +49,17 @@ import json, os, sys
 out = sys.argv[1]
 sd = [json.loads(l) for l in open(os.path.join(out, "sdpa_chunk.jsonl")) if l.strip()]
 print("sdpa chunk:", sd[0] if sd else "missing")
-for l in open(os.path.join(out, "bench_1m.jsonl")):
+for f, bm in (("bench_1m.jsonl", ""), ("bench_1m_bm128.jsonl", "/bm128")):
+  p1 = os.path.join(out, f)
+  for l in open(p1) if os.path.exists(p1) else []:
     r = json.loads(l)
     if "error" in r:
-        print(r.get("method"), "ERROR", r["error"][:300]); continue
+        print(r.get("method") + bm, "ERROR", r["error"][:300]); continue
     b, k = r["index_build_ms"], r["kernel_ms"]
     ratio = ("%.3f" % ((b + k) / sd[0]["ms"])) if sd else "-"
     print("%-14s 1M/64K: index %.2f kernel %.2f = %.2f ms (x%s cuDNN chunk) density %.4f recall %.4f"
-          " min %.4f" % (r["method"], b, k, b + k, ratio, r["density"], r["recall"], r["recall_min"]))
+          " min %.4f" % (r["method"] + bm, b, k, b + k, ratio, r["density"], r["recall"],
+                         r["recall_min"]))
 p512 = os.path.join(out, "bench512k.jsonl")
 for l in open(p512) if os.path.exists(p512) else []:
     r = json.loads(l)

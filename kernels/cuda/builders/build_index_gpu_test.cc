@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -593,6 +594,52 @@ TEST(BuildIndexOnGpuLongKeysTest, PooledBuildersTakeMoreKeyBlocksThanSharedMemor
   configs.push_back(c);
   for (const MethodConfig& config : configs) {
     const MethodCases mc = CasesFor(config.method);
+    ExpectAgreement(*hp, *engine, config, AllHeads(2), 64, mc.max_diff_share, mc.recall_tol,
+                    mc.density_tol);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
+// sampled_lines' row assembly over rows of several 64K-key segments (the 1M chunk's rows have
+// 17): with the entries bucketed by segment (SPATTN_SL_ASM_BUCKET=1; the default from 5
+// segments) the index is bit for bit the one of every segment reading the row's whole slice
+// (=0), and agrees with the CPU twin. 200K keys = 4 segments; gamma 0.95 on flat logits keeps
+// long column runs across the segment edges, the low floors make diagonals.
+TEST(BuildIndexOnGpuLongKeysTest, SampledLinesBucketsEntriesBySegment) {
+  SKIP_WITHOUT_GPU();
+  auto engine = MakeEngine(int64_t{1} << 30);
+  ASSERT_NE(engine, nullptr);
+  auto hp = MakeProblem({1300, 40}, {200001, 1000}, 2, 1, 64, DType::kBF16, true, 93,
+                        /*integer_qk=*/true);
+  auto dp = DeviceProblem::Create(0, *hp);
+  ASSERT_TRUE(dp.ok()) << dp.status();
+  const char* env = std::getenv("SPATTN_SL_ASM_BUCKET");
+  const std::string saved = env != nullptr ? env : "";
+  const MethodCases mc = CasesFor(Method::kSampledLines);
+  for (const MethodConfig& config : mc.configs) {
+    for (int block_m : {64, 128}) {
+      const std::string what = absl::StrCat(config.DebugString(), " block_m=", block_m);
+      SparseIndex by_bucket, whole;
+      setenv("SPATTN_SL_ASM_BUCKET", "1", 1);
+      BuildOnGpu(*engine, *hp, **dp, config, AllHeads(2), block_m, nullptr, what, &by_bucket);
+      engine->ReleaseIndexes();
+      setenv("SPATTN_SL_ASM_BUCKET", "0", 1);
+      BuildOnGpu(*engine, *hp, **dp, config, AllHeads(2), block_m, nullptr, what, &whole);
+      engine->ReleaseIndexes();
+      if (::testing::Test::HasFatalFailure()) break;
+      EXPECT_FALSE(by_bucket.col_idx.empty() && by_bucket.range_start.size() <= 2) << what;
+      EXPECT_EQ(by_bucket.range_indptr, whole.range_indptr) << what;
+      EXPECT_EQ(by_bucket.range_start, whole.range_start) << what;
+      EXPECT_EQ(by_bucket.range_len, whole.range_len) << what;
+      EXPECT_EQ(by_bucket.col_indptr, whole.col_indptr) << what;
+      EXPECT_EQ(by_bucket.col_idx, whole.col_idx) << what;
+    }
+    if (saved.empty()) {
+      unsetenv("SPATTN_SL_ASM_BUCKET");
+    } else {
+      setenv("SPATTN_SL_ASM_BUCKET", saved.c_str(), 1);
+    }
+    if (::testing::Test::HasFatalFailure()) return;
     ExpectAgreement(*hp, *engine, config, AllHeads(2), 64, mc.max_diff_share, mc.recall_tol,
                     mc.density_tol);
     if (::testing::Test::HasFatalFailure()) return;

@@ -788,13 +788,121 @@ cudaError_t Dispatch(const SlArgs& a, cudaStream_t stream) {
   return cudaErrorInvalidValue;
 }
 
+// ---- Row assembly ----
+//
+// The assembler (common/row_assembly.cuh) walks a row's keys in 64K-key segments; its source sets
+// the segment's bits from the row's entries. Reading every entry of the row once per segment made
+// assembly O(entries x segments) per row, quadratic in the length (the 1M chunk: 17 segments,
+// count + fill 772 ms of a 1216 ms build at block_m 64, H100). So long rows are first bucketed in
+// place by segment (SlBucketKernel: a count pass, then a fill pass through a per-CTA copy of the
+// row), and each segment reads only its buckets: every entry once per pass. The bits set are the
+// same, so is the index.
+
+// Segments of row_assembly's kernel whose bit arrays hold key word w (segment s holds words
+// [s * kAsmSegWords - 1, s * kAsmSegWords + kAsmSegWords], one halo word on each side); w >= 0.
+__device__ __forceinline__ int SegFirst(int64_t w) {
+  return w <= 0 ? 0 : static_cast<int>((w - 1) / row_assembly::kAsmSegWords);
+}
+__device__ __forceinline__ int SegLast(int64_t w) {
+  return static_cast<int>((w + 1) / row_assembly::kAsmSegWords);
+}
+
+// The keys [*st, *en) an entry sets in its row (clipped to [0, key_end), outside which the
+// assembler masks every bit); false when none.
+__device__ __forceinline__ bool EntryKeys(int32_t code, int first_pos, int last_pos, int kl,
+                                          int key_end, int64_t* st, int64_t* en) {
+  if (code >= 0) {
+    *st = code;
+    *en = static_cast<int64_t>(code) + 1;
+  } else {
+    const int64_t o = -1 - static_cast<int64_t>(code) - kl;
+    *st = first_pos - o;
+    *en = last_pos - o + 1;
+  }
+  if (*st < 0) *st = 0;
+  if (*en > key_end) *en = key_end;
+  return *st < *en;
+}
+
+// An entry's bucket (sampled_lines_kernels.h): 2 s for the first segment s it reaches, + 1 when
+// it reaches s + 1's too; -1 for none. A span is at most a block's rows (<= 128 keys), so it
+// never reaches three segments.
+__device__ __forceinline__ int EntryBucket(int32_t code, const BlockGeoDev& g, int kl) {
+  int64_t st, en;
+  if (!EntryKeys(code, g.first_pos, g.last_pos, kl, g.key_end, &st, &en)) return -1;
+  const int s = SegFirst(st >> 5);
+  return 2 * s + (SegLast((en - 1) >> 5) > s ? 1 : 0);
+}
+
+static_assert(kSlAsmSegWords == row_assembly::kAsmSegWords, "sampled_lines_kernels.h");
+constexpr int kSlBucketThreads = 256;
+
+// Count pass (one CTA per index row): the row's bucket sizes into seg[row * (2 max_segs + 1) +
+// k], its slice length into max_count (atomicMax). Fill pass (staging_rows CTAs, each taking rows
+// in turn): the row's slice copied to the CTA's staging, seg turned into bucket starts (relative
+// to the slice; seg[.. + 2 max_segs] = the kept entries), then each entry written back at its
+// bucket's cursor (a bucket's order is the atomics': the bits its segment sets do not depend on
+// it). The lanes of a warp that go to one bucket take their places with one shared atomic
+// (pass 3 emits in key order, so neighbours mostly share a bucket).
+__global__ void __launch_bounds__(kSlBucketThreads) SlBucketKernel(SlAsmArgs a, bool fill) {
+  __shared__ int cnt[2 * kSlMaxAsmSegs];
+  const int nb = 2 * a.max_segs;
+  const int lane = static_cast<int>(threadIdx.x & 31u);
+  for (int unit = blockIdx.x; unit < a.num_rows; unit += gridDim.x) {
+    const BlockGeoDev g = a.geo[unit % a.num_blocks];
+    const int kl = a.k_lens[g.seq];
+    int32_t* seg = a.seg + static_cast<int64_t>(unit) * (nb + 1);
+    const int n = a.counts[unit];
+    int32_t* slice = a.bucketed + a.offsets[unit];
+    int32_t* copy = fill ? a.staging + static_cast<int64_t>(blockIdx.x) * a.staging_len : nullptr;
+    if (!fill) {
+      for (int k = threadIdx.x; k < nb; k += blockDim.x) cnt[k] = 0;
+      if (threadIdx.x == 0 && n > 0) atomicMax(a.max_count, n);
+    } else {
+      for (int i = threadIdx.x; i < n; i += blockDim.x) copy[i] = slice[i];
+      if (threadIdx.x == 0) {
+        int run = 0;
+        for (int k = 0; k < nb; ++k) {
+          const int c = seg[k];
+          seg[k] = run;
+          cnt[k] = run;
+          run += c;
+        }
+        seg[nb] = run;
+      }
+    }
+    __syncthreads();
+    const int32_t* src = fill ? copy : slice;
+    // Whole warps step together (the match below needs every lane).
+    for (int i0 = static_cast<int>(threadIdx.x & ~31u); i0 < n; i0 += blockDim.x) {
+      const int i = i0 + lane;
+      const int32_t code = i < n ? src[i] : 0;
+      const int k = i < n ? EntryBucket(code, g, kl) : -1;
+      const unsigned peers = __match_any_sync(kFull, k);
+      if (k >= 0) {
+        const int leader = __ffs(peers) - 1;
+        int at = 0;
+        if (lane == leader) at = atomicAdd(&cnt[k], __popc(peers));
+        at = __shfl_sync(peers, at, leader);
+        if (fill) slice[at + __popc(peers & ((1u << lane) - 1u))] = code;
+      }
+    }
+    __syncthreads();
+    if (!fill) {
+      for (int k = threadIdx.x; k < nb; k += blockDim.x) seg[k] = cnt[k];
+    }
+    __syncthreads();
+  }
+}
+
 // The assembler's source: each row's entries (SlClassifyKernel's codes) plus its sink and local
-// ranges.
+// ranges; with buckets, segment s reads buckets 2 s - 1 .. 2 s + 1 (consecutive in the slice).
 struct SlAsmSrc {
   SlAsmArgs a;
   struct Shared {
     int first_pos, last_pos, kl;
     long long e_begin, e_end;
+    const int32_t* seg;  // bucket starts (null: no buckets)
   };
   __device__ void Begin(int unit, Shared& sh, row_assembly::RowCtx& ctx) const {
     const int slot = unit / a.num_blocks, block = unit % a.num_blocks;
@@ -808,6 +916,7 @@ struct SlAsmSrc {
     sh.kl = a.k_lens[g.seq];
     sh.e_begin = a.offsets[unit];
     sh.e_end = sh.e_begin + a.counts[unit];
+    sh.seg = a.seg != nullptr ? a.seg + static_cast<int64_t>(unit) * (2 * a.max_segs + 1) : nullptr;
   }
   __device__ void SetBits(const row_assembly::RowCtx& ctx, const Shared& sh, uint32_t* ranges,
                           uint32_t* cols, int64_t wbase) const {
@@ -820,7 +929,13 @@ struct SlAsmSrc {
                static_cast<int64_t>(sh.last_pos) + 1);
       }
     }
-    for (long long e = sh.e_begin + threadIdx.x; e < sh.e_end; e += blockDim.x) {
+    long long e_begin = sh.e_begin, e_end = sh.e_end;
+    if (sh.seg != nullptr) {
+      const int s = static_cast<int>((wbase + 1) / row_assembly::kAsmSegWords);
+      e_begin = sh.e_begin + sh.seg[s > 0 ? 2 * s - 1 : 0];
+      e_end = sh.e_begin + sh.seg[2 * s + 2];
+    }
+    for (long long e = e_begin + threadIdx.x; e < e_end; e += blockDim.x) {
       const int32_t code = a.entries[e];
       if (code >= 0) {
         const int64_t i = (code >> 5) - wbase;
@@ -894,6 +1009,15 @@ cudaError_t LaunchSampledLinesAssemble(const SlAsmArgs& a, const row_assembly::A
   SlAsmSrc src;
   src.a = a;
   return row_assembly::LaunchAssemble(src, a.num_rows, out, fill, stream);
+}
+
+cudaError_t LaunchSampledLinesBucket(const SlAsmArgs& a, bool fill, cudaStream_t stream) {
+  if (a.num_rows <= 0) return cudaSuccess;
+  if (a.max_segs < 1 || a.max_segs > kSlMaxAsmSegs) return cudaErrorInvalidValue;
+  const int grid = fill ? a.staging_rows : a.num_rows;
+  if (grid < 1) return cudaErrorInvalidValue;
+  SlBucketKernel<<<grid, kSlBucketThreads, 0, stream>>>(a, fill);
+  return cudaGetLastError();
 }
 
 }  // namespace cuda

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <vector>
 
@@ -231,6 +232,50 @@ absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const A
   SPATTN_ASSIGN_OR_RETURN(asm_args.k_lens, Upload(env, k_lens, "sampled_lines k_lens"));
   asm_args.sink_tokens = params.sink_tokens;
   asm_args.local_tokens = params.local_tokens;
+  // Rows of 5 or more assembler segments (> 256K keys): the entries bucketed by segment in place
+  // first, so the assembler reads each once instead of once per segment (sampled_lines.cu, "Row
+  // assembly"; at 128K, 3 segments, it does not pay yet). SPATTN_SL_ASM_BUCKET=0 / 1: never /
+  // always (comparisons, tests).
+  int max_segs = 0;
+  for (int b = 0; b < nblocks; ++b) {
+    max_segs = std::max(max_segs, SampledLinesAsmSegments(l.geo[b].key_end));
+  }
+  const char* bucket_env = std::getenv("SPATTN_SL_ASM_BUCKET");
+  const bool bucket =
+      max_segs <= kSlMaxAsmSegs &&
+      (bucket_env != nullptr && bucket_env[0] != '\0' ? bucket_env[0] != '0' : max_segs >= 5);
+  if (bucket) {
+    asm_args.max_segs = max_segs;
+    asm_args.bucketed = sa.entries;
+    SPATTN_ASSIGN_OR_RETURN(asm_args.seg, Carve<int32_t>(env, irows * (2 * max_segs + 1),
+                                                         "sampled_lines segment buckets"));
+    SPATTN_ASSIGN_OR_RETURN(
+        asm_args.max_count,
+        CarveZeroed<int32_t>(env, 1, "sampled_lines longest slice", env.stream));
+    SPATTN_CUDA_RETURN_IF_ERROR(LaunchSampledLinesBucket(asm_args, false, env.stream),
+                                "sampled_lines buckets (count)");
+    int32_t longest = 0;
+    SPATTN_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(&longest, asm_args.max_count, 4, cudaMemcpyDeviceToHost, env.stream),
+        "sampled_lines longest slice");
+    SPATTN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(env.stream), "sampled_lines longest slice");
+    // One row's copy per CTA, at most ~1 GiB of them.
+    asm_args.staging_len = std::max<int64_t>(longest, 1);
+    asm_args.staging_rows = static_cast<int>(std::max<int64_t>(
+        1, std::min<int64_t>({irows, 512, (int64_t{1} << 28) / asm_args.staging_len})));
+    SPATTN_ASSIGN_OR_RETURN(
+        asm_args.staging,
+        Carve<int32_t>(env, asm_args.staging_rows * asm_args.staging_len, "sampled_lines staging"));
+    SPATTN_CUDA_RETURN_IF_ERROR(LaunchSampledLinesBucket(asm_args, true, env.stream),
+                                "sampled_lines buckets (fill)");
+    if (std::getenv("SPATTN_GPU_BUILDER_PROFILE") != nullptr) {
+      std::fprintf(stderr,
+                   "gpu builder sampled_lines: entry slices %lld, longest %d, %d segments, %d "
+                   "staging rows\n",
+                   static_cast<long long>(total), longest, max_segs, asm_args.staging_rows);
+    }
+    timer.Mark("bucket");
+  }
   auto v = Assemble(
       env, l,
       [&](const AsmOut& out, bool fill) {

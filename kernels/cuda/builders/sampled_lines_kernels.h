@@ -140,9 +140,33 @@ struct SlAsmArgs {
   const int32_t* entries = nullptr;
   const int32_t* k_lens = nullptr;  // [batch]
   int sink_tokens = 0, local_tokens = 0;
+  // The entries bucketed in place by the assembler's key segments (LaunchSampledLinesBucket), so
+  // that each segment reads only its own; null `seg`: every segment reads the row's whole slice.
+  // Bucket 2 s holds the row's entries whose keys reach segment s's bit arrays and no later
+  // segment's, bucket 2 s + 1 those that reach segment s + 1's too (an entry spans <= 128 keys).
+  int max_segs = 0;              // segments of the longest row (SampledLinesAsmSegments)
+  int32_t* seg = nullptr;        // [num_rows * (2 max_segs + 1)] bucket sizes, then starts
+  int32_t* max_count = nullptr;  // [1] the longest slice (count pass; zeroed before)
+  int32_t* bucketed = nullptr;   // = entries, rewritten in bucket order by the fill pass
+  int32_t* staging = nullptr;    // [staging_rows * staging_len] a copy of one row per CTA
+  int staging_rows = 0;
+  int64_t staging_len = 0;
 };
 cudaError_t LaunchSampledLinesAssemble(const SlAsmArgs& a, const row_assembly::AsmOut& out,
                                        bool fill, cudaStream_t stream);
+
+// The assembler's segments of a row with keys [0, key_end) (common/row_assembly.cuh walks
+// key_end / 32 + 1 words, kSlAsmSegWords a segment), and the most the bucketing takes.
+constexpr int kSlAsmSegWords = 2048;  // = row_assembly::kAsmSegWords
+constexpr int kSlMaxAsmSegs = 128;    // 8M keys
+inline int SampledLinesAsmSegments(int key_end) {
+  return static_cast<int>((static_cast<int64_t>(key_end) + 31) / 32 / kSlAsmSegWords) + 1;
+}
+// Count pass (fill false): each row's bucket sizes into `seg`, the longest slice into
+// `max_count`; fill pass (staging carved, staging_rows CTAs): each row's slice copied to its CTA's
+// staging and written back in bucket order, `seg` turned into bucket starts (entries that set no
+// key dropped). Needs max_segs <= kSlMaxAsmSegs.
+cudaError_t LaunchSampledLinesBucket(const SlAsmArgs& a, bool fill, cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace spattn
