@@ -107,6 +107,9 @@ struct SampledLinesParams {
   // Step 2's floor of a diagonal's mean mass, in units of the uniform share 1 / k_len.
   // Default: 3.
   float diagonal_floor = 3.f;
+  // Step 1's placement: false spreads the sampled rows over the centres of equal parts of the
+  // block, true puts the first and last on the block's first and last rows. Default: false.
+  bool edge_rows = false;
 };
 
 // A method with its parameters. Only the struct matching `method` is read.

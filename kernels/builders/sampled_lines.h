@@ -91,8 +91,9 @@ bool SampledLinesColumnLeak(float d, int rows, const float* col, int first_pos, 
 int SampledLinesColumnRows(int first_pos, int last_pos, int k_len, bool causal, int key);
 int SampledLinesDiagonalRows(int first_pos, int last_pos, int k_len, bool causal, int offset);
 
-// The sampled rows (within the sequence) of the query block of rows [q_begin, q_end): step 1.
-std::vector<int> SampledLinesRows(int q_begin, int q_end, int rows_per_block);
+// The sampled rows (within the sequence) of the query block of rows [q_begin, q_end): step 1
+// (`edge_rows`: SampledLinesParams::edge_rows).
+std::vector<int> SampledLinesRows(int q_begin, int q_end, int rows_per_block, bool edge_rows);
 
 }  // namespace spattn
 

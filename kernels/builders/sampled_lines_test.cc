@@ -27,11 +27,21 @@ using method_testing::RandomProblem;
 using method_testing::RowString;
 
 TEST(SampledLinesTest, SampledRowsSpreadOverTheBlock) {
-  EXPECT_EQ(SampledLinesRows(0, 64, 2), (std::vector<int>{16, 48}));
-  EXPECT_EQ(SampledLinesRows(64, 128, 1), (std::vector<int>{96}));
-  EXPECT_EQ(SampledLinesRows(0, 64, 4), (std::vector<int>{8, 24, 40, 56}));
-  EXPECT_EQ(SampledLinesRows(10, 11, 3), (std::vector<int>{10}));  // one row: once
-  EXPECT_EQ(SampledLinesRows(5, 5, 2), (std::vector<int>{}));
+  EXPECT_EQ(SampledLinesRows(0, 64, 2, false), (std::vector<int>{16, 48}));
+  EXPECT_EQ(SampledLinesRows(64, 128, 1, false), (std::vector<int>{96}));
+  EXPECT_EQ(SampledLinesRows(0, 64, 4, false), (std::vector<int>{8, 24, 40, 56}));
+  EXPECT_EQ(SampledLinesRows(10, 11, 3, false), (std::vector<int>{10}));  // one row: once
+  EXPECT_EQ(SampledLinesRows(5, 5, 2, false), (std::vector<int>{}));
+}
+
+TEST(SampledLinesTest, EdgeRowsIncludeTheBlocksFirstAndLastRows) {
+  EXPECT_EQ(SampledLinesRows(0, 64, 2, true), (std::vector<int>{0, 63}));
+  EXPECT_EQ(SampledLinesRows(64, 128, 3, true), (std::vector<int>{64, 95, 127}));
+  EXPECT_EQ(SampledLinesRows(0, 64, 4, true), (std::vector<int>{0, 21, 42, 63}));
+  EXPECT_EQ(SampledLinesRows(64, 128, 1, true), (std::vector<int>{96}));  // one: the centre
+  EXPECT_EQ(SampledLinesRows(10, 12, 3, true), (std::vector<int>{10, 11}));
+  EXPECT_EQ(SampledLinesRows(10, 11, 2, true), (std::vector<int>{10}));
+  EXPECT_EQ(SampledLinesRows(5, 5, 2, true), (std::vector<int>{}));
 }
 
 // Query i attends (mass ~1) to key i - 20 only: q_i = L e_{i-20}, k_j = e_j. Every sampled row
@@ -56,6 +66,11 @@ TEST(SampledLinesTest, HandCheckedSlash) {
   ASSERT_TRUE(BuildSampledLinesIndex(hp->problem(), params, {0}, 16, &idx).ok());
   ASSERT_TRUE(ValidateSparseIndex(hp->problem(), idx).ok());
   EXPECT_EQ(RowString(idx, 0, 4), "[64,80) c48 c56");
+  // Edge rows: rows 64 and 79 keep keys 44 and 59.
+  params.edge_rows = true;
+  ASSERT_TRUE(BuildSampledLinesIndex(hp->problem(), params, {0}, 16, &idx).ok());
+  ASSERT_TRUE(ValidateSparseIndex(hp->problem(), idx).ok());
+  EXPECT_EQ(RowString(idx, 0, 4), "[64,80) c44 c59");
 }
 
 TEST(SampledLinesTest, IndexInvariantsOnAwkwardShapes) {
@@ -141,6 +156,27 @@ TEST(SampledLinesTest, RecallOnGeneratorWorkloads) {
     EXPECT_GE(f.recall_mean, want.min_recall) << want.kind << " density " << f.density_mean;
     EXPECT_LE(f.density_mean, want.max_density) << want.kind << " recall " << f.recall_mean;
   }
+}
+
+// Retrieval groups switch their target keys at arbitrary rows; a group's part of a block that
+// lies before the first (after the last) centred sampled row is missed by the block, and edge rows
+// sample every part that touches the block's ends.
+TEST(SampledLinesTest, EdgeRowsCatchRetrievalGroupsAtBlockEnds) {
+  Workload w = GeneratorWorkload("retrieval");
+  SampledLinesParams centred, edges;
+  edges.edge_rows = true;
+  double recall[2];
+  for (int e = 0; e < 2; ++e) {
+    SparseIndex idx;
+    ASSERT_TRUE(
+        BuildSampledLinesIndex(w.problem(), e ? edges : centred, AllHeads(w.problem()), 64, &idx)
+            .ok());
+    const FidelitySummary f = SummarizeFidelity(w.problem(), idx, 128, 1).value();
+    std::printf("sampled_lines retrieval, %s rows: recall %.4f density %.4f\n",
+                e ? "edge" : "centred", f.recall_mean, f.density_mean);
+    recall[e] = f.recall_mean;
+  }
+  EXPECT_GT(recall[1], recall[0] + 0.01);
 }
 
 TEST(SampledLinesTest, RejectsBadParametersByName) {
