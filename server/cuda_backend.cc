@@ -448,7 +448,7 @@ absl::Status CudaCall::BuildIndex(const MethodConfig& config, const std::vector<
       auto dev = backend_->DeviceAssets(assets_, dp_.head_dim);
       if (dev.ok()) {
         o.maybe_assets = *dev;
-      } else if (SaapBuildGoesToCpu(dev.status())) {
+      } else if (GpuBuildGoesToCpu(config.method, dev.status())) {
         on_gpu = false;  // A classifier past the GPU builder's limits: the CPU builder takes it.
       } else {
         return Engine(dev.status());
@@ -463,9 +463,9 @@ absl::Status CudaCall::BuildIndex(const MethodConfig& config, const std::vector<
         InitSparseIndex(sizes, heads, g.gpu.view.block_m, index);
         return absl::OkStatus();
       }
-      // A Saap request past the GPU builder's limits (checked before any launch: top_l, head
-      // slots per kv head) is the CPU builder's, as a classifier past them is above.
-      if (config.method != Method::kSaap || !SaapBuildGoesToCpu(built.status())) {
+      // A request past the GPU builder's limits (checked before any launch: e.g. Saap's top_l,
+      // sampled_lines' rows per block) is the CPU builder's, as Saap's assets past them are above.
+      if (!GpuBuildGoesToCpu(config.method, built.status())) {
         return Engine(built.status());
       }
     }
@@ -584,8 +584,8 @@ absl::StatusOr<const AttentionProblem*> CudaCall::HostView() {
 
 }  // namespace
 
-bool SaapBuildGoesToCpu(const absl::Status& gpu_status) {
-  return gpu_status.code() == absl::StatusCode::kUnimplemented;
+bool GpuBuildGoesToCpu(Method method, const absl::Status& gpu_status) {
+  return gpu_status.code() == absl::StatusCode::kUnimplemented && CpuBuilderAvailable(method);
 }
 
 absl::StatusOr<std::unique_ptr<AttentionBackend>> MakeCudaBackend(

@@ -50,10 +50,12 @@ struct CudaBackendOptions {
 absl::StatusOr<std::unique_ptr<AttentionBackend>> MakeCudaBackend(
     const CudaBackendOptions& options);
 
-// Whether a Saap build the GPU builder refused with `gpu_status` goes to the CPU builder: true
-// for UNIMPLEMENTED (the layer's assets, or the request, past the GPU builder's limits; checked
-// before anything runs on the GPU), false for every other status (the request fails with it).
-bool SaapBuildGoesToCpu(const absl::Status& gpu_status);
+// Whether a build of `method` that the GPU builder refused with `gpu_status` goes to the CPU
+// builder instead: true for UNIMPLEMENTED (the request, or Saap's layer assets, past a GPU
+// builder's limits -- the GPU builders check those before anything runs on the GPU, see
+// kernels/cuda/builders/build_index_gpu.h) when `method` has a CPU builder; false for every other
+// status (the request fails with it). One rule for every method.
+bool GpuBuildGoesToCpu(Method method, const absl::Status& gpu_status);
 
 }  // namespace spattn
 

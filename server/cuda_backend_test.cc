@@ -98,9 +98,11 @@ void SetMethod(const MethodConfig& c, v1::MethodConfig* proto) {
 
 // Checks O (and the LSE when given) of every head against the reference under the index each
 // head's method builds on the host from the same Q/K.
+// `config` (when given) replaces Config(method) for the heads of its method; `block_m` is the
+// worker's.
 void CheckOutput(HostProblem& hp, const std::vector<Method>& method_of_head,
                  const std::vector<float>& o, const std::vector<float>& lse,
-                 const std::string& what) {
+                 const std::string& what, const MethodConfig* config = nullptr, int block_m = 64) {
   const AttentionProblem& p = hp.problem();
   std::map<Method, std::vector<int>> groups;
   for (int h = 0; h < p.num_q_heads; ++h) groups[method_of_head[h]].push_back(h);
@@ -108,8 +110,11 @@ void CheckOutput(HostProblem& hp, const std::vector<Method>& method_of_head,
   if (lse_or_fill.empty()) lse_or_fill.assign(static_cast<size_t>(p.num_q_heads) * p.total_q(), 0);
   for (const auto& g : groups) {
     SparseIndex index;
-    BuildOptions options;  // block_m 64, as the worker's default.
-    ASSERT_TRUE(BuildSparseIndex(p, Config(g.first), g.second, options, &index).ok());
+    BuildOptions options;
+    options.block_m = block_m;
+    const MethodConfig c =
+        config != nullptr && config->method == g.first ? *config : Config(g.first);
+    ASSERT_TRUE(BuildSparseIndex(p, c, g.second, options, &index).ok());
     const std::vector<cuda_test::SampledRow> rows = cuda_test::SampleRows(p, g.second, 1000);
     std::string bad = cuda_test::CheckRows(p, &index, rows, o, lse_or_fill);
     if (lse.empty()) bad = bad.substr(0, bad.find("LSE error"));  // No LSE was asked for.
@@ -162,19 +167,29 @@ class CudaBackendTest : public ::testing::Test {
 WorkerServer* CudaBackendTest::worker_ = nullptr;
 AttentionClient* CudaBackendTest::client_ = nullptr;
 
-// The backend's fallback rule for Saap (no GPU needed): the CPU builder takes a build the GPU
-// builder refused as past its limits (assets or request: UNIMPLEMENTED); any other refusal fails
-// the request with its own status.
-TEST(CudaBackendSaapFallbackTest, OnlyGpuLimitsGoToTheCpuBuilder) {
-  EXPECT_TRUE(SaapBuildGoesToCpu(
+// The backend's fallback rule (no GPU needed), one for every method: the CPU builder takes a
+// build the GPU builder refused as past its limits (UNIMPLEMENTED: Saap's assets or top_l,
+// sampled_lines' rows per block, ...); any other refusal fails the request with its own status.
+TEST(CudaBackendFallbackTest, OnlyGpuLimitsGoToTheCpuBuilder) {
+  const absl::Status limit = absl::UnimplementedError("past a GPU builder limit");
+  for (Method m : kAllMethods) {
+    EXPECT_EQ(GpuBuildGoesToCpu(m, limit), CpuBuilderAvailable(m)) << MethodName(m);
+  }
+  EXPECT_TRUE(GpuBuildGoesToCpu(
+      Method::kSaap,
       absl::UnimplementedError("saap.top_l: the GPU builder visits at most 1024 buckets")));
-  EXPECT_TRUE(SaapBuildGoesToCpu(absl::UnimplementedError("saap: hidden over 1024")));
-  for (const absl::Status& s :
-       {absl::OkStatus(), absl::InvalidArgumentError("saap.classify_rows must be > 0"),
-        absl::FailedPreconditionError("saap: no layer assets"),
-        absl::ResourceExhaustedError("workspace"), absl::InternalError("cuda"),
-        absl::UnavailableError("device failed")}) {
-    EXPECT_FALSE(SaapBuildGoesToCpu(s)) << s;
+  EXPECT_TRUE(GpuBuildGoesToCpu(
+      Method::kSampledLines,
+      absl::UnimplementedError("sampled_lines.rows_per_block: the GPU index builder samples at "
+                               "most 64 rows per query block, got 96")));
+  for (Method m : {Method::kSaap, Method::kSampledLines, Method::kVerticalSlash}) {
+    for (const absl::Status& s :
+         {absl::OkStatus(), absl::InvalidArgumentError("saap.classify_rows must be > 0"),
+          absl::FailedPreconditionError("saap: no layer assets"),
+          absl::ResourceExhaustedError("workspace"), absl::InternalError("cuda"),
+          absl::UnavailableError("device failed")}) {
+      EXPECT_FALSE(GpuBuildGoesToCpu(m, s)) << MethodName(m) << " " << s;
+    }
   }
 }
 
@@ -281,6 +296,49 @@ TEST_F(CudaBackendTest, SeveralHeadGroupsInOneRequest) {
   auto lse = DecodeInlineLse(*resp);
   ASSERT_TRUE(o.ok() && lse.ok());
   CheckOutput(hp, per_head, *o, *lse, "mixed heads");
+}
+
+// A request past a GPU builder's limits is served by the CPU builder (the fallback rule above):
+// sampled_lines with 96 sampled rows per 128-row query block (the GPU builder samples at most 64
+// and refuses the request before any launch) gives the output of the CPU-built index.
+TEST(CudaBackendFallbackTest, RequestPastGpuBuilderLimitsIsBuiltOnTheCpu) {
+  SKIP_WITHOUT_GPU();
+  WorkerOptions wo;
+  wo.devices = "cuda:0";
+  wo.gpu_workspace_bytes = 64 << 20;
+  wo.gpu_staging_bytes = 64 << 20;
+  wo.block_m = 128;
+  auto w = WorkerServer::Start(wo);
+  ASSERT_TRUE(w.ok()) << w.status();
+  ClientOptions co;
+  co.address = (*w)->address();
+  auto client = AttentionClient::Connect(co);
+  ASSERT_TRUE(client.ok()) << client.status();
+
+  HostProblem hp(Shape(DType::kBF16));  // Query blocks of 70, 128 and 3 rows.
+  hp.FillRandom(29);
+  MethodConfig c;
+  c.method = Method::kSampledLines;
+  c.sampled_lines.rows_per_block = 96;
+  c.sampled_lines.last_q = 16;
+  c.sampled_lines.local_tokens = 16;
+  v1::AttentionRequest req = InlineRequest(hp);
+  req.set_causal(true);
+  req.set_return_lse(true);
+  v1::MethodConfig* m = req.mutable_method_override();
+  m->set_method(ToProtoMethod(c.method));
+  m->mutable_sampled_lines()->set_rows_per_block(c.sampled_lines.rows_per_block);
+  m->mutable_sampled_lines()->set_last_q(c.sampled_lines.last_q);
+  m->mutable_sampled_lines()->set_local_tokens(c.sampled_lines.local_tokens);
+  auto resp = (*client)->ComputeAttention(req);
+  ASSERT_TRUE(resp.ok()) << Describe(resp.status());
+  EXPECT_EQ(resp->device(), "cuda");
+  for (const auto& h : resp->heads()) EXPECT_EQ(h.method_name(), MethodName(c.method));
+  auto o = DecodeInlineOutput(*resp);
+  auto lse = DecodeInlineLse(*resp);
+  ASSERT_TRUE(o.ok() && lse.ok());
+  const std::vector<Method> per_head(hp.problem().num_q_heads, c.method);
+  CheckOutput(hp, per_head, *o, *lse, "sampled_lines rows_per_block 96", &c, 128);
 }
 
 TEST_F(CudaBackendTest, CudaIpcTensorsAreUsedInPlace) {

@@ -202,7 +202,8 @@ Methods:
   --METHOD.PARAM=V       a method parameter, e.g. --vertical_slash.last_q=64
   --param METHOD.PARAM=V the same, repeatable
 )" + ParamList() +
-         R"(  --block_m=N            query rows per index block for dense, a_shape, vertical_slash, saap
+         R"(  --block_m=N            query rows per index block for dense, a_shape, vertical_slash, saap,
+                         sampled_lines, and the oracle's query block rows and tile width
                          (default 64)
   --calibrate            saap: calibrate its assets (k-means, query classifier) on the first
                          --calibrate_len queries of sequence 0 (default 4096), training the
@@ -857,6 +858,7 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
       StatsLineOptions so;
       so.target = f.search_target_recall;
       so.sample_blocks = std::max(4, f.recall_rows / 16);
+      so.block = f.block_m;  // The oracle at the granularity the methods of this run index at.
       so.sample_rows = f.recall_rows > 0 ? f.recall_rows : 64;
       so.seed = f.seed;
       so.table = f.table;

@@ -472,6 +472,24 @@ TEST(BenchTest, PromiseLinesPerTargetAndLength) {
   EXPECT_EQ(Num(sum, "heads"), 24);
 }
 
+// The oracle line is read at the granularity of the run's query blocks: --block_m=128 gives
+// 128-row query blocks and 128x128 tiles. On this fixed prompt both coarser oracles come out
+// denser (one key set per 128 rows must serve rows that two 64-row sets served separately).
+TEST(BenchTest, OracleFollowsBlockM) {
+  std::map<int, std::map<std::string, std::string>> line;
+  for (int block_m : {64, 128}) {
+    const BenchRun r = RunWith({"--seq_len=2048", "--heads=4", "--kv_heads=2", "--head_dim=64",
+                                "--threads=2", "--methods=oracle", "--group_by=all",
+                                "--recall_rows=128", absl::StrCat("--block_m=", block_m)});
+    ASSERT_EQ(r.code, 0) << r.err;
+    ASSERT_EQ(r.lines.size(), 1u) << r.out;
+    line[block_m] = r.lines[0];
+    EXPECT_EQ(Num(line[block_m], "block"), block_m);
+  }
+  EXPECT_GT(Num(line[128], "column_density"), Num(line[64], "column_density"));
+  EXPECT_GT(Num(line[128], "block_density"), Num(line[64], "block_density"));
+}
+
 // Fixture data for the plan tests: the bench's llm_mix problem (model and prompt seed 0) and the
 // search's choices on prompt 1000 of that model, as RunBench makes them.
 struct SearchedPlan {

@@ -58,11 +58,43 @@ __global__ void CostKernel(SparseIndexView idx, int tile_n, int group, int kv_pe
   }
 }
 
-__global__ void ScatterKernel(int64_t rows, const int32_t* bucket_of, int32_t* offsets,
-                              int32_t* order) {
-  for (int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; r < rows;
-       r += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    order[atomicAdd(offsets + bucket_of[r], 1)] = static_cast<int32_t>(r);
+// Order within a bucket (SPATTN_HOPPER_ORDER): 0 (default) whatever order the atomics take (rows
+// of one head slot tend to come out together, r = slot * num_blocks + block); 1 block-major:
+// thread i places row (slot i % num_heads, block i / num_heads), and the lanes of a warp that
+// share a bucket take consecutive places in lane order (one atomic per bucket and warp), so rows
+// of the same query block -- the q heads of one kv head among them, which read the same K/V
+// tiles where their keys agree -- sit next to each other in the list and run at the same time.
+// (Warps still take their places in whatever order they run.) Session 19, run 1 (H100): 1 is
+// no faster (0.99x of 0 on average over 28 cells, 0.91-1.06x; block_m 64 1.00x), so the L2 bound
+// of block_m 64 is not which CTAs share K/V in time; a variant with costs in 1/8 bands (more
+// ties) lost 3% on average (up to 15%) and was dropped.
+__global__ void ScatterKernel(int64_t rows, int num_heads, int num_blocks, int mode,
+                              const int32_t* bucket_of, int32_t* offsets, int32_t* order) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  if (mode == 0) {
+    for (int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; r < rows;
+         r += stride) {
+      order[atomicAdd(offsets + bucket_of[r], 1)] = static_cast<int32_t>(r);
+    }
+    return;
+  }
+  const int lane = threadIdx.x & 31;
+  // The loop bound is the warp's first index: the whole warp runs every trip (blockDim is a
+  // multiple of 32).
+  for (int64_t w = blockIdx.x * static_cast<int64_t>(blockDim.x) + (threadIdx.x & ~31); w < rows;
+       w += stride) {
+    const int64_t i = w + lane;
+    const bool valid = i < rows;
+    const unsigned active = __ballot_sync(0xffffffffu, valid);
+    if (!valid) continue;
+    const int64_t r = (i % num_heads) * static_cast<int64_t>(num_blocks) + i / num_heads;
+    const int b = bucket_of[r];
+    const unsigned peers = __match_any_sync(active, b);
+    const int leader = __ffs(peers) - 1;
+    int base = 0;
+    if (lane == leader) base = atomicAdd(offsets + b, __popc(peers));
+    base = __shfl_sync(peers, base, leader);
+    order[base + __popc(peers & ((1u << lane) - 1))] = static_cast<int32_t>(r);
   }
 }
 
@@ -189,11 +221,14 @@ cudaError_t LaunchSparseSchedule(const SparseIndexView& index, const AttnParams&
   }
   const char* pack = std::getenv("SPATTN_HOPPER_PACK_TAILS");
   const int pack_tails = pack == nullptr || *pack == '\0' ? 2 : std::atoi(pack);
+  const char* ord = std::getenv("SPATTN_HOPPER_ORDER");
+  const int order_mode = ord == nullptr || *ord == '\0' ? 0 : std::atoi(ord);
   CostKernel<<<GridFor(rows, 256), 256, 0, stream>>>(
       index, tile_n, std::max(p.group, 1), kv_per_section, sections, pack_tails, hist, bucket_of);
   // Section by section, costliest first: offsets from the top bucket down.
   if ((err = LaunchReverseExclusiveScan32(hist, buckets, stream)) != cudaSuccess) return err;
-  ScatterKernel<<<GridFor(rows, 256), 256, 0, stream>>>(rows, bucket_of, hist, order);
+  ScatterKernel<<<GridFor(rows, 256), 256, 0, stream>>>(rows, index.num_heads, index.num_blocks,
+                                                        order_mode, bucket_of, hist, order);
   return cudaGetLastError();
 }
 

@@ -31,7 +31,8 @@
 // with sparse_knobs=1), after one "index_stats" line: per index row (head x query block) the
 // ranges, their lengths, the columns, and the key tiles the kernel walks at block_m keys a tile
 // (full / partial, the keys per tile). workspace_mb: each engine's workspace (default 1024; the
-// 128K sampled_lines build needs more, 8192).
+// 128K sampled_lines build needs more, 8192). index_stats=1: an "index_stats" line before every
+// sparse index (the synthetic ones too).
 #include <algorithm>
 #include <cinttypes>
 #include <cmath>
@@ -190,7 +191,7 @@ SparseIndex ColumnsIndex(const AttentionProblem& p, int block_m, double density,
 // One JSON line on the shape of `idx` as the sparse kernel walks it: per row (head slot x query
 // block) ranges, columns and key tiles of `tile_n` keys (each range cut into tiles, then the
 // columns), tiles with fewer than tile_n keys ("partial"), and the keys per tile.
-void PrintIndexStats(const std::string& name, int seq_len, int block_m, int tile_n,
+void PrintIndexStats(const std::string& name, int seq_len, int block_m, int tile_n, int group,
                      const SparseIndex& idx, const std::string& device) {
   const int64_t rows = idx.num_rows();
   int64_t ranges = 0, range_keys = 0, cols = 0, tiles = 0, partial = 0, range_tiles = 0,
@@ -228,6 +229,46 @@ void PrintIndexStats(const std::string& name, int seq_len, int block_m, int tile
   // their keys in 128-key tiles (tiles x 128 x 128 computed) against each alone in 64-key tiles
   // (tiles x 64 x 64); "pair_fill": keys x 64 of the rows over the computed size.
   double sep_work = 0, pair_work = 0, key_work = 0;
+  // block_m 64, GQA: head slots 2j and 2j + 1 (one kv head when `group` >= 2 and the slots are
+  // the heads in order) at the same query block as one 128-row item (64 rows of each head) over
+  // the union of their keys in 128-key tiles: "gqa_pair_fill_128" as pair_fill_128 above;
+  // "gqa_same": the share of such pairs whose key sets are equal (a 128-row item without waste).
+  double gqa_work = 0, gqa_same = 0;
+  if (block_m == 64 && group >= 2 && idx.num_heads() >= 2) {
+    const int pairs_h = idx.num_heads() / 2;
+    std::vector<double> gw(pairs_h, 0.0), gs(pairs_h, 0.0);
+    ParallelFor(pairs_h, [&](int64_t j) {
+      for (int b = 0; b < idx.num_blocks(); ++b) {
+        const int64_t r0 = (2 * j) * idx.num_blocks() + b, r1 = r0 + idx.num_blocks();
+        const auto span = [](const std::vector<int32_t>& v, int64_t a, int64_t e) {
+          return std::vector<int32_t>(v.begin() + a, v.begin() + e);
+        };
+        if (span(idx.range_start, idx.range_indptr[r0], idx.range_indptr[r0 + 1]) ==
+                span(idx.range_start, idx.range_indptr[r1], idx.range_indptr[r1 + 1]) &&
+            span(idx.range_len, idx.range_indptr[r0], idx.range_indptr[r0 + 1]) ==
+                span(idx.range_len, idx.range_indptr[r1], idx.range_indptr[r1 + 1]) &&
+            span(idx.col_idx, idx.col_indptr[r0], idx.col_indptr[r0 + 1]) ==
+                span(idx.col_idx, idx.col_indptr[r1], idx.col_indptr[r1 + 1])) {
+          gs[j] += 1;
+        }
+        RowKeys u;
+        for (const int64_t r : {r0, r1}) {
+          for (int64_t e = idx.range_indptr[r]; e < idx.range_indptr[r + 1]; ++e) {
+            u.AddRange(idx.range_start[e], idx.range_start[e] + idx.range_len[e]);
+          }
+          for (int64_t c = idx.col_indptr[r]; c < idx.col_indptr[r + 1]; ++c) {
+            u.AddCol(idx.col_idx[c]);
+          }
+        }
+        u.Normalize(int64_t{1} << 30);
+        int64_t t = (static_cast<int64_t>(u.cols.size()) + 127) / 128;
+        for (const auto& [a, e] : u.ranges) t += (e - a + 127) / 128;
+        gw[j] += static_cast<double>(t) * 128 * 128;
+      }
+    });
+    for (int j = 0; j < pairs_h; ++j) gqa_work += gw[j], gqa_same += gs[j];
+    gqa_same /= static_cast<double>(pairs_h) * idx.num_blocks();
+  }
   if (block_m == 64 && idx.num_blocks() >= 2) {
     std::vector<double> pw(idx.num_heads(), 0.0);
     ParallelFor(idx.num_heads(), [&](int64_t h) {
@@ -254,6 +295,8 @@ void PrintIndexStats(const std::string& name, int seq_len, int block_m, int tile
   }
   const double sep_fill = sep_work > 0 ? key_work / sep_work : 0;
   const double pair_fill = pair_work > 0 ? key_work / pair_work : 0;
+  const double gqa_fill =
+      gqa_work > 0 ? (2 * (idx.num_heads() / 2) == idx.num_heads() ? keys * 64 / gqa_work : 0) : 0;
   std::printf(
       "{\"kernel\": \"index_stats\", \"index\": \"%s\", \"seq_len\": %d, \"block_m\": %d, "
       "\"tile_n\": %d, \"rows\": %lld, \"empty_rows\": %lld, \"ranges_per_row\": %.2f, "
@@ -263,7 +306,7 @@ void PrintIndexStats(const std::string& name, int seq_len, int block_m, int tile
       "\"col_tiles_per_row\": %.2f, \"partial_tiles_per_row\": %.2f, "
       "\"keys_in_partial_range_tiles_per_row\": %.1f, \"fill\": %.3f, "
       "\"tiles_if_packed_per_row\": %.2f, \"fill_64\": %.3f, \"pair_fill_128\": %.3f, "
-      "\"device\": \"%s\"}\n",
+      "\"gqa_pair_fill_128\": %.3f, \"gqa_same\": %.3f, \"device\": \"%s\"}\n",
       name.c_str(), seq_len, block_m, tile_n, static_cast<long long>(rows),
       static_cast<long long>(empty_rows), static_cast<double>(ranges) / rows,
       static_cast<long long>(max_ranges), static_cast<double>(range_keys) / rows,
@@ -275,7 +318,7 @@ void PrintIndexStats(const std::string& name, int seq_len, int block_m, int tile
       static_cast<double>(range_tiles) / rows, static_cast<double>(col_tiles) / rows,
       static_cast<double>(partial) / rows, static_cast<double>(tail_keys) / rows,
       tiles > 0 ? keys / (static_cast<double>(tiles) * tile_n) : 0.0, keys / tile_n / rows,
-      sep_fill, pair_fill, device.c_str());
+      sep_fill, pair_fill, gqa_fill, gqa_same, device.c_str());
   std::fflush(stdout);
 }
 
@@ -440,6 +483,7 @@ int RunShape(const std::map<std::string, std::string>& flags, int kv_heads, int 
   const int sparse_rounds = sparse_knobs ? rounds : 1;
   const double skip_sparse_above = std::atof(get("skip_sparse_above", "131072").c_str());
   const double sl_gamma = std::atof(get("sampled_lines", "0").c_str());
+  const bool all_stats = get("index_stats", "0") == "1";
   const int64_t workspace = int64_t{std::atoi(get("workspace_mb", "1024").c_str())} << 20;
 
   std::string why;
@@ -567,6 +611,10 @@ int RunShape(const std::map<std::string, std::string>& flags, int kv_heads, int 
     tag = base_tag;
 
     auto run_sparse = [&](const std::string& name, const SparseIndex& idx) -> int {
+      if (all_stats && name != "sparse_sampled_lines") {
+        PrintIndexStats(name.substr(7), n, block_m, block_m, heads / kv_heads, idx,
+                        devices[device].name);
+      }
       std::unique_ptr<CudaDeviceBuffer> storage;
       auto view = UploadSparseIndex(p, idx, device, &storage);
       if (!view.ok()) {
@@ -642,7 +690,8 @@ int RunShape(const std::map<std::string, std::string>& flags, int kv_heads, int 
           std::fprintf(stderr, "sampled_lines: %s\n", s.ToString().c_str());
           return 1;
         }
-        PrintIndexStats("sampled_lines", n, block_m, block_m, idx, devices[device].name);
+        PrintIndexStats("sampled_lines", n, block_m, block_m, heads / kv_heads, idx,
+                        devices[device].name);
         if (run_sparse("sparse_sampled_lines", idx) != 0) return 1;
       }
     }

@@ -283,6 +283,24 @@ struct ConsumerStep {
 //     of the kernel: C7511, as s17-items saw.)
 struct FullTiles {};
 
+// The P V of the last tile of a stream (ring position tile - 1; RunKeyTiles' and the sparse
+// kernel's ConsumerStream): waits for its V, prepare_v(slot), issue_pv(slot) in this
+// warpgroup's turn, waits for it and gives the V slot back.
+template <class Step, class Ring, class PrepareV, class IssuePv>
+__device__ __forceinline__ void LastPv(Step& st, const Ring& ring, int tile, int my_turn,
+                                       int other_turn, int turn_threads, int lane,
+                                       PrepareV prepare_v, IssuePv issue_pv) {
+  const int vs = Ring::Slot(tile - 1);
+  MbarWait(ring.VFull(vs), Ring::Phase(tile - 1));
+  prepare_v(vs);
+  NamedSync(my_turn, turn_threads);
+  issue_pv(vs);
+  NamedArrive(other_turn, turn_threads);
+  WgmmaWait<0>();
+  st.FenceAcc();
+  if (lane == 0) MbarArrive(ring.VEmpty(vs));
+}
+
 template <class Desc, class Step, class Ring, class Next, class AfterK, class PrepareV,
           class MaskTile, class FirstGroups = FullTiles>
 __device__ __forceinline__ bool RunKeyTiles(Step& st, const Ring& ring, int& tile, uint32_t q_rows,
@@ -350,23 +368,19 @@ __device__ __forceinline__ bool RunKeyTiles(Step& st, const Ring& ring, int& til
     prev = d;
     ++tile;
   }
-  const int vs = Ring::Slot(tile - 1);
-  MbarWait(ring.VFull(vs), Ring::Phase(tile - 1));
-  prepare_v(vs, prev);
-  NamedSync(my_turn, turn_threads);
-  if constexpr (kNarrow) {
-    if (pv_groups < kAllGroups) {
-      st.IssuePvGroups(ring.V(vs), pv_groups);
-    } else {
-      st.IssuePv(ring.V(vs));
-    }
-  } else {
-    st.IssuePv(ring.V(vs));
-  }
-  NamedArrive(other_turn, turn_threads);
-  WgmmaWait<0>();
-  st.FenceAcc();
-  release(ring.VEmpty(vs));
+  LastPv(
+      st, ring, tile, my_turn, other_turn, turn_threads, lane, [&](int vs) { prepare_v(vs, prev); },
+      [&](int vs) {
+        if constexpr (kNarrow) {
+          if (pv_groups < kAllGroups) {
+            st.IssuePvGroups(ring.V(vs), pv_groups);
+          } else {
+            st.IssuePv(ring.V(vs));
+          }
+        } else {
+          st.IssuePv(ring.V(vs));
+        }
+      });
   return true;
 }
 

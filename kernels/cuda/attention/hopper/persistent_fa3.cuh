@@ -327,6 +327,26 @@ __device__ __forceinline__ void PrepareV(char* smem, int slot, int kind, int n, 
   NamedSync(kBarWg0 + cw, 128);
 }
 
+// An item's epilogue (consumer warpgroup cw): the warp's rows, normalized, through the item's Q
+// buffer qb (its Q is no longer read) to 16-byte stores of O, and LSE; then the Q buffer goes
+// back to the producer (q_empty: its barrier; every consumer warp arrives).
+template <class Tr, class Step>
+__device__ __forceinline__ void StoreItem(Step& st, char* smem, const AttnParams& p,
+                                          const ItemDesc& x, int qb, int cw, int warp, int lane,
+                                          uint32_t q_empty) {
+  using T = typename Tr::T;
+  const int64_t row_tok = x.q_tok0 + x.q_begin;
+  T* o_block = static_cast<T*>(p.o) + static_cast<int64_t>(x.head) * p.o_head_stride +
+               row_tok * p.o_token_stride;
+  float* lse_block = p.maybe_lse == nullptr
+                         ? nullptr
+                         : p.maybe_lse + static_cast<int64_t>(x.head) * p.total_q + row_tok;
+  st.Store(smem + qb * Tr::kQBytes, cw * 64 + warp * 16, lane, x.rows, p.scale_log2, o_block,
+           p.o_token_stride, lse_block);
+  __syncwarp();
+  if (lane == 0) MbarArrive(q_empty);
+}
+
 // O += P V over the first 64 keys of a 128-key tile (one whose keys past 64 all count for nothing
 // to this warpgroup: their P is 0). (S of the first 64 keys alone, by m64n64 wgmmas into the
 // same registers, made ptxas serialize every wgmma of the kernel for want of registers: C7511.)
@@ -436,16 +456,7 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
     }
   };
   auto epilogue = [&](const ItemDesc& x, int qb) {
-    const int64_t row_tok = x.q_tok0 + x.q_begin;
-    T* o_block = static_cast<T*>(p.o) + static_cast<int64_t>(x.head) * p.o_head_stride +
-                 row_tok * p.o_token_stride;
-    float* lse_block = p.maybe_lse == nullptr
-                           ? nullptr
-                           : p.maybe_lse + static_cast<int64_t>(x.head) * p.total_q + row_tok;
-    st.Store(smem + qb * Tr::kQBytes, cw * 64 + warp * 16, lane, x.rows, p.scale_log2, o_block,
-             p.o_token_stride, lse_block);
-    __syncwarp();
-    if (lane == 0) MbarArrive(q_empty0 + 8 * qb);
+    StoreItem<Tr>(st, smem, p, x, qb, cw, warp, lane, q_empty0 + 8 * qb);
   };
 
   if (!next_item()) return;
@@ -513,15 +524,9 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
     prev = d;
     ++tile;
   }
-  const int vs = Ring::Slot(tile - 1);
-  MbarWait(ring.VFull(vs), Ring::Phase(tile - 1));
-  prepare_v(vs, prev);
-  NamedSync(my_turn, turn_threads);
-  issue_pv(prev, vs);
-  NamedArrive(other_turn, turn_threads);
-  WgmmaWait<0>();
-  st.FenceAcc();
-  release(ring.VEmpty(vs));
+  LastPv(
+      st, ring, tile, my_turn, other_turn, turn_threads, lane, [&](int vs) { prepare_v(vs, prev); },
+      [&](int vs) { issue_pv(prev, vs); });
   epilogue(cur, cur_qb);
 }
 
@@ -873,18 +878,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
       RunKeyTiles<Tile>(st, ring, tile, sQ0 + qb * Tr::kQBytes + cw * 64 * 128, my_turn, other_turn,
                         lane, p.scale_log2, next, after_k, prepare_v, mask, kTurnThreads);
 
-      // Epilogue: the warp's rows through its Q rows to 16-byte stores; then the Q buffer goes
-      // back to the producer.
-      const int64_t row_tok = it.q_tok0 + it.q_begin;
-      T* o_block = static_cast<T*>(p.o) + static_cast<int64_t>(it.head) * p.o_head_stride +
-                   row_tok * p.o_token_stride;
-      float* lse_block = p.maybe_lse == nullptr
-                             ? nullptr
-                             : p.maybe_lse + static_cast<int64_t>(it.head) * p.total_q + row_tok;
-      st.Store(smem + qb * Tr::kQBytes, cw * 64 + warp * 16, lane, it.rows, p.scale_log2, o_block,
-               p.o_token_stride, lse_block);
-      __syncwarp();
-      if (lane == 0) MbarArrive(q_empty(qb));
+      StoreItem<Tr>(st, smem, p, it, qb, cw, warp, lane, q_empty(qb));
     }
   }
   if (kPingPong && cw == 0) NamedSync(my_turn, 256);  // balances warpgroup 1's first "your turn"
