@@ -17,7 +17,12 @@ namespace cuda {
 namespace merged {
 namespace {
 
-constexpr int kRowThreads = 256;
+// Threads of the rows kernel. Shared memory: 16 warps, so that a group's 16 rows run their
+// top-k side by side (at 128K keys one CTA fills an SM's shared memory; with 8 warps each ran
+// two rows one after the other) and the next key chunk's loads overlap the current chunk's
+// products. Global slots (1M keys): 8 warps, two CTAs per SM, as before (16 warps and one CTA
+// per SM were slower there: rows 28.0 -> 37.4 ms, kernels/cuda/NOTES.md Session 19 — s19-build).
+__host__ __device__ constexpr int RowThreads(bool global) { return global ? 256 : 512; }
 
 template <typename T>
 __global__ void PoolKeysKernel(PoolKeysParams p) {
@@ -73,24 +78,33 @@ struct BsSmem {
 
 __host__ __device__ inline int64_t Align16(int64_t x) { return (x + 15) / 16 * 16; }
 
-// Shared memory: pooled queries, a chunk of pooled keys, then (unless kGlobal) the rows' logits
-// and each warp's flags. kGlobal: the last two at the same offsets in a global slot instead.
+// Shared memory: pooled queries, a chunk of pooled keys, the rows' logits and each warp's flags.
+// The flags take the key chunk's place (PooledDots is done with it before the first row's
+// top-k), which at 2048 key blocks keeps 16 rows of 16 warps in one SM's shared memory. kGlobal:
+// the logits and flags in a global slot instead (logits at 0, flags after them).
 __host__ __device__ inline BsSmem BsLayout(int d, int max_rows, int nk_max, bool global) {
   BsSmem l;
+  const int64_t ks_bytes = Align16(static_cast<int64_t>(64) * PooledKeyPitch(d) * 4);
+  const int64_t flag_bytes = Align16(static_cast<int64_t>(RowThreads(global) / 32) * nk_max);
+  const int64_t logit_bytes = Align16(static_cast<int64_t>(max_rows) * nk_max * 4);
   l.qs = 0;
   l.ks = Align16(static_cast<int64_t>(max_rows) * d * 4);
-  const int64_t head = l.ks + Align16(static_cast<int64_t>(64) * PooledKeyPitch(d) * 4);
-  l.logits = global ? 0 : head;
-  l.flags = l.logits + Align16(static_cast<int64_t>(max_rows) * nk_max * 4);
-  const int64_t end = l.flags + Align16(static_cast<int64_t>(kRowThreads / 32) * nk_max);
-  l.total = global ? head : end;  // global: `end` is the slot's size
+  if (global) {
+    l.logits = 0;
+    l.flags = logit_bytes;
+    l.total = l.ks + ks_bytes;  // the slot's size: l.flags + flag_bytes
+    return l;
+  }
+  l.flags = l.ks;
+  l.logits = l.ks + (ks_bytes > flag_bytes ? ks_bytes : flag_bytes);
+  l.total = l.logits + logit_bytes;
   return l;
 }
 
 // One CTA's global slot: the layout's logits and flags.
 __host__ __device__ inline int64_t BsSlotBytes(int max_rows, int nk_max) {
-  const BsSmem l = BsLayout(0, max_rows, nk_max, true);
-  return l.flags + Align16(static_cast<int64_t>(kRowThreads / 32) * nk_max);
+  return Align16(static_cast<int64_t>(max_rows) * nk_max * 4) +
+         Align16(static_cast<int64_t>(RowThreads(true) / 32) * nk_max);
 }
 
 // One group of rows: pooled queries and logits, then per row (one warp each) the top-k with the
@@ -99,6 +113,7 @@ template <typename T, bool kGlobal>
 __device__ __forceinline__ void BlockSparseGroup(const BlockRowsParams& p, const RowGroup grp,
                                                  float* qs, float* ks, float* logits,
                                                  uint8_t* flags_all) {
+  constexpr int kRowThreads = RowThreads(kGlobal);
   constexpr int kWarps = kRowThreads / 32;
   __shared__ int warp_hist[kWarps][256];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -122,8 +137,8 @@ __device__ __forceinline__ void BlockSparseGroup(const BlockRowsParams& p, const
   int fp, lp, ke;
   const int vis_max = visible_of(grp.rows - 1, &fp, &lp, &ke);
   const float* pk = p.pooled_k + (static_cast<int64_t>(kvh) * p.total_kb + s.kb_base) * d;
-  PooledDots<kRowThreads>(qs, grp.rows, d, pk, vis_max, ks,
-                          [&](int r, int kb, float l) { logits[r * nk + kb] = l; });
+  PooledDots<kRowThreads, /*kPrefetch=*/!kGlobal>(
+      qs, grp.rows, d, pk, vis_max, ks, [&](int r, int kb, float l) { logits[r * nk + kb] = l; });
 
   for (int r = warp; r < grp.rows; r += kWarps) {
     int first_pos, last_pos, key_end;
@@ -179,7 +194,7 @@ __device__ __forceinline__ void BlockSparseGroup(const BlockRowsParams& p, const
 // CTA's global slot (sequences of more key blocks than shared memory holds), the CTAs walking
 // the groups; the same arithmetic and selection either way.
 template <typename T, bool kGlobal>
-__global__ void __launch_bounds__(kRowThreads) BlockSparseRowsKernel(BlockRowsParams p) {
+__global__ void __launch_bounds__(RowThreads(kGlobal)) BlockSparseRowsKernel(BlockRowsParams p) {
   extern __shared__ __align__(16) unsigned char smem[];
   const BsSmem lay = BsLayout(p.head_dim, p.max_rows, p.nk_max, kGlobal);
   float* qs = reinterpret_cast<float*>(smem + lay.qs);
@@ -192,13 +207,16 @@ __global__ void __launch_bounds__(kRowThreads) BlockSparseRowsKernel(BlockRowsPa
       });
 }
 
+// One warp per row (a row holds up to `cap` ranges: top_k blocks at 128K keys are ~50 runs).
 __global__ void CompactRangesKernel(const int32_t* tmp_start, const int32_t* tmp_end, int cap,
                                     int64_t rows, const int32_t* indptr, int32_t* range_start,
                                     int32_t* range_len) {
-  for (int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; r < rows;
-       r += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  const int lane = static_cast<int>(threadIdx.x & 31u);
+  const int64_t warps = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
+  for (int64_t r = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) >> 5; r < rows;
+       r += warps) {
     const int32_t o = indptr[r], n = indptr[r + 1] - o;
-    for (int t = 0; t < n; ++t) {
+    for (int t = lane; t < n; t += 32) {
       const int32_t st = tmp_start[r * cap + t];
       range_start[o + t] = st;
       range_len[o + t] = tmp_end[r * cap + t] - st;
@@ -248,7 +266,7 @@ cudaError_t LaunchRows(const BlockRowsParams& p, cudaStream_t stream) {
       err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  static_cast<int>(bytes));
       if (err != cudaSuccess) return err;
-      kernel<<<grid, kRowThreads, bytes, stream>>>(p);
+      kernel<<<grid, RowThreads(kGlobal), bytes, stream>>>(p);
       break;
     }
     case DType::kF16: {
@@ -256,7 +274,7 @@ cudaError_t LaunchRows(const BlockRowsParams& p, cudaStream_t stream) {
       err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  static_cast<int>(bytes));
       if (err != cudaSuccess) return err;
-      kernel<<<grid, kRowThreads, bytes, stream>>>(p);
+      kernel<<<grid, RowThreads(kGlobal), bytes, stream>>>(p);
       break;
     }
     case DType::kF32:
@@ -269,7 +287,7 @@ cudaError_t LaunchRows(const BlockRowsParams& p, cudaStream_t stream) {
 
 cudaError_t LaunchBlockSparseRows(const BlockRowsParams& p, cudaStream_t stream) {
   if (p.num_groups == 0) return cudaSuccess;
-  if (p.max_rows > 4 * (kRowThreads / 64)) return cudaErrorInvalidValue;
+  if (p.max_rows > 4 * (RowThreads(true) / 64)) return cudaErrorInvalidValue;
   return p.scratch != nullptr ? LaunchRows<true>(p, stream) : LaunchRows<false>(p, stream);
 }
 
@@ -277,8 +295,8 @@ cudaError_t LaunchCompactRanges(const int32_t* tmp_start, const int32_t* tmp_end
                                 int64_t rows, const int32_t* range_indptr, int32_t* range_start,
                                 int32_t* range_len, cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
-  CompactRangesKernel<<<Grid(rows, 256), 256, 0, stream>>>(tmp_start, tmp_end, cap, rows,
-                                                           range_indptr, range_start, range_len);
+  CompactRangesKernel<<<Grid(rows * 32, 256), 256, 0, stream>>>(
+      tmp_start, tmp_end, cap, rows, range_indptr, range_start, range_len);
   return cudaGetLastError();
 }
 

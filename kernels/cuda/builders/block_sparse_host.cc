@@ -33,7 +33,8 @@ absl::StatusOr<SparseIndexView> BuildBlockSparse(const AttentionProblem& p, cons
                                 [&](int r, bool global) {
                                   return BlockSparseSmemBytes(p.head_dim, r, pp.nk_max, global);
                                 },
-                                16 * 1024, "block_sparse.block_size", &global_scratch));
+                                // static: 16 warps' 1 KB histograms
+                                20 * 1024, "block_sparse.block_size", &global_scratch));
   }
   const std::vector<RowGroup> groups = MakeGroups(plan, pp, rows_per_group);
   MetaBlob blob;

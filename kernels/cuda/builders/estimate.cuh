@@ -80,27 +80,33 @@ __host__ __device__ constexpr int PooledKeyPitch(int d) { return d + 4; }
 // logit = SanitizeLogit(fma chain over c of qs[r][c] * pk[kb][c]). ks: smem
 // [64][PooledKeyPitch(d)]; qs 16-byte aligned, d a multiple of 4. The chain runs over c in order
 // (the CPU's ColumnDots); its operands come four at a time (float4 shared loads: one load of the
-// key and one per row for four FMAs, instead of one load per FMA plus the key's).
-template <int kThreads, class Out>
+// key and one per row for four FMAs, instead of one load per FMA plus the key's). kPrefetch:
+// the next chunk's global loads are issued before the current chunk's products (kPer float4
+// registers more; the same values reach ks), so their latency hides behind the FMAs.
+template <int kThreads, bool kPrefetch = false, class Out>
 __device__ __forceinline__ void PooledDots(const float* qs, int rows, int d, const float* pk,
                                            int kb_end, float* ks, Out out) {
   constexpr int kGroups = kThreads / 64;
   const int kbi = threadIdx.x & 63, rsub = threadIdx.x >> 6;
   const int pitch = PooledKeyPitch(d);
-  for (int kb0 = 0; kb0 < kb_end; kb0 += 64) {
-    __syncthreads();
-    // The chunk's 64 pooled keys are contiguous: float4 loads, all issued before the stores.
-    constexpr int kPer = 64 * 128 / 4 / kThreads;  // up to d = 128
-    static_assert(64 * 128 / 4 % kThreads == 0, "whole vectors per thread");
-    const int vecs = 64 * d / 4;
+  // The chunk's 64 pooled keys are contiguous: float4 loads, all issued before the stores.
+  constexpr int kPer = 64 * 128 / 4 / kThreads;  // up to d = 128
+  static_assert(64 * 128 / 4 % kThreads == 0, "whole vectors per thread");
+  const int vecs = 64 * d / 4;
+  float4 v[kPer];
+  auto load = [&](int kb0) {
     const float4* src = reinterpret_cast<const float4*>(pk + static_cast<int64_t>(kb0) * d);
-    float4 v[kPer];
 #pragma unroll
     for (int u = 0; u < kPer; ++u) {
       const int idx = static_cast<int>(threadIdx.x) + u * kThreads;
       v[u] = make_float4(0.f, 0.f, 0.f, 0.f);
       if (idx < vecs && kb0 + idx * 4 / d < kb_end) v[u] = src[idx];
     }
+  };
+  if (kPrefetch && kb_end > 0) load(0);
+  for (int kb0 = 0; kb0 < kb_end; kb0 += 64) {
+    __syncthreads();
+    if (!kPrefetch) load(kb0);
 #pragma unroll
     for (int u = 0; u < kPer; ++u) {
       const int idx = static_cast<int>(threadIdx.x) + u * kThreads;
@@ -110,6 +116,7 @@ __device__ __forceinline__ void PooledDots(const float* qs, int rows, int d, con
       }
     }
     __syncthreads();
+    if (kPrefetch && kb0 + 64 < kb_end) load(kb0 + 64);
     if (kb0 + kbi < kb_end) {
       float acc[4] = {0.f, 0.f, 0.f, 0.f};
       const float* kr = ks + kbi * pitch;

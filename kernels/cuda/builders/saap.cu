@@ -479,16 +479,8 @@ __device__ __forceinline__ void WarpTopKByBisection(const float* sc, int n, int 
     for (int j = 0; j < kPer; ++j) c += key[j] >= t ? 1 : 0;
     return static_cast<int>(__reduce_add_sync(0xffffffffu, static_cast<unsigned>(c)));
   };
-  uint32_t lo = 0u, hi = 0x7f800001u;  // count(>= lo) >= k > count(>= hi)
-  while (hi - lo > 1u) {
-    const uint32_t mid = lo + (hi - lo) / 2;
-    if (count_ge(mid) >= k) {
-      lo = mid;
-    } else {
-      hi = mid;
-    }
-  }
-  const int need = k - count_ge(lo + 1u);  // ties at the threshold to take, lowest first
+  int need = 0;  // ties at the threshold to take, lowest first
+  const uint32_t lo = topk::BisectFloatThreshold(k, count_ge, &need);
   int taken_ties = 0, pos = 0;
   const unsigned below = (1u << lane) - 1u;
 #pragma unroll

@@ -11,7 +11,9 @@
 // (integer-valued inputs, power-of-two scale) the selected lines are the CPU's, ties included
 // (but where an exp lands within ~1e-15 of a float rounding boundary).
 #include <algorithm>
+#include <cstdlib>
 #include <cub/block/block_reduce.cuh>
+#include <string>
 
 #include "kernels/cuda/builders/estimate.cuh"
 #include "kernels/cuda/builders/merged_kernels.h"
@@ -22,7 +24,9 @@ namespace cuda {
 namespace merged {
 namespace {
 
-constexpr int kEstThreads = 128;
+// A CTA runs kWarps warps of 16 estimate rows each over its key chunk: 4 (64 rows at a time,
+// vertical_slash's last_q 64) or 8 (128 rows at a time: flex_prefill's block of 128 loads each
+// K tile once, where 4 warps loaded it once per 64-row chunk).
 constexpr int kTile = 64;
 constexpr int kTilesPerCta = kEstKeysPerCta / kTile;
 constexpr int kPitchP = kTile + 1;  // floats per row of the probability tile
@@ -33,28 +37,30 @@ struct EstSmem {
   int64_t diag, ptile, qs, ks, total;
 };
 
-// Shared memory of pass `pass`. Passes 1 and 2 (row maxima, row sums) need only the Q and K
-// tiles; pass 3 adds the column / diagonal accumulators and the probability tile, which takes the
-// K tile's place once the tile's logits are in registers. The smaller the footprint, the more
-// CTAs per SM: the passes are latency-bound (a second K buffer for a cp.async double buffer,
-// 4 -> 3 CTAs per SM, made them ~10% slower; kernels/cuda/NOTES.md, Session 17 — s17-build).
-__host__ __device__ inline EstSmem EstLayout(int head_dim, int max_n, int pass) {
+// Shared memory of pass `pass` with `warps` warps (16 rows each). Passes 1 and 2 (row maxima,
+// row sums) need only the Q and K tiles; pass 3 adds the column / diagonal accumulators and the
+// probability tile, which takes the K tile's place once the tile's logits are in registers. The
+// smaller the footprint, the more CTAs per SM: the passes are latency-bound (a second K buffer
+// for a cp.async double buffer, 4 -> 3 CTAs per SM, made them ~10% slower; kernels/cuda/NOTES.md,
+// Session 17 — s17-build).
+__host__ __device__ inline EstSmem EstLayout(int head_dim, int max_n, int pass, int warps) {
   EstSmem l;
   const int64_t pitch = head_dim + 8;
-  const int64_t tile_bytes = AlignUp16(kTile * pitch * 2);
+  const int64_t k_bytes = AlignUp16(kTile * pitch * 2);
+  const int64_t q_bytes = AlignUp16(16 * warps * pitch * 2);
   if (pass < 3) {
     l.diag = l.ptile = 0;  // unused
     l.qs = 0;
-    l.ks = tile_bytes;
-    l.total = 2 * tile_bytes;
+    l.ks = q_bytes;
+    l.total = q_bytes + k_bytes;
     return l;
   }
   l.diag = AlignUp16(static_cast<int64_t>(kEstKeysPerCta) * 8);
   l.qs = l.diag + AlignUp16(static_cast<int64_t>(max_n + kEstKeysPerCta - 1) * 8);
-  l.ks = l.qs + tile_bytes;
+  l.ks = l.qs + q_bytes;
   l.ptile = l.ks;
-  const int64_t ptile_bytes = AlignUp16(static_cast<int64_t>(kTile) * kPitchP * 4);
-  l.total = l.ks + (ptile_bytes > tile_bytes ? ptile_bytes : tile_bytes);
+  const int64_t ptile_bytes = AlignUp16(static_cast<int64_t>(16 * warps) * kPitchP * 4);
+  l.total = l.ks + (ptile_bytes > k_bytes ? ptile_bytes : k_bytes);
   return l;
 }
 
@@ -126,19 +132,19 @@ __device__ __forceinline__ int64_t FloorDiv(int64_t a, int64_t b) {
   return a >= 0 ? a / b : -((-a + b - 1) / b);
 }
 
-// Loads `rows` rows (zero rows up to 64) of head `head` from `base` into a [64][pitch] tile. All
-// of a thread's loads are issued before its stores (a loop of load-then-store waits out the
-// memory latency once per 16 bytes).
-template <int kD, typename T>
+// Loads `rows` rows (zero rows up to kRows) of head `head` from `base` into a [kRows][pitch]
+// tile, kThreads threads. All of a thread's loads are issued before its stores (a loop of
+// load-then-store waits out the memory latency once per 16 bytes).
+template <int kD, int kRows, int kThreads, typename T>
 __device__ __forceinline__ void LoadTile(T* dst, int pitch, const T* base, int64_t token0, int rows,
                                          int64_t token_stride, int64_t head, int64_t head_stride) {
   constexpr int kVecs = kD / 8;
-  constexpr int kPer = kTile * kVecs / kEstThreads;
-  static_assert(kTile * kVecs % kEstThreads == 0, "whole vectors per thread");
+  constexpr int kPer = kRows * kVecs / kThreads;
+  static_assert(kRows * kVecs % kThreads == 0, "whole vectors per thread");
   uint4 val[kPer];
 #pragma unroll
   for (int u = 0; u < kPer; ++u) {
-    const int idx = static_cast<int>(threadIdx.x) + u * kEstThreads;
+    const int idx = static_cast<int>(threadIdx.x) + u * kThreads;
     const int r = idx / kVecs, v = idx - r * kVecs;
     val[u] = make_uint4(0, 0, 0, 0);
     if (r < rows) {
@@ -148,7 +154,7 @@ __device__ __forceinline__ void LoadTile(T* dst, int pitch, const T* base, int64
   }
 #pragma unroll
   for (int u = 0; u < kPer; ++u) {
-    const int idx = static_cast<int>(threadIdx.x) + u * kEstThreads;
+    const int idx = static_cast<int>(threadIdx.x) + u * kThreads;
     const int r = idx / kVecs, v = idx - r * kVecs;
     *reinterpret_cast<uint4*>(dst + r * pitch + v * 8) = val[u];
   }
@@ -179,11 +185,16 @@ __device__ __forceinline__ void TileLogits(const T* qs, const T* ks, float (&acc
   }
 }
 
-// One pass of the estimate over one key chunk of one unit (see EstimateParams).
-template <typename T, int kD, int kPass>
-__global__ void __launch_bounds__(kEstThreads) EstimateKernel(EstimateParams p) {
+// One pass of the estimate over one key chunk of one unit (see EstimateParams), the unit's rows
+// kRows = 16 kWarps at a time. Every sum runs in the same order for any kWarps: a column's and a
+// diagonal's in row order (tile by tile, a tile's rows in order: a diagonal's rows in tile t all
+// precede its rows in tile t + 1), a row's over its tiles in key order.
+template <typename T, int kD, int kPass, int kWarps>
+__device__ __forceinline__ void EstimateBody(const EstimateParams& p) {
+  constexpr int kEstThreads = 32 * kWarps;
+  constexpr int kRows = 16 * kWarps;
   extern __shared__ __align__(16) unsigned char smem[];
-  const EstSmem lay = EstLayout(kD, p.max_n, kPass);
+  const EstSmem lay = EstLayout(kD, p.max_n, kPass, kWarps);
   double* col_acc = reinterpret_cast<double*>(smem);
   double* diag_acc = reinterpret_cast<double*>(smem + lay.diag);
   float* ptile = reinterpret_cast<float*>(smem + lay.ptile);
@@ -212,13 +223,13 @@ __global__ void __launch_bounds__(kEstThreads) EstimateKernel(EstimateParams p) 
     for (int i = tid; i < kEstKeysPerCta; i += kEstThreads) col_acc[i] = 0;
     for (int i = tid; i < diag_len; i += kEstThreads) diag_acc[i] = 0;
   }
-  const int chunks = CeilDivD(s.n, kTile);
+  const int chunks = CeilDivD(s.n, kRows);
   for (int c = 0; c < chunks; ++c) {
-    const int i0 = c * kTile;
-    const int rows_here = min(kTile, s.n - i0);
+    const int i0 = c * kRows;
+    const int rows_here = min(kRows, s.n - i0);
     __syncthreads();  // previous chunk's readers of qs are done
-    LoadTile<kD>(qs, kPitch, qg, static_cast<int64_t>(s.q_row0) + i0, rows_here, p.q_token_stride,
-                 qh, p.q_head_stride);
+    LoadTile<kD, kRows, kEstThreads>(qs, kPitch, qg, static_cast<int64_t>(s.q_row0) + i0, rows_here,
+                                     p.q_token_stride, qh, p.q_head_stride);
     // This thread's two rows of the chunk (fragment rows lane/4 and lane/4 + 8 of its warp).
     const int rl[2] = {warp * 16 + (lane >> 2), warp * 16 + (lane >> 2) + 8};
     float mx[2] = {-CUDART_INF_F, -CUDART_INF_F};
@@ -233,38 +244,69 @@ __global__ void __launch_bounds__(kEstThreads) EstimateKernel(EstimateParams p) 
       }
     }
     float run_max[2] = {-CUDART_INF_F, -CUDART_INF_F};
+    float raw_max[2] = {-CUDART_INF_F, -CUDART_INF_F};  // pass 1, full tiles: unscaled products
     double run_sum[2] = {0, 0};
     for (int t = 0; t < kTilesPerCta; ++t) {
       const int j0 = key0 + t * kTile;
       if (j0 >= s.kl) break;
       __syncthreads();  // previous tile's readers of ks / ptile are done
-      LoadTile<kD>(ks, kPitch, kg, static_cast<int64_t>(s.k_begin) + j0, min(kTile, s.kl - j0),
-                   p.k_token_stride, kvh, p.k_head_stride);
+      LoadTile<kD, kTile, kEstThreads>(ks, kPitch, kg, static_cast<int64_t>(s.k_begin) + j0,
+                                       min(kTile, s.kl - j0), p.k_token_stride, kvh,
+                                       p.k_head_stride);
       __syncthreads();
       float acc[8][4];
       TileLogits<T, kD>(qs, ks, acc);
       if (kPass == 3) __syncthreads();  // every warp's reads of ks are done: ptile overwrites it
+      // A full tile (every row of the chunk sees every key of the tile, scale > 0) skips the
+      // per-element mask; pass 1 then takes the max of the raw products and scales and
+      // sanitizes it once (rounding by a positive scale is monotone, fmaxf skips NaN, and +inf /
+      // overflow land on FLT_MAX either way: the same maximum as the masked path).
+      const bool full = rows_here == kRows && j0 + kTile <= s.kl &&
+                        (!p.causal || j0 + kTile - 1 <= s.first_pos + i0) && p.scale > 0.f;
+      if (full && kPass == 1) {
 #pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
+        for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int h = e >> 1;
-          const int jj = nt * 8 + (lane & 3) * 2 + (e & 1);
-          const int j = j0 + jj;
-          const int i = i0 + rl[h];
-          const bool valid = rl[h] < rows_here && j < s.kl && (!p.causal || j <= s.first_pos + i);
-          const float l = SanitizeLogit(__fmul_rn(acc[nt][e], p.scale));
-          if (kPass == 1) {
-            if (valid) run_max[h] = fmaxf(run_max[h], l);
-          } else {
-            float ex = 0.f;
-            if (valid && mx[h] != -CUDART_INF_F) {
-              ex = ExpNonPositive(__fsub_rn(l, mx[h]), exp_tab);
-            }
+          for (int e = 0; e < 4; ++e) raw_max[e >> 1] = fmaxf(raw_max[e >> 1], acc[nt][e]);
+        }
+      } else if (full) {
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int h = e >> 1;
+            const float l = SanitizeLogit(__fmul_rn(acc[nt][e], p.scale));
+            const float ex = ExpNonPositive(__fsub_rn(l, mx[h]), exp_tab);
             if (kPass == 2) {
               run_sum[h] += static_cast<double>(ex);
             } else {
-              ptile[rl[h] * kPitchP + jj] = __fmul_rn(ex, inv[h]);
+              ptile[rl[h] * kPitchP + nt * 8 + (lane & 3) * 2 + (e & 1)] = __fmul_rn(ex, inv[h]);
+            }
+          }
+        }
+      } else {
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int h = e >> 1;
+            const int jj = nt * 8 + (lane & 3) * 2 + (e & 1);
+            const int j = j0 + jj;
+            const int i = i0 + rl[h];
+            const bool valid = rl[h] < rows_here && j < s.kl && (!p.causal || j <= s.first_pos + i);
+            const float l = SanitizeLogit(__fmul_rn(acc[nt][e], p.scale));
+            if (kPass == 1) {
+              if (valid) run_max[h] = fmaxf(run_max[h], l);
+            } else {
+              float ex = 0.f;
+              if (valid && mx[h] != -CUDART_INF_F) {
+                ex = ExpNonPositive(__fsub_rn(l, mx[h]), exp_tab);
+              }
+              if (kPass == 2) {
+                run_sum[h] += static_cast<double>(ex);
+              } else {
+                ptile[rl[h] * kPitchP + jj] = __fmul_rn(ex, inv[h]);
+              }
             }
           }
         }
@@ -277,8 +319,8 @@ __global__ void __launch_bounds__(kEstThreads) EstimateKernel(EstimateParams p) 
           for (int r = 0; r < rows_here; ++r) a += static_cast<double>(ptile[r * kPitchP + tid]);
           col_acc[t * kTile + tid] = a;
         } else {
-          // Diagonals dl = row - column in [-63, 63]: x = i0 - 64t + W - 1 + dl.
-          for (int dd = tid - kTile; dd < 2 * kTile - 1; dd += kEstThreads - kTile) {
+          // Diagonals dl = row - column in [-63, rows_here - 1]: x = i0 - 64t + W - 1 + dl.
+          for (int dd = tid - kTile; dd < rows_here + kTile - 1; dd += kEstThreads - kTile) {
             const int dl = dd - (kTile - 1);
             const int r_lo = max(0, dl);
             const int r_hi = min(rows_here - 1, kTile - 1 + dl);
@@ -296,7 +338,10 @@ __global__ void __launch_bounds__(kEstThreads) EstimateKernel(EstimateParams p) 
     if (kPass == 1) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        float m = run_max[h];
+        // raw_max is -inf unless a full tile ran, and then p.scale > 0.
+        float m = raw_max[h] == -CUDART_INF_F
+                      ? run_max[h]
+                      : fmaxf(run_max[h], SanitizeLogit(__fmul_rn(raw_max[h], p.scale)));
         m = fmaxf(m, __shfl_xor_sync(kFullMask, m, 1));
         m = fmaxf(m, __shfl_xor_sync(kFullMask, m, 2));
         if ((lane & 3) == 0 && rl[h] < rows_here) {
@@ -326,6 +371,17 @@ __global__ void __launch_bounds__(kEstThreads) EstimateKernel(EstimateParams p) 
         p.dpart + slot * p.dpart_stride + s.dpart_base + static_cast<int64_t>(cta) * diag_len;
     for (int x = tid; x < diag_len; x += kEstThreads) dp[x] = diag_acc[x];
   }
+}
+
+// 4 warps: as many CTAs per SM as registers and shared memory allow (5 for d 128). 8 warps: at
+// least 3 CTAs per SM (80 registers; pass 3 would take 98, i.e. 2 CTAs of 8 warps).
+template <typename T, int kD, int kPass>
+__global__ void __launch_bounds__(128) EstimateKernel4(EstimateParams p) {
+  EstimateBody<T, kD, kPass, 4>(p);
+}
+template <typename T, int kD, int kPass>
+__global__ void __launch_bounds__(256, 3) EstimateKernel8(EstimateParams p) {
+  EstimateBody<T, kD, kPass, 8>(p);
 }
 
 __global__ void RowInvKernel(EstimateParams p) {
@@ -371,7 +427,10 @@ __global__ void DiagCombineKernel(EstimateParams p) {
   }
 }
 
-constexpr int kSelectThreads = 512;
+// One CTA per (unit, list): at 32K keys that is 64 CTAs on 132 SMs, each a radix walk over
+// ~32K values, so the CTA is as wide as it gets (the walk is latency-bound: 1024 threads hold
+// 32 values each per level instead of 64).
+constexpr int kSelectThreads = 1024;
 
 __global__ void __launch_bounds__(kSelectThreads) SelectLinesKernel(LineSelectParams p) {
   using Scan = cub::BlockScan<int, kSelectThreads>;
@@ -578,31 +637,47 @@ int GridFor(int64_t n, int threads) {
       std::max<int64_t>(1, std::min<int64_t>((n + threads - 1) / threads, 65535)));
 }
 
-template <typename T, int kD, int kPass>
+template <typename T, int kD, int kPass, int kWarps>
 cudaError_t LaunchEstimateTyped(const EstimateParams& p, int max_n, cudaStream_t stream) {
-  const int64_t bytes = EstLayout(kD, max_n, kPass).total;
-  auto kernel = EstimateKernel<T, kD, kPass>;
+  const int64_t bytes = EstLayout(kD, max_n, kPass, kWarps).total;
+  auto kernel = kWarps == 8 ? EstimateKernel8<T, kD, kPass> : EstimateKernel4<T, kD, kPass>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(bytes));
   if (err != cudaSuccess) return err;
   const int64_t grid = static_cast<int64_t>(p.total_ctas) * p.num_slots;
   if (grid == 0) return cudaSuccess;
   if (grid > 0x7fffffff) return cudaErrorInvalidValue;
-  kernel<<<static_cast<unsigned>(grid), kEstThreads, bytes, stream>>>(p);
+  kernel<<<static_cast<unsigned>(grid), 32 * kWarps, bytes, stream>>>(p);
   return cudaGetLastError();
+}
+
+// Warps per estimate CTA: 8 (128 rows per K tile) where a unit has more than 64 rows, else 4.
+// SPATTN_EST_WARPS=4 keeps 4 for comparisons (the same sums either way).
+int EstimateWarps(int max_n) {
+  static const bool force4 = [] {
+    const char* e = std::getenv("SPATTN_EST_WARPS");
+    return e != nullptr && std::string(e) == "4";
+  }();
+  return max_n > 64 && !force4 ? 8 : 4;
+}
+
+template <typename T, int kD, int kWarps>
+cudaError_t LaunchEstimateW(const EstimateParams& p, int pass, int max_n, cudaStream_t stream) {
+  switch (pass) {
+    case 1:
+      return LaunchEstimateTyped<T, kD, 1, kWarps>(p, max_n, stream);
+    case 2:
+      return LaunchEstimateTyped<T, kD, 2, kWarps>(p, max_n, stream);
+    case 3:
+      return LaunchEstimateTyped<T, kD, 3, kWarps>(p, max_n, stream);
+  }
+  return cudaErrorInvalidValue;
 }
 
 template <typename T, int kD>
 cudaError_t LaunchEstimateD(const EstimateParams& p, int pass, int max_n, cudaStream_t stream) {
-  switch (pass) {
-    case 1:
-      return LaunchEstimateTyped<T, kD, 1>(p, max_n, stream);
-    case 2:
-      return LaunchEstimateTyped<T, kD, 2>(p, max_n, stream);
-    case 3:
-      return LaunchEstimateTyped<T, kD, 3>(p, max_n, stream);
-  }
-  return cudaErrorInvalidValue;
+  return EstimateWarps(max_n) == 8 ? LaunchEstimateW<T, kD, 8>(p, pass, max_n, stream)
+                                   : LaunchEstimateW<T, kD, 4>(p, pass, max_n, stream);
 }
 
 template <typename T>

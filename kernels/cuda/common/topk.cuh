@@ -510,6 +510,26 @@ __device__ int WarpMassCount(int n, double target, KeyMassFn key_mass, int* hist
   return count_above;
 }
 
+// The bisection of the top-k-by-bisection selections (CtaTopKByBisection here, Saap's warp
+// top-l): the largest float bit pattern t with count_ge(t) >= k, where count_ge(t) counts the
+// elements (non-negative floats) whose bits are >= t, so everything above t is taken; *need is
+// how many elements equal to t to take too (k - count_ge(t + 1)). 31 counts: count_ge must give
+// every caller thread the same answer.
+template <class CountGe>
+__device__ __forceinline__ uint32_t BisectFloatThreshold(int k, CountGe count_ge, int* need) {
+  uint32_t lo = 0u, hi = 0x7f800001u;  // count(>= lo) >= k > count(>= hi)
+  while (hi - lo > 1u) {
+    const uint32_t mid = lo + (hi - lo) / 2;
+    if (count_ge(mid) >= k) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  *need = k - count_ge(lo + 1u);
+  return lo;
+}
+
 // The top `k` of sc[0, n) (non-negative floats, in shared or global memory), ties to the lower
 // index, written in index order to out[0, min(k, n)): a bisection on the float bits (31 CTA-wide
 // counts), then one pass that ranks the ties. Needs a few words of shared memory, where
@@ -535,16 +555,8 @@ __device__ void CtaTopKByBisection(const float* sc, int n, int k, int32_t* out) 
     __syncthreads();
     return r;
   };
-  uint32_t lo = 0u, hi = 0x7f800001u;  // count(>= lo) >= k > count(>= hi)
-  while (hi - lo > 1u) {
-    const uint32_t mid = lo + (hi - lo) / 2;
-    if (count_ge(mid) >= k) {
-      lo = mid;
-    } else {
-      hi = mid;
-    }
-  }
-  const int need = k - count_ge(lo + 1u);  // ties at the threshold to take, lowest first
+  int need = 0;  // ties at the threshold to take, lowest first
+  const uint32_t lo = BisectFloatThreshold(k, count_ge, &need);
   int my_ties = 0;
   for (int i = i0; i < i1; ++i) my_ties += __float_as_uint(sc[i]) == lo ? 1 : 0;
   int rank = 0;

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# s19-build: packs (opt, CUDA) build_index_gpu_test, cuda_engine_test and spattn-bench of this
+# tree, the base spattn-bench ($BASE: the stop-18 combined run's binary from /work/main/.gpu-all,
+# built at main 94a8097 = dd61227's kernels), their shared libraries, sdpa_reference.py and
+# run.sh into /work/main/.gpu-s19-build (git-ignored). Then, with carry [".gpu-s19-build"]:
+#   bash .gpu-s19-build/run.sh
+set -euo pipefail
+cd "$(dirname "$0")/../../../.."
+DEST=${1:-/work/main/.gpu-s19-build}
+BASE=${BASE:-/tmp/s19b_base/bin/spattn-bench}
+TARGETS=(kernels/cuda/build_index_gpu_test kernels/cuda/cuda_engine_test tests/bench/spattn-bench)
+bazel build -c opt --config=cuda $(printf '//%s ' "${TARGETS[@]}" | sed -E 's#//([^ ]*)/([^/ ]*) #//\1:\2 #g')
+rm -rf "$DEST"
+mkdir -p "$DEST/bin" "$DEST/lib"
+for t in "${TARGETS[@]}"; do
+  b=$(basename "$t")
+  cp "bazel-bin/$t" "$DEST/bin/"
+  chmod u+w "$DEST/bin/$b"
+  strip --strip-debug "$DEST/bin/$b"
+  ldd "bazel-bin/$t" | awk '/=> \// {print $3}' |
+    { grep -vE '/(libc|libm|libpthread|libdl|librt|libgcc_s|libstdc\+\+|ld-linux[^/]*)\.so' || true; } |
+    xargs -r -I{} cp -nL {} "$DEST/lib/"
+done
+cp "$BASE" "$DEST/bin/spattn-bench-base"
+chmod u+w "$DEST/bin/spattn-bench-base"
+strip --strip-debug "$DEST/bin/spattn-bench-base"
+(cd "$DEST" && tar -cJf bundle.tar.xz bin lib && rm -rf bin lib)
+cp bench/results/kernels/s19-build/run.sh kernels/cuda/bench/sdpa_reference.py "$DEST/"
+du -sh "$DEST"
