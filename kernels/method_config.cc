@@ -102,6 +102,8 @@ std::vector<MethodParam> MakeMethodParams() {
           [](MethodConfig* c) { return &c->sampled_lines.local_tokens; }),
       Float(M::kSampledLines, "diagonal_floor", R::kPositive,
             [](MethodConfig* c) { return &c->sampled_lines.diagonal_floor; }),
+      Bool(M::kSampledLines, "edge_rows",
+           [](MethodConfig* c) { return &c->sampled_lines.edge_rows; }),
   };
 }
 

@@ -100,13 +100,16 @@ struct SaapParams {
 // rows of that block (issue 11; kernels/builders/sampled_lines.h). Index blocks of block_m rows.
 struct SampledLinesParams {
   float gamma = 0.95f;     // Default: 0.95.
-  int rows_per_block = 2;  // Default: 2.
+  int rows_per_block = 3;  // Default: 3.
   int last_q = 64;         // Default: 64.
   int sink_tokens = 4;     // Default: 4.
   int local_tokens = 64;   // Default: 64.
   // Step 2's floor of a diagonal's mean mass, in units of the uniform share 1 / k_len.
-  // Default: 3.
-  float diagonal_floor = 3.f;
+  // Default: 7.
+  float diagonal_floor = 7.f;
+  // Step 1's placement: false spreads the sampled rows over the centres of equal parts of the
+  // block, true puts the first and last on the block's first and last rows. Default: true.
+  bool edge_rows = true;
 };
 
 // A method with its parameters. Only the struct matching `method` is read.

@@ -127,13 +127,15 @@ int SampledLinesDiagonalRows(int first_pos, int last_pos, int k_len, bool causal
   return std::max(0, hi - std::max(offset, first_pos) + 1);
 }
 
-std::vector<int> SampledLinesRows(int q_begin, int q_end, int rows_per_block) {
+std::vector<int> SampledLinesRows(int q_begin, int q_end, int rows_per_block, bool edge_rows) {
   std::vector<int> rows;
   const int n = q_end - q_begin;
   if (n <= 0) return rows;
   const int s = std::min(rows_per_block, n);
   for (int i = 0; i < s; ++i) {
-    const int r = q_begin + static_cast<int>((2 * int64_t{i} + 1) * n / (2 * int64_t{s}));
+    const int64_t at = edge_rows && s > 1 ? int64_t{i} * (n - 1) / (s - 1)
+                                          : (2 * int64_t{i} + 1) * n / (2 * int64_t{s});
+    const int r = q_begin + static_cast<int>(at);
     if (rows.empty() || rows.back() != r) rows.push_back(r);
   }
   return rows;
@@ -166,7 +168,8 @@ absl::Status BuildSampledLinesIndex(const AttentionProblem& problem,
     const BlockGeometry g = GetBlockGeometry(problem, *out, b);
     const LineEvidence& ev = evidence[static_cast<size_t>(slot) * batch + g.seq];
     const int kl = problem.k_len(g.seq);
-    const std::vector<int> sampled = SampledLinesRows(g.q_begin, g.q_end, params.rows_per_block);
+    const std::vector<int> sampled =
+        SampledLinesRows(g.q_begin, g.q_end, params.rows_per_block, params.edge_rows);
     std::vector<float> probs;
     SampledRowProbs(problem, g.seq, heads[slot], sampled, &probs);
     const float w = sampled.empty() ? 0.f : 1.f / static_cast<float>(sampled.size());

@@ -9,9 +9,16 @@
 // ladder doubles budgets. This method estimates each block's own distribution instead:
 //
 // Per (q head, sequence), with B = block_m (index blocks of B rows) and s = rows_per_block:
-//  1. Sampling. In every query block of n rows, the rows floor((2i + 1) n / (2 s)), i < s (evenly
-//     spread, duplicates dropped). Their exact causal softmax over every key is computed (fp32
-//     logits) -- s / B of the dense QK^T work.
+//  1. Sampling. In every query block of n rows, s rows: with edge_rows (the default) the rows
+//     floor(i (n - 1) / (s - 1)), i < s, i.e. the block's first and last rows and the rest evenly
+//     between; without it the centres floor((2i + 1) n / (2 s)) (duplicates dropped; s = 1 takes
+//     the centre either way). Their exact causal softmax over every key is computed (fp32
+//     logits) -- s / B of the dense QK^T work. Edge rows: query-specific keys (retrieval heads)
+//     change at arbitrary rows, and a run of rows with its own keys that crosses a block
+//     boundary -- the common case for runs longer than a block -- always holds an edge row,
+//     while centred rows miss its part before the first / after the last of them (llm_mix
+//     retrieval groups of 32-256 rows: 3.0% of rows missed by 2 centred rows, 0.9% by 2 edge
+//     rows, 1.2% by 3 centred, none by 3 edge rows).
 //  2. Line evidence from the sequence's last min(last_q, q_len) rows (vertical_slash's estimate,
 //     Alg. 2 of MInference): V(j) = column sum at key j / the rows that see j, D(o) = diagonal
 //     sum at offset o = pos - key / the rows that reach o. A key j of a sampled row at position
@@ -30,7 +37,7 @@
 //            + column test (factor 2):       0.0646 = 1.64x, 0.961 (0.934)
 //            + floor 4:                      0.0536 = 1.36x, 0.957 (0.932; 32/32 heads >= 0.93)
 //            + floor 5:                      0.0505 = 1.28x, 0.955 (0.929; 31/32)
-//            column test factor 8, floor 3:  0.0523 = 1.33x, 0.957 (0.930; 32/32) (defaults)
+//            column test factor 8, floor 3:  0.0523 = 1.33x, 0.957 (0.930; 32/32) (s18 defaults)
 //                                  floor 4:  0.0488 = 1.24x, 0.955 (0.928; 31/32)
 //                                  floor 5:  0.0459 = 1.16x, 0.954 (0.925; 30/32)
 //       16K: floor 2 1.23x / 0.965; factor 2 + floor 4 1.00x / 0.959; factor 8 + floor 4
@@ -39,7 +46,12 @@
 //     head; kernels/cuda/NOTES.md "Session 18 — s18-sldensity"); at 128K (GPU only) the floor
 //     costs more recall:
 //     floor 3 1.17x / 0.951, floor 3.5 1.12x / 0.949, floor 4 1.08x / 0.948 (oracle 0.0681), so
-//     the default floor is 3, the highest that keeps recall 0.95 at 32K and 128K.
+//     the floor 3 was the default for 2 centred rows, the highest that kept recall 0.95 at 32K
+//     and 128K. Defaults since session 19 (rows 3, edge rows, floor 7; H100 spattn-bench, 256
+//     recall rows, oracle on 16 blocks per head; kernels/cuda/NOTES.md "Session 19 —
+//     s19-sldensity"): 32K 1.28x the oracle at recall 0.958 (retrieval heads 0.957; were 1.33x,
+//     0.957, 0.939), 128K 1.13x at 0.952 (retrieval 0.948; were 1.17x, 0.951, 0.920); the third
+//     row costs 1.3x / 1.4x the build (8.1 -> 10.6 ms at 32K, 76.6 -> 109.5 ms at 128K).
 //     Higher floors cost slash and vertical_slash heads their lines (16K, floor 8 without the
 //     column test: 2 of 4 slash heads below 0.93).
 //  3. Per query block, each (sampled row, key) entry weighs m = p / (rows sampled), as fp32.
@@ -91,8 +103,9 @@ bool SampledLinesColumnLeak(float d, int rows, const float* col, int first_pos, 
 int SampledLinesColumnRows(int first_pos, int last_pos, int k_len, bool causal, int key);
 int SampledLinesDiagonalRows(int first_pos, int last_pos, int k_len, bool causal, int offset);
 
-// The sampled rows (within the sequence) of the query block of rows [q_begin, q_end): step 1.
-std::vector<int> SampledLinesRows(int q_begin, int q_end, int rows_per_block);
+// The sampled rows (within the sequence) of the query block of rows [q_begin, q_end): step 1
+// (`edge_rows`: SampledLinesParams::edge_rows).
+std::vector<int> SampledLinesRows(int q_begin, int q_end, int rows_per_block, bool edge_rows);
 
 }  // namespace spattn
 

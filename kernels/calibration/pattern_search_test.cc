@@ -378,9 +378,9 @@ TEST(PatternSearch, ModeledBuildCost) {
   EXPECT_DOUBLE_EQ(ModeledBuildPairs(p, c, nullptr), 0.5 * 2 * 128 * 3000);
   c.method = Method::kAnchor;  // init 2048, step 16 x block 128 / 2 = 1024 local, 8 blocks
   EXPECT_DOUBLE_EQ(ModeledBuildPairs(p, c, nullptr), 0.5 * (1000.0 * (2048 + 1024) + 8 * 3000));
-  c.method = Method::kSampledLines;  // 2 rows in each of 16 blocks of 64, last_q 64
+  c.method = Method::kSampledLines;  // 3 rows in each of 16 blocks of 64, last_q 64
   EXPECT_DOUBLE_EQ(ModeledBuildPairs(p, c, nullptr),
-                   kSampledLinesEntryCost * 0.5 * (1.5 * 2 * 16 + 64) * 3000);
+                   kSampledLinesEntryCost * 0.5 * (1.5 * 3 * 16 + 64) * 3000);
   c.method = Method::kSaap;
   c.saap.num_centroids = 32;
   LayerAssets assets;

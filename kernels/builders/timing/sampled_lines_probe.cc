@@ -2,8 +2,10 @@
 // query-block-column oracle at the target, the index's density and recall (exact, on sampled
 // rows that are not the builder's), and the index's pairs split into the always-kept sink/local
 // ranges, other ranges of >= 48 keys (diagonals), shorter ranges (runs of columns) and columns.
-//   sampled_lines_probe SEQ_LEN HEADS KV_HEADS RECALL_ROWS ORACLE_BLOCKS TARGET SEED VARIANT...
+//   sampled_lines_probe SEQ_LEN HEADS KV_HEADS RECALL_ROWS ORACLE_BLOCKS TARGET SEED
+//                       [heads=H,H,...] VARIANT...
 // VARIANT: comma-separated sampled_lines params, e.g. gamma=0.95,rows_per_block=2 ("-": defaults).
+// heads=: probe only these q heads (e.g. a kind's heads at 128K, where all heads cost minutes).
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -70,12 +72,24 @@ int Main(int argc, char** argv) {
   auto w = GenerateWorkload(wo);
   if (!w.ok()) return Fail(w.status());
   const AttentionProblem& p = w->problem();
-  const int nh = p.num_q_heads;
-  std::vector<int> heads(nh);
-  for (int h = 0; h < nh; ++h) heads[h] = h;
+  int first_variant = 8;
+  std::vector<int> heads;
+  if (std::string(argv[8]).rfind("heads=", 0) == 0) {
+    for (absl::string_view h : absl::StrSplit(std::string(argv[8]).substr(6), ',')) {
+      heads.push_back(std::atoi(std::string(h).c_str()));
+      if (heads.back() < 0 || heads.back() >= p.num_q_heads) {
+        return Fail(absl::InvalidArgumentError(std::string(argv[8])));
+      }
+    }
+    first_variant = 9;
+  } else {
+    for (int h = 0; h < p.num_q_heads; ++h) heads.push_back(h);
+  }
+  const int nh = static_cast<int>(heads.size());
   std::vector<HeadOracle> orc(nh);
   if (oracle_blocks > 0) {
     OracleOptions oo;
+    oo.heads = heads;
     oo.target = target;
     oo.sample_blocks = oracle_blocks;
     auto o = OracleDensities(p, oo);
@@ -87,7 +101,7 @@ int Main(int argc, char** argv) {
   so.seed = 7;
   auto sample = ExactRowSample::Compute(p, heads, so);
   if (!sample.ok()) return Fail(sample.status());
-  for (int v = 8; v < argc; ++v) {
+  for (int v = first_variant; v < argc; ++v) {
     MethodConfig c;
     c.method = Method::kSampledLines;
     if (std::string(argv[v]) != "-") {
@@ -111,22 +125,23 @@ int Main(int argc, char** argv) {
         "variant %s\n| head | kind | oracle col | density | recall | sink+local | diag | "
         "runs | cols |\n",
         argv[v]);
-    for (int h = 0; h < nh; ++h) {
-      auto f = (*sample)->Score(p, index, h);
+    for (int slot = 0; slot < nh; ++slot) {
+      const int h = heads[slot];
+      auto f = (*sample)->Score(p, index, slot);
       if (!f.ok()) return Fail(f.status());
-      const std::vector<double> part = PairParts(p, index, h, c.sampled_lines.local_tokens);
+      const std::vector<double> part = PairParts(p, index, slot, c.sampled_lines.local_tokens);
       double pairs = 0;
       for (double x : part) pairs += x;
       const double allowed = f->density > 0 ? pairs / f->density : 1;
       const std::string kind = HeadKindName(w->heads[h].kind);
       std::printf("| %d | %s | %.4f | %.4f | %.4f | %.4f | %.4f | %.4f | %.4f |\n", h, kind.c_str(),
-                  orc[h].column, f->density, f->recall_mean, part[0] / allowed, part[1] / allowed,
-                  part[2] / allowed, part[3] / allowed);
+                  orc[slot].column, f->density, f->recall_mean, part[0] / allowed,
+                  part[1] / allowed, part[2] / allowed, part[3] / allowed);
       for (const std::string& k : {kind, std::string("all")}) {
         Acc& a = kinds[k];
         ++a.n;
         a.near += f->recall_mean >= target - 0.02;
-        a.orc += orc[h].column;
+        a.orc += orc[slot].column;
         a.dens += f->density;
         a.rec += f->recall_mean;
         a.rmin = std::min(a.rmin, f->recall_mean);

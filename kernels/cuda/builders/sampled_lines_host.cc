@@ -59,7 +59,8 @@ absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const A
   std::vector<SlGroup> groups;
   for (int b = 0; b < nblocks; ++b) {
     const BlockGeoDev& g = l.geo[b];
-    const std::vector<int> sampled = SampledLinesRows(g.q_begin, g.q_end, params.rows_per_block);
+    const std::vector<int> sampled =
+        SampledLinesRows(g.q_begin, g.q_end, params.rows_per_block, params.edge_rows);
     if (sampled.empty()) continue;
     const int n = static_cast<int>(sampled.size());
     if (n > kSlGroupRows) {
