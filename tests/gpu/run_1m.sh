@@ -8,7 +8,8 @@
 # (moved here from run.sh to keep that call under 600 s). Logs in $OUT; a summary last. Issue 11
 # item 5's 1M row.
 # The worker keeps every head group's index next to the others in one pool: at 1M keys that needs
-# more than the 8 GiB default (32 GiB here; the chunk's tensors take ~5 GB of the 80).
+# more than the 8 GiB default (48 GiB here: sampled_lines' 3 rows per block need more than 32;
+# the chunk's tensors take ~5 GB of the 80).
 set -u
 cd "$(dirname "$0")"
 WORK=/tmp/spattn_gpu_1m && rm -rf "$WORK" && mkdir -p "$WORK" && tar -xJf bundle.tar.xz -C "$WORK"
@@ -25,7 +26,7 @@ timeout 60 python3 sdpa_chunk.py --k_len 1048576 --q_len 65536 --iters 3 --warmu
 note "sdpa chunk rc=$?"
 COMMON="--device=cuda --workload=llm_mix --heads=32 --kv_heads=8 --head_dim=128 --dtype=bf16
   --group_by=all --recall_rows=32 --seq_len=1048576 --q_len=65536 --warmup=1 --repeat=2
-  --gpu_workspace_bytes=${WORKSPACE_BYTES:-34359738368}"
+  --gpu_workspace_bytes=${WORKSPACE_BYTES:-51539607552}"
 timeout ${GUARDED_S:-150} bin/spattn-bench $COMMON --search_len=16384 --search_target_recall=0.95 \
   --methods=guarded >> "$OUT/bench_1m.jsonl" 2>> "$OUT/bench_1m.err"
 note "spattn-bench guarded 1M rc=$?"
