@@ -6,8 +6,10 @@
 
 #include <string>
 
-#include "kernels/cuda/builders/sampled_lines_exp2.h"
 #include "kernels/cuda/common/cuda_runtime.h"
+#ifdef SPATTN_SL_EXP2_KERNEL
+#include "kernels/cuda/builders/sampled_lines_exp2.h"
+#endif
 
 namespace spattn {
 namespace {
@@ -15,9 +17,13 @@ namespace {
 TEST(SampledLinesGpuTest, Exp2IsNonDecreasingOverEveryFloat) {
   std::string why;
   if (ListCudaDevices(&why).empty()) GTEST_SKIP() << "no CUDA device: " << why;
+#ifdef SPATTN_SL_EXP2_KERNEL
   unsigned long long inversions = 1;
   ASSERT_EQ(cuda::CountSampledLinesExp2Inversions(&inversions), cudaSuccess);
   EXPECT_EQ(inversions, 0u);
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
 }
 
 }  // namespace
