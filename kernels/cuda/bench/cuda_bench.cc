@@ -234,6 +234,21 @@ void PrintIndexStats(const std::string& name, int seq_len, int block_m, int tile
   // the union of their keys in 128-key tiles: "gqa_pair_fill_128" as pair_fill_128 above;
   // "gqa_same": the share of such pairs whose key sets are equal (a 128-row item without waste).
   double gqa_work = 0, gqa_same = 0;
+  // Pairs computed by one 128-row item over the union of index rows r0 and r1's keys in 128-key
+  // tiles.
+  const auto union_work_128 = [&idx](int64_t r0, int64_t r1) {
+    RowKeys u;
+    for (const int64_t r : {r0, r1}) {
+      for (int64_t e = idx.range_indptr[r]; e < idx.range_indptr[r + 1]; ++e) {
+        u.AddRange(idx.range_start[e], idx.range_start[e] + idx.range_len[e]);
+      }
+      for (int64_t c = idx.col_indptr[r]; c < idx.col_indptr[r + 1]; ++c) u.AddCol(idx.col_idx[c]);
+    }
+    u.Normalize(int64_t{1} << 30);
+    int64_t t = (static_cast<int64_t>(u.cols.size()) + 127) / 128;
+    for (const auto& [a, e] : u.ranges) t += (e - a + 127) / 128;
+    return static_cast<double>(t) * 128 * 128;
+  };
   if (block_m == 64 && group >= 2 && idx.num_heads() >= 2) {
     const int pairs_h = idx.num_heads() / 2;
     std::vector<double> gw(pairs_h, 0.0), gs(pairs_h, 0.0);
@@ -251,19 +266,7 @@ void PrintIndexStats(const std::string& name, int seq_len, int block_m, int tile
                 span(idx.col_idx, idx.col_indptr[r1], idx.col_indptr[r1 + 1])) {
           gs[j] += 1;
         }
-        RowKeys u;
-        for (const int64_t r : {r0, r1}) {
-          for (int64_t e = idx.range_indptr[r]; e < idx.range_indptr[r + 1]; ++e) {
-            u.AddRange(idx.range_start[e], idx.range_start[e] + idx.range_len[e]);
-          }
-          for (int64_t c = idx.col_indptr[r]; c < idx.col_indptr[r + 1]; ++c) {
-            u.AddCol(idx.col_idx[c]);
-          }
-        }
-        u.Normalize(int64_t{1} << 30);
-        int64_t t = (static_cast<int64_t>(u.cols.size()) + 127) / 128;
-        for (const auto& [a, e] : u.ranges) t += (e - a + 127) / 128;
-        gw[j] += static_cast<double>(t) * 128 * 128;
+        gw[j] += union_work_128(r0, r1);
       }
     });
     for (int j = 0; j < pairs_h; ++j) gqa_work += gw[j], gqa_same += gs[j];
@@ -273,20 +276,8 @@ void PrintIndexStats(const std::string& name, int seq_len, int block_m, int tile
     std::vector<double> pw(idx.num_heads(), 0.0);
     ParallelFor(idx.num_heads(), [&](int64_t h) {
       for (int b = 0; b + 1 < idx.num_blocks(); b += 2) {
-        RowKeys u;
-        for (int j = 0; j < 2; ++j) {
-          const int64_t r = h * idx.num_blocks() + b + j;
-          for (int64_t e = idx.range_indptr[r]; e < idx.range_indptr[r + 1]; ++e) {
-            u.AddRange(idx.range_start[e], idx.range_start[e] + idx.range_len[e]);
-          }
-          for (int64_t c = idx.col_indptr[r]; c < idx.col_indptr[r + 1]; ++c) {
-            u.AddCol(idx.col_idx[c]);
-          }
-        }
-        u.Normalize(int64_t{1} << 30);
-        int64_t t = (static_cast<int64_t>(u.cols.size()) + 127) / 128;
-        for (const auto& [a, e] : u.ranges) t += (e - a + 127) / 128;
-        pw[h] += static_cast<double>(t) * 128 * 128;
+        const int64_t r = h * idx.num_blocks() + b;
+        pw[h] += union_work_128(r, r + 1);
       }
     });
     for (double x : pw) pair_work += x;
