@@ -35,6 +35,11 @@ struct PipelineOptions {
   uint64_t recall_seed = 0x5eed;
   // Query rows per index block for methods without their own block size. Default: 64.
   int block_m = 64;
+  // Query rows per index block of sampled_lines (which has no block size of its own); 0 =
+  // block_m. 128-row blocks are its fast setting (NVIDIA H100, llm_mix 32/8 heads d128 at recall
+  // 0.95: index + kernel 0.44x / 0.33x cuDNN SDPA at 32K / 128K, against 0.65x / 0.51x on 64-row
+  // blocks; kernels/cuda/NOTES.md "Session 20 — s20-sldensity"). Default: 128.
+  int sampled_lines_block_m = 128;
   // The online recall guard (server/recall_guard.h): every head's recall estimate, and widening
   // of heads that run their published / default config when short of guard.target.
   // guard.probe_rows = 0 turns it off; < 0 (the default here) = 32 on the CPU backend and 64 on

@@ -4,6 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+#include <memory>
+#include <vector>
+
 #include "absl/time/clock.h"
 #include "kernels/builders/build_index.h"
 #include "kernels/fidelity.h"
@@ -212,6 +216,58 @@ TEST(PipelineGuardTest, WidensShortHeadsTogetherAsHeadByHead) {
   }
   ASSERT_FALSE(guarded.output().inline_data().data().empty());
   EXPECT_EQ(guarded.output().inline_data().data(), direct.output().inline_data().data());
+}
+
+// sampled_lines indexes on its own block size (PipelineOptions::sampled_lines_block_m, default
+// 128), the other methods on block_m; 0 falls back to block_m.
+TEST(PipelineBlockTest, SampledLinesRunsOnItsOwnBlockSize) {
+  WorkloadOptions wo;
+  wo.shape.q_lens = {1024};
+  wo.shape.num_q_heads = 4;
+  wo.shape.num_kv_heads = 2;
+  wo.shape.head_dim = 64;
+  wo.seed = 5;
+  wo.model_seed = 7;
+  auto w = GenerateWorkload(wo);
+  ASSERT_TRUE(w.ok()) << w.status();
+  const AttentionProblem& p = w->problem();
+  v1::AttentionRequest request = InlineRequest(*w->host);
+  request.set_causal(true);
+  request.set_return_stats(true);
+  std::unique_ptr<AttentionBackend> backend = MakeCpuBackend();
+  RegionManager regions;
+  const std::vector<int> heads = {0, 1, 2, 3};
+  std::map<int, SparseIndex> built;  // by block_m
+  for (int bm : {64, 128}) {
+    BuildOptions bo;
+    bo.block_m = bm;
+    MethodConfig c;
+    c.method = Method::kSampledLines;
+    ASSERT_TRUE(BuildSparseIndex(p, c, heads, bo, &built[bm]).ok());
+  }
+  bool differ = false;
+  for (int h : heads) differ |= Density(p, built[64], h) != Density(p, built[128], h);
+  ASSERT_TRUE(differ) << "the test needs block sizes that give different indexes";
+  for (int own : {0, 128}) {
+    PipelineOptions options;
+    EXPECT_EQ(options.sampled_lines_block_m, 128);
+    options.default_method.method = Method::kSampledLines;
+    options.guard.probe_rows = 0;  // the default config as built, no widening
+    options.block_m = 64;
+    options.sampled_lines_block_m = own;
+    auto parsed = ParseAttentionRequest(request, ConvertLimits());
+    ASSERT_TRUE(parsed.ok());
+    v1::AttentionResponse r;
+    AttentionPipeline pipeline(options, &regions, nullptr, nullptr);
+    ASSERT_TRUE(pipeline.Run(*parsed, *backend, CallControl(), 0.0, &r).ok());
+    ASSERT_EQ(r.heads_size(), 4);
+    const SparseIndex& want = built[own == 0 ? 64 : own];
+    for (int h : heads) {
+      EXPECT_EQ(r.heads(h).method_name(), "sampled_lines");
+      EXPECT_NEAR(r.heads(h).density(), Density(p, want, h), 1e-12)
+          << "own " << own << " head " << h;
+    }
+  }
 }
 
 TEST(GuardMemoryTest, KeysByLengthClassAndPublishedConfig) {

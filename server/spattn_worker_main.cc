@@ -70,6 +70,8 @@ constexpr Flag kFlags[] = {
     {"default_method", "method without model or override (default dense)"},
     {"recall_sample_rows", "query rows sampled per head for estimate_recall (default 64)"},
     {"block_m", "query rows per index block (default 64)"},
+    {"sampled_lines_block_m",
+     "query rows per index block of sampled_lines, 0 = block_m (default 128)"},
     {"recall_probe_rows",
      "recall guard rows per head: 0 off, -1 auto = 32 on CPU, 64 on CUDA (default -1)"},
     {"recall_target", "recall guard target; <= 0 estimates without widening (default 0.95)"},
@@ -183,6 +185,7 @@ int Main(int argc, char** argv) {
       !ParseNumber(values, "dense_below_tokens", &o.dense_below_tokens, &error) ||
       !ParseNumber(values, "recall_sample_rows", &o.recall_sample_rows, &error) ||
       !ParseNumber(values, "block_m", &o.block_m, &error) ||
+      !ParseNumber(values, "sampled_lines_block_m", &o.sampled_lines_block_m, &error) ||
       !ParseNumber(values, "recall_probe_rows", &o.recall_probe_rows, &error) ||
       !ParseNumber(values, "gpu_workspace_bytes", &o.gpu_workspace_bytes, &error) ||
       !ParseNumber(values, "gpu_staging_bytes", &o.gpu_staging_bytes, &error) ||

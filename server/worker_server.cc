@@ -163,6 +163,11 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOp
     return absl::InvalidArgumentError(
         "recall_sample_rows must be > 0 and block_m a positive multiple of 16");
   }
+  if (options.sampled_lines_block_m < 0 || options.sampled_lines_block_m % 16 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sampled_lines_block_m must be 0 or a positive multiple of 16, got ",
+                     options.sampled_lines_block_m));
+  }
   const absl::Status method_ok = options.default_method.Validate();
   if (!method_ok.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("default_method: ", method_ok.message()));
@@ -241,6 +246,7 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOp
   po.default_method = options.default_method;
   po.recall_sample_rows = options.recall_sample_rows;
   po.block_m = options.block_m;
+  po.sampled_lines_block_m = options.sampled_lines_block_m;
   po.guard.probe_rows = options.recall_probe_rows;
   po.guard.target = options.recall_target;
   po.guard.length_exponent = options.recall_length_exponent;

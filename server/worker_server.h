@@ -99,6 +99,8 @@ struct WorkerOptions {
   double recall_length_exponent = RecallGuardOptions::kLengthExponent;
   // Query rows per index block for methods without their own block size. Default: 64.
   int block_m = 64;
+  // Query rows per index block of sampled_lines; 0 = block_m (PipelineOptions). Default: 128.
+  int sampled_lines_block_m = 128;
   // Index-service RPC timeout on the request path. Default: 5 s.
   absl::Duration index_rpc_timeout = absl::Seconds(5);
   // Shutdown: how long health reports NOT_SERVING before new calls are refused (lets load

@@ -409,7 +409,8 @@ TEST_F(WorkerTest, EveryCpuMethodMatchesTheReferenceUnderItsMask) {
     // The same index, built here: the worker must compute attention under exactly its mask.
     SparseIndex index;
     BuildOptions build;
-    build.block_m = 64;
+    build.block_m = 64;  // the worker's block_m; sampled_lines has its own (default 128)
+    if (m == Method::kSampledLines) build.block_m = WorkerOptions().sampled_lines_block_m;
     const absl::Status built = BuildSparseIndex(p, config, {0, 1, 2, 3}, build, &index);
     if (built.code() == absl::StatusCode::kFailedPrecondition) continue;  // Needs assets.
     ASSERT_TRUE(built.ok()) << MethodName(m) << ": " << built;

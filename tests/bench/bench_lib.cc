@@ -805,6 +805,18 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
       j.Num("density", r.density).Num("density_min", r.density_min);
       j.Num("density_max", r.density_max);
       j.Num("recall", r.recall).Num("recall_min", r.recall_min);
+      if (!r.slots.empty()) {  // per head: the item-3 rule reads every head's mean recall
+        double head_min = 1.0;
+        std::string heads;
+        for (const SlotFidelity& sf : r.slots) {
+          head_min = std::min(head_min, sf.recall_mean);
+          char one[32];
+          std::snprintf(one, sizeof(one), "%s%d:%.4f", heads.empty() ? "" : ",", sf.head,
+                        sf.recall_mean);
+          heads += one;
+        }
+        j.Num("recall_head_min", head_min).Str("recall_heads", heads);
+      }
       j.Num("rel_l2_error", r.rel_l2)
           .Int("recall_rows", static_cast<int64_t>((*exact)->rows().size()));
       j.Int("pairs", r.pairs);

@@ -3,8 +3,9 @@
 // rows that are not the builder's), and the index's pairs split into the always-kept sink/local
 // ranges, other ranges of >= 48 keys (diagonals), shorter ranges (runs of columns) and columns.
 //   sampled_lines_probe SEQ_LEN HEADS KV_HEADS RECALL_ROWS ORACLE_BLOCKS TARGET SEED
-//                       [heads=H,H,...] VARIANT...
+//                       [block_m=B] [heads=H,H,...] VARIANT...
 // VARIANT: comma-separated sampled_lines params, e.g. gamma=0.95,rows_per_block=2 ("-": defaults).
+// block_m=: query rows per index block of the index and the oracle (default 64).
 // heads=: probe only these q heads (e.g. a kind's heads at 128K, where all heads cost minutes).
 #include <cstdio>
 #include <cstdlib>
@@ -73,16 +74,25 @@ int Main(int argc, char** argv) {
   if (!w.ok()) return Fail(w.status());
   const AttentionProblem& p = w->problem();
   int first_variant = 8;
+  int block_m = 64;
   std::vector<int> heads;
-  if (std::string(argv[8]).rfind("heads=", 0) == 0) {
-    for (absl::string_view h : absl::StrSplit(std::string(argv[8]).substr(6), ',')) {
-      heads.push_back(std::atoi(std::string(h).c_str()));
-      if (heads.back() < 0 || heads.back() >= p.num_q_heads) {
-        return Fail(absl::InvalidArgumentError(std::string(argv[8])));
+  for (; first_variant < argc; ++first_variant) {
+    const std::string a = argv[first_variant];
+    if (a.rfind("block_m=", 0) == 0) {
+      block_m = std::atoi(a.c_str() + 8);
+      if (block_m <= 0 || block_m % 16 != 0) return Fail(absl::InvalidArgumentError(a));
+    } else if (a.rfind("heads=", 0) == 0) {
+      for (absl::string_view h : absl::StrSplit(a.substr(6), ',')) {
+        heads.push_back(std::atoi(std::string(h).c_str()));
+        if (heads.back() < 0 || heads.back() >= p.num_q_heads) {
+          return Fail(absl::InvalidArgumentError(a));
+        }
       }
+    } else {
+      break;
     }
-    first_variant = 9;
-  } else {
+  }
+  if (heads.empty()) {
     for (int h = 0; h < p.num_q_heads; ++h) heads.push_back(h);
   }
   const int nh = static_cast<int>(heads.size());
@@ -92,6 +102,7 @@ int Main(int argc, char** argv) {
     oo.heads = heads;
     oo.target = target;
     oo.sample_blocks = oracle_blocks;
+    oo.block = block_m;
     auto o = OracleDensities(p, oo);
     if (!o.ok()) return Fail(o.status());
     orc = *o;
@@ -113,7 +124,7 @@ int Main(int argc, char** argv) {
       }
     }
     SparseIndex index;
-    absl::Status s = BuildSampledLinesIndex(p, c.sampled_lines, heads, 64, &index);
+    absl::Status s = BuildSampledLinesIndex(p, c.sampled_lines, heads, block_m, &index);
     if (!s.ok()) return Fail(s);
     struct Acc {
       int n = 0, near = 0;
