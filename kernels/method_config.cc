@@ -104,6 +104,8 @@ std::vector<MethodParam> MakeMethodParams() {
             [](MethodConfig* c) { return &c->sampled_lines.diagonal_floor; }),
       Bool(M::kSampledLines, "edge_rows",
            [](MethodConfig* c) { return &c->sampled_lines.edge_rows; }),
+      Float(M::kSampledLines, "diagonal_cost", R::kNonNegative,
+            [](MethodConfig* c) { return &c->sampled_lines.diagonal_cost; }),
   };
 }
 

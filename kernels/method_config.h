@@ -110,6 +110,10 @@ struct SampledLinesParams {
   // Step 1's placement: false spreads the sampled rows over the centres of equal parts of the
   // block, true puts the first and last on the block's first and last rows. Default: true.
   bool edge_rows = true;
+  // Step 2's cost test: a diagonal's mean mass must also exceed diagonal_cost x (the block's rows)
+  // x (the lower edge of the block's threshold bin), i.e. its range of keys must carry per key
+  // about what the block's kept entries do; 0 = off. Default: 0.
+  float diagonal_cost = 0.f;
 };
 
 // A method with its parameters. Only the struct matching `method` is read.

@@ -107,6 +107,14 @@ int SampledLinesBin(float mass) {
   return key < 0 ? 0 : (key >= kSampledLinesBins ? kSampledLinesBins - 1 : key);
 }
 
+float SampledLinesDiagonalBar(float cost, int rows, int thr) {
+  if (!(cost > 0.f) || thr < 0 || thr >= kSampledLinesBins) return 0.f;
+  const uint32_t bits = static_cast<uint32_t>(thr + kSampledLinesBinFloor) << 20;
+  float edge;
+  std::memcpy(&edge, &bits, sizeof(edge));
+  return cost * static_cast<float>(rows) * edge;
+}
+
 bool SampledLinesColumnLeak(float d, int rows, const float* col, int first_pos, int last_pos,
                             int k_len, int offset) {
   const int lo = std::max(0, first_pos - offset);
@@ -196,6 +204,7 @@ absl::Status BuildSampledLinesIndex(const AttentionProblem& problem,
         }
       }
     }
+    const float diag_bar = SampledLinesDiagonalBar(params.diagonal_cost, g.q_end - g.q_begin, thr);
     std::vector<int32_t> offsets, columns;
     for (size_t i = 0; i < sampled.size(); ++i) {
       const int pos = problem.query_pos(g.seq, sampled[i]);
@@ -206,7 +215,7 @@ absl::Status BuildSampledLinesIndex(const AttentionProblem& problem,
         const int o = pos - j;
         const int oi = o - ev.min_offset;
         const float d = oi >= 0 && oi < static_cast<int>(ev.diag.size()) ? ev.diag[oi] : 0.f;
-        if (d > ev.col[j] && d > diag_floor) {
+        if (d > ev.col[j] && d > diag_floor && d > diag_bar) {
           offsets.push_back(o);
         } else {
           columns.push_back(j);

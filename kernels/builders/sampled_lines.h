@@ -99,6 +99,12 @@ inline constexpr float kSampledLinesColumnLeak = 8.f;
 bool SampledLinesColumnLeak(float d, int rows, const float* col, int first_pos, int last_pos,
                             int k_len, int offset);
 
+// Step 2's cost test: the bar D(o) must exceed for a block of `rows` rows whose threshold bin
+// is `thr`: cost x rows x the bin's lower edge (0 when cost is 0 or nothing is kept). A range
+// costs `rows` keys per row where a column costs one; a line's keys average D(o) / rows over the
+// block's rows, so the range pays when that reaches the block's kept-entry mass.
+float SampledLinesDiagonalBar(float cost, int rows, int thr);
+
 // Evidence rows (positions first_pos..last_pos) that see key `key` / reach offset `offset`.
 int SampledLinesColumnRows(int first_pos, int last_pos, int k_len, bool causal, int key);
 int SampledLinesDiagonalRows(int first_pos, int last_pos, int k_len, bool causal, int offset);

@@ -62,6 +62,17 @@ TEST(SampledLinesTest, HandCheckedSlash) {
   // Block 4 = rows 64..79: offset 20 -> keys [44, 60), local [64, 80).
   EXPECT_EQ(RowString(idx, 0, 4), "[44,60)[64,80)");
   EXPECT_EQ(RowString(idx, 0, 15), "[220,236)[240,256)");
+  // The cost test: the range (16 keys per row) holds D(20) ~ 1 spread as ~1/16 per key over the
+  // block's rows, the kept entries weigh ~1/2 (mass 1 over 2 sampled rows): diagonal_cost 0.1
+  // (bar 0.1 x 16 x ~0.5 < D) keeps the range, 1 (bar ~8) keeps the sampled keys as columns.
+  params.diagonal_cost = 0.1f;
+  ASSERT_TRUE(BuildSampledLinesIndex(hp->problem(), params, {0}, 16, &idx).ok());
+  EXPECT_EQ(RowString(idx, 0, 4), "[44,60)[64,80)");
+  params.diagonal_cost = 1.f;
+  ASSERT_TRUE(BuildSampledLinesIndex(hp->problem(), params, {0}, 16, &idx).ok());
+  ASSERT_TRUE(ValidateSparseIndex(hp->problem(), idx).ok());
+  EXPECT_EQ(RowString(idx, 0, 4), "[64,80) c48 c56");
+  params.diagonal_cost = 0.f;
   // A diagonal floor above D(20) * k_len (~256) leaves the sampled rows' keys as columns: rows
   // 68 and 76 of block 4 keep keys 48 and 56.
   params.diagonal_floor = 1000.f;
@@ -204,6 +215,8 @@ TEST(SampledLinesTest, RejectsBadParametersByName) {
                      "sampled_lines.local_tokens"},
                     {[](MethodConfig* c) { c->sampled_lines.diagonal_floor = 0.f; },
                      "sampled_lines.diagonal_floor"},
+                    {[](MethodConfig* c) { c->sampled_lines.diagonal_cost = -1.f; },
+                     "sampled_lines.diagonal_cost"},
                 }),
             "");
   SparseIndex idx;

@@ -738,7 +738,8 @@ __global__ void SlDiagonalEvidenceKernel(SlArgs a) {
 
 // The entries of each index row, from (row position - its block's first row position) * k_len +
 // key j to the assembler's codes: j (column) or -1 - (o + k_len) (diagonal o = row position - j),
-// by the last-rows evidence (sampled_lines.cc: D(o) > V(j) and D(o) > diagonal_floor / k_len).
+// by the last-rows evidence (sampled_lines.cc: D(o) > V(j), D(o) > diagonal_floor / k_len and
+// D(o) > SampledLinesDiagonalBar: diagonal_cost x the block's rows x its threshold bin's edge).
 // One CTA per index row; its loads are independent (pass 3's hot loop has none).
 __global__ void SlClassifyKernel(SlArgs a) {
   const int unit = blockIdx.x;
@@ -751,6 +752,12 @@ __global__ void SlClassifyKernel(SlArgs a) {
   const float* col = a.col_mean + slot * a.col_stride + es.col_base;
   const float* diag = a.diag_mean + slot * a.diag_stride + es.diag_base;
   const float diag_floor = a.diagonal_floor / static_cast<float>(kl);
+  const int thr = a.thr[unit];
+  const float diag_bar =
+      a.diagonal_cost > 0.f && thr >= 0 && thr < kSlBins
+          ? __fmul_rn(__fmul_rn(a.diagonal_cost, static_cast<float>(g.q_end - g.q_begin)),
+                      __uint_as_float(static_cast<unsigned>(thr + kSlBinFloor) << 20))
+          : 0.f;
   int32_t* e = a.entries + a.kept[unit];
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
     const int32_t code = e[i];
@@ -758,7 +765,7 @@ __global__ void SlClassifyKernel(SlArgs a) {
     const int o = g.first_pos + rel - j;
     const int oi = o - es.min_offset;
     const float d = oi >= 0 && oi < es.num_offsets ? diag[oi] : 0.f;
-    e[i] = d > col[j] && d > diag_floor ? -1 - (o + kl) : j;
+    e[i] = d > col[j] && d > diag_floor && d > diag_bar ? -1 - (o + kl) : j;
   }
 }
 

@@ -182,6 +182,7 @@ absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const A
   sa.gamma = params.gamma;
   if (const char* x = std::getenv("SPATTN_SL_EMIT_EXACT")) sa.emit_exact = x[0] == '1';
   sa.diagonal_floor = params.diagonal_floor;
+  sa.diagonal_cost = params.diagonal_cost;
   sa.ev_seqs = ep.seqs;
   sa.col_sums = ep.col_sums;
   sa.diag_sums = ep.diag_sums;

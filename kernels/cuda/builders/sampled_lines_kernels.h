@@ -95,6 +95,7 @@ struct SlArgs {
   const BlockGeoDev* geo = nullptr;          // [num_blocks]
   float gamma = 0.f;
   float diagonal_floor = 0.f;  // SampledLinesParams::diagonal_floor (units of 1 / k_len)
+  float diagonal_cost = 0.f;   // SampledLinesParams::diagonal_cost (0 = off)
   // Evidence: vertical_slash's estimate over the last rows (merged_kernels.h EstimateParams).
   const merged::EstimateSeq* ev_seqs = nullptr;  // [batch]
   const double* col_sums = nullptr;              // [slots * col_stride]

@@ -3,7 +3,7 @@
 # sampled_lines builder against its CPU twin), then spattn-bench --device=cuda --group_by=all
 # (one build of all 32 heads, per-head recall in recall_heads) --methods=oracle,sampled_lines at
 # 32K and 128K, llm_mix 32/8 heads d 128 bf16 causal, 256 recall rows per head, for VARIANTS
-# "block_m:rows:edge_rows:floor:gamma"; the oracle once per (length, block_m).
+# "block_m:rows:edge_rows:floor:gamma[:diagonal_cost]"; the oracle once per (length, block_m).
 set -u
 cd "$(dirname "$0")"
 WORK=/tmp/s20sld && rm -rf "$WORK" && mkdir -p "$WORK" && tar -xJf bundle.tar.xz -C "$WORK"
@@ -24,14 +24,14 @@ fi
 declare -A seen
 for len in ${LENS:-32768 131072}; do
   for v in ${VARIANTS:-128:3:true:7:0.95}; do
-    IFS=: read -r bm rows edges floor gamma <<< "$v"
+    IFS=: read -r bm rows edges floor gamma cost <<< "$v"; cost=${cost:-0}
     methods=sampled_lines; [ -z "${seen[$len$bm]:-}" ] && methods=oracle,sampled_lines; seen[$len$bm]=1
-    tag="b${bm}_r${rows}_e${edges}_f${floor}_g${gamma}"
+    tag="b${bm}_r${rows}_e${edges}_f${floor}_g${gamma}_c${cost}"
     timeout 100 bin/spattn-bench --device=cuda --workload=llm_mix --heads=32 --kv_heads=8 \
       --head_dim=128 --dtype=bf16 --group_by=all --recall_rows=256 --seq_len=$len --block_m=$bm \
       --warmup=1 --repeat=3 --methods=$methods --sampled_lines.gamma=$gamma \
       --sampled_lines.rows_per_block=$rows --sampled_lines.edge_rows=$edges \
-      --sampled_lines.diagonal_floor=$floor > "$OUT/bench_${tag}_$len.jsonl" 2> "$OUT/bench_${tag}_$len.err"
+      --sampled_lines.diagonal_floor=$floor --sampled_lines.diagonal_cost=$cost > "$OUT/bench_${tag}_$len.jsonl" 2> "$OUT/bench_${tag}_$len.err"
     note "bench $tag $len rc=$?"
   done
 done
