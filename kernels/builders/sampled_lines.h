@@ -53,7 +53,11 @@
 //     0.957, 0.939), 128K 1.13x at 0.952 (retrieval 0.948; were 1.17x, 0.951, 0.920); the third
 //     row costs 1.3x / 1.4x the build (8.1 -> 10.6 ms at 32K, 76.6 -> 109.5 ms at 128K).
 //     Higher floors cost slash and vertical_slash heads their lines (16K, floor 8 without the
-//     column test: 2 of 4 slash heads below 0.93).
+//     column test: 2 of 4 slash heads below 0.93). Optional cost test (diagonal_cost, default
+//     off): D(o) must also exceed SampledLinesDiagonalBar, cost x block rows x the block's
+//     threshold-bin edge. On 128-row blocks (H100, 16 oracle blocks per head; NOTES "Session 20
+//     -- s20-sldensity") floor 5 + cost 0.2 gives 1.28x the oracle at 32K (recall 0.951; the
+//     defaults 1.47x, 0.960) but recall 0.941 at 128K (defaults 1.30x, 0.953), hence off.
 //  3. Per query block, each (sampled row, key) entry weighs m = p / (rows sampled), as fp32.
 //     Entries are binned by the top 12 bits of m's fp32 representation (SampledLinesBin: 8 bins
 //     per octave, ~9% apart; everything below 2^-32 in bin 0); the threshold bin is the highest
