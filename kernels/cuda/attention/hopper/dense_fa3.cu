@@ -165,15 +165,7 @@ cudaError_t LaunchShape(const AttnParams& p, int max_q_len, cudaStream_t stream)
   if (blocks == 0 || p.batch == 0) return cudaSuccess;
   CUtensorMap tq, tk, tv;
   if (!EncodeAll(p, Tr::kBM, Tr::kBN, &tq, &tk, &tv)) return cudaErrorInvalidValue;
-  // SPATTN_HOPPER_DENSE_PERSIST: 1 (default) non-causal grids of at most
-  // SPATTN_HOPPER_PERSIST_KEYS (default 32768) mean keys per sequence run persistent (one CTA
-  // per SM walks the work items, DenseFa3Kernel's kPersistent: short blocks, whose CTA start
-  // and store weigh most); 0 one CTA per item everywhere; 2 every grid persistent.
-  const int persist = Knob("SPATTN_HOPPER_DENSE_PERSIST", 1);
-  const int64_t mean_keys = p.total_k / std::max(p.batch, 1);
-  const bool persistent = persist == 2 || (persist == 1 && !p.causal &&
-                                           mean_keys <= Knob("SPATTN_HOPPER_PERSIST_KEYS", 32768));
-  auto kernel = persistent ? DenseFa3Kernel<Tr, true> : DenseFa3Kernel<Tr, false>;
+  auto kernel = DenseFa3Kernel<Tr>;
   cudaError_t err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
   if (err != cudaSuccess) return err;
@@ -192,10 +184,8 @@ cudaError_t LaunchShape(const AttnParams& p, int max_q_len, cudaStream_t stream)
   // SPATTN_HOPPER_NARROW_FIRST=0: partial first key tiles computed at the full tile width
   // (the A/B baseline of NOTES.md session 18).
   const bool narrow_first = Knob("SPATTN_HOPPER_NARROW_FIRST", 1) != 0;
-  const int64_t items = grid;
-  if (persistent) grid = std::min<int64_t>(grid, NumSms());
   kernel<<<static_cast<unsigned>(grid), Tr::kThreads, Tr::kSmemBytes, stream>>>(
-      p, tq, tk, tv, blocks, SectionHeads(p), split, narrow_first, static_cast<int>(items));
+      p, tq, tk, tv, blocks, SectionHeads(p), split, narrow_first);
   return cudaGetLastError();
 }
 

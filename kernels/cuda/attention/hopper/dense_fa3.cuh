@@ -56,8 +56,8 @@ struct Fa3Traits {
   static constexpr int kKOff = kQBytes;
   static constexpr int kVOff = kKOff + kStages * kTileBytes;
   static constexpr int kBarOff = kVOff + kStages * kTileBytes;
-  // q_full, k_full[S], v_full[S], k_empty[S], v_empty[S], q_empty (persistent grid)
-  static constexpr int kNumBars = 2 + 4 * kStages;
+  // q_full, k_full[S], v_full[S], k_empty[S], v_empty[S]
+  static constexpr int kNumBars = 1 + 4 * kStages;
   static constexpr int kSmemBytes = kBarOff + kNumBars * 8 + 1024;  // + room to align to 1024
   static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = kConsumerWgs == 2 ? 240 : 160;
@@ -197,47 +197,33 @@ __device__ __forceinline__ bool MergePieces(Step& st, const DenseSplit& split, i
   return true;
 }
 
-// Work item `item` of the grid (CTA index, or a persistent CTA's current item): whole query
-// block, or piece `piece` of split block `split_block` (grid order full_ctas + it). False: the
-// block holds no rows (varlen), nothing to do.
 template <class Tr>
-__device__ __forceinline__ bool DecodeItem(const AttnParams& p, int item, int num_m_blocks,
-                                           int section_heads, const DenseSplit& split, BlockRows& b,
-                                           int& head, int& split_block, int& piece) {
-  int linear = item;
-  split_block = -1;
-  piece = 0;
-  if (linear >= split.full_ctas) {
-    split_block = (linear - split.full_ctas) / split.pieces;
-    piece = linear - split.full_ctas - split_block * split.pieces;
-    linear = split.full_ctas + split_block;
-  }
-  int m_block, seq;
-  SectionTile(linear, p.num_q_heads, p.batch, num_m_blocks, section_heads, head, m_block, seq);
-  if (!Geometry<Tr>(p, seq, m_block, b)) return false;  // every piece of an empty block
-  if (split_block >= 0) SplitTiles(b, piece, split.pieces);
-  return true;
-}
-
-// kPersistent = false: one CTA per work item (grid = num_items). kPersistent = true: one CTA per
-// SM runs items blockIdx.x, + gridDim.x, ... (the same order): the K/V ring positions run on
-// across items, so the producer loads the next item's first K tile while the consumers still
-// work on (and store) the current one; the next Q waits for the consumers' q_empty arrival
-// (the epilogue goes through the Q buffer). Saves each item's CTA start (barrier setup, tensor
-// map prefetch, the first loads' latency) and overlaps its store with the next item's loads.
-template <class Tr, bool kPersistent = false>
 __global__ void __launch_bounds__(Tr::kThreads, 1)
     DenseFa3Kernel(const AttnParams p, const __grid_constant__ CUtensorMap tmap_q,
                    const __grid_constant__ CUtensorMap tmap_k,
                    const __grid_constant__ CUtensorMap tmap_v, int num_m_blocks, int section_heads,
-                   const DenseSplit split, bool narrow_first, int num_items) {
+                   const DenseSplit split, bool narrow_first) {
 #if SPATTN_SM90A
   using T = typename Tr::T;
   constexpr int kD = Tr::kD, kBM = Tr::kBM, kBN = Tr::kBN, kStages = Tr::kStages;
   constexpr int kSub = Tr::kSub;
   extern __shared__ __align__(1024) char smem_raw[];
   char* smem = smem_raw + ((1024 - (Smem32(smem_raw) & 1023)) & 1023);
-  const int item_step = kPersistent ? static_cast<int>(gridDim.x) : num_items;
+
+  // Whole block, or piece `piece` of split block `split_block` (grid order full_ctas + it).
+  int linear = static_cast<int>(blockIdx.x);
+  int split_block = -1, piece = 0;
+  if (linear >= split.full_ctas) {
+    split_block = (linear - split.full_ctas) / split.pieces;
+    piece = linear - split.full_ctas - split_block * split.pieces;
+    linear = split.full_ctas + split_block;
+  }
+  int head, m_block, seq;
+  SectionTile(linear, p.num_q_heads, p.batch, num_m_blocks, section_heads, head, m_block, seq);
+  BlockRows b;
+  if (!Geometry<Tr>(p, seq, m_block, b)) return;  // every piece of an empty block leaves
+  if (split_block >= 0) SplitTiles(b, piece, split.pieces);
+  const int kv_head = head / p.group;
 
   const uint32_t sQ = Smem32(smem);
   const uint32_t sK = sQ + Tr::kKOff;
@@ -248,7 +234,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   auto v_full = [&](int s) { return bars + 8 * (1 + kStages + s); };
   auto k_empty = [&](int s) { return bars + 8 * (1 + 2 * kStages + s); };
   auto v_empty = [&](int s) { return bars + 8 * (1 + 3 * kStages + s); };
-  const uint32_t q_empty = bars + 8 * (1 + 4 * kStages);
 
   if (threadIdx.x == 0) {
     MbarInit(q_full, 1);
@@ -258,7 +243,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       MbarInit(k_empty(s), 4 * Tr::kConsumerWgs);  // one lane per consumer warp
       MbarInit(v_empty(s), 4 * Tr::kConsumerWgs);
     }
-    if (kPersistent) MbarInit(q_empty, 4 * Tr::kConsumerWgs);
     MbarInitFence();
   }
   __syncthreads();
@@ -271,53 +255,31 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       PrefetchTensorMap(&tmap_q);
       PrefetchTensorMap(&tmap_k);
       PrefetchTensorMap(&tmap_v);
-      int pos = 0, iter = 0;  // ring position of the item's first tile; items run so far
-      for (int item = blockIdx.x; item < num_items; item += item_step) {
-        BlockRows b;
-        int head, split_block, piece;
-        if (!DecodeItem<Tr>(p, item, num_m_blocks, section_heads, split, b, head, split_block,
-                            piece)) {
-          continue;
-        }
-        const int kv_head = head / p.group;
-        auto load_q = [&]() {
-          if (kPersistent && iter > 0) MbarWait(q_empty, (iter - 1) & 1);
-          MbarArriveExpectTx(q_full, Tr::kQBytes);
+      MbarArriveExpectTx(q_full, Tr::kQBytes);
 #pragma unroll
-          for (int sub = 0; sub < kSub; ++sub) {
-            TmaLoad3d(sQ + sub * kBM * 128, &tmap_q, sub * 64, head, b.q_tok0 + b.q_begin, q_full);
-          }
-        };
-        auto load = [&](const CUtensorMap* map, uint32_t base, uint32_t full, int t) {
-          const int tok = b.k_tok0 + (b.tile_end - 1 - t) * kBN;
-          MbarArriveExpectTx(full, Tr::kTileBytes);
+      for (int sub = 0; sub < kSub; ++sub) {
+        TmaLoad3d(sQ + sub * kBM * 128, &tmap_q, sub * 64, head, b.q_tok0 + b.q_begin, q_full);
+      }
+      auto load = [&](const CUtensorMap* map, uint32_t base, uint32_t full, int t) {
+        const int tok = b.k_tok0 + (b.tile_end - 1 - t) * kBN;
+        MbarArriveExpectTx(full, Tr::kTileBytes);
 #pragma unroll
-          for (int sub = 0; sub < kSub; ++sub) {
-            TmaLoad3d(base + sub * kBN * 128, map, sub * 64, kv_head, tok, full);
-          }
-        };
-        // The first item's Q goes out first; a later item's after its first K tile (that one
-        // only waits for a ring slot, the Q buffer for the current item's epilogue).
-        const bool q_first = !kPersistent || iter == 0 || b.n_tiles == 0;
-        if (q_first) load_q();
-        // K(t + 1) goes out before V(t): the consumers use them in that order.
-        for (int t = 0; t <= b.n_tiles; ++t) {
-          if (t < b.n_tiles) {
-            const int r = pos + t;
-            const int s = r % kStages;
-            MbarWait(k_empty(s), ((r / kStages) & 1) ^ 1);
-            load(&tmap_k, sK + s * Tr::kTileBytes, k_full(s), t);
-            if (t == 0 && !q_first) load_q();
-          }
-          if (t > 0) {
-            const int r = pos + t - 1;
-            const int s = r % kStages;
-            MbarWait(v_empty(s), ((r / kStages) & 1) ^ 1);
-            load(&tmap_v, sV + s * Tr::kTileBytes, v_full(s), t - 1);
-          }
+        for (int sub = 0; sub < kSub; ++sub) {
+          TmaLoad3d(base + sub * kBN * 128, map, sub * 64, kv_head, tok, full);
         }
-        pos += b.n_tiles;
-        ++iter;
+      };
+      // K(t + 1) goes out before V(t): the consumers use them in that order.
+      for (int t = 0; t <= b.n_tiles; ++t) {
+        if (t < b.n_tiles) {
+          const int s = t % kStages;
+          MbarWait(k_empty(s), ((t / kStages) & 1) ^ 1);
+          load(&tmap_k, sK + s * Tr::kTileBytes, k_full(s), t);
+        }
+        if (t > 0) {
+          const int s = (t - 1) % kStages;
+          MbarWait(v_empty(s), (((t - 1) / kStages) & 1) ^ 1);
+          load(&tmap_v, sV + s * Tr::kTileBytes, v_full(s), t - 1);
+        }
       }
     }
     return;
@@ -329,97 +291,81 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   const int tid = threadIdx.x % 128;
   const int warp = tid / 32, lane = tid % 32;
   const int row_in_cta0 = cw * 64 + warp * 16 + lane / 4;  // + 8 * h
+  const int n_tiles = b.n_tiles;
   const KvRing<kStages, Tr::kTileBytes> ring{sK, sV, k_full(0), v_full(0), k_empty(0), v_empty(0)};
   ConsumerStep<T, kD, kBN, kBM> st(lane);
+  st.Reset();
 
   // The turns go round the consumer warpgroups: 0, 1, (2,) 0, ...
   const int my_turn = kBarTurn0 + cw;
   const int other_turn = kBarTurn0 + (cw + 1) % Tr::kConsumerWgs;
 
-  int pos = 0, iter = 0;  // as the producer's
-  for (int item = blockIdx.x; item < num_items; item += item_step) {
-    BlockRows b;
-    int head, split_block, piece;
-    if (!DecodeItem<Tr>(p, item, num_m_blocks, section_heads, split, b, head, split_block, piece)) {
-      continue;
+  // Tile t holds keys [(tile_end - 1 - t) kBN, + kBN): the last first.
+  // (The ring position is the tile number: one block per CTA.)
+  int tile = 0;
+  auto next = [&](int& d) {
+    d = tile;
+    return tile < n_tiles;
+  };
+  // V rows past the sequence's keys may hold another sequence's values (NaN/Inf would leak
+  // through 0 * x): zero them in the (rare) tile that has them. Every consumer warpgroup writes
+  // the same zeros, so their writes never race with a value that matters.
+  auto zero_v_tail = [&](int slot, int t) {
+    const int key0 = (b.tile_end - 1 - t) * kBN;
+    const int valid = b.k_len - key0;
+    if (valid >= kBN || b.k_tok0 + b.k_len >= p.total_k) return;
+    char* vst = smem + Tr::kVOff + slot * Tr::kTileBytes;
+    for (int i = tid; i < (kBN - valid) * kSub * 8; i += 128) {
+      const int r = valid + i / (kSub * 8), c = i % (kSub * 8);
+      *reinterpret_cast<uint4*>(vst + (c / 8) * kBN * 128 + r * 128 + (c % 8) * 16) =
+          make_uint4(0, 0, 0, 0);
     }
-    const int n_tiles = b.n_tiles;
-    st.Reset();
-    // Tile t holds keys [(tile_end - 1 - t) kBN, + kBN): the last first. Its ring position is
-    // pos + t.
-    int tile = pos;
-    auto next = [&](int& d) {
-      d = tile - pos;
-      return d < n_tiles;
-    };
-    // V rows past the sequence's keys may hold another sequence's values (NaN/Inf would leak
-    // through 0 * x): zero them in the (rare) tile that has them. Every consumer warpgroup
-    // writes the same zeros, so their writes never race with a value that matters.
-    auto zero_v_tail = [&](int slot, int t) {
-      const int key0 = (b.tile_end - 1 - t) * kBN;
-      const int valid = b.k_len - key0;
-      if (valid >= kBN || b.k_tok0 + b.k_len >= p.total_k) return;
-      char* vst = smem + Tr::kVOff + slot * Tr::kTileBytes;
-      for (int i = tid; i < (kBN - valid) * kSub * 8; i += 128) {
-        const int r = valid + i / (kSub * 8), c = i % (kSub * 8);
-        *reinterpret_cast<uint4*>(vst + (c / 8) * kBN * 128 + r * 128 + (c % 8) * 16) =
-            make_uint4(0, 0, 0, 0);
-      }
-      detail::FenceProxyAsync();
-      NamedSync(kBarWg0 + cw, 128);
-    };
-    // Masks S of tile t (keys past key_end, causal) when the tile needs it.
-    auto mask = [&](decltype(st)& step, int t) {
-      const int key0 = (b.tile_end - 1 - t) * kBN;
-      const bool need =
-          key0 + kBN > b.key_end || (p.causal && key0 + kBN - 1 > b.first_pos + cw * 64);
-      if (!need) return;
-      step.Mask([&](int col) { return key0 + col; },
-                [&](int, int key, int h) {
-                  const int pos_q = b.first_pos + row_in_cta0 + 8 * h;
-                  return key < b.key_end && (!p.causal || key <= pos_q);
-                });
-    };
+    detail::FenceProxyAsync();
+    NamedSync(kBarWg0 + cw, 128);
+  };
+  // Masks S of tile t (keys past key_end, causal) when the tile needs it.
+  auto mask = [&](decltype(st)& step, int t) {
+    const int key0 = (b.tile_end - 1 - t) * kBN;
+    const bool need =
+        key0 + kBN > b.key_end || (p.causal && key0 + kBN - 1 > b.first_pos + cw * 64);
+    if (!need) return;
+    step.Mask([&](int col) { return key0 + col; },
+              [&](int, int key, int h) {
+                const int pos = b.first_pos + row_in_cta0 + 8 * h;
+                return key < b.key_end && (!p.causal || key <= pos);
+              });
+  };
 
-    MbarWait(q_full, iter & 1);
-    if (n_tiles > 0) {
-      // Consumer warpgroup 0 goes first.
-      if (cw == Tr::kConsumerWgs - 1) NamedArrive(kBarTurn0, 256);
-      // The first tile (the block's last keys) may hold fewer than kBN keys: its P V runs on
-      // the 16-key groups that hold keys (narrow_first; the mask zeroes P of the rest).
-      auto first_groups = [&](int t) {
-        const int valid = b.key_end - (b.tile_end - 1 - t) * kBN;
-        return narrow_first && valid < kBN ? (valid + 15) / 16 : kBN / 16;
-      };
-      RunKeyTiles<int>(
-          st, ring, tile, sQ + cw * 64 * 128, my_turn, other_turn, lane, p.scale_log2, next,
-          [](int) {}, zero_v_tail, mask, 256, first_groups);
-      if (cw == 0) NamedSync(my_turn, 256);  // the last "your turn" of the last warpgroup
-    }
-    pos += n_tiles;
-    ++iter;
-
-    const bool store = split_block < 0 ||
-                       MergePieces<Tr>(st, split, split_block, piece, cw * 128 + tid, p.scale_log2);
-    if (store) {
-      // Epilogue: this warp's 16 rows through its own Q rows to 16-byte stores.
-      const int64_t row_tok = b.q_tok0 + b.q_begin;
-      T* o_block = static_cast<T*>(p.o) + static_cast<int64_t>(head) * p.o_head_stride +
-                   row_tok * p.o_token_stride;
-      float* lse_block = p.maybe_lse == nullptr
-                             ? nullptr
-                             : p.maybe_lse + static_cast<int64_t>(head) * p.total_q + row_tok;
-      st.Store(smem, cw * 64 + warp * 16, lane, b.rows, p.scale_log2, o_block, p.o_token_stride,
-               lse_block);
-    }
-    if (kPersistent) {
-      // This warp is done with the Q buffer (wgmma reads, the epilogue's writes and reads): the
-      // producer may load the next item's Q over it.
-      detail::FenceProxyAsync();
-      __syncwarp();
-      if (lane == 0) MbarArrive(q_empty);
-    }
+  MbarWait(q_full, 0);
+  if (n_tiles > 0) {
+    // Consumer warpgroup 0 goes first.
+    if (cw == Tr::kConsumerWgs - 1) NamedArrive(kBarTurn0, 256);
+    // The first tile (the block's last keys) may hold fewer than kBN keys: its P V runs on the
+    // 16-key groups that hold keys (narrow_first; the mask zeroes P of the rest).
+    auto first_groups = [&](int t) {
+      const int valid = b.key_end - (b.tile_end - 1 - t) * kBN;
+      return narrow_first && valid < kBN ? (valid + 15) / 16 : kBN / 16;
+    };
+    RunKeyTiles<int>(
+        st, ring, tile, sQ + cw * 64 * 128, my_turn, other_turn, lane, p.scale_log2, next,
+        [](int) {}, zero_v_tail, mask, 256, first_groups);
+    if (cw == 0) NamedSync(my_turn, 256);  // the last "your turn" of the last warpgroup
   }
+
+  if (split_block >= 0 &&
+      !MergePieces<Tr>(st, split, split_block, piece, cw * 128 + tid, p.scale_log2)) {
+    return;  // another piece stores the block
+  }
+
+  // Epilogue: this warp's 16 rows through its own Q rows to 16-byte stores.
+  const int64_t row_tok = b.q_tok0 + b.q_begin;
+  T* o_block = static_cast<T*>(p.o) + static_cast<int64_t>(head) * p.o_head_stride +
+               row_tok * p.o_token_stride;
+  float* lse_block = p.maybe_lse == nullptr
+                         ? nullptr
+                         : p.maybe_lse + static_cast<int64_t>(head) * p.total_q + row_tok;
+  st.Store(smem, cw * 64 + warp * 16, lane, b.rows, p.scale_log2, o_block, p.o_token_stride,
+           lse_block);
 #endif  // SPATTN_SM90A
 }
 
