@@ -105,14 +105,22 @@ __global__ void __launch_bounds__(kAsThreads, 3) SaapAssignKernel(SaapArgs a) {
   const int ntiles = as.c_pad / kAsTileC;
   const __nv_bfloat16* chi = static_cast<const __nv_bfloat16*>(as.centroid_hi[kvh]);
   const __nv_bfloat16* clo = static_cast<const __nv_bfloat16*>(as.centroid_lo[kvh]);
+  // LoadTileAsync's tiles of kAsTileC rows x kCh chunks, every row valid: thread tid always
+  // loads chunk tid % kCh of rows tid / kCh + kRowStep j, whose swizzle (row & 7) is the same for
+  // every j (kRowStep is a multiple of 8). Offsets set once, constants added per tile.
+  constexpr int kRowStep = kAsThreads / kCh;
+  static_assert(kRowStep % 8 == 0 && kAsTileC % kRowStep == 0, "tile rows per thread");
+  const int lr = tid / kCh, lch = tid - lr * kCh;
+  const int64_t csrc = static_cast<int64_t>(lr) * kD + lch * 8;
+  const uint32_t cdst = sCa + TileOff(lr, lch, kCh);
   auto issue = [&](int t) {
-    const uint32_t dst = sCa + (t & 1) * 2 * kTileBytes;
-    LoadTileAsync(
-        dst, kAsTileC, kAsTileC, kCh,
-        [&](int r) { return chi + static_cast<int64_t>(t * kAsTileC + r) * kD; }, tid, kAsThreads);
-    LoadTileAsync(
-        dst + kTileBytes, kAsTileC, kAsTileC, kCh,
-        [&](int r) { return clo + static_cast<int64_t>(t * kAsTileC + r) * kD; }, tid, kAsThreads);
+    const uint32_t dst = cdst + (t & 1) * 2 * kTileBytes;
+    const int64_t src = csrc + static_cast<int64_t>(t) * kAsTileC * kD;
+#pragma unroll
+    for (int j = 0; j < kAsTileC / kRowStep; ++j) {
+      CpAsync16(dst + j * kRowStep * kCh * 16, chi + src + j * kRowStep * kD, true);
+      CpAsync16(dst + kTileBytes + j * kRowStep * kCh * 16, clo + src + j * kRowStep * kD, true);
+    }
   };
   issue(0);
   CpAsyncCommit();
@@ -292,6 +300,11 @@ __device__ __forceinline__ void ClsGemm(uint32_t sA, int K, const __nv_bfloat16*
     }
   }
   const int slabs = K / kClsK;
+  uint32_t a_row[2], a_sw[kClsK / 16];
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) a_row[mt] = sA + (32 * wr + 16 * mt + (lane & 15)) * chunks_a * 16;
+#pragma unroll
+  for (int kk = 0; kk < kClsK / 16; ++kk) a_sw[kk] = ((2 * kk + (lane >> 4)) ^ (lane & 7)) * 16;
   // A slab is LoadTileAsync's tile of kClsN rows x kClsK / 8 chunks, every row valid: thread tid
   // always loads chunk tid % 8 of rows tid / 8 + 32 j (j < 8), whose swizzle (row & 7) is the
   // same for every j. Its source and destination offsets are set once here, not per slab.
@@ -322,7 +335,10 @@ __device__ __forceinline__ void ClsGemm(uint32_t sA, int K, const __nv_bfloat16*
       uint32_t af[2][4];
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt) {
-        LoadA(sA, 32 * wr + 16 * mt, s * 4 + kk, chunks_a, lane, af[mt]);
+        // LoadA(sA, 32 wr + 16 mt, 4 s + kk, chunks_a, ...): chunk 8 s + (2 kk + lane / 16),
+        // swizzled by lane & 7 within its group of 8 chunks.
+        LdMatrixX4(a_row[mt] + s * (kClsK / 8) * 16 + a_sw[kk], af[mt][0], af[mt][1], af[mt][2],
+                   af[mt][3]);
       }
 #pragma unroll
       for (int np = 0; np < 4; ++np) {
@@ -363,12 +379,18 @@ __device__ __forceinline__ void ClassifyTile(const SaapArgs& a, int h, uint64_t 
     const float* b0 = as.b0[h];
     for (int n0 = 0; n0 < hp; n0 += kClsN) {
       ClsGemm(sXa, kD, w0, n0, sWa, acc);
+      float2 bias[8];
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+        const int c = n0 + 64 * wc + 8 * nt + 2 * t4;
+        bias[nt] = make_float2(b0[c], b0[c + 1]);
+      }
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt) {
 #pragma unroll
         for (int nt = 0; nt < 8; ++nt) {
           const int c = n0 + 64 * wc + 8 * nt + 2 * t4;
-          const float bias0 = b0[c], bias1 = b0[c + 1];
+          const float bias0 = bias[nt].x, bias1 = bias[nt].y;
 #pragma unroll
           for (int hh = 0; hh < 2; ++hh) {
             const int r = 32 * wr + 16 * mt + g + 8 * hh;
@@ -397,6 +419,12 @@ __device__ __forceinline__ void ClassifyTile(const SaapArgs& a, int h, uint64_t 
   }
   for (int n0 = 0; n0 < cp; n0 += kClsN) {
     ClsGemm(sA, K, w1, n0, sWa, acc);
+    float2 bias[8];
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      const int c = n0 + 64 * wc + 8 * nt + 2 * t4;
+      bias[nt] = make_float2(b1[c], b1[c + 1]);
+    }
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt) {
 #pragma unroll
@@ -406,7 +434,7 @@ __device__ __forceinline__ void ClassifyTile(const SaapArgs& a, int h, uint64_t 
 #pragma unroll
         for (int nt = 0; nt < 8; ++nt) {
           const int c = n0 + 64 * wc + 8 * nt + 2 * t4;
-          float v0 = acc[mt][nt][2 * hh] + b1[c], v1 = acc[mt][nt][2 * hh + 1] + b1[c + 1];
+          float v0 = acc[mt][nt][2 * hh] + bias[nt].x, v1 = acc[mt][nt][2 * hh + 1] + bias[nt].y;
           if (as.relu1) {
             v0 = fmaxf(v0, 0.f);
             v1 = fmaxf(v1, 0.f);

@@ -27,7 +27,7 @@ for len in ${LENS:-32768 131072}; do for v in new base; do
   timeout 120 $bin $COMMON --seq_len=$len --methods=$M >> "$OUT/bench_$v.jsonl" 2>> "$OUT/bench_$v.err"
   note "spattn-bench $v $len rc=$?"
 done; done
-timeout 60 python3 sdpa_reference.py --seq_lens 32768,131072 > "$OUT/sdpa.jsonl" 2> "$OUT/sdpa.err"
+[ "${SDPA:-1}" = 1 ] && timeout 60 python3 sdpa_reference.py --seq_lens 32768,131072 > "$OUT/sdpa.jsonl" 2> "$OUT/sdpa.err"
 note "sdpa rc=$?"
 if [ "${NCU:-1}" = 1 ] && command -v ncu >/dev/null; then
   for v in new base; do
