@@ -167,8 +167,7 @@ struct PackedCursor {
   __device__ __forceinline__ bool Next(const detail::KeySet& ks, int& kind, int& start, int& n,
                                        bool& mixed) {
     mixed = false;
-    if (!pack) return plain.Next(ks, kind, start, n);
-    if (!decided) {
+    if (pack && !decided) {
       decided = true;
       packing = true;
       if (!always) {
@@ -186,7 +185,7 @@ struct PackedCursor {
         packing = (c + t + kBN - 1) / kBN < (c + kBN - 1) / kBN + part;
       }
     }
-    if (!packing) return plain.Next(ks, kind, start, n);
+    if (!pack || !packing) return plain.Next(ks, kind, start, n);  // (one call site)
     while (e < ks.num_ranges) {
       const int rs = __ldg(ks.range_start + e), rl = __ldg(ks.range_len + e);
       const int whole = rl / kBN * kBN;
