@@ -16,6 +16,6 @@ cp $BASE_DIR/cuda_bench $D/bin/base/ && chmod u+w $D/bin/base/cuda_bench && stri
 (cd $D && tar -cJf bundle.tar.xz bin lib && rm -rf bin lib)
 cp -r /work/main/.gpu-s19-sparse/ref $D/
 cp kernels/cuda/bench/sdpa_reference.py kernels/cuda/attention/hopper/minference_reference.py \
-   kernels/cuda/attention/hopper/sparse_references.py bench/results/kernels/s20-sparse/run1.sh \
+   kernels/cuda/attention/hopper/sparse_references.py bench/results/kernels/s20-sparse/run*.sh \
    bench/results/kernels/s20-sparse/summarize.py $D/
 du -sh $D

@@ -26,7 +26,7 @@ def lines(name):
 
 rows = defaultdict(lambda: defaultdict(list))
 for r in lines("bench.jsonl"):
-    if "kernel" not in r:
+    if "kernel" not in r or r["kernel"] == "index_stats":
         continue
     dense = r["kernel"].startswith("dense")
     k = (r["seq_len"], 0 if dense else r.get("block_m", 0),
