@@ -43,6 +43,12 @@ timeout 120 bin/cuda_bench $C $C32 $KS --tag=new >> "$OUT/bench.jsonl" 2>> "$OUT
 timeout 120 bin/base/cuda_bench $C $C32 --tag=base2 >> "$OUT/bench.jsonl" 2>> "$OUT/errors.log"; note "base2 32K rc=$?"
 timeout 150 bin/base/cuda_bench $C $C128 --knob_sets='def:;pk1:SPATTN_HOPPER_PACK_TAILS=1' --sparse_knobs=1 --tag=base >> "$OUT/bench.jsonl" 2>> "$OUT/errors.log"; note "base 128K rc=$?"
 timeout 200 bin/cuda_bench $C $C128 ${KS/--rounds=2/--rounds=1} --tag=new >> "$OUT/bench.jsonl" 2>> "$OUT/errors.log"; note "new 128K rc=$?"
+# Ours at 32K on the references' tensors again (run 1's spattn-bench was the spilled build).
+timeout 100 bin/spattn-bench --device=cuda --workload=llm_mix --heads=32 --kv_heads=8 --head_dim=128 \
+  --dtype=bf16 --group_by=all --recall_rows=16 --warmup=1 --repeat=5 --seq_len=32768 \
+  --methods=dense,a_shape,vertical_slash,block_sparse,flex_prefill,anchor,sampled_lines \
+  >> "$OUT/spattn_bench.jsonl" 2>> "$OUT/errors.log"
+note "spattn-bench 32K rc=$?"
 # ncu (last: whatever it misses, the rest is in): launches in order dense kernel; block_m 64:
 # dense index, ranges 0.03, columns 0.05; block_m 128: the same; sampled_lines bm 64, bm 128.
 if command -v ncu > /dev/null; then
