@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # s20-build device run: build_index_gpu_test (every GPU builder against its CPU twin), then
 # spattn-bench (this branch and the base binary, back to back, per-stage builder times) for
-# $METHODS at 32K and 128K, PyTorch SDPA (cuDNN) on the same shapes, and (NCU=1) ncu of Saap's
-# key-assignment and assembly kernels at 32K.
+# $METHODS at $LENS (32K and 128K), (SDPA=1) PyTorch SDPA (cuDNN) on the same shapes, and (NCU=1) ncu of Saap's
+# key-assignment, classifier and assembly kernels at 32K, this branch and base.
 set -u
 cd "$(dirname "$0")"
 W=/tmp/s20b && rm -rf "$W" && mkdir -p "$W" && tar -xJf bundle.tar.xz -C "$W"
