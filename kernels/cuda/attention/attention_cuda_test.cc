@@ -179,6 +179,26 @@ TEST_F(CudaAttentionTest, DenseTailSplitPieces) {
   unsetenv("SPATTN_HOPPER_TAIL_SPLIT");
 }
 
+// Non-causal MHA at d = 128 with small heads runs one head per L2 section (dense_fa3.cu's
+// SectionHeads): several sections, varlen, the tail split, and the old 32 MB sections for
+// comparison (SPATTN_HOPPER_L2_MB, read at each launch).
+TEST_F(CudaAttentionTest, DenseMhaOneHeadSections) {
+  const std::vector<Case> cases = {
+      {{1000, 300}, {}, 4, 4, 128, DType::kBF16, false},
+      {{2000}, {2500}, 8, 8, 128, DType::kF16, false},
+  };
+  uint64_t seed = 70;
+  for (const char* mb : {"", "32"}) {
+    setenv("SPATTN_HOPPER_L2_MB", mb, 1);
+    for (const Case& c : cases) {
+      auto hp = MakeProblem(c, seed++);
+      CheckRun(engines_[4], *hp, nullptr, 1 << 20,
+               absl::StrCat(Describe(c), " variant=5 L2_MB=", mb));
+    }
+  }
+  unsetenv("SPATTN_HOPPER_L2_MB");
+}
+
 // The dense index through the sparse kernel: the test twin of the dense kernel. With the same
 // block shape it must agree with the dense kernel bit for bit.
 TEST_F(CudaAttentionTest, SparseKernelWithDenseIndexMatchesReferenceAndDenseKernel) {

@@ -31,6 +31,9 @@
 #include "kernels/fidelity.h"
 #include "kernels/host_problem.h"
 #include "kernels/workload/workload.h"
+#ifdef SPATTN_SL_KNOBS
+#include "kernels/cuda/builders/sampled_lines_kernels.h"
+#endif
 
 namespace spattn {
 namespace {
@@ -612,26 +615,30 @@ TEST(BuildIndexOnGpuLongKeysTest, PooledBuildersTakeMoreKeyBlocksThanSharedMemor
 // 17): with the entries bucketed by segment (SPATTN_SL_ASM_BUCKET=1; the default from 5
 // segments) the index is bit for bit the one of every segment reading the row's whole slice
 // (=0), and agrees with the CPU twin. 200K keys = 4 segments; gamma 0.95 on flat logits keeps
-// long column runs across the segment edges, the low floors make diagonals.
+// long column runs across the segment edges, the low floors make diagonals. The knob is read once
+// per process: the test sets it through SampledLinesKnobs().
 TEST(BuildIndexOnGpuLongKeysTest, SampledLinesBucketsEntriesBySegment) {
   SKIP_WITHOUT_GPU();
+#ifndef SPATTN_SL_KNOBS
+  GTEST_SKIP() << "the GPU sampled_lines builder exists only in CUDA builds";
+#else
   auto engine = MakeEngine(int64_t{1} << 30);
   ASSERT_NE(engine, nullptr);
   auto hp = MakeProblem({1300, 40}, {200001, 1000}, 2, 1, 64, DType::kBF16, true, 93,
                         /*integer_qk=*/true);
   auto dp = DeviceProblem::Create(0, *hp);
   ASSERT_TRUE(dp.ok()) << dp.status();
-  const char* env = std::getenv("SPATTN_SL_ASM_BUCKET");
-  const std::string saved = env != nullptr ? env : "";
+  int& bucket = cuda::SampledLinesKnobs().asm_bucket;
+  const int saved = bucket;
   const MethodCases mc = CasesFor(Method::kSampledLines);
   for (const MethodConfig& config : mc.configs) {
     for (int block_m : {64, 128}) {
       const std::string what = absl::StrCat(config.DebugString(), " block_m=", block_m);
       SparseIndex by_bucket, whole;
-      setenv("SPATTN_SL_ASM_BUCKET", "1", 1);
+      bucket = 1;
       BuildOnGpu(*engine, *hp, **dp, config, AllHeads(2), block_m, nullptr, what, &by_bucket);
       engine->ReleaseIndexes();
-      setenv("SPATTN_SL_ASM_BUCKET", "0", 1);
+      bucket = 0;
       BuildOnGpu(*engine, *hp, **dp, config, AllHeads(2), block_m, nullptr, what, &whole);
       engine->ReleaseIndexes();
       if (::testing::Test::HasFatalFailure()) break;
@@ -642,16 +649,13 @@ TEST(BuildIndexOnGpuLongKeysTest, SampledLinesBucketsEntriesBySegment) {
       EXPECT_EQ(by_bucket.col_indptr, whole.col_indptr) << what;
       EXPECT_EQ(by_bucket.col_idx, whole.col_idx) << what;
     }
-    if (saved.empty()) {
-      unsetenv("SPATTN_SL_ASM_BUCKET");
-    } else {
-      setenv("SPATTN_SL_ASM_BUCKET", saved.c_str(), 1);
-    }
+    bucket = saved;
     if (::testing::Test::HasFatalFailure()) return;
     ExpectAgreement(*hp, *engine, config, AllHeads(2), 64, mc.max_diff_share, mc.recall_tol,
                     mc.density_tol);
     if (::testing::Test::HasFatalFailure()) return;
   }
+#endif
 }
 
 // Saap assets calibrated (kernels/calibration) on planted clusters, as saap_test does.

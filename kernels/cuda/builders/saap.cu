@@ -76,19 +76,21 @@ constexpr int kAsThreads = 128;  // 4 warps x 16 keys
 constexpr int kAsKeys = 64;
 constexpr int kAsTileC = 64;
 
+// Shared memory: the double-buffered hi / lo centroid tiles and the tile's base angles. The
+// de-roped keys go straight from global memory into each warp's A fragments (no float key tile):
+// 66.5 KB at d 128, three CTAs per SM (12 warps) instead of two with a 34 KB key tile.
 template <int kD>
 constexpr int AssignSmemBytes() {
-  return kAsKeys * (kD + 4) * 4 + 2 * 2 * kAsTileC * kD * 2 + kD * 8;
+  return 2 * 2 * kAsTileC * kD * 2 + kD * 8;
 }
 
 template <typename T, int kD>
-__global__ void __launch_bounds__(kAsThreads) SaapAssignKernel(SaapArgs a) {
-  constexpr int kHalf = kD / 2, kCh = kD / 8, kKS = kD / 16, kXs = kD + 4;
+__global__ void __launch_bounds__(kAsThreads, 3) SaapAssignKernel(SaapArgs a) {
+  constexpr int kHalf = kD / 2, kCh = kD / 8, kKS = kD / 16;
   constexpr int kTileBytes = kAsTileC * kD * 2;
   extern __shared__ __align__(128) char smem[];
-  float* sX = reinterpret_cast<float*>(smem);
-  const uint32_t sCa = SmemAddr(smem + kAsKeys * kXs * 4);
-  double* sBase = reinterpret_cast<double*>(smem + kAsKeys * kXs * 4 + 4 * kTileBytes);
+  const uint32_t sCa = SmemAddr(smem);
+  double* sBase = reinterpret_cast<double*>(smem + 4 * kTileBytes);
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t4 = lane & 3;
@@ -103,46 +105,69 @@ __global__ void __launch_bounds__(kAsThreads) SaapAssignKernel(SaapArgs a) {
   const int ntiles = as.c_pad / kAsTileC;
   const __nv_bfloat16* chi = static_cast<const __nv_bfloat16*>(as.centroid_hi[kvh]);
   const __nv_bfloat16* clo = static_cast<const __nv_bfloat16*>(as.centroid_lo[kvh]);
+  // LoadTileAsync's tiles of kAsTileC rows x kCh chunks, every row valid: thread tid always
+  // loads chunk tid % kCh of rows tid / kCh + kRowStep j, whose swizzle (row & 7) is the same for
+  // every j (kRowStep is a multiple of 8). Offsets set once, constants added per tile.
+  constexpr int kRowStep = kAsThreads / kCh;
+  static_assert(kRowStep % 8 == 0 && kAsTileC % kRowStep == 0, "tile rows per thread");
+  const int lr = tid / kCh, lch = tid - lr * kCh;
+  const int64_t csrc = static_cast<int64_t>(lr) * kD + lch * 8;
+  const uint32_t cdst = sCa + TileOff(lr, lch, kCh);
   auto issue = [&](int t) {
-    const uint32_t dst = sCa + (t & 1) * 2 * kTileBytes;
-    LoadTileAsync(
-        dst, kAsTileC, kAsTileC, kCh,
-        [&](int r) { return chi + static_cast<int64_t>(t * kAsTileC + r) * kD; }, tid, kAsThreads);
-    LoadTileAsync(
-        dst + kTileBytes, kAsTileC, kAsTileC, kCh,
-        [&](int r) { return clo + static_cast<int64_t>(t * kAsTileC + r) * kD; }, tid, kAsThreads);
+    const uint32_t dst = cdst + (t & 1) * 2 * kTileBytes;
+    const int64_t src = csrc + static_cast<int64_t>(t) * kAsTileC * kD;
+#pragma unroll
+    for (int j = 0; j < kAsTileC / kRowStep; ++j) {
+      CpAsync16(dst + j * kRowStep * kCh * 16, chi + src + j * kRowStep * kD, true);
+      CpAsync16(dst + kTileBytes + j * kRowStep * kCh * 16, clo + src + j * kRowStep * kD, true);
+    }
   };
   issue(0);
   CpAsyncCommit();
 
-  // De-roped keys (float) into sX.
   BaseAngles(as.inv_freq, kHalf, kt.first, sBase);
   __syncthreads();
+  // De-roped keys (float, the same operations as RotateRope's twin) split into bf16 hi / lo A
+  // fragments. Fragment element e of k step ks holds row row0 + g + 8 (e & 1), columns
+  // c, c + 1 with c = 16 ks + 2 t4 + 8 (e >> 1). Interleaved RoPE: (c, c + 1) is pair c / 2.
+  // Halves: c and c + 1 are the first members of pairs c and c + 1, whose second members
+  // (columns c + half, c + 1 + half) are the same element of k step ks + kKS / 2.
   const T* kg = static_cast<const T*>(p.k) + static_cast<int64_t>(kvh) * p.k_head_stride;
-  for (int idx = tid; idx < kAsKeys * kHalf; idx += kAsThreads) {
-    const int r = idx / kHalf, i = idx - r * kHalf;
-    const RopePair pc = PairCols(as.interleaved, kHalf, i);
-    float2 x = make_float2(0.f, 0.f);
-    if (r < n) {
-      x = LoadPair(kg + static_cast<int64_t>(k_tok0 + kt.first + r) * p.k_token_stride, pc);
-    }
-    float c, s;
-    RopeCS(sBase, as.step_cs, kHalf, r, i, c, s);
-    const float2 y = Rotate(x, c, s);
-    sX[r * kXs + pc.a] = y.x;
-    sX[r * kXs + pc.b] = y.y;
-  }
-  __syncthreads();
   const int row0 = warp * 16;
   uint32_t ahi[kKS][4], alo[kKS][4];
 #pragma unroll
-  for (int ks = 0; ks < kKS; ++ks) {
+  for (int hh = 0; hh < 2; ++hh) {
+    const int r = row0 + g + 8 * hh;
+    const T* krow =
+        r < n ? kg + static_cast<int64_t>(k_tok0 + kt.first + r) * p.k_token_stride : nullptr;
+    auto derope = [&](int i) {
+      const RopePair pc = PairCols(as.interleaved, kHalf, i);
+      const float2 x = krow != nullptr ? LoadPair(krow, pc) : make_float2(0.f, 0.f);
+      float c, s;
+      RopeCS(sBase, as.step_cs, kHalf, r, i, c, s);
+      return Rotate(x, c, s);
+    };
+    if (as.interleaved) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int r = row0 + g + 8 * (e & 1);
-      const int c = ks * 16 + 2 * t4 + 8 * (e >> 1);
-      const float2 v = *reinterpret_cast<const float2*>(sX + r * kXs + c);
-      SplitPair<__nv_bfloat16>(v.x, v.y, ahi[ks][e], alo[ks][e]);
+      for (int ks = 0; ks < kKS; ++ks) {
+#pragma unroll
+        for (int cc = 0; cc < 2; ++cc) {
+          const int e = hh + 2 * cc, c = ks * 16 + 2 * t4 + 8 * cc;
+          const float2 y = derope(c / 2);
+          SplitPair<__nv_bfloat16>(y.x, y.y, ahi[ks][e], alo[ks][e]);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int ks = 0; ks < kKS / 2; ++ks) {
+#pragma unroll
+        for (int cc = 0; cc < 2; ++cc) {
+          const int e = hh + 2 * cc, c = ks * 16 + 2 * t4 + 8 * cc;
+          const float2 y0 = derope(c), y1 = derope(c + 1);
+          SplitPair<__nv_bfloat16>(y0.x, y1.x, ahi[ks][e], alo[ks][e]);
+          SplitPair<__nv_bfloat16>(y0.y, y1.y, ahi[ks + kKS / 2][e], alo[ks + kKS / 2][e]);
+        }
+      }
     }
   }
   float best_v[2] = {kNegInf, kNegInf};
@@ -275,10 +300,27 @@ __device__ __forceinline__ void ClsGemm(uint32_t sA, int K, const __nv_bfloat16*
     }
   }
   const int slabs = K / kClsK;
+  uint32_t a_row[2], a_sw[kClsK / 16];
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) a_row[mt] = sA + (32 * wr + 16 * mt + (lane & 15)) * chunks_a * 16;
+#pragma unroll
+  for (int kk = 0; kk < kClsK / 16; ++kk) a_sw[kk] = ((2 * kk + (lane >> 4)) ^ (lane & 7)) * 16;
+  // A slab is LoadTileAsync's tile of kClsN rows x kClsK / 8 chunks, every row valid: thread tid
+  // always loads chunk tid % 8 of rows tid / 8 + 32 j (j < 8), whose swizzle (row & 7) is the
+  // same for every j. Its source and destination offsets are set once here, not per slab.
+  constexpr int kSlabCh = kClsK / 8, kRowStep = kClsThreads / kSlabCh;
+  static_assert(kClsN % kRowStep == 0, "slab rows per thread");
+  const int lr = tid / kSlabCh, lch = tid - lr * kSlabCh;
+  const __nv_bfloat16* wsrc = w + static_cast<int64_t>(n0 + lr) * K + lch * 8;
+  const uint32_t wdst = sW + TileOff(lr, lch, kSlabCh);
+  const int64_t wstep = static_cast<int64_t>(kRowStep) * K;
   auto issue = [&](int s) {
-    LoadTileAsync(
-        sW + (s & 1) * kClsSlabBytes, kClsN, kClsN, kClsK / 8,
-        [&](int r) { return w + static_cast<int64_t>(n0 + r) * K + s * kClsK; }, tid, kClsThreads);
+    const __nv_bfloat16* src = wsrc + s * kClsK;
+    const uint32_t dst = wdst + (s & 1) * kClsSlabBytes;
+#pragma unroll
+    for (int j = 0; j < kClsN / kRowStep; ++j) {
+      CpAsync16(dst + j * kRowStep * kSlabCh * 16, src + j * wstep, true);
+    }
   };
   issue(0);
   CpAsyncCommit();
@@ -293,7 +335,10 @@ __device__ __forceinline__ void ClsGemm(uint32_t sA, int K, const __nv_bfloat16*
       uint32_t af[2][4];
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt) {
-        LoadA(sA, 32 * wr + 16 * mt, s * 4 + kk, chunks_a, lane, af[mt]);
+        // LoadA(sA, 32 wr + 16 mt, 4 s + kk, chunks_a, ...): chunk 8 s + (2 kk + lane / 16),
+        // swizzled by lane & 7 within its group of 8 chunks.
+        LdMatrixX4(a_row[mt] + s * (kClsK / 8) * 16 + a_sw[kk], af[mt][0], af[mt][1], af[mt][2],
+                   af[mt][3]);
       }
 #pragma unroll
       for (int np = 0; np < 4; ++np) {
@@ -334,12 +379,18 @@ __device__ __forceinline__ void ClassifyTile(const SaapArgs& a, int h, uint64_t 
     const float* b0 = as.b0[h];
     for (int n0 = 0; n0 < hp; n0 += kClsN) {
       ClsGemm(sXa, kD, w0, n0, sWa, acc);
+      float2 bias[8];
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+        const int c = n0 + 64 * wc + 8 * nt + 2 * t4;
+        bias[nt] = make_float2(b0[c], b0[c + 1]);
+      }
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt) {
 #pragma unroll
         for (int nt = 0; nt < 8; ++nt) {
           const int c = n0 + 64 * wc + 8 * nt + 2 * t4;
-          const float bias0 = b0[c], bias1 = b0[c + 1];
+          const float bias0 = bias[nt].x, bias1 = bias[nt].y;
 #pragma unroll
           for (int hh = 0; hh < 2; ++hh) {
             const int r = 32 * wr + 16 * mt + g + 8 * hh;
@@ -368,6 +419,12 @@ __device__ __forceinline__ void ClassifyTile(const SaapArgs& a, int h, uint64_t 
   }
   for (int n0 = 0; n0 < cp; n0 += kClsN) {
     ClsGemm(sA, K, w1, n0, sWa, acc);
+    float2 bias[8];
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      const int c = n0 + 64 * wc + 8 * nt + 2 * t4;
+      bias[nt] = make_float2(b1[c], b1[c + 1]);
+    }
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt) {
 #pragma unroll
@@ -377,7 +434,7 @@ __device__ __forceinline__ void ClassifyTile(const SaapArgs& a, int h, uint64_t 
 #pragma unroll
         for (int nt = 0; nt < 8; ++nt) {
           const int c = n0 + 64 * wc + 8 * nt + 2 * t4;
-          float v0 = acc[mt][nt][2 * hh] + b1[c], v1 = acc[mt][nt][2 * hh + 1] + b1[c + 1];
+          float v0 = acc[mt][nt][2 * hh] + bias[nt].x, v1 = acc[mt][nt][2 * hh + 1] + bias[nt].y;
           if (as.relu1) {
             v0 = fmaxf(v0, 0.f);
             v1 = fmaxf(v1, 0.f);

@@ -17,6 +17,7 @@ namespace spattn {
 namespace cuda {
 namespace {
 
+using detail::AccCol;
 using detail::Exp2;  // ex2.approx.ftz: the same in every pass
 using detail::LdMatrixX4;
 using detail::Mma;
@@ -31,9 +32,10 @@ constexpr int kFixedKeyShift = 31 * 8;  // bin key (fp32 bits >> 20) of m * kFix
 // Shared memory: passes 1 and 3 two swizzled [64][kD] tiles (assembled_common.cuh's layout;
 // buffer 1 holds the Q tile until its fragments are in registers, then both buffers take turns
 // for the key tiles, loaded one tile ahead by cp.async: 4 CTAs per SM). Pass 2 one tile (Q, then
-// every key tile in turn, loaded when needed) plus the per-block mass histograms (fixed point, no
-// counts): 49 KB, 4 CTAs per SM, which beat two buffers at 65 KB / 3 CTAs per SM (H100: 2.59 vs
-// 3.00 ms at 32K, 29.6 vs 30.9 ms at 128K; SPATTN_SL_HIST_BUFFERS=2 selects two for comparisons).
+// every key tile in turn, each loaded once the warps have the previous one's products) plus the
+// per-block mass histograms (fixed point, no counts): 49 KB, 4 CTAs per SM, which beat two buffers
+// at 65 KB / 3 CTAs per SM (H100: 2.59 vs 3.00 ms at 32K, 29.6 vs 30.9 ms at 128K;
+// SPATTN_SL_HIST_BUFFERS=2 selects two for comparisons).
 struct SlSmem {
   int64_t tile, hm, total;
 };
@@ -89,6 +91,23 @@ __device__ __forceinline__ uint32_t OrderedKey(float x) {
 }
 __device__ __forceinline__ float FromOrderedKey(uint32_t k) {
   return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
+}
+
+// The smallest float x with keep(x) for a keep test non-decreasing over the floats in order (by
+// bisection, 32 evaluations); NaN (nothing kept) where keep(+inf) is false.
+template <typename Keep>
+__device__ __forceinline__ float SmallestKept(Keep keep) {
+  if (!keep(CUDART_INF_F)) return CUDART_NAN_F;
+  uint32_t lo = OrderedKey(-CUDART_INF_F), hi = OrderedKey(CUDART_INF_F);
+  while (lo < hi) {
+    const uint32_t mid = lo + (hi - lo) / 2;
+    if (keep(FromOrderedKey(mid))) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  return FromOrderedKey(lo);
 }
 
 // Evidence rows that see key x (column) / reach offset x (diagonal): sampled_lines.cc's
@@ -255,6 +274,12 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
   // t_min (bin key >= cut, and RN(t) > 0, i.e. t > 1/2); its slot is (bits(t) >> 20) + slot_base.
   float w2[2] = {0.f, 0.f}, t_min[2] = {CUDART_INF_F, CUDART_INF_F};
   int slot_base[2] = {0, 0};
+  // Pass 2 skips a warp's tile when none of its raw products q . k reaches its row's x_cut, the
+  // smallest float whose entry counts (t >= t_min as a function of q . k is monotone, as pass 3's
+  // keep test, below): such a tile adds nothing to the histograms. Off with hist_exact.
+  const bool hist_skip =
+      kPass == 2 && !a.hist_exact && a.p.scale_log2 > 0.f && a.p.scale_log2 < CUDART_INF_F;
+  float x_cut[2] = {CUDART_NAN_F, CUDART_NAN_F};
   if (kPass == 2) {
     int cut[2] = {0, 0};
     __syncthreads();  // blk_* zeroed
@@ -282,6 +307,15 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
           __uint_as_float(0x3f000001u),  // the float after 1/2
           __uint_as_float(static_cast<unsigned>(cut[h] + kSlBinFloor + kFixedKeyShift) << 20));
       slot_base[h] = blk[h] * kSlBins - kSlBinFloor - kFixedKeyShift;
+      // The count test of the masked path below as a function of x = q . k (the plain path's t
+      // is the same for every non-NaN x there, and NaN counts in neither).
+      if (hist_skip && rl[h] < g.rows && mx[h] != -CUDART_INF_F) {
+        x_cut[h] = SmallestKept([&](float x) {
+          const float l2 = Sanitize(__fmul_rn(x, a.p.scale_log2));
+          const float t = __fmul_rn(__fmul_rn(Exp2(__fsub_rn(l2, mx[h])), inv[h]), w2[h]);
+          return t >= t_min[h];
+        });
+      }
     }
   }
   // Pass 3: the rows' threshold bins as masses (for m > 0, SampledLinesBin(m) >= thr <=> m >= the
@@ -323,18 +357,7 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
           const float m = __fmul_rn(__fmul_rn(Exp2(__fsub_rn(l2, mx[h])), inv[h]), w[h]);
           return m > 0.f && m >= thr_m[h];
         };
-        if (live && keep_x(CUDART_INF_F)) {
-          uint32_t lo = OrderedKey(-CUDART_INF_F), hi = OrderedKey(CUDART_INF_F);
-          while (lo < hi) {
-            const uint32_t mid = lo + (hi - lo) / 2;
-            if (keep_x(FromOrderedKey(mid))) {
-              hi = mid;
-            } else {
-              lo = mid + 1;
-            }
-          }
-          x_thr[h] = FromOrderedKey(lo);
-        }
+        if (live) x_thr[h] = SmallestKept(keep_x);
       }
     }
   }
@@ -351,7 +374,7 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
     for (uint32_t k = p_keep; k != 0u; k &= k - 1u) {
       const int b = __ffs(k) - 1;  // nt * 4 + e
       const int h = (b >> 1) & 1;
-      const int j = p_j0 + (b >> 2) * 8 + (lane & 3) * 2 + (b & 1);
+      const int j = p_j0 + AccCol(b >> 2, b & 3, lane);
       const int idx = h ? at1++ : at0++;
       if (idx < blk_count[blk[h]]) a.entries[blk_base[blk[h]] + idx] = rel[h] * kl + j;
     }
@@ -373,6 +396,13 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
     assembled::LoadA(qbuf, warp * 16, kk, kChunks, lane, qf[kk]);
   }
   __syncthreads();
+  // One buffer (pass 2): the Q tile has left it, the first key tile goes in; each next tile is
+  // loaded as soon as every warp has its products of the current one, behind that tile's
+  // histogram work (before, each tile's load waited for the previous tile's updates).
+  if (kBufs == 1 && t_end > t_begin) {
+    load_keys(t_begin);
+    detail::CpAsyncCommit();
+  }
 
   for (int t = t_begin; t < t_end; ++t) {
     const int j0 = t * kTile;
@@ -381,8 +411,6 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
       detail::CpAsyncCommit();
       detail::CpAsyncWait<1>();
     } else {
-      load_keys(t);
-      detail::CpAsyncCommit();
       detail::CpAsyncWait<0>();
     }
     __syncthreads();  // key tile t is in
@@ -390,7 +418,11 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
     TileLogits<T, kD>(qf,
                       sbuf + (kBufs == 2 ? (t - t_begin) & 1 : 0) * static_cast<uint32_t>(lay.tile),
                       acc, lane);
-    __syncthreads();  // every warp has read tile t: its buffer may take tile t + 2
+    __syncthreads();  // every warp has read tile t: its buffer may take tile t + 2 (t + 1: one)
+    if (kBufs == 1 && t + 1 < t_end) {
+      load_keys(t + 1);
+      detail::CpAsyncCommit();
+    }
     if (kPass == 1) {
       // Log2-domain logits of this thread's entries (-inf where masked), then one rescale of
       // each row's running sum per tile. Fast path (same sums, bit for bit): a tile every row of
@@ -426,7 +458,7 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int h = e >> 1;
-            const int j = j0 + nt * 8 + (lane & 3) * 2 + (e & 1);
+            const int j = j0 + AccCol(nt, e, lane);
             const bool valid = rl[h] < g.rows && j < vis[h];
             const float l2 =
                 valid ? Sanitize(__fmul_rn(acc[nt][e], a.p.scale_log2)) : -CUDART_INF_F;
@@ -475,6 +507,15 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
       // row of the warp sees whole needs no mask, and where the rows' maxima are below FLT_MAX no
       // logit is +inf, so Sanitize changes nothing that counts (NaN and -inf give t NaN or 0
       // either way), nor does a dead row (mx -inf, inv 0: t is NaN or 0).
+      if (hist_skip) {
+        bool any = false;
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) any = any || acc[nt][e] >= x_cut[e >> 1];
+        }
+        if (!__any_sync(kFull, any)) continue;
+      }
       const bool plain = j0 + kTile <= warp_vis && mx[0] < FLT_MAX && mx[1] < FLT_MAX;
       unsigned mu[8][4];
       int slot_of[8][4];
@@ -483,7 +524,7 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int h = e >> 1;
-          const int j = j0 + nt * 8 + (lane & 3) * 2 + (e & 1);
+          const int j = j0 + AccCol(nt, e, lane);
           float t = 0.f;
           if (plain) {
             const float l2 = __fmul_rn(acc[nt][e], a.p.scale_log2);
@@ -526,7 +567,7 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int h = e >> 1;
-          const int j = j0 + nt * 8 + (lane & 3) * 2 + (e & 1);
+          const int j = j0 + AccCol(nt, e, lane);
           if (j < vis[h] && acc[nt][e] >= x_thr[h]) keep |= 1u << (nt * 4 + e);
         }
       }
@@ -536,7 +577,7 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int h = e >> 1;
-          const int j = j0 + nt * 8 + (lane & 3) * 2 + (e & 1);
+          const int j = j0 + AccCol(nt, e, lane);
           const float l2 = Sanitize(__fmul_rn(acc[nt][e], a.p.scale_log2));
           const float m = __fmul_rn(__fmul_rn(Exp2(__fsub_rn(l2, mx[h])), inv[h]), w[h]);
           if (j < vis[h] && m > 0.f && m >= thr_m[h]) keep |= 1u << (nt * 4 + e);
@@ -957,6 +998,21 @@ struct SlAsmSrc {
 
 }  // namespace
 
+SlKnobs& SampledLinesKnobs() {
+  static SlKnobs knobs = [] {
+    SlKnobs k;
+    if (const char* t = std::getenv("SPATTN_SL_SPLIT_TILES")) k.split_tiles = std::atoi(t);
+    if (const char* w = std::getenv("SPATTN_SL_SPLIT_WAVES")) k.split_waves = std::atoi(w);
+    if (const char* x = std::getenv("SPATTN_SL_EMIT_EXACT")) k.emit_exact = x[0] == '1';
+    if (const char* x = std::getenv("SPATTN_SL_HIST_EXACT")) k.hist_exact = x[0] == '1';
+    const char* b = std::getenv("SPATTN_SL_ASM_BUCKET");
+    if (b != nullptr && b[0] != '\0') k.asm_bucket = b[0] != '0' ? 1 : 0;
+    if (const char* h = std::getenv("SPATTN_SL_HIST_BUFFERS")) k.hist_buffers = h[0] == '2' ? 2 : 1;
+    return k;
+  }();
+  return knobs;
+}
+
 cudaError_t LaunchSampledLinesStats(const SlArgs& a, cudaStream_t stream) {
   if (a.num_items == 0 || a.num_slots == 0) return cudaSuccess;
   const cudaError_t err = Dispatch<1>(a, stream);
@@ -968,9 +1024,8 @@ cudaError_t LaunchSampledLinesStats(const SlArgs& a, cudaStream_t stream) {
 
 cudaError_t LaunchSampledLinesHistogram(const SlArgs& a, cudaStream_t stream) {
   if (a.num_items == 0 || a.num_slots == 0) return cudaSuccess;
-  const char* bufs = std::getenv("SPATTN_SL_HIST_BUFFERS");
   const cudaError_t err =
-      bufs != nullptr && bufs[0] == '2' ? Dispatch<2, 2>(a, stream) : Dispatch<2, 1>(a, stream);
+      SampledLinesKnobs().hist_buffers == 2 ? Dispatch<2, 2>(a, stream) : Dispatch<2, 1>(a, stream);
   if (err != cudaSuccess || a.split_blocks == 0) return err;
   const int64_t n = static_cast<int64_t>(a.num_slots) * a.split_blocks;
   SlSplitThresholdKernel<<<static_cast<unsigned>((n + 3) / 4), 128, 0, stream>>>(a);

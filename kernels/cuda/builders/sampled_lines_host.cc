@@ -32,13 +32,11 @@ constexpr int kSlMinSplitTiles = 16;  // shortest item of a split group
 // CTAs of equal tile ranges. split_len is the total work over (SMs x CTAs per SM x waves), waves
 // from SPATTN_SL_SPLIT_WAVES (default 6; 0 = never split, one CTA per group as before).
 // SPATTN_SL_SPLIT_TILES=N > 0 sets split_len to N (tests: 1 splits every group into its tiles).
+// Both read once per process (SampledLinesKnobs).
 absl::StatusOr<int> SplitLength(int64_t total_tiles) {
-  if (const char* t = std::getenv("SPATTN_SL_SPLIT_TILES")) {
-    const int n = std::atoi(t);
-    if (n > 0) return n;
-  }
-  int waves = 6;
-  if (const char* w = std::getenv("SPATTN_SL_SPLIT_WAVES")) waves = std::atoi(w);
+  const SlKnobs& knobs = SampledLinesKnobs();
+  if (knobs.split_tiles > 0) return knobs.split_tiles;
+  const int waves = knobs.split_waves;
   if (waves <= 0 || total_tiles == 0) return INT_MAX;
   int dev = 0, sms = 0;
   SPATTN_CUDA_RETURN_IF_ERROR(cudaGetDevice(&dev), "sampled_lines device");
@@ -180,7 +178,8 @@ absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const A
   }
   SPATTN_ASSIGN_OR_RETURN(sa.geo, Upload(env, l.geo, "block geometry"));
   sa.gamma = params.gamma;
-  if (const char* x = std::getenv("SPATTN_SL_EMIT_EXACT")) sa.emit_exact = x[0] == '1';
+  sa.emit_exact = SampledLinesKnobs().emit_exact;
+  sa.hist_exact = SampledLinesKnobs().hist_exact;
   sa.diagonal_floor = params.diagonal_floor;
   sa.diagonal_cost = params.diagonal_cost;
   sa.ev_seqs = ep.seqs;
@@ -242,10 +241,9 @@ absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const A
   for (int b = 0; b < nblocks; ++b) {
     max_segs = std::max(max_segs, SampledLinesAsmSegments(l.geo[b].key_end));
   }
-  const char* bucket_env = std::getenv("SPATTN_SL_ASM_BUCKET");
+  const int bucket_knob = SampledLinesKnobs().asm_bucket;
   const bool bucket =
-      max_segs <= kSlMaxAsmSegs &&
-      (bucket_env != nullptr && bucket_env[0] != '\0' ? bucket_env[0] != '0' : max_segs >= 5);
+      max_segs <= kSlMaxAsmSegs && (bucket_knob >= 0 ? bucket_knob == 1 : max_segs >= 5);
   if (bucket) {
     asm_args.max_segs = max_segs;
     asm_args.bucketed = sa.entries;

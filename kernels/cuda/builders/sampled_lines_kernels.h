@@ -120,7 +120,25 @@ struct SlArgs {
   // Pass 3 tests every entry's mass (SPATTN_SL_EMIT_EXACT=1, for comparisons) instead of the
   // equivalent threshold on its raw product q . k.
   bool emit_exact = false;
+  // Pass 2 computes every tile's masses (SPATTN_SL_HIST_EXACT=1, for comparisons) instead of
+  // skipping a warp's tile where no raw product reaches its row's count threshold.
+  bool hist_exact = false;
 };
+
+// The build's comparison knobs, read from the environment once per process (at first use):
+// SPATTN_SL_SPLIT_TILES, SPATTN_SL_SPLIT_WAVES (sampled_lines_host.cc SplitLength),
+// SPATTN_SL_EMIT_EXACT, SPATTN_SL_HIST_EXACT, SPATTN_SL_ASM_BUCKET (=0 / =1: never / always bucket
+// the entries by assembler segment) and SPATTN_SL_HIST_BUFFERS (=2: pass 2 on two key buffers).
+// Tests change them through the returned reference, between builds only.
+struct SlKnobs {
+  int split_tiles = 0;  // > 0: every split item has this many key tiles
+  int split_waves = 6;  // <= 0: never split
+  bool emit_exact = false;
+  bool hist_exact = false;
+  int asm_bucket = -1;  // -1: bucket rows of >= 5 segments; 0 / 1: never / always
+  int hist_buffers = 1;
+};
+SlKnobs& SampledLinesKnobs();
 
 // Pass 1 (row statistics).
 cudaError_t LaunchSampledLinesStats(const SlArgs& a, cudaStream_t stream);

@@ -280,7 +280,7 @@ __device__ __forceinline__ void EstimateBody(const EstimateParams& p) {
             if (kPass == 2) {
               run_sum[h] += static_cast<double>(ex);
             } else {
-              ptile[rl[h] * kPitchP + nt * 8 + (lane & 3) * 2 + (e & 1)] = __fmul_rn(ex, inv[h]);
+              ptile[rl[h] * kPitchP + detail::AccCol(nt, e, lane)] = __fmul_rn(ex, inv[h]);
             }
           }
         }
@@ -290,7 +290,7 @@ __device__ __forceinline__ void EstimateBody(const EstimateParams& p) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int h = e >> 1;
-            const int jj = nt * 8 + (lane & 3) * 2 + (e & 1);
+            const int jj = detail::AccCol(nt, e, lane);
             const int j = j0 + jj;
             const int i = i0 + rl[h];
             const bool valid = rl[h] < rows_here && j < s.kl && (!p.causal || j <= s.first_pos + i);

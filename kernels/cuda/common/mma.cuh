@@ -93,6 +93,12 @@ struct Mma<__half> {
   static __device__ __forceinline__ float ToFloat(__half x) { return __half2float(x); }
 };
 
+// The m16n8 accumulator (C) fragment of Mma::Run: a lane's element e (0..3) of n-tile nt sits in
+// row lane / 4 + 8 * (e / 2) of the warp's 16 and in column AccCol(nt, e, lane) of the tile.
+__device__ __forceinline__ int AccCol(int nt, int e, int lane) {
+  return nt * 8 + (lane & 3) * 2 + (e & 1);
+}
+
 }  // namespace detail
 }  // namespace cuda
 }  // namespace spattn

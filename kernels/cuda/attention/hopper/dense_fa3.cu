@@ -73,12 +73,21 @@ int Knob(const char* name, int def) {
 // have their K and V (mean sequence length) within `SPATTN_HOPPER_L2_MB` (default 32 MB, as
 // FlashAttention-3; the H100/H200 L2 is 50 MB), rounded down to a power of two, at least one group.
 // 0 gives the plain order (heads fastest).
+// Unless SPATTN_HOPPER_L2_MB is set, non-causal MHA at d = 128 whose heads hold at most 4 MB of
+// K/V (8K keys) runs one head per section: its query blocks side by side, then the next head's,
+// so the CTAs in flight read one or two heads' K/V tiles at the same time (NOTES.md, session 20
+// s20-dense: L2 hit rate 84% -> 94%, L2 load sectors -39%, 8K MHA d128 non-causal +3-4% on an
+// H100; the 8-head sections of the 32 MB rule read MHA's tiles 8 CTAs apart).
 int SectionHeads(const AttnParams& p) {
   const int total_hb = p.num_q_heads * std::max(p.batch, 1);
-  const int mb = Knob("SPATTN_HOPPER_L2_MB", 32);
-  if (mb <= 0) return p.num_q_heads;
+  const int knob = Knob("SPATTN_HOPPER_L2_MB", -1);
+  if (knob == 0) return p.num_q_heads;
   const double kv_bytes =
       static_cast<double>(p.total_k) / std::max(p.batch, 1) * p.head_dim * 2.0 * 2.0;
+  if (knob < 0 && !p.causal && p.group == 1 && p.head_dim == 128 && kv_bytes <= 4.0 * 1048576.0) {
+    return 1;
+  }
+  const int mb = knob < 0 ? 32 : knob;
   const double fit = mb * 1048576.0 / std::max(kv_bytes, 1.0);
   int64_t groups = 1;
   while (static_cast<double>(groups * 2) <= fit && groups * 2 * p.group <= total_hb) groups *= 2;

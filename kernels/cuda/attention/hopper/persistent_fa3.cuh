@@ -139,8 +139,8 @@ struct PersistTraits {
 // (range tile, half P V for warpgroup 0) and the keys that go to the gathered tiles are the
 // ones every row of the block sees.
 // kFlagPackTails alone: per item, only where the packed tiles are fewer (PackedCursor;
-// SPATTN_HOPPER_PACK_TAILS=1, not yet run on a device); with kFlagPackAlways, every item with
-// tails (=2, the default: session 18, run 2).
+// SPATTN_HOPPER_PACK_TAILS=1); with kFlagPackAlways, every item with tails (=2, the default:
+// session 18, run 2).
 constexpr int kFlagPackTails = 1;
 constexpr int kFlagPackAlways = 2;
 
@@ -149,65 +149,71 @@ constexpr int kFlagPackAlways = 2;
 // cols ++ tails, tails being each range's first len % kBN keys in range order. `mixed`: the tile
 // holds tail keys (its key numbers go to shared memory for the consumers' mask; without tails a
 // gathered tile is a plain column tile and the consumers read its keys from cols as before).
-// Without the flag: TileCursor.
-template <int kBN>
+// Without the flag, and with kFlagPackTails alone for an item where packing saves no tile:
+// TileCursor (start-aligned tiles, the partial tile of a range at its end). kFlagPackTails alone
+// decides before the item's first tile, from one pass over its range lengths (session 19 decided
+// after the whole tiles, so an unpacked item ran the end-aligned tiling with its tails as extra
+// partial tiles at the range starts: a sink + window row masked three tiles instead of two, and
+// 32K block_m 128 sink + window rows ran 5% below the start-aligned tiling, run s19s-1).
+// kStream: the sparse kernel of the stream (the flags apply; one walk, start-aligned or packed,
+// over shared state: the producer runs on 56 registers, and a TileCursor beside this state plus
+// an unrolled decision pass spilled 36-64 bytes there, 0.5-0.7x on every sparse cell, run
+// s20s-1). Otherwise TileCursor (the dense persistent kernel's code as before).
+template <int kBN, bool kStream>
 struct PackedCursor {
-  int e = 0, off = 0;   // ranges: the next whole tile (then: the next tail, unpacked)
-  int tails = 0;        // tail keys of the ranges walked so far
-  int partial = 0;      // ranges with a tail so far
-  int v = 0;            // gathered list: the next position
-  bool pack = false;    // kFlagPackTails
-  bool always = false;  // kFlagPackAlways
-  bool decided = false, packing = false;
+  int e = 0, off = 0;  // ranges: the next tile
+  int tails = 0;       // packing: tail keys of the ranges walked so far
+  int v = 0;           // gathered list: the next position
+  int mode = 0;        // 0 plain (TileCursor's tiling), 1 packing, -1 kFlagPackTails undecided
   detail::TileCursor<kBN> plain;
+  __device__ __forceinline__ void Init(int flags) {
+    mode = (flags & kFlagPackAlways) != 0 ? 1 : (flags & kFlagPackTails) != 0 ? -1 : 0;
+  }
   __device__ __forceinline__ bool Next(const detail::KeySet& ks, int& kind, int& start, int& n,
                                        bool& mixed) {
     mixed = false;
-    if (!pack) return plain.Next(ks, kind, start, n);
-    if (!decided) {
+    if constexpr (!kStream) {
+      return plain.Next(ks, kind, start, n);
+    } else {
+      if (mode < 0) {
+        // Packed only where it saves tiles (a gathered tile costs more than a range tile of as
+        // many keys; a sink + window row packs two tails into two tiles, no gain). The same
+        // rule as the schedule's cost (CostKernel of dispatch.cu, pack_tails 1).
+        int t = 0, part = 0;
+#pragma unroll 1
+        for (int i = 0; i < ks.num_ranges; ++i) {
+          const int tail = __ldg(ks.range_len + i) % kBN;
+          t += tail;
+          part += tail > 0 ? 1 : 0;
+        }
+        const int c = ks.num_cols;
+        mode = (c + t + kBN - 1) / kBN < (c + kBN - 1) / kBN + part ? 1 : 0;
+      }
       while (e < ks.num_ranges) {
         const int rs = __ldg(ks.range_start + e), rl = __ldg(ks.range_len + e);
-        const int whole = rl / kBN * kBN;
+        // Packing: whole tiles aligned to the range's end; plain: from its start, the last one
+        // partial.
+        const int whole = mode != 0 ? rl / kBN * kBN : rl;
         if (off < whole) {
           kind = 0;
           start = rs + (rl - whole) + off;
-          n = kBN;
+          n = min(kBN, whole - off);
           off += kBN;
           return true;
         }
         tails += rl - whole;
-        partial += rl > whole ? 1 : 0;
         ++e;
         off = 0;
       }
-      // Packed only where it saves tiles (a gathered tile costs more than a range tile of as
-      // many keys; a sink + window row packs two tails into two tiles, no gain).
-      const int c = ks.num_cols;
-      packing = always || (c + tails + kBN - 1) / kBN < (c + kBN - 1) / kBN + partial;
-      decided = true;
-      e = 0;
+      const int total = ks.num_cols + tails;
+      if (v >= total) return false;
+      kind = 1;
+      start = v;
+      n = min(kBN, total - v);
+      mixed = v + n > ks.num_cols;
+      v += n;
+      return true;
     }
-    if (!packing) {
-      // The tails as range tiles (each range's first len % kBN keys), then the columns.
-      while (e < ks.num_ranges) {
-        const int rs = __ldg(ks.range_start + e), tail = __ldg(ks.range_len + e) % kBN;
-        ++e;
-        if (tail > 0) {
-          kind = 0;
-          start = rs;
-          n = tail;
-          return true;
-        }
-      }
-    }
-    const int total = ks.num_cols + (packing ? tails : 0);
-    if (v >= total) return false;
-    kind = 1;
-    start = v;
-    n = min(kBN, total - v);
-    mixed = v + n > ks.num_cols;
-    v += n;
-    return true;
   }
 };
 
@@ -687,9 +693,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
       Item it;
       if (!GetItem<kSparse, kBM>(p, idx, sched, num_m_blocks, w, it)) continue;
       // Tiles one ahead: whether another follows is part of a tile's descriptor.
-      PackedCursor<kBN> cursor;
-      cursor.pack = pack;
-      cursor.always = (flags & kFlagPackAlways) != 0;
+      PackedCursor<kBN, kSparse && Tr::kCross> cursor;
+      cursor.Init(flags);
       tail_keys = TailKeys<kBN>();
       int kind = 0, start = 0, n = 0;
       bool mixed = false;
