@@ -75,9 +75,9 @@ for path in sys.argv[1:]:
                    r["column_density"], r["block_density"]))
             continue
         b, k = r["index_build_ms"], r["kernel_ms"]
-        print("%-16s %7d index %8.2f kernel %8.2f total %8.2f ms  density %.3f recall %.3f/%.3f err %.3g" %
+        print("%-16s %7d index %8.2f kernel %8.2f total %8.2f ms  density %.3f recall %.3f/%.3f head min %.3f err %.3g" %
               (r["method"], r["seq_len"], b, k, b + k, r["density"], r["recall"], r["recall_min"],
-               r.get("rel_l2_error", -1)))
+               r.get("recall_head_min", -1), r.get("rel_l2_error", -1)))
 PY
 tail -5 "$OUT/bench.err"
 cat "$OUT/summary.txt"
