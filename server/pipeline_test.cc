@@ -145,23 +145,37 @@ TEST_F(PipelineTest, RecallGuardStartsFromWhatItLearned) {
   }
 }
 
-// The pipeline widens the short heads of a request together (GuardHeads): on a structured
-// 8-head layer (CPU backend) every head ends as GuardHead decides head by head (method,
-// estimate, density), and its output is what the request gets when it forces that config.
-TEST(PipelineGuardTest, WidensShortHeadsTogetherAsHeadByHead) {
+// A structured 1024-token layer (fixed seeds) of `q_heads` / `kv_heads` heads, d = 64, and a
+// causal inline request over it that asks for per-head stats.
+struct StructuredLayer {
+  Workload workload;
+  v1::AttentionRequest request;
+};
+absl::StatusOr<StructuredLayer> MakeStructuredLayer(int q_heads, int kv_heads) {
   WorkloadOptions wo;
   wo.shape.q_lens = {1024};
-  wo.shape.num_q_heads = 8;
-  wo.shape.num_kv_heads = 2;
+  wo.shape.num_q_heads = q_heads;
+  wo.shape.num_kv_heads = kv_heads;
   wo.shape.head_dim = 64;
   wo.seed = 5;
   wo.model_seed = 7;
   auto w = GenerateWorkload(wo);
-  ASSERT_TRUE(w.ok()) << w.status();
-  const AttentionProblem& p = w->problem();
-  v1::AttentionRequest request = InlineRequest(*w->host);
-  request.set_causal(true);
-  request.set_return_stats(true);
+  if (!w.ok()) return w.status();
+  StructuredLayer layer{std::move(*w), {}};
+  layer.request = InlineRequest(*layer.workload.host);
+  layer.request.set_causal(true);
+  layer.request.set_return_stats(true);
+  return layer;
+}
+
+// The pipeline widens the short heads of a request together (GuardHeads): on a structured
+// 8-head layer (CPU backend) every head ends as GuardHead decides head by head (method,
+// estimate, density), and its output is what the request gets when it forces that config.
+TEST(PipelineGuardTest, WidensShortHeadsTogetherAsHeadByHead) {
+  auto layer = MakeStructuredLayer(8, 2);
+  ASSERT_TRUE(layer.ok()) << layer.status();
+  const AttentionProblem& p = layer->workload.problem();
+  const v1::AttentionRequest& request = layer->request;
   PipelineOptions options;
   options.default_method.method = Method::kAShape;
   options.default_method.a_shape.sink_tokens = 4;
@@ -221,19 +235,10 @@ TEST(PipelineGuardTest, WidensShortHeadsTogetherAsHeadByHead) {
 // sampled_lines indexes on its own block size (PipelineOptions::sampled_lines_block_m, default
 // 128), the other methods on block_m; 0 falls back to block_m.
 TEST(PipelineBlockTest, SampledLinesRunsOnItsOwnBlockSize) {
-  WorkloadOptions wo;
-  wo.shape.q_lens = {1024};
-  wo.shape.num_q_heads = 4;
-  wo.shape.num_kv_heads = 2;
-  wo.shape.head_dim = 64;
-  wo.seed = 5;
-  wo.model_seed = 7;
-  auto w = GenerateWorkload(wo);
-  ASSERT_TRUE(w.ok()) << w.status();
-  const AttentionProblem& p = w->problem();
-  v1::AttentionRequest request = InlineRequest(*w->host);
-  request.set_causal(true);
-  request.set_return_stats(true);
+  auto layer = MakeStructuredLayer(4, 2);
+  ASSERT_TRUE(layer.ok()) << layer.status();
+  const AttentionProblem& p = layer->workload.problem();
+  const v1::AttentionRequest& request = layer->request;
   std::unique_ptr<AttentionBackend> backend = MakeCpuBackend();
   RegionManager regions;
   const std::vector<int> heads = {0, 1, 2, 3};
