@@ -107,14 +107,6 @@ int SampledLinesBin(float mass) {
   return key < 0 ? 0 : (key >= kSampledLinesBins ? kSampledLinesBins - 1 : key);
 }
 
-float SampledLinesDiagonalBar(float cost, int rows, int thr) {
-  if (!(cost > 0.f) || thr < 0 || thr >= kSampledLinesBins) return 0.f;
-  const uint32_t bits = static_cast<uint32_t>(thr + kSampledLinesBinFloor) << 20;
-  float edge;
-  std::memcpy(&edge, &bits, sizeof(edge));
-  return cost * static_cast<float>(rows) * edge;
-}
-
 bool SampledLinesColumnLeak(float d, int rows, const float* col, int first_pos, int last_pos,
                             int k_len, int offset) {
   const int lo = std::max(0, first_pos - offset);

@@ -78,6 +78,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "kernels/builders/sampled_lines_bar.h"
 #include "kernels/method_config.h"
 #include "kernels/problem.h"
 #include "kernels/sparse_index.h"
@@ -88,9 +89,8 @@ absl::Status BuildSampledLinesIndex(const AttentionProblem& problem,
                                     const SampledLinesParams& params, const std::vector<int>& heads,
                                     int block_m, SparseIndex* out);
 
-// Step 3's bins: SampledLinesBin(m) in [0, kSampledLinesBins) for m in (0, 1].
-inline constexpr int kSampledLinesBinFloor = 759;  // (fp32 bits >> 20) of 2^-32, minus one
-inline constexpr int kSampledLinesBins = 258;      // bin of 1.0 = 1016 - 759, plus one
+// Step 3's bins (kSampledLinesBins of them, sampled_lines_bar.h): SampledLinesBin(m) in
+// [0, kSampledLinesBins) for m in (0, 1].
 int SampledLinesBin(float mass);
 
 // Step 2's column test: whether D(offset) = `d` (over `rows` evidence rows) is what a column
@@ -103,11 +103,7 @@ inline constexpr float kSampledLinesColumnLeak = 8.f;
 bool SampledLinesColumnLeak(float d, int rows, const float* col, int first_pos, int last_pos,
                             int k_len, int offset);
 
-// Step 2's cost test: the bar D(o) must exceed for a block of `rows` rows whose threshold bin
-// is `thr`: cost x rows x the bin's lower edge (0 when cost is 0 or nothing is kept). A range
-// costs `rows` keys per row where a column costs one; a line's keys average D(o) / rows over the
-// block's rows, so the range pays when that reaches the block's kept-entry mass.
-float SampledLinesDiagonalBar(float cost, int rows, int thr);
+// Step 2's cost test: SampledLinesDiagonalBar (sampled_lines_bar.h, shared with the GPU twin).
 
 // Evidence rows (positions first_pos..last_pos) that see key `key` / reach offset `offset`.
 int SampledLinesColumnRows(int first_pos, int last_pos, int k_len, bool causal, int key);

@@ -86,6 +86,19 @@ TEST(SampledLinesTest, HandCheckedSlash) {
   EXPECT_EQ(RowString(idx, 0, 4), "[64,80) c44 c59");
 }
 
+// The cost bar (one function with the GPU twin): cost x rows x the lower edge of bin thr; bin
+// 257's edge is 1.0 (fp32 bits 1016 << 20), each bin down is 2^(1/8) lower at octave edges.
+TEST(SampledLinesTest, DiagonalBarIsCostTimesRowsTimesTheBinEdge) {
+  EXPECT_EQ(SampledLinesBinEdge(kSampledLinesBins - 1), 1.f);
+  EXPECT_EQ(SampledLinesBinEdge(kSampledLinesBins - 1 - 8), 0.5f);
+  EXPECT_EQ(SampledLinesDiagonalBar(0.5f, 128, kSampledLinesBins - 1), 64.f);
+  EXPECT_EQ(SampledLinesDiagonalBar(0.25f, 64, kSampledLinesBins - 9), 8.f);
+  EXPECT_EQ(SampledLinesBin(SampledLinesBinEdge(100)), 100);
+  EXPECT_EQ(SampledLinesDiagonalBar(0.f, 128, 100), 0.f);                // off
+  EXPECT_EQ(SampledLinesDiagonalBar(1.f, 128, kSampledLinesBins), 0.f);  // nothing kept
+  EXPECT_EQ(SampledLinesDiagonalBar(1.f, 128, -1), 0.f);
+}
+
 TEST(SampledLinesTest, IndexInvariantsOnAwkwardShapes) {
   SampledLinesParams params;
   params.gamma = 0.8f;

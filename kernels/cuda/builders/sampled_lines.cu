@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdlib>
 
+#include "kernels/builders/sampled_lines_bar.h"
 #include "kernels/cuda/builders/assembled_common.cuh"
 #include "kernels/cuda/builders/sampled_lines_kernels.h"
 #include "kernels/cuda/common/mma.cuh"
@@ -780,8 +781,11 @@ __global__ void SlDiagonalEvidenceKernel(SlArgs a) {
 // The entries of each index row, from (row position - its block's first row position) * k_len +
 // key j to the assembler's codes: j (column) or -1 - (o + k_len) (diagonal o = row position - j),
 // by the last-rows evidence (sampled_lines.cc: D(o) > V(j), D(o) > diagonal_floor / k_len and
-// D(o) > SampledLinesDiagonalBar: diagonal_cost x the block's rows x its threshold bin's edge).
+// D(o) > SampledLinesDiagonalBar, the CPU's own function: diagonal_cost x the block's rows x its
+// threshold bin's edge).
 // One CTA per index row; its loads are independent (pass 3's hot loop has none).
+static_assert(kSlBins == kSampledLinesBins && kSlBinFloor == kSampledLinesBinFloor,
+              "sampled_lines_kernels.h's bins are sampled_lines_bar.h's");
 __global__ void SlClassifyKernel(SlArgs a) {
   const int unit = blockIdx.x;
   const int n = a.counts[unit];
@@ -794,11 +798,7 @@ __global__ void SlClassifyKernel(SlArgs a) {
   const float* diag = a.diag_mean + slot * a.diag_stride + es.diag_base;
   const float diag_floor = a.diagonal_floor / static_cast<float>(kl);
   const int thr = a.thr[unit];
-  const float diag_bar =
-      a.diagonal_cost > 0.f && thr >= 0 && thr < kSlBins
-          ? __fmul_rn(__fmul_rn(a.diagonal_cost, static_cast<float>(g.q_end - g.q_begin)),
-                      __uint_as_float(static_cast<unsigned>(thr + kSlBinFloor) << 20))
-          : 0.f;
+  const float diag_bar = SampledLinesDiagonalBar(a.diagonal_cost, g.q_end - g.q_begin, thr);
   int32_t* e = a.entries + a.kept[unit];
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
     const int32_t code = e[i];

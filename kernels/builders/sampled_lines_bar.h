@@ -1,0 +1,48 @@
+// sampled_lines' step-3 bins and its diagonal cost bar, shared by the CPU builder
+// (sampled_lines.cc) and its GPU twin (kernels/cuda/builders/sampled_lines.cu's classify kernel):
+// one definition compiled for the host and, under nvcc, for the device. No dependencies, so that
+// nvcc and plain C++ builds include it alike.
+#ifndef SPATTN_KERNELS_BUILDERS_SAMPLED_LINES_BAR_H_
+#define SPATTN_KERNELS_BUILDERS_SAMPLED_LINES_BAR_H_
+
+#include <cstdint>
+#include <cstring>
+
+#if defined(__CUDACC__)
+#define SPATTN_SL_HD __host__ __device__ inline
+#else
+#define SPATTN_SL_HD inline
+#endif
+
+namespace spattn {
+
+// Step 3's bins: SampledLinesBin(m) in [0, kSampledLinesBins) for m in (0, 1].
+inline constexpr int kSampledLinesBinFloor = 759;  // (fp32 bits >> 20) of 2^-32, minus one
+inline constexpr int kSampledLinesBins = 258;      // bin of 1.0 = 1016 - 759, plus one
+
+// The lower edge of bin `thr` (in [0, kSampledLinesBins)): the float with bits
+// (thr + kSampledLinesBinFloor) << 20.
+SPATTN_SL_HD float SampledLinesBinEdge(int thr) {
+  const uint32_t bits = static_cast<uint32_t>(thr + kSampledLinesBinFloor) << 20;
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(bits);
+#else
+  float edge;
+  std::memcpy(&edge, &bits, sizeof(edge));
+  return edge;
+#endif
+}
+
+// Step 2's cost test: the bar D(o) must exceed for a block of `rows` rows whose threshold bin
+// is `thr`: cost x rows x the bin's lower edge (0 when cost is 0 or nothing is kept). A range
+// costs `rows` keys per row where a column costs one; a line's keys average D(o) / rows over the
+// block's rows, so the range pays when that reaches the block's kept-entry mass. Products only
+// (left to right), so host and device round alike.
+SPATTN_SL_HD float SampledLinesDiagonalBar(float cost, int rows, int thr) {
+  if (!(cost > 0.f) || thr < 0 || thr >= kSampledLinesBins) return 0.f;
+  return cost * static_cast<float>(rows) * SampledLinesBinEdge(thr);
+}
+
+}  // namespace spattn
+
+#endif  // SPATTN_KERNELS_BUILDERS_SAMPLED_LINES_BAR_H_
