@@ -92,14 +92,21 @@ __global__ void __launch_bounds__(kAsmThreads, 2)
     // Words [0, num_words] (one past the last, where a run ending at key_end ends).
     for (int64_t w0 = 0; w0 <= num_words; w0 += kAsmSegWords) {
       const int64_t wbase = w0 - 1;
-      for (int i = tid; i < kAsmArrayWords; i += kAsmThreads) {
+      // Array words past index last_i (key word num_words, past every key) hold no bits after the
+      // mask below, so their final bits and events are 0: only words <= last_i are walked and only
+      // [0, last_i + 2) (their neighbours) zeroed and masked. Bits a source sets further out are
+      // never read.
+      const int last_i = static_cast<int>(
+          num_words - wbase < kAsmArrayWords - 2 ? num_words - wbase : kAsmArrayWords - 2);
+      const int used = last_i + 2;
+      for (int i = tid; i < used; i += kAsmThreads) {
         sR[i] = 0u;
         sC[i] = 0u;
       }
       __syncthreads();
       src.SetBits(ctx, sh, sR, sC, wbase);
       __syncthreads();
-      for (int i = tid; i < kAsmArrayWords; i += kAsmThreads) {
+      for (int i = tid; i < used; i += kAsmThreads) {
         const uint32_t m = WordMask(wbase + i, key_end);
         sR[i] &= m;
         sC[i] &= m;
@@ -111,7 +118,10 @@ __global__ void __launch_bounds__(kAsmThreads, 2)
 #pragma unroll
       for (int k = 0; k < kAsmWordsPerThread; ++k) {
         const int i = first_i + k;
-        FinalBits(sR[i - 1], sC[i - 1], sR[i], sC[i], sR[i + 1], sC[i + 1], &f[k], &cf[k]);
+        f[k] = cf[k] = 0u;
+        if (i <= last_i) {
+          FinalBits(sR[i - 1], sC[i - 1], sR[i], sC[i], sR[i + 1], sC[i + 1], &f[k], &cf[k]);
+        }
         sF[i] = f[k];
       }
       if (tid == 0) sF[0] = carry_f;
