@@ -22,7 +22,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "kernels/builders/build_index.h"
 #include "kernels/builders/testing/method_testing.h"
 #include "kernels/calibration/saap_calibration.h"
@@ -656,67 +655,6 @@ TEST(BuildIndexOnGpuLongKeysTest, SampledLinesBucketsEntriesBySegment) {
                     mc.density_tol);
     if (::testing::Test::HasFatalFailure()) return;
   }
-#endif
-}
-
-// sampled_lines' passes run up to 4 query heads of one KV head per CTA (SPATTN_SL_HEADS_PER_CTA;
-// each key tile loaded once for all): every head's rows, histograms and entries are its own, so
-// the index is bit for bit the one of a CTA per head, for head lists that leave sets partial or
-// interleave KV heads, with and without split groups (SPATTN_SL_SPLIT_TILES), and agrees with
-// the CPU twin. The knobs are read once per process: the test sets them through
-// SampledLinesKnobs().
-TEST(BuildIndexOnGpuSampledLinesTest, HeadSetsBuildTheIndexOfOneHeadPerCta) {
-  SKIP_WITHOUT_GPU();
-#ifndef SPATTN_SL_KNOBS
-  GTEST_SKIP() << "the GPU sampled_lines builder exists only in CUDA builds";
-#else
-  auto engine = MakeEngine(int64_t{256} << 20);
-  ASSERT_NE(engine, nullptr);
-  auto hp = MakeProblem({700, 131}, {1200, 131}, 8, 2, 128, DType::kBF16, true, 79,
-                        /*integer_qk=*/true);
-  auto dp = DeviceProblem::Create(0, *hp);
-  ASSERT_TRUE(dp.ok()) << dp.status();
-  cuda::SlKnobs& knobs = cuda::SampledLinesKnobs();
-  const cuda::SlKnobs saved = knobs;
-  const MethodCases mc = CasesFor(Method::kSampledLines);
-  const std::vector<std::vector<int> > head_lists = {
-      AllHeads(8), {0, 2, 3, 5, 6, 7}, {5, 0, 6, 2, 7}};
-  for (size_t ci = 0; ci < mc.configs.size(); ci += 3) {
-    const MethodConfig& config = mc.configs[ci];
-    for (const std::vector<int>& heads : head_lists) {
-      for (int split_tiles : {0, 2}) {
-        for (int block_m : {64, 128}) {
-          const std::string what =
-              absl::StrCat(config.DebugString(), " heads=", absl::StrJoin(heads, ","),
-                           " split_tiles=", split_tiles, " block_m=", block_m);
-          knobs.split_tiles = split_tiles;
-          SparseIndex one;
-          knobs.heads_per_cta = 1;
-          BuildOnGpu(*engine, *hp, **dp, config, heads, block_m, nullptr, what, &one);
-          engine->ReleaseIndexes();
-          for (int hpc : {2, 4}) {
-            SparseIndex sets;
-            knobs.heads_per_cta = hpc;
-            BuildOnGpu(*engine, *hp, **dp, config, heads, block_m, nullptr, what, &sets);
-            engine->ReleaseIndexes();
-            if (::testing::Test::HasFatalFailure()) break;
-            EXPECT_EQ(sets.range_indptr, one.range_indptr) << what << " hpc=" << hpc;
-            EXPECT_EQ(sets.range_start, one.range_start) << what << " hpc=" << hpc;
-            EXPECT_EQ(sets.range_len, one.range_len) << what << " hpc=" << hpc;
-            EXPECT_EQ(sets.col_indptr, one.col_indptr) << what << " hpc=" << hpc;
-            EXPECT_EQ(sets.col_idx, one.col_idx) << what << " hpc=" << hpc;
-          }
-          if (::testing::Test::HasFatalFailure()) break;
-        }
-      }
-      knobs = saved;
-      if (::testing::Test::HasFatalFailure()) return;
-      ExpectAgreement(*hp, *engine, config, heads, 64, mc.max_diff_share, mc.recall_tol,
-                      mc.density_tol);
-      if (::testing::Test::HasFatalFailure()) return;
-    }
-  }
-  knobs = saved;
 #endif
 }
 

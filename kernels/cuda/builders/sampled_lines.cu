@@ -24,7 +24,6 @@ using detail::Mma;
 
 constexpr int kThreads = 128;
 constexpr int kTile = 64;
-constexpr int kHistNt = 2;  // pass 2: n-tiles of a tile whose masses are computed before updating
 constexpr unsigned kFull = 0xffffffffu;
 // Pass 2's fixed-point mass unit: a block's masses sum to <= ~1, so bins fit u32.
 constexpr float kFixedOne = 2147483648.f;
@@ -37,26 +36,14 @@ constexpr int kFixedKeyShift = 31 * 8;  // bin key (fp32 bits >> 20) of m * kFix
 // per-block mass histograms (fixed point, no counts): 49 KB, 4 CTAs per SM, which beat two buffers
 // at 65 KB / 3 CTAs per SM (H100: 2.59 vs 3.00 ms at 32K, 29.6 vs 30.9 ms at 128K;
 // SPATTN_SL_HIST_BUFFERS=2 selects two for comparisons).
-// With several query heads per CTA (head sets, sampled_lines_kernels.h) their Q tiles go after the
-// key buffers, into the histograms' space in pass 2 (zeroed once the fragments are in registers);
-// each head has its own histograms.
 struct SlSmem {
-  int64_t tile, hm, q, total;
+  int64_t tile, hm, total;
 };
-__host__ __device__ inline SlSmem Layout(int head_dim, bool histograms, int buffers, int heads) {
+__host__ __device__ inline SlSmem Layout(int head_dim, bool histograms, int buffers = 2) {
   SlSmem l;
   l.tile = static_cast<int64_t>(kTile) * head_dim * 2;
   l.hm = buffers * l.tile;
-  const int64_t hist =
-      histograms ? static_cast<int64_t>(heads) * kSlGroupBlocks * kSlBins * 4 : int64_t{0};
-  if (heads == 1) {
-    l.q = (buffers - 1) * l.tile;
-    l.total = l.hm + hist;
-  } else {
-    l.q = l.hm;
-    const int64_t qs = heads * l.tile;
-    l.total = l.hm + (hist > qs ? hist : qs);
-  }
+  l.total = histograms ? l.hm + static_cast<int64_t>(kSlGroupBlocks) * kSlBins * 4 : l.hm;
   return l;
 }
 
@@ -178,41 +165,34 @@ __device__ void BlockThreshold(const unsigned* bm, float part, long long all, fl
   *kept_out = thr == kSlBins ? 0 : (cap < all ? cap : all);
 }
 
-// One pass over key tiles [tile_begin, tile_end) of one group (an item) for the kH head slots of
-// one head set: warps 4 c .. 4 c + 3 take the set's slot c (none past the set's last: such warps
-// only help load). blockIdx.x = item (launch order) * num_sets + set.
-template <typename T, int kD, int kPass, int kBufs, int kH>
-__global__ void __launch_bounds__(kThreads* kH, 4 / kH) SlPassKernel(SlArgs a) {
-  constexpr int kN = kThreads * kH;
+// One pass over key tiles [tile_begin, tile_end) of one group (an item) for one head slot.
+// blockIdx.x = item (launch order) * num_slots + slot.
+template <typename T, int kD, int kPass, int kBufs>
+__global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
   extern __shared__ __align__(128) unsigned char smem[];
-  const SlSmem lay = Layout(kD, kPass == 2, kBufs, kH);
+  const SlSmem lay = Layout(kD, kPass == 2, kBufs);
   constexpr int kChunks = kD / 8;  // 16-byte chunks per tile row
   const uint32_t sbuf = detail::SmemAddr(smem);
   unsigned* hm = reinterpret_cast<unsigned*>(smem + lay.hm);
-  // Per head of the set and block.
-  __shared__ int blk_thr[kH][kSlGroupBlocks];
-  __shared__ int blk_cursor[kH][kSlGroupBlocks];
-  __shared__ int blk_count[kH][kSlGroupBlocks];
+  __shared__ int blk_thr[kSlGroupBlocks];
+  __shared__ int blk_cursor[kSlGroupBlocks];
+  __shared__ int blk_count[kSlGroupBlocks];
   __shared__ int blk_first[kSlGroupBlocks];
-  __shared__ long long blk_base[kH][kSlGroupBlocks];
+  __shared__ long long blk_base[kSlGroupBlocks];
   // Pass 2: per block the sum of its live rows' weights (the block's total mass: each live row's
   // masses sum to its weight, the CPU's total up to rounding) and visible keys (the cut, below).
-  __shared__ float blk_wsum[kH][kSlGroupBlocks];
-  __shared__ float blk_vsum[kH][kSlGroupBlocks];
-  __shared__ int blk_vis[kH][kSlGroupBlocks];  // pass 2: entries of the block (rows' visible keys)
+  __shared__ float blk_wsum[kSlGroupBlocks];
+  __shared__ float blk_vsum[kSlGroupBlocks];
+  __shared__ int blk_vis[kSlGroupBlocks];  // pass 2: entries of the block (its rows' visible keys)
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int hc = warp >> 2, wq = warp & 3;  // the warp's head in the set, its rows' quarter
-  // Items longest first (the host's order), every set of an item next to each other.
-  const SlItem it = a.items[blockIdx.x / a.num_sets];
-  const int set = blockIdx.x % a.num_sets;
-  const int32_t* set_slots = a.set_slots + static_cast<int64_t>(set) * kH;
-  const int slot = set_slots[hc];  // -1: an idle warp (the set has fewer heads)
-  const bool idle = slot < 0;      // warp-uniform
+  // Items longest first (the host's order), every slot of an item next to each other.
+  const SlItem it = a.items[blockIdx.x / a.num_slots];
+  const int slot = blockIdx.x % a.num_slots;
   const SlGroup g = a.groups[it.group];
-  const int grows = idle ? 0 : g.rows;  // this warp's group rows (none when idle)
   const bool split = g.parts > 1;
   const int t_begin = it.tile_begin, t_end = it.tile_end;
-  const int kvh = a.heads[set_slots[0]] / a.p.group;  // a set's first slot is always there
+  const int qh = a.heads[slot];
+  const int kvh = qh / a.p.group;
   const T* qg = static_cast<const T*>(a.p.q);
   const T* kg = static_cast<const T*>(a.p.k);
   // Sequence token bases from the device cu_seqlens.
@@ -225,49 +205,39 @@ __global__ void __launch_bounds__(kThreads* kH, 4 / kH) SlPassKernel(SlArgs a) {
         sbuf + (kBufs == 2 ? (t - t_begin) & 1 : 0) * static_cast<uint32_t>(lay.tile), kTile,
         min(kTile, kl - j0), kChunks,
         [&](int r) { return kg + (ktok + j0 + r) * a.p.k_token_stride + kvh * a.p.k_head_stride; },
-        tid, kN);
+        tid, kThreads);
   };
-  // The Q tiles (one per head of the set) at lay.q (one head: buffer 1, 0 with one buffer), the
-  // first key tile into buffer 0.
-  const uint32_t qbuf = sbuf + static_cast<uint32_t>(lay.q);
-#pragma unroll
-  for (int c = 0; c < kH; ++c) {
-    const int s = set_slots[c];
-    if (s < 0) continue;  // CTA-uniform
-    const int qh = a.heads[s];
-    assembled::LoadTileAsync(
-        qbuf + c * static_cast<uint32_t>(lay.tile), kTile, g.rows, kChunks,
-        [&](int r) {
-          return qg + (qtok + a.rows[g.row_begin + r].q_row) * a.p.q_token_stride +
-                 qh * a.p.q_head_stride;
-        },
-        tid, kN);
-  }
+  // The Q tile into buffer 1 (0 with one buffer), the first key tile into buffer 0.
+  const uint32_t qbuf = sbuf + (kBufs - 1) * static_cast<uint32_t>(lay.tile);
+  assembled::LoadTileAsync(
+      qbuf, kTile, g.rows, kChunks,
+      [&](int r) {
+        return qg + (qtok + a.rows[g.row_begin + r].q_row) * a.p.q_token_stride +
+               qh * a.p.q_head_stride;
+      },
+      tid, kThreads);
   if (kBufs == 2 && t_end > t_begin) load_keys(t_begin);
   detail::CpAsyncCommit();
 
-  if (kPass == 2 && tid < kH * kSlGroupBlocks) {
-    (&blk_wsum[0][0])[tid] = 0.f;
-    (&blk_vsum[0][0])[tid] = 0.f;
-    (&blk_vis[0][0])[tid] = 0;
-  }
-  if (kPass == 3) {
-    if (tid < g.blocks) blk_first[tid] = a.geo[g.block_begin + tid].first_pos;
-    if (tid < kH * kSlGroupBlocks) {
-      const int c = tid / kSlGroupBlocks, b = tid % kSlGroupBlocks;
-      const int s = set_slots[c];
-      blk_cursor[c][b] = 0;
-      if (s >= 0 && b < g.blocks) {
-        const int64_t row = static_cast<int64_t>(s) * a.num_blocks + g.block_begin + b;
-        blk_thr[c][b] = a.thr[row];
-        blk_base[c][b] = a.kept[row];
-        blk_count[c][b] = static_cast<int>(a.kept[row + 1] - a.kept[row]);
-      }
+  if (kPass == 2) {
+    for (int i = tid; i < kSlGroupBlocks * kSlBins; i += kThreads) hm[i] = 0u;
+    if (tid < kSlGroupBlocks) {
+      blk_wsum[tid] = 0.f;
+      blk_vsum[tid] = 0.f;
+      blk_vis[tid] = 0;
     }
+  }
+  if (kPass == 3 && tid < g.blocks) {
+    const int64_t row = static_cast<int64_t>(slot) * a.num_blocks + g.block_begin + tid;
+    blk_thr[tid] = a.thr[row];
+    blk_cursor[tid] = 0;
+    blk_base[tid] = a.kept[row];
+    blk_count[tid] = static_cast<int>(a.kept[row + 1] - a.kept[row]);
+    blk_first[tid] = a.geo[g.block_begin + tid].first_pos;
   }
 
   // This thread's two rows (fragment rows lane/4 and lane/4 + 8 of its warp).
-  int rl[2] = {wq * 16 + (lane >> 2), wq * 16 + (lane >> 2) + 8};
+  int rl[2] = {warp * 16 + (lane >> 2), warp * 16 + (lane >> 2) + 8};
   int pos[2], vis[2], blk[2];
   float w[2], mx[2], inv[2];
 #pragma unroll
@@ -278,7 +248,7 @@ __global__ void __launch_bounds__(kThreads* kH, 4 / kH) SlPassKernel(SlArgs a) {
     w[h] = 0.f;
     mx[h] = -CUDART_INF_F;
     inv[h] = 0.f;
-    if (rl[h] < grows) {
+    if (rl[h] < g.rows) {
       const SlRow r = a.rows[g.row_begin + rl[h]];
       pos[h] = r.pos;
       vis[h] = a.p.causal ? r.pos + 1 : kl;
@@ -316,19 +286,18 @@ __global__ void __launch_bounds__(kThreads* kH, 4 / kH) SlPassKernel(SlArgs a) {
     if ((lane & 3) == 0) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        if (rl[h] < grows && mx[h] != -CUDART_INF_F && inv[h] > 0.f) {
-          atomicAdd(blk_wsum[hc] + blk[h], w[h]);
-          atomicAdd(blk_vsum[hc] + blk[h], static_cast<float>(vis[h]));
-          atomicAdd(blk_vis[hc] + blk[h], vis[h]);
+        if (rl[h] < g.rows && mx[h] != -CUDART_INF_F && inv[h] > 0.f) {
+          atomicAdd(blk_wsum + blk[h], w[h]);
+          atomicAdd(blk_vsum + blk[h], static_cast<float>(vis[h]));
+          atomicAdd(blk_vis + blk[h], vis[h]);
         }
       }
     }
     __syncthreads();
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const float vs = blk_vsum[hc][blk[h]];
-      const float bound =
-          vs > 0.f ? 0.5f * (1.f - a.gamma) * 0.99f * blk_wsum[hc][blk[h]] / vs : 0.f;
+      const float vs = blk_vsum[blk[h]];
+      const float bound = vs > 0.f ? 0.5f * (1.f - a.gamma) * 0.99f * blk_wsum[blk[h]] / vs : 0.f;
       if (bound > 0.f && bound < 1.f) {
         const int key = static_cast<int>(__float_as_uint(bound) >> 20) - kSlBinFloor;
         cut[h] = key < 0 ? 0 : (key >= kSlBins ? kSlBins - 1 : key);
@@ -337,10 +306,10 @@ __global__ void __launch_bounds__(kThreads* kH, 4 / kH) SlPassKernel(SlArgs a) {
       t_min[h] = fmaxf(
           __uint_as_float(0x3f000001u),  // the float after 1/2
           __uint_as_float(static_cast<unsigned>(cut[h] + kSlBinFloor + kFixedKeyShift) << 20));
-      slot_base[h] = (hc * kSlGroupBlocks + blk[h]) * kSlBins - kSlBinFloor - kFixedKeyShift;
+      slot_base[h] = blk[h] * kSlBins - kSlBinFloor - kFixedKeyShift;
       // The count test of the masked path below as a function of x = q . k (the plain path's t
       // is the same for every non-NaN x there, and NaN counts in neither).
-      if (hist_skip && rl[h] < grows && mx[h] != -CUDART_INF_F) {
+      if (hist_skip && rl[h] < g.rows && mx[h] != -CUDART_INF_F) {
         x_cut[h] = SmallestKept([&](float x) {
           const float l2 = Sanitize(__fmul_rn(x, a.p.scale_log2));
           const float t = __fmul_rn(__fmul_rn(Exp2(__fsub_rn(l2, mx[h])), inv[h]), w2[h]);
@@ -365,9 +334,9 @@ __global__ void __launch_bounds__(kThreads* kH, 4 / kH) SlPassKernel(SlArgs a) {
     __syncthreads();  // blk_* written
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const bool live = rl[h] < grows && mx[h] != -CUDART_INF_F;
+      const bool live = rl[h] < g.rows && mx[h] != -CUDART_INF_F;
       if (live) {
-        const int thr = blk_thr[hc][blk[h]];
+        const int thr = blk_thr[blk[h]];
         rel[h] = pos[h] - blk_first[blk[h]];
         if (thr < kSlBins) {
           thr_m[h] =
@@ -407,14 +376,14 @@ __global__ void __launch_bounds__(kThreads* kH, 4 / kH) SlPassKernel(SlArgs a) {
       const int h = (b >> 1) & 1;
       const int j = p_j0 + AccCol(b >> 2, b & 3, lane);
       const int idx = h ? at1++ : at0++;
-      if (idx < blk_count[hc][blk[h]]) a.entries[blk_base[hc][blk[h]] + idx] = rel[h] * kl + j;
+      if (idx < blk_count[blk[h]]) a.entries[blk_base[blk[h]] + idx] = rel[h] * kl + j;
     }
   };
   float run_max[2] = {-CUDART_INF_F, -CUDART_INF_F};
   float run_sum[2] = {0.f, 0.f};
   // Passes 1 and 2: the keys every row of the warp sees (-1 if a row of the warp is past the
   // group's): tiles below it need no mask.
-  int warp_vis = min(rl[0] < grows ? vis[0] : -1, rl[1] < grows ? vis[1] : -1);
+  int warp_vis = min(rl[0] < g.rows ? vis[0] : -1, rl[1] < g.rows ? vis[1] : -1);
 #pragma unroll
   for (int x = 1; x < 32; x <<= 1) warp_vis = min(warp_vis, __shfl_xor_sync(kFull, warp_vis, x));
 
@@ -424,16 +393,9 @@ __global__ void __launch_bounds__(kThreads* kH, 4 / kH) SlPassKernel(SlArgs a) {
   __syncthreads();
 #pragma unroll
   for (int kk = 0; kk < kD / 16; ++kk) {
-    assembled::LoadA(qbuf + hc * static_cast<uint32_t>(lay.tile), wq * 16, kk, kChunks, lane,
-                     qf[kk]);
+    assembled::LoadA(qbuf, warp * 16, kk, kChunks, lane, qf[kk]);
   }
   __syncthreads();
-  // Pass 2: the histograms, zeroed once the Q tiles (in their space with several heads) have left
-  // (ordered before the first update by the loop's first barrier, before the reads after it by the
-  // barrier after the loop).
-  if (kPass == 2) {
-    for (int i = tid; i < kH * kSlGroupBlocks * kSlBins; i += kN) hm[i] = 0u;
-  }
   // One buffer (pass 2): the Q tile has left it, the first key tile goes in; each next tile is
   // loaded as soon as every warp has its products of the current one, behind that tile's
   // histogram work (before, each tile's load waited for the previous tile's updates).
@@ -453,17 +415,14 @@ __global__ void __launch_bounds__(kThreads* kH, 4 / kH) SlPassKernel(SlArgs a) {
     }
     __syncthreads();  // key tile t is in
     float acc[8][4];
-    if (!idle) {
-      TileLogits<T, kD>(
-          qf, sbuf + (kBufs == 2 ? (t - t_begin) & 1 : 0) * static_cast<uint32_t>(lay.tile), acc,
-          lane);
-    }
+    TileLogits<T, kD>(qf,
+                      sbuf + (kBufs == 2 ? (t - t_begin) & 1 : 0) * static_cast<uint32_t>(lay.tile),
+                      acc, lane);
     __syncthreads();  // every warp has read tile t: its buffer may take tile t + 2 (t + 1: one)
     if (kBufs == 1 && t + 1 < t_end) {
       load_keys(t + 1);
       detail::CpAsyncCommit();
     }
-    if (idle) continue;  // warp-uniform; it only helps load
     if (kPass == 1) {
       // Log2-domain logits of this thread's entries (-inf where masked), then one rescale of
       // each row's running sum per tile. Fast path (same sums, bit for bit): a tile every row of
@@ -500,7 +459,7 @@ __global__ void __launch_bounds__(kThreads* kH, 4 / kH) SlPassKernel(SlArgs a) {
           for (int e = 0; e < 4; ++e) {
             const int h = e >> 1;
             const int j = j0 + AccCol(nt, e, lane);
-            const bool valid = rl[h] < grows && j < vis[h];
+            const bool valid = rl[h] < g.rows && j < vis[h];
             const float l2 =
                 valid ? Sanitize(__fmul_rn(acc[nt][e], a.p.scale_log2)) : -CUDART_INF_F;
             acc[nt][e] = l2;
@@ -540,8 +499,8 @@ __global__ void __launch_bounds__(kThreads* kH, 4 / kH) SlPassKernel(SlArgs a) {
       continue;
     }
     if (kPass == 2) {
-      // The thread's masses and histogram slots (independent chains), then the updates: one
-      // fixed-point atomic per entry at or above its block's cut. An entry counts
+      // All of the thread's masses and histogram slots first (independent chains), then the
+      // updates: one fixed-point atomic per entry at or above its block's cut. An entry counts
       // iff its fixed-point mass mu is > 0 (so m > 2^-32, and its bin key (fp32 bits >> 20) -
       // kSlBinFloor is in [1, 257]: no clamp as in SampledLinesBin) and the key is >= cut: one
       // test t >= t_min (above; NaN fails it). Plain path (same masses bit for bit): a tile every
@@ -558,37 +517,32 @@ __global__ void __launch_bounds__(kThreads* kH, 4 / kH) SlPassKernel(SlArgs a) {
         if (!__any_sync(kFull, any)) continue;
       }
       const bool plain = j0 + kTile <= warp_vis && mx[0] < FLT_MAX && mx[1] < FLT_MAX;
-      // Two n-tiles (8 entries) at a time: their masses and slots, then their updates (all 32 at
-      // once kept 64 more registers live and spilled at 128).
+      unsigned mu[8][4];
+      int slot_of[8][4];
 #pragma unroll
-      for (int n0 = 0; n0 < 8; n0 += kHistNt) {
-        unsigned mu[kHistNt][4];
-        int slot_of[kHistNt][4];
+      for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
-        for (int dn = 0; dn < kHistNt; ++dn) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int nt = n0 + dn, h = e >> 1;
-            const int j = j0 + AccCol(nt, e, lane);
-            float t = 0.f;
-            if (plain) {
-              const float l2 = __fmul_rn(acc[nt][e], a.p.scale_log2);
-              t = __fmul_rn(__fmul_rn(Exp2(__fsub_rn(l2, mx[h])), inv[h]), w2[h]);
-            } else if (rl[h] < grows && j < vis[h] && mx[h] != -CUDART_INF_F) {
-              const float l2 = Sanitize(__fmul_rn(acc[nt][e], a.p.scale_log2));
-              t = __fmul_rn(__fmul_rn(Exp2(__fsub_rn(l2, mx[h])), inv[h]), w2[h]);
-            }
-            mu[dn][e] = __float2uint_rn(t);
-            slot_of[dn][e] =
-                t >= t_min[h] ? static_cast<int>(__float_as_uint(t) >> 20) + slot_base[h] : -1;
+        for (int e = 0; e < 4; ++e) {
+          const int h = e >> 1;
+          const int j = j0 + AccCol(nt, e, lane);
+          float t = 0.f;
+          if (plain) {
+            const float l2 = __fmul_rn(acc[nt][e], a.p.scale_log2);
+            t = __fmul_rn(__fmul_rn(Exp2(__fsub_rn(l2, mx[h])), inv[h]), w2[h]);
+          } else if (rl[h] < g.rows && j < vis[h] && mx[h] != -CUDART_INF_F) {
+            const float l2 = Sanitize(__fmul_rn(acc[nt][e], a.p.scale_log2));
+            t = __fmul_rn(__fmul_rn(Exp2(__fsub_rn(l2, mx[h])), inv[h]), w2[h]);
           }
+          mu[nt][e] = __float2uint_rn(t);
+          slot_of[nt][e] =
+              t >= t_min[h] ? static_cast<int>(__float_as_uint(t) >> 20) + slot_base[h] : -1;
         }
+      }
 #pragma unroll
-        for (int dn = 0; dn < kHistNt; ++dn) {
+      for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            if (slot_of[dn][e] >= 0) atomicAdd(hm + slot_of[dn][e], mu[dn][e]);
-          }
+        for (int e = 0; e < 4; ++e) {
+          if (slot_of[nt][e] >= 0) atomicAdd(hm + slot_of[nt][e], mu[nt][e]);
         }
       }
       continue;
@@ -652,7 +606,7 @@ __global__ void __launch_bounds__(kThreads* kH, 4 / kH) SlPassKernel(SlArgs a) {
       if (lane == last && thr_m[h] != CUDART_INF_F && seg_total > 0)
         p_base[h] = atomicAdd(
             split ? a.counts + static_cast<int64_t>(slot) * a.num_blocks + g.block_begin + blk[h]
-                  : blk_cursor[hc] + blk[h],
+                  : blk_cursor + blk[h],
             seg_total);
       p_at[h] = incl - cnt[h] - seg_before;
     }
@@ -674,7 +628,7 @@ __global__ void __launch_bounds__(kThreads* kH, 4 / kH) SlPassKernel(SlArgs a) {
         m = nm;
         s = ns;
       }
-      if ((lane & 3) == 0 && rl[h] < grows) {
+      if ((lane & 3) == 0 && rl[h] < g.rows) {
         if (split) {  // merged by SlMergeStatsKernel
           const int64_t at =
               (static_cast<int64_t>(slot) * a.num_items + g.part_begin + it.split) * kSlGroupRows +
@@ -693,32 +647,23 @@ __global__ void __launch_bounds__(kThreads* kH, 4 / kH) SlPassKernel(SlArgs a) {
     if (split) {
       // This item's bins into the group's global histograms (SlSplitThresholdKernel takes it
       // from there); split 0 also leaves the blocks' weight sums and entry counts.
-#pragma unroll
-      for (int c = 0; c < kH; ++c) {
-        const int s = set_slots[c];
-        if (s < 0) continue;  // CTA-uniform
-        const int64_t hb = static_cast<int64_t>(s) * a.split_blocks + g.split_block;
-        unsigned* gh = a.split_hist + hb * kSlBins;
-        const unsigned* h = hm + c * kSlGroupBlocks * kSlBins;
-        for (int i = tid; i < g.blocks * kSlBins; i += kN) {
-          const unsigned v = h[i];
-          if (v != 0u) atomicAdd(gh + i, v);
-        }
-        if (it.split == 0 && tid < g.blocks) {
-          a.split_wsum[hb + tid] = blk_wsum[c][tid];
-          a.split_vis[hb + tid] = blk_vis[c][tid];
-        }
+      const int64_t hb = static_cast<int64_t>(slot) * a.split_blocks + g.split_block;
+      unsigned* gh = a.split_hist + hb * kSlBins;
+      for (int i = tid; i < g.blocks * kSlBins; i += kThreads) {
+        const unsigned v = hm[i];
+        if (v != 0u) atomicAdd(gh + i, v);
+      }
+      if (it.split == 0 && tid < g.blocks) {
+        a.split_wsum[hb + tid] = blk_wsum[tid];
+        a.split_vis[hb + tid] = blk_vis[tid];
       }
     } else {
-      for (int u = warp; u < kH * g.blocks; u += kN / 32) {
-        const int c = u / g.blocks, b = u - c * g.blocks;
-        const int s = set_slots[c];
-        if (lane == 0 && s >= 0) {
+      for (int b = warp; b < g.blocks; b += kThreads / 32) {
+        if (lane == 0) {
           int thr;
           long long cap;
-          BlockThreshold(hm + (c * kSlGroupBlocks + b) * kSlBins, blk_wsum[c][b], blk_vis[c][b],
-                         a.gamma, &thr, &cap);
-          const int64_t row = static_cast<int64_t>(s) * a.num_blocks + g.block_begin + b;
+          BlockThreshold(hm + b * kSlBins, blk_wsum[b], blk_vis[b], a.gamma, &thr, &cap);
+          const int64_t row = static_cast<int64_t>(slot) * a.num_blocks + g.block_begin + b;
           a.thr[row] = thr;
           a.kept[row] = cap;
         }
@@ -727,13 +672,9 @@ __global__ void __launch_bounds__(kThreads* kH, 4 / kH) SlPassKernel(SlArgs a) {
   } else if (kPass == 3) {
     flush();
     __syncthreads();  // every cursor final
-    if (!split && tid < kH * kSlGroupBlocks) {
-      const int c = tid / kSlGroupBlocks, b = tid % kSlGroupBlocks;
-      const int s = set_slots[c];
-      if (s >= 0 && b < g.blocks) {
-        const int64_t row = static_cast<int64_t>(s) * a.num_blocks + g.block_begin + b;
-        a.counts[row] = min(blk_cursor[c][b], blk_count[c][b]);
-      }
+    if (!split && tid < g.blocks) {
+      const int64_t row = static_cast<int64_t>(slot) * a.num_blocks + g.block_begin + tid;
+      a.counts[row] = min(blk_cursor[tid], blk_count[tid]);
     }
   }
 }
@@ -869,45 +810,30 @@ __global__ void SlClassifyKernel(SlArgs a) {
   }
 }
 
-template <typename T, int kD, int kPass, int kBufs, int kH>
+template <typename T, int kD, int kPass, int kBufs>
 cudaError_t LaunchPass(const SlArgs& a, cudaStream_t stream) {
-  const int64_t bytes = Layout(kD, kPass == 2, kBufs, kH).total;
+  const int64_t bytes = Layout(kD, kPass == 2, kBufs).total;
   cudaError_t err =
-      cudaFuncSetAttribute(SlPassKernel<T, kD, kPass, kBufs, kH>,
+      cudaFuncSetAttribute(SlPassKernel<T, kD, kPass, kBufs>,
                            cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
   if (err != cudaSuccess) return err;
-  SlPassKernel<T, kD, kPass, kBufs, kH>
-      <<<static_cast<unsigned>(a.num_items) * a.num_sets, kThreads * kH, bytes, stream>>>(a);
+  SlPassKernel<T, kD, kPass, kBufs>
+      <<<static_cast<unsigned>(a.num_items) * a.num_slots, kThreads, bytes, stream>>>(a);
   return cudaGetLastError();
 }
 
-template <int kPass, int kBufs, int kH>
-cudaError_t DispatchType(const SlArgs& a, cudaStream_t stream) {
-  const bool bf16 = a.p.dtype == DType::kBF16;
-  if (a.p.head_dim == 128) {
-    return bf16 ? LaunchPass<__nv_bfloat16, 128, kPass, kBufs, kH>(a, stream)
-                : LaunchPass<__half, 128, kPass, kBufs, kH>(a, stream);
-  }
-  if (a.p.head_dim == 64) {
-    return bf16 ? LaunchPass<__nv_bfloat16, 64, kPass, kBufs, kH>(a, stream)
-                : LaunchPass<__half, 64, kPass, kBufs, kH>(a, stream);
-  }
-  return cudaErrorInvalidValue;
-}
-
-// Pass 2 on two key buffers (SPATTN_SL_HIST_BUFFERS=2) only with one head per CTA.
 template <int kPass, int kBufs = 2>
 cudaError_t Dispatch(const SlArgs& a, cudaStream_t stream) {
-  switch (a.heads_per_cta) {
-    case 1:
-      return DispatchType<kPass, kBufs, 1>(a, stream);
-    case 2:
-      return DispatchType < kPass, kPass == 2 ? 1 : kBufs, 2 > (a, stream);
-    case 4:
-      return DispatchType < kPass, kPass == 2 ? 1 : kBufs, 4 > (a, stream);
-    default:
-      return cudaErrorInvalidValue;
+  const bool bf16 = a.p.dtype == DType::kBF16;
+  if (a.p.head_dim == 128) {
+    return bf16 ? LaunchPass<__nv_bfloat16, 128, kPass, kBufs>(a, stream)
+                : LaunchPass<__half, 128, kPass, kBufs>(a, stream);
   }
+  if (a.p.head_dim == 64) {
+    return bf16 ? LaunchPass<__nv_bfloat16, 64, kPass, kBufs>(a, stream)
+                : LaunchPass<__half, 64, kPass, kBufs>(a, stream);
+  }
+  return cudaErrorInvalidValue;
 }
 
 // ---- Row assembly ----
@@ -1082,10 +1008,6 @@ SlKnobs& SampledLinesKnobs() {
     const char* b = std::getenv("SPATTN_SL_ASM_BUCKET");
     if (b != nullptr && b[0] != '\0') k.asm_bucket = b[0] != '0' ? 1 : 0;
     if (const char* h = std::getenv("SPATTN_SL_HIST_BUFFERS")) k.hist_buffers = h[0] == '2' ? 2 : 1;
-    if (const char* h = std::getenv("SPATTN_SL_HEADS_PER_CTA")) {
-      const int n = std::atoi(h);
-      if (n == 1 || n == 2 || n == 4) k.heads_per_cta = n;
-    }
     return k;
   }();
   return knobs;

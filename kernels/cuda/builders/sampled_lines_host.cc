@@ -32,8 +32,7 @@ constexpr int kSlMinSplitTiles = 16;  // shortest item of a split group
 // CTAs of equal tile ranges. split_len is the total work over (SMs x CTAs per SM x waves), waves
 // from SPATTN_SL_SPLIT_WAVES (default 6; 0 = never split, one CTA per group as before).
 // SPATTN_SL_SPLIT_TILES=N > 0 sets split_len to N (tests: 1 splits every group into its tiles).
-// Both read once per process (SampledLinesKnobs). With H heads per CTA there are H times fewer
-// CTAs of H times the warps, H times fewer per SM: the same split_len.
+// Both read once per process (SampledLinesKnobs).
 absl::StatusOr<int> SplitLength(int64_t total_tiles) {
   const SlKnobs& knobs = SampledLinesKnobs();
   if (knobs.split_tiles > 0) return knobs.split_tiles;
@@ -155,34 +154,6 @@ absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const A
   sa.scale = p.softmax_scale;
   sa.heads = d_heads;
   sa.num_slots = nslots;
-  // Head sets: the slots of each KV head (in slot order), heads_per_cta at a time.
-  sa.heads_per_cta = SampledLinesKnobs().heads_per_cta;
-  {
-    const int hpc = sa.heads_per_cta;
-    std::vector<int32_t> set_slots;
-    std::vector<int> kv_order;                   // KV heads in order of their first slot
-    std::vector<std::vector<int32_t>> by_kv(0);  // slots of kv_order[i]
-    for (int s = 0; s < nslots; ++s) {
-      const int kvh = heads[s] / std::max(a.group, 1);
-      const auto at = std::find(kv_order.begin(), kv_order.end(), kvh);
-      if (at == kv_order.end()) {
-        kv_order.push_back(kvh);
-        by_kv.emplace_back();
-        by_kv.back().push_back(s);
-      } else {
-        by_kv[at - kv_order.begin()].push_back(s);
-      }
-    }
-    for (const std::vector<int32_t>& slots : by_kv) {
-      for (size_t i = 0; i < slots.size(); i += hpc) {
-        for (int c = 0; c < hpc; ++c) {
-          set_slots.push_back(i + c < slots.size() ? slots[i + c] : -1);
-        }
-      }
-    }
-    sa.num_sets = static_cast<int>(set_slots.size()) / hpc;
-    SPATTN_ASSIGN_OR_RETURN(sa.set_slots, Upload(env, set_slots, "sampled_lines head sets"));
-  }
   sa.num_blocks = nblocks;
   SPATTN_ASSIGN_OR_RETURN(sa.groups, Upload(env, groups, "sampled_lines groups"));
   sa.num_groups = static_cast<int>(groups.size());

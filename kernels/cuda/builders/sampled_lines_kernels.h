@@ -4,9 +4,8 @@
 // this.
 //
 // Work: the sampled rows of consecutive query blocks of one sequence are packed into groups of at
-// most kSlGroupRows rows and kSlGroupBlocks blocks; one CTA per (group, head set: up to 4 query
-// heads of one KV head, 4 warps each, every key tile loaded once for all) computes their logits
-// against every key the group sees on tensor cores, three times: (1) each row's max and sum
+// most kSlGroupRows rows and kSlGroupBlocks blocks; one CTA per (group, head slot) computes their
+// logits against every key the group sees on tensor cores, three times: (1) each row's max and sum
 // (online, log2 domain), (2) per block a histogram of entry masses over the bins of
 // SampledLinesBin (fixed-point masses, one shared atomic per entry) -> each block's threshold bin
 // and a bound on its kept entries (entries below a provable per-block cut bin are not counted;
@@ -14,8 +13,8 @@
 // block's slice of an entry list; then a small kernel classifies each entry as a column or a
 // diagonal by the last-rows evidence (vertical_slash's estimate). A group whose keys are many
 // more than the average CTA's share is split by key tiles into several items (one CTA per item
-// and head set, longest items first): pass 1 writes per-item (max, sum) merged by SlMergeStats in
-// split order, pass 2 adds each item's fixed-point histograms into global ones with integer atomics
+// and slot, longest items first): pass 1 writes per-item (max, sum) merged by SlMergeStats in split
+// order, pass 2 adds each item's fixed-point histograms into global ones with integer atomics
 // (order-free: the same bins as one CTA) and a per-block kernel derives thr and the bound, pass 3
 // takes slice slots from a global per-row cursor (entry order within a slice is free: the
 // classify step and the assembler are per entry). Pass 3 keeps an entry iff its raw product
@@ -38,12 +37,11 @@
 namespace spattn {
 namespace cuda {
 
-constexpr int kSlGroupRows = 64;          // sampled rows per CTA (4 warps x 16)
-constexpr int kSlGroupBlocks = 32;        // query blocks per CTA (histograms in shared memory)
-constexpr int kSlBins = 258;              // = kSampledLinesBins (sampled_lines.h)
-constexpr int kSlBinFloor = 759;          // = kSampledLinesBinFloor
-constexpr float kSlColumnLeak = 8.f;      // = kSampledLinesColumnLeak
-constexpr int kSlDefaultHeadsPerCta = 4;  // query heads of one KV head per CTA of the passes
+constexpr int kSlGroupRows = 64;      // sampled rows per CTA (4 warps x 16)
+constexpr int kSlGroupBlocks = 32;    // query blocks per CTA (histograms in shared memory)
+constexpr int kSlBins = 258;          // = kSampledLinesBins (sampled_lines.h)
+constexpr int kSlBinFloor = 759;      // = kSampledLinesBinFloor
+constexpr float kSlColumnLeak = 8.f;  // = kSampledLinesColumnLeak
 
 // Sampled rows of consecutive query blocks of one sequence.
 struct SlGroup {
@@ -76,12 +74,6 @@ struct SlArgs {
   float scale = 0.f;               // softmax_scale
   const int32_t* heads = nullptr;  // [slots]
   int num_slots = 0;
-  // Head sets: up to heads_per_cta slots of one KV head, run by one CTA of heads_per_cta x 4 warps
-  // (each key tile loaded once for all of them). set_slots [num_sets * heads_per_cta]: the slots
-  // of each set, -1 past its last.
-  const int32_t* set_slots = nullptr;
-  int num_sets = 0;
-  int heads_per_cta = 1;
   int num_blocks = 0;
   const SlGroup* groups = nullptr;  // [num_groups]
   int num_groups = 0;
@@ -136,8 +128,7 @@ struct SlArgs {
 // The build's comparison knobs, read from the environment once per process (at first use):
 // SPATTN_SL_SPLIT_TILES, SPATTN_SL_SPLIT_WAVES (sampled_lines_host.cc SplitLength),
 // SPATTN_SL_EMIT_EXACT, SPATTN_SL_HIST_EXACT, SPATTN_SL_ASM_BUCKET (=0 / =1: never / always bucket
-// the entries by assembler segment), SPATTN_SL_HIST_BUFFERS (=2: pass 2 on two key buffers) and
-// SPATTN_SL_HEADS_PER_CTA (1, 2 or 4: query heads of one KV head per CTA of the passes).
+// the entries by assembler segment) and SPATTN_SL_HIST_BUFFERS (=2: pass 2 on two key buffers).
 // Tests change them through the returned reference, between builds only.
 struct SlKnobs {
   int split_tiles = 0;  // > 0: every split item has this many key tiles
@@ -146,7 +137,6 @@ struct SlKnobs {
   bool hist_exact = false;
   int asm_bucket = -1;  // -1: bucket rows of >= 5 segments; 0 / 1: never / always
   int hist_buffers = 1;
-  int heads_per_cta = kSlDefaultHeadsPerCta;  // 1, 2 or 4
 };
 SlKnobs& SampledLinesKnobs();
 
