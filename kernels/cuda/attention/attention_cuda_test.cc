@@ -159,8 +159,8 @@ TEST_F(CudaAttentionTest, DenseKernelMatchesReference) {
 }
 
 // The Hopper kernel's tail split with more pieces than a block has key tiles (pieces without
-// tiles merge as empty) and with a forced 3-way split (SPATTN_HOPPER_TAIL_SPLIT, read at each
-// launch).
+// tiles merge as empty) and with a forced 3-way split (SPATTN_HOPPER_TAIL_SPLIT, read
+// again through ReloadCudaKernelKnobs).
 TEST_F(CudaAttentionTest, DenseTailSplitPieces) {
   const std::vector<Case> cases = {
       {{300, 77}, {400, 1000}, 4, 2, 128, DType::kF16, false},
@@ -170,6 +170,7 @@ TEST_F(CudaAttentionTest, DenseTailSplitPieces) {
   uint64_t seed = 50;
   for (const char* pieces : {"16", "3"}) {
     setenv("SPATTN_HOPPER_TAIL_SPLIT", pieces, 1);
+    ReloadCudaKernelKnobs();
     for (const Case& c : cases) {
       auto hp = MakeProblem(c, seed++);
       CheckRun(engines_[4], *hp, nullptr, 1 << 20,
@@ -177,11 +178,12 @@ TEST_F(CudaAttentionTest, DenseTailSplitPieces) {
     }
   }
   unsetenv("SPATTN_HOPPER_TAIL_SPLIT");
+  ReloadCudaKernelKnobs();
 }
 
 // Non-causal MHA at d = 128 with small heads runs one head per L2 section (dense_fa3.cu's
 // SectionHeads): several sections, varlen, the tail split, and the old 32 MB sections for
-// comparison (SPATTN_HOPPER_L2_MB, read at each launch).
+// comparison (SPATTN_HOPPER_L2_MB, read again through ReloadCudaKernelKnobs).
 TEST_F(CudaAttentionTest, DenseMhaOneHeadSections) {
   const std::vector<Case> cases = {
       {{1000, 300}, {}, 4, 4, 128, DType::kBF16, false},
@@ -190,6 +192,7 @@ TEST_F(CudaAttentionTest, DenseMhaOneHeadSections) {
   uint64_t seed = 70;
   for (const char* mb : {"", "32"}) {
     setenv("SPATTN_HOPPER_L2_MB", mb, 1);
+    ReloadCudaKernelKnobs();
     for (const Case& c : cases) {
       auto hp = MakeProblem(c, seed++);
       CheckRun(engines_[4], *hp, nullptr, 1 << 20,
@@ -197,6 +200,7 @@ TEST_F(CudaAttentionTest, DenseMhaOneHeadSections) {
     }
   }
   unsetenv("SPATTN_HOPPER_L2_MB");
+  ReloadCudaKernelKnobs();
 }
 
 // The dense index through the sparse kernel: the test twin of the dense kernel. With the same
