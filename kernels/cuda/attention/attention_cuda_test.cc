@@ -181,13 +181,16 @@ TEST_F(CudaAttentionTest, DenseTailSplitPieces) {
   ReloadCudaKernelKnobs();
 }
 
-// Non-causal MHA at d = 128 with small heads runs one head per L2 section (dense_fa3.cu's
-// SectionHeads): several sections, varlen, the tail split, and the old 32 MB sections for
-// comparison (SPATTN_HOPPER_L2_MB, read again through ReloadCudaKernelKnobs).
-TEST_F(CudaAttentionTest, DenseMhaOneHeadSections) {
+// Non-causal grids with small kv heads run one GQA group (MHA: one head) per L2 section
+// (dense_fa3.cu's SectionHeads): several sections, varlen, chunked prefill, the tail split, MHA
+// and GQA at d = 128 and 64, and the old 32 MB sections for comparison (SPATTN_HOPPER_L2_MB, read
+// again through ReloadCudaKernelKnobs).
+TEST_F(CudaAttentionTest, DenseOneGroupSections) {
   const std::vector<Case> cases = {
       {{1000, 300}, {}, 4, 4, 128, DType::kBF16, false},
       {{2000}, {2500}, 8, 8, 128, DType::kF16, false},
+      {{1500, 200}, {}, 8, 2, 128, DType::kF16, false},
+      {{1200}, {2000}, 8, 4, 64, DType::kBF16, false},
   };
   uint64_t seed = 70;
   for (const char* mb : {"", "32"}) {
