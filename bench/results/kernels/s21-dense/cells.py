@@ -1,5 +1,6 @@
 """Per-cell table of an s20-dense / s21-dense run: SDPA (each pass), per variant the median
-TFLOP/s over the ALT rounds, its ratio to SDPA's mean, and each round's value (python3 cells.py OUT_DIR)."""
+TFLOP/s over the ALT rounds, its ratio to SDPA's mean, and each round's value
+(python3 cells.py OUT_DIR)."""
 import collections, json, os, statistics, sys
 
 out = sys.argv[1]

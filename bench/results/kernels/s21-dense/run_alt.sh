@@ -3,11 +3,12 @@
 # item SDPA (cuDNN), N rounds of short alternating cuda_bench processes (one per variant,
 # ALT_SLEEP s apart), SDPA again unless the item says 1 pass.
 # Layout as kernels/cuda/gpu/pack_gpu.sh makes it (bundle.tar.xz + this script + the .py files).
-# Env: TESTS, ITEMS="SHAPE|VARIANTS|ROUNDS|SDPA_PASSES@..." with VARIANTS
-# "name:binary:ENV=..,name:binary:" (ENV space-free, ',' separated variants), ROUNDS (default
-# ALT_N, 3), SDPA_PASSES 1 or 2 (default 2), ALT_SLEEP.
-# Outputs under $OUT: gpu.txt, clocks.csv, tests.log, sdpa.jsonl, bench.jsonl (tag
-# alt<i>-<variant>), errors.log, summary.txt, cells.txt.
+# Env: TESTS (TEST_ARGS: flags for each, e.g. a --gtest_filter),
+# ITEMS="SHAPE|VARIANTS|ROUNDS|SDPA_PASSES@..." with VARIANTS "name:binary:ENV=..,name:binary:"
+# (ENV space-free, ',' separated variants), ROUNDS (default ALT_N, 3), SDPA_PASSES 1 or 2
+# (default 2), ALT_SLEEP.
+# Outputs under $OUT: gpu.txt, clocks.csv, test_<binary>.log, tests_summary.txt, sdpa.jsonl,
+# bench.jsonl (tag alt<i>-<variant>), errors.log, summary.txt, cells.txt.
 set -u
 cd "$(dirname "$0")"
 HERE=$PWD
@@ -25,7 +26,7 @@ nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu \
   --format=csv,noheader -l 1 > "$OUT/clocks.csv" 2>/dev/null &
 CLOCKS_PID=$!
 for t in ${TESTS:-}; do
-  timeout "${TEST_TIMEOUT:-150}" "bin/$t" > "$OUT/test_$t.log" 2>&1
+  timeout "${TEST_TIMEOUT:-150}" "bin/$t" ${TEST_ARGS:-} > "$OUT/test_$t.log" 2>&1
   note "$t rc=$? $(grep -hE '^\[  (PASSED|FAILED) ' "$OUT/test_$t.log" | tail -2 | tr '\n' ' ')"
   grep -hE '^\[ +(OK|FAILED) ' "$OUT/test_$t.log" | cut -c1-200 >> "$OUT/tests_summary.txt"
 done
