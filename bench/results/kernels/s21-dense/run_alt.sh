@@ -7,8 +7,8 @@
 # ITEMS="SHAPE|VARIANTS|ROUNDS|SDPA_PASSES@..." with VARIANTS "name:binary:ENV=..,name:binary:"
 # (ENV space-free, ',' separated variants), ROUNDS (default ALT_N, 3), SDPA_PASSES 1 or 2
 # (default 2), ALT_SLEEP.
-# Outputs under $OUT: gpu.txt, clocks.csv, test_<binary>.log, tests_summary.txt, sdpa.jsonl,
-# bench.jsonl (tag alt<i>-<variant>), errors.log, summary.txt, cells.txt.
+# Outputs under $OUT (7 files: the device tool returns at most 8): summary.txt (the GPU first),
+# clocks.csv, tests.log, sdpa.jsonl, bench.jsonl (tag alt<i>-<variant>), errors.log, cells.txt.
 set -u
 cd "$(dirname "$0")"
 HERE=$PWD
@@ -21,14 +21,14 @@ mkdir -p "$OUT"
 SECONDS=0
 note() { echo "$* (${SECONDS}s)" | tee -a "$OUT/summary.txt"; }
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit \
-  --format=csv,noheader | tee "$OUT/gpu.txt"
+  --format=csv,noheader | tee "$OUT/summary.txt"
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu \
   --format=csv,noheader -l 1 > "$OUT/clocks.csv" 2>/dev/null &
 CLOCKS_PID=$!
 for t in ${TESTS:-}; do
-  timeout "${TEST_TIMEOUT:-150}" "bin/$t" ${TEST_ARGS:-} > "$OUT/test_$t.log" 2>&1
-  note "$t rc=$? $(grep -hE '^\[  (PASSED|FAILED) ' "$OUT/test_$t.log" | tail -2 | tr '\n' ' ')"
-  grep -hE '^\[ +(OK|FAILED) ' "$OUT/test_$t.log" | cut -c1-200 >> "$OUT/tests_summary.txt"
+  timeout "${TEST_TIMEOUT:-150}" "bin/$t" ${TEST_ARGS:-} > "$WORK/test.log" 2>&1
+  note "$t rc=$? $(grep -hE '^\[  (PASSED|FAILED) ' "$WORK/test.log" | tail -2 | tr '\n' ' ')"
+  cat "$WORK/test.log" >> "$OUT/tests.log"
 done
 sdpa() {
   PYTHONUNBUFFERED=1 timeout 200 python3 sdpa_reference.py "$@" --backends cudnn \
@@ -60,6 +60,6 @@ for item in "${ITEM_LIST[@]}"; do
 done
 kill "$CLOCKS_PID" 2>/dev/null
 python3 cells.py "$OUT" | tee "$OUT/cells.txt"
-echo "=== tests"; grep -hE "^\[  FAILED|Failure|error:" "$OUT"/test_*.log 2>/dev/null | head -20
+echo "=== tests"; grep -hE "^\[  FAILED|Failure|error:" "$OUT/tests.log" 2>/dev/null | head -20
 echo "=== errors"; grep -v "^cuda_bench on" "$OUT/errors.log" 2>/dev/null | tail -8
 cat "$OUT/summary.txt"
