@@ -10,7 +10,6 @@
 //  3. Assembly: init range, the group's local range and its kept keys (as columns) per row.
 #include <cstdlib>
 #include <string>
-#include <type_traits>
 
 #include "kernels/cuda/builders/assembled_common.cuh"
 
@@ -41,9 +40,7 @@ constexpr int AnStripeSmemBytes() {
   return 2 * kAnTileN * kD * 2;
 }
 
-// kPairs (the default): 16-key groups two at a time (below); false: one at a time, the loop of
-// session 20 (SPATTN_ANCHOR_PAIRS=0, for comparisons).
-template <typename T, int kD, bool kPairs>
+template <typename T, int kD>
 __global__ void __launch_bounds__(kAnThreads, 2) AnAnchorKernel(AnArgs a) {
   constexpr int kCh = kD / 8;
   constexpr int kKS = kD / 16;
@@ -116,8 +113,9 @@ __global__ void __launch_bounds__(kAnThreads, 2) AnAnchorKernel(AnArgs a) {
     // Unscaled maxima of rows row0 + 16 m + g + 8 h (index 2 m + h): scale > 0 and rounding is
     // monotone, so max(s) * scale == max(s * scale) bit for bit.
     float mx[4] = {kNegInf, kNegInf, kNegInf, kNegInf};
-    // Position of the thread's row i (index 2 m + h above): pos0 + 16 (i >> 1) + 8 (i & 1).
-    const int pos0 = geo.first_pos + row0 + g;
+    int pos_r[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) pos_r[i] = geo.first_pos + row0 + 16 * (i >> 1) + g + 8 * (i & 1);
     const int warp_last = geo.first_pos + row0 + kAnWarpRows - 1;  // warp-uniform
     uint32_t qf[2][kKS][4];
     if (ntiles == 0) CpAsyncWait<0>();
@@ -135,72 +133,44 @@ __global__ void __launch_bounds__(kAnThreads, 2) AnAnchorKernel(AnArgs a) {
       tile_span(t, start, n);
       if (active) {
         const uint32_t kst = sKa + (t & 1) * kAnTileN * kD * 2;
-        // Warp-uniform skips (the MMAs are warp-wide): keys past the tile's end, or causal keys
-        // past every row of the warp. Both grow with the key, so the 16-key groups that run are
-        // the first nv of the tile.
-        int nv = 0;
 #pragma unroll
         for (int np = 0; np < kAnTileN / 16; ++np) {
-          if (np * 16 < n && !(p.causal && start + np * 16 > warp_last)) nv = np + 1;
-        }
-        // kTwo: groups c0 and c0 + 16 together, eight independent accumulator chains (four per
-        // group) instead of four, so consecutive MMAs rarely wait on each other; each
-        // accumulator still adds its k steps in the same order, and each row's max takes the
-        // same values in the same order, so mx is bit for bit the one-group loop's.
-        auto groups = [&](auto two_tag, int c0) {
-          constexpr bool kTwo = decltype(two_tag)::value;
-          constexpr int kG = kTwo ? 2 : 1;
-          float s[kG][2][2][4];
+          const int c0 = np * 16;
+          // Warp-uniform skips (the MMAs are warp-wide): keys past the tile's end, or causal
+          // keys past every row of the warp.
+          if (c0 >= n || (p.causal && start + c0 > warp_last)) continue;
+          float s[2][2][4];
 #pragma unroll
-          for (int j = 0; j < kG; ++j) {
+          for (int m = 0; m < 2; ++m) {
 #pragma unroll
-            for (int m = 0; m < 2; ++m) {
+            for (int nt = 0; nt < 2; ++nt) {
 #pragma unroll
-              for (int nt = 0; nt < 2; ++nt) {
-#pragma unroll
-                for (int e = 0; e < 4; ++e) s[j][m][nt][e] = 0.f;
-              }
+              for (int e = 0; e < 4; ++e) s[m][nt][e] = 0.f;
             }
           }
 #pragma unroll
           for (int ks = 0; ks < kKS; ++ks) {
-#pragma unroll
-            for (int j = 0; j < kG; ++j) {
-              uint32_t b[4];
-              LoadB2(kst, c0 + 16 * j, ks, kCh, lane, b);
-#pragma unroll
-              for (int m = 0; m < 2; ++m) {
-                Mma<T>::Run(s[j][m][0], qf[m][ks], b[0], b[1]);
-                Mma<T>::Run(s[j][m][1], qf[m][ks], b[2], b[3]);
-              }
-            }
-          }
-#pragma unroll
-          for (int j = 0; j < kG; ++j) {
-            const int cj = c0 + 16 * j;
-            const bool full = cj + 16 <= n && (!p.causal || start + cj + 15 <= pos0);
+            uint32_t b[4];
+            LoadB2(kst, c0, ks, kCh, lane, b);
 #pragma unroll
             for (int m = 0; m < 2; ++m) {
-#pragma unroll
-              for (int nt = 0; nt < 2; ++nt) {
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                  const int col = cj + nt * 8 + 2 * t4 + (e & 1);
-                  const int i = 2 * m + (e >> 1);
-                  const bool ok =
-                      full ||
-                      (col < n && (!p.causal || start + col <= pos0 + 16 * (i >> 1) + 8 * (i & 1)));
-                  if (ok) mx[i] = fmaxf(mx[i], s[j][m][nt][e]);
-                }
-              }
+              Mma<T>::Run(s[m][0], qf[m][ks], b[0], b[1]);
+              Mma<T>::Run(s[m][1], qf[m][ks], b[2], b[3]);
             }
           }
-        };
-        for (int np = 0; np < nv; np += kPairs ? 2 : 1) {
-          if (kPairs && np + 1 < nv) {
-            groups(std::true_type{}, np * 16);
-          } else {
-            groups(std::false_type{}, np * 16);
+          const bool full = c0 + 16 <= n && (!p.causal || start + c0 + 15 <= pos_r[0]);
+#pragma unroll
+          for (int m = 0; m < 2; ++m) {
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+              for (int e = 0; e < 4; ++e) {
+                const int col = c0 + nt * 8 + 2 * t4 + (e & 1);
+                const int i = 2 * m + (e >> 1);
+                const bool ok = full || (col < n && (!p.causal || start + col <= pos_r[i]));
+                if (ok) mx[i] = fmaxf(mx[i], s[m][nt][e]);
+              }
+            }
           }
         }
       }
@@ -243,7 +213,8 @@ __global__ void __launch_bounds__(kAnThreads, 2) AnAnchorKernel(AnArgs a) {
 
 // Stripe scan: warp w takes m-tile item.tile_begin + w (16 pooled queries of one group).
 // kMinBlocks 2 (the default): two CTAs per SM (128 registers; 12 bytes of spill at d = 128,
-// outside the tile loop); 1: one CTA of 164 registers (SPATTN_ANCHOR_STRIPE_MINB=1).
+// outside the tile loop; ncu of main's kernel: 143 registers, one CTA of 8 warps per SM, 12.5%
+// occupancy); 1: one CTA per SM (SPATTN_ANCHOR_STRIPE_MINB=1, for comparisons).
 template <typename T, int kD, int kMinBlocks>
 __global__ void __launch_bounds__(kAnThreads, kMinBlocks) AnStripeKernel(AnArgs a) {
   constexpr int kCh = kD / 8;
@@ -401,11 +372,7 @@ struct AnSrc {
 
 template <typename T, int kD>
 cudaError_t AnLaunchTyped(const AnArgs& a, cudaStream_t stream) {
-  static const bool pairs = [] {
-    const char* e = std::getenv("SPATTN_ANCHOR_PAIRS");
-    return e == nullptr || std::string(e) != "0";
-  }();
-  auto anchor = pairs ? AnAnchorKernel<T, kD, true> : AnAnchorKernel<T, kD, false>;
+  auto anchor = AnAnchorKernel<T, kD>;
   static const bool stripe_one = [] {
     const char* e = std::getenv("SPATTN_ANCHOR_STRIPE_MINB");
     return e != nullptr && std::string(e) == "1";

@@ -29,5 +29,5 @@ cp "$BASE" "$DEST/bin/spattn-bench-base"
 chmod u+w "$DEST/bin/spattn-bench-base"
 strip --strip-debug "$DEST/bin/spattn-bench-base"
 (cd "$DEST" && tar -cJf bundle.tar.xz bin lib && rm -rf bin lib)
-cp bench/results/kernels/s21-build/*.sh kernels/cuda/bench/sdpa_reference.py "$DEST/"
+cp bench/results/kernels/s21-build/*.sh bench/results/kernels/s21-build/stages.py "$DEST/"
 du -sh "$DEST"
