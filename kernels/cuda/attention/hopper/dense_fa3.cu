@@ -214,9 +214,15 @@ cudaError_t LaunchPersistent(const AttnParams& p, const SparseIndexView& idx,
   // every item with tails, 1 per item only where that saves tiles (not yet run on a device),
   // 0 off; the schedule's cost model follows the same knob, dispatch.cu).
   const int pack = Knob("SPATTN_HOPPER_PACK_TAILS", 2);
-  const int flags = !kSparse || !Tr::kCross || pack == 0 ? 0
-                    : pack == 2                          ? kFlagPackTails | kFlagPackAlways
-                                                         : kFlagPackTails;
+  int flags = !kSparse || !Tr::kCross || pack == 0 ? 0
+              : pack == 2                          ? kFlagPackTails | kFlagPackAlways
+                                                   : kFlagPackTails;
+  // The dynamic work list (kFlagDynamic; SPATTN_HOPPER_DYNAMIC=0: the snake order for all
+  // items, the A/B baseline of NOTES.md session 21). Needs the consumers to take their items
+  // from the producer's descriptors (kDesc) and the schedule's counter.
+  if (kSparse && Tr::kDesc && sched.counter != nullptr && Knob("SPATTN_HOPPER_DYNAMIC", 1) != 0) {
+    flags |= kFlagDynamic;
+  }
   kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p, idx, sched, num_items, num_m_blocks,
                                                          flags, tq, tk, tv);
   return cudaGetLastError();

@@ -117,7 +117,10 @@ struct PersistTraits {
   // Packed tiles (kCross, PersistentFa3Kernel's kFlagPackTails): the key numbers of a tile that
   // holds range tails, next to its slot (written by the producer threads that copy its rows).
   static constexpr int kTileKeysOff = kTileDescOff + kStages * 16;
-  static constexpr int kSmemBytes = kTileKeysOff + kStages * kBN * 4 + 1024;
+  // Dynamic work list (kFlagDynamic): the producer's leader hands the item it took from the
+  // counter to the other producer threads here (two slots, alternating by round).
+  static constexpr int kNextItemOff = kTileKeysOff + kStages * kBN * 4;
+  static constexpr int kSmemBytes = kNextItemOff + 16 + 1024;
   static constexpr int kProducerRegs = 56;
   static constexpr int kConsumerRegs = kBM == 128 ? 224 : 200;
   static_assert(kSmemBytes * kMinBlocks <= 227 * 1024, "shared memory");
@@ -143,6 +146,20 @@ struct PersistTraits {
 // session 18, run 2).
 constexpr int kFlagPackTails = 1;
 constexpr int kFlagPackAlways = 2;
+// kFlagDynamic (sparse, kDesc): after its first item (item c, as in the snake order) a CTA takes
+// its items from the schedule's counter (SparseSchedule::counter, zero at the launch), in list
+// order, one atomicAdd per item by the producer's leader, issued when the CTA starts its
+// current item so the round trip hides under that item's loads; the item number goes to the
+// other producer threads through shared memory (kNextItemOff) and a named barrier of the
+// producer warpgroup, to the consumers in ItemDesc as before. So a CTA takes a new item when it
+// is ready for one: the list's real costs are balanced, not the estimated ones the snake order
+// balances (session 20, run 2: the snake left sampled_lines' launches 11-12% idle at the end,
+// SM-active cycles 2.2M-2.7M across SMs). The CTA whose fetch is the list's last (the counter
+// reads num_items - 1: every CTA fetches until it gets one past the list, G of those in all)
+// puts the counter back to zero for the next launch.
+constexpr int kFlagDynamic = 4;
+// Named barrier of the producer warpgroup (kFlagDynamic): ids 1-7 are the consumers'.
+constexpr int kBarProducer = 8;
 
 // The producer's walk over an item's key set with kFlagPackTails: first every range's whole
 // kBN-key tiles (kind 0, ending at the range's end), then gathered tiles (kind 1) over the list
@@ -687,9 +704,23 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
         arrive();
       }
     };
+    // kFlagDynamic: the leader's fetch for the next round, in flight while this round's item
+    // loads (list position G + fetch).
+    const bool dynamic = kSparse && Tr::kDesc && (flags & kFlagDynamic) != 0;
+    int* const next_item = reinterpret_cast<int*>(smem + Tr::kNextItemOff);
+    int fetched = 0;
     for (int round = 0;; ++round) {
-      const int w = SnakeItem(round, c, G);
+      int w = SnakeItem(round, c, G);
+      if (dynamic && round > 0) {
+        if (leader) {
+          if (fetched == num_items - 1) atomicExch(sched.counter, 0);  // the list's last fetch
+          next_item[round & 1] = G + fetched;
+        }
+        NamedSync(kBarProducer, 128);
+        w = next_item[round & 1];
+      }
       if (w >= num_items) break;
+      if (dynamic && leader) fetched = atomicAdd(sched.counter, 1);
       Item it;
       if (!GetItem<kSparse, kBM>(p, idx, sched, num_m_blocks, w, it)) continue;
       // Tiles one ahead: whether another follows is part of a tile's descriptor.
