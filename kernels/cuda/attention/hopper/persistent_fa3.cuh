@@ -4,8 +4,11 @@
 //
 // Grid: one CTA per SM (block_m 64: two), at most one per item. Items are taken from a list
 // ordered costliest first (the sparse schedule; for dense: query blocks from the last, the longest
-// causal rows, to the first), CTA c taking items c, 2G - 1 - c, 2G + c, ... (snake order: a
-// greedy balance of the sorted costs without a shared counter). The producer walks the items and
+// causal rows, to the first). CTA c takes item c first; the sparse kernel with descriptors then
+// takes the list's next item from the schedule's counter whenever it starts one (kFlagDynamic:
+// a greedy balance of the real costs); the dense persistent kernel, the kernel without
+// descriptors and SPATTN_HOPPER_DYNAMIC=0 take items c, 2G - 1 - c, 2G + c, ... (snake order: a
+// greedy balance of the estimated costs without a shared counter). The producer walks the items and
 // their key tiles and hands each item's and each tile's description to the consumers in shared
 // memory (ItemDesc next to the Q buffer, TileDesc next to the K slot; PersistTraits::kDesc); the
 // consumers run all tiles of all their items as one stream (ConsumerStream: the next item's first
