@@ -373,23 +373,52 @@ __device__ __forceinline__ void StoreItem(Step& st, char* smem, const AttnParams
   if (lane == 0) MbarArrive(q_empty);
 }
 
-// O += P V over the first 64 keys of a 128-key tile (one whose keys past 64 all count for nothing
-// to this warpgroup: their P is 0). (S of the first 64 keys alone, by m64n64 wgmmas into the
-// same registers, made ptxas serialize every wgmma of the kernel for want of registers: C7511.)
+// The stream's wgmma operands by descriptor (kCross): a tile's descriptor is built once from
+// its slot's address (detail::SmemDesc) and each 16-deep step adds its byte offset / 16 to the
+// low word -- the address field, which never carries into the next field (shared addresses are
+// below 2^18) -- where ConsumerStep rebuilds all 16 descriptors of a tile step from addresses
+// (AND, shift, OR, uniform moves: ~5 instructions each; session 21 run 1's stall profile counted
+// 864 consumer instructions per warp and 128-key tile at block_m 128, ~200 of them per-tile
+// bookkeeping, and the consumers issue-bound).
+__device__ __forceinline__ uint64_t DescPlus(uint64_t desc, uint32_t off_bytes) {
+  const uint32_t lo = static_cast<uint32_t>(desc) + (off_bytes >> 4);
+  return (desc & 0xFFFFFFFF00000000ull) | lo;
+}
+
+// S = Q K^T (ConsumerStep::IssueQk) from the Q rows' and the K tile's descriptors.
 template <class Tr, class Step>
-__device__ __forceinline__ void IssuePvHalf(Step& st, uint32_t vst) {
+__device__ __forceinline__ void IssueQkDesc(Step& st, uint64_t q_desc, uint64_t k_desc) {
+  using T = typename Tr::T;
+  st.FenceS();
+  detail::WgmmaFence();
+#pragma unroll
+  for (int ks = 0; ks < Tr::kD / 16; ++ks) {
+    const uint32_t koff = (ks % 4) * 32;
+    detail::Wgmma<T, Tr::kBN>::SS(st.s, DescPlus(q_desc, (ks / 4) * Tr::kBM * 128 + koff),
+                                  DescPlus(k_desc, (ks / 4) * Tr::kBN * 128 + koff),
+                                  ks > 0 ? 1 : 0);
+  }
+  detail::WgmmaCommit();
+}
+
+// O += P V (ConsumerStep::IssuePv) over the tile's first kGroups 16-key groups, from the V
+// tile's descriptor. kGroups = kBN / 32 on a 128-key tile whose keys past 64 all count for
+// nothing to this warpgroup (their P is 0): the half-key P V. (S of the first 64 keys alone, by
+// m64n64 wgmmas into the same registers, made ptxas serialize every wgmma of the kernel for want
+// of registers: C7511.)
+template <class Tr, int kGroups, class Step>
+__device__ __forceinline__ void IssuePvDesc(Step& st, uint64_t v_desc) {
   using T = typename Tr::T;
 #pragma unroll
-  for (int kk = 0; kk < 4; ++kk) {
+  for (int kk = 0; kk < kGroups; ++kk) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) detail::FenceReg(st.pa[kk][e]);
   }
   st.FenceAcc();
   detail::WgmmaFence();
 #pragma unroll
-  for (int kk = 0; kk < 4; ++kk) {
-    const uint64_t db = detail::SmemDesc(vst + kk * 16 * 128, Tr::kBN * 128, 1024);
-    detail::Wgmma<T, Tr::kD>::RS(st.acc, st.pa[kk], db);
+  for (int kk = 0; kk < kGroups; ++kk) {
+    detail::Wgmma<T, Tr::kD>::RS(st.acc, st.pa[kk], DescPlus(v_desc, kk * 16 * 128));
   }
   detail::WgmmaCommit();
 }
@@ -472,13 +501,15 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
   };
   auto issue_qk = [&](const Tile& d) {
     const uint32_t q_rows = sQ0 + cur_qb * Tr::kQBytes + cw * 64 * 128;
-    st.IssueQk(q_rows, ring.K(Ring::Slot(tile)));
+    IssueQkDesc<Tr>(st, detail::SmemDesc(q_rows, 16, 1024),
+                    detail::SmemDesc(ring.K(Ring::Slot(tile)), 16, 1024));
   };
   auto issue_pv = [&](const Tile& d, int vs) {
+    const uint64_t v_desc = detail::SmemDesc(ring.V(vs), kBN * 128, 1024);
     if (d.half) {
-      IssuePvHalf<Tr>(st, ring.V(vs));
+      IssuePvDesc<Tr, kBN / 32>(st, v_desc);
     } else {
-      st.IssuePv(ring.V(vs));
+      IssuePvDesc<Tr, kBN / 16>(st, v_desc);
     }
   };
   auto epilogue = [&](const ItemDesc& x, int qb) {
