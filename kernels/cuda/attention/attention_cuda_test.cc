@@ -308,8 +308,9 @@ TEST_F(CudaAttentionTest, ColumnsOnlyMatchReference) {
 // The Hopper sparse kernel's dynamic work list (CTAs take items from the schedule's counter
 // after their first) against the static snake order (SPATTN_HOPPER_DYNAMIC=0, read once per
 // process: set, then ReloadCudaKernelKnobs), on indexes of more items than the grid has CTAs
-// (block_m 64: 2 per SM): every item runs once, on whichever CTA, to the same bits; the counter
-// is back at zero for the next launch (three launches in a row on the same engine).
+// (block_m 64: 2 per SM): every item runs once, on whichever CTA, to the same bits, launch after
+// launch on one engine. (The engine's schedule zeroes the counter before each launch, so the
+// kernel's own reset of it is not what this checks.)
 TEST_F(CudaAttentionTest, SparseDynamicWorkListMatchesSnakeOrder) {
   const std::vector<Case> cases = {
       {{9000, 4100}, {}, 8, 2, 128, DType::kBF16, true},
