@@ -15,6 +15,8 @@ export SPATTN_IPC_PRODUCER=$PWD/bin/cuda_ipc_producer TEST_TMPDIR=/tmp/spattn_te
 mkdir -p "$TEST_TMPDIR"
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
+# The device tool brings back at most 8 files from $OUT: the test logs travel as one tarball.
+LOGS=$WORK/logs && mkdir -p "$LOGS"
 SECONDS=0
 note() { echo "$* (${SECONDS}s)" | tee -a "$OUT/summary.txt"; }
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader \
@@ -22,15 +24,15 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=c
 
 for t in attention_cuda_test cuda_engine_test build_index_gpu_test mass_recall_test sampled_lines_gpu_test \
          cuda_backend_test; do
-  timeout 150 bin/$t > "$OUT/test_$t.log" 2>&1
-  note "$t rc=$? $(grep -hE '^\[  (PASSED|FAILED) ' "$OUT/test_$t.log" | tr '\n' ' ')"
+  timeout 150 bin/$t > "$LOGS/test_$t.log" 2>&1
+  note "$t rc=$? $(grep -hE '^\[  (PASSED|FAILED) ' "$LOGS/test_$t.log" | tr '\n' ' ')"
 done
 # The sparse kernel's per-item tail packing (SPATTN_HOPPER_PACK_TAILS=1; the default 2 ran above).
 SPATTN_HOPPER_PACK_TAILS=1 timeout 90 bin/attention_cuda_test \
-  --gtest_filter='*Sparse*:*Columns*:*AShape*:*Nan*:*LongContexts*' > "$OUT/test_pack_tails1.log" 2>&1
-note "attention_cuda_test PACK_TAILS=1 rc=$? $(grep -hE '^\[  (PASSED|FAILED) ' "$OUT/test_pack_tails1.log" | tr '\n' ' ')"
-timeout 60 bin/cuda_ipc_test > "$OUT/test_cuda_ipc_test.log" 2>&1
-note "cuda_ipc_test rc=$? $(grep -hE '^\[  (PASSED|FAILED) ' "$OUT/test_cuda_ipc_test.log" | tr '\n' ' ')"
+  --gtest_filter='*Sparse*:*Columns*:*AShape*:*Nan*:*LongContexts*' > "$LOGS/test_pack_tails1.log" 2>&1
+note "attention_cuda_test PACK_TAILS=1 rc=$? $(grep -hE '^\[  (PASSED|FAILED) ' "$LOGS/test_pack_tails1.log" | tr '\n' ' ')"
+timeout 60 bin/cuda_ipc_test > "$LOGS/test_cuda_ipc_test.log" 2>&1
+note "cuda_ipc_test rc=$? $(grep -hE '^\[  (PASSED|FAILED) ' "$LOGS/test_cuda_ipc_test.log" | tr '\n' ' ')"
 
 COMMON="--device=cuda --workload=llm_mix --heads=32 --kv_heads=8 --head_dim=128 --dtype=bf16
   --group_by=all --recall_rows=64 --calibrate --calibrate_steps=30"
@@ -57,8 +59,9 @@ done
 timeout 60 python3 sdpa_reference.py --seq_lens 32768,131072 > "$OUT/sdpa.jsonl" 2>> "$OUT/bench.err"
 note "sdpa rc=$?"
 
+tar -czf "$OUT/test_logs.tar.gz" -C "$LOGS" .
 echo "=== failures"
-grep -hE "^\[  FAILED|Failure" "$OUT"/test_*.log | head -20
+grep -hE "^\[  FAILED|Failure" "$LOGS"/test_*.log | head -20
 echo "=== sdpa"
 cat "$OUT/sdpa.jsonl"
 echo "=== bench"

@@ -22,7 +22,7 @@ SECONDS=0
 note() { echo "$* (${SECONDS}s)" | tee -a "$OUT/summary_1m.txt"; }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu_1m.txt"
 timeout 60 python3 sdpa_chunk.py --k_len 1048576 --q_len 65536 --iters 3 --warmup 1 \
-  > "$OUT/sdpa_chunk.jsonl" 2> "$OUT/sdpa_chunk.err"
+  > "$OUT/sdpa_chunk.jsonl" 2>> "$OUT/bench_1m.err"
 note "sdpa chunk rc=$?"
 COMMON="--device=cuda --workload=llm_mix --heads=32 --kv_heads=8 --head_dim=128 --dtype=bf16
   --group_by=all --recall_rows=32 --seq_len=1048576 --q_len=65536 --warmup=1 --repeat=2
@@ -43,7 +43,7 @@ fi
 # 512K keys, one sequence: the cheap-to-build methods (README's 512K line).
 timeout 150 bin/spattn-bench --device=cuda --workload=llm_mix --heads=32 --kv_heads=8 \
   --head_dim=128 --group_by=all --recall_rows=16 --seq_len=524288 --warmup=1 --repeat=3 \
-  --methods=a_shape,vertical_slash,block_sparse >> "$OUT/bench512k.jsonl" 2>> "$OUT/bench512k.err"
+  --methods=a_shape,vertical_slash,block_sparse >> "$OUT/bench512k.jsonl" 2>> "$OUT/bench_1m.err"
 note "spattn-bench 512K rc=$?"
 python3 - "$OUT" <<'PY'
 import json, os, sys

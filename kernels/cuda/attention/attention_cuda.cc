@@ -13,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "kernels/cuda/attention/attention_launch.h"
 #include "kernels/cuda/attention/engine_internal.h"
+#include "kernels/cuda/attention/hopper/hopper_launch.h"
 #include "kernels/cuda/builders/build_index_gpu.h"
 #include "kernels/cuda/builders/method_builders.h"
 #include "kernels/cuda/common/cuda_status.h"
@@ -718,6 +719,8 @@ absl::Status CudaAttentionEngine::RunHost(const AttentionProblem& hp,
   SPATTN_RETURN_IF_ERROR(impl_->Mark(Impl::kDownload));
   return impl_->Finish();
 }
+
+void ReloadCudaKernelKnobs() { cuda::hopper::ReloadKnobs(); }
 
 namespace cuda {
 

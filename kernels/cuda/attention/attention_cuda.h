@@ -170,6 +170,12 @@ absl::StatusOr<SparseIndexView> UploadSparseIndex(const AttentionProblem& proble
                                                   const SparseIndex& index, int device,
                                                   std::unique_ptr<CudaDeviceBuffer>* storage);
 
+// The kernels' launch knobs (SPATTN_HOPPER_*, kernels/cuda/README.md) are read from the
+// environment once per process, at the first launch. This reads them again: for tests and
+// benchmarks that change the environment between calls (no call may be running meanwhile).
+// No-op without CUDA.
+void ReloadCudaKernelKnobs();
+
 }  // namespace spattn
 
 #endif  // SPATTN_KERNELS_CUDA_ATTENTION_ATTENTION_CUDA_H_

@@ -55,6 +55,7 @@ absl::StatusOr<std::vector<double>> MassRecallOnGpu(CudaAttentionEngine&, const 
                                                     const std::vector<std::pair<int, int>>&) {
   return NoCuda();
 }
+void ReloadCudaKernelKnobs() {}
 absl::Status CudaAttentionEngine::RunDense(const AttentionProblem&, CudaStageTimes*) {
   return NoCuda();
 }

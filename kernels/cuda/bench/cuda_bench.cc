@@ -13,8 +13,8 @@
 // the dtype (as torch.randn in sdpa_reference.py).
 // tag: a label copied into every line (the knobs of the run, say).
 // knob_sets (dense lines; sparse ones with sparse_knobs=1): "NAME:VAR=VALUE+VAR=VALUE;NAME2:..."
-// runs each dense variant once per set with those environment variables set (the Hopper benchmark
-// knobs are read at each launch), a line per set tagged "<tag>/<NAME>"; a set with no variables
+// runs each dense variant once per set with those environment variables set (and re-read through
+// ReloadCudaKernelKnobs), a line per set tagged "<tag>/<NAME>"; a set with no variables
 // ("NAME:") is the defaults. rounds (default 1): the sets run that many times, interleaved (set 1,
 // set 2, ..., set 1, ...), so drifts of the clock show as a spread between rounds rather than
 // between sets. sparse_knobs=1: each sparse index runs under the knob sets and rounds as well (A/B
@@ -581,6 +581,7 @@ int RunShape(const std::map<std::string, std::string>& flags, int kv_heads, int 
     for (int round = 0; round < rounds; ++round) {
       for (const KnobSet& set : knob_sets) {
         for (const auto& [var, value] : set.vars) setenv(var.c_str(), value.c_str(), 1);
+        ReloadCudaKernelKnobs();
         for (double v : variants) {
           CudaAttentionEngine* engine = engines[static_cast<int>(v)].get();
           std::vector<double> ks, ss;
@@ -597,6 +598,7 @@ int RunShape(const std::map<std::string, std::string>& flags, int kv_heads, int 
           emit(std::string("dense_") + kVariantName[static_cast<int>(v)], 1.0, dense_flops, ks, ss);
         }
         for (const auto& [var, value] : set.vars) unsetenv(var.c_str());
+        ReloadCudaKernelKnobs();
       }
     }
     tag = base_tag;
@@ -616,6 +618,7 @@ int RunShape(const std::map<std::string, std::string>& flags, int kv_heads, int 
       for (int round = 0; round < sparse_rounds; ++round) {
         for (const KnobSet& set : sparse_sets) {
           for (const auto& [var, value] : set.vars) setenv(var.c_str(), value.c_str(), 1);
+          ReloadCudaKernelKnobs();
           tag = set.name.empty() ? base_tag : base_tag + "/" + set.name;
           for (double v : sparse_variants) {
             CudaAttentionEngine* engine = engines[static_cast<int>(v)].get();
@@ -633,6 +636,7 @@ int RunShape(const std::map<std::string, std::string>& flags, int kv_heads, int 
                  pairs / (static_cast<double>(AllowedPairs(p)) * heads), 4.0 * d * pairs, ks, ss);
           }
           for (const auto& [var, value] : set.vars) unsetenv(var.c_str());
+          ReloadCudaKernelKnobs();
         }
       }
       tag = base_tag;

@@ -20,6 +20,11 @@ constexpr int kAsmSegWords = 2048;  // 64K keys per segment
 constexpr int kAsmWordsPerThread = kAsmSegWords / kAsmThreads;
 constexpr int kAsmArrayWords = kAsmSegWords + 2;  // plus one halo word on each side
 constexpr int kAsmMaxSlots = 64;  // head slots that share one row (Saap: a kv group)
+// Fill pass: a segment's entries of each stream are staged in shared memory (dynamic) and written
+// out together, coalesced, when they fit: at most this many range starts, range ends, columns.
+constexpr int kAsmStageRanges = 1024;
+constexpr int kAsmStageCols = 10240;
+constexpr int kAsmStageBytes = (2 * kAsmStageRanges + kAsmStageCols) * 4;
 
 // What a source tells the assembler about one row (filled by Src::Begin on thread 0).
 struct RowCtx {
@@ -61,12 +66,21 @@ __device__ __forceinline__ void OrSpanBlock(uint32_t* arr, int64_t wbase, int64_
 //   __device__ void SetBits(const RowCtx&, const Shared&, uint32_t* ranges, uint32_t* cols,
 //                           int64_t wbase) const;    (all threads; atomicOr / plain stores to
 //                                                     `cols` words nobody else writes)
-// For every unit (a row shared by ctx.num_slots head slots): count pass writes the number of
-// ranges and columns of each slot row, fill pass writes the entries at off_* (then turns range
-// ends into lengths).
-template <class Src>
+// For every unit (a row shared by ctx.num_slots head slots): count pass (kFill false) writes the
+// number of ranges and columns of each slot row, fill pass writes the entries at off_* (then turns
+// range ends into lengths). The fill pass places each segment's entries of a stream (range
+// starts, ends, columns) in its shared-memory stage at their places relative to the segment's
+// first, then every slot row copies the stage out in order (coalesced stores instead of each
+// thread's own run of scattered ones); a stream with more entries in the segment than its stage
+// holds goes straight to global memory as before. The entries and places are the same.
+template <class Src, bool kFill>
 __global__ void __launch_bounds__(kAsmThreads, 2)
-    AssembleKernel(Src src, int num_units, AsmOut out, bool fill) {
+    AssembleKernel(Src src, int num_units, AsmOut out) {
+  constexpr bool fill = kFill;
+  extern __shared__ int32_t stage[];  // fill: kAsmStageBytes (starts, ends, columns)
+  int32_t* const stage_s = stage;
+  int32_t* const stage_e = stage + kAsmStageRanges;
+  int32_t* const stage_c = stage + 2 * kAsmStageRanges;
   __shared__ uint32_t sR[kAsmArrayWords];
   __shared__ uint32_t sC[kAsmArrayWords];
   __shared__ uint32_t sF[kAsmArrayWords];
@@ -92,14 +106,21 @@ __global__ void __launch_bounds__(kAsmThreads, 2)
     // Words [0, num_words] (one past the last, where a run ending at key_end ends).
     for (int64_t w0 = 0; w0 <= num_words; w0 += kAsmSegWords) {
       const int64_t wbase = w0 - 1;
-      for (int i = tid; i < kAsmArrayWords; i += kAsmThreads) {
+      // Array words past index last_i (key word num_words, past every key) hold no bits after the
+      // mask below, so their final bits and events are 0: only words <= last_i are walked and only
+      // [0, last_i + 2) (their neighbours) zeroed and masked. Bits a source sets further out are
+      // never read.
+      const int last_i = static_cast<int>(
+          num_words - wbase < kAsmArrayWords - 2 ? num_words - wbase : kAsmArrayWords - 2);
+      const int used = last_i + 2;
+      for (int i = tid; i < used; i += kAsmThreads) {
         sR[i] = 0u;
         sC[i] = 0u;
       }
       __syncthreads();
       src.SetBits(ctx, sh, sR, sC, wbase);
       __syncthreads();
-      for (int i = tid; i < kAsmArrayWords; i += kAsmThreads) {
+      for (int i = tid; i < used; i += kAsmThreads) {
         const uint32_t m = WordMask(wbase + i, key_end);
         sR[i] &= m;
         sC[i] &= m;
@@ -111,7 +132,10 @@ __global__ void __launch_bounds__(kAsmThreads, 2)
 #pragma unroll
       for (int k = 0; k < kAsmWordsPerThread; ++k) {
         const int i = first_i + k;
-        FinalBits(sR[i - 1], sC[i - 1], sR[i], sC[i], sR[i + 1], sC[i + 1], &f[k], &cf[k]);
+        f[k] = cf[k] = 0u;
+        if (i <= last_i) {
+          FinalBits(sR[i - 1], sC[i - 1], sR[i], sC[i], sR[i + 1], sC[i + 1], &f[k], &cf[k]);
+        }
         sF[i] = f[k];
       }
       if (tid == 0) sF[0] = carry_f;
@@ -127,31 +151,78 @@ __global__ void __launch_bounds__(kAsmThreads, 2)
       }
       unsigned long long excl = 0, total = 0;
       Scan(scan_tmp).ExclusiveSum(packed, excl, total);
+      if (tid == kAsmThreads - 1) seg_total = total;
+      __syncthreads();
       if (fill) {
-        const int64_t ks = base_s + static_cast<int64_t>(excl & kField);
-        const int64_t ke = base_e + static_cast<int64_t>((excl >> 21) & kField);
-        const int64_t kc = base_c + static_cast<int64_t>((excl >> 42) & kField);
-        for (int si = 0; si < ctx.num_slots; ++si) {
-          const int64_t row = static_cast<int64_t>(ctx.slots[si]) * out.num_blocks + ctx.block;
-          const int64_t ro = out.off_ranges[row], co = out.off_cols[row];
-          int64_t ps = ro + ks, pe = ro + ke, pc = co + kc;
+        const unsigned long long st = seg_total;
+        const int n_s = static_cast<int>(st & kField), n_e = static_cast<int>((st >> 21) & kField),
+                  n_c = static_cast<int>((st >> 42) & kField);
+        const bool in_s = n_s <= kAsmStageRanges, in_e = n_e <= kAsmStageRanges,
+                   in_c = n_c <= kAsmStageCols;  // CTA-uniform
+        // This thread's entries into the stages, at their places in the segment.
+        int as = static_cast<int>(excl & kField), ae = static_cast<int>((excl >> 21) & kField),
+            ac = static_cast<int>((excl >> 42) & kField);
 #pragma unroll
-          for (int k = 0; k < kAsmWordsPerThread; ++k) {
-            const int32_t key0 = static_cast<int32_t>((w0 + tid * kAsmWordsPerThread + k) * 32);
-            for (uint32_t b = starts[k]; b != 0u; b &= b - 1u) {
-              out.range_start[ps++] = key0 + __ffs(b) - 1;
-            }
-            for (uint32_t b = ends[k]; b != 0u; b &= b - 1u) {
-              out.range_len[pe++] = key0 + __ffs(b) - 1;  // the end; made a length below
-            }
-            for (uint32_t b = cf[k]; b != 0u; b &= b - 1u) {
-              out.col_idx[pc++] = key0 + __ffs(b) - 1;
+        for (int k = 0; k < kAsmWordsPerThread; ++k) {
+          const int32_t key0 = static_cast<int32_t>((w0 + tid * kAsmWordsPerThread + k) * 32);
+          if (in_s) {
+            for (uint32_t b = starts[k]; b != 0u; b &= b - 1u) stage_s[as++] = key0 + __ffs(b) - 1;
+          }
+          if (in_e) {
+            for (uint32_t b = ends[k]; b != 0u; b &= b - 1u) stage_e[ae++] = key0 + __ffs(b) - 1;
+          }
+          if (in_c) {
+            for (uint32_t b = cf[k]; b != 0u; b &= b - 1u) stage_c[ac++] = key0 + __ffs(b) - 1;
+          }
+        }
+        // Streams past their stage: straight to every slot row.
+        if (!(in_s && in_e && in_c)) {
+          const int64_t ks = base_s + static_cast<int64_t>(excl & kField);
+          const int64_t ke = base_e + static_cast<int64_t>((excl >> 21) & kField);
+          const int64_t kc = base_c + static_cast<int64_t>((excl >> 42) & kField);
+          for (int si = 0; si < ctx.num_slots; ++si) {
+            const int64_t row = static_cast<int64_t>(ctx.slots[si]) * out.num_blocks + ctx.block;
+            const int64_t ro = out.off_ranges[row], co = out.off_cols[row];
+            int64_t ps = ro + ks, pe = ro + ke, pc = co + kc;
+#pragma unroll
+            for (int k = 0; k < kAsmWordsPerThread; ++k) {
+              const int32_t key0 = static_cast<int32_t>((w0 + tid * kAsmWordsPerThread + k) * 32);
+              if (!in_s) {
+                for (uint32_t b = starts[k]; b != 0u; b &= b - 1u) {
+                  out.range_start[ps++] = key0 + __ffs(b) - 1;
+                }
+              }
+              if (!in_e) {
+                for (uint32_t b = ends[k]; b != 0u; b &= b - 1u) {
+                  out.range_len[pe++] = key0 + __ffs(b) - 1;  // the end; made a length below
+                }
+              }
+              if (!in_c) {
+                for (uint32_t b = cf[k]; b != 0u; b &= b - 1u) {
+                  out.col_idx[pc++] = key0 + __ffs(b) - 1;
+                }
+              }
             }
           }
         }
+        __syncthreads();  // the stages are full
+        for (int si = 0; si < ctx.num_slots; ++si) {
+          const int64_t row = static_cast<int64_t>(ctx.slots[si]) * out.num_blocks + ctx.block;
+          const int64_t ro = out.off_ranges[row], co = out.off_cols[row];
+          if (in_s) {
+            for (int i = tid; i < n_s; i += kAsmThreads)
+              out.range_start[ro + base_s + i] = stage_s[i];
+          }
+          if (in_e) {
+            for (int i = tid; i < n_e; i += kAsmThreads)
+              out.range_len[ro + base_e + i] = stage_e[i];
+          }
+          if (in_c) {
+            for (int i = tid; i < n_c; i += kAsmThreads) out.col_idx[co + base_c + i] = stage_c[i];
+          }
+        }
       }
-      if (tid == kAsmThreads - 1) seg_total = total;
-      __syncthreads();
+      if (fill) __syncthreads();  // the stages and base_* are read
       if (tid == 0) {
         carry_f = sF[kAsmSegWords];
         base_s += static_cast<long long>(seg_total & kField);
@@ -190,7 +261,14 @@ cudaError_t LaunchAssemble(const Src& src, int num_units, const AsmOut& out, boo
   err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   if (err != cudaSuccess) return err;
   const int grid = num_units < sms * 8 ? num_units : sms * 8;
-  AssembleKernel<Src><<<grid, kAsmThreads, 0, stream>>>(src, num_units, out, fill);
+  if (!fill) {
+    AssembleKernel<Src, false><<<grid, kAsmThreads, 0, stream>>>(src, num_units, out);
+    return cudaGetLastError();
+  }
+  err = cudaFuncSetAttribute(AssembleKernel<Src, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             kAsmStageBytes);
+  if (err != cudaSuccess) return err;
+  AssembleKernel<Src, true><<<grid, kAsmThreads, kAsmStageBytes, stream>>>(src, num_units, out);
   return cudaGetLastError();
 }
 

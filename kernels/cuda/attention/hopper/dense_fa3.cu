@@ -63,30 +63,73 @@ bool EncodeAll(const AttnParams& p, int box_q, int box_k, CUtensorMap* tq, CUten
                       p.v_head_stride, box_k);
 }
 
-// Benchmark knobs (kernels/cuda/README.md): an integer environment variable, `def` when unset.
-int Knob(const char* name, int def) {
+// An integer environment variable, `def` when unset or empty.
+int EnvInt(const char* name, int def) {
   const char* v = std::getenv(name);
   return v == nullptr || *v == '\0' ? def : std::atoi(v);
+}
+
+// The launch knobs of this file (kernels/cuda/README.md; each is described where it is used),
+// read from the environment once per process (Knobs()), again only through ReloadKnobs().
+struct LaunchKnobs {
+  int l2_mb = -1;            // SPATTN_HOPPER_L2_MB (-1: unset)
+  int tail_split = 1;        // SPATTN_HOPPER_TAIL_SPLIT
+  bool narrow_first = true;  // SPATTN_HOPPER_NARROW_FIRST
+  int pack_tails = 2;        // SPATTN_HOPPER_PACK_TAILS (the sparse kernel)
+  int items = 2;             // SPATTN_HOPPER_ITEMS (the sparse kernel)
+  int sparse_stages = 2;     // SPATTN_HOPPER_SPARSE_STAGES
+  int column_lanes = 4;      // SPATTN_HOPPER_COLUMN_LANES
+  int causal_bn = 176;       // SPATTN_HOPPER_CAUSAL_BN
+  int full_bn = 176;         // SPATTN_HOPPER_FULL_BN
+  int d128_stages = 2;       // SPATTN_HOPPER_D128_STAGES
+  int d64_wgs = 3;           // SPATTN_HOPPER_D64_WGS
+  bool bm64 = true;          // SPATTN_HOPPER_BM64
+  bool dynamic = true;       // SPATTN_HOPPER_DYNAMIC (the sparse kernel's work list)
+};
+
+LaunchKnobs ReadKnobs() {
+  LaunchKnobs k;
+  k.l2_mb = EnvInt("SPATTN_HOPPER_L2_MB", k.l2_mb);
+  k.tail_split = EnvInt("SPATTN_HOPPER_TAIL_SPLIT", k.tail_split);
+  k.narrow_first = EnvInt("SPATTN_HOPPER_NARROW_FIRST", 1) != 0;
+  k.pack_tails = EnvInt("SPATTN_HOPPER_PACK_TAILS", k.pack_tails);
+  k.items = EnvInt("SPATTN_HOPPER_ITEMS", k.items);
+  k.sparse_stages = EnvInt("SPATTN_HOPPER_SPARSE_STAGES", k.sparse_stages);
+  k.column_lanes = EnvInt("SPATTN_HOPPER_COLUMN_LANES", k.column_lanes);
+  k.causal_bn = EnvInt("SPATTN_HOPPER_CAUSAL_BN", k.causal_bn);
+  k.full_bn = EnvInt("SPATTN_HOPPER_FULL_BN", k.full_bn);
+  k.d128_stages = EnvInt("SPATTN_HOPPER_D128_STAGES", k.d128_stages);
+  k.d64_wgs = EnvInt("SPATTN_HOPPER_D64_WGS", k.d64_wgs);
+  k.bm64 = EnvInt("SPATTN_HOPPER_BM64", 1) != 0;
+  k.dynamic = EnvInt("SPATTN_HOPPER_DYNAMIC", 1) != 0;
+  return k;
+}
+
+LaunchKnobs& Knobs() {
+  static LaunchKnobs knobs = ReadKnobs();
+  return knobs;
 }
 
 // Heads per L2 section of the dense grid (DenseFa3Kernel's SectionTile): as many GQA groups as
 // have their K and V (mean sequence length) within `SPATTN_HOPPER_L2_MB` (default 32 MB, as
 // FlashAttention-3; the H100/H200 L2 is 50 MB), rounded down to a power of two, at least one group.
 // 0 gives the plain order (heads fastest).
-// Unless SPATTN_HOPPER_L2_MB is set, non-causal MHA at d = 128 whose heads hold at most 4 MB of
-// K/V (8K keys) runs one head per section: its query blocks side by side, then the next head's,
-// so the CTAs in flight read one or two heads' K/V tiles at the same time (NOTES.md, session 20
-// s20-dense: L2 hit rate 84% -> 94%, L2 load sectors -39%, 8K MHA d128 non-causal +3-4% on an
-// H100; the 8-head sections of the 32 MB rule read MHA's tiles 8 CTAs apart).
+// Unless SPATTN_HOPPER_L2_MB is set, a non-causal grid whose kv heads hold at most 4 MB of K/V
+// each (8K keys at d = 128, 16K at d = 64) runs one GQA group per section (one head in MHA): its
+// query blocks side by side, then the next group's, so the CTAs in flight read one or two kv
+// heads' K/V tiles at the same time (NOTES.md: session 20 s20-dense for MHA d = 128, L2 hit rate
+// 84% -> 94%, L2 load sectors -39%, 8K +3-4% on an H100, the 8-head sections of the 32 MB rule
+// reading MHA's tiles 8 CTAs apart; session 21 s21-dense for GQA and d = 64: 8K medians
+// +0.2-2.2% (one +6%), none lower).
+// Causal grids keep the 32 MB rule (one-group sections at 8K: MHA 3-11% slower, GQA within
+// 1.5%).
 int SectionHeads(const AttnParams& p) {
   const int total_hb = p.num_q_heads * std::max(p.batch, 1);
-  const int knob = Knob("SPATTN_HOPPER_L2_MB", -1);
+  const int knob = Knobs().l2_mb;
   if (knob == 0) return p.num_q_heads;
   const double kv_bytes =
       static_cast<double>(p.total_k) / std::max(p.batch, 1) * p.head_dim * 2.0 * 2.0;
-  if (knob < 0 && !p.causal && p.group == 1 && p.head_dim == 128 && kv_bytes <= 4.0 * 1048576.0) {
-    return 1;
-  }
+  if (knob < 0 && !p.causal && kv_bytes <= 4.0 * 1048576.0) return std::min(p.group, total_hb);
   const int mb = knob < 0 ? 32 : knob;
   const double fit = mb * 1048576.0 / std::max(kv_bytes, 1.0);
   int64_t groups = 1;
@@ -127,7 +170,7 @@ TailPlan PlanTail(const AttnParams& p, int max_q_len) {
   const int blocks = (max_q_len + Tr::kBM - 1) / Tr::kBM;
   t.ctas = static_cast<int64_t>(p.num_q_heads) * blocks * p.batch;
   t.full_ctas = t.ctas;
-  const int knob = Knob("SPATTN_HOPPER_TAIL_SPLIT", 1);
+  const int knob = Knobs().tail_split;
   if (p.causal || knob == 0 || t.ctas == 0) return t;
   const int sms = NumSms();
   const int64_t tail = t.ctas % sms;
@@ -192,7 +235,7 @@ cudaError_t LaunchShape(const AttnParams& p, int max_q_len, cudaStream_t stream)
   }
   // SPATTN_HOPPER_NARROW_FIRST=0: partial first key tiles computed at the full tile width
   // (the A/B baseline of NOTES.md session 18).
-  const bool narrow_first = Knob("SPATTN_HOPPER_NARROW_FIRST", 1) != 0;
+  const bool narrow_first = Knobs().narrow_first;
   kernel<<<static_cast<unsigned>(grid), Tr::kThreads, Tr::kSmemBytes, stream>>>(
       p, tq, tk, tv, blocks, SectionHeads(p), split, narrow_first);
   return cudaGetLastError();
@@ -213,10 +256,14 @@ cudaError_t LaunchPersistent(const AttnParams& p, const SparseIndexView& idx,
   // Range tails packed with the columns (kFlagPackTails; SPATTN_HOPPER_PACK_TAILS: 2 (default)
   // every item with tails, 1 per item only where that saves tiles (not yet run on a device),
   // 0 off; the schedule's cost model follows the same knob, dispatch.cu).
-  const int pack = Knob("SPATTN_HOPPER_PACK_TAILS", 2);
-  const int flags = !kSparse || !Tr::kCross || pack == 0 ? 0
-                    : pack == 2                          ? kFlagPackTails | kFlagPackAlways
-                                                         : kFlagPackTails;
+  const int pack = Knobs().pack_tails;
+  int flags = !kSparse || !Tr::kCross || pack == 0 ? 0
+              : pack == 2                          ? kFlagPackTails | kFlagPackAlways
+                                                   : kFlagPackTails;
+  // The dynamic work list (kFlagDynamic; SPATTN_HOPPER_DYNAMIC=0: the snake order for all
+  // items, the A/B baseline of NOTES.md session 21). Needs the consumers to take their items
+  // from the producer's descriptors (kDesc) and the schedule's counter.
+  if (kSparse && Tr::kDesc && sched.counter != nullptr && Knobs().dynamic) flags |= kFlagDynamic;
   kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p, idx, sched, num_items, num_m_blocks,
                                                          flags, tq, tk, tv);
   return cudaGetLastError();
@@ -231,7 +278,7 @@ cudaError_t PersistentDim(const AttnParams& p, const SparseIndexView& idx,
     // at d = 128, 4 at d = 64).
     // SPATTN_HOPPER_ITEMS (d = 128; PersistTraits::kItems, default 2): 1 = item and tile
     // descriptors without the cross-item stream, 0 = neither (the session-16 kernel), for A/B.
-    const int items = kD == 128 ? Knob("SPATTN_HOPPER_ITEMS", 2) : 2;
+    const int items = kD == 128 ? Knobs().items : 2;
     if (idx.block_m == 64) {
       if (items == 0) {
         return LaunchPersistent<PersistTraits<T, kD, kD == 128 ? 2 : 4, 2, 4, 64, 0>, true>(
@@ -255,13 +302,13 @@ cudaError_t PersistentDim(const AttnParams& p, const SparseIndexView& idx,
   }
   if constexpr (kSparse && kD == 128) {
     // d = 128: 3 ring slots with one Q buffer, or 2 slots with two (SPATTN_HOPPER_SPARSE_STAGES).
-    if (Knob("SPATTN_HOPPER_SPARSE_STAGES", 2) == 3) {
+    if (Knobs().sparse_stages == 3) {
       return LaunchPersistent<PersistTraits<T, 128, 3, 1>, true>(p, idx, sched, num_items,
                                                                  num_m_blocks, stream);
     }
     // Lanes per gathered key row (PersistTraits::kLanes, default 4; SPATTN_HOPPER_COLUMN_LANES
     // = 1, 2, 16 for the A/B of NOTES.md, session 16).
-    switch (Knob("SPATTN_HOPPER_COLUMN_LANES", 4)) {
+    switch (Knobs().column_lanes) {
       case 1:
         return LaunchPersistent<PersistTraits<T, 128, 2, 2, 1>, true>(p, idx, sched, num_items,
                                                                       num_m_blocks, stream);
@@ -309,16 +356,15 @@ auto WithShapeTyped(const AttnParams& p, F f) {
     // Non-causal: 176-key tiles unless SPATTN_HOPPER_FULL_BN=128.
     // Causal: 176-key tiles too unless SPATTN_HOPPER_CAUSAL_BN=128 (NOTES.md session 17: 176
     // measured 4-9% faster at 32K).
-    if (p.causal ? Knob("SPATTN_HOPPER_CAUSAL_BN", 176) == 176
-                 : Knob("SPATTN_HOPPER_FULL_BN", 176) == 176) {
+    if (p.causal ? Knobs().causal_bn == 176 : Knobs().full_bn == 176) {
       return f(Shape<Fa3Traits<T, 128, 2, 2, 176>>{});
     }
     // 128-key tiles: a 2-slot K/V ring unless SPATTN_HOPPER_D128_STAGES=3.
-    if (Knob("SPATTN_HOPPER_D128_STAGES", 2) == 3) return f(Shape<Fa3Traits<T, 128, 3>>{});
+    if (Knobs().d128_stages == 3) return f(Shape<Fa3Traits<T, 128, 3>>{});
     return f(Shape<Fa3Traits<T, 128, 2>>{});
   }
   // d = 64: 3 consumer warpgroups (192-row blocks) unless SPATTN_HOPPER_D64_WGS=2.
-  if (Knob("SPATTN_HOPPER_D64_WGS", 3) == 2) return f(Shape<Fa3Traits<T, 64, 4, 2>>{});
+  if (Knobs().d64_wgs == 2) return f(Shape<Fa3Traits<T, 64, 4, 2>>{});
   return f(Shape<Fa3Traits<T, 64, 4, 3>>{});
 }
 
@@ -329,6 +375,8 @@ auto WithShape(const AttnParams& p, F f) {
 }
 
 }  // namespace
+
+void ReloadKnobs() { Knobs() = ReadKnobs(); }
 
 bool DenseSupported(const AttnParams& p) {
   if (p.dtype != DType::kBF16 && p.dtype != DType::kF16) return false;
@@ -368,7 +416,7 @@ int64_t DenseWorkspaceBytes(const AttnParams& p, int max_q_len, bool persistent,
 
 bool SparseSupported(const AttnParams& p, const SparseIndexView& index) {
   // block_m 64 on this path unless SPATTN_HOPPER_BM64=0 (then the deep wgmma kernel, variant 4).
-  const bool bm_ok = index.block_m == 128 || (index.block_m == 64 && Knob("SPATTN_HOPPER_BM64", 1));
+  const bool bm_ok = index.block_m == 128 || (index.block_m == 64 && Knobs().bm64);
   return bm_ok && DenseSupported(p);
 }
 

@@ -10,6 +10,11 @@ namespace spattn {
 namespace cuda {
 namespace hopper {
 
+// The launch knobs (SPATTN_HOPPER_*, kernels/cuda/README.md) are read from the environment once
+// per process, at the first launch; ReloadKnobs() reads them again (tests and cuda_bench's knob
+// sets, which change the environment between launches; not while a launch is being prepared).
+void ReloadKnobs();
+
 // Whether the TMA dense kernel takes `p`: bf16/fp16, head_dim 64 or 128, total_k set, 16-byte
 // aligned base pointers and token/head strides (TMA's rules). The caller checks that the device
 // is compute capability 9.0.
