@@ -305,6 +305,61 @@ TEST_F(CudaAttentionTest, ColumnsOnlyMatchReference) {
   }
 }
 
+// The Hopper sparse kernel's dynamic work list (CTAs take items from the schedule's counter
+// after their first) against the static snake order (SPATTN_HOPPER_DYNAMIC=0, read once per
+// process: set, then ReloadCudaKernelKnobs), on indexes of more items than the grid has CTAs
+// (block_m 64: 2 per SM): every item runs once, on whichever CTA, to the same bits, launch after
+// launch on one engine. (The engine's schedule zeroes the counter before each launch, so the
+// kernel's own reset of it is not what this checks.)
+TEST_F(CudaAttentionTest, SparseDynamicWorkListMatchesSnakeOrder) {
+  const std::vector<Case> cases = {
+      {{9000, 4100}, {}, 8, 2, 128, DType::kBF16, true},
+      {{5000}, {7000}, 16, 4, 64, DType::kF16, true},
+  };
+  uint64_t seed = 450;
+  for (int block_m : {64, 128}) {
+    for (const Case& c : cases) {
+      auto hp = MakeProblem(c, seed++);
+      SparseIndex idx = RandomIndex(hp->problem(), AllHeads(c.hq), block_m, 3, 90, seed++, true);
+      ASSERT_TRUE(ValidateSparseIndex(hp->problem(), idx).ok());
+      const int64_t items = static_cast<int64_t>(idx.num_heads()) * idx.num_blocks();
+      ASSERT_GT(items, 600) << "fewer items than a grid of CTAs";
+      const std::string config = absl::StrCat(Describe(c), " block_m=", block_m);
+      std::vector<float> o[3], lse[3];
+      for (int run = 0; run < 3; ++run) {
+        if (run == 2) {
+          setenv("SPATTN_HOPPER_DYNAMIC", "0", 1);
+          ReloadCudaKernelKnobs();
+        }
+        auto dp = DeviceProblem::Create(0, *hp);
+        ASSERT_TRUE(dp.ok()) << dp.status();
+        ASSERT_TRUE((*dp)->Poison().ok());
+        const absl::Status s = engines_[4]->RunSparse((*dp)->problem(), idx);
+        if (run == 2) {
+          unsetenv("SPATTN_HOPPER_DYNAMIC");
+          ReloadCudaKernelKnobs();
+        }
+        ASSERT_TRUE(s.ok()) << s << " " << config;
+        ASSERT_TRUE((*dp)->Download(&o[run], &lse[run]).ok());
+        const AttentionProblem& p = (*dp)->problem();
+        std::vector<int> heads(idx.heads.begin(), idx.heads.end());
+        EXPECT_EQ(CheckAllWritten(p, heads, o[run], lse[run]), "") << config << " run " << run;
+      }
+      EXPECT_EQ(CheckRows(hp->problem(), &idx, SampleRows(hp->problem(), AllHeads(c.hq), 64), o[0],
+                          lse[0]),
+                "")
+          << config;
+      for (int run = 1; run < 3; ++run) {
+        ASSERT_EQ(o[run].size(), o[0].size());
+        EXPECT_EQ(0, std::memcmp(o[0].data(), o[run].data(), o[0].size() * 4))
+            << config << " run " << run;
+        EXPECT_EQ(0, std::memcmp(lse[0].data(), lse[run].data(), lse[0].size() * 4))
+            << config << " run " << run;
+      }
+    }
+  }
+}
+
 // An empty row gives O = 0 and LSE = -inf; rows of heads outside the index stay untouched.
 TEST_F(CudaAttentionTest, EmptyRowsAndUntouchedHeads) {
   Case c{{130}, {}, 4, 2, 64, DType::kBF16, true};

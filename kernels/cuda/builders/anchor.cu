@@ -8,6 +8,9 @@
 //     is kept for a group when some pooled query of the group has x_a - qbar.k <= theta. Kept
 //     keys go to a bitmap per group.
 //  3. Assembly: init range, the group's local range and its kept keys (as columns) per row.
+#include <cstdlib>
+#include <string>
+
 #include "kernels/cuda/builders/assembled_common.cuh"
 
 namespace spattn {
@@ -209,8 +212,11 @@ __global__ void __launch_bounds__(kAnThreads, 2) AnAnchorKernel(AnArgs a) {
 }
 
 // Stripe scan: warp w takes m-tile item.tile_begin + w (16 pooled queries of one group).
-template <typename T, int kD>
-__global__ void __launch_bounds__(kAnThreads) AnStripeKernel(AnArgs a) {
+// kMinBlocks 2 (the default): two CTAs per SM (128 registers; 12 bytes of spill at d = 128,
+// outside the tile loop; ncu of main's kernel: 143 registers, one CTA of 8 warps per SM, 12.5%
+// occupancy); 1: one CTA per SM (SPATTN_ANCHOR_STRIPE_MINB=1, for comparisons).
+template <typename T, int kD, int kMinBlocks>
+__global__ void __launch_bounds__(kAnThreads, kMinBlocks) AnStripeKernel(AnArgs a) {
   constexpr int kCh = kD / 8;
   constexpr int kKS = kD / 16;
   extern __shared__ __align__(128) char smem[];
@@ -282,16 +288,23 @@ __global__ void __launch_bounds__(kAnThreads) AnStripeKernel(AnArgs a) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[nt][e] = 0.f;
       }
+      // Per k step: the hi products of all eight accumulators, then the lo products, so an
+      // accumulator's two MMAs are eight apart (they were back to back); each accumulator still
+      // adds hi then lo of each k step in k order, the same bits.
 #pragma unroll
       for (int ks = 0; ks < kKS; ++ks) {
+        uint32_t b[4][4];
+#pragma unroll
+        for (int np = 0; np < 4; ++np) LoadB2(kst, np * 16, ks, kCh, lane, b[np]);
 #pragma unroll
         for (int np = 0; np < 4; ++np) {
-          uint32_t b[4];
-          LoadB2(kst, np * 16, ks, kCh, lane, b);
-          Mma<T>::Run(s[2 * np], ahi[ks], b[0], b[1]);
-          Mma<T>::Run(s[2 * np + 1], ahi[ks], b[2], b[3]);
-          Mma<T>::Run(s[2 * np], alo[ks], b[0], b[1]);
-          Mma<T>::Run(s[2 * np + 1], alo[ks], b[2], b[3]);
+          Mma<T>::Run(s[2 * np], ahi[ks], b[np][0], b[np][1]);
+          Mma<T>::Run(s[2 * np + 1], ahi[ks], b[np][2], b[np][3]);
+        }
+#pragma unroll
+        for (int np = 0; np < 4; ++np) {
+          Mma<T>::Run(s[2 * np], alo[ks], b[np][0], b[np][1]);
+          Mma<T>::Run(s[2 * np + 1], alo[ks], b[np][2], b[np][3]);
         }
       }
       uint32_t words[2] = {0u, 0u};
@@ -360,7 +373,11 @@ struct AnSrc {
 template <typename T, int kD>
 cudaError_t AnLaunchTyped(const AnArgs& a, cudaStream_t stream) {
   auto anchor = AnAnchorKernel<T, kD>;
-  auto stripe = AnStripeKernel<T, kD>;
+  static const bool stripe_one = [] {
+    const char* e = std::getenv("SPATTN_ANCHOR_STRIPE_MINB");
+    return e != nullptr && std::string(e) == "1";
+  }();
+  auto stripe = stripe_one ? AnStripeKernel<T, kD, 1> : AnStripeKernel<T, kD, 2>;
   cudaError_t err = cudaFuncSetAttribute(anchor, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          AnAnchorSmemBytes<kD>());
   if (err != cudaSuccess) return err;

@@ -496,7 +496,8 @@ constexpr int kMergeThreads = 128;  // 4 rows per CTA, one warp each
 // totals, and each lane's prefixes and continuation flag in lane_prefix; fill pass: one more walk
 // per lane at those offsets writes the entries (range ends first, made lengths after the warp has
 // written them).
-__global__ void __launch_bounds__(kMergeThreads) MergeRowsKernel(MergeParams p, bool fill) {
+template <int kMinBlocks, bool fill>
+__global__ void __launch_bounds__(kMergeThreads, kMinBlocks) MergeRowsKernel(MergeParams p) {
   constexpr unsigned kAll = 0xffffffffu;
   const int lane = static_cast<int>(threadIdx.x & 31u);
   const int64_t rows = static_cast<int64_t>(p.num_slots) * p.num_blocks;
@@ -532,7 +533,7 @@ __global__ void __launch_bounds__(kMergeThreads) MergeRowsKernel(MergeParams p, 
     int32_t* lane_state = p.lane_prefix + row * 64;
     int sr, sc, nr, ncols;  // inclusive prefixes over the lanes; this lane's new ranges, columns
     bool cont;
-    if (!fill) {
+    if constexpr (!fill) {
       row_assembly::PartSink part;
       row_assembly::MergePart(g, extra, lines, 16, lo, hi, part);
       const int prev_ranges = __shfl_up_sync(kAll, part.ranges, 1);
@@ -727,10 +728,48 @@ cudaError_t LaunchSelectLines(const LineSelectParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+namespace {
+
+// CTAs per SM the merge kernel is compiled for (its register bound): 8 (64 registers, 32 warps
+// per SM) unless SPATTN_MERGE_MINB says 6 (80 registers) or 1 (no bound: 94 registers, 5 CTAs,
+// the kernel of session 20), for comparisons.
+int MergeMinBlocks() {
+  static const int v = [] {
+    const char* e = std::getenv("SPATTN_MERGE_MINB");
+    return e != nullptr ? std::atoi(e) : 8;
+  }();
+  return v;
+}
+
+}  // namespace
+
 cudaError_t LaunchMergeRows(const MergeParams& p, bool fill, cudaStream_t stream) {
   const int64_t rows = static_cast<int64_t>(p.num_slots) * p.num_blocks;
   if (rows == 0) return cudaSuccess;
-  MergeRowsKernel<<<GridFor(rows * 32, kMergeThreads), kMergeThreads, 0, stream>>>(p, fill);
+  const int grid = GridFor(rows * 32, kMergeThreads);
+  switch (MergeMinBlocks()) {
+    case 1:
+      if (fill) {
+        MergeRowsKernel<1, true><<<grid, kMergeThreads, 0, stream>>>(p);
+      } else {
+        MergeRowsKernel<1, false><<<grid, kMergeThreads, 0, stream>>>(p);
+      }
+      break;
+    case 6:
+      if (fill) {
+        MergeRowsKernel<6, true><<<grid, kMergeThreads, 0, stream>>>(p);
+      } else {
+        MergeRowsKernel<6, false><<<grid, kMergeThreads, 0, stream>>>(p);
+      }
+      break;
+    default:
+      if (fill) {
+        MergeRowsKernel<8, true><<<grid, kMergeThreads, 0, stream>>>(p);
+      } else {
+        MergeRowsKernel<8, false><<<grid, kMergeThreads, 0, stream>>>(p);
+      }
+      break;
+  }
   return cudaGetLastError();
 }
 

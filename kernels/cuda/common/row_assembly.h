@@ -232,6 +232,14 @@ struct CoverWalk {
     ce = 0;
     done = false;
   }
+  // The same from a SpanWalk just initialized with the same arguments (its binary searches
+  // done once for both walks).
+  SPATTN_HD void InitFrom(const SpanWalk& fresh) {
+    spans = fresh;
+    cs = 0;
+    ce = 0;
+    done = false;
+  }
   // Makes the current block the first one ending after key a; false when there is none.
   SPATTN_HD bool AdvanceTo(int a) {
     while (ce <= a) {
@@ -252,13 +260,26 @@ struct CoverWalk {
   }
 };
 
+// sink.Col(t) for t in [a, b), in order; the sinks below that only count (or clip to a window)
+// take the run at once.
+template <class Sink>
+SPATTN_HD void EmitCols(Sink& sink, int a, int b) {
+  for (int t = a; t < b; ++t) sink.Col(t);
+}
+struct CountSink;
+struct PartSink;
+SPATTN_HD void EmitCols(CountSink& sink, int a, int b);
+SPATTN_HD void EmitCols(PartSink& sink, int a, int b);
+
 // Runs of >= min_run consecutive free columns (selected, below key_end, not covered), in key
 // order; the free columns of shorter runs go to sink.Col() as they are passed.
 struct RunWalk {
   const int32_t* runs;
   int n, k, x, key_end, min_run;
   CoverWalk cover;
-  SPATTN_HD void Init(const ExtraRanges& extra, const RowLines& l, const RowGeo& g, int run) {
+  // fresh: a SpanWalk just initialized with (extra, l, g), or null.
+  SPATTN_HD void Init(const ExtraRanges& extra, const RowLines& l, const RowGeo& g, int run,
+                      const SpanWalk* fresh = nullptr) {
     runs = l.col_runs;
     n = l.n_runs;
     int lo = 0, hi = n;  // first run that reaches key_begin
@@ -274,7 +295,11 @@ struct RunWalk {
     x = k < n ? (runs[2 * k] > g.key_begin ? runs[2 * k] : g.key_begin) : 0;
     key_end = g.key_end;
     min_run = run;
-    cover.Init(extra, l, g);
+    if (fresh != nullptr) {
+      cover.InitFrom(*fresh);
+    } else {
+      cover.Init(extra, l, g);
+    }
   }
   template <class Sink>
   SPATTN_HD bool Next(int* s, int* e, Sink& sink) {
@@ -306,7 +331,7 @@ struct RunWalk {
         *e = free_end;
         return true;
       }
-      for (int t = a; t < free_end; ++t) sink.Col(t);
+      EmitCols(sink, a, free_end);
     }
     return false;
   }
@@ -320,7 +345,7 @@ SPATTN_HD void MergeRow(const RowGeo& g, const ExtraRanges& extra, const RowLine
   SpanWalk spans;
   spans.Init(extra, lines, g);
   RunWalk runs;
-  runs.Init(extra, lines, g, min_run);
+  runs.Init(extra, lines, g, min_run, &spans);
   int as = 0, ae = 0, rs = 0, re = 0;
   bool ha = spans.Next(&as, &ae);
   bool hr = runs.Next(&rs, &re, sink);
@@ -421,6 +446,19 @@ struct PartSink {
     ++cols;
   }
 };
+
+SPATTN_HD void EmitCols(CountSink& sink, int a, int b) {
+  if (b > a) sink.cols += b - a;
+}
+SPATTN_HD void EmitCols(PartSink& sink, int a, int b) {
+  if (a < sink.lo) a = sink.lo;
+  if (b > sink.hi) b = sink.hi;
+  if (b <= a) return;
+  if (sink.col_idx != nullptr) {
+    for (int t = a; t < b; ++t) sink.col_idx[sink.cols + (t - a)] = t;
+  }
+  sink.cols += b - a;
+}
 
 // Walks part [lo, hi) of the row into sink (sink.lo / hi set here).
 SPATTN_HD void MergePart(const RowGeo& g, const ExtraRanges& extra, const RowLines& lines,

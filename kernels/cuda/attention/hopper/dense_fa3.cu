@@ -84,6 +84,7 @@ struct LaunchKnobs {
   int d128_stages = 2;       // SPATTN_HOPPER_D128_STAGES
   int d64_wgs = 3;           // SPATTN_HOPPER_D64_WGS
   bool bm64 = true;          // SPATTN_HOPPER_BM64
+  bool dynamic = true;       // SPATTN_HOPPER_DYNAMIC (the sparse kernel's work list)
 };
 
 LaunchKnobs ReadKnobs() {
@@ -100,6 +101,7 @@ LaunchKnobs ReadKnobs() {
   k.d128_stages = EnvInt("SPATTN_HOPPER_D128_STAGES", k.d128_stages);
   k.d64_wgs = EnvInt("SPATTN_HOPPER_D64_WGS", k.d64_wgs);
   k.bm64 = EnvInt("SPATTN_HOPPER_BM64", 1) != 0;
+  k.dynamic = EnvInt("SPATTN_HOPPER_DYNAMIC", 1) != 0;
   return k;
 }
 
@@ -255,9 +257,13 @@ cudaError_t LaunchPersistent(const AttnParams& p, const SparseIndexView& idx,
   // every item with tails, 1 per item only where that saves tiles (not yet run on a device),
   // 0 off; the schedule's cost model follows the same knob, dispatch.cu).
   const int pack = Knobs().pack_tails;
-  const int flags = !kSparse || !Tr::kCross || pack == 0 ? 0
-                    : pack == 2                          ? kFlagPackTails | kFlagPackAlways
-                                                         : kFlagPackTails;
+  int flags = !kSparse || !Tr::kCross || pack == 0 ? 0
+              : pack == 2                          ? kFlagPackTails | kFlagPackAlways
+                                                   : kFlagPackTails;
+  // The dynamic work list (kFlagDynamic; SPATTN_HOPPER_DYNAMIC=0: the snake order for all
+  // items, the A/B baseline of NOTES.md session 21). Needs the consumers to take their items
+  // from the producer's descriptors (kDesc) and the schedule's counter.
+  if (kSparse && Tr::kDesc && sched.counter != nullptr && Knobs().dynamic) flags |= kFlagDynamic;
   kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p, idx, sched, num_items, num_m_blocks,
                                                          flags, tq, tk, tv);
   return cudaGetLastError();

@@ -4,8 +4,11 @@
 //
 // Grid: one CTA per SM (block_m 64: two), at most one per item. Items are taken from a list
 // ordered costliest first (the sparse schedule; for dense: query blocks from the last, the longest
-// causal rows, to the first), CTA c taking items c, 2G - 1 - c, 2G + c, ... (snake order: a
-// greedy balance of the sorted costs without a shared counter). The producer walks the items and
+// causal rows, to the first). CTA c takes item c first; the sparse kernel with descriptors then
+// takes the list's next item from the schedule's counter whenever it starts one (kFlagDynamic:
+// a greedy balance of the real costs); the dense persistent kernel, the kernel without
+// descriptors and SPATTN_HOPPER_DYNAMIC=0 take items c, 2G - 1 - c, 2G + c, ... (snake order: a
+// greedy balance of the estimated costs without a shared counter). The producer walks the items and
 // their key tiles and hands each item's and each tile's description to the consumers in shared
 // memory (ItemDesc next to the Q buffer, TileDesc next to the K slot; PersistTraits::kDesc); the
 // consumers run all tiles of all their items as one stream (ConsumerStream: the next item's first
@@ -117,7 +120,10 @@ struct PersistTraits {
   // Packed tiles (kCross, PersistentFa3Kernel's kFlagPackTails): the key numbers of a tile that
   // holds range tails, next to its slot (written by the producer threads that copy its rows).
   static constexpr int kTileKeysOff = kTileDescOff + kStages * 16;
-  static constexpr int kSmemBytes = kTileKeysOff + kStages * kBN * 4 + 1024;
+  // Dynamic work list (kFlagDynamic): the producer's leader hands the item it took from the
+  // counter to the other producer threads here (two slots, alternating by round).
+  static constexpr int kNextItemOff = kTileKeysOff + kStages * kBN * 4;
+  static constexpr int kSmemBytes = kNextItemOff + 16 + 1024;
   static constexpr int kProducerRegs = 56;
   static constexpr int kConsumerRegs = kBM == 128 ? 224 : 200;
   static_assert(kSmemBytes * kMinBlocks <= 227 * 1024, "shared memory");
@@ -143,6 +149,20 @@ struct PersistTraits {
 // session 18, run 2).
 constexpr int kFlagPackTails = 1;
 constexpr int kFlagPackAlways = 2;
+// kFlagDynamic (sparse, kDesc): after its first item (item c, as in the snake order) a CTA takes
+// its items from the schedule's counter (SparseSchedule::counter, zero at the launch), in list
+// order, one atomicAdd per item by the producer's leader, issued when the CTA starts its
+// current item so the round trip hides under that item's loads; the item number goes to the
+// other producer threads through shared memory (kNextItemOff) and a named barrier of the
+// producer warpgroup, to the consumers in ItemDesc as before. So a CTA takes a new item when it
+// is ready for one: the list's real costs are balanced, not the estimated ones the snake order
+// balances (session 20, run 2: the snake left sampled_lines' launches 11-12% idle at the end,
+// SM-active cycles 2.2M-2.7M across SMs). The CTA whose fetch is the list's last (the counter
+// reads num_items - 1: every CTA fetches until it gets one past the list, G of those in all)
+// puts the counter back to zero for the next launch.
+constexpr int kFlagDynamic = 4;
+// Named barrier of the producer warpgroup (kFlagDynamic): ids 1-7 are the consumers'.
+constexpr int kBarProducer = 8;
 
 // The producer's walk over an item's key set with kFlagPackTails: first every range's whole
 // kBN-key tiles (kind 0, ending at the range's end), then gathered tiles (kind 1) over the list
@@ -353,23 +373,52 @@ __device__ __forceinline__ void StoreItem(Step& st, char* smem, const AttnParams
   if (lane == 0) MbarArrive(q_empty);
 }
 
-// O += P V over the first 64 keys of a 128-key tile (one whose keys past 64 all count for nothing
-// to this warpgroup: their P is 0). (S of the first 64 keys alone, by m64n64 wgmmas into the
-// same registers, made ptxas serialize every wgmma of the kernel for want of registers: C7511.)
+// The stream's wgmma operands by descriptor (kCross): a tile's descriptor is built once from
+// its slot's address (detail::SmemDesc) and each 16-deep step adds its byte offset / 16 to the
+// low word -- the address field, which never carries into the next field (shared addresses are
+// below 2^18) -- where ConsumerStep rebuilds all 16 descriptors of a tile step from addresses
+// (AND, shift, OR, uniform moves: ~5 instructions each; session 21 run 1's stall profile counted
+// 864 consumer instructions per warp and 128-key tile at block_m 128, ~200 of them per-tile
+// bookkeeping, and the consumers issue-bound).
+__device__ __forceinline__ uint64_t DescPlus(uint64_t desc, uint32_t off_bytes) {
+  const uint32_t lo = static_cast<uint32_t>(desc) + (off_bytes >> 4);
+  return (desc & 0xFFFFFFFF00000000ull) | lo;
+}
+
+// S = Q K^T (ConsumerStep::IssueQk) from the Q rows' and the K tile's descriptors.
 template <class Tr, class Step>
-__device__ __forceinline__ void IssuePvHalf(Step& st, uint32_t vst) {
+__device__ __forceinline__ void IssueQkDesc(Step& st, uint64_t q_desc, uint64_t k_desc) {
+  using T = typename Tr::T;
+  st.FenceS();
+  detail::WgmmaFence();
+#pragma unroll
+  for (int ks = 0; ks < Tr::kD / 16; ++ks) {
+    const uint32_t koff = (ks % 4) * 32;
+    detail::Wgmma<T, Tr::kBN>::SS(st.s, DescPlus(q_desc, (ks / 4) * Tr::kBM * 128 + koff),
+                                  DescPlus(k_desc, (ks / 4) * Tr::kBN * 128 + koff),
+                                  ks > 0 ? 1 : 0);
+  }
+  detail::WgmmaCommit();
+}
+
+// O += P V (ConsumerStep::IssuePv) over the tile's first kGroups 16-key groups, from the V
+// tile's descriptor. kGroups = kBN / 32 on a 128-key tile whose keys past 64 all count for
+// nothing to this warpgroup (their P is 0): the half-key P V. (S of the first 64 keys alone, by
+// m64n64 wgmmas into the same registers, made ptxas serialize every wgmma of the kernel for want
+// of registers: C7511.)
+template <class Tr, int kGroups, class Step>
+__device__ __forceinline__ void IssuePvDesc(Step& st, uint64_t v_desc) {
   using T = typename Tr::T;
 #pragma unroll
-  for (int kk = 0; kk < 4; ++kk) {
+  for (int kk = 0; kk < kGroups; ++kk) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) detail::FenceReg(st.pa[kk][e]);
   }
   st.FenceAcc();
   detail::WgmmaFence();
 #pragma unroll
-  for (int kk = 0; kk < 4; ++kk) {
-    const uint64_t db = detail::SmemDesc(vst + kk * 16 * 128, Tr::kBN * 128, 1024);
-    detail::Wgmma<T, Tr::kD>::RS(st.acc, st.pa[kk], db);
+  for (int kk = 0; kk < kGroups; ++kk) {
+    detail::Wgmma<T, Tr::kD>::RS(st.acc, st.pa[kk], DescPlus(v_desc, kk * 16 * 128));
   }
   detail::WgmmaCommit();
 }
@@ -452,13 +501,15 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
   };
   auto issue_qk = [&](const Tile& d) {
     const uint32_t q_rows = sQ0 + cur_qb * Tr::kQBytes + cw * 64 * 128;
-    st.IssueQk(q_rows, ring.K(Ring::Slot(tile)));
+    IssueQkDesc<Tr>(st, detail::SmemDesc(q_rows, 16, 1024),
+                    detail::SmemDesc(ring.K(Ring::Slot(tile)), 16, 1024));
   };
   auto issue_pv = [&](const Tile& d, int vs) {
+    const uint64_t v_desc = detail::SmemDesc(ring.V(vs), kBN * 128, 1024);
     if (d.half) {
-      IssuePvHalf<Tr>(st, ring.V(vs));
+      IssuePvDesc<Tr, kBN / 32>(st, v_desc);
     } else {
-      st.IssuePv(ring.V(vs));
+      IssuePvDesc<Tr, kBN / 16>(st, v_desc);
     }
   };
   auto epilogue = [&](const ItemDesc& x, int qb) {
@@ -687,9 +738,23 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
         arrive();
       }
     };
+    // kFlagDynamic: the leader's fetch for the next round, in flight while this round's item
+    // loads (list position G + fetch).
+    const bool dynamic = kSparse && Tr::kDesc && (flags & kFlagDynamic) != 0;
+    int* const next_item = reinterpret_cast<int*>(smem + Tr::kNextItemOff);
+    int fetched = 0;
     for (int round = 0;; ++round) {
-      const int w = SnakeItem(round, c, G);
+      int w = SnakeItem(round, c, G);
+      if (dynamic && round > 0) {
+        if (leader) {
+          if (fetched == num_items - 1) atomicExch(sched.counter, 0);  // the list's last fetch
+          next_item[round & 1] = G + fetched;
+        }
+        NamedSync(kBarProducer, 128);
+        w = next_item[round & 1];
+      }
       if (w >= num_items) break;
+      if (dynamic && leader) fetched = atomicAdd(sched.counter, 1);
       Item it;
       if (!GetItem<kSparse, kBM>(p, idx, sched, num_m_blocks, w, it)) continue;
       // Tiles one ahead: whether another follows is part of a tile's descriptor.
