@@ -65,12 +65,11 @@
 //     entry in those bins keeps its line: a column j as a key column, a diagonal o as the range
 //     [first_pos - o, last_pos - o] (MInference Alg. 4: it holds key pos - o for every row of
 //     the block). Binning, not a sort, so that the GPU builder selects the same way in one pass.
-//     Entries, not lines: ranking each line by its mass summed over the sampled rows (the
-//     column oracle's rule; CPU experiment, session 21) moved the mean along the same
-//     density / recall curve as the diagonal floor (32K 1.15x the oracle at 0.957 either way;
-//     128K within +0.002), with a better lowest head at 32K (0.935 vs 0.924); by mass per key
-//     (a range costs the block's rows) it was worse. kernels/cuda/NOTES.md "Session 21 --
-//     s21-sldensity".
+//     Entries, not lines (for now): ranking each line by its mass summed over the sampled rows
+//     (the column oracle's rule; CPU experiment, session 21) cut 128K's density at a smaller
+//     recall cost than the floor does (1.26x -> 1.15x the oracle for 0.953 -> 0.951, seed 1)
+//     but not 32K's (seed 0: 1.35x at floor 6); it needs a line-sum pass in the GPU twin.
+//     kernels/cuda/NOTES.md "Session 21 -- s21-sldensity".
 //  4. Always kept: keys [0, sink_tokens) and the local range [first_pos - local_tokens + 1,
 //     last_pos] (the block's own diagonal needs local_tokens >= B).
 // Chunked prefill: pos is the key position of the query (k_len - q_len + row); without the causal
