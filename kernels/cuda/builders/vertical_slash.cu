@@ -741,6 +741,16 @@ int MergeMinBlocks() {
   return v;
 }
 
+// The count or fill instantiation of the merge kernel at register bound kMinBlocks.
+template <int kMinBlocks>
+void LaunchMergeRowsAt(const MergeParams& p, bool fill, int grid, cudaStream_t stream) {
+  if (fill) {
+    MergeRowsKernel<kMinBlocks, true><<<grid, kMergeThreads, 0, stream>>>(p);
+  } else {
+    MergeRowsKernel<kMinBlocks, false><<<grid, kMergeThreads, 0, stream>>>(p);
+  }
+}
+
 }  // namespace
 
 cudaError_t LaunchMergeRows(const MergeParams& p, bool fill, cudaStream_t stream) {
@@ -749,25 +759,13 @@ cudaError_t LaunchMergeRows(const MergeParams& p, bool fill, cudaStream_t stream
   const int grid = GridFor(rows * 32, kMergeThreads);
   switch (MergeMinBlocks()) {
     case 1:
-      if (fill) {
-        MergeRowsKernel<1, true><<<grid, kMergeThreads, 0, stream>>>(p);
-      } else {
-        MergeRowsKernel<1, false><<<grid, kMergeThreads, 0, stream>>>(p);
-      }
+      LaunchMergeRowsAt<1>(p, fill, grid, stream);
       break;
     case 6:
-      if (fill) {
-        MergeRowsKernel<6, true><<<grid, kMergeThreads, 0, stream>>>(p);
-      } else {
-        MergeRowsKernel<6, false><<<grid, kMergeThreads, 0, stream>>>(p);
-      }
+      LaunchMergeRowsAt<6>(p, fill, grid, stream);
       break;
     default:
-      if (fill) {
-        MergeRowsKernel<8, true><<<grid, kMergeThreads, 0, stream>>>(p);
-      } else {
-        MergeRowsKernel<8, false><<<grid, kMergeThreads, 0, stream>>>(p);
-      }
+      LaunchMergeRowsAt<8>(p, fill, grid, stream);
       break;
   }
   return cudaGetLastError();

@@ -226,15 +226,9 @@ struct CoverWalk {
   SpanWalk spans;
   int cs, ce;  // the current merged block [cs, ce); ce <= cs: none yet
   bool done;
-  SPATTN_HD void Init(const ExtraRanges& extra, const RowLines& l, const RowGeo& g) {
-    spans.Init(extra, l, g);
-    cs = 0;
-    ce = 0;
-    done = false;
-  }
-  // The same from a SpanWalk just initialized with the same arguments (its binary searches
-  // done once for both walks).
-  SPATTN_HD void InitFrom(const SpanWalk& fresh) {
+  // From a SpanWalk just initialized for the row (its binary searches done once for both
+  // walks).
+  SPATTN_HD void Init(const SpanWalk& fresh) {
     spans = fresh;
     cs = 0;
     ce = 0;
@@ -260,26 +254,14 @@ struct CoverWalk {
   }
 };
 
-// sink.Col(t) for t in [a, b), in order; the sinks below that only count (or clip to a window)
-// take the run at once.
-template <class Sink>
-SPATTN_HD void EmitCols(Sink& sink, int a, int b) {
-  for (int t = a; t < b; ++t) sink.Col(t);
-}
-struct CountSink;
-struct PartSink;
-SPATTN_HD void EmitCols(CountSink& sink, int a, int b);
-SPATTN_HD void EmitCols(PartSink& sink, int a, int b);
-
 // Runs of >= min_run consecutive free columns (selected, below key_end, not covered), in key
-// order; the free columns of shorter runs go to sink.Col() as they are passed.
+// order; the free columns of shorter runs go to sink.Cols(a, b) as they are passed.
 struct RunWalk {
   const int32_t* runs;
   int n, k, x, key_end, min_run;
   CoverWalk cover;
-  // fresh: a SpanWalk just initialized with (extra, l, g), or null.
-  SPATTN_HD void Init(const ExtraRanges& extra, const RowLines& l, const RowGeo& g, int run,
-                      const SpanWalk* fresh = nullptr) {
+  // fresh: a SpanWalk just initialized with (l, g) and the row's extra ranges.
+  SPATTN_HD void Init(const RowLines& l, const RowGeo& g, int run, const SpanWalk& fresh) {
     runs = l.col_runs;
     n = l.n_runs;
     int lo = 0, hi = n;  // first run that reaches key_begin
@@ -295,11 +277,7 @@ struct RunWalk {
     x = k < n ? (runs[2 * k] > g.key_begin ? runs[2 * k] : g.key_begin) : 0;
     key_end = g.key_end;
     min_run = run;
-    if (fresh != nullptr) {
-      cover.InitFrom(*fresh);
-    } else {
-      cover.Init(extra, l, g);
-    }
+    cover.Init(fresh);
   }
   template <class Sink>
   SPATTN_HD bool Next(int* s, int* e, Sink& sink) {
@@ -331,21 +309,21 @@ struct RunWalk {
         *e = free_end;
         return true;
       }
-      EmitCols(sink, a, free_end);
+      sink.Cols(a, free_end);
     }
     return false;
   }
 };
 
-// Walks one row: sink.Range(start, end) for each final range in key order, sink.Col(key) for
-// each final column in key order.
+// Walks one row: sink.Range(start, end) for each final range in key order, sink.Cols(a, b) for
+// each run [a, b) of final columns in key order.
 template <class Sink>
 SPATTN_HD void MergeRow(const RowGeo& g, const ExtraRanges& extra, const RowLines& lines,
                         int min_run, Sink& sink) {
   SpanWalk spans;
   spans.Init(extra, lines, g);
   RunWalk runs;
-  runs.Init(extra, lines, g, min_run, &spans);
+  runs.Init(lines, g, min_run, spans);
   int as = 0, ae = 0, rs = 0, re = 0;
   bool ha = spans.Next(&as, &ae);
   bool hr = runs.Next(&rs, &re, sink);
@@ -378,7 +356,9 @@ SPATTN_HD void MergeRow(const RowGeo& g, const ExtraRanges& extra, const RowLine
 struct CountSink {
   int ranges = 0, cols = 0;
   SPATTN_HD void Range(int, int) { ++ranges; }
-  SPATTN_HD void Col(int) { ++cols; }
+  SPATTN_HD void Cols(int a, int b) {
+    if (b > a) cols += b - a;
+  }
 };
 
 struct FillSink {
@@ -391,7 +371,9 @@ struct FillSink {
     range_len[r] = e - s;
     ++r;
   }
-  SPATTN_HD void Col(int key) { col_idx[c++] = key; }
+  SPATTN_HD void Cols(int a, int b) {
+    for (int t = a; t < b; ++t) col_idx[c++] = t;
+  }
 };
 
 // ---- One row in parts (a warp per row on the GPU) ----------------------------------------------
@@ -440,25 +422,17 @@ struct PartSink {
     }
     ++ranges;
   }
-  SPATTN_HD void Col(int key) {
-    if (key < lo || key >= hi) return;
-    if (col_idx != nullptr) col_idx[cols] = key;
-    ++cols;
+  // The columns [a, b) that fall in [lo, hi).
+  SPATTN_HD void Cols(int a, int b) {
+    if (a < lo) a = lo;
+    if (b > hi) b = hi;
+    if (b <= a) return;
+    if (col_idx != nullptr) {
+      for (int t = a; t < b; ++t) col_idx[cols + (t - a)] = t;
+    }
+    cols += b - a;
   }
 };
-
-SPATTN_HD void EmitCols(CountSink& sink, int a, int b) {
-  if (b > a) sink.cols += b - a;
-}
-SPATTN_HD void EmitCols(PartSink& sink, int a, int b) {
-  if (a < sink.lo) a = sink.lo;
-  if (b > sink.hi) b = sink.hi;
-  if (b <= a) return;
-  if (sink.col_idx != nullptr) {
-    for (int t = a; t < b; ++t) sink.col_idx[sink.cols + (t - a)] = t;
-  }
-  sink.cols += b - a;
-}
 
 // Walks part [lo, hi) of the row into sink (sink.lo / hi set here).
 SPATTN_HD void MergePart(const RowGeo& g, const ExtraRanges& extra, const RowLines& lines,

@@ -35,7 +35,9 @@ struct VecSink {
   std::vector<std::pair<int32_t, int32_t>> ranges;
   std::vector<int32_t> cols;
   void Range(int s, int e) { ranges.emplace_back(s, e); }
-  void Col(int c) { cols.push_back(c); }
+  void Cols(int a, int b) {
+    for (int c = a; c < b; ++c) cols.push_back(c);
+  }
 };
 
 // The CPU builders' row: kept blocks (flex) added first, then Alg. 4, then Normalize.
