@@ -106,6 +106,8 @@ std::vector<MethodParam> MakeMethodParams() {
            [](MethodConfig* c) { return &c->sampled_lines.edge_rows; }),
       Float(M::kSampledLines, "diagonal_cost", R::kNonNegative,
             [](MethodConfig* c) { return &c->sampled_lines.diagonal_cost; }),
+      Bool(M::kSampledLines, "clip_diagonals",
+           [](MethodConfig* c) { return &c->sampled_lines.clip_diagonals; }),
   };
 }
 

@@ -114,6 +114,11 @@ struct SampledLinesParams {
   // x (the lower edge of the block's threshold bin), i.e. its range of keys must carry per key
   // about what the block's kept entries do; 0 = off. Default: 0.
   float diagonal_cost = 0.f;
+  // Step 3's range of a diagonal entry: false, the keys of every row of the block; true, those of
+  // the rows its sampled row stands for (SampledLinesRowSpan: the rows nearer to it than to
+  // another sampled row), so a line seen by one sampled row costs a third of the block's rows
+  // (3 rows per block). Default: false.
+  bool clip_diagonals = false;
 };
 
 // A method with its parameters. Only the struct matching `method` is read.

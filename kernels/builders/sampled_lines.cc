@@ -5,6 +5,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <utility>
 
 #include "kernels/builders/estimate.h"
 #include "kernels/builders/tile_math.h"
@@ -107,6 +108,10 @@ int SampledLinesBin(float mass) {
   return key < 0 ? 0 : (key >= kSampledLinesBins ? kSampledLinesBins - 1 : key);
 }
 
+double SampledLinesGammaFor(double target) {
+  return std::min(0.999, target + kSampledLinesGammaSlope * std::max(0.0, target - 0.95));
+}
+
 bool SampledLinesColumnLeak(float d, int rows, const float* col, int first_pos, int last_pos,
                             int k_len, int offset) {
   const int lo = std::max(0, first_pos - offset);
@@ -133,9 +138,7 @@ std::vector<int> SampledLinesRows(int q_begin, int q_end, int rows_per_block, bo
   if (n <= 0) return rows;
   const int s = std::min(rows_per_block, n);
   for (int i = 0; i < s; ++i) {
-    const int64_t at = edge_rows && s > 1 ? int64_t{i} * (n - 1) / (s - 1)
-                                          : (2 * int64_t{i} + 1) * n / (2 * int64_t{s});
-    const int r = q_begin + static_cast<int>(at);
+    const int r = q_begin + SampledLinesRowAt(i, n, s, edge_rows);
     if (rows.empty() || rows.back() != r) rows.push_back(r);
   }
   return rows;
@@ -198,6 +201,7 @@ absl::Status BuildSampledLinesIndex(const AttentionProblem& problem,
     }
     const float diag_bar = SampledLinesDiagonalBar(params.diagonal_cost, g.q_end - g.q_begin, thr);
     std::vector<int32_t> offsets, columns;
+    std::vector<std::pair<int32_t, int32_t>> clipped;  // clip_diagonals: (offset, sampled row)
     for (size_t i = 0; i < sampled.size(); ++i) {
       const int pos = problem.query_pos(g.seq, sampled[i]);
       const float* pr = probs.data() + i * kl;
@@ -208,7 +212,11 @@ absl::Status BuildSampledLinesIndex(const AttentionProblem& problem,
         const int oi = o - ev.min_offset;
         const float d = oi >= 0 && oi < static_cast<int>(ev.diag.size()) ? ev.diag[oi] : 0.f;
         if (d > ev.col[j] && d > diag_floor && d > diag_bar) {
-          offsets.push_back(o);
+          if (params.clip_diagonals) {
+            clipped.emplace_back(o, static_cast<int32_t>(i));
+          } else {
+            offsets.push_back(o);
+          }
         } else {
           columns.push_back(j);
         }
@@ -219,6 +227,17 @@ absl::Status BuildSampledLinesIndex(const AttentionProblem& problem,
     std::sort(columns.begin(), columns.end());
     columns.erase(std::unique(columns.begin(), columns.end()), columns.end());
     RowKeys& row = rows[r];
+    if (!clipped.empty()) {
+      std::sort(clipped.begin(), clipped.end());
+      clipped.erase(std::unique(clipped.begin(), clipped.end()), clipped.end());
+      const int n = g.q_end - g.q_begin;
+      for (const auto& [o, i] : clipped) {
+        int lo, hi;
+        SampledLinesRowSpan(sampled[i] - g.q_begin, n, params.rows_per_block, params.edge_rows, &lo,
+                            &hi);
+        row.AddRange(int64_t{g.first_pos} + lo - o, int64_t{g.first_pos} + hi - o + 1);
+      }
+    }
     if (params.sink_tokens > 0) row.AddRange(0, params.sink_tokens);
     if (params.local_tokens > 0) {
       row.AddRange(int64_t{g.first_pos} - params.local_tokens + 1, int64_t{g.last_pos} + 1);

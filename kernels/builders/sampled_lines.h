@@ -108,6 +108,18 @@ inline constexpr float kSampledLinesColumnLeak = 8.f;
 bool SampledLinesColumnLeak(float d, int rows, const float* col, int first_pos, int last_pos,
                             int k_len, int offset);
 
+// Issue 11 item 3: the gamma at which sampled_lines keeps a served mean recall of `target` on
+// rows it did not sample, at any length: target + kSampledLinesGammaSlope x max(0, target -
+// 0.95), at most 0.999. Its rule has no calibration length (the same share of each block's
+// sampled mass at every length), so the served recall follows gamma, not the calibration
+// prompt: the held-out rows keep more than gamma at low gammas and less close to 1 (H100,
+// spattn-bench llm_mix seed 0, 128-row blocks, 256 recall rows; kernels/cuda/NOTES.md
+// "Session 21 -- s21-sldensity" and "Session 22 -- s22-sldensity"): gamma 0.90 -> 0.926-0.966
+// at 4K-128K, 0.95 -> 0.953-0.975, 0.98 -> 0.975-0.977 from 16K up (short), 0.985 -> 0.981 at
+// 16K / 32K.
+inline constexpr double kSampledLinesGammaSlope = 1.0 / 3.0;
+double SampledLinesGammaFor(double target);
+
 // Step 2's cost test: SampledLinesDiagonalBar (sampled_lines_bar.h, shared with the GPU twin).
 
 // Evidence rows (positions first_pos..last_pos) that see key `key` / reach offset `offset`.

@@ -1,7 +1,7 @@
-// sampled_lines' step-3 bins and its diagonal cost bar, shared by the CPU builder
-// (sampled_lines.cc) and its GPU twin (kernels/cuda/builders/sampled_lines.cu's classify kernel):
-// one definition compiled for the host and, under nvcc, for the device. No dependencies, so that
-// nvcc and plain C++ builds include it alike.
+// sampled_lines' step-3 bins, its diagonal cost bar and the sampled rows' spans, shared by the CPU
+// builder (sampled_lines.cc) and its GPU twin (kernels/cuda/builders/sampled_lines.cu's classify
+// kernel): one definition compiled for the host and, under nvcc, for the device. No dependencies,
+// so that nvcc and plain C++ builds include it alike.
 #ifndef SPATTN_KERNELS_BUILDERS_SAMPLED_LINES_BAR_H_
 #define SPATTN_KERNELS_BUILDERS_SAMPLED_LINES_BAR_H_
 
@@ -41,6 +41,30 @@ SPATTN_SL_HD float SampledLinesBinEdge(int thr) {
 SPATTN_SL_HD float SampledLinesDiagonalBar(float cost, int rows, int thr) {
   if (!(cost > 0.f) || thr < 0 || thr >= kSampledLinesBins) return 0.f;
   return cost * static_cast<float>(rows) * SampledLinesBinEdge(thr);
+}
+
+// Step 1's sampled row i of a block of n rows (0 <= i < s = min(rows_per_block, n)), relative
+// to the block's first row: SampledLinesRows without the duplicates' removal.
+SPATTN_SL_HD int SampledLinesRowAt(int i, int n, int s, bool edge_rows) {
+  const int64_t at = edge_rows && s > 1 ? int64_t{i} * (n - 1) / (s - 1)
+                                        : (2 * int64_t{i} + 1) * n / (2 * int64_t{s});
+  return static_cast<int>(at);
+}
+
+// clip_diagonals: the rows [*lo, *hi] (relative to the block's first row) that the sampled row
+// `rel` of a block of n rows stands for -- those nearer to it than to the sampled rows before
+// and after it (ties to the earlier one), the block's first / last row at the ends.
+SPATTN_SL_HD void SampledLinesRowSpan(int rel, int n, int rows_per_block, bool edge_rows, int* lo,
+                                      int* hi) {
+  const int s = rows_per_block < n ? rows_per_block : n;
+  int prev = -1, next = n;
+  for (int i = 0; i < s; ++i) {
+    const int at = SampledLinesRowAt(i, n, s, edge_rows);
+    if (at < rel && at > prev) prev = at;
+    if (at > rel && at < next) next = at;
+  }
+  *lo = prev < 0 ? 0 : (prev + rel) / 2 + 1;
+  *hi = next >= n ? n - 1 : (rel + next) / 2;
 }
 
 }  // namespace spattn

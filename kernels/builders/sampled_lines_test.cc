@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -73,6 +74,13 @@ TEST(SampledLinesTest, HandCheckedSlash) {
   ASSERT_TRUE(ValidateSparseIndex(hp->problem(), idx).ok());
   EXPECT_EQ(RowString(idx, 0, 4), "[64,80) c48 c56");
   params.diagonal_cost = 0.f;
+  // clip_diagonals: both sampled rows (68, 76) see offset 20; their spans (rows 64..72, 73..79)
+  // make up the block, so the range is the whole block's again.
+  params.clip_diagonals = true;
+  ASSERT_TRUE(BuildSampledLinesIndex(hp->problem(), params, {0}, 16, &idx).ok());
+  ASSERT_TRUE(ValidateSparseIndex(hp->problem(), idx).ok());
+  EXPECT_EQ(RowString(idx, 0, 4), "[44,60)[64,80)");
+  params.clip_diagonals = false;
   // A diagonal floor above D(20) * k_len (~256) leaves the sampled rows' keys as columns: rows
   // 68 and 76 of block 4 keep keys 48 and 56.
   params.diagonal_floor = 1000.f;
@@ -84,6 +92,75 @@ TEST(SampledLinesTest, HandCheckedSlash) {
   ASSERT_TRUE(BuildSampledLinesIndex(hp->problem(), params, {0}, 16, &idx).ok());
   ASSERT_TRUE(ValidateSparseIndex(hp->problem(), idx).ok());
   EXPECT_EQ(RowString(idx, 0, 4), "[64,80) c44 c59");
+}
+
+// clip_diagonals' spans (one function with the GPU twin): each sampled row stands for the rows
+// nearer to it than to its neighbours (ties to the earlier one); together they cover the block
+// once.
+TEST(SampledLinesTest, RowSpansSplitTheBlockBetweenTheSampledRows) {
+  auto span = [](int rel, int n, int s, bool edges) {
+    int lo, hi;
+    SampledLinesRowSpan(rel, n, s, edges, &lo, &hi);
+    return std::to_string(lo) + ".." + std::to_string(hi);
+  };
+  EXPECT_EQ(span(0, 128, 3, true), "0..31");
+  EXPECT_EQ(span(63, 128, 3, true), "32..95");
+  EXPECT_EQ(span(127, 128, 3, true), "96..127");
+  EXPECT_EQ(span(16, 64, 2, false), "0..32");
+  EXPECT_EQ(span(48, 64, 2, false), "33..63");
+  EXPECT_EQ(span(96 - 64, 64, 1, true), "0..63");  // one row: the whole block
+  for (int n : {1, 2, 5, 64, 100, 128}) {
+    for (int s : {1, 2, 3, 4, 7}) {
+      for (bool edges : {false, true}) {
+        int next = 0;
+        for (int r : SampledLinesRows(0, n, s, edges)) {
+          int lo, hi;
+          SampledLinesRowSpan(r, n, s, edges, &lo, &hi);
+          EXPECT_EQ(lo, next) << n << " " << s << " " << edges << " row " << r;
+          EXPECT_LE(lo, r);
+          EXPECT_GE(hi, r);
+          next = hi + 1;
+        }
+        EXPECT_EQ(next, n) << n << " " << s << " " << edges;
+      }
+    }
+  }
+}
+
+// clip_diagonals keeps the same columns and, of each diagonal's range, the rows its sampled rows
+// stand for: every row's keys are a subset of the unclipped row's, at a lower density on slash
+// heads (lines that only some sampled rows see).
+TEST(SampledLinesTest, ClippedDiagonalsKeepASubsetOfTheBlocksRanges) {
+  Workload w = GeneratorWorkload("slash");
+  SampledLinesParams whole, clipped;
+  clipped.clip_diagonals = true;
+  SparseIndex a, b;
+  ASSERT_TRUE(BuildSampledLinesIndex(w.problem(), whole, AllHeads(w.problem()), 64, &a).ok());
+  ASSERT_TRUE(BuildSampledLinesIndex(w.problem(), clipped, AllHeads(w.problem()), 64, &b).ok());
+  ASSERT_TRUE(ValidateSparseIndex(w.problem(), b).ok());
+  auto keys = [](const SparseIndex& x, int slot, int blk) {
+    std::vector<int64_t> k;
+    const int64_t r = x.row(slot, blk);
+    for (int i = x.range_indptr[r]; i < x.range_indptr[r + 1]; ++i) {
+      for (int64_t j = x.range_start[i]; j < x.range_start[i] + x.range_len[i]; ++j) k.push_back(j);
+    }
+    for (int i = x.col_indptr[r]; i < x.col_indptr[r + 1]; ++i) k.push_back(x.col_idx[i]);
+    std::sort(k.begin(), k.end());
+    return k;
+  };
+  int64_t na = 0, nb = 0;
+  for (int slot = 0; slot < a.num_heads(); ++slot) {
+    for (int blk = 0; blk < a.num_blocks(); ++blk) {
+      const std::vector<int64_t> ka = keys(a, slot, blk), kb = keys(b, slot, blk);
+      EXPECT_TRUE(std::includes(ka.begin(), ka.end(), kb.begin(), kb.end()))
+          << "slot " << slot << " block " << blk;
+      na += static_cast<int64_t>(ka.size());
+      nb += static_cast<int64_t>(kb.size());
+    }
+  }
+  EXPECT_LT(nb, na);
+  const FidelitySummary f = SummarizeFidelity(w.problem(), b, 128, 1).value();
+  EXPECT_GE(f.recall_mean, 0.95) << "density " << f.density_mean;
 }
 
 // The cost bar (one function with the GPU twin): cost x rows x the lower edge of bin thr; bin

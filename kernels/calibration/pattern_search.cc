@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "kernels/builders/build_index.h"
+#include "kernels/builders/sampled_lines.h"
 #include "kernels/fidelity.h"
 #include "kernels/parallel.h"
 #include "kernels/sparse_index.h"
@@ -179,7 +180,7 @@ std::vector<MethodConfig> DefaultCandidates() {
     c.anchor.theta = theta;
     out.push_back(c);
   }
-  for (float gamma : {0.85f, 0.9f, 0.95f, 0.975f}) {
+  for (float gamma : {0.85f, 0.9f, 0.95f, 0.975f, static_cast<float>(SampledLinesGammaFor(0.98))}) {
     MethodConfig c;
     c.method = Method::kSampledLines;
     c.sampled_lines.gamma = gamma;
@@ -245,6 +246,12 @@ absl::StatusOr<std::vector<Method>> ParseCandidateMethods(absl::string_view spec
   }
   if (out.empty()) return absl::InvalidArgumentError("candidates: no method given");
   return out;
+}
+
+bool KeepsTargetServed(const MethodConfig& config, double target) {
+  if (config.method != Method::kSampledLines) return true;
+  // gamma is a float: 0.95f is 0.95 - 1.2e-9.
+  return config.sampled_lines.gamma >= SampledLinesGammaFor(target) - 1e-6;
 }
 
 std::string ConfigLabel(const MethodConfig& c) {
@@ -518,7 +525,8 @@ absl::StatusOr<PatternSearchResult> SearchHeadPatterns(
         s.kernel_pairs = a.kernel_pairs / n;
         s.build_pairs = a.build_pairs / n;
         s.cost = s.kernel_pairs + options.build_cost_weight * s.build_pairs;
-        s.meets_target = s.recall_min >= threshold;
+        s.meets_target =
+            s.recall_min >= threshold && KeepsTargetServed(s.config, options.target_recall);
         scored[group[g]][c] = true;
       }
     }

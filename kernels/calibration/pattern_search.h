@@ -36,8 +36,8 @@ namespace spattn {
 //   flex_prefill      gamma 0.9 / 0.95 (tau 0.1, min_budget 1024, block 128)
 //   sample_attention  alpha_c = alpha_s = 0.9 / 0.95 (chunk_n 2, block 128)
 //   anchor            theta 6 / 9 / 12 (step 16, block 128, init 2048)
-//   sampled_lines     gamma 0.85 / 0.9 / 0.95 / 0.975 (2 rows per block of 64, last_q 64, sink 4,
-//                     local 64)
+//   sampled_lines     gamma 0.85 / 0.9 / 0.95 / 0.975 / SampledLinesGammaFor(0.98) (0.99; its
+//                     other parameters at their defaults)
 // The other parameters keep the paper defaults of kernels/method_config.h.
 std::vector<MethodConfig> DefaultCandidates();
 
@@ -164,6 +164,14 @@ struct PatternSearchResult {
   double score_seconds = 0;           // recall and density of every index
   double total_seconds = 0;
 };
+
+// Whether `config` keeps `target` on prompts other than the calibration ones by its own rule:
+// sampled_lines only with gamma >= SampledLinesGammaFor(target) (its served recall follows gamma
+// at every length, not the calibration prompt's recall: issue 11 item 3; a gamma below it that
+// reaches the target on a short calibration prompt falls short on long ones). Other methods:
+// true (their recall on the calibration prompts decides). A candidate reaches the target only
+// when this holds too.
+bool KeepsTargetServed(const MethodConfig& config, double target);
 
 // Recall at or above target - kRecallTolerance counts as reaching it: the exact probabilities
 // are kept in fp32, so a full row sums to 1 only within ~1e-7.

@@ -231,9 +231,32 @@ TEST(PatternSearch, SeveralProblemsTheWorstDecides) {
       const double ra = only_a->heads[i].all[c].recall, rb = only_b->heads[i].all[c].recall;
       EXPECT_NEAR(s.recall, (ra + rb) / 2, 1e-12);
       EXPECT_NEAR(s.recall_min, std::min(ra, rb), 1e-12);
-      EXPECT_EQ(s.meets_target, std::min(ra, rb) >= 0.95 - kRecallTolerance);
+      EXPECT_EQ(s.meets_target,
+                std::min(ra, rb) >= 0.95 - kRecallTolerance && KeepsTargetServed(s.config, 0.95));
     }
   }
+}
+
+// sampled_lines reaches a target only at a gamma of SampledLinesGammaFor(target) or more (its
+// served recall follows gamma); 0.95 and below take gamma = target, 0.98 a third of the way
+// above 0.95 more.
+TEST(PatternSearch, SampledLinesKeepsItsTargetByItsGamma) {
+  MethodConfig c;
+  c.method = Method::kSampledLines;
+  for (float gamma : {0.85f, 0.9f, 0.95f, 0.975f, 0.99f}) {
+    c.sampled_lines.gamma = gamma;
+    EXPECT_EQ(KeepsTargetServed(c, 0.9), gamma >= 0.9f) << gamma;
+    EXPECT_EQ(KeepsTargetServed(c, 0.95), gamma >= 0.95f) << gamma;
+    EXPECT_EQ(KeepsTargetServed(c, 0.98), gamma >= 0.99f) << gamma;
+  }
+  MethodConfig v;
+  v.method = Method::kVerticalSlash;
+  EXPECT_TRUE(KeepsTargetServed(v, 0.98));
+  bool has_098 = false;
+  for (const MethodConfig& d : DefaultCandidates()) {
+    has_098 |= d.method == Method::kSampledLines && KeepsTargetServed(d, 0.98);
+  }
+  EXPECT_TRUE(has_098);
 }
 
 TEST(PatternSearch, DeterministicAcrossThreadCounts) {

@@ -783,6 +783,7 @@ __global__ void SlDiagonalEvidenceKernel(SlArgs a) {
 // by the last-rows evidence (sampled_lines.cc: D(o) > V(j), D(o) > diagonal_floor / k_len and
 // D(o) > SampledLinesDiagonalBar, the CPU's own function: diagonal_cost x the block's rows x its
 // threshold bin's edge).
+// With clip_diagonals a diagonal code also carries its sampled row (rel; SlDiagonalKeys).
 // One CTA per index row; its loads are independent (pass 3's hot loop has none).
 static_assert(kSlBins == kSampledLinesBins && kSlBinFloor == kSampledLinesBinFloor,
               "sampled_lines_kernels.h's bins are sampled_lines_bar.h's");
@@ -806,7 +807,8 @@ __global__ void SlClassifyKernel(SlArgs a) {
     const int o = g.first_pos + rel - j;
     const int oi = o - es.min_offset;
     const float d = oi >= 0 && oi < es.num_offsets ? diag[oi] : 0.f;
-    e[i] = d > col[j] && d > diag_floor && d > diag_bar ? -1 - (o + kl) : j;
+    const bool line = d > col[j] && d > diag_floor && d > diag_bar;
+    e[i] = !line ? j : (a.clip_diagonals ? -1 - ((o + kl) * kSlClipRows + rel) : -1 - (o + kl));
   }
 }
 
@@ -855,29 +857,48 @@ __device__ __forceinline__ int SegLast(int64_t w) {
   return static_cast<int>((w + 1) / row_assembly::kAsmSegWords);
 }
 
+// The keys [*st, *en) of a diagonal code (< 0) of a row of block `g`: o = row position - key
+// for every row of the block, or with clip_diagonals for the rows [lo, hi] its sampled row rel
+// stands for (SampledLinesRowSpan; sampled_lines.cc's clip_diagonals ranges).
+__device__ __forceinline__ void SlDiagonalKeys(const SlAsmArgs& a, int32_t code,
+                                               const BlockGeoDev& g, int kl, int64_t* st,
+                                               int64_t* en) {
+  const int64_t c = -1 - static_cast<int64_t>(code);
+  if (!a.clip_diagonals) {
+    *st = g.first_pos - (c - kl);
+    *en = g.last_pos - (c - kl) + 1;
+    return;
+  }
+  const int64_t o = c / kSlClipRows - kl;
+  const int rel = static_cast<int>(c % kSlClipRows);
+  int lo, hi;
+  SampledLinesRowSpan(rel, g.q_end - g.q_begin, a.rows_per_block, a.edge_rows, &lo, &hi);
+  *st = g.first_pos + lo - o;
+  *en = g.first_pos + hi - o + 1;
+}
+
 // The keys [*st, *en) an entry sets in its row (clipped to [0, key_end), outside which the
 // assembler masks every bit); false when none.
-__device__ __forceinline__ bool EntryKeys(int32_t code, int first_pos, int last_pos, int kl,
-                                          int key_end, int64_t* st, int64_t* en) {
+__device__ __forceinline__ bool EntryKeys(const SlAsmArgs& a, int32_t code, const BlockGeoDev& g,
+                                          int kl, int64_t* st, int64_t* en) {
   if (code >= 0) {
     *st = code;
     *en = static_cast<int64_t>(code) + 1;
   } else {
-    const int64_t o = -1 - static_cast<int64_t>(code) - kl;
-    *st = first_pos - o;
-    *en = last_pos - o + 1;
+    SlDiagonalKeys(a, code, g, kl, st, en);
   }
   if (*st < 0) *st = 0;
-  if (*en > key_end) *en = key_end;
+  if (*en > g.key_end) *en = g.key_end;
   return *st < *en;
 }
 
 // An entry's bucket (sampled_lines_kernels.h): 2 s for the first segment s it reaches, + 1 when
 // it reaches s + 1's too; -1 for none. A span is at most a block's rows (<= 128 keys), so it
 // never reaches three segments.
-__device__ __forceinline__ int EntryBucket(int32_t code, const BlockGeoDev& g, int kl) {
+__device__ __forceinline__ int EntryBucket(const SlAsmArgs& a, int32_t code, const BlockGeoDev& g,
+                                           int kl) {
   int64_t st, en;
-  if (!EntryKeys(code, g.first_pos, g.last_pos, kl, g.key_end, &st, &en)) return -1;
+  if (!EntryKeys(a, code, g, kl, &st, &en)) return -1;
   const int s = SegFirst(st >> 5);
   return 2 * s + (SegLast((en - 1) >> 5) > s ? 1 : 0);
 }
@@ -925,7 +946,7 @@ __global__ void __launch_bounds__(kSlBucketThreads) SlBucketKernel(SlAsmArgs a, 
     for (int i0 = static_cast<int>(threadIdx.x & ~31u); i0 < n; i0 += blockDim.x) {
       const int i = i0 + lane;
       const int32_t code = i < n ? src[i] : 0;
-      const int k = i < n ? EntryBucket(code, g, kl) : -1;
+      const int k = i < n ? EntryBucket(a, code, g, kl) : -1;
       const unsigned peers = __match_any_sync(kFull, k);
       if (k >= 0) {
         const int leader = __ffs(peers) - 1;
@@ -948,6 +969,7 @@ __global__ void __launch_bounds__(kSlBucketThreads) SlBucketKernel(SlAsmArgs a, 
 struct SlAsmSrc {
   SlAsmArgs a;
   struct Shared {
+    BlockGeoDev g;
     int first_pos, last_pos, kl;
     long long e_begin, e_end;
     const int32_t* seg;  // bucket starts (null: no buckets)
@@ -959,6 +981,7 @@ struct SlAsmSrc {
     ctx.block = block;
     ctx.num_slots = 1;
     ctx.slots[0] = slot;
+    sh.g = g;
     sh.first_pos = g.first_pos;
     sh.last_pos = g.last_pos;
     sh.kl = a.k_lens[g.seq];
@@ -989,8 +1012,9 @@ struct SlAsmSrc {
         const int64_t i = (code >> 5) - wbase;
         if (i >= 0 && i < kAsmArrayWords) atomicOr(cols + i, 1u << (code & 31));
       } else {
-        const int64_t o = -1 - static_cast<int64_t>(code) - sh.kl;
-        OrSpan(ranges, wbase, sh.first_pos - o, sh.last_pos - o + 1);
+        int64_t st, en;
+        SlDiagonalKeys(a, code, sh.g, sh.kl, &st, &en);
+        OrSpan(ranges, wbase, st, en);
       }
     }
   }

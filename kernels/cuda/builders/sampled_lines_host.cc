@@ -52,6 +52,15 @@ absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const A
                                                   const std::vector<int>& heads, int block_m) {
   const Layout l = MakeLayout(p, heads, block_m);
   const int nslots = l.host.num_heads(), nblocks = l.host.num_blocks();
+  if (params.clip_diagonals) {
+    for (int b = 0; b < p.batch(); ++b) {
+      if (block_m > kSlClipRows || p.k_len(b) > INT32_MAX / kSlClipRows / 2) {
+        return absl::UnimplementedError(absl::StrCat(
+            "sampled_lines.clip_diagonals: the GPU index builder takes block_m <= ", kSlClipRows,
+            " and k_len <= ", INT32_MAX / kSlClipRows / 2, ", got ", block_m, " and ", p.k_len(b)));
+      }
+    }
+  }
   // Sampled rows per block, packed into groups.
   std::vector<SlRow> rows;
   std::vector<SlGroup> groups;
@@ -182,6 +191,7 @@ absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const A
   sa.hist_exact = SampledLinesKnobs().hist_exact;
   sa.diagonal_floor = params.diagonal_floor;
   sa.diagonal_cost = params.diagonal_cost;
+  sa.clip_diagonals = params.clip_diagonals;
   sa.ev_seqs = ep.seqs;
   sa.col_sums = ep.col_sums;
   sa.diag_sums = ep.diag_sums;
@@ -233,6 +243,9 @@ absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const A
   SPATTN_ASSIGN_OR_RETURN(asm_args.k_lens, Upload(env, k_lens, "sampled_lines k_lens"));
   asm_args.sink_tokens = params.sink_tokens;
   asm_args.local_tokens = params.local_tokens;
+  asm_args.clip_diagonals = params.clip_diagonals;
+  asm_args.rows_per_block = params.rows_per_block;
+  asm_args.edge_rows = params.edge_rows;
   // Rows of 5 or more assembler segments (> 256K keys): the entries bucketed by segment in place
   // first, so the assembler reads each once instead of once per segment (sampled_lines.cu, "Row
   // assembly"; at 128K, 3 segments, it does not pay yet). SPATTN_SL_ASM_BUCKET=0 / 1: never /

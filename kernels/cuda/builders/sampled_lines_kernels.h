@@ -42,6 +42,9 @@ constexpr int kSlGroupBlocks = 32;    // query blocks per CTA (histograms in sha
 constexpr int kSlBins = 258;          // = kSampledLinesBins (sampled_lines.h)
 constexpr int kSlBinFloor = 759;      // = kSampledLinesBinFloor
 constexpr float kSlColumnLeak = 8.f;  // = kSampledLinesColumnLeak
+// clip_diagonals' codes carry the sampled row (< block_m <= 128) in their low 7 bits: (o + k_len)
+// < 2 k_len, so k_len <= kSlMaxAsmSegs x 64K keys (8M) keeps a code within int32.
+constexpr int kSlClipRows = 128;
 
 // Sampled rows of consecutive query blocks of one sequence.
 struct SlGroup {
@@ -94,8 +97,9 @@ struct SlArgs {
   const int32_t* split_block_ids = nullptr;  // [split_blocks]
   const BlockGeoDev* geo = nullptr;          // [num_blocks]
   float gamma = 0.f;
-  float diagonal_floor = 0.f;  // SampledLinesParams::diagonal_floor (units of 1 / k_len)
-  float diagonal_cost = 0.f;   // SampledLinesParams::diagonal_cost (0 = off)
+  float diagonal_floor = 0.f;   // SampledLinesParams::diagonal_floor (units of 1 / k_len)
+  float diagonal_cost = 0.f;    // SampledLinesParams::diagonal_cost (0 = off)
+  bool clip_diagonals = false;  // SampledLinesParams::clip_diagonals (the diagonal codes below)
   // Evidence: vertical_slash's estimate over the last rows (merged_kernels.h EstimateParams).
   const merged::EstimateSeq* ev_seqs = nullptr;  // [batch]
   const double* col_sums = nullptr;              // [slots * col_stride]
@@ -115,7 +119,9 @@ struct SlArgs {
   int64_t* kept = nullptr;    // [rows + 1]
   int32_t* counts = nullptr;  // [rows] (zeroed: split groups' pass 3 cursor)
   // Kept entries: pass 3 writes (row position - its block's first row position) * k_len + key j,
-  // the classify step turns them into key j (column) or -1 - (o + k_len) (diagonal o).
+  // the classify step turns them into key j (column) or -1 - (o + k_len) (diagonal o); with
+  // clip_diagonals -1 - ((o + k_len) * kSlClipRows + rel), rel = the sampled row's position - its
+  // block's first row position (SlDiagonalKeys).
   int32_t* entries = nullptr;
   // Pass 3 tests every entry's mass (SPATTN_SL_EMIT_EXACT=1, for comparisons) instead of the
   // equivalent threshold on its raw product q . k.
@@ -159,6 +165,11 @@ struct SlAsmArgs {
   const int32_t* entries = nullptr;
   const int32_t* k_lens = nullptr;  // [batch]
   int sink_tokens = 0, local_tokens = 0;
+  // SampledLinesParams::clip_diagonals, rows_per_block and edge_rows: a diagonal code's keys are
+  // those of the rows its sampled row stands for (SampledLinesRowSpan).
+  bool clip_diagonals = false;
+  int rows_per_block = 0;
+  bool edge_rows = true;
   // The entries bucketed in place by the assembler's key segments (LaunchSampledLinesBucket), so
   // that each segment reads only its own; null `seg`: every segment reads the row's whole slice.
   // Bucket 2 s holds the row's entries whose keys reach segment s's bit arrays and no later
