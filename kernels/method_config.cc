@@ -108,6 +108,8 @@ std::vector<MethodParam> MakeMethodParams() {
             [](MethodConfig* c) { return &c->sampled_lines.diagonal_cost; }),
       Bool(M::kSampledLines, "clip_diagonals",
            [](MethodConfig* c) { return &c->sampled_lines.clip_diagonals; }),
+      Float(M::kSampledLines, "short_floor", R::kNonNegative,
+            [](MethodConfig* c) { return &c->sampled_lines.short_floor; }),
   };
 }
 

@@ -117,8 +117,13 @@ struct SampledLinesParams {
   // Step 3's range of a diagonal entry: false, the keys of every row of the block; true, those of
   // the rows its sampled row stands for (SampledLinesRowSpan: the rows nearer to it than to
   // another sampled row), so a line seen by one sampled row costs a third of the block's rows
-  // (3 rows per block). Default: false.
-  bool clip_diagonals = false;
+  // (3 rows per block). Default: true (issue 11 item 4; kernels/cuda/NOTES.md "Session 22 --
+  // s22-sldensity").
+  bool clip_diagonals = true;
+  // Step 2's floor for sequences of fewer than 65536 keys (kSampledLinesShortKeys), in the same
+  // units as diagonal_floor; 0 = diagonal_floor at every length. Default: 9 (with clipped
+  // diagonals, 32K takes 9 within item 3's promise and 128K needs 7).
+  float short_floor = 9.f;
 };
 
 // A method with its parameters. Only the struct matching `method` is read.

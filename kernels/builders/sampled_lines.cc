@@ -176,7 +176,7 @@ absl::Status BuildSampledLinesIndex(const AttentionProblem& problem,
     std::vector<float> probs;
     SampledRowProbs(problem, g.seq, heads[slot], sampled, &probs);
     const float w = sampled.empty() ? 0.f : 1.f / static_cast<float>(sampled.size());
-    const float diag_floor = params.diagonal_floor / static_cast<float>(kl);
+    const float diag_floor = SampledLinesFloor(params.diagonal_floor, params.short_floor, kl);
     // Mass per bin over the block's entries, then the threshold bin.
     std::vector<double> hist(kSampledLinesBins, 0.0);
     double total = 0;

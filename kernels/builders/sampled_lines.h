@@ -58,6 +58,10 @@
 //     threshold-bin edge. On 128-row blocks (H100, 16 oracle blocks per head; NOTES "Session 20
 //     -- s20-sldensity") floor 5 + cost 0.2 gives 1.28x the oracle at 32K (recall 0.951; the
 //     defaults 1.47x, 0.960) but recall 0.941 at 128K (defaults 1.30x, 0.953), hence off.
+//     short_floor (default 9, since session 22): the floor for sequences of fewer than 64K keys
+//     (SampledLinesFloor). With clipped diagonals (step 3) 32K keeps item 3's promise at floor 9
+//     and 128K needs 7: one floor cannot serve both (kernels/cuda/NOTES.md "Session 22 --
+//     s22-sldensity"; 4K and 16K keep it at 9 too).
 //  3. Per query block, each (sampled row, key) entry weighs m = p / (rows sampled), as fp32.
 //     Entries are binned by the top 12 bits of m's fp32 representation (SampledLinesBin: 8 bins
 //     per octave, ~9% apart; everything below 2^-32 in bin 0); the threshold bin is the highest
@@ -65,6 +69,15 @@
 //     entry in those bins keeps its line: a column j as a key column, a diagonal o as the range
 //     [first_pos - o, last_pos - o] (MInference Alg. 4: it holds key pos - o for every row of
 //     the block). Binning, not a sort, so that the GPU builder selects the same way in one pass.
+//     clip_diagonals (default true since session 22): a diagonal entry of sampled row r keeps
+//     only the keys pos - o of the rows r stands for (SampledLinesRowSpan: those nearer to r
+//     than to the other sampled rows; with 3 edge rows of 128, rows 0-31, 32-95, 96-127), so a
+//     line all 3 rows see keeps the whole range and one seen by one row a quarter or half of
+//     it. Background entries that pass as diagonals are seen by one row; real lines by all.
+//     H100, spattn-bench llm_mix seed 0, 128-row blocks, 256 recall rows (oracle on 16 blocks
+//     per head): 32K at floor 9 density 0.0544 = 1.29x the oracle, recall 0.9565 (32/32 heads
+//     within 0.02; whole ranges, floor 7: 0.0621 = 1.47x, 0.9595), 128K at floor 7 0.0898 =
+//     1.21x, 0.9510 (31/32; whole ranges 0.0962 = 1.30x, 0.9533).
 //     Entries, not lines (for now): ranking each line by its mass summed over the sampled rows
 //     (the column oracle's rule; CPU experiment, session 21) cut 128K's density at a smaller
 //     recall cost than the floor does (1.26x -> 1.15x the oracle for 0.953 -> 0.951, seed 1)
@@ -110,13 +123,15 @@ bool SampledLinesColumnLeak(float d, int rows, const float* col, int first_pos, 
 
 // Issue 11 item 3: the gamma at which sampled_lines keeps a served mean recall of `target` on
 // rows it did not sample, at any length: target + kSampledLinesGammaSlope x max(0, target -
-// 0.95), at most 0.999. Its rule has no calibration length (the same share of each block's
-// sampled mass at every length), so the served recall follows gamma, not the calibration
+// 0.95), at most 0.999 (0.98 -> 0.99). Its rule has no calibration length (the same share of each
+// block's sampled mass at every length), so the served recall follows gamma, not the calibration
 // prompt: the held-out rows keep more than gamma at low gammas and less close to 1 (H100,
 // spattn-bench llm_mix seed 0, 128-row blocks, 256 recall rows; kernels/cuda/NOTES.md
 // "Session 21 -- s21-sldensity" and "Session 22 -- s22-sldensity"): gamma 0.90 -> 0.926-0.966
-// at 4K-128K, 0.95 -> 0.953-0.975, 0.98 -> 0.975-0.977 from 16K up (short), 0.985 -> 0.981 at
-// 16K / 32K.
+// at 4K-128K, 0.95 -> 0.951-0.974, 0.98 -> 0.975-0.977 from 16K up (short); with the
+// session-22 defaults 0.985 -> 0.9867 / 0.9804 / 0.9810 / 0.97997 at 4K / 16K / 32K / 128K
+// (128K short by 3e-5) and 0.99 -> 0.9858 at 128K (a higher gamma keeps a superset of the
+// entries, so 0.99 keeps at least 0.985's recall at every length).
 inline constexpr double kSampledLinesGammaSlope = 1.0 / 3.0;
 double SampledLinesGammaFor(double target);
 

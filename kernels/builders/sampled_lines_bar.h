@@ -43,6 +43,15 @@ SPATTN_SL_HD float SampledLinesDiagonalBar(float cost, int rows, int thr) {
   return cost * static_cast<float>(rows) * SampledLinesBinEdge(thr);
 }
 
+// Step 2's diagonal floor of a sequence of `k_len` keys, as a mean mass: `floor` uniform shares
+// (1 / k_len), or `short_floor` of them where k_len < kSampledLinesShortKeys and short_floor > 0
+// (SampledLinesParams::short_floor). One division, so host and device round alike.
+inline constexpr int kSampledLinesShortKeys = 65536;
+SPATTN_SL_HD float SampledLinesFloor(float floor, float short_floor, int k_len) {
+  const float f = k_len < kSampledLinesShortKeys && short_floor > 0.f ? short_floor : floor;
+  return f / static_cast<float>(k_len);
+}
+
 // Step 1's sampled row i of a block of n rows (0 <= i < s = min(rows_per_block, n)), relative
 // to the block's first row: SampledLinesRows without the duplicates' removal.
 SPATTN_SL_HD int SampledLinesRowAt(int i, int n, int s, bool edge_rows) {

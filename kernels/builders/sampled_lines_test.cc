@@ -56,7 +56,8 @@ TEST(SampledLinesTest, HandCheckedSlash) {
   params.rows_per_block = 2;
   params.edge_rows = false;
   params.sink_tokens = 0;
-  params.local_tokens = 1;  // the block's own keys [first_pos, last_pos]
+  params.local_tokens = 1;   // the block's own keys [first_pos, last_pos]
+  params.short_floor = 0.f;  // diagonal_floor at this length too
   SparseIndex idx;
   ASSERT_TRUE(BuildSampledLinesIndex(hp->problem(), params, {0}, 16, &idx).ok());
   ASSERT_TRUE(ValidateSparseIndex(hp->problem(), idx).ok());
@@ -133,6 +134,7 @@ TEST(SampledLinesTest, RowSpansSplitTheBlockBetweenTheSampledRows) {
 TEST(SampledLinesTest, ClippedDiagonalsKeepASubsetOfTheBlocksRanges) {
   Workload w = GeneratorWorkload("slash");
   SampledLinesParams whole, clipped;
+  whole.clip_diagonals = false;
   clipped.clip_diagonals = true;
   SparseIndex a, b;
   ASSERT_TRUE(BuildSampledLinesIndex(w.problem(), whole, AllHeads(w.problem()), 64, &a).ok());
@@ -161,6 +163,20 @@ TEST(SampledLinesTest, ClippedDiagonalsKeepASubsetOfTheBlocksRanges) {
   EXPECT_LT(nb, na);
   const FidelitySummary f = SummarizeFidelity(w.problem(), b, 128, 1).value();
   EXPECT_GE(f.recall_mean, 0.95) << "density " << f.density_mean;
+}
+
+// The diagonal floor (one function with the GPU twin): short_floor below 64K keys, else
+// diagonal_floor, in uniform shares.
+TEST(SampledLinesTest, ShortSequencesTakeTheShortFloor) {
+  EXPECT_EQ(SampledLinesFloor(7.f, 9.f, 32768), 9.f / 32768.f);
+  EXPECT_EQ(SampledLinesFloor(7.f, 9.f, 65535), 9.f / 65535.f);
+  EXPECT_EQ(SampledLinesFloor(7.f, 9.f, 65536), 7.f / 65536.f);
+  EXPECT_EQ(SampledLinesFloor(7.f, 9.f, 131072), 7.f / 131072.f);
+  EXPECT_EQ(SampledLinesFloor(7.f, 0.f, 4096), 7.f / 4096.f);  // off
+  SampledLinesParams d;
+  EXPECT_TRUE(d.clip_diagonals);
+  EXPECT_EQ(d.diagonal_floor, 7.f);
+  EXPECT_EQ(d.short_floor, 9.f);
 }
 
 // The cost bar (one function with the GPU twin): cost x rows x the lower edge of bin thr; bin
@@ -238,9 +254,11 @@ TEST(SampledLinesTest, RecallOnPlantedColumnsAndSlashes) {
 // no fixed vertical/slash budget reaches them with; a retrieval group wholly between two sampled
 // rows of a block is missed by that block (the method's estimate error on rows it did not
 // sample; with 3 edge rows only groups shorter than half a block can be).
-// Measured (defaults: 3 edge rows, floor 7): vertical_slash 0.971 at density 0.12, slash 0.966
-// at 0.16, sink_local 0.972 at 0.07, retrieval 0.967 at 0.06, topic_blocks 0.964 at 0.15 (2
-// centred rows, floor 3: 0.966 / 0.11, 0.964 / 0.15, 0.977 / 0.07, 0.921 / 0.06, 0.934 / 0.13).
+// Measured (defaults: 3 edge rows, clipped diagonals, floor 9 at this length): vertical_slash
+// 0.969 at density 0.115, slash 0.964 at 0.157, sink_local 0.967 at 0.066, retrieval 0.967 at
+// 0.064, topic_blocks 0.963 at 0.146 (whole-block diagonals, floor 7: 0.971 / 0.12, 0.966 / 0.16,
+// 0.972 / 0.07, 0.967 / 0.06, 0.964 / 0.15; 2 centred rows, floor 3: 0.966 / 0.11, 0.964 / 0.15,
+// 0.977 / 0.07, 0.921 / 0.06, 0.934 / 0.13).
 TEST(SampledLinesTest, RecallOnGeneratorWorkloads) {
   struct Want {
     const char* kind;

@@ -295,19 +295,23 @@ MethodCases CasesFor(Method m) {
         bool edges;
         float cost = 0.f;
         bool clip = false;
+        float short_floor = 0.f;
       };
       // Flat random attention needs low gammas to be sparse; floors 1 and 0.5 make diagonals;
       // costs 0.01 / 1 put the diagonal bar (cost x rows x threshold edge) among D's values; the
-      // last two clip each diagonal to its sampled row's span (edge rows / centred rows).
+      // last three clip each diagonal to its sampled row's span (edge rows / centred rows), the
+      // last with a short-sequence floor (these lengths are all below 64K keys) above its floor.
       for (const P& pr :
            {P{0.95f, 2, 64, 4, 64, 2.f, false}, P{0.5f, 1, 16, 0, 0, 1.f, true},
             P{0.3f, 4, 100, 1, 16, 6.f, false}, P{0.6f, 3, 1, 0, 1, 0.5f, false},
             P{0.95f, 2, 64, 4, 64, 3.f, true}, P{0.4f, 3, 64, 4, 16, 7.f, true},
             P{0.6f, 3, 1, 0, 1, 0.5f, true, 0.01f}, P{0.95f, 3, 64, 4, 64, 1.f, true, 1.f},
             P{0.6f, 3, 1, 0, 1, 0.5f, true, 0.f, true},
-            P{0.95f, 2, 64, 4, 64, 2.f, false, 0.f, true}}) {
+            P{0.95f, 2, 64, 4, 64, 2.f, false, 0.f, true},
+            P{0.6f, 3, 64, 4, 16, 0.5f, true, 0.f, true, 2.f}}) {
         c.sampled_lines.diagonal_cost = pr.cost;
         c.sampled_lines.clip_diagonals = pr.clip;
+        c.sampled_lines.short_floor = pr.short_floor;
         c.sampled_lines.edge_rows = pr.edges;
         c.sampled_lines.gamma = pr.gamma;
         c.sampled_lines.diagonal_floor = pr.floor;

@@ -780,7 +780,7 @@ __global__ void SlDiagonalEvidenceKernel(SlArgs a) {
 
 // The entries of each index row, from (row position - its block's first row position) * k_len +
 // key j to the assembler's codes: j (column) or -1 - (o + k_len) (diagonal o = row position - j),
-// by the last-rows evidence (sampled_lines.cc: D(o) > V(j), D(o) > diagonal_floor / k_len and
+// by the last-rows evidence (sampled_lines.cc: D(o) > V(j), D(o) > SampledLinesFloor and
 // D(o) > SampledLinesDiagonalBar, the CPU's own function: diagonal_cost x the block's rows x its
 // threshold bin's edge).
 // With clip_diagonals a diagonal code also carries its sampled row (rel; SlDiagonalKeys).
@@ -797,7 +797,7 @@ __global__ void SlClassifyKernel(SlArgs a) {
   const merged::EstimateSeq es = a.ev_seqs[g.seq];
   const float* col = a.col_mean + slot * a.col_stride + es.col_base;
   const float* diag = a.diag_mean + slot * a.diag_stride + es.diag_base;
-  const float diag_floor = a.diagonal_floor / static_cast<float>(kl);
+  const float diag_floor = SampledLinesFloor(a.diagonal_floor, a.short_floor, kl);
   const int thr = a.thr[unit];
   const float diag_bar = SampledLinesDiagonalBar(a.diagonal_cost, g.q_end - g.q_begin, thr);
   int32_t* e = a.entries + a.kept[unit];

@@ -190,6 +190,7 @@ absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const A
   sa.emit_exact = SampledLinesKnobs().emit_exact;
   sa.hist_exact = SampledLinesKnobs().hist_exact;
   sa.diagonal_floor = params.diagonal_floor;
+  sa.short_floor = params.short_floor;
   sa.diagonal_cost = params.diagonal_cost;
   sa.clip_diagonals = params.clip_diagonals;
   sa.ev_seqs = ep.seqs;

@@ -98,6 +98,7 @@ struct SlArgs {
   const BlockGeoDev* geo = nullptr;          // [num_blocks]
   float gamma = 0.f;
   float diagonal_floor = 0.f;   // SampledLinesParams::diagonal_floor (units of 1 / k_len)
+  float short_floor = 0.f;      // SampledLinesParams::short_floor (< 64K keys; 0 = off)
   float diagonal_cost = 0.f;    // SampledLinesParams::diagonal_cost (0 = off)
   bool clip_diagonals = false;  // SampledLinesParams::clip_diagonals (the diagonal codes below)
   // Evidence: vertical_slash's estimate over the last rows (merged_kernels.h EstimateParams).

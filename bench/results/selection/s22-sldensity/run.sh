@@ -3,7 +3,7 @@
 # sampled_lines builder against its CPU twin, clip_diagonals included), then spattn-bench
 # --device=cuda --group_by=all (one build of all 32 heads, per-head recall in recall_heads)
 # --methods=sampled_lines (plus the oracle where ORACLE=1) for each "LEN:block_m:rows:edge_rows:
-# floor:gamma:cost:clip" in RUNS, llm_mix seed 0, 32/8 heads d 128 bf16 causal, 256 recall rows
+# floor:gamma:cost:clip[:short_floor]" in RUNS, llm_mix seed 0, 32/8 heads d 128 bf16 causal, 256 recall rows
 # per head, --warmup=0 --repeat=1 (densities and recall; timings not claimed).
 set -u
 cd "$(dirname "$0")"
@@ -23,15 +23,15 @@ if [ "${TESTS:-1}" = 1 ]; then
   note "sampled_lines_gpu_test rc=$? $(grep -hE '^\[  (PASSED|FAILED) ' "$OUT/test_sl_gpu.log" | tr '\n' ' ')"
 fi
 for v in ${RUNS:-32768:128:3:true:7:0.95:0:false}; do
-  IFS=: read -r len bm rows edges floor gamma cost clip <<< "$v"
+  IFS=: read -r len bm rows edges floor gamma cost clip short <<< "$v"; short=${short:-0}
   methods=sampled_lines; [ "${ORACLE:-0}" = 1 ] && methods=oracle,sampled_lines
-  tag="b${bm}_r${rows}_e${edges}_f${floor}_g${gamma}_c${cost}_k${clip}"
+  tag="b${bm}_r${rows}_e${edges}_f${floor}_g${gamma}_c${cost}_k${clip}_s${short}"
   timeout ${CAP:-60} bin/spattn-bench --device=cuda --workload=llm_mix --heads=32 --kv_heads=8 \
     --head_dim=128 --dtype=bf16 --group_by=all --recall_rows=256 --seq_len=$len --block_m=$bm \
     --warmup=0 --repeat=1 --methods=$methods --search_target_recall=$gamma \
     --sampled_lines.gamma=$gamma --sampled_lines.rows_per_block=$rows \
     --sampled_lines.edge_rows=$edges --sampled_lines.diagonal_floor=$floor \
-    --sampled_lines.diagonal_cost=$cost --sampled_lines.clip_diagonals=$clip \
+    --sampled_lines.diagonal_cost=$cost --sampled_lines.clip_diagonals=$clip --sampled_lines.short_floor=$short \
     > "$OUT/bench_${tag}_$len.jsonl" 2> "$OUT/bench_${tag}_$len.err"
   note "bench $tag $len rc=$?"
 done
