@@ -210,7 +210,7 @@ __global__ void __launch_bounds__(kAnThreads, 2) AnAnchorKernel(AnArgs a) {
 
 // Stripe scan: warp w takes m-tile item.tile_begin + w (16 pooled queries of one group).
 // Two CTAs per SM (128 registers; 12 bytes of spill at d = 128, outside the tile loop). One CTA
-// per SM (156 registers, no spill) took 1.28x / 1.37x as long at 32K / 128K (H100,
+// per SM (156 registers, no spill) took 1.29x as long at 32K and at 128K (H100,
 // kernels/cuda/NOTES.md Session 22 — s22-build).
 template <typename T, int kD>
 __global__ void __launch_bounds__(kAnThreads, 2) AnStripeKernel(AnArgs a) {

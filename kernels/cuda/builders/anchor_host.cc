@@ -109,8 +109,8 @@ absl::StatusOr<SparseIndexView> BuildAnchor(const BuildScope& env, const Attenti
 
   AnArgs an;
   an.p = a;
-  // The host arrays in one upload (one pageable copy instead of six: the gap between the build
-  // and its stages fell from 1.43 to 0.30 ms at 128K, kernels/cuda/NOTES.md Session 22).
+  // The host arrays in one upload (one pageable copy instead of six; the build's wall time did
+  // not move beyond its run-to-run spread, kernels/cuda/NOTES.md Session 22 — s22-build).
   std::vector<int32_t> heads32(heads.begin(), heads.end());
   MetaBlob blob;
   const size_t o_heads = blob.Add(heads32), o_geo = blob.Add(l.geo), o_groups = blob.Add(groups);

@@ -132,8 +132,7 @@ absl::StatusOr<SparseIndexView> BuildSaap(const BuildScope& env, const Attention
   SaapArgs sp;
   sp.p = a;
   sp.assets = dev;
-  // The host arrays in one upload (one pageable copy instead of seven; anchor's six separate
-  // ones cost it ~1.1 ms at 128K, kernels/cuda/NOTES.md Session 22 — s22-build).
+  // The host arrays in one upload (one pageable copy instead of seven, as anchor's).
   MetaBlob blob;
   const size_t o_kv = blob.Add(kv_used), o_tiles = blob.Add(key_tiles);
   const size_t o_key_off = blob.Add(unit_key_off), o_geo = blob.Add(l.geo);

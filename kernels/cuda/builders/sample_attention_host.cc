@@ -65,8 +65,7 @@ absl::StatusOr<SparseIndexView> BuildSampleAttention(const BuildScope& env,
 
   SaArgs sa;
   sa.p = a;
-  // The host arrays in one upload (one pageable copy instead of five; anchor's six separate
-  // ones cost it ~1.1 ms at 128K, kernels/cuda/NOTES.md Session 22 — s22-build).
+  // The host arrays in one upload (one pageable copy instead of five, as anchor's).
   std::vector<int32_t> heads32(heads.begin(), heads.end());
   MetaBlob blob;
   const size_t o_heads = blob.Add(heads32), o_units = blob.Add(units), o_items = blob.Add(items);

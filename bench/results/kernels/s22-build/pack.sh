@@ -25,5 +25,5 @@ cp "$BASE" "$DEST/bin/spattn-bench-base"
 chmod u+w "$DEST/bin/spattn-bench-base"
 strip --strip-debug "$DEST/bin/spattn-bench-base"
 (cd "$DEST" && tar -cJf bundle.tar.xz bin lib && rm -rf bin lib)
-cp bench/results/kernels/s22-build/run.sh bench/results/kernels/s22-build/stages.py "$DEST/"
+cp bench/results/kernels/s22-build/run*.sh bench/results/kernels/s22-build/stages.py "$DEST/"
 du -sh "$DEST"
