@@ -147,8 +147,13 @@ struct PersistTraits {
 // kFlagPackTails alone: per item, only where the packed tiles are fewer (PackedCursor;
 // SPATTN_HOPPER_PACK_TAILS=1); with kFlagPackAlways, every item with tails (=2, the default:
 // session 18, run 2).
+// kFlagPackTails | kFlagPackTies (SPATTN_HOPPER_PACK_TAILS=3): also where packing gives as many
+// tiles as the plain tiling, if the item has columns (its tails then fill gathered tiles that
+// are loaded anyway; session 22, run 1: =1 ran 32K block_m 128 synthetic ranges -- no columns
+// -- 7-10% above =2, sampled_lines -- ranges and columns -- 3-4% below).
 constexpr int kFlagPackTails = 1;
 constexpr int kFlagPackAlways = 2;
+constexpr int kFlagPackTies = 8;
 // kFlagDynamic (sparse, kDesc): after its first item (item c, as in the snake order) a CTA takes
 // its items from the schedule's counter (SparseSchedule::counter, zero at the launch), in list
 // order, one atomicAdd per item by the producer's leader, issued when the CTA starts its
@@ -184,10 +189,15 @@ struct PackedCursor {
   int e = 0, off = 0;  // ranges: the next tile
   int tails = 0;       // packing: tail keys of the ranges walked so far
   int v = 0;           // gathered list: the next position
-  int mode = 0;        // 0 plain (TileCursor's tiling), 1 packing, -1 kFlagPackTails undecided
+  // 0 plain (TileCursor's tiling), 1 packing, -1 kFlagPackTails undecided (-2 with
+  // kFlagPackTies)
+  int mode = 0;
   detail::TileCursor<kBN> plain;
   __device__ __forceinline__ void Init(int flags) {
-    mode = (flags & kFlagPackAlways) != 0 ? 1 : (flags & kFlagPackTails) != 0 ? -1 : 0;
+    mode = (flags & kFlagPackAlways) != 0  ? 1
+           : (flags & kFlagPackTails) == 0 ? 0
+           : (flags & kFlagPackTies) != 0  ? -2
+                                           : -1;
   }
   __device__ __forceinline__ bool Next(const detail::KeySet& ks, int& kind, int& start, int& n,
                                        bool& mixed) {
@@ -207,7 +217,8 @@ struct PackedCursor {
           part += tail > 0 ? 1 : 0;
         }
         const int c = ks.num_cols;
-        mode = (c + t + kBN - 1) / kBN < (c + kBN - 1) / kBN + part ? 1 : 0;
+        const int packed = (c + t + kBN - 1) / kBN, plain_tiles = (c + kBN - 1) / kBN + part;
+        mode = packed < plain_tiles || (mode == -2 && c > 0 && packed == plain_tiles) ? 1 : 0;
       }
       while (e < ks.num_ranges) {
         const int rs = __ldg(ks.range_start + e), rl = __ldg(ks.range_len + e);
@@ -926,7 +937,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
   if (kPingPong && cw == 1) NamedArrive(kBarTurn0, 256);  // consumer warpgroup 0 goes first
   if constexpr (Tr::kCross) {
     ConsumerStream<Tr, kSparse>(st, smem, p, cw, tid, lane, my_turn, other_turn, kTurnThreads, ring,
-                       q_full(0), q_empty(0));
+                                q_full(0), q_empty(0));
   } else {
     int tile = 0, n_item = 0;
     for (int round = 0;; ++round) {
