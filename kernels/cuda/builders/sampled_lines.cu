@@ -125,42 +125,76 @@ __device__ __forceinline__ int DiagonalRows(int fp, int lp, int kl, bool causal,
   return hi - lo + 1 > 0 ? hi - lo + 1 : 0;
 }
 
+// Bin i's lower edge in fixed-point units (0 for bin 0, which takes everything below bin 1).
+__device__ __forceinline__ double BinEdgeFixed(int i) {
+  return i == 0
+             ? 0.0
+             : static_cast<double>(__uint_as_float(static_cast<unsigned>(i + kSlBinFloor) << 20)) *
+                   static_cast<double>(kFixedOne);
+}
+
 // Per block from its fixed-point mass histogram `bm`, the live rows' weight sum `part` and its
 // entries `all`: the threshold bin (the highest whose bins from the top reach gamma * total) and a
 // bound on the entries at or above it, the slice pass 3 writes into: an entry of bin i weighs >=
 // edge(i) (its lower edge), i.e. >= E(i) - 1/2 fixed-point units after rounding, so bin i holds <=
 // M(i) / (E(i) - 1/2) entries (+1 for the division's rounding): within 12.5 % (+1 per bin) of the
-// count. Where E(i) <= 1 (bin 0 takes everything below its edge) the bound is the block's entry
-// count. Pass 3 writes the entries and their true count.
-__device__ void BlockThreshold(const unsigned* bm, float part, long long all, float gamma,
-                               int* thr_out, long long* kept_out) {
+// count. Where E(thr) <= 1 (bin 0 takes everything below its edge; entries rounded to 0 units may
+// sit in such bins) the bound is the block's entry count. Pass 3 writes the entries and their true
+// count.
+// One warp, every lane calls it and gets the result: lane l takes bins [9 l, 9 l + 9), the sums
+// from the top are a suffix scan over the lanes, the threshold bin the highest whose sum from the
+// top reaches the target (the sums grow as the bin falls, so that is where one walk from the top
+// stops), the bound a warp sum of the bins' integer terms. Every sum is of integers, so thr and
+// the bound are those of one lane walking the bins from the top (which this replaced: its serial
+// walk, up to 258 steps with a double division each, held the pass-2 CTA's tail).
+__device__ void BlockThresholdWarp(const unsigned* bm, float part, long long all, float gamma,
+                                   int lane, int* thr_out, long long* kept_out) {
+  constexpr int kPer = (kSlBins + 31) / 32;
   const double target = static_cast<double>(gamma * part);
   int thr = kSlBins;
   long long cap = 0;
   if (part > 0.f) {
-    unsigned long long cum = 0;
-    for (int i = kSlBins - 1; i >= 0; --i) {
-      cum += bm[i];
-      const double edge =
-          i == 0
-              ? 0.0
-              : static_cast<double>(__uint_as_float(static_cast<unsigned>(i + kSlBinFloor) << 20)) *
-                    static_cast<double>(kFixedOne);
-      if (bm[i] != 0u) {
-        cap = edge > 1.0
-                  ? cap + static_cast<long long>(static_cast<double>(bm[i]) / (edge - 0.5)) + 1
-                  : all;
-      } else if (!(edge > 1.0)) {
-        cap = all;  // entries rounded to 0 units may sit in these bins
-      }
-      if (static_cast<double>(cum) * (1.0 / kFixedOne) >= target) {
-        thr = i;
-        break;
+    const int lo = lane * kPer;
+    unsigned v[kPer];
+    unsigned long long own = 0;
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      v[k] = lo + k < kSlBins ? bm[lo + k] : 0u;
+      own += v[k];
+    }
+    unsigned long long incl = own;  // the bins of lanes >= this one
+#pragma unroll
+    for (int x = 1; x < 32; x <<= 1) {
+      const unsigned long long o = __shfl_down_sync(kFull, incl, x);
+      if (lane + x < 32) incl += o;
+    }
+    unsigned long long cum = incl - own;  // the bins above this lane's
+    int best = -1;
+#pragma unroll
+    for (int k = kPer - 1; k >= 0; --k) {
+      cum += v[k];
+      if (best < 0 && lo + k < kSlBins && static_cast<double>(cum) * (1.0 / kFixedOne) >= target) {
+        best = lo + k;
       }
     }
-    // gamma within rounding of 1: the bins' sum (fixed point, each row normalized by pass 1's
-    // fp32 sum) may stay a hair below gamma * total; then every bin is kept.
-    if (thr == kSlBins) thr = 0;
+#pragma unroll
+    for (int x = 1; x < 32; x <<= 1) best = max(best, __shfl_xor_sync(kFull, best, x));
+    // None: gamma within rounding of 1, the bins' sum (fixed point, each row normalized by pass
+    // 1's fp32 sum) may stay a hair below gamma * total; then every bin is kept.
+    thr = best < 0 ? 0 : best;
+    if (!(BinEdgeFixed(thr) > 1.0)) {
+      cap = all;
+    } else {
+#pragma unroll
+      for (int k = 0; k < kPer; ++k) {
+        const int i = lo + k;
+        if (i < kSlBins && i >= thr && v[k] != 0u) {
+          cap += static_cast<long long>(static_cast<double>(v[k]) / (BinEdgeFixed(i) - 0.5)) + 1;
+        }
+      }
+#pragma unroll
+      for (int x = 1; x < 32; x <<= 1) cap += __shfl_xor_sync(kFull, cap, x);
+    }
   }
   *thr_out = thr;
   *kept_out = thr == kSlBins ? 0 : (cap < all ? cap : all);
@@ -660,10 +694,10 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
       }
     } else {
       for (int b = warp; b < g.blocks; b += kThreads / 32) {
+        int thr;
+        long long cap;
+        BlockThresholdWarp(hm + b * kSlBins, blk_wsum[b], blk_vis[b], a.gamma, lane, &thr, &cap);
         if (lane == 0) {
-          int thr;
-          long long cap;
-          BlockThreshold(hm + b * kSlBins, blk_wsum[b], blk_vis[b], a.gamma, &thr, &cap);
           const int64_t row = static_cast<int64_t>(slot) * a.num_blocks + g.block_begin + b;
           a.thr[row] = thr;
           a.kept[row] = cap;
@@ -710,12 +744,12 @@ __global__ void SlSplitThresholdKernel(SlArgs a) {
   if (u >= static_cast<int64_t>(a.num_slots) * a.split_blocks) return;
   for (int i = lane; i < kSlBins; i += 32) h[warp][i] = a.split_hist[u * kSlBins + i];
   __syncwarp();
+  int thr;
+  long long cap;
+  BlockThresholdWarp(h[warp], a.split_wsum[u], a.split_vis[u], a.gamma, lane, &thr, &cap);
   if (lane == 0) {
     const int slot = static_cast<int>(u / a.split_blocks);
     const int block = a.split_block_ids[u % a.split_blocks];
-    int thr;
-    long long cap;
-    BlockThreshold(h[warp], a.split_wsum[u], a.split_vis[u], a.gamma, &thr, &cap);
     const int64_t row = static_cast<int64_t>(slot) * a.num_blocks + block;
     a.thr[row] = thr;
     a.kept[row] = cap;
