@@ -36,7 +36,8 @@ constexpr int kFixedKeyShift = 31 * 8;  // bin key (fp32 bits >> 20) of m * kFix
 // every key tile in turn, each loaded once the warps have the previous one's products) plus the
 // per-block mass histograms (fixed point, no counts): 49 KB, 4 CTAs per SM, which beat two buffers
 // at 65 KB / 3 CTAs per SM (H100: 2.59 vs 3.00 ms at 32K, 29.6 vs 30.9 ms at 128K;
-// SPATTN_SL_HIST_BUFFERS=2 selects two for comparisons).
+// SPATTN_SL_HIST_BUFFERS=2 selects two for comparisons; SPATTN_SL_PASS_BUFFERS=3 gives passes 1
+// and 3 a third buffer, 48 KB, each tile loaded two tiles ahead).
 struct SlSmem {
   int64_t tile, hm, total;
 };
@@ -234,15 +235,19 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
   const int64_t qtok = a.p.cu_seqlens_q[g.seq];
   const int64_t ktok = a.p.cu_seqlens_k[g.seq];
   const int kl = a.p.cu_seqlens_k[g.seq + 1] - a.p.cu_seqlens_k[g.seq];
+  // Key tile t's buffer: they take turns (one buffer: always 0).
+  auto buf_of = [&](int t) {
+    return sbuf + (kBufs == 1 ? 0 : (t - t_begin) % kBufs) * static_cast<uint32_t>(lay.tile);
+  };
   auto load_keys = [&](int t) {
     const int j0 = t * kTile;
     assembled::LoadTileAsync(
-        sbuf + (kBufs == 2 ? (t - t_begin) & 1 : 0) * static_cast<uint32_t>(lay.tile), kTile,
-        min(kTile, kl - j0), kChunks,
+        buf_of(t), kTile, min(kTile, kl - j0), kChunks,
         [&](int r) { return kg + (ktok + j0 + r) * a.p.k_token_stride + kvh * a.p.k_head_stride; },
         tid, kThreads);
   };
-  // The Q tile into buffer 1 (0 with one buffer), the first key tile into buffer 0.
+  // The Q tile into the last buffer (0 with one buffer), the first key tile into buffer 0 (with
+  // three buffers the second into buffer 1, a group of its own).
   const uint32_t qbuf = sbuf + (kBufs - 1) * static_cast<uint32_t>(lay.tile);
   assembled::LoadTileAsync(
       qbuf, kTile, g.rows, kChunks,
@@ -251,8 +256,12 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
                qh * a.p.q_head_stride;
       },
       tid, kThreads);
-  if (kBufs == 2 && t_end > t_begin) load_keys(t_begin);
+  if (kBufs >= 2 && t_end > t_begin) load_keys(t_begin);
   detail::CpAsyncCommit();
+  if (kBufs == 3) {
+    if (t_begin + 1 < t_end) load_keys(t_begin + 1);
+    detail::CpAsyncCommit();
+  }
 
   if (kPass == 2) {
     for (int i = tid; i < kSlGroupBlocks * kSlBins; i += kThreads) hm[i] = 0u;
@@ -422,41 +431,55 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
 #pragma unroll
   for (int x = 1; x < 32; x <<= 1) warp_vis = min(warp_vis, __shfl_xor_sync(kFull, warp_vis, x));
 
-  // The Q fragments into registers, then buffer 1 is free for key tile 1.
+  // The Q fragments into registers. With two or three buffers the Q buffer takes a key tile only
+  // after the first iteration's barrier, which every warp reaches with its fragments loaded.
   uint32_t qf[kD / 16][4];
-  detail::CpAsyncWait<0>();
+  if (kBufs == 3) {
+    detail::CpAsyncWait<1>();  // Q and key tile t_begin (t_begin + 1 may still be on its way)
+  } else {
+    detail::CpAsyncWait<0>();
+  }
   __syncthreads();
 #pragma unroll
   for (int kk = 0; kk < kD / 16; ++kk) {
     assembled::LoadA(qbuf, warp * 16, kk, kChunks, lane, qf[kk]);
   }
-  __syncthreads();
   // One buffer (pass 2): the Q tile has left it, the first key tile goes in; each next tile is
   // loaded as soon as every warp has its products of the current one, behind that tile's
   // histogram work (before, each tile's load waited for the previous tile's updates).
-  if (kBufs == 1 && t_end > t_begin) {
-    load_keys(t_begin);
-    detail::CpAsyncCommit();
+  if (kBufs == 1) {
+    __syncthreads();
+    if (t_end > t_begin) {
+      load_keys(t_begin);
+      detail::CpAsyncCommit();
+    }
   }
 
   for (int t = t_begin; t < t_end; ++t) {
     const int j0 = t * kTile;
-    if (kBufs == 2) {
-      if (t + 1 < t_end) load_keys(t + 1);
-      detail::CpAsyncCommit();
+    // Tile t's group is the oldest pending one (three buffers: tile t + 1's may still be pending).
+    if (kBufs == 3) {
       detail::CpAsyncWait<1>();
     } else {
       detail::CpAsyncWait<0>();
     }
-    __syncthreads();  // key tile t is in
-    float acc[8][4];
-    TileLogits<T, kD>(qf,
-                      sbuf + (kBufs == 2 ? (t - t_begin) & 1 : 0) * static_cast<uint32_t>(lay.tile),
-                      acc, lane);
-    __syncthreads();  // every warp has read tile t: its buffer may take tile t + 2 (t + 1: one)
-    if (kBufs == 1 && t + 1 < t_end) {
-      load_keys(t + 1);
+    // Key tile t is in for every warp, and (two or three buffers) every warp is past tile t - 1,
+    // so its buffer (the Q buffer for t_begin) takes tile t + kBufs - 1, loaded behind tile t's
+    // work: one barrier per tile (before, two buffers loaded tile t + 1 ahead of this barrier and
+    // needed a second one after the products to free tile t's buffer).
+    __syncthreads();
+    if (kBufs >= 2) {
+      if (t + kBufs - 1 < t_end) load_keys(t + kBufs - 1);
       detail::CpAsyncCommit();
+    }
+    float acc[8][4];
+    TileLogits<T, kD>(qf, buf_of(t), acc, lane);
+    if (kBufs == 1) {
+      __syncthreads();  // every warp has read tile t: the buffer takes tile t + 1
+      if (t + 1 < t_end) {
+        load_keys(t + 1);
+        detail::CpAsyncCommit();
+      }
     }
     if (kPass == 1) {
       // Log2-domain logits of this thread's entries (-inf where masked), then one rescale of
@@ -1042,6 +1065,7 @@ SlKnobs& SampledLinesKnobs() {
     const char* b = std::getenv("SPATTN_SL_ASM_BUCKET");
     if (b != nullptr && b[0] != '\0') k.asm_bucket = b[0] != '0' ? 1 : 0;
     if (const char* h = std::getenv("SPATTN_SL_HIST_BUFFERS")) k.hist_buffers = h[0] == '2' ? 2 : 1;
+    if (const char* b = std::getenv("SPATTN_SL_PASS_BUFFERS")) k.pass_buffers = b[0] == '3' ? 3 : 2;
     return k;
   }();
   return knobs;
@@ -1049,7 +1073,8 @@ SlKnobs& SampledLinesKnobs() {
 
 cudaError_t LaunchSampledLinesStats(const SlArgs& a, cudaStream_t stream) {
   if (a.num_items == 0 || a.num_slots == 0) return cudaSuccess;
-  const cudaError_t err = Dispatch<1>(a, stream);
+  const cudaError_t err =
+      SampledLinesKnobs().pass_buffers == 3 ? Dispatch<1, 3>(a, stream) : Dispatch<1, 2>(a, stream);
   if (err != cudaSuccess || a.split_blocks == 0) return err;
   const int64_t n = static_cast<int64_t>(a.num_slots) * a.num_rows;
   SlMergeStatsKernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(a);
@@ -1074,7 +1099,8 @@ cudaError_t LaunchSampledLinesEmit(const SlArgs& a, cudaStream_t stream) {
   SlDiagonalEvidenceKernel<<<dim3(64, a.num_slots * a.batch), 256, 0, stream>>>(a);
   err = cudaGetLastError();
   if (err != cudaSuccess) return err;
-  const cudaError_t perr = Dispatch<3>(a, stream);
+  const cudaError_t perr =
+      SampledLinesKnobs().pass_buffers == 3 ? Dispatch<3, 3>(a, stream) : Dispatch<3, 2>(a, stream);
   if (perr != cudaSuccess) return perr;
   if (a.split_blocks > 0) {
     const int64_t n = static_cast<int64_t>(a.num_slots) * a.num_blocks;
