@@ -181,10 +181,10 @@ TEST_F(CudaAttentionTest, DenseTailSplitPieces) {
   ReloadCudaKernelKnobs();
 }
 
-// Non-causal grids with small kv heads run one GQA group (MHA: one head) per L2 section
-// (dense_fa3.cu's SectionHeads): several sections, varlen, chunked prefill, the tail split, MHA
-// and GQA at d = 128 and 64, and the old 32 MB sections for comparison (SPATTN_HOPPER_L2_MB, read
-// again through ReloadCudaKernelKnobs).
+// Non-causal grids with kv heads of at most 16 MB of K/V run one GQA group (MHA: one head) per
+// L2 section (dense_fa3.cu's SectionHeads): several sections, varlen, chunked prefill, the tail
+// split, MHA and GQA at d = 128 and 64, and the old 32 MB sections for comparison
+// (SPATTN_HOPPER_L2_MB, read again through ReloadCudaKernelKnobs).
 TEST_F(CudaAttentionTest, DenseOneGroupSections) {
   const std::vector<Case> cases = {
       {{1000, 300}, {}, 4, 4, 128, DType::kBF16, false},
@@ -200,6 +200,14 @@ TEST_F(CudaAttentionTest, DenseOneGroupSections) {
       auto hp = MakeProblem(c, seed++);
       CheckRun(engines_[4], *hp, nullptr, 1 << 20,
                absl::StrCat(Describe(c), " variant=5 L2_MB=", mb));
+    }
+    // Kv heads of 4-16 MB of K/V (12000 keys at d = 128, 20000 at d = 64): one group per
+    // section by default since session 22, 2-4 groups under the 32 MB rule. Few query rows
+    // checked (all rows' outputs must still be written).
+    for (const Case& c : {Case{{256}, {12000}, 4, 2, 128, DType::kF16, false},
+                          Case{{300}, {20000}, 4, 2, 64, DType::kBF16, false}}) {
+      auto hp = MakeProblem(c, seed++);
+      CheckRun(engines_[4], *hp, nullptr, 96, absl::StrCat(Describe(c), " variant=5 L2_MB=", mb));
     }
   }
   unsetenv("SPATTN_HOPPER_L2_MB");

@@ -114,8 +114,8 @@ LaunchKnobs& Knobs() {
 // have their K and V (mean sequence length) within `SPATTN_HOPPER_L2_MB` (default 32 MB, as
 // FlashAttention-3; the H100/H200 L2 is 50 MB), rounded down to a power of two, at least one group.
 // 0 gives the plain order (heads fastest).
-// Unless SPATTN_HOPPER_L2_MB is set, a non-causal grid whose kv heads hold at most 4 MB of K/V
-// each (8K keys at d = 128, 16K at d = 64) runs one GQA group per section (one head in MHA): its
+// Unless SPATTN_HOPPER_L2_MB is set, a non-causal grid whose kv heads hold at most kOneGroupMb
+// of K/V each runs one GQA group per section (one head in MHA): its
 // query blocks side by side, then the next group's, so the CTAs in flight read one or two kv
 // heads' K/V tiles at the same time (NOTES.md: session 20 s20-dense for MHA d = 128, L2 hit rate
 // 84% -> 94%, L2 load sectors -39%, 8K +3-4% on an H100, the 8-head sections of the 32 MB rule
@@ -123,13 +123,20 @@ LaunchKnobs& Knobs() {
 // +0.2-2.2% (one +6%), none lower).
 // Causal grids keep the 32 MB rule (one-group sections at 8K: MHA 3-11% slower, GQA within
 // 1.5%).
+// The bound: 4 MB in sessions 20-21 (8K keys at d = 128, 16K at d = 64), 16 MB since session 22
+// (32K keys at d = 128, 64K at d = 64; NOTES.md session 22 s22-dense: the 32K A/B against the
+// 32 MB rule, SPATTN_HOPPER_L2_MB=32).
+constexpr double kOneGroupMb = 16.0;
+
 int SectionHeads(const AttnParams& p) {
   const int total_hb = p.num_q_heads * std::max(p.batch, 1);
   const int knob = Knobs().l2_mb;
   if (knob == 0) return p.num_q_heads;
   const double kv_bytes =
       static_cast<double>(p.total_k) / std::max(p.batch, 1) * p.head_dim * 2.0 * 2.0;
-  if (knob < 0 && !p.causal && kv_bytes <= 4.0 * 1048576.0) return std::min(p.group, total_hb);
+  if (knob < 0 && !p.causal && kv_bytes <= kOneGroupMb * 1048576.0) {
+    return std::min(p.group, total_hb);
+  }
   const int mb = knob < 0 ? 32 : knob;
   const double fit = mb * 1048576.0 / std::max(kv_bytes, 1.0);
   int64_t groups = 1;
