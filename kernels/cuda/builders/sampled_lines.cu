@@ -6,6 +6,7 @@
 
 #include <cfloat>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 
 #include "kernels/builders/sampled_lines_bar.h"
@@ -203,7 +204,13 @@ __device__ void BlockThresholdWarp(const unsigned* bm, float part, long long all
 
 // One pass over key tiles [tile_begin, tile_end) of one group (an item) for one head slot.
 // blockIdx.x = item (launch order) * num_slots + slot.
-template <typename T, int kD, int kPass, int kBufs>
+// kCensus (SPATTN_SL_TILE_CENSUS=1, a separate instance so the default code is unchanged): every
+// warp also counts its key tiles and those that add nothing (pass 2: skipped, no entry reaches its
+// row's cut; pass 3: no entry kept) into g_sl_census, which the host prints: how much of each
+// pass's tensor-core work a per-tile bound known in advance could skip.
+__device__ unsigned long long g_sl_census[4];  // pass 2 tiles, skipped; pass 3 tiles, no keep
+
+template <typename T, int kD, int kPass, int kBufs, bool kCensus = false>
 __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
   extern __shared__ __align__(128) unsigned char smem[];
   const SlSmem lay = Layout(kD, kPass == 2, kBufs);
@@ -455,8 +462,10 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
     }
   }
 
+  unsigned census_tiles = 0, census_none = 0;  // kCensus: this warp's tiles, those adding nothing
   for (int t = t_begin; t < t_end; ++t) {
     const int j0 = t * kTile;
+    if (kCensus) ++census_tiles;
     // Tile t's group is the oldest pending one (three buffers: tile t + 1's may still be pending).
     if (kBufs == 3) {
       detail::CpAsyncWait<1>();
@@ -572,7 +581,10 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) any = any || acc[nt][e] >= x_cut[e >> 1];
         }
-        if (!__any_sync(kFull, any)) continue;
+        if (!__any_sync(kFull, any)) {
+          if (kCensus) ++census_none;
+          continue;
+        }
       }
       const bool plain = j0 + kTile <= warp_vis && mx[0] < FLT_MAX && mx[1] < FLT_MAX;
       unsigned mu[8][4];
@@ -645,6 +657,7 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
     p_keep = keep;
     p_j0 = j0;
     p_any = __any_sync(kFull, keep != 0);
+    if (kCensus && !p_any) ++census_none;
     if (!p_any) continue;
     // Bit nt * 4 + e belongs to row half e >> 1.
     const int cnt[2] = {__popc(keep & 0x33333333u), __popc(keep & 0xccccccccu)};
@@ -668,6 +681,10 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
             seg_total);
       p_at[h] = incl - cnt[h] - seg_before;
     }
+  }
+  if (kCensus && lane == 0 && kPass >= 2) {
+    atomicAdd(g_sl_census + 2 * (kPass - 2), static_cast<unsigned long long>(census_tiles));
+    atomicAdd(g_sl_census + 2 * (kPass - 2) + 1, static_cast<unsigned long long>(census_none));
   }
   if (kPass == 1) {
 #pragma unroll
@@ -867,28 +884,28 @@ __global__ void SlClassifyKernel(SlArgs a) {
   }
 }
 
-template <typename T, int kD, int kPass, int kBufs>
+template <typename T, int kD, int kPass, int kBufs, bool kCensus>
 cudaError_t LaunchPass(const SlArgs& a, cudaStream_t stream) {
   const int64_t bytes = Layout(kD, kPass == 2, kBufs).total;
   cudaError_t err =
-      cudaFuncSetAttribute(SlPassKernel<T, kD, kPass, kBufs>,
+      cudaFuncSetAttribute(SlPassKernel<T, kD, kPass, kBufs, kCensus>,
                            cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
   if (err != cudaSuccess) return err;
-  SlPassKernel<T, kD, kPass, kBufs>
+  SlPassKernel<T, kD, kPass, kBufs, kCensus>
       <<<static_cast<unsigned>(a.num_items) * a.num_slots, kThreads, bytes, stream>>>(a);
   return cudaGetLastError();
 }
 
-template <int kPass, int kBufs = 2>
+template <int kPass, int kBufs = 2, bool kCensus = false>
 cudaError_t Dispatch(const SlArgs& a, cudaStream_t stream) {
   const bool bf16 = a.p.dtype == DType::kBF16;
   if (a.p.head_dim == 128) {
-    return bf16 ? LaunchPass<__nv_bfloat16, 128, kPass, kBufs>(a, stream)
-                : LaunchPass<__half, 128, kPass, kBufs>(a, stream);
+    return bf16 ? LaunchPass<__nv_bfloat16, 128, kPass, kBufs, kCensus>(a, stream)
+                : LaunchPass<__half, 128, kPass, kBufs, kCensus>(a, stream);
   }
   if (a.p.head_dim == 64) {
-    return bf16 ? LaunchPass<__nv_bfloat16, 64, kPass, kBufs>(a, stream)
-                : LaunchPass<__half, 64, kPass, kBufs>(a, stream);
+    return bf16 ? LaunchPass<__nv_bfloat16, 64, kPass, kBufs, kCensus>(a, stream)
+                : LaunchPass<__half, 64, kPass, kBufs, kCensus>(a, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -1066,6 +1083,7 @@ SlKnobs& SampledLinesKnobs() {
     if (b != nullptr && b[0] != '\0') k.asm_bucket = b[0] != '0' ? 1 : 0;
     if (const char* h = std::getenv("SPATTN_SL_HIST_BUFFERS")) k.hist_buffers = h[0] == '2' ? 2 : 1;
     if (const char* b = std::getenv("SPATTN_SL_PASS_BUFFERS")) k.pass_buffers = b[0] == '3' ? 3 : 2;
+    if (const char* c = std::getenv("SPATTN_SL_TILE_CENSUS")) k.tile_census = c[0] == '1';
     return k;
   }();
   return knobs;
@@ -1083,8 +1101,9 @@ cudaError_t LaunchSampledLinesStats(const SlArgs& a, cudaStream_t stream) {
 
 cudaError_t LaunchSampledLinesHistogram(const SlArgs& a, cudaStream_t stream) {
   if (a.num_items == 0 || a.num_slots == 0) return cudaSuccess;
-  const cudaError_t err =
-      SampledLinesKnobs().hist_buffers == 2 ? Dispatch<2, 2>(a, stream) : Dispatch<2, 1>(a, stream);
+  const cudaError_t err = SampledLinesKnobs().tile_census         ? Dispatch<2, 1, true>(a, stream)
+                          : SampledLinesKnobs().hist_buffers == 2 ? Dispatch<2, 2>(a, stream)
+                                                                  : Dispatch<2, 1>(a, stream);
   if (err != cudaSuccess || a.split_blocks == 0) return err;
   const int64_t n = static_cast<int64_t>(a.num_slots) * a.split_blocks;
   SlSplitThresholdKernel<<<static_cast<unsigned>((n + 3) / 4), 128, 0, stream>>>(a);
@@ -1099,9 +1118,25 @@ cudaError_t LaunchSampledLinesEmit(const SlArgs& a, cudaStream_t stream) {
   SlDiagonalEvidenceKernel<<<dim3(64, a.num_slots * a.batch), 256, 0, stream>>>(a);
   err = cudaGetLastError();
   if (err != cudaSuccess) return err;
-  const cudaError_t perr =
-      SampledLinesKnobs().pass_buffers == 3 ? Dispatch<3, 3>(a, stream) : Dispatch<3, 2>(a, stream);
+  const cudaError_t perr = SampledLinesKnobs().tile_census         ? Dispatch<3, 2, true>(a, stream)
+                           : SampledLinesKnobs().pass_buffers == 3 ? Dispatch<3, 3>(a, stream)
+                                                                   : Dispatch<3, 2>(a, stream);
   if (perr != cudaSuccess) return perr;
+  if (SampledLinesKnobs().tile_census) {  // diagnostics: synchronous, then reset
+    unsigned long long c[4] = {0, 0, 0, 0};
+    err = cudaMemcpyFromSymbolAsync(c, g_sl_census, sizeof(c), 0, cudaMemcpyDeviceToHost, stream);
+    if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
+    if (err != cudaSuccess) return err;
+    std::fprintf(
+        stderr,
+        "sampled_lines tile census: pass 2 warp tiles %llu, skipped (no entry at its "
+        "rows' cut) %llu (%.1f %%); pass 3 warp tiles %llu, no entry kept %llu (%.1f %%)\n",
+        c[0], c[1], c[0] ? 100.0 * c[1] / c[0] : 0.0, c[2], c[3], c[2] ? 100.0 * c[3] / c[2] : 0.0);
+    const unsigned long long zero[4] = {0, 0, 0, 0};
+    err =
+        cudaMemcpyToSymbolAsync(g_sl_census, zero, sizeof(zero), 0, cudaMemcpyHostToDevice, stream);
+    if (err != cudaSuccess) return err;
+  }
   if (a.split_blocks > 0) {
     const int64_t n = static_cast<int64_t>(a.num_slots) * a.num_blocks;
     SlClampCountsKernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(a);
