@@ -23,6 +23,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=c
   | tee "$OUT/gpu.txt"
 
 for t in attention_cuda_test cuda_engine_test build_index_gpu_test mass_recall_test sampled_lines_gpu_test \
+         row_assembly_gpu_test \
          cuda_backend_test; do
   timeout 150 bin/$t > "$LOGS/test_$t.log" 2>&1
   note "$t rc=$? $(grep -hE '^\[  (PASSED|FAILED) ' "$LOGS/test_$t.log" | tr '\n' ' ')"

@@ -313,6 +313,37 @@ TEST_F(CudaAttentionTest, ColumnsOnlyMatchReference) {
   }
 }
 
+// The Hopper sparse kernel's range-tail packing modes besides the default (2, every test above):
+// SPATTN_HOPPER_PACK_TAILS 0 (start-aligned tiles), 1 (packed where it saves tiles) and 3 (also
+// where it ties, for items with columns), each read once per process (set, then
+// ReloadCudaKernelKnobs), on random ranges with and without columns.
+TEST_F(CudaAttentionTest, SparsePackTailsModesMatchReference) {
+  const std::vector<Case> cases = {
+      {{700, 333}, {1000, 333}, 8, 2, 128, DType::kBF16, true},
+      {{900}, {}, 8, 4, 64, DType::kF16, true},
+  };
+  uint64_t seed = 480;
+  for (const char* mode : {"0", "1", "3"}) {
+    setenv("SPATTN_HOPPER_PACK_TAILS", mode, 1);
+    ReloadCudaKernelKnobs();
+    for (int block_m : {64, 128}) {
+      for (const Case& c : cases) {
+        for (bool cols : {true, false}) {
+          auto hp = MakeProblem(c, seed++);
+          SparseIndex idx =
+              RandomIndex(hp->problem(), AllHeads(c.hq), block_m, 3, cols ? 90 : 0, seed++, true);
+          ASSERT_TRUE(ValidateSparseIndex(hp->problem(), idx).ok());
+          CheckRun(engines_[4], *hp, &idx, 1 << 20,
+                   absl::StrCat(Describe(c), " block_m=", block_m, " pack_tails=", mode,
+                                " cols=", cols));
+        }
+      }
+    }
+  }
+  unsetenv("SPATTN_HOPPER_PACK_TAILS");
+  ReloadCudaKernelKnobs();
+}
+
 // The Hopper sparse kernel's dynamic work list (CTAs take items from the schedule's counter
 // after their first) against the static snake order (SPATTN_HOPPER_DYNAMIC=0, read once per
 // process: set, then ReloadCudaKernelKnobs), on indexes of more items than the grid has CTAs

@@ -8,9 +8,6 @@
 //     is kept for a group when some pooled query of the group has x_a - qbar.k <= theta. Kept
 //     keys go to a bitmap per group.
 //  3. Assembly: init range, the group's local range and its kept keys (as columns) per row.
-#include <cstdlib>
-#include <string>
-
 #include "kernels/cuda/builders/assembled_common.cuh"
 
 namespace spattn {
@@ -212,11 +209,11 @@ __global__ void __launch_bounds__(kAnThreads, 2) AnAnchorKernel(AnArgs a) {
 }
 
 // Stripe scan: warp w takes m-tile item.tile_begin + w (16 pooled queries of one group).
-// kMinBlocks 2 (the default): two CTAs per SM (128 registers; 12 bytes of spill at d = 128,
-// outside the tile loop; ncu of main's kernel: 143 registers, one CTA of 8 warps per SM, 12.5%
-// occupancy); 1: one CTA per SM (SPATTN_ANCHOR_STRIPE_MINB=1, for comparisons).
-template <typename T, int kD, int kMinBlocks>
-__global__ void __launch_bounds__(kAnThreads, kMinBlocks) AnStripeKernel(AnArgs a) {
+// Two CTAs per SM (128 registers; 12 bytes of spill at d = 128, outside the tile loop). One CTA
+// per SM (156 registers, no spill) took 1.29x as long at 32K and at 128K (H100,
+// kernels/cuda/NOTES.md Session 22 — s22-build).
+template <typename T, int kD>
+__global__ void __launch_bounds__(kAnThreads, 2) AnStripeKernel(AnArgs a) {
   constexpr int kCh = kD / 8;
   constexpr int kKS = kD / 16;
   extern __shared__ __align__(128) char smem[];
@@ -373,11 +370,7 @@ struct AnSrc {
 template <typename T, int kD>
 cudaError_t AnLaunchTyped(const AnArgs& a, cudaStream_t stream) {
   auto anchor = AnAnchorKernel<T, kD>;
-  static const bool stripe_one = [] {
-    const char* e = std::getenv("SPATTN_ANCHOR_STRIPE_MINB");
-    return e != nullptr && std::string(e) == "1";
-  }();
-  auto stripe = stripe_one ? AnStripeKernel<T, kD, 1> : AnStripeKernel<T, kD, 2>;
+  auto stripe = AnStripeKernel<T, kD>;
   cudaError_t err = cudaFuncSetAttribute(anchor, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          AnAnchorSmemBytes<kD>());
   if (err != cudaSuccess) return err;

@@ -109,21 +109,28 @@ absl::StatusOr<SparseIndexView> BuildAnchor(const BuildScope& env, const Attenti
 
   AnArgs an;
   an.p = a;
+  // The host arrays in one upload (one pageable copy instead of six; the build's wall time did
+  // not move beyond its run-to-run spread, kernels/cuda/NOTES.md Session 22 — s22-build).
   std::vector<int32_t> heads32(heads.begin(), heads.end());
-  SPATTN_ASSIGN_OR_RETURN(an.heads, Upload(env, heads32, "anchor heads"));
-  SPATTN_ASSIGN_OR_RETURN(an.geo, Upload(env, l.geo, "block geometry"));
+  MetaBlob blob;
+  const size_t o_heads = blob.Add(heads32), o_geo = blob.Add(l.geo), o_groups = blob.Add(groups);
+  const size_t o_gob = blob.Add(group_of_block), o_tiles = blob.Add(tiles);
+  const size_t o_items = blob.Add(items);
+  SPATTN_RETURN_IF_ERROR(blob.Upload(env, env.stream));
+  an.heads = blob.At<int32_t>(o_heads);
+  an.geo = blob.At<BlockGeoDev>(o_geo);
+  an.groups = blob.At<AnGroup>(o_groups);
+  an.group_of_block = blob.At<int32_t>(o_gob);
+  an.tiles = blob.At<AnTile>(o_tiles);
+  an.items = blob.At<AnItem>(o_items);
   an.num_blocks = num_blocks;
   an.num_slots = nslots;
-  SPATTN_ASSIGN_OR_RETURN(an.groups, Upload(env, groups, "anchor groups"));
-  SPATTN_ASSIGN_OR_RETURN(an.group_of_block, Upload(env, group_of_block, "anchor groups"));
   an.groups_per_slot = groups_per_slot;
   an.softmax_scale = p.softmax_scale;
   const int64_t slot_blocks = static_cast<int64_t>(nslots) * num_blocks;
   SPATTN_ASSIGN_OR_RETURN(an.xa, Carve<float>(env, slot_blocks, "anchor pooled anchors"));
   SPATTN_ASSIGN_OR_RETURN(an.qbar,
                           Carve<float>(env, slot_blocks * p.head_dim, "anchor pooled queries"));
-  SPATTN_ASSIGN_OR_RETURN(an.tiles, Upload(env, tiles, "anchor stripe tiles"));
-  SPATTN_ASSIGN_OR_RETURN(an.items, Upload(env, items, "anchor stripe spans"));
   an.num_items = static_cast<int>(items.size());
   SPATTN_ASSIGN_OR_RETURN(an.bitmaps, Carve<uint32_t>(env, words, "anchor kept-key bitmaps"));
   if (words > 0) {

@@ -8,8 +8,6 @@
 // top-k per query block — the diagonal blocks forced first, equal logits by lower block — is the
 // CPU's, block for block.
 #include <algorithm>
-#include <cstdlib>
-#include <string>
 
 #include "kernels/cuda/builders/estimate.cuh"
 #include "kernels/cuda/builders/merged_kernels.h"
@@ -151,12 +149,12 @@ __device__ __forceinline__ void BlockSparseGroup(const BlockRowsParams& p, const
     const int k = min(max(p.top_k, forced), vis);
     const float* lr = logits + r * nk;
     // The row's finite logit range (the forced blocks left out) spreads the radix walk's first
-    // levels over the row's values instead of sign / exponent bytes most logits share.
-    // With range_from_mean the range starts at the mean of those logits instead (logits below
-    // it share q = 0 and are ordered by their float bits alone): the top-k's threshold, above
-    // the mean in most rows, then falls in finer bins, and the walk ends a level earlier more
-    // often. Any lo and spread >= 0 give the same order and ties (RangeKey), so the selection
-    // is the same; the mean is a fixed-order warp reduction (the same keys run to run).
+    // levels over the row's values instead of sign / exponent bytes most logits share. The range
+    // starts at the mean of those logits (logits below it share q = 0 and are ordered by their
+    // float bits alone), where the top-k's threshold lies above in most rows. Any lo and
+    // spread >= 0 give the same order and ties (RangeKey), so the selection is the same; the
+    // mean is a fixed-order warp reduction (the same keys run to run). From the minimum instead,
+    // rows took the same time at 32K and 128K (H100, kernels/cuda/NOTES.md Session 22).
     float lo = CUDART_INF_F, hi = -CUDART_INF_F;
     if (k < vis) {
       float sum = 0.f;
@@ -177,7 +175,7 @@ __device__ __forceinline__ void BlockSparseGroup(const BlockRowsParams& p, const
         sum += __shfl_xor_sync(kFullMask, sum, o);
         cnt += __shfl_xor_sync(kFullMask, cnt, o);
       }
-      if (p.range_from_mean && cnt > 0) {
+      if (cnt > 0) {
         const float mean = sum / static_cast<float>(cnt);
         if (mean > lo && mean < hi) lo = mean;  // false for a NaN or infinite sum
       }
@@ -302,16 +300,9 @@ cudaError_t LaunchRows(const BlockRowsParams& p, cudaStream_t stream) {
 
 }  // namespace
 
-cudaError_t LaunchBlockSparseRows(const BlockRowsParams& p_in, cudaStream_t stream) {
-  if (p_in.num_groups == 0) return cudaSuccess;
-  if (p_in.max_rows > 4 * (RowThreads(true) / 64)) return cudaErrorInvalidValue;
-  // SPATTN_BS_RANGE=0: the keys' range from the row's minimum (session 20), for comparisons.
-  static const bool from_min = [] {
-    const char* e = std::getenv("SPATTN_BS_RANGE");
-    return e != nullptr && std::string(e) == "0";
-  }();
-  BlockRowsParams p = p_in;
-  if (from_min) p.range_from_mean = 0;
+cudaError_t LaunchBlockSparseRows(const BlockRowsParams& p, cudaStream_t stream) {
+  if (p.num_groups == 0) return cudaSuccess;
+  if (p.max_rows > 4 * (RowThreads(true) / 64)) return cudaErrorInvalidValue;
   return p.scratch != nullptr ? LaunchRows<true>(p, stream) : LaunchRows<false>(p, stream);
 }
 

@@ -105,9 +105,11 @@ absl::StatusOr<SparseIndexView> Assemble(
   v.block_m = l.host.block_m;
   v.num_heads = num_slots;
   v.num_blocks = num_blocks;
-  SPATTN_ASSIGN_OR_RETURN(v.heads, Upload(env, l.host.heads, "index.heads"));
-  SPATTN_ASSIGN_OR_RETURN(v.block_offsets,
-                          Upload(env, l.host.block_offsets, "index.block_offsets"));
+  MetaBlob blob;  // one pageable copy instead of two
+  const size_t o_heads = blob.Add(l.host.heads), o_offsets = blob.Add(l.host.block_offsets);
+  SPATTN_RETURN_IF_ERROR(blob.Upload(env, env.stream));
+  v.heads = blob.At<int32_t>(o_heads);
+  v.block_offsets = blob.At<int32_t>(o_offsets);
   AsmOut out;
   out.num_blocks = num_blocks;
   SPATTN_ASSIGN_OR_RETURN(out.count_ranges, Carve<int64_t>(env, rows + 1, "range counts"));

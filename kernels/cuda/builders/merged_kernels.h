@@ -186,9 +186,6 @@ struct BlockRowsParams {
   float scale = 0.f;
   bool causal = true;
   int block = 0, top_k = 0;
-  // 1: the radix keys' range starts at the mean of the row's finite logits (finer bins where
-  // the top-k's threshold lies); 0: at their minimum. Same selection either way.
-  int range_from_mean = 1;
   const int32_t* slot_head = nullptr;
   int group = 1, batch = 0, num_blocks = 0;
   const PooledSeq* seqs = nullptr;

@@ -132,22 +132,29 @@ absl::StatusOr<SparseIndexView> BuildSaap(const BuildScope& env, const Attention
   SaapArgs sp;
   sp.p = a;
   sp.assets = dev;
-  SPATTN_ASSIGN_OR_RETURN(sp.kv_heads, Upload(env, kv_used, "saap kv heads"));
+  // The host arrays in one upload (one pageable copy instead of seven, as anchor's).
+  MetaBlob blob;
+  const size_t o_kv = blob.Add(kv_used), o_tiles = blob.Add(key_tiles);
+  const size_t o_key_off = blob.Add(unit_key_off), o_geo = blob.Add(l.geo);
+  const size_t o_head_off = blob.Add(head_off), o_heads = blob.Add(head_list);
+  const size_t o_slot_off = blob.Add(slot_off), o_slots = blob.Add(slot_list);
+  SPATTN_RETURN_IF_ERROR(blob.Upload(env, env.stream));
+  sp.kv_heads = blob.At<int32_t>(o_kv);
   sp.num_kv = num_kv;
-  SPATTN_ASSIGN_OR_RETURN(sp.key_tiles, Upload(env, key_tiles, "saap key tiles"));
+  sp.key_tiles = blob.At<SaapKeyTile>(o_tiles);
   sp.num_key_tiles = static_cast<int>(key_tiles.size());
-  SPATTN_ASSIGN_OR_RETURN(sp.unit_key_off, Upload(env, unit_key_off, "saap key offsets"));
+  sp.unit_key_off = blob.At<int64_t>(o_key_off);
   SPATTN_ASSIGN_OR_RETURN(sp.bucket_of, Carve<int32_t>(env, total_keys, "saap key buckets"));
   SPATTN_ASSIGN_OR_RETURN(sp.bucket_off, Carve<int32_t>(env, buckets + 1, "saap bucket offsets"));
   SPATTN_ASSIGN_OR_RETURN(sp.bucket_cursor, Carve<int32_t>(env, buckets, "saap bucket cursors"));
   SPATTN_ASSIGN_OR_RETURN(sp.bucket_idx, Carve<int32_t>(env, total_keys, "saap bucket lists"));
   SPATTN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(sp.bucket_off, 0, (buckets + 1) * 4, env.stream),
                               "saap bucket offsets");
-  SPATTN_ASSIGN_OR_RETURN(sp.geo, Upload(env, l.geo, "block geometry"));
+  sp.geo = blob.At<BlockGeoDev>(o_geo);
   sp.num_blocks = num_blocks;
   sp.block_m = block_m;
-  SPATTN_ASSIGN_OR_RETURN(sp.group_head_off, Upload(env, head_off, "saap group heads"));
-  SPATTN_ASSIGN_OR_RETURN(sp.group_heads, Upload(env, head_list, "saap group heads"));
+  sp.group_head_off = blob.At<int32_t>(o_head_off);
+  sp.group_heads = blob.At<int32_t>(o_heads);
   int sms = 0;
   SPATTN_CUDA_RETURN_IF_ERROR(
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, env.device),
@@ -193,8 +200,8 @@ absl::StatusOr<SparseIndexView> BuildSaap(const BuildScope& env, const Attention
   asm_args.selected = sp.selected;
   asm_args.bucket_off = sp.bucket_off;
   asm_args.bucket_idx = sp.bucket_idx;
-  SPATTN_ASSIGN_OR_RETURN(asm_args.group_slot_off, Upload(env, slot_off, "saap group slots"));
-  SPATTN_ASSIGN_OR_RETURN(asm_args.group_slots, Upload(env, slot_list, "saap group slots"));
+  asm_args.group_slot_off = blob.At<int32_t>(o_slot_off);
+  asm_args.group_slots = blob.At<int32_t>(o_slots);
   asm_args.sink_tokens = params.sink_tokens;
   asm_args.local_tokens = params.local_tokens;
   auto v = Assemble(

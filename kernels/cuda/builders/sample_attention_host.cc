@@ -65,10 +65,15 @@ absl::StatusOr<SparseIndexView> BuildSampleAttention(const BuildScope& env,
 
   SaArgs sa;
   sa.p = a;
+  // The host arrays in one upload (one pageable copy instead of five, as anchor's).
   std::vector<int32_t> heads32(heads.begin(), heads.end());
-  SPATTN_ASSIGN_OR_RETURN(sa.heads, Upload(env, heads32, "sample_attention heads"));
-  SPATTN_ASSIGN_OR_RETURN(sa.units, Upload(env, units, "sample_attention units"));
-  SPATTN_ASSIGN_OR_RETURN(sa.items, Upload(env, items, "sample_attention spans"));
+  MetaBlob blob;
+  const size_t o_heads = blob.Add(heads32), o_units = blob.Add(units), o_items = blob.Add(items);
+  const size_t o_geo = blob.Add(l.geo), o_first = blob.Add(unit_first);
+  SPATTN_RETURN_IF_ERROR(blob.Upload(env, env.stream));
+  sa.heads = blob.At<int32_t>(o_heads);
+  sa.units = blob.At<SaUnit>(o_units);
+  sa.items = blob.At<SaItem>(o_items);
   sa.num_units = static_cast<int>(units.size());
   sa.num_items = static_cast<int>(items.size());
   sa.block_size = blk;
@@ -99,12 +104,12 @@ absl::StatusOr<SparseIndexView> BuildSampleAttention(const BuildScope& env,
                               "sample_attention selection");
 
   SaAsmArgs asm_args;
-  SPATTN_ASSIGN_OR_RETURN(asm_args.geo, Upload(env, l.geo, "block geometry"));
+  asm_args.geo = blob.At<BlockGeoDev>(o_geo);
   asm_args.num_blocks = l.host.num_blocks();
   asm_args.num_slots = nslots;
   asm_args.batch = nb;
   asm_args.units = sa.units;
-  SPATTN_ASSIGN_OR_RETURN(asm_args.unit_first, Upload(env, unit_first, "sample_attention units"));
+  asm_args.unit_first = blob.At<int32_t>(o_first);
   asm_args.selected = sa.selected;
   asm_args.selected_n = sa.selected_n;
   asm_args.block_size = blk;

@@ -6,6 +6,7 @@
 
 #include <cfloat>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 
 #include "kernels/builders/sampled_lines_bar.h"
@@ -36,7 +37,8 @@ constexpr int kFixedKeyShift = 31 * 8;  // bin key (fp32 bits >> 20) of m * kFix
 // every key tile in turn, each loaded once the warps have the previous one's products) plus the
 // per-block mass histograms (fixed point, no counts): 49 KB, 4 CTAs per SM, which beat two buffers
 // at 65 KB / 3 CTAs per SM (H100: 2.59 vs 3.00 ms at 32K, 29.6 vs 30.9 ms at 128K;
-// SPATTN_SL_HIST_BUFFERS=2 selects two for comparisons).
+// SPATTN_SL_HIST_BUFFERS=2 selects two for comparisons; SPATTN_SL_PASS_BUFFERS=3 gives passes 1
+// and 3 a third buffer, 48 KB, each tile loaded two tiles ahead).
 struct SlSmem {
   int64_t tile, hm, total;
 };
@@ -125,42 +127,76 @@ __device__ __forceinline__ int DiagonalRows(int fp, int lp, int kl, bool causal,
   return hi - lo + 1 > 0 ? hi - lo + 1 : 0;
 }
 
+// Bin i's lower edge in fixed-point units (0 for bin 0, which takes everything below bin 1).
+__device__ __forceinline__ double BinEdgeFixed(int i) {
+  return i == 0
+             ? 0.0
+             : static_cast<double>(__uint_as_float(static_cast<unsigned>(i + kSlBinFloor) << 20)) *
+                   static_cast<double>(kFixedOne);
+}
+
 // Per block from its fixed-point mass histogram `bm`, the live rows' weight sum `part` and its
 // entries `all`: the threshold bin (the highest whose bins from the top reach gamma * total) and a
 // bound on the entries at or above it, the slice pass 3 writes into: an entry of bin i weighs >=
 // edge(i) (its lower edge), i.e. >= E(i) - 1/2 fixed-point units after rounding, so bin i holds <=
 // M(i) / (E(i) - 1/2) entries (+1 for the division's rounding): within 12.5 % (+1 per bin) of the
-// count. Where E(i) <= 1 (bin 0 takes everything below its edge) the bound is the block's entry
-// count. Pass 3 writes the entries and their true count.
-__device__ void BlockThreshold(const unsigned* bm, float part, long long all, float gamma,
-                               int* thr_out, long long* kept_out) {
+// count. Where E(thr) <= 1 (bin 0 takes everything below its edge; entries rounded to 0 units may
+// sit in such bins) the bound is the block's entry count. Pass 3 writes the entries and their true
+// count.
+// One warp, every lane calls it and gets the result: lane l takes bins [9 l, 9 l + 9), the sums
+// from the top are a suffix scan over the lanes, the threshold bin the highest whose sum from the
+// top reaches the target (the sums grow as the bin falls, so that is where one walk from the top
+// stops), the bound a warp sum of the bins' integer terms. Every sum is of integers, so thr and
+// the bound are those of one lane walking the bins from the top (which this replaced: its serial
+// walk, up to 258 steps with a double division each, held the pass-2 CTA's tail).
+__device__ void BlockThresholdWarp(const unsigned* bm, float part, long long all, float gamma,
+                                   int lane, int* thr_out, long long* kept_out) {
+  constexpr int kPer = (kSlBins + 31) / 32;
   const double target = static_cast<double>(gamma * part);
   int thr = kSlBins;
   long long cap = 0;
   if (part > 0.f) {
-    unsigned long long cum = 0;
-    for (int i = kSlBins - 1; i >= 0; --i) {
-      cum += bm[i];
-      const double edge =
-          i == 0
-              ? 0.0
-              : static_cast<double>(__uint_as_float(static_cast<unsigned>(i + kSlBinFloor) << 20)) *
-                    static_cast<double>(kFixedOne);
-      if (bm[i] != 0u) {
-        cap = edge > 1.0
-                  ? cap + static_cast<long long>(static_cast<double>(bm[i]) / (edge - 0.5)) + 1
-                  : all;
-      } else if (!(edge > 1.0)) {
-        cap = all;  // entries rounded to 0 units may sit in these bins
-      }
-      if (static_cast<double>(cum) * (1.0 / kFixedOne) >= target) {
-        thr = i;
-        break;
+    const int lo = lane * kPer;
+    unsigned v[kPer];
+    unsigned long long own = 0;
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      v[k] = lo + k < kSlBins ? bm[lo + k] : 0u;
+      own += v[k];
+    }
+    unsigned long long incl = own;  // the bins of lanes >= this one
+#pragma unroll
+    for (int x = 1; x < 32; x <<= 1) {
+      const unsigned long long o = __shfl_down_sync(kFull, incl, x);
+      if (lane + x < 32) incl += o;
+    }
+    unsigned long long cum = incl - own;  // the bins above this lane's
+    int best = -1;
+#pragma unroll
+    for (int k = kPer - 1; k >= 0; --k) {
+      cum += v[k];
+      if (best < 0 && lo + k < kSlBins && static_cast<double>(cum) * (1.0 / kFixedOne) >= target) {
+        best = lo + k;
       }
     }
-    // gamma within rounding of 1: the bins' sum (fixed point, each row normalized by pass 1's
-    // fp32 sum) may stay a hair below gamma * total; then every bin is kept.
-    if (thr == kSlBins) thr = 0;
+#pragma unroll
+    for (int x = 1; x < 32; x <<= 1) best = max(best, __shfl_xor_sync(kFull, best, x));
+    // None: gamma within rounding of 1, the bins' sum (fixed point, each row normalized by pass
+    // 1's fp32 sum) may stay a hair below gamma * total; then every bin is kept.
+    thr = best < 0 ? 0 : best;
+    if (!(BinEdgeFixed(thr) > 1.0)) {
+      cap = all;
+    } else {
+#pragma unroll
+      for (int k = 0; k < kPer; ++k) {
+        const int i = lo + k;
+        if (i < kSlBins && i >= thr && v[k] != 0u) {
+          cap += static_cast<long long>(static_cast<double>(v[k]) / (BinEdgeFixed(i) - 0.5)) + 1;
+        }
+      }
+#pragma unroll
+      for (int x = 1; x < 32; x <<= 1) cap += __shfl_xor_sync(kFull, cap, x);
+    }
   }
   *thr_out = thr;
   *kept_out = thr == kSlBins ? 0 : (cap < all ? cap : all);
@@ -168,7 +204,13 @@ __device__ void BlockThreshold(const unsigned* bm, float part, long long all, fl
 
 // One pass over key tiles [tile_begin, tile_end) of one group (an item) for one head slot.
 // blockIdx.x = item (launch order) * num_slots + slot.
-template <typename T, int kD, int kPass, int kBufs>
+// kCensus (SPATTN_SL_TILE_CENSUS=1, a separate instance so the default code is unchanged): every
+// warp also counts its key tiles and those that add nothing (pass 2: skipped, no entry reaches its
+// row's cut; pass 3: no entry kept) into g_sl_census, which the host prints: how much of each
+// pass's tensor-core work a per-tile bound known in advance could skip.
+__device__ unsigned long long g_sl_census[4];  // pass 2 tiles, skipped; pass 3 tiles, no keep
+
+template <typename T, int kD, int kPass, int kBufs, bool kCensus = false>
 __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
   extern __shared__ __align__(128) unsigned char smem[];
   const SlSmem lay = Layout(kD, kPass == 2, kBufs);
@@ -200,15 +242,19 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
   const int64_t qtok = a.p.cu_seqlens_q[g.seq];
   const int64_t ktok = a.p.cu_seqlens_k[g.seq];
   const int kl = a.p.cu_seqlens_k[g.seq + 1] - a.p.cu_seqlens_k[g.seq];
+  // Key tile t's buffer: they take turns (one buffer: always 0).
+  auto buf_of = [&](int t) {
+    return sbuf + (kBufs == 1 ? 0 : (t - t_begin) % kBufs) * static_cast<uint32_t>(lay.tile);
+  };
   auto load_keys = [&](int t) {
     const int j0 = t * kTile;
     assembled::LoadTileAsync(
-        sbuf + (kBufs == 2 ? (t - t_begin) & 1 : 0) * static_cast<uint32_t>(lay.tile), kTile,
-        min(kTile, kl - j0), kChunks,
+        buf_of(t), kTile, min(kTile, kl - j0), kChunks,
         [&](int r) { return kg + (ktok + j0 + r) * a.p.k_token_stride + kvh * a.p.k_head_stride; },
         tid, kThreads);
   };
-  // The Q tile into buffer 1 (0 with one buffer), the first key tile into buffer 0.
+  // The Q tile into the last buffer (0 with one buffer), the first key tile into buffer 0 (with
+  // three buffers the second into buffer 1, a group of its own).
   const uint32_t qbuf = sbuf + (kBufs - 1) * static_cast<uint32_t>(lay.tile);
   assembled::LoadTileAsync(
       qbuf, kTile, g.rows, kChunks,
@@ -217,8 +263,12 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
                qh * a.p.q_head_stride;
       },
       tid, kThreads);
-  if (kBufs == 2 && t_end > t_begin) load_keys(t_begin);
+  if (kBufs >= 2 && t_end > t_begin) load_keys(t_begin);
   detail::CpAsyncCommit();
+  if (kBufs == 3) {
+    if (t_begin + 1 < t_end) load_keys(t_begin + 1);
+    detail::CpAsyncCommit();
+  }
 
   if (kPass == 2) {
     for (int i = tid; i < kSlGroupBlocks * kSlBins; i += kThreads) hm[i] = 0u;
@@ -388,41 +438,57 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
 #pragma unroll
   for (int x = 1; x < 32; x <<= 1) warp_vis = min(warp_vis, __shfl_xor_sync(kFull, warp_vis, x));
 
-  // The Q fragments into registers, then buffer 1 is free for key tile 1.
+  // The Q fragments into registers. With two or three buffers the Q buffer takes a key tile only
+  // after the first iteration's barrier, which every warp reaches with its fragments loaded.
   uint32_t qf[kD / 16][4];
-  detail::CpAsyncWait<0>();
+  if (kBufs == 3) {
+    detail::CpAsyncWait<1>();  // Q and key tile t_begin (t_begin + 1 may still be on its way)
+  } else {
+    detail::CpAsyncWait<0>();
+  }
   __syncthreads();
 #pragma unroll
   for (int kk = 0; kk < kD / 16; ++kk) {
     assembled::LoadA(qbuf, warp * 16, kk, kChunks, lane, qf[kk]);
   }
-  __syncthreads();
   // One buffer (pass 2): the Q tile has left it, the first key tile goes in; each next tile is
   // loaded as soon as every warp has its products of the current one, behind that tile's
   // histogram work (before, each tile's load waited for the previous tile's updates).
-  if (kBufs == 1 && t_end > t_begin) {
-    load_keys(t_begin);
-    detail::CpAsyncCommit();
+  if (kBufs == 1) {
+    __syncthreads();
+    if (t_end > t_begin) {
+      load_keys(t_begin);
+      detail::CpAsyncCommit();
+    }
   }
 
+  unsigned census_tiles = 0, census_none = 0;  // kCensus: this warp's tiles, those adding nothing
   for (int t = t_begin; t < t_end; ++t) {
     const int j0 = t * kTile;
-    if (kBufs == 2) {
-      if (t + 1 < t_end) load_keys(t + 1);
-      detail::CpAsyncCommit();
+    if (kCensus) ++census_tiles;
+    // Tile t's group is the oldest pending one (three buffers: tile t + 1's may still be pending).
+    if (kBufs == 3) {
       detail::CpAsyncWait<1>();
     } else {
       detail::CpAsyncWait<0>();
     }
-    __syncthreads();  // key tile t is in
-    float acc[8][4];
-    TileLogits<T, kD>(qf,
-                      sbuf + (kBufs == 2 ? (t - t_begin) & 1 : 0) * static_cast<uint32_t>(lay.tile),
-                      acc, lane);
-    __syncthreads();  // every warp has read tile t: its buffer may take tile t + 2 (t + 1: one)
-    if (kBufs == 1 && t + 1 < t_end) {
-      load_keys(t + 1);
+    // Key tile t is in for every warp, and (two or three buffers) every warp is past tile t - 1,
+    // so its buffer (the Q buffer for t_begin) takes tile t + kBufs - 1, loaded behind tile t's
+    // work: one barrier per tile (before, two buffers loaded tile t + 1 ahead of this barrier and
+    // needed a second one after the products to free tile t's buffer).
+    __syncthreads();
+    if (kBufs >= 2) {
+      if (t + kBufs - 1 < t_end) load_keys(t + kBufs - 1);
       detail::CpAsyncCommit();
+    }
+    float acc[8][4];
+    TileLogits<T, kD>(qf, buf_of(t), acc, lane);
+    if (kBufs == 1) {
+      __syncthreads();  // every warp has read tile t: the buffer takes tile t + 1
+      if (t + 1 < t_end) {
+        load_keys(t + 1);
+        detail::CpAsyncCommit();
+      }
     }
     if (kPass == 1) {
       // Log2-domain logits of this thread's entries (-inf where masked), then one rescale of
@@ -515,7 +581,10 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) any = any || acc[nt][e] >= x_cut[e >> 1];
         }
-        if (!__any_sync(kFull, any)) continue;
+        if (!__any_sync(kFull, any)) {
+          if (kCensus) ++census_none;
+          continue;
+        }
       }
       const bool plain = j0 + kTile <= warp_vis && mx[0] < FLT_MAX && mx[1] < FLT_MAX;
       unsigned mu[8][4];
@@ -588,6 +657,7 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
     p_keep = keep;
     p_j0 = j0;
     p_any = __any_sync(kFull, keep != 0);
+    if (kCensus && !p_any) ++census_none;
     if (!p_any) continue;
     // Bit nt * 4 + e belongs to row half e >> 1.
     const int cnt[2] = {__popc(keep & 0x33333333u), __popc(keep & 0xccccccccu)};
@@ -611,6 +681,10 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
             seg_total);
       p_at[h] = incl - cnt[h] - seg_before;
     }
+  }
+  if (kCensus && lane == 0 && kPass >= 2) {
+    atomicAdd(g_sl_census + 2 * (kPass - 2), static_cast<unsigned long long>(census_tiles));
+    atomicAdd(g_sl_census + 2 * (kPass - 2) + 1, static_cast<unsigned long long>(census_none));
   }
   if (kPass == 1) {
 #pragma unroll
@@ -660,10 +734,10 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
       }
     } else {
       for (int b = warp; b < g.blocks; b += kThreads / 32) {
+        int thr;
+        long long cap;
+        BlockThresholdWarp(hm + b * kSlBins, blk_wsum[b], blk_vis[b], a.gamma, lane, &thr, &cap);
         if (lane == 0) {
-          int thr;
-          long long cap;
-          BlockThreshold(hm + b * kSlBins, blk_wsum[b], blk_vis[b], a.gamma, &thr, &cap);
           const int64_t row = static_cast<int64_t>(slot) * a.num_blocks + g.block_begin + b;
           a.thr[row] = thr;
           a.kept[row] = cap;
@@ -710,12 +784,12 @@ __global__ void SlSplitThresholdKernel(SlArgs a) {
   if (u >= static_cast<int64_t>(a.num_slots) * a.split_blocks) return;
   for (int i = lane; i < kSlBins; i += 32) h[warp][i] = a.split_hist[u * kSlBins + i];
   __syncwarp();
+  int thr;
+  long long cap;
+  BlockThresholdWarp(h[warp], a.split_wsum[u], a.split_vis[u], a.gamma, lane, &thr, &cap);
   if (lane == 0) {
     const int slot = static_cast<int>(u / a.split_blocks);
     const int block = a.split_block_ids[u % a.split_blocks];
-    int thr;
-    long long cap;
-    BlockThreshold(h[warp], a.split_wsum[u], a.split_vis[u], a.gamma, &thr, &cap);
     const int64_t row = static_cast<int64_t>(slot) * a.num_blocks + block;
     a.thr[row] = thr;
     a.kept[row] = cap;
@@ -812,28 +886,28 @@ __global__ void SlClassifyKernel(SlArgs a) {
   }
 }
 
-template <typename T, int kD, int kPass, int kBufs>
+template <typename T, int kD, int kPass, int kBufs, bool kCensus>
 cudaError_t LaunchPass(const SlArgs& a, cudaStream_t stream) {
   const int64_t bytes = Layout(kD, kPass == 2, kBufs).total;
   cudaError_t err =
-      cudaFuncSetAttribute(SlPassKernel<T, kD, kPass, kBufs>,
+      cudaFuncSetAttribute(SlPassKernel<T, kD, kPass, kBufs, kCensus>,
                            cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
   if (err != cudaSuccess) return err;
-  SlPassKernel<T, kD, kPass, kBufs>
+  SlPassKernel<T, kD, kPass, kBufs, kCensus>
       <<<static_cast<unsigned>(a.num_items) * a.num_slots, kThreads, bytes, stream>>>(a);
   return cudaGetLastError();
 }
 
-template <int kPass, int kBufs = 2>
+template <int kPass, int kBufs = 2, bool kCensus = false>
 cudaError_t Dispatch(const SlArgs& a, cudaStream_t stream) {
   const bool bf16 = a.p.dtype == DType::kBF16;
   if (a.p.head_dim == 128) {
-    return bf16 ? LaunchPass<__nv_bfloat16, 128, kPass, kBufs>(a, stream)
-                : LaunchPass<__half, 128, kPass, kBufs>(a, stream);
+    return bf16 ? LaunchPass<__nv_bfloat16, 128, kPass, kBufs, kCensus>(a, stream)
+                : LaunchPass<__half, 128, kPass, kBufs, kCensus>(a, stream);
   }
   if (a.p.head_dim == 64) {
-    return bf16 ? LaunchPass<__nv_bfloat16, 64, kPass, kBufs>(a, stream)
-                : LaunchPass<__half, 64, kPass, kBufs>(a, stream);
+    return bf16 ? LaunchPass<__nv_bfloat16, 64, kPass, kBufs, kCensus>(a, stream)
+                : LaunchPass<__half, 64, kPass, kBufs, kCensus>(a, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -1032,6 +1106,8 @@ SlKnobs& SampledLinesKnobs() {
     const char* b = std::getenv("SPATTN_SL_ASM_BUCKET");
     if (b != nullptr && b[0] != '\0') k.asm_bucket = b[0] != '0' ? 1 : 0;
     if (const char* h = std::getenv("SPATTN_SL_HIST_BUFFERS")) k.hist_buffers = h[0] == '2' ? 2 : 1;
+    if (const char* b = std::getenv("SPATTN_SL_PASS_BUFFERS")) k.pass_buffers = b[0] == '3' ? 3 : 2;
+    if (const char* c = std::getenv("SPATTN_SL_TILE_CENSUS")) k.tile_census = c[0] == '1';
     return k;
   }();
   return knobs;
@@ -1039,7 +1115,8 @@ SlKnobs& SampledLinesKnobs() {
 
 cudaError_t LaunchSampledLinesStats(const SlArgs& a, cudaStream_t stream) {
   if (a.num_items == 0 || a.num_slots == 0) return cudaSuccess;
-  const cudaError_t err = Dispatch<1>(a, stream);
+  const cudaError_t err =
+      SampledLinesKnobs().pass_buffers == 3 ? Dispatch<1, 3>(a, stream) : Dispatch<1, 2>(a, stream);
   if (err != cudaSuccess || a.split_blocks == 0) return err;
   const int64_t n = static_cast<int64_t>(a.num_slots) * a.num_rows;
   SlMergeStatsKernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(a);
@@ -1048,8 +1125,9 @@ cudaError_t LaunchSampledLinesStats(const SlArgs& a, cudaStream_t stream) {
 
 cudaError_t LaunchSampledLinesHistogram(const SlArgs& a, cudaStream_t stream) {
   if (a.num_items == 0 || a.num_slots == 0) return cudaSuccess;
-  const cudaError_t err =
-      SampledLinesKnobs().hist_buffers == 2 ? Dispatch<2, 2>(a, stream) : Dispatch<2, 1>(a, stream);
+  const cudaError_t err = SampledLinesKnobs().tile_census         ? Dispatch<2, 1, true>(a, stream)
+                          : SampledLinesKnobs().hist_buffers == 2 ? Dispatch<2, 2>(a, stream)
+                                                                  : Dispatch<2, 1>(a, stream);
   if (err != cudaSuccess || a.split_blocks == 0) return err;
   const int64_t n = static_cast<int64_t>(a.num_slots) * a.split_blocks;
   SlSplitThresholdKernel<<<static_cast<unsigned>((n + 3) / 4), 128, 0, stream>>>(a);
@@ -1064,8 +1142,25 @@ cudaError_t LaunchSampledLinesEmit(const SlArgs& a, cudaStream_t stream) {
   SlDiagonalEvidenceKernel<<<dim3(64, a.num_slots * a.batch), 256, 0, stream>>>(a);
   err = cudaGetLastError();
   if (err != cudaSuccess) return err;
-  const cudaError_t perr = Dispatch<3>(a, stream);
+  const cudaError_t perr = SampledLinesKnobs().tile_census         ? Dispatch<3, 2, true>(a, stream)
+                           : SampledLinesKnobs().pass_buffers == 3 ? Dispatch<3, 3>(a, stream)
+                                                                   : Dispatch<3, 2>(a, stream);
   if (perr != cudaSuccess) return perr;
+  if (SampledLinesKnobs().tile_census) {  // diagnostics: synchronous, then reset
+    unsigned long long c[4] = {0, 0, 0, 0};
+    err = cudaMemcpyFromSymbolAsync(c, g_sl_census, sizeof(c), 0, cudaMemcpyDeviceToHost, stream);
+    if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
+    if (err != cudaSuccess) return err;
+    std::fprintf(
+        stderr,
+        "sampled_lines tile census: pass 2 warp tiles %llu, skipped (no entry at its "
+        "rows' cut) %llu (%.1f %%); pass 3 warp tiles %llu, no entry kept %llu (%.1f %%)\n",
+        c[0], c[1], c[0] ? 100.0 * c[1] / c[0] : 0.0, c[2], c[3], c[2] ? 100.0 * c[3] / c[2] : 0.0);
+    const unsigned long long zero[4] = {0, 0, 0, 0};
+    err =
+        cudaMemcpyToSymbolAsync(g_sl_census, zero, sizeof(zero), 0, cudaMemcpyHostToDevice, stream);
+    if (err != cudaSuccess) return err;
+  }
   if (a.split_blocks > 0) {
     const int64_t n = static_cast<int64_t>(a.num_slots) * a.num_blocks;
     SlClampCountsKernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(a);

@@ -489,6 +489,10 @@ __global__ void __launch_bounds__(kSelectThreads) SelectLinesKernel(LineSelectPa
 }
 
 constexpr int kMergeThreads = 128;  // 4 rows per CTA, one warp each
+// CTAs per SM the merge kernel is compiled for (its register bound): 8, 64 registers and 32 warps
+// per SM. The unbounded kernel (94 registers, 5 CTAs) ran the same within 2% at 32K (H100,
+// kernels/cuda/NOTES.md Session 22 — s22-build); 6 (80 registers) was not measured against it.
+constexpr int kMergeMinBlocks = 8;
 
 // One warp per row: lane l walks part l of the row's keys (row_assembly::MergePart), the lanes'
 // pieces are stitched with shuffles (a lane's first range continues the previous lane's last
@@ -496,8 +500,8 @@ constexpr int kMergeThreads = 128;  // 4 rows per CTA, one warp each
 // totals, and each lane's prefixes and continuation flag in lane_prefix; fill pass: one more walk
 // per lane at those offsets writes the entries (range ends first, made lengths after the warp has
 // written them).
-template <int kMinBlocks, bool fill>
-__global__ void __launch_bounds__(kMergeThreads, kMinBlocks) MergeRowsKernel(MergeParams p) {
+template <bool fill>
+__global__ void __launch_bounds__(kMergeThreads, kMergeMinBlocks) MergeRowsKernel(MergeParams p) {
   constexpr unsigned kAll = 0xffffffffu;
   const int lane = static_cast<int>(threadIdx.x & 31u);
   const int64_t rows = static_cast<int64_t>(p.num_slots) * p.num_blocks;
@@ -728,45 +732,14 @@ cudaError_t LaunchSelectLines(const LineSelectParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-namespace {
-
-// CTAs per SM the merge kernel is compiled for (its register bound): 8 (64 registers, 32 warps
-// per SM) unless SPATTN_MERGE_MINB says 6 (80 registers) or 1 (no bound: 94 registers, 5 CTAs,
-// the kernel of session 20), for comparisons.
-int MergeMinBlocks() {
-  static const int v = [] {
-    const char* e = std::getenv("SPATTN_MERGE_MINB");
-    return e != nullptr ? std::atoi(e) : 8;
-  }();
-  return v;
-}
-
-// The count or fill instantiation of the merge kernel at register bound kMinBlocks.
-template <int kMinBlocks>
-void LaunchMergeRowsAt(const MergeParams& p, bool fill, int grid, cudaStream_t stream) {
-  if (fill) {
-    MergeRowsKernel<kMinBlocks, true><<<grid, kMergeThreads, 0, stream>>>(p);
-  } else {
-    MergeRowsKernel<kMinBlocks, false><<<grid, kMergeThreads, 0, stream>>>(p);
-  }
-}
-
-}  // namespace
-
 cudaError_t LaunchMergeRows(const MergeParams& p, bool fill, cudaStream_t stream) {
   const int64_t rows = static_cast<int64_t>(p.num_slots) * p.num_blocks;
   if (rows == 0) return cudaSuccess;
   const int grid = GridFor(rows * 32, kMergeThreads);
-  switch (MergeMinBlocks()) {
-    case 1:
-      LaunchMergeRowsAt<1>(p, fill, grid, stream);
-      break;
-    case 6:
-      LaunchMergeRowsAt<6>(p, fill, grid, stream);
-      break;
-    default:
-      LaunchMergeRowsAt<8>(p, fill, grid, stream);
-      break;
+  if (fill) {
+    MergeRowsKernel<true><<<grid, kMergeThreads, 0, stream>>>(p);
+  } else {
+    MergeRowsKernel<false><<<grid, kMergeThreads, 0, stream>>>(p);
   }
   return cudaGetLastError();
 }

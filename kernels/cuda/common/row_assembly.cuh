@@ -140,6 +140,14 @@ __global__ void __launch_bounds__(kAsmThreads, 2)
       }
       if (tid == 0) sF[0] = carry_f;
       __syncthreads();
+      // Fill: this thread's final column bits into its own words of sC (every FinalBits read of
+      // sC is done), so that the output loops below re-read them and sF (for the range events)
+      // instead of holding 3 x kAsmWordsPerThread words in registers across the scan (which
+      // spilled).
+      if (fill) {
+#pragma unroll
+        for (int k = 0; k < kAsmWordsPerThread; ++k) sC[first_i + k] = cf[k];
+      }
       unsigned long long packed = 0;
       uint32_t starts[kAsmWordsPerThread], ends[kAsmWordsPerThread];
 #pragma unroll
@@ -162,17 +170,24 @@ __global__ void __launch_bounds__(kAsmThreads, 2)
         // This thread's entries into the stages, at their places in the segment.
         int as = static_cast<int>(excl & kField), ae = static_cast<int>((excl >> 21) & kField),
             ac = static_cast<int>((excl >> 42) & kField);
-#pragma unroll
+        // Word k's range starts / ends (from sF) and final columns (sC), as computed above.
+        auto events = [&](int k, uint32_t* st, uint32_t* en, uint32_t* c) {
+          RangeEvents(sF[first_i + k - 1], sF[first_i + k], st, en);
+          *c = sC[first_i + k];
+        };
+#pragma unroll 1
         for (int k = 0; k < kAsmWordsPerThread; ++k) {
           const int32_t key0 = static_cast<int32_t>((w0 + tid * kAsmWordsPerThread + k) * 32);
+          uint32_t st, en, c;
+          events(k, &st, &en, &c);
           if (in_s) {
-            for (uint32_t b = starts[k]; b != 0u; b &= b - 1u) stage_s[as++] = key0 + __ffs(b) - 1;
+            for (uint32_t b = st; b != 0u; b &= b - 1u) stage_s[as++] = key0 + __ffs(b) - 1;
           }
           if (in_e) {
-            for (uint32_t b = ends[k]; b != 0u; b &= b - 1u) stage_e[ae++] = key0 + __ffs(b) - 1;
+            for (uint32_t b = en; b != 0u; b &= b - 1u) stage_e[ae++] = key0 + __ffs(b) - 1;
           }
           if (in_c) {
-            for (uint32_t b = cf[k]; b != 0u; b &= b - 1u) stage_c[ac++] = key0 + __ffs(b) - 1;
+            for (uint32_t b = c; b != 0u; b &= b - 1u) stage_c[ac++] = key0 + __ffs(b) - 1;
           }
         }
         // Streams past their stage: straight to every slot row.
@@ -184,21 +199,23 @@ __global__ void __launch_bounds__(kAsmThreads, 2)
             const int64_t row = static_cast<int64_t>(ctx.slots[si]) * out.num_blocks + ctx.block;
             const int64_t ro = out.off_ranges[row], co = out.off_cols[row];
             int64_t ps = ro + ks, pe = ro + ke, pc = co + kc;
-#pragma unroll
+#pragma unroll 1
             for (int k = 0; k < kAsmWordsPerThread; ++k) {
               const int32_t key0 = static_cast<int32_t>((w0 + tid * kAsmWordsPerThread + k) * 32);
+              uint32_t st, en, c;
+              events(k, &st, &en, &c);
               if (!in_s) {
-                for (uint32_t b = starts[k]; b != 0u; b &= b - 1u) {
+                for (uint32_t b = st; b != 0u; b &= b - 1u) {
                   out.range_start[ps++] = key0 + __ffs(b) - 1;
                 }
               }
               if (!in_e) {
-                for (uint32_t b = ends[k]; b != 0u; b &= b - 1u) {
+                for (uint32_t b = en; b != 0u; b &= b - 1u) {
                   out.range_len[pe++] = key0 + __ffs(b) - 1;  // the end; made a length below
                 }
               }
               if (!in_c) {
-                for (uint32_t b = cf[k]; b != 0u; b &= b - 1u) {
+                for (uint32_t b = c; b != 0u; b &= b - 1u) {
                   out.col_idx[pc++] = key0 + __ffs(b) - 1;
                 }
               }

@@ -261,11 +261,13 @@ cudaError_t LaunchPersistent(const AttnParams& p, const SparseIndexView& idx,
   if (err != cudaSuccess) return err;
   const int grid = std::min(num_items, NumSms() * Tr::kMinBlocks);
   // Range tails packed with the columns (kFlagPackTails; SPATTN_HOPPER_PACK_TAILS: 2 (default)
-  // every item with tails, 1 per item only where that saves tiles (not yet run on a device),
-  // 0 off; the schedule's cost model follows the same knob, dispatch.cu).
+  // every item with tails, 1 per item only where that saves tiles, 3 as 1 and also where it
+  // ties if the item has columns (kFlagPackTies), 0 off; the schedule's cost model follows the
+  // same knob, dispatch.cu).
   const int pack = Knobs().pack_tails;
   int flags = !kSparse || !Tr::kCross || pack == 0 ? 0
               : pack == 2                          ? kFlagPackTails | kFlagPackAlways
+              : pack == 3                          ? kFlagPackTails | kFlagPackTies
                                                    : kFlagPackTails;
   // The dynamic work list (kFlagDynamic; SPATTN_HOPPER_DYNAMIC=0: the snake order for all
   // items, the A/B baseline of NOTES.md session 21). Needs the consumers to take their items

@@ -147,8 +147,13 @@ struct PersistTraits {
 // kFlagPackTails alone: per item, only where the packed tiles are fewer (PackedCursor;
 // SPATTN_HOPPER_PACK_TAILS=1); with kFlagPackAlways, every item with tails (=2, the default:
 // session 18, run 2).
+// kFlagPackTails | kFlagPackTies (SPATTN_HOPPER_PACK_TAILS=3): also where packing gives as many
+// tiles as the plain tiling, if the item has columns (its tails then fill gathered tiles that
+// are loaded anyway; session 22, run 1: =1 ran 32K block_m 128 synthetic ranges -- no columns
+// -- 7-10% above =2, sampled_lines -- ranges and columns -- 3-4% below).
 constexpr int kFlagPackTails = 1;
 constexpr int kFlagPackAlways = 2;
+constexpr int kFlagPackTies = 8;
 // kFlagDynamic (sparse, kDesc): after its first item (item c, as in the snake order) a CTA takes
 // its items from the schedule's counter (SparseSchedule::counter, zero at the launch), in list
 // order, one atomicAdd per item by the producer's leader, issued when the CTA starts its
@@ -184,10 +189,15 @@ struct PackedCursor {
   int e = 0, off = 0;  // ranges: the next tile
   int tails = 0;       // packing: tail keys of the ranges walked so far
   int v = 0;           // gathered list: the next position
-  int mode = 0;        // 0 plain (TileCursor's tiling), 1 packing, -1 kFlagPackTails undecided
+  // 0 plain (TileCursor's tiling), 1 packing, -1 kFlagPackTails undecided (-2 with
+  // kFlagPackTies)
+  int mode = 0;
   detail::TileCursor<kBN> plain;
   __device__ __forceinline__ void Init(int flags) {
-    mode = (flags & kFlagPackAlways) != 0 ? 1 : (flags & kFlagPackTails) != 0 ? -1 : 0;
+    mode = (flags & kFlagPackAlways) != 0  ? 1
+           : (flags & kFlagPackTails) == 0 ? 0
+           : (flags & kFlagPackTies) != 0  ? -2
+                                           : -1;
   }
   __device__ __forceinline__ bool Next(const detail::KeySet& ks, int& kind, int& start, int& n,
                                        bool& mixed) {
@@ -207,7 +217,8 @@ struct PackedCursor {
           part += tail > 0 ? 1 : 0;
         }
         const int c = ks.num_cols;
-        mode = (c + t + kBN - 1) / kBN < (c + kBN - 1) / kBN + part ? 1 : 0;
+        const int packed = (c + t + kBN - 1) / kBN, plain_tiles = (c + kBN - 1) / kBN + part;
+        mode = packed < plain_tiles || (mode == -2 && c > 0 && packed == plain_tiles) ? 1 : 0;
       }
       while (e < ks.num_ranges) {
         const int rs = __ldg(ks.range_start + e), rl = __ldg(ks.range_len + e);
@@ -423,6 +434,47 @@ __device__ __forceinline__ void IssuePvDesc(Step& st, uint64_t v_desc) {
   detail::WgmmaCommit();
 }
 
+// The stream's masks (kCross), specialized by tile kind: ConsumerStep::Mask's key-and-compare per
+// element (a key per column, two compares and a select per element, and the kind chosen per
+// column) cost ~410 instructions per masked 128-key tile (session 21, run 1: 30% of the tiles
+// at low density), and these ~130 (range tiles) and ~190 (gathered tiles). The thread's
+// columns are 8 nt + 2 t4 + j, so with the limits shifted by 2 t4 each compare is against an
+// immediate.
+// Range tile (keys start + col for tile columns col < n): row h keeps its columns below
+// lim_h = min(n, pos_h - start + 1) (causal) or n.
+template <int kBN, class Step>
+__device__ __forceinline__ void MaskRangeTile(Step& st, int lim0, int lim1) {
+  const int l0 = lim0 - 2 * st.t4, l1 = lim1 - 2 * st.t4;
+#pragma unroll
+  for (int nt = 0; nt < kBN / 8; ++nt) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      float& a = st.s[nt * 4 + j];
+      float& b = st.s[nt * 4 + 2 + j];
+      a = nt * 8 + j < l0 ? a : detail::kNegInf;
+      b = nt * 8 + j < l1 ? b : detail::kNegInf;
+    }
+  }
+}
+
+// Gathered tile (column tile or packed tails): column col holds key key_at(col) for col < n;
+// row h keeps the keys <= q_h (its position, causal; 0x7ffffffe otherwise).
+template <int kBN, class Step, class KeyAt>
+__device__ __forceinline__ void MaskKeyTile(Step& st, int n, int q0, int q1, KeyAt key_at) {
+  const int nl = n - 2 * st.t4;
+#pragma unroll
+  for (int nt = 0; nt < kBN / 8; ++nt) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int key = nt * 8 + j < nl ? key_at(nt * 8 + 2 * st.t4 + j) : 0x7fffffff;
+      float& a = st.s[nt * 4 + j];
+      float& b = st.s[nt * 4 + 2 + j];
+      a = key <= q0 ? a : detail::kNegInf;
+      b = key <= q1 ? b : detail::kNegInf;
+    }
+  }
+}
+
 // The consumers' loop with kCross (PersistTraits): every tile of every item of this CTA as one
 // stream through the ping-pong step of RunKeyTiles (consumer_step.cuh; S(t) and P(t-1) V issued
 // together), where t and t - 1 may belong to different items. At an item change the old item's
@@ -430,7 +482,7 @@ __device__ __forceinline__ void IssuePvDesc(Step& st, uint64_t v_desc) {
 // item's softmax, and the old item's epilogue (normalize, stage in its Q buffer, store) runs
 // once that P V is done, before the new item's first P V. Items and tiles come from the
 // producer's descriptors (ItemDesc, TileDesc).
-template <class Tr, class Step, class Ring>
+template <class Tr, bool kSparse, class Step, class Ring>
 __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnParams& p, int cw,
                                                int tid, int lane, int my_turn, int other_turn,
                                                int turn_threads, const Ring& ring, uint32_t q_full0,
@@ -483,19 +535,37 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
   auto prepare_v = [&](int slot, const Tile& d) {
     PrepareV<Tr>(smem, slot, d.kind, d.n, d.half ? kBN / 2 : kBN, tid, cw);
   };
+  // Masks S of a tile that needs it (fewer than kBN keys, or keys past one of the warpgroup's
+  // rows, causal): range tiles by a per-row column limit, gathered ones by their key numbers.
   auto mask = [&](const Tile& d) {
     const int my_first = cur.first_pos + cw * 64;
     if (d.n == kBN && !(p.causal && d.last > my_first)) return;
+    if constexpr (!kSparse) {
+      // (The dense persistent kernel: range tiles only, ConsumerStep's mask as before -- the
+      // specialized one below spilled 4 bytes there.)
+      const int first_pos = cur.first_pos;
+      st.Mask([&](int col) { return col >= d.n ? 0x7fffffff : d.start + col; },
+              [&](int col, int key, int h) {
+                const int pos = first_pos + row0 + 8 * h;
+                return col < d.n && (!p.causal || key <= pos);
+              });
+      return;
+    }
+    const int pos0 = cur.first_pos + row0;  // the thread's rows: pos0 and pos0 + 8
+    if (d.kind == 0) {
+      MaskRangeTile<kBN>(st, p.causal ? min(d.n, pos0 - d.start + 1) : d.n,
+                         p.causal ? min(d.n, pos0 + 8 - d.start + 1) : d.n);
+      return;
+    }
     const int32_t* cols = cur.cols;
-    const int first_pos = cur.first_pos;
     const int* keys = reinterpret_cast<const int*>(smem + Tr::kTileKeysOff) + d.slot * kBN;
     st.Mask(
         [&](int col) {
           if (col >= d.n) return 0x7fffffff;
-          return d.kind == 0 ? d.start + col : d.mixed ? keys[col] : __ldg(cols + d.start + col);
+          return d.mixed ? keys[col] : __ldg(cols + d.start + col);
         },
         [&](int col, int key, int h) {
-          const int pos = first_pos + row0 + 8 * h;
+          const int pos = pos0 + 8 * h;
           return col < d.n && (!p.causal || key <= pos);
         });
   };
@@ -866,8 +936,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
 
   if (kPingPong && cw == 1) NamedArrive(kBarTurn0, 256);  // consumer warpgroup 0 goes first
   if constexpr (Tr::kCross) {
-    ConsumerStream<Tr>(st, smem, p, cw, tid, lane, my_turn, other_turn, kTurnThreads, ring,
-                       q_full(0), q_empty(0));
+    ConsumerStream<Tr, kSparse>(st, smem, p, cw, tid, lane, my_turn, other_turn, kTurnThreads, ring,
+                                q_full(0), q_empty(0));
   } else {
     int tile = 0, n_item = 0;
     for (int round = 0;; ++round) {

@@ -1,0 +1,185 @@
+// The bitmap row assembler (row_assembly.cuh) on the GPU against RowKeys::Normalize on the CPU,
+// with rows built to reach its fill pass's fallback: a 64K-key segment with more than
+// kAsmStageRanges (1024) range starts / ends or more than kAsmStageCols (10240) columns writes
+// that stream straight to global memory, the others through the shared-memory stage (no builder
+// test reaches it on demand). Rows span several segments, mix staged and direct segments and
+// streams, carry ranges across segment edges, set bits past key_end (ignored), and are written
+// for two head slots. The rows and their CPU form are checked everywhere; the GPU part skips
+// without a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/common/cuda_runtime.h"
+#include "kernels/sparse_index.h"
+#ifdef SPATTN_ROW_ASSEMBLY_GPU
+#include "kernels/cuda/common/row_assembly_gpu_testing.h"
+#endif
+
+namespace spattn {
+namespace {
+
+constexpr int kSegKeys = 64 * 1024;
+
+struct BitRow {
+  int key_end = 0;
+  std::vector<uint32_t> r, c;  // words past key_end too (ceil(key_end / 32) + 2)
+  explicit BitRow(int ke) : key_end(ke), r((ke + 31) / 32 + 2, 0u), c((ke + 31) / 32 + 2, 0u) {}
+  int Keys() const { return static_cast<int>(r.size()) * 32; }
+  void SetR(int k) { r[k >> 5] |= 1u << (k & 31); }
+  void SetC(int k) { c[k >> 5] |= 1u << (k & 31); }
+  void RangeSpan(int s, int e) {
+    for (int k = s; k < e && k < Keys(); ++k) SetR(k);
+  }
+};
+
+// The CPU builders' row from the same bits: each run of range bits a range, each column bit a
+// column, normalized (min_run 16) below key_end.
+RowKeys Cpu(const BitRow& b) {
+  RowKeys row;
+  const int n = b.Keys();
+  for (int k = 0; k < n;) {
+    if (!(b.r[k >> 5] >> (k & 31) & 1u)) {
+      ++k;
+      continue;
+    }
+    int e = k;
+    while (e < n && (b.r[e >> 5] >> (e & 31) & 1u)) ++e;
+    row.AddRange(k, e);
+    k = e;
+  }
+  for (int k = 0; k < n; ++k) {
+    if (b.c[k >> 5] >> (k & 31) & 1u) row.AddCol(k);
+  }
+  row.Normalize(b.key_end);
+  return row;
+}
+
+// The most range starts and columns in one segment of the assembler (its segment s holds keys
+// [s * 64K, (s + 1) * 64K)).
+void SegmentMax(const RowKeys& row, int* max_ranges, int* max_cols) {
+  std::vector<int> nr, nc;
+  auto bump = [](std::vector<int>& v, int k) {
+    const size_t s = static_cast<size_t>(k / kSegKeys);
+    if (v.size() <= s) v.resize(s + 1, 0);
+    ++v[s];
+  };
+  for (auto [s, e] : row.ranges) bump(nr, s);
+  for (int32_t k : row.cols) bump(nc, k);
+  *max_ranges = *max_cols = 0;
+  for (int v : nr) *max_ranges = std::max(*max_ranges, v);
+  for (int v : nc) *max_cols = std::max(*max_cols, v);
+}
+
+std::vector<BitRow> Rows() {
+  std::vector<BitRow> rows;
+  std::mt19937_64 rng(22);
+  {  // Columns over the stage in segment 0 (every other key), a few ranges; segment 1 staged.
+    BitRow b(150000);
+    for (int k = 0; k < 40000; k += 2) b.SetC(k);
+    b.RangeSpan(50000, 50100);
+    b.RangeSpan(65500, 65600);  // across the segment edge
+    for (int k = 70000; k < 71000; k += 3) b.SetC(k);
+    rows.push_back(b);
+  }
+  {  // Ranges over the stage in segment 1 only (length 2, gap 2), columns staged.
+    BitRow b(140000);
+    for (int k = 70000; k < 90000; k += 4) b.RangeSpan(k, k + 2);
+    for (int k = 1000; k < 3000; k += 5) b.SetC(k);
+    b.RangeSpan(130000, 139990);
+    rows.push_back(b);
+  }
+  {  // Runs of 17 columns (ranges by min_run) with 1-key gaps: > 1024 ranges from columns in
+     // segments 0 and 1, single columns between them staged.
+    BitRow b(131072 + 777);
+    for (int k = 0; k + 17 < 131072; k += 18) {
+      for (int i = 0; i < 17; ++i) b.SetC(k + i);
+    }
+    b.SetC(131072 + 100);
+    b.SetC(131072 + 300);
+    rows.push_back(b);
+  }
+  {  // Every stream over its stage in segment 2; ranges past key_end and to its last key.
+    BitRow b(3 * kSegKeys + 5000);
+    const int s0 = 2 * kSegKeys;
+    for (int k = s0; k < s0 + 30000; k += 2) b.SetC(k);
+    for (int k = s0 + 30000; k < s0 + 60000; k += 5) b.RangeSpan(k, k + 3);
+    b.RangeSpan(3 * kSegKeys + 4990, b.Keys());
+    for (int k = 3 * kSegKeys + 4000; k < b.Keys(); k += 2) b.SetC(k);
+    rows.push_back(b);
+  }
+  // Random rows, staged or not, and tiny / empty ones.
+  for (int it = 0; it < 6; ++it) {
+    BitRow b(1 + static_cast<int>(rng() % 200000));
+    const double pc = it % 2 ? 0.3 : 0.02, pr = it % 3 ? 0.05 : 0.001;
+    for (int k = 0; k < b.Keys(); ++k) {
+      const double u = static_cast<double>(rng() % 1000000) / 1e6;
+      if (u < pc) b.SetC(k);
+      if (u > 1.0 - pr) b.RangeSpan(k, k + 1 + static_cast<int>(rng() % 40));
+    }
+    rows.push_back(b);
+  }
+  rows.emplace_back(1);
+  rows.emplace_back(33);
+  rows.back().SetC(0);
+  rows.back().SetC(40);  // past key_end
+  return rows;
+}
+
+TEST(RowAssemblyGpuTest, FillFallbackMatchesNormalize) {
+  const std::vector<BitRow> rows = Rows();
+  std::vector<int> key_end;
+  std::vector<int64_t> word_off{0};
+  std::vector<uint32_t> rw, cw;
+  std::vector<RowKeys> want;
+  int fallback_rows = 0;
+  for (const BitRow& b : rows) {
+    key_end.push_back(b.key_end);
+    rw.insert(rw.end(), b.r.begin(), b.r.end());
+    cw.insert(cw.end(), b.c.begin(), b.c.end());
+    word_off.push_back(static_cast<int64_t>(rw.size()));
+    want.push_back(Cpu(b));
+    int mr = 0, mc = 0;
+    SegmentMax(want.back(), &mr, &mc);
+    fallback_rows += mr > 1024 || mc > 10240;
+  }
+  // The rows reach the fallback (4 built for it, random ones may too).
+  ASSERT_GE(fallback_rows, 4);
+  std::string why;
+  if (ListCudaDevices(&why).empty()) GTEST_SKIP() << "no CUDA device: " << why;
+#ifdef SPATTN_ROW_ASSEMBLY_GPU
+  constexpr int kSlots = 2;
+  row_assembly::AssembledForTest got;
+  ASSERT_EQ(row_assembly::AssembleBitmapRowsForTest(key_end, word_off, rw, cw, kSlots, &got),
+            cudaSuccess);
+  const int units = static_cast<int>(rows.size());
+  ASSERT_EQ(got.off_ranges.size(), static_cast<size_t>(kSlots * units + 1));
+  for (int s = 0; s < kSlots; ++s) {
+    for (int u = 0; u < units; ++u) {
+      const int64_t row = static_cast<int64_t>(s) * units + u;
+      const RowKeys& w = want[u];
+      const int64_t r0 = got.off_ranges[row], r1 = got.off_ranges[row + 1];
+      const int64_t c0 = got.off_cols[row], c1 = got.off_cols[row + 1];
+      ASSERT_EQ(r1 - r0, static_cast<int64_t>(w.ranges.size())) << "slot " << s << " row " << u;
+      ASSERT_EQ(c1 - c0, static_cast<int64_t>(w.cols.size())) << "slot " << s << " row " << u;
+      for (int64_t i = 0; i < r1 - r0; ++i) {
+        ASSERT_EQ(got.range_start[r0 + i], w.ranges[i].first) << "row " << u << " range " << i;
+        ASSERT_EQ(got.range_len[r0 + i], w.ranges[i].second - w.ranges[i].first)
+            << "row " << u << " range " << i;
+      }
+      for (int64_t i = 0; i < c1 - c0; ++i) {
+        ASSERT_EQ(got.col_idx[c0 + i], w.cols[i]) << "row " << u << " col " << i;
+      }
+    }
+  }
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
+}  // namespace
+}  // namespace spattn

@@ -1,0 +1,135 @@
+// row_assembly_gpu_testing.h: the bitmap assembler (row_assembly.cuh) on rows given as bitmaps.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/cuda/common/row_assembly.cuh"
+#include "kernels/cuda/common/row_assembly_gpu_testing.h"
+
+namespace spattn {
+namespace row_assembly {
+namespace {
+
+// Rows from their bitmaps: each thread copies whole array words (nobody else writes them).
+struct BitmapSrc {
+  const int* key_end;
+  const int64_t* word_off;
+  const uint32_t* range_words;
+  const uint32_t* col_words;
+  int num_slots;
+  struct Shared {
+    int64_t off;
+    int64_t num_words;
+  };
+  __device__ void Begin(int unit, Shared& sh, RowCtx& ctx) const {
+    ctx.key_end = key_end[unit];
+    ctx.block = unit;
+    ctx.num_slots = num_slots;
+    for (int s = 0; s < num_slots; ++s) ctx.slots[s] = s;
+    sh.off = word_off[unit];
+    sh.num_words = word_off[unit + 1] - word_off[unit];
+  }
+  __device__ void SetBits(const RowCtx&, const Shared& sh, uint32_t* ranges, uint32_t* cols,
+                          int64_t wbase) const {
+    for (int i = threadIdx.x; i < kAsmArrayWords; i += blockDim.x) {
+      const int64_t w = wbase + i;
+      if (w >= 0 && w < sh.num_words) {
+        ranges[i] = range_words[sh.off + w];
+        cols[i] = col_words[sh.off + w];
+      }
+    }
+  }
+};
+
+template <typename T>
+cudaError_t Upload(const std::vector<T>& v, T** d) {
+  cudaError_t err = cudaMalloc(d, std::max<size_t>(v.size(), 1) * sizeof(T));
+  if (err != cudaSuccess || v.empty()) return err;
+  return cudaMemcpy(*d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice);
+}
+
+template <typename T>
+cudaError_t Download(const T* d, size_t n, std::vector<T>* v) {
+  v->assign(n, T{});
+  if (n == 0) return cudaSuccess;
+  return cudaMemcpy(v->data(), d, n * sizeof(T), cudaMemcpyDeviceToHost);
+}
+
+}  // namespace
+
+cudaError_t AssembleBitmapRowsForTest(const std::vector<int>& key_end,
+                                      const std::vector<int64_t>& word_off,
+                                      const std::vector<uint32_t>& range_words,
+                                      const std::vector<uint32_t>& col_words, int num_slots,
+                                      AssembledForTest* out) {
+  const int units = static_cast<int>(key_end.size());
+  if (num_slots < 1 || num_slots > kAsmMaxSlots || word_off.size() != key_end.size() + 1 ||
+      range_words.size() != col_words.size()) {
+    return cudaErrorInvalidValue;
+  }
+  const int64_t rows = static_cast<int64_t>(num_slots) * units;
+  std::vector<void*> owned;
+  int* d_key_end = nullptr;
+  int64_t *d_word_off = nullptr, *d_count_r = nullptr, *d_count_c = nullptr, *d_off_r = nullptr,
+          *d_off_c = nullptr;
+  uint32_t *d_rw = nullptr, *d_cw = nullptr;
+  int32_t *d_start = nullptr, *d_len = nullptr, *d_cols = nullptr;
+  cudaError_t err = cudaSuccess;
+  auto step = [&](cudaError_t e) {
+    if (err == cudaSuccess) err = e;
+    return err == cudaSuccess;
+  };
+  auto alloc = [&](auto** p, size_t n) {
+    if (step(cudaMalloc(p, std::max<size_t>(n, 1) * sizeof(**p)))) owned.push_back(*p);
+  };
+  if (step(Upload(key_end, &d_key_end))) owned.push_back(d_key_end);
+  if (step(Upload(word_off, &d_word_off))) owned.push_back(d_word_off);
+  if (step(Upload(range_words, &d_rw))) owned.push_back(d_rw);
+  if (step(Upload(col_words, &d_cw))) owned.push_back(d_cw);
+  alloc(&d_count_r, rows);
+  alloc(&d_count_c, rows);
+  alloc(&d_off_r, rows + 1);
+  alloc(&d_off_c, rows + 1);
+  const BitmapSrc src{d_key_end, d_word_off, d_rw, d_cw, num_slots};
+  AsmOut o;
+  o.num_blocks = units;
+  o.count_ranges = d_count_r;
+  o.count_cols = d_count_c;
+  o.off_ranges = d_off_r;
+  o.off_cols = d_off_c;
+  std::vector<int64_t> cr, cc;
+  if (err == cudaSuccess && step(LaunchAssemble(src, units, o, /*fill=*/false, 0)) &&
+      step(cudaDeviceSynchronize()) && step(Download(d_count_r, rows, &cr)) &&
+      step(Download(d_count_c, rows, &cc))) {
+    out->off_ranges.assign(rows + 1, 0);
+    out->off_cols.assign(rows + 1, 0);
+    for (int64_t r = 0; r < rows; ++r) {
+      out->off_ranges[r + 1] = out->off_ranges[r] + cr[r];
+      out->off_cols[r + 1] = out->off_cols[r] + cc[r];
+    }
+    const int64_t nr = out->off_ranges[rows], nc = out->off_cols[rows];
+    step(cudaMemcpy(d_off_r, out->off_ranges.data(), (rows + 1) * sizeof(int64_t),
+                    cudaMemcpyHostToDevice));
+    step(cudaMemcpy(d_off_c, out->off_cols.data(), (rows + 1) * sizeof(int64_t),
+                    cudaMemcpyHostToDevice));
+    alloc(&d_start, nr);
+    alloc(&d_len, nr);
+    alloc(&d_cols, nc);
+    o.range_start = d_start;
+    o.range_len = d_len;
+    o.col_idx = d_cols;
+    if (err == cudaSuccess && step(LaunchAssemble(src, units, o, /*fill=*/true, 0)) &&
+        step(cudaDeviceSynchronize())) {
+      step(Download(d_start, nr, &out->range_start));
+      step(Download(d_len, nr, &out->range_len));
+      step(Download(d_cols, nc, &out->col_idx));
+    }
+  }
+  for (void* p : owned) cudaFree(p);
+  return err;
+}
+
+}  // namespace row_assembly
+}  // namespace spattn
