@@ -50,12 +50,19 @@ for len in 32768 131072; do
   note "spattn-bench sampled_lines,oracle $len rc=$?"
   # sampled_lines on 128-row query blocks: half the sampled rows to build, fuller key tiles for
   # the kernel, at a higher density (issue 11 items 4/5 trade-off), with the oracle of 128-row
-  # query blocks it is read against.
-  timeout 60 bin/spattn-bench $COMMON --seq_len=$len --warmup=1 --repeat=3 \
-    --methods=sampled_lines,oracle --block_m=128 \
-    | sed -E 's/"method":"(sampled_lines|oracle)"/"method":"\1_bm128"/' \
-    >> "$OUT/bench.jsonl" 2>> "$OUT/bench.err"
-  note "spattn-bench sampled_lines block_m 128 $len rc=${PIPESTATUS[0]}"
+  # query blocks it is read against. sampled_lines here (the worker's default block size) on 256
+  # recall rows per head: item 3's per-head rule, "within 0.02 of the target", needs more rows
+  # than 64 to tell a head 0.01 short from sampling noise (session 22: 29/32 heads within 0.02 at
+  # 32K on 64 rows, 32/32 on 256). The oracle stays on 64 rows (recall_rows / 16 = 4 query
+  # blocks per head, comparable with past runs; 16 blocks would not fit this call's 600 s).
+  for m in sampled_lines oracle; do
+    rows=64; [ "$m" = sampled_lines ] && rows=256
+    timeout 60 bin/spattn-bench $COMMON --seq_len=$len --warmup=1 --repeat=3 \
+      --methods=$m --block_m=128 --recall_rows=$rows \
+      | sed -E 's/"method":"(sampled_lines|oracle)"/"method":"\1_bm128"/' \
+      >> "$OUT/bench.jsonl" 2>> "$OUT/bench.err"
+    note "spattn-bench $m block_m 128 $len rc=${PIPESTATUS[0]}"
+  done
 done
 timeout 60 python3 sdpa_reference.py --seq_lens 32768,131072 > "$OUT/sdpa.jsonl" 2>> "$OUT/bench.err"
 note "sdpa rc=$?"
@@ -79,9 +86,12 @@ for path in sys.argv[1:]:
                    r["column_density"], r["block_density"]))
             continue
         b, k = r["index_build_ms"], r["kernel_ms"]
-        print("%-16s %7d index %8.2f kernel %8.2f total %8.2f ms  density %.3f recall %.3f/%.3f head min %.3f err %.3g" %
+        # Issue 11 item 3's per-head rule at the run's target 0.95: heads within 0.02 of it.
+        heads = [float(h.split(":")[1]) for h in r.get("recall_heads", "").split(",") if ":" in h]
+        print("%-16s %7d index %8.2f kernel %8.2f total %8.2f ms  density %.3f recall %.3f/%.3f head min %.3f err %.3g heads >= 0.93: %d/%d" %
               (r["method"], r["seq_len"], b, k, b + k, r["density"], r["recall"], r["recall_min"],
-               r.get("recall_head_min", -1), r.get("rel_l2_error", -1)))
+               r.get("recall_head_min", -1), r.get("rel_l2_error", -1),
+               sum(h >= 0.93 for h in heads), len(heads)))
 PY
 tail -5 "$OUT/bench.err"
 cat "$OUT/summary.txt"
