@@ -402,7 +402,10 @@ TEST(BenchTest, SearchedRunsEveryHeadWithTheConfigTheSearchChose) {
     // all: dense + searched; kind: 6 kinds + all, for each.
     const size_t per_method = std::string(group_by) == "--group_by=all" ? 1 : 7;
     ASSERT_EQ(r.lines.size(), 2 * per_method) << r.out;
-    EXPECT_TRUE(absl::StrContains(r.err, "searched 26 candidates on a 1024-token prompt")) << r.err;
+    // Every default candidate (27 since session 22 added sampled_lines at gamma 0.99).
+    EXPECT_TRUE(absl::StrContains(r.err, absl::StrCat("searched ", DefaultCandidates().size(),
+                                                      " candidates on a 1024-token prompt")))
+        << r.err;
     for (int h = 0; h < 8; ++h) {
       EXPECT_TRUE(absl::StrContains(r.err, absl::StrCat("searched head ", h, " ("))) << r.err;
     }
