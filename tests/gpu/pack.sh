@@ -31,5 +31,5 @@ done
 # xz -9: a 64 MiB dictionary spans the binaries, which share most of their CUDA code (the bundle
 # must stay under the carry limit with the working tree).
 (cd "$DEST" && XZ_OPT=-9 tar -cJf bundle.tar.xz bin lib && rm -rf bin lib)
-cp tests/gpu/run.sh tests/gpu/run_1m.sh tests/gpu/sdpa_chunk.py kernels/cuda/bench/sdpa_reference.py "$DEST/"
+cp tests/gpu/run.sh tests/gpu/run_1m.sh tests/gpu/sdpa_chunk.py tests/gpu/report.py kernels/cuda/bench/sdpa_reference.py "$DEST/"
 du -sh "$DEST"

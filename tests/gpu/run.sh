@@ -8,7 +8,7 @@
 set -u
 cd "$(dirname "$0")"
 WORK=/tmp/spattn_gpu && rm -rf "$WORK" && mkdir -p "$WORK" && tar -xJf bundle.tar.xz -C "$WORK"
-cp sdpa_reference.py "$WORK/"
+cp sdpa_reference.py report.py "$WORK/"
 cd "$WORK"
 export LD_LIBRARY_PATH=$PWD/lib
 export SPATTN_IPC_PRODUCER=$PWD/bin/cuda_ipc_producer TEST_TMPDIR=/tmp/spattn_test
@@ -72,26 +72,7 @@ echo "=== failures"
 grep -hE "^\[  FAILED|Failure" "$LOGS"/test_*.log | head -20
 echo "=== sdpa"
 cat "$OUT/sdpa.jsonl"
-echo "=== bench"
-python3 - "$OUT/bench.jsonl" <<'PY'
-import json, sys
-for path in sys.argv[1:]:
-    for line in open(path):
-        r = json.loads(line)
-        if "error" in r:
-            print(r["method"], r["seq_len"], "ERROR", r["error"][:160]); continue
-        if r["method"].startswith("oracle"):
-            print("%-12s %7d target %.2f block %3d density row %.4f column %.4f block %.4f" %
-                  (r["method"], r["seq_len"], r["target"], r["block"], r["row_density"],
-                   r["column_density"], r["block_density"]))
-            continue
-        b, k = r["index_build_ms"], r["kernel_ms"]
-        # Issue 11 item 3's per-head rule at the run's target 0.95: heads within 0.02 of it.
-        heads = [float(h.split(":")[1]) for h in r.get("recall_heads", "").split(",") if ":" in h]
-        print("%-16s %7d index %8.2f kernel %8.2f total %8.2f ms  density %.3f recall %.3f/%.3f head min %.3f err %.3g heads >= 0.93: %d/%d" %
-              (r["method"], r["seq_len"], b, k, b + k, r["density"], r["recall"], r["recall_min"],
-               r.get("recall_head_min", -1), r.get("rel_l2_error", -1),
-               sum(h >= 0.93 for h in heads), len(heads)))
-PY
+echo "=== bench (tests/gpu/report.py: the README's table)"
+python3 report.py "$OUT/bench.jsonl" "$OUT/sdpa.jsonl"
 tail -5 "$OUT/bench.err"
 cat "$OUT/summary.txt"
