@@ -105,12 +105,8 @@ for r in rows("bench.jsonl"):
     ours[key(r)][s] = r
     rounds[key(r)][s].append(r["ms"])
 
-sets = []
-for k in ours:
-    for s in ours[k]:
-        if s not in sets:
-            sets.append(s)
-main = sets[0] if sets else ""
+# A cell's table line is its first knob set's (the defaults: "" without --knob_sets).
+main_of = {k: next(iter(v)) for k, v in ours.items()}
 
 
 def fmt_clk(c):
@@ -120,12 +116,12 @@ def fmt_clk(c):
 hdr = ("%-24s %9s %9s %6s %6s %6s | %-15s | %-15s | %6s | %9s %6s | %s" %
        ("cell", "ours ms", "cuDNN ms", "ratio", "oursTF", "cudnTF", "ours MHz W cap",
         "cuDNN MHz W cap", "r/clk", "cuDNN gpu", "ratio", "iters o/c"))
-print("== dense vs cuDNN (same run; ratio = cuDNN ms / ours ms; set '%s')" % main)
+print("== dense vs cuDNN (same run; ratio = cuDNN ms / ours ms; our first knob set)")
 print(hdr)
 below, ratios, ratios_gpu = [], [], []
 csv = []
 for k in sorted(set(ours) | set(sdpa)):
-    o = ours.get(k, {}).get(main)
+    o = ours[k][main_of[k]] if k in ours else None
     c = sdpa.get(k)
     if o is None or c is None:
         print("%-24s %s" % (name(k), "ours only" if o else "cuDNN only"))
@@ -153,16 +149,15 @@ if ratios:
 if ratios_gpu:
     print("against cuDNN's kernel alone (ms_gpu): min %.3f median %.3f, below 1.0: %d" % (
         min(ratios_gpu), statistics.median(ratios_gpu), sum(1 for x in ratios_gpu if x < 1.0)))
-if len(sets) > 1:
-    print("== knob sets (our ms per set, x the '%s' set; ratio to cuDNN)" % main)
-    for k in sorted(ours):
+multi = sorted(k for k in ours if len(ours[k]) > 1)
+if multi:
+    print("== knob sets (our ms per set (first set's ms / this one's, cuDNN ms / this one's) "
+          "[each round's ms])")
+    for k in multi:
         c = sdpa.get(k)
         parts = []
-        for s in sets:
-            o = ours[k].get(s)
-            if o is None:
-                continue
-            base = ours[k][main]["ms"]
+        for s, o in ours[k].items():
+            base = ours[k][main_of[k]]["ms"]
             parts.append("%s %.3f (%.3f%s) [%s]" % (
                 s or "-", o["ms"], base / o["ms"],
                 ", %.3f" % (c["ms"] / o["ms"]) if c else "",

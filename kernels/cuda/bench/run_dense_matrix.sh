@@ -11,10 +11,13 @@
 # Layout as kernels/cuda/gpu/pack_gpu.sh makes it (bundle.tar.xz + this script + the .py files).
 #
 # Env:
-#   CELL_GROUPS="SHAPE;SHAPE..." (default: the 48 cells at 8K / 32K / 128K, then 16K / 64K d64
-#     non-causal), SHAPE as flags both take (--seq_lens= --kv_heads= --head_dim= --causal=
-#     --dtype=). 512K: CELL_GROUPS="--seq_lens=524288 --kv_heads=8,32 --head_dim=64,128 --causal=0,1
-#     --dtype=bf16,fp16" ITERS=1 WARMUP_MS=0 TARGET_MS=0 (NOTES.md, s23-dense).
+#   CELL_GROUPS="SHAPE[|SETS]@SHAPE[|SETS]..." (default: the 48 cells at 8K / 32K / 128K, then
+#     16K / 64K d64 non-causal with the sets "new:;l2mb32:SPATTN_HOPPER_L2_MB=32"), SHAPE as flags
+#     both take (--seq_lens= --kv_heads= --head_dim= --causal= --dtype=), SETS the group's
+#     cuda_bench --knob_sets (else KNOB_SETS). 512K (~10 s a launch, so one warm-up and one
+#     timed launch a cell; 8 cells ~190 s): CELL_GROUPS="--seq_lens=524288 --kv_heads=8,32
+#     --head_dim=128 --causal=0,1 --dtype=bf16,fp16" ITERS=1 WARMUP_MS=0 TARGET_MS=0 HEAT=
+#     (and the same with --head_dim=64; kernels/cuda/NOTES.md, session 23 s23-dense).
 #   ITERS (3), WARMUP (1), WARMUP_MS (250), TARGET_MS (600), MAX_ITERS (400), PRESLEEP_US (100:
 #     where >= 10 launches are timed, every other SDPA launch is queued behind a GPU sleep so its
 #     events time cuDNN's kernel alone: "ms_gpu"; the table's ratio uses "ms", launch latency
@@ -64,13 +67,15 @@ if [ -n "$HEAT" ]; then
   note "end heat rc=$?"
 fi
 DEFAULT_GROUPS="--seq_lens=8192,32768,131072 --kv_heads=8,32 --head_dim=64,128 --causal=0,1 --dtype=bf16,fp16"
-DEFAULT_GROUPS="$DEFAULT_GROUPS;--seq_lens=16384,65536 --kv_heads=8,32 --head_dim=64 --causal=0 --dtype=bf16,fp16"
+DEFAULT_GROUPS="$DEFAULT_GROUPS@--seq_lens=16384,65536 --kv_heads=8,32 --head_dim=64 --causal=0 --dtype=bf16,fp16|new:;l2mb32:SPATTN_HOPPER_L2_MB=32"
 : > "$OUT/sdpa.jsonl"
 : > "$OUT/bench.jsonl"
-IFS=';' read -ra GROUP_LIST <<< "${CELL_GROUPS:-$DEFAULT_GROUPS}"
+IFS='@' read -ra GROUP_LIST <<< "${CELL_GROUPS:-$DEFAULT_GROUPS}"
 g=0
-for shape in "${GROUP_LIST[@]}"; do
+for group in "${GROUP_LIST[@]}"; do
+  IFS='|' read -r shape sets <<< "$group"
   [ -n "$shape" ] || continue
+  sets=${sets:-${KNOB_SETS:-}}
   g=$((g + 1))
   : > "$WORK/sdpa_part.jsonl"
   for side in ${ORDER:-sdpa ours}; do
@@ -83,10 +88,10 @@ for shape in "${GROUP_LIST[@]}"; do
       cat "$WORK/sdpa_new.jsonl" >> "$OUT/sdpa.jsonl"
       cat "$WORK/sdpa_new.jsonl" >> "$WORK/sdpa_part.jsonl"
     else
-      note "start ours g$g $shape [${OURS_ENV:-}]"
+      note "start ours g$g $shape [${OURS_ENV:-}] ${sets:+sets $sets}"
       env ${OURS_ENV:-} timeout "${BENCH_TIMEOUT:-300}" bin/cuda_bench $shape $TIMING \
         --variants=5 --sparse_variants= --block_ms= --tag="g$g" \
-        ${KNOB_SETS:+--knob_sets="$KNOB_SETS" --rounds="${ROUNDS:-1}"} \
+        ${sets:+--knob_sets="$sets" --rounds="${ROUNDS:-1}"} \
         --sdpa="$WORK/sdpa_part.jsonl" >> "$OUT/bench.jsonl" 2>> "$OUT/errors.log"
       note "end ours g$g rc=$?"
     fi
