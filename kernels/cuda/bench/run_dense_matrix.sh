@@ -18,7 +18,7 @@
 #     timed launch a cell; 8 cells ~190 s): CELL_GROUPS="--seq_lens=524288 --kv_heads=8,32
 #     --head_dim=128 --causal=0,1 --dtype=bf16,fp16" ITERS=1 WARMUP_MS=0 TARGET_MS=0 HEAT=
 #     (and the same with --head_dim=64; kernels/cuda/NOTES.md, session 23 s23-dense).
-#   ITERS (3), WARMUP (1), WARMUP_MS (250), TARGET_MS (600), MAX_ITERS (400), PRESLEEP_US (100:
+#   ITERS (3), WARMUP (1), WARMUP_MS (250), TARGET_MS (600), MAX_ITERS (400), PRESLEEP_US (150:
 #     where >= 10 launches are timed, every other SDPA launch is queued behind a GPU sleep so its
 #     events time cuDNN's kernel alone: "ms_gpu"; the table's ratio uses "ms", launch latency
 #     inside the events on both sides as in cuda_bench).
@@ -82,7 +82,7 @@ for group in "${GROUP_LIST[@]}"; do
     if [ "$side" = sdpa ]; then
       note "start sdpa g$g $shape"
       PYTHONUNBUFFERED=1 timeout "${SDPA_TIMEOUT:-300}" python3 sdpa_reference.py $shape $TIMING \
-        --presleep_us="${PRESLEEP_US:-100}" --backends cudnn > "$WORK/sdpa_new.jsonl" \
+        --presleep_us="${PRESLEEP_US:-150}" --backends cudnn > "$WORK/sdpa_new.jsonl" \
         2>> "$OUT/errors.log"
       note "end sdpa g$g rc=$? lines=$(grep -c '^{' "$WORK/sdpa_new.jsonl")"
       cat "$WORK/sdpa_new.jsonl" >> "$OUT/sdpa.jsonl"
