@@ -12,11 +12,15 @@
 // 131072), causal 1 (0: full attention), dtype bf16 (or fp16). Q, K, V are N(0, 1) values of
 // the dtype (as torch.randn in sdpa_reference.py).
 // warmup_ms, target_ms, max_iters (dense lines; default 0, 0, 1000): warm-up launches continue
-// past `warmup` until their kernel time adds up to warmup_ms, and the timed launches are at least
+// past `warmup` until their kernel time (the first launch's aside, at least 2 launches) adds up to
+// warmup_ms, and the timed launches are at least
 // `iters` and as many as target_ms of kernel time takes at the last warm-up launch's time (at most
 // max_iters), so that every length runs long enough to settle its clock / power state. Dense
 // lines also carry "warmup_iters" and "t0" / "t1", the Unix time (s) of the timed launches'
 // window (sdpa_reference.py prints the same fields; run_dense_matrix.sh reads them).
+// serve=1: reads requests from stdin, one a line (flags as on the command line, over them: a
+// cell's --seq_lens= --kv_heads= --head_dim= --causal= --dtype=), answers each with its lines and
+// {"served": rc}; the engines stay (dense_pairs.py alternates SDPA and us per cell this way).
 // tag: a label copied into every line (the knobs of the run, say).
 // knob_sets (dense lines; sparse ones with sparse_knobs=1): "NAME:VAR=VALUE+VAR=VALUE;NAME2:..."
 // runs each dense variant once per set with those environment variables set (and re-read through
@@ -47,6 +51,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <random>
@@ -437,14 +442,14 @@ int RunShape(const std::map<std::string, std::string>& flags, int kv_heads, int 
              DType dtype, const std::map<ShapeKey, SdpaLine>& sdpa,
              std::map<int, std::unique_ptr<CudaAttentionEngine>>& engines);
 
-int Run(int argc, char** argv) {
-  auto flags = ParseFlags(argc, argv);
+// Every combination of the shape lists in `flags`, each over seq_lens.
+int RunMatrix(const std::map<std::string, std::string>& flags,
+              const std::map<ShapeKey, SdpaLine>& sdpa,
+              std::map<int, std::unique_ptr<CudaAttentionEngine>>& engines) {
   auto get = [&](const char* k, const char* def) {
     auto it = flags.find(k);
     return it == flags.end() ? std::string(def) : it->second;
   };
-  const std::map<ShapeKey, SdpaLine> sdpa = ReadSdpa(get("sdpa", ""));
-  std::map<int, std::unique_ptr<CudaAttentionEngine>> engines;
   for (double kvh : Doubles(get("kv_heads", "8"))) {
     for (double d : Doubles(get("head_dim", "128"))) {
       for (double c : Doubles(get("causal", "1"))) {
@@ -455,6 +460,36 @@ int Run(int argc, char** argv) {
         }
       }
     }
+  }
+  return 0;
+}
+
+int Run(int argc, char** argv) {
+  auto flags = ParseFlags(argc, argv);
+  auto get = [&](const char* k, const char* def) {
+    auto it = flags.find(k);
+    return it == flags.end() ? std::string(def) : it->second;
+  };
+  const std::map<ShapeKey, SdpaLine> sdpa = ReadSdpa(get("sdpa", ""));
+  std::map<int, std::unique_ptr<CudaAttentionEngine>> engines;
+  if (get("serve", "0") != "1") return RunMatrix(flags, sdpa, engines);
+  // serve=1: one request per stdin line ("--seq_lens=... --kv_heads=..."; flags over the command
+  // line's), answered by its lines and then {"served": rc}; the engines live across requests.
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    std::vector<std::string> args = {"cuda_bench"};
+    for (absl::string_view a : absl::StrSplit(line, ' ', absl::SkipEmpty())) {
+      args.emplace_back(a);
+    }
+    std::vector<char*> argv2;
+    for (std::string& a : args) argv2.push_back(a.data());
+    std::map<std::string, std::string> request = flags;
+    for (const auto& [k, v] : ParseFlags(static_cast<int>(argv2.size()), argv2.data())) {
+      request[k] = v;
+    }
+    const int rc = RunMatrix(request, sdpa, engines);
+    std::printf("{\"served\": %d}\n", rc);
+    std::fflush(stdout);
   }
   return 0;
 }
@@ -625,9 +660,13 @@ int RunShape(const std::map<std::string, std::string>& flags, int kv_heads, int 
           // `iters`, more until they are expected to add up to target_ms (at the last warm-up
           // launch's time), at most max_iters.
           warm_iters = 0;
-          while (warm_iters < warmup || (warm_s * 1e3 < warmup_ms && warm_iters < max_iters)) {
+          // The first launch carries one-off work (the tail split's workspace, first use of a
+          // shape): it counts for neither warmup_ms nor the estimate.
+          while (warm_iters < warmup ||
+                 (warmup_ms > 0 && (warm_iters < 2 || warm_s * 1e3 < warmup_ms) &&
+                  warm_iters < max_iters)) {
             if (!once(&last_s)) return 1;
-            warm_s += last_s;
+            if (warm_iters > 0) warm_s += last_s;
             ++warm_iters;
           }
           int timed = iters;

@@ -6,7 +6,7 @@ line; per knob set when it ran --knob_sets), cuDNN's (sdpa_reference.py's line i
 "ms" with the host's launch latency inside its events as in cuda_bench, "ms_gpu" where it ran
 --presleep_us: the kernel alone), the ratio cuDNN ms / our ms (> 1: ours faster), TFLOP/s, and
 for each side the median SM clock, median power and the share of samples with the power cap's
-clock-event reason (0x4) from OUT_DIR/clocks.csv (nvidia-smi, SAMPLE_MS apart) between the
+clock-event reason (0x4), and the median temperature, from OUT_DIR/clocks.csv (nvidia-smi, SAMPLE_MS apart) between the
 line's "t0" and "t1" (Unix time of its timed launches). "r/clk" is the ratio in SM cycles,
 (cuDNN ms x cuDNN MHz) / (our ms x our MHz): where it is >= 1.0 and the ratio is not, the cell
 lost on clock state, not on the kernel (both compute-bound, cycles scale with the clock).
@@ -63,7 +63,7 @@ for line in open(cp) if os.path.exists(cp) else []:
         t = time.strptime(f[0].split(".")[0], "%Y/%m/%d %H:%M:%S")
         frac = float("0." + f[0].split(".")[1]) if "." in f[0] else 0.0
         samples.append([calendar.timegm(t) + frac, float(f[1].split()[0]),
-                        float(f[2].split()[0]), f[4] if len(f) > 4 else ""])
+                        float(f[2].split()[0]), f[4] if len(f) > 4 else "", float(f[3])])
     except (ValueError, IndexError):
         pass
 if samples and epoch is not None:
@@ -88,7 +88,7 @@ def clock(r):
         return None
     capped = sum(1 for s in win if s[3] and int(s[3], 16) & 0x4) / len(win)
     return (statistics.median(s[1] for s in win), statistics.median(s[2] for s in win), capped,
-            len(win))
+            statistics.median(s[4] for s in win), len(win))
 
 
 sdpa = {}
@@ -110,12 +110,13 @@ main_of = {k: next(iter(v)) for k, v in ours.items()}
 
 
 def fmt_clk(c):
-    return "%4.0f %3.0fW %3.0f%%" % (c[0], c[1], 100 * c[2]) if c else "   -           "
+    return ("%4.0f %3.0fW %2.0fC %3.0f%%" % (c[0], c[1], c[3], 100 * c[2]) if c else
+            "   -               ")
 
 
-hdr = ("%-24s %9s %9s %6s %6s %6s | %-15s | %-15s | %6s | %9s %6s | %s" %
-       ("cell", "ours ms", "cuDNN ms", "ratio", "oursTF", "cudnTF", "ours MHz W cap",
-        "cuDNN MHz W cap", "r/clk", "cuDNN gpu", "ratio", "iters o/c"))
+hdr = ("%-24s %9s %9s %6s %6s %6s | %-19s | %-19s | %6s | %9s %6s | %s" %
+       ("cell", "ours ms", "cuDNN ms", "ratio", "oursTF", "cudnTF", "ours MHz W C cap",
+        "cuDNN MHz W C cap", "r/clk", "cuDNN gpu", "ratio", "iters o/c"))
 print("== dense vs cuDNN (same run; ratio = cuDNN ms / ours ms; our first knob set)")
 print(hdr)
 below, ratios, ratios_gpu = [], [], []

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Issue 10 item 1 in one device run: the dense kernel against PyTorch SDPA (cuDNN) over a shape
-# matrix, both sides in the same run and in the same clock / power state, with the SM clock
-# sampled through the whole run. Per group of shapes: one sdpa_reference.py process, then one
-# cuda_bench process (same cells, same order: kv_heads, head_dim, causal, dtype, then seq_lens
-# innermost), each cell warmed up for WARMUP_MS of kernel time and timed over about TARGET_MS
-# (at least ITERS launches; the 700 W cap settles within a second or two of busy GPU, see
-# kernels/cuda/NOTES.md, s22-dense). nvidia-smi samples clocks.sm / power / clock-event reasons
-# every SAMPLE_MS; dense_matrix.py cuts them per cell by the lines' "t0" / "t1" and prints one
-# table: cell, ours ms, cuDNN ms, ratio, TFLOP/s, each side's median SM clock.
+# matrix, both sides in the same run and in the same clock / power / temperature state, with the
+# SM clock sampled through the whole run. Per group of shapes (MODE=pairs, the default):
+# dense_pairs.py runs the cells one by one (kv_heads, head_dim, causal, dtype, then seq_lens
+# innermost), each cell SDPA and ours back to back in alternating order (SDPA in this Python
+# process, ours in one cuda_bench --serve=1 process); MODE=passes: one sdpa_reference.py pass
+# over the group, then one cuda_bench pass (ORDER). Each cell is warmed up for WARMUP_MS of
+# kernel time and timed over about TARGET_MS (at least ITERS launches; the 700 W cap settles
+# within a second or two of busy GPU, kernels/cuda/NOTES.md s22-dense). nvidia-smi samples
+# clocks.sm / power / temperature / clock-event reasons every SAMPLE_MS; dense_matrix.py cuts
+# them per cell by the lines' "t0" / "t1" and prints one table: cell, ours ms, cuDNN ms, ratio,
+# TFLOP/s, each side's median SM clock.
 # Layout as kernels/cuda/gpu/pack_gpu.sh makes it (bundle.tar.xz + this script + the .py files).
 #
 # Env:
@@ -23,7 +26,8 @@
 #     events time cuDNN's kernel alone: "ms_gpu"; the table's ratio uses "ms", launch latency
 #     inside the events on both sides as in cuda_bench).
 #   HEAT: cuda_bench flags of a ~3 s load before everything (default a 32K cell x 80; empty: none).
-#   ORDER ("sdpa ours"; e.g. "sdpa ours sdpa" for a second SDPA pass, the table takes the last).
+#   MODE (pairs | passes), PAIRS_TIMEOUT (500 s a group). ORDER (passes: "sdpa ours"; e.g.
+#     "sdpa ours sdpa" for a second SDPA pass, the table takes the last).
 #   KNOB_SETS / ROUNDS: cuda_bench --knob_sets / --rounds (an A/B of our knobs per cell,
 #     interleaved; the first set is the table's), OURS_ENV: variables for cuda_bench.
 #   TEST_FILTER: attention_cuda_test --gtest_filter first (empty: no tests). SAMPLE_MS (25).
@@ -77,6 +81,16 @@ for group in "${GROUP_LIST[@]}"; do
   [ -n "$shape" ] || continue
   sets=${sets:-${KNOB_SETS:-}}
   g=$((g + 1))
+  if [ "${MODE:-pairs}" = pairs ]; then
+    note "start pairs g$g $shape [${OURS_ENV:-}] ${sets:+sets $sets}"
+    BENCH="env ${OURS_ENV:-} bin/cuda_bench $TIMING --variants=5 --sparse_variants= --block_ms="
+    BENCH="$BENCH --tag=g$g ${sets:+--knob_sets=$sets --rounds=${ROUNDS:-1}}"
+    PYTHONUNBUFFERED=1 timeout "${PAIRS_TIMEOUT:-500}" python3 dense_pairs.py $shape $TIMING \
+      --presleep_us="${PRESLEEP_US:-150}" --backends cudnn --bench="$BENCH" \
+      --sdpa_out="$OUT/sdpa.jsonl" --bench_out="$OUT/bench.jsonl" 2>> "$OUT/errors.log"
+    note "end pairs g$g rc=$?"
+    continue
+  fi
   : > "$WORK/sdpa_part.jsonl"
   for side in ${ORDER:-sdpa ours}; do
     if [ "$side" = sdpa ]; then

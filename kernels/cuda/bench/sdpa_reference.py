@@ -62,10 +62,13 @@ def time_sdpa(torch, backend, n, heads, kv_heads, d, iters, warmup, causal=True,
 
     times, gpu_times = [], []
     with sdpa_kernel([be]):
+        # The first launch carries one-off work (cuDNN builds the shape's graph inside its
+        # events): it counts for neither warmup_ms nor the estimate of the timed launches.
         warm, last, w = 0.0, 0.0, 0
-        while w < warmup or (warm < warmup_ms and w < max_iters):
+        while w < warmup or (warmup_ms > 0 and (w < 2 or warm < warmup_ms) and w < max_iters):
             last = once()
-            warm += last
+            if w > 0:
+                warm += last
             w += 1
         timed = iters
         if target_ms > 0 and last > 0:
@@ -87,7 +90,33 @@ def time_sdpa(torch, backend, n, heads, kv_heads, d, iters, warmup, causal=True,
     return times[len(times) // 2], times[0]
 
 
-def main():
+def sdpa_row(torch, args, backend, n, kv_heads, head_dim, causal, dtype, dev):
+    """One shape's JSON row (args: this script's flags), None where the backend refuses it."""
+    pairs = causal_pairs(n) if causal else n * n
+    flops = 4.0 * head_dim * pairs * args.heads
+    timing = {"warmup_ms": args.warmup_ms, "target_ms": args.target_ms,
+              "max_iters": args.max_iters, "presleep_us": args.presleep_us}
+    try:
+        ms, ms_min = time_sdpa(torch, backend, n, args.heads, kv_heads, head_dim, args.iters,
+                               args.warmup, bool(causal), dtype, timing)
+    except Exception as e:  # a backend may refuse a shape
+        print(f"# sdpa {backend} {n}: {e}", file=sys.stderr)
+        return None
+    row = {"kernel": f"sdpa_{backend}", "seq_len": n, "heads": args.heads,
+           "kv_heads": kv_heads, "head_dim": head_dim, "causal": causal, "dtype": dtype,
+           "density": 1.0, "ms": round(ms, 4), "ms_min": round(ms_min, 4), "iters": args.iters,
+           "tflops": round(flops / (ms * 1e-3) / 1e12, 1), "device": dev}
+    if args.warmup_ms > 0 or args.target_ms > 0 or args.presleep_us > 0:
+        row["iters"] = timing["iters"]
+        row.update({"warmup_iters": timing["warmup_iters"], "t0": round(timing["t0"], 3),
+                    "t1": round(timing["t1"], 3)})
+    if timing.get("ms_gpu"):
+        row["ms_gpu"] = round(timing["ms_gpu"], 4)
+        row["tflops_gpu"] = round(flops / (timing["ms_gpu"] * 1e-3) / 1e12, 1)
+    return row
+
+
+def arg_parser():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seq_lens", default="8192,32768,131072")
     ap.add_argument("--heads", type=int, default=32)
@@ -106,7 +135,11 @@ def main():
     ap.add_argument("--max_iters", type=int, default=1000)
     ap.add_argument("--presleep_us", type=float, default=0,
                     help="> 0: every other timed launch waits behind a GPU sleep (ms_gpu)")
-    args = ap.parse_args()
+    return ap
+
+
+def main():
+    args = arg_parser().parse_args()
 
     ints = lambda s: [int(x) for x in s.split(",") if x]
     shapes = [(kvh, d, c, dt) for kvh in ints(args.kv_heads) for d in ints(args.head_dim)
@@ -117,30 +150,11 @@ def main():
         dev = torch.cuda.get_device_name(0)
         for kv_heads, head_dim, causal, dtype in shapes:
             for n in ints(args.seq_lens):
-                pairs = causal_pairs(n) if causal else n * n
-                flops = 4.0 * head_dim * pairs * args.heads
                 for backend in args.backends.split(","):
-                    timing = {"warmup_ms": args.warmup_ms, "target_ms": args.target_ms,
-                              "max_iters": args.max_iters, "presleep_us": args.presleep_us}
-                    try:
-                        ms, ms_min = time_sdpa(torch, backend, n, args.heads, kv_heads, head_dim,
-                                               args.iters, args.warmup, bool(causal), dtype,
-                                               timing)
-                    except Exception as e:  # a backend may refuse a shape
-                        print(f"# sdpa {backend} {n}: {e}", file=sys.stderr)
+                    row = sdpa_row(torch, args, backend, n, kv_heads, head_dim, causal, dtype,
+                                   dev)
+                    if row is None:
                         continue
-                    row = {"kernel": f"sdpa_{backend}", "seq_len": n, "heads": args.heads,
-                           "kv_heads": kv_heads, "head_dim": head_dim, "causal": causal,
-                           "dtype": dtype, "density": 1.0, "ms": round(ms, 4),
-                           "ms_min": round(ms_min, 4), "iters": args.iters,
-                           "tflops": round(flops / (ms * 1e-3) / 1e12, 1), "device": dev}
-                    if args.warmup_ms > 0 or args.target_ms > 0 or args.presleep_us > 0:
-                        row["iters"] = timing["iters"]
-                        row.update({"warmup_iters": timing["warmup_iters"],
-                                    "t0": round(timing["t0"], 3), "t1": round(timing["t1"], 3)})
-                    if timing.get("ms_gpu"):
-                        row["ms_gpu"] = round(timing["ms_gpu"], 4)
-                        row["tflops_gpu"] = round(flops / (timing["ms_gpu"] * 1e-3) / 1e12, 1)
                     rows.append(row)
                     print(json.dumps(row), flush=True)
     except ImportError as e:
