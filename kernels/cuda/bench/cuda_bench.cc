@@ -11,6 +11,16 @@
 // skip_sparse_above (seq len above which the sparse synthetic indexes are skipped; default
 // 131072), causal 1 (0: full attention), dtype bf16 (or fp16). Q, K, V are N(0, 1) values of
 // the dtype (as torch.randn in sdpa_reference.py).
+// warmup_ms, target_ms, max_iters (dense lines; default 0, 0, 1000): warm-up launches continue
+// past `warmup` until their kernel time (the first launch's aside, at least 2 launches) adds up to
+// warmup_ms, and the timed launches are at least
+// `iters` and as many as target_ms of kernel time takes at the last warm-up launch's time (at most
+// max_iters), so that every length runs long enough to settle its clock / power state. Dense
+// lines also carry "warmup_iters" and "t0" / "t1", the Unix time (s) of the timed launches'
+// window (sdpa_reference.py prints the same fields; run_dense_matrix.sh reads them).
+// serve=1: reads requests from stdin, one a line (flags as on the command line, over them: a
+// cell's --seq_lens= --kv_heads= --head_dim= --causal= --dtype=), answers each with its lines and
+// {"served": rc}; the engines stay (dense_pairs.py alternates SDPA and us per cell this way).
 // tag: a label copied into every line (the knobs of the run, say).
 // knob_sets (dense lines; sparse ones with sparse_knobs=1): "NAME:VAR=VALUE+VAR=VALUE;NAME2:..."
 // runs each dense variant once per set with those environment variables set (and re-read through
@@ -34,12 +44,14 @@
 // 128K sampled_lines build needs more, 8192). index_stats=1: an "index_stats" line before every
 // sparse index (the synthetic ones too).
 #include <algorithm>
+#include <chrono>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <random>
@@ -81,6 +93,11 @@ std::vector<double> Doubles(const std::string& s) {
     if (absl::SimpleAtod(part, &v)) out.push_back(v);
   }
   return out;
+}
+
+double WallSeconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
 double Median(std::vector<double> v) {
@@ -425,14 +442,14 @@ int RunShape(const std::map<std::string, std::string>& flags, int kv_heads, int 
              DType dtype, const std::map<ShapeKey, SdpaLine>& sdpa,
              std::map<int, std::unique_ptr<CudaAttentionEngine>>& engines);
 
-int Run(int argc, char** argv) {
-  auto flags = ParseFlags(argc, argv);
+// Every combination of the shape lists in `flags`, each over seq_lens.
+int RunMatrix(const std::map<std::string, std::string>& flags,
+              const std::map<ShapeKey, SdpaLine>& sdpa,
+              std::map<int, std::unique_ptr<CudaAttentionEngine>>& engines) {
   auto get = [&](const char* k, const char* def) {
     auto it = flags.find(k);
     return it == flags.end() ? std::string(def) : it->second;
   };
-  const std::map<ShapeKey, SdpaLine> sdpa = ReadSdpa(get("sdpa", ""));
-  std::map<int, std::unique_ptr<CudaAttentionEngine>> engines;
   for (double kvh : Doubles(get("kv_heads", "8"))) {
     for (double d : Doubles(get("head_dim", "128"))) {
       for (double c : Doubles(get("causal", "1"))) {
@@ -443,6 +460,36 @@ int Run(int argc, char** argv) {
         }
       }
     }
+  }
+  return 0;
+}
+
+int Run(int argc, char** argv) {
+  auto flags = ParseFlags(argc, argv);
+  auto get = [&](const char* k, const char* def) {
+    auto it = flags.find(k);
+    return it == flags.end() ? std::string(def) : it->second;
+  };
+  const std::map<ShapeKey, SdpaLine> sdpa = ReadSdpa(get("sdpa", ""));
+  std::map<int, std::unique_ptr<CudaAttentionEngine>> engines;
+  if (get("serve", "0") != "1") return RunMatrix(flags, sdpa, engines);
+  // serve=1: one request per stdin line ("--seq_lens=... --kv_heads=..."; flags over the command
+  // line's), answered by its lines and then {"served": rc}; the engines live across requests.
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    std::vector<std::string> args = {"cuda_bench"};
+    for (absl::string_view a : absl::StrSplit(line, ' ', absl::SkipEmpty())) {
+      args.emplace_back(a);
+    }
+    std::vector<char*> argv2;
+    for (std::string& a : args) argv2.push_back(a.data());
+    std::map<std::string, std::string> request = flags;
+    for (const auto& [k, v] : ParseFlags(static_cast<int>(argv2.size()), argv2.data())) {
+      request[k] = v;
+    }
+    const int rc = RunMatrix(request, sdpa, engines);
+    std::printf("{\"served\": %d}\n", rc);
+    std::fflush(stdout);
   }
   return 0;
 }
@@ -458,6 +505,9 @@ int RunShape(const std::map<std::string, std::string>& flags, int kv_heads, int 
   const int heads = std::atoi(get("heads", "32").c_str());
   const int iters = std::atoi(get("iters", "10").c_str());
   const int warmup = std::atoi(get("warmup", "2").c_str());
+  const double warmup_ms = std::atof(get("warmup_ms", "0").c_str());
+  const double target_ms = std::atof(get("target_ms", "0").c_str());
+  const int max_iters = std::max(1, std::atoi(get("max_iters", "1000").c_str()));
   const std::vector<double> variants = Doubles(get("variants", "1,2,3"));
   const std::vector<double> sparse_variants = Doubles(get("sparse_variants", "2,3"));
   const std::vector<double> block_ms = Doubles(get("block_ms", "128"));
@@ -543,6 +593,10 @@ int RunShape(const std::map<std::string, std::string>& flags, int kv_heads, int 
     const double dense_flops = 4.0 * d * static_cast<double>(AllowedPairs(p)) * heads;
 
     int block_m = 128;
+    // Wall-clock window (Unix seconds) of a dense line's timed launches and its warm-up count:
+    // run_dense_matrix.sh cuts its nvidia-smi samples by these.
+    double win_t0 = 0, win_t1 = 0;
+    int warm_iters = 0;
     auto emit = [&](const std::string& kernel, double density, double flops,
                     const std::vector<double>& kernel_s, const std::vector<double>& sched_s) {
       const double ms = Median(kernel_s) * 1e3;
@@ -567,6 +621,12 @@ int RunShape(const std::map<std::string, std::string>& flags, int kv_heads, int 
                       best_dense[n], tflops / best_dense[n]);
         per_pair = buf;
       }
+      if (win_t1 > 0) {
+        char buf[112];
+        std::snprintf(buf, sizeof(buf), ", \"warmup_iters\": %d, \"t0\": %.3f, \"t1\": %.3f",
+                      warm_iters, win_t0, win_t1);
+        per_pair += buf;
+      }
       std::printf(
           "{\"kernel\": \"%s\", \"seq_len\": %d, \"heads\": %d, \"kv_heads\": %d, "
           "\"head_dim\": %d, \"causal\": %d, \"dtype\": \"%s\", \"block_m\": %d, "
@@ -585,17 +645,45 @@ int RunShape(const std::map<std::string, std::string>& flags, int kv_heads, int 
         for (double v : variants) {
           CudaAttentionEngine* engine = engines[static_cast<int>(v)].get();
           std::vector<double> ks, ss;
-          for (int i = 0; i < warmup + iters; ++i) {
+          double warm_s = 0, last_s = 0;
+          auto once = [&](double* kernel_s) {
             CudaStageTimes t;
             const absl::Status s = engine->RunDense(p, &t);
             if (!s.ok()) {
               std::fprintf(stderr, "dense: %s\n", s.ToString().c_str());
-              return 1;
+              return false;
             }
-            if (i >= warmup) ks.push_back(t.kernel_seconds), ss.push_back(0);
+            *kernel_s = t.kernel_seconds;
+            return true;
+          };
+          // Warm-up: `warmup` launches, more until they add up to warmup_ms; the timed launches:
+          // `iters`, more until they are expected to add up to target_ms (at the last warm-up
+          // launch's time), at most max_iters.
+          warm_iters = 0;
+          // The first launch carries one-off work (the tail split's workspace, first use of a
+          // shape): it counts for neither warmup_ms nor the estimate.
+          while (warm_iters < warmup ||
+                 (warmup_ms > 0 && (warm_iters < 2 || warm_s * 1e3 < warmup_ms) &&
+                  warm_iters < max_iters)) {
+            if (!once(&last_s)) return 1;
+            if (warm_iters > 0) warm_s += last_s;
+            ++warm_iters;
           }
+          int timed = iters;
+          if (target_ms > 0 && last_s > 0) {
+            timed = std::max(
+                iters, std::min(max_iters, static_cast<int>(std::ceil(target_ms / (last_s * 1e3)))));
+          }
+          win_t0 = WallSeconds();
+          for (int i = 0; i < timed; ++i) {
+            double k = 0;
+            if (!once(&k)) return 1;
+            ks.push_back(k), ss.push_back(0);
+          }
+          win_t1 = WallSeconds();
           tag = set.name.empty() ? base_tag : base_tag + "/" + set.name;
           emit(std::string("dense_") + kVariantName[static_cast<int>(v)], 1.0, dense_flops, ks, ss);
+          win_t1 = 0;
         }
         for (const auto& [var, value] : set.vars) unsetenv(var.c_str());
         ReloadCudaKernelKnobs();

@@ -16,6 +16,7 @@ import argparse
 import json
 import math
 import sys
+import time
 
 
 def causal_pairs(n):
@@ -23,35 +24,99 @@ def causal_pairs(n):
 
 
 def time_sdpa(torch, backend, n, heads, kv_heads, d, iters, warmup, causal=True,
-              dtype="bf16"):
+              dtype="bf16", timing=None):
+    """Median and min ms of `iters` timed launches after `warmup` (each launch between two
+    events, then a synchronize: the host's launch latency is inside the events, as in
+    cuda_bench). timing (dict, optional): warmup_ms / target_ms / max_iters as cuda_bench's flags
+    (more warm-up and timed launches so that each shape runs long enough to settle its clock),
+    presleep_us (> 0, where >= 10 launches are timed: every other timed launch is queued behind
+    a GPU sleep of that many microseconds, so its events time the kernel alone without the
+    host's launch latency; their median is "ms_gpu", the others' the returned one). The
+    dict gets "warmup_iters", "iters" (the launch-included ones), "t0", "t1" (Unix time of the
+    timed window) and "ms_gpu"."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     import torch.nn.functional as F
 
+    timing = {} if timing is None else timing
+    warmup_ms = float(timing.get("warmup_ms", 0))
+    target_ms = float(timing.get("target_ms", 0))
+    max_iters = int(timing.get("max_iters", 1000))
+    sleep_cycles = int(float(timing.get("presleep_us", 0)) * 1980)  # H100/H200 max SM MHz
     be = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}[backend]
     g = torch.Generator(device="cuda").manual_seed(1)
     dt = torch.float16 if dtype == "fp16" else torch.bfloat16
     q = torch.randn(1, heads, n, d, device="cuda", dtype=dt, generator=g)
     k = torch.randn(1, kv_heads, n, d, device="cuda", dtype=dt, generator=g)
     v = torch.randn(1, kv_heads, n, d, device="cuda", dtype=dt, generator=g)
-    times = []
+
+    def once(presleep=False):
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        if presleep:
+            torch.cuda._sleep(sleep_cycles)
+        start.record()
+        F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=kv_heads != heads)
+        end.record()
+        torch.cuda.synchronize()
+        return start.elapsed_time(end)
+
+    times, gpu_times = [], []
     with sdpa_kernel([be]):
-        for i in range(warmup + iters):
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            start.record()
-            F.scaled_dot_product_attention(q, k, v, is_causal=causal,
-                                           enable_gqa=kv_heads != heads)
-            end.record()
-            torch.cuda.synchronize()
-            if i >= warmup:
-                times.append(start.elapsed_time(end))
+        # The first launch carries one-off work (cuDNN builds the shape's graph inside its
+        # events): it counts for neither warmup_ms nor the estimate of the timed launches.
+        warm, last, w = 0.0, 0.0, 0
+        while w < warmup or (warmup_ms > 0 and (w < 2 or warm < warmup_ms) and w < max_iters):
+            last = once()
+            if w > 0:
+                warm += last
+            w += 1
+        timed = iters
+        if target_ms > 0 and last > 0:
+            timed = max(iters, min(max_iters, int(math.ceil(target_ms / last))))
+        timing["warmup_iters"] = w
+        timing["t0"] = time.time()
+        for i in range(timed):
+            if sleep_cycles > 0 and timed >= 10 and i % 2 == 1:
+                gpu_times.append(once(presleep=True))
+            else:
+                times.append(once())
+        timing["t1"] = time.time()
     times.sort()
+    gpu_times.sort()
+    timing["ms_gpu"] = gpu_times[len(gpu_times) // 2] if gpu_times else None
+    timing["iters"] = len(times)
     del q, k, v
     torch.cuda.empty_cache()
     return times[len(times) // 2], times[0]
 
 
-def main():
+def sdpa_row(torch, args, backend, n, kv_heads, head_dim, causal, dtype, dev):
+    """One shape's JSON row (args: this script's flags), None where the backend refuses it."""
+    pairs = causal_pairs(n) if causal else n * n
+    flops = 4.0 * head_dim * pairs * args.heads
+    timing = {"warmup_ms": args.warmup_ms, "target_ms": args.target_ms,
+              "max_iters": args.max_iters, "presleep_us": args.presleep_us}
+    try:
+        ms, ms_min = time_sdpa(torch, backend, n, args.heads, kv_heads, head_dim, args.iters,
+                               args.warmup, bool(causal), dtype, timing)
+    except Exception as e:  # a backend may refuse a shape
+        print(f"# sdpa {backend} {n}: {e}", file=sys.stderr)
+        return None
+    row = {"kernel": f"sdpa_{backend}", "seq_len": n, "heads": args.heads,
+           "kv_heads": kv_heads, "head_dim": head_dim, "causal": causal, "dtype": dtype,
+           "density": 1.0, "ms": round(ms, 4), "ms_min": round(ms_min, 4), "iters": args.iters,
+           "tflops": round(flops / (ms * 1e-3) / 1e12, 1), "device": dev}
+    if args.warmup_ms > 0 or args.target_ms > 0 or args.presleep_us > 0:
+        row["iters"] = timing["iters"]
+        row.update({"warmup_iters": timing["warmup_iters"], "t0": round(timing["t0"], 3),
+                    "t1": round(timing["t1"], 3)})
+    if timing.get("ms_gpu"):
+        row["ms_gpu"] = round(timing["ms_gpu"], 4)
+        row["tflops_gpu"] = round(flops / (timing["ms_gpu"] * 1e-3) / 1e12, 1)
+    return row
+
+
+def arg_parser():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seq_lens", default="8192,32768,131072")
     ap.add_argument("--heads", type=int, default=32)
@@ -63,7 +128,18 @@ def main():
     ap.add_argument("--causal", default="1")
     ap.add_argument("--dtype", default="bf16")
     ap.add_argument("--ours", default="", help="cuda_bench JSON lines to compare with")
-    args = ap.parse_args()
+    ap.add_argument("--warmup_ms", type=float, default=0,
+                    help="warm up past --warmup until the launches add up to this many ms")
+    ap.add_argument("--target_ms", type=float, default=0,
+                    help="time past --iters until the launches add up to about this many ms")
+    ap.add_argument("--max_iters", type=int, default=1000)
+    ap.add_argument("--presleep_us", type=float, default=0,
+                    help="> 0: every other timed launch waits behind a GPU sleep (ms_gpu)")
+    return ap
+
+
+def main():
+    args = arg_parser().parse_args()
 
     ints = lambda s: [int(x) for x in s.split(",") if x]
     shapes = [(kvh, d, c, dt) for kvh in ints(args.kv_heads) for d in ints(args.head_dim)
@@ -74,20 +150,11 @@ def main():
         dev = torch.cuda.get_device_name(0)
         for kv_heads, head_dim, causal, dtype in shapes:
             for n in ints(args.seq_lens):
-                pairs = causal_pairs(n) if causal else n * n
-                flops = 4.0 * head_dim * pairs * args.heads
                 for backend in args.backends.split(","):
-                    try:
-                        ms, ms_min = time_sdpa(torch, backend, n, args.heads, kv_heads, head_dim,
-                                               args.iters, args.warmup, bool(causal), dtype)
-                    except Exception as e:  # a backend may refuse a shape
-                        print(f"# sdpa {backend} {n}: {e}", file=sys.stderr)
+                    row = sdpa_row(torch, args, backend, n, kv_heads, head_dim, causal, dtype,
+                                   dev)
+                    if row is None:
                         continue
-                    row = {"kernel": f"sdpa_{backend}", "seq_len": n, "heads": args.heads,
-                           "kv_heads": kv_heads, "head_dim": head_dim, "causal": causal,
-                           "dtype": dtype, "density": 1.0, "ms": round(ms, 4),
-                           "ms_min": round(ms_min, 4), "iters": args.iters,
-                           "tflops": round(flops / (ms * 1e-3) / 1e12, 1), "device": dev}
                     rows.append(row)
                     print(json.dumps(row), flush=True)
     except ImportError as e:

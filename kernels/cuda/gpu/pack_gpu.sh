@@ -32,5 +32,5 @@ if [ -x bazel-bin/tests/bench/spattn-bench ]; then
 fi
 # The fat binaries compress ~10x; run_gpu.sh unpacks them.
 (cd "$DEST" && tar -cJf bundle.tar.xz bin lib && rm -rf bin lib)
-cp kernels/cuda/bench/sdpa_reference.py kernels/cuda/gpu/run_gpu*.sh "$DEST/"
+cp kernels/cuda/bench/*.py kernels/cuda/bench/run_*.sh kernels/cuda/gpu/run_gpu*.sh "$DEST/"
 du -sh "$DEST"
