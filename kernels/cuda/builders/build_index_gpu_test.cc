@@ -667,6 +667,74 @@ TEST(BuildIndexOnGpuLongKeysTest, SampledLinesBucketsEntriesBySegment) {
 #endif
 }
 
+// Pass 3's tile list (SPATTN_SL_TILE_LIST, on by default) skips only key tiles that keep nothing:
+// on an llm_mix prompt (peaked heads, where whole tiles of a CTA's 64 sampled rows keep no entry)
+// the index is bit for bit the one of pass 3 computing every tile (=0), with the keep test on the
+// raw products and on the masses (SPATTN_SL_EMIT_EXACT=1), and the census (its own kernel
+// instance, the same index) shows the list skipping tiles. The knobs are read once per process:
+// the test sets them through SampledLinesKnobs().
+TEST(BuildIndexOnGpuLongKeysTest, SampledLinesTileListSkipsOnlyEmptyTiles) {
+  SKIP_WITHOUT_GPU();
+#ifndef SPATTN_SL_KNOBS
+  GTEST_SKIP() << "the GPU sampled_lines builder exists only in CUDA builds";
+#else
+  auto engine = MakeEngine(int64_t{1} << 30);
+  ASSERT_NE(engine, nullptr);
+  WorkloadOptions wo;
+  wo.workload = "llm_mix";
+  wo.shape.q_lens = {16384};
+  wo.shape.num_q_heads = 8;
+  wo.shape.num_kv_heads = 2;
+  wo.shape.head_dim = 128;
+  wo.shape.dtype = DType::kBF16;
+  wo.seed = 3;
+  auto w = GenerateWorkload(wo);
+  ASSERT_TRUE(w.ok()) << w.status();
+  auto dp = DeviceProblem::Create(0, *w->host);
+  ASSERT_TRUE(dp.ok()) << dp.status();
+  cuda::SlKnobs& knobs = cuda::SampledLinesKnobs();
+  const cuda::SlKnobs saved = knobs;
+  MethodConfig config;
+  config.method = Method::kSampledLines;
+  for (int block_m : {64, 128}) {
+    for (bool exact : {false, true}) {
+      const std::string what =
+          absl::StrCat(config.DebugString(), " block_m=", block_m, " emit_exact=", exact);
+      knobs.emit_exact = exact;
+      SparseIndex listed, counted, whole;
+      knobs.tile_list = true;
+      knobs.tile_census = false;
+      BuildOnGpu(*engine, *w->host, **dp, config, AllHeads(8), block_m, nullptr, what, &listed);
+      engine->ReleaseIndexes();
+      knobs.tile_census = true;
+      cuda::SampledLinesCensus() = cuda::SlCensus();
+      BuildOnGpu(*engine, *w->host, **dp, config, AllHeads(8), block_m, nullptr, what, &counted);
+      engine->ReleaseIndexes();
+      const cuda::SlCensus census = cuda::SampledLinesCensus();
+      knobs.tile_list = false;
+      knobs.tile_census = false;
+      BuildOnGpu(*engine, *w->host, **dp, config, AllHeads(8), block_m, nullptr, what, &whole);
+      engine->ReleaseIndexes();
+      knobs = saved;
+      if (::testing::Test::HasFatalFailure()) return;
+      EXPECT_GT(census.list_skipped, 0u) << what;
+      EXPECT_LT(census.list_skipped, census.list_tiles) << what;
+      EXPECT_GE(census.emit_none, 4 * census.list_skipped) << what;
+      EXPECT_FALSE(whole.col_idx.empty()) << what;
+      for (const SparseIndex* x : {&listed, &counted}) {
+        EXPECT_EQ(x->range_indptr, whole.range_indptr) << what;
+        EXPECT_EQ(x->range_start, whole.range_start) << what;
+        EXPECT_EQ(x->range_len, whole.range_len) << what;
+        EXPECT_EQ(x->col_indptr, whole.col_indptr) << what;
+        EXPECT_EQ(x->col_idx, whole.col_idx) << what;
+      }
+      std::printf("tile list %s: %llu of %llu tiles skipped\n", what.c_str(),
+                  census.list_skipped, census.list_tiles);
+    }
+  }
+#endif
+}
+
 // Saap assets calibrated (kernels/calibration) on planted clusters, as saap_test does.
 LayerAssets CalibratedClusters(int hq, int hkv, int d, int centroids, int hidden, uint64_t seed) {
   method_testing::ClusterSpec spec;
