@@ -33,26 +33,23 @@ constexpr int kFixedKeyShift = 31 * 8;  // bin key (fp32 bits >> 20) of m * kFix
 
 // Shared memory: passes 1 and 3 two swizzled [64][kD] tiles (assembled_common.cuh's layout;
 // buffer 1 holds the Q tile until its fragments are in registers, then both buffers take turns
-// for the key tiles, loaded one tile ahead by cp.async: 4 CTAs per SM), pass 3 then its tile
-// list's bits (5 KB). Pass 2 one tile (Q, then every key tile in turn, each loaded once the warps
-// have the previous one's products) plus the per-block mass histograms (fixed point, no counts):
-// 49 KB, 4 CTAs per SM. Measured slower (H100, s22; NOTES.md "Session 22 — s22-slbuild"): pass 2
-// on two buffers at 65 KB / 3 CTAs per SM (2.59 vs 3.00 ms at 32K, 29.6 vs 30.9 ms at 128K, and
-// histogram 16.10 vs 20.58 ms at 128K with one barrier per tile), passes 1 and 3 on three buffers
-// with each tile loaded two ahead (build 46.90 vs 47.29 ms at 128K).
-constexpr int kListWords = kSlMaxListTiles / 32;  // per mask: the CTA's, then one per warp
+// for the key tiles, loaded one tile ahead by cp.async: 4 CTAs per SM). Pass 2 one tile (Q, then
+// every key tile in turn, each loaded once the warps have the previous one's products) plus the
+// per-block mass histograms (fixed point, no counts): 49 KB, 4 CTAs per SM. Measured slower on an
+// H100 and removed (NOTES.md "Session 22 — s22-slbuild"): pass 2 on two buffers at 65 KB / 3 CTAs
+// per SM (2.59 vs 3.00 ms at 32K, 29.6 vs 30.9 ms at 128K; with one barrier per tile histogram
+// 16.10 vs 20.58 ms at 128K) and passes 1 and 3 on three buffers, 48 KB, each tile loaded two
+// ahead (index build 46.90 vs 47.29 ms at 128K, 4.35 vs 4.53 at 32K).
 struct SlSmem {
-  int64_t tile, hm, list, total;
+  int64_t tile, hm, total;
 };
+// Key buffers of pass `pass`.
 __host__ __device__ inline constexpr int PassBuffers(int pass) { return pass == 2 ? 1 : 2; }
 __host__ __device__ inline SlSmem Layout(int head_dim, int pass) {
   SlSmem l;
   l.tile = static_cast<int64_t>(kTile) * head_dim * 2;
   l.hm = PassBuffers(pass) * l.tile;
-  l.list = l.hm;
-  l.total = pass == 2   ? l.hm + static_cast<int64_t>(kSlGroupBlocks) * kSlBins * 4
-            : pass == 3 ? l.list + 5 * kListWords * 4
-                        : l.hm;
+  l.total = pass == 2 ? l.hm + static_cast<int64_t>(kSlGroupBlocks) * kSlBins * 4 : l.hm;
   return l;
 }
 
@@ -212,9 +209,9 @@ __device__ void BlockThresholdWarp(const unsigned* bm, float part, long long all
 // blockIdx.x = item (launch order) * num_slots + slot.
 // kCensus (SPATTN_SL_TILE_CENSUS=1, a separate instance so the default code is unchanged): every
 // warp also counts its key tiles and those that add nothing (pass 2: skipped, no entry reaches its
-// row's cut; pass 3: no entry kept, the tiles its list skipped included), and pass 3 its tiles and
-// those its list skipped, into g_sl_census (SlCensus's order), which the host prints.
-__device__ unsigned long long g_sl_census[6];
+// row's cut; pass 3: no entry kept) into g_sl_census, which the host prints: how much of each
+// pass's tensor-core work a per-tile bound known in advance could skip.
+__device__ unsigned long long g_sl_census[4];  // pass 2 tiles, skipped; pass 3 tiles, no keep
 
 template <typename T, int kD, int kPass, bool kCensus = false>
 __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
@@ -249,20 +246,18 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
   const int64_t qtok = a.p.cu_seqlens_q[g.seq];
   const int64_t ktok = a.p.cu_seqlens_k[g.seq];
   const int kl = a.p.cu_seqlens_k[g.seq + 1] - a.p.cu_seqlens_k[g.seq];
-  // The buffer of the loop's iteration i (a key tile's position among the tiles it computes):
-  // they take turns (one buffer: always 0).
-  auto buf_of = [&](int i) {
-    return sbuf + (kBufs == 1 ? 0 : i % kBufs) * static_cast<uint32_t>(lay.tile);
+  // Key tile t's buffer: they take turns (one buffer: always 0).
+  auto buf_of = [&](int t) {
+    return sbuf + (kBufs == 1 ? 0 : (t - t_begin) % kBufs) * static_cast<uint32_t>(lay.tile);
   };
-  auto load_keys = [&](int t, int i) {
+  auto load_keys = [&](int t) {
     const int j0 = t * kTile;
     assembled::LoadTileAsync(
-        buf_of(i), kTile, min(kTile, kl - j0), kChunks,
+        buf_of(t), kTile, min(kTile, kl - j0), kChunks,
         [&](int r) { return kg + (ktok + j0 + r) * a.p.k_token_stride + kvh * a.p.k_head_stride; },
         tid, kThreads);
   };
-  // The Q tile into the last buffer (0 with one buffer), the first key tile into buffer 0 (pass 3:
-  // once its tile list says which tile that is, below).
+  // The Q tile into the last buffer (0 with one buffer), the first key tile into buffer 0.
   const uint32_t qbuf = sbuf + (kBufs - 1) * static_cast<uint32_t>(lay.tile);
   assembled::LoadTileAsync(
       qbuf, kTile, g.rows, kChunks,
@@ -271,7 +266,7 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
                qh * a.p.q_head_stride;
       },
       tid, kThreads);
-  if (kPass == 1 && t_end > t_begin) load_keys(t_begin, 0);
+  if (kBufs == 2 && t_end > t_begin) load_keys(t_begin);
   detail::CpAsyncCommit();
 
   if (kPass == 2) {
@@ -289,25 +284,6 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
     blk_base[tid] = a.kept[row];
     blk_count[tid] = static_cast<int>(a.kept[row + 1] - a.kept[row]);
     blk_first[tid] = a.geo[g.block_begin + tid].first_pos;
-  }
-  // Pass 3's tile list (SlArgs::tile_bin): per row of the group its block's threshold bin as a
-  // byte (at most 255: a bound of 255 stands for 255..257) and 0xff where the row can keep an
-  // entry at all (live, threshold bin < kSlBins); a dead row or a row past the group's keeps none.
-  __shared__ uint32_t row_thr_w[kSlGroupRows / 4], row_live_w[kSlGroupRows / 4];
-  const bool use_list = kPass == 3 && a.tile_bin != nullptr && t_end - t_begin <= kSlMaxListTiles;
-  if (use_list && tid < kSlGroupRows) {
-    unsigned th = 255u, lv = 0u;
-    if (tid < g.rows) {
-      const int64_t at = static_cast<int64_t>(slot) * a.num_rows + g.row_begin + tid;
-      const int thr =
-          a.thr[static_cast<int64_t>(slot) * a.num_blocks + a.rows[g.row_begin + tid].block];
-      if (a.row_max2[at] != -CUDART_INF_F && thr < kSlBins) {
-        th = static_cast<unsigned>(min(thr, 255));
-        lv = 0xffu;
-      }
-    }
-    reinterpret_cast<uint8_t*>(row_thr_w)[tid] = static_cast<uint8_t>(th);
-    reinterpret_cast<uint8_t*>(row_live_w)[tid] = static_cast<uint8_t>(lv);
   }
 
   // This thread's two rows (fragment rows lane/4 and lane/4 + 8 of its warp).
@@ -354,15 +330,6 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
   const bool hist_skip =
       kPass == 2 && !a.hist_exact && a.p.scale_log2 > 0.f && a.p.scale_log2 < CUDART_INF_F;
   float x_cut[2] = {CUDART_NAN_F, CUDART_NAN_F};
-  // Pass 2 writes per (row, key tile) a bound on the row's highest mass bin in the tile for pass
-  // 3's tile list (SlArgs::tile_bin): the bin of its largest t (t's bits as the histogram slots'),
-  // and for a tile it skips max(cut - 1, 1) (every entry there is below the cut bin or has t <= 1/2,
-  // i.e. m <= 2^-32: bin <= 1).
-  uint8_t* const tbin = kPass == 2 && a.tile_bin != nullptr
-                            ? a.tile_bin + (static_cast<int64_t>(slot) * a.total_tiles +
-                                            g.tile_base) * kSlGroupRows
-                            : nullptr;
-  int skip_bin[2] = {1, 1};
   if (kPass == 2) {
     int cut[2] = {0, 0};
     __syncthreads();  // blk_* zeroed
@@ -385,7 +352,6 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
         const int key = static_cast<int>(__float_as_uint(bound) >> 20) - kSlBinFloor;
         cut[h] = key < 0 ? 0 : (key >= kSlBins ? kSlBins - 1 : key);
       }
-      skip_bin[h] = max(cut[h] - 1, 1);
       w2[h] = w[h] * kFixedOne;
       t_min[h] = fmaxf(
           __uint_as_float(0x3f000001u),  // the float after 1/2
@@ -414,58 +380,8 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
       kPass == 3 && !a.emit_exact && a.p.scale_log2 > 0.f && a.p.scale_log2 < CUDART_INF_F;
   float x_thr[2] = {CUDART_NAN_F, CUDART_NAN_F};
   int rel[2] = {0, 0};  // row position relative to its block's first row position
-  // Pass 3's tile list over the item's tiles u = t - t_begin: bit u of the CTA's mask when some
-  // row may keep an entry of tile u (its bound reaches its block's threshold bin), of warp w's
-  // when one of warp w's rows may. Exact: for thr >= 1 a kept m is >= 2^-32 (normal), and pass 2's
-  // t = m * 2^31 then has m's bin (the slots' key), so a kept entry's tile has a bound >= thr; thr
-  // 0 (any m > 0 kept) needs every tile.
-  uint32_t* const list = reinterpret_cast<uint32_t*>(smem + lay.list);
-  const int n_tiles = t_end - t_begin;
-  // The first tile >= u that the pass computes (n_tiles: none).
-  auto next_tile = [&](int u) {
-    for (; use_list && u < n_tiles; u = (u | 31) + 1) {
-      const uint32_t word = list[u >> 5] >> (u & 31);
-      if (word != 0u) return u + __ffs(word) - 1;
-    }
-    return use_list ? n_tiles : u;
-  };
-  int u_first = 0;
   if (kPass == 3) {
-    __syncthreads();  // blk_*, row_thr_w, row_live_w written
-    if (use_list) {
-      // Warp w takes the tiles of words w, w + 4, ...; each lane one tile: its 64 rows' bytes.
-      const uint8_t* tb = a.tile_bin + (static_cast<int64_t>(slot) * a.total_tiles + g.tile_base +
-                                        t_begin) * kSlGroupRows;
-      for (int base = warp * 32; base < n_tiles; base += kThreads) {
-        const int u = base + lane;
-        unsigned need = 0u;  // bit q: a row of warp q may keep an entry of tile u
-        if (u < n_tiles) {
-          const uint4* b = reinterpret_cast<const uint4*>(tb + static_cast<int64_t>(u) * kSlGroupRows);
-#pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            const uint4 v = b[q];  // rows 16 q .. 16 q + 15
-            const uint32_t ge = (__vcmpgeu4(v.x, row_thr_w[4 * q]) & row_live_w[4 * q]) |
-                                (__vcmpgeu4(v.y, row_thr_w[4 * q + 1]) & row_live_w[4 * q + 1]) |
-                                (__vcmpgeu4(v.z, row_thr_w[4 * q + 2]) & row_live_w[4 * q + 2]) |
-                                (__vcmpgeu4(v.w, row_thr_w[4 * q + 3]) & row_live_w[4 * q + 3]);
-            if (ge != 0u) need |= 1u << q;
-          }
-        }
-        const unsigned cta = __ballot_sync(kFull, need != 0u);
-        unsigned wm[4];
-#pragma unroll
-        for (int q = 0; q < 4; ++q) wm[q] = __ballot_sync(kFull, (need >> q) & 1u);
-        if (lane == 0) {
-          list[base >> 5] = cta;
-#pragma unroll
-          for (int q = 0; q < 4; ++q) list[(1 + q) * kListWords + (base >> 5)] = wm[q];
-        }
-      }
-      __syncthreads();
-      u_first = next_tile(0);
-    }
-    if (u_first < n_tiles) load_keys(t_begin + u_first, 0);
-    detail::CpAsyncCommit();
+    __syncthreads();  // blk_* written
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const bool live = rl[h] < g.rows && mx[h] != -CUDART_INF_F;
@@ -536,44 +452,31 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
   if (kBufs == 1) {
     __syncthreads();
     if (t_end > t_begin) {
-      load_keys(t_begin, 0);
+      load_keys(t_begin);
       detail::CpAsyncCommit();
     }
   }
 
-  // kCensus: this warp's tiles computed, those adding nothing.
-  unsigned census_done = 0, census_none = 0;
-  int u_next = 0;
-  // Iteration i computes tile t = t_begin + u (every tile, or pass 3's list).
-  for (int u = u_first, i = 0; u < n_tiles; u = u_next, ++i) {
-    const int t = t_begin + u;
+  unsigned census_tiles = 0, census_none = 0;  // kCensus: this warp's tiles, those adding nothing
+  for (int t = t_begin; t < t_end; ++t) {
     const int j0 = t * kTile;
-    u_next = next_tile(u + 1);
-    if (kCensus) ++census_done;
+    if (kCensus) ++census_tiles;
     detail::CpAsyncWait<0>();
-    // Key tile t is in for every warp, and (two buffers) every warp is past iteration i - 1, so
-    // its buffer (the Q buffer for i = 0) takes the next tile, loaded behind tile t's work: one
-    // barrier per tile (before, two buffers loaded tile t + 1 ahead of this barrier and needed a
-    // second one after the products to free tile t's buffer).
+    // Key tile t is in for every warp, and (two buffers) every warp is past tile t - 1, so its
+    // buffer (the Q buffer for t_begin) takes tile t + 1, loaded behind tile t's work: one barrier
+    // per tile (before, tile t + 1 was loaded ahead of this barrier and a second one after the
+    // products had to free tile t's buffer).
     __syncthreads();
     if (kBufs == 2) {
-      if (u_next < n_tiles) load_keys(t_begin + u_next, i + 1);
+      if (t + 1 < t_end) load_keys(t + 1);
       detail::CpAsyncCommit();
     }
-    // Pass 3: a warp none of whose rows may keep an entry of the tile skips it (its previous
-    // tile's entries still go out).
-    if (use_list && ((list[(1 + warp) * kListWords + (u >> 5)] >> (u & 31)) & 1u) == 0u) {
-      flush();
-      p_any = false;
-      if (kCensus) ++census_none;
-      continue;
-    }
     float acc[8][4];
-    TileLogits<T, kD>(qf, buf_of(i), acc, lane);
+    TileLogits<T, kD>(qf, buf_of(t), acc, lane);
     if (kBufs == 1) {
-      __syncthreads();  // every warp has read tile t: the buffer takes the next one
-      if (u_next < n_tiles) {
-        load_keys(t_begin + u_next, i + 1);
+      __syncthreads();  // every warp has read tile t: the buffer takes tile t + 1
+      if (t + 1 < t_end) {
+        load_keys(t + 1);
         detail::CpAsyncCommit();
       }
     }
@@ -670,19 +573,12 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
         }
         if (!__any_sync(kFull, any)) {
           if (kCensus) ++census_none;
-          if (tbin != nullptr && (lane & 3) == 0) {
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              if (rl[h] < g.rows) tbin[t * kSlGroupRows + rl[h]] = static_cast<uint8_t>(skip_bin[h]);
-            }
-          }
           continue;
         }
       }
       const bool plain = j0 + kTile <= warp_vis && mx[0] < FLT_MAX && mx[1] < FLT_MAX;
       unsigned mu[8][4];
       int slot_of[8][4];
-      float t_max[2] = {0.f, 0.f};  // the rows' largest t in the tile (fmaxf: NaN counts nowhere)
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
@@ -698,7 +594,6 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
             t = __fmul_rn(__fmul_rn(Exp2(__fsub_rn(l2, mx[h])), inv[h]), w2[h]);
           }
           mu[nt][e] = __float2uint_rn(t);
-          t_max[h] = fmaxf(t_max[h], t);
           slot_of[nt][e] =
               t >= t_min[h] ? static_cast<int>(__float_as_uint(t) >> 20) + slot_base[h] : -1;
         }
@@ -708,21 +603,6 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           if (slot_of[nt][e] >= 0) atomicAdd(hm + slot_of[nt][e], mu[nt][e]);
-        }
-      }
-      if (tbin != nullptr) {
-        // The row's highest bin key in the tile (t's bits as in the slots above; 0 for t <= 1/2,
-        // masked entries t = 0), clamped to a byte: 255 stands for 255..257.
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          float m = t_max[h];
-          m = fmaxf(m, __shfl_xor_sync(kFull, m, 1));
-          m = fmaxf(m, __shfl_xor_sync(kFull, m, 2));
-          const int key =
-              static_cast<int>(__float_as_uint(m) >> 20) - kSlBinFloor - kFixedKeyShift;
-          if ((lane & 3) == 0 && rl[h] < g.rows) {
-            tbin[t * kSlGroupRows + rl[h]] = static_cast<uint8_t>(key < 0 ? 0 : min(key, 255));
-          }
         }
       }
       continue;
@@ -752,26 +632,6 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
         }
       }
     } else {
-      // The mass test on every entry (SPATTN_SL_EMIT_EXACT, comparisons) with the rows'
-      // statistics read again here: the default path above keeps only x_thr in registers.
-      float emx[2], einv[2], ew[2], ethr[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        emx[h] = -CUDART_INF_F;
-        einv[h] = ew[h] = 0.f;
-        ethr[h] = CUDART_INF_F;
-        if (rl[h] < g.rows) {
-          const int64_t at = static_cast<int64_t>(slot) * a.num_rows + g.row_begin + rl[h];
-          emx[h] = a.row_max2[at];
-          einv[h] = a.row_inv[at];
-          ew[h] = a.rows[g.row_begin + rl[h]].w;
-          const int thr = blk_thr[blk[h]];
-          if (emx[h] != -CUDART_INF_F && thr < kSlBins) {
-            ethr[h] =
-                thr == 0 ? 0.f : __uint_as_float(static_cast<unsigned>(thr + kSlBinFloor) << 20);
-          }
-        }
-      }
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
@@ -779,8 +639,8 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
           const int h = e >> 1;
           const int j = j0 + AccCol(nt, e, lane);
           const float l2 = Sanitize(__fmul_rn(acc[nt][e], a.p.scale_log2));
-          const float m = __fmul_rn(__fmul_rn(Exp2(__fsub_rn(l2, emx[h])), einv[h]), ew[h]);
-          if (j < vis[h] && m > 0.f && m >= ethr[h]) keep |= 1u << (nt * 4 + e);
+          const float m = __fmul_rn(__fmul_rn(Exp2(__fsub_rn(l2, mx[h])), inv[h]), w[h]);
+          if (j < vis[h] && m > 0.f && m >= thr_m[h]) keep |= 1u << (nt * 4 + e);
         }
       }
     }
@@ -804,8 +664,7 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
       const int seg_before = first > 0 ? before : 0;
       const int seg_total = __shfl_sync(kFull, incl, last) - seg_before;
       p_base[h] = 0;
-      // (seg_total > 0: a live row of the block kept an entry, so its threshold is finite.)
-      if (lane == last && seg_total > 0)
+      if (lane == last && thr_m[h] != CUDART_INF_F && seg_total > 0)
         p_base[h] = atomicAdd(
             split ? a.counts + static_cast<int64_t>(slot) * a.num_blocks + g.block_begin + blk[h]
                   : blk_cursor + blk[h],
@@ -814,15 +673,8 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
     }
   }
   if (kCensus && lane == 0 && kPass >= 2) {
-    // Pass 3: the tiles its list skipped keep nothing.
-    const unsigned skipped = static_cast<unsigned>(n_tiles) - census_done;
-    const int c = kPass == 3 ? 2 : 0;
-    atomicAdd(g_sl_census + c, static_cast<unsigned long long>(n_tiles));
-    atomicAdd(g_sl_census + c + 1, static_cast<unsigned long long>(census_none + skipped));
-    if (kPass == 3 && warp == 0) {
-      atomicAdd(g_sl_census + 4, static_cast<unsigned long long>(n_tiles));
-      atomicAdd(g_sl_census + 5, static_cast<unsigned long long>(skipped));
-    }
+    atomicAdd(g_sl_census + 2 * (kPass - 2), static_cast<unsigned long long>(census_tiles));
+    atomicAdd(g_sl_census + 2 * (kPass - 2) + 1, static_cast<unsigned long long>(census_none));
   }
   if (kPass == 1) {
 #pragma unroll
@@ -1241,16 +1093,10 @@ SlKnobs& SampledLinesKnobs() {
     if (const char* x = std::getenv("SPATTN_SL_HIST_EXACT")) k.hist_exact = x[0] == '1';
     const char* b = std::getenv("SPATTN_SL_ASM_BUCKET");
     if (b != nullptr && b[0] != '\0') k.asm_bucket = b[0] != '0' ? 1 : 0;
-    if (const char* l = std::getenv("SPATTN_SL_TILE_LIST")) k.tile_list = l[0] != '0';
     if (const char* c = std::getenv("SPATTN_SL_TILE_CENSUS")) k.tile_census = c[0] == '1';
     return k;
   }();
   return knobs;
-}
-
-SlCensus& SampledLinesCensus() {
-  static SlCensus census;
-  return census;
 }
 
 cudaError_t LaunchSampledLinesStats(const SlArgs& a, cudaStream_t stream) {
@@ -1284,25 +1130,16 @@ cudaError_t LaunchSampledLinesEmit(const SlArgs& a, cudaStream_t stream) {
       SampledLinesKnobs().tile_census ? Dispatch<3, true>(a, stream) : Dispatch<3>(a, stream);
   if (perr != cudaSuccess) return perr;
   if (SampledLinesKnobs().tile_census) {  // diagnostics: synchronous, then reset
-    unsigned long long c[6] = {0, 0, 0, 0, 0, 0};
+    unsigned long long c[4] = {0, 0, 0, 0};
     err = cudaMemcpyFromSymbolAsync(c, g_sl_census, sizeof(c), 0, cudaMemcpyDeviceToHost, stream);
     if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
     if (err != cudaSuccess) return err;
-    SlCensus& last = SampledLinesCensus();
-    last.hist_tiles = c[0];
-    last.hist_skipped = c[1];
-    last.emit_tiles = c[2];
-    last.emit_none = c[3];
-    last.list_tiles = c[4];
-    last.list_skipped = c[5];
     std::fprintf(
         stderr,
         "sampled_lines tile census: pass 2 warp tiles %llu, skipped (no entry at its "
-        "rows' cut) %llu (%.1f %%); pass 3 warp tiles %llu, no entry kept %llu (%.1f %%); pass 3 "
-        "tiles %llu, skipped by the tile list %llu (%.1f %%)\n",
-        c[0], c[1], c[0] ? 100.0 * c[1] / c[0] : 0.0, c[2], c[3], c[2] ? 100.0 * c[3] / c[2] : 0.0,
-        c[4], c[5], c[4] ? 100.0 * c[5] / c[4] : 0.0);
-    const unsigned long long zero[6] = {0, 0, 0, 0, 0, 0};
+        "rows' cut) %llu (%.1f %%); pass 3 warp tiles %llu, no entry kept %llu (%.1f %%)\n",
+        c[0], c[1], c[0] ? 100.0 * c[1] / c[0] : 0.0, c[2], c[3], c[2] ? 100.0 * c[3] / c[2] : 0.0);
+    const unsigned long long zero[4] = {0, 0, 0, 0};
     err =
         cudaMemcpyToSymbolAsync(g_sl_census, zero, sizeof(zero), 0, cudaMemcpyHostToDevice, stream);
     if (err != cudaSuccess) return err;

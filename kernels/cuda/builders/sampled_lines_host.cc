@@ -88,7 +88,6 @@ absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const A
       ng.part_begin = 0;
       ng.parts = 1;
       ng.split_block = -1;
-      ng.tile_base = 0;
       groups.push_back(ng);
       cur = &groups.back();
     }
@@ -114,10 +113,7 @@ absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const A
   }
   // Items (key-tile ranges of a group), longest first: one CTA per item and slot.
   int64_t total_tiles = 0;
-  for (SlGroup& g : groups) {
-    g.tile_base = static_cast<int>(std::min<int64_t>(total_tiles, INT_MAX));
-    total_tiles += (g.key_end + kSlTile - 1) / kSlTile;
-  }
+  for (const SlGroup& g : groups) total_tiles += (g.key_end + kSlTile - 1) / kSlTile;
   SPATTN_ASSIGN_OR_RETURN(const int split_len,
                           SplitLength(total_tiles * static_cast<int64_t>(heads.size())));
   std::vector<SlItem> items;
@@ -218,22 +214,6 @@ absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const A
   // Blocks without sampled rows (empty sequences) keep nothing: counts start at 0.
   SPATTN_ASSIGN_OR_RETURN(sa.kept,
                           CarveZeroed<int64_t>(env, irows + 1, "sampled_lines kept", env.stream));
-  // Pass 3's tile list: pass 2's bound on each row's highest mass bin per key tile, a byte per
-  // (slot, tile of its group, row of its group), written for every (live row, tile) pass 3 reads
-  // (not zeroed). Only up to kSlMaxTileBinBytes (105 MB at 128K x 32 heads, block_m 128) and only
-  // where the workspace still has room (else pass 3 computes every tile); a workspace that fitted
-  // the build with less than this to spare now runs out at a later carve (SPATTN_SL_TILE_LIST=0
-  // turns the list off).
-  if (SampledLinesKnobs().tile_list && total_tiles <= INT_MAX) {
-    const int64_t bytes = static_cast<int64_t>(nslots) * total_tiles * kSlGroupRows;
-    if (bytes > 0 && bytes <= kSlMaxTileBinBytes) {
-      absl::StatusOr<uint8_t*> tb = Carve<uint8_t>(env, bytes, "sampled_lines tile bin bounds");
-      if (tb.ok()) {
-        sa.tile_bin = *tb;
-        sa.total_tiles = total_tiles;
-      }
-    }
-  }
   SPATTN_CUDA_RETURN_IF_ERROR(LaunchSampledLinesStats(sa, env.stream), "sampled_lines row stats");
   timer.Mark("row_stats");
   SPATTN_CUDA_RETURN_IF_ERROR(LaunchSampledLinesHistogram(sa, env.stream),

@@ -54,7 +54,6 @@ struct SlGroup {
   int key_end;              // keys any of its rows sees
   int part_begin, parts;    // its items (key-tile ranges) as part_begin + split, split < parts
   int split_block;          // parts > 1: its first block among the split groups' blocks; else -1
-  int tile_base;            // key tiles of the groups before it (SlArgs::tile_bin)
 };
 
 // One CTA's work per head slot: key tiles [tile_begin, tile_end) of one group.
@@ -131,30 +130,14 @@ struct SlArgs {
   // Pass 2 computes every tile's masses (SPATTN_SL_HIST_EXACT=1, for comparisons) instead of
   // skipping a warp's tile where no raw product reaches its row's count threshold.
   bool hist_exact = false;
-  // Pass 3's tile list, or null (then pass 3 computes every tile): per (slot, key tile of a group,
-  // row of the group) [slots * total_tiles * kSlGroupRows], index ((slot * total_tiles +
-  // tile_base + t) * kSlGroupRows + row), pass 2 writes a byte bounding the row's highest mass bin
-  // in the tile (255 stands for 255..257). Pass 3 compacts, before its loop, the tiles in which some
-  // live row's bound reaches its block's threshold bin and computes only those, and within them
-  // skips a warp whose rows' bounds all fall short: exact, the tiles it skips keep nothing.
-  uint8_t* tile_bin = nullptr;
-  int64_t total_tiles = 0;  // the groups' key tiles (the last group's tile_base + its tiles)
 };
-
-// Pass 3 builds its tile list only for items of at most this many key tiles (a bit per tile and
-// per warp in shared memory); a longer item computes every tile.
-constexpr int kSlMaxListTiles = 8192;
-// The tile list's bytes are carved only up to this size (128K keys x 32 heads at block_m 128: ~105
-// MB; a 1M chunk would need more and runs without).
-constexpr int64_t kSlMaxTileBinBytes = int64_t{256} << 20;
 
 // The build's comparison knobs, read from the environment once per process (at first use):
 // SPATTN_SL_SPLIT_TILES, SPATTN_SL_SPLIT_WAVES (sampled_lines_host.cc SplitLength),
 // SPATTN_SL_EMIT_EXACT, SPATTN_SL_HIST_EXACT, SPATTN_SL_ASM_BUCKET (=0 / =1: never / always bucket
-// the entries by assembler segment), SPATTN_SL_TILE_LIST (=0: pass 3 computes every key tile, no
-// tile bounds from pass 2) and SPATTN_SL_TILE_CENSUS (=1: passes 2 and 3 count their warp tiles
-// that add nothing and pass 3 the tiles its list skipped, printed to stderr per build and kept in
-// SampledLinesCensus(); a diagnostic, it synchronizes).
+// the entries by assembler segment) and SPATTN_SL_TILE_CENSUS (=1: passes 2 and 3 count their warp
+// tiles that add nothing, printed to stderr per build; a diagnostic, a separate kernel instance,
+// it synchronizes).
 // Tests change them through the returned reference, between builds only.
 struct SlKnobs {
   int split_tiles = 0;  // > 0: every split item has this many key tiles
@@ -162,20 +145,9 @@ struct SlKnobs {
   bool emit_exact = false;
   bool hist_exact = false;
   int asm_bucket = -1;  // -1: bucket rows of >= 5 segments; 0 / 1: never / always
-  bool tile_list = true;
   bool tile_census = false;
 };
 SlKnobs& SampledLinesKnobs();
-
-// The last build's tile census (SPATTN_SL_TILE_CENSUS=1): warp tiles (16 rows x 64 keys) of pass 2
-// and those it skipped; warp tiles of pass 3 and those keeping no entry (skipped ones included);
-// pass 3's key tiles (per CTA) and those its tile list skipped.
-struct SlCensus {
-  unsigned long long hist_tiles = 0, hist_skipped = 0;
-  unsigned long long emit_tiles = 0, emit_none = 0;
-  unsigned long long list_tiles = 0, list_skipped = 0;
-};
-SlCensus& SampledLinesCensus();
 
 // Pass 1 (row statistics).
 cudaError_t LaunchSampledLinesStats(const SlArgs& a, cudaStream_t stream);

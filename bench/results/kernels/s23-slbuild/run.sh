@@ -18,6 +18,12 @@ for n in new base; do
   [ -f $n.tar.xz ] || continue
   rm -rf /tmp/s23sl_$n && mkdir -p /tmp/s23sl_$n && tar -xJf $n.tar.xz -C /tmp/s23sl_$n
 done
+if [ -f all.tar.xz ]; then  # pack.sh all: both in one archive, base's bench as spattn-bench-base
+  rm -rf /tmp/s23sl_new /tmp/s23sl_base && mkdir -p /tmp/s23sl_new /tmp/s23sl_base/bin
+  tar -xJf all.tar.xz -C /tmp/s23sl_new
+  mv /tmp/s23sl_new/bin/spattn-bench-base /tmp/s23sl_base/bin/spattn-bench
+  ln -s /tmp/s23sl_new/lib /tmp/s23sl_base/lib
+fi
 export TEST_TMPDIR=/tmp/spattn_test; mkdir -p "$TEST_TMPDIR"
 cd /tmp/s23sl_new
 for t in sampled_lines_gpu_test row_assembly_gpu_test; do
