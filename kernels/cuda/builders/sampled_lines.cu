@@ -35,18 +35,21 @@ constexpr int kFixedKeyShift = 31 * 8;  // bin key (fp32 bits >> 20) of m * kFix
 // buffer 1 holds the Q tile until its fragments are in registers, then both buffers take turns
 // for the key tiles, loaded one tile ahead by cp.async: 4 CTAs per SM). Pass 2 one tile (Q, then
 // every key tile in turn, each loaded once the warps have the previous one's products) plus the
-// per-block mass histograms (fixed point, no counts): 49 KB, 4 CTAs per SM, which beat two buffers
-// at 65 KB / 3 CTAs per SM (H100: 2.59 vs 3.00 ms at 32K, 29.6 vs 30.9 ms at 128K;
-// SPATTN_SL_HIST_BUFFERS=2 selects two for comparisons; SPATTN_SL_PASS_BUFFERS=3 gives passes 1
-// and 3 a third buffer, 48 KB, each tile loaded two tiles ahead).
+// per-block mass histograms (fixed point, no counts): 49 KB, 4 CTAs per SM. Measured slower on an
+// H100 and removed (NOTES.md "Session 22 — s22-slbuild"): pass 2 on two buffers at 65 KB / 3 CTAs
+// per SM (2.59 vs 3.00 ms at 32K, 29.6 vs 30.9 ms at 128K; with one barrier per tile histogram
+// 16.10 vs 20.58 ms at 128K) and passes 1 and 3 on three buffers, 48 KB, each tile loaded two
+// ahead (index build 46.90 vs 47.29 ms at 128K, 4.35 vs 4.53 at 32K).
 struct SlSmem {
   int64_t tile, hm, total;
 };
-__host__ __device__ inline SlSmem Layout(int head_dim, bool histograms, int buffers = 2) {
+// Key buffers of pass `pass`.
+__host__ __device__ inline constexpr int PassBuffers(int pass) { return pass == 2 ? 1 : 2; }
+__host__ __device__ inline SlSmem Layout(int head_dim, int pass) {
   SlSmem l;
   l.tile = static_cast<int64_t>(kTile) * head_dim * 2;
-  l.hm = buffers * l.tile;
-  l.total = histograms ? l.hm + static_cast<int64_t>(kSlGroupBlocks) * kSlBins * 4 : l.hm;
+  l.hm = PassBuffers(pass) * l.tile;
+  l.total = pass == 2 ? l.hm + static_cast<int64_t>(kSlGroupBlocks) * kSlBins * 4 : l.hm;
   return l;
 }
 
@@ -210,10 +213,11 @@ __device__ void BlockThresholdWarp(const unsigned* bm, float part, long long all
 // pass's tensor-core work a per-tile bound known in advance could skip.
 __device__ unsigned long long g_sl_census[4];  // pass 2 tiles, skipped; pass 3 tiles, no keep
 
-template <typename T, int kD, int kPass, int kBufs, bool kCensus = false>
+template <typename T, int kD, int kPass, bool kCensus = false>
 __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
   extern __shared__ __align__(128) unsigned char smem[];
-  const SlSmem lay = Layout(kD, kPass == 2, kBufs);
+  constexpr int kBufs = PassBuffers(kPass);
+  const SlSmem lay = Layout(kD, kPass);
   constexpr int kChunks = kD / 8;  // 16-byte chunks per tile row
   const uint32_t sbuf = detail::SmemAddr(smem);
   unsigned* hm = reinterpret_cast<unsigned*>(smem + lay.hm);
@@ -253,8 +257,7 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
         [&](int r) { return kg + (ktok + j0 + r) * a.p.k_token_stride + kvh * a.p.k_head_stride; },
         tid, kThreads);
   };
-  // The Q tile into the last buffer (0 with one buffer), the first key tile into buffer 0 (with
-  // three buffers the second into buffer 1, a group of its own).
+  // The Q tile into the last buffer (0 with one buffer), the first key tile into buffer 0.
   const uint32_t qbuf = sbuf + (kBufs - 1) * static_cast<uint32_t>(lay.tile);
   assembled::LoadTileAsync(
       qbuf, kTile, g.rows, kChunks,
@@ -263,12 +266,8 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
                qh * a.p.q_head_stride;
       },
       tid, kThreads);
-  if (kBufs >= 2 && t_end > t_begin) load_keys(t_begin);
+  if (kBufs == 2 && t_end > t_begin) load_keys(t_begin);
   detail::CpAsyncCommit();
-  if (kBufs == 3) {
-    if (t_begin + 1 < t_end) load_keys(t_begin + 1);
-    detail::CpAsyncCommit();
-  }
 
   if (kPass == 2) {
     for (int i = tid; i < kSlGroupBlocks * kSlBins; i += kThreads) hm[i] = 0u;
@@ -438,14 +437,10 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
 #pragma unroll
   for (int x = 1; x < 32; x <<= 1) warp_vis = min(warp_vis, __shfl_xor_sync(kFull, warp_vis, x));
 
-  // The Q fragments into registers. With two or three buffers the Q buffer takes a key tile only
-  // after the first iteration's barrier, which every warp reaches with its fragments loaded.
+  // The Q fragments into registers. With two buffers the Q buffer takes a key tile only after the
+  // first iteration's barrier, which every warp reaches with its fragments loaded.
   uint32_t qf[kD / 16][4];
-  if (kBufs == 3) {
-    detail::CpAsyncWait<1>();  // Q and key tile t_begin (t_begin + 1 may still be on its way)
-  } else {
-    detail::CpAsyncWait<0>();
-  }
+  detail::CpAsyncWait<0>();
   __syncthreads();
 #pragma unroll
   for (int kk = 0; kk < kD / 16; ++kk) {
@@ -466,19 +461,14 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
   for (int t = t_begin; t < t_end; ++t) {
     const int j0 = t * kTile;
     if (kCensus) ++census_tiles;
-    // Tile t's group is the oldest pending one (three buffers: tile t + 1's may still be pending).
-    if (kBufs == 3) {
-      detail::CpAsyncWait<1>();
-    } else {
-      detail::CpAsyncWait<0>();
-    }
-    // Key tile t is in for every warp, and (two or three buffers) every warp is past tile t - 1,
-    // so its buffer (the Q buffer for t_begin) takes tile t + kBufs - 1, loaded behind tile t's
-    // work: one barrier per tile (before, two buffers loaded tile t + 1 ahead of this barrier and
-    // needed a second one after the products to free tile t's buffer).
+    detail::CpAsyncWait<0>();
+    // Key tile t is in for every warp, and (two buffers) every warp is past tile t - 1, so its
+    // buffer (the Q buffer for t_begin) takes tile t + 1, loaded behind tile t's work: one barrier
+    // per tile (before, tile t + 1 was loaded ahead of this barrier and a second one after the
+    // products had to free tile t's buffer).
     __syncthreads();
-    if (kBufs >= 2) {
-      if (t + kBufs - 1 < t_end) load_keys(t + kBufs - 1);
+    if (kBufs == 2) {
+      if (t + 1 < t_end) load_keys(t + 1);
       detail::CpAsyncCommit();
     }
     float acc[8][4];
@@ -886,28 +876,28 @@ __global__ void SlClassifyKernel(SlArgs a) {
   }
 }
 
-template <typename T, int kD, int kPass, int kBufs, bool kCensus>
+template <typename T, int kD, int kPass, bool kCensus>
 cudaError_t LaunchPass(const SlArgs& a, cudaStream_t stream) {
-  const int64_t bytes = Layout(kD, kPass == 2, kBufs).total;
+  const int64_t bytes = Layout(kD, kPass).total;
   cudaError_t err =
-      cudaFuncSetAttribute(SlPassKernel<T, kD, kPass, kBufs, kCensus>,
+      cudaFuncSetAttribute(SlPassKernel<T, kD, kPass, kCensus>,
                            cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
   if (err != cudaSuccess) return err;
-  SlPassKernel<T, kD, kPass, kBufs, kCensus>
+  SlPassKernel<T, kD, kPass, kCensus>
       <<<static_cast<unsigned>(a.num_items) * a.num_slots, kThreads, bytes, stream>>>(a);
   return cudaGetLastError();
 }
 
-template <int kPass, int kBufs = 2, bool kCensus = false>
+template <int kPass, bool kCensus = false>
 cudaError_t Dispatch(const SlArgs& a, cudaStream_t stream) {
   const bool bf16 = a.p.dtype == DType::kBF16;
   if (a.p.head_dim == 128) {
-    return bf16 ? LaunchPass<__nv_bfloat16, 128, kPass, kBufs, kCensus>(a, stream)
-                : LaunchPass<__half, 128, kPass, kBufs, kCensus>(a, stream);
+    return bf16 ? LaunchPass<__nv_bfloat16, 128, kPass, kCensus>(a, stream)
+                : LaunchPass<__half, 128, kPass, kCensus>(a, stream);
   }
   if (a.p.head_dim == 64) {
-    return bf16 ? LaunchPass<__nv_bfloat16, 64, kPass, kBufs, kCensus>(a, stream)
-                : LaunchPass<__half, 64, kPass, kBufs, kCensus>(a, stream);
+    return bf16 ? LaunchPass<__nv_bfloat16, 64, kPass, kCensus>(a, stream)
+                : LaunchPass<__half, 64, kPass, kCensus>(a, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -1044,7 +1034,7 @@ struct SlAsmSrc {
   SlAsmArgs a;
   struct Shared {
     BlockGeoDev g;
-    int first_pos, last_pos, kl;
+    int kl;
     long long e_begin, e_end;
     const int32_t* seg;  // bucket starts (null: no buckets)
   };
@@ -1056,8 +1046,6 @@ struct SlAsmSrc {
     ctx.num_slots = 1;
     ctx.slots[0] = slot;
     sh.g = g;
-    sh.first_pos = g.first_pos;
-    sh.last_pos = g.last_pos;
     sh.kl = a.k_lens[g.seq];
     sh.e_begin = a.offsets[unit];
     sh.e_end = sh.e_begin + a.counts[unit];
@@ -1070,8 +1058,8 @@ struct SlAsmSrc {
     if (threadIdx.x == 0) {
       if (a.sink_tokens > 0) OrSpan(ranges, wbase, 0, a.sink_tokens);
       if (a.local_tokens > 0) {
-        OrSpan(ranges, wbase, static_cast<int64_t>(sh.first_pos) - a.local_tokens + 1,
-               static_cast<int64_t>(sh.last_pos) + 1);
+        OrSpan(ranges, wbase, static_cast<int64_t>(sh.g.first_pos) - a.local_tokens + 1,
+               static_cast<int64_t>(sh.g.last_pos) + 1);
       }
     }
     long long e_begin = sh.e_begin, e_end = sh.e_end;
@@ -1105,8 +1093,6 @@ SlKnobs& SampledLinesKnobs() {
     if (const char* x = std::getenv("SPATTN_SL_HIST_EXACT")) k.hist_exact = x[0] == '1';
     const char* b = std::getenv("SPATTN_SL_ASM_BUCKET");
     if (b != nullptr && b[0] != '\0') k.asm_bucket = b[0] != '0' ? 1 : 0;
-    if (const char* h = std::getenv("SPATTN_SL_HIST_BUFFERS")) k.hist_buffers = h[0] == '2' ? 2 : 1;
-    if (const char* b = std::getenv("SPATTN_SL_PASS_BUFFERS")) k.pass_buffers = b[0] == '3' ? 3 : 2;
     if (const char* c = std::getenv("SPATTN_SL_TILE_CENSUS")) k.tile_census = c[0] == '1';
     return k;
   }();
@@ -1115,8 +1101,7 @@ SlKnobs& SampledLinesKnobs() {
 
 cudaError_t LaunchSampledLinesStats(const SlArgs& a, cudaStream_t stream) {
   if (a.num_items == 0 || a.num_slots == 0) return cudaSuccess;
-  const cudaError_t err =
-      SampledLinesKnobs().pass_buffers == 3 ? Dispatch<1, 3>(a, stream) : Dispatch<1, 2>(a, stream);
+  const cudaError_t err = Dispatch<1>(a, stream);
   if (err != cudaSuccess || a.split_blocks == 0) return err;
   const int64_t n = static_cast<int64_t>(a.num_slots) * a.num_rows;
   SlMergeStatsKernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(a);
@@ -1125,9 +1110,8 @@ cudaError_t LaunchSampledLinesStats(const SlArgs& a, cudaStream_t stream) {
 
 cudaError_t LaunchSampledLinesHistogram(const SlArgs& a, cudaStream_t stream) {
   if (a.num_items == 0 || a.num_slots == 0) return cudaSuccess;
-  const cudaError_t err = SampledLinesKnobs().tile_census         ? Dispatch<2, 1, true>(a, stream)
-                          : SampledLinesKnobs().hist_buffers == 2 ? Dispatch<2, 2>(a, stream)
-                                                                  : Dispatch<2, 1>(a, stream);
+  const cudaError_t err =
+      SampledLinesKnobs().tile_census ? Dispatch<2, true>(a, stream) : Dispatch<2>(a, stream);
   if (err != cudaSuccess || a.split_blocks == 0) return err;
   const int64_t n = static_cast<int64_t>(a.num_slots) * a.split_blocks;
   SlSplitThresholdKernel<<<static_cast<unsigned>((n + 3) / 4), 128, 0, stream>>>(a);
@@ -1142,9 +1126,8 @@ cudaError_t LaunchSampledLinesEmit(const SlArgs& a, cudaStream_t stream) {
   SlDiagonalEvidenceKernel<<<dim3(64, a.num_slots * a.batch), 256, 0, stream>>>(a);
   err = cudaGetLastError();
   if (err != cudaSuccess) return err;
-  const cudaError_t perr = SampledLinesKnobs().tile_census         ? Dispatch<3, 2, true>(a, stream)
-                           : SampledLinesKnobs().pass_buffers == 3 ? Dispatch<3, 3>(a, stream)
-                                                                   : Dispatch<3, 2>(a, stream);
+  const cudaError_t perr =
+      SampledLinesKnobs().tile_census ? Dispatch<3, true>(a, stream) : Dispatch<3>(a, stream);
   if (perr != cudaSuccess) return perr;
   if (SampledLinesKnobs().tile_census) {  // diagnostics: synchronous, then reset
     unsigned long long c[4] = {0, 0, 0, 0};

@@ -135,10 +135,9 @@ struct SlArgs {
 // The build's comparison knobs, read from the environment once per process (at first use):
 // SPATTN_SL_SPLIT_TILES, SPATTN_SL_SPLIT_WAVES (sampled_lines_host.cc SplitLength),
 // SPATTN_SL_EMIT_EXACT, SPATTN_SL_HIST_EXACT, SPATTN_SL_ASM_BUCKET (=0 / =1: never / always bucket
-// the entries by assembler segment), SPATTN_SL_HIST_BUFFERS (=2: pass 2 on two key buffers) and
-// SPATTN_SL_PASS_BUFFERS (=3: passes 1 and 3 on three key buffers, each tile loaded two ahead) and
-// SPATTN_SL_TILE_CENSUS (=1: passes 2 and 3 count their warp tiles that add nothing, printed to
-// stderr per build; a diagnostic, it synchronizes).
+// the entries by assembler segment) and SPATTN_SL_TILE_CENSUS (=1: passes 2 and 3 count their warp
+// tiles that add nothing, printed to stderr per build; a diagnostic, a separate kernel instance,
+// it synchronizes).
 // Tests change them through the returned reference, between builds only.
 struct SlKnobs {
   int split_tiles = 0;  // > 0: every split item has this many key tiles
@@ -146,8 +145,6 @@ struct SlKnobs {
   bool emit_exact = false;
   bool hist_exact = false;
   int asm_bucket = -1;  // -1: bucket rows of >= 5 segments; 0 / 1: never / always
-  int hist_buffers = 1;
-  int pass_buffers = 2;  // passes 1 and 3: 2 or 3
   bool tile_census = false;
 };
 SlKnobs& SampledLinesKnobs();
