@@ -43,7 +43,9 @@ struct EstSmem {
 // smaller the footprint, the more CTAs per SM: the passes are latency-bound (a second K buffer
 // for a cp.async double buffer, 4 -> 3 CTAs per SM, made them ~10% slower; kernels/cuda/NOTES.md,
 // Session 17 — s17-build).
-__host__ __device__ inline EstSmem EstLayout(int head_dim, int max_n, int pass, int warps) {
+// p64: pass 3's probability tile holds doubles (EstimateBody's kP64).
+__host__ __device__ inline EstSmem EstLayout(int head_dim, int max_n, int pass, int warps,
+                                             bool p64) {
   EstSmem l;
   const int64_t pitch = head_dim + 8;
   const int64_t k_bytes = AlignUp16(kTile * pitch * 2);
@@ -59,7 +61,8 @@ __host__ __device__ inline EstSmem EstLayout(int head_dim, int max_n, int pass, 
   l.qs = l.diag + AlignUp16(static_cast<int64_t>(max_n + kEstKeysPerCta - 1) * 8);
   l.ks = l.qs + q_bytes;
   l.ptile = l.ks;
-  const int64_t ptile_bytes = AlignUp16(static_cast<int64_t>(16 * warps) * kPitchP * 4);
+  const int64_t ptile_bytes =
+      AlignUp16(static_cast<int64_t>(16 * warps) * kPitchP * (p64 ? 8 : 4));
   l.total = l.ks + (ptile_bytes > k_bytes ? ptile_bytes : k_bytes);
   return l;
 }
@@ -86,6 +89,34 @@ __constant__ double kExp2Frac[64] = {
 };
 // clang-format on
 
+// The double before ExpNonPositive's rounding to float, for xf in [-110, 0] (the caller tests
+// the range). The integer k = rint(x 64 / ln2) comes from adding 1.5 * 2^52 (|x 64 / ln2| <
+// 2^51, so the sum's ulp is 1 and round-to-nearest-even gives rint's integer; k sits in the low
+// word) instead of rint() and a double-to-int conversion, and 2^m is added to the exponent
+// instead of multiplied (the product is a normal double, >= 2^-160, so both are exact): the same
+// bits as rint(), the cast and the multiply, with two conversions (16 per clock and SM on H100,
+// a quarter of the FP64 rate) fewer per element.
+__device__ __forceinline__ double ExpNonPositiveD(float xf, const double* tab) {
+  const double x = static_cast<double>(xf);
+  constexpr double kInvL = 92.33248261689366;     // 64 / ln 2
+  constexpr double kLHi = 0.010830424696249145;   // ln 2 / 64, high part
+  constexpr double kLLo = 3.623510646634843e-19;  // ln 2 / 64 - kLHi
+  constexpr double kShifter = 6755399441055744.0;  // 1.5 * 2^52
+  const double t = __dadd_rn(__dmul_rn(x, kInvL), kShifter);
+  const double kd = __dsub_rn(t, kShifter);  // exact: rint(x * kInvL)
+  double r = fma(-kd, kLHi, x);
+  r = fma(-kd, kLLo, r);
+  double p = fma(r, 1.0 / 120, 1.0 / 24);
+  p = fma(p, r, 1.0 / 6);
+  p = fma(p, r, 0.5);
+  p = fma(p, r, 1.0);
+  p = fma(p, r, 1.0);
+  const int k = __double2loint(t);
+  const int m = k >> 6;  // floor(k / 64): k <= 0
+  const double y = __dmul_rn(tab[k & 63], p);
+  return __hiloint2double(__double2hiint(y) + m * (1 << 20), __double2loint(y));
+}
+
 // (float)exp((double)x) for a float x <= 0 (the CPU's expf, through double) in ~12 double
 // operations, cheaper for inputs this narrow than exp() (with exp(), pass 2 of the estimate took
 // twice pass 1): x = (64 m + j) ln2/64 + r with |r| <= ln2/128 (Cody-Waite, FMA), exp(r)
@@ -95,22 +126,42 @@ __constant__ double kExp2Frac[64] = {
 // rounded to float does.
 __device__ __forceinline__ float ExpNonPositive(float xf, const double* tab) {
   if (!(xf >= -110.f)) return 0.f;
-  const double x = static_cast<double>(xf);
-  constexpr double kInvL = 92.33248261689366;     // 64 / ln 2
-  constexpr double kLHi = 0.010830424696249145;   // ln 2 / 64, high part
-  constexpr double kLLo = 3.623510646634843e-19;  // ln 2 / 64 - kLHi
-  const double kd = rint(x * kInvL);
-  double r = fma(-kd, kLHi, x);
-  r = fma(-kd, kLLo, r);
-  double p = fma(r, 1.0 / 120, 1.0 / 24);
-  p = fma(p, r, 1.0 / 6);
-  p = fma(p, r, 0.5);
-  p = fma(p, r, 1.0);
-  p = fma(p, r, 1.0);
-  const int k = static_cast<int>(kd);
-  const int m = k >> 6;  // floor(k / 64): k <= 0
-  const double scale = __longlong_as_double(static_cast<long long>(m + 1023) << 52);
-  return static_cast<float>(tab[k & 63] * p * scale);
+  return static_cast<float>(ExpNonPositiveD(xf, tab));
+}
+
+// (double)ExpNonPositive(xf, tab) (pass 2's addend). Where the result is a normal float (>=
+// 2^-126) the rounding to float precision is done on the double's bits (round to nearest even
+// at bit 29 of the mantissa; a carry into the exponent is the rounding up to the next power of
+// two), which is (double)(float)y exactly, without the two conversions; below 2^-126 the casts.
+// y rounded to float precision (nearest, ties to even, at bit 29 of the mantissa; a carry into
+// the exponent is the rounding up to the next power of two): (double)(float)y for y in the
+// normal float range [2^-126, FLT_MAX], on the bits (integer operations, no conversion).
+__device__ __forceinline__ double RoundToFloatPrecision(double y) {
+  const unsigned long long b = static_cast<unsigned long long>(__double_as_longlong(y));
+  const unsigned long long half = 0x0fffffffull + ((b >> 29) & 1ull);
+  return __longlong_as_double(static_cast<long long>((b + half) & ~0x1fffffffull));
+}
+
+__device__ __forceinline__ double ExpNonPositiveAsDouble(float xf, const double* tab) {
+  if (!(xf >= -110.f)) return 0.0;
+  const double y = ExpNonPositiveD(xf, tab);
+  if (y < 0x1p-126) return static_cast<double>(static_cast<float>(y));
+  return RoundToFloatPrecision(y);
+}
+
+// (double)__fmul_rn(ExpNonPositive(xf, tab), inv) (pass 3's probability) with inv_d =
+// (double)inv: the product of two floats is exact in double, so where both it and the exp are
+// normal floats its rounding to float precision is the float multiply's; elsewhere (subnormal or
+// zero: rare) the float operations themselves.
+__device__ __forceinline__ double ProbAsDouble(float xf, float inv, double inv_d,
+                                               const double* tab) {
+  if (!(xf >= -110.f)) return static_cast<double>(__fmul_rn(0.f, inv));
+  const double y = ExpNonPositiveD(xf, tab);
+  if (y >= 0x1p-126) {
+    const double prod = __dmul_rn(RoundToFloatPrecision(y), inv_d);
+    if (prod >= 0x1p-126) return RoundToFloatPrecision(prod);
+  }
+  return static_cast<double>(__fmul_rn(static_cast<float>(y), inv));
 }
 
 // Largest index s in [0, n) with base(s) <= x (sequences without items share the next one's base).
@@ -189,15 +240,16 @@ __device__ __forceinline__ void TileLogits(const T* qs, const T* ks, float (&acc
 // kRows = 16 kWarps at a time. Every sum runs in the same order for any kWarps: a column's and a
 // diagonal's in row order (tile by tile, a tile's rows in order: a diagonal's rows in tile t all
 // precede its rows in tile t + 1), a row's over its tiles in key order.
-template <typename T, int kD, int kPass, int kWarps>
+template <typename T, int kD, int kPass, int kWarps, bool kP64>
 __device__ __forceinline__ void EstimateBody(const EstimateParams& p) {
   constexpr int kEstThreads = 32 * kWarps;
   constexpr int kRows = 16 * kWarps;
   extern __shared__ __align__(16) unsigned char smem[];
-  const EstSmem lay = EstLayout(kD, p.max_n, kPass, kWarps);
+  const EstSmem lay = EstLayout(kD, p.max_n, kPass, kWarps, kP64);
   double* col_acc = reinterpret_cast<double*>(smem);
   double* diag_acc = reinterpret_cast<double*>(smem + lay.diag);
   float* ptile = reinterpret_cast<float*>(smem + lay.ptile);
+  double* ptile64 = reinterpret_cast<double*>(smem + lay.ptile);  // kP64
   T* qs = reinterpret_cast<T*>(smem + lay.qs);
   T* ks = reinterpret_cast<T*>(smem + lay.ks);
   constexpr int kPitch = kD + 8;
@@ -234,12 +286,14 @@ __device__ __forceinline__ void EstimateBody(const EstimateParams& p) {
     const int rl[2] = {warp * 16 + (lane >> 2), warp * 16 + (lane >> 2) + 8};
     float mx[2] = {-CUDART_INF_F, -CUDART_INF_F};
     float inv[2] = {0.f, 0.f};
+    double inv_d[2] = {0, 0};  // kP64
     if (kPass >= 2) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         if (rl[h] < rows_here) {
           mx[h] = KeyToFloat(p.row_max[row_at + i0 + rl[h]]);
           if (kPass == 3) inv[h] = p.row_inv[row_at + i0 + rl[h]];
+          if (kPass == 3) inv_d[h] = static_cast<double>(inv[h]);
         }
       }
     }
@@ -276,10 +330,13 @@ __device__ __forceinline__ void EstimateBody(const EstimateParams& p) {
           for (int e = 0; e < 4; ++e) {
             const int h = e >> 1;
             const float l = SanitizeLogit(__fmul_rn(acc[nt][e], p.scale));
-            const float ex = ExpNonPositive(__fsub_rn(l, mx[h]), exp_tab);
             if (kPass == 2) {
-              run_sum[h] += static_cast<double>(ex);
+              run_sum[h] += ExpNonPositiveAsDouble(__fsub_rn(l, mx[h]), exp_tab);
+            } else if (kP64) {
+              ptile64[rl[h] * kPitchP + detail::AccCol(nt, e, lane)] =
+                  ProbAsDouble(__fsub_rn(l, mx[h]), inv[h], inv_d[h], exp_tab);
             } else {
+              const float ex = ExpNonPositive(__fsub_rn(l, mx[h]), exp_tab);
               ptile[rl[h] * kPitchP + detail::AccCol(nt, e, lane)] = __fmul_rn(ex, inv[h]);
             }
           }
@@ -297,16 +354,22 @@ __device__ __forceinline__ void EstimateBody(const EstimateParams& p) {
             const float l = SanitizeLogit(__fmul_rn(acc[nt][e], p.scale));
             if (kPass == 1) {
               if (valid) run_max[h] = fmaxf(run_max[h], l);
+            } else if (kPass == 2) {
+              // (Adding the masked elements' 0 would not change the sum: it is never -0.)
+              if (valid && mx[h] != -CUDART_INF_F) {
+                run_sum[h] += ExpNonPositiveAsDouble(__fsub_rn(l, mx[h]), exp_tab);
+              }
+            } else if (kP64) {
+              ptile64[rl[h] * kPitchP + jj] =
+                  valid && mx[h] != -CUDART_INF_F
+                      ? ProbAsDouble(__fsub_rn(l, mx[h]), inv[h], inv_d[h], exp_tab)
+                      : static_cast<double>(__fmul_rn(0.f, inv[h]));
             } else {
               float ex = 0.f;
               if (valid && mx[h] != -CUDART_INF_F) {
                 ex = ExpNonPositive(__fsub_rn(l, mx[h]), exp_tab);
               }
-              if (kPass == 2) {
-                run_sum[h] += static_cast<double>(ex);
-              } else {
-                ptile[rl[h] * kPitchP + jj] = __fmul_rn(ex, inv[h]);
-              }
+              ptile[rl[h] * kPitchP + jj] = __fmul_rn(ex, inv[h]);
             }
           }
         }
@@ -316,7 +379,11 @@ __device__ __forceinline__ void EstimateBody(const EstimateParams& p) {
         if (tid < kTile) {
           // Column jj: add this chunk's rows in row order (the CPU's order).
           double a = col_acc[t * kTile + tid];
-          for (int r = 0; r < rows_here; ++r) a += static_cast<double>(ptile[r * kPitchP + tid]);
+          if (kP64) {
+            for (int r = 0; r < rows_here; ++r) a += ptile64[r * kPitchP + tid];
+          } else {
+            for (int r = 0; r < rows_here; ++r) a += static_cast<double>(ptile[r * kPitchP + tid]);
+          }
           col_acc[t * kTile + tid] = a;
         } else {
           // Diagonals dl = row - column in [-63, rows_here - 1]: x = i0 - 64t + W - 1 + dl.
@@ -327,8 +394,12 @@ __device__ __forceinline__ void EstimateBody(const EstimateParams& p) {
             if (r_lo > r_hi) continue;
             const int x = i0 - t * kTile + kEstKeysPerCta - 1 + dl;
             double a = diag_acc[x];
-            for (int r = r_lo; r <= r_hi; ++r) {
-              a += static_cast<double>(ptile[r * kPitchP + (r - dl)]);
+            if (kP64) {
+              for (int r = r_lo; r <= r_hi; ++r) a += ptile64[r * kPitchP + (r - dl)];
+            } else {
+              for (int r = r_lo; r <= r_hi; ++r) {
+                a += static_cast<double>(ptile[r * kPitchP + (r - dl)]);
+              }
             }
             diag_acc[x] = a;
           }
@@ -375,13 +446,13 @@ __device__ __forceinline__ void EstimateBody(const EstimateParams& p) {
 
 // 4 warps: as many CTAs per SM as registers and shared memory allow (5 for d 128). 8 warps: at
 // least 3 CTAs per SM (80 registers; pass 3 would take 98, i.e. 2 CTAs of 8 warps).
-template <typename T, int kD, int kPass>
+template <typename T, int kD, int kPass, bool kP64>
 __global__ void __launch_bounds__(128) EstimateKernel4(EstimateParams p) {
-  EstimateBody<T, kD, kPass, 4>(p);
+  EstimateBody<T, kD, kPass, 4, kP64>(p);
 }
 template <typename T, int kD, int kPass>
 __global__ void __launch_bounds__(256, 3) EstimateKernel8(EstimateParams p) {
-  EstimateBody<T, kD, kPass, 8>(p);
+  EstimateBody<T, kD, kPass, 8, false>(p);
 }
 
 __global__ void RowInvKernel(EstimateParams p) {
@@ -432,12 +503,77 @@ __global__ void DiagCombineKernel(EstimateParams p) {
 // 32 values each per level instead of 64).
 constexpr int kSelectThreads = 1024;
 
+// CtaApplyRule (topk.cuh) in two sweeps and one barrier instead of two CTA scans (and their
+// barriers) per kThreads elements: warp w takes the contiguous chunk [w c, (w + 1) c) (c a
+// multiple of 32), counts its equal and above elements, and from every warp's counts (shared
+// memory) knows how many equal and selected elements precede its chunk; the second sweep ranks
+// the equal ones and places the selected ones by ballots. The same selection (eligible
+// elements above the rule's prefix, and the first take_eq equal ones by index) and the same
+// positions (index order), emit(i, position) for each. Every thread must call it; returns the
+// number selected in every thread.
+template <int kThreads, class KeyFn, class Emit>
+__device__ int ApplyRuleByWarps(int n, const TopKRule& rule, KeyFn key_of, Emit emit,
+                                int* warp_eq, int* warp_above) {
+  constexpr int kWarps = kThreads / 32;
+  const int lane = static_cast<int>(threadIdx.x & 31u), warp = static_cast<int>(threadIdx.x >> 5);
+  const int chunk = (n + kThreads - 1) / kThreads * 32;
+  const int begin = min(n, warp * chunk), end = min(n, begin + chunk);
+  auto test = [&](int i, bool* eq, bool* above) {
+    *eq = false;
+    *above = false;
+    unsigned long long key;
+    if (i < end && key_of(i, &key)) {
+      const unsigned long long m = key & rule.mask;
+      *eq = m == rule.prefix;
+      *above = m > rule.prefix;
+    }
+  };
+  int eq_n = 0, above_n = 0;
+  for (int base = begin; base < end; base += 32) {
+    bool eq, above;
+    test(base + lane, &eq, &above);
+    eq_n += __popc(__ballot_sync(kFullMask, eq));
+    above_n += __popc(__ballot_sync(kFullMask, above));
+  }
+  if (lane == 0) {
+    warp_eq[warp] = eq_n;
+    warp_above[warp] = above_n;
+  }
+  __syncthreads();
+  const bool all_eq = rule.take_eq == INT_MAX;
+  int eq_before = 0, sel_before = 0, total = 0, eq_seen = 0;
+  for (int w = 0; w < kWarps; ++w) {
+    const int e = warp_eq[w];
+    const int take = all_eq ? e : max(0, min(e, rule.take_eq - eq_seen));
+    const int sel = warp_above[w] + take;
+    if (w < warp) {
+      eq_before += e;
+      sel_before += sel;
+    }
+    eq_seen += e;
+    total += sel;
+  }
+  const unsigned lt = (1u << lane) - 1u;
+  for (int base = begin; base < end; base += 32) {
+    const int i = base + lane;
+    bool eq, above;
+    test(i, &eq, &above);
+    const unsigned eqb = __ballot_sync(kFullMask, eq);
+    const bool sel =
+        above || (eq && (all_eq || eq_before + __popc(eqb & lt) < rule.take_eq));
+    const unsigned selb = __ballot_sync(kFullMask, sel);
+    if (sel) emit(i, sel_before + __popc(selb & lt));
+    eq_before += __popc(eqb);
+    sel_before += __popc(selb);
+  }
+  return total;
+}
+
 __global__ void __launch_bounds__(kSelectThreads) SelectLinesKernel(LineSelectParams p) {
-  using Scan = cub::BlockScan<int, kSelectThreads>;
   using Reduce = cub::BlockReduce<double, kSelectThreads>;
   __shared__ RadixSmem sm;
-  __shared__ typename Scan::TempStorage scan;
   __shared__ typename Reduce::TempStorage reduce;
+  __shared__ int warp_eq[kSelectThreads / 32], warp_above[kSelectThreads / 32];
   __shared__ double total_s;
   const int tid = threadIdx.x;
   const int list = blockIdx.x & 1;
@@ -483,8 +619,8 @@ __global__ void __launch_bounds__(kSelectThreads) SelectLinesKernel(LineSelectPa
   }
   const TopKRule rule = CtaTopKRule<kSelectThreads>(len, k, key_of, sm);
   const int add = list == 0 ? 0 : s.min_offset;
-  const int n = CtaApplyRule<kSelectThreads>(
-      len, rule, key_of, [&](int i, int pos) { out[pos] = i + add; }, scan);
+  const int n = ApplyRuleByWarps<kSelectThreads>(
+      len, rule, key_of, [&](int i, int pos) { out[pos] = i + add; }, warp_eq, warp_above);
   if (tid == 0) *count_out = n;
 }
 
@@ -500,7 +636,9 @@ constexpr int kMergeMinBlocks = 8;
 // totals, and each lane's prefixes and continuation flag in lane_prefix; fill pass: one more walk
 // per lane at those offsets writes the entries (range ends first, made lengths after the warp has
 // written them).
-template <bool fill>
+// kKept: the rows also keep flex_prefill's blocks (p.kept_block > 0); without them (vertical_slash)
+// the walk's extra ranges are compiled out (fewer registers: no spill in the count kernel).
+template <bool fill, bool kKept>
 __global__ void __launch_bounds__(kMergeThreads, kMergeMinBlocks) MergeRowsKernel(MergeParams p) {
   constexpr unsigned kAll = 0xffffffffu;
   const int lane = static_cast<int>(threadIdx.x & 31u);
@@ -522,7 +660,7 @@ __global__ void __launch_bounds__(kMergeThreads, kMergeMinBlocks) MergeRowsKerne
     g.last_pos = kl - ql + q_end - 1;
     g.key_end = p.causal ? g.last_pos + 1 : kl;
     row_assembly::ExtraRanges extra;
-    if (p.kept_block > 0) extra = row_assembly::KeptBlocks(g, p.kept_block);
+    if (kKept) extra = row_assembly::KeptBlocks(g, p.kept_block);
     // Offset clusters are grouped by the block length: full blocks, or the last one.
     const bool full = q_end - q_begin == min(p.block_m, ql);
     row_assembly::RowLines lines;
@@ -644,8 +782,16 @@ int GridFor(int64_t n, int threads) {
 
 template <typename T, int kD, int kPass, int kWarps>
 cudaError_t LaunchEstimateTyped(const EstimateParams& p, int max_n, cudaStream_t stream) {
-  const int64_t bytes = EstLayout(kD, max_n, kPass, kWarps).total;
-  auto kernel = kWarps == 8 ? EstimateKernel8<T, kD, kPass> : EstimateKernel4<T, kD, kPass>;
+  // Pass 3 of 4-warp CTAs: the probability tile in doubles unless SPATTN_EST_P64=0 (comparisons).
+  static const bool p64_env = [] {
+    const char* e = std::getenv("SPATTN_EST_P64");
+    return e == nullptr || std::string(e) != "0";
+  }();
+  const bool p64 = kWarps == 4 && kPass == 3 && p64_env;
+  const int64_t bytes = EstLayout(kD, max_n, kPass, kWarps, p64).total;
+  auto kernel = kWarps == 8 ? EstimateKernel8<T, kD, kPass>
+                : p64       ? EstimateKernel4<T, kD, kPass, kPass == 3>
+                            : EstimateKernel4<T, kD, kPass, false>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(bytes));
   if (err != cudaSuccess) return err;
@@ -736,10 +882,19 @@ cudaError_t LaunchMergeRows(const MergeParams& p, bool fill, cudaStream_t stream
   const int64_t rows = static_cast<int64_t>(p.num_slots) * p.num_blocks;
   if (rows == 0) return cudaSuccess;
   const int grid = GridFor(rows * 32, kMergeThreads);
+  const bool kept = p.kept_block > 0;
   if (fill) {
-    MergeRowsKernel<true><<<grid, kMergeThreads, 0, stream>>>(p);
+    if (kept) {
+      MergeRowsKernel<true, true><<<grid, kMergeThreads, 0, stream>>>(p);
+    } else {
+      MergeRowsKernel<true, false><<<grid, kMergeThreads, 0, stream>>>(p);
+    }
   } else {
-    MergeRowsKernel<false><<<grid, kMergeThreads, 0, stream>>>(p);
+    if (kept) {
+      MergeRowsKernel<false, true><<<grid, kMergeThreads, 0, stream>>>(p);
+    } else {
+      MergeRowsKernel<false, false><<<grid, kMergeThreads, 0, stream>>>(p);
+    }
   }
   return cudaGetLastError();
 }
