@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # s23-build device run: build_index_gpu_test (the merged builders: vertical_slash, flex_prefill,
-# block_sparse + the error cases), then spattn-bench with per-stage builder times
-# (SPATTN_GPU_BUILDER_PROFILE=1), this branch ("new"), main c3ec5f8's binary ("base") and this
+# the error cases), then spattn-bench with per-stage builder times
+# (SPATTN_GPU_BUILDER_PROFILE=1; the NP variants without), this branch ("new"), main c3ec5f8's binary ("base") and this
 # branch with the float probability tile (varP: SPATTN_EST_P64=0), --repeat=10 (build times are
 # noisy), one process per (binary, length, method); then, if time is left, an ncu of main's
 # block_sparse rows kernel at 128K (warp stalls, source counters).
@@ -16,15 +16,15 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 SECONDS=0
 note() { echo "$* (${SECONDS}s)" | tee -a "$OUT/summary.txt"; }
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$OUT/gpu.txt"
-timeout ${TEST_S:-40} bin/build_index_gpu_test --gtest_filter="${FILTER:-*vertical_slash*:*flex_prefill*:*block_sparse*:*Merged*}" > "$OUT/test_build_index_gpu_test.log" 2>&1
+timeout ${TEST_S:-40} bin/build_index_gpu_test --gtest_filter="${FILTER:-*vertical_slash*:*flex_prefill*:*Merged*}" > "$OUT/test_build_index_gpu_test.log" 2>&1
 note "build_index_gpu_test rc=$? $(grep -hE '^\[  (PASSED|FAILED) ' "$OUT/test_build_index_gpu_test.log" | tr '\n' ' ')"
 grep -hE "^\[  FAILED|Failure" "$OUT"/test_*.log | head -20 | tee -a "$OUT/summary.txt"
 export SPATTN_GPU_BUILDER_PROFILE=1
 C="--device=cuda --workload=llm_mix --heads=32 --kv_heads=8 --head_dim=128 --dtype=bf16 --group_by=all --warmup=2 --repeat=${REPEAT:-10} --recall_rows=16"
 bench() {  # variant len methods env...
   local v=$1 len=$2 m=$3; shift 3
-  if [ $SECONDS -gt ${STOP_AFTER:-110} ]; then note "skipped $v $len $m"; return; fi
-  local bin=bin/spattn-bench; [ "$v" = base ] && bin=bin/spattn-bench-base
+  if [ $SECONDS -gt ${STOP_AFTER:-72} ]; then note "skipped $v $len $m"; return; fi
+  local bin=bin/spattn-bench; case $v in base*) bin=bin/spattn-bench-base;; esac
   env "$@" timeout ${BENCH_S:-30} $bin $C --seq_len=$len --methods=$m >> "$OUT/bench_$v.jsonl" 2>> "$OUT/bench_$v.err"
   note "spattn-bench $v $len $m rc=$?"
 }
@@ -33,12 +33,16 @@ bench new 32768 vertical_slash X=1
 bench varP 32768 vertical_slash SPATTN_EST_P64=0
 bench new 131072 vertical_slash X=1
 bench base 131072 vertical_slash X=1
+# Without the stage events (SPATTN_GPU_BUILDER_PROFILE unset): the plain build times.
+bench newNP 32768 vertical_slash -u SPATTN_GPU_BUILDER_PROFILE
+bench baseNP 32768 vertical_slash -u SPATTN_GPU_BUILDER_PROFILE
 bench new 32768 flex_prefill X=1
 bench base 32768 flex_prefill X=1
-bench base 32768 vertical_slash X=1
+bench newNP 32768 vertical_slash -u SPATTN_GPU_BUILDER_PROFILE
+bench baseNP 32768 vertical_slash -u SPATTN_GPU_BUILDER_PROFILE
 python3 - "$OUT" <<'PY' | tee "$OUT/shares.txt"
 import json, sys, os
-for v in ("new", "base", "varP"):
+for v in ("new", "base", "varP", "newNP", "baseNP"):
     path = os.path.join(sys.argv[1], "bench_%s.jsonl" % v)
     if not os.path.exists(path): continue
     for line in open(path):
@@ -54,7 +58,7 @@ python3 stages.py "$OUT" | sed "s|$OUT|run1|" | tee "$OUT/stages.txt"
 grep -h "gpu builder" "$OUT"/bench_*.err > /dev/null 2>&1 && for v in new base varP; do
   [ -f "$OUT/bench_$v.err" ] && awk -v v=$v '/seq_len/ {s=$0} /gpu builder/ {print v, $0}' "$OUT/bench_$v.err"
 done > "$OUT/stage_lines.txt"
-if [ $SECONDS -lt ${PROF_BEFORE:-95} ] && command -v ncu > /dev/null; then
+if [ $SECONDS -lt ${PROF_BEFORE:-55} ] && command -v ncu > /dev/null; then
   S="--section SpeedOfLight --section Occupancy --section WarpStateStats --section SourceCounters"
   timeout 60 ncu --clock-control none -k regex:BlockSparseRowsKernel --launch-count 1 $S -o "$OUT/bs128" \
     bin/spattn-bench-base --device=cuda --workload=llm_mix --heads=32 --kv_heads=8 --head_dim=128 --dtype=bf16 --group_by=all --recall_rows=1 --warmup=0 --repeat=1 --seq_len=131072 --methods=block_sparse > "$OUT/ncu_run.txt" 2>&1
