@@ -43,9 +43,7 @@ struct EstSmem {
 // smaller the footprint, the more CTAs per SM: the passes are latency-bound (a second K buffer
 // for a cp.async double buffer, 4 -> 3 CTAs per SM, made them ~10% slower; kernels/cuda/NOTES.md,
 // Session 17 — s17-build).
-// p64: pass 3's probability tile holds doubles (EstimateBody's kP64).
-__host__ __device__ inline EstSmem EstLayout(int head_dim, int max_n, int pass, int warps,
-                                             bool p64) {
+__host__ __device__ inline EstSmem EstLayout(int head_dim, int max_n, int pass, int warps) {
   EstSmem l;
   const int64_t pitch = head_dim + 8;
   const int64_t k_bytes = AlignUp16(kTile * pitch * 2);
@@ -61,8 +59,7 @@ __host__ __device__ inline EstSmem EstLayout(int head_dim, int max_n, int pass, 
   l.qs = l.diag + AlignUp16(static_cast<int64_t>(max_n + kEstKeysPerCta - 1) * 8);
   l.ks = l.qs + q_bytes;
   l.ptile = l.ks;
-  const int64_t ptile_bytes =
-      AlignUp16(static_cast<int64_t>(16 * warps) * kPitchP * (p64 ? 8 : 4));
+  const int64_t ptile_bytes = AlignUp16(static_cast<int64_t>(16 * warps) * kPitchP * 4);
   l.total = l.ks + (ptile_bytes > k_bytes ? ptile_bytes : k_bytes);
   return l;
 }
@@ -127,41 +124,6 @@ __device__ __forceinline__ double ExpNonPositiveD(float xf, const double* tab) {
 __device__ __forceinline__ float ExpNonPositive(float xf, const double* tab) {
   if (!(xf >= -110.f)) return 0.f;
   return static_cast<float>(ExpNonPositiveD(xf, tab));
-}
-
-// (double)ExpNonPositive(xf, tab) (pass 2's addend). Where the result is a normal float (>=
-// 2^-126) the rounding to float precision is done on the double's bits (round to nearest even
-// at bit 29 of the mantissa; a carry into the exponent is the rounding up to the next power of
-// two), which is (double)(float)y exactly, without the two conversions; below 2^-126 the casts.
-// y rounded to float precision (nearest, ties to even, at bit 29 of the mantissa; a carry into
-// the exponent is the rounding up to the next power of two): (double)(float)y for y in the
-// normal float range [2^-126, FLT_MAX], on the bits (integer operations, no conversion).
-__device__ __forceinline__ double RoundToFloatPrecision(double y) {
-  const unsigned long long b = static_cast<unsigned long long>(__double_as_longlong(y));
-  const unsigned long long half = 0x0fffffffull + ((b >> 29) & 1ull);
-  return __longlong_as_double(static_cast<long long>((b + half) & ~0x1fffffffull));
-}
-
-__device__ __forceinline__ double ExpNonPositiveAsDouble(float xf, const double* tab) {
-  if (!(xf >= -110.f)) return 0.0;
-  const double y = ExpNonPositiveD(xf, tab);
-  if (y < 0x1p-126) return static_cast<double>(static_cast<float>(y));
-  return RoundToFloatPrecision(y);
-}
-
-// (double)__fmul_rn(ExpNonPositive(xf, tab), inv) (pass 3's probability) with inv_d =
-// (double)inv: the product of two floats is exact in double, so where both it and the exp are
-// normal floats its rounding to float precision is the float multiply's; elsewhere (subnormal or
-// zero: rare) the float operations themselves.
-__device__ __forceinline__ double ProbAsDouble(float xf, float inv, double inv_d,
-                                               const double* tab) {
-  if (!(xf >= -110.f)) return static_cast<double>(__fmul_rn(0.f, inv));
-  const double y = ExpNonPositiveD(xf, tab);
-  if (y >= 0x1p-126) {
-    const double prod = __dmul_rn(RoundToFloatPrecision(y), inv_d);
-    if (prod >= 0x1p-126) return RoundToFloatPrecision(prod);
-  }
-  return static_cast<double>(__fmul_rn(static_cast<float>(y), inv));
 }
 
 // Largest index s in [0, n) with base(s) <= x (sequences without items share the next one's base).
@@ -240,16 +202,15 @@ __device__ __forceinline__ void TileLogits(const T* qs, const T* ks, float (&acc
 // kRows = 16 kWarps at a time. Every sum runs in the same order for any kWarps: a column's and a
 // diagonal's in row order (tile by tile, a tile's rows in order: a diagonal's rows in tile t all
 // precede its rows in tile t + 1), a row's over its tiles in key order.
-template <typename T, int kD, int kPass, int kWarps, bool kP64>
+template <typename T, int kD, int kPass, int kWarps>
 __device__ __forceinline__ void EstimateBody(const EstimateParams& p) {
   constexpr int kEstThreads = 32 * kWarps;
   constexpr int kRows = 16 * kWarps;
   extern __shared__ __align__(16) unsigned char smem[];
-  const EstSmem lay = EstLayout(kD, p.max_n, kPass, kWarps, kP64);
+  const EstSmem lay = EstLayout(kD, p.max_n, kPass, kWarps);
   double* col_acc = reinterpret_cast<double*>(smem);
   double* diag_acc = reinterpret_cast<double*>(smem + lay.diag);
   float* ptile = reinterpret_cast<float*>(smem + lay.ptile);
-  double* ptile64 = reinterpret_cast<double*>(smem + lay.ptile);  // kP64
   T* qs = reinterpret_cast<T*>(smem + lay.qs);
   T* ks = reinterpret_cast<T*>(smem + lay.ks);
   constexpr int kPitch = kD + 8;
@@ -286,14 +247,12 @@ __device__ __forceinline__ void EstimateBody(const EstimateParams& p) {
     const int rl[2] = {warp * 16 + (lane >> 2), warp * 16 + (lane >> 2) + 8};
     float mx[2] = {-CUDART_INF_F, -CUDART_INF_F};
     float inv[2] = {0.f, 0.f};
-    double inv_d[2] = {0, 0};  // kP64
     if (kPass >= 2) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         if (rl[h] < rows_here) {
           mx[h] = KeyToFloat(p.row_max[row_at + i0 + rl[h]]);
           if (kPass == 3) inv[h] = p.row_inv[row_at + i0 + rl[h]];
-          if (kPass == 3) inv_d[h] = static_cast<double>(inv[h]);
         }
       }
     }
@@ -330,13 +289,10 @@ __device__ __forceinline__ void EstimateBody(const EstimateParams& p) {
           for (int e = 0; e < 4; ++e) {
             const int h = e >> 1;
             const float l = SanitizeLogit(__fmul_rn(acc[nt][e], p.scale));
+            const float ex = ExpNonPositive(__fsub_rn(l, mx[h]), exp_tab);
             if (kPass == 2) {
-              run_sum[h] += ExpNonPositiveAsDouble(__fsub_rn(l, mx[h]), exp_tab);
-            } else if (kP64) {
-              ptile64[rl[h] * kPitchP + detail::AccCol(nt, e, lane)] =
-                  ProbAsDouble(__fsub_rn(l, mx[h]), inv[h], inv_d[h], exp_tab);
+              run_sum[h] += static_cast<double>(ex);
             } else {
-              const float ex = ExpNonPositive(__fsub_rn(l, mx[h]), exp_tab);
               ptile[rl[h] * kPitchP + detail::AccCol(nt, e, lane)] = __fmul_rn(ex, inv[h]);
             }
           }
@@ -354,22 +310,16 @@ __device__ __forceinline__ void EstimateBody(const EstimateParams& p) {
             const float l = SanitizeLogit(__fmul_rn(acc[nt][e], p.scale));
             if (kPass == 1) {
               if (valid) run_max[h] = fmaxf(run_max[h], l);
-            } else if (kPass == 2) {
-              // (Adding the masked elements' 0 would not change the sum: it is never -0.)
-              if (valid && mx[h] != -CUDART_INF_F) {
-                run_sum[h] += ExpNonPositiveAsDouble(__fsub_rn(l, mx[h]), exp_tab);
-              }
-            } else if (kP64) {
-              ptile64[rl[h] * kPitchP + jj] =
-                  valid && mx[h] != -CUDART_INF_F
-                      ? ProbAsDouble(__fsub_rn(l, mx[h]), inv[h], inv_d[h], exp_tab)
-                      : static_cast<double>(__fmul_rn(0.f, inv[h]));
             } else {
               float ex = 0.f;
               if (valid && mx[h] != -CUDART_INF_F) {
                 ex = ExpNonPositive(__fsub_rn(l, mx[h]), exp_tab);
               }
-              ptile[rl[h] * kPitchP + jj] = __fmul_rn(ex, inv[h]);
+              if (kPass == 2) {
+                run_sum[h] += static_cast<double>(ex);
+              } else {
+                ptile[rl[h] * kPitchP + jj] = __fmul_rn(ex, inv[h]);
+              }
             }
           }
         }
@@ -379,11 +329,7 @@ __device__ __forceinline__ void EstimateBody(const EstimateParams& p) {
         if (tid < kTile) {
           // Column jj: add this chunk's rows in row order (the CPU's order).
           double a = col_acc[t * kTile + tid];
-          if (kP64) {
-            for (int r = 0; r < rows_here; ++r) a += ptile64[r * kPitchP + tid];
-          } else {
-            for (int r = 0; r < rows_here; ++r) a += static_cast<double>(ptile[r * kPitchP + tid]);
-          }
+          for (int r = 0; r < rows_here; ++r) a += static_cast<double>(ptile[r * kPitchP + tid]);
           col_acc[t * kTile + tid] = a;
         } else {
           // Diagonals dl = row - column in [-63, rows_here - 1]: x = i0 - 64t + W - 1 + dl.
@@ -394,12 +340,8 @@ __device__ __forceinline__ void EstimateBody(const EstimateParams& p) {
             if (r_lo > r_hi) continue;
             const int x = i0 - t * kTile + kEstKeysPerCta - 1 + dl;
             double a = diag_acc[x];
-            if (kP64) {
-              for (int r = r_lo; r <= r_hi; ++r) a += ptile64[r * kPitchP + (r - dl)];
-            } else {
-              for (int r = r_lo; r <= r_hi; ++r) {
-                a += static_cast<double>(ptile[r * kPitchP + (r - dl)]);
-              }
+            for (int r = r_lo; r <= r_hi; ++r) {
+              a += static_cast<double>(ptile[r * kPitchP + (r - dl)]);
             }
             diag_acc[x] = a;
           }
@@ -446,13 +388,13 @@ __device__ __forceinline__ void EstimateBody(const EstimateParams& p) {
 
 // 4 warps: as many CTAs per SM as registers and shared memory allow (5 for d 128). 8 warps: at
 // least 3 CTAs per SM (80 registers; pass 3 would take 98, i.e. 2 CTAs of 8 warps).
-template <typename T, int kD, int kPass, bool kP64>
+template <typename T, int kD, int kPass>
 __global__ void __launch_bounds__(128) EstimateKernel4(EstimateParams p) {
-  EstimateBody<T, kD, kPass, 4, kP64>(p);
+  EstimateBody<T, kD, kPass, 4>(p);
 }
 template <typename T, int kD, int kPass>
 __global__ void __launch_bounds__(256, 3) EstimateKernel8(EstimateParams p) {
-  EstimateBody<T, kD, kPass, 8, false>(p);
+  EstimateBody<T, kD, kPass, 8>(p);
 }
 
 __global__ void RowInvKernel(EstimateParams p) {
@@ -782,16 +724,8 @@ int GridFor(int64_t n, int threads) {
 
 template <typename T, int kD, int kPass, int kWarps>
 cudaError_t LaunchEstimateTyped(const EstimateParams& p, int max_n, cudaStream_t stream) {
-  // Pass 3 of 4-warp CTAs: the probability tile in doubles unless SPATTN_EST_P64=0 (comparisons).
-  static const bool p64_env = [] {
-    const char* e = std::getenv("SPATTN_EST_P64");
-    return e == nullptr || std::string(e) != "0";
-  }();
-  const bool p64 = kWarps == 4 && kPass == 3 && p64_env;
-  const int64_t bytes = EstLayout(kD, max_n, kPass, kWarps, p64).total;
-  auto kernel = kWarps == 8 ? EstimateKernel8<T, kD, kPass>
-                : p64       ? EstimateKernel4<T, kD, kPass, kPass == 3>
-                            : EstimateKernel4<T, kD, kPass, false>;
+  const int64_t bytes = EstLayout(kD, max_n, kPass, kWarps).total;
+  auto kernel = kWarps == 8 ? EstimateKernel8<T, kD, kPass> : EstimateKernel4<T, kD, kPass>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(bytes));
   if (err != cudaSuccess) return err;

@@ -7,9 +7,15 @@
 # block_sparse rows kernel at 128K (warp stalls, source counters).
 set -u
 cd "$(dirname "$0")"
-W=/tmp/s23b && rm -rf "$W" && mkdir -p "$W" && tar -xJf bundle.tar.xz -C "$W"
-cp stages.py "$W/"
+W=/tmp/s23b && rm -rf "$W" && mkdir -p "$W/bin" && tar -xJf lib.tar.xz -C "$W"
+Z="env LD_LIBRARY_PATH=$PWD/zl $PWD/zl/zstd -q -d --long=27"
+$Z new.zst -o "$W/bin/spattn-bench"
+$Z --patch-from="$W/bin/spattn-bench" base.patch.zst -o "$W/bin/spattn-bench-base"
+$Z --patch-from="$W/bin/spattn-bench" test.patch.zst -o "$W/bin/build_index_gpu_test"
+chmod +x "$W"/bin/*
+cp stages.py md5.txt "$W/"
 cd "$W"
+(cd bin && md5sum -c ../md5.txt) | tr '\n' ' '; echo
 export LD_LIBRARY_PATH=$PWD/lib TEST_TMPDIR=/tmp/s23bt
 mkdir -p "$TEST_TMPDIR"
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
