@@ -27,17 +27,13 @@ export SPATTN_GPU_BUILDER_PROFILE=1
 C="--device=cuda --workload=llm_mix --heads=32 --kv_heads=8 --head_dim=128 --dtype=bf16 --group_by=all --warmup=2 --repeat=${REPEAT:-10} --recall_rows=16"
 bench() {  # variant len methods env...
   local v=$1 len=$2 m=$3; shift 3
-  if [ $SECONDS -gt ${STOP_AFTER:-72} ]; then note "skipped $v $len $m"; return; fi
+  if [ $SECONDS -gt ${STOP_AFTER:-30} ]; then note "skipped $v $len $m"; return; fi
   local bin=bin/spattn-bench; case $v in base*) bin=bin/spattn-bench-base;; esac
   env "$@" timeout ${BENCH_S:-30} $bin $C --seq_len=$len --methods=$m >> "$OUT/bench_$v.jsonl" 2>> "$OUT/bench_$v.err"
   note "spattn-bench $v $len $m rc=$?"
 }
 bench base 32768 vertical_slash X=1
 bench new 32768 vertical_slash X=1
-bench newNP 32768 vertical_slash -u SPATTN_GPU_BUILDER_PROFILE
-bench baseNP 32768 vertical_slash -u SPATTN_GPU_BUILDER_PROFILE
-bench new 32768 vertical_slash X=1
-bench base 32768 vertical_slash X=1
 bench newNP 32768 vertical_slash -u SPATTN_GPU_BUILDER_PROFILE
 bench baseNP 32768 vertical_slash -u SPATTN_GPU_BUILDER_PROFILE
 python3 - "$OUT" <<'PY' | tee "$OUT/shares.txt"
