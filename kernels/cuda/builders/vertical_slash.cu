@@ -86,6 +86,34 @@ __constant__ double kExp2Frac[64] = {
 };
 // clang-format on
 
+// The double before ExpNonPositive's rounding to float, for xf in [-110, 0] (the caller tests
+// the range). The integer k = rint(x 64 / ln2) comes from adding 1.5 * 2^52 (|x 64 / ln2| <
+// 2^51, so the sum's ulp is 1 and round-to-nearest-even gives rint's integer; k sits in the low
+// word) instead of rint() and a double-to-int conversion, and 2^m is added to the exponent
+// instead of multiplied (the product is a normal double, >= 2^-160, so both are exact): the same
+// bits as rint(), the cast and the multiply, with two conversions (16 per clock and SM on H100,
+// a quarter of the FP64 rate) fewer per element.
+__device__ __forceinline__ double ExpNonPositiveD(float xf, const double* tab) {
+  const double x = static_cast<double>(xf);
+  constexpr double kInvL = 92.33248261689366;     // 64 / ln 2
+  constexpr double kLHi = 0.010830424696249145;   // ln 2 / 64, high part
+  constexpr double kLLo = 3.623510646634843e-19;  // ln 2 / 64 - kLHi
+  constexpr double kShifter = 6755399441055744.0;  // 1.5 * 2^52
+  const double t = __dadd_rn(__dmul_rn(x, kInvL), kShifter);
+  const double kd = __dsub_rn(t, kShifter);  // exact: rint(x * kInvL)
+  double r = fma(-kd, kLHi, x);
+  r = fma(-kd, kLLo, r);
+  double p = fma(r, 1.0 / 120, 1.0 / 24);
+  p = fma(p, r, 1.0 / 6);
+  p = fma(p, r, 0.5);
+  p = fma(p, r, 1.0);
+  p = fma(p, r, 1.0);
+  const int k = __double2loint(t);
+  const int m = k >> 6;  // floor(k / 64): k <= 0
+  const double y = __dmul_rn(tab[k & 63], p);
+  return __hiloint2double(__double2hiint(y) + m * (1 << 20), __double2loint(y));
+}
+
 // (float)exp((double)x) for a float x <= 0 (the CPU's expf, through double) in ~12 double
 // operations, cheaper for inputs this narrow than exp() (with exp(), pass 2 of the estimate took
 // twice pass 1): x = (64 m + j) ln2/64 + r with |r| <= ln2/128 (Cody-Waite, FMA), exp(r)
@@ -95,22 +123,7 @@ __constant__ double kExp2Frac[64] = {
 // rounded to float does.
 __device__ __forceinline__ float ExpNonPositive(float xf, const double* tab) {
   if (!(xf >= -110.f)) return 0.f;
-  const double x = static_cast<double>(xf);
-  constexpr double kInvL = 92.33248261689366;     // 64 / ln 2
-  constexpr double kLHi = 0.010830424696249145;   // ln 2 / 64, high part
-  constexpr double kLLo = 3.623510646634843e-19;  // ln 2 / 64 - kLHi
-  const double kd = rint(x * kInvL);
-  double r = fma(-kd, kLHi, x);
-  r = fma(-kd, kLLo, r);
-  double p = fma(r, 1.0 / 120, 1.0 / 24);
-  p = fma(p, r, 1.0 / 6);
-  p = fma(p, r, 0.5);
-  p = fma(p, r, 1.0);
-  p = fma(p, r, 1.0);
-  const int k = static_cast<int>(kd);
-  const int m = k >> 6;  // floor(k / 64): k <= 0
-  const double scale = __longlong_as_double(static_cast<long long>(m + 1023) << 52);
-  return static_cast<float>(tab[k & 63] * p * scale);
+  return static_cast<float>(ExpNonPositiveD(xf, tab));
 }
 
 // Largest index s in [0, n) with base(s) <= x (sequences without items share the next one's base).
@@ -432,12 +445,77 @@ __global__ void DiagCombineKernel(EstimateParams p) {
 // 32 values each per level instead of 64).
 constexpr int kSelectThreads = 1024;
 
+// CtaApplyRule (topk.cuh) in two sweeps and one barrier instead of two CTA scans (and their
+// barriers) per kThreads elements: warp w takes the contiguous chunk [w c, (w + 1) c) (c a
+// multiple of 32), counts its equal and above elements, and from every warp's counts (shared
+// memory) knows how many equal and selected elements precede its chunk; the second sweep ranks
+// the equal ones and places the selected ones by ballots. The same selection (eligible
+// elements above the rule's prefix, and the first take_eq equal ones by index) and the same
+// positions (index order), emit(i, position) for each. Every thread must call it; returns the
+// number selected in every thread.
+template <int kThreads, class KeyFn, class Emit>
+__device__ int ApplyRuleByWarps(int n, const TopKRule& rule, KeyFn key_of, Emit emit,
+                                int* warp_eq, int* warp_above) {
+  constexpr int kWarps = kThreads / 32;
+  const int lane = static_cast<int>(threadIdx.x & 31u), warp = static_cast<int>(threadIdx.x >> 5);
+  const int chunk = (n + kThreads - 1) / kThreads * 32;
+  const int begin = min(n, warp * chunk), end = min(n, begin + chunk);
+  auto test = [&](int i, bool* eq, bool* above) {
+    *eq = false;
+    *above = false;
+    unsigned long long key;
+    if (i < end && key_of(i, &key)) {
+      const unsigned long long m = key & rule.mask;
+      *eq = m == rule.prefix;
+      *above = m > rule.prefix;
+    }
+  };
+  int eq_n = 0, above_n = 0;
+  for (int base = begin; base < end; base += 32) {
+    bool eq, above;
+    test(base + lane, &eq, &above);
+    eq_n += __popc(__ballot_sync(kFullMask, eq));
+    above_n += __popc(__ballot_sync(kFullMask, above));
+  }
+  if (lane == 0) {
+    warp_eq[warp] = eq_n;
+    warp_above[warp] = above_n;
+  }
+  __syncthreads();
+  const bool all_eq = rule.take_eq == INT_MAX;
+  int eq_before = 0, sel_before = 0, total = 0, eq_seen = 0;
+  for (int w = 0; w < kWarps; ++w) {
+    const int e = warp_eq[w];
+    const int take = all_eq ? e : max(0, min(e, rule.take_eq - eq_seen));
+    const int sel = warp_above[w] + take;
+    if (w < warp) {
+      eq_before += e;
+      sel_before += sel;
+    }
+    eq_seen += e;
+    total += sel;
+  }
+  const unsigned lt = (1u << lane) - 1u;
+  for (int base = begin; base < end; base += 32) {
+    const int i = base + lane;
+    bool eq, above;
+    test(i, &eq, &above);
+    const unsigned eqb = __ballot_sync(kFullMask, eq);
+    const bool sel =
+        above || (eq && (all_eq || eq_before + __popc(eqb & lt) < rule.take_eq));
+    const unsigned selb = __ballot_sync(kFullMask, sel);
+    if (sel) emit(i, sel_before + __popc(selb & lt));
+    eq_before += __popc(eqb);
+    sel_before += __popc(selb);
+  }
+  return total;
+}
+
 __global__ void __launch_bounds__(kSelectThreads) SelectLinesKernel(LineSelectParams p) {
-  using Scan = cub::BlockScan<int, kSelectThreads>;
   using Reduce = cub::BlockReduce<double, kSelectThreads>;
   __shared__ RadixSmem sm;
-  __shared__ typename Scan::TempStorage scan;
   __shared__ typename Reduce::TempStorage reduce;
+  __shared__ int warp_eq[kSelectThreads / 32], warp_above[kSelectThreads / 32];
   __shared__ double total_s;
   const int tid = threadIdx.x;
   const int list = blockIdx.x & 1;
@@ -483,8 +561,8 @@ __global__ void __launch_bounds__(kSelectThreads) SelectLinesKernel(LineSelectPa
   }
   const TopKRule rule = CtaTopKRule<kSelectThreads>(len, k, key_of, sm);
   const int add = list == 0 ? 0 : s.min_offset;
-  const int n = CtaApplyRule<kSelectThreads>(
-      len, rule, key_of, [&](int i, int pos) { out[pos] = i + add; }, scan);
+  const int n = ApplyRuleByWarps<kSelectThreads>(
+      len, rule, key_of, [&](int i, int pos) { out[pos] = i + add; }, warp_eq, warp_above);
   if (tid == 0) *count_out = n;
 }
 
@@ -500,7 +578,9 @@ constexpr int kMergeMinBlocks = 8;
 // totals, and each lane's prefixes and continuation flag in lane_prefix; fill pass: one more walk
 // per lane at those offsets writes the entries (range ends first, made lengths after the warp has
 // written them).
-template <bool fill>
+// kKept: the rows also keep flex_prefill's blocks (p.kept_block > 0); without them (vertical_slash)
+// the walk's extra ranges are compiled out (fewer registers: no spill in the count kernel).
+template <bool fill, bool kKept>
 __global__ void __launch_bounds__(kMergeThreads, kMergeMinBlocks) MergeRowsKernel(MergeParams p) {
   constexpr unsigned kAll = 0xffffffffu;
   const int lane = static_cast<int>(threadIdx.x & 31u);
@@ -522,7 +602,7 @@ __global__ void __launch_bounds__(kMergeThreads, kMergeMinBlocks) MergeRowsKerne
     g.last_pos = kl - ql + q_end - 1;
     g.key_end = p.causal ? g.last_pos + 1 : kl;
     row_assembly::ExtraRanges extra;
-    if (p.kept_block > 0) extra = row_assembly::KeptBlocks(g, p.kept_block);
+    if (kKept) extra = row_assembly::KeptBlocks(g, p.kept_block);
     // Offset clusters are grouped by the block length: full blocks, or the last one.
     const bool full = q_end - q_begin == min(p.block_m, ql);
     row_assembly::RowLines lines;
@@ -736,10 +816,19 @@ cudaError_t LaunchMergeRows(const MergeParams& p, bool fill, cudaStream_t stream
   const int64_t rows = static_cast<int64_t>(p.num_slots) * p.num_blocks;
   if (rows == 0) return cudaSuccess;
   const int grid = GridFor(rows * 32, kMergeThreads);
+  const bool kept = p.kept_block > 0;
   if (fill) {
-    MergeRowsKernel<true><<<grid, kMergeThreads, 0, stream>>>(p);
+    if (kept) {
+      MergeRowsKernel<true, true><<<grid, kMergeThreads, 0, stream>>>(p);
+    } else {
+      MergeRowsKernel<true, false><<<grid, kMergeThreads, 0, stream>>>(p);
+    }
   } else {
-    MergeRowsKernel<false><<<grid, kMergeThreads, 0, stream>>>(p);
+    if (kept) {
+      MergeRowsKernel<false, true><<<grid, kMergeThreads, 0, stream>>>(p);
+    } else {
+      MergeRowsKernel<false, false><<<grid, kMergeThreads, 0, stream>>>(p);
+    }
   }
   return cudaGetLastError();
 }

@@ -221,125 +221,56 @@ struct SpanWalk {
   }
 };
 
-// Merged blocks of extra ∪ slash spans, for nondecreasing queries.
-struct CoverWalk {
+// Merged blocks of extra ∪ slash spans in key order: spans that overlap or touch are one block.
+// Blocks are disjoint and never touch.
+struct BlockWalk {
   SpanWalk spans;
-  int cs, ce;  // the current merged block [cs, ce); ce <= cs: none yet
-  bool done;
-  // From a SpanWalk just initialized for the row (its binary searches done once for both
-  // walks).
-  SPATTN_HD void Init(const SpanWalk& fresh) {
-    spans = fresh;
-    cs = 0;
-    ce = 0;
-    done = false;
+  bool has;  // a span read ahead: [ns, ne)
+  int ns, ne;
+  SPATTN_HD void Init(const ExtraRanges& extra, const RowLines& l, const RowGeo& g) {
+    spans.Init(extra, l, g);
+    has = spans.Next(&ns, &ne);
   }
-  // Makes the current block the first one ending after key a; false when there is none.
-  SPATTN_HD bool AdvanceTo(int a) {
-    while (ce <= a) {
-      int s, e;
-      if (done || !spans.Next(&s, &e)) {
-        done = true;
-        return false;
-      }
-      if (s <= ce) {
-        if (e > ce) ce = e;
-      } else {
-        // Absorb every following span that overlaps or touches.
-        cs = s;
-        ce = e;
-      }
+  SPATTN_HD bool Next(int* s, int* e) {
+    if (!has) return false;
+    const int bs = ns;
+    int be = ne;
+    while ((has = spans.Next(&ns, &ne)) && ns <= be) {
+      if (ne > be) be = ne;
     }
+    *s = bs;
+    *e = be;
     return true;
   }
 };
 
-// Runs of >= min_run consecutive free columns (selected, below key_end, not covered), in key
-// order; the free columns of shorter runs go to sink.Cols(a, b) as they are passed.
-struct RunWalk {
-  const int32_t* runs;
-  int n, k, x, key_end, min_run;
-  CoverWalk cover;
-  // fresh: a SpanWalk just initialized with (l, g) and the row's extra ranges.
-  SPATTN_HD void Init(const RowLines& l, const RowGeo& g, int run, const SpanWalk& fresh) {
-    runs = l.col_runs;
-    n = l.n_runs;
-    int lo = 0, hi = n;  // first run that reaches key_begin
-    while (lo < hi) {
-      const int mid = (lo + hi) >> 1;
+// Walks one row: sink.Range(start, end) for each final range in key order, sink.Cols(a, b) for
+// each run [a, b) of final columns in key order. One walk of the span blocks: before each block
+// (and after the last one, up to key_end) the column runs' pieces in the gap are the free
+// columns, a piece of >= min_run keys a range (merged with the block or piece it touches), a
+// shorter one columns; the block itself is a range.
+template <class Sink>
+SPATTN_HD void MergeRow(const RowGeo& g, const ExtraRanges& extra, const RowLines& lines,
+                        int min_run, Sink& sink) {
+  BlockWalk blocks;
+  blocks.Init(extra, lines, g);
+  const int32_t* runs = lines.col_runs;
+  const int n = lines.n_runs;
+  int k = 0;
+  {
+    int hi = n;  // first run that reaches key_begin
+    while (k < hi) {
+      const int mid = (k + hi) >> 1;
       if (runs[2 * mid + 1] < g.key_begin) {
-        lo = mid + 1;
+        k = mid + 1;
       } else {
         hi = mid;
       }
     }
-    k = lo;
-    x = k < n ? (runs[2 * k] > g.key_begin ? runs[2 * k] : g.key_begin) : 0;
-    key_end = g.key_end;
-    min_run = run;
-    cover.Init(fresh);
   }
-  template <class Sink>
-  SPATTN_HD bool Next(int* s, int* e, Sink& sink) {
-    while (k < n) {
-      const int r_lo = runs[2 * k];
-      int b = runs[2 * k + 1] + 1;
-      if (b > key_end) b = key_end;
-      const int a = x > r_lo ? x : r_lo;
-      if (r_lo >= key_end) {
-        k = n;
-        break;
-      }
-      if (a >= b) {
-        ++k;
-        if (k < n) x = runs[2 * k];
-        continue;
-      }
-      int free_end = b;
-      if (cover.AdvanceTo(a)) {
-        if (cover.cs <= a) {  // covered up to the block's end
-          x = cover.ce;
-          continue;
-        }
-        if (cover.cs < b) free_end = cover.cs;
-      }
-      x = free_end;
-      if (free_end - a >= min_run) {
-        *s = a;
-        *e = free_end;
-        return true;
-      }
-      sink.Cols(a, free_end);
-    }
-    return false;
-  }
-};
-
-// Walks one row: sink.Range(start, end) for each final range in key order, sink.Cols(a, b) for
-// each run [a, b) of final columns in key order.
-template <class Sink>
-SPATTN_HD void MergeRow(const RowGeo& g, const ExtraRanges& extra, const RowLines& lines,
-                        int min_run, Sink& sink) {
-  SpanWalk spans;
-  spans.Init(extra, lines, g);
-  RunWalk runs;
-  runs.Init(lines, g, min_run, spans);
-  int as = 0, ae = 0, rs = 0, re = 0;
-  bool ha = spans.Next(&as, &ae);
-  bool hr = runs.Next(&rs, &re, sink);
   bool have = false;
   int cur_s = 0, cur_e = 0;
-  while (ha || hr) {
-    int s, e;
-    if (ha && (!hr || as <= rs)) {
-      s = as;
-      e = ae;
-      ha = spans.Next(&as, &ae);
-    } else {
-      s = rs;
-      e = re;
-      hr = runs.Next(&rs, &re, sink);
-    }
+  auto add = [&](int s, int e) {
     if (have && s <= cur_e) {
       if (e > cur_e) cur_e = e;
     } else {
@@ -348,6 +279,39 @@ SPATTN_HD void MergeRow(const RowGeo& g, const ExtraRanges& extra, const RowLine
       cur_e = e;
       have = true;
     }
+  };
+  int bs = 0, be = 0;
+  bool hb = blocks.Next(&bs, &be);
+  int walked = g.key_begin;  // keys before this are done (the last block's end)
+  for (;;) {
+    const int gap_end = hb ? bs : g.key_end;
+    while (k < n) {
+      const int r_lo = runs[2 * k];
+      if (r_lo >= g.key_end) {
+        k = n;
+        break;
+      }
+      int b = runs[2 * k + 1] + 1;
+      if (b > g.key_end) b = g.key_end;
+      const int a = r_lo > walked ? r_lo : walked;
+      if (a >= b) {
+        ++k;
+        continue;
+      }
+      if (a >= gap_end) break;  // in or after the block
+      const int free_end = b < gap_end ? b : gap_end;
+      if (free_end - a >= min_run) {
+        add(a, free_end);
+      } else {
+        sink.Cols(a, free_end);
+      }
+      if (free_end < b) break;  // the run goes on in the block
+      ++k;
+    }
+    if (!hb) break;
+    add(bs, be);
+    walked = be;
+    hb = blocks.Next(&bs, &be);
   }
   if (have) sink.Range(cur_s, cur_e);
 }
