@@ -214,8 +214,10 @@ struct ConsumerStep {
   // is the same as Softmax's. Returns whether either of the thread's rows moved; rows that did
   // not move get corr 1, so the caller may skip Rescale when no row of the warp moved (its 64
   // multiplies by 1.0 per tile: session 23).
+  // `stale`: that bound (kStaleMaxLog2 by default; SPATTN_HOPPER_STALE_MAX: 0 moves the maximum
+  // wherever it rises, so only the multiplies by 1.0 are skipped; -1 moves it always, Softmax).
   static constexpr float kStaleMaxLog2 = 8.f;
-  __device__ __forceinline__ bool SoftmaxStale(float scale, float* corr) {
+  __device__ __forceinline__ bool SoftmaxStale(float scale, float* corr, float stale) {
     bool moved = false;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -228,7 +230,7 @@ struct ConsumerStep {
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       const float ms_old = m_i[h] * scale;
       // (NaN where both are -inf: moves, as Softmax would.)
-      const bool move = !(mx * scale - ms_old <= kStaleMaxLog2);
+      const bool move = !(mx * scale - ms_old <= stale);
       const float ms = !move ? ms_old : mx == detail::kNegInf ? 0.f : mx * scale;
       corr[h] = move ? detail::Exp2(ms_old - ms) : 1.f;
       if (move) m_i[h] = mx;

@@ -166,6 +166,14 @@ constexpr int kFlagPackTies = 8;
 // reads num_items - 1: every CTA fetches until it gets one past the list, G of those in all)
 // puts the counter back to zero for the next launch.
 constexpr int kFlagDynamic = 4;
+// kFlagSleepProducer / kFlagSleepConsumers (the sparse stream; SPATTN_HOPPER_SLEEP_WAITS bit 0 /
+// bit 1, default 3): the producer's / the consumers' mbarrier waits sleep in each try
+// (MbarWaitSleep) instead of returning after the short default limit and looping.
+constexpr int kFlagSleepProducer = 16;
+constexpr int kFlagSleepConsumers = 32;
+// Bits 8-15 (the sparse stream): the stale row maximum's bound + 1 (ConsumerStep::SoftmaxStale;
+// SPATTN_HOPPER_STALE_MAX, default 8; -1 rescales every tile as ConsumerStep::Softmax does).
+constexpr int kStaleMaxShift = 8;
 // Named barrier of the producer warpgroup (kFlagDynamic): ids 1-7 are the consumers'.
 constexpr int kBarProducer = 8;
 
@@ -486,7 +494,7 @@ template <class Tr, bool kSparse, class Step, class Ring>
 __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnParams& p, int cw,
                                                int tid, int lane, int my_turn, int other_turn,
                                                int turn_threads, const Ring& ring, uint32_t q_full0,
-                                               uint32_t q_empty0) {
+                                               uint32_t q_empty0, int flags) {
   using T = typename Tr::T;
   constexpr int kBN = Tr::kBN, kQB = Tr::kQBufs;
   const uint32_t sQ0 = Smem32(smem);
@@ -498,13 +506,15 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
   };
   // The sparse kernel's waits sleep in each try (MbarWaitSleep); the dense persistent kernel's
   // as before.
-  auto wait = [](uint32_t bar, uint32_t parity) {
-    if constexpr (kSparse) {
+  const bool sleep = kSparse && (flags & kFlagSleepConsumers) != 0;
+  auto wait = [&](uint32_t bar, uint32_t parity) {
+    if (sleep) {
       MbarWaitSleep(bar, parity);
     } else {
       MbarWait(bar, parity);
     }
   };
+  const float stale = static_cast<float>((flags >> kStaleMaxShift) & 0xff) - 1.f;
   int tile = 0, n_item = 0;
   ItemDesc cur;       // the item of the newest tile
   int cur_qb = 0;     // its Q buffer
@@ -661,7 +671,7 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
       if constexpr (kSparse) {
         // The sparse kernel: a stale row maximum (ConsumerStep::SoftmaxStale), O rescaled only
         // where a row of the warp moved its maximum.
-        const bool moved = st.SoftmaxStale(p.scale_log2, corr);
+        const bool moved = st.SoftmaxStale(p.scale_log2, corr, stale);
         WgmmaWait<0>();
         st.FenceAcc();
         release(ring.VEmpty(vs));
@@ -751,8 +761,9 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
     // The sparse stream's producer sleeps in its waits (MbarWaitSleep: it waits most of the
     // time, beside the consumer warps on their schedulers); the dense persistent kernel's and
     // the kItems 0 / 1 and one-Q-buffer sparse kernels' as before.
-    auto pwait = [](uint32_t bar, uint32_t parity) {
-      if constexpr (kSparse && Tr::kCross) {
+    const bool psleep = kSparse && Tr::kCross && (flags & kFlagSleepProducer) != 0;
+    auto pwait = [&](uint32_t bar, uint32_t parity) {
+      if (psleep) {
         MbarWaitSleep(bar, parity);
       } else {
         MbarWait(bar, parity);
@@ -991,7 +1002,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
   if (kPingPong && cw == 1) NamedArrive(kBarTurn0, 256);  // consumer warpgroup 0 goes first
   if constexpr (Tr::kCross) {
     ConsumerStream<Tr, kSparse>(st, smem, p, cw, tid, lane, my_turn, other_turn, kTurnThreads, ring,
-                                q_full(0), q_empty(0));
+                                q_full(0), q_empty(0), flags);
   } else {
     int tile = 0, n_item = 0;
     for (int round = 0;; ++round) {
