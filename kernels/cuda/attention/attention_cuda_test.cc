@@ -344,6 +344,36 @@ TEST_F(CudaAttentionTest, SparsePackTailsModesMatchReference) {
   ReloadCudaKernelKnobs();
 }
 
+// The Hopper sparse kernel's stale row maximum (ConsumerStep::SoftmaxStale: a row's maximum
+// moves only where a tile's exceeds it by more than 8 in the log2 domain; below that P reaches
+// up to 2^8 and O is not rescaled): inputs of standard deviation 2 and 4, so the scores spread
+// over tens of log2 units and tiles move the maximum by less and by more than 8 within items;
+// both block sizes, random ranges with columns (packed range tails) and without, causal and not.
+TEST_F(CudaAttentionTest, SparseStaleRowMaxMatchesReference) {
+  const std::vector<Case> cases = {
+      {{700, 333}, {1000, 333}, 8, 2, 128, DType::kBF16, true},
+      {{900}, {}, 8, 4, 64, DType::kF16, true},
+      {{300, 77}, {400, 1000}, 4, 2, 128, DType::kF16, false},
+  };
+  uint64_t seed = 520;
+  for (float stddev : {2.f, 4.f}) {
+    for (int block_m : {64, 128}) {
+      for (const Case& c : cases) {
+        for (bool cols : {true, false}) {
+          auto hp = MakeProblem(c, seed++);
+          hp->FillRandom(seed++, stddev);
+          SparseIndex idx =
+              RandomIndex(hp->problem(), AllHeads(c.hq), block_m, 3, cols ? 90 : 0, seed++, true);
+          ASSERT_TRUE(ValidateSparseIndex(hp->problem(), idx).ok());
+          CheckRun(engines_[4], *hp, &idx, 1 << 20,
+                   absl::StrCat(Describe(c), " block_m=", block_m, " stddev=", stddev,
+                                " cols=", cols));
+        }
+      }
+    }
+  }
+}
+
 // The Hopper sparse kernel's dynamic work list (CTAs take items from the schedule's counter
 // after their first) against the static snake order (SPATTN_HOPPER_DYNAMIC=0, read once per
 // process: set, then ReloadCudaKernelKnobs), on indexes of more items than the grid has CTAs

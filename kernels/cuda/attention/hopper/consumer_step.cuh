@@ -204,6 +204,52 @@ struct ConsumerStep {
     }
   }
 
+  // Softmax with a lazily moved row maximum (the sparse kernel's stream, persistent_fa3.cuh;
+  // FlashAttention-4's conditional rescale): a row's running maximum m moves to the tile's only
+  // where that lies more than kStaleMaxLog2 above it in the log2 domain (mx * scale - m * scale
+  // > kStaleMaxLog2; also where m is still -inf); otherwise the row keeps m, its correction
+  // factor is exactly 1 and its P values are at most 2^kStaleMaxLog2 (fine for fp32 sums and
+  // for P in bf16 / fp16). O / l and the LSE (m * scale + log2 l) stay exact: l is summed
+  // against the same m as O. Where the tile's maximum does not exceed m (most tiles) the result
+  // is the same as Softmax's. Returns whether either of the thread's rows moved; rows that did
+  // not move get corr 1, so the caller may skip Rescale when no row of the warp moved (its 64
+  // multiplies by 1.0 per tile: session 23).
+  // `stale`: that bound (kStaleMaxLog2 by default; SPATTN_HOPPER_STALE_MAX: 0 moves the maximum
+  // wherever it rises, so only the multiplies by 1.0 are skipped; -1 moves it always, Softmax).
+  static constexpr float kStaleMaxLog2 = 8.f;
+  __device__ __forceinline__ bool SoftmaxStale(float scale, float* corr, float stale) {
+    bool moved = false;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float mx = m_i[h];
+#pragma unroll
+      for (int nt = 0; nt < kBN / 8; ++nt) {
+        mx = fmaxf(mx, fmaxf(s[nt * 4 + 2 * h], s[nt * 4 + 2 * h + 1]));
+      }
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float ms_old = m_i[h] * scale;
+      // (NaN where both are -inf: moves, as Softmax would.)
+      const bool move = !(mx * scale - ms_old <= stale);
+      const float ms = !move ? ms_old : mx == detail::kNegInf ? 0.f : mx * scale;
+      corr[h] = move ? detail::Exp2(ms_old - ms) : 1.f;
+      if (move) m_i[h] = mx;
+      moved = moved || move;
+      float sum = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < kBN / 8; ++nt) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const float pv = detail::Exp2(fmaf(s[nt * 4 + 2 * h + j], scale, -ms));
+          s[nt * 4 + 2 * h + j] = pv;
+          sum += pv;
+        }
+      }
+      l_i[h] = l_i[h] * corr[h] + sum;
+    }
+    return moved;
+  }
+
   __device__ __forceinline__ void Rescale(const float* corr) {
 #pragma unroll
     for (int dt = 0; dt < kD / 8; ++dt) {

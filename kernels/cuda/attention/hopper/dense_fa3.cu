@@ -85,6 +85,8 @@ struct LaunchKnobs {
   int d64_wgs = 3;           // SPATTN_HOPPER_D64_WGS
   bool bm64 = true;          // SPATTN_HOPPER_BM64
   bool dynamic = true;       // SPATTN_HOPPER_DYNAMIC (the sparse kernel's work list)
+  int sleep_waits = 3;       // SPATTN_HOPPER_SLEEP_WAITS (the sparse stream's mbarrier waits)
+  int stale_max = 8;         // SPATTN_HOPPER_STALE_MAX (the sparse stream's row maximum)
 };
 
 LaunchKnobs ReadKnobs() {
@@ -102,6 +104,8 @@ LaunchKnobs ReadKnobs() {
   k.d64_wgs = EnvInt("SPATTN_HOPPER_D64_WGS", k.d64_wgs);
   k.bm64 = EnvInt("SPATTN_HOPPER_BM64", 1) != 0;
   k.dynamic = EnvInt("SPATTN_HOPPER_DYNAMIC", 1) != 0;
+  k.sleep_waits = EnvInt("SPATTN_HOPPER_SLEEP_WAITS", k.sleep_waits);
+  k.stale_max = std::max(-1, std::min(254, EnvInt("SPATTN_HOPPER_STALE_MAX", k.stale_max)));
   return k;
 }
 
@@ -273,6 +277,15 @@ cudaError_t LaunchPersistent(const AttnParams& p, const SparseIndexView& idx,
   // items, the A/B baseline of NOTES.md session 21). Needs the consumers to take their items
   // from the producer's descriptors (kDesc) and the schedule's counter.
   if (kSparse && Tr::kDesc && sched.counter != nullptr && Knobs().dynamic) flags |= kFlagDynamic;
+  // The sparse stream's sleeping mbarrier waits (SPATTN_HOPPER_SLEEP_WAITS: bit 0 the producer's,
+  // bit 1 the consumers'; default 3) and its stale row maximum (SPATTN_HOPPER_STALE_MAX: the
+  // bound in log2 units, default 8; 0 moves the maximum wherever it rises; -1 rescales O every
+  // tile, as before session 23). NOTES.md session 23 (s23-sparse).
+  if (kSparse && Tr::kCross) {
+    const int sw = Knobs().sleep_waits;
+    flags |= ((sw & 1) ? kFlagSleepProducer : 0) | ((sw & 2) ? kFlagSleepConsumers : 0) |
+             ((Knobs().stale_max + 1) << kStaleMaxShift);
+  }
   kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p, idx, sched, num_items, num_m_blocks,
                                                          flags, tq, tk, tv);
   return cudaGetLastError();

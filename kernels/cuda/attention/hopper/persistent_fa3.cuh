@@ -166,6 +166,14 @@ constexpr int kFlagPackTies = 8;
 // reads num_items - 1: every CTA fetches until it gets one past the list, G of those in all)
 // puts the counter back to zero for the next launch.
 constexpr int kFlagDynamic = 4;
+// kFlagSleepProducer / kFlagSleepConsumers (the sparse stream; SPATTN_HOPPER_SLEEP_WAITS bit 0 /
+// bit 1, default 3): the producer's / the consumers' mbarrier waits sleep in each try
+// (MbarWaitSleep) instead of returning after the short default limit and looping.
+constexpr int kFlagSleepProducer = 16;
+constexpr int kFlagSleepConsumers = 32;
+// Bits 8-15 (the sparse stream): the stale row maximum's bound + 1 (ConsumerStep::SoftmaxStale;
+// SPATTN_HOPPER_STALE_MAX, default 8; -1 rescales every tile as ConsumerStep::Softmax does).
+constexpr int kStaleMaxShift = 8;
 // Named barrier of the producer warpgroup (kFlagDynamic): ids 1-7 are the consumers'.
 constexpr int kBarProducer = 8;
 
@@ -324,7 +332,7 @@ __device__ __forceinline__ bool GetItem(const AttnParams& p, const SparseIndexVi
 struct ItemDesc {
   const int32_t* cols;
   int q_tok0, q_begin, rows, first_pos, head;
-  int flags;  // 1: tiles, 2: end
+  int flags;  // 1: tiles, 2: end; the sparse stream (kCross): + (number of columns << 2)
 };
 // A key tile as the consumers need it (kDesc: next to its K slot): kind (0 range, 1 columns) |
 // 2 if another tile of the same item follows | 4 if it holds range tails (kFlagPackTails: its
@@ -486,7 +494,7 @@ template <class Tr, bool kSparse, class Step, class Ring>
 __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnParams& p, int cw,
                                                int tid, int lane, int my_turn, int other_turn,
                                                int turn_threads, const Ring& ring, uint32_t q_full0,
-                                               uint32_t q_empty0) {
+                                               uint32_t q_empty0, int flags) {
   using T = typename Tr::T;
   constexpr int kBN = Tr::kBN, kQB = Tr::kQBufs;
   const uint32_t sQ0 = Smem32(smem);
@@ -496,13 +504,24 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
     int kind, start, n, last, slot;
     bool half, mixed;
   };
+  // The sparse kernel's waits sleep in each try (MbarWaitSleep); the dense persistent kernel's
+  // as before.
+  const bool sleep = kSparse && (flags & kFlagSleepConsumers) != 0;
+  auto wait = [&](uint32_t bar, uint32_t parity) {
+    if (sleep) {
+      MbarWaitSleep(bar, parity);
+    } else {
+      MbarWait(bar, parity);
+    }
+  };
+  const float stale = static_cast<float>((flags >> kStaleMaxShift) & 0xff) - 1.f;
   int tile = 0, n_item = 0;
   ItemDesc cur;       // the item of the newest tile
   int cur_qb = 0;     // its Q buffer
   bool more = false;  // another tile of `cur` follows
   auto next_item = [&]() {
     const int qb = n_item % kQB;
-    MbarWait(q_full0 + 8 * qb, (n_item / kQB) & 1);
+    wait(q_full0 + 8 * qb, (n_item / kQB) & 1);
     const ItemDesc x = *(reinterpret_cast<const ItemDesc*>(smem + Tr::kItemDescOff) + qb);
     if (x.flags & 2) return false;
     ++n_item;
@@ -514,7 +533,7 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
   // The tile at ring position `tile` (of `cur`): waits for its K, reads its descriptor.
   auto read_tile = [&](Tile& d) {
     const int s = Ring::Slot(tile);
-    MbarWait(ring.KFull(s), Ring::Phase(tile));
+    wait(ring.KFull(s), Ring::Phase(tile));
     const TileDesc td = *(reinterpret_cast<const TileDesc*>(smem + Tr::kTileDescOff) + s);
     d.kind = td.kind_more & 1;
     more = (td.kind_more & 2) != 0;
@@ -522,8 +541,24 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
     d.start = td.start;
     d.n = td.n;
     d.slot = s;
-    // (A tile with range tails is masked whatever its keys: its largest key is not its last.)
-    d.last = d.kind == 0 ? td.last : d.mixed ? 0x7fffffff : __ldg(cur.cols + d.start + d.n - 1);
+    if constexpr (!kSparse) {
+      // (The dense persistent kernel, as before: range tiles only.)
+      d.last = d.kind == 0 ? td.last : d.mixed ? 0x7fffffff : __ldg(cur.cols + d.start + d.n - 1);
+    } else if (d.kind == 0) {
+      d.last = td.last;
+    } else if (!d.mixed) {
+      d.last = __ldg(cur.cols + d.start + d.n - 1);
+    } else {
+      // A tile with range tails (kSparse only): its keys are cols[start, nc) ++ tails, each part
+      // ascending (ItemDesc::flags >> 2 = nc), so its largest key is the larger of the two
+      // parts' last ones, read from the key list next to its slot (its producer threads
+      // stored them before their arrivals on k_full).
+      const int* keys = reinterpret_cast<const int*>(smem + Tr::kTileKeysOff) + s * kBN;
+      const int nc = cur.flags >> 2;
+      int last = keys[d.n - 1];
+      if (d.start < nc) last = max(last, keys[min(d.n, nc - d.start) - 1]);
+      d.last = last;
+    }
     const int my_first = cur.first_pos + cw * 64;
     d.half = Tr::kHalfTiles && (d.n <= kBN / 2 || (p.causal && d.kind == 0 && d.start >= my_first));
     if (d.kind == 1) detail::FenceProxyAsync();  // gathered K written by cp.async
@@ -555,6 +590,13 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
     if (d.kind == 0) {
       MaskRangeTile<kBN>(st, p.causal ? min(d.n, pos0 - d.start + 1) : d.n,
                          p.causal ? min(d.n, pos0 + 8 - d.start + 1) : d.n);
+      return;
+    }
+    if (!(p.causal && d.last > my_first)) {
+      // A gathered tile with no key past the warpgroup's first row (or not causal) that needs
+      // a mask has fewer than kBN keys: only its columns past n go (the range mask's compare
+      // against an immediate, not the key-and-compare below; session 23).
+      MaskRangeTile<kBN>(st, d.n, d.n);
       return;
     }
     const int32_t* cols = cur.cols;
@@ -613,7 +655,7 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
     if (!same && !next_item()) break;
     read_tile(d);
     const int ks = Ring::Slot(tile), vs = Ring::Slot(tile - 1);
-    MbarWait(ring.VFull(vs), Ring::Phase(tile - 1));
+    wait(ring.VFull(vs), Ring::Phase(tile - 1));
     prepare_v(vs, prev);
     NamedSync(my_turn, turn_threads);
     issue_qk(d);
@@ -626,11 +668,21 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
     if (d.mixed) release(ring.KEmpty(ks));
     float corr[2];
     if (same) {
-      st.Softmax(p.scale_log2, corr);
-      WgmmaWait<0>();
-      st.FenceAcc();
-      release(ring.VEmpty(vs));
-      st.Rescale(corr);
+      if constexpr (kSparse) {
+        // The sparse kernel: a stale row maximum (ConsumerStep::SoftmaxStale), O rescaled only
+        // where a row of the warp moved its maximum.
+        const bool moved = st.SoftmaxStale(p.scale_log2, corr, stale);
+        WgmmaWait<0>();
+        st.FenceAcc();
+        release(ring.VEmpty(vs));
+        if (__any_sync(0xffffffffu, moved)) st.Rescale(corr);
+      } else {
+        st.Softmax(p.scale_log2, corr);
+        WgmmaWait<0>();
+        st.FenceAcc();
+        release(ring.VEmpty(vs));
+        st.Rescale(corr);
+      }
     } else {
       // The new item's softmax from a fresh row state while the old item's last P V runs.
       const float m0 = st.m_i[0], m1 = st.m_i[1], l0 = st.l_i[0], l1 = st.l_i[1];
@@ -706,6 +758,17 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
     // ---- producer ----
     RegsDecrease<Tr::kProducerRegs>();
     const bool leader = tid == 0;
+    // The sparse stream's producer sleeps in its waits (MbarWaitSleep: it waits most of the
+    // time, beside the consumer warps on their schedulers); the dense persistent kernel's and
+    // the kItems 0 / 1 and one-Q-buffer sparse kernels' as before.
+    const bool psleep = kSparse && Tr::kCross && (flags & kFlagSleepProducer) != 0;
+    auto pwait = [&](uint32_t bar, uint32_t parity) {
+      if (psleep) {
+        MbarWaitSleep(bar, parity);
+      } else {
+        MbarWait(bar, parity);
+      }
+    };
     if (leader) {
       PrefetchTensorMap(&tmap_q);
       PrefetchTensorMap(&tmap_k);
@@ -851,7 +914,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
         continue;
       }
       const int qb = n_item % kQB;
-      MbarWait(q_empty(qb), ((n_item / kQB) & 1) ^ 1);
+      pwait(q_empty(qb), ((n_item / kQB) & 1) ^ 1);
       if (leader) {
         if constexpr (Tr::kDesc) {
           ItemDesc* d = reinterpret_cast<ItemDesc*>(smem + Tr::kItemDescOff) + qb;
@@ -861,7 +924,9 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
           d->rows = it.rows;
           d->first_pos = it.first_pos;
           d->head = it.head;
-          d->flags = have ? 1 : 0;
+          // (kSparse stream: the item's column count above the flags, for the consumers'
+          // largest key of a tile with range tails.)
+          d->flags = (have ? 1 : 0) | (kSparse && Tr::kCross ? it.ks.num_cols << 2 : 0);
         }
         MbarArriveExpectTx(q_full(qb), Tr::kQBytes);
 #pragma unroll
@@ -884,7 +949,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
         const int key = have ? tile_key(it, kind, start, n) : 0;
         if (have) {
           const int s = tile % kStages;
-          MbarWait(k_empty(s), ((tile / kStages) & 1) ^ 1);
+          pwait(k_empty(s), ((tile / kStages) & 1) ^ 1);
           if (Tr::kDesc && leader) {
             *(reinterpret_cast<TileDesc*>(smem + Tr::kTileDescOff) + s) =
                 TileDesc{kind | (have_next ? 2 : 0) | (mixed ? 4 : 0), start, n, start + n - 1};
@@ -894,7 +959,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
         }
         if (have_prev) {
           const int s = (tile - 1) % kStages;
-          MbarWait(v_empty(s), (((tile - 1) / kStages) & 1) ^ 1);
+          pwait(v_empty(s), (((tile - 1) / kStages) & 1) ^ 1);
           load(&tmap_v, vbase, p.v_token_stride, sV + s * Tr::kTileBytes, v_full(s), it, pkind,
                pstart, pn, pkey, -1);
         }
@@ -910,7 +975,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
       // The end of this CTA's items, in the next Q buffer's descriptor (no Q load: the plain
       // arrive completes q_full's phase).
       const int qb = n_item % kQB;
-      MbarWait(q_empty(qb), ((n_item / kQB) & 1) ^ 1);
+      pwait(q_empty(qb), ((n_item / kQB) & 1) ^ 1);
       if (leader) {
         (reinterpret_cast<ItemDesc*>(smem + Tr::kItemDescOff) + qb)->flags = 2;
         MbarArrive(q_full(qb));
@@ -937,7 +1002,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
   if (kPingPong && cw == 1) NamedArrive(kBarTurn0, 256);  // consumer warpgroup 0 goes first
   if constexpr (Tr::kCross) {
     ConsumerStream<Tr, kSparse>(st, smem, p, cw, tid, lane, my_turn, other_turn, kTurnThreads, ring,
-                                q_full(0), q_empty(0));
+                                q_full(0), q_empty(0), flags);
   } else {
     int tile = 0, n_item = 0;
     for (int round = 0;; ++round) {
