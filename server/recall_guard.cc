@@ -123,12 +123,12 @@ MethodConfig AdaptiveConfig(const MethodConfig& adaptive, const RecallGuardOptio
   if (a.method == Method::kFlexPrefill) {
     a.flex_prefill.gamma = std::max(a.flex_prefill.gamma, static_cast<float>(options.target));
   } else if (a.method == Method::kSampledLines) {
-    // The one rule of sampled_lines' gamma (kernels/builders/sampled_lines.h), asked for the
-    // recall this try must show: the guard's need, target + margin (the calibration search asks
-    // it for the target). At least the adaptive's own gamma.
-    const double need = std::min(1.0, options.target + options.margin);
+    // The one rule of sampled_lines' gamma (kernels/builders/sampled_lines.h), asked with the
+    // guard's margin (the calibration search asks it with none): at least target + margin, the
+    // estimate this try must show. At least the adaptive's own gamma.
     a.sampled_lines.gamma =
-        std::max(a.sampled_lines.gamma, static_cast<float>(SampledLinesGammaFor(need)));
+        std::max(a.sampled_lines.gamma,
+                 static_cast<float>(SampledLinesGammaFor(options.target, options.margin)));
   }
   return a;
 }

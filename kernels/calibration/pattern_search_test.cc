@@ -1,5 +1,6 @@
 #include "kernels/calibration/pattern_search.h"
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <string>
@@ -251,17 +252,19 @@ TEST(PatternSearch, SampledLinesKeepsItsTargetByItsGamma) {
     EXPECT_EQ(KeepsTargetServed(c, 0.98), gamma >= 0.99f) << gamma;
   }
   // The rule is SampledLinesGammaFor, the one function of sampled_lines' gamma: the search asks
-  // it for the target, the worker's guard (server/recall_guard.h AdaptiveConfig) for its need,
-  // target + margin, which is never below it, so every gamma the guard tries keeps the target by
-  // the search's rule too.
+  // it with no margin, the worker's guard (server/recall_guard.h AdaptiveConfig) with its margin,
+  // which never lowers it, so every gamma the guard tries keeps the target by the search's rule
+  // too; with a margin it is at least target + margin (the guard's need), and the larger of the
+  // two allowances, not their sum (0.98 with margin 0.01: 0.99, not 0.999).
   for (double target : {0.9, 0.95, 0.98}) {
     c.sampled_lines.gamma = static_cast<float>(SampledLinesGammaFor(target));
     EXPECT_TRUE(KeepsTargetServed(c, target)) << target;
     c.sampled_lines.gamma = static_cast<float>(SampledLinesGammaFor(target) - 1e-3);
     EXPECT_FALSE(KeepsTargetServed(c, target)) << target;
     for (double margin : {0.0, 0.005, 0.01, 0.02}) {
-      const double g = SampledLinesGammaFor(target + margin);
+      const double g = SampledLinesGammaFor(target, margin);
       EXPECT_GE(g, SampledLinesGammaFor(target)) << target << " + " << margin;
+      EXPECT_GE(g, std::min(0.999, target + margin) - 1e-12) << target << " + " << margin;
       EXPECT_LE(g, 0.999) << target << " + " << margin;
       c.sampled_lines.gamma = static_cast<float>(g);
       EXPECT_TRUE(KeepsTargetServed(c, target)) << target << " + " << margin;
@@ -269,9 +272,12 @@ TEST(PatternSearch, SampledLinesKeepsItsTargetByItsGamma) {
   }
   EXPECT_DOUBLE_EQ(SampledLinesGammaFor(0.90), 0.90);
   EXPECT_DOUBLE_EQ(SampledLinesGammaFor(0.95), 0.95);
-  EXPECT_NEAR(SampledLinesGammaFor(0.96), 0.96 + 0.01 / 3, 1e-12);
   EXPECT_NEAR(SampledLinesGammaFor(0.98), 0.99, 1e-12);
-  EXPECT_DOUBLE_EQ(SampledLinesGammaFor(0.99), 0.999);
+  EXPECT_NEAR(SampledLinesGammaFor(0.90, 0.01), 0.91, 1e-12);
+  EXPECT_NEAR(SampledLinesGammaFor(0.95, 0.01), 0.96, 1e-12);
+  EXPECT_NEAR(SampledLinesGammaFor(0.98, 0.01), 0.99, 1e-12);
+  EXPECT_NEAR(SampledLinesGammaFor(0.98, 0.015), 0.995, 1e-12);
+  EXPECT_DOUBLE_EQ(SampledLinesGammaFor(1.0, 0.01), 0.999);
   MethodConfig v;
   v.method = Method::kVerticalSlash;
   EXPECT_TRUE(KeepsTargetServed(v, 0.98));

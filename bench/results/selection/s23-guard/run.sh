@@ -6,7 +6,7 @@
 #     worker's recall guard on the GPU, 64 probe rows; served recall on 128 other rows per head).
 #  B. sampled_lines alone (no guard, every head, 128-row blocks, 256 recall rows per head, the
 #     session-22 defaults: clip_diagonals, floor 7, short_floor 9) for each "LEN:GAMMA" in RUNS,
-#     started only while SECONDS + its estimate stays under CAP_B.
+#     started only while SECONDS + its estimate stays under CAP_B; niced under stream A.
 # Logs to $OUT; table.txt last.
 set -u
 cd "$(dirname "$0")"
@@ -31,7 +31,7 @@ for v in ${RUNS:-65536:0.95 98304:0.95}; do
   IFS=: read -r len gamma <<< "$v"
   est=$(( len / 6000 + 4 ))  # seconds per cell alone (s22: 32K ~4 s, 128K ~20 s)
   if [ $(( SECONDS + est )) -gt ${CAP_B:-150} ]; then note "B skip $len g$gamma"; continue; fi
-  timeout $(( ${CAP_B:-150} + 10 - SECONDS )) bin/spattn-bench $MODEL --group_by=all \
+  timeout $(( ${CAP_B:-150} + 10 - SECONDS )) nice -n 10 bin/spattn-bench $MODEL --group_by=all \
     --recall_rows=256 --seq_len=$len --block_m=128 --warmup=0 --repeat=1 \
     --methods=sampled_lines --search_target_recall=$gamma --sampled_lines.gamma=$gamma \
     > "$OUT/sl_${len}_g${gamma}.jsonl" 2> "$OUT/sl_${len}_g${gamma}.err"
