@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/builders/sampled_lines.h"
 #include "kernels/fidelity.h"
 #include "kernels/sparse_index.h"
 #include "kernels/status_macros.h"
@@ -122,8 +123,12 @@ MethodConfig AdaptiveConfig(const MethodConfig& adaptive, const RecallGuardOptio
   if (a.method == Method::kFlexPrefill) {
     a.flex_prefill.gamma = std::max(a.flex_prefill.gamma, static_cast<float>(options.target));
   } else if (a.method == Method::kSampledLines) {
-    const double need = std::min(0.999, options.target + options.margin);
-    a.sampled_lines.gamma = std::max(a.sampled_lines.gamma, static_cast<float>(need));
+    // The one rule of sampled_lines' gamma (kernels/builders/sampled_lines.h), asked with the
+    // guard's margin (the calibration search asks it with none): at least target + margin, the
+    // estimate this try must show. At least the adaptive's own gamma.
+    a.sampled_lines.gamma =
+        std::max(a.sampled_lines.gamma,
+                 static_cast<float>(SampledLinesGammaFor(options.target, options.margin)));
   }
   return a;
 }

@@ -51,10 +51,10 @@ struct RecallGuardOptions {
   // FlexPrefill's gamma, raised per request by AdaptiveConfig), tried once besides the head's
   // own method widened step by step (until it reaches the target or costs as much as the best
   // try): of the tries that reach the target the one with the fewest computed pairs wins, else
-  // dense. Method dense skips it. Default: sampled_lines (gamma 0.95, its default rows and
-  // windows): per query block the fewest lines reaching gamma of the block's sampled mass, so it
-  // spends its budget where each block's mass is (issue 11, tests/bench/README.md s16-switch).
-  // Before: flex_prefill, min budget 512 (spattn-bench --guard_adaptive=flex_prefill).
+  // dense. Method dense skips it. Default: flex_prefill, min budget 512 (DefaultAdaptive).
+  // sampled_lines (gamma 0.95, its default rows and windows: per query block the fewest lines
+  // reaching gamma of the block's sampled mass, tests/bench/README.md s16-switch) on request
+  // (spattn-bench --guard_adaptive=sampled_lines).
   MethodConfig adaptive = DefaultAdaptive();
   // A second adaptive try made with the first (the same rules; a head keeps the cheaper of
   // those that reach the target). Default: dense = none (spattn-bench
@@ -89,11 +89,15 @@ struct RecallGuardOptions {
 
 // The adaptive try of a request guarded under `options`: options.adaptive with its mass
 // threshold raised to what the target asks. FlexPrefill's gamma: at least the target (as
-// before). sampled_lines' gamma: at least target + margin (the guard's `need`, capped at
-// 0.999): gamma is the share of the *sampled* rows' mass that each block's lines keep, and the
-// guard keeps the try only when the estimate on its own probe rows reaches target + margin, so
-// a gamma at the target would land about half of its tries just short of the need (rows not
-// sampled keep about gamma, tests/bench/README.md s16-select). Other methods: as configured.
+// before). sampled_lines' gamma: at least SampledLinesGammaFor(target, margin)
+// (kernels/builders/sampled_lines.h, the one rule the calibration search asks with no margin):
+// target + max(margin, (target - 0.95) / 3), at most 0.999 -- 0.95 / 0.96 / 0.99 at targets
+// 0.90 / 0.95 / 0.98 with the default margin 0.01 (0.95: the adaptive's own gamma). gamma is the
+// share of the *sampled* rows' mass that each block's lines keep, and the guard keeps the try
+// only when the estimate on its own probe rows reaches target + margin, so a gamma at the target
+// would land about half of its tries just short of the need (rows not sampled keep about gamma,
+// tests/bench/README.md s16-select); the sum of both allowances (0.999 at 0.98) does not fit the
+// worker's 8 GiB CUDA workspace at 128K keys. Other methods: as configured.
 MethodConfig AdaptiveConfig(const RecallGuardOptions& options);
 // The same for `adaptive` instead of options.adaptive (options.adaptive_also).
 MethodConfig AdaptiveConfig(const MethodConfig& adaptive, const RecallGuardOptions& options);

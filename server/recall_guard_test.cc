@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "gtest/gtest.h"
 #include "kernels/builders/build_index.h"
+#include "kernels/builders/sampled_lines.h"
 #include "kernels/calibration/pattern_search.h"
 #include "kernels/fidelity.h"
 #include "kernels/workload/workload.h"
@@ -91,21 +92,40 @@ TEST(WidenConfigTest, FinerStepsFollowTheShortfall) {
 // Issue 11: key-count budgets scale by (served / calibrated)^e; thresholds, Saap's top_l and
 // structural sizes do not; equal or unknown lengths change nothing.
 // The guard's adaptive try: flex_prefill by default (gamma at least the target, min budget
-// 512); sampled_lines on request, its gamma raised to the guard's need (target + margin, at
-// least its own 0.95); "none" = no try (dense); other names refused.
+// 512); sampled_lines on request, its gamma from the one rule of sampled_lines' gamma
+// (SampledLinesGammaFor, which the calibration search asks with no margin) asked with the
+// guard's margin: at least the need, target + margin, and at least the search's gamma for the
+// target, at least its own 0.95; "none" = no try (dense); other names refused.
 TEST(AdaptiveConfigTest, FlexPrefillByDefaultSampledLinesGammaFromTheNeed) {
   RecallGuardOptions go;
   EXPECT_EQ(go.adaptive.method, Method::kFlexPrefill);
   EXPECT_EQ(go.adaptive.DebugString(), AdaptiveByName("flex_prefill")->DebugString());
   go.adaptive = *AdaptiveByName("sampled_lines");
   EXPECT_EQ(go.adaptive.method, Method::kSampledLines);
+  EXPECT_DOUBLE_EQ(go.margin, 0.01);
   for (auto [target, gamma] : {std::pair{0.90, 0.95}, {0.95, 0.96}, {0.98, 0.99}, {1.0, 0.999}}) {
     go.target = target;
     const MethodConfig a = AdaptiveConfig(go);
     EXPECT_EQ(a.method, Method::kSampledLines);
     EXPECT_FLOAT_EQ(a.sampled_lines.gamma, static_cast<float>(gamma)) << "target " << target;
+    EXPECT_FLOAT_EQ(a.sampled_lines.gamma,
+                    static_cast<float>(std::max(0.95, SampledLinesGammaFor(target, go.margin))))
+        << "target " << target;
+    // The try keeps the target by the search's own rule (KeepsTargetServed) and asks at least
+    // the guard's need.
+    EXPECT_TRUE(KeepsTargetServed(a, target)) << "target " << target;
+    EXPECT_GE(a.sampled_lines.gamma, std::min(0.999, target + go.margin) - 1e-6);
     EXPECT_TRUE(a.Validate().ok()) << a.DebugString();
   }
+  // Without a margin the guard asks what the search asks where that is above the adaptive's own
+  // gamma (0.98 -> 0.99); a wider margin raises it (0.98 + 0.015 -> 0.995).
+  go.target = 0.98;
+  go.margin = 0;
+  EXPECT_FLOAT_EQ(AdaptiveConfig(go).sampled_lines.gamma,
+                  static_cast<float>(SampledLinesGammaFor(0.98)));
+  go.margin = 0.015;
+  EXPECT_FLOAT_EQ(AdaptiveConfig(go).sampled_lines.gamma, 0.995f);
+  go.margin = 0.01;
   go.adaptive = *AdaptiveByName("flex_prefill");
   EXPECT_EQ(go.adaptive.flex_prefill.min_budget, 512);
   go.target = 0.98;
@@ -301,7 +321,8 @@ TEST(RecallGuardTest, BatchedGuardDecidesAsPerHeadWithOneBuildPerGroupAndStep) {
         EXPECT_LE(stats.builds_per_step[s], 4) << "step " << s;
       }
       // The first builds are the adaptive tries, each for every short head at once (sampled_lines
-      // with gamma max(0.95, target + margin), flex_prefill with gamma >= target); with
+      // with gamma max(0.95, SampledLinesGammaFor(target, margin)), flex_prefill with gamma >=
+      // target); with
       // adaptive_also, both.
       std::set<std::string> tries = {AdaptiveConfig(go).DebugString()};
       if (go.adaptive_also.method != Method::kDense) {
@@ -314,7 +335,8 @@ TEST(RecallGuardTest, BatchedGuardDecidesAsPerHeadWithOneBuildPerGroupAndStep) {
       if (std::string(adaptive) == "sampled_lines") {
         EXPECT_EQ(batch_configs[0].method, Method::kSampledLines);
         EXPECT_FLOAT_EQ(batch_configs[0].sampled_lines.gamma,
-                        static_cast<float>(std::max(0.95, target + go.margin)));
+                        static_cast<float>(
+                            std::max(0.95, SampledLinesGammaFor(target, go.margin))));
       }
       int ladder = 0;
       for (int b : stats.builds_per_step) ladder += b;

@@ -108,8 +108,9 @@ int SampledLinesBin(float mass) {
   return key < 0 ? 0 : (key >= kSampledLinesBins ? kSampledLinesBins - 1 : key);
 }
 
-double SampledLinesGammaFor(double target) {
-  return std::min(0.999, target + kSampledLinesGammaSlope * std::max(0.0, target - 0.95));
+double SampledLinesGammaFor(double target, double margin) {
+  const double slope = kSampledLinesGammaSlope * std::max(0.0, target - 0.95);
+  return std::min(0.999, target + std::max(margin, slope));
 }
 
 bool SampledLinesColumnLeak(float d, int rows, const float* col, int first_pos, int last_pos,

@@ -1,5 +1,6 @@
 #include "kernels/calibration/pattern_search.h"
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <string>
@@ -7,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "kernels/builders/sampled_lines.h"
 #include "kernels/host_problem.h"
 #include "kernels/parallel.h"
 #include "kernels/workload/workload.h"
@@ -249,6 +251,33 @@ TEST(PatternSearch, SampledLinesKeepsItsTargetByItsGamma) {
     EXPECT_EQ(KeepsTargetServed(c, 0.95), gamma >= 0.95f) << gamma;
     EXPECT_EQ(KeepsTargetServed(c, 0.98), gamma >= 0.99f) << gamma;
   }
+  // The rule is SampledLinesGammaFor, the one function of sampled_lines' gamma: the search asks
+  // it with no margin, the worker's guard (server/recall_guard.h AdaptiveConfig) with its margin,
+  // which never lowers it, so every gamma the guard tries keeps the target by the search's rule
+  // too; with a margin it is at least target + margin (the guard's need), and the larger of the
+  // two allowances, not their sum (0.98 with margin 0.01: 0.99, not 0.999).
+  for (double target : {0.9, 0.95, 0.98}) {
+    c.sampled_lines.gamma = static_cast<float>(SampledLinesGammaFor(target));
+    EXPECT_TRUE(KeepsTargetServed(c, target)) << target;
+    c.sampled_lines.gamma = static_cast<float>(SampledLinesGammaFor(target) - 1e-3);
+    EXPECT_FALSE(KeepsTargetServed(c, target)) << target;
+    for (double margin : {0.0, 0.005, 0.01, 0.02}) {
+      const double g = SampledLinesGammaFor(target, margin);
+      EXPECT_GE(g, SampledLinesGammaFor(target)) << target << " + " << margin;
+      EXPECT_GE(g, std::min(0.999, target + margin) - 1e-12) << target << " + " << margin;
+      EXPECT_LE(g, 0.999) << target << " + " << margin;
+      c.sampled_lines.gamma = static_cast<float>(g);
+      EXPECT_TRUE(KeepsTargetServed(c, target)) << target << " + " << margin;
+    }
+  }
+  EXPECT_DOUBLE_EQ(SampledLinesGammaFor(0.90), 0.90);
+  EXPECT_DOUBLE_EQ(SampledLinesGammaFor(0.95), 0.95);
+  EXPECT_NEAR(SampledLinesGammaFor(0.98), 0.99, 1e-12);
+  EXPECT_NEAR(SampledLinesGammaFor(0.90, 0.01), 0.91, 1e-12);
+  EXPECT_NEAR(SampledLinesGammaFor(0.95, 0.01), 0.96, 1e-12);
+  EXPECT_NEAR(SampledLinesGammaFor(0.98, 0.01), 0.99, 1e-12);
+  EXPECT_NEAR(SampledLinesGammaFor(0.98, 0.015), 0.995, 1e-12);
+  EXPECT_DOUBLE_EQ(SampledLinesGammaFor(1.0, 0.01), 0.999);
   MethodConfig v;
   v.method = Method::kVerticalSlash;
   EXPECT_TRUE(KeepsTargetServed(v, 0.98));
