@@ -175,32 +175,42 @@ struct ConsumerStep {
     }
   }
 
+  // Row h's (g + 8 h) maximum over S's tile and the running maximum m_i[h] (the row's 4 lanes
+  // reduced).
+  __device__ __forceinline__ float RowMax(int h) const {
+    float mx = m_i[h];
+#pragma unroll
+    for (int nt = 0; nt < kBN / 8; ++nt) {
+      mx = fmaxf(mx, fmaxf(s[nt * 4 + 2 * h], s[nt * 4 + 2 * h + 1]));
+    }
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    return fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+  }
+  // Row h of S to P = 2^(s * scale - ms) in place; returns the thread's part of the row's sum.
+  __device__ __forceinline__ float ExpRow(int h, float scale, float ms) {
+    float sum = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < kBN / 8; ++nt) {
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const float pv = detail::Exp2(fmaf(s[nt * 4 + 2 * h + j], scale, -ms));
+        s[nt * 4 + 2 * h + j] = pv;
+        sum += pv;
+      }
+    }
+    return sum;
+  }
+
   // Online softmax of S in place (log2 domain, `scale` = softmax scale * log2 e); corr gets the
   // rescale factors of the two rows.
   __device__ __forceinline__ void Softmax(float scale, float* corr) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      float mx = m_i[h];
-#pragma unroll
-      for (int nt = 0; nt < kBN / 8; ++nt) {
-        mx = fmaxf(mx, fmaxf(s[nt * 4 + 2 * h], s[nt * 4 + 2 * h + 1]));
-      }
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float mx = RowMax(h);
       const float ms = mx == detail::kNegInf ? 0.f : mx * scale;
       corr[h] = detail::Exp2(m_i[h] * scale - ms);
       m_i[h] = mx;
-      float sum = 0.f;
-#pragma unroll
-      for (int nt = 0; nt < kBN / 8; ++nt) {
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          const float pv = detail::Exp2(fmaf(s[nt * 4 + 2 * h + j], scale, -ms));
-          s[nt * 4 + 2 * h + j] = pv;
-          sum += pv;
-        }
-      }
-      l_i[h] = l_i[h] * corr[h] + sum;
+      l_i[h] = l_i[h] * corr[h] + ExpRow(h, scale, ms);
     }
   }
 
@@ -221,13 +231,7 @@ struct ConsumerStep {
     bool moved = false;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      float mx = m_i[h];
-#pragma unroll
-      for (int nt = 0; nt < kBN / 8; ++nt) {
-        mx = fmaxf(mx, fmaxf(s[nt * 4 + 2 * h], s[nt * 4 + 2 * h + 1]));
-      }
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float mx = RowMax(h);
       const float ms_old = m_i[h] * scale;
       // (NaN where both are -inf: moves, as Softmax would.)
       const bool move = !(mx * scale - ms_old <= stale);
@@ -235,17 +239,7 @@ struct ConsumerStep {
       corr[h] = move ? detail::Exp2(ms_old - ms) : 1.f;
       if (move) m_i[h] = mx;
       moved = moved || move;
-      float sum = 0.f;
-#pragma unroll
-      for (int nt = 0; nt < kBN / 8; ++nt) {
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          const float pv = detail::Exp2(fmaf(s[nt * 4 + 2 * h + j], scale, -ms));
-          s[nt * 4 + 2 * h + j] = pv;
-          sum += pv;
-        }
-      }
-      l_i[h] = l_i[h] * corr[h] + sum;
+      l_i[h] = l_i[h] * corr[h] + ExpRow(h, scale, ms);
     }
     return moved;
   }
