@@ -74,6 +74,9 @@ Search:
   --sample_rows=256        query rows per prompt over which recall is computed exactly
   --build_cost_weight=1    weight of the modeled index-build work against kernel pairs
   --block_m=64             query rows per index block: the worker's --block_m
+  --sampled_lines_block_m=128
+                           query rows per sampled_lines index block: the worker's
+                           --sampled_lines_block_m (0 = --block_m)
   --threads=0              CPU threads (0 = all cores)
   saap calibrates centroids and classifiers per layer first (slow on long prompts):
   [--saap_centroids=256] [--saap_hidden=256] [--saap_steps=300]
@@ -285,6 +288,13 @@ absl::StatusOr<Options> ParseOptions(Flags& f) {
   }
   SPATTN_ASSIGN_OR_RETURN(o.search.block_m, f.GetNumber<int>("block_m", 64));
   if (o.search.block_m < 1) return absl::InvalidArgumentError("--block_m: must be >= 1");
+  SPATTN_ASSIGN_OR_RETURN(o.search.sampled_lines_block_m,
+                          f.GetNumber<int>("sampled_lines_block_m", 128));
+  if (o.search.sampled_lines_block_m < 0 || o.search.sampled_lines_block_m % 16 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--sampled_lines_block_m: must be 0 or a positive multiple of 16 (the worker's rule), got ",
+        o.search.sampled_lines_block_m));
+  }
   SPATTN_ASSIGN_OR_RETURN(int threads, f.GetNumber<int>("threads", 0));
   if (threads < 0) return absl::InvalidArgumentError("--threads: must be >= 0");
   SetCpuThreads(threads);
@@ -751,7 +761,8 @@ absl::Status Run(Options& o) {
     if (in.holdout) {
       SPATTN_ASSIGN_OR_RETURN(
           held, EvaluateHeadConfigs(in.holdout->problem(), heads, chosen, o.search.sample_rows,
-                                    o.search.seed, o.search.block_m, maybe_assets));
+                                    o.search.seed, o.search.block_m, maybe_assets,
+                                    o.search.sampled_lines_block_m));
     }
 
     // The table.

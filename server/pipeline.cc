@@ -230,14 +230,7 @@ absl::Status AttentionPipeline::Run(ParsedRequest& req, AttentionBackend& backen
   std::shared_ptr<const LayerAssets> assets;
   BuildOptions build;
   build.block_m = options_.block_m;
-  // The block size of config `c`'s index (sampled_lines: its own, PipelineOptions).
-  auto build_for = [&](const MethodConfig& c) {
-    BuildOptions b = build;
-    if (c.method == Method::kSampledLines && options_.sampled_lines_block_m > 0) {
-      b.block_m = options_.sampled_lines_block_m;
-    }
-    return b;
-  };
+  build.sampled_lines_block_m = options_.sampled_lines_block_m;  // sampled_lines: its own
   for (const HeadGroup& g : plan.groups) {
     if (g.config.method == Method::kSaap && model != nullptr && assets == nullptr) {
       SPATTN_ASSIGN_OR_RETURN(assets, cache_->GetAssets(*model, req.layer, control.deadline));
@@ -251,8 +244,8 @@ absl::Status AttentionPipeline::Run(ParsedRequest& req, AttentionBackend& backen
   std::vector<SparseIndex> indexes(plan.groups.size());
   for (size_t g = 0; g < plan.groups.size(); ++g) {
     SPATTN_RETURN_IF_ERROR(CheckControl(control, "index_build"));
-    const absl::Status s = call->BuildIndex(plan.groups[g].config, plan.groups[g].heads,
-                                            build_for(plan.groups[g].config), &indexes[g]);
+    const absl::Status s =
+        call->BuildIndex(plan.groups[g].config, plan.groups[g].heads, build, &indexes[g]);
     if (!s.ok()) {
       return absl::Status(s.code(),
                           absl::StrCat("index build (", MethodName(plan.groups[g].config.method),
@@ -271,7 +264,7 @@ absl::Status AttentionPipeline::Run(ParsedRequest& req, AttentionBackend& backen
     // config group and ladder step (GuardHeads), not per head and try.
     GuardBatchOps ops;
     ops.build = [&](const MethodConfig& c, const std::vector<int>& hs, SparseIndex* out) {
-      return call->BuildIndex(c, hs, build_for(c), out);
+      return call->BuildIndex(c, hs, build, out);
     };
     ops.estimate = [&](SparseIndex* index) {
       return call->MassRecall(index, guard.probe_rows, guard.seed);

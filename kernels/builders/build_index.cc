@@ -45,7 +45,8 @@ absl::Status BuildSparseIndex(const AttentionProblem& problem, const MethodConfi
       return BuildSaapIndex(problem, config.saap, heads, options.maybe_assets, options.block_m,
                             out);
     case Method::kSampledLines:
-      return BuildSampledLinesIndex(problem, config.sampled_lines, heads, options.block_m, out);
+      return BuildSampledLinesIndex(problem, config.sampled_lines, heads,
+                                    options.BlockRowsFor(Method::kSampledLines), out);
   }
   return absl::InvalidArgumentError("method: unknown value");
 }

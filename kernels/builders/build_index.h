@@ -16,8 +16,19 @@ struct BuildOptions {
   // Query rows per index block for methods without a block size of their own (dense, a_shape,
   // vertical_slash, saap). Default: 64.
   int block_m = 64;
+  // Query rows per index block of sampled_lines; 0 takes block_m. Its defaults were tuned on
+  // 128-row blocks, which the worker builds it on (spattn-worker --sampled_lines_block_m, default
+  // 128); whoever models the worker (the calibration search, spattn-bench) sets the same.
+  // Default: 0.
+  int sampled_lines_block_m = 0;
   // Per-layer learned inputs (Saap). Default: none.
   const LayerAssets* maybe_assets = nullptr;
+
+  // The query rows per index block of `method`'s index under these options.
+  int BlockRowsFor(Method method) const {
+    return method == Method::kSampledLines && sampled_lines_block_m > 0 ? sampled_lines_block_m
+                                                                        : block_m;
+  }
 };
 
 // Builds the index of q heads `heads` under `config` (validated first). Host memory only.

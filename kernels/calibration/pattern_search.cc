@@ -284,7 +284,7 @@ std::string ConfigLabel(const MethodConfig& c) {
 }
 
 double ModeledBuildPairs(const AttentionProblem& p, const MethodConfig& config,
-                         const LayerAssets* maybe_assets) {
+                         const LayerAssets* maybe_assets, int sampled_lines_block_m) {
   double work = 0;  // length-head_dim products
   for (int b = 0; b < p.batch(); ++b) {
     const double q = p.q_len(b), k = p.k_len(b);
@@ -335,8 +335,9 @@ double ModeledBuildPairs(const AttentionProblem& p, const MethodConfig& config,
         // Three passes over the sampled rows (row statistics, histograms, kept entries), each
         // row seeing half of the keys on average under the causal mask, plus the last rows;
         // each entry at the measured cost of its passes (kSampledLinesEntryCost).
-        const double rows = std::min(config.sampled_lines.rows_per_block, 64) *
-                            static_cast<double>(CeilDiv(p.q_len(b), 64));
+        const int block = std::max(1, sampled_lines_block_m);
+        const double rows = std::min(config.sampled_lines.rows_per_block, block) *
+                            static_cast<double>(CeilDiv(p.q_len(b), block));
         work += kSampledLinesEntryCost *
                 (1.5 * rows * k + std::min<double>(config.sampled_lines.last_q, q) * k);
         break;
@@ -361,6 +362,10 @@ absl::StatusOr<PatternSearchResult> SearchHeadPatterns(
   if (options.block_m <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("block_m must be > 0, got ", options.block_m));
   }
+  if (options.sampled_lines_block_m < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sampled_lines_block_m must be >= 0 (0: block_m), got ", options.sampled_lines_block_m));
+  }
   SPATTN_RETURN_IF_ERROR(CheckProblems(problems));
   SPATTN_RETURN_IF_ERROR(CheckCandidates(candidates, options.maybe_assets));
   SPATTN_ASSIGN_OR_RETURN(const std::vector<int> heads,
@@ -375,7 +380,9 @@ absl::StatusOr<PatternSearchResult> SearchHeadPatterns(
   result.skipped_heads.assign(nc, 0);
   BuildOptions build;
   build.block_m = options.block_m;
+  build.sampled_lines_block_m = options.sampled_lines_block_m;
   build.maybe_assets = options.maybe_assets;
+  const int sl_block = build.BlockRowsFor(Method::kSampledLines);
 
   // Per-problem modeled build work, and the dense cost, per head (the same for every head).
   std::vector<double> build_mean(nc, 0);
@@ -383,7 +390,7 @@ absl::StatusOr<PatternSearchResult> SearchHeadPatterns(
   for (const AttentionProblem* p : problems) {
     dense_mean += static_cast<double>(AllowedPairs(*p)) / n;
     for (size_t c = 0; c < nc; ++c) {
-      build_mean[c] += ModeledBuildPairs(*p, candidates[c], options.maybe_assets) / n;
+      build_mean[c] += ModeledBuildPairs(*p, candidates[c], options.maybe_assets, sl_block) / n;
     }
   }
   // Candidates in order of increasing build cost (stable): the cheap ones set the bound that
@@ -471,7 +478,8 @@ absl::StatusOr<PatternSearchResult> SearchHeadPatterns(
       }
       for (size_t pi = 0; pi < problems.size(); ++pi) {
         const AttentionProblem& p = *problems[pi];
-        const double build_pairs = ModeledBuildPairs(p, candidates[c], options.maybe_assets);
+        const double build_pairs =
+            ModeledBuildPairs(p, candidates[c], options.maybe_assets, sl_block);
         for (const std::vector<int>& build_heads : builds) {
           SparseIndex index;
           t0 = std::chrono::steady_clock::now();
@@ -554,7 +562,7 @@ absl::StatusOr<PatternSearchResult> SearchHeadPatterns(
 absl::StatusOr<std::vector<HeadEvaluation>> EvaluateHeadConfigs(
     const AttentionProblem& problem, const std::vector<int>& heads,
     const std::vector<MethodConfig>& configs, int sample_rows, uint64_t seed, int block_m,
-    const LayerAssets* maybe_assets) {
+    const LayerAssets* maybe_assets, int sampled_lines_block_m) {
   if (heads.size() != configs.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("configs: ", configs.size(), " configs for ", heads.size(), " heads"));
@@ -563,6 +571,7 @@ absl::StatusOr<std::vector<HeadEvaluation>> EvaluateHeadConfigs(
   std::vector<HeadEvaluation> out;
   BuildOptions build;
   build.block_m = block_m;
+  build.sampled_lines_block_m = sampled_lines_block_m;
   build.maybe_assets = maybe_assets;
   for (size_t i = 0; i < heads.size(); ++i) {
     if (heads[i] < 0 || heads[i] >= problem.num_q_heads) {

@@ -81,14 +81,15 @@ std::string ConfigLabel(const MethodConfig& config);
 //                      (per-row anchor over init + local keys, pooled queries x keys)
 //   saap               0.5 * (k * C / group + rows * mlp_macs / head_dim), rows = q, or
 //                      min(classify_rows * ceil(q / 64), q) when classify_rows < 64
-//   sampled_lines      10 * 0.5 * (1.5 * rows_per_block * ceil(q / 64) + min(last_q, q)) * k
+//   sampled_lines      10 * 0.5 * (1.5 * rows_per_block * ceil(q / Bs) + min(last_q, q)) * k
 //                      (three passes over the sampled rows, half the keys each under the
-//                      mask, and the last-rows evidence; 10 = kSampledLinesEntryCost)
+//                      mask, and the last-rows evidence; 10 = kSampledLinesEntryCost; Bs its
+//                      query block rows, `sampled_lines_block_m`)
 //                      (key -> centroid assignment shared by the kv group, query classifier)
 // with B the method's block size, nq = ceil(q / B), nk = ceil(k / B), C the centroid count and
 // mlp_macs the classifier's multiply-adds per query (from `maybe_assets`; 0 without them).
 double ModeledBuildPairs(const AttentionProblem& problem, const MethodConfig& config,
-                         const LayerAssets* maybe_assets);
+                         const LayerAssets* maybe_assets, int sampled_lines_block_m = 64);
 
 // What one sampled_lines entry costs in its GPU builder's passes (exp, shared-memory histogram
 // atomics, the kept-entry pass), in kernel pairs. Measured, not derived (H100): the formula
@@ -116,6 +117,10 @@ struct PatternSearchOptions {
   // BuildOptions::block_m (query rows per index block for dense, a_shape, vertical_slash, saap).
   // Default: 64.
   int block_m = 64;
+  // BuildOptions::sampled_lines_block_m: sampled_lines' own query block rows (0: block_m), so
+  // that its candidates are scored and costed on the blocks the worker builds them on
+  // (spattnctl calibrate passes the worker's default, 128). Default: 0.
+  int sampled_lines_block_m = 0;
   // q heads to search; empty = every q head. Default: empty.
   std::vector<int> heads;
   // The layer's Saap assets; needed when a candidate is saap. Not owned. Default: none.
@@ -181,7 +186,8 @@ inline constexpr double kRecallTolerance = 1e-6;
 // e.g. several prompts of one layer) over `candidates`. A candidate reaches the target on a head
 // when its recall does on every problem (the worst prompt decides: configs are published for
 // prompts not seen here). Errors: INVALID_ARGUMENT naming the bad
-// option ("target_recall", "sample_rows", "build_cost_weight", "block_m", "heads",
+// option ("target_recall", "sample_rows", "build_cost_weight", "block_m",
+// "sampled_lines_block_m", "heads",
 // "candidates[i]: ...", "problems[i]: ..."), FAILED_PRECONDITION when a saap candidate has no
 // assets. Deterministic for given inputs (multi-threaded through ParallelFor; no timing enters
 // the choice). Thread-safe: reads its inputs only.
@@ -198,12 +204,13 @@ struct HeadEvaluation {
 };
 
 // Recall and density of `configs[i]` on q head `heads[i]` of `problem` (e.g. a held-out draw),
-// each head's index built alone through BuildSparseIndex. INVALID_ARGUMENT for mismatched sizes
-// or a bad head; builder errors pass through. Thread-safe: reads its inputs only.
+// each head's index built alone through BuildSparseIndex (`block_m`, `sampled_lines_block_m`:
+// BuildOptions'). INVALID_ARGUMENT for mismatched sizes or a bad head; builder errors pass
+// through. Thread-safe: reads its inputs only.
 absl::StatusOr<std::vector<HeadEvaluation>> EvaluateHeadConfigs(
     const AttentionProblem& problem, const std::vector<int>& heads,
     const std::vector<MethodConfig>& configs, int sample_rows, uint64_t seed, int block_m = 64,
-    const LayerAssets* maybe_assets = nullptr);
+    const LayerAssets* maybe_assets = nullptr, int sampled_lines_block_m = 0);
 
 }  // namespace spattn
 

@@ -346,6 +346,8 @@ TEST(PatternSearch, BadOptionsAreRejectedByName) {
   add("weight", absl::StatusCode::kInvalidArgument, "build_cost_weight")
       ->options.build_cost_weight = -1;
   add("block_m", absl::StatusCode::kInvalidArgument, "block_m")->options.block_m = 0;
+  add("sampled_lines_block_m", absl::StatusCode::kInvalidArgument, "sampled_lines_block_m")
+      ->options.sampled_lines_block_m = -16;
   add("head range", absl::StatusCode::kInvalidArgument, "heads: 4")->options.heads = {0, 4};
   add("head twice", absl::StatusCode::kInvalidArgument, "heads: 1 is listed twice")
       ->options.heads = {1, 1};
@@ -433,6 +435,9 @@ TEST(PatternSearch, ModeledBuildCost) {
   c.method = Method::kSampledLines;  // 3 rows in each of 16 blocks of 64, last_q 64
   EXPECT_DOUBLE_EQ(ModeledBuildPairs(p, c, nullptr),
                    kSampledLinesEntryCost * 0.5 * (1.5 * 3 * 16 + 64) * 3000);
+  // On 128-row blocks (the worker's sampled_lines_block_m): 3 rows in each of 8 blocks.
+  EXPECT_DOUBLE_EQ(ModeledBuildPairs(p, c, nullptr, 128),
+                   kSampledLinesEntryCost * 0.5 * (1.5 * 3 * 8 + 64) * 3000);
   c.method = Method::kSaap;
   c.saap.num_centroids = 32;
   LayerAssets assets;

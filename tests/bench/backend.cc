@@ -232,7 +232,7 @@ class CudaBackend : public AttentionBackend {
       SPATTN_RETURN_IF_ERROR(BuildSparseIndex(*problem_, config, heads, options, index));
     } else {
       GpuBuildOptions o;
-      o.block_m = options.block_m;
+      o.block_m = options.BlockRowsFor(config.method);
       absl::StatusOr<GpuSparseIndex> built = BuildIndexOnGpu(*engine_, dp_, config, heads, o);
       absl::Status s = built.status();
       if (s.ok()) s = DownloadIndex(*engine_, *built, index);

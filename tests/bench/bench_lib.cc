@@ -102,6 +102,7 @@ struct Group {
 struct Result {
   std::string method, params, group, error;
   std::string choices;  // searched: "method:count,..." over the group's heads
+  std::string block_rows;  // the query block rows of its indexes, e.g. "64" or "64,128"
   std::vector<int> heads;
   double build_ms = 0, kernel_ms = 0, density = 0, density_min = 0, density_max = 0;
   double recall = 0, recall_min = 0, rel_l2 = 0;
@@ -203,8 +204,11 @@ Methods:
   --param METHOD.PARAM=V the same, repeatable
 )" + ParamList() +
          R"(  --block_m=N            query rows per index block for dense, a_shape, vertical_slash, saap,
-                         sampled_lines, and the oracle's query block rows and tile width
-                         (default 64)
+                         and the oracle's query block rows and tile width (default 64)
+  --sampled_lines_block_m=N
+                         query rows per sampled_lines index block, wherever it is built
+                         (its own line, searched, guarded, promise): the worker's
+                         --sampled_lines_block_m (default 128; 0 = --block_m)
   --calibrate            saap: calibrate its assets (k-means, query classifier) on the first
                          --calibrate_len queries of sequence 0 (default 4096), training the
                          classifier (--calibrate_hidden wide, default 1024) for
@@ -276,6 +280,7 @@ absl::StatusOr<BenchFlags> ParseBenchFlags(const std::vector<std::string>& args)
            {"recall_rows", &f.recall_rows},
            {"threads", &f.threads},
            {"block_m", &f.block_m},
+           {"sampled_lines_block_m", &f.sampled_lines_block_m},
            {"calibrate_len", &f.calibrate_len},
            {"calibrate_steps", &f.calibrate_steps},
            {"calibrate_hidden", &f.calibrate_hidden},
@@ -346,6 +351,10 @@ absl::StatusOr<BenchFlags> ParseBenchFlags(const std::vector<std::string>& args)
   if (f.repeat < 0) return absl::InvalidArgumentError("--repeat must be > 0 (0: auto)");
   if (f.threads < 0) return absl::InvalidArgumentError("--threads must be >= 0");
   if (f.recall_rows < 0) return absl::InvalidArgumentError("--recall_rows must be >= 0");
+  if (f.block_m <= 0) return absl::InvalidArgumentError("--block_m must be > 0");
+  if (f.sampled_lines_block_m < 0) {
+    return absl::InvalidArgumentError("--sampled_lines_block_m must be >= 0 (0: --block_m)");
+  }
   if (f.calibrate_len <= 0) return absl::InvalidArgumentError("--calibrate_len must be > 0");
   if (f.calibrate_steps <= 0) return absl::InvalidArgumentError("--calibrate_steps must be > 0");
   if (f.calibrate_hidden <= 0) {
@@ -607,6 +616,7 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
   const bool calibrated = f.calibrate && wants_saap && calibrate_saap(problem, "", &assets);
   BuildOptions bo;
   bo.block_m = f.block_m;
+  bo.sampled_lines_block_m = f.sampled_lines_block_m;
   bo.maybe_assets = calibrated ? &assets : nullptr;
 
   // searched: the pattern search on another prompt of the same model, before any timed run.
@@ -656,6 +666,7 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
       so.sample_rows = f.recall_rows > 0 ? f.recall_rows : 256;
       so.seed = f.seed;
       so.block_m = f.block_m;
+      so.sampled_lines_block_m = f.sampled_lines_block_m;
       so.maybe_assets = search_bo.maybe_assets;
       SPATTN_ASSIGN_OR_RETURN(PatternSearchResult result,
                               SearchHeadPatterns({&calib.problem()}, candidates, so));
@@ -805,6 +816,7 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
       j.Num("density", r.density).Num("density_min", r.density_min);
       j.Num("density_max", r.density_max);
       j.Num("recall", r.recall).Num("recall_min", r.recall_min);
+      if (!r.block_rows.empty()) j.Str("block_m", r.block_rows);
       if (!r.slots.empty()) {  // per head: the item-3 rule reads every head's mean recall
         double head_min = 1.0;
         std::string heads;
@@ -928,6 +940,14 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
       if (s.ok()) {
         r.build_ms = Median(build_ms);
         r.kernel_ms = Median(kernel_ms);
+        std::vector<int> rows;
+        for (const SparseIndex& index : run.indexes) {
+          if (std::find(rows.begin(), rows.end(), index.block_m) == rows.end()) {
+            rows.push_back(index.block_m);
+          }
+        }
+        std::sort(rows.begin(), rows.end());
+        r.block_rows = absl::StrJoin(rows, ",");
         for (const SparseIndex& index : run.indexes) {
           for (int slot = 0; slot < index.num_heads() && s.ok(); ++slot) {
             auto sf = (*exact)->Score(problem, index, slot);

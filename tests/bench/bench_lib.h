@@ -52,6 +52,8 @@ struct BenchFlags {
   int threads = 0;                // Default: 0 = all cores.
   std::string group_by = "auto";  // Default: auto (kind for synthetic, all for files).
   int block_m = 64;               // Default: 64.
+  // sampled_lines' own query block rows, as the worker's --sampled_lines_block_m (0: block_m).
+  int sampled_lines_block_m = 128;  // Default: 128 (the worker's).
   // Saap: calibrate the layer assets (kernels/calibration: k-means with saap.num_centroids,
   // classifier) on the first calibrate_len queries of sequence 0 before running. Without it
   // saap has no assets and reports an error line.

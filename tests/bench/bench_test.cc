@@ -304,6 +304,8 @@ TEST(BenchTest, BadFlagsAreRefusedWithTheirName) {
       {{"--search_candidates=a_shape,nope"}, 2, "--search_candidates"},
       {{"--gpu_workspace_bytes=-1"}, 2, "--gpu_workspace_bytes: -1 is negative"},
       {{"--gpu_workspace_bytes=8G"}, 2, "--gpu_workspace_bytes: not an integer"},
+      {{"--block_m=0"}, 2, "--block_m must be > 0"},
+      {{"--sampled_lines_block_m=-16"}, 2, "--sampled_lines_block_m must be >= 0"},
   };
   if (ListCudaDevices().empty()) {  // with a GPU, --device=cuda runs
     bad.push_back({{"--device=cuda", "--seq_len=64"}, 1, "device cuda"});
@@ -338,6 +340,7 @@ TEST(BenchTest, HelpExplainsEveryFlag) {
                            "--METHOD.PARAM",
                            "--param",
                            "--block_m",
+                           "--sampled_lines_block_m",
                            "--device",
                            "--gpu_workspace_bytes",
                            "--warmup",
@@ -491,6 +494,26 @@ TEST(BenchTest, OracleFollowsBlockM) {
   }
   EXPECT_GT(Num(line[128], "column_density"), Num(line[64], "column_density"));
   EXPECT_GT(Num(line[128], "block_density"), Num(line[64], "block_density"));
+}
+
+// sampled_lines is built on the worker's own block size for it (--sampled_lines_block_m, default
+// 128, as spattn-worker's), not on --block_m, unless told 0; every line says the block rows of
+// its indexes, and the other methods keep --block_m.
+TEST(BenchTest, SampledLinesBuildsOnItsOwnBlockRows) {
+  for (const char* own : {"", "--sampled_lines_block_m=0", "--sampled_lines_block_m=256"}) {
+    std::vector<std::string> args = {"--seq_len=1024", "--heads=2",
+                                     "--kv_heads=1",   "--head_dim=64",
+                                     "--threads=2",    "--methods=sampled_lines,a_shape",
+                                     "--group_by=all", "--recall_rows=32"};
+    if (*own != 0) args.push_back(own);
+    const BenchRun r = RunWith(args);
+    ASSERT_EQ(r.code, 0) << r.err;
+    ASSERT_EQ(r.lines.size(), 2u) << r.out;
+    const std::string want = *own == 0 ? "128" : (std::string(own).back() == '0' ? "64" : "256");
+    EXPECT_EQ(r.lines[0].at("method"), "sampled_lines");
+    EXPECT_EQ(r.lines[0].at("block_m"), want) << own;
+    EXPECT_EQ(r.lines[1].at("block_m"), "64") << own;
+  }
 }
 
 // Fixture data for the plan tests: the bench's llm_mix problem (model and prompt seed 0) and the

@@ -41,6 +41,7 @@ absl::Status EmitPromiseLines(const WorkloadOptions& model, AttentionBackend* ba
     so.target_recall = o.targets[t];
     so.sample_rows = o.search_rows;
     so.block_m = o.build.block_m;
+    so.sampled_lines_block_m = o.build.sampled_lines_block_m;
     so.seed = model.seed;
     const auto start = std::chrono::steady_clock::now();
     SPATTN_ASSIGN_OR_RETURN(PatternSearchResult r,

@@ -43,10 +43,11 @@ for len in 32768 131072; do
     --methods=dense,a_shape,vertical_slash,block_sparse,flex_prefill,sample_attention,anchor,saap,searched,guarded \
     >> "$OUT/bench.jsonl" 2>> "$OUT/bench.err"
   note "spattn-bench $len rc=$?"
-  # sampled_lines at its default gamma 0.95 on every head (no search), and the oracle densities
-  # it is read against (issue 11 item 4).
+  # sampled_lines at its default gamma 0.95 on every head (no search) on 64-row blocks (not the
+  # worker's 128: --sampled_lines_block_m=0 takes --block_m), and the oracle densities it is
+  # read against (issue 11 item 4).
   timeout 60 bin/spattn-bench $COMMON --seq_len=$len --warmup=1 --repeat=3 \
-    --methods=sampled_lines,oracle >> "$OUT/bench.jsonl" 2>> "$OUT/bench.err"
+    --methods=sampled_lines,oracle --sampled_lines_block_m=0 >> "$OUT/bench.jsonl" 2>> "$OUT/bench.err"
   note "spattn-bench sampled_lines,oracle $len rc=$?"
   # sampled_lines on 128-row query blocks: half the sampled rows to build, fuller key tiles for
   # the kernel, at a higher density (issue 11 items 4/5 trade-off), with the oracle of 128-row

@@ -30,9 +30,10 @@ COMMON="--device=cuda --workload=llm_mix --heads=32 --kv_heads=8 --head_dim=128 
 timeout ${GUARDED_S:-150} bin/spattn-bench $COMMON --search_len=16384 --search_target_recall=0.95 \
   --methods=guarded >> "$OUT/bench_1m.jsonl" 2>> "$OUT/bench_1m.err"
 note "spattn-bench guarded 1M rc=$?"
-# sampled_lines on 64-row blocks (spattn-bench's default block size); SL64=0 skips it.
+# sampled_lines on 64-row blocks (--block_m's; the worker's own 128 is the next line); SL64=0
+# skips it.
 if [ "${SL64:-1}" != 0 ]; then
-  timeout ${SAMPLED_S:-120} bin/spattn-bench $COMMON --methods=sampled_lines \
+  timeout ${SAMPLED_S:-120} bin/spattn-bench $COMMON --methods=sampled_lines --sampled_lines_block_m=0 \
     >> "$OUT/bench_1m.jsonl" 2>> "$OUT/bench_1m.err"
   note "spattn-bench sampled_lines 1M rc=$?"
 fi
