@@ -2,7 +2,8 @@
 # Packs every GPU test and benchmark (opt builds) with the shared libraries the GPU machine lacks
 # into one folder that travels with a device run (default: <repo>/.gpu-all, git-ignored), so one
 # run checks and measures the whole CUDA path. Then, on the GPU machine: bash .gpu-all/run.sh,
-# then (a second call) bash .gpu-all/run_1m.sh, the 1M chunk.
+# then (a second call) bash .gpu-all/run_1m.sh, the 1M chunk, and bash .gpu-all/run_promise.sh, the
+# recall promise on a second synthetic model.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DEST=${1:-.gpu-all}
@@ -31,5 +32,5 @@ done
 # xz -9: a 64 MiB dictionary spans the binaries, which share most of their CUDA code (the bundle
 # must stay under the carry limit with the working tree).
 (cd "$DEST" && XZ_OPT=-9 tar -cJf bundle.tar.xz bin lib && rm -rf bin lib)
-cp tests/gpu/run.sh tests/gpu/run_1m.sh tests/gpu/sdpa_chunk.py tests/gpu/report.py kernels/cuda/bench/sdpa_reference.py "$DEST/"
+cp tests/gpu/run.sh tests/gpu/run_1m.sh tests/gpu/run_promise.sh tests/gpu/sdpa_chunk.py tests/gpu/report.py kernels/cuda/bench/sdpa_reference.py "$DEST/"
 du -sh "$DEST"
