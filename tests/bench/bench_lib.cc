@@ -104,6 +104,7 @@ struct Result {
   std::string choices;  // searched: "method:count,..." over the group's heads
   std::vector<int> heads;
   double build_ms = 0, kernel_ms = 0, density = 0, density_min = 0, density_max = 0;
+  double pairs_ms = 0;  // the worker path's pairs count after each build (timed apart)
   double recall = 0, recall_min = 0, rel_l2 = 0;
   int64_t pairs = 0;
   std::vector<SlotFidelity> slots;
@@ -133,7 +134,9 @@ total_ms (medians over --repeat runs), density, density_min, density_max, recall
 (attention-mass recall on sampled rows), rel_l2_error (output vs exact dense attention on the
 sampled rows), pairs (computed query-key pairs) and tflops (4 * pairs * head_dim / kernel time:
 the per-pair rate); lines after the dense method's in the same run also carry dense_tflops (its
-rate, same group) and vs_dense (tflops / dense_tflops).
+rate, same group) and vs_dense (tflops / dense_tflops). With --device=cuda, index_build_ms is the
+worker's index build (BackendCall::BuildIndex) and pairs_count_ms, timed apart, the computed-pairs
+count the worker takes for its stats after the kernel (not part of the build).
 A method that fails (e.g. a builder not implemented yet) gets a line with "error" instead.
 With several groups an extra line with group "all" sums the times over the groups.
 
@@ -413,6 +416,7 @@ absl::StatusOr<GroupRun> RunConfigGroups(AttentionBackend* backend, const Attent
     // A device backend copies back the heads of its last kernel only: fetch after each group.
     if (fetch) SPATTN_RETURN_IF_ERROR(backend->FetchOutput());
     run.build_ms += build_ms;
+    run.pairs_ms += backend->last_pairs_ms();
     run.kernel_ms += kernel_ms;
   }
   return run;
@@ -802,6 +806,9 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
       j.Int("warmup", f.warmup).Int("repeat", f.repeat);
       j.Num("index_build_ms", r.build_ms).Num("kernel_ms", r.kernel_ms);
       j.Num("total_ms", r.build_ms + r.kernel_ms);
+      // The worker path's computed-pairs count after each build (its output stats, after the
+      // kernel; not in index_build_ms since session 24).
+      if (r.pairs_ms > 0) j.Num("pairs_count_ms", r.pairs_ms);
       j.Num("density", r.density).Num("density_min", r.density_min);
       j.Num("density_max", r.density_max);
       j.Num("recall", r.recall).Num("recall_min", r.recall_min);
@@ -908,7 +915,7 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
       } else {
         config_groups.push_back({config, g.heads});
       }
-      std::vector<double> build_ms, kernel_ms;
+      std::vector<double> build_ms, kernel_ms, pairs_ms;
       GroupRun run;
       const int runs = f.warmup + f.repeat;
       for (int it = 0; s.ok() && it < runs; ++it) {
@@ -922,12 +929,14 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
         if (it >= f.warmup) {
           build_ms.push_back(gr->build_ms);
           kernel_ms.push_back(gr->kernel_ms);
+          pairs_ms.push_back(gr->pairs_ms);
         }
         if (it == runs - 1) run = std::move(*gr);
       }
       if (s.ok()) {
         r.build_ms = Median(build_ms);
         r.kernel_ms = Median(kernel_ms);
+        r.pairs_ms = Median(pairs_ms);
         for (const SparseIndex& index : run.indexes) {
           for (int slot = 0; slot < index.num_heads() && s.ok(); ++slot) {
             auto sf = (*exact)->Score(problem, index, slot);
