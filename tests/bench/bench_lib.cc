@@ -107,6 +107,7 @@ struct Result {
   double pairs_ms = 0;  // the worker path's pairs count after each build (timed apart)
   double recall = 0, recall_min = 0, rel_l2 = 0;
   int64_t pairs = 0;
+  int64_t ranges = 0, cols = 0;  // index entries (what a build writes and keeps)
   std::vector<SlotFidelity> slots;
 };
 
@@ -132,7 +133,8 @@ Prints one JSON line per (method, head group): method, params, workload, group, 
 q_len, batch, num_heads, kv_heads, head_dim, dtype, device, threads, index_build_ms, kernel_ms,
 total_ms (medians over --repeat runs), density, density_min, density_max, recall, recall_min
 (attention-mass recall on sampled rows), rel_l2_error (output vs exact dense attention on the
-sampled rows), pairs (computed query-key pairs) and tflops (4 * pairs * head_dim / kernel time:
+sampled rows), pairs (computed query-key pairs), index_ranges and index_cols (the index's
+entries) and tflops (4 * pairs * head_dim / kernel time:
 the per-pair rate); lines after the dense method's in the same run also carry dense_tflops (its
 rate, same group) and vs_dense (tflops / dense_tflops). With --device=cuda, index_build_ms is the
 worker's index build (BackendCall::BuildIndex) and pairs_count_ms, timed apart, the computed-pairs
@@ -827,6 +829,7 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
       j.Num("rel_l2_error", r.rel_l2)
           .Int("recall_rows", static_cast<int64_t>((*exact)->rows().size()));
       j.Int("pairs", r.pairs);
+      j.Int("index_ranges", r.ranges).Int("index_cols", r.cols);
       if (r.method == kGuardedMethod && guard_recall_ms >= 0) {
         j.Num("guard_recall_ms", guard_recall_ms).Num("guard_recall_warm_ms", guard_warm_ms);
       }
@@ -938,6 +941,8 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
         r.kernel_ms = Median(kernel_ms);
         r.pairs_ms = Median(pairs_ms);
         for (const SparseIndex& index : run.indexes) {
+          r.ranges += static_cast<int64_t>(index.range_start.size());
+          r.cols += static_cast<int64_t>(index.col_idx.size());
           for (int slot = 0; slot < index.num_heads() && s.ok(); ++slot) {
             auto sf = (*exact)->Score(problem, index, slot);
             if (!sf.ok()) {
