@@ -69,8 +69,10 @@ void PackTokens(const AttentionProblem& p, const TokenTensor& t, int heads, int6
 // The CUDA backend: Q/K/V copied to the device once in Prepare, then each head group runs as
 // one request of the worker's CUDA path (WorkerCudaPath: GPU index builders planning into the
 // workspace, the sparse kernel on the kept index, computed pairs counted on the device). Index
-// time = wall time of the worker's build and stats; kernel time = wall time of its Attend (both
-// synchronize). The host copy of the index the fidelity metrics read is made outside the timed
+// time = wall time of the worker's build (BackendCall::BuildIndex, which synchronizes); the
+// computed-pairs count the worker takes for its stats is timed apart (last_pairs_ms: the worker
+// counts it after the kernel, outside its index_build stage); kernel time = wall time of its
+// Attend (synchronizes). The host copy of the index the fidelity metrics read is made outside the timed
 // calls.
 //
 // With host_index (--device=cuda-host-index), the path the worker had before plan / run: GPU
@@ -125,12 +127,15 @@ class CudaBackend : public AttentionBackend {
       AttentionProblem request = dp_;
       request.maybe_lse = nullptr;
       SPATTN_RETURN_IF_ERROR(path_->Begin(request));
-      SPATTN_ASSIGN_OR_RETURN(const double ms, path_->BuildIndex(config, heads, options, index));
+      SPATTN_ASSIGN_OR_RETURN(const double ms,
+                              path_->BuildIndex(config, heads, options, index, &last_pairs_ms_));
       SPATTN_RETURN_IF_ERROR(path_->CompleteHostIndex(index));
       return ms;
     }
     return BuildHostIndex(config, heads, options, index);
   }
+
+  double last_pairs_ms() const override { return path_ != nullptr ? last_pairs_ms_ : 0; }
 
   void SetGuardAdaptive(const MethodConfig& adaptive, const MethodConfig& adaptive_also) override {
     if (path_ != nullptr) path_->SetGuardAdaptive(adaptive, adaptive_also);
@@ -253,6 +258,7 @@ class CudaBackend : public AttentionBackend {
   std::unique_ptr<CudaDeviceBuffer> q_, k_, v_, o_, lse_;
   std::vector<int32_t> last_heads_;
   MethodConfig last_config_;
+  double last_pairs_ms_ = 0;  // worker mode: the last build's pairs count (timed apart)
 };
 
 }  // namespace

@@ -32,6 +32,9 @@ class AttentionBackend {
   virtual absl::StatusOr<double> BuildIndex(const MethodConfig& config,
                                             const std::vector<int>& heads,
                                             const BuildOptions& options, SparseIndex* index) = 0;
+  // Wall milliseconds of the stats a device backend's worker path counts after the last
+  // BuildIndex (the computed pairs per head; timed apart from the build), else 0.
+  virtual double last_pairs_ms() const { return 0; }
   // Runs the sparse kernel over the heads of `index`; returns elapsed milliseconds.
   virtual absl::StatusOr<double> RunKernel(const SparseIndex& index) = 0;
   // Makes the output of the last RunKernel visible in the host problem's O.

@@ -105,8 +105,10 @@ struct Result {
   std::string block_rows;  // the query block rows of its indexes, e.g. "64" or "64,128"
   std::vector<int> heads;
   double build_ms = 0, kernel_ms = 0, density = 0, density_min = 0, density_max = 0;
+  double pairs_ms = 0;  // the worker path's pairs count after each build (timed apart)
   double recall = 0, recall_min = 0, rel_l2 = 0;
   int64_t pairs = 0;
+  int64_t ranges = 0, cols = 0;  // index entries (what a build writes and keeps)
   std::vector<SlotFidelity> slots;
 };
 
@@ -132,9 +134,12 @@ Prints one JSON line per (method, head group): method, params, workload, group, 
 q_len, batch, num_heads, kv_heads, head_dim, dtype, device, threads, index_build_ms, kernel_ms,
 total_ms (medians over --repeat runs), density, density_min, density_max, recall, recall_min
 (attention-mass recall on sampled rows), rel_l2_error (output vs exact dense attention on the
-sampled rows), pairs (computed query-key pairs) and tflops (4 * pairs * head_dim / kernel time:
+sampled rows), pairs (computed query-key pairs), index_ranges and index_cols (the index's
+entries) and tflops (4 * pairs * head_dim / kernel time:
 the per-pair rate); lines after the dense method's in the same run also carry dense_tflops (its
-rate, same group) and vs_dense (tflops / dense_tflops).
+rate, same group) and vs_dense (tflops / dense_tflops). With --device=cuda, index_build_ms is the
+worker's index build (BackendCall::BuildIndex) and pairs_count_ms, timed apart, the computed-pairs
+count the worker takes for its stats after the kernel (not part of the build).
 A method that fails (e.g. a builder not implemented yet) gets a line with "error" instead.
 With several groups an extra line with group "all" sums the times over the groups.
 
@@ -422,6 +427,7 @@ absl::StatusOr<GroupRun> RunConfigGroups(AttentionBackend* backend, const Attent
     // A device backend copies back the heads of its last kernel only: fetch after each group.
     if (fetch) SPATTN_RETURN_IF_ERROR(backend->FetchOutput());
     run.build_ms += build_ms;
+    run.pairs_ms += backend->last_pairs_ms();
     run.kernel_ms += kernel_ms;
   }
   return run;
@@ -813,6 +819,9 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
       j.Int("warmup", f.warmup).Int("repeat", f.repeat);
       j.Num("index_build_ms", r.build_ms).Num("kernel_ms", r.kernel_ms);
       j.Num("total_ms", r.build_ms + r.kernel_ms);
+      // The worker path's computed-pairs count after each build (its output stats, after the
+      // kernel; not in index_build_ms since session 24).
+      if (r.pairs_ms > 0) j.Num("pairs_count_ms", r.pairs_ms);
       j.Num("density", r.density).Num("density_min", r.density_min);
       j.Num("density_max", r.density_max);
       j.Num("recall", r.recall).Num("recall_min", r.recall_min);
@@ -832,6 +841,7 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
       j.Num("rel_l2_error", r.rel_l2)
           .Int("recall_rows", static_cast<int64_t>((*exact)->rows().size()));
       j.Int("pairs", r.pairs);
+      j.Int("index_ranges", r.ranges).Int("index_cols", r.cols);
       if (r.method == kGuardedMethod && guard_recall_ms >= 0) {
         j.Num("guard_recall_ms", guard_recall_ms).Num("guard_recall_warm_ms", guard_warm_ms);
       }
@@ -920,7 +930,7 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
       } else {
         config_groups.push_back({config, g.heads});
       }
-      std::vector<double> build_ms, kernel_ms;
+      std::vector<double> build_ms, kernel_ms, pairs_ms;
       GroupRun run;
       const int runs = f.warmup + f.repeat;
       for (int it = 0; s.ok() && it < runs; ++it) {
@@ -934,12 +944,14 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
         if (it >= f.warmup) {
           build_ms.push_back(gr->build_ms);
           kernel_ms.push_back(gr->kernel_ms);
+          pairs_ms.push_back(gr->pairs_ms);
         }
         if (it == runs - 1) run = std::move(*gr);
       }
       if (s.ok()) {
         r.build_ms = Median(build_ms);
         r.kernel_ms = Median(kernel_ms);
+        r.pairs_ms = Median(pairs_ms);
         std::vector<int> rows;
         for (const SparseIndex& index : run.indexes) {
           if (std::find(rows.begin(), rows.end(), index.block_m) == rows.end()) {
@@ -949,6 +961,8 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
         std::sort(rows.begin(), rows.end());
         r.block_rows = absl::StrJoin(rows, ",");
         for (const SparseIndex& index : run.indexes) {
+          r.ranges += static_cast<int64_t>(index.range_start.size());
+          r.cols += static_cast<int64_t>(index.col_idx.size());
           for (int slot = 0; slot < index.num_heads() && s.ok(); ++slot) {
             auto sf = (*exact)->Score(problem, index, slot);
             if (!sf.ok()) {

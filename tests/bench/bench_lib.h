@@ -123,6 +123,7 @@ std::vector<ConfigGroup> GroupHeadsByConfig(const std::vector<int>& heads,
 struct GroupRun {
   double build_ms = 0;               // summed over the groups
   double kernel_ms = 0;              // summed over the groups
+  double pairs_ms = 0;               // summed: the device stats after each build (not in build_ms)
   std::vector<SparseIndex> indexes;  // one per group, in group order
 };
 

@@ -68,7 +68,8 @@ absl::Status WorkerCudaPath::Begin(const AttentionProblem& device_problem) {
 
 absl::StatusOr<double> WorkerCudaPath::BuildIndex(const MethodConfig& config,
                                                   const std::vector<int>& heads,
-                                                  const BuildOptions& options, SparseIndex* index) {
+                                                  const BuildOptions& options, SparseIndex* index,
+                                                  double* pairs_ms) {
   if (rep_->call == nullptr) return absl::FailedPreconditionError("BuildIndex before Begin");
   const auto start = std::chrono::steady_clock::now();
   if (options.maybe_assets != nullptr) {
@@ -78,8 +79,11 @@ absl::StatusOr<double> WorkerCudaPath::BuildIndex(const MethodConfig& config,
         std::shared_ptr<const LayerAssets>(options.maybe_assets, [](const LayerAssets*) {}));
   }
   SPATTN_RETURN_IF_ERROR(rep_->call->BuildIndex(config, heads, options, index));
+  const double build_ms = MillisSince(start);
+  const auto pairs_start = std::chrono::steady_clock::now();
   SPATTN_RETURN_IF_ERROR(rep_->call->ComputedPairsPerSlot(rep_->problem, config, *index).status());
-  return MillisSince(start);
+  if (pairs_ms != nullptr) *pairs_ms = MillisSince(pairs_start);
+  return build_ms;
 }
 
 absl::Status WorkerCudaPath::CompleteHostIndex(SparseIndex* index) {

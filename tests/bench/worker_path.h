@@ -31,10 +31,14 @@ class WorkerCudaPath {
   // Starts a request over `device_problem` (Q/K/V/O/LSE in this GPU's memory); ends the one
   // before (its kept indexes are released).
   absl::Status Begin(const AttentionProblem& device_problem);
-  // BackendCall::BuildIndex of the request, then the stats the worker takes (computed pairs per
-  // head). Returns the wall milliseconds of both, as the worker spends them.
+  // BackendCall::BuildIndex of the request (what the worker's index_build stage spends: the
+  // builder, its host round trip and keeping the index), then the stats the worker takes after
+  // the kernel (computed pairs per head, counted on the device). Returns the wall milliseconds of
+  // the build alone; *pairs_ms (when given) gets the pairs count's, timed apart: the worker pays
+  // it once per request in its output stats, not in its index build.
   absl::StatusOr<double> BuildIndex(const MethodConfig& config, const std::vector<int>& heads,
-                                    const BuildOptions& options, SparseIndex* index);
+                                    const BuildOptions& options, SparseIndex* index,
+                                    double* pairs_ms = nullptr);
   // Fills `index` on the host (not timed: the bench's fidelity metrics need it; the worker only
   // for recall estimates).
   absl::Status CompleteHostIndex(SparseIndex* index);

@@ -153,31 +153,63 @@ __global__ void __launch_bounds__(kSaThreads) SaPassKernel(SaArgs a) {
           Mma<T>::Run(s[2 * np + 1], qf[ks], b[2], b[3]);
         }
       }
+      // Row h sees every key of the tile (all below the span's end and, causal, at or before
+      // the row): its elements skip the per-element mask, whose test is then true for each of
+      // them (the same values as the masked path).
+      const bool tile_in = j + kSaTileN <= ke;
+      bool full[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        full[h] = row_ok[h] && tile_in && (!p.causal || j + kSaTileN - 1 <= pos_h[h]);
+      }
       if constexpr (!kScores) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           float mx = kNegInf;
+          if (full[h]) {
 #pragma unroll
-          for (int nt = 0; nt < 8; ++nt) {
+            for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const int key = j + nt * 8 + 2 * t4 + e;
-              const bool ok = row_ok[h] && key < ke && (!p.causal || key <= pos_h[h]);
-              const float v = s[nt][2 * h + e] * scale;
-              s[nt][2 * h + e] = ok ? v : kNegInf;
-              mx = fmaxf(mx, s[nt][2 * h + e]);
+              for (int e = 0; e < 2; ++e) {
+                // __fmul_rn: the product rounded on its own, as the masked path's (its select
+                // keeps it out of an FMA with the later subtraction of m_new).
+                s[nt][2 * h + e] = __fmul_rn(s[nt][2 * h + e], scale);
+                mx = fmaxf(mx, s[nt][2 * h + e]);
+              }
+            }
+          } else {
+#pragma unroll
+            for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+              for (int e = 0; e < 2; ++e) {
+                const int key = j + nt * 8 + 2 * t4 + e;
+                const bool ok = row_ok[h] && key < ke && (!p.causal || key <= pos_h[h]);
+                const float v = s[nt][2 * h + e] * scale;
+                s[nt][2 * h + e] = ok ? v : kNegInf;
+                mx = fmaxf(mx, s[nt][2 * h + e]);
+              }
             }
           }
           mx = QuadMax(mx);
           const float m_new = fmaxf(m_run[h], mx);
           if (m_new != kNegInf) {
             float sum = 0.f;
+            if (full[h]) {
+              // v = -inf (an overflowed product) gives Exp2(-inf) = +0, which the masked path
+              // adds as 0.f: the same sum without the test.
 #pragma unroll
-            for (int nt = 0; nt < 8; ++nt) {
+              for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
-              for (int e = 0; e < 2; ++e) {
-                const float v = s[nt][2 * h + e];
-                sum += v == kNegInf ? 0.f : Exp2(v - m_new);
+                for (int e = 0; e < 2; ++e) sum += Exp2(s[nt][2 * h + e] - m_new);
+              }
+            } else {
+#pragma unroll
+              for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                  const float v = s[nt][2 * h + e];
+                  sum += v == kNegInf ? 0.f : Exp2(v - m_new);
+                }
               }
             }
             l_run[h] = Rescale2(l_run[h], m_run[h], m_new) + sum;
@@ -190,20 +222,44 @@ __global__ void __launch_bounds__(kSaThreads) SaPassKernel(SaArgs a) {
 #pragma unroll
         for (int k = 0; k < kSlots; ++k) ss[k] = 0.f;
         const int sb_base = (pos0 + row0 - (j + kSaTileN - 1)) >> lg;
+        // Every sum here starts at +0 and adds probabilities >= +0: adding the 0.f of a masked
+        // element or of another slot leaves it unchanged, so skipping those additions gives the
+        // same bits.
+        if (full[0] && full[1]) {
 #pragma unroll
-        for (int nt = 0; nt < 8; ++nt) {
-          csum[nt] = 0.f;
+          for (int nt = 0; nt < 8; ++nt) {
+            csum[nt] = 0.f;
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
+            for (int h = 0; h < 2; ++h) {
 #pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const int key = j + nt * 8 + 2 * t4 + e;
-              const bool ok = row_ok[h] && key < ke && (!p.causal || key <= pos_h[h]);
-              const float pr = ok ? Exp2(s[nt][2 * h + e] * scale - lse_h[h]) : 0.f;
-              csum[nt] += pr;
-              const int k = ((pos_h[h] - key) >> lg) - sb_base;
+              for (int e = 0; e < 2; ++e) {
+                const int key = j + nt * 8 + 2 * t4 + e;
+                const float pr = Exp2(s[nt][2 * h + e] * scale - lse_h[h]);
+                csum[nt] += pr;
+                const int k = ((pos_h[h] - key) >> lg) - sb_base;
 #pragma unroll
-              for (int kk = 0; kk < kSlots; ++kk) ss[kk] += k == kk ? pr : 0.f;
+                for (int kk = 0; kk < kSlots; ++kk) {
+                  if (k == kk) ss[kk] += pr;
+                }
+              }
+            }
+          }
+        } else {
+#pragma unroll
+          for (int nt = 0; nt < 8; ++nt) {
+            csum[nt] = 0.f;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+#pragma unroll
+              for (int e = 0; e < 2; ++e) {
+                const int key = j + nt * 8 + 2 * t4 + e;
+                const bool ok = row_ok[h] && key < ke && (!p.causal || key <= pos_h[h]);
+                const float pr = ok ? Exp2(s[nt][2 * h + e] * scale - lse_h[h]) : 0.f;
+                csum[nt] += pr;
+                const int k = ((pos_h[h] - key) >> lg) - sb_base;
+#pragma unroll
+                for (int kk = 0; kk < kSlots; ++kk) ss[kk] += k == kk ? pr : 0.f;
+              }
             }
           }
         }
