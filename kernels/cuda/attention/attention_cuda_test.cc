@@ -214,6 +214,37 @@ TEST_F(CudaAttentionTest, DenseOneGroupSections) {
   ReloadCudaKernelKnobs();
 }
 
+// 2-CTA clusters with K/V multicast (SPATTN_HOPPER_CLUSTER=2, dense_fa3.cu's UseCluster): one
+// sequence, non-causal, d = 128; GQA (groups of 2 and 4), MHA with an even number of blocks,
+// chunked prefill, a partial last block, the tail split in pairs (the estimate's 2 pieces, a
+// forced 3, none); and shapes the pairs do not take (odd MHA blocks, causal, two sequences,
+// d = 64), which must run the plain grid.
+TEST_F(CudaAttentionTest, DenseClusterPairs) {
+  const std::vector<Case> cases = {
+      {{1000}, {3000}, 8, 2, 128, DType::kBF16, false},
+      {{2000}, {}, 4, 4, 128, DType::kF16, false},
+      {{1100}, {5000}, 8, 4, 128, DType::kF16, false},
+      {{1300}, {}, 2, 2, 128, DType::kBF16, false},
+      {{700}, {1800}, 8, 2, 128, DType::kBF16, true},
+      {{600, 500}, {900, 1400}, 8, 2, 128, DType::kF16, false},
+      {{800}, {2100}, 8, 2, 64, DType::kBF16, false},
+  };
+  uint64_t seed = 90;
+  setenv("SPATTN_HOPPER_CLUSTER", "2", 1);
+  for (const char* pieces : {"", "3", "0"}) {
+    setenv("SPATTN_HOPPER_TAIL_SPLIT", pieces, 1);
+    ReloadCudaKernelKnobs();
+    for (const Case& c : cases) {
+      auto hp = MakeProblem(c, seed++);
+      CheckRun(engines_[4], *hp, nullptr, 1 << 20,
+               absl::StrCat(Describe(c), " variant=5 cluster=2 pieces=", pieces));
+    }
+  }
+  unsetenv("SPATTN_HOPPER_TAIL_SPLIT");
+  unsetenv("SPATTN_HOPPER_CLUSTER");
+  ReloadCudaKernelKnobs();
+}
+
 // The dense index through the sparse kernel: the test twin of the dense kernel. With the same
 // block shape it must agree with the dense kernel bit for bit.
 TEST_F(CudaAttentionTest, SparseKernelWithDenseIndexMatchesReferenceAndDenseKernel) {

@@ -87,6 +87,7 @@ struct LaunchKnobs {
   bool dynamic = true;       // SPATTN_HOPPER_DYNAMIC (the sparse kernel's work list)
   int sleep_waits = 3;       // SPATTN_HOPPER_SLEEP_WAITS (the sparse stream's mbarrier waits)
   int stale_max = 8;         // SPATTN_HOPPER_STALE_MAX (the sparse stream's row maximum)
+  int cluster = 1;           // SPATTN_HOPPER_CLUSTER (the dense kernel's K/V multicast pairs)
 };
 
 LaunchKnobs ReadKnobs() {
@@ -106,6 +107,7 @@ LaunchKnobs ReadKnobs() {
   k.dynamic = EnvInt("SPATTN_HOPPER_DYNAMIC", 1) != 0;
   k.sleep_waits = EnvInt("SPATTN_HOPPER_SLEEP_WAITS", k.sleep_waits);
   k.stale_max = std::max(-1, std::min(254, EnvInt("SPATTN_HOPPER_STALE_MAX", k.stale_max)));
+  k.cluster = EnvInt("SPATTN_HOPPER_CLUSTER", k.cluster);
   return k;
 }
 
@@ -222,6 +224,19 @@ int64_t SplitBytes(const TailPlan& t) {
          t.split_blocks() * t.pieces * (Tr::kD / 2 + 4) * (128 * Tr::kConsumerWgs) * int64_t{4};
 }
 
+// 2-CTA clusters with K/V multicast (DenseFa3Kernel's kCluster; SPATTN_HOPPER_CLUSTER=2):
+// d = 128, non-causal, one sequence (every block runs the same key tiles), and the grid's CTA
+// pairs (2i, 2i + 1) on one kv head: GQA groups of an even size side by side in the section, or
+// MHA with one-head sections of an even number of blocks; split tails in pairs.
+template <class Tr>
+bool UseCluster(const AttnParams& p, int blocks, int section_heads, const TailPlan& plan) {
+  if (Knobs().cluster != 2 || Tr::kD != 128 || p.causal || p.batch != 1) return false;
+  const bool pairs_share_kv = (p.group % 2 == 0 && section_heads % p.group == 0) ||
+                              (p.group == 1 && section_heads == 1 && blocks % 2 == 0);
+  if (!pairs_share_kv || plan.ctas % 2 != 0) return false;
+  return plan.split_blocks() == 0 || (plan.full_ctas % 2 == 0 && plan.split_blocks() % 2 == 0);
+}
+
 template <class Tr>
 cudaError_t LaunchShape(const AttnParams& p, int max_q_len, cudaStream_t stream) {
   const int blocks = (max_q_len + Tr::kBM - 1) / Tr::kBM;
@@ -247,8 +262,32 @@ cudaError_t LaunchShape(const AttnParams& p, int max_q_len, cudaStream_t stream)
   // SPATTN_HOPPER_NARROW_FIRST=0: partial first key tiles computed at the full tile width
   // (the A/B baseline of NOTES.md session 18).
   const bool narrow_first = Knobs().narrow_first;
+  const int section_heads = SectionHeads(p);
+  if constexpr (Tr::kD == 128) {
+    if (UseCluster<Tr>(p, blocks, section_heads, plan)) {
+      split.pair_pieces = split.pieces > 1;
+      auto pair_kernel = DenseFa3Kernel<Tr, 2>;
+      err = cudaFuncSetAttribute(pair_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 Tr::kSmemBytes);
+      if (err != cudaSuccess) return err;
+      cudaLaunchConfig_t cfg = {};
+      cfg.gridDim = dim3(static_cast<unsigned>(grid));
+      cfg.blockDim = dim3(Tr::kThreads);
+      cfg.dynamicSmemBytes = Tr::kSmemBytes;
+      cfg.stream = stream;
+      cudaLaunchAttribute attr[1];
+      attr[0].id = cudaLaunchAttributeClusterDimension;
+      attr[0].val.clusterDim.x = 2;
+      attr[0].val.clusterDim.y = 1;
+      attr[0].val.clusterDim.z = 1;
+      cfg.attrs = attr;
+      cfg.numAttrs = 1;
+      return cudaLaunchKernelEx(&cfg, pair_kernel, p, tq, tk, tv, blocks, section_heads, split,
+                                narrow_first);
+    }
+  }
   kernel<<<static_cast<unsigned>(grid), Tr::kThreads, Tr::kSmemBytes, stream>>>(
-      p, tq, tk, tv, blocks, SectionHeads(p), split, narrow_first);
+      p, tq, tk, tv, blocks, section_heads, split, narrow_first);
   return cudaGetLastError();
 }
 

@@ -56,8 +56,9 @@ struct Fa3Traits {
   static constexpr int kKOff = kQBytes;
   static constexpr int kVOff = kKOff + kStages * kTileBytes;
   static constexpr int kBarOff = kVOff + kStages * kTileBytes;
-  // q_full, k_full[S], v_full[S], k_empty[S], v_empty[S]
-  static constexpr int kNumBars = 1 + 4 * kStages;
+  // q_full, k_full[S], v_full[S], k_empty[S], v_empty[S], and for 2-CTA clusters (K/V
+  // multicast, DenseFa3Kernel's kCluster) the partner's releases: pk_empty[S], pv_empty[S]
+  static constexpr int kNumBars = 1 + 6 * kStages;
   static constexpr int kSmemBytes = kBarOff + kNumBars * 8 + 1024;  // + room to align to 1024
   static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = kConsumerWgs == 2 ? 240 : 160;
@@ -87,6 +88,9 @@ struct BlockRows {
 struct DenseSplit {
   int full_ctas = 0;
   int pieces = 1;
+  // 2-CTA clusters: split CTAs 2u, 2u + 1 are the same piece of blocks full_ctas + 2 (u /
+  // pieces) and + 1 (so a cluster's CTAs run the same key tiles of one kv head).
+  bool pair_pieces = false;
   float* partials = nullptr;
   int* counters = nullptr;
 };
@@ -135,6 +139,49 @@ __device__ __forceinline__ void SectionTile(int linear, int num_heads, int batch
   seq = hb / num_heads;
   head = hb - seq * num_heads;
   m_block = num_m_blocks - 1 - blk;
+}
+
+// ---- 2-CTA clusters (dense only) ---------------------------------------------------------------
+
+__device__ __forceinline__ uint32_t ClusterRank() {
+  uint32_t r = 0;
+#if SPATTN_SM90A
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+#endif
+  return r;
+}
+
+// All threads of both CTAs (not .aligned: the producer warpgroup's threads arrive diverged).
+__device__ __forceinline__ void ClusterSync() {
+#if SPATTN_SM90A
+  asm volatile("barrier.cluster.arrive.release;\n" ::: "memory");
+  asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory");
+#endif
+}
+
+// One arrival on the barrier at the same shared address in CTA `rank` of the cluster.
+__device__ __forceinline__ void MbarArriveRemote(uint32_t bar, uint32_t rank) {
+#if SPATTN_SM90A
+  asm volatile(
+      "{\n.reg .b32 ra;\n"
+      "mapa.shared::cluster.u32 ra, %0, %1;\n"
+      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar),
+      "r"(rank)
+      : "memory");
+#endif
+}
+
+// TmaLoad3d into the same shared address of every CTA in `mask` (and complete_tx on the barrier
+// at the same address in each).
+__device__ __forceinline__ void TmaLoad3dMulticast(uint32_t dst, const CUtensorMap* map, int c0,
+                                                   int c1, int c2, uint32_t bar, uint16_t mask) {
+#if SPATTN_SM90A
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      ".multicast::cluster [%0], [%1, {%2, %3, %4}], [%5], %6;\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar), "h"(mask)
+      : "memory");
+#endif
 }
 
 // Named barrier of all consumer threads (after the turns and the warpgroup barriers).
@@ -197,7 +244,13 @@ __device__ __forceinline__ bool MergePieces(Step& st, const DenseSplit& split, i
   return true;
 }
 
-template <class Tr>
+// kCluster 2 (d = 128; the host launches clusters of 2 CTAs whose blocks read the same kv head's
+// key tiles: GQA heads side by side, or MHA blocks of one head): each CTA's producer loads one
+// 64-column half of every K / V tile and multicasts it into both CTAs, so each tile crosses the
+// L2 once per pair. A slot is loaded again once the consumers of both CTAs gave it back: each
+// producer waits for its own consumers (k_empty / v_empty), passes that on to the partner's
+// pk_empty / pv_empty, and waits for the partner's on its own.
+template <class Tr, int kCluster = 1>
 __global__ void __launch_bounds__(Tr::kThreads, 1)
     DenseFa3Kernel(const AttnParams p, const __grid_constant__ CUtensorMap tmap_q,
                    const __grid_constant__ CUtensorMap tmap_k,
@@ -214,13 +267,21 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   int linear = static_cast<int>(blockIdx.x);
   int split_block = -1, piece = 0;
   if (linear >= split.full_ctas) {
-    split_block = (linear - split.full_ctas) / split.pieces;
-    piece = linear - split.full_ctas - split_block * split.pieces;
+    const int q = linear - split.full_ctas;
+    if (split.pair_pieces) {
+      const int u = q / 2;
+      split_block = 2 * (u / split.pieces) + (q % 2);
+      piece = u % split.pieces;
+    } else {
+      split_block = q / split.pieces;
+      piece = q - split_block * split.pieces;
+    }
     linear = split.full_ctas + split_block;
   }
   int head, m_block, seq;
   SectionTile(linear, p.num_q_heads, p.batch, num_m_blocks, section_heads, head, m_block, seq);
   BlockRows b;
+  // (Clusters: the host launches them only where both CTAs have the block.)
   if (!Geometry<Tr>(p, seq, m_block, b)) return;  // every piece of an empty block leaves
   if (split_block >= 0) SplitTiles(b, piece, split.pieces);
   const int kv_head = head / p.group;
@@ -234,6 +295,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   auto v_full = [&](int s) { return bars + 8 * (1 + kStages + s); };
   auto k_empty = [&](int s) { return bars + 8 * (1 + 2 * kStages + s); };
   auto v_empty = [&](int s) { return bars + 8 * (1 + 3 * kStages + s); };
+  auto pk_empty = [&](int s) { return bars + 8 * (1 + 4 * kStages + s); };
+  auto pv_empty = [&](int s) { return bars + 8 * (1 + 5 * kStages + s); };
+  static_assert(kCluster == 1 || (kCluster == 2 && kSub == 2), "clusters: d = 128 only");
 
   if (threadIdx.x == 0) {
     MbarInit(q_full, 1);
@@ -242,10 +306,16 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       MbarInit(v_full(s), 1);
       MbarInit(k_empty(s), 4 * Tr::kConsumerWgs);  // one lane per consumer warp
       MbarInit(v_empty(s), 4 * Tr::kConsumerWgs);
+      MbarInit(pk_empty(s), 1);  // the partner's producer
+      MbarInit(pv_empty(s), 1);
     }
     MbarInitFence();
   }
-  __syncthreads();
+  if constexpr (kCluster == 2) {
+    ClusterSync();  // the partner's barriers are initialized before any multicast reaches them
+  } else {
+    __syncthreads();
+  }
 
   const int wg = threadIdx.x / 128;
   if (wg == 0) {
@@ -260,28 +330,48 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       for (int sub = 0; sub < kSub; ++sub) {
         TmaLoad3d(sQ + sub * kBM * 128, &tmap_q, sub * 64, head, b.q_tok0 + b.q_begin, q_full);
       }
+      const uint32_t rank = kCluster == 2 ? ClusterRank() : 0;
       auto load = [&](const CUtensorMap* map, uint32_t base, uint32_t full, int t) {
         const int tok = b.k_tok0 + (b.tile_end - 1 - t) * kBN;
         MbarArriveExpectTx(full, Tr::kTileBytes);
+        if constexpr (kCluster == 2) {
+          const int sub = static_cast<int>(rank);
+          TmaLoad3dMulticast(base + sub * kBN * 128, map, sub * 64, kv_head, tok, full, 3);
+        } else {
 #pragma unroll
-        for (int sub = 0; sub < kSub; ++sub) {
-          TmaLoad3d(base + sub * kBN * 128, map, sub * 64, kv_head, tok, full);
+          for (int sub = 0; sub < kSub; ++sub) {
+            TmaLoad3d(base + sub * kBN * 128, map, sub * 64, kv_head, tok, full);
+          }
+        }
+      };
+      // Slot s free for tile t in this CTA (and, clusters, in the partner).
+      auto acquire = [&](uint32_t empty, uint32_t pair_empty, int t) {
+        const uint32_t parity = ((t / kStages) & 1) ^ 1;
+        if constexpr (kCluster == 2) {
+          if (t < kStages) return;  // first pass over the ring: nothing to give back yet
+          MbarWait(empty, parity);
+          MbarArriveRemote(pair_empty, rank ^ 1);
+          MbarWait(pair_empty, parity);
+        } else {
+          MbarWait(empty, parity);
         }
       };
       // K(t + 1) goes out before V(t): the consumers use them in that order.
       for (int t = 0; t <= b.n_tiles; ++t) {
         if (t < b.n_tiles) {
           const int s = t % kStages;
-          MbarWait(k_empty(s), ((t / kStages) & 1) ^ 1);
+          acquire(k_empty(s), pk_empty(s), t);
           load(&tmap_k, sK + s * Tr::kTileBytes, k_full(s), t);
         }
         if (t > 0) {
           const int s = (t - 1) % kStages;
-          MbarWait(v_empty(s), (((t - 1) / kStages) & 1) ^ 1);
+          acquire(v_empty(s), pv_empty(s), t - 1);
           load(&tmap_v, sV + s * Tr::kTileBytes, v_full(s), t - 1);
         }
       }
     }
+    // Clusters: no CTA leaves while the partner may still address its shared memory.
+    if constexpr (kCluster == 2) ClusterSync();
     return;
   }
 
@@ -354,6 +444,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
 
   if (split_block >= 0 &&
       !MergePieces<Tr>(st, split, split_block, piece, cw * 128 + tid, p.scale_log2)) {
+    if constexpr (kCluster == 2) ClusterSync();
     return;  // another piece stores the block
   }
 
@@ -366,6 +457,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                          : p.maybe_lse + static_cast<int64_t>(head) * p.total_q + row_tok;
   st.Store(smem, cw * 64 + warp * 16, lane, b.rows, p.scale_log2, o_block, p.o_token_stride,
            lse_block);
+  if constexpr (kCluster == 2) ClusterSync();
 #endif  // SPATTN_SM90A
 }
 
