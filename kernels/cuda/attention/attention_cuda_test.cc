@@ -219,7 +219,10 @@ TEST_F(CudaAttentionTest, DenseOneGroupSections) {
 // chunked prefill, a partial last block, the tail split in pairs (the estimate's 2 pieces, a
 // forced 3, none); and shapes the pairs do not take (odd MHA blocks, causal, two sequences,
 // d = 64), which must run the plain grid.
-TEST_F(CudaAttentionTest, DenseClusterPairs) {
+// Disabled by default (opt-in path, not yet run on a device; a wrong cluster handshake would
+// hang rather than fail): run_dense_all.sh runs it alone first, under a timeout, with
+// --gtest_also_run_disabled_tests, and A/Bs the knob only if it passes.
+TEST_F(CudaAttentionTest, DISABLED_DenseClusterPairs) {
   const std::vector<Case> cases = {
       {{1000}, {3000}, 8, 2, 128, DType::kBF16, false},
       {{2000}, {}, 4, 4, 128, DType::kF16, false},

@@ -10,8 +10,12 @@
 #     ours again under those variables (one more launch per list entry, ';'-separated lists).
 #   SDPA_SHAPES="SHAPE@..." (default: CELLS' shapes; empty: none): cuDNN's kernel, every
 #     launch of one sdpa_reference.py process per entry (--warmup 1 --iters 1: 2 launches per
-#     combination; SDPA_LAUNCHES, 2, must cover them). SECTIONS, METRICS: ncu's. CLOCK (base).
-# Output: $OUT/ncu.txt (every report, the marks with their rc).
+#     combination; SDPA_LAUNCHES, default 2, must cover an entry's: 2 x its combinations).
+#   SECTIONS, METRICS: ncu's. CLOCK (base).
+# Outputs under $OUT: ncu.txt (every report, the marks with their rc), ncu_table.txt
+# (dense_ncu_table.py: per cell ours vs cuDNN in SM cycles and in time). One pass per profile
+# (~1 s + the launch): SECTIONS="" METRICS="gpu__time_duration.sum,sm__cycles_elapsed.max,
+# sm__cycles_elapsed.avg.per_second"; the default sections take ~8 passes (128K: ~12 s ours).
 set -u
 cd "$(dirname "$0")"
 HERE=$PWD
@@ -64,3 +68,4 @@ for shape in "${SDPA_LIST[@]}"; do
     python3 sdpa_reference.py $shape --backends cudnn --iters 1 --warmup 1
 done
 echo "ncu done (${SECONDS}s)" | tee -a "$OUT/ncu.txt"
+python3 dense_ncu_table.py "$OUT/ncu.txt" --launches 2 | tee "$OUT/ncu_table.txt"

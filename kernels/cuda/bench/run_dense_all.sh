@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Issue 10 item 1's whole dense matrix against cuDNN in ONE device call (~500 s wall on an H100;
+# kernels/cuda/NOTES.md, session 24 s24-dense): run_dense_matrix.sh's pair protocol over
+#   g1  the 48 cells at 8K / 32K / 128K (bf16 / fp16 x causal / full x GQA 32/8 / MHA x d64 / d128;
+#       ~117 s),
+#   g2  16K / 64K d64 non-causal (8 cells, ~15 s; no knob A/B),
+#   g3  the 16 cells at 512K with one warm-up and one timed launch a side (~350 s).
+# Same layout and outputs as run_dense_matrix.sh (table.txt: all 72 rows). Env as
+# run_dense_matrix.sh's (HEAT, SAMPLE_MS, OURS_ENV, ...), plus
+#   GROUPS_EXTRA="SHAPE|SETS|TIMING@..." appended groups; T512 the 512K timing flags.
+#   MC=1: instead of the matrix, the opt-in 2-CTA cluster path (SPATTN_HOPPER_CLUSTER=2): its test
+#     (DISABLED_DenseClusterPairs, needs attention_cuda_test in the bundle) alone under a 90 s
+#     timeout, then, only if it passed, the 8K / 32K / 128K d128 non-causal cells with the knob
+#     sets new / mc, 2 rounds (~90 s); MC512=1 adds the 512K d128 non-causal cells (~150 s).
+# Bundle: BINS="cuda_bench attention_cuda_test" kernels/cuda/gpu/pack_gpu.sh .device/NAME, then
+# on the device: OUT=$OUT bash .device/NAME/run_dense_all.sh (carry .device/NAME).
+set -u
+cd "$(dirname "$0")"
+T512=${T512:-"--warmup=1 --iters=1 --warmup_ms=0 --target_ms=0"}
+if [ "${MC:-0}" = 1 ]; then
+  OUT=${OUT:-/tmp/out}
+  mkdir -p "$OUT"
+  W=/tmp/spattn_mc && rm -rf "$W" && mkdir -p "$W" && tar -xJf bundle.tar.xz -C "$W"
+  LD_LIBRARY_PATH=$W/lib timeout 90 "$W/bin/attention_cuda_test" \
+    --gtest_filter='*DenseClusterPairs*' --gtest_also_run_disabled_tests > "$OUT/cluster_test.log" 2>&1
+  rc=$?
+  echo "DenseClusterPairs rc=$rc $(grep -hE '^\[  (PASSED|FAILED) ' "$OUT/cluster_test.log" | tr '\n' ' ')"
+  [ $rc = 0 ] || { tail -20 "$OUT/cluster_test.log"; exit 1; }
+  SETS="new:;mc:SPATTN_HOPPER_CLUSTER=2"
+  G="--seq_lens=8192,32768,131072 --kv_heads=8,32 --head_dim=128 --causal=0 --dtype=bf16,fp16|$SETS"
+  [ "${MC512:-0}" = 1 ] &&
+    G="$G@--seq_lens=524288 --kv_heads=8,32 --head_dim=128 --causal=0 --dtype=bf16,fp16|$SETS|$T512"
+  CELL_GROUPS="$G" ROUNDS=${ROUNDS:-2} exec bash run_dense_matrix.sh
+fi
+G="--seq_lens=8192,32768,131072 --kv_heads=8,32 --head_dim=64,128 --causal=0,1 --dtype=bf16,fp16"
+G="$G@--seq_lens=16384,65536 --kv_heads=8,32 --head_dim=64 --causal=0 --dtype=bf16,fp16"
+G="$G@--seq_lens=524288 --kv_heads=8,32 --head_dim=64,128 --causal=0,1 --dtype=bf16,fp16||$T512"
+[ -n "${GROUPS_EXTRA:-}" ] && G="$G@$GROUPS_EXTRA"
+CELL_GROUPS="$G" exec bash run_dense_matrix.sh
