@@ -8,6 +8,8 @@
 # Same layout and outputs as run_dense_matrix.sh (table.txt: all 72 rows). Env as
 # run_dense_matrix.sh's (HEAT, SAMPLE_MS, OURS_ENV, ...), plus
 #   GROUPS_EXTRA="SHAPE|SETS|TIMING@..." appended groups; T512 the 512K timing flags.
+#   NCU=1: instead of the matrix, run_dense_ncu.sh on the 8K / 128K d128 non-causal cells
+#     (ours vs cuDNN in SM cycles at ncu's held clock, one-pass profiles, ~60 s).
 #   MC=1: instead of the matrix, the opt-in 2-CTA cluster path (SPATTN_HOPPER_CLUSTER=2): its test
 #     (DISABLED_DenseClusterPairs, needs attention_cuda_test in the bundle) alone under a 90 s
 #     timeout, then, only if it passed, the 8K / 32K / 128K d128 non-causal cells with the knob
@@ -17,6 +19,19 @@
 set -u
 cd "$(dirname "$0")"
 T512=${T512:-"--warmup=1 --iters=1 --warmup_ms=0 --target_ms=0"}
+if [ "${NCU:-0}" = 1 ]; then
+  # Instead of the matrix: ours and cuDNN in SM cycles at ncu's held clock, one launch each, on
+  # the cells that sit nearest 1.0 (8K and 128K d128 non-causal; ~60 s; ncu_table.txt).
+  C=""
+  for n in 8192 131072; do for kv in 8 32; do for dt in bf16 fp16; do
+    C="$C@--seq_lens=$n --kv_heads=$kv --head_dim=128 --causal=0 --dtype=$dt"
+  done; done; done
+  S="--seq_lens=8192 --kv_heads=8,32 --head_dim=128 --causal=0 --dtype=bf16,fp16"
+  S="$S@--seq_lens=131072 --kv_heads=8,32 --head_dim=128 --causal=0 --dtype=bf16,fp16"
+  SECTIONS=${SECTIONS-} CELLS=${CELLS:-${C#@}} SDPA_SHAPES=${SDPA_SHAPES:-$S} SDPA_LAUNCHES=8 \
+    METRICS=${METRICS:-gpu__time_duration.sum,sm__cycles_elapsed.max,sm__cycles_elapsed.avg.per_second} \
+    exec bash run_dense_ncu.sh
+fi
 if [ "${MC:-0}" = 1 ]; then
   OUT=${OUT:-/tmp/out}
   mkdir -p "$OUT"

@@ -30,7 +30,7 @@ OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 if [ -z "$NCU" ]; then echo "no ncu" | tee "$OUT/ncu.txt"; exit 0; fi
-SECTIONS=${SECTIONS:-"LaunchStats SpeedOfLight Occupancy WarpStateStats"}
+SECTIONS=${SECTIONS-"LaunchStats SpeedOfLight Occupancy WarpStateStats"}
 METRICS=${METRICS:-"gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second,sm__cycles_elapsed.max,lts__t_sector_hit_rate.pct,dram__bytes_read.sum,lts__t_sectors_srcunit_tex_op_read.sum,lts__t_bytes.sum,sm__inst_executed_pipe_tensor.sum,smsp__inst_executed.sum"}
 SEC_ARGS=""
 for s in $SECTIONS; do SEC_ARGS="$SEC_ARGS --section $s"; done
