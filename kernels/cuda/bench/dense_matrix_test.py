@@ -176,5 +176,54 @@ class DensePairsTest(unittest.TestCase):
                          [(8192, 32, "g1"), (16384, 32, "g1")])
 
 
+class DenseNcuTableTest(unittest.TestCase):
+    """dense_ncu_table.py on an ncu.txt laid out as run_dense_ncu.sh writes it (ncu's report
+    lines as ncu 2025 prints them, cuDNN's JSON lines ahead of its reports)."""
+
+    def test_cycles_and_cudnn_combinations(self):
+        d = tempfile.mkdtemp()
+        path = os.path.join(d, "ncu.txt")
+
+        def report(cycles, ms, ghz, hit=98.0, dram="Gbyte           1.50"):
+            return ("    dram__bytes_read.sum                         %s\n"
+                    "    gpu__time_duration.sum                          ms          %s\n"
+                    "    lts__t_sector_hit_rate.pct                       %%           %s\n"
+                    "    sm__cycles_elapsed.avg.per_second              Ghz            %s\n"
+                    "    sm__cycles_elapsed.max                       cycle     %s\n"
+                    % (dram, ms, hit, ghz, cycles))
+        shape = "--seq_lens=8192 --kv_heads=8 --head_dim=128 --causal=0 --dtype=fp16"
+        text = "=== ours %s (0s)\n" % shape
+        text += "==PROF== Connected to process 1\n  DenseFa3Kernel (2320, 1, 1)x(384, 1, 1)\n"
+        text += report("2,742,872", "1.93", "1.42")
+        text += "=== rc=0 ours %s (3s)\n" % shape
+        text += "=== ours %s [SPATTN_HOPPER_SLEEP_WAITS=0] (3s)\n" % shape
+        text += report("2,600,000", "1.83", "1.42")
+        text += "=== rc=0 ours %s [SPATTN_HOPPER_SLEEP_WAITS=0] (6s)\n" % shape
+        text += "=== cudnn --seq_lens=8192 --kv_heads=8 --head_dim=128 --causal=0,1 --dtype=fp16\n"
+        for c in (0, 1):
+            text += json.dumps({"kernel": "sdpa_cudnn", "seq_len": 8192, "heads": 32,
+                                "kv_heads": 8, "head_dim": 128, "causal": c,
+                                "dtype": "fp16"}) + "\n"
+        for cycles in ("9,000,000", "2,730,941", "1,600,000", "1,590,299"):
+            text += "  cudnn_generated_fprop_kernel0_0 (132, 1, 1)x(384, 1, 1), Context 1\n"
+            text += report(cycles, "1.90", "1.43", dram="Mbyte         100.70")
+        text += "=== rc=0 cudnn (9s)\n"
+        write(path, text)
+        sys.path.insert(0, HERE)
+        import dense_ncu_table
+        cells = dense_ncu_table.parse(path, launches=2)
+        full = cells[(8192, 8, 128, 0, "fp16")]
+        self.assertEqual(full["ours"]["cycles"], 2742872)
+        self.assertAlmostEqual(full["ours"]["ghz"], 1.42)
+        self.assertEqual(full["ours [SPATTN_HOPPER_SLEEP_WAITS=0]"]["cycles"], 2600000)
+        # The second report of the combination (after the warm-up) is cuDNN's row.
+        self.assertEqual(full["cudnn"]["cycles"], 2730941)
+        self.assertAlmostEqual(full["cudnn"]["dram_gb"], 0.1007)
+        self.assertEqual(cells[(8192, 8, 128, 1, "fp16")]["cudnn"]["cycles"], 1590299)
+        out = dense_ncu_table.table(cells)
+        self.assertIn("8K fp16 GQA d128 full     ours", out)
+        self.assertIn("%.3f" % (2730941 / 2742872), out)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -14,13 +14,14 @@
 # Layout as kernels/cuda/gpu/pack_gpu.sh makes it (bundle.tar.xz + this script + the .py files).
 #
 # Env:
-#   CELL_GROUPS="SHAPE[|SETS]@SHAPE[|SETS]..." (default: the 48 cells at 8K / 32K / 128K, then
+#   CELL_GROUPS="SHAPE[|SETS[|TIMING]]@..." (default: the 48 cells at 8K / 32K / 128K, then
 #     16K / 64K d64 non-causal with the sets "new:;l2mb32:SPATTN_HOPPER_L2_MB=32"), SHAPE as flags
 #     both take (--seq_lens= --kv_heads= --head_dim= --causal= --dtype=), SETS the group's
-#     cuda_bench --knob_sets (else KNOB_SETS). 512K (~10 s a launch, so one warm-up and one
-#     timed launch a cell; 8 cells ~190 s): CELL_GROUPS="--seq_lens=524288 --kv_heads=8,32
-#     --head_dim=128 --causal=0,1 --dtype=bf16,fp16" ITERS=1 WARMUP_MS=0 TARGET_MS=0 HEAT=
-#     (and the same with --head_dim=64; kernels/cuda/NOTES.md, session 23 s23-dense).
+#     cuda_bench --knob_sets (else KNOB_SETS), TIMING the group's timing flags for both sides
+#     in place of the ITERS / WARMUP / ... ones below (e.g. 512K: "--warmup=1 --iters=1
+#     --warmup_ms=0 --target_ms=0"). 512K (~2.5-9 s a launch, so one warm-up and one timed
+#     launch a cell; 16 cells ~350 s) and all 72 cells in one call: run_dense_all.sh
+#     (kernels/cuda/NOTES.md, sessions 23 and 24 s23-dense / s24-dense).
 #   ITERS (3), WARMUP (1), WARMUP_MS (250), TARGET_MS (600), MAX_ITERS (400), PRESLEEP_US (150:
 #     where >= 10 launches are timed, every other SDPA launch is queued behind a GPU sleep so its
 #     events time cuDNN's kernel alone: "ms_gpu"; the table's ratio uses "ms", launch latency
@@ -77,15 +78,16 @@ DEFAULT_GROUPS="$DEFAULT_GROUPS@--seq_lens=16384,65536 --kv_heads=8,32 --head_di
 IFS='@' read -ra GROUP_LIST <<< "${CELL_GROUPS:-$DEFAULT_GROUPS}"
 g=0
 for group in "${GROUP_LIST[@]}"; do
-  IFS='|' read -r shape sets <<< "$group"
+  IFS='|' read -r shape sets gtiming <<< "$group"
   [ -n "$shape" ] || continue
   sets=${sets:-${KNOB_SETS:-}}
+  timing=${gtiming:-$TIMING}
   g=$((g + 1))
   if [ "${MODE:-pairs}" = pairs ]; then
-    note "start pairs g$g $shape [${OURS_ENV:-}] ${sets:+sets $sets}"
-    BENCH="env ${OURS_ENV:-} bin/cuda_bench $TIMING --variants=5 --sparse_variants= --block_ms="
+    note "start pairs g$g $shape [${OURS_ENV:-}] ${sets:+sets $sets} ${gtiming:+timing $gtiming}"
+    BENCH="env ${OURS_ENV:-} bin/cuda_bench $timing --variants=5 --sparse_variants= --block_ms="
     BENCH="$BENCH --tag=g$g ${sets:+--knob_sets=$sets --rounds=${ROUNDS:-1}}"
-    PYTHONUNBUFFERED=1 timeout "${PAIRS_TIMEOUT:-500}" python3 dense_pairs.py $shape $TIMING \
+    PYTHONUNBUFFERED=1 timeout "${PAIRS_TIMEOUT:-500}" python3 dense_pairs.py $shape $timing \
       --presleep_us="${PRESLEEP_US:-150}" --backends cudnn --bench="$BENCH" \
       --sdpa_out="$OUT/sdpa.jsonl" --bench_out="$OUT/bench.jsonl" 2>> "$OUT/errors.log"
     note "end pairs g$g rc=$?"
@@ -95,7 +97,7 @@ for group in "${GROUP_LIST[@]}"; do
   for side in ${ORDER:-sdpa ours}; do
     if [ "$side" = sdpa ]; then
       note "start sdpa g$g $shape"
-      PYTHONUNBUFFERED=1 timeout "${SDPA_TIMEOUT:-300}" python3 sdpa_reference.py $shape $TIMING \
+      PYTHONUNBUFFERED=1 timeout "${SDPA_TIMEOUT:-300}" python3 sdpa_reference.py $shape $timing \
         --presleep_us="${PRESLEEP_US:-150}" --backends cudnn > "$WORK/sdpa_new.jsonl" \
         2>> "$OUT/errors.log"
       note "end sdpa g$g rc=$? lines=$(grep -c '^{' "$WORK/sdpa_new.jsonl")"
@@ -103,7 +105,7 @@ for group in "${GROUP_LIST[@]}"; do
       cat "$WORK/sdpa_new.jsonl" >> "$WORK/sdpa_part.jsonl"
     else
       note "start ours g$g $shape [${OURS_ENV:-}] ${sets:+sets $sets}"
-      env ${OURS_ENV:-} timeout "${BENCH_TIMEOUT:-300}" bin/cuda_bench $shape $TIMING \
+      env ${OURS_ENV:-} timeout "${BENCH_TIMEOUT:-300}" bin/cuda_bench $shape $timing \
         --variants=5 --sparse_variants= --block_ms= --tag="g$g" \
         ${sets:+--knob_sets="$sets" --rounds="${ROUNDS:-1}"} \
         --sdpa="$WORK/sdpa_part.jsonl" >> "$OUT/bench.jsonl" 2>> "$OUT/errors.log"
