@@ -148,6 +148,17 @@ struct Accum {
 
 }  // namespace
 
+namespace {
+
+// The weight of `config`'s modeled build in the cost.
+double BuildWeight(const PatternSearchOptions& options, const MethodConfig& config) {
+  return config.method == Method::kSampledLines
+             ? options.build_cost_weight * options.sampled_lines_build_weight
+             : options.build_cost_weight;
+}
+
+}  // namespace
+
 std::vector<MethodConfig> DefaultCandidates() {
   std::vector<MethodConfig> out;
   for (int local : {128, 256, 512, 1024, 2048, 4096}) out.push_back(AShape(64, local));
@@ -359,6 +370,11 @@ absl::StatusOr<PatternSearchResult> SearchHeadPatterns(
     return absl::InvalidArgumentError(
         absl::StrCat("build_cost_weight must be finite and >= 0, got ", options.build_cost_weight));
   }
+  if (!(options.sampled_lines_build_weight >= 0) || std::isinf(options.sampled_lines_build_weight)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sampled_lines_build_weight must be finite and >= 0, got ",
+                     options.sampled_lines_build_weight));
+  }
   if (options.block_m <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("block_m must be > 0, got ", options.block_m));
   }
@@ -453,7 +469,7 @@ absl::StatusOr<PatternSearchResult> SearchHeadPatterns(
     result.exact_seconds += SecondsSince(t0);
 
     for (size_t c : order) {
-      const double bound = options.build_cost_weight * build_mean[c];
+      const double bound = BuildWeight(options, candidates[c]) * build_mean[c];
       std::vector<int> live_heads;  // the group's heads on which candidate c can still win
       for (size_t i : group) {
         if (candidates[c].method == Method::kSaap &&
@@ -532,7 +548,7 @@ absl::StatusOr<PatternSearchResult> SearchHeadPatterns(
         s.density = a.density / n;
         s.kernel_pairs = a.kernel_pairs / n;
         s.build_pairs = a.build_pairs / n;
-        s.cost = s.kernel_pairs + options.build_cost_weight * s.build_pairs;
+        s.cost = s.kernel_pairs + BuildWeight(options, s.config) * s.build_pairs;
         s.meets_target =
             s.recall_min >= threshold && KeepsTargetServed(s.config, options.target_recall);
         scored[group[g]][c] = true;

@@ -101,6 +101,18 @@ double ModeledBuildPairs(const AttentionProblem& problem, const MethodConfig& co
 // / 8.1x of the same dense times, so 10.
 inline constexpr double kSampledLinesEntryCost = 10;
 
+// The weight of sampled_lines' modeled build in the search's cost (PatternSearchOptions::
+// sampled_lines_build_weight), a policy knob, not a work model: the per-head cost counts one
+// head's build and kernel on the calibration prompt, while the worker serves the guarded plan on
+// longer prompts, where the other methods' configs (calibrated just above the target) are
+// widened by the guard and every distinct config is its own GPU build. Session 24 (s24-guarded,
+// H100, llm_mix 32/8 heads d128, 16K calibration, target 0.95, served at 32K; kernels/cuda/
+// NOTES.md) measured 0.1: the search then picks sampled_lines for 15 of 32 heads (3 with 1),
+// guarded density 0.132 instead of 0.169 at the same recall (0.970 / 0.971), but the same total
+// (9.83 ms against 9.91 ms: build +1.0 ms, kernel -1.1 ms; every distinct sampled_lines gamma
+// the guard widens to is one more build), so the default stays 1 (the search as before).
+inline constexpr double kSampledLinesBuildWeight = 1;
+
 // ---- Search.
 
 struct PatternSearchOptions {
@@ -114,6 +126,9 @@ struct PatternSearchOptions {
   uint64_t seed = 0;
   // Multiplies ModeledBuildPairs in the cost; 0 ranks by kernel work alone. Default: 1.
   double build_cost_weight = 1.0;
+  // Multiplies build_cost_weight for sampled_lines candidates (its modeled build stays the
+  // measured per-entry work, kSampledLinesEntryCost). Default: kSampledLinesBuildWeight.
+  double sampled_lines_build_weight = kSampledLinesBuildWeight;
   // BuildOptions::block_m (query rows per index block for dense, a_shape, vertical_slash, saap).
   // Default: 64.
   int block_m = 64;

@@ -83,8 +83,9 @@ TEST_F(PatternSearchTest, ReportsEveryHeadWithRunnerUp) {
     }
     EXPECT_GT(h.chosen.density, 0.0);
     EXPECT_LE(h.chosen.density, 1.0);
-    EXPECT_NEAR(h.chosen.cost,
-                h.chosen.kernel_pairs + h.chosen.build_pairs,  // build_cost_weight 1
+    // build_cost_weight 1; sampled_lines' build at sampled_lines_build_weight.
+    const double w = h.chosen.config.method == Method::kSampledLines ? kSampledLinesBuildWeight : 1;
+    EXPECT_NEAR(h.chosen.cost, h.chosen.kernel_pairs + w * h.chosen.build_pairs,
                 1e-6 * h.chosen.cost);
   }
   EXPECT_EQ(result_->build_seconds.size(), DefaultCandidates().size());
@@ -288,6 +289,46 @@ TEST(PatternSearch, SampledLinesKeepsItsTargetByItsGamma) {
   EXPECT_TRUE(has_098);
 }
 
+// sampled_lines_build_weight scales sampled_lines' modeled build in the cost and nothing else:
+// every other candidate's score is the same at any weight, recall and density too, and at
+// weight 0 a sampled_lines candidate costs its kernel pairs alone.
+TEST(PatternSearch, SampledLinesBuildWeightScalesOnlyItsBuild) {
+  Workload w = Generate(2, 1024, 4, 2);
+  PatternSearchOptions o;
+  o.sample_rows = 64;
+  o.keep_all_scores = true;
+  o.sampled_lines_build_weight = 1;
+  absl::StatusOr<PatternSearchResult> one =
+      SearchHeadPatterns({&w.problem()}, DefaultCandidates(), o);
+  o.sampled_lines_build_weight = 0;
+  absl::StatusOr<PatternSearchResult> zero =
+      SearchHeadPatterns({&w.problem()}, DefaultCandidates(), o);
+  ASSERT_TRUE(one.ok()) << one.status();
+  ASSERT_TRUE(zero.ok()) << zero.status();
+  EXPECT_DOUBLE_EQ(PatternSearchOptions().sampled_lines_build_weight, kSampledLinesBuildWeight);
+  int sl = 0;
+  for (size_t h = 0; h < one->heads.size(); ++h) {
+    const auto& a = one->heads[h].all;
+    const auto& b = zero->heads[h].all;
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t c = 0; c < a.size(); ++c) {
+      SCOPED_TRACE(ConfigLabel(a[c].config));
+      EXPECT_DOUBLE_EQ(a[c].recall, b[c].recall);
+      EXPECT_DOUBLE_EQ(a[c].density, b[c].density);
+      EXPECT_DOUBLE_EQ(a[c].build_pairs, b[c].build_pairs);
+      if (a[c].config.method == Method::kSampledLines) {
+        ++sl;
+        EXPECT_GT(a[c].build_pairs, 0);
+        EXPECT_NEAR(a[c].cost, a[c].kernel_pairs + a[c].build_pairs, 1e-9 * a[c].cost);
+        EXPECT_NEAR(b[c].cost, b[c].kernel_pairs, 1e-9 * a[c].cost);
+      } else {
+        EXPECT_DOUBLE_EQ(a[c].cost, b[c].cost);
+      }
+    }
+  }
+  EXPECT_GT(sl, 0);
+}
+
 TEST(PatternSearch, DeterministicAcrossThreadCounts) {
   Workload w = Generate(2, 2048, 8, 2);
   PatternSearchOptions o;
@@ -345,6 +386,8 @@ TEST(PatternSearch, BadOptionsAreRejectedByName) {
       1.5;
   add("weight", absl::StatusCode::kInvalidArgument, "build_cost_weight")
       ->options.build_cost_weight = -1;
+  add("sl weight", absl::StatusCode::kInvalidArgument, "sampled_lines_build_weight")
+      ->options.sampled_lines_build_weight = -0.5;
   add("block_m", absl::StatusCode::kInvalidArgument, "block_m")->options.block_m = 0;
   add("sampled_lines_block_m", absl::StatusCode::kInvalidArgument, "sampled_lines_block_m")
       ->options.sampled_lines_block_m = -16;
