@@ -182,12 +182,15 @@ constexpr int kFlagSleepConsumers = 32;
 // kFlagEarlyItem (the sparse stream with kFlagDynamic; SPATTN_HOPPER_EARLY_ITEM, session 24):
 // the producer's leader looks up the CTA's next item (GetItem of the list position its counter
 // fetch returned, one thread instead of all 128; prefetches the item's first range and column
-// numbers into L1) after the current item's first K / V loads, and leaves it in shared memory
+// numbers into L1) once the current item's last K tile is issued (the ring is full then and the
+// leader would wait for the last V's slot anyway; at the item's first tile, session 24 run 1, the
+// lookup's ~2-3K cycles held up the item's next loads), and leaves it in shared memory
 // (kEarlyItemOff) for the next round, so the next item's loads do not wait for GetItem's chain of
 // dependent L2 reads (schedule entry, then the row's offsets, then its ranges) after the current
-// item's last V. When the current item's last K tile is issued and the next item's Q buffer is
-// already free (a non-blocking test of its q_empty phase), the leader also writes the next
-// item's descriptor and issues its Q load then, not after the last V.
+// item's last V. If the next item's Q buffer is already free then (a non-blocking test of its
+// q_empty phase), the leader also writes its descriptor and issues its Q load, not after the
+// last V (run 1's timeline: the consumers' wait for the next item's Q at an item change fell
+// from ~2300 to ~520 cycles).
 constexpr int kFlagEarlyItem = 64;
 // Bits 8-15 (the sparse stream): the stale row maximum's bound + 1 (ConsumerStep::SoftmaxStale;
 // SPATTN_HOPPER_STALE_MAX, default 8; -1 rescales every tile as ConsumerStep::Softmax does).
@@ -1191,8 +1194,9 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
         }
         if constexpr (kSparse && Tr::kEarly) {
           if (early && leader && have) {
-            if (!have_prev && G + fetched < num_items) {
-              // The item's first K is on its way: look up the next round's item (list position
+            if (!have_next && G + fetched < num_items) {
+              // The item's last K and last-but-one V are issued (the ring is full; the leader
+              // waits for the last V's slot next): look up the next round's item (list position
               // G + fetched) for the other producer threads, and pull its first range and
               // column numbers into L1 for the cursor's and the column tile's reads.
               EarlyItem& e = early_slots[(round + 1) & 1];
