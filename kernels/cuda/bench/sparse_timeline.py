@@ -9,7 +9,8 @@ line per (CTA c, item ordinal n) with SM-cycle stamps relative to the CTA's firs
   q: consumer warpgroup 0 [waits for the item, Q landed, first K landed, first S issued,
      last P V done, epilogue stored]
   kw / vw / tw: the consumer's K / V / ping-pong turn wait cycles from the item's Q to the next's
-  eq: the item's Q was issued early (during the previous item; SPATTN_HOPPER_EARLY_ITEM)
+  eq (session 24's run-1 / run-2 traces only): the item's Q was issued during the previous item
+     (the early lookup of those runs, SPATTN_HOPPER_EARLY_ITEM; reverted, NOTES.md session 24)
 Per dump it prints the median / mean (cycles) of each gap over the items that are not a CTA's
 first, and the fit of the consumer's item period (first S of item n to first S of item n + 1)
 against the item's tiles: period = a + b * tiles, so a / b is the item's fixed cost in tile steps.
@@ -56,10 +57,10 @@ def summarize(head, recs):
         for i, r in enumerate(rs):
             p, q = r["p"], r["q"]
             tiles_all.append(r["tiles"])
-            early += r["eq"]
+            early += r.get("eq", 0)
             if i > 0:
                 gaps["lookup"].append(p[1] - p[0])
-                if p[2] >= 0 and not r["eq"]:
+                if p[2] >= 0 and not r.get("eq", 0):
                     gaps["p_q"].append(p[2] - p[1])
                 gaps["p_k0"].append(p[3] - p[1])
                 gaps["c_waitq"].append(q[1] - q[0])

@@ -91,7 +91,6 @@ struct LaunchKnobs {
   bool dynamic = true;       // SPATTN_HOPPER_DYNAMIC (the sparse kernel's work list)
   int sleep_waits = 3;       // SPATTN_HOPPER_SLEEP_WAITS (the sparse stream's mbarrier waits)
   int stale_max = 8;         // SPATTN_HOPPER_STALE_MAX (the sparse stream's row maximum)
-  bool early_item = true;    // SPATTN_HOPPER_EARLY_ITEM (the sparse stream's next-item lookup)
   std::string trace;         // SPATTN_HOPPER_TRACE (timeline file of the sparse stream)
   int trace_launch = 0;      // SPATTN_HOPPER_TRACE_LAUNCH
 };
@@ -113,7 +112,6 @@ LaunchKnobs ReadKnobs() {
   k.dynamic = EnvInt("SPATTN_HOPPER_DYNAMIC", 1) != 0;
   k.sleep_waits = EnvInt("SPATTN_HOPPER_SLEEP_WAITS", k.sleep_waits);
   k.stale_max = std::max(-1, std::min(254, EnvInt("SPATTN_HOPPER_STALE_MAX", k.stale_max)));
-  k.early_item = EnvInt("SPATTN_HOPPER_EARLY_ITEM", 1) != 0;
   const char* trace = std::getenv("SPATTN_HOPPER_TRACE");
   k.trace = trace == nullptr ? "" : trace;
   k.trace_launch = EnvInt("SPATTN_HOPPER_TRACE_LAUNCH", k.trace_launch);
@@ -342,11 +340,11 @@ cudaError_t LaunchTraced(const AttnParams& p, const SparseIndexView& idx,
       if (r[kTrPItem] == 0 || r[kTrCQ] == 0) break;
       auto rel = [&](int field) { return r[field] == 0 ? -1LL : full(r, field) - base; };
       std::fprintf(f,
-                   "{\"c\": %d, \"n\": %d, \"w\": %u, \"sm\": %u, \"tiles\": %llu, \"eq\": "
-                   "%llu, \"g\": %llu, \"p\": [%lld, %lld, %lld, %lld, %lld], \"q\": [%lld, %lld, "
+                   "{\"c\": %d, \"n\": %d, \"w\": %u, \"sm\": %u, \"tiles\": %llu, "
+                   "\"g\": %llu, \"p\": [%lld, %lld, %lld, %lld, %lld], \"q\": [%lld, %lld, "
                    "%lld, %lld, %lld, %lld], \"kw\": %llu, \"vw\": %llu, \"tw\": %llu}\n",
                    c, n, static_cast<unsigned>(r[kTrMeta] & 0xffffffffu),
-                   static_cast<unsigned>(r[kTrMeta] >> 32), r[kTrCTiles], r[kTrPEarlyQ],
+                   static_cast<unsigned>(r[kTrMeta] >> 32), r[kTrCTiles],
                    r[kTrGlobal], rel(kTrPRound), rel(kTrPItem), rel(kTrPQ), rel(kTrPK0),
                    rel(kTrPEnd), rel(kTrCWait), rel(kTrCQ), rel(kTrCK0), rel(kTrCQk),
                    rel(kTrCPvDone), rel(kTrCEpi), r[kTrCKWait], r[kTrCVWait], r[kTrCTurn]);
@@ -389,9 +387,6 @@ cudaError_t LaunchPersistent(const AttnParams& p, const SparseIndexView& idx,
     const int sw = Knobs().sleep_waits;
     flags |= ((sw & 1) ? kFlagSleepProducer : 0) | ((sw & 2) ? kFlagSleepConsumers : 0) |
              ((Knobs().stale_max + 1) << kStaleMaxShift);
-    // The next item looked up (and its Q issued) during the current one (kFlagEarlyItem;
-    // SPATTN_HOPPER_EARLY_ITEM, default 1; NOTES.md session 24).
-    if ((flags & kFlagDynamic) != 0 && Knobs().early_item) flags |= kFlagEarlyItem;
   }
   if constexpr (kSparse && kTraceable<Tr>) {
     if (!Knobs().trace.empty() && TraceLaunches()++ == Knobs().trace_launch) {

@@ -125,13 +125,7 @@ struct PersistTraits {
   // Dynamic work list (kFlagDynamic): the producer's leader hands the item it took from the
   // counter to the other producer threads here (two slots, alternating by round).
   static constexpr int kNextItemOff = kTileKeysOff + kStages * kBN * 4;
-  // Early item (kFlagEarlyItem): the producer's leader looks the next item up during the current
-  // one and leaves it here for the other producer threads (two slots of 96 bytes, by round).
-  static constexpr int kEarlyItemOff = kNextItemOff + 16;
-  // (The 2- and 16-lane gathers, SPATTN_HOPPER_COLUMN_LANES A/B only, spill 10-14 bytes of the
-  // producer's 56 registers with the early lookup: they keep the late one.)
-  static constexpr bool kEarly = kCross && (kLanes == 1 || kLanes == 4);
-  static constexpr int kSmemBytes = kEarlyItemOff + 2 * 96 + 1024;
+  static constexpr int kSmemBytes = kNextItemOff + 16 + 1024;
   static constexpr int kProducerRegs = 56;
   static constexpr int kConsumerRegs = kBM == 128 ? 224 : 200;
   static_assert(kSmemBytes * kMinBlocks <= 227 * 1024, "shared memory");
@@ -179,19 +173,6 @@ constexpr int kFlagDynamic = 4;
 // (MbarWaitSleep) instead of returning after the short default limit and looping.
 constexpr int kFlagSleepProducer = 16;
 constexpr int kFlagSleepConsumers = 32;
-// kFlagEarlyItem (the sparse stream with kFlagDynamic; SPATTN_HOPPER_EARLY_ITEM, session 24):
-// the producer's leader looks up the CTA's next item (GetItem of the list position its counter
-// fetch returned, one thread instead of all 128; prefetches the item's first range and column
-// numbers into L1) once the current item's last K tile is issued (the ring is full then and the
-// leader would wait for the last V's slot anyway; at the item's first tile, session 24 run 1, the
-// lookup's ~2-3K cycles held up the item's next loads), and leaves it in shared memory
-// (kEarlyItemOff) for the next round, so the next item's loads do not wait for GetItem's chain of
-// dependent L2 reads (schedule entry, then the row's offsets, then its ranges) after the current
-// item's last V. If the next item's Q buffer is already free then (a non-blocking test of its
-// q_empty phase), the leader also writes its descriptor and issues its Q load, not after the
-// last V (run 1's timeline: the consumers' wait for the next item's Q at an item change fell
-// from ~2300 to ~520 cycles).
-constexpr int kFlagEarlyItem = 64;
 // Bits 8-15 (the sparse stream): the stale row maximum's bound + 1 (ConsumerStep::SoftmaxStale;
 // SPATTN_HOPPER_STALE_MAX, default 8; -1 rescales every tile as ConsumerStep::Softmax does).
 constexpr int kStaleMaxShift = 8;
@@ -364,14 +345,6 @@ struct TileDesc {
 };
 static_assert(sizeof(ItemDesc) == 32 && sizeof(TileDesc) == 16, "descriptor slots");
 
-// kFlagEarlyItem: the next item as the producer's leader looked it up (valid: GetItem's
-// answer; keys: it has any key, so it reaches the consumers).
-struct EarlyItem {
-  Item it;
-  int valid, keys;
-};
-static_assert(sizeof(EarlyItem) <= 96, "early item slot");
-
 // ---- Timeline diagnostic (SPATTN_HOPPER_TRACE; a traced kernel instance, Traced<Tr>) ----------
 // The traced instance stamps clock64() at an item's steps into a debug buffer, a record of
 // kTraceWords 64-bit words per (CTA, item ordinal of the CTA), written by thread 0 of consumer
@@ -388,8 +361,8 @@ constexpr int kTraceWords = 20;
 enum TraceField {
   kTrMeta = 0,      // item w | smid << 32
   kTrPRound = 1,    // producer: round start (before the item's number is known)
-  kTrPItem = 2,     // producer: item looked up (GetItem, or the early slot read) and first tile
-  kTrPQ = 3,        // producer: Q load issued (early: during the previous item)
+  kTrPItem = 2,     // producer: item looked up (GetItem) and its first tile found
+  kTrPQ = 3,        // producer: Q load issued
   kTrPK0 = 4,       // producer: first K tile's load issued
   kTrPEnd = 5,      // producer: last V tile's load issued
   kTrGlobal = 6,    // consumer: %globaltimer (ns) at kTrCQ
@@ -402,8 +375,7 @@ enum TraceField {
   kTrCKWait = 13,   // consumer: cycles in K waits of the item's later tiles
   kTrCVWait = 14,   // consumer: cycles in V waits
   kTrCTurn = 15,    // consumer: cycles in ping-pong turn waits
-  kTrPEarlyQ = 16,  // producer: 1 if the item's Q was issued early
-  kTrCTiles = 17,   // consumer: the item's key tiles
+  kTrCTiles = 16,   // consumer: the item's key tiles
 };
 template <class Tr, class = void>
 struct TraceOn : std::false_type {};
@@ -418,11 +390,11 @@ struct TraceOn<Tr, std::void_t<decltype(Tr::kTrace)>> : std::integral_constant<b
 template <class Tr>
 struct Traced : Tr {
   static constexpr bool kTrace = true;
-  static constexpr int kTraceOff = Tr::kEarlyItemOff + 2 * 96;
+  static constexpr int kTraceOff = Tr::kNextItemOff + 16;
   static constexpr int kSmemBytes = Tr::kSmemBytes + 4 * 8 * 4;
   static_assert(kSmemBytes * Tr::kMinBlocks <= 227 * 1024, "shared memory");
 };
-enum TraceProducerWord { kTpW = 0, kTpRound, kTpItem, kTpQ, kTpK0, kTpEnd, kTpEarlyQ };
+enum TraceProducerWord { kTpW = 0, kTpRound, kTpItem, kTpQ, kTpK0, kTpEnd };
 template <class Tr>
 __device__ __forceinline__ void TraceP(char* smem, int n_item, int word, unsigned v) {
   if constexpr (TraceOn<Tr>::value) {
@@ -667,7 +639,6 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
         TraceSet(n, kTrPQ, r[kTpQ]);
         TraceSet(n, kTrPK0, r[kTpK0]);
         TraceSet(n, kTrPEnd, r[kTpEnd]);
-        TraceSet(n, kTrPEarlyQ, r[kTpEarlyQ]);
       }
     }
   };
@@ -1066,11 +1037,6 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
     const bool dynamic = kSparse && Tr::kDesc && (flags & kFlagDynamic) != 0;
     int* const next_item = reinterpret_cast<int*>(smem + Tr::kNextItemOff);
     int fetched = 0;
-    // kFlagEarlyItem (leader): the next round's item is in early_slots[(round + 1) & 1]
-    // (`prepared`), and its Q load was issued (`early_q`).
-    const bool early = dynamic && Tr::kEarly && (flags & kFlagEarlyItem) != 0;
-    EarlyItem* const early_slots = reinterpret_cast<EarlyItem*>(smem + Tr::kEarlyItemOff);
-    bool prepared = false, early_q = false;
     constexpr bool kTrace = TraceOn<Tr>::value;
     for (int round = 0;; ++round) {
       // (kTrace: the slot of the round's item, rewritten by the next round if it has no tiles)
@@ -1078,29 +1044,18 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
         if (leader) TraceP<Tr>(smem, n_item, kTpRound, static_cast<unsigned>(TraceClock()));
       }
       int w = SnakeItem(round, c, G);
-      bool from_slot = false;
       if (dynamic && round > 0) {
         if (leader) {
           if (fetched == num_items - 1) atomicExch(sched.counter, 0);  // the list's last fetch
           next_item[round & 1] = G + fetched;
-          next_item[2 + (round & 1)] = prepared ? 1 : 0;
         }
         NamedSync(kBarProducer, 128);
         w = next_item[round & 1];
-        from_slot = next_item[2 + (round & 1)] != 0;
       }
-      const bool q_done = early_q;  // (leader)
-      prepared = early_q = false;
       if (w >= num_items) break;
       if (dynamic && leader) fetched = atomicAdd(sched.counter, 1);
       Item it;
-      if (from_slot) {
-        const EarlyItem& e = early_slots[round & 1];
-        it = e.it;
-        if (!e.valid) continue;
-      } else if (!GetItem<kSparse, kBM>(p, idx, sched, num_m_blocks, w, it)) {
-        continue;
-      }
+      if (!GetItem<kSparse, kBM>(p, idx, sched, num_m_blocks, w, it)) continue;
       // Tiles one ahead: whether another follows is part of a tile's descriptor.
       PackedCursor<kBN, kSparse && Tr::kCross> cursor;
       cursor.Init(flags);
@@ -1114,7 +1069,6 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
           asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
           TraceP<Tr>(smem, n_item, kTpW, w);
           TraceP<Tr>(smem, n_item, kTpItem, static_cast<unsigned>(TraceClock()));
-          TraceP<Tr>(smem, n_item, kTpEarlyQ, q_done ? 1 : 0);
         }
       }
       if (Tr::kCross && !have) {
@@ -1135,7 +1089,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
       }
       const int qb = n_item % kQB;
       pwait(q_empty(qb), ((n_item / kQB) & 1) ^ 1);
-      if (leader && !q_done) {
+      if (leader) {
         if constexpr (Tr::kDesc) {
           ItemDesc* d = reinterpret_cast<ItemDesc*>(smem + Tr::kItemDescOff) + qb;
           d->cols = it.ks.cols;
@@ -1190,64 +1144,6 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
           }
           if (leader && !have) {
             TraceP<Tr>(smem, n_item - 1, kTpEnd, static_cast<unsigned>(TraceClock()));
-          }
-        }
-        if constexpr (kSparse && Tr::kEarly) {
-          if (early && leader && have) {
-            if (!have_next && G + fetched < num_items) {
-              // The item's last K and last-but-one V are issued (the ring is full; the leader
-              // waits for the last V's slot next): look up the next round's item (list position
-              // G + fetched) for the other producer threads, and pull its first range and
-              // column numbers into L1 for the cursor's and the column tile's reads.
-              EarlyItem& e = early_slots[(round + 1) & 1];
-              Item x;
-              const bool valid = GetItem<kSparse, kBM>(p, idx, sched, num_m_blocks, G + fetched, x);
-              int keys = x.ks.num_cols > 0 ? 1 : 0;
-#pragma unroll 1
-              for (int i = 0; valid && keys == 0 && i < x.ks.num_ranges; ++i) {
-                keys = __ldg(x.ks.range_len + i) > 0 ? 1 : 0;
-              }
-              if (valid && x.ks.num_ranges > 0) {
-                asm volatile("prefetch.global.L1 [%0];" ::"l"(x.ks.range_start));
-              }
-              if (valid) {
-#pragma unroll 1
-                for (int i = 0; i < min(x.ks.num_cols, kBN); i += 32) {
-                  asm volatile("prefetch.global.L1 [%0];" ::"l"(x.ks.cols + i));
-                }
-              }
-              e.it = x;
-              e.valid = valid ? 1 : 0;
-              e.keys = keys;
-              prepared = true;
-            }
-            if (!have_next && prepared) {
-              // The item's last K is issued: the next item's Q too, if its buffer is free
-              // already (its previous item's epilogue done; otherwise the next round loads it).
-              const EarlyItem& e = early_slots[(round + 1) & 1];
-              const int nqb = n_item % kQB;
-              if (e.valid != 0 && e.keys != 0 && MbarTest(q_empty(nqb), ((n_item / kQB) & 1) ^ 1)) {
-                const Item& x = e.it;
-                ItemDesc* d = reinterpret_cast<ItemDesc*>(smem + Tr::kItemDescOff) + nqb;
-                d->cols = x.ks.cols;
-                d->q_tok0 = x.q_tok0;
-                d->q_begin = x.q_begin;
-                d->rows = x.rows;
-                d->first_pos = x.first_pos;
-                d->head = x.head;
-                d->flags = 1 | (x.ks.num_cols << 2);
-                MbarArriveExpectTx(q_full(nqb), Tr::kQBytes);
-#pragma unroll
-                for (int sub = 0; sub < kSub; ++sub) {
-                  TmaLoad3d(sQ0 + nqb * Tr::kQBytes + sub * kBM * 128, &tmap_q, sub * 64, x.head,
-                            x.q_tok0 + x.q_begin, q_full(nqb));
-                }
-                early_q = true;
-                if constexpr (kTrace) {
-                  TraceP<Tr>(smem, n_item, kTpQ, static_cast<unsigned>(TraceClock()));
-                }
-              }
-            }
           }
         }
         if (!have) break;

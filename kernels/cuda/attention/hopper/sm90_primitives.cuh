@@ -91,23 +91,6 @@ __device__ __forceinline__ void MbarWaitSleep(uint32_t bar, uint32_t parity) {
 #endif
 }
 
-// Whether the phase of parity `parity` has completed, without waiting (mbarrier.test_wait).
-__device__ __forceinline__ bool MbarTest(uint32_t bar, uint32_t parity) {
-#if SPATTN_SM90A
-  uint32_t done = 0;
-  asm volatile(
-      "{\n.reg .pred p;\n"
-      "mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-      "selp.u32 %0, 1, 0, p;\n}\n"
-      : "=r"(done)
-      : "r"(bar), "r"(parity)
-      : "memory");
-  return done != 0;
-#else
-  return false;
-#endif
-}
-
 // ---- TMA ---------------------------------------------------------------------------------------
 
 // Loads the box at coordinates (c0, c1, c2) (innermost first) of `map` into shared memory at
