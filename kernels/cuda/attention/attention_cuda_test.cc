@@ -5,11 +5,15 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <random>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/builders/simple_patterns.h"
@@ -425,6 +429,83 @@ TEST_F(CudaAttentionTest, SparseDynamicWorkListMatchesSnakeOrder) {
         EXPECT_EQ(0, std::memcmp(lse[0].data(), lse[run].data(), lse[0].size() * 4))
             << config << " run " << run;
       }
+    }
+  }
+}
+
+// The sparse stream's timeline (SPATTN_HOPPER_TRACE: the traced instance of the bf16 d = 128
+// stream kernels, NOTES.md session 24) computes the same bytes as the default kernel, and writes
+// a header and one record per item with keys; other shapes run the default kernel and write
+// nothing. Rows alternate empty (the producer writes them; they have no record), one short
+// range (one-tile items) and random ranges with columns.
+TEST_F(CudaAttentionTest, SparseTimelineTraceMatchesDefault) {
+  const std::vector<Case> cases = {
+      {{9000, 4100}, {}, 8, 2, 128, DType::kBF16, true},
+      {{5000}, {7000}, 16, 4, 64, DType::kF16, true},
+  };
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string trace = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/sparse_trace.jsonl");
+  uint64_t seed = 470;
+  for (int block_m : {64, 128}) {
+    for (const Case& c : cases) {
+      auto hp = MakeProblem(c, seed++);
+      const AttentionProblem& hprob = hp->problem();
+      SparseIndex idx;
+      InitSparseIndex(hprob, AllHeads(c.hq), block_m, &idx);
+      std::mt19937_64 rng(seed++);
+      std::vector<RowKeys> rows(idx.num_rows());
+      int64_t with_keys = 0;
+      for (int s = 0; s < idx.num_heads(); ++s) {
+        for (int b = 0; b < idx.num_blocks(); ++b) {
+          const BlockGeometry g = GetBlockGeometry(hprob, idx, b);
+          RowKeys& row = rows[idx.row(s, b)];
+          const int kind = (s + b) % 3;
+          if (kind == 0) continue;
+          ++with_keys;
+          if (kind == 1) {
+            const int64_t len = 1 + static_cast<int64_t>(rng() % block_m);
+            row.AddRange(std::max<int64_t>(0, g.key_end - len), g.key_end);
+          } else {
+            for (int i = 0; i < 3; ++i) {
+              const int64_t st = rng() % g.key_end;
+              row.AddRange(st, st + 1 + rng() % 300);
+            }
+            for (int i = 0; i < 60; ++i) row.AddCol(rng() % g.key_end);
+          }
+          row.Normalize(g.key_end, /*min_run=*/1 << 30);
+        }
+      }
+      CompactRows(&rows, &idx);
+      ASSERT_TRUE(ValidateSparseIndex(hprob, idx).ok());
+      ASSERT_GT(static_cast<int64_t>(idx.num_heads()) * idx.num_blocks(), 600);
+      const std::string config = absl::StrCat(Describe(c), " block_m=", block_m);
+      const bool traced = c.dtype == DType::kBF16 && c.d == 128;
+      std::remove(trace.c_str());
+      std::vector<float> o[2], lse[2];
+      for (int run = 0; run < 2; ++run) {
+        if (run == 1) setenv("SPATTN_HOPPER_TRACE", trace.c_str(), 1);
+        ReloadCudaKernelKnobs();
+        auto dp = DeviceProblem::Create(0, *hp);
+        ASSERT_TRUE(dp.ok()) << dp.status();
+        ASSERT_TRUE((*dp)->Poison().ok());
+        const absl::Status st = engines_[4]->RunSparse((*dp)->problem(), idx);
+        unsetenv("SPATTN_HOPPER_TRACE");
+        ReloadCudaKernelKnobs();
+        ASSERT_TRUE(st.ok()) << st << " " << config;
+        ASSERT_TRUE((*dp)->Download(&o[run], &lse[run]).ok());
+        std::vector<int> heads(idx.heads.begin(), idx.heads.end());
+        EXPECT_EQ(CheckAllWritten((*dp)->problem(), heads, o[run], lse[run]), "")
+            << config << " run " << run;
+      }
+      EXPECT_EQ(CheckRows(hprob, &idx, SampleRows(hprob, AllHeads(c.hq), 64), o[0], lse[0]), "")
+          << config;
+      EXPECT_EQ(0, std::memcmp(o[0].data(), o[1].data(), o[0].size() * 4)) << config;
+      EXPECT_EQ(0, std::memcmp(lse[0].data(), lse[1].data(), lse[0].size() * 4)) << config;
+      // The traced launch wrote a header and one record per item with keys.
+      std::ifstream in(trace);
+      int64_t lines = 0;
+      for (std::string l; std::getline(in, l);) ++lines;
+      EXPECT_EQ(lines, traced ? with_keys + 1 : 0) << config;
     }
   }
 }

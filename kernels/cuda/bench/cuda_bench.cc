@@ -43,6 +43,9 @@
 // (full / partial, the keys per tile). workspace_mb: each engine's workspace (default 1024; the
 // 128K sampled_lines build needs more, 8192). index_stats=1: an "index_stats" line before every
 // sparse index (the synthetic ones too).
+// Timeline of the sparse kernel: a knob set with SPATTN_HOPPER_TRACE=<file> (and sparse_knobs=1)
+// dumps one launch per index (dense_fa3.cu; labelled through SPATTN_HOPPER_TRACE_TAG, which
+// run_sparse sets), summarized by bench/sparse_timeline.py.
 #include <algorithm>
 #include <chrono>
 #include <cinttypes>
@@ -708,6 +711,15 @@ int RunShape(const std::map<std::string, std::string>& flags, int kv_heads, int 
           for (const auto& [var, value] : set.vars) setenv(var.c_str(), value.c_str(), 1);
           ReloadCudaKernelKnobs();
           tag = set.name.empty() ? base_tag : base_tag + "/" + set.name;
+          {
+            // The label of a SPATTN_HOPPER_TRACE timeline dump (dense_fa3.cu) of this index.
+            char label[192];
+            std::snprintf(label, sizeof(label), "%s n=%d bm=%d density=%.4f set=%s round=%d",
+                          name.c_str(), n, block_m,
+                          pairs / (static_cast<double>(AllowedPairs(p)) * heads),
+                          tag.c_str(), round);
+            setenv("SPATTN_HOPPER_TRACE_TAG", label, 1);
+          }
           for (double v : sparse_variants) {
             CudaAttentionEngine* engine = engines[static_cast<int>(v)].get();
             std::vector<double> ks, ss;

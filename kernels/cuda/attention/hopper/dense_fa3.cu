@@ -4,7 +4,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <string>
+#include <type_traits>
+#include <vector>
 
 #include "kernels/cuda/attention/hopper/dense_fa3.cuh"
 #include "kernels/cuda/attention/hopper/hopper_launch.h"
@@ -87,6 +91,8 @@ struct LaunchKnobs {
   bool dynamic = true;       // SPATTN_HOPPER_DYNAMIC (the sparse kernel's work list)
   int sleep_waits = 3;       // SPATTN_HOPPER_SLEEP_WAITS (the sparse stream's mbarrier waits)
   int stale_max = 8;         // SPATTN_HOPPER_STALE_MAX (the sparse stream's row maximum)
+  std::string trace;         // SPATTN_HOPPER_TRACE (timeline file of the sparse stream)
+  int trace_launch = 0;      // SPATTN_HOPPER_TRACE_LAUNCH
 };
 
 LaunchKnobs ReadKnobs() {
@@ -106,6 +112,9 @@ LaunchKnobs ReadKnobs() {
   k.dynamic = EnvInt("SPATTN_HOPPER_DYNAMIC", 1) != 0;
   k.sleep_waits = EnvInt("SPATTN_HOPPER_SLEEP_WAITS", k.sleep_waits);
   k.stale_max = std::max(-1, std::min(254, EnvInt("SPATTN_HOPPER_STALE_MAX", k.stale_max)));
+  const char* trace = std::getenv("SPATTN_HOPPER_TRACE");
+  k.trace = trace == nullptr ? "" : trace;
+  k.trace_launch = EnvInt("SPATTN_HOPPER_TRACE_LAUNCH", k.trace_launch);
   return k;
 }
 
@@ -252,6 +261,99 @@ cudaError_t LaunchShape(const AttnParams& p, int max_q_len, cudaStream_t stream)
   return cudaGetLastError();
 }
 
+// ---- The sparse stream's timeline (SPATTN_HOPPER_TRACE=<file>; NOTES.md session 24) ----------
+// Launch number SPATTN_HOPPER_TRACE_LAUNCH (default 0, the first) after each knob (re)load runs
+// the traced instance (Traced<Tr>: clock64 stamps per item, persistent_fa3.cuh's TraceField)
+// instead of the default one, waits for it and appends to the file a header line and one JSON
+// line per (CTA, item): the producer's stamps "p" (round start, item looked up, Q issued, first
+// K issued, last V issued) and the consumer warpgroup 0's "c" (waits for the item, Q landed,
+// first K landed, first S issued, last P V done, epilogue stored), in SM cycles from the CTA's
+// first stamp, and the consumer's K / V / turn wait cycles summed over the item. The other
+// launches run the default kernel. Only the default bf16 d = 128 stream kernels have a traced
+// instance. SPATTN_HOPPER_TRACE_TAG (read at each dump) labels the header (cuda_bench sets it
+// per index). kernels/cuda/bench/sparse_timeline.py summarizes the file.
+int& TraceLaunches() {
+  static int n = 0;
+  return n;
+}
+
+template <class Tr>
+constexpr bool kTraceable = std::is_same<typename Tr::T, __nv_bfloat16>::value && Tr::kD == 128 &&
+                            Tr::kCross && Tr::kLanes == 4 && Tr::kStages == 2;
+
+template <class Tr>
+cudaError_t LaunchTraced(const AttnParams& p, const SparseIndexView& idx,
+                         const SparseSchedule& sched, int num_items, int num_m_blocks, int flags,
+                         int grid, const CUtensorMap& tq, const CUtensorMap& tk,
+                         const CUtensorMap& tv, cudaStream_t stream) {
+  using TrT = Traced<Tr>;
+  auto kernel = PersistentFa3Kernel<TrT, true>;
+  cudaError_t err =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, TrT::kSmemBytes);
+  if (err != cudaSuccess) return err;
+  const int per = (num_items + grid - 1) / grid;
+  const int cap = std::min(num_items, 8 * per + 64);
+  const size_t words = static_cast<size_t>(grid) * cap * kTraceWords;
+  unsigned long long* buf = nullptr;
+  if ((err = cudaMalloc(&buf, words * 8)) != cudaSuccess) return err;
+  TraceBuf tb{buf, cap};
+  if ((err = cudaMemsetAsync(buf, 0, words * 8, stream)) != cudaSuccess ||
+      (err = cudaMemcpyToSymbolAsync(g_sparse_trace, &tb, sizeof(tb), 0, cudaMemcpyHostToDevice,
+                                     stream)) != cudaSuccess) {
+    cudaFree(buf);
+    return err;
+  }
+  kernel<<<grid, TrT::kThreads, TrT::kSmemBytes, stream>>>(p, idx, sched, num_items,
+                                                           num_m_blocks, flags, tq, tk, tv);
+  err = cudaGetLastError();
+  std::vector<unsigned long long> h(words);
+  if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
+  if (err == cudaSuccess) {
+    err = cudaMemcpy(h.data(), buf, words * 8, cudaMemcpyDeviceToHost);
+  }
+  cudaFree(buf);
+  if (err != cudaSuccess) return err;
+  FILE* f = std::fopen(Knobs().trace.c_str(), "a");
+  if (f == nullptr) return cudaSuccess;
+  int clock_khz = 0, device = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, device);
+  const char* tag = std::getenv("SPATTN_HOPPER_TRACE_TAG");
+  std::fprintf(f,
+               "{\"trace\": \"%s\", \"items\": %d, \"ctas\": %d, \"block_m\": %d, \"flags\": %d, "
+               "\"cap\": %d, \"clock_khz\": %d, \"total_q\": %lld}\n",
+               tag == nullptr ? "" : tag, num_items, grid, Tr::kBM, flags, cap, clock_khz,
+               static_cast<long long>(p.total_q));
+  for (int c = 0; c < grid; ++c) {
+    const unsigned long long* r0 = h.data() + static_cast<size_t>(c) * cap * kTraceWords;
+    // The producer's words hold the low 32 bits of the SM's clock64: placed by the record's
+    // consumer stamp kTrCQ (within 2^31 cycles of it).
+    auto full = [](const unsigned long long* r, int field) {
+      if (field > kTrPEnd || r[kTrCQ] == 0) return static_cast<long long>(r[field]);
+      const unsigned long long ref = r[kTrCQ];
+      return static_cast<long long>(ref) +
+             static_cast<int32_t>(static_cast<uint32_t>(r[field]) - static_cast<uint32_t>(ref));
+    };
+    const long long base = full(r0, kTrPRound);
+    for (int n = 0; n < cap; ++n) {
+      const unsigned long long* r = r0 + static_cast<size_t>(n) * kTraceWords;
+      if (r[kTrPItem] == 0 || r[kTrCQ] == 0) break;
+      auto rel = [&](int field) { return r[field] == 0 ? -1LL : full(r, field) - base; };
+      std::fprintf(f,
+                   "{\"c\": %d, \"n\": %d, \"w\": %u, \"sm\": %u, \"tiles\": %llu, "
+                   "\"g\": %llu, \"p\": [%lld, %lld, %lld, %lld, %lld], \"q\": [%lld, %lld, "
+                   "%lld, %lld, %lld, %lld], \"kw\": %llu, \"vw\": %llu, \"tw\": %llu}\n",
+                   c, n, static_cast<unsigned>(r[kTrMeta] & 0xffffffffu),
+                   static_cast<unsigned>(r[kTrMeta] >> 32), r[kTrCTiles],
+                   r[kTrGlobal], rel(kTrPRound), rel(kTrPItem), rel(kTrPQ), rel(kTrPK0),
+                   rel(kTrPEnd), rel(kTrCWait), rel(kTrCQ), rel(kTrCK0), rel(kTrCQk),
+                   rel(kTrCPvDone), rel(kTrCEpi), r[kTrCKWait], r[kTrCVWait], r[kTrCTurn]);
+    }
+  }
+  std::fclose(f);
+  return cudaSuccess;
+}
+
 template <class Tr, bool kSparse>
 cudaError_t LaunchPersistent(const AttnParams& p, const SparseIndexView& idx,
                              const SparseSchedule& sched, int num_items, int num_m_blocks,
@@ -285,6 +387,12 @@ cudaError_t LaunchPersistent(const AttnParams& p, const SparseIndexView& idx,
     const int sw = Knobs().sleep_waits;
     flags |= ((sw & 1) ? kFlagSleepProducer : 0) | ((sw & 2) ? kFlagSleepConsumers : 0) |
              ((Knobs().stale_max + 1) << kStaleMaxShift);
+  }
+  if constexpr (kSparse && kTraceable<Tr>) {
+    if (!Knobs().trace.empty() && TraceLaunches()++ == Knobs().trace_launch) {
+      return LaunchTraced<Tr>(p, idx, sched, num_items, num_m_blocks, flags, grid, tq, tk, tv,
+                              stream);
+    }
   }
   kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p, idx, sched, num_items, num_m_blocks,
                                                          flags, tq, tk, tv);
@@ -398,7 +506,10 @@ auto WithShape(const AttnParams& p, F f) {
 
 }  // namespace
 
-void ReloadKnobs() { Knobs() = ReadKnobs(); }
+void ReloadKnobs() {
+  Knobs() = ReadKnobs();
+  TraceLaunches() = 0;
+}
 
 bool DenseSupported(const AttnParams& p) {
   if (p.dtype != DType::kBF16 && p.dtype != DType::kF16) return false;

@@ -31,6 +31,8 @@
 #ifndef SPATTN_KERNELS_CUDA_ATTENTION_HOPPER_PERSISTENT_FA3_CUH_
 #define SPATTN_KERNELS_CUDA_ATTENTION_HOPPER_PERSISTENT_FA3_CUH_
 
+#include <type_traits>
+
 #include "kernels/cuda/attention/attention_core.cuh"
 #include "kernels/cuda/attention/hopper/consumer_step.cuh"
 #include "kernels/cuda/attention/hopper/sm90_primitives.cuh"
@@ -343,6 +345,78 @@ struct TileDesc {
 };
 static_assert(sizeof(ItemDesc) == 32 && sizeof(TileDesc) == 16, "descriptor slots");
 
+// ---- Timeline diagnostic (SPATTN_HOPPER_TRACE; a traced kernel instance, Traced<Tr>) ----------
+// The traced instance stamps clock64() at an item's steps into a debug buffer, a record of
+// kTraceWords 64-bit words per (CTA, item ordinal of the CTA), written by thread 0 of consumer
+// warpgroup 0: its own stamps (kTrC*) and the producer's leader's (kTrP*: the low 32 bits of
+// clock64, through shared memory; TraceP). The default instances compile
+// none of it (TraceOn<Tr> is false for PersistTraits). dense_fa3.cu's host side sets
+// g_sparse_trace before a traced launch and writes the records as JSON lines.
+struct TraceBuf {
+  unsigned long long* buf;
+  int cap;  // records per CTA
+};
+static __device__ TraceBuf g_sparse_trace;
+constexpr int kTraceWords = 20;
+enum TraceField {
+  kTrMeta = 0,      // item w | smid << 32
+  kTrPRound = 1,    // producer: round start (before the item's number is known)
+  kTrPItem = 2,     // producer: item looked up (GetItem) and its first tile found
+  kTrPQ = 3,        // producer: Q load issued
+  kTrPK0 = 4,       // producer: first K tile's load issued
+  kTrPEnd = 5,      // producer: last V tile's load issued
+  kTrGlobal = 6,    // consumer: %globaltimer (ns) at kTrCQ
+  kTrCWait = 7,     // consumer: starts waiting for the item (its Q)
+  kTrCQ = 8,        // consumer: Q landed, descriptor read
+  kTrCK0 = 9,       // consumer: first K tile landed
+  kTrCQk = 10,      // consumer: first S issued (with the previous item's last P V)
+  kTrCPvDone = 11,  // consumer: last P V done
+  kTrCEpi = 12,     // consumer: epilogue stored
+  kTrCKWait = 13,   // consumer: cycles in K waits of the item's later tiles
+  kTrCVWait = 14,   // consumer: cycles in V waits
+  kTrCTurn = 15,    // consumer: cycles in ping-pong turn waits
+  kTrCTiles = 16,   // consumer: the item's key tiles
+};
+template <class Tr, class = void>
+struct TraceOn : std::false_type {};
+template <class Tr>
+struct TraceOn<Tr, std::void_t<decltype(Tr::kTrace)>> : std::integral_constant<bool, Tr::kTrace> {
+};
+// The producer's stamps (the low 32 bits of clock64) go to a ring of 4 items x 8 words in
+// shared memory (kTraceOff) and thread 0 of consumer warpgroup 0 copies an item's into its
+// record two items later (the producer is never 4 items ahead of it: an item's Q waits for the
+// epilogue two items before): with the record's address arithmetic in the producer its 56
+// registers spilled 190-250 bytes.
+template <class Tr>
+struct Traced : Tr {
+  static constexpr bool kTrace = true;
+  static constexpr int kTraceOff = Tr::kNextItemOff + 16;
+  static constexpr int kSmemBytes = Tr::kSmemBytes + 4 * 8 * 4;
+  static_assert(kSmemBytes * Tr::kMinBlocks <= 227 * 1024, "shared memory");
+};
+enum TraceProducerWord { kTpW = 0, kTpRound, kTpItem, kTpQ, kTpK0, kTpEnd };
+template <class Tr>
+__device__ __forceinline__ void TraceP(char* smem, int n_item, int word, unsigned v) {
+  if constexpr (TraceOn<Tr>::value) {
+    reinterpret_cast<volatile unsigned*>(smem + Tr::kTraceOff)[(n_item & 3) * 8 + word] = v;
+  }
+}
+__device__ __forceinline__ unsigned long long TraceClock() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%clock64;" : "=l"(t)::"memory");
+  return t;
+}
+__device__ __forceinline__ unsigned long long TraceGlobal() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
+  return t;
+}
+__device__ __forceinline__ void TraceSet(int n_item, int field, unsigned long long v) {
+  const TraceBuf t = g_sparse_trace;
+  if (t.buf == nullptr || n_item < 0 || n_item >= t.cap) return;
+  t.buf[(static_cast<long long>(blockIdx.x) * t.cap + n_item) * kTraceWords + field] = v;
+}
+
 // The w-th item of CTA `c` among G CTAs in snake order.
 __device__ __forceinline__ int SnakeItem(int round, int c, int G) {
   return round * G + ((round & 1) ? G - 1 - c : c);
@@ -531,9 +605,65 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
     return true;
   };
   // The tile at ring position `tile` (of `cur`): waits for its K, reads its descriptor.
+  // Timeline (Traced<Tr> only): thread 0 of consumer warpgroup 0 stamps its items; the waits
+  // are summed from an item's Q to the next item's.
+  constexpr bool kTrace = TraceOn<Tr>::value;
+  const bool tracer = kTrace && cw == 0 && tid == 0;
+  unsigned tr_kwait = 0, tr_vwait = 0, tr_turn = 0, tr_tiles = 0;  // (32-bit %clock sums)
+  auto stamp = [&](int n, int field) {
+    if constexpr (kTrace) {
+      if (tracer) TraceSet(n, field, TraceClock());
+    }
+  };
+  auto flush = [&](int n) {  // the sums of item n, then reset
+    if constexpr (kTrace) {
+      if (tracer) {
+        TraceSet(n, kTrCKWait, tr_kwait);
+        TraceSet(n, kTrCVWait, tr_vwait);
+        TraceSet(n, kTrCTurn, tr_turn);
+        TraceSet(n, kTrCTiles, tr_tiles);
+      }
+      tr_kwait = tr_vwait = tr_turn = tr_tiles = 0;
+    }
+  };
+  auto flush_p = [&](int n) {  // the producer's stamps of item n (TraceP), into its record
+    if constexpr (kTrace) {
+      if (tracer && n >= 0) {
+        const volatile unsigned* r =
+            reinterpret_cast<const volatile unsigned*>(smem + Tr::kTraceOff) + (n & 3) * 8;
+        unsigned smid;
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+        TraceSet(n, kTrMeta, r[kTpW] | (static_cast<unsigned long long>(smid) << 32));
+        TraceSet(n, kTrPRound, r[kTpRound]);
+        TraceSet(n, kTrPItem, r[kTpItem]);
+        TraceSet(n, kTrPQ, r[kTpQ]);
+        TraceSet(n, kTrPK0, r[kTpK0]);
+        TraceSet(n, kTrPEnd, r[kTpEnd]);
+      }
+    }
+  };
+  auto stamp_q = [&](int n) {  // Q landed: the clock and the global timer
+    if constexpr (kTrace) {
+      if (tracer) {
+        TraceSet(n, kTrCQ, TraceClock());
+        TraceSet(n, kTrGlobal, TraceGlobal());
+      }
+    }
+  };
+  auto clk = [&]() -> unsigned {
+    if constexpr (kTrace) return static_cast<unsigned>(clock());
+    return 0;
+  };
+  auto turn = [&]() {
+    const unsigned t0 = clk();
+    NamedSync(my_turn, turn_threads);
+    if constexpr (kTrace) tr_turn += clk() - t0;
+  };
   auto read_tile = [&](Tile& d) {
     const int s = Ring::Slot(tile);
+    const unsigned t0 = clk();
     wait(ring.KFull(s), Ring::Phase(tile));
+    if constexpr (kTrace) tr_kwait += clk() - t0, ++tr_tiles;
     const TileDesc td = *(reinterpret_cast<const TileDesc*>(smem + Tr::kTileDescOff) + s);
     d.kind = td.kind_more & 1;
     more = (td.kind_more & 2) != 0;
@@ -628,11 +758,17 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
     StoreItem<Tr>(st, smem, p, x, qb, cw, warp, lane, q_empty0 + 8 * qb);
   };
 
+  if constexpr (kTrace) {
+    if (tracer) TraceSet(0, kTrCWait, TraceClock());
+  }
   if (!next_item()) return;
+  stamp_q(0);
   Tile d, prev;
   read_tile(d);
-  NamedSync(my_turn, turn_threads);
+  stamp(0, kTrCK0);
+  turn();
   issue_qk(d);
+  stamp(0, kTrCQk);
   NamedArrive(other_turn, turn_threads);
   WgmmaWait<0>();
   st.FenceS();
@@ -652,14 +788,32 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
     const ItemDesc old = cur;
     const int old_qb = cur_qb;
     const bool same = more;
+    if constexpr (kTrace) {
+      if (!same) stamp(n_item, kTrCWait);
+    }
     if (!same && !next_item()) break;
+    if constexpr (kTrace) {
+      if (!same) {
+        stamp_q(n_item - 1);
+        flush(n_item - 2);
+        flush_p(n_item - 3);  // (complete: its producer round ended before this Q's)
+      }
+    }
     read_tile(d);
+    if constexpr (kTrace) {
+      if (!same) stamp(n_item - 1, kTrCK0);
+    }
     const int ks = Ring::Slot(tile), vs = Ring::Slot(tile - 1);
+    const unsigned t_v = clk();
     wait(ring.VFull(vs), Ring::Phase(tile - 1));
+    if constexpr (kTrace) tr_vwait += clk() - t_v;
     prepare_v(vs, prev);
-    NamedSync(my_turn, turn_threads);
+    turn();
     issue_qk(d);
     issue_pv(prev, vs);
+    if constexpr (kTrace) {
+      if (!same) stamp(n_item - 1, kTrCQk);
+    }
     NamedArrive(other_turn, turn_threads);
     WgmmaWait<1>();  // S(t) is ready; P(t-1) V is still running
     st.FenceS();
@@ -691,10 +845,12 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
       st.Softmax(p.scale_log2, corr);
       WgmmaWait<0>();
       st.FenceAcc();
+      stamp(n_item - 2, kTrCPvDone);
       release(ring.VEmpty(vs));
       const float n_m0 = st.m_i[0], n_m1 = st.m_i[1], n_l0 = st.l_i[0], n_l1 = st.l_i[1];
       st.m_i[0] = m0, st.m_i[1] = m1, st.l_i[0] = l0, st.l_i[1] = l1;
       epilogue(old, old_qb);
+      stamp(n_item - 2, kTrCEpi);
       st.m_i[0] = n_m0, st.m_i[1] = n_m1, st.l_i[0] = n_l0, st.l_i[1] = n_l1;
 #pragma unroll
       for (int i = 0; i < Tr::kD / 2; ++i) st.acc[i] = 0.f;
@@ -706,7 +862,12 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
   LastPv(
       st, ring, tile, my_turn, other_turn, turn_threads, lane, [&](int vs) { prepare_v(vs, prev); },
       [&](int vs) { issue_pv(prev, vs); });
+  stamp(n_item - 1, kTrCPvDone);
   epilogue(cur, cur_qb);
+  stamp(n_item - 1, kTrCEpi);
+  flush(n_item - 1);
+  flush_p(n_item - 2);  // (the end marker came after the producer's last stamps)
+  flush_p(n_item - 1);
 }
 
 template <class Tr, bool kSparse>
@@ -876,7 +1037,12 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
     const bool dynamic = kSparse && Tr::kDesc && (flags & kFlagDynamic) != 0;
     int* const next_item = reinterpret_cast<int*>(smem + Tr::kNextItemOff);
     int fetched = 0;
+    constexpr bool kTrace = TraceOn<Tr>::value;
     for (int round = 0;; ++round) {
+      // (kTrace: the slot of the round's item, rewritten by the next round if it has no tiles)
+      if constexpr (kTrace) {
+        if (leader) TraceP<Tr>(smem, n_item, kTpRound, static_cast<unsigned>(TraceClock()));
+      }
       int w = SnakeItem(round, c, G);
       if (dynamic && round > 0) {
         if (leader) {
@@ -897,6 +1063,14 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
       int kind = 0, start = 0, n = 0;
       bool mixed = false;
       bool have = cursor.Next(it.ks, kind, start, n, mixed);
+      if constexpr (kTrace) {
+        if (leader && have) {
+          unsigned smid;
+          asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+          TraceP<Tr>(smem, n_item, kTpW, w);
+          TraceP<Tr>(smem, n_item, kTpItem, static_cast<unsigned>(TraceClock()));
+        }
+      }
       if (Tr::kCross && !have) {
         // No keys: O = 0 and LSE = -inf, written here (the consumers' stream only has items
         // with tiles).
@@ -934,6 +1108,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
           TmaLoad3d(sQ0 + qb * Tr::kQBytes + sub * kBM * 128, &tmap_q, sub * 64, it.head,
                     it.q_tok0 + it.q_begin, q_full(qb));
         }
+        if constexpr (kTrace) TraceP<Tr>(smem, n_item, kTpQ, static_cast<unsigned>(TraceClock()));
       }
       ++n_item;
       const T* kbase =
@@ -962,6 +1137,14 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
           pwait(v_empty(s), (((tile - 1) / kStages) & 1) ^ 1);
           load(&tmap_v, vbase, p.v_token_stride, sV + s * Tr::kTileBytes, v_full(s), it, pkind,
                pstart, pn, pkey, -1);
+        }
+        if constexpr (kTrace) {
+          if (leader && have && !have_prev) {
+            TraceP<Tr>(smem, n_item - 1, kTpK0, static_cast<unsigned>(TraceClock()));
+          }
+          if (leader && !have) {
+            TraceP<Tr>(smem, n_item - 1, kTpEnd, static_cast<unsigned>(TraceClock()));
+          }
         }
         if (!have) break;
         ++tile;
