@@ -1032,11 +1032,18 @@ __global__ void __launch_bounds__(kSlBucketThreads) SlBucketKernel(SlAsmArgs a, 
 // ranges; with buckets, segment s reads buckets 2 s - 1 .. 2 s + 1 (consecutive in the slice).
 struct SlAsmSrc {
   SlAsmArgs a;
+  // clip_diagonals: a block's sampled rows (relative to its first row) and the rows [lo, hi] each
+  // stands for, found once per row in Begin rather than per diagonal entry and segment
+  // (SampledLinesRowSpan costs a 64-bit division per sampled row, three per entry). spans = 0:
+  // none kept (more sampled rows than kSlSpanRows), each entry calls SampledLinesRowSpan itself.
+  static constexpr int kSlSpanRows = 8;
   struct Shared {
     BlockGeoDev g;
     int kl;
     long long e_begin, e_end;
     const int32_t* seg;  // bucket starts (null: no buckets)
+    int spans;
+    int span_rel[kSlSpanRows], span_lo[kSlSpanRows], span_hi[kSlSpanRows];
   };
   __device__ void Begin(int unit, Shared& sh, row_assembly::RowCtx& ctx) const {
     const int slot = unit / a.num_blocks, block = unit % a.num_blocks;
@@ -1050,6 +1057,52 @@ struct SlAsmSrc {
     sh.e_begin = a.offsets[unit];
     sh.e_end = sh.e_begin + a.counts[unit];
     sh.seg = a.seg != nullptr ? a.seg + static_cast<int64_t>(unit) * (2 * a.max_segs + 1) : nullptr;
+    sh.spans = 0;
+    if (a.clip_diagonals && a.row_spans) {
+      // SampledLinesRowSpan(rel, n, ...) for each sampled row rel = SampledLinesRowAt(i, ...):
+      // the same loop over the same rows, their positions computed once.
+      const int n = g.q_end - g.q_begin;
+      const int s = a.rows_per_block < n ? a.rows_per_block : n;
+      if (s >= 1 && s <= kSlSpanRows) {
+        for (int i = 0; i < s; ++i) sh.span_rel[i] = SampledLinesRowAt(i, n, s, a.edge_rows);
+        for (int i = 0; i < s; ++i) {
+          const int rel = sh.span_rel[i];
+          int prev = -1, next = n;
+          for (int j = 0; j < s; ++j) {
+            const int at = sh.span_rel[j];
+            if (at < rel && at > prev) prev = at;
+            if (at > rel && at < next) next = at;
+          }
+          sh.span_lo[i] = prev < 0 ? 0 : (prev + rel) / 2 + 1;
+          sh.span_hi[i] = next >= n ? n - 1 : (rel + next) / 2;
+        }
+        sh.spans = s;
+      }
+    }
+  }
+  // SlDiagonalKeys with the row's spans.
+  __device__ __forceinline__ void DiagonalKeys(const Shared& sh, int32_t code, int64_t* st,
+                                               int64_t* en) const {
+    if (!a.clip_diagonals || sh.spans == 0) {
+      SlDiagonalKeys(a, code, sh.g, sh.kl, st, en);
+      return;
+    }
+    const int64_t c = -1 - static_cast<int64_t>(code);
+    const int64_t o = c / kSlClipRows - sh.kl;
+    const int rel = static_cast<int>(c % kSlClipRows);
+    int lo = -1, hi = -1;
+    for (int i = 0; i < sh.spans; ++i) {
+      if (sh.span_rel[i] == rel) {
+        lo = sh.span_lo[i];
+        hi = sh.span_hi[i];
+        break;
+      }
+    }
+    if (lo < 0) {  // not a sampled row of this block (no such code): the function's answer
+      SampledLinesRowSpan(rel, sh.g.q_end - sh.g.q_begin, a.rows_per_block, a.edge_rows, &lo, &hi);
+    }
+    *st = sh.g.first_pos + lo - o;
+    *en = sh.g.first_pos + hi - o + 1;
   }
   __device__ void SetBits(const row_assembly::RowCtx& ctx, const Shared& sh, uint32_t* ranges,
                           uint32_t* cols, int64_t wbase) const {
@@ -1068,14 +1121,27 @@ struct SlAsmSrc {
       e_begin = sh.e_begin + sh.seg[s > 0 ? 2 * s - 1 : 0];
       e_end = sh.e_begin + sh.seg[2 * s + 2];
     }
+    // The keys of this segment's arrays (OrSpan's clip): a diagonal whose keys for every row of
+    // the block, [first_pos - o, last_pos - o], miss them sets nothing here (its clipped keys are
+    // a part of those), so it is skipped before its span is found.
+    const int64_t lo_key = (wbase < 0 ? 0 : wbase) * 32;
+    const int64_t hi_key = (wbase + kAsmArrayWords) * 32;
+    const bool skip = a.row_spans;
     for (long long e = e_begin + threadIdx.x; e < e_end; e += blockDim.x) {
       const int32_t code = a.entries[e];
       if (code >= 0) {
         const int64_t i = (code >> 5) - wbase;
         if (i >= 0 && i < kAsmArrayWords) atomicOr(cols + i, 1u << (code & 31));
       } else {
+        // o = c' - k_len with c' = c / kSlClipRows (clip) or c: keys [first_pos - o, last_pos - o].
+        const int64_t c = -1 - static_cast<int64_t>(code);
+        const int64_t o = (a.clip_diagonals ? c / kSlClipRows : c) - sh.kl;
+        if (skip && (static_cast<int64_t>(sh.g.last_pos) - o + 1 <= lo_key ||
+                     static_cast<int64_t>(sh.g.first_pos) - o >= hi_key)) {
+          continue;
+        }
         int64_t st, en;
-        SlDiagonalKeys(a, code, sh.g, sh.kl, &st, &en);
+        DiagonalKeys(sh, code, &st, &en);
         OrSpan(ranges, wbase, st, en);
       }
     }
@@ -1094,6 +1160,7 @@ SlKnobs& SampledLinesKnobs() {
     const char* b = std::getenv("SPATTN_SL_ASM_BUCKET");
     if (b != nullptr && b[0] != '\0') k.asm_bucket = b[0] != '0' ? 1 : 0;
     if (const char* c = std::getenv("SPATTN_SL_TILE_CENSUS")) k.tile_census = c[0] == '1';
+    if (const char* c = std::getenv("SPATTN_SL_ASM_SPANS")) k.asm_spans = c[0] != '0';
     return k;
   }();
   return knobs;
