@@ -1126,23 +1126,44 @@ struct SlAsmSrc {
     // a part of those), so it is skipped before its span is found.
     const int64_t lo_key = (wbase < 0 ? 0 : wbase) * 32;
     const int64_t hi_key = (wbase + kAsmArrayWords) * 32;
-    const bool skip = a.row_spans;
-    for (long long e = e_begin + threadIdx.x; e < e_end; e += blockDim.x) {
-      const int32_t code = a.entries[e];
+    auto set = [&](int32_t code) {
       if (code >= 0) {
         const int64_t i = (code >> 5) - wbase;
         if (i >= 0 && i < kAsmArrayWords) atomicOr(cols + i, 1u << (code & 31));
-      } else {
+        return;
+      }
+      if (a.row_spans) {
         // o = c' - k_len with c' = c / kSlClipRows (clip) or c: keys [first_pos - o, last_pos - o].
         const int64_t c = -1 - static_cast<int64_t>(code);
         const int64_t o = (a.clip_diagonals ? c / kSlClipRows : c) - sh.kl;
-        if (skip && (static_cast<int64_t>(sh.g.last_pos) - o + 1 <= lo_key ||
-                     static_cast<int64_t>(sh.g.first_pos) - o >= hi_key)) {
-          continue;
+        if (static_cast<int64_t>(sh.g.last_pos) - o + 1 <= lo_key ||
+            static_cast<int64_t>(sh.g.first_pos) - o >= hi_key) {
+          return;
         }
-        int64_t st, en;
-        DiagonalKeys(sh, code, &st, &en);
-        OrSpan(ranges, wbase, st, en);
+      }
+      int64_t st, en;
+      DiagonalKeys(sh, code, &st, &en);
+      OrSpan(ranges, wbase, st, en);
+    };
+    if (!a.row_spans) {  // main's loop (SPATTN_SL_ASM_SPANS=0)
+      for (long long e = e_begin + threadIdx.x; e < e_end; e += blockDim.x) set(a.entries[e]);
+      return;
+    }
+    // kSlAsmLoads entries per thread loaded before any is set: the loop was one dependent global
+    // load per thread and step (the bits are the same; OR is order-free). 3 keeps both assembler
+    // kernels at <= 80 registers, 3 CTAs per SM (sm_90a: 4 took the fill kernel to 96, 2 CTAs).
+    constexpr int kSlAsmLoads = 3;
+    const long long stride = static_cast<long long>(blockDim.x);
+    for (long long e0 = e_begin + threadIdx.x; e0 < e_end; e0 += kSlAsmLoads * stride) {
+      int32_t code[kSlAsmLoads];
+#pragma unroll
+      for (int u = 0; u < kSlAsmLoads; ++u) {
+        const long long e = e0 + u * stride;
+        code[u] = e < e_end ? a.entries[e] : 0;
+      }
+#pragma unroll
+      for (int u = 0; u < kSlAsmLoads; ++u) {
+        if (e0 + u * stride < e_end) set(code[u]);
       }
     }
   }

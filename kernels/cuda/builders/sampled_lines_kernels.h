@@ -175,9 +175,11 @@ struct SlAsmArgs {
   bool clip_diagonals = false;
   int rows_per_block = 0;
   bool edge_rows = true;
-  // Each row's sampled rows' spans found once (Begin) and diagonals outside a segment's keys
-  // skipped before their span is found (false: SPATTN_SL_ASM_SPANS=0, every diagonal entry of
-  // every segment calls SampledLinesRowSpan; comparisons, tests). The same bits either way.
+  // The assembler source's per-entry work cut (SlAsmSrc): each row's sampled rows' spans found
+  // once (Begin), diagonals outside a segment's keys skipped before their span is found, a few
+  // entries loaded per thread at a time. false (SPATTN_SL_ASM_SPANS=0): main's loop, every
+  // diagonal entry of every segment calls SampledLinesRowSpan (comparisons, tests). The same bits
+  // either way.
   bool row_spans = true;
   // The entries bucketed in place by the assembler's key segments (LaunchSampledLinesBucket), so
   // that each segment reads only its own; null `seg`: every segment reads the row's whole slice.
