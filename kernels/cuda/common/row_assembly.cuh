@@ -138,27 +138,38 @@ __device__ __forceinline__ void AssembleCount(const Src& src, int num_units, con
         sR[p ^ 1][i] = 0u;
         sC[p ^ 1][i] = 0u;
       }
-      uint32_t f[kAsmWordsPerThread], cf[kAsmWordsPerThread];
-      MaskedFinalBits(sR[p], sC[p], first_i, last_i, wbase, key_end, f, cf);
-      uint32_t f_prev = 0u;  // array word first_i - 1
+      // Words first_i - 2 .. first_i + kAsmWordsPerThread through the mask, streamed: the final
+      // bits of word first_i - 1 (f_prev; thread 0: the previous segment's last word), then each
+      // of this thread's words and its range starts against the word before.
+      const uint32_t* R = sR[p];
+      const uint32_t* C = sC[p];
+      auto word = [&](int i, uint32_t* r, uint32_t* c) {
+        const uint32_t m = WordMask(wbase + i, key_end);
+        *r = R[i] & m;
+        *c = C[i] & m;
+      };
+      uint32_t r0 = 0u, c0 = 0u, r1, c1, r2, c2;
+      if (tid > 0) word(first_i - 2, &r0, &c0);
+      word(first_i - 1, &r1, &c1);
+      word(first_i, &r2, &c2);
+      uint32_t f_prev = 0u, unused;
       if (tid == 0) {
         f_prev = seg == 0 ? 0u : carry_f[seg & 1];
       } else if (first_i - 1 <= last_i) {
-        const int i = first_i - 1;
-        const uint32_t m0 = WordMask(wbase + i - 1, key_end), m1 = WordMask(wbase + i, key_end),
-                       m2 = WordMask(wbase + i + 1, key_end);
-        uint32_t unused;
-        FinalBits(sR[p][i - 1] & m0, sC[p][i - 1] & m0, sR[p][i] & m1, sC[p][i] & m1,
-                  sR[p][i + 1] & m2, sC[p][i + 1] & m2, &f_prev, &unused);
+        FinalBits(r0, c0, r1, c1, r2, c2, &f_prev, &unused);
       }
-      if (tid == kAsmThreads - 1) carry_f[(seg + 1) & 1] = f[kAsmWordsPerThread - 1];
 #pragma unroll
       for (int k = 0; k < kAsmWordsPerThread; ++k) {
-        uint32_t st, en;
-        RangeEvents(k == 0 ? f_prev : f[k - 1], f[k], &st, &en);
+        r0 = r1, c0 = c1, r1 = r2, c1 = c2;
+        word(first_i + k + 1, &r2, &c2);
+        uint32_t f = 0u, cf = 0u, st, en;
+        if (first_i + k <= last_i) FinalBits(r0, c0, r1, c1, r2, c2, &f, &cf);
+        RangeEvents(f_prev, f, &st, &en);
         acc += static_cast<unsigned long long>(__popc(st)) |
-               (static_cast<unsigned long long>(__popc(cf[k])) << 32);
+               (static_cast<unsigned long long>(__popc(cf)) << 32);
+        f_prev = f;
       }
+      if (tid == kAsmThreads - 1) carry_f[(seg + 1) & 1] = f_prev;
       p ^= 1;
       // The next segment sets bits in the pair zeroed above and reads carry_f.
       if (w0 + kAsmSegWords <= num_words) __syncthreads();
