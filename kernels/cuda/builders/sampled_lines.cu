@@ -1064,7 +1064,12 @@ struct SlAsmSrc {
       const int n = g.q_end - g.q_begin;
       const int s = a.rows_per_block < n ? a.rows_per_block : n;
       if (s >= 1 && s <= kSlSpanRows) {
-        for (int i = 0; i < s; ++i) sh.span_rel[i] = SampledLinesRowAt(i, n, s, a.edge_rows);
+        // SampledLinesRowAt in 32 bits where its products fit (n < 64K rows: < 2^20), else itself.
+        for (int i = 0; i < s; ++i) {
+          sh.span_rel[i] = n >= 65536 ? SampledLinesRowAt(i, n, s, a.edge_rows)
+                           : a.edge_rows && s > 1 ? i * (n - 1) / (s - 1)
+                                                  : (2 * i + 1) * n / (2 * s);
+        }
         for (int i = 0; i < s; ++i) {
           const int rel = sh.span_rel[i];
           int prev = -1, next = n;
@@ -1080,16 +1085,18 @@ struct SlAsmSrc {
       }
     }
   }
-  // SlDiagonalKeys with the row's spans.
-  __device__ __forceinline__ void DiagonalKeys(const Shared& sh, int32_t code, int64_t* st,
-                                               int64_t* en) const {
-    if (!a.clip_diagonals || sh.spans == 0) {
-      SlDiagonalKeys(a, code, sh.g, sh.kl, st, en);
+  // SlDiagonalKeys with the row's spans, in 32 bits: keys, positions and offsets are within
+  // +-2^25 (k_len <= kSlMaxAsmSegs x 64K = 8M), and c = -1 - code >= 0 fits an int.
+  __device__ __forceinline__ void DiagonalKeys32(const Shared& sh, int32_t code, int* st,
+                                                 int* en) const {
+    const int c = -1 - code;
+    if (!a.clip_diagonals) {
+      *st = sh.g.first_pos - (c - sh.kl);
+      *en = sh.g.last_pos - (c - sh.kl) + 1;
       return;
     }
-    const int64_t c = -1 - static_cast<int64_t>(code);
-    const int64_t o = c / kSlClipRows - sh.kl;
-    const int rel = static_cast<int>(c % kSlClipRows);
+    const int o = c / kSlClipRows - sh.kl;
+    const int rel = c % kSlClipRows;
     int lo = -1, hi = -1;
     for (int i = 0; i < sh.spans; ++i) {
       if (sh.span_rel[i] == rel) {
@@ -1098,7 +1105,7 @@ struct SlAsmSrc {
         break;
       }
     }
-    if (lo < 0) {  // not a sampled row of this block (no such code): the function's answer
+    if (lo < 0) {  // no spans kept, or not a sampled row of this block: the function's answer
       SampledLinesRowSpan(rel, sh.g.q_end - sh.g.q_begin, a.rows_per_block, a.edge_rows, &lo, &hi);
     }
     *st = sh.g.first_pos + lo - o;
@@ -1121,38 +1128,54 @@ struct SlAsmSrc {
       e_begin = sh.e_begin + sh.seg[s > 0 ? 2 * s - 1 : 0];
       e_end = sh.e_begin + sh.seg[2 * s + 2];
     }
-    // The keys of this segment's arrays (OrSpan's clip): a diagonal whose keys for every row of
-    // the block, [first_pos - o, last_pos - o], miss them sets nothing here (its clipped keys are
-    // a part of those), so it is skipped before its span is found.
-    const int64_t lo_key = (wbase < 0 ? 0 : wbase) * 32;
-    const int64_t hi_key = (wbase + kAsmArrayWords) * 32;
+    if (!a.row_spans) {  // main's loop (SPATTN_SL_ASM_SPANS=0)
+      for (long long e = e_begin + threadIdx.x; e < e_end; e += blockDim.x) {
+        const int32_t code = a.entries[e];
+        if (code >= 0) {
+          const int64_t i = (code >> 5) - wbase;
+          if (i >= 0 && i < kAsmArrayWords) atomicOr(cols + i, 1u << (code & 31));
+        } else {
+          int64_t st, en;
+          SlDiagonalKeys(a, code, sh.g, sh.kl, &st, &en);
+          OrSpan(ranges, wbase, st, en);
+        }
+      }
+      return;
+    }
+    // The same bits in 32-bit arithmetic (all keys and word indices < 2^25, DiagonalKeys32). The
+    // keys of this segment's arrays (OrSpan's clip): [lo_key, hi_key). A diagonal whose keys for
+    // every row of the block, [first_pos - o, last_pos - o], miss them sets nothing here (its
+    // clipped keys are a part of those), so it is skipped before its span is found.
+    const int wb = static_cast<int>(wbase);
+    const int lo_key = (wb < 0 ? 0 : wb) * 32;
+    const int hi_key = (wb + kAsmArrayWords) * 32;
     auto set = [&](int32_t code) {
       if (code >= 0) {
-        const int64_t i = (code >> 5) - wbase;
+        const int i = (code >> 5) - wb;
         if (i >= 0 && i < kAsmArrayWords) atomicOr(cols + i, 1u << (code & 31));
         return;
       }
-      if (a.row_spans) {
-        // o = c' - k_len with c' = c / kSlClipRows (clip) or c: keys [first_pos - o, last_pos - o].
-        const int64_t c = -1 - static_cast<int64_t>(code);
-        const int64_t o = (a.clip_diagonals ? c / kSlClipRows : c) - sh.kl;
-        if (static_cast<int64_t>(sh.g.last_pos) - o + 1 <= lo_key ||
-            static_cast<int64_t>(sh.g.first_pos) - o >= hi_key) {
-          return;
-        }
+      const int c = -1 - code;
+      const int o = (a.clip_diagonals ? c / kSlClipRows : c) - sh.kl;
+      if (sh.g.last_pos - o + 1 <= lo_key || sh.g.first_pos - o >= hi_key) return;
+      int st, en;
+      DiagonalKeys32(sh, code, &st, &en);
+      // OrSpan's clip and words (SpanBits of each word the span meets).
+      if (st < lo_key) st = lo_key;
+      if (en > hi_key) en = hi_key;
+      if (st >= en) return;
+      for (int w = st >> 5; w <= (en - 1) >> 5; ++w) {
+        const int lo = st - w * 32 > 0 ? st - w * 32 : 0;
+        const int hi = en - w * 32 < 32 ? en - w * 32 : 32;
+        const uint32_t bits = (hi == 32 ? 0xffffffffu : ((1u << hi) - 1u)) & ~((1u << lo) - 1u);
+        atomicOr(ranges + (w - wb), bits);
       }
-      int64_t st, en;
-      DiagonalKeys(sh, code, &st, &en);
-      OrSpan(ranges, wbase, st, en);
     };
-    if (!a.row_spans) {  // main's loop (SPATTN_SL_ASM_SPANS=0)
-      for (long long e = e_begin + threadIdx.x; e < e_end; e += blockDim.x) set(a.entries[e]);
-      return;
-    }
     // kSlAsmLoads entries per thread loaded before any is set: the loop was one dependent global
-    // load per thread and step (the bits are the same; OR is order-free). 3 keeps both assembler
-    // kernels at <= 80 registers, 3 CTAs per SM (sm_90a: 4 took the fill kernel to 96, 2 CTAs).
-    constexpr int kSlAsmLoads = 3;
+    // load per thread and step (the bits are the same; OR is order-free). 4 keeps both assembler
+    // kernels at main's registers (sm_90a: fill 72, count 71; 3 CTAs per SM); 6 takes the fill to
+    // 108 (2 CTAs).
+    constexpr int kSlAsmLoads = 4;
     const long long stride = static_cast<long long>(blockDim.x);
     for (long long e0 = e_begin + threadIdx.x; e0 < e_end; e0 += kSlAsmLoads * stride) {
       int32_t code[kSlAsmLoads];
