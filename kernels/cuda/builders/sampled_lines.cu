@@ -1066,7 +1066,7 @@ struct SlAsmSrc {
       if (s >= 1 && s <= kSlSpanRows) {
         // SampledLinesRowAt in 32 bits where its products fit (n < 64K rows: < 2^20), else itself.
         for (int i = 0; i < s; ++i) {
-          sh.span_rel[i] = n >= 65536 ? SampledLinesRowAt(i, n, s, a.edge_rows)
+          sh.span_rel[i] = n >= 65536             ? SampledLinesRowAt(i, n, s, a.edge_rows)
                            : a.edge_rows && s > 1 ? i * (n - 1) / (s - 1)
                                                   : (2 * i + 1) * n / (2 * s);
         }

@@ -145,7 +145,7 @@ struct SlKnobs {
   int split_waves = 6;  // <= 0: never split
   bool emit_exact = false;
   bool hist_exact = false;
-  int asm_bucket = -1;  // -1: bucket rows of >= 5 segments; 0 / 1: never / always
+  int asm_bucket = -1;    // -1: bucket rows of >= 5 segments; 0 / 1: never / always
   bool asm_spans = true;  // SlAsmArgs::row_spans
   bool tile_census = false;
 };

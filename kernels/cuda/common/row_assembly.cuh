@@ -65,8 +65,8 @@ __device__ __forceinline__ void OrSpanBlock(uint32_t* arr, int64_t wbase, int64_
 // 0); words past last_i get 0. Reads array words first_i - 1 .. first_i + kAsmWordsPerThread
 // once each.
 __device__ __forceinline__ void MaskedFinalBits(const uint32_t* sR, const uint32_t* sC, int first_i,
-                                                int last_i, int64_t wbase, int key_end,
-                                                uint32_t* f, uint32_t* cf) {
+                                                int last_i, int64_t wbase, int key_end, uint32_t* f,
+                                                uint32_t* cf) {
   uint32_t r[kAsmWordsPerThread + 2], c[kAsmWordsPerThread + 2];
 #pragma unroll
   for (int k = 0; k < kAsmWordsPerThread + 2; ++k) {
@@ -78,7 +78,8 @@ __device__ __forceinline__ void MaskedFinalBits(const uint32_t* sR, const uint32
 #pragma unroll
   for (int k = 0; k < kAsmWordsPerThread; ++k) {
     f[k] = cf[k] = 0u;
-    if (first_i + k <= last_i) FinalBits(r[k], c[k], r[k + 1], c[k + 1], r[k + 2], c[k + 2], &f[k], &cf[k]);
+    if (first_i + k <= last_i)
+      FinalBits(r[k], c[k], r[k + 1], c[k + 1], r[k + 2], c[k + 2], &f[k], &cf[k]);
   }
 }
 
@@ -97,7 +98,9 @@ __device__ __forceinline__ void MaskedFinalBits(const uint32_t* sR, const uint32
 // holds goes straight to global memory as before. The entries and places are the same.
 //
 // Both passes read the arrays through the key_end mask (MaskedFinalBits) instead of masking them
-// in place (one barrier and one sweep less per segment). The count pass needs only each row's
+// in place (one barrier and one sweep less per segment). The fill pass keeps the row's entry
+// counts before each segment in every thread (each has the scan's segment total), so a segment
+// ends at its stage copy without the two barriers around a thread-0 update. The count pass needs only each row's
 // totals: every thread sums its words' range starts and columns over the segments and the CTA
 // adds them once per row (no scan, no per-segment total); a thread finds the final bits of the
 // word before its own itself (thread 0: the previous segment's last word, passed on by the last
@@ -241,7 +244,7 @@ __device__ __forceinline__ void AssembleFill(const Src& src, int num_units, cons
 #pragma unroll
       for (int k = 0; k < kAsmWordsPerThread; ++k) sF[first_i + k] = f[k];
       // Array word 0 is the previous segment's last (kAsmSegWords), passed on by the last thread
-      // in a slot of its own (the previous segment's sF may still be read when it is written).
+      // in two slots by segment parity (thread 0 reads this segment's while it writes the next's).
       if (tid == kAsmThreads - 1) carry_f[(seg + 1) & 1] = f[kAsmWordsPerThread - 1];
       if (tid == 0) sF[0] = seg == 0 ? 0u : carry_f[seg & 1];
       __syncthreads();

@@ -3,7 +3,8 @@
 # (issue 11 item 5). `new` = this branch, `base` = main 9a51e16's spattn-bench, one archive.
 #  1. Tests (new): sampled_lines_gpu_test, row_assembly_gpu_test; build_index_gpu_test's tests of
 #     every builder that ends in the row assembler (sampled_lines, sample_attention, anchor, saap,
-#     the assembled error codes) by default, and the sampled_lines ones with SPATTN_SL_SPLIT_TILES=1.
+#     the assembled error codes) by default, and the sampled_lines ones with SPATTN_SL_SPLIT_TILES=1
+#     (TEST_FILTER=F: one default-mode run with filter F instead).
 #  2. Bench per length (LENS), the BENCH_RUNS (or BENCH_RUNS_<len>) entries back to back (binary[:VAR=VALUE]), one
 #     process each: spattn-bench --device=cuda llm_mix 32/8 heads d128 bf16, sampled_lines gamma
 #     0.95 on every head, block_m 128, SPATTN_GPU_BUILDER_PROFILE=1 (stage lines).
@@ -29,8 +30,11 @@ if [ "${TESTS:-1}" = 1 ]; then
     grep -hE "^\[  FAILED|Failure" -A6 $R/test_$t.log | head -20
   done
   i=0
-  for mode in "default|*sampled_lines*:*SampledLines*:*sample_attention*:*anchor*:*saap*:*Saap*:*Assembled*" \
-              "SPATTN_SL_SPLIT_TILES=1|*sampled_lines*:*SampledLines*"; do
+  modes=("default|*sampled_lines*:*SampledLines*:*sample_attention*:*anchor*:*saap*:*Saap*:*Assembled*"
+         "SPATTN_SL_SPLIT_TILES=1|*sampled_lines*:*SampledLines*")
+  # TEST_FILTER: one default-mode run of build_index_gpu_test with that filter instead.
+  [ -n "${TEST_FILTER:-}" ] && modes=("default|$TEST_FILTER")
+  for mode in "${modes[@]}"; do
     i=$((i + 1)); m=${mode%%|*}; filt=${mode#*|}; envs=(); [ "$m" != default ] && envs=("$m")
     left "build_index_gpu_test $m" || continue
     env "${envs[@]}" timeout ${TEST_TIMEOUT:-60} bin/build_index_gpu_test --gtest_filter="$filt" > $R/test_gpu_$i.log 2>&1
