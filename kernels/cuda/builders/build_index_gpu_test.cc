@@ -624,8 +624,10 @@ TEST(BuildIndexOnGpuLongKeysTest, PooledBuildersTakeMoreKeyBlocksThanSharedMemor
 // 17): with the entries bucketed by segment (SPATTN_SL_ASM_BUCKET=1; the default from 5
 // segments) the index is bit for bit the one of every segment reading the row's whole slice
 // (=0), and agrees with the CPU twin. 200K keys = 4 segments; gamma 0.95 on flat logits keeps
-// long column runs across the segment edges, the low floors make diagonals. The knob is read once
-// per process: the test sets it through SampledLinesKnobs().
+// long column runs across the segment edges, the low floors make diagonals. Also bit for bit: the
+// assembler source's per-row spans and segment skip (the default) against every diagonal entry of
+// every segment finding its own span (SPATTN_SL_ASM_SPANS=0). The knobs are read once per
+// process: the test sets them through SampledLinesKnobs().
 TEST(BuildIndexOnGpuLongKeysTest, SampledLinesBucketsEntriesBySegment) {
   SKIP_WITHOUT_GPU();
 #ifndef SPATTN_SL_KNOBS
@@ -639,6 +641,8 @@ TEST(BuildIndexOnGpuLongKeysTest, SampledLinesBucketsEntriesBySegment) {
   ASSERT_TRUE(dp.ok()) << dp.status();
   int& bucket = cuda::SampledLinesKnobs().asm_bucket;
   const int saved = bucket;
+  bool& spans = cuda::SampledLinesKnobs().asm_spans;
+  const bool saved_spans = spans;
   const MethodCases mc = CasesFor(Method::kSampledLines);
   for (const MethodConfig& config : mc.configs) {
     for (int block_m : {64, 128}) {
@@ -650,7 +654,17 @@ TEST(BuildIndexOnGpuLongKeysTest, SampledLinesBucketsEntriesBySegment) {
       bucket = 0;
       BuildOnGpu(*engine, *hp, **dp, config, AllHeads(2), block_m, nullptr, what, &whole);
       engine->ReleaseIndexes();
+      SparseIndex entry_spans;
+      spans = false;
+      BuildOnGpu(*engine, *hp, **dp, config, AllHeads(2), block_m, nullptr, what, &entry_spans);
+      engine->ReleaseIndexes();
+      spans = saved_spans;
       if (::testing::Test::HasFatalFailure()) break;
+      EXPECT_EQ(entry_spans.range_indptr, whole.range_indptr) << what;
+      EXPECT_EQ(entry_spans.range_start, whole.range_start) << what;
+      EXPECT_EQ(entry_spans.range_len, whole.range_len) << what;
+      EXPECT_EQ(entry_spans.col_indptr, whole.col_indptr) << what;
+      EXPECT_EQ(entry_spans.col_idx, whole.col_idx) << what;
       EXPECT_FALSE(by_bucket.col_idx.empty() && by_bucket.range_start.size() <= 2) << what;
       EXPECT_EQ(by_bucket.range_indptr, whole.range_indptr) << what;
       EXPECT_EQ(by_bucket.range_start, whole.range_start) << what;
@@ -659,6 +673,7 @@ TEST(BuildIndexOnGpuLongKeysTest, SampledLinesBucketsEntriesBySegment) {
       EXPECT_EQ(by_bucket.col_idx, whole.col_idx) << what;
     }
     bucket = saved;
+    spans = saved_spans;
     if (::testing::Test::HasFatalFailure()) return;
     ExpectAgreement(*hp, *engine, config, AllHeads(2), 64, mc.max_diff_share, mc.recall_tol,
                     mc.density_tol);

@@ -1032,11 +1032,18 @@ __global__ void __launch_bounds__(kSlBucketThreads) SlBucketKernel(SlAsmArgs a, 
 // ranges; with buckets, segment s reads buckets 2 s - 1 .. 2 s + 1 (consecutive in the slice).
 struct SlAsmSrc {
   SlAsmArgs a;
+  // clip_diagonals: a block's sampled rows (relative to its first row) and the rows [lo, hi] each
+  // stands for, found once per row in Begin rather than per diagonal entry and segment
+  // (SampledLinesRowSpan costs a 64-bit division per sampled row, three per entry). spans = 0:
+  // none kept (more sampled rows than kSlSpanRows), each entry calls SampledLinesRowSpan itself.
+  static constexpr int kSlSpanRows = 8;
   struct Shared {
     BlockGeoDev g;
     int kl;
     long long e_begin, e_end;
     const int32_t* seg;  // bucket starts (null: no buckets)
+    int spans;
+    int span_rel[kSlSpanRows], span_lo[kSlSpanRows], span_hi[kSlSpanRows];
   };
   __device__ void Begin(int unit, Shared& sh, row_assembly::RowCtx& ctx) const {
     const int slot = unit / a.num_blocks, block = unit % a.num_blocks;
@@ -1050,6 +1057,59 @@ struct SlAsmSrc {
     sh.e_begin = a.offsets[unit];
     sh.e_end = sh.e_begin + a.counts[unit];
     sh.seg = a.seg != nullptr ? a.seg + static_cast<int64_t>(unit) * (2 * a.max_segs + 1) : nullptr;
+    sh.spans = 0;
+    if (a.clip_diagonals && a.row_spans) {
+      // SampledLinesRowSpan(rel, n, ...) for each sampled row rel = SampledLinesRowAt(i, ...):
+      // the same loop over the same rows, their positions computed once.
+      const int n = g.q_end - g.q_begin;
+      const int s = a.rows_per_block < n ? a.rows_per_block : n;
+      if (s >= 1 && s <= kSlSpanRows) {
+        // SampledLinesRowAt in 32 bits where its products fit (n < 64K rows: < 2^20), else itself.
+        for (int i = 0; i < s; ++i) {
+          sh.span_rel[i] = n >= 65536             ? SampledLinesRowAt(i, n, s, a.edge_rows)
+                           : a.edge_rows && s > 1 ? i * (n - 1) / (s - 1)
+                                                  : (2 * i + 1) * n / (2 * s);
+        }
+        for (int i = 0; i < s; ++i) {
+          const int rel = sh.span_rel[i];
+          int prev = -1, next = n;
+          for (int j = 0; j < s; ++j) {
+            const int at = sh.span_rel[j];
+            if (at < rel && at > prev) prev = at;
+            if (at > rel && at < next) next = at;
+          }
+          sh.span_lo[i] = prev < 0 ? 0 : (prev + rel) / 2 + 1;
+          sh.span_hi[i] = next >= n ? n - 1 : (rel + next) / 2;
+        }
+        sh.spans = s;
+      }
+    }
+  }
+  // SlDiagonalKeys with the row's spans, in 32 bits: keys, positions and offsets are within
+  // +-2^25 (k_len <= kSlMaxAsmSegs x 64K = 8M), and c = -1 - code >= 0 fits an int.
+  __device__ __forceinline__ void DiagonalKeys32(const Shared& sh, int32_t code, int* st,
+                                                 int* en) const {
+    const int c = -1 - code;
+    if (!a.clip_diagonals) {
+      *st = sh.g.first_pos - (c - sh.kl);
+      *en = sh.g.last_pos - (c - sh.kl) + 1;
+      return;
+    }
+    const int o = c / kSlClipRows - sh.kl;
+    const int rel = c % kSlClipRows;
+    int lo = -1, hi = -1;
+    for (int i = 0; i < sh.spans; ++i) {
+      if (sh.span_rel[i] == rel) {
+        lo = sh.span_lo[i];
+        hi = sh.span_hi[i];
+        break;
+      }
+    }
+    if (lo < 0) {  // no spans kept, or not a sampled row of this block: the function's answer
+      SampledLinesRowSpan(rel, sh.g.q_end - sh.g.q_begin, a.rows_per_block, a.edge_rows, &lo, &hi);
+    }
+    *st = sh.g.first_pos + lo - o;
+    *en = sh.g.first_pos + hi - o + 1;
   }
   __device__ void SetBits(const row_assembly::RowCtx& ctx, const Shared& sh, uint32_t* ranges,
                           uint32_t* cols, int64_t wbase) const {
@@ -1068,15 +1128,65 @@ struct SlAsmSrc {
       e_begin = sh.e_begin + sh.seg[s > 0 ? 2 * s - 1 : 0];
       e_end = sh.e_begin + sh.seg[2 * s + 2];
     }
-    for (long long e = e_begin + threadIdx.x; e < e_end; e += blockDim.x) {
-      const int32_t code = a.entries[e];
+    if (!a.row_spans) {  // main's loop (SPATTN_SL_ASM_SPANS=0)
+      for (long long e = e_begin + threadIdx.x; e < e_end; e += blockDim.x) {
+        const int32_t code = a.entries[e];
+        if (code >= 0) {
+          const int64_t i = (code >> 5) - wbase;
+          if (i >= 0 && i < kAsmArrayWords) atomicOr(cols + i, 1u << (code & 31));
+        } else {
+          int64_t st, en;
+          SlDiagonalKeys(a, code, sh.g, sh.kl, &st, &en);
+          OrSpan(ranges, wbase, st, en);
+        }
+      }
+      return;
+    }
+    // The same bits in 32-bit arithmetic (all keys and word indices < 2^25, DiagonalKeys32). The
+    // keys of this segment's arrays (OrSpan's clip): [lo_key, hi_key). A diagonal whose keys for
+    // every row of the block, [first_pos - o, last_pos - o], miss them sets nothing here (its
+    // clipped keys are a part of those), so it is skipped before its span is found.
+    const int wb = static_cast<int>(wbase);
+    const int lo_key = (wb < 0 ? 0 : wb) * 32;
+    const int hi_key = (wb + kAsmArrayWords) * 32;
+    auto set = [&](int32_t code) {
       if (code >= 0) {
-        const int64_t i = (code >> 5) - wbase;
+        const int i = (code >> 5) - wb;
         if (i >= 0 && i < kAsmArrayWords) atomicOr(cols + i, 1u << (code & 31));
-      } else {
-        int64_t st, en;
-        SlDiagonalKeys(a, code, sh.g, sh.kl, &st, &en);
-        OrSpan(ranges, wbase, st, en);
+        return;
+      }
+      const int c = -1 - code;
+      const int o = (a.clip_diagonals ? c / kSlClipRows : c) - sh.kl;
+      if (sh.g.last_pos - o + 1 <= lo_key || sh.g.first_pos - o >= hi_key) return;
+      int st, en;
+      DiagonalKeys32(sh, code, &st, &en);
+      // OrSpan's clip and words (SpanBits of each word the span meets).
+      if (st < lo_key) st = lo_key;
+      if (en > hi_key) en = hi_key;
+      if (st >= en) return;
+      for (int w = st >> 5; w <= (en - 1) >> 5; ++w) {
+        const int lo = st - w * 32 > 0 ? st - w * 32 : 0;
+        const int hi = en - w * 32 < 32 ? en - w * 32 : 32;
+        const uint32_t bits = (hi == 32 ? 0xffffffffu : ((1u << hi) - 1u)) & ~((1u << lo) - 1u);
+        atomicOr(ranges + (w - wb), bits);
+      }
+    };
+    // kSlAsmLoads entries per thread loaded before any is set: the loop was one dependent global
+    // load per thread and step (the bits are the same; OR is order-free). 4 keeps both assembler
+    // kernels at main's registers (sm_90a: fill 72, count 71; 3 CTAs per SM); 6 takes the fill to
+    // 108 (2 CTAs).
+    constexpr int kSlAsmLoads = 4;
+    const long long stride = static_cast<long long>(blockDim.x);
+    for (long long e0 = e_begin + threadIdx.x; e0 < e_end; e0 += kSlAsmLoads * stride) {
+      int32_t code[kSlAsmLoads];
+#pragma unroll
+      for (int u = 0; u < kSlAsmLoads; ++u) {
+        const long long e = e0 + u * stride;
+        code[u] = e < e_end ? a.entries[e] : 0;
+      }
+#pragma unroll
+      for (int u = 0; u < kSlAsmLoads; ++u) {
+        if (e0 + u * stride < e_end) set(code[u]);
       }
     }
   }
@@ -1094,6 +1204,7 @@ SlKnobs& SampledLinesKnobs() {
     const char* b = std::getenv("SPATTN_SL_ASM_BUCKET");
     if (b != nullptr && b[0] != '\0') k.asm_bucket = b[0] != '0' ? 1 : 0;
     if (const char* c = std::getenv("SPATTN_SL_TILE_CENSUS")) k.tile_census = c[0] == '1';
+    if (const char* c = std::getenv("SPATTN_SL_ASM_SPANS")) k.asm_spans = c[0] != '0';
     return k;
   }();
   return knobs;

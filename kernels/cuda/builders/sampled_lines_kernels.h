@@ -135,7 +135,8 @@ struct SlArgs {
 // The build's comparison knobs, read from the environment once per process (at first use):
 // SPATTN_SL_SPLIT_TILES, SPATTN_SL_SPLIT_WAVES (sampled_lines_host.cc SplitLength),
 // SPATTN_SL_EMIT_EXACT, SPATTN_SL_HIST_EXACT, SPATTN_SL_ASM_BUCKET (=0 / =1: never / always bucket
-// the entries by assembler segment) and SPATTN_SL_TILE_CENSUS (=1: passes 2 and 3 count their warp
+// the entries by assembler segment), SPATTN_SL_ASM_SPANS (=0: SlAsmArgs::row_spans off) and
+// SPATTN_SL_TILE_CENSUS (=1: passes 2 and 3 count their warp
 // tiles that add nothing, printed to stderr per build; a diagnostic, a separate kernel instance,
 // it synchronizes).
 // Tests change them through the returned reference, between builds only.
@@ -144,7 +145,8 @@ struct SlKnobs {
   int split_waves = 6;  // <= 0: never split
   bool emit_exact = false;
   bool hist_exact = false;
-  int asm_bucket = -1;  // -1: bucket rows of >= 5 segments; 0 / 1: never / always
+  int asm_bucket = -1;    // -1: bucket rows of >= 5 segments; 0 / 1: never / always
+  bool asm_spans = true;  // SlAsmArgs::row_spans
   bool tile_census = false;
 };
 SlKnobs& SampledLinesKnobs();
@@ -173,6 +175,12 @@ struct SlAsmArgs {
   bool clip_diagonals = false;
   int rows_per_block = 0;
   bool edge_rows = true;
+  // The assembler source's per-entry work cut (SlAsmSrc): each row's sampled rows' spans found
+  // once (Begin), diagonals outside a segment's keys skipped before their span is found, a few
+  // entries loaded per thread at a time. false (SPATTN_SL_ASM_SPANS=0): main's loop, every
+  // diagonal entry of every segment calls SampledLinesRowSpan (comparisons, tests). The same bits
+  // either way.
+  bool row_spans = true;
   // The entries bucketed in place by the assembler's key segments (LaunchSampledLinesBucket), so
   // that each segment reads only its own; null `seg`: every segment reads the row's whole slice.
   // Bucket 2 s holds the row's entries whose keys reach segment s's bit arrays and no later

@@ -60,6 +60,29 @@ __device__ __forceinline__ void OrSpanBlock(uint32_t* arr, int64_t wbase, int64_
   }
 }
 
+// FinalBits of this thread's words [first_i, first_i + kAsmWordsPerThread) of a segment's arrays,
+// each word read through its key_end mask (WordMask: no bits at or past key_end, none before key
+// 0); words past last_i get 0. Reads array words first_i - 1 .. first_i + kAsmWordsPerThread
+// once each.
+__device__ __forceinline__ void MaskedFinalBits(const uint32_t* sR, const uint32_t* sC, int first_i,
+                                                int last_i, int64_t wbase, int key_end, uint32_t* f,
+                                                uint32_t* cf) {
+  uint32_t r[kAsmWordsPerThread + 2], c[kAsmWordsPerThread + 2];
+#pragma unroll
+  for (int k = 0; k < kAsmWordsPerThread + 2; ++k) {
+    const int i = first_i - 1 + k;
+    const uint32_t m = WordMask(wbase + i, key_end);
+    r[k] = sR[i] & m;
+    c[k] = sC[i] & m;
+  }
+#pragma unroll
+  for (int k = 0; k < kAsmWordsPerThread; ++k) {
+    f[k] = cf[k] = 0u;
+    if (first_i + k <= last_i)
+      FinalBits(r[k], c[k], r[k + 1], c[k + 1], r[k + 2], c[k + 2], &f[k], &cf[k]);
+  }
+}
+
 // The assembler kernel. Src provides:
 //   struct Shared;                                   (per-row state in shared memory)
 //   __device__ void Begin(int unit, Shared&, RowCtx&) const;   (thread 0)
@@ -73,10 +96,106 @@ __device__ __forceinline__ void OrSpanBlock(uint32_t* arr, int64_t wbase, int64_
 // first, then every slot row copies the stage out in order (coalesced stores instead of each
 // thread's own run of scattered ones); a stream with more entries in the segment than its stage
 // holds goes straight to global memory as before. The entries and places are the same.
-template <class Src, bool kFill>
-__global__ void __launch_bounds__(kAsmThreads, 2)
-    AssembleKernel(Src src, int num_units, AsmOut out) {
-  constexpr bool fill = kFill;
+//
+// Both passes read the arrays through the key_end mask (MaskedFinalBits) instead of masking them
+// in place (one barrier and one sweep less per segment). The fill pass keeps the row's entry
+// counts before each segment in every thread (each has the scan's segment total), so a segment
+// ends at its stage copy without the two barriers around a thread-0 update. The count pass needs only each row's
+// totals: every thread sums its words' range starts and columns over the segments and the CTA
+// adds them once per row (no scan, no per-segment total); a thread finds the final bits of the
+// word before its own itself (thread 0: the previous segment's last word, passed on by the last
+// thread), and the bit arrays are double-buffered (each segment zeroes the other pair while it
+// reads its own), so a segment costs two barriers (after the bits are set; after the words are
+// read) and a row two more (its Begin; the totals).
+template <class Src>
+__device__ __forceinline__ void AssembleCount(const Src& src, int num_units, const AsmOut& out) {
+  __shared__ uint32_t sR[2][kAsmArrayWords];
+  __shared__ uint32_t sC[2][kAsmArrayWords];
+  __shared__ typename Src::Shared sh;
+  __shared__ RowCtx ctx;
+  __shared__ uint32_t carry_f[2];
+  __shared__ unsigned long long warp_sum[kAsmThreads / 32];
+  const int tid = threadIdx.x;
+  const int first_i = 1 + tid * kAsmWordsPerThread;
+  for (int i = tid; i < kAsmArrayWords; i += kAsmThreads) {
+    sR[0][i] = 0u;
+    sC[0][i] = 0u;
+  }
+  int p = 0;  // the zeroed pair
+  for (int unit = blockIdx.x; unit < num_units; unit += gridDim.x) {
+    if (tid == 0) src.Begin(unit, sh, ctx);
+    __syncthreads();
+    const int key_end = ctx.key_end;
+    const int64_t num_words = (static_cast<int64_t>(key_end) + 31) / 32;
+    // This thread's range starts (low half) and columns (high half) over the row's segments.
+    unsigned long long acc = 0;
+    int seg = 0;
+    for (int64_t w0 = 0; w0 <= num_words; w0 += kAsmSegWords, ++seg) {
+      const int64_t wbase = w0 - 1;
+      const int last_i = static_cast<int>(
+          num_words - wbase < kAsmArrayWords - 2 ? num_words - wbase : kAsmArrayWords - 2);
+      src.SetBits(ctx, sh, sR[p], sC[p], wbase);
+      __syncthreads();
+      // The other pair was last read by the previous segment's words, all done by the barrier.
+      for (int i = tid; i < kAsmArrayWords; i += kAsmThreads) {
+        sR[p ^ 1][i] = 0u;
+        sC[p ^ 1][i] = 0u;
+      }
+      // Words first_i - 2 .. first_i + kAsmWordsPerThread through the mask, streamed: the final
+      // bits of word first_i - 1 (f_prev; thread 0: the previous segment's last word), then each
+      // of this thread's words and its range starts against the word before.
+      const uint32_t* R = sR[p];
+      const uint32_t* C = sC[p];
+      auto word = [&](int i, uint32_t* r, uint32_t* c) {
+        const uint32_t m = WordMask(wbase + i, key_end);
+        *r = R[i] & m;
+        *c = C[i] & m;
+      };
+      uint32_t r0 = 0u, c0 = 0u, r1, c1, r2, c2;
+      if (tid > 0) word(first_i - 2, &r0, &c0);
+      word(first_i - 1, &r1, &c1);
+      word(first_i, &r2, &c2);
+      uint32_t f_prev = 0u, unused;
+      if (tid == 0) {
+        f_prev = seg == 0 ? 0u : carry_f[seg & 1];
+      } else if (first_i - 1 <= last_i) {
+        FinalBits(r0, c0, r1, c1, r2, c2, &f_prev, &unused);
+      }
+#pragma unroll
+      for (int k = 0; k < kAsmWordsPerThread; ++k) {
+        r0 = r1, c0 = c1, r1 = r2, c1 = c2;
+        word(first_i + k + 1, &r2, &c2);
+        uint32_t f = 0u, cf = 0u, st, en;
+        if (first_i + k <= last_i) FinalBits(r0, c0, r1, c1, r2, c2, &f, &cf);
+        RangeEvents(f_prev, f, &st, &en);
+        acc += static_cast<unsigned long long>(__popc(st)) |
+               (static_cast<unsigned long long>(__popc(cf)) << 32);
+        f_prev = f;
+      }
+      if (tid == kAsmThreads - 1) carry_f[(seg + 1) & 1] = f_prev;
+      p ^= 1;
+      // The next segment sets bits in the pair zeroed above and reads carry_f.
+      if (w0 + kAsmSegWords <= num_words) __syncthreads();
+    }
+#pragma unroll
+    for (int d = 16; d > 0; d >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, d);
+    if ((tid & 31) == 0) warp_sum[tid >> 5] = acc;
+    __syncthreads();  // also: every word of the row is read before the next Begin
+    if (tid == 0) {
+      unsigned long long t = 0;
+      for (int w = 0; w < kAsmThreads / 32; ++w) t += warp_sum[w];
+      for (int si = 0; si < ctx.num_slots; ++si) {
+        const int64_t row = static_cast<int64_t>(ctx.slots[si]) * out.num_blocks + ctx.block;
+        out.count_ranges[row] = static_cast<int64_t>(t & 0xffffffffull);
+        out.count_cols[row] = static_cast<int64_t>(t >> 32);
+      }
+    }
+  }
+}
+
+template <class Src>
+__device__ __forceinline__ void AssembleFill(const Src& src, int num_units, const AsmOut& out) {
+  constexpr bool fill = true;
   extern __shared__ int32_t stage[];  // fill: kAsmStageBytes (starts, ends, columns)
   int32_t* const stage_s = stage;
   int32_t* const stage_e = stage + kAsmStageRanges;
@@ -88,28 +207,26 @@ __global__ void __launch_bounds__(kAsmThreads, 2)
   __shared__ RowCtx ctx;
   using Scan = cub::BlockScan<unsigned long long, kAsmThreads>;
   __shared__ typename Scan::TempStorage scan_tmp;
-  __shared__ unsigned long long seg_total;
-  __shared__ uint32_t carry_f;
-  __shared__ long long base_s, base_e, base_c;
+  __shared__ uint32_t carry_f[2];
   const int tid = threadIdx.x;
   constexpr unsigned long long kField = (1ull << 21) - 1;
 
   for (int unit = blockIdx.x; unit < num_units; unit += gridDim.x) {
-    if (tid == 0) {
-      src.Begin(unit, sh, ctx);
-      carry_f = 0;
-      base_s = base_e = base_c = 0;
-    }
+    if (tid == 0) src.Begin(unit, sh, ctx);
     __syncthreads();
     const int key_end = ctx.key_end;
     const int64_t num_words = (static_cast<int64_t>(key_end) + 31) / 32;
+    // The row's range starts, ends and columns before this segment (every thread keeps them: each
+    // has the scan's segment total).
+    long long base_s = 0, base_e = 0, base_c = 0;
+    int seg = 0;
     // Words [0, num_words] (one past the last, where a run ending at key_end ends).
-    for (int64_t w0 = 0; w0 <= num_words; w0 += kAsmSegWords) {
+    for (int64_t w0 = 0; w0 <= num_words; w0 += kAsmSegWords, ++seg) {
       const int64_t wbase = w0 - 1;
-      // Array words past index last_i (key word num_words, past every key) hold no bits after the
-      // mask below, so their final bits and events are 0: only words <= last_i are walked and only
-      // [0, last_i + 2) (their neighbours) zeroed and masked. Bits a source sets further out are
-      // never read.
+      // Array words past index last_i (key word num_words, past every key) read as 0 through the
+      // key_end mask, so their final bits and events are 0: only words <= last_i are walked and
+      // only [0, last_i + 2) (their neighbours) zeroed. Bits a source sets further out are never
+      // read.
       const int last_i = static_cast<int>(
           num_words - wbase < kAsmArrayWords - 2 ? num_words - wbase : kAsmArrayWords - 2);
       const int used = last_i + 2;
@@ -120,25 +237,16 @@ __global__ void __launch_bounds__(kAsmThreads, 2)
       __syncthreads();
       src.SetBits(ctx, sh, sR, sC, wbase);
       __syncthreads();
-      for (int i = tid; i < used; i += kAsmThreads) {
-        const uint32_t m = WordMask(wbase + i, key_end);
-        sR[i] &= m;
-        sC[i] &= m;
-      }
-      __syncthreads();
       // This thread's words: array indices [first_i, first_i + kAsmWordsPerThread).
       const int first_i = 1 + tid * kAsmWordsPerThread;
       uint32_t f[kAsmWordsPerThread], cf[kAsmWordsPerThread];
+      MaskedFinalBits(sR, sC, first_i, last_i, wbase, key_end, f, cf);
 #pragma unroll
-      for (int k = 0; k < kAsmWordsPerThread; ++k) {
-        const int i = first_i + k;
-        f[k] = cf[k] = 0u;
-        if (i <= last_i) {
-          FinalBits(sR[i - 1], sC[i - 1], sR[i], sC[i], sR[i + 1], sC[i + 1], &f[k], &cf[k]);
-        }
-        sF[i] = f[k];
-      }
-      if (tid == 0) sF[0] = carry_f;
+      for (int k = 0; k < kAsmWordsPerThread; ++k) sF[first_i + k] = f[k];
+      // Array word 0 is the previous segment's last (kAsmSegWords), passed on by the last thread
+      // in two slots by segment parity (thread 0 reads this segment's while it writes the next's).
+      if (tid == kAsmThreads - 1) carry_f[(seg + 1) & 1] = f[kAsmWordsPerThread - 1];
+      if (tid == 0) sF[0] = seg == 0 ? 0u : carry_f[seg & 1];
       __syncthreads();
       // Fill: this thread's final column bits into its own words of sC (every FinalBits read of
       // sC is done), so that the output loops below re-read them and sF (for the range events)
@@ -157,12 +265,11 @@ __global__ void __launch_bounds__(kAsmThreads, 2)
                   (static_cast<unsigned long long>(__popc(ends[k])) << 21) |
                   (static_cast<unsigned long long>(__popc(cf[k])) << 42);
       }
+      // `total` (the segment's) is every thread's; the next use of scan_tmp is two barriers on.
       unsigned long long excl = 0, total = 0;
       Scan(scan_tmp).ExclusiveSum(packed, excl, total);
-      if (tid == kAsmThreads - 1) seg_total = total;
-      __syncthreads();
       if (fill) {
-        const unsigned long long st = seg_total;
+        const unsigned long long st = total;
         const int n_s = static_cast<int>(st & kField), n_e = static_cast<int>((st >> 21) & kField),
                   n_c = static_cast<int>((st >> 42) & kField);
         const bool in_s = n_s <= kAsmStageRanges, in_e = n_e <= kAsmStageRanges,
@@ -239,16 +346,14 @@ __global__ void __launch_bounds__(kAsmThreads, 2)
           }
         }
       }
-      if (fill) __syncthreads();  // the stages and base_* are read
-      if (tid == 0) {
-        carry_f = sF[kAsmSegWords];
-        base_s += static_cast<long long>(seg_total & kField);
-        base_e += static_cast<long long>((seg_total >> 21) & kField);
-        base_c += static_cast<long long>((seg_total >> 42) & kField);
-      }
-      __syncthreads();
+      // No barrier before the next segment: it zeroes sR / sC (sC is read on here only by the
+      // thread that owns the word) and writes sF and the stages only after two more barriers.
+      base_s += static_cast<long long>(total & kField);
+      base_e += static_cast<long long>((total >> 21) & kField);
+      base_c += static_cast<long long>((total >> 42) & kField);
     }
-    if (fill) {
+    __syncthreads();  // every range start and end of the row is written
+    {
       const int64_t n = base_s;
       for (int si = 0; si < ctx.num_slots; ++si) {
         const int64_t row = static_cast<int64_t>(ctx.slots[si]) * out.num_blocks + ctx.block;
@@ -257,14 +362,18 @@ __global__ void __launch_bounds__(kAsmThreads, 2)
           out.range_len[ro + k] -= out.range_start[ro + k];
         }
       }
-    } else if (tid == 0) {
-      for (int si = 0; si < ctx.num_slots; ++si) {
-        const int64_t row = static_cast<int64_t>(ctx.slots[si]) * out.num_blocks + ctx.block;
-        out.count_ranges[row] = base_s;
-        out.count_cols[row] = base_c;
-      }
     }
     __syncthreads();
+  }
+}
+
+template <class Src, bool kFill>
+__global__ void __launch_bounds__(kAsmThreads, 2)
+    AssembleKernel(Src src, int num_units, AsmOut out) {
+  if constexpr (kFill) {
+    AssembleFill(src, num_units, out);
+  } else {
+    AssembleCount(src, num_units, out);
   }
 }
 
