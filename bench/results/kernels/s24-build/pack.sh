@@ -32,5 +32,5 @@ cp /usr/bin/zstd "$DEST/zl/"
 ldd /usr/bin/zstd | awk '/=> \// {print $3}' | grep -vE '/(libc|ld-linux[^/]*)\.so' | xargs -r -I{} cp -L {} "$DEST/zl/"
 (cd "$T/bin" && md5sum *) > "$DEST/md5.txt"
 rm -rf "$T"
-cp bench/results/kernels/s24-build/run*.sh bench/results/kernels/s24-build/*.py "$DEST/" 2>/dev/null || true
+cp bench/results/kernels/s24-build/run*.sh kernels/cuda/bench/builder_stages.py "$DEST/"
 du -sh "$DEST"

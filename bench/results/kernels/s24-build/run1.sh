@@ -38,7 +38,7 @@ if [ -n "$NSYS" ]; then
   tar -czf "$OUT/nsys_csv.tgz" -C "$W" $(cd "$W" && ls *.csv)
   note "nsys stats done"
 fi
-python3 stages.py "$OUT" 2>&1 | tee "$OUT/stages.txt"
+python3 builder_stages.py $(for v in new base newNP baseNP; do [ -f "$OUT/bench_$v.jsonl" ] && echo "$v=$OUT/bench_$v"; done) 2>&1 | tee "$OUT/stages.txt"
 python3 - "$OUT" <<'PY' | tee "$OUT/shares.txt"
 import json, sys, os
 for v in ("base", "new"):

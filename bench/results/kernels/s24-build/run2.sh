@@ -59,7 +59,7 @@ for v in ("new", "base", "newNP", "baseNP"):
               (v, r["method"], r["seq_len"], b, k, 100 * b / (b + k), r.get("pairs_count_ms"), r["density"],
                r["recall"], r.get("index_ranges"), r.get("index_cols")))
 PY
-python3 stages.py "$OUT" 2>&1 | tee "$OUT/stages.txt"
+python3 builder_stages.py $(for v in new base newNP baseNP; do [ -f "$OUT/bench_$v.jsonl" ] && echo "$v=$OUT/bench_$v"; done) 2>&1 | tee "$OUT/stages.txt"
 for v in new base; do
   [ -f "$OUT/bench_$v.err" ] && awk -v v=$v '/seq_len/ {s=$0} /gpu builder/ {print v, $0}' "$OUT/bench_$v.err"
 done > "$OUT/stage_lines.txt"
