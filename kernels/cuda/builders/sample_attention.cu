@@ -10,6 +10,7 @@
 //  4. Assembly: each query block ORs the column and slash spans of the chunks its rows belong to
 //     and the local window into its row bitmap (assembled_common.cuh).
 #include <cfloat>
+#include <type_traits>
 
 #include "kernels/cuda/builders/assembled_common.cuh"
 
@@ -224,8 +225,9 @@ __global__ void __launch_bounds__(kSaThreads) SaPassKernel(SaArgs a) {
         const int sb_base = (pos0 + row0 - (j + kSaTileN - 1)) >> lg;
         // Every sum here starts at +0 and adds probabilities >= +0: adding the 0.f of a masked
         // element or of another slot leaves it unchanged, so skipping those additions gives the
-        // same bits.
-        if (full[0] && full[1]) {
+        // same bits. `masked` (a std::bool_constant): the per-element mask, which tiles that
+        // both rows see whole skip.
+        auto accumulate = [&](auto masked) {
 #pragma unroll
           for (int nt = 0; nt < 8; ++nt) {
             csum[nt] = 0.f;
@@ -234,34 +236,31 @@ __global__ void __launch_bounds__(kSaThreads) SaPassKernel(SaArgs a) {
 #pragma unroll
               for (int e = 0; e < 2; ++e) {
                 const int key = j + nt * 8 + 2 * t4 + e;
-                const float pr = Exp2(s[nt][2 * h + e] * scale - lse_h[h]);
+                float pr;
+                if constexpr (decltype(masked)::value) {
+                  const bool ok = row_ok[h] && key < ke && (!p.causal || key <= pos_h[h]);
+                  pr = ok ? Exp2(s[nt][2 * h + e] * scale - lse_h[h]) : 0.f;
+                } else {
+                  pr = Exp2(s[nt][2 * h + e] * scale - lse_h[h]);
+                }
                 csum[nt] += pr;
                 const int k = ((pos_h[h] - key) >> lg) - sb_base;
 #pragma unroll
                 for (int kk = 0; kk < kSlots; ++kk) {
-                  if (k == kk) ss[kk] += pr;
+                  if constexpr (decltype(masked)::value) {
+                    ss[kk] += k == kk ? pr : 0.f;
+                  } else if (k == kk) {
+                    ss[kk] += pr;
+                  }
                 }
               }
             }
           }
+        };
+        if (full[0] && full[1]) {
+          accumulate(std::false_type());
         } else {
-#pragma unroll
-          for (int nt = 0; nt < 8; ++nt) {
-            csum[nt] = 0.f;
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-#pragma unroll
-              for (int e = 0; e < 2; ++e) {
-                const int key = j + nt * 8 + 2 * t4 + e;
-                const bool ok = row_ok[h] && key < ke && (!p.causal || key <= pos_h[h]);
-                const float pr = ok ? Exp2(s[nt][2 * h + e] * scale - lse_h[h]) : 0.f;
-                csum[nt] += pr;
-                const int k = ((pos_h[h] - key) >> lg) - sb_base;
-#pragma unroll
-                for (int kk = 0; kk < kSlots; ++kk) ss[kk] += k == kk ? pr : 0.f;
-              }
-            }
-          }
+          accumulate(std::true_type());
         }
         // Column blocks: nts of one block summed in the thread, then over the warp.
         float cs = 0.f;
