@@ -380,11 +380,18 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
       kPass == 3 && !a.emit_exact && a.p.scale_log2 > 0.f && a.p.scale_log2 < CUDART_INF_F;
   float x_thr[2] = {CUDART_NAN_F, CUDART_NAN_F};
   int rel[2] = {0, 0};  // row position relative to its block's first row position
+  // Pass 3: each row's slice (its block's) in registers, read once after the setup barrier
+  // below (the flush, further down): the flush loop read both from shared memory per kept entry (two dependent loads in
+  // every round).
+  int slice_cap[2] = {0, 0};
+  int32_t* slice[2] = {a.entries, a.entries};
   if (kPass == 3) {
     __syncthreads();  // blk_* written
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const bool live = rl[h] < g.rows && mx[h] != -CUDART_INF_F;
+      slice_cap[h] = blk_count[blk[h]];
+      slice[h] = a.entries + blk_base[blk[h]];
       if (live) {
         const int thr = blk_thr[blk[h]];
         rel[h] = pos[h] - blk_first[blk[h]];
@@ -420,13 +427,20 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
     if (!p_any) return;  // warp-uniform
     int at0 = __shfl_sync(kFull, p_base[0], last_l[0]) + p_at[0];
     int at1 = __shfl_sync(kFull, p_base[1], last_l[1]) + p_at[1];
+    // Key j = p_j0 + AccCol(b >> 2, b & 3, lane) = jb + (b >> 2) * 8 + (b & 1).
+    const int jb = p_j0 + (lane & 3) * 2;
+    const int code0 = rel[0] * kl + jb, code1 = rel[1] * kl + jb;
     // Only the kept bits, lowest first (a warp runs as many rounds as its fullest lane).
     for (uint32_t k = p_keep; k != 0u; k &= k - 1u) {
       const int b = __ffs(k) - 1;  // nt * 4 + e
-      const int h = (b >> 1) & 1;
-      const int j = p_j0 + AccCol(b >> 2, b & 3, lane);
-      const int idx = h ? at1++ : at0++;
-      if (idx < blk_count[blk[h]]) a.entries[blk_base[blk[h]] + idx] = rel[h] * kl + j;
+      const int jo = (b >> 2) * 8 + (b & 1);
+      if ((b >> 1) & 1) {
+        if (at1 < slice_cap[1]) slice[1][at1] = code1 + jo;
+        ++at1;
+      } else {
+        if (at0 < slice_cap[0]) slice[0][at0] = code0 + jo;
+        ++at0;
+      }
     }
   };
   float run_max[2] = {-CUDART_INF_F, -CUDART_INF_F};
@@ -471,6 +485,8 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
       if (t + 1 < t_end) load_keys(t + 1);
       detail::CpAsyncCommit();
     }
+    // Pass 3: the previous tile's entries before this tile's products (acc is not live yet).
+    if (kPass == 3) flush();
     float acc[8][4];
     TileLogits<T, kD>(qf, buf_of(t), acc, lane);
     if (kBufs == 1) {
@@ -577,32 +593,46 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
         }
       }
       const bool plain = j0 + kTile <= warp_vis && mx[0] < FLT_MAX && mx[1] < FLT_MAX;
-      unsigned mu[8][4];
-      int slot_of[8][4];
+      // Every entry's t first (the plain / masked choice once per tile, so the 32 chains are one
+      // block of independent chains: with the choice per entry, each entry's chain was its own
+      // branch block), then one shared update per counted entry (t >= t_min; NaN fails): slot
+      // (bits(t) >> 20) + slot_base, fixed-point mass RN(t).
+      float tv[8][4];
+      if (plain) {
 #pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
+        for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int h = e >> 1;
-          const int j = j0 + AccCol(nt, e, lane);
-          float t = 0.f;
-          if (plain) {
+          for (int e = 0; e < 4; ++e) {
+            const int h = e >> 1;
             const float l2 = __fmul_rn(acc[nt][e], a.p.scale_log2);
-            t = __fmul_rn(__fmul_rn(Exp2(__fsub_rn(l2, mx[h])), inv[h]), w2[h]);
-          } else if (rl[h] < g.rows && j < vis[h] && mx[h] != -CUDART_INF_F) {
-            const float l2 = Sanitize(__fmul_rn(acc[nt][e], a.p.scale_log2));
-            t = __fmul_rn(__fmul_rn(Exp2(__fsub_rn(l2, mx[h])), inv[h]), w2[h]);
+            tv[nt][e] = __fmul_rn(__fmul_rn(Exp2(__fsub_rn(l2, mx[h])), inv[h]), w2[h]);
           }
-          mu[nt][e] = __float2uint_rn(t);
-          slot_of[nt][e] =
-              t >= t_min[h] ? static_cast<int>(__float_as_uint(t) >> 20) + slot_base[h] : -1;
+        }
+      } else {
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int h = e >> 1;
+            const int j = j0 + AccCol(nt, e, lane);
+            float t = 0.f;
+            if (rl[h] < g.rows && j < vis[h] && mx[h] != -CUDART_INF_F) {
+              const float l2 = Sanitize(__fmul_rn(acc[nt][e], a.p.scale_log2));
+              t = __fmul_rn(__fmul_rn(Exp2(__fsub_rn(l2, mx[h])), inv[h]), w2[h]);
+            }
+            tv[nt][e] = t;
+          }
         }
       }
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          if (slot_of[nt][e] >= 0) atomicAdd(hm + slot_of[nt][e], mu[nt][e]);
+          const int h = e >> 1;
+          if (tv[nt][e] >= t_min[h]) {
+            atomicAdd(hm + static_cast<int>(__float_as_uint(tv[nt][e]) >> 20) + slot_base[h],
+                      __float2uint_rn(tv[nt][e]));
+          }
         }
       }
       continue;
@@ -611,7 +641,6 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
     // + e), then per row half one slot range of its block's slice per tile (a scan over the warp's
     // lanes, one atomic by the last lane of each block's lanes); the entries are (row position -
     // block's first row position) * k_len + key; SlClassifyKernel makes them columns or diagonals.
-    flush();
     uint32_t keep = 0;
     if (logit_thr && j0 + kTile <= warp_vis) {  // every row of the warp sees the whole tile
 #pragma unroll
