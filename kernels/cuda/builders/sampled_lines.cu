@@ -67,6 +67,22 @@ __device__ __forceinline__ float MaxNaN(float a, float b) {
   return y;
 }
 
+// The maximum of a thread's 16 accumulator entries of row half h (fragment elements 2 h, 2 h +
+// 1 of every n-tile) by a tree of depth 4: MaxNaN (kNaN) or fmaxf (NaN dropped; NaN only if all are).
+template <bool kNaN>
+__device__ __forceinline__ float TreeMax(const float (&acc)[8][4], int h) {
+  auto mx = [](float x, float y) { return kNaN ? MaxNaN(x, y) : fmaxf(x, y); };
+  float m[8];
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) m[nt] = mx(acc[nt][2 * h], acc[nt][2 * h + 1]);
+#pragma unroll
+  for (int w = 4; w >= 1; w >>= 1) {
+#pragma unroll
+    for (int i = 0; i < w; ++i) m[i] = mx(m[i], m[i + w]);
+  }
+  return m[0];
+}
+
 // S = Q K^T for the warp's 16 rows (A fragments `qf`, kept in registers) x the 64 keys of the
 // swizzled tile at shared address `ks`: acc[n-tile][fragment].
 template <typename T, int kD>
@@ -508,11 +524,13 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
 #pragma unroll
         for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            acc[nt][e] = __fmul_rn(acc[nt][e], a.p.scale_log2);
-            tmax[e >> 1] = MaxNaN(tmax[e >> 1], acc[nt][e]);
-          }
+          for (int e = 0; e < 4; ++e) acc[nt][e] = __fmul_rn(acc[nt][e], a.p.scale_log2);
         }
+        // Each row half's maximum by a tree (depth 4; was a chain of 16): MaxNaN's value does
+        // not depend on the order (a NaN anywhere gives NaN; otherwise the largest value, up to
+        // the sign of a zero maximum, which changes no Exp2 below).
+#pragma unroll
+        for (int h = 0; h < 2; ++h) tmax[h] = TreeMax<true>(acc, h);
         fast = isfinite(tmax[0]) && isfinite(tmax[1]);
         if (!fast) {
           tmax[0] = tmax[1] = -CUDART_INF_F;
@@ -581,12 +599,10 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
       // logit is +inf, so Sanitize changes nothing that counts (NaN and -inf give t NaN or 0
       // either way), nor does a dead row (mx -inf, inv 0: t is NaN or 0).
       if (hist_skip) {
-        bool any = false;
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) any = any || acc[nt][e] >= x_cut[e >> 1];
-        }
+        // Some product >= its row's x_cut <=> the row half's largest non-NaN product is (fmaxf
+        // drops NaN, which is never >= x_cut): a tree (depth 4) instead of a chain of 32 tests.
+        const bool any =
+            TreeMax<false>(acc, 0) >= x_cut[0] || TreeMax<false>(acc, 1) >= x_cut[1];
         if (!__any_sync(kFull, any)) {
           if (kCensus) ++census_none;
           continue;
