@@ -696,14 +696,17 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
     if (!p_any) continue;
     // Bit nt * 4 + e belongs to row half e >> 1.
     const int cnt[2] = {__popc(keep & 0x33333333u), __popc(keep & 0xccccccccu)};
+    // Both halves' inclusive scans in one (half 1 in the high 16 bits: a half's sum over the
+    // warp is <= 32 x 16 = 512, so neither spills into the other).
+    int incl2 = cnt[0] | (cnt[1] << 16);
+#pragma unroll
+    for (int x = 1; x < 32; x <<= 1) {
+      const int o = __shfl_up_sync(kFull, incl2, x);
+      if (lane >= x) incl2 += o;
+    }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      int incl = cnt[h];
-#pragma unroll
-      for (int x = 1; x < 32; x <<= 1) {
-        const int o = __shfl_up_sync(kFull, incl, x);
-        if (lane >= x) incl += o;
-      }
+      const int incl = h ? incl2 >> 16 : incl2 & 0xffff;
       const int first = first_l[h], last = last_l[h];
       const int before = __shfl_sync(kFull, incl, first > 0 ? first - 1 : 0);
       const int seg_before = first > 0 ? before : 0;
