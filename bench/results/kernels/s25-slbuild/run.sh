@@ -3,8 +3,8 @@
 # (issue 11 item 5). `new` = this branch, `base` = main 2d1f736's spattn-bench, one archive.
 #  1. Tests (new): sampled_lines_gpu_test, row_assembly_gpu_test; build_index_gpu_test's
 #     sampled_lines tests by default and with SPATTN_SL_SPLIT_TILES=1 (split groups: global
-#     histograms and cursors) and SPATTN_SL_HIST_EXACT=1,SPATTN_SL_EMIT_EXACT=1 (TEST_FILTER=F: one
-#     default-mode run with filter F instead).
+#     histograms and cursors), EXACT_MODE=1 also with SPATTN_SL_HIST_EXACT=1,SPATTN_SL_EMIT_EXACT=1
+#     (TEST_FILTER=F: one default-mode run with filter F instead).
 #  2. Bench per length (LENS), the BENCH_RUNS (or BENCH_RUNS_<len>) entries back to back
 #     (binary[:VAR=VALUE]), one process each: spattn-bench --device=cuda llm_mix 32/8 heads d128
 #     bf16, sampled_lines gamma 0.95 on every head, block_m 128, SPATTN_GPU_BUILDER_PROFILE=1.
@@ -31,8 +31,8 @@ if [ "${TESTS:-1}" = 1 ]; then
   done
   i=0
   modes=("default|*sampled_lines*:*SampledLines*"
-         "SPATTN_SL_SPLIT_TILES=1|*sampled_lines*:*SampledLines*"
-         "SPATTN_SL_HIST_EXACT=1,SPATTN_SL_EMIT_EXACT=1|*sampled_lines*:*SampledLines*")
+         "SPATTN_SL_SPLIT_TILES=1|*sampled_lines*:*SampledLines*")
+  [ "${EXACT_MODE:-0}" = 1 ] && modes+=("SPATTN_SL_HIST_EXACT=1,SPATTN_SL_EMIT_EXACT=1|*sampled_lines*:*SampledLines*")
   [ -n "${TEST_FILTER:-}" ] && modes=("default|$TEST_FILTER")
   for mode in "${modes[@]}"; do
     i=$((i + 1)); m=${mode%%|*}; filt=${mode#*|}; envs=(); [ "$m" != default ] && IFS=, read -ra envs <<< "$m"
