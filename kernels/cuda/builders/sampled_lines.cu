@@ -33,28 +33,23 @@ constexpr int kFixedKeyShift = 31 * 8;  // bin key (fp32 bits >> 20) of m * kFix
 
 // Shared memory: passes 1 and 3 two swizzled [64][kD] tiles (assembled_common.cuh's layout;
 // buffer 1 holds the Q tile until its fragments are in registers, then both buffers take turns
-// for the key tiles, loaded one tile ahead by cp.async: 4 CTAs per SM). Pass 2 the same two tiles
-// plus the per-block mass histograms (fixed point, no counts) of as many blocks as the launch's
-// largest group has (SlArgs::max_group_blocks: 21 with 3 rows per block, 53.7 KB at d 128, 4 CTAs
-// per SM) where that keeps 4 CTAs per SM; otherwise (or SPATTN_SL_HIST_BUFFERS=1) one tile (Q, then
-// every key tile in turn, each loaded once the warps have the previous one's products) plus
-// kSlGroupBlocks histograms: 49 KB, 4 CTAs per SM, two barriers per tile. Measured slower on an
-// H100 and removed (NOTES.md "Session 22 — s22-slbuild"): pass 2 on two buffers with all 32
-// blocks' histograms at 65 KB / 3 CTAs per SM (2.59 vs 3.00 ms at 32K, 29.6 vs 30.9 ms at 128K;
-// with one barrier per tile histogram 16.10 vs 20.58 ms at 128K) and passes 1 and 3 on three
-// buffers, 48 KB, each tile loaded two ahead (index build 46.90 vs 47.29 ms at 128K, 4.35 vs 4.53
-// at 32K).
+// for the key tiles, loaded one tile ahead by cp.async: 4 CTAs per SM). Pass 2 one tile (Q, then
+// every key tile in turn, each loaded once the warps have the previous one's products) plus the
+// per-block mass histograms (fixed point, no counts): 49 KB, 4 CTAs per SM. Measured slower on an
+// H100 and removed (NOTES.md "Session 22 — s22-slbuild"): pass 2 on two buffers at 65 KB / 3 CTAs
+// per SM (2.59 vs 3.00 ms at 32K, 29.6 vs 30.9 ms at 128K; with one barrier per tile histogram
+// 16.10 vs 20.58 ms at 128K) and passes 1 and 3 on three buffers, 48 KB, each tile loaded two
+// ahead (index build 46.90 vs 47.29 ms at 128K, 4.35 vs 4.53 at 32K).
 struct SlSmem {
   int64_t tile, hm, total;
 };
-// Key buffers of pass `pass` by default (pass 2: two where its histograms leave room).
+// Key buffers of pass `pass`.
 __host__ __device__ inline constexpr int PassBuffers(int pass) { return pass == 2 ? 1 : 2; }
-// `bufs` key buffers, pass 2: histograms of `hist_blocks` blocks.
-__host__ __device__ inline SlSmem Layout(int head_dim, int pass, int bufs, int hist_blocks) {
+__host__ __device__ inline SlSmem Layout(int head_dim, int pass) {
   SlSmem l;
   l.tile = static_cast<int64_t>(kTile) * head_dim * 2;
-  l.hm = bufs * l.tile;
-  l.total = pass == 2 ? l.hm + static_cast<int64_t>(hist_blocks) * kSlBins * 4 : l.hm;
+  l.hm = PassBuffers(pass) * l.tile;
+  l.total = pass == 2 ? l.hm + static_cast<int64_t>(kSlGroupBlocks) * kSlBins * 4 : l.hm;
   return l;
 }
 
@@ -73,8 +68,7 @@ __device__ __forceinline__ float MaxNaN(float a, float b) {
 }
 
 // The maximum of a thread's 16 accumulator entries of row half h (fragment elements 2 h, 2 h +
-// 1 of every n-tile) by a tree of depth 4: MaxNaN (kNaN) or fmaxf (NaN dropped; NaN only if all
-// are).
+// 1 of every n-tile) by a tree of depth 4: MaxNaN (kNaN) or fmaxf (NaN dropped; NaN only if all are).
 template <bool kNaN>
 __device__ __forceinline__ float TreeMax(const float (&acc)[8][4], int h) {
   auto mx = [](float x, float y) { return kNaN ? MaxNaN(x, y) : fmaxf(x, y); };
@@ -235,11 +229,12 @@ __device__ void BlockThresholdWarp(const unsigned* bm, float part, long long all
 // pass's tensor-core work a per-tile bound known in advance could skip.
 __device__ unsigned long long g_sl_census[4];  // pass 2 tiles, skipped; pass 3 tiles, no keep
 
-template <typename T, int kD, int kPass, bool kCensus = false, int kBufs = PassBuffers(kPass)>
+template <typename T, int kD, int kPass, bool kCensus = false>
 __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
   extern __shared__ __align__(128) unsigned char smem[];
-  const SlSmem lay = Layout(kD, kPass, kBufs, 0);  // tile and hm only
-  constexpr int kChunks = kD / 8;                  // 16-byte chunks per tile row
+  constexpr int kBufs = PassBuffers(kPass);
+  const SlSmem lay = Layout(kD, kPass);
+  constexpr int kChunks = kD / 8;  // 16-byte chunks per tile row
   const uint32_t sbuf = detail::SmemAddr(smem);
   unsigned* hm = reinterpret_cast<unsigned*>(smem + lay.hm);
   __shared__ int blk_thr[kSlGroupBlocks];
@@ -291,7 +286,7 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
   detail::CpAsyncCommit();
 
   if (kPass == 2) {
-    for (int i = tid; i < g.blocks * kSlBins; i += kThreads) hm[i] = 0u;  // the group's blocks
+    for (int i = tid; i < kSlGroupBlocks * kSlBins; i += kThreads) hm[i] = 0u;
     if (tid < kSlGroupBlocks) {
       blk_wsum[tid] = 0.f;
       blk_vsum[tid] = 0.f;
@@ -402,8 +397,8 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
   float x_thr[2] = {CUDART_NAN_F, CUDART_NAN_F};
   int rel[2] = {0, 0};  // row position relative to its block's first row position
   // Pass 3: each row's slice (its block's) in registers, read once after the setup barrier
-  // below (the flush, further down): the flush loop read both from shared memory per kept entry
-  // (two dependent loads in every round).
+  // below (the flush, further down): the flush loop read both from shared memory per kept entry (two dependent loads in
+  // every round).
   int slice_cap[2] = {0, 0};
   int32_t* slice[2] = {a.entries, a.entries};
   if (kPass == 3) {
@@ -606,7 +601,8 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
       if (hist_skip) {
         // Some product >= its row's x_cut <=> the row half's largest non-NaN product is (fmaxf
         // drops NaN, which is never >= x_cut): a tree (depth 4) instead of a chain of 32 tests.
-        const bool any = TreeMax<false>(acc, 0) >= x_cut[0] || TreeMax<false>(acc, 1) >= x_cut[1];
+        const bool any =
+            TreeMax<false>(acc, 0) >= x_cut[0] || TreeMax<false>(acc, 1) >= x_cut[1];
         if (!__any_sync(kFull, any)) {
           if (kCensus) ++census_none;
           continue;
@@ -928,39 +924,16 @@ __global__ void SlClassifyKernel(SlArgs a) {
   }
 }
 
-template <typename T, int kD, int kPass, bool kCensus, int kBufs>
-cudaError_t LaunchPassWith(const SlArgs& a, int64_t bytes, cudaStream_t stream) {
-  cudaError_t err =
-      cudaFuncSetAttribute(SlPassKernel<T, kD, kPass, kCensus, kBufs>,
-                           cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
-  if (err != cudaSuccess) return err;
-  SlPassKernel<T, kD, kPass, kCensus, kBufs>
-      <<<static_cast<unsigned>(a.num_items) * a.num_slots, kThreads, bytes, stream>>>(a);
-  return cudaGetLastError();
-}
-
 template <typename T, int kD, int kPass, bool kCensus>
 cudaError_t LaunchPass(const SlArgs& a, cudaStream_t stream) {
-  if constexpr (kPass == 2 && !kCensus) {
-    if (SampledLinesKnobs().hist_buffers != 1 && a.max_group_blocks > 0 &&
-        a.max_group_blocks <= kSlGroupBlocks) {
-      // Pass 2 on two key buffers (one barrier per tile) where the histograms of the launch's
-      // largest group leave room for 4 CTAs per SM, as many as the one-buffer layout runs.
-      const int64_t bytes = Layout(kD, kPass, 2, a.max_group_blocks).total;
-      auto kernel = SlPassKernel<T, kD, kPass, kCensus, 2>;
-      cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             static_cast<int>(bytes));
-      if (err != cudaSuccess) return err;
-      int per_sm = 0;
-      err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads,
-                                                          static_cast<size_t>(bytes));
-      if (err != cudaSuccess) return err;
-      if (per_sm >= 4) return LaunchPassWith<T, kD, kPass, kCensus, 2>(a, bytes, stream);
-    }
-  }
-  constexpr int kBufs = PassBuffers(kPass);
-  return LaunchPassWith<T, kD, kPass, kCensus, kBufs>(
-      a, Layout(kD, kPass, kBufs, kSlGroupBlocks).total, stream);
+  const int64_t bytes = Layout(kD, kPass).total;
+  cudaError_t err =
+      cudaFuncSetAttribute(SlPassKernel<T, kD, kPass, kCensus>,
+                           cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  if (err != cudaSuccess) return err;
+  SlPassKernel<T, kD, kPass, kCensus>
+      <<<static_cast<unsigned>(a.num_items) * a.num_slots, kThreads, bytes, stream>>>(a);
+  return cudaGetLastError();
 }
 
 template <int kPass, bool kCensus = false>
@@ -1280,7 +1253,6 @@ SlKnobs& SampledLinesKnobs() {
     if (b != nullptr && b[0] != '\0') k.asm_bucket = b[0] != '0' ? 1 : 0;
     if (const char* c = std::getenv("SPATTN_SL_TILE_CENSUS")) k.tile_census = c[0] == '1';
     if (const char* c = std::getenv("SPATTN_SL_ASM_SPANS")) k.asm_spans = c[0] != '0';
-    if (const char* c = std::getenv("SPATTN_SL_HIST_BUFFERS")) k.hist_buffers = std::atoi(c);
     return k;
   }();
   return knobs;

@@ -170,7 +170,6 @@ absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const A
   sa.num_items = static_cast<int>(items.size());
   SPATTN_ASSIGN_OR_RETURN(sa.rows, Upload(env, rows, "sampled_lines rows"));
   sa.num_rows = static_cast<int>(rows.size());
-  for (const SlGroup& g : groups) sa.max_group_blocks = std::max(sa.max_group_blocks, g.blocks);
   sa.split_blocks = static_cast<int>(split_block_ids.size());
   if (sa.split_blocks > 0) {
     const int64_t parts = static_cast<int64_t>(nslots) * items.size() * kSlGroupRows;

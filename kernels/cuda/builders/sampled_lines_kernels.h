@@ -84,9 +84,6 @@ struct SlArgs {
   int num_items = 0;
   const SlRow* rows = nullptr;  // [num_rows]
   int num_rows = 0;
-  // The most query blocks of one group (<= kSlGroupBlocks; 0: unknown, kSlGroupBlocks assumed):
-  // pass 2's shared histograms are sized by it.
-  int max_group_blocks = 0;
   // Split groups (parts > 1). Pass 1's per-item row statistics [slots * num_items * kSlGroupRows]
   // (index (slot * num_items + part_begin + split) * kSlGroupRows + row in group): log2 max, sum.
   float* part_max = nullptr;
@@ -138,8 +135,7 @@ struct SlArgs {
 // The build's comparison knobs, read from the environment once per process (at first use):
 // SPATTN_SL_SPLIT_TILES, SPATTN_SL_SPLIT_WAVES (sampled_lines_host.cc SplitLength),
 // SPATTN_SL_EMIT_EXACT, SPATTN_SL_HIST_EXACT, SPATTN_SL_ASM_BUCKET (=0 / =1: never / always bucket
-// the entries by assembler segment), SPATTN_SL_ASM_SPANS (=0: SlAsmArgs::row_spans off),
-// SPATTN_SL_HIST_BUFFERS (=1: pass 2 always on one key buffer, the layout before session 25) and
+// the entries by assembler segment), SPATTN_SL_ASM_SPANS (=0: SlAsmArgs::row_spans off) and
 // SPATTN_SL_TILE_CENSUS (=1: passes 2 and 3 count their warp
 // tiles that add nothing, printed to stderr per build; a diagnostic, a separate kernel instance,
 // it synchronizes).
@@ -152,7 +148,6 @@ struct SlKnobs {
   int asm_bucket = -1;    // -1: bucket rows of >= 5 segments; 0 / 1: never / always
   bool asm_spans = true;  // SlAsmArgs::row_spans
   bool tile_census = false;
-  int hist_buffers = 0;  // pass 2's key buffers: 0 = two where 4 CTAs per SM fit, else one; 1 = one
 };
 SlKnobs& SampledLinesKnobs();
 
