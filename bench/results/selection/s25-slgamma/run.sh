@@ -12,11 +12,11 @@ cd "$(dirname "$0")"
 W=/tmp/s25slg && rm -rf $W && mkdir -p $W && tar -xJf bundle.tar.xz -C $W
 export LD_LIBRARY_PATH=$W/lib
 OUT=${OUT:-/tmp/out}; R=$OUT/s25slg; mkdir -p $R
-CAP=${CAP:-230}
-PCAP=${PCAP:-200}
+CAP=${CAP:-200}
+PCAP=${PCAP:-185}
 SECONDS=0
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader > $R/gpu.txt
-(cd $W && timeout 60 bin/build_index_gpu_test \
+(cd $W && timeout 45 bin/build_index_gpu_test \
    --gtest_filter='*PerHeadGammas*:*MatchesCpuTwin/8' > $R/test_gpu.txt 2>&1)
 echo "test rc=$? ${SECONDS}s" >> $R/summary.txt
 COMMON="--device=cuda --workload=llm_mix --heads=32 --kv_heads=8 --head_dim=128 --dtype=bf16 \
