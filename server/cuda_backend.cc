@@ -443,6 +443,7 @@ absl::Status CudaCall::BuildIndex(const MethodConfig& config, const std::vector<
   if (backend_->DeviceBuilder(config.method)) {
     GpuBuildOptions o;
     o.block_m = options.BlockRowsFor(config.method);
+    o.sampled_lines_gammas = options.sampled_lines_gammas;
     bool on_gpu = true;
     if (config.method == Method::kSaap && assets_ != nullptr) {
       auto dev = backend_->DeviceAssets(assets_, dp_.head_dim);

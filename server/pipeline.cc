@@ -244,8 +244,8 @@ absl::Status AttentionPipeline::Run(ParsedRequest& req, AttentionBackend& backen
   std::vector<SparseIndex> indexes(plan.groups.size());
   for (size_t g = 0; g < plan.groups.size(); ++g) {
     SPATTN_RETURN_IF_ERROR(CheckControl(control, "index_build"));
-    const absl::Status s =
-        call->BuildIndex(plan.groups[g].config, plan.groups[g].heads, build, &indexes[g]);
+    const absl::Status s = call->BuildIndex(plan.groups[g].config, plan.groups[g].heads,
+                                            plan.groups[g].BuildOptionsFor(build), &indexes[g]);
     if (!s.ok()) {
       return absl::Status(s.code(),
                           absl::StrCat("index build (", MethodName(plan.groups[g].config.method),
@@ -265,6 +265,11 @@ absl::Status AttentionPipeline::Run(ParsedRequest& req, AttentionBackend& backen
     GuardBatchOps ops;
     ops.build = [&](const MethodConfig& c, const std::vector<int>& hs, SparseIndex* out) {
       return call->BuildIndex(c, hs, build, out);
+    };
+    // Heads whose tries differ only in per-head parameters (sampled_lines' gamma) share a build.
+    ops.build_heads = [&](const std::vector<MethodConfig>& cs, const std::vector<int>& hs,
+                          SparseIndex* out) {
+      return call->BuildIndex(cs[0], hs, BuildOptionsForHeads(build, cs), out);
     };
     ops.estimate = [&](SparseIndex* index) {
       return call->MassRecall(index, guard.probe_rows, guard.seed);
@@ -286,7 +291,7 @@ absl::Status AttentionPipeline::Run(ParsedRequest& req, AttentionBackend& backen
         GuardInput in;
         in.head = h;
         in.estimate = estimates[slot];
-        in.config = plan.groups[g].config;
+        in.config = plan.groups[g].head_configs[slot];
         in.widen = !forced;
         inputs.push_back(in);
       }
@@ -348,7 +353,7 @@ absl::Status AttentionPipeline::Run(ParsedRequest& req, AttentionBackend& backen
       where[h] = {&index, slot};
       HeadResult& hr = result.heads[h];
       hr.head = h;
-      hr.config = plan.groups[g].config;
+      hr.config = plan.groups[g].head_configs[slot];
       hr.recall = hr.config.method == Method::kDense ? 1.0 : -1.0;
       int64_t computed = computed_per_slot[slot];
       for (const GuardedHead& gh : guarded) {

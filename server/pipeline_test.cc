@@ -6,6 +6,7 @@
 
 #include <map>
 #include <memory>
+#include <set>
 #include <vector>
 
 #include "absl/time/clock.h"
@@ -272,6 +273,45 @@ TEST(PipelineBlockTest, SampledLinesRunsOnItsOwnBlockSize) {
       EXPECT_NEAR(r.heads(h).density(), Density(p, want, h), 1e-12)
           << "own " << own << " head " << h;
     }
+  }
+}
+
+// Issue 11 item 5: heads whose sampled_lines configs differ only in gamma run in one planner
+// group (one build with per-head gammas), each at its own gamma: every head's density is that of
+// a build of it alone at its gamma.
+TEST(PipelineBlockTest, SampledLinesHeadsOfDifferentGammasRunEachAtItsOwn) {
+  auto layer = MakeStructuredLayer(4, 2);
+  ASSERT_TRUE(layer.ok()) << layer.status();
+  const AttentionProblem& p = layer->workload.problem();
+  std::unique_ptr<AttentionBackend> backend = MakeCpuBackend();
+  RegionManager regions;
+  const float gammas[] = {0.5f, 0.95f, 0.7f, 0.95f};
+  auto parsed = ParseAttentionRequest(layer->request, ConvertLimits());
+  ASSERT_TRUE(parsed.ok());
+  std::vector<double> want(4);
+  std::set<double> distinct;
+  for (int h = 0; h < 4; ++h) {
+    MethodConfig c;
+    c.method = Method::kSampledLines;
+    c.sampled_lines.gamma = gammas[h];
+    parsed->head_overrides.emplace_back(h, c);
+    BuildOptions bo;
+    bo.block_m = 128;
+    SparseIndex alone;
+    ASSERT_TRUE(BuildSparseIndex(p, c, {h}, bo, &alone).ok());
+    want[h] = Density(p, alone, 0);
+    distinct.insert(want[h]);
+  }
+  ASSERT_GE(distinct.size(), 2u) << "the test needs gammas that give different indexes";
+  PipelineOptions options;
+  options.guard.probe_rows = 0;  // the configs as given
+  v1::AttentionResponse r;
+  AttentionPipeline pipeline(options, &regions, nullptr, nullptr);
+  ASSERT_TRUE(pipeline.Run(*parsed, *backend, CallControl(), 0.0, &r).ok());
+  ASSERT_EQ(r.heads_size(), 4);
+  for (int h = 0; h < 4; ++h) {
+    EXPECT_EQ(r.heads(h).method_name(), "sampled_lines");
+    EXPECT_NEAR(r.heads(h).density(), want[h], 1e-12) << "head " << h << " gamma " << gammas[h];
   }
 }
 

@@ -29,6 +29,8 @@ bool SameMethodConfig(const MethodConfig& a, const MethodConfig& b) {
   return SameGroupConfig(a, b);  // the parameter table's splits_groups column
 }
 
+bool SameHeadGroup(const MethodConfig& a, const MethodConfig& b) { return SameBuildGroup(a, b); }
+
 absl::StatusOr<Plan> MakePlan(const PlanInput& in, const std::function<bool(Method)>& available,
                               const std::string& device) {
   Plan plan;
@@ -95,12 +97,12 @@ absl::StatusOr<Plan> MakePlan(const PlanInput& in, const std::function<bool(Meth
                        MethodSourceName(plan.source[h]), ") is not available on device ", device));
     }
     int g = 0;
-    while (g < static_cast<int>(plan.groups.size()) &&
-           !SameMethodConfig(plan.groups[g].config, c)) {
+    while (g < static_cast<int>(plan.groups.size()) && !SameHeadGroup(plan.groups[g].config, c)) {
       ++g;
     }
-    if (g == static_cast<int>(plan.groups.size())) plan.groups.push_back(HeadGroup{c, {}});
+    if (g == static_cast<int>(plan.groups.size())) plan.groups.push_back(HeadGroup{c, {}, {}});
     plan.groups[g].heads.push_back(h);
+    plan.groups[g].head_configs.push_back(c);
     plan.group_of_head[h] = g;
   }
   return plan;

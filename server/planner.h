@@ -1,5 +1,7 @@
 // Planning: which method runs on which head of one request. Heads are grouped by method config so
-// that each index builder runs once per group. Precedence, highest first: the request's
+// that each index builder runs once per group; configs that differ only in a parameter the
+// builder takes per head (sampled_lines' gamma, kernels/builders/build_index.h SameBuildGroup)
+// share a group, each head keeping its own value. Precedence, highest first: the request's
 // head_overrides, its method_override, the head's config in the model, the model's default
 // method, the worker's default method. Sequences shorter than a threshold run dense (sparse
 // methods gain nothing there), except for heads the request overrides explicitly.
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/builders/build_index.h"
 #include "kernels/method_config.h"
 #include "server/request.h"
 
@@ -51,8 +54,15 @@ enum class MethodSource {
 const char* MethodSourceName(MethodSource source);
 
 struct HeadGroup {
-  MethodConfig config;
+  MethodConfig config;     // heads[0]'s; the group's build runs it with BuildOptionsFor
   std::vector<int> heads;  // Ascending.
+  // Per entry of `heads`: the head's own config (`config` but for the per-head parameters:
+  // sampled_lines' gamma).
+  std::vector<MethodConfig> head_configs;
+  // `base` for this group's build: the heads' per-head parameters set (BuildOptionsForHeads).
+  BuildOptions BuildOptionsFor(const BuildOptions& base) const {
+    return BuildOptionsForHeads(base, head_configs);
+  }
 };
 
 struct Plan {
@@ -64,6 +74,8 @@ struct Plan {
 
 // True when two configs would build the same index (same method, same parameters of it).
 bool SameMethodConfig(const MethodConfig& a, const MethodConfig& b);
+// True when heads of the two configs share one build (one planner group): SameBuildGroup.
+bool SameHeadGroup(const MethodConfig& a, const MethodConfig& b);
 
 // Makes the plan; `available(method)` says whether the executing device can run a method, and
 // a head whose method it cannot run fails the plan with FAILED_PRECONDITION naming the head,

@@ -225,6 +225,52 @@ TEST(PlannerTest, UnavailableMethodIsFailedPrecondition) {
   EXPECT_NE(plan.status().message().find("device cpu"), std::string::npos);
 }
 
+// Issue 11 item 5: sampled_lines heads of different gammas (what the calibration search picks per
+// head) share one group, i.e. one build, each head keeping its own gamma (head_configs, and the
+// group's build options carry them); another parameter still splits.
+TEST(PlannerTest, SampledLinesHeadsOfDifferentGammasShareOneGroup) {
+  ModelConfig m = TwoLayerModel();
+  MethodConfig sl;
+  sl.method = Method::kSampledLines;
+  sl.sampled_lines.gamma = 0.95f;
+  MethodConfig sl_975 = sl;
+  sl_975.sampled_lines.gamma = 0.975f;
+  MethodConfig sl_floor = sl_975;
+  sl_floor.sampled_lines.diagonal_floor = 5.f;  // another parameter: another build
+  m.heads[1] = {sl, sl_975, std::nullopt, sl, sl_975, sl_floor};
+  PlanInput in;
+  in.num_q_heads = 6;
+  in.layer = 1;
+  in.maybe_model = &m;
+  auto plan = MakePlan(in, All, "cuda");
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->groups.size(), 3u);
+  const HeadGroup& g = plan->groups[0];
+  EXPECT_EQ(g.config.method, Method::kSampledLines);
+  EXPECT_EQ(g.heads, (std::vector<int>{0, 1, 3, 4}));
+  ASSERT_EQ(g.head_configs.size(), 4u);
+  const float want[] = {0.95f, 0.975f, 0.95f, 0.975f};
+  for (int k = 0; k < 4; ++k) {
+    EXPECT_EQ(g.head_configs[k].sampled_lines.gamma, want[k]) << "head " << g.heads[k];
+    EXPECT_TRUE(SameMethodConfig(g.head_configs[k], k % 2 ? sl_975 : sl));
+  }
+  BuildOptions base;
+  base.sampled_lines_block_m = 128;
+  const BuildOptions o = g.BuildOptionsFor(base);
+  EXPECT_EQ(o.sampled_lines_gammas, (std::vector<float>{0.95f, 0.975f, 0.95f, 0.975f}));
+  EXPECT_EQ(o.sampled_lines_block_m, 128);
+  EXPECT_EQ(plan->groups[1].config.method, Method::kAShape);  // the model default, head 2
+  EXPECT_EQ(plan->groups[1].heads, (std::vector<int>{2}));
+  EXPECT_EQ(plan->groups[2].heads, (std::vector<int>{5}));
+  EXPECT_EQ(plan->groups[2].config.sampled_lines.diagonal_floor, 5.f);
+  EXPECT_EQ(plan->group_of_head, (std::vector<int>{0, 0, 1, 0, 0, 2}));
+  // One gamma: no per-head gammas in the build options (the build as before).
+  EXPECT_TRUE(plan->groups[2].BuildOptionsFor(base).sampled_lines_gammas.empty());
+  EXPECT_TRUE(plan->groups[1].BuildOptionsFor(base).sampled_lines_gammas.empty());
+  EXPECT_TRUE(SameHeadGroup(sl, sl_975));
+  EXPECT_FALSE(SameHeadGroup(sl, sl_floor));
+}
+
 TEST(PlannerTest, SameMethodConfigComparesOnlyTheMethodsParams) {
   MethodConfig a, b;
   a.method = b.method = Method::kAShape;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/builders/build_index.h"
 #include "kernels/builders/sampled_lines.h"
 #include "kernels/fidelity.h"
 #include "kernels/sparse_index.h"
@@ -158,8 +159,9 @@ absl::StatusOr<std::vector<GuardedHead>> GuardHeads(const std::vector<GuardInput
   // Per head: where its ladder is. A try lives in a Batch (one index for the heads that tried
   // the same config in the same round); the best try is a (batch, slot) reference.
   struct Batch {
-    MethodConfig config;
-    std::vector<int> who;  // inputs, in slot order
+    MethodConfig config;                // who[0]'s (the build's, with `configs` per head)
+    std::vector<MethodConfig> configs;  // per slot: that head's config
+    std::vector<int> who;               // inputs, in slot order
     std::shared_ptr<SparseIndex> index;
     std::vector<double> estimate;
     std::vector<int64_t> pairs;
@@ -193,18 +195,20 @@ absl::StatusOr<std::vector<GuardedHead>> GuardHeads(const std::vector<GuardInput
                    std::vector<int>* refused) -> absl::Status {
     std::map<std::string, std::shared_ptr<Batch>> by_config;
     for (const auto& [i, c] : wants) {
-      std::shared_ptr<Batch>& b = by_config[c.DebugString()];
+      std::shared_ptr<Batch>& b = by_config[ops.build_heads ? BuildGroupKey(c) : c.DebugString()];
       if (b == nullptr) {
         b = std::make_shared<Batch>();
         b->config = c;
       }
       b->who.push_back(i);
+      b->configs.push_back(c);
     }
     for (auto& [key, b] : by_config) {
       std::vector<int> hs;
       for (int i : b->who) hs.push_back(heads[i].head);
       b->index = std::make_shared<SparseIndex>();
-      const absl::Status s = ops.build(b->config, hs, b->index.get());
+      const absl::Status s = ops.build_heads ? ops.build_heads(b->configs, hs, b->index.get())
+                                             : ops.build(b->config, hs, b->index.get());
       if (s.code() == absl::StatusCode::kResourceExhausted) {
         full = true;
         return absl::OkStatus();
@@ -304,7 +308,7 @@ absl::StatusOr<std::vector<GuardedHead>> GuardHeads(const std::vector<GuardInput
         if (reached || no_better) {
           s.active = false;
         } else {
-          s.current = b->config;
+          s.current = b->configs[slot];
           s.estimate = b->estimate[slot];
         }
       }
@@ -314,8 +318,9 @@ absl::StatusOr<std::vector<GuardedHead>> GuardHeads(const std::vector<GuardInput
     if (!any) break;
   }
   // Heads that kept a try: a batch whose heads all kept it is their index as is; the others are
-  // rebuilt per batch for the heads that kept it. Heads whose widening started and that kept no
-  // try: dense, one build for all.
+  // rebuilt for the heads that kept it, per batch (with build_heads: per build group, the heads
+  // of every such batch of one group in one build, each with its own config). Heads whose
+  // widening started and that kept no try: dense, one build for all.
   std::map<Batch*, std::vector<int>> kept;
   std::vector<int> dense;
   for (int i = 0; i < n; ++i) {
@@ -326,29 +331,39 @@ absl::StatusOr<std::vector<GuardedHead>> GuardHeads(const std::vector<GuardInput
       dense.push_back(i);
     }
   }
+  auto keep = [&](int i, const std::shared_ptr<SparseIndex>& index, int slot) {
+    const Batch& b = *st[i].best;
+    out[i].config = b.configs[st[i].best_slot];
+    out[i].estimate = b.estimate[st[i].best_slot];
+    out[i].index = index;
+    out[i].slot = slot;
+    out[i].replaced = true;
+  };
+  std::map<std::string, std::vector<int>> rebuild;  // build key -> inputs, in input order
+  int partial = 0;
   for (auto& [batch, who] : kept) {
-    const Batch& b = *st[who[0]].best;
-    std::shared_ptr<SparseIndex> index = b.index;
-    std::vector<int> slot_of(n, -1);
-    for (size_t slot = 0; slot < b.who.size(); ++slot) slot_of[b.who[slot]] = slot;
-    std::vector<int> new_slot(n, -1);
-    if (who.size() != b.who.size()) {
-      std::vector<int> hs;
-      for (int i : who) hs.push_back(heads[i].head);
-      index = std::make_shared<SparseIndex>();
-      SPATTN_RETURN_IF_ERROR(ops.build(b.config, hs, index.get()));
-      ++stats.regroup_builds;
-      for (size_t k = 0; k < who.size(); ++k) new_slot[who[k]] = static_cast<int>(k);
-    } else {
-      new_slot = slot_of;
+    if (who.size() == batch->who.size()) {
+      for (int i : who) keep(i, batch->index, st[i].best_slot);
+      continue;
     }
+    const std::string key =
+        ops.build_heads ? BuildGroupKey(batch->config) : absl::StrCat(partial++);
+    std::vector<int>& r = rebuild[key];
+    r.insert(r.end(), who.begin(), who.end());
+  }
+  for (auto& [key, who] : rebuild) {
+    std::sort(who.begin(), who.end());
+    std::vector<int> hs;
+    std::vector<MethodConfig> cs;
     for (int i : who) {
-      out[i].config = b.config;
-      out[i].estimate = b.estimate[slot_of[i]];
-      out[i].index = index;
-      out[i].slot = new_slot[i];
-      out[i].replaced = true;
+      hs.push_back(heads[i].head);
+      cs.push_back(st[i].best->configs[st[i].best_slot]);
     }
+    auto index = std::make_shared<SparseIndex>();
+    SPATTN_RETURN_IF_ERROR(ops.build_heads ? ops.build_heads(cs, hs, index.get())
+                                           : ops.build(cs[0], hs, index.get()));
+    ++stats.regroup_builds;
+    for (size_t k = 0; k < who.size(); ++k) keep(who[k], index, static_cast<int>(k));
   }
   for (int i = 0; i < n; ++i) st[i].best.reset();  // frees the tries nobody kept
   if (!dense.empty()) {

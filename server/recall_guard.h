@@ -183,7 +183,8 @@ absl::StatusOr<GuardedHead> GuardHead(int head, double estimate, const MethodCon
 // short of the target are widened together, one ladder step for all of them at a time. Each
 // step builds one index per distinct config the short heads try (heads of one planner group
 // share their configs, so one build per group and step size: the adaptive try, then the
-// widened configs),
+// widened configs; with GuardBatchOps::build_heads one per build group, whatever the heads'
+// per-head parameters),
 // and estimates and counts each such index once for all its heads. A head's decisions (the
 // order of its tries, the cheapest that reaches target + margin, the early stop when a wider
 // config costs as much as the best, dense last) are those of GuardHead for the same inputs.
@@ -197,8 +198,20 @@ struct GuardInput {
   bool widen = true;  // false: estimate only (the request forced this head's config)
 };
 
+// Builds one index of `heads` where head heads[k] runs configs[k] (configs that share one build,
+// SameBuildGroup of kernels/builders/build_index.h: the backend's builder with
+// BuildOptionsForHeads).
+using GuardHeadsBuildFn =
+    std::function<absl::Status(const std::vector<MethodConfig>& configs,
+                               const std::vector<int>& heads, SparseIndex* index)>;
+
 struct GuardBatchOps {
   GuardBuildFn build;
+  // When set, each round builds its tries per build group (BuildGroupKey) through it instead of
+  // per distinct config through `build`: heads whose tries differ only in a per-head parameter
+  // (sampled_lines' gamma: heads of different gammas widened halfway to 1 land on different
+  // gammas) share one build, each head keeping its own config. Default: unset.
+  GuardHeadsBuildFn build_heads;
   // Recall estimate of every slot (probe_rows rows, the options' seed), where the index is.
   std::function<absl::StatusOr<std::vector<double>>(SparseIndex* index)> estimate;
   // Computed (query, key) pairs of every slot.

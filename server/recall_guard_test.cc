@@ -359,6 +359,109 @@ TEST(RecallGuardTest, BatchedGuardDecidesAsPerHeadWithOneBuildPerGroupAndStep) {
     }
 }
 
+// Issue 11 item 5: sampled_lines heads of different gammas (as the search picks them) widen on
+// their own ladders (gamma halfway to 1, or the fine step) and land on different gammas; with
+// GuardBatchOps::build_heads each ladder step builds them once (one build group), each head
+// keeping its own gamma, and the guard decides for every head what GuardHead decides for it
+// alone; the heads that kept tries some of whose heads did not are rebuilt in one build. Without
+// build_heads the same step takes one build per distinct gamma.
+TEST(RecallGuardTest, SampledLinesHeadsOfDifferentGammasWidenInOneBuildPerStep) {
+  auto w = GenerateWorkload(Layer(2048, 5));
+  ASSERT_TRUE(w.ok());
+  const AttentionProblem& p = w->problem();
+  BuildOptions bo;
+  RecallGuardOptions go;
+  go.target = 0.95;
+  go.adaptive = MethodConfig();  // none: the heads' own ladders only
+  const float kGammas[] = {0.5f, 0.6f, 0.7f, 0.8f, 0.85f, 0.9f, 0.55f, 0.65f};
+  std::vector<int> heads;
+  std::vector<MethodConfig> configs;
+  for (int h = 0; h < 8; ++h) {
+    heads.push_back(h);
+    MethodConfig c;
+    c.method = Method::kSampledLines;
+    c.sampled_lines.gamma = kGammas[h];
+    configs.push_back(c);
+  }
+  SparseIndex index;  // the planner's one build over the 8 heads
+  ASSERT_TRUE(BuildSparseIndex(p, configs[0], heads, BuildOptionsForHeads(bo, configs), &index).ok());
+  auto build = [&](const MethodConfig& c, const std::vector<int>& hs, SparseIndex* out) {
+    return BuildSparseIndex(p, c, hs, bo, out);
+  };
+  std::vector<GuardInput> inputs;
+  std::vector<GuardedHead> one;
+  for (int slot = 0; slot < 8; ++slot) {
+    auto e = AttentionMassRecall(p, index, slot, go.probe_rows, go.seed);
+    ASSERT_TRUE(e.ok());
+    GuardInput in;
+    in.head = slot;
+    in.estimate = *e;
+    in.config = configs[slot];
+    inputs.push_back(in);
+    auto g1 = GuardHead(p, index, slot, in.config, true, build, go);
+    ASSERT_TRUE(g1.ok()) << g1.status();
+    one.push_back(std::move(*g1));
+  }
+  for (bool per_head : {true, false}) {
+    int sparse_builds = 0;
+    std::vector<std::vector<float>> build_gammas;  // per sampled_lines build, per slot
+    auto counted = [&](const MethodConfig& c, const std::vector<int>& hs, SparseIndex* out) {
+      if (c.method != Method::kDense) {
+        ++sparse_builds;
+        build_gammas.push_back(std::vector<float>(hs.size(), c.sampled_lines.gamma));
+      }
+      return BuildSparseIndex(p, c, hs, bo, out);
+    };
+    GuardBatchOps ops = HostGuardBatchOps(p, counted, go);
+    if (per_head) {
+      ops.build_heads = [&](const std::vector<MethodConfig>& cs, const std::vector<int>& hs,
+                            SparseIndex* out) {
+        ++sparse_builds;
+        std::vector<float> g;
+        for (const MethodConfig& c : cs) g.push_back(c.sampled_lines.gamma);
+        build_gammas.push_back(g);
+        return BuildSparseIndex(p, cs[0], hs, BuildOptionsForHeads(bo, cs), out);
+      };
+    }
+    GuardBatchStats stats;
+    auto batched = GuardHeads(inputs, ops, go, &stats);
+    ASSERT_TRUE(batched.ok()) << batched.status();
+    std::set<float> final_gammas;
+    int replaced = 0;
+    for (int i = 0; i < 8; ++i) {
+      const GuardedHead& b = (*batched)[i];
+      EXPECT_EQ(b.config.DebugString(), one[i].config.DebugString()) << "head " << i;
+      EXPECT_DOUBLE_EQ(b.estimate, one[i].estimate) << "head " << i;
+      EXPECT_EQ(b.widened, one[i].widened) << "head " << i;
+      EXPECT_EQ(b.replaced, one[i].replaced) << "head " << i;
+      if (!b.replaced || b.config.method == Method::kDense) continue;
+      ++replaced;
+      final_gammas.insert(b.config.sampled_lines.gamma);
+      EXPECT_EQ(b.index->heads.at(b.slot), b.head);
+      auto e = AttentionMassRecall(p, *b.index, b.slot, go.probe_rows, go.seed);
+      ASSERT_TRUE(e.ok());
+      EXPECT_DOUBLE_EQ(*e, b.estimate) << "head " << i;
+    }
+    EXPECT_GE(replaced, 4);
+    EXPECT_GE(final_gammas.size(), 2u) << "the heads keep gammas of their own";
+    std::set<float> first_step(build_gammas.empty() ? std::set<float>()
+                                                    : std::set<float>(build_gammas[0].begin(),
+                                                                      build_gammas[0].end()));
+    if (per_head) {
+      for (int b : stats.builds_per_step) EXPECT_LE(b, 1);
+      EXPECT_LE(stats.regroup_builds, 1) << "the partly kept tries of one group: one rebuild";
+      EXPECT_GE(first_step.size(), 2u) << "one build of several gammas";
+    } else {
+      ASSERT_FALSE(stats.builds_per_step.empty());
+      EXPECT_GT(stats.builds_per_step[0], 1) << "a build per distinct gamma";
+    }
+    std::printf("per-head gammas %d: %d sparse builds (steps", per_head, sparse_builds);
+    for (int b : stats.builds_per_step) std::printf(" %d", b);
+    std::printf(", regroup %d), %d heads replaced, %zu final gammas\n", stats.regroup_builds,
+                replaced, final_gammas.size());
+  }
+}
+
 // A try the builder refuses for this problem (INVALID_ARGUMENT: a GPU builder past its limits,
 // as flex_prefill's at 1M keys) is skipped, not an error: no head runs the refused method (here
 // the adaptive one, either method), the heads still reach the target (their own method widened,

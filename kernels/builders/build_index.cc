@@ -46,9 +46,44 @@ absl::Status BuildSparseIndex(const AttentionProblem& problem, const MethodConfi
                             out);
     case Method::kSampledLines:
       return BuildSampledLinesIndex(problem, config.sampled_lines, heads,
-                                    options.BlockRowsFor(Method::kSampledLines), out);
+                                    options.BlockRowsFor(Method::kSampledLines), out,
+                                    options.sampled_lines_gammas);
   }
   return absl::InvalidArgumentError("method: unknown value");
+}
+
+namespace {
+
+// `c` with its per-head parameters at one value (their defaults).
+MethodConfig WithoutHeadParams(const MethodConfig& c) {
+  MethodConfig x = c;
+  if (x.method == Method::kSampledLines) x.sampled_lines.gamma = SampledLinesParams().gamma;
+  return x;
+}
+
+}  // namespace
+
+bool SameBuildGroup(const MethodConfig& a, const MethodConfig& b) {
+  return SameGroupConfig(WithoutHeadParams(a), WithoutHeadParams(b));
+}
+
+std::string BuildGroupKey(const MethodConfig& config) {
+  return WithoutHeadParams(config).DebugString();
+}
+
+BuildOptions BuildOptionsForHeads(const BuildOptions& base,
+                                  const std::vector<MethodConfig>& configs) {
+  BuildOptions o = base;
+  o.sampled_lines_gammas.clear();
+  if (configs.empty() || configs[0].method != Method::kSampledLines) return o;
+  bool differ = false;
+  for (const MethodConfig& c : configs) {
+    differ = differ || c.sampled_lines.gamma != configs[0].sampled_lines.gamma;
+  }
+  if (!differ) return o;
+  o.sampled_lines_gammas.reserve(configs.size());
+  for (const MethodConfig& c : configs) o.sampled_lines_gammas.push_back(c.sampled_lines.gamma);
+  return o;
 }
 
 bool CpuBuilderAvailable(Method method) {

@@ -7,6 +7,7 @@
 #include <limits>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "kernels/builders/estimate.h"
 #include "kernels/builders/tile_math.h"
 #include "kernels/parallel.h"
@@ -145,13 +146,30 @@ std::vector<int> SampledLinesRows(int q_begin, int q_end, int rows_per_block, bo
   return rows;
 }
 
+absl::Status CheckSampledLinesGammas(const std::vector<float>& gammas, size_t heads) {
+  if (gammas.empty()) return absl::OkStatus();
+  if (gammas.size() != heads) {
+    return absl::InvalidArgumentError(absl::StrCat("sampled_lines_gammas: one per head (",
+                                                   heads, "), got ", gammas.size()));
+  }
+  for (size_t i = 0; i < gammas.size(); ++i) {
+    if (!(gammas[i] > 0.f && gammas[i] <= 1.f)) {
+      return absl::InvalidArgumentError(absl::StrCat("sampled_lines_gammas[", i,
+                                                     "] must be in (0, 1], got ", gammas[i]));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status BuildSampledLinesIndex(const AttentionProblem& problem,
                                     const SampledLinesParams& params, const std::vector<int>& heads,
-                                    int block_m, SparseIndex* out) {
+                                    int block_m, SparseIndex* out,
+                                    const std::vector<float>& gammas) {
   MethodConfig config;
   config.method = Method::kSampledLines;
   config.sampled_lines = params;
   SPATTN_RETURN_IF_ERROR(config.Validate());
+  SPATTN_RETURN_IF_ERROR(CheckSampledLinesGammas(gammas, heads.size()));
   SPATTN_RETURN_IF_ERROR(CheckBuilderInputs(problem, heads, "block_m", block_m));
   InitSparseIndex(problem, heads, block_m, out);
   const int batch = problem.batch();
@@ -190,7 +208,8 @@ absl::Status BuildSampledLinesIndex(const AttentionProblem& problem,
     }
     int thr = kSampledLinesBins;  // nothing kept
     if (total > 0) {
-      const double target = static_cast<double>(params.gamma) * total;
+      const float gamma = gammas.empty() ? params.gamma : gammas[slot];
+      const double target = static_cast<double>(gamma) * total;
       double cum = 0;
       for (int bin = kSampledLinesBins - 1; bin >= 0; --bin) {
         cum += hist[bin];

@@ -103,9 +103,17 @@
 
 namespace spattn {
 
+// `gammas`: empty, or per entry of `heads` that head's gamma (in (0, 1]) instead of params.gamma
+// (BuildOptions::sampled_lines_gammas): each head's rows are those of a build of it alone at its
+// gamma (gamma is read per head only in step 3's threshold).
 absl::Status BuildSampledLinesIndex(const AttentionProblem& problem,
                                     const SampledLinesParams& params, const std::vector<int>& heads,
-                                    int block_m, SparseIndex* out);
+                                    int block_m, SparseIndex* out,
+                                    const std::vector<float>& gammas = {});
+
+// Checks `gammas` (SampledLinesParams::gamma per head) against `heads`: empty, or one per head,
+// each in (0, 1]. INVALID_ARGUMENT naming the first bad one. Shared with the GPU twin.
+absl::Status CheckSampledLinesGammas(const std::vector<float>& gammas, size_t heads);
 
 // Step 3's bins (kSampledLinesBins of them, sampled_lines_bar.h): SampledLinesBin(m) in
 // [0, kSampledLinesBins) for m in (0, 1].

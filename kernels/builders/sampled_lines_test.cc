@@ -303,6 +303,97 @@ TEST(SampledLinesTest, EdgeRowsCatchRetrievalGroupsAtBlockEnds) {
   EXPECT_GT(recall[1], recall[0] + 0.01);
 }
 
+// Per-head gammas (BuildOptions::sampled_lines_gammas, what lets the worker build heads of
+// different gammas at once): each head's rows are those of a build of that head alone at its
+// gamma, in any slot order, through BuildSparseIndex too; heads at other gammas than the config's
+// differ from the single-gamma build.
+TEST(SampledLinesTest, PerHeadGammasEqualEachHeadsOwnBuild) {
+  const float kGammas[] = {0.95f, 0.9646f, 0.5f, 0.9823f};  // s24's four, one made far apart
+  for (const char* kind : {"vertical_slash", "retrieval"}) {
+    Workload w = GeneratorWorkload(kind);
+    const AttentionProblem& p = w.problem();
+    std::vector<int> heads = AllHeads(p);
+    std::reverse(heads.begin(), heads.end());
+    std::vector<float> gammas;
+    for (size_t i = 0; i < heads.size(); ++i) gammas.push_back(kGammas[i % 4]);
+    for (int block_m : {64, 128}) {
+      SparseIndex mixed, single, via_options;
+      ASSERT_TRUE(
+          BuildSampledLinesIndex(p, SampledLinesParams(), heads, block_m, &mixed, gammas).ok());
+      ASSERT_TRUE(ValidateSparseIndex(p, mixed).ok());
+      ASSERT_TRUE(BuildSampledLinesIndex(p, SampledLinesParams(), heads, block_m, &single).ok());
+      MethodConfig config;
+      config.method = Method::kSampledLines;
+      BuildOptions bo;
+      bo.sampled_lines_block_m = block_m;
+      bo.sampled_lines_gammas = gammas;
+      ASSERT_TRUE(BuildSparseIndex(p, config, heads, bo, &via_options).ok());
+      EXPECT_EQ(via_options.col_idx, mixed.col_idx);
+      EXPECT_EQ(via_options.range_start, mixed.range_start);
+      EXPECT_EQ(via_options.range_len, mixed.range_len);
+      for (int slot = 0; slot < mixed.num_heads(); ++slot) {
+        SampledLinesParams own;
+        own.gamma = gammas[slot];
+        SparseIndex alone;
+        ASSERT_TRUE(BuildSampledLinesIndex(p, own, {heads[slot]}, block_m, &alone).ok());
+        ASSERT_EQ(alone.num_blocks(), mixed.num_blocks());
+        int differ_from_single = 0;
+        for (int b = 0; b < mixed.num_blocks(); ++b) {
+          ASSERT_EQ(RowString(mixed, slot, b), RowString(alone, 0, b))
+              << kind << " block_m " << block_m << " slot " << slot << " gamma " << own.gamma
+              << " block " << b;
+          differ_from_single += RowString(mixed, slot, b) != RowString(single, slot, b);
+        }
+        if (own.gamma == SampledLinesParams().gamma) {
+          EXPECT_EQ(differ_from_single, 0) << kind << " slot " << slot;
+        } else if (own.gamma == 0.5f) {
+          EXPECT_GT(differ_from_single, 0) << kind << " slot " << slot;
+        }
+      }
+    }
+  }
+  // One gamma per head, each in (0, 1].
+  Workload w = GeneratorWorkload("slash");
+  SparseIndex idx;
+  absl::Status st =
+      BuildSampledLinesIndex(w.problem(), SampledLinesParams(), {0, 1}, 64, &idx, {0.9f});
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_NE(std::string(st.message()).find("sampled_lines_gammas"), std::string::npos) << st;
+  st = BuildSampledLinesIndex(w.problem(), SampledLinesParams(), {0, 1}, 64, &idx, {0.9f, 0.f});
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_NE(std::string(st.message()).find("sampled_lines_gammas[1]"), std::string::npos) << st;
+}
+
+// Heads whose configs differ only in sampled_lines' gamma share a build (SameBuildGroup,
+// BuildGroupKey); BuildOptionsForHeads sets the gammas only where they differ.
+TEST(SampledLinesTest, GammaIsAPerHeadParameterOfOneBuild) {
+  MethodConfig a, b;
+  a.method = b.method = Method::kSampledLines;
+  a.sampled_lines.gamma = 0.95f;
+  b.sampled_lines.gamma = 0.975f;
+  EXPECT_TRUE(SameBuildGroup(a, b));
+  EXPECT_FALSE(SameGroupConfig(a, b));
+  EXPECT_EQ(BuildGroupKey(a), BuildGroupKey(b));
+  MethodConfig c = b;
+  c.sampled_lines.diagonal_floor = 5.f;  // another parameter: another build
+  EXPECT_FALSE(SameBuildGroup(a, c));
+  EXPECT_NE(BuildGroupKey(a), BuildGroupKey(c));
+  MethodConfig f1, f2;  // flex_prefill's gamma is not per head
+  f1.method = f2.method = Method::kFlexPrefill;
+  f2.flex_prefill.gamma = 0.99f;
+  EXPECT_FALSE(SameBuildGroup(f1, f2));
+  EXPECT_NE(BuildGroupKey(f1), BuildGroupKey(f2));
+
+  BuildOptions base;
+  base.block_m = 128;
+  base.sampled_lines_gammas = {0.1f};  // replaced
+  EXPECT_TRUE(BuildOptionsForHeads(base, {a, a}).sampled_lines_gammas.empty());
+  EXPECT_EQ(BuildOptionsForHeads(base, {a, b, a}).sampled_lines_gammas,
+            (std::vector<float>{0.95f, 0.975f, 0.95f}));
+  EXPECT_EQ(BuildOptionsForHeads(base, {a, b}).block_m, 128);
+  EXPECT_TRUE(BuildOptionsForHeads(base, {f1, f2}).sampled_lines_gammas.empty());
+}
+
 TEST(SampledLinesTest, RejectsBadParametersByName) {
   ProblemShape s;
   s.q_lens = {10};

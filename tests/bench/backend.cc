@@ -238,6 +238,7 @@ class CudaBackend : public AttentionBackend {
     } else {
       GpuBuildOptions o;
       o.block_m = options.BlockRowsFor(config.method);
+      o.sampled_lines_gammas = options.sampled_lines_gammas;
       absl::StatusOr<GpuSparseIndex> built = BuildIndexOnGpu(*engine_, dp_, config, heads, o);
       absl::Status s = built.status();
       if (s.ok()) s = DownloadIndex(*engine_, *built, index);

@@ -203,8 +203,9 @@ Methods:
   --guard_adaptive=M[,M2] guarded, promise (host and device guard): the adaptive try, flex_prefill
                          (default: the worker's), sampled_lines or none;
                          two methods: both tried, the cheaper that reaches the target kept
-  --search_candidates=L  searched: all (default: the search's default candidates, plus saap's
-                         when --calibrate is given) or a method list, e.g. a_shape,vertical_slash
+  --search_candidates=L  searched, promise: all (default: the search's default candidates, plus
+                         saap's in searched when --calibrate is given) or a method list, e.g.
+                         a_shape,vertical_slash
   --METHOD.PARAM=V       a method parameter, e.g. --vertical_slash.last_q=64
   --param METHOD.PARAM=V the same, repeatable
 )" + ParamList() +
@@ -398,9 +399,10 @@ std::vector<ConfigGroup> GroupHeadsByConfig(const std::vector<int>& heads,
   for (int h : sorted) {
     const MethodConfig& c = config_of_head[h];
     size_t g = 0;
-    while (g < groups.size() && !SameGroupConfig(groups[g].config, c)) ++g;
-    if (g == groups.size()) groups.push_back({c, {}});
+    while (g < groups.size() && !SameBuildGroup(groups[g].config, c)) ++g;
+    if (g == groups.size()) groups.push_back({c, {}, {}});
     groups[g].heads.push_back(h);
+    groups[g].head_configs.push_back(c);
   }
   return groups;
 }
@@ -413,9 +415,12 @@ absl::StatusOr<GroupRun> RunConfigGroups(AttentionBackend* backend, const Attent
   for (size_t i = 0; i < groups.size(); ++i) {
     SparseIndex& index = run.indexes[i];
     // Build and run group by group: the CUDA backend runs a GPU-built index right after its build.
+    const BuildOptions group_options = groups[i].head_configs.empty()
+                                           ? options
+                                           : BuildOptionsForHeads(options, groups[i].head_configs);
     SPATTN_ASSIGN_OR_RETURN(
         const double build_ms,
-        backend->BuildIndex(groups[i].config, groups[i].heads, options, &index));
+        backend->BuildIndex(groups[i].config, groups[i].heads, group_options, &index));
     if (validate) {
       absl::Status v = ValidateSparseIndex(problem, index);
       if (!v.ok()) {
@@ -875,6 +880,16 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
       }
       po.build = search_bo;
       po.build.maybe_assets = nullptr;
+      if (f.search_candidates != "all") {
+        auto methods = ParseCandidateMethods(f.search_candidates);  // checked by ParseBenchFlags
+        auto candidates = methods.ok() ? CandidatesForMethods(*methods, nullptr) : methods.status();
+        if (!candidates.ok()) {
+          out << "{\"method\":\"promise\",\"error\":\"" << candidates.status().message()
+              << "\"}\n";
+          continue;
+        }
+        po.candidates = *candidates;
+      }
       po.max_len = f.promise_max_len > 0 ? f.promise_max_len : (1 << 20);
       if (f.promise_search_rows > 0) po.search_rows = po.recall_rows = f.promise_search_rows;
       if (!f.promise_targets.empty()) po.targets = f.promise_targets;

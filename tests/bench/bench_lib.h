@@ -112,10 +112,16 @@ inline constexpr char kGuardedMethod[] = "guarded";
 struct ConfigGroup {
   MethodConfig config;
   std::vector<int> heads;  // Ascending.
+  // Per entry of `heads`, the head's own config where it differs from `config` in a per-head
+  // parameter (sampled_lines' gamma; RunConfigGroups builds with BuildOptionsForHeads); empty =
+  // `config` for every head.
+  std::vector<MethodConfig> head_configs;
 };
 
-// Groups `heads` by `config_of_head[h]` (indexed by q head): configs equal in every parameter
-// (same DebugString) share a group; groups are ordered by their first head.
+// Groups `heads` by `config_of_head[h]` (indexed by q head) as the worker's planner does: configs
+// that share a build (SameBuildGroup: equal in every group-splitting parameter but sampled_lines'
+// gamma, which each head keeps in head_configs) share a group; groups are ordered by their first
+// head.
 std::vector<ConfigGroup> GroupHeadsByConfig(const std::vector<int>& heads,
                                             const std::vector<MethodConfig>& config_of_head);
 

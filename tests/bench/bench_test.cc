@@ -571,6 +571,50 @@ TEST(BenchTest, GroupHeadsByConfigGroupsIdenticalConfigsInHeadOrder) {
   EXPECT_EQ(sub[1].heads, (std::vector<int>{4}));
 }
 
+// Issue 11 item 5: sampled_lines heads of different gammas group as the worker's planner groups
+// them (one build, each head's gamma in head_configs), and that build writes exactly the output of
+// running each head's config alone.
+TEST(BenchTest, SampledLinesHeadsOfDifferentGammasShareOneGroup) {
+  SearchedPlan plan = MakeSearchedPlan();
+  AttentionProblem& p = plan.bench->problem();
+  std::vector<MethodConfig> configs(8);
+  const float gammas[] = {0.95f, 0.9646f, 0.5f, 0.975f, 0.95f, 0.7f, 0.9823f, 0.95f};
+  for (int h = 0; h < 8; ++h) {
+    configs[h].method = Method::kSampledLines;
+    configs[h].sampled_lines.gamma = gammas[h];
+  }
+  configs[7].sampled_lines.diagonal_floor = 5.f;  // another parameter: its own group
+  std::vector<int> heads(8);
+  for (int h = 0; h < 8; ++h) heads[h] = h;
+  const std::vector<ConfigGroup> groups = GroupHeadsByConfig(heads, configs);
+  ASSERT_EQ(groups.size(), 2u);
+  EXPECT_EQ(groups[0].heads, (std::vector<int>{0, 1, 2, 3, 4, 5, 6}));
+  ASSERT_EQ(groups[0].head_configs.size(), 7u);
+  for (int k = 0; k < 7; ++k) EXPECT_EQ(groups[0].head_configs[k].sampled_lines.gamma, gammas[k]);
+  EXPECT_EQ(groups[1].heads, (std::vector<int>{7}));
+  std::vector<ConfigGroup> alone;
+  for (int h : heads) alone.push_back({configs[h], {h}});
+
+  auto backend = MakeBackend("cpu");
+  ASSERT_TRUE(backend.ok());
+  ASSERT_TRUE((*backend)->Prepare(&p).ok());
+  BuildOptions bo;
+  bo.sampled_lines_block_m = 128;
+  std::vector<uint8_t>& o = plan.bench->host->o_bytes();
+  std::fill(o.begin(), o.end(), 0);
+  auto grouped = RunConfigGroups(backend->get(), p, groups, bo, /*validate=*/true, /*fetch=*/true);
+  ASSERT_TRUE(grouped.ok()) << grouped.status();
+  const std::vector<uint8_t> grouped_o = o;
+  std::fill(o.begin(), o.end(), 0);
+  auto single = RunConfigGroups(backend->get(), p, alone, bo, true, true);
+  ASSERT_TRUE(single.ok()) << single.status();
+  EXPECT_TRUE(grouped_o == o) << "outputs differ between grouped and per-head runs";
+  for (int k = 0; k < 7; ++k) {
+    EXPECT_EQ(ComputedPairs(p, grouped->indexes[0], k), ComputedPairs(p, single->indexes[k], 0))
+        << "head " << k;
+  }
+}
+
 // The per-group path (one build and one kernel per config, as served) writes exactly the output
 // of running each head's config alone.
 TEST(BenchTest, ConfigGroupsGiveTheSameOutputAsEachHeadAlone) {

@@ -44,8 +44,10 @@ absl::Status EmitPromiseLines(const WorkloadOptions& model, AttentionBackend* ba
     so.sampled_lines_block_m = o.build.sampled_lines_block_m;
     so.seed = model.seed;
     const auto start = std::chrono::steady_clock::now();
-    SPATTN_ASSIGN_OR_RETURN(PatternSearchResult r,
-                            SearchHeadPatterns({&calib.problem()}, DefaultCandidates(), so));
+    SPATTN_ASSIGN_OR_RETURN(
+        PatternSearchResult r,
+        SearchHeadPatterns({&calib.problem()},
+                           o.candidates.empty() ? DefaultCandidates() : o.candidates, so));
     searched[t].assign(hq, MethodConfig());
     for (const HeadSearchResult& h : r.heads) searched[t][h.head] = h.chosen.config;
     err << "spattn-bench: promise: searched target " << o.targets[t] << " on " << o.calib_len

@@ -41,6 +41,8 @@ struct PromiseOptions {
   MethodConfig adaptive = RecallGuardOptions::DefaultAdaptive();
   MethodConfig adaptive_also;  // RecallGuardOptions::adaptive_also
   BuildOptions build;
+  // The search's candidates (spattn-bench --search_candidates); empty = DefaultCandidates().
+  std::vector<MethodConfig> candidates;
 };
 
 // `model`: the bench's workload options (shape heads, dtype, workload, model seed); lengths and

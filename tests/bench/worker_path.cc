@@ -126,17 +126,21 @@ absl::StatusOr<double> WorkerCudaPath::Guard(const std::vector<MethodConfig>& co
   guarded->assign(first.begin(), first.end());
   estimates->assign(hq, 1.0);
   widened->assign(hq, 0);
-  // Groups of heads with equal configs (as the worker's planner groups them).
+  // Groups of heads with equal configs but for per-head parameters (as the worker's planner
+  // groups them: sampled_lines heads of different gammas share a build).
   std::map<std::string, std::vector<int>> by_config;
-  for (int h = 0; h < hq; ++h) by_config[first[h].DebugString()].push_back(h);
+  for (int h = 0; h < hq; ++h) by_config[BuildGroupKey(first[h])].push_back(h);
   std::vector<std::unique_ptr<SparseIndex>> indexes;
   std::vector<MethodConfig> configs;
   auto start = std::chrono::steady_clock::now();
   for (const auto& g : by_config) {
-    configs.push_back(first[g.second[0]]);
+    std::vector<MethodConfig> own;
+    for (int h : g.second) own.push_back(first[h]);
+    configs.push_back(own[0]);
     indexes.push_back(std::make_unique<SparseIndex>());
-    SPATTN_RETURN_IF_ERROR(
-        call.BuildIndex(configs.back(), g.second, options, indexes.back().get()));
+    SPATTN_RETURN_IF_ERROR(call.BuildIndex(configs.back(), g.second,
+                                           BuildOptionsForHeads(options, own),
+                                           indexes.back().get()));
   }
   *build_ms = MillisSince(start);
   start = std::chrono::steady_clock::now();
@@ -149,6 +153,10 @@ absl::StatusOr<double> WorkerCudaPath::Guard(const std::vector<MethodConfig>& co
   GuardBatchOps ops;
   ops.build = [&](const MethodConfig& c, const std::vector<int>& hs, SparseIndex* out) {
     return call.BuildIndex(c, hs, options, out);
+  };
+  ops.build_heads = [&](const std::vector<MethodConfig>& cs, const std::vector<int>& hs,
+                        SparseIndex* out) {
+    return call.BuildIndex(cs[0], hs, BuildOptionsForHeads(options, cs), out);
   };
   ops.estimate = [&](SparseIndex* index) { return call.MassRecall(index, go.probe_rows, go.seed); };
   ops.pairs = [&](const MethodConfig& c, SparseIndex* index) {
@@ -164,7 +172,7 @@ absl::StatusOr<double> WorkerCudaPath::Guard(const std::vector<MethodConfig>& co
       GuardInput in;
       in.head = indexes[g]->heads[slot];
       in.estimate = est[slot];
-      in.config = configs[g];
+      in.config = first[in.head];
       inputs.push_back(in);
     }
   }

@@ -273,7 +273,8 @@ class CudaAttentionEngine::Impl {
   absl::StatusOr<SparseIndexView> BuildIndex(const AttentionProblem& p, const cuda::AttnParams& a,
                                              const MethodConfig& config,
                                              const std::vector<int>& heads, int block_m,
-                                             const CudaLayerAssets* maybe_assets) {
+                                             const CudaLayerAssets* maybe_assets,
+                                             const std::vector<float>& sl_gammas) {
     cuda::BuildScope scope;
     scope.stream = stream_;
     scope.device = device_;
@@ -282,7 +283,7 @@ class CudaAttentionEngine::Impl {
       SPATTN_ASSIGN_OR_RETURN(char* ptr, Alloc<char>(bytes, what));
       return static_cast<void*>(ptr);
     };
-    return cuda::BuildIndexInWorkspace(scope, p, config, heads, block_m, maybe_assets);
+    return cuda::BuildIndexInWorkspace(scope, p, config, heads, block_m, maybe_assets, sl_gammas);
   }
 
   // Moves a built index from the workspace into the resident region at its top, where it stays
@@ -742,8 +743,9 @@ absl::StatusOr<GpuSparseIndex> EngineAccess::Build(CudaAttentionEngine& engine,
   SPATTN_RETURN_IF_ERROR(impl.Mark(CudaAttentionEngine::Impl::kUpload));
   SPATTN_ASSIGN_OR_RETURN(AttnParams a, impl.Params(p));
   SPATTN_RETURN_IF_ERROR(impl.Mark(CudaAttentionEngine::Impl::kUpload));
-  SPATTN_ASSIGN_OR_RETURN(SparseIndexView v, impl.BuildIndex(p, a, config, heads, options.block_m,
-                                                             options.maybe_assets));
+  SPATTN_ASSIGN_OR_RETURN(SparseIndexView v,
+                          impl.BuildIndex(p, a, config, heads, options.block_m,
+                                          options.maybe_assets, options.sampled_lines_gammas));
   SPATTN_RETURN_IF_ERROR(impl.Mark(CudaAttentionEngine::Impl::kIndex));
   // Any block size builds (as on the CPU); the sparse kernel takes 64 and 128 (RunSparseDeviceIndex
   // says so).

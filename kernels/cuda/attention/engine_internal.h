@@ -39,11 +39,13 @@ int GpuIndexBlockM(const MethodConfig& config, int block_m);
 // Builds the index in the workspace (the view points into it) with the method's GPU builder:
 // host entry (builders/method_builders.h, defined in builders/<method>_host.cc). Enqueues on
 // scope.stream; may synchronize it (the builders' one host round trip: CSR totals).
+// `sl_gammas`: GpuBuildOptions::sampled_lines_gammas.
 absl::StatusOr<SparseIndexView> BuildIndexInWorkspace(const BuildScope& scope,
                                                       const AttentionProblem& p,
                                                       const MethodConfig& config,
                                                       const std::vector<int>& heads, int block_m,
-                                                      const CudaLayerAssets* maybe_assets);
+                                                      const CudaLayerAssets* maybe_assets,
+                                                      const std::vector<float>& sl_gammas = {});
 
 // The engine side of build_index_gpu.h (implemented in attention_cuda.cc).
 class EngineAccess {

@@ -31,7 +31,8 @@ absl::StatusOr<SparseIndexView> BuildIndexInWorkspace(const BuildScope& scope,
                                                       const AttentionProblem& p,
                                                       const MethodConfig& config,
                                                       const std::vector<int>& heads, int block_m,
-                                                      const CudaLayerAssets* maybe_assets) {
+                                                      const CudaLayerAssets* maybe_assets,
+                                                      const std::vector<float>& sl_gammas) {
   SPATTN_RETURN_IF_ERROR(config.Validate());
   if (!GpuBuilderAvailable(config.method)) {
     return absl::UnimplementedError(
@@ -62,7 +63,7 @@ absl::StatusOr<SparseIndexView> BuildIndexInWorkspace(const BuildScope& scope,
     case Method::kSaap:
       return BuildSaapIndex(scope, p, config, heads, block_m, maybe_assets);
     case Method::kSampledLines:
-      return BuildSampledLinesIndex(scope, p, config, heads, block_m);
+      return BuildSampledLinesIndex(scope, p, config, heads, block_m, sl_gammas);
     default:
       break;
   }

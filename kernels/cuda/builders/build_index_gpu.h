@@ -39,6 +39,10 @@ struct GpuBuildOptions {
   // index_seconds = the device build time (CUDA events); upload_seconds = sequence offsets.
   // Default: not measured.
   CudaStageTimes* maybe_times = nullptr;
+  // sampled_lines: per entry of `heads`, that head's gamma instead of the config's (as
+  // BuildOptions::sampled_lines_gammas of the CPU twin, kernels/builders/build_index.h). Empty =
+  // the config's for every head; other methods ignore it. Default: empty.
+  std::vector<float> sampled_lines_gammas;
 };
 
 // A SparseIndex in the engine's device memory (the resident part of its workspace), as

@@ -682,6 +682,120 @@ TEST(BuildIndexOnGpuLongKeysTest, SampledLinesBucketsEntriesBySegment) {
 #endif
 }
 
+// Per-head gammas (GpuBuildOptions::sampled_lines_gammas: one build for heads of different
+// gammas, issue 11 item 5): every slot of the mixed build is bit for bit the GPU build of its
+// head alone at its gamma, with groups whole and split into single tiles (the split groups' own
+// threshold kernel), and the mixed build agrees with its CPU twin (BuildOptions'
+// sampled_lines_gammas) as the single-gamma builds do.
+TEST(BuildIndexOnGpuSampledLinesTest, PerHeadGammasEqualEachHeadsOwnBuild) {
+  SKIP_WITHOUT_GPU();
+#ifndef SPATTN_SL_KNOBS
+  GTEST_SKIP() << "the GPU sampled_lines builder exists only in CUDA builds";
+#else
+  auto engine = MakeEngine(int64_t{512} << 20);
+  ASSERT_NE(engine, nullptr);
+  int& split_tiles = cuda::SampledLinesKnobs().split_tiles;
+  const int saved = split_tiles;
+  const MethodCases mc = CasesFor(Method::kSampledLines);
+  const float kGammas[] = {0.95f, 0.9646f, 0.5f, 0.9823f, 0.3f, 0.975f, 1.f, 0.6f};
+  uint64_t seed = 4242;
+  for (const Shape& sh : {Shapes()[2], Shapes()[4], Shapes()[5]}) {
+    auto hp = MakeProblem(sh.q, sh.k, sh.hq, sh.hkv, sh.d, sh.dtype, sh.causal, ++seed,
+                          /*integer_qk=*/true);
+    auto dp = DeviceProblem::Create(engine->device(), *hp);
+    ASSERT_TRUE(dp.ok()) << dp.status();
+    std::vector<int> heads = AllHeads(sh.hq);
+    std::reverse(heads.begin(), heads.end());
+    std::vector<float> gammas;
+    for (size_t i = 0; i < heads.size(); ++i) gammas.push_back(kGammas[i % 8]);
+    for (size_t ci : {size_t{1}, size_t{7}, mc.configs.size() - 1}) {
+      const MethodConfig& config = mc.configs[ci];
+      for (int block_m : {64, 128}) {
+        for (int split : {0, 1}) {
+          split_tiles = split;
+          const std::string what = absl::StrCat(config.DebugString(), " block_m=", block_m,
+                                                " split_tiles=", split, " ", Describe(hp->problem()));
+          GpuBuildOptions o;
+          o.block_m = block_m;
+          o.sampled_lines_gammas = gammas;
+          auto built = BuildIndexOnGpu(*engine, (*dp)->problem(), config, heads, o);
+          ASSERT_TRUE(built.ok()) << built.status() << " " << what;
+          SparseIndex mixed;
+          ASSERT_TRUE(DownloadIndex(*engine, *built, &mixed).ok()) << what;
+          engine->ReleaseIndexes();
+          ASSERT_TRUE(ValidateSparseIndex(hp->problem(), mixed).ok()) << what;
+          for (int slot = 0; slot < static_cast<int>(heads.size()); ++slot) {
+            MethodConfig own = config;
+            own.sampled_lines.gamma = gammas[slot];
+            SparseIndex alone;
+            BuildOnGpu(*engine, *hp, **dp, own, {heads[slot]}, block_m, nullptr, what, &alone);
+            engine->ReleaseIndexes();
+            if (::testing::Test::HasFatalFailure()) break;
+            ASSERT_EQ(alone.num_blocks(), mixed.num_blocks()) << what;
+            for (int b = 0; b < mixed.num_blocks(); ++b) {
+              const int64_t r = mixed.row(slot, b), ra = alone.row(0, b);
+              std::string m, a;
+              for (int32_t e = mixed.range_indptr[r]; e < mixed.range_indptr[r + 1]; ++e) {
+                absl::StrAppend(&m, "[", mixed.range_start[e], "+", mixed.range_len[e], ")");
+              }
+              for (int32_t e = mixed.col_indptr[r]; e < mixed.col_indptr[r + 1]; ++e) {
+                absl::StrAppend(&m, " c", mixed.col_idx[e]);
+              }
+              for (int32_t e = alone.range_indptr[ra]; e < alone.range_indptr[ra + 1]; ++e) {
+                absl::StrAppend(&a, "[", alone.range_start[e], "+", alone.range_len[e], ")");
+              }
+              for (int32_t e = alone.col_indptr[ra]; e < alone.col_indptr[ra + 1]; ++e) {
+                absl::StrAppend(&a, " c", alone.col_idx[e]);
+              }
+              ASSERT_EQ(m, a) << what << " slot " << slot << " gamma " << gammas[slot]
+                              << " block " << b;
+            }
+          }
+          split_tiles = saved;
+          if (::testing::Test::HasFatalFailure()) return;
+        }
+        // The CPU twin of the mixed build.
+        SparseIndex cpu;
+        BuildOptions bo;
+        bo.block_m = block_m;
+        bo.sampled_lines_gammas = gammas;
+        ASSERT_TRUE(BuildSparseIndex(hp->problem(), config, heads, bo, &cpu).ok());
+        GpuBuildOptions o;
+        o.block_m = block_m;
+        o.sampled_lines_gammas = gammas;
+        auto built = BuildIndexOnGpu(*engine, (*dp)->problem(), config, heads, o);
+        ASSERT_TRUE(built.ok()) << built.status();
+        SparseIndex gpu;
+        ASSERT_TRUE(DownloadIndex(*engine, *built, &gpu).ok());
+        engine->ReleaseIndexes();
+        const Agreement ag = Compare(hp->problem(), cpu, gpu, 128);
+        EXPECT_LE(ag.differing, static_cast<int64_t>(mc.max_diff_share * ag.rows))
+            << config.DebugString() << " block_m " << block_m << "\n"
+            << ag.first_difference;
+        if (ag.differing > 0) {
+          EXPECT_NEAR(ag.gpu_recall, ag.cpu_recall, mc.recall_tol);
+          EXPECT_NEAR(ag.gpu_density, ag.cpu_density, mc.density_tol);
+        }
+      }
+    }
+  }
+  split_tiles = saved;
+  // One gamma per head, each in (0, 1].
+  auto hp = MakeProblem({300}, {}, 2, 1, 64, DType::kBF16, true, 7, true);
+  auto dp = DeviceProblem::Create(engine->device(), *hp);
+  ASSERT_TRUE(dp.ok()) << dp.status();
+  MethodConfig config;
+  config.method = Method::kSampledLines;
+  GpuBuildOptions o;
+  o.sampled_lines_gammas = {0.9f};
+  auto bad = BuildIndexOnGpu(*engine, (*dp)->problem(), config, {0, 1}, o);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << bad.status();
+  o.sampled_lines_gammas = {0.9f, 1.5f};
+  bad = BuildIndexOnGpu(*engine, (*dp)->problem(), config, {0, 1}, o);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << bad.status();
+#endif
+}
+
 // Saap assets calibrated (kernels/calibration) on planted clusters, as saap_test does.
 LayerAssets CalibratedClusters(int hq, int hkv, int d, int centroids, int hidden, uint64_t seed) {
   method_testing::ClusterSpec spec;

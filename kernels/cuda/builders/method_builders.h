@@ -71,11 +71,12 @@ absl::StatusOr<SparseIndexView> BuildSaapIndex(const BuildScope& scope, const At
                                                const std::vector<int>& heads, int block_m,
                                                const CudaLayerAssets* maybe_assets);
 
-// sampled_lines (sampled_lines_host.cc).
+// sampled_lines (sampled_lines_host.cc); `gammas`: GpuBuildOptions::sampled_lines_gammas.
 absl::StatusOr<SparseIndexView> BuildSampledLinesIndex(const BuildScope& scope,
                                                        const AttentionProblem& p,
                                                        const MethodConfig& config,
-                                                       const std::vector<int>& heads, int block_m);
+                                                       const std::vector<int>& heads, int block_m,
+                                                       const std::vector<float>& gammas);
 
 // Validates `assets` for head_dim and copies them to `device` (saap_host.cc).
 absl::StatusOr<std::unique_ptr<CudaLayerAssets::Rep>> UploadSaapAssets(const LayerAssets& assets,

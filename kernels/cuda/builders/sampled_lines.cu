@@ -168,6 +168,11 @@ __device__ __forceinline__ double BinEdgeFixed(int i) {
 // stops), the bound a warp sum of the bins' integer terms. Every sum is of integers, so thr and
 // the bound are those of one lane walking the bins from the top (which this replaced: its serial
 // walk, up to 258 steps with a double division each, held the pass-2 CTA's tail).
+// Slot `slot`'s gamma: its own (heads of different gammas in one build), else the build's.
+__device__ __forceinline__ float SlGamma(const SlArgs& a, int slot) {
+  return a.gammas != nullptr ? a.gammas[slot] : a.gamma;
+}
+
 __device__ void BlockThresholdWarp(const unsigned* bm, float part, long long all, float gamma,
                                    int lane, int* thr_out, long long* kept_out) {
   constexpr int kPer = (kSlBins + 31) / 32;
@@ -363,7 +368,8 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const float vs = blk_vsum[blk[h]];
-      const float bound = vs > 0.f ? 0.5f * (1.f - a.gamma) * 0.99f * blk_wsum[blk[h]] / vs : 0.f;
+      const float bound =
+          vs > 0.f ? 0.5f * (1.f - SlGamma(a, slot)) * 0.99f * blk_wsum[blk[h]] / vs : 0.f;
       if (bound > 0.f && bound < 1.f) {
         const int key = static_cast<int>(__float_as_uint(bound) >> 20) - kSlBinFloor;
         cut[h] = key < 0 ? 0 : (key >= kSlBins ? kSlBins - 1 : key);
@@ -774,7 +780,8 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
       for (int b = warp; b < g.blocks; b += kThreads / 32) {
         int thr;
         long long cap;
-        BlockThresholdWarp(hm + b * kSlBins, blk_wsum[b], blk_vis[b], a.gamma, lane, &thr, &cap);
+        BlockThresholdWarp(hm + b * kSlBins, blk_wsum[b], blk_vis[b], SlGamma(a, slot), lane, &thr,
+                           &cap);
         if (lane == 0) {
           const int64_t row = static_cast<int64_t>(slot) * a.num_blocks + g.block_begin + b;
           a.thr[row] = thr;
@@ -824,9 +831,9 @@ __global__ void SlSplitThresholdKernel(SlArgs a) {
   __syncwarp();
   int thr;
   long long cap;
-  BlockThresholdWarp(h[warp], a.split_wsum[u], a.split_vis[u], a.gamma, lane, &thr, &cap);
+  const int slot = static_cast<int>(u / a.split_blocks);
+  BlockThresholdWarp(h[warp], a.split_wsum[u], a.split_vis[u], SlGamma(a, slot), lane, &thr, &cap);
   if (lane == 0) {
-    const int slot = static_cast<int>(u / a.split_blocks);
     const int block = a.split_block_ids[u % a.split_blocks];
     const int64_t row = static_cast<int64_t>(slot) * a.num_blocks + block;
     a.thr[row] = thr;

@@ -49,7 +49,9 @@ absl::StatusOr<int> SplitLength(int64_t total_tiles) {
 absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const AttentionProblem& p,
                                                   const AttnParams& a,
                                                   const SampledLinesParams& params,
-                                                  const std::vector<int>& heads, int block_m) {
+                                                  const std::vector<int>& heads, int block_m,
+                                                  const std::vector<float>& gammas) {
+  SPATTN_RETURN_IF_ERROR(CheckSampledLinesGammas(gammas, heads.size()));
   const Layout l = MakeLayout(p, heads, block_m);
   const int nslots = l.host.num_heads(), nblocks = l.host.num_blocks();
   if (params.clip_diagonals) {
@@ -187,6 +189,9 @@ absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const A
   }
   SPATTN_ASSIGN_OR_RETURN(sa.geo, Upload(env, l.geo, "block geometry"));
   sa.gamma = params.gamma;
+  if (!gammas.empty()) {
+    SPATTN_ASSIGN_OR_RETURN(sa.gammas, Upload(env, gammas, "sampled_lines gammas"));
+  }
   sa.emit_exact = SampledLinesKnobs().emit_exact;
   sa.hist_exact = SampledLinesKnobs().hist_exact;
   sa.diagonal_floor = params.diagonal_floor;
@@ -306,14 +311,15 @@ absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const A
 absl::StatusOr<SparseIndexView> BuildSampledLinesIndex(const BuildScope& scope,
                                                        const AttentionProblem& p,
                                                        const MethodConfig& config,
-                                                       const std::vector<int>& heads, int block_m) {
+                                                       const std::vector<int>& heads, int block_m,
+                                                       const std::vector<float>& gammas) {
   SPATTN_RETURN_IF_ERROR(CheckDeviceInputs(p, config.method));
   if (config.sampled_lines.last_q > merged::kMaxEstimateRows) {
     return absl::InvalidArgumentError(
         absl::StrCat("sampled_lines.last_q: the GPU index builder takes at most ",
                      merged::kMaxEstimateRows, " rows, got ", config.sampled_lines.last_q));
   }
-  return BuildSampledLines(scope, p, *scope.params, config.sampled_lines, heads, block_m);
+  return BuildSampledLines(scope, p, *scope.params, config.sampled_lines, heads, block_m, gammas);
 }
 
 }  // namespace cuda

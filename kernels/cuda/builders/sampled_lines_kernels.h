@@ -96,7 +96,8 @@ struct SlArgs {
   int32_t* split_vis = nullptr;
   const int32_t* split_block_ids = nullptr;  // [split_blocks]
   const BlockGeoDev* geo = nullptr;          // [num_blocks]
-  float gamma = 0.f;
+  float gamma = 0.f;              // every slot's, unless `gammas`
+  const float* gammas = nullptr;  // [slots] per slot (BuildOptions::sampled_lines_gammas), or null
   float diagonal_floor = 0.f;   // SampledLinesParams::diagonal_floor (units of 1 / k_len)
   float short_floor = 0.f;      // SampledLinesParams::short_floor (< 64K keys; 0 = off)
   float diagonal_cost = 0.f;    // SampledLinesParams::diagonal_cost (0 = off)
