@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -84,6 +86,20 @@ absl::StatusOr<SparseIndexView> BuildSampleAttention(const BuildScope& env,
   SPATTN_ASSIGN_OR_RETURN(sa.item_scores,
                           Carve<float>(env, static_cast<int64_t>(items.size()) * 2 * kSaItemScores,
                                        "sample_attention span scores"));
+  // One pass for block sizes of at least one 64-key tile (SPATTN_SA_ONEPASS=0: two passes, to
+  // compare): the row block partials instead of pass 2's recomputed Q K^T.
+  const char* one_env = std::getenv("SPATTN_SA_ONEPASS");
+  if (blk >= 64 && !items.empty() && !(one_env != nullptr && std::string(one_env) == "0")) {
+    sa.op_ncol = kSaSpan / blk + 1;
+    sa.op_entries = sa.op_ncol + kSaSpan / blk + 4;
+    int max_entries = 0;
+    for (const SaUnit& u : units) max_entries = std::max(max_entries, u.n_col + u.n_slash);
+    sa.op_ctas_y = std::max(1, (max_entries + 63) / 64);
+    SPATTN_ASSIGN_OR_RETURN(
+        sa.op_partial,
+        Carve<float2>(env, static_cast<int64_t>(items.size()) * sa.op_entries * 128,
+                      "sample_attention block partials"));
+  }
   SPATTN_ASSIGN_OR_RETURN(sa.scores, Carve<float>(env, score_total, "sample_attention scores"));
   SPATTN_ASSIGN_OR_RETURN(sa.selected,
                           Carve<int32_t>(env, score_total, "sample_attention selection"));
