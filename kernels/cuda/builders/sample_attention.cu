@@ -1,9 +1,12 @@
 // SampleAttention (seed 004) on the GPU, the twin of kernels/builders/sample_attention.cc:
 //  1. Stats pass: per sampled row, max and sum of 2^(s log2 e) over its causal keys, key spans in
 //     parallel (tensor-core Q K^T tiles), combined into the row's log-sum-exp.
-//  2. Score pass: the same tiles again; p = exact softmax probability, summed per column block
-//     (key / blk) and per slash block (floor((pos - key) / blk)), in shared memory per span, then
-//     added to the unit's global scores.
+//  2. Scores: the softmax probability mass per column block (key / blk) and per slash block
+//     (floor((pos - key) / blk)) of each unit. blk >= 64 (the one pass, session 25): pass 1 also
+//     keeps each row's block sums relative to its running max, and a combine scales them by
+//     2^(max - lse) once the lse is known. blk 16 / 32: a score pass over the same tiles again,
+//     p = exact softmax probability summed per block in shared memory per span, then added to
+//     the unit's global scores.
 //  3. CRA per (unit, column|slash): the smallest prefix of the blocks sorted by score (ties to the
 //     lower block) whose sum reaches alpha of the total, found by a binary search on the score
 //     bits (no sort), ties taken in block order.
@@ -25,11 +28,9 @@ constexpr int kSaTileN = 64;
 constexpr int kSaAcc = kSaItemScores;  // column / slash accumulators per span (blk >= 16)
 constexpr int kSaWarps = kSaThreads / 32;
 // Slash blocks one warp tile (16 rows x 64 keys: pos - key spans 79 values) can touch: at most
-// 2 + 78 / blk, so 2 for blk 128, 3 for 64, 8 covers blk >= 16. Pass 2 is compiled per bound:
-// each probability is added (in the same order) to the one slot it belongs to and 0 to the
-// others, so fewer slots drop only additions of 0 and the sums are the same bits.
+// 2 + 78 / blk, so 8 covers blk >= 16. (Until session 25 pass 2 was compiled with 2 slots for
+// blk 128 and 3 for 64, the same bits: the one pass now takes those block sizes.)
 constexpr int kSaSlots = 8;
-constexpr int SaSlotsFor(int blk) { return blk >= 128 ? 2 : blk >= 64 ? 3 : kSaSlots; }
 
 template <int kD>
 constexpr int SaSmemBytes() {
@@ -704,9 +705,7 @@ cudaError_t SaLaunchTyped(const SaArgs& a, cudaStream_t stream) {
     return cudaGetLastError();
   }
   auto pass1 = SaPassKernel<T, kD, false>;
-  auto pass2 = a.block_size == 128  ? SaPassKernel<T, kD, true, SaSlotsFor(128)>
-               : a.block_size == 64 ? SaPassKernel<T, kD, true, SaSlotsFor(64)>
-                                    : SaPassKernel<T, kD, true>;
+  auto pass2 = SaPassKernel<T, kD, true>;  // blk 16 / 32 (the one pass takes 64 and 128)
   cudaError_t err = cudaFuncSetAttribute(pass1, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess) return err;
   err = cudaFuncSetAttribute(pass2, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);

@@ -5,9 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <limits>
-#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -86,10 +84,11 @@ absl::StatusOr<SparseIndexView> BuildSampleAttention(const BuildScope& env,
   SPATTN_ASSIGN_OR_RETURN(sa.item_scores,
                           Carve<float>(env, static_cast<int64_t>(items.size()) * 2 * kSaItemScores,
                                        "sample_attention span scores"));
-  // One pass for block sizes of at least one 64-key tile (SPATTN_SA_ONEPASS=0: two passes, to
-  // compare): the row block partials instead of pass 2's recomputed Q K^T.
-  const char* one_env = std::getenv("SPATTN_SA_ONEPASS");
-  if (blk >= 64 && !items.empty() && !(one_env != nullptr && std::string(one_env) == "0")) {
+  // One pass for block sizes of at least one 64-key tile: the rows' block partials (69 entries
+  // of 128 rows per span at blk 128, 133 at 64) instead of pass 2's recomputed Q K^T. Same
+  // densities and recalls at 32K and 128K on the device, the CPU twin's rows in every twin case
+  // (kernels/cuda/NOTES.md, Session 25 — s25-build).
+  if (blk >= 64 && !items.empty()) {
     sa.op_ncol = kSaSpan / blk + 1;
     sa.op_entries = sa.op_ncol + kSaSpan / blk + 4;
     int max_entries = 0;
