@@ -100,6 +100,7 @@ class CudaAttentionEngine::Impl {
   // Starts a call: selects the device and empties the workspace.
   absl::Status Begin(CudaStageTimes* times) {
     used_ = 0;
+    pending_ = 0;
     marks_ = 0;
     times_ = times;
     if (times_ != nullptr) *times_ = CudaStageTimes();
@@ -111,15 +112,37 @@ class CudaAttentionEngine::Impl {
   absl::StatusOr<T*> Alloc(int64_t count, const char* what) {
     const int64_t bytes = std::max<int64_t>(count, 1) * static_cast<int64_t>(sizeof(T));
     const int64_t start = (used_ + kAlign - 1) / kAlign * kAlign;
-    if (start + bytes > bytes_ - resident_) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("CUDA workspace too small for ", what, ": need ", start + bytes,
-                       " bytes, pool has ", bytes_ - resident_,
-                       resident_ > 0 ? absl::StrCat(" (", resident_, " more hold built indexes)")
-                                     : std::string()));
+    if (start + bytes > bytes_ - resident_ - pending_) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "CUDA workspace too small for ", what, ": need ", start + bytes, " bytes, pool has ",
+          bytes_ - resident_ - pending_,
+          resident_ + pending_ > 0
+              ? absl::StrCat(" (", resident_ + pending_, " more hold built indexes)")
+              : std::string()));
     }
     used_ = start + bytes;
     return reinterpret_cast<T*>(base_ + start);
+  }
+
+  // Carves `bytes` for the index being built from the top of the pool, right below the indexes
+  // kept before (Keep makes it resident without copying it).
+  absl::StatusOr<char*> AllocKept(int64_t bytes, const char* what) {
+    const int64_t size = (std::max<int64_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
+    const int64_t top = (bytes_ - resident_ - pending_ - size) / kAlign * kAlign;
+    if (top < used_) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "CUDA workspace too small for ", what, " of the built index (", bytes,
+          " bytes): the build uses ", used_, " bytes, ", resident_ + pending_,
+          " bytes hold built indexes, pool has ", bytes_));
+    }
+    pending_ = bytes_ - resident_ - top;
+    return base_ + top;
+  }
+
+  // Whether `ptr` lies in the index being built's part of the resident region (AllocKept).
+  bool IsPending(const void* ptr) const {
+    const char* c = static_cast<const char*>(ptr);
+    return c >= base_ + (bytes_ - resident_ - pending_) && c < base_ + (bytes_ - resident_);
   }
 
   template <typename T>
@@ -221,7 +244,7 @@ class CudaAttentionEngine::Impl {
     int64_t zero_bytes = 0;
     const int64_t split_bytes = cuda::DenseWorkspaceBytes(a, max_q_len, variant(), &zero_bytes);
     const int64_t start = (used_ + kAlign - 1) / kAlign * kAlign;
-    if (split_bytes > 0 && start + split_bytes <= bytes_ - resident_) {
+    if (split_bytes > 0 && start + split_bytes <= bytes_ - resident_ - pending_) {
       SPATTN_ASSIGN_OR_RETURN(char* ws, Alloc<char>(split_bytes, "dense tail split"));
       SPATTN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(ws, 0, zero_bytes, stream_),
                                   "dense tail split counters");
@@ -283,25 +306,38 @@ class CudaAttentionEngine::Impl {
       SPATTN_ASSIGN_OR_RETURN(char* ptr, Alloc<char>(bytes, what));
       return static_cast<void*>(ptr);
     };
+    scope.keep = [this](int64_t bytes, const char* what) -> absl::StatusOr<void*> {
+      SPATTN_ASSIGN_OR_RETURN(char* ptr, AllocKept(bytes, what));
+      return static_cast<void*>(ptr);
+    };
+    totals_[0] = totals_[1] = -1;
+    scope.maybe_totals = totals_;
     return cuda::BuildIndexInWorkspace(scope, p, config, heads, block_m, maybe_assets, sl_gammas);
   }
 
-  // Moves a built index from the workspace into the resident region at its top, where it stays
-  // until ReleaseIndexes (device-to-device copies; reads the two CSR totals back first).
+  // Makes a built index resident until ReleaseIndexes: the arrays the builder carved with
+  // AllocKept stay where they are; the others (small ones of some builders, or all of a builder
+  // that does not use it) are copied device to device next to them. The CSR totals come from
+  // the builder (BuildScope::maybe_totals) or, where it did not write them, are read back.
   absl::StatusOr<GpuSparseIndex> Keep(const SparseIndexView& v, const std::vector<int>& heads) {
     const int64_t rows = static_cast<int64_t>(v.num_heads) * v.num_blocks;
-    int32_t totals[2] = {0, 0};
-    SPATTN_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(&totals[0], v.range_indptr + rows, 4, cudaMemcpyDeviceToHost, stream_),
-        "index totals");
-    SPATTN_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(&totals[1], v.col_indptr + rows, 4, cudaMemcpyDeviceToHost, stream_),
-        "index totals");
-    SPATTN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_), "index build");
+    int64_t num_ranges = totals_[0], num_cols = totals_[1];
+    if (num_ranges < 0 || num_cols < 0) {
+      int32_t totals[2] = {0, 0};
+      SPATTN_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(&totals[0], v.range_indptr + rows, 4, cudaMemcpyDeviceToHost, stream_),
+          "index totals");
+      SPATTN_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(&totals[1], v.col_indptr + rows, 4, cudaMemcpyDeviceToHost, stream_),
+          "index totals");
+      SPATTN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_), "index build");
+      num_ranges = totals[0];
+      num_cols = totals[1];
+    }
     GpuSparseIndex out;
     out.heads.assign(heads.begin(), heads.end());
-    out.num_ranges = totals[0];
-    out.num_cols = totals[1];
+    out.num_ranges = num_ranges;
+    out.num_cols = num_cols;
     out.batch = batch_;
     struct Array {
       const int32_t* src;
@@ -310,37 +346,25 @@ class CudaAttentionEngine::Impl {
     };
     out.view = v;
     Array arrays[] = {{v.heads, v.num_heads, &out.view.heads},
-                      {v.block_offsets, -1, &out.view.block_offsets},
+                      {v.block_offsets, batch_ + 1, &out.view.block_offsets},
                       {v.range_indptr, rows + 1, &out.view.range_indptr},
                       {v.range_start, out.num_ranges, &out.view.range_start},
                       {v.range_len, out.num_ranges, &out.view.range_len},
                       {v.col_indptr, rows + 1, &out.view.col_indptr},
                       {v.col_idx, out.num_cols, &out.view.col_idx}};
-    int64_t total = 0;
-    for (Array& arr : arrays) {
-      if (arr.count < 0) arr.count = batch_ + 1;
-      total += (std::max<int64_t>(arr.count, 1) * 4 + kAlign - 1) / kAlign * kAlign;
-    }
-    const int64_t top = bytes_ - resident_ - total;
-    if (top / kAlign * kAlign < used_) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("CUDA workspace too small to keep the built index (", total,
-                       " bytes) next to the ", resident_, " bytes of indexes kept before"));
-    }
-    int64_t at = top / kAlign * kAlign;
-    const int64_t begin = at;
     for (const Array& arr : arrays) {
-      int32_t* d = reinterpret_cast<int32_t*>(base_ + at);
+      if (IsPending(arr.src)) continue;  // already in place (AllocKept)
+      SPATTN_ASSIGN_OR_RETURN(char* d, AllocKept(arr.count * 4, "keeping the built index"));
       if (arr.count > 0) {
         SPATTN_CUDA_RETURN_IF_ERROR(
             cudaMemcpyAsync(d, arr.src, arr.count * 4, cudaMemcpyDeviceToDevice, stream_),
             "keep index");
       }
-      *arr.dst = d;
-      at += (std::max<int64_t>(arr.count, 1) * 4 + kAlign - 1) / kAlign * kAlign;
+      *arr.dst = reinterpret_cast<const int32_t*>(d);
     }
-    resident_ = bytes_ - begin;
-    out.bytes = total;
+    resident_ += pending_;
+    out.bytes = pending_;
+    pending_ = 0;
     return out;
   }
 
@@ -397,6 +421,9 @@ class CudaAttentionEngine::Impl {
   absl::Mutex mu_;
   int64_t used_ = 0;
   int64_t resident_ = 0;  // Bytes at the top of the pool held by kept indexes.
+  int64_t pending_ = 0;   // Bytes below those that the index being built carved (AllocKept).
+  int64_t totals_[2] = {-1, -1};  // The CSR totals of the index being built, when its builder
+                                  // wrote them (BuildScope::maybe_totals).
   int batch_ = 0;         // Of the problem of the current call.
   std::array<cudaEvent_t, 8> events_{};
   std::array<int, 8> stage_of_{};

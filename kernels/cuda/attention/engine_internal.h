@@ -30,6 +30,13 @@ struct BuildScope {
   int device = 0;
   const AttnParams* params = nullptr;
   std::function<absl::StatusOr<void*>(int64_t bytes, const char* what)> alloc;
+  // Carves an array of the index being built where the engine keeps it after the build (the
+  // resident region at the workspace's top, as `alloc` aligned and checked): what a builder
+  // writes there, the engine's Keep neither copies nor moves. Unset: `alloc` serves.
+  std::function<absl::StatusOr<void*>(int64_t bytes, const char* what)> keep;
+  // The built index's CSR totals {ranges, columns}, written by a builder that read them back
+  // (its one host round trip), so that Keep needs no second one; -1 where not written.
+  int64_t* maybe_totals = nullptr;
 };
 
 // The index block size of `config` with the caller's block_m (the method's block_size where it

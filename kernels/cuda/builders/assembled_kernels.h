@@ -74,6 +74,11 @@ struct SaArgs {
   int32_t* selected = nullptr;    // [total] selected blocks per unit (same layout as scores)
   int32_t* selected_n = nullptr;  // [num_units * 2] selected column / slash blocks
   float alpha_c = 0, alpha_s = 0;
+  // One pass (block_size >= 64; null: two passes): per item [op_entries][128] (max, sum) partials
+  // of the row's column blocks (entries [0, op_ncol)) and slash blocks (op_ncol + slash block -
+  // the span's first); op_ctas_y CTAs per unit for the scores (ceil(max entries / 64)).
+  float2* op_partial = nullptr;
+  int op_entries = 0, op_ncol = 0, op_ctas_y = 0;
   cudaEvent_t pass1_done = nullptr;  // optional: recorded after pass 1 (+ combine)
   cudaEvent_t pass2_done = nullptr;  // optional: recorded after pass 2 (+ reduce)
 };

@@ -10,7 +10,12 @@ namespace cuda {
 
 absl::StatusOr<const int32_t*> UploadHeads(const BuildScope& scope, const std::vector<int>& heads) {
   const std::vector<int32_t> heads32(heads.begin(), heads.end());
-  SPATTN_ASSIGN_OR_RETURN(int32_t * d, Upload(scope, heads32, "index.heads"));
+  SPATTN_ASSIGN_OR_RETURN(int32_t * d, CarveKept<int32_t>(scope, heads32.size(), "index.heads"));
+  if (!heads32.empty()) {
+    SPATTN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d, heads32.data(), heads32.size() * 4,
+                                                cudaMemcpyHostToDevice, scope.stream),
+                                "index.heads");
+  }
   return d;
 }
 
@@ -105,9 +110,9 @@ absl::StatusOr<SparseIndexView> Assemble(
   v.block_m = l.host.block_m;
   v.num_heads = num_slots;
   v.num_blocks = num_blocks;
-  MetaBlob blob;  // one pageable copy instead of two
+  MetaBlob blob;  // one pageable copy instead of two, where the index is kept
   const size_t o_heads = blob.Add(l.host.heads), o_offsets = blob.Add(l.host.block_offsets);
-  SPATTN_RETURN_IF_ERROR(blob.Upload(env, env.stream));
+  SPATTN_RETURN_IF_ERROR(blob.Upload(env, env.stream, /*kept=*/true));
   v.heads = blob.At<int32_t>(o_heads);
   v.block_offsets = blob.At<int32_t>(o_offsets);
   AsmOut out;
@@ -135,12 +140,13 @@ absl::StatusOr<SparseIndexView> Assemble(
         absl::StrCat("index has ", totals[0], " ranges and ", totals[1],
                      " columns: more than the int32 offsets of SparseIndex hold"));
   }
+  ReportTotals(env, totals[0], totals[1]);
   int32_t *range_indptr, *col_indptr, *range_start, *range_len, *col_idx;
-  SPATTN_ASSIGN_OR_RETURN(range_indptr, Carve<int32_t>(env, rows + 1, "range_indptr"));
-  SPATTN_ASSIGN_OR_RETURN(col_indptr, Carve<int32_t>(env, rows + 1, "col_indptr"));
-  SPATTN_ASSIGN_OR_RETURN(range_start, Carve<int32_t>(env, totals[0], "range_start"));
-  SPATTN_ASSIGN_OR_RETURN(range_len, Carve<int32_t>(env, totals[0], "range_len"));
-  SPATTN_ASSIGN_OR_RETURN(col_idx, Carve<int32_t>(env, totals[1], "col_idx"));
+  SPATTN_ASSIGN_OR_RETURN(range_indptr, CarveKept<int32_t>(env, rows + 1, "range_indptr"));
+  SPATTN_ASSIGN_OR_RETURN(col_indptr, CarveKept<int32_t>(env, rows + 1, "col_indptr"));
+  SPATTN_ASSIGN_OR_RETURN(range_start, CarveKept<int32_t>(env, totals[0], "range_start"));
+  SPATTN_ASSIGN_OR_RETURN(range_len, CarveKept<int32_t>(env, totals[0], "range_len"));
+  SPATTN_ASSIGN_OR_RETURN(col_idx, CarveKept<int32_t>(env, totals[1], "col_idx"));
   SPATTN_CUDA_RETURN_IF_ERROR(LaunchNarrow64(out.count_ranges, rows + 1, range_indptr, env.stream),
                               "range_indptr");
   SPATTN_CUDA_RETURN_IF_ERROR(LaunchNarrow64(out.count_cols, rows + 1, col_indptr, env.stream),
@@ -288,8 +294,8 @@ absl::StatusOr<Csr> CarveCounts(int64_t rows, const BuildScope& ws, cudaStream_t
   SPATTN_ASSIGN_OR_RETURN(c.range_count,
                           CarveZeroed<int32_t>(ws, rows + 1, "range counts", stream));
   SPATTN_ASSIGN_OR_RETURN(c.col_count, CarveZeroed<int32_t>(ws, rows + 1, "column counts", stream));
-  SPATTN_ASSIGN_OR_RETURN(c.range_indptr, Carve<int32_t>(ws, rows + 1, "range_indptr"));
-  SPATTN_ASSIGN_OR_RETURN(c.col_indptr, Carve<int32_t>(ws, rows + 1, "col_indptr"));
+  SPATTN_ASSIGN_OR_RETURN(c.range_indptr, CarveKept<int32_t>(ws, rows + 1, "range_indptr"));
+  SPATTN_ASSIGN_OR_RETURN(c.col_indptr, CarveKept<int32_t>(ws, rows + 1, "col_indptr"));
   return c;
 }
 
@@ -316,13 +322,10 @@ absl::Status ScanAndSize(int64_t rows, Csr* c, const BuildScope& ws, cudaStream_
   }
   c->total_ranges = totals[0];
   c->total_cols = totals[1];
-  SPATTN_ASSIGN_OR_RETURN(c->range_start, Carve<int32_t>(ws, totals[0], "range_start"));
-  SPATTN_ASSIGN_OR_RETURN(c->range_len, Carve<int32_t>(ws, totals[0], "range_len"));
-  if (with_cols) {
-    SPATTN_ASSIGN_OR_RETURN(c->col_idx, Carve<int32_t>(ws, totals[1], "col_idx"));
-  } else {
-    SPATTN_ASSIGN_OR_RETURN(c->col_idx, Carve<int32_t>(ws, 1, "col_idx"));
-  }
+  ReportTotals(ws, totals[0], totals[1]);
+  SPATTN_ASSIGN_OR_RETURN(c->range_start, CarveKept<int32_t>(ws, totals[0], "range_start"));
+  SPATTN_ASSIGN_OR_RETURN(c->range_len, CarveKept<int32_t>(ws, totals[0], "range_len"));
+  SPATTN_ASSIGN_OR_RETURN(c->col_idx, CarveKept<int32_t>(ws, with_cols ? totals[1] : 1, "col_idx"));
   return absl::OkStatus();
 }
 

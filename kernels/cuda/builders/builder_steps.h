@@ -49,6 +49,23 @@ absl::StatusOr<T*> Carve(const BuildScope& scope, int64_t count, const char* wha
   return static_cast<T*>(p);
 }
 
+// Carve for an array of the built index itself: where the engine keeps it (BuildScope::keep), so
+// that it is not copied after the build; from the workspace when the scope has no `keep`.
+template <typename T>
+absl::StatusOr<T*> CarveKept(const BuildScope& scope, int64_t count, const char* what) {
+  const int64_t bytes = std::max<int64_t>(count, 1) * static_cast<int64_t>(sizeof(T));
+  SPATTN_ASSIGN_OR_RETURN(void* p, scope.keep ? scope.keep(bytes, what) : scope.alloc(bytes, what));
+  return static_cast<T*>(p);
+}
+
+// Tells the engine the built index's CSR totals (BuildScope::maybe_totals).
+inline void ReportTotals(const BuildScope& scope, int64_t ranges, int64_t cols) {
+  if (scope.maybe_totals != nullptr) {
+    scope.maybe_totals[0] = ranges;
+    scope.maybe_totals[1] = cols;
+  }
+}
+
 // Carve, then zero on `stream`.
 template <typename T>
 absl::StatusOr<T*> CarveZeroed(const BuildScope& ws, int64_t count, const char* what,
@@ -84,9 +101,11 @@ class MetaBlob {
     if (!v.empty()) std::memcpy(bytes_.data() + at, v.data(), v.size() * sizeof(T));
     return at;
   }
-  absl::Status Upload(const BuildScope& ws, cudaStream_t stream) {
-    SPATTN_ASSIGN_OR_RETURN(void* dev,
-                            ws.alloc(static_cast<int64_t>(bytes_.size()), "builder metadata"));
+  // kept: the blob holds only arrays of the built index (CarveKept's region).
+  absl::Status Upload(const BuildScope& ws, cudaStream_t stream, bool kept = false) {
+    const int64_t bytes = static_cast<int64_t>(bytes_.size());
+    SPATTN_ASSIGN_OR_RETURN(void* dev, kept && ws.keep ? ws.keep(bytes, "index metadata")
+                                                       : ws.alloc(bytes, "builder metadata"));
     base_ = static_cast<char*>(dev);
     return CudaStatus(
         cudaMemcpyAsync(base_, bytes_.data(), bytes_.size(), cudaMemcpyHostToDevice, stream),

@@ -1,9 +1,12 @@
 // SampleAttention (seed 004) on the GPU, the twin of kernels/builders/sample_attention.cc:
 //  1. Stats pass: per sampled row, max and sum of 2^(s log2 e) over its causal keys, key spans in
 //     parallel (tensor-core Q K^T tiles), combined into the row's log-sum-exp.
-//  2. Score pass: the same tiles again; p = exact softmax probability, summed per column block
-//     (key / blk) and per slash block (floor((pos - key) / blk)), in shared memory per span, then
-//     added to the unit's global scores.
+//  2. Scores: the softmax probability mass per column block (key / blk) and per slash block
+//     (floor((pos - key) / blk)) of each unit. blk >= 64 (the one pass, session 25): pass 1 also
+//     keeps each row's block sums relative to its running max, and a combine scales them by
+//     2^(max - lse) once the lse is known. blk 16 / 32: a score pass over the same tiles again,
+//     p = exact softmax probability summed per block in shared memory per span, then added to
+//     the unit's global scores.
 //  3. CRA per (unit, column|slash): the smallest prefix of the blocks sorted by score (ties to the
 //     lower block) whose sum reaches alpha of the total, found by a binary search on the score
 //     bits (no sort), ties taken in block order.
@@ -25,11 +28,9 @@ constexpr int kSaTileN = 64;
 constexpr int kSaAcc = kSaItemScores;  // column / slash accumulators per span (blk >= 16)
 constexpr int kSaWarps = kSaThreads / 32;
 // Slash blocks one warp tile (16 rows x 64 keys: pos - key spans 79 values) can touch: at most
-// 2 + 78 / blk, so 2 for blk 128, 3 for 64, 8 covers blk >= 16. Pass 2 is compiled per bound:
-// each probability is added (in the same order) to the one slot it belongs to and 0 to the
-// others, so fewer slots drop only additions of 0 and the sums are the same bits.
+// 2 + 78 / blk, so 8 covers blk >= 16. (Until session 25 pass 2 was compiled with 2 slots for
+// blk 128 and 3 for 64, the same bits: the one pass now takes those block sizes.)
 constexpr int kSaSlots = 8;
-constexpr int SaSlotsFor(int blk) { return blk >= 128 ? 2 : blk >= 64 ? 3 : kSaSlots; }
 
 template <int kD>
 constexpr int SaSmemBytes() {
@@ -50,7 +51,15 @@ __device__ __forceinline__ void SaWindow(const SaUnit& u, const SaItem& item, in
 
 // Pass 1 (kScores = false): partial (max, sum) of each sampled row over the item's key span.
 // Pass 2 (kScores = true): column and slash block sums of the row probabilities.
-template <typename T, int kD, bool kScores, int kSlots = kSaSlots>
+// One pass (kOne, pass 1's kernel; block_size >= 64, so that a 64-key tile lies in one column
+// block and touches at most two slash blocks of a row): pass 1, and per (row, column block) and
+// (row, slash block) of the span the sum of 2^(s - m) over the block's keys with the row's running
+// max m at the block's last key, written with that m to op_partial when the block is complete
+// (SaOneCombineKernel scales each by 2^(m - lse) once the row's lse is known: no second Q K^T).
+// The one pass takes 128 registers at d128 (ptxas -v, sm_90a; 106 at d64), no spills: two CTAs
+// per SM as pass 1 (124). (A minimum-blocks bound of 2 on it changed the other instantiations'
+// code as well; without one, their sm_90a .text is byte-identical to the two-pass file's.)
+template <typename T, int kD, bool kScores, int kSlots = kSaSlots, bool kOne = false>
 __global__ void __launch_bounds__(kSaThreads) SaPassKernel(SaArgs a) {
   constexpr int kCh = kD / 8;
   constexpr int kKS = kD / 16;
@@ -115,11 +124,19 @@ __global__ void __launch_bounds__(kSaThreads) SaPassKernel(SaArgs a) {
   bool row_ok[2];
   float lse_h[2] = {0.f, 0.f};
   float m_run[2] = {kNegInf, kNegInf}, l_run[2] = {0.f, 0.f};
+  // kOne: this thread's part of the row's current column block and of its slash blocks A and
+  // A - 1 (relative to m_run); keys above thr = pos - A * blk are in A - 1.
+  float cacc[2] = {0.f, 0.f}, sacc0[2] = {0.f, 0.f}, sacc1[2] = {0.f, 0.f};
+  int sb_a[2] = {0, 0}, thr[2] = {0, 0};
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int r = row0 + g + 8 * h;
     pos_h[h] = pos0 + r;
     row_ok[h] = r < rows;
+    if constexpr (kOne) {
+      sb_a[h] = (pos_h[h] - kb) >> lg;  // the slash block of the span's first key
+      thr[h] = pos_h[h] - sb_a[h] * blk;
+    }
     if constexpr (kScores) {
       if (row_ok[h]) {
         lse_h[h] = a.lse2[static_cast<int64_t>(item.unit) * kSaRows + r];
@@ -195,13 +212,22 @@ __global__ void __launch_bounds__(kSaThreads) SaPassKernel(SaArgs a) {
           const float m_new = fmaxf(m_run[h], mx);
           if (m_new != kNegInf) {
             float sum = 0.f;
+            float s0 = 0.f, s1 = 0.f;  // kOne: the tile's part in slash blocks A and A - 1
             if (full[h]) {
               // v = -inf (an overflowed product) gives Exp2(-inf) = +0, which the masked path
               // adds as 0.f: the same sum without the test.
 #pragma unroll
               for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
-                for (int e = 0; e < 2; ++e) sum += Exp2(s[nt][2 * h + e] - m_new);
+                for (int e = 0; e < 2; ++e) {
+                  const float ex = Exp2(s[nt][2 * h + e] - m_new);
+                  sum += ex;
+                  if constexpr (kOne) {
+                    const bool next = j + nt * 8 + 2 * t4 + e > thr[h];
+                    s0 += next ? 0.f : ex;
+                    s1 += next ? ex : 0.f;
+                  }
+                }
               }
             } else {
 #pragma unroll
@@ -209,12 +235,65 @@ __global__ void __launch_bounds__(kSaThreads) SaPassKernel(SaArgs a) {
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
                   const float v = s[nt][2 * h + e];
-                  sum += v == kNegInf ? 0.f : Exp2(v - m_new);
+                  const float ex = v == kNegInf ? 0.f : Exp2(v - m_new);
+                  sum += ex;
+                  if constexpr (kOne) {
+                    const bool next = j + nt * 8 + 2 * t4 + e > thr[h];
+                    s0 += next ? 0.f : ex;
+                    s1 += next ? ex : 0.f;
+                  }
                 }
               }
             }
             l_run[h] = Rescale2(l_run[h], m_run[h], m_new) + sum;
+            if constexpr (kOne) {
+              // The whole tile lies in the current column block.
+              cacc[h] = Rescale2(cacc[h], m_run[h], m_new) + sum;
+              sacc0[h] = Rescale2(sacc0[h], m_run[h], m_new) + s0;
+              sacc1[h] = Rescale2(sacc1[h], m_run[h], m_new) + s1;
+            }
             m_run[h] = m_new;
+          }
+        }
+        if constexpr (kOne) {
+          // Blocks complete after this tile go out with the running max they refer to: the
+          // column block when the next tile starts another (warp-uniform) or this is the last;
+          // slash block A when the next key lies in A - 1 (per row: quad-uniform), and at the
+          // span's end A and, when the span's last key is in it, A - 1. Every block of
+          // [(pos - (ke - 1)) >> lg, (pos - kb) >> lg] is written once (SaOneCombineKernel
+          // reads exactly those).
+          const bool last = t + 1 == ntiles;
+          const bool col_end = last || ((j + kSaTileN) >> lg) != (j >> lg);
+          const int64_t item_base = static_cast<int64_t>(blockIdx.x) * a.op_entries;
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int r = row0 + g + 8 * h;
+            const bool wr = t4 == 0 && row_ok[h];
+            if (col_end) {
+              const float q = QuadSum(cacc[h]);
+              if (wr) {
+                a.op_partial[(item_base + (j >> lg) - cb0) * kSaRows + r] =
+                    make_float2(m_run[h], q);
+              }
+              cacc[h] = 0.f;
+            }
+            const float q0 = QuadSum(sacc0[h]);
+            const int64_t at = item_base + a.op_ncol + (sb_a[h] - sb_lo);
+            if (last) {
+              const float q1 = QuadSum(sacc1[h]);
+              if (wr) {
+                a.op_partial[at * kSaRows + r] = make_float2(m_run[h], q0);
+                if (((pos_h[h] - (ke - 1)) >> lg) < sb_a[h]) {
+                  a.op_partial[(at - 1) * kSaRows + r] = make_float2(m_run[h], q1);
+                }
+              }
+            } else if (((pos_h[h] - (j + kSaTileN)) >> lg) < sb_a[h]) {
+              if (wr) a.op_partial[at * kSaRows + r] = make_float2(m_run[h], q0);
+              sacc0[h] = sacc1[h];
+              sacc1[h] = 0.f;
+              sb_a[h] -= 1;
+              thr[h] += blk;
+            }
           }
         }
       } else {
@@ -343,6 +422,64 @@ __global__ void SaReduceKernel(SaArgs a) {
       }
     }
     a.scores[u.score_off + e] = static_cast<float>(sum);
+  }
+}
+
+// One pass's scores (replaces pass 2 and SaReduceKernel): entry e of unit blockIdx.x (a column
+// block, then the slash blocks from sb_min) in CTA blockIdx.y's range of kOneEntries, one warp
+// per entry: sum over the unit's spans (in order) and its sampled rows of the block partials
+// times 2^(m - lse) of the row (rows without a vote, lse NaN, skipped), in double.
+constexpr int kOneEntries = 64;
+__global__ void __launch_bounds__(256) SaOneCombineKernel(SaArgs a) {
+  const SaUnit u = a.units[blockIdx.x];
+  const int total = u.n_col + u.n_slash;
+  const int e_begin = blockIdx.y * kOneEntries;
+  if (e_begin >= total) return;
+  const int e_end = min(total, e_begin + kOneEntries);
+  const AttnParams& p = a.p;
+  const int q_len = p.cu_seqlens_q[u.seq + 1] - p.cu_seqlens_q[u.seq];
+  const int k_len = p.cu_seqlens_k[u.seq + 1] - p.cu_seqlens_k[u.seq];
+  const int pos0 = k_len - q_len + u.s0;
+  const int lg = __ffs(a.block_size) - 1;
+  const int rows = u.s1 - u.s0;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  float lse[kSaRows / 32];
+#pragma unroll
+  for (int k = 0; k < kSaRows / 32; ++k) {
+    const int r = lane + 32 * k;
+    lse[k] = r < rows ? a.lse2[static_cast<int64_t>(blockIdx.x) * kSaRows + r]
+                      : __int_as_float(0x7fffffff);
+  }
+  for (int e = e_begin + warp; e < e_end; e += 8) {
+    const bool is_col = e < u.n_col;
+    const int b = e - u.n_col + u.sb_min;  // slash block (when !is_col)
+    double sum = 0;
+    for (int it = u.item_begin; it < u.item_begin + u.item_count; ++it) {
+      const SaItem item = a.items[it];
+      int cb0, n_cb, sb_lo, n_sb;
+      SaWindow(u, item, pos0, lg, cb0, n_cb, sb_lo, n_sb);
+      const int i = is_col ? e - cb0 : b - sb_lo;
+      if (i < 0 || i >= (is_col ? n_cb : n_sb)) continue;
+      const float2* src =
+          a.op_partial +
+          (static_cast<int64_t>(it) * a.op_entries + (is_col ? i : a.op_ncol + i)) * kSaRows;
+#pragma unroll
+      for (int k = 0; k < kSaRows / 32; ++k) {
+        const int r = lane + 32 * k;
+        if (r >= rows || isnan(lse[k])) continue;
+        if (!is_col) {
+          const int pos = pos0 + r;
+          if (b < ((pos - (item.key_end - 1)) >> lg) || b > ((pos - item.key_begin) >> lg)) {
+            continue;
+          }
+        }
+        const float2 v = src[r];
+        sum += static_cast<double>(v.y * exp2f(v.x - lse[k]));
+      }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (lane == 0) a.scores[u.score_off + e] = static_cast<float>(sum);
   }
 }
 
@@ -548,10 +685,27 @@ struct SaSrc {
 template <typename T, int kD>
 cudaError_t SaLaunchTyped(const SaArgs& a, cudaStream_t stream) {
   constexpr int smem = SaSmemBytes<kD>();
+  if (a.op_partial != nullptr) {
+    auto one = SaPassKernel<T, kD, false, kSaSlots, true>;
+    cudaError_t err = cudaFuncSetAttribute(one, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (err != cudaSuccess) return err;
+    one<<<a.num_items, kSaThreads, smem, stream>>>(a);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+    SaCombineKernel<<<a.num_units, kSaRows, 0, stream>>>(a);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+    if (a.pass1_done != nullptr && (err = cudaEventRecord(a.pass1_done, stream)) != cudaSuccess) {
+      return err;
+    }
+    SaOneCombineKernel<<<dim3(a.num_units, a.op_ctas_y), 256, 0, stream>>>(a);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+    if (a.pass2_done != nullptr && (err = cudaEventRecord(a.pass2_done, stream)) != cudaSuccess) {
+      return err;
+    }
+    SaCraKernel<<<a.num_units * 2, kCraThreads, 0, stream>>>(a);
+    return cudaGetLastError();
+  }
   auto pass1 = SaPassKernel<T, kD, false>;
-  auto pass2 = a.block_size == 128  ? SaPassKernel<T, kD, true, SaSlotsFor(128)>
-               : a.block_size == 64 ? SaPassKernel<T, kD, true, SaSlotsFor(64)>
-                                    : SaPassKernel<T, kD, true>;
+  auto pass2 = SaPassKernel<T, kD, true>;  // blk 16 / 32 (the one pass takes 64 and 128)
   cudaError_t err = cudaFuncSetAttribute(pass1, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess) return err;
   err = cudaFuncSetAttribute(pass2, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);

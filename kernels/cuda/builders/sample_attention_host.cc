@@ -84,6 +84,21 @@ absl::StatusOr<SparseIndexView> BuildSampleAttention(const BuildScope& env,
   SPATTN_ASSIGN_OR_RETURN(sa.item_scores,
                           Carve<float>(env, static_cast<int64_t>(items.size()) * 2 * kSaItemScores,
                                        "sample_attention span scores"));
+  // One pass for block sizes of at least one 64-key tile: the rows' block partials (69 entries
+  // of 128 rows per span at blk 128, 133 at 64) instead of pass 2's recomputed Q K^T. Same
+  // densities and recalls at 32K and 128K on the device, the CPU twin's rows in every twin case
+  // (kernels/cuda/NOTES.md, Session 25 — s25-build).
+  if (blk >= 64 && !items.empty()) {
+    sa.op_ncol = kSaSpan / blk + 1;
+    sa.op_entries = sa.op_ncol + kSaSpan / blk + 4;
+    int max_entries = 0;
+    for (const SaUnit& u : units) max_entries = std::max(max_entries, u.n_col + u.n_slash);
+    sa.op_ctas_y = std::max(1, (max_entries + 63) / 64);
+    SPATTN_ASSIGN_OR_RETURN(
+        sa.op_partial,
+        Carve<float2>(env, static_cast<int64_t>(items.size()) * sa.op_entries * 128,
+                      "sample_attention block partials"));
+  }
   SPATTN_ASSIGN_OR_RETURN(sa.scores, Carve<float>(env, score_total, "sample_attention scores"));
   SPATTN_ASSIGN_OR_RETURN(sa.selected,
                           Carve<int32_t>(env, score_total, "sample_attention selection"));
