@@ -68,16 +68,18 @@ __global__ void CostKernel(SparseIndexView idx, int tile_n, int group, int kv_pe
 // no faster (0.99x of 0 on average over 28 cells, 0.91-1.06x; block_m 64 1.00x), so the L2 bound
 // of block_m 64 is not which CTAs share K/V in time; a variant with costs in 1/8 bands (more
 // ties) lost 3% on average (up to 15%) and was dropped.
-// Row r's record at list position pos (SparseSchedule::items).
+// Row r's record at list position pos (SparseSchedule::items); `bucket`: its cost bucket
+// (cost 0: no keys).
 __device__ __forceinline__ void WriteItem(const SparseIndexView& idx, int64_t r, int pos,
-                                          int32_t* items) {
+                                          int bucket, int32_t* items) {
   if (items == nullptr) return;
   const int r0 = idx.range_indptr[r], c0 = idx.col_indptr[r];
   const int slot = static_cast<int>(r / idx.num_blocks);
   int4* rec = reinterpret_cast<int4*>(items) + 2 * static_cast<int64_t>(pos);
   rec[0] = make_int4(static_cast<int>(r), r0, idx.range_indptr[r + 1] - r0, c0);
   rec[1] = make_int4(idx.col_indptr[r + 1] - c0, idx.heads[slot],
-                     static_cast<int>(r - static_cast<int64_t>(slot) * idx.num_blocks), 0);
+                     static_cast<int>(r - static_cast<int64_t>(slot) * idx.num_blocks),
+                     bucket % kCostBuckets != 0 ? 1 : 0);
 }
 
 __global__ void ScatterKernel(int64_t rows, int num_heads, int num_blocks, int mode,
@@ -87,9 +89,10 @@ __global__ void ScatterKernel(int64_t rows, int num_heads, int num_blocks, int m
   if (mode == 0) {
     for (int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; r < rows;
          r += stride) {
-      const int pos = atomicAdd(offsets + bucket_of[r], 1);
+      const int b = bucket_of[r];
+      const int pos = atomicAdd(offsets + b, 1);
       order[pos] = static_cast<int32_t>(r);
-      WriteItem(idx, r, pos, items);
+      WriteItem(idx, r, pos, b, items);
     }
     return;
   }
@@ -111,7 +114,7 @@ __global__ void ScatterKernel(int64_t rows, int num_heads, int num_blocks, int m
     base = __shfl_sync(peers, base, leader);
     const int pos = base + __popc(peers & ((1u << lane) - 1));
     order[pos] = static_cast<int32_t>(r);
-    WriteItem(idx, r, pos, items);
+    WriteItem(idx, r, pos, b, items);
   }
 }
 

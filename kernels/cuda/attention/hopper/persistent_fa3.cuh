@@ -288,6 +288,9 @@ struct TailKeys {
 struct Item {
   int q_tok0, q_len, k_tok0, k_len, q_begin, rows, first_pos;
   int head;
+  // The schedule's record says the row has keys (SparseSchedule::items), so it has a tile:
+  // the producer issues its Q before walking to its first tile.
+  bool keys;
   detail::KeySet ks;
 };
 
@@ -310,7 +313,9 @@ __device__ __forceinline__ bool GetItem(const AttnParams& p, const SparseIndexVi
       it.ks.num_cols = b.x;
       it.head = b.y;
       blk = b.z;
+      it.keys = b.w != 0;
     } else {
+      it.keys = false;
       const int r = sched.order[w];
       const int slot = r / idx.num_blocks;
       blk = r - slot * idx.num_blocks;
@@ -1147,6 +1152,38 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
       if (dynamic && leader) fetched = atomicAdd(sched.counter, 1);
       Item it;
       if (!GetItem<kSparse, kBM>(p, idx, sched, num_m_blocks, w, it)) continue;
+      // The item's Q load (and its descriptor): as soon as the item is known to have a tile --
+      // from the schedule's record (it.keys; the sparse stream), before the walk to its first
+      // tile (the first range reads, one or two dependent L2 reads: s24's timeline had the
+      // consumers waiting ~1800-2400 cycles for Q); otherwise after that walk, as before.
+      auto issue_q = [&](bool tiles) {
+        const int qb = n_item % kQB;
+        pwait(q_empty(qb), ((n_item / kQB) & 1) ^ 1);
+        if (leader) {
+          if constexpr (Tr::kDesc) {
+            ItemDesc* d = reinterpret_cast<ItemDesc*>(smem + Tr::kItemDescOff) + qb;
+            d->cols = it.ks.cols;
+            d->q_tok0 = it.q_tok0;
+            d->q_begin = it.q_begin;
+            d->rows = it.rows;
+            d->first_pos = it.first_pos;
+            d->head = it.head;
+            // (kSparse stream: the item's column count above the flags, for the consumers'
+            // largest key of a tile with range tails.)
+            d->flags = (tiles ? 1 : 0) | (kSparse && Tr::kCross ? it.ks.num_cols << 2 : 0);
+          }
+          MbarArriveExpectTx(q_full(qb), Tr::kQBytes);
+#pragma unroll
+          for (int sub = 0; sub < kSub; ++sub) {
+            TmaLoad3d(sQ0 + qb * Tr::kQBytes + sub * kBM * 128, &tmap_q, sub * 64, it.head,
+                      it.q_tok0 + it.q_begin, q_full(qb));
+          }
+          if constexpr (kTrace) TraceP<Tr>(smem, n_item, kTpQ, static_cast<unsigned>(TraceClock()));
+        }
+        ++n_item;
+      };
+      const bool early_q = kSparse && Tr::kCross && it.keys;
+      if (early_q) issue_q(true);
       // Tiles one ahead: whether another follows is part of a tile's descriptor.
       PackedCursor<kBN, kSparse && Tr::kCross> cursor;
       cursor.Init(flags);
@@ -1158,8 +1195,9 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
         if (leader && have) {
           unsigned smid;
           asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
-          TraceP<Tr>(smem, n_item, kTpW, w);
-          TraceP<Tr>(smem, n_item, kTpItem, static_cast<unsigned>(TraceClock()));
+          TraceP<Tr>(smem, n_item - (early_q ? 1 : 0), kTpW, w);
+          TraceP<Tr>(smem, n_item - (early_q ? 1 : 0), kTpItem,
+                     static_cast<unsigned>(TraceClock()));
         }
       }
       if (Tr::kCross && !have) {
@@ -1178,30 +1216,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
         }
         continue;
       }
-      const int qb = n_item % kQB;
-      pwait(q_empty(qb), ((n_item / kQB) & 1) ^ 1);
-      if (leader) {
-        if constexpr (Tr::kDesc) {
-          ItemDesc* d = reinterpret_cast<ItemDesc*>(smem + Tr::kItemDescOff) + qb;
-          d->cols = it.ks.cols;
-          d->q_tok0 = it.q_tok0;
-          d->q_begin = it.q_begin;
-          d->rows = it.rows;
-          d->first_pos = it.first_pos;
-          d->head = it.head;
-          // (kSparse stream: the item's column count above the flags, for the consumers'
-          // largest key of a tile with range tails.)
-          d->flags = (have ? 1 : 0) | (kSparse && Tr::kCross ? it.ks.num_cols << 2 : 0);
-        }
-        MbarArriveExpectTx(q_full(qb), Tr::kQBytes);
-#pragma unroll
-        for (int sub = 0; sub < kSub; ++sub) {
-          TmaLoad3d(sQ0 + qb * Tr::kQBytes + sub * kBM * 128, &tmap_q, sub * 64, it.head,
-                    it.q_tok0 + it.q_begin, q_full(qb));
-        }
-        if constexpr (kTrace) TraceP<Tr>(smem, n_item, kTpQ, static_cast<unsigned>(TraceClock()));
-      }
-      ++n_item;
+      if (!early_q) issue_q(have);
       const T* kbase =
           static_cast<const T*>(p.k) + static_cast<int64_t>(it.head / p.group) * p.k_head_stride;
       const T* vbase =
