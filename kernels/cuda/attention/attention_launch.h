@@ -71,7 +71,8 @@ struct SparseSchedule {
   // Optional [num_items][8] (16-byte aligned): list position w's row as the Hopper kernel's
   // producer needs it, so its item lookup is one dependent read (two 16-byte loads) instead of
   // order[w], then the row's offsets and head: {r, range_indptr[r], ranges, col_indptr[r]},
-  // {columns, heads[r / num_blocks], r % num_blocks, 0}. Written by LaunchSparseSchedule.
+  // {columns, heads[r / num_blocks], r % num_blocks, 1 if the row has keys (a key tile: the
+  // producer then issues its Q before walking to that tile)}. Written by LaunchSparseSchedule.
   const int32_t* items = nullptr;
 };
 

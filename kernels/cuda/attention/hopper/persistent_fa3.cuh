@@ -176,8 +176,8 @@ constexpr int kFlagSleepConsumers = 32;
 // kFlagTmaStore (the sparse stream; SPATTN_HOPPER_TMA_STORE, default 1): an item's epilogue
 // stages each warp's 16 rows of O in the Q buffer as before, then lane 0 stores them by TMA
 // (tmap_o, boxes of 16 rows) instead of the warp's 8 rounds of ld.shared + st.global per lane;
-// the Q buffer goes back to the producer one step later (after the next tile's GEMMs are issued,
-// once the store has read it: StoreItemTma). Batch 1 only (the TMA clips the last block's rows
+// the Q buffer goes back to the producer one step later (once the next tile's P V is done and
+// the store has read it: StoreItemTma). Batch 1 only (the TMA clips the last block's rows
 // past the tensor's end; in a varlen batch they would be the next sequence's).
 constexpr int kFlagTmaStore = 64;
 // Bits 8-15 (the sparse stream): the stale row maximum's bound + 1 (ConsumerStep::SoftmaxStale;
@@ -812,7 +812,7 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
     }
   };
   // kFlagTmaStore (the sparse kernel): the Q buffer whose staged O this warp's TMA store may
-  // still read (-1: none); released by release_o after the next tile's GEMMs are issued, or
+  // still read (-1: none); released by release_o once the next tile's P V is done, or
   // before the wait for the next item's Q (that wait may need this buffer: the producer's end
   // marker after a one-tile item), or at the end.
   const bool tma_store = kSparse && (flags & kFlagTmaStore) != 0;
