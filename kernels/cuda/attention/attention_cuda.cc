@@ -262,15 +262,22 @@ class CudaAttentionEngine::Impl {
         int32_t * scratch,
         Alloc<int32_t>(cuda::SparseScheduleScratchInts(rows, a), "sparse schedule scratch"));
     SPATTN_ASSIGN_OR_RETURN(int* counter, Alloc<int>(1, "sparse schedule counter"));
+    // The Hopper kernel's item records (SparseSchedule::items; SPATTN_HOPPER_ITEM_RECORDS=0:
+    // none, the kernel reads order and the index as before).
+    int32_t* items = nullptr;
+    if (cuda::SparseItemRecords()) {
+      SPATTN_ASSIGN_OR_RETURN(items, Alloc<int32_t>(8 * rows, "sparse schedule items"));
+    }
     SPATTN_CUDA_RETURN_IF_ERROR(
         cuda::LaunchSparseSchedule(idx, a, cuda::SparseTileN(a.head_dim, idx.block_m), scratch,
-                                   order, counter, stream_),
+                                   order, counter, stream_, items),
         "sparse schedule");
     SPATTN_RETURN_IF_ERROR(Mark(kSchedule));
     cuda::SparseSchedule sched;
     sched.order = order;
     sched.num_items = static_cast<int>(rows);
     sched.counter = counter;
+    sched.items = items;
     SPATTN_CUDA_RETURN_IF_ERROR(cuda::LaunchSparseAttention(a, idx, sched, variant(), stream_),
                                 "sparse kernel");
     return Mark(kKernel);

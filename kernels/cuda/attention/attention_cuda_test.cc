@@ -510,6 +510,53 @@ TEST_F(CudaAttentionTest, SparseTimelineTraceMatchesDefault) {
   }
 }
 
+// The sparse stream's TMA-store epilogue (kFlagTmaStore, the default for batch 1: O staged in the
+// Q buffer, stored by TMA boxes of 16 rows, the last block's rows past the sequence clipped by
+// the tensor's end; NOTES.md session 25) writes the same bytes as the 16-byte stores
+// (SPATTN_HOPPER_TMA_STORE=0), and the reference's values: batch-1 sequences ending inside a
+// block (and inside a warp's 16 rows), chunked prefill, both block sizes, head dims, dtypes, a
+// non-causal one; and a varlen batch, where the launch keeps the stores.
+TEST_F(CudaAttentionTest, SparseTmaStoreMatchesStores) {
+  const std::vector<Case> cases = {
+      {{4099}, {}, 8, 2, 128, DType::kBF16, true},
+      {{5000}, {7000}, 16, 4, 64, DType::kF16, true},
+      {{3001}, {3001}, 4, 1, 128, DType::kF16, false},
+      {{1, 63, 700}, {1, 100, 900}, 4, 2, 128, DType::kBF16, true},
+  };
+  uint64_t seed = 490;
+  for (int block_m : {64, 128}) {
+    for (const Case& c : cases) {
+      auto hp = MakeProblem(c, seed++);
+      SparseIndex idx = RandomIndex(hp->problem(), AllHeads(c.hq), block_m, 3, 90, seed++, true);
+      ASSERT_TRUE(ValidateSparseIndex(hp->problem(), idx).ok());
+      const std::string config = absl::StrCat(Describe(c), " block_m=", block_m);
+      std::vector<float> o[2], lse[2];
+      for (int run = 0; run < 2; ++run) {
+        if (run == 1) setenv("SPATTN_HOPPER_TMA_STORE", "0", 1);
+        ReloadCudaKernelKnobs();
+        auto dp = DeviceProblem::Create(0, *hp);
+        ASSERT_TRUE(dp.ok()) << dp.status();
+        ASSERT_TRUE((*dp)->Poison().ok());
+        const absl::Status st = engines_[4]->RunSparse((*dp)->problem(), idx);
+        unsetenv("SPATTN_HOPPER_TMA_STORE");
+        ReloadCudaKernelKnobs();
+        ASSERT_TRUE(st.ok()) << st << " " << config;
+        ASSERT_TRUE((*dp)->Download(&o[run], &lse[run]).ok());
+        std::vector<int> heads(idx.heads.begin(), idx.heads.end());
+        EXPECT_EQ(CheckAllWritten((*dp)->problem(), heads, o[run], lse[run]), "")
+            << config << " run " << run;
+      }
+      EXPECT_EQ(CheckRows(hp->problem(), &idx, SampleRows(hp->problem(), AllHeads(c.hq), 64),
+                          o[0], lse[0]),
+                "")
+          << config;
+      ASSERT_EQ(o[0].size(), o[1].size());
+      EXPECT_EQ(0, std::memcmp(o[0].data(), o[1].data(), o[0].size() * 4)) << config;
+      EXPECT_EQ(0, std::memcmp(lse[0].data(), lse[1].data(), lse[0].size() * 4)) << config;
+    }
+  }
+}
+
 // An empty row gives O = 0 and LSE = -inf; rows of heads outside the index stay untouched.
 TEST_F(CudaAttentionTest, EmptyRowsAndUntouchedHeads) {
   Case c{{130}, {}, 4, 2, 64, DType::kBF16, true};

@@ -68,6 +68,12 @@ struct SparseSchedule {
   const int32_t* order = nullptr;  // [num_items]
   int num_items = 0;
   int* counter = nullptr;  // one int, zeroed by LaunchSparseSchedule
+  // Optional [num_items][8] (16-byte aligned): list position w's row as the Hopper kernel's
+  // producer needs it, so its item lookup is one dependent read (two 16-byte loads) instead of
+  // order[w], then the row's offsets and head: {r, range_indptr[r], ranges, col_indptr[r]},
+  // {columns, heads[r / num_blocks], r % num_blocks, 1 if the row has keys (a key tile: the
+  // producer then issues its Q before walking to that tile)}. Written by LaunchSparseSchedule.
+  const int32_t* items = nullptr;
 };
 
 // Scratch for LaunchSparseSchedule: SparseScheduleScratchInts(num_rows, p) int32s (a cost
@@ -77,9 +83,13 @@ int64_t SparseScheduleScratchInts(int64_t num_rows, const AttnParams& p);
 // zeroes `counter`: L2 sections first (SparseKvHeadsPerSection kv heads of `p` each, the rows of
 // a section one after the other so the CTAs in flight share those heads' K/V in L2), then
 // decreasing cost (key tiles of `tile_n` keys).
+// `items` (optional, 8 * num_rows int32s, 16-byte aligned): SparseSchedule::items as well.
 cudaError_t LaunchSparseSchedule(const SparseIndexView& index, const AttnParams& p, int tile_n,
                                  int32_t* scratch, int32_t* order, int* counter,
-                                 cudaStream_t stream);
+                                 cudaStream_t stream, int32_t* items = nullptr);
+// Whether the engine writes SparseSchedule::items (SPATTN_HOPPER_ITEM_RECORDS, default 1; read
+// at each call).
+bool SparseItemRecords();
 // KV heads per L2 section of the sparse schedule: as many as have K and V within
 // SPATTN_HOPPER_L2_MB (default 32; 0: one section), a power of two, at most 16 sections.
 int SparseKvHeadsPerSection(const AttnParams& p);

@@ -68,13 +68,31 @@ __global__ void CostKernel(SparseIndexView idx, int tile_n, int group, int kv_pe
 // no faster (0.99x of 0 on average over 28 cells, 0.91-1.06x; block_m 64 1.00x), so the L2 bound
 // of block_m 64 is not which CTAs share K/V in time; a variant with costs in 1/8 bands (more
 // ties) lost 3% on average (up to 15%) and was dropped.
+// Row r's record at list position pos (SparseSchedule::items); `bucket`: its cost bucket
+// (cost 0: no keys).
+__device__ __forceinline__ void WriteItem(const SparseIndexView& idx, int64_t r, int pos,
+                                          int bucket, int32_t* items) {
+  if (items == nullptr) return;
+  const int r0 = idx.range_indptr[r], c0 = idx.col_indptr[r];
+  const int slot = static_cast<int>(r / idx.num_blocks);
+  int4* rec = reinterpret_cast<int4*>(items) + 2 * static_cast<int64_t>(pos);
+  rec[0] = make_int4(static_cast<int>(r), r0, idx.range_indptr[r + 1] - r0, c0);
+  rec[1] = make_int4(idx.col_indptr[r + 1] - c0, idx.heads[slot],
+                     static_cast<int>(r - static_cast<int64_t>(slot) * idx.num_blocks),
+                     bucket % kCostBuckets != 0 ? 1 : 0);
+}
+
 __global__ void ScatterKernel(int64_t rows, int num_heads, int num_blocks, int mode,
-                              const int32_t* bucket_of, int32_t* offsets, int32_t* order) {
+                              const int32_t* bucket_of, int32_t* offsets, int32_t* order,
+                              SparseIndexView idx, int32_t* items) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   if (mode == 0) {
     for (int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; r < rows;
          r += stride) {
-      order[atomicAdd(offsets + bucket_of[r], 1)] = static_cast<int32_t>(r);
+      const int b = bucket_of[r];
+      const int pos = atomicAdd(offsets + b, 1);
+      order[pos] = static_cast<int32_t>(r);
+      WriteItem(idx, r, pos, b, items);
     }
     return;
   }
@@ -94,7 +112,9 @@ __global__ void ScatterKernel(int64_t rows, int num_heads, int num_blocks, int m
     int base = 0;
     if (lane == leader) base = atomicAdd(offsets + b, __popc(peers));
     base = __shfl_sync(peers, base, leader);
-    order[base + __popc(peers & ((1u << lane) - 1))] = static_cast<int32_t>(r);
+    const int pos = base + __popc(peers & ((1u << lane) - 1));
+    order[pos] = static_cast<int32_t>(r);
+    WriteItem(idx, r, pos, b, items);
   }
 }
 
@@ -204,9 +224,14 @@ int SparseKvHeadsPerSection(const AttnParams& p) {
   return per;
 }
 
+bool SparseItemRecords() {
+  const char* env = std::getenv("SPATTN_HOPPER_ITEM_RECORDS");
+  return env == nullptr || *env == '\0' || std::atoi(env) != 0;
+}
+
 cudaError_t LaunchSparseSchedule(const SparseIndexView& index, const AttnParams& p, int tile_n,
                                  int32_t* scratch, int32_t* order, int* counter,
-                                 cudaStream_t stream) {
+                                 cudaStream_t stream, int32_t* items) {
   using namespace detail;
   const int64_t rows = static_cast<int64_t>(index.num_heads) * index.num_blocks;
   const int kv_per_section = SparseKvHeadsPerSection(p);
@@ -228,7 +253,8 @@ cudaError_t LaunchSparseSchedule(const SparseIndexView& index, const AttnParams&
   // Section by section, costliest first: offsets from the top bucket down.
   if ((err = LaunchReverseExclusiveScan32(hist, buckets, stream)) != cudaSuccess) return err;
   ScatterKernel<<<GridFor(rows, 256), 256, 0, stream>>>(rows, index.num_heads, index.num_blocks,
-                                                        order_mode, bucket_of, hist, order);
+                                                        order_mode, bucket_of, hist, order,
+                                                        index, items);
   return cudaGetLastError();
 }
 

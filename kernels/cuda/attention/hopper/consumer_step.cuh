@@ -265,6 +265,33 @@ struct ConsumerStep {
     }
   }
 
+  // The first half of Store (the sparse stream's TMA-store epilogue, persistent_fa3.cuh's
+  // StoreItemTma): normalize, stage the warp's 16 rows in the Q buffer `sq` (their own Q rows,
+  // same swizzle), write the LSE of the rows below `rows`.
+  __device__ __forceinline__ void Stage(char* sq, int warp_row0, int lane, int rows, float scale,
+                                        float* maybe_lse_block) {
+    const int row0 = warp_row0 + lane / 4;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float l = l_i[h];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const float inv = l == 0.f ? 0.f : 1.f / l;
+      const int r = row0 + 8 * h;
+#pragma unroll
+      for (int dt = 0; dt < kD / 8; ++dt) {
+        const uint32_t packed =
+            detail::Mma<T>::Pack(acc[dt * 4 + 2 * h] * inv, acc[dt * 4 + 2 * h + 1] * inv);
+        const int off = (dt / 8) * kBM * 128 + r * 128 + (((dt & 7) ^ (r & 7)) * 16) + t4 * 4;
+        *reinterpret_cast<uint32_t*>(sq + off) = packed;
+      }
+      if (maybe_lse_block != nullptr && t4 == 0 && r < rows) {
+        maybe_lse_block[r] =
+            l == 0.f ? detail::kNegInf : (m_i[h] * scale + __log2f(l)) * detail::kLn2;
+      }
+    }
+  }
+
   // Epilogue of one warp: normalize, stage the warp's 16 rows in the Q buffer `sq` (their own Q
   // rows, same swizzle), then 16-byte stores of the rows below `rows`. `warp_row0`: the warp's
   // first row in the block; `o_block`: the block's first output row; `maybe_lse_block`: its first

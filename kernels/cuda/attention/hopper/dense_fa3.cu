@@ -91,6 +91,7 @@ struct LaunchKnobs {
   bool dynamic = true;       // SPATTN_HOPPER_DYNAMIC (the sparse kernel's work list)
   int sleep_waits = 3;       // SPATTN_HOPPER_SLEEP_WAITS (the sparse stream's mbarrier waits)
   int stale_max = 8;         // SPATTN_HOPPER_STALE_MAX (the sparse stream's row maximum)
+  bool tma_store = true;     // SPATTN_HOPPER_TMA_STORE (the sparse stream's epilogue)
   std::string trace;         // SPATTN_HOPPER_TRACE (timeline file of the sparse stream)
   int trace_launch = 0;      // SPATTN_HOPPER_TRACE_LAUNCH
 };
@@ -112,6 +113,7 @@ LaunchKnobs ReadKnobs() {
   k.dynamic = EnvInt("SPATTN_HOPPER_DYNAMIC", 1) != 0;
   k.sleep_waits = EnvInt("SPATTN_HOPPER_SLEEP_WAITS", k.sleep_waits);
   k.stale_max = std::max(-1, std::min(254, EnvInt("SPATTN_HOPPER_STALE_MAX", k.stale_max)));
+  k.tma_store = EnvInt("SPATTN_HOPPER_TMA_STORE", 1) != 0;
   const char* trace = std::getenv("SPATTN_HOPPER_TRACE");
   k.trace = trace == nullptr ? "" : trace;
   k.trace_launch = EnvInt("SPATTN_HOPPER_TRACE_LAUNCH", k.trace_launch);
@@ -285,7 +287,7 @@ template <class Tr>
 cudaError_t LaunchTraced(const AttnParams& p, const SparseIndexView& idx,
                          const SparseSchedule& sched, int num_items, int num_m_blocks, int flags,
                          int grid, const CUtensorMap& tq, const CUtensorMap& tk,
-                         const CUtensorMap& tv, cudaStream_t stream) {
+                         const CUtensorMap& tv, const CUtensorMap& to, cudaStream_t stream) {
   using TrT = Traced<Tr>;
   auto kernel = PersistentFa3Kernel<TrT, true>;
   cudaError_t err =
@@ -304,7 +306,7 @@ cudaError_t LaunchTraced(const AttnParams& p, const SparseIndexView& idx,
     return err;
   }
   kernel<<<grid, TrT::kThreads, TrT::kSmemBytes, stream>>>(p, idx, sched, num_items,
-                                                           num_m_blocks, flags, tq, tk, tv);
+                                                           num_m_blocks, flags, tq, tk, tv, to);
   err = cudaGetLastError();
   std::vector<unsigned long long> h(words);
   if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
@@ -388,14 +390,25 @@ cudaError_t LaunchPersistent(const AttnParams& p, const SparseIndexView& idx,
     flags |= ((sw & 1) ? kFlagSleepProducer : 0) | ((sw & 2) ? kFlagSleepConsumers : 0) |
              ((Knobs().stale_max + 1) << kStaleMaxShift);
   }
+  // The sparse stream's TMA-store epilogue (kFlagTmaStore; SPATTN_HOPPER_TMA_STORE=0: the
+  // 16-byte stores of session 24, NOTES.md session 25 s25-sparse): O's map with 16-row boxes
+  // (one warp's rows); batch 1 only (the TMA clips the last block's rows past the tensor's end;
+  // in a varlen batch they would be the next sequence's); without a map (strides TMA cannot
+  // describe) the stores as before.
+  CUtensorMap to = tq;
+  if (kSparse && Tr::kCross && Knobs().tma_store && p.batch == 1 &&
+      EncodeTokens(&to, p.dtype, p.o, p.total_q, p.num_q_heads, p.head_dim, p.o_token_stride,
+                   p.o_head_stride, 16)) {
+    flags |= kFlagTmaStore;
+  }
   if constexpr (kSparse && kTraceable<Tr>) {
     if (!Knobs().trace.empty() && TraceLaunches()++ == Knobs().trace_launch) {
       return LaunchTraced<Tr>(p, idx, sched, num_items, num_m_blocks, flags, grid, tq, tk, tv,
-                              stream);
+                              to, stream);
     }
   }
   kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p, idx, sched, num_items, num_m_blocks,
-                                                         flags, tq, tk, tv);
+                                                         flags, tq, tk, tv, to);
   return cudaGetLastError();
 }
 

@@ -173,6 +173,13 @@ constexpr int kFlagDynamic = 4;
 // (MbarWaitSleep) instead of returning after the short default limit and looping.
 constexpr int kFlagSleepProducer = 16;
 constexpr int kFlagSleepConsumers = 32;
+// kFlagTmaStore (the sparse stream; SPATTN_HOPPER_TMA_STORE, default 1): an item's epilogue
+// stages each warp's 16 rows of O in the Q buffer as before, then lane 0 stores them by TMA
+// (tmap_o, boxes of 16 rows) instead of the warp's 8 rounds of ld.shared + st.global per lane;
+// the Q buffer goes back to the producer one step later (once the next tile's P V is done and
+// the store has read it: StoreItemTma). Batch 1 only (the TMA clips the last block's rows
+// past the tensor's end; in a varlen batch they would be the next sequence's).
+constexpr int kFlagTmaStore = 64;
 // Bits 8-15 (the sparse stream): the stale row maximum's bound + 1 (ConsumerStep::SoftmaxStale;
 // SPATTN_HOPPER_STALE_MAX, default 8; -1 rescales every tile as ConsumerStep::Softmax does).
 constexpr int kStaleMaxShift = 8;
@@ -281,6 +288,9 @@ struct TailKeys {
 struct Item {
   int q_tok0, q_len, k_tok0, k_len, q_begin, rows, first_pos;
   int head;
+  // The schedule's record says the row has keys (SparseSchedule::items), so it has a tile:
+  // the producer issues its Q before walking to its first tile.
+  bool keys;
   detail::KeySet ks;
 };
 
@@ -292,20 +302,35 @@ __device__ __forceinline__ bool GetItem(const AttnParams& p, const SparseIndexVi
                                         Item& it) {
   int seq, q_block;
   if constexpr (kSparse) {
-    const int r = sched.order[w];
-    const int slot = r / idx.num_blocks;
-    const int blk = r - slot * idx.num_blocks;
+    int blk, r0, c0;
+    if (sched.items != nullptr) {
+      // The schedule's record of list position w: one dependent read, not three.
+      const int4* rec = reinterpret_cast<const int4*>(sched.items) + 2 * w;
+      const int4 a = __ldg(rec), b = __ldg(rec + 1);
+      r0 = a.y;
+      it.ks.num_ranges = a.z;
+      c0 = a.w;
+      it.ks.num_cols = b.x;
+      it.head = b.y;
+      blk = b.z;
+      it.keys = b.w != 0;
+    } else {
+      it.keys = false;
+      const int r = sched.order[w];
+      const int slot = r / idx.num_blocks;
+      blk = r - slot * idx.num_blocks;
+      it.head = idx.heads[slot];
+      r0 = idx.range_indptr[r];
+      it.ks.num_ranges = idx.range_indptr[r + 1] - r0;
+      c0 = idx.col_indptr[r];
+      it.ks.num_cols = idx.col_indptr[r + 1] - c0;
+    }
     seq = 0;
     while (seq + 1 < p.batch && idx.block_offsets[seq + 1] <= blk) ++seq;
     q_block = blk - idx.block_offsets[seq];
-    it.head = idx.heads[slot];
-    const int r0 = idx.range_indptr[r];
-    it.ks.num_ranges = idx.range_indptr[r + 1] - r0;
     it.ks.range_start = idx.range_start + r0;
     it.ks.range_len = idx.range_len + r0;
-    const int c0 = idx.col_indptr[r];
     it.ks.cols = idx.col_idx + c0;
-    it.ks.num_cols = idx.col_indptr[r + 1] - c0;
   } else {
     const int per_block = p.num_q_heads * p.batch;
     q_block = num_m_blocks - 1 - w / per_block;
@@ -466,6 +491,37 @@ __device__ __forceinline__ void StoreItem(Step& st, char* smem, const AttnParams
   if (lane == 0) MbarArrive(q_empty);
 }
 
+// The sparse stream's epilogue with kFlagTmaStore: normalize and stage the warp's rows in the Q
+// buffer (ConsumerStep::Stage, the LSE written there), then lane 0 stores them by TMA (one
+// 16-row box per 64 columns); the Q buffer's release waits (the caller arrives on q_empty after
+// BulkWaitRead, a step later). Rows past the item's end lie past the tensor's (the launch sets
+// the flag for batch 1 only), so the TMA clips them. (A fallback to StoreItem's 16-byte stores
+// for a warp with rows past the item -- the last block of a sequence in a varlen batch --
+// spilled 74-102 bytes of the consumers' 224 registers at block_m 128, however placed.)
+template <class Tr, class Step>
+__device__ __forceinline__ void StoreItemTma(Step& st, char* smem, const AttnParams& p,
+                                             const ItemDesc& x, int qb, int cw, int warp,
+                                             int lane, const CUtensorMap* tmap_o) {
+  const int64_t row_tok = x.q_tok0 + x.q_begin;
+  float* lse_block = p.maybe_lse == nullptr
+                         ? nullptr
+                         : p.maybe_lse + static_cast<int64_t>(x.head) * p.total_q + row_tok;
+  const int warp_row0 = cw * 64 + warp * 16;
+  char* sq = smem + qb * Tr::kQBytes;
+  st.Stage(sq, warp_row0, lane, x.rows, p.scale_log2, lse_block);
+  detail::FenceProxyAsync();  // (each writer: its rows, visible to the TMA's reads)
+  __syncwarp();
+  if (lane == 0) {
+    const uint32_t src = Smem32(sq) + warp_row0 * 128;
+#pragma unroll
+    for (int sub = 0; sub < Tr::kSub; ++sub) {
+      TmaStore3d(tmap_o, src + sub * Tr::kBM * 128, sub * 64, x.head,
+                 static_cast<int>(row_tok) + warp_row0);
+    }
+    BulkCommit();
+  }
+}
+
 // The stream's wgmma operands by descriptor (kCross): a tile's descriptor is built once from
 // its slot's address (detail::SmemDesc) and each 16-deep step adds its byte offset / 16 to the
 // low word -- the address field, which never carries into the next field (shared addresses are
@@ -568,7 +624,8 @@ template <class Tr, bool kSparse, class Step, class Ring>
 __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnParams& p, int cw,
                                                int tid, int lane, int my_turn, int other_turn,
                                                int turn_threads, const Ring& ring, uint32_t q_full0,
-                                               uint32_t q_empty0, int flags) {
+                                               uint32_t q_empty0, int flags,
+                                               const CUtensorMap* tmap_o) {
   using T = typename Tr::T;
   constexpr int kBN = Tr::kBN, kQB = Tr::kQBufs;
   const uint32_t sQ0 = Smem32(smem);
@@ -754,8 +811,32 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
       IssuePvDesc<Tr, kBN / 16>(st, v_desc);
     }
   };
+  // kFlagTmaStore (the sparse kernel): the Q buffer whose staged O this warp's TMA store may
+  // still read (-1: none); released by release_o once the next tile's P V is done, or
+  // before the wait for the next item's Q (that wait may need this buffer: the producer's end
+  // marker after a one-tile item), or at the end.
+  const bool tma_store = kSparse && (flags & kFlagTmaStore) != 0;
+  int pend_qb = -1;
   auto epilogue = [&](const ItemDesc& x, int qb) {
+    if constexpr (kSparse) {
+      if (tma_store) {
+        StoreItemTma<Tr>(st, smem, p, x, qb, cw, warp, lane, tmap_o);
+        pend_qb = qb;
+        return;
+      }
+    }
     StoreItem<Tr>(st, smem, p, x, qb, cw, warp, lane, q_empty0 + 8 * qb);
+  };
+  auto release_o = [&]() {
+    if constexpr (kSparse) {
+      if (pend_qb >= 0) {
+        if (lane == 0) {
+          BulkWaitRead<0>();
+          MbarArrive(q_empty0 + 8 * pend_qb);
+        }
+        pend_qb = -1;
+      }
+    }
   };
 
   if constexpr (kTrace) {
@@ -791,7 +872,10 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
     if constexpr (kTrace) {
       if (!same) stamp(n_item, kTrCWait);
     }
-    if (!same && !next_item()) break;
+    if (!same) {
+      release_o();
+      if (!next_item()) break;
+    }
     if constexpr (kTrace) {
       if (!same) {
         stamp_q(n_item - 1);
@@ -829,6 +913,7 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
         WgmmaWait<0>();
         st.FenceAcc();
         release(ring.VEmpty(vs));
+        release_o();  // (the previous item's staged O, once its TMA store has read it)
         if (__any_sync(0xffffffffu, moved)) st.Rescale(corr);
       } else {
         st.Softmax(p.scale_log2, corr);
@@ -847,15 +932,20 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
       st.FenceAcc();
       stamp(n_item - 2, kTrCPvDone);
       release(ring.VEmpty(vs));
+      release_o();
       const float n_m0 = st.m_i[0], n_m1 = st.m_i[1], n_l0 = st.l_i[0], n_l1 = st.l_i[1];
       st.m_i[0] = m0, st.m_i[1] = m1, st.l_i[0] = l0, st.l_i[1] = l1;
+      // The new tile's P packed before the epilogue (the old P V is done, its A fragments
+      // free): S's 64 registers are dead during the epilogue, 32 of P's live instead (the
+      // sparse kernel; the dense persistent kernel as before).
+      if constexpr (kSparse) st.ToP();
       epilogue(old, old_qb);
       stamp(n_item - 2, kTrCEpi);
       st.m_i[0] = n_m0, st.m_i[1] = n_m1, st.l_i[0] = n_l0, st.l_i[1] = n_l1;
 #pragma unroll
       for (int i = 0; i < Tr::kD / 2; ++i) st.acc[i] = 0.f;
     }
-    st.ToP();
+    if (!kSparse || same) st.ToP();
     prev = d;
     ++tile;
   }
@@ -864,6 +954,10 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
       [&](int vs) { issue_pv(prev, vs); });
   stamp(n_item - 1, kTrCPvDone);
   epilogue(cur, cur_qb);
+  if constexpr (kSparse) {
+    if (pend_qb >= 0 && lane == 0) BulkWait<0>();  // (the kernel's last stores complete)
+  }
+  release_o();
   stamp(n_item - 1, kTrCEpi);
   flush(n_item - 1);
   flush_p(n_item - 2);  // (the end marker came after the producer's last stamps)
@@ -876,7 +970,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
                         int num_items, int num_m_blocks, int flags,
                         const __grid_constant__ CUtensorMap tmap_q,
                         const __grid_constant__ CUtensorMap tmap_k,
-                        const __grid_constant__ CUtensorMap tmap_v) {
+                        const __grid_constant__ CUtensorMap tmap_v,
+                        const __grid_constant__ CUtensorMap tmap_o) {
 #if SPATTN_SM90A
   using T = typename Tr::T;
   constexpr int kD = Tr::kD, kBM = Tr::kBM, kBN = Tr::kBN, kStages = Tr::kStages;
@@ -934,6 +1029,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
       PrefetchTensorMap(&tmap_q);
       PrefetchTensorMap(&tmap_k);
       PrefetchTensorMap(&tmap_v);
+      if (flags & kFlagTmaStore) PrefetchTensorMap(&tmap_o);
     }
     int tile = 0;    // tiles issued so far (ring position)
     int n_item = 0;  // items loaded so far (Q buffer)
@@ -1056,6 +1152,38 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
       if (dynamic && leader) fetched = atomicAdd(sched.counter, 1);
       Item it;
       if (!GetItem<kSparse, kBM>(p, idx, sched, num_m_blocks, w, it)) continue;
+      // The item's Q load (and its descriptor): as soon as the item is known to have a tile --
+      // from the schedule's record (it.keys; the sparse stream), before the walk to its first
+      // tile (the first range reads, one or two dependent L2 reads: s24's timeline had the
+      // consumers waiting ~1800-2400 cycles for Q); otherwise after that walk, as before.
+      auto issue_q = [&](bool tiles) {
+        const int qb = n_item % kQB;
+        pwait(q_empty(qb), ((n_item / kQB) & 1) ^ 1);
+        if (leader) {
+          if constexpr (Tr::kDesc) {
+            ItemDesc* d = reinterpret_cast<ItemDesc*>(smem + Tr::kItemDescOff) + qb;
+            d->cols = it.ks.cols;
+            d->q_tok0 = it.q_tok0;
+            d->q_begin = it.q_begin;
+            d->rows = it.rows;
+            d->first_pos = it.first_pos;
+            d->head = it.head;
+            // (kSparse stream: the item's column count above the flags, for the consumers'
+            // largest key of a tile with range tails.)
+            d->flags = (tiles ? 1 : 0) | (kSparse && Tr::kCross ? it.ks.num_cols << 2 : 0);
+          }
+          MbarArriveExpectTx(q_full(qb), Tr::kQBytes);
+#pragma unroll
+          for (int sub = 0; sub < kSub; ++sub) {
+            TmaLoad3d(sQ0 + qb * Tr::kQBytes + sub * kBM * 128, &tmap_q, sub * 64, it.head,
+                      it.q_tok0 + it.q_begin, q_full(qb));
+          }
+          if constexpr (kTrace) TraceP<Tr>(smem, n_item, kTpQ, static_cast<unsigned>(TraceClock()));
+        }
+        ++n_item;
+      };
+      const bool early_q = kSparse && Tr::kCross && it.keys;
+      if (early_q) issue_q(true);
       // Tiles one ahead: whether another follows is part of a tile's descriptor.
       PackedCursor<kBN, kSparse && Tr::kCross> cursor;
       cursor.Init(flags);
@@ -1067,8 +1195,9 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
         if (leader && have) {
           unsigned smid;
           asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
-          TraceP<Tr>(smem, n_item, kTpW, w);
-          TraceP<Tr>(smem, n_item, kTpItem, static_cast<unsigned>(TraceClock()));
+          TraceP<Tr>(smem, n_item - (early_q ? 1 : 0), kTpW, w);
+          TraceP<Tr>(smem, n_item - (early_q ? 1 : 0), kTpItem,
+                     static_cast<unsigned>(TraceClock()));
         }
       }
       if (Tr::kCross && !have) {
@@ -1087,30 +1216,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
         }
         continue;
       }
-      const int qb = n_item % kQB;
-      pwait(q_empty(qb), ((n_item / kQB) & 1) ^ 1);
-      if (leader) {
-        if constexpr (Tr::kDesc) {
-          ItemDesc* d = reinterpret_cast<ItemDesc*>(smem + Tr::kItemDescOff) + qb;
-          d->cols = it.ks.cols;
-          d->q_tok0 = it.q_tok0;
-          d->q_begin = it.q_begin;
-          d->rows = it.rows;
-          d->first_pos = it.first_pos;
-          d->head = it.head;
-          // (kSparse stream: the item's column count above the flags, for the consumers'
-          // largest key of a tile with range tails.)
-          d->flags = (have ? 1 : 0) | (kSparse && Tr::kCross ? it.ks.num_cols << 2 : 0);
-        }
-        MbarArriveExpectTx(q_full(qb), Tr::kQBytes);
-#pragma unroll
-        for (int sub = 0; sub < kSub; ++sub) {
-          TmaLoad3d(sQ0 + qb * Tr::kQBytes + sub * kBM * 128, &tmap_q, sub * 64, it.head,
-                    it.q_tok0 + it.q_begin, q_full(qb));
-        }
-        if constexpr (kTrace) TraceP<Tr>(smem, n_item, kTpQ, static_cast<unsigned>(TraceClock()));
-      }
-      ++n_item;
+      if (!early_q) issue_q(have);
       const T* kbase =
           static_cast<const T*>(p.k) + static_cast<int64_t>(it.head / p.group) * p.k_head_stride;
       const T* vbase =
@@ -1185,7 +1291,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
   if (kPingPong && cw == 1) NamedArrive(kBarTurn0, 256);  // consumer warpgroup 0 goes first
   if constexpr (Tr::kCross) {
     ConsumerStream<Tr, kSparse>(st, smem, p, cw, tid, lane, my_turn, other_turn, kTurnThreads, ring,
-                                q_full(0), q_empty(0), flags);
+                                q_full(0), q_empty(0), flags, &tmap_o);
   } else {
     int tile = 0, n_item = 0;
     for (int round = 0;; ++round) {

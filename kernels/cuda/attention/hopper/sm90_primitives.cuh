@@ -106,6 +106,39 @@ __device__ __forceinline__ void TmaLoad3d(uint32_t dst, const CUtensorMap* map, 
 #endif
 }
 
+// Stores the box at (c0, c1, c2) of `map` from shared memory at `src` (TMA, the bulk-group
+// form: the issuing thread commits it with BulkCommit and waits for its reads of `src` with
+// BulkWaitRead). The writers of `src` fence it (FenceProxyAsync) before.
+__device__ __forceinline__ void TmaStore3d(const CUtensorMap* map, uint32_t src, int c0, int c1,
+                                           int c2) {
+#if SPATTN_SM90A
+  asm volatile(
+      "cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];\n" ::"l"(
+          reinterpret_cast<uint64_t>(map)),
+      "r"(src), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+#endif
+}
+__device__ __forceinline__ void BulkCommit() {
+#if SPATTN_SM90A
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+#endif
+}
+// Waits until all but the newest kN bulk groups of this thread have read their shared memory.
+template <int kN>
+__device__ __forceinline__ void BulkWaitRead() {
+#if SPATTN_SM90A
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(kN) : "memory");
+#endif
+}
+// Waits until all but the newest kN bulk groups of this thread are complete.
+template <int kN>
+__device__ __forceinline__ void BulkWait() {
+#if SPATTN_SM90A
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(kN) : "memory");
+#endif
+}
+
 __device__ __forceinline__ void PrefetchTensorMap(const CUtensorMap* map) {
 #if SPATTN_SM90A
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
