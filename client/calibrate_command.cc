@@ -73,6 +73,9 @@ Search:
                            block_sparse, flex_prefill, sample_attention, anchor, saap
   --sample_rows=256        query rows per prompt over which recall is computed exactly
   --build_cost_weight=1    weight of the modeled index-build work against kernel pairs
+  --sampled_lines_margin=0 search sampled_lines at gamma >= the worker's guard's gamma for the
+                           target with this margin (its margin is 0.01: 0.96 at 0.95), not
+                           below (0 = the candidates' own gammas)
   --block_m=64             query rows per index block: the worker's --block_m
   --sampled_lines_block_m=128
                            query rows per sampled_lines index block: the worker's
@@ -285,6 +288,12 @@ absl::StatusOr<Options> ParseOptions(Flags& f) {
                           f.GetNumber<double>("build_cost_weight", 1.0));
   if (!(o.search.build_cost_weight >= 0)) {
     return absl::InvalidArgumentError("--build_cost_weight: must be >= 0");
+  }
+  SPATTN_ASSIGN_OR_RETURN(o.search.sampled_lines_margin,
+                          f.GetNumber<double>("sampled_lines_margin", 0.0));
+  if (!(o.search.sampled_lines_margin >= 0) || std::isinf(o.search.sampled_lines_margin)) {
+    return absl::InvalidArgumentError(absl::StrCat("--sampled_lines_margin: must be finite and >= 0, got ",
+                                                   o.search.sampled_lines_margin));
   }
   SPATTN_ASSIGN_OR_RETURN(o.search.block_m, f.GetNumber<int>("block_m", 64));
   if (o.search.block_m < 1) return absl::InvalidArgumentError("--block_m: must be >= 1");

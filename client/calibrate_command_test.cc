@@ -67,10 +67,12 @@ Workload Prompt(uint64_t seed, int seq_len = kSeqLen) {
 }
 
 // What the command must have chosen for one layer: the search run directly.
-std::vector<v1::HeadConfig> Expected(const AttentionProblem& p, int layer) {
-  PatternSearchOptions o;
+std::vector<v1::HeadConfig> Expected(const AttentionProblem& p, int layer,
+                                     PatternSearchOptions o = PatternSearchOptions(),
+                                     const std::vector<MethodConfig>& candidates =
+                                         DefaultCandidates()) {
   o.sample_rows = 128;
-  absl::StatusOr<PatternSearchResult> r = SearchHeadPatterns({&p}, DefaultCandidates(), o);
+  absl::StatusOr<PatternSearchResult> r = SearchHeadPatterns({&p}, candidates, o);
   EXPECT_TRUE(r.ok()) << r.status();
   std::vector<v1::HeadConfig> out;
   for (const HeadSearchResult& h : r->heads) {
@@ -256,6 +258,32 @@ TEST_F(CalibrateCommandTest, OutJsonImportsWithTheIndexCli) {
   ExpectSameConfigs(Layer(Configs("cal-json", 1), 0), Expected(w.problem(), 0));
 }
 
+// --sampled_lines_margin: the search tries sampled_lines at the guard's gamma or above only
+// (0.96 at 0.95 + 0.01): the configs are the search's with PatternSearchOptions::
+// sampled_lines_margin, and no sampled_lines config below 0.96 is chosen or runner-up.
+TEST_F(CalibrateCommandTest, SampledLinesMarginSearchesAtTheGuardsGamma) {
+  const std::string dir = TmpDir("cal_margin");
+  ASSERT_EQ(Calibrate(With({"--seed=6", "--candidates=sampled_lines", "--sampled_lines_margin=0.01",
+                            "--out=" + dir + "/c.json"})),
+            0)
+      << err_;
+  absl::StatusOr<v1::PutHeadConfigsRequest> file = ParseSpattnConfig(ReadText(dir + "/c.json"));
+  ASSERT_TRUE(file.ok()) << file.status();
+  PatternSearchOptions o;
+  o.sampled_lines_block_m = 128;  // calibrate's default, the worker's
+  o.sampled_lines_margin = 0.01;
+  absl::StatusOr<std::vector<MethodConfig>> sl =
+      CandidatesForMethods({Method::kSampledLines}, nullptr);
+  ASSERT_TRUE(sl.ok()) << sl.status();
+  Workload w = Prompt(6);
+  ExpectSameConfigs({file->configs().begin(), file->configs().end()},
+                    Expected(w.problem(), 0, o, *sl));
+  EXPECT_TRUE(absl::StrContains(out_, "gamma=0.96")) << out_;
+  for (const char* below : {"gamma=0.85", "gamma=0.9)", "gamma=0.95"}) {
+    EXPECT_FALSE(absl::StrContains(out_, below)) << below << "\n" << out_;
+  }
+}
+
 TEST_F(CalibrateCommandTest, CapturedTensorsPerLayer) {
   const std::string dir = TmpDir("cal_captured");
   Workload l0 = Prompt(21), l1 = Prompt(22);
@@ -369,6 +397,10 @@ TEST_F(CalibrateCommandTest, UsageAndServiceErrors) {
   const std::vector<Case> cases = {
       {With({"--bogus=1"}), 2, "unknown flag --bogus"},
       {With({"--target_recall=1.5"}), 2, "--target_recall"},
+      {With({"--sampled_lines_margin=-0.01"}), 2, "--sampled_lines_margin: must be finite"},
+      {With({"--sampled_lines_margin=nan"}), 2, "--sampled_lines_margin: must be finite"},
+      {With({"--sampled_lines_margin=inf"}), 2, "--sampled_lines_margin: must be finite"},
+      {With({"--sampled_lines_margin=x"}), 2, "--sampled_lines_margin"},
       {With({"--candidates=a_shape,nope"}), 2, "'nope'"},
       {With({"--layers=0"}), 2, "--layers"},
       {With({"--layers=3-1"}), 2, "--layers"},
@@ -388,6 +420,7 @@ TEST_F(CalibrateCommandTest, UsageAndServiceErrors) {
   }
   EXPECT_EQ(Calibrate({"help"}), 0);
   EXPECT_TRUE(absl::StrContains(out_, "--target_recall")) << out_;
+  EXPECT_TRUE(absl::StrContains(out_, "--sampled_lines_margin")) << out_;
 }
 
 }  // namespace

@@ -57,6 +57,15 @@ double ClassifierMacs(const LayerAssets* assets) {
 
 // Ranking of one head's scores: those reaching the target by cost (dense first on ties, then
 // list order), then the others by recall (then cost, then list order).
+// Same method and every parameter equal (not only those that split planner groups).
+bool SameParams(const MethodConfig& a, const MethodConfig& b) {
+  if (a.method != b.method) return false;
+  for (const MethodParam* p : ParamsOf(a.method)) {
+    if (p->Get(a) != p->Get(b)) return false;
+  }
+  return true;
+}
+
 bool Better(const CandidateScore& a, const CandidateScore& b) {
   if (a.meets_target != b.meets_target) return a.meets_target;
   if (a.meets_target) {
@@ -259,10 +268,10 @@ absl::StatusOr<std::vector<Method>> ParseCandidateMethods(absl::string_view spec
   return out;
 }
 
-bool KeepsTargetServed(const MethodConfig& config, double target) {
+bool KeepsTargetServed(const MethodConfig& config, double target, double margin) {
   if (config.method != Method::kSampledLines) return true;
   // gamma is a float: 0.95f is 0.95 - 1.2e-9.
-  return config.sampled_lines.gamma >= SampledLinesGammaFor(target) - 1e-6;
+  return config.sampled_lines.gamma >= SampledLinesGammaFor(target, margin) - 1e-6;
 }
 
 std::string ConfigLabel(const MethodConfig& c) {
@@ -360,7 +369,7 @@ double ModeledBuildPairs(const AttentionProblem& p, const MethodConfig& config,
 
 absl::StatusOr<PatternSearchResult> SearchHeadPatterns(
     const std::vector<const AttentionProblem*>& problems,
-    const std::vector<MethodConfig>& candidates, const PatternSearchOptions& options) {
+    const std::vector<MethodConfig>& given_candidates, const PatternSearchOptions& options) {
   const auto t_start = std::chrono::steady_clock::now();
   if (!(options.target_recall > 0 && options.target_recall <= 1)) {
     return absl::InvalidArgumentError(
@@ -375,6 +384,10 @@ absl::StatusOr<PatternSearchResult> SearchHeadPatterns(
         absl::StrCat("sampled_lines_build_weight must be finite and >= 0, got ",
                      options.sampled_lines_build_weight));
   }
+  if (!(options.sampled_lines_margin >= 0) || std::isinf(options.sampled_lines_margin)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sampled_lines_margin must be finite and >= 0, got ", options.sampled_lines_margin));
+  }
   if (options.block_m <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("block_m must be > 0, got ", options.block_m));
   }
@@ -383,9 +396,29 @@ absl::StatusOr<PatternSearchResult> SearchHeadPatterns(
         "sampled_lines_block_m must be >= 0 (0: block_m), got ", options.sampled_lines_block_m));
   }
   SPATTN_RETURN_IF_ERROR(CheckProblems(problems));
-  SPATTN_RETURN_IF_ERROR(CheckCandidates(candidates, options.maybe_assets));
+  SPATTN_RETURN_IF_ERROR(CheckCandidates(given_candidates, options.maybe_assets));
   SPATTN_ASSIGN_OR_RETURN(const std::vector<int> heads,
                           ResolveHeads(options.heads, problems[0]->num_q_heads));
+
+  // sampled_lines at the guard's gamma: with a margin, every sampled_lines candidate is searched
+  // at gamma >= SampledLinesGammaFor(target, margin) (the guard's AdaptiveConfig rule); one that
+  // becomes equal to an earlier candidate is that one's duplicate_of and is not built.
+  std::vector<MethodConfig> candidates = given_candidates;
+  std::vector<int> duplicate_of(candidates.size(), -1);
+  if (options.sampled_lines_margin > 0) {
+    const float floor = static_cast<float>(
+        SampledLinesGammaFor(options.target_recall, options.sampled_lines_margin));
+    for (size_t c = 0; c < candidates.size(); ++c) {
+      if (candidates[c].method != Method::kSampledLines) continue;
+      candidates[c].sampled_lines.gamma = std::max(candidates[c].sampled_lines.gamma, floor);
+      for (size_t e = 0; e < c; ++e) {
+        if (SameParams(candidates[e], candidates[c])) {
+          duplicate_of[c] = static_cast<int>(e);
+          break;
+        }
+      }
+    }
+  }
 
   const size_t nc = candidates.size();
   const size_t nh = heads.size();
@@ -469,6 +502,10 @@ absl::StatusOr<PatternSearchResult> SearchHeadPatterns(
     result.exact_seconds += SecondsSince(t0);
 
     for (size_t c : order) {
+      if (duplicate_of[c] >= 0) {  // scored as its earlier equal
+        result.skipped_heads[c] += static_cast<int>(group.size());
+        continue;
+      }
       const double bound = BuildWeight(options, candidates[c]) * build_mean[c];
       std::vector<int> live_heads;  // the group's heads on which candidate c can still win
       for (size_t i : group) {
@@ -549,8 +586,9 @@ absl::StatusOr<PatternSearchResult> SearchHeadPatterns(
         s.kernel_pairs = a.kernel_pairs / n;
         s.build_pairs = a.build_pairs / n;
         s.cost = s.kernel_pairs + BuildWeight(options, s.config) * s.build_pairs;
-        s.meets_target =
-            s.recall_min >= threshold && KeepsTargetServed(s.config, options.target_recall);
+        s.meets_target = s.recall_min >= threshold &&
+                         KeepsTargetServed(s.config, options.target_recall,
+                                           options.sampled_lines_margin);
         scored[group[g]][c] = true;
       }
     }
@@ -569,7 +607,15 @@ absl::StatusOr<PatternSearchResult> SearchHeadPatterns(
     r.chosen = scores[i][ranked[0]];
     r.has_runner_up = ranked.size() > 1;
     if (r.has_runner_up) r.runner_up = scores[i][ranked[1]];
-    if (options.keep_all_scores) r.all = std::move(scores[i]);
+    if (options.keep_all_scores) {
+      // A duplicate is not ranked (its earlier equal is), but listed with that one's score.
+      for (size_t c = 0; c < nc; ++c) {
+        if (duplicate_of[c] < 0) continue;
+        scores[i][c] = scores[i][duplicate_of[c]];
+        scores[i][c].candidate = static_cast<int>(c);
+      }
+      r.all = std::move(scores[i]);
+    }
   }
   result.total_seconds = SecondsSince(t_start);
   return result;

@@ -129,6 +129,15 @@ struct PatternSearchOptions {
   // Multiplies build_cost_weight for sampled_lines candidates (its modeled build stays the
   // measured per-entry work, kSampledLinesEntryCost). Default: kSampledLinesBuildWeight.
   double sampled_lines_build_weight = kSampledLinesBuildWeight;
+  // Searches sampled_lines at the gamma the worker's recall guard checks, so that the guard does
+  // not widen what the search chose: when > 0, every sampled_lines candidate is searched at
+  // gamma >= SampledLinesGammaFor(target_recall, sampled_lines_margin) (its gamma raised to that
+  // where lower; a candidate then equal to an earlier one is not built again: it is skipped, and
+  // with keep_all_scores its `all` entry repeats the earlier one's score), and reaches the target
+  // only there (KeepsTargetServed with this margin). The guard's margin is
+  // RecallGuardOptions::margin (0.01): with it, 0.95 searches sampled_lines at 0.96 or more.
+  // Finite and >= 0. Default: 0 (sampled_lines candidates searched as given).
+  double sampled_lines_margin = 0;
   // BuildOptions::block_m (query rows per index block for dense, a_shape, vertical_slash, saap).
   // Default: 64.
   int block_m = 64;
@@ -177,7 +186,8 @@ struct HeadSearchResult {
 
 struct PatternSearchResult {
   std::vector<HeadSearchResult> heads;  // in the order of options.heads (or 0 .. H-1)
-  std::vector<int> skipped_heads;       // per candidate: heads it was not built for (the bound)
+  std::vector<int> skipped_heads;       // per candidate: heads it was not built for (the bound,
+                                        // or all: a duplicate, sampled_lines_margin)
   // Measured wall seconds (informational; the choice never depends on them).
   std::vector<double> build_seconds;  // per candidate: index builds, summed over problems
   double exact_seconds = 0;           // exact attention of the sampled rows
@@ -186,12 +196,13 @@ struct PatternSearchResult {
 };
 
 // Whether `config` keeps `target` on prompts other than the calibration ones by its own rule:
-// sampled_lines only with gamma >= SampledLinesGammaFor(target) (its served recall follows gamma
+// sampled_lines only with gamma >= SampledLinesGammaFor(target, margin) (margin: the search's
+// PatternSearchOptions::sampled_lines_margin, 0 by default; its served recall follows gamma
 // at every length, not the calibration prompt's recall: issue 11 item 3; a gamma below it that
 // reaches the target on a short calibration prompt falls short on long ones). Other methods:
 // true (their recall on the calibration prompts decides). A candidate reaches the target only
 // when this holds too.
-bool KeepsTargetServed(const MethodConfig& config, double target);
+bool KeepsTargetServed(const MethodConfig& config, double target, double margin = 0);
 
 // Recall at or above target - kRecallTolerance counts as reaching it: the exact probabilities
 // are kept in fp32, so a full row sums to 1 only within ~1e-7.
@@ -201,8 +212,8 @@ inline constexpr double kRecallTolerance = 1e-6;
 // e.g. several prompts of one layer) over `candidates`. A candidate reaches the target on a head
 // when its recall does on every problem (the worst prompt decides: configs are published for
 // prompts not seen here). Errors: INVALID_ARGUMENT naming the bad
-// option ("target_recall", "sample_rows", "build_cost_weight", "block_m",
-// "sampled_lines_block_m", "heads",
+// option ("target_recall", "sample_rows", "build_cost_weight", "sampled_lines_build_weight",
+// "sampled_lines_margin", "block_m", "sampled_lines_block_m", "heads",
 // "candidates[i]: ...", "problems[i]: ..."), FAILED_PRECONDITION when a saap candidate has no
 // assets. Deterministic for given inputs (multi-threaded through ParallelFor; no timing enters
 // the choice). Thread-safe: reads its inputs only.

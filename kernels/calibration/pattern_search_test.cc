@@ -1,6 +1,8 @@
 #include "kernels/calibration/pattern_search.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -329,6 +331,101 @@ TEST(PatternSearch, SampledLinesBuildWeightScalesOnlyItsBuild) {
   EXPECT_GT(sl, 0);
 }
 
+// sampled_lines_margin searches sampled_lines at the guard's gamma: every sampled_lines
+// candidate at gamma >= SampledLinesGammaFor(target, margin) (0.96 at 0.95 + 0.01), the ones
+// raised to an earlier candidate's config not built again, and the choice is that of a search
+// (without margin) over the raised, de-duplicated list. Default 0: the search as given.
+TEST(PatternSearch, SampledLinesMarginSearchesAtTheGuardsGamma) {
+  EXPECT_EQ(PatternSearchOptions().sampled_lines_margin, 0);
+  Workload w = Generate(2, 1024, 4, 2);
+  const std::vector<MethodConfig> given = DefaultCandidates();
+  for (double target : {0.95, 0.98}) {
+    SCOPED_TRACE(absl::StrCat("target ", target));
+    const double margin = 0.01;
+    const float floor = static_cast<float>(SampledLinesGammaFor(target, margin));
+    PatternSearchOptions o;
+    o.target_recall = target;
+    o.sample_rows = 64;
+    o.keep_all_scores = true;
+    o.sampled_lines_build_weight = 0;  // so that sampled_lines is chosen on some heads
+    o.sampled_lines_margin = margin;
+    absl::StatusOr<PatternSearchResult> with = SearchHeadPatterns({&w.problem()}, given, o);
+    ASSERT_TRUE(with.ok()) << with.status();
+    // The same search spelled out: sampled_lines candidates raised to the floor, duplicates
+    // dropped, no margin.
+    std::vector<MethodConfig> raised;
+    std::vector<int> first_of(given.size(), -1);  // given position -> its (first) equal's
+    for (size_t c = 0; c < given.size(); ++c) {
+      MethodConfig m = given[c];
+      if (m.method == Method::kSampledLines) {
+        m.sampled_lines.gamma = std::max(m.sampled_lines.gamma, floor);
+      }
+      for (size_t e = 0; e < c && first_of[c] < 0; ++e) {
+        if (given[e].method == Method::kSampledLines && m.method == Method::kSampledLines &&
+            std::max(given[e].sampled_lines.gamma, floor) == m.sampled_lines.gamma) {
+          first_of[c] = static_cast<int>(e);
+        }
+      }
+      if (first_of[c] < 0) raised.push_back(m);
+    }
+    int duplicates = 0;
+    for (int f : first_of) duplicates += f >= 0;
+    // 0.95 + 0.01: 0.85 / 0.9 / 0.95 -> 0.96 (two duplicates); 0.98 + 0.01: all five -> 0.99.
+    EXPECT_EQ(duplicates, target == 0.95 ? 2 : 4);
+    PatternSearchOptions plain = o;
+    plain.sampled_lines_margin = 0;
+    absl::StatusOr<PatternSearchResult> spelled = SearchHeadPatterns({&w.problem()}, raised, plain);
+    ASSERT_TRUE(spelled.ok()) << spelled.status();
+    ASSERT_EQ(with->heads.size(), spelled->heads.size());
+    int sl_chosen = 0;
+    for (size_t i = 0; i < with->heads.size(); ++i) {
+      const HeadSearchResult& h = with->heads[i];
+      SCOPED_TRACE(Describe(h, w));
+      EXPECT_EQ(h.chosen.config.DebugString(), spelled->heads[i].chosen.config.DebugString());
+      EXPECT_DOUBLE_EQ(h.chosen.recall, spelled->heads[i].chosen.recall);
+      EXPECT_DOUBLE_EQ(h.chosen.density, spelled->heads[i].chosen.density);
+      EXPECT_DOUBLE_EQ(h.chosen.cost, spelled->heads[i].chosen.cost);
+      EXPECT_TRUE(KeepsTargetServed(h.chosen.config, target, margin));
+      if (h.chosen.config.method == Method::kSampledLines) {
+        ++sl_chosen;
+        EXPECT_GE(h.chosen.config.sampled_lines.gamma, floor);
+      }
+      // The runner-up is never a duplicate of the choice.
+      if (h.has_runner_up && h.chosen.candidate >= 0 && h.runner_up.candidate >= 0) {
+        EXPECT_NE(h.chosen.config.DebugString(), h.runner_up.config.DebugString());
+      }
+      ASSERT_EQ(h.all.size(), given.size() + 1);
+      for (size_t c = 0; c < given.size(); ++c) {
+        const CandidateScore& s = h.all[c];
+        EXPECT_EQ(s.candidate, static_cast<int>(c));
+        if (given[c].method != Method::kSampledLines) {
+          EXPECT_EQ(s.config.DebugString(), given[c].DebugString());
+          continue;
+        }
+        EXPECT_EQ(s.config.sampled_lines.gamma, std::max(given[c].sampled_lines.gamma, floor));
+        if (first_of[c] >= 0) {  // listed with its earlier equal's score
+          const CandidateScore& e = h.all[first_of[c]];
+          EXPECT_EQ(s.config.DebugString(), e.config.DebugString());
+          EXPECT_EQ(s.recall, e.recall);
+          EXPECT_EQ(s.cost, e.cost);
+          EXPECT_EQ(s.meets_target, e.meets_target);
+        }
+      }
+    }
+    for (size_t c = 0; c < given.size(); ++c) {
+      if (first_of[c] >= 0) EXPECT_EQ(with->skipped_heads[c], 4) << c;
+    }
+    if (target == 0.95) EXPECT_GT(sl_chosen, 0);
+    // Without the margin the search is as before: sampled_lines at its own gammas, 0.95 there.
+    absl::StatusOr<PatternSearchResult> without = SearchHeadPatterns({&w.problem()}, given, plain);
+    ASSERT_TRUE(without.ok()) << without.status();
+    for (size_t c = 0; c < given.size(); ++c) {
+      EXPECT_EQ(without->heads[0].all[c].config.DebugString(), given[c].DebugString());
+      EXPECT_EQ(without->skipped_heads[c], 0);
+    }
+  }
+}
+
 TEST(PatternSearch, DeterministicAcrossThreadCounts) {
   Workload w = Generate(2, 2048, 8, 2);
   PatternSearchOptions o;
@@ -388,6 +485,12 @@ TEST(PatternSearch, BadOptionsAreRejectedByName) {
       ->options.build_cost_weight = -1;
   add("sl weight", absl::StatusCode::kInvalidArgument, "sampled_lines_build_weight")
       ->options.sampled_lines_build_weight = -0.5;
+  add("sl margin", absl::StatusCode::kInvalidArgument, "sampled_lines_margin")
+      ->options.sampled_lines_margin = -0.01;
+  add("sl margin nan", absl::StatusCode::kInvalidArgument, "sampled_lines_margin")
+      ->options.sampled_lines_margin = std::nan("");
+  add("sl margin inf", absl::StatusCode::kInvalidArgument, "sampled_lines_margin")
+      ->options.sampled_lines_margin = std::numeric_limits<double>::infinity();
   add("block_m", absl::StatusCode::kInvalidArgument, "block_m")->options.block_m = 0;
   add("sampled_lines_block_m", absl::StatusCode::kInvalidArgument, "sampled_lines_block_m")
       ->options.sampled_lines_block_m = -16;

@@ -188,6 +188,11 @@ Methods:
                          (default 0 = min(seq_len, 16384))
   --search_target_recall=X
                          searched: recall each head's config must reach (default 0.95)
+  --search_sampled_lines_margin=M
+                         searched, guarded, promise: search sampled_lines at gamma >=
+                         SampledLinesGammaFor(target, M) (the guard's margin is 0.01), not
+                         below (default 0: the candidates' own gammas)
+  --promise_min_len=N    promise: skip held-out prompts shorter than N (default 0: none)
   --promise_max_len=N    promise: skip held-out prompts longer than N (default 0: none)
   --promise_search_rows=N
                          promise: exact rows of the search and of the served recall (default 128)
@@ -300,6 +305,9 @@ absl::StatusOr<BenchFlags> ParseBenchFlags(const std::vector<std::string>& args)
   SPATTN_RETURN_IF_ERROR(line.Read("guard_probe_rows", &f.guard_probe_rows));
   SPATTN_RETURN_IF_ERROR(line.Read("guard_length_exponent", &f.guard_length_exponent));
   SPATTN_RETURN_IF_ERROR(line.Read("guard_fine_step", &f.guard_fine_step));
+  SPATTN_RETURN_IF_ERROR(
+      line.Read("search_sampled_lines_margin", &f.search_sampled_lines_margin));
+  SPATTN_RETURN_IF_ERROR(line.Read("promise_min_len", &f.promise_min_len));
   SPATTN_RETURN_IF_ERROR(line.Read("promise_max_len", &f.promise_max_len));
   SPATTN_RETURN_IF_ERROR(line.Read("promise_search_rows", &f.promise_search_rows));
   if (line.Has("promise_targets")) {
@@ -369,6 +377,12 @@ absl::StatusOr<BenchFlags> ParseBenchFlags(const std::vector<std::string>& args)
   if (f.search_len < 0) return absl::InvalidArgumentError("--search_len must be >= 0 (0: auto)");
   if (!(f.search_target_recall > 0 && f.search_target_recall <= 1)) {
     return absl::InvalidArgumentError("--search_target_recall must be in (0, 1]");
+  }
+  if (!(f.search_sampled_lines_margin >= 0) || std::isinf(f.search_sampled_lines_margin)) {
+    return absl::InvalidArgumentError("--search_sampled_lines_margin must be finite and >= 0");
+  }
+  if (f.promise_min_len < 0) {
+    return absl::InvalidArgumentError("--promise_min_len must be >= 0 (0: no limit)");
   }
   if (auto c = ParseCandidateMethods(f.search_candidates); !c.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--search_candidates: ", c.status().message()));
@@ -652,7 +666,11 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
       const int search_len = f.search_len > 0 ? f.search_len : std::min(f.seq_len, 16384);
       searched_at = search_len;
       search_params = absl::StrCat("searched(target=", f.search_target_recall,
-                                   ", search_len=", search_len, ")");
+                                   ", search_len=", search_len);
+      if (f.search_sampled_lines_margin > 0) {
+        absl::StrAppend(&search_params, ", sampled_lines_margin=", f.search_sampled_lines_margin);
+      }
+      absl::StrAppend(&search_params, ")");
       const auto search_start = std::chrono::steady_clock::now();
       WorkloadOptions co = workload->options;
       co.shape.q_lens = {search_len};
@@ -678,6 +696,7 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
       so.seed = f.seed;
       so.block_m = f.block_m;
       so.sampled_lines_block_m = f.sampled_lines_block_m;
+      so.sampled_lines_margin = f.search_sampled_lines_margin;
       so.maybe_assets = search_bo.maybe_assets;
       SPATTN_ASSIGN_OR_RETURN(PatternSearchResult result,
                               SearchHeadPatterns({&calib.problem()}, candidates, so));
@@ -890,7 +909,9 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
         }
         po.candidates = *candidates;
       }
+      po.min_len = f.promise_min_len;
       po.max_len = f.promise_max_len > 0 ? f.promise_max_len : (1 << 20);
+      po.sampled_lines_margin = f.search_sampled_lines_margin;
       if (f.promise_search_rows > 0) po.search_rows = po.recall_rows = f.promise_search_rows;
       if (!f.promise_targets.empty()) po.targets = f.promise_targets;
       absl::Status s = workload == nullptr

@@ -65,6 +65,10 @@ struct BenchFlags {
   // model seed = seed) of search_len tokens; its configs are then applied at the full length.
   int search_len = 0;                  // Default: 0 = min(seq_len, 16384).
   double search_target_recall = 0.95;  // Default: 0.95.
+  // "searched"/"guarded"/"promise": PatternSearchOptions::sampled_lines_margin (sampled_lines
+  // candidates searched at gamma >= SampledLinesGammaFor(target, margin), the guard's gamma
+  // with the guard's margin 0.01); 0 = the search as before.
+  double search_sampled_lines_margin = 0;  // Default: 0.
   // "guarded": the guard's probe rows per head; -1 = the worker's (32 on the host, 64 on CUDA).
   int guard_probe_rows = -1;  // Default: -1.
   // "guarded"/"promise": the searched configs start from their key-count budgets scaled by
@@ -79,8 +83,10 @@ struct BenchFlags {
   // AdaptiveByName: sampled_lines, flex_prefill or none; "M1,M2": both tried, as
   // RecallGuardOptions::adaptive_also); empty = the worker's (sampled_lines).
   std::string guard_adaptive;  // Default: empty.
-  // "promise" (tests/bench/promise_lines.h): longest held-out prompt (0 = no limit), exact rows
-  // of its search and served recall (0 = 128), targets (empty = 0.90, 0.95, 0.98).
+  // "promise" (tests/bench/promise_lines.h): shortest and longest held-out prompt (0 = no
+  // limit), exact rows of its search and served recall (0 = 128), targets (empty = 0.90, 0.95,
+  // 0.98).
+  int promise_min_len = 0;
   int promise_max_len = 0;
   int promise_search_rows = 0;
   std::vector<double> promise_targets;

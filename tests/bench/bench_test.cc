@@ -301,6 +301,11 @@ TEST(BenchTest, BadFlagsAreRefusedWithTheirName) {
       {{"--search_target_recall=0"}, 2, "--search_target_recall"},
       {{"--search_target_recall=1.5"}, 2, "--search_target_recall"},
       {{"--search_len=-1"}, 2, "--search_len"},
+      {{"--search_sampled_lines_margin=-0.01"}, 2, "--search_sampled_lines_margin"},
+      {{"--search_sampled_lines_margin=nan"}, 2, "--search_sampled_lines_margin"},
+      {{"--search_sampled_lines_margin=inf"}, 2, "--search_sampled_lines_margin"},
+      {{"--search_sampled_lines_margin=x"}, 2, "--search_sampled_lines_margin: not a number"},
+      {{"--promise_min_len=-1"}, 2, "--promise_min_len"},
       {{"--search_candidates=a_shape,nope"}, 2, "--search_candidates"},
       {{"--gpu_workspace_bytes=-1"}, 2, "--gpu_workspace_bytes: -1 is negative"},
       {{"--gpu_workspace_bytes=8G"}, 2, "--gpu_workspace_bytes: not an integer"},
@@ -354,7 +359,9 @@ TEST(BenchTest, HelpExplainsEveryFlag) {
                            "--search_len",
                            "--search_target_recall",
                            "--search_candidates",
+                           "--search_sampled_lines_margin",
                            "promise",
+                           "--promise_min_len",
                            "--promise_max_len",
                            "--promise_targets",
                            "--guard_probe_rows"}) {
@@ -476,6 +483,57 @@ TEST(BenchTest, PromiseLinesPerTargetAndLength) {
   EXPECT_EQ(Num(sum, "lengths"), 6);
   EXPECT_EQ(Num(sum, "lengths_kept"), kept);
   EXPECT_EQ(Num(sum, "heads"), 24);
+}
+
+// --search_sampled_lines_margin: the search (of searched, guarded and promise) tries
+// sampled_lines at gamma >= SampledLinesGammaFor(target, margin) only (0.96 at 0.95 + 0.01);
+// --promise_min_len skips the shorter held-out prompts.
+TEST(BenchTest, SearchSampledLinesMarginRaisesTheSearchedGamma) {
+  const std::vector<std::string> common = {"--heads=4",       "--kv_heads=2",     "--head_dim=64",
+                                           "--threads=2",     "--group_by=all",   "--recall_rows=64",
+                                           "--search_candidates=sampled_lines"};
+  // At 2048 tokens the search picks sampled_lines on every head: 0.95 on three without the
+  // margin, 0.96 on the same three with it.
+  for (const bool margin : {false, true}) {
+    std::vector<std::string> args = common;
+    args.push_back("--seq_len=2048");
+    args.push_back("--methods=searched");
+    if (margin) args.push_back("--search_sampled_lines_margin=0.01");
+    const BenchRun r = RunWith(args);
+    ASSERT_EQ(r.code, 0) << r.err;
+    ASSERT_EQ(r.lines.size(), 1u) << r.out;
+    EXPECT_EQ(r.lines[0].at("params"),
+              margin ? "searched(target=0.95, search_len=2048, sampled_lines_margin=0.01)"
+                     : "searched(target=0.95, search_len=2048)");
+    EXPECT_TRUE(absl::StrContains(r.err, "searched 5 candidates")) << r.err;
+    int sl = 0, below = 0;
+    for (absl::string_view line : absl::StrSplit(r.err, '\n')) {
+      if (!absl::StrContains(line, "searched head ")) continue;
+      below += absl::StrContains(line, "gamma=0.85)") || absl::StrContains(line, "gamma=0.9)") ||
+               absl::StrContains(line, "gamma=0.95)");
+      sl += absl::StrContains(line, "sampled_lines(gamma=");
+    }
+    EXPECT_GT(sl, 0) << r.err;
+    if (margin) {
+      EXPECT_EQ(below, 0) << r.err;
+      EXPECT_TRUE(absl::StrContains(r.err, "sampled_lines(gamma=0.96)")) << r.err;
+    } else {
+      EXPECT_GT(below, 0) << r.err;
+      EXPECT_FALSE(absl::StrContains(r.err, "sampled_lines(gamma=0.96)")) << r.err;
+    }
+  }
+
+  std::vector<std::string> args = common;
+  args.push_back("--seq_len=512");
+  args.insert(args.end(), {"--methods=promise", "--search_len=512", "--promise_targets=0.9",
+                           "--promise_search_rows=64", "--promise_min_len=1024",
+                           "--promise_max_len=2048", "--search_sampled_lines_margin=0.01"});
+  const BenchRun p = RunWith(args);
+  ASSERT_EQ(p.code, 0) << p.err;
+  ASSERT_EQ(p.lines.size(), 3u) << p.out;  // 1024, 2048 + the summary
+  EXPECT_EQ(Num(p.lines[0], "seq_len"), 1024);
+  EXPECT_EQ(Num(p.lines[1], "seq_len"), 2048);
+  EXPECT_EQ(Num(p.lines[2], "lengths"), 2);
 }
 
 // The oracle line is read at the granularity of the run's query blocks: --block_m=128 gives

@@ -43,6 +43,7 @@ absl::Status EmitPromiseLines(const WorkloadOptions& model, AttentionBackend* ba
     so.block_m = o.build.block_m;
     so.sampled_lines_block_m = o.build.sampled_lines_block_m;
     so.seed = model.seed;
+    so.sampled_lines_margin = o.sampled_lines_margin;
     const auto start = std::chrono::steady_clock::now();
     SPATTN_ASSIGN_OR_RETURN(
         PatternSearchResult r,
@@ -60,7 +61,7 @@ absl::Status EmitPromiseLines(const WorkloadOptions& model, AttentionBackend* ba
   std::vector<Tally> tally(o.targets.size());
   for (double factor : o.factors) {
     const int len = std::max(128, static_cast<int>(std::lround(o.calib_len * factor)));
-    if (len > o.max_len) continue;
+    if (len > o.max_len || len < o.min_len) continue;
     SPATTN_ASSIGN_OR_RETURN(Workload held, prompt(len, model.seed + 2000 + len));
     AttentionProblem& p = held.problem();
     SPATTN_RETURN_IF_ERROR(backend->Prepare(&p));

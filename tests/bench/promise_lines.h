@@ -31,6 +31,7 @@ struct PromiseOptions {
   int search_rows = 128;  // the search's exact rows per prompt
   int recall_rows = 128;  // exact rows per head of the served recall (seed 777: not the probes)
   int probe_rows = -1;    // guard probe rows (-1: the worker's, 32 host / 64 CUDA)
+  int min_len = 0;        // held-out prompts shorter than this are skipped
   int max_len = 1 << 20;  // held-out prompts longer than this are skipped
   // The searched configs start from ScaleConfigToLength(config, calib_len, served length, e),
   // as a worker starts from HeadConfig.calibrated_tokens; 0 = unscaled.
@@ -41,6 +42,9 @@ struct PromiseOptions {
   MethodConfig adaptive = RecallGuardOptions::DefaultAdaptive();
   MethodConfig adaptive_also;  // RecallGuardOptions::adaptive_also
   BuildOptions build;
+  // PatternSearchOptions::sampled_lines_margin of the search (spattn-bench
+  // --search_sampled_lines_margin); 0 = as before.
+  double sampled_lines_margin = 0;
   // The search's candidates (spattn-bench --search_candidates); empty = DefaultCandidates().
   std::vector<MethodConfig> candidates;
 };
