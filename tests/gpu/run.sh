@@ -43,12 +43,16 @@ for len in 32768 131072; do
     --methods=dense,a_shape,vertical_slash,block_sparse,flex_prefill,sample_attention,anchor,saap,searched,guarded \
     >> "$OUT/bench.jsonl" 2>> "$OUT/bench.err"
   note "spattn-bench $len rc=$?"
-  # sampled_lines at its default gamma 0.95 on every head (no search) on 64-row blocks (not the
-  # worker's 128: --sampled_lines_block_m=0 takes --block_m), and the oracle densities it is
-  # read against (issue 11 item 4).
-  timeout 60 bin/spattn-bench $COMMON --seq_len=$len --warmup=1 --repeat=3 \
-    --methods=sampled_lines,oracle --sampled_lines_block_m=0 >> "$OUT/bench.jsonl" 2>> "$OUT/bench.err"
-  note "spattn-bench sampled_lines,oracle $len rc=$?"
+  # The guarded path with the calibration search on sampled_lines alone, searched at the guard's
+  # gamma (target + margin), guard adaptive sampled_lines then flex_prefill: one sampled_lines
+  # build for all its heads' gammas (session 25). Not the worker's default (that is `guarded`
+  # above); reported as "guarded_sl" next to it.
+  timeout 90 bin/spattn-bench $COMMON --seq_len=$len --warmup=2 --repeat=$rep --methods=guarded \
+    --search_candidates=sampled_lines --search_sampled_lines_margin=0.01 \
+    --guard_adaptive=sampled_lines,flex_prefill \
+    | sed -E 's/"method":"guarded"/"method":"guarded_sl"/' \
+    >> "$OUT/bench.jsonl" 2>> "$OUT/bench.err"
+  note "spattn-bench guarded_sl $len rc=${PIPESTATUS[0]}"
   # sampled_lines on 128-row query blocks: half the sampled rows to build, fuller key tiles for
   # the kernel, at a higher density (issue 11 items 4/5 trade-off), with the oracle of 128-row
   # query blocks it is read against. sampled_lines here (the worker's default block size) on 256
