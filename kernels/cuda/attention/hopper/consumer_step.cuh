@@ -292,33 +292,14 @@ struct ConsumerStep {
     }
   }
 
-  // Epilogue of one warp: normalize, stage the warp's 16 rows in the Q buffer `sq` (their own Q
-  // rows, same swizzle), then 16-byte stores of the rows below `rows`. `warp_row0`: the warp's
-  // first row in the block; `o_block`: the block's first output row; `maybe_lse_block`: its first
-  // LSE entry, or null.
+  // Epilogue of one warp: Stage (normalize, stage the warp's 16 rows in the Q buffer `sq`, their
+  // own Q rows, same swizzle; the LSE), then 16-byte stores of the rows below `rows`.
+  // `warp_row0`: the warp's first row in the block; `o_block`: the block's first output row;
+  // `maybe_lse_block`: its first LSE entry, or null.
   __device__ __forceinline__ void Store(char* sq, int warp_row0, int lane, int rows, float scale,
                                         T* o_block, int64_t o_token_stride,
                                         float* maybe_lse_block) {
-    const int row0 = warp_row0 + lane / 4;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float l = l_i[h];
-      l += __shfl_xor_sync(0xffffffffu, l, 1);
-      l += __shfl_xor_sync(0xffffffffu, l, 2);
-      const float inv = l == 0.f ? 0.f : 1.f / l;
-      const int r = row0 + 8 * h;
-#pragma unroll
-      for (int dt = 0; dt < kD / 8; ++dt) {
-        const uint32_t packed =
-            detail::Mma<T>::Pack(acc[dt * 4 + 2 * h] * inv, acc[dt * 4 + 2 * h + 1] * inv);
-        const int off = (dt / 8) * kBM * 128 + r * 128 + (((dt & 7) ^ (r & 7)) * 16) + t4 * 4;
-        *reinterpret_cast<uint32_t*>(sq + off) = packed;
-      }
-      if (maybe_lse_block != nullptr && t4 == 0 && r < rows) {
-        maybe_lse_block[r] =
-            l == 0.f ? detail::kNegInf : (m_i[h] * scale + __log2f(l)) * detail::kLn2;
-      }
-    }
+    Stage(sq, warp_row0, lane, rows, scale, maybe_lse_block);
     __syncwarp();
     constexpr int kChunks = kD / 8;
     for (int i = lane; i < 16 * kChunks; i += 32) {
