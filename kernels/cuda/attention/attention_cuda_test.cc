@@ -139,6 +139,29 @@ class CudaAttentionTest : public ::testing::Test {
     EXPECT_EQ(err, "") << config;
   }
 
+  // Runs `index` on the warp-specialized engine twice, into o[0] / lse[0] with the kernel knobs as
+  // they are and into o[1] / lse[1] with the environment variable `knob` set to `value`, each
+  // run's output checked as written for every head of the index. Knobs are restored after.
+  void RunSparseWithAndWithoutKnob(HostProblem& hp, const SparseIndex& index, const char* knob,
+                                   const std::string& value, const std::string& config,
+                                   std::vector<float> (&o)[2], std::vector<float> (&lse)[2]) {
+    for (int run = 0; run < 2; ++run) {
+      if (run == 1) setenv(knob, value.c_str(), 1);
+      ReloadCudaKernelKnobs();
+      auto dp = DeviceProblem::Create(0, hp);
+      ASSERT_TRUE(dp.ok()) << dp.status();
+      ASSERT_TRUE((*dp)->Poison().ok());
+      const absl::Status st = engines_[4]->RunSparse((*dp)->problem(), index);
+      unsetenv(knob);
+      ReloadCudaKernelKnobs();
+      ASSERT_TRUE(st.ok()) << st << " " << config;
+      ASSERT_TRUE((*dp)->Download(&o[run], &lse[run]).ok());
+      std::vector<int> heads(index.heads.begin(), index.heads.end());
+      EXPECT_EQ(CheckAllWritten((*dp)->problem(), heads, o[run], lse[run]), "")
+          << config << " run " << run;
+    }
+  }
+
   static std::string* skip_reason_;
   // Kernel variants 1 (8 warps), 2 (4 warps of 32 rows), 3 (wgmma; = 2 off Hopper), 4 (3 with
   // deeper pipelines), 5 (warp-specialized TMA kernels of attention/hopper; sparse block_m 64:
@@ -482,21 +505,8 @@ TEST_F(CudaAttentionTest, SparseTimelineTraceMatchesDefault) {
       const bool traced = c.dtype == DType::kBF16 && c.d == 128;
       std::remove(trace.c_str());
       std::vector<float> o[2], lse[2];
-      for (int run = 0; run < 2; ++run) {
-        if (run == 1) setenv("SPATTN_HOPPER_TRACE", trace.c_str(), 1);
-        ReloadCudaKernelKnobs();
-        auto dp = DeviceProblem::Create(0, *hp);
-        ASSERT_TRUE(dp.ok()) << dp.status();
-        ASSERT_TRUE((*dp)->Poison().ok());
-        const absl::Status st = engines_[4]->RunSparse((*dp)->problem(), idx);
-        unsetenv("SPATTN_HOPPER_TRACE");
-        ReloadCudaKernelKnobs();
-        ASSERT_TRUE(st.ok()) << st << " " << config;
-        ASSERT_TRUE((*dp)->Download(&o[run], &lse[run]).ok());
-        std::vector<int> heads(idx.heads.begin(), idx.heads.end());
-        EXPECT_EQ(CheckAllWritten((*dp)->problem(), heads, o[run], lse[run]), "")
-            << config << " run " << run;
-      }
+      RunSparseWithAndWithoutKnob(*hp, idx, "SPATTN_HOPPER_TRACE", trace, config, o, lse);
+      if (HasFatalFailure()) return;
       EXPECT_EQ(CheckRows(hprob, &idx, SampleRows(hprob, AllHeads(c.hq), 64), o[0], lse[0]), "")
           << config;
       EXPECT_EQ(0, std::memcmp(o[0].data(), o[1].data(), o[0].size() * 4)) << config;
@@ -531,21 +541,8 @@ TEST_F(CudaAttentionTest, SparseTmaStoreMatchesStores) {
       ASSERT_TRUE(ValidateSparseIndex(hp->problem(), idx).ok());
       const std::string config = absl::StrCat(Describe(c), " block_m=", block_m);
       std::vector<float> o[2], lse[2];
-      for (int run = 0; run < 2; ++run) {
-        if (run == 1) setenv("SPATTN_HOPPER_TMA_STORE", "0", 1);
-        ReloadCudaKernelKnobs();
-        auto dp = DeviceProblem::Create(0, *hp);
-        ASSERT_TRUE(dp.ok()) << dp.status();
-        ASSERT_TRUE((*dp)->Poison().ok());
-        const absl::Status st = engines_[4]->RunSparse((*dp)->problem(), idx);
-        unsetenv("SPATTN_HOPPER_TMA_STORE");
-        ReloadCudaKernelKnobs();
-        ASSERT_TRUE(st.ok()) << st << " " << config;
-        ASSERT_TRUE((*dp)->Download(&o[run], &lse[run]).ok());
-        std::vector<int> heads(idx.heads.begin(), idx.heads.end());
-        EXPECT_EQ(CheckAllWritten((*dp)->problem(), heads, o[run], lse[run]), "")
-            << config << " run " << run;
-      }
+      RunSparseWithAndWithoutKnob(*hp, idx, "SPATTN_HOPPER_TMA_STORE", "0", config, o, lse);
+      if (HasFatalFailure()) return;
       EXPECT_EQ(CheckRows(hp->problem(), &idx, SampleRows(hp->problem(), AllHeads(c.hq), 64),
                           o[0], lse[0]),
                 "")
