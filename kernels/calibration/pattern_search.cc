@@ -268,6 +268,62 @@ absl::StatusOr<std::vector<Method>> ParseCandidateMethods(absl::string_view spec
   return out;
 }
 
+bool IsAutoCandidates(absl::string_view spec) {
+  return absl::AsciiStrToLower(absl::StripAsciiWhitespace(spec)) == kAutoCandidates;
+}
+
+absl::StatusOr<CandidateChoice> AutoCandidatesForLength(int64_t length) {
+  if (length < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("length: candidates auto need a length >= 1 token, got ", length));
+  }
+  CandidateChoice c;
+  c.automatic = true;
+  if (length <= kAutoSampledLinesMaxTokens) {
+    c.methods = {Method::kSampledLines};
+    c.sampled_lines_margin = kAutoSampledLinesMargin;
+  } else {
+    SPATTN_ASSIGN_OR_RETURN(c.methods, ParseCandidateMethods("all"));
+    c.all = true;
+  }
+  return c;
+}
+
+absl::StatusOr<CandidateChoice> ResolveCandidates(absl::string_view spec, int64_t length,
+                                                  double margin) {
+  if (!(margin >= 0) || std::isinf(margin)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sampled_lines_margin: must be finite and >= 0, got ", margin));
+  }
+  if (IsAutoCandidates(spec)) {
+    if (margin != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sampled_lines_margin: not with candidates auto, which sets it per length (",
+          kAutoSampledLinesMargin, " up to ", kAutoSampledLinesMaxTokens, " tokens, 0 above), got ",
+          margin));
+    }
+    return AutoCandidatesForLength(length);
+  }
+  CandidateChoice c;
+  SPATTN_ASSIGN_OR_RETURN(c.methods, ParseCandidateMethods(spec));
+  c.all = absl::AsciiStrToLower(absl::StripAsciiWhitespace(spec)) == "all";
+  c.sampled_lines_margin = margin;
+  return c;
+}
+
+std::string CandidateChoiceLabel(const CandidateChoice& choice) {
+  std::string s;
+  if (choice.all) {
+    s = "all";
+  } else {
+    for (Method m : choice.methods) absl::StrAppend(&s, s.empty() ? "" : ",", MethodName(m));
+  }
+  if (choice.sampled_lines_margin > 0) {
+    absl::StrAppend(&s, " (sampled_lines_margin ", choice.sampled_lines_margin, ")");
+  }
+  return s;
+}
+
 bool KeepsTargetServed(const MethodConfig& config, double target, double margin) {
   if (config.method != Method::kSampledLines) return true;
   // gamma is a float: 0.95f is 0.95 - 1.2e-9.

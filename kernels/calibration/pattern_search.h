@@ -59,6 +59,56 @@ bool HasClassifier(const LayerAssets* maybe_assets, int head);
 // "a_shape,vertical_slash". INVALID_ARGUMENT names the unknown method.
 absl::StatusOr<std::vector<Method>> ParseCandidateMethods(absl::string_view spec);
 
+// ---- Candidates by length ("auto", issue 11 item 5).
+
+// No one search space wins at every length on the worker's guarded path (session 25, H100,
+// llm_mix 32 q / 8 kv heads, d 128, bf16, target 0.95, 16K calibration prompt; kernels/cuda/
+// NOTES.md "s25-slmargin" and README's performance section): sampled_lines alone searched at the
+// guard's gamma (margin 0.01) serves 32K in 6.24 ms against the default search's 9.81, but 128K
+// in 93.77 ms against 90.55 (its build grows faster than the kernel work it saves). "auto" (spattnctl
+// calibrate --candidates=auto, spattn-bench --search_candidates=auto) picks by the length the
+// configs are calibrated for / served at: up to kAutoSampledLinesMaxTokens the sampled_lines-only
+// search with margin kAutoSampledLinesMargin, above it the default search (margin 0).
+inline constexpr char kAutoCandidates[] = "auto";
+// The longest length (tokens) "auto" searches sampled_lines alone for. 64K: the measured winner
+// at 32K, the loser at 128K; 64K was not timed (its promise: s26-promise in kernels/cuda/NOTES.md).
+inline constexpr int64_t kAutoSampledLinesMaxTokens = 65536;
+// The sampled_lines margin "auto" searches with up to that length: the worker's recall guard's
+// margin (RecallGuardOptions::margin; tests/bench checks they agree).
+inline constexpr double kAutoSampledLinesMargin = 0.01;
+
+// What one search searches: the candidate methods and the sampled_lines margin.
+struct CandidateChoice {
+  // ParseCandidateMethods' output: the listed methods, or every method but saap for "all".
+  std::vector<Method> methods;
+  // The spec was "all" (or "auto" picked the default search): callers add saap where the layer
+  // has assets, as for --candidates=all.
+  bool all = false;
+  // PatternSearchOptions::sampled_lines_margin for this search.
+  double sampled_lines_margin = 0;
+  // The spec was "auto" (the choice followed `length`).
+  bool automatic = false;
+};
+
+// Whether `spec` is "auto" (case-insensitive, surrounding spaces ignored).
+bool IsAutoCandidates(absl::string_view spec);
+
+// The length rule of "auto": for `length` <= kAutoSampledLinesMaxTokens, {sampled_lines} with
+// margin kAutoSampledLinesMargin; above it the default search (ParseCandidateMethods("all"),
+// all = true, margin 0). INVALID_ARGUMENT "length: ..." when length < 1.
+absl::StatusOr<CandidateChoice> AutoCandidatesForLength(int64_t length);
+
+// A candidate spec resolved for a search of `length` tokens: "auto" -> AutoCandidatesForLength
+// (`margin` must then be 0: INVALID_ARGUMENT "sampled_lines_margin: ... auto sets it"), else
+// ParseCandidateMethods(spec) with `margin` (length unused). INVALID_ARGUMENT names the field:
+// "candidates: ..." (ParseCandidateMethods'), "sampled_lines_margin: ..." (negative, NaN, inf, or
+// given with auto), "length: ..." (auto with length < 1).
+absl::StatusOr<CandidateChoice> ResolveCandidates(absl::string_view spec, int64_t length,
+                                                  double margin);
+
+// "sampled_lines (margin 0.01)" or "all" / the method list, for logs and bench params.
+std::string CandidateChoiceLabel(const CandidateChoice& choice);
+
 // A short label with the parameters the default candidates vary, for tables:
 // "a_shape(64,1024)" (sink, local), "vertical_slash(500,1000)" (vertical, slash),
 // "block_sparse(k=16)", "flex_prefill(gamma=0.9)", "sample_attention(alpha=0.9)" (or

@@ -522,6 +522,96 @@ TEST(PatternSearch, BadOptionsAreRejectedByName) {
   }
 }
 
+TEST(PatternSearch, AutoCandidatesFollowTheLength) {
+  // Up to and including 64K: sampled_lines alone at the guard's margin; above: the default search.
+  static_assert(kAutoSampledLinesMaxTokens == 65536, "the rule's boundary is 64K");
+  for (int64_t len : {int64_t{1}, int64_t{4096}, int64_t{16384}, int64_t{32768}, int64_t{65536}}) {
+    absl::StatusOr<CandidateChoice> c = AutoCandidatesForLength(len);
+    ASSERT_TRUE(c.ok()) << len << ": " << c.status();
+    EXPECT_EQ(c->methods, std::vector<Method>{Method::kSampledLines}) << len;
+    EXPECT_FALSE(c->all) << len;
+    EXPECT_TRUE(c->automatic) << len;
+    EXPECT_DOUBLE_EQ(c->sampled_lines_margin, 0.01) << len;
+    EXPECT_EQ(CandidateChoiceLabel(*c), "sampled_lines (sampled_lines_margin 0.01)");
+  }
+  const absl::StatusOr<std::vector<Method>> all = ParseCandidateMethods("all");
+  ASSERT_TRUE(all.ok());
+  for (int64_t len : {int64_t{65537}, int64_t{131072}, int64_t{1} << 20}) {
+    absl::StatusOr<CandidateChoice> c = AutoCandidatesForLength(len);
+    ASSERT_TRUE(c.ok()) << len << ": " << c.status();
+    EXPECT_EQ(c->methods, *all) << len;
+    EXPECT_TRUE(c->all) << len;
+    EXPECT_TRUE(c->automatic) << len;
+    EXPECT_EQ(c->sampled_lines_margin, 0) << len;
+    EXPECT_EQ(CandidateChoiceLabel(*c), "all");
+    // The default search's candidates, as --candidates=all gives them.
+    absl::StatusOr<std::vector<MethodConfig>> cands = CandidatesForMethods(c->methods, nullptr);
+    ASSERT_TRUE(cands.ok());
+    EXPECT_EQ(cands->size(), DefaultCandidates().size());
+  }
+  for (int64_t bad : {int64_t{0}, int64_t{-5}}) {
+    absl::StatusOr<CandidateChoice> c = AutoCandidatesForLength(bad);
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(std::string(c.status().message()).find("length"), std::string::npos) << c.status();
+  }
+}
+
+TEST(PatternSearch, ResolveCandidatesParsesAutoListsAndAll) {
+  EXPECT_TRUE(IsAutoCandidates("auto"));
+  EXPECT_TRUE(IsAutoCandidates(" AUTO "));
+  EXPECT_FALSE(IsAutoCandidates("all"));
+  EXPECT_FALSE(IsAutoCandidates("auto,sampled_lines"));
+
+  // auto: by the length.
+  absl::StatusOr<CandidateChoice> a32 = ResolveCandidates("Auto", 32768, 0);
+  ASSERT_TRUE(a32.ok()) << a32.status();
+  EXPECT_EQ(a32->methods, std::vector<Method>{Method::kSampledLines});
+  EXPECT_DOUBLE_EQ(a32->sampled_lines_margin, kAutoSampledLinesMargin);
+  absl::StatusOr<CandidateChoice> a128 = ResolveCandidates("auto", 131072, 0);
+  ASSERT_TRUE(a128.ok()) << a128.status();
+  EXPECT_TRUE(a128->all);
+  EXPECT_EQ(a128->sampled_lines_margin, 0);
+
+  // Not auto: as ParseCandidateMethods, the margin as given, the length unused.
+  absl::StatusOr<CandidateChoice> all = ResolveCandidates("all", 0, 0);
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_TRUE(all->all);
+  EXPECT_FALSE(all->automatic);
+  EXPECT_EQ(all->methods, *ParseCandidateMethods("all"));
+  absl::StatusOr<CandidateChoice> sl = ResolveCandidates("sampled_lines", 1 << 20, 0.02);
+  ASSERT_TRUE(sl.ok()) << sl.status();
+  EXPECT_FALSE(sl->all);
+  EXPECT_FALSE(sl->automatic);
+  EXPECT_EQ(sl->methods, std::vector<Method>{Method::kSampledLines});
+  EXPECT_DOUBLE_EQ(sl->sampled_lines_margin, 0.02);
+  absl::StatusOr<CandidateChoice> two = ResolveCandidates("a_shape,vertical_slash", 0, 0);
+  ASSERT_TRUE(two.ok()) << two.status();
+  EXPECT_EQ(CandidateChoiceLabel(*two), "a_shape,vertical_slash");
+
+  // Errors name the field.
+  struct Bad {
+    const char* spec;
+    int64_t length;
+    double margin;
+    const char* expect;
+  };
+  for (const Bad& b : std::vector<Bad>{
+           {"auto", 32768, 0.01, "sampled_lines_margin: not with candidates auto"},
+           {"auto", 0, 0, "length:"},
+           {"all", 32768, -0.01, "sampled_lines_margin: must be finite and >= 0"},
+           {"auto", 32768, std::nan(""), "sampled_lines_margin: must be finite and >= 0"},
+           {"sampled_lines", 32768, std::numeric_limits<double>::infinity(),
+            "sampled_lines_margin: must be finite and >= 0"},
+           {"autox", 32768, 0, "candidates: unknown method 'autox'"},
+           {"", 32768, 0, "candidates: no method given"},
+       }) {
+    absl::StatusOr<CandidateChoice> r = ResolveCandidates(b.spec, b.length, b.margin);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << b.spec;
+    EXPECT_NE(std::string(r.status().message()).find(b.expect), std::string::npos)
+        << b.spec << ": " << r.status();
+  }
+}
+
 TEST(PatternSearch, CandidateLists) {
   absl::StatusOr<std::vector<Method>> all = ParseCandidateMethods("all");
   ASSERT_TRUE(all.ok());
