@@ -70,7 +70,13 @@ Search:
   --candidates=all         all (every method but saap; with --publish also saap where the
                            published version holds the layer's Saap assets, on the heads that
                            have a classifier) or a list: a_shape, vertical_slash,
-                           block_sparse, flex_prefill, sample_attention, anchor, saap
+                           block_sparse, flex_prefill, sample_attention, anchor, saap,
+                           sampled_lines; or auto: per search by its calibration length
+                           (each --length_buckets bucket by its own), sampled_lines alone
+                           with --sampled_lines_margin 0.01 up to --auto_max_len tokens,
+                           all above
+  --auto_max_len=65536     with --candidates=auto: the longest calibration length searched
+                           with sampled_lines alone
   --sample_rows=256        query rows per prompt over which recall is computed exactly
   --build_cost_weight=1    weight of the modeled index-build work against kernel pairs
   --sampled_lines_margin=0 search sampled_lines at gamma >= the worker's guard's gamma for the
@@ -146,6 +152,10 @@ struct Options {
   // Search.
   std::vector<Method> methods;
   bool candidates_all = false;  // --candidates=all: Saap joins where the layer has assets
+  // --candidates=auto: each search's candidates and sampled_lines margin follow its calibration
+  // length (AutoCandidatesForLength; `methods` is then empty).
+  bool candidates_auto = false;
+  int64_t auto_max_len = kAutoSampledLinesMaxTokens;  // --auto_max_len
   // --length_buckets: calibration lengths, ascending (synthetic input); empty = --seq_len only.
   std::vector<int> bucket_lens;
   PatternSearchOptions search;
@@ -275,8 +285,12 @@ absl::StatusOr<Options> ParseOptions(Flags& f) {
   SPATTN_ASSIGN_OR_RETURN(o.layers, ParseLayers(f.Get("layers", "1")));
 
   // Search.
-  SPATTN_ASSIGN_OR_RETURN(o.methods, ParseCandidateMethods(f.Get("candidates", "all")));
-  o.candidates_all = absl::AsciiStrToLower(f.Get("candidates", "all")) == "all";
+  const std::string candidates = f.Get("candidates", "all");
+  o.candidates_auto = IsAutoCandidates(candidates);
+  if (!o.candidates_auto) {
+    SPATTN_ASSIGN_OR_RETURN(o.methods, ParseCandidateMethods(candidates));
+    o.candidates_all = absl::AsciiStrToLower(candidates) == "all";
+  }
   SPATTN_ASSIGN_OR_RETURN(o.search.target_recall, f.GetNumber<double>("target_recall", 0.95));
   if (!(o.search.target_recall > 0 && o.search.target_recall <= 1)) {
     return absl::InvalidArgumentError(
@@ -294,6 +308,20 @@ absl::StatusOr<Options> ParseOptions(Flags& f) {
   if (!(o.search.sampled_lines_margin >= 0) || std::isinf(o.search.sampled_lines_margin)) {
     return absl::InvalidArgumentError(absl::StrCat("--sampled_lines_margin: must be finite and >= 0, got ",
                                                    o.search.sampled_lines_margin));
+  }
+  SPATTN_ASSIGN_OR_RETURN(o.auto_max_len,
+                          f.GetNumber<int64_t>("auto_max_len", kAutoSampledLinesMaxTokens));
+  if (o.auto_max_len < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--auto_max_len: must be >= 1 token, got ", o.auto_max_len));
+  }
+  if (f.Has("auto_max_len") && !o.candidates_auto) {
+    return absl::InvalidArgumentError("--auto_max_len: only with --candidates=auto");
+  }
+  if (o.candidates_auto && f.Has("sampled_lines_margin")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--sampled_lines_margin: not with --candidates=auto, which sets it per calibration length (",
+        kAutoSampledLinesMargin, " up to ", kAutoSampledLinesMaxTokens, " tokens, 0 above)"));
   }
   SPATTN_ASSIGN_OR_RETURN(o.search.block_m, f.GetNumber<int>("block_m", 64));
   if (o.search.block_m < 1) return absl::InvalidArgumentError("--block_m: must be >= 1");
@@ -729,7 +757,19 @@ absl::Status Run(Options& o) {
                   assets.num_centroids, SecondsSince(t0));
     }
     std::vector<Method> methods = o.methods;
-    if (!want_saap && o.candidates_all && publisher) {
+    bool candidates_all = o.candidates_all;
+    PatternSearchOptions search = o.search;
+    if (o.candidates_auto) {
+      // This search's candidates by its own calibration length (a bucket's, or the prompt's).
+      SPATTN_ASSIGN_OR_RETURN(const CandidateChoice choice,
+                              AutoCandidatesForLength(calibrated_tokens, o.auto_max_len));
+      methods = choice.methods;
+      candidates_all = choice.all;
+      search.sampled_lines_margin = choice.sampled_lines_margin;
+      std::printf("layer %d: candidates auto at %u tokens: %s\n", layer, calibrated_tokens,
+                  CandidateChoiceLabel(choice).c_str());
+    }
+    if (!want_saap && candidates_all && publisher) {
       // Saap in the search by default when the layer has assets: those the published version
       // holds (heads without a classifier skip Saap).
       absl::StatusOr<LayerAssets> published = publisher->PublishedAssets(layer);
@@ -752,7 +792,6 @@ absl::Status Run(Options& o) {
     }
     SPATTN_ASSIGN_OR_RETURN(std::vector<MethodConfig> candidates,
                             CandidatesForMethods(methods, maybe_assets));
-    PatternSearchOptions search = o.search;
     search.maybe_assets = maybe_assets;
     absl::StatusOr<PatternSearchResult> result =
         SearchHeadPatterns(in.problems, candidates, search);

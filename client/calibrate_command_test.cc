@@ -284,6 +284,74 @@ TEST_F(CalibrateCommandTest, SampledLinesMarginSearchesAtTheGuardsGamma) {
   }
 }
 
+// --candidates=auto: each search's candidates follow its own calibration length. With
+// --length_buckets=512,1024 and --auto_max_len=512 the 512 bucket is the sampled_lines-only
+// search at margin 0.01 and the 1024 bucket the default search; each bucket's configs equal that
+// search run directly on the bucket's prompt (min_tokens 0 and sqrt(512 * 1024) = 724).
+TEST_F(CalibrateCommandTest, AutoCandidatesFollowEachBucketsLength) {
+  const std::string dir = TmpDir("cal_auto");
+  ASSERT_EQ(Calibrate({"--workload=llm_mix", "--q_heads=4", "--kv_heads=2", "--head_dim=64",
+                       "--sample_rows=128", "--seed=6", "--length_buckets=512,1024",
+                       "--candidates=auto", "--auto_max_len=512", "--out=" + dir + "/c.json"}),
+            0)
+      << err_;
+  EXPECT_TRUE(absl::StrContains(
+      out_, "layer 0: candidates auto at 512 tokens: sampled_lines (sampled_lines_margin 0.01)"))
+      << out_;
+  EXPECT_TRUE(absl::StrContains(out_, "layer 0: candidates auto at 1024 tokens: all")) << out_;
+  absl::StatusOr<v1::PutHeadConfigsRequest> file = ParseSpattnConfig(ReadText(dir + "/c.json"));
+  ASSERT_TRUE(file.ok()) << file.status();
+  ASSERT_EQ(file->configs_size(), 8);
+  std::vector<v1::HeadConfig> got(file->configs().begin(), file->configs().end());
+
+  PatternSearchOptions sl_options;
+  sl_options.sampled_lines_block_m = 128;  // calibrate's default, the worker's
+  sl_options.sampled_lines_margin = 0.01;
+  absl::StatusOr<std::vector<MethodConfig>> sl =
+      CandidatesForMethods({Method::kSampledLines}, nullptr);
+  ASSERT_TRUE(sl.ok()) << sl.status();
+  Workload short_prompt = Prompt(6, 512);
+  std::vector<v1::HeadConfig> want = Expected(short_prompt.problem(), 0, sl_options, *sl);
+  PatternSearchOptions all_options;
+  all_options.sampled_lines_block_m = 128;
+  Workload long_prompt = Prompt(6, 1024);
+  for (v1::HeadConfig c : Expected(long_prompt.problem(), 0, all_options)) {
+    c.set_min_tokens(724);
+    want.push_back(c);
+  }
+  ExpectSameConfigs(got, want);
+  // The 512 bucket: sampled_lines at 0.96 or more, or the dense fallback; the 1024 bucket: the
+  // default search, here other methods too.
+  int other = 0;
+  for (int i = 0; i < 8; ++i) {
+    const v1::Method m = got[i].method().method();
+    if (i < 4) {
+      EXPECT_TRUE(m == v1::METHOD_SAMPLED_LINES || m == v1::METHOD_DENSE)
+          << got[i].ShortDebugString();
+      if (m == v1::METHOD_SAMPLED_LINES) {
+        EXPECT_GE(got[i].method().sampled_lines().gamma(), 0.96f - 1e-6f)
+            << got[i].ShortDebugString();
+      }
+    } else {
+      other += m != v1::METHOD_SAMPLED_LINES && m != v1::METHOD_DENSE;
+    }
+  }
+  EXPECT_GT(other, 0) << out_;
+
+  // The default boundary (64K): one 512-token search is the sampled_lines-only one.
+  const std::string dir2 = TmpDir("cal_auto_default");
+  ASSERT_EQ(Calibrate({"--workload=llm_mix", "--q_heads=4", "--kv_heads=2", "--head_dim=64",
+                       "--sample_rows=128", "--seed=6", "--seq_len=512", "--candidates=AUTO",
+                       "--out=" + dir2 + "/c.json"}),
+            0)
+      << err_;
+  EXPECT_TRUE(absl::StrContains(out_, "candidates auto at 512 tokens: sampled_lines")) << out_;
+  absl::StatusOr<v1::PutHeadConfigsRequest> file2 = ParseSpattnConfig(ReadText(dir2 + "/c.json"));
+  ASSERT_TRUE(file2.ok()) << file2.status();
+  ExpectSameConfigs({file2->configs().begin(), file2->configs().end()},
+                    Expected(short_prompt.problem(), 0, sl_options, *sl));
+}
+
 TEST_F(CalibrateCommandTest, CapturedTensorsPerLayer) {
   const std::string dir = TmpDir("cal_captured");
   Workload l0 = Prompt(21), l1 = Prompt(22);
@@ -402,6 +470,11 @@ TEST_F(CalibrateCommandTest, UsageAndServiceErrors) {
       {With({"--sampled_lines_margin=inf"}), 2, "--sampled_lines_margin: must be finite"},
       {With({"--sampled_lines_margin=x"}), 2, "--sampled_lines_margin"},
       {With({"--candidates=a_shape,nope"}), 2, "'nope'"},
+      {With({"--candidates=auto", "--sampled_lines_margin=0.01"}), 2,
+       "--sampled_lines_margin: not with --candidates=auto"},
+      {With({"--candidates=auto", "--auto_max_len=0"}), 2, "--auto_max_len: must be >= 1"},
+      {With({"--candidates=auto", "--auto_max_len=x"}), 2, "--auto_max_len"},
+      {With({"--auto_max_len=1024"}), 2, "--auto_max_len: only with --candidates=auto"},
       {With({"--layers=0"}), 2, "--layers"},
       {With({"--layers=3-1"}), 2, "--layers"},
       {With({"--publish"}), 2, "--model"},
@@ -421,6 +494,8 @@ TEST_F(CalibrateCommandTest, UsageAndServiceErrors) {
   EXPECT_EQ(Calibrate({"help"}), 0);
   EXPECT_TRUE(absl::StrContains(out_, "--target_recall")) << out_;
   EXPECT_TRUE(absl::StrContains(out_, "--sampled_lines_margin")) << out_;
+  EXPECT_TRUE(absl::StrContains(out_, "--auto_max_len")) << out_;
+  EXPECT_TRUE(absl::StrContains(out_, "or auto:")) << out_;
 }
 
 }  // namespace

@@ -272,14 +272,18 @@ bool IsAutoCandidates(absl::string_view spec) {
   return absl::AsciiStrToLower(absl::StripAsciiWhitespace(spec)) == kAutoCandidates;
 }
 
-absl::StatusOr<CandidateChoice> AutoCandidatesForLength(int64_t length) {
+absl::StatusOr<CandidateChoice> AutoCandidatesForLength(int64_t length, int64_t auto_max_len) {
+  if (auto_max_len < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("auto_max_len: must be >= 1 token, got ", auto_max_len));
+  }
   if (length < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("length: candidates auto need a length >= 1 token, got ", length));
   }
   CandidateChoice c;
   c.automatic = true;
-  if (length <= kAutoSampledLinesMaxTokens) {
+  if (length <= auto_max_len) {
     c.methods = {Method::kSampledLines};
     c.sampled_lines_margin = kAutoSampledLinesMargin;
   } else {
@@ -290,7 +294,7 @@ absl::StatusOr<CandidateChoice> AutoCandidatesForLength(int64_t length) {
 }
 
 absl::StatusOr<CandidateChoice> ResolveCandidates(absl::string_view spec, int64_t length,
-                                                  double margin) {
+                                                  double margin, int64_t auto_max_len) {
   if (!(margin >= 0) || std::isinf(margin)) {
     return absl::InvalidArgumentError(
         absl::StrCat("sampled_lines_margin: must be finite and >= 0, got ", margin));
@@ -299,10 +303,9 @@ absl::StatusOr<CandidateChoice> ResolveCandidates(absl::string_view spec, int64_
     if (margin != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "sampled_lines_margin: not with candidates auto, which sets it per length (",
-          kAutoSampledLinesMargin, " up to ", kAutoSampledLinesMaxTokens, " tokens, 0 above), got ",
-          margin));
+          kAutoSampledLinesMargin, " up to ", auto_max_len, " tokens, 0 above), got ", margin));
     }
-    return AutoCandidatesForLength(length);
+    return AutoCandidatesForLength(length, auto_max_len);
   }
   CandidateChoice c;
   SPATTN_ASSIGN_OR_RETURN(c.methods, ParseCandidateMethods(spec));

@@ -93,18 +93,22 @@ struct CandidateChoice {
 // Whether `spec` is "auto" (case-insensitive, surrounding spaces ignored).
 bool IsAutoCandidates(absl::string_view spec);
 
-// The length rule of "auto": for `length` <= kAutoSampledLinesMaxTokens, {sampled_lines} with
-// margin kAutoSampledLinesMargin; above it the default search (ParseCandidateMethods("all"),
-// all = true, margin 0). INVALID_ARGUMENT "length: ..." when length < 1.
-absl::StatusOr<CandidateChoice> AutoCandidatesForLength(int64_t length);
+// The length rule of "auto": for `length` <= `auto_max_len` (default kAutoSampledLinesMaxTokens;
+// spattnctl calibrate --auto_max_len, spattn-bench --search_auto_max_len move it),
+// {sampled_lines} with margin kAutoSampledLinesMargin; above it the default search
+// (ParseCandidateMethods("all"), all = true, margin 0). INVALID_ARGUMENT "length: ..." when
+// length < 1, "auto_max_len: ..." when auto_max_len < 1.
+absl::StatusOr<CandidateChoice> AutoCandidatesForLength(
+    int64_t length, int64_t auto_max_len = kAutoSampledLinesMaxTokens);
 
 // A candidate spec resolved for a search of `length` tokens: "auto" -> AutoCandidatesForLength
-// (`margin` must then be 0: INVALID_ARGUMENT "sampled_lines_margin: ... auto sets it"), else
+// (length, auto_max_len) (`margin` must then be 0: INVALID_ARGUMENT "sampled_lines_margin: ... auto sets it"), else
 // ParseCandidateMethods(spec) with `margin` (length unused). INVALID_ARGUMENT names the field:
 // "candidates: ..." (ParseCandidateMethods'), "sampled_lines_margin: ..." (negative, NaN, inf, or
-// given with auto), "length: ..." (auto with length < 1).
-absl::StatusOr<CandidateChoice> ResolveCandidates(absl::string_view spec, int64_t length,
-                                                  double margin);
+// given with auto), "length: ..." (auto with length < 1), "auto_max_len: ..." (< 1).
+absl::StatusOr<CandidateChoice> ResolveCandidates(
+    absl::string_view spec, int64_t length, double margin,
+    int64_t auto_max_len = kAutoSampledLinesMaxTokens);
 
 // "sampled_lines (margin 0.01)" or "all" / the method list, for logs and bench params.
 std::string CandidateChoiceLabel(const CandidateChoice& choice);

@@ -549,6 +549,17 @@ TEST(PatternSearch, AutoCandidatesFollowTheLength) {
     ASSERT_TRUE(cands.ok());
     EXPECT_EQ(cands->size(), DefaultCandidates().size());
   }
+  // The boundary moves with auto_max_len.
+  absl::StatusOr<CandidateChoice> at = AutoCandidatesForLength(4096, 4096);
+  ASSERT_TRUE(at.ok());
+  EXPECT_FALSE(at->all);
+  absl::StatusOr<CandidateChoice> past = AutoCandidatesForLength(4097, 4096);
+  ASSERT_TRUE(past.ok());
+  EXPECT_TRUE(past->all);
+  absl::StatusOr<CandidateChoice> no_max = AutoCandidatesForLength(4096, 0);
+  EXPECT_EQ(no_max.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(no_max.status().message()).find("auto_max_len"), std::string::npos)
+      << no_max.status();
   for (int64_t bad : {int64_t{0}, int64_t{-5}}) {
     absl::StatusOr<CandidateChoice> c = AutoCandidatesForLength(bad);
     EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
@@ -571,6 +582,9 @@ TEST(PatternSearch, ResolveCandidatesParsesAutoListsAndAll) {
   ASSERT_TRUE(a128.ok()) << a128.status();
   EXPECT_TRUE(a128->all);
   EXPECT_EQ(a128->sampled_lines_margin, 0);
+  absl::StatusOr<CandidateChoice> a128m = ResolveCandidates("auto", 131072, 0, 131072);
+  ASSERT_TRUE(a128m.ok()) << a128m.status();
+  EXPECT_FALSE(a128m->all);
 
   // Not auto: as ParseCandidateMethods, the margin as given, the length unused.
   absl::StatusOr<CandidateChoice> all = ResolveCandidates("all", 0, 0);
@@ -598,6 +612,7 @@ TEST(PatternSearch, ResolveCandidatesParsesAutoListsAndAll) {
   for (const Bad& b : std::vector<Bad>{
            {"auto", 32768, 0.01, "sampled_lines_margin: not with candidates auto"},
            {"auto", 0, 0, "length:"},
+           {"auto", 32768, 0, "auto_max_len:"},  // with auto_max_len 0 below
            {"all", 32768, -0.01, "sampled_lines_margin: must be finite and >= 0"},
            {"auto", 32768, std::nan(""), "sampled_lines_margin: must be finite and >= 0"},
            {"sampled_lines", 32768, std::numeric_limits<double>::infinity(),
@@ -605,7 +620,9 @@ TEST(PatternSearch, ResolveCandidatesParsesAutoListsAndAll) {
            {"autox", 32768, 0, "candidates: unknown method 'autox'"},
            {"", 32768, 0, "candidates: no method given"},
        }) {
-    absl::StatusOr<CandidateChoice> r = ResolveCandidates(b.spec, b.length, b.margin);
+    const bool zero_max = std::string(b.expect) == "auto_max_len:";
+    absl::StatusOr<CandidateChoice> r = ResolveCandidates(
+        b.spec, b.length, b.margin, zero_max ? 0 : kAutoSampledLinesMaxTokens);
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << b.spec;
     EXPECT_NE(std::string(r.status().message()).find(b.expect), std::string::npos)
         << b.spec << ": " << r.status();

@@ -208,9 +208,16 @@ Methods:
   --guard_adaptive=M[,M2] guarded, promise (host and device guard): the adaptive try, flex_prefill
                          (default: the worker's), sampled_lines or none;
                          two methods: both tried, the cheaper that reaches the target kept
-  --search_candidates=L  searched, promise: all (default: the search's default candidates, plus
-                         saap's in searched when --calibrate is given) or a method list, e.g.
-                         a_shape,vertical_slash
+  --search_candidates=L  searched, guarded, promise: all (default: the search's default
+                         candidates, plus saap's in searched when --calibrate is given), a
+                         method list, e.g. a_shape,vertical_slash, or auto: by the served
+                         length (searched, guarded: --seq_len; promise: each held-out
+                         prompt's), sampled_lines alone at sampled_lines_margin 0.01 up to
+                         --search_auto_max_len tokens, all above (kernels/calibration
+                         AutoCandidatesForLength; not with --search_sampled_lines_margin)
+  --search_auto_max_len=N
+                         with --search_candidates=auto: the longest served length searched
+                         with sampled_lines alone (default 65536)
   --METHOD.PARAM=V       a method parameter, e.g. --vertical_slash.last_q=64
   --param METHOD.PARAM=V the same, repeatable
 )" + ParamList() +
@@ -308,6 +315,16 @@ absl::StatusOr<BenchFlags> ParseBenchFlags(const std::vector<std::string>& args)
   SPATTN_RETURN_IF_ERROR(
       line.Read("search_sampled_lines_margin", &f.search_sampled_lines_margin));
   SPATTN_RETURN_IF_ERROR(line.Read("promise_min_len", &f.promise_min_len));
+  SPATTN_RETURN_IF_ERROR(line.Read("search_auto_max_len", &f.search_auto_max_len));
+  if (line.Has("search_auto_max_len") && !IsAutoCandidates(f.search_candidates)) {
+    return absl::InvalidArgumentError("--search_auto_max_len: only with --search_candidates=auto");
+  }
+  if (line.Has("search_sampled_lines_margin") && IsAutoCandidates(f.search_candidates)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--search_sampled_lines_margin: not with --search_candidates=auto, which sets it per "
+        "served length (",
+        kAutoSampledLinesMargin, " up to --search_auto_max_len tokens, 0 above)"));
+  }
   SPATTN_RETURN_IF_ERROR(line.Read("promise_max_len", &f.promise_max_len));
   SPATTN_RETURN_IF_ERROR(line.Read("promise_search_rows", &f.promise_search_rows));
   if (line.Has("promise_targets")) {
@@ -384,8 +401,15 @@ absl::StatusOr<BenchFlags> ParseBenchFlags(const std::vector<std::string>& args)
   if (f.promise_min_len < 0) {
     return absl::InvalidArgumentError("--promise_min_len must be >= 0 (0: no limit)");
   }
-  if (auto c = ParseCandidateMethods(f.search_candidates); !c.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("--search_candidates: ", c.status().message()));
+  if (f.search_auto_max_len < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--search_auto_max_len must be >= 1, got ",
+                                                   f.search_auto_max_len));
+  }
+  if (!IsAutoCandidates(f.search_candidates)) {
+    if (auto c = ParseCandidateMethods(f.search_candidates); !c.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--search_candidates: ", c.status().message()));
+    }
   }
   if (f.batch <= 0) return absl::InvalidArgumentError("--batch must be > 0");
   if (f.seq_len <= 0) return absl::InvalidArgumentError("--seq_len must be > 0");
@@ -665,10 +689,19 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
       }
       const int search_len = f.search_len > 0 ? f.search_len : std::min(f.seq_len, 16384);
       searched_at = search_len;
+      // The candidates; "auto" by the served length (the search runs on a shorter prompt).
+      SPATTN_ASSIGN_OR_RETURN(CandidateChoice choice,
+                              ResolveCandidates(f.search_candidates, f.seq_len,
+                                                f.search_sampled_lines_margin,
+                                                f.search_auto_max_len));
       search_params = absl::StrCat("searched(target=", f.search_target_recall,
                                    ", search_len=", search_len);
-      if (f.search_sampled_lines_margin > 0) {
-        absl::StrAppend(&search_params, ", sampled_lines_margin=", f.search_sampled_lines_margin);
+      if (choice.sampled_lines_margin > 0) {
+        absl::StrAppend(&search_params, ", sampled_lines_margin=", choice.sampled_lines_margin);
+      }
+      if (choice.automatic) {
+        absl::StrAppend(&search_params, ", candidates=auto:",
+                        choice.all ? "all" : CandidateChoiceLabel(CandidateChoice{choice.methods}));
       }
       absl::StrAppend(&search_params, ")");
       const auto search_start = std::chrono::steady_clock::now();
@@ -678,15 +711,13 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
       co.seed = f.seed + 1000;
       co.model_seed = f.seed;  // the benchmark's model (its model_seed defaults to its seed)
       SPATTN_ASSIGN_OR_RETURN(Workload calib, GenerateWorkload(co));
-      SPATTN_ASSIGN_OR_RETURN(std::vector<Method> methods,
-                              ParseCandidateMethods(f.search_candidates));
+      std::vector<Method> methods = choice.methods;
       const bool want_saap_candidates =
-          f.search_candidates == "all" ||
-          std::find(methods.begin(), methods.end(), Method::kSaap) != methods.end();
+          choice.all || std::find(methods.begin(), methods.end(), Method::kSaap) != methods.end();
       if (f.calibrate && want_saap_candidates &&
           calibrate_saap(calib.problem(), " (search prompt)", &search_assets)) {
         search_bo.maybe_assets = &search_assets;
-        if (f.search_candidates == "all") methods.push_back(Method::kSaap);
+        if (choice.all) methods.push_back(Method::kSaap);
       }
       SPATTN_ASSIGN_OR_RETURN(std::vector<MethodConfig> candidates,
                               CandidatesForMethods(methods, search_bo.maybe_assets));
@@ -696,7 +727,7 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
       so.seed = f.seed;
       so.block_m = f.block_m;
       so.sampled_lines_block_m = f.sampled_lines_block_m;
-      so.sampled_lines_margin = f.search_sampled_lines_margin;
+      so.sampled_lines_margin = choice.sampled_lines_margin;
       so.maybe_assets = search_bo.maybe_assets;
       SPATTN_ASSIGN_OR_RETURN(PatternSearchResult result,
                               SearchHeadPatterns({&calib.problem()}, candidates, so));
@@ -899,7 +930,9 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
       }
       po.build = search_bo;
       po.build.maybe_assets = nullptr;
-      if (f.search_candidates != "all") {
+      po.auto_candidates = IsAutoCandidates(f.search_candidates);
+      po.auto_max_len = f.search_auto_max_len;
+      if (f.search_candidates != "all" && !po.auto_candidates) {
         auto methods = ParseCandidateMethods(f.search_candidates);  // checked by ParseBenchFlags
         auto candidates = methods.ok() ? CandidatesForMethods(*methods, nullptr) : methods.status();
         if (!candidates.ok()) {

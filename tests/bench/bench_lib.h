@@ -90,9 +90,14 @@ struct BenchFlags {
   int promise_max_len = 0;
   int promise_search_rows = 0;
   std::vector<double> promise_targets;
-  // "all" (the search's default candidates, plus saap's when --calibrate gave assets) or a
-  // comma-separated method list (kernels/calibration ParseCandidateMethods).
+  // "all" (the search's default candidates, plus saap's when --calibrate gave assets), a
+  // comma-separated method list (kernels/calibration ParseCandidateMethods), or "auto": the
+  // candidates and sampled_lines margin AutoCandidatesForLength picks for the served length
+  // (searched / guarded: seq_len; promise: each held-out prompt's).
   std::string search_candidates = "all";  // Default: all.
+  // "auto": the longest served length searched with sampled_lines alone (kernels/calibration
+  // kAutoSampledLinesMaxTokens).
+  int search_auto_max_len = 65536;  // Default: 65536.
   bool table = false;                     // Default: false (JSON lines).
   std::string dump;                       // Default: none.
   bool help = false;

@@ -15,6 +15,7 @@
 #include "kernels/cuda/common/cuda_runtime.h"
 #include "kernels/fidelity.h"
 #include "kernels/workload/workload.h"
+#include "server/recall_guard.h"
 #include "tests/bench/backend.h"
 #include "tests/bench/bench_lib.h"
 
@@ -307,6 +308,18 @@ TEST(BenchTest, BadFlagsAreRefusedWithTheirName) {
       {{"--search_sampled_lines_margin=x"}, 2, "--search_sampled_lines_margin: not a number"},
       {{"--promise_min_len=-1"}, 2, "--promise_min_len"},
       {{"--search_candidates=a_shape,nope"}, 2, "--search_candidates"},
+      {{"--search_candidates=autox"}, 2, "--search_candidates: candidates: unknown method 'autox'"},
+      {{"--search_candidates=auto", "--search_sampled_lines_margin=0.01"},
+       2,
+       "--search_sampled_lines_margin: not with --search_candidates=auto"},
+      {{"--search_candidates=auto", "--search_sampled_lines_margin=0"},
+       2,
+       "--search_sampled_lines_margin: not with --search_candidates=auto"},
+      {{"--search_candidates=auto", "--search_auto_max_len=0"},
+       2,
+       "--search_auto_max_len must be >= 1"},
+      {{"--search_candidates=auto", "--search_auto_max_len=x"}, 2, "--search_auto_max_len"},
+      {{"--search_auto_max_len=1024"}, 2, "--search_auto_max_len: only with --search_candidates=auto"},
       {{"--gpu_workspace_bytes=-1"}, 2, "--gpu_workspace_bytes: -1 is negative"},
       {{"--gpu_workspace_bytes=8G"}, 2, "--gpu_workspace_bytes: not an integer"},
       {{"--block_m=0"}, 2, "--block_m must be > 0"},
@@ -360,6 +373,7 @@ TEST(BenchTest, HelpExplainsEveryFlag) {
                            "--search_target_recall",
                            "--search_candidates",
                            "--search_sampled_lines_margin",
+                           "--search_auto_max_len",
                            "promise",
                            "--promise_min_len",
                            "--promise_max_len",
@@ -534,6 +548,111 @@ TEST(BenchTest, SearchSampledLinesMarginRaisesTheSearchedGamma) {
   EXPECT_EQ(Num(p.lines[0], "seq_len"), 1024);
   EXPECT_EQ(Num(p.lines[1], "seq_len"), 2048);
   EXPECT_EQ(Num(p.lines[2], "lengths"), 2);
+}
+
+// The "auto" margin is the worker's guard's (kernels/calibration cannot see server/).
+TEST(BenchTest, AutoCandidatesSearchAtTheGuardsMargin) {
+  EXPECT_EQ(kAutoSampledLinesMargin, RecallGuardOptions().margin);
+}
+
+// The searched configs' lines ("searched head ...") of a run's stderr.
+std::vector<std::string> SearchedHeads(const std::string& err) {
+  std::vector<std::string> out;
+  for (absl::string_view line : absl::StrSplit(err, '\n')) {
+    if (absl::StrContains(line, "searched head ")) out.emplace_back(line);
+  }
+  return out;
+}
+
+// --search_candidates=auto follows the served --seq_len, not the (shorter) search prompt: at
+// 4096 tokens served (search on 2048) the default boundary (64K) gives the sampled_lines-only
+// search at margin 0.01, --search_auto_max_len=2048 (the search prompt's length) the default
+// search; each run's searched configs equal the run with those flags given by hand.
+TEST(BenchTest, SearchCandidatesAutoFollowsTheServedLength) {
+  const std::vector<std::string> common = {
+      "--heads=4",        "--kv_heads=2",      "--head_dim=64",      "--threads=2",
+      "--group_by=all",   "--recall_rows=64",  "--seq_len=4096",     "--search_len=2048",
+      "--methods=searched"};
+  auto run = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = common;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return RunWith(args);
+  };
+  const BenchRun sl_auto = run({"--search_candidates=auto"});
+  const BenchRun sl_hand =
+      run({"--search_candidates=sampled_lines", "--search_sampled_lines_margin=0.01"});
+  const BenchRun all_auto = run({"--search_candidates=auto", "--search_auto_max_len=2048"});
+  const BenchRun all_hand = run({});
+  for (const BenchRun* r : {&sl_auto, &sl_hand, &all_auto, &all_hand}) {
+    ASSERT_EQ(r->code, 0) << r->err;
+    ASSERT_EQ(r->lines.size(), 1u) << r->out;
+  }
+  EXPECT_EQ(sl_auto.lines[0].at("params"),
+            "searched(target=0.95, search_len=2048, sampled_lines_margin=0.01, "
+            "candidates=auto:sampled_lines)");
+  EXPECT_EQ(all_auto.lines[0].at("params"),
+            "searched(target=0.95, search_len=2048, candidates=auto:all)");
+  EXPECT_TRUE(absl::StrContains(sl_auto.err, "searched 5 candidates")) << sl_auto.err;
+  EXPECT_TRUE(absl::StrContains(all_auto.err,
+                                absl::StrCat("searched ", DefaultCandidates().size(), " candidates")))
+      << all_auto.err;
+  EXPECT_EQ(SearchedHeads(sl_auto.err), SearchedHeads(sl_hand.err));
+  EXPECT_EQ(SearchedHeads(all_auto.err), SearchedHeads(all_hand.err));
+  EXPECT_EQ(SearchedHeads(sl_auto.err).size(), 4u);
+  int sl = 0;
+  for (const std::string& line : SearchedHeads(sl_auto.err)) {
+    sl += absl::StrContains(line, "sampled_lines(gamma=");
+    EXPECT_TRUE(absl::StrContains(line, "sampled_lines(gamma=") ||
+                absl::StrContains(line, "): dense,"))
+        << line;
+  }
+  EXPECT_GT(sl, 0) << sl_auto.err;
+  EXPECT_NE(SearchedHeads(sl_auto.err), SearchedHeads(all_auto.err));
+  for (const char* key : {"recall", "density", "pairs"}) {
+    EXPECT_EQ(sl_auto.lines[0].at(key), sl_hand.lines[0].at(key)) << key;
+    EXPECT_EQ(all_auto.lines[0].at(key), all_hand.lines[0].at(key)) << key;
+  }
+}
+
+// The promise with --search_candidates=auto serves each held-out length from the search its
+// length picks: 1024 from the sampled_lines-only search (<= --search_auto_max_len), 2048 from
+// the default search; each line names it.
+TEST(BenchTest, PromiseWithAutoCandidatesSearchesPerLength) {
+  const BenchRun p = RunWith({"--heads=4", "--kv_heads=2", "--head_dim=64", "--threads=2",
+                              "--group_by=all", "--seq_len=512", "--methods=promise",
+                              "--search_len=512", "--promise_targets=0.9",
+                              "--promise_search_rows=64", "--promise_min_len=1024",
+                              "--promise_max_len=2048", "--search_candidates=auto",
+                              "--search_auto_max_len=1024"});
+  ASSERT_EQ(p.code, 0) << p.err;
+  ASSERT_EQ(p.lines.size(), 3u) << p.out;  // 1024, 2048 + the summary
+  EXPECT_EQ(Num(p.lines[0], "seq_len"), 1024);
+  EXPECT_EQ(p.lines[0].at("candidates"), "auto: sampled_lines (sampled_lines_margin 0.01)");
+  EXPECT_EQ(Num(p.lines[1], "seq_len"), 2048);
+  EXPECT_EQ(p.lines[1].at("candidates"), "auto: all");
+  EXPECT_EQ(Num(p.lines[2], "lengths"), 2);
+  EXPECT_TRUE(absl::StrContains(
+      p.err, "searched target 0.9 on 512 tokens in "))
+      << p.err;
+  EXPECT_TRUE(absl::StrContains(p.err, "(auto: sampled_lines (sampled_lines_margin 0.01))"))
+      << p.err;
+  EXPECT_TRUE(absl::StrContains(p.err, "(auto: all)")) << p.err;
+
+  // Without auto: one search, named by what was given.
+  const BenchRun given = RunWith({"--heads=4", "--kv_heads=2", "--head_dim=64", "--threads=2",
+                                  "--group_by=all", "--seq_len=512", "--methods=promise",
+                                  "--search_len=512", "--promise_targets=0.9",
+                                  "--promise_search_rows=64", "--promise_min_len=1024",
+                                  "--promise_max_len=1024",
+                                  "--search_candidates=sampled_lines",
+                                  "--search_sampled_lines_margin=0.01"});
+  ASSERT_EQ(given.code, 0) << given.err;
+  ASSERT_EQ(given.lines.size(), 2u) << given.out;
+  EXPECT_EQ(given.lines[0].at("candidates"), "sampled_lines (sampled_lines_margin 0.01)");
+  // The same search and served configs as auto's 1024 line.
+  for (const char* key : {"recall_mean", "recall_min", "density", "heads_within_0_02"}) {
+    EXPECT_EQ(given.lines[0].at(key), p.lines[0].at(key)) << key;
+  }
 }
 
 // The oracle line is read at the granularity of the run's query blocks: --block_m=128 gives

@@ -4,7 +4,8 @@
 // then held-out prompts of the same synthetic model (other seeds) of 0.25x .. 8x that length go
 // through the worker's recall guard (on the GPU with --device=cuda, WorkerCudaPath; else on the
 // host), and the served configs' recall is measured exactly on other rows than the guard's
-// probes. One JSON line per (target, length): recall mean / min, heads within 0.02 of the
+// probes, on the indexes the backend builds for them (per build group, as the worker builds:
+// the GPU builders with --device=cuda, the host builders on the CPU). One JSON line per (target, length): recall mean / min, heads within 0.02 of the
 // target, density, guard time; "kept" = mean >= target and >= 95 % of heads within 0.02; and one
 // summary line per target over all lengths.
 #ifndef SPATTN_TESTS_BENCH_PROMISE_LINES_H_
@@ -16,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "kernels/builders/build_index.h"
+#include "kernels/calibration/pattern_search.h"
 #include "kernels/workload/workload.h"
 #include "server/recall_guard.h"
 #include "tests/bench/backend.h"
@@ -47,6 +49,11 @@ struct PromiseOptions {
   double sampled_lines_margin = 0;
   // The search's candidates (spattn-bench --search_candidates); empty = DefaultCandidates().
   std::vector<MethodConfig> candidates;
+  // spattn-bench --search_candidates=auto: each held-out length is served the configs of the
+  // search AutoCandidatesForLength(length, auto_max_len) picks (each such search once per
+  // target, on the same calibration prompt); `candidates` and `sampled_lines_margin` unused.
+  bool auto_candidates = false;
+  int64_t auto_max_len = kAutoSampledLinesMaxTokens;
 };
 
 // `model`: the bench's workload options (shape heads, dtype, workload, model seed); lengths and
