@@ -8,7 +8,8 @@
 # reaches it and >= 95% of heads are within 0.02. Logs in $OUT; the table last.
 # Options (environment): CANDIDATES=auto (the search's candidates by each held-out length:
 # sampled_lines alone at sampled_lines_margin 0.01 up to 64K, the default search above; or any
-# --search_candidates value; default: the default search), GUARD_ADAPTIVE=sampled_lines,flex_prefill
+# --search_candidates value; default: the default search), MARGIN (--search_sampled_lines_margin,
+# not with auto; guarded_sl: CANDIDATES=sampled_lines MARGIN=0.01), GUARD_ADAPTIVE=sampled_lines,flex_prefill
 # (--guard_adaptive; default: the worker's), MIN_LEN (--promise_min_len, default 0), MAX_LEN
 # (default 65536), WORKSPACE (--gpu_workspace_bytes; 0.98 at 128K needs more than the default
 # 8 GiB), CAP (seconds, default 240).
@@ -24,6 +25,7 @@ SEED=${SEED:-1}
 EXTRA=()
 TAG=""
 if [ -n "${CANDIDATES:-}" ]; then EXTRA+=("--search_candidates=$CANDIDATES"); TAG="_$CANDIDATES"; fi
+if [ -n "${MARGIN:-}" ]; then EXTRA+=("--search_sampled_lines_margin=$MARGIN"); fi
 if [ -n "${GUARD_ADAPTIVE:-}" ]; then EXTRA+=("--guard_adaptive=$GUARD_ADAPTIVE"); fi
 if [ -n "${WORKSPACE:-}" ]; then EXTRA+=("--gpu_workspace_bytes=$WORKSPACE"); fi
 TAG=${TAG//,/+}

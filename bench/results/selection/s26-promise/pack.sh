@@ -12,5 +12,5 @@ ldd "$1" | awk '/=> \// {print $3}' |
   { grep -vE '/(libc|libm|libpthread|libdl|librt|libgcc_s|libstdc\+\+|ld-linux[^/]*)\.so' || true; } |
   xargs -r -I{} cp -nL {} "$DEST/b/lib/"
 (cd "$DEST/b" && XZ_OPT=-9 tar -cJf ../bundle.tar.xz bin lib) && rm -rf "$DEST/b"
-cp "$(dirname "$0")/run.sh" "$DEST/"
+cp "$(dirname "$0")"/run*.sh "$DEST/"
 du -sh "$DEST"
