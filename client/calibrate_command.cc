@@ -321,7 +321,7 @@ absl::StatusOr<Options> ParseOptions(Flags& f) {
   if (o.candidates_auto && f.Has("sampled_lines_margin")) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--sampled_lines_margin: not with --candidates=auto, which sets it per calibration length (",
-        kAutoSampledLinesMargin, " up to ", kAutoSampledLinesMaxTokens, " tokens, 0 above)"));
+        kAutoSampledLinesMargin, " up to ", o.auto_max_len, " tokens, 0 above)"));
   }
   SPATTN_ASSIGN_OR_RETURN(o.search.block_m, f.GetNumber<int>("block_m", 64));
   if (o.search.block_m < 1) return absl::InvalidArgumentError("--block_m: must be >= 1");
