@@ -358,26 +358,11 @@ struct AnSrc {
   }
   __device__ void SetBits(const RowCtx& ctx, const Shared& sh, uint32_t* R, uint32_t* C,
                           int64_t wbase) const {
-    // The stripe bitmap's words first, all of a thread's loads in flight together (a loop of
-    // load-then-store per word waited on each load in turn: the count and fill passes' largest
-    // cost at 128K keys), then the range spans, then the stores.
-    constexpr int kThreads = row_assembly::kAsmThreads;  // blockDim.x
-    constexpr int kPer = (kAsmArrayWords + kThreads - 1) / kThreads;
-    uint32_t v[kPer];
-#pragma unroll
-    for (int u = 0; u < kPer; ++u) {
-      const int i = static_cast<int>(threadIdx.x) + u * kThreads;
-      const int64_t w = wbase + i;
-      v[u] = i < kAsmArrayWords && w >= 0 && w < sh.bm_words ? __ldg(a.bitmaps + sh.bm_off + w)
-                                                              : 0u;
-    }
     OrSpanBlock(R, wbase, 0, sh.init_end);
     OrSpanBlock(R, wbase, sh.gfp, static_cast<int64_t>(sh.glp) + 1);
-#pragma unroll
-    for (int u = 0; u < kPer; ++u) {
-      const int i = static_cast<int>(threadIdx.x) + u * kThreads;
+    for (int i = threadIdx.x; i < kAsmArrayWords; i += blockDim.x) {
       const int64_t w = wbase + i;
-      if (i < kAsmArrayWords && w >= 0 && w < sh.bm_words) C[i] = v[u];
+      if (w >= 0 && w < sh.bm_words) C[i] = a.bitmaps[sh.bm_off + w];
     }
   }
 };

@@ -27,11 +27,21 @@ __host__ __device__ constexpr int RowThreads(bool global) { return global ? 256 
 // PROFILE only (SPATTN_GPU_BUILDER_PROFILE; BlockSparsePhasesBegin / End): the rows kernel's
 // clock64 cycles per phase, summed over the groups (CTA phases: pooled queries, pooled dots, the
 // rows' top-k with runs; the warps' own split of the last: the logit range, the radix walk, the
-// apply and runs) and the number of groups. Off (the default) every CTA reads the flag once.
-enum BsPhase { kBsPoolQ, kBsDots, kBsRows, kBsWarpRange, kBsWarpWalk, kBsWarpRuns, kBsGroups,
-               kBsPhases };
+// apply and runs) and the number of groups, counted by the kernel's kPhases instantiation (its
+// extra barriers at the phase ends make its rows stage a little slower); the default kernel has
+// none of it.
+enum BsPhase {
+  kBsPoolQ,
+  kBsDots,
+  kBsRows,
+  kBsWarpRange,
+  kBsWarpWalk,
+  kBsWarpRuns,
+  kBsGroups,
+  kBsPhases
+};
 __device__ unsigned long long g_bs_phase_cycles[kBsPhases];
-__device__ int g_bs_phase_on;
+bool g_bs_phases_on = false;  // host: launch the kPhases kernel (between Begin and End)
 
 template <typename T>
 __global__ void PoolKeysKernel(PoolKeysParams p) {
@@ -63,56 +73,6 @@ __global__ void PoolKeysKernel(PoolKeysParams p) {
     }
     p.out[u] = __fmul_rn(acc, __fdiv_rn(1.f, static_cast<float>(r1 - r0)));
   }
-}
-
-// PooledDots (estimate.cuh) for the shared-memory rows kernel, without staging the keys: the same
-// logits (per row and key block the fma chain over c in order, fmaf(q, k, acc), then
-// SanitizeLogit), out(r, kb, logit) for r < rows <= 16 and kb < kb_end. Lane l takes row l & 15
-// and, with the other 15 lanes of its half-warp, kBsDotKeys key blocks: each key load is one
-// address per half-warp (read straight from global memory: a kv head's pooled keys are at most
-// ~1 MB, in L2), each query vector load serves kBsDotKeys keys (6: 64 registers without spills,
-// the bound ptxas keeps for this 512-thread kernel; 8 spilled). PooledDots gives each thread one
-// key and two of the 16 rows per 64-key chunk, so every four products read a key vector of its
-// own from shared memory (four wavefronts per warp) besides the rows' broadcasts, and the chunk
-// costs two barriers and its staging stores. Ends with a barrier, as PooledDots does.
-constexpr int kBsDotKeys = 6;
-template <int kThreads, class Out>
-__device__ __forceinline__ void BsDots(const float* qs, int rows, int d, const float* pk,
-                                       int kb_end, Out out) {
-  constexpr int kWarps = kThreads / 32;
-  const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
-  const int r = lane & 15;
-  const float* q = qs + r * d;
-  for (int kb0 = (warp * 2 + (lane >> 4)) * kBsDotKeys; kb0 < kb_end;
-       kb0 += kWarps * 2 * kBsDotKeys) {
-    const float* k0 = pk + static_cast<int64_t>(kb0) * d;
-    const int last = kb_end - 1 - kb0;  // key blocks past kb_end read the last (dropped)
-    float acc[kBsDotKeys];
-#pragma unroll
-    for (int j = 0; j < kBsDotKeys; ++j) acc[j] = 0.f;
-#pragma unroll 1
-    for (int c = 0; c < d; c += 4) {
-      const float4 qc = *reinterpret_cast<const float4*>(q + c);
-#pragma unroll
-      for (int j = 0; j < kBsDotKeys; ++j) {
-        const float4 kc =
-            __ldg(reinterpret_cast<const float4*>(k0 + (j < last ? j : last) * d + c));
-        float a = acc[j];
-        a = fmaf(qc.x, kc.x, a);
-        a = fmaf(qc.y, kc.y, a);
-        a = fmaf(qc.z, kc.z, a);
-        a = fmaf(qc.w, kc.w, a);
-        acc[j] = a;
-      }
-    }
-    if (r < rows) {
-#pragma unroll
-      for (int j = 0; j < kBsDotKeys; ++j) {
-        if (kb0 + j < kb_end) out(r, kb0 + j, SanitizeLogit(acc[j]));
-      }
-    }
-  }
-  __syncthreads();
 }
 
 // Ordered 64-bit key of a logit v (not NaN) for a row whose finite logits lie in [lo, lo + range]
@@ -168,7 +128,7 @@ __host__ __device__ inline int64_t BsSlotBytes(int max_rows, int nk_max) {
 
 // One group of rows: pooled queries and logits, then per row (one warp each) the top-k with the
 // diagonal blocks forced first and its runs of blocks.
-template <typename T, bool kGlobal>
+template <typename T, bool kGlobal, bool kPhases>
 __device__ __forceinline__ void BlockSparseGroup(const BlockRowsParams& p, const RowGroup grp,
                                                  float* qs, float* ks, float* logits,
                                                  uint8_t* flags_all) {
@@ -183,7 +143,7 @@ __device__ __forceinline__ void BlockSparseGroup(const BlockRowsParams& p, const
   const int kvh = qh / p.group;
   const int bs = p.block, d = p.head_dim;
   const int nk = s.nk;
-  const bool prof = g_bs_phase_on != 0;  // CTA-uniform
+  constexpr bool prof = kPhases;
   long long c0 = prof ? clock64() : 0;
   auto phase = [&](int which) {  // CTA phase end: all threads done
     __syncthreads();
@@ -195,7 +155,7 @@ __device__ __forceinline__ void BlockSparseGroup(const BlockRowsParams& p, const
   };
   PoolQueries<T, kRowThreads>(static_cast<const T*>(p.q), p.q_token_stride, qh, p.q_head_stride,
                               s.q_begin, s.ql, grp.first_block, grp.rows, bs, d, p.scale, qs);
-  if (prof) phase(kBsPoolQ);
+  if constexpr (prof) phase(kBsPoolQ);
   auto visible_of = [&](int r, int* first_pos, int* last_pos, int* key_end) {
     const int q_begin = (grp.first_block + r) * bs;
     const int q_end = min(q_begin + bs, s.ql);
@@ -207,13 +167,9 @@ __device__ __forceinline__ void BlockSparseGroup(const BlockRowsParams& p, const
   int fp, lp, ke;
   const int vis_max = visible_of(grp.rows - 1, &fp, &lp, &ke);
   const float* pk = p.pooled_k + (static_cast<int64_t>(kvh) * p.total_kb + s.kb_base) * d;
-  auto put = [&](int r, int kb, float l) { logits[r * nk + kb] = l; };
-  if constexpr (kGlobal) {
-    PooledDots<kRowThreads>(qs, grp.rows, d, pk, vis_max, ks, put);
-  } else {
-    BsDots<kRowThreads>(qs, grp.rows, d, pk, vis_max, put);
-  }
-  if (prof) phase(kBsDots);
+  PooledDots<kRowThreads, /*kPrefetch=*/!kGlobal>(
+      qs, grp.rows, d, pk, vis_max, ks, [&](int r, int kb, float l) { logits[r * nk + kb] = l; });
+  if constexpr (prof) phase(kBsDots);
 
   long long w0 = prof ? clock64() : 0;
   auto warp_phase = [&](int which) {
@@ -269,9 +225,9 @@ __device__ __forceinline__ void BlockSparseGroup(const BlockRowsParams& p, const
       *key = (i >= diag_first && i <= diag_last) ? kKeyPosInf : RangeKey(lr[i], lo, spread);
       return true;
     };
-    if (prof) warp_phase(kBsWarpRange);
+    if constexpr (prof) warp_phase(kBsWarpRange);
     const TopKRule rule = WarpTopKRule(vis, k, key_of, hist);
-    if (prof) warp_phase(kBsWarpWalk);
+    if constexpr (prof) warp_phase(kBsWarpWalk);
     for (int i = lane; i < vis; i += 32) flags[i] = 0;
     __syncwarp();
     WarpApplyRule(vis, rule, key_of, [&](int i, int) { flags[i] = 1; });
@@ -287,9 +243,9 @@ __device__ __forceinline__ void BlockSparseGroup(const BlockRowsParams& p, const
                                 });
     if (lane == 0) p.range_count[row] = n;
     __syncwarp();  // flags are reused by the warp's next row
-    if (prof) warp_phase(kBsWarpRuns);
+    if constexpr (prof) warp_phase(kBsWarpRuns);
   }
-  if (prof) {
+  if constexpr (prof) {
     phase(kBsRows);
     if (threadIdx.x == 0) atomicAdd(&g_bs_phase_cycles[kBsGroups], 1ull);
   }
@@ -298,7 +254,7 @@ __device__ __forceinline__ void BlockSparseGroup(const BlockRowsParams& p, const
 // kGlobal = false: one CTA per group, all in shared memory. kGlobal: the logits and flags in the
 // CTA's global slot (sequences of more key blocks than shared memory holds), the CTAs walking
 // the groups; the same arithmetic and selection either way.
-template <typename T, bool kGlobal>
+template <typename T, bool kGlobal, bool kPhases = false>
 __global__ void __launch_bounds__(RowThreads(kGlobal)) BlockSparseRowsKernel(BlockRowsParams p) {
   extern __shared__ __align__(16) unsigned char smem[];
   const BsSmem lay = BsLayout(p.head_dim, p.max_rows, p.nk_max, kGlobal);
@@ -307,8 +263,8 @@ __global__ void __launch_bounds__(RowThreads(kGlobal)) BlockSparseRowsKernel(Blo
   ForEachRowGroup<kGlobal>(
       p.groups, p.num_groups, smem, p.scratch, BsSlotBytes(p.max_rows, p.nk_max),
       [&](const RowGroup grp, unsigned char* big) {
-        BlockSparseGroup<T, kGlobal>(p, grp, qs, ks, reinterpret_cast<float*>(big + lay.logits),
-                                     big + lay.flags);
+        BlockSparseGroup<T, kGlobal, kPhases>(
+            p, grp, qs, ks, reinterpret_cast<float*>(big + lay.logits), big + lay.flags);
       });
 }
 
@@ -343,18 +299,15 @@ int64_t BlockSparseSmemBytes(int head_dim, int max_rows, int nk_max, bool global
 int64_t BlockSparseScratchBytes(int max_rows, int nk_max) { return BsSlotBytes(max_rows, nk_max); }
 
 cudaError_t BlockSparsePhasesBegin(cudaStream_t stream) {
-  static const int kOn = 1;
   void* cycles = nullptr;
   cudaError_t err = cudaGetSymbolAddress(&cycles, g_bs_phase_cycles);
   if (err == cudaSuccess) err = cudaMemsetAsync(cycles, 0, sizeof(g_bs_phase_cycles), stream);
-  if (err == cudaSuccess) {
-    err = cudaMemcpyToSymbolAsync(g_bs_phase_on, &kOn, sizeof(kOn), 0, cudaMemcpyHostToDevice,
-                                  stream);
-  }
+  g_bs_phases_on = err == cudaSuccess;
   return err;
 }
 
 cudaError_t BlockSparsePhasesEnd(cudaStream_t stream, unsigned long long* cycles, int n) {
+  g_bs_phases_on = false;
   if (n != kBsPhases) return cudaErrorInvalidValue;
   cudaError_t err = cudaMemcpyFromSymbolAsync(cycles, g_bs_phase_cycles, sizeof(g_bs_phase_cycles),
                                               0, cudaMemcpyDeviceToHost, stream);
@@ -380,32 +333,31 @@ cudaError_t LaunchPoolKeys(const PoolKeysParams& p, cudaStream_t stream) {
 
 namespace {
 
-template <bool kGlobal>
-cudaError_t LaunchRows(const BlockRowsParams& p, cudaStream_t stream) {
+template <typename T, bool kGlobal, bool kPhases>
+cudaError_t LaunchRowsTyped(const BlockRowsParams& p, cudaStream_t stream) {
   const int64_t bytes = BsLayout(p.head_dim, p.max_rows, p.nk_max, kGlobal).total;
   const int grid = kGlobal ? std::min(p.num_groups, std::max(p.scratch_ctas, 1)) : p.num_groups;
-  cudaError_t err;
+  auto kernel = BlockSparseRowsKernel<T, kGlobal, kPhases>;
+  const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(bytes));
+  if (err != cudaSuccess) return err;
+  kernel<<<grid, RowThreads(kGlobal), bytes, stream>>>(p);
+  return cudaGetLastError();
+}
+
+template <bool kGlobal>
+cudaError_t LaunchRows(const BlockRowsParams& p, cudaStream_t stream) {
   switch (p.dtype) {
-    case DType::kBF16: {
-      auto kernel = BlockSparseRowsKernel<__nv_bfloat16, kGlobal>;
-      err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 static_cast<int>(bytes));
-      if (err != cudaSuccess) return err;
-      kernel<<<grid, RowThreads(kGlobal), bytes, stream>>>(p);
-      break;
-    }
-    case DType::kF16: {
-      auto kernel = BlockSparseRowsKernel<__half, kGlobal>;
-      err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 static_cast<int>(bytes));
-      if (err != cudaSuccess) return err;
-      kernel<<<grid, RowThreads(kGlobal), bytes, stream>>>(p);
-      break;
-    }
+    case DType::kBF16:
+      return g_bs_phases_on ? LaunchRowsTyped<__nv_bfloat16, kGlobal, true>(p, stream)
+                            : LaunchRowsTyped<__nv_bfloat16, kGlobal, false>(p, stream);
+    case DType::kF16:
+      return g_bs_phases_on ? LaunchRowsTyped<__half, kGlobal, true>(p, stream)
+                            : LaunchRowsTyped<__half, kGlobal, false>(p, stream);
     case DType::kF32:
       return cudaErrorInvalidValue;
   }
-  return cudaGetLastError();
+  return cudaErrorInvalidValue;
 }
 
 }  // namespace

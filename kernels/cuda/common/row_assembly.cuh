@@ -83,41 +83,6 @@ __device__ __forceinline__ void MaskedFinalBits(const uint32_t* sR, const uint32
   }
 }
 
-// Writes the keys of the set bits of the warp's 32 words (lane l holds w, the word of keys
-// kbase + 32 l ..), in key order, at dst[0 ..) and returns how many (the same in every lane; all
-// 32 lanes call it). A word of few bits is written by its own lane; a word of more than
-// kEmitLaneBits bits by the whole warp, one lane per bit, so that its entries go out in one store
-// of consecutive places (a lane writing a dense word alone kept the warp waiting on it, and its
-// stores, 32 entries apart from the next lane's, hit one shared-memory bank or 32 lines of global
-// memory per instruction). The same entries at the same places either way.
-constexpr int kEmitLaneBits = 6;
-__device__ __forceinline__ int EmitRound(uint32_t w, int32_t kbase, int32_t* dst, int lane) {
-  constexpr unsigned kAll = 0xffffffffu;
-  if (__ballot_sync(kAll, w != 0u) == 0u) return 0;
-  const int n = __popc(w);
-  int incl = n;
-#pragma unroll
-  for (int d = 1; d < 32; d <<= 1) {
-    const int t = __shfl_up_sync(kAll, incl, d);
-    if (lane >= d) incl += t;
-  }
-  const int total = __shfl_sync(kAll, incl, 31);
-  const int first = incl - n;  // this lane's word's first place
-  const bool dense = n > kEmitLaneBits;
-  if (!dense) {
-    int q = first;
-    for (uint32_t b = w; b != 0u; b &= b - 1u) dst[q++] = kbase + lane * 32 + __ffs(b) - 1;
-  }
-  const uint32_t below = (1u << lane) - 1u;
-  for (uint32_t dm = __ballot_sync(kAll, dense); dm != 0u; dm &= dm - 1u) {
-    const int j = __ffs(dm) - 1;
-    const uint32_t wj = __shfl_sync(kAll, w, j);
-    const int fj = __shfl_sync(kAll, first, j);
-    if ((wj >> lane) & 1u) dst[fj + __popc(wj & below)] = kbase + j * 32 + lane;
-  }
-  return total;
-}
-
 // The assembler kernel. Src provides:
 //   struct Shared;                                   (per-row state in shared memory)
 //   __device__ void Begin(int unit, Shared&, RowCtx&) const;   (thread 0)
@@ -130,11 +95,7 @@ __device__ __forceinline__ int EmitRound(uint32_t w, int32_t kbase, int32_t* dst
 // starts, ends, columns) in its shared-memory stage at their places relative to the segment's
 // first, then every slot row copies the stage out in order (coalesced stores instead of each
 // thread's own run of scattered ones); a stream with more entries in the segment than its stage
-// holds goes straight to global memory. Each warp writes the entries of its 256 words in 8
-// rounds of 32 words, a word per lane (EmitRound: words of many bits by the whole warp, one lane
-// per bit), so that a dense word neither stalls its warp on one lane nor scatters its stores
-// (until session 26 each thread wrote its own 8 consecutive words' entries, one lane per word).
-// The entries and places are the same.
+// holds goes straight to global memory as before. The entries and places are the same.
 //
 // Both passes read the arrays through the key_end mask (MaskedFinalBits) instead of masking them
 // in place (one barrier and one sweep less per segment). The fill pass keeps the row's entry
@@ -288,8 +249,9 @@ __device__ __forceinline__ void AssembleFill(const Src& src, int num_units, cons
       if (tid == 0) sF[0] = seg == 0 ? 0u : carry_f[seg & 1];
       __syncthreads();
       // Fill: this thread's final column bits into its own words of sC (every FinalBits read of
-      // sC is done), so that the warp's rounds below read any word's final bits and range events
-      // from sC and sF (the lanes' words of a round are other threads').
+      // sC is done), so that the output loops below re-read them and sF (for the range events)
+      // instead of holding 3 x kAsmWordsPerThread words in registers across the scan (which
+      // spilled).
       if (fill) {
 #pragma unroll
         for (int k = 0; k < kAsmWordsPerThread; ++k) sC[first_i + k] = cf[k];
@@ -312,41 +274,59 @@ __device__ __forceinline__ void AssembleFill(const Src& src, int num_units, cons
                   n_c = static_cast<int>((st >> 42) & kField);
         const bool in_s = n_s <= kAsmStageRanges, in_e = n_e <= kAsmStageRanges,
                    in_c = n_c <= kAsmStageCols;  // CTA-uniform
-        // The warp's first entries of each stream in the segment: its lane 0's exclusive prefix
-        // (the threads' words are contiguous in thread order, so a warp's are too).
-        const unsigned long long wx = __shfl_sync(0xffffffffu, excl, 0);
-        const int ws = static_cast<int>(wx & kField), we = static_cast<int>((wx >> 21) & kField),
-                  wc = static_cast<int>((wx >> 42) & kField);
-        // Every thread's final column bits are in sC (written before the scan, whose barriers
-        // order them before these reads; this one makes it explicit).
-        __syncthreads();
-        // The warp's 256 words in 8 rounds of 32 (lane l: word r * 32 + l of the warp's), each
-        // stream's entries at dst + their place among the warp's (null: a stream not written).
-        const int warp = tid >> 5, lane = tid & 31;
-        auto emit = [&](int32_t* ds, int32_t* de, int32_t* dc) {
-          int ps = 0, pe = 0, pc = 0;
-#pragma unroll 1
-          for (int r = 0; r < kAsmWordsPerThread; ++r) {
-            const int wi = warp * (32 * kAsmWordsPerThread) + r * 32;  // the round's first word
-            const int i = 1 + wi + lane;                                // this lane's array word
-            const int32_t kbase = static_cast<int32_t>((w0 + wi) * 32);
-            uint32_t s_bits, e_bits;
-            RangeEvents(sF[i - 1], sF[i], &s_bits, &e_bits);
-            if (ds != nullptr) ps += EmitRound(s_bits, kbase, ds + ps, lane);
-            if (de != nullptr) pe += EmitRound(e_bits, kbase, de + pe, lane);
-            if (dc != nullptr) pc += EmitRound(sC[i], kbase, dc + pc, lane);
-          }
+        // This thread's entries into the stages, at their places in the segment.
+        int as = static_cast<int>(excl & kField), ae = static_cast<int>((excl >> 21) & kField),
+            ac = static_cast<int>((excl >> 42) & kField);
+        // Word k's range starts / ends (from sF) and final columns (sC), as computed above.
+        auto events = [&](int k, uint32_t* st, uint32_t* en, uint32_t* c) {
+          RangeEvents(sF[first_i + k - 1], sF[first_i + k], st, en);
+          *c = sC[first_i + k];
         };
-        emit(in_s ? stage_s + ws : nullptr, in_e ? stage_e + we : nullptr,
-             in_c ? stage_c + wc : nullptr);
-        // Streams past their stage: straight to every slot row (coalesced as well).
+#pragma unroll 1
+        for (int k = 0; k < kAsmWordsPerThread; ++k) {
+          const int32_t key0 = static_cast<int32_t>((w0 + tid * kAsmWordsPerThread + k) * 32);
+          uint32_t st, en, c;
+          events(k, &st, &en, &c);
+          if (in_s) {
+            for (uint32_t b = st; b != 0u; b &= b - 1u) stage_s[as++] = key0 + __ffs(b) - 1;
+          }
+          if (in_e) {
+            for (uint32_t b = en; b != 0u; b &= b - 1u) stage_e[ae++] = key0 + __ffs(b) - 1;
+          }
+          if (in_c) {
+            for (uint32_t b = c; b != 0u; b &= b - 1u) stage_c[ac++] = key0 + __ffs(b) - 1;
+          }
+        }
+        // Streams past their stage: straight to every slot row.
         if (!(in_s && in_e && in_c)) {
+          const int64_t ks = base_s + static_cast<int64_t>(excl & kField);
+          const int64_t ke = base_e + static_cast<int64_t>((excl >> 21) & kField);
+          const int64_t kc = base_c + static_cast<int64_t>((excl >> 42) & kField);
           for (int si = 0; si < ctx.num_slots; ++si) {
             const int64_t row = static_cast<int64_t>(ctx.slots[si]) * out.num_blocks + ctx.block;
             const int64_t ro = out.off_ranges[row], co = out.off_cols[row];
-            emit(in_s ? nullptr : out.range_start + ro + base_s + ws,
-                 in_e ? nullptr : out.range_len + ro + base_e + we,  // ends; lengths below
-                 in_c ? nullptr : out.col_idx + co + base_c + wc);
+            int64_t ps = ro + ks, pe = ro + ke, pc = co + kc;
+#pragma unroll 1
+            for (int k = 0; k < kAsmWordsPerThread; ++k) {
+              const int32_t key0 = static_cast<int32_t>((w0 + tid * kAsmWordsPerThread + k) * 32);
+              uint32_t st, en, c;
+              events(k, &st, &en, &c);
+              if (!in_s) {
+                for (uint32_t b = st; b != 0u; b &= b - 1u) {
+                  out.range_start[ps++] = key0 + __ffs(b) - 1;
+                }
+              }
+              if (!in_e) {
+                for (uint32_t b = en; b != 0u; b &= b - 1u) {
+                  out.range_len[pe++] = key0 + __ffs(b) - 1;  // the end; made a length below
+                }
+              }
+              if (!in_c) {
+                for (uint32_t b = c; b != 0u; b &= b - 1u) {
+                  out.col_idx[pc++] = key0 + __ffs(b) - 1;
+                }
+              }
+            }
           }
         }
         __syncthreads();  // the stages are full
