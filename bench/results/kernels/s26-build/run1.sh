@@ -23,14 +23,14 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader |
 t() {  # name timeout binary args...
   local name=$1 to=$2; shift 2
   timeout $to "$@" > "$OUT/raw/test_$name.log" 2>&1
-  note "$name rc=$? $(grep -hE '^\[  (PASSED|FAILED) |^\[  SKIPPED' "$OUT/raw/test_$name.log" | tr '\n' ' ')"
+  note "$name rc=$? $(grep -hE '^\[  (PASSED|FAILED) |^\[  SKIPPED \] [0-9]+ test' "$OUT/raw/test_$name.log" | tr '\n' ' ')"
   grep -hE "^\[  FAILED|Failure|rows differ" "$OUT/raw/test_$name.log" | head -10 | tee -a "$OUT/summary.txt"
 }
 t row_assembly 30 bin/row_assembly_gpu_test
 t build_index 75 bin/build_index_gpu_test --gtest_filter="${FILTER:-*}"
 bench() {  # variant len methods repeat recall_rows env...
   local v=$1 len=$2 m=$3 rep=$4 rr=$5; shift 5
-  if [ $SECONDS -gt ${STOP_AFTER:-150} ]; then note "skipped $v $len $m"; return; fi
+  if [ $SECONDS -gt ${STOP_AFTER:-125} ]; then note "skipped $v $len $m"; return; fi
   local bin=bin/spattn-bench; case $v in base*) bin=bin/spattn-bench-base;; esac
   env "$@" timeout ${BENCH_S:-45} $bin --device=cuda --workload=llm_mix --heads=32 --kv_heads=8 \
     --head_dim=128 --dtype=bf16 --group_by=all --recall_rows=$rr --warmup=$((rep < 5 ? 1 : 2)) \
