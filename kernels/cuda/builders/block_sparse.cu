@@ -24,6 +24,25 @@ namespace {
 // per SM were slower there: rows 28.0 -> 37.4 ms, kernels/cuda/NOTES.md Session 19 — s19-build).
 __host__ __device__ constexpr int RowThreads(bool global) { return global ? 256 : 512; }
 
+// PROFILE only (SPATTN_GPU_BUILDER_PROFILE; BlockSparsePhasesBegin / End): the rows kernel's
+// clock64 cycles per phase, summed over the groups (CTA phases: pooled queries, pooled dots, the
+// rows' top-k with runs; the warps' own split of the last: the logit range, the radix walk, the
+// apply and runs) and the number of groups, counted by the kernel's kPhases instantiation (its
+// extra barriers at the phase ends make its rows stage a little slower); the default kernel has
+// none of it.
+enum BsPhase {
+  kBsPoolQ,
+  kBsDots,
+  kBsRows,
+  kBsWarpRange,
+  kBsWarpWalk,
+  kBsWarpRuns,
+  kBsGroups,
+  kBsPhases
+};
+__device__ unsigned long long g_bs_phase_cycles[kBsPhases];
+bool g_bs_phases_on = false;  // host: launch the kPhases kernel (between Begin and End)
+
 template <typename T>
 __global__ void PoolKeysKernel(PoolKeysParams p) {
   const T* k = static_cast<const T*>(p.k);
@@ -109,7 +128,7 @@ __host__ __device__ inline int64_t BsSlotBytes(int max_rows, int nk_max) {
 
 // One group of rows: pooled queries and logits, then per row (one warp each) the top-k with the
 // diagonal blocks forced first and its runs of blocks.
-template <typename T, bool kGlobal>
+template <typename T, bool kGlobal, bool kPhases>
 __device__ __forceinline__ void BlockSparseGroup(const BlockRowsParams& p, const RowGroup grp,
                                                  float* qs, float* ks, float* logits,
                                                  uint8_t* flags_all) {
@@ -124,8 +143,19 @@ __device__ __forceinline__ void BlockSparseGroup(const BlockRowsParams& p, const
   const int kvh = qh / p.group;
   const int bs = p.block, d = p.head_dim;
   const int nk = s.nk;
+  constexpr bool prof = kPhases;
+  long long c0 = prof ? clock64() : 0;
+  auto phase = [&](int which) {  // CTA phase end: all threads done
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      const long long c = clock64();
+      atomicAdd(&g_bs_phase_cycles[which], static_cast<unsigned long long>(c - c0));
+      c0 = c;
+    }
+  };
   PoolQueries<T, kRowThreads>(static_cast<const T*>(p.q), p.q_token_stride, qh, p.q_head_stride,
                               s.q_begin, s.ql, grp.first_block, grp.rows, bs, d, p.scale, qs);
+  if constexpr (prof) phase(kBsPoolQ);
   auto visible_of = [&](int r, int* first_pos, int* last_pos, int* key_end) {
     const int q_begin = (grp.first_block + r) * bs;
     const int q_end = min(q_begin + bs, s.ql);
@@ -139,7 +169,16 @@ __device__ __forceinline__ void BlockSparseGroup(const BlockRowsParams& p, const
   const float* pk = p.pooled_k + (static_cast<int64_t>(kvh) * p.total_kb + s.kb_base) * d;
   PooledDots<kRowThreads, /*kPrefetch=*/!kGlobal>(
       qs, grp.rows, d, pk, vis_max, ks, [&](int r, int kb, float l) { logits[r * nk + kb] = l; });
+  if constexpr (prof) phase(kBsDots);
 
+  long long w0 = prof ? clock64() : 0;
+  auto warp_phase = [&](int which) {
+    if (lane == 0) {
+      const long long c = clock64();
+      atomicAdd(&g_bs_phase_cycles[which], static_cast<unsigned long long>(c - w0));
+      w0 = c;
+    }
+  };
   for (int r = warp; r < grp.rows; r += kWarps) {
     int first_pos, last_pos, key_end;
     const int vis = visible_of(r, &first_pos, &last_pos, &key_end);
@@ -186,7 +225,9 @@ __device__ __forceinline__ void BlockSparseGroup(const BlockRowsParams& p, const
       *key = (i >= diag_first && i <= diag_last) ? kKeyPosInf : RangeKey(lr[i], lo, spread);
       return true;
     };
+    if constexpr (prof) warp_phase(kBsWarpRange);
     const TopKRule rule = WarpTopKRule(vis, k, key_of, hist);
+    if constexpr (prof) warp_phase(kBsWarpWalk);
     for (int i = lane; i < vis; i += 32) flags[i] = 0;
     __syncwarp();
     WarpApplyRule(vis, rule, key_of, [&](int i, int) { flags[i] = 1; });
@@ -202,13 +243,18 @@ __device__ __forceinline__ void BlockSparseGroup(const BlockRowsParams& p, const
                                 });
     if (lane == 0) p.range_count[row] = n;
     __syncwarp();  // flags are reused by the warp's next row
+    if constexpr (prof) warp_phase(kBsWarpRuns);
+  }
+  if constexpr (prof) {
+    phase(kBsRows);
+    if (threadIdx.x == 0) atomicAdd(&g_bs_phase_cycles[kBsGroups], 1ull);
   }
 }
 
 // kGlobal = false: one CTA per group, all in shared memory. kGlobal: the logits and flags in the
 // CTA's global slot (sequences of more key blocks than shared memory holds), the CTAs walking
 // the groups; the same arithmetic and selection either way.
-template <typename T, bool kGlobal>
+template <typename T, bool kGlobal, bool kPhases = false>
 __global__ void __launch_bounds__(RowThreads(kGlobal)) BlockSparseRowsKernel(BlockRowsParams p) {
   extern __shared__ __align__(16) unsigned char smem[];
   const BsSmem lay = BsLayout(p.head_dim, p.max_rows, p.nk_max, kGlobal);
@@ -217,8 +263,8 @@ __global__ void __launch_bounds__(RowThreads(kGlobal)) BlockSparseRowsKernel(Blo
   ForEachRowGroup<kGlobal>(
       p.groups, p.num_groups, smem, p.scratch, BsSlotBytes(p.max_rows, p.nk_max),
       [&](const RowGroup grp, unsigned char* big) {
-        BlockSparseGroup<T, kGlobal>(p, grp, qs, ks, reinterpret_cast<float*>(big + lay.logits),
-                                     big + lay.flags);
+        BlockSparseGroup<T, kGlobal, kPhases>(
+            p, grp, qs, ks, reinterpret_cast<float*>(big + lay.logits), big + lay.flags);
       });
 }
 
@@ -252,6 +298,23 @@ int64_t BlockSparseSmemBytes(int head_dim, int max_rows, int nk_max, bool global
 
 int64_t BlockSparseScratchBytes(int max_rows, int nk_max) { return BsSlotBytes(max_rows, nk_max); }
 
+cudaError_t BlockSparsePhasesBegin(cudaStream_t stream) {
+  void* cycles = nullptr;
+  cudaError_t err = cudaGetSymbolAddress(&cycles, g_bs_phase_cycles);
+  if (err == cudaSuccess) err = cudaMemsetAsync(cycles, 0, sizeof(g_bs_phase_cycles), stream);
+  g_bs_phases_on = err == cudaSuccess;
+  return err;
+}
+
+cudaError_t BlockSparsePhasesEnd(cudaStream_t stream, unsigned long long* cycles, int n) {
+  g_bs_phases_on = false;
+  if (n != kBsPhases) return cudaErrorInvalidValue;
+  cudaError_t err = cudaMemcpyFromSymbolAsync(cycles, g_bs_phase_cycles, sizeof(g_bs_phase_cycles),
+                                              0, cudaMemcpyDeviceToHost, stream);
+  if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
+  return err;
+}
+
 cudaError_t LaunchPoolKeys(const PoolKeysParams& p, cudaStream_t stream) {
   const int64_t n = static_cast<int64_t>(p.num_kv_heads) * p.total_kb * p.head_dim;
   if (n == 0) return cudaSuccess;
@@ -270,32 +333,31 @@ cudaError_t LaunchPoolKeys(const PoolKeysParams& p, cudaStream_t stream) {
 
 namespace {
 
-template <bool kGlobal>
-cudaError_t LaunchRows(const BlockRowsParams& p, cudaStream_t stream) {
+template <typename T, bool kGlobal, bool kPhases>
+cudaError_t LaunchRowsTyped(const BlockRowsParams& p, cudaStream_t stream) {
   const int64_t bytes = BsLayout(p.head_dim, p.max_rows, p.nk_max, kGlobal).total;
   const int grid = kGlobal ? std::min(p.num_groups, std::max(p.scratch_ctas, 1)) : p.num_groups;
-  cudaError_t err;
+  auto kernel = BlockSparseRowsKernel<T, kGlobal, kPhases>;
+  const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(bytes));
+  if (err != cudaSuccess) return err;
+  kernel<<<grid, RowThreads(kGlobal), bytes, stream>>>(p);
+  return cudaGetLastError();
+}
+
+template <bool kGlobal>
+cudaError_t LaunchRows(const BlockRowsParams& p, cudaStream_t stream) {
   switch (p.dtype) {
-    case DType::kBF16: {
-      auto kernel = BlockSparseRowsKernel<__nv_bfloat16, kGlobal>;
-      err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 static_cast<int>(bytes));
-      if (err != cudaSuccess) return err;
-      kernel<<<grid, RowThreads(kGlobal), bytes, stream>>>(p);
-      break;
-    }
-    case DType::kF16: {
-      auto kernel = BlockSparseRowsKernel<__half, kGlobal>;
-      err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 static_cast<int>(bytes));
-      if (err != cudaSuccess) return err;
-      kernel<<<grid, RowThreads(kGlobal), bytes, stream>>>(p);
-      break;
-    }
+    case DType::kBF16:
+      return g_bs_phases_on ? LaunchRowsTyped<__nv_bfloat16, kGlobal, true>(p, stream)
+                            : LaunchRowsTyped<__nv_bfloat16, kGlobal, false>(p, stream);
+    case DType::kF16:
+      return g_bs_phases_on ? LaunchRowsTyped<__half, kGlobal, true>(p, stream)
+                            : LaunchRowsTyped<__half, kGlobal, false>(p, stream);
     case DType::kF32:
       return cudaErrorInvalidValue;
   }
-  return cudaGetLastError();
+  return cudaErrorInvalidValue;
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <vector>
 
@@ -14,7 +16,31 @@
 namespace spattn {
 namespace cuda {
 namespace merged {
+
+// block_sparse.cu, PROFILE only: zero the rows kernel's phase cycle counters and turn them on;
+// read them back (n = 7: pooled queries, pooled dots, rows (CTA); range, walk, runs (warps);
+// groups), synchronizing the stream.
+cudaError_t BlockSparsePhasesBegin(cudaStream_t stream);
+cudaError_t BlockSparsePhasesEnd(cudaStream_t stream, unsigned long long* cycles, int n);
+
 namespace {
+
+// Where the rows kernel's time goes (SPATTN_GPU_BUILDER_PROFILE): the CTA phases' shares of the
+// CTAs' cycles, and the warps' split of the rows phase, one stderr line per build (not a
+// "gpu builder" stage line: builder_stages.py reads those).
+void PrintRowPhases(const unsigned long long (&c)[7]) {
+  const double cta = static_cast<double>(c[0] + c[1] + c[2]);
+  const double warp = static_cast<double>(c[3] + c[4] + c[5]);
+  const double groups = c[6] > 0 ? static_cast<double>(c[6]) : 1.0;
+  std::fprintf(stderr,
+               "block_sparse rows phases: groups %llu, CTA cycles per group %.0f: pool_queries "
+               "%.1f%% pooled_dots %.1f%% rows %.1f%%; warp cycles of the rows: range %.1f%% "
+               "walk %.1f%% apply_runs %.1f%%\n",
+               c[6], cta / groups, 100.0 * c[0] / (cta > 0 ? cta : 1),
+               100.0 * c[1] / (cta > 0 ? cta : 1), 100.0 * c[2] / (cta > 0 ? cta : 1),
+               100.0 * c[3] / (warp > 0 ? warp : 1), 100.0 * c[4] / (warp > 0 ? warp : 1),
+               100.0 * c[5] / (warp > 0 ? warp : 1));
+}
 
 absl::StatusOr<SparseIndexView> BuildBlockSparse(const AttentionProblem& p, const AttnParams& a,
                                                  const ::spattn::BlockSparseParams& bsp,
@@ -75,10 +101,17 @@ absl::StatusOr<SparseIndexView> BuildBlockSparse(const AttentionProblem& p, cons
         CarveRowScratch(ws, k.num_groups, BlockSparseScratchBytes(k.max_rows, k.nk_max),
                         "block_sparse row scratch", &k.scratch, &k.scratch_ctas));
   }
+  const bool phases = std::getenv("SPATTN_GPU_BUILDER_PROFILE") != nullptr;
+  if (phases) SPATTN_CUDA_RETURN_IF_ERROR(BlockSparsePhasesBegin(stream), "row phases");
   timer.Mark("pool_keys");
   SPATTN_CUDA_RETURN_IF_ERROR(LaunchBlockSparseRows(k, stream), "block_sparse rows");
   timer.Mark("rows");
   SPATTN_RETURN_IF_ERROR(ScanAndSize(plan.rows(), &csr, ws, stream, /*with_cols=*/false));
+  if (phases) {
+    unsigned long long c[7] = {0, 0, 0, 0, 0, 0, 0};
+    SPATTN_CUDA_RETURN_IF_ERROR(BlockSparsePhasesEnd(stream, c, 7), "row phases");
+    PrintRowPhases(c);
+  }
   timer.Mark("scan_sync");
   SPATTN_CUDA_RETURN_IF_ERROR(
       LaunchCompactRanges(k.tmp_start, k.tmp_end, k.cap, plan.rows(), csr.range_indptr,
