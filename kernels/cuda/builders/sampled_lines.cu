@@ -130,16 +130,15 @@ __device__ __forceinline__ uint32_t SlKeyOff(int r, int ch) {
   return static_cast<uint32_t>((ch >> 3) * (kTile * 128) + r * 128 + (((ch & 7) ^ (r & 7)) * 16));
 }
 
+template <typename T>
+struct SlWg;
+#if SPATTN_SL_SM90A  // the wgmma instructions only in the sm_90a image
 // Shared-memory matrix descriptor, 128-byte swizzle, K-major: 8-row core-matrix groups 1024
 // bytes apart (the leading offset is unused for this layout).
 __device__ __forceinline__ uint64_t SlSmemDesc(uint32_t addr) {
   return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(16 >> 4) << 16) |
          (static_cast<uint64_t>(1024 >> 4) << 32) | (uint64_t{1} << 62);
 }
-
-template <typename T>
-struct SlWg;
-#if SPATTN_SL_SM90A  // the wgmma instructions only in the sm_90a image
 #define SPATTN_SL_WG_RS(TY, PTXT)                                                                 \
   template <>                                                                                     \
   struct SlWg<TY> {                                                                               \
@@ -178,9 +177,12 @@ __device__ __forceinline__ void SlFenceProxyAsync() {
 // thread of the CTA calls it (one warpgroup). The first k step does not add the accumulators
 // (scale-d 0): acc starts from the products, as mma.sync's from +0 (a sum of products that is -0
 // may come out +0 there; no Exp2 or comparison downstream tells them apart).
+// In two halves (pass 3 runs the previous tile's flush between them, under the tensor cores'
+// work): TileLogitsWgIssue starts the products, TileLogitsWgWait waits for them; code between
+// the two must not touch acc or qf.
 template <typename T, int kD>
-__device__ __forceinline__ void TileLogitsWg(const uint32_t (&qf)[kD / 16][4], uint32_t ks,
-                                             float (&acc)[8][4]) {
+__device__ __forceinline__ void TileLogitsWgIssue(const uint32_t (&qf)[kD / 16][4], uint32_t ks,
+                                                  float (&acc)[8][4]) {
 #if SPATTN_SL_SM90A
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
@@ -189,6 +191,12 @@ __device__ __forceinline__ void TileLogitsWg(const uint32_t (&qf)[kD / 16][4], u
                  kk > 0 ? 1 : 0);
   }
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void TileLogitsWgWait(float (&acc)[8][4]) {
+#if SPATTN_SL_SM90A
   asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 #pragma unroll
   for (int nt = 0; nt < 8; ++nt) {
@@ -198,6 +206,12 @@ __device__ __forceinline__ void TileLogitsWg(const uint32_t (&qf)[kD / 16][4], u
 #else
   __trap();
 #endif
+}
+template <typename T, int kD>
+__device__ __forceinline__ void TileLogitsWg(const uint32_t (&qf)[kD / 16][4], uint32_t ks,
+                                             float (&acc)[8][4]) {
+  TileLogitsWgIssue<T, kD>(qf, ks, acc);
+  TileLogitsWgWait(acc);
 }
 
 // Floats in their order as unsigned keys (-inf -> 0x007fffff, -0 -> 0x7fffffff, +0 ->
@@ -366,6 +380,17 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
   const int64_t qtok = a.p.cu_seqlens_q[g.seq];
   const int64_t ktok = a.p.cu_seqlens_k[g.seq];
   const int kl = a.p.cu_seqlens_k[g.seq + 1] - a.p.cu_seqlens_k[g.seq];
+  // The wgmma path's key copies (load_keys): this thread's chunk and first row, their shared
+  // offset and global address in tile 0, the bytes between key rows.
+  constexpr int kRowStep = kThreads / kChunks;          // 8 (d 128) or 16 (d 64)
+  constexpr int kKeyIters = kTile * kChunks / kThreads;  // 8 or 4
+  static_assert(kRowStep % 8 == 0 && kKeyIters * kThreads == kTile * kChunks, "key copies");
+  const int k_r0 = tid / kChunks, k_ch = tid % kChunks;
+  const int64_t k_row_bytes = a.p.k_token_stride * static_cast<int64_t>(sizeof(T));
+  const uint32_t k_off0 = SlKeyOff(k_r0, k_ch);
+  const char* k_src0 = reinterpret_cast<const char*>(kg + (ktok + k_r0) * a.p.k_token_stride +
+                                                     kvh * a.p.k_head_stride) +
+                       k_ch * 16;
   // Key tile t's buffer: they take turns (one buffer: always 0).
   auto buf_of = [&](int t) {
     return sbuf + (kBufs == 1 ? 0 : (t - t_begin) % kBufs) * static_cast<uint32_t>(lay.tile);
@@ -375,15 +400,29 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
     auto row_ptr = [&](int r) {
       return kg + (ktok + j0 + r) * a.p.k_token_stride + kvh * a.p.k_head_stride;
     };
-    if constexpr (kUseWg) {  // assembled::LoadTileAsync into SlKeyOff's layout
-      const uint32_t dst = buf_of(t);
+    if constexpr (kUseWg) {
+      // assembled::LoadTileAsync's copies into SlKeyOff's layout, from per-thread bases: the
+      // thread's chunks are chunk k_ch of rows k_r0 + m * kRowStep, so its shared offsets are
+      // k_off0 + m * kRowStep * 128 (the swizzle's row & 7 is k_r0's) and its global addresses
+      // k_src0 + (j0 + m * kRowStep) rows. The generic loop's 64-bit address arithmetic per
+      // chunk (a division, a row pointer, a multiply) was ~1/4 of pass 1's instructions.
+      const uint32_t dst = buf_of(t) + k_off0;
+      const char* src = k_src0 + static_cast<int64_t>(j0) * k_row_bytes;
       const int valid_rows = min(kTile, kl - j0);
-      for (int i = tid; i < kTile * kChunks; i += kThreads) {
-        const int r = i / kChunks, ch = i - r * kChunks;
-        const bool valid = r < valid_rows;
-        const char* src = valid ? reinterpret_cast<const char*>(row_ptr(r)) + ch * 16
-                                : reinterpret_cast<const char*>(row_ptr(0));
-        detail::CpAsync16(dst + SlKeyOff(r, ch), src, valid);
+      if (valid_rows == kTile) {
+#pragma unroll
+        for (int m = 0; m < kKeyIters; ++m) {
+          detail::CpAsync16(dst + m * kRowStep * 128, src, true);
+          src += kRowStep * k_row_bytes;
+        }
+      } else {  // rows past the keys zero-filled (their source: the tile's row 0, not read)
+        const char* row0 = src - static_cast<int64_t>(k_r0) * k_row_bytes;
+#pragma unroll
+        for (int m = 0; m < kKeyIters; ++m) {
+          const bool valid = k_r0 + m * kRowStep < valid_rows;
+          detail::CpAsync16(dst + m * kRowStep * 128, valid ? src : row0, valid);
+          src += kRowStep * k_row_bytes;
+        }
       }
     } else {
       assembled::LoadTileAsync(buf_of(t), kTile, min(kTile, kl - j0), kChunks, row_ptr, tid,
@@ -620,11 +659,14 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
       if (t + 1 < t_end) load_keys(t + 1);
       detail::CpAsyncCommit();
     }
-    // Pass 3: the previous tile's entries before this tile's products (acc is not live yet).
-    if (kPass == 3) flush();
+    // Pass 3: the previous tile's entries before this tile's products (acc is not live yet),
+    // with wgmma while the tensor cores compute them.
+    if (kPass == 3 && !kUseWg) flush();
     float acc[8][4];
     if constexpr (kUseWg) {
-      TileLogitsWg<T, kD>(qf, buf_of(t), acc);
+      TileLogitsWgIssue<T, kD>(qf, buf_of(t), acc);
+      if (kPass == 3) flush();
+      TileLogitsWgWait(acc);
     } else {
       TileLogits<T, kD>(qf, buf_of(t), acc, lane);
     }

@@ -95,6 +95,20 @@ for f in sorted(glob.glob(os.path.join(sys.argv[1], "bench_*.jsonl"))):
         print("%-28s %-17s index %7.2f kernel %7.2f density %.4f recall %.4f min %.3f %s" %
               (tag, r.get("method", "?"), r["index_build_ms"], r["kernel_ms"], r["density"],
                r["recall"], r["recall_min"], r.get("device", "")))
+# The index fingerprint of each new cell against base's of the same length (the same index:
+# every field equal, pairs, ranges, columns, densities, per-head recalls).
+keys = ["pairs", "index_ranges", "index_cols", "density", "density_min", "density_max", "recall",
+        "recall_min", "recall_heads", "rel_l2_error"]
+for f in sorted(glob.glob(os.path.join(sys.argv[1], "bench_new*.jsonl"))):
+    L = f.rsplit("_", 1)[1][:-6]
+    fb = os.path.join(sys.argv[1], "bench_base_%s.jsonl" % L)
+    try:
+        b = json.loads(open(fb).readline()); n = json.loads(open(f).readline())
+    except Exception:
+        continue
+    diff = [k for k in keys if b.get(k) != n.get(k)]
+    print("fingerprint %s vs base_%s: %s" % (os.path.basename(f)[6:-6], L,
+                                             "equal" if not diff else "DIFFERS " + ",".join(diff)))
 PY
 for f in $R/ncu_*.txt; do
   [ -f "$f" ] || continue
