@@ -71,7 +71,8 @@ __device__ __forceinline__ float MaxNaN(float a, float b) {
 }
 
 // The maximum of a thread's 16 accumulator entries of row half h (fragment elements 2 h, 2 h +
-// 1 of every n-tile) by a tree of depth 4: MaxNaN (kNaN) or fmaxf (NaN dropped; NaN only if all are).
+// 1 of every n-tile) by a tree of depth 4: MaxNaN (kNaN) or fmaxf (NaN dropped; NaN only if all
+// are).
 template <bool kNaN>
 __device__ __forceinline__ float TreeMax(const float (&acc)[8][4], int h) {
   auto mx = [](float x, float y) { return kNaN ? MaxNaN(x, y) : fmaxf(x, y); };
@@ -139,26 +140,26 @@ __device__ __forceinline__ uint64_t SlSmemDesc(uint32_t addr) {
   return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(16 >> 4) << 16) |
          (static_cast<uint64_t>(1024 >> 4) << 32) | (uint64_t{1} << 62);
 }
-#define SPATTN_SL_WG_RS(TY, PTXT)                                                                 \
-  template <>                                                                                     \
-  struct SlWg<TY> {                                                                               \
-    static __device__ __forceinline__ void Run(float (&d)[8][4], const uint32_t (&a)[4],          \
-                                               uint64_t desc, int scale_d) {                      \
-      asm volatile(                                                                               \
-          "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                            \
-          "wgmma.mma_async.sync.aligned.m64n64k16.f32." PTXT "." PTXT                             \
-          " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, "   \
-          "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "              \
-          "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"                                           \
-          : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]),            \
-            "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]),            \
-            "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]),            \
-            "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),            \
-            "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]),            \
-            "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),            \
-            "+f"(d[7][2]), "+f"(d[7][3])                                                          \
-          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d));                 \
-    }                                                                                             \
+#define SPATTN_SL_WG_RS(TY, PTXT)                                                              \
+  template <>                                                                                  \
+  struct SlWg<TY> {                                                                            \
+    static __device__ __forceinline__ void Run(float (&d)[8][4], const uint32_t (&a)[4],       \
+                                               uint64_t desc, int scale_d) {                   \
+      asm volatile(                                                                            \
+          "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                         \
+          "wgmma.mma_async.sync.aligned.m64n64k16.f32." PTXT "." PTXT                          \
+          " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, " \
+          "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "            \
+          "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"                                        \
+          : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]),         \
+            "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]),         \
+            "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]),         \
+            "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),         \
+            "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]),         \
+            "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),         \
+            "+f"(d[7][2]), "+f"(d[7][3])                                                       \
+          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d));              \
+    }                                                                                          \
   };
 SPATTN_SL_WG_RS(__nv_bfloat16, "bf16")
 SPATTN_SL_WG_RS(__half, "f16")
@@ -382,7 +383,7 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
   const int kl = a.p.cu_seqlens_k[g.seq + 1] - a.p.cu_seqlens_k[g.seq];
   // The wgmma path's key copies (load_keys): this thread's chunk and first row, their shared
   // offset and global address in tile 0, the bytes between key rows.
-  constexpr int kRowStep = kThreads / kChunks;          // 8 (d 128) or 16 (d 64)
+  constexpr int kRowStep = kThreads / kChunks;           // 8 (d 128) or 16 (d 64)
   constexpr int kKeyIters = kTile * kChunks / kThreads;  // 8 or 4
   static_assert(kRowStep % 8 == 0 && kKeyIters * kThreads == kTile * kChunks, "key copies");
   const int k_r0 = tid / kChunks, k_ch = tid % kChunks;
@@ -554,8 +555,8 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
   float x_thr[2] = {CUDART_NAN_F, CUDART_NAN_F};
   int rel[2] = {0, 0};  // row position relative to its block's first row position
   // Pass 3: each row's slice (its block's) in registers, read once after the setup barrier
-  // below (the flush, further down): the flush loop read both from shared memory per kept entry (two dependent loads in
-  // every round).
+  // below (the flush, further down): the flush loop read both from shared memory per kept entry
+  // (two dependent loads in every round).
   int slice_cap[2] = {0, 0};
   int32_t* slice[2] = {a.entries, a.entries};
   if (kPass == 3) {
@@ -766,8 +767,7 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
       if (hist_skip) {
         // Some product >= its row's x_cut <=> the row half's largest non-NaN product is (fmaxf
         // drops NaN, which is never >= x_cut): a tree (depth 4) instead of a chain of 32 tests.
-        const bool any =
-            TreeMax<false>(acc, 0) >= x_cut[0] || TreeMax<false>(acc, 1) >= x_cut[1];
+        const bool any = TreeMax<false>(acc, 0) >= x_cut[0] || TreeMax<false>(acc, 1) >= x_cut[1];
         if (!__any_sync(kFull, any)) {
           if (kCensus) ++census_none;
           continue;
@@ -1042,11 +1042,11 @@ __device__ __forceinline__ float SlTestValue(uint64_t seed, int tile, int m, int
             (static_cast<float>(h >> 16) - 32768.f) / 32768.f;
   const int kind = ht % 8;
   v *= exp2f(static_cast<float>(static_cast<int>(ht >> 8) % 17 - 8));
-  if (kind == 1 && (h % 61) == 0) v *= 4096.f;                 // a few heavy outliers
-  if (kind == 2 && (h % 3) == 0) v = 0.f;                      // zeros
-  if (kind == 3) v = (c & 1) ? 1.f : -1.f;                     // cancelling sums
+  if (kind == 1 && (h % 61) == 0) v *= 4096.f;                   // a few heavy outliers
+  if (kind == 2 && (h % 3) == 0) v = 0.f;                        // zeros
+  if (kind == 3) v = (c & 1) ? 1.f : -1.f;                       // cancelling sums
   if (kind == 4 && m == 1) v = static_cast<float>(r % 5) - 2.f;  // equal keys
-  if (kind == 5) v = ldexpf(v, (h >> 28) * 2 - 15);            // per-element exponents
+  if (kind == 5) v = ldexpf(v, (h >> 28) * 2 - 15);              // per-element exponents
   return v;
 }
 template <typename T>
@@ -1060,8 +1060,8 @@ __device__ __forceinline__ unsigned short SlTestBits<__half>(float v) {
   return __half_as_ushort(__float2half_rn(v));
 }
 template <typename T, int kD>
-__global__ void __launch_bounds__(kThreads) SlTileCheckKernel(uint64_t seed,
-                                                              unsigned long long* out) {
+__global__ void __launch_bounds__(kThreads)
+    SlTileCheckKernel(uint64_t seed, unsigned long long* out) {
   extern __shared__ __align__(128) unsigned char smem[];
   constexpr int kChunks = kD / 8;
   constexpr uint32_t kTileBytes = kTile * kD * 2;

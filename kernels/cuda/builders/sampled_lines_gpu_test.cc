@@ -37,8 +37,8 @@ TEST(SampledLinesGpuTest, WgmmaProductsAreMmaSyncProducts) {
   for (int head_dim : {64, 128}) {
     for (bool bf16 : {true, false}) {
       unsigned long long mismatches = 1, compared = 0;
-      const cudaError_t err = cuda::CountSampledLinesTileMismatches(head_dim, bf16, 4096, 2026,
-                                                                    &mismatches, &compared);
+      const cudaError_t err =
+          cuda::CountSampledLinesTileMismatches(head_dim, bf16, 4096, 2026, &mismatches, &compared);
       if (err == cudaErrorNotSupported) GTEST_SKIP() << "not a compute capability 9.0 device";
       ASSERT_EQ(err, cudaSuccess) << cudaGetErrorString(err);
       EXPECT_EQ(compared, 4096ull * 64 * 64) << head_dim << (bf16 ? " bf16" : " fp16");
