@@ -45,11 +45,14 @@ struct SlSmem {
 };
 // Key buffers of pass `pass`.
 __host__ __device__ inline constexpr int PassBuffers(int pass) { return pass == 2 ? 1 : 2; }
-__host__ __device__ inline SlSmem Layout(int head_dim, int pass) {
+// kWg: the key tiles in wgmma's 128-byte swizzle layout (SlKeyOff), whose descriptors need a
+// 1024-byte aligned base: 1024 bytes more to align it (tile sizes are multiples of 1024).
+__host__ __device__ inline SlSmem Layout(int head_dim, int pass, bool wg = false) {
   SlSmem l;
   l.tile = static_cast<int64_t>(kTile) * head_dim * 2;
   l.hm = PassBuffers(pass) * l.tile;
   l.total = pass == 2 ? l.hm + static_cast<int64_t>(kSlGroupBlocks) * kSlBins * 4 : l.hm;
+  if (wg) l.total += 1024;
   return l;
 }
 
@@ -68,7 +71,8 @@ __device__ __forceinline__ float MaxNaN(float a, float b) {
 }
 
 // The maximum of a thread's 16 accumulator entries of row half h (fragment elements 2 h, 2 h +
-// 1 of every n-tile) by a tree of depth 4: MaxNaN (kNaN) or fmaxf (NaN dropped; NaN only if all are).
+// 1 of every n-tile) by a tree of depth 4: MaxNaN (kNaN) or fmaxf (NaN dropped; NaN only if all
+// are).
 template <bool kNaN>
 __device__ __forceinline__ float TreeMax(const float (&acc)[8][4], int h) {
   auto mx = [](float x, float y) { return kNaN ? MaxNaN(x, y) : fmaxf(x, y); };
@@ -103,6 +107,112 @@ __device__ __forceinline__ void TileLogits(const uint32_t (&qf)[kD / 16][4], uin
       Mma<T>::Run(acc[2 * np + 1], qf[kk], b[2], b[3]);
     }
   }
+}
+
+// ---- Key tiles by wgmma (sm_90a; SlKnobs::wgmma) ----
+//
+// The same products as TileLogits from one warpgroup instruction stream: the CTA's 128 threads
+// are one warpgroup, each warp's 16 rows are its 16 rows of an m64n64k16 wgmma whose A operand
+// is the warp's Q fragments in registers (the mma.sync A layout, as the RS form reads them) and
+// whose B operand is the key tile read from shared memory by a descriptor. Its accumulators are
+// mma.sync's acc[n-tile][fragment] layout (d[4 nt + e]), so everything after the products is
+// unchanged. Per warp and tile 8 instructions instead of 64 mma.sync + 32 ldmatrix.x4 (+ their
+// address arithmetic), and the tile is read from shared memory once per CTA instead of once per
+// warp. The key tiles are stored in the 128-byte swizzle layout the descriptor describes:
+// [kD / 64 sub-tiles][64 keys][128 bytes], 16-byte chunk index XOR key % 8.
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define SPATTN_SL_SM90A 1
+#else
+#define SPATTN_SL_SM90A 0
+#endif
+
+// Byte offset of 16-byte chunk `ch` of key row `r` in a wgmma-layout tile of 64 keys.
+__device__ __forceinline__ uint32_t SlKeyOff(int r, int ch) {
+  return static_cast<uint32_t>((ch >> 3) * (kTile * 128) + r * 128 + (((ch & 7) ^ (r & 7)) * 16));
+}
+
+template <typename T>
+struct SlWg;
+#if SPATTN_SL_SM90A  // the wgmma instructions only in the sm_90a image
+// Shared-memory matrix descriptor, 128-byte swizzle, K-major: 8-row core-matrix groups 1024
+// bytes apart (the leading offset is unused for this layout).
+__device__ __forceinline__ uint64_t SlSmemDesc(uint32_t addr) {
+  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(16 >> 4) << 16) |
+         (static_cast<uint64_t>(1024 >> 4) << 32) | (uint64_t{1} << 62);
+}
+#define SPATTN_SL_WG_RS(TY, PTXT)                                                              \
+  template <>                                                                                  \
+  struct SlWg<TY> {                                                                            \
+    static __device__ __forceinline__ void Run(float (&d)[8][4], const uint32_t (&a)[4],       \
+                                               uint64_t desc, int scale_d) {                   \
+      asm volatile(                                                                            \
+          "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                         \
+          "wgmma.mma_async.sync.aligned.m64n64k16.f32." PTXT "." PTXT                          \
+          " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, " \
+          "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "            \
+          "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"                                        \
+          : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]),         \
+            "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]),         \
+            "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]),         \
+            "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),         \
+            "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]),         \
+            "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),         \
+            "+f"(d[7][2]), "+f"(d[7][3])                                                       \
+          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d));              \
+    }                                                                                          \
+  };
+SPATTN_SL_WG_RS(__nv_bfloat16, "bf16")
+SPATTN_SL_WG_RS(__half, "f16")
+#undef SPATTN_SL_WG_RS
+#endif
+
+// Shared memory written by cp.async (the generic proxy) made visible to wgmma (the async proxy);
+// every writer before the barrier that publishes the tile.
+__device__ __forceinline__ void SlFenceProxyAsync() {
+#if SPATTN_SL_SM90A
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+
+// TileLogits by wgmma for the key tile at `ks` (SlKeyOff layout, 1024-byte aligned). Every
+// thread of the CTA calls it (one warpgroup). The first k step does not add the accumulators
+// (scale-d 0): acc starts from the products, as mma.sync's from +0 (a sum of products that is -0
+// may come out +0 there; no Exp2 or comparison downstream tells them apart).
+// In two halves (pass 3 runs the previous tile's flush between them, under the tensor cores'
+// work): TileLogitsWgIssue starts the products, TileLogitsWgWait waits for them; code between
+// the two must not touch acc or qf.
+template <typename T, int kD>
+__device__ __forceinline__ void TileLogitsWgIssue(const uint32_t (&qf)[kD / 16][4], uint32_t ks,
+                                                  float (&acc)[8][4]) {
+#if SPATTN_SL_SM90A
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+  for (int kk = 0; kk < kD / 16; ++kk) {
+    SlWg<T>::Run(acc, qf[kk], SlSmemDesc(ks + (kk >> 2) * (kTile * 128) + (kk & 3) * 32),
+                 kk > 0 ? 1 : 0);
+  }
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void TileLogitsWgWait(float (&acc)[8][4]) {
+#if SPATTN_SL_SM90A
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(acc[nt][e])::"memory");
+  }
+#else
+  __trap();
+#endif
+}
+template <typename T, int kD>
+__device__ __forceinline__ void TileLogitsWg(const uint32_t (&qf)[kD / 16][4], uint32_t ks,
+                                             float (&acc)[8][4]) {
+  TileLogitsWgIssue<T, kD>(qf, ks, acc);
+  TileLogitsWgWait(acc);
 }
 
 // Floats in their order as unsigned keys (-inf -> 0x007fffff, -0 -> 0x7fffffff, +0 ->
@@ -234,14 +344,18 @@ __device__ void BlockThresholdWarp(const unsigned* bm, float part, long long all
 // pass's tensor-core work a per-tile bound known in advance could skip.
 __device__ unsigned long long g_sl_census[4];  // pass 2 tiles, skipped; pass 3 tiles, no keep
 
-template <typename T, int kD, int kPass, bool kCensus = false>
+// kWg (SlKnobs::wgmma): the products by TileLogitsWg on the sm_90a image (elsewhere the
+// mma.sync path of kWg false), the key tiles in its layout at a 1024-byte aligned base.
+template <typename T, int kD, int kPass, bool kCensus = false, bool kWg = false>
 __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
   extern __shared__ __align__(128) unsigned char smem[];
+  constexpr bool kUseWg = kWg && SPATTN_SL_SM90A;
   constexpr int kBufs = PassBuffers(kPass);
-  const SlSmem lay = Layout(kD, kPass);
+  const SlSmem lay = Layout(kD, kPass, kWg);
   constexpr int kChunks = kD / 8;  // 16-byte chunks per tile row
-  const uint32_t sbuf = detail::SmemAddr(smem);
-  unsigned* hm = reinterpret_cast<unsigned*>(smem + lay.hm);
+  const uint32_t sraw = detail::SmemAddr(smem);
+  const uint32_t sbuf = kWg ? (sraw + 1023u) & ~1023u : sraw;
+  unsigned* hm = reinterpret_cast<unsigned*>(smem + (sbuf - sraw) + lay.hm);
   __shared__ int blk_thr[kSlGroupBlocks];
   __shared__ int blk_cursor[kSlGroupBlocks];
   __shared__ int blk_count[kSlGroupBlocks];
@@ -267,16 +381,54 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
   const int64_t qtok = a.p.cu_seqlens_q[g.seq];
   const int64_t ktok = a.p.cu_seqlens_k[g.seq];
   const int kl = a.p.cu_seqlens_k[g.seq + 1] - a.p.cu_seqlens_k[g.seq];
+  // The wgmma path's key copies (load_keys): this thread's chunk and first row, their shared
+  // offset and global address in tile 0, the bytes between key rows.
+  constexpr int kRowStep = kThreads / kChunks;           // 8 (d 128) or 16 (d 64)
+  constexpr int kKeyIters = kTile * kChunks / kThreads;  // 8 or 4
+  static_assert(kRowStep % 8 == 0 && kKeyIters * kThreads == kTile * kChunks, "key copies");
+  const int k_r0 = tid / kChunks, k_ch = tid % kChunks;
+  const int64_t k_row_bytes = a.p.k_token_stride * static_cast<int64_t>(sizeof(T));
+  const uint32_t k_off0 = SlKeyOff(k_r0, k_ch);
+  const char* k_src0 = reinterpret_cast<const char*>(kg + (ktok + k_r0) * a.p.k_token_stride +
+                                                     kvh * a.p.k_head_stride) +
+                       k_ch * 16;
   // Key tile t's buffer: they take turns (one buffer: always 0).
   auto buf_of = [&](int t) {
     return sbuf + (kBufs == 1 ? 0 : (t - t_begin) % kBufs) * static_cast<uint32_t>(lay.tile);
   };
   auto load_keys = [&](int t) {
     const int j0 = t * kTile;
-    assembled::LoadTileAsync(
-        buf_of(t), kTile, min(kTile, kl - j0), kChunks,
-        [&](int r) { return kg + (ktok + j0 + r) * a.p.k_token_stride + kvh * a.p.k_head_stride; },
-        tid, kThreads);
+    auto row_ptr = [&](int r) {
+      return kg + (ktok + j0 + r) * a.p.k_token_stride + kvh * a.p.k_head_stride;
+    };
+    if constexpr (kUseWg) {
+      // assembled::LoadTileAsync's copies into SlKeyOff's layout, from per-thread bases: the
+      // thread's chunks are chunk k_ch of rows k_r0 + m * kRowStep, so its shared offsets are
+      // k_off0 + m * kRowStep * 128 (the swizzle's row & 7 is k_r0's) and its global addresses
+      // k_src0 + (j0 + m * kRowStep) rows. The generic loop's 64-bit address arithmetic per
+      // chunk (a division, a row pointer, a multiply) was ~1/4 of pass 1's instructions.
+      const uint32_t dst = buf_of(t) + k_off0;
+      const char* src = k_src0 + static_cast<int64_t>(j0) * k_row_bytes;
+      const int valid_rows = min(kTile, kl - j0);
+      if (valid_rows == kTile) {
+#pragma unroll
+        for (int m = 0; m < kKeyIters; ++m) {
+          detail::CpAsync16(dst + m * kRowStep * 128, src, true);
+          src += kRowStep * k_row_bytes;
+        }
+      } else {  // rows past the keys zero-filled (their source: the tile's row 0, not read)
+        const char* row0 = src - static_cast<int64_t>(k_r0) * k_row_bytes;
+#pragma unroll
+        for (int m = 0; m < kKeyIters; ++m) {
+          const bool valid = k_r0 + m * kRowStep < valid_rows;
+          detail::CpAsync16(dst + m * kRowStep * 128, valid ? src : row0, valid);
+          src += kRowStep * k_row_bytes;
+        }
+      }
+    } else {
+      assembled::LoadTileAsync(buf_of(t), kTile, min(kTile, kl - j0), kChunks, row_ptr, tid,
+                               kThreads);
+    }
   };
   // The Q tile into the last buffer (0 with one buffer), the first key tile into buffer 0.
   const uint32_t qbuf = sbuf + (kBufs - 1) * static_cast<uint32_t>(lay.tile);
@@ -403,8 +555,8 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
   float x_thr[2] = {CUDART_NAN_F, CUDART_NAN_F};
   int rel[2] = {0, 0};  // row position relative to its block's first row position
   // Pass 3: each row's slice (its block's) in registers, read once after the setup barrier
-  // below (the flush, further down): the flush loop read both from shared memory per kept entry (two dependent loads in
-  // every round).
+  // below (the flush, further down): the flush loop read both from shared memory per kept entry
+  // (two dependent loads in every round).
   int slice_cap[2] = {0, 0};
   int32_t* slice[2] = {a.entries, a.entries};
   if (kPass == 3) {
@@ -498,6 +650,7 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
     const int j0 = t * kTile;
     if (kCensus) ++census_tiles;
     detail::CpAsyncWait<0>();
+    if (kUseWg) SlFenceProxyAsync();  // this thread's copies of tile t, for wgmma
     // Key tile t is in for every warp, and (two buffers) every warp is past tile t - 1, so its
     // buffer (the Q buffer for t_begin) takes tile t + 1, loaded behind tile t's work: one barrier
     // per tile (before, tile t + 1 was loaded ahead of this barrier and a second one after the
@@ -507,10 +660,17 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
       if (t + 1 < t_end) load_keys(t + 1);
       detail::CpAsyncCommit();
     }
-    // Pass 3: the previous tile's entries before this tile's products (acc is not live yet).
-    if (kPass == 3) flush();
+    // Pass 3: the previous tile's entries before this tile's products (acc is not live yet),
+    // with wgmma while the tensor cores compute them.
+    if (kPass == 3 && !kUseWg) flush();
     float acc[8][4];
-    TileLogits<T, kD>(qf, buf_of(t), acc, lane);
+    if constexpr (kUseWg) {
+      TileLogitsWgIssue<T, kD>(qf, buf_of(t), acc);
+      if (kPass == 3) flush();
+      TileLogitsWgWait(acc);
+    } else {
+      TileLogits<T, kD>(qf, buf_of(t), acc, lane);
+    }
     if (kBufs == 1) {
       __syncthreads();  // every warp has read tile t: the buffer takes tile t + 1
       if (t + 1 < t_end) {
@@ -607,8 +767,7 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
       if (hist_skip) {
         // Some product >= its row's x_cut <=> the row half's largest non-NaN product is (fmaxf
         // drops NaN, which is never >= x_cut): a tree (depth 4) instead of a chain of 32 tests.
-        const bool any =
-            TreeMax<false>(acc, 0) >= x_cut[0] || TreeMax<false>(acc, 1) >= x_cut[1];
+        const bool any = TreeMax<false>(acc, 0) >= x_cut[0] || TreeMax<false>(acc, 1) >= x_cut[1];
         if (!__any_sync(kFull, any)) {
           if (kCensus) ++census_none;
           continue;
@@ -861,6 +1020,88 @@ __global__ void SlExp2InversionsKernel(unsigned long long* count) {
   if (n > 0) atomicAdd(count, n);
 }
 
+// CountSampledLinesTileMismatches: per CTA one tile of 64 query rows x 64 keys of pseudo-random
+// values (magnitudes and signs varied per tile: scales 2^-8 .. 2^8, heavy outliers, zeros, runs
+// of equal values, mixed-sign sums that cancel), its products by TileLogits (mma.sync, from the
+// swizzled tiles of the passes with kWg false) and by TileLogitsWg (wgmma, SlKeyOff's layout),
+// compared bit for bit (two NaNs count as equal: every NaN is treated alike downstream).
+__device__ __forceinline__ uint32_t SlHash(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  x ^= x >> 33;
+  return static_cast<uint32_t>(x);
+}
+__device__ __forceinline__ float SlTestValue(uint64_t seed, int tile, int m, int r, int c) {
+  const uint32_t ht = SlHash(seed * 1315423911ull + static_cast<uint64_t>(tile) * 4 + m);
+  const uint32_t h = SlHash((static_cast<uint64_t>(ht) << 20) ^ (static_cast<uint64_t>(r) << 8) ^
+                            static_cast<uint64_t>(c) ^ (static_cast<uint64_t>(m) << 40));
+  // Sum of two uniforms in [-1, 1): a triangular spread around 0.
+  float v = (static_cast<float>(h & 0xffff) - 32768.f) / 32768.f +
+            (static_cast<float>(h >> 16) - 32768.f) / 32768.f;
+  const int kind = ht % 8;
+  v *= exp2f(static_cast<float>(static_cast<int>(ht >> 8) % 17 - 8));
+  if (kind == 1 && (h % 61) == 0) v *= 4096.f;                   // a few heavy outliers
+  if (kind == 2 && (h % 3) == 0) v = 0.f;                        // zeros
+  if (kind == 3) v = (c & 1) ? 1.f : -1.f;                       // cancelling sums
+  if (kind == 4 && m == 1) v = static_cast<float>(r % 5) - 2.f;  // equal keys
+  if (kind == 5) v = ldexpf(v, (h >> 28) * 2 - 15);              // per-element exponents
+  return v;
+}
+template <typename T>
+__device__ __forceinline__ unsigned short SlTestBits(float v);
+template <>
+__device__ __forceinline__ unsigned short SlTestBits<__nv_bfloat16>(float v) {
+  return __bfloat16_as_ushort(__float2bfloat16_rn(v));
+}
+template <>
+__device__ __forceinline__ unsigned short SlTestBits<__half>(float v) {
+  return __half_as_ushort(__float2half_rn(v));
+}
+template <typename T, int kD>
+__global__ void __launch_bounds__(kThreads)
+    SlTileCheckKernel(uint64_t seed, unsigned long long* out) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  constexpr int kChunks = kD / 8;
+  constexpr uint32_t kTileBytes = kTile * kD * 2;
+  const uint32_t sraw = detail::SmemAddr(smem);
+  const uint32_t sbuf = (sraw + 1023u) & ~1023u;
+  unsigned char* base = smem + (sbuf - sraw);
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  // Q (swizzled as the passes' Q tile), K as the mma.sync passes hold it, K in SlKeyOff's layout.
+  for (int i = tid; i < kTile * kD; i += kThreads) {
+    const int r = i / kD, c = i - r * kD;
+    const unsigned short q = SlTestBits<T>(SlTestValue(seed, blockIdx.x, 0, r, c));
+    const unsigned short k = SlTestBits<T>(SlTestValue(seed, blockIdx.x, 1, r, c));
+    *reinterpret_cast<unsigned short*>(base + assembled::TileElemOff(r, c, kChunks)) = q;
+    *reinterpret_cast<unsigned short*>(base + kTileBytes + assembled::TileElemOff(r, c, kChunks)) =
+        k;
+    *reinterpret_cast<unsigned short*>(base + 2 * kTileBytes + SlKeyOff(r, c >> 3) + (c & 7) * 2) =
+        k;
+  }
+  SlFenceProxyAsync();
+  __syncthreads();
+  uint32_t qf[kD / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < kD / 16; ++kk) assembled::LoadA(sbuf, warp * 16, kk, kChunks, lane, qf[kk]);
+  float ref[8][4], wg[8][4];
+  TileLogits<T, kD>(qf, sbuf + kTileBytes, ref, lane);
+  TileLogitsWg<T, kD>(qf, sbuf + 2 * kTileBytes, wg);
+  unsigned long long bad = 0;
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const bool same = __float_as_uint(ref[nt][e]) == __float_as_uint(wg[nt][e]) ||
+                        (isnan(ref[nt][e]) && isnan(wg[nt][e]));
+      if (!same) ++bad;
+    }
+  }
+  if (bad != 0) atomicAdd(out, bad);
+  if (tid == 0) atomicAdd(out + 1, static_cast<unsigned long long>(kTile) * kTile);
+}
+
 // V(j) of one (slot, sequence) per blockIdx.y = slot * batch + seq.
 __global__ void SlColumnEvidenceKernel(SlArgs a) {
   const int slot = blockIdx.y / a.batch, seq = blockIdx.y % a.batch;
@@ -931,16 +1172,35 @@ __global__ void SlClassifyKernel(SlArgs a) {
   }
 }
 
-template <typename T, int kD, int kPass, bool kCensus>
-cudaError_t LaunchPass(const SlArgs& a, cudaStream_t stream) {
-  const int64_t bytes = Layout(kD, kPass).total;
+template <typename T, int kD, int kPass, bool kCensus, bool kWg>
+cudaError_t LaunchPassAs(const SlArgs& a, cudaStream_t stream) {
+  const int64_t bytes = Layout(kD, kPass, kWg).total;
   cudaError_t err =
-      cudaFuncSetAttribute(SlPassKernel<T, kD, kPass, kCensus>,
+      cudaFuncSetAttribute(SlPassKernel<T, kD, kPass, kCensus, kWg>,
                            cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
   if (err != cudaSuccess) return err;
-  SlPassKernel<T, kD, kPass, kCensus>
+  SlPassKernel<T, kD, kPass, kCensus, kWg>
       <<<static_cast<unsigned>(a.num_items) * a.num_slots, kThreads, bytes, stream>>>(a);
   return cudaGetLastError();
+}
+
+// The wgmma instances (SlKnobs::wgmma, default) on a compute capability 9.0 device, whose sm_90a
+// image has them; elsewhere main's mma.sync instances.
+bool SlDeviceIsSm90() {
+  int dev = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return false;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+    return false;
+  }
+  return major == 9 && minor == 0;
+}
+bool SlUseWgmma() { return SampledLinesKnobs().wgmma && SlDeviceIsSm90(); }
+
+template <typename T, int kD, int kPass, bool kCensus>
+cudaError_t LaunchPass(const SlArgs& a, cudaStream_t stream) {
+  return SlUseWgmma() ? LaunchPassAs<T, kD, kPass, kCensus, true>(a, stream)
+                      : LaunchPassAs<T, kD, kPass, kCensus, false>(a, stream);
 }
 
 template <int kPass, bool kCensus = false>
@@ -1260,6 +1520,7 @@ SlKnobs& SampledLinesKnobs() {
     if (b != nullptr && b[0] != '\0') k.asm_bucket = b[0] != '0' ? 1 : 0;
     if (const char* c = std::getenv("SPATTN_SL_TILE_CENSUS")) k.tile_census = c[0] == '1';
     if (const char* c = std::getenv("SPATTN_SL_ASM_SPANS")) k.asm_spans = c[0] != '0';
+    if (const char* c = std::getenv("SPATTN_SL_WGMMA")) k.wgmma = c[0] != '0';
     return k;
   }();
   return knobs;
@@ -1331,6 +1592,41 @@ cudaError_t CountSampledLinesExp2Inversions(unsigned long long* inversions) {
   }
   if (err == cudaSuccess) err = cudaMemcpy(inversions, d, sizeof(*d), cudaMemcpyDeviceToHost);
   const cudaError_t ferr = cudaFree(d);
+  return err != cudaSuccess ? err : ferr;
+}
+
+namespace {
+template <typename T, int kD>
+cudaError_t CheckTiles(int tiles, uint64_t seed, unsigned long long* d) {
+  const int bytes = 3 * kTile * kD * 2 + 1024;
+  cudaError_t err = cudaFuncSetAttribute(SlTileCheckKernel<T, kD>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (err != cudaSuccess) return err;
+  SlTileCheckKernel<T, kD><<<tiles, kThreads, bytes>>>(seed, d);
+  return cudaGetLastError();
+}
+}  // namespace
+
+cudaError_t CountSampledLinesTileMismatches(int head_dim, bool bf16, int tiles, uint64_t seed,
+                                            unsigned long long* mismatches,
+                                            unsigned long long* compared) {
+  if (!SlDeviceIsSm90()) return cudaErrorNotSupported;
+  if ((head_dim != 64 && head_dim != 128) || tiles < 1) return cudaErrorInvalidValue;
+  unsigned long long* d = nullptr;
+  cudaError_t err = cudaMalloc(&d, 2 * sizeof(*d));
+  if (err != cudaSuccess) return err;
+  err = cudaMemset(d, 0, 2 * sizeof(*d));
+  if (err == cudaSuccess) {
+    err = head_dim == 128 ? (bf16 ? CheckTiles<__nv_bfloat16, 128>(tiles, seed, d)
+                                  : CheckTiles<__half, 128>(tiles, seed, d))
+                          : (bf16 ? CheckTiles<__nv_bfloat16, 64>(tiles, seed, d)
+                                  : CheckTiles<__half, 64>(tiles, seed, d));
+  }
+  unsigned long long h[2] = {0, 0};
+  if (err == cudaSuccess) err = cudaMemcpy(h, d, sizeof(h), cudaMemcpyDeviceToHost);
+  const cudaError_t ferr = cudaFree(d);
+  *mismatches = h[0];
+  *compared = h[1];
   return err != cudaSuccess ? err : ferr;
 }
 

@@ -6,12 +6,24 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
+
 namespace spattn {
 namespace cuda {
 
 // Pairs of neighbouring floats x < y (every non-NaN float, -inf to +inf) with Exp2(x) > Exp2(y)
 // into *inversions (0: non-decreasing). Synchronous, on the current device (tests).
 cudaError_t CountSampledLinesExp2Inversions(unsigned long long* inversions);
+
+// The passes' products by wgmma (SlKnobs::wgmma, the default on compute capability 9.0) against
+// mma.sync's (the passes before session 26): `tiles` tiles of 64 query rows x 64 keys of
+// pseudo-random values (`seed`; magnitudes 2^-8 .. 2^8 and beyond, outliers, zeros, cancelling
+// sums) of head_dim 64 or 128, bf16 or fp16; *mismatches = products whose bits differ (two NaNs
+// are equal), *compared = products compared. The same products bit for bit give the same index.
+// Synchronous, on the current device; cudaErrorNotSupported unless it is compute capability 9.0.
+cudaError_t CountSampledLinesTileMismatches(int head_dim, bool bf16, int tiles, uint64_t seed,
+                                            unsigned long long* mismatches,
+                                            unsigned long long* compared);
 
 }  // namespace cuda
 }  // namespace spattn

@@ -137,7 +137,9 @@ struct SlArgs {
 // SPATTN_SL_SPLIT_TILES, SPATTN_SL_SPLIT_WAVES (sampled_lines_host.cc SplitLength),
 // SPATTN_SL_EMIT_EXACT, SPATTN_SL_HIST_EXACT, SPATTN_SL_ASM_BUCKET (=0 / =1: never / always bucket
 // the entries by assembler segment), SPATTN_SL_ASM_SPANS (=0: SlAsmArgs::row_spans off) and
-// SPATTN_SL_TILE_CENSUS (=1: passes 2 and 3 count their warp
+// SPATTN_SL_WGMMA (=0: passes 1-3's products by mma.sync, main's before session 26, instead of
+// wgmma on a compute capability 9.0 device; the same products bit for bit, checked by
+// CountSampledLinesTileMismatches) and SPATTN_SL_TILE_CENSUS (=1: passes 2 and 3 count their warp
 // tiles that add nothing, printed to stderr per build; a diagnostic, a separate kernel instance,
 // it synchronizes).
 // Tests change them through the returned reference, between builds only.
@@ -149,6 +151,7 @@ struct SlKnobs {
   int asm_bucket = -1;    // -1: bucket rows of >= 5 segments; 0 / 1: never / always
   bool asm_spans = true;  // SlAsmArgs::row_spans
   bool tile_census = false;
+  bool wgmma = true;
 };
 SlKnobs& SampledLinesKnobs();
 
