@@ -554,6 +554,70 @@ TEST_F(CudaAttentionTest, SparseTmaStoreMatchesStores) {
   }
 }
 
+// The producer's deferred last V tile of an item (kFlagEarlyK0, SPATTN_HOPPER_EARLY_K0, default
+// 1: when an item's last tile is a range tile, its V load waits until the next item is looked
+// up) against the V tile first (=0): byte-identical O and LSE, the reference's values. Rows by
+// (head + block) % 4: empty (items without tiles between deferred ones); one whole tile ending
+// at the diagonal (one-tile items: the deferred V is the item's only one); a sink tile and a
+// window of two whole tiles (range tiles only, the last one deferred); random ranges and
+// columns (a gathered last tile: not deferred). Batch 1 and a varlen batch, many items per CTA,
+// block_m 64 / 128, d 128 / 64.
+TEST_F(CudaAttentionTest, SparseEarlyK0MatchesLateV) {
+  const std::vector<Case> cases = {
+      {{8192}, {}, 32, 8, 128, DType::kBF16, true},
+      {{4099}, {}, 8, 2, 128, DType::kF16, true},
+      {{3001}, {3001}, 4, 1, 64, DType::kBF16, false},
+      {{1, 63, 700, 1500}, {1, 100, 900, 1500}, 8, 2, 128, DType::kBF16, true},
+  };
+  uint64_t seed = 910;
+  for (int block_m : {64, 128}) {
+    for (const Case& c : cases) {
+      auto hp = MakeProblem(c, seed++);
+      const AttentionProblem& hprob = hp->problem();
+      SparseIndex idx;
+      InitSparseIndex(hprob, AllHeads(c.hq), block_m, &idx);
+      std::mt19937_64 rng(seed++);
+      std::vector<RowKeys> rows(idx.num_rows());
+      for (int s = 0; s < idx.num_heads(); ++s) {
+        for (int b = 0; b < idx.num_blocks(); ++b) {
+          const BlockGeometry g = GetBlockGeometry(hprob, idx, b);
+          RowKeys& row = rows[idx.row(s, b)];
+          const int64_t end = g.key_end;
+          switch ((s + b) % 4) {
+            case 0:
+              break;
+            case 1:
+              row.AddRange(std::max<int64_t>(0, end - block_m), end);
+              break;
+            case 2:
+              row.AddRange(0, std::min<int64_t>(end, block_m));
+              row.AddRange(std::max<int64_t>(0, end - 2 * block_m), end);
+              break;
+            default:
+              for (int i = 0; i < 3; ++i) {
+                const int64_t st = rng() % end;
+                row.AddRange(st, st + 1 + rng() % 300);
+              }
+              for (int i = 0; i < 40; ++i) row.AddCol(rng() % end);
+          }
+          row.Normalize(end, /*min_run=*/1 << 30);
+        }
+      }
+      CompactRows(&rows, &idx);
+      ASSERT_TRUE(ValidateSparseIndex(hprob, idx).ok());
+      const std::string config = absl::StrCat(Describe(c), " block_m=", block_m);
+      std::vector<float> o[2], lse[2];
+      RunSparseWithAndWithoutKnob(*hp, idx, "SPATTN_HOPPER_EARLY_K0", "0", config, o, lse);
+      if (HasFatalFailure()) return;
+      EXPECT_EQ(CheckRows(hprob, &idx, SampleRows(hprob, AllHeads(c.hq), 64), o[0], lse[0]), "")
+          << config;
+      ASSERT_EQ(o[0].size(), o[1].size());
+      EXPECT_EQ(0, std::memcmp(o[0].data(), o[1].data(), o[0].size() * 4)) << config;
+      EXPECT_EQ(0, std::memcmp(lse[0].data(), lse[1].data(), lse[0].size() * 4)) << config;
+    }
+  }
+}
+
 // An empty row gives O = 0 and LSE = -inf; rows of heads outside the index stay untouched.
 TEST_F(CudaAttentionTest, EmptyRowsAndUntouchedHeads) {
   Case c{{130}, {}, 4, 2, 64, DType::kBF16, true};
