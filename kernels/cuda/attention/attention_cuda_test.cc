@@ -554,15 +554,15 @@ TEST_F(CudaAttentionTest, SparseTmaStoreMatchesStores) {
   }
 }
 
-// The producer's deferred last V tile of an item (kFlagEarlyK0, SPATTN_HOPPER_EARLY_K0, default
-// 1: when an item's last tile is a range tile, its V load waits until the next item is looked
-// up) against the V tile first (=0): byte-identical O and LSE, the reference's values. Rows by
-// (head + block) % 4: empty (items without tiles between deferred ones); one whole tile ending
-// at the diagonal (one-tile items: the deferred V is the item's only one); a sink tile and a
-// window of two whole tiles (range tiles only, the last one deferred); random ranges and
-// columns (a gathered last tile: not deferred). Batch 1 and a varlen batch, many items per CTA,
-// block_m 64 / 128, d 128 / 64.
-TEST_F(CudaAttentionTest, SparseEarlyK0MatchesLateV) {
+// The next item's schedule record prefetched into L1 by the producer's leader before an item's
+// last V tile (kFlagPrefetchItem, SPATTN_HOPPER_PREFETCH_ITEM, default 1) against none (=0):
+// byte-identical O and LSE, the reference's values. Rows by (head + block) % 4: empty (items
+// without tiles), one whole tile ending at the diagonal (one-tile items), a sink tile and a
+// window of two whole tiles (range tiles only), random ranges and columns (gathered tiles
+// last). Batch 1 and a varlen batch, many items per CTA, block_m 64 / 128, d 128 / 64; the
+// dynamic work list (the prefetch of the fetched position) and SPATTN_HOPPER_DYNAMIC=0 (the
+// snake order's next position) both run (the second with the knob pair again).
+TEST_F(CudaAttentionTest, SparsePrefetchItemMatchesNone) {
   const std::vector<Case> cases = {
       {{8192}, {}, 32, 8, 128, DType::kBF16, true},
       {{4099}, {}, 8, 2, 128, DType::kF16, true},
@@ -607,7 +607,10 @@ TEST_F(CudaAttentionTest, SparseEarlyK0MatchesLateV) {
       ASSERT_TRUE(ValidateSparseIndex(hprob, idx).ok());
       const std::string config = absl::StrCat(Describe(c), " block_m=", block_m);
       std::vector<float> o[2], lse[2];
-      RunSparseWithAndWithoutKnob(*hp, idx, "SPATTN_HOPPER_EARLY_K0", "0", config, o, lse);
+      if (c.q_lens.size() > 1) setenv("SPATTN_HOPPER_DYNAMIC", "0", 1);  // (the snake order)
+      RunSparseWithAndWithoutKnob(*hp, idx, "SPATTN_HOPPER_PREFETCH_ITEM", "0", config, o, lse);
+      unsetenv("SPATTN_HOPPER_DYNAMIC");
+      ReloadCudaKernelKnobs();
       if (HasFatalFailure()) return;
       EXPECT_EQ(CheckRows(hprob, &idx, SampleRows(hprob, AllHeads(c.hq), 64), o[0], lse[0]), "")
           << config;

@@ -57,7 +57,7 @@ __device__ __forceinline__ void CpAsyncArriveInc(uint32_t bar) {
 #endif
 }
 
-// Brings the line of `ptr` into L1 (the producer's next reads of the index).
+// Brings the line of `ptr` into L1 (kFlagPrefetchItem: the next item's schedule record).
 __device__ __forceinline__ void PrefetchL1(const void* ptr) {
   asm volatile("prefetch.global.L1 [%0];\n" ::"l"(ptr));
 }
@@ -130,10 +130,7 @@ struct PersistTraits {
   // Dynamic work list (kFlagDynamic): the producer's leader hands the item it took from the
   // counter to the other producer threads here (two slots, alternating by round).
   static constexpr int kNextItemOff = kTileKeysOff + kStages * kBN * 4;
-  // The deferred V tile (kCross, kFlagEarlyK0): its first key token and kv head.
-  static constexpr int kDeferOff = kNextItemOff + 16;
-  static constexpr int kDeferBytes = kCross ? 16 : 0;
-  static constexpr int kSmemBytes = kDeferOff + kDeferBytes + 1024;
+  static constexpr int kSmemBytes = kNextItemOff + 16 + 1024;
   static constexpr int kProducerRegs = 56;
   static constexpr int kConsumerRegs = kBM == 128 ? 224 : 200;
   static_assert(kSmemBytes * kMinBlocks <= 227 * 1024, "shared memory");
@@ -188,17 +185,16 @@ constexpr int kFlagSleepConsumers = 32;
 // the store has read it: StoreItemTma). Batch 1 only (the TMA clips the last block's rows
 // past the tensor's end; in a varlen batch they would be the next sequence's).
 constexpr int kFlagTmaStore = 64;
-// kFlagEarlyK0 (the sparse stream; SPATTN_HOPPER_EARLY_K0, default 1): when an item's last tile
-// is a range tile, the producer defers its V load (the leader's TMA, the others' arrivals) past
-// the next round's lookup (the round's start, the work list's hand-over, GetItem's record and
-// sequence reads): that lookup then runs while the V tile's slot frees instead of after it;
-// then, with the first range / column reads of the new item prefetched into L1, the V tile,
-// the item's Q, the walk to its first tile and its first K as before (s24/s25 timeline: the
-// consumers waited ~1.9K cycles per item for the first K). The deferred tile's first key token
-// and kv head wait in shared memory (kDeferOff); a gathered last tile (every thread's key and
-// copies) is not deferred: with any deferred state in registers across the lookup, or the
-// deferred V after the walk, the producer's 56 registers spilled 50-120 bytes.
-constexpr int kFlagEarlyK0 = 1 << 16;
+// kFlagPrefetchItem (the sparse stream with item records; SPATTN_HOPPER_PREFETCH_ITEM): before
+// an item's last V tile waits for its ring slot, the producer's leader prefetches the next
+// item's schedule record into L1 (the list position it fetched from the counter when the item
+// began, or the next snake position), so the next round's GetItem reads it from L1 instead of
+// L2 while the walk to the first tile, the Q and the first K wait behind it (s24/s25 timeline:
+// the consumers waited ~1.9K cycles per item for the first K; the lookup's dependent reads start
+// only after that V tile is issued). A deferral of that V tile behind the next lookup
+// (session 26) spilled the producer's 56 registers unless it was limited to range tiles, which
+// almost no item ends with under the default packing (its gathered tiles come last).
+constexpr int kFlagPrefetchItem = 1 << 16;
 // Bits 8-15 (the sparse stream): the stale row maximum's bound + 1 (ConsumerStep::SoftmaxStale;
 // SPATTN_HOPPER_STALE_MAX, default 8; -1 rescales every tile as ConsumerStep::Softmax does).
 constexpr int kStaleMaxShift = 8;
@@ -434,7 +430,7 @@ struct TraceOn<Tr, std::void_t<decltype(Tr::kTrace)>> : std::integral_constant<b
 template <class Tr>
 struct Traced : Tr {
   static constexpr bool kTrace = true;
-  static constexpr int kTraceOff = Tr::kDeferOff + Tr::kDeferBytes;
+  static constexpr int kTraceOff = Tr::kNextItemOff + 16;
   static constexpr int kSmemBytes = Tr::kSmemBytes + 4 * 8 * 4;
   static_assert(kSmemBytes * Tr::kMinBlocks <= 227 * 1024, "shared memory");
 };
@@ -1153,29 +1149,6 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
     int* const next_item = reinterpret_cast<int*>(smem + Tr::kNextItemOff);
     int fetched = 0;
     constexpr bool kTrace = TraceOn<Tr>::value;
-    // kFlagEarlyK0: a deferred V tile (range tile `tile - 1`) is pending (dv).
-    const bool defer_v = kSparse && Tr::kCross && (flags & kFlagEarlyK0) != 0;
-    bool dv = false;
-    auto flush_v = [&](int trace_item) {
-      if (!dv) return;
-      dv = false;
-      const int s = (tile - 1) % kStages;  // (no K tile was issued since it was deferred)
-      pwait(v_empty(s), (((tile - 1) / kStages) & 1) ^ 1);
-      if (leader) {
-        const int* d = reinterpret_cast<const int*>(smem + Tr::kDeferOff);
-        MbarArriveExpectTx(v_full(s), Tr::kTileBytes);
-#pragma unroll
-        for (int sub = 0; sub < kSub; ++sub) {
-          TmaLoad3d(sV + s * Tr::kTileBytes + sub * kBN * 128, &tmap_v, sub * 64, d[1], d[0],
-                    v_full(s));
-        }
-        if constexpr (kTrace) {
-          TraceP<Tr>(smem, trace_item, kTpEnd, static_cast<unsigned>(TraceClock()));
-        }
-      } else {
-        MbarArrive(v_full(s));
-      }
-    };
     for (int round = 0;; ++round) {
       // (kTrace: the slot of the round's item, rewritten by the next round if it has no tiles)
       if constexpr (kTrace) {
@@ -1225,17 +1198,6 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
         ++n_item;
       };
       const bool early_q = kSparse && Tr::kCross && it.keys;
-      if (dv) {
-        // The deferred V tile goes now, after the item's lookup (the Q buffer's wait never
-        // needs it: the consumers release the buffer of the item before the previous one
-        // without that V tile). Its slot wait hides the walk's first reads, started first.
-        if (it.ks.num_ranges > 0) {
-          PrefetchL1(it.ks.range_start);
-          PrefetchL1(it.ks.range_len);
-        }
-        if (key_row < it.ks.num_cols) PrefetchL1(it.ks.cols + key_row);
-        flush_v(n_item - 1);
-      }
       if (early_q) issue_q(true);
       // Tiles one ahead: whether another follows is part of a tile's descriptor.
       PackedCursor<kBN, kSparse && Tr::kCross> cursor;
@@ -1291,15 +1253,15 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
           load(&tmap_k, kbase, p.k_token_stride, sK + s * Tr::kTileBytes, k_full(s), it, kind,
                start, n, key, mixed ? s : -1);
         }
-        if (have_prev && !have && pkind == 0 && defer_v) {
-          dv = true;
-          if (leader) {
-            int* d = reinterpret_cast<int*>(smem + Tr::kDeferOff);
-            d[0] = it.k_tok0 + pstart;
-            d[1] = it.head / p.group;
-          }
-        } else if (have_prev) {
+        if (have_prev) {
           const int s = (tile - 1) % kStages;
+          if constexpr (kSparse && Tr::kCross) {
+            // (the launch sets the flag only with records)
+            if (!have && leader && (flags & kFlagPrefetchItem) != 0) {
+              const int nw = dynamic ? G + fetched : SnakeItem(round + 1, c, G);
+              if (nw < num_items) PrefetchL1(reinterpret_cast<const int4*>(sched.items) + 2 * nw);
+            }
+          }
           pwait(v_empty(s), (((tile - 1) / kStages) & 1) ^ 1);
           load(&tmap_v, vbase, p.v_token_stride, sV + s * Tr::kTileBytes, v_full(s), it, pkind,
                pstart, pn, pkey, -1);
@@ -1308,7 +1270,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
           if (leader && have && !have_prev) {
             TraceP<Tr>(smem, n_item - 1, kTpK0, static_cast<unsigned>(TraceClock()));
           }
-          if (leader && !have && !dv) {
+          if (leader && !have) {
             TraceP<Tr>(smem, n_item - 1, kTpEnd, static_cast<unsigned>(TraceClock()));
           }
         }
@@ -1320,7 +1282,6 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
         have = have_next;
       }
     }
-    flush_v(n_item - 1);
     if constexpr (Tr::kDesc) {
       // The end of this CTA's items, in the next Q buffer's descriptor (no Q load: the plain
       // arrive completes q_full's phase).
