@@ -92,7 +92,6 @@ struct LaunchKnobs {
   int sleep_waits = 3;       // SPATTN_HOPPER_SLEEP_WAITS (the sparse stream's mbarrier waits)
   int stale_max = 8;         // SPATTN_HOPPER_STALE_MAX (the sparse stream's row maximum)
   bool tma_store = true;     // SPATTN_HOPPER_TMA_STORE (the sparse stream's epilogue)
-  bool prefetch_item = true;  // SPATTN_HOPPER_PREFETCH_ITEM (the sparse stream's next record)
   std::string trace;         // SPATTN_HOPPER_TRACE (timeline file of the sparse stream)
   int trace_launch = 0;      // SPATTN_HOPPER_TRACE_LAUNCH
 };
@@ -115,7 +114,6 @@ LaunchKnobs ReadKnobs() {
   k.sleep_waits = EnvInt("SPATTN_HOPPER_SLEEP_WAITS", k.sleep_waits);
   k.stale_max = std::max(-1, std::min(254, EnvInt("SPATTN_HOPPER_STALE_MAX", k.stale_max)));
   k.tma_store = EnvInt("SPATTN_HOPPER_TMA_STORE", 1) != 0;
-  k.prefetch_item = EnvInt("SPATTN_HOPPER_PREFETCH_ITEM", 1) != 0;
   const char* trace = std::getenv("SPATTN_HOPPER_TRACE");
   k.trace = trace == nullptr ? "" : trace;
   k.trace_launch = EnvInt("SPATTN_HOPPER_TRACE_LAUNCH", k.trace_launch);
@@ -391,10 +389,6 @@ cudaError_t LaunchPersistent(const AttnParams& p, const SparseIndexView& idx,
     const int sw = Knobs().sleep_waits;
     flags |= ((sw & 1) ? kFlagSleepProducer : 0) | ((sw & 2) ? kFlagSleepConsumers : 0) |
              ((Knobs().stale_max + 1) << kStaleMaxShift);
-    // The next item's record prefetched before the item's last V tile (kFlagPrefetchItem, with
-    // records only; SPATTN_HOPPER_PREFETCH_ITEM=0: not, as session 25; NOTES.md session 26
-    // s26-sparse).
-    if (Knobs().prefetch_item && sched.items != nullptr) flags |= kFlagPrefetchItem;
   }
   // The sparse stream's TMA-store epilogue (kFlagTmaStore; SPATTN_HOPPER_TMA_STORE=0: the
   // 16-byte stores of session 24, NOTES.md session 25 s25-sparse): O's map with 16-row boxes

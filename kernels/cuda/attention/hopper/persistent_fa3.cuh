@@ -57,11 +57,6 @@ __device__ __forceinline__ void CpAsyncArriveInc(uint32_t bar) {
 #endif
 }
 
-// Brings the line of `ptr` into L1 (kFlagPrefetchItem: the next item's schedule record).
-__device__ __forceinline__ void PrefetchL1(const void* ptr) {
-  asm volatile("prefetch.global.L1 [%0];\n" ::"l"(ptr));
-}
-
 __device__ __forceinline__ void CpAsync16Zfill(uint32_t dst, const void* src, bool valid) {
   const int n = valid ? 16 : 0;
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n)
@@ -185,16 +180,6 @@ constexpr int kFlagSleepConsumers = 32;
 // the store has read it: StoreItemTma). Batch 1 only (the TMA clips the last block's rows
 // past the tensor's end; in a varlen batch they would be the next sequence's).
 constexpr int kFlagTmaStore = 64;
-// kFlagPrefetchItem (the sparse stream with item records; SPATTN_HOPPER_PREFETCH_ITEM): before
-// an item's last V tile waits for its ring slot, the producer's leader prefetches the next
-// item's schedule record into L1 (the list position it fetched from the counter when the item
-// began, or the next snake position), so the next round's GetItem reads it from L1 instead of
-// L2 while the walk to the first tile, the Q and the first K wait behind it (s24/s25 timeline:
-// the consumers waited ~1.9K cycles per item for the first K; the lookup's dependent reads start
-// only after that V tile is issued). A deferral of that V tile behind the next lookup
-// (session 26) spilled the producer's 56 registers unless it was limited to range tiles, which
-// almost no item ends with under the default packing (its gathered tiles come last).
-constexpr int kFlagPrefetchItem = 1 << 16;
 // Bits 8-15 (the sparse stream): the stale row maximum's bound + 1 (ConsumerStep::SoftmaxStale;
 // SPATTN_HOPPER_STALE_MAX, default 8; -1 rescales every tile as ConsumerStep::Softmax does).
 constexpr int kStaleMaxShift = 8;
@@ -1255,13 +1240,6 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
         }
         if (have_prev) {
           const int s = (tile - 1) % kStages;
-          if constexpr (kSparse && Tr::kCross) {
-            // (the launch sets the flag only with records)
-            if (!have && leader && (flags & kFlagPrefetchItem) != 0) {
-              const int nw = dynamic ? G + fetched : SnakeItem(round + 1, c, G);
-              if (nw < num_items) PrefetchL1(reinterpret_cast<const int4*>(sched.items) + 2 * nw);
-            }
-          }
           pwait(v_empty(s), (((tile - 1) / kStages) & 1) ^ 1);
           load(&tmap_v, vbase, p.v_token_stride, sV + s * Tr::kTileBytes, v_full(s), it, pkind,
                pstart, pn, pkey, -1);
