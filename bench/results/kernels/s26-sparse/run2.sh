@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# s26-sparse run 2 (on the GPU machine): the next item's schedule record prefetched into L1
+# before an item's last V tile (kFlagPrefetchItem, SPATTN_HOPPER_PREFETCH_ITEM, default 1 in this
+# build): the attention GPU tests and, at the same time, under PACK_TAILS=1; A/B in one process
+# at 32K (pf = default / none = PREFETCH_ITEM=0, two interleaved rounds; 128K left out for the
+# session's device budget); cuda_bench base (main 0d1e412) / new in separate processes at 32K; the timeline
+# of pf / none at 32K block_m 128. Everything goes into run2.tar plus summary.txt and timeline.txt.
+set -u
+cd "$(dirname "$0")"
+WORK=/tmp/s26sp2 && rm -rf "$WORK" && mkdir -p "$WORK/o" && tar -xJf bundle.tar.xz -C "$WORK"
+cp sparse_timeline.py "$WORK/"
+cd "$WORK" && export LD_LIBRARY_PATH=$PWD/lib
+export TEST_TMPDIR=/tmp/spattn_test; mkdir -p "$TEST_TMPDIR" /tmp/spattn_test1
+O=$WORK/o
+SECONDS=0
+note() { echo "$* (${SECONDS}s)" | tee -a "$O/summary.txt"; }
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee -a "$O/summary.txt"
+nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,noheader -l 1 > "$O/clocks.csv" 2>/dev/null &
+CLK=$!
+F='*Sparse*:*Columns*:*AShape*:*Nan*:*Empty*:*HostPath*'
+F1='*Sparse*:*Columns*:*AShape*:-*PackTailsModes*'
+TEST_TMPDIR=/tmp/spattn_test1 SPATTN_HOPPER_PACK_TAILS=1 timeout 80 bin/attention_cuda_test --gtest_filter="$F1" > "$O/tests_pt1.txt" 2>&1 &
+PT=$!
+timeout 80 bin/attention_cuda_test --gtest_filter="$F" > "$O/tests.txt" 2>&1
+note "attention_cuda_test [$F] rc=$? $(grep -hE '^\[  (PASSED|FAILED) ' "$O/tests.txt" | tr '\n' ' ')"
+wait $PT
+note "attention_cuda_test PACK_TAILS=1 [$F1] rc=$? $(grep -hE '^\[  (PASSED|FAILED) ' "$O/tests_pt1.txt" | tr '\n' ' ')"
+grep -hE "^\[ +(OK|FAILED) " "$O/tests.txt" "$O/tests_pt1.txt" | tee -a "$O/summary.txt"
+C="--kv_heads=8 --head_dim=128 --causal=1 --dtype=bf16 --variants=5 --sparse_variants=5 --block_ms=64,128 --range_densities=0.03,0.1 --col_densities=0.05 --sampled_lines=0.95"
+C32="$C --seq_lens=32768 --iters=3 --warmup=1 --workspace_mb=4096"
+C128="$C --seq_lens=131072 --iters=2 --warmup=1 --workspace_mb=8192"
+KS="--knob_sets=pf:;none:SPATTN_HOPPER_PREFETCH_ITEM=0"
+timeout 60 bin/cuda_bench $C32 --sparse_knobs=1 --rounds=2 "$KS" --tag=ab >> "$O/bench.jsonl" 2>> "$O/errors.log"
+note "ab 32K rc=$?"
+run() {  # tag, timeout, args
+  local tag=$1 to=$2; shift 2
+  case $tag in
+    base) timeout $to bin/base/cuda_bench "$@" --tag=$tag ;;
+    new) timeout $to bin/cuda_bench "$@" --tag=$tag ;;
+  esac >> "$O/bench.jsonl" 2>> "$O/errors.log"
+  note "$tag rc=$?"
+}
+for t in base new; do run $t 25 $C32; done
+T=$O/trace.jsonl
+timeout 30 bin/cuda_bench $C32 --block_ms=128 --sparse_knobs=1 "--knob_sets=pf:SPATTN_HOPPER_TRACE=$T;none:SPATTN_HOPPER_PREFETCH_ITEM=0+SPATTN_HOPPER_TRACE=$T" --tag=tl >> "$O/timeline_bench.jsonl" 2>> "$O/errors.log"
+note "timeline rc=$? $(wc -c < "$T") bytes"
+python3 sparse_timeline.py "$T" > "$O/timeline.txt" 2>> "$O/errors.log"
+python3 sparse_timeline.py "$T" --json > "$O/timeline_summary.jsonl" 2>> "$O/errors.log"
+kill $CLK 2>/dev/null
+python3 - "$O/bench.jsonl" "$O/timeline_bench.jsonl" <<'PY' | tee -a "$O/summary.txt"
+import json, sys, collections
+R = collections.defaultdict(lambda: collections.defaultdict(list))
+for f in sys.argv[1:]:
+    for l in open(f):
+        if not l.startswith("{"): continue
+        r = json.loads(l)
+        if r["kernel"] == "index_stats": continue
+        R[(r["seq_len"], 0 if r["kernel"].startswith("dense") else r["block_m"], r["kernel"], round(r["density"], 3))][r["tag"]].append((r["tflops"], r.get("vs_dense", 0)))
+for k in sorted(R):
+    print(k, " | ".join("%s %s" % (t, " ".join("%.0f(%.2f)" % x for x in v)) for t, v in sorted(R[k].items())))
+PY
+rm -f "$T"
+cp "$O/timeline.txt" "${OUT:-/tmp/out}/" 2>/dev/null
+cd "$WORK" && tar -cf "${OUT:-/tmp/out}/run2.tar" -C "$O" . && cp "$O/summary.txt" "${OUT:-/tmp/out}/" 2>/dev/null
+ls -la "${OUT:-/tmp/out}"
