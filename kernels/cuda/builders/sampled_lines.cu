@@ -40,25 +40,17 @@ constexpr int kFixedKeyShift = 31 * 8;  // bin key (fp32 bits >> 20) of m * kFix
 // per SM (2.59 vs 3.00 ms at 32K, 29.6 vs 30.9 ms at 128K; with one barrier per tile histogram
 // 16.10 vs 20.58 ms at 128K) and passes 1 and 3 on three buffers, 48 KB, each tile loaded two
 // ahead (index build 46.90 vs 47.29 ms at 128K, 4.35 vs 4.53 at 32K).
-// With wgmma (session 26, s26-slbuild2, SlKnobs::hist_overlap) pass 2 takes two key buffers
-// again (66 KB, 3 CTAs per SM): the tensor cores compute tile t's products while the warps do
-// tile t - 1's histogram updates (whose barrier waits were pass 2's largest stall) and tile t + 1
-// loads.
 struct SlSmem {
   int64_t tile, hm, total;
 };
-// Key buffers of pass `pass`. ov (pass 2 with wgmma, SlKnobs::hist_overlap, session 26): two
-// key buffers, tile t - 1's histogram updates run while the tensor cores compute tile t's
-// products and tile t + 1 loads (66 KB: 3 CTAs per SM).
-__host__ __device__ inline constexpr int PassBuffers(int pass, bool ov = false) {
-  return pass == 2 && !ov ? 1 : 2;
-}
+// Key buffers of pass `pass`.
+__host__ __device__ inline constexpr int PassBuffers(int pass) { return pass == 2 ? 1 : 2; }
 // kWg: the key tiles in wgmma's 128-byte swizzle layout (SlKeyOff), whose descriptors need a
 // 1024-byte aligned base: 1024 bytes more to align it (tile sizes are multiples of 1024).
-__host__ __device__ inline SlSmem Layout(int head_dim, int pass, bool wg = false, bool ov = false) {
+__host__ __device__ inline SlSmem Layout(int head_dim, int pass, bool wg = false) {
   SlSmem l;
   l.tile = static_cast<int64_t>(kTile) * head_dim * 2;
-  l.hm = PassBuffers(pass, ov) * l.tile;
+  l.hm = PassBuffers(pass) * l.tile;
   l.total = pass == 2 ? l.hm + static_cast<int64_t>(kSlGroupBlocks) * kSlBins * 4 : l.hm;
   if (wg) l.total += 1024;
   return l;
@@ -354,16 +346,12 @@ __device__ unsigned long long g_sl_census[4];  // pass 2 tiles, skipped; pass 3 
 
 // kWg (SlKnobs::wgmma): the products by TileLogitsWg on the sm_90a image (elsewhere the
 // mma.sync path of kWg false), the key tiles in its layout at a 1024-byte aligned base.
-// kOv (pass 2 only, SlKnobs::hist_overlap): two key buffers (3 CTAs per SM), and with wgmma each
-// tile's histogram updates run under the next tile's products (PassBuffers).
-template <typename T, int kD, int kPass, bool kCensus = false, bool kWg = false, bool kOv = false>
-__global__ void __launch_bounds__(kThreads, kOv ? 3 : 4) SlPassKernel(SlArgs a) {
+template <typename T, int kD, int kPass, bool kCensus = false, bool kWg = false>
+__global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
   extern __shared__ __align__(128) unsigned char smem[];
   constexpr bool kUseWg = kWg && SPATTN_SL_SM90A;
-  static_assert(!kOv || kPass == 2, "kOv: pass 2 only");
-  constexpr bool kOvWg = kOv && kUseWg;  // tile t - 1's updates under tile t's wgmma
-  constexpr int kBufs = PassBuffers(kPass, kOv);
-  const SlSmem lay = Layout(kD, kPass, kWg, kOv);
+  constexpr int kBufs = PassBuffers(kPass);
+  const SlSmem lay = Layout(kD, kPass, kWg);
   constexpr int kChunks = kD / 8;  // 16-byte chunks per tile row
   const uint32_t sraw = detail::SmemAddr(smem);
   const uint32_t sbuf = kWg ? (sraw + 1023u) & ~1023u : sraw;
@@ -636,56 +624,6 @@ __global__ void __launch_bounds__(kThreads, kOv ? 3 : 4) SlPassKernel(SlArgs a) 
   int warp_vis = min(rl[0] < g.rows ? vis[0] : -1, rl[1] < g.rows ? vis[1] : -1);
 #pragma unroll
   for (int x = 1; x < 32; x <<= 1) warp_vis = min(warp_vis, __shfl_xor_sync(kFull, warp_vis, x));
-  // Pass 2: one tile's histogram updates from its products `acc` (key tiles from j0); with kOvWg
-  // tile t - 1's (accp, from p2_j0, if p2_pend) between tile t's wgmma issue and its wait.
-  auto hist_update = [&](float(&acc)[8][4], int j0) {
-    const bool plain = j0 + kTile <= warp_vis && mx[0] < FLT_MAX && mx[1] < FLT_MAX;
-    // Every entry's t first (the plain / masked choice once per tile, so the 32 chains are one
-    // block of independent chains: with the choice per entry, each entry's chain was its own
-    // branch block), then one shared update per counted entry (t >= t_min; NaN fails): slot
-    // (bits(t) >> 20) + slot_base, fixed-point mass RN(t).
-    float tv[8][4];
-    if (plain) {
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int h = e >> 1;
-          const float l2 = __fmul_rn(acc[nt][e], a.p.scale_log2);
-          tv[nt][e] = __fmul_rn(__fmul_rn(Exp2(__fsub_rn(l2, mx[h])), inv[h]), w2[h]);
-        }
-      }
-    } else {
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int h = e >> 1;
-          const int j = j0 + AccCol(nt, e, lane);
-          float t = 0.f;
-          if (rl[h] < g.rows && j < vis[h] && mx[h] != -CUDART_INF_F) {
-            const float l2 = Sanitize(__fmul_rn(acc[nt][e], a.p.scale_log2));
-            t = __fmul_rn(__fmul_rn(Exp2(__fsub_rn(l2, mx[h])), inv[h]), w2[h]);
-          }
-          tv[nt][e] = t;
-        }
-      }
-    }
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int h = e >> 1;
-        if (tv[nt][e] >= t_min[h]) {
-          atomicAdd(hm + static_cast<int>(__float_as_uint(tv[nt][e]) >> 20) + slot_base[h],
-                    __float2uint_rn(tv[nt][e]));
-        }
-      }
-    }
-  };
-  [[maybe_unused]] float accp[8][4];
-  int p2_j0 = 0;
-  bool p2_pend = false;
 
   // The Q fragments into registers. With two buffers the Q buffer takes a key tile only after the
   // first iteration's barrier, which every warp reaches with its fragments loaded.
@@ -729,9 +667,7 @@ __global__ void __launch_bounds__(kThreads, kOv ? 3 : 4) SlPassKernel(SlArgs a) 
     if constexpr (kUseWg) {
       TileLogitsWgIssue<T, kD>(qf, buf_of(t), acc);
       if (kPass == 3) flush();
-      if (kOvWg && p2_pend) hist_update(accp, p2_j0);
       TileLogitsWgWait(acc);
-      if (kOvWg) p2_pend = false;
     } else {
       TileLogits<T, kD>(qf, buf_of(t), acc, lane);
     }
@@ -837,16 +773,48 @@ __global__ void __launch_bounds__(kThreads, kOv ? 3 : 4) SlPassKernel(SlArgs a) 
           continue;
         }
       }
-      if constexpr (kOvWg) {  // this tile's updates under the next tile's products
+      const bool plain = j0 + kTile <= warp_vis && mx[0] < FLT_MAX && mx[1] < FLT_MAX;
+      // Every entry's t first (the plain / masked choice once per tile, so the 32 chains are one
+      // block of independent chains: with the choice per entry, each entry's chain was its own
+      // branch block), then one shared update per counted entry (t >= t_min; NaN fails): slot
+      // (bits(t) >> 20) + slot_base, fixed-point mass RN(t).
+      float tv[8][4];
+      if (plain) {
 #pragma unroll
         for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
-          for (int e = 0; e < 4; ++e) accp[nt][e] = acc[nt][e];
+          for (int e = 0; e < 4; ++e) {
+            const int h = e >> 1;
+            const float l2 = __fmul_rn(acc[nt][e], a.p.scale_log2);
+            tv[nt][e] = __fmul_rn(__fmul_rn(Exp2(__fsub_rn(l2, mx[h])), inv[h]), w2[h]);
+          }
         }
-        p2_j0 = j0;
-        p2_pend = true;
       } else {
-        hist_update(acc, j0);
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int h = e >> 1;
+            const int j = j0 + AccCol(nt, e, lane);
+            float t = 0.f;
+            if (rl[h] < g.rows && j < vis[h] && mx[h] != -CUDART_INF_F) {
+              const float l2 = Sanitize(__fmul_rn(acc[nt][e], a.p.scale_log2));
+              t = __fmul_rn(__fmul_rn(Exp2(__fsub_rn(l2, mx[h])), inv[h]), w2[h]);
+            }
+            tv[nt][e] = t;
+          }
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int h = e >> 1;
+          if (tv[nt][e] >= t_min[h]) {
+            atomicAdd(hm + static_cast<int>(__float_as_uint(tv[nt][e]) >> 20) + slot_base[h],
+                      __float2uint_rn(tv[nt][e]));
+          }
+        }
       }
       continue;
     }
@@ -953,7 +921,6 @@ __global__ void __launch_bounds__(kThreads, kOv ? 3 : 4) SlPassKernel(SlArgs a) 
       }
     }
   } else if (kPass == 2) {
-    if (kOvWg && p2_pend) hist_update(accp, p2_j0);
     __syncthreads();
     if (split) {
       // This item's bins into the group's global histograms (SlSplitThresholdKernel takes it
@@ -1205,14 +1172,14 @@ __global__ void SlClassifyKernel(SlArgs a) {
   }
 }
 
-template <typename T, int kD, int kPass, bool kCensus, bool kWg, bool kOv = false>
+template <typename T, int kD, int kPass, bool kCensus, bool kWg>
 cudaError_t LaunchPassAs(const SlArgs& a, cudaStream_t stream) {
-  const int64_t bytes = Layout(kD, kPass, kWg, kOv).total;
+  const int64_t bytes = Layout(kD, kPass, kWg).total;
   cudaError_t err =
-      cudaFuncSetAttribute(SlPassKernel<T, kD, kPass, kCensus, kWg, kOv>,
+      cudaFuncSetAttribute(SlPassKernel<T, kD, kPass, kCensus, kWg>,
                            cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
   if (err != cudaSuccess) return err;
-  SlPassKernel<T, kD, kPass, kCensus, kWg, kOv>
+  SlPassKernel<T, kD, kPass, kCensus, kWg>
       <<<static_cast<unsigned>(a.num_items) * a.num_slots, kThreads, bytes, stream>>>(a);
   return cudaGetLastError();
 }
@@ -1232,13 +1199,8 @@ bool SlUseWgmma() { return SampledLinesKnobs().wgmma && SlDeviceIsSm90(); }
 
 template <typename T, int kD, int kPass, bool kCensus>
 cudaError_t LaunchPass(const SlArgs& a, cudaStream_t stream) {
-  if (!SlUseWgmma()) return LaunchPassAs<T, kD, kPass, kCensus, false>(a, stream);
-  if constexpr (kPass == 2) {
-    if (SampledLinesKnobs().hist_overlap) {
-      return LaunchPassAs<T, kD, kPass, kCensus, true, true>(a, stream);
-    }
-  }
-  return LaunchPassAs<T, kD, kPass, kCensus, true>(a, stream);
+  return SlUseWgmma() ? LaunchPassAs<T, kD, kPass, kCensus, true>(a, stream)
+                      : LaunchPassAs<T, kD, kPass, kCensus, false>(a, stream);
 }
 
 template <int kPass, bool kCensus = false>
@@ -1559,7 +1521,6 @@ SlKnobs& SampledLinesKnobs() {
     if (const char* c = std::getenv("SPATTN_SL_TILE_CENSUS")) k.tile_census = c[0] == '1';
     if (const char* c = std::getenv("SPATTN_SL_ASM_SPANS")) k.asm_spans = c[0] != '0';
     if (const char* c = std::getenv("SPATTN_SL_WGMMA")) k.wgmma = c[0] != '0';
-    if (const char* c = std::getenv("SPATTN_SL_HIST_OVERLAP")) k.hist_overlap = c[0] != '0';
     return k;
   }();
   return knobs;

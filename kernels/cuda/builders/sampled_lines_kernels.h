@@ -141,10 +141,7 @@ struct SlArgs {
 // wgmma on a compute capability 9.0 device; the same products bit for bit, checked by
 // CountSampledLinesTileMismatches) and SPATTN_SL_TILE_CENSUS (=1: passes 2 and 3 count their warp
 // tiles that add nothing, printed to stderr per build; a diagnostic, a separate kernel instance,
-// it synchronizes) and SPATTN_SL_HIST_OVERLAP (=0: pass 2 with wgmma on one key buffer, 4 CTAs
-// per SM, each tile's histogram updates after its products, s26-slbuild's; default 1: two key
-// buffers, 3 CTAs per SM, tile t - 1's updates while the tensor cores compute tile t's products
-// and tile t + 1 loads; the same histograms: integer adds in another order).
+// it synchronizes).
 // Tests change them through the returned reference, between builds only.
 struct SlKnobs {
   int split_tiles = 0;  // > 0: every split item has this many key tiles
@@ -155,7 +152,6 @@ struct SlKnobs {
   bool asm_spans = true;  // SlAsmArgs::row_spans
   bool tile_census = false;
   bool wgmma = true;
-  bool hist_overlap = true;
 };
 SlKnobs& SampledLinesKnobs();
 
