@@ -75,7 +75,7 @@ Search:
                            (each --length_buckets bucket by its own), sampled_lines alone
                            with --sampled_lines_margin 0.01 up to --auto_max_len tokens,
                            all above
-  --auto_max_len=65536     with --candidates=auto: the longest calibration length searched
+  --auto_max_len=131072    with --candidates=auto: the longest calibration length searched
                            with sampled_lines alone
   --sample_rows=256        query rows per prompt over which recall is computed exactly
   --build_cost_weight=1    weight of the modeled index-build work against kernel pairs

@@ -338,7 +338,7 @@ TEST_F(CalibrateCommandTest, AutoCandidatesFollowEachBucketsLength) {
   }
   EXPECT_GT(other, 0) << out_;
 
-  // The default boundary (64K): one 512-token search is the sampled_lines-only one.
+  // The default boundary (128K): one 512-token search is the sampled_lines-only one.
   const std::string dir2 = TmpDir("cal_auto_default");
   ASSERT_EQ(Calibrate({"--workload=llm_mix", "--q_heads=4", "--kv_heads=2", "--head_dim=64",
                        "--sample_rows=128", "--seed=6", "--seq_len=512", "--candidates=AUTO",

@@ -61,20 +61,23 @@ absl::StatusOr<std::vector<Method>> ParseCandidateMethods(absl::string_view spec
 
 // ---- Candidates by length ("auto", issue 11 item 5).
 
-// No one search space wins at every length on the worker's guarded path (session 25, H100,
-// llm_mix 32 q / 8 kv heads, d 128, bf16, target 0.95, 16K calibration prompt; kernels/cuda/
-// NOTES.md "s25-slmargin" and README's performance section): sampled_lines alone searched at the
-// guard's gamma (margin 0.01) serves 32K in 6.24 ms against the default search's 9.81, but 128K
-// in 93.77 ms against 90.55 (its build grows faster than the kernel work it saves). "auto" (spattnctl
+// Which search space wins on the worker's guarded path depends on the length and on the
+// sampled_lines build (H100, llm_mix 32 q / 8 kv heads, d 128, bf16, target 0.95, 16K
+// calibration prompt; README's performance section): sampled_lines alone searched at the guard's
+// gamma (margin 0.01, guard adaptive sampled_lines,flex_prefill) against the default search
+// (guarded): session 25 32K 6.24 vs 9.81 ms, 128K 93.77 vs 90.55; session 26, with
+// sampled_lines' passes on wgmma (kernels/cuda/NOTES.md "s26-slbuild"), 32K 5.38 vs 9.64 ms and
+// 128K 83.69 vs 89.38, its promise kept at 0.90 / 0.95 / 0.98 at 64K and 128K on two model seeds
+// (bench/results/gpu/h100-2026-11-27-s26/call2) and at 4K-32K (session 25). "auto" (spattnctl
 // calibrate --candidates=auto, spattn-bench --search_candidates=auto) picks by the length the
 // configs are calibrated for / served at: up to kAutoSampledLinesMaxTokens the sampled_lines-only
 // search with margin kAutoSampledLinesMargin, above it the default search (margin 0).
 inline constexpr char kAutoCandidates[] = "auto";
-// The longest length (tokens) "auto" searches sampled_lines alone for. 64K: the measured winner
-// at 32K, the loser at 128K; 64K was not timed (its promise: s26-promise in kernels/cuda/NOTES.md).
-inline constexpr int64_t kAutoSampledLinesMaxTokens = 65536;
-// The sampled_lines margin "auto" searches with up to that length: the worker's recall guard's
-// margin (RecallGuardOptions::margin; tests/bench checks they agree).
+// The longest length (tokens) "auto" searches sampled_lines alone for: 128K, the longest length
+// where that search was measured faster and keeping the promise (above). At 1M (session 24,
+// without the guard) sampled_lines alone was faster too, but the guarded sampled_lines-only path
+// was not measured there.
+inline constexpr int64_t kAutoSampledLinesMaxTokens = 131072;
 inline constexpr double kAutoSampledLinesMargin = 0.01;
 
 // What one search searches: the candidate methods and the sampled_lines margin.

@@ -523,9 +523,10 @@ TEST(PatternSearch, BadOptionsAreRejectedByName) {
 }
 
 TEST(PatternSearch, AutoCandidatesFollowTheLength) {
-  // Up to and including 64K: sampled_lines alone at the guard's margin; above: the default search.
-  static_assert(kAutoSampledLinesMaxTokens == 65536, "the rule's boundary is 64K");
-  for (int64_t len : {int64_t{1}, int64_t{4096}, int64_t{16384}, int64_t{32768}, int64_t{65536}}) {
+  // Up to and including 128K: sampled_lines alone at the guard's margin; above: the default search.
+  static_assert(kAutoSampledLinesMaxTokens == 131072, "the rule's boundary is 128K");
+  for (int64_t len : {int64_t{1}, int64_t{4096}, int64_t{16384}, int64_t{32768}, int64_t{65536},
+                      int64_t{131072}}) {
     absl::StatusOr<CandidateChoice> c = AutoCandidatesForLength(len);
     ASSERT_TRUE(c.ok()) << len << ": " << c.status();
     EXPECT_EQ(c->methods, std::vector<Method>{Method::kSampledLines}) << len;
@@ -536,7 +537,7 @@ TEST(PatternSearch, AutoCandidatesFollowTheLength) {
   }
   const absl::StatusOr<std::vector<Method>> all = ParseCandidateMethods("all");
   ASSERT_TRUE(all.ok());
-  for (int64_t len : {int64_t{65537}, int64_t{131072}, int64_t{1} << 20}) {
+  for (int64_t len : {int64_t{131073}, int64_t{262144}, int64_t{1} << 20}) {
     absl::StatusOr<CandidateChoice> c = AutoCandidatesForLength(len);
     ASSERT_TRUE(c.ok()) << len << ": " << c.status();
     EXPECT_EQ(c->methods, *all) << len;
@@ -578,13 +579,16 @@ TEST(PatternSearch, ResolveCandidatesParsesAutoListsAndAll) {
   ASSERT_TRUE(a32.ok()) << a32.status();
   EXPECT_EQ(a32->methods, std::vector<Method>{Method::kSampledLines});
   EXPECT_DOUBLE_EQ(a32->sampled_lines_margin, kAutoSampledLinesMargin);
+  absl::StatusOr<CandidateChoice> a256 = ResolveCandidates("auto", 262144, 0);
+  ASSERT_TRUE(a256.ok()) << a256.status();
+  EXPECT_TRUE(a256->all);
+  EXPECT_EQ(a256->sampled_lines_margin, 0);
   absl::StatusOr<CandidateChoice> a128 = ResolveCandidates("auto", 131072, 0);
   ASSERT_TRUE(a128.ok()) << a128.status();
-  EXPECT_TRUE(a128->all);
-  EXPECT_EQ(a128->sampled_lines_margin, 0);
-  absl::StatusOr<CandidateChoice> a128m = ResolveCandidates("auto", 131072, 0, 131072);
+  EXPECT_FALSE(a128->all);
+  absl::StatusOr<CandidateChoice> a128m = ResolveCandidates("auto", 131072, 0, 65536);
   ASSERT_TRUE(a128m.ok()) << a128m.status();
-  EXPECT_FALSE(a128m->all);
+  EXPECT_TRUE(a128m->all);
 
   // Not auto: as ParseCandidateMethods, the margin as given, the length unused.
   absl::StatusOr<CandidateChoice> all = ResolveCandidates("all", 0, 0);

@@ -217,7 +217,7 @@ Methods:
                          AutoCandidatesForLength; not with --search_sampled_lines_margin)
   --search_auto_max_len=N
                          with --search_candidates=auto: the longest served length searched
-                         with sampled_lines alone (default 65536)
+                         with sampled_lines alone (default 131072)
   --METHOD.PARAM=V       a method parameter, e.g. --vertical_slash.last_q=64
   --param METHOD.PARAM=V the same, repeatable
 )" + ParamList() +

@@ -97,7 +97,7 @@ struct BenchFlags {
   std::string search_candidates = "all";  // Default: all.
   // "auto": the longest served length searched with sampled_lines alone (kernels/calibration
   // kAutoSampledLinesMaxTokens).
-  int search_auto_max_len = 65536;  // Default: 65536.
+  int search_auto_max_len = 131072;  // Default: 131072 (bench_test checks it equals the constant).
   bool table = false;                     // Default: false (JSON lines).
   std::string dump;                       // Default: none.
   bool help = false;

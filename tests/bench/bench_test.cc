@@ -553,6 +553,8 @@ TEST(BenchTest, SearchSampledLinesMarginRaisesTheSearchedGamma) {
 // The "auto" margin is the worker's guard's (kernels/calibration cannot see server/).
 TEST(BenchTest, AutoCandidatesSearchAtTheGuardsMargin) {
   EXPECT_EQ(kAutoSampledLinesMargin, RecallGuardOptions().margin);
+  // And --search_auto_max_len's default is the rule's boundary (bench_lib.h spells it out).
+  EXPECT_EQ(BenchFlags().search_auto_max_len, kAutoSampledLinesMaxTokens);
 }
 
 // The searched configs' lines ("searched head ...") of a run's stderr.
@@ -565,7 +567,7 @@ std::vector<std::string> SearchedHeads(const std::string& err) {
 }
 
 // --search_candidates=auto follows the served --seq_len, not the (shorter) search prompt: at
-// 4096 tokens served (search on 2048) the default boundary (64K) gives the sampled_lines-only
+// 4096 tokens served (search on 2048) the default boundary (128K) gives the sampled_lines-only
 // search at margin 0.01, --search_auto_max_len=2048 (the search prompt's length) the default
 // search; each run's searched configs equal the run with those flags given by hand.
 TEST(BenchTest, SearchCandidatesAutoFollowsTheServedLength) {

@@ -53,16 +53,14 @@ for len in 32768 131072; do
     | sed -E 's/"method":"guarded"/"method":"guarded_sl"/' \
     >> "$OUT/bench.jsonl" 2>> "$OUT/bench.err"
   note "spattn-bench guarded_sl $len rc=${PIPESTATUS[0]}"
-  # The guarded path with the search's candidates by the served length (--search_candidates=auto,
-  # session 26: sampled_lines alone at margin 0.01 up to 64K, the default search above, so at
-  # 128K it is the `guarded` line above and runs only at 32K), the worker's own guard.
-  if [ "$len" -le 65536 ]; then
-    timeout 90 bin/spattn-bench $COMMON --seq_len=$len --warmup=2 --repeat=$rep --methods=guarded \
-      --search_candidates=auto \
-      | sed -E 's/"method":"guarded"/"method":"guarded_auto"/' \
-      >> "$OUT/bench.jsonl" 2>> "$OUT/bench.err"
-    note "spattn-bench guarded_auto $len rc=${PIPESTATUS[0]}"
-  fi
+  # The guarded path with the search's candidates by the served length (--search_candidates=auto:
+  # sampled_lines alone at margin 0.01 up to 128K since session 26, the default search above) and
+  # the worker's own guard (adaptive flex_prefill; guarded_sl adds a sampled_lines try).
+  timeout 90 bin/spattn-bench $COMMON --seq_len=$len --warmup=2 --repeat=$rep --methods=guarded \
+    --search_candidates=auto \
+    | sed -E 's/"method":"guarded"/"method":"guarded_auto"/' \
+    >> "$OUT/bench.jsonl" 2>> "$OUT/bench.err"
+  note "spattn-bench guarded_auto $len rc=${PIPESTATUS[0]}"
   # sampled_lines on 128-row query blocks: half the sampled rows to build, fuller key tiles for
   # the kernel, at a higher density (issue 11 items 4/5 trade-off), with the oracle of 128-row
   # query blocks it is read against. sampled_lines here (the worker's default block size) on 256

@@ -7,7 +7,7 @@
 # probe rows), recall on 128 other rows per head; a target is kept at a length when the mean
 # reaches it and >= 95% of heads are within 0.02. Logs in $OUT; the table last.
 # Options (environment): CANDIDATES=auto (the search's candidates by each held-out length:
-# sampled_lines alone at sampled_lines_margin 0.01 up to 64K, the default search above; or any
+# sampled_lines alone at sampled_lines_margin 0.01 up to 128K, the default search above; or any
 # --search_candidates value; default: the default search), MARGIN (--search_sampled_lines_margin,
 # not with auto; guarded_sl: CANDIDATES=sampled_lines MARGIN=0.01), GUARD_ADAPTIVE=sampled_lines,flex_prefill
 # (--guard_adaptive; default: the worker's), MIN_LEN (--promise_min_len, default 0), MAX_LEN
