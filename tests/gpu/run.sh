@@ -49,17 +49,17 @@ for len in 32768 131072; do
   # above); reported as "guarded_sl" next to it.
   timeout 90 bin/spattn-bench $COMMON --seq_len=$len --warmup=2 --repeat=$rep --methods=guarded \
     --search_candidates=sampled_lines --search_sampled_lines_margin=0.01 \
-    --guard_adaptive=sampled_lines,flex_prefill \
+    --guard_adaptive=sampled_lines,flex_prefill 2>> "$OUT/bench.err" \
     | sed -E 's/"method":"guarded"/"method":"guarded_sl"/' \
-    >> "$OUT/bench.jsonl" 2>> "$OUT/bench.err"
+    >> "$OUT/bench.jsonl"
   note "spattn-bench guarded_sl $len rc=${PIPESTATUS[0]}"
   # The guarded path with the search's candidates by the served length (--search_candidates=auto:
   # sampled_lines alone at margin 0.01 up to 128K since session 26, the default search above) and
   # the worker's own guard (adaptive flex_prefill; guarded_sl adds a sampled_lines try).
   timeout 90 bin/spattn-bench $COMMON --seq_len=$len --warmup=2 --repeat=$rep --methods=guarded \
-    --search_candidates=auto \
+    --search_candidates=auto 2>> "$OUT/bench.err" \
     | sed -E 's/"method":"guarded"/"method":"guarded_auto"/' \
-    >> "$OUT/bench.jsonl" 2>> "$OUT/bench.err"
+    >> "$OUT/bench.jsonl"
   note "spattn-bench guarded_auto $len rc=${PIPESTATUS[0]}"
   # sampled_lines on 128-row query blocks: half the sampled rows to build, fuller key tiles for
   # the kernel, at a higher density (issue 11 items 4/5 trade-off), with the oracle of 128-row
@@ -71,9 +71,9 @@ for len in 32768 131072; do
   for m in sampled_lines oracle; do
     rows=64; [ "$m" = sampled_lines ] && rows=256
     timeout 60 bin/spattn-bench $COMMON --seq_len=$len --warmup=1 --repeat=3 \
-      --methods=$m --block_m=128 --recall_rows=$rows \
+      --methods=$m --block_m=128 --recall_rows=$rows 2>> "$OUT/bench.err" \
       | sed -E 's/"method":"(sampled_lines|oracle)"/"method":"\1_bm128"/' \
-      >> "$OUT/bench.jsonl" 2>> "$OUT/bench.err"
+      >> "$OUT/bench.jsonl"
     note "spattn-bench $m block_m 128 $len rc=${PIPESTATUS[0]}"
   done
 done
