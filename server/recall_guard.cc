@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "kernels/builders/build_index.h"
 #include "kernels/builders/sampled_lines.h"
 #include "kernels/fidelity.h"
@@ -144,6 +145,22 @@ absl::StatusOr<MethodConfig> AdaptiveByName(absl::string_view name) {
   if (name == "none") return c;
   return absl::InvalidArgumentError(absl::StrCat("recall guard: adaptive method '", name,
                                                  "' is not sampled_lines, flex_prefill or none"));
+}
+
+absl::Status SetAdaptiveTries(absl::string_view spec, RecallGuardOptions* options) {
+  const std::vector<std::string> names = absl::StrSplit(spec, ',');
+  if (names.size() > 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("recall guard: at most two adaptive methods, got '", spec, "'"));
+  }
+  SPATTN_ASSIGN_OR_RETURN(MethodConfig first, AdaptiveByName(names[0]));
+  MethodConfig second;  // dense: none
+  if (names.size() == 2) {
+    SPATTN_ASSIGN_OR_RETURN(second, AdaptiveByName(names[1]));
+  }
+  options->adaptive = first;
+  options->adaptive_also = second;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<GuardedHead>> GuardHeads(const std::vector<GuardInput>& heads,

@@ -102,10 +102,16 @@ MethodConfig AdaptiveConfig(const RecallGuardOptions& options);
 // The same for `adaptive` instead of options.adaptive (options.adaptive_also).
 MethodConfig AdaptiveConfig(const MethodConfig& adaptive, const RecallGuardOptions& options);
 
-// The adaptive try named `name` for flags: "sampled_lines" (the default), "flex_prefill" (the
-// default before: min budget 512, gamma from the target) or "none" (no adaptive try: method
-// dense). Other names: INVALID_ARGUMENT.
+// The adaptive try named `name` for flags: "flex_prefill" (the default, DefaultAdaptive: min
+// budget 512, gamma from the target), "sampled_lines" (its defaults, gamma raised by
+// AdaptiveConfig) or "none" (no adaptive try: method dense). Other names: INVALID_ARGUMENT.
 absl::StatusOr<MethodConfig> AdaptiveByName(absl::string_view name);
+
+// `spec` = "M" or "M1,M2" (AdaptiveByName each) into options->adaptive and
+// options->adaptive_also (dense = none when one method is named), for flags (spattn-worker
+// --recall_adaptive, spattn-bench --guard_adaptive). INVALID_ARGUMENT for more than two methods
+// or an unknown one; *options is unchanged then.
+absl::Status SetAdaptiveTries(absl::string_view spec, RecallGuardOptions* options);
 
 // `config`, calibrated on a prompt of `calibrated_tokens` keys, for a prompt of `served_tokens`
 // keys: its budgets that count keys (a_shape local_tokens, vertical_slash vertical_size and

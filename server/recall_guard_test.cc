@@ -136,6 +136,30 @@ TEST(AdaptiveConfigTest, FlexPrefillByDefaultSampledLinesGammaFromTheNeed) {
   EXPECT_EQ(AdaptiveByName("block_sparse").status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// The flags' spec of the adaptive tries: one method (the second try none) or two; anything else
+// is refused by name and leaves the options as they were.
+TEST(RecallGuardOptionsTest, SetAdaptiveTriesParsesOneOrTwoMethods) {
+  RecallGuardOptions go;
+  ASSERT_TRUE(SetAdaptiveTries("sampled_lines,flex_prefill", &go).ok());
+  EXPECT_EQ(go.adaptive.DebugString(), AdaptiveByName("sampled_lines")->DebugString());
+  EXPECT_EQ(go.adaptive_also.DebugString(), RecallGuardOptions::DefaultAdaptive().DebugString());
+  ASSERT_TRUE(SetAdaptiveTries("none", &go).ok());
+  EXPECT_EQ(go.adaptive.method, Method::kDense);
+  EXPECT_EQ(go.adaptive_also.method, Method::kDense);
+  ASSERT_TRUE(SetAdaptiveTries("flex_prefill", &go).ok());
+  EXPECT_EQ(go.adaptive.DebugString(), RecallGuardOptions::DefaultAdaptive().DebugString());
+  EXPECT_EQ(go.adaptive_also.method, Method::kDense);
+  const std::string before = go.adaptive.DebugString();
+  for (const char* bad : {"sampled_lines,flex_prefill,none", "block_sparse", "flex_prefill,anchor",
+                          "", "sampled_lines,"}) {
+    absl::Status s = SetAdaptiveTries(bad, &go);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(s.message().find("adaptive"), std::string::npos) << bad << ": " << s;
+    EXPECT_EQ(go.adaptive.DebugString(), before) << bad;
+    EXPECT_EQ(go.adaptive_also.method, Method::kDense) << bad;
+  }
+}
+
 TEST(ScaleConfigToLengthTest, ScalesKeyCountBudgetsOnly) {
   for (Method m : kAllMethods) {
     MethodConfig c;

@@ -78,6 +78,9 @@ constexpr Flag kFlags[] = {
     {"recall_length_exponent",
      "recall guard: head configs start from budgets x (served / calibrated length)^E "
      "(default 0.68; 0: as published)"},
+    {"recall_adaptive",
+     "recall guard: the adaptive tries, M or M1,M2 of sampled_lines | flex_prefill | none "
+     "(default flex_prefill; sampled_lines,flex_prefill with sampled_lines-only configs)"},
     {"index_rpc_timeout_s", "index-service RPC timeout, seconds (default 5)"},
     {"drain_grace_s", "seconds NOT_SERVING before refusing new calls on SIGTERM (default 0)"},
     {"drain_timeout_s", "longest wait for in-flight calls on SIGTERM, seconds (default 30)"},
@@ -202,6 +205,15 @@ int Main(int argc, char** argv) {
       std::cerr << "spattn-worker: --" << name << ": not a number: '" << values[name] << "'\n";
       return 2;
     }
+  }
+  if (values.count("recall_adaptive")) {
+    RecallGuardOptions guard;
+    if (absl::Status st = SetAdaptiveTries(values["recall_adaptive"], &guard); !st.ok()) {
+      std::cerr << "spattn-worker: --recall_adaptive: " << st.message() << "\n";
+      return 2;
+    }
+    o.recall_adaptive = guard.adaptive;
+    o.recall_adaptive_also = guard.adaptive_also;
   }
   for (const char* name : {"allow_tcp_shm", "tls_require_client_cert"}) {
     if (values.count(name) && values[name] != "true" && values[name] != "false") {

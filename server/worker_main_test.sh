@@ -8,7 +8,7 @@ out="$TEST_TMPDIR/worker.out"
 err="$TEST_TMPDIR/worker.err"
 cfg="$TEST_TMPDIR/worker.conf"
 sock="/tmp/spattn-wmt-$$-$RANDOM.sock"  # Short: unix socket paths have 107 bytes at most.
-printf '# test config\nlisten = 127.0.0.1:0,unix:%s\nmetrics = 127.0.0.1:0\nqueue_capacity = 8\nsaap_assets_bytes = 1048576\n' \
+printf '# test config\nlisten = 127.0.0.1:0,unix:%s\nmetrics = 127.0.0.1:0\nqueue_capacity = 8\nsaap_assets_bytes = 1048576\nrecall_adaptive = sampled_lines,flex_prefill\n' \
   "$sock" > "$cfg"
 "$WORKER" --config="$cfg" --log_level=debug >"$out" 2>"$err" &
 pid=$!
@@ -43,6 +43,12 @@ if "$WORKER" --no_such_flag=1 2>/dev/null; then echo "bad flag accepted"; exit 1
 "$WORKER" --help 2>&1 | grep -- "--recall_length_exponent: recall guard" >/dev/null
 if "$WORKER" --recall_length_exponent=steep 2>"$TEST_TMPDIR/bad_exp.err"; then echo "bad recall_length_exponent accepted"; exit 1; fi
 grep -q -- "--recall_length_exponent: not a number" "$TEST_TMPDIR/bad_exp.err" || { cat "$TEST_TMPDIR/bad_exp.err"; exit 1; }
+"$WORKER" --help 2>&1 | grep -- "--recall_adaptive: recall guard: the adaptive tries" >/dev/null
+if "$WORKER" --recall_adaptive=sampled_lines,block_sparse 2>"$TEST_TMPDIR/bad_adaptive.err"; then
+  echo "bad recall_adaptive accepted"; exit 1
+fi
+grep -q -- "--recall_adaptive: recall guard: adaptive method 'block_sparse'" "$TEST_TMPDIR/bad_adaptive.err" || {
+  cat "$TEST_TMPDIR/bad_adaptive.err"; exit 1; }
 if "$WORKER" --saap_assets_bytes=lots 2>"$TEST_TMPDIR/bad_saap.err"; then echo "bad saap_assets_bytes accepted"; exit 1; fi
 grep -q -- "--saap_assets_bytes: not an integer: 'lots'" "$TEST_TMPDIR/bad_saap.err"
 if "$WORKER" --saap_assets_bytes=-1 --listen=127.0.0.1:0 --metrics= --devices=cpu 2>"$TEST_TMPDIR/neg_saap.err"; then

@@ -144,6 +144,21 @@ struct WorkerServer::State {
 
 WorkerServer::WorkerServer(std::unique_ptr<State> state) : state_(std::move(state)) {}
 
+PipelineOptions WorkerPipelineOptions(const WorkerOptions& options) {
+  PipelineOptions po;
+  po.dense_below_tokens = options.dense_below_tokens;
+  po.default_method = options.default_method;
+  po.recall_sample_rows = options.recall_sample_rows;
+  po.block_m = options.block_m;
+  po.sampled_lines_block_m = options.sampled_lines_block_m;
+  po.guard.probe_rows = options.recall_probe_rows;
+  po.guard.target = options.recall_target;
+  po.guard.length_exponent = options.recall_length_exponent;
+  po.guard.adaptive = options.recall_adaptive;
+  po.guard.adaptive_also = options.recall_adaptive_also;
+  return po;
+}
+
 absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOptions& options) {
   if (options.max_message_bytes <= 0) {
     return absl::InvalidArgumentError("max_message_bytes must be > 0");
@@ -241,15 +256,7 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOp
     };
     st->cache = std::make_unique<ConfigCache>(co);
   }
-  PipelineOptions po;
-  po.dense_below_tokens = options.dense_below_tokens;
-  po.default_method = options.default_method;
-  po.recall_sample_rows = options.recall_sample_rows;
-  po.block_m = options.block_m;
-  po.sampled_lines_block_m = options.sampled_lines_block_m;
-  po.guard.probe_rows = options.recall_probe_rows;
-  po.guard.target = options.recall_target;
-  po.guard.length_exponent = options.recall_length_exponent;
+  const PipelineOptions po = WorkerPipelineOptions(options);
   st->pipeline = std::make_unique<AttentionPipeline>(po, st->regions.get(), st->cache.get(),
                                                      st->metrics.get());
   ServiceInfo info;

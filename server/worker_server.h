@@ -17,6 +17,7 @@
 #include "absl/time/time.h"
 #include "kernels/method_config.h"
 #include "proto/grpc_security.h"
+#include "server/pipeline.h"
 #include "server/recall_guard.h"
 
 namespace prometheus {
@@ -97,6 +98,12 @@ struct WorkerOptions {
   // calibrated)^recall_length_exponent (server/recall_guard.h ScaleConfigToLength); 0 = as
   // published. Default: 0.68 (RecallGuardOptions).
   double recall_length_exponent = RecallGuardOptions::kLengthExponent;
+  // The guard's adaptive tries (RecallGuardOptions::adaptive / adaptive_also; spattn-worker
+  // --recall_adaptive=M[,M2], SetAdaptiveTries). Defaults: flex_prefill (DefaultAdaptive), none.
+  // With configs from the sampled_lines-only search (spattnctl calibrate --candidates=auto),
+  // sampled_lines,flex_prefill is the setting the README's guarded_sl line measures.
+  MethodConfig recall_adaptive = RecallGuardOptions::DefaultAdaptive();
+  MethodConfig recall_adaptive_also;
   // Query rows per index block for methods without their own block size. Default: 64.
   int block_m = 64;
   // Query rows per index block of sampled_lines; 0 = block_m (PipelineOptions). Default: 128.
@@ -113,6 +120,10 @@ struct WorkerOptions {
   // For tests: the backends to serve on instead of those `devices` names. Default: none.
   std::function<std::vector<std::unique_ptr<AttentionBackend>>()> make_backends;
 };
+
+// The request pipeline's options of a worker started with `options` (its guard, block sizes,
+// default method).
+PipelineOptions WorkerPipelineOptions(const WorkerOptions& options);
 
 // Thread-safe: port()/address()/metrics_port() are constant after Start; Shutdown may be called
 // from any thread (e.g. a signal handler thread), more than once.

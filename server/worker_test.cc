@@ -740,6 +740,30 @@ TEST(WorkerOptionsTest, NegativeSaapAssetsBytesIsRefused) {
   (*ok)->Shutdown();
 }
 
+// The worker's guard options reach its request pipeline: the adaptive tries (spattn-worker
+// --recall_adaptive), target, probe rows and length exponent.
+TEST(WorkerOptionsTest, GuardOptionsReachThePipeline) {
+  WorkerOptions o;
+  PipelineOptions po = WorkerPipelineOptions(o);
+  EXPECT_EQ(po.guard.adaptive.DebugString(), RecallGuardOptions::DefaultAdaptive().DebugString());
+  EXPECT_EQ(po.guard.adaptive_also.method, Method::kDense);
+  RecallGuardOptions tries;
+  ASSERT_TRUE(SetAdaptiveTries("sampled_lines,flex_prefill", &tries).ok());
+  o.recall_adaptive = tries.adaptive;
+  o.recall_adaptive_also = tries.adaptive_also;
+  o.recall_target = 0.9;
+  o.recall_probe_rows = 48;
+  o.recall_length_exponent = 0.5;
+  o.sampled_lines_block_m = 64;
+  po = WorkerPipelineOptions(o);
+  EXPECT_EQ(po.guard.adaptive.method, Method::kSampledLines);
+  EXPECT_EQ(po.guard.adaptive_also.method, Method::kFlexPrefill);
+  EXPECT_EQ(po.guard.target, 0.9);
+  EXPECT_EQ(po.guard.probe_rows, 48);
+  EXPECT_EQ(po.guard.length_exponent, 0.5);
+  EXPECT_EQ(po.sampled_lines_block_m, 64);
+}
+
 TEST(WorkerQueueTest, QueueFullIsResourceExhausted) {
   HeldWorker held(/*queue_capacity=*/1);
   auto running = held.Async("a");  // Runs and blocks in the gate.

@@ -251,16 +251,10 @@ Run:
 )";
 }
 
-// --guard_adaptive: "M" or "M1,M2" (AdaptiveByName each) into go's adaptive / adaptive_also.
+// --guard_adaptive: "M" or "M1,M2" into go's adaptive / adaptive_also (SetAdaptiveTries).
 static absl::Status SetGuardAdaptive(absl::string_view flag, RecallGuardOptions* go) {
-  const std::vector<std::string> names = absl::StrSplit(flag, ',');
-  if (names.size() > 2) {
-    return absl::InvalidArgumentError("--guard_adaptive: at most two methods");
-  }
-  SPATTN_ASSIGN_OR_RETURN(go->adaptive, AdaptiveByName(names[0]));
-  go->adaptive_also = MethodConfig();
-  if (names.size() == 2) {
-    SPATTN_ASSIGN_OR_RETURN(go->adaptive_also, AdaptiveByName(names[1]));
+  if (absl::Status s = SetAdaptiveTries(flag, go); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--guard_adaptive: ", s.message()));
   }
   return absl::OkStatus();
 }
