@@ -413,9 +413,13 @@ TEST(PatternSearch, SampledLinesMarginSearchesAtTheGuardsGamma) {
       }
     }
     for (size_t c = 0; c < given.size(); ++c) {
-      if (first_of[c] >= 0) EXPECT_EQ(with->skipped_heads[c], 4) << c;
+      if (first_of[c] >= 0) {
+        EXPECT_EQ(with->skipped_heads[c], 4) << c;
+      }
     }
-    if (target == 0.95) EXPECT_GT(sl_chosen, 0);
+    if (target == 0.95) {
+      EXPECT_GT(sl_chosen, 0);
+    }
     // Without the margin the search is as before: sampled_lines at its own gammas, 0.95 there.
     absl::StatusOr<PatternSearchResult> without = SearchHeadPatterns({&w.problem()}, given, plain);
     ASSERT_TRUE(without.ok()) << without.status();
