@@ -34,3 +34,10 @@ done
 (cd "$DEST" && XZ_OPT=-9 tar -cJf bundle.tar.xz bin lib && rm -rf bin lib)
 cp tests/gpu/run.sh tests/gpu/run_1m.sh tests/gpu/run_promise.sh tests/gpu/sdpa_chunk.py tests/gpu/report.py kernels/cuda/bench/sdpa_reference.py "$DEST/"
 du -sh "$DEST"
+# The device tool sends the working tree with the carried folder, 64 MiB in all. bench/results
+# grows every session (10 MiB at session 26, with a 54 MiB bundle: over the limit); when the tool
+# refuses the call, move bench/results out of the tree for the call and back after it (run.sh
+# does not read it).
+tree=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
+bundle=$(du -sb "$DEST" | cut -f1)
+echo "working tree $((tree / 1048576)) MiB + $DEST $((bundle / 1048576)) MiB (device carry limit 64 MiB)"
