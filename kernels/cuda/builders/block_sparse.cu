@@ -24,12 +24,12 @@ namespace {
 // per SM were slower there: rows 28.0 -> 37.4 ms, kernels/cuda/NOTES.md Session 19 — s19-build).
 __host__ __device__ constexpr int RowThreads(bool global) { return global ? 256 : 512; }
 
-// PROFILE only (SPATTN_GPU_BUILDER_PROFILE; BlockSparsePhasesBegin / End): the rows kernel's
-// clock64 cycles per phase, summed over the groups (CTA phases: pooled queries, pooled dots, the
-// rows' top-k with runs; the warps' own split of the last: the logit range, the radix walk, the
-// apply and runs) and the number of groups, counted by the kernel's kPhases instantiation (its
-// extra barriers at the phase ends make its rows stage a little slower); the default kernel has
-// none of it.
+// PROFILE only (SPATTN_GPU_BUILDER_PROFILE: BlockRowsParams::phases, BlockSparsePhasesBegin /
+// End): the rows kernel's clock64 cycles per phase, summed over the groups (CTA phases: pooled
+// queries, pooled dots, the rows' top-k with runs; the warps' own split of the last: the logit
+// range, the radix walk, the apply and runs) and the number of groups, counted by the kernel's
+// kPhases instantiation (its extra barriers at the phase ends make its rows stage a little
+// slower); the default kernel has none of it.
 enum BsPhase {
   kBsPoolQ,
   kBsDots,
@@ -41,7 +41,6 @@ enum BsPhase {
   kBsPhases
 };
 __device__ unsigned long long g_bs_phase_cycles[kBsPhases];
-bool g_bs_phases_on = false;  // host: launch the kPhases kernel (between Begin and End)
 
 template <typename T>
 __global__ void PoolKeysKernel(PoolKeysParams p) {
@@ -302,12 +301,10 @@ cudaError_t BlockSparsePhasesBegin(cudaStream_t stream) {
   void* cycles = nullptr;
   cudaError_t err = cudaGetSymbolAddress(&cycles, g_bs_phase_cycles);
   if (err == cudaSuccess) err = cudaMemsetAsync(cycles, 0, sizeof(g_bs_phase_cycles), stream);
-  g_bs_phases_on = err == cudaSuccess;
   return err;
 }
 
 cudaError_t BlockSparsePhasesEnd(cudaStream_t stream, unsigned long long* cycles, int n) {
-  g_bs_phases_on = false;
   if (n != kBsPhases) return cudaErrorInvalidValue;
   cudaError_t err = cudaMemcpyFromSymbolAsync(cycles, g_bs_phase_cycles, sizeof(g_bs_phase_cycles),
                                               0, cudaMemcpyDeviceToHost, stream);
@@ -349,11 +346,11 @@ template <bool kGlobal>
 cudaError_t LaunchRows(const BlockRowsParams& p, cudaStream_t stream) {
   switch (p.dtype) {
     case DType::kBF16:
-      return g_bs_phases_on ? LaunchRowsTyped<__nv_bfloat16, kGlobal, true>(p, stream)
-                            : LaunchRowsTyped<__nv_bfloat16, kGlobal, false>(p, stream);
+      return p.phases ? LaunchRowsTyped<__nv_bfloat16, kGlobal, true>(p, stream)
+                      : LaunchRowsTyped<__nv_bfloat16, kGlobal, false>(p, stream);
     case DType::kF16:
-      return g_bs_phases_on ? LaunchRowsTyped<__half, kGlobal, true>(p, stream)
-                            : LaunchRowsTyped<__half, kGlobal, false>(p, stream);
+      return p.phases ? LaunchRowsTyped<__half, kGlobal, true>(p, stream)
+                      : LaunchRowsTyped<__half, kGlobal, false>(p, stream);
     case DType::kF32:
       return cudaErrorInvalidValue;
   }

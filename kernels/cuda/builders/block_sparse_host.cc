@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <limits>
 #include <vector>
 
@@ -17,8 +16,8 @@ namespace spattn {
 namespace cuda {
 namespace merged {
 
-// block_sparse.cu, PROFILE only: zero the rows kernel's phase cycle counters and turn them on;
-// read them back (n = 7: pooled queries, pooled dots, rows (CTA); range, walk, runs (warps);
+// block_sparse.cu, PROFILE only: zero the rows kernel's phase cycle counters (for a launch with
+// BlockRowsParams::phases); read them back (n = 7: pooled queries, pooled dots, rows (CTA); range, walk, runs (warps);
 // groups), synchronizing the stream.
 cudaError_t BlockSparsePhasesBegin(cudaStream_t stream);
 cudaError_t BlockSparsePhasesEnd(cudaStream_t stream, unsigned long long* cycles, int n);
@@ -101,13 +100,13 @@ absl::StatusOr<SparseIndexView> BuildBlockSparse(const AttentionProblem& p, cons
         CarveRowScratch(ws, k.num_groups, BlockSparseScratchBytes(k.max_rows, k.nk_max),
                         "block_sparse row scratch", &k.scratch, &k.scratch_ctas));
   }
-  const bool phases = std::getenv("SPATTN_GPU_BUILDER_PROFILE") != nullptr;
-  if (phases) SPATTN_CUDA_RETURN_IF_ERROR(BlockSparsePhasesBegin(stream), "row phases");
+  k.phases = timer.on();
+  if (k.phases) SPATTN_CUDA_RETURN_IF_ERROR(BlockSparsePhasesBegin(stream), "row phases");
   timer.Mark("pool_keys");
   SPATTN_CUDA_RETURN_IF_ERROR(LaunchBlockSparseRows(k, stream), "block_sparse rows");
   timer.Mark("rows");
   SPATTN_RETURN_IF_ERROR(ScanAndSize(plan.rows(), &csr, ws, stream, /*with_cols=*/false));
-  if (phases) {
+  if (k.phases) {
     unsigned long long c[7] = {0, 0, 0, 0, 0, 0, 0};
     SPATTN_CUDA_RETURN_IF_ERROR(BlockSparsePhasesEnd(stream, c, 7), "row phases");
     PrintRowPhases(c);

@@ -204,6 +204,9 @@ struct BlockRowsParams {
   // the groups. nullptr: everything in shared memory, one CTA per group.
   unsigned char* scratch = nullptr;
   int scratch_ctas = 0;
+  // PROFILE only (read on the host): launch the kernel instance that adds up its phases' cycles
+  // into the counters BlockSparsePhasesBegin zeroes (block_sparse_host.cc).
+  bool phases = false;
 };
 cudaError_t LaunchBlockSparseRows(const BlockRowsParams& p, cudaStream_t stream);
 // Dynamic shared memory of LaunchBlockSparseRows for `max_rows` rows of up to nk_max key blocks

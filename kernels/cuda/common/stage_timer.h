@@ -27,6 +27,8 @@ class StageTimer {
   cudaEvent_t Event(const char* name);
   // Drops the marks (a build that failed prints nothing).
   void Cancel() { cancelled_ = true; }
+  // Whether SPATTN_GPU_BUILDER_PROFILE turned it on (builders' own profile lines follow it).
+  bool on() const { return on_; }
 
  private:
   cudaStream_t stream_;
