@@ -39,30 +39,38 @@ absl::Status EmitPromiseLines(const WorkloadOptions& model, AttentionBackend* ba
   std::vector<double> factors;
   std::vector<std::string> search_of_length;
   std::map<std::string, std::pair<std::vector<MethodConfig>, double>> searches;  // candidates, margin
+  std::string given_label;  // not auto: the one search's label, "all" or the given methods
+  if (!o.auto_candidates) {
+    CandidateChoice given;
+    given.all = o.candidates.empty();
+    for (const MethodConfig& c : o.candidates) {
+      if (std::find(given.methods.begin(), given.methods.end(), c.method) == given.methods.end())
+        given.methods.push_back(c.method);
+    }
+    given.sampled_lines_margin = o.sampled_lines_margin;
+    given_label = CandidateChoiceLabel(given);
+  }
   for (double factor : o.factors) {
     const int len = std::max(128, static_cast<int>(std::lround(o.calib_len * factor)));
     if (len > o.max_len || len < o.min_len) continue;
     lengths.push_back(len);
     factors.push_back(factor);
     if (!o.auto_candidates) {
-      CandidateChoice given;  // for the label: "all", or the methods of the candidates given
-      given.all = o.candidates.empty();
-      for (const MethodConfig& c : o.candidates) {
-        if (std::find(given.methods.begin(), given.methods.end(), c.method) == given.methods.end())
-          given.methods.push_back(c.method);
+      search_of_length.push_back(given_label);
+      if (searches.empty()) {
+        searches[given_label] = {o.candidates.empty() ? DefaultCandidates() : o.candidates,
+                                 o.sampled_lines_margin};
       }
-      given.sampled_lines_margin = o.sampled_lines_margin;
-      search_of_length.push_back(CandidateChoiceLabel(given));
-      searches[search_of_length.back()] = {
-          o.candidates.empty() ? DefaultCandidates() : o.candidates, o.sampled_lines_margin};
       continue;
     }
     SPATTN_ASSIGN_OR_RETURN(const CandidateChoice choice,
                             AutoCandidatesForLength(len, o.auto_max_len));
     search_of_length.push_back(CandidateChoiceLabel(choice));
-    SPATTN_ASSIGN_OR_RETURN(std::vector<MethodConfig> candidates,
-                            CandidatesForMethods(choice.methods, nullptr));
-    searches[search_of_length.back()] = {std::move(candidates), choice.sampled_lines_margin};
+    if (searches.count(search_of_length.back()) == 0) {
+      SPATTN_ASSIGN_OR_RETURN(std::vector<MethodConfig> candidates,
+                              CandidatesForMethods(choice.methods, nullptr));
+      searches[search_of_length.back()] = {std::move(candidates), choice.sampled_lines_margin};
+    }
   }
   // The searches per target on the calibration prompt.
   SPATTN_ASSIGN_OR_RETURN(Workload calib, prompt(o.calib_len, model.seed + 1000));
