@@ -392,7 +392,7 @@ TEST(BenchTest, HelpExplainsEveryFlag) {
                            "--promise_targets",
                            "--guard_probe_rows",
                            "--guard_adaptive=A",
-                           "auto (default, the worker's"}) {
+                           "(default, the worker's: per head by its searched method"}) {
     EXPECT_TRUE(absl::StrContains(r.out, flag)) << flag;
   }
 }
