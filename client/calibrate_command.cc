@@ -67,21 +67,22 @@ Input, one of:
 Layers: --layers=N (layers 0..N-1; default 1) or a list, --layers=0,3,5-7
 Search:
   --target_recall=0.95     recall every chosen config must reach on every calibration prompt
-  --candidates=all         all (every method but saap; with --publish also saap where the
-                           published version holds the layer's Saap assets, on the heads that
-                           have a classifier) or a list: a_shape, vertical_slash,
-                           block_sparse, flex_prefill, sample_attention, anchor, saap,
-                           sampled_lines; or auto: per search by its calibration length
-                           (each --length_buckets bucket by its own), sampled_lines alone
-                           with --sampled_lines_margin 0.01 up to --auto_max_len tokens,
-                           all above
+  --candidates=auto        auto (default): per search by its calibration length (each
+                           --length_buckets bucket by its own), sampled_lines alone with
+                           --sampled_lines_margin 0.01 up to --auto_max_len tokens, all
+                           above; all: every method but saap (the default before session 27);
+                           or a list: a_shape, vertical_slash, block_sparse, flex_prefill,
+                           sample_attention, anchor, saap, sampled_lines. With auto and all,
+                           --publish adds saap where the published version holds the layer's
+                           Saap assets, on the heads that have a classifier
   --auto_max_len=131072    with --candidates=auto: the longest calibration length searched
                            with sampled_lines alone
   --sample_rows=256        query rows per prompt over which recall is computed exactly
   --build_cost_weight=1    weight of the modeled index-build work against kernel pairs
-  --sampled_lines_margin=0 search sampled_lines at gamma >= the worker's guard's gamma for the
-                           target with this margin (its margin is 0.01: 0.96 at 0.95), not
-                           below (0 = the candidates' own gammas)
+  --sampled_lines_margin=0 with --candidates=all or a list: search sampled_lines at gamma >=
+                           the worker's guard's gamma for the target with this margin (its
+                           margin is 0.01: 0.96 at 0.95), not below (0 = the candidates' own
+                           gammas)
   --block_m=64             query rows per index block: the worker's --block_m
   --sampled_lines_block_m=128
                            query rows per sampled_lines index block: the worker's
@@ -152,8 +153,9 @@ struct Options {
   // Search.
   std::vector<Method> methods;
   bool candidates_all = false;  // --candidates=all: Saap joins where the layer has assets
-  // --candidates=auto: each search's candidates and sampled_lines margin follow its calibration
-  // length (AutoCandidatesForLength; `methods` is then empty).
+  // --candidates=auto (the default): each search's candidates and sampled_lines margin follow
+  // its calibration length (AutoCandidatesForLength; `methods` is then empty); Saap joins where
+  // the layer has assets, as with all.
   bool candidates_auto = false;
   int64_t auto_max_len = kAutoSampledLinesMaxTokens;  // --auto_max_len
   // --length_buckets: calibration lengths, ascending (synthetic input); empty = --seq_len only.
@@ -285,7 +287,7 @@ absl::StatusOr<Options> ParseOptions(Flags& f) {
   SPATTN_ASSIGN_OR_RETURN(o.layers, ParseLayers(f.Get("layers", "1")));
 
   // Search.
-  const std::string candidates = f.Get("candidates", "all");
+  const std::string candidates = f.Get("candidates", kAutoCandidates);
   o.candidates_auto = IsAutoCandidates(candidates);
   if (!o.candidates_auto) {
     SPATTN_ASSIGN_OR_RETURN(o.methods, ParseCandidateMethods(candidates));
@@ -320,8 +322,10 @@ absl::StatusOr<Options> ParseOptions(Flags& f) {
   }
   if (o.candidates_auto && f.Has("sampled_lines_margin")) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--sampled_lines_margin: not with --candidates=auto, which sets it per calibration length (",
-        kAutoSampledLinesMargin, " up to ", o.auto_max_len, " tokens, 0 above)"));
+        "--sampled_lines_margin: not with --candidates=auto (the default), which sets it per "
+        "calibration length (",
+        kAutoSampledLinesMargin, " up to ", o.auto_max_len,
+        " tokens, 0 above); give --candidates=all or a list with it"));
   }
   SPATTN_ASSIGN_OR_RETURN(o.search.block_m, f.GetNumber<int>("block_m", 64));
   if (o.search.block_m < 1) return absl::InvalidArgumentError("--block_m: must be >= 1");
@@ -769,9 +773,10 @@ absl::Status Run(Options& o) {
       std::printf("layer %d: candidates auto at %u tokens: %s\n", layer, calibrated_tokens,
                   CandidateChoiceLabel(choice).c_str());
     }
-    if (!want_saap && candidates_all && publisher) {
-      // Saap in the search by default when the layer has assets: those the published version
-      // holds (heads without a classifier skip Saap).
+    if (!want_saap && (candidates_all || o.candidates_auto) && publisher) {
+      // Saap in the search by default when the layer has assets (issue 11 item 6): those the
+      // published version holds (heads without a classifier skip Saap); with auto next to
+      // whatever auto picked (sampled_lines alone up to --auto_max_len, all above).
       absl::StatusOr<LayerAssets> published = publisher->PublishedAssets(layer);
       if (!published.ok()) {
         return absl::Status(published.status().code(),

@@ -66,11 +66,27 @@ Workload Prompt(uint64_t seed, int seq_len = kSeqLen) {
   return std::move(*w);
 }
 
-// What the command must have chosen for one layer: the search run directly.
+// The search of the default --candidates=auto up to 128K: sampled_lines alone at margin 0.01,
+// on calibrate's sampled_lines block rows (128, the worker's).
+PatternSearchOptions AutoOptions() {
+  PatternSearchOptions o;
+  o.sampled_lines_block_m = 128;
+  o.sampled_lines_margin = kAutoSampledLinesMargin;
+  return o;
+}
+std::vector<MethodConfig> SampledLinesCandidates() {
+  absl::StatusOr<std::vector<MethodConfig>> sl =
+      CandidatesForMethods({Method::kSampledLines}, nullptr);
+  EXPECT_TRUE(sl.ok()) << sl.status();
+  return sl.ok() ? *sl : std::vector<MethodConfig>();
+}
+
+// What the command must have chosen for one layer: the search run directly (by default the
+// default candidates' search, auto's below 128K).
 std::vector<v1::HeadConfig> Expected(const AttentionProblem& p, int layer,
-                                     PatternSearchOptions o = PatternSearchOptions(),
+                                     PatternSearchOptions o = AutoOptions(),
                                      const std::vector<MethodConfig>& candidates =
-                                         DefaultCandidates()) {
+                                         SampledLinesCandidates()) {
   o.sample_rows = 128;
   absl::StatusOr<PatternSearchResult> r = SearchHeadPatterns({&p}, candidates, o);
   EXPECT_TRUE(r.ok()) << r.status();
@@ -258,6 +274,34 @@ TEST_F(CalibrateCommandTest, OutJsonImportsWithTheIndexCli) {
   ExpectSameConfigs(Layer(Configs("cal-json", 1), 0), Expected(w.problem(), 0));
 }
 
+// --candidates=all: the search over every method (the default before session 27), margin 0.
+TEST_F(CalibrateCommandTest, CandidatesAllIsTheSearchOverEveryMethod) {
+  const std::string dir = TmpDir("cal_all");
+  ASSERT_EQ(Calibrate(With({"--seed=6", "--candidates=all", "--out=" + dir + "/c.json"})), 0)
+      << err_;
+  EXPECT_FALSE(absl::StrContains(out_, "candidates auto")) << out_;
+  absl::StatusOr<v1::PutHeadConfigsRequest> file = ParseSpattnConfig(ReadText(dir + "/c.json"));
+  ASSERT_TRUE(file.ok()) << file.status();
+  Workload w = Prompt(6);
+  ExpectSameConfigs({file->configs().begin(), file->configs().end()},
+                    Expected(w.problem(), 0, PatternSearchOptions(), DefaultCandidates()));
+  // The default (auto at 1024 tokens): sampled_lines alone at the guard's gamma 0.96 or more.
+  ASSERT_EQ(Calibrate(With({"--seed=6", "--out=" + dir + "/auto.json"})), 0) << err_;
+  EXPECT_TRUE(absl::StrContains(
+      out_, "layer 0: candidates auto at 1024 tokens: sampled_lines (sampled_lines_margin 0.01)"))
+      << out_;
+  absl::StatusOr<v1::PutHeadConfigsRequest> dflt = ParseSpattnConfig(ReadText(dir + "/auto.json"));
+  ASSERT_TRUE(dflt.ok()) << dflt.status();
+  ExpectSameConfigs({dflt->configs().begin(), dflt->configs().end()}, Expected(w.problem(), 0));
+  for (const v1::HeadConfig& c : dflt->configs()) {
+    const v1::Method m = c.method().method();
+    EXPECT_TRUE(m == v1::METHOD_SAMPLED_LINES || m == v1::METHOD_DENSE) << c.ShortDebugString();
+    if (m == v1::METHOD_SAMPLED_LINES) {
+      EXPECT_GE(c.method().sampled_lines().gamma(), 0.96f - 1e-6f) << c.ShortDebugString();
+    }
+  }
+}
+
 // --sampled_lines_margin: the search tries sampled_lines at the guard's gamma or above only
 // (0.96 at 0.95 + 0.01): the configs are the search's with PatternSearchOptions::
 // sampled_lines_margin, and no sampled_lines config below 0.96 is chosen or runner-up.
@@ -315,7 +359,7 @@ TEST_F(CalibrateCommandTest, AutoCandidatesFollowEachBucketsLength) {
   PatternSearchOptions all_options;
   all_options.sampled_lines_block_m = 128;
   Workload long_prompt = Prompt(6, 1024);
-  for (v1::HeadConfig c : Expected(long_prompt.problem(), 0, all_options)) {
+  for (v1::HeadConfig c : Expected(long_prompt.problem(), 0, all_options, DefaultCandidates())) {
     c.set_min_tokens(724);
     want.push_back(c);
   }
@@ -429,8 +473,9 @@ TEST_F(CalibrateCommandTest, SaapChoicesCarryTheirTensors) {
   EXPECT_EQ(got_centroids, kv_heads);
   EXPECT_EQ(got_classifiers, saap_heads);
 
-  // Issue 11: the default candidates (all) include Saap on the heads whose assets the published
-  // version holds (no Saap calibration in this run), and the new version keeps their tensors.
+  // Issue 11 item 6: the default candidates (auto: at 4096 tokens sampled_lines alone) include
+  // Saap on the heads whose assets the published version holds (no Saap calibration in this
+  // run), and the new version keeps their tensors; the other heads are sampled_lines or dense.
   out_.clear();
   err_.clear();
   ASSERT_EQ(Calibrate({"--workload=llm_mix", "--seq_len=4096", "--q_heads=4", "--kv_heads=2",
@@ -444,10 +489,14 @@ TEST_F(CalibrateCommandTest, SaapChoicesCarryTheirTensors) {
             std::string::npos)
       << out_;
   EXPECT_EQ(out_.find("saap calibrated"), std::string::npos) << out_;
+  EXPECT_TRUE(absl::StrContains(out_, "candidates auto at 4096 tokens: sampled_lines")) << out_;
   v1::GetHeadConfigsResponse again = Configs("cal-saap", 0);
   for (const v1::HeadConfig& h : again.configs()) {
-    if (h.method().method() == v1::METHOD_SAAP) {
+    const v1::Method m = h.method().method();
+    if (m == v1::METHOD_SAAP) {
       EXPECT_TRUE(saap_heads.count(h.head())) << h.head();
+    } else {
+      EXPECT_TRUE(m == v1::METHOD_SAMPLED_LINES || m == v1::METHOD_DENSE) << h.ShortDebugString();
     }
   }
   auto kept = DownloadTensors(*stub_, req);
@@ -474,7 +523,10 @@ TEST_F(CalibrateCommandTest, UsageAndServiceErrors) {
        "--sampled_lines_margin: not with --candidates=auto"},
       {With({"--candidates=auto", "--auto_max_len=0"}), 2, "--auto_max_len: must be >= 1"},
       {With({"--candidates=auto", "--auto_max_len=x"}), 2, "--auto_max_len"},
-      {With({"--auto_max_len=1024"}), 2, "--auto_max_len: only with --candidates=auto"},
+      {With({"--candidates=all", "--auto_max_len=1024"}), 2,
+       "--auto_max_len: only with --candidates=auto"},
+      {With({"--sampled_lines_margin=0.01"}), 2,
+       "--sampled_lines_margin: not with --candidates=auto (the default)"},
       {With({"--layers=0"}), 2, "--layers"},
       {With({"--layers=3-1"}), 2, "--layers"},
       {With({"--publish"}), 2, "--model"},
@@ -495,7 +547,7 @@ TEST_F(CalibrateCommandTest, UsageAndServiceErrors) {
   EXPECT_TRUE(absl::StrContains(out_, "--target_recall")) << out_;
   EXPECT_TRUE(absl::StrContains(out_, "--sampled_lines_margin")) << out_;
   EXPECT_TRUE(absl::StrContains(out_, "--auto_max_len")) << out_;
-  EXPECT_TRUE(absl::StrContains(out_, "or auto:")) << out_;
+  EXPECT_TRUE(absl::StrContains(out_, "--candidates=auto        auto (default)")) << out_;
 }
 
 }  // namespace

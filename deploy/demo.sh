@@ -84,9 +84,11 @@ sed 's/^/  /' "$WORK/worker.out"
 step "calibrate and publish per-head configs for model demo-llama (32 layers, $Q_HEADS q-heads, $KV_HEADS kv-heads)"
 # Every head defaults to A-shape; the offline pattern search (kernels/calibration/README.md)
 # chooses layer 0's heads: per head, the cheapest method + parameters whose attention-mass recall
-# reaches 0.95 on a calibration prompt. It calibrates on prompt 2 and scores its choices on
-# prompt 1 (the held-out column), which is the prompt sent below: same model (model_seed 1),
-# different text.
+# reaches 0.95 on a calibration prompt. Its default candidates (--candidates=auto, session 27)
+# at this length are sampled_lines alone at the worker guard's gamma (0.96 or more; dense where
+# none reaches the target); --candidates=all searches every method. It calibrates on prompt 2
+# and scores its choices on prompt 1 (the held-out column), which is the prompt sent below: same
+# model (model_seed 1), different text; the worker's recall guard checks each head on it.
 "$CTL" index models put --model=demo-llama --layers=32 --q_heads="$Q_HEADS" --kv_heads="$KV_HEADS" \
   --head_dim="$HEAD_DIM" --rope_theta=500000 --default_method=a_shape \
   --description="spattn demo model"

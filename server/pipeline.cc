@@ -3,6 +3,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -212,9 +213,13 @@ absl::Status AttentionPipeline::Run(ParsedRequest& req, AttentionBackend& backen
   // this length (before the guard's first estimate).
   plan_in.length_exponent = guard.length_exponent;
   std::vector<std::string> start_key(p.num_q_heads);
+  // The published method of each head the guard may start from a learned config (its adaptive
+  // tries follow it: RecallGuardOptions::adaptive_auto).
+  std::vector<std::optional<Method>> configured(p.num_q_heads);
   std::deque<MethodConfig> learned;  // what plan_in.maybe_learned hands out
   if (learning) {
     plan_in.maybe_learned = [&](int h, const MethodConfig& c) -> const MethodConfig* {
+      configured[h] = c.method;
       start_key[h] = GuardMemory::Key(req.model_id, model ? model->version : 0, req.layer, h, c,
                                       plan_in.max_k_len);
       MethodConfig m;
@@ -292,6 +297,7 @@ absl::Status AttentionPipeline::Run(ParsedRequest& req, AttentionBackend& backen
         in.head = h;
         in.estimate = estimates[slot];
         in.config = plan.groups[g].head_configs[slot];
+        in.configured = configured[h];
         in.widen = !forced;
         inputs.push_back(in);
       }

@@ -1,6 +1,7 @@
 #include "server/recall_guard.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <map>
 #include <memory>
@@ -148,7 +149,20 @@ absl::StatusOr<MethodConfig> AdaptiveByName(absl::string_view name) {
 }
 
 absl::Status SetAdaptiveTries(absl::string_view spec, RecallGuardOptions* options) {
+  if (spec == kAdaptiveAuto) {
+    options->adaptive = RecallGuardOptions::DefaultAdaptive();
+    options->adaptive_also = MethodConfig();
+    options->adaptive_auto = true;
+    return absl::OkStatus();
+  }
   const std::vector<std::string> names = absl::StrSplit(spec, ',');
+  for (const std::string& name : names) {
+    if (name == kAdaptiveAuto) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "recall guard: 'auto' picks the adaptive tries per head and takes no other method, got '",
+          spec, "'"));
+    }
+  }
   if (names.size() > 2) {
     return absl::InvalidArgumentError(
         absl::StrCat("recall guard: at most two adaptive methods, got '", spec, "'"));
@@ -160,7 +174,19 @@ absl::Status SetAdaptiveTries(absl::string_view spec, RecallGuardOptions* option
   }
   options->adaptive = first;
   options->adaptive_also = second;
+  options->adaptive_auto = false;
   return absl::OkStatus();
+}
+
+std::pair<MethodConfig, MethodConfig> AdaptiveTriesFor(Method configured,
+                                                       const RecallGuardOptions& options) {
+  if (!options.adaptive_auto) return {options.adaptive, options.adaptive_also};
+  if (configured == Method::kSampledLines) {
+    MethodConfig sl;
+    sl.method = Method::kSampledLines;  // its defaults (gamma raised by AdaptiveConfig)
+    return {sl, RecallGuardOptions::DefaultAdaptive()};
+  }
+  return {RecallGuardOptions::DefaultAdaptive(), MethodConfig()};
 }
 
 absl::StatusOr<std::vector<GuardedHead>> GuardHeads(const std::vector<GuardInput>& heads,
@@ -201,6 +227,14 @@ absl::StatusOr<std::vector<GuardedHead>> GuardHeads(const std::vector<GuardInput
     st[i].current = in.config;
     st[i].estimate = in.estimate;
     st[i].active = in.widen && options.target > 0 && in.estimate < need;
+  }
+  // Per head: its adaptive tries, raised to the target (AdaptiveConfig; dense = none).
+  std::vector<std::array<MethodConfig, 2>> adaptive_try(n);
+  for (int i = 0; i < n; ++i) {
+    const auto [first, second] =
+        AdaptiveTriesFor(heads[i].configured.value_or(heads[i].config.method), options);
+    adaptive_try[i][0] = first.method == Method::kDense ? first : AdaptiveConfig(first, options);
+    adaptive_try[i][1] = second.method == Method::kDense ? second : AdaptiveConfig(second, options);
   }
   bool full = false;  // the device workspace is full: no more tries for anyone
   // Builds, estimates and counts one index per distinct config of `wants` (input, config).
@@ -260,18 +294,18 @@ absl::StatusOr<std::vector<GuardedHead>> GuardHeads(const std::vector<GuardInput
     int builds = 0;
     // The adaptive methods, once per head, before its first widening (not the head's own
     // method: its widening is that method's ladder).
+    // Each head's tries (AdaptiveTriesFor its configured method), first tries of all heads
+    // before second ones.
     std::vector<std::pair<int, MethodConfig>> wants;
-    for (const MethodConfig* base : {&options.adaptive, &options.adaptive_also}) {
-      if (base->method == Method::kDense) continue;
-      const MethodConfig a = AdaptiveConfig(*base, options);
-      if (base != &options.adaptive &&
-          a.DebugString() == AdaptiveConfig(options.adaptive, options).DebugString()) {
-        continue;  // the same try twice
-      }
+    for (int k = 0; k < 2; ++k) {
       for (int i = 0; i < n; ++i) {
-        if (st[i].active && !st[i].adaptive_tried && heads[i].config.method != a.method) {
-          wants.emplace_back(i, a);
+        if (!st[i].active || st[i].adaptive_tried) continue;
+        const MethodConfig& a = adaptive_try[i][k];
+        if (a.method == Method::kDense) continue;
+        if (k == 1 && a.DebugString() == adaptive_try[i][0].DebugString()) {
+          continue;  // the same try twice
         }
+        if (heads[i].config.method != a.method) wants.emplace_back(i, a);
       }
     }
     std::vector<std::shared_ptr<Batch>> batches;

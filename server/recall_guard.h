@@ -21,7 +21,9 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -60,6 +62,17 @@ struct RecallGuardOptions {
   // those that reach the target). Default: dense = none (spattn-bench
   // --guard_adaptive=sampled_lines,flex_prefill sets it).
   MethodConfig adaptive_also;
+  // "auto" (SetAdaptiveTries("auto"); the default of spattn-worker --recall_adaptive and of
+  // spattn-bench --guard_adaptive): the adaptive tries follow each head's configured method
+  // (GuardInput::configured, else its config's), instead of `adaptive` / `adaptive_also` for
+  // every head: a head configured sampled_lines tries sampled_lines, then flex_prefill (the
+  // tries of guarded_sl, which the calibration's sampled_lines-only search --candidates=auto
+  // pairs with), any other head flex_prefill alone (DefaultAdaptive). AdaptiveTriesFor. As
+  // always, a try of the method the head runs now is skipped (that method's ladder widens it):
+  // a sampled_lines head that runs its own config tries flex_prefill alone, as with
+  // flex_prefill; it tries sampled_lines too once the guard started it from a learned
+  // flex_prefill config (GuardMemory). Default: false (`adaptive` / `adaptive_also`).
+  bool adaptive_auto = false;
   // Finer ladder steps: a widening step multiplies the budgets by `fine_step` instead of 2
   // when the estimate says the shortfall is small (LadderStepFactor); <= 1 or >= 2: always x2.
   // Default: sqrt(2).
@@ -108,10 +121,20 @@ MethodConfig AdaptiveConfig(const MethodConfig& adaptive, const RecallGuardOptio
 absl::StatusOr<MethodConfig> AdaptiveByName(absl::string_view name);
 
 // `spec` = "M" or "M1,M2" (AdaptiveByName each) into options->adaptive and
-// options->adaptive_also (dense = none when one method is named), for flags (spattn-worker
-// --recall_adaptive, spattn-bench --guard_adaptive). INVALID_ARGUMENT for more than two methods
-// or an unknown one; *options is unchanged then.
+// options->adaptive_also (dense = none when one method is named), adaptive_auto false; or
+// "auto": adaptive_auto true (adaptive = DefaultAdaptive, adaptive_also = none). For flags
+// (spattn-worker --recall_adaptive, spattn-bench --guard_adaptive; both default to "auto").
+// INVALID_ARGUMENT for more than two methods, an unknown one, or "auto" in a list; *options is
+// unchanged then.
 absl::Status SetAdaptiveTries(absl::string_view spec, RecallGuardOptions* options);
+inline constexpr char kAdaptiveAuto[] = "auto";
+
+// The adaptive tries (before AdaptiveConfig; method dense = none) of a head configured with
+// `configured`: with options.adaptive_auto, {sampled_lines (its defaults), flex_prefill
+// (DefaultAdaptive)} for sampled_lines and {flex_prefill, none} for any other method; else
+// {options.adaptive, options.adaptive_also}.
+std::pair<MethodConfig, MethodConfig> AdaptiveTriesFor(Method configured,
+                                                       const RecallGuardOptions& options);
 
 // `config`, calibrated on a prompt of `calibrated_tokens` keys, for a prompt of `served_tokens`
 // keys: its budgets that count keys (a_shape local_tokens, vertical_slash vertical_size and
@@ -202,6 +225,10 @@ struct GuardInput {
   double estimate = 1.0;  // of the head's index under `config`
   MethodConfig config;
   bool widen = true;  // false: estimate only (the request forced this head's config)
+  // The head's configured method (its published config's) when `config` is another one (what
+  // the guard learned for it, GuardMemory); unset: config.method. Picks the adaptive tries
+  // under RecallGuardOptions::adaptive_auto.
+  std::optional<Method> configured;
 };
 
 // Builds one index of `heads` where head heads[k] runs configs[k] (configs that share one build,

@@ -7,9 +7,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "gtest/gtest.h"
@@ -157,6 +159,131 @@ TEST(RecallGuardOptionsTest, SetAdaptiveTriesParsesOneOrTwoMethods) {
     EXPECT_NE(s.message().find("adaptive"), std::string::npos) << bad << ": " << s;
     EXPECT_EQ(go.adaptive.DebugString(), before) << bad;
     EXPECT_EQ(go.adaptive_also.method, Method::kDense) << bad;
+  }
+  // "auto": the tries per head (AdaptiveTriesFor); alone only, and a method spec turns it off.
+  EXPECT_FALSE(RecallGuardOptions().adaptive_auto);  // the struct's default: flex_prefill
+  ASSERT_TRUE(SetAdaptiveTries("sampled_lines", &go).ok());
+  ASSERT_TRUE(SetAdaptiveTries("auto", &go).ok());
+  EXPECT_TRUE(go.adaptive_auto);
+  EXPECT_EQ(go.adaptive.DebugString(), RecallGuardOptions::DefaultAdaptive().DebugString());
+  EXPECT_EQ(go.adaptive_also.method, Method::kDense);
+  for (const char* bad : {"auto,flex_prefill", "sampled_lines,auto", "auto,auto"}) {
+    absl::Status s = SetAdaptiveTries(bad, &go);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(s.message().find("'auto' picks the adaptive tries per head"), std::string::npos)
+        << bad << ": " << s;
+    EXPECT_TRUE(go.adaptive_auto) << bad;
+  }
+  ASSERT_TRUE(SetAdaptiveTries("flex_prefill", &go).ok());
+  EXPECT_FALSE(go.adaptive_auto);
+}
+
+// "auto" by the head's configured method: sampled_lines heads get guarded_sl's tries
+// (sampled_lines, flex_prefill), every other head flex_prefill; without auto every head gets
+// options.adaptive / adaptive_also.
+TEST(RecallGuardOptionsTest, AdaptiveTriesFollowTheConfiguredMethodUnderAuto) {
+  RecallGuardOptions go;
+  ASSERT_TRUE(SetAdaptiveTries("auto", &go).ok());
+  const std::string sl = AdaptiveByName("sampled_lines")->DebugString();
+  const std::string fp = RecallGuardOptions::DefaultAdaptive().DebugString();
+  for (Method m : kAllMethods) {
+    const auto [first, second] = AdaptiveTriesFor(m, go);
+    if (m == Method::kSampledLines) {
+      EXPECT_EQ(first.DebugString(), sl);
+      EXPECT_EQ(second.DebugString(), fp);
+    } else {
+      EXPECT_EQ(first.DebugString(), fp) << MethodName(m);
+      EXPECT_EQ(second.method, Method::kDense) << MethodName(m);
+    }
+  }
+  ASSERT_TRUE(SetAdaptiveTries("sampled_lines,flex_prefill", &go).ok());
+  for (Method m : {Method::kSampledLines, Method::kAShape}) {
+    const auto [first, second] = AdaptiveTriesFor(m, go);
+    EXPECT_EQ(first.DebugString(), sl);
+    EXPECT_EQ(second.DebugString(), fp);
+  }
+}
+
+// Which adaptive tries GuardHeads makes per head under auto, flex_prefill and
+// sampled_lines,flex_prefill: never one of the method the head runs now (its ladder widens
+// it); under auto a sampled_lines head started from a learned flex_prefill config tries
+// sampled_lines (as guarded_sl), where flex_prefill alone tries nothing.
+TEST(RecallGuardTest, AutoAdaptiveTriesPerHead) {
+  MethodConfig sl;
+  sl.method = Method::kSampledLines;
+  sl.sampled_lines.gamma = 0.9f;
+  MethodConfig fp = RecallGuardOptions::DefaultAdaptive();
+  fp.flex_prefill.gamma = 0.97f;
+  MethodConfig as;
+  as.method = Method::kAShape;
+  MethodConfig saap;
+  saap.method = Method::kSaap;
+  // head: its config now, its configured (published) method if another.
+  struct Head {
+    MethodConfig config;
+    std::optional<Method> configured;
+  };
+  const std::vector<Head> heads = {{sl, std::nullopt},
+                                   {fp, Method::kSampledLines},  // learned flex_prefill
+                                   {as, std::nullopt},
+                                   {fp, std::nullopt},
+                                   {saap, std::nullopt},
+                                   {sl, Method::kSampledLines}};
+  // Per spec and head, the methods of its adaptive tries (first ladder step, before widening).
+  using Tries = std::set<std::string>;
+  const Tries none, f = {"flex_prefill"}, l = {"sampled_lines"};
+  const Tries both = {"flex_prefill", "sampled_lines"};
+  const std::vector<std::pair<const char*, std::vector<Tries>>> want = {
+      {"auto", {f, l, f, none, f, f}},
+      {"flex_prefill", {f, none, f, none, f, f}},
+      {"sampled_lines,flex_prefill", {f, l, both, l, both, f}},
+  };
+  for (const auto& [spec, tries] : want) {
+    RecallGuardOptions go;
+    ASSERT_TRUE(SetAdaptiveTries(spec, &go).ok());
+    go.target = 0.95;
+    go.max_widen = 1;
+    std::vector<Tries> tried(heads.size());
+    GuardBatchOps ops;
+    bool first_step = true;
+    ops.build = [&](const MethodConfig& c, const std::vector<int>& hs, SparseIndex* out) {
+      // The adaptive tries come first in step 0, before any widened config of the head's own
+      // method; a widened config (same method as the head's) ends the adaptive part.
+      for (int h : hs) {
+        if (c.method == Method::kDense) continue;
+        if (c.method == heads[h].config.method) {
+          first_step = false;
+          continue;
+        }
+        EXPECT_TRUE(first_step) << spec;
+        tried[h].insert(MethodName(c.method));
+        if (c.method == Method::kSampledLines) {
+          EXPECT_FLOAT_EQ(c.sampled_lines.gamma, 0.96f) << spec;  // AdaptiveConfig at 0.95
+        }
+      }
+      out->heads = hs;
+      return absl::OkStatus();
+    };
+    ops.estimate = [](SparseIndex* index) -> absl::StatusOr<std::vector<double>> {
+      return std::vector<double>(index->num_heads(), 0.5);  // nothing reaches the target
+    };
+    ops.pairs = [](const MethodConfig&,
+                   SparseIndex* index) -> absl::StatusOr<std::vector<int64_t>> {
+      return std::vector<int64_t>(index->num_heads(), 1000);
+    };
+    std::vector<GuardInput> inputs;
+    for (size_t h = 0; h < heads.size(); ++h) {
+      GuardInput in;
+      in.head = static_cast<int>(h);
+      in.estimate = 0.5;
+      in.config = heads[h].config;
+      in.configured = heads[h].configured;
+      inputs.push_back(in);
+    }
+    auto g = GuardHeads(inputs, ops, go);
+    ASSERT_TRUE(g.ok()) << g.status();
+    EXPECT_EQ(tried, tries) << spec;
+    for (const GuardedHead& x : *g) EXPECT_EQ(x.config.method, Method::kDense) << spec;
   }
 }
 

@@ -79,8 +79,9 @@ constexpr Flag kFlags[] = {
      "recall guard: head configs start from budgets x (served / calibrated length)^E "
      "(default 0.68; 0: as published)"},
     {"recall_adaptive",
-     "recall guard: the adaptive tries, M or M1,M2 of sampled_lines | flex_prefill | none "
-     "(default flex_prefill; sampled_lines,flex_prefill with sampled_lines-only configs)"},
+     "recall guard: the adaptive tries, auto (per head: sampled_lines,flex_prefill for "
+     "sampled_lines heads, flex_prefill for others) or M or M1,M2 of sampled_lines | "
+     "flex_prefill | none (default auto)"},
     {"index_rpc_timeout_s", "index-service RPC timeout, seconds (default 5)"},
     {"drain_grace_s", "seconds NOT_SERVING before refusing new calls on SIGTERM (default 0)"},
     {"drain_timeout_s", "longest wait for in-flight calls on SIGTERM, seconds (default 30)"},
@@ -214,6 +215,7 @@ int Main(int argc, char** argv) {
     }
     o.recall_adaptive = guard.adaptive;
     o.recall_adaptive_also = guard.adaptive_also;
+    o.recall_adaptive_auto = guard.adaptive_auto;
   }
   for (const char* name : {"allow_tcp_shm", "tls_require_client_cert"}) {
     if (values.count(name) && values[name] != "true" && values[name] != "false") {

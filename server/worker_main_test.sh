@@ -49,6 +49,13 @@ if "$WORKER" --recall_adaptive=sampled_lines,block_sparse 2>"$TEST_TMPDIR/bad_ad
 fi
 grep -q -- "--recall_adaptive: recall guard: adaptive method 'block_sparse'" "$TEST_TMPDIR/bad_adaptive.err" || {
   cat "$TEST_TMPDIR/bad_adaptive.err"; exit 1; }
+# "auto" (the default) picks the tries per head; it takes no other method.
+"$WORKER" --help 2>&1 | grep -- "--recall_adaptive: .*(default auto)" >/dev/null
+if "$WORKER" --recall_adaptive=auto,flex_prefill 2>"$TEST_TMPDIR/bad_auto.err"; then
+  echo "recall_adaptive auto in a list accepted"; exit 1
+fi
+grep -q -- "--recall_adaptive: recall guard: 'auto' picks the adaptive tries per head" "$TEST_TMPDIR/bad_auto.err" || {
+  cat "$TEST_TMPDIR/bad_auto.err"; exit 1; }
 if "$WORKER" --saap_assets_bytes=lots 2>"$TEST_TMPDIR/bad_saap.err"; then echo "bad saap_assets_bytes accepted"; exit 1; fi
 grep -q -- "--saap_assets_bytes: not an integer: 'lots'" "$TEST_TMPDIR/bad_saap.err"
 if "$WORKER" --saap_assets_bytes=-1 --listen=127.0.0.1:0 --metrics= --devices=cpu 2>"$TEST_TMPDIR/neg_saap.err"; then

@@ -156,6 +156,7 @@ PipelineOptions WorkerPipelineOptions(const WorkerOptions& options) {
   po.guard.length_exponent = options.recall_length_exponent;
   po.guard.adaptive = options.recall_adaptive;
   po.guard.adaptive_also = options.recall_adaptive_also;
+  po.guard.adaptive_auto = options.recall_adaptive_auto;
   return po;
 }
 

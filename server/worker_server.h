@@ -98,10 +98,14 @@ struct WorkerOptions {
   // calibrated)^recall_length_exponent (server/recall_guard.h ScaleConfigToLength); 0 = as
   // published. Default: 0.68 (RecallGuardOptions).
   double recall_length_exponent = RecallGuardOptions::kLengthExponent;
-  // The guard's adaptive tries (RecallGuardOptions::adaptive / adaptive_also; spattn-worker
-  // --recall_adaptive=M[,M2], SetAdaptiveTries). Defaults: flex_prefill (DefaultAdaptive), none.
-  // With configs from the sampled_lines-only search (spattnctl calibrate --candidates=auto),
-  // sampled_lines,flex_prefill is the setting the README's guarded_sl line measures.
+  // The guard's adaptive tries (spattn-worker --recall_adaptive=auto|M[,M2], SetAdaptiveTries):
+  // recall_adaptive_auto (RecallGuardOptions::adaptive_auto, "auto", the default): per head by
+  // its published method, sampled_lines heads (what spattnctl calibrate's default
+  // --candidates=auto publishes up to 128K) sampled_lines then flex_prefill as the README's
+  // guarded_sl line, others flex_prefill; else recall_adaptive / recall_adaptive_also
+  // (RecallGuardOptions::adaptive / adaptive_also) for every head. Defaults: true, flex_prefill
+  // (DefaultAdaptive), none.
+  bool recall_adaptive_auto = true;
   MethodConfig recall_adaptive = RecallGuardOptions::DefaultAdaptive();
   MethodConfig recall_adaptive_also;
   // Query rows per index block for methods without their own block size. Default: 64.

@@ -741,16 +741,18 @@ TEST(WorkerOptionsTest, NegativeSaapAssetsBytesIsRefused) {
 }
 
 // The worker's guard options reach its request pipeline: the adaptive tries (spattn-worker
-// --recall_adaptive), target, probe rows and length exponent.
+// --recall_adaptive, default auto), target, probe rows and length exponent.
 TEST(WorkerOptionsTest, GuardOptionsReachThePipeline) {
   WorkerOptions o;
   PipelineOptions po = WorkerPipelineOptions(o);
+  EXPECT_TRUE(po.guard.adaptive_auto);  // the default: per head by its published method
   EXPECT_EQ(po.guard.adaptive.DebugString(), RecallGuardOptions::DefaultAdaptive().DebugString());
   EXPECT_EQ(po.guard.adaptive_also.method, Method::kDense);
   RecallGuardOptions tries;
   ASSERT_TRUE(SetAdaptiveTries("sampled_lines,flex_prefill", &tries).ok());
   o.recall_adaptive = tries.adaptive;
   o.recall_adaptive_also = tries.adaptive_also;
+  o.recall_adaptive_auto = tries.adaptive_auto;
   o.recall_target = 0.9;
   o.recall_probe_rows = 48;
   o.recall_length_exponent = 0.5;
@@ -758,6 +760,7 @@ TEST(WorkerOptionsTest, GuardOptionsReachThePipeline) {
   po = WorkerPipelineOptions(o);
   EXPECT_EQ(po.guard.adaptive.method, Method::kSampledLines);
   EXPECT_EQ(po.guard.adaptive_also.method, Method::kFlexPrefill);
+  EXPECT_FALSE(po.guard.adaptive_auto);
   EXPECT_EQ(po.guard.target, 0.9);
   EXPECT_EQ(po.guard.probe_rows, 48);
   EXPECT_EQ(po.guard.length_exponent, 0.5);

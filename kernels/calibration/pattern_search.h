@@ -68,10 +68,14 @@ absl::StatusOr<std::vector<Method>> ParseCandidateMethods(absl::string_view spec
 // (guarded): session 25 32K 6.24 vs 9.81 ms, 128K 93.77 vs 90.55; session 26, with
 // sampled_lines' passes on wgmma (kernels/cuda/NOTES.md "s26-slbuild"), 32K 5.38 vs 9.64 ms and
 // 128K 83.69 vs 89.38, its promise kept at 0.90 / 0.95 / 0.98 at 64K and 128K on two model seeds
-// (bench/results/gpu/h100-2026-11-27-s26/call2) and at 4K-32K (session 25). "auto" (spattnctl
-// calibrate --candidates=auto, spattn-bench --search_candidates=auto) picks by the length the
-// configs are calibrated for / served at: up to kAutoSampledLinesMaxTokens the sampled_lines-only
-// search with margin kAutoSampledLinesMargin, above it the default search (margin 0).
+// (bench/results/gpu/h100-2026-11-27-s26/call2) and at 4K-32K (session 25). "auto" (the default
+// of spattnctl calibrate --candidates and spattn-bench --search_candidates since session 27;
+// "all" there is the search over DefaultCandidates) picks by the length the configs are
+// calibrated for / served at: up to kAutoSampledLinesMaxTokens the sampled_lines-only search
+// with margin kAutoSampledLinesMargin, above it the default search (margin 0). Both callers add
+// Saap's candidates to either where the layer has assets (issue 11 item 6). Session 27 (H100,
+// guarded on the defaults, kernels/cuda/NOTES.md "s27-auto"): 32K 5.54 vs 9.52 ms with main's
+// defaults in one call; 128K 84.50 vs 88.44 ms (two calls).
 inline constexpr char kAutoCandidates[] = "auto";
 // The longest length (tokens) "auto" searches sampled_lines alone for: 128K, the longest length
 // where that search was measured faster and keeping the promise (above). At 1M (session 24,

@@ -137,8 +137,9 @@ class CudaBackend : public AttentionBackend {
 
   double last_pairs_ms() const override { return path_ != nullptr ? last_pairs_ms_ : 0; }
 
-  void SetGuardAdaptive(const MethodConfig& adaptive, const MethodConfig& adaptive_also) override {
-    if (path_ != nullptr) path_->SetGuardAdaptive(adaptive, adaptive_also);
+  void SetGuardAdaptive(const MethodConfig& adaptive, const MethodConfig& adaptive_also,
+                        bool adaptive_auto) override {
+    if (path_ != nullptr) path_->SetGuardAdaptive(adaptive, adaptive_also, adaptive_auto);
   }
 
   absl::StatusOr<GuardOutcome> GuardOnDevice(const std::vector<MethodConfig>& config_of_head,

@@ -53,8 +53,10 @@ class AttentionBackend {
     double warm_recall_ms = 0;
   };
   // The guard's adaptive tries for GuardOnDevice (RecallGuardOptions::adaptive /
-  // adaptive_also); not called: the worker's default. Backends without a worker path ignore it.
-  virtual void SetGuardAdaptive(const MethodConfig& adaptive, const MethodConfig& adaptive_also) {}
+  // adaptive_also / adaptive_auto); not called: the worker's default (auto). Backends without a
+  // worker path ignore it.
+  virtual void SetGuardAdaptive(const MethodConfig& adaptive, const MethodConfig& adaptive_also,
+                                bool adaptive_auto) {}
   virtual absl::StatusOr<GuardOutcome> GuardOnDevice(
       const std::vector<MethodConfig>& config_of_head, double target, int probe_rows,
       const BuildOptions& options, bool again = true) {

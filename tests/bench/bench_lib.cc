@@ -189,9 +189,10 @@ Methods:
   --search_target_recall=X
                          searched: recall each head's config must reach (default 0.95)
   --search_sampled_lines_margin=M
-                         searched, guarded, promise: search sampled_lines at gamma >=
-                         SampledLinesGammaFor(target, M) (the guard's margin is 0.01), not
-                         below (default 0: the candidates' own gammas)
+                         searched, guarded, promise, with --search_candidates=all or a list:
+                         search sampled_lines at gamma >= SampledLinesGammaFor(target, M) (the
+                         guard's margin is 0.01), not below (default 0: the candidates' own
+                         gammas)
   --promise_min_len=N    promise: skip held-out prompts shorter than N (default 0: none)
   --promise_max_len=N    promise: skip held-out prompts longer than N (default 0: none)
   --promise_search_rows=N
@@ -205,16 +206,20 @@ Methods:
                          searched)
   --guard_fine_step=F    guarded, promise (host guard): the ladder's fine step (default -1: the
                          worker's sqrt(2); 0: doublings only)
-  --guard_adaptive=M[,M2] guarded, promise (host and device guard): the adaptive try, flex_prefill
-                         (default: the worker's), sampled_lines or none;
-                         two methods: both tried, the cheaper that reaches the target kept
-  --search_candidates=L  searched, guarded, promise: all (default: the search's default
-                         candidates, plus saap's in searched when --calibrate is given), a
-                         method list, e.g. a_shape,vertical_slash, or auto: by the served
-                         length (searched, guarded: --seq_len; promise: each held-out
-                         prompt's), sampled_lines alone at sampled_lines_margin 0.01 up to
+  --guard_adaptive=A     guarded, promise (host and device guard): the adaptive tries, auto
+                         (default, the worker's: per head by its searched method,
+                         sampled_lines heads sampled_lines then flex_prefill, others
+                         flex_prefill), or M[,M2] of flex_prefill, sampled_lines, none for
+                         every head; two methods: both tried, the cheaper that reaches the
+                         target kept
+  --search_candidates=L  searched, guarded, promise: auto (default): by the served length
+                         (searched, guarded: --seq_len; promise: each held-out prompt's),
+                         sampled_lines alone at sampled_lines_margin 0.01 up to
                          --search_auto_max_len tokens, all above (kernels/calibration
-                         AutoCandidatesForLength; not with --search_sampled_lines_margin)
+                         AutoCandidatesForLength; not with --search_sampled_lines_margin);
+                         all: the search's default candidates (the default before session
+                         27); or a method list, e.g. a_shape,vertical_slash. With auto and
+                         all, saap's candidates join in searched when --calibrate is given
   --search_auto_max_len=N
                          with --search_candidates=auto: the longest served length searched
                          with sampled_lines alone (default 131072)
@@ -276,6 +281,7 @@ absl::StatusOr<BenchFlags> ParseBenchFlags(const std::vector<std::string>& args)
   f.search_candidates = line.Get("search_candidates", f.search_candidates);
   f.dump = line.Get("dump");
   f.guard_adaptive = line.Get("guard_adaptive", f.guard_adaptive);
+  if (f.guard_adaptive.empty()) f.guard_adaptive = kAdaptiveAuto;  // the worker's default
   if (!f.guard_adaptive.empty()) {
     RecallGuardOptions go;
     SPATTN_RETURN_IF_ERROR(SetGuardAdaptive(f.guard_adaptive, &go));
@@ -315,9 +321,11 @@ absl::StatusOr<BenchFlags> ParseBenchFlags(const std::vector<std::string>& args)
   }
   if (line.Has("search_sampled_lines_margin") && IsAutoCandidates(f.search_candidates)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--search_sampled_lines_margin: not with --search_candidates=auto, which sets it per "
-        "served length (",
-        kAutoSampledLinesMargin, " up to --search_auto_max_len tokens, 0 above)"));
+        "--search_sampled_lines_margin: not with --search_candidates=auto (the default), which "
+        "sets it per served length (",
+        kAutoSampledLinesMargin,
+        " up to --search_auto_max_len tokens, 0 above); give --search_candidates=all or a list "
+        "with it"));
   }
   SPATTN_RETURN_IF_ERROR(line.Read("promise_max_len", &f.promise_max_len));
   SPATTN_RETURN_IF_ERROR(line.Read("promise_search_rows", &f.promise_search_rows));
@@ -706,12 +714,15 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
       co.model_seed = f.seed;  // the benchmark's model (its model_seed defaults to its seed)
       SPATTN_ASSIGN_OR_RETURN(Workload calib, GenerateWorkload(co));
       std::vector<Method> methods = choice.methods;
-      const bool want_saap_candidates =
-          choice.all || std::find(methods.begin(), methods.end(), Method::kSaap) != methods.end();
-      if (f.calibrate && want_saap_candidates &&
+      // Saap joins "all" and "auto" (whatever auto picked) where the layer has assets
+      // (--calibrate; issue 11 item 6), as spattnctl calibrate's with published assets.
+      const bool listed_saap =
+          std::find(methods.begin(), methods.end(), Method::kSaap) != methods.end();
+      const bool saap_joins = choice.all || choice.automatic;
+      if (f.calibrate && (saap_joins || listed_saap) &&
           calibrate_saap(calib.problem(), " (search prompt)", &search_assets)) {
         search_bo.maybe_assets = &search_assets;
-        if (choice.all) methods.push_back(Method::kSaap);
+        if (saap_joins && !listed_saap) methods.push_back(Method::kSaap);
       }
       SPATTN_ASSIGN_OR_RETURN(std::vector<MethodConfig> candidates,
                               CandidatesForMethods(methods, search_bo.maybe_assets));
@@ -767,7 +778,7 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
     if (f.guard_fine_step >= 0) go.fine_step = f.guard_fine_step;
     if (!f.guard_adaptive.empty()) {
       SetGuardAdaptive(f.guard_adaptive, &go).IgnoreError();  // checked by ParseBenchFlags
-      (*backend)->SetGuardAdaptive(go.adaptive, go.adaptive_also);
+      (*backend)->SetGuardAdaptive(go.adaptive, go.adaptive_also, go.adaptive_auto);
     }
     if (f.guard_probe_rows >= 0) go.probe_rows = f.guard_probe_rows;
     // As the worker: each head starts from its config scaled to this length
@@ -920,7 +931,8 @@ int RunBench(const std::vector<std::string>& args, std::ostream& out, std::ostre
         SetGuardAdaptive(f.guard_adaptive, &go).IgnoreError();  // checked by ParseBenchFlags
         po.adaptive = go.adaptive;
         po.adaptive_also = go.adaptive_also;
-        (*backend)->SetGuardAdaptive(go.adaptive, go.adaptive_also);
+        po.adaptive_auto = go.adaptive_auto;
+        (*backend)->SetGuardAdaptive(go.adaptive, go.adaptive_also, go.adaptive_auto);
       }
       po.build = search_bo;
       po.build.maybe_assets = nullptr;

@@ -79,10 +79,11 @@ struct BenchFlags {
   // "guarded"/"promise" on the host: the guard's fine ladder step (RecallGuardOptions::
   // fine_step); < 0 = the worker's, 0 = doublings only.
   double guard_fine_step = -1;  // Default: -1.
-  // "guarded"/"promise" (host and device guard): the adaptive try (server/recall_guard.h
-  // AdaptiveByName: sampled_lines, flex_prefill or none; "M1,M2": both tried, as
-  // RecallGuardOptions::adaptive_also); empty = the worker's (sampled_lines).
-  std::string guard_adaptive;  // Default: empty.
+  // "guarded"/"promise" (host and device guard): the adaptive tries (server/recall_guard.h
+  // SetAdaptiveTries): "auto" (the worker's default: per head by its searched method,
+  // RecallGuardOptions::adaptive_auto), or AdaptiveByName's sampled_lines, flex_prefill or none
+  // for every head ("M1,M2": both tried, as RecallGuardOptions::adaptive_also).
+  std::string guard_adaptive = "auto";  // Default: auto.
   // "promise" (tests/bench/promise_lines.h): shortest and longest held-out prompt (0 = no
   // limit), exact rows of its search and served recall (0 = 128), targets (empty = 0.90, 0.95,
   // 0.98).
@@ -90,11 +91,12 @@ struct BenchFlags {
   int promise_max_len = 0;
   int promise_search_rows = 0;
   std::vector<double> promise_targets;
-  // "all" (the search's default candidates, plus saap's when --calibrate gave assets), a
-  // comma-separated method list (kernels/calibration ParseCandidateMethods), or "auto": the
-  // candidates and sampled_lines margin AutoCandidatesForLength picks for the served length
-  // (searched / guarded: seq_len; promise: each held-out prompt's).
-  std::string search_candidates = "all";  // Default: all.
+  // "auto": the candidates and sampled_lines margin AutoCandidatesForLength picks for the
+  // served length (searched / guarded: seq_len; promise: each held-out prompt's); "all" (the
+  // search's default candidates, the default before session 27); or a comma-separated method
+  // list (kernels/calibration ParseCandidateMethods). With auto and all, saap's candidates join
+  // in searched when --calibrate gave assets.
+  std::string search_candidates = "auto";  // Default: auto.
   // "auto": the longest served length searched with sampled_lines alone (kernels/calibration
   // kAutoSampledLinesMaxTokens).
   int search_auto_max_len = 131072;  // Default: 131072 (bench_test checks it equals the constant).

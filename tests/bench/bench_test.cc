@@ -319,7 +319,15 @@ TEST(BenchTest, BadFlagsAreRefusedWithTheirName) {
        2,
        "--search_auto_max_len must be >= 1"},
       {{"--search_candidates=auto", "--search_auto_max_len=x"}, 2, "--search_auto_max_len"},
-      {{"--search_auto_max_len=1024"}, 2, "--search_auto_max_len: only with --search_candidates=auto"},
+      {{"--search_candidates=all", "--search_auto_max_len=1024"},
+       2,
+       "--search_auto_max_len: only with --search_candidates=auto"},
+      {{"--search_sampled_lines_margin=0.01"},
+       2,
+       "--search_sampled_lines_margin: not with --search_candidates=auto (the default)"},
+      {{"--guard_adaptive=auto,flex_prefill"},
+       2,
+       "--guard_adaptive: recall guard: 'auto' picks the adaptive tries per head"},
       {{"--guard_adaptive=sampled_lines,flex_prefill,none"},
        2,
        "--guard_adaptive: recall guard: at most two adaptive methods"},
@@ -382,7 +390,9 @@ TEST(BenchTest, HelpExplainsEveryFlag) {
                            "--promise_min_len",
                            "--promise_max_len",
                            "--promise_targets",
-                           "--guard_probe_rows"}) {
+                           "--guard_probe_rows",
+                           "--guard_adaptive=A",
+                           "(default, the worker's: per head by its searched method"}) {
     EXPECT_TRUE(absl::StrContains(r.out, flag)) << flag;
   }
 }
@@ -421,7 +431,7 @@ TEST(BenchTest, SearchedRunsEveryHeadWithTheConfigTheSearchChose) {
   const std::vector<std::string> base = {
       "--seq_len=1024",    "--heads=8",        "--kv_heads=2", "--methods=dense,searched",
       "--search_len=1024", "--recall_rows=64", "--threads=2",  "--warmup=0",
-      "--repeat=1"};
+      "--repeat=1",        "--search_candidates=all"};
   for (const char* group_by : {"--group_by=all", "--group_by=kind"}) {
     std::vector<std::string> args = base;
     args.push_back(group_by);
@@ -570,10 +580,11 @@ std::vector<std::string> SearchedHeads(const std::string& err) {
   return out;
 }
 
-// --search_candidates=auto follows the served --seq_len, not the (shorter) search prompt: at
-// 4096 tokens served (search on 2048) the default boundary (128K) gives the sampled_lines-only
-// search at margin 0.01, --search_auto_max_len=2048 (the search prompt's length) the default
-// search; each run's searched configs equal the run with those flags given by hand.
+// --search_candidates=auto (the default) follows the served --seq_len, not the (shorter)
+// search prompt: at 4096 tokens served (search on 2048) the default boundary (128K) gives the
+// sampled_lines-only search at margin 0.01, --search_auto_max_len=2048 (the search prompt's
+// length) the search over all candidates; each run's searched configs equal the run with those
+// flags given by hand, and the run without the flag equals auto's.
 TEST(BenchTest, SearchCandidatesAutoFollowsTheServedLength) {
   const std::vector<std::string> common = {
       "--heads=4",        "--kv_heads=2",      "--head_dim=64",      "--threads=2",
@@ -588,8 +599,9 @@ TEST(BenchTest, SearchCandidatesAutoFollowsTheServedLength) {
   const BenchRun sl_hand =
       run({"--search_candidates=sampled_lines", "--search_sampled_lines_margin=0.01"});
   const BenchRun all_auto = run({"--search_candidates=auto", "--search_auto_max_len=2048"});
-  const BenchRun all_hand = run({});
-  for (const BenchRun* r : {&sl_auto, &sl_hand, &all_auto, &all_hand}) {
+  const BenchRun all_hand = run({"--search_candidates=all"});
+  const BenchRun dflt = run({});
+  for (const BenchRun* r : {&sl_auto, &sl_hand, &all_auto, &all_hand, &dflt}) {
     ASSERT_EQ(r->code, 0) << r->err;
     ASSERT_EQ(r->lines.size(), 1u) << r->out;
   }
@@ -603,6 +615,8 @@ TEST(BenchTest, SearchCandidatesAutoFollowsTheServedLength) {
                                 absl::StrCat("searched ", DefaultCandidates().size(), " candidates")))
       << all_auto.err;
   EXPECT_EQ(SearchedHeads(sl_auto.err), SearchedHeads(sl_hand.err));
+  EXPECT_EQ(SearchedHeads(dflt.err), SearchedHeads(sl_auto.err));
+  EXPECT_EQ(dflt.lines[0].at("params"), sl_auto.lines[0].at("params"));
   EXPECT_EQ(SearchedHeads(all_auto.err), SearchedHeads(all_hand.err));
   EXPECT_EQ(SearchedHeads(sl_auto.err).size(), 4u);
   int sl = 0;
@@ -617,6 +631,40 @@ TEST(BenchTest, SearchCandidatesAutoFollowsTheServedLength) {
   for (const char* key : {"recall", "density", "pairs"}) {
     EXPECT_EQ(sl_auto.lines[0].at(key), sl_hand.lines[0].at(key)) << key;
     EXPECT_EQ(all_auto.lines[0].at(key), all_hand.lines[0].at(key)) << key;
+    EXPECT_EQ(dflt.lines[0].at(key), sl_auto.lines[0].at(key)) << key;
+  }
+}
+
+// The default guard (--guard_adaptive=auto, the worker's) on the default search's configs
+// (sampled_lines alone up to 128K): a sampled_lines head tries flex_prefill besides its own
+// ladder (the sampled_lines try is its own method), so on the host guard (no learned configs)
+// the guarded line equals both guarded_sl's flags (--search_candidates=sampled_lines
+// --search_sampled_lines_margin=0.01 --guard_adaptive=sampled_lines,flex_prefill) and
+// --guard_adaptive=flex_prefill (the default before session 27) on the same configs.
+TEST(BenchTest, DefaultGuardedLineIsGuardedSl) {
+  const std::vector<std::string> common = {
+      "--heads=4",       "--kv_heads=2",     "--head_dim=64",     "--threads=2",
+      "--group_by=all",  "--recall_rows=64", "--seq_len=2048",    "--search_len=1024",
+      "--methods=guarded", "--warmup=0",     "--repeat=1"};
+  auto run = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = common;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return RunWith(args);
+  };
+  const BenchRun dflt = run({});
+  const BenchRun sl = run({"--search_candidates=sampled_lines", "--search_sampled_lines_margin=0.01",
+                           "--guard_adaptive=sampled_lines,flex_prefill"});
+  const BenchRun fp = run({"--guard_adaptive=flex_prefill"});
+  for (const BenchRun* r : {&dflt, &sl, &fp}) {
+    ASSERT_EQ(r->code, 0) << r->err;
+    ASSERT_EQ(r->lines.size(), 1u) << r->out;
+    ASSERT_EQ(r->lines[0].count("error"), 0u) << r->out;
+  }
+  EXPECT_TRUE(absl::StrContains(dflt.lines[0].at("params"), "candidates=auto:sampled_lines"))
+      << dflt.lines[0].at("params");
+  for (const char* key : {"choices", "recall", "density", "pairs"}) {
+    EXPECT_EQ(dflt.lines[0].at(key), sl.lines[0].at(key)) << key;
+    EXPECT_EQ(dflt.lines[0].at(key), fp.lines[0].at(key)) << key;
   }
 }
 

@@ -132,6 +132,7 @@ absl::Status EmitPromiseLines(const WorkloadOptions& model, AttentionBackend* ba
         go.fine_step = o.fine_step;
         go.adaptive = o.adaptive;
         go.adaptive_also = o.adaptive_also;
+        go.adaptive_auto = o.adaptive_auto;
         if (o.probe_rows >= 0) go.probe_rows = o.probe_rows;
         auto build = [&](const MethodConfig& c, const std::vector<int>& hs, SparseIndex* out) {
           return BuildSparseIndex(p, c, hs, o.build, out);

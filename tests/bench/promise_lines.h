@@ -43,6 +43,7 @@ struct PromiseOptions {
   // The host guard's adaptive try (RecallGuardOptions::adaptive).
   MethodConfig adaptive = RecallGuardOptions::DefaultAdaptive();
   MethodConfig adaptive_also;  // RecallGuardOptions::adaptive_also
+  bool adaptive_auto = false;  // RecallGuardOptions::adaptive_auto (spattn-bench's default: auto)
   BuildOptions build;
   // PatternSearchOptions::sampled_lines_margin of the search (spattn-bench
   // --search_sampled_lines_margin); 0 = as before.

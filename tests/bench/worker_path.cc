@@ -149,6 +149,7 @@ absl::StatusOr<double> WorkerCudaPath::Guard(const std::vector<MethodConfig>& co
   go.probe_rows = probe_rows;
   go.adaptive = adaptive_;
   go.adaptive_also = adaptive_also_;
+  go.adaptive_auto = adaptive_auto_;
   // As the worker: the short heads widened together (GuardHeads).
   GuardBatchOps ops;
   ops.build = [&](const MethodConfig& c, const std::vector<int>& hs, SparseIndex* out) {
@@ -173,6 +174,7 @@ absl::StatusOr<double> WorkerCudaPath::Guard(const std::vector<MethodConfig>& co
       in.head = indexes[g]->heads[slot];
       in.estimate = est[slot];
       in.config = first[in.head];
+      in.configured = config_of_head[in.head].method;  // as published (auto's tries follow it)
       inputs.push_back(in);
     }
   }

@@ -57,11 +57,13 @@ class WorkerCudaPath {
                                int probe_rows, const BuildOptions& options,
                                std::vector<MethodConfig>* guarded, std::vector<double>* estimates,
                                std::vector<int>* widened, double* build_ms);
-  // The guard's adaptive tries (RecallGuardOptions::adaptive / adaptive_also) for Guard.
-  // Default: the worker's.
-  void SetGuardAdaptive(const MethodConfig& adaptive, const MethodConfig& adaptive_also) {
+  // The guard's adaptive tries (RecallGuardOptions::adaptive / adaptive_also / adaptive_auto)
+  // for Guard. Default: the worker's (auto: by each head's method in config_of_head).
+  void SetGuardAdaptive(const MethodConfig& adaptive, const MethodConfig& adaptive_also,
+                        bool adaptive_auto) {
     adaptive_ = adaptive;
     adaptive_also_ = adaptive_also;
+    adaptive_auto_ = adaptive_auto;
   }
   // Ends the request.
   void End();
@@ -72,6 +74,7 @@ class WorkerCudaPath {
   std::unique_ptr<Rep> rep_;
   MethodConfig adaptive_ = RecallGuardOptions::DefaultAdaptive();
   MethodConfig adaptive_also_;
+  bool adaptive_auto_ = true;
 };
 
 }  // namespace spattn
