@@ -6,10 +6,10 @@
 # prompts of 0.25x..(MAX_LEN / 16K)x served through the worker's recall guard on the GPU (64
 # probe rows), recall on 128 other rows per head; a target is kept at a length when the mean
 # reaches it and >= 95% of heads are within 0.02. Logs in $OUT; the table last.
-# Options (environment): CANDIDATES=auto (the search's candidates by each held-out length:
-# sampled_lines alone at sampled_lines_margin 0.01 up to 128K, the default search above; or any
-# --search_candidates value; default: the default search), MARGIN (--search_sampled_lines_margin,
-# not with auto; guarded_sl: CANDIDATES=sampled_lines MARGIN=0.01), GUARD_ADAPTIVE=sampled_lines,flex_prefill
+# Options (environment): CANDIDATES (--search_candidates; default: spattn-bench's, auto: the
+# search's candidates by each held-out length, sampled_lines alone at sampled_lines_margin 0.01
+# up to 128K, every method above; all: every method at every length), MARGIN (--search_sampled_lines_margin,
+# only with CANDIDATES=all or a method list; guarded_sl: CANDIDATES=sampled_lines MARGIN=0.01), GUARD_ADAPTIVE=sampled_lines,flex_prefill
 # (--guard_adaptive; default: the worker's), MIN_LEN (--promise_min_len, default 0), MAX_LEN
 # (default 65536), WORKSPACE (--gpu_workspace_bytes; 0.98 at 128K needs more than the default
 # 8 GiB), CAP (seconds, default 240).
