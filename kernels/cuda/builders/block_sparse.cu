@@ -96,25 +96,38 @@ struct BsSmem {
 
 __host__ __device__ inline int64_t Align16(int64_t x) { return (x + 15) / 16 * 16; }
 
+// Shared-memory path's pooled dots (BsTileDots): each warp stages its own 32-key batches through
+// kBsDotStages buffers of 32 keys x 8 floats (cp.async), so the staging takes 16 warps x 3 x 1 KB
+// (48 KB: two CTAs per SM still fit at 32K keys).
+constexpr int kBsDotStages = 3;
+// The rows kernel's static shared memory on the shared-memory path: 16 warps' 256-bin histograms.
+constexpr int64_t kBsStaticSmem = 16 * 256 * 4;
+constexpr int kBsDotStageFloats = 32 * 8;
+// Pooled queries' row pitch on the shared-memory path: d + 4 floats, so that four consecutive
+// rows' float4 reads (BsTileDots' four row lanes) fall in four bank quads.
+__host__ __device__ constexpr int BsQsPitch(int d, bool global) { return global ? d : d + 4; }
+
 // Shared memory: pooled queries, a chunk of pooled keys, the rows' logits and each warp's flags.
-// The flags take the key chunk's place (PooledDots is done with it before the first row's
-// top-k), which at 2048 key blocks keeps 16 rows of 16 warps in one SM's shared memory. kGlobal:
-// the logits and flags in a global slot instead (logits at 0, flags after them).
+// kGlobal: the logits and flags in a global slot instead (logits at 0, flags after them), keys
+// staged 64 at a time by PooledDots. Shared-memory path: the key staging of BsTileDots; the rows'
+// runs come from ballots (no flags).
 __host__ __device__ inline BsSmem BsLayout(int d, int max_rows, int nk_max, bool global) {
   BsSmem l;
   const int64_t ks_bytes = Align16(static_cast<int64_t>(64) * PooledKeyPitch(d) * 4);
   const int64_t flag_bytes = Align16(static_cast<int64_t>(RowThreads(global) / 32) * nk_max);
   const int64_t logit_bytes = Align16(static_cast<int64_t>(max_rows) * nk_max * 4);
   l.qs = 0;
-  l.ks = Align16(static_cast<int64_t>(max_rows) * d * 4);
+  l.ks = Align16(static_cast<int64_t>(max_rows) * BsQsPitch(d, global) * 4);
   if (global) {
     l.logits = 0;
     l.flags = logit_bytes;
     l.total = l.ks + ks_bytes;  // the slot's size: l.flags + flag_bytes
     return l;
   }
+  const int64_t stage_bytes = static_cast<int64_t>(RowThreads(false) / 32) * kBsDotStages *
+                              kBsDotStageFloats * 4;
   l.flags = l.ks;
-  l.logits = l.ks + (ks_bytes > flag_bytes ? ks_bytes : flag_bytes);
+  l.logits = l.ks + stage_bytes;
   l.total = l.logits + logit_bytes;
   return l;
 }
@@ -123,6 +136,194 @@ __host__ __device__ inline BsSmem BsLayout(int d, int max_rows, int nk_max, bool
 __host__ __device__ inline int64_t BsSlotBytes(int max_rows, int nk_max) {
   return Align16(static_cast<int64_t>(max_rows) * nk_max * 4) +
          Align16(static_cast<int64_t>(RowThreads(true) / 32) * nk_max);
+}
+
+// cp.async wrappers with memory clobbers (the staged keys are read right after the wait).
+__device__ __forceinline__ void BsCpAsync16(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void BsCpAsyncCommit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void BsCpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// PoolQueries with a row pitch `qp` (BsQsPitch): a thread per (row, four columns), each column's
+// sum in token order with the same rounded additions, scale and mean (the values are
+// PoolQueries'), from 8-byte loads (four bf16/fp16) of a token's row, several tokens in flight.
+template <typename T, int kThreads>
+__device__ __forceinline__ void BsPoolQueries(const T* q, int64_t token_stride, int64_t head,
+                                              int64_t head_stride, int q_begin, int ql,
+                                              int first_block, int rows, int bs, int d, int qp,
+                                              float scale, float* qs) {
+  const int quads = d >> 2;
+  for (int idx = threadIdx.x; idx < rows * quads; idx += kThreads) {
+    const int r = idx / quads, c = (idx - r * quads) * 4;
+    const int b0 = (first_block + r) * bs;
+    const int b1 = min(ql, b0 + bs);
+    float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
+    const T* src = q + (static_cast<int64_t>(q_begin) + b0) * token_stride + head * head_stride + c;
+#pragma unroll 8
+    for (int t = b0; t < b1; ++t) {
+      const uint2 raw = *reinterpret_cast<const uint2*>(src);
+      src += token_stride;
+      const T* e = reinterpret_cast<const T*>(&raw);
+      a0 = __fadd_rn(a0, Mma<T>::ToFloat(e[0]));
+      a1 = __fadd_rn(a1, Mma<T>::ToFloat(e[1]));
+      a2 = __fadd_rn(a2, Mma<T>::ToFloat(e[2]));
+      a3 = __fadd_rn(a3, Mma<T>::ToFloat(e[3]));
+    }
+    const float inv = __fdiv_rn(1.f, static_cast<float>(b1 - b0));
+    float* out = qs + r * qp + c;
+    out[0] = __fmul_rn(__fmul_rn(a0, inv), scale);
+    out[1] = __fmul_rn(__fmul_rn(a1, inv), scale);
+    out[2] = __fmul_rn(__fmul_rn(a2, inv), scale);
+    out[3] = __fmul_rn(__fmul_rn(a3, inv), scale);
+  }
+}
+
+// PooledDots' logits (the same FMA chain over c in order per (row, key block), sanitized) for up
+// to 16 rows, register-tiled: a warp takes 32-key batches (batch w, w + 16, ...), each lane 4 rows
+// (t, t + 4, t + 8, t + 12; t = lane & 3) x 4 keys (g, g + 8, g + 16, g + 24; g = lane >> 2), so
+// each c-quad is 4 query and 4 key float4 reads (one wavefront each) for 64 FMAs, where
+// PooledDots reads 3 float4 (6 wavefronts) for 8. The warp stages its own keys, 8 floats of 32
+// keys per stage, kBsDotStages deep by cp.async (zeros past kb_end), so no CTA barrier runs
+// between batches. Stage layout: key j's two c-quads at float4 2j + (h ^ (j >> 2 & 1)), so the 8
+// keys one read takes (g = 0..7) hit 8 distinct bank quads. qs: rows of pitch qp (d + 4); logits
+// [rows][nk]. Every thread must call it; the CTA barrier before (qs complete) is the caller's.
+__device__ __forceinline__ void BsTileDots(const float* qs, int qp, int rows, int d,
+                                           const float* pk, int kb_end, float* stage_all,
+                                           float* logits, int nk) {
+  constexpr int kWarps = RowThreads(false) / 32;
+  constexpr int kStages = kBsDotStages;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int t = lane & 3, g = lane >> 2;
+  const float* stage = stage_all + warp * kStages * kBsDotStageFloats;
+  const uint32_t stage_s = static_cast<uint32_t>(__cvta_generic_to_shared(stage));
+  const int cs_shift = d == 128 ? 4 : 3;  // stages per batch: d / 8 (d is 64 or 128)
+  const int batches = (kb_end + 31) >> 5;
+  const int mine = batches > warp ? (batches - warp + kWarps - 1) / kWarps : 0;
+  const int total = mine << cs_shift;
+  auto issue = [&](int s) {
+    if (s < total) {
+      const int bi = s >> cs_shift, cs = s - (bi << cs_shift);
+      const int kb0 = (warp + bi * kWarps) * 32;
+      const uint32_t buf = stage_s + (s % kStages) * kBsDotStageFloats * 4;
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        const int chunk = lane + 32 * u, key = chunk >> 1, h = chunk & 1;
+        const int kb = kb0 + key;
+        const bool valid = kb < kb_end;
+        const float* src = pk + static_cast<int64_t>(valid ? kb : 0) * d + cs * 8 + h * 4;
+        BsCpAsync16(buf + (2 * key + (h ^ ((key >> 2) & 1))) * 16, src, valid);
+      }
+    }
+    BsCpAsyncCommit();  // empty past the end: the wait count stays uniform
+  };
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) issue(s);
+  float acc[4][4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) acc[i][j] = 0.f;
+  }
+  const int sw = (g >> 2) & 1;
+  for (int s = 0; s < total; ++s) {
+    issue(s + kStages - 1);  // into the buffer read at s - 1 (the warp is past it)
+    BsCpAsyncWait<kStages - 1>();
+    __syncwarp();
+    const int bi = s >> cs_shift, cs = s - (bi << cs_shift);
+    const float* buf = stage + (s % kStages) * kBsDotStageFloats;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int c = cs * 8 + h * 4;
+      float4 qf[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        qf[i] = *reinterpret_cast<const float4*>(qs + (t + 4 * i) * qp + c);
+      }
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float4 kf =
+            *reinterpret_cast<const float4*>(buf + (2 * (g + 8 * j) + (h ^ sw)) * 4);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          float a = acc[i][j];
+          a = fmaf(qf[i].x, kf.x, a);
+          a = fmaf(qf[i].y, kf.y, a);
+          a = fmaf(qf[i].z, kf.z, a);
+          a = fmaf(qf[i].w, kf.w, a);
+          acc[i][j] = a;
+        }
+      }
+    }
+    __syncwarp();  // every lane has read the buffer before the next issue refills it
+    if (((cs + 1) << 3) == d) {
+      const int kb0 = (warp + bi * kWarps) * 32;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int r = t + 4 * i, kb = kb0 + g + 8 * j;
+          if (r < rows && kb < kb_end) logits[r * nk + kb] = SanitizeLogit(acc[i][j]);
+          acc[i][j] = 0.f;
+        }
+      }
+    }
+  }
+  BsCpAsyncWait<0>();
+}
+
+// WarpApplyRule and WarpBlockRuns in one pass, from the selection's ballots (no flags): element
+// i's run starts where i is selected and i - 1 is not, ends where i + 1 is not (or i = n - 1);
+// emit(run, starts, ends, start, end) as WarpBlockRuns calls it (the same runs, numbered alike).
+// Lane 31's end waits for the next 32 elements' first bit. Returns the number of runs.
+template <class KeyFn, class Emit>
+__device__ __forceinline__ int WarpApplyRuns(int n, const TopKRule& rule, KeyFn key_of, int bs,
+                                             int key_end, Emit emit) {
+  const int lane = threadIdx.x & 31;
+  const unsigned lt = LaneMaskLt();
+  int carry_eq = 0, runs = 0;
+  unsigned prev = 0;          // the previous 32 elements' selection
+  int pend_run = -1, pend_end = 0;  // lane 31's run awaiting its end
+  for (int base = 0; base < n; base += 32) {
+    const int i = base + lane;
+    bool eq = false, above = false;
+    if (i < n) {
+      unsigned long long key;
+      if (key_of(i, &key)) {
+        const unsigned long long m = key & rule.mask;
+        eq = m == rule.prefix;
+        above = m > rule.prefix;
+      }
+    }
+    const unsigned eqm = __ballot_sync(kFullMask, eq);
+    const bool sel = above || (eq && (rule.take_eq == INT_MAX ||
+                                      carry_eq + __popc(eqm & lt) < rule.take_eq));
+    const unsigned selm = __ballot_sync(kFullMask, sel);
+    carry_eq += __popc(eqm);
+    if (pend_run >= 0 && !(selm & 1u)) emit(pend_run, false, true, 0, pend_end);
+    pend_run = -1;
+    const unsigned startm = selm & ~((selm << 1) | (prev >> 31));
+    const bool starts = (startm >> lane) & 1u;
+    const bool ends = sel && lane < 31 && !((selm >> (lane + 1)) & 1u);
+    const int r = runs + __popc(startm & (lt | (1u << lane))) - 1;
+    const int end = min((i + 1) * bs, key_end);
+    if (starts || ends) emit(r, starts, ends, i * bs, end);
+    if (sel && lane == 31) {
+      pend_run = r;
+      pend_end = end;
+    }
+    runs += __popc(startm);
+    prev = selm;
+  }
+  if (pend_run >= 0) emit(pend_run, false, true, 0, pend_end);
+  return runs;
 }
 
 // One group of rows: pooled queries and logits, then per row (one warp each) the top-k with the
@@ -152,8 +353,15 @@ __device__ __forceinline__ void BlockSparseGroup(const BlockRowsParams& p, const
       c0 = c;
     }
   };
-  PoolQueries<T, kRowThreads>(static_cast<const T*>(p.q), p.q_token_stride, qh, p.q_head_stride,
-                              s.q_begin, s.ql, grp.first_block, grp.rows, bs, d, p.scale, qs);
+  if constexpr (kGlobal) {
+    PoolQueries<T, kRowThreads>(static_cast<const T*>(p.q), p.q_token_stride, qh,
+                                p.q_head_stride, s.q_begin, s.ql, grp.first_block, grp.rows, bs,
+                                d, p.scale, qs);
+  } else {
+    BsPoolQueries<T, kRowThreads>(static_cast<const T*>(p.q), p.q_token_stride, qh,
+                                  p.q_head_stride, s.q_begin, s.ql, grp.first_block, grp.rows, bs,
+                                  d, BsQsPitch(d, false), p.scale, qs);
+  }
   if constexpr (prof) phase(kBsPoolQ);
   auto visible_of = [&](int r, int* first_pos, int* last_pos, int* key_end) {
     const int q_begin = (grp.first_block + r) * bs;
@@ -166,8 +374,14 @@ __device__ __forceinline__ void BlockSparseGroup(const BlockRowsParams& p, const
   int fp, lp, ke;
   const int vis_max = visible_of(grp.rows - 1, &fp, &lp, &ke);
   const float* pk = p.pooled_k + (static_cast<int64_t>(kvh) * p.total_kb + s.kb_base) * d;
-  PooledDots<kRowThreads, /*kPrefetch=*/!kGlobal>(
-      qs, grp.rows, d, pk, vis_max, ks, [&](int r, int kb, float l) { logits[r * nk + kb] = l; });
+  if constexpr (kGlobal) {
+    PooledDots<kRowThreads, /*kPrefetch=*/!kGlobal>(
+        qs, grp.rows, d, pk, vis_max, ks, [&](int r, int kb, float l) { logits[r * nk + kb] = l; });
+  } else {
+    __syncthreads();  // qs complete
+    BsTileDots(qs, BsQsPitch(d, false), grp.rows, d, pk, vis_max, ks, logits, nk);
+    __syncthreads();  // logits complete
+  }
   if constexpr (prof) phase(kBsDots);
 
   long long w0 = prof ? clock64() : 0;
@@ -227,19 +441,24 @@ __device__ __forceinline__ void BlockSparseGroup(const BlockRowsParams& p, const
     if constexpr (prof) warp_phase(kBsWarpRange);
     const TopKRule rule = WarpTopKRule(vis, k, key_of, hist);
     if constexpr (prof) warp_phase(kBsWarpWalk);
-    for (int i = lane; i < vis; i += 32) flags[i] = 0;
-    __syncwarp();
-    WarpApplyRule(vis, rule, key_of, [&](int i, int) { flags[i] = 1; });
-    __syncwarp();
     const int64_t row =
         static_cast<int64_t>(grp.slot) * p.num_blocks + s.block_base + grp.first_block + r;
     int32_t* ts = p.tmp_start + row * p.cap;
     int32_t* te = p.tmp_end + row * p.cap;
-    const int n = WarpBlockRuns(flags, vis, bs, key_end,
-                                [&](int ri, bool starts, bool ends, int start, int end) {
-                                  if (starts) ts[ri] = start;
-                                  if (ends) te[ri] = end;
-                                });
+    auto emit_run = [&](int ri, bool starts, bool ends, int start, int end) {
+      if (starts) ts[ri] = start;
+      if (ends) te[ri] = end;
+    };
+    int n;
+    if constexpr (!kGlobal) {
+      n = WarpApplyRuns(vis, rule, key_of, bs, key_end, emit_run);
+    } else {
+      for (int i = lane; i < vis; i += 32) flags[i] = 0;
+      __syncwarp();
+      WarpApplyRule(vis, rule, key_of, [&](int i, int) { flags[i] = 1; });
+      __syncwarp();
+      n = WarpBlockRuns(flags, vis, bs, key_end, emit_run);
+    }
     if (lane == 0) p.range_count[row] = n;
     __syncwarp();  // flags are reused by the warp's next row
     if constexpr (prof) warp_phase(kBsWarpRuns);
@@ -253,8 +472,9 @@ __device__ __forceinline__ void BlockSparseGroup(const BlockRowsParams& p, const
 // kGlobal = false: one CTA per group, all in shared memory. kGlobal: the logits and flags in the
 // CTA's global slot (sequences of more key blocks than shared memory holds), the CTAs walking
 // the groups; the same arithmetic and selection either way.
-template <typename T, bool kGlobal, bool kPhases = false>
-__global__ void __launch_bounds__(RowThreads(kGlobal)) BlockSparseRowsKernel(BlockRowsParams p) {
+template <typename T, bool kGlobal, bool kPhases, int kMinBlocks>
+__global__ void __launch_bounds__(RowThreads(kGlobal), kMinBlocks)
+    BlockSparseRowsKernel(BlockRowsParams p) {
   extern __shared__ __align__(16) unsigned char smem[];
   const BsSmem lay = BsLayout(p.head_dim, p.max_rows, p.nk_max, kGlobal);
   float* qs = reinterpret_cast<float*>(smem + lay.qs);
@@ -282,6 +502,20 @@ __global__ void CompactRangesKernel(const int32_t* tmp_start, const int32_t* tmp
       range_len[o + t] = tmp_end[r * cap + t] - st;
     }
   }
+}
+
+// Shared memory per SM (read once; 228 KB, Hopper's, when it cannot be read).
+int64_t SmemPerSm() {
+  static const int64_t v = [] {
+    int dev = 0, bytes = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) !=
+            cudaSuccess) {
+      return int64_t{228} * 1024;
+    }
+    return static_cast<int64_t>(bytes);
+  }();
+  return v;
 }
 
 int Grid(int64_t n, int threads) {
@@ -330,11 +564,11 @@ cudaError_t LaunchPoolKeys(const PoolKeysParams& p, cudaStream_t stream) {
 
 namespace {
 
-template <typename T, bool kGlobal, bool kPhases>
+template <typename T, bool kGlobal, bool kPhases, int kMinBlocks>
 cudaError_t LaunchRowsTyped(const BlockRowsParams& p, cudaStream_t stream) {
   const int64_t bytes = BsLayout(p.head_dim, p.max_rows, p.nk_max, kGlobal).total;
   const int grid = kGlobal ? std::min(p.num_groups, std::max(p.scratch_ctas, 1)) : p.num_groups;
-  auto kernel = BlockSparseRowsKernel<T, kGlobal, kPhases>;
+  auto kernel = BlockSparseRowsKernel<T, kGlobal, kPhases, kMinBlocks>;
   const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                static_cast<int>(bytes));
   if (err != cudaSuccess) return err;
@@ -342,15 +576,15 @@ cudaError_t LaunchRowsTyped(const BlockRowsParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-template <bool kGlobal>
+template <bool kGlobal, int kMinBlocks>
 cudaError_t LaunchRows(const BlockRowsParams& p, cudaStream_t stream) {
   switch (p.dtype) {
     case DType::kBF16:
-      return p.phases ? LaunchRowsTyped<__nv_bfloat16, kGlobal, true>(p, stream)
-                      : LaunchRowsTyped<__nv_bfloat16, kGlobal, false>(p, stream);
+      return p.phases ? LaunchRowsTyped<__nv_bfloat16, kGlobal, true, kMinBlocks>(p, stream)
+                      : LaunchRowsTyped<__nv_bfloat16, kGlobal, false, kMinBlocks>(p, stream);
     case DType::kF16:
-      return p.phases ? LaunchRowsTyped<__half, kGlobal, true>(p, stream)
-                      : LaunchRowsTyped<__half, kGlobal, false>(p, stream);
+      return p.phases ? LaunchRowsTyped<__half, kGlobal, true, kMinBlocks>(p, stream)
+                      : LaunchRowsTyped<__half, kGlobal, false, kMinBlocks>(p, stream);
     case DType::kF32:
       return cudaErrorInvalidValue;
   }
@@ -362,7 +596,12 @@ cudaError_t LaunchRows(const BlockRowsParams& p, cudaStream_t stream) {
 cudaError_t LaunchBlockSparseRows(const BlockRowsParams& p, cudaStream_t stream) {
   if (p.num_groups == 0) return cudaSuccess;
   if (p.max_rows > 4 * (RowThreads(true) / 64)) return cudaErrorInvalidValue;
-  return p.scratch != nullptr ? LaunchRows<true>(p, stream) : LaunchRows<false>(p, stream);
+  if (p.scratch != nullptr) return LaunchRows<true, 1>(p, stream);
+  // Two CTAs per SM where their shared memory fits (shorter sequences): the 64-register
+  // instance; one (128K keys: the logits fill the SM) lets the tiled dots keep their registers.
+  const int64_t bytes = BsLayout(p.head_dim, p.max_rows, p.nk_max, false).total;
+  return 2 * (bytes + kBsStaticSmem + 1024) <= SmemPerSm() ? LaunchRows<false, 2>(p, stream)
+                                                           : LaunchRows<false, 1>(p, stream);
 }
 
 cudaError_t LaunchCompactRanges(const int32_t* tmp_start, const int32_t* tmp_end, int cap,
