@@ -8,6 +8,7 @@
 // top-k per query block — the diagonal blocks forced first, equal logits by lower block — is the
 // CPU's, block for block.
 #include <algorithm>
+#include <cstdlib>
 
 #include "kernels/cuda/builders/estimate.cuh"
 #include "kernels/cuda/builders/merged_kernels.h"
@@ -279,12 +280,97 @@ __device__ __forceinline__ void BsTileDots(const float* qs, int qp, int rows, in
   BsCpAsyncWait<0>();
 }
 
-// WarpApplyRule and WarpBlockRuns in one pass, from the selection's ballots (no flags): element
+// The upper 32 bits of RangeKey(v, lo, spread) as far as the radix walk's first three levels
+// read them (bits 63..40 of the key: q, or the forced blocks' kKeyPosInf); the low 8 bits, the
+// top of the float key, are left 0.
+__device__ __forceinline__ unsigned RangeKeyHi(float v, float lo, float spread) {
+  float t = 0.f;
+  if (spread > 0.f) t = fmaxf(0.f, fminf(__fmul_rn(__fsub_rn(v, lo), spread), 8388607.f));
+  const unsigned q = __float_as_uint(__fadd_rn(t, 8388608.f)) - 0x4b000000u;
+  return q << 8;
+}
+constexpr unsigned kKeyPosInfHi = static_cast<unsigned>(kKeyPosInf >> 32);
+constexpr unsigned long long kKeyLow40 = (1ull << 40) - 1;
+
+// WarpTopKRule (the same levels, histograms and rule) whose levels at shifts 56, 48 and 40 read
+// 32-bit keys hi_of(i) = key_of(i)'s bits 63..32 (those levels look at bits 63..40 only), so a
+// walk that ends there (the threshold's q is not shared) never builds a 64-bit key; deeper
+// levels take key_of as WarpTopKRule does.
+template <class HiFn, class KeyFn>
+__device__ TopKRule BsWarpTopKRule(int n, int k, HiFn hi_of, KeyFn key_of, int* hist) {
+  const int lane = threadIdx.x & 31;
+  if (k <= 0 || n <= 0) return SelectNone();
+  unsigned long long prefix = 0, mask = 0;
+  int k_rem = k;
+  for (int shift = 56; shift >= 0; shift -= 8) {
+    for (int b = lane; b < 256; b += 32) hist[b] = 0;
+    __syncwarp();
+    if (shift >= 40) {
+      const unsigned ph = static_cast<unsigned>(prefix >> 32), mh = static_cast<unsigned>(mask >> 32);
+      const int sh = shift - 32;
+      for (int base = 0; base < n; base += 32) {
+        const int i = base + lane;
+        unsigned hk = 0;
+        const bool in = i < n && ((hk = hi_of(i)) & mh) == ph;
+        WarpHistAdd(hist, in ? static_cast<int>((hk >> sh) & 255u) : -1);
+      }
+    } else {
+      for (int base = 0; base < n; base += 32) {
+        const int i = base + lane;
+        unsigned long long key;
+        const bool in = i < n && key_of(i, &key) && (key & mask) == prefix;
+        WarpHistAdd(hist, in ? static_cast<int>((key >> shift) & 255) : -1);
+      }
+    }
+    __syncwarp();
+    int local = 0;
+#pragma unroll
+    for (int t = 0; t < 8; ++t) local += hist[255 - (lane * 8 + t)];
+    int incl = local;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int v = __shfl_up_sync(kFullMask, incl, o);
+      if (lane >= o) incl += v;
+    }
+    const int excl = incl - local;
+    const int total = __shfl_sync(kFullMask, incl, 31);
+    if (total < k_rem) return TopKRule{prefix, mask, INT_MAX};
+    const bool mine = excl < k_rem && k_rem <= incl;
+    int bin = 0, bin_count = 0, rem = 0;
+    if (mine) {
+      int above = excl;
+      for (int t = 0; t < 8; ++t) {
+        const int b = 255 - (lane * 8 + t);
+        const int h = hist[b];
+        if (above + h >= k_rem) {
+          bin = b;
+          bin_count = h;
+          rem = k_rem - above;
+          break;
+        }
+        above += h;
+      }
+    }
+    const int src = __ffs(__ballot_sync(kFullMask, mine)) - 1;
+    bin = __shfl_sync(kFullMask, bin, src);
+    bin_count = __shfl_sync(kFullMask, bin_count, src);
+    rem = __shfl_sync(kFullMask, rem, src);
+    __syncwarp();  // every lane has read hist before the next pass clears it
+    prefix |= static_cast<unsigned long long>(bin) << shift;
+    mask |= 0xffull << shift;
+    k_rem = rem;
+    if (bin_count == k_rem) return TopKRule{prefix, mask, INT_MAX};
+  }
+  return TopKRule{prefix, mask, k_rem};
+}
+
+// WarpApplyRule and WarpBlockRuns in one pass, from the selection's ballots (no flags; cmp(i, &eq,
+// &above) compares element i's key under rule.mask with rule.prefix): element
 // i's run starts where i is selected and i - 1 is not, ends where i + 1 is not (or i = n - 1);
 // emit(run, starts, ends, start, end) as WarpBlockRuns calls it (the same runs, numbered alike).
 // Lane 31's end waits for the next 32 elements' first bit. Returns the number of runs.
-template <class KeyFn, class Emit>
-__device__ __forceinline__ int WarpApplyRuns(int n, const TopKRule& rule, KeyFn key_of, int bs,
+template <class CmpFn, class Emit>
+__device__ __forceinline__ int WarpApplyRuns(int n, const TopKRule& rule, CmpFn cmp, int bs,
                                              int key_end, Emit emit) {
   const int lane = threadIdx.x & 31;
   const unsigned lt = LaneMaskLt();
@@ -294,14 +380,7 @@ __device__ __forceinline__ int WarpApplyRuns(int n, const TopKRule& rule, KeyFn 
   for (int base = 0; base < n; base += 32) {
     const int i = base + lane;
     bool eq = false, above = false;
-    if (i < n) {
-      unsigned long long key;
-      if (key_of(i, &key)) {
-        const unsigned long long m = key & rule.mask;
-        eq = m == rule.prefix;
-        above = m > rule.prefix;
-      }
-    }
+    if (i < n) cmp(i, &eq, &above);
     const unsigned eqm = __ballot_sync(kFullMask, eq);
     const bool sel = above || (eq && (rule.take_eq == INT_MAX ||
                                       carry_eq + __popc(eqm & lt) < rule.take_eq));
@@ -439,7 +518,15 @@ __device__ __forceinline__ void BlockSparseGroup(const BlockRowsParams& p, const
       return true;
     };
     if constexpr (prof) warp_phase(kBsWarpRange);
-    const TopKRule rule = WarpTopKRule(vis, k, key_of, hist);
+    TopKRule rule;
+    if constexpr (!kGlobal) {
+      auto hi_of = [&](int i) {
+        return (i >= diag_first && i <= diag_last) ? kKeyPosInfHi : RangeKeyHi(lr[i], lo, spread);
+      };
+      rule = BsWarpTopKRule(vis, k, hi_of, key_of, hist);
+    } else {
+      rule = WarpTopKRule(vis, k, key_of, hist);
+    }
     if constexpr (prof) warp_phase(kBsWarpWalk);
     const int64_t row =
         static_cast<int64_t>(grp.slot) * p.num_blocks + s.block_base + grp.first_block + r;
@@ -451,7 +538,32 @@ __device__ __forceinline__ void BlockSparseGroup(const BlockRowsParams& p, const
     };
     int n;
     if constexpr (!kGlobal) {
-      n = WarpApplyRuns(vis, rule, key_of, bs, key_end, emit_run);
+      if ((rule.mask & kKeyLow40) == 0) {
+        // The walk ended at or above bit 40: the rule reads the keys' bits 63..40 only.
+        const unsigned mh = static_cast<unsigned>(rule.mask >> 32);
+        const unsigned ph = static_cast<unsigned>(rule.prefix >> 32);
+        n = WarpApplyRuns(
+            vis, rule,
+            [&](int i, bool* eq, bool* above) {
+              const unsigned m = ((i >= diag_first && i <= diag_last) ? kKeyPosInfHi
+                                                                        : RangeKeyHi(lr[i], lo, spread)) &
+                                 mh;
+              *eq = m == ph;
+              *above = m > ph;
+            },
+            bs, key_end, emit_run);
+      } else {
+        n = WarpApplyRuns(
+            vis, rule,
+            [&](int i, bool* eq, bool* above) {
+              unsigned long long key;
+              key_of(i, &key);
+              const unsigned long long m = key & rule.mask;
+              *eq = m == rule.prefix;
+              *above = m > rule.prefix;
+            },
+            bs, key_end, emit_run);
+      }
     } else {
       for (int i = lane; i < vis; i += 32) flags[i] = 0;
       __syncwarp();
@@ -600,8 +712,14 @@ cudaError_t LaunchBlockSparseRows(const BlockRowsParams& p, cudaStream_t stream)
   // Two CTAs per SM where their shared memory fits (shorter sequences): the 64-register
   // instance; one (128K keys: the logits fill the SM) lets the tiled dots keep their registers.
   const int64_t bytes = BsLayout(p.head_dim, p.max_rows, p.nk_max, false).total;
-  return 2 * (bytes + kBsStaticSmem + 1024) <= SmemPerSm() ? LaunchRows<false, 2>(p, stream)
-                                                           : LaunchRows<false, 1>(p, stream);
+  // EXPERIMENT (s27-bsvs): SPATTN_BS_ONE_CTA=1 takes the one-CTA instance everywhere.
+  static const bool one_cta = [] {
+    const char* e = std::getenv("SPATTN_BS_ONE_CTA");
+    return e != nullptr && e[0] == '1';
+  }();
+  return !one_cta && 2 * (bytes + kBsStaticSmem + 1024) <= SmemPerSm()
+             ? LaunchRows<false, 2>(p, stream)
+             : LaunchRows<false, 1>(p, stream);
 }
 
 cudaError_t LaunchCompactRanges(const int32_t* tmp_start, const int32_t* tmp_end, int cap,

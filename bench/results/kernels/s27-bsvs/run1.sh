@@ -27,9 +27,13 @@ t() {  # name timeout binary args...
   grep -hE "^\[  FAILED|Failure|rows differ" "$OUT/raw/test_$name.log" | head -10 | tee -a "$OUT/summary.txt"
 }
 t build_index 60 bin/build_index_gpu_test --gtest_filter="${FILTER:-*/block_sparse:*PooledBuilders*:*Errors*}"
+# The one-CTA (95-register) instance on the test sizes too (they take the two-CTA one by default).
+export SPATTN_BS_ONE_CTA=1
+t build_index_one_cta 30 bin/build_index_gpu_test --gtest_filter="*/block_sparse"
+unset SPATTN_BS_ONE_CTA
 bench() {  # variant len methods repeat recall_rows env...
   local v=$1 len=$2 m=$3 rep=$4 rr=$5; shift 5
-  if [ $SECONDS -gt ${STOP_AFTER:-120} ]; then note "skipped $v $len $m"; return; fi
+  if [ $SECONDS -gt ${STOP_AFTER:-100} ]; then note "skipped $v $len $m"; return; fi
   local bin=bin/spattn-bench; case $v in base*) bin=bin/spattn-bench-base;; esac
   env "$@" timeout ${BENCH_S:-40} $bin --device=cuda --workload=llm_mix --heads=32 --kv_heads=8 \
     --head_dim=128 --dtype=bf16 --group_by=all --recall_rows=$rr --warmup=$((rep < 5 ? 1 : 2)) \
@@ -46,9 +50,11 @@ bench baseNP 32768 $M 7 16 X=1
 bench newNP 32768 $M 7 16 X=1
 bench base 32768 $M 7 16 $P
 bench new 32768 $M 7 16 $P
+bench newNP1 32768 $M 7 16 SPATTN_BS_ONE_CTA=1
+bench new1 32768 $M 7 16 SPATTN_BS_ONE_CTA=1 $P
 python3 - "$OUT/raw" <<'PY' | tee "$OUT/shares.txt"
 import json, sys, os
-for v in ("base", "new", "baseNP", "newNP"):
+for v in ("base", "new", "baseNP", "newNP", "newNP1", "new1"):
     path = os.path.join(sys.argv[1], "bench_%s.jsonl" % v)
     if not os.path.exists(path): continue
     for line in open(path):
@@ -60,9 +66,9 @@ for v in ("base", "new", "baseNP", "newNP"):
               (v, r["method"], r["seq_len"], b, k, 100 * b / (b + k), r["density"],
                r["recall"], r.get("index_ranges"), r.get("index_cols")))
 PY
-python3 builder_stages.py $(for v in base new baseNP newNP; do [ -f "$OUT/raw/bench_$v.jsonl" ] && echo "$v=$OUT/raw/bench_$v"; done) > "$OUT/stages.txt" 2>&1
+python3 builder_stages.py $(for v in base new baseNP newNP newNP1 new1; do [ -f "$OUT/raw/bench_$v.jsonl" ] && echo "$v=$OUT/raw/bench_$v"; done) > "$OUT/stages.txt" 2>&1
 cat "$OUT/stages.txt"
-for v in base new; do
+for v in base new new1; do
   [ -f "$OUT/raw/bench_$v.err" ] && grep -h "rows phases" "$OUT/raw/bench_$v.err" | sed "s/^/$v /" | sort | uniq -c
 done | tee "$OUT/phases.txt"
 (cd "$OUT" && tar -cJf raw.tar.xz raw && rm -rf raw)
