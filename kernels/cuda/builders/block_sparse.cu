@@ -8,7 +8,6 @@
 // top-k per query block — the diagonal blocks forced first, equal logits by lower block — is the
 // CPU's, block for block.
 #include <algorithm>
-#include <cstdlib>
 
 #include "kernels/cuda/builders/estimate.cuh"
 #include "kernels/cuda/builders/merged_kernels.h"
@@ -20,9 +19,12 @@ namespace {
 
 // Threads of the rows kernel. Shared memory: 16 warps, so that a group's 16 rows run their
 // top-k side by side (at 128K keys one CTA fills an SM's shared memory; with 8 warps each ran
-// two rows one after the other) and the next key chunk's loads overlap the current chunk's
-// products. Global slots (1M keys): 8 warps, two CTAs per SM, as before (16 warps and one CTA
-// per SM were slower there: rows 28.0 -> 37.4 ms, kernels/cuda/NOTES.md Session 19 — s19-build).
+// two rows one after the other), each warp also a 32-key slice of the pooled dots (BsTileDots).
+// Global slots (1M keys): 8 warps, two CTAs per SM, as before (16 warps and one CTA per SM were
+// slower there: rows 28.0 -> 37.4 ms, kernels/cuda/NOTES.md Session 19 — s19-build), with
+// PooledDots, PoolQueries and the flag runs of session 26 (the tiled dots, vectorized pooling and
+// ballot runs of session 27 are the shared-memory path's: rows 3.76 -> 1.98 ms at 128K, 0.29 ->
+// 0.20 at 32K, H100, Session 27 — s27-bsvs).
 __host__ __device__ constexpr int RowThreads(bool global) { return global ? 256 : 512; }
 
 // PROFILE only (SPATTN_GPU_BUILDER_PROFILE: BlockRowsParams::phases, BlockSparsePhasesBegin /
@@ -712,14 +714,10 @@ cudaError_t LaunchBlockSparseRows(const BlockRowsParams& p, cudaStream_t stream)
   // Two CTAs per SM where their shared memory fits (shorter sequences): the 64-register
   // instance; one (128K keys: the logits fill the SM) lets the tiled dots keep their registers.
   const int64_t bytes = BsLayout(p.head_dim, p.max_rows, p.nk_max, false).total;
-  // EXPERIMENT (s27-bsvs): SPATTN_BS_ONE_CTA=1 takes the one-CTA instance everywhere.
-  static const bool one_cta = [] {
-    const char* e = std::getenv("SPATTN_BS_ONE_CTA");
-    return e != nullptr && e[0] == '1';
-  }();
-  return !one_cta && 2 * (bytes + kBsStaticSmem + 1024) <= SmemPerSm()
-             ? LaunchRows<false, 2>(p, stream)
-             : LaunchRows<false, 1>(p, stream);
+  // (The one-CTA instance at 32K: rows 0.204 -> 0.222 ms, H100, kernels/cuda/NOTES.md Session
+  // 27 — s27-bsvs.)
+  return 2 * (bytes + kBsStaticSmem + 1024) <= SmemPerSm() ? LaunchRows<false, 2>(p, stream)
+                                                           : LaunchRows<false, 1>(p, stream);
 }
 
 cudaError_t LaunchCompactRanges(const int32_t* tmp_start, const int32_t* tmp_end, int cap,
