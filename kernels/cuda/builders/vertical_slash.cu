@@ -397,6 +397,144 @@ __global__ void __launch_bounds__(256, 3) EstimateKernel8(EstimateParams p) {
   EstimateBody<T, kD, kPass, 8>(p);
 }
 
+// Passes 1 and 2 (row maxima, row sums) for units of at most 64 rows, two slots per CTA: warps
+// 0-3 take slot 2m's rows as EstimateKernel4's four warps do, warps 4-7 slot 2m + 1's, and
+// where both slots read the same kv head (GQA: consecutive q heads) each K tile is loaded once
+// for both (else twice, each half multiplying its own). Per row the same products, the same
+// full-tile test and the same order of the max / sum as EstimateBody<..., 4> (one chunk: n <= 64),
+// so the same row_max / row_part.
+template <typename T, int kD, int kPass>
+__global__ void __launch_bounds__(256, 3) EstimatePairKernel(EstimateParams p) {
+  static_assert(kPass == 1 || kPass == 2, "passes 1 and 2");
+  constexpr int kThreads = 256;
+  constexpr int kPitch = kD + 8;
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* qs = reinterpret_cast<T*>(smem);  // [128][kPitch]: slot 2m's rows, then slot 2m + 1's
+  T* ks = reinterpret_cast<T*>(smem + AlignUp16(128 * kPitch * 2));  // [64][kPitch]
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int half = warp >> 2;
+  __shared__ double exp_tab[64];
+  if (kPass >= 2 && tid < 64) exp_tab[tid] = kExp2Frac[tid];  // published by the tile barriers
+
+  const int pairs = (p.num_slots + 1) >> 1;
+  const int pair = blockIdx.x % pairs;
+  const int g = blockIdx.x / pairs;
+  const int seq = LastAtOrBelow(p.batch, g, [&](int s) { return p.seqs[s].cta_begin; });
+  const EstimateSeq s = p.seqs[seq];
+  if (s.n == 0 || g >= s.cta_begin + s.ctas) return;
+  const int cta = g - s.cta_begin;
+  const int key0 = cta * kEstKeysPerCta;
+  const int slot0 = 2 * pair;
+  const bool has1 = slot0 + 1 < p.num_slots;
+  const bool active = half == 0 || has1;
+  const int slot = active ? slot0 + half : slot0;
+  const int qh0 = p.slot_head[slot0];
+  const int qh1 = has1 ? p.slot_head[slot0 + 1] : qh0;
+  const int kvh0 = qh0 / p.group, kvh1 = qh1 / p.group;
+  const int passes = kvh0 == kvh1 ? 1 : 2;  // K tile loads per tile (uniform in the CTA)
+  const T* qg = static_cast<const T*>(p.q);
+  const T* kg = static_cast<const T*>(p.k);
+  const int64_t row_at = slot * p.rows_stride + s.row_base;
+  const int rows_here = s.n;  // <= 64: one chunk
+
+  LoadTile<kD, 64, kThreads>(qs, kPitch, qg, static_cast<int64_t>(s.q_row0), rows_here,
+                             p.q_token_stride, qh0, p.q_head_stride);
+  LoadTile<kD, 64, kThreads>(qs + 64 * kPitch, kPitch, qg, static_cast<int64_t>(s.q_row0),
+                             has1 ? rows_here : 0, p.q_token_stride, qh1, p.q_head_stride);
+  // This thread's two rows of its slot's unit (fragment rows lane/4 and lane/4 + 8).
+  const int rl[2] = {(warp & 3) * 16 + (lane >> 2), (warp & 3) * 16 + (lane >> 2) + 8};
+  float mx[2] = {-CUDART_INF_F, -CUDART_INF_F};
+  if (kPass >= 2 && active) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (rl[h] < rows_here) mx[h] = KeyToFloat(p.row_max[row_at + rl[h]]);
+    }
+  }
+  float run_max[2] = {-CUDART_INF_F, -CUDART_INF_F};
+  float raw_max[2] = {-CUDART_INF_F, -CUDART_INF_F};  // pass 1, full tiles: unscaled products
+  double run_sum[2] = {0, 0};
+  for (int t = 0; t < kTilesPerCta; ++t) {
+    const int j0 = key0 + t * kTile;
+    if (j0 >= s.kl) break;
+    for (int x = 0; x < passes; ++x) {
+      __syncthreads();  // previous readers of ks are done (and, first, qs is complete)
+      LoadTile<kD, kTile, kThreads>(ks, kPitch, kg, static_cast<int64_t>(s.k_begin) + j0,
+                                    min(kTile, s.kl - j0), p.k_token_stride, x == 0 ? kvh0 : kvh1,
+                                    p.k_head_stride);
+      __syncthreads();
+      if (!active || (passes == 2 && half != x)) continue;
+      float acc[8][4];
+      TileLogits<T, kD>(qs, ks, acc);
+      const bool full = rows_here == 64 && j0 + kTile <= s.kl &&
+                        (!p.causal || j0 + kTile - 1 <= s.first_pos) && p.scale > 0.f;
+      if (full && kPass == 1) {
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) raw_max[e >> 1] = fmaxf(raw_max[e >> 1], acc[nt][e]);
+        }
+      } else if (full) {
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int h = e >> 1;
+            const float l = SanitizeLogit(__fmul_rn(acc[nt][e], p.scale));
+            run_sum[h] += static_cast<double>(ExpNonPositive(__fsub_rn(l, mx[h]), exp_tab));
+          }
+        }
+      } else {
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int h = e >> 1;
+            const int j = j0 + detail::AccCol(nt, e, lane);
+            const int i = rl[h];
+            const bool valid = rl[h] < rows_here && j < s.kl && (!p.causal || j <= s.first_pos + i);
+            const float l = SanitizeLogit(__fmul_rn(acc[nt][e], p.scale));
+            if (kPass == 1) {
+              if (valid) run_max[h] = fmaxf(run_max[h], l);
+            } else {
+              float ex = 0.f;
+              if (valid && mx[h] != -CUDART_INF_F) {
+                ex = ExpNonPositive(__fsub_rn(l, mx[h]), exp_tab);
+              }
+              run_sum[h] += static_cast<double>(ex);
+            }
+          }
+        }
+      }
+    }
+  }
+  if (!active) return;
+  if (kPass == 1) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      // raw_max is -inf unless a full tile ran, and then p.scale > 0.
+      float m = raw_max[h] == -CUDART_INF_F
+                    ? run_max[h]
+                    : fmaxf(run_max[h], SanitizeLogit(__fmul_rn(raw_max[h], p.scale)));
+      m = fmaxf(m, __shfl_xor_sync(kFullMask, m, 1));
+      m = fmaxf(m, __shfl_xor_sync(kFullMask, m, 2));
+      if ((lane & 3) == 0 && rl[h] < rows_here) {
+        atomicMax(p.row_max + row_at + rl[h], FloatKey(m));
+      }
+    }
+  } else {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      double v = run_sum[h];
+      v += __shfl_xor_sync(kFullMask, v, 1);
+      v += __shfl_xor_sync(kFullMask, v, 2);
+      if ((lane & 3) == 0 && rl[h] < rows_here) {
+        p.row_part[slot * p.rowpart_stride + s.rowpart_base +
+                   static_cast<int64_t>(rl[h]) * s.ctas + cta] = v;
+      }
+    }
+  }
+}
+
 __global__ void RowInvKernel(EstimateParams p) {
   const int64_t total = static_cast<int64_t>(p.num_slots) * p.rows_stride;
   for (int64_t u = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; u < total;
@@ -746,8 +884,37 @@ int EstimateWarps(int max_n) {
   return max_n > 64 && !force4 ? 8 : 4;
 }
 
+// Passes 1 and 2 of units of at most 64 rows two slots per CTA (EstimatePairKernel), unless
+// SPATTN_EST_PAIR=0 (comparisons: the same row maxima and sums either way).
+bool EstimatePairs() {
+  static const bool on = [] {
+    const char* e = std::getenv("SPATTN_EST_PAIR");
+    return e == nullptr || std::string(e) != "0";
+  }();
+  return on;
+}
+
+template <typename T, int kD, int kPass>
+cudaError_t LaunchEstimatePair(const EstimateParams& p, cudaStream_t stream) {
+  constexpr int64_t kPitch = kD + 8;
+  const int64_t bytes = AlignUp16(128 * kPitch * 2) + AlignUp16(kTile * kPitch * 2);
+  auto kernel = EstimatePairKernel<T, kD, kPass>;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(bytes));
+  if (err != cudaSuccess) return err;
+  const int64_t grid = static_cast<int64_t>(p.total_ctas) * ((p.num_slots + 1) / 2);
+  if (grid == 0) return cudaSuccess;
+  if (grid > 0x7fffffff) return cudaErrorInvalidValue;
+  kernel<<<static_cast<unsigned>(grid), 256, bytes, stream>>>(p);
+  return cudaGetLastError();
+}
+
 template <typename T, int kD, int kWarps>
 cudaError_t LaunchEstimateW(const EstimateParams& p, int pass, int max_n, cudaStream_t stream) {
+  if (kWarps == 4 && max_n <= 64 && pass <= 2 && p.num_slots > 1 && EstimatePairs()) {
+    return pass == 1 ? LaunchEstimatePair<T, kD, 1>(p, stream)
+                     : LaunchEstimatePair<T, kD, 2>(p, stream);
+  }
   switch (pass) {
     case 1:
       return LaunchEstimateTyped<T, kD, 1, kWarps>(p, max_n, stream);
