@@ -8,6 +8,7 @@
 // top-k per query block — the diagonal blocks forced first, equal logits by lower block — is the
 // CPU's, block for block.
 #include <algorithm>
+#include <cstdlib>
 
 #include "kernels/cuda/builders/estimate.cuh"
 #include "kernels/cuda/builders/merged_kernels.h"
@@ -198,9 +199,13 @@ __device__ __forceinline__ void BsPoolQueries(const T* q, int64_t token_stride, 
 // between batches. Stage layout: key j's two c-quads at float4 2j + (h ^ (j >> 2 & 1)), so the 8
 // keys one read takes (g = 0..7) hit 8 distinct bank quads. qs: rows of pitch qp (d + 4); logits
 // [rows][nk]. Every thread must call it; the CTA barrier before (qs complete) is the caller's.
-__device__ __forceinline__ void BsTileDots(const float* qs, int qp, int rows, int d,
-                                           const float* pk, int kb_end, float* stage_all,
-                                           float* logits, int nk) {
+// kFull: 13-16 rows (every row quad). Else the lanes' row quads past the group's rows are
+// skipped (uniform branches): long sequences have a few rows per group (4 at 512K keys).
+template <bool kFull>
+__device__ __forceinline__ void BsTileDotsImpl(const float* qs, int qp, int rows, int d,
+                                               const float* pk, int kb_end, float* stage_all,
+                                               float* logits, int nk) {
+  const int nrq = kFull ? 4 : (rows + 3) >> 2;  // row quads with rows
   constexpr int kWarps = RowThreads(false) / 32;
   constexpr int kStages = kBsDotStages;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -248,7 +253,7 @@ __device__ __forceinline__ void BsTileDots(const float* qs, int qp, int rows, in
       float4 qf[4];
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        qf[i] = *reinterpret_cast<const float4*>(qs + (t + 4 * i) * qp + c);
+        if (i < nrq) qf[i] = *reinterpret_cast<const float4*>(qs + (t + 4 * i) * qp + c);
       }
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
@@ -256,6 +261,7 @@ __device__ __forceinline__ void BsTileDots(const float* qs, int qp, int rows, in
             *reinterpret_cast<const float4*>(buf + (2 * (g + 8 * j) + (h ^ sw)) * 4);
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
+          if (i >= nrq) continue;
           float a = acc[i][j];
           a = fmaf(qf[i].x, kf.x, a);
           a = fmaf(qf[i].y, kf.y, a);
@@ -280,6 +286,20 @@ __device__ __forceinline__ void BsTileDots(const float* qs, int qp, int rows, in
     }
   }
   BsCpAsyncWait<0>();
+}
+
+// kRowsAware: groups of up to 12 rows take BsTileDotsImpl<false> (the one-CTA instance: long
+// sequences' few rows per group); else every group the full tiles (the two-CTA instance keeps
+// one copy of the loop: two spilled more).
+template <bool kRowsAware>
+__device__ __forceinline__ void BsTileDots(const float* qs, int qp, int rows, int d,
+                                           const float* pk, int kb_end, float* stage_all,
+                                           float* logits, int nk) {
+  if (!kRowsAware || rows > 12) {
+    BsTileDotsImpl<true>(qs, qp, rows, d, pk, kb_end, stage_all, logits, nk);
+  } else {
+    BsTileDotsImpl<false>(qs, qp, rows, d, pk, kb_end, stage_all, logits, nk);
+  }
 }
 
 // The upper 32 bits of RangeKey(v, lo, spread) as far as the radix walk's first three levels
@@ -409,7 +429,7 @@ __device__ __forceinline__ int WarpApplyRuns(int n, const TopKRule& rule, CmpFn 
 
 // One group of rows: pooled queries and logits, then per row (one warp each) the top-k with the
 // diagonal blocks forced first and its runs of blocks.
-template <typename T, bool kGlobal, bool kPhases>
+template <typename T, bool kGlobal, bool kPhases, bool kRowsAware>
 __device__ __forceinline__ void BlockSparseGroup(const BlockRowsParams& p, const RowGroup grp,
                                                  float* qs, float* ks, float* logits,
                                                  uint8_t* flags_all) {
@@ -460,7 +480,7 @@ __device__ __forceinline__ void BlockSparseGroup(const BlockRowsParams& p, const
         qs, grp.rows, d, pk, vis_max, ks, [&](int r, int kb, float l) { logits[r * nk + kb] = l; });
   } else {
     __syncthreads();  // qs complete
-    BsTileDots(qs, BsQsPitch(d, false), grp.rows, d, pk, vis_max, ks, logits, nk);
+    BsTileDots<kRowsAware>(qs, BsQsPitch(d, false), grp.rows, d, pk, vis_max, ks, logits, nk);
     __syncthreads();  // logits complete
   }
   if constexpr (prof) phase(kBsDots);
@@ -596,7 +616,7 @@ __global__ void __launch_bounds__(RowThreads(kGlobal), kMinBlocks)
   ForEachRowGroup<kGlobal>(
       p.groups, p.num_groups, smem, p.scratch, BsSlotBytes(p.max_rows, p.nk_max),
       [&](const RowGroup grp, unsigned char* big) {
-        BlockSparseGroup<T, kGlobal, kPhases>(
+        BlockSparseGroup<T, kGlobal, kPhases, kMinBlocks == 1>(
             p, grp, qs, ks, reinterpret_cast<float*>(big + lay.logits), big + lay.flags);
       });
 }
@@ -714,10 +734,16 @@ cudaError_t LaunchBlockSparseRows(const BlockRowsParams& p, cudaStream_t stream)
   // Two CTAs per SM where their shared memory fits (shorter sequences): the 64-register
   // instance; one (128K keys: the logits fill the SM) lets the tiled dots keep their registers.
   const int64_t bytes = BsLayout(p.head_dim, p.max_rows, p.nk_max, false).total;
-  // (The one-CTA instance at 32K: rows 0.204 -> 0.222 ms, H100, kernels/cuda/NOTES.md Session
-  // 27 — s27-bsvs.)
-  return 2 * (bytes + kBsStaticSmem + 1024) <= SmemPerSm() ? LaunchRows<false, 2>(p, stream)
-                                                           : LaunchRows<false, 1>(p, stream);
+  // SPATTN_BS_ONE_CTA=1 (read once) takes the one-CTA instance everywhere: for tests of its
+  // rows-aware dots on short sequences, and comparisons (at 32K: rows 0.204 -> 0.222 ms, H100,
+  // kernels/cuda/NOTES.md Session 27 — s27-bsvs).
+  static const bool one_cta = [] {
+    const char* e = std::getenv("SPATTN_BS_ONE_CTA");
+    return e != nullptr && e[0] == '1';
+  }();
+  return !one_cta && 2 * (bytes + kBsStaticSmem + 1024) <= SmemPerSm()
+             ? LaunchRows<false, 2>(p, stream)
+             : LaunchRows<false, 1>(p, stream);
 }
 
 cudaError_t LaunchCompactRanges(const int32_t* tmp_start, const int32_t* tmp_end, int cap,
