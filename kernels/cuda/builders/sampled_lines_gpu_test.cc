@@ -50,5 +50,38 @@ TEST(SampledLinesGpuTest, WgmmaProductsAreMmaSyncProducts) {
 #endif
 }
 
+// Passes 1 and 2 run 5 CTAs per SM on a compute capability 9.0 device (their wgmma instances
+// capped at 96 registers, session 27; pass 2's histograms sized by the build's largest group: 21
+// blocks at 3 sampled rows per block), pass 3 and the mma.sync instances 4; pass 2 at d 128 falls
+// back to its 128-register instance (4) where a group spans 32 blocks. Skips without a GPU.
+TEST(SampledLinesGpuTest, PassesOneAndTwoKeepFiveCtasPerSm) {
+  std::string why;
+  if (ListCudaDevices(&why).empty()) GTEST_SKIP() << "no CUDA device: " << why;
+#ifdef SPATTN_SL_EXP2_KERNEL
+  int dev = 0, major = 0, minor = 0;
+  ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev), cudaSuccess);
+  const bool sm90 = major == 9 && minor == 0;
+  for (int head_dim : {64, 128}) {
+    for (bool bf16 : {true, false}) {
+      const std::string what = std::to_string(head_dim) + (bf16 ? " bf16" : " fp16");
+      int ctas = 0;
+      ASSERT_EQ(cuda::SampledLinesPassCtas(1, head_dim, bf16, 21, &ctas), cudaSuccess) << what;
+      EXPECT_EQ(ctas, sm90 ? 5 : 4) << "pass 1 " << what;
+      ASSERT_EQ(cuda::SampledLinesPassCtas(2, head_dim, bf16, 21, &ctas), cudaSuccess) << what;
+      EXPECT_EQ(ctas, sm90 ? 5 : 4) << "pass 2, 21 blocks " << what;
+      ASSERT_EQ(cuda::SampledLinesPassCtas(2, head_dim, bf16, 32, &ctas), cudaSuccess) << what;
+      // d 128: 16 KB key tile + 33 KB histograms leave room for 4; d 64 (8 KB tile) for 5.
+      EXPECT_EQ(ctas, sm90 && head_dim == 64 ? 5 : 4) << "pass 2, 32 blocks " << what;
+      ASSERT_EQ(cuda::SampledLinesPassCtas(3, head_dim, bf16, 21, &ctas), cudaSuccess) << what;
+      EXPECT_EQ(ctas, 4) << "pass 3 " << what;
+    }
+  }
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
 }  // namespace
 }  // namespace spattn
