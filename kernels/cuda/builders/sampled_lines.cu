@@ -350,7 +350,7 @@ __device__ unsigned long long g_sl_census[4];  // pass 2 tiles, skipped; pass 3 
 // kWg (SlKnobs::wgmma): the products by TileLogitsWg on the sm_90a image (elsewhere the
 // mma.sync path of kWg false), the key tiles in its layout at a 1024-byte aligned base.
 // kMinCtas: the CTAs per SM the registers are capped for (__launch_bounds__): 4 (128 registers),
-// or 5 (96; the wgmma instances of passes 1 and 2, SlKnobs::ctas1 / ctas2).
+// or 5 (96; the wgmma instances, SlKnobs::ctas1 / 2 / 3).
 template <typename T, int kD, int kPass, bool kCensus = false, bool kWg = false, int kMinCtas = 4>
 __global__ void __launch_bounds__(kThreads, kMinCtas) SlPassKernel(SlArgs a) {
   extern __shared__ __align__(128) unsigned char smem[];
@@ -1227,11 +1227,10 @@ bool SlUseWgmma() { return SampledLinesKnobs().wgmma && SlDeviceIsSm90(); }
 template <typename T, int kD, int kPass, bool kCensus>
 cudaError_t LaunchPass(const SlArgs& a, cudaStream_t stream, int* ctas = nullptr) {
   if (!SlUseWgmma()) return LaunchPassAs<T, kD, kPass, kCensus, false>(a, stream, ctas);
-  // SlKnobs::ctas1 / ctas2: the wgmma instances of passes 1 and 2 capped for 5 CTAs per SM (pass
-  // 3 stays at 4: capped at 96 registers it spills 140 bytes).
+  // SlKnobs::ctas1 / 2 / 3: the wgmma instances capped for 5 CTAs per SM.
   const SlKnobs& k = SampledLinesKnobs();
-  if ((kPass == 1 && k.ctas1 == 5) || (kPass == 2 && k.ctas2 == 5)) {
-    if constexpr (kPass <= 2) return LaunchPassAs<T, kD, kPass, kCensus, true, 5>(a, stream, ctas);
+  if ((kPass == 1 ? k.ctas1 : (kPass == 2 ? k.ctas2 : k.ctas3)) == 5) {
+    return LaunchPassAs<T, kD, kPass, kCensus, true, 5>(a, stream, ctas);
   }
   return LaunchPassAs<T, kD, kPass, kCensus, true>(a, stream, ctas);
 }
@@ -1554,10 +1553,13 @@ SlKnobs& SampledLinesKnobs() {
     if (const char* c = std::getenv("SPATTN_SL_TILE_CENSUS")) k.tile_census = c[0] == '1';
     if (const char* c = std::getenv("SPATTN_SL_ASM_SPANS")) k.asm_spans = c[0] != '0';
     if (const char* c = std::getenv("SPATTN_SL_WGMMA")) k.wgmma = c[0] != '0';
-    if (const char* c = std::getenv("SPATTN_SL_CTAS")) {  // "P1,P2"
-      k.ctas1 = std::atoi(c);
-      const char* comma = std::strchr(c, ',');
-      k.ctas2 = comma != nullptr ? std::atoi(comma + 1) : 4;
+    if (const char* c = std::getenv("SPATTN_SL_CTAS")) {  // "P1,P2,P3"
+      int* v[3] = {&k.ctas1, &k.ctas2, &k.ctas3};
+      for (int i = 0; i < 3; ++i) {
+        *v[i] = c != nullptr ? std::atoi(c) : 4;
+        if (c != nullptr) c = std::strchr(c, ',');
+        if (c != nullptr) ++c;
+      }
     }
     return k;
   }();
@@ -1668,11 +1670,15 @@ cudaError_t CountSampledLinesTileMismatches(int head_dim, bool bf16, int tiles, 
   return err != cudaSuccess ? err : ferr;
 }
 
-cudaError_t SampledLinesPassCtas(int pass, int head_dim, bool bf16, int hist_blocks, int* ctas) {
+cudaError_t SampledLinesPassCtas(int pass, int head_dim, bool bf16, int hist_blocks, int* ctas,
+                                 int* capped_for) {
   if (pass < 1 || pass > 3 || (head_dim != 64 && head_dim != 128) || hist_blocks < 1 ||
       hist_blocks > kSlGroupBlocks) {
     return cudaErrorInvalidValue;
   }
+  const SlKnobs& k = SampledLinesKnobs();
+  *capped_for =
+      SlUseWgmma() && (pass == 1 ? k.ctas1 : (pass == 2 ? k.ctas2 : k.ctas3)) == 5 ? 5 : 4;
   SlArgs a;
   a.p.head_dim = head_dim;
   a.p.dtype = bf16 ? DType::kBF16 : DType::kF16;

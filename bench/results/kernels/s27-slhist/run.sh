@@ -24,6 +24,10 @@ export TEST_TMPDIR=/tmp/spattn_test; mkdir -p "$TEST_TMPDIR"
 export LD_LIBRARY_PATH=$PWD/lib
 timeout 30 bin/sampled_lines_gpu_test > $R/test_sampled_lines_gpu_test.log 2>&1
 note "sampled_lines_gpu_test rc=$? $(grep -hE '^\[  (PASSED|FAILED|SKIPPED) ' $R/test_sampled_lines_gpu_test.log | tr '\n' ' ')"
+for m in ${CTAS_TEST_MODES:-}; do  # the occupancy test under other knobs (VAR=VALUE)
+  env "$m" timeout 30 bin/sampled_lines_gpu_test --gtest_filter='*Ctas*' > $R/test_sampled_lines_gpu_test_${m##*_}.log 2>&1
+  note "sampled_lines_gpu_test *Ctas* ($m) rc=$? $(grep -hE '^\[  (PASSED|FAILED|SKIPPED) ' $R/test_sampled_lines_gpu_test_${m##*_}.log | tr '\n' ' ')"
+done
 bench() {  # tag, binary, len, methods, extra env...
   local tag=$1 b=$2 len=$3 methods=$4; shift 4
   env "$@" SPATTN_GPU_BUILDER_PROFILE=1 timeout $((len / 4096 + 15)) bin/$b \
@@ -49,7 +53,7 @@ modes=("default|*sampled_lines*:*SampledLines*" "SPATTN_SL_SPLIT_TILES=1|*sample
        "SPATTN_SL_WGMMA=0|*sampled_lines*:*SampledLines*" "SPATTN_SL_CTAS=4,4|*sampled_lines*:*SampledLines*")
 [ -n "${MODES_EXTRA:-}" ] && modes+=("$MODES_EXTRA")
 for mode in "${modes[@]}"; do
-  i=$((i + 1)); m=${mode%%|*}; filt=${mode#*|}; envs=(); [ "$m" != default ] && IFS=, read -ra envs <<< "$m"
+  i=$((i + 1)); m=${mode%%|*}; filt=${mode#*|}; envs=(); [ "$m" != default ] && IFS=';' read -ra envs <<< "$m"
   left "build_index_gpu_test $m" || continue
   env "${envs[@]}" timeout ${TEST_TIMEOUT:-40} bin/build_index_gpu_test --gtest_filter="$filt" > $R/test_gpu_$i.log 2>&1
   note "build_index_gpu_test ($m) rc=$? $(grep -hE '^\[  (PASSED|FAILED) ' $R/test_gpu_$i.log | tr '\n' ' ')"
