@@ -350,7 +350,7 @@ __device__ unsigned long long g_sl_census[4];  // pass 2 tiles, skipped; pass 3 
 // kWg (SlKnobs::wgmma): the products by TileLogitsWg on the sm_90a image (elsewhere the
 // mma.sync path of kWg false), the key tiles in its layout at a 1024-byte aligned base.
 // kMinCtas: the CTAs per SM the registers are capped for (__launch_bounds__): 4 (128 registers),
-// or 5 (96; the wgmma instances, SlKnobs::ctas1 / 2 / 3).
+// or 5 (96; the wgmma instances of passes 1 and 2, SlKnobs::ctas1 / ctas2).
 template <typename T, int kD, int kPass, bool kCensus = false, bool kWg = false, int kMinCtas = 4>
 __global__ void __launch_bounds__(kThreads, kMinCtas) SlPassKernel(SlArgs a) {
   extern __shared__ __align__(128) unsigned char smem[];
@@ -1178,14 +1178,14 @@ __global__ void SlClassifyKernel(SlArgs a) {
 }
 
 // The CTAs per SM an instance keeps resident with the build's shared memory (after setting its
-// dynamic shared memory limit).
+// dynamic shared memory limit; resident null: only the limit).
 template <typename T, int kD, int kPass, bool kCensus, bool kWg, int kMinCtas>
 cudaError_t PassResident(const SlArgs& a, int* resident) {
   const int64_t bytes = Layout(kD, kPass, kWg, a.hist_blocks).total;
   cudaError_t err =
       cudaFuncSetAttribute(SlPassKernel<T, kD, kPass, kCensus, kWg, kMinCtas>,
                            cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
-  if (err != cudaSuccess) return err;
+  if (err != cudaSuccess || resident == nullptr) return err;
   return cudaOccupancyMaxActiveBlocksPerMultiprocessor(
       resident, SlPassKernel<T, kD, kPass, kCensus, kWg, kMinCtas>, kThreads, bytes);
 }
@@ -1195,8 +1195,10 @@ cudaError_t PassResident(const SlArgs& a, int* resident) {
 // 128-register instance. *ctas (if not null): the resident CTAs per SM of the one launched.
 template <typename T, int kD, int kPass, bool kCensus, bool kWg, int kMinCtas = 4>
 cudaError_t LaunchPassAs(const SlArgs& a, cudaStream_t stream, int* ctas = nullptr) {
+  // The occupancy query only where it decides something (the 4-CTA launch as main's).
   int resident = 0;
-  cudaError_t err = PassResident<T, kD, kPass, kCensus, kWg, kMinCtas>(a, &resident);
+  cudaError_t err = PassResident<T, kD, kPass, kCensus, kWg, kMinCtas>(
+      a, kMinCtas > 4 || ctas != nullptr ? &resident : nullptr);
   if (err != cudaSuccess) return err;
   if constexpr (kMinCtas > 4) {
     if (resident < kMinCtas) return LaunchPassAs<T, kD, kPass, kCensus, kWg, 4>(a, stream, ctas);
@@ -1227,10 +1229,14 @@ bool SlUseWgmma() { return SampledLinesKnobs().wgmma && SlDeviceIsSm90(); }
 template <typename T, int kD, int kPass, bool kCensus>
 cudaError_t LaunchPass(const SlArgs& a, cudaStream_t stream, int* ctas = nullptr) {
   if (!SlUseWgmma()) return LaunchPassAs<T, kD, kPass, kCensus, false>(a, stream, ctas);
-  // SlKnobs::ctas1 / 2 / 3: the wgmma instances capped for 5 CTAs per SM.
-  const SlKnobs& k = SampledLinesKnobs();
-  if ((kPass == 1 ? k.ctas1 : (kPass == 2 ? k.ctas2 : k.ctas3)) == 5) {
-    return LaunchPassAs<T, kD, kPass, kCensus, true, 5>(a, stream, ctas);
+  // SlKnobs::ctas1 / ctas2: the wgmma instances of passes 1 and 2 capped for 5 CTAs per SM (pass
+  // 3 stays at 4: capped at 96 registers it spills 140 bytes and was 33 % slower, NOTES.md
+  // "Session 27 — s27-slhist").
+  if constexpr (kPass <= 2) {
+    const SlKnobs& k = SampledLinesKnobs();
+    if ((kPass == 1 ? k.ctas1 : k.ctas2) == 5) {
+      return LaunchPassAs<T, kD, kPass, kCensus, true, 5>(a, stream, ctas);
+    }
   }
   return LaunchPassAs<T, kD, kPass, kCensus, true>(a, stream, ctas);
 }
@@ -1553,13 +1559,10 @@ SlKnobs& SampledLinesKnobs() {
     if (const char* c = std::getenv("SPATTN_SL_TILE_CENSUS")) k.tile_census = c[0] == '1';
     if (const char* c = std::getenv("SPATTN_SL_ASM_SPANS")) k.asm_spans = c[0] != '0';
     if (const char* c = std::getenv("SPATTN_SL_WGMMA")) k.wgmma = c[0] != '0';
-    if (const char* c = std::getenv("SPATTN_SL_CTAS")) {  // "P1,P2,P3"
-      int* v[3] = {&k.ctas1, &k.ctas2, &k.ctas3};
-      for (int i = 0; i < 3; ++i) {
-        *v[i] = c != nullptr ? std::atoi(c) : 4;
-        if (c != nullptr) c = std::strchr(c, ',');
-        if (c != nullptr) ++c;
-      }
+    if (const char* c = std::getenv("SPATTN_SL_CTAS")) {  // "P1,P2"
+      k.ctas1 = std::atoi(c);
+      const char* comma = std::strchr(c, ',');
+      k.ctas2 = comma != nullptr ? std::atoi(comma + 1) : 4;
     }
     return k;
   }();
@@ -1677,8 +1680,7 @@ cudaError_t SampledLinesPassCtas(int pass, int head_dim, bool bf16, int hist_blo
     return cudaErrorInvalidValue;
   }
   const SlKnobs& k = SampledLinesKnobs();
-  *capped_for =
-      SlUseWgmma() && (pass == 1 ? k.ctas1 : (pass == 2 ? k.ctas2 : k.ctas3)) == 5 ? 5 : 4;
+  *capped_for = SlUseWgmma() && pass <= 2 && (pass == 1 ? k.ctas1 : k.ctas2) == 5 ? 5 : 4;
   SlArgs a;
   a.p.head_dim = head_dim;
   a.p.dtype = bf16 ? DType::kBF16 : DType::kF16;

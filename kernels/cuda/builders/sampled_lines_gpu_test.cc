@@ -53,7 +53,7 @@ TEST(SampledLinesGpuTest, WgmmaProductsAreMmaSyncProducts) {
 
 // The passes' CTAs per SM (session 27): an instance capped for 5 CTAs per SM (96 registers; by
 // default the wgmma instances of passes 1 and 2 on a compute capability 9.0 device,
-// SPATTN_SL_CTAS) keeps >= 5 resident, pass 2's histograms sized by the build's largest group
+// SPATTN_SL_CTAS=P1,P2) keeps >= 5 resident, pass 2's histograms sized by the build's largest group
 // (21 blocks at 3 sampled rows per block); where a group spans 32 blocks pass 2 at d 128 (33 KB of
 // histograms) falls back to its 128-register instance; those at d 128 keep 4. Skips without a GPU.
 TEST(SampledLinesGpuTest, PassesKeepTheirCtasPerSm) {
