@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "kernels/builders/sampled_lines_bar.h"
 #include "kernels/cuda/builders/assembled_common.cuh"
@@ -47,11 +48,13 @@ struct SlSmem {
 __host__ __device__ inline constexpr int PassBuffers(int pass) { return pass == 2 ? 1 : 2; }
 // kWg: the key tiles in wgmma's 128-byte swizzle layout (SlKeyOff), whose descriptors need a
 // 1024-byte aligned base: 1024 bytes more to align it (tile sizes are multiples of 1024).
-__host__ __device__ inline SlSmem Layout(int head_dim, int pass, bool wg = false) {
+// Pass 2's histograms: `hist_blocks` (SlArgs::hist_blocks, the build's largest group) x kSlBins.
+__host__ __device__ inline SlSmem Layout(int head_dim, int pass, bool wg = false,
+                                         int hist_blocks = kSlGroupBlocks) {
   SlSmem l;
   l.tile = static_cast<int64_t>(kTile) * head_dim * 2;
   l.hm = PassBuffers(pass) * l.tile;
-  l.total = pass == 2 ? l.hm + static_cast<int64_t>(kSlGroupBlocks) * kSlBins * 4 : l.hm;
+  l.total = pass == 2 ? l.hm + static_cast<int64_t>(hist_blocks) * kSlBins * 4 : l.hm;
   if (wg) l.total += 1024;
   return l;
 }
@@ -346,12 +349,14 @@ __device__ unsigned long long g_sl_census[4];  // pass 2 tiles, skipped; pass 3 
 
 // kWg (SlKnobs::wgmma): the products by TileLogitsWg on the sm_90a image (elsewhere the
 // mma.sync path of kWg false), the key tiles in its layout at a 1024-byte aligned base.
-template <typename T, int kD, int kPass, bool kCensus = false, bool kWg = false>
-__global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
+// kMinCtas: the CTAs per SM the registers are capped for (__launch_bounds__): 4 (128 registers),
+// or 5 (96; the wgmma instances of passes 1 and 2, SlKnobs::ctas1 / ctas2).
+template <typename T, int kD, int kPass, bool kCensus = false, bool kWg = false, int kMinCtas = 4>
+__global__ void __launch_bounds__(kThreads, kMinCtas) SlPassKernel(SlArgs a) {
   extern __shared__ __align__(128) unsigned char smem[];
   constexpr bool kUseWg = kWg && SPATTN_SL_SM90A;
   constexpr int kBufs = PassBuffers(kPass);
-  const SlSmem lay = Layout(kD, kPass, kWg);
+  const SlSmem lay = Layout(kD, kPass, kWg, a.hist_blocks);
   constexpr int kChunks = kD / 8;  // 16-byte chunks per tile row
   const uint32_t sraw = detail::SmemAddr(smem);
   const uint32_t sbuf = kWg ? (sraw + 1023u) & ~1023u : sraw;
@@ -443,7 +448,7 @@ __global__ void __launch_bounds__(kThreads, 4) SlPassKernel(SlArgs a) {
   detail::CpAsyncCommit();
 
   if (kPass == 2) {
-    for (int i = tid; i < kSlGroupBlocks * kSlBins; i += kThreads) hm[i] = 0u;
+    for (int i = tid; i < g.blocks * kSlBins; i += kThreads) hm[i] = 0u;
     if (tid < kSlGroupBlocks) {
       blk_wsum[tid] = 0.f;
       blk_vsum[tid] = 0.f;
@@ -1172,15 +1177,39 @@ __global__ void SlClassifyKernel(SlArgs a) {
   }
 }
 
-template <typename T, int kD, int kPass, bool kCensus, bool kWg>
-cudaError_t LaunchPassAs(const SlArgs& a, cudaStream_t stream) {
-  const int64_t bytes = Layout(kD, kPass, kWg).total;
+// The CTAs per SM an instance keeps resident with the build's shared memory (after setting its
+// dynamic shared memory limit; resident null: only the limit).
+template <typename T, int kD, int kPass, bool kCensus, bool kWg, int kMinCtas>
+cudaError_t PassResident(const SlArgs& a, int* resident) {
+  const int64_t bytes = Layout(kD, kPass, kWg, a.hist_blocks).total;
   cudaError_t err =
-      cudaFuncSetAttribute(SlPassKernel<T, kD, kPass, kCensus, kWg>,
+      cudaFuncSetAttribute(SlPassKernel<T, kD, kPass, kCensus, kWg, kMinCtas>,
                            cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  if (err != cudaSuccess || resident == nullptr) return err;
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      resident, SlPassKernel<T, kD, kPass, kCensus, kWg, kMinCtas>, kThreads, bytes);
+}
+
+// The instance capped for kMinCtas > 4 CTAs per SM runs only where the shared memory lets that
+// many stay (pass 2: histograms of <= 21 blocks, e.g. 3 sampled rows per block); else the
+// 128-register instance. *ctas (if not null): the resident CTAs per SM of the one launched.
+template <typename T, int kD, int kPass, bool kCensus, bool kWg, int kMinCtas = 4>
+cudaError_t LaunchPassAs(const SlArgs& a, cudaStream_t stream, int* ctas = nullptr) {
+  // The occupancy query only where it decides something (the 4-CTA launch as main's).
+  int resident = 0;
+  cudaError_t err = PassResident<T, kD, kPass, kCensus, kWg, kMinCtas>(
+      a, kMinCtas > 4 || ctas != nullptr ? &resident : nullptr);
   if (err != cudaSuccess) return err;
-  SlPassKernel<T, kD, kPass, kCensus, kWg>
-      <<<static_cast<unsigned>(a.num_items) * a.num_slots, kThreads, bytes, stream>>>(a);
+  if constexpr (kMinCtas > 4) {
+    if (resident < kMinCtas) return LaunchPassAs<T, kD, kPass, kCensus, kWg, 4>(a, stream, ctas);
+  }
+  if (ctas != nullptr) {
+    *ctas = resident;
+    return cudaSuccess;  // the query only (SampledLinesPassCtas)
+  }
+  SlPassKernel<T, kD, kPass, kCensus, kWg, kMinCtas>
+      <<<static_cast<unsigned>(a.num_items) * a.num_slots, kThreads,
+         Layout(kD, kPass, kWg, a.hist_blocks).total, stream>>>(a);
   return cudaGetLastError();
 }
 
@@ -1198,21 +1227,30 @@ bool SlDeviceIsSm90() {
 bool SlUseWgmma() { return SampledLinesKnobs().wgmma && SlDeviceIsSm90(); }
 
 template <typename T, int kD, int kPass, bool kCensus>
-cudaError_t LaunchPass(const SlArgs& a, cudaStream_t stream) {
-  return SlUseWgmma() ? LaunchPassAs<T, kD, kPass, kCensus, true>(a, stream)
-                      : LaunchPassAs<T, kD, kPass, kCensus, false>(a, stream);
+cudaError_t LaunchPass(const SlArgs& a, cudaStream_t stream, int* ctas = nullptr) {
+  if (!SlUseWgmma()) return LaunchPassAs<T, kD, kPass, kCensus, false>(a, stream, ctas);
+  // SlKnobs::ctas1 / ctas2: the wgmma instances of passes 1 and 2 capped for 5 CTAs per SM (pass
+  // 3 stays at 4: capped at 96 registers it spills 140 bytes and was 33 % slower, NOTES.md
+  // "Session 27 — s27-slhist").
+  if constexpr (kPass <= 2) {
+    const SlKnobs& k = SampledLinesKnobs();
+    if ((kPass == 1 ? k.ctas1 : k.ctas2) == 5) {
+      return LaunchPassAs<T, kD, kPass, kCensus, true, 5>(a, stream, ctas);
+    }
+  }
+  return LaunchPassAs<T, kD, kPass, kCensus, true>(a, stream, ctas);
 }
 
 template <int kPass, bool kCensus = false>
-cudaError_t Dispatch(const SlArgs& a, cudaStream_t stream) {
+cudaError_t Dispatch(const SlArgs& a, cudaStream_t stream, int* ctas = nullptr) {
   const bool bf16 = a.p.dtype == DType::kBF16;
   if (a.p.head_dim == 128) {
-    return bf16 ? LaunchPass<__nv_bfloat16, 128, kPass, kCensus>(a, stream)
-                : LaunchPass<__half, 128, kPass, kCensus>(a, stream);
+    return bf16 ? LaunchPass<__nv_bfloat16, 128, kPass, kCensus>(a, stream, ctas)
+                : LaunchPass<__half, 128, kPass, kCensus>(a, stream, ctas);
   }
   if (a.p.head_dim == 64) {
-    return bf16 ? LaunchPass<__nv_bfloat16, 64, kPass, kCensus>(a, stream)
-                : LaunchPass<__half, 64, kPass, kCensus>(a, stream);
+    return bf16 ? LaunchPass<__nv_bfloat16, 64, kPass, kCensus>(a, stream, ctas)
+                : LaunchPass<__half, 64, kPass, kCensus>(a, stream, ctas);
   }
   return cudaErrorInvalidValue;
 }
@@ -1521,6 +1559,11 @@ SlKnobs& SampledLinesKnobs() {
     if (const char* c = std::getenv("SPATTN_SL_TILE_CENSUS")) k.tile_census = c[0] == '1';
     if (const char* c = std::getenv("SPATTN_SL_ASM_SPANS")) k.asm_spans = c[0] != '0';
     if (const char* c = std::getenv("SPATTN_SL_WGMMA")) k.wgmma = c[0] != '0';
+    if (const char* c = std::getenv("SPATTN_SL_CTAS")) {  // "P1,P2"
+      k.ctas1 = std::atoi(c);
+      const char* comma = std::strchr(c, ',');
+      k.ctas2 = comma != nullptr ? std::atoi(comma + 1) : 4;
+    }
     return k;
   }();
   return knobs;
@@ -1628,6 +1671,23 @@ cudaError_t CountSampledLinesTileMismatches(int head_dim, bool bf16, int tiles, 
   *mismatches = h[0];
   *compared = h[1];
   return err != cudaSuccess ? err : ferr;
+}
+
+cudaError_t SampledLinesPassCtas(int pass, int head_dim, bool bf16, int hist_blocks, int* ctas,
+                                 int* capped_for) {
+  if (pass < 1 || pass > 3 || (head_dim != 64 && head_dim != 128) || hist_blocks < 1 ||
+      hist_blocks > kSlGroupBlocks) {
+    return cudaErrorInvalidValue;
+  }
+  const SlKnobs& k = SampledLinesKnobs();
+  *capped_for = SlUseWgmma() && pass <= 2 && (pass == 1 ? k.ctas1 : k.ctas2) == 5 ? 5 : 4;
+  SlArgs a;
+  a.p.head_dim = head_dim;
+  a.p.dtype = bf16 ? DType::kBF16 : DType::kF16;
+  a.hist_blocks = hist_blocks;
+  *ctas = 0;
+  return pass == 1 ? Dispatch<1>(a, nullptr, ctas)
+                   : (pass == 2 ? Dispatch<2>(a, nullptr, ctas) : Dispatch<3>(a, nullptr, ctas));
 }
 
 cudaError_t LaunchSampledLinesAssemble(const SlAsmArgs& a, const row_assembly::AsmOut& out,

@@ -1,6 +1,7 @@
 // The exhaustive check behind the GPU sampled_lines pass 3 (sampled_lines.cu): its exp2
 // (ex2.approx.ftz) must be non-decreasing over every float for the threshold on an entry's raw
-// product q . k to equal the per-entry mass test. Only code under kernels/cuda includes this.
+// product q . k to equal the per-entry mass test; the wgmma products check; the passes'
+// occupancy query. Only code under kernels/cuda includes this.
 #ifndef SPATTN_KERNELS_CUDA_BUILDERS_SAMPLED_LINES_EXP2_H_
 #define SPATTN_KERNELS_CUDA_BUILDERS_SAMPLED_LINES_EXP2_H_
 
@@ -24,6 +25,14 @@ cudaError_t CountSampledLinesExp2Inversions(unsigned long long* inversions);
 cudaError_t CountSampledLinesTileMismatches(int head_dim, bool bf16, int tiles, uint64_t seed,
                                             unsigned long long* mismatches,
                                             unsigned long long* compared);
+
+// The CTAs per SM that pass `pass` (1-3) of a build of this head_dim and dtype whose largest group
+// spans `hist_blocks` query blocks keeps resident on the current device, for the instance the
+// build launches under the current knobs (SampledLinesKnobs: wgmma, ctas1 / ctas2) -> *ctas; the
+// CTAs per SM the knobs ask that pass's registers to be capped for (4 or 5; 5 falls back to 4's
+// instance where the shared memory keeps fewer) -> *capped_for.
+cudaError_t SampledLinesPassCtas(int pass, int head_dim, bool bf16, int hist_blocks, int* ctas,
+                                 int* capped_for);
 
 }  // namespace cuda
 }  // namespace spattn

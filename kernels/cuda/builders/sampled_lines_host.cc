@@ -168,6 +168,8 @@ absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const A
   sa.num_blocks = nblocks;
   SPATTN_ASSIGN_OR_RETURN(sa.groups, Upload(env, groups, "sampled_lines groups"));
   sa.num_groups = static_cast<int>(groups.size());
+  sa.hist_blocks = 1;
+  for (const SlGroup& g : groups) sa.hist_blocks = std::max(sa.hist_blocks, g.blocks);
   SPATTN_ASSIGN_OR_RETURN(sa.items, Upload(env, items, "sampled_lines items"));
   sa.num_items = static_cast<int>(items.size());
   SPATTN_ASSIGN_OR_RETURN(sa.rows, Upload(env, rows, "sampled_lines rows"));

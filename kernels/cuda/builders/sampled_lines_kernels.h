@@ -96,12 +96,12 @@ struct SlArgs {
   int32_t* split_vis = nullptr;
   const int32_t* split_block_ids = nullptr;  // [split_blocks]
   const BlockGeoDev* geo = nullptr;          // [num_blocks]
-  float gamma = 0.f;              // every slot's, unless `gammas`
+  float gamma = 0.f;                         // every slot's, unless `gammas`
   const float* gammas = nullptr;  // [slots] per slot (BuildOptions::sampled_lines_gammas), or null
-  float diagonal_floor = 0.f;   // SampledLinesParams::diagonal_floor (units of 1 / k_len)
-  float short_floor = 0.f;      // SampledLinesParams::short_floor (< 64K keys; 0 = off)
-  float diagonal_cost = 0.f;    // SampledLinesParams::diagonal_cost (0 = off)
-  bool clip_diagonals = false;  // SampledLinesParams::clip_diagonals (the diagonal codes below)
+  float diagonal_floor = 0.f;     // SampledLinesParams::diagonal_floor (units of 1 / k_len)
+  float short_floor = 0.f;        // SampledLinesParams::short_floor (< 64K keys; 0 = off)
+  float diagonal_cost = 0.f;      // SampledLinesParams::diagonal_cost (0 = off)
+  bool clip_diagonals = false;    // SampledLinesParams::clip_diagonals (the diagonal codes below)
   // Evidence: vertical_slash's estimate over the last rows (merged_kernels.h EstimateParams).
   const merged::EstimateSeq* ev_seqs = nullptr;  // [batch]
   const double* col_sums = nullptr;              // [slots * col_stride]
@@ -131,6 +131,9 @@ struct SlArgs {
   // Pass 2 computes every tile's masses (SPATTN_SL_HIST_EXACT=1, for comparisons) instead of
   // skipping a warp's tile where no raw product reaches its row's count threshold.
   bool hist_exact = false;
+  // Pass 2's shared histograms per CTA: the largest group's blocks (<= kSlGroupBlocks; 21 at 3
+  // sampled rows per block), so that 5 CTAs per SM fit (SlKnobs::ctas).
+  int hist_blocks = kSlGroupBlocks;
 };
 
 // The build's comparison knobs, read from the environment once per process (at first use):
@@ -152,6 +155,13 @@ struct SlKnobs {
   bool asm_spans = true;  // SlAsmArgs::row_spans
   bool tile_census = false;
   bool wgmma = true;
+  // SPATTN_SL_CTAS=P1,P2: CTAs per SM the wgmma instances of passes 1 and 2 are built for (their
+  // __launch_bounds__: 4 = 128 registers, main's before session 27; 5 = 96 registers; a missing
+  // value 4). Pass 2's 5 needs its histograms to leave room for 5 CTAs (SlArgs::hist_blocks <=
+  // 21), else it runs the 4-CTA instance. The same index either way (the same code, other
+  // registers). Pass 3 stays at 4 (at 96 registers it spills; measured slower).
+  int ctas1 = 5;
+  int ctas2 = 5;
 };
 SlKnobs& SampledLinesKnobs();
 
