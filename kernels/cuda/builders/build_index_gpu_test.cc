@@ -796,6 +796,55 @@ TEST(BuildIndexOnGpuSampledLinesTest, PerHeadGammasEqualEachHeadsOwnBuild) {
 #endif
 }
 
+// Passes 1 and 2 at 5 CTAs per SM (SlKnobs::ctas1 / ctas2 = 5, the default since session 27:
+// the 96-register wgmma instances, pass 2's histograms sized by the largest group) build the
+// index of the 128-register instances (4, main's before) bit for bit, on every shape, with groups
+// whole and split into single tiles. Off compute capability 9.0 both run mma.sync (the same
+// launch): the test then checks only that the knob changes nothing.
+TEST(BuildIndexOnGpuSampledLinesTest, FiveCtasPerSmBuildTheFourCtaIndex) {
+  SKIP_WITHOUT_GPU();
+#ifndef SPATTN_SL_KNOBS
+  GTEST_SKIP() << "the GPU sampled_lines builder exists only in CUDA builds";
+#else
+  auto engine = MakeEngine(int64_t{512} << 20);
+  ASSERT_NE(engine, nullptr);
+  cuda::SlKnobs& knobs = cuda::SampledLinesKnobs();
+  const cuda::SlKnobs saved = knobs;
+  const MethodCases mc = CasesFor(Method::kSampledLines);
+  uint64_t seed = 977;
+  for (const Shape& sh : Shapes()) {
+    auto hp = MakeProblem(sh.q, sh.k, sh.hq, sh.hkv, sh.d, sh.dtype, sh.causal, ++seed,
+                          /*integer_qk=*/true);
+    auto dp = DeviceProblem::Create(engine->device(), *hp);
+    ASSERT_TRUE(dp.ok()) << dp.status();
+    for (const MethodConfig& config : {mc.configs.front(), mc.configs.back()}) {
+      for (int block_m : {64, 128}) {
+        for (int split : {0, 1}) {
+          const std::string what = absl::StrCat(config.DebugString(), " block_m=", block_m,
+                                                " split_tiles=", split, " ", Describe(hp->problem()));
+          SparseIndex five, four;
+          knobs.split_tiles = split;
+          knobs.ctas1 = knobs.ctas2 = 5;
+          BuildOnGpu(*engine, *hp, **dp, config, AllHeads(sh.hq), block_m, nullptr, what, &five);
+          engine->ReleaseIndexes();
+          knobs.ctas1 = knobs.ctas2 = 4;
+          BuildOnGpu(*engine, *hp, **dp, config, AllHeads(sh.hq), block_m, nullptr, what, &four);
+          engine->ReleaseIndexes();
+          knobs = saved;
+          if (::testing::Test::HasFatalFailure()) return;
+          EXPECT_EQ(five.block_offsets, four.block_offsets) << what;
+          EXPECT_EQ(five.range_indptr, four.range_indptr) << what;
+          EXPECT_EQ(five.range_start, four.range_start) << what;
+          EXPECT_EQ(five.range_len, four.range_len) << what;
+          EXPECT_EQ(five.col_indptr, four.col_indptr) << what;
+          EXPECT_EQ(five.col_idx, four.col_idx) << what;
+        }
+      }
+    }
+  }
+#endif
+}
+
 // Saap assets calibrated (kernels/calibration) on planted clusters, as saap_test does.
 LayerAssets CalibratedClusters(int hq, int hkv, int d, int centroids, int hidden, uint64_t seed) {
   method_testing::ClusterSpec spec;
