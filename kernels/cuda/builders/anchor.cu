@@ -337,7 +337,6 @@ __global__ void __launch_bounds__(kAnThreads, 2) AnStripeKernel(AnArgs a) {
 
 struct AnSrc {
   AnAsmArgs a;
-  static constexpr bool kAsmRecords = true;  // row_assembly.cuh's row records
   struct Shared {
     int init_end, gfp, glp;
     int bm_words;

@@ -138,11 +138,6 @@ absl::StatusOr<SparseIndexView> BuildAnchor(const BuildScope& env, const Attenti
                                 "anchor bitmaps");
   }
   an.theta = params.theta;
-  // The assembler's row records (row_assembly.cuh: made before the count pass, read by both).
-  SPATTN_ASSIGN_OR_RETURN(
-      uint32_t* const asm_rec,
-      Carve<uint32_t>(env, static_cast<int64_t>(nslots) * num_blocks * row_assembly::kAsmRecWords,
-                      "assembly row records"));
   StageTimer timer(env.stream, "anchor");
   an.anchor_done = timer.Event("anchor");
   SPATTN_CUDA_RETURN_IF_ERROR(LaunchAnchorSelect(an, env.stream), "anchor selection");
@@ -158,9 +153,7 @@ absl::StatusOr<SparseIndexView> BuildAnchor(const BuildScope& env, const Attenti
   auto v = Assemble(
       env, l,
       [&](const AsmOut& out, bool fill) {
-        AsmOut o = out;
-        o.rec = asm_rec;
-        return LaunchAnchorAssemble(asm_args, o, fill, env.stream);
+        return LaunchAnchorAssemble(asm_args, out, fill, env.stream);
       },
       &timer, "stripes");
   if (!v.ok()) timer.Cancel();

@@ -26,26 +26,6 @@ constexpr int kMaxGroupRows = 4 * (kQaThreads / 64);
 
 enum QaMode { kStats = 0, kHist = 1, kTies = 2, kCount = 3, kFill = 4 };
 
-// x[0] + x[1] + ... + x[n - 1] added one at a time from +0 in index order (a serial loop's bits),
-// by one warp: each lane loads one of 32 consecutive values (the next 32 loaded while these are
-// added), every lane adds them in order through shuffles. A serial loop on one thread waited on
-// its loads a few at a time (the decision's sums over every key block).
-__device__ __forceinline__ double WarpOrderedSum(const double* x, int n, int lane) {
-  double s = 0;
-  double v = lane < n ? x[lane] : 0.0;
-  for (int b = 0; b < n; b += 32) {
-    const double vn = b + 32 + lane < n ? x[b + 32 + lane] : 0.0;
-    const int m = min(32, n - b);
-    for (int i = 0; i < m; ++i) s += __shfl_sync(0xffffffffu, v, i);
-    v = vn;
-  }
-  return s;
-}
-
-// The decision's loops over each thread's keys, rows and dims load kBatch values before adding
-// them in the same order (the loops waited on each load).
-constexpr int kDecideBatch = 8;
-
 template <typename T>
 __global__ void __launch_bounds__(kDecideThreads) FlexDecideKernel(FlexParams p) {
   using Reduce = cub::BlockReduce<double, kDecideThreads>;
@@ -74,15 +54,7 @@ __global__ void __launch_bounds__(kDecideThreads) FlexDecideKernel(FlexParams p)
   for (int kb = tid; kb < nk; kb += kDecideThreads) {
     double t = 0;
     const int j1 = min(es.kl, (kb + 1) * bs);
-    int j = kb * bs;
-    for (; j + kDecideBatch <= j1; j += kDecideBatch) {
-      double v[kDecideBatch];
-#pragma unroll
-      for (int i = 0; i < kDecideBatch; ++i) v[i] = cols[j + i];
-#pragma unroll
-      for (int i = 0; i < kDecideBatch; ++i) t += v[i];
-    }
-    for (; j < j1; ++j) t += cols[j];
+    for (int j = kb * bs; j < j1; ++j) t += cols[j];
     truth[kb] = t;
   }
   // Mean of the representative queries (row order), times scale / n.
@@ -90,18 +62,7 @@ __global__ void __launch_bounds__(kDecideThreads) FlexDecideKernel(FlexParams p)
   const float factor = __fdiv_rn(p.scale, static_cast<float>(n));
   for (int c = tid; c < d; c += kDecideThreads) {
     float acc = 0.f;
-    int i = 0;
-    for (; i + kDecideBatch <= n; i += kDecideBatch) {
-      float v[kDecideBatch];
-#pragma unroll
-      for (int k = 0; k < kDecideBatch; ++k) {
-        v[k] = LoadAsFloat(q, static_cast<int64_t>(es.q_row0) + i + k, p.q_token_stride, qh,
-                           p.q_head_stride, c);
-      }
-#pragma unroll
-      for (int k = 0; k < kDecideBatch; ++k) acc = __fadd_rn(acc, v[k]);
-    }
-    for (; i < n; ++i) {
+    for (int i = 0; i < n; ++i) {
       acc = __fadd_rn(acc, LoadAsFloat(q, static_cast<int64_t>(es.q_row0) + i, p.q_token_stride, qh,
                                        p.q_head_stride, c));
     }
@@ -113,16 +74,7 @@ __global__ void __launch_bounds__(kDecideThreads) FlexDecideKernel(FlexParams p)
   double local_max = -CUDART_INF;
   for (int kb = tid; kb < nk; kb += kDecideThreads) {
     float acc = 0.f;
-    const float* pkb = pk + static_cast<int64_t>(kb) * d;
-    int c = 0;
-    for (; c + 2 * kDecideBatch <= d; c += 2 * kDecideBatch) {
-      float v[2 * kDecideBatch];
-#pragma unroll
-      for (int i = 0; i < 2 * kDecideBatch; ++i) v[i] = pkb[c + i];
-#pragma unroll
-      for (int i = 0; i < 2 * kDecideBatch; ++i) acc = fmaf(mq[c + i], v[i], acc);
-    }
-    for (; c < d; ++c) acc = fmaf(mq[c], pkb[c], acc);
+    for (int c = 0; c < d; ++c) acc = fmaf(mq[c], pk[static_cast<int64_t>(kb) * d + c], acc);
     const double l = static_cast<double>(SanitizeLogit(acc));
     est[kb] = l;
     local_max = fmax(local_max, l);
@@ -135,9 +87,10 @@ __global__ void __launch_bounds__(kDecideThreads) FlexDecideKernel(FlexParams p)
     est[kb] = m == -CUDART_INF ? 0.0 : exp(est[kb] - m);
   }
   __syncthreads();
-  if (tid < 32) {
-    const double sum = WarpOrderedSum(est, nk, tid);
-    if (tid == 0) scalars[1] = sum;
+  if (tid == 0) {
+    double sum = 0;
+    for (int kb = 0; kb < nk; ++kb) sum += est[kb];
+    scalars[1] = sum;
   }
   __syncthreads();
   if (m != -CUDART_INF) {
@@ -145,13 +98,14 @@ __global__ void __launch_bounds__(kDecideThreads) FlexDecideKernel(FlexParams p)
     for (int kb = tid; kb < nk; kb += kDecideThreads) est[kb] = est[kb] / sum;
   }
   __syncthreads();
-  if (tid < 32) {
-    const double sp = WarpOrderedSum(est, nk, tid);
-    const double sq = WarpOrderedSum(truth, nk, tid);
-    if (tid == 0) {
-      scalars[2] = sp;
-      scalars[3] = sq;
+  if (tid == 0) {
+    double sp = 0, sq = 0;
+    for (int kb = 0; kb < nk; ++kb) {
+      sp += est[kb];
+      sq += truth[kb];
     }
+    scalars[2] = sp;
+    scalars[3] = sq;
   }
   __syncthreads();
   const double sp = scalars[2], sq = scalars[3];
@@ -164,16 +118,19 @@ __global__ void __launch_bounds__(kDecideThreads) FlexDecideKernel(FlexParams p)
     }
   }
   __syncthreads();
-  if (tid < 32) {
+  if (tid == 0) {
     double js;
     if (degenerate) {
       js = sqrt(log(2.0));
     } else {
-      // terms[0], terms[1], terms[2], ... in order: the a and b terms of each key block.
-      const double acc = WarpOrderedSum(terms, 2 * nk, tid);
+      double acc = 0;
+      for (int kb = 0; kb < nk; ++kb) {
+        acc += terms[2 * kb];
+        acc += terms[2 * kb + 1];
+      }
       js = sqrt(fmax(0.0, acc));
     }
-    if (tid == 0) p.unit_is_vs[unit] = js < static_cast<double>(p.tau) ? 0 : 1;
+    p.unit_is_vs[unit] = js < static_cast<double>(p.tau) ? 0 : 1;
   }
 }
 

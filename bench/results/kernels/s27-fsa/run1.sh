@@ -2,7 +2,7 @@
 # s27-fsa run 1: tests (row_assembly_gpu_test; build_index_gpu_test, every case: all builder
 # twins), then spattn-bench base (main b58a3b6) and new on flex_prefill, anchor, sample_attention:
 # 32K PROFILE (SPATTN_GPU_BUILDER_PROFILE=1, stage times) and NP (without), 128K NP, then 128K
-# PROFILE of anchor while time is left; one process each, base and new alternating in order.
+# PROFILE while time is left (STOP_AFTER); one process each, base and new alternating in order.
 set -u
 cd "$(dirname "$0")"
 W=/tmp/s27fsa && rm -rf "$W" && mkdir -p "$W/bin" && tar -xJf lib.tar.xz -C "$W"
@@ -31,7 +31,7 @@ t row_assembly 30 bin/row_assembly_gpu_test
 t build_index 75 bin/build_index_gpu_test --gtest_filter="${FILTER:-*}"
 bench() {  # variant len methods repeat recall_rows env...
   local v=$1 len=$2 m=$3 rep=$4 rr=$5; shift 5
-  if [ $SECONDS -gt ${STOP_AFTER:-100} ]; then note "skipped $v $len $m"; return; fi
+  if [ $SECONDS -gt ${STOP_AFTER:-160} ]; then note "skipped $v $len $m"; return; fi
   local bin=bin/spattn-bench; case $v in base*) bin=bin/spattn-bench-base;; esac
   env "$@" timeout ${BENCH_S:-45} $bin --device=cuda --workload=llm_mix --heads=32 --kv_heads=8 \
     --head_dim=128 --dtype=bf16 --group_by=all --recall_rows=$rr --warmup=$((rep < 5 ? 1 : 2)) \
@@ -46,8 +46,8 @@ bench newNP 32768 $M 7 16 X=1
 bench baseNP 32768 $M 7 16 X=1
 bench baseNP 131072 $M 3 4 X=1
 bench newNP 131072 $M 3 4 X=1
-bench new 131072 anchor 3 4 $P
-bench base 131072 anchor 3 4 $P
+bench new 131072 $M 3 4 $P
+bench base 131072 $M 3 4 $P
 python3 - "$OUT/raw" <<'PY' | tee "$OUT/shares.txt"
 import json, sys, os
 for v in ("base", "new", "baseNP", "newNP"):
