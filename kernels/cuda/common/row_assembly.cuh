@@ -147,7 +147,9 @@ template <class Src, bool kRec>
 __device__ __forceinline__ void AssembleCount(const Src& src, int num_units, const AsmOut& out) {
   __shared__ uint32_t sR[2][kAsmArrayWords];
   __shared__ uint32_t sC[2][kAsmArrayWords];
-  __shared__ AsmRec<Src> rec_s[kRec ? 2 : 1];
+  __shared__ typename Src::Shared sh_b;  // per-row Begin (no records)
+  __shared__ RowCtx ctx_b;
+  __shared__ AsmRec<Src> rec_s[2];  // records (each path's unused ones are dropped)
   __shared__ uint32_t carry_f[2];
   __shared__ unsigned long long warp_sum[kAsmThreads / 32];
   const int tid = threadIdx.x;
@@ -164,12 +166,18 @@ __device__ __forceinline__ void AssembleCount(const Src& src, int num_units, con
   }
   int rb = 0;
   for (int unit = blockIdx.x; unit < num_units; unit += gridDim.x) {
-    AsmRec<Src>& rec = rec_s[kRec ? rb : 0];
+    const RowCtx* ctx_p;
+    const typename Src::Shared* sh_p;
     if constexpr (kRec) {
+      AsmRec<Src>& rec = rec_s[rb];
       if (tid < kRecWords) reinterpret_cast<uint32_t*>(&rec)[tid] = next_rec;
       rb ^= 1;
+      ctx_p = &rec.ctx;
+      sh_p = &rec.sh;
     } else {
-      if (tid == 0) src.Begin(unit, rec.sh, rec.ctx);
+      if (tid == 0) src.Begin(unit, sh_b, ctx_b);
+      ctx_p = &ctx_b;
+      sh_p = &sh_b;
     }
     __syncthreads();
     if constexpr (kRec) {
@@ -178,8 +186,8 @@ __device__ __forceinline__ void AssembleCount(const Src& src, int num_units, con
         next_rec = out.rec[static_cast<int64_t>(nu) * kAsmRecWords + tid];
       }
     }
-    const RowCtx& ctx = rec.ctx;
-    const typename Src::Shared& sh = rec.sh;
+    const RowCtx& ctx = *ctx_p;
+    const typename Src::Shared& sh = *sh_p;
     const int key_end = ctx.key_end;
     const int64_t num_words = (static_cast<int64_t>(key_end) + 31) / 32;
     // This thread's range starts (low half) and columns (high half) over the row's segments.
@@ -264,7 +272,9 @@ __device__ __forceinline__ void AssembleFill(const Src& src, int num_units, cons
   __shared__ uint32_t sR[kAsmArrayWords];
   __shared__ uint32_t sC[kAsmArrayWords];
   __shared__ uint32_t sF[kAsmArrayWords];
-  __shared__ AsmRec<Src> rec_s[kRec ? 2 : 1];
+  __shared__ typename Src::Shared sh_b;  // per-row Begin (no records)
+  __shared__ RowCtx ctx_b;
+  __shared__ AsmRec<Src> rec_s[2];  // records (each path's unused ones are dropped)
   using Scan = cub::BlockScan<unsigned long long, kAsmThreads>;
   __shared__ typename Scan::TempStorage scan_tmp;
   __shared__ uint32_t carry_f[2];
@@ -278,12 +288,18 @@ __device__ __forceinline__ void AssembleFill(const Src& src, int num_units, cons
   }
   int rb = 0;
   for (int unit = blockIdx.x; unit < num_units; unit += gridDim.x) {
-    AsmRec<Src>& rec = rec_s[kRec ? rb : 0];
+    const RowCtx* ctx_p;
+    const typename Src::Shared* sh_p;
     if constexpr (kRec) {
+      AsmRec<Src>& rec = rec_s[rb];
       if (tid < kRecWords) reinterpret_cast<uint32_t*>(&rec)[tid] = next_rec;
       rb ^= 1;
+      ctx_p = &rec.ctx;
+      sh_p = &rec.sh;
     } else {
-      if (tid == 0) src.Begin(unit, rec.sh, rec.ctx);
+      if (tid == 0) src.Begin(unit, sh_b, ctx_b);
+      ctx_p = &ctx_b;
+      sh_p = &sh_b;
     }
     __syncthreads();
     if constexpr (kRec) {
@@ -292,8 +308,8 @@ __device__ __forceinline__ void AssembleFill(const Src& src, int num_units, cons
         next_rec = out.rec[static_cast<int64_t>(nu) * kAsmRecWords + tid];
       }
     }
-    const RowCtx& ctx = rec.ctx;
-    const typename Src::Shared& sh = rec.sh;
+    const RowCtx& ctx = *ctx_p;
+    const typename Src::Shared& sh = *sh_p;
     const int key_end = ctx.key_end;
     const int64_t num_words = (static_cast<int64_t>(key_end) + 31) / 32;
     // kRec: the row is one segment (the loop below runs once) and its lengths are written from
