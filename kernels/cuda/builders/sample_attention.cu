@@ -625,12 +625,19 @@ __global__ void __launch_bounds__(kCraThreads) SaCraKernel(SaArgs a) {
   if (tid == 0) *count_out = n_sel;
 }
 
-// Assembly source: a (slot, block) row takes the spans of the chunks its rows belong to.
+// Assembly source: a (slot, block) row takes the spans of the chunks its rows belong to. Begin
+// also reads the selection of the row's first two chunks (a row of 128 queries meets one or two
+// of its sequence's chunk_n chunks), so that SetBits reads only their selected blocks: with the
+// assembler's row records (made before the count pass) Begin's loads are off the rows' path.
 struct SaSrc {
   SaAsmArgs a;
+  static constexpr bool kAsmRecords = true;  // row_assembly.cuh's row records
+  static constexpr int kPre = 2;
   struct Shared {
     int u_lo, u_hi;
     int first, last;
+    int nc[kPre], ns[kPre], n_col[kPre];
+    int64_t score_off[kPre];
   };
   __device__ void Begin(int unit, Shared& sh, RowCtx& ctx) const {
     const int slot = unit / a.num_blocks, block = unit - slot * a.num_blocks;
@@ -657,20 +664,40 @@ struct SaSrc {
     while (e < end && a.units[e].row_begin < g.q_end) ++e;
     sh.u_lo = lo;
     sh.u_hi = e;
+    for (int j = 0; j < kPre && lo + j < e; ++j) {
+      const SaUnit& u = a.units[lo + j];
+      sh.nc[j] = a.selected_n[2 * (lo + j)];
+      sh.ns[j] = a.selected_n[2 * (lo + j) + 1];
+      sh.n_col[j] = u.n_col;
+      sh.score_off[j] = u.score_off;
+    }
   }
   __device__ void SetBits(const RowCtx& ctx, const Shared& sh, uint32_t* R, uint32_t* /*C*/,
                           int64_t wbase) const {
     const int64_t blk = a.block_size;
     for (int ui = sh.u_lo; ui < sh.u_hi; ++ui) {
-      const SaUnit& u = a.units[ui];
-      const int nc = a.selected_n[2 * ui], ns = a.selected_n[2 * ui + 1];
-      const int32_t* sel = a.selected + u.score_off;
+      const int j = ui - sh.u_lo;
+      int nc, ns, n_col;
+      int64_t score_off;
+      if (j < kPre) {
+        nc = sh.nc[j];
+        ns = sh.ns[j];
+        n_col = sh.n_col[j];
+        score_off = sh.score_off[j];
+      } else {
+        const SaUnit& u = a.units[ui];
+        nc = a.selected_n[2 * ui];
+        ns = a.selected_n[2 * ui + 1];
+        n_col = u.n_col;
+        score_off = u.score_off;
+      }
+      const int32_t* sel = a.selected + score_off;
       for (int t = threadIdx.x; t < nc + ns; t += blockDim.x) {
         if (t < nc) {
           const int64_t cb = sel[t];
           OrSpan(R, wbase, cb * blk, (cb + 1) * blk);
         } else {
-          const int64_t sb = sel[u.n_col + (t - nc)];
+          const int64_t sb = sel[n_col + (t - nc)];
           OrSpan(R, wbase, sh.first - (sb + 1) * blk + 1, sh.last - sb * blk + 1);
         }
       }

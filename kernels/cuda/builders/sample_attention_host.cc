@@ -95,9 +95,8 @@ absl::StatusOr<SparseIndexView> BuildSampleAttention(const BuildScope& env,
     for (const SaUnit& u : units) max_entries = std::max(max_entries, u.n_col + u.n_slash);
     sa.op_ctas_y = std::max(1, (max_entries + 63) / 64);
     SPATTN_ASSIGN_OR_RETURN(
-        sa.op_partial,
-        Carve<float2>(env, static_cast<int64_t>(items.size()) * sa.op_entries * 128,
-                      "sample_attention block partials"));
+        sa.op_partial, Carve<float2>(env, static_cast<int64_t>(items.size()) * sa.op_entries * 128,
+                                     "sample_attention block partials"));
   }
   SPATTN_ASSIGN_OR_RETURN(sa.scores, Carve<float>(env, score_total, "sample_attention scores"));
   SPATTN_ASSIGN_OR_RETURN(sa.selected,
@@ -112,6 +111,12 @@ absl::StatusOr<SparseIndexView> BuildSampleAttention(const BuildScope& env,
         cudaMemsetAsync(sa.scores, 0, score_total * sizeof(float), env.stream),
         "sample_attention scores");
   }
+  // The assembler's row records (row_assembly.cuh: made before the count pass, read by both).
+  SPATTN_ASSIGN_OR_RETURN(
+      uint32_t* const asm_rec,
+      Carve<uint32_t>(
+          env, static_cast<int64_t>(nslots) * l.host.num_blocks() * row_assembly::kAsmRecWords,
+          "assembly row records"));
   StageTimer timer(env.stream, "sample_attention");
   sa.pass1_done = timer.Event("pass1");
   sa.pass2_done = timer.Event("pass2");
@@ -132,7 +137,9 @@ absl::StatusOr<SparseIndexView> BuildSampleAttention(const BuildScope& env,
   auto v = Assemble(
       env, l,
       [&](const AsmOut& out, bool fill) {
-        return LaunchSampleAttentionAssemble(asm_args, out, fill, env.stream);
+        AsmOut o = out;
+        o.rec = asm_rec;
+        return LaunchSampleAttentionAssemble(asm_args, o, fill, env.stream);
       },
       &timer, "cra");
   if (!v.ok()) timer.Cancel();

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <cub/block/block_scan.cuh>
+#include <type_traits>
 
 #include "kernels/cuda/common/row_assembly.h"
 
@@ -33,6 +34,35 @@ struct RowCtx {
   int num_slots;
   int slots[kAsmMaxSlots];
 };
+
+// A row's record (the records path, AsmOut::rec): what Src::Begin fills, made for every unit
+// by one thread each before the count pass (AssembleRecordsKernel) and copied into shared memory
+// by both passes, the next row's words loaded while the current row is assembled.
+template <class Src>
+struct AsmRec {
+  typename Src::Shared sh;
+  RowCtx ctx;
+};
+// A source takes the records path when it declares `static constexpr bool kAsmRecords = true;`
+// (its AsmRec must fit kAsmRecWords); LaunchAssemble ignores AsmOut::rec for the others.
+template <class Src, class = void>
+struct AsmUsesRecords : std::false_type {};
+template <class Src>
+struct AsmUsesRecords<Src, std::void_t<decltype(Src::kAsmRecords)>>
+    : std::integral_constant<bool, Src::kAsmRecords> {};
+
+// Words of a row record the passes copy (0: no records).
+template <class Src, bool kRec>
+constexpr int AsmRecCopyWords() {
+  if constexpr (!kRec) {
+    return 0;
+  } else {
+    static_assert(sizeof(AsmRec<Src>) <= 4 * kAsmRecWords, "a row record passes kAsmRecWords");
+    static_assert(sizeof(AsmRec<Src>) % 4 == 0, "a row record is whole words");
+    static_assert(alignof(AsmRec<Src>) <= 8, "row records are 8-byte aligned in global memory");
+    return static_cast<int>(sizeof(AsmRec<Src>) / 4);
+  }
+}
 
 // Sets bits [start, end) of a segment array (array word i is key word wbase + i), clipped to the
 // array. One thread; for short spans.
@@ -100,19 +130,26 @@ __device__ __forceinline__ void MaskedFinalBits(const uint32_t* sR, const uint32
 // Both passes read the arrays through the key_end mask (MaskedFinalBits) instead of masking them
 // in place (one barrier and one sweep less per segment). The fill pass keeps the row's entry
 // counts before each segment in every thread (each has the scan's segment total), so a segment
-// ends at its stage copy without the two barriers around a thread-0 update. The count pass needs only each row's
-// totals: every thread sums its words' range starts and columns over the segments and the CTA
-// adds them once per row (no scan, no per-segment total); a thread finds the final bits of the
-// word before its own itself (thread 0: the previous segment's last word, passed on by the last
-// thread), and the bit arrays are double-buffered (each segment zeroes the other pair while it
+// ends at its stage copy without the two barriers around a thread-0 update. The count pass needs
+// only each row's totals: every thread sums its words' range starts and columns over the segments
+// and the CTA adds them once per row (no scan, no per-segment total); a thread finds the final bits
+// of the word before its own itself (thread 0: the previous segment's last word, passed on by the
+// last thread), and the bit arrays are double-buffered (each segment zeroes the other pair while it
 // reads its own), so a segment costs two barriers (after the bits are set; after the words are
 // read) and a row two more (its Begin; the totals).
-template <class Src>
+//
+// kRec (AsmOut::rec set): the rows' records were made by AssembleRecordsKernel; each row's record
+// is copied from the registers that loaded it during the previous row (threads below
+// AsmRecCopyWords, one word each) into one of two shared records by row parity (the other may
+// still be read by the previous row's last steps), so a row starts without Begin's dependent
+// loads on thread 0.
+template <class Src, bool kRec>
 __device__ __forceinline__ void AssembleCount(const Src& src, int num_units, const AsmOut& out) {
   __shared__ uint32_t sR[2][kAsmArrayWords];
   __shared__ uint32_t sC[2][kAsmArrayWords];
-  __shared__ typename Src::Shared sh;
-  __shared__ RowCtx ctx;
+  __shared__ typename Src::Shared sh_b;  // per-row Begin (no records)
+  __shared__ RowCtx ctx_b;
+  __shared__ AsmRec<Src> rec_s[2];  // records (each path's unused ones are dropped)
   __shared__ uint32_t carry_f[2];
   __shared__ unsigned long long warp_sum[kAsmThreads / 32];
   const int tid = threadIdx.x;
@@ -122,9 +159,35 @@ __device__ __forceinline__ void AssembleCount(const Src& src, int num_units, con
     sC[0][i] = 0u;
   }
   int p = 0;  // the zeroed pair
+  constexpr int kRecWords = AsmRecCopyWords<Src, kRec>();
+  uint32_t next_rec = 0u;
+  if (kRec && tid < kRecWords && blockIdx.x < num_units) {
+    next_rec = out.rec[static_cast<int64_t>(blockIdx.x) * kAsmRecWords + tid];
+  }
+  int rb = 0;
   for (int unit = blockIdx.x; unit < num_units; unit += gridDim.x) {
-    if (tid == 0) src.Begin(unit, sh, ctx);
+    const RowCtx* ctx_p;
+    const typename Src::Shared* sh_p;
+    if constexpr (kRec) {
+      AsmRec<Src>& rec = rec_s[rb];
+      if (tid < kRecWords) reinterpret_cast<uint32_t*>(&rec)[tid] = next_rec;
+      rb ^= 1;
+      ctx_p = &rec.ctx;
+      sh_p = &rec.sh;
+    } else {
+      if (tid == 0) src.Begin(unit, sh_b, ctx_b);
+      ctx_p = &ctx_b;
+      sh_p = &sh_b;
+    }
     __syncthreads();
+    if constexpr (kRec) {
+      const int nu = unit + gridDim.x;
+      if (tid < kRecWords && nu < num_units) {
+        next_rec = out.rec[static_cast<int64_t>(nu) * kAsmRecWords + tid];
+      }
+    }
+    const RowCtx& ctx = *ctx_p;
+    const typename Src::Shared& sh = *sh_p;
     const int key_end = ctx.key_end;
     const int64_t num_words = (static_cast<int64_t>(key_end) + 31) / 32;
     // This thread's range starts (low half) and columns (high half) over the row's segments.
@@ -193,7 +256,13 @@ __device__ __forceinline__ void AssembleCount(const Src& src, int num_units, con
   }
 }
 
-template <class Src>
+// kRec: records as in AssembleCount, and a row of one segment whose range starts and ends both
+// fit their stages (so they pair up in the stages: every range of the row starts and ends in it)
+// writes each range's length as stage_e[i] - stage_s[i] at once; the other rows turn their ends
+// into lengths after the row as before (a barrier and a re-read of the row's entries). The row's
+// last barrier goes too: the next row writes the other record, and its first barrier follows
+// every read of this row's stages and record.
+template <class Src, bool kRec>
 __device__ __forceinline__ void AssembleFill(const Src& src, int num_units, const AsmOut& out) {
   constexpr bool fill = true;
   extern __shared__ int32_t stage[];  // fill: kAsmStageBytes (starts, ends, columns)
@@ -203,19 +272,50 @@ __device__ __forceinline__ void AssembleFill(const Src& src, int num_units, cons
   __shared__ uint32_t sR[kAsmArrayWords];
   __shared__ uint32_t sC[kAsmArrayWords];
   __shared__ uint32_t sF[kAsmArrayWords];
-  __shared__ typename Src::Shared sh;
-  __shared__ RowCtx ctx;
+  __shared__ typename Src::Shared sh_b;  // per-row Begin (no records)
+  __shared__ RowCtx ctx_b;
+  __shared__ AsmRec<Src> rec_s[2];  // records (each path's unused ones are dropped)
   using Scan = cub::BlockScan<unsigned long long, kAsmThreads>;
   __shared__ typename Scan::TempStorage scan_tmp;
   __shared__ uint32_t carry_f[2];
   const int tid = threadIdx.x;
   constexpr unsigned long long kField = (1ull << 21) - 1;
 
+  constexpr int kRecWords = AsmRecCopyWords<Src, kRec>();
+  uint32_t next_rec = 0u;
+  if (kRec && tid < kRecWords && blockIdx.x < num_units) {
+    next_rec = out.rec[static_cast<int64_t>(blockIdx.x) * kAsmRecWords + tid];
+  }
+  int rb = 0;
   for (int unit = blockIdx.x; unit < num_units; unit += gridDim.x) {
-    if (tid == 0) src.Begin(unit, sh, ctx);
+    const RowCtx* ctx_p;
+    const typename Src::Shared* sh_p;
+    if constexpr (kRec) {
+      AsmRec<Src>& rec = rec_s[rb];
+      if (tid < kRecWords) reinterpret_cast<uint32_t*>(&rec)[tid] = next_rec;
+      rb ^= 1;
+      ctx_p = &rec.ctx;
+      sh_p = &rec.sh;
+    } else {
+      if (tid == 0) src.Begin(unit, sh_b, ctx_b);
+      ctx_p = &ctx_b;
+      sh_p = &sh_b;
+    }
     __syncthreads();
+    if constexpr (kRec) {
+      const int nu = unit + gridDim.x;
+      if (tid < kRecWords && nu < num_units) {
+        next_rec = out.rec[static_cast<int64_t>(nu) * kAsmRecWords + tid];
+      }
+    }
+    const RowCtx& ctx = *ctx_p;
+    const typename Src::Shared& sh = *sh_p;
     const int key_end = ctx.key_end;
     const int64_t num_words = (static_cast<int64_t>(key_end) + 31) / 32;
+    // kRec: the row is one segment (the loop below runs once) and its lengths are written from
+    // the stages (set in that segment).
+    const bool one_seg = kRec && num_words < kAsmSegWords;
+    bool direct_len = false;
     // The row's range starts, ends and columns before this segment (every thread keeps them: each
     // has the scan's segment total).
     long long base_s = 0, base_e = 0, base_c = 0;
@@ -274,6 +374,7 @@ __device__ __forceinline__ void AssembleFill(const Src& src, int num_units, cons
                   n_c = static_cast<int>((st >> 42) & kField);
         const bool in_s = n_s <= kAsmStageRanges, in_e = n_e <= kAsmStageRanges,
                    in_c = n_c <= kAsmStageCols;  // CTA-uniform
+        direct_len = one_seg && in_s && in_e;    // then n_s == n_e, base_s == base_e == 0
         // This thread's entries into the stages, at their places in the segment.
         int as = static_cast<int>(excl & kField), ae = static_cast<int>((excl >> 21) & kField),
             ac = static_cast<int>((excl >> 42) & kField);
@@ -337,7 +438,10 @@ __device__ __forceinline__ void AssembleFill(const Src& src, int num_units, cons
             for (int i = tid; i < n_s; i += kAsmThreads)
               out.range_start[ro + base_s + i] = stage_s[i];
           }
-          if (in_e) {
+          if (direct_len) {
+            for (int i = tid; i < n_e; i += kAsmThreads)
+              out.range_len[ro + i] = stage_e[i] - stage_s[i];
+          } else if (in_e) {
             for (int i = tid; i < n_e; i += kAsmThreads)
               out.range_len[ro + base_e + i] = stage_e[i];
           }
@@ -352,8 +456,8 @@ __device__ __forceinline__ void AssembleFill(const Src& src, int num_units, cons
       base_e += static_cast<long long>((total >> 21) & kField);
       base_c += static_cast<long long>((total >> 42) & kField);
     }
-    __syncthreads();  // every range start and end of the row is written
-    {
+    if (!direct_len) {
+      __syncthreads();  // every range start and end of the row is written
       const int64_t n = base_s;
       for (int si = 0; si < ctx.num_slots; ++si) {
         const int64_t row = static_cast<int64_t>(ctx.slots[si]) * out.num_blocks + ctx.block;
@@ -363,18 +467,36 @@ __device__ __forceinline__ void AssembleFill(const Src& src, int num_units, cons
         }
       }
     }
-    __syncthreads();
+    if (!kRec) __syncthreads();
   }
 }
 
-template <class Src, bool kFill>
+template <class Src, bool kFill, bool kRec = false>
 __global__ void __launch_bounds__(kAsmThreads, 2)
     AssembleKernel(Src src, int num_units, AsmOut out) {
   if constexpr (kFill) {
-    AssembleFill(src, num_units, out);
+    AssembleFill<Src, kRec>(src, num_units, out);
   } else {
-    AssembleCount(src, num_units, out);
+    AssembleCount<Src, kRec>(src, num_units, out);
   }
+}
+
+// Every unit's record (AsmRec) by one thread each: Src::Begin into registers / local memory.
+template <class Src>
+__global__ void __launch_bounds__(128)
+    AssembleRecordsKernel(Src src, int num_units, uint32_t* recs) {
+  const int unit = blockIdx.x * blockDim.x + threadIdx.x;
+  if (unit >= num_units) return;
+  AsmRec<Src> r;
+  src.Begin(unit, r.sh, r.ctx);
+  // Only the used slots: the header, then ctx.num_slots of them.
+  const int words =
+      static_cast<int>(
+          (reinterpret_cast<const char*>(r.ctx.slots) - reinterpret_cast<const char*>(&r)) / 4) +
+      r.ctx.num_slots;
+  const uint32_t* w = reinterpret_cast<const uint32_t*>(&r);
+  uint32_t* dst = recs + static_cast<int64_t>(unit) * kAsmRecWords;
+  for (int i = 0; i < words; ++i) dst[i] = w[i];
 }
 
 template <class Src>
@@ -387,15 +509,32 @@ cudaError_t LaunchAssemble(const Src& src, int num_units, const AsmOut& out, boo
   err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   if (err != cudaSuccess) return err;
   const int grid = num_units < sms * 8 ? num_units : sms * 8;
-  if (!fill) {
-    AssembleKernel<Src, false><<<grid, kAsmThreads, 0, stream>>>(src, num_units, out);
+  if constexpr (AsmUsesRecords<Src>::value) {
+    if (out.rec == nullptr) return cudaErrorInvalidValue;
+    if (!fill) {
+      AssembleRecordsKernel<Src>
+          <<<(num_units + 127) / 128, 128, 0, stream>>>(src, num_units, out.rec);
+      if ((err = cudaGetLastError()) != cudaSuccess) return err;
+      AssembleKernel<Src, false, true><<<grid, kAsmThreads, 0, stream>>>(src, num_units, out);
+      return cudaGetLastError();
+    }
+    err = cudaFuncSetAttribute(AssembleKernel<Src, true, true>,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize, kAsmStageBytes);
+    if (err != cudaSuccess) return err;
+    AssembleKernel<Src, true, true>
+        <<<grid, kAsmThreads, kAsmStageBytes, stream>>>(src, num_units, out);
+    return cudaGetLastError();
+  } else {
+    if (!fill) {
+      AssembleKernel<Src, false><<<grid, kAsmThreads, 0, stream>>>(src, num_units, out);
+      return cudaGetLastError();
+    }
+    err = cudaFuncSetAttribute(AssembleKernel<Src, true>,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize, kAsmStageBytes);
+    if (err != cudaSuccess) return err;
+    AssembleKernel<Src, true><<<grid, kAsmThreads, kAsmStageBytes, stream>>>(src, num_units, out);
     return cudaGetLastError();
   }
-  err = cudaFuncSetAttribute(AssembleKernel<Src, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             kAsmStageBytes);
-  if (err != cudaSuccess) return err;
-  AssembleKernel<Src, true><<<grid, kAsmThreads, kAsmStageBytes, stream>>>(src, num_units, out);
-  return cudaGetLastError();
 }
 
 }  // namespace row_assembly

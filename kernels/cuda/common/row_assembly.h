@@ -513,7 +513,15 @@ struct AsmOut {
   int32_t* range_start = nullptr;
   int32_t* range_len = nullptr;
   int32_t* col_idx = nullptr;
+  // [units * kAsmRecWords] words for the assembler's row records, for a source that declares
+  // kAsmRecords (row_assembly.cuh; null for the others): the count launch writes every unit's
+  // record there first, both passes read it a row ahead instead of running the source's Begin on
+  // thread 0 per row. The fill launch reads the records the count launch wrote: the source's
+  // inputs must not change between the two.
+  uint32_t* rec = nullptr;
 };
+// Words of one row record (a source's Shared state and RowCtx; row_assembly.cuh checks the size).
+constexpr int kAsmRecWords = 96;
 
 }  // namespace row_assembly
 }  // namespace spattn

@@ -112,6 +112,20 @@ std::vector<BitRow> Rows() {
     for (int k = 3 * kSegKeys + 4000; k < b.Keys(); k += 2) b.SetC(k);
     rows.push_back(b);
   }
+  {  // One segment, every stream staged (the records path writes lengths from the stages), a
+     // range to the last key.
+    BitRow b(40000);
+    for (int k = 0; k + 7 < 39000; k += 100) b.RangeSpan(k, k + 7);
+    for (int k = 20000; k < 30000; k += 13) b.SetC(k);
+    b.RangeSpan(39990, b.Keys());
+    rows.push_back(b);
+  }
+  {  // One segment with more range starts than the stage (lengths after the row).
+    BitRow b(60000);
+    for (int k = 0; k < 8000; k += 4) b.RangeSpan(k, k + 2);
+    for (int k = 9000; k < 9100; k += 3) b.SetC(k);
+    rows.push_back(b);
+  }
   // Random rows, staged or not, and tiny / empty ones.
   for (int it = 0; it < 6; ++it) {
     BitRow b(1 + static_cast<int>(rng() % 200000));
@@ -120,6 +134,20 @@ std::vector<BitRow> Rows() {
       const double u = static_cast<double>(rng() % 1000000) / 1e6;
       if (u < pc) b.SetC(k);
       if (u > 1.0 - pr) b.RangeSpan(k, k + 1 + static_cast<int>(rng() % 40));
+    }
+    rows.push_back(b);
+  }
+  // Many short rows: more units than the assembler's grid (132 SMs x 8 CTAs on an H100), so a
+  // CTA assembles several rows (with row records: the next row's record loaded during the
+  // current row, two shared records by row parity).
+  for (int it = 0; it < 2400; ++it) {
+    BitRow b(1 + static_cast<int>(rng() % 6000));
+    for (int k = 0; k < b.Keys(); k += 1 + static_cast<int>(rng() % 50)) {
+      if (rng() % 3 == 0) {
+        b.RangeSpan(k, k + 1 + static_cast<int>(rng() % 30));
+      } else {
+        b.SetC(k);
+      }
     }
     rows.push_back(b);
   }
@@ -153,26 +181,31 @@ TEST(RowAssemblyGpuTest, FillFallbackMatchesNormalize) {
   if (ListCudaDevices(&why).empty()) GTEST_SKIP() << "no CUDA device: " << why;
 #ifdef SPATTN_ROW_ASSEMBLY_GPU
   constexpr int kSlots = 2;
-  row_assembly::AssembledForTest got;
-  ASSERT_EQ(row_assembly::AssembleBitmapRowsForTest(key_end, word_off, rw, cw, kSlots, &got),
-            cudaSuccess);
-  const int units = static_cast<int>(rows.size());
-  ASSERT_EQ(got.off_ranges.size(), static_cast<size_t>(kSlots * units + 1));
-  for (int s = 0; s < kSlots; ++s) {
-    for (int u = 0; u < units; ++u) {
-      const int64_t row = static_cast<int64_t>(s) * units + u;
-      const RowKeys& w = want[u];
-      const int64_t r0 = got.off_ranges[row], r1 = got.off_ranges[row + 1];
-      const int64_t c0 = got.off_cols[row], c1 = got.off_cols[row + 1];
-      ASSERT_EQ(r1 - r0, static_cast<int64_t>(w.ranges.size())) << "slot " << s << " row " << u;
-      ASSERT_EQ(c1 - c0, static_cast<int64_t>(w.cols.size())) << "slot " << s << " row " << u;
-      for (int64_t i = 0; i < r1 - r0; ++i) {
-        ASSERT_EQ(got.range_start[r0 + i], w.ranges[i].first) << "row " << u << " range " << i;
-        ASSERT_EQ(got.range_len[r0 + i], w.ranges[i].second - w.ranges[i].first)
-            << "row " << u << " range " << i;
-      }
-      for (int64_t i = 0; i < c1 - c0; ++i) {
-        ASSERT_EQ(got.col_idx[c0 + i], w.cols[i]) << "row " << u << " col " << i;
+  // Both paths: Begin per row on thread 0, and the row records (made before the count pass).
+  for (const bool records : {false, true}) {
+    SCOPED_TRACE(records ? "row records" : "Begin per row");
+    row_assembly::AssembledForTest got;
+    ASSERT_EQ(
+        row_assembly::AssembleBitmapRowsForTest(key_end, word_off, rw, cw, kSlots, &got, records),
+        cudaSuccess);
+    const int units = static_cast<int>(rows.size());
+    ASSERT_EQ(got.off_ranges.size(), static_cast<size_t>(kSlots * units + 1));
+    for (int s = 0; s < kSlots; ++s) {
+      for (int u = 0; u < units; ++u) {
+        const int64_t row = static_cast<int64_t>(s) * units + u;
+        const RowKeys& w = want[u];
+        const int64_t r0 = got.off_ranges[row], r1 = got.off_ranges[row + 1];
+        const int64_t c0 = got.off_cols[row], c1 = got.off_cols[row + 1];
+        ASSERT_EQ(r1 - r0, static_cast<int64_t>(w.ranges.size())) << "slot " << s << " row " << u;
+        ASSERT_EQ(c1 - c0, static_cast<int64_t>(w.cols.size())) << "slot " << s << " row " << u;
+        for (int64_t i = 0; i < r1 - r0; ++i) {
+          ASSERT_EQ(got.range_start[r0 + i], w.ranges[i].first) << "row " << u << " range " << i;
+          ASSERT_EQ(got.range_len[r0 + i], w.ranges[i].second - w.ranges[i].first)
+              << "row " << u << " range " << i;
+        }
+        for (int64_t i = 0; i < c1 - c0; ++i) {
+          ASSERT_EQ(got.col_idx[c0 + i], w.cols[i]) << "row " << u << " col " << i;
+        }
       }
     }
   }

@@ -43,6 +43,11 @@ struct BitmapSrc {
   }
 };
 
+// The same rows through the assembler's row records.
+struct BitmapRecSrc : BitmapSrc {
+  static constexpr bool kAsmRecords = true;
+};
+
 template <typename T>
 cudaError_t Upload(const std::vector<T>& v, T** d) {
   cudaError_t err = cudaMalloc(d, std::max<size_t>(v.size(), 1) * sizeof(T));
@@ -63,7 +68,7 @@ cudaError_t AssembleBitmapRowsForTest(const std::vector<int>& key_end,
                                       const std::vector<int64_t>& word_off,
                                       const std::vector<uint32_t>& range_words,
                                       const std::vector<uint32_t>& col_words, int num_slots,
-                                      AssembledForTest* out) {
+                                      AssembledForTest* out, bool records) {
   const int units = static_cast<int>(key_end.size());
   if (num_slots < 1 || num_slots > kAsmMaxSlots || word_off.size() != key_end.size() + 1 ||
       range_words.size() != col_words.size()) {
@@ -92,6 +97,8 @@ cudaError_t AssembleBitmapRowsForTest(const std::vector<int>& key_end,
   alloc(&d_count_c, rows);
   alloc(&d_off_r, rows + 1);
   alloc(&d_off_c, rows + 1);
+  uint32_t* d_rec = nullptr;
+  if (records) alloc(&d_rec, static_cast<size_t>(units) * kAsmRecWords);
   const BitmapSrc src{d_key_end, d_word_off, d_rw, d_cw, num_slots};
   AsmOut o;
   o.num_blocks = units;
@@ -99,10 +106,15 @@ cudaError_t AssembleBitmapRowsForTest(const std::vector<int>& key_end,
   o.count_cols = d_count_c;
   o.off_ranges = d_off_r;
   o.off_cols = d_off_c;
+  o.rec = d_rec;
   std::vector<int64_t> cr, cc;
-  if (err == cudaSuccess && step(LaunchAssemble(src, units, o, /*fill=*/false, 0)) &&
-      step(cudaDeviceSynchronize()) && step(Download(d_count_r, rows, &cr)) &&
-      step(Download(d_count_c, rows, &cc))) {
+  const BitmapRecSrc rec_src{src};
+  auto launch = [&](bool fill) {
+    return records ? LaunchAssemble(rec_src, units, o, fill, 0)
+                   : LaunchAssemble(src, units, o, fill, 0);
+  };
+  if (err == cudaSuccess && step(launch(/*fill=*/false)) && step(cudaDeviceSynchronize()) &&
+      step(Download(d_count_r, rows, &cr)) && step(Download(d_count_c, rows, &cc))) {
     out->off_ranges.assign(rows + 1, 0);
     out->off_cols.assign(rows + 1, 0);
     for (int64_t r = 0; r < rows; ++r) {
@@ -120,8 +132,7 @@ cudaError_t AssembleBitmapRowsForTest(const std::vector<int>& key_end,
     o.range_start = d_start;
     o.range_len = d_len;
     o.col_idx = d_cols;
-    if (err == cudaSuccess && step(LaunchAssemble(src, units, o, /*fill=*/true, 0)) &&
-        step(cudaDeviceSynchronize())) {
+    if (err == cudaSuccess && step(launch(/*fill=*/true)) && step(cudaDeviceSynchronize())) {
       step(Download(d_start, nr, &out->range_start));
       step(Download(d_len, nr, &out->range_len));
       step(Download(d_cols, nc, &out->col_idx));

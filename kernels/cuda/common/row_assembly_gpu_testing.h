@@ -18,7 +18,8 @@ namespace row_assembly {
 // 32; bits at or past key_end are set on purpose by callers and must be ignored). Assembles
 // every row for `num_slots` head slots (index row slot * rows + u, the same keys) with a count
 // pass, a host scan and a fill pass, and returns the CSR arrays: off_* [slots * rows + 1],
-// range_start / range_len, col_idx. Synchronous, on the current device.
+// range_start / range_len, col_idx. Synchronous, on the current device. `records`: through the
+// assembler's row records (AsmOut::rec; the path the sample_attention and anchor builders take).
 struct AssembledForTest {
   std::vector<int64_t> off_ranges, off_cols;
   std::vector<int32_t> range_start, range_len, col_idx;
@@ -27,7 +28,7 @@ cudaError_t AssembleBitmapRowsForTest(const std::vector<int>& key_end,
                                       const std::vector<int64_t>& word_off,
                                       const std::vector<uint32_t>& range_words,
                                       const std::vector<uint32_t>& col_words, int num_slots,
-                                      AssembledForTest* out);
+                                      AssembledForTest* out, bool records = false);
 
 }  // namespace row_assembly
 }  // namespace spattn
