@@ -554,6 +554,91 @@ TEST_F(CudaAttentionTest, SparseTmaStoreMatchesStores) {
   }
 }
 
+// The next item's Q and first range tile issued before the current item's last V (kFlagEarlyQ /
+// kFlagEarlyK0 from the schedule's item records, SPATTN_HOPPER_EARLY_NEXT, default 3; NOTES.md
+// session 27) give the same bytes as the loads in the next round (EARLY_NEXT=0), under the
+// dynamic work list and the snake order (SPATTN_HOPPER_DYNAMIC=0), and the reference's values.
+// Rows by (slot + block) % 5: empty; one range ending at the diagonal (one-tile items, shorter
+// than a tile or not); a sink tile + a two-tile window; a range of 1-2 tiles plus a tail and
+// columns (the packed first tile starts past the tail); random short ranges + columns (the
+// first tile often gathered: tails only, or columns first). Batch 1 and varlen, both block
+// sizes, d 128 / 64, bf16 / fp16 (under SPATTN_HOPPER_PACK_TAILS=1 too, in the GPU runs).
+TEST_F(CudaAttentionTest, SparseEarlyNextMatchesLate) {
+  const std::vector<Case> cases = {
+      {{8192}, {}, 8, 2, 128, DType::kBF16, true},
+      {{5000}, {7000}, 16, 4, 64, DType::kF16, true},
+      {{900, 3001, 70}, {900, 3001, 200}, 8, 2, 128, DType::kF16, true},
+      {{3001}, {3001}, 4, 1, 128, DType::kBF16, false},
+  };
+  uint64_t seed = 530;
+  for (int block_m : {64, 128}) {
+    for (const Case& c : cases) {
+      auto hp = MakeProblem(c, seed++);
+      const AttentionProblem& hprob = hp->problem();
+      SparseIndex idx;
+      InitSparseIndex(hprob, AllHeads(c.hq), block_m, &idx);
+      std::mt19937_64 rng(seed++);
+      std::vector<RowKeys> rows(idx.num_rows());
+      for (int s = 0; s < idx.num_heads(); ++s) {
+        for (int b = 0; b < idx.num_blocks(); ++b) {
+          const BlockGeometry g = GetBlockGeometry(hprob, idx, b);
+          RowKeys& row = rows[idx.row(s, b)];
+          const int64_t end = g.key_end;
+          switch ((s + b) % 5) {
+            case 0:
+              break;
+            case 1: {
+              const int64_t len = 1 + static_cast<int64_t>(rng() % block_m);
+              row.AddRange(std::max<int64_t>(0, end - len), end);
+              break;
+            }
+            case 2:
+              row.AddRange(0, block_m);
+              row.AddRange(std::max<int64_t>(0, end - 2 * block_m), end);
+              break;
+            case 3: {
+              const int64_t st = rng() % end;
+              row.AddRange(st, st + block_m + 1 + rng() % (2 * block_m));
+              for (int i = 0; i < 20; ++i) row.AddCol(rng() % end);
+              break;
+            }
+            default:
+              for (int i = 0; i < 3; ++i) {
+                const int64_t st = rng() % end;
+                row.AddRange(st, st + 1 + rng() % (block_m - 1));
+              }
+              for (int i = 0; i < 40; ++i) row.AddCol(rng() % end);
+          }
+          row.Normalize(end, /*min_run=*/1 << 30);
+        }
+      }
+      CompactRows(&rows, &idx);
+      ASSERT_TRUE(ValidateSparseIndex(hprob, idx).ok());
+      const std::string config = absl::StrCat(Describe(c), " block_m=", block_m);
+      std::vector<float> o[3], lse[3];
+      {
+        std::vector<float> o2[2], lse2[2];
+        RunSparseWithAndWithoutKnob(*hp, idx, "SPATTN_HOPPER_EARLY_NEXT", "0", config, o2, lse2);
+        if (HasFatalFailure()) return;
+        o[0] = std::move(o2[0]), lse[0] = std::move(lse2[0]);
+        o[1] = std::move(o2[1]), lse[1] = std::move(lse2[1]);
+        RunSparseWithAndWithoutKnob(*hp, idx, "SPATTN_HOPPER_DYNAMIC", "0", config, o2, lse2);
+        if (HasFatalFailure()) return;
+        o[2] = std::move(o2[1]), lse[2] = std::move(lse2[1]);
+      }
+      EXPECT_EQ(CheckRows(hprob, &idx, SampleRows(hprob, AllHeads(c.hq), 64), o[0], lse[0]), "")
+          << config;
+      for (int run = 1; run < 3; ++run) {
+        ASSERT_EQ(o[0].size(), o[run].size());
+        EXPECT_EQ(0, std::memcmp(o[0].data(), o[run].data(), o[0].size() * 4))
+            << config << " run " << run;
+        EXPECT_EQ(0, std::memcmp(lse[0].data(), lse[run].data(), lse[0].size() * 4))
+            << config << " run " << run;
+      }
+    }
+  }
+}
+
 // An empty row gives O = 0 and LSE = -inf; rows of heads outside the index stay untouched.
 TEST_F(CudaAttentionTest, EmptyRowsAndUntouchedHeads) {
   Case c{{130}, {}, 4, 2, 64, DType::kBF16, true};

@@ -92,6 +92,7 @@ struct LaunchKnobs {
   int sleep_waits = 3;       // SPATTN_HOPPER_SLEEP_WAITS (the sparse stream's mbarrier waits)
   int stale_max = 8;         // SPATTN_HOPPER_STALE_MAX (the sparse stream's row maximum)
   bool tma_store = true;     // SPATTN_HOPPER_TMA_STORE (the sparse stream's epilogue)
+  int early_next = 3;        // SPATTN_HOPPER_EARLY_NEXT (the sparse stream's next Q / first K)
   std::string trace;         // SPATTN_HOPPER_TRACE (timeline file of the sparse stream)
   int trace_launch = 0;      // SPATTN_HOPPER_TRACE_LAUNCH
 };
@@ -114,6 +115,7 @@ LaunchKnobs ReadKnobs() {
   k.sleep_waits = EnvInt("SPATTN_HOPPER_SLEEP_WAITS", k.sleep_waits);
   k.stale_max = std::max(-1, std::min(254, EnvInt("SPATTN_HOPPER_STALE_MAX", k.stale_max)));
   k.tma_store = EnvInt("SPATTN_HOPPER_TMA_STORE", 1) != 0;
+  k.early_next = EnvInt("SPATTN_HOPPER_EARLY_NEXT", k.early_next);
   const char* trace = std::getenv("SPATTN_HOPPER_TRACE");
   k.trace = trace == nullptr ? "" : trace;
   k.trace_launch = EnvInt("SPATTN_HOPPER_TRACE_LAUNCH", k.trace_launch);
@@ -401,6 +403,13 @@ cudaError_t LaunchPersistent(const AttnParams& p, const SparseIndexView& idx,
                    p.o_head_stride, 16)) {
     flags |= kFlagTmaStore;
   }
+  // The next item's first range tile and Q issued around the current item's last V
+  // (kFlagEarlyK0 / kFlagEarlyQ; SPATTN_HOPPER_EARLY_NEXT: bit 0 the first K, bit 1 the Q,
+  // default 3; NOTES.md session 27, s27-sparse): from the schedule's item records.
+  if (kSparse && Tr::kCross && sched.items != nullptr) {
+    const int e = Knobs().early_next;
+    flags |= ((e & 1) ? kFlagEarlyK0 : 0) | ((e & 2) ? kFlagEarlyQ : 0);
+  }
   if constexpr (kSparse && kTraceable<Tr>) {
     if (!Knobs().trace.empty() && TraceLaunches()++ == Knobs().trace_launch) {
       return LaunchTraced<Tr>(p, idx, sched, num_items, num_m_blocks, flags, grid, tq, tk, tv,
@@ -518,6 +527,8 @@ auto WithShape(const AttnParams& p, F f) {
 }
 
 }  // namespace
+
+int SparsePackTails() { return Knobs().pack_tails; }
 
 void ReloadKnobs() {
   Knobs() = ReadKnobs();

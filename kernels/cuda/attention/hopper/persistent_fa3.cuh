@@ -35,6 +35,7 @@
 
 #include "kernels/cuda/attention/attention_core.cuh"
 #include "kernels/cuda/attention/hopper/consumer_step.cuh"
+#include "kernels/cuda/attention/hopper/hopper_launch.h"
 #include "kernels/cuda/attention/hopper/sm90_primitives.cuh"
 
 namespace spattn {
@@ -180,6 +181,23 @@ constexpr int kFlagSleepConsumers = 32;
 // the store has read it: StoreItemTma). Batch 1 only (the TMA clips the last block's rows
 // past the tensor's end; in a varlen batch they would be the next sequence's).
 constexpr int kFlagTmaStore = 64;
+// kFlagEarlyK0 / kFlagEarlyQ (the sparse stream with item records; SPATTN_HOPPER_EARLY_NEXT bit
+// 0 / bit 1, default 3): with an item's last K the producer's leader prefetches the next item's
+// record (SparseSchedule::items) into L1; right after that item's last V, at the next round's
+// start (after the work list's hand-over), the producer reads the record's third word and
+// issues the round's first key tile if that is a range tile (the leader's TMA only, its bytes
+// announced on k_full by mbarrier.expect_tx), then its Q (likewise on q_full), before the
+// lookup (GetItem) and the walk to the first tile. Session 26's timeline had the consumers
+// waiting ~1.9K cycles for an item's first K, most of it the tile's own load, issued ~3.5K
+// cycles after the previous item's last V (the lookup and the walk). The round then writes the
+// descriptors as before and the leader arrives without loading again (load()'s pre_hit; the
+// record's tile is the walk's first by construction: dispatch.cu's WriteItem tiles as
+// PackedCursor does, and SparseEarlyNextMatchesLate checks the bytes). Every producer thread runs
+// the record read and the slot waits (as for any load): leader-only code there spilled the
+// producer's 56 registers (70-134 bytes), as did the state in registers (it lives in shared
+// memory next to the hand-over slots).
+constexpr int kFlagEarlyK0 = 128;
+constexpr int kFlagEarlyQ = 1 << 16;
 // Bits 8-15 (the sparse stream): the stale row maximum's bound + 1 (ConsumerStep::SoftmaxStale;
 // SPATTN_HOPPER_STALE_MAX, default 8; -1 rescales every tile as ConsumerStep::Softmax does).
 constexpr int kStaleMaxShift = 8;
@@ -305,7 +323,8 @@ __device__ __forceinline__ bool GetItem(const AttnParams& p, const SparseIndexVi
     int blk, r0, c0;
     if (sched.items != nullptr) {
       // The schedule's record of list position w: one dependent read, not three.
-      const int4* rec = reinterpret_cast<const int4*>(sched.items) + 2 * w;
+      const int4* rec =
+          reinterpret_cast<const int4*>(sched.items) + (kSparseItemRecordInts / 4) * w;
       const int4 a = __ldg(rec), b = __ldg(rec + 1);
       r0 = a.y;
       it.ks.num_ranges = a.z;
@@ -1091,7 +1110,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
     // releases its store.
     auto load = [&](const CUtensorMap* map, const T* base, int64_t tok_stride, uint32_t dst,
                     uint32_t full, const Item& it, int kind, int start, int n, int key,
-                    int keys_slot) {
+                    int keys_slot, bool pre_hit) {
       auto arrive = [&]() {
         if (keys_slot >= 0) {
           if (key_row < n) tile_keys[keys_slot * kBN + key_row] = key;
@@ -1103,11 +1122,14 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
       };
       if (kind == 0) {
         if (leader) {
-          MbarArriveExpectTx(full, Tr::kTileBytes);
+          // (pre_hit: loaded with its bytes announced already.)
+          MbarArriveExpectTx(full, pre_hit ? 0 : Tr::kTileBytes);
+          if (!pre_hit) {
 #pragma unroll
-          for (int sub = 0; sub < kSub; ++sub) {
-            TmaLoad3d(dst + sub * kBN * 128, map, sub * 64, it.head / p.group, it.k_tok0 + start,
-                      full);
+            for (int sub = 0; sub < kSub; ++sub) {
+              TmaLoad3d(dst + sub * kBN * 128, map, sub * 64, it.head / p.group,
+                        it.k_tok0 + start, full);
+            }
           }
         } else {
           MbarArrive(full);
@@ -1133,6 +1155,12 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
     const bool dynamic = kSparse && Tr::kDesc && (flags & kFlagDynamic) != 0;
     int* const next_item = reinterpret_cast<int*>(smem + Tr::kNextItemOff);
     int fetched = 0;
+    // kFlagEarlyK0 / kFlagEarlyQ (the leader's, in shared memory next to the hand-over slots):
+    // the absolute token of the round's first key tile if it was issued early (-1: none), and
+    // whether its Q was.
+    const bool early = kSparse && Tr::kCross && (flags & (kFlagEarlyK0 | kFlagEarlyQ)) != 0;
+    volatile int* const pre = reinterpret_cast<volatile int*>(smem + Tr::kNextItemOff) + 2;
+    if (early && leader) pre[0] = -1, pre[1] = 0;
     constexpr bool kTrace = TraceOn<Tr>::value;
     for (int round = 0;; ++round) {
       // (kTrace: the slot of the round's item, rewritten by the next round if it has no tiles)
@@ -1150,6 +1178,46 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
       }
       if (w >= num_items) break;
       if (dynamic && leader) fetched = atomicAdd(sched.counter, 1);
+      if (early) {
+        // Right after the previous item's last V and the hand-over (or at the start): this
+        // round's first range tile and Q, from its record's third word (in L1: prefetched with
+        // the previous item's last K), before the lookup and the walk. (Every producer thread
+        // waits, as for any load; the leader loads.)
+        const int4 e = __ldg(reinterpret_cast<const int4*>(sched.items) +
+                             (kSparseItemRecordInts / 4) * w + 2);
+        if ((e.w & 2) && (flags & kFlagEarlyK0)) {
+          const int s = tile % kStages;
+          pwait(k_empty(s), ((tile / kStages) & 1) ^ 1);
+          if (leader) {
+            MbarExpectTx(k_full(s), Tr::kTileBytes);
+#pragma unroll
+            for (int sub = 0; sub < kSub; ++sub) {
+              TmaLoad3d(sK + s * Tr::kTileBytes + sub * kBN * 128, &tmap_k, sub * 64, e.w >> 8,
+                        e.y, k_full(s));
+            }
+            pre[0] = e.y;
+            if constexpr (kTrace) {
+              TraceP<Tr>(smem, n_item, kTpK0, static_cast<unsigned>(TraceClock()));
+            }
+          }
+        }
+        if ((e.w & 1) && (flags & kFlagEarlyQ)) {
+          const int qb = n_item % kQB;
+          pwait(q_empty(qb), ((n_item / kQB) & 1) ^ 1);
+          if (leader) {
+            MbarExpectTx(q_full(qb), Tr::kQBytes);
+#pragma unroll
+            for (int sub = 0; sub < kSub; ++sub) {
+              TmaLoad3d(sQ0 + qb * Tr::kQBytes + sub * kBM * 128, &tmap_q, sub * 64, e.z, e.x,
+                        q_full(qb));
+            }
+            pre[1] = 1;
+            if constexpr (kTrace) {
+              TraceP<Tr>(smem, n_item, kTpQ, static_cast<unsigned>(TraceClock()));
+            }
+          }
+        }
+      }
       Item it;
       if (!GetItem<kSparse, kBM>(p, idx, sched, num_m_blocks, w, it)) continue;
       // The item's Q load (and its descriptor): as soon as the item is known to have a tile --
@@ -1172,13 +1240,21 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
             // largest key of a tile with range tails.)
             d->flags = (tiles ? 1 : 0) | (kSparse && Tr::kCross ? it.ks.num_cols << 2 : 0);
           }
-          MbarArriveExpectTx(q_full(qb), Tr::kQBytes);
+          if (early && pre[1] != 0) {
+            // (Issued at the round's start: its bytes are announced.)
+            MbarArrive(q_full(qb));
+            pre[1] = 0;
+          } else {
+            MbarArriveExpectTx(q_full(qb), Tr::kQBytes);
 #pragma unroll
-          for (int sub = 0; sub < kSub; ++sub) {
-            TmaLoad3d(sQ0 + qb * Tr::kQBytes + sub * kBM * 128, &tmap_q, sub * 64, it.head,
-                      it.q_tok0 + it.q_begin, q_full(qb));
+            for (int sub = 0; sub < kSub; ++sub) {
+              TmaLoad3d(sQ0 + qb * Tr::kQBytes + sub * kBM * 128, &tmap_q, sub * 64, it.head,
+                        it.q_tok0 + it.q_begin, q_full(qb));
+            }
+            if constexpr (kTrace) {
+              TraceP<Tr>(smem, n_item, kTpQ, static_cast<unsigned>(TraceClock()));
+            }
           }
-          if constexpr (kTrace) TraceP<Tr>(smem, n_item, kTpQ, static_cast<unsigned>(TraceClock()));
         }
         ++n_item;
       };
@@ -1228,6 +1304,18 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
         bool nmixed = false;
         const bool have_next = have && cursor.Next(it.ks, nkind, nstart, nn, nmixed);
         const int key = have ? tile_key(it, kind, start, n) : 0;
+        bool k0_early = false;  // (the trace's)
+        if (early && leader && have && !have_next) {
+          // The item's last K: the next item's record into L1 (its third word is read at the
+          // next round's start, the first two by its GetItem).
+          const int wn = dynamic ? G + fetched : SnakeItem(round + 1, c, G);
+          if (wn < num_items) {
+            const int4* rec =
+                reinterpret_cast<const int4*>(sched.items) + (kSparseItemRecordInts / 4) * wn;
+            PrefetchL1(rec);
+            PrefetchL1(rec + 2);
+          }
+        }
         if (have) {
           const int s = tile % kStages;
           pwait(k_empty(s), ((tile / kStages) & 1) ^ 1);
@@ -1235,17 +1323,22 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
             *(reinterpret_cast<TileDesc*>(smem + Tr::kTileDescOff) + s) =
                 TileDesc{kind | (have_next ? 2 : 0) | (mixed ? 4 : 0), start, n, start + n - 1};
           }
+          // (The leader: the item's first tile may have been loaded at the round's start;
+          // load() then only arrives.)
+          const bool pre_hit = early && leader && !have_prev && pre[0] >= 0;
+          if (pre_hit) pre[0] = -1;
           load(&tmap_k, kbase, p.k_token_stride, sK + s * Tr::kTileBytes, k_full(s), it, kind,
-               start, n, key, mixed ? s : -1);
+               start, n, key, mixed ? s : -1, pre_hit);
+          k0_early = pre_hit;
         }
         if (have_prev) {
           const int s = (tile - 1) % kStages;
           pwait(v_empty(s), (((tile - 1) / kStages) & 1) ^ 1);
           load(&tmap_v, vbase, p.v_token_stride, sV + s * Tr::kTileBytes, v_full(s), it, pkind,
-               pstart, pn, pkey, -1);
+               pstart, pn, pkey, -1, false);
         }
         if constexpr (kTrace) {
-          if (leader && have && !have_prev) {
+          if (leader && have && !have_prev && !k0_early) {
             TraceP<Tr>(smem, n_item - 1, kTpK0, static_cast<unsigned>(TraceClock()));
           }
           if (leader && !have) {
