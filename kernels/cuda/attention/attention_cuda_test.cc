@@ -554,10 +554,10 @@ TEST_F(CudaAttentionTest, SparseTmaStoreMatchesStores) {
   }
 }
 
-// The next item's Q and first range tile issued before the current item's last V (kFlagEarlyQ /
-// kFlagEarlyK0 from the schedule's item records, SPATTN_HOPPER_EARLY_NEXT, default 3; NOTES.md
-// session 27) give the same bytes as the loads in the next round (EARLY_NEXT=0), under the
-// dynamic work list and the snake order (SPATTN_HOPPER_DYNAMIC=0), and the reference's values.
+// A round's Q and first range tile issued, descriptors included, from the schedule's item record
+// at the round's start (kFlagEarlyQ / kFlagEarlyK0, SPATTN_HOPPER_EARLY_NEXT, default 3; NOTES.md
+// session 27) give the same bytes as the loads after the lookup and the walk (EARLY_NEXT=0), and
+// under the snake order (SPATTN_HOPPER_DYNAMIC=0: the early Q alone), and the reference's values.
 // Rows by (slot + block) % 5: empty; one range ending at the diagonal (one-tile items, shorter
 // than a tile or not); a sink tile + a two-tile window; a range of 1-2 tiles plus a tail and
 // columns (the packed first tile starts past the tail); random short ranges + columns (the

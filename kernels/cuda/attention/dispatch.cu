@@ -69,13 +69,15 @@ __global__ void CostKernel(SparseIndexView idx, int tile_n, int group, int kv_pe
 // of block_m 64 is not which CTAs share K/V in time; a variant with costs in 1/8 bands (more
 // ties) lost 3% on average (up to 15%) and was dropped.
 // Row r's record at list position pos (SparseSchedule::items, kSparseItemRecordInts ints);
-// `bucket`: its cost bucket (cost 0: no keys). The third 16-byte word is what the producer reads
-// right after the previous item's last V to issue this item's first key tile and Q before its
-// lookup (kFlagEarlyK0 / kFlagEarlyQ of persistent_fa3.cuh): {absolute token of the block's
-// first query row, absolute token of the first key tile (a range tile; -1 if the first tile is
-// gathered), q head, 1 (has keys and lies inside its sequence) | 2 (first tile is a range tile)
-// | kv head << 8}. The first tile is the producer's walk's (PackedCursor) for `pack` (the
-// kernel's SPATTN_HOPPER_PACK_TAILS) and key tiles of block_m keys: keep the two alike.
+// `bucket`: its cost bucket (cost 0: no keys). The third and fourth 16-byte words are what the
+// producer reads right after the previous item's last V to issue this item's Q and first key
+// tile, descriptors included, before its lookup (kFlagEarlyK0 / kFlagEarlyQ of
+// persistent_fa3.cuh): {absolute token of the block's first query row, absolute token of the
+// first key tile (a range tile; -1 if the first tile is gathered), q head, 1 (has keys and lies
+// inside its sequence) | 2 (first tile is a range tile) | 4 (another tile follows)}, {first_pos,
+// rows | first tile's keys << 16, first tile's start (in the sequence), columns}. The tiles are
+// the producer's walk's (PackedCursor) for `pack` (the kernel's SPATTN_HOPPER_PACK_TAILS) and key
+// tiles of block_m keys: keep the two alike.
 __device__ __forceinline__ void WriteItem(const SparseIndexView& idx, const AttnParams& p,
                                           int pack, int64_t r, int pos, int bucket,
                                           int32_t* items) {
@@ -108,15 +110,24 @@ __device__ __forceinline__ void WriteItem(const SparseIndexView& idx, const Attn
     const int packed = CeilDiv(nc + t, tile), plain = CeilDiv(nc, tile) + part;
     mode = packed < plain || (pack == 3 && nc > 0 && packed == plain) ? 1 : 0;
   }
-  int k_first = -1;
-  for (int e = 0; e < nr && k_first < 0; ++e) {
+  int k_first = -1, k_start = 0, k_n = 0, tiles = 0, tails = 0;
+  for (int e = 0; e < nr; ++e) {
     const int rs = idx.range_start[r0 + e], rl = idx.range_len[r0 + e];
     const int whole = mode != 0 ? rl / tile * tile : rl;
-    if (whole > 0) k_first = p.cu_seqlens_k[seq] + rs + (rl - whole);
+    tiles += CeilDiv(whole, tile);
+    tails += rl - whole;
+    if (whole > 0 && k_first < 0) {
+      k_start = rs + (rl - whole);
+      k_n = min(tile, whole);
+      k_first = p.cu_seqlens_k[seq] + k_start;
+    }
   }
-  const int kv_head = head / max(p.group, 1);
+  tiles += CeilDiv(nc + tails, tile);
+  const int k_len = p.cu_seqlens_k[seq + 1] - p.cu_seqlens_k[seq];
   rec[2] = make_int4(q_tok0 + q_begin, k_first, head,
-                     (valid ? 1 : 0) | (valid && k_first >= 0 ? 2 : 0) | (kv_head << 8));
+                     (valid ? 1 : 0) | (valid && k_first >= 0 ? 2 : 0) | (tiles > 1 ? 4 : 0));
+  rec[3] = make_int4(k_len - q_len + q_begin, min(tile, q_len - q_begin) | (k_n << 16), k_start,
+                     nc);
 }
 
 __global__ void ScatterKernel(int64_t rows, int num_heads, int num_blocks, int mode,

@@ -403,12 +403,14 @@ cudaError_t LaunchPersistent(const AttnParams& p, const SparseIndexView& idx,
                    p.o_head_stride, 16)) {
     flags |= kFlagTmaStore;
   }
-  // The next item's first range tile and Q issued around the current item's last V
-  // (kFlagEarlyK0 / kFlagEarlyQ; SPATTN_HOPPER_EARLY_NEXT: bit 0 the first K, bit 1 the Q,
-  // default 3; NOTES.md session 27, s27-sparse): from the schedule's item records.
+  // A round's Q and first range tile, descriptors included, issued from the schedule's item
+  // record right after the previous item's last V (kFlagEarlyQ / kFlagEarlyK0;
+  // SPATTN_HOPPER_EARLY_NEXT: bit 0 the first K -- with the dynamic work list only --, bit 1
+  // the Q, default 3; NOTES.md session 27, s27-sparse).
   if (kSparse && Tr::kCross && sched.items != nullptr) {
     const int e = Knobs().early_next;
-    flags |= ((e & 1) ? kFlagEarlyK0 : 0) | ((e & 2) ? kFlagEarlyQ : 0);
+    flags |= ((e & 1) && (flags & kFlagDynamic) ? kFlagEarlyK0 : 0) |
+             ((e & 2) ? kFlagEarlyQ : 0);
   }
   if constexpr (kSparse && kTraceable<Tr>) {
     if (!Knobs().trace.empty() && TraceLaunches()++ == Knobs().trace_launch) {

@@ -11,10 +11,10 @@ namespace cuda {
 namespace hopper {
 
 // Ints per SparseSchedule::items record (attention_launch.h describes its first two 16-byte
-// words; the third is what the producer reads right after the previous item's last V to issue
-// this item's first range tile and Q before its lookup: dispatch.cu's WriteItem, kFlagEarlyK0 /
+// words; the third and fourth are what the producer reads right after the previous item's last V
+// to issue this item's Q and first range tile, descriptors included, before its lookup: dispatch.cu's WriteItem, kFlagEarlyK0 /
 // kFlagEarlyQ of persistent_fa3.cuh). The engine allocates kSparseItemRecordInts * rows for `items`.
-constexpr int kSparseItemRecordInts = 12;
+constexpr int kSparseItemRecordInts = 16;
 
 // The launch knobs (SPATTN_HOPPER_*, kernels/cuda/README.md) are read from the environment once
 // per process, at the first launch; ReloadKnobs() reads them again (tests and cuda_bench's knob

@@ -182,20 +182,20 @@ constexpr int kFlagSleepConsumers = 32;
 // past the tensor's end; in a varlen batch they would be the next sequence's).
 constexpr int kFlagTmaStore = 64;
 // kFlagEarlyK0 / kFlagEarlyQ (the sparse stream with item records; SPATTN_HOPPER_EARLY_NEXT bit
-// 0 / bit 1, default 3): with an item's last K the producer's leader prefetches the next item's
-// record (SparseSchedule::items) into L1; right after that item's last V, at the next round's
-// start (after the work list's hand-over), the producer reads the record's third word and
-// issues the round's first key tile if that is a range tile (the leader's TMA only, its bytes
-// announced on k_full by mbarrier.expect_tx), then its Q (likewise on q_full), before the
-// lookup (GetItem) and the walk to the first tile. Session 26's timeline had the consumers
-// waiting ~1.9K cycles for an item's first K, most of it the tile's own load, issued ~3.5K
-// cycles after the previous item's last V (the lookup and the walk). The round then writes the
-// descriptors as before and the leader arrives without loading again (load()'s pre_hit; the
-// record's tile is the walk's first by construction: dispatch.cu's WriteItem tiles as
-// PackedCursor does, and SparseEarlyNextMatchesLate checks the bytes). Every producer thread runs
-// the record read and the slot waits (as for any load): leader-only code there spilled the
-// producer's 56 registers (70-134 bytes), as did the state in registers (it lives in shared
-// memory next to the hand-over slots).
+// 0 / bit 1, default 3; the first K with kFlagDynamic only): with an item's last K the
+// producer's leader prefetches the next item's record (SparseSchedule::items) into L1; right
+// after that item's last V, at the next round's start (after the work list's hand-over), the
+// producer reads the record and issues the round's Q (ItemDesc, expect_tx arrive, TMA) and its
+// first key tile if that is a range tile (TileDesc, arrivals, TMA) before the lookup (GetItem)
+// and the walk; the walk then skips that tile's K and issue_q its load. Session 26's timeline
+// had the consumers waiting ~1.9K cycles for an item's first K, which was issued ~3.5K cycles
+// after the previous item's last V (the lookup and the walk). The record's tile is the walk's
+// first by construction (dispatch.cu's WriteItem tiles as PackedCursor does;
+// SparseEarlyNextMatchesLate checks the bytes). Every producer thread reads the record and
+// waits (as for any load), and the flag of an early first K lives in shared memory (written by
+// every thread, read at the walk's first tile: the hand-over's barrier keeps the threads within
+// a round of each other, hence kFlagDynamic): leader-only code there, or the flag in a
+// register, spilled the producer's 56 registers (70-134 bytes).
 constexpr int kFlagEarlyK0 = 128;
 constexpr int kFlagEarlyQ = 1 << 16;
 // Bits 8-15 (the sparse stream): the stale row maximum's bound + 1 (ConsumerStep::SoftmaxStale;
@@ -1110,7 +1110,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
     // releases its store.
     auto load = [&](const CUtensorMap* map, const T* base, int64_t tok_stride, uint32_t dst,
                     uint32_t full, const Item& it, int kind, int start, int n, int key,
-                    int keys_slot, bool pre_hit) {
+                    int keys_slot) {
       auto arrive = [&]() {
         if (keys_slot >= 0) {
           if (key_row < n) tile_keys[keys_slot * kBN + key_row] = key;
@@ -1122,14 +1122,11 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
       };
       if (kind == 0) {
         if (leader) {
-          // (pre_hit: loaded with its bytes announced already.)
-          MbarArriveExpectTx(full, pre_hit ? 0 : Tr::kTileBytes);
-          if (!pre_hit) {
+          MbarArriveExpectTx(full, Tr::kTileBytes);
 #pragma unroll
-            for (int sub = 0; sub < kSub; ++sub) {
-              TmaLoad3d(dst + sub * kBN * 128, map, sub * 64, it.head / p.group,
-                        it.k_tok0 + start, full);
-            }
+          for (int sub = 0; sub < kSub; ++sub) {
+            TmaLoad3d(dst + sub * kBN * 128, map, sub * 64, it.head / p.group, it.k_tok0 + start,
+                      full);
           }
         } else {
           MbarArrive(full);
@@ -1155,12 +1152,11 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
     const bool dynamic = kSparse && Tr::kDesc && (flags & kFlagDynamic) != 0;
     int* const next_item = reinterpret_cast<int*>(smem + Tr::kNextItemOff);
     int fetched = 0;
-    // kFlagEarlyK0 / kFlagEarlyQ (the leader's, in shared memory next to the hand-over slots):
-    // the absolute token of the round's first key tile if it was issued early (-1: none), and
-    // whether its Q was.
+    // kFlagEarlyK0 / kFlagEarlyQ (in shared memory next to the hand-over slots): whether the
+    // round's first K (every thread's) and its Q (the leader's) were issued at its start.
     const bool early = kSparse && Tr::kCross && (flags & (kFlagEarlyK0 | kFlagEarlyQ)) != 0;
     volatile int* const pre = reinterpret_cast<volatile int*>(smem + Tr::kNextItemOff) + 2;
-    if (early && leader) pre[0] = -1, pre[1] = 0;
+    if (early && leader) pre[1] = 0;
     constexpr bool kTrace = TraceOn<Tr>::value;
     for (int round = 0;; ++round) {
       // (kTrace: the slot of the round's item, rewritten by the next round if it has no tiles)
@@ -1178,34 +1174,28 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
       }
       if (w >= num_items) break;
       if (dynamic && leader) fetched = atomicAdd(sched.counter, 1);
+      // kFlagEarlyK0 / kFlagEarlyQ: right after the previous item's last V and the hand-over (or
+      // at the start), this round's Q and first range tile, descriptors and arrivals included,
+      // from its record (in L1: prefetched with that item's last K), before the lookup and the
+      // walk. (Every producer thread reads the record and waits, as for any load.)
       if (early) {
-        // Right after the previous item's last V and the hand-over (or at the start): this
-        // round's first range tile and Q, from its record's third word (in L1: prefetched with
-        // the previous item's last K), before the lookup and the walk. (Every producer thread
-        // waits, as for any load; the leader loads.)
-        const int4 e = __ldg(reinterpret_cast<const int4*>(sched.items) +
-                             (kSparseItemRecordInts / 4) * w + 2);
-        if ((e.w & 2) && (flags & kFlagEarlyK0)) {
-          const int s = tile % kStages;
-          pwait(k_empty(s), ((tile / kStages) & 1) ^ 1);
-          if (leader) {
-            MbarExpectTx(k_full(s), Tr::kTileBytes);
-#pragma unroll
-            for (int sub = 0; sub < kSub; ++sub) {
-              TmaLoad3d(sK + s * Tr::kTileBytes + sub * kBN * 128, &tmap_k, sub * 64, e.w >> 8,
-                        e.y, k_full(s));
-            }
-            pre[0] = e.y;
-            if constexpr (kTrace) {
-              TraceP<Tr>(smem, n_item, kTpK0, static_cast<unsigned>(TraceClock()));
-            }
-          }
-        }
+        const int4* rec =
+            reinterpret_cast<const int4*>(sched.items) + (kSparseItemRecordInts / 4) * w;
+        const int4 e = __ldg(rec + 2);
         if ((e.w & 1) && (flags & kFlagEarlyQ)) {
           const int qb = n_item % kQB;
           pwait(q_empty(qb), ((n_item / kQB) & 1) ^ 1);
           if (leader) {
-            MbarExpectTx(q_full(qb), Tr::kQBytes);
+            const int4 f = __ldg(rec + 3);
+            ItemDesc* d = reinterpret_cast<ItemDesc*>(smem + Tr::kItemDescOff) + qb;
+            d->cols = idx.col_idx + __ldg(&rec->w);
+            d->q_tok0 = e.x;  // (the consumers use q_tok0 + q_begin)
+            d->q_begin = 0;
+            d->rows = f.y & 0xffff;
+            d->first_pos = f.x;
+            d->head = e.z;
+            d->flags = 1 | (f.w << 2);
+            MbarArriveExpectTx(q_full(qb), Tr::kQBytes);
 #pragma unroll
             for (int sub = 0; sub < kSub; ++sub) {
               TmaLoad3d(sQ0 + qb * Tr::kQBytes + sub * kBM * 128, &tmap_q, sub * 64, e.z, e.x,
@@ -1215,6 +1205,31 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
             if constexpr (kTrace) {
               TraceP<Tr>(smem, n_item, kTpQ, static_cast<unsigned>(TraceClock()));
             }
+          }
+        }
+        // (Every producer thread writes the same flag; with kFlagDynamic only: the hand-over's
+        // barrier keeps the threads within one round of each other.)
+        const bool k0 = (e.w & 2) && (flags & kFlagEarlyK0);
+        pre[0] = k0 ? 1 : 0;
+        if (k0) {
+          const int s = tile % kStages;
+          pwait(k_empty(s), ((tile / kStages) & 1) ^ 1);
+          if (leader) {
+            const int4 f = __ldg(rec + 3);
+            const int n0 = f.y >> 16;
+            *(reinterpret_cast<TileDesc*>(smem + Tr::kTileDescOff) + s) =
+                TileDesc{(e.w & 4) ? 2 : 0, f.z, n0, f.z + n0 - 1};
+            MbarArriveExpectTx(k_full(s), Tr::kTileBytes);
+#pragma unroll
+            for (int sub = 0; sub < kSub; ++sub) {
+              TmaLoad3d(sK + s * Tr::kTileBytes + sub * kBN * 128, &tmap_k, sub * 64,
+                        e.z / p.group, e.y, k_full(s));
+            }
+            if constexpr (kTrace) {
+              TraceP<Tr>(smem, n_item, kTpK0, static_cast<unsigned>(TraceClock()));
+            }
+          } else {
+            MbarArrive(k_full(s));
           }
         }
       }
@@ -1227,7 +1242,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
       auto issue_q = [&](bool tiles) {
         const int qb = n_item % kQB;
         pwait(q_empty(qb), ((n_item / kQB) & 1) ^ 1);
-        if (leader) {
+        // (kFlagEarlyQ: issued, descriptor and all, at the round's start.)
+        if (leader && !(early && pre[1] != 0)) {
           if constexpr (Tr::kDesc) {
             ItemDesc* d = reinterpret_cast<ItemDesc*>(smem + Tr::kItemDescOff) + qb;
             d->cols = it.ks.cols;
@@ -1240,22 +1256,15 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
             // largest key of a tile with range tails.)
             d->flags = (tiles ? 1 : 0) | (kSparse && Tr::kCross ? it.ks.num_cols << 2 : 0);
           }
-          if (early && pre[1] != 0) {
-            // (Issued at the round's start: its bytes are announced.)
-            MbarArrive(q_full(qb));
-            pre[1] = 0;
-          } else {
-            MbarArriveExpectTx(q_full(qb), Tr::kQBytes);
+          MbarArriveExpectTx(q_full(qb), Tr::kQBytes);
 #pragma unroll
-            for (int sub = 0; sub < kSub; ++sub) {
-              TmaLoad3d(sQ0 + qb * Tr::kQBytes + sub * kBM * 128, &tmap_q, sub * 64, it.head,
-                        it.q_tok0 + it.q_begin, q_full(qb));
-            }
-            if constexpr (kTrace) {
-              TraceP<Tr>(smem, n_item, kTpQ, static_cast<unsigned>(TraceClock()));
-            }
+          for (int sub = 0; sub < kSub; ++sub) {
+            TmaLoad3d(sQ0 + qb * Tr::kQBytes + sub * kBM * 128, &tmap_q, sub * 64, it.head,
+                      it.q_tok0 + it.q_begin, q_full(qb));
           }
+          if constexpr (kTrace) TraceP<Tr>(smem, n_item, kTpQ, static_cast<unsigned>(TraceClock()));
         }
+        if (early && leader) pre[1] = 0;
         ++n_item;
       };
       const bool early_q = kSparse && Tr::kCross && it.keys;
@@ -1304,7 +1313,6 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
         bool nmixed = false;
         const bool have_next = have && cursor.Next(it.ks, nkind, nstart, nn, nmixed);
         const int key = have ? tile_key(it, kind, start, n) : 0;
-        bool k0_early = false;  // (the trace's)
         if (early && leader && have && !have_next) {
           // The item's last K: the next item's record into L1 (its third word is read at the
           // next round's start, the first two by its GetItem).
@@ -1316,26 +1324,23 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
             PrefetchL1(rec + 2);
           }
         }
-        if (have) {
+        // (The item's first tile, issued complete at the round's start: nothing to do here.)
+        const bool k0_early = early && have && !have_prev && pre[0] != 0;
+        if (have && !k0_early) {
           const int s = tile % kStages;
           pwait(k_empty(s), ((tile / kStages) & 1) ^ 1);
           if (Tr::kDesc && leader) {
             *(reinterpret_cast<TileDesc*>(smem + Tr::kTileDescOff) + s) =
                 TileDesc{kind | (have_next ? 2 : 0) | (mixed ? 4 : 0), start, n, start + n - 1};
           }
-          // (The leader: the item's first tile may have been loaded at the round's start;
-          // load() then only arrives.)
-          const bool pre_hit = early && leader && !have_prev && pre[0] >= 0;
-          if (pre_hit) pre[0] = -1;
           load(&tmap_k, kbase, p.k_token_stride, sK + s * Tr::kTileBytes, k_full(s), it, kind,
-               start, n, key, mixed ? s : -1, pre_hit);
-          k0_early = pre_hit;
+               start, n, key, mixed ? s : -1);
         }
         if (have_prev) {
           const int s = (tile - 1) % kStages;
           pwait(v_empty(s), (((tile - 1) / kStages) & 1) ^ 1);
           load(&tmap_v, vbase, p.v_token_stride, sV + s * Tr::kTileBytes, v_full(s), it, pkind,
-               pstart, pn, pkey, -1, false);
+               pstart, pn, pkey, -1);
         }
         if constexpr (kTrace) {
           if (leader && have && !have_prev && !k0_early) {
