@@ -266,8 +266,7 @@ class CudaAttentionEngine::Impl {
     // none, the kernel reads order and the index as before).
     int32_t* items = nullptr;
     if (cuda::SparseItemRecords()) {
-      SPATTN_ASSIGN_OR_RETURN(items, Alloc<int32_t>(cuda::hopper::kSparseItemRecordInts * rows,
-                                                    "sparse schedule items"));
+      SPATTN_ASSIGN_OR_RETURN(items, Alloc<int32_t>(8 * rows, "sparse schedule items"));
     }
     SPATTN_CUDA_RETURN_IF_ERROR(
         cuda::LaunchSparseSchedule(idx, a, cuda::SparseTileN(a.head_dim, idx.block_m), scratch,

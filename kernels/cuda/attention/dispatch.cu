@@ -68,71 +68,23 @@ __global__ void CostKernel(SparseIndexView idx, int tile_n, int group, int kv_pe
 // no faster (0.99x of 0 on average over 28 cells, 0.91-1.06x; block_m 64 1.00x), so the L2 bound
 // of block_m 64 is not which CTAs share K/V in time; a variant with costs in 1/8 bands (more
 // ties) lost 3% on average (up to 15%) and was dropped.
-// Row r's record at list position pos (SparseSchedule::items, kSparseItemRecordInts ints);
-// `bucket`: its cost bucket (cost 0: no keys). The third and fourth 16-byte words are what the
-// producer reads right after the previous item's last V to issue this item's Q and first key
-// tile, descriptors included, before its lookup (kFlagEarlyK0 / kFlagEarlyQ of
-// persistent_fa3.cuh): {absolute token of the block's first query row, absolute token of the
-// first key tile (a range tile; -1 if the first tile is gathered), q head, 1 (has keys and lies
-// inside its sequence) | 2 (first tile is a range tile) | 4 (another tile follows)}, {first_pos,
-// rows | first tile's keys << 16, first tile's start (in the sequence), columns}. The tiles are
-// the producer's walk's (PackedCursor) for `pack` (the kernel's SPATTN_HOPPER_PACK_TAILS) and key
-// tiles of block_m keys: keep the two alike.
-__device__ __forceinline__ void WriteItem(const SparseIndexView& idx, const AttnParams& p,
-                                          int pack, int64_t r, int pos, int bucket,
-                                          int32_t* items) {
+// Row r's record at list position pos (SparseSchedule::items); `bucket`: its cost bucket
+// (cost 0: no keys).
+__device__ __forceinline__ void WriteItem(const SparseIndexView& idx, int64_t r, int pos,
+                                          int bucket, int32_t* items) {
   if (items == nullptr) return;
   const int r0 = idx.range_indptr[r], c0 = idx.col_indptr[r];
-  const int nr = idx.range_indptr[r + 1] - r0, nc = idx.col_indptr[r + 1] - c0;
   const int slot = static_cast<int>(r / idx.num_blocks);
-  const int blk = static_cast<int>(r - static_cast<int64_t>(slot) * idx.num_blocks);
-  const int head = idx.heads[slot];
-  const bool keys = bucket % kCostBuckets != 0;
-  int4* rec = reinterpret_cast<int4*>(items) +
-              (hopper::kSparseItemRecordInts / 4) * static_cast<int64_t>(pos);
-  rec[0] = make_int4(static_cast<int>(r), r0, nr, c0);
-  rec[1] = make_int4(nc, head, blk, keys ? 1 : 0);
-  // The block's sequence and its first tile (as GetItem and PackedCursor::Next find them).
-  int seq = 0;
-  while (seq + 1 < p.batch && idx.block_offsets[seq + 1] <= blk) ++seq;
-  const int q_begin = (blk - idx.block_offsets[seq]) * idx.block_m;
-  const int q_tok0 = p.cu_seqlens_q[seq], q_len = p.cu_seqlens_q[seq + 1] - q_tok0;
-  const bool valid = keys && q_begin < q_len;
-  const int tile = idx.block_m;
-  int mode = pack == 0 ? 0 : pack == 2 ? 1 : 2;  // 2: per row, decided below
-  if (mode == 2) {
-    int t = 0, part = 0;
-    for (int e = 0; e < nr; ++e) {
-      const int tail = idx.range_len[r0 + e] % tile;
-      t += tail;
-      part += tail > 0 ? 1 : 0;
-    }
-    const int packed = CeilDiv(nc + t, tile), plain = CeilDiv(nc, tile) + part;
-    mode = packed < plain || (pack == 3 && nc > 0 && packed == plain) ? 1 : 0;
-  }
-  int k_first = -1, k_start = 0, k_n = 0, tiles = 0, tails = 0;
-  for (int e = 0; e < nr; ++e) {
-    const int rs = idx.range_start[r0 + e], rl = idx.range_len[r0 + e];
-    const int whole = mode != 0 ? rl / tile * tile : rl;
-    tiles += CeilDiv(whole, tile);
-    tails += rl - whole;
-    if (whole > 0 && k_first < 0) {
-      k_start = rs + (rl - whole);
-      k_n = min(tile, whole);
-      k_first = p.cu_seqlens_k[seq] + k_start;
-    }
-  }
-  tiles += CeilDiv(nc + tails, tile);
-  const int k_len = p.cu_seqlens_k[seq + 1] - p.cu_seqlens_k[seq];
-  rec[2] = make_int4(q_tok0 + q_begin, k_first, head,
-                     (valid ? 1 : 0) | (valid && k_first >= 0 ? 2 : 0) | (tiles > 1 ? 4 : 0));
-  rec[3] = make_int4(k_len - q_len + q_begin, min(tile, q_len - q_begin) | (k_n << 16), k_start,
-                     nc);
+  int4* rec = reinterpret_cast<int4*>(items) + 2 * static_cast<int64_t>(pos);
+  rec[0] = make_int4(static_cast<int>(r), r0, idx.range_indptr[r + 1] - r0, c0);
+  rec[1] = make_int4(idx.col_indptr[r + 1] - c0, idx.heads[slot],
+                     static_cast<int>(r - static_cast<int64_t>(slot) * idx.num_blocks),
+                     bucket % kCostBuckets != 0 ? 1 : 0);
 }
 
 __global__ void ScatterKernel(int64_t rows, int num_heads, int num_blocks, int mode,
                               const int32_t* bucket_of, int32_t* offsets, int32_t* order,
-                              SparseIndexView idx, AttnParams p, int pack, int32_t* items) {
+                              SparseIndexView idx, int32_t* items) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   if (mode == 0) {
     for (int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; r < rows;
@@ -140,7 +92,7 @@ __global__ void ScatterKernel(int64_t rows, int num_heads, int num_blocks, int m
       const int b = bucket_of[r];
       const int pos = atomicAdd(offsets + b, 1);
       order[pos] = static_cast<int32_t>(r);
-      WriteItem(idx, p, pack, r, pos, b, items);
+      WriteItem(idx, r, pos, b, items);
     }
     return;
   }
@@ -162,7 +114,7 @@ __global__ void ScatterKernel(int64_t rows, int num_heads, int num_blocks, int m
     base = __shfl_sync(peers, base, leader);
     const int pos = base + __popc(peers & ((1u << lane) - 1));
     order[pos] = static_cast<int32_t>(r);
-    WriteItem(idx, p, pack, r, pos, b, items);
+    WriteItem(idx, r, pos, b, items);
   }
 }
 
@@ -302,8 +254,7 @@ cudaError_t LaunchSparseSchedule(const SparseIndexView& index, const AttnParams&
   if ((err = LaunchReverseExclusiveScan32(hist, buckets, stream)) != cudaSuccess) return err;
   ScatterKernel<<<GridFor(rows, 256), 256, 0, stream>>>(rows, index.num_heads, index.num_blocks,
                                                         order_mode, bucket_of, hist, order,
-                                                        index, p, hopper::SparsePackTails(),
-                                                        items);
+                                                        index, items);
   return cudaGetLastError();
 }
 

@@ -92,7 +92,6 @@ struct LaunchKnobs {
   int sleep_waits = 3;       // SPATTN_HOPPER_SLEEP_WAITS (the sparse stream's mbarrier waits)
   int stale_max = 8;         // SPATTN_HOPPER_STALE_MAX (the sparse stream's row maximum)
   bool tma_store = true;     // SPATTN_HOPPER_TMA_STORE (the sparse stream's epilogue)
-  int early_next = 3;        // SPATTN_HOPPER_EARLY_NEXT (the sparse stream's next Q / first K)
   std::string trace;         // SPATTN_HOPPER_TRACE (timeline file of the sparse stream)
   int trace_launch = 0;      // SPATTN_HOPPER_TRACE_LAUNCH
 };
@@ -115,7 +114,6 @@ LaunchKnobs ReadKnobs() {
   k.sleep_waits = EnvInt("SPATTN_HOPPER_SLEEP_WAITS", k.sleep_waits);
   k.stale_max = std::max(-1, std::min(254, EnvInt("SPATTN_HOPPER_STALE_MAX", k.stale_max)));
   k.tma_store = EnvInt("SPATTN_HOPPER_TMA_STORE", 1) != 0;
-  k.early_next = EnvInt("SPATTN_HOPPER_EARLY_NEXT", k.early_next);
   const char* trace = std::getenv("SPATTN_HOPPER_TRACE");
   k.trace = trace == nullptr ? "" : trace;
   k.trace_launch = EnvInt("SPATTN_HOPPER_TRACE_LAUNCH", k.trace_launch);
@@ -403,15 +401,6 @@ cudaError_t LaunchPersistent(const AttnParams& p, const SparseIndexView& idx,
                    p.o_head_stride, 16)) {
     flags |= kFlagTmaStore;
   }
-  // A round's Q and first range tile, descriptors included, issued from the schedule's item
-  // record right after the previous item's last V (kFlagEarlyQ / kFlagEarlyK0;
-  // SPATTN_HOPPER_EARLY_NEXT: bit 0 the first K -- with the dynamic work list only --, bit 1
-  // the Q, default 3; NOTES.md session 27, s27-sparse).
-  if (kSparse && Tr::kCross && sched.items != nullptr) {
-    const int e = Knobs().early_next;
-    flags |= ((e & 1) && (flags & kFlagDynamic) ? kFlagEarlyK0 : 0) |
-             ((e & 2) ? kFlagEarlyQ : 0);
-  }
   if constexpr (kSparse && kTraceable<Tr>) {
     if (!Knobs().trace.empty() && TraceLaunches()++ == Knobs().trace_launch) {
       return LaunchTraced<Tr>(p, idx, sched, num_items, num_m_blocks, flags, grid, tq, tk, tv,
@@ -529,8 +518,6 @@ auto WithShape(const AttnParams& p, F f) {
 }
 
 }  // namespace
-
-int SparsePackTails() { return Knobs().pack_tails; }
 
 void ReloadKnobs() {
   Knobs() = ReadKnobs();

@@ -10,12 +10,6 @@ namespace spattn {
 namespace cuda {
 namespace hopper {
 
-// Ints per SparseSchedule::items record (attention_launch.h describes its first two 16-byte
-// words; the third and fourth are what the producer reads right after the previous item's last V
-// to issue this item's Q and first range tile, descriptors included, before its lookup: dispatch.cu's WriteItem, kFlagEarlyK0 /
-// kFlagEarlyQ of persistent_fa3.cuh). The engine allocates kSparseItemRecordInts * rows for `items`.
-constexpr int kSparseItemRecordInts = 16;
-
 // The launch knobs (SPATTN_HOPPER_*, kernels/cuda/README.md) are read from the environment once
 // per process, at the first launch; ReloadKnobs() reads them again (tests and cuda_bench's knob
 // sets, which change the environment between launches; not while a launch is being prepared).
@@ -39,9 +33,6 @@ int64_t DenseWorkspaceBytes(const AttnParams& p, int max_q_len, bool persistent,
 // (two consumer warpgroups) and 64 (one consumer warpgroup per CTA, two CTAs per SM; off with
 // SPATTN_HOPPER_BM64=0); DenseSupported's rules too.
 bool SparseSupported(const AttnParams& p, const SparseIndexView& index);
-// The sparse kernel's SPATTN_HOPPER_PACK_TAILS as its launches read it (the schedule's item
-// records follow the same tiling).
-int SparsePackTails();
 cudaError_t LaunchSparse(const AttnParams& p, const SparseIndexView& index,
                          const SparseSchedule& schedule, cudaStream_t stream);
 

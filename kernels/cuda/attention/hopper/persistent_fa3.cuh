@@ -35,7 +35,6 @@
 
 #include "kernels/cuda/attention/attention_core.cuh"
 #include "kernels/cuda/attention/hopper/consumer_step.cuh"
-#include "kernels/cuda/attention/hopper/hopper_launch.h"
 #include "kernels/cuda/attention/hopper/sm90_primitives.cuh"
 
 namespace spattn {
@@ -181,23 +180,6 @@ constexpr int kFlagSleepConsumers = 32;
 // the store has read it: StoreItemTma). Batch 1 only (the TMA clips the last block's rows
 // past the tensor's end; in a varlen batch they would be the next sequence's).
 constexpr int kFlagTmaStore = 64;
-// kFlagEarlyK0 / kFlagEarlyQ (the sparse stream with item records; SPATTN_HOPPER_EARLY_NEXT bit
-// 0 / bit 1, default 3; the first K with kFlagDynamic only): with an item's last K the
-// producer's leader prefetches the next item's record (SparseSchedule::items) into L1; right
-// after that item's last V, at the next round's start (after the work list's hand-over), the
-// producer reads the record and issues the round's Q (ItemDesc, expect_tx arrive, TMA) and its
-// first key tile if that is a range tile (TileDesc, arrivals, TMA) before the lookup (GetItem)
-// and the walk; the walk then skips that tile's K and issue_q its load. Session 26's timeline
-// had the consumers waiting ~1.9K cycles for an item's first K, which was issued ~3.5K cycles
-// after the previous item's last V (the lookup and the walk). The record's tile is the walk's
-// first by construction (dispatch.cu's WriteItem tiles as PackedCursor does;
-// SparseEarlyNextMatchesLate checks the bytes). Every producer thread reads the record and
-// waits (as for any load), and the flag of an early first K lives in shared memory (written by
-// every thread, read at the walk's first tile: the hand-over's barrier keeps the threads within
-// a round of each other, hence kFlagDynamic): leader-only code there, or the flag in a
-// register, spilled the producer's 56 registers (70-134 bytes).
-constexpr int kFlagEarlyK0 = 128;
-constexpr int kFlagEarlyQ = 1 << 16;
 // Bits 8-15 (the sparse stream): the stale row maximum's bound + 1 (ConsumerStep::SoftmaxStale;
 // SPATTN_HOPPER_STALE_MAX, default 8; -1 rescales every tile as ConsumerStep::Softmax does).
 constexpr int kStaleMaxShift = 8;
@@ -323,8 +305,7 @@ __device__ __forceinline__ bool GetItem(const AttnParams& p, const SparseIndexVi
     int blk, r0, c0;
     if (sched.items != nullptr) {
       // The schedule's record of list position w: one dependent read, not three.
-      const int4* rec =
-          reinterpret_cast<const int4*>(sched.items) + (kSparseItemRecordInts / 4) * w;
+      const int4* rec = reinterpret_cast<const int4*>(sched.items) + 2 * w;
       const int4 a = __ldg(rec), b = __ldg(rec + 1);
       r0 = a.y;
       it.ks.num_ranges = a.z;
@@ -1152,11 +1133,6 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
     const bool dynamic = kSparse && Tr::kDesc && (flags & kFlagDynamic) != 0;
     int* const next_item = reinterpret_cast<int*>(smem + Tr::kNextItemOff);
     int fetched = 0;
-    // kFlagEarlyK0 / kFlagEarlyQ (in shared memory next to the hand-over slots): whether the
-    // round's first K (every thread's) and its Q (the leader's) were issued at its start.
-    const bool early = kSparse && Tr::kCross && (flags & (kFlagEarlyK0 | kFlagEarlyQ)) != 0;
-    volatile int* const pre = reinterpret_cast<volatile int*>(smem + Tr::kNextItemOff) + 2;
-    if (early && leader) pre[1] = 0;
     constexpr bool kTrace = TraceOn<Tr>::value;
     for (int round = 0;; ++round) {
       // (kTrace: the slot of the round's item, rewritten by the next round if it has no tiles)
@@ -1174,65 +1150,6 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
       }
       if (w >= num_items) break;
       if (dynamic && leader) fetched = atomicAdd(sched.counter, 1);
-      // kFlagEarlyK0 / kFlagEarlyQ: right after the previous item's last V and the hand-over (or
-      // at the start), this round's Q and first range tile, descriptors and arrivals included,
-      // from its record (in L1: prefetched with that item's last K), before the lookup and the
-      // walk. (Every producer thread reads the record and waits, as for any load.)
-      if (early) {
-        const int4* rec =
-            reinterpret_cast<const int4*>(sched.items) + (kSparseItemRecordInts / 4) * w;
-        const int4 e = __ldg(rec + 2);
-        if ((e.w & 1) && (flags & kFlagEarlyQ)) {
-          const int qb = n_item % kQB;
-          pwait(q_empty(qb), ((n_item / kQB) & 1) ^ 1);
-          if (leader) {
-            const int4 f = __ldg(rec + 3);
-            ItemDesc* d = reinterpret_cast<ItemDesc*>(smem + Tr::kItemDescOff) + qb;
-            d->cols = idx.col_idx + __ldg(&rec->w);
-            d->q_tok0 = e.x;  // (the consumers use q_tok0 + q_begin)
-            d->q_begin = 0;
-            d->rows = f.y & 0xffff;
-            d->first_pos = f.x;
-            d->head = e.z;
-            d->flags = 1 | (f.w << 2);
-            MbarArriveExpectTx(q_full(qb), Tr::kQBytes);
-#pragma unroll
-            for (int sub = 0; sub < kSub; ++sub) {
-              TmaLoad3d(sQ0 + qb * Tr::kQBytes + sub * kBM * 128, &tmap_q, sub * 64, e.z, e.x,
-                        q_full(qb));
-            }
-            pre[1] = 1;
-            if constexpr (kTrace) {
-              TraceP<Tr>(smem, n_item, kTpQ, static_cast<unsigned>(TraceClock()));
-            }
-          }
-        }
-        // (Every producer thread writes the same flag; with kFlagDynamic only: the hand-over's
-        // barrier keeps the threads within one round of each other.)
-        const bool k0 = (e.w & 2) && (flags & kFlagEarlyK0);
-        pre[0] = k0 ? 1 : 0;
-        if (k0) {
-          const int s = tile % kStages;
-          pwait(k_empty(s), ((tile / kStages) & 1) ^ 1);
-          if (leader) {
-            const int4 f = __ldg(rec + 3);
-            const int n0 = f.y >> 16;
-            *(reinterpret_cast<TileDesc*>(smem + Tr::kTileDescOff) + s) =
-                TileDesc{(e.w & 4) ? 2 : 0, f.z, n0, f.z + n0 - 1};
-            MbarArriveExpectTx(k_full(s), Tr::kTileBytes);
-#pragma unroll
-            for (int sub = 0; sub < kSub; ++sub) {
-              TmaLoad3d(sK + s * Tr::kTileBytes + sub * kBN * 128, &tmap_k, sub * 64,
-                        e.z / p.group, e.y, k_full(s));
-            }
-            if constexpr (kTrace) {
-              TraceP<Tr>(smem, n_item, kTpK0, static_cast<unsigned>(TraceClock()));
-            }
-          } else {
-            MbarArrive(k_full(s));
-          }
-        }
-      }
       Item it;
       if (!GetItem<kSparse, kBM>(p, idx, sched, num_m_blocks, w, it)) continue;
       // The item's Q load (and its descriptor): as soon as the item is known to have a tile --
@@ -1242,8 +1159,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
       auto issue_q = [&](bool tiles) {
         const int qb = n_item % kQB;
         pwait(q_empty(qb), ((n_item / kQB) & 1) ^ 1);
-        // (kFlagEarlyQ: issued, descriptor and all, at the round's start.)
-        if (leader && !(early && pre[1] != 0)) {
+        if (leader) {
           if constexpr (Tr::kDesc) {
             ItemDesc* d = reinterpret_cast<ItemDesc*>(smem + Tr::kItemDescOff) + qb;
             d->cols = it.ks.cols;
@@ -1264,7 +1180,6 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
           }
           if constexpr (kTrace) TraceP<Tr>(smem, n_item, kTpQ, static_cast<unsigned>(TraceClock()));
         }
-        if (early && leader) pre[1] = 0;
         ++n_item;
       };
       const bool early_q = kSparse && Tr::kCross && it.keys;
@@ -1313,20 +1228,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
         bool nmixed = false;
         const bool have_next = have && cursor.Next(it.ks, nkind, nstart, nn, nmixed);
         const int key = have ? tile_key(it, kind, start, n) : 0;
-        if (early && leader && have && !have_next) {
-          // The item's last K: the next item's record into L1 (its third word is read at the
-          // next round's start, the first two by its GetItem).
-          const int wn = dynamic ? G + fetched : SnakeItem(round + 1, c, G);
-          if (wn < num_items) {
-            const int4* rec =
-                reinterpret_cast<const int4*>(sched.items) + (kSparseItemRecordInts / 4) * wn;
-            PrefetchL1(rec);
-            PrefetchL1(rec + 2);
-          }
-        }
-        // (The item's first tile, issued complete at the round's start: nothing to do here.)
-        const bool k0_early = early && have && !have_prev && pre[0] != 0;
-        if (have && !k0_early) {
+        if (have) {
           const int s = tile % kStages;
           pwait(k_empty(s), ((tile / kStages) & 1) ^ 1);
           if (Tr::kDesc && leader) {
@@ -1343,7 +1245,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
                pstart, pn, pkey, -1);
         }
         if constexpr (kTrace) {
-          if (leader && have && !have_prev && !k0_early) {
+          if (leader && have && !have_prev) {
             TraceP<Tr>(smem, n_item - 1, kTpK0, static_cast<unsigned>(TraceClock()));
           }
           if (leader && !have) {

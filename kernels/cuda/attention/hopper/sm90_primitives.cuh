@@ -47,20 +47,6 @@ __device__ __forceinline__ void MbarArriveExpectTx(uint32_t bar, uint32_t bytes)
 #endif
 }
 
-// Announces `bytes` of transactions for the current phase without arriving (the arrival comes
-// later, e.g. once a descriptor for the loaded data is written).
-__device__ __forceinline__ void MbarExpectTx(uint32_t bar, uint32_t bytes) {
-#if SPATTN_SM90A
-  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(bytes)
-               : "memory");
-#endif
-}
-
-// Brings the 128-byte line holding `ptr` into L1.
-__device__ __forceinline__ void PrefetchL1(const void* ptr) {
-  asm volatile("prefetch.global.L1 [%0];\n" ::"l"(ptr));
-}
-
 __device__ __forceinline__ void MbarArrive(uint32_t bar) {
 #if SPATTN_SM90A
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
