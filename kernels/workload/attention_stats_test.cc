@@ -58,7 +58,9 @@ TEST(AttentionStatsTest, LlmMixIsSparseAndDynamic) {
   for (const auto& h : *k) {
     same += h.same / k->size();
     cross += h.cross / k->size();
-    if (a->heads[h.head].kind == HeadKind::kRetrieval) EXPECT_LT(h.cross, 0.8) << h.head;
+    if (a->heads[h.head].kind == HeadKind::kRetrieval) {
+      EXPECT_LT(h.cross, 0.8) << h.head;
+    }
   }
   EXPECT_GT(same, 0.9);
   EXPECT_LT(cross, same - 0.05);

@@ -77,7 +77,9 @@ TEST(SampledLinesGpuTest, PassesKeepTheirCtasPerSm) {
           ASSERT_EQ(cuda::SampledLinesPassCtas(pass, head_dim, bf16, blocks, &ctas, &capped_for),
                     cudaSuccess)
               << at;
-          if (defaults) EXPECT_EQ(capped_for, pass <= 2 ? 5 : 4) << at;
+          if (defaults) {
+            EXPECT_EQ(capped_for, pass <= 2 ? 5 : 4) << at;
+          }
           if (capped_for == 5 && !(pass == 2 && head_dim == 128 && blocks == 32)) {
             EXPECT_GE(ctas, 5) << at;  // d 64's pass 1 (79 registers): 6
           } else if (head_dim == 128) {
