@@ -110,6 +110,12 @@ absl::StatusOr<double> WorkerCudaPath::Guard(const std::vector<MethodConfig>& co
                                              std::vector<int>* widened, double* build_ms) {
   if (rep_->call == nullptr) return absl::FailedPreconditionError("Guard before Begin");
   BackendCall& call = *rep_->call;
+  // As BuildIndex: the layer's assets (Saap's centroids and classifiers) for the guard's builds,
+  // which go to the call directly (a searched saap head's first build, or a saap try).
+  if (options.maybe_assets != nullptr) {
+    call.UseLayerAssets(
+        std::shared_ptr<const LayerAssets>(options.maybe_assets, [](const LayerAssets*) {}));
+  }
   const int hq = static_cast<int>(config_of_head.size());
   // As the worker: each head starts from what the guard learned on earlier calls of this length
   // class (GuardMemory), else from its config.
