@@ -29,15 +29,16 @@ for t in "${TARGETS[@]}"; do
     { grep -vE '/(libc|libm|libpthread|libdl|librt|libgcc_s|libstdc\+\+|ld-linux[^/]*)\.so' || true; } |
     xargs -r -I{} cp -nL {} "$DEST/lib/"
 done
-# xz -9: a 64 MiB dictionary spans the binaries, which share most of their CUDA code (the bundle
-# must stay under the carry limit with the working tree).
-(cd "$DEST" && XZ_OPT=-9 tar -cJf bundle.tar.xz bin lib && rm -rf bin lib)
+# A 384 MiB dictionary spans several binaries (~77 MiB each, most of it the same CUDA code), so
+# each one after the first costs little: 16 MiB in all at session 27, where xz -9's 64 MiB
+# dictionary (less than one binary) gave 60 MiB, over the carry limit with the working tree.
+# Decompressing needs ~400 MiB of memory.
+(cd "$DEST" && XZ_OPT='--lzma2=preset=6,dict=384MiB' tar -cJf bundle.tar.xz bin lib && rm -rf bin lib)
 cp tests/gpu/run.sh tests/gpu/run_1m.sh tests/gpu/run_promise.sh tests/gpu/sdpa_chunk.py tests/gpu/report.py kernels/cuda/bench/sdpa_reference.py "$DEST/"
 du -sh "$DEST"
 # The device tool sends the working tree with the carried folder, 64 MiB in all. bench/results
-# grows every session (10 MiB at session 26, with a 54 MiB bundle: over the limit); when the tool
-# refuses the call, move bench/results out of the tree for the call and back after it (run.sh
-# does not read it).
+# grows every session (~10 MiB at session 27); should the tool refuse the call, move bench/results
+# out of the tree for the call and back after it (run.sh does not read it).
 tree=$( (git ls-files -z | xargs -0 du -cb 2>/dev/null || true) | tail -1 | cut -f1)
 bundle=$(du -sb "$DEST" | cut -f1)
 echo "working tree $((tree / 1048576)) MiB + $DEST $((bundle / 1048576)) MiB (device carry limit 64 MiB)"
