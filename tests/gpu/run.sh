@@ -41,36 +41,32 @@ COMMON="--device=cuda --workload=llm_mix --heads=32 --kv_heads=8 --head_dim=128 
 COMMON_NOCAL=${COMMON/ --calibrate --calibrate_steps=30/}
 for len in 32768 131072; do
   rep=10; [ "$len" -gt 65536 ] && rep=5
+  # Every method with --calibrate's Saap assets; searched and guarded here are the defaults with
+  # a layer that has Saap assets (the search's candidates auto: sampled_lines alone at margin
+  # 0.01 up to 128K, with saap's candidates because of the assets), reported as "searched_saap"
+  # / "guarded_saap".
   timeout 240 bin/spattn-bench $COMMON --seq_len=$len --warmup=2 --repeat=$rep \
     --methods=dense,a_shape,vertical_slash,block_sparse,flex_prefill,sample_attention,anchor,saap,searched,guarded \
-    >> "$OUT/bench.jsonl" 2>> "$OUT/bench.err"
-  note "spattn-bench $len rc=$?"
-  # searched and guarded above run the defaults (session 27): the search's candidates by the
-  # served length (--search_candidates=auto: sampled_lines alone at margin 0.01 up to 128K, saap
-  # joining with --calibrate's assets) and the worker's guard (--guard_adaptive=auto: per head,
-  # sampled_lines heads sampled_lines then flex_prefill, others flex_prefill). The defaults
-  # before session 27 (the search over every method, guard adaptive flex_prefill), reported as
-  # "searched_all" / "guarded_all"; without saap's candidates (no --calibrate: session 26's
-  # search over all chose no saap head at 32K or 128K, and its assets cost ~74 s per length).
+    2>> "$OUT/bench.err" \
+    | sed -E 's/"method":"(searched|guarded)"/"method":"\1_saap"/' \
+    >> "$OUT/bench.jsonl"
+  note "spattn-bench $len rc=${PIPESTATUS[0]}"
+  # The defaults as a worker serves them after `spattnctl calibrate` with its default candidates
+  # (no Saap assets): the search's candidates auto and the worker's guard (--guard_adaptive=auto:
+  # sampled_lines heads try sampled_lines then flex_prefill, others flex_prefill). Session 26's
+  # guarded_sl (--search_candidates=sampled_lines --search_sampled_lines_margin=0.01
+  # --guard_adaptive=sampled_lines,flex_prefill) is this line since session 27.
+  timeout 120 bin/spattn-bench $COMMON_NOCAL --seq_len=$len --warmup=2 --repeat=$rep \
+    --methods=searched,guarded >> "$OUT/bench.jsonl" 2>> "$OUT/bench.err"
+  note "spattn-bench searched,guarded $len rc=$?"
+  # The defaults before session 27 (the search over every method, guard adaptive flex_prefill),
+  # reported as "searched_all" / "guarded_all"; without saap's candidates (no --calibrate).
   timeout 120 bin/spattn-bench $COMMON_NOCAL --seq_len=$len --warmup=2 --repeat=$rep \
     --methods=searched,guarded --search_candidates=all --guard_adaptive=flex_prefill \
     2>> "$OUT/bench.err" \
     | sed -E 's/"method":"(searched|guarded)"/"method":"\1_all"/' \
     >> "$OUT/bench.jsonl"
   note "spattn-bench searched_all,guarded_all $len rc=${PIPESTATUS[0]}"
-  # The guarded path with the calibration search on sampled_lines alone, searched at the guard's
-  # gamma (target + margin), guard adaptive sampled_lines then flex_prefill for every head: one
-  # sampled_lines build for all its heads' gammas (session 25). The defaults' guarded line above
-  # differs only in the guard's tries of non-sampled_lines heads (flex_prefill alone) and saap's
-  # candidates; reported as "guarded_sl" next to it.
-  timeout 90 bin/spattn-bench $COMMON --seq_len=$len --warmup=2 --repeat=$rep --methods=guarded \
-    --search_candidates=sampled_lines --search_sampled_lines_margin=0.01 \
-    --guard_adaptive=sampled_lines,flex_prefill 2>> "$OUT/bench.err" \
-    | sed -E 's/"method":"guarded"/"method":"guarded_sl"/' \
-    >> "$OUT/bench.jsonl"
-  note "spattn-bench guarded_sl $len rc=${PIPESTATUS[0]}"
-  # (guarded_auto, --search_candidates=auto with the guard then default, is the guarded line
-  # above since session 27.)
   # sampled_lines on 128-row query blocks: half the sampled rows to build, fuller key tiles for
   # the kernel, at a higher density (issue 11 items 4/5 trade-off), with the oracle of 128-row
   # query blocks it is read against. sampled_lines here (the worker's default block size) on 256
