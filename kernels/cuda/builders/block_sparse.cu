@@ -345,38 +345,8 @@ __device__ TopKRule BsWarpTopKRule(int n, int k, HiFn hi_of, KeyFn key_of, int* 
       }
     }
     __syncwarp();
-    int local = 0;
-#pragma unroll
-    for (int t = 0; t < 8; ++t) local += hist[255 - (lane * 8 + t)];
-    int incl = local;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const int v = __shfl_up_sync(kFullMask, incl, o);
-      if (lane >= o) incl += v;
-    }
-    const int excl = incl - local;
-    const int total = __shfl_sync(kFullMask, incl, 31);
-    if (total < k_rem) return TopKRule{prefix, mask, INT_MAX};
-    const bool mine = excl < k_rem && k_rem <= incl;
     int bin = 0, bin_count = 0, rem = 0;
-    if (mine) {
-      int above = excl;
-      for (int t = 0; t < 8; ++t) {
-        const int b = 255 - (lane * 8 + t);
-        const int h = hist[b];
-        if (above + h >= k_rem) {
-          bin = b;
-          bin_count = h;
-          rem = k_rem - above;
-          break;
-        }
-        above += h;
-      }
-    }
-    const int src = __ffs(__ballot_sync(kFullMask, mine)) - 1;
-    bin = __shfl_sync(kFullMask, bin, src);
-    bin_count = __shfl_sync(kFullMask, bin_count, src);
-    rem = __shfl_sync(kFullMask, rem, src);
+    if (!WarpPickBin(hist, lane, k_rem, &bin, &bin_count, &rem)) return TopKRule{prefix, mask, INT_MAX};
     __syncwarp();  // every lane has read hist before the next pass clears it
     prefix |= static_cast<unsigned long long>(bin) << shift;
     mask |= 0xffull << shift;

@@ -380,6 +380,47 @@ __device__ int CtaSum(int v, typename cub::BlockScan<int, kThreads>::TempStorage
 
 __device__ __forceinline__ unsigned LaneMaskLt() { return (1u << (threadIdx.x & 31)) - 1u; }
 
+// One level of the warp radix walk, once its 256-bin histogram `hist` is complete: the bin,
+// from the top, that holds the k_rem-th largest key (lane: threadIdx.x & 31) (*bin), its count (*bin_count) and the rank
+// left inside it (*rem), the same in every lane. false: fewer than k_rem keys counted. Shared by
+// WarpTopKRule and block_sparse's BsWarpTopKRule (which differ in how they fill the histogram).
+__device__ __forceinline__ bool WarpPickBin(const int* hist, int lane, int k_rem, int* bin,
+                                            int* bin_count, int* rem) {
+  int local = 0;
+#pragma unroll
+  for (int t = 0; t < 8; ++t) local += hist[255 - (lane * 8 + t)];
+  int incl = local;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int v = __shfl_up_sync(kFullMask, incl, o);
+    if (lane >= o) incl += v;
+  }
+  const int excl = incl - local;
+  const int total = __shfl_sync(kFullMask, incl, 31);
+  if (total < k_rem) return false;
+  const bool mine = excl < k_rem && k_rem <= incl;
+  int b_mine = 0, count_mine = 0, rem_mine = 0;
+  if (mine) {
+    int above = excl;
+    for (int t = 0; t < 8; ++t) {
+      const int b = 255 - (lane * 8 + t);
+      const int h = hist[b];
+      if (above + h >= k_rem) {
+        b_mine = b;
+        count_mine = h;
+        rem_mine = k_rem - above;
+        break;
+      }
+      above += h;
+    }
+  }
+  const int src = __ffs(__ballot_sync(kFullMask, mine)) - 1;
+  *bin = __shfl_sync(kFullMask, b_mine, src);
+  *bin_count = __shfl_sync(kFullMask, count_mine, src);
+  *rem = __shfl_sync(kFullMask, rem_mine, src);
+  return true;
+}
+
 template <class KeyFn>
 __device__ TopKRule WarpTopKRule(int n, int k, KeyFn key_of, int* hist) {
   const int lane = threadIdx.x & 31;
@@ -396,38 +437,8 @@ __device__ TopKRule WarpTopKRule(int n, int k, KeyFn key_of, int* hist) {
       WarpHistAdd(hist, in ? static_cast<int>((key >> shift) & 255) : -1);
     }
     __syncwarp();
-    int local = 0;
-#pragma unroll
-    for (int t = 0; t < 8; ++t) local += hist[255 - (lane * 8 + t)];
-    int incl = local;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const int v = __shfl_up_sync(kFullMask, incl, o);
-      if (lane >= o) incl += v;
-    }
-    const int excl = incl - local;
-    const int total = __shfl_sync(kFullMask, incl, 31);
-    if (total < k_rem) return TopKRule{prefix, mask, INT_MAX};
-    const bool mine = excl < k_rem && k_rem <= incl;
     int bin = 0, bin_count = 0, rem = 0;
-    if (mine) {
-      int above = excl;
-      for (int t = 0; t < 8; ++t) {
-        const int b = 255 - (lane * 8 + t);
-        const int h = hist[b];
-        if (above + h >= k_rem) {
-          bin = b;
-          bin_count = h;
-          rem = k_rem - above;
-          break;
-        }
-        above += h;
-      }
-    }
-    const int src = __ffs(__ballot_sync(kFullMask, mine)) - 1;
-    bin = __shfl_sync(kFullMask, bin, src);
-    bin_count = __shfl_sync(kFullMask, bin_count, src);
-    rem = __shfl_sync(kFullMask, rem, src);
+    if (!WarpPickBin(hist, lane, k_rem, &bin, &bin_count, &rem)) return TopKRule{prefix, mask, INT_MAX};
     __syncwarp();  // every lane has read hist before the next pass clears it
     prefix |= static_cast<unsigned long long>(bin) << shift;
     mask |= 0xffull << shift;
