@@ -18,6 +18,13 @@ NVCC_FLAGS = (
     "-Xptxas -warn-spills -I. -I$(GENDIR) " + NVCC_ARCH_FLAGS
 )
 
+# nvcc names its temporary files tmpxft_<pid>_<counter>-* in $TMPDIR and removes that prefix's
+# files when it exits. In Bazel's sandbox every action runs as pid 2 with the host's /tmp, so
+# two nvcc runs at once share a prefix and delete each other's files ("Could not open input file
+# /tmp/tmpxft_00000002_00000007-10_flex_prefill.compute_90a.cubin", session 27's CI, when several
+# .cu files recompiled together): each run gets its own directory.
+_NVCC_IN_OWN_TMPDIR = "T=$$(mktemp -d) && TMPDIR=$$T {}; s=$$?; rm -rf \"$$T\"; exit $$s"
+
 def cuda_library(name, srcs, hdrs = [], nvcc_hdrs = [], deps = [], nvcc_flags = "", **kwargs):
     """A cc_library whose .cu srcs are compiled by nvcc.
 
@@ -38,7 +45,7 @@ def cuda_library(name, srcs, hdrs = [], nvcc_hdrs = [], deps = [], nvcc_flags = 
             srcs = [src] + hdrs + nvcc_hdrs,
             outs = [obj],
             cmd = select({
-                "//:cuda_on": " ".join([NVCC, NVCC_FLAGS, nvcc_flags, "-o $@ $(location " + src + ")"]),
+                "//:cuda_on": _NVCC_IN_OWN_TMPDIR.format(" ".join([NVCC, NVCC_FLAGS, nvcc_flags, "-o $@ $(location " + src + ")"])),
                 "//conditions:default": "touch $@",
             }),
         )
