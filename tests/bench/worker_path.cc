@@ -29,6 +29,15 @@ BoundTensor Device(const void* data, int device) {
   return t;
 }
 
+// Hands `call` the layer's assets in options.maybe_assets (Saap's centroids and classifiers), if
+// any: the worker holds them in a shared_ptr (its config cache); here the caller keeps them alive.
+void UseCallerAssets(const BuildOptions& options, BackendCall& call) {
+  if (options.maybe_assets != nullptr) {
+    call.UseLayerAssets(
+        std::shared_ptr<const LayerAssets>(options.maybe_assets, [](const LayerAssets*) {}));
+  }
+}
+
 }  // namespace
 
 struct WorkerCudaPath::Rep {
@@ -72,12 +81,7 @@ absl::StatusOr<double> WorkerCudaPath::BuildIndex(const MethodConfig& config,
                                                   double* pairs_ms) {
   if (rep_->call == nullptr) return absl::FailedPreconditionError("BuildIndex before Begin");
   const auto start = std::chrono::steady_clock::now();
-  if (options.maybe_assets != nullptr) {
-    // The worker holds the layer's assets in a shared_ptr (its config cache); here the caller
-    // keeps them alive.
-    rep_->call->UseLayerAssets(
-        std::shared_ptr<const LayerAssets>(options.maybe_assets, [](const LayerAssets*) {}));
-  }
+  UseCallerAssets(options, *rep_->call);
   SPATTN_RETURN_IF_ERROR(rep_->call->BuildIndex(config, heads, options, index));
   const double build_ms = MillisSince(start);
   const auto pairs_start = std::chrono::steady_clock::now();
@@ -110,12 +114,7 @@ absl::StatusOr<double> WorkerCudaPath::Guard(const std::vector<MethodConfig>& co
                                              std::vector<int>* widened, double* build_ms) {
   if (rep_->call == nullptr) return absl::FailedPreconditionError("Guard before Begin");
   BackendCall& call = *rep_->call;
-  // As BuildIndex: the layer's assets (Saap's centroids and classifiers) for the guard's builds,
-  // which go to the call directly (a searched saap head's first build, or a saap try).
-  if (options.maybe_assets != nullptr) {
-    call.UseLayerAssets(
-        std::shared_ptr<const LayerAssets>(options.maybe_assets, [](const LayerAssets*) {}));
-  }
+  UseCallerAssets(options, call);  // as BuildIndex: the guard's builds go to the call
   const int hq = static_cast<int>(config_of_head.size());
   // As the worker: each head starts from what the guard learned on earlier calls of this length
   // class (GuardMemory), else from its config.
