@@ -400,14 +400,17 @@ double ModeledBuildPairs(const AttentionProblem& p, const MethodConfig& config,
         break;
       }
       case Method::kSaap: {
-        // Classified rows: every row, or classify_rows per block of 64 (as sampled_lines).
+        // Classified rows: every row, or classify_rows per block of 64 (as sampled_lines). The
+        // key assignment of the head's kv head is charged to the head alone (the search builds
+        // and scores each Saap head as its group's only Saap head), and the whole build at the
+        // measured cost of its GPU stages per product (kSaapBuildCost).
         const double centroids = config.saap.num_centroids;
         const double rows =
             config.saap.classify_rows < 64
                 ? std::min<double>(config.saap.classify_rows * CeilDiv(p.q_len(b), 64), q)
                 : q;
-        work += k * centroids / std::max(1, p.group_size()) +
-                rows * ClassifierMacs(maybe_assets) / std::max(1, p.head_dim);
+        work += kSaapBuildCost * (k * centroids + rows * ClassifierMacs(maybe_assets) /
+                                                      std::max(1, p.head_dim));
         break;
       }
       case Method::kSampledLines: {

@@ -140,13 +140,14 @@ std::string ConfigLabel(const MethodConfig& config);
 //   sample_attention   0.5 * min(chunk_n, nq) * min(B, q) * k    (sampled blocks x keys)
 //   anchor             0.5 * (q * (min(init, k) + min(step * B / 2, k)) + nq * k)
 //                      (per-row anchor over init + local keys, pooled queries x keys)
-//   saap               0.5 * (k * C / group + rows * mlp_macs / head_dim), rows = q, or
-//                      min(classify_rows * ceil(q / 64), q) when classify_rows < 64
+//   saap               kSaapBuildCost * 0.5 * (k * C + rows * mlp_macs / head_dim), rows = q,
+//                      or min(classify_rows * ceil(q / 64), q) when classify_rows < 64 (the
+//                      key assignment of the head's kv head charged to the head alone)
+//                      (key -> centroid assignment, query classifier, row assembly)
 //   sampled_lines      10 * 0.5 * (1.5 * rows_per_block * ceil(q / Bs) + min(last_q, q)) * k
 //                      (three passes over the sampled rows, half the keys each under the
 //                      mask, and the last-rows evidence; 10 = kSampledLinesEntryCost; Bs its
 //                      query block rows, `sampled_lines_block_m`)
-//                      (key -> centroid assignment shared by the kv group, query classifier)
 // with B the method's block size, nq = ceil(q / B), nk = ceil(k / B), C the centroid count and
 // mlp_macs the classifier's multiply-adds per query (from `maybe_assets`; 0 without them).
 double ModeledBuildPairs(const AttentionProblem& problem, const MethodConfig& config,
@@ -161,6 +162,21 @@ double ModeledBuildPairs(const AttentionProblem& problem, const MethodConfig& co
 // kernel). Session 17's builder (bench/results/selection/s17-slbuild/run4): 9.0 / 86.1 ms, 12.6x
 // / 8.1x of the same dense times, so 10.
 inline constexpr double kSampledLinesEntryCost = 10;
+
+// What one Saap product (a key x centroid or classifier multiply-add counted as above) costs in
+// its GPU builder's stages (key assignment, histogram + scatter, classifier, top-l, the row
+// assembler's count + fill, which the products do not count), in kernel pairs. Measured, not
+// derived (H100, llm_mix 32 q / 8 kv heads, d 128, bf16, 1024 centroids, classifier d -> 1024 ->
+// 1024, classify_rows 4, every head Saap): session 27's combined run built in 2.47 / 11.19 ms
+// against the dense kernel's 13.64 / 219.2 ms at 32K / 128K (bench/results/gpu/
+// h100-2026-11-27-s27), split by session 20's stage profile (keys 20 / 17 %, classify 49 / 40 %,
+// count + fill and gaps 31 / 43 %); a head priced alone (its kv head's keys, its own classifier
+// rows and its share of the rest) measures 5.9x / 6.4x the formula without the factor, so 6.
+// Without it (session 27, factor 1 and the keys shared by the group) the model priced Saap's
+// build at ~1 % of the dense pairs where it measured ~18 %: the default search with assets chose
+// saap(l=8) on 15 of 32 heads at 32K and the guarded path read 7.59 ms against 5.30 ms without
+// Saap (bench/results/gpu/h100-2026-11-27-s27/call2).
+inline constexpr double kSaapBuildCost = 6;
 
 // The weight of sampled_lines' modeled build in the search's cost (PatternSearchOptions::
 // sampled_lines_build_weight), a policy knob, not a work model: the per-head cost counts one

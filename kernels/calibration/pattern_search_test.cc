@@ -704,12 +704,59 @@ TEST(PatternSearch, ModeledBuildCost) {
   LayerAssets assets;
   assets.classifiers.resize(4);
   assets.classifiers[1] = {DenseLayerWeights{64, 128}, DenseLayerWeights{128, 32}};
-  // Default classify_rows 4: 4 rows in each of 16 blocks of 64 go through the classifier.
+  // Default classify_rows 4: 4 rows in each of 16 blocks of 64 go through the classifier; the
+  // kv head's 3000 keys x 32 centroids are charged to the head alone (not shared by its group
+  // of 2), the whole at the measured kSaapBuildCost per product.
+  EXPECT_DOUBLE_EQ(kSaapBuildCost, 6);
   EXPECT_DOUBLE_EQ(ModeledBuildPairs(p, c, &assets),
-                   0.5 * (3000.0 * 32 / 2 + 4.0 * 16 * (64 * 128 + 128 * 32) / 64));
+                   kSaapBuildCost * 0.5 * (3000.0 * 32 + 4.0 * 16 * (64 * 128 + 128 * 32) / 64));
   c.saap.classify_rows = 128;  // every row
   EXPECT_DOUBLE_EQ(ModeledBuildPairs(p, c, &assets),
-                   0.5 * (3000.0 * 32 / 2 + 1000.0 * (64 * 128 + 128 * 32) / 64));
+                   kSaapBuildCost * 0.5 * (3000.0 * 32 + 1000.0 * (64 * 128 + 128 * 32) / 64));
+}
+
+// Session 27's case (bench/results/gpu/h100-2026-11-27-s27/call2, H100): the default search with
+// Saap assets (1024 centroids, classifier d 128 -> 1024 -> 1024, classify_rows 4) on a 16K
+// calibration prompt of llm_mix (32 q / 8 kv heads) chose saap(l=8) on 15 heads, sink_local
+// heads among them, where sampled_lines(gamma=0.96) reached the target at a tenth of its density
+// (head 0: 0.025 against 0.251), and the guarded path at 32K read 7.59 ms against 5.30 ms
+// without Saap. Priced at kSaapBuildCost, Saap loses those heads to sampled_lines, and still
+// wins a head whose sampled_lines lines are dense (head 26: 0.512). The costs are the search's:
+// kernel pairs (density x causal pairs) + the modeled build.
+TEST(PatternSearch, SaapBuildIsPricedAtItsMeasuredCost) {
+  ProblemShape shape;
+  shape.q_lens = {16384};
+  shape.num_q_heads = 4;
+  shape.num_kv_heads = 1;
+  shape.head_dim = 128;
+  HostProblem hp(shape);
+  const AttentionProblem& p = hp.problem();
+  LayerAssets assets;
+  assets.num_centroids = 1024;
+  assets.classifiers.resize(4);
+  assets.classifiers[0] = {DenseLayerWeights{128, 1024}, DenseLayerWeights{1024, 1024}};
+  MethodConfig saap = SaapCandidates(1024)[0];
+  ASSERT_EQ(saap.saap.top_l, 8);
+  MethodConfig sl;
+  sl.method = Method::kSampledLines;
+  sl.sampled_lines.gamma = 0.96f;
+  const double causal = static_cast<double>(AllowedPairs(p));  // per head
+  const int sl_block = 128;  // the worker's (spattn-bench's) sampled_lines_block_m
+  auto cost = [&](const MethodConfig& c, double density) {
+    return density * causal + ModeledBuildPairs(p, c, &assets, sl_block);
+  };
+  // Head 0 (sink_local): sampled_lines 0.025, saap 0.251; head 7 (topic_blocks) 0.121 / 0.250.
+  EXPECT_LT(cost(sl, 0.025), cost(saap, 0.251));
+  EXPECT_LT(cost(sl, 0.121), cost(saap, 0.250));
+  // The model before: the keys shared by the group of 4 and no measured factor.
+  const double old_saap_build =
+      0.5 * (16384.0 * 1024 / 4 + 4.0 * 256 * (128.0 * 1024 + 1024.0 * 1024) / 128);
+  EXPECT_GT(cost(sl, 0.025), 0.251 * causal + old_saap_build);
+  EXPECT_GT(cost(sl, 0.121), 0.250 * causal + old_saap_build);
+  // Saap's build priced alone at 16K: 0.59 of the head's causal pairs (it was 0.05).
+  EXPECT_NEAR(ModeledBuildPairs(p, saap, &assets) / causal, 0.586, 0.001);
+  // Where sampled_lines needs many lines, Saap still wins: head 26 (slash) 0.512 against 0.25.
+  EXPECT_LT(cost(saap, 0.25), cost(sl, 0.512));
 }
 
 }  // namespace
