@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # s28-sparse call 2: the L2 prefetches (SPATTN_HOPPER_L2_PREFETCH, default 7 in this build).
 # Tests (the new one first as a smoke test; then the attention GPU tests and, at the same time,
-# under PACK_TAILS=1); A/B in one process at 32K (p7 default / p0 none / p1 tiles / p3 tiles + Q,
-# two interleaved rounds); base (main 4fe01c0) / new in separate processes at 32K (two pairs)
-# and 128K (one pair); ncu L2 hit rate of 32K block_m 128 ranges 0.069, new p7 vs p0; the
+# under PACK_TAILS=1); A/B in one process at 32K (p7 default / p0 none / p3 tiles + Q without its first tile,
+# two interleaved rounds); base (main 4fe01c0) / new in separate processes at 32K and 128K
+# (block_m 128; one pair each); ncu L2 hit rate of 32K block_m 128 ranges 0.069, new p7 vs p0; the
 # timeline of p7 / p0 at 32K block_m 128.
 set -u
 cd "$(dirname "$0")"
@@ -38,7 +38,7 @@ grep -hE "^\[ +(OK|FAILED) " "$O/smoke.txt" "$O/tests.txt" "$O/tests_pt1.txt" | 
 C="--kv_heads=8 --head_dim=128 --causal=1 --dtype=bf16 --variants=5 --sparse_variants=5 --block_ms=64,128 --range_densities=0.03,0.1 --col_densities=0.05 --sampled_lines=0.95"
 C32="$C --seq_lens=32768 --iters=3 --warmup=1 --workspace_mb=4096"
 C128="$C --seq_lens=131072 --iters=2 --warmup=1 --workspace_mb=8192"
-KS="--knob_sets=p7:;p0:SPATTN_HOPPER_L2_PREFETCH=0;p1:SPATTN_HOPPER_L2_PREFETCH=1;p3:SPATTN_HOPPER_L2_PREFETCH=3"
+KS="--knob_sets=p7:;p0:SPATTN_HOPPER_L2_PREFETCH=0;p3:SPATTN_HOPPER_L2_PREFETCH=3"
 timeout 50 bin/cuda_bench $C32 --sparse_knobs=1 --rounds=2 "$KS" --tag=ab >> "$O/bench.jsonl" 2>> "$O/errors.log"
 note "ab 32K rc=$?"
 run() {  # tag, timeout, args
@@ -49,8 +49,8 @@ run() {  # tag, timeout, args
   esac >> "$O/bench.jsonl" 2>> "$O/errors.log"
   note "$tag rc=$?"
 }
-for t in base new base new; do run $t 25 $C32; done
-for t in base new; do run $t 45 $C128; done
+for t in base new; do run $t 25 $C32; done
+for t in base new; do run $t 45 $C128 --block_ms=128; done
 NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)
 if [ -n "$NCU" ]; then
   MET="gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second,lts__t_sector_hit_rate.pct,dram__bytes_read.sum,lts__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed"
@@ -64,7 +64,7 @@ if [ -n "$NCU" ]; then
   grep -E "^===|gpu__time|lts__|dram__|cycles_elapsed" "$O/ncu.txt" | tee -a "$O/summary.txt"
 fi
 T=$O/trace.jsonl
-timeout 30 bin/cuda_bench $C32 --block_ms=128 --col_densities= --sampled_lines=0 --sparse_knobs=1 "--knob_sets=p7:SPATTN_HOPPER_TRACE=$T;p0:SPATTN_HOPPER_L2_PREFETCH=0+SPATTN_HOPPER_TRACE=$T" --tag=tl >> "$O/timeline_bench.jsonl" 2>> "$O/errors.log"
+timeout 30 bin/cuda_bench $C32 --block_ms=128 --col_densities= --sampled_lines=0 --sparse_knobs=1 --range_densities=0.03 "--knob_sets=p7:SPATTN_HOPPER_TRACE=$T;p0:SPATTN_HOPPER_L2_PREFETCH=0+SPATTN_HOPPER_TRACE=$T" --tag=tl >> "$O/timeline_bench.jsonl" 2>> "$O/errors.log"
 note "timeline rc=$? $(wc -c < "$T") bytes"
 python3 sparse_timeline.py "$T" > "$O/timeline.txt" 2>> "$O/errors.log"
 rm -f "$T"
