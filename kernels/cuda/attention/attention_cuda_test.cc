@@ -554,40 +554,6 @@ TEST_F(CudaAttentionTest, SparseTmaStoreMatchesStores) {
   }
 }
 
-// The sparse stream's L2 prefetches (SPATTN_HOPPER_L2_PREFETCH, default 7: the item's next range
-// tile, the next item's Q and first range tile) only move data into L2: O and LSE are
-// byte-identical with them off, the reference's values. Batch 1 (the next-item prefetch's
-// case), ending inside a block, and a varlen batch (that prefetch off, the tiles' on); block_m
-// 64 / 128, d 128 / 64, random ranges of 1-150 keys (merged: some hold whole tiles, the
-// first-tile prefetch's case) and columns, one empty row.
-TEST_F(CudaAttentionTest, SparseL2PrefetchMatchesNone) {
-  const std::vector<Case> cases = {
-      {{8192}, {}, 8, 2, 128, DType::kBF16, true},
-      {{4099}, {}, 8, 2, 128, DType::kBF16, true},
-      {{5000}, {7000}, 16, 4, 64, DType::kF16, true},
-      {{1, 63, 700}, {1, 100, 900}, 4, 2, 128, DType::kBF16, true},
-  };
-  uint64_t seed = 2800;
-  for (int block_m : {64, 128}) {
-    for (const Case& c : cases) {
-      auto hp = MakeProblem(c, seed++);
-      SparseIndex idx = RandomIndex(hp->problem(), AllHeads(c.hq), block_m, 3, 90, seed++, true);
-      ASSERT_TRUE(ValidateSparseIndex(hp->problem(), idx).ok());
-      const std::string config = absl::StrCat(Describe(c), " block_m=", block_m);
-      std::vector<float> o[2], lse[2];
-      RunSparseWithAndWithoutKnob(*hp, idx, "SPATTN_HOPPER_L2_PREFETCH", "0", config, o, lse);
-      if (HasFatalFailure()) return;
-      EXPECT_EQ(CheckRows(hp->problem(), &idx, SampleRows(hp->problem(), AllHeads(c.hq), 64),
-                          o[0], lse[0]),
-                "")
-          << config;
-      ASSERT_EQ(o[0].size(), o[1].size());
-      EXPECT_EQ(0, std::memcmp(o[0].data(), o[1].data(), o[0].size() * 4)) << config;
-      EXPECT_EQ(0, std::memcmp(lse[0].data(), lse[1].data(), lse[0].size() * 4)) << config;
-    }
-  }
-}
-
 // An empty row gives O = 0 and LSE = -inf; rows of heads outside the index stay untouched.
 TEST_F(CudaAttentionTest, EmptyRowsAndUntouchedHeads) {
   Case c{{130}, {}, 4, 2, 64, DType::kBF16, true};

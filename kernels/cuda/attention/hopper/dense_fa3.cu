@@ -92,7 +92,6 @@ struct LaunchKnobs {
   int sleep_waits = 3;       // SPATTN_HOPPER_SLEEP_WAITS (the sparse stream's mbarrier waits)
   int stale_max = 8;         // SPATTN_HOPPER_STALE_MAX (the sparse stream's row maximum)
   bool tma_store = true;     // SPATTN_HOPPER_TMA_STORE (the sparse stream's epilogue)
-  int l2_prefetch = 7;       // SPATTN_HOPPER_L2_PREFETCH (the sparse stream's L2 prefetches)
   std::string trace;         // SPATTN_HOPPER_TRACE (timeline file of the sparse stream)
   int trace_launch = 0;      // SPATTN_HOPPER_TRACE_LAUNCH
 };
@@ -115,7 +114,6 @@ LaunchKnobs ReadKnobs() {
   k.sleep_waits = EnvInt("SPATTN_HOPPER_SLEEP_WAITS", k.sleep_waits);
   k.stale_max = std::max(-1, std::min(254, EnvInt("SPATTN_HOPPER_STALE_MAX", k.stale_max)));
   k.tma_store = EnvInt("SPATTN_HOPPER_TMA_STORE", 1) != 0;
-  k.l2_prefetch = EnvInt("SPATTN_HOPPER_L2_PREFETCH", k.l2_prefetch);
   const char* trace = std::getenv("SPATTN_HOPPER_TRACE");
   k.trace = trace == nullptr ? "" : trace;
   k.trace_launch = EnvInt("SPATTN_HOPPER_TRACE_LAUNCH", k.trace_launch);
@@ -391,14 +389,6 @@ cudaError_t LaunchPersistent(const AttnParams& p, const SparseIndexView& idx,
     const int sw = Knobs().sleep_waits;
     flags |= ((sw & 1) ? kFlagSleepProducer : 0) | ((sw & 2) ? kFlagSleepConsumers : 0) |
              ((Knobs().stale_max + 1) << kStaleMaxShift);
-  }
-  // The sparse stream's L2 prefetches (SPATTN_HOPPER_L2_PREFETCH: bit 0 the item's next range
-  // tile, bit 1 the next item's Q, bit 2 with bit 1 also its first range tile; NOTES.md session
-  // 28, s28-sparse).
-  if (kSparse && Tr::kCross) {
-    const int pf = Knobs().l2_prefetch;
-    flags |= ((pf & 1) ? kFlagPrefetchTiles : 0) | ((pf & 2) ? kFlagPrefetchNext : 0) |
-             ((pf & 6) == 6 ? kFlagPrefetchK0 : 0);
   }
   // The sparse stream's TMA-store epilogue (kFlagTmaStore; SPATTN_HOPPER_TMA_STORE=0: the
   // 16-byte stores of session 24, NOTES.md session 25 s25-sparse): O's map with 16-row boxes

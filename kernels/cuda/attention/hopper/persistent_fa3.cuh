@@ -183,19 +183,6 @@ constexpr int kFlagTmaStore = 64;
 // Bits 8-15 (the sparse stream): the stale row maximum's bound + 1 (ConsumerStep::SoftmaxStale;
 // SPATTN_HOPPER_STALE_MAX, default 8; -1 rescales every tile as ConsumerStep::Softmax does).
 constexpr int kStaleMaxShift = 8;
-// L2 prefetches of the sparse stream (SPATTN_HOPPER_L2_PREFETCH bits 0 / 1 / 2; session 28,
-// s28-sparse: ncu of 32K block_m 128 ranges 0.069 had an L2 hit rate of 82% against 96-97% for
-// the dense kernel and the dense index, with L2 at 43% and DRAM at 20% of their peaks: every
-// item's Q (read once) and many random range tiles come from DRAM at the item change).
-// kFlagPrefetchTiles: with a range tile's K load the leader prefetches the item's next tile's K
-// and V into L2 (TMA prefetch; the cursor already knows the next tile), a tile step before its
-// load. kFlagPrefetchNext (dynamic work list, item records, batch 1): after the item's first V
-// load the leader prefetches the next item's Q (the list position it fetched at the round's
-// start) into L2; kFlagPrefetchK0 also its first whole range tile (K and V) if one of its
-// first two ranges has one.
-constexpr int kFlagPrefetchTiles = 1 << 16;
-constexpr int kFlagPrefetchNext = 1 << 17;
-constexpr int kFlagPrefetchK0 = 1 << 18;
 // Named barrier of the producer warpgroup (kFlagDynamic): ids 1-7 are the consumers'.
 constexpr int kBarProducer = 8;
 
@@ -1146,38 +1133,6 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
     const bool dynamic = kSparse && Tr::kDesc && (flags & kFlagDynamic) != 0;
     int* const next_item = reinterpret_cast<int*>(smem + Tr::kNextItemOff);
     int fetched = 0;
-    // L2 prefetches (kFlagPrefetchTiles / kFlagPrefetchNext / kFlagPrefetchK0, the leader's).
-    const bool pf_tiles = kSparse && Tr::kCross && (flags & kFlagPrefetchTiles) != 0;
-    const bool pf_next_on = dynamic && Tr::kCross && sched.items != nullptr && p.batch == 1 &&
-                            (flags & kFlagPrefetchNext) != 0;
-    bool pf_next = false;  // this round's next-item prefetch is still to come
-    // The next item's Q (list position wn; batch 1: its first query row is block * kBM) and,
-    // kFlagPrefetchK0, its first whole range tile among its first two ranges (where the packed
-    // or the start-aligned walk puts it).
-    auto PrefetchNextItem = [&](int wn) {
-      if (wn >= num_items) return;
-      const int4* rec = reinterpret_cast<const int4*>(sched.items) + 2 * wn;
-      const int4 b = __ldg(rec + 1);
-      if (b.w == 0) return;
-#pragma unroll
-      for (int sub = 0; sub < kSub; ++sub) TmaPrefetchL2_3d(&tmap_q, sub * 64, b.y, b.z * kBM);
-      if ((flags & kFlagPrefetchK0) == 0) return;
-      const int4 a = __ldg(rec);
-#pragma unroll 1
-      for (int e = 0; e < min(a.z, 2); ++e) {
-        const int len = __ldg(idx.range_len + a.y + e);
-        if (len >= kBN) {
-          const int st = __ldg(idx.range_start + a.y + e) +
-                         ((flags & kFlagPackTails) != 0 ? len % kBN : 0);
-#pragma unroll
-          for (int sub = 0; sub < kSub; ++sub) {
-            TmaPrefetchL2_3d(&tmap_k, sub * 64, b.y / p.group, st);
-            TmaPrefetchL2_3d(&tmap_v, sub * 64, b.y / p.group, st);
-          }
-          return;
-        }
-      }
-    };
     constexpr bool kTrace = TraceOn<Tr>::value;
     for (int round = 0;; ++round) {
       // (kTrace: the slot of the round's item, rewritten by the next round if it has no tiles)
@@ -1195,7 +1150,6 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
       }
       if (w >= num_items) break;
       if (dynamic && leader) fetched = atomicAdd(sched.counter, 1);
-      pf_next = pf_next_on;
       Item it;
       if (!GetItem<kSparse, kBM>(p, idx, sched, num_m_blocks, w, it)) continue;
       // The item's Q load (and its descriptor): as soon as the item is known to have a tile --
@@ -1283,23 +1237,12 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
           }
           load(&tmap_k, kbase, p.k_token_stride, sK + s * Tr::kTileBytes, k_full(s), it, kind,
                start, n, key, mixed ? s : -1);
-          if (pf_tiles && leader && have_next && nkind == 0) {
-#pragma unroll
-            for (int sub = 0; sub < kSub; ++sub) {
-              TmaPrefetchL2_3d(&tmap_k, sub * 64, it.head / p.group, it.k_tok0 + nstart);
-              TmaPrefetchL2_3d(&tmap_v, sub * 64, it.head / p.group, it.k_tok0 + nstart);
-            }
-          }
         }
         if (have_prev) {
           const int s = (tile - 1) % kStages;
           pwait(v_empty(s), (((tile - 1) / kStages) & 1) ^ 1);
           load(&tmap_v, vbase, p.v_token_stride, sV + s * Tr::kTileBytes, v_full(s), it, pkind,
                pstart, pn, pkey, -1);
-          if (pf_next && leader) {
-            pf_next = false;
-            PrefetchNextItem(G + fetched);
-          }
         }
         if constexpr (kTrace) {
           if (leader && have && !have_prev) {

@@ -106,18 +106,6 @@ __device__ __forceinline__ void TmaLoad3d(uint32_t dst, const CUtensorMap* map, 
 #endif
 }
 
-// Prefetches the box at (c0, c1, c2) of `map` into L2 (TMA, no shared memory, no barrier;
-// out-of-bounds parts are dropped). The sparse stream's L2 prefetches (kFlagPrefetchTiles /
-// kFlagPrefetchNext, persistent_fa3.cuh).
-__device__ __forceinline__ void TmaPrefetchL2_3d(const CUtensorMap* map, int c0, int c1, int c2) {
-#if SPATTN_SM90A
-  asm volatile("cp.async.bulk.prefetch.tensor.3d.L2.global.tile [%0, {%1, %2, %3}];\n" ::"l"(
-                   reinterpret_cast<uint64_t>(map)),
-               "r"(c0), "r"(c1), "r"(c2)
-               : "memory");
-#endif
-}
-
 // Stores the box at (c0, c1, c2) of `map` from shared memory at `src` (TMA, the bulk-group
 // form: the issuing thread commits it with BulkCommit and waits for its reads of `src` with
 // BulkWaitRead). The writers of `src` fence it (FenceProxyAsync) before.
