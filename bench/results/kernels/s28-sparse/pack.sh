@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Packs a device run of s28-sparse: main 4fe01c0's cuda_bench / attention_cuda_test (BASE_DIR,
+# -c opt, built before any change) as bin/base/, this branch's (bazel-bin) as bin/ when NEW=1,
+# the run script and sparse_timeline.py into /work/main/.device/s28-sparse (git-ignored there;
+# carried to the device as .device/s28-sparse).
+set -euo pipefail
+cd "$(dirname "$0")/../../../.."
+D=/work/main/.device/s28-sparse
+BASE_DIR=${BASE_DIR:-/tmp/s28sp/base_bin}
+RUN=${RUN:-run1.sh}
+rm -rf $D && mkdir -p $D/bin/base $D/lib
+libs() { ldd "$1" | awk '/=> \// {print $3}' | { grep -vE '/(libc|libm|libpthread|libdl|librt|libgcc_s|libstdc\+\+|ld-linux[^/]*)\.so' || true; } | xargs -r -I{} cp -nL {} $D/lib/; }
+FILES=""
+for b in cuda_bench attention_cuda_test; do
+  cp $BASE_DIR/$b $D/bin/base/ && chmod u+w $D/bin/base/$b && strip --strip-debug $D/bin/base/$b
+  libs $BASE_DIR/$b; FILES="$FILES bin/base/$b"
+  if [ "${NEW:-0}" = 1 ]; then
+    cp bazel-bin/kernels/cuda/$b $D/bin/ && chmod u+w $D/bin/$b && strip --strip-debug $D/bin/$b
+    FILES="$FILES bin/$b"
+  fi
+done
+(cd $D && tar -cf - $FILES lib | xz -6 --lzma2=preset=6,dict=256MiB -T2 > bundle.tar.xz && rm -rf bin lib)
+cp bench/results/kernels/s28-sparse/$RUN kernels/cuda/bench/sparse_timeline.py $D/
+du -sh $D
