@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # s28-vsflex: packs (opt, CUDA) binaries for the device into $DEST = /work/main/.device/s28-vsflex
 # (git-ignored there); carry [".device/s28-vsflex"] and run bash .device/s28-vsflex/run<N>.sh.
-# $BASE = main 4fe01c0's spattn-bench / build_index_gpu_test / row_assembly_gpu_test, built in
-# this worktree before any change (/tmp/s28vsflex/base). NEWDIR = the same three of this branch.
+# $BASE = main 4fe01c0's spattn-bench, built in
+# this worktree before any change (/tmp/s28vsflex/base). NEWDIR = this branch's spattn-bench + build_index_gpu_test.
 # spattn-bench-base is zstd'ed whole, the others as zstd --patch-from patches against it.
 set -euo pipefail
 cd "$(dirname "$0")/../../../.."
