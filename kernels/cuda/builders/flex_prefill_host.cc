@@ -1,9 +1,10 @@
 // Host side of the GPU flex_prefill index builder (kernels: flex_prefill.cu; CPU twin:
 // kernels/builders/flex_prefill.cc): sizes every buffer from host-known counts, carves it from the
-// build's workspace and enqueues the kernels; one host round trip (the CSR totals).
+// build's workspace and enqueues the kernels; two host round trips (the decisions, the CSR totals).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <vector>
 
@@ -119,10 +120,31 @@ absl::StatusOr<SparseIndexView> BuildFlexPrefill(const AttentionProblem& p, cons
   SPATTN_CUDA_RETURN_IF_ERROR(LaunchSelectLines(lp, stream), "flex lines");
   timer.Mark("select");
 
+  // Whether any unit is query-aware: where none is (every head's decision was vertical_slash,
+  // e.g. llm_mix at 32K), the query-aware kernels (row statistics, 8 scans, 7 histogram passes,
+  // ties, tie ranks, count, fill: 19 launches whose CTAs all return at once) are skipped. One
+  // host round trip more, after the selection (the GPU has the merge's launch latency to wait);
+  // SPATTN_FLEX_QA_SKIP=0 launches them always (main's path, for comparisons).
+  static const bool skip_knob = [] {
+    const char* e = std::getenv("SPATTN_FLEX_QA_SKIP");
+    return e == nullptr || e[0] != '0';
+  }();
+  bool any_qa = true;
+  if (skip_knob && units > 0) {
+    std::vector<uint8_t> is_vs(static_cast<size_t>(units));
+    SPATTN_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(is_vs.data(), f.unit_is_vs, is_vs.size(), cudaMemcpyDeviceToHost, stream),
+        "flex decisions to host");
+    SPATTN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), "flex decisions sync");
+    any_qa = std::find(is_vs.begin(), is_vs.end(), uint8_t{0}) != is_vs.end();
+  }
+
   // Query-aware heads: row statistics, then the flattened selection's levels.
-  SPATTN_CUDA_RETURN_IF_ERROR(LaunchFlexQaRows(f, 0, 0, stream), "flex rows (stats)");
+  if (any_qa) {
+    SPATTN_CUDA_RETURN_IF_ERROR(LaunchFlexQaRows(f, 0, 0, stream), "flex rows (stats)");
+  }
   timer.Mark("qa_stats");
-  if (fp.flatten) {
+  if (fp.flatten && any_qa) {
     for (int level = 0; level < kFlexLevels; ++level) {
       SPATTN_CUDA_RETURN_IF_ERROR(LaunchFlexQaScan(f, level, stream), "flex scan");
       if (level + 1 < kFlexLevels) {
@@ -141,7 +163,9 @@ absl::StatusOr<SparseIndexView> BuildFlexPrefill(const AttentionProblem& p, cons
   mp.kept_block = bs;
   // The query-aware heads' rows, after each merge pass (the merge skips their rows).
   auto qa_rows = [&](const Csr& csr, bool fill) -> absl::Status {
-    if (!fill) {
+    if (!any_qa) {
+      timer.Mark(fill ? "qa_fill" : "qa_count");
+    } else if (!fill) {
       f.range_count = csr.range_count;
       f.col_count = csr.col_count;
       SPATTN_CUDA_RETURN_IF_ERROR(LaunchFlexQaRows(f, 3, 0, stream), "flex rows (count)");

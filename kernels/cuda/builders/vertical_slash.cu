@@ -43,8 +43,19 @@ struct EstSmem {
 // smaller the footprint, the more CTAs per SM: the passes are latency-bound (a second K buffer
 // for a cp.async double buffer, 4 -> 3 CTAs per SM, made them ~10% slower; kernels/cuda/NOTES.md,
 // Session 17 — s17-build).
-__host__ __device__ inline EstSmem EstLayout(int head_dim, int max_n, int pass, int warps) {
+// wg (passes 1-2 by wgmma, EstUseWg): the Q and K tiles unpadded in wgmma's 128-byte swizzle
+// layout (EstSwOff) from a 1024-byte aligned base, 1024 bytes more to align it; qs, ks are then
+// offsets from that base.
+__host__ __device__ inline EstSmem EstLayout(int head_dim, int max_n, int pass, int warps,
+                                             bool wg = false) {
   EstSmem l;
+  if (wg && pass < 3) {
+    l.diag = l.ptile = 0;
+    l.qs = 0;
+    l.ks = static_cast<int64_t>(16) * warps * head_dim * 2;
+    l.total = l.ks + static_cast<int64_t>(kTile) * head_dim * 2 + 1024;
+    return l;
+  }
   const int64_t pitch = head_dim + 8;
   const int64_t k_bytes = AlignUp16(kTile * pitch * 2);
   const int64_t q_bytes = AlignUp16(16 * warps * pitch * 2);
@@ -198,16 +209,146 @@ __device__ __forceinline__ void TileLogits(const T* qs, const T* ks, float (&acc
   }
 }
 
+// ---- Passes 1-2's products by wgmma (sm_90a; EstUseWg) ----
+//
+// The same products as TileLogits from one wgmma m64n64k16 stream per warpgroup (warps 4 w ..
+// 4 w + 3 are warpgroup w, its 64 rows the chunk's rows 64 w ..): A (the warpgroup's Q rows) and
+// B (the key tile) both read from shared memory by descriptors, once per warpgroup and tile,
+// instead of every warp reading the whole key tile and its Q rows by ldmatrix (pass 1 was bound
+// by those shared-memory reads: NOTES.md "Session 27 — s27-vs"). The accumulators are mma.sync's
+// acc[n-tile][fragment] layout (d[4 nt + e]: rows warp 16 + lane / 4 (+ 8), columns 8 nt + 2
+// (lane % 4) + e % 2), so everything after the products is unchanged; they start from +0 and
+// every k step adds (scale-d 1), as the mma.sync chain does. Tiles are stored [kD / 64
+// sub-tiles][rows][128 bytes], 16-byte chunk index XOR row % 8 (sampled_lines' key tiles and
+// the dense kernel's Q / K tiles use the same layout).
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define SPATTN_EST_SM90A 1
+#else
+#define SPATTN_EST_SM90A 0
+#endif
+
+// Byte offset of 16-byte chunk `ch` of row `r` in a swizzled tile of `rows` rows (a multiple of
+// 64: a 64-row warpgroup block's sub-tiles are contiguous).
+template <int kD>
+__device__ __forceinline__ uint32_t EstSwOff(int r, int ch) {
+  return static_cast<uint32_t>((r >> 6) * (64 * kD * 2) + (ch >> 3) * (64 * 128) +
+                               (r & 63) * 128 + (((ch & 7) ^ (r & 7)) * 16));
+}
+
+// LoadTile into the swizzled layout at `dst` (1024-byte aligned).
+template <int kD, int kRows, int kThreads, typename T>
+__device__ __forceinline__ void LoadTileSw(unsigned char* dst, const T* base, int64_t token0,
+                                           int rows, int64_t token_stride, int64_t head,
+                                           int64_t head_stride) {
+  constexpr int kVecs = kD / 8;
+  constexpr int kPer = kRows * kVecs / kThreads;
+  static_assert(kRows * kVecs % kThreads == 0, "whole vectors per thread");
+  uint4 val[kPer];
+#pragma unroll
+  for (int u = 0; u < kPer; ++u) {
+    const int idx = static_cast<int>(threadIdx.x) + u * kThreads;
+    const int r = idx / kVecs, v = idx - r * kVecs;
+    val[u] = make_uint4(0, 0, 0, 0);
+    if (r < rows) {
+      val[u] = *reinterpret_cast<const uint4*>(base + (token0 + r) * token_stride +
+                                               head * head_stride + v * 8);
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < kPer; ++u) {
+    const int idx = static_cast<int>(threadIdx.x) + u * kThreads;
+    const int r = idx / kVecs, v = idx - r * kVecs;
+    *reinterpret_cast<uint4*>(dst + EstSwOff<kD>(r, v)) = val[u];
+  }
+}
+
+template <typename T>
+struct EstWg;
+#if SPATTN_EST_SM90A
+// K-major descriptor, 128-byte swizzle: 8-row core-matrix groups 1024 bytes apart.
+__device__ __forceinline__ uint64_t EstSmemDesc(uint32_t addr) {
+  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(16 >> 4) << 16) |
+         (static_cast<uint64_t>(1024 >> 4) << 32) | (uint64_t{1} << 62);
+}
+#define SPATTN_EST_WG_SS(TY, PTXT)                                                             \
+  template <>                                                                                  \
+  struct EstWg<TY> {                                                                           \
+    static __device__ __forceinline__ void Run(float (&d)[8][4], uint64_t da, uint64_t db) {  \
+      asm volatile(                                                                            \
+          "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                         \
+          "wgmma.mma_async.sync.aligned.m64n64k16.f32." PTXT "." PTXT                          \
+          " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, " \
+          "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "            \
+          "%32, %33, p, 1, 1, 0, 0;\n}\n"                                                     \
+          : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]),         \
+            "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]),         \
+            "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]),         \
+            "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),         \
+            "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]),         \
+            "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),         \
+            "+f"(d[7][2]), "+f"(d[7][3])                                                       \
+          : "l"(da), "l"(db), "r"(1));                                                         \
+    }                                                                                          \
+  };
+SPATTN_EST_WG_SS(__nv_bfloat16, "bf16")
+SPATTN_EST_WG_SS(__half, "f16")
+#undef SPATTN_EST_WG_SS
+#endif
+
+// Shared memory written by the generic proxy (st.shared) made visible to wgmma (the async
+// proxy): every writer, after its stores and before the barrier that publishes the tile.
+__device__ __forceinline__ void EstFenceProxyAsync() {
+#if SPATTN_EST_SM90A
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+
+// TileLogits by wgmma: this warpgroup's 64 Q rows at shared address `qa` (block of rows 64 w),
+// the key tile at `ka`, both EstSwOff layout, 1024-byte aligned. Every thread of the warpgroup
+// calls it.
+template <typename T, int kD>
+__device__ __forceinline__ void TileLogitsWg(uint32_t qa, uint32_t ka, float (&acc)[8][4]) {
+#if SPATTN_EST_SM90A
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
+  }
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+  for (int kk = 0; kk < kD / 16; ++kk) {
+    const uint32_t off = (kk >> 2) * (64 * 128) + (kk & 3) * 32;
+    EstWg<T>::Run(acc, EstSmemDesc(qa + off), EstSmemDesc(ka + off));
+  }
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(acc[nt][e])::"memory");
+  }
+#else
+  __trap();
+#endif
+}
+
 // One pass of the estimate over one key chunk of one unit (see EstimateParams), the unit's rows
 // kRows = 16 kWarps at a time. Every sum runs in the same order for any kWarps: a column's and a
 // diagonal's in row order (tile by tile, a tile's rows in order: a diagonal's rows in tile t all
 // precede its rows in tile t + 1), a row's over its tiles in key order.
-template <typename T, int kD, int kPass, int kWarps>
+// kWg (passes 1-2 only): the products by TileLogitsWg from swizzled tiles.
+template <typename T, int kD, int kPass, int kWarps, bool kWg = false>
 __device__ __forceinline__ void EstimateBody(const EstimateParams& p) {
+  static_assert(!kWg || kPass < 3, "pass 3 keeps mma.sync");
   constexpr int kEstThreads = 32 * kWarps;
   constexpr int kRows = 16 * kWarps;
   extern __shared__ __align__(16) unsigned char smem[];
-  const EstSmem lay = EstLayout(kD, p.max_n, kPass, kWarps);
+  const EstSmem lay = EstLayout(kD, p.max_n, kPass, kWarps, kWg);
+  // kWg: the tiles from the first 1024-byte aligned byte.
+  unsigned char* const wbase = smem + (kWg ? ((1024u - (detail::SmemAddr(smem) & 1023u)) & 1023u) : 0u);
+  const uint32_t wq = detail::SmemAddr(wbase) + static_cast<uint32_t>(lay.qs) +
+                      static_cast<uint32_t>((threadIdx.x >> 7) * (64 * kD * 2));
+  const uint32_t wk = detail::SmemAddr(wbase) + static_cast<uint32_t>(lay.ks);
   double* col_acc = reinterpret_cast<double*>(smem);
   double* diag_acc = reinterpret_cast<double*>(smem + lay.diag);
   float* ptile = reinterpret_cast<float*>(smem + lay.ptile);
@@ -241,8 +382,13 @@ __device__ __forceinline__ void EstimateBody(const EstimateParams& p) {
     const int i0 = c * kRows;
     const int rows_here = min(kRows, s.n - i0);
     __syncthreads();  // previous chunk's readers of qs are done
-    LoadTile<kD, kRows, kEstThreads>(qs, kPitch, qg, static_cast<int64_t>(s.q_row0) + i0, rows_here,
-                                     p.q_token_stride, qh, p.q_head_stride);
+    if (kWg) {
+      LoadTileSw<kD, kRows, kEstThreads>(wbase + lay.qs, qg, static_cast<int64_t>(s.q_row0) + i0,
+                                         rows_here, p.q_token_stride, qh, p.q_head_stride);
+    } else {
+      LoadTile<kD, kRows, kEstThreads>(qs, kPitch, qg, static_cast<int64_t>(s.q_row0) + i0,
+                                       rows_here, p.q_token_stride, qh, p.q_head_stride);
+    }
     // This thread's two rows of the chunk (fragment rows lane/4 and lane/4 + 8 of its warp).
     const int rl[2] = {warp * 16 + (lane >> 2), warp * 16 + (lane >> 2) + 8};
     float mx[2] = {-CUDART_INF_F, -CUDART_INF_F};
@@ -263,12 +409,24 @@ __device__ __forceinline__ void EstimateBody(const EstimateParams& p) {
       const int j0 = key0 + t * kTile;
       if (j0 >= s.kl) break;
       __syncthreads();  // previous tile's readers of ks / ptile are done
-      LoadTile<kD, kTile, kEstThreads>(ks, kPitch, kg, static_cast<int64_t>(s.k_begin) + j0,
-                                       min(kTile, s.kl - j0), p.k_token_stride, kvh,
-                                       p.k_head_stride);
+      if (kWg) {
+        LoadTileSw<kD, kTile, kEstThreads>(wbase + lay.ks, kg,
+                                           static_cast<int64_t>(s.k_begin) + j0,
+                                           min(kTile, s.kl - j0), p.k_token_stride, kvh,
+                                           p.k_head_stride);
+        EstFenceProxyAsync();  // this thread's Q and K stores, for wgmma
+      } else {
+        LoadTile<kD, kTile, kEstThreads>(ks, kPitch, kg, static_cast<int64_t>(s.k_begin) + j0,
+                                         min(kTile, s.kl - j0), p.k_token_stride, kvh,
+                                         p.k_head_stride);
+      }
       __syncthreads();
       float acc[8][4];
-      TileLogits<T, kD>(qs, ks, acc);
+      if (kWg) {
+        TileLogitsWg<T, kD>(wq, wk, acc);
+      } else {
+        TileLogits<T, kD>(qs, ks, acc);
+      }
       if (kPass == 3) __syncthreads();  // every warp's reads of ks are done: ptile overwrites it
       // A full tile (every row of the chunk sees every key of the tile, scale > 0) skips the
       // per-element mask; pass 1 then takes the max of the raw products and scales and
@@ -392,9 +550,15 @@ template <typename T, int kD, int kPass>
 __global__ void __launch_bounds__(128) EstimateKernel4(EstimateParams p) {
   EstimateBody<T, kD, kPass, 4>(p);
 }
+// The wgmma instances (passes 1-2): capped for 6 CTAs per SM (80 registers; unbounded, ptxas
+// took 132-140, 3 CTAs per SM).
 template <typename T, int kD, int kPass>
+__global__ void __launch_bounds__(128, 6) EstimateKernel4Wg(EstimateParams p) {
+  EstimateBody<T, kD, kPass, 4, true>(p);
+}
+template <typename T, int kD, int kPass, bool kWg = false>
 __global__ void __launch_bounds__(256, 3) EstimateKernel8(EstimateParams p) {
-  EstimateBody<T, kD, kPass, 8>(p);
+  EstimateBody<T, kD, kPass, 8, kWg>(p);
 }
 
 __global__ void RowInvKernel(EstimateParams p) {
@@ -722,10 +886,36 @@ int GridFor(int64_t n, int threads) {
       std::max<int64_t>(1, std::min<int64_t>((n + threads - 1) / threads, 65535)));
 }
 
+// Passes 1-2 by wgmma (EstimateBody's kWg) on a compute capability 9.0 device (the sm_90a
+// image): SPATTN_EST_WG, read once, is a mask of the passes that take it (bit 0 pass 1, bit 1
+// pass 2; default 1: pass 1; 0: main's mma.sync passes, for comparisons). The same products
+// bit for bit (the twin tests and the bench's index entries check it).
+int EstWgPasses() {
+  static const int passes = [] {
+    int mask = 1;
+    if (const char* e = std::getenv("SPATTN_EST_WG")) mask = std::atoi(e) & 3;
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess ||
+        major != 9 || minor != 0) {
+      return 0;
+    }
+    return mask;
+  }();
+  return passes;
+}
+
 template <typename T, int kD, int kPass, int kWarps>
 cudaError_t LaunchEstimateTyped(const EstimateParams& p, int max_n, cudaStream_t stream) {
-  const int64_t bytes = EstLayout(kD, max_n, kPass, kWarps).total;
+  const bool wg = kPass < 3 && (EstWgPasses() >> (kPass - 1) & 1) != 0;
+  const int64_t bytes = EstLayout(kD, max_n, kPass, kWarps, wg).total;
   auto kernel = kWarps == 8 ? EstimateKernel8<T, kD, kPass> : EstimateKernel4<T, kD, kPass>;
+  if constexpr (kPass < 3) {
+    if (wg) {
+      kernel = kWarps == 8 ? EstimateKernel8<T, kD, kPass, true> : EstimateKernel4Wg<T, kD, kPass>;
+    }
+  }
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(bytes));
   if (err != cudaSuccess) return err;
