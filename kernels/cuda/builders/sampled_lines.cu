@@ -40,7 +40,10 @@ constexpr int kFixedKeyShift = 31 * 8;  // bin key (fp32 bits >> 20) of m * kFix
 // H100 and removed (NOTES.md "Session 22 — s22-slbuild"): pass 2 on two buffers at 65 KB / 3 CTAs
 // per SM (2.59 vs 3.00 ms at 32K, 29.6 vs 30.9 ms at 128K; with one barrier per tile histogram
 // 16.10 vs 20.58 ms at 128K) and passes 1 and 3 on three buffers, 48 KB, each tile loaded two
-// ahead (index build 46.90 vs 47.29 ms at 128K, 4.35 vs 4.53 at 32K).
+// ahead (index build 46.90 vs 47.29 ms at 128K, 4.35 vs 4.53 at 32K). Pass 3's 5-CTA wgmma
+// instance (session 28, the default on sm_90a) keeps the Q tile in buffer 1 for the SS wgmma and
+// loads the key tiles into buffer 0 alone, as pass 2: the same 33 KB (emit 8.64 -> 8.39-8.54 ms at
+// 128K, 0.658 -> 0.628 at 32K on an H100, NOTES.md "Session 28 — s28-slemit").
 struct SlSmem {
   int64_t tile, hm, total;
 };

@@ -142,14 +142,14 @@ struct SlArgs {
 
 // The build's comparison knobs, read from the environment once per process (at first use):
 // SPATTN_SL_SPLIT_TILES, SPATTN_SL_SPLIT_WAVES (sampled_lines_host.cc SplitLength),
-// SPATTN_SL_EMIT_EXACT, SPATTN_SL_HIST_EXACT, SPATTN_SL_ASM_BUCKET (=0 / =1: never / always bucket
-// the entries by assembler segment), SPATTN_SL_ASM_SPANS (=0: SlAsmArgs::row_spans off) and
-// SPATTN_SL_WGMMA (=0: passes 1-3's products by mma.sync, main's before session 26, instead of
-// wgmma on a compute capability 9.0 device; the same products bit for bit, checked by
-// CountSampledLinesTileMismatches) and SPATTN_SL_TILE_CENSUS (=1: passes 2 and 3 count their warp
-// tiles that add nothing, printed to stderr per build; a diagnostic, a separate kernel instance,
-// it synchronizes).
-// Tests change them through the returned reference, between builds only.
+// SPATTN_SL_EMIT_EXACT, SPATTN_SL_EMIT_FLUSH (=late: SlArgs::emit_flush_late),
+// SPATTN_SL_HIST_EXACT, SPATTN_SL_ASM_BUCKET (=0 / =1: never / always bucket the entries by
+// assembler segment), SPATTN_SL_ASM_SPANS (=0: SlAsmArgs::row_spans off) and SPATTN_SL_WGMMA (=0:
+// passes 1-3's products by mma.sync, main's before session 26, instead of wgmma on a compute
+// capability 9.0 device; the same products bit for bit, checked by CountSampledLinesTileMismatches)
+// and SPATTN_SL_TILE_CENSUS (=1: passes 2 and 3 count their warp tiles that add nothing, printed to
+// stderr per build; a diagnostic, a separate kernel instance, it synchronizes). Tests change them
+// through the returned reference, between builds only.
 struct SlKnobs {
   int split_tiles = 0;  // > 0: every split item has this many key tiles
   int split_waves = 6;  // <= 0: never split
