@@ -40,7 +40,10 @@ constexpr int kFixedKeyShift = 31 * 8;  // bin key (fp32 bits >> 20) of m * kFix
 // H100 and removed (NOTES.md "Session 22 — s22-slbuild"): pass 2 on two buffers at 65 KB / 3 CTAs
 // per SM (2.59 vs 3.00 ms at 32K, 29.6 vs 30.9 ms at 128K; with one barrier per tile histogram
 // 16.10 vs 20.58 ms at 128K) and passes 1 and 3 on three buffers, 48 KB, each tile loaded two
-// ahead (index build 46.90 vs 47.29 ms at 128K, 4.35 vs 4.53 at 32K).
+// ahead (index build 46.90 vs 47.29 ms at 128K, 4.35 vs 4.53 at 32K). Pass 3's 5-CTA wgmma
+// instance (session 28, the default on sm_90a) keeps the Q tile in buffer 1 for the SS wgmma and
+// loads the key tiles into buffer 0 alone, as pass 2: the same 33 KB (emit 8.64 -> 8.39-8.54 ms at
+// 128K, 0.658 -> 0.628 at 32K on an H100, NOTES.md "Session 28 — s28-slemit").
 struct SlSmem {
   int64_t tile, hm, total;
 };
@@ -167,6 +170,35 @@ __device__ __forceinline__ uint64_t SlSmemDesc(uint32_t addr) {
 SPATTN_SL_WG_RS(__nv_bfloat16, "bf16")
 SPATTN_SL_WG_RS(__half, "f16")
 #undef SPATTN_SL_WG_RS
+// The SS form: A (the Q tile) from shared memory by a descriptor too, in the key tiles' layout
+// (SlKeyOff, rows = the CTA's 64 sampled rows; warp w's accumulator rows are Q rows 16 w..16 w +
+// 15, as in the RS form). Pass 3's 5-CTA instance: no Q fragments in registers.
+template <typename T>
+struct SlWgSs;
+#define SPATTN_SL_WG_SS(TY, PTXT)                                                                \
+  template <>                                                                                    \
+  struct SlWgSs<TY> {                                                                            \
+    static __device__ __forceinline__ void Run(float (&d)[8][4], uint64_t adesc, uint64_t bdesc, \
+                                               int scale_d) {                                    \
+      asm volatile(                                                                              \
+          "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                           \
+          "wgmma.mma_async.sync.aligned.m64n64k16.f32." PTXT "." PTXT                            \
+          " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, "   \
+          "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "              \
+          "%32, %33, p, 1, 1, 0, 0;\n}\n"                                                        \
+          : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]),           \
+            "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]),           \
+            "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]),           \
+            "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),           \
+            "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]),           \
+            "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),           \
+            "+f"(d[7][2]), "+f"(d[7][3])                                                         \
+          : "l"(adesc), "l"(bdesc), "r"(scale_d));                                               \
+    }                                                                                            \
+  };
+SPATTN_SL_WG_SS(__nv_bfloat16, "bf16")
+SPATTN_SL_WG_SS(__half, "f16")
+#undef SPATTN_SL_WG_SS
 #endif
 
 // Shared memory written by cp.async (the generic proxy) made visible to wgmma (the async proxy);
@@ -193,6 +225,23 @@ __device__ __forceinline__ void TileLogitsWgIssue(const uint32_t (&qf)[kD / 16][
   for (int kk = 0; kk < kD / 16; ++kk) {
     SlWg<T>::Run(acc, qf[kk], SlSmemDesc(ks + (kk >> 2) * (kTile * 128) + (kk & 3) * 32),
                  kk > 0 ? 1 : 0);
+  }
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#else
+  __trap();
+#endif
+}
+// TileLogitsWgIssue with the Q tile read from shared memory at `qs` (SlKeyOff layout, 1024-byte
+// aligned; the SS form): the same products (the same instruction shape and k steps, only A's
+// source differs).
+template <typename T, int kD>
+__device__ __forceinline__ void TileLogitsWgIssueSs(uint32_t qs, uint32_t ks, float (&acc)[8][4]) {
+#if SPATTN_SL_SM90A
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+  for (int kk = 0; kk < kD / 16; ++kk) {
+    const uint32_t off = (kk >> 2) * (kTile * 128) + (kk & 3) * 32;
+    SlWgSs<T>::Run(acc, SlSmemDesc(qs + off), SlSmemDesc(ks + off), kk > 0 ? 1 : 0);
   }
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 #else
@@ -356,6 +405,12 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) SlPassKernel(SlArgs a) {
   extern __shared__ __align__(128) unsigned char smem[];
   constexpr bool kUseWg = kWg && SPATTN_SL_SM90A;
   constexpr int kBufs = PassBuffers(kPass);
+  // Pass 3's 5-CTA instance (96 registers; SlKnobs::ctas3): the Q tile stays in buffer 1 in the
+  // wgmma layout and the products read it there (SS form; its 32 fragment registers would not
+  // fit), the key tiles take turns in buffer 0 alone, each loaded once every warp has the previous
+  // one's products (as pass 2): the same shared memory, 33 KB.
+  constexpr bool kSsQ = kUseWg && kPass == 3 && kMinCtas >= 5;
+  constexpr int kKeyBufs = kSsQ ? 1 : kBufs;
   const SlSmem lay = Layout(kD, kPass, kWg, a.hist_blocks);
   constexpr int kChunks = kD / 8;  // 16-byte chunks per tile row
   const uint32_t sraw = detail::SmemAddr(smem);
@@ -399,7 +454,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) SlPassKernel(SlArgs a) {
                        k_ch * 16;
   // Key tile t's buffer: they take turns (one buffer: always 0).
   auto buf_of = [&](int t) {
-    return sbuf + (kBufs == 1 ? 0 : (t - t_begin) % kBufs) * static_cast<uint32_t>(lay.tile);
+    return sbuf + (kKeyBufs == 1 ? 0 : (t - t_begin) % kBufs) * static_cast<uint32_t>(lay.tile);
   };
   auto load_keys = [&](int t) {
     const int j0 = t * kTile;
@@ -437,14 +492,22 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) SlPassKernel(SlArgs a) {
   };
   // The Q tile into the last buffer (0 with one buffer), the first key tile into buffer 0.
   const uint32_t qbuf = sbuf + (kBufs - 1) * static_cast<uint32_t>(lay.tile);
-  assembled::LoadTileAsync(
-      qbuf, kTile, g.rows, kChunks,
-      [&](int r) {
-        return qg + (qtok + a.rows[g.row_begin + r].q_row) * a.p.q_token_stride +
-               qh * a.p.q_head_stride;
-      },
-      tid, kThreads);
-  if (kBufs == 2 && t_end > t_begin) load_keys(t_begin);
+  auto q_row_ptr = [&](int r) {
+    return qg + (qtok + a.rows[g.row_begin + r].q_row) * a.p.q_token_stride +
+           qh * a.p.q_head_stride;
+  };
+  if constexpr (kSsQ) {  // SlKeyOff's layout (rows past the group's zero-filled)
+    for (int i = tid; i < kTile * kChunks; i += kThreads) {
+      const int r = i / kChunks, ch = i - r * kChunks;
+      const bool valid = r < g.rows;
+      const char* src =
+          reinterpret_cast<const char*>(q_row_ptr(valid ? r : 0)) + (valid ? ch * 16 : 0);
+      detail::CpAsync16(qbuf + SlKeyOff(r, ch), src, valid);
+    }
+  } else {
+    assembled::LoadTileAsync(qbuf, kTile, g.rows, kChunks, q_row_ptr, tid, kThreads);
+  }
+  if ((kBufs == 2 || kSsQ) && t_end > t_begin) load_keys(t_begin);
   detail::CpAsyncCommit();
 
   if (kPass == 2) {
@@ -633,11 +696,13 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) SlPassKernel(SlArgs a) {
   // The Q fragments into registers. With two buffers the Q buffer takes a key tile only after the
   // first iteration's barrier, which every warp reaches with its fragments loaded.
   uint32_t qf[kD / 16][4];
-  detail::CpAsyncWait<0>();
-  __syncthreads();
+  if constexpr (!kSsQ) {
+    detail::CpAsyncWait<0>();
+    __syncthreads();
 #pragma unroll
-  for (int kk = 0; kk < kD / 16; ++kk) {
-    assembled::LoadA(qbuf, warp * 16, kk, kChunks, lane, qf[kk]);
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      assembled::LoadA(qbuf, warp * 16, kk, kChunks, lane, qf[kk]);
+    }
   }
   // One buffer (pass 2): the Q tile has left it, the first key tile goes in; each next tile is
   // loaded as soon as every warp has its products of the current one, behind that tile's
@@ -661,7 +726,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) SlPassKernel(SlArgs a) {
     // per tile (before, tile t + 1 was loaded ahead of this barrier and a second one after the
     // products had to free tile t's buffer).
     __syncthreads();
-    if (kBufs == 2) {
+    if (kKeyBufs == 2) {
       if (t + 1 < t_end) load_keys(t + 1);
       detail::CpAsyncCommit();
     }
@@ -670,19 +735,26 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) SlPassKernel(SlArgs a) {
     if (kPass == 3 && !kUseWg) flush();
     float acc[8][4];
     if constexpr (kUseWg) {
-      TileLogitsWgIssue<T, kD>(qf, buf_of(t), acc);
-      if (kPass == 3) flush();
+      if constexpr (kSsQ) {
+        TileLogitsWgIssueSs<T, kD>(qbuf, buf_of(t), acc);
+        if (!a.emit_flush_late) flush();
+      } else {
+        TileLogitsWgIssue<T, kD>(qf, buf_of(t), acc);
+        if (kPass == 3) flush();
+      }
       TileLogitsWgWait(acc);
     } else {
       TileLogits<T, kD>(qf, buf_of(t), acc, lane);
     }
-    if (kBufs == 1) {
+    if (kKeyBufs == 1) {
       __syncthreads();  // every warp has read tile t: the buffer takes tile t + 1
       if (t + 1 < t_end) {
         load_keys(t + 1);
         detail::CpAsyncCommit();
       }
     }
+    // SlArgs::emit_flush_late: the previous tile's entries under tile t + 1's load instead.
+    if (kSsQ && a.emit_flush_late) flush();
     if (kPass == 1) {
       // Log2-domain logits of this thread's entries (-inf where masked), then one rescale of
       // each row's running sum per tile. Fast path (same sums, bit for bit): a tile every row of
@@ -1084,15 +1156,21 @@ __global__ void __launch_bounds__(kThreads)
         k;
     *reinterpret_cast<unsigned short*>(base + 2 * kTileBytes + SlKeyOff(r, c >> 3) + (c & 7) * 2) =
         k;
+    // Q in SlKeyOff's layout too: pass 3's SS form (TileLogitsWgIssueSs).
+    *reinterpret_cast<unsigned short*>(base + 3 * kTileBytes + SlKeyOff(r, c >> 3) + (c & 7) * 2) =
+        q;
   }
   SlFenceProxyAsync();
   __syncthreads();
   uint32_t qf[kD / 16][4];
 #pragma unroll
   for (int kk = 0; kk < kD / 16; ++kk) assembled::LoadA(sbuf, warp * 16, kk, kChunks, lane, qf[kk]);
-  float ref[8][4], wg[8][4];
+  float ref[8][4], wg[8][4], ss[8][4];
   TileLogits<T, kD>(qf, sbuf + kTileBytes, ref, lane);
   TileLogitsWg<T, kD>(qf, sbuf + 2 * kTileBytes, wg);
+  TileLogitsWgIssueSs<T, kD>(sbuf + 3 * kTileBytes, sbuf + 2 * kTileBytes, ss);
+  TileLogitsWgWait(ss);
+  // An entry counts once where the RS or the SS form differs from mma.sync's.
   unsigned long long bad = 0;
 #pragma unroll
   for (int nt = 0; nt < 8; ++nt) {
@@ -1100,7 +1178,9 @@ __global__ void __launch_bounds__(kThreads)
     for (int e = 0; e < 4; ++e) {
       const bool same = __float_as_uint(ref[nt][e]) == __float_as_uint(wg[nt][e]) ||
                         (isnan(ref[nt][e]) && isnan(wg[nt][e]));
-      if (!same) ++bad;
+      const bool same_ss = __float_as_uint(ref[nt][e]) == __float_as_uint(ss[nt][e]) ||
+                           (isnan(ref[nt][e]) && isnan(ss[nt][e]));
+      if (!same || !same_ss) ++bad;
     }
   }
   if (bad != 0) atomicAdd(out, bad);
@@ -1229,14 +1309,12 @@ bool SlUseWgmma() { return SampledLinesKnobs().wgmma && SlDeviceIsSm90(); }
 template <typename T, int kD, int kPass, bool kCensus>
 cudaError_t LaunchPass(const SlArgs& a, cudaStream_t stream, int* ctas = nullptr) {
   if (!SlUseWgmma()) return LaunchPassAs<T, kD, kPass, kCensus, false>(a, stream, ctas);
-  // SlKnobs::ctas1 / ctas2: the wgmma instances of passes 1 and 2 capped for 5 CTAs per SM (pass
-  // 3 stays at 4: capped at 96 registers it spills 140 bytes and was 33 % slower, NOTES.md
-  // "Session 27 — s27-slhist").
-  if constexpr (kPass <= 2) {
-    const SlKnobs& k = SampledLinesKnobs();
-    if ((kPass == 1 ? k.ctas1 : k.ctas2) == 5) {
-      return LaunchPassAs<T, kD, kPass, kCensus, true, 5>(a, stream, ctas);
-    }
+  // SlKnobs::ctas1 / ctas2 / ctas3: the wgmma instances capped for 5 CTAs per SM (pass 3's with
+  // Q read from shared memory: its RS form capped at 96 registers spilled 140 bytes and was 33 %
+  // slower, NOTES.md "Session 27 — s27-slhist").
+  const SlKnobs& k = SampledLinesKnobs();
+  if ((kPass == 1 ? k.ctas1 : (kPass == 2 ? k.ctas2 : k.ctas3)) == 5) {
+    return LaunchPassAs<T, kD, kPass, kCensus, true, 5>(a, stream, ctas);
   }
   return LaunchPassAs<T, kD, kPass, kCensus, true>(a, stream, ctas);
 }
@@ -1553,16 +1631,19 @@ SlKnobs& SampledLinesKnobs() {
     if (const char* t = std::getenv("SPATTN_SL_SPLIT_TILES")) k.split_tiles = std::atoi(t);
     if (const char* w = std::getenv("SPATTN_SL_SPLIT_WAVES")) k.split_waves = std::atoi(w);
     if (const char* x = std::getenv("SPATTN_SL_EMIT_EXACT")) k.emit_exact = x[0] == '1';
+    if (const char* x = std::getenv("SPATTN_SL_EMIT_FLUSH")) k.emit_flush_late = x[0] == 'l';
     if (const char* x = std::getenv("SPATTN_SL_HIST_EXACT")) k.hist_exact = x[0] == '1';
     const char* b = std::getenv("SPATTN_SL_ASM_BUCKET");
     if (b != nullptr && b[0] != '\0') k.asm_bucket = b[0] != '0' ? 1 : 0;
     if (const char* c = std::getenv("SPATTN_SL_TILE_CENSUS")) k.tile_census = c[0] == '1';
     if (const char* c = std::getenv("SPATTN_SL_ASM_SPANS")) k.asm_spans = c[0] != '0';
     if (const char* c = std::getenv("SPATTN_SL_WGMMA")) k.wgmma = c[0] != '0';
-    if (const char* c = std::getenv("SPATTN_SL_CTAS")) {  // "P1,P2"
+    if (const char* c = std::getenv("SPATTN_SL_CTAS")) {  // "P1,P2,P3"
       k.ctas1 = std::atoi(c);
       const char* comma = std::strchr(c, ',');
       k.ctas2 = comma != nullptr ? std::atoi(comma + 1) : 4;
+      const char* comma2 = comma != nullptr ? std::strchr(comma + 1, ',') : nullptr;
+      k.ctas3 = comma2 != nullptr ? std::atoi(comma2 + 1) : 4;
     }
     return k;
   }();
@@ -1641,7 +1722,7 @@ cudaError_t CountSampledLinesExp2Inversions(unsigned long long* inversions) {
 namespace {
 template <typename T, int kD>
 cudaError_t CheckTiles(int tiles, uint64_t seed, unsigned long long* d) {
-  const int bytes = 3 * kTile * kD * 2 + 1024;
+  const int bytes = 4 * kTile * kD * 2 + 1024;
   cudaError_t err = cudaFuncSetAttribute(SlTileCheckKernel<T, kD>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   if (err != cudaSuccess) return err;
@@ -1680,7 +1761,8 @@ cudaError_t SampledLinesPassCtas(int pass, int head_dim, bool bf16, int hist_blo
     return cudaErrorInvalidValue;
   }
   const SlKnobs& k = SampledLinesKnobs();
-  *capped_for = SlUseWgmma() && pass <= 2 && (pass == 1 ? k.ctas1 : k.ctas2) == 5 ? 5 : 4;
+  *capped_for =
+      SlUseWgmma() && (pass == 1 ? k.ctas1 : (pass == 2 ? k.ctas2 : k.ctas3)) == 5 ? 5 : 4;
   SlArgs a;
   a.p.head_dim = head_dim;
   a.p.dtype = bf16 ? DType::kBF16 : DType::kF16;

@@ -195,6 +195,7 @@ absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const A
     SPATTN_ASSIGN_OR_RETURN(sa.gammas, Upload(env, gammas, "sampled_lines gammas"));
   }
   sa.emit_exact = SampledLinesKnobs().emit_exact;
+  sa.emit_flush_late = SampledLinesKnobs().emit_flush_late;
   sa.hist_exact = SampledLinesKnobs().hist_exact;
   sa.diagonal_floor = params.diagonal_floor;
   sa.short_floor = params.short_floor;

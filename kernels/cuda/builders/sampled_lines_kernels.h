@@ -128,6 +128,10 @@ struct SlArgs {
   // Pass 3 tests every entry's mass (SPATTN_SL_EMIT_EXACT=1, for comparisons) instead of the
   // equivalent threshold on its raw product q . k.
   bool emit_exact = false;
+  // Pass 3's 5-CTA instance (one key buffer) writes the previous tile's entries after tile t + 1's
+  // load is issued (SPATTN_SL_EMIT_FLUSH=late) instead of under tile t's products (early, the
+  // default). The same entries either way.
+  bool emit_flush_late = false;
   // Pass 2 computes every tile's masses (SPATTN_SL_HIST_EXACT=1, for comparisons) instead of
   // skipping a warp's tile where no raw product reaches its row's count threshold.
   bool hist_exact = false;
@@ -138,30 +142,33 @@ struct SlArgs {
 
 // The build's comparison knobs, read from the environment once per process (at first use):
 // SPATTN_SL_SPLIT_TILES, SPATTN_SL_SPLIT_WAVES (sampled_lines_host.cc SplitLength),
-// SPATTN_SL_EMIT_EXACT, SPATTN_SL_HIST_EXACT, SPATTN_SL_ASM_BUCKET (=0 / =1: never / always bucket
-// the entries by assembler segment), SPATTN_SL_ASM_SPANS (=0: SlAsmArgs::row_spans off) and
-// SPATTN_SL_WGMMA (=0: passes 1-3's products by mma.sync, main's before session 26, instead of
-// wgmma on a compute capability 9.0 device; the same products bit for bit, checked by
-// CountSampledLinesTileMismatches) and SPATTN_SL_TILE_CENSUS (=1: passes 2 and 3 count their warp
-// tiles that add nothing, printed to stderr per build; a diagnostic, a separate kernel instance,
-// it synchronizes).
-// Tests change them through the returned reference, between builds only.
+// SPATTN_SL_EMIT_EXACT, SPATTN_SL_EMIT_FLUSH (=late: SlArgs::emit_flush_late),
+// SPATTN_SL_HIST_EXACT, SPATTN_SL_ASM_BUCKET (=0 / =1: never / always bucket the entries by
+// assembler segment), SPATTN_SL_ASM_SPANS (=0: SlAsmArgs::row_spans off) and SPATTN_SL_WGMMA (=0:
+// passes 1-3's products by mma.sync, main's before session 26, instead of wgmma on a compute
+// capability 9.0 device; the same products bit for bit, checked by CountSampledLinesTileMismatches)
+// and SPATTN_SL_TILE_CENSUS (=1: passes 2 and 3 count their warp tiles that add nothing, printed to
+// stderr per build; a diagnostic, a separate kernel instance, it synchronizes). Tests change them
+// through the returned reference, between builds only.
 struct SlKnobs {
   int split_tiles = 0;  // > 0: every split item has this many key tiles
   int split_waves = 6;  // <= 0: never split
   bool emit_exact = false;
+  bool emit_flush_late = false;
   bool hist_exact = false;
   int asm_bucket = -1;    // -1: bucket rows of >= 5 segments; 0 / 1: never / always
   bool asm_spans = true;  // SlAsmArgs::row_spans
   bool tile_census = false;
   bool wgmma = true;
-  // SPATTN_SL_CTAS=P1,P2: CTAs per SM the wgmma instances of passes 1 and 2 are built for (their
+  // SPATTN_SL_CTAS=P1,P2,P3: CTAs per SM the wgmma instances of passes 1-3 are built for (their
   // __launch_bounds__: 4 = 128 registers, main's before session 27; 5 = 96 registers; a missing
   // value 4). Pass 2's 5 needs its histograms to leave room for 5 CTAs (SlArgs::hist_blocks <=
-  // 21), else it runs the 4-CTA instance. The same index either way (the same code, other
-  // registers). Pass 3 stays at 4 (at 96 registers it spills; measured slower).
+  // 21), else it runs the 4-CTA instance. Pass 3's 5 (session 28) reads Q by the SS wgmma from
+  // shared memory and loads its key tiles into one buffer (its 128-register instance: Q in
+  // registers, two key buffers). The same index either way (the same products and tests).
   int ctas1 = 5;
   int ctas2 = 5;
+  int ctas3 = 5;
 };
 SlKnobs& SampledLinesKnobs();
 
