@@ -361,6 +361,18 @@ std::unique_ptr<CudaAttentionEngine> MakeEngine(int64_t bytes) {
 
 // Builds on the GPU (kept in the engine), checks the index and its device-side statistics, and
 // returns its download.
+// Every index array of `a` equals `b`'s (block_offsets only where `with_offsets`: some builders'
+// repeated builds leave it to the caller).
+void ExpectSameIndex(const SparseIndex& a, const SparseIndex& b, const std::string& what,
+                     bool with_offsets = false) {
+  if (with_offsets) EXPECT_EQ(a.block_offsets, b.block_offsets) << what;
+  EXPECT_EQ(a.range_indptr, b.range_indptr) << what;
+  EXPECT_EQ(a.range_start, b.range_start) << what;
+  EXPECT_EQ(a.range_len, b.range_len) << what;
+  EXPECT_EQ(a.col_indptr, b.col_indptr) << what;
+  EXPECT_EQ(a.col_idx, b.col_idx) << what;
+}
+
 void BuildOnGpu(CudaAttentionEngine& engine, const HostProblem& hp, DeviceProblem& dp,
                 const MethodConfig& config, const std::vector<int>& heads, int block_m,
                 const CudaLayerAssets* dev_assets, const std::string& what, SparseIndex* out,
@@ -527,11 +539,7 @@ TEST_P(BuildIndexOnGpuTest, RepeatedBuildsAreIdentical) {
                &again);
     if (::testing::Test::HasFatalFailure()) return;
     EXPECT_GE(engine->resident_index_bytes(), 2 * one) << config.DebugString();
-    EXPECT_EQ(first.range_indptr, again.range_indptr) << config.DebugString();
-    EXPECT_EQ(first.range_start, again.range_start) << config.DebugString();
-    EXPECT_EQ(first.range_len, again.range_len) << config.DebugString();
-    EXPECT_EQ(first.col_indptr, again.col_indptr) << config.DebugString();
-    EXPECT_EQ(first.col_idx, again.col_idx) << config.DebugString();
+    ExpectSameIndex(first, again, config.DebugString());
     engine->ReleaseIndexes();
     EXPECT_EQ(engine->resident_index_bytes(), 0);
   }
@@ -660,17 +668,9 @@ TEST(BuildIndexOnGpuLongKeysTest, SampledLinesBucketsEntriesBySegment) {
       engine->ReleaseIndexes();
       spans = saved_spans;
       if (::testing::Test::HasFatalFailure()) break;
-      EXPECT_EQ(entry_spans.range_indptr, whole.range_indptr) << what;
-      EXPECT_EQ(entry_spans.range_start, whole.range_start) << what;
-      EXPECT_EQ(entry_spans.range_len, whole.range_len) << what;
-      EXPECT_EQ(entry_spans.col_indptr, whole.col_indptr) << what;
-      EXPECT_EQ(entry_spans.col_idx, whole.col_idx) << what;
+      ExpectSameIndex(entry_spans, whole, what);
       EXPECT_FALSE(by_bucket.col_idx.empty() && by_bucket.range_start.size() <= 2) << what;
-      EXPECT_EQ(by_bucket.range_indptr, whole.range_indptr) << what;
-      EXPECT_EQ(by_bucket.range_start, whole.range_start) << what;
-      EXPECT_EQ(by_bucket.range_len, whole.range_len) << what;
-      EXPECT_EQ(by_bucket.col_indptr, whole.col_indptr) << what;
-      EXPECT_EQ(by_bucket.col_idx, whole.col_idx) << what;
+      ExpectSameIndex(by_bucket, whole, what);
     }
     bucket = saved;
     spans = saved_spans;
@@ -796,10 +796,10 @@ TEST(BuildIndexOnGpuSampledLinesTest, PerHeadGammasEqualEachHeadsOwnBuild) {
 #endif
 }
 
-// Passes 1 and 2 at 5 CTAs per SM (SlKnobs::ctas1 / ctas2 = 5, the default since session 27:
-// the 96-register wgmma instances, pass 2's histograms sized by the largest group) build the
-// index of the 128-register instances (4, main's before) bit for bit, on every shape, with groups
-// whole and split into single tiles. Off compute capability 9.0 both run mma.sync (the same
+// Passes 1-3 at 5 CTAs per SM (SlKnobs::ctas1 / ctas2 / ctas3 = 5, the default since sessions
+// 27-28: the 96-register wgmma instances, pass 2's histograms sized by the largest group, pass 3's
+// Q read from shared memory) build the index of the 128-register instances (4, main's before)
+// bit for bit, on every shape, with groups whole and split into single tiles. Off compute capability 9.0 both run mma.sync (the same
 // launch): the test then checks only that the knob changes nothing.
 TEST(BuildIndexOnGpuSampledLinesTest, FiveCtasPerSmBuildTheFourCtaIndex) {
   SKIP_WITHOUT_GPU();
@@ -824,20 +824,15 @@ TEST(BuildIndexOnGpuSampledLinesTest, FiveCtasPerSmBuildTheFourCtaIndex) {
                                                 " split_tiles=", split, " ", Describe(hp->problem()));
           SparseIndex five, four;
           knobs.split_tiles = split;
-          knobs.ctas1 = knobs.ctas2 = 5;
+          knobs.ctas1 = knobs.ctas2 = knobs.ctas3 = 5;
           BuildOnGpu(*engine, *hp, **dp, config, AllHeads(sh.hq), block_m, nullptr, what, &five);
           engine->ReleaseIndexes();
-          knobs.ctas1 = knobs.ctas2 = 4;
+          knobs.ctas1 = knobs.ctas2 = knobs.ctas3 = 4;
           BuildOnGpu(*engine, *hp, **dp, config, AllHeads(sh.hq), block_m, nullptr, what, &four);
           engine->ReleaseIndexes();
           knobs = saved;
           if (::testing::Test::HasFatalFailure()) return;
-          EXPECT_EQ(five.block_offsets, four.block_offsets) << what;
-          EXPECT_EQ(five.range_indptr, four.range_indptr) << what;
-          EXPECT_EQ(five.range_start, four.range_start) << what;
-          EXPECT_EQ(five.range_len, four.range_len) << what;
-          EXPECT_EQ(five.col_indptr, four.col_indptr) << what;
-          EXPECT_EQ(five.col_idx, four.col_idx) << what;
+          ExpectSameIndex(five, four, what, /*with_offsets=*/true);
         }
       }
     }

@@ -28,8 +28,8 @@ cudaError_t CountSampledLinesTileMismatches(int head_dim, bool bf16, int tiles, 
 
 // The CTAs per SM that pass `pass` (1-3) of a build of this head_dim and dtype whose largest group
 // spans `hist_blocks` query blocks keeps resident on the current device, for the instance the
-// build launches under the current knobs (SampledLinesKnobs: wgmma, ctas1 / ctas2) -> *ctas; the
-// CTAs per SM the knobs ask that pass's registers to be capped for (4 or 5; 5 falls back to 4's
+// build launches under the current knobs (SampledLinesKnobs: wgmma, ctas1 / ctas2 / ctas3) ->
+// *ctas; the CTAs per SM the knobs ask that pass's registers to be capped for (4 or 5; 5 falls back to 4's
 // instance where the shared memory keeps fewer) -> *capped_for.
 cudaError_t SampledLinesPassCtas(int pass, int head_dim, bool bf16, int hist_blocks, int* ctas,
                                  int* capped_for);
