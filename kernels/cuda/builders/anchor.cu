@@ -220,10 +220,10 @@ __global__ void __launch_bounds__(kAnThreads, 2) AnAnchorKernel(AnArgs a) {
 // (rows 64 h + 16 (w % 4) ..) are its rows of an m64n64k16 wgmma whose A operand is the warp's Q
 // fragments in registers (the mma.sync A layout: the RS form reads them) and whose B operand is
 // the key tile read from shared memory by a descriptor. Its accumulators are mma.sync's
-// acc[n-tile][fragment] layout (d[4 nt + e]), started from +0 as mma.sync's are (scale-d 1 on
-// zeroed accumulators), each k step added in k order: the same sums (the wgmma and mma.sync
-// products of sampled_lines compare equal bit for bit, sampled_lines_gpu_test; here
-// build_index_gpu_test's WgmmaAnchorPassIsTheMmaSyncPass compares x_a and qbar). Per warp and
+// acc[n-tile][fragment] layout (d[4 nt + e]), each k step added in k order: the same sums (the
+// wgmma and mma.sync products of sampled_lines compare equal bit for bit, sampled_lines_gpu_test;
+// here build_index_gpu_test's WgmmaAnchorPassIsTheMmaSyncPass compares x_a and qbar; the sign of
+// a zero sum aside, AnTileWg). Per warp and
 // 64-key tile 16 instructions instead of 128 mma.sync + 32 ldmatrix.x4, and the tile read from
 // shared memory once per warpgroup instead of once per warp. The key tiles are stored in the
 // 128-byte swizzle layout the descriptor describes: [kD / 64 sub-tiles][64 keys][128 bytes],
@@ -249,12 +249,13 @@ __device__ __forceinline__ uint64_t AnSmemDesc(uint32_t addr) {
   return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(16 >> 4) << 16) |
          (static_cast<uint64_t>(1024 >> 4) << 32) | (uint64_t{1} << 62);
 }
-// m64n64k16, A from registers, B K-major from shared memory (imm-trans-b 0), d += a * b.
+// m64n64k16, A from registers, B K-major from shared memory (imm-trans-b 0): d = a * b, plus d
+// when scale_d != 0.
 #define SPATTN_AN_WG_RS(TY, PTXT)                                                              \
   template <>                                                                                  \
   struct AnWg<TY> {                                                                            \
     static __device__ __forceinline__ void Run(float (&d)[8][4], const uint32_t (&a)[4],       \
-                                               uint64_t desc) {                                \
+                                               uint64_t desc, int scale_d) {                   \
       asm volatile(                                                                            \
           "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                         \
           "wgmma.mma_async.sync.aligned.m64n64k16.f32." PTXT "." PTXT                          \
@@ -268,7 +269,7 @@ __device__ __forceinline__ uint64_t AnSmemDesc(uint32_t addr) {
             "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]),         \
             "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),         \
             "+f"(d[7][2]), "+f"(d[7][3])                                                       \
-          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));                    \
+          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d));              \
     }                                                                                          \
   };
 SPATTN_AN_WG_RS(__nv_bfloat16, "bf16")
@@ -276,21 +277,24 @@ SPATTN_AN_WG_RS(__half, "f16")
 #undef SPATTN_AN_WG_RS
 #endif
 
-// The products of a warpgroup's m64 half against the key tile at `ks` (AnKeyOff layout), from
-// +0: issue, commit, wait. Every thread of the warpgroup calls it.
+// The products of a warpgroup's m64 half against the key tile at `ks` (AnKeyOff layout, 1024-byte
+// aligned): issue, commit, wait. Every thread of the warpgroup calls it. The first k step does
+// not add the accumulators (scale-d 0; no zeroing instructions): mma.sync adds its first products
+// to +0, so a sum of products that is -0 here is +0 there; no maximum, x_a or stripe comparison
+// downstream tells them apart (fmaxf of +-0 and the x_a sums differ at most in the sign of a zero,
+// and xa - s <= theta reads +0 and -0 alike), so the index is the same.
 template <typename T, int kD>
 __device__ __forceinline__ void AnTileWg(const uint32_t (&qf)[kD / 16][4], uint32_t ks,
                                          float (&acc)[8][4]) {
 #if SPATTN_AN_SM90A
-#pragma unroll
-  for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
-  }
+  // The descriptor of k step kk is the tile's plus the step's byte offset / 16 (in the address
+  // field: tile + offset stays below 2^18).
+  const uint64_t desc0 = AnSmemDesc(ks);
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
   for (int kk = 0; kk < kD / 16; ++kk) {
-    AnWg<T>::Run(acc, qf[kk], AnSmemDesc(ks + (kk >> 2) * (kAnTileN * 128) + (kk & 3) * 32));
+    AnWg<T>::Run(acc, qf[kk], desc0 + (((kk >> 2) * (kAnTileN * 128) + (kk & 3) * 32) >> 4),
+                 kk > 0 ? 1 : 0);
   }
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
   asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
@@ -438,15 +442,25 @@ __global__ void __launch_bounds__(kAnThreads, 2) AnAnchorWgKernel(AnArgs a) {
           if (64 * h >= rows || (p.causal && start > geo.first_pos + 64 * h + 63)) continue;
           float s[8][4];
           AnTileWg<T, kD>(qf[h], kst, s);
-          const bool full = n == kAnTileN && (!p.causal || start + kAnTileN - 1 <= pos_r[2 * h]);
+          // Full tiles (every tile but a span's last and the causal diagonal): the maxima without
+          // masks (uniform in a warp but at the diagonal).
+          if (n == kAnTileN && (!p.causal || start + kAnTileN - 1 <= pos_r[2 * h])) {
 #pragma unroll
-          for (int nt = 0; nt < 8; ++nt) {
+            for (int nt = 0; nt < 8; ++nt) {
+              mx[2 * h] = fmaxf(mx[2 * h], fmaxf(s[nt][0], s[nt][1]));
+              mx[2 * h + 1] = fmaxf(mx[2 * h + 1], fmaxf(s[nt][2], s[nt][3]));
+            }
+          } else {
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int col = nt * 8 + 2 * t4 + (e & 1);
-              const int i = 2 * h + (e >> 1);
-              const bool ok = full || (col < n && (!p.causal || start + col <= pos_r[i]));
-              if (ok) mx[i] = fmaxf(mx[i], s[nt][e]);
+            for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+              for (int e = 0; e < 4; ++e) {
+                const int col = nt * 8 + 2 * t4 + (e & 1);
+                const int i = 2 * h + (e >> 1);
+                if (col < n && (!p.causal || start + col <= pos_r[i])) {
+                  mx[i] = fmaxf(mx[i], s[nt][e]);
+                }
+              }
             }
           }
         }
