@@ -308,6 +308,8 @@ __device__ __forceinline__ void AnTileWg(const uint32_t (&qf)[kD / 16][4], uint3
 #endif
 }
 
+constexpr int kAnWgBufs = 6;  // key buffers of the wgmma pass (2 + 4 in the Q tiles' space)
+
 template <int kD>
 constexpr int AnAnchorWgSmemBytes() {
   return kAnPair * kAnRows * kD * 2 + 1024 + 2 * kAnTileN * kD * 2 + kAnPair * kAnRows * 4;
@@ -323,10 +325,21 @@ __global__ void __launch_bounds__(kAnThreads, 2) AnAnchorWgKernel(AnArgs a) {
   constexpr int kRowStep = kAnThreads / kCh;              // 16 (d 128) or 32 (d 64)
   constexpr int kKeyIters = kAnTileN * kCh / kAnThreads;  // 4 or 2
   static_assert(kRowStep % 8 == 0 && kKeyIters * kAnThreads == kAnTileN * kCh, "key copies");
+  // Shared memory from a 1024-byte aligned base: the Q tiles [kAnPair][kAnRows][kD] (swizzled as
+  // AnAnchorKernel's), two key buffers (AnKeyOff layout), the row maxima. Once the warps have
+  // their Q fragments and the pooled queries are written, the Q tiles' space holds four more key
+  // buffers: key tile t goes to buffer t % kAnWgBufs (0, 1: the key buffers; 2..5: the Q space),
+  // loaded kAnWgBufs - 1 tiles ahead.
   extern __shared__ __align__(128) char smem[];
-  const uint32_t sQa = SmemAddr(smem);  // [kAnPair][kAnRows][kD]
-  const uint32_t sKa = (sQa + kAnPair * kQBytes + 1023u) & ~1023u;  // [2][AnKeyOff layout]
-  float* sMax = reinterpret_cast<float*>(smem + (sKa - sQa) + 2 * kKBytes);
+  const uint32_t sQa = (SmemAddr(smem) + 1023u) & ~1023u;
+  char* const qsm = smem + (sQa - SmemAddr(smem));
+  const uint32_t sKa = sQa + kAnPair * kQBytes;
+  float* sMax = reinterpret_cast<float*>(qsm + kAnPair * kQBytes + 2 * kKBytes);
+  static_assert(kAnPair * kQBytes == (kAnWgBufs - 2) * kKBytes, "the Q space holds 4 key tiles");
+  auto buf_of = [&](int t) {
+    const int b = t % kAnWgBufs;
+    return b < 2 ? sKa + b * kKBytes : sQa + (b - 2) * kKBytes;
+  };
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2;
@@ -383,7 +396,7 @@ __global__ void __launch_bounds__(kAnThreads, 2) AnAnchorWgKernel(AnArgs a) {
     auto issue = [&](int t) {
       int start, n;
       tile_span(t, start, n);
-      const uint32_t dst = sKa + (t & 1) * kKBytes + k_off0;
+      const uint32_t dst = buf_of(t) + k_off0;
       const char* row0 = k_base + static_cast<int64_t>(start) * k_row_bytes;
       const char* src = row0 + static_cast<int64_t>(k_r0) * k_row_bytes;
       if (n == kAnTileN) {
@@ -401,7 +414,11 @@ __global__ void __launch_bounds__(kAnThreads, 2) AnAnchorWgKernel(AnArgs a) {
         }
       }
     };
+    // One commit group per key tile (empty past the last): Q with tile 0, tile 1; then, once the
+    // Q space is free, tiles 2 .. kAnWgBufs - 2; tile t + kAnWgBufs - 1 at the top of tile t.
     if (ntiles > 0) issue(0);
+    CpAsyncCommit();
+    if (ntiles > 1) issue(1);
     CpAsyncCommit();
 
     const bool active = sub < nsub;
@@ -412,29 +429,53 @@ __global__ void __launch_bounds__(kAnThreads, 2) AnAnchorWgKernel(AnArgs a) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) pos_r[i] = geo.first_pos + wrow + 64 * (i >> 1) + g + 8 * (i & 1);
     uint32_t qf[2][kKS][4];
-    if (ntiles == 0) CpAsyncWait<0>();
+    CpAsyncWait<1>();  // Q and tile 0
+    __syncthreads();
+    if (active) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int ks = 0; ks < kKS; ++ks) LoadA(sQw, wrow + 64 * h, ks, kCh, lane, qf[h][ks]);
+      }
+    }
+    // Pooled scaled query: the CPU's float sums in row order (AnAnchorKernel's, before the keys
+    // here: the Q space then takes key tiles).
+    {
+      const float scale = a.softmax_scale;
+      for (int i = tid; i < nsub * kD; i += kAnThreads) {
+        const int u = i / kD, c = i - u * kD;
+        const char* q = qsm + u * kQBytes;
+        float acc = 0.f;
+        for (int r = 0; r < rows; ++r) {
+          const T v = *reinterpret_cast<const T*>(q + TileElemOff(r, c, kCh));
+          acc = __fadd_rn(acc, __fmul_rn(ToF(v), scale));
+        }
+        const int64_t out = static_cast<int64_t>(first + u) * a.num_blocks + block;
+        a.qbar[out * kD + c] = __fdiv_rn(acc, static_cast<float>(rows));
+      }
+    }
+    __syncthreads();  // every read of the Q tiles is done
+#pragma unroll
+    for (int t = 2; t < kAnWgBufs - 1; ++t) {
+      if (t < ntiles) issue(t);
+      CpAsyncCommit();
+    }
 
     for (int t = 0; t < ntiles; ++t) {
-      // Tile t has landed (this thread's copies, then the barrier for everyone's), visible to
-      // wgmma (fence.proxy.async); every warpgroup is past tile t - 1, whose buffer takes t + 1.
-      CpAsyncWait<0>();
+      // Tile t has landed (this thread's copies, then the barrier for everyone's; tiles t + 1 ..
+      // t + kAnWgBufs - 2 may still be in flight), visible to wgmma (fence.proxy.async); every
+      // warpgroup is past tile t - 1, whose buffer takes tile t + kAnWgBufs - 1.
+      CpAsyncWait<kAnWgBufs - 2>();
 #if SPATTN_AN_SM90A
       asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 #endif
       __syncthreads();
-      if (t + 1 < ntiles) issue(t + 1);
+      if (t + kAnWgBufs - 1 < ntiles) issue(t + kAnWgBufs - 1);
       CpAsyncCommit();
-      if (t == 0 && active) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-#pragma unroll
-          for (int ks = 0; ks < kKS; ++ks) LoadA(sQw, wrow + 64 * h, ks, kCh, lane, qf[h][ks]);
-        }
-      }
       int start, n;
       tile_span(t, start, n);
       if (active) {
-        const uint32_t kst = sKa + (t & 1) * kKBytes;
+        const uint32_t kst = buf_of(t);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           // Warpgroup-uniform skips: rows past the block, or causal keys past every row of the
@@ -477,26 +518,14 @@ __global__ void __launch_bounds__(kAnThreads, 2) AnAnchorWgKernel(AnArgs a) {
       }
     }
     __syncthreads();
-    // x_a and the pooled scaled query: AnAnchorKernel's sums, same order.
+    // x_a: AnAnchorKernel's double sum in row order.
     if (lane == 0 && warp < nsub) {
       double sum = 0;
       for (int r = 0; r < rows; ++r) sum += sMax[warp * kAnRows + r];
       a.xa[static_cast<int64_t>(first + warp) * a.num_blocks + block] =
           static_cast<float>(sum / rows);
     }
-    const float scale = a.softmax_scale;
-    for (int i = tid; i < nsub * kD; i += kAnThreads) {
-      const int u = i / kD, c = i - u * kD;
-      const char* q = smem + u * kQBytes;
-      float acc = 0.f;
-      for (int r = 0; r < rows; ++r) {
-        const T v = *reinterpret_cast<const T*>(q + TileElemOff(r, c, kCh));
-        acc = __fadd_rn(acc, __fmul_rn(ToF(v), scale));
-      }
-      const int64_t out = static_cast<int64_t>(first + u) * a.num_blocks + block;
-      a.qbar[out * kD + c] = __fdiv_rn(acc, static_cast<float>(rows));
-    }
-    __syncthreads();  // the next sweep reuses the Q tiles and sMax
+    __syncthreads();  // the next sweep reuses the Q space and sMax
   }
 }
 
