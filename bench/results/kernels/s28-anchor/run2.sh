@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # s28-anchor run 2 (kept short: the helper's device share): build_index_gpu_test's anchor cases
-# on the new binary (six key buffers), then spattn-bench anchor 32K PROFILE base / new2 (0d12f43:
-# two key buffers) / new (six), 32K NP new, 128K PROFILE new / base.
+# on the new binary (six key buffers), then spattn-bench anchor 32K PROFILE base / new (six) /
+# new2 (0d12f43: two key buffers), 128K PROFILE new.
 set -u
 cd "$(dirname "$0")"
 W=/tmp/s28anchor && rm -rf "$W" && mkdir -p "$W/bin" && tar -xJf lib.tar.xz -C "$W"
@@ -35,11 +35,9 @@ bench() {  # variant len repeat recall_rows env...
 }
 P=SPATTN_GPU_BUILDER_PROFILE=1
 bench base 32768 7 16 $P
-bench new2 32768 7 16 $P
 bench new 32768 7 16 $P
-bench newNP 32768 7 16 X=1
+bench new2 32768 7 16 $P
 bench new 131072 3 4 $P
-bench base 131072 3 4 $P
 python3 - "$OUT/raw" <<'PY' | tee "$OUT/shares.txt"
 import json, sys, os
 for v in ("base", "new2", "new", "newNP"):
