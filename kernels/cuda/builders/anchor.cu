@@ -1,8 +1,9 @@
 // AnchorAttention (seed 002) on the GPU, the twin of kernels/builders/anchor.cc:
 //  1. Anchor pass, one CTA per (pair of slots, query block): the max of q.k * scale of every row
-//     over the init keys [0, r1) and the group's local window [gfp, row) (tensor-core tiles),
-//     averaged over the block (x_a), and the block's mean scaled query (the CPU's float sums, same
-//     order).
+//     over the init keys [0, r1) and the group's local window [gfp, row) (tensor-core tiles:
+//     wgmma on sm_90a, AnAnchorWgKernel; mma.sync elsewhere and with SPATTN_ANCHOR_WGMMA=0,
+//     AnAnchorKernel), averaged over the block (x_a), and the block's mean scaled query (the
+//     CPU's float sums, same order).
 //  2. Stripe scan: a GEMM of the pooled queries (split into bf16 hi + lo, so the products keep
 //     ~16 mantissa bits) against the keys between the init keys and each group's window; a key
 //     is kept for a group when some pooled query of the group has x_a - qbar.k <= theta. Kept
@@ -214,8 +215,8 @@ __global__ void __launch_bounds__(kAnThreads, 2) AnAnchorKernel(AnArgs a) {
 // ---- Anchor pass by wgmma (sm_90a; AnchorKnobs().wgmma, anchor_knobs.h) ----
 //
 // The CTA of AnAnchorKernel (one per (pair of slots, query block), 256 threads, two CTAs per SM),
-// its Q tiles (same layout, read by ldmatrix into the mma.sync A fragments, and by the x_a / qbar
-// tail) and its products bit for bit, from one warpgroup instruction stream per slot: warpgroup u
+// its Q tiles (same layout, read by ldmatrix into the mma.sync A fragments and by the pooled-query
+// sums) and its products bit for bit, from one warpgroup instruction stream per slot: warpgroup u
 // (warps 4 u .. 4 u + 3) takes slot u's 128 rows as two m64 halves, warp w's 16 rows of half h
 // (rows 64 h + 16 (w % 4) ..) are its rows of an m64n64k16 wgmma whose A operand is the warp's Q
 // fragments in registers (the mma.sync A layout: the RS form reads them) and whose B operand is
@@ -223,11 +224,14 @@ __global__ void __launch_bounds__(kAnThreads, 2) AnAnchorKernel(AnArgs a) {
 // acc[n-tile][fragment] layout (d[4 nt + e]), each k step added in k order: the same sums (the
 // wgmma and mma.sync products of sampled_lines compare equal bit for bit, sampled_lines_gpu_test;
 // here build_index_gpu_test's WgmmaAnchorPassIsTheMmaSyncPass compares x_a and qbar; the sign of
-// a zero sum aside, AnTileWg). Per warp and
-// 64-key tile 16 instructions instead of 128 mma.sync + 32 ldmatrix.x4, and the tile read from
-// shared memory once per warpgroup instead of once per warp. The key tiles are stored in the
-// 128-byte swizzle layout the descriptor describes: [kD / 64 sub-tiles][64 keys][128 bytes],
-// 16-byte chunk index XOR key % 8 (AnKeyOff), at a 1024-byte aligned base.
+// a zero sum aside, AnTileWg). Per warp and 64-key tile 16 instructions instead of 128 mma.sync +
+// 32 ldmatrix.x4, and the tile read from shared memory once per warpgroup instead of once per
+// warp. The key tiles are stored in the 128-byte swizzle layout the descriptor describes:
+// [kD / 64 sub-tiles][64 keys][128 bytes], 16-byte chunk index XOR key % 8 (AnKeyOff), at
+// 1024-byte aligned bases. The pooled queries are summed before the key loop, so that the Q
+// tiles' space takes four key tiles once the warps hold their fragments: six key buffers, each
+// tile loaded five tiles ahead (two buffers, one ahead, ran the pass in 2.10 ms at 32K on an H100,
+// six in 1.37; kernels/cuda/NOTES.md "Session 28 — s28-anchor").
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define SPATTN_AN_SM90A 1
 #else
@@ -369,7 +373,7 @@ __global__ void __launch_bounds__(kAnThreads, 2) AnAnchorWgKernel(AnArgs a) {
       n = min(kAnTileN, hi - start);
     }
   };
-  const int sub = warp >> 2;       // warpgroup = slot of the sweep
+  const int sub = warp >> 2;         // warpgroup = slot of the sweep
   const int wrow = (warp & 3) * 16;  // the warp's rows in each half: wrow + 64 h ..
   const int k_r0 = tid / kCh, k_ch = tid % kCh;
   const uint32_t k_off0 = AnKeyOff(k_r0, k_ch);
@@ -390,9 +394,9 @@ __global__ void __launch_bounds__(kAnThreads, 2) AnAnchorWgKernel(AnArgs a) {
           },
           tid, kAnThreads);
     }
-    const char* k_base = reinterpret_cast<const char*>(kg + static_cast<int64_t>(k_tok0) *
-                                                               p.k_token_stride) +
-                         k_ch * 16;
+    const char* k_base =
+        reinterpret_cast<const char*>(kg + static_cast<int64_t>(k_tok0) * p.k_token_stride) +
+        k_ch * 16;
     auto issue = [&](int t) {
       int start, n;
       tile_span(t, start, n);

@@ -155,10 +155,10 @@ absl::StatusOr<SparseIndexView> BuildAnchor(const BuildScope& env, const Attenti
           "anchor x_a capture");
     }
     if (knobs.capture_qbar != nullptr && nq > 0) {
-      SPATTN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(knobs.capture_qbar->data(), an.qbar,
-                                                  nq * sizeof(float), cudaMemcpyDeviceToHost,
-                                                  env.stream),
-                                  "anchor qbar capture");
+      SPATTN_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(knobs.capture_qbar->data(), an.qbar, nq * sizeof(float),
+                          cudaMemcpyDeviceToHost, env.stream),
+          "anchor qbar capture");
     }
     SPATTN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(env.stream), "anchor capture");
   }

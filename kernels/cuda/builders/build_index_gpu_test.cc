@@ -1032,7 +1032,6 @@ TEST(BuildIndexOnGpuErrorsTest, AssembledBuildersAnswerPreciseCodes) {
             absl::StatusCode::kResourceExhausted);
 }
 
-
 // Session 28 (s28-anchor): the anchor pass by wgmma (AnchorKnobs().wgmma, compute capability 9.0)
 // computes the mma.sync pass's pooled anchors x_a and pooled scaled queries exactly (the same
 // products, maxima and sums; compared as floats, so +0 and -0 are equal: wgmma's first k step
@@ -1060,8 +1059,9 @@ TEST(BuildIndexOnGpuAnchorTest, WgmmaAnchorPassIsTheMmaSyncPass) {
     for (const MethodConfig& config : mc.configs) {
       for (const std::vector<int>& heads : {AllHeads(sh.hq), std::vector<int>{sh.hq - 1, 0}}) {
         for (int block_m : {64, 128}) {
-          const std::string what = absl::StrCat(config.DebugString(), " block_m=", block_m,
-                                                " heads=", heads.size(), " ", Describe(hp->problem()));
+          const std::string what =
+              absl::StrCat(config.DebugString(), " block_m=", block_m, " heads=", heads.size(), " ",
+                           Describe(hp->problem()));
           SparseIndex wg, ms;
           std::vector<float> xa_wg, qbar_wg, xa_ms, qbar_ms;
           knobs.wgmma = true;

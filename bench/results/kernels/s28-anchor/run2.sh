@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # s28-anchor run 2 (kept short: the helper's device share): build_index_gpu_test's anchor cases
 # on the new binary (six key buffers), then spattn-bench anchor 32K PROFILE base / new (six) /
-# new2 (0d12f43: two key buffers), 128K PROFILE new.
+# new2 (0d12f43: two key buffers; dropped before the call for the device share, not run), 128K
+# PROFILE new (STOP_AFTER=24).
 set -u
 cd "$(dirname "$0")"
 W=/tmp/s28anchor && rm -rf "$W" && mkdir -p "$W/bin" && tar -xJf lib.tar.xz -C "$W"
@@ -36,7 +37,6 @@ bench() {  # variant len repeat recall_rows env...
 P=SPATTN_GPU_BUILDER_PROFILE=1
 bench base 32768 7 16 $P
 bench new 32768 7 16 $P
-bench new2 32768 7 16 $P
 bench new 131072 3 4 $P
 python3 - "$OUT/raw" <<'PY' | tee "$OUT/shares.txt"
 import json, sys, os
