@@ -1,13 +1,17 @@
 // AnchorAttention (seed 002) on the GPU, the twin of kernels/builders/anchor.cc:
 //  1. Anchor pass, one CTA per (pair of slots, query block): the max of q.k * scale of every row
-//     over the init keys [0, r1) and the group's local window [gfp, row) (tensor-core tiles),
-//     averaged over the block (x_a), and the block's mean scaled query (the CPU's float sums, same
-//     order).
+//     over the init keys [0, r1) and the group's local window [gfp, row) (tensor-core tiles:
+//     wgmma on sm_90a, AnAnchorWgKernel; mma.sync elsewhere and with SPATTN_ANCHOR_WGMMA=0,
+//     AnAnchorKernel), averaged over the block (x_a), and the block's mean scaled query (the
+//     CPU's float sums, same order).
 //  2. Stripe scan: a GEMM of the pooled queries (split into bf16 hi + lo, so the products keep
 //     ~16 mantissa bits) against the keys between the init keys and each group's window; a key
 //     is kept for a group when some pooled query of the group has x_a - qbar.k <= theta. Kept
 //     keys go to a bitmap per group.
 //  3. Assembly: init range, the group's local range and its kept keys (as columns) per row.
+#include <cstdlib>
+
+#include "kernels/cuda/builders/anchor_knobs.h"
 #include "kernels/cuda/builders/assembled_common.cuh"
 
 namespace spattn {
@@ -208,6 +212,327 @@ __global__ void __launch_bounds__(kAnThreads, 2) AnAnchorKernel(AnArgs a) {
   }
 }
 
+// ---- Anchor pass by wgmma (sm_90a; AnchorKnobs().wgmma, anchor_knobs.h) ----
+//
+// The CTA of AnAnchorKernel (one per (pair of slots, query block), 256 threads, two CTAs per SM),
+// its Q tiles (same layout, read by ldmatrix into the mma.sync A fragments and by the pooled-query
+// sums) and its products bit for bit, from one warpgroup instruction stream per slot: warpgroup u
+// (warps 4 u .. 4 u + 3) takes slot u's 128 rows as two m64 halves, warp w's 16 rows of half h
+// (rows 64 h + 16 (w % 4) ..) are its rows of an m64n64k16 wgmma whose A operand is the warp's Q
+// fragments in registers (the mma.sync A layout: the RS form reads them) and whose B operand is
+// the key tile read from shared memory by a descriptor. Its accumulators are mma.sync's
+// acc[n-tile][fragment] layout (d[4 nt + e]), each k step added in k order: the same sums (the
+// wgmma and mma.sync products of sampled_lines compare equal bit for bit, sampled_lines_gpu_test;
+// here build_index_gpu_test's WgmmaAnchorPassIsTheMmaSyncPass compares x_a and qbar; the sign of
+// a zero sum aside, AnTileWg). Per warp and 64-key tile 16 instructions instead of 128 mma.sync +
+// 32 ldmatrix.x4, and the tile read from shared memory once per warpgroup instead of once per
+// warp. The key tiles are stored in the 128-byte swizzle layout the descriptor describes:
+// [kD / 64 sub-tiles][64 keys][128 bytes], 16-byte chunk index XOR key % 8 (AnKeyOff), at
+// 1024-byte aligned bases. The pooled queries are summed before the key loop, so that the Q
+// tiles' space takes four key tiles once the warps hold their fragments: six key buffers, each
+// tile loaded five tiles ahead (two buffers, one ahead, ran the pass in 2.10 ms at 32K on an H100,
+// six in 1.37; kernels/cuda/NOTES.md "Session 28 — s28-anchor").
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define SPATTN_AN_SM90A 1
+#else
+#define SPATTN_AN_SM90A 0
+#endif
+
+// Byte offset of 16-byte chunk `ch` of key row `r` in a wgmma-layout tile of 64 keys.
+__device__ __forceinline__ uint32_t AnKeyOff(int r, int ch) {
+  return static_cast<uint32_t>((ch >> 3) * (kAnTileN * 128) + r * 128 +
+                               (((ch & 7) ^ (r & 7)) * 16));
+}
+
+template <typename T>
+struct AnWg;
+#if SPATTN_AN_SM90A
+// Shared-memory matrix descriptor, 128-byte swizzle, K-major: 8-row core-matrix groups 1024
+// bytes apart (the leading offset is unused for this layout).
+__device__ __forceinline__ uint64_t AnSmemDesc(uint32_t addr) {
+  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(16 >> 4) << 16) |
+         (static_cast<uint64_t>(1024 >> 4) << 32) | (uint64_t{1} << 62);
+}
+// m64n64k16, A from registers, B K-major from shared memory (imm-trans-b 0): d = a * b, plus d
+// when scale_d != 0.
+#define SPATTN_AN_WG_RS(TY, PTXT)                                                              \
+  template <>                                                                                  \
+  struct AnWg<TY> {                                                                            \
+    static __device__ __forceinline__ void Run(float (&d)[8][4], const uint32_t (&a)[4],       \
+                                               uint64_t desc, int scale_d) {                   \
+      asm volatile(                                                                            \
+          "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                         \
+          "wgmma.mma_async.sync.aligned.m64n64k16.f32." PTXT "." PTXT                          \
+          " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, " \
+          "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "            \
+          "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"                                        \
+          : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]),         \
+            "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]),         \
+            "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]),         \
+            "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),         \
+            "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]),         \
+            "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),         \
+            "+f"(d[7][2]), "+f"(d[7][3])                                                       \
+          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d));              \
+    }                                                                                          \
+  };
+SPATTN_AN_WG_RS(__nv_bfloat16, "bf16")
+SPATTN_AN_WG_RS(__half, "f16")
+#undef SPATTN_AN_WG_RS
+#endif
+
+// The products of a warpgroup's m64 half against the key tile at `ks` (AnKeyOff layout, 1024-byte
+// aligned): issue, commit, wait. Every thread of the warpgroup calls it. The first k step does
+// not add the accumulators (scale-d 0; no zeroing instructions): mma.sync adds its first products
+// to +0, so a sum of products that is -0 here is +0 there; no maximum, x_a or stripe comparison
+// downstream tells them apart (fmaxf of +-0 and the x_a sums differ at most in the sign of a zero,
+// and xa - s <= theta reads +0 and -0 alike), so the index is the same.
+template <typename T, int kD>
+__device__ __forceinline__ void AnTileWg(const uint32_t (&qf)[kD / 16][4], uint32_t ks,
+                                         float (&acc)[8][4]) {
+#if SPATTN_AN_SM90A
+  // The descriptor of k step kk is the tile's plus the step's byte offset / 16 (in the address
+  // field: tile + offset stays below 2^18).
+  const uint64_t desc0 = AnSmemDesc(ks);
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+  for (int kk = 0; kk < kD / 16; ++kk) {
+    AnWg<T>::Run(acc, qf[kk], desc0 + (((kk >> 2) * (kAnTileN * 128) + (kk & 3) * 32) >> 4),
+                 kk > 0 ? 1 : 0);
+  }
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(acc[nt][e])::"memory");
+  }
+#else
+  __trap();
+#endif
+}
+
+constexpr int kAnWgBufs = 6;  // key buffers of the wgmma pass (2 + 4 in the Q tiles' space)
+
+template <int kD>
+constexpr int AnAnchorWgSmemBytes() {
+  return kAnPair * kAnRows * kD * 2 + 1024 + 2 * kAnTileN * kD * 2 + kAnPair * kAnRows * 4;
+}
+
+template <typename T, int kD>
+__global__ void __launch_bounds__(kAnThreads, 2) AnAnchorWgKernel(AnArgs a) {
+  constexpr int kCh = kD / 8;
+  constexpr int kKS = kD / 16;
+  constexpr int kQBytes = kAnRows * kD * 2;
+  constexpr int kKBytes = kAnTileN * kD * 2;
+  // Key copies from per-thread bases: chunk k_ch of rows k_r0 + m * kRowStep.
+  constexpr int kRowStep = kAnThreads / kCh;              // 16 (d 128) or 32 (d 64)
+  constexpr int kKeyIters = kAnTileN * kCh / kAnThreads;  // 4 or 2
+  static_assert(kRowStep % 8 == 0 && kKeyIters * kAnThreads == kAnTileN * kCh, "key copies");
+  // Shared memory from a 1024-byte aligned base: the Q tiles [kAnPair][kAnRows][kD] (swizzled as
+  // AnAnchorKernel's), two key buffers (AnKeyOff layout), the row maxima. Once the warps have
+  // their Q fragments and the pooled queries are written, the Q tiles' space holds four more key
+  // buffers: key tile t goes to buffer t % kAnWgBufs (0, 1: the key buffers; 2..5: the Q space),
+  // loaded kAnWgBufs - 1 tiles ahead.
+  extern __shared__ __align__(128) char smem[];
+  const uint32_t sQa = (SmemAddr(smem) + 1023u) & ~1023u;
+  char* const qsm = smem + (sQa - SmemAddr(smem));
+  const uint32_t sKa = sQa + kAnPair * kQBytes;
+  float* sMax = reinterpret_cast<float*>(qsm + kAnPair * kQBytes + 2 * kKBytes);
+  static_assert(kAnPair * kQBytes == (kAnWgBufs - 2) * kKBytes, "the Q space holds 4 key tiles");
+  auto buf_of = [&](int t) {
+    const int b = t % kAnWgBufs;
+    return b < 2 ? sKa + b * kKBytes : sQa + (b - 2) * kKBytes;
+  };
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2;
+  const int t4 = lane & 3;
+  const int pair = blockIdx.x / a.num_blocks;
+  const int block = blockIdx.x - pair * a.num_blocks;
+  const BlockGeoDev geo = a.geo[block];
+  const AttnParams& p = a.p;
+  const int s0 = kAnPair * pair;
+  const bool has1 = s0 + 1 < a.num_slots;
+  const bool shared_kv = has1 && a.heads[s0] / p.group == a.heads[s0 + 1] / p.group;
+  const int sweeps = has1 && !shared_kv ? 2 : 1;
+  const int q_tok0 = p.cu_seqlens_q[geo.seq];
+  const int k_tok0 = p.cu_seqlens_k[geo.seq];
+  const int rows = geo.q_end - geo.q_begin;
+  const AnGroup grp = a.groups[s0 * a.groups_per_slot + a.group_of_block[block]];
+  const int r1 = grp.r1;
+  const int hi = p.causal ? geo.last_pos + 1 : grp.r2_end;
+  const int t1 = (r1 + kAnTileN - 1) / kAnTileN;
+  const int ntiles = t1 + (hi > grp.gfp ? (hi - grp.gfp + kAnTileN - 1) / kAnTileN : 0);
+  auto tile_span = [&](int t, int& start, int& n) {
+    if (t < t1) {
+      start = t * kAnTileN;
+      n = min(kAnTileN, r1 - start);
+    } else {
+      start = grp.gfp + (t - t1) * kAnTileN;
+      n = min(kAnTileN, hi - start);
+    }
+  };
+  const int sub = warp >> 2;         // warpgroup = slot of the sweep
+  const int wrow = (warp & 3) * 16;  // the warp's rows in each half: wrow + 64 h ..
+  const int k_r0 = tid / kCh, k_ch = tid % kCh;
+  const uint32_t k_off0 = AnKeyOff(k_r0, k_ch);
+  const int64_t k_row_bytes = p.k_token_stride * static_cast<int64_t>(sizeof(T));
+
+  for (int sweep = 0; sweep < sweeps; ++sweep) {
+    const int first = s0 + sweep;
+    const int nsub = shared_kv ? kAnPair : 1;
+    const int kvh = a.heads[first] / p.group;
+    const T* kg = static_cast<const T*>(p.k) + static_cast<int64_t>(kvh) * p.k_head_stride;
+    for (int u = 0; u < nsub; ++u) {
+      const T* qg =
+          static_cast<const T*>(p.q) + static_cast<int64_t>(a.heads[first + u]) * p.q_head_stride;
+      LoadTileAsync(
+          sQa + u * kQBytes, kAnRows, rows, kCh,
+          [&](int r) {
+            return qg + static_cast<int64_t>(q_tok0 + geo.q_begin + r) * p.q_token_stride;
+          },
+          tid, kAnThreads);
+    }
+    const char* k_base =
+        reinterpret_cast<const char*>(kg + static_cast<int64_t>(k_tok0) * p.k_token_stride) +
+        k_ch * 16;
+    auto issue = [&](int t) {
+      int start, n;
+      tile_span(t, start, n);
+      const uint32_t dst = buf_of(t) + k_off0;
+      const char* row0 = k_base + static_cast<int64_t>(start) * k_row_bytes;
+      const char* src = row0 + static_cast<int64_t>(k_r0) * k_row_bytes;
+      if (n == kAnTileN) {
+#pragma unroll
+        for (int m = 0; m < kKeyIters; ++m) {
+          CpAsync16(dst + m * kRowStep * 128, src, true);
+          src += kRowStep * k_row_bytes;
+        }
+      } else {  // rows past the span zero-filled (their source: the span's row 0, not read)
+#pragma unroll
+        for (int m = 0; m < kKeyIters; ++m) {
+          const bool valid = k_r0 + m * kRowStep < n;
+          CpAsync16(dst + m * kRowStep * 128, valid ? src : row0, valid);
+          src += kRowStep * k_row_bytes;
+        }
+      }
+    };
+    // One commit group per key tile (empty past the last): Q with tile 0, tile 1; then, once the
+    // Q space is free, tiles 2 .. kAnWgBufs - 2; tile t + kAnWgBufs - 1 at the top of tile t.
+    if (ntiles > 0) issue(0);
+    CpAsyncCommit();
+    if (ntiles > 1) issue(1);
+    CpAsyncCommit();
+
+    const bool active = sub < nsub;
+    const uint32_t sQw = sQa + sub * kQBytes;
+    // Unscaled maxima of rows wrow + 64 h + g + 8 i (index 2 h + i), as AnAnchorKernel's.
+    float mx[4] = {kNegInf, kNegInf, kNegInf, kNegInf};
+    int pos_r[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) pos_r[i] = geo.first_pos + wrow + 64 * (i >> 1) + g + 8 * (i & 1);
+    uint32_t qf[2][kKS][4];
+    CpAsyncWait<1>();  // Q and tile 0
+    __syncthreads();
+    if (active) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int ks = 0; ks < kKS; ++ks) LoadA(sQw, wrow + 64 * h, ks, kCh, lane, qf[h][ks]);
+      }
+    }
+    // Pooled scaled query: the CPU's float sums in row order (AnAnchorKernel's, before the keys
+    // here: the Q space then takes key tiles).
+    {
+      const float scale = a.softmax_scale;
+      for (int i = tid; i < nsub * kD; i += kAnThreads) {
+        const int u = i / kD, c = i - u * kD;
+        const char* q = qsm + u * kQBytes;
+        float acc = 0.f;
+        for (int r = 0; r < rows; ++r) {
+          const T v = *reinterpret_cast<const T*>(q + TileElemOff(r, c, kCh));
+          acc = __fadd_rn(acc, __fmul_rn(ToF(v), scale));
+        }
+        const int64_t out = static_cast<int64_t>(first + u) * a.num_blocks + block;
+        a.qbar[out * kD + c] = __fdiv_rn(acc, static_cast<float>(rows));
+      }
+    }
+    __syncthreads();  // every read of the Q tiles is done
+#pragma unroll
+    for (int t = 2; t < kAnWgBufs - 1; ++t) {
+      if (t < ntiles) issue(t);
+      CpAsyncCommit();
+    }
+
+    for (int t = 0; t < ntiles; ++t) {
+      // Tile t has landed (this thread's copies, then the barrier for everyone's; tiles t + 1 ..
+      // t + kAnWgBufs - 2 may still be in flight), visible to wgmma (fence.proxy.async); every
+      // warpgroup is past tile t - 1, whose buffer takes tile t + kAnWgBufs - 1.
+      CpAsyncWait<kAnWgBufs - 2>();
+#if SPATTN_AN_SM90A
+      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+      __syncthreads();
+      if (t + kAnWgBufs - 1 < ntiles) issue(t + kAnWgBufs - 1);
+      CpAsyncCommit();
+      int start, n;
+      tile_span(t, start, n);
+      if (active) {
+        const uint32_t kst = buf_of(t);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          // Warpgroup-uniform skips: rows past the block, or causal keys past every row of the
+          // half.
+          if (64 * h >= rows || (p.causal && start > geo.first_pos + 64 * h + 63)) continue;
+          float s[8][4];
+          AnTileWg<T, kD>(qf[h], kst, s);
+          // Full tiles (every tile but a span's last and the causal diagonal): the maxima without
+          // masks (uniform in a warp but at the diagonal).
+          if (n == kAnTileN && (!p.causal || start + kAnTileN - 1 <= pos_r[2 * h])) {
+#pragma unroll
+            for (int nt = 0; nt < 8; ++nt) {
+              mx[2 * h] = fmaxf(mx[2 * h], fmaxf(s[nt][0], s[nt][1]));
+              mx[2 * h + 1] = fmaxf(mx[2 * h + 1], fmaxf(s[nt][2], s[nt][3]));
+            }
+          } else {
+#pragma unroll
+            for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+              for (int e = 0; e < 4; ++e) {
+                const int col = nt * 8 + 2 * t4 + (e & 1);
+                const int i = 2 * h + (e >> 1);
+                if (col < n && (!p.causal || start + col <= pos_r[i])) {
+                  mx[i] = fmaxf(mx[i], s[nt][e]);
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+    CpAsyncWait<0>();
+    __syncthreads();
+    if (active) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float m = QuadMax(mx[i]);
+        const int r = wrow + 64 * (i >> 1) + g + 8 * (i & 1);
+        if (t4 == 0 && r < rows) sMax[sub * kAnRows + r] = m * a.softmax_scale;
+      }
+    }
+    __syncthreads();
+    // x_a: AnAnchorKernel's double sum in row order.
+    if (lane == 0 && warp < nsub) {
+      double sum = 0;
+      for (int r = 0; r < rows; ++r) sum += sMax[warp * kAnRows + r];
+      a.xa[static_cast<int64_t>(first + warp) * a.num_blocks + block] =
+          static_cast<float>(sum / rows);
+    }
+    __syncthreads();  // the next sweep reuses the Q space and sMax
+  }
+}
+
 // Stripe scan: warp w takes m-tile item.tile_begin + w (16 pooled queries of one group).
 // Two CTAs per SM (128 registers; 12 bytes of spill at d = 128, outside the tile loop). One CTA
 // per SM (156 registers, no spill) took 1.29x as long at 32K and at 128K (H100,
@@ -369,17 +694,19 @@ struct AnSrc {
 
 template <typename T, int kD>
 cudaError_t AnLaunchTyped(const AnArgs& a, cudaStream_t stream) {
-  auto anchor = AnAnchorKernel<T, kD>;
+  const bool wg = AnchorUsesWgmma();
+  auto anchor = wg ? AnAnchorWgKernel<T, kD> : AnAnchorKernel<T, kD>;
+  const int anchor_smem = wg ? AnAnchorWgSmemBytes<kD>() : AnAnchorSmemBytes<kD>();
   auto stripe = AnStripeKernel<T, kD>;
-  cudaError_t err = cudaFuncSetAttribute(anchor, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         AnAnchorSmemBytes<kD>());
+  cudaError_t err =
+      cudaFuncSetAttribute(anchor, cudaFuncAttributeMaxDynamicSharedMemorySize, anchor_smem);
   if (err != cudaSuccess) return err;
   err = cudaFuncSetAttribute(stripe, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              AnStripeSmemBytes<kD>());
   if (err != cudaSuccess) return err;
   const int64_t blocks = static_cast<int64_t>((a.num_slots + kAnPair - 1) / kAnPair) * a.num_blocks;
   if (blocks > 0) {
-    anchor<<<static_cast<unsigned>(blocks), kAnThreads, AnAnchorSmemBytes<kD>(), stream>>>(a);
+    anchor<<<static_cast<unsigned>(blocks), kAnThreads, anchor_smem, stream>>>(a);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
   }
   if (a.anchor_done != nullptr && (err = cudaEventRecord(a.anchor_done, stream)) != cudaSuccess) {
@@ -394,6 +721,26 @@ cudaError_t AnLaunchTyped(const AnArgs& a, cudaStream_t stream) {
 
 }  // namespace
 }  // namespace assembled
+
+AnKnobs& AnchorKnobs() {
+  static AnKnobs knobs = [] {
+    AnKnobs k;
+    if (const char* c = std::getenv("SPATTN_ANCHOR_WGMMA")) k.wgmma = c[0] != '0';
+    return k;
+  }();
+  return knobs;
+}
+
+bool AnchorUsesWgmma() {
+  if (!AnchorKnobs().wgmma) return false;
+  int dev = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return false;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+    return false;
+  }
+  return major == 9 && minor == 0;
+}
 
 cudaError_t LaunchAnchorSelect(const AnArgs& a, cudaStream_t stream) {
   using namespace assembled;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cuda/builders/anchor_knobs.h"
 #include "kernels/cuda/builders/builder_steps.h"
 #include "kernels/cuda/builders/method_builders.h"
 
@@ -141,6 +142,26 @@ absl::StatusOr<SparseIndexView> BuildAnchor(const BuildScope& env, const Attenti
   StageTimer timer(env.stream, "anchor");
   an.anchor_done = timer.Event("anchor");
   SPATTN_CUDA_RETURN_IF_ERROR(LaunchAnchorSelect(an, env.stream), "anchor selection");
+  // Tests (AnchorKnobs): the pooled anchors and queries of this build, downloaded.
+  const AnKnobs& knobs = AnchorKnobs();
+  if (knobs.capture_xa != nullptr || knobs.capture_qbar != nullptr) {
+    const int64_t nq = slot_blocks * p.head_dim;
+    if (knobs.capture_xa != nullptr) knobs.capture_xa->assign(slot_blocks, 0.f);
+    if (knobs.capture_qbar != nullptr) knobs.capture_qbar->assign(nq, 0.f);
+    if (knobs.capture_xa != nullptr && slot_blocks > 0) {
+      SPATTN_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(knobs.capture_xa->data(), an.xa, slot_blocks * sizeof(float),
+                          cudaMemcpyDeviceToHost, env.stream),
+          "anchor x_a capture");
+    }
+    if (knobs.capture_qbar != nullptr && nq > 0) {
+      SPATTN_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(knobs.capture_qbar->data(), an.qbar, nq * sizeof(float),
+                          cudaMemcpyDeviceToHost, env.stream),
+          "anchor qbar capture");
+    }
+    SPATTN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(env.stream), "anchor capture");
+  }
 
   AnAsmArgs asm_args;
   asm_args.geo = an.geo;

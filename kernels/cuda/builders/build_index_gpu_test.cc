@@ -32,6 +32,7 @@
 #include "kernels/host_problem.h"
 #include "kernels/workload/workload.h"
 #ifdef SPATTN_SL_KNOBS
+#include "kernels/cuda/builders/anchor_knobs.h"
 #include "kernels/cuda/builders/sampled_lines_kernels.h"
 #endif
 
@@ -1024,6 +1025,78 @@ TEST(BuildIndexOnGpuErrorsTest, AssembledBuildersAnswerPreciseCodes) {
   an.method = Method::kAnchor;
   EXPECT_EQ(BuildAndDownloadIndex(*tiny, (*dp)->problem(), an, AllHeads(4), 64, &idx).code(),
             absl::StatusCode::kResourceExhausted);
+}
+
+// Session 28 (s28-anchor): the anchor pass by wgmma (AnchorKnobs().wgmma, compute capability 9.0)
+// computes the mma.sync pass's pooled anchors x_a and pooled scaled queries exactly (the same
+// products, maxima and sums; compared as floats, so +0 and -0 are equal: wgmma's first k step
+// does not add a +0 accumulator as mma.sync's does, so an all-(-0) sum may keep its sign, which no
+// comparison downstream reads), and the same index, on every shape and anchor config of the twin
+// cases (random, non-integer Q/K), both head lists, block_m 64 and 128. Off compute capability
+// 9.0 both builds run mma.sync: the test then checks only that the knob changes nothing.
+TEST(BuildIndexOnGpuAnchorTest, WgmmaAnchorPassIsTheMmaSyncPass) {
+  SKIP_WITHOUT_GPU();
+#ifndef SPATTN_SL_KNOBS
+  GTEST_SKIP() << "the GPU anchor builder's knobs exist only in CUDA builds";
+#else
+  auto engine = MakeEngine(int64_t{512} << 20);
+  ASSERT_NE(engine, nullptr);
+  cuda::AnKnobs& knobs = cuda::AnchorKnobs();
+  const cuda::AnKnobs saved = knobs;
+  const MethodCases mc = CasesFor(Method::kAnchor);
+  uint64_t seed = 2801;
+  int64_t compared = 0;
+  for (const Shape& sh : Shapes()) {
+    auto hp = MakeProblem(sh.q, sh.k, sh.hq, sh.hkv, sh.d, sh.dtype, sh.causal, ++seed,
+                          /*integer_qk=*/false);
+    auto dp = DeviceProblem::Create(engine->device(), *hp);
+    ASSERT_TRUE(dp.ok()) << dp.status();
+    for (const MethodConfig& config : mc.configs) {
+      for (const std::vector<int>& heads : {AllHeads(sh.hq), std::vector<int>{sh.hq - 1, 0}}) {
+        for (int block_m : {64, 128}) {
+          const std::string what =
+              absl::StrCat(config.DebugString(), " block_m=", block_m, " heads=", heads.size(), " ",
+                           Describe(hp->problem()));
+          SparseIndex wg, ms;
+          std::vector<float> xa_wg, qbar_wg, xa_ms, qbar_ms;
+          knobs.wgmma = true;
+          knobs.capture_xa = &xa_wg;
+          knobs.capture_qbar = &qbar_wg;
+          BuildOnGpu(*engine, *hp, **dp, config, heads, block_m, nullptr, what, &wg);
+          engine->ReleaseIndexes();
+          knobs.wgmma = false;
+          knobs.capture_xa = &xa_ms;
+          knobs.capture_qbar = &qbar_ms;
+          BuildOnGpu(*engine, *hp, **dp, config, heads, block_m, nullptr, what, &ms);
+          engine->ReleaseIndexes();
+          knobs = saved;
+          if (::testing::Test::HasFatalFailure()) return;
+          ASSERT_EQ(xa_wg.size(), xa_ms.size()) << what;
+          ASSERT_EQ(qbar_wg.size(), qbar_ms.size()) << what;
+          int64_t xa_diff = 0, qbar_diff = 0;
+          for (size_t i = 0; i < xa_wg.size(); ++i) {
+            xa_diff += !(xa_wg[i] == xa_ms[i]);
+          }
+          for (size_t i = 0; i < qbar_wg.size(); ++i) {
+            qbar_diff += !(qbar_wg[i] == qbar_ms[i]);
+          }
+          EXPECT_EQ(xa_diff, 0) << what;
+          EXPECT_EQ(qbar_diff, 0) << what;
+          compared += static_cast<int64_t>(xa_wg.size());
+          EXPECT_EQ(wg.block_offsets, ms.block_offsets) << what;
+          EXPECT_EQ(wg.range_indptr, ms.range_indptr) << what;
+          EXPECT_EQ(wg.range_start, ms.range_start) << what;
+          EXPECT_EQ(wg.range_len, ms.range_len) << what;
+          EXPECT_EQ(wg.col_indptr, ms.col_indptr) << what;
+          EXPECT_EQ(wg.col_idx, ms.col_idx) << what;
+        }
+      }
+    }
+  }
+  printf("anchor wgmma vs mma.sync: %lld pooled anchors compared (wgmma on this device: %d)\n",
+         static_cast<long long>(compared), static_cast<int>(cuda::AnchorUsesWgmma()));
+  EXPECT_GT(compared, 0);
+#endif
 }
 
 }  // namespace

@@ -1,0 +1,30 @@
+// Comparison knobs of the GPU AnchorAttention builder (anchor.cu, anchor_host.cc), read from the
+// environment once per process (at first use): SPATTN_ANCHOR_WGMMA (=0: the anchor pass by
+// mma.sync, main's before session 28, instead of wgmma on a compute capability 9.0 device; the
+// same x_a and pooled queries bit for bit, build_index_gpu_test's
+// BuildIndexOnGpuAnchorTest.WgmmaAnchorPassIsTheMmaSyncPass). Tests change them through the
+// returned reference, between builds only.
+#ifndef SPATTN_KERNELS_CUDA_BUILDERS_ANCHOR_KNOBS_H_
+#define SPATTN_KERNELS_CUDA_BUILDERS_ANCHOR_KNOBS_H_
+
+#include <vector>
+
+namespace spattn {
+namespace cuda {
+
+struct AnKnobs {
+  bool wgmma = true;
+  // Tests: when set, each build copies its pooled anchors x_a ([slot][block]) and pooled scaled
+  // queries ([slot][block][head_dim]) here (a synchronizing download; not for timing).
+  std::vector<float>* capture_xa = nullptr;
+  std::vector<float>* capture_qbar = nullptr;
+};
+AnKnobs& AnchorKnobs();
+// The anchor pass runs the wgmma kernel: AnchorKnobs().wgmma on a compute capability 9.0 device
+// (whose sm_90a image has it); elsewhere the mma.sync kernel.
+bool AnchorUsesWgmma();
+
+}  // namespace cuda
+}  // namespace spattn
+
+#endif  // SPATTN_KERNELS_CUDA_BUILDERS_ANCHOR_KNOBS_H_
