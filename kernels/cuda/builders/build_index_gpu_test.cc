@@ -1083,12 +1083,7 @@ TEST(BuildIndexOnGpuAnchorTest, WgmmaAnchorPassIsTheMmaSyncPass) {
           EXPECT_EQ(xa_diff, 0) << what;
           EXPECT_EQ(qbar_diff, 0) << what;
           compared += static_cast<int64_t>(xa_wg.size());
-          EXPECT_EQ(wg.block_offsets, ms.block_offsets) << what;
-          EXPECT_EQ(wg.range_indptr, ms.range_indptr) << what;
-          EXPECT_EQ(wg.range_start, ms.range_start) << what;
-          EXPECT_EQ(wg.range_len, ms.range_len) << what;
-          EXPECT_EQ(wg.col_indptr, ms.col_indptr) << what;
-          EXPECT_EQ(wg.col_idx, ms.col_idx) << what;
+          ExpectSameIndex(wg, ms, what, /*with_offsets=*/true);
         }
       }
     }
