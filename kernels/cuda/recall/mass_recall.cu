@@ -5,6 +5,7 @@
 #include <cfloat>
 #include <cstdint>
 
+#include "kernels/cuda/common/lower_bound.h"
 #include "kernels/cuda/recall/mass_recall.h"
 
 namespace spattn {
@@ -59,16 +60,10 @@ __device__ float BlockSum(float v, float* scratch) {
 }
 
 // Lower bound of `key` in sorted a[lo, hi).
+// The first column of [lo, hi) (a row's sorted columns) at or above `key`; lo and hi are offsets
+// into the whole col_idx, up to 2^31 - 1 (LowerBoundBy's midpoint does not overflow there).
 __device__ int LowerBound(const int32_t* a, int lo, int hi, int key) {
-  while (lo < hi) {
-    const int mid = (lo + hi) >> 1;
-    if (a[mid] < key) {
-      lo = mid + 1;
-    } else {
-      hi = mid;
-    }
-  }
-  return lo;
+  return LowerBoundBy(lo, hi, [a, key](int i) { return a[i] < key; });
 }
 
 template <typename T, int D>
