@@ -44,6 +44,9 @@ import json, sys
 for l in open(sys.argv[1]):
     try: d = json.loads(l)
     except Exception: continue
+    if "error" in d:
+        print(f"{d['method']:28s} {d['seq_len']}/{d.get('q_len')}: error {d['error']}")
+        continue
     print(f"{d['method']:28s} {d['seq_len']}/{d.get('q_len')}: index {d['index_build_ms']:.2f} kernel "
           f"{d['kernel_ms']:.2f} density {d['density']:.4f} recall {d['recall']:.4f} head min "
           f"{d.get('recall_head_min', 0):.4f}")
