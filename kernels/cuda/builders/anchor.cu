@@ -13,6 +13,7 @@
 
 #include "kernels/cuda/builders/anchor_knobs.h"
 #include "kernels/cuda/builders/assembled_common.cuh"
+#include "kernels/cuda/common/wgmma_tile64.cuh"
 
 namespace spattn {
 namespace cuda {
@@ -244,43 +245,6 @@ __device__ __forceinline__ uint32_t AnKeyOff(int r, int ch) {
                                (((ch & 7) ^ (r & 7)) * 16));
 }
 
-template <typename T>
-struct AnWg;
-#if SPATTN_AN_SM90A
-// Shared-memory matrix descriptor, 128-byte swizzle, K-major: 8-row core-matrix groups 1024
-// bytes apart (the leading offset is unused for this layout).
-__device__ __forceinline__ uint64_t AnSmemDesc(uint32_t addr) {
-  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(16 >> 4) << 16) |
-         (static_cast<uint64_t>(1024 >> 4) << 32) | (uint64_t{1} << 62);
-}
-// m64n64k16, A from registers, B K-major from shared memory (imm-trans-b 0): d = a * b, plus d
-// when scale_d != 0.
-#define SPATTN_AN_WG_RS(TY, PTXT)                                                              \
-  template <>                                                                                  \
-  struct AnWg<TY> {                                                                            \
-    static __device__ __forceinline__ void Run(float (&d)[8][4], const uint32_t (&a)[4],       \
-                                               uint64_t desc, int scale_d) {                   \
-      asm volatile(                                                                            \
-          "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                         \
-          "wgmma.mma_async.sync.aligned.m64n64k16.f32." PTXT "." PTXT                          \
-          " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, " \
-          "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "            \
-          "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"                                        \
-          : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]),         \
-            "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]),         \
-            "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]),         \
-            "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),         \
-            "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]),         \
-            "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),         \
-            "+f"(d[7][2]), "+f"(d[7][3])                                                       \
-          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d));              \
-    }                                                                                          \
-  };
-SPATTN_AN_WG_RS(__nv_bfloat16, "bf16")
-SPATTN_AN_WG_RS(__half, "f16")
-#undef SPATTN_AN_WG_RS
-#endif
-
 // The products of a warpgroup's m64 half against the key tile at `ks` (AnKeyOff layout, 1024-byte
 // aligned): issue, commit, wait. Every thread of the warpgroup calls it. The first k step does
 // not add the accumulators (scale-d 0; no zeroing instructions): mma.sync adds its first products
@@ -293,12 +257,13 @@ __device__ __forceinline__ void AnTileWg(const uint32_t (&qf)[kD / 16][4], uint3
 #if SPATTN_AN_SM90A
   // The descriptor of k step kk is the tile's plus the step's byte offset / 16 (in the address
   // field: tile + offset stays below 2^18).
-  const uint64_t desc0 = AnSmemDesc(ks);
+  const uint64_t desc0 = Tile64SmemDesc(ks);
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
   for (int kk = 0; kk < kD / 16; ++kk) {
-    AnWg<T>::Run(acc, qf[kk], desc0 + (((kk >> 2) * (kAnTileN * 128) + (kk & 3) * 32) >> 4),
-                 kk > 0 ? 1 : 0);
+    Tile64Wgmma<T>::RS(acc, qf[kk],
+                       desc0 + (((kk >> 2) * (kAnTileN * 128) + (kk & 3) * 32) >> 4),
+                       kk > 0 ? 1 : 0);
   }
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
   asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");

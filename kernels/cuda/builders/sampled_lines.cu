@@ -15,6 +15,7 @@
 #include "kernels/cuda/builders/sampled_lines_kernels.h"
 #include "kernels/cuda/common/mma.cuh"
 #include "kernels/cuda/common/row_assembly.cuh"
+#include "kernels/cuda/common/wgmma_tile64.cuh"
 
 namespace spattn {
 namespace cuda {
@@ -137,70 +138,6 @@ __device__ __forceinline__ uint32_t SlKeyOff(int r, int ch) {
   return static_cast<uint32_t>((ch >> 3) * (kTile * 128) + r * 128 + (((ch & 7) ^ (r & 7)) * 16));
 }
 
-template <typename T>
-struct SlWg;
-#if SPATTN_SL_SM90A  // the wgmma instructions only in the sm_90a image
-// Shared-memory matrix descriptor, 128-byte swizzle, K-major: 8-row core-matrix groups 1024
-// bytes apart (the leading offset is unused for this layout).
-__device__ __forceinline__ uint64_t SlSmemDesc(uint32_t addr) {
-  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(16 >> 4) << 16) |
-         (static_cast<uint64_t>(1024 >> 4) << 32) | (uint64_t{1} << 62);
-}
-#define SPATTN_SL_WG_RS(TY, PTXT)                                                              \
-  template <>                                                                                  \
-  struct SlWg<TY> {                                                                            \
-    static __device__ __forceinline__ void Run(float (&d)[8][4], const uint32_t (&a)[4],       \
-                                               uint64_t desc, int scale_d) {                   \
-      asm volatile(                                                                            \
-          "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                         \
-          "wgmma.mma_async.sync.aligned.m64n64k16.f32." PTXT "." PTXT                          \
-          " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, " \
-          "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "            \
-          "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"                                        \
-          : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]),         \
-            "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]),         \
-            "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]),         \
-            "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),         \
-            "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]),         \
-            "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),         \
-            "+f"(d[7][2]), "+f"(d[7][3])                                                       \
-          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d));              \
-    }                                                                                          \
-  };
-SPATTN_SL_WG_RS(__nv_bfloat16, "bf16")
-SPATTN_SL_WG_RS(__half, "f16")
-#undef SPATTN_SL_WG_RS
-// The SS form: A (the Q tile) from shared memory by a descriptor too, in the key tiles' layout
-// (SlKeyOff, rows = the CTA's 64 sampled rows; warp w's accumulator rows are Q rows 16 w..16 w +
-// 15, as in the RS form). Pass 3's 5-CTA instance: no Q fragments in registers.
-template <typename T>
-struct SlWgSs;
-#define SPATTN_SL_WG_SS(TY, PTXT)                                                                \
-  template <>                                                                                    \
-  struct SlWgSs<TY> {                                                                            \
-    static __device__ __forceinline__ void Run(float (&d)[8][4], uint64_t adesc, uint64_t bdesc, \
-                                               int scale_d) {                                    \
-      asm volatile(                                                                              \
-          "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                           \
-          "wgmma.mma_async.sync.aligned.m64n64k16.f32." PTXT "." PTXT                            \
-          " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, "   \
-          "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "              \
-          "%32, %33, p, 1, 1, 0, 0;\n}\n"                                                        \
-          : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]),           \
-            "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]),           \
-            "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]),           \
-            "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),           \
-            "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]),           \
-            "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),           \
-            "+f"(d[7][2]), "+f"(d[7][3])                                                         \
-          : "l"(adesc), "l"(bdesc), "r"(scale_d));                                               \
-    }                                                                                            \
-  };
-SPATTN_SL_WG_SS(__nv_bfloat16, "bf16")
-SPATTN_SL_WG_SS(__half, "f16")
-#undef SPATTN_SL_WG_SS
-#endif
-
 // Shared memory written by cp.async (the generic proxy) made visible to wgmma (the async proxy);
 // every writer before the barrier that publishes the tile.
 __device__ __forceinline__ void SlFenceProxyAsync() {
@@ -223,8 +160,9 @@ __device__ __forceinline__ void TileLogitsWgIssue(const uint32_t (&qf)[kD / 16][
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
   for (int kk = 0; kk < kD / 16; ++kk) {
-    SlWg<T>::Run(acc, qf[kk], SlSmemDesc(ks + (kk >> 2) * (kTile * 128) + (kk & 3) * 32),
-                 kk > 0 ? 1 : 0);
+    Tile64Wgmma<T>::RS(acc, qf[kk],
+                       Tile64SmemDesc(ks + (kk >> 2) * (kTile * 128) + (kk & 3) * 32),
+                       kk > 0 ? 1 : 0);
   }
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 #else
@@ -241,7 +179,7 @@ __device__ __forceinline__ void TileLogitsWgIssueSs(uint32_t qs, uint32_t ks, fl
 #pragma unroll
   for (int kk = 0; kk < kD / 16; ++kk) {
     const uint32_t off = (kk >> 2) * (kTile * 128) + (kk & 3) * 32;
-    SlWgSs<T>::Run(acc, SlSmemDesc(qs + off), SlSmemDesc(ks + off), kk > 0 ? 1 : 0);
+    Tile64Wgmma<T>::SS(acc, Tile64SmemDesc(qs + off), Tile64SmemDesc(ks + off), kk > 0 ? 1 : 0);
   }
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 #else

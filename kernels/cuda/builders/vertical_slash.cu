@@ -18,6 +18,7 @@
 #include "kernels/cuda/builders/estimate.cuh"
 #include "kernels/cuda/builders/merged_kernels.h"
 #include "kernels/cuda/common/row_assembly.h"
+#include "kernels/cuda/common/wgmma_tile64.cuh"
 
 namespace spattn {
 namespace cuda {
@@ -262,39 +263,6 @@ __device__ __forceinline__ void LoadTileSw(unsigned char* dst, const T* base, in
   }
 }
 
-template <typename T>
-struct EstWg;
-#if SPATTN_EST_SM90A
-// K-major descriptor, 128-byte swizzle: 8-row core-matrix groups 1024 bytes apart.
-__device__ __forceinline__ uint64_t EstSmemDesc(uint32_t addr) {
-  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(16 >> 4) << 16) |
-         (static_cast<uint64_t>(1024 >> 4) << 32) | (uint64_t{1} << 62);
-}
-#define SPATTN_EST_WG_SS(TY, PTXT)                                                             \
-  template <>                                                                                  \
-  struct EstWg<TY> {                                                                           \
-    static __device__ __forceinline__ void Run(float (&d)[8][4], uint64_t da, uint64_t db) {  \
-      asm volatile(                                                                            \
-          "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                         \
-          "wgmma.mma_async.sync.aligned.m64n64k16.f32." PTXT "." PTXT                          \
-          " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, " \
-          "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "            \
-          "%32, %33, p, 1, 1, 0, 0;\n}\n"                                                     \
-          : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]),         \
-            "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]),         \
-            "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]),         \
-            "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),         \
-            "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]),         \
-            "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),         \
-            "+f"(d[7][2]), "+f"(d[7][3])                                                       \
-          : "l"(da), "l"(db), "r"(1));                                                         \
-    }                                                                                          \
-  };
-SPATTN_EST_WG_SS(__nv_bfloat16, "bf16")
-SPATTN_EST_WG_SS(__half, "f16")
-#undef SPATTN_EST_WG_SS
-#endif
-
 // Shared memory written by the generic proxy (st.shared) made visible to wgmma (the async
 // proxy): every writer, after its stores and before the barrier that publishes the tile.
 __device__ __forceinline__ void EstFenceProxyAsync() {
@@ -318,7 +286,7 @@ __device__ __forceinline__ void TileLogitsWg(uint32_t qa, uint32_t ka, float (&a
 #pragma unroll
   for (int kk = 0; kk < kD / 16; ++kk) {
     const uint32_t off = (kk >> 2) * (64 * 128) + (kk & 3) * 32;
-    EstWg<T>::Run(acc, EstSmemDesc(qa + off), EstSmemDesc(ka + off));
+    Tile64Wgmma<T>::SS(acc, Tile64SmemDesc(qa + off), Tile64SmemDesc(ka + off), 1);
   }
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
   asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");

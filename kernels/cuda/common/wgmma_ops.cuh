@@ -1,7 +1,8 @@
 // Hopper wgmma wrappers (sm_90a): m64nNk16, f32 accumulate, bf16/f16 operands.
 // SS: A and B from shared memory (K-major descriptors). RS: A from registers (the mma.sync A
-// fragment layout), B from shared memory N-major (imm-trans-b = 1). On targets without sm_90a
-// features the bodies trap (the host never dispatches there).
+// fragment layout), B from shared memory N-major (imm-trans-b = 1). RSK (N = 64 only): as RS with
+// B K-major (imm-trans-b = 0), the index builders' key tiles. On targets without sm_90a features
+// the bodies trap (the host never dispatches there).
 // Written by kernels/cuda/gen_wgmma.py; do not edit by hand.
 #ifndef SPATTN_KERNELS_CUDA_COMMON_WGMMA_OPS_CUH_
 #define SPATTN_KERNELS_CUDA_COMMON_WGMMA_OPS_CUH_
@@ -162,6 +163,25 @@ __device__ __forceinline__ void WgmmaRS_N176_bf16(float* d, const uint32_t* a, u
 #endif
 }
 
+__device__ __forceinline__ void WgmmaRSK_N64_bf16(float* d, const uint32_t* a, uint64_t desc_b,
+                                                  int scale_d) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, "
+      "%9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, "
+      "%27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+#else
+  __trap();
+#endif
+}
+
 __device__ __forceinline__ void WgmmaSS_N64_f16(float* d, uint64_t desc_a, uint64_t desc_b,
                                                 int scale_d) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -306,6 +326,25 @@ __device__ __forceinline__ void WgmmaRS_N176_f16(float* d, const uint32_t* a, ui
         "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]),
         "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),
         "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+#else
+  __trap();
+#endif
+}
+
+__device__ __forceinline__ void WgmmaRSK_N64_f16(float* d, const uint32_t* a, uint64_t desc_b,
+                                                 int scale_d) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, "
+      "%10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, "
+      "%28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 #else
   __trap();

@@ -1,0 +1,55 @@
+// The wgmma the index builders run on 64-key tiles (sampled_lines' passes, vertical_slash's
+// estimate, anchor's pass): m64n64k16, f32 accumulators in the mma.sync C layout ([n-tile][4]),
+// tiles in shared memory in the 128-byte swizzle, K-major, 8-row core-matrix groups 1024 bytes
+// apart. Device code for sm_90a images only: callers keep it behind their sm_90a guards.
+#ifndef SPATTN_KERNELS_CUDA_COMMON_WGMMA_TILE64_CUH_
+#define SPATTN_KERNELS_CUDA_COMMON_WGMMA_TILE64_CUH_
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/common/wgmma_ops.cuh"
+
+namespace spattn {
+namespace cuda {
+
+// The matrix descriptor of a tile at shared address `addr` in that layout (the leading offset is
+// unused for it).
+__device__ __forceinline__ uint64_t Tile64SmemDesc(uint32_t addr) {
+  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(16 >> 4) << 16) |
+         (static_cast<uint64_t>(1024 >> 4) << 32) | (uint64_t{1} << 62);
+}
+
+// d = a * b (+ d where scale_d != 0). SS: A from shared memory by descriptor. RS: A from
+// registers, the mma.sync A fragment layout. B is the key tile's descriptor.
+template <typename T>
+struct Tile64Wgmma;
+template <>
+struct Tile64Wgmma<__nv_bfloat16> {
+  static __device__ __forceinline__ void SS(float (&d)[8][4], uint64_t a, uint64_t b,
+                                            int scale_d) {
+    detail::WgmmaSS_N64_bf16(&d[0][0], a, b, scale_d);
+  }
+  static __device__ __forceinline__ void RS(float (&d)[8][4], const uint32_t (&a)[4], uint64_t b,
+                                            int scale_d) {
+    detail::WgmmaRSK_N64_bf16(&d[0][0], a, b, scale_d);
+  }
+};
+template <>
+struct Tile64Wgmma<__half> {
+  static __device__ __forceinline__ void SS(float (&d)[8][4], uint64_t a, uint64_t b,
+                                            int scale_d) {
+    detail::WgmmaSS_N64_f16(&d[0][0], a, b, scale_d);
+  }
+  static __device__ __forceinline__ void RS(float (&d)[8][4], const uint32_t (&a)[4], uint64_t b,
+                                            int scale_d) {
+    detail::WgmmaRSK_N64_f16(&d[0][0], a, b, scale_d);
+  }
+};
+
+}  // namespace cuda
+}  // namespace spattn
+
+#endif  // SPATTN_KERNELS_CUDA_COMMON_WGMMA_TILE64_CUH_
