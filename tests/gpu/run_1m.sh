@@ -30,6 +30,18 @@ COMMON="--device=cuda --workload=llm_mix --heads=32 --kv_heads=8 --head_dim=128 
 timeout ${GUARDED_S:-150} bin/spattn-bench $COMMON --search_len=16384 --search_target_recall=0.95 \
   --methods=guarded >> "$OUT/bench_1m.jsonl" 2>> "$OUT/bench_1m.err"
 note "spattn-bench guarded 1M rc=$?"
+# The guarded path with the sampled_lines-only search (the defaults' search up to 128K) at 1M,
+# reported as guarded_sl: its per-head gammas (0.96-0.99) make an index that can pass 2^30 columns,
+# where session 28 found the recall estimate's binary search overflowing (kernels/cuda/common/
+# lower_bound.h);
+# GUARDED_SL=0 skips it.
+if [ "${GUARDED_SL:-1}" != 0 ]; then
+  timeout ${GUARDED_S:-150} bin/spattn-bench $COMMON --search_len=16384 --search_target_recall=0.95 \
+    --methods=guarded --search_candidates=sampled_lines --search_sampled_lines_margin=0.01 \
+    --guard_adaptive=sampled_lines,flex_prefill 2>> "$OUT/bench_1m.err" \
+    | sed -E 's/"method":"guarded"/"method":"guarded_sl"/' >> "$OUT/bench_1m.jsonl"
+  note "spattn-bench guarded_sl 1M rc=${PIPESTATUS[0]}"
+fi
 # sampled_lines on 64-row blocks (--block_m's; the worker's own 128 is the next line); SL64=0
 # skips it.
 if [ "${SL64:-1}" != 0 ]; then
