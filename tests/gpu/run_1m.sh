@@ -32,9 +32,8 @@ timeout ${GUARDED_S:-150} bin/spattn-bench $COMMON --search_len=16384 --search_t
 note "spattn-bench guarded 1M rc=$?"
 # The guarded path with the sampled_lines-only search (the defaults' search up to 128K) at 1M,
 # reported as guarded_sl: its per-head gammas (0.96-0.99) make an index that can pass 2^30 columns,
-# where session 28 found the recall estimate's binary search overflowing (kernels/cuda/common/
-# lower_bound.h);
-# GUARDED_SL=0 skips it.
+# where session 28 found the recall estimate's binary search overflowing (fixed:
+# kernels/cuda/common/lower_bound.h). GUARDED_SL=0 skips it.
 if [ "${GUARDED_SL:-1}" != 0 ]; then
   timeout ${GUARDED_S:-150} bin/spattn-bench $COMMON --search_len=16384 --search_target_recall=0.95 \
     --methods=guarded --search_candidates=sampled_lines --search_sampled_lines_margin=0.01 \
