@@ -266,12 +266,7 @@ __device__ __forceinline__ void AnTileWg(const uint32_t (&qf)[kD / 16][4], uint3
                        kk > 0 ? 1 : 0);
   }
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-#pragma unroll
-  for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(acc[nt][e])::"memory");
-  }
+  Tile64Wait(acc);
 #else
   __trap();
 #endif

@@ -800,8 +800,9 @@ TEST(BuildIndexOnGpuSampledLinesTest, PerHeadGammasEqualEachHeadsOwnBuild) {
 // Passes 1-3 at 5 CTAs per SM (SlKnobs::ctas1 / ctas2 / ctas3 = 5, the default since sessions
 // 27-28: the 96-register wgmma instances, pass 2's histograms sized by the largest group, pass 3's
 // Q read from shared memory) build the index of the 128-register instances (4, main's before)
-// bit for bit, on every shape, with groups whole and split into single tiles. Off compute capability 9.0 both run mma.sync (the same
-// launch): the test then checks only that the knob changes nothing.
+// bit for bit, on every shape, with groups whole and split into single tiles. Off compute
+// capability 9.0 both run mma.sync (the same launch): the test then checks only that the knob
+// changes nothing.
 TEST(BuildIndexOnGpuSampledLinesTest, FiveCtasPerSmBuildTheFourCtaIndex) {
   SKIP_WITHOUT_GPU();
 #ifndef SPATTN_SL_KNOBS

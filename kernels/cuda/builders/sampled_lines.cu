@@ -188,12 +188,7 @@ __device__ __forceinline__ void TileLogitsWgIssueSs(uint32_t qs, uint32_t ks, fl
 }
 __device__ __forceinline__ void TileLogitsWgWait(float (&acc)[8][4]) {
 #if SPATTN_SL_SM90A
-  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-#pragma unroll
-  for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(acc[nt][e])::"memory");
-  }
+  Tile64Wait(acc);
 #else
   __trap();
 #endif

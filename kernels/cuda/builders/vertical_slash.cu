@@ -289,12 +289,7 @@ __device__ __forceinline__ void TileLogitsWg(uint32_t qa, uint32_t ka, float (&a
     Tile64Wgmma<T>::SS(acc, Tile64SmemDesc(qa + off), Tile64SmemDesc(ka + off), 1);
   }
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-#pragma unroll
-  for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(acc[nt][e])::"memory");
-  }
+  Tile64Wait(acc);
 #else
   __trap();
 #endif

@@ -49,6 +49,21 @@ struct Tile64Wgmma<__half> {
   }
 };
 
+// Waits for every wgmma the warpgroup committed, then ties each accumulator to the wait (an empty
+// asm that reads and writes it), so no read of acc moves above it.
+__device__ __forceinline__ void Tile64Wait(float (&acc)[8][4]) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(acc[nt][e])::"memory");
+  }
+#else
+  __trap();
+#endif
+}
+
 }  // namespace cuda
 }  // namespace spattn
 
