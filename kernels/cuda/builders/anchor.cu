@@ -42,6 +42,49 @@ constexpr int AnStripeSmemBytes() {
   return 2 * kAnTileN * kD * 2;
 }
 
+// What both anchor-pass kernels (mma.sync and wgmma) derive from their CTA index: CTA x takes
+// slot pair x / num_blocks (two slots of one kv head share one sweep) and query block
+// x % num_blocks; its anchor keys are [0, r1) then [gfp, hi), in kAnTileN-key tiles.
+struct AnCta {
+  BlockGeoDev geo;
+  AnGroup grp;
+  int block, s0, sweeps, rows, q_tok0, k_tok0, hi, t1, ntiles;
+  bool shared_kv;
+  // Tile t's first key and its number of keys.
+  __device__ __forceinline__ void TileSpan(int t, int& start, int& n) const {
+    if (t < t1) {
+      start = t * kAnTileN;
+      n = min(kAnTileN, grp.r1 - start);
+    } else {
+      start = grp.gfp + (t - t1) * kAnTileN;
+      n = min(kAnTileN, hi - start);
+    }
+  }
+};
+
+__device__ __forceinline__ AnCta AnCtaOf(const AnArgs& a) {
+  AnCta c;
+  const AttnParams& p = a.p;
+  const int pair = blockIdx.x / a.num_blocks;
+  const int block = blockIdx.x - pair * a.num_blocks;
+  c.block = block;
+  c.geo = a.geo[block];
+  c.s0 = kAnPair * pair;
+  const bool has1 = c.s0 + 1 < a.num_slots;
+  c.shared_kv = has1 && a.heads[c.s0] / p.group == a.heads[c.s0 + 1] / p.group;
+  c.sweeps = has1 && !c.shared_kv ? 2 : 1;
+  c.q_tok0 = p.cu_seqlens_q[c.geo.seq];
+  c.k_tok0 = p.cu_seqlens_k[c.geo.seq];
+  c.rows = c.geo.q_end - c.geo.q_begin;
+  // Every slot has the same groups (geometry per sequence), so slot s0's group serves both.
+  c.grp = a.groups[c.s0 * a.groups_per_slot + a.group_of_block[block]];
+  // Causal rows see the window up to their own position.
+  c.hi = p.causal ? c.geo.last_pos + 1 : c.grp.r2_end;
+  c.t1 = (c.grp.r1 + kAnTileN - 1) / kAnTileN;
+  c.ntiles = c.t1 + (c.hi > c.grp.gfp ? (c.hi - c.grp.gfp + kAnTileN - 1) / kAnTileN : 0);
+  return c;
+}
+
 template <typename T, int kD>
 __global__ void __launch_bounds__(kAnThreads, 2) AnAnchorKernel(AnArgs a) {
   constexpr int kCh = kD / 8;
@@ -54,33 +97,13 @@ __global__ void __launch_bounds__(kAnThreads, 2) AnAnchorKernel(AnArgs a) {
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t4 = lane & 3;
-  const int pair = blockIdx.x / a.num_blocks;
-  const int block = blockIdx.x - pair * a.num_blocks;
-  const BlockGeoDev geo = a.geo[block];
+  const AnCta c = AnCtaOf(a);
+  const BlockGeoDev& geo = c.geo;
   const AttnParams& p = a.p;
-  const int s0 = kAnPair * pair;
-  const bool has1 = s0 + 1 < a.num_slots;
-  const bool shared_kv = has1 && a.heads[s0] / p.group == a.heads[s0 + 1] / p.group;
-  const int sweeps = has1 && !shared_kv ? 2 : 1;
-  const int q_tok0 = p.cu_seqlens_q[geo.seq];
-  const int k_tok0 = p.cu_seqlens_k[geo.seq];
-  const int rows = geo.q_end - geo.q_begin;
-  // Every slot has the same groups (geometry per sequence), so slot s0's group serves both.
-  const AnGroup grp = a.groups[s0 * a.groups_per_slot + a.group_of_block[block]];
-  // Anchor keys: [0, r1) then [gfp, hi); causal rows see the window up to their own position.
-  const int r1 = grp.r1;
-  const int hi = p.causal ? geo.last_pos + 1 : grp.r2_end;
-  const int t1 = (r1 + kAnTileN - 1) / kAnTileN;
-  const int ntiles = t1 + (hi > grp.gfp ? (hi - grp.gfp + kAnTileN - 1) / kAnTileN : 0);
-  auto tile_span = [&](int t, int& start, int& n) {
-    if (t < t1) {
-      start = t * kAnTileN;
-      n = min(kAnTileN, r1 - start);
-    } else {
-      start = grp.gfp + (t - t1) * kAnTileN;
-      n = min(kAnTileN, hi - start);
-    }
-  };
+  const int block = c.block, s0 = c.s0, sweeps = c.sweeps, rows = c.rows, ntiles = c.ntiles;
+  const bool shared_kv = c.shared_kv;
+  const int q_tok0 = c.q_tok0, k_tok0 = c.k_tok0;
+  auto tile_span = [&](int t, int& start, int& n) { c.TileSpan(t, start, n); };
   const int row0 = (warp & 3) * kAnWarpRows;
   const int sub = warp >> 2;
 
@@ -308,31 +331,13 @@ __global__ void __launch_bounds__(kAnThreads, 2) AnAnchorWgKernel(AnArgs a) {
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2;
   const int t4 = lane & 3;
-  const int pair = blockIdx.x / a.num_blocks;
-  const int block = blockIdx.x - pair * a.num_blocks;
-  const BlockGeoDev geo = a.geo[block];
+  const AnCta c = AnCtaOf(a);
+  const BlockGeoDev& geo = c.geo;
   const AttnParams& p = a.p;
-  const int s0 = kAnPair * pair;
-  const bool has1 = s0 + 1 < a.num_slots;
-  const bool shared_kv = has1 && a.heads[s0] / p.group == a.heads[s0 + 1] / p.group;
-  const int sweeps = has1 && !shared_kv ? 2 : 1;
-  const int q_tok0 = p.cu_seqlens_q[geo.seq];
-  const int k_tok0 = p.cu_seqlens_k[geo.seq];
-  const int rows = geo.q_end - geo.q_begin;
-  const AnGroup grp = a.groups[s0 * a.groups_per_slot + a.group_of_block[block]];
-  const int r1 = grp.r1;
-  const int hi = p.causal ? geo.last_pos + 1 : grp.r2_end;
-  const int t1 = (r1 + kAnTileN - 1) / kAnTileN;
-  const int ntiles = t1 + (hi > grp.gfp ? (hi - grp.gfp + kAnTileN - 1) / kAnTileN : 0);
-  auto tile_span = [&](int t, int& start, int& n) {
-    if (t < t1) {
-      start = t * kAnTileN;
-      n = min(kAnTileN, r1 - start);
-    } else {
-      start = grp.gfp + (t - t1) * kAnTileN;
-      n = min(kAnTileN, hi - start);
-    }
-  };
+  const int block = c.block, s0 = c.s0, sweeps = c.sweeps, rows = c.rows, ntiles = c.ntiles;
+  const bool shared_kv = c.shared_kv;
+  const int q_tok0 = c.q_tok0, k_tok0 = c.k_tok0;
+  auto tile_span = [&](int t, int& start, int& n) { c.TileSpan(t, start, n); };
   const int sub = warp >> 2;         // warpgroup = slot of the sweep
   const int wrow = (warp & 3) * 16;  // the warp's rows in each half: wrow + 64 h ..
   const int k_r0 = tid / kCh, k_ch = tid % kCh;
