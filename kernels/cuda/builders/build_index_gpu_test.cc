@@ -1098,7 +1098,8 @@ TEST(BuildIndexOnGpuAnchorTest, WgmmaAnchorPassIsTheMmaSyncPass) {
 
 // Session 29 (s29-vsflex): the fast estimate (vertical_slash / flex_prefill passes 2-3: the exp by
 // ex2.approx.ftz, row / column / diagonal terms summed over a tile in float before the double
-// accumulators; EstimateKnobs) against the exact one (SPATTN_EST_EXP=exact, main's passes).
+// accumulators; passes 1-2 fused by default, EstimateKnobs) against the exact one
+// (SPATTN_EST_EXP=exact, main's passes).
 // Tolerance of the exp: within 2^-20 of the exact exp everywhere on [-110, 0] and within 2^-18
 // of it relative where x >= -16 (values >= 1.1e-7); below those a row's probabilities and a
 // column's sums move by a few float ulps, which can swap only lines whose sums are that close.
@@ -1145,8 +1146,12 @@ TEST(BuildIndexOnGpuEstimateTest, FastEstimateSelectsTheExactLines) {
             const std::string what =
                 absl::StrCat(config.DebugString(), " block_m=", block_m, " heads=", heads.size(),
                              " ", Describe(hp->problem()));
-            SparseIndex fast, exact;
+            SparseIndex fused, fast, exact;
             knobs.exact_exp = false;
+            knobs.fuse_max = true;
+            BuildOnGpu(*engine, *hp, **dp, config, heads, block_m, nullptr, what, &fused);
+            engine->ReleaseIndexes();
+            knobs.fuse_max = false;
             BuildOnGpu(*engine, *hp, **dp, config, heads, block_m, nullptr, what, &fast);
             engine->ReleaseIndexes();
             knobs.exact_exp = true;
@@ -1154,16 +1159,20 @@ TEST(BuildIndexOnGpuEstimateTest, FastEstimateSelectsTheExactLines) {
             engine->ReleaseIndexes();
             knobs = saved;
             if (::testing::Test::HasFatalFailure()) return;
-            const Agreement a = Compare(hp->problem(), exact, fast, 128);
-            EXPECT_EQ(a.differing, 0) << what << "\n" << a.first_difference;
-            ExpectSameIndex(fast, exact, what, /*with_offsets=*/true);
-            builds += 2;
+            for (const SparseIndex* idx : {&fused, &fast}) {
+              const std::string w = absl::StrCat(idx == &fused ? "fused " : "unfused ", what);
+              const Agreement a = Compare(hp->problem(), exact, *idx, 128);
+              EXPECT_EQ(a.differing, 0) << w << "\n" << a.first_difference;
+              ExpectSameIndex(*idx, exact, w, /*with_offsets=*/true);
+            }
+            builds += 3;
           }
         }
       }
     }
   }
-  printf("fast vs exact estimate: %lld builds, same index\n", static_cast<long long>(builds));
+  printf("fast (fused, unfused) vs exact estimate: %lld builds, same index\n",
+         static_cast<long long>(builds));
   EXPECT_GT(builds, 0);
 #endif
 }

@@ -331,10 +331,18 @@ __host__ __device__ constexpr int EstColSplit() {
   return (!kExact && kPass == 3) ? kWarps / 4 : 1;
 }
 
-template <typename T, int kD, int kPass, int kWarps, bool kWg = false, bool kExact = true>
+// kFuse (pass 2 of the fast estimate; pass 1 then launches nothing, EstFused): the row maxima
+// online in pass 2 (flash attention's running max): each thread keeps its running maximum and
+// float sum of exp(l - max) per row (rescaled by exp(old - new) when a tile raises the maximum),
+// the 4 lanes of a row combine theirs, and the CTA writes its (sum, max) pair as the two words of
+// its row_part double (RowInvKernel<true> rescales them to the row's maximum) and its maximum to
+// row_max by atomicMax (the same maxima as pass 1's: max of the same sanitized logits).
+template <typename T, int kD, int kPass, int kWarps, bool kWg = false, bool kExact = true,
+          bool kFuse = false>
 __device__ __forceinline__ void EstimateBody(const EstimateParams& p) {
   static_assert(!kWg || kPass < 3, "pass 3 keeps mma.sync");
   static_assert(kExact || kPass >= 2, "pass 1 has no exp");
+  static_assert(!kFuse || (kPass == 2 && !kExact), "only the fast pass 2 fuses pass 1");
   constexpr int kEstThreads = 32 * kWarps;
   constexpr int kRows = 16 * kWarps;
   constexpr int kColSplit = EstColSplit<kPass, kWarps, kExact>();
@@ -391,7 +399,7 @@ __device__ __forceinline__ void EstimateBody(const EstimateParams& p) {
     const int rl[2] = {warp * 16 + (lane >> 2), warp * 16 + (lane >> 2) + 8};
     float mx[2] = {-CUDART_INF_F, -CUDART_INF_F};
     float inv[2] = {0.f, 0.f};
-    if (kPass >= 2) {
+    if (kPass >= 2 && !kFuse) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         if (rl[h] < rows_here) {
@@ -403,6 +411,7 @@ __device__ __forceinline__ void EstimateBody(const EstimateParams& p) {
     float run_max[2] = {-CUDART_INF_F, -CUDART_INF_F};
     float raw_max[2] = {-CUDART_INF_F, -CUDART_INF_F};  // pass 1, full tiles: unscaled products
     double run_sum[2] = {0, 0};
+    float fsum[2] = {0.f, 0.f};  // kFuse: sum of exp(l - mx) over this thread's terms
     for (int t = 0; t < kTilesPerCta; ++t) {
       const int j0 = key0 + t * kTile;
       if (j0 >= s.kl) break;
@@ -432,7 +441,45 @@ __device__ __forceinline__ void EstimateBody(const EstimateParams& p) {
       // overflow land on FLT_MAX either way: the same maximum as the masked path).
       const bool full = rows_here == kRows && j0 + kTile <= s.kl &&
                         (!p.causal || j0 + kTile - 1 <= s.first_pos + i0) && p.scale > 0.f;
-      if (full && kPass == 1) {
+      if (kFuse) {
+        // Logits in place (masked terms -inf), the tile's maxima, the running sums rescaled to
+        // the new maxima, this tile's terms. ExpFast of NaN (-inf - -inf) is 0.
+        float tm[2] = {-CUDART_INF_F, -CUDART_INF_F};
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int h = e >> 1;
+            float l = SanitizeLogit(__fmul_rn(acc[nt][e], p.scale));
+            if (!full) {
+              const int j = j0 + detail::AccCol(nt, e, lane);
+              const int i = i0 + rl[h];
+              if (!(rl[h] < rows_here && j < s.kl && (!p.causal || j <= s.first_pos + i))) {
+                l = -CUDART_INF_F;
+              }
+            }
+            acc[nt][e] = l;
+            tm[h] = fmaxf(tm[h], l);
+          }
+        }
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float nm = fmaxf(mx[h], tm[h]);
+          if (nm > mx[h]) fsum[h] = __fmul_rn(fsum[h], ExpFast(__fsub_rn(mx[h], nm)));
+          mx[h] = nm;
+        }
+        float tsum[2] = {0.f, 0.f};
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int h = e >> 1;
+            tsum[h] = __fadd_rn(tsum[h], ExpFast(__fsub_rn(acc[nt][e], mx[h])));
+          }
+        }
+        fsum[0] = __fadd_rn(fsum[0], tsum[0]);
+        fsum[1] = __fadd_rn(fsum[1], tsum[1]);
+      } else if (full && kPass == 1) {
 #pragma unroll
         for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
@@ -555,6 +602,26 @@ __device__ __forceinline__ void EstimateBody(const EstimateParams& p) {
           atomicMax(p.row_max + row_at + i0 + rl[h], FloatKey(m));
         }
       }
+    } else if (kFuse) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float m = mx[h], sm = fsum[h];
+#pragma unroll
+        for (int o = 1; o <= 2; o <<= 1) {
+          const float m2 = __shfl_xor_sync(kFullMask, m, o);
+          const float s2 = __shfl_xor_sync(kFullMask, sm, o);
+          const float mm = fmaxf(m, m2);
+          sm = __fadd_rn(__fmul_rn(sm, ExpFast(__fsub_rn(m, mm))),
+                         __fmul_rn(s2, ExpFast(__fsub_rn(m2, mm))));
+          m = mm;
+        }
+        if ((lane & 3) == 0 && rl[h] < rows_here) {
+          atomicMax(p.row_max + row_at + i0 + rl[h], FloatKey(m));
+          p.row_part[slot * p.rowpart_stride + s.rowpart_base +
+                     static_cast<int64_t>(i0 + rl[h]) * s.ctas + cta] =
+              __hiloint2double(__float_as_int(m), __float_as_int(sm));
+        }
+      }
     } else if (kPass == 2) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -585,21 +652,24 @@ __device__ __forceinline__ void EstimateBody(const EstimateParams& p) {
 
 // 4 warps: as many CTAs per SM as registers and shared memory allow (5 for d 128). 8 warps: at
 // least 3 CTAs per SM (80 registers; pass 3 would take 98, i.e. 2 CTAs of 8 warps).
-template <typename T, int kD, int kPass, bool kExact = true>
+template <typename T, int kD, int kPass, bool kExact = true, bool kFuse = false>
 __global__ void __launch_bounds__(128) EstimateKernel4(EstimateParams p) {
-  EstimateBody<T, kD, kPass, 4, false, kExact>(p);
+  EstimateBody<T, kD, kPass, 4, false, kExact, kFuse>(p);
 }
 // The wgmma instances (passes 1-2): capped for 6 CTAs per SM (80 registers; unbounded, ptxas
 // took 132-140, 3 CTAs per SM).
-template <typename T, int kD, int kPass, bool kExact = true>
+template <typename T, int kD, int kPass, bool kExact = true, bool kFuse = false>
 __global__ void __launch_bounds__(128, 6) EstimateKernel4Wg(EstimateParams p) {
-  EstimateBody<T, kD, kPass, 4, true, kExact>(p);
+  EstimateBody<T, kD, kPass, 4, true, kExact, kFuse>(p);
 }
-template <typename T, int kD, int kPass, bool kWg = false, bool kExact = true>
+template <typename T, int kD, int kPass, bool kWg = false, bool kExact = true, bool kFuse = false>
 __global__ void __launch_bounds__(256, 3) EstimateKernel8(EstimateParams p) {
-  EstimateBody<T, kD, kPass, 8, kWg, kExact>(p);
+  EstimateBody<T, kD, kPass, 8, kWg, kExact, kFuse>(p);
 }
 
+// kFused: the partials are pass 2's (sum, max) pairs (EstimateBody's kFuse), each rescaled to the
+// row's maximum.
+template <bool kFused>
 __global__ void RowInvKernel(EstimateParams p) {
   const int64_t total = static_cast<int64_t>(p.num_slots) * p.rows_stride;
   for (int64_t u = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; u < total;
@@ -610,9 +680,19 @@ __global__ void RowInvKernel(EstimateParams p) {
     const EstimateSeq& s = p.seqs[seq];
     const int64_t i = r - s.row_base;
     const double* part = p.row_part + slot * p.rowpart_stride + s.rowpart_base + i * s.ctas;
-    double sum = 0;
-    for (int c = 0; c < s.ctas; ++c) sum += part[c];
     const float mx = KeyToFloat(p.row_max[u]);
+    double sum = 0;
+    if (kFused) {
+      for (int c = 0; c < s.ctas; ++c) {
+        const double pc = part[c];
+        const float sc = __int_as_float(__double2loint(pc));
+        const float mc = __int_as_float(__double2hiint(pc));
+        // sc > 0: mc and mx are finite, mc <= mx.
+        if (sc > 0.f) sum += static_cast<double>(sc) * exp(static_cast<double>(mc) - mx);
+      }
+    } else {
+      for (int c = 0; c < s.ctas; ++c) sum += part[c];
+    }
     p.row_inv[u] = (mx == -CUDART_INF_F || !(sum > 0)) ? 0.f : static_cast<float>(1.0 / sum);
   }
 }
@@ -929,6 +1009,13 @@ int GridFor(int64_t n, int threads) {
 // image): SPATTN_EST_WG, read once, is a mask of the passes that take it (bit 0 pass 1, bit 1
 // pass 2; default 1: pass 1; 0: main's mma.sync passes, for comparisons). The same products
 // bit for bit (the twin tests and the bench's index entries check it).
+// Passes 1-2 fused (the fast estimate, SPATTN_EST_FUSE unset or not 0): pass 1 launches nothing,
+// pass 2 takes the row maxima online (EstimateBody's kFuse), RowInvKernel<true> combines.
+bool EstFused() {
+  const EstKnobs& k = EstimateKnobs();
+  return !k.exact_exp && k.fuse_max;
+}
+
 int EstWgPasses() {
   static const int passes = [] {
     int mask = 1;
@@ -945,17 +1032,17 @@ int EstWgPasses() {
   return passes;
 }
 
-template <typename T, int kD, int kPass, int kWarps, bool kExact>
+template <typename T, int kD, int kPass, int kWarps, bool kExact, bool kFuse = false>
 cudaError_t LaunchEstimateTyped(const EstimateParams& p, int max_n, cudaStream_t stream) {
   const bool wg = kPass < 3 && (EstWgPasses() >> (kPass - 1) & 1) != 0;
   const int64_t bytes =
       EstLayout(kD, max_n, kPass, kWarps, wg, EstColSplit<kPass, kWarps, kExact>()).total;
-  auto kernel = kWarps == 8 ? EstimateKernel8<T, kD, kPass, false, kExact>
-                            : EstimateKernel4<T, kD, kPass, kExact>;
+  auto kernel = kWarps == 8 ? EstimateKernel8<T, kD, kPass, false, kExact, kFuse>
+                            : EstimateKernel4<T, kD, kPass, kExact, kFuse>;
   if constexpr (kPass < 3) {
     if (wg) {
-      kernel = kWarps == 8 ? EstimateKernel8<T, kD, kPass, true, kExact>
-                           : EstimateKernel4Wg<T, kD, kPass, kExact>;
+      kernel = kWarps == 8 ? EstimateKernel8<T, kD, kPass, true, kExact, kFuse>
+                           : EstimateKernel4Wg<T, kD, kPass, kExact, kFuse>;
     }
   }
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -981,10 +1068,12 @@ int EstimateWarps(int max_n) {
 template <typename T, int kD, int kWarps>
 cudaError_t LaunchEstimateW(const EstimateParams& p, int pass, int max_n, cudaStream_t stream) {
   const bool exact = EstimateKnobs().exact_exp;
+  const bool fused = EstFused();
   switch (pass) {
-    case 1:
-      return LaunchEstimateTyped<T, kD, 1, kWarps, true>(p, max_n, stream);
+    case 1:  // fused: pass 2 takes the maxima
+      return fused ? cudaSuccess : LaunchEstimateTyped<T, kD, 1, kWarps, true>(p, max_n, stream);
     case 2:
+      if (fused) return LaunchEstimateTyped<T, kD, 2, kWarps, false, true>(p, max_n, stream);
       return exact ? LaunchEstimateTyped<T, kD, 2, kWarps, true>(p, max_n, stream)
                    : LaunchEstimateTyped<T, kD, 2, kWarps, false>(p, max_n, stream);
     case 3:
@@ -1029,7 +1118,11 @@ cudaError_t LaunchEstimatePass(const EstimateParams& p, int pass, cudaStream_t s
 cudaError_t LaunchEstimateRowInv(const EstimateParams& p, cudaStream_t stream) {
   const int64_t n = static_cast<int64_t>(p.num_slots) * p.rows_stride;
   if (n == 0) return cudaSuccess;
-  RowInvKernel<<<GridFor(n, 256), 256, 0, stream>>>(p);
+  if (EstFused()) {
+    RowInvKernel<true><<<GridFor(n, 256), 256, 0, stream>>>(p);
+  } else {
+    RowInvKernel<false><<<GridFor(n, 256), 256, 0, stream>>>(p);
+  }
   return cudaGetLastError();
 }
 
@@ -1106,6 +1199,8 @@ EstKnobs& EstimateKnobs() {
     EstKnobs k;
     const char* e = std::getenv("SPATTN_EST_EXP");
     k.exact_exp = e != nullptr && std::string(e) == "exact";
+    const char* f = std::getenv("SPATTN_EST_FUSE");
+    k.fuse_max = f == nullptr || std::string(f) != "0";
     return k;
   }();
   return knobs;

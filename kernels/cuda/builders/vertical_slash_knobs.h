@@ -8,8 +8,11 @@
 // main's passes before session 29. Default (fast): the exp by ex2.approx.ftz of (l - max) log2 e
 // (error: EstimateFastExpError), each thread's row sum over a key tile and each column's /
 // diagonal's sum over a row tile in float before their double accumulators (and flex_prefill's
-// 8-warp column sums in two halves of 64 rows). Tests change it through the returned
-// reference, between builds only.
+// 8-warp column sums in two halves of 64 rows).
+// SPATTN_EST_FUSE=0 (fast estimate only): pass 1 (row maxima) runs as its own launch, as in
+// main; by default pass 2 takes the maxima online (running max and rescaled float sums per
+// thread, a (sum, max) pair per CTA and row, combined by the row-sum kernel) and pass 1 launches
+// nothing. Tests change the knobs through the returned reference, between builds only.
 #ifndef SPATTN_KERNELS_CUDA_BUILDERS_VERTICAL_SLASH_KNOBS_H_
 #define SPATTN_KERNELS_CUDA_BUILDERS_VERTICAL_SLASH_KNOBS_H_
 
@@ -20,6 +23,7 @@ namespace cuda {
 
 struct EstKnobs {
   bool exact_exp = false;
+  bool fuse_max = true;  // the fast estimate's passes 1-2 in one launch
 };
 EstKnobs& EstimateKnobs();
 
