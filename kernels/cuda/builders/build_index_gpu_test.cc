@@ -34,6 +34,7 @@
 #ifdef SPATTN_SL_KNOBS
 #include "kernels/cuda/builders/anchor_knobs.h"
 #include "kernels/cuda/builders/sampled_lines_kernels.h"
+#include "kernels/cuda/builders/vertical_slash_knobs.h"
 #endif
 
 namespace spattn {
@@ -1092,6 +1093,137 @@ TEST(BuildIndexOnGpuAnchorTest, WgmmaAnchorPassIsTheMmaSyncPass) {
   printf("anchor wgmma vs mma.sync: %lld pooled anchors compared (wgmma on this device: %d)\n",
          static_cast<long long>(compared), static_cast<int>(cuda::AnchorUsesWgmma()));
   EXPECT_GT(compared, 0);
+#endif
+}
+
+// Session 29 (s29-vsflex): the fast estimate (vertical_slash / flex_prefill passes 2-3: the exp by
+// ex2.approx.ftz, row / column / diagonal terms summed over a tile in float before the double
+// accumulators; passes 1-2 fused by default, EstimateKnobs) against the exact one
+// (SPATTN_EST_EXP=exact, main's passes).
+// Tolerance of the exp: within 2^-20 of the exact exp everywhere on [-110, 0] and within 2^-18
+// of it relative where x >= -16 (values >= 1.1e-7); below those a row's probabilities and a
+// column's sums move by a few float ulps, which can swap only lines whose sums are that close.
+// On the twin tests' inputs (every shape and config of MatchesCpuTwin: integer Q/K, exact logits,
+// both head lists, block_m 64 and 128) the fast estimate selects the exact estimate's lines: the
+// same index.
+TEST(BuildIndexOnGpuEstimateTest, FastExpIsWithinItsTolerance) {
+  SKIP_WITHOUT_GPU();
+#ifndef SPATTN_SL_KNOBS
+  GTEST_SKIP() << "the GPU estimate's knobs exist only in CUDA builds";
+#else
+  float max_abs = -1.f, max_rel = -1.f;
+  ASSERT_EQ(cuda::EstimateFastExpError(&max_abs, &max_rel), cudaSuccess);
+  printf("fast exp vs exact on [-110, 0]: max abs %.3g (2^%.2f), max rel (x >= -16) %.3g "
+         "(2^%.2f)\n",
+         max_abs, std::log2(max_abs), max_rel, std::log2(max_rel));
+  EXPECT_GE(max_abs, 0.f);
+  EXPECT_LE(max_abs, std::ldexp(1.f, -20));
+  EXPECT_LE(max_rel, std::ldexp(1.f, -18));
+#endif
+}
+
+TEST(BuildIndexOnGpuEstimateTest, FastEstimateSelectsTheExactLines) {
+  SKIP_WITHOUT_GPU();
+#ifndef SPATTN_SL_KNOBS
+  GTEST_SKIP() << "the GPU estimate's knobs exist only in CUDA builds";
+#else
+  auto engine = MakeEngine(int64_t{512} << 20);
+  ASSERT_NE(engine, nullptr);
+  cuda::EstKnobs& knobs = cuda::EstimateKnobs();
+  const cuda::EstKnobs saved = knobs;
+  int64_t builds = 0;
+  for (Method m : {Method::kVerticalSlash, Method::kFlexPrefill}) {
+    const MethodCases mc = CasesFor(m);
+    uint64_t seed = 10 + static_cast<int>(m) * 100;  // MatchesCpuTwin's problems
+    for (const Shape& sh : Shapes()) {
+      auto hp =
+          MakeProblem(sh.q, sh.k, sh.hq, sh.hkv, sh.d, sh.dtype, sh.causal, ++seed, mc.integer_qk);
+      auto dp = DeviceProblem::Create(engine->device(), *hp);
+      ASSERT_TRUE(dp.ok()) << dp.status();
+      for (const MethodConfig& config : mc.configs) {
+        for (const std::vector<int>& heads : {AllHeads(sh.hq), std::vector<int>{sh.hq - 1, 0}}) {
+          for (int block_m : {64, 128}) {
+            const std::string what =
+                absl::StrCat(config.DebugString(), " block_m=", block_m, " heads=", heads.size(),
+                             " ", Describe(hp->problem()));
+            SparseIndex fused, fast, exact;
+            knobs.exact_exp = false;
+            knobs.fuse_max = true;
+            BuildOnGpu(*engine, *hp, **dp, config, heads, block_m, nullptr, what, &fused);
+            engine->ReleaseIndexes();
+            knobs.fuse_max = false;
+            BuildOnGpu(*engine, *hp, **dp, config, heads, block_m, nullptr, what, &fast);
+            engine->ReleaseIndexes();
+            knobs.exact_exp = true;
+            BuildOnGpu(*engine, *hp, **dp, config, heads, block_m, nullptr, what, &exact);
+            engine->ReleaseIndexes();
+            knobs = saved;
+            if (::testing::Test::HasFatalFailure()) return;
+            for (const SparseIndex* idx : {&fused, &fast}) {
+              const std::string w = absl::StrCat(idx == &fused ? "fused " : "unfused ", what);
+              const Agreement a = Compare(hp->problem(), exact, *idx, 128);
+              EXPECT_EQ(a.differing, 0) << w << "\n" << a.first_difference;
+              ExpectSameIndex(*idx, exact, w, /*with_offsets=*/true);
+            }
+            builds += 3;
+          }
+        }
+      }
+    }
+  }
+  printf("fast (fused, unfused) vs exact estimate: %lld builds, same index\n",
+         static_cast<long long>(builds));
+  EXPECT_GT(builds, 0);
+#endif
+}
+
+// The generator workload of LongWorkloadKeepsCpuFidelity (llm_mix, 16K, 8 q / 2 kv heads, random
+// bf16 Q/K): rows may differ where two lines' sums are within the fast estimate's error; recall
+// and density stay within 0.002 of the exact estimate's.
+TEST(BuildIndexOnGpuEstimateTest, FastEstimateKeepsTheExactFidelity) {
+  SKIP_WITHOUT_GPU();
+#ifndef SPATTN_SL_KNOBS
+  GTEST_SKIP() << "the GPU estimate's knobs exist only in CUDA builds";
+#else
+  auto engine = MakeEngine(int64_t{2} << 30);
+  ASSERT_NE(engine, nullptr);
+  WorkloadOptions o;
+  o.workload = "llm_mix";
+  o.shape.q_lens = {16384};
+  o.shape.num_q_heads = 8;
+  o.shape.num_kv_heads = 2;
+  o.shape.head_dim = 128;
+  o.shape.dtype = DType::kBF16;
+  auto w = GenerateWorkload(o);
+  ASSERT_TRUE(w.ok()) << w.status();
+  auto dp = DeviceProblem::Create(engine->device(), *w->host);
+  ASSERT_TRUE(dp.ok()) << dp.status();
+  cuda::EstKnobs& knobs = cuda::EstimateKnobs();
+  const cuda::EstKnobs saved = knobs;
+  for (Method m : {Method::kVerticalSlash, Method::kFlexPrefill}) {
+    MethodConfig c;
+    c.method = m;
+    SparseIndex fast, exact;
+    knobs.exact_exp = false;
+    BuildOnGpu(*engine, *w->host, **dp, c, AllHeads(8), 64, nullptr, c.DebugString(), &fast);
+    engine->ReleaseIndexes();
+    knobs.exact_exp = true;
+    BuildOnGpu(*engine, *w->host, **dp, c, AllHeads(8), 64, nullptr, c.DebugString(), &exact);
+    engine->ReleaseIndexes();
+    knobs = saved;
+    if (::testing::Test::HasFatalFailure()) return;
+    Agreement a = Compare(w->host->problem(), exact, fast, 128);
+    printf("%s llm_mix 16K fast vs exact: %lld/%lld rows differ", MethodName(m),
+           static_cast<long long>(a.differing), static_cast<long long>(a.rows));
+    if (a.differing > 0) {
+      printf("; recall %.5f / %.5f, density %.5f / %.5f", a.cpu_recall, a.gpu_recall,
+             a.cpu_density, a.gpu_density);
+      EXPECT_NEAR(a.gpu_recall, a.cpu_recall, 0.002) << MethodName(m);
+      EXPECT_NEAR(a.gpu_density, a.cpu_density, 0.002) << MethodName(m);
+    }
+    printf("\n");
+    EXPECT_LE(a.differing, a.rows / 50) << MethodName(m) << "\n" << a.first_difference;
+  }
 #endif
 }
 

@@ -10,13 +10,20 @@
 // (ExpNonPositive, a double-precision exp rounded to float) differ. Where the logits are exact
 // (integer-valued inputs, power-of-two scale) the selected lines are the CPU's, ties included
 // (but where an exp lands within ~1e-15 of a float rounding boundary).
+// That is the exact estimate (SPATTN_EST_EXP=exact, vertical_slash_knobs.h). The default since
+// session 29 (fast) takes the exp of passes 2-3 by ex2.approx.ftz and sums a thread's row terms
+// over a key tile and a column's / diagonal's terms over a row tile in float before the double
+// accumulators: the same selection on the twin tests' inputs (build_index_gpu_test's
+// BuildIndexOnGpuEstimateTest), an exp within EstimateFastExpError of the exact one.
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <cub/block/block_reduce.cuh>
 #include <string>
 
 #include "kernels/cuda/builders/estimate.cuh"
 #include "kernels/cuda/builders/merged_kernels.h"
+#include "kernels/cuda/builders/vertical_slash_knobs.h"
 #include "kernels/cuda/common/row_assembly.h"
 #include "kernels/cuda/common/wgmma_tile64.cuh"
 
@@ -47,8 +54,10 @@ struct EstSmem {
 // wg (passes 1-2 by wgmma, EstUseWg): the Q and K tiles unpadded in wgmma's 128-byte swizzle
 // layout (EstSwOff) from a 1024-byte aligned base, 1024 bytes more to align it; qs, ks are then
 // offsets from that base.
+// colsplit (pass 3, fast): column sums by `colsplit` threads a column (rows 64 h .. of the chunk:
+// flex_prefill's 8 warps, 128 rows), each into its own column accumulators.
 __host__ __device__ inline EstSmem EstLayout(int head_dim, int max_n, int pass, int warps,
-                                             bool wg = false) {
+                                             bool wg = false, int colsplit = 1) {
   EstSmem l;
   if (wg && pass < 3) {
     l.diag = l.ptile = 0;
@@ -67,7 +76,7 @@ __host__ __device__ inline EstSmem EstLayout(int head_dim, int max_n, int pass, 
     l.total = q_bytes + k_bytes;
     return l;
   }
-  l.diag = AlignUp16(static_cast<int64_t>(kEstKeysPerCta) * 8);
+  l.diag = AlignUp16(static_cast<int64_t>(kEstKeysPerCta) * 8 * colsplit);
   l.qs = l.diag + AlignUp16(static_cast<int64_t>(max_n + kEstKeysPerCta - 1) * 8);
   l.ks = l.qs + q_bytes;
   l.ptile = l.ks;
@@ -136,6 +145,16 @@ __device__ __forceinline__ double ExpNonPositiveD(float xf, const double* tab) {
 __device__ __forceinline__ float ExpNonPositive(float xf, const double* tab) {
   if (!(xf >= -110.f)) return 0.f;
   return static_cast<float>(ExpNonPositiveD(xf, tab));
+}
+
+// The fast estimate's exp(x) for x <= 0: ex2.approx.ftz of x log2 e, the product clamped below
+// at -160 (NaN and -inf, as ExpNonPositive's x < -110, give 0; x < -87.3 gives 0 where the exact
+// exp is a float subnormal). Error against ExpNonPositive: EstimateFastExpError.
+__device__ __forceinline__ float ExpFast(float x) {
+  const float t = fmaxf(__fmul_rn(x, 1.44269504088896341f), -160.f);
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(t));
+  return y;
 }
 
 // Largest index s in [0, n) with base(s) <= x (sequences without items share the next one's base).
@@ -300,13 +319,36 @@ __device__ __forceinline__ void TileLogitsWg(uint32_t qa, uint32_t ka, float (&a
 // diagonal's in row order (tile by tile, a tile's rows in order: a diagonal's rows in tile t all
 // precede its rows in tile t + 1), a row's over its tiles in key order.
 // kWg (passes 1-2 only): the products by TileLogitsWg from swizzled tiles.
-template <typename T, int kD, int kPass, int kWarps, bool kWg = false>
+// kExact (passes 2-3; pass 1 has no exp): the exact estimate (ExpNonPositive, every term summed
+// in double in the CPU's order). !kExact (the fast estimate, EstimateKnobs): ExpFast; pass 2 sums
+// a thread's terms of a row over the key tile in float, then adds that to its double; pass 3 sums
+// a column's (a diagonal's) terms over the tile's rows in float, then adds that to its double
+// accumulator, the columns of a 128-row chunk by two threads each (rows 0-63, 64-127: EstColSplit
+// accumulators, added at the end), so every thread of 8 warps sums 64 terms (the 64 column
+// threads summed 128 while the diagonal threads summed at most 64).
+template <int kPass, int kWarps, bool kExact>
+__host__ __device__ constexpr int EstColSplit() {
+  return (!kExact && kPass == 3) ? kWarps / 4 : 1;
+}
+
+// kFuse (pass 2 of the fast estimate; pass 1 then launches nothing, EstFused): the row maxima
+// online in pass 2 (flash attention's running max): each thread keeps its running maximum and
+// float sum of exp(l - max) per row (rescaled by exp(old - new) when a tile raises the maximum),
+// the 4 lanes of a row combine theirs, and the CTA writes its (sum, max) pair as the two words of
+// its row_part double (RowInvKernel<true> rescales them to the row's maximum) and its maximum to
+// row_max by atomicMax (the same maxima as pass 1's: max of the same sanitized logits).
+template <typename T, int kD, int kPass, int kWarps, bool kWg = false, bool kExact = true,
+          bool kFuse = false>
 __device__ __forceinline__ void EstimateBody(const EstimateParams& p) {
   static_assert(!kWg || kPass < 3, "pass 3 keeps mma.sync");
+  static_assert(kExact || kPass >= 2, "pass 1 has no exp");
+  static_assert(!kFuse || (kPass == 2 && !kExact), "only the fast pass 2 fuses pass 1");
   constexpr int kEstThreads = 32 * kWarps;
   constexpr int kRows = 16 * kWarps;
+  constexpr int kColSplit = EstColSplit<kPass, kWarps, kExact>();
+  constexpr int kColThreads = kTile * kColSplit;
   extern __shared__ __align__(16) unsigned char smem[];
-  const EstSmem lay = EstLayout(kD, p.max_n, kPass, kWarps, kWg);
+  const EstSmem lay = EstLayout(kD, p.max_n, kPass, kWarps, kWg, kColSplit);
   // kWg: the tiles from the first 1024-byte aligned byte.
   unsigned char* const wbase = smem + (kWg ? ((1024u - (detail::SmemAddr(smem) & 1023u)) & 1023u) : 0u);
   const uint32_t wq = detail::SmemAddr(wbase) + static_cast<uint32_t>(lay.qs) +
@@ -320,7 +362,8 @@ __device__ __forceinline__ void EstimateBody(const EstimateParams& p) {
   constexpr int kPitch = kD + 8;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   __shared__ double exp_tab[64];
-  if (kPass >= 2 && tid < 64) exp_tab[tid] = kExp2Frac[tid];  // published by the tile barriers
+  // The exact exp's table, published by the tile barriers.
+  if (kExact && kPass >= 2 && tid < 64) exp_tab[tid] = kExp2Frac[tid];
 
   const int slot = blockIdx.x % p.num_slots;
   const int g = blockIdx.x / p.num_slots;
@@ -337,7 +380,7 @@ __device__ __forceinline__ void EstimateBody(const EstimateParams& p) {
   const int diag_len = s.n + kEstKeysPerCta - 1;
 
   if (kPass == 3) {
-    for (int i = tid; i < kEstKeysPerCta; i += kEstThreads) col_acc[i] = 0;
+    for (int i = tid; i < kEstKeysPerCta * kColSplit; i += kEstThreads) col_acc[i] = 0;
     for (int i = tid; i < diag_len; i += kEstThreads) diag_acc[i] = 0;
   }
   const int chunks = CeilDivD(s.n, kRows);
@@ -356,7 +399,7 @@ __device__ __forceinline__ void EstimateBody(const EstimateParams& p) {
     const int rl[2] = {warp * 16 + (lane >> 2), warp * 16 + (lane >> 2) + 8};
     float mx[2] = {-CUDART_INF_F, -CUDART_INF_F};
     float inv[2] = {0.f, 0.f};
-    if (kPass >= 2) {
+    if (kPass >= 2 && !kFuse) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         if (rl[h] < rows_here) {
@@ -368,6 +411,7 @@ __device__ __forceinline__ void EstimateBody(const EstimateParams& p) {
     float run_max[2] = {-CUDART_INF_F, -CUDART_INF_F};
     float raw_max[2] = {-CUDART_INF_F, -CUDART_INF_F};  // pass 1, full tiles: unscaled products
     double run_sum[2] = {0, 0};
+    float fsum[2] = {0.f, 0.f};  // kFuse: sum of exp(l - mx) over this thread's terms
     for (int t = 0; t < kTilesPerCta; ++t) {
       const int j0 = key0 + t * kTile;
       if (j0 >= s.kl) break;
@@ -397,28 +441,77 @@ __device__ __forceinline__ void EstimateBody(const EstimateParams& p) {
       // overflow land on FLT_MAX either way: the same maximum as the masked path).
       const bool full = rows_here == kRows && j0 + kTile <= s.kl &&
                         (!p.causal || j0 + kTile - 1 <= s.first_pos + i0) && p.scale > 0.f;
-      if (full && kPass == 1) {
+      if (kFuse) {
+        // Logits in place (masked terms -inf), the tile's maxima, the running sums rescaled to
+        // the new maxima, this tile's terms. ExpFast of NaN (-inf - -inf) is 0.
+        float tm[2] = {-CUDART_INF_F, -CUDART_INF_F};
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int h = e >> 1;
+            float l = SanitizeLogit(__fmul_rn(acc[nt][e], p.scale));
+            if (!full) {
+              const int j = j0 + detail::AccCol(nt, e, lane);
+              const int i = i0 + rl[h];
+              if (!(rl[h] < rows_here && j < s.kl && (!p.causal || j <= s.first_pos + i))) {
+                l = -CUDART_INF_F;
+              }
+            }
+            acc[nt][e] = l;
+            tm[h] = fmaxf(tm[h], l);
+          }
+        }
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float nm = fmaxf(mx[h], tm[h]);
+          if (nm > mx[h]) fsum[h] = __fmul_rn(fsum[h], ExpFast(__fsub_rn(mx[h], nm)));
+          mx[h] = nm;
+        }
+        float tsum[2] = {0.f, 0.f};
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int h = e >> 1;
+            tsum[h] = __fadd_rn(tsum[h], ExpFast(__fsub_rn(acc[nt][e], mx[h])));
+          }
+        }
+        fsum[0] = __fadd_rn(fsum[0], tsum[0]);
+        fsum[1] = __fadd_rn(fsum[1], tsum[1]);
+      } else if (full && kPass == 1) {
 #pragma unroll
         for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) raw_max[e >> 1] = fmaxf(raw_max[e >> 1], acc[nt][e]);
         }
       } else if (full) {
+        float tsum[2] = {0.f, 0.f};  // !kExact pass 2: this tile's terms of each row
 #pragma unroll
         for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int h = e >> 1;
             const float l = SanitizeLogit(__fmul_rn(acc[nt][e], p.scale));
-            const float ex = ExpNonPositive(__fsub_rn(l, mx[h]), exp_tab);
+            const float x = __fsub_rn(l, mx[h]);
+            const float ex = kExact ? ExpNonPositive(x, exp_tab) : ExpFast(x);
             if (kPass == 2) {
-              run_sum[h] += static_cast<double>(ex);
+              if (kExact) {
+                run_sum[h] += static_cast<double>(ex);
+              } else {
+                tsum[h] = __fadd_rn(tsum[h], ex);
+              }
             } else {
               ptile[rl[h] * kPitchP + detail::AccCol(nt, e, lane)] = __fmul_rn(ex, inv[h]);
             }
           }
         }
+        if (!kExact && kPass == 2) {
+          run_sum[0] += static_cast<double>(tsum[0]);
+          run_sum[1] += static_cast<double>(tsum[1]);
+        }
       } else {
+        float tsum[2] = {0.f, 0.f};
 #pragma unroll
         for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
@@ -434,37 +527,64 @@ __device__ __forceinline__ void EstimateBody(const EstimateParams& p) {
             } else {
               float ex = 0.f;
               if (valid && mx[h] != -CUDART_INF_F) {
-                ex = ExpNonPositive(__fsub_rn(l, mx[h]), exp_tab);
+                const float x = __fsub_rn(l, mx[h]);
+                ex = kExact ? ExpNonPositive(x, exp_tab) : ExpFast(x);
               }
               if (kPass == 2) {
-                run_sum[h] += static_cast<double>(ex);
+                if (kExact) {
+                  run_sum[h] += static_cast<double>(ex);
+                } else {
+                  tsum[h] = __fadd_rn(tsum[h], ex);
+                }
               } else {
                 ptile[rl[h] * kPitchP + jj] = __fmul_rn(ex, inv[h]);
               }
             }
           }
         }
+        if (!kExact && kPass == 2) {
+          run_sum[0] += static_cast<double>(tsum[0]);
+          run_sum[1] += static_cast<double>(tsum[1]);
+        }
       }
       if (kPass == 3) {
         __syncthreads();
-        if (tid < kTile) {
-          // Column jj: add this chunk's rows in row order (the CPU's order).
-          double a = col_acc[t * kTile + tid];
-          for (int r = 0; r < rows_here; ++r) a += static_cast<double>(ptile[r * kPitchP + tid]);
-          col_acc[t * kTile + tid] = a;
+        if (tid < kColThreads) {
+          const int cj = tid & (kTile - 1);
+          if (kExact) {
+            // Column cj: add this chunk's rows in row order (the CPU's order).
+            double a = col_acc[t * kTile + cj];
+            for (int r = 0; r < rows_here; ++r) a += static_cast<double>(ptile[r * kPitchP + cj]);
+            col_acc[t * kTile + cj] = a;
+          } else {
+            // Rows [r0, r1) of column cj in float, into this half's accumulator.
+            const int half = tid / kTile;
+            const int r0 = half * kTile;
+            const int r1 = kColSplit == 1 ? rows_here : min(rows_here, r0 + kTile);
+            float f = 0.f;
+            for (int r = r0; r < r1; ++r) f = __fadd_rn(f, ptile[r * kPitchP + cj]);
+            col_acc[half * kEstKeysPerCta + t * kTile + cj] += static_cast<double>(f);
+          }
         } else {
           // Diagonals dl = row - column in [-63, rows_here - 1]: x = i0 - 64t + W - 1 + dl.
-          for (int dd = tid - kTile; dd < rows_here + kTile - 1; dd += kEstThreads - kTile) {
+          for (int dd = tid - kColThreads; dd < rows_here + kTile - 1;
+               dd += kEstThreads - kColThreads) {
             const int dl = dd - (kTile - 1);
             const int r_lo = max(0, dl);
             const int r_hi = min(rows_here - 1, kTile - 1 + dl);
             if (r_lo > r_hi) continue;
             const int x = i0 - t * kTile + kEstKeysPerCta - 1 + dl;
-            double a = diag_acc[x];
-            for (int r = r_lo; r <= r_hi; ++r) {
-              a += static_cast<double>(ptile[r * kPitchP + (r - dl)]);
+            if (kExact) {
+              double a = diag_acc[x];
+              for (int r = r_lo; r <= r_hi; ++r) {
+                a += static_cast<double>(ptile[r * kPitchP + (r - dl)]);
+              }
+              diag_acc[x] = a;
+            } else {
+              float f = 0.f;
+              for (int r = r_lo; r <= r_hi; ++r) f = __fadd_rn(f, ptile[r * kPitchP + (r - dl)]);
+              diag_acc[x] += static_cast<double>(f);
             }
-            diag_acc[x] = a;
           }
         }
       }
@@ -480,6 +600,26 @@ __device__ __forceinline__ void EstimateBody(const EstimateParams& p) {
         m = fmaxf(m, __shfl_xor_sync(kFullMask, m, 2));
         if ((lane & 3) == 0 && rl[h] < rows_here) {
           atomicMax(p.row_max + row_at + i0 + rl[h], FloatKey(m));
+        }
+      }
+    } else if (kFuse) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float m = mx[h], sm = fsum[h];
+#pragma unroll
+        for (int o = 1; o <= 2; o <<= 1) {
+          const float m2 = __shfl_xor_sync(kFullMask, m, o);
+          const float s2 = __shfl_xor_sync(kFullMask, sm, o);
+          const float mm = fmaxf(m, m2);
+          sm = __fadd_rn(__fmul_rn(sm, ExpFast(__fsub_rn(m, mm))),
+                         __fmul_rn(s2, ExpFast(__fsub_rn(m2, mm))));
+          m = mm;
+        }
+        if ((lane & 3) == 0 && rl[h] < rows_here) {
+          atomicMax(p.row_max + row_at + i0 + rl[h], FloatKey(m));
+          p.row_part[slot * p.rowpart_stride + s.rowpart_base +
+                     static_cast<int64_t>(i0 + rl[h]) * s.ctas + cta] =
+              __hiloint2double(__float_as_int(m), __float_as_int(sm));
         }
       }
     } else if (kPass == 2) {
@@ -499,7 +639,10 @@ __device__ __forceinline__ void EstimateBody(const EstimateParams& p) {
     __syncthreads();
     double* cols = p.col_sums + slot * p.col_stride + s.col_base;
     for (int jj = tid; jj < kEstKeysPerCta; jj += kEstThreads) {
-      if (key0 + jj < s.kl) cols[key0 + jj] = col_acc[jj];
+      if (key0 + jj < s.kl) {
+        cols[key0 + jj] =
+            kColSplit == 1 ? col_acc[jj] : col_acc[jj] + col_acc[kEstKeysPerCta + jj];
+      }
     }
     double* dp =
         p.dpart + slot * p.dpart_stride + s.dpart_base + static_cast<int64_t>(cta) * diag_len;
@@ -509,21 +652,24 @@ __device__ __forceinline__ void EstimateBody(const EstimateParams& p) {
 
 // 4 warps: as many CTAs per SM as registers and shared memory allow (5 for d 128). 8 warps: at
 // least 3 CTAs per SM (80 registers; pass 3 would take 98, i.e. 2 CTAs of 8 warps).
-template <typename T, int kD, int kPass>
+template <typename T, int kD, int kPass, bool kExact = true, bool kFuse = false>
 __global__ void __launch_bounds__(128) EstimateKernel4(EstimateParams p) {
-  EstimateBody<T, kD, kPass, 4>(p);
+  EstimateBody<T, kD, kPass, 4, false, kExact, kFuse>(p);
 }
 // The wgmma instances (passes 1-2): capped for 6 CTAs per SM (80 registers; unbounded, ptxas
 // took 132-140, 3 CTAs per SM).
-template <typename T, int kD, int kPass>
+template <typename T, int kD, int kPass, bool kExact = true, bool kFuse = false>
 __global__ void __launch_bounds__(128, 6) EstimateKernel4Wg(EstimateParams p) {
-  EstimateBody<T, kD, kPass, 4, true>(p);
+  EstimateBody<T, kD, kPass, 4, true, kExact, kFuse>(p);
 }
-template <typename T, int kD, int kPass, bool kWg = false>
+template <typename T, int kD, int kPass, bool kWg = false, bool kExact = true, bool kFuse = false>
 __global__ void __launch_bounds__(256, 3) EstimateKernel8(EstimateParams p) {
-  EstimateBody<T, kD, kPass, 8, kWg>(p);
+  EstimateBody<T, kD, kPass, 8, kWg, kExact, kFuse>(p);
 }
 
+// kFused: the partials are pass 2's (sum, max) pairs (EstimateBody's kFuse), each rescaled to the
+// row's maximum.
+template <bool kFused>
 __global__ void RowInvKernel(EstimateParams p) {
   const int64_t total = static_cast<int64_t>(p.num_slots) * p.rows_stride;
   for (int64_t u = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; u < total;
@@ -534,9 +680,19 @@ __global__ void RowInvKernel(EstimateParams p) {
     const EstimateSeq& s = p.seqs[seq];
     const int64_t i = r - s.row_base;
     const double* part = p.row_part + slot * p.rowpart_stride + s.rowpart_base + i * s.ctas;
-    double sum = 0;
-    for (int c = 0; c < s.ctas; ++c) sum += part[c];
     const float mx = KeyToFloat(p.row_max[u]);
+    double sum = 0;
+    if (kFused) {
+      for (int c = 0; c < s.ctas; ++c) {
+        const double pc = part[c];
+        const float sc = __int_as_float(__double2loint(pc));
+        const float mc = __int_as_float(__double2hiint(pc));
+        // sc > 0: mc and mx are finite, mc <= mx.
+        if (sc > 0.f) sum += static_cast<double>(sc) * exp(static_cast<double>(mc) - mx);
+      }
+    } else {
+      for (int c = 0; c < s.ctas; ++c) sum += part[c];
+    }
     p.row_inv[u] = (mx == -CUDART_INF_F || !(sum > 0)) ? 0.f : static_cast<float>(1.0 / sum);
   }
 }
@@ -853,6 +1009,13 @@ int GridFor(int64_t n, int threads) {
 // image): SPATTN_EST_WG, read once, is a mask of the passes that take it (bit 0 pass 1, bit 1
 // pass 2; default 1: pass 1; 0: main's mma.sync passes, for comparisons). The same products
 // bit for bit (the twin tests and the bench's index entries check it).
+// Passes 1-2 fused (the fast estimate, SPATTN_EST_FUSE unset or not 0): pass 1 launches nothing,
+// pass 2 takes the row maxima online (EstimateBody's kFuse), RowInvKernel<true> combines.
+bool EstFused() {
+  const EstKnobs& k = EstimateKnobs();
+  return !k.exact_exp && k.fuse_max;
+}
+
 int EstWgPasses() {
   static const int passes = [] {
     int mask = 1;
@@ -869,14 +1032,17 @@ int EstWgPasses() {
   return passes;
 }
 
-template <typename T, int kD, int kPass, int kWarps>
+template <typename T, int kD, int kPass, int kWarps, bool kExact, bool kFuse = false>
 cudaError_t LaunchEstimateTyped(const EstimateParams& p, int max_n, cudaStream_t stream) {
   const bool wg = kPass < 3 && (EstWgPasses() >> (kPass - 1) & 1) != 0;
-  const int64_t bytes = EstLayout(kD, max_n, kPass, kWarps, wg).total;
-  auto kernel = kWarps == 8 ? EstimateKernel8<T, kD, kPass> : EstimateKernel4<T, kD, kPass>;
+  const int64_t bytes =
+      EstLayout(kD, max_n, kPass, kWarps, wg, EstColSplit<kPass, kWarps, kExact>()).total;
+  auto kernel = kWarps == 8 ? EstimateKernel8<T, kD, kPass, false, kExact, kFuse>
+                            : EstimateKernel4<T, kD, kPass, kExact, kFuse>;
   if constexpr (kPass < 3) {
     if (wg) {
-      kernel = kWarps == 8 ? EstimateKernel8<T, kD, kPass, true> : EstimateKernel4Wg<T, kD, kPass>;
+      kernel = kWarps == 8 ? EstimateKernel8<T, kD, kPass, true, kExact, kFuse>
+                           : EstimateKernel4Wg<T, kD, kPass, kExact, kFuse>;
     }
   }
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -901,13 +1067,18 @@ int EstimateWarps(int max_n) {
 
 template <typename T, int kD, int kWarps>
 cudaError_t LaunchEstimateW(const EstimateParams& p, int pass, int max_n, cudaStream_t stream) {
+  const bool exact = EstimateKnobs().exact_exp;
+  const bool fused = EstFused();
   switch (pass) {
-    case 1:
-      return LaunchEstimateTyped<T, kD, 1, kWarps>(p, max_n, stream);
+    case 1:  // fused: pass 2 takes the maxima
+      return fused ? cudaSuccess : LaunchEstimateTyped<T, kD, 1, kWarps, true>(p, max_n, stream);
     case 2:
-      return LaunchEstimateTyped<T, kD, 2, kWarps>(p, max_n, stream);
+      if (fused) return LaunchEstimateTyped<T, kD, 2, kWarps, false, true>(p, max_n, stream);
+      return exact ? LaunchEstimateTyped<T, kD, 2, kWarps, true>(p, max_n, stream)
+                   : LaunchEstimateTyped<T, kD, 2, kWarps, false>(p, max_n, stream);
     case 3:
-      return LaunchEstimateTyped<T, kD, 3, kWarps>(p, max_n, stream);
+      return exact ? LaunchEstimateTyped<T, kD, 3, kWarps, true>(p, max_n, stream)
+                   : LaunchEstimateTyped<T, kD, 3, kWarps, false>(p, max_n, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -947,7 +1118,11 @@ cudaError_t LaunchEstimatePass(const EstimateParams& p, int pass, cudaStream_t s
 cudaError_t LaunchEstimateRowInv(const EstimateParams& p, cudaStream_t stream) {
   const int64_t n = static_cast<int64_t>(p.num_slots) * p.rows_stride;
   if (n == 0) return cudaSuccess;
-  RowInvKernel<<<GridFor(n, 256), 256, 0, stream>>>(p);
+  if (EstFused()) {
+    RowInvKernel<true><<<GridFor(n, 256), 256, 0, stream>>>(p);
+  } else {
+    RowInvKernel<false><<<GridFor(n, 256), 256, 0, stream>>>(p);
+  }
   return cudaGetLastError();
 }
 
@@ -996,6 +1171,60 @@ cudaError_t LaunchGroupLines(const MergeParams& p, int32_t* col_runs, int32_t* c
   return cudaGetLastError();
 }
 
+namespace {
+
+// EstimateFastExpError's sweep: x = the float of bits 0x80000000 + i (-0 down to -110), and -inf.
+__global__ void FastExpErrorKernel(uint32_t n, unsigned int* out) {
+  __shared__ double tab[64];
+  if (threadIdx.x < 64) tab[threadIdx.x] = kExp2Frac[threadIdx.x];
+  __syncthreads();
+  float max_abs = 0.f, max_rel = 0.f;
+  for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i <= n; i += gridDim.x * blockDim.x) {
+    const float x = i == n ? -CUDART_INF_F : __uint_as_float(0x80000000u + i);
+    const float exact = ExpNonPositive(x, tab);
+    const double diff = fabs(static_cast<double>(ExpFast(x)) - static_cast<double>(exact));
+    max_abs = fmaxf(max_abs, static_cast<float>(diff));
+    if (x >= -16.f) max_rel = fmaxf(max_rel, static_cast<float>(diff / exact));
+  }
+  // Non-negative floats order as their bits.
+  atomicMax(out, __float_as_uint(max_abs));
+  atomicMax(out + 1, __float_as_uint(max_rel));
+}
+
+}  // namespace
 }  // namespace merged
+
+EstKnobs& EstimateKnobs() {
+  static EstKnobs knobs = [] {
+    EstKnobs k;
+    const char* e = std::getenv("SPATTN_EST_EXP");
+    k.exact_exp = e != nullptr && std::string(e) == "exact";
+    const char* f = std::getenv("SPATTN_EST_FUSE");
+    k.fuse_max = f == nullptr || std::string(f) != "0";
+    return k;
+  }();
+  return knobs;
+}
+
+cudaError_t EstimateFastExpError(float* max_abs, float* max_rel) {
+  unsigned int* d = nullptr;
+  cudaError_t err = cudaMalloc(&d, 2 * sizeof(unsigned int));
+  if (err != cudaSuccess) return err;
+  unsigned int h[2] = {0, 0};
+  err = cudaMemcpy(d, h, sizeof(h), cudaMemcpyHostToDevice);
+  // Floats from -0 (bits 0x80000000) to -110 (0xc2dc0000).
+  const uint32_t n = 0xc2dc0000u - 0x80000000u + 1u;
+  if (err == cudaSuccess) {
+    merged::FastExpErrorKernel<<<1024, 256>>>(n, d);
+    err = cudaGetLastError();
+  }
+  if (err == cudaSuccess) err = cudaMemcpy(h, d, sizeof(h), cudaMemcpyDeviceToHost);
+  cudaFree(d);
+  if (err != cudaSuccess) return err;
+  std::memcpy(max_abs, &h[0], sizeof(float));
+  std::memcpy(max_rel, &h[1], sizeof(float));
+  return cudaSuccess;
+}
+
 }  // namespace cuda
 }  // namespace spattn

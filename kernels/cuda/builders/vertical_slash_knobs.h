@@ -1,0 +1,39 @@
+// Knobs of the last-rows estimate (vertical_slash.cu: vertical_slash's and flex_prefill's GPU
+// builders), read from the environment once per process (at first use), and the check behind
+// the fast exp. Only code under kernels/cuda includes this.
+//
+// SPATTN_EST_EXP=exact: passes 2-3 (row sums, probabilities and their column / diagonal sums)
+// take the exact exp (ExpNonPositive: a double-precision exp rounded to float, the CPU's expf
+// bit for bit but within ~1e-15 of a rounding boundary) and sum in double in the CPU's order,
+// main's passes before session 29. Default (fast): the exp by ex2.approx.ftz of (l - max) log2 e
+// (error: EstimateFastExpError), each thread's row sum over a key tile and each column's /
+// diagonal's sum over a row tile in float before their double accumulators (and flex_prefill's
+// 8-warp column sums in two halves of 64 rows).
+// SPATTN_EST_FUSE=0 (fast estimate only): pass 1 (row maxima) runs as its own launch, as in
+// main; by default pass 2 takes the maxima online (running max and rescaled float sums per
+// thread, a (sum, max) pair per CTA and row, combined by the row-sum kernel) and pass 1 launches
+// nothing. Tests change the knobs through the returned reference, between builds only.
+#ifndef SPATTN_KERNELS_CUDA_BUILDERS_VERTICAL_SLASH_KNOBS_H_
+#define SPATTN_KERNELS_CUDA_BUILDERS_VERTICAL_SLASH_KNOBS_H_
+
+#include <cuda_runtime_api.h>
+
+namespace spattn {
+namespace cuda {
+
+struct EstKnobs {
+  bool exact_exp = false;
+  bool fuse_max = true;  // the fast estimate's passes 1-2 in one launch
+};
+EstKnobs& EstimateKnobs();
+
+// The fast exp of passes 2-3 against the exact one (ExpNonPositive), on the current device, over
+// every float x in [-110, 0] (the exact exp's range; below it both give 0) and -inf:
+// *max_abs = max |fast - exact|, *max_rel = max |fast - exact| / exact over x >= -16 (where
+// exact >= 1.1e-7: the terms that move a column's or a row's sum). Synchronous (tests).
+cudaError_t EstimateFastExpError(float* max_abs, float* max_rel);
+
+}  // namespace cuda
+}  // namespace spattn
+
+#endif  // SPATTN_KERNELS_CUDA_BUILDERS_VERTICAL_SLASH_KNOBS_H_
