@@ -36,6 +36,7 @@
 #include "kernels/cuda/attention/attention_core.cuh"
 #include "kernels/cuda/attention/hopper/consumer_step.cuh"
 #include "kernels/cuda/attention/hopper/sm90_primitives.cuh"
+#include "kernels/cuda/attention/hopper/wgmma_n160.cuh"
 
 namespace spattn {
 namespace cuda {
@@ -66,8 +67,14 @@ __device__ __forceinline__ void CpAsync16Zfill(uint32_t dst, const void* src, bo
 // kBM_ = 128: two consumer warpgroups of 64 rows (ping-pong), 128-key tiles, one CTA per SM.
 // kBM_ = 64 (block_m 64 indexes): one consumer warpgroup, 64-key tiles, two CTAs per SM (their
 // warpgroups take turns on the tensor cores as the hardware schedules them).
+// kBN_ = 160 (the sparse stream at block_m 128, d = 128; SPATTN_HOPPER_SPARSE_BN, session 29):
+// range tiles of up to 160 keys -- the per-tile softmax, barriers and turns over 1.25x the keys,
+// as the dense kernel's 176-key tiles (176 does not fit beside two Q buffers and two K/V slots:
+// 240 KB) -- and gathered tiles of up to kGBN = 128 keys in the 160-key slots (their producer
+// copies and key shuffles as before; S over the slot's 160 columns, the 32 past 128 masked, their
+// P V over the first 128 keys only).
 template <typename T_, int kD_, int kStages_, int kQBufs_ = 2, int kLanes_ = 4, int kBM_ = 128,
-          int kItems_ = 2>
+          int kItems_ = 2, int kBN_ = kBM_>
 struct PersistTraits {
   using T = T_;
   static constexpr int kD = kD_;
@@ -85,13 +92,18 @@ struct PersistTraits {
   static_assert(kLanes >= 1 && kLanes <= kD_ / 8 && (kLanes & (kLanes - 1)) == 0, "lanes");
   static constexpr int kBM = kBM_;
   static_assert(kBM == 64 || kBM == 128, "block_m");
-  static constexpr int kBN = kBM;
+  static constexpr int kBN = kBN_;
+  // Keys of a gathered tile (at most 128: one key per producer lane of a warp's rows).
+  static constexpr int kGBN = kBN < 128 ? kBN : 128;
+  static_assert(kBN == kBM || (kBN == 160 && kBM == 128 && kD_ == 128 && kItems_ == 2 &&
+                               kQBufs_ == 2 && kLanes_ > 1),
+                "160-key tiles: the sparse stream at block_m 128, d = 128 only");
   static constexpr int kConsumerWgs = kBM / 64;
   static constexpr int kThreads = 128 * (1 + kConsumerWgs);
   static constexpr int kMinBlocks = kBM == 128 ? 1 : 2;  // CTAs per SM
   // Column tiles: producer warp w copies the tile's rows [w, w + 1) * kWarpRows (kLanes > 1), the
   // key numbers read by its first kWarpRows lanes.
-  static constexpr int kWarpRows = kBN / 4;
+  static constexpr int kWarpRows = kGBN / 4;
   static_assert(kLanes == 1 || 32 / kLanes <= kWarpRows, "lanes for this tile size");
   static constexpr int kSub = kD / 64;
   static constexpr int kQBytes = kBM * kD * 2;
@@ -201,7 +213,8 @@ constexpr int kBarProducer = 8;
 // over shared state: the producer runs on 56 registers, and a TileCursor beside this state plus
 // an unrolled decision pass spilled 36-64 bytes there, 0.5-0.7x on every sparse cell, run
 // s20s-1). Otherwise TileCursor (the dense persistent kernel's code as before).
-template <int kBN, bool kStream>
+// kGBN: keys of a gathered tile (kBN, or 128 with 160-key range tiles).
+template <int kBN, bool kStream, int kGBN = kBN>
 struct PackedCursor {
   int e = 0, off = 0;  // ranges: the next tile
   int tails = 0;       // packing: tail keys of the ranges walked so far
@@ -234,7 +247,7 @@ struct PackedCursor {
           part += tail > 0 ? 1 : 0;
         }
         const int c = ks.num_cols;
-        const int packed = (c + t + kBN - 1) / kBN, plain_tiles = (c + kBN - 1) / kBN + part;
+        const int packed = (c + t + kGBN - 1) / kGBN, plain_tiles = (c + kGBN - 1) / kGBN + part;
         mode = packed < plain_tiles || (mode == -2 && c > 0 && packed == plain_tiles) ? 1 : 0;
       }
       while (e < ks.num_ranges) {
@@ -257,7 +270,7 @@ struct PackedCursor {
       if (v >= total) return false;
       kind = 1;
       start = v;
-      n = min(kBN, total - v);
+      n = min(kGBN, total - v);
       mixed = v + n > ks.num_cols;
       v += n;
       return true;
@@ -807,6 +820,10 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
     const uint64_t v_desc = detail::SmemDesc(ring.V(vs), kBN * 128, 1024);
     if (d.half) {
       IssuePvDesc<Tr, kBN / 32>(st, v_desc);
+    } else if (Tr::kGBN < kBN && d.kind == 1) {
+      // (160-key slots: a gathered tile's keys are its first kGBN rows; the rows past them hold
+      // stale keys, their P masked to 0, NaN / Inf there must not leak.)
+      IssuePvDesc<Tr, Tr::kGBN / 16>(st, v_desc);
     } else {
       IssuePvDesc<Tr, kBN / 16>(st, v_desc);
     }
@@ -1185,7 +1202,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
       const bool early_q = kSparse && Tr::kCross && it.keys;
       if (early_q) issue_q(true);
       // Tiles one ahead: whether another follows is part of a tile's descriptor.
-      PackedCursor<kBN, kSparse && Tr::kCross> cursor;
+      PackedCursor<kBN, kSparse && Tr::kCross, Tr::kGBN> cursor;
       cursor.Init(flags);
       tail_keys = TailKeys<kBN>();
       int kind = 0, start = 0, n = 0;
