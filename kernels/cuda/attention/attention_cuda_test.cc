@@ -468,6 +468,8 @@ TEST_F(CudaAttentionTest, SparseTimelineTraceMatchesDefault) {
   };
   const char* tmp = std::getenv("TEST_TMPDIR");
   const std::string trace = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/sparse_trace.jsonl");
+  // (The traced instance is the 128-key stream kernel's: both runs use 128-key tiles.)
+  setenv("SPATTN_HOPPER_SPARSE_BN", "128", 1);
   uint64_t seed = 470;
   for (int block_m : {64, 128}) {
     for (const Case& c : cases) {
@@ -506,7 +508,7 @@ TEST_F(CudaAttentionTest, SparseTimelineTraceMatchesDefault) {
       std::remove(trace.c_str());
       std::vector<float> o[2], lse[2];
       RunSparseWithAndWithoutKnob(*hp, idx, "SPATTN_HOPPER_TRACE", trace, config, o, lse);
-      if (HasFatalFailure()) return;
+      if (HasFatalFailure()) break;
       EXPECT_EQ(CheckRows(hprob, &idx, SampleRows(hprob, AllHeads(c.hq), 64), o[0], lse[0]), "")
           << config;
       EXPECT_EQ(0, std::memcmp(o[0].data(), o[1].data(), o[0].size() * 4)) << config;
@@ -517,7 +519,10 @@ TEST_F(CudaAttentionTest, SparseTimelineTraceMatchesDefault) {
       for (std::string l; std::getline(in, l);) ++lines;
       EXPECT_EQ(lines, traced ? with_keys + 1 : 0) << config;
     }
+    if (HasFatalFailure()) break;
   }
+  unsetenv("SPATTN_HOPPER_SPARSE_BN");
+  ReloadCudaKernelKnobs();
 }
 
 // The sparse stream's TMA-store epilogue (kFlagTmaStore, the default for batch 1: O staged in the
@@ -554,15 +559,15 @@ TEST_F(CudaAttentionTest, SparseTmaStoreMatchesStores) {
   }
 }
 
-// The sparse stream's 160-key range tiles (block_m 128, d = 128; the default since session 29,
-// SPATTN_HOPPER_SPARSE_BN=128 the 128-key tiles): range tiles of up to 160 keys, gathered tiles
-// of up to 128 keys in the 160-key ring slots, whose rows past 128 still hold an earlier tile's
-// keys. Rows of sink + window, ranges of 129-159 and 161-330 keys, random ranges with columns
-// (packed range tails), short ranges before columns, one-tile rows, empty rows; K and V hold
-// NaN / Inf at 40 keys of each sequence that no row attends, placed right after ranges (a range
-// tile's TMA box and, later, a gathered tile's stale slot rows reach them): both settings give
-// the reference's values, and every row is written. Batch 1 and a varlen batch, bf16 / fp16, a
-// non-causal one; each pack-tails mode.
+// The sparse stream's 160-key tiles (block_m 128, d = 128; SPATTN_HOPPER_SPARSE_BN=128 the
+// 128-key tiles): range tiles of 160 or 128 keys (packing picks per range), gathered tiles of up
+// to 160 keys (two key numbers per producer lane), tiles of at most 128 keys whose P V skips the
+// slot's rows past 128 (an earlier tile's keys). Rows of sink + window, ranges of 129-159 and
+// 161-330 keys, random ranges with columns (packed range tails), short ranges before columns,
+// one-tile rows, empty rows; K and V hold NaN / Inf at 40 keys of each sequence that no row
+// attends, right after ranges (a range tile's TMA box and, later, the stale rows of its slot
+// reach them): both settings give the reference's values, and every row is written. Batch 1 and
+// a varlen batch, bf16 / fp16, a non-causal one; each pack-tails mode.
 TEST_F(CudaAttentionTest, SparseRangeTiles160MatchReference) {
   const std::vector<Case> cases = {
       {{4096}, {}, 8, 2, 128, DType::kBF16, true},

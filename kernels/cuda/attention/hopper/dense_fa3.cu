@@ -467,10 +467,10 @@ cudaError_t PersistentDim(const AttnParams& p, const SparseIndexView& idx,
       default:
         break;
     }
-    // 160-key range tiles (PersistTraits kBN_ = 160: the stream's per-tile work over 1.25x the
-    // keys; gathered tiles of up to 128 keys) unless SPATTN_HOPPER_SPARSE_BN=128 (NOTES.md
-    // session 29, s29-sparse).
-    if (Knobs().sparse_bn == 160) {
+    // 160-key tiles (PersistTraits kBN_ = 160: the stream's per-tile work over 1.25x the keys)
+    // unless SPATTN_HOPPER_SPARSE_BN=128 (NOTES.md session 29, s29-sparse). The timeline
+    // (SPATTN_HOPPER_TRACE) has a traced instance of the 128-key kernel only: it runs that one.
+    if (Knobs().sparse_bn == 160 && Knobs().trace.empty()) {
       return LaunchPersistent<PersistTraits<T, 128, 2, 2, 4, 128, 2, 160>, true>(
           p, idx, sched, num_items, num_m_blocks, stream);
     }

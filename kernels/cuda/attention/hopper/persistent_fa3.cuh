@@ -68,11 +68,12 @@ __device__ __forceinline__ void CpAsync16Zfill(uint32_t dst, const void* src, bo
 // kBM_ = 64 (block_m 64 indexes): one consumer warpgroup, 64-key tiles, two CTAs per SM (their
 // warpgroups take turns on the tensor cores as the hardware schedules them).
 // kBN_ = 160 (the sparse stream at block_m 128, d = 128; SPATTN_HOPPER_SPARSE_BN, session 29):
-// range tiles of up to 160 keys -- the per-tile softmax, barriers and turns over 1.25x the keys,
-// as the dense kernel's 176-key tiles (176 does not fit beside two Q buffers and two K/V slots:
-// 240 KB) -- and gathered tiles of up to kGBN = 128 keys in the 160-key slots (their producer
-// copies and key shuffles as before; S over the slot's 160 columns, the 32 past 128 masked, their
-// P V over the first 128 keys only).
+// tiles of up to 160 keys -- the per-tile softmax, barriers and turns over 1.25x the keys, as the
+// dense kernel's 176-key tiles (176 does not fit beside two Q buffers and two K/V slots: 240 KB).
+// Gathered tiles of 160 keys: a producer warp copies 40 rows, its lanes holding two key numbers
+// (rows w * 40 + lane and w * 40 + 32 + lane). Packing (kFlagPackTails) tiles each range by 160
+// or 128 keys, whichever costs less (RangeTileKeys); tiles of at most 128 keys run their P V over
+// 128 (or 80: half) keys.
 template <typename T_, int kD_, int kStages_, int kQBufs_ = 2, int kLanes_ = 4, int kBM_ = 128,
           int kItems_ = 2, int kBN_ = kBM_>
 struct PersistTraits {
@@ -93,8 +94,6 @@ struct PersistTraits {
   static constexpr int kBM = kBM_;
   static_assert(kBM == 64 || kBM == 128, "block_m");
   static constexpr int kBN = kBN_;
-  // Keys of a gathered tile (at most 128: one key per producer lane of a warp's rows).
-  static constexpr int kGBN = kBN < 128 ? kBN : 128;
   static_assert(kBN == kBM || (kBN == 160 && kBM == 128 && kD_ == 128 && kItems_ == 2 &&
                                kQBufs_ == 2 && kLanes_ > 1),
                 "160-key tiles: the sparse stream at block_m 128, d = 128 only");
@@ -103,7 +102,7 @@ struct PersistTraits {
   static constexpr int kMinBlocks = kBM == 128 ? 1 : 2;  // CTAs per SM
   // Column tiles: producer warp w copies the tile's rows [w, w + 1) * kWarpRows (kLanes > 1), the
   // key numbers read by its first kWarpRows lanes.
-  static constexpr int kWarpRows = kGBN / 4;
+  static constexpr int kWarpRows = kBN / 4;
   static_assert(kLanes == 1 || 32 / kLanes <= kWarpRows, "lanes for this tile size");
   static constexpr int kSub = kD / 64;
   static constexpr int kQBytes = kBM * kD * 2;
@@ -213,8 +212,23 @@ constexpr int kBarProducer = 8;
 // over shared state: the producer runs on 56 registers, and a TileCursor beside this state plus
 // an unrolled decision pass spilled 36-64 bytes there, 0.5-0.7x on every sparse cell, run
 // s20s-1). Otherwise TileCursor (the dense persistent kernel's code as before).
-// kGBN: keys of a gathered tile (kBN, or 128 with 160-key range tiles).
-template <int kBN, bool kStream, int kGBN = kBN>
+// Packing with 160-key tiles (PersistTraits kBN_ = 160): a range of rl keys is tiled by 160 or
+// 128 keys (its whole tiles, aligned to its end; the rest is its tail, gathered), whichever costs
+// less by a rough per-tile cost: a 160-key range tile 1, a 128-key one 0.85, a gathered key 1.5 /
+// 160 (a 1024-key window: 6 tiles of 160 + 64 tail keys; a 256-key span: 2 tiles of 128, no tail).
+// The producer's cursor and its tail-key lookup (TailKeys) use the same rule.
+template <int kBN>
+__device__ __forceinline__ int RangeTileKeys(int rl) {
+  if constexpr (kBN != 160) {
+    return kBN;
+  } else {
+    const int f160 = rl / 160, f128 = rl >> 7;
+    const int t160 = rl - f160 * 160, t128 = rl & 127;
+    return 320 * f160 + 3 * t160 <= 272 * f128 + 3 * t128 ? 160 : 128;
+  }
+}
+
+template <int kBN, bool kStream>
 struct PackedCursor {
   int e = 0, off = 0;  // ranges: the next tile
   int tails = 0;       // packing: tail keys of the ranges walked so far
@@ -242,24 +256,26 @@ struct PackedCursor {
         int t = 0, part = 0;
 #pragma unroll 1
         for (int i = 0; i < ks.num_ranges; ++i) {
-          const int tail = __ldg(ks.range_len + i) % kBN;
+          const int rl = __ldg(ks.range_len + i);
+          const int tail = rl % RangeTileKeys<kBN>(rl);
           t += tail;
           part += tail > 0 ? 1 : 0;
         }
         const int c = ks.num_cols;
-        const int packed = (c + t + kGBN - 1) / kGBN, plain_tiles = (c + kGBN - 1) / kGBN + part;
+        const int packed = (c + t + kBN - 1) / kBN, plain_tiles = (c + kBN - 1) / kBN + part;
         mode = packed < plain_tiles || (mode == -2 && c > 0 && packed == plain_tiles) ? 1 : 0;
       }
       while (e < ks.num_ranges) {
         const int rs = __ldg(ks.range_start + e), rl = __ldg(ks.range_len + e);
         // Packing: whole tiles aligned to the range's end; plain: from its start, the last one
         // partial.
-        const int whole = mode != 0 ? rl / kBN * kBN : rl;
+        const int w = mode != 0 ? RangeTileKeys<kBN>(rl) : kBN;
+        const int whole = mode != 0 ? rl / w * w : rl;
         if (off < whole) {
           kind = 0;
           start = rs + (rl - whole) + off;
-          n = min(kBN, whole - off);
-          off += kBN;
+          n = min(w, whole - off);
+          off += w;
           return true;
         }
         tails += rl - whole;
@@ -270,7 +286,7 @@ struct PackedCursor {
       if (v >= total) return false;
       kind = 1;
       start = v;
-      n = min(kGBN, total - v);
+      n = min(kBN, total - v);
       mixed = v + n > ks.num_cols;
       v += n;
       return true;
@@ -289,7 +305,7 @@ struct TailKeys {
     const int t = pos - ks.num_cols;
     for (;;) {
       const int rl = __ldg(ks.range_len + te);
-      const int tail = rl % kBN;
+      const int tail = rl % RangeTileKeys<kBN>(rl);
       if (t < tbase + tail) return __ldg(ks.range_start + te) + (t - tbase);
       tbase += tail;
       ++te;
@@ -647,6 +663,7 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
   struct Tile {
     int kind, start, n, last, slot;
     bool half, mixed;
+    bool g128;  // (160-key tiles) at most 128 keys: P V over 128 keys
   };
   // The sparse kernel's waits sleep in each try (MbarWaitSleep); the dense persistent kernel's
   // as before.
@@ -761,6 +778,7 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
     }
     const int my_first = cur.first_pos + cw * 64;
     d.half = Tr::kHalfTiles && (d.n <= kBN / 2 || (p.causal && d.kind == 0 && d.start >= my_first));
+    d.g128 = kBN == 160 && d.n <= 128;
     if (d.kind == 1) detail::FenceProxyAsync();  // gathered K written by cp.async
   };
   auto release = [&](uint32_t bar) {
@@ -768,7 +786,7 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
   };
   // After V landed (PrepareV: up to the rows its P V reads).
   auto prepare_v = [&](int slot, const Tile& d) {
-    PrepareV<Tr>(smem, slot, d.kind, d.n, d.half ? kBN / 2 : kBN, tid, cw);
+    PrepareV<Tr>(smem, slot, d.kind, d.n, d.half ? kBN / 2 : d.g128 ? 128 : kBN, tid, cw);
   };
   // Masks S of a tile that needs it (fewer than kBN keys, or keys past one of the warpgroup's
   // rows, causal): range tiles by a per-row column limit, gathered ones by their key numbers.
@@ -820,10 +838,9 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
     const uint64_t v_desc = detail::SmemDesc(ring.V(vs), kBN * 128, 1024);
     if (d.half) {
       IssuePvDesc<Tr, kBN / 32>(st, v_desc);
-    } else if (Tr::kGBN < kBN && d.kind == 1) {
-      // (160-key slots: a gathered tile's keys are its first kGBN rows; the rows past them hold
-      // stale keys, their P masked to 0, NaN / Inf there must not leak.)
-      IssuePvDesc<Tr, Tr::kGBN / 16>(st, v_desc);
+    } else if (kBN == 160 && d.g128) {
+      // (A tile of at most 128 keys in a 160-key slot: rows past 128 are never read.)
+      IssuePvDesc<Tr, 8>(st, v_desc);
     } else {
       IssuePvDesc<Tr, kBN / 16>(st, v_desc);
     }
@@ -1054,17 +1071,19 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
     // Gathered rows of a column tile, kL lanes per row: warp `pwarp` copies rows
     // pwarp * kWarpRows + [0, kWarpRows), 32 / kL per instruction (lanes plane / kL), each lane
     // the chunks plane % kL + kL m of them; the key numbers come by shuffle from the lane that
-    // read them (tile_key).
+    // read them (tile_key; rows 32-39 of a warp's 40 with 160-key tiles: key2, tile_key2).
     constexpr int kWarpRows = Tr::kWarpRows;
+    static_assert(kWarpRows <= 64, "two key numbers per producer lane");
     auto gather = [&](const T* base, int64_t tok_stride, uint32_t dst, const Item& it, int n,
-                      int key) {
+                      int key, int key2) {
       constexpr int kL = Tr::kLanes;
       constexpr int kRows = 32 / kL, kPer = kD / 8 / kL;
       const int sub = plane % kL;
 #pragma unroll 1  // (unrolling the rows spills the producer's 56 registers)
       for (int k = 0; k < kWarpRows / kRows; ++k) {
         const int rw = plane / kL + kRows * k;
-        const int kk = __shfl_sync(0xffffffffu, key, rw);
+        const int kk = __shfl_sync(0xffffffffu, kWarpRows > 32 && k >= 32 / kRows ? key2 : key,
+                                   rw & 31);
         const int row = pwarp * kWarpRows + rw;
         const bool valid = row < n;
         const T* src = base + static_cast<int64_t>(it.k_tok0 + kk) * tok_stride;
@@ -1081,12 +1100,19 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
     // release and the copies.
     const int key_row =
         Tr::kLanes == 1 ? tid : (plane < kWarpRows ? pwarp * kWarpRows + plane : kBN);
+    const int key_row2 =
+        kWarpRows > 32 && plane < kWarpRows - 32 ? pwarp * kWarpRows + 32 + plane : kBN;
     // kFlagPackTails (sparse items of the stream only): gathered tiles over cols ++ range tails.
     const bool pack = kSparse && Tr::kCross && (flags & kFlagPackTails) != 0;
     TailKeys<kBN> tail_keys;  // (reset per item)
     auto tile_key = [&](const Item& it, int kind, int start, int n) {
       if (kind != 1 || key_row >= n) return 0;
       return pack ? tail_keys.Key(it.ks, start + key_row) : __ldg(it.ks.cols + start + key_row);
+    };
+    auto tile_key2 = [&](const Item& it, int kind, int start, int n) {
+      if (kWarpRows <= 32 || kind != 1 || key_row2 >= n) return 0;
+      return pack ? tail_keys.Key(it.ks, start + key_row2)
+                  : __ldg(it.ks.cols + start + key_row2);
     };
     // A packed tile's key numbers, next to its K slot, for the consumers' mask (each row's by
     // the thread that read it).
@@ -1107,11 +1133,12 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
     // with range tails): the key numbers go to that slot's list too, and every thread's arrival
     // releases its store.
     auto load = [&](const CUtensorMap* map, const T* base, int64_t tok_stride, uint32_t dst,
-                    uint32_t full, const Item& it, int kind, int start, int n, int key,
+                    uint32_t full, const Item& it, int kind, int start, int n, int key, int key2,
                     int keys_slot) {
       auto arrive = [&]() {
         if (keys_slot >= 0) {
           if (key_row < n) tile_keys[keys_slot * kBN + key_row] = key;
+          if (kWarpRows > 32 && key_row2 < n) tile_keys[keys_slot * kBN + key_row2] = key2;
           CpAsyncArriveInc(full);
           MbarArrive(full);
         } else {
@@ -1130,7 +1157,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
           MbarArrive(full);
         }
       } else if constexpr (Tr::kLanes > 1) {
-        gather(base, tok_stride, dst, it, n, key);
+        gather(base, tok_stride, dst, it, n, key, key2);
         arrive();
       } else if (tid >= kBN) {
         MbarArrive(full);  // (64-key tiles: the upper producer threads hold no row)
@@ -1202,7 +1229,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
       const bool early_q = kSparse && Tr::kCross && it.keys;
       if (early_q) issue_q(true);
       // Tiles one ahead: whether another follows is part of a tile's descriptor.
-      PackedCursor<kBN, kSparse && Tr::kCross, Tr::kGBN> cursor;
+      PackedCursor<kBN, kSparse && Tr::kCross> cursor;
       cursor.Init(flags);
       tail_keys = TailKeys<kBN>();
       int kind = 0, start = 0, n = 0;
@@ -1238,13 +1265,14 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
           static_cast<const T*>(p.k) + static_cast<int64_t>(it.head / p.group) * p.k_head_stride;
       const T* vbase =
           static_cast<const T*>(p.v) + static_cast<int64_t>(it.head / p.group) * p.v_head_stride;
-      int pkind = 0, pstart = 0, pn = 0, pkey = 0;
+      int pkind = 0, pstart = 0, pn = 0, pkey = 0, pkey2 = 0;
       bool have_prev = false;
       for (;;) {
         int nkind = 0, nstart = 0, nn = 0;
         bool nmixed = false;
         const bool have_next = have && cursor.Next(it.ks, nkind, nstart, nn, nmixed);
         const int key = have ? tile_key(it, kind, start, n) : 0;
+        const int key2 = have ? tile_key2(it, kind, start, n) : 0;
         if (have) {
           const int s = tile % kStages;
           pwait(k_empty(s), ((tile / kStages) & 1) ^ 1);
@@ -1253,13 +1281,13 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
                 TileDesc{kind | (have_next ? 2 : 0) | (mixed ? 4 : 0), start, n, start + n - 1};
           }
           load(&tmap_k, kbase, p.k_token_stride, sK + s * Tr::kTileBytes, k_full(s), it, kind,
-               start, n, key, mixed ? s : -1);
+               start, n, key, key2, mixed ? s : -1);
         }
         if (have_prev) {
           const int s = (tile - 1) % kStages;
           pwait(v_empty(s), (((tile - 1) / kStages) & 1) ^ 1);
           load(&tmap_v, vbase, p.v_token_stride, sV + s * Tr::kTileBytes, v_full(s), it, pkind,
-               pstart, pn, pkey, -1);
+               pstart, pn, pkey, pkey2, -1);
         }
         if constexpr (kTrace) {
           if (leader && have && !have_prev) {
@@ -1271,7 +1299,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
         }
         if (!have) break;
         ++tile;
-        pkind = kind, pstart = start, pn = n, pkey = key;
+        pkind = kind, pstart = start, pn = n, pkey = key, pkey2 = key2;
         have_prev = true;
         kind = nkind, start = nstart, n = nn, mixed = nmixed;
         have = have_next;
