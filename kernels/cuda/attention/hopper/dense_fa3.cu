@@ -92,7 +92,6 @@ struct LaunchKnobs {
   int sleep_waits = 3;       // SPATTN_HOPPER_SLEEP_WAITS (the sparse stream's mbarrier waits)
   int stale_max = 8;         // SPATTN_HOPPER_STALE_MAX (the sparse stream's row maximum)
   bool tma_store = true;     // SPATTN_HOPPER_TMA_STORE (the sparse stream's epilogue)
-  int sparse_bn = 160;       // SPATTN_HOPPER_SPARSE_BN (the sparse stream's range tiles, bm 128)
   std::string trace;         // SPATTN_HOPPER_TRACE (timeline file of the sparse stream)
   int trace_launch = 0;      // SPATTN_HOPPER_TRACE_LAUNCH
 };
@@ -115,7 +114,6 @@ LaunchKnobs ReadKnobs() {
   k.sleep_waits = EnvInt("SPATTN_HOPPER_SLEEP_WAITS", k.sleep_waits);
   k.stale_max = std::max(-1, std::min(254, EnvInt("SPATTN_HOPPER_STALE_MAX", k.stale_max)));
   k.tma_store = EnvInt("SPATTN_HOPPER_TMA_STORE", 1) != 0;
-  k.sparse_bn = EnvInt("SPATTN_HOPPER_SPARSE_BN", k.sparse_bn);
   const char* trace = std::getenv("SPATTN_HOPPER_TRACE");
   k.trace = trace == nullptr ? "" : trace;
   k.trace_launch = EnvInt("SPATTN_HOPPER_TRACE_LAUNCH", k.trace_launch);
@@ -283,8 +281,7 @@ int& TraceLaunches() {
 
 template <class Tr>
 constexpr bool kTraceable = std::is_same<typename Tr::T, __nv_bfloat16>::value && Tr::kD == 128 &&
-                            Tr::kCross && Tr::kLanes == 4 && Tr::kStages == 2 &&
-                            Tr::kBN == Tr::kBM;
+                            Tr::kCross && Tr::kLanes == 4 && Tr::kStages == 2;
 
 template <class Tr>
 cudaError_t LaunchTraced(const AttnParams& p, const SparseIndexView& idx,
@@ -466,13 +463,6 @@ cudaError_t PersistentDim(const AttnParams& p, const SparseIndexView& idx,
                                                                        num_m_blocks, stream);
       default:
         break;
-    }
-    // 160-key tiles (PersistTraits kBN_ = 160: the stream's per-tile work over 1.25x the keys)
-    // unless SPATTN_HOPPER_SPARSE_BN=128 (NOTES.md session 29, s29-sparse). The timeline
-    // (SPATTN_HOPPER_TRACE) has a traced instance of the 128-key kernel only: it runs that one.
-    if (Knobs().sparse_bn == 160 && Knobs().trace.empty()) {
-      return LaunchPersistent<PersistTraits<T, 128, 2, 2, 4, 128, 2, 160>, true>(
-          p, idx, sched, num_items, num_m_blocks, stream);
     }
   }
   using Tr = PersistTraits<T, kD, kD == 128 ? 2 : 4>;

@@ -36,7 +36,6 @@
 #include "kernels/cuda/attention/attention_core.cuh"
 #include "kernels/cuda/attention/hopper/consumer_step.cuh"
 #include "kernels/cuda/attention/hopper/sm90_primitives.cuh"
-#include "kernels/cuda/attention/hopper/wgmma_n160.cuh"
 
 namespace spattn {
 namespace cuda {
@@ -67,15 +66,8 @@ __device__ __forceinline__ void CpAsync16Zfill(uint32_t dst, const void* src, bo
 // kBM_ = 128: two consumer warpgroups of 64 rows (ping-pong), 128-key tiles, one CTA per SM.
 // kBM_ = 64 (block_m 64 indexes): one consumer warpgroup, 64-key tiles, two CTAs per SM (their
 // warpgroups take turns on the tensor cores as the hardware schedules them).
-// kBN_ = 160 (the sparse stream at block_m 128, d = 128; SPATTN_HOPPER_SPARSE_BN, session 29):
-// tiles of up to 160 keys -- the per-tile softmax, barriers and turns over 1.25x the keys, as the
-// dense kernel's 176-key tiles (176 does not fit beside two Q buffers and two K/V slots: 240 KB).
-// Gathered tiles of 160 keys: a producer warp copies 40 rows, its lanes holding two key numbers
-// (rows w * 40 + lane and w * 40 + 32 + lane). Packing (kFlagPackTails) tiles each range by 160
-// or 128 keys, whichever costs less (RangeTileKeys); tiles of at most 128 keys run their P V over
-// 128 (or 80: half) keys.
 template <typename T_, int kD_, int kStages_, int kQBufs_ = 2, int kLanes_ = 4, int kBM_ = 128,
-          int kItems_ = 2, int kBN_ = kBM_>
+          int kItems_ = 2>
 struct PersistTraits {
   using T = T_;
   static constexpr int kD = kD_;
@@ -93,10 +85,7 @@ struct PersistTraits {
   static_assert(kLanes >= 1 && kLanes <= kD_ / 8 && (kLanes & (kLanes - 1)) == 0, "lanes");
   static constexpr int kBM = kBM_;
   static_assert(kBM == 64 || kBM == 128, "block_m");
-  static constexpr int kBN = kBN_;
-  static_assert(kBN == kBM || (kBN == 160 && kBM == 128 && kD_ == 128 && kItems_ == 2 &&
-                               kQBufs_ == 2 && kLanes_ > 1),
-                "160-key tiles: the sparse stream at block_m 128, d = 128 only");
+  static constexpr int kBN = kBM;
   static constexpr int kConsumerWgs = kBM / 64;
   static constexpr int kThreads = 128 * (1 + kConsumerWgs);
   static constexpr int kMinBlocks = kBM == 128 ? 1 : 2;  // CTAs per SM
@@ -212,22 +201,6 @@ constexpr int kBarProducer = 8;
 // over shared state: the producer runs on 56 registers, and a TileCursor beside this state plus
 // an unrolled decision pass spilled 36-64 bytes there, 0.5-0.7x on every sparse cell, run
 // s20s-1). Otherwise TileCursor (the dense persistent kernel's code as before).
-// Packing with 160-key tiles (PersistTraits kBN_ = 160): a range of rl keys is tiled by 160 or
-// 128 keys (its whole tiles, aligned to its end; the rest is its tail, gathered), whichever costs
-// less by a rough per-tile cost: a 160-key range tile 1, a 128-key one 0.85, a gathered key 1.5 /
-// 160 (a 1024-key window: 6 tiles of 160 + 64 tail keys; a 256-key span: 2 tiles of 128, no tail).
-// The producer's cursor and its tail-key lookup (TailKeys) use the same rule.
-template <int kBN>
-__device__ __forceinline__ int RangeTileKeys(int rl) {
-  if constexpr (kBN != 160) {
-    return kBN;
-  } else {
-    const int f160 = rl / 160, f128 = rl >> 7;
-    const int t160 = rl - f160 * 160, t128 = rl & 127;
-    return 320 * f160 + 3 * t160 <= 272 * f128 + 3 * t128 ? 160 : 128;
-  }
-}
-
 template <int kBN, bool kStream>
 struct PackedCursor {
   int e = 0, off = 0;  // ranges: the next tile
@@ -256,8 +229,7 @@ struct PackedCursor {
         int t = 0, part = 0;
 #pragma unroll 1
         for (int i = 0; i < ks.num_ranges; ++i) {
-          const int rl = __ldg(ks.range_len + i);
-          const int tail = rl % RangeTileKeys<kBN>(rl);
+          const int tail = __ldg(ks.range_len + i) % kBN;
           t += tail;
           part += tail > 0 ? 1 : 0;
         }
@@ -269,13 +241,12 @@ struct PackedCursor {
         const int rs = __ldg(ks.range_start + e), rl = __ldg(ks.range_len + e);
         // Packing: whole tiles aligned to the range's end; plain: from its start, the last one
         // partial.
-        const int w = mode != 0 ? RangeTileKeys<kBN>(rl) : kBN;
-        const int whole = mode != 0 ? rl / w * w : rl;
+        const int whole = mode != 0 ? rl / kBN * kBN : rl;
         if (off < whole) {
           kind = 0;
           start = rs + (rl - whole) + off;
-          n = min(w, whole - off);
-          off += w;
+          n = min(kBN, whole - off);
+          off += kBN;
           return true;
         }
         tails += rl - whole;
@@ -305,7 +276,7 @@ struct TailKeys {
     const int t = pos - ks.num_cols;
     for (;;) {
       const int rl = __ldg(ks.range_len + te);
-      const int tail = rl % RangeTileKeys<kBN>(rl);
+      const int tail = rl % kBN;
       if (t < tbase + tail) return __ldg(ks.range_start + te) + (t - tbase);
       tbase += tail;
       ++te;
@@ -663,7 +634,6 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
   struct Tile {
     int kind, start, n, last, slot;
     bool half, mixed;
-    bool g128;  // (160-key tiles) at most 128 keys: P V over 128 keys
   };
   // The sparse kernel's waits sleep in each try (MbarWaitSleep); the dense persistent kernel's
   // as before.
@@ -778,7 +748,6 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
     }
     const int my_first = cur.first_pos + cw * 64;
     d.half = Tr::kHalfTiles && (d.n <= kBN / 2 || (p.causal && d.kind == 0 && d.start >= my_first));
-    d.g128 = kBN == 160 && d.n <= 128;
     if (d.kind == 1) detail::FenceProxyAsync();  // gathered K written by cp.async
   };
   auto release = [&](uint32_t bar) {
@@ -786,7 +755,7 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
   };
   // After V landed (PrepareV: up to the rows its P V reads).
   auto prepare_v = [&](int slot, const Tile& d) {
-    PrepareV<Tr>(smem, slot, d.kind, d.n, d.half ? kBN / 2 : d.g128 ? 128 : kBN, tid, cw);
+    PrepareV<Tr>(smem, slot, d.kind, d.n, d.half ? kBN / 2 : kBN, tid, cw);
   };
   // Masks S of a tile that needs it (fewer than kBN keys, or keys past one of the warpgroup's
   // rows, causal): range tiles by a per-row column limit, gathered ones by their key numbers.
@@ -838,9 +807,6 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
     const uint64_t v_desc = detail::SmemDesc(ring.V(vs), kBN * 128, 1024);
     if (d.half) {
       IssuePvDesc<Tr, kBN / 32>(st, v_desc);
-    } else if (kBN == 160 && d.g128) {
-      // (A tile of at most 128 keys in a 160-key slot: rows past 128 are never read.)
-      IssuePvDesc<Tr, 8>(st, v_desc);
     } else {
       IssuePvDesc<Tr, kBN / 16>(st, v_desc);
     }
@@ -1071,19 +1037,17 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
     // Gathered rows of a column tile, kL lanes per row: warp `pwarp` copies rows
     // pwarp * kWarpRows + [0, kWarpRows), 32 / kL per instruction (lanes plane / kL), each lane
     // the chunks plane % kL + kL m of them; the key numbers come by shuffle from the lane that
-    // read them (tile_key; rows 32-39 of a warp's 40 with 160-key tiles: key2, tile_key2).
+    // read them (tile_key).
     constexpr int kWarpRows = Tr::kWarpRows;
-    static_assert(kWarpRows <= 64, "two key numbers per producer lane");
     auto gather = [&](const T* base, int64_t tok_stride, uint32_t dst, const Item& it, int n,
-                      int key, int key2) {
+                      int key) {
       constexpr int kL = Tr::kLanes;
       constexpr int kRows = 32 / kL, kPer = kD / 8 / kL;
       const int sub = plane % kL;
 #pragma unroll 1  // (unrolling the rows spills the producer's 56 registers)
       for (int k = 0; k < kWarpRows / kRows; ++k) {
         const int rw = plane / kL + kRows * k;
-        const int kk = __shfl_sync(0xffffffffu, kWarpRows > 32 && k >= 32 / kRows ? key2 : key,
-                                   rw & 31);
+        const int kk = __shfl_sync(0xffffffffu, key, rw);
         const int row = pwarp * kWarpRows + rw;
         const bool valid = row < n;
         const T* src = base + static_cast<int64_t>(it.k_tok0 + kk) * tok_stride;
@@ -1100,19 +1064,12 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
     // release and the copies.
     const int key_row =
         Tr::kLanes == 1 ? tid : (plane < kWarpRows ? pwarp * kWarpRows + plane : kBN);
-    const int key_row2 =
-        kWarpRows > 32 && plane < kWarpRows - 32 ? pwarp * kWarpRows + 32 + plane : kBN;
     // kFlagPackTails (sparse items of the stream only): gathered tiles over cols ++ range tails.
     const bool pack = kSparse && Tr::kCross && (flags & kFlagPackTails) != 0;
     TailKeys<kBN> tail_keys;  // (reset per item)
     auto tile_key = [&](const Item& it, int kind, int start, int n) {
       if (kind != 1 || key_row >= n) return 0;
       return pack ? tail_keys.Key(it.ks, start + key_row) : __ldg(it.ks.cols + start + key_row);
-    };
-    auto tile_key2 = [&](const Item& it, int kind, int start, int n) {
-      if (kWarpRows <= 32 || kind != 1 || key_row2 >= n) return 0;
-      return pack ? tail_keys.Key(it.ks, start + key_row2)
-                  : __ldg(it.ks.cols + start + key_row2);
     };
     // A packed tile's key numbers, next to its K slot, for the consumers' mask (each row's by
     // the thread that read it).
@@ -1133,12 +1090,11 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
     // with range tails): the key numbers go to that slot's list too, and every thread's arrival
     // releases its store.
     auto load = [&](const CUtensorMap* map, const T* base, int64_t tok_stride, uint32_t dst,
-                    uint32_t full, const Item& it, int kind, int start, int n, int key, int key2,
+                    uint32_t full, const Item& it, int kind, int start, int n, int key,
                     int keys_slot) {
       auto arrive = [&]() {
         if (keys_slot >= 0) {
           if (key_row < n) tile_keys[keys_slot * kBN + key_row] = key;
-          if (kWarpRows > 32 && key_row2 < n) tile_keys[keys_slot * kBN + key_row2] = key2;
           CpAsyncArriveInc(full);
           MbarArrive(full);
         } else {
@@ -1157,7 +1113,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
           MbarArrive(full);
         }
       } else if constexpr (Tr::kLanes > 1) {
-        gather(base, tok_stride, dst, it, n, key, key2);
+        gather(base, tok_stride, dst, it, n, key);
         arrive();
       } else if (tid >= kBN) {
         MbarArrive(full);  // (64-key tiles: the upper producer threads hold no row)
@@ -1265,14 +1221,13 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
           static_cast<const T*>(p.k) + static_cast<int64_t>(it.head / p.group) * p.k_head_stride;
       const T* vbase =
           static_cast<const T*>(p.v) + static_cast<int64_t>(it.head / p.group) * p.v_head_stride;
-      int pkind = 0, pstart = 0, pn = 0, pkey = 0, pkey2 = 0;
+      int pkind = 0, pstart = 0, pn = 0, pkey = 0;
       bool have_prev = false;
       for (;;) {
         int nkind = 0, nstart = 0, nn = 0;
         bool nmixed = false;
         const bool have_next = have && cursor.Next(it.ks, nkind, nstart, nn, nmixed);
         const int key = have ? tile_key(it, kind, start, n) : 0;
-        const int key2 = have ? tile_key2(it, kind, start, n) : 0;
         if (have) {
           const int s = tile % kStages;
           pwait(k_empty(s), ((tile / kStages) & 1) ^ 1);
@@ -1281,13 +1236,13 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
                 TileDesc{kind | (have_next ? 2 : 0) | (mixed ? 4 : 0), start, n, start + n - 1};
           }
           load(&tmap_k, kbase, p.k_token_stride, sK + s * Tr::kTileBytes, k_full(s), it, kind,
-               start, n, key, key2, mixed ? s : -1);
+               start, n, key, mixed ? s : -1);
         }
         if (have_prev) {
           const int s = (tile - 1) % kStages;
           pwait(v_empty(s), (((tile - 1) / kStages) & 1) ^ 1);
           load(&tmap_v, vbase, p.v_token_stride, sV + s * Tr::kTileBytes, v_full(s), it, pkind,
-               pstart, pn, pkey, pkey2, -1);
+               pstart, pn, pkey, -1);
         }
         if constexpr (kTrace) {
           if (leader && have && !have_prev) {
@@ -1299,7 +1254,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
         }
         if (!have) break;
         ++tile;
-        pkind = kind, pstart = start, pn = n, pkey = key, pkey2 = key2;
+        pkind = kind, pstart = start, pn = n, pkey = key;
         have_prev = true;
         kind = nkind, start = nstart, n = nn, mixed = nmixed;
         have = have_next;
