@@ -6,7 +6,8 @@
 # --calibrate_steps=5: the stage times do not depend on how well it is trained), this branch's
 # spattn-bench and main 0685884's, one process per cell, interleaved; (3) while time is left
 # (STOP_AFTER): the branch's binary with SPATTN_SAAP_CLS_WGMMA=0 at 32K, and the other Saap cases
-# of build_index_gpu_test.
+# of build_index_gpu_test. Device command:
+#   timeout 120 bash .device/s29-saap/run1.sh; tar -C /tmp/s29out -czf $OUT/run1.tar.gz .
 set -u
 cd "$(dirname "$0")"
 W=/tmp/s29saap && rm -rf "$W" && mkdir -p "$W/bin" && tar -xJf lib.tar.xz -C "$W"
@@ -20,11 +21,12 @@ cp *.py md5.txt "$W/"
 cd "$W"
 (cd bin && md5sum -c ../md5.txt) | tr '\n' ' '; echo
 export LD_LIBRARY_PATH=$PWD/lib
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT/raw"
+# Outputs under /tmp/s29out (the device command tars them into $OUT, also after a timeout).
+OUT=/tmp/s29out; mkdir -p "$OUT/raw"
 SECONDS=0
 note() { echo "$* (${SECONDS}s)" | tee -a "$OUT/summary.txt"; }
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$OUT/raw/gpu.txt" "$OUT/summary.txt"
-timeout 60 bin/build_index_gpu_test \
+timeout 45 bin/build_index_gpu_test \
   --gtest_filter='BuildIndexOnGpuSaapTest.WgmmaClassifierIsTheMmaSyncClassifier' \
   > "$OUT/raw/twin.txt" 2>&1
 note "twin test rc=$? $(grep -E 'compared|PASSED|FAILED' "$OUT/raw/twin.txt" | head -3 | tr '\n' ' ')"
@@ -39,15 +41,14 @@ for len in 32768 131072; do
     note "profile saap $who $len rc=$?"
   done
 done
-if [ $SECONDS -lt ${STOP_AFTER:-75} ]; then
+if [ $SECONDS -lt ${STOP_AFTER:-70} ]; then
   SPATTN_SAAP_CLS_WGMMA=0 SPATTN_GPU_BUILDER_PROFILE=1 timeout 30 bin/spattn-bench $COMMON \
     --recall_rows=16 --calibrate --calibrate_len=2048 --calibrate_steps=5 --seq_len=32768 \
     --warmup=2 --repeat=10 --methods=saap >> "$OUT/raw/new_knob0.jsonl" 2>> "$OUT/raw/new_knob0.err"
   note "profile saap new SPATTN_SAAP_CLS_WGMMA=0 32768 rc=$?"
 fi
-if [ $SECONDS -lt ${STOP_AFTER2:-90} ]; then
+if [ $SECONDS -lt ${STOP_AFTER2:-85} ]; then
   timeout 30 bin/build_index_gpu_test --gtest_filter='*/saap:BuildIndexOnGpuSaapTest.*' \
     > "$OUT/raw/saap_tests.txt" 2>&1
   note "saap tests rc=$? $(grep -E 'PASSED|FAILED' "$OUT/raw/saap_tests.txt" | head -3 | tr '\n' ' ')"
 fi
-cd "$OUT" && tar -czf /tmp/run1.tar.gz summary.txt raw && rm -rf raw summary.txt && mv /tmp/run1.tar.gz .
