@@ -33,6 +33,7 @@
 #include "kernels/workload/workload.h"
 #ifdef SPATTN_SL_KNOBS
 #include "kernels/cuda/builders/anchor_knobs.h"
+#include "kernels/cuda/builders/saap_knobs.h"
 #include "kernels/cuda/builders/sampled_lines_kernels.h"
 #include "kernels/cuda/builders/vertical_slash_knobs.h"
 #endif
@@ -1224,6 +1225,82 @@ TEST(BuildIndexOnGpuEstimateTest, FastEstimateKeepsTheExactFidelity) {
     printf("\n");
     EXPECT_LE(a.differing, a.rows / 50) << MethodName(m) << "\n" << a.first_difference;
   }
+#endif
+}
+
+// Session 29 (s29-saap): the query classifier by wgmma (SaapKnobs().cls_wgmma, compute capability
+// 9.0) computes the mma.sync classifier's logits bit for bit (the same products, added in the same
+// k order; the same row statistics), so it visits the same buckets (the classes, compared
+// exactly, no tolerance) and builds the same index, on every shape of the twin cases (random
+// assets of the twin test: 32 centroids, hidden 48, one 256-wide chunk per layer; 300 centroids,
+// hidden 600: 2 and 3 chunks, 10 slabs of layer 2; and a one-layer classifier d -> 32), every
+// Saap config of the twin cases, both head lists, block_m 64 and 128. Off compute capability 9.0
+// both builds run mma.sync: the test then checks only that the knob changes nothing.
+TEST(BuildIndexOnGpuSaapTest, WgmmaClassifierIsTheMmaSyncClassifier) {
+  SKIP_WITHOUT_GPU();
+#ifndef SPATTN_SL_KNOBS
+  GTEST_SKIP() << "the GPU Saap builder's knobs exist only in CUDA builds";
+#else
+  auto engine = MakeEngine(int64_t{512} << 20);
+  ASSERT_NE(engine, nullptr);
+  cuda::SaapKnobsT& knobs = cuda::SaapKnobs();
+  const cuda::SaapKnobsT saved = knobs;
+  const MethodCases mc = CasesFor(Method::kSaap);
+  uint64_t seed = 2901;
+  int64_t compared = 0;
+  struct AssetShape {
+    int centroids, hidden;
+    bool one_layer;
+  };
+  for (const Shape& sh : Shapes()) {
+    auto hp = MakeProblem(sh.q, sh.k, sh.hq, sh.hkv, sh.d, sh.dtype, sh.causal, ++seed,
+                          /*integer_qk=*/false);
+    auto dp = DeviceProblem::Create(engine->device(), *hp);
+    ASSERT_TRUE(dp.ok()) << dp.status();
+    for (const AssetShape& as : {AssetShape{32, 48, false}, AssetShape{300, 600, false},
+                                 AssetShape{32, sh.d, true}}) {
+      LayerAssets assets =
+          method_testing::RandomSaapAssets(sh.hq, sh.hkv, sh.d, as.centroids, as.hidden, ++seed);
+      assets.rope_interleaved = (seed & 1) != 0;
+      if (as.one_layer) {
+        for (auto& layers : assets.classifiers) layers.erase(layers.begin());  // d -> centroids
+      }
+      auto up = engine->UploadLayerAssets(assets, sh.d);
+      ASSERT_TRUE(up.ok()) << up.status();
+      for (MethodConfig config : mc.configs) {
+        config.saap.num_centroids = as.centroids;
+        for (const std::vector<int>& heads : {AllHeads(sh.hq), std::vector<int>{sh.hq - 1, 0}}) {
+          for (int block_m : {64, 128}) {
+            const std::string what = absl::StrCat(
+                config.DebugString(), " hidden=", as.one_layer ? 0 : as.hidden,
+                " block_m=", block_m, " heads=", heads.size(), " ", Describe(hp->problem()));
+            SparseIndex wg, ms;
+            std::vector<int32_t> sel_wg, sel_ms;
+            knobs.cls_wgmma = true;
+            knobs.capture_selected = &sel_wg;
+            BuildOnGpu(*engine, *hp, **dp, config, heads, block_m, up->get(), what, &wg);
+            engine->ReleaseIndexes();
+            knobs.cls_wgmma = false;
+            knobs.capture_selected = &sel_ms;
+            BuildOnGpu(*engine, *hp, **dp, config, heads, block_m, up->get(), what, &ms);
+            engine->ReleaseIndexes();
+            knobs = saved;
+            if (::testing::Test::HasFatalFailure()) return;
+            ASSERT_EQ(sel_wg.size(), sel_ms.size()) << what;
+            int64_t sel_diff = 0;
+            for (size_t i = 0; i < sel_wg.size(); ++i) sel_diff += sel_wg[i] != sel_ms[i];
+            EXPECT_EQ(sel_diff, 0) << what << " (" << sel_wg.size() << " visited buckets)";
+            compared += static_cast<int64_t>(sel_wg.size());
+            ExpectSameIndex(wg, ms, what, /*with_offsets=*/true);
+          }
+        }
+      }
+    }
+  }
+  printf("saap classifier wgmma vs mma.sync: %lld visited buckets compared (wgmma on this "
+         "device: %d)\n",
+         static_cast<long long>(compared), static_cast<int>(cuda::SaapClassifierUsesWgmma(0)));
+  EXPECT_GT(compared, 0);
 #endif
 }
 

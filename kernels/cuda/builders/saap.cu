@@ -10,20 +10,30 @@
 //     rows, per (kv group, block) in 64-row tiles), the de-rope and the classifier MLP on tensor
 //     cores
 //     (X -> hidden in shared memory as bf16 -> logits in 256-wide chunks with an online row
-//     max / sum), then adds softmax(logits) of its rows to the block's bucket scores and takes
-//     the top_l buckets (common/topk.cuh CtaTopKByBisection, or one warp per block in sampled
-//     mode: ties to the lower bucket).
+//     max / sum; wgmma on sm_90a, ClsGemmWg, mma.sync elsewhere and with
+//     SPATTN_SAAP_CLS_WGMMA=0, ClsGemm: the same logits bit for bit), then adds softmax(logits) of
+//     its rows to the block's bucket scores and takes the top_l buckets (common/topk.cuh
+//     CtaTopKByBisection, or one warp per block in sampled mode: ties to the lower bucket).
 //  4. Assembly: sink + local ranges and the members of the visited buckets, written to every
 //     head slot of the group.
 #include <cfloat>
+#include <cstdlib>
 
 #include "kernels/cuda/builders/assembled_common.cuh"
+#include "kernels/cuda/builders/saap_knobs.h"
 #include "kernels/cuda/common/topk.cuh"
+#include "kernels/cuda/common/wgmma_tile64.cuh"
 
 namespace spattn {
 namespace cuda {
 namespace assembled {
 namespace {
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define SPATTN_SAAP_SM90A 1
+#else
+#define SPATTN_SAAP_SM90A 0
+#endif
 
 constexpr double kTwoPi = 6.283185307179586;
 constexpr float kLog2e = 1.4426950408889634f;
@@ -268,13 +278,16 @@ constexpr int kClsSlabBytes = kClsN * kClsK * 2;
 struct ClsLayout {
   int x, h, w, score, stat, rowm, rowinv, base, total;
 };
+// wg (the wgmma kernel): 1024 more bytes in the slab buffers' space, whose start the kernel
+// rounds up to a multiple of 1024 (the 128-byte swizzle's base; the dynamic shared memory starts
+// after the top-l's static storage).
 __host__ __device__ inline ClsLayout MakeClsLayout(int head_dim, int num_layers, int hidden_pad,
-                                                   int c_pad) {
+                                                   int c_pad, bool wg = false) {
   ClsLayout l;
   l.x = 0;
   l.h = l.x + kClsRows * head_dim * 2;
   l.w = l.h + (num_layers == 2 ? kClsRows * hidden_pad * 2 : 0);
-  l.score = l.w + 2 * kClsSlabBytes;
+  l.score = l.w + 2 * kClsSlabBytes + (wg ? 1024 : 0);
   l.stat = l.score + c_pad * 4;
   l.rowm = l.stat + 4 * kClsRows * 8;
   l.rowinv = l.rowm + kClsRows * 4;
@@ -355,10 +368,105 @@ __device__ __forceinline__ void ClsGemm(uint32_t sA, int K, const __nv_bfloat16*
   }
 }
 
+// ClsGemm by wgmma (sm_90a; SaapKnobs().cls_wgmma, saap_knobs.h), the same products bit for bit.
+// Warpgroup u = warp / 4 takes columns n0 + 128 u + [0, 128) of all 64 rows: one m64n128k16 per
+// k step, whose A operand is warp w's 16 rows 16 (w % 4) + [0, 16) in registers (ldmatrix from
+// the swizzled tile, ClsGemm's A fragments) and whose B operand is the slab's 128 rows read by
+// descriptor (a slab, 256 rows x 64 k = 128 bytes per row with chunk ^ (row & 7), is the 128-byte
+// swizzle layout of wgmma_tile64.cuh when its base is 1024-byte aligned: sW is). acc[h][nt][e]:
+// row 16 (w % 4) + g + 8 (e >> 1), column n0 + 128 u + 64 h + 8 nt + 2 t4 + (e & 1), zeroed and
+// then every k step added in k order, as ClsGemm's mma.sync does (the wgmma and mma.sync products
+// of sampled_lines and anchor compare equal bit for bit; build_index_gpu_test's
+// WgmmaClassifierIsTheMmaSyncClassifier checks the classes here). Per warp and slab 4 ldmatrix.x4
+// and 4 wgmma instead of 8 ldmatrix.x4 + 4 ldmatrix.x4 of B x 4 and 64 mma.sync, and a slab read
+// from shared memory once per warpgroup instead of once per warp. Slab s + 1 streams in while the
+// wgmma of slab s run; the wait for them sits before the barrier that frees slab s's buffer.
+__device__ __forceinline__ void ClsGemmWg(uint32_t sA, int K, const __nv_bfloat16* w, int n0,
+                                          uint32_t sW, float (&acc)[2][8][4]) {
+#if SPATTN_SAAP_SM90A
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int u = warp >> 2, wq = warp & 3;
+  const int chunks_a = K / 8;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[h][nt][e] = 0.f;
+    }
+  }
+  const int slabs = K / kClsK;
+  const uint32_t a_row = sA + (16 * wq + (lane & 15)) * chunks_a * 16;
+  uint32_t a_sw[kClsK / 16];
+#pragma unroll
+  for (int kk = 0; kk < kClsK / 16; ++kk) a_sw[kk] = ((2 * kk + (lane >> 4)) ^ (lane & 7)) * 16;
+  // The slab copies of ClsGemm.
+  constexpr int kSlabCh = kClsK / 8, kRowStep = kClsThreads / kSlabCh;
+  static_assert(kClsN % kRowStep == 0, "slab rows per thread");
+  static_assert(kClsN == 2 * 128 && kClsK == 64, "two warpgroups of n128, 128-byte slab rows");
+  const int lr = tid / kSlabCh, lch = tid - lr * kSlabCh;
+  const __nv_bfloat16* wsrc = w + static_cast<int64_t>(n0 + lr) * K + lch * 8;
+  const uint32_t wdst = sW + TileOff(lr, lch, kSlabCh);
+  const int64_t wstep = static_cast<int64_t>(kRowStep) * K;
+  auto issue = [&](int s) {
+    const __nv_bfloat16* src = wsrc + s * kClsK;
+    const uint32_t dst = wdst + (s & 1) * kClsSlabBytes;
+#pragma unroll
+    for (int j = 0; j < kClsN / kRowStep; ++j) {
+      CpAsync16(dst + j * kRowStep * kSlabCh * 16, src + j * wstep, true);
+    }
+  };
+  // The A fragments stay live until their wgmma are waited for (an empty asm reads them after
+  // the wait), so the compiler does not reuse their registers while the wgmma read them.
+  uint32_t af[kClsK / 16][4];
+  auto wait_mma = [&] {
+    Tile64Wait(acc);
+#pragma unroll
+    for (int kk = 0; kk < kClsK / 16; ++kk) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(af[kk][i])::"memory");
+    }
+  };
+  issue(0);
+  CpAsyncCommit();
+  for (int s = 0; s < slabs; ++s) {
+    // Slab s has landed (this thread's copies; the barrier: everyone's) and is visible to wgmma
+    // (fence.proxy.async); every warpgroup's wgmma of slab s - 1 are done, so its buffer takes
+    // slab s + 1.
+    CpAsyncWait<0>();
+    if (s > 0) wait_mma();
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __syncthreads();
+    if (s + 1 < slabs) issue(s + 1);
+    CpAsyncCommit();
+#pragma unroll
+    for (int kk = 0; kk < kClsK / 16; ++kk) {
+      LdMatrixX4(a_row + s * (kClsK / 8) * 16 + a_sw[kk], af[kk][0], af[kk][1], af[kk][2],
+                 af[kk][3]);
+    }
+    const uint64_t desc = Tile64SmemDesc(sW + (s & 1) * kClsSlabBytes + u * (128 * kClsK * 2));
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+    for (int kk = 0; kk < kClsK / 16; ++kk) {
+      // k step kk: 32 bytes into the 128-byte rows (the descriptor's address field counts 16).
+      Tile64WgmmaN128<__nv_bfloat16>::RS(acc, af[kk], desc + ((kk * 32) >> 4), 1);
+    }
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+  }
+  wait_mma();
+  __syncthreads();  // every warpgroup is done with the slab buffers (the next call loads slab 0)
+#else
+  __trap();
+#endif
+}
+
 // The classifier over the 64 de-roped rows in sX (bf16, swizzled) for q head h: logits into
 // `scratch` [64 x c_pad] and each row's max and 1 / sum into sRowM / sRowInv (1 / sum = 0: the
-// row does not vote, as rows outside `valid` and rows with a NaN/Inf logit).
-template <int kD>
+// row does not vote, as rows outside `valid` and rows with a NaN/Inf logit). kWg: the products by
+// ClsGemmWg; each thread then holds other rows and columns of the chunk than ClsGemm's (row_of,
+// col_of), but every partial statistic the same: a thread's 16 columns of one row in one quarter
+// (64 columns) of the chunk in the same order, the same quad, the quarter's slot in sStat.
+template <int kD, bool kWg>
 __device__ __forceinline__ void ClassifyTile(const SaapArgs& a, int h, uint64_t valid,
                                              const ClsLayout& lay, char* smem, float* scratch) {
   const SaapAssetsDev& as = a.assets;
@@ -366,34 +474,53 @@ __device__ __forceinline__ void ClassifyTile(const SaapArgs& a, int h, uint64_t 
   const uint32_t sXa = SmemAddr(smem + lay.x);
   char* sH = smem + lay.h;
   const uint32_t sHa = SmemAddr(sH);
-  const uint32_t sWa = SmemAddr(smem + lay.w);
+  const uint32_t sWa = kWg ? (SmemAddr(smem + lay.w) + 1023u) & ~1023u : SmemAddr(smem + lay.w);
   float2* sStat = reinterpret_cast<float2*>(smem + lay.stat);
   float* sRowM = reinterpret_cast<float*>(smem + lay.rowm);
   float* sRowInv = reinterpret_cast<float*>(smem + lay.rowinv);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t4 = lane & 3;
-  const int wr = warp & 1, wc = warp >> 1;
+  const int wr = warp & 1, wc = warp >> 1;  // ClsGemm: 32-row half, 64-column quarter
+  const int u = warp >> 2, wq = warp & 3;   // ClsGemmWg: 128-column half, 16-row quarter
+  // acc[mt][nt][2 hh + e] is (row_of(mt, hh), n0 + col_of(mt) + 8 nt + 2 t4 + e); quarter_of(mt):
+  // the 64 columns of the chunk it is in.
+  auto row_of = [&](int mt, int hh) {
+    return kWg ? 16 * wq + g + 8 * hh : 32 * wr + 16 * mt + g + 8 * hh;
+  };
+  auto col_of = [&](int mt) { return kWg ? 128 * u + 64 * mt : 64 * wc; };
+  auto quarter_of = [&](int mt) { return kWg ? 2 * u + mt : wc; };
+  constexpr int kBiasSets = kWg ? 2 : 1;  // ClsGemm: the same columns for both mt
   float acc[2][8][4];
+  auto gemm = [&](uint32_t sA, int K, const __nv_bfloat16* w, int n0) {
+    if constexpr (kWg) {
+      ClsGemmWg(sA, K, w, n0, sWa, acc);
+    } else {
+      ClsGemm(sA, K, w, n0, sWa, acc);
+    }
+  };
   if (as.num_layers == 2) {
     const __nv_bfloat16* w0 = static_cast<const __nv_bfloat16*>(as.w0t[h]);
     const float* b0 = as.b0[h];
     for (int n0 = 0; n0 < hp; n0 += kClsN) {
-      ClsGemm(sXa, kD, w0, n0, sWa, acc);
-      float2 bias[8];
+      gemm(sXa, kD, w0, n0);
+      float2 bias[kBiasSets][8];
 #pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-        const int c = n0 + 64 * wc + 8 * nt + 2 * t4;
-        bias[nt] = make_float2(b0[c], b0[c + 1]);
+      for (int bs = 0; bs < kBiasSets; ++bs) {
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+          const int c = n0 + col_of(bs) + 8 * nt + 2 * t4;
+          bias[bs][nt] = make_float2(b0[c], b0[c + 1]);
+        }
       }
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt) {
 #pragma unroll
         for (int nt = 0; nt < 8; ++nt) {
-          const int c = n0 + 64 * wc + 8 * nt + 2 * t4;
-          const float bias0 = bias[nt].x, bias1 = bias[nt].y;
+          const int c = n0 + col_of(mt) + 8 * nt + 2 * t4;
+          const float bias0 = bias[kWg ? mt : 0][nt].x, bias1 = bias[kWg ? mt : 0][nt].y;
 #pragma unroll
           for (int hh = 0; hh < 2; ++hh) {
-            const int r = 32 * wr + 16 * mt + g + 8 * hh;
+            const int r = row_of(mt, hh);
             float v0 = acc[mt][nt][2 * hh] + bias0, v1 = acc[mt][nt][2 * hh + 1] + bias1;
             if (as.relu0) {
               v0 = fmaxf(v0, 0.f);
@@ -418,23 +545,27 @@ __device__ __forceinline__ void ClassifyTile(const SaapArgs& a, int h, uint64_t 
     l_run[mt][0] = l_run[mt][1] = 0.f;
   }
   for (int n0 = 0; n0 < cp; n0 += kClsN) {
-    ClsGemm(sA, K, w1, n0, sWa, acc);
-    float2 bias[8];
+    gemm(sA, K, w1, n0);
+    float2 bias[kBiasSets][8];
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-      const int c = n0 + 64 * wc + 8 * nt + 2 * t4;
-      bias[nt] = make_float2(b1[c], b1[c + 1]);
+    for (int bs = 0; bs < kBiasSets; ++bs) {
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+        const int c = n0 + col_of(bs) + 8 * nt + 2 * t4;
+        bias[bs][nt] = make_float2(b1[c], b1[c + 1]);
+      }
     }
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt) {
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
-        const int r = 32 * wr + 16 * mt + g + 8 * hh;
+        const int r = row_of(mt, hh);
         float cmax = kNegInf;
 #pragma unroll
         for (int nt = 0; nt < 8; ++nt) {
-          const int c = n0 + 64 * wc + 8 * nt + 2 * t4;
-          float v0 = acc[mt][nt][2 * hh] + bias[nt].x, v1 = acc[mt][nt][2 * hh + 1] + bias[nt].y;
+          const int c = n0 + col_of(mt) + 8 * nt + 2 * t4;
+          const float2 bb = bias[kWg ? mt : 0][nt];
+          float v0 = acc[mt][nt][2 * hh] + bb.x, v1 = acc[mt][nt][2 * hh + 1] + bb.y;
           if (as.relu1) {
             v0 = fmaxf(v0, 0.f);
             v1 = fmaxf(v1, 0.f);
@@ -452,7 +583,7 @@ __device__ __forceinline__ void ClassifyTile(const SaapArgs& a, int h, uint64_t 
           float sum = 0.f;
 #pragma unroll
           for (int nt = 0; nt < 8; ++nt) {
-            const int c = n0 + 64 * wc + 8 * nt + 2 * t4;
+            const int c = n0 + col_of(mt) + 8 * nt + 2 * t4;
             if (c < C) sum += Exp2((acc[mt][nt][2 * hh] - m_new) * kLog2e);
             if (c + 1 < C) sum += Exp2((acc[mt][nt][2 * hh + 1] - m_new) * kLog2e);
           }
@@ -470,8 +601,8 @@ __device__ __forceinline__ void ClassifyTile(const SaapArgs& a, int h, uint64_t 
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       const float l = QuadSum(l_run[mt][hh]);
-      const int r = 32 * wr + 16 * mt + g + 8 * hh;
-      if (t4 == 0) sStat[wc * kClsRows + r] = make_float2(m_run[mt][hh], l);
+      const int r = row_of(mt, hh);
+      if (t4 == 0) sStat[quarter_of(mt) * kClsRows + r] = make_float2(m_run[mt][hh], l);
     }
   }
   __syncthreads();
@@ -560,13 +691,13 @@ __device__ __forceinline__ void WarpTopKByBisection(const float* sc, int n, int 
 // de-roped at its own position (as RotateRope of one row), 64 / rows_per_block blocks in one
 // tile, or above 64 rows one block in several tiles; their scores per block kept in the CTA's
 // slice of score_scratch until the top-l (one warp per block, or the CTA block after block).
-template <typename T, int kD>
+template <typename T, int kD, bool kWg>
 __global__ void __launch_bounds__(kClsThreads, 1) SaapClassifyKernel(SaapArgs a) {
   constexpr int kHalf = kD / 2, kCh = kD / 8;
   extern __shared__ __align__(128) char smem[];
   const SaapAssetsDev& as = a.assets;
   const int cp = as.c_pad, C = as.num_centroids;
-  const ClsLayout lay = MakeClsLayout(kD, as.num_layers, as.hidden_pad, cp);
+  const ClsLayout lay = MakeClsLayout(kD, as.num_layers, as.hidden_pad, cp, kWg);
   char* sX = smem + lay.x;
   float* sScore = reinterpret_cast<float*>(smem + lay.score);
   const float* sRowM = reinterpret_cast<const float*>(smem + lay.rowm);
@@ -615,7 +746,7 @@ __global__ void __launch_bounds__(kClsThreads, 1) SaapClassifyKernel(SaapArgs a)
           }
           __syncthreads();
           const uint64_t valid = rows >= 64 ? ~uint64_t{0} : (uint64_t{1} << rows) - 1;
-          ClassifyTile<kD>(a, h, valid, lay, smem, scratch);
+          ClassifyTile<kD, kWg>(a, h, valid, lay, smem, scratch);
           for (int c = tid; c < C; c += kClsThreads) {
             sScore[c] += RowsMass(scratch, sRowM, sRowInv, cp, c, 0, rows);
           }
@@ -671,7 +802,7 @@ __global__ void __launch_bounds__(kClsThreads, 1) SaapClassifyKernel(SaapArgs a)
           StoreRowPair(sX, kCh, r, pc, y);
         }
         __syncthreads();
-        ClassifyTile<kD>(a, h, valid, lay, smem, scratch);
+        ClassifyTile<kD, kWg>(a, h, valid, lay, smem, scratch);
         const bool first = first_head && t == 0;
         // Per bucket, 8 blocks at a time: every load (the rows' logits, the running sums) before
         // the stores, which the compiler could not move past them (they may alias).
@@ -810,9 +941,13 @@ cudaError_t SaapLaunchTyped(const SaapArgs& a, cudaStream_t stream) {
     return err;
   }
   if (a.num_kv > 0 && a.num_blocks > 0) {
-    auto classify = SaapClassifyKernel<T, kD>;
+    const int smem_wg =
+        MakeClsLayout(kD, a.assets.num_layers, a.assets.hidden_pad, a.assets.c_pad, true).total;
+    const bool wg = SaapClassifierUsesWgmma(smem_wg);
+    auto classify = wg ? &SaapClassifyKernel<T, kD, true> : &SaapClassifyKernel<T, kD, false>;
     const int smem =
-        SaapClassifySmemBytes(kD, a.assets.num_layers, a.assets.hidden_pad, a.assets.c_pad);
+        wg ? smem_wg
+           : SaapClassifySmemBytes(kD, a.assets.num_layers, a.assets.hidden_pad, a.assets.c_pad);
     if ((err = cudaFuncSetAttribute(classify, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)) !=
         cudaSuccess) {
       return err;
@@ -825,6 +960,28 @@ cudaError_t SaapLaunchTyped(const SaapArgs& a, cudaStream_t stream) {
 
 }  // namespace
 }  // namespace assembled
+
+SaapKnobsT& SaapKnobs() {
+  static SaapKnobsT knobs = [] {
+    SaapKnobsT k;
+    if (const char* c = std::getenv("SPATTN_SAAP_CLS_WGMMA")) k.cls_wgmma = c[0] != '0';
+    return k;
+  }();
+  return knobs;
+}
+
+bool SaapClassifierUsesWgmma(int smem_bytes) {
+  if (!SaapKnobs().cls_wgmma) return false;
+  int dev = 0, major = 0, minor = 0, smem_max = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return false;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) !=
+          cudaSuccess) {
+    return false;
+  }
+  return major == 9 && minor == 0 && smem_bytes <= smem_max;
+}
 
 int SaapClassifySmemBytes(int head_dim, int num_layers, int hidden_pad, int c_pad) {
   return assembled::MakeClsLayout(head_dim, num_layers, hidden_pad, c_pad).total;

@@ -13,6 +13,7 @@
 #include "kernels/builders/saap_math.h"
 #include "kernels/cuda/builders/builder_steps.h"
 #include "kernels/cuda/builders/method_builders.h"
+#include "kernels/cuda/builders/saap_knobs.h"
 #include "kernels/dtype.h"
 
 namespace spattn {
@@ -189,6 +190,17 @@ absl::StatusOr<SparseIndexView> BuildSaap(const BuildScope& env, const Attention
   StageTimer timer(env.stream, "saap");
   sp.keys_done = timer.Event("keys");
   SPATTN_CUDA_RETURN_IF_ERROR(LaunchSaapSelect(sp, env.stream), "saap selection");
+  // Tests (SaapKnobs): the visited buckets of this build, downloaded.
+  if (std::vector<int32_t>* cap = SaapKnobs().capture_selected; cap != nullptr) {
+    const int64_t n = static_cast<int64_t>(num_kv) * num_blocks * params.top_l;
+    cap->assign(n, -1);
+    if (n > 0) {
+      SPATTN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(cap->data(), sp.selected, n * sizeof(int32_t),
+                                                  cudaMemcpyDeviceToHost, env.stream),
+                                  "saap selection capture");
+    }
+    SPATTN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(env.stream), "saap selection capture");
+  }
 
   SaapAsmArgs asm_args;
   asm_args.geo = sp.geo;

@@ -4,9 +4,10 @@ import os
 
 HEADER = '''// Hopper wgmma wrappers (sm_90a): m64nNk16, f32 accumulate, bf16/f16 operands.
 // SS: A and B from shared memory (K-major descriptors). RS: A from registers (the mma.sync A
-// fragment layout), B from shared memory N-major (imm-trans-b = 1). RSK (N = 64 only): as RS with
-// B K-major (imm-trans-b = 0), the index builders' key tiles. On targets without sm_90a features
-// the bodies trap (the host never dispatches there).
+// fragment layout), B from shared memory N-major (imm-trans-b = 1). RSK (N = 64, 128): as RS with
+// B K-major (imm-trans-b = 0), the index builders' key tiles (N = 64) and Saap's classifier weight
+// slabs (N = 128). On targets without sm_90a features the bodies trap (the host never dispatches
+// there).
 // Written by kernels/cuda/gen_wgmma.py; do not edit by hand.
 #ifndef SPATTN_KERNELS_CUDA_COMMON_WGMMA_OPS_CUH_
 #define SPATTN_KERNELS_CUDA_COMMON_WGMMA_OPS_CUH_
@@ -63,6 +64,7 @@ def main():
             parts.append(body(n, ty, rs=False))
             parts.append(body(n, ty, rs=True))
         parts.append(body(64, ty, rs=True, b_kmajor=True))
+        parts.append(body(128, ty, rs=True, b_kmajor=True))
     parts.append(FOOTER)
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "wgmma_ops.cuh")
     with open(path, "w") as f:

@@ -64,6 +64,44 @@ __device__ __forceinline__ void Tile64Wait(float (&acc)[8][4]) {
 #endif
 }
 
+// Saap's classifier (session 29): m64n128k16 with A from registers (the mma.sync A fragment
+// layout) and B a 128-row K-major tile in the layout above (16 groups of 8 rows, 1024 bytes
+// apart) read by descriptor; the 64 accumulators as two n64 halves, d[h][nt][e] = column
+// 64 h + 8 nt + 2 (lane % 4) + (e & 1), each half in the mma.sync C layout.
+template <typename T>
+struct Tile64WgmmaN128;
+template <>
+struct Tile64WgmmaN128<__nv_bfloat16> {
+  static __device__ __forceinline__ void RS(float (&d)[2][8][4], const uint32_t (&a)[4],
+                                            uint64_t b, int scale_d) {
+    detail::WgmmaRSK_N128_bf16(&d[0][0][0], a, b, scale_d);
+  }
+};
+template <>
+struct Tile64WgmmaN128<__half> {
+  static __device__ __forceinline__ void RS(float (&d)[2][8][4], const uint32_t (&a)[4],
+                                            uint64_t b, int scale_d) {
+    detail::WgmmaRSK_N128_f16(&d[0][0][0], a, b, scale_d);
+  }
+};
+
+// Tile64Wait for Tile64WgmmaN128's accumulators.
+__device__ __forceinline__ void Tile64Wait(float (&acc)[2][8][4]) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(acc[h][nt][e])::"memory");
+    }
+  }
+#else
+  __trap();
+#endif
+}
+
 }  // namespace cuda
 }  // namespace spattn
 
