@@ -1095,5 +1095,57 @@ TEST(BuildIndexOnGpuAnchorTest, WgmmaAnchorPassIsTheMmaSyncPass) {
 #endif
 }
 
+// ---- s29-sl: pass 3's entry stage (SlArgs::emit_stage) ----
+
+// Pass 3 writes the same entries at the same places through its per-warp shared-memory stage
+// (default, kSlEmitStage entries), through a small stage (16: most warp tiles with entries overflow
+// it and write directly, so both paths run in one build) and without it (0: main's direct
+// stores): the index bit for bit, offsets included, over every shape, whole and split groups.
+TEST(BuildIndexOnGpuSampledLinesTest, EmitStageBuildsTheDirectIndex) {
+  SKIP_WITHOUT_GPU();
+#ifndef SPATTN_SL_KNOBS
+  GTEST_SKIP() << "the GPU sampled_lines builder exists only in CUDA builds";
+#else
+  auto engine = MakeEngine(int64_t{512} << 20);
+  ASSERT_NE(engine, nullptr);
+  cuda::SlKnobs& knobs = cuda::SampledLinesKnobs();
+  const cuda::SlKnobs saved = knobs;
+  const MethodCases mc = CasesFor(Method::kSampledLines);
+  uint64_t seed = 2929;
+  int builds = 0;
+  for (const Shape& sh : Shapes()) {
+    auto hp = MakeProblem(sh.q, sh.k, sh.hq, sh.hkv, sh.d, sh.dtype, sh.causal, ++seed,
+                          /*integer_qk=*/true);
+    auto dp = DeviceProblem::Create(engine->device(), *hp);
+    ASSERT_TRUE(dp.ok()) << dp.status();
+    for (const MethodConfig& config : {mc.configs.front(), mc.configs.back()}) {
+      for (int block_m : {64, 128}) {
+        for (int split : {0, 1}) {
+          const std::string what = absl::StrCat(config.DebugString(), " block_m=", block_m,
+                                                " split_tiles=", split, " ", Describe(hp->problem()));
+          SparseIndex staged, small, direct;
+          knobs.split_tiles = split;
+          knobs.emit_stage = cuda::kSlEmitStage;
+          BuildOnGpu(*engine, *hp, **dp, config, AllHeads(sh.hq), block_m, nullptr, what, &staged);
+          engine->ReleaseIndexes();
+          knobs.emit_stage = 16;
+          BuildOnGpu(*engine, *hp, **dp, config, AllHeads(sh.hq), block_m, nullptr, what, &small);
+          engine->ReleaseIndexes();
+          knobs.emit_stage = 0;
+          BuildOnGpu(*engine, *hp, **dp, config, AllHeads(sh.hq), block_m, nullptr, what, &direct);
+          engine->ReleaseIndexes();
+          knobs = saved;
+          if (::testing::Test::HasFatalFailure()) return;
+          ExpectSameIndex(staged, direct, what + " (stage 256 vs none)", /*with_offsets=*/true);
+          ExpectSameIndex(small, direct, what + " (stage 16 vs none)", /*with_offsets=*/true);
+          builds += 3;
+        }
+      }
+    }
+  }
+  EXPECT_GT(builds, 0);
+#endif
+}
+
 }  // namespace
 }  // namespace spattn

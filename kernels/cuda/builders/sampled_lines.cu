@@ -4,6 +4,7 @@
 // neighbouring bin here: indexes agree up to such entries (build_index_gpu_test's tolerances).
 #include <math_constants.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cstdint>
 #include <cstdio>
@@ -48,6 +49,11 @@ constexpr int kFixedKeyShift = 31 * 8;  // bin key (fp32 bits >> 20) of m * kFix
 struct SlSmem {
   int64_t tile, hm, total;
 };
+// Pass 3's per-warp entry stage (SlArgs::emit_stage): the kept entries of one warp tile (<= 16 x
+// 64) in slice order, codes and their places, written out by consecutive lanes. A tile with more
+// entries than kSlEmitStage writes them directly, as before. 4 warps x 256 x 8 bytes = 8 KB behind
+// the key buffers: 33 + 8 KB, still 5 CTAs per SM.
+constexpr int64_t kSlEmitStageBytes = 4 * kSlEmitStage * 8;
 // Key buffers of pass `pass`.
 __host__ __device__ inline constexpr int PassBuffers(int pass) { return pass == 2 ? 1 : 2; }
 // kWg: the key tiles in wgmma's 128-byte swizzle layout (SlKeyOff), whose descriptors need a
@@ -59,6 +65,7 @@ __host__ __device__ inline SlSmem Layout(int head_dim, int pass, bool wg = false
   l.tile = static_cast<int64_t>(kTile) * head_dim * 2;
   l.hm = PassBuffers(pass) * l.tile;
   l.total = pass == 2 ? l.hm + static_cast<int64_t>(hist_blocks) * kSlBins * 4 : l.hm;
+  if (pass == 3 && wg) l.total += kSlEmitStageBytes;  // at l.hm (pass 3 has no histograms)
   if (wg) l.total += 1024;
   return l;
 }
@@ -558,15 +565,19 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) SlPassKernel(SlArgs a) {
   // Pass 3: each row's slice (its block's) in registers, read once after the setup barrier
   // below (the flush, further down): the flush loop read both from shared memory per kept entry
   // (two dependent loads in every round).
+  // The slices as offsets from the group's first block's (its blocks' slices are consecutive:
+  // < 64 rows x k_len < 2^31 entries in all), so that a staged entry's place is one int.
   int slice_cap[2] = {0, 0};
-  int32_t* slice[2] = {a.entries, a.entries};
+  int slice_off[2] = {0, 0};
+  int32_t* cta_entries = a.entries;
   if (kPass == 3) {
     __syncthreads();  // blk_* written
+    cta_entries = a.entries + blk_base[0];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const bool live = rl[h] < g.rows && mx[h] != -CUDART_INF_F;
       slice_cap[h] = blk_count[blk[h]];
-      slice[h] = a.entries + blk_base[blk[h]];
+      slice_off[h] = static_cast<int>(blk_base[blk[h]] - blk_base[0]);
       if (live) {
         const int thr = blk_thr[blk[h]];
         rel[h] = pos[h] - blk_first[blk[h]];
@@ -598,6 +609,9 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) SlPassKernel(SlArgs a) {
   uint32_t p_keep = 0;
   bool p_any = false;
   int p_j0 = 0, p_base[2] = {0, 0}, p_at[2] = {0, 0};
+  // SlArgs::emit_stage: the lane's first place among the warp tile's entries of its row half
+  // (lanes in order), and both halves' warp totals (half 1 in the high 16 bits).
+  int p_ex[2] = {0, 0}, p_tot = 0;
   auto flush = [&]() {
     if (!p_any) return;  // warp-uniform
     int at0 = __shfl_sync(kFull, p_base[0], last_l[0]) + p_at[0];
@@ -605,15 +619,46 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) SlPassKernel(SlArgs a) {
     // Key j = p_j0 + AccCol(b >> 2, b & 3, lane) = jb + (b >> 2) * 8 + (b & 1).
     const int jb = p_j0 + (lane & 3) * 2;
     const int code0 = rel[0] * kl + jb, code1 = rel[1] * kl + jb;
+    if constexpr (kSsQ) {
+      const int tot0 = p_tot & 0xffff, total = tot0 + (p_tot >> 16);
+      if (total <= a.emit_stage) {  // warp-uniform (emit_stage <= kSlEmitStage; 0: off)
+        // Each entry's code and place (its slice's offset + slot; -1 past the slice) at its
+        // index among the warp's entries: half 0's lanes in order, then half 1's. A block's
+        // entries of one half are consecutive there and in its slice (its lanes' slots follow
+        // the same order), so consecutive lanes copy them to consecutive addresses.
+        // (code, place) pairs: one 8-byte shared store and load per entry.
+        int2* const st =
+            reinterpret_cast<int2*>(smem + (sbuf - sraw) + lay.hm) + warp * kSlEmitStage;
+        int s0 = p_ex[0], s1 = tot0 + p_ex[1];
+        for (uint32_t k = p_keep; k != 0u; k &= k - 1u) {
+          const int b = __ffs(k) - 1;  // nt * 4 + e
+          const int jo = (b >> 2) * 8 + (b & 1);
+          if ((b >> 1) & 1) {
+            st[s1++] = make_int2(code1 + jo, at1 < slice_cap[1] ? slice_off[1] + at1 : -1);
+            ++at1;
+          } else {
+            st[s0++] = make_int2(code0 + jo, at0 < slice_cap[0] ? slice_off[0] + at0 : -1);
+            ++at0;
+          }
+        }
+        __syncwarp();
+        for (int i = lane; i < total; i += 32) {
+          const int2 e = st[i];
+          if (e.y >= 0) cta_entries[e.y] = e.x;
+        }
+        __syncwarp();  // the stage is read before the next tile's entries go in
+        return;
+      }
+    }
     // Only the kept bits, lowest first (a warp runs as many rounds as its fullest lane).
     for (uint32_t k = p_keep; k != 0u; k &= k - 1u) {
       const int b = __ffs(k) - 1;  // nt * 4 + e
       const int jo = (b >> 2) * 8 + (b & 1);
       if ((b >> 1) & 1) {
-        if (at1 < slice_cap[1]) slice[1][at1] = code1 + jo;
+        if (at1 < slice_cap[1]) cta_entries[slice_off[1] + at1] = code1 + jo;
         ++at1;
       } else {
-        if (at0 < slice_cap[0]) slice[0][at0] = code0 + jo;
+        if (at0 < slice_cap[0]) cta_entries[slice_off[0] + at0] = code0 + jo;
         ++at0;
       }
     }
@@ -879,6 +924,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) SlPassKernel(SlArgs a) {
       const int o = __shfl_up_sync(kFull, incl2, x);
       if (lane >= x) incl2 += o;
     }
+    if (kSsQ) p_tot = __shfl_sync(kFull, incl2, 31);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int incl = h ? incl2 >> 16 : incl2 & 0xffff;
@@ -893,6 +939,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) SlPassKernel(SlArgs a) {
                   : blk_cursor + blk[h],
             seg_total);
       p_at[h] = incl - cnt[h] - seg_before;
+      if (kSsQ) p_ex[h] = incl - cnt[h];
     }
   }
   if (kCensus && lane == 0 && kPass >= 2) {
@@ -1565,6 +1612,9 @@ SlKnobs& SampledLinesKnobs() {
     if (const char* w = std::getenv("SPATTN_SL_SPLIT_WAVES")) k.split_waves = std::atoi(w);
     if (const char* x = std::getenv("SPATTN_SL_EMIT_EXACT")) k.emit_exact = x[0] == '1';
     if (const char* x = std::getenv("SPATTN_SL_EMIT_FLUSH")) k.emit_flush_late = x[0] == 'l';
+    if (const char* x = std::getenv("SPATTN_SL_EMIT_STAGE")) {
+      k.emit_stage = std::min(std::max(std::atoi(x), 0), kSlEmitStage);
+    }
     if (const char* x = std::getenv("SPATTN_SL_HIST_EXACT")) k.hist_exact = x[0] == '1';
     const char* b = std::getenv("SPATTN_SL_ASM_BUCKET");
     if (b != nullptr && b[0] != '\0') k.asm_bucket = b[0] != '0' ? 1 : 0;
