@@ -4,7 +4,6 @@
 // neighbouring bin here: indexes agree up to such entries (build_index_gpu_test's tolerances).
 #include <math_constants.h>
 
-#include <algorithm>
 #include <cfloat>
 #include <cstdint>
 #include <cstdio>
@@ -49,11 +48,6 @@ constexpr int kFixedKeyShift = 31 * 8;  // bin key (fp32 bits >> 20) of m * kFix
 struct SlSmem {
   int64_t tile, hm, total;
 };
-// Pass 3's per-warp entry stage (SlArgs::emit_stage): the kept entries of one warp tile (<= 16 x
-// 64) in slice order, codes and their places, written out by consecutive lanes. A tile with more
-// entries than kSlEmitStage writes them directly, as before. 4 warps x 256 x 8 bytes = 8 KB behind
-// the key buffers: 33 + 8 KB, still 5 CTAs per SM.
-constexpr int64_t kSlEmitStageBytes = 4 * kSlEmitStage * 8;
 // Key buffers of pass `pass`.
 __host__ __device__ inline constexpr int PassBuffers(int pass) { return pass == 2 ? 1 : 2; }
 // kWg: the key tiles in wgmma's 128-byte swizzle layout (SlKeyOff), whose descriptors need a
@@ -65,7 +59,6 @@ __host__ __device__ inline SlSmem Layout(int head_dim, int pass, bool wg = false
   l.tile = static_cast<int64_t>(kTile) * head_dim * 2;
   l.hm = PassBuffers(pass) * l.tile;
   l.total = pass == 2 ? l.hm + static_cast<int64_t>(hist_blocks) * kSlBins * 4 : l.hm;
-  if (pass == 3 && wg) l.total += kSlEmitStageBytes;  // at l.hm (pass 3 has no histograms)
   if (wg) l.total += 1024;
   return l;
 }
@@ -565,19 +558,15 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) SlPassKernel(SlArgs a) {
   // Pass 3: each row's slice (its block's) in registers, read once after the setup barrier
   // below (the flush, further down): the flush loop read both from shared memory per kept entry
   // (two dependent loads in every round).
-  // The slices as offsets from the group's first block's (its blocks' slices are consecutive:
-  // < 64 rows x k_len < 2^31 entries in all), so that a staged entry's place is one int.
   int slice_cap[2] = {0, 0};
-  int slice_off[2] = {0, 0};
-  int32_t* cta_entries = a.entries;
+  int32_t* slice[2] = {a.entries, a.entries};
   if (kPass == 3) {
     __syncthreads();  // blk_* written
-    cta_entries = a.entries + blk_base[0];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const bool live = rl[h] < g.rows && mx[h] != -CUDART_INF_F;
       slice_cap[h] = blk_count[blk[h]];
-      slice_off[h] = static_cast<int>(blk_base[blk[h]] - blk_base[0]);
+      slice[h] = a.entries + blk_base[blk[h]];
       if (live) {
         const int thr = blk_thr[blk[h]];
         rel[h] = pos[h] - blk_first[blk[h]];
@@ -609,9 +598,6 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) SlPassKernel(SlArgs a) {
   uint32_t p_keep = 0;
   bool p_any = false;
   int p_j0 = 0, p_base[2] = {0, 0}, p_at[2] = {0, 0};
-  // SlArgs::emit_stage: the lane's first place among the warp tile's entries of its row half
-  // (lanes in order), and both halves' warp totals (half 1 in the high 16 bits).
-  int p_ex[2] = {0, 0}, p_tot = 0;
   auto flush = [&]() {
     if (!p_any) return;  // warp-uniform
     int at0 = __shfl_sync(kFull, p_base[0], last_l[0]) + p_at[0];
@@ -619,46 +605,15 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) SlPassKernel(SlArgs a) {
     // Key j = p_j0 + AccCol(b >> 2, b & 3, lane) = jb + (b >> 2) * 8 + (b & 1).
     const int jb = p_j0 + (lane & 3) * 2;
     const int code0 = rel[0] * kl + jb, code1 = rel[1] * kl + jb;
-    if constexpr (kSsQ) {
-      const int tot0 = p_tot & 0xffff, total = tot0 + (p_tot >> 16);
-      if (total <= a.emit_stage) {  // warp-uniform (emit_stage <= kSlEmitStage; 0: off)
-        // Each entry's code and place (its slice's offset + slot; -1 past the slice) at its
-        // index among the warp's entries: half 0's lanes in order, then half 1's. A block's
-        // entries of one half are consecutive there and in its slice (its lanes' slots follow
-        // the same order), so consecutive lanes copy them to consecutive addresses.
-        // (code, place) pairs: one 8-byte shared store and load per entry.
-        int2* const st =
-            reinterpret_cast<int2*>(smem + (sbuf - sraw) + lay.hm) + warp * kSlEmitStage;
-        int s0 = p_ex[0], s1 = tot0 + p_ex[1];
-        for (uint32_t k = p_keep; k != 0u; k &= k - 1u) {
-          const int b = __ffs(k) - 1;  // nt * 4 + e
-          const int jo = (b >> 2) * 8 + (b & 1);
-          if ((b >> 1) & 1) {
-            st[s1++] = make_int2(code1 + jo, at1 < slice_cap[1] ? slice_off[1] + at1 : -1);
-            ++at1;
-          } else {
-            st[s0++] = make_int2(code0 + jo, at0 < slice_cap[0] ? slice_off[0] + at0 : -1);
-            ++at0;
-          }
-        }
-        __syncwarp();
-        for (int i = lane; i < total; i += 32) {
-          const int2 e = st[i];
-          if (e.y >= 0) cta_entries[e.y] = e.x;
-        }
-        __syncwarp();  // the stage is read before the next tile's entries go in
-        return;
-      }
-    }
     // Only the kept bits, lowest first (a warp runs as many rounds as its fullest lane).
     for (uint32_t k = p_keep; k != 0u; k &= k - 1u) {
       const int b = __ffs(k) - 1;  // nt * 4 + e
       const int jo = (b >> 2) * 8 + (b & 1);
       if ((b >> 1) & 1) {
-        if (at1 < slice_cap[1]) cta_entries[slice_off[1] + at1] = code1 + jo;
+        if (at1 < slice_cap[1]) slice[1][at1] = code1 + jo;
         ++at1;
       } else {
-        if (at0 < slice_cap[0]) cta_entries[slice_off[0] + at0] = code0 + jo;
+        if (at0 < slice_cap[0]) slice[0][at0] = code0 + jo;
         ++at0;
       }
     }
@@ -924,7 +879,6 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) SlPassKernel(SlArgs a) {
       const int o = __shfl_up_sync(kFull, incl2, x);
       if (lane >= x) incl2 += o;
     }
-    if (kSsQ) p_tot = __shfl_sync(kFull, incl2, 31);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int incl = h ? incl2 >> 16 : incl2 & 0xffff;
@@ -939,7 +893,6 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) SlPassKernel(SlArgs a) {
                   : blk_cursor + blk[h],
             seg_total);
       p_at[h] = incl - cnt[h] - seg_before;
-      if (kSsQ) p_ex[h] = incl - cnt[h];
     }
   }
   if (kCensus && lane == 0 && kPass >= 2) {
@@ -1212,6 +1165,7 @@ __global__ void SlDiagonalEvidenceKernel(SlArgs a) {
 // One CTA per index row; its loads are independent (pass 3's hot loop has none).
 static_assert(kSlBins == kSampledLinesBins && kSlBinFloor == kSampledLinesBinFloor,
               "sampled_lines_kernels.h's bins are sampled_lines_bar.h's");
+constexpr int kSlClassifyBatch = 4;  // entries per thread in flight (SlArgs::classify_batch)
 __global__ void SlClassifyKernel(SlArgs a) {
   const int unit = blockIdx.x;
   const int n = a.counts[unit];
@@ -1226,14 +1180,47 @@ __global__ void SlClassifyKernel(SlArgs a) {
   const int thr = a.thr[unit];
   const float diag_bar = SampledLinesDiagonalBar(a.diagonal_cost, g.q_end - g.q_begin, thr);
   int32_t* e = a.entries + a.kept[unit];
-  for (int i = threadIdx.x; i < n; i += blockDim.x) {
-    const int32_t code = e[i];
-    const int rel = code / kl, j = code - rel * kl;
-    const int o = g.first_pos + rel - j;
-    const int oi = o - es.min_offset;
-    const float d = oi >= 0 && oi < es.num_offsets ? diag[oi] : 0.f;
-    const bool line = d > col[j] && d > diag_floor && d > diag_bar;
-    e[i] = !line ? j : (a.clip_diagonals ? -1 - ((o + kl) * kSlClipRows + rel) : -1 - (o + kl));
+  // One entry's code from its pass-3 form and its two evidence values.
+  auto classify = [&](int32_t code, int rel, int j, int o, float d, float c) {
+    const bool line = d > c && d > diag_floor && d > diag_bar;
+    return !line ? j : (a.clip_diagonals ? -1 - ((o + kl) * kSlClipRows + rel) : -1 - (o + kl));
+  };
+  if (!a.classify_batch) {  // SPATTN_SL_CLASSIFY_BATCH=0: main's loop, one entry per step
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+      const int32_t code = e[i];
+      const int rel = code / kl, j = code - rel * kl;
+      const int o = g.first_pos + rel - j;
+      const int oi = o - es.min_offset;
+      const float d = oi >= 0 && oi < es.num_offsets ? diag[oi] : 0.f;
+      e[i] = classify(code, rel, j, o, d, col[j]);
+    }
+    return;
+  }
+  // kSlClassifyBatch entries per thread and step: their loads, then their evidence gathers, all
+  // independent, then the stores (the loop above waited for a load and two dependent gathers per
+  // entry: 1.44 ms of pass 3's 8.4 ms stage at 128K on an H100, latency-bound). The same code per
+  // entry; a lane past the slice reads code 0 (key 0, always there) and stores nothing.
+  constexpr int kB = kSlClassifyBatch;
+  const int step = static_cast<int>(blockDim.x);
+  for (int i0 = threadIdx.x; i0 < n; i0 += kB * step) {
+    int32_t code[kB];
+#pragma unroll
+    for (int u = 0; u < kB; ++u) code[u] = i0 + u * step < n ? e[i0 + u * step] : 0;
+    int rel[kB], j[kB], o[kB];
+    float d[kB], c[kB];
+#pragma unroll
+    for (int u = 0; u < kB; ++u) {
+      rel[u] = code[u] / kl;
+      j[u] = code[u] - rel[u] * kl;
+      o[u] = g.first_pos + rel[u] - j[u];
+      const int oi = o[u] - es.min_offset;
+      d[u] = oi >= 0 && oi < es.num_offsets ? diag[oi] : 0.f;
+      c[u] = col[j[u]];
+    }
+#pragma unroll
+    for (int u = 0; u < kB; ++u) {
+      if (i0 + u * step < n) e[i0 + u * step] = classify(code[u], rel[u], j[u], o[u], d[u], c[u]);
+    }
   }
 }
 
@@ -1612,9 +1599,7 @@ SlKnobs& SampledLinesKnobs() {
     if (const char* w = std::getenv("SPATTN_SL_SPLIT_WAVES")) k.split_waves = std::atoi(w);
     if (const char* x = std::getenv("SPATTN_SL_EMIT_EXACT")) k.emit_exact = x[0] == '1';
     if (const char* x = std::getenv("SPATTN_SL_EMIT_FLUSH")) k.emit_flush_late = x[0] == 'l';
-    if (const char* x = std::getenv("SPATTN_SL_EMIT_STAGE")) {
-      k.emit_stage = std::min(std::max(std::atoi(x), 0), kSlEmitStage);
-    }
+    if (const char* x = std::getenv("SPATTN_SL_CLASSIFY_BATCH")) k.classify_batch = x[0] != '0';
     if (const char* x = std::getenv("SPATTN_SL_HIST_EXACT")) k.hist_exact = x[0] == '1';
     const char* b = std::getenv("SPATTN_SL_ASM_BUCKET");
     if (b != nullptr && b[0] != '\0') k.asm_bucket = b[0] != '0' ? 1 : 0;

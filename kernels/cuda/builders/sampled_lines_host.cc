@@ -113,16 +113,6 @@ absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const A
     cur->rows += n;
     cur->blocks += 1;
   }
-  // Pass 3 addresses a group's entry slices (consecutive, at most its rows' visible keys) by
-  // 32-bit offsets from its first block's.
-  for (const SlGroup& g : groups) {
-    if (static_cast<int64_t>(g.rows) * g.key_end > INT32_MAX) {
-      return absl::UnimplementedError(absl::StrCat(
-          "sampled_lines: the GPU index builder takes (sampled rows of a group) x keys < 2^31, "
-          "got ",
-          g.rows, " x ", g.key_end));
-    }
-  }
   // Items (key-tile ranges of a group), longest first: one CTA per item and slot.
   int64_t total_tiles = 0;
   for (const SlGroup& g : groups) total_tiles += (g.key_end + kSlTile - 1) / kSlTile;
@@ -206,7 +196,7 @@ absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const A
   }
   sa.emit_exact = SampledLinesKnobs().emit_exact;
   sa.emit_flush_late = SampledLinesKnobs().emit_flush_late;
-  sa.emit_stage = std::min(std::max(SampledLinesKnobs().emit_stage, 0), kSlEmitStage);
+  sa.classify_batch = SampledLinesKnobs().classify_batch;
   sa.hist_exact = SampledLinesKnobs().hist_exact;
   sa.diagonal_floor = params.diagonal_floor;
   sa.short_floor = params.short_floor;

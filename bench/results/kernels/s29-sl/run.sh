@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# s29-sl device run (on the GPU machine; s28-slemit's run.sh): pass 3's kept entries through a
-# per-warp stage in shared memory, written out coalesced (SPATTN_SL_EMIT_STAGE=N, default 256; 0 =
-# main's direct stores). `new` = this branch, `base` = main 0685884's spattn-bench.
+# s29-sl device run (on the GPU machine; s28-slemit's run.sh). Run 1: pass 3's kept entries through
+# a per-warp stage in shared memory (SPATTN_SL_EMIT_STAGE, reverted after it); run 2: the classify
+# step's batched loads (SPATTN_SL_CLASSIFY_BATCH=0 = main's loop). `new` = this branch, `base` =
+# main 0685884's spattn-bench.
 #  1. sampled_lines_gpu_test (new).
 #  2. Bench per length (LENS), the BENCH_RUNS_<len> entries back to back (binary[:VAR=VALUE]),
 #     one process each: spattn-bench --device=cuda llm_mix 32/8 heads d128 bf16, sampled_lines
 #     gamma 0.95 on every head, block_m 128, SPATTN_GPU_BUILDER_PROFILE=1.
-#  3. build_index_gpu_test '*sampled_lines*:*SampledLines*' by default and with
+#  3. build_index_gpu_test '*sampled_lines*:*SampledLines*' by default and (SPLIT_MODE=1) with
 #     SPATTN_SL_SPLIT_TILES=1 (split groups: global cursors), MODES_EXTRA more ("ENV|filter").
 #  4. NCU=1: ncu, every kernel's duration of one 128K build of `new` (NCU_LEN), then the pass-3
-#     kernel's warp states (new, and base with NCU_BASE=1).
+#     kernel's warp states (new unless NCU_PASS3 is set empty, and base with NCU_BASE=1).
 # Steps are skipped once the script has run CAP seconds. Outputs: summary.txt + all.tar.gz in $OUT.
 set -u
 cd "$(dirname "$0")"
@@ -46,7 +47,8 @@ for len in ${LENS:-131072 32768}; do
   for run in ${!runs_var:-${BENCH_RUNS:-base new}}; do cell $len $run; done
 done
 i=0
-modes=("default|*sampled_lines*:*SampledLines*" "SPATTN_SL_SPLIT_TILES=1|*sampled_lines*:*SampledLines*")
+modes=("default|*sampled_lines*:*SampledLines*")
+[ "${SPLIT_MODE:-1}" = 1 ] && modes+=("SPATTN_SL_SPLIT_TILES=1|*sampled_lines*:*SampledLines*")
 [ -n "${MODES_EXTRA:-}" ] && modes+=("$MODES_EXTRA")
 for mode in "${modes[@]}"; do
   i=$((i + 1)); m=${mode%%|*}; filt=${mode#*|}; envs=(); [ "$m" != default ] && IFS=';' read -ra envs <<< "$m"
@@ -65,7 +67,7 @@ if [ "${NCU:-1}" = 1 ] && command -v ncu > /dev/null; then
       --launch-count ${NCU_LAUNCHES:-60} bin/spattn-bench "${nargs[@]}" > $R/ncu_durations_new.txt 2>&1
     note "ncu durations rc=$?"
   fi
-  for n in new ${NCU_BASE:+base}; do
+  for n in ${NCU_PASS3-new} ${NCU_BASE:+base}; do
     b=spattn-bench; [ $n = base ] && b=spattn-bench-base
     left "ncu pass 3 $n" || continue
     # Passes 1, 2, 3 are the first three SlPassKernel launches of the build.
