@@ -1304,5 +1304,52 @@ TEST(BuildIndexOnGpuSaapTest, WgmmaClassifierIsTheMmaSyncClassifier) {
 #endif
 }
 
+// ---- s29-sl: the classify step's batched loads (SlArgs::classify_batch) ----
+
+// The classify step with a few entries per thread in flight (default) and main's one-entry loop
+// (SPATTN_SL_CLASSIFY_BATCH=0) give the index bit for bit, offsets included, over every shape,
+// whole and split groups (slices whose lengths are not multiples of the batch included).
+TEST(BuildIndexOnGpuSampledLinesTest, ClassifyBatchBuildsTheOneEntryIndex) {
+  SKIP_WITHOUT_GPU();
+#ifndef SPATTN_SL_KNOBS
+  GTEST_SKIP() << "the GPU sampled_lines builder exists only in CUDA builds";
+#else
+  auto engine = MakeEngine(int64_t{512} << 20);
+  ASSERT_NE(engine, nullptr);
+  cuda::SlKnobs& knobs = cuda::SampledLinesKnobs();
+  const cuda::SlKnobs saved = knobs;
+  const MethodCases mc = CasesFor(Method::kSampledLines);
+  uint64_t seed = 2929;
+  int compared = 0;
+  for (const Shape& sh : Shapes()) {
+    auto hp = MakeProblem(sh.q, sh.k, sh.hq, sh.hkv, sh.d, sh.dtype, sh.causal, ++seed,
+                          /*integer_qk=*/true);
+    auto dp = DeviceProblem::Create(engine->device(), *hp);
+    ASSERT_TRUE(dp.ok()) << dp.status();
+    for (const MethodConfig& config : {mc.configs.front(), mc.configs.back()}) {
+      for (int block_m : {64, 128}) {
+        for (int split : {0, 1}) {
+          const std::string what = absl::StrCat(config.DebugString(), " block_m=", block_m,
+                                                " split_tiles=", split, " ", Describe(hp->problem()));
+          SparseIndex batched, single;
+          knobs.split_tiles = split;
+          knobs.classify_batch = true;
+          BuildOnGpu(*engine, *hp, **dp, config, AllHeads(sh.hq), block_m, nullptr, what, &batched);
+          engine->ReleaseIndexes();
+          knobs.classify_batch = false;
+          BuildOnGpu(*engine, *hp, **dp, config, AllHeads(sh.hq), block_m, nullptr, what, &single);
+          engine->ReleaseIndexes();
+          knobs = saved;
+          if (::testing::Test::HasFatalFailure()) return;
+          ExpectSameIndex(batched, single, what, /*with_offsets=*/true);
+          ++compared;
+        }
+      }
+    }
+  }
+  EXPECT_GT(compared, 0);
+#endif
+}
+
 }  // namespace
 }  // namespace spattn

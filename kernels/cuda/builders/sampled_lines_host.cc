@@ -196,6 +196,7 @@ absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const A
   }
   sa.emit_exact = SampledLinesKnobs().emit_exact;
   sa.emit_flush_late = SampledLinesKnobs().emit_flush_late;
+  sa.classify_batch = SampledLinesKnobs().classify_batch;
   sa.hist_exact = SampledLinesKnobs().hist_exact;
   sa.diagonal_floor = params.diagonal_floor;
   sa.short_floor = params.short_floor;

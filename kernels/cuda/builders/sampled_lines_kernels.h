@@ -132,6 +132,10 @@ struct SlArgs {
   // load is issued (SPATTN_SL_EMIT_FLUSH=late) instead of under tile t's products (early, the
   // default). The same entries either way.
   bool emit_flush_late = false;
+  // The classify step loads a few entries per thread before it gathers their evidence and
+  // classifies them (SlClassifyKernel); false (SPATTN_SL_CLASSIFY_BATCH=0): main's loop, one entry
+  // per step. The same codes either way.
+  bool classify_batch = true;
   // Pass 2 computes every tile's masses (SPATTN_SL_HIST_EXACT=1, for comparisons) instead of
   // skipping a warp's tile where no raw product reaches its row's count threshold.
   bool hist_exact = false;
@@ -143,6 +147,7 @@ struct SlArgs {
 // The build's comparison knobs, read from the environment once per process (at first use):
 // SPATTN_SL_SPLIT_TILES, SPATTN_SL_SPLIT_WAVES (sampled_lines_host.cc SplitLength),
 // SPATTN_SL_EMIT_EXACT, SPATTN_SL_EMIT_FLUSH (=late: SlArgs::emit_flush_late),
+// SPATTN_SL_CLASSIFY_BATCH (=0: SlArgs::classify_batch off),
 // SPATTN_SL_HIST_EXACT, SPATTN_SL_ASM_BUCKET (=0 / =1: never / always bucket the entries by
 // assembler segment), SPATTN_SL_ASM_SPANS (=0: SlAsmArgs::row_spans off) and SPATTN_SL_WGMMA (=0:
 // passes 1-3's products by mma.sync, main's before session 26, instead of wgmma on a compute
@@ -155,6 +160,7 @@ struct SlKnobs {
   int split_waves = 6;  // <= 0: never split
   bool emit_exact = false;
   bool emit_flush_late = false;
+  bool classify_batch = true;  // SPATTN_SL_CLASSIFY_BATCH (=0: off): SlArgs::classify_batch
   bool hist_exact = false;
   int asm_bucket = -1;    // -1: bucket rows of >= 5 segments; 0 / 1: never / always
   bool asm_spans = true;  // SlAsmArgs::row_spans
