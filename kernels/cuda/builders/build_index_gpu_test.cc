@@ -1227,5 +1227,105 @@ TEST(BuildIndexOnGpuEstimateTest, FastEstimateKeepsTheExactFidelity) {
 #endif
 }
 
+// ---- s29-sa: sample_attention's one pass on shorter key spans ---------------------------------
+// The one pass (block_size >= 64) picks its span (sample_attention_host.cc: OnePassSpan; forced by
+// SPATTN_SA_SPAN). A span changes where the rows' block partials are cut and so the float order of
+// the scores' sums (partials rescaled per span, added in double in span order): the low bits of a
+// score may move, the selection may not. Tolerance stated here: none on the index — every span
+// gives span 4096's index bit for bit (same CRA selection) on the twin shapes and on llm_mix 16K.
+class SaSpanEnv {
+ public:
+  explicit SaSpanEnv(int span) {
+    if (span > 0) {
+      setenv("SPATTN_SA_SPAN", std::to_string(span).c_str(), 1);
+    } else {
+      unsetenv("SPATTN_SA_SPAN");
+    }
+  }
+  ~SaSpanEnv() { unsetenv("SPATTN_SA_SPAN"); }
+};
+
+TEST(BuildIndexOnGpuSampleAttentionTest, EverySpanBuildsTheSpan4096Index) {
+  SKIP_WITHOUT_GPU();
+  auto engine = MakeEngine(int64_t{512} << 20);
+  ASSERT_NE(engine, nullptr);
+  const MethodCases mc = CasesFor(Method::kSampleAttention);
+  uint64_t seed = 2900;
+  for (const Shape& sh : Shapes()) {
+    auto hp = MakeProblem(sh.q, sh.k, sh.hq, sh.hkv, sh.d, sh.dtype, sh.causal, ++seed, false);
+    auto dp = DeviceProblem::Create(engine->device(), *hp);
+    ASSERT_TRUE(dp.ok()) << dp.status();
+    for (const MethodConfig& config : mc.configs) {
+      const int blk = config.sample_attention.block_size;
+      if (blk < 64) continue;  // the two passes keep kSaSpan
+      for (int block_m : {64, 128}) {
+        const std::string what =
+            absl::StrCat(config.DebugString(), " block_m=", block_m, " ", Describe(hp->problem()));
+        SparseIndex ref;
+        {
+          SaSpanEnv env(4096);
+          BuildOnGpu(*engine, *hp, **dp, config, AllHeads(sh.hq), block_m, nullptr, what, &ref);
+          engine->ReleaseIndexes();
+        }
+        if (::testing::Test::HasFatalFailure()) return;
+        for (int span : {0, 64, 128, 256, 1024, 2048}) {
+          if (span != 0 && span < blk) continue;
+          SparseIndex got;
+          {
+            SaSpanEnv env(span);
+            BuildOnGpu(*engine, *hp, **dp, config, AllHeads(sh.hq), block_m, nullptr,
+                       absl::StrCat(what, " span=", span), &got);
+            engine->ReleaseIndexes();
+          }
+          if (::testing::Test::HasFatalFailure()) return;
+          ExpectSameIndex(got, ref, absl::StrCat(what, " span=", span), /*with_offsets=*/true);
+        }
+      }
+    }
+  }
+}
+
+// The same on llm_mix 16K (8 heads): structured attention, 2 + 4 spans of 4096 per head vs the
+// default's pick and forced 2048 / 1024.
+TEST(BuildIndexOnGpuSampleAttentionTest, ShortSpansBuildTheSameIndexOnLlmMix) {
+  SKIP_WITHOUT_GPU();
+  auto engine = MakeEngine(int64_t{2} << 30);
+  ASSERT_NE(engine, nullptr);
+  WorkloadOptions o;
+  o.workload = "llm_mix";
+  o.shape.q_lens = {16384};
+  o.shape.num_q_heads = 8;
+  o.shape.num_kv_heads = 2;
+  o.shape.head_dim = 128;
+  o.shape.dtype = DType::kBF16;
+  auto w = GenerateWorkload(o);
+  ASSERT_TRUE(w.ok()) << w.status();
+  auto dp = DeviceProblem::Create(engine->device(), *w->host);
+  ASSERT_TRUE(dp.ok()) << dp.status();
+  MethodConfig c;
+  c.method = Method::kSampleAttention;
+  SparseIndex ref;
+  {
+    SaSpanEnv env(4096);
+    BuildOnGpu(*engine, *w->host, **dp, c, AllHeads(8), 128, nullptr, "span 4096", &ref);
+    engine->ReleaseIndexes();
+  }
+  if (::testing::Test::HasFatalFailure()) return;
+  for (int span : {0, 2048, 1024}) {
+    SparseIndex got;
+    {
+      SaSpanEnv env(span);
+      BuildOnGpu(*engine, *w->host, **dp, c, AllHeads(8), 128, nullptr,
+                 absl::StrCat("span ", span), &got);
+      engine->ReleaseIndexes();
+    }
+    if (::testing::Test::HasFatalFailure()) return;
+    const Agreement a = Compare(w->host->problem(), ref, got, 128);
+    printf("sample_attention llm_mix 16K span %d vs 4096: %lld/%lld rows differ\n", span,
+           static_cast<long long>(a.differing), static_cast<long long>(a.rows));
+    ExpectSameIndex(got, ref, absl::StrCat("llm_mix 16K span ", span), /*with_offsets=*/true);
+  }
+}
+
 }  // namespace
 }  // namespace spattn
