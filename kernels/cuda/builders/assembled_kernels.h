@@ -52,19 +52,12 @@ struct SaUnit {
   int64_t score_off;           // col scores at score_off, slash scores at score_off + n_col
   int item_begin, item_count;  // its key spans in the item list
 };
-// A key span [key_begin, key_end) of one unit (multiple of the span's keys but the last: kSaSpan,
-// or the one pass's chosen span).
+// A key span [key_begin, key_end) of one unit (multiple of kSaSpan keys but the last).
 struct SaItem {
   int unit, key_begin, key_end;
 };
 constexpr int kSaSpan = 4096;
 constexpr int kSaItemScores = kSaSpan / 16 + 16;  // column (or slash) blocks one span touches
-// The one pass (block_size >= 64) may cut its units into shorter spans (powers of two from kSaSpan
-// down to kSaOneSpanMin, multiples of the block size) when kSaSpan's items fill the CTA slots
-// badly (32K: 384 items on 264 slots, 1.45 waves); sample_attention_host.cc picks the span by a
-// list schedule of the items over the slots (SampleAttentionOneCtasPerSm). SPATTN_SA_SPAN forces
-// one (a power of two in [64, kSaSpan], a multiple of the block size).
-constexpr int kSaOneSpanMin = 1024;
 
 struct SaArgs {
   AttnParams p;
@@ -92,8 +85,6 @@ struct SaArgs {
 // Sampled-row statistics, block-reduced scores (per span, then summed in span order: the same
 // scores on every run), CRA selection.
 cudaError_t LaunchSampleAttentionSelect(const SaArgs& a, cudaStream_t stream);
-// CTAs of the one pass that fit one SM at a.p's head_dim / dtype (0 when not known).
-int SampleAttentionOneCtasPerSm(const AttnParams& p);
 
 struct SaAsmArgs {
   const BlockGeoDev* geo = nullptr;  // [num_blocks]

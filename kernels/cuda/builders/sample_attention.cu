@@ -780,35 +780,6 @@ cudaError_t LaunchSampleAttentionSelect(const SaArgs& a, cudaStream_t stream) {
   return cudaMemsetAsync(a.selected_n, 0, sizeof(int32_t) * 2 * a.num_units, stream);
 }
 
-namespace assembled {
-namespace {
-template <typename T, int kD>
-int SaOneCtasTyped() {
-  constexpr int smem = SaSmemBytes<kD>();
-  auto one = SaPassKernel<T, kD, false, kSaSlots, true>;
-  int n = 0;
-  if (cudaFuncSetAttribute(one, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, one, kSaThreads, smem) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return n;
-}
-}  // namespace
-}  // namespace assembled
-
-int SampleAttentionOneCtasPerSm(const AttnParams& p) {
-  using namespace assembled;
-  const bool bf16 = p.dtype == DType::kBF16;
-  if (p.head_dim == 64) {
-    return bf16 ? SaOneCtasTyped<__nv_bfloat16, 64>() : SaOneCtasTyped<__half, 64>();
-  }
-  if (p.head_dim == 128) {
-    return bf16 ? SaOneCtasTyped<__nv_bfloat16, 128>() : SaOneCtasTyped<__half, 128>();
-  }
-  return 0;
-}
-
 cudaError_t LaunchSampleAttentionAssemble(const SaAsmArgs& a, const AsmOut& out, bool fill,
                                           cudaStream_t stream) {
   assembled::SaSrc src{a};

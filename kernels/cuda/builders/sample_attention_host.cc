@@ -5,9 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <functional>
 #include <limits>
 #include <vector>
 
@@ -19,51 +16,6 @@ namespace spattn {
 
 namespace cuda {
 namespace {
-
-// Cost of one item of the one pass in 64-key tiles: its tiles plus the fixed part (the 128-row Q
-// load, two tiles' bytes, the prologue and the partials' flushes).
-constexpr int kSaItemFixedTiles = 4;
-
-// Key span of the one pass's items: kSaSpan, unless the units' kSaSpan items fill less than four
-// waves of the SMs' CTA slots; then the span in {kSaSpan, /2, ..., kSaOneSpanMin} (multiples of
-// blk) whose items, list-scheduled in launch order on the slots (each to the first free one),
-// finish first (ties to the longer span). 32K on 132 SMs x 2: 384 items of 4096 keys are 1.45
-// waves; 768 of 2048 fill 2.9. SPATTN_SA_SPAN forces a span (a power of two in [blk, kSaSpan]).
-int OnePassSpan(const AttnParams& a, const std::vector<SaUnit>& units, int blk, int device) {
-  if (const char* e = std::getenv("SPATTN_SA_SPAN")) {
-    const int v = std::atoi(e);
-    if (v >= blk && v >= 64 && v <= kSaSpan && (v & (v - 1)) == 0) return v;
-  }
-  int sms = 0;
-  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-    cudaGetLastError();
-    return kSaSpan;
-  }
-  const int64_t slots = static_cast<int64_t>(sms) * SampleAttentionOneCtasPerSm(a);
-  if (slots <= 0) return kSaSpan;
-  int64_t items = 0;
-  for (const SaUnit& u : units) items += (u.n_keys + kSaSpan - 1) / kSaSpan;
-  if (items >= 4 * slots) return kSaSpan;
-  int best = kSaSpan;
-  int64_t best_end = std::numeric_limits<int64_t>::max();
-  std::vector<int64_t> heap;
-  for (int span = kSaSpan; span >= kSaOneSpanMin && span >= blk; span /= 2) {
-    if (span % blk != 0) continue;
-    heap.assign(static_cast<size_t>(slots), 0);  // a min-heap of the slots' finish times
-    int64_t end = 0;
-    for (const SaUnit& u : units) {
-      for (int k0 = 0; k0 < u.n_keys; k0 += span) {
-        const int64_t cost = (std::min(u.n_keys, k0 + span) - k0 + 63) / 64 + kSaItemFixedTiles;
-        std::pop_heap(heap.begin(), heap.end(), std::greater<int64_t>());
-        heap.back() += cost;
-        end = std::max(end, heap.back());
-        std::push_heap(heap.begin(), heap.end(), std::greater<int64_t>());
-      }
-    }
-    if (end < best_end) best_end = end, best = span;
-  }
-  return best;
-}
 
 absl::StatusOr<SparseIndexView> BuildSampleAttention(const BuildScope& env,
                                                      const AttentionProblem& p, const AttnParams& a,
@@ -98,24 +50,18 @@ absl::StatusOr<SparseIndexView> BuildSampleAttention(const BuildScope& env,
         u.n_slash = std::max(0, FloorDiv(static_cast<int64_t>(kl) - 1, blk) - u.sb_min + 1);
         u.score_off = score_total;
         score_total += u.n_col + u.n_slash;
+        u.item_begin = static_cast<int>(items.size());
+        for (int k0 = 0; k0 < u.n_keys; k0 += kSaSpan) {
+          items.push_back(
+              SaItem{static_cast<int>(units.size()), k0, std::min(u.n_keys, k0 + kSaSpan)});
+        }
+        u.item_count = static_cast<int>(items.size()) - u.item_begin;
         units.push_back(u);
         begin = end;
       }
     }
   }
   unit_first.push_back(static_cast<int32_t>(units.size()));
-  const int span = blk >= 64 ? OnePassSpan(a, units, blk, env.device) : kSaSpan;
-  for (int i = 0; i < static_cast<int>(units.size()); ++i) {
-    SaUnit& u = units[i];
-    u.item_begin = static_cast<int>(items.size());
-    for (int k0 = 0; k0 < u.n_keys; k0 += span) {
-      items.push_back(SaItem{i, k0, std::min(u.n_keys, k0 + span)});
-    }
-    u.item_count = static_cast<int>(items.size()) - u.item_begin;
-  }
-  if (blk >= 64 && std::getenv("SPATTN_GPU_BUILDER_PROFILE") != nullptr) {
-    std::fprintf(stderr, "sample_attention one pass: span %d, %zu items\n", span, items.size());
-  }
 
   SaArgs sa;
   sa.p = a;
@@ -143,8 +89,8 @@ absl::StatusOr<SparseIndexView> BuildSampleAttention(const BuildScope& env,
   // densities and recalls at 32K and 128K on the device, the CPU twin's rows in every twin case
   // (kernels/cuda/NOTES.md, Session 25 — s25-build).
   if (blk >= 64 && !items.empty()) {
-    sa.op_ncol = span / blk + 1;
-    sa.op_entries = sa.op_ncol + span / blk + 4;
+    sa.op_ncol = kSaSpan / blk + 1;
+    sa.op_entries = sa.op_ncol + kSaSpan / blk + 4;
     int max_entries = 0;
     for (const SaUnit& u : units) max_entries = std::max(max_entries, u.n_col + u.n_slash);
     sa.op_ctas_y = std::max(1, (max_entries + 63) / 64);
