@@ -1351,5 +1351,71 @@ TEST(BuildIndexOnGpuSampledLinesTest, ClassifyBatchBuildsTheOneEntryIndex) {
 #endif
 }
 
+// ---- s29-slgqa: passes 1-3's CTAs of one kv head as a cluster (SlArgs::kv_cluster) ----
+
+// Passes 1-3 launched as clusters of the slots of one kv head (SPATTN_SL_KV_CLUSTER, default on
+// where the head list allows) with a cluster barrier every key tile (whole groups) or every 3
+// (split groups) and the plain launch (SPATTN_SL_KV_CLUSTER=0) give the index bit for bit,
+// offsets included, over every shape; on a compute capability 9.0 device the shapes with q heads
+// sharing a kv head do launch clusters.
+TEST(BuildIndexOnGpuSampledLinesTest, KvClusterBuildsTheSameIndex) {
+  SKIP_WITHOUT_GPU();
+#ifndef SPATTN_SL_KNOBS
+  GTEST_SKIP() << "the GPU sampled_lines builder exists only in CUDA builds";
+#else
+  auto engine = MakeEngine(int64_t{512} << 20);
+  ASSERT_NE(engine, nullptr);
+  cuda::SlKnobs& knobs = cuda::SampledLinesKnobs();
+  const cuda::SlKnobs saved = knobs;
+  const MethodCases mc = CasesFor(Method::kSampledLines);
+  int dev = 0, major = 0, minor = 0;
+  ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev), cudaSuccess);
+  uint64_t seed = 2930;
+  int compared = 0, clustered = 0;
+  for (const Shape& sh : Shapes()) {
+    auto hp = MakeProblem(sh.q, sh.k, sh.hq, sh.hkv, sh.d, sh.dtype, sh.causal, ++seed,
+                          /*integer_qk=*/true);
+    auto dp = DeviceProblem::Create(engine->device(), *hp);
+    ASSERT_TRUE(dp.ok()) << dp.status();
+    const std::vector<int> heads = AllHeads(sh.hq);
+    knobs.kv_cluster = -1;
+    const int c = cuda::SampledLinesKvCluster(heads.data(), sh.hq, sh.hq / sh.hkv);
+    knobs = saved;
+    if (major == 9 && minor == 0 && sh.hq / sh.hkv > 1) EXPECT_EQ(c, sh.hq / sh.hkv);
+    if (sh.hq / sh.hkv == 1) EXPECT_EQ(c, 0);
+    if (c > 1) ++clustered;
+    for (const MethodConfig& config : {mc.configs.front(), mc.configs.back()}) {
+      for (int block_m : {64, 128}) {
+        for (int split : {0, 1}) {
+          {
+            const int tiles = split ? 3 : 1;  // cluster barriers every 1 or 3 tiles
+            const std::string what =
+                absl::StrCat(config.DebugString(), " block_m=", block_m, " split_tiles=", split,
+                             " barrier_tiles=", tiles, " ", Describe(hp->problem()));
+            SparseIndex clusters, plain;
+            knobs.split_tiles = split;
+            knobs.kv_cluster = -1;
+            knobs.kv_cluster_tiles = tiles;
+            BuildOnGpu(*engine, *hp, **dp, config, heads, block_m, nullptr, what, &clusters);
+            engine->ReleaseIndexes();
+            knobs.kv_cluster = 0;
+            BuildOnGpu(*engine, *hp, **dp, config, heads, block_m, nullptr, what, &plain);
+            engine->ReleaseIndexes();
+            knobs = saved;
+            if (::testing::Test::HasFatalFailure()) return;
+            ExpectSameIndex(clusters, plain, what, /*with_offsets=*/true);
+            ++compared;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(compared, 0);
+  if (major == 9 && minor == 0) EXPECT_GT(clustered, 0);
+#endif
+}
+
 }  // namespace
 }  // namespace spattn
