@@ -329,20 +329,6 @@ __device__ void BlockThresholdWarp(const unsigned* bm, float part, long long all
 // pass's tensor-core work a per-tile bound known in advance could skip.
 __device__ unsigned long long g_sl_census[4];  // pass 2 tiles, skipped; pass 3 tiles, no keep
 
-// The cluster barrier's two halves (SlArgs::kv_cluster): every thread of every CTA of the cluster
-// arrives (relaxed: it orders no memory, the CTAs share none), then waits for the phase. Only on a
-// compute capability >= 9.0 image (launched as a cluster only there).
-__device__ __forceinline__ void SlClusterArrive() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void SlClusterWait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
-#endif
-}
-
 // kWg (SlKnobs::wgmma): the products by TileLogitsWg on the sm_90a image (elsewhere the
 // mma.sync path of kWg false), the key tiles in its layout at a 1024-byte aligned base.
 // kMinCtas: the CTAs per SM the registers are capped for (__launch_bounds__): 4 (128 registers),
@@ -663,18 +649,9 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) SlPassKernel(SlArgs a) {
   }
 
   unsigned census_tiles = 0, census_none = 0;  // kCensus: this warp's tiles, those adding nothing
-  // SlArgs::kv_cluster: every CTA of the cluster runs the same tiles (one item, its slots), so
-  // each arrives as often; the wait for the arrivals of kv_cluster_tiles tiles ago keeps them
-  // within that many tiles of each other (the arrive / wait halves alternate, the last wait after
-  // the loop).
-  const int kc_tiles = a.kv_cluster_tiles;
   for (int t = t_begin; t < t_end; ++t) {
     const int j0 = t * kTile;
     if (kCensus) ++census_tiles;
-    if (kc_tiles > 0 && (t - t_begin) % kc_tiles == 0) {  // CTA-uniform
-      if (t != t_begin) SlClusterWait();
-      SlClusterArrive();
-    }
     detail::CpAsyncWait<0>();
     if (kUseWg) SlFenceProxyAsync();  // this thread's copies of tile t, for wgmma
     // Key tile t is in for every warp, and (two buffers) every warp is past tile t - 1, so its
@@ -918,7 +895,6 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) SlPassKernel(SlArgs a) {
       p_at[h] = incl - cnt[h] - seg_before;
     }
   }
-  if (kc_tiles > 0 && t_end > t_begin) SlClusterWait();
   if (kCensus && lane == 0 && kPass >= 2) {
     atomicAdd(g_sl_census + 2 * (kPass - 2), static_cast<unsigned long long>(census_tiles));
     atomicAdd(g_sl_census + 2 * (kPass - 2) + 1, static_cast<unsigned long long>(census_none));
@@ -1278,24 +1254,9 @@ cudaError_t LaunchPassAs(const SlArgs& a, cudaStream_t stream, int* ctas = nullp
     *ctas = resident;
     return cudaSuccess;  // the query only (SampledLinesPassCtas)
   }
-  const unsigned grid = static_cast<unsigned>(a.num_items) * a.num_slots;
-  const size_t bytes = static_cast<size_t>(Layout(kD, kPass, kWg, a.hist_blocks).total);
-  if (a.kv_cluster > 1) {  // SlArgs::kv_cluster: slots of one kv head as one cluster
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(grid);
-    cfg.blockDim = dim3(kThreads);
-    cfg.dynamicSmemBytes = bytes;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = static_cast<unsigned>(a.kv_cluster);
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    return cudaLaunchKernelEx(&cfg, SlPassKernel<T, kD, kPass, kCensus, kWg, kMinCtas>, a);
-  }
-  SlPassKernel<T, kD, kPass, kCensus, kWg, kMinCtas><<<grid, kThreads, bytes, stream>>>(a);
+  SlPassKernel<T, kD, kPass, kCensus, kWg, kMinCtas>
+      <<<static_cast<unsigned>(a.num_items) * a.num_slots, kThreads,
+         Layout(kD, kPass, kWg, a.hist_blocks).total, stream>>>(a);
   return cudaGetLastError();
 }
 
@@ -1311,23 +1272,6 @@ bool SlDeviceIsSm90() {
   return major == 9 && minor == 0;
 }
 bool SlUseWgmma() { return SampledLinesKnobs().wgmma && SlDeviceIsSm90(); }
-
-}  // namespace
-
-int SampledLinesKvCluster(const int* heads, int num_slots, int group) {
-  const SlKnobs& k = SampledLinesKnobs();
-  if (k.kv_cluster == 0 || k.kv_cluster_tiles <= 0 || group < 1 || num_slots <= 0) return 0;
-  const int c = k.kv_cluster > 0 ? k.kv_cluster : group;
-  if (c < 2 || c > 8 || num_slots % c != 0 || !SlDeviceIsSm90()) return 0;
-  for (int s = 0; s < num_slots; s += c) {
-    for (int i = 1; i < c; ++i) {
-      if (heads[s + i] / group != heads[s] / group) return 0;
-    }
-  }
-  return c;
-}
-
-namespace {
 
 template <typename T, int kD, int kPass, bool kCensus>
 cudaError_t LaunchPass(const SlArgs& a, cudaStream_t stream, int* ctas = nullptr) {
@@ -1662,10 +1606,6 @@ SlKnobs& SampledLinesKnobs() {
     if (const char* c = std::getenv("SPATTN_SL_TILE_CENSUS")) k.tile_census = c[0] == '1';
     if (const char* c = std::getenv("SPATTN_SL_ASM_SPANS")) k.asm_spans = c[0] != '0';
     if (const char* c = std::getenv("SPATTN_SL_WGMMA")) k.wgmma = c[0] != '0';
-    if (const char* c = std::getenv("SPATTN_SL_KV_CLUSTER")) k.kv_cluster = std::atoi(c);
-    if (const char* c = std::getenv("SPATTN_SL_KV_CLUSTER_TILES")) {
-      k.kv_cluster_tiles = std::atoi(c);
-    }
     if (const char* c = std::getenv("SPATTN_SL_CTAS")) {  // "P1,P2,P3"
       k.ctas1 = std::atoi(c);
       const char* comma = std::strchr(c, ',');

@@ -198,16 +198,6 @@ absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const A
   sa.emit_flush_late = SampledLinesKnobs().emit_flush_late;
   sa.classify_batch = SampledLinesKnobs().classify_batch;
   sa.hist_exact = SampledLinesKnobs().hist_exact;
-  sa.kv_cluster = SampledLinesKvCluster(heads32.data(), nslots, a.group);
-  sa.kv_cluster_tiles = sa.kv_cluster > 1 ? SampledLinesKnobs().kv_cluster_tiles : 0;
-  if (std::getenv("SPATTN_GPU_BUILDER_PROFILE") != nullptr) {
-    static bool said = false;  // once per process
-    if (!said) {
-      said = true;
-      std::fprintf(stderr, "sampled_lines gpu build: kv_cluster %d, barrier every %d tiles\n",
-                   sa.kv_cluster, sa.kv_cluster_tiles);
-    }
-  }
   sa.diagonal_floor = params.diagonal_floor;
   sa.short_floor = params.short_floor;
   sa.diagonal_cost = params.diagonal_cost;

@@ -142,15 +142,6 @@ struct SlArgs {
   // Pass 2's shared histograms per CTA: the largest group's blocks (<= kSlGroupBlocks; 21 at 3
   // sampled rows per block), so that 5 CTAs per SM fit (SlKnobs::ctas).
   int hist_blocks = kSlGroupBlocks;
-  // Passes 1-3 launched as thread-block clusters of kv_cluster CTAs along x (> 1; 0: the plain
-  // launch): the CTAs of one cluster are kv_cluster consecutive slots of one item, which share a
-  // kv head (SampledLinesKvCluster checks the head list), so they read the same key tiles. Every
-  // kv_cluster_tiles tiles each CTA arrives at a cluster barrier and waits for the arrivals of
-  // the previous such tile, so no CTA of a kv head runs more than ~kv_cluster_tiles tiles ahead
-  // of the others and their loads of a tile meet in L2 (apart, most of the repeats came from
-  // DRAM: NOTES.md "Session 29 — s29-sl"). Each CTA's work and order are unchanged.
-  int kv_cluster = 0;
-  int kv_cluster_tiles = 0;
 };
 
 // The build's comparison knobs, read from the environment once per process (at first use):
@@ -184,20 +175,8 @@ struct SlKnobs {
   int ctas1 = 5;
   int ctas2 = 5;
   int ctas3 = 5;
-  // SPATTN_SL_KV_CLUSTER: passes 1-3's CTAs of one kv head as a cluster (SlArgs::kv_cluster):
-  // -1 (default) the group size (q heads per kv head) where the head list allows it, 0 off (the
-  // plain launch), n > 1 clusters of n slots (where n consecutive slots share a kv head).
-  // SPATTN_SL_KV_CLUSTER_TILES: key tiles between the cluster barriers (SlArgs::kv_cluster_tiles).
-  int kv_cluster = -1;
-  int kv_cluster_tiles = 2;
 };
 SlKnobs& SampledLinesKnobs();
-
-// The cluster size passes 1-3 launch with (SlArgs::kv_cluster) for this head list (slot -> q
-// head) and group size (q heads per kv head): 0 unless the knob allows it, the device is compute
-// capability 9.0, the size is 2..8 and divides the slots, and every cluster's slots share a kv
-// head.
-int SampledLinesKvCluster(const int* heads, int num_slots, int group);
 
 // Pass 1 (row statistics).
 cudaError_t LaunchSampledLinesStats(const SlArgs& a, cudaStream_t stream);
