@@ -182,12 +182,14 @@ TEST(RowAssemblyGpuTest, FillFallbackMatchesNormalize) {
 #ifdef SPATTN_ROW_ASSEMBLY_GPU
   constexpr int kSlots = 2;
   // Both paths: Begin per row on thread 0, and the row records (made before the count pass).
-  for (const bool records : {false, true}) {
+  // Each also with kept words (the count pass's final words read by the fill pass) for some rows.
+  for (const bool records : {false, true}) for (const bool keep : {false, true}) {
     SCOPED_TRACE(records ? "row records" : "Begin per row");
+    SCOPED_TRACE(keep ? "kept words" : "bitmaps in both passes");
     row_assembly::AssembledForTest got;
-    ASSERT_EQ(
-        row_assembly::AssembleBitmapRowsForTest(key_end, word_off, rw, cw, kSlots, &got, records),
-        cudaSuccess);
+    ASSERT_EQ(row_assembly::AssembleBitmapRowsForTest(key_end, word_off, rw, cw, kSlots, &got,
+                                                      records, keep),
+              cudaSuccess);
     const int units = static_cast<int>(rows.size());
     ASSERT_EQ(got.off_ranges.size(), static_cast<size_t>(kSlots * units + 1));
     for (int s = 0; s < kSlots; ++s) {
