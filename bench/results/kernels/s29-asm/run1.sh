@@ -56,7 +56,7 @@ bench new2 32768 sample_attention 128 5 X=1
 bench base2 32768 sample_attention 128 5 X=1
 bench new2 $K sampled_lines 128 2 X=1
 bench base2 $K sampled_lines 128 2 X=1
-t build_index_keep1 ${TEST_S:-60} SPATTN_ASM_KEEP_MB=1 bin/build_index_gpu_test --gtest_filter="${FILTER:-$F}"
+[ $SECONDS -le ${STOP_AFTER:-100} ] && t build_index_keep1 ${TEST_S:-60} SPATTN_ASM_KEEP_MB=1 bin/build_index_gpu_test --gtest_filter="${FILTER:-$F}"
 bench base1 32768 anchor 128 5 X=1
 bench new1 32768 anchor 128 5 X=1
 bench base1 32768 sampled_lines 128 3 X=1
