@@ -1,6 +1,8 @@
 #include "kernels/cuda/builders/builder_steps.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <string>
 #include <utility>
@@ -119,6 +121,35 @@ absl::StatusOr<SparseIndexView> Assemble(
   out.num_blocks = num_blocks;
   SPATTN_ASSIGN_OR_RETURN(out.count_ranges, Carve<int64_t>(env, rows + 1, "range counts"));
   SPATTN_ASSIGN_OR_RETURN(out.count_cols, Carve<int64_t>(env, rows + 1, "column counts"));
+  // Kept words (row_assembly.h AsmOut::keep): the count pass stores each row's final words and
+  // the fill pass reads them instead of building the row's bitmaps again, for as many units as
+  // SPATTN_ASM_KEEP_MB (default 1024; 0: off) holds; the other rows (and all of them where the
+  // workspace has no room) take the bitmaps as before. The same index either way.
+  {
+    int64_t keep_mb = 1024;
+    if (const char* e = std::getenv("SPATTN_ASM_KEEP_MB"); e != nullptr && *e != '\0') {
+      keep_mb = std::max<int64_t>(0, std::atoll(e));
+    }
+    int64_t max_key_end = 0;
+    for (const BlockGeoDev& g : l.geo) max_key_end = std::max<int64_t>(max_key_end, g.key_end);
+    const int64_t stride = row_assembly::AsmKeepStride(max_key_end);
+    const int64_t unit_bytes = 4 * row_assembly::AsmKeepUnitWords(stride);
+    const int64_t units = std::min<int64_t>(rows, (keep_mb << 20) / unit_bytes);
+    if (units > 0) {
+      absl::StatusOr<uint32_t*> k =
+          Carve<uint32_t>(env, units * (unit_bytes / 4), "row assembly kept words");
+      if (k.ok()) {
+        out.keep = *k;
+        out.keep_units = units;
+        out.keep_stride = stride;
+      }
+    }
+    if (std::getenv("SPATTN_GPU_BUILDER_PROFILE") != nullptr) {
+      std::fprintf(stderr, "row assembly: kept words for %lld of %lld rows (stride %lld words)\n",
+                   static_cast<long long>(out.keep_units), static_cast<long long>(rows),
+                   static_cast<long long>(stride));
+    }
+  }
   timer->Mark(select_stage);
   SPATTN_CUDA_RETURN_IF_ERROR(launch(out, false), "index assembly (count)");
   SPATTN_CUDA_RETURN_IF_ERROR(LaunchExclusiveScan64(out.count_ranges, rows, env.stream),

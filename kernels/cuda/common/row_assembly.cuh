@@ -113,6 +113,55 @@ __device__ __forceinline__ void MaskedFinalBits(const uint32_t* sR, const uint32
   }
 }
 
+// Kept words (AsmOut::keep): whether this unit's row takes them (CTA-uniform; the same in both
+// passes), the count pass's store of a thread's final words of a segment (only chunks with a set
+// bit, and every warp's flag word of the row's chunks), and the fill pass's load of them (words
+// past last_i are 0, as MaskedFinalBits gives them).
+__device__ __forceinline__ bool KeepRow(const AsmOut& out, int unit, int64_t num_words) {
+  return out.keep != nullptr && unit < out.keep_units && num_words < out.keep_stride;
+}
+__device__ __forceinline__ uint32_t* KeepUnit(const AsmOut& out, int unit) {
+  return out.keep + static_cast<int64_t>(unit) * AsmKeepUnitWords(out.keep_stride);
+}
+static_assert(kAsmWordsPerThread == 8, "kept words: a thread's words are one 8-word chunk");
+__device__ __forceinline__ void KeepStore(const AsmOut& out, int unit, int64_t w0, int first_i,
+                                          int last_i, const uint32_t* f, const uint32_t* cf) {
+  const bool mine = first_i <= last_i;  // chunk w0 + tid * 8 <= num_words < keep_stride
+  uint32_t any = 0u;
+#pragma unroll
+  for (int k = 0; k < kAsmWordsPerThread; ++k) any |= f[k] | cf[k];
+  const bool nz = mine && any != 0u;
+  const uint32_t flags = __ballot_sync(0xffffffffu, nz);
+  uint32_t* ku = KeepUnit(out, unit);
+  const int64_t cw = w0 + static_cast<int64_t>(threadIdx.x) * kAsmWordsPerThread;
+  if (nz) {
+    uint4* pf = reinterpret_cast<uint4*>(ku + cw);
+    uint4* pc = reinterpret_cast<uint4*>(ku + out.keep_stride + cw);
+    pf[0] = make_uint4(f[0], f[1], f[2], f[3]);
+    pf[1] = make_uint4(f[4], f[5], f[6], f[7]);
+    pc[0] = make_uint4(cf[0], cf[1], cf[2], cf[3]);
+    pc[1] = make_uint4(cf[4], cf[5], cf[6], cf[7]);
+  }
+  // Lane 0's chunk is its warp's first: its flag word is (w0 + warp * 256) / 256.
+  if ((threadIdx.x & 31) == 0 && mine) ku[2 * out.keep_stride + (cw >> 8)] = flags;
+}
+__device__ __forceinline__ void KeepLoad(const AsmOut& out, int unit, int64_t w0, int first_i,
+                                         int last_i, uint32_t* f, uint32_t* cf) {
+#pragma unroll
+  for (int k = 0; k < kAsmWordsPerThread; ++k) f[k] = cf[k] = 0u;
+  if (first_i > last_i) return;
+  const uint32_t* ku = KeepUnit(out, unit);
+  const int64_t cw = w0 + static_cast<int64_t>(threadIdx.x) * kAsmWordsPerThread;
+  const uint32_t flags = ku[2 * out.keep_stride + (cw >> 8)];
+  if (((flags >> (threadIdx.x & 31)) & 1u) == 0u) return;
+  const uint4* pf = reinterpret_cast<const uint4*>(ku + cw);
+  const uint4* pc = reinterpret_cast<const uint4*>(ku + out.keep_stride + cw);
+  const uint4 a = pf[0], b = pf[1], c = pc[0], d = pc[1];
+  f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+  cf[0] = c.x, cf[1] = c.y, cf[2] = c.z, cf[3] = c.w, cf[4] = d.x, cf[5] = d.y, cf[6] = d.z,
+  cf[7] = d.w;
+}
+
 // The assembler kernel. Src provides:
 //   struct Shared;                                   (per-row state in shared memory)
 //   __device__ void Begin(int unit, Shared&, RowCtx&) const;   (thread 0)
@@ -190,6 +239,7 @@ __device__ __forceinline__ void AssembleCount(const Src& src, int num_units, con
     const typename Src::Shared& sh = *sh_p;
     const int key_end = ctx.key_end;
     const int64_t num_words = (static_cast<int64_t>(key_end) + 31) / 32;
+    const bool keep_row = KeepRow(out, unit, num_words);
     // This thread's range starts (low half) and columns (high half) over the row's segments.
     unsigned long long acc = 0;
     int seg = 0;
@@ -224,6 +274,7 @@ __device__ __forceinline__ void AssembleCount(const Src& src, int num_units, con
       } else if (first_i - 1 <= last_i) {
         FinalBits(r0, c0, r1, c1, r2, c2, &f_prev, &unused);
       }
+      uint32_t kf[kAsmWordsPerThread], kcf[kAsmWordsPerThread];  // kept words
 #pragma unroll
       for (int k = 0; k < kAsmWordsPerThread; ++k) {
         r0 = r1, c0 = c1, r1 = r2, c1 = c2;
@@ -234,7 +285,10 @@ __device__ __forceinline__ void AssembleCount(const Src& src, int num_units, con
         acc += static_cast<unsigned long long>(__popc(st)) |
                (static_cast<unsigned long long>(__popc(cf)) << 32);
         f_prev = f;
+        kf[k] = f;
+        kcf[k] = cf;
       }
+      if (keep_row) KeepStore(out, unit, w0, first_i, last_i, kf, kcf);
       if (tid == kAsmThreads - 1) carry_f[(seg + 1) & 1] = f_prev;
       p ^= 1;
       // The next segment sets bits in the pair zeroed above and reads carry_f.
@@ -315,6 +369,7 @@ __device__ __forceinline__ void AssembleFill(const Src& src, int num_units, cons
     // kRec: the row is one segment (the loop below runs once) and its lengths are written from
     // the stages (set in that segment).
     const bool one_seg = kRec && num_words < kAsmSegWords;
+    const bool keep_row = KeepRow(out, unit, num_words);
     bool direct_len = false;
     // The row's range starts, ends and columns before this segment (every thread keeps them: each
     // has the scan's segment total).
@@ -329,18 +384,25 @@ __device__ __forceinline__ void AssembleFill(const Src& src, int num_units, cons
       // read.
       const int last_i = static_cast<int>(
           num_words - wbase < kAsmArrayWords - 2 ? num_words - wbase : kAsmArrayWords - 2);
-      const int used = last_i + 2;
-      for (int i = tid; i < used; i += kAsmThreads) {
-        sR[i] = 0u;
-        sC[i] = 0u;
-      }
-      __syncthreads();
-      src.SetBits(ctx, sh, sR, sC, wbase);
-      __syncthreads();
       // This thread's words: array indices [first_i, first_i + kAsmWordsPerThread).
       const int first_i = 1 + tid * kAsmWordsPerThread;
       uint32_t f[kAsmWordsPerThread], cf[kAsmWordsPerThread];
-      MaskedFinalBits(sR, sC, first_i, last_i, wbase, key_end, f, cf);
+      if (keep_row) {
+        // The count pass's final words (the same values MaskedFinalBits gives below). The barrier:
+        // the previous segment's reads of sF and the stages are done before they are written.
+        __syncthreads();
+        KeepLoad(out, unit, w0, first_i, last_i, f, cf);
+      } else {
+        const int used = last_i + 2;
+        for (int i = tid; i < used; i += kAsmThreads) {
+          sR[i] = 0u;
+          sC[i] = 0u;
+        }
+        __syncthreads();
+        src.SetBits(ctx, sh, sR, sC, wbase);
+        __syncthreads();
+        MaskedFinalBits(sR, sC, first_i, last_i, wbase, key_end, f, cf);
+      }
 #pragma unroll
       for (int k = 0; k < kAsmWordsPerThread; ++k) sF[first_i + k] = f[k];
       // Array word 0 is the previous segment's last (kAsmSegWords), passed on by the last thread

@@ -519,9 +519,29 @@ struct AsmOut {
   // thread 0 per row. The fill launch reads the records the count launch wrote: the source's
   // inputs must not change between the two.
   uint32_t* rec = nullptr;
+  // Kept words (row_assembly.cuh, "kept words"): where set, the count pass stores the final
+  // range and column words of units [0, keep_units) whose rows have fewer than keep_stride key
+  // words (keep_stride a multiple of 8), and the fill pass reads them instead of building the
+  // row's bitmaps again. Per unit (AsmKeepUnitWords(keep_stride) words, 16-byte aligned): the
+  // final range words, the final column words (keep_stride each), then
+  // AsmKeepFlagWords(keep_stride) flag words (bit c: chunk c of 8 words holds a set bit; chunks
+  // without one are not stored). Both launches must see the same three fields.
+  uint32_t* keep = nullptr;
+  int64_t keep_units = 0;
+  int64_t keep_stride = 0;
 };
 // Words of one row record (a source's Shared state and RowCtx; row_assembly.cuh checks the size).
 constexpr int kAsmRecWords = 96;
+
+// Kept words: flag words per unit for a stride of `stride` words (one bit per 8-word chunk),
+// words per unit, and the stride for rows of up to `max_key_end` keys.
+SPATTN_HD int64_t AsmKeepFlagWords(int64_t stride) { return (stride / 8 + 31) / 32; }
+SPATTN_HD int64_t AsmKeepUnitWords(int64_t stride) {  // whole 16-byte lines
+  return 2 * stride + (AsmKeepFlagWords(stride) + 3) / 4 * 4;
+}
+SPATTN_HD int64_t AsmKeepStride(int64_t max_key_end) {
+  return ((max_key_end + 31) / 32 + 1 + 7) / 8 * 8;
+}
 
 }  // namespace row_assembly
 }  // namespace spattn

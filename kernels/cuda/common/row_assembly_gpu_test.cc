@@ -182,33 +182,36 @@ TEST(RowAssemblyGpuTest, FillFallbackMatchesNormalize) {
 #ifdef SPATTN_ROW_ASSEMBLY_GPU
   constexpr int kSlots = 2;
   // Both paths: Begin per row on thread 0, and the row records (made before the count pass).
-  for (const bool records : {false, true}) {
-    SCOPED_TRACE(records ? "row records" : "Begin per row");
-    row_assembly::AssembledForTest got;
-    ASSERT_EQ(
-        row_assembly::AssembleBitmapRowsForTest(key_end, word_off, rw, cw, kSlots, &got, records),
-        cudaSuccess);
-    const int units = static_cast<int>(rows.size());
-    ASSERT_EQ(got.off_ranges.size(), static_cast<size_t>(kSlots * units + 1));
-    for (int s = 0; s < kSlots; ++s) {
-      for (int u = 0; u < units; ++u) {
-        const int64_t row = static_cast<int64_t>(s) * units + u;
-        const RowKeys& w = want[u];
-        const int64_t r0 = got.off_ranges[row], r1 = got.off_ranges[row + 1];
-        const int64_t c0 = got.off_cols[row], c1 = got.off_cols[row + 1];
-        ASSERT_EQ(r1 - r0, static_cast<int64_t>(w.ranges.size())) << "slot " << s << " row " << u;
-        ASSERT_EQ(c1 - c0, static_cast<int64_t>(w.cols.size())) << "slot " << s << " row " << u;
-        for (int64_t i = 0; i < r1 - r0; ++i) {
-          ASSERT_EQ(got.range_start[r0 + i], w.ranges[i].first) << "row " << u << " range " << i;
-          ASSERT_EQ(got.range_len[r0 + i], w.ranges[i].second - w.ranges[i].first)
-              << "row " << u << " range " << i;
-        }
-        for (int64_t i = 0; i < c1 - c0; ++i) {
-          ASSERT_EQ(got.col_idx[c0 + i], w.cols[i]) << "row " << u << " col " << i;
+  // Each also with kept words (the count pass's final words read by the fill pass) for some rows.
+  for (const bool records : {false, true})
+    for (const bool keep : {false, true}) {
+      SCOPED_TRACE(records ? "row records" : "Begin per row");
+      SCOPED_TRACE(keep ? "kept words" : "bitmaps in both passes");
+      row_assembly::AssembledForTest got;
+      ASSERT_EQ(row_assembly::AssembleBitmapRowsForTest(key_end, word_off, rw, cw, kSlots, &got,
+                                                        records, keep),
+                cudaSuccess);
+      const int units = static_cast<int>(rows.size());
+      ASSERT_EQ(got.off_ranges.size(), static_cast<size_t>(kSlots * units + 1));
+      for (int s = 0; s < kSlots; ++s) {
+        for (int u = 0; u < units; ++u) {
+          const int64_t row = static_cast<int64_t>(s) * units + u;
+          const RowKeys& w = want[u];
+          const int64_t r0 = got.off_ranges[row], r1 = got.off_ranges[row + 1];
+          const int64_t c0 = got.off_cols[row], c1 = got.off_cols[row + 1];
+          ASSERT_EQ(r1 - r0, static_cast<int64_t>(w.ranges.size())) << "slot " << s << " row " << u;
+          ASSERT_EQ(c1 - c0, static_cast<int64_t>(w.cols.size())) << "slot " << s << " row " << u;
+          for (int64_t i = 0; i < r1 - r0; ++i) {
+            ASSERT_EQ(got.range_start[r0 + i], w.ranges[i].first) << "row " << u << " range " << i;
+            ASSERT_EQ(got.range_len[r0 + i], w.ranges[i].second - w.ranges[i].first)
+                << "row " << u << " range " << i;
+          }
+          for (int64_t i = 0; i < c1 - c0; ++i) {
+            ASSERT_EQ(got.col_idx[c0 + i], w.cols[i]) << "row " << u << " col " << i;
+          }
         }
       }
     }
-  }
 #else
   GTEST_SKIP() << "built without CUDA";
 #endif

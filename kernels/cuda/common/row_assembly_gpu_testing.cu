@@ -68,7 +68,7 @@ cudaError_t AssembleBitmapRowsForTest(const std::vector<int>& key_end,
                                       const std::vector<int64_t>& word_off,
                                       const std::vector<uint32_t>& range_words,
                                       const std::vector<uint32_t>& col_words, int num_slots,
-                                      AssembledForTest* out, bool records) {
+                                      AssembledForTest* out, bool records, bool keep) {
   const int units = static_cast<int>(key_end.size());
   if (num_slots < 1 || num_slots > kAsmMaxSlots || word_off.size() != key_end.size() + 1 ||
       range_words.size() != col_words.size()) {
@@ -97,8 +97,22 @@ cudaError_t AssembleBitmapRowsForTest(const std::vector<int>& key_end,
   alloc(&d_count_c, rows);
   alloc(&d_off_r, rows + 1);
   alloc(&d_off_c, rows + 1);
+  uint32_t* o_keep = nullptr;
+  int64_t o_keep_units = 0, o_keep_stride = 0;
   uint32_t* d_rec = nullptr;
   if (records) alloc(&d_rec, static_cast<size_t>(units) * kAsmRecWords);
+  if (keep && units > 0) {
+    std::vector<int> sorted = key_end;
+    std::sort(sorted.begin(), sorted.end());
+    // The second longest row's stride: the longest row (and any as long) takes the bitmaps.
+    const int64_t stride = AsmKeepStride(sorted[sorted.size() >= 2 ? sorted.size() - 2 : 0]);
+    const int64_t keep_units = (static_cast<int64_t>(units) * 2) / 3;
+    uint32_t* d_keep = nullptr;
+    alloc(&d_keep, static_cast<size_t>(keep_units * AsmKeepUnitWords(stride)));
+    o_keep = d_keep;
+    o_keep_units = keep_units;
+    o_keep_stride = stride;
+  }
   const BitmapSrc src{d_key_end, d_word_off, d_rw, d_cw, num_slots};
   AsmOut o;
   o.num_blocks = units;
@@ -107,6 +121,9 @@ cudaError_t AssembleBitmapRowsForTest(const std::vector<int>& key_end,
   o.off_ranges = d_off_r;
   o.off_cols = d_off_c;
   o.rec = d_rec;
+  o.keep = o_keep;
+  o.keep_units = o_keep_units;
+  o.keep_stride = o_keep_stride;
   std::vector<int64_t> cr, cc;
   const BitmapRecSrc rec_src{src};
   auto launch = [&](bool fill) {

@@ -20,6 +20,8 @@ namespace row_assembly {
 // pass, a host scan and a fill pass, and returns the CSR arrays: off_* [slots * rows + 1],
 // range_start / range_len, col_idx. Synchronous, on the current device. `records`: through the
 // assembler's row records (AsmOut::rec; the path the sample_attention and anchor builders take).
+// `keep`: with kept words (AsmOut::keep) for the first two thirds of the rows, at the second
+// longest row's stride (rows longer than that, and the last third, take the bitmaps).
 struct AssembledForTest {
   std::vector<int64_t> off_ranges, off_cols;
   std::vector<int32_t> range_start, range_len, col_idx;
@@ -28,7 +30,8 @@ cudaError_t AssembleBitmapRowsForTest(const std::vector<int>& key_end,
                                       const std::vector<int64_t>& word_off,
                                       const std::vector<uint32_t>& range_words,
                                       const std::vector<uint32_t>& col_words, int num_slots,
-                                      AssembledForTest* out, bool records = false);
+                                      AssembledForTest* out, bool records = false,
+                                      bool keep = false);
 
 }  // namespace row_assembly
 }  // namespace spattn
