@@ -317,6 +317,9 @@ class CudaAttentionEngine::Impl {
       SPATTN_ASSIGN_OR_RETURN(char* ptr, AllocKept(bytes, what));
       return static_cast<void*>(ptr);
     };
+    scope.available = [this]() -> int64_t {
+      return std::max<int64_t>(0, bytes_ - resident_ - pending_ - used_);
+    };
     totals_[0] = totals_[1] = -1;
     scope.maybe_totals = totals_;
     return cuda::BuildIndexInWorkspace(scope, p, config, heads, block_m, maybe_assets, sl_gammas);

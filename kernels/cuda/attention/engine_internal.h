@@ -34,6 +34,9 @@ struct BuildScope {
   // resident region at the workspace's top, as `alloc` aligned and checked): what a builder
   // writes there, the engine's Keep neither copies nor moves. Unset: `alloc` serves.
   std::function<absl::StatusOr<void*>(int64_t bytes, const char* what)> keep;
+  // Bytes the workspace has left for `alloc` and `keep` together (unset: unknown), so that a
+  // builder's optional scratch (the row assembler's kept words) takes only part of it.
+  std::function<int64_t()> available;
   // The built index's CSR totals {ranges, columns}, written by a builder that read them back
   // (its one host round trip), so that Keep needs no second one; -1 where not written.
   int64_t* maybe_totals = nullptr;

@@ -368,7 +368,9 @@ std::unique_ptr<CudaAttentionEngine> MakeEngine(int64_t bytes) {
 // repeated builds leave it to the caller).
 void ExpectSameIndex(const SparseIndex& a, const SparseIndex& b, const std::string& what,
                      bool with_offsets = false) {
-  if (with_offsets) EXPECT_EQ(a.block_offsets, b.block_offsets) << what;
+  if (with_offsets) {
+    EXPECT_EQ(a.block_offsets, b.block_offsets) << what;
+  }
   EXPECT_EQ(a.range_indptr, b.range_indptr) << what;
   EXPECT_EQ(a.range_start, b.range_start) << what;
   EXPECT_EQ(a.range_len, b.range_len) << what;

@@ -123,8 +123,10 @@ absl::StatusOr<SparseIndexView> Assemble(
   SPATTN_ASSIGN_OR_RETURN(out.count_cols, Carve<int64_t>(env, rows + 1, "column counts"));
   // Kept words (row_assembly.h AsmOut::keep): the count pass stores each row's final words and
   // the fill pass reads them instead of building the row's bitmaps again, for as many units as
-  // SPATTN_ASM_KEEP_MB (default 1024; 0: off) holds; the other rows (and all of them where the
-  // workspace has no room) take the bitmaps as before. The same index either way.
+  // SPATTN_ASM_KEEP_MB (default 1024; 0: off) holds, and at most an eighth of what the workspace
+  // has left (the index arrays and the fill's scratch come after: a build that fitted without
+  // the kept words keeps fitting unless it needed more than 7/8 of that); the other rows (all of
+  // them where the workspace has no room) take the bitmaps as before. The same index either way.
   {
     int64_t keep_mb = 1024;
     if (const char* e = std::getenv("SPATTN_ASM_KEEP_MB"); e != nullptr && *e != '\0') {
@@ -134,7 +136,9 @@ absl::StatusOr<SparseIndexView> Assemble(
     for (const BlockGeoDev& g : l.geo) max_key_end = std::max<int64_t>(max_key_end, g.key_end);
     const int64_t stride = row_assembly::AsmKeepStride(max_key_end);
     const int64_t unit_bytes = 4 * row_assembly::AsmKeepUnitWords(stride);
-    const int64_t units = std::min<int64_t>(rows, (keep_mb << 20) / unit_bytes);
+    int64_t keep_bytes = keep_mb << 20;
+    if (env.available) keep_bytes = std::min<int64_t>(keep_bytes, env.available() / 8);
+    const int64_t units = std::min<int64_t>(rows, keep_bytes / unit_bytes);
     if (units > 0) {
       absl::StatusOr<uint32_t*> k =
           Carve<uint32_t>(env, units * (unit_bytes / 4), "row assembly kept words");
