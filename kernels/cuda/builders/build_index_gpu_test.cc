@@ -801,6 +801,51 @@ TEST(BuildIndexOnGpuSampledLinesTest, PerHeadGammasEqualEachHeadsOwnBuild) {
 #endif
 }
 
+#ifdef SPATTN_SL_KNOBS
+// Builds sampled_lines on every shape of the twin cases (integer Q/K; the cases' first and last
+// configs, block_m 64 and 128, groups whole and split into single tiles) twice, the knobs set by
+// `a` and then by `b` (over the process's own, restored after), and expects the same index,
+// offsets included. Returns the builds compared (it stops at a fatal failure).
+template <typename SetA, typename SetB>
+int ExpectSlKnobsBuildTheSameIndex(uint64_t seed, SetA a, SetB b) {
+  auto engine = MakeEngine(int64_t{512} << 20);
+  EXPECT_NE(engine, nullptr);
+  if (engine == nullptr) return 0;
+  cuda::SlKnobs& knobs = cuda::SampledLinesKnobs();
+  const cuda::SlKnobs saved = knobs;
+  const MethodCases mc = CasesFor(Method::kSampledLines);
+  int compared = 0;
+  for (const Shape& sh : Shapes()) {
+    auto hp = MakeProblem(sh.q, sh.k, sh.hq, sh.hkv, sh.d, sh.dtype, sh.causal, ++seed,
+                          /*integer_qk=*/true);
+    auto dp = DeviceProblem::Create(engine->device(), *hp);
+    EXPECT_TRUE(dp.ok()) << dp.status();
+    if (!dp.ok()) return compared;
+    for (const MethodConfig& config : {mc.configs.front(), mc.configs.back()}) {
+      for (int block_m : {64, 128}) {
+        for (int split : {0, 1}) {
+          const std::string what = absl::StrCat(config.DebugString(), " block_m=", block_m,
+                                                " split_tiles=", split, " ", Describe(hp->problem()));
+          SparseIndex with_a, with_b;
+          knobs.split_tiles = split;
+          a(knobs);
+          BuildOnGpu(*engine, *hp, **dp, config, AllHeads(sh.hq), block_m, nullptr, what, &with_a);
+          engine->ReleaseIndexes();
+          b(knobs);
+          BuildOnGpu(*engine, *hp, **dp, config, AllHeads(sh.hq), block_m, nullptr, what, &with_b);
+          engine->ReleaseIndexes();
+          knobs = saved;
+          if (::testing::Test::HasFatalFailure()) return compared;
+          ExpectSameIndex(with_a, with_b, what, /*with_offsets=*/true);
+          ++compared;
+        }
+      }
+    }
+  }
+  return compared;
+}
+#endif
+
 // Passes 1-3 at 5 CTAs per SM (SlKnobs::ctas1 / ctas2 / ctas3 = 5, the default since sessions
 // 27-28: the 96-register wgmma instances, pass 2's histograms sized by the largest group, pass 3's
 // Q read from shared memory) build the index of the 128-register instances (4, main's before)
@@ -812,37 +857,9 @@ TEST(BuildIndexOnGpuSampledLinesTest, FiveCtasPerSmBuildTheFourCtaIndex) {
 #ifndef SPATTN_SL_KNOBS
   GTEST_SKIP() << "the GPU sampled_lines builder exists only in CUDA builds";
 #else
-  auto engine = MakeEngine(int64_t{512} << 20);
-  ASSERT_NE(engine, nullptr);
-  cuda::SlKnobs& knobs = cuda::SampledLinesKnobs();
-  const cuda::SlKnobs saved = knobs;
-  const MethodCases mc = CasesFor(Method::kSampledLines);
-  uint64_t seed = 977;
-  for (const Shape& sh : Shapes()) {
-    auto hp = MakeProblem(sh.q, sh.k, sh.hq, sh.hkv, sh.d, sh.dtype, sh.causal, ++seed,
-                          /*integer_qk=*/true);
-    auto dp = DeviceProblem::Create(engine->device(), *hp);
-    ASSERT_TRUE(dp.ok()) << dp.status();
-    for (const MethodConfig& config : {mc.configs.front(), mc.configs.back()}) {
-      for (int block_m : {64, 128}) {
-        for (int split : {0, 1}) {
-          const std::string what = absl::StrCat(config.DebugString(), " block_m=", block_m,
-                                                " split_tiles=", split, " ", Describe(hp->problem()));
-          SparseIndex five, four;
-          knobs.split_tiles = split;
-          knobs.ctas1 = knobs.ctas2 = knobs.ctas3 = 5;
-          BuildOnGpu(*engine, *hp, **dp, config, AllHeads(sh.hq), block_m, nullptr, what, &five);
-          engine->ReleaseIndexes();
-          knobs.ctas1 = knobs.ctas2 = knobs.ctas3 = 4;
-          BuildOnGpu(*engine, *hp, **dp, config, AllHeads(sh.hq), block_m, nullptr, what, &four);
-          engine->ReleaseIndexes();
-          knobs = saved;
-          if (::testing::Test::HasFatalFailure()) return;
-          ExpectSameIndex(five, four, what, /*with_offsets=*/true);
-        }
-      }
-    }
-  }
+  ExpectSlKnobsBuildTheSameIndex(
+      977, [](cuda::SlKnobs& k) { k.ctas1 = k.ctas2 = k.ctas3 = 5; },
+      [](cuda::SlKnobs& k) { k.ctas1 = k.ctas2 = k.ctas3 = 4; });
 #endif
 }
 
@@ -1316,39 +1333,9 @@ TEST(BuildIndexOnGpuSampledLinesTest, ClassifyBatchBuildsTheOneEntryIndex) {
 #ifndef SPATTN_SL_KNOBS
   GTEST_SKIP() << "the GPU sampled_lines builder exists only in CUDA builds";
 #else
-  auto engine = MakeEngine(int64_t{512} << 20);
-  ASSERT_NE(engine, nullptr);
-  cuda::SlKnobs& knobs = cuda::SampledLinesKnobs();
-  const cuda::SlKnobs saved = knobs;
-  const MethodCases mc = CasesFor(Method::kSampledLines);
-  uint64_t seed = 2929;
-  int compared = 0;
-  for (const Shape& sh : Shapes()) {
-    auto hp = MakeProblem(sh.q, sh.k, sh.hq, sh.hkv, sh.d, sh.dtype, sh.causal, ++seed,
-                          /*integer_qk=*/true);
-    auto dp = DeviceProblem::Create(engine->device(), *hp);
-    ASSERT_TRUE(dp.ok()) << dp.status();
-    for (const MethodConfig& config : {mc.configs.front(), mc.configs.back()}) {
-      for (int block_m : {64, 128}) {
-        for (int split : {0, 1}) {
-          const std::string what = absl::StrCat(config.DebugString(), " block_m=", block_m,
-                                                " split_tiles=", split, " ", Describe(hp->problem()));
-          SparseIndex batched, single;
-          knobs.split_tiles = split;
-          knobs.classify_batch = true;
-          BuildOnGpu(*engine, *hp, **dp, config, AllHeads(sh.hq), block_m, nullptr, what, &batched);
-          engine->ReleaseIndexes();
-          knobs.classify_batch = false;
-          BuildOnGpu(*engine, *hp, **dp, config, AllHeads(sh.hq), block_m, nullptr, what, &single);
-          engine->ReleaseIndexes();
-          knobs = saved;
-          if (::testing::Test::HasFatalFailure()) return;
-          ExpectSameIndex(batched, single, what, /*with_offsets=*/true);
-          ++compared;
-        }
-      }
-    }
-  }
+  const int compared = ExpectSlKnobsBuildTheSameIndex(
+      2929, [](cuda::SlKnobs& k) { k.classify_batch = true; },
+      [](cuda::SlKnobs& k) { k.classify_batch = false; });
   EXPECT_GT(compared, 0);
 #endif
 }
