@@ -92,7 +92,6 @@ struct LaunchKnobs {
   int sleep_waits = 3;       // SPATTN_HOPPER_SLEEP_WAITS (the sparse stream's mbarrier waits)
   int stale_max = 8;         // SPATTN_HOPPER_STALE_MAX (the sparse stream's row maximum)
   bool tma_store = true;     // SPATTN_HOPPER_TMA_STORE (the sparse stream's epilogue)
-  bool late_wait = true;     // SPATTN_HOPPER_LATE_WAIT (the sparse stream's P V wait)
   std::string trace;         // SPATTN_HOPPER_TRACE (timeline file of the sparse stream)
   int trace_launch = 0;      // SPATTN_HOPPER_TRACE_LAUNCH
 };
@@ -115,7 +114,6 @@ LaunchKnobs ReadKnobs() {
   k.sleep_waits = EnvInt("SPATTN_HOPPER_SLEEP_WAITS", k.sleep_waits);
   k.stale_max = std::max(-1, std::min(254, EnvInt("SPATTN_HOPPER_STALE_MAX", k.stale_max)));
   k.tma_store = EnvInt("SPATTN_HOPPER_TMA_STORE", 1) != 0;
-  k.late_wait = EnvInt("SPATTN_HOPPER_LATE_WAIT", 1) != 0;
   const char* trace = std::getenv("SPATTN_HOPPER_TRACE");
   k.trace = trace == nullptr ? "" : trace;
   k.trace_launch = EnvInt("SPATTN_HOPPER_TRACE_LAUNCH", k.trace_launch);
@@ -283,7 +281,7 @@ int& TraceLaunches() {
 
 template <class Tr>
 constexpr bool kTraceable = std::is_same<typename Tr::T, __nv_bfloat16>::value && Tr::kD == 128 &&
-                            Tr::kCross && Tr::kLanes == 4 && Tr::kStages == 2 && Tr::kLateWait;
+                            Tr::kCross && Tr::kLanes == 4 && Tr::kStages == 2;
 
 template <class Tr>
 cudaError_t LaunchTraced(const AttnParams& p, const SparseIndexView& idx,
@@ -465,15 +463,6 @@ cudaError_t PersistentDim(const AttnParams& p, const SparseIndexView& idx,
                                                                        num_m_blocks, stream);
       default:
         break;
-    }
-  }
-  if constexpr (kSparse && kD == 128) {
-    // SPATTN_HOPPER_LATE_WAIT=0: block_m 128's stream with the plain P V wait that ptxas hoists
-    // above the softmax (PersistTraits::kLateWait false: the kernel of e9c159b), for the A/B of
-    // NOTES.md session 30 (s30-sparse).
-    if (!Knobs().late_wait) {
-      return LaunchPersistent<PersistTraits<T, 128, 2, 2, 4, 128, 2, false>, true>(
-          p, idx, sched, num_items, num_m_blocks, stream);
     }
   }
   using Tr = PersistTraits<T, kD, kD == 128 ? 2 : 4>;

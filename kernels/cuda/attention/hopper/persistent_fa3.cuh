@@ -67,12 +67,9 @@ __device__ __forceinline__ void CpAsync16Zfill(uint32_t dst, const void* src, bo
 // kBM_ = 64 (block_m 64 indexes): one consumer warpgroup, 64-key tiles, two CTAs per SM (their
 // warpgroups take turns on the tensor cores as the hardware schedules them).
 template <typename T_, int kD_, int kStages_, int kQBufs_ = 2, int kLanes_ = 4, int kBM_ = 128,
-          int kItems_ = 2, bool kLateWait_ = true>
+          int kItems_ = 2>
 struct PersistTraits {
   using T = T_;
-  // The sparse stream's wait for a tile's P V after the next tile's softmax, not before it
-  // (ConsumerStream, WgmmaWaitAfter; false: the plain wait, which ptxas hoists; session 30).
-  static constexpr bool kLateWait = kLateWait_;
   static constexpr int kD = kD_;
   static constexpr int kStages = kStages_;
   // Q buffers: 2 lets the next item's Q load under the current item's tail; 1 leaves the room of
@@ -575,20 +572,6 @@ __device__ __forceinline__ void IssuePvDesc(Step& st, uint64_t v_desc) {
   detail::WgmmaCommit();
 }
 
-// Waits for all but the newest kN committed wgmma groups, once `dep` is computed. ptxas schedules
-// a plain wgmma.wait_group (WgmmaWait) as early as it can: in the stream's tile step it placed
-// the wait for P(t-1) V, which the code issues after S(t)'s softmax, before the softmax's first
-// exponentials (ncu source counters of e9c159b at 32K, session 30: the wait's SASS line sat
-// after 6 of the 64 row-maximum FMNMX, the largest stall of the consumers), so a warpgroup's
-// softmax never ran under its own P V. Here the wait is predicated on a value of `dep` (the
-// thread's row sums, which need every exponential of the tile) that never occurs: -1 as bits, a
-// NaN no arithmetic produces (the GPU's NaNs are 0x7fffffff); ptxas cannot move it above them.
-template <int kN>
-__device__ __forceinline__ void WgmmaWaitAfter(float dep) {
-  if (__float_as_uint(dep) == 0xffffffffu) __trap();
-  WgmmaWait<kN>();
-}
-
 // The stream's masks (kCross), specialized by tile kind: ConsumerStep::Mask's key-and-compare per
 // element (a key per column, two compares and a select per element, and the kind chosen per
 // column) cost ~410 instructions per masked 128-key tile (session 21, run 1: 30% of the tiles
@@ -820,15 +803,6 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
     IssueQkDesc<Tr>(st, detail::SmemDesc(q_rows, 16, 1024),
                     detail::SmemDesc(ring.K(Ring::Slot(tile)), 16, 1024));
   };
-  // The wait for the previous tile's P V after this tile's softmax (Tr::kLateWait: once the
-  // thread's row sums are computed, WgmmaWaitAfter; the dense persistent kernel as before).
-  auto wait_pv = [&]() {
-    if constexpr (kSparse && Tr::kLateWait) {
-      WgmmaWaitAfter<0>(st.l_i[0] + st.l_i[1]);
-    } else {
-      WgmmaWait<0>();
-    }
-  };
   auto issue_pv = [&](const Tile& d, int vs) {
     const uint64_t v_desc = detail::SmemDesc(ring.V(vs), kBN * 128, 1024);
     if (d.half) {
@@ -936,7 +910,7 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
         // The sparse kernel: a stale row maximum (ConsumerStep::SoftmaxStale), O rescaled only
         // where a row of the warp moved its maximum.
         const bool moved = st.SoftmaxStale(p.scale_log2, corr, stale);
-        wait_pv();
+        WgmmaWait<0>();
         st.FenceAcc();
         release(ring.VEmpty(vs));
         release_o();  // (the previous item's staged O, once its TMA store has read it)
@@ -954,7 +928,7 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
       st.m_i[0] = st.m_i[1] = detail::kNegInf;
       st.l_i[0] = st.l_i[1] = 0.f;
       st.Softmax(p.scale_log2, corr);
-      wait_pv();
+      WgmmaWait<0>();
       st.FenceAcc();
       stamp(n_item - 2, kTrCPvDone);
       release(ring.VEmpty(vs));
