@@ -1,5 +1,5 @@
 import sys
-sys.path.insert(0, "/tmp/s30sp")
+sys.path.insert(0, __import__("os").path.dirname(__import__("os").path.abspath(__file__)))
 from parse import sections, num
 fn, idx, a0, a1 = sys.argv[1], int(sys.argv[2]), int(sys.argv[3], 16), int(sys.argv[4], 16)
 s = sections(fn)[idx]

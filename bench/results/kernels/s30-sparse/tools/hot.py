@@ -1,5 +1,5 @@
 import sys
-sys.path.insert(0, "/tmp/s30sp")
+sys.path.insert(0, __import__("os").path.dirname(__import__("os").path.abspath(__file__)))
 from parse import sections, num
 fn, idx, thr = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
 s = sections(fn)[idx]

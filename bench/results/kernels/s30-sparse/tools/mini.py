@@ -1,5 +1,5 @@
 import sys, struct, collections
-sys.path.insert(0, "/tmp/s30sp")
+sys.path.insert(0, __import__("os").path.dirname(__import__("os").path.abspath(__file__)))
 from parse import sections
 from elf import text_sections
 def mnem(src):
