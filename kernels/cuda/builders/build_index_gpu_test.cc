@@ -1340,5 +1340,52 @@ TEST(BuildIndexOnGpuSampledLinesTest, ClassifyBatchBuildsTheOneEntryIndex) {
 #endif
 }
 
+// ---- s30-slkv: passes 1-3 with one CTA for a kv head's query heads; the kv-major launch order ----
+
+// Passes 1-3 with one CTA of 2 or 4 warpgroups for consecutive query heads of one kv head
+// (SlKnobs::heads1-3: the key tiles loaded once for them, each warpgroup the one-head CTA's work)
+// and the launch order by kv-head runs in bands of items (SlKnobs::order_band) give the one-head,
+// item-by-item index bit for bit, offsets included, over every shape (GQA 1: the one-head
+// instances; GQA 4 and 8), whole groups and groups split into single tiles (pass 1's merged
+// statistics, pass 2's global histograms, pass 3's global cursors). Off compute capability 9.0
+// the heads knobs change nothing (mma.sync instances only); the order applies everywhere.
+TEST(BuildIndexOnGpuSampledLinesTest, KvHeadCtasBuildTheOneHeadIndex) {
+  SKIP_WITHOUT_GPU();
+#ifndef SPATTN_SL_KNOBS
+  GTEST_SKIP() << "the GPU sampled_lines builder exists only in CUDA builds";
+#else
+  auto one_head = [](cuda::SlKnobs& k) {
+    k.heads1 = k.heads2 = k.heads3 = 1;
+    k.order_band = 0;
+  };
+  int compared = ExpectSlKnobsBuildTheSameIndex(
+      3030,
+      [](cuda::SlKnobs& k) {
+        k.heads1 = k.heads2 = k.heads3 = 4;
+        k.order_band = 0;
+      },
+      one_head);
+  if (::testing::Test::HasFatalFailure()) return;
+  compared += ExpectSlKnobsBuildTheSameIndex(
+      3031,
+      [](cuda::SlKnobs& k) {
+        k.heads1 = 4;
+        k.heads2 = 2;
+        k.heads3 = 4;
+        k.order_band = 3;
+      },
+      one_head);
+  if (::testing::Test::HasFatalFailure()) return;
+  compared += ExpectSlKnobsBuildTheSameIndex(
+      3032,
+      [](cuda::SlKnobs& k) {
+        k.heads1 = k.heads2 = k.heads3 = 1;
+        k.order_band = 2;
+      },
+      one_head);
+  EXPECT_GT(compared, 0);
+#endif
+}
+
 }  // namespace
 }  // namespace spattn
