@@ -1340,49 +1340,31 @@ TEST(BuildIndexOnGpuSampledLinesTest, ClassifyBatchBuildsTheOneEntryIndex) {
 #endif
 }
 
-// ---- s30-slkv: passes 1-3 with one CTA for a kv head's query heads; the kv-major launch order ----
+// ---- s30-slkv: passes 1-3's kv-major launch order (SlKnobs::order_band1-3) ----
 
-// Passes 1-3 with one CTA of 2 or 4 warpgroups for consecutive query heads of one kv head
-// (SlKnobs::heads1-3: the key tiles loaded once for them, each warpgroup the one-head CTA's work)
-// and the launch order by kv-head runs in bands of items (SlKnobs::order_band) give the one-head,
-// item-by-item index bit for bit, offsets included, over every shape (GQA 1: the one-head
-// instances; GQA 4 and 8), whole groups and groups split into single tiles (pass 1's merged
-// statistics, pass 2's global histograms, pass 3's global cursors). Off compute capability 9.0
-// the heads knobs change nothing (mma.sync instances only); the order applies everywhere.
-TEST(BuildIndexOnGpuSampledLinesTest, KvHeadCtasBuildTheOneHeadIndex) {
+// The passes' launch order by kv-head runs in bands of items (SPATTN_SL_ORDER_BAND) gives the
+// item-by-item index bit for bit, offsets included, over every shape (GQA 1: runs of one slot;
+// GQA 4 and 8), whole groups and groups split into single tiles (pass 1's merged statistics,
+// pass 2's global histograms, pass 3's global cursors): bands of 3 items in every pass, and one
+// order per pass (none, bands of 2, one band of all items).
+TEST(BuildIndexOnGpuSampledLinesTest, KvOrderBuildsTheItemOrderIndex) {
   SKIP_WITHOUT_GPU();
 #ifndef SPATTN_SL_KNOBS
   GTEST_SKIP() << "the GPU sampled_lines builder exists only in CUDA builds";
 #else
-  auto one_head = [](cuda::SlKnobs& k) {
-    k.heads1 = k.heads2 = k.heads3 = 1;
-    k.order_band = 0;
-  };
+  auto item_order = [](cuda::SlKnobs& k) { k.order_band1 = k.order_band2 = k.order_band3 = 0; };
   int compared = ExpectSlKnobsBuildTheSameIndex(
-      3030,
-      [](cuda::SlKnobs& k) {
-        k.heads1 = k.heads2 = k.heads3 = 4;
-        k.order_band = 0;
-      },
-      one_head);
+      3030, [](cuda::SlKnobs& k) { k.order_band1 = k.order_band2 = k.order_band3 = 3; },
+      item_order);
   if (::testing::Test::HasFatalFailure()) return;
   compared += ExpectSlKnobsBuildTheSameIndex(
       3031,
       [](cuda::SlKnobs& k) {
-        k.heads1 = 4;
-        k.heads2 = 2;
-        k.heads3 = 4;
-        k.order_band = 3;
+        k.order_band1 = 0;
+        k.order_band2 = 2;
+        k.order_band3 = 1000000;
       },
-      one_head);
-  if (::testing::Test::HasFatalFailure()) return;
-  compared += ExpectSlKnobsBuildTheSameIndex(
-      3032,
-      [](cuda::SlKnobs& k) {
-        k.heads1 = k.heads2 = k.heads3 = 1;
-        k.order_band = 2;
-      },
-      one_head);
+      item_order);
   EXPECT_GT(compared, 0);
 #endif
 }

@@ -4,6 +4,7 @@
 // neighbouring bin here: indexes agree up to such entries (build_index_gpu_test's tolerances).
 #include <math_constants.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cstdint>
 #include <cstdio>
@@ -53,40 +54,14 @@ __host__ __device__ inline constexpr int PassBuffers(int pass) { return pass == 
 // kWg: the key tiles in wgmma's 128-byte swizzle layout (SlKeyOff), whose descriptors need a
 // 1024-byte aligned base: 1024 bytes more to align it (tile sizes are multiples of 1024).
 // Pass 2's histograms: `hist_blocks` (SlArgs::hist_blocks, the build's largest group) x kSlBins.
-// `heads` > 1 (SlKnobs::heads1-3, session 30): one CTA for `heads` query heads of one kv head, a
-// warpgroup each: two key buffers the warpgroups share, then one Q tile per warpgroup, then (pass
-// 2) one set of histograms per warpgroup (`hm` is the first's; they follow each other).
 __host__ __device__ inline SlSmem Layout(int head_dim, int pass, bool wg = false,
-                                         int hist_blocks = kSlGroupBlocks, int heads = 1) {
+                                         int hist_blocks = kSlGroupBlocks) {
   SlSmem l;
   l.tile = static_cast<int64_t>(kTile) * head_dim * 2;
-  l.hm = heads > 1 ? (2 + heads) * l.tile : PassBuffers(pass) * l.tile;
-  l.total = pass == 2 ? l.hm + static_cast<int64_t>(heads) * hist_blocks * kSlBins * 4 : l.hm;
+  l.hm = PassBuffers(pass) * l.tile;
+  l.total = pass == 2 ? l.hm + static_cast<int64_t>(hist_blocks) * kSlBins * 4 : l.hm;
   if (wg) l.total += 1024;
   return l;
-}
-
-// The CTA's item and first slot. Default (order_band 0): blockIdx.x = item * (slots / heads) +
-// slot / heads (items longest first, every slot of an item next to each other). order_band B > 0
-// (SPATTN_SL_ORDER_BAND, session 30): the items in bands of B (launch order), within a band the
-// slots' kv-head runs (kv_run consecutive slots of one kv head) one after the other, within a run
-// its items, each item's CTAs of the run next to each other: the CTAs in flight read few kv heads'
-// key tiles. The index does not depend on the order (every CTA's work is the same).
-__device__ __forceinline__ void SlCtaUnit(const SlArgs& a, int heads, int b, int* item,
-                                          int* slot0) {
-  const int units = a.num_slots / heads;  // CTAs per item
-  if (a.order_band <= 0) {
-    *item = b / units;
-    *slot0 = (b - *item * units) * heads;
-    return;
-  }
-  const int per_run = a.kv_run / heads;  // CTAs per (item, kv-head run)
-  const int band_ctas = a.order_band * units;
-  const int band = b / band_ctas, r = b - band * band_ctas;
-  const int bi = min(a.order_band, a.num_items - band * a.order_band);  // items in this band
-  const int run = r / (bi * per_run), r2 = r - run * (bi * per_run);
-  *item = band * a.order_band + r2 / per_run;
-  *slot0 = run * a.kv_run + (r2 - (r2 / per_run) * per_run) * heads;
 }
 
 __device__ __forceinline__ float Sanitize(float x) {
@@ -347,8 +322,30 @@ __device__ void BlockThresholdWarp(const unsigned* bm, float part, long long all
   *kept_out = thr == kSlBins ? 0 : (cap < all ? cap : all);
 }
 
+// The CTA's item and slot. Default (order_band 0): blockIdx.x = item * num_slots + slot (items
+// longest first, every slot of an item next to each other). order_band B > 0 (SlKnobs::
+// order_band1-3, session 30): the items in bands of B (launch order); within a band the slots'
+// kv-head runs (kv_run consecutive slots of one kv head) one after the other; within a run its
+// items, each item's slots of the run next to each other: the CTAs in flight read few kv heads'
+// key tiles. The index does not depend on the order (every CTA's work is the same).
+__device__ __forceinline__ void SlCtaUnit(const SlArgs& a, int b, int* item, int* slot) {
+  const int units = a.num_slots;  // CTAs per item
+  if (a.order_band <= 0) {
+    *item = b / units;
+    *slot = b - *item * units;
+    return;
+  }
+  const int per_run = a.kv_run;  // CTAs per (item, kv-head run)
+  const int band_ctas = a.order_band * units;
+  const int band = b / band_ctas, r = b - band * band_ctas;
+  const int bi = min(a.order_band, a.num_items - band * a.order_band);  // items in this band
+  const int run = r / (bi * per_run), r2 = r - run * (bi * per_run);
+  *item = band * a.order_band + r2 / per_run;
+  *slot = run * a.kv_run + (r2 - (r2 / per_run) * per_run);
+}
+
 // One pass over key tiles [tile_begin, tile_end) of one group (an item) for one head slot.
-// blockIdx.x = item (launch order) * num_slots + slot.
+// blockIdx.x: SlCtaUnit.
 // kCensus (SPATTN_SL_TILE_CENSUS=1, a separate instance so the default code is unchanged): every
 // warp also counts its key tiles and those that add nothing (pass 2: skipped, no entry reaches its
 // row's cut; pass 3: no entry kept) into g_sl_census, which the host prints: how much of each
@@ -359,58 +356,37 @@ __device__ unsigned long long g_sl_census[4];  // pass 2 tiles, skipped; pass 3 
 // mma.sync path of kWg false), the key tiles in its layout at a 1024-byte aligned base.
 // kMinCtas: the CTAs per SM the registers are capped for (__launch_bounds__): 4 (128 registers),
 // or 5 (96; the wgmma instances of passes 1 and 2, SlKnobs::ctas1 / ctas2).
-// kH (SlKnobs::heads1-3; wgmma instances only): one CTA of kH warpgroups for kH consecutive slots
-// of one kv head (SlArgs::kv_run), warpgroup w doing slot slot0 + w's work exactly as a one-head
-// CTA (the 128-register instance's: Q in registers, two key buffers), the key tiles loaded once
-// for all of them (every slot of an item has the same tiles, so the CTA's barriers match).
-// Registers as the 4-CTA instance's (128): kH 2 at 2 CTAs per SM, kH 4 at 1.
-template <typename T, int kD, int kPass, bool kCensus = false, bool kWg = false, int kMinCtas = 4,
-          int kH = 1>
-__global__ void __launch_bounds__(kThreads* kH, kH == 1 ? kMinCtas : 4 / kH)
-    SlPassKernel(SlArgs a) {
-  static_assert(kH == 1 || (kWg && !kCensus && (kH == 2 || kH == 4)), "kH: wgmma instances");
+template <typename T, int kD, int kPass, bool kCensus = false, bool kWg = false, int kMinCtas = 4>
+__global__ void __launch_bounds__(kThreads, kMinCtas) SlPassKernel(SlArgs a) {
   extern __shared__ __align__(128) unsigned char smem[];
   constexpr bool kUseWg = kWg && SPATTN_SL_SM90A;
-  constexpr int kBufs = kH > 1 ? 2 : PassBuffers(kPass);
+  constexpr int kBufs = PassBuffers(kPass);
   // Pass 3's 5-CTA instance (96 registers; SlKnobs::ctas3): the Q tile stays in buffer 1 in the
   // wgmma layout and the products read it there (SS form; its 32 fragment registers would not
   // fit), the key tiles take turns in buffer 0 alone, each loaded once every warp has the previous
   // one's products (as pass 2): the same shared memory, 33 KB.
-  constexpr bool kSsQ = kH == 1 && kUseWg && kPass == 3 && kMinCtas >= 5;
+  constexpr bool kSsQ = kUseWg && kPass == 3 && kMinCtas >= 5;
   constexpr int kKeyBufs = kSsQ ? 1 : kBufs;
-  const SlSmem lay = Layout(kD, kPass, kWg, a.hist_blocks, kH);
-  // This thread's warpgroup (its slot) and its thread index in it; ctid: in the CTA.
-  const int ctid = threadIdx.x;
-  const int wg = kH == 1 ? 0 : ctid / kThreads;
+  const SlSmem lay = Layout(kD, kPass, kWg, a.hist_blocks);
   constexpr int kChunks = kD / 8;  // 16-byte chunks per tile row
   const uint32_t sraw = detail::SmemAddr(smem);
   const uint32_t sbuf = kWg ? (sraw + 1023u) & ~1023u : sraw;
-  unsigned* hm = reinterpret_cast<unsigned*>(smem + (sbuf - sraw) + lay.hm +
-                                             static_cast<int64_t>(wg) * a.hist_blocks * kSlBins * 4);
-  __shared__ int blk_thr_s[kH][kSlGroupBlocks];
-  __shared__ int blk_cursor_s[kH][kSlGroupBlocks];
-  __shared__ int blk_count_s[kH][kSlGroupBlocks];
-  __shared__ int blk_first_s[kH][kSlGroupBlocks];
-  __shared__ long long blk_base_s[kH][kSlGroupBlocks];
+  unsigned* hm = reinterpret_cast<unsigned*>(smem + (sbuf - sraw) + lay.hm);
+  __shared__ int blk_thr[kSlGroupBlocks];
+  __shared__ int blk_cursor[kSlGroupBlocks];
+  __shared__ int blk_count[kSlGroupBlocks];
+  __shared__ int blk_first[kSlGroupBlocks];
+  __shared__ long long blk_base[kSlGroupBlocks];
   // Pass 2: per block the sum of its live rows' weights (the block's total mass: each live row's
   // masses sum to its weight, the CPU's total up to rounding) and visible keys (the cut, below).
-  __shared__ float blk_wsum_s[kH][kSlGroupBlocks];
-  __shared__ float blk_vsum_s[kH][kSlGroupBlocks];
-  __shared__ int blk_vis_s[kH][kSlGroupBlocks];  // pass 2: entries of the block (its rows' keys)
-  int* const blk_thr = blk_thr_s[wg];
-  int* const blk_cursor = blk_cursor_s[wg];
-  int* const blk_count = blk_count_s[wg];
-  int* const blk_first = blk_first_s[wg];
-  long long* const blk_base = blk_base_s[wg];
-  float* const blk_wsum = blk_wsum_s[wg];
-  float* const blk_vsum = blk_vsum_s[wg];
-  int* const blk_vis = blk_vis_s[wg];
-  const int tid = kH == 1 ? ctid : ctid - wg * kThreads, warp = tid >> 5, lane = tid & 31;
-  // Items longest first (the host's order); SlCtaUnit: the launch order of (item, slots).
-  int item_i = 0, slot0 = 0;
-  SlCtaUnit(a, kH, blockIdx.x, &item_i, &slot0);
+  __shared__ float blk_wsum[kSlGroupBlocks];
+  __shared__ float blk_vsum[kSlGroupBlocks];
+  __shared__ int blk_vis[kSlGroupBlocks];  // pass 2: entries of the block (its rows' visible keys)
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  // Items longest first (the host's order); SlCtaUnit: the launch order of (item, slot).
+  int item_i = 0, slot = 0;
+  SlCtaUnit(a, blockIdx.x, &item_i, &slot);
   const SlItem it = a.items[item_i];
-  const int slot = slot0 + wg;
   const SlGroup g = a.groups[it.group];
   const bool split = g.parts > 1;
   const int t_begin = it.tile_begin, t_end = it.tile_end;
@@ -424,12 +400,10 @@ __global__ void __launch_bounds__(kThreads* kH, kH == 1 ? kMinCtas : 4 / kH)
   const int kl = a.p.cu_seqlens_k[g.seq + 1] - a.p.cu_seqlens_k[g.seq];
   // The wgmma path's key copies (load_keys): this thread's chunk and first row, their shared
   // offset and global address in tile 0, the bytes between key rows.
-  // Every thread of the CTA (kH warpgroups) copies its share of each key tile.
-  constexpr int kCtaThreads = kThreads * kH;
-  constexpr int kRowStep = kCtaThreads / kChunks;           // 8 (d 128) or 16 (d 64) x kH
-  constexpr int kKeyIters = kTile * kChunks / kCtaThreads;  // 8 or 4 / kH
-  static_assert(kRowStep % 8 == 0 && kKeyIters * kCtaThreads == kTile * kChunks, "key copies");
-  const int k_r0 = ctid / kChunks, k_ch = ctid % kChunks;
+  constexpr int kRowStep = kThreads / kChunks;           // 8 (d 128) or 16 (d 64)
+  constexpr int kKeyIters = kTile * kChunks / kThreads;  // 8 or 4
+  static_assert(kRowStep % 8 == 0 && kKeyIters * kThreads == kTile * kChunks, "key copies");
+  const int k_r0 = tid / kChunks, k_ch = tid % kChunks;
   const int64_t k_row_bytes = a.p.k_token_stride * static_cast<int64_t>(sizeof(T));
   const uint32_t k_off0 = SlKeyOff(k_r0, k_ch);
   const char* k_src0 = reinterpret_cast<const char*>(kg + (ktok + k_r0) * a.p.k_token_stride +
@@ -473,10 +447,8 @@ __global__ void __launch_bounds__(kThreads* kH, kH == 1 ? kMinCtas : 4 / kH)
                                kThreads);
     }
   };
-  // The Q tile into the last buffer (0 with one buffer; kH > 1: the warpgroup's own after the two
-  // key buffers), the first key tile into buffer 0.
-  const uint32_t qbuf =
-      sbuf + (kH > 1 ? 2 + wg : kBufs - 1) * static_cast<uint32_t>(lay.tile);
+  // The Q tile into the last buffer (0 with one buffer), the first key tile into buffer 0.
+  const uint32_t qbuf = sbuf + (kBufs - 1) * static_cast<uint32_t>(lay.tile);
   auto q_row_ptr = [&](int r) {
     return qg + (qtok + a.rows[g.row_begin + r].q_row) * a.p.q_token_stride +
            qh * a.p.q_head_stride;
@@ -1278,48 +1250,15 @@ __global__ void SlClassifyKernel(SlArgs a) {
 
 // The CTAs per SM an instance keeps resident with the build's shared memory (after setting its
 // dynamic shared memory limit; resident null: only the limit).
-template <typename T, int kD, int kPass, bool kCensus, bool kWg, int kMinCtas, int kH = 1>
+template <typename T, int kD, int kPass, bool kCensus, bool kWg, int kMinCtas>
 cudaError_t PassResident(const SlArgs& a, int* resident) {
-  const int64_t bytes = Layout(kD, kPass, kWg, a.hist_blocks, kH).total;
+  const int64_t bytes = Layout(kD, kPass, kWg, a.hist_blocks).total;
   cudaError_t err =
-      cudaFuncSetAttribute(SlPassKernel<T, kD, kPass, kCensus, kWg, kMinCtas, kH>,
+      cudaFuncSetAttribute(SlPassKernel<T, kD, kPass, kCensus, kWg, kMinCtas>,
                            cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
   if (err != cudaSuccess || resident == nullptr) return err;
   return cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      resident, SlPassKernel<T, kD, kPass, kCensus, kWg, kMinCtas, kH>, kThreads * kH, bytes);
-}
-
-// The kH-head instance (SlKnobs::heads1-3) where it fits (*launched true); else nothing is
-// launched and the caller takes the one-head instances. *ctas (if not null): its resident CTAs
-// per SM (the query only).
-template <typename T, int kD, int kPass, int kH>
-cudaError_t LaunchPassHeads(const SlArgs& a, cudaStream_t stream, int* ctas, bool* launched) {
-  *launched = false;
-  if (a.num_slots % kH != 0 || a.kv_run % kH != 0) return cudaSuccess;
-  int resident = 0;
-  const bool fits = PassResident<T, kD, kPass, false, true, 4, kH>(a, &resident) == cudaSuccess &&
-                    resident >= 1;
-  // With SPATTN_GPU_BUILDER_PROFILE: once per process and instance, which ran.
-  static bool noted = false;
-  if (!noted && ctas == nullptr && std::getenv("SPATTN_GPU_BUILDER_PROFILE") != nullptr) {
-    noted = true;
-    std::fprintf(stderr, "sampled_lines pass %d: %d heads per CTA %s (%d CTAs per SM, %lld B)\n",
-                 kPass, kH, fits ? "on" : "does not fit: one-head instances", resident,
-                 static_cast<long long>(Layout(kD, kPass, true, a.hist_blocks, kH).total));
-  }
-  if (!fits) {
-    cudaGetLastError();  // a refused shared memory size: the one-head instances instead
-    return cudaSuccess;
-  }
-  *launched = true;
-  if (ctas != nullptr) {
-    *ctas = resident;
-    return cudaSuccess;
-  }
-  SlPassKernel<T, kD, kPass, false, true, 4, kH>
-      <<<static_cast<unsigned>(a.num_items) * (a.num_slots / kH), kThreads * kH,
-         Layout(kD, kPass, true, a.hist_blocks, kH).total, stream>>>(a);
-  return cudaGetLastError();
+      resident, SlPassKernel<T, kD, kPass, kCensus, kWg, kMinCtas>, kThreads, bytes);
 }
 
 // The instance capped for kMinCtas > 4 CTAs per SM runs only where the shared memory lets that
@@ -1361,19 +1300,10 @@ bool SlUseWgmma() { return SampledLinesKnobs().wgmma && SlDeviceIsSm90(); }
 template <typename T, int kD, int kPass, bool kCensus>
 cudaError_t LaunchPass(const SlArgs& a, cudaStream_t stream, int* ctas = nullptr) {
   if (!SlUseWgmma()) return LaunchPassAs<T, kD, kPass, kCensus, false>(a, stream, ctas);
-  const SlKnobs& k = SampledLinesKnobs();
-  // SlKnobs::heads1 / heads2 / heads3: one CTA for 2 or 4 query heads of a kv head.
-  if constexpr (!kCensus) {
-    const int heads = kPass == 1 ? k.heads1 : (kPass == 2 ? k.heads2 : k.heads3);
-    bool launched = false;
-    cudaError_t err = cudaSuccess;
-    if (heads == 4) err = LaunchPassHeads<T, kD, kPass, 4>(a, stream, ctas, &launched);
-    if (heads == 2) err = LaunchPassHeads<T, kD, kPass, 2>(a, stream, ctas, &launched);
-    if (err != cudaSuccess || launched) return err;
-  }
   // SlKnobs::ctas1 / ctas2 / ctas3: the wgmma instances capped for 5 CTAs per SM (pass 3's with
   // Q read from shared memory: its RS form capped at 96 registers spilled 140 bytes and was 33 %
   // slower, NOTES.md "Session 27 — s27-slhist").
+  const SlKnobs& k = SampledLinesKnobs();
   if ((kPass == 1 ? k.ctas1 : (kPass == 2 ? k.ctas2 : k.ctas3)) == 5) {
     return LaunchPassAs<T, kD, kPass, kCensus, true, 5>(a, stream, ctas);
   }
@@ -1381,7 +1311,14 @@ cudaError_t LaunchPass(const SlArgs& a, cudaStream_t stream, int* ctas = nullptr
 }
 
 template <int kPass, bool kCensus = false>
-cudaError_t Dispatch(const SlArgs& a, cudaStream_t stream, int* ctas = nullptr) {
+cudaError_t Dispatch(const SlArgs& args, cudaStream_t stream, int* ctas = nullptr) {
+  // The pass's launch order (SlKnobs::order_band1-3; a band of all items or more: kv-head runs
+  // over the whole launch).
+  SlArgs a = args;
+  const SlKnobs& k = SampledLinesKnobs();
+  a.order_band = std::min(kPass == 1 ? k.order_band1 : (kPass == 2 ? k.order_band2 : k.order_band3),
+                          a.num_items);
+  if (a.kv_run < 1 || a.num_slots % a.kv_run != 0) a.kv_run = 1;
   const bool bf16 = a.p.dtype == DType::kBF16;
   if (a.p.head_dim == 128) {
     return bf16 ? LaunchPass<__nv_bfloat16, 128, kPass, kCensus>(a, stream, ctas)
@@ -1700,14 +1637,13 @@ SlKnobs& SampledLinesKnobs() {
     if (const char* c = std::getenv("SPATTN_SL_TILE_CENSUS")) k.tile_census = c[0] == '1';
     if (const char* c = std::getenv("SPATTN_SL_ASM_SPANS")) k.asm_spans = c[0] != '0';
     if (const char* c = std::getenv("SPATTN_SL_WGMMA")) k.wgmma = c[0] != '0';
-    if (const char* c = std::getenv("SPATTN_SL_KV_HEADS")) {  // "P1,P2,P3" (a missing value 1)
-      k.heads1 = std::atoi(c);
+    if (const char* c = std::getenv("SPATTN_SL_ORDER_BAND")) {  // "B1,B2,B3" (a missing value 0)
+      k.order_band1 = std::atoi(c);
       const char* comma = std::strchr(c, ',');
-      k.heads2 = comma != nullptr ? std::atoi(comma + 1) : 1;
+      k.order_band2 = comma != nullptr ? std::atoi(comma + 1) : 0;
       const char* comma2 = comma != nullptr ? std::strchr(comma + 1, ',') : nullptr;
-      k.heads3 = comma2 != nullptr ? std::atoi(comma2 + 1) : 1;
+      k.order_band3 = comma2 != nullptr ? std::atoi(comma2 + 1) : 0;
     }
-    if (const char* c = std::getenv("SPATTN_SL_ORDER_BAND")) k.order_band = std::atoi(c);
     if (const char* c = std::getenv("SPATTN_SL_CTAS")) {  // "P1,P2,P3"
       k.ctas1 = std::atoi(c);
       const char* comma = std::strchr(c, ',');

@@ -142,10 +142,10 @@ struct SlArgs {
   // Pass 2's shared histograms per CTA: the largest group's blocks (<= kSlGroupBlocks; 21 at 3
   // sampled rows per block), so that 5 CTAs per SM fit (SlKnobs::ctas).
   int hist_blocks = kSlGroupBlocks;
-  // Session 30. kv_run: the slots come in runs of kv_run consecutive slots of one kv head
-  // (divides num_slots; 1 if not even in pairs): the most query heads one CTA may take (SlKnobs::
-  // heads1-3) and the runs SlCtaUnit's order keeps together. order_band (SlKnobs::order_band): 0
-  // = the launch order item by item; B > 0 = bands of B items, kv-head run by run within a band.
+  // Session 30. kv_run: the slots come in runs of kv_run consecutive slots of one kv head (divides
+  // num_slots; 1 if not even in pairs), the runs SlCtaUnit's launch order keeps together.
+  // order_band: 0 = the passes' launch order item by item (slot minor); B > 0 = bands of B items,
+  // kv-head run by run within a band (set per pass from SlKnobs::order_band1-3 at launch).
   int kv_run = 1;
   int order_band = 0;
 };
@@ -181,16 +181,11 @@ struct SlKnobs {
   int ctas1 = 5;
   int ctas2 = 5;
   int ctas3 = 5;
-  // Session 30. SPATTN_SL_KV_HEADS=P1,P2,P3: query heads per CTA of passes 1-3 (1, 2 or 4; a
-  // missing value 1): one CTA of that many warpgroups for consecutive slots of one kv head
-  // (SlArgs::kv_run a multiple), each key tile loaded once for all of them; each warpgroup does
-  // the 128-register one-head instance's work, so the index is the same bit for bit. Where the
-  // slots do not come in such runs or the shared memory does not fit, the one-head instances.
-  int heads1 = 1;
-  int heads2 = 1;
-  int heads3 = 1;
-  // SPATTN_SL_ORDER_BAND=B: SlArgs::order_band (the passes' launch order; the same index).
-  int order_band = 0;
+  // Session 30. SPATTN_SL_ORDER_BAND=B1,B2,B3 (a missing value 0): the launch order of passes 1-3
+  // (SlArgs::order_band; >= the items: kv-head runs over the whole launch). The same index.
+  int order_band1 = 0;
+  int order_band2 = 0;
+  int order_band3 = 0;
 };
 SlKnobs& SampledLinesKnobs();
 

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# s30-slkv device run (on the GPU machine; s29-sl's run.sh). `new` = this branch (knobs by env:
-# SPATTN_SL_KV_HEADS=P1,P2,P3 query heads per CTA of passes 1-3, SPATTN_SL_ORDER_BAND=B the launch
-# order), `base` = main e9c159b's spattn-bench.
+# s30-slkv device run (on the GPU machine; s29-sl's run.sh). `new` = this branch (knobs by env; in
+# run 1's binary, d2321d0: SPATTN_SL_KV_HEADS=P1,P2,P3 query heads per CTA of passes 1-3, since
+# reverted, and SPATTN_SL_ORDER_BAND=B the launch order of all three passes, now B1,B2,B3 per
+# pass), `base` = main e9c159b's spattn-bench.
 #  1. sampled_lines_gpu_test (new).
 #  2. Bench per length (LENS), the BENCH_RUNS_<len> entries back to back
 #     (binary[:VAR=VALUE[+VAR=VALUE]]), one process each: spattn-bench --device=cuda llm_mix 32/8
 #     heads d128 bf16, sampled_lines gamma 0.95 on every head, block_m 128,
 #     SPATTN_GPU_BUILDER_PROFILE=1.
-#  3. build_index_gpu_test '*sampled_lines*:*SampledLines*' (with KvHeadCtasBuildTheOneHeadIndex).
+#  (before 2) build_index_gpu_test '*sampled_lines*:*SampledLines*' (with KvHeadCtasBuildTheOneHeadIndex).
 # Steps are skipped once the script has run CAP seconds. Outputs: summary.txt + all.tar.gz in $OUT.
 set -u
 cd "$(dirname "$0")"
@@ -43,15 +44,15 @@ cell() {  # len, binary[:VAR=VALUE[+VAR=VALUE]]
   b=spattn-bench; [ $n = base ] && b=spattn-bench-base
   left "bench $tag" && bench $tag $b $len sampled_lines "${envs[@]}"
 }
-for len in ${LENS:-131072 32768}; do
-  runs_var=BENCH_RUNS_$len
-  for run in ${!runs_var:-${BENCH_RUNS:-base new}}; do cell $len $run; done
-done
 if left "build_index_gpu_test"; then
   timeout ${TEST_TIMEOUT:-40} bin/build_index_gpu_test --gtest_filter="${TEST_FILTER:-*sampled_lines*:*SampledLines*}" > $R/test_gpu_1.log 2>&1
   note "build_index_gpu_test rc=$? $(grep -hE '^\[  (PASSED|FAILED) ' $R/test_gpu_1.log | tr '\n' ' ')"
   grep -hE "^\[  FAILED|Failure|^\[       OK" -A3 $R/test_gpu_1.log | head -40 | tee -a "$OUT/summary.txt"
 fi
+for len in ${LENS:-131072 32768}; do
+  runs_var=BENCH_RUNS_$len
+  for run in ${!runs_var:-${BENCH_RUNS:-base new}}; do cell $len $run; done
+done
 python3 - $R <<'PY' | tee -a "$OUT/summary.txt"
 import glob, json, os, sys
 for f in sorted(glob.glob(os.path.join(sys.argv[1], "bench_*.jsonl"))):
