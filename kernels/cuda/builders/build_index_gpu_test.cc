@@ -1340,5 +1340,34 @@ TEST(BuildIndexOnGpuSampledLinesTest, ClassifyBatchBuildsTheOneEntryIndex) {
 #endif
 }
 
+// ---- s30-slkv: passes 1-3's kv-major launch order (SlKnobs::order_band1-3) ----
+
+// The passes' launch order by kv-head runs in bands of items (SPATTN_SL_ORDER_BAND) gives the
+// item-by-item index bit for bit, offsets included, over every shape (GQA 1: runs of one slot;
+// GQA 4 and 8), whole groups and groups split into single tiles (pass 1's merged statistics,
+// pass 2's global histograms, pass 3's global cursors): bands of 3 items in every pass, and one
+// order per pass (none, bands of 2, one band of all items).
+TEST(BuildIndexOnGpuSampledLinesTest, KvOrderBuildsTheItemOrderIndex) {
+  SKIP_WITHOUT_GPU();
+#ifndef SPATTN_SL_KNOBS
+  GTEST_SKIP() << "the GPU sampled_lines builder exists only in CUDA builds";
+#else
+  auto item_order = [](cuda::SlKnobs& k) { k.order_band1 = k.order_band2 = k.order_band3 = 0; };
+  int compared = ExpectSlKnobsBuildTheSameIndex(
+      3030, [](cuda::SlKnobs& k) { k.order_band1 = k.order_band2 = k.order_band3 = 3; },
+      item_order);
+  if (::testing::Test::HasFatalFailure()) return;
+  compared += ExpectSlKnobsBuildTheSameIndex(
+      3031,
+      [](cuda::SlKnobs& k) {
+        k.order_band1 = 0;
+        k.order_band2 = 2;
+        k.order_band3 = 1000000;
+      },
+      item_order);
+  EXPECT_GT(compared, 0);
+#endif
+}
+
 }  // namespace
 }  // namespace spattn

@@ -4,6 +4,7 @@
 // neighbouring bin here: indexes agree up to such entries (build_index_gpu_test's tolerances).
 #include <math_constants.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cstdint>
 #include <cstdio>
@@ -321,8 +322,30 @@ __device__ void BlockThresholdWarp(const unsigned* bm, float part, long long all
   *kept_out = thr == kSlBins ? 0 : (cap < all ? cap : all);
 }
 
+// The CTA's item and slot. Default (order_band 0): blockIdx.x = item * num_slots + slot (items
+// longest first, every slot of an item next to each other). order_band B > 0 (SlKnobs::
+// order_band1-3, session 30): the items in bands of B (launch order); within a band the slots'
+// kv-head runs (kv_run consecutive slots of one kv head) one after the other; within a run its
+// items, each item's slots of the run next to each other: the CTAs in flight read few kv heads'
+// key tiles. The index does not depend on the order (every CTA's work is the same).
+__device__ __forceinline__ void SlCtaUnit(const SlArgs& a, int b, int* item, int* slot) {
+  const int units = a.num_slots;  // CTAs per item
+  if (a.order_band <= 0) {
+    *item = b / units;
+    *slot = b - *item * units;
+    return;
+  }
+  const int per_run = a.kv_run;  // CTAs per (item, kv-head run)
+  const int band_ctas = a.order_band * units;
+  const int band = b / band_ctas, r = b - band * band_ctas;
+  const int bi = min(a.order_band, a.num_items - band * a.order_band);  // items in this band
+  const int run = r / (bi * per_run), r2 = r - run * (bi * per_run);
+  *item = band * a.order_band + r2 / per_run;
+  *slot = run * a.kv_run + (r2 - (r2 / per_run) * per_run);
+}
+
 // One pass over key tiles [tile_begin, tile_end) of one group (an item) for one head slot.
-// blockIdx.x = item (launch order) * num_slots + slot.
+// blockIdx.x: SlCtaUnit.
 // kCensus (SPATTN_SL_TILE_CENSUS=1, a separate instance so the default code is unchanged): every
 // warp also counts its key tiles and those that add nothing (pass 2: skipped, no entry reaches its
 // row's cut; pass 3: no entry kept) into g_sl_census, which the host prints: how much of each
@@ -360,9 +383,10 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) SlPassKernel(SlArgs a) {
   __shared__ float blk_vsum[kSlGroupBlocks];
   __shared__ int blk_vis[kSlGroupBlocks];  // pass 2: entries of the block (its rows' visible keys)
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  // Items longest first (the host's order), every slot of an item next to each other.
-  const SlItem it = a.items[blockIdx.x / a.num_slots];
-  const int slot = blockIdx.x % a.num_slots;
+  // Items longest first (the host's order); SlCtaUnit: the launch order of (item, slot).
+  int item_i = 0, slot = 0;
+  SlCtaUnit(a, blockIdx.x, &item_i, &slot);
+  const SlItem it = a.items[item_i];
   const SlGroup g = a.groups[it.group];
   const bool split = g.parts > 1;
   const int t_begin = it.tile_begin, t_end = it.tile_end;
@@ -1287,7 +1311,14 @@ cudaError_t LaunchPass(const SlArgs& a, cudaStream_t stream, int* ctas = nullptr
 }
 
 template <int kPass, bool kCensus = false>
-cudaError_t Dispatch(const SlArgs& a, cudaStream_t stream, int* ctas = nullptr) {
+cudaError_t Dispatch(const SlArgs& args, cudaStream_t stream, int* ctas = nullptr) {
+  // The pass's launch order (SlKnobs::order_band1-3; a band of all items or more: kv-head runs
+  // over the whole launch).
+  SlArgs a = args;
+  const SlKnobs& k = SampledLinesKnobs();
+  a.order_band = std::min(kPass == 1 ? k.order_band1 : (kPass == 2 ? k.order_band2 : k.order_band3),
+                          a.num_items);
+  if (a.kv_run < 1 || a.num_slots % a.kv_run != 0) a.kv_run = 1;
   const bool bf16 = a.p.dtype == DType::kBF16;
   if (a.p.head_dim == 128) {
     return bf16 ? LaunchPass<__nv_bfloat16, 128, kPass, kCensus>(a, stream, ctas)
@@ -1606,6 +1637,13 @@ SlKnobs& SampledLinesKnobs() {
     if (const char* c = std::getenv("SPATTN_SL_TILE_CENSUS")) k.tile_census = c[0] == '1';
     if (const char* c = std::getenv("SPATTN_SL_ASM_SPANS")) k.asm_spans = c[0] != '0';
     if (const char* c = std::getenv("SPATTN_SL_WGMMA")) k.wgmma = c[0] != '0';
+    if (const char* c = std::getenv("SPATTN_SL_ORDER_BAND")) {  // "B1,B2,B3" (a missing value 0)
+      k.order_band1 = std::atoi(c);
+      const char* comma = std::strchr(c, ',');
+      k.order_band2 = comma != nullptr ? std::atoi(comma + 1) : 0;
+      const char* comma2 = comma != nullptr ? std::strchr(comma + 1, ',') : nullptr;
+      k.order_band3 = comma2 != nullptr ? std::atoi(comma2 + 1) : 0;
+    }
     if (const char* c = std::getenv("SPATTN_SL_CTAS")) {  // "P1,P2,P3"
       k.ctas1 = std::atoi(c);
       const char* comma = std::strchr(c, ',');

@@ -198,6 +198,16 @@ absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const A
   sa.emit_flush_late = SampledLinesKnobs().emit_flush_late;
   sa.classify_batch = SampledLinesKnobs().classify_batch;
   sa.hist_exact = SampledLinesKnobs().hist_exact;
+  // The slots' kv-head runs (SlArgs::kv_run): the longest run length r <= 8 dividing the slots
+  // with every r consecutive slots on one kv head.
+  for (int r = 8; r >= 1; r /= 2) {
+    bool ok = nslots % r == 0;
+    for (int s = 0; ok && s < nslots; ++s) ok = heads[s] / a.group == heads[s - s % r] / a.group;
+    if (ok) {
+      sa.kv_run = r;
+      break;
+    }
+  }
   sa.diagonal_floor = params.diagonal_floor;
   sa.short_floor = params.short_floor;
   sa.diagonal_cost = params.diagonal_cost;

@@ -142,6 +142,12 @@ struct SlArgs {
   // Pass 2's shared histograms per CTA: the largest group's blocks (<= kSlGroupBlocks; 21 at 3
   // sampled rows per block), so that 5 CTAs per SM fit (SlKnobs::ctas).
   int hist_blocks = kSlGroupBlocks;
+  // Session 30. kv_run: the slots come in runs of kv_run consecutive slots of one kv head (divides
+  // num_slots; 1 if not even in pairs), the runs SlCtaUnit's launch order keeps together.
+  // order_band: 0 = the passes' launch order item by item (slot minor); B > 0 = bands of B items,
+  // kv-head run by run within a band (set per pass from SlKnobs::order_band1-3 at launch).
+  int kv_run = 1;
+  int order_band = 0;
 };
 
 // The build's comparison knobs, read from the environment once per process (at first use):
@@ -175,6 +181,11 @@ struct SlKnobs {
   int ctas1 = 5;
   int ctas2 = 5;
   int ctas3 = 5;
+  // Session 30. SPATTN_SL_ORDER_BAND=B1,B2,B3 (a missing value 0): the launch order of passes 1-3
+  // (SlArgs::order_band; >= the items: kv-head runs over the whole launch). The same index.
+  int order_band1 = 0;
+  int order_band2 = 0;
+  int order_band3 = 0;
 };
 SlKnobs& SampledLinesKnobs();
 
