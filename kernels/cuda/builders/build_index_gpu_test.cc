@@ -1340,5 +1340,88 @@ TEST(BuildIndexOnGpuSampledLinesTest, ClassifyBatchBuildsTheOneEntryIndex) {
 #endif
 }
 
+// ---- s30-flex: the estimate's pass 3 (probabilities, column / diagonal sums) by wgmma ----
+
+// Pass 3's products by wgmma (EstKnobs::wg_passes bit 2, the default on compute capability 9.0)
+// are mma.sync's bit for bit (the same accumulator layout, from +0, every k step added), so the
+// column and diagonal sums and the index are the same: vertical_slash and flex_prefill, every
+// shape and config of the twin cases with their inputs (integer Q/K: exact products) and with
+// random non-integer bf16/f16 Q/K (rounded products), both head lists, block_m 64 and 128, the
+// fast and the exact estimate; and llm_mix 16K (8 q / 2 kv heads, random bf16). Off compute
+// capability 9.0 both builds run mma.sync: the test then checks only that the knob changes nothing.
+TEST(BuildIndexOnGpuEstimateTest, WgmmaPass3IsTheMmaSyncPass3) {
+  SKIP_WITHOUT_GPU();
+#ifndef SPATTN_SL_KNOBS
+  GTEST_SKIP() << "the GPU estimate's knobs exist only in CUDA builds";
+#else
+  auto engine = MakeEngine(int64_t{2} << 30);
+  ASSERT_NE(engine, nullptr);
+  cuda::EstKnobs& knobs = cuda::EstimateKnobs();
+  const cuda::EstKnobs saved = knobs;
+  int64_t compared = 0;
+  auto both = [&](const HostProblem& hp, DeviceProblem& dp, const MethodConfig& config,
+                  const std::vector<int>& heads, int block_m, bool exact, const std::string& what) {
+    SparseIndex wg, ms;
+    knobs.exact_exp = exact;
+    knobs.wg_passes = saved.wg_passes | 4;
+    BuildOnGpu(*engine, hp, dp, config, heads, block_m, nullptr, what, &wg);
+    engine->ReleaseIndexes();
+    knobs.wg_passes = saved.wg_passes & 3;
+    BuildOnGpu(*engine, hp, dp, config, heads, block_m, nullptr, what, &ms);
+    engine->ReleaseIndexes();
+    knobs = saved;
+    if (::testing::Test::HasFatalFailure()) return;
+    ExpectSameIndex(wg, ms, what, /*with_offsets=*/true);
+    ++compared;
+  };
+  for (Method m : {Method::kVerticalSlash, Method::kFlexPrefill}) {
+    const MethodCases mc = CasesFor(m);
+    uint64_t seed = 3030 + static_cast<int>(m) * 100;
+    for (const Shape& sh : Shapes()) {
+      for (bool integer_qk : {mc.integer_qk, false}) {
+        auto hp = MakeProblem(sh.q, sh.k, sh.hq, sh.hkv, sh.d, sh.dtype, sh.causal, ++seed,
+                              integer_qk);
+        auto dp = DeviceProblem::Create(engine->device(), *hp);
+        ASSERT_TRUE(dp.ok()) << dp.status();
+        for (const MethodConfig& config : mc.configs) {
+          for (const std::vector<int>& heads :
+               {AllHeads(sh.hq), std::vector<int>{sh.hq - 1, 0}}) {
+            for (int block_m : {64, 128}) {
+              for (bool exact : {false, true}) {
+                const std::string what = absl::StrCat(
+                    config.DebugString(), " integer=", integer_qk, " exact=", exact,
+                    " block_m=", block_m, " heads=", heads.size(), " ", Describe(hp->problem()));
+                both(*hp, **dp, config, heads, block_m, exact, what);
+                if (::testing::Test::HasFatalFailure()) return;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  WorkloadOptions o;
+  o.workload = "llm_mix";
+  o.shape.q_lens = {16384};
+  o.shape.num_q_heads = 8;
+  o.shape.num_kv_heads = 2;
+  o.shape.head_dim = 128;
+  o.shape.dtype = DType::kBF16;
+  auto w = GenerateWorkload(o);
+  ASSERT_TRUE(w.ok()) << w.status();
+  auto dp = DeviceProblem::Create(engine->device(), *w->host);
+  ASSERT_TRUE(dp.ok()) << dp.status();
+  for (Method m : {Method::kVerticalSlash, Method::kFlexPrefill}) {
+    MethodConfig c;
+    c.method = m;
+    both(*w->host, **dp, c, AllHeads(8), 64, false, absl::StrCat(c.DebugString(), " llm_mix 16K"));
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  printf("estimate pass 3 wgmma vs mma.sync: %lld builds compared, same index\n",
+         static_cast<long long>(compared));
+  EXPECT_GT(compared, 0);
+#endif
+}
+
 }  // namespace
 }  // namespace spattn
