@@ -11,7 +11,6 @@
 // still tied with the boundary; a unit stops as soon as its boundary is one entry. Row softmax
 // sums are sequential per row, as on the CPU.
 #include <algorithm>
-#include <cstdlib>
 
 #include "kernels/cuda/builders/estimate.cuh"
 #include "kernels/cuda/builders/merged_kernels.h"
@@ -27,17 +26,9 @@ constexpr int kMaxGroupRows = 4 * (kQaThreads / 64);
 
 enum QaMode { kStats = 0, kHist = 1, kTies = 2, kCount = 3, kFill = 4 };
 
-// The decision's per-block arrays (truth, estimate, the 2 nk JS terms) in shared memory (kSmem:
-// 32 nk_max bytes of dynamic shared memory; session 30) or in the workspace (p.truth, ...).
-// Thread 0's sequential sums over them (the CPU's order) waited out a global load per term;
-// from shared memory they take a shared load each. The same arithmetic in the same order either
-// way, so the same decisions.
-constexpr int64_t kDecideSmemMax = 40 * 1024;
-
-template <typename T, bool kSmem>
+template <typename T>
 __global__ void __launch_bounds__(kDecideThreads) FlexDecideKernel(FlexParams p) {
   using Reduce = cub::BlockReduce<double, kDecideThreads>;
-  extern __shared__ __align__(16) unsigned char smem[];
   __shared__ typename Reduce::TempStorage reduce;
   __shared__ float mq[256];
   __shared__ double scalars[4];
@@ -54,27 +45,16 @@ __global__ void __launch_bounds__(kDecideThreads) FlexDecideKernel(FlexParams p)
   const int d = p.head_dim, bs = p.block, nk = ps.nk, n = es.n;
   const double* cols = p.col_sums + slot * p.col_stride + es.col_base;
   const int64_t kb0 = static_cast<int64_t>(slot) * p.total_kb + ps.kb_base;
-  const bool in_smem = kSmem && nk <= p.nk_max;  // (nk_max: of the sequences with queries)
-  double* truth = in_smem ? reinterpret_cast<double*>(smem) : p.truth + kb0;
-  double* est = in_smem ? truth + p.nk_max : p.estimate + kb0;
-  double* terms = in_smem ? est + p.nk_max : p.terms + 2 * kb0;
+  double* truth = p.truth + kb0;
+  double* est = p.estimate + kb0;
+  double* terms = p.terms + 2 * kb0;
   const float* pk = p.pooled_k + (static_cast<int64_t>(kvh) * p.total_kb + ps.kb_base) * d;
 
   // True block distribution: the rows' column sums added per key block, in key order.
-  // (Loads 8 at a time, then added in order: the same sums.)
-  constexpr int kBatch = 8;
   for (int kb = tid; kb < nk; kb += kDecideThreads) {
     double t = 0;
     const int j1 = min(es.kl, (kb + 1) * bs);
-    for (int j = kb * bs; j < j1; j += kBatch) {
-      double v[kBatch];
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u) v[u] = j + u < j1 ? cols[j + u] : 0.0;
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        if (j + u < j1) t += v[u];
-      }
-    }
+    for (int j = kb * bs; j < j1; ++j) t += cols[j];
     truth[kb] = t;
   }
   // Mean of the representative queries (row order), times scale / n.
@@ -82,18 +62,9 @@ __global__ void __launch_bounds__(kDecideThreads) FlexDecideKernel(FlexParams p)
   const float factor = __fdiv_rn(p.scale, static_cast<float>(n));
   for (int c = tid; c < d; c += kDecideThreads) {
     float acc = 0.f;
-    for (int i = 0; i < n; i += kBatch) {
-      float v[kBatch];
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        v[u] = i + u < n ? LoadAsFloat(q, static_cast<int64_t>(es.q_row0) + i + u,
-                                       p.q_token_stride, qh, p.q_head_stride, c)
-                         : 0.f;
-      }
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        if (i + u < n) acc = __fadd_rn(acc, v[u]);
-      }
+    for (int i = 0; i < n; ++i) {
+      acc = __fadd_rn(acc, LoadAsFloat(q, static_cast<int64_t>(es.q_row0) + i, p.q_token_stride, qh,
+                                       p.q_head_stride, c));
     }
     mq[c] = __fmul_rn(acc, factor);
   }
@@ -579,27 +550,16 @@ cudaError_t LaunchFlexDecide(const FlexParams& p, cudaStream_t stream) {
   const int units = p.num_slots * p.batch;
   if (units == 0) return cudaSuccess;
   if (p.head_dim > 256) return cudaErrorInvalidValue;
-  // SPATTN_FLEX_DECIDE_SMEM=0: the arrays in the workspace always (main's before session 30).
-  static const bool smem_knob = [] {
-    const char* e = std::getenv("SPATTN_FLEX_DECIDE_SMEM");
-    return e == nullptr || e[0] != '0';
-  }();
-  const int64_t bytes = 32 * static_cast<int64_t>(std::max(p.nk_max, 1));
-  const bool in_smem = smem_knob && bytes <= kDecideSmemMax;
-  const int shm = in_smem ? static_cast<int>(bytes) : 0;
-  void (*kernel)(FlexParams) = nullptr;
   switch (p.dtype) {
     case DType::kBF16:
-      kernel = in_smem ? FlexDecideKernel<__nv_bfloat16, true>
-                       : FlexDecideKernel<__nv_bfloat16, false>;
+      FlexDecideKernel<__nv_bfloat16><<<units, kDecideThreads, 0, stream>>>(p);
       break;
     case DType::kF16:
-      kernel = in_smem ? FlexDecideKernel<__half, true> : FlexDecideKernel<__half, false>;
+      FlexDecideKernel<__half><<<units, kDecideThreads, 0, stream>>>(p);
       break;
     case DType::kF32:
       return cudaErrorInvalidValue;
   }
-  kernel<<<units, kDecideThreads, shm, stream>>>(p);
   return cudaGetLastError();
 }
 
