@@ -1340,7 +1340,7 @@ TEST(BuildIndexOnGpuSampledLinesTest, ClassifyBatchBuildsTheOneEntryIndex) {
 #endif
 }
 
-// ---- s30-flex: the estimate's pass 3 by wgmma; the line selection's batched loads ----
+// ---- s30-flex: the estimate's pass 3 by wgmma ----
 
 #ifdef SPATTN_SL_KNOBS
 // Builds vertical_slash and flex_prefill with the estimate knobs set by `a` and by `b` and expects
@@ -1436,22 +1436,6 @@ TEST(BuildIndexOnGpuEstimateTest, WgmmaPass3IsTheMmaSyncPass3) {
       3030, [](cuda::EstKnobs& k) { k.wg_passes |= 4; },
       [](cuda::EstKnobs& k) { k.wg_passes &= 3; });
   printf("estimate pass 3 wgmma vs mma.sync: %lld builds compared, same index\n",
-         static_cast<long long>(compared));
-  EXPECT_GT(compared, 0);
-#endif
-}
-
-// The line selection's radix walks with batched loads (EstKnobs::select_batch) build the index of
-// the one-load-per-iteration walks (topk.cuh's CtaTopKRule / CtaMassCount).
-TEST(BuildIndexOnGpuEstimateTest, BatchedSelectionSelectsTheSameLines) {
-  SKIP_WITHOUT_GPU();
-#ifndef SPATTN_SL_KNOBS
-  GTEST_SKIP() << "the GPU estimate's knobs exist only in CUDA builds";
-#else
-  const int64_t compared = ExpectEstKnobsBuildTheSameIndex(
-      3131, [](cuda::EstKnobs& k) { k.select_batch = true; },
-      [](cuda::EstKnobs& k) { k.select_batch = false; });
-  printf("line selection batched vs one load per iteration: %lld builds compared, same index\n",
          static_cast<long long>(compared));
   EXPECT_GT(compared, 0);
 #endif

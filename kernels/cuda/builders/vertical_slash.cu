@@ -815,144 +815,6 @@ __device__ int ApplyRuleByWarps(int n, const TopKRule& rule, KeyFn key_of, Emit 
   return total;
 }
 
-// ---- The selection's radix walks with batched loads (session 30, EstKnobs::select_batch) ----
-//
-// CtaTopKRule / CtaMassCount (topk.cuh) visit a warp's elements i = (tid & ~31) + m kThreads +
-// lane one iteration m at a time: each iteration's global load of the line's sum and its
-// histogram add (match + shared atomic) wait on each other, so a pass over 32K sums (32
-// iterations per warp) waited out ~32 load latencies. SweepBatched loads kSelBatch iterations'
-// elements first (that many loads in flight), then adds them in the same order (same iteration,
-// same lanes together): the same histograms (counts exact; each warp's mass adds in the same
-// order, the order between warps was never fixed), so the same rules and counts.
-constexpr int kSelBatch = 4;
-
-struct SelElem {
-  unsigned long long key;
-  double m;
-  bool in;
-};
-
-// visit(e, bin_ok) for each of the warp's iterations in order (warp-uniform calls); load(i, &e)
-// fills e for index i < n (e.in false: not eligible).
-template <int kThreads, class LoadFn, class VisitFn>
-__device__ __forceinline__ void SweepBatched(int n, LoadFn load, VisitFn visit) {
-  const int tid = static_cast<int>(threadIdx.x);
-  for (int b0 = tid & ~31; b0 < n; b0 += kThreads * kSelBatch) {  // warp-uniform
-    SelElem e[kSelBatch];
-#pragma unroll
-    for (int u = 0; u < kSelBatch; ++u) {
-      const int i = b0 + u * kThreads + (tid & 31);
-      e[u].key = 0;
-      e[u].m = 0;
-      e[u].in = false;
-      if (i < n) load(i, &e[u]);
-    }
-#pragma unroll
-    for (int u = 0; u < kSelBatch; ++u) {
-      if (b0 + u * kThreads < n) visit(e[u]);  // warp-uniform
-    }
-  }
-}
-
-// CtaTopKRule with SweepBatched.
-template <int kThreads, class KeyFn>
-__device__ TopKRule SelTopKRule(int n, int k, KeyFn key_of, RadixSmem& sm) {
-  const int tid = threadIdx.x;
-  if (k <= 0 || n <= 0) return SelectNone();
-  unsigned long long prefix = 0, mask = 0;
-  int k_rem = k;
-  for (int shift = 56; shift >= 0; shift -= 8) {
-    for (int b = tid; b < 256; b += kThreads) sm.hist[b] = 0;
-    __syncthreads();
-    SweepBatched<kThreads>(
-        n, [&](int i, SelElem* e) { e->in = key_of(i, &e->key); },
-        [&](const SelElem& e) {
-          const bool in = e.in && (e.key & mask) == prefix;
-          WarpHistAdd(sm.hist, in ? static_cast<int>((e.key >> shift) & 255) : -1);
-        });
-    __syncthreads();
-    if (tid < 32) FindCountBin(sm, k_rem);
-    __syncthreads();
-    const int all = sm.all, bin = sm.bin, bin_count = sm.bin_count, rem = sm.k_rem;
-    __syncthreads();  // the scalars are rewritten by the next pass
-    if (all) return TopKRule{prefix, mask, INT_MAX};
-    prefix |= static_cast<unsigned long long>(bin) << shift;
-    mask |= 0xffull << shift;
-    k_rem = rem;
-    if (bin_count == k_rem) return TopKRule{prefix, mask, INT_MAX};
-  }
-  return TopKRule{prefix, mask, k_rem};
-}
-
-// CtaMassCount with SweepBatched.
-template <int kThreads, class KeyMassFn>
-__device__ int SelMassCount(int n, double target, KeyMassFn key_mass, RadixSmem& sm) {
-  const int tid = threadIdx.x;
-  unsigned long long prefix = 0, mask = 0;
-  double t_rem = target;
-  int count_above = 0;
-  for (int shift = 56; shift >= 0; shift -= 8) {
-    for (int b = tid; b < 256; b += kThreads) {
-      sm.hist[b] = 0;
-      sm.mass[b] = 0;
-    }
-    __syncthreads();
-    SweepBatched<kThreads>(
-        n, [&](int i, SelElem* e) { e->in = key_mass(i, &e->key, &e->m); },
-        [&](const SelElem& e) {
-          const bool in = e.in && (e.key & mask) == prefix;
-          WarpHistMassAdd(sm.hist, sm.mass, in ? static_cast<int>((e.key >> shift) & 255) : -1,
-                          in ? e.m : 0.0);
-        });
-    __syncthreads();
-    if (tid < 32) {
-      const MassBin mb = WarpFindMassBin(sm.hist, sm.mass, t_rem);
-      if (tid == 0) {
-        sm.total = mb.total;
-        sm.bin = mb.bin;
-        sm.bin_count = mb.bin_count;
-        sm.count_above = mb.count_above;
-        sm.mass_above = mb.mass_above;
-        if (shift == 56 && mb.total == 0) {
-          sm.all = 1;  // nothing eligible
-        } else if (t_rem <= 0) {
-          sm.all = 2;  // target already met: one element
-        } else if (!mb.found) {
-          sm.all = 3;  // falls short: the whole group
-        } else {
-          sm.all = 0;
-        }
-      }
-    }
-    __syncthreads();
-    const int all = sm.all, bin = sm.bin, bin_count = sm.bin_count, total = sm.total;
-    const int c_above = sm.count_above;
-    const double m_above = sm.mass_above;
-    __syncthreads();
-    if (all == 1) return 0;
-    if (all == 2) return count_above + 1;
-    if (all == 3) return count_above + total;
-    count_above += c_above;
-    t_rem -= m_above;
-    prefix |= static_cast<unsigned long long>(bin) << shift;
-    mask |= 0xffull << shift;
-    if (bin_count == 1) return count_above + 1;
-    if (shift == 0) {
-      // Every element of the bin equals T: add them one by one, as the CPU does.
-      const double t = KeyToDouble(prefix);
-      double cum = 0;
-      int m = 0;
-      while (m < bin_count && cum < t_rem) {
-        if (t > 0) cum += t;
-        ++m;
-      }
-      return count_above + m;
-    }
-  }
-  return count_above;
-}
-
-template <bool kBatch>
 __global__ void __launch_bounds__(kSelectThreads) SelectLinesKernel(LineSelectParams p) {
   using Reduce = cub::BlockReduce<double, kSelectThreads>;
   __shared__ RadixSmem sm;
@@ -996,14 +858,12 @@ __global__ void __launch_bounds__(kSelectThreads) SelectLinesKernel(LineSelectPa
       *m = v[i];
       return true;
     };
-    k = kBatch ? SelMassCount<kSelectThreads>(len, target, key_mass, sm)
-               : CtaMassCount<kSelectThreads>(len, target, key_mass, sm);
+    k = CtaMassCount<kSelectThreads>(len, target, key_mass, sm);
     k = max(k, p.min_budget);
     if (p.max_budget > 0) k = min(k, p.max_budget);
     k = min(k, len);
   }
-  const TopKRule rule = kBatch ? SelTopKRule<kSelectThreads>(len, k, key_of, sm)
-                               : CtaTopKRule<kSelectThreads>(len, k, key_of, sm);
+  const TopKRule rule = CtaTopKRule<kSelectThreads>(len, k, key_of, sm);
   const int add = list == 0 ? 0 : s.min_offset;
   const int n = ApplyRuleByWarps<kSelectThreads>(
       len, rule, key_of, [&](int i, int pos) { out[pos] = i + add; }, warp_eq, warp_above);
@@ -1296,8 +1156,7 @@ cudaError_t LaunchEstimateDiagCombine(const EstimateParams& p, cudaStream_t stre
 cudaError_t LaunchSelectLines(const LineSelectParams& p, cudaStream_t stream) {
   const int64_t grid = static_cast<int64_t>(p.num_slots) * p.batch * 2;
   if (grid == 0) return cudaSuccess;
-  auto kernel = EstimateKnobs().select_batch ? SelectLinesKernel<true> : SelectLinesKernel<false>;
-  kernel<<<static_cast<unsigned>(grid), kSelectThreads, 0, stream>>>(p);
+  SelectLinesKernel<<<static_cast<unsigned>(grid), kSelectThreads, 0, stream>>>(p);
   return cudaGetLastError();
 }
 
@@ -1363,7 +1222,6 @@ EstKnobs& EstimateKnobs() {
     const char* f = std::getenv("SPATTN_EST_FUSE");
     k.fuse_max = f == nullptr || std::string(f) != "0";
     if (const char* w = std::getenv("SPATTN_EST_WG")) k.wg_passes = std::atoi(w) & 7;
-    if (const char* b = std::getenv("SPATTN_SEL_BATCH")) k.select_batch = b[0] != '0';
     return k;
   }();
   return knobs;

@@ -3,7 +3,7 @@
 # the binary's default). Tests: BuildIndexOnGpuEstimateTest (incl. WgmmaPass3IsTheMmaSyncPass3,
 # BatchedSelectionSelectsTheSameLines) + vs/flex twins. spattn-bench vertical_slash,flex_prefill:
 # SEL_BATCH 0 / 1 alternating twice at 32K NP (same binary); PROFILE SEL_BATCH 0 / 1 at 32K and 128K;
-# base (main e9c159b) NP once at 32K.
+# (base: run 1).
 set -u
 cd "$(dirname "$0")"
 W=/tmp/s30flex && rm -rf "$W" && mkdir -p "$W/bin" && tar -xJf lib.tar.xz -C "$W"
@@ -31,7 +31,7 @@ t() {  # name timeout env... binary args...
 t new 60 X=1 bin/build_index_gpu_test --gtest_filter='*/vertical_slash:*/flex_prefill:BuildIndexOnGpuEstimateTest.*'
 bench() {  # variant len methods repeat recall_rows env...
   local v=$1 len=$2 m=$3 rep=$4 rr=$5; shift 5
-  if [ $SECONDS -gt ${STOP_AFTER:-70} ]; then note "skipped $v $len $m"; return; fi
+  if [ $SECONDS -gt ${STOP_AFTER:-60} ]; then note "skipped $v $len $m"; return; fi
   local bin=bin/spattn-bench; case $v in base*) bin=bin/spattn-bench-base;; esac
   env "$@" timeout ${BENCH_S:-30} $bin --device=cuda --workload=llm_mix --heads=32 --kv_heads=8 \
     --head_dim=128 --dtype=bf16 --group_by=all --recall_rows=$rr --warmup=$((rep < 5 ? 1 : 2)) \
@@ -44,7 +44,6 @@ for i in 1 2; do
   bench sb0NP 32768 $M 7 16 SPATTN_SEL_BATCH=0
   bench sb1NP 32768 $M 7 16 SPATTN_SEL_BATCH=1
 done
-bench baseNP 32768 $M 7 16 X=1
 bench sb0 32768 $M 7 16 $P SPATTN_SEL_BATCH=0
 bench sb1 32768 $M 7 16 $P SPATTN_SEL_BATCH=1
 bench sb1 131072 $M 3 4 $P SPATTN_SEL_BATCH=1
