@@ -1369,5 +1369,106 @@ TEST(BuildIndexOnGpuSampledLinesTest, KvOrderBuildsTheItemOrderIndex) {
 #endif
 }
 
+// ---- s30-flex: the estimate's pass 3 by wgmma ----
+
+#ifdef SPATTN_SL_KNOBS
+// Builds vertical_slash and flex_prefill with the estimate knobs set by `a` and by `b` and expects
+// the same index (offsets included): every shape and config of the twin cases with their inputs
+// (integer Q/K: exact products) and with random non-integer Q/K (rounded products), both head
+// lists, block_m 64 and 128, the fast and the exact estimate; and llm_mix 16K (8 q / 2 kv heads,
+// random bf16). Returns the number of build pairs compared.
+template <class SetA, class SetB>
+int64_t ExpectEstKnobsBuildTheSameIndex(uint64_t seed0, SetA a, SetB b) {
+  auto engine = MakeEngine(int64_t{2} << 30);
+  EXPECT_NE(engine, nullptr);
+  if (engine == nullptr) return 0;
+  cuda::EstKnobs& knobs = cuda::EstimateKnobs();
+  const cuda::EstKnobs saved = knobs;
+  int64_t compared = 0;
+  auto both = [&](const HostProblem& hp, DeviceProblem& dp, const MethodConfig& config,
+                  const std::vector<int>& heads, int block_m, bool exact, const std::string& what) {
+    SparseIndex ia, ib;
+    knobs.exact_exp = exact;
+    a(knobs);
+    BuildOnGpu(*engine, hp, dp, config, heads, block_m, nullptr, what, &ia);
+    engine->ReleaseIndexes();
+    knobs = saved;
+    knobs.exact_exp = exact;
+    b(knobs);
+    BuildOnGpu(*engine, hp, dp, config, heads, block_m, nullptr, what, &ib);
+    engine->ReleaseIndexes();
+    knobs = saved;
+    if (::testing::Test::HasFatalFailure()) return;
+    ExpectSameIndex(ia, ib, what, /*with_offsets=*/true);
+    ++compared;
+  };
+  for (Method m : {Method::kVerticalSlash, Method::kFlexPrefill}) {
+    const MethodCases mc = CasesFor(m);
+    uint64_t seed = seed0 + static_cast<int>(m) * 100;
+    for (const Shape& sh : Shapes()) {
+      for (bool integer_qk : {mc.integer_qk, false}) {
+        auto hp = MakeProblem(sh.q, sh.k, sh.hq, sh.hkv, sh.d, sh.dtype, sh.causal, ++seed,
+                              integer_qk);
+        auto dp = DeviceProblem::Create(engine->device(), *hp);
+        EXPECT_TRUE(dp.ok()) << dp.status();
+        if (!dp.ok()) return compared;
+        for (const MethodConfig& config : mc.configs) {
+          for (const std::vector<int>& heads :
+               {AllHeads(sh.hq), std::vector<int>{sh.hq - 1, 0}}) {
+            for (int block_m : {64, 128}) {
+              for (bool exact : {false, true}) {
+                const std::string what = absl::StrCat(
+                    config.DebugString(), " integer=", integer_qk, " exact=", exact,
+                    " block_m=", block_m, " heads=", heads.size(), " ", Describe(hp->problem()));
+                both(*hp, **dp, config, heads, block_m, exact, what);
+                if (::testing::Test::HasFatalFailure()) return compared;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  WorkloadOptions o;
+  o.workload = "llm_mix";
+  o.shape.q_lens = {16384};
+  o.shape.num_q_heads = 8;
+  o.shape.num_kv_heads = 2;
+  o.shape.head_dim = 128;
+  o.shape.dtype = DType::kBF16;
+  auto w = GenerateWorkload(o);
+  EXPECT_TRUE(w.ok()) << w.status();
+  if (!w.ok()) return compared;
+  auto dp = DeviceProblem::Create(engine->device(), *w->host);
+  EXPECT_TRUE(dp.ok()) << dp.status();
+  if (!dp.ok()) return compared;
+  for (Method m : {Method::kVerticalSlash, Method::kFlexPrefill}) {
+    MethodConfig c;
+    c.method = m;
+    both(*w->host, **dp, c, AllHeads(8), 64, false, absl::StrCat(c.DebugString(), " llm_mix 16K"));
+    if (::testing::Test::HasFatalFailure()) return compared;
+  }
+  return compared;
+}
+#endif
+
+// Pass 3's products by wgmma (EstKnobs::wg_passes bit 2, the default on compute capability 9.0)
+// are mma.sync's bit for bit (the same accumulator layout, from +0, every k step added), so the
+// column and diagonal sums and the index are the same. Off compute capability 9.0 both builds run
+// mma.sync: the test then checks only that the knob changes nothing.
+TEST(BuildIndexOnGpuEstimateTest, WgmmaPass3IsTheMmaSyncPass3) {
+  SKIP_WITHOUT_GPU();
+#ifndef SPATTN_SL_KNOBS
+  GTEST_SKIP() << "the GPU estimate's knobs exist only in CUDA builds";
+#else
+  const int64_t compared = ExpectEstKnobsBuildTheSameIndex(
+      3030, [](cuda::EstKnobs& k) { k.wg_passes |= 4; },
+      [](cuda::EstKnobs& k) { k.wg_passes &= 3; });
+  printf("estimate pass 3 wgmma vs mma.sync: %lld builds compared, same index\n",
+         static_cast<long long>(compared));
+  EXPECT_GT(compared, 0);
+#endif
+}
+
 }  // namespace
 }  // namespace spattn

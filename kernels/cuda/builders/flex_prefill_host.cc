@@ -17,6 +17,33 @@ namespace cuda {
 namespace merged {
 namespace {
 
+// This host thread's pinned buffer of at least `n` bytes for the decisions (grown as needed,
+// kept for the thread's later builds: a build waits for its copy before it returns); nullptr if
+// it cannot be had (the caller then launches the query-aware kernels unconditionally).
+const uint8_t* PinnedDecisions(size_t n) {
+  struct Buf {
+    void* p = nullptr;
+    size_t cap = 0;
+    ~Buf() {
+      if (p != nullptr) cudaFreeHost(p);
+    }
+  };
+  thread_local Buf buf;
+  if (buf.cap < n) {
+    if (buf.p != nullptr) cudaFreeHost(buf.p);
+    buf.p = nullptr;
+    buf.cap = 0;
+    const size_t cap = std::max<size_t>(n, 4096);
+    if (cudaHostAlloc(&buf.p, cap, cudaHostAllocPortable) != cudaSuccess) {
+      buf.p = nullptr;
+      (void)cudaGetLastError();
+      return nullptr;
+    }
+    buf.cap = cap;
+  }
+  return static_cast<const uint8_t*>(buf.p);
+}
+
 absl::StatusOr<SparseIndexView> BuildFlexPrefill(const AttentionProblem& p, const AttnParams& a,
                                                  const FlexPrefillParams& fp,
                                                  const std::vector<int>& heads,
@@ -109,6 +136,39 @@ absl::StatusOr<SparseIndexView> BuildFlexPrefill(const AttentionProblem& p, cons
   }
   SPATTN_CUDA_RETURN_IF_ERROR(LaunchFlexDecide(f, stream), "flex decision");
   timer.Mark("decide");
+  // Whether any unit is query-aware: where none is (every head's decision was vertical_slash,
+  // e.g. llm_mix at 32K), the query-aware kernels (row statistics, 8 scans, 7 histogram passes,
+  // ties, tie ranks, count, fill: 19 launches whose CTAs all return at once) are skipped. The
+  // decisions (a byte per unit) go to pinned host memory right after the decision kernel and
+  // the host waits for them after enqueueing the line selection, so the selection (~0.17 ms at
+  // 32K) runs while the host reads them and enqueues what follows. SPATTN_FLEX_QA_SKIP=0
+  // launches them always (main's path, for comparisons).
+  static const bool skip_knob = [] {
+    const char* e = std::getenv("SPATTN_FLEX_QA_SKIP");
+    return e == nullptr || e[0] != '0';
+  }();
+  struct Event {
+    cudaEvent_t e = nullptr;
+    ~Event() {
+      if (e != nullptr) cudaEventDestroy(e);
+    }
+  } decided;
+  const uint8_t* decisions = nullptr;
+  if (skip_knob && units > 0) {
+    decisions = PinnedDecisions(static_cast<size_t>(units));
+    if (decisions != nullptr &&
+        cudaEventCreateWithFlags(&decided.e, cudaEventDisableTiming) != cudaSuccess) {
+      decided.e = nullptr;
+      (void)cudaGetLastError();
+    }
+    if (decisions != nullptr && decided.e != nullptr) {
+      SPATTN_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(const_cast<uint8_t*>(decisions), f.unit_is_vs, units,
+                          cudaMemcpyDeviceToHost, stream),
+          "flex decisions to host");
+      SPATTN_CUDA_RETURN_IF_ERROR(cudaEventRecord(decided.e, stream), "flex decisions event");
+    }
+  }
 
   SPATTN_ASSIGN_OR_RETURN(LineSelectParams lp, CarveLineSelect(plan, ep, blob.At<LineSeq>(lm.lines),
                                                                cols_stride, offs_stride, ws));
@@ -120,23 +180,10 @@ absl::StatusOr<SparseIndexView> BuildFlexPrefill(const AttentionProblem& p, cons
   SPATTN_CUDA_RETURN_IF_ERROR(LaunchSelectLines(lp, stream), "flex lines");
   timer.Mark("select");
 
-  // Whether any unit is query-aware: where none is (every head's decision was vertical_slash,
-  // e.g. llm_mix at 32K), the query-aware kernels (row statistics, 8 scans, 7 histogram passes,
-  // ties, tie ranks, count, fill: 19 launches whose CTAs all return at once) are skipped. One
-  // host round trip more, after the selection (the GPU has the merge's launch latency to wait);
-  // SPATTN_FLEX_QA_SKIP=0 launches them always (main's path, for comparisons).
-  static const bool skip_knob = [] {
-    const char* e = std::getenv("SPATTN_FLEX_QA_SKIP");
-    return e == nullptr || e[0] != '0';
-  }();
   bool any_qa = true;
-  if (skip_knob && units > 0) {
-    std::vector<uint8_t> is_vs(static_cast<size_t>(units));
-    SPATTN_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(is_vs.data(), f.unit_is_vs, is_vs.size(), cudaMemcpyDeviceToHost, stream),
-        "flex decisions to host");
-    SPATTN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), "flex decisions sync");
-    any_qa = std::find(is_vs.begin(), is_vs.end(), uint8_t{0}) != is_vs.end();
+  if (decided.e != nullptr) {
+    SPATTN_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(decided.e), "flex decisions sync");
+    any_qa = std::find(decisions, decisions + units, uint8_t{0}) != decisions + units;
   }
 
   // Query-aware heads: row statistics, then the flattened selection's levels.

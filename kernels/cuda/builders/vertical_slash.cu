@@ -66,6 +66,21 @@ __host__ __device__ inline EstSmem EstLayout(int head_dim, int max_n, int pass, 
     l.total = l.ks + static_cast<int64_t>(kTile) * head_dim * 2 + 1024;
     return l;
   }
+  if (wg) {
+    // Pass 3 by wgmma (session 30): the accumulators at the start as below, then (offsets from
+    // the 1024-byte aligned base, which lies at most 1023 bytes above smem) the swizzled Q and K
+    // tiles; the probability tile takes the K tile's place (and the bytes after it) once every
+    // warpgroup's wgmma has read it (the barrier after TileLogitsWg), as with mma.sync.
+    l.diag = AlignUp16(static_cast<int64_t>(kEstKeysPerCta) * 8 * colsplit);
+    const int64_t head = l.diag + AlignUp16(static_cast<int64_t>(max_n + kEstKeysPerCta - 1) * 8);
+    l.qs = (head + 1023) / 1024 * 1024;
+    l.ks = l.qs + static_cast<int64_t>(16) * warps * head_dim * 2;
+    l.ptile = l.ks;
+    const int64_t k_bytes = static_cast<int64_t>(kTile) * head_dim * 2;
+    const int64_t ptile_bytes = AlignUp16(static_cast<int64_t>(16 * warps) * kPitchP * 4);
+    l.total = l.ks + (ptile_bytes > k_bytes ? ptile_bytes : k_bytes) + 1024;
+    return l;
+  }
   const int64_t pitch = head_dim + 8;
   const int64_t k_bytes = AlignUp16(kTile * pitch * 2);
   const int64_t q_bytes = AlignUp16(16 * warps * pitch * 2);
@@ -318,7 +333,8 @@ __device__ __forceinline__ void TileLogitsWg(uint32_t qa, uint32_t ka, float (&a
 // kRows = 16 kWarps at a time. Every sum runs in the same order for any kWarps: a column's and a
 // diagonal's in row order (tile by tile, a tile's rows in order: a diagonal's rows in tile t all
 // precede its rows in tile t + 1), a row's over its tiles in key order.
-// kWg (passes 1-2 only): the products by TileLogitsWg from swizzled tiles.
+// kWg: the products by TileLogitsWg from swizzled tiles (pass 3 too since session 30: its
+// probability tile then lives at the wgmma base, EstLayout).
 // kExact (passes 2-3; pass 1 has no exp): the exact estimate (ExpNonPositive, every term summed
 // in double in the CPU's order). !kExact (the fast estimate, EstimateKnobs): ExpFast; pass 2 sums
 // a thread's terms of a row over the key tile in float, then adds that to its double; pass 3 sums
@@ -340,7 +356,6 @@ __host__ __device__ constexpr int EstColSplit() {
 template <typename T, int kD, int kPass, int kWarps, bool kWg = false, bool kExact = true,
           bool kFuse = false>
 __device__ __forceinline__ void EstimateBody(const EstimateParams& p) {
-  static_assert(!kWg || kPass < 3, "pass 3 keeps mma.sync");
   static_assert(kExact || kPass >= 2, "pass 1 has no exp");
   static_assert(!kFuse || (kPass == 2 && !kExact), "only the fast pass 2 fuses pass 1");
   constexpr int kEstThreads = 32 * kWarps;
@@ -356,7 +371,7 @@ __device__ __forceinline__ void EstimateBody(const EstimateParams& p) {
   const uint32_t wk = detail::SmemAddr(wbase) + static_cast<uint32_t>(lay.ks);
   double* col_acc = reinterpret_cast<double*>(smem);
   double* diag_acc = reinterpret_cast<double*>(smem + lay.diag);
-  float* ptile = reinterpret_cast<float*>(smem + lay.ptile);
+  float* ptile = reinterpret_cast<float*>((kWg ? wbase : smem) + lay.ptile);
   T* qs = reinterpret_cast<T*>(smem + lay.qs);
   T* ks = reinterpret_cast<T*>(smem + lay.ks);
   constexpr int kPitch = kD + 8;
@@ -660,6 +675,12 @@ __global__ void __launch_bounds__(128) EstimateKernel4(EstimateParams p) {
 // took 132-140, 3 CTAs per SM).
 template <typename T, int kD, int kPass, bool kExact = true, bool kFuse = false>
 __global__ void __launch_bounds__(128, 6) EstimateKernel4Wg(EstimateParams p) {
+  EstimateBody<T, kD, kPass, 4, true, kExact, kFuse>(p);
+}
+// Pass 3 by wgmma, 4 warps: shared memory holds 5 CTAs per SM (EstLayout: ~39 KB at d 128), so
+// the bound is 5 (at 6, 80 registers, ptxas spilled 88 bytes).
+template <typename T, int kD, int kPass, bool kExact = true, bool kFuse = false>
+__global__ void __launch_bounds__(128, 5) EstimateKernel4Wg3(EstimateParams p) {
   EstimateBody<T, kD, kPass, 4, true, kExact, kFuse>(p);
 }
 template <typename T, int kD, int kPass, bool kWg = false, bool kExact = true, bool kFuse = false>
@@ -1005,10 +1026,11 @@ int GridFor(int64_t n, int threads) {
       std::max<int64_t>(1, std::min<int64_t>((n + threads - 1) / threads, 65535)));
 }
 
-// Passes 1-2 by wgmma (EstimateBody's kWg) on a compute capability 9.0 device (the sm_90a
-// image): SPATTN_EST_WG, read once, is a mask of the passes that take it (bit 0 pass 1, bit 1
-// pass 2; default 1: pass 1; 0: main's mma.sync passes, for comparisons). The same products
-// bit for bit (the twin tests and the bench's index entries check it).
+// Passes by wgmma (EstimateBody's kWg) on a compute capability 9.0 device (the sm_90a image):
+// EstimateKnobs().wg_passes (SPATTN_EST_WG) is a mask of the passes that take it (bit 0 pass 1,
+// bit 1 pass 2, bit 2 pass 3 (session 30); default 5: passes 1 and 3; 1: main's before session
+// 30; 0: mma.sync everywhere, for comparisons). The same products bit for bit (the twin tests,
+// WgmmaPass3IsTheMmaSyncPass3 and the bench's index entries check it).
 // Passes 1-2 fused (the fast estimate, SPATTN_EST_FUSE unset or not 0): pass 1 launches nothing,
 // pass 2 takes the row maxima online (EstimateBody's kFuse), RowInvKernel<true> combines.
 bool EstFused() {
@@ -1017,30 +1039,28 @@ bool EstFused() {
 }
 
 int EstWgPasses() {
-  static const int passes = [] {
-    int mask = 1;
-    if (const char* e = std::getenv("SPATTN_EST_WG")) mask = std::atoi(e) & 3;
+  static const bool sm90 = [] {
     int dev = 0, major = 0, minor = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess ||
-        major != 9 || minor != 0) {
-      return 0;
-    }
-    return mask;
+    return cudaGetDevice(&dev) == cudaSuccess &&
+           cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+           cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess &&
+           major == 9 && minor == 0;
   }();
-  return passes;
+  return sm90 ? (EstimateKnobs().wg_passes & 7) : 0;
 }
 
 template <typename T, int kD, int kPass, int kWarps, bool kExact, bool kFuse = false>
 cudaError_t LaunchEstimateTyped(const EstimateParams& p, int max_n, cudaStream_t stream) {
-  const bool wg = kPass < 3 && (EstWgPasses() >> (kPass - 1) & 1) != 0;
+  const bool wg = (EstWgPasses() >> (kPass - 1) & 1) != 0;
   const int64_t bytes =
       EstLayout(kD, max_n, kPass, kWarps, wg, EstColSplit<kPass, kWarps, kExact>()).total;
   auto kernel = kWarps == 8 ? EstimateKernel8<T, kD, kPass, false, kExact, kFuse>
                             : EstimateKernel4<T, kD, kPass, kExact, kFuse>;
-  if constexpr (kPass < 3) {
-    if (wg) {
+  if (wg) {
+    if constexpr (kPass == 3) {
+      kernel = kWarps == 8 ? EstimateKernel8<T, kD, kPass, true, kExact, kFuse>
+                           : EstimateKernel4Wg3<T, kD, kPass, kExact, kFuse>;
+    } else {
       kernel = kWarps == 8 ? EstimateKernel8<T, kD, kPass, true, kExact, kFuse>
                            : EstimateKernel4Wg<T, kD, kPass, kExact, kFuse>;
     }
@@ -1201,6 +1221,7 @@ EstKnobs& EstimateKnobs() {
     k.exact_exp = e != nullptr && std::string(e) == "exact";
     const char* f = std::getenv("SPATTN_EST_FUSE");
     k.fuse_max = f == nullptr || std::string(f) != "0";
+    if (const char* w = std::getenv("SPATTN_EST_WG")) k.wg_passes = std::atoi(w) & 7;
     return k;
   }();
   return knobs;

@@ -12,7 +12,10 @@
 // SPATTN_EST_FUSE=0 (fast estimate only): pass 1 (row maxima) runs as its own launch, as in
 // main; by default pass 2 takes the maxima online (running max and rescaled float sums per
 // thread, a (sum, max) pair per CTA and row, combined by the row-sum kernel) and pass 1 launches
-// nothing. Tests change the knobs through the returned reference, between builds only.
+// nothing. SPATTN_EST_WG (compute capability 9.0 only): a mask of the passes whose products come
+// from wgmma instead of mma.sync (bit 0 pass 1, bit 1 pass 2, bit 2 pass 3; default 5: passes 1
+// and 3; 1 is main's before session 30). Tests change the knobs through the returned reference,
+// between builds only.
 #ifndef SPATTN_KERNELS_CUDA_BUILDERS_VERTICAL_SLASH_KNOBS_H_
 #define SPATTN_KERNELS_CUDA_BUILDERS_VERTICAL_SLASH_KNOBS_H_
 
@@ -24,6 +27,7 @@ namespace cuda {
 struct EstKnobs {
   bool exact_exp = false;
   bool fuse_max = true;  // the fast estimate's passes 1-2 in one launch
+  int wg_passes = 5;     // passes (bit p - 1) by wgmma on compute capability 9.0
 };
 EstKnobs& EstimateKnobs();
 
