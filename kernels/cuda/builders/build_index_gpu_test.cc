@@ -1255,8 +1255,6 @@ TEST(BuildIndexOnGpuEstimateTest, FastEstimateKeepsTheExactFidelity) {
 // hidden 600: 2 and 3 chunks, 10 slabs of layer 2; and a one-layer classifier d -> 32), every
 // Saap config of the twin cases, both head lists, block_m 64 and 128. Off compute capability 9.0
 // both builds run mma.sync: the test then checks only that the knob changes nothing.
-// Session 30 (s30-saap): the wgmma build runs the weight stream of SaapKnobs().cls_stream
-// (default on; SPATTN_SAAP_CLS_STREAM=0 in the environment: session 29's chunked slabs).
 TEST(BuildIndexOnGpuSaapTest, WgmmaClassifierIsTheMmaSyncClassifier) {
   SKIP_WITHOUT_GPU();
 #ifndef SPATTN_SL_KNOBS
@@ -1319,9 +1317,8 @@ TEST(BuildIndexOnGpuSaapTest, WgmmaClassifierIsTheMmaSyncClassifier) {
     }
   }
   printf("saap classifier wgmma vs mma.sync: %lld visited buckets compared (wgmma on this "
-         "device: %d, weight stream (s30-saap): %d, paired key tiles: %d)\n",
-         static_cast<long long>(compared), static_cast<int>(cuda::SaapClassifierUsesWgmma(0)),
-         static_cast<int>(saved.cls_stream), static_cast<int>(saved.keys_pair));
+         "device: %d)\n",
+         static_cast<long long>(compared), static_cast<int>(cuda::SaapClassifierUsesWgmma(0)));
   EXPECT_GT(compared, 0);
 #endif
 }
@@ -1339,70 +1336,6 @@ TEST(BuildIndexOnGpuSampledLinesTest, ClassifyBatchBuildsTheOneEntryIndex) {
   const int compared = ExpectSlKnobsBuildTheSameIndex(
       2929, [](cuda::SlKnobs& k) { k.classify_batch = true; },
       [](cuda::SlKnobs& k) { k.classify_batch = false; });
-  EXPECT_GT(compared, 0);
-#endif
-}
-
-// ---- s30-saap: the key assignment's paired key tiles (SaapKnobs().keys_pair) ----
-
-// One CTA per two 64-key tiles of a kv head (default) and one per tile (SPATTN_SAAP_KEYS_PAIR=0)
-// assign every key to the same centroid (each warp's products and argmax are the one-tile
-// kernel's; compared exactly, no tolerance) and build the same index, offsets included, over
-// every shape of the twin cases (several sequences: pairs across a sequence's end; two kv heads
-// of the second head list: pairs across a kv head's boundary, streamed in two passes; odd tile
-// counts), two asset shapes (32 and 300 centroids) and both head lists.
-TEST(BuildIndexOnGpuSaapTest, PairedKeyTilesAssignTheOneTileCentroids) {
-  SKIP_WITHOUT_GPU();
-#ifndef SPATTN_SL_KNOBS
-  GTEST_SKIP() << "the GPU Saap builder's knobs exist only in CUDA builds";
-#else
-  auto engine = MakeEngine(int64_t{512} << 20);
-  ASSERT_NE(engine, nullptr);
-  cuda::SaapKnobsT& knobs = cuda::SaapKnobs();
-  const cuda::SaapKnobsT saved = knobs;
-  const MethodCases mc = CasesFor(Method::kSaap);
-  uint64_t seed = 3001;
-  int64_t compared = 0;
-  for (const Shape& sh : Shapes()) {
-    auto hp = MakeProblem(sh.q, sh.k, sh.hq, sh.hkv, sh.d, sh.dtype, sh.causal, ++seed,
-                          /*integer_qk=*/false);
-    auto dp = DeviceProblem::Create(engine->device(), *hp);
-    ASSERT_TRUE(dp.ok()) << dp.status();
-    for (int centroids : {32, 300}) {
-      LayerAssets assets =
-          method_testing::RandomSaapAssets(sh.hq, sh.hkv, sh.d, centroids, 48, ++seed);
-      assets.rope_interleaved = (seed & 1) != 0;
-      auto up = engine->UploadLayerAssets(assets, sh.d);
-      ASSERT_TRUE(up.ok()) << up.status();
-      MethodConfig config = mc.configs.front();
-      config.saap.num_centroids = centroids;
-      for (const std::vector<int>& heads : {AllHeads(sh.hq), std::vector<int>{sh.hq - 1, 0}}) {
-        const std::string what =
-            absl::StrCat(config.DebugString(), " centroids=", centroids, " heads=", heads.size(),
-                         " ", Describe(hp->problem()));
-        SparseIndex paired, single;
-        std::vector<int32_t> keys_paired, keys_single;
-        knobs.keys_pair = true;
-        knobs.capture_key_buckets = &keys_paired;
-        BuildOnGpu(*engine, *hp, **dp, config, heads, 64, up->get(), what, &paired);
-        engine->ReleaseIndexes();
-        knobs.keys_pair = false;
-        knobs.capture_key_buckets = &keys_single;
-        BuildOnGpu(*engine, *hp, **dp, config, heads, 64, up->get(), what, &single);
-        engine->ReleaseIndexes();
-        knobs = saved;
-        if (::testing::Test::HasFatalFailure()) return;
-        ASSERT_EQ(keys_paired.size(), keys_single.size()) << what;
-        int64_t diff = 0;
-        for (size_t i = 0; i < keys_paired.size(); ++i) diff += keys_paired[i] != keys_single[i];
-        EXPECT_EQ(diff, 0) << what << " (" << keys_paired.size() << " keys)";
-        compared += static_cast<int64_t>(keys_paired.size());
-        ExpectSameIndex(paired, single, what, /*with_offsets=*/true);
-      }
-    }
-  }
-  printf("saap key assignment paired vs one tile per CTA: %lld keys compared\n",
-         static_cast<long long>(compared));
   EXPECT_GT(compared, 0);
 #endif
 }

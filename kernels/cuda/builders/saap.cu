@@ -86,64 +86,43 @@ constexpr int kAsThreads = 128;  // 4 warps x 16 keys
 constexpr int kAsKeys = 64;
 constexpr int kAsTileC = 64;
 
-// Shared memory: the double-buffered hi / lo centroid tiles and the tiles' base angles. The
+// Shared memory: the double-buffered hi / lo centroid tiles and the tile's base angles. The
 // de-roped keys go straight from global memory into each warp's A fragments (no float key tile):
 // 66.5 KB at d 128, three CTAs per SM (12 warps) instead of two with a 34 KB key tile.
-// kTiles 2 (SaapKnobs().keys_pair, session 30): one CTA of 8 warps assigns key tiles 2 b and
-// 2 b + 1 (warps 4 hf .. 4 hf + 3: tile 2 b + hf) against one stream of centroid tiles where both
-// are keys of the same kv head (the key tiles are listed per (kv head, sequence): all pairs but
-// those across a kv head's boundary), each warp with its 16 keys, fragments, products and argmax
-// of the one-tile kernel: half the centroid bytes per key. Across a boundary the CTA streams each
-// tile's centroids in turn, the other tile's warps idle.
-template <int kD, int kTiles = 1>
+template <int kD>
 constexpr int AssignSmemBytes() {
-  return 2 * 2 * kAsTileC * kD * 2 + kTiles * kD * 8;
+  return 2 * 2 * kAsTileC * kD * 2 + kD * 8;
 }
 
-// kMinCtas: __launch_bounds__'s CTAs per SM (kTiles 2: 2 caps the registers at 128, 1 at 255).
-template <typename T, int kD, int kTiles, int kMinCtas>
-__global__ void __launch_bounds__(kAsThreads* kTiles, kMinCtas) SaapAssignKernel(SaapArgs a) {
+template <typename T, int kD>
+__global__ void __launch_bounds__(kAsThreads, 3) SaapAssignKernel(SaapArgs a) {
   constexpr int kHalf = kD / 2, kCh = kD / 8, kKS = kD / 16;
   constexpr int kTileBytes = kAsTileC * kD * 2;
-  constexpr int kThreads = kAsThreads * kTiles;
   extern __shared__ __align__(128) char smem[];
   const uint32_t sCa = SmemAddr(smem);
+  double* sBase = reinterpret_cast<double*>(smem + 4 * kTileBytes);
 
-  const int tid = threadIdx.x, lane = tid & 31;
-  const int hf = kTiles == 1 ? 0 : tid / kAsThreads;  // this warp's key tile in the CTA
-  const int warp = (tid >> 5) - 4 * hf;               // its warp within the tile
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t4 = lane & 3;
-  const int tile0 = kTiles * blockIdx.x;
-  const int tiles_here = min(kTiles, a.num_key_tiles - tile0);
-  const bool has_tile = hf < tiles_here;
-  const SaapKeyTile kt = a.key_tiles[tile0 + (has_tile ? hf : 0)];
-  double* sBase = reinterpret_cast<double*>(smem + 4 * kTileBytes) + hf * kD;
+  const SaapKeyTile kt = a.key_tiles[blockIdx.x];
   const AttnParams& p = a.p;
   const SaapAssetsDev& as = a.assets;
   const int kvh = a.kv_heads[kt.kv_index];
   const int k_tok0 = p.cu_seqlens_k[kt.seq];
   const int k_len = p.cu_seqlens_k[kt.seq + 1] - k_tok0;
-  const int n = has_tile ? min(kAsKeys, k_len - kt.first) : 0;
+  const int n = min(kAsKeys, k_len - kt.first);
   const int C = as.num_centroids;
   const int ntiles = as.c_pad / kAsTileC;
-  // The kv heads whose centroids the CTA streams: pass q serves the tiles of kv head pass_kvh[q].
-  int pass_kvh[kTiles];
-  int passes = 1;
-  pass_kvh[0] = a.kv_heads[a.key_tiles[tile0].kv_index];
-  if (kTiles == 2 && tiles_here == 2) {
-    const int kvh1 = a.kv_heads[a.key_tiles[tile0 + 1].kv_index];
-    if (kvh1 != pass_kvh[0]) pass_kvh[passes++] = kvh1;
-  }
+  const __nv_bfloat16* chi = static_cast<const __nv_bfloat16*>(as.centroid_hi[kvh]);
+  const __nv_bfloat16* clo = static_cast<const __nv_bfloat16*>(as.centroid_lo[kvh]);
   // LoadTileAsync's tiles of kAsTileC rows x kCh chunks, every row valid: thread tid always
   // loads chunk tid % kCh of rows tid / kCh + kRowStep j, whose swizzle (row & 7) is the same for
   // every j (kRowStep is a multiple of 8). Offsets set once, constants added per tile.
-  constexpr int kRowStep = kThreads / kCh;
+  constexpr int kRowStep = kAsThreads / kCh;
   static_assert(kRowStep % 8 == 0 && kAsTileC % kRowStep == 0, "tile rows per thread");
   const int lr = tid / kCh, lch = tid - lr * kCh;
   const int64_t csrc = static_cast<int64_t>(lr) * kD + lch * 8;
   const uint32_t cdst = sCa + TileOff(lr, lch, kCh);
-  const __nv_bfloat16* chi = nullptr;
-  const __nv_bfloat16* clo = nullptr;
   auto issue = [&](int t) {
     const uint32_t dst = cdst + (t & 1) * 2 * kTileBytes;
     const int64_t src = csrc + static_cast<int64_t>(t) * kAsTileC * kD;
@@ -153,25 +132,10 @@ __global__ void __launch_bounds__(kAsThreads* kTiles, kMinCtas) SaapAssignKernel
       CpAsync16(dst + kTileBytes + j * kRowStep * kCh * 16, clo + src + j * kRowStep * kD, true);
     }
   };
-  auto start_pass = [&](int q) {
-    chi = static_cast<const __nv_bfloat16*>(as.centroid_hi[pass_kvh[q]]);
-    clo = static_cast<const __nv_bfloat16*>(as.centroid_lo[pass_kvh[q]]);
-    issue(0);
-    CpAsyncCommit();
-  };
-  start_pass(0);
+  issue(0);
+  CpAsyncCommit();
 
-  // BaseAngles(as.inv_freq, kHalf, kt.first, sBase) of each tile of the CTA.
-  for (int i = tid; i < kTiles * kHalf; i += kThreads) {
-    const int th = i / kHalf, ii = i - th * kHalf;
-    const int64_t pos = a.key_tiles[tile0 + (th < tiles_here ? th : 0)].first;
-    const double ang = fmod(static_cast<double>(pos) * as.inv_freq[ii], kTwoPi);
-    double sn, cs;
-    sincos(ang, &sn, &cs);
-    double* base = reinterpret_cast<double*>(smem + 4 * kTileBytes) + th * kD;
-    base[2 * ii] = cs;
-    base[2 * ii + 1] = sn;
-  }
+  BaseAngles(as.inv_freq, kHalf, kt.first, sBase);
   __syncthreads();
   // De-roped keys (float, the same operations as RotateRope's twin) split into bf16 hi / lo A
   // fragments. Fragment element e of k step ks holds row row0 + g + 8 (e & 1), columns
@@ -218,57 +182,47 @@ __global__ void __launch_bounds__(kAsThreads* kTiles, kMinCtas) SaapAssignKernel
   }
   float best_v[2] = {kNegInf, kNegInf};
   int best_c[2] = {0, 0};
-  for (int q = 0; q < (kTiles == 1 ? 1 : passes); ++q) {
-    if (q > 0) {
-      CpAsyncWait<0>();
-      __syncthreads();  // every warp is done with the previous pass's buffers
-      start_pass(q);
+  for (int t = 0; t < ntiles; ++t) {
+    if (t + 1 < ntiles) issue(t + 1);
+    CpAsyncCommit();
+    CpAsyncWait<1>();
+    __syncthreads();
+    const uint32_t th = sCa + (t & 1) * 2 * kTileBytes, tl = th + kTileBytes;
+    float acc[8][4];
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
     }
-    const bool mine = kTiles == 1 || kvh == pass_kvh[q];
-    for (int t = 0; t < ntiles; ++t) {
-      if (t + 1 < ntiles) issue(t + 1);
-      CpAsyncCommit();
-      CpAsyncWait<1>();
-      __syncthreads();
-      if (mine) {
-        const uint32_t th = sCa + (t & 1) * 2 * kTileBytes, tl = th + kTileBytes;
-        float acc[8][4];
 #pragma unroll
-        for (int nt = 0; nt < 8; ++nt) {
+    for (int ks = 0; ks < kKS; ++ks) {
 #pragma unroll
-          for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
-        }
+      for (int np = 0; np < 4; ++np) {
+        uint32_t bh[4], bl[4];
+        LoadB2(th, np * 16, ks, kCh, lane, bh);
+        LoadB2(tl, np * 16, ks, kCh, lane, bl);
+        Mma<__nv_bfloat16>::Run(acc[2 * np], ahi[ks], bh[0], bh[1]);
+        Mma<__nv_bfloat16>::Run(acc[2 * np + 1], ahi[ks], bh[2], bh[3]);
+        Mma<__nv_bfloat16>::Run(acc[2 * np], ahi[ks], bl[0], bl[1]);
+        Mma<__nv_bfloat16>::Run(acc[2 * np + 1], ahi[ks], bl[2], bl[3]);
+        Mma<__nv_bfloat16>::Run(acc[2 * np], alo[ks], bh[0], bh[1]);
+        Mma<__nv_bfloat16>::Run(acc[2 * np + 1], alo[ks], bh[2], bh[3]);
+      }
+    }
+    // Ascending centroid order within the thread: a strict > keeps the lowest on ties.
 #pragma unroll
-        for (int ks = 0; ks < kKS; ++ks) {
+    for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
-          for (int np = 0; np < 4; ++np) {
-            uint32_t bh[4], bl[4];
-            LoadB2(th, np * 16, ks, kCh, lane, bh);
-            LoadB2(tl, np * 16, ks, kCh, lane, bl);
-            Mma<__nv_bfloat16>::Run(acc[2 * np], ahi[ks], bh[0], bh[1]);
-            Mma<__nv_bfloat16>::Run(acc[2 * np + 1], ahi[ks], bh[2], bh[3]);
-            Mma<__nv_bfloat16>::Run(acc[2 * np], ahi[ks], bl[0], bl[1]);
-            Mma<__nv_bfloat16>::Run(acc[2 * np + 1], ahi[ks], bl[2], bl[3]);
-            Mma<__nv_bfloat16>::Run(acc[2 * np], alo[ks], bh[0], bh[1]);
-            Mma<__nv_bfloat16>::Run(acc[2 * np + 1], alo[ks], bh[2], bh[3]);
-          }
-        }
-        // Ascending centroid order within the thread: a strict > keeps the lowest on ties.
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int c = t * kAsTileC + nt * 8 + 2 * t4 + (e & 1);
-            const int h = e >> 1;
-            if (c < C && acc[nt][e] > best_v[h]) {
-              best_v[h] = acc[nt][e];
-              best_c[h] = c;
-            }
-          }
+      for (int e = 0; e < 4; ++e) {
+        const int c = t * kAsTileC + nt * 8 + 2 * t4 + (e & 1);
+        const int h = e >> 1;
+        if (c < C && acc[nt][e] > best_v[h]) {
+          best_v[h] = acc[nt][e];
+          best_c[h] = c;
         }
       }
-      __syncthreads();
     }
+    __syncthreads();
   }
   CpAsyncWait<0>();
   const int64_t out0 = a.unit_key_off[kt.kv_index * p.batch + kt.seq] + kt.first;
@@ -506,131 +460,13 @@ __device__ __forceinline__ void ClsGemmWg(uint32_t sA, int K, const __nv_bfloat1
 #endif
 }
 
-// The classifier's weight slabs of one tile as one stream (SaapKnobs().cls_stream, wgmma only):
-// slab i of the tile is, in the order the products use them, layer 1's chunks (n0 = 0, 256, ...)
-// x their k slabs, then layer 2's. ClsGemmWg issues a chunk's slab s + 1 only after slab s has
-// landed, so one slab is in flight while the CTA waits, and each chunk starts with a slab that
-// nothing fetched ahead (8 pipeline starts per tile of 72 slabs). The stream issues slab i + 1
-// before it waits for slab i (two slabs in flight during the wait, the double buffer's depth),
-// slab 0 of a tile before the tile's de-rope, and a chunk's first slab under the previous chunk's
-// last products and epilogue. The products, their order and the accumulators are ClsGemmWg's.
-struct ClsStream {
-  const __nv_bfloat16* w0;  // layer 1 (num_layers 2), K = k0
-  const __nv_bfloat16* w1;  // the logits layer, K = k1
-  int k0, k1;
-  int n0_slabs;  // layer 1's slabs (0 with one layer)
-  int total;     // slabs per tile
-};
-
-template <int kD>
-__device__ __forceinline__ ClsStream MakeClsStream(const SaapArgs& a, int h) {
-  const SaapAssetsDev& as = a.assets;
-  ClsStream st;
-  const bool two = as.num_layers == 2;
-  st.w0 = two ? static_cast<const __nv_bfloat16*>(as.w0t[h]) : nullptr;
-  st.w1 = static_cast<const __nv_bfloat16*>(as.w1t[h]);
-  st.k0 = kD;
-  st.k1 = two ? as.hidden_pad : kD;
-  st.n0_slabs = two ? (as.hidden_pad / kClsN) * (kD / kClsK) : 0;
-  st.total = st.n0_slabs + (as.c_pad / kClsN) * (st.k1 / kClsK);
-  return st;
-}
-
-// Issues slab i of the stream into buffer i & 1 (ClsGemm's copies: thread tid loads chunk tid % 8
-// of the slab's rows tid / 8 + 32 j) and commits one cp.async group (empty past the last slab), so
-// that the groups pending are the stream's slabs in order.
-__device__ __forceinline__ void ClsStreamIssue(const ClsStream& st, int i, uint32_t sW) {
-  if (i < st.total) {
-    const bool l0 = i < st.n0_slabs;
-    const int j = l0 ? i : i - st.n0_slabs;
-    const int K = l0 ? st.k0 : st.k1;
-    const int spc = K / kClsK;  // slabs per 256-column chunk
-    const int chunk = j / spc, s = j - chunk * spc;
-    constexpr int kSlabCh = kClsK / 8, kRowStep = kClsThreads / kSlabCh;
-    const int tid = threadIdx.x;
-    const int lr = tid / kSlabCh, lch = tid - lr * kSlabCh;
-    const __nv_bfloat16* src =
-        (l0 ? st.w0 : st.w1) + static_cast<int64_t>(chunk * kClsN + lr) * K + lch * 8 + s * kClsK;
-    const uint32_t dst = sW + TileOff(lr, lch, kSlabCh) + (i & 1) * kClsSlabBytes;
-#pragma unroll
-    for (int r = 0; r < kClsN / kRowStep; ++r) {
-      CpAsync16(dst + r * kRowStep * kSlabCh * 16, src + static_cast<int64_t>(r) * kRowStep * K,
-                true);
-    }
-  }
-  CpAsyncCommit();
-}
-
-// ClsGemmWg over stream slabs i0 .. i0 + K / 64 - 1 (the chunk at column n0 of its layer): slab
-// i0 is issued (ClsStreamIssue) and no later one; returns with the chunk's last slab's successor
-// issued and every wgmma of the chunk waited for (by this warpgroup: the next chunk's first barrier
-// orders the buffer's reuse after every warpgroup's wait).
-__device__ __forceinline__ void ClsGemmWgStream(uint32_t sA, int K, const ClsStream& st, int i0,
-                                                uint32_t sW, float (&acc)[2][8][4]) {
-#if SPATTN_SAAP_SM90A
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int u = warp >> 2, wq = warp & 3;
-  const int chunks_a = K / 8;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[h][nt][e] = 0.f;
-    }
-  }
-  const int slabs = K / kClsK;
-  const uint32_t a_row = sA + (16 * wq + (lane & 15)) * chunks_a * 16;
-  uint32_t a_sw[kClsK / 16];
-#pragma unroll
-  for (int kk = 0; kk < kClsK / 16; ++kk) a_sw[kk] = ((2 * kk + (lane >> 4)) ^ (lane & 7)) * 16;
-  static_assert(kClsN == 2 * 128 && kClsK == 64, "two warpgroups of n128, 128-byte slab rows");
-  uint32_t af[kClsK / 16][4];
-  auto wait_mma = [&] {
-    Tile64Wait(acc);
-#pragma unroll
-    for (int kk = 0; kk < kClsK / 16; ++kk) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(af[kk][i])::"memory");
-    }
-  };
-  for (int s = 0; s < slabs; ++s) {
-    const int i = i0 + s;
-    // Every warpgroup's wgmma of slab i - 1 are done: its buffer takes slab i + 1, issued before
-    // the wait for slab i.
-    if (s > 0) wait_mma();
-    __syncthreads();
-    ClsStreamIssue(st, i + 1, sW);
-    CpAsyncWait<1>();  // slab i (this thread's copies; the barrier: everyone's), visible to wgmma
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-    __syncthreads();
-#pragma unroll
-    for (int kk = 0; kk < kClsK / 16; ++kk) {
-      LdMatrixX4(a_row + s * (kClsK / 8) * 16 + a_sw[kk], af[kk][0], af[kk][1], af[kk][2],
-                 af[kk][3]);
-    }
-    const uint64_t desc = Tile64SmemDesc(sW + (i & 1) * kClsSlabBytes + u * (128 * kClsK * 2));
-    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-    for (int kk = 0; kk < kClsK / 16; ++kk) {
-      Tile64WgmmaN128<__nv_bfloat16>::RS(acc, af[kk], desc + ((kk * 32) >> 4), 1);
-    }
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-  }
-  wait_mma();
-#else
-  __trap();
-#endif
-}
-
 // The classifier over the 64 de-roped rows in sX (bf16, swizzled) for q head h: logits into
 // `scratch` [64 x c_pad] and each row's max and 1 / sum into sRowM / sRowInv (1 / sum = 0: the
 // row does not vote, as rows outside `valid` and rows with a NaN/Inf logit). kWg: the products by
 // ClsGemmWg; each thread then holds other rows and columns of the chunk than ClsGemm's (row_of,
 // col_of), but every partial statistic the same: a thread's 16 columns of one row in one quarter
 // (64 columns) of the chunk in the same order, the same quad, the quarter's slot in sStat.
-// kStream (with kWg): the products by ClsGemmWgStream, slab 0 of the tile issued by the caller.
-template <int kD, bool kWg, bool kStream>
+template <int kD, bool kWg>
 __device__ __forceinline__ void ClassifyTile(const SaapArgs& a, int h, uint64_t valid,
                                              const ClsLayout& lay, char* smem, float* scratch) {
   const SaapAssetsDev& as = a.assets;
@@ -655,14 +491,8 @@ __device__ __forceinline__ void ClassifyTile(const SaapArgs& a, int h, uint64_t 
   auto quarter_of = [&](int mt) { return kWg ? 2 * u + mt : wc; };
   constexpr int kBiasSets = kWg ? 2 : 1;  // ClsGemm: the same columns for both mt
   float acc[2][8][4];
-  static_assert(kWg || !kStream, "the weight stream runs the wgmma products");
-  [[maybe_unused]] const ClsStream st = MakeClsStream<kD>(a, h);
-  int next_slab = 0;  // kStream: the stream slab of the next chunk's first k slab
   auto gemm = [&](uint32_t sA, int K, const __nv_bfloat16* w, int n0) {
-    if constexpr (kStream) {
-      ClsGemmWgStream(sA, K, st, next_slab, sWa, acc);
-      next_slab += K / kClsK;
-    } else if constexpr (kWg) {
+    if constexpr (kWg) {
       ClsGemmWg(sA, K, w, n0, sWa, acc);
     } else {
       ClsGemm(sA, K, w, n0, sWa, acc);
@@ -861,7 +691,7 @@ __device__ __forceinline__ void WarpTopKByBisection(const float* sc, int n, int 
 // de-roped at its own position (as RotateRope of one row), 64 / rows_per_block blocks in one
 // tile, or above 64 rows one block in several tiles; their scores per block kept in the CTA's
 // slice of score_scratch until the top-l (one warp per block, or the CTA block after block).
-template <typename T, int kD, bool kWg, bool kStream>
+template <typename T, int kD, bool kWg>
 __global__ void __launch_bounds__(kClsThreads, 1) SaapClassifyKernel(SaapArgs a) {
   constexpr int kHalf = kD / 2, kCh = kD / 8;
   extern __shared__ __align__(128) char smem[];
@@ -873,7 +703,6 @@ __global__ void __launch_bounds__(kClsThreads, 1) SaapClassifyKernel(SaapArgs a)
   const float* sRowM = reinterpret_cast<const float*>(smem + lay.rowm);
   const float* sRowInv = reinterpret_cast<const float*>(smem + lay.rowinv);
   double* sBase = reinterpret_cast<double*>(smem + lay.base);
-  [[maybe_unused]] const uint32_t sWa = (SmemAddr(smem + lay.w) + 1023u) & ~1023u;  // kStream
 
   const int tid = threadIdx.x;
   const AttnParams& p = a.p;
@@ -899,7 +728,6 @@ __global__ void __launch_bounds__(kClsThreads, 1) SaapClassifyKernel(SaapArgs a)
           const int rows = min(kClsRows, geo.q_end - row_start);
           const int64_t pos_base = static_cast<int64_t>(geo.first_pos) + (row_start - geo.q_begin);
           __syncthreads();  // sX, sBase, sStat and the scratch are free
-          if constexpr (kStream) ClsStreamIssue(MakeClsStream<kD>(a, h), 0, sWa);
           BaseAngles(as.inv_freq, kHalf, pos_base, sBase);
           __syncthreads();
           for (int idx = tid; idx < kClsRows * kHalf; idx += kClsThreads) {
@@ -918,7 +746,7 @@ __global__ void __launch_bounds__(kClsThreads, 1) SaapClassifyKernel(SaapArgs a)
           }
           __syncthreads();
           const uint64_t valid = rows >= 64 ? ~uint64_t{0} : (uint64_t{1} << rows) - 1;
-          ClassifyTile<kD, kWg, kStream>(a, h, valid, lay, smem, scratch);
+          ClassifyTile<kD, kWg>(a, h, valid, lay, smem, scratch);
           for (int c = tid; c < C; c += kClsThreads) {
             sScore[c] += RowsMass(scratch, sRowM, sRowInv, cp, c, 0, rows);
           }
@@ -951,7 +779,6 @@ __global__ void __launch_bounds__(kClsThreads, 1) SaapClassifyKernel(SaapArgs a)
           if (j < min(rpb, geo.q_end - geo.q_begin)) valid |= uint64_t{1} << r;
         }
         __syncthreads();  // sX, sStat and the scratch are free
-        if constexpr (kStream) ClsStreamIssue(MakeClsStream<kD>(a, h), 0, sWa);
         for (int idx = tid; idx < kClsRows * kHalf; idx += kClsThreads) {
           const int r = idx / kHalf, i = idx - r * kHalf;
           const RopePair pc = PairCols(as.interleaved, kHalf, i);
@@ -975,7 +802,7 @@ __global__ void __launch_bounds__(kClsThreads, 1) SaapClassifyKernel(SaapArgs a)
           StoreRowPair(sX, kCh, r, pc, y);
         }
         __syncthreads();
-        ClassifyTile<kD, kWg, kStream>(a, h, valid, lay, smem, scratch);
+        ClassifyTile<kD, kWg>(a, h, valid, lay, smem, scratch);
         const bool first = first_head && t == 0;
         // Per bucket, 8 blocks at a time: every load (the rows' logits, the running sums) before
         // the stores, which the compiler could not move past them (they may alias).
@@ -1086,36 +913,16 @@ struct SaapSrc {
   }
 };
 
-// SPATTN_SAAP_KEYS_PAIR=1 (a measurement knob of session 30): the paired key-assign kernel at one
-// CTA per SM (up to 255 registers) instead of two (128 registers; ptxas spills ~140 bytes).
-bool SaapKeysPairOneCta() {
-  static const bool one = [] {
-    const char* c = std::getenv("SPATTN_SAAP_KEYS_PAIR");
-    return c != nullptr && c[0] == '1';
-  }();
-  return one;
-}
-
 template <typename T, int kD>
 cudaError_t SaapLaunchTyped(const SaapArgs& a, cudaStream_t stream) {
   cudaError_t err;
   if (a.num_key_tiles > 0) {
-    if (SaapKnobs().keys_pair) {
-      auto assign = SaapKeysPairOneCta() ? SaapAssignKernel<T, kD, 2, 1>
-                                         : SaapAssignKernel<T, kD, 2, 2>;
-      if ((err = cudaFuncSetAttribute(assign, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      AssignSmemBytes<kD, 2>())) != cudaSuccess) {
-        return err;
-      }
-      assign<<<(a.num_key_tiles + 1) / 2, 2 * kAsThreads, AssignSmemBytes<kD, 2>(), stream>>>(a);
-    } else {
-      auto assign = SaapAssignKernel<T, kD, 1, 3>;
-      if ((err = cudaFuncSetAttribute(assign, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      AssignSmemBytes<kD>())) != cudaSuccess) {
-        return err;
-      }
-      assign<<<a.num_key_tiles, kAsThreads, AssignSmemBytes<kD>(), stream>>>(a);
+    auto assign = SaapAssignKernel<T, kD>;
+    if ((err = cudaFuncSetAttribute(assign, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    AssignSmemBytes<kD>())) != cudaSuccess) {
+      return err;
     }
+    assign<<<a.num_key_tiles, kAsThreads, AssignSmemBytes<kD>(), stream>>>(a);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
     SaapHistogramKernel<<<a.num_key_tiles, kAsKeys, 0, stream>>>(a);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
@@ -1137,9 +944,7 @@ cudaError_t SaapLaunchTyped(const SaapArgs& a, cudaStream_t stream) {
     const int smem_wg =
         MakeClsLayout(kD, a.assets.num_layers, a.assets.hidden_pad, a.assets.c_pad, true).total;
     const bool wg = SaapClassifierUsesWgmma(smem_wg);
-    auto classify = !wg                      ? &SaapClassifyKernel<T, kD, false, false>
-                    : SaapKnobs().cls_stream ? &SaapClassifyKernel<T, kD, true, true>
-                                             : &SaapClassifyKernel<T, kD, true, false>;
+    auto classify = wg ? &SaapClassifyKernel<T, kD, true> : &SaapClassifyKernel<T, kD, false>;
     const int smem =
         wg ? smem_wg
            : SaapClassifySmemBytes(kD, a.assets.num_layers, a.assets.hidden_pad, a.assets.c_pad);
@@ -1160,8 +965,6 @@ SaapKnobsT& SaapKnobs() {
   static SaapKnobsT knobs = [] {
     SaapKnobsT k;
     if (const char* c = std::getenv("SPATTN_SAAP_CLS_WGMMA")) k.cls_wgmma = c[0] != '0';
-    if (const char* c = std::getenv("SPATTN_SAAP_CLS_STREAM")) k.cls_stream = c[0] != '0';
-    if (const char* c = std::getenv("SPATTN_SAAP_KEYS_PAIR")) k.keys_pair = c[0] != '0';
     return k;
   }();
   return knobs;

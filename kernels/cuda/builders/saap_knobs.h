@@ -15,20 +15,9 @@ namespace cuda {
 
 struct SaapKnobsT {
   bool cls_wgmma = true;
-  // SPATTN_SAAP_CLS_STREAM=0: the wgmma classifier streams each 256-column chunk's weight slabs
-  // as session 29 did (ClsGemmWg: one slab in flight while it waits, a restart per chunk) instead
-  // of one stream per tile with two slabs in flight (ClsGemmWgStream); the same products.
-  bool cls_stream = true;
-  // SPATTN_SAAP_KEYS_PAIR=0: one CTA of 4 warps per 64-key tile in the key assignment (session 29)
-  // instead of one CTA of 8 warps per two tiles of a kv head sharing one stream of centroid tiles;
-  // the same products and classes per key.
-  bool keys_pair = true;
   // Tests: when set, each build copies the visited buckets of every (kv group, block) (top_l each,
   // the classifier's classes) here (a synchronizing download; not for timing).
   std::vector<int32_t>* capture_selected = nullptr;
-  // Tests: when set, each build copies every used key's centroid (bucket_of, per (kv head,
-  // sequence) unit in the key order) here (a synchronizing download; not for timing).
-  std::vector<int32_t>* capture_key_buckets = nullptr;
 };
 SaapKnobsT& SaapKnobs();
 // The classifier kernel runs its products by wgmma: SaapKnobs().cls_wgmma on a compute capability
