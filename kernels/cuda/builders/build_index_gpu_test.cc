@@ -1470,5 +1470,84 @@ TEST(BuildIndexOnGpuEstimateTest, WgmmaPass3IsTheMmaSyncPass3) {
 #endif
 }
 
+// ---- s30-saap: the classifier's weights uploaded slab by slab (SaapKnobs().cls_packed) ----
+
+// The same assets uploaded slab by slab (cls_packed) and row-major (default): the classifier
+// reads the same weight values into the same shared-memory slabs, so it visits the same buckets
+// (compared exactly) and builds the same index, offsets included, with wgmma and with mma.sync,
+// over every shape of the twin cases, the twin test's three asset shapes (one and several
+// 256-wide chunks and k slabs per layer; a one-layer classifier) and both head lists.
+TEST(BuildIndexOnGpuSaapTest, PackedWeightSlabsBuildTheRowMajorIndex) {
+  SKIP_WITHOUT_GPU();
+#ifndef SPATTN_SL_KNOBS
+  GTEST_SKIP() << "the GPU Saap builder's knobs exist only in CUDA builds";
+#else
+  auto engine = MakeEngine(int64_t{512} << 20);
+  ASSERT_NE(engine, nullptr);
+  cuda::SaapKnobsT& knobs = cuda::SaapKnobs();
+  const cuda::SaapKnobsT saved = knobs;
+  const MethodCases mc = CasesFor(Method::kSaap);
+  uint64_t seed = 3031;
+  int64_t compared = 0;
+  struct AssetShape {
+    int centroids, hidden;
+    bool one_layer;
+  };
+  for (const Shape& sh : Shapes()) {
+    auto hp = MakeProblem(sh.q, sh.k, sh.hq, sh.hkv, sh.d, sh.dtype, sh.causal, ++seed,
+                          /*integer_qk=*/false);
+    auto dp = DeviceProblem::Create(engine->device(), *hp);
+    ASSERT_TRUE(dp.ok()) << dp.status();
+    for (const AssetShape& as : {AssetShape{32, 48, false}, AssetShape{300, 600, false},
+                                 AssetShape{32, sh.d, true}}) {
+      LayerAssets assets =
+          method_testing::RandomSaapAssets(sh.hq, sh.hkv, sh.d, as.centroids, as.hidden, ++seed);
+      assets.rope_interleaved = (seed & 1) != 0;
+      if (as.one_layer) {
+        for (auto& layers : assets.classifiers) layers.erase(layers.begin());  // d -> centroids
+      }
+      knobs.cls_packed = true;
+      auto up_packed = engine->UploadLayerAssets(assets, sh.d);
+      knobs.cls_packed = false;
+      auto up_rows = engine->UploadLayerAssets(assets, sh.d);
+      knobs = saved;
+      ASSERT_TRUE(up_packed.ok()) << up_packed.status();
+      ASSERT_TRUE(up_rows.ok()) << up_rows.status();
+      MethodConfig config = mc.configs.front();
+      config.saap.num_centroids = as.centroids;
+      for (const std::vector<int>& heads : {AllHeads(sh.hq), std::vector<int>{sh.hq - 1, 0}}) {
+        for (bool wg : {true, false}) {
+          const std::string what = absl::StrCat(
+              config.DebugString(), " hidden=", as.one_layer ? 0 : as.hidden, " wgmma=", wg,
+              " heads=", heads.size(), " ", Describe(hp->problem()));
+          SparseIndex packed, rows;
+          std::vector<int32_t> sel_packed, sel_rows;
+          knobs.cls_wgmma = wg;
+          knobs.cls_packed = true;
+          knobs.capture_selected = &sel_packed;
+          BuildOnGpu(*engine, *hp, **dp, config, heads, 64, up_packed->get(), what, &packed);
+          engine->ReleaseIndexes();
+          knobs.cls_packed = false;
+          knobs.capture_selected = &sel_rows;
+          BuildOnGpu(*engine, *hp, **dp, config, heads, 64, up_rows->get(), what, &rows);
+          engine->ReleaseIndexes();
+          knobs = saved;
+          if (::testing::Test::HasFatalFailure()) return;
+          ASSERT_EQ(sel_packed.size(), sel_rows.size()) << what;
+          int64_t diff = 0;
+          for (size_t i = 0; i < sel_packed.size(); ++i) diff += sel_packed[i] != sel_rows[i];
+          EXPECT_EQ(diff, 0) << what << " (" << sel_packed.size() << " visited buckets)";
+          compared += static_cast<int64_t>(sel_packed.size());
+          ExpectSameIndex(packed, rows, what, /*with_offsets=*/true);
+        }
+      }
+    }
+  }
+  printf("saap classifier packed vs row-major weights: %lld visited buckets compared\n",
+         static_cast<long long>(compared));
+  EXPECT_GT(compared, 0);
+#endif
+}
+
 }  // namespace
 }  // namespace spattn

@@ -299,8 +299,10 @@ __host__ __device__ inline ClsLayout MakeClsLayout(int head_dim, int num_layers,
 // acc = A[64 x K] (swizzled bf16 tile, K / 8 chunks per row) * W[n0, n0 + 256) x K ^T (bf16
 // rows of K elements in global memory, streamed in 64-wide k slabs). Warp w: rows
 // 32 (w & 1) + [0, 32), columns n0 + 64 (w >> 1) + [0, 64).
+// packed (SaapKnobs().cls_packed): w is the slab-by-slab layout of saap_knobs.h, chunk n0 / 256's
+// slab s the 32 KB at (n0 / 256 x K / 64 + s) x 16384 elements, 64 per row.
 __device__ __forceinline__ void ClsGemm(uint32_t sA, int K, const __nv_bfloat16* w, int n0,
-                                        uint32_t sW, float (&acc)[2][8][4]) {
+                                        uint32_t sW, float (&acc)[2][8][4], bool packed) {
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int wr = warp & 1, wc = warp >> 1;
   const int chunks_a = K / 8;
@@ -324,11 +326,17 @@ __device__ __forceinline__ void ClsGemm(uint32_t sA, int K, const __nv_bfloat16*
   constexpr int kSlabCh = kClsK / 8, kRowStep = kClsThreads / kSlabCh;
   static_assert(kClsN % kRowStep == 0, "slab rows per thread");
   const int lr = tid / kSlabCh, lch = tid - lr * kSlabCh;
-  const __nv_bfloat16* wsrc = w + static_cast<int64_t>(n0 + lr) * K + lch * 8;
+  const int64_t row_stride = packed ? kClsK : K;
+  const int64_t slab_stride = packed ? int64_t{kClsN} * kClsK : kClsK;
+  const __nv_bfloat16* wsrc =
+      w +
+      (packed ? static_cast<int64_t>(n0 / kClsN) * (K / kClsK) * kClsN * kClsK
+              : static_cast<int64_t>(n0) * K) +
+      lr * row_stride + lch * 8;
   const uint32_t wdst = sW + TileOff(lr, lch, kSlabCh);
-  const int64_t wstep = static_cast<int64_t>(kRowStep) * K;
+  const int64_t wstep = kRowStep * row_stride;
   auto issue = [&](int s) {
-    const __nv_bfloat16* src = wsrc + s * kClsK;
+    const __nv_bfloat16* src = wsrc + s * slab_stride;
     const uint32_t dst = wdst + (s & 1) * kClsSlabBytes;
 #pragma unroll
     for (int j = 0; j < kClsN / kRowStep; ++j) {
@@ -382,7 +390,7 @@ __device__ __forceinline__ void ClsGemm(uint32_t sA, int K, const __nv_bfloat16*
 // from shared memory once per warpgroup instead of once per warp. Slab s + 1 streams in while the
 // wgmma of slab s run; the wait for them sits before the barrier that frees slab s's buffer.
 __device__ __forceinline__ void ClsGemmWg(uint32_t sA, int K, const __nv_bfloat16* w, int n0,
-                                          uint32_t sW, float (&acc)[2][8][4]) {
+                                          uint32_t sW, float (&acc)[2][8][4], bool packed) {
 #if SPATTN_SAAP_SM90A
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int u = warp >> 2, wq = warp & 3;
@@ -405,11 +413,17 @@ __device__ __forceinline__ void ClsGemmWg(uint32_t sA, int K, const __nv_bfloat1
   static_assert(kClsN % kRowStep == 0, "slab rows per thread");
   static_assert(kClsN == 2 * 128 && kClsK == 64, "two warpgroups of n128, 128-byte slab rows");
   const int lr = tid / kSlabCh, lch = tid - lr * kSlabCh;
-  const __nv_bfloat16* wsrc = w + static_cast<int64_t>(n0 + lr) * K + lch * 8;
+  const int64_t row_stride = packed ? kClsK : K;
+  const int64_t slab_stride = packed ? int64_t{kClsN} * kClsK : kClsK;
+  const __nv_bfloat16* wsrc =
+      w +
+      (packed ? static_cast<int64_t>(n0 / kClsN) * (K / kClsK) * kClsN * kClsK
+              : static_cast<int64_t>(n0) * K) +
+      lr * row_stride + lch * 8;
   const uint32_t wdst = sW + TileOff(lr, lch, kSlabCh);
-  const int64_t wstep = static_cast<int64_t>(kRowStep) * K;
+  const int64_t wstep = kRowStep * row_stride;
   auto issue = [&](int s) {
-    const __nv_bfloat16* src = wsrc + s * kClsK;
+    const __nv_bfloat16* src = wsrc + s * slab_stride;
     const uint32_t dst = wdst + (s & 1) * kClsSlabBytes;
 #pragma unroll
     for (int j = 0; j < kClsN / kRowStep; ++j) {
@@ -468,7 +482,8 @@ __device__ __forceinline__ void ClsGemmWg(uint32_t sA, int K, const __nv_bfloat1
 // (64 columns) of the chunk in the same order, the same quad, the quarter's slot in sStat.
 template <int kD, bool kWg>
 __device__ __forceinline__ void ClassifyTile(const SaapArgs& a, int h, uint64_t valid,
-                                             const ClsLayout& lay, char* smem, float* scratch) {
+                                             const ClsLayout& lay, char* smem, float* scratch,
+                                             bool packed) {
   const SaapAssetsDev& as = a.assets;
   const int hp = as.hidden_pad, cp = as.c_pad, C = as.num_centroids;
   const uint32_t sXa = SmemAddr(smem + lay.x);
@@ -493,9 +508,9 @@ __device__ __forceinline__ void ClassifyTile(const SaapArgs& a, int h, uint64_t 
   float acc[2][8][4];
   auto gemm = [&](uint32_t sA, int K, const __nv_bfloat16* w, int n0) {
     if constexpr (kWg) {
-      ClsGemmWg(sA, K, w, n0, sWa, acc);
+      ClsGemmWg(sA, K, w, n0, sWa, acc, packed);
     } else {
-      ClsGemm(sA, K, w, n0, sWa, acc);
+      ClsGemm(sA, K, w, n0, sWa, acc, packed);
     }
   };
   if (as.num_layers == 2) {
@@ -691,8 +706,9 @@ __device__ __forceinline__ void WarpTopKByBisection(const float* sc, int n, int 
 // de-roped at its own position (as RotateRope of one row), 64 / rows_per_block blocks in one
 // tile, or above 64 rows one block in several tiles; their scores per block kept in the CTA's
 // slice of score_scratch until the top-l (one warp per block, or the CTA block after block).
+// packed: SaapKnobs().cls_packed (the weights' layout, saap_knobs.h).
 template <typename T, int kD, bool kWg>
-__global__ void __launch_bounds__(kClsThreads, 1) SaapClassifyKernel(SaapArgs a) {
+__global__ void __launch_bounds__(kClsThreads, 1) SaapClassifyKernel(SaapArgs a, bool packed) {
   constexpr int kHalf = kD / 2, kCh = kD / 8;
   extern __shared__ __align__(128) char smem[];
   const SaapAssetsDev& as = a.assets;
@@ -746,7 +762,7 @@ __global__ void __launch_bounds__(kClsThreads, 1) SaapClassifyKernel(SaapArgs a)
           }
           __syncthreads();
           const uint64_t valid = rows >= 64 ? ~uint64_t{0} : (uint64_t{1} << rows) - 1;
-          ClassifyTile<kD, kWg>(a, h, valid, lay, smem, scratch);
+          ClassifyTile<kD, kWg>(a, h, valid, lay, smem, scratch, packed);
           for (int c = tid; c < C; c += kClsThreads) {
             sScore[c] += RowsMass(scratch, sRowM, sRowInv, cp, c, 0, rows);
           }
@@ -802,7 +818,7 @@ __global__ void __launch_bounds__(kClsThreads, 1) SaapClassifyKernel(SaapArgs a)
           StoreRowPair(sX, kCh, r, pc, y);
         }
         __syncthreads();
-        ClassifyTile<kD, kWg>(a, h, valid, lay, smem, scratch);
+        ClassifyTile<kD, kWg>(a, h, valid, lay, smem, scratch, packed);
         const bool first = first_head && t == 0;
         // Per bucket, 8 blocks at a time: every load (the rows' logits, the running sums) before
         // the stores, which the compiler could not move past them (they may alias).
@@ -952,7 +968,7 @@ cudaError_t SaapLaunchTyped(const SaapArgs& a, cudaStream_t stream) {
         cudaSuccess) {
       return err;
     }
-    classify<<<a.classify_grid, kClsThreads, smem, stream>>>(a);
+    classify<<<a.classify_grid, kClsThreads, smem, stream>>>(a, SaapKnobs().cls_packed);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -965,6 +981,7 @@ SaapKnobsT& SaapKnobs() {
   static SaapKnobsT knobs = [] {
     SaapKnobsT k;
     if (const char* c = std::getenv("SPATTN_SAAP_CLS_WGMMA")) k.cls_wgmma = c[0] != '0';
+    if (const char* c = std::getenv("SPATTN_SAAP_CLS_PACKED")) k.cls_packed = c[0] == '1';
     return k;
   }();
   return knobs;

@@ -385,13 +385,21 @@ absl::StatusOr<std::unique_ptr<CudaLayerAssets::Rep>> UploadSaapAssets(const Lay
       const auto& c = assets.classifiers[h];
       if (c.empty()) continue;
       rep->has_classifier[h] = true;
-      // Transposed weights [out][in] (bf16), zero-padded rows and columns.
+      // Transposed weights [out][in] (bf16), zero-padded rows and columns; with
+      // SaapKnobs().cls_packed the same elements slab by slab (saap_knobs.h): (o, i) at
+      // ((o / 256 x in_pad / 64 + i / 64) x 256 + o % 256) x 64 + i % 64 (out_pad is a multiple
+      // of 256, in_pad of 64).
+      const bool packed = SaapKnobs().cls_packed;
       auto transpose = [&](const DenseLayerWeights& w, int out_pad, int in_pad, int64_t at) {
         std::vector<uint16_t> t(static_cast<size_t>(out_pad) * in_pad, 0);
         for (int i = 0; i < w.in; ++i) {
           for (int o = 0; o < w.out; ++o) {
-            t[static_cast<size_t>(o) * in_pad + i] =
-                FloatToBf16(w.weight[static_cast<size_t>(i) * w.out + o]);
+            const size_t to =
+                packed ? ((static_cast<size_t>(o / 256) * (in_pad / 64) + i / 64) * 256 + o % 256) *
+                                 64 +
+                             i % 64
+                       : static_cast<size_t>(o) * in_pad + i;
+            t[to] = FloatToBf16(w.weight[static_cast<size_t>(i) * w.out + o]);
           }
         }
         put(at, t.data(), static_cast<int64_t>(t.size()) * 2);

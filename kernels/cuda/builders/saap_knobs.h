@@ -2,8 +2,10 @@
 // per process (at first use): SPATTN_SAAP_CLS_WGMMA (=0: the query classifier's products by
 // mma.sync, main's before session 29, instead of wgmma on a compute capability 9.0 device; the
 // same logits, classes and index, build_index_gpu_test's
-// BuildIndexOnGpuSaapTest.WgmmaClassifierIsTheMmaSyncClassifier). Tests change them through the
-// returned reference, between builds only.
+// BuildIndexOnGpuSaapTest.WgmmaClassifierIsTheMmaSyncClassifier); SPATTN_SAAP_CLS_PACKED (=1:
+// the classifier's weights uploaded slab by slab, session 30, below). Tests change them through
+// the returned reference, between builds only (cls_packed: before the assets' upload, and kept
+// for every build with them).
 #ifndef SPATTN_KERNELS_CUDA_BUILDERS_SAAP_KNOBS_H_
 #define SPATTN_KERNELS_CUDA_BUILDERS_SAAP_KNOBS_H_
 
@@ -15,6 +17,12 @@ namespace cuda {
 
 struct SaapKnobsT {
   bool cls_wgmma = true;
+  // The classifier's transposed weights in device memory as the kernel streams them: 256-row x
+  // 64-k slabs, each 32 KB contiguous ([out / 256][in / 64][256][64] bf16), instead of row-major
+  // [out][in] where a slab's 256 rows of 128 bytes lie K x 2 bytes apart (2 KB in layer 2; every
+  // CTA reading the same head's slabs at once). Read at the upload (saap_host.cc) and at every
+  // launch (saap.cu); the same values, products and index. Off by default until measured.
+  bool cls_packed = false;
   // Tests: when set, each build copies the visited buckets of every (kv group, block) (top_l each,
   // the classifier's classes) here (a synchronizing download; not for timing).
   std::vector<int32_t>* capture_selected = nullptr;
