@@ -13,7 +13,6 @@
 //  4. Assembly: each query block ORs the column and slash spans of the chunks its rows belong to
 //     and the local window into its row bitmap (assembled_common.cuh).
 #include <cfloat>
-#include <cstdlib>
 #include <type_traits>
 
 #include "kernels/cuda/builders/assembled_common.cuh"
@@ -60,21 +59,8 @@ __device__ __forceinline__ void SaWindow(const SaUnit& u, const SaItem& item, in
 // The one pass takes 128 registers at d128 (ptxas -v, sm_90a; 106 at d64), no spills: two CTAs
 // per SM as pass 1 (124). (A minimum-blocks bound of 2 on it changed the other instantiations'
 // code as well; without one, their sm_90a .text is byte-identical to the two-pass file's.)
-// kStages: K tile buffers (2: the next tile loads while this one is used; 3 / 4, the one pass
-// only: two / three ahead; 2 x (32 KB of Q + 4 x 16 KB) still fit an SM).
-template <int kStages, class Issue>
-__device__ __forceinline__ void SaAwaitTile(int t, int ntiles, Issue issue) {
-  if (t + kStages - 1 < ntiles) issue(t + kStages - 1);
-  CpAsyncCommit();
-  CpAsyncWait<kStages - 1>();
-  __syncthreads();
-}
-
-template <typename T, int kD, bool kScores, int kSlots = kSaSlots, bool kOne = false,
-          int kStages = 2>
+template <typename T, int kD, bool kScores, int kSlots = kSaSlots, bool kOne = false>
 __global__ void __launch_bounds__(kSaThreads) SaPassKernel(SaArgs a) {
-  static_assert(kStages == 2 || ((kStages == 3 || kStages == 4) && kOne),
-                "3 / 4 stages: the one pass only");
   constexpr int kCh = kD / 8;
   constexpr int kKS = kD / 16;
   extern __shared__ __align__(128) char smem[];
@@ -123,17 +109,12 @@ __global__ void __launch_bounds__(kSaThreads) SaPassKernel(SaArgs a) {
   auto issue = [&](int t) {
     const int j = kb + t * kSaTileN;
     LoadTileAsync(
-        sKa + (t % kStages) * kSaTileN * kD * 2, kSaTileN, min(kSaTileN, ke - j), kCh,
+        sKa + (t & 1) * kSaTileN * kD * 2, kSaTileN, min(kSaTileN, ke - j), kCh,
         [&](int r) { return kg + static_cast<int64_t>(k_tok0 + j + r) * p.k_token_stride; }, tid,
         kSaThreads);
   };
   issue(0);
   CpAsyncCommit();
-#pragma unroll
-  for (int s = 1; s < kStages - 1; ++s) {
-    if (s < ntiles) issue(s);
-    CpAsyncCommit();
-  }
 
   const int row0 = warp * 16;
   const bool active = row0 < rows;
@@ -166,14 +147,14 @@ __global__ void __launch_bounds__(kSaThreads) SaPassKernel(SaArgs a) {
   uint32_t qf[kKS][4];
 
   for (int t = 0; t < ntiles; ++t) {
-    SaAwaitTile<kStages>(t, ntiles, issue);
+    AwaitTile(t, ntiles, issue);
     if (t == 0 && active) {
 #pragma unroll
       for (int ks = 0; ks < kKS; ++ks) LoadA(sQa, row0, ks, kCh, lane, qf[ks]);
     }
     const int j = kb + t * kSaTileN;
     if (active) {
-      const uint32_t kst = sKa + (t % kStages) * kSaTileN * kD * 2;
+      const uint32_t kst = sKa + (t & 1) * kSaTileN * kD * 2;
       float s[8][4];
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt) {
@@ -784,20 +765,10 @@ template <typename T, int kD>
 cudaError_t SaLaunchTyped(const SaArgs& a, cudaStream_t stream) {
   constexpr int smem = SaSmemBytes<kD>();
   if (a.op_partial != nullptr) {
-    // SPATTN_SA_STAGES=3 / 4: the one pass with that many K tile buffers (same arithmetic, same
-    // bits; default 2).
-    const char* st = std::getenv("SPATTN_SA_STAGES");
-    const int stages = st != nullptr ? std::atoi(st) : 2;
-    auto one = stages == 4   ? SaPassKernel<T, kD, false, kSaSlots, true, 4>
-               : stages == 3 ? SaPassKernel<T, kD, false, kSaSlots, true, 3>
-                             : SaPassKernel<T, kD, false, kSaSlots, true>;
-    const int one_smem = stages == 4   ? kSaRows * kD * 2 + 4 * kSaTileN * kD * 2
-                         : stages == 3 ? kSaRows * kD * 2 + 3 * kSaTileN * kD * 2
-                                       : smem;
-    cudaError_t err =
-        cudaFuncSetAttribute(one, cudaFuncAttributeMaxDynamicSharedMemorySize, one_smem);
+    auto one = SaPassKernel<T, kD, false, kSaSlots, true>;
+    cudaError_t err = cudaFuncSetAttribute(one, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (err != cudaSuccess) return err;
-    one<<<a.num_items, kSaThreads, one_smem, stream>>>(a);
+    one<<<a.num_items, kSaThreads, smem, stream>>>(a);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
     SaCombineKernel<<<a.num_units, kSaRows, 0, stream>>>(a);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;

@@ -7,7 +7,8 @@
 #     bit) and the assembled error codes; then sampled_lines / anchor / saap cases if time is left.
 #  2. spattn-bench sample_attention 32K base (main e9c159b) vs new, one process each, alternating,
 #     NP (no profile) and PROFILE (SPATTN_GPU_BUILDER_PROFILE=1); new with
-#     SPATTN_ASM_SPAN_CAP=0 (same binary, bitmap passes); 128K one each while time is left.
+#     SPATTN_ASM_SPAN_CAP=0 (same binary, bitmap passes) and with SPATTN_SA_STAGES=3 / 4 (the one
+#     pass with 3 / 4 K tile buffers); 128K one each while time is left (STOP_AFTER).
 set -u
 cd "$(dirname "$0")"
 W=/tmp/s30sa && rm -rf "$W" && mkdir -p "$W/bin" && tar -xJf lib.tar.xz -C "$W"
@@ -44,20 +45,28 @@ bench() {  # variant len repeat recall_rows env...
   note "spattn-bench $v $len rc=$?"
 }
 P=SPATTN_GPU_BUILDER_PROFILE=1
+S3=SPATTN_SA_STAGES=3
+S4=SPATTN_SA_STAGES=4
 bench baseNP 32768 10 16 X=1
 bench newNP 32768 10 16 X=1
 bench base 32768 7 16 $P
 bench new 32768 7 16 $P
+bench new3 32768 7 16 $P $S3
+bench new4 32768 7 16 $P $S4
+bench new3NP 32768 10 16 $S3
+bench new4NP 32768 10 16 $S4
 bench newNP 32768 10 16 X=1
 bench baseNP 32768 10 16 X=1
 bench newcap0NP 32768 10 16 SPATTN_ASM_SPAN_CAP=0
+bench new4NP 32768 10 16 $S4
+bench new3NP 32768 10 16 $S3
 bench baseNP 32768 10 16 X=1
 bench newNP 32768 10 16 X=1
 bench baseNP 131072 3 4 X=1
 bench newNP 131072 3 4 X=1
 python3 - "$OUT/raw" <<'PY' | tee "$OUT/shares.txt"
 import json, sys, os
-for v in ("base", "new", "baseNP", "newNP", "newcap0NP"):
+for v in ("base", "new", "new3", "new4", "baseNP", "newNP", "new3NP", "new4NP", "newcap0NP"):
     path = os.path.join(sys.argv[1], "bench_%s.jsonl" % v)
     if not os.path.exists(path): continue
     for line in open(path):
@@ -69,7 +78,7 @@ for v in ("base", "new", "baseNP", "newNP", "newcap0NP"):
               (v, r["method"], r["seq_len"], b, k, 100 * b / (b + k), r["density"],
                r["recall"], r.get("index_ranges"), r.get("index_cols"), r.get("pairs")))
 PY
-python3 builder_stages.py $(for v in base new; do [ -f "$OUT/raw/bench_$v.jsonl" ] && echo "$v=$OUT/raw/bench_$v"; done) > "$OUT/stages.txt" 2>&1
+python3 builder_stages.py $(for v in base new new3 new4; do [ -f "$OUT/raw/bench_$v.jsonl" ] && echo "$v=$OUT/raw/bench_$v"; done) > "$OUT/stages.txt" 2>&1
 cat "$OUT/stages.txt"
 if [ $SECONDS -le ${STOP_AFTER2:-80} ]; then
   t build_index_other ${TEST2_S:-30} X=1 bin/build_index_gpu_test --gtest_filter='*/sampled_lines:*/anchor:*/saap'
