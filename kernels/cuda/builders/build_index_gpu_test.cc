@@ -1549,5 +1549,110 @@ TEST(BuildIndexOnGpuSaapTest, PackedWeightSlabsBuildTheRowMajorIndex) {
 #endif
 }
 
+// ---- s30-sa: sample_attention's span rows (row_assembly.cuh AssembleSpansKernel) ----
+// sample_attention's rows are unions of key spans with no columns, so the assembler takes them
+// from their sorted spans (one warp a row) instead of the bitmap passes (SPATTN_ASM_SPAN_CAP=0,
+// main's path); rows with more spans than the cap take the bitmaps in the same build (cap 4
+// below: most rows). Every index array, offsets included, is the same bit for bit over every
+// shape and config (blk 16 / 32 / 64 / 128, local windows, chunk_n 1-5) at block_m 64 and 128,
+// and on llm_mix 16K.
+class SpanCapEnv {
+ public:
+  explicit SpanCapEnv(int cap) {
+    if (cap >= 0) {
+      setenv("SPATTN_ASM_SPAN_CAP", std::to_string(cap).c_str(), 1);
+    } else {
+      unsetenv("SPATTN_ASM_SPAN_CAP");
+    }
+  }
+  ~SpanCapEnv() { unsetenv("SPATTN_ASM_SPAN_CAP"); }
+};
+
+TEST(BuildIndexOnGpuSampleAttentionTest, SpanRowsBuildTheBitmapIndex) {
+  SKIP_WITHOUT_GPU();
+  auto engine = MakeEngine(int64_t{512} << 20);
+  ASSERT_NE(engine, nullptr);
+  const MethodCases mc = CasesFor(Method::kSampleAttention);
+  uint64_t seed = 3000;
+  int compared = 0;
+  for (const Shape& sh : Shapes()) {
+    auto hp = MakeProblem(sh.q, sh.k, sh.hq, sh.hkv, sh.d, sh.dtype, sh.causal, ++seed, false);
+    auto dp = DeviceProblem::Create(engine->device(), *hp);
+    ASSERT_TRUE(dp.ok()) << dp.status();
+    for (const MethodConfig& config : mc.configs) {
+      for (int block_m : {64, 128}) {
+        const std::string what =
+            absl::StrCat(config.DebugString(), " block_m=", block_m, " ", Describe(hp->problem()));
+        SparseIndex ref;
+        {
+          SpanCapEnv env(0);
+          BuildOnGpu(*engine, *hp, **dp, config, AllHeads(sh.hq), block_m, nullptr,
+                     what + " bitmaps", &ref);
+          engine->ReleaseIndexes();
+        }
+        if (::testing::Test::HasFatalFailure()) return;
+        for (int cap : {-1, 4}) {
+          SparseIndex got;
+          {
+            SpanCapEnv env(cap);
+            BuildOnGpu(*engine, *hp, **dp, config, AllHeads(sh.hq), block_m, nullptr,
+                       absl::StrCat(what, " span cap ", cap), &got);
+            engine->ReleaseIndexes();
+          }
+          if (::testing::Test::HasFatalFailure()) return;
+          ExpectSameIndex(got, ref, absl::StrCat(what, " span cap ", cap), /*with_offsets=*/true);
+          ++compared;
+        }
+      }
+    }
+  }
+  EXPECT_GT(compared, 0);
+}
+
+TEST(BuildIndexOnGpuSampleAttentionTest, SpanRowsBuildTheBitmapIndexOnLlmMix) {
+  SKIP_WITHOUT_GPU();
+  auto engine = MakeEngine(int64_t{2} << 30);
+  ASSERT_NE(engine, nullptr);
+  WorkloadOptions o;
+  o.workload = "llm_mix";
+  o.shape.q_lens = {16384};
+  o.shape.num_q_heads = 8;
+  o.shape.num_kv_heads = 2;
+  o.shape.head_dim = 128;
+  o.shape.dtype = DType::kBF16;
+  auto w = GenerateWorkload(o);
+  ASSERT_TRUE(w.ok()) << w.status();
+  auto dp = DeviceProblem::Create(engine->device(), *w->host);
+  ASSERT_TRUE(dp.ok()) << dp.status();
+  MethodConfig c;
+  c.method = Method::kSampleAttention;
+  for (int block_m : {64, 128}) {
+    SparseIndex ref;
+    {
+      SpanCapEnv env(0);
+      BuildOnGpu(*engine, *w->host, **dp, c, AllHeads(8), block_m, nullptr, "bitmaps", &ref);
+      engine->ReleaseIndexes();
+    }
+    if (::testing::Test::HasFatalFailure()) return;
+    for (int cap : {-1, 4}) {
+      SparseIndex got;
+      {
+        SpanCapEnv env(cap);
+        BuildOnGpu(*engine, *w->host, **dp, c, AllHeads(8), block_m, nullptr,
+                   absl::StrCat("span cap ", cap), &got);
+        engine->ReleaseIndexes();
+      }
+      if (::testing::Test::HasFatalFailure()) return;
+      const Agreement a = Compare(w->host->problem(), ref, got, block_m);
+      printf("sample_attention llm_mix 16K block_m %d span cap %d vs bitmaps: %lld/%lld rows "
+             "differ, %zu ranges\n",
+             block_m, cap, static_cast<long long>(a.differing), static_cast<long long>(a.rows),
+             got.range_start.size());
+      ExpectSameIndex(got, ref, absl::StrCat("llm_mix 16K block_m ", block_m, " span cap ", cap),
+                      /*with_offsets=*/true);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace spattn

@@ -672,6 +672,58 @@ struct SaSrc {
       sh.score_off[j] = u.score_off;
     }
   }
+  // Span rows (row_assembly.cuh): the spans SetBits ORs, in its order (each chunk's selected
+  // column blocks, then its slash blocks; the local window last); no column bits.
+  static constexpr bool kAsmSpans = true;
+  __device__ void UnitSel(const Shared& sh, int ui, int* nc, int* ns, int* n_col,
+                          int64_t* score_off) const {
+    const int j = ui - sh.u_lo;
+    if (j < kPre) {
+      *nc = sh.nc[j];
+      *ns = sh.ns[j];
+      *n_col = sh.n_col[j];
+      *score_off = sh.score_off[j];
+    } else {
+      *nc = a.selected_n[2 * ui];
+      *ns = a.selected_n[2 * ui + 1];
+      *n_col = a.units[ui].n_col;
+      *score_off = a.units[ui].score_off;
+    }
+  }
+  __device__ int NumSpans(const RowCtx&, const Shared& sh) const {
+    int n = a.local_tokens > 0 ? 1 : 0;
+    for (int ui = sh.u_lo; ui < sh.u_hi; ++ui) {
+      int nc, ns, n_col;
+      int64_t score_off;
+      UnitSel(sh, ui, &nc, &ns, &n_col, &score_off);
+      n += nc + ns;
+    }
+    return n;
+  }
+  __device__ void SpanAt(const RowCtx&, const Shared& sh, int i, int64_t* s, int64_t* e) const {
+    const int64_t blk = a.block_size;
+    for (int ui = sh.u_lo; ui < sh.u_hi; ++ui) {
+      int nc, ns, n_col;
+      int64_t score_off;
+      UnitSel(sh, ui, &nc, &ns, &n_col, &score_off);
+      if (i < nc + ns) {
+        const int32_t* sel = a.selected + score_off;
+        if (i < nc) {
+          const int64_t cb = sel[i];
+          *s = cb * blk;
+          *e = (cb + 1) * blk;
+        } else {
+          const int64_t sb = sel[n_col + (i - nc)];
+          *s = sh.first - (sb + 1) * blk + 1;
+          *e = sh.last - sb * blk + 1;
+        }
+        return;
+      }
+      i -= nc + ns;
+    }
+    *s = static_cast<int64_t>(sh.first) - a.local_tokens + 1;  // the local window
+    *e = static_cast<int64_t>(sh.last) + 1;
+  }
   __device__ void SetBits(const RowCtx& ctx, const Shared& sh, uint32_t* R, uint32_t* /*C*/,
                           int64_t wbase) const {
     const int64_t blk = a.block_size;

@@ -111,12 +111,12 @@ absl::StatusOr<SparseIndexView> BuildSampleAttention(const BuildScope& env,
         cudaMemsetAsync(sa.scores, 0, score_total * sizeof(float), env.stream),
         "sample_attention scores");
   }
-  // The assembler's row records (row_assembly.cuh: made before the count pass, read by both).
-  SPATTN_ASSIGN_OR_RETURN(
-      uint32_t* const asm_rec,
-      Carve<uint32_t>(
-          env, static_cast<int64_t>(nslots) * l.host.num_blocks() * row_assembly::kAsmRecWords,
-          "assembly row records"));
+  // The assembler's row records (row_assembly.cuh: made before the count pass, read by both),
+  // then the span kernel's word (AsmOut::span_rest: how many rows it left to the bitmap kernel).
+  const int64_t rec_words =
+      static_cast<int64_t>(nslots) * l.host.num_blocks() * row_assembly::kAsmRecWords;
+  SPATTN_ASSIGN_OR_RETURN(uint32_t* const asm_rec,
+                          Carve<uint32_t>(env, rec_words + 4, "assembly row records"));
   StageTimer timer(env.stream, "sample_attention");
   sa.pass1_done = timer.Event("pass1");
   sa.pass2_done = timer.Event("pass2");
@@ -139,6 +139,7 @@ absl::StatusOr<SparseIndexView> BuildSampleAttention(const BuildScope& env,
       [&](const AsmOut& out, bool fill) {
         AsmOut o = out;
         o.rec = asm_rec;
+        o.span_rest = asm_rec + rec_words;
         return LaunchSampleAttentionAssemble(asm_args, o, fill, env.stream);
       },
       &timer, "cra");

@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cub/block/block_scan.cuh>
 #include <type_traits>
 
@@ -50,6 +51,29 @@ struct AsmUsesRecords : std::false_type {};
 template <class Src>
 struct AsmUsesRecords<Src, std::void_t<decltype(Src::kAsmRecords)>>
     : std::integral_constant<bool, Src::kAsmRecords> {};
+
+// A source gives its rows as spans too when it declares `static constexpr bool kAsmSpans = true;`
+// (records path only) and
+//   __device__ int NumSpans(const RowCtx&, const Shared&) const;
+//   __device__ void SpanAt(const RowCtx&, const Shared&, int i, int64_t* start, int64_t* end) const;
+// with spans i in [0, NumSpans) whose keys, clipped to [0, key_end), are exactly the range bits
+// its SetBits sets below key_end, and SetBits setting no column bits: then a row is the union of
+// its spans, its ranges that union's maximal runs, and it has no columns.
+template <class Src, class = void>
+struct AsmUsesSpans : std::false_type {};
+template <class Src>
+struct AsmUsesSpans<Src, std::void_t<decltype(Src::kAsmSpans)>>
+    : std::integral_constant<bool, Src::kAsmSpans && AsmUsesRecords<Src>::value> {};
+// Whether a unit's row is a span row (the same test in the span kernel and both bitmap passes).
+template <class Src>
+__device__ __forceinline__ bool AsmSpanRow(const Src& src, const RowCtx& ctx,
+                                           const typename Src::Shared& sh, const AsmOut& out) {
+  if constexpr (AsmUsesSpans<Src>::value) {
+    return out.span_cap > 0 && src.NumSpans(ctx, sh) <= out.span_cap;
+  } else {
+    return false;
+  }
+}
 
 // Words of a row record the passes copy (0: no records).
 template <class Src, bool kRec>
@@ -237,6 +261,9 @@ __device__ __forceinline__ void AssembleCount(const Src& src, int num_units, con
     }
     const RowCtx& ctx = *ctx_p;
     const typename Src::Shared& sh = *sh_p;
+    // A span row is the span kernel's (CTA-uniform; its record stays untouched until two row
+    // starts on, each behind a barrier).
+    if (AsmSpanRow(src, ctx, sh, out)) continue;
     const int key_end = ctx.key_end;
     const int64_t num_words = (static_cast<int64_t>(key_end) + 31) / 32;
     const bool keep_row = KeepRow(out, unit, num_words);
@@ -364,6 +391,7 @@ __device__ __forceinline__ void AssembleFill(const Src& src, int num_units, cons
     }
     const RowCtx& ctx = *ctx_p;
     const typename Src::Shared& sh = *sh_p;
+    if (AsmSpanRow(src, ctx, sh, out)) continue;  // the span kernel's (as in AssembleCount)
     const int key_end = ctx.key_end;
     const int64_t num_words = (static_cast<int64_t>(key_end) + 31) / 32;
     // kRec: the row is one segment (the loop below runs once) and its lengths are written from
@@ -536,6 +564,10 @@ __device__ __forceinline__ void AssembleFill(const Src& src, int num_units, cons
 template <class Src, bool kFill, bool kRec = false>
 __global__ void __launch_bounds__(kAsmThreads, 2)
     AssembleKernel(Src src, int num_units, AsmOut out) {
+  if constexpr (AsmUsesSpans<Src>::value) {
+    // Every row was a span row (AsmOut::span_rest, counted by the count launch's span kernel).
+    if (out.span_cap > 0 && out.span_rest != nullptr && *out.span_rest == 0u) return;
+  }
   if constexpr (kFill) {
     AssembleFill<Src, kRec>(src, num_units, out);
   } else {
@@ -561,6 +593,132 @@ __global__ void __launch_bounds__(128)
   for (int i = 0; i < words; ++i) dst[i] = w[i];
 }
 
+// ---- Span rows ------------------------------------------------------------------------------
+//
+// One warp per unit whose row is a span row (AsmSpanRow; the others are left to the bitmap
+// kernel): the unit's record into the warp's shared slice, its spans clipped to [0, key_end)
+// (empty ones dropped) as 64-bit (start << 32 | end) keys into the warp's buffer, padded with
+// ~0 to a power of two >= 32 and bitonic-sorted ascending (by start, then end). Walking them in
+// order with the running maximum end m of the spans before (-1 at first), a span starts a new
+// range iff its start > m (a span that starts at m touches the range before: one run of keys),
+// and then the range before ends at m; the last range ends at the maximum of all ends. These
+// are the maximal runs of the union, i.e. what the bitmap passes find for the same range bits
+// without column bits. Count pass: the ranges of each slot row (no columns). Fill pass: the
+// ranges' (start, end) pairs into the buffer at their ranks (a rank never passes the index of
+// the span being read, so every slot written was read before the warp's barrier), then every
+// slot row's starts and lengths, coalesced.
+constexpr int kAsmSpanWarps = 8;
+template <class Src, bool kFill>
+__global__ void __launch_bounds__(kAsmSpanWarps * 32)
+    AssembleSpansKernel(Src src, int num_units, AsmOut out) {
+  __shared__ AsmRec<Src> rec_s[kAsmSpanWarps];
+  __shared__ unsigned long long buf_s[kAsmSpanWarps][kAsmSpanCap];
+  constexpr int kRecWords = AsmRecCopyWords<Src, true>();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  unsigned long long* const buf = buf_s[warp];
+  int32_t* const pairs = reinterpret_cast<int32_t*>(buf);  // fill: range r at [2r, 2r + 1]
+  uint32_t* const rw = reinterpret_cast<uint32_t*>(&rec_s[warp]);
+  const int stride = gridDim.x * kAsmSpanWarps;
+  for (int unit = blockIdx.x * kAsmSpanWarps + warp; unit < num_units; unit += stride) {
+    __syncwarp();  // the previous row's reads of the record and the buffer are done
+    for (int i = lane; i < kRecWords; i += 32) {
+      rw[i] = out.rec[static_cast<int64_t>(unit) * kAsmRecWords + i];
+    }
+    __syncwarp();
+    const RowCtx& ctx = rec_s[warp].ctx;
+    const typename Src::Shared& sh = rec_s[warp].sh;
+    if (!AsmSpanRow(src, ctx, sh, out)) {
+      if (!kFill && lane == 0 && out.span_rest != nullptr) atomicAdd(out.span_rest, 1u);
+      continue;
+    }
+    const int n = src.NumSpans(ctx, sh);
+    const int64_t key_end = ctx.key_end;
+    int np = 32;
+    while (np < n) np <<= 1;
+    for (int i = lane; i < np; i += 32) {
+      unsigned long long v = ~0ull;
+      if (i < n) {
+        int64_t s, e;
+        src.SpanAt(ctx, sh, i, &s, &e);
+        if (s < 0) s = 0;
+        if (e > key_end) e = key_end;
+        if (e > s) {
+          v = (static_cast<unsigned long long>(s) << 32) | static_cast<unsigned long long>(e);
+        }
+      }
+      buf[i] = v;
+    }
+    __syncwarp();
+    for (int k = 2; k <= np; k <<= 1) {
+      for (int j = k >> 1; j > 0; j >>= 1) {
+        for (int i = lane; i < np; i += 32) {
+          const int l = i ^ j;
+          if (l > i) {
+            const unsigned long long x = buf[i], y = buf[l];
+            if ((x > y) == ((i & k) == 0)) {
+              buf[i] = y;
+              buf[l] = x;
+            }
+          }
+        }
+        __syncwarp();
+      }
+    }
+    int ranges = 0;   // ranges started before this chunk
+    int run_end = -1;  // the largest end before this chunk
+    for (int c0 = 0; c0 < np; c0 += 32) {
+      const unsigned long long v = buf[c0 + lane];
+      if (kFill) __syncwarp();  // every lane has read its span before pairs are written
+      const bool valid = v != ~0ull;
+      const int s = static_cast<int>(v >> 32);
+      const int e = valid ? static_cast<int>(v & 0xffffffffull) : -1;
+      int m = e;  // inclusive prefix maximum of the ends in the chunk
+#pragma unroll
+      for (int d = 1; d < 32; d <<= 1) {
+        const int o = __shfl_up_sync(0xffffffffu, m, d);
+        if (lane >= d && o > m) m = o;
+      }
+      int prev = __shfl_up_sync(0xffffffffu, m, 1);  // the maximum end before this span
+      if (lane == 0 || prev < run_end) prev = run_end;
+      const bool starts = valid && s > prev;
+      const unsigned starts_mask = __ballot_sync(0xffffffffu, starts);
+      if (kFill && starts) {
+        const int r = ranges + __popc(starts_mask & ((1u << lane) - 1u));
+        pairs[2 * r] = s;
+        if (r > 0) pairs[2 * r - 1] = prev;  // the range before ends at the running maximum
+      }
+      ranges += __popc(starts_mask);
+      const int chunk_max = __shfl_sync(0xffffffffu, m, 31);
+      if (chunk_max > run_end) run_end = chunk_max;
+      if (__shfl_sync(0xffffffffu, v, 31) == ~0ull) break;  // the rest is padding
+    }
+    if (!kFill) {
+      if (lane < ctx.num_slots) {
+        const int64_t row = static_cast<int64_t>(ctx.slots[lane]) * out.num_blocks + ctx.block;
+        out.count_ranges[row] = ranges;
+        out.count_cols[row] = 0;
+      }
+      for (int si = 32 + lane; si < ctx.num_slots; si += 32) {
+        const int64_t row = static_cast<int64_t>(ctx.slots[si]) * out.num_blocks + ctx.block;
+        out.count_ranges[row] = ranges;
+        out.count_cols[row] = 0;
+      }
+    } else {
+      if (lane == 0 && ranges > 0) pairs[2 * ranges - 1] = run_end;
+      __syncwarp();
+      for (int si = 0; si < ctx.num_slots; ++si) {
+        const int64_t row = static_cast<int64_t>(ctx.slots[si]) * out.num_blocks + ctx.block;
+        const int64_t ro = out.off_ranges[row];
+        for (int r = lane; r < ranges; r += 32) {
+          const int st = pairs[2 * r], en = pairs[2 * r + 1];
+          out.range_start[ro + r] = st;
+          out.range_len[ro + r] = en - st;
+        }
+      }
+    }
+  }
+}
+
 template <class Src>
 cudaError_t LaunchAssemble(const Src& src, int num_units, const AsmOut& out, bool fill,
                            cudaStream_t stream) {
@@ -573,18 +731,49 @@ cudaError_t LaunchAssemble(const Src& src, int num_units, const AsmOut& out, boo
   const int grid = num_units < sms * 8 ? num_units : sms * 8;
   if constexpr (AsmUsesRecords<Src>::value) {
     if (out.rec == nullptr) return cudaErrorInvalidValue;
+    AsmOut o = out;
+    if constexpr (AsmUsesSpans<Src>::value) {
+      // SPATTN_ASM_SPAN_CAP: fewer span rows (0: none, the bitmap passes only).
+      if (const char* e = std::getenv("SPATTN_ASM_SPAN_CAP"); e != nullptr && *e != '\0') {
+        const int cap = std::atoi(e);
+        o.span_cap = cap < 0 ? 0 : (cap < o.span_cap ? cap : o.span_cap);
+      }
+    } else {
+      o.span_cap = 0;
+    }
+    const int span_grid = (num_units + kAsmSpanWarps - 1) / kAsmSpanWarps < sms * 16
+                              ? (num_units + kAsmSpanWarps - 1) / kAsmSpanWarps
+                              : sms * 16;
     if (!fill) {
       AssembleRecordsKernel<Src>
-          <<<(num_units + 127) / 128, 128, 0, stream>>>(src, num_units, out.rec);
+          <<<(num_units + 127) / 128, 128, 0, stream>>>(src, num_units, o.rec);
       if ((err = cudaGetLastError()) != cudaSuccess) return err;
-      AssembleKernel<Src, false, true><<<grid, kAsmThreads, 0, stream>>>(src, num_units, out);
+      if constexpr (AsmUsesSpans<Src>::value) {
+        if (o.span_cap > 0) {
+          if (o.span_rest != nullptr &&
+              (err = cudaMemsetAsync(o.span_rest, 0, sizeof(uint32_t), stream)) != cudaSuccess) {
+            return err;
+          }
+          AssembleSpansKernel<Src, false>
+              <<<span_grid, kAsmSpanWarps * 32, 0, stream>>>(src, num_units, o);
+          if ((err = cudaGetLastError()) != cudaSuccess) return err;
+        }
+      }
+      AssembleKernel<Src, false, true><<<grid, kAsmThreads, 0, stream>>>(src, num_units, o);
       return cudaGetLastError();
+    }
+    if constexpr (AsmUsesSpans<Src>::value) {
+      if (o.span_cap > 0) {
+        AssembleSpansKernel<Src, true>
+            <<<span_grid, kAsmSpanWarps * 32, 0, stream>>>(src, num_units, o);
+        if ((err = cudaGetLastError()) != cudaSuccess) return err;
+      }
     }
     err = cudaFuncSetAttribute(AssembleKernel<Src, true, true>,
                                cudaFuncAttributeMaxDynamicSharedMemorySize, kAsmStageBytes);
     if (err != cudaSuccess) return err;
     AssembleKernel<Src, true, true>
-        <<<grid, kAsmThreads, kAsmStageBytes, stream>>>(src, num_units, out);
+        <<<grid, kAsmThreads, kAsmStageBytes, stream>>>(src, num_units, o);
     return cudaGetLastError();
   } else {
     if (!fill) {

@@ -502,6 +502,9 @@ SPATTN_HD void RangeEvents(uint32_t f_prev, uint32_t f, uint32_t* starts, uint32
   *ends = ~f & shifted;
 }
 
+// Span rows: the most spans a row may have to take the span kernel (a warp's shared buffer).
+constexpr int kAsmSpanCap = 512;
+
 // Where the bitmap assembler writes. Count pass: per slot row (slot * num_blocks + block) the
 // number of ranges and columns. Fill pass: the entries at the scanned offsets.
 struct AsmOut {
@@ -529,6 +532,15 @@ struct AsmOut {
   uint32_t* keep = nullptr;
   int64_t keep_units = 0;
   int64_t keep_stride = 0;
+  // Span rows (row_assembly.cuh, "span rows"): for a source that declares kAsmSpans, the units
+  // whose rows have at most span_cap spans (<= kAsmSpanCap; 0: none) are assembled from their
+  // sorted spans, one warp a row, and the bitmap kernel skips them. Both launches must see the
+  // same value (LaunchAssemble lowers it to SPATTN_ASM_SPAN_CAP where that is set).
+  int span_cap = kAsmSpanCap;
+  // Optional, one word the launches own: the count launch zeroes it and its span kernel counts
+  // the rows it leaves to the bitmap kernel there; both bitmap launches return at once where it
+  // reads 0 (no row of theirs). Null: the bitmap launches walk every unit and skip span rows.
+  uint32_t* span_rest = nullptr;
 };
 // Words of one row record (a source's Shared state and RowCtx; row_assembly.cuh checks the size).
 constexpr int kAsmRecWords = 96;

@@ -217,5 +217,162 @@ TEST(RowAssemblyGpuTest, FillFallbackMatchesNormalize) {
 #endif
 }
 
+// Span rows (row_assembly.cuh): rows given as key spans take the span kernel (one warp a row,
+// the spans sorted and merged) when they have at most span_cap spans, the bitmap passes
+// otherwise; both against the union's maximal runs computed here, and against each other through
+// the caps 512 (the default), 3 (most rows on the bitmaps, mixed in one launch) and 0 (none).
+struct SpanRow {
+  int key_end = 0;
+  std::vector<std::pair<int64_t, int64_t>> spans;
+};
+
+std::vector<SpanRow> SpanRows() {
+  std::vector<SpanRow> rows;
+  std::mt19937_64 rng(30);
+  auto rnd = [&](int64_t n) { return static_cast<int64_t>(rng() % static_cast<uint64_t>(n)); };
+  // sample_attention-like rows: 128-key column blocks, slash spans of 255 keys a block apart,
+  // the local window; some past key_end or before key 0, in the source's order.
+  for (int it = 0; it < 3000; ++it) {
+    SpanRow r;
+    const int blocks = 1 + static_cast<int>(rnd(300));
+    r.key_end = blocks * 128 - static_cast<int>(rnd(2) * rnd(128));
+    const int64_t first = r.key_end - 128, last = r.key_end - 1;
+    const int chunks = 1 + static_cast<int>(rnd(3));
+    for (int c = 0; c < chunks; ++c) {
+      const int nc = static_cast<int>(rnd(it % 50 == 0 ? 400 : 40));
+      for (int k = 0; k < nc; ++k) {
+        const int64_t cb = rnd(blocks + 1);
+        r.spans.push_back({cb * 128, (cb + 1) * 128});
+      }
+      const int ns = static_cast<int>(rnd(it % 60 == 0 ? 300 : 30));
+      for (int k = 0; k < ns; ++k) {
+        const int64_t sb = rnd(blocks + 2) - 1;
+        r.spans.push_back({first - (sb + 1) * 128 + 1, last - sb * 128 + 1});
+      }
+    }
+    if (it % 3 != 0) r.spans.push_back({first - 300 + 1, last + 1});
+    rows.push_back(r);
+  }
+  // Random spans: short and long, overlapping, touching, duplicated, empty, past both ends; rows
+  // of several 64K-key segments (the bitmap passes' segment edges) and rows past the cap.
+  for (int it = 0; it < 400; ++it) {
+    SpanRow r;
+    r.key_end = 1 + static_cast<int>(rnd(it % 10 == 0 ? 200000 : 5000));
+    const int n = static_cast<int>(rnd(it % 7 == 0 ? 700 : 80));
+    for (int k = 0; k < n; ++k) {
+      const int64_t s = rnd(r.key_end + 100) - 50;
+      const int64_t len = rnd(5) == 0 ? rnd(3000) : rnd(40);
+      r.spans.push_back({s, s + len - (rnd(20) == 0 ? 60 : 0)});
+      if (rnd(8) == 0) r.spans.push_back(r.spans.back());  // a duplicate
+      if (rnd(8) == 0) {  // one that touches it
+        const int64_t e = r.spans.back().second;
+        r.spans.push_back({e, e + 1 + rnd(30)});
+      }
+    }
+    rows.push_back(r);
+  }
+  // Exactly the cap, one past it; no spans; one key; a span covering everything.
+  for (const int n : {512, 513}) {
+    SpanRow r;
+    r.key_end = 100000;
+    for (int k = 0; k < n; ++k) r.spans.push_back({k * 150, k * 150 + 100 + (k % 3) * 25});
+    rows.push_back(r);
+  }
+  rows.push_back({1000, {}});
+  rows.push_back({1, {{0, 1}}});
+  rows.push_back({70000, {{-5, 80000}}});
+  rows.push_back({64, {{-100, 0}, {64, 90}, {10, 10}}});
+  return rows;
+}
+
+// The union's maximal runs below key_end.
+std::vector<std::pair<int32_t, int32_t>> Runs(const SpanRow& r) {
+  std::vector<char> in(static_cast<size_t>(r.key_end), 0);
+  for (auto [s, e] : r.spans) {
+    for (int64_t k = std::max<int64_t>(s, 0); k < std::min<int64_t>(e, r.key_end); ++k) in[k] = 1;
+  }
+  std::vector<std::pair<int32_t, int32_t>> runs;
+  for (int k = 0; k < r.key_end;) {
+    if (!in[k]) {
+      ++k;
+      continue;
+    }
+    int e = k;
+    while (e < r.key_end && in[e]) ++e;
+    runs.push_back({k, e});
+    k = e;
+  }
+  return runs;
+}
+
+TEST(RowAssemblyGpuTest, SpanRowsMatchTheirUnion) {
+  const std::vector<SpanRow> rows = SpanRows();
+  std::vector<int> key_end;
+  std::vector<int64_t> span_off{0}, starts, ends;
+  std::vector<std::vector<std::pair<int32_t, int32_t>>> want;
+  int over_cap = 0, multi_seg = 0;
+  for (const SpanRow& r : rows) {
+    key_end.push_back(r.key_end);
+    for (auto [s, e] : r.spans) {
+      starts.push_back(s);
+      ends.push_back(e);
+    }
+    span_off.push_back(static_cast<int64_t>(starts.size()));
+    want.push_back(Runs(r));
+    over_cap += r.spans.size() > 512;
+    multi_seg += r.key_end > kSegKeys;
+  }
+  ASSERT_GE(over_cap, 3);
+  ASSERT_GE(multi_seg, 3);
+  std::string why;
+  if (ListCudaDevices(&why).empty()) GTEST_SKIP() << "no CUDA device: " << why;
+#ifdef SPATTN_ROW_ASSEMBLY_GPU
+  constexpr int kSlots = 2;
+  // The rows within the cap alone: the bitmap launches find no row of theirs.
+  std::vector<int> key_end_in;
+  std::vector<int64_t> span_off_in{0}, starts_in, ends_in;
+  std::vector<int> in_rows;
+  for (int u = 0; u < static_cast<int>(rows.size()); ++u) {
+    if (rows[u].spans.size() > 512) continue;
+    in_rows.push_back(u);
+    key_end_in.push_back(key_end[u]);
+    starts_in.insert(starts_in.end(), starts.begin() + span_off[u], starts.begin() + span_off[u + 1]);
+    ends_in.insert(ends_in.end(), ends.begin() + span_off[u], ends.begin() + span_off[u + 1]);
+    span_off_in.push_back(static_cast<int64_t>(starts_in.size()));
+  }
+  for (const int cap : {512, 3, 0, -1, -2}) {
+    // -1: cap 512 without the rest word; -2: cap 512 on the rows within it.
+    SCOPED_TRACE("span_cap " + std::to_string(cap));
+    const bool within = cap == -2;
+    row_assembly::AssembledForTest got;
+    ASSERT_EQ(within ? row_assembly::AssembleSpanRowsForTest(key_end_in, span_off_in, starts_in,
+                                                             ends_in, kSlots, 512, true, &got)
+                     : row_assembly::AssembleSpanRowsForTest(key_end, span_off, starts, ends,
+                                                             kSlots, cap < 0 ? 512 : cap,
+                                                             cap != -1, &got),
+              cudaSuccess);
+    const int units = static_cast<int>(within ? in_rows.size() : rows.size());
+    ASSERT_EQ(got.off_ranges.size(), static_cast<size_t>(kSlots * units + 1));
+    EXPECT_TRUE(got.col_idx.empty());
+    for (int s = 0; s < kSlots; ++s) {
+      for (int u = 0; u < units; ++u) {
+        const int64_t row = static_cast<int64_t>(s) * units + u;
+        const auto& w = want[within ? in_rows[u] : u];
+        const int64_t r0 = got.off_ranges[row], r1 = got.off_ranges[row + 1];
+        ASSERT_EQ(r1 - r0, static_cast<int64_t>(w.size())) << "slot " << s << " row " << u;
+        ASSERT_EQ(got.off_cols[row + 1], got.off_cols[row]) << "slot " << s << " row " << u;
+        for (int64_t i = 0; i < r1 - r0; ++i) {
+          ASSERT_EQ(got.range_start[r0 + i], w[i].first) << "row " << u << " range " << i;
+          ASSERT_EQ(got.range_len[r0 + i], w[i].second - w[i].first)
+              << "row " << u << " range " << i;
+        }
+      }
+    }
+  }
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
 }  // namespace
 }  // namespace spattn

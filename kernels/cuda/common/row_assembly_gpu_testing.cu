@@ -48,6 +48,41 @@ struct BitmapRecSrc : BitmapSrc {
   static constexpr bool kAsmRecords = true;
 };
 
+// Rows from spans: SetBits ORs them (OrSpan clips to the segment's array), the span kernel reads
+// them as they are (it clips to [0, key_end)).
+struct SpanSrc {
+  const int* key_end;
+  const int64_t* span_off;
+  const int64_t* starts;
+  const int64_t* ends;
+  int num_slots;
+  static constexpr bool kAsmRecords = true;
+  static constexpr bool kAsmSpans = true;
+  struct Shared {
+    int64_t off;
+    int n;
+  };
+  __device__ void Begin(int unit, Shared& sh, RowCtx& ctx) const {
+    ctx.key_end = key_end[unit];
+    ctx.block = unit;
+    ctx.num_slots = num_slots;
+    for (int s = 0; s < num_slots; ++s) ctx.slots[s] = s;
+    sh.off = span_off[unit];
+    sh.n = static_cast<int>(span_off[unit + 1] - span_off[unit]);
+  }
+  __device__ int NumSpans(const RowCtx&, const Shared& sh) const { return sh.n; }
+  __device__ void SpanAt(const RowCtx&, const Shared& sh, int i, int64_t* s, int64_t* e) const {
+    *s = starts[sh.off + i];
+    *e = ends[sh.off + i];
+  }
+  __device__ void SetBits(const RowCtx&, const Shared& sh, uint32_t* ranges, uint32_t* /*cols*/,
+                          int64_t wbase) const {
+    for (int t = threadIdx.x; t < sh.n; t += blockDim.x) {
+      OrSpan(ranges, wbase, starts[sh.off + t], ends[sh.off + t]);
+    }
+  }
+};
+
 template <typename T>
 cudaError_t Upload(const std::vector<T>& v, T** d) {
   cudaError_t err = cudaMalloc(d, std::max<size_t>(v.size(), 1) * sizeof(T));
@@ -150,6 +185,83 @@ cudaError_t AssembleBitmapRowsForTest(const std::vector<int>& key_end,
     o.range_len = d_len;
     o.col_idx = d_cols;
     if (err == cudaSuccess && step(launch(/*fill=*/true)) && step(cudaDeviceSynchronize())) {
+      step(Download(d_start, nr, &out->range_start));
+      step(Download(d_len, nr, &out->range_len));
+      step(Download(d_cols, nc, &out->col_idx));
+    }
+  }
+  for (void* p : owned) cudaFree(p);
+  return err;
+}
+
+cudaError_t AssembleSpanRowsForTest(const std::vector<int>& key_end,
+                                    const std::vector<int64_t>& span_off,
+                                    const std::vector<int64_t>& starts,
+                                    const std::vector<int64_t>& ends, int num_slots, int span_cap,
+                                    bool rest_word, AssembledForTest* out) {
+  const int units = static_cast<int>(key_end.size());
+  if (num_slots < 1 || num_slots > kAsmMaxSlots || span_off.size() != key_end.size() + 1 ||
+      starts.size() != ends.size()) {
+    return cudaErrorInvalidValue;
+  }
+  const int64_t rows = static_cast<int64_t>(num_slots) * units;
+  std::vector<void*> owned;
+  int* d_key_end = nullptr;
+  int64_t *d_span_off = nullptr, *d_starts = nullptr, *d_ends = nullptr, *d_count_r = nullptr,
+          *d_count_c = nullptr, *d_off_r = nullptr, *d_off_c = nullptr;
+  int32_t *d_start = nullptr, *d_len = nullptr, *d_cols = nullptr;
+  uint32_t *d_rec = nullptr, *d_rest = nullptr;
+  cudaError_t err = cudaSuccess;
+  auto step = [&](cudaError_t e) {
+    if (err == cudaSuccess) err = e;
+    return err == cudaSuccess;
+  };
+  auto alloc = [&](auto** p, size_t n) {
+    if (step(cudaMalloc(p, std::max<size_t>(n, 1) * sizeof(**p)))) owned.push_back(*p);
+  };
+  if (step(Upload(key_end, &d_key_end))) owned.push_back(d_key_end);
+  if (step(Upload(span_off, &d_span_off))) owned.push_back(d_span_off);
+  if (step(Upload(starts, &d_starts))) owned.push_back(d_starts);
+  if (step(Upload(ends, &d_ends))) owned.push_back(d_ends);
+  alloc(&d_count_r, rows);
+  alloc(&d_count_c, rows);
+  alloc(&d_off_r, rows + 1);
+  alloc(&d_off_c, rows + 1);
+  alloc(&d_rec, static_cast<size_t>(units) * kAsmRecWords);
+  if (rest_word) alloc(&d_rest, 1);
+  const SpanSrc src{d_key_end, d_span_off, d_starts, d_ends, num_slots};
+  AsmOut o;
+  o.num_blocks = units;
+  o.count_ranges = d_count_r;
+  o.count_cols = d_count_c;
+  o.off_ranges = d_off_r;
+  o.off_cols = d_off_c;
+  o.rec = d_rec;
+  o.span_cap = span_cap;
+  o.span_rest = d_rest;
+  std::vector<int64_t> cr, cc;
+  if (err == cudaSuccess && step(LaunchAssemble(src, units, o, /*fill=*/false, 0)) &&
+      step(cudaDeviceSynchronize()) && step(Download(d_count_r, rows, &cr)) &&
+      step(Download(d_count_c, rows, &cc))) {
+    out->off_ranges.assign(rows + 1, 0);
+    out->off_cols.assign(rows + 1, 0);
+    for (int64_t r = 0; r < rows; ++r) {
+      out->off_ranges[r + 1] = out->off_ranges[r] + cr[r];
+      out->off_cols[r + 1] = out->off_cols[r] + cc[r];
+    }
+    const int64_t nr = out->off_ranges[rows], nc = out->off_cols[rows];
+    step(cudaMemcpy(d_off_r, out->off_ranges.data(), (rows + 1) * sizeof(int64_t),
+                    cudaMemcpyHostToDevice));
+    step(cudaMemcpy(d_off_c, out->off_cols.data(), (rows + 1) * sizeof(int64_t),
+                    cudaMemcpyHostToDevice));
+    alloc(&d_start, nr);
+    alloc(&d_len, nr);
+    alloc(&d_cols, nc);
+    o.range_start = d_start;
+    o.range_len = d_len;
+    o.col_idx = d_cols;
+    if (err == cudaSuccess && step(LaunchAssemble(src, units, o, /*fill=*/true, 0)) &&
+        step(cudaDeviceSynchronize())) {
       step(Download(d_start, nr, &out->range_start));
       step(Download(d_len, nr, &out->range_len));
       step(Download(d_cols, nc, &out->col_idx));

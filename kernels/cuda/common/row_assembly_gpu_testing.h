@@ -33,6 +33,19 @@ cudaError_t AssembleBitmapRowsForTest(const std::vector<int>& key_end,
                                       AssembledForTest* out, bool records = false,
                                       bool keep = false);
 
+// Rows given as key spans (the span rows of row_assembly.cuh): row u holds key_end[u] keys and
+// the spans [span_off[u], span_off[u + 1]) of starts / ends (any order; they may reach before key
+// 0 or past key_end, or be empty). Its range bits are their union (no columns). Assembled
+// through the row records with AsmOut::span_cap = span_cap: rows with at most span_cap spans
+// take the span kernel, the others the bitmap passes (their SetBits ORs the same spans; 0: every
+// row on the bitmaps). `rest_word`: with AsmOut::span_rest (the bitmap launches return at once
+// when no row is theirs). Same output form as above.
+cudaError_t AssembleSpanRowsForTest(const std::vector<int>& key_end,
+                                    const std::vector<int64_t>& span_off,
+                                    const std::vector<int64_t>& starts,
+                                    const std::vector<int64_t>& ends, int num_slots, int span_cap,
+                                    bool rest_word, AssembledForTest* out);
+
 }  // namespace row_assembly
 }  // namespace spattn
 
