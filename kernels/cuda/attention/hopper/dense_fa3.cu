@@ -82,6 +82,7 @@ struct LaunchKnobs {
   int pack_tails = 2;        // SPATTN_HOPPER_PACK_TAILS (the sparse kernel)
   int items = 2;             // SPATTN_HOPPER_ITEMS (the sparse kernel)
   int sparse_stages = 2;     // SPATTN_HOPPER_SPARSE_STAGES
+  int sparse_kslots = 3;     // SPATTN_HOPPER_SPARSE_KSLOTS (the sparse stream's K ring)
   int column_lanes = 4;      // SPATTN_HOPPER_COLUMN_LANES
   int causal_bn = 176;       // SPATTN_HOPPER_CAUSAL_BN
   int full_bn = 176;         // SPATTN_HOPPER_FULL_BN
@@ -104,6 +105,7 @@ LaunchKnobs ReadKnobs() {
   k.pack_tails = EnvInt("SPATTN_HOPPER_PACK_TAILS", k.pack_tails);
   k.items = EnvInt("SPATTN_HOPPER_ITEMS", k.items);
   k.sparse_stages = EnvInt("SPATTN_HOPPER_SPARSE_STAGES", k.sparse_stages);
+  k.sparse_kslots = EnvInt("SPATTN_HOPPER_SPARSE_KSLOTS", k.sparse_kslots);
   k.column_lanes = EnvInt("SPATTN_HOPPER_COLUMN_LANES", k.column_lanes);
   k.causal_bn = EnvInt("SPATTN_HOPPER_CAUSAL_BN", k.causal_bn);
   k.full_bn = EnvInt("SPATTN_HOPPER_FULL_BN", k.full_bn);
@@ -281,7 +283,8 @@ int& TraceLaunches() {
 
 template <class Tr>
 constexpr bool kTraceable = std::is_same<typename Tr::T, __nv_bfloat16>::value && Tr::kD == 128 &&
-                            Tr::kCross && Tr::kLanes == 4 && Tr::kStages == 2;
+                            Tr::kCross && Tr::kLanes == 4 && Tr::kStages == 2 &&
+                            Tr::kKStages == 3;  // (the default ring only: SPARSE_KSLOTS=3)
 
 template <class Tr>
 cudaError_t LaunchTraced(const AttnParams& p, const SparseIndexView& idx,
@@ -463,6 +466,13 @@ cudaError_t PersistentDim(const AttnParams& p, const SparseIndexView& idx,
                                                                        num_m_blocks, stream);
       default:
         break;
+    }
+    // The stream's K ring (PersistTraits::kKStages): 3 K slots beside the 2 V slots and two Q
+    // buffers (224 KB; NOTES.md session 30, s30-ring), SPATTN_HOPPER_SPARSE_KSLOTS=2 the
+    // session-29 kernel (2 K slots).
+    if (Knobs().sparse_kslots == 3) {
+      return LaunchPersistent<PersistTraits<T, 128, 2, 2, 4, 128, 2, 3>, true>(
+          p, idx, sched, num_items, num_m_blocks, stream);
     }
   }
   using Tr = PersistTraits<T, kD, kD == 128 ? 2 : 4>;
