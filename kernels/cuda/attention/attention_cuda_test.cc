@@ -558,7 +558,7 @@ TEST_F(CudaAttentionTest, SparseTmaStoreMatchesStores) {
 // V slots 2, two Q buffers) loads the same tiles in the same order into more slots: byte-identical
 // O and LSE to SPATTN_HOPPER_SPARSE_KSLOTS=2 (the 2-slot ring, block_m 128 d 128), ranges +
 // columns (packed tails: tile key lists next to the K slot), batch 1 and varlen, bf16 / fp16,
-// causal or not, and the reference's values.
+// causal or not, and the reference's values; and to SPATTN_HOPPER_SPARSE_VSLOTS=3 (2 K, 3 V slots).
 TEST_F(CudaAttentionTest, SparseKSlots3MatchesKSlots2) {
   const std::vector<Case> cases = {
       {{4099}, {}, 8, 2, 128, DType::kBF16, true},
@@ -582,6 +582,13 @@ TEST_F(CudaAttentionTest, SparseKSlots3MatchesKSlots2) {
     ASSERT_EQ(o[0].size(), o[1].size());
     EXPECT_EQ(0, std::memcmp(o[0].data(), o[1].data(), o[0].size() * 4)) << config;
     EXPECT_EQ(0, std::memcmp(lse[0].data(), lse[1].data(), lse[0].size() * 4)) << config;
+    // 2 K slots and 3 V slots (SPATTN_HOPPER_SPARSE_VSLOTS=3): the same values too.
+    std::vector<float> o3[2], lse3[2];
+    RunSparseWithAndWithoutKnob(*hp, idx, "SPATTN_HOPPER_SPARSE_VSLOTS", "3", config, o3, lse3);
+    if (HasFatalFailure()) return;
+    EXPECT_EQ(0, std::memcmp(o[0].data(), o3[1].data(), o[0].size() * 4)) << config << " vslots 3";
+    EXPECT_EQ(0, std::memcmp(lse[0].data(), lse3[1].data(), lse[0].size() * 4))
+        << config << " vslots 3";
   }
 }
 
