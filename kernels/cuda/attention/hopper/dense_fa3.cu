@@ -286,7 +286,7 @@ int& TraceLaunches() {
 template <class Tr>
 constexpr bool kTraceable = std::is_same<typename Tr::T, __nv_bfloat16>::value && Tr::kD == 128 &&
                             Tr::kCross && Tr::kLanes == 4 && Tr::kStages == 2 &&
-                            Tr::kKStages == 3;  // (the default ring only: SPARSE_KSLOTS=3)
+                            (Tr::kBM == 64 || Tr::kKStages == 3);  // (the default rings only)
 
 template <class Tr>
 cudaError_t LaunchTraced(const AttnParams& p, const SparseIndexView& idx,
