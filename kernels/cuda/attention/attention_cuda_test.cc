@@ -554,44 +554,6 @@ TEST_F(CudaAttentionTest, SparseTmaStoreMatchesStores) {
   }
 }
 
-// The sparse stream's 3-slot K ring (PersistTraits::kKStages, session 30 s30-ring: K slots 3,
-// V slots 2, two Q buffers) loads the same tiles in the same order into more slots: byte-identical
-// O and LSE to SPATTN_HOPPER_SPARSE_KSLOTS=2 (the 2-slot ring, block_m 128 d 128), ranges +
-// columns (packed tails: tile key lists next to the K slot), batch 1 and varlen, bf16 / fp16,
-// causal or not, and the reference's values; and to SPATTN_HOPPER_SPARSE_VSLOTS=3 (2 K, 3 V slots).
-TEST_F(CudaAttentionTest, SparseKSlots3MatchesKSlots2) {
-  const std::vector<Case> cases = {
-      {{4099}, {}, 8, 2, 128, DType::kBF16, true},
-      {{5000}, {7000}, 8, 4, 128, DType::kF16, true},
-      {{3001}, {3001}, 4, 1, 128, DType::kBF16, false},
-      {{1, 63, 700, 2100}, {1, 100, 900, 2100}, 4, 2, 128, DType::kF16, true},
-  };
-  uint64_t seed = 3030;
-  for (const Case& c : cases) {
-    auto hp = MakeProblem(c, seed++);
-    SparseIndex idx = RandomIndex(hp->problem(), AllHeads(c.hq), 128, 3, 90, seed++, true);
-    ASSERT_TRUE(ValidateSparseIndex(hp->problem(), idx).ok());
-    const std::string config = absl::StrCat(Describe(c), " block_m=128");
-    std::vector<float> o[2], lse[2];
-    RunSparseWithAndWithoutKnob(*hp, idx, "SPATTN_HOPPER_SPARSE_KSLOTS", "2", config, o, lse);
-    if (HasFatalFailure()) return;
-    EXPECT_EQ(CheckRows(hp->problem(), &idx, SampleRows(hp->problem(), AllHeads(c.hq), 64), o[0],
-                        lse[0]),
-              "")
-        << config;
-    ASSERT_EQ(o[0].size(), o[1].size());
-    EXPECT_EQ(0, std::memcmp(o[0].data(), o[1].data(), o[0].size() * 4)) << config;
-    EXPECT_EQ(0, std::memcmp(lse[0].data(), lse[1].data(), lse[0].size() * 4)) << config;
-    // 2 K slots and 3 V slots (SPATTN_HOPPER_SPARSE_VSLOTS=3): the same values too.
-    std::vector<float> o3[2], lse3[2];
-    RunSparseWithAndWithoutKnob(*hp, idx, "SPATTN_HOPPER_SPARSE_VSLOTS", "3", config, o3, lse3);
-    if (HasFatalFailure()) return;
-    EXPECT_EQ(0, std::memcmp(o[0].data(), o3[1].data(), o[0].size() * 4)) << config << " vslots 3";
-    EXPECT_EQ(0, std::memcmp(lse[0].data(), lse3[1].data(), lse[0].size() * 4))
-        << config << " vslots 3";
-  }
-}
-
 // An empty row gives O = 0 and LSE = -inf; rows of heads outside the index stay untouched.
 TEST_F(CudaAttentionTest, EmptyRowsAndUntouchedHeads) {
   Case c{{130}, {}, 4, 2, 64, DType::kBF16, true};

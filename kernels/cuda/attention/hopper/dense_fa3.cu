@@ -82,8 +82,6 @@ struct LaunchKnobs {
   int pack_tails = 2;        // SPATTN_HOPPER_PACK_TAILS (the sparse kernel)
   int items = 2;             // SPATTN_HOPPER_ITEMS (the sparse kernel)
   int sparse_stages = 2;     // SPATTN_HOPPER_SPARSE_STAGES
-  int sparse_kslots = 3;     // SPATTN_HOPPER_SPARSE_KSLOTS (the sparse stream's K ring)
-  int sparse_vslots = 2;     // SPATTN_HOPPER_SPARSE_VSLOTS (3: its V ring instead)
   int column_lanes = 4;      // SPATTN_HOPPER_COLUMN_LANES
   int causal_bn = 176;       // SPATTN_HOPPER_CAUSAL_BN
   int full_bn = 176;         // SPATTN_HOPPER_FULL_BN
@@ -106,8 +104,6 @@ LaunchKnobs ReadKnobs() {
   k.pack_tails = EnvInt("SPATTN_HOPPER_PACK_TAILS", k.pack_tails);
   k.items = EnvInt("SPATTN_HOPPER_ITEMS", k.items);
   k.sparse_stages = EnvInt("SPATTN_HOPPER_SPARSE_STAGES", k.sparse_stages);
-  k.sparse_kslots = EnvInt("SPATTN_HOPPER_SPARSE_KSLOTS", k.sparse_kslots);
-  k.sparse_vslots = EnvInt("SPATTN_HOPPER_SPARSE_VSLOTS", k.sparse_vslots);
   k.column_lanes = EnvInt("SPATTN_HOPPER_COLUMN_LANES", k.column_lanes);
   k.causal_bn = EnvInt("SPATTN_HOPPER_CAUSAL_BN", k.causal_bn);
   k.full_bn = EnvInt("SPATTN_HOPPER_FULL_BN", k.full_bn);
@@ -285,8 +281,7 @@ int& TraceLaunches() {
 
 template <class Tr>
 constexpr bool kTraceable = std::is_same<typename Tr::T, __nv_bfloat16>::value && Tr::kD == 128 &&
-                            Tr::kCross && Tr::kLanes == 4 && Tr::kStages == 2 &&
-                            (Tr::kBM == 64 || Tr::kKStages == 3);  // (the default rings only)
+                            Tr::kCross && Tr::kLanes == 4 && Tr::kStages == 2;
 
 template <class Tr>
 cudaError_t LaunchTraced(const AttnParams& p, const SparseIndexView& idx,
@@ -468,18 +463,6 @@ cudaError_t PersistentDim(const AttnParams& p, const SparseIndexView& idx,
                                                                        num_m_blocks, stream);
       default:
         break;
-    }
-    // The stream's K ring (PersistTraits::kKStages): 3 K slots beside the 2 V slots and two Q
-    // buffers (224 KB; NOTES.md session 30, s30-ring), SPATTN_HOPPER_SPARSE_KSLOTS=2 the
-    // session-29 kernel (2 K slots); SPATTN_HOPPER_SPARSE_VSLOTS=3: 2 K slots and 3 V slots
-    // (the same 224 KB), for the A/B.
-    if (Knobs().sparse_vslots == 3) {
-      return LaunchPersistent<PersistTraits<T, 128, 3, 2, 4, 128, 2, 2>, true>(
-          p, idx, sched, num_items, num_m_blocks, stream);
-    }
-    if (Knobs().sparse_kslots == 3) {
-      return LaunchPersistent<PersistTraits<T, 128, 2, 2, 4, 128, 2, 3>, true>(
-          p, idx, sched, num_items, num_m_blocks, stream);
     }
   }
   using Tr = PersistTraits<T, kD, kD == 128 ? 2 : 4>;
