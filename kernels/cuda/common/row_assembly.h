@@ -15,7 +15,9 @@
 //  * Key bitmaps (the word logic below + the CTA kernel of row_assembly.cuh): any key set, as
 //    32-key words of "range" bits and "column" bits; one CTA per row walks key_end / 32 words in
 //    segments. sample_attention, anchor and saap, whose keys come from blocks, stripes and bucket
-//    members in no useful order.
+//    members in no useful order. A bitmap source whose rows are unions of spans with no columns
+//    (sample_attention) also gives them as spans: those rows are sorted and merged by one warp
+//    each instead (row_assembly.cuh, "span rows"; same output).
 // dense, a_shape, block_sparse and flex_prefill's query-aware heads write ranges of whole key
 // blocks that are canonical as built (disjoint, sorted, never touching), so they need neither.
 #ifndef SPATTN_KERNELS_CUDA_COMMON_ROW_ASSEMBLY_H_
