@@ -183,9 +183,13 @@ struct SlKnobs {
   int ctas3 = 5;
   // Session 30. SPATTN_SL_ORDER_BAND=B1,B2,B3 (a missing value 0): the launch order of passes 1-3
   // (SlArgs::order_band; >= the items: kv-head runs over the whole launch). The same index.
+  // Pass 3 defaults to one band of every item: its CTAs of one kv head then stream the same key
+  // tiles together (H100, session 30's combined run: emit 7.96 / 8.18 -> 7.11 / 7.23 ms at 128K,
+  // 0.567 -> 0.552 at 32K, same index); passes 1-2 lost in that order (s30-slkv: 4.39 -> 4.88,
+  // 9.50 -> 10.18 ms). SPATTN_SL_ORDER_BAND=0 gives the item order in every pass.
   int order_band1 = 0;
   int order_band2 = 0;
-  int order_band3 = 0;
+  int order_band3 = 1 << 30;
 };
 SlKnobs& SampledLinesKnobs();
 
