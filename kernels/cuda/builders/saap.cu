@@ -296,6 +296,39 @@ __host__ __device__ inline ClsLayout MakeClsLayout(int head_dim, int num_layers,
   return l;
 }
 
+// Thread tid's share of the copy of one weight slab (LoadTileAsync's tile of kClsN rows x
+// kClsK / 8 chunks, every row valid) into buffer s & 1 at sW: chunk tid % 8 of rows tid / 8 +
+// kRowStep j (j < kClsN / kRowStep), whose swizzle (row & 7) is the same for every j, so its
+// source and destination offsets are set once, not per slab. packed (SaapKnobs().cls_packed):
+// w is the slab-by-slab layout of saap_knobs.h (ClsGemm).
+struct ClsSlabCopy {
+  static constexpr int kSlabCh = kClsK / 8, kRowStep = kClsThreads / kSlabCh;
+  static_assert(kClsN % kRowStep == 0, "slab rows per thread");
+  const __nv_bfloat16* src;
+  int64_t slab_stride, step;
+  uint32_t dst;
+  __device__ __forceinline__ ClsSlabCopy(int tid, int K, const __nv_bfloat16* w, int n0,
+                                         uint32_t sW, bool packed) {
+    const int lr = tid / kSlabCh, lch = tid - lr * kSlabCh;
+    const int64_t row_stride = packed ? kClsK : K;
+    slab_stride = packed ? int64_t{kClsN} * kClsK : kClsK;
+    src = w +
+          (packed ? static_cast<int64_t>(n0 / kClsN) * (K / kClsK) * kClsN * kClsK
+                  : static_cast<int64_t>(n0) * K) +
+          lr * row_stride + lch * 8;
+    dst = sW + TileOff(lr, lch, kSlabCh);
+    step = kRowStep * row_stride;
+  }
+  __device__ __forceinline__ void Issue(int s) const {
+    const __nv_bfloat16* from = src + s * slab_stride;
+    const uint32_t to = dst + (s & 1) * kClsSlabBytes;
+#pragma unroll
+    for (int j = 0; j < kClsN / kRowStep; ++j) {
+      CpAsync16(to + j * kRowStep * kSlabCh * 16, from + j * step, true);
+    }
+  }
+};
+
 // acc = A[64 x K] (swizzled bf16 tile, K / 8 chunks per row) * W[n0, n0 + 256) x K ^T (bf16
 // rows of K elements in global memory, streamed in 64-wide k slabs). Warp w: rows
 // 32 (w & 1) + [0, 32), columns n0 + 64 (w >> 1) + [0, 64).
@@ -320,29 +353,8 @@ __device__ __forceinline__ void ClsGemm(uint32_t sA, int K, const __nv_bfloat16*
   for (int mt = 0; mt < 2; ++mt) a_row[mt] = sA + (32 * wr + 16 * mt + (lane & 15)) * chunks_a * 16;
 #pragma unroll
   for (int kk = 0; kk < kClsK / 16; ++kk) a_sw[kk] = ((2 * kk + (lane >> 4)) ^ (lane & 7)) * 16;
-  // A slab is LoadTileAsync's tile of kClsN rows x kClsK / 8 chunks, every row valid: thread tid
-  // always loads chunk tid % 8 of rows tid / 8 + 32 j (j < 8), whose swizzle (row & 7) is the
-  // same for every j. Its source and destination offsets are set once here, not per slab.
-  constexpr int kSlabCh = kClsK / 8, kRowStep = kClsThreads / kSlabCh;
-  static_assert(kClsN % kRowStep == 0, "slab rows per thread");
-  const int lr = tid / kSlabCh, lch = tid - lr * kSlabCh;
-  const int64_t row_stride = packed ? kClsK : K;
-  const int64_t slab_stride = packed ? int64_t{kClsN} * kClsK : kClsK;
-  const __nv_bfloat16* wsrc =
-      w +
-      (packed ? static_cast<int64_t>(n0 / kClsN) * (K / kClsK) * kClsN * kClsK
-              : static_cast<int64_t>(n0) * K) +
-      lr * row_stride + lch * 8;
-  const uint32_t wdst = sW + TileOff(lr, lch, kSlabCh);
-  const int64_t wstep = kRowStep * row_stride;
-  auto issue = [&](int s) {
-    const __nv_bfloat16* src = wsrc + s * slab_stride;
-    const uint32_t dst = wdst + (s & 1) * kClsSlabBytes;
-#pragma unroll
-    for (int j = 0; j < kClsN / kRowStep; ++j) {
-      CpAsync16(dst + j * kRowStep * kSlabCh * 16, src + j * wstep, true);
-    }
-  };
+  const ClsSlabCopy slab(tid, K, w, n0, sW, packed);
+  auto issue = [&](int s) { slab.Issue(s); };
   issue(0);
   CpAsyncCommit();
   for (int s = 0; s < slabs; ++s) {
@@ -409,27 +421,9 @@ __device__ __forceinline__ void ClsGemmWg(uint32_t sA, int K, const __nv_bfloat1
 #pragma unroll
   for (int kk = 0; kk < kClsK / 16; ++kk) a_sw[kk] = ((2 * kk + (lane >> 4)) ^ (lane & 7)) * 16;
   // The slab copies of ClsGemm.
-  constexpr int kSlabCh = kClsK / 8, kRowStep = kClsThreads / kSlabCh;
-  static_assert(kClsN % kRowStep == 0, "slab rows per thread");
   static_assert(kClsN == 2 * 128 && kClsK == 64, "two warpgroups of n128, 128-byte slab rows");
-  const int lr = tid / kSlabCh, lch = tid - lr * kSlabCh;
-  const int64_t row_stride = packed ? kClsK : K;
-  const int64_t slab_stride = packed ? int64_t{kClsN} * kClsK : kClsK;
-  const __nv_bfloat16* wsrc =
-      w +
-      (packed ? static_cast<int64_t>(n0 / kClsN) * (K / kClsK) * kClsN * kClsK
-              : static_cast<int64_t>(n0) * K) +
-      lr * row_stride + lch * 8;
-  const uint32_t wdst = sW + TileOff(lr, lch, kSlabCh);
-  const int64_t wstep = kRowStep * row_stride;
-  auto issue = [&](int s) {
-    const __nv_bfloat16* src = wsrc + s * slab_stride;
-    const uint32_t dst = wdst + (s & 1) * kClsSlabBytes;
-#pragma unroll
-    for (int j = 0; j < kClsN / kRowStep; ++j) {
-      CpAsync16(dst + j * kRowStep * kSlabCh * 16, src + j * wstep, true);
-    }
-  };
+  const ClsSlabCopy slab(tid, K, w, n0, sW, packed);
+  auto issue = [&](int s) { slab.Issue(s); };
   // The A fragments stay live until their wgmma are waited for (an empty asm reads them after
   // the wait), so the compiler does not reuse their registers while the wgmma read them.
   uint32_t af[kClsK / 16][4];

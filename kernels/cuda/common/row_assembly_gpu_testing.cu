@@ -97,6 +97,43 @@ cudaError_t Download(const T* d, size_t n, std::vector<T>* v) {
   return cudaMemcpy(v->data(), d, n * sizeof(T), cudaMemcpyDeviceToHost);
 }
 
+// The count pass, the offsets' prefix sums on the host, the output arrays, the fill pass and the
+// download, as the builders run them (launch(fill) launches one pass). `step` keeps the first
+// error; `alloc` allocates into the caller's owned list.
+template <typename Launch, typename Step, typename Alloc>
+void CountThenFill(int64_t rows, AsmOut& o, const Launch& launch, const Step& step,
+                   const Alloc& alloc, AssembledForTest* out) {
+  std::vector<int64_t> cr, cc;
+  if (!(step(launch(/*fill=*/false)) && step(cudaDeviceSynchronize()) &&
+        step(Download(o.count_ranges, rows, &cr)) && step(Download(o.count_cols, rows, &cc)))) {
+    return;
+  }
+  out->off_ranges.assign(rows + 1, 0);
+  out->off_cols.assign(rows + 1, 0);
+  for (int64_t r = 0; r < rows; ++r) {
+    out->off_ranges[r + 1] = out->off_ranges[r] + cr[r];
+    out->off_cols[r + 1] = out->off_cols[r] + cc[r];
+  }
+  const int64_t nr = out->off_ranges[rows], nc = out->off_cols[rows];
+  step(cudaMemcpy(const_cast<int64_t*>(o.off_ranges), out->off_ranges.data(), (rows + 1) * sizeof(int64_t),
+                  cudaMemcpyHostToDevice));
+  step(cudaMemcpy(const_cast<int64_t*>(o.off_cols), out->off_cols.data(), (rows + 1) * sizeof(int64_t),
+                  cudaMemcpyHostToDevice));
+  int32_t *d_start = nullptr, *d_len = nullptr, *d_cols = nullptr;
+  alloc(&d_start, nr);
+  alloc(&d_len, nr);
+  alloc(&d_cols, nc);
+  o.range_start = d_start;
+  o.range_len = d_len;
+  o.col_idx = d_cols;
+  // step(cudaSuccess): no error so far (an output array may have failed to allocate).
+  if (step(cudaSuccess) && step(launch(/*fill=*/true)) && step(cudaDeviceSynchronize())) {
+    step(Download(d_start, nr, &out->range_start));
+    step(Download(d_len, nr, &out->range_len));
+    step(Download(d_cols, nc, &out->col_idx));
+  }
+}
+
 }  // namespace
 
 cudaError_t AssembleBitmapRowsForTest(const std::vector<int>& key_end,
@@ -115,7 +152,6 @@ cudaError_t AssembleBitmapRowsForTest(const std::vector<int>& key_end,
   int64_t *d_word_off = nullptr, *d_count_r = nullptr, *d_count_c = nullptr, *d_off_r = nullptr,
           *d_off_c = nullptr;
   uint32_t *d_rw = nullptr, *d_cw = nullptr;
-  int32_t *d_start = nullptr, *d_len = nullptr, *d_cols = nullptr;
   cudaError_t err = cudaSuccess;
   auto step = [&](cudaError_t e) {
     if (err == cudaSuccess) err = e;
@@ -159,37 +195,12 @@ cudaError_t AssembleBitmapRowsForTest(const std::vector<int>& key_end,
   o.keep = o_keep;
   o.keep_units = o_keep_units;
   o.keep_stride = o_keep_stride;
-  std::vector<int64_t> cr, cc;
   const BitmapRecSrc rec_src{src};
   auto launch = [&](bool fill) {
     return records ? LaunchAssemble(rec_src, units, o, fill, 0)
                    : LaunchAssemble(src, units, o, fill, 0);
   };
-  if (err == cudaSuccess && step(launch(/*fill=*/false)) && step(cudaDeviceSynchronize()) &&
-      step(Download(d_count_r, rows, &cr)) && step(Download(d_count_c, rows, &cc))) {
-    out->off_ranges.assign(rows + 1, 0);
-    out->off_cols.assign(rows + 1, 0);
-    for (int64_t r = 0; r < rows; ++r) {
-      out->off_ranges[r + 1] = out->off_ranges[r] + cr[r];
-      out->off_cols[r + 1] = out->off_cols[r] + cc[r];
-    }
-    const int64_t nr = out->off_ranges[rows], nc = out->off_cols[rows];
-    step(cudaMemcpy(d_off_r, out->off_ranges.data(), (rows + 1) * sizeof(int64_t),
-                    cudaMemcpyHostToDevice));
-    step(cudaMemcpy(d_off_c, out->off_cols.data(), (rows + 1) * sizeof(int64_t),
-                    cudaMemcpyHostToDevice));
-    alloc(&d_start, nr);
-    alloc(&d_len, nr);
-    alloc(&d_cols, nc);
-    o.range_start = d_start;
-    o.range_len = d_len;
-    o.col_idx = d_cols;
-    if (err == cudaSuccess && step(launch(/*fill=*/true)) && step(cudaDeviceSynchronize())) {
-      step(Download(d_start, nr, &out->range_start));
-      step(Download(d_len, nr, &out->range_len));
-      step(Download(d_cols, nc, &out->col_idx));
-    }
-  }
+  if (err == cudaSuccess) CountThenFill(rows, o, launch, step, alloc, out);
   for (void* p : owned) cudaFree(p);
   return err;
 }
@@ -209,7 +220,6 @@ cudaError_t AssembleSpanRowsForTest(const std::vector<int>& key_end,
   int* d_key_end = nullptr;
   int64_t *d_span_off = nullptr, *d_starts = nullptr, *d_ends = nullptr, *d_count_r = nullptr,
           *d_count_c = nullptr, *d_off_r = nullptr, *d_off_c = nullptr;
-  int32_t *d_start = nullptr, *d_len = nullptr, *d_cols = nullptr;
   uint32_t *d_rec = nullptr, *d_rest = nullptr;
   cudaError_t err = cudaSuccess;
   auto step = [&](cudaError_t e) {
@@ -239,34 +249,8 @@ cudaError_t AssembleSpanRowsForTest(const std::vector<int>& key_end,
   o.rec = d_rec;
   o.span_cap = span_cap;
   o.span_rest = d_rest;
-  std::vector<int64_t> cr, cc;
-  if (err == cudaSuccess && step(LaunchAssemble(src, units, o, /*fill=*/false, 0)) &&
-      step(cudaDeviceSynchronize()) && step(Download(d_count_r, rows, &cr)) &&
-      step(Download(d_count_c, rows, &cc))) {
-    out->off_ranges.assign(rows + 1, 0);
-    out->off_cols.assign(rows + 1, 0);
-    for (int64_t r = 0; r < rows; ++r) {
-      out->off_ranges[r + 1] = out->off_ranges[r] + cr[r];
-      out->off_cols[r + 1] = out->off_cols[r] + cc[r];
-    }
-    const int64_t nr = out->off_ranges[rows], nc = out->off_cols[rows];
-    step(cudaMemcpy(d_off_r, out->off_ranges.data(), (rows + 1) * sizeof(int64_t),
-                    cudaMemcpyHostToDevice));
-    step(cudaMemcpy(d_off_c, out->off_cols.data(), (rows + 1) * sizeof(int64_t),
-                    cudaMemcpyHostToDevice));
-    alloc(&d_start, nr);
-    alloc(&d_len, nr);
-    alloc(&d_cols, nc);
-    o.range_start = d_start;
-    o.range_len = d_len;
-    o.col_idx = d_cols;
-    if (err == cudaSuccess && step(LaunchAssemble(src, units, o, /*fill=*/true, 0)) &&
-        step(cudaDeviceSynchronize())) {
-      step(Download(d_start, nr, &out->range_start));
-      step(Download(d_len, nr, &out->range_len));
-      step(Download(d_cols, nc, &out->col_idx));
-    }
-  }
+  auto launch = [&](bool fill) { return LaunchAssemble(src, units, o, fill, 0); };
+  if (err == cudaSuccess) CountThenFill(rows, o, launch, step, alloc, out);
   for (void* p : owned) cudaFree(p);
   return err;
 }
