@@ -1247,6 +1247,73 @@ TEST(BuildIndexOnGpuEstimateTest, FastEstimateKeepsTheExactFidelity) {
 #endif
 }
 
+#ifdef SPATTN_SL_KNOBS
+// Saap's random assets in the twin test's three shapes: 32 centroids, hidden 48 (one 256-wide
+// chunk per layer); 300 centroids, hidden 600 (2 and 3 chunks, 10 slabs of layer 2); a one-layer
+// classifier d -> 32 centroids.
+struct SaapAssetShape {
+  int centroids, hidden;
+  bool one_layer;
+};
+
+// Calls fn(shape, host problem, device problem, asset shape, assets) for every shape of the twin
+// cases and every SaapAssetShape, seeds from `seed` up; stops at the first fatal failure.
+template <typename Fn>
+void ForEachSaapAssetCase(CudaAttentionEngine& engine, uint64_t seed, Fn fn) {
+  for (const Shape& sh : Shapes()) {
+    auto hp = MakeProblem(sh.q, sh.k, sh.hq, sh.hkv, sh.d, sh.dtype, sh.causal, ++seed,
+                          /*integer_qk=*/false);
+    auto dp = DeviceProblem::Create(engine.device(), *hp);
+    ASSERT_TRUE(dp.ok()) << dp.status();
+    for (const SaapAssetShape& as : {SaapAssetShape{32, 48, false},
+                                     SaapAssetShape{300, 600, false},
+                                     SaapAssetShape{32, sh.d, true}}) {
+      LayerAssets assets =
+          method_testing::RandomSaapAssets(sh.hq, sh.hkv, sh.d, as.centroids, as.hidden, ++seed);
+      assets.rope_interleaved = (seed & 1) != 0;
+      if (as.one_layer) {
+        for (auto& layers : assets.classifiers) layers.erase(layers.begin());  // d -> centroids
+      }
+      fn(sh, *hp, **dp, as, assets);
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+}
+
+// Builds `config` with the Saap knobs set by set_a on assets `a` and by set_b on assets `b`
+// (the knobs restored after each) and expects the same visited buckets (the classes, exactly)
+// and the same index, offsets included. Returns the buckets compared.
+template <typename SetA, typename SetB>
+int64_t ExpectSameSaapBuckets(CudaAttentionEngine& engine, const HostProblem& hp,
+                              DeviceProblem& dp, const MethodConfig& config,
+                              const std::vector<int>& heads, int block_m,
+                              const CudaLayerAssets* a, SetA set_a, const CudaLayerAssets* b,
+                              SetB set_b, const std::string& what) {
+  cuda::SaapKnobsT& knobs = cuda::SaapKnobs();
+  const cuda::SaapKnobsT saved = knobs;
+  SparseIndex index_a, index_b;
+  std::vector<int32_t> sel_a, sel_b;
+  set_a(knobs);
+  knobs.capture_selected = &sel_a;
+  BuildOnGpu(engine, hp, dp, config, heads, block_m, a, what, &index_a);
+  engine.ReleaseIndexes();
+  knobs = saved;
+  set_b(knobs);
+  knobs.capture_selected = &sel_b;
+  BuildOnGpu(engine, hp, dp, config, heads, block_m, b, what, &index_b);
+  engine.ReleaseIndexes();
+  knobs = saved;
+  if (::testing::Test::HasFatalFailure()) return 0;
+  EXPECT_EQ(sel_a.size(), sel_b.size()) << what;
+  if (sel_a.size() != sel_b.size()) return 0;
+  int64_t diff = 0;
+  for (size_t i = 0; i < sel_a.size(); ++i) diff += sel_a[i] != sel_b[i];
+  EXPECT_EQ(diff, 0) << what << " (" << sel_a.size() << " visited buckets)";
+  ExpectSameIndex(index_a, index_b, what, /*with_offsets=*/true);
+  return static_cast<int64_t>(sel_a.size());
+}
+#endif  // SPATTN_SL_KNOBS
+
 // Session 29 (s29-saap): the query classifier by wgmma (SaapKnobs().cls_wgmma, compute capability
 // 9.0) computes the mma.sync classifier's logits bit for bit (the same products, added in the same
 // k order; the same row statistics), so it visits the same buckets (the classes, compared
@@ -1262,60 +1329,29 @@ TEST(BuildIndexOnGpuSaapTest, WgmmaClassifierIsTheMmaSyncClassifier) {
 #else
   auto engine = MakeEngine(int64_t{512} << 20);
   ASSERT_NE(engine, nullptr);
-  cuda::SaapKnobsT& knobs = cuda::SaapKnobs();
-  const cuda::SaapKnobsT saved = knobs;
   const MethodCases mc = CasesFor(Method::kSaap);
-  uint64_t seed = 2901;
   int64_t compared = 0;
-  struct AssetShape {
-    int centroids, hidden;
-    bool one_layer;
-  };
-  for (const Shape& sh : Shapes()) {
-    auto hp = MakeProblem(sh.q, sh.k, sh.hq, sh.hkv, sh.d, sh.dtype, sh.causal, ++seed,
-                          /*integer_qk=*/false);
-    auto dp = DeviceProblem::Create(engine->device(), *hp);
-    ASSERT_TRUE(dp.ok()) << dp.status();
-    for (const AssetShape& as : {AssetShape{32, 48, false}, AssetShape{300, 600, false},
-                                 AssetShape{32, sh.d, true}}) {
-      LayerAssets assets =
-          method_testing::RandomSaapAssets(sh.hq, sh.hkv, sh.d, as.centroids, as.hidden, ++seed);
-      assets.rope_interleaved = (seed & 1) != 0;
-      if (as.one_layer) {
-        for (auto& layers : assets.classifiers) layers.erase(layers.begin());  // d -> centroids
-      }
-      auto up = engine->UploadLayerAssets(assets, sh.d);
-      ASSERT_TRUE(up.ok()) << up.status();
-      for (MethodConfig config : mc.configs) {
-        config.saap.num_centroids = as.centroids;
-        for (const std::vector<int>& heads : {AllHeads(sh.hq), std::vector<int>{sh.hq - 1, 0}}) {
-          for (int block_m : {64, 128}) {
-            const std::string what = absl::StrCat(
-                config.DebugString(), " hidden=", as.one_layer ? 0 : as.hidden,
-                " block_m=", block_m, " heads=", heads.size(), " ", Describe(hp->problem()));
-            SparseIndex wg, ms;
-            std::vector<int32_t> sel_wg, sel_ms;
-            knobs.cls_wgmma = true;
-            knobs.capture_selected = &sel_wg;
-            BuildOnGpu(*engine, *hp, **dp, config, heads, block_m, up->get(), what, &wg);
-            engine->ReleaseIndexes();
-            knobs.cls_wgmma = false;
-            knobs.capture_selected = &sel_ms;
-            BuildOnGpu(*engine, *hp, **dp, config, heads, block_m, up->get(), what, &ms);
-            engine->ReleaseIndexes();
-            knobs = saved;
-            if (::testing::Test::HasFatalFailure()) return;
-            ASSERT_EQ(sel_wg.size(), sel_ms.size()) << what;
-            int64_t sel_diff = 0;
-            for (size_t i = 0; i < sel_wg.size(); ++i) sel_diff += sel_wg[i] != sel_ms[i];
-            EXPECT_EQ(sel_diff, 0) << what << " (" << sel_wg.size() << " visited buckets)";
-            compared += static_cast<int64_t>(sel_wg.size());
-            ExpectSameIndex(wg, ms, what, /*with_offsets=*/true);
-          }
+  ForEachSaapAssetCase(*engine, 2901, [&](const Shape& sh, const HostProblem& hp,
+                                          DeviceProblem& dp, const SaapAssetShape& as,
+                                          const LayerAssets& assets) {
+    auto up = engine->UploadLayerAssets(assets, sh.d);
+    ASSERT_TRUE(up.ok()) << up.status();
+    for (MethodConfig config : mc.configs) {
+      config.saap.num_centroids = as.centroids;
+      for (const std::vector<int>& heads : {AllHeads(sh.hq), std::vector<int>{sh.hq - 1, 0}}) {
+        for (int block_m : {64, 128}) {
+          const std::string what = absl::StrCat(
+              config.DebugString(), " hidden=", as.one_layer ? 0 : as.hidden,
+              " block_m=", block_m, " heads=", heads.size(), " ", Describe(hp.problem()));
+          compared += ExpectSameSaapBuckets(
+              *engine, hp, dp, config, heads, block_m, up->get(),
+              [](cuda::SaapKnobsT& k) { k.cls_wgmma = true; }, up->get(),
+              [](cuda::SaapKnobsT& k) { k.cls_wgmma = false; }, what);
+          if (::testing::Test::HasFatalFailure()) return;
         }
       }
     }
-  }
+  });
   printf("saap classifier wgmma vs mma.sync: %lld visited buckets compared (wgmma on this "
          "device: %d)\n",
          static_cast<long long>(compared), static_cast<int>(cuda::SaapClassifierUsesWgmma(0)));
@@ -1487,62 +1523,40 @@ TEST(BuildIndexOnGpuSaapTest, PackedWeightSlabsBuildTheRowMajorIndex) {
   cuda::SaapKnobsT& knobs = cuda::SaapKnobs();
   const cuda::SaapKnobsT saved = knobs;
   const MethodCases mc = CasesFor(Method::kSaap);
-  uint64_t seed = 3031;
   int64_t compared = 0;
-  struct AssetShape {
-    int centroids, hidden;
-    bool one_layer;
-  };
-  for (const Shape& sh : Shapes()) {
-    auto hp = MakeProblem(sh.q, sh.k, sh.hq, sh.hkv, sh.d, sh.dtype, sh.causal, ++seed,
-                          /*integer_qk=*/false);
-    auto dp = DeviceProblem::Create(engine->device(), *hp);
-    ASSERT_TRUE(dp.ok()) << dp.status();
-    for (const AssetShape& as : {AssetShape{32, 48, false}, AssetShape{300, 600, false},
-                                 AssetShape{32, sh.d, true}}) {
-      LayerAssets assets =
-          method_testing::RandomSaapAssets(sh.hq, sh.hkv, sh.d, as.centroids, as.hidden, ++seed);
-      assets.rope_interleaved = (seed & 1) != 0;
-      if (as.one_layer) {
-        for (auto& layers : assets.classifiers) layers.erase(layers.begin());  // d -> centroids
-      }
-      knobs.cls_packed = true;
-      auto up_packed = engine->UploadLayerAssets(assets, sh.d);
-      knobs.cls_packed = false;
-      auto up_rows = engine->UploadLayerAssets(assets, sh.d);
-      knobs = saved;
-      ASSERT_TRUE(up_packed.ok()) << up_packed.status();
-      ASSERT_TRUE(up_rows.ok()) << up_rows.status();
-      MethodConfig config = mc.configs.front();
-      config.saap.num_centroids = as.centroids;
-      for (const std::vector<int>& heads : {AllHeads(sh.hq), std::vector<int>{sh.hq - 1, 0}}) {
-        for (bool wg : {true, false}) {
-          const std::string what = absl::StrCat(
-              config.DebugString(), " hidden=", as.one_layer ? 0 : as.hidden, " wgmma=", wg,
-              " heads=", heads.size(), " ", Describe(hp->problem()));
-          SparseIndex packed, rows;
-          std::vector<int32_t> sel_packed, sel_rows;
-          knobs.cls_wgmma = wg;
-          knobs.cls_packed = true;
-          knobs.capture_selected = &sel_packed;
-          BuildOnGpu(*engine, *hp, **dp, config, heads, 64, up_packed->get(), what, &packed);
-          engine->ReleaseIndexes();
-          knobs.cls_packed = false;
-          knobs.capture_selected = &sel_rows;
-          BuildOnGpu(*engine, *hp, **dp, config, heads, 64, up_rows->get(), what, &rows);
-          engine->ReleaseIndexes();
-          knobs = saved;
-          if (::testing::Test::HasFatalFailure()) return;
-          ASSERT_EQ(sel_packed.size(), sel_rows.size()) << what;
-          int64_t diff = 0;
-          for (size_t i = 0; i < sel_packed.size(); ++i) diff += sel_packed[i] != sel_rows[i];
-          EXPECT_EQ(diff, 0) << what << " (" << sel_packed.size() << " visited buckets)";
-          compared += static_cast<int64_t>(sel_packed.size());
-          ExpectSameIndex(packed, rows, what, /*with_offsets=*/true);
-        }
+  ForEachSaapAssetCase(*engine, 3031, [&](const Shape& sh, const HostProblem& hp,
+                                          DeviceProblem& dp, const SaapAssetShape& as,
+                                          const LayerAssets& assets) {
+    knobs.cls_packed = true;
+    auto up_packed = engine->UploadLayerAssets(assets, sh.d);
+    knobs.cls_packed = false;
+    auto up_rows = engine->UploadLayerAssets(assets, sh.d);
+    knobs = saved;
+    ASSERT_TRUE(up_packed.ok()) << up_packed.status();
+    ASSERT_TRUE(up_rows.ok()) << up_rows.status();
+    MethodConfig config = mc.configs.front();
+    config.saap.num_centroids = as.centroids;
+    for (const std::vector<int>& heads : {AllHeads(sh.hq), std::vector<int>{sh.hq - 1, 0}}) {
+      for (bool wg : {true, false}) {
+        const std::string what = absl::StrCat(
+            config.DebugString(), " hidden=", as.one_layer ? 0 : as.hidden, " wgmma=", wg,
+            " heads=", heads.size(), " ", Describe(hp.problem()));
+        compared += ExpectSameSaapBuckets(
+            *engine, hp, dp, config, heads, 64, up_packed->get(),
+            [wg](cuda::SaapKnobsT& k) {
+              k.cls_wgmma = wg;
+              k.cls_packed = true;
+            },
+            up_rows->get(),
+            [wg](cuda::SaapKnobsT& k) {
+              k.cls_wgmma = wg;
+              k.cls_packed = false;
+            },
+            what);
+        if (::testing::Test::HasFatalFailure()) return;
       }
     }
-  }
+  });
   printf("saap classifier packed vs row-major weights: %lld visited buckets compared\n",
          static_cast<long long>(compared));
   EXPECT_GT(compared, 0);
