@@ -718,8 +718,9 @@ TEST(BuildIndexOnGpuSampledLinesTest, PerHeadGammasEqualEachHeadsOwnBuild) {
       for (int block_m : {64, 128}) {
         for (int split : {0, 1}) {
           split_tiles = split;
-          const std::string what = absl::StrCat(config.DebugString(), " block_m=", block_m,
-                                                " split_tiles=", split, " ", Describe(hp->problem()));
+          const std::string what =
+              absl::StrCat(config.DebugString(), " block_m=", block_m, " split_tiles=", split, " ",
+                           Describe(hp->problem()));
           GpuBuildOptions o;
           o.block_m = block_m;
           o.sampled_lines_gammas = gammas;
@@ -752,8 +753,8 @@ TEST(BuildIndexOnGpuSampledLinesTest, PerHeadGammasEqualEachHeadsOwnBuild) {
               for (int32_t e = alone.col_indptr[ra]; e < alone.col_indptr[ra + 1]; ++e) {
                 absl::StrAppend(&a, " c", alone.col_idx[e]);
               }
-              ASSERT_EQ(m, a) << what << " slot " << slot << " gamma " << gammas[slot]
-                              << " block " << b;
+              ASSERT_EQ(m, a) << what << " slot " << slot << " gamma " << gammas[slot] << " block "
+                              << b;
             }
           }
           split_tiles = saved;
@@ -824,8 +825,9 @@ int ExpectSlKnobsBuildTheSameIndex(uint64_t seed, SetA a, SetB b) {
     for (const MethodConfig& config : {mc.configs.front(), mc.configs.back()}) {
       for (int block_m : {64, 128}) {
         for (int split : {0, 1}) {
-          const std::string what = absl::StrCat(config.DebugString(), " block_m=", block_m,
-                                                " split_tiles=", split, " ", Describe(hp->problem()));
+          const std::string what =
+              absl::StrCat(config.DebugString(), " block_m=", block_m, " split_tiles=", split, " ",
+                           Describe(hp->problem()));
           SparseIndex with_a, with_b;
           knobs.split_tiles = split;
           a(knobs);
@@ -1133,9 +1135,10 @@ TEST(BuildIndexOnGpuEstimateTest, FastExpIsWithinItsTolerance) {
 #else
   float max_abs = -1.f, max_rel = -1.f;
   ASSERT_EQ(cuda::EstimateFastExpError(&max_abs, &max_rel), cudaSuccess);
-  printf("fast exp vs exact on [-110, 0]: max abs %.3g (2^%.2f), max rel (x >= -16) %.3g "
-         "(2^%.2f)\n",
-         max_abs, std::log2(max_abs), max_rel, std::log2(max_rel));
+  printf(
+      "fast exp vs exact on [-110, 0]: max abs %.3g (2^%.2f), max rel (x >= -16) %.3g "
+      "(2^%.2f)\n",
+      max_abs, std::log2(max_abs), max_rel, std::log2(max_rel));
   EXPECT_GE(max_abs, 0.f);
   EXPECT_LE(max_abs, std::ldexp(1.f, -20));
   EXPECT_LE(max_rel, std::ldexp(1.f, -18));
@@ -1236,8 +1239,8 @@ TEST(BuildIndexOnGpuEstimateTest, FastEstimateKeepsTheExactFidelity) {
     printf("%s llm_mix 16K fast vs exact: %lld/%lld rows differ", MethodName(m),
            static_cast<long long>(a.differing), static_cast<long long>(a.rows));
     if (a.differing > 0) {
-      printf("; recall %.5f / %.5f, density %.5f / %.5f", a.cpu_recall, a.gpu_recall,
-             a.cpu_density, a.gpu_density);
+      printf("; recall %.5f / %.5f, density %.5f / %.5f", a.cpu_recall, a.gpu_recall, a.cpu_density,
+             a.gpu_density);
       EXPECT_NEAR(a.gpu_recall, a.cpu_recall, 0.002) << MethodName(m);
       EXPECT_NEAR(a.gpu_density, a.cpu_density, 0.002) << MethodName(m);
     }
@@ -1265,8 +1268,7 @@ void ForEachSaapAssetCase(CudaAttentionEngine& engine, uint64_t seed, Fn fn) {
                           /*integer_qk=*/false);
     auto dp = DeviceProblem::Create(engine.device(), *hp);
     ASSERT_TRUE(dp.ok()) << dp.status();
-    for (const SaapAssetShape& as : {SaapAssetShape{32, 48, false},
-                                     SaapAssetShape{300, 600, false},
+    for (const SaapAssetShape& as : {SaapAssetShape{32, 48, false}, SaapAssetShape{300, 600, false},
                                      SaapAssetShape{32, sh.d, true}}) {
       LayerAssets assets =
           method_testing::RandomSaapAssets(sh.hq, sh.hkv, sh.d, as.centroids, as.hidden, ++seed);
@@ -1284,11 +1286,10 @@ void ForEachSaapAssetCase(CudaAttentionEngine& engine, uint64_t seed, Fn fn) {
 // (the knobs restored after each) and expects the same visited buckets (the classes, exactly)
 // and the same index, offsets included. Returns the buckets compared.
 template <typename SetA, typename SetB>
-int64_t ExpectSameSaapBuckets(CudaAttentionEngine& engine, const HostProblem& hp,
-                              DeviceProblem& dp, const MethodConfig& config,
-                              const std::vector<int>& heads, int block_m,
-                              const CudaLayerAssets* a, SetA set_a, const CudaLayerAssets* b,
-                              SetB set_b, const std::string& what) {
+int64_t ExpectSameSaapBuckets(CudaAttentionEngine& engine, const HostProblem& hp, DeviceProblem& dp,
+                              const MethodConfig& config, const std::vector<int>& heads,
+                              int block_m, const CudaLayerAssets* a, SetA set_a,
+                              const CudaLayerAssets* b, SetB set_b, const std::string& what) {
   cuda::SaapKnobsT& knobs = cuda::SaapKnobs();
   const cuda::SaapKnobsT saved = knobs;
   SparseIndex index_a, index_b;
@@ -1331,30 +1332,32 @@ TEST(BuildIndexOnGpuSaapTest, WgmmaClassifierIsTheMmaSyncClassifier) {
   ASSERT_NE(engine, nullptr);
   const MethodCases mc = CasesFor(Method::kSaap);
   int64_t compared = 0;
-  ForEachSaapAssetCase(*engine, 2901, [&](const Shape& sh, const HostProblem& hp,
-                                          DeviceProblem& dp, const SaapAssetShape& as,
-                                          const LayerAssets& assets) {
-    auto up = engine->UploadLayerAssets(assets, sh.d);
-    ASSERT_TRUE(up.ok()) << up.status();
-    for (MethodConfig config : mc.configs) {
-      config.saap.num_centroids = as.centroids;
-      for (const std::vector<int>& heads : {AllHeads(sh.hq), std::vector<int>{sh.hq - 1, 0}}) {
-        for (int block_m : {64, 128}) {
-          const std::string what = absl::StrCat(
-              config.DebugString(), " hidden=", as.one_layer ? 0 : as.hidden,
-              " block_m=", block_m, " heads=", heads.size(), " ", Describe(hp.problem()));
-          compared += ExpectSameSaapBuckets(
-              *engine, hp, dp, config, heads, block_m, up->get(),
-              [](cuda::SaapKnobsT& k) { k.cls_wgmma = true; }, up->get(),
-              [](cuda::SaapKnobsT& k) { k.cls_wgmma = false; }, what);
-          if (::testing::Test::HasFatalFailure()) return;
+  ForEachSaapAssetCase(
+      *engine, 2901,
+      [&](const Shape& sh, const HostProblem& hp, DeviceProblem& dp, const SaapAssetShape& as,
+          const LayerAssets& assets) {
+        auto up = engine->UploadLayerAssets(assets, sh.d);
+        ASSERT_TRUE(up.ok()) << up.status();
+        for (MethodConfig config : mc.configs) {
+          config.saap.num_centroids = as.centroids;
+          for (const std::vector<int>& heads : {AllHeads(sh.hq), std::vector<int>{sh.hq - 1, 0}}) {
+            for (int block_m : {64, 128}) {
+              const std::string what = absl::StrCat(
+                  config.DebugString(), " hidden=", as.one_layer ? 0 : as.hidden,
+                  " block_m=", block_m, " heads=", heads.size(), " ", Describe(hp.problem()));
+              compared += ExpectSameSaapBuckets(
+                  *engine, hp, dp, config, heads, block_m, up->get(),
+                  [](cuda::SaapKnobsT& k) { k.cls_wgmma = true; }, up->get(),
+                  [](cuda::SaapKnobsT& k) { k.cls_wgmma = false; }, what);
+              if (::testing::Test::HasFatalFailure()) return;
+            }
+          }
         }
-      }
-    }
-  });
-  printf("saap classifier wgmma vs mma.sync: %lld visited buckets compared (wgmma on this "
-         "device: %d)\n",
-         static_cast<long long>(compared), static_cast<int>(cuda::SaapClassifierUsesWgmma(0)));
+      });
+  printf(
+      "saap classifier wgmma vs mma.sync: %lld visited buckets compared (wgmma on this "
+      "device: %d)\n",
+      static_cast<long long>(compared), static_cast<int>(cuda::SaapClassifierUsesWgmma(0)));
   EXPECT_GT(compared, 0);
 #endif
 }
@@ -1443,14 +1446,13 @@ int64_t ExpectEstKnobsBuildTheSameIndex(uint64_t seed0, SetA a, SetB b) {
     uint64_t seed = seed0 + static_cast<int>(m) * 100;
     for (const Shape& sh : Shapes()) {
       for (bool integer_qk : {mc.integer_qk, false}) {
-        auto hp = MakeProblem(sh.q, sh.k, sh.hq, sh.hkv, sh.d, sh.dtype, sh.causal, ++seed,
-                              integer_qk);
+        auto hp =
+            MakeProblem(sh.q, sh.k, sh.hq, sh.hkv, sh.d, sh.dtype, sh.causal, ++seed, integer_qk);
         auto dp = DeviceProblem::Create(engine->device(), *hp);
         EXPECT_TRUE(dp.ok()) << dp.status();
         if (!dp.ok()) return compared;
         for (const MethodConfig& config : mc.configs) {
-          for (const std::vector<int>& heads :
-               {AllHeads(sh.hq), std::vector<int>{sh.hq - 1, 0}}) {
+          for (const std::vector<int>& heads : {AllHeads(sh.hq), std::vector<int>{sh.hq - 1, 0}}) {
             for (int block_m : {64, 128}) {
               for (bool exact : {false, true}) {
                 const std::string what = absl::StrCat(
@@ -1524,39 +1526,40 @@ TEST(BuildIndexOnGpuSaapTest, PackedWeightSlabsBuildTheRowMajorIndex) {
   const cuda::SaapKnobsT saved = knobs;
   const MethodCases mc = CasesFor(Method::kSaap);
   int64_t compared = 0;
-  ForEachSaapAssetCase(*engine, 3031, [&](const Shape& sh, const HostProblem& hp,
-                                          DeviceProblem& dp, const SaapAssetShape& as,
-                                          const LayerAssets& assets) {
-    knobs.cls_packed = true;
-    auto up_packed = engine->UploadLayerAssets(assets, sh.d);
-    knobs.cls_packed = false;
-    auto up_rows = engine->UploadLayerAssets(assets, sh.d);
-    knobs = saved;
-    ASSERT_TRUE(up_packed.ok()) << up_packed.status();
-    ASSERT_TRUE(up_rows.ok()) << up_rows.status();
-    MethodConfig config = mc.configs.front();
-    config.saap.num_centroids = as.centroids;
-    for (const std::vector<int>& heads : {AllHeads(sh.hq), std::vector<int>{sh.hq - 1, 0}}) {
-      for (bool wg : {true, false}) {
-        const std::string what = absl::StrCat(
-            config.DebugString(), " hidden=", as.one_layer ? 0 : as.hidden, " wgmma=", wg,
-            " heads=", heads.size(), " ", Describe(hp.problem()));
-        compared += ExpectSameSaapBuckets(
-            *engine, hp, dp, config, heads, 64, up_packed->get(),
-            [wg](cuda::SaapKnobsT& k) {
-              k.cls_wgmma = wg;
-              k.cls_packed = true;
-            },
-            up_rows->get(),
-            [wg](cuda::SaapKnobsT& k) {
-              k.cls_wgmma = wg;
-              k.cls_packed = false;
-            },
-            what);
-        if (::testing::Test::HasFatalFailure()) return;
-      }
-    }
-  });
+  ForEachSaapAssetCase(
+      *engine, 3031,
+      [&](const Shape& sh, const HostProblem& hp, DeviceProblem& dp, const SaapAssetShape& as,
+          const LayerAssets& assets) {
+        knobs.cls_packed = true;
+        auto up_packed = engine->UploadLayerAssets(assets, sh.d);
+        knobs.cls_packed = false;
+        auto up_rows = engine->UploadLayerAssets(assets, sh.d);
+        knobs = saved;
+        ASSERT_TRUE(up_packed.ok()) << up_packed.status();
+        ASSERT_TRUE(up_rows.ok()) << up_rows.status();
+        MethodConfig config = mc.configs.front();
+        config.saap.num_centroids = as.centroids;
+        for (const std::vector<int>& heads : {AllHeads(sh.hq), std::vector<int>{sh.hq - 1, 0}}) {
+          for (bool wg : {true, false}) {
+            const std::string what =
+                absl::StrCat(config.DebugString(), " hidden=", as.one_layer ? 0 : as.hidden,
+                             " wgmma=", wg, " heads=", heads.size(), " ", Describe(hp.problem()));
+            compared += ExpectSameSaapBuckets(
+                *engine, hp, dp, config, heads, 64, up_packed->get(),
+                [wg](cuda::SaapKnobsT& k) {
+                  k.cls_wgmma = wg;
+                  k.cls_packed = true;
+                },
+                up_rows->get(),
+                [wg](cuda::SaapKnobsT& k) {
+                  k.cls_wgmma = wg;
+                  k.cls_packed = false;
+                },
+                what);
+            if (::testing::Test::HasFatalFailure()) return;
+          }
+        }
+      });
   printf("saap classifier packed vs row-major weights: %lld visited buckets compared\n",
          static_cast<long long>(compared));
   EXPECT_GT(compared, 0);
@@ -1658,10 +1661,11 @@ TEST(BuildIndexOnGpuSampleAttentionTest, SpanRowsBuildTheBitmapIndexOnLlmMix) {
       }
       if (::testing::Test::HasFatalFailure()) return;
       const Agreement a = Compare(w->host->problem(), ref, got, block_m);
-      printf("sample_attention llm_mix 16K block_m %d span cap %d vs bitmaps: %lld/%lld rows "
-             "differ, %zu ranges\n",
-             block_m, cap, static_cast<long long>(a.differing), static_cast<long long>(a.rows),
-             got.range_start.size());
+      printf(
+          "sample_attention llm_mix 16K block_m %d span cap %d vs bitmaps: %lld/%lld rows "
+          "differ, %zu ranges\n",
+          block_m, cap, static_cast<long long>(a.differing), static_cast<long long>(a.rows),
+          got.range_start.size());
       ExpectSameIndex(got, ref, absl::StrCat("llm_mix 16K block_m ", block_m, " span cap ", cap),
                       /*with_offsets=*/true);
     }

@@ -84,29 +84,72 @@ struct SpanSrc {
 };
 
 template <typename T>
-cudaError_t Upload(const std::vector<T>& v, T** d) {
-  cudaError_t err = cudaMalloc(d, std::max<size_t>(v.size(), 1) * sizeof(T));
-  if (err != cudaSuccess || v.empty()) return err;
-  return cudaMemcpy(*d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice);
-}
-
-template <typename T>
 cudaError_t Download(const T* d, size_t n, std::vector<T>* v) {
   v->assign(n, T{});
   if (n == 0) return cudaSuccess;
   return cudaMemcpy(v->data(), d, n * sizeof(T), cudaMemcpyDeviceToHost);
 }
 
+// A test driver's device memory and its first error: every array is freed with it, and each
+// step after an error does nothing.
+class TestScratch {
+ public:
+  TestScratch() = default;
+  TestScratch(const TestScratch&) = delete;
+  TestScratch& operator=(const TestScratch&) = delete;
+  ~TestScratch() {
+    for (void* p : owned_) cudaFree(p);
+  }
+  // Keeps e if it is the first error; true while there is none.
+  bool Step(cudaError_t e) {
+    if (err_ == cudaSuccess) err_ = e;
+    return err_ == cudaSuccess;
+  }
+  bool ok() const { return err_ == cudaSuccess; }
+  cudaError_t error() const { return err_; }
+  // n elements (at least one), uninitialized; nullptr after an error.
+  template <typename T>
+  T* Alloc(size_t n) {
+    T* p = nullptr;
+    if (ok() && Step(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)))) owned_.push_back(p);
+    return p;
+  }
+  // A copy of v (at least one element allocated); nullptr after an error.
+  template <typename T>
+  T* Upload(const std::vector<T>& v) {
+    T* p = Alloc<T>(v.size());
+    if (p != nullptr && !v.empty()) {
+      Step(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+    }
+    return p;
+  }
+
+ private:
+  std::vector<void*> owned_;
+  cudaError_t err_ = cudaSuccess;
+};
+
+// The assembler's output for `units` blocks of `rows` rows, with its count and offset arrays.
+AsmOut CountingOut(TestScratch& s, int units, int64_t rows) {
+  AsmOut o;
+  o.num_blocks = units;
+  o.count_ranges = s.Alloc<int64_t>(rows);
+  o.count_cols = s.Alloc<int64_t>(rows);
+  o.off_ranges = s.Alloc<int64_t>(rows + 1);
+  o.off_cols = s.Alloc<int64_t>(rows + 1);
+  return o;
+}
+
 // The count pass, the offsets' prefix sums on the host, the output arrays, the fill pass and the
-// download, as the builders run them (launch(fill) launches one pass). `step` keeps the first
-// error; `alloc` allocates into the caller's owned list.
-template <typename Launch, typename Step, typename Alloc>
-void CountThenFill(int64_t rows, AsmOut& o, const Launch& launch, const Step& step,
-                   const Alloc& alloc, AssembledForTest* out) {
+// download, as the builders run them (launch(fill) launches one pass with o). Returns the first
+// error.
+template <typename Launch>
+cudaError_t CountThenFill(TestScratch& s, int64_t rows, AsmOut& o, const Launch& launch,
+                          AssembledForTest* out) {
   std::vector<int64_t> cr, cc;
-  if (!(step(launch(/*fill=*/false)) && step(cudaDeviceSynchronize()) &&
-        step(Download(o.count_ranges, rows, &cr)) && step(Download(o.count_cols, rows, &cc)))) {
-    return;
+  if (!(s.ok() && s.Step(launch(/*fill=*/false)) && s.Step(cudaDeviceSynchronize()) &&
+        s.Step(Download(o.count_ranges, rows, &cr)) && s.Step(Download(o.count_cols, rows, &cc)))) {
+    return s.error();
   }
   out->off_ranges.assign(rows + 1, 0);
   out->off_cols.assign(rows + 1, 0);
@@ -115,23 +158,19 @@ void CountThenFill(int64_t rows, AsmOut& o, const Launch& launch, const Step& st
     out->off_cols[r + 1] = out->off_cols[r] + cc[r];
   }
   const int64_t nr = out->off_ranges[rows], nc = out->off_cols[rows];
-  step(cudaMemcpy(const_cast<int64_t*>(o.off_ranges), out->off_ranges.data(), (rows + 1) * sizeof(int64_t),
-                  cudaMemcpyHostToDevice));
-  step(cudaMemcpy(const_cast<int64_t*>(o.off_cols), out->off_cols.data(), (rows + 1) * sizeof(int64_t),
-                  cudaMemcpyHostToDevice));
-  int32_t *d_start = nullptr, *d_len = nullptr, *d_cols = nullptr;
-  alloc(&d_start, nr);
-  alloc(&d_len, nr);
-  alloc(&d_cols, nc);
-  o.range_start = d_start;
-  o.range_len = d_len;
-  o.col_idx = d_cols;
-  // step(cudaSuccess): no error so far (an output array may have failed to allocate).
-  if (step(cudaSuccess) && step(launch(/*fill=*/true)) && step(cudaDeviceSynchronize())) {
-    step(Download(d_start, nr, &out->range_start));
-    step(Download(d_len, nr, &out->range_len));
-    step(Download(d_cols, nc, &out->col_idx));
+  s.Step(cudaMemcpy(const_cast<int64_t*>(o.off_ranges), out->off_ranges.data(),
+                    (rows + 1) * sizeof(int64_t), cudaMemcpyHostToDevice));
+  s.Step(cudaMemcpy(const_cast<int64_t*>(o.off_cols), out->off_cols.data(),
+                    (rows + 1) * sizeof(int64_t), cudaMemcpyHostToDevice));
+  o.range_start = s.Alloc<int32_t>(nr);
+  o.range_len = s.Alloc<int32_t>(nr);
+  o.col_idx = s.Alloc<int32_t>(nc);
+  if (s.ok() && s.Step(launch(/*fill=*/true)) && s.Step(cudaDeviceSynchronize())) {
+    s.Step(Download(o.range_start, nr, &out->range_start));
+    s.Step(Download(o.range_len, nr, &out->range_len));
+    s.Step(Download(o.col_idx, nc, &out->col_idx));
   }
+  return s.error();
 }
 
 }  // namespace
@@ -147,62 +186,27 @@ cudaError_t AssembleBitmapRowsForTest(const std::vector<int>& key_end,
     return cudaErrorInvalidValue;
   }
   const int64_t rows = static_cast<int64_t>(num_slots) * units;
-  std::vector<void*> owned;
-  int* d_key_end = nullptr;
-  int64_t *d_word_off = nullptr, *d_count_r = nullptr, *d_count_c = nullptr, *d_off_r = nullptr,
-          *d_off_c = nullptr;
-  uint32_t *d_rw = nullptr, *d_cw = nullptr;
-  cudaError_t err = cudaSuccess;
-  auto step = [&](cudaError_t e) {
-    if (err == cudaSuccess) err = e;
-    return err == cudaSuccess;
-  };
-  auto alloc = [&](auto** p, size_t n) {
-    if (step(cudaMalloc(p, std::max<size_t>(n, 1) * sizeof(**p)))) owned.push_back(*p);
-  };
-  if (step(Upload(key_end, &d_key_end))) owned.push_back(d_key_end);
-  if (step(Upload(word_off, &d_word_off))) owned.push_back(d_word_off);
-  if (step(Upload(range_words, &d_rw))) owned.push_back(d_rw);
-  if (step(Upload(col_words, &d_cw))) owned.push_back(d_cw);
-  alloc(&d_count_r, rows);
-  alloc(&d_count_c, rows);
-  alloc(&d_off_r, rows + 1);
-  alloc(&d_off_c, rows + 1);
-  uint32_t* o_keep = nullptr;
-  int64_t o_keep_units = 0, o_keep_stride = 0;
-  uint32_t* d_rec = nullptr;
-  if (records) alloc(&d_rec, static_cast<size_t>(units) * kAsmRecWords);
+  TestScratch s;
+  const BitmapSrc src{s.Upload(key_end), s.Upload(word_off), s.Upload(range_words),
+                      s.Upload(col_words), num_slots};
+  AsmOut o = CountingOut(s, units, rows);
+  if (records) o.rec = s.Alloc<uint32_t>(static_cast<size_t>(units) * kAsmRecWords);
   if (keep && units > 0) {
     std::vector<int> sorted = key_end;
     std::sort(sorted.begin(), sorted.end());
     // The second longest row's stride: the longest row (and any as long) takes the bitmaps.
-    const int64_t stride = AsmKeepStride(sorted[sorted.size() >= 2 ? sorted.size() - 2 : 0]);
-    const int64_t keep_units = (static_cast<int64_t>(units) * 2) / 3;
-    uint32_t* d_keep = nullptr;
-    alloc(&d_keep, static_cast<size_t>(keep_units * AsmKeepUnitWords(stride)));
-    o_keep = d_keep;
-    o_keep_units = keep_units;
-    o_keep_stride = stride;
+    o.keep_stride = AsmKeepStride(sorted[sorted.size() >= 2 ? sorted.size() - 2 : 0]);
+    o.keep_units = (static_cast<int64_t>(units) * 2) / 3;
+    o.keep = s.Alloc<uint32_t>(static_cast<size_t>(o.keep_units * AsmKeepUnitWords(o.keep_stride)));
   }
-  const BitmapSrc src{d_key_end, d_word_off, d_rw, d_cw, num_slots};
-  AsmOut o;
-  o.num_blocks = units;
-  o.count_ranges = d_count_r;
-  o.count_cols = d_count_c;
-  o.off_ranges = d_off_r;
-  o.off_cols = d_off_c;
-  o.rec = d_rec;
-  o.keep = o_keep;
-  o.keep_units = o_keep_units;
-  o.keep_stride = o_keep_stride;
   const BitmapRecSrc rec_src{src};
-  auto launch = [&](bool fill) {
-    return records ? LaunchAssemble(rec_src, units, o, fill, 0)
-                   : LaunchAssemble(src, units, o, fill, 0);
-  };
-  if (err == cudaSuccess) CountThenFill(rows, o, launch, step, alloc, out);
-  for (void* p : owned) cudaFree(p);
-  return err;
+  return CountThenFill(
+      s, rows, o,
+      [&](bool fill) {
+        return records ? LaunchAssemble(rec_src, units, o, fill, 0)
+                       : LaunchAssemble(src, units, o, fill, 0);
+      },
+      out);
 }
 
 cudaError_t AssembleSpanRowsForTest(const std::vector<int>& key_end,
@@ -216,43 +220,15 @@ cudaError_t AssembleSpanRowsForTest(const std::vector<int>& key_end,
     return cudaErrorInvalidValue;
   }
   const int64_t rows = static_cast<int64_t>(num_slots) * units;
-  std::vector<void*> owned;
-  int* d_key_end = nullptr;
-  int64_t *d_span_off = nullptr, *d_starts = nullptr, *d_ends = nullptr, *d_count_r = nullptr,
-          *d_count_c = nullptr, *d_off_r = nullptr, *d_off_c = nullptr;
-  uint32_t *d_rec = nullptr, *d_rest = nullptr;
-  cudaError_t err = cudaSuccess;
-  auto step = [&](cudaError_t e) {
-    if (err == cudaSuccess) err = e;
-    return err == cudaSuccess;
-  };
-  auto alloc = [&](auto** p, size_t n) {
-    if (step(cudaMalloc(p, std::max<size_t>(n, 1) * sizeof(**p)))) owned.push_back(*p);
-  };
-  if (step(Upload(key_end, &d_key_end))) owned.push_back(d_key_end);
-  if (step(Upload(span_off, &d_span_off))) owned.push_back(d_span_off);
-  if (step(Upload(starts, &d_starts))) owned.push_back(d_starts);
-  if (step(Upload(ends, &d_ends))) owned.push_back(d_ends);
-  alloc(&d_count_r, rows);
-  alloc(&d_count_c, rows);
-  alloc(&d_off_r, rows + 1);
-  alloc(&d_off_c, rows + 1);
-  alloc(&d_rec, static_cast<size_t>(units) * kAsmRecWords);
-  if (rest_word) alloc(&d_rest, 1);
-  const SpanSrc src{d_key_end, d_span_off, d_starts, d_ends, num_slots};
-  AsmOut o;
-  o.num_blocks = units;
-  o.count_ranges = d_count_r;
-  o.count_cols = d_count_c;
-  o.off_ranges = d_off_r;
-  o.off_cols = d_off_c;
-  o.rec = d_rec;
+  TestScratch s;
+  const SpanSrc src{s.Upload(key_end), s.Upload(span_off), s.Upload(starts), s.Upload(ends),
+                    num_slots};
+  AsmOut o = CountingOut(s, units, rows);
+  o.rec = s.Alloc<uint32_t>(static_cast<size_t>(units) * kAsmRecWords);
   o.span_cap = span_cap;
-  o.span_rest = d_rest;
-  auto launch = [&](bool fill) { return LaunchAssemble(src, units, o, fill, 0); };
-  if (err == cudaSuccess) CountThenFill(rows, o, launch, step, alloc, out);
-  for (void* p : owned) cudaFree(p);
-  return err;
+  if (rest_word) o.span_rest = s.Alloc<uint32_t>(1);
+  return CountThenFill(
+      s, rows, o, [&](bool fill) { return LaunchAssemble(src, units, o, fill, 0); }, out);
 }
 
 }  // namespace row_assembly
