@@ -6,7 +6,7 @@
 #     every index array equal) and the assembled error codes.
 #  2. spattn-bench sample_attention 32K base (main e30e6a9) vs new, one process per cell,
 #     alternating, NP (no profile) and PROFILE (SPATTN_GPU_BUILDER_PROFILE=1); new with
-#     SPATTN_SA_WGMMA=0 (same binary, mma.sync); 128K NP base / new while time is left.
+#     SPATTN_SA_WGMMA=0 (same binary, mma.sync; PROFILE); 128K NP base / new while time is left.
 set -u
 cd "$(dirname "$0")"
 W=/tmp/s31sa && rm -rf "$W" && mkdir -p "$W/bin" && tar -xJf lib.tar.xz -C "$W"
@@ -50,16 +50,10 @@ bench new 32768 7 16 $P
 bench newms 32768 7 16 $P $MS
 bench newNP 32768 10 16 X=1
 bench baseNP 32768 10 16 X=1
-bench newmsNP 32768 10 16 $MS
 bench new 32768 7 16 $P
 bench base 32768 7 16 $P
-bench newNP 32768 10 16 X=1
-bench baseNP 32768 10 16 X=1
-bench newmsNP 32768 10 16 $MS
-bench newNP 32768 10 16 X=1
 bench baseNP 131072 3 4 X=1
 bench newNP 131072 3 4 X=1
-bench new128 131072 3 4 $P
 python3 - "$OUT/raw" <<'PY' | tee "$OUT/shares.txt"
 import json, sys, os
 for v in ("base", "new", "newms", "new128", "baseNP", "newNP", "newmsNP"):
