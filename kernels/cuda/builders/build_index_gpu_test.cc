@@ -1675,27 +1675,21 @@ TEST(BuildIndexOnGpuSampleAttentionTest, SpanRowsBuildTheBitmapIndexOnLlmMix) {
 // ---- s31-sa: sample_attention's one pass on wgmma (sample_attention.cu SaTileWg) ----
 // On compute capability 9.0 the one pass (blk >= 64) takes its Q K^T products from wgmma
 // (m64n64k16, Q fragments in registers, key tiles by descriptor, six key buffers) instead of
-// mma.sync; SPATTN_SA_WGMMA=0 runs main's mma.sync pass, SPATTN_SA_UNI=0 the wgmma pass without
-// the uniform-tile sums (a tile in one slash block for every row of a warp: s0 or s1 = sum). The
-// products are the same floats (the sign of an all -0 sum aside, which no sum or maximum
-// downstream tells apart), so every index array, offsets included, is the same bit for bit:
-// every shape and config (blk 16 / 32 take the two passes, the same code either way) at block_m
-// 64 and 128, and llm_mix 16K. Elsewhere than 9.0 every build is mma.sync and the test compares a
-// path with itself.
-// mode 0: mma.sync (SPATTN_SA_WGMMA=0); 1: wgmma (the default); 2: wgmma without the
-// uniform-tile sums (SPATTN_SA_UNI=0).
+// mma.sync; SPATTN_SA_WGMMA=0 runs main's mma.sync pass. The products are the same floats (the
+// sign of an all -0 sum aside, which no sum or maximum downstream tells apart), so every index
+// array, offsets included, is the same bit for bit: every shape and config (blk 16 / 32 take the
+// two passes, the same code either way) at block_m 64 and 128, and llm_mix 16K. Elsewhere than
+// 9.0 both builds are mma.sync and the test compares a path with itself.
 class SaWgmmaEnv {
  public:
-  explicit SaWgmmaEnv(int mode) {
-    unsetenv("SPATTN_SA_WGMMA");
-    unsetenv("SPATTN_SA_UNI");
-    if (mode == 0) setenv("SPATTN_SA_WGMMA", "0", 1);
-    if (mode == 2) setenv("SPATTN_SA_UNI", "0", 1);
+  explicit SaWgmmaEnv(bool on) {
+    if (on) {
+      unsetenv("SPATTN_SA_WGMMA");
+    } else {
+      setenv("SPATTN_SA_WGMMA", "0", 1);
+    }
   }
-  ~SaWgmmaEnv() {
-    unsetenv("SPATTN_SA_WGMMA");
-    unsetenv("SPATTN_SA_UNI");
-  }
+  ~SaWgmmaEnv() { unsetenv("SPATTN_SA_WGMMA"); }
 };
 
 TEST(BuildIndexOnGpuSampleAttentionTest, WgmmaOnePassBuildsTheMmaSyncIndex) {
@@ -1712,21 +1706,19 @@ TEST(BuildIndexOnGpuSampleAttentionTest, WgmmaOnePassBuildsTheMmaSyncIndex) {
     for (const MethodConfig& config : mc.configs) {
       for (const std::vector<int>& heads : {AllHeads(sh.hq), std::vector<int>{sh.hq - 1, 0}}) {
         for (int block_m : {64, 128}) {
-          const std::string what = absl::StrCat(config.DebugString(), " heads=", heads.size(),
-                                                " block_m=", block_m, " ", Describe(hp->problem()));
-          SparseIndex ref;
-          for (int mode : {0, 1, 2}) {
-            SparseIndex got;
-            SaWgmmaEnv env(mode);
+          const std::string what =
+              absl::StrCat(config.DebugString(), " heads=", heads.size(), " block_m=", block_m,
+                           " ", Describe(hp->problem()));
+          SparseIndex ref, got;
+          for (bool wg : {false, true}) {
+            SaWgmmaEnv env(wg);
             BuildOnGpu(*engine, *hp, **dp, config, heads, block_m, nullptr,
-                       absl::StrCat(what, " mode ", mode), mode == 0 ? &ref : &got);
+                       absl::StrCat(what, wg ? " wgmma" : " mma.sync"), wg ? &got : &ref);
             engine->ReleaseIndexes();
             if (::testing::Test::HasFatalFailure()) return;
-            if (mode == 0) continue;
-            ExpectSameIndex(got, ref, absl::StrCat(what, " mode ", mode, " vs mma.sync"),
-                            /*with_offsets=*/true);
-            ++compared;
           }
+          ExpectSameIndex(got, ref, what + " wgmma vs mma.sync", /*with_offsets=*/true);
+          ++compared;
         }
       }
     }
@@ -1753,24 +1745,19 @@ TEST(BuildIndexOnGpuSampleAttentionTest, WgmmaOnePassBuildsTheMmaSyncIndexOnLlmM
   MethodConfig c;
   c.method = Method::kSampleAttention;
   for (int block_m : {64, 128}) {
-    SparseIndex ref;
-    for (int mode : {0, 1, 2}) {
-      SparseIndex got;
-      SaWgmmaEnv env(mode);
+    SparseIndex ref, got;
+    for (bool wg : {false, true}) {
+      SaWgmmaEnv env(wg);
       BuildOnGpu(*engine, *w->host, **dp, c, AllHeads(8), block_m, nullptr,
-                 absl::StrCat("mode ", mode), mode == 0 ? &ref : &got);
+                 wg ? "wgmma" : "mma.sync", wg ? &got : &ref);
       engine->ReleaseIndexes();
       if (::testing::Test::HasFatalFailure()) return;
-      if (mode == 0) continue;
-      const Agreement a = Compare(w->host->problem(), ref, got, block_m);
-      printf(
-          "sample_attention llm_mix 16K block_m %d mode %d vs mma.sync: %lld/%lld rows "
-          "differ\n",
-          block_m, mode, static_cast<long long>(a.differing), static_cast<long long>(a.rows));
-      ExpectSameIndex(got, ref,
-                      absl::StrCat("llm_mix 16K block_m ", block_m, " mode ", mode, " vs mma.sync"),
-                      /*with_offsets=*/true);
     }
+    const Agreement a = Compare(w->host->problem(), ref, got, block_m);
+    printf("sample_attention llm_mix 16K block_m %d wgmma vs mma.sync: %lld/%lld rows differ\n",
+           block_m, static_cast<long long>(a.differing), static_cast<long long>(a.rows));
+    ExpectSameIndex(got, ref, absl::StrCat("llm_mix 16K block_m ", block_m, " wgmma vs mma.sync"),
+                    /*with_offsets=*/true);
   }
 }
 

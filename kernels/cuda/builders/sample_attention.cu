@@ -82,7 +82,8 @@ __device__ __forceinline__ void SaTileWg(const uint32_t (&qf)[kD / 16][4], uint3
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
   for (int kk = 0; kk < kD / 16; ++kk) {
-    Tile64Wgmma<T>::RS(acc, qf[kk], desc0 + (((kk >> 2) * (kSaTileN * 128) + (kk & 3) * 32) >> 4),
+    Tile64Wgmma<T>::RS(acc, qf[kk],
+                       desc0 + (((kk >> 2) * (kSaTileN * 128) + (kk & 3) * 32) >> 4),
                        kk > 0 ? 1 : 0);
   }
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
@@ -115,13 +116,10 @@ __device__ __forceinline__ void SaWindow(const SaUnit& u, const SaItem& item, in
 // per SM as pass 1 (124). (A minimum-blocks bound of 2 on it changed the other instantiations'
 // code as well; without one, their sm_90a .text is byte-identical to the two-pass file's.)
 // kWg (with kOne only): the products by wgmma, kSaWgBufs key buffers (above); the rest as kOne.
-// kUni (with kWg): a tile that lies in one slash block for every row of a warp skips the
-// per-element split of its sums (s0 / s1, below): the same bits.
 template <typename T, int kD, bool kScores, int kSlots = kSaSlots, bool kOne = false,
-          bool kWg = false, bool kUni = false>
+          bool kWg = false>
 __global__ void __launch_bounds__(kSaThreads) SaPassKernel(SaArgs a) {
   static_assert(!kWg || (kOne && !kScores), "the wgmma products serve the one pass");
-  static_assert(!kUni || kWg, "the uniform-tile sums serve the wgmma pass");
   constexpr int kCh = kD / 8;
   constexpr int kKS = kD / 16;
   extern __shared__ __align__(128) char smem[];
@@ -206,8 +204,8 @@ __global__ void __launch_bounds__(kSaThreads) SaPassKernel(SaArgs a) {
     } else {
       LoadTileAsync(
           sKa + (t & 1) * kKBytes, kSaTileN, min(kSaTileN, ke - j), kCh,
-          [&](int r) { return kg + static_cast<int64_t>(k_tok0 + j + r) * p.k_token_stride; }, tid,
-          kSaThreads);
+          [&](int r) { return kg + static_cast<int64_t>(k_tok0 + j + r) * p.k_token_stride; },
+          tid, kSaThreads);
     }
   };
   issue(0);
@@ -349,33 +347,10 @@ __global__ void __launch_bounds__(kSaThreads) SaPassKernel(SaArgs a) {
           }
           mx = QuadMax(mx);
           const float m_new = fmaxf(m_run[h], mx);
-          // kUni: the tile lies in one slash block for each of the warp's rows h (warp-uniform
-          // votes, here where the warp is converged): every key <= thr (A) or every key > thr
-          // (A - 1). Then s0 (or s1) adds every ex in sum's order from +0 and the other adds
-          // only +0: s0 = sum (s1 = sum), the other +0, without the per-element split.
-          int uni = 0;
-          if constexpr (kUni) {
-            if (__all_sync(0xffffffffu, thr[h] >= j + kSaTileN - 1)) {
-              uni = 1;
-            } else if (__all_sync(0xffffffffu, thr[h] < j)) {
-              uni = 2;
-            }
-          }
           if (m_new != kNegInf) {
             float sum = 0.f;
             float s0 = 0.f, s1 = 0.f;  // kOne: the tile's part in slash blocks A and A - 1
-            if (kUni && full[h] && uni != 0) {
-#pragma unroll
-              for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-                for (int e = 0; e < 2; ++e) sum += Exp2(s[nt][2 * h + e] - m_new);
-              }
-              if (uni == 1) {
-                s0 = sum;
-              } else {
-                s1 = sum;
-              }
-            } else if (full[h]) {
+            if (full[h]) {
               // v = -inf (an overflowed product) gives Exp2(-inf) = +0, which the masked path
               // adds as 0.f: the same sum without the test.
 #pragma unroll
@@ -941,12 +916,8 @@ cudaError_t SaLaunchTyped(const SaArgs& a, cudaStream_t stream) {
   constexpr int smem = SaSmemBytes<kD>();
   if (a.op_partial != nullptr) {
     const bool wg = SaUsesWgmma();
-    // SPATTN_SA_UNI=0: the wgmma pass without the uniform-tile sums (session 31's A/B).
-    const char* uni_env = std::getenv("SPATTN_SA_UNI");
-    const bool uni = uni_env == nullptr || uni_env[0] != '0';
-    auto one = !wg   ? SaPassKernel<T, kD, false, kSaSlots, true>
-               : uni ? SaPassKernel<T, kD, false, kSaSlots, true, true, true>
-                     : SaPassKernel<T, kD, false, kSaSlots, true, true>;
+    auto one = wg ? SaPassKernel<T, kD, false, kSaSlots, true, true>
+                  : SaPassKernel<T, kD, false, kSaSlots, true>;
     const int one_smem = wg ? SaWgSmemBytes<kD>() : smem;
     cudaError_t err =
         cudaFuncSetAttribute(one, cudaFuncAttributeMaxDynamicSharedMemorySize, one_smem);
