@@ -1706,9 +1706,8 @@ TEST(BuildIndexOnGpuSampleAttentionTest, WgmmaOnePassBuildsTheMmaSyncIndex) {
     for (const MethodConfig& config : mc.configs) {
       for (const std::vector<int>& heads : {AllHeads(sh.hq), std::vector<int>{sh.hq - 1, 0}}) {
         for (int block_m : {64, 128}) {
-          const std::string what =
-              absl::StrCat(config.DebugString(), " heads=", heads.size(), " block_m=", block_m,
-                           " ", Describe(hp->problem()));
+          const std::string what = absl::StrCat(config.DebugString(), " heads=", heads.size(),
+                                                " block_m=", block_m, " ", Describe(hp->problem()));
           SparseIndex ref, got;
           for (bool wg : {false, true}) {
             SaWgmmaEnv env(wg);

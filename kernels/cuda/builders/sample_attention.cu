@@ -82,8 +82,7 @@ __device__ __forceinline__ void SaTileWg(const uint32_t (&qf)[kD / 16][4], uint3
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
   for (int kk = 0; kk < kD / 16; ++kk) {
-    Tile64Wgmma<T>::RS(acc, qf[kk],
-                       desc0 + (((kk >> 2) * (kSaTileN * 128) + (kk & 3) * 32) >> 4),
+    Tile64Wgmma<T>::RS(acc, qf[kk], desc0 + (((kk >> 2) * (kSaTileN * 128) + (kk & 3) * 32) >> 4),
                        kk > 0 ? 1 : 0);
   }
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
@@ -204,8 +203,8 @@ __global__ void __launch_bounds__(kSaThreads) SaPassKernel(SaArgs a) {
     } else {
       LoadTileAsync(
           sKa + (t & 1) * kKBytes, kSaTileN, min(kSaTileN, ke - j), kCh,
-          [&](int r) { return kg + static_cast<int64_t>(k_tok0 + j + r) * p.k_token_stride; },
-          tid, kSaThreads);
+          [&](int r) { return kg + static_cast<int64_t>(k_tok0 + j + r) * p.k_token_stride; }, tid,
+          kSaThreads);
     }
   };
   issue(0);
