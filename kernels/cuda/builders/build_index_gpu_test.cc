@@ -1672,5 +1672,93 @@ TEST(BuildIndexOnGpuSampleAttentionTest, SpanRowsBuildTheBitmapIndexOnLlmMix) {
   }
 }
 
+// ---- s31-sa: sample_attention's one pass on wgmma (sample_attention.cu SaTileWg) ----
+// On compute capability 9.0 the one pass (blk >= 64) takes its Q K^T products from wgmma
+// (m64n64k16, Q fragments in registers, key tiles by descriptor, six key buffers) instead of
+// mma.sync; SPATTN_SA_WGMMA=0 runs main's mma.sync pass. The products are the same floats (the
+// sign of an all -0 sum aside, which no sum or maximum downstream tells apart), so every index
+// array, offsets included, is the same bit for bit: every shape and config (blk 16 / 32 take the
+// two passes, the same code either way) at block_m 64 and 128, and llm_mix 16K. Elsewhere than
+// 9.0 both builds are mma.sync and the test compares a path with itself.
+class SaWgmmaEnv {
+ public:
+  explicit SaWgmmaEnv(bool on) {
+    if (on) {
+      unsetenv("SPATTN_SA_WGMMA");
+    } else {
+      setenv("SPATTN_SA_WGMMA", "0", 1);
+    }
+  }
+  ~SaWgmmaEnv() { unsetenv("SPATTN_SA_WGMMA"); }
+};
+
+TEST(BuildIndexOnGpuSampleAttentionTest, WgmmaOnePassBuildsTheMmaSyncIndex) {
+  SKIP_WITHOUT_GPU();
+  auto engine = MakeEngine(int64_t{512} << 20);
+  ASSERT_NE(engine, nullptr);
+  const MethodCases mc = CasesFor(Method::kSampleAttention);
+  uint64_t seed = 3100;
+  int compared = 0;
+  for (const Shape& sh : Shapes()) {
+    auto hp = MakeProblem(sh.q, sh.k, sh.hq, sh.hkv, sh.d, sh.dtype, sh.causal, ++seed, false);
+    auto dp = DeviceProblem::Create(engine->device(), *hp);
+    ASSERT_TRUE(dp.ok()) << dp.status();
+    for (const MethodConfig& config : mc.configs) {
+      for (const std::vector<int>& heads : {AllHeads(sh.hq), std::vector<int>{sh.hq - 1, 0}}) {
+        for (int block_m : {64, 128}) {
+          const std::string what = absl::StrCat(config.DebugString(), " heads=", heads.size(),
+                                                " block_m=", block_m, " ", Describe(hp->problem()));
+          SparseIndex ref, got;
+          for (bool wg : {false, true}) {
+            SaWgmmaEnv env(wg);
+            BuildOnGpu(*engine, *hp, **dp, config, heads, block_m, nullptr,
+                       absl::StrCat(what, wg ? " wgmma" : " mma.sync"), wg ? &got : &ref);
+            engine->ReleaseIndexes();
+            if (::testing::Test::HasFatalFailure()) return;
+          }
+          ExpectSameIndex(got, ref, what + " wgmma vs mma.sync", /*with_offsets=*/true);
+          ++compared;
+        }
+      }
+    }
+  }
+  printf("sample_attention wgmma vs mma.sync one pass: %d indexes compared\n", compared);
+  EXPECT_GT(compared, 0);
+}
+
+TEST(BuildIndexOnGpuSampleAttentionTest, WgmmaOnePassBuildsTheMmaSyncIndexOnLlmMix) {
+  SKIP_WITHOUT_GPU();
+  auto engine = MakeEngine(int64_t{2} << 30);
+  ASSERT_NE(engine, nullptr);
+  WorkloadOptions o;
+  o.workload = "llm_mix";
+  o.shape.q_lens = {16384};
+  o.shape.num_q_heads = 8;
+  o.shape.num_kv_heads = 2;
+  o.shape.head_dim = 128;
+  o.shape.dtype = DType::kBF16;
+  auto w = GenerateWorkload(o);
+  ASSERT_TRUE(w.ok()) << w.status();
+  auto dp = DeviceProblem::Create(engine->device(), *w->host);
+  ASSERT_TRUE(dp.ok()) << dp.status();
+  MethodConfig c;
+  c.method = Method::kSampleAttention;
+  for (int block_m : {64, 128}) {
+    SparseIndex ref, got;
+    for (bool wg : {false, true}) {
+      SaWgmmaEnv env(wg);
+      BuildOnGpu(*engine, *w->host, **dp, c, AllHeads(8), block_m, nullptr,
+                 wg ? "wgmma" : "mma.sync", wg ? &got : &ref);
+      engine->ReleaseIndexes();
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+    const Agreement a = Compare(w->host->problem(), ref, got, block_m);
+    printf("sample_attention llm_mix 16K block_m %d wgmma vs mma.sync: %lld/%lld rows differ\n",
+           block_m, static_cast<long long>(a.differing), static_cast<long long>(a.rows));
+    ExpectSameIndex(got, ref, absl::StrCat("llm_mix 16K block_m ", block_m, " wgmma vs mma.sync"),
+                    /*with_offsets=*/true);
+  }
+}
+
 }  // namespace
 }  // namespace spattn

@@ -13,9 +13,11 @@
 //  4. Assembly: each query block ORs the column and slash spans of the chunks its rows belong to
 //     and the local window into its row bitmap (assembled_common.cuh).
 #include <cfloat>
+#include <cstdlib>
 #include <type_traits>
 
 #include "kernels/cuda/builders/assembled_common.cuh"
+#include "kernels/cuda/common/wgmma_tile64.cuh"
 
 namespace spattn {
 namespace cuda {
@@ -35,6 +37,59 @@ constexpr int kSaSlots = 8;
 template <int kD>
 constexpr int SaSmemBytes() {
   return kSaRows * kD * 2 + 2 * kSaTileN * kD * 2 + 2 * kSaWarps * kSaAcc * 4;
+}
+
+// The one pass on wgmma (session 31, sm_90a: SaUsesWgmma): the Q K^T products of a tile by the
+// warpgroup (rows 64 wg .. 64 wg + 63; warp w's 16 rows are row0 = 16 w, as with mma.sync) with
+// 8 RS m64n64k16 (A = the warp's Q fragments, the mma.sync A layout; B = the key tile by
+// descriptor), in the mma.sync C layout: the per-element code after the products is the mma.sync
+// pass's. Key tiles in the 128-byte swizzle layout (SaKeyOff: [kD / 64 sub-tiles][64 keys][128
+// bytes], 16-byte chunk XOR key % 8, 1024-byte aligned bases; anchor's AnKeyOff). Once the warps
+// hold their Q fragments, the Q tile's space takes two key tiles: kSaWgBufs buffers (4 dedicated,
+// 2 in the Q space), tile t in buffer t % kSaWgBufs, loaded kSaWgBufs - 1 tiles ahead (anchor's
+// pass, s28-anchor: two buffers 2.10 ms, six 1.37).
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define SPATTN_SA_SM90A 1
+#else
+#define SPATTN_SA_SM90A 0
+#endif
+constexpr int kSaWgBufs = 6;
+constexpr int kSaWgDedicated = kSaWgBufs - 2;
+
+template <int kD>
+constexpr int SaWgSmemBytes() {
+  return kSaRows * kD * 2 + kSaWgDedicated * kSaTileN * kD * 2 + 1024;
+}
+
+// Byte offset of 16-byte chunk `ch` of key row `r` in a wgmma-layout tile of 64 keys.
+__device__ __forceinline__ uint32_t SaKeyOff(int r, int ch) {
+  return static_cast<uint32_t>((ch >> 3) * (kSaTileN * 128) + r * 128 +
+                               (((ch & 7) ^ (r & 7)) * 16));
+}
+
+// The warpgroup's products against the key tile at `ks` (SaKeyOff layout): issue, commit, wait.
+// Every thread of the warpgroup calls it. The first k step does not add the accumulators
+// (scale-d 0): mma.sync adds its first products to +0, so only a sum of products that is -0 here
+// is +0 there. Such a -0 (times the scale) can change only the sign of a zero maximum m: every
+// Exp2(s - m) of it is 2^(+-0) = 1 either way, Rescale2 and the lse (m + log2 l, l > 0) read the
+// same values, so the sums, partials and index are the same (build_index_gpu_test's
+// WgmmaOnePassBuildsTheMmaSyncIndex compares the indexes).
+template <typename T, int kD>
+__device__ __forceinline__ void SaTileWg(const uint32_t (&qf)[kD / 16][4], uint32_t ks,
+                                         float (&acc)[8][4]) {
+#if SPATTN_SA_SM90A
+  const uint64_t desc0 = Tile64SmemDesc(ks);
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+  for (int kk = 0; kk < kD / 16; ++kk) {
+    Tile64Wgmma<T>::RS(acc, qf[kk], desc0 + (((kk >> 2) * (kSaTileN * 128) + (kk & 3) * 32) >> 4),
+                       kk > 0 ? 1 : 0);
+  }
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+  Tile64Wait(acc);
+#else
+  __trap();
+#endif
 }
 
 // The column blocks [cb0, cb0 + n_cb) and slash blocks [sb_lo, sb_lo + n_sb) a span's keys and
@@ -59,12 +114,15 @@ __device__ __forceinline__ void SaWindow(const SaUnit& u, const SaItem& item, in
 // The one pass takes 128 registers at d128 (ptxas -v, sm_90a; 106 at d64), no spills: two CTAs
 // per SM as pass 1 (124). (A minimum-blocks bound of 2 on it changed the other instantiations'
 // code as well; without one, their sm_90a .text is byte-identical to the two-pass file's.)
-template <typename T, int kD, bool kScores, int kSlots = kSaSlots, bool kOne = false>
+// kWg (with kOne only): the products by wgmma, kSaWgBufs key buffers (above); the rest as kOne.
+template <typename T, int kD, bool kScores, int kSlots = kSaSlots, bool kOne = false,
+          bool kWg = false>
 __global__ void __launch_bounds__(kSaThreads) SaPassKernel(SaArgs a) {
+  static_assert(!kWg || (kOne && !kScores), "the wgmma products serve the one pass");
   constexpr int kCh = kD / 8;
   constexpr int kKS = kD / 16;
   extern __shared__ __align__(128) char smem[];
-  const uint32_t sQa = SmemAddr(smem);
+  const uint32_t sQa = kWg ? (SmemAddr(smem) + 1023u) & ~1023u : SmemAddr(smem);
   const uint32_t sKa = sQa + kSaRows * kD * 2;
   // Per-warp column and slash sums (no atomics: the same sums on every run).
   float* sCol = reinterpret_cast<float*>(smem + kSaRows * kD * 2 + 2 * kSaTileN * kD * 2);
@@ -106,18 +164,57 @@ __global__ void __launch_bounds__(kSaThreads) SaPassKernel(SaArgs a) {
       [&](int r) { return qg + static_cast<int64_t>(q_tok0 + u.s0 + r) * p.q_token_stride; }, tid,
       kSaThreads);
   const int ntiles = (ke - kb + kSaTileN - 1) / kSaTileN;
+  constexpr int kKBytes = kSaTileN * kD * 2;
+  // kWg: key tile t's buffer (0 .. kSaWgDedicated - 1 after Q, the rest in Q's space).
+  auto buf_of = [&](int t) {
+    const int b = t % kSaWgBufs;
+    return b < kSaWgDedicated ? sKa + b * kKBytes : sQa + (b - kSaWgDedicated) * kKBytes;
+  };
+  // kWg key copies from per-thread bases: chunk k_ch of rows k_r0 + m * kRowStep (anchor's).
+  constexpr int kRowStep = kSaThreads / kCh;              // 16 (d 128) or 32 (d 64)
+  constexpr int kKeyIters = kSaTileN * kCh / kSaThreads;  // 4 or 2
+  static_assert(kRowStep % 8 == 0 && kKeyIters * kSaThreads == kSaTileN * kCh, "key copies");
+  const int k_r0 = tid / kCh, k_ch = tid % kCh;
+  const int64_t k_row_bytes = p.k_token_stride * static_cast<int64_t>(sizeof(T));
+  const char* const k_base =
+      reinterpret_cast<const char*>(kg + static_cast<int64_t>(k_tok0) * p.k_token_stride) +
+      k_ch * 16;
   auto issue = [&](int t) {
     const int j = kb + t * kSaTileN;
-    LoadTileAsync(
-        sKa + (t & 1) * kSaTileN * kD * 2, kSaTileN, min(kSaTileN, ke - j), kCh,
-        [&](int r) { return kg + static_cast<int64_t>(k_tok0 + j + r) * p.k_token_stride; }, tid,
-        kSaThreads);
+    if constexpr (kWg) {
+      const int n = min(kSaTileN, ke - j);
+      const uint32_t dst = buf_of(t) + SaKeyOff(k_r0, k_ch);
+      const char* row0 = k_base + static_cast<int64_t>(j) * k_row_bytes;
+      const char* src = row0 + static_cast<int64_t>(k_r0) * k_row_bytes;
+      if (n == kSaTileN) {
+#pragma unroll
+        for (int m = 0; m < kKeyIters; ++m) {
+          CpAsync16(dst + m * kRowStep * 128, src, true);
+          src += kRowStep * k_row_bytes;
+        }
+      } else {  // rows past the span zero-filled (their source: the tile's row 0, not read)
+#pragma unroll
+        for (int m = 0; m < kKeyIters; ++m) {
+          const bool valid = k_r0 + m * kRowStep < n;
+          CpAsync16(dst + m * kRowStep * 128, valid ? src : row0, valid);
+          src += kRowStep * k_row_bytes;
+        }
+      }
+    } else {
+      LoadTileAsync(
+          sKa + (t & 1) * kKBytes, kSaTileN, min(kSaTileN, ke - j), kCh,
+          [&](int r) { return kg + static_cast<int64_t>(k_tok0 + j + r) * p.k_token_stride; }, tid,
+          kSaThreads);
+    }
   };
   issue(0);
   CpAsyncCommit();
 
   const int row0 = warp * 16;
   const bool active = row0 < rows;
+  // kWg: the products are the warpgroup's (every warp of it runs them; a warp past the rows has
+  // no valid row: its elements are all masked and it writes nothing).
+  const bool wg_active = (warp >> 2) * 64 < rows;
   const float scale = p.scale_log2;
   // This thread's rows: row0 + g (h = 0) and row0 + g + 8 (h = 1).
   int pos_h[2];
@@ -145,30 +242,69 @@ __global__ void __launch_bounds__(kSaThreads) SaPassKernel(SaArgs a) {
     }
   }
   uint32_t qf[kKS][4];
-
-  for (int t = 0; t < ntiles; ++t) {
-    AwaitTile(t, ntiles, issue);
-    if (t == 0 && active) {
+  if constexpr (kWg) {
+    // One commit group per key tile (empty past the last): Q with tile 0, tiles 1 ..
+    // kSaWgDedicated - 1; once every warp holds its Q fragments, the rest up to kSaWgBufs - 2 in
+    // the Q space; tile t + kSaWgBufs - 1 at the top of tile t.
+#pragma unroll
+    for (int t = 1; t < kSaWgDedicated; ++t) {
+      if (t < ntiles) issue(t);
+      CpAsyncCommit();
+    }
+    CpAsyncWait<kSaWgDedicated - 1>();  // Q and tile 0
+    __syncthreads();
+    if (wg_active) {
 #pragma unroll
       for (int ks = 0; ks < kKS; ++ks) LoadA(sQa, row0, ks, kCh, lane, qf[ks]);
     }
-    const int j = kb + t * kSaTileN;
-    if (active) {
-      const uint32_t kst = sKa + (t & 1) * kSaTileN * kD * 2;
-      float s[8][4];
+    __syncthreads();  // every read of the Q tile is done
 #pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
+    for (int t = kSaWgDedicated; t < kSaWgBufs - 1; ++t) {
+      if (t < ntiles) issue(t);
+      CpAsyncCommit();
+    }
+  }
+
+  for (int t = 0; t < ntiles; ++t) {
+    if constexpr (kWg) {
+      // Tile t has landed (this thread's copies, then the barrier for everyone's), visible to
+      // wgmma (fence.proxy.async); every warpgroup is past tile t - 1, whose buffer takes tile
+      // t + kSaWgBufs - 1.
+      CpAsyncWait<kSaWgBufs - 2>();
+#if SPATTN_SA_SM90A
+      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+      __syncthreads();
+      if (t + kSaWgBufs - 1 < ntiles) issue(t + kSaWgBufs - 1);
+      CpAsyncCommit();
+    } else {
+      AwaitTile(t, ntiles, issue);
+      if (t == 0 && active) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) s[nt][e] = 0.f;
+        for (int ks = 0; ks < kKS; ++ks) LoadA(sQa, row0, ks, kCh, lane, qf[ks]);
       }
+    }
+    const int j = kb + t * kSaTileN;
+    if (kWg ? wg_active : active) {
+      float s[8][4];
+      if constexpr (kWg) {
+        SaTileWg<T, kD>(qf, buf_of(t), s);
+      } else {
+        const uint32_t kst = sKa + (t & 1) * kSaTileN * kD * 2;
 #pragma unroll
-      for (int ks = 0; ks < kKS; ++ks) {
+        for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
-        for (int np = 0; np < 4; ++np) {
-          uint32_t b[4];
-          LoadB2(kst, np * 16, ks, kCh, lane, b);
-          Mma<T>::Run(s[2 * np], qf[ks], b[0], b[1]);
-          Mma<T>::Run(s[2 * np + 1], qf[ks], b[2], b[3]);
+          for (int e = 0; e < 4; ++e) s[nt][e] = 0.f;
+        }
+#pragma unroll
+        for (int ks = 0; ks < kKS; ++ks) {
+#pragma unroll
+          for (int np = 0; np < 4; ++np) {
+            uint32_t b[4];
+            LoadB2(kst, np * 16, ks, kCh, lane, b);
+            Mma<T>::Run(s[2 * np], qf[ks], b[0], b[1]);
+            Mma<T>::Run(s[2 * np + 1], qf[ks], b[2], b[3]);
+          }
         }
       }
       // Row h sees every key of the tile (all below the span's end and, causal, at or before
@@ -367,7 +503,7 @@ __global__ void __launch_bounds__(kSaThreads) SaPassKernel(SaArgs a) {
         }
       }
     }
-    __syncthreads();
+    if constexpr (!kWg) __syncthreads();  // kWg: the next tile's top barrier
   }
   CpAsyncWait<0>();
 
@@ -761,14 +897,31 @@ struct SaSrc {
   }
 };
 
+// The one pass's products by wgmma (SaTileWg) on compute capability 9.0 (the sm_90a image);
+// SPATTN_SA_WGMMA=0 (read at each build): mma.sync, main's pass until session 31.
+bool SaUsesWgmma() {
+  if (const char* e = std::getenv("SPATTN_SA_WGMMA"); e != nullptr && e[0] == '0') return false;
+  int dev = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return false;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+    return false;
+  }
+  return major == 9 && minor == 0;
+}
+
 template <typename T, int kD>
 cudaError_t SaLaunchTyped(const SaArgs& a, cudaStream_t stream) {
   constexpr int smem = SaSmemBytes<kD>();
   if (a.op_partial != nullptr) {
-    auto one = SaPassKernel<T, kD, false, kSaSlots, true>;
-    cudaError_t err = cudaFuncSetAttribute(one, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    const bool wg = SaUsesWgmma();
+    auto one = wg ? SaPassKernel<T, kD, false, kSaSlots, true, true>
+                  : SaPassKernel<T, kD, false, kSaSlots, true>;
+    const int one_smem = wg ? SaWgSmemBytes<kD>() : smem;
+    cudaError_t err =
+        cudaFuncSetAttribute(one, cudaFuncAttributeMaxDynamicSharedMemorySize, one_smem);
     if (err != cudaSuccess) return err;
-    one<<<a.num_items, kSaThreads, smem, stream>>>(a);
+    one<<<a.num_items, kSaThreads, one_smem, stream>>>(a);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
     SaCombineKernel<<<a.num_units, kSaRows, 0, stream>>>(a);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;

@@ -105,8 +105,9 @@ absl::StatusOr<SparseIndexView> BuildSampleAttention(const BuildScope& env,
                                                         "sample_attention selection counts"));
   sa.alpha_c = params.alpha_c;
   sa.alpha_s = params.alpha_s;
-  if (score_total > 0) {
-    // Units without keys get no span: their scores stay 0.
+  if (score_total > 0 && sa.op_partial == nullptr) {
+    // Units without keys get no span: their scores stay 0. (The one pass's combine writes every
+    // score of every unit, 0 where no span touches it: no memset there.)
     SPATTN_CUDA_RETURN_IF_ERROR(
         cudaMemsetAsync(sa.scores, 0, score_total * sizeof(float), env.stream),
         "sample_attention scores");
