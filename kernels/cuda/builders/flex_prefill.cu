@@ -624,7 +624,8 @@ __global__ void __launch_bounds__(256) PoolKeysPairsKernel(PoolKeysParams p) {
       P2 v[kPoolBatch];
 #pragma unroll
       for (int j = 0; j < kPoolBatch; ++j) {
-        v[j] = *reinterpret_cast<const P2*>(base + static_cast<int64_t>(r - r0 + j) * p.k_token_stride);
+        v[j] = *reinterpret_cast<const P2*>(base +
+                                            static_cast<int64_t>(r - r0 + j) * p.k_token_stride);
       }
 #pragma unroll
       for (int j = 0; j < kPoolBatch; ++j) {
@@ -633,7 +634,8 @@ __global__ void __launch_bounds__(256) PoolKeysPairsKernel(PoolKeysParams p) {
       }
     }
     for (; r < r1; ++r) {
-      const P2 v = *reinterpret_cast<const P2*>(base + static_cast<int64_t>(r - r0) * p.k_token_stride);
+      const P2 v =
+          *reinterpret_cast<const P2*>(base + static_cast<int64_t>(r - r0) * p.k_token_stride);
       a0 = __fadd_rn(a0, __low2float(v));
       a1 = __fadd_rn(a1, __high2float(v));
     }

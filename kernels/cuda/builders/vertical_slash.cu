@@ -900,7 +900,8 @@ struct FlexSelSmem {
   int ncand;
 };
 
-__global__ void __launch_bounds__(kSelectThreads) SelectFlexLinesKernel(LineSelectParams p, int cap) {
+__global__ void __launch_bounds__(kSelectThreads)
+    SelectFlexLinesKernel(LineSelectParams p, int cap) {
   using Reduce = cub::BlockReduce<double, kSelectThreads>;
   extern __shared__ __align__(16) unsigned long long cand[];
   __shared__ FlexSelSmem fs;
