@@ -1760,5 +1760,40 @@ TEST(BuildIndexOnGpuSampleAttentionTest, WgmmaOnePassBuildsTheMmaSyncIndexOnLlmM
   }
 }
 
+// ---- s31-flex: flex_prefill's line selection in fewer sweeps; pooled keys, two channels a thread
+
+// SelectFlexLinesKernel (EstKnobs::flex_select) selects SelectLinesKernel's lines: its mass walk
+// ends with the top-k rule where its count is the final one, else its count walk is
+// CtaTopKRule's; LaunchFlexPoolKeys (EstKnobs::flex_pool) adds each channel's rows in the same
+// order. Every shape and config of the twin cases (both input kinds, head lists, block_m 64 and
+// 128, fast and exact estimate) and llm_mix 16K (lists longer than the candidate capacity):
+// the new kernels against main's, with the default candidate capacity and with 64 and 0
+// (levels from the list, candidates from the second or a later level; none at all).
+TEST(BuildIndexOnGpuEstimateTest, FlexSelectAndPoolBuildMainsIndex) {
+  SKIP_WITHOUT_GPU();
+#ifndef SPATTN_SL_KNOBS
+  GTEST_SKIP() << "the GPU estimate's knobs exist only in CUDA builds";
+#else
+  int64_t compared = 0;
+  for (int cap : {12288, 64, 0}) {
+    compared += ExpectEstKnobsBuildTheSameIndex(
+        3131 + cap,
+        [cap](cuda::EstKnobs& k) {
+          k.flex_select = true;
+          k.flex_pool = true;
+          k.flex_sel_cap = cap;
+        },
+        [](cuda::EstKnobs& k) {
+          k.flex_select = false;
+          k.flex_pool = false;
+        });
+    if (::testing::Test::HasFatalFailure()) return;
+    printf("flex select / pool (candidates %d) vs main's: %lld builds compared, same index\n", cap,
+           static_cast<long long>(compared));
+  }
+  EXPECT_GT(compared, 0);
+#endif
+}
+
 }  // namespace
 }  // namespace spattn

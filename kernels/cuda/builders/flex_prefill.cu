@@ -14,6 +14,7 @@
 
 #include "kernels/cuda/builders/estimate.cuh"
 #include "kernels/cuda/builders/merged_kernels.h"
+#include "kernels/cuda/builders/vertical_slash_knobs.h"
 
 namespace spattn {
 namespace cuda {
@@ -51,10 +52,26 @@ __global__ void __launch_bounds__(kDecideThreads) FlexDecideKernel(FlexParams p)
   const float* pk = p.pooled_k + (static_cast<int64_t>(kvh) * p.total_kb + ps.kb_base) * d;
 
   // True block distribution: the rows' column sums added per key block, in key order.
+  // (Session 31: 16-byte loads where the sums are 16-byte aligned, the same adds in the same
+  // order; each thread's scalar loads of its own 1 KB fetched every 32-byte sector 4 times.)
+  const bool cols16 = reinterpret_cast<uintptr_t>(cols) % 16 == 0 && bs % 2 == 0;
   for (int kb = tid; kb < nk; kb += kDecideThreads) {
     double t = 0;
     const int j1 = min(es.kl, (kb + 1) * bs);
-    for (int j = kb * bs; j < j1; ++j) t += cols[j];
+    int j = kb * bs;
+    if (cols16) {
+      for (; j + 8 <= j1; j += 8) {
+        double2 v[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) v[u] = *reinterpret_cast<const double2*>(cols + j + 2 * u);
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          t += v[u].x;
+          t += v[u].y;
+        }
+      }
+    }
+    for (; j < j1; ++j) t += cols[j];
     truth[kb] = t;
   }
   // Mean of the representative queries (row order), times scale / n.
@@ -72,9 +89,26 @@ __global__ void __launch_bounds__(kDecideThreads) FlexDecideKernel(FlexParams p)
   // Estimated distribution: softmax of the mean query against every pooled key block (the last
   // row sees all of them).
   double local_max = -CUDART_INF;
+  const bool pk16 = reinterpret_cast<uintptr_t>(pk) % 16 == 0 && d % 4 == 0;
   for (int kb = tid; kb < nk; kb += kDecideThreads) {
     float acc = 0.f;
-    for (int c = 0; c < d; ++c) acc = fmaf(mq[c], pk[static_cast<int64_t>(kb) * d + c], acc);
+    const float* row = pk + static_cast<int64_t>(kb) * d;
+    int c = 0;
+    if (pk16) {  // (session 31: 16-byte loads, the same FMA chain)
+      for (; c + 8 <= d; c += 8) {
+        const float4 x = *reinterpret_cast<const float4*>(row + c);
+        const float4 y = *reinterpret_cast<const float4*>(row + c + 4);
+        acc = fmaf(mq[c], x.x, acc);
+        acc = fmaf(mq[c + 1], x.y, acc);
+        acc = fmaf(mq[c + 2], x.z, acc);
+        acc = fmaf(mq[c + 3], x.w, acc);
+        acc = fmaf(mq[c + 4], y.x, acc);
+        acc = fmaf(mq[c + 5], y.y, acc);
+        acc = fmaf(mq[c + 6], y.z, acc);
+        acc = fmaf(mq[c + 7], y.w, acc);
+      }
+    }
+    for (; c < d; ++c) acc = fmaf(mq[c], row[c], acc);
     const double l = static_cast<double>(SanitizeLogit(acc));
     est[kb] = l;
     local_max = fmax(local_max, l);
@@ -538,6 +572,79 @@ cudaError_t LaunchQaRows(const FlexParams& p, int mode, int level, cudaStream_t 
   return cudaErrorInvalidValue;
 }
 
+// ---- flex_prefill's pooled keys (session 31, s31-flex) ----
+// PoolKeysKernel's means (each channel's rows added in row order in float, times 1 / rows: the
+// same bits) with two channels a thread (a 4-byte load a row: a warp reads 128 contiguous bytes
+// of a key row where PoolKeysKernel's read 64) and kPoolBatch rows' loads issued before their
+// adds. Needs even head_dim and strides and a 4-byte aligned K (LaunchFlexPoolKeys falls back to
+// LaunchPoolKeys otherwise).
+constexpr int kPoolBatch = 16;
+
+template <typename T>
+struct PairOf;
+template <>
+struct PairOf<__nv_bfloat16> {
+  using type = __nv_bfloat162;
+};
+template <>
+struct PairOf<__half> {
+  using type = __half2;
+};
+
+template <typename T>
+__global__ void __launch_bounds__(256) PoolKeysPairsKernel(PoolKeysParams p) {
+  using P2 = typename PairOf<T>::type;
+  const T* k = static_cast<const T*>(p.k);
+  const int half = p.head_dim / 2;
+  const int64_t total = static_cast<int64_t>(p.num_kv_heads) * p.total_kb * half;
+  for (int64_t u = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; u < total;
+       u += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int c = 2 * static_cast<int>(u % half);
+    const int64_t hb = u / half;
+    const int kb_global = static_cast<int>(hb % p.total_kb);
+    const int h = static_cast<int>(hb / p.total_kb);
+    int lo = 0, hi = p.batch - 1;  // last sequence whose first key block is <= kb_global
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) >> 1;
+      if (p.kb_offsets[mid] <= kb_global) {
+        lo = mid;
+      } else {
+        hi = mid - 1;
+      }
+    }
+    const int seq = lo;
+    const int kl = p.cu_k[seq + 1] - p.cu_k[seq];
+    const int r0 = (kb_global - p.kb_offsets[seq]) * p.block;
+    const int r1 = min(kl, r0 + p.block);
+    const T* base = k + (static_cast<int64_t>(p.cu_k[seq]) + r0) * p.k_token_stride +
+                    static_cast<int64_t>(h) * p.k_head_stride + c;
+    float a0 = 0.f, a1 = 0.f;
+    int r = r0;
+    for (; r + kPoolBatch <= r1; r += kPoolBatch) {
+      P2 v[kPoolBatch];
+#pragma unroll
+      for (int j = 0; j < kPoolBatch; ++j) {
+        v[j] = *reinterpret_cast<const P2*>(base +
+                                            static_cast<int64_t>(r - r0 + j) * p.k_token_stride);
+      }
+#pragma unroll
+      for (int j = 0; j < kPoolBatch; ++j) {
+        a0 = __fadd_rn(a0, __low2float(v[j]));
+        a1 = __fadd_rn(a1, __high2float(v[j]));
+      }
+    }
+    for (; r < r1; ++r) {
+      const P2 v =
+          *reinterpret_cast<const P2*>(base + static_cast<int64_t>(r - r0) * p.k_token_stride);
+      a0 = __fadd_rn(a0, __low2float(v));
+      a1 = __fadd_rn(a1, __high2float(v));
+    }
+    const float inv = __fdiv_rn(1.f, static_cast<float>(r1 - r0));
+    p.out[hb * p.head_dim + c] = __fmul_rn(a0, inv);
+    p.out[hb * p.head_dim + c + 1] = __fmul_rn(a1, inv);
+  }
+}
+
 }  // namespace
 
 int64_t FlexQaSmemBytes(int head_dim, int max_rows, int nk_max, bool global_scratch) {
@@ -559,6 +666,23 @@ cudaError_t LaunchFlexDecide(const FlexParams& p, cudaStream_t stream) {
       break;
     case DType::kF32:
       return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchFlexPoolKeys(const PoolKeysParams& p, cudaStream_t stream) {
+  const bool pairs = p.head_dim % 2 == 0 && p.k_token_stride % 2 == 0 &&
+                     p.k_head_stride % 2 == 0 && reinterpret_cast<uintptr_t>(p.k) % 4 == 0 &&
+                     p.dtype != DType::kF32;
+  if (!pairs || !EstimateKnobs().flex_pool) return LaunchPoolKeys(p, stream);
+  const int64_t n = static_cast<int64_t>(p.num_kv_heads) * p.total_kb * (p.head_dim / 2);
+  if (n == 0) return cudaSuccess;
+  const int grid =
+      static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((n + 255) / 256, 65535)));
+  if (p.dtype == DType::kBF16) {
+    PoolKeysPairsKernel<__nv_bfloat16><<<grid, 256, 0, stream>>>(p);
+  } else {
+    PoolKeysPairsKernel<__half><<<grid, 256, 0, stream>>>(p);
   }
   return cudaGetLastError();
 }

@@ -304,6 +304,8 @@ inline constexpr int kFlexLevels = 8;
 cudaError_t LaunchFlexQaScan(const FlexParams& p, int level, cudaStream_t stream);
 // Per unit with needs_ties: exclusive prefix of row_ties over the unit's rows.
 cudaError_t LaunchFlexTieScan(const FlexParams& p, cudaStream_t stream);
+// flex_prefill's pooled keys: LaunchPoolKeys' values, two channels a thread (flex_prefill.cu).
+cudaError_t LaunchFlexPoolKeys(const PoolKeysParams& p, cudaStream_t stream);
 
 }  // namespace merged
 }  // namespace cuda

@@ -870,6 +870,266 @@ __global__ void __launch_bounds__(kSelectThreads) SelectLinesKernel(LineSelectPa
   if (tid == 0) *count_out = n;
 }
 
+// ---- flex_prefill's line selection in fewer sweeps of the list (session 31, s31-flex) ----
+//
+// SelectLinesKernel's flex path sweeps a unit's whole list (~32K sums at 32K keys) ~11 times:
+// the total, the mass walk (CtaMassCount, ~4 levels), the count walk (CtaTopKRule, ~4 levels)
+// and the two sweeps of ApplyRuleByWarps. SelectFlexLinesKernel selects the same lines in ~5:
+//  * the total in the mass walk's first sweep (the same per-thread order and the same CTA
+//    reduction, so the same target bit for bit);
+//  * the count walk skipped where the mass walk already ends with the top-k rule: its count k is
+//    the final count (not moved by min_budget / max_budget) and its last level isolated the k-th
+//    element (one element in the bin, the whole prefix, or k - above equal ones); the rule
+//    (prefix, mask, take) then selects those k elements, the ones CtaTopKRule(k) selects;
+//  * once the elements matching the walk's prefix fit kFlexSelCap (or EstKnobs::flex_sel_cap,
+//    smaller: tests), the next sweep also writes
+//    their keys to shared memory and the levels after it histogram those (the count walk too, as
+//    long as its prefix extends theirs), and it reuses the mass walk's count histograms while its
+//    prefix is the mass walk's (the same elements, so the same integer counts);
+//  * warps none of whose elements match the prefix skip the histogram update.
+// Bin counts are the same integers; a bin's mass adds the same values in another order (it was
+// never fixed: shared atomics of many warps), so the boundary is CtaMassCount's but where a sum
+// lands within rounding of the target. SPATTN_FLEX_SEL=0 (EstKnobs::flex_select): main's kernel.
+constexpr int kFlexSelCap = 12288;  // candidate keys: 96 KB of dynamic shared memory
+
+struct FlexSelSmem {
+  RadixSmem r;
+  int saved[8][256];                     // the mass walk's count histograms by level
+  unsigned long long saved_prefix[8];    // ... and the prefix each was taken under
+  int saved_valid[8];
+  int ncand;
+};
+
+__global__ void __launch_bounds__(kSelectThreads)
+    SelectFlexLinesKernel(LineSelectParams p, int cap) {
+  using Reduce = cub::BlockReduce<double, kSelectThreads>;
+  extern __shared__ __align__(16) unsigned long long cand[];
+  __shared__ FlexSelSmem fs;
+  __shared__ typename Reduce::TempStorage reduce;
+  __shared__ int warp_eq[kSelectThreads / 32], warp_above[kSelectThreads / 32];
+  __shared__ double total_s;
+  RadixSmem& sm = fs.r;
+  const int tid = threadIdx.x, lane = tid & 31;
+  const int list = blockIdx.x & 1;
+  const int unit = blockIdx.x >> 1;
+  const int slot = unit / p.batch, seq = unit - slot * p.batch;
+  const EstimateSeq s = p.seqs[seq];
+  const LineSeq ls = p.lines[seq];
+  int32_t* count_out = list == 0 ? p.unit_ncols + unit : p.unit_noffs + unit;
+  if (s.n == 0 || p.unit_is_vs[unit] == 0) {
+    if (tid == 0) *count_out = 0;
+    return;
+  }
+  const int len = list == 0 ? s.kl : s.num_offsets;
+  const double* v = list == 0 ? p.col_sums + slot * p.col_stride + s.col_base
+                              : p.diag_sums + slot * p.diag_stride + s.diag_base;
+  int32_t* out = list == 0 ? p.line_cols + slot * p.cols_stride + ls.col_base
+                           : p.line_offs + slot * p.offs_stride + ls.off_base;
+  // flex_prefill has no forced lines (its LineSeq's forced ranges are empty): every element
+  // ranks by its sum, as in both walks of SelectLinesKernel.
+  auto key_of = [&](int i, unsigned long long* key) {
+    *key = DoubleKey(v[i]);
+    return true;
+  };
+  if (tid < 8) fs.saved_valid[tid] = 0;
+  // The candidate set: keys of the elements matching (cand_prefix, cand_mask), in no order.
+  bool cand_ok = false;
+  unsigned long long cand_prefix = 0, cand_mask = 0;
+  int ncand = 0;
+  // One level: sm.hist (and sm.mass when with_mass) of byte `shift` of the elements matching
+  // (prefix, mask), from the candidates when they hold them, else from the list (then writing
+  // the matching keys to the candidates when `remaining`, their count, fits). part: the list
+  // sweep also adds every element to *part in SelectLinesKernel's order (thread tid: tid,
+  // tid + kSelectThreads, ...).
+  auto level = [&](int shift, unsigned long long prefix, unsigned long long mask, bool with_mass,
+                   int remaining, double* part) {
+    const bool from_cand = cand_ok && (mask & cand_mask) == cand_mask &&
+                           (prefix & cand_mask) == cand_prefix && part == nullptr;
+    const bool compact = !from_cand && remaining <= cap;
+    for (int b = tid; b < 256; b += kSelectThreads) {
+      sm.hist[b] = 0;
+      sm.mass[b] = 0;
+    }
+    if (compact && tid == 0) fs.ncand = 0;
+    __syncthreads();
+    const int n = from_cand ? ncand : len;
+    for (int base = tid & ~31; base < n; base += kSelectThreads) {  // warp-uniform trip count
+      const int i = base + lane;
+      unsigned long long key = 0;
+      double m = 0;
+      bool in = false;
+      if (i < n) {
+        if (from_cand) {
+          key = cand[i];
+          m = KeyToDouble(key);  // v[i] but for -0 (+0) and NaN (-inf): no mass either way
+        } else {
+          m = v[i];
+          key = DoubleKey(m);
+          if (part != nullptr) *part += m;
+        }
+        in = (key & mask) == prefix;
+      }
+      const unsigned inb = __ballot_sync(kFullMask, in);
+      if (inb == 0) continue;
+      if (compact) {
+        int at = 0;
+        if (lane == 0) at = atomicAdd(&fs.ncand, __popc(inb));
+        at = __shfl_sync(kFullMask, at, 0);
+        if (in) cand[at + __popc(inb & ((1u << lane) - 1u))] = key;
+      }
+      const int bin = in ? static_cast<int>((key >> shift) & 255) : -1;
+      if (with_mass) {
+        WarpHistMassAdd(sm.hist, sm.mass, bin, m);
+      } else {
+        WarpHistAdd(sm.hist, bin);
+      }
+    }
+    __syncthreads();
+    if (compact) {
+      ncand = fs.ncand;
+      cand_ok = true;
+      cand_prefix = prefix;
+      cand_mask = mask;
+    }
+  };
+
+  // The mass walk (CtaMassCount's levels and returns), the rule where its end isolates the k-th.
+  double part = 0;
+  unsigned long long prefix = 0, mask = 0;
+  double t_rem = 0;
+  int count_above = 0, remaining = len, k_mass = -1;
+  bool have_rule = false;
+  TopKRule mass_rule = SelectNone();
+  for (int shift = 56; shift >= 0; shift -= 8) {
+    level(shift, prefix, mask, true, remaining, shift == 56 ? &part : nullptr);
+    const int lv = (56 - shift) / 8;
+    for (int b = tid; b < 256; b += kSelectThreads) fs.saved[lv][b] = sm.hist[b];
+    if (tid == 0) {
+      fs.saved_prefix[lv] = prefix;
+      fs.saved_valid[lv] = 1;
+    }
+    if (shift == 56) {
+      const double total = Reduce(reduce).Sum(part);
+      if (tid == 0) total_s = total;
+      __syncthreads();
+      t_rem = static_cast<double>(p.gamma) * total_s;
+    }
+    if (tid < 32) {
+      const MassBin mb = WarpFindMassBin(sm.hist, sm.mass, t_rem);
+      if (tid == 0) {
+        sm.total = mb.total;
+        sm.bin = mb.bin;
+        sm.bin_count = mb.bin_count;
+        sm.count_above = mb.count_above;
+        sm.mass_above = mb.mass_above;
+        if (shift == 56 && mb.total == 0) {
+          sm.all = 1;  // nothing eligible
+        } else if (t_rem <= 0) {
+          sm.all = 2;  // target already met: one element
+        } else if (!mb.found) {
+          sm.all = 3;  // falls short: the whole group
+        } else {
+          sm.all = 0;
+        }
+      }
+    }
+    __syncthreads();
+    const int all = sm.all, bin = sm.bin, bin_count = sm.bin_count, total = sm.total;
+    const int c_above = sm.count_above;
+    const double m_above = sm.mass_above;
+    __syncthreads();
+    if (all == 1) {
+      k_mass = 0;
+      have_rule = true;  // SelectNone, CtaTopKRule's rule for k = 0
+      break;
+    }
+    if (all == 2) {
+      k_mass = count_above + 1;
+      break;
+    }
+    if (all == 3) {
+      k_mass = count_above + total;
+      mass_rule = TopKRule{prefix, mask, INT_MAX};
+      have_rule = true;
+      break;
+    }
+    count_above += c_above;
+    t_rem -= m_above;
+    prefix |= static_cast<unsigned long long>(bin) << shift;
+    mask |= 0xffull << shift;
+    remaining = bin_count;
+    if (bin_count == 1) {
+      k_mass = count_above + 1;
+      mass_rule = TopKRule{prefix, mask, INT_MAX};
+      have_rule = true;
+      break;
+    }
+    if (shift == 0) {
+      // Every element of the bin equals T: add them one by one, as the CPU does.
+      const double t = KeyToDouble(prefix);
+      double cum = 0;
+      int m = 0;
+      while (m < bin_count && cum < t_rem) {
+        if (t > 0) cum += t;
+        ++m;
+      }
+      k_mass = count_above + m;
+      mass_rule = TopKRule{prefix, mask, m};
+      have_rule = true;
+      break;
+    }
+  }
+  if (k_mass < 0) k_mass = count_above;
+  int k = max(k_mass, p.min_budget);
+  if (p.max_budget > 0) k = min(k, p.max_budget);
+  k = min(k, len);
+
+  TopKRule rule = mass_rule;
+  if (!(have_rule && k == k_mass)) {
+    // The count walk (CtaTopKRule's levels and returns).
+    rule = SelectNone();
+    if (k > 0 && len > 0) {
+      prefix = 0;
+      mask = 0;
+      remaining = len;
+      int k_rem = k;
+      bool done = false;
+      for (int shift = 56; shift >= 0 && !done; shift -= 8) {
+        const int lv = (56 - shift) / 8;
+        if (fs.saved_valid[lv] && fs.saved_prefix[lv] == prefix) {
+          for (int b = tid; b < 256; b += kSelectThreads) sm.hist[b] = fs.saved[lv][b];
+          __syncthreads();
+        } else {
+          level(shift, prefix, mask, false, remaining, nullptr);
+        }
+        if (tid < 32) FindCountBin(sm, k_rem);
+        __syncthreads();
+        const int all = sm.all, bin = sm.bin, bin_count = sm.bin_count, rem = sm.k_rem;
+        __syncthreads();  // the scalars are rewritten by the next pass
+        if (all) {
+          rule = TopKRule{prefix, mask, INT_MAX};
+          done = true;
+          break;
+        }
+        prefix |= static_cast<unsigned long long>(bin) << shift;
+        mask |= 0xffull << shift;
+        k_rem = rem;
+        remaining = bin_count;
+        if (bin_count == k_rem) {
+          rule = TopKRule{prefix, mask, INT_MAX};
+          done = true;
+          break;
+        }
+      }
+      if (!done) rule = TopKRule{prefix, mask, k_rem};
+    }
+  }
+  const int add = list == 0 ? 0 : s.min_offset;
+  const int n = ApplyRuleByWarps<kSelectThreads>(
+      len, rule, key_of, [&](int i, int pos) { out[pos] = i + add; }, warp_eq, warp_above);
+  if (tid == 0) *count_out = n;
+}
+
 constexpr int kMergeThreads = 128;  // 4 rows per CTA, one warp each
 // CTAs per SM the merge kernel is compiled for (its register bound): 8, 64 registers and 32 warps
 // per SM. The unbounded kernel (94 registers, 5 CTAs) ran the same within 2% at 32K (H100,
@@ -1156,6 +1416,15 @@ cudaError_t LaunchEstimateDiagCombine(const EstimateParams& p, cudaStream_t stre
 cudaError_t LaunchSelectLines(const LineSelectParams& p, cudaStream_t stream) {
   const int64_t grid = static_cast<int64_t>(p.num_slots) * p.batch * 2;
   if (grid == 0) return cudaSuccess;
+  if (p.flex && EstimateKnobs().flex_select) {
+    constexpr int bytes = kFlexSelCap * static_cast<int>(sizeof(unsigned long long));
+    const cudaError_t err = cudaFuncSetAttribute(
+        SelectFlexLinesKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (err != cudaSuccess) return err;
+    const int cap = std::max(0, std::min(EstimateKnobs().flex_sel_cap, kFlexSelCap));
+    SelectFlexLinesKernel<<<static_cast<unsigned>(grid), kSelectThreads, bytes, stream>>>(p, cap);
+    return cudaGetLastError();
+  }
   SelectLinesKernel<<<static_cast<unsigned>(grid), kSelectThreads, 0, stream>>>(p);
   return cudaGetLastError();
 }
@@ -1222,6 +1491,10 @@ EstKnobs& EstimateKnobs() {
     const char* f = std::getenv("SPATTN_EST_FUSE");
     k.fuse_max = f == nullptr || std::string(f) != "0";
     if (const char* w = std::getenv("SPATTN_EST_WG")) k.wg_passes = std::atoi(w) & 7;
+    const char* sel = std::getenv("SPATTN_FLEX_SEL");
+    k.flex_select = sel == nullptr || std::string(sel) != "0";
+    const char* pool = std::getenv("SPATTN_FLEX_POOL");
+    k.flex_pool = pool == nullptr || std::string(pool) != "0";
     return k;
   }();
   return knobs;

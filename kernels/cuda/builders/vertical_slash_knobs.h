@@ -14,8 +14,10 @@
 // thread, a (sum, max) pair per CTA and row, combined by the row-sum kernel) and pass 1 launches
 // nothing. SPATTN_EST_WG (compute capability 9.0 only): a mask of the passes whose products come
 // from wgmma instead of mma.sync (bit 0 pass 1, bit 1 pass 2, bit 2 pass 3; default 5: passes 1
-// and 3; 1 is main's before session 30). Tests change the knobs through the returned reference,
-// between builds only.
+// and 3; 1 is main's before session 30). SPATTN_FLEX_SEL=0 / SPATTN_FLEX_POOL=0: flex_prefill's
+// line selection / pooled keys by main's kernels (session 31's are the default: the same lines,
+// the same pooled keys). Tests change the knobs through the returned reference, between builds
+// only.
 #ifndef SPATTN_KERNELS_CUDA_BUILDERS_VERTICAL_SLASH_KNOBS_H_
 #define SPATTN_KERNELS_CUDA_BUILDERS_VERTICAL_SLASH_KNOBS_H_
 
@@ -28,6 +30,13 @@ struct EstKnobs {
   bool exact_exp = false;
   bool fuse_max = true;  // the fast estimate's passes 1-2 in one launch
   int wg_passes = 5;     // passes (bit p - 1) by wgmma on compute capability 9.0
+  // flex_prefill's line selection by SelectFlexLinesKernel (fewer sweeps of the list, the same
+  // lines: session 31); SPATTN_FLEX_SEL=0: SelectLinesKernel, main's before.
+  bool flex_select = true;
+  int flex_sel_cap = 12288;  // its candidate keys in shared memory (at most 12288; tests: fewer)
+  // flex_prefill's pooled keys by LaunchFlexPoolKeys (two channels a thread, the same values:
+  // session 31); SPATTN_FLEX_POOL=0: LaunchPoolKeys (block_sparse's, main's before).
+  bool flex_pool = true;
 };
 EstKnobs& EstimateKnobs();
 
