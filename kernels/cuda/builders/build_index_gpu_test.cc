@@ -1672,42 +1672,5 @@ TEST(BuildIndexOnGpuSampleAttentionTest, SpanRowsBuildTheBitmapIndexOnLlmMix) {
   }
 }
 
-// ---- s31-slhist: pass 2's L2 prefetch and predicated histogram updates ----
-
-// Pass 2 with its key tiles prefetched into L2 (SlKnobs::hist_prefetch) and its histogram
-// updates as predicated adds (SlKnobs::hist_pred), the defaults since session 31, builds the index
-// of main's pass 2 (neither) bit for bit, on every shape, groups whole and split into single
-// tiles; and each knob alone (another distance; the sibling pacing instance, hist_sync) the same. Off compute capability 9.0 the prefetch
-// is not compiled in (mma.sync instances) and the test checks the updates alone.
-TEST(BuildIndexOnGpuSampledLinesTest, HistPrefetchAndPredicatedUpdatesBuildTheSameIndex) {
-  SKIP_WITHOUT_GPU();
-#ifndef SPATTN_SL_KNOBS
-  GTEST_SKIP() << "the GPU sampled_lines builder exists only in CUDA builds";
-#else
-  int compared = ExpectSlKnobsBuildTheSameIndex(
-      3131,
-      [](cuda::SlKnobs& k) {
-        k.hist_prefetch = 2;
-        k.hist_pred = true;
-      },
-      [](cuda::SlKnobs& k) {
-        k.hist_prefetch = 0;
-        k.hist_pred = false;
-      });
-  compared += ExpectSlKnobsBuildTheSameIndex(
-      3132,
-      [](cuda::SlKnobs& k) {
-        k.hist_prefetch = 5;
-        k.hist_pred = false;
-        k.hist_sync = 1;  // the sibling pacing instance (its own; d128 5-CTA launches)
-      },
-      [](cuda::SlKnobs& k) {
-        k.hist_prefetch = 0;
-        k.hist_pred = true;
-      });
-  EXPECT_GT(compared, 0);
-#endif
-}
-
 }  // namespace
 }  // namespace spattn

@@ -147,26 +147,6 @@ __device__ __forceinline__ void SlFenceProxyAsync() {
 #endif
 }
 
-// Bytes [p, p + n) of global memory into L2 (p 16-byte aligned, n a multiple of 16): a hint
-// that moves no value (pass 2's key tiles ahead of their copies, SlArgs::hist_prefetch).
-__device__ __forceinline__ void SlPrefetchL2(const void* p, uint32_t n) {
-#if SPATTN_SL_SM90A
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(__cvta_generic_to_global(p)),
-               "r"(n)
-               : "memory");
-#endif
-}
-
-// Pass 2's histogram update without a branch (SlArgs::hist_pred): the 32-bit shared add of `v`
-// at shared address `at` where `p` holds (a predicated red; `at` is not used where p is false).
-__device__ __forceinline__ void SlSharedAddIf(bool p, uint32_t at, uint32_t v) {
-  asm volatile(
-      "{\n .reg .pred q;\n setp.ne.u32 q, %0, 0;\n @q red.shared.add.u32 [%1], %2;\n}\n" ::"r"(
-          static_cast<uint32_t>(p)),
-      "r"(at), "r"(v)
-      : "memory");
-}
-
 // TileLogits by wgmma for the key tile at `ks` (SlKeyOff layout, 1024-byte aligned). Every
 // thread of the CTA calls it (one warpgroup). The first k step does not add the accumulators
 // (scale-d 0): acc starts from the products, as mma.sync's from +0 (a sum of products that is -0
@@ -371,27 +351,12 @@ __device__ __forceinline__ void SlCtaUnit(const SlArgs& a, int b, int* item, int
 // row's cut; pass 3: no entry kept) into g_sl_census, which the host prints: how much of each
 // pass's tensor-core work a per-tile bound known in advance could skip.
 __device__ unsigned long long g_sl_census[4];  // pass 2 tiles, skipped; pass 3 tiles, no keep
-// Pass 2's sibling pacing (SlArgs::hist_sync, session 31): per CTA unit (item * num_slots + slot)
-// the launch's generation (bits 24+) and the tiles it has done (bits 0-23).
-constexpr int kSlProgressCap = 1 << 16;
-__device__ unsigned g_sl_progress[kSlProgressCap];
-__device__ __forceinline__ unsigned SlLoadVolatile(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.volatile.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void SlStoreVolatile(unsigned* p, unsigned v) {
-  asm volatile("st.volatile.global.u32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
-}
 
 // kWg (SlKnobs::wgmma): the products by TileLogitsWg on the sm_90a image (elsewhere the
 // mma.sync path of kWg false), the key tiles in its layout at a 1024-byte aligned base.
 // kMinCtas: the CTAs per SM the registers are capped for (__launch_bounds__): 4 (128 registers),
 // or 5 (96; the wgmma instances of passes 1 and 2, SlKnobs::ctas1 / ctas2).
-// kSync: pass 2's sibling pacing compiled in (SlArgs::hist_sync > 0; its own instance, so that
-// the default code keeps its registers).
-template <typename T, int kD, int kPass, bool kCensus = false, bool kWg = false, int kMinCtas = 4,
-          bool kSync = false>
+template <typename T, int kD, int kPass, bool kCensus = false, bool kWg = false, int kMinCtas = 4>
 __global__ void __launch_bounds__(kThreads, kMinCtas) SlPassKernel(SlArgs a) {
   extern __shared__ __align__(128) unsigned char smem[];
   constexpr bool kUseWg = kWg && SPATTN_SL_SM90A;
@@ -407,7 +372,6 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) SlPassKernel(SlArgs a) {
   const uint32_t sraw = detail::SmemAddr(smem);
   const uint32_t sbuf = kWg ? (sraw + 1023u) & ~1023u : sraw;
   unsigned* hm = reinterpret_cast<unsigned*>(smem + (sbuf - sraw) + lay.hm);
-  const uint32_t hm_addr = sbuf + static_cast<uint32_t>(lay.hm);  // hm's shared address
   __shared__ int blk_thr[kSlGroupBlocks];
   __shared__ int blk_cursor[kSlGroupBlocks];
   __shared__ int blk_count[kSlGroupBlocks];
@@ -481,22 +445,6 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) SlPassKernel(SlArgs a) {
     } else {
       assembled::LoadTileAsync(buf_of(t), kTile, min(kTile, kl - j0), kChunks, row_ptr, tid,
                                kThreads);
-    }
-  };
-  // Pass 2's L2 prefetch (SlArgs::hist_prefetch, session 31): with one key buffer tile t + 1's
-  // copy starts only once every warp has tile t's products, so the copy's wait is one load's
-  // latency from DRAM unless the tile is already in L2. Key tile t's row `tid` (threads < 64, one
-  // bulk prefetch of kD * sizeof(T) bytes each) is prefetched hist_prefetch tiles ahead.
-  constexpr bool kPrefetch = kPass == 2 && kUseWg;
-  const int pf_dist = kPrefetch ? a.hist_prefetch : 0;
-  const char* pf_src0 = reinterpret_cast<const char*>(kg + (ktok + (tid % kTile)) * a.p.k_token_stride +
-                                                      kvh * a.p.k_head_stride);
-  auto prefetch_keys = [&](int t) {
-    if constexpr (kPrefetch) {
-      if (t < t_end && tid < kTile && t * kTile + tid < kl) {
-        SlPrefetchL2(pf_src0 + static_cast<int64_t>(t) * kTile * k_row_bytes,
-                     static_cast<uint32_t>(kD * sizeof(T)));
-      }
     }
   };
   // The Q tile into the last buffer (0 with one buffer), the first key tile into buffer 0.
@@ -722,40 +670,12 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) SlPassKernel(SlArgs a) {
       load_keys(t_begin);
       detail::CpAsyncCommit();
     }
-    for (int d = 1; d < pf_dist; ++d) prefetch_keys(t_begin + d);  // the loop's first tiles
   }
 
-  // Pass 2's sibling pacing (SlArgs::hist_sync > 0, session 31): the kv_run CTAs of one item and
-  // kv head read the same key tiles, which they find in L2 only while they stay close; pass 2's
-  // work per tile differs by head (skipped tiles, updates), so they drift apart and each reads its
-  // tiles from DRAM. Warp 0 publishes its CTA's tiles done and reads its siblings' (lane l <
-  // kv_run: sibling run0 + l) behind each tile's work; before a tile's barrier it waits (bounded:
-  // kSyncTries naps) while it is more than hist_sync tiles ahead of its slowest started sibling.
-  // Timing only: no value depends on it.
-  constexpr int kSyncTries = 64;
-  const bool sync_on = kSync && kPass == 2 && a.hist_sync > 0 && a.kv_run > 1 &&
-                       static_cast<int64_t>(a.num_items) * a.num_slots <= kSlProgressCap;
-  const unsigned sync_gen = static_cast<unsigned>(a.hist_sync_gen) << 24;
-  const int run0 = item_i * a.num_slots + (slot / max(a.kv_run, 1)) * a.kv_run;
-  unsigned sib_v = 0u;  // warp 0, lane < kv_run: sibling run0 + lane's progress word
-  auto sib_done = [&](unsigned v) {  // a started sibling's tiles done, else (not started) big
-    return (v & 0xff000000u) == sync_gen ? static_cast<int>(v & 0xffffffu) : (1 << 30);
-  };
   unsigned census_tiles = 0, census_none = 0;  // kCensus: this warp's tiles, those adding nothing
   for (int t = t_begin; t < t_end; ++t) {
     const int j0 = t * kTile;
     if (kCensus) ++census_tiles;
-    if (sync_on && warp == 0 && t > t_begin) {
-      const int done = t - t_begin;
-      for (int tries = 0; tries < kSyncTries; ++tries) {
-        int slow = lane < a.kv_run ? sib_done(sib_v) : (1 << 30);
-#pragma unroll
-        for (int x = 1; x < 32; x <<= 1) slow = min(slow, __shfl_xor_sync(kFull, slow, x));
-        if (done - slow <= a.hist_sync) break;  // warp-uniform
-        __nanosleep(256);
-        if (lane < a.kv_run) sib_v = SlLoadVolatile(g_sl_progress + run0 + lane);
-      }
-    }
     detail::CpAsyncWait<0>();
     if (kUseWg) SlFenceProxyAsync();  // this thread's copies of tile t, for wgmma
     // Key tile t is in for every warp, and (two buffers) every warp is past tile t - 1, so its
@@ -767,7 +687,6 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) SlPassKernel(SlArgs a) {
       if (t + 1 < t_end) load_keys(t + 1);
       detail::CpAsyncCommit();
     }
-    if (pf_dist > 0) prefetch_keys(t + pf_dist);  // pass 2: a later tile into L2
     // Pass 3: the previous tile's entries before this tile's products (acc is not live yet),
     // with wgmma while the tensor cores compute them.
     if (kPass == 3 && !kUseWg) flush();
@@ -790,13 +709,6 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) SlPassKernel(SlArgs a) {
         load_keys(t + 1);
         detail::CpAsyncCommit();
       }
-    }
-    if (sync_on && warp == 0) {  // publish tile t done, read the siblings' behind this tile's work
-      if (lane == 0) {
-        SlStoreVolatile(g_sl_progress + item_i * a.num_slots + slot,
-                        sync_gen | static_cast<unsigned>(t + 1 - t_begin));
-      }
-      if (lane < a.kv_run) sib_v = SlLoadVolatile(g_sl_progress + run0 + lane);
     }
     // SlArgs::emit_flush_late: the previous tile's entries under tile t + 1's load instead.
     if (kSsQ && a.emit_flush_late) flush();
@@ -926,23 +838,6 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) SlPassKernel(SlArgs a) {
             tv[nt][e] = t;
           }
         }
-      }
-      if (a.hist_pred) {  // warp-uniform
-        // Session 31 (SlArgs::hist_pred): the 32 updates as straight-line code, each shared add
-        // predicated on its count test (the slot and value of an entry that does not count are
-        // computed and not used), instead of a branch around each.
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int h = e >> 1;
-            const float t = tv[nt][e];
-            const uint32_t at =
-                hm_addr + ((__float_as_uint(t) >> 20) + static_cast<uint32_t>(slot_base[h])) * 4u;
-            SlSharedAddIf(t >= t_min[h], at, __float2uint_rn(t));
-          }
-        }
-        continue;
       }
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt) {
@@ -1355,26 +1250,25 @@ __global__ void SlClassifyKernel(SlArgs a) {
 
 // The CTAs per SM an instance keeps resident with the build's shared memory (after setting its
 // dynamic shared memory limit; resident null: only the limit).
-template <typename T, int kD, int kPass, bool kCensus, bool kWg, int kMinCtas, bool kSync = false>
+template <typename T, int kD, int kPass, bool kCensus, bool kWg, int kMinCtas>
 cudaError_t PassResident(const SlArgs& a, int* resident) {
   const int64_t bytes = Layout(kD, kPass, kWg, a.hist_blocks).total;
   cudaError_t err =
-      cudaFuncSetAttribute(SlPassKernel<T, kD, kPass, kCensus, kWg, kMinCtas, kSync>,
+      cudaFuncSetAttribute(SlPassKernel<T, kD, kPass, kCensus, kWg, kMinCtas>,
                            cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
   if (err != cudaSuccess || resident == nullptr) return err;
   return cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      resident, SlPassKernel<T, kD, kPass, kCensus, kWg, kMinCtas, kSync>, kThreads, bytes);
+      resident, SlPassKernel<T, kD, kPass, kCensus, kWg, kMinCtas>, kThreads, bytes);
 }
 
 // The instance capped for kMinCtas > 4 CTAs per SM runs only where the shared memory lets that
 // many stay (pass 2: histograms of <= 21 blocks, e.g. 3 sampled rows per block); else the
 // 128-register instance. *ctas (if not null): the resident CTAs per SM of the one launched.
-template <typename T, int kD, int kPass, bool kCensus, bool kWg, int kMinCtas = 4,
-          bool kSync = false>
+template <typename T, int kD, int kPass, bool kCensus, bool kWg, int kMinCtas = 4>
 cudaError_t LaunchPassAs(const SlArgs& a, cudaStream_t stream, int* ctas = nullptr) {
   // The occupancy query only where it decides something (the 4-CTA launch as main's).
   int resident = 0;
-  cudaError_t err = PassResident<T, kD, kPass, kCensus, kWg, kMinCtas, kSync>(
+  cudaError_t err = PassResident<T, kD, kPass, kCensus, kWg, kMinCtas>(
       a, kMinCtas > 4 || ctas != nullptr ? &resident : nullptr);
   if (err != cudaSuccess) return err;
   if constexpr (kMinCtas > 4) {
@@ -1384,7 +1278,7 @@ cudaError_t LaunchPassAs(const SlArgs& a, cudaStream_t stream, int* ctas = nullp
     *ctas = resident;
     return cudaSuccess;  // the query only (SampledLinesPassCtas)
   }
-  SlPassKernel<T, kD, kPass, kCensus, kWg, kMinCtas, kSync>
+  SlPassKernel<T, kD, kPass, kCensus, kWg, kMinCtas>
       <<<static_cast<unsigned>(a.num_items) * a.num_slots, kThreads,
          Layout(kD, kPass, kWg, a.hist_blocks).total, stream>>>(a);
   return cudaGetLastError();
@@ -1411,9 +1305,6 @@ cudaError_t LaunchPass(const SlArgs& a, cudaStream_t stream, int* ctas = nullptr
   // slower, NOTES.md "Session 27 — s27-slhist").
   const SlKnobs& k = SampledLinesKnobs();
   if ((kPass == 1 ? k.ctas1 : (kPass == 2 ? k.ctas2 : k.ctas3)) == 5) {
-    if constexpr (kPass == 2 && !kCensus) {
-      if (a.hist_sync > 0) return LaunchPassAs<T, kD, kPass, kCensus, true, 5, true>(a, stream, ctas);
-    }
     return LaunchPassAs<T, kD, kPass, kCensus, true, 5>(a, stream, ctas);
   }
   return LaunchPassAs<T, kD, kPass, kCensus, true>(a, stream, ctas);
@@ -1753,9 +1644,6 @@ SlKnobs& SampledLinesKnobs() {
       const char* comma2 = comma != nullptr ? std::strchr(comma + 1, ',') : nullptr;
       k.order_band3 = comma2 != nullptr ? std::atoi(comma2 + 1) : 0;
     }
-    if (const char* c = std::getenv("SPATTN_SL_HIST_PREFETCH")) k.hist_prefetch = std::atoi(c);
-    if (const char* c = std::getenv("SPATTN_SL_HIST_PRED")) k.hist_pred = c[0] != '0';
-    if (const char* c = std::getenv("SPATTN_SL_HIST_SYNC")) k.hist_sync = std::atoi(c);
     if (const char* c = std::getenv("SPATTN_SL_CTAS")) {  // "P1,P2,P3"
       k.ctas1 = std::atoi(c);
       const char* comma = std::strchr(c, ',');
@@ -1779,15 +1667,8 @@ cudaError_t LaunchSampledLinesStats(const SlArgs& a, cudaStream_t stream) {
 
 cudaError_t LaunchSampledLinesHistogram(const SlArgs& a, cudaStream_t stream) {
   if (a.num_items == 0 || a.num_slots == 0) return cudaSuccess;
-  SlArgs h = a;  // SlKnobs::hist_prefetch / hist_pred (session 31)
-  h.hist_prefetch = std::max(0, SampledLinesKnobs().hist_prefetch);
-  h.hist_pred = SampledLinesKnobs().hist_pred;
-  static unsigned gen = 0;  // the launch's generation in g_sl_progress (8 bits)
-  h.hist_sync = SampledLinesKnobs().hist_sync;
-  gen = (gen + 1) & 0xffu;
-  h.hist_sync_gen = static_cast<int>(gen == 0 ? (gen = 1) : gen);
   const cudaError_t err =
-      SampledLinesKnobs().tile_census ? Dispatch<2, true>(h, stream) : Dispatch<2>(h, stream);
+      SampledLinesKnobs().tile_census ? Dispatch<2, true>(a, stream) : Dispatch<2>(a, stream);
   if (err != cudaSuccess || a.split_blocks == 0) return err;
   const int64_t n = static_cast<int64_t>(a.num_slots) * a.split_blocks;
   SlSplitThresholdKernel<<<static_cast<unsigned>((n + 3) / 4), 128, 0, stream>>>(a);

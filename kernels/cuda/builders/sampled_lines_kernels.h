@@ -142,20 +142,6 @@ struct SlArgs {
   // Pass 2's shared histograms per CTA: the largest group's blocks (<= kSlGroupBlocks; 21 at 3
   // sampled rows per block), so that 5 CTAs per SM fit (SlKnobs::ctas).
   int hist_blocks = kSlGroupBlocks;
-  // Session 31. Pass 2 (one key buffer, each tile's copy issued only once every warp has the
-  // previous tile's products) prefetches key tile t + hist_prefetch into L2 while it works on tile
-  // t (cp.async.bulk.prefetch.L2, sm_90a instances; 0 = off), so the copy into shared memory finds
-  // it in L2 (SlKnobs::hist_prefetch). Moves no value: the same index.
-  int hist_prefetch = 0;
-  // Session 31. Pass 2's shared histogram updates as predicated adds in straight-line code
-  // (SlKnobs::hist_pred) instead of one branch per entry. The same adds: the same index.
-  bool hist_pred = false;
-  // Session 31. Pass 2's sibling pacing: a CTA waits (bounded) while it is more than hist_sync key
-  // tiles ahead of the slowest started CTA of its item and kv head, so that they find each other's
-  // key tiles in L2 (0 = off; SlKnobs::hist_sync); hist_sync_gen tags the launch's progress words.
-  // Timing only: the same index.
-  int hist_sync = 0;
-  int hist_sync_gen = 0;
   // Session 30. kv_run: the slots come in runs of kv_run consecutive slots of one kv head (divides
   // num_slots; 1 if not even in pairs), the runs SlCtaUnit's launch order keeps together.
   // order_band: 0 = the passes' launch order item by item (slot minor); B > 0 = bands of B items,
@@ -204,13 +190,6 @@ struct SlKnobs {
   int order_band1 = 0;
   int order_band2 = 0;
   int order_band3 = 1 << 30;
-  // Session 31. SPATTN_SL_HIST_PREFETCH=D: pass 2's L2 prefetch distance in key tiles
-  // (SlArgs::hist_prefetch; 0 = off). The same index.
-  int hist_prefetch = 2;
-  // SPATTN_SL_HIST_PRED=0/1: SlArgs::hist_pred. The same index.
-  bool hist_pred = true;
-  // SPATTN_SL_HIST_SYNC=K: SlArgs::hist_sync (0 = off). The same index.
-  int hist_sync = 0;
 };
 SlKnobs& SampledLinesKnobs();
 
