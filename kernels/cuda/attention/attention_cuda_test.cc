@@ -557,13 +557,13 @@ TEST_F(CudaAttentionTest, SparseTmaStoreMatchesStores) {
 }
 
 // The sparse stream's K/V ring chosen per launch (session 31, s31-sparse; PersistTraits::kKStages
-// of session 30, s30-ring): one kernel holding 3 K + 2 V slots ("k3") and 2 K + 3 V slots ("v3")
+// of session 30, s30-ring): one kernel holding 2 K + 2 V slots ("k2") and 2 K + 3 V slots ("v3")
 // beside two Q buffers, v3 where the schedule's mean item cost is small. Every ring loads the
-// same tiles in the same order: byte-identical O and LSE for the default (the choice), the 2 + 2
-// ring (SPATTN_HOPPER_SPARSE_RING=22, its own kernel), always k3 (32) and always v3 (23), and the
-// choice with a bound that takes k3 (SPATTN_HOPPER_RING_V3_COST=0), ranges + columns (packed
-// tails: tile key lists next to the K slot), batch 1 and varlen, bf16 / fp16, causal or not, and
-// the reference's values (block_m 128 d 128).
+// same tiles in the same order: byte-identical O and LSE for the default (the choice), the k2
+// kernel alone (SPATTN_HOPPER_SPARSE_RING=22), always v3 (23), and the choice with bounds that
+// take k2 (SPATTN_HOPPER_RING_V3_COST=0) and v3 (100000), ranges + columns (packed tails: tile
+// key lists next to the K slot), batch 1 and varlen, bf16 / fp16, causal or not, and the
+// reference's values (block_m 128 d 128).
 TEST_F(CudaAttentionTest, SparseRingChoiceMatchesEveryRing) {
   const std::vector<Case> cases = {
       {{4099}, {}, 8, 2, 128, DType::kBF16, true},
@@ -573,7 +573,6 @@ TEST_F(CudaAttentionTest, SparseRingChoiceMatchesEveryRing) {
   };
   const std::vector<std::pair<const char*, const char*>> knobs = {
       {"SPATTN_HOPPER_SPARSE_RING", "22"},
-      {"SPATTN_HOPPER_SPARSE_RING", "32"},
       {"SPATTN_HOPPER_SPARSE_RING", "23"},
       {"SPATTN_HOPPER_RING_V3_COST", "0"},
       {"SPATTN_HOPPER_RING_V3_COST", "100000"},

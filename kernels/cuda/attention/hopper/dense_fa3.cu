@@ -488,18 +488,18 @@ cudaError_t PersistentDim(const AttnParams& p, const SparseIndexView& idx,
         break;
     }
     // The stream's K/V ring, chosen per launch (NOTES.md session 31, s31-sparse; session 30,
-    // s30-ring measured both deeper rings): beside two Q buffers, 3 K + 2 V slots ("k3": K(t + 2)
-    // streams while tile t computes; long items) or 2 K + 3 V slots ("v3": an item's first V
-    // tiles come earlier; short items), 224 KB either way, one kernel holding both: v3 where the
-    // schedule's mean cost of an item with keys (SparseSchedule::stats, 64-key tiles) is at most
-    // SPATTN_HOPPER_RING_V3_COST (default 24 = 12 tiles of 128 keys), else k3.
-    // SPATTN_HOPPER_SPARSE_RING: 0 that choice (default), 22 the 2 + 2 ring of session 30 (its
-    // own kernel; also whenever SPATTN_HOPPER_TRACE is set: the traced instance), 32 always k3,
-    // 23 always v3.
+    // s30-ring measured the deeper rings): beside two Q buffers, 2 K + 2 V slots ("k2", the ring
+    // of sessions 16-30) or 2 K + 3 V slots ("v3": an item's first V tiles come earlier; short
+    // items, +0.4..4 % at 32K), one kernel holding both: v3 where the schedule's mean cost of an
+    // item with keys (SparseSchedule::stats, 64-key tiles) is at most SPATTN_HOPPER_RING_V3_COST
+    // (default 24 = 12 tiles of 128 keys), else k2. SPATTN_HOPPER_SPARSE_RING: 0 that choice
+    // (default), 22 the k2 kernel alone (PersistentFa3Kernel; also whenever SPATTN_HOPPER_TRACE is
+    // set: the traced instance), 23 always v3. (3 K + 2 V slots, "k3": slower than k2 at 32K and
+    // 128K in session 31's call 1; not built.)
     const int ring = Knobs().trace.empty() ? Knobs().sparse_ring : 22;
     if (ring != 22) {
-      const int pick = ring == 32 ? -1 : ring == 23 ? -2 : std::max(Knobs().ring_v3_cost, 0);
-      return LaunchPersistent<PersistTraits<T, 128, 2, 2, 4, 128, 2, 3>, true,
+      const int pick = ring == 23 ? -2 : std::max(Knobs().ring_v3_cost, 0);
+      return LaunchPersistent<PersistTraits<T, 128, 2>, true,
                               PersistTraits<T, 128, 3, 2, 4, 128, 2, 2>>(
           p, idx, sched, num_items, num_m_blocks, stream, pick);
     }

@@ -1401,7 +1401,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
 
 // The sparse stream with a per-launch K/V ring (session 31, s31-sparse): one kernel holding two
 // stream instances of one shape (TrA, TrB: the same block_m, tile, threads and CTAs per SM, rings
-// of different depths); every CTA runs the same one, picked from the schedule's statistics
+// of different depths: 2 K + 2 V slots and 2 K + 3 V slots in dense_fa3.cu); every CTA runs the
+// same one, picked from the schedule's statistics
 // (SparseSchedule::stats, written by the schedule's cost pass): TrB where the mean cost of an
 // item with keys (64-key tiles) is at most `pick`, else TrA. pick -1: always TrA, -2: always TrB
 // (the knob's A/B). No statistics (stats null): TrA.
