@@ -590,9 +590,9 @@ TEST_F(CudaAttentionTest, SparseRingChoiceMatchesEveryRing) {
       if (HasFatalFailure()) return;
       if (o0.empty()) {
         o0 = o[0], lse0 = lse[0];
-        EXPECT_EQ(CheckRows(hp->problem(), &idx, SampleRows(hp->problem(), AllHeads(c.hq), 64),
-                            o0, lse0),
-                  "")
+        EXPECT_EQ(
+            CheckRows(hp->problem(), &idx, SampleRows(hp->problem(), AllHeads(c.hq), 64), o0, lse0),
+            "")
             << config;
       }
       for (int run = 0; run < 2; ++run) {

@@ -273,9 +273,9 @@ cudaError_t LaunchSparseSchedule(const SparseIndexView& index, const AttnParams&
   const int pack_tails = pack == nullptr || *pack == '\0' ? 2 : std::atoi(pack);
   const char* ord = std::getenv("SPATTN_HOPPER_ORDER");
   const int order_mode = ord == nullptr || *ord == '\0' ? 0 : std::atoi(ord);
-  CostKernel<<<GridFor(rows, 256), 256, 0, stream>>>(
-      index, tile_n, std::max(p.group, 1), kv_per_section, sections, pack_tails, hist, bucket_of,
-      stats);
+  CostKernel<<<GridFor(rows, 256), 256, 0, stream>>>(index, tile_n, std::max(p.group, 1),
+                                                     kv_per_section, sections, pack_tails, hist,
+                                                     bucket_of, stats);
   // Section by section, costliest first: offsets from the top bucket down.
   if ((err = LaunchReverseExclusiveScan32(hist, buckets, stream)) != cudaSuccess) return err;
   ScatterKernel<<<GridFor(rows, 256), 256, 0, stream>>>(rows, index.num_heads, index.num_blocks,
