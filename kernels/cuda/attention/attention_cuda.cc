@@ -278,6 +278,7 @@ class CudaAttentionEngine::Impl {
     sched.num_items = static_cast<int>(rows);
     sched.counter = counter;
     sched.items = items;
+    sched.stats = cuda::SparseScheduleStats(scratch, a);
     SPATTN_CUDA_RETURN_IF_ERROR(cuda::LaunchSparseAttention(a, idx, sched, variant(), stream_),
                                 "sparse kernel");
     return Mark(kKernel);

@@ -14,6 +14,8 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/builders/simple_patterns.h"
@@ -550,6 +552,56 @@ TEST_F(CudaAttentionTest, SparseTmaStoreMatchesStores) {
       ASSERT_EQ(o[0].size(), o[1].size());
       EXPECT_EQ(0, std::memcmp(o[0].data(), o[1].data(), o[0].size() * 4)) << config;
       EXPECT_EQ(0, std::memcmp(lse[0].data(), lse[1].data(), lse[0].size() * 4)) << config;
+    }
+  }
+}
+
+// The sparse stream's K/V ring chosen per launch (session 31, s31-sparse; PersistTraits::kKStages
+// of session 30, s30-ring): one kernel holding 2 K + 2 V slots ("k2") and 2 K + 3 V slots ("v3")
+// beside two Q buffers, v3 where the schedule's mean item cost is small. Every ring loads the
+// same tiles in the same order: byte-identical O and LSE for the default (the choice), the k2
+// kernel alone (SPATTN_HOPPER_SPARSE_RING=22), always v3 (23), and the choice with bounds that
+// take k2 (SPATTN_HOPPER_RING_V3_COST=0) and v3 (100000), ranges + columns (packed tails: tile
+// key lists next to the K slot), batch 1 and varlen, bf16 / fp16, causal or not, and the
+// reference's values (block_m 128 d 128).
+TEST_F(CudaAttentionTest, SparseRingChoiceMatchesEveryRing) {
+  const std::vector<Case> cases = {
+      {{4099}, {}, 8, 2, 128, DType::kBF16, true},
+      {{5000}, {7000}, 8, 4, 128, DType::kF16, true},
+      {{3001}, {3001}, 4, 1, 128, DType::kBF16, false},
+      {{1, 63, 700, 2100}, {1, 100, 900, 2100}, 4, 2, 128, DType::kF16, true},
+  };
+  const std::vector<std::pair<const char*, const char*>> knobs = {
+      {"SPATTN_HOPPER_SPARSE_RING", "22"},
+      {"SPATTN_HOPPER_SPARSE_RING", "23"},
+      {"SPATTN_HOPPER_RING_V3_COST", "0"},
+      {"SPATTN_HOPPER_RING_V3_COST", "100000"},
+  };
+  uint64_t seed = 3131;
+  for (const Case& c : cases) {
+    auto hp = MakeProblem(c, seed++);
+    SparseIndex idx = RandomIndex(hp->problem(), AllHeads(c.hq), 128, 3, 90, seed++, true);
+    ASSERT_TRUE(ValidateSparseIndex(hp->problem(), idx).ok());
+    const std::string config = absl::StrCat(Describe(c), " block_m=128");
+    std::vector<float> o0, lse0;
+    for (const auto& [knob, value] : knobs) {
+      std::vector<float> o[2], lse[2];
+      RunSparseWithAndWithoutKnob(*hp, idx, knob, value, config, o, lse);
+      if (HasFatalFailure()) return;
+      if (o0.empty()) {
+        o0 = o[0], lse0 = lse[0];
+        EXPECT_EQ(
+            CheckRows(hp->problem(), &idx, SampleRows(hp->problem(), AllHeads(c.hq), 64), o0, lse0),
+            "")
+            << config;
+      }
+      for (int run = 0; run < 2; ++run) {
+        ASSERT_EQ(o0.size(), o[run].size());
+        EXPECT_EQ(0, std::memcmp(o0.data(), o[run].data(), o0.size() * 4))
+            << config << " " << knob << "=" << value << " run " << run;
+        EXPECT_EQ(0, std::memcmp(lse0.data(), lse[run].data(), lse0.size() * 4))
+            << config << " " << knob << "=" << value << " run " << run;
+      }
     }
   }
 }

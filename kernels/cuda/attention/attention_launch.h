@@ -74,6 +74,10 @@ struct SparseSchedule {
   // {columns, heads[r / num_blocks], r % num_blocks, 1 if the row has keys (a key tile: the
   // producer then issues its Q before walking to that tile)}. Written by LaunchSparseSchedule.
   const int32_t* items = nullptr;
+  // Optional {sum of the rows' costs (64-key tiles, the schedule's cost model), rows with keys}
+  // (two words, in the schedule's scratch: SparseScheduleStats): the Hopper kernel's per-launch
+  // K/V ring choice (dense_fa3.cu, SPATTN_HOPPER_SPARSE_RING). Written by LaunchSparseSchedule.
+  const unsigned long long* stats = nullptr;
 };
 
 // Scratch for LaunchSparseSchedule: SparseScheduleScratchInts(num_rows, p) int32s (a cost
@@ -87,6 +91,9 @@ int64_t SparseScheduleScratchInts(int64_t num_rows, const AttnParams& p);
 cudaError_t LaunchSparseSchedule(const SparseIndexView& index, const AttnParams& p, int tile_n,
                                  int32_t* scratch, int32_t* order, int* counter,
                                  cudaStream_t stream, int32_t* items = nullptr);
+// SparseSchedule::stats within the scratch of LaunchSparseSchedule (`scratch`: the same pointer and
+// `p`); zeroed and summed by it.
+const unsigned long long* SparseScheduleStats(const int32_t* scratch, const AttnParams& p);
 // Whether the engine writes SparseSchedule::items (SPATTN_HOPPER_ITEM_RECORDS, default 1; read
 // at each call).
 bool SparseItemRecords();

@@ -33,9 +33,13 @@ __device__ __forceinline__ int CeilDiv(int a, int b) { return (a + b - 1) / b; }
 // pack_tails (2 always, the default; 1 per row where it saves tiles; 0 off): the Hopper kernel's
 // tiling with range tails packed among the columns (kFlagPackTails of persistent_fa3.cuh): whole
 // range tiles, then (columns + tails) / tile_n.
+// `stats` (SparseSchedule::stats, zeroed before): the sum of the costs and the rows with keys,
+// one atomic pair per warp.
 __global__ void CostKernel(SparseIndexView idx, int tile_n, int group, int kv_per_section,
-                           int num_sections, int pack_tails, int32_t* hist, int32_t* bucket_of) {
+                           int num_sections, int pack_tails, int32_t* hist, int32_t* bucket_of,
+                           unsigned long long* stats) {
   const int64_t rows = static_cast<int64_t>(idx.num_heads) * idx.num_blocks;
+  unsigned long long cost_sum = 0, with_keys = 0;
   for (int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; r < rows;
        r += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int cols = idx.col_indptr[r + 1] - idx.col_indptr[r];
@@ -55,6 +59,17 @@ __global__ void CostKernel(SparseIndexView idx, int tile_n, int group, int kv_pe
     const int b = (num_sections - 1 - section) * kCostBuckets + min(cost, kCostBuckets - 1);
     bucket_of[r] = b;
     atomicAdd(hist + b, 1);
+    cost_sum += cost;
+    with_keys += cost > 0 ? 1 : 0;
+  }
+  // (Every thread of the warp reaches here: the loop above has no early exit.)
+  for (int o = 16; o > 0; o /= 2) {
+    cost_sum += __shfl_xor_sync(0xffffffffu, cost_sum, o);
+    with_keys += __shfl_xor_sync(0xffffffffu, with_keys, o);
+  }
+  if ((threadIdx.x & 31) == 0 && with_keys > 0) {
+    atomicAdd(stats, cost_sum);
+    atomicAdd(stats + 1, with_keys);
   }
 }
 
@@ -206,8 +221,15 @@ int ScheduleSections(const AttnParams& p) {
 }  // namespace
 
 int64_t SparseScheduleScratchInts(int64_t num_rows, const AttnParams& p) {
-  // One histogram of cost buckets per section, then each row's bucket.
-  return ScheduleSections(p) * static_cast<int64_t>(detail::kCostBuckets) + num_rows;
+  // One histogram of cost buckets per section, SparseSchedule::stats (2 x 8 bytes: the
+  // histograms are a multiple of 4096 ints, so the words stay 8-byte aligned), then each row's
+  // bucket.
+  return ScheduleSections(p) * static_cast<int64_t>(detail::kCostBuckets) + 4 + num_rows;
+}
+
+const unsigned long long* SparseScheduleStats(const int32_t* scratch, const AttnParams& p) {
+  return reinterpret_cast<const unsigned long long*>(
+      scratch + ScheduleSections(p) * static_cast<int64_t>(detail::kCostBuckets));
 }
 
 int SparseKvHeadsPerSection(const AttnParams& p) {
@@ -238,18 +260,22 @@ cudaError_t LaunchSparseSchedule(const SparseIndexView& index, const AttnParams&
   const int sections = ScheduleSections(p);
   const int buckets = sections * kCostBuckets;
   int32_t* hist = scratch;
-  int32_t* bucket_of = scratch + buckets;
+  // SparseSchedule::stats right after the histograms (zeroed with them).
+  unsigned long long* stats = reinterpret_cast<unsigned long long*>(scratch + buckets);
+  int32_t* bucket_of = scratch + buckets + 4;
   cudaError_t err = cudaMemsetAsync(counter, 0, sizeof(int), stream);
-  if (err != cudaSuccess || rows == 0) return err;
-  if ((err = cudaMemsetAsync(hist, 0, buckets * sizeof(int32_t), stream)) != cudaSuccess) {
+  if (err != cudaSuccess) return err;
+  if (rows == 0) return cudaMemsetAsync(stats, 0, 2 * sizeof(unsigned long long), stream);
+  if ((err = cudaMemsetAsync(hist, 0, (buckets + 4) * sizeof(int32_t), stream)) != cudaSuccess) {
     return err;
   }
   const char* pack = std::getenv("SPATTN_HOPPER_PACK_TAILS");
   const int pack_tails = pack == nullptr || *pack == '\0' ? 2 : std::atoi(pack);
   const char* ord = std::getenv("SPATTN_HOPPER_ORDER");
   const int order_mode = ord == nullptr || *ord == '\0' ? 0 : std::atoi(ord);
-  CostKernel<<<GridFor(rows, 256), 256, 0, stream>>>(
-      index, tile_n, std::max(p.group, 1), kv_per_section, sections, pack_tails, hist, bucket_of);
+  CostKernel<<<GridFor(rows, 256), 256, 0, stream>>>(index, tile_n, std::max(p.group, 1),
+                                                     kv_per_section, sections, pack_tails, hist,
+                                                     bucket_of, stats);
   // Section by section, costliest first: offsets from the top bucket down.
   if ((err = LaunchReverseExclusiveScan32(hist, buckets, stream)) != cudaSuccess) return err;
   ScatterKernel<<<GridFor(rows, 256), 256, 0, stream>>>(rows, index.num_heads, index.num_blocks,

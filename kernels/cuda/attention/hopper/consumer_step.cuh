@@ -31,14 +31,26 @@ constexpr int kBarWg0 = 4;
 
 // The K/V ring as the consumers see it: slot 0 of each tile array and of each barrier array
 // (slots follow each other: kTileBytes apart for tiles, 8 bytes for barriers). Ring position
-// `tile` counts every tile the producer loaded into this CTA's ring so far.
-template <int kStages, int kTileBytes>
+// `tile` counts every tile the producer loaded into this CTA's ring so far. kKStages: K slots
+// (default kStages; the sparse stream's deeper K ring, PersistTraits::kKStages), kStages: V
+// slots; Slot / Phase (both arrays alike) only where they are equal.
+template <int kStages, int kTileBytes, int kKStages = kStages>
 struct KvRing {
   uint32_t k_smem, v_smem;
   uint32_t k_full, v_full, k_empty, v_empty;
 
-  __device__ __forceinline__ static int Slot(int tile) { return tile % kStages; }
-  __device__ __forceinline__ static uint32_t Phase(int tile) { return (tile / kStages) & 1; }
+  __device__ __forceinline__ static int Slot(int tile) {
+    static_assert(kKStages == kStages, "K and V rings of one depth");
+    return tile % kStages;
+  }
+  __device__ __forceinline__ static uint32_t Phase(int tile) {
+    static_assert(kKStages == kStages, "K and V rings of one depth");
+    return (tile / kStages) & 1;
+  }
+  __device__ __forceinline__ static int KSlot(int tile) { return tile % kKStages; }
+  __device__ __forceinline__ static uint32_t KPhase(int tile) { return (tile / kKStages) & 1; }
+  __device__ __forceinline__ static int VSlot(int tile) { return tile % kStages; }
+  __device__ __forceinline__ static uint32_t VPhase(int tile) { return (tile / kStages) & 1; }
   __device__ __forceinline__ uint32_t K(int slot) const { return k_smem + slot * kTileBytes; }
   __device__ __forceinline__ uint32_t V(int slot) const { return v_smem + slot * kTileBytes; }
   __device__ __forceinline__ uint32_t KFull(int slot) const { return k_full + 8 * slot; }
@@ -338,8 +350,8 @@ template <class Step, class Ring, class PrepareV, class IssuePv>
 __device__ __forceinline__ void LastPv(Step& st, const Ring& ring, int tile, int my_turn,
                                        int other_turn, int turn_threads, int lane,
                                        PrepareV prepare_v, IssuePv issue_pv) {
-  const int vs = Ring::Slot(tile - 1);
-  MbarWait(ring.VFull(vs), Ring::Phase(tile - 1));
+  const int vs = Ring::VSlot(tile - 1);
+  MbarWait(ring.VFull(vs), Ring::VPhase(tile - 1));
   prepare_v(vs);
   NamedSync(my_turn, turn_threads);
   issue_pv(vs);

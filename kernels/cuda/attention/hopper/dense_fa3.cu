@@ -82,6 +82,8 @@ struct LaunchKnobs {
   int pack_tails = 2;        // SPATTN_HOPPER_PACK_TAILS (the sparse kernel)
   int items = 2;             // SPATTN_HOPPER_ITEMS (the sparse kernel)
   int sparse_stages = 2;     // SPATTN_HOPPER_SPARSE_STAGES
+  int sparse_ring = 0;       // SPATTN_HOPPER_SPARSE_RING (the stream's K/V ring; 0 per launch)
+  int ring_v3_cost = 24;     // SPATTN_HOPPER_RING_V3_COST (the per-launch choice's bound)
   int column_lanes = 4;      // SPATTN_HOPPER_COLUMN_LANES
   int causal_bn = 176;       // SPATTN_HOPPER_CAUSAL_BN
   int full_bn = 176;         // SPATTN_HOPPER_FULL_BN
@@ -104,6 +106,8 @@ LaunchKnobs ReadKnobs() {
   k.pack_tails = EnvInt("SPATTN_HOPPER_PACK_TAILS", k.pack_tails);
   k.items = EnvInt("SPATTN_HOPPER_ITEMS", k.items);
   k.sparse_stages = EnvInt("SPATTN_HOPPER_SPARSE_STAGES", k.sparse_stages);
+  k.sparse_ring = EnvInt("SPATTN_HOPPER_SPARSE_RING", k.sparse_ring);
+  k.ring_v3_cost = EnvInt("SPATTN_HOPPER_RING_V3_COST", k.ring_v3_cost);
   k.column_lanes = EnvInt("SPATTN_HOPPER_COLUMN_LANES", k.column_lanes);
   k.causal_bn = EnvInt("SPATTN_HOPPER_CAUSAL_BN", k.causal_bn);
   k.full_bn = EnvInt("SPATTN_HOPPER_FULL_BN", k.full_bn);
@@ -281,7 +285,8 @@ int& TraceLaunches() {
 
 template <class Tr>
 constexpr bool kTraceable = std::is_same<typename Tr::T, __nv_bfloat16>::value && Tr::kD == 128 &&
-                            Tr::kCross && Tr::kLanes == 4 && Tr::kStages == 2;
+                            Tr::kCross && Tr::kLanes == 4 && Tr::kStages == 2 &&
+                            Tr::kKStages == 2;
 
 template <class Tr>
 cudaError_t LaunchTraced(const AttnParams& p, const SparseIndexView& idx,
@@ -356,16 +361,28 @@ cudaError_t LaunchTraced(const AttnParams& p, const SparseIndexView& idx,
   return cudaSuccess;
 }
 
-template <class Tr, bool kSparse>
+// TrB (not void): the sparse stream's per-launch ring choice, PersistentFa3PickKernel<Tr, TrB>
+// with `pick` (its argument: the mean item cost up to which TrB runs, -1 always Tr, -2 always
+// TrB).
+template <class Tr, bool kSparse, class TrB = void>
 cudaError_t LaunchPersistent(const AttnParams& p, const SparseIndexView& idx,
                              const SparseSchedule& sched, int num_items, int num_m_blocks,
-                             cudaStream_t stream) {
+                             cudaStream_t stream, int pick = -1) {
   if (num_items <= 0 || p.batch == 0) return cudaSuccess;
   CUtensorMap tq, tk, tv;
   if (!EncodeAll(p, Tr::kBM, Tr::kBN, &tq, &tk, &tv)) return cudaErrorInvalidValue;
-  auto kernel = PersistentFa3Kernel<Tr, kSparse>;
-  cudaError_t err =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
+  constexpr bool kPick = !std::is_same<TrB, void>::value;
+  using TrB_ = typename std::conditional<kPick, TrB, Tr>::type;
+  constexpr int kSmem = Tr::kSmemBytes > TrB_::kSmemBytes ? Tr::kSmemBytes : TrB_::kSmemBytes;
+  // (Each branch names only its own kernel: no instance of the other.)
+  cudaError_t err;
+  if constexpr (kPick) {
+    err = cudaFuncSetAttribute(PersistentFa3PickKernel<Tr, TrB_>,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  } else {
+    err = cudaFuncSetAttribute(PersistentFa3Kernel<Tr, kSparse>,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  }
   if (err != cudaSuccess) return err;
   const int grid = std::min(num_items, NumSms() * Tr::kMinBlocks);
   // Range tails packed with the columns (kFlagPackTails; SPATTN_HOPPER_PACK_TAILS: 2 (default)
@@ -407,8 +424,14 @@ cudaError_t LaunchPersistent(const AttnParams& p, const SparseIndexView& idx,
                               to, stream);
     }
   }
-  kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p, idx, sched, num_items, num_m_blocks,
-                                                         flags, tq, tk, tv, to);
+  if constexpr (kPick) {
+    static_assert(kSparse && Tr::kCross, "the ring choice: the sparse stream only");
+    PersistentFa3PickKernel<Tr, TrB_><<<grid, Tr::kThreads, kSmem, stream>>>(
+        p, idx, sched, num_items, num_m_blocks, flags, pick, tq, tk, tv, to);
+  } else {
+    PersistentFa3Kernel<Tr, kSparse><<<grid, Tr::kThreads, kSmem, stream>>>(
+        p, idx, sched, num_items, num_m_blocks, flags, tq, tk, tv, to);
+  }
   return cudaGetLastError();
 }
 
@@ -463,6 +486,22 @@ cudaError_t PersistentDim(const AttnParams& p, const SparseIndexView& idx,
                                                                        num_m_blocks, stream);
       default:
         break;
+    }
+    // The stream's K/V ring, chosen per launch (NOTES.md session 31, s31-sparse; session 30,
+    // s30-ring measured the deeper rings): beside two Q buffers, 2 K + 2 V slots ("k2", the ring
+    // of sessions 16-30) or 2 K + 3 V slots ("v3": an item's first V tiles come earlier; short
+    // items, +0.4..4 % at 32K), one kernel holding both: v3 where the schedule's mean cost of an
+    // item with keys (SparseSchedule::stats, 64-key tiles) is at most SPATTN_HOPPER_RING_V3_COST
+    // (default 24 = 12 tiles of 128 keys), else k2. SPATTN_HOPPER_SPARSE_RING: 0 that choice
+    // (default), 22 the k2 kernel alone (PersistentFa3Kernel; also whenever SPATTN_HOPPER_TRACE is
+    // set: the traced instance), 23 always v3. (3 K + 2 V slots, "k3": slower than k2 at 32K and
+    // 128K in session 31's call 1; not built.)
+    const int ring = Knobs().trace.empty() ? Knobs().sparse_ring : 22;
+    if (ring != 22) {
+      const int pick = ring == 23 ? -2 : std::max(Knobs().ring_v3_cost, 0);
+      return LaunchPersistent<PersistTraits<T, 128, 2>, true,
+                              PersistTraits<T, 128, 3, 2, 4, 128, 2, 2>>(
+          p, idx, sched, num_items, num_m_blocks, stream, pick);
     }
   }
   using Tr = PersistTraits<T, kD, kD == 128 ? 2 : 4>;

@@ -67,11 +67,16 @@ __device__ __forceinline__ void CpAsync16Zfill(uint32_t dst, const void* src, bo
 // kBM_ = 64 (block_m 64 indexes): one consumer warpgroup, 64-key tiles, two CTAs per SM (their
 // warpgroups take turns on the tensor cores as the hardware schedules them).
 template <typename T_, int kD_, int kStages_, int kQBufs_ = 2, int kLanes_ = 4, int kBM_ = 128,
-          int kItems_ = 2>
+          int kItems_ = 2, int kKStages_ = 0>
 struct PersistTraits {
   using T = T_;
   static constexpr int kD = kD_;
+  // Ring slots: kStages V slots and kKStages K slots (kKStages_ 0: kStages). The sparse stream
+  // (kCross, block_m 128, d 128) may run 3 K slots beside 2 V slots and two Q buffers
+  // (2 x 32 + 3 x 32 + 2 x 32 = 224 KB; session 30, s30-ring): K(t + 2) streams while tile t
+  // computes. Its slot of the tile descriptors and packed key lists is the K slot.
   static constexpr int kStages = kStages_;
+  static constexpr int kKStages = kKStages_ > 0 ? kKStages_ : kStages_;
   // Q buffers: 2 lets the next item's Q load under the current item's tail; 1 leaves the room of
   // a third K/V ring slot at d = 128.
   static constexpr int kQBufs = kQBufs_;
@@ -97,10 +102,10 @@ struct PersistTraits {
   static constexpr int kQBytes = kBM * kD * 2;
   static constexpr int kTileBytes = kBN * kD * 2;
   static constexpr int kKOff = kQBufs * kQBytes;
-  static constexpr int kVOff = kKOff + kStages * kTileBytes;
+  static constexpr int kVOff = kKOff + kKStages * kTileBytes;
   static constexpr int kBarOff = kVOff + kStages * kTileBytes;
-  // q_full[Q], q_empty[Q], k_full[S], v_full[S], k_empty[S], v_empty[S]
-  static constexpr int kNumBars = 2 * kQBufs + 4 * kStages;
+  // q_full[Q], q_empty[Q], k_full[KS], v_full[S], k_empty[KS], v_empty[S]
+  static constexpr int kNumBars = 2 * kQBufs + 2 * kKStages + 2 * kStages;
   // Descriptors (kDesc): the producer's leader writes each item's description next to its Q
   // buffer (ItemDesc, before q_full's arrive) and each key tile's next to its K slot (TileDesc,
   // before k_full's arrive), so the consumers read them from shared memory after the waits they
@@ -121,10 +126,10 @@ struct PersistTraits {
   static constexpr int kTileDescOff = kItemDescOff + kQBufs * 32;
   // Packed tiles (kCross, PersistentFa3Kernel's kFlagPackTails): the key numbers of a tile that
   // holds range tails, next to its slot (written by the producer threads that copy its rows).
-  static constexpr int kTileKeysOff = kTileDescOff + kStages * 16;
+  static constexpr int kTileKeysOff = kTileDescOff + kKStages * 16;
   // Dynamic work list (kFlagDynamic): the producer's leader hands the item it took from the
   // counter to the other producer threads here (two slots, alternating by round).
-  static constexpr int kNextItemOff = kTileKeysOff + kStages * kBN * 4;
+  static constexpr int kNextItemOff = kTileKeysOff + kKStages * kBN * 4;
   static constexpr int kSmemBytes = kNextItemOff + 16 + 1024;
   static constexpr int kProducerRegs = 56;
   static constexpr int kConsumerRegs = kBM == 128 ? 224 : 200;
@@ -717,9 +722,9 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
     if constexpr (kTrace) tr_turn += clk() - t0;
   };
   auto read_tile = [&](Tile& d) {
-    const int s = Ring::Slot(tile);
+    const int s = Ring::KSlot(tile);
     const unsigned t0 = clk();
-    wait(ring.KFull(s), Ring::Phase(tile));
+    wait(ring.KFull(s), Ring::KPhase(tile));
     if constexpr (kTrace) tr_kwait += clk() - t0, ++tr_tiles;
     const TileDesc td = *(reinterpret_cast<const TileDesc*>(smem + Tr::kTileDescOff) + s);
     d.kind = td.kind_more & 1;
@@ -801,7 +806,7 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
   auto issue_qk = [&](const Tile& d) {
     const uint32_t q_rows = sQ0 + cur_qb * Tr::kQBytes + cw * 64 * 128;
     IssueQkDesc<Tr>(st, detail::SmemDesc(q_rows, 16, 1024),
-                    detail::SmemDesc(ring.K(Ring::Slot(tile)), 16, 1024));
+                    detail::SmemDesc(ring.K(Ring::KSlot(tile)), 16, 1024));
   };
   auto issue_pv = [&](const Tile& d, int vs) {
     const uint64_t v_desc = detail::SmemDesc(ring.V(vs), kBN * 128, 1024);
@@ -854,9 +859,9 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
   WgmmaWait<0>();
   st.FenceS();
   // (A mixed tile's key numbers live next to its K slot: the slot goes back after the mask.)
-  if (!d.mixed) release(ring.KEmpty(Ring::Slot(tile)));
+  if (!d.mixed) release(ring.KEmpty(Ring::KSlot(tile)));
   mask(d);
-  if (d.mixed) release(ring.KEmpty(Ring::Slot(tile)));
+  if (d.mixed) release(ring.KEmpty(Ring::KSlot(tile)));
   st.Reset();
   {
     float corr[2];
@@ -887,9 +892,9 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
     if constexpr (kTrace) {
       if (!same) stamp(n_item - 1, kTrCK0);
     }
-    const int ks = Ring::Slot(tile), vs = Ring::Slot(tile - 1);
+    const int ks = Ring::KSlot(tile), vs = Ring::VSlot(tile - 1);
     const unsigned t_v = clk();
-    wait(ring.VFull(vs), Ring::Phase(tile - 1));
+    wait(ring.VFull(vs), Ring::VPhase(tile - 1));
     if constexpr (kTrace) tr_vwait += clk() - t_v;
     prepare_v(vs, prev);
     turn();
@@ -964,17 +969,18 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
   flush_p(n_item - 1);
 }
 
+// The kernel's body (PersistentFa3Kernel, PersistentFa3PickKernel): the arguments are the
+// kernel's own parameters (the tensor maps stay in parameter space: TMA takes their address).
 template <class Tr, bool kSparse>
-__global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
-    PersistentFa3Kernel(const AttnParams p, const SparseIndexView idx, const SparseSchedule sched,
-                        int num_items, int num_m_blocks, int flags,
-                        const __grid_constant__ CUtensorMap tmap_q,
-                        const __grid_constant__ CUtensorMap tmap_k,
-                        const __grid_constant__ CUtensorMap tmap_v,
-                        const __grid_constant__ CUtensorMap tmap_o) {
+__device__ __forceinline__ void PersistentFa3Body(
+    const AttnParams& p, const SparseIndexView& idx, const SparseSchedule& sched, int num_items,
+    int num_m_blocks, int flags, const CUtensorMap& tmap_q, const CUtensorMap& tmap_k,
+    const CUtensorMap& tmap_v, const CUtensorMap& tmap_o) {
 #if SPATTN_SM90A
   using T = typename Tr::T;
   constexpr int kD = Tr::kD, kBM = Tr::kBM, kBN = Tr::kBN, kStages = Tr::kStages;
+  constexpr int kKStages = Tr::kKStages;  // (K slots; kStages: V slots)
+  static_assert(kKStages == kStages || (kSparse && Tr::kCross), "a deeper K ring: the stream only");
   constexpr int kSub = Tr::kSub;
   extern __shared__ __align__(1024) char smem_raw[];
   char* smem = smem_raw + ((1024 - (Smem32(smem_raw) & 1023)) & 1023);
@@ -987,20 +993,21 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
   auto q_full = [&](int b) { return bars + 8 * b; };
   auto q_empty = [&](int b) { return bars + 8 * (kQB + b); };
   auto k_full = [&](int s) { return bars + 8 * (2 * kQB + s); };
-  auto v_full = [&](int s) { return bars + 8 * (2 * kQB + kStages + s); };
-  auto k_empty = [&](int s) { return bars + 8 * (2 * kQB + 2 * kStages + s); };
-  auto v_empty = [&](int s) { return bars + 8 * (2 * kQB + 3 * kStages + s); };
+  auto v_full = [&](int s) { return bars + 8 * (2 * kQB + kKStages + s); };
+  auto k_empty = [&](int s) { return bars + 8 * (2 * kQB + kKStages + kStages + s); };
+  auto v_empty = [&](int s) { return bars + 8 * (2 * kQB + 2 * kKStages + kStages + s); };
 
   if (threadIdx.x == 0) {
     for (int b = 0; b < kQB; ++b) {
       MbarInit(q_full(b), 1);
       MbarInit(q_empty(b), 4 * Tr::kConsumerWgs);  // every consumer warp releases
     }
-    for (int s = 0; s < kStages; ++s) {
-      MbarInit(k_full(s), 128);  // every producer thread arrives (TMA: one with the bytes)
-      MbarInit(v_full(s), 128);
-      MbarInit(k_empty(s), 4 * Tr::kConsumerWgs);
-      MbarInit(v_empty(s), 4 * Tr::kConsumerWgs);
+    for (int s = 0; s < (kKStages > kStages ? kKStages : kStages); ++s) {
+      // every producer thread arrives (TMA: one with the bytes)
+      if (s < kKStages) MbarInit(k_full(s), 128);
+      if (s < kStages) MbarInit(v_full(s), 128);
+      if (s < kKStages) MbarInit(k_empty(s), 4 * Tr::kConsumerWgs);
+      if (s < kStages) MbarInit(v_empty(s), 4 * Tr::kConsumerWgs);
     }
     MbarInitFence();
   }
@@ -1229,8 +1236,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
         const bool have_next = have && cursor.Next(it.ks, nkind, nstart, nn, nmixed);
         const int key = have ? tile_key(it, kind, start, n) : 0;
         if (have) {
-          const int s = tile % kStages;
-          pwait(k_empty(s), ((tile / kStages) & 1) ^ 1);
+          const int s = tile % kKStages;
+          pwait(k_empty(s), ((tile / kKStages) & 1) ^ 1);
           if (Tr::kDesc && leader) {
             *(reinterpret_cast<TileDesc*>(smem + Tr::kTileDescOff) + s) =
                 TileDesc{kind | (have_next ? 2 : 0) | (mixed ? 4 : 0), start, n, start + n - 1};
@@ -1285,7 +1292,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
   const int my_turn = kPingPong ? kBarTurn0 + cw : kBarWg0 + cw;
   const int other_turn = kPingPong ? kBarTurn0 + (1 - cw) : kBarTurn0;
   constexpr int kTurnThreads = kPingPong ? 256 : 128;
-  const KvRing<kStages, Tr::kTileBytes> ring{sK, sV, k_full(0), v_full(0), k_empty(0), v_empty(0)};
+  const KvRing<kStages, Tr::kTileBytes, kKStages> ring{sK, sV, k_full(0), v_full(0), k_empty(0),
+                                                       v_empty(0)};
   ConsumerStep<T, kD, kBN, kBM> st(lane);
 
   if (kPingPong && cw == 1) NamedArrive(kBarTurn0, 256);  // consumer warpgroup 0 goes first
@@ -1377,6 +1385,51 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
   }
   if (kPingPong && cw == 0) NamedSync(my_turn, 256);  // balances warpgroup 1's first "your turn"
 #endif                                                // SPATTN_SM90A
+}
+
+template <class Tr, bool kSparse>
+__global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
+    PersistentFa3Kernel(const AttnParams p, const SparseIndexView idx, const SparseSchedule sched,
+                        int num_items, int num_m_blocks, int flags,
+                        const __grid_constant__ CUtensorMap tmap_q,
+                        const __grid_constant__ CUtensorMap tmap_k,
+                        const __grid_constant__ CUtensorMap tmap_v,
+                        const __grid_constant__ CUtensorMap tmap_o) {
+  PersistentFa3Body<Tr, kSparse>(p, idx, sched, num_items, num_m_blocks, flags, tmap_q, tmap_k,
+                                 tmap_v, tmap_o);
+}
+
+// The sparse stream with a per-launch K/V ring (session 31, s31-sparse): one kernel holding two
+// stream instances of one shape (TrA, TrB: the same block_m, tile, threads and CTAs per SM, rings
+// of different depths: 2 K + 2 V slots and 2 K + 3 V slots in dense_fa3.cu); every CTA runs the
+// same one, picked from the schedule's statistics
+// (SparseSchedule::stats, written by the schedule's cost pass): TrB where the mean cost of an
+// item with keys (64-key tiles) is at most `pick`, else TrA. pick -1: always TrA, -2: always TrB
+// (the knob's A/B). No statistics (stats null): TrA.
+template <class TrA, class TrB>
+__global__ void __launch_bounds__(TrA::kThreads, TrA::kMinBlocks)
+    PersistentFa3PickKernel(const AttnParams p, const SparseIndexView idx,
+                            const SparseSchedule sched, int num_items, int num_m_blocks, int flags,
+                            int pick, const __grid_constant__ CUtensorMap tmap_q,
+                            const __grid_constant__ CUtensorMap tmap_k,
+                            const __grid_constant__ CUtensorMap tmap_v,
+                            const __grid_constant__ CUtensorMap tmap_o) {
+  static_assert(TrA::kThreads == TrB::kThreads && TrA::kMinBlocks == TrB::kMinBlocks &&
+                    TrA::kBM == TrB::kBM && TrA::kBN == TrB::kBN && TrA::kD == TrB::kD,
+                "one launch shape");
+  bool b = pick == -2;
+  if (pick >= 0 && sched.stats != nullptr) {
+    // {sum of the items' costs, items with keys}: the same two words for every thread.
+    const unsigned long long sum = sched.stats[0], items = sched.stats[1];
+    b = sum <= static_cast<unsigned long long>(pick) * items;
+  }
+  if (b) {
+    PersistentFa3Body<TrB, true>(p, idx, sched, num_items, num_m_blocks, flags, tmap_q, tmap_k,
+                                 tmap_v, tmap_o);
+  } else {
+    PersistentFa3Body<TrA, true>(p, idx, sched, num_items, num_m_blocks, flags, tmap_q, tmap_k,
+                                 tmap_v, tmap_o);
+  }
 }
 
 }  // namespace hopper
