@@ -1406,10 +1406,17 @@ constexpr int kSlBucketThreads = 256;
 // bucket's cursor (a bucket's order is the atomics': the bits its segment sets do not depend on
 // it). The lanes of a warp that go to one bucket take their places with one shared atomic
 // (pass 3 emits in key order, so neighbours mostly share a bucket).
+//
+// kLoads entries per thread are loaded before any is bucketed or copied (session 31; 1: main's
+// loops, one dependent load per thread and step). The fill pass runs on few CTAs (staging_rows,
+// 459 at the 1M chunk), so one load in flight per thread left it latency-bound. The same buckets:
+// a lane's entries and their order in each warp step are main's.
+template <int kLoads>
 __global__ void __launch_bounds__(kSlBucketThreads) SlBucketKernel(SlAsmArgs a, bool fill) {
   __shared__ int cnt[2 * kSlMaxAsmSegs];
   const int nb = 2 * a.max_segs;
   const int lane = static_cast<int>(threadIdx.x & 31u);
+  const int step = static_cast<int>(blockDim.x);
   for (int unit = blockIdx.x; unit < a.num_rows; unit += gridDim.x) {
     const BlockGeoDev g = a.geo[unit % a.num_blocks];
     const int kl = a.k_lens[g.seq];
@@ -1421,7 +1428,15 @@ __global__ void __launch_bounds__(kSlBucketThreads) SlBucketKernel(SlAsmArgs a, 
       for (int k = threadIdx.x; k < nb; k += blockDim.x) cnt[k] = 0;
       if (threadIdx.x == 0 && n > 0) atomicMax(a.max_count, n);
     } else {
-      for (int i = threadIdx.x; i < n; i += blockDim.x) copy[i] = slice[i];
+      for (int i0 = threadIdx.x; i0 < n; i0 += kLoads * step) {
+        int32_t v[kLoads];
+#pragma unroll
+        for (int u = 0; u < kLoads; ++u) v[u] = i0 + u * step < n ? slice[i0 + u * step] : 0;
+#pragma unroll
+        for (int u = 0; u < kLoads; ++u) {
+          if (i0 + u * step < n) copy[i0 + u * step] = v[u];
+        }
+      }
       if (threadIdx.x == 0) {
         int run = 0;
         for (int k = 0; k < nb; ++k) {
@@ -1436,17 +1451,26 @@ __global__ void __launch_bounds__(kSlBucketThreads) SlBucketKernel(SlAsmArgs a, 
     __syncthreads();
     const int32_t* src = fill ? copy : slice;
     // Whole warps step together (the match below needs every lane).
-    for (int i0 = static_cast<int>(threadIdx.x & ~31u); i0 < n; i0 += blockDim.x) {
-      const int i = i0 + lane;
-      const int32_t code = i < n ? src[i] : 0;
-      const int k = i < n ? EntryBucket(a, code, g, kl) : -1;
-      const unsigned peers = __match_any_sync(kFull, k);
-      if (k >= 0) {
-        const int leader = __ffs(peers) - 1;
-        int at = 0;
-        if (lane == leader) at = atomicAdd(&cnt[k], __popc(peers));
-        at = __shfl_sync(peers, at, leader);
-        if (fill) slice[at + __popc(peers & ((1u << lane) - 1u))] = code;
+    for (int w0 = static_cast<int>(threadIdx.x & ~31u); w0 < n; w0 += kLoads * step) {
+      int32_t codes[kLoads];
+#pragma unroll
+      for (int u = 0; u < kLoads; ++u) {
+        const int i = w0 + u * step + lane;
+        codes[u] = i < n ? src[i] : 0;
+      }
+#pragma unroll
+      for (int u = 0; u < kLoads; ++u) {
+        const int i = w0 + u * step + lane;
+        const int32_t code = codes[u];
+        const int k = i < n ? EntryBucket(a, code, g, kl) : -1;
+        const unsigned peers = __match_any_sync(kFull, k);
+        if (k >= 0) {
+          const int leader = __ffs(peers) - 1;
+          int at = 0;
+          if (lane == leader) at = atomicAdd(&cnt[k], __popc(peers));
+          at = __shfl_sync(peers, at, leader);
+          if (fill) slice[at + __popc(peers & ((1u << lane) - 1u))] = code;
+        }
       }
     }
     __syncthreads();
@@ -1465,14 +1489,17 @@ struct SlAsmSrc {
   // stands for, found once per row in Begin rather than per diagonal entry and segment
   // (SampledLinesRowSpan costs a 64-bit division per sampled row, three per entry). spans = 0:
   // none kept (more sampled rows than kSlSpanRows), each entry calls SampledLinesRowSpan itself.
+  // The spans are 16-bit (blocks of < 32768 rows keep them) so that a row's record (SlAsmRecSrc:
+  // Shared and RowCtx) fits row_assembly's kAsmRecWords.
   static constexpr int kSlSpanRows = 8;
+  static constexpr int kSlSpanMaxRows = 32767;
   struct Shared {
     BlockGeoDev g;
     int kl;
     long long e_begin, e_end;
     const int32_t* seg;  // bucket starts (null: no buckets)
     int spans;
-    int span_rel[kSlSpanRows], span_lo[kSlSpanRows], span_hi[kSlSpanRows];
+    int16_t span_rel[kSlSpanRows], span_lo[kSlSpanRows], span_hi[kSlSpanRows];
   };
   __device__ void Begin(int unit, Shared& sh, row_assembly::RowCtx& ctx) const {
     const int slot = unit / a.num_blocks, block = unit % a.num_blocks;
@@ -1492,12 +1519,11 @@ struct SlAsmSrc {
       // the same loop over the same rows, their positions computed once.
       const int n = g.q_end - g.q_begin;
       const int s = a.rows_per_block < n ? a.rows_per_block : n;
-      if (s >= 1 && s <= kSlSpanRows) {
+      if (s >= 1 && s <= kSlSpanRows && n <= kSlSpanMaxRows) {
         // SampledLinesRowAt in 32 bits where its products fit (n < 64K rows: < 2^20), else itself.
         for (int i = 0; i < s; ++i) {
-          sh.span_rel[i] = n >= 65536             ? SampledLinesRowAt(i, n, s, a.edge_rows)
-                           : a.edge_rows && s > 1 ? i * (n - 1) / (s - 1)
-                                                  : (2 * i + 1) * n / (2 * s);
+          sh.span_rel[i] = static_cast<int16_t>(a.edge_rows && s > 1 ? i * (n - 1) / (s - 1)
+                                                                     : (2 * i + 1) * n / (2 * s));
         }
         for (int i = 0; i < s; ++i) {
           const int rel = sh.span_rel[i];
@@ -1507,8 +1533,8 @@ struct SlAsmSrc {
             if (at < rel && at > prev) prev = at;
             if (at > rel && at < next) next = at;
           }
-          sh.span_lo[i] = prev < 0 ? 0 : (prev + rel) / 2 + 1;
-          sh.span_hi[i] = next >= n ? n - 1 : (rel + next) / 2;
+          sh.span_lo[i] = static_cast<int16_t>(prev < 0 ? 0 : (prev + rel) / 2 + 1);
+          sh.span_hi[i] = static_cast<int16_t>(next >= n ? n - 1 : (rel + next) / 2);
         }
         sh.spans = s;
       }
@@ -1606,6 +1632,43 @@ struct SlAsmSrc {
     // 108 (2 CTAs).
     constexpr int kSlAsmLoads = 4;
     const long long stride = static_cast<long long>(blockDim.x);
+    if (a.warp_or) {
+      // Session 31: one shared atomic per word and warp step for the columns. Pass 3 writes a
+      // warp tile's entries for one block as consecutive slots, each lane's keys in one 64-key
+      // tile, so the 32 entries of a warp step mostly fall in 2 words: each lane's atomicOr was
+      // one of ~16 to the same shared word. Now the lanes of one word OR their bits
+      // (__match_any_sync + __reduce_or_sync) and its lowest lane stores them. The same entries
+      // per lane (e0 = e_begin + threadIdx.x, whole warps stepping together), the same bits.
+      const int lane = static_cast<int>(threadIdx.x & 31u);
+      for (long long w0 = e_begin + (threadIdx.x & ~31u); w0 < e_end;
+           w0 += kSlAsmLoads * stride) {
+        const long long e0 = w0 + lane;
+        int32_t code[kSlAsmLoads];
+#pragma unroll
+        for (int u = 0; u < kSlAsmLoads; ++u) {
+          const long long e = e0 + u * stride;
+          code[u] = e < e_end ? a.entries[e] : 0;
+        }
+#pragma unroll
+        for (int u = 0; u < kSlAsmLoads; ++u) {
+          const bool in = e0 + u * stride < e_end;
+          const int32_t c = code[u];
+          int i = -1;  // the column's word in this segment's arrays
+          if (in && c >= 0) {
+            const int x = (c >> 5) - wb;
+            if (x >= 0 && x < kAsmArrayWords) i = x;
+          }
+          const unsigned peers = __match_any_sync(kFull, i);
+          if (i >= 0) {
+            const uint32_t bits = __reduce_or_sync(peers, 1u << (c & 31));
+            if (lane == __ffs(peers) - 1) atomicOr(cols + i, bits);
+          } else if (in && c < 0) {
+            set(c);
+          }
+        }
+      }
+      return;
+    }
     for (long long e0 = e_begin + threadIdx.x; e0 < e_end; e0 += kSlAsmLoads * stride) {
       int32_t code[kSlAsmLoads];
 #pragma unroll
@@ -1619,6 +1682,14 @@ struct SlAsmSrc {
       }
     }
   }
+};
+
+// The same source on row_assembly's records path (session 31): every row's Begin made by one
+// thread each before the count pass (AssembleRecordsKernel), and both passes copy a row's record
+// while the previous row is assembled, instead of thread 0 running Begin's dependent loads (the
+// block geometry, then the k length; the sampled rows' spans) while the CTA waits. Same rows.
+struct SlAsmRecSrc : SlAsmSrc {
+  static constexpr bool kAsmRecords = true;
 };
 
 }  // namespace
@@ -1636,6 +1707,8 @@ SlKnobs& SampledLinesKnobs() {
     if (b != nullptr && b[0] != '\0') k.asm_bucket = b[0] != '0' ? 1 : 0;
     if (const char* c = std::getenv("SPATTN_SL_TILE_CENSUS")) k.tile_census = c[0] == '1';
     if (const char* c = std::getenv("SPATTN_SL_ASM_SPANS")) k.asm_spans = c[0] != '0';
+    if (const char* c = std::getenv("SPATTN_SL_ASM_WARP")) k.asm_warp = c[0] != '0';
+    if (const char* c = std::getenv("SPATTN_SL_ASM_REC")) k.asm_records = c[0] != '0';
     if (const char* c = std::getenv("SPATTN_SL_WGMMA")) k.wgmma = c[0] != '0';
     if (const char* c = std::getenv("SPATTN_SL_ORDER_BAND")) {  // "B1,B2,B3" (a missing value 0)
       k.order_band1 = std::atoi(c);
@@ -1780,6 +1853,11 @@ cudaError_t SampledLinesPassCtas(int pass, int head_dim, bool bf16, int hist_blo
 
 cudaError_t LaunchSampledLinesAssemble(const SlAsmArgs& a, const row_assembly::AsmOut& out,
                                        bool fill, cudaStream_t stream) {
+  if (out.rec != nullptr) {  // the records path (SlAsmRecSrc); both passes must see it
+    SlAsmRecSrc src;
+    src.a = a;
+    return row_assembly::LaunchAssemble(src, a.num_rows, out, fill, stream);
+  }
   SlAsmSrc src;
   src.a = a;
   return row_assembly::LaunchAssemble(src, a.num_rows, out, fill, stream);
@@ -1790,7 +1868,11 @@ cudaError_t LaunchSampledLinesBucket(const SlAsmArgs& a, bool fill, cudaStream_t
   if (a.max_segs < 1 || a.max_segs > kSlMaxAsmSegs) return cudaErrorInvalidValue;
   const int grid = fill ? a.staging_rows : a.num_rows;
   if (grid < 1) return cudaErrorInvalidValue;
-  SlBucketKernel<<<grid, kSlBucketThreads, 0, stream>>>(a, fill);
+  if (a.warp_or) {
+    SlBucketKernel<8><<<grid, kSlBucketThreads, 0, stream>>>(a, fill);
+  } else {
+    SlBucketKernel<1><<<grid, kSlBucketThreads, 0, stream>>>(a, fill);
+  }
   return cudaGetLastError();
 }
 

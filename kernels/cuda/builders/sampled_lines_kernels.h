@@ -170,6 +170,10 @@ struct SlKnobs {
   bool hist_exact = false;
   int asm_bucket = -1;    // -1: bucket rows of >= 5 segments; 0 / 1: never / always
   bool asm_spans = true;  // SlAsmArgs::row_spans
+  bool asm_warp = true;   // SPATTN_SL_ASM_WARP (=0: off): SlAsmArgs::warp_or
+  // SPATTN_SL_ASM_REC (=0: off): the assembler's rows from records (row_assembly's AsmOut::rec,
+  // carved by the builder) instead of a Begin on thread 0 per row and pass. The same rows.
+  bool asm_records = true;
   bool tile_census = false;
   bool wgmma = true;
   // SPATTN_SL_CTAS=P1,P2,P3: CTAs per SM the wgmma instances of passes 1-3 are built for (their
@@ -223,6 +227,11 @@ struct SlAsmArgs {
   // diagonal entry of every segment calls SampledLinesRowSpan (comparisons, tests). The same bits
   // either way.
   bool row_spans = true;
+  // Session 31 (with row_spans): the columns of a warp step that fall in one word are set by one
+  // shared atomic (their bits OR-ed across the lanes first), and the bucket passes load 8
+  // entries per thread before they bucket or copy any. false (SPATTN_SL_ASM_WARP=0): one atomic
+  // per column, one load per thread and step (main's before). The same bits and buckets.
+  bool warp_or = true;
   // The entries bucketed in place by the assembler's key segments (LaunchSampledLinesBucket), so
   // that each segment reads only its own; null `seg`: every segment reads the row's whole slice.
   // Bucket 2 s holds the row's entries whose keys reach segment s's bit arrays and no later
@@ -235,6 +244,8 @@ struct SlAsmArgs {
   int staging_rows = 0;
   int64_t staging_len = 0;
 };
+// out.rec set (row_assembly::kAsmRecWords words per row, the same in both passes): the records
+// path.
 cudaError_t LaunchSampledLinesAssemble(const SlAsmArgs& a, const row_assembly::AsmOut& out,
                                        bool fill, cudaStream_t stream);
 
