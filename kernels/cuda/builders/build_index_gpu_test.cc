@@ -1674,12 +1674,13 @@ TEST(BuildIndexOnGpuSampleAttentionTest, SpanRowsBuildTheBitmapIndexOnLlmMix) {
 
 // ---- Session 31, s31-slasm ----------------------------------------------------------------
 //
-// sampled_lines' assembler with its session-31 paths -- the columns of a warp step OR-ed per word
-// before one shared atomic, the bucket passes' batched loads (SlKnobs::asm_warp) and the rows from
-// records (asm_records) -- builds main's index (both off) bit for bit, offsets included: rows of 4
-// segments (200K keys) bucketed (SPATTN_SL_ASM_BUCKET=1) and not, and an llm_mix prompt whose
-// entries come in pass 3's order (the warp steps the ORs are for).
-TEST(BuildIndexOnGpuSampledLinesTest, AsmWarpOrAndRecordsBuildMainsIndex) {
+// sampled_lines' assembler with its session-31 paths -- each thread's consecutive entries with
+// runs of columns in one word OR-ed before one shared atomic (SlKnobs::asm_runs), the bucket
+// passes' batched loads (bucket_loads) -- builds main's index (both off) bit for bit, offsets
+// included, each on alone and both: rows of 4 segments (200K keys) bucketed
+// (SPATTN_SL_ASM_BUCKET=1) and not, and an llm_mix prompt whose entries come in pass 3's order
+// (the runs are for it), bucketed and not.
+TEST(BuildIndexOnGpuSampledLinesTest, AsmColumnRunsAndBucketLoadsBuildMainsIndex) {
   SKIP_WITHOUT_GPU();
 #ifndef SPATTN_SL_KNOBS
   GTEST_SKIP() << "the GPU sampled_lines builder exists only in CUDA builds";
@@ -1716,26 +1717,26 @@ TEST(BuildIndexOnGpuSampledLinesTest, AsmWarpOrAndRecordsBuildMainsIndex) {
     }
     for (const MethodConfig& config : configs) {
       for (int block_m : {64, 128}) {
-        for (int bucket : is_long ? std::vector<int>{0, 1} : std::vector<int>{-1}) {
+        for (int bucket : {0, 1}) {
           const std::string what = absl::StrCat(is_long ? "200K keys " : "llm_mix 16K ",
                                                 config.DebugString(), " block_m=", block_m,
                                                 " bucket=", bucket);
           SparseIndex ref;
           k = saved;
           k.asm_bucket = bucket;
-          k.asm_warp = false;
-          k.asm_records = false;
+          k.asm_runs = false;
+          k.bucket_loads = 1;
           BuildOnGpu(*engine, *hp, **dp, config, heads, block_m, nullptr, what, &ref);
           engine->ReleaseIndexes();
           for (int variant = 0; variant < 3; ++variant) {
-            k.asm_warp = variant != 1;
-            k.asm_records = variant != 2;
+            k.asm_runs = variant != 1;
+            k.bucket_loads = variant != 2 ? 8 : 1;
             SparseIndex got;
             BuildOnGpu(*engine, *hp, **dp, config, heads, block_m, nullptr, what, &got);
             engine->ReleaseIndexes();
             if (::testing::Test::HasFatalFailure()) break;
-            ExpectSameIndex(got, ref, absl::StrCat(what, " warp=", k.asm_warp, " records=",
-                                                   k.asm_records),
+            ExpectSameIndex(got, ref, absl::StrCat(what, " runs=", k.asm_runs, " bucket_loads=",
+                                                   k.bucket_loads),
                             /*with_offsets=*/true);
             ++compared;
           }
@@ -1747,7 +1748,7 @@ TEST(BuildIndexOnGpuSampledLinesTest, AsmWarpOrAndRecordsBuildMainsIndex) {
     }
   }
   k = saved;
-  EXPECT_EQ(compared, 3 * (2 * 2 * 2 + 2));
+  EXPECT_EQ(compared, 3 * (2 * 2 * 2 + 2 * 2));
 #endif
 }
 

@@ -1489,17 +1489,14 @@ struct SlAsmSrc {
   // stands for, found once per row in Begin rather than per diagonal entry and segment
   // (SampledLinesRowSpan costs a 64-bit division per sampled row, three per entry). spans = 0:
   // none kept (more sampled rows than kSlSpanRows), each entry calls SampledLinesRowSpan itself.
-  // The spans are 16-bit (blocks of < 32768 rows keep them) so that a row's record (SlAsmRecSrc:
-  // Shared and RowCtx) fits row_assembly's kAsmRecWords.
   static constexpr int kSlSpanRows = 8;
-  static constexpr int kSlSpanMaxRows = 32767;
   struct Shared {
     BlockGeoDev g;
     int kl;
     long long e_begin, e_end;
     const int32_t* seg;  // bucket starts (null: no buckets)
     int spans;
-    int16_t span_rel[kSlSpanRows], span_lo[kSlSpanRows], span_hi[kSlSpanRows];
+    int span_rel[kSlSpanRows], span_lo[kSlSpanRows], span_hi[kSlSpanRows];
   };
   __device__ void Begin(int unit, Shared& sh, row_assembly::RowCtx& ctx) const {
     const int slot = unit / a.num_blocks, block = unit % a.num_blocks;
@@ -1519,11 +1516,12 @@ struct SlAsmSrc {
       // the same loop over the same rows, their positions computed once.
       const int n = g.q_end - g.q_begin;
       const int s = a.rows_per_block < n ? a.rows_per_block : n;
-      if (s >= 1 && s <= kSlSpanRows && n <= kSlSpanMaxRows) {
+      if (s >= 1 && s <= kSlSpanRows) {
         // SampledLinesRowAt in 32 bits where its products fit (n < 64K rows: < 2^20), else itself.
         for (int i = 0; i < s; ++i) {
-          sh.span_rel[i] = static_cast<int16_t>(a.edge_rows && s > 1 ? i * (n - 1) / (s - 1)
-                                                                     : (2 * i + 1) * n / (2 * s));
+          sh.span_rel[i] = n >= 65536             ? SampledLinesRowAt(i, n, s, a.edge_rows)
+                           : a.edge_rows && s > 1 ? i * (n - 1) / (s - 1)
+                                                  : (2 * i + 1) * n / (2 * s);
         }
         for (int i = 0; i < s; ++i) {
           const int rel = sh.span_rel[i];
@@ -1533,8 +1531,8 @@ struct SlAsmSrc {
             if (at < rel && at > prev) prev = at;
             if (at > rel && at < next) next = at;
           }
-          sh.span_lo[i] = static_cast<int16_t>(prev < 0 ? 0 : (prev + rel) / 2 + 1);
-          sh.span_hi[i] = static_cast<int16_t>(next >= n ? n - 1 : (rel + next) / 2);
+          sh.span_lo[i] = prev < 0 ? 0 : (prev + rel) / 2 + 1;
+          sh.span_hi[i] = next >= n ? n - 1 : (rel + next) / 2;
         }
         sh.spans = s;
       }
@@ -1632,40 +1630,58 @@ struct SlAsmSrc {
     // 108 (2 CTAs).
     constexpr int kSlAsmLoads = 4;
     const long long stride = static_cast<long long>(blockDim.x);
-    if (a.warp_or) {
-      // Session 31: one shared atomic per word and warp step for the columns. Pass 3 writes a
-      // warp tile's entries for one block as consecutive slots, each lane's keys in one 64-key
-      // tile, so the 32 entries of a warp step mostly fall in 2 words: each lane's atomicOr was
-      // one of ~16 to the same shared word. Now the lanes of one word OR their bits
-      // (__match_any_sync + __reduce_or_sync) and its lowest lane stores them. The same entries
-      // per lane (e0 = e_begin + threadIdx.x, whole warps stepping together), the same bits.
-      const int lane = static_cast<int>(threadIdx.x & 31u);
-      for (long long w0 = e_begin + (threadIdx.x & ~31u); w0 < e_end;
-           w0 += kSlAsmLoads * stride) {
-        const long long e0 = w0 + lane;
-        int32_t code[kSlAsmLoads];
+    if (a.col_runs) {
+      // Session 31 (SlAsmArgs::col_runs): 2 x 4 consecutive entries per thread and step, as two
+      // 16-byte loads from the first 4-entry boundary on (the entries before it, at most 3, and
+      // a last partial group one at a time); a run of columns in one word of this segment's
+      // arrays is OR-ed in a register and set by one atomic. The same bits (OR is order-free).
+      constexpr int kRunLoads = 2;  // int4 loads per thread and step
+      const long long e_al = (e_begin + 3) & ~3ll;
+      const long long head_end = e_al < e_end ? e_al : e_end;
+      if (e_begin + threadIdx.x < head_end) set(a.entries[e_begin + threadIdx.x]);
+      const int4* q = reinterpret_cast<const int4*>(a.entries + e_al);
+      const long long nq = e_end > e_al ? (e_end - e_al) >> 2 : 0;  // whole groups of 4
+      int cw = -1;  // the word of the run being OR-ed (-1: none)
+      uint32_t cb = 0u;
+      auto col = [&](int32_t c) {
+        if (c >= 0) {
+          const int i = (c >> 5) - wb;
+          if (i < 0 || i >= kAsmArrayWords) return;
+          if (i != cw) {
+            if (cw >= 0) atomicOr(cols + cw, cb);
+            cw = i;
+            cb = 0u;
+          }
+          cb |= 1u << (c & 31);
+        } else {
+          set(c);
+        }
+      };
+      // A warp's step: groups [base, base + 64), lane l taking base + l and base + 32 + l (each
+      // load instruction 512 contiguous bytes).
+      const long long lane = threadIdx.x & 31u;
+      for (long long g0 = (threadIdx.x & ~31u) * kRunLoads + lane; g0 < nq;
+           g0 += kRunLoads * stride) {
+        int4 v[kRunLoads];
 #pragma unroll
-        for (int u = 0; u < kSlAsmLoads; ++u) {
-          const long long e = e0 + u * stride;
-          code[u] = e < e_end ? a.entries[e] : 0;
+        for (int u = 0; u < kRunLoads; ++u) {
+          v[u] = g0 + 32 * u < nq ? q[g0 + 32 * u] : make_int4(-1, -1, -1, -1);
         }
 #pragma unroll
-        for (int u = 0; u < kSlAsmLoads; ++u) {
-          const bool in = e0 + u * stride < e_end;
-          const int32_t c = code[u];
-          int i = -1;  // the column's word in this segment's arrays
-          if (in && c >= 0) {
-            const int x = (c >> 5) - wb;
-            if (x >= 0 && x < kAsmArrayWords) i = x;
-          }
-          const unsigned peers = __match_any_sync(kFull, i);
-          if (i >= 0) {
-            const uint32_t bits = __reduce_or_sync(peers, 1u << (c & 31));
-            if (lane == __ffs(peers) - 1) atomicOr(cols + i, bits);
-          } else if (in && c < 0) {
-            set(c);
+        for (int u = 0; u < kRunLoads; ++u) {
+          if (g0 + 32 * u < nq) {
+            col(v[u].x);
+            col(v[u].y);
+            col(v[u].z);
+            col(v[u].w);
           }
         }
+        if (cw >= 0) atomicOr(cols + cw, cb);
+        cw = -1;
+      }
+      const long long tail = e_al + nq * 4;  // the last partial group: at most 3 entries
+      if (tail + threadIdx.x < e_end && tail + threadIdx.x >= head_end) {
+        set(a.entries[tail + threadIdx.x]);
       }
       return;
     }
@@ -1684,14 +1700,6 @@ struct SlAsmSrc {
   }
 };
 
-// The same source on row_assembly's records path (session 31): every row's Begin made by one
-// thread each before the count pass (AssembleRecordsKernel), and both passes copy a row's record
-// while the previous row is assembled, instead of thread 0 running Begin's dependent loads (the
-// block geometry, then the k length; the sampled rows' spans) while the CTA waits. Same rows.
-struct SlAsmRecSrc : SlAsmSrc {
-  static constexpr bool kAsmRecords = true;
-};
-
 }  // namespace
 
 SlKnobs& SampledLinesKnobs() {
@@ -1707,8 +1715,8 @@ SlKnobs& SampledLinesKnobs() {
     if (b != nullptr && b[0] != '\0') k.asm_bucket = b[0] != '0' ? 1 : 0;
     if (const char* c = std::getenv("SPATTN_SL_TILE_CENSUS")) k.tile_census = c[0] == '1';
     if (const char* c = std::getenv("SPATTN_SL_ASM_SPANS")) k.asm_spans = c[0] != '0';
-    if (const char* c = std::getenv("SPATTN_SL_ASM_WARP")) k.asm_warp = c[0] != '0';
-    if (const char* c = std::getenv("SPATTN_SL_ASM_REC")) k.asm_records = c[0] != '0';
+    if (const char* c = std::getenv("SPATTN_SL_ASM_RUNS")) k.asm_runs = c[0] != '0';
+    if (const char* c = std::getenv("SPATTN_SL_BUCKET_LOADS")) k.bucket_loads = std::atoi(c);
     if (const char* c = std::getenv("SPATTN_SL_WGMMA")) k.wgmma = c[0] != '0';
     if (const char* c = std::getenv("SPATTN_SL_ORDER_BAND")) {  // "B1,B2,B3" (a missing value 0)
       k.order_band1 = std::atoi(c);
@@ -1853,11 +1861,6 @@ cudaError_t SampledLinesPassCtas(int pass, int head_dim, bool bf16, int hist_blo
 
 cudaError_t LaunchSampledLinesAssemble(const SlAsmArgs& a, const row_assembly::AsmOut& out,
                                        bool fill, cudaStream_t stream) {
-  if (out.rec != nullptr) {  // the records path (SlAsmRecSrc); both passes must see it
-    SlAsmRecSrc src;
-    src.a = a;
-    return row_assembly::LaunchAssemble(src, a.num_rows, out, fill, stream);
-  }
   SlAsmSrc src;
   src.a = a;
   return row_assembly::LaunchAssemble(src, a.num_rows, out, fill, stream);
@@ -1868,7 +1871,7 @@ cudaError_t LaunchSampledLinesBucket(const SlAsmArgs& a, bool fill, cudaStream_t
   if (a.max_segs < 1 || a.max_segs > kSlMaxAsmSegs) return cudaErrorInvalidValue;
   const int grid = fill ? a.staging_rows : a.num_rows;
   if (grid < 1) return cudaErrorInvalidValue;
-  if (a.warp_or) {
+  if (a.bucket_loads > 1) {
     SlBucketKernel<8><<<grid, kSlBucketThreads, 0, stream>>>(a, fill);
   } else {
     SlBucketKernel<1><<<grid, kSlBucketThreads, 0, stream>>>(a, fill);

@@ -267,7 +267,8 @@ absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const A
   asm_args.rows_per_block = params.rows_per_block;
   asm_args.edge_rows = params.edge_rows;
   asm_args.row_spans = SampledLinesKnobs().asm_spans;
-  asm_args.warp_or = SampledLinesKnobs().asm_warp;
+  asm_args.col_runs = SampledLinesKnobs().asm_runs;
+  asm_args.bucket_loads = SampledLinesKnobs().bucket_loads;
   // Rows of 5 or more assembler segments (> 256K keys): the entries bucketed by segment in place
   // first, so the assembler reads each once instead of once per segment (sampled_lines.cu, "Row
   // assembly"; at 128K, 3 segments, it does not pay yet). SPATTN_SL_ASM_BUCKET=0 / 1: never /
@@ -311,18 +312,10 @@ absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const A
     }
     timer.Mark("bucket");
   }
-  // The assembler's row records (SlKnobs::asm_records): kAsmRecWords words per index row.
-  uint32_t* asm_rec = nullptr;
-  if (SampledLinesKnobs().asm_records) {
-    SPATTN_ASSIGN_OR_RETURN(asm_rec, Carve<uint32_t>(env, irows * row_assembly::kAsmRecWords,
-                                                     "sampled_lines row records"));
-  }
   auto v = Assemble(
       env, l,
       [&](const AsmOut& out, bool fill) {
-        AsmOut o = out;
-        o.rec = asm_rec;
-        return LaunchSampledLinesAssemble(asm_args, o, fill, env.stream);
+        return LaunchSampledLinesAssemble(asm_args, out, fill, env.stream);
       },
       &timer, "select");
   if (!v.ok()) timer.Cancel();

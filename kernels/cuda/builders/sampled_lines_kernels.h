@@ -170,10 +170,8 @@ struct SlKnobs {
   bool hist_exact = false;
   int asm_bucket = -1;    // -1: bucket rows of >= 5 segments; 0 / 1: never / always
   bool asm_spans = true;  // SlAsmArgs::row_spans
-  bool asm_warp = true;   // SPATTN_SL_ASM_WARP (=0: off): SlAsmArgs::warp_or
-  // SPATTN_SL_ASM_REC (=0: off): the assembler's rows from records (row_assembly's AsmOut::rec,
-  // carved by the builder) instead of a Begin on thread 0 per row and pass. The same rows.
-  bool asm_records = true;
+  bool asm_runs = true;   // SPATTN_SL_ASM_RUNS (=0: off): SlAsmArgs::col_runs
+  int bucket_loads = 8;   // SPATTN_SL_BUCKET_LOADS (1: main's loops): SlAsmArgs::bucket_loads
   bool tile_census = false;
   bool wgmma = true;
   // SPATTN_SL_CTAS=P1,P2,P3: CTAs per SM the wgmma instances of passes 1-3 are built for (their
@@ -227,11 +225,16 @@ struct SlAsmArgs {
   // diagonal entry of every segment calls SampledLinesRowSpan (comparisons, tests). The same bits
   // either way.
   bool row_spans = true;
-  // Session 31 (with row_spans): the columns of a warp step that fall in one word are set by one
-  // shared atomic (their bits OR-ed across the lanes first), and the bucket passes load 8
-  // entries per thread before they bucket or copy any. false (SPATTN_SL_ASM_WARP=0): one atomic
-  // per column, one load per thread and step (main's before). The same bits and buckets.
-  bool warp_or = true;
+  // Session 31 (with row_spans): each thread sets the columns of 2 x 4 consecutive entries of the
+  // slice (two 16-byte loads), OR-ing the bits of consecutive columns in one word in a register
+  // and storing them with one shared atomic per run (pass 3 writes a lane's kept keys of a tile
+  // as consecutive slots, so runs are common): fewer shared atomics, and fewer of them to one
+  // word from one warp. false (SPATTN_SL_ASM_RUNS=0): one atomic per column, each thread's
+  // entries blockDim.x apart (main's). The same bits.
+  bool col_runs = true;
+  // Entries each thread loads before it buckets or copies any (1: main's loops, one dependent load
+  // per thread and step; else 8). The same buckets (a bucket's order is the atomics' either way).
+  int bucket_loads = 8;
   // The entries bucketed in place by the assembler's key segments (LaunchSampledLinesBucket), so
   // that each segment reads only its own; null `seg`: every segment reads the row's whole slice.
   // Bucket 2 s holds the row's entries whose keys reach segment s's bit arrays and no later
@@ -244,8 +247,6 @@ struct SlAsmArgs {
   int staging_rows = 0;
   int64_t staging_len = 0;
 };
-// out.rec set (row_assembly::kAsmRecWords words per row, the same in both passes): the records
-// path.
 cudaError_t LaunchSampledLinesAssemble(const SlAsmArgs& a, const row_assembly::AsmOut& out,
                                        bool fill, cudaStream_t stream);
 

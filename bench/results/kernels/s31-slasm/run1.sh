@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# s31-slasm device run 1 (on the GPU machine; s30-slkv's run.sh pattern). `new` = this branch
-# (knobs by env: SPATTN_SL_ASM_WARP=0 / SPATTN_SL_ASM_REC=0 give main's loops / Begin per row),
-# `base` = main e30e6a9's spattn-bench. Steps stop once the script has run CAP seconds.
+# s31-slasm device runs 1 and 2 (on the GPU machine; s30-slkv's run.sh pattern). `new` = this branch
+# (knobs by env; run 1's binary, commit 9126a48: SPATTN_SL_ASM_WARP=0 / SPATTN_SL_ASM_REC=0 gave
+# main's loops / a Begin per row; run 2's: SPATTN_SL_ASM_RUNS=0 / SPATTN_SL_BUCKET_LOADS=1 give
+# main's column loop / bucket loops), `base` = main e30e6a9's spattn-bench. Steps stop once the
+# script has run CAP seconds; RECALL_ROWS (default 16) for the cells below 1M.
 #  1. sampled_lines_gpu_test; build_index_gpu_test TEST_FILTER (sampled_lines' cases, incl.
 #     AsmWarpOrAndRecordsBuildMainsIndex and the 4-segment bucket test).
 #  2. Bench cells, one process each, in CELLS order: LEN:binary[:VAR=VALUE[+VAR=VALUE]];
@@ -31,7 +33,7 @@ if [ "${TESTS:-1}" != 0 ]; then
 fi
 bench() {  # tag, binary, len, extra env...
   local tag=$1 b=$2 len=$3; shift 3
-  local shape="--seq_len=$len --recall_rows=16 --warmup=1 --repeat=$((len > 32768 ? 2 : 3))" to=$((len / 4096 + 20))
+  local shape="--seq_len=$len --recall_rows=${RECALL_ROWS:-16} --warmup=1 --repeat=$((len > 32768 ? 2 : 3))" to=$((len / 4096 + 20))
   if [ $len -ge 1048576 ]; then
     shape="--seq_len=$len --q_len=65536 --recall_rows=1 --warmup=1 --repeat=1 --gpu_workspace_bytes=51539607552"; to=90
   fi
