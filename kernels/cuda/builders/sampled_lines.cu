@@ -1407,10 +1407,11 @@ constexpr int kSlBucketThreads = 256;
 // it). The lanes of a warp that go to one bucket take their places with one shared atomic
 // (pass 3 emits in key order, so neighbours mostly share a bucket).
 //
-// kLoads entries per thread are loaded before any is bucketed or copied (session 31; 1: main's
-// loops, one dependent load per thread and step). The fill pass runs on few CTAs (staging_rows,
-// 459 at the 1M chunk), so one load in flight per thread left it latency-bound. The same buckets:
-// a lane's entries and their order in each warp step are main's.
+// kLoads entries per thread are loaded before any is bucketed or copied (session 31, opt-in:
+// SlAsmArgs::bucket_loads; 1 = main's loops, one dependent load per thread and step). The fill
+// pass runs on few CTAs (staging_rows, 459 at the 1M chunk), each thread with one load in flight
+// per step; not measured (NOTES.md "Session 31 — s31-slasm"). The same buckets: a lane's entries
+// and their order in each warp step are main's.
 template <int kLoads>
 __global__ void __launch_bounds__(kSlBucketThreads) SlBucketKernel(SlAsmArgs a, bool fill) {
   __shared__ int cnt[2 * kSlMaxAsmSegs];
@@ -1630,61 +1631,6 @@ struct SlAsmSrc {
     // 108 (2 CTAs).
     constexpr int kSlAsmLoads = 4;
     const long long stride = static_cast<long long>(blockDim.x);
-    if (a.col_runs) {
-      // Session 31 (SlAsmArgs::col_runs): 2 x 4 consecutive entries per thread and step, as two
-      // 16-byte loads from the first 4-entry boundary on (the entries before it, at most 3, and
-      // a last partial group one at a time); a run of columns in one word of this segment's
-      // arrays is OR-ed in a register and set by one atomic. The same bits (OR is order-free).
-      constexpr int kRunLoads = 2;  // int4 loads per thread and step
-      const long long e_al = (e_begin + 3) & ~3ll;
-      const long long head_end = e_al < e_end ? e_al : e_end;
-      if (e_begin + threadIdx.x < head_end) set(a.entries[e_begin + threadIdx.x]);
-      const int4* q = reinterpret_cast<const int4*>(a.entries + e_al);
-      const long long nq = e_end > e_al ? (e_end - e_al) >> 2 : 0;  // whole groups of 4
-      int cw = -1;  // the word of the run being OR-ed (-1: none)
-      uint32_t cb = 0u;
-      auto col = [&](int32_t c) {
-        if (c >= 0) {
-          const int i = (c >> 5) - wb;
-          if (i < 0 || i >= kAsmArrayWords) return;
-          if (i != cw) {
-            if (cw >= 0) atomicOr(cols + cw, cb);
-            cw = i;
-            cb = 0u;
-          }
-          cb |= 1u << (c & 31);
-        } else {
-          set(c);
-        }
-      };
-      // A warp's step: groups [base, base + 64), lane l taking base + l and base + 32 + l (each
-      // load instruction 512 contiguous bytes).
-      const long long lane = threadIdx.x & 31u;
-      for (long long g0 = (threadIdx.x & ~31u) * kRunLoads + lane; g0 < nq;
-           g0 += kRunLoads * stride) {
-        int4 v[kRunLoads];
-#pragma unroll
-        for (int u = 0; u < kRunLoads; ++u) {
-          v[u] = g0 + 32 * u < nq ? q[g0 + 32 * u] : make_int4(-1, -1, -1, -1);
-        }
-#pragma unroll
-        for (int u = 0; u < kRunLoads; ++u) {
-          if (g0 + 32 * u < nq) {
-            col(v[u].x);
-            col(v[u].y);
-            col(v[u].z);
-            col(v[u].w);
-          }
-        }
-        if (cw >= 0) atomicOr(cols + cw, cb);
-        cw = -1;
-      }
-      const long long tail = e_al + nq * 4;  // the last partial group: at most 3 entries
-      if (tail + threadIdx.x < e_end && tail + threadIdx.x >= head_end) {
-        set(a.entries[tail + threadIdx.x]);
-      }
-      return;
-    }
     for (long long e0 = e_begin + threadIdx.x; e0 < e_end; e0 += kSlAsmLoads * stride) {
       int32_t code[kSlAsmLoads];
 #pragma unroll
@@ -1715,7 +1661,6 @@ SlKnobs& SampledLinesKnobs() {
     if (b != nullptr && b[0] != '\0') k.asm_bucket = b[0] != '0' ? 1 : 0;
     if (const char* c = std::getenv("SPATTN_SL_TILE_CENSUS")) k.tile_census = c[0] == '1';
     if (const char* c = std::getenv("SPATTN_SL_ASM_SPANS")) k.asm_spans = c[0] != '0';
-    if (const char* c = std::getenv("SPATTN_SL_ASM_RUNS")) k.asm_runs = c[0] != '0';
     if (const char* c = std::getenv("SPATTN_SL_BUCKET_LOADS")) k.bucket_loads = std::atoi(c);
     if (const char* c = std::getenv("SPATTN_SL_WGMMA")) k.wgmma = c[0] != '0';
     if (const char* c = std::getenv("SPATTN_SL_ORDER_BAND")) {  // "B1,B2,B3" (a missing value 0)

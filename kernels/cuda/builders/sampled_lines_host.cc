@@ -267,7 +267,6 @@ absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const A
   asm_args.rows_per_block = params.rows_per_block;
   asm_args.edge_rows = params.edge_rows;
   asm_args.row_spans = SampledLinesKnobs().asm_spans;
-  asm_args.col_runs = SampledLinesKnobs().asm_runs;
   asm_args.bucket_loads = SampledLinesKnobs().bucket_loads;
   // Rows of 5 or more assembler segments (> 256K keys): the entries bucketed by segment in place
   // first, so the assembler reads each once instead of once per segment (sampled_lines.cu, "Row

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # s31-slasm device runs 1 and 2 (on the GPU machine; s30-slkv's run.sh pattern). `new` = this branch
 # (knobs by env; run 1's binary, commit 9126a48: SPATTN_SL_ASM_WARP=0 / SPATTN_SL_ASM_REC=0 gave
-# main's loops / a Begin per row; run 2's: SPATTN_SL_ASM_RUNS=0 / SPATTN_SL_BUCKET_LOADS=1 give
-# main's column loop / bucket loops), `base` = main e30e6a9's spattn-bench. Steps stop once the
+# main's loops / a Begin per row; run 2's, 866575f: SPATTN_SL_ASM_RUNS=0 / SPATTN_SL_BUCKET_LOADS=1
+# main's column loop / bucket loops; the branch's last commit keeps only SPATTN_SL_BUCKET_LOADS=8,
+# opt-in), `base` = main e30e6a9's spattn-bench. Steps stop once the
 # script has run CAP seconds; RECALL_ROWS (default 16) for the cells below 1M.
 #  1. sampled_lines_gpu_test; build_index_gpu_test TEST_FILTER (sampled_lines' cases, incl.
-#     AsmWarpOrAndRecordsBuildMainsIndex and the 4-segment bucket test).
+#     the branch test of the commit run and the 4-segment bucket test).
 #  2. Bench cells, one process each, in CELLS order: LEN:binary[:VAR=VALUE[+VAR=VALUE]];
 #     spattn-bench --device=cuda llm_mix 32/8 heads d128 bf16 sampled_lines gamma 0.95 block_m 128,
 #     SPATTN_GPU_BUILDER_PROFILE=1; 1M = the chunk (q_len 65536, 48 GiB workspace) with
