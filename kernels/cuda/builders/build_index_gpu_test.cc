@@ -1795,5 +1795,75 @@ TEST(BuildIndexOnGpuEstimateTest, FlexSelectAndPoolBuildMainsIndex) {
 #endif
 }
 
+// ---- Session 31, s31-slasm ----------------------------------------------------------------
+//
+// sampled_lines' bucket passes with 8 entries loaded per thread before any is bucketed or copied
+// (SlKnobs::bucket_loads = 8, opt-in) build main's index (bucket_loads = 1) bit for bit, offsets
+// included: rows of 4 segments (200K keys) and an llm_mix prompt whose entries come in pass 3's
+// order, bucketed (SPATTN_SL_ASM_BUCKET=1) and, as a control, not.
+TEST(BuildIndexOnGpuSampledLinesTest, BucketLoadsBuildMainsIndex) {
+  SKIP_WITHOUT_GPU();
+#ifndef SPATTN_SL_KNOBS
+  GTEST_SKIP() << "the GPU sampled_lines builder exists only in CUDA builds";
+#else
+  auto engine = MakeEngine(int64_t{2} << 30);
+  ASSERT_NE(engine, nullptr);
+  auto longp = MakeProblem({1300, 40}, {200001, 1000}, 2, 1, 64, DType::kBF16, true, 93,
+                           /*integer_qk=*/true);
+  WorkloadOptions o;
+  o.workload = "llm_mix";
+  o.shape.q_lens = {16384};
+  o.shape.num_q_heads = 8;
+  o.shape.num_kv_heads = 2;
+  o.shape.head_dim = 128;
+  o.shape.dtype = DType::kBF16;
+  auto w = GenerateWorkload(o);
+  ASSERT_TRUE(w.ok()) << w.status();
+  cuda::SlKnobs& k = cuda::SampledLinesKnobs();
+  const cuda::SlKnobs saved = k;
+  const MethodCases mc = CasesFor(Method::kSampledLines);
+  int compared = 0;
+  for (HostProblem* hp : {longp.get(), w->host.get()}) {
+    auto dp = DeviceProblem::Create(engine->device(), *hp);
+    ASSERT_TRUE(dp.ok()) << dp.status();
+    const std::vector<int> heads = AllHeads(hp->problem().num_q_heads);
+    const bool is_long = hp == longp.get();
+    std::vector<MethodConfig> configs;
+    if (is_long) {
+      configs = {mc.configs.front(), mc.configs.back()};
+    } else {
+      MethodConfig c;
+      c.method = Method::kSampledLines;  // the defaults
+      configs = {c};
+    }
+    for (const MethodConfig& config : configs) {
+      for (int block_m : {64, 128}) {
+        for (int bucket : {0, 1}) {
+          const std::string what =
+              absl::StrCat(is_long ? "200K keys " : "llm_mix 16K ", config.DebugString(),
+                           " block_m=", block_m, " bucket=", bucket);
+          SparseIndex ref, got;
+          k = saved;
+          k.asm_bucket = bucket;
+          k.bucket_loads = 1;
+          BuildOnGpu(*engine, *hp, **dp, config, heads, block_m, nullptr, what, &ref);
+          engine->ReleaseIndexes();
+          k.bucket_loads = 8;
+          BuildOnGpu(*engine, *hp, **dp, config, heads, block_m, nullptr, what, &got);
+          engine->ReleaseIndexes();
+          k = saved;
+          if (::testing::Test::HasFatalFailure()) return;
+          ExpectSameIndex(got, ref, what, /*with_offsets=*/true);
+          EXPECT_FALSE(ref.col_idx.empty()) << what;
+          ++compared;
+        }
+      }
+    }
+  }
+  k = saved;
+  EXPECT_EQ(compared, 2 * 2 * 2 + 2 * 2);
+#endif
+}
+
 }  // namespace
 }  // namespace spattn

@@ -1406,10 +1406,18 @@ constexpr int kSlBucketThreads = 256;
 // bucket's cursor (a bucket's order is the atomics': the bits its segment sets do not depend on
 // it). The lanes of a warp that go to one bucket take their places with one shared atomic
 // (pass 3 emits in key order, so neighbours mostly share a bucket).
+//
+// kLoads entries per thread are loaded before any is bucketed or copied (session 31, opt-in:
+// SlAsmArgs::bucket_loads; 1 = main's loops, one dependent load per thread and step). The fill
+// pass runs on few CTAs (staging_rows, 459 at the 1M chunk), each thread with one load in flight
+// per step; not measured (NOTES.md "Session 31 — s31-slasm"). The same buckets: a lane's entries
+// and their order in each warp step are main's.
+template <int kLoads>
 __global__ void __launch_bounds__(kSlBucketThreads) SlBucketKernel(SlAsmArgs a, bool fill) {
   __shared__ int cnt[2 * kSlMaxAsmSegs];
   const int nb = 2 * a.max_segs;
   const int lane = static_cast<int>(threadIdx.x & 31u);
+  const int step = static_cast<int>(blockDim.x);
   for (int unit = blockIdx.x; unit < a.num_rows; unit += gridDim.x) {
     const BlockGeoDev g = a.geo[unit % a.num_blocks];
     const int kl = a.k_lens[g.seq];
@@ -1421,7 +1429,15 @@ __global__ void __launch_bounds__(kSlBucketThreads) SlBucketKernel(SlAsmArgs a, 
       for (int k = threadIdx.x; k < nb; k += blockDim.x) cnt[k] = 0;
       if (threadIdx.x == 0 && n > 0) atomicMax(a.max_count, n);
     } else {
-      for (int i = threadIdx.x; i < n; i += blockDim.x) copy[i] = slice[i];
+      for (int i0 = threadIdx.x; i0 < n; i0 += kLoads * step) {
+        int32_t v[kLoads];
+#pragma unroll
+        for (int u = 0; u < kLoads; ++u) v[u] = i0 + u * step < n ? slice[i0 + u * step] : 0;
+#pragma unroll
+        for (int u = 0; u < kLoads; ++u) {
+          if (i0 + u * step < n) copy[i0 + u * step] = v[u];
+        }
+      }
       if (threadIdx.x == 0) {
         int run = 0;
         for (int k = 0; k < nb; ++k) {
@@ -1436,17 +1452,26 @@ __global__ void __launch_bounds__(kSlBucketThreads) SlBucketKernel(SlAsmArgs a, 
     __syncthreads();
     const int32_t* src = fill ? copy : slice;
     // Whole warps step together (the match below needs every lane).
-    for (int i0 = static_cast<int>(threadIdx.x & ~31u); i0 < n; i0 += blockDim.x) {
-      const int i = i0 + lane;
-      const int32_t code = i < n ? src[i] : 0;
-      const int k = i < n ? EntryBucket(a, code, g, kl) : -1;
-      const unsigned peers = __match_any_sync(kFull, k);
-      if (k >= 0) {
-        const int leader = __ffs(peers) - 1;
-        int at = 0;
-        if (lane == leader) at = atomicAdd(&cnt[k], __popc(peers));
-        at = __shfl_sync(peers, at, leader);
-        if (fill) slice[at + __popc(peers & ((1u << lane) - 1u))] = code;
+    for (int w0 = static_cast<int>(threadIdx.x & ~31u); w0 < n; w0 += kLoads * step) {
+      int32_t codes[kLoads];
+#pragma unroll
+      for (int u = 0; u < kLoads; ++u) {
+        const int i = w0 + u * step + lane;
+        codes[u] = i < n ? src[i] : 0;
+      }
+#pragma unroll
+      for (int u = 0; u < kLoads; ++u) {
+        const int i = w0 + u * step + lane;
+        const int32_t code = codes[u];
+        const int k = i < n ? EntryBucket(a, code, g, kl) : -1;
+        const unsigned peers = __match_any_sync(kFull, k);
+        if (k >= 0) {
+          const int leader = __ffs(peers) - 1;
+          int at = 0;
+          if (lane == leader) at = atomicAdd(&cnt[k], __popc(peers));
+          at = __shfl_sync(peers, at, leader);
+          if (fill) slice[at + __popc(peers & ((1u << lane) - 1u))] = code;
+        }
       }
     }
     __syncthreads();
@@ -1636,6 +1661,7 @@ SlKnobs& SampledLinesKnobs() {
     if (b != nullptr && b[0] != '\0') k.asm_bucket = b[0] != '0' ? 1 : 0;
     if (const char* c = std::getenv("SPATTN_SL_TILE_CENSUS")) k.tile_census = c[0] == '1';
     if (const char* c = std::getenv("SPATTN_SL_ASM_SPANS")) k.asm_spans = c[0] != '0';
+    if (const char* c = std::getenv("SPATTN_SL_BUCKET_LOADS")) k.bucket_loads = std::atoi(c);
     if (const char* c = std::getenv("SPATTN_SL_WGMMA")) k.wgmma = c[0] != '0';
     if (const char* c = std::getenv("SPATTN_SL_ORDER_BAND")) {  // "B1,B2,B3" (a missing value 0)
       k.order_band1 = std::atoi(c);
@@ -1790,7 +1816,11 @@ cudaError_t LaunchSampledLinesBucket(const SlAsmArgs& a, bool fill, cudaStream_t
   if (a.max_segs < 1 || a.max_segs > kSlMaxAsmSegs) return cudaErrorInvalidValue;
   const int grid = fill ? a.staging_rows : a.num_rows;
   if (grid < 1) return cudaErrorInvalidValue;
-  SlBucketKernel<<<grid, kSlBucketThreads, 0, stream>>>(a, fill);
+  if (a.bucket_loads > 1) {
+    SlBucketKernel<8><<<grid, kSlBucketThreads, 0, stream>>>(a, fill);
+  } else {
+    SlBucketKernel<1><<<grid, kSlBucketThreads, 0, stream>>>(a, fill);
+  }
   return cudaGetLastError();
 }
 

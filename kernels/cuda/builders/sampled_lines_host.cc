@@ -267,6 +267,7 @@ absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const A
   asm_args.rows_per_block = params.rows_per_block;
   asm_args.edge_rows = params.edge_rows;
   asm_args.row_spans = SampledLinesKnobs().asm_spans;
+  asm_args.bucket_loads = SampledLinesKnobs().bucket_loads;
   // Rows of 5 or more assembler segments (> 256K keys): the entries bucketed by segment in place
   // first, so the assembler reads each once instead of once per segment (sampled_lines.cu, "Row
   // assembly"; at 128K, 3 segments, it does not pay yet). SPATTN_SL_ASM_BUCKET=0 / 1: never /

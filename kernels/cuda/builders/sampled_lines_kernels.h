@@ -170,6 +170,7 @@ struct SlKnobs {
   bool hist_exact = false;
   int asm_bucket = -1;    // -1: bucket rows of >= 5 segments; 0 / 1: never / always
   bool asm_spans = true;  // SlAsmArgs::row_spans
+  int bucket_loads = 1;   // SPATTN_SL_BUCKET_LOADS (8: batched): SlAsmArgs::bucket_loads
   bool tile_census = false;
   bool wgmma = true;
   // SPATTN_SL_CTAS=P1,P2,P3: CTAs per SM the wgmma instances of passes 1-3 are built for (their
@@ -223,6 +224,10 @@ struct SlAsmArgs {
   // diagonal entry of every segment calls SampledLinesRowSpan (comparisons, tests). The same bits
   // either way.
   bool row_spans = true;
+  // Session 31, opt-in (SPATTN_SL_BUCKET_LOADS=8; not measured): entries each thread loads before
+  // it buckets or copies any (1: main's loops, one dependent load per thread and step; > 1: 8).
+  // The same buckets (a bucket's order is the atomics' either way).
+  int bucket_loads = 1;
   // The entries bucketed in place by the assembler's key segments (LaunchSampledLinesBucket), so
   // that each segment reads only its own; null `seg`: every segment reads the row's whole slice.
   // Bucket 2 s holds the row's entries whose keys reach segment s's bit arrays and no later
