@@ -248,10 +248,10 @@ __global__ void __launch_bounds__(kAnThreads, 2) AnAnchorKernel(AnArgs a) {
 // acc[n-tile][fragment] layout (d[4 nt + e]), each k step added in k order: the same sums (the
 // wgmma and mma.sync products of sampled_lines compare equal bit for bit, sampled_lines_gpu_test;
 // here build_index_gpu_test's WgmmaAnchorPassIsTheMmaSyncPass compares x_a and qbar; the sign of
-// a zero sum aside, AnTileWg). Per warp and 64-key tile 16 instructions instead of 128 mma.sync +
-// 32 ldmatrix.x4, and the tile read from shared memory once per warpgroup instead of once per
-// warp. The key tiles are stored in the 128-byte swizzle layout the descriptor describes:
-// [kD / 64 sub-tiles][64 keys][128 bytes], 16-byte chunk index XOR key % 8 (AnKeyOff), at
+// a zero sum aside, Tile64ProductsRs). Per warp and 64-key tile 16 instructions instead of 128
+// mma.sync + 32 ldmatrix.x4, and the tile read from shared memory once per warpgroup instead of
+// once per warp. The key tiles are stored in the 128-byte swizzle layout the descriptor describes:
+// [kD / 64 sub-tiles][64 keys][128 bytes], 16-byte chunk index XOR key % 8 (Tile64KeyOff), at
 // 1024-byte aligned bases. The pooled queries are summed before the key loop, so that the Q
 // tiles' space takes four key tiles once the warps hold their fragments: six key buffers, each
 // tile loaded five tiles ahead (two buffers, one ahead, ran the pass in 2.10 ms at 32K on an H100,
@@ -262,38 +262,11 @@ __global__ void __launch_bounds__(kAnThreads, 2) AnAnchorKernel(AnArgs a) {
 #define SPATTN_AN_SM90A 0
 #endif
 
-// Byte offset of 16-byte chunk `ch` of key row `r` in a wgmma-layout tile of 64 keys.
-__device__ __forceinline__ uint32_t AnKeyOff(int r, int ch) {
-  return static_cast<uint32_t>((ch >> 3) * (kAnTileN * 128) + r * 128 +
-                               (((ch & 7) ^ (r & 7)) * 16));
-}
-
-// The products of a warpgroup's m64 half against the key tile at `ks` (AnKeyOff layout, 1024-byte
-// aligned): issue, commit, wait. Every thread of the warpgroup calls it. The first k step does
-// not add the accumulators (scale-d 0; no zeroing instructions): mma.sync adds its first products
-// to +0, so a sum of products that is -0 here is +0 there; no maximum, x_a or stripe comparison
-// downstream tells them apart (fmaxf of +-0 and the x_a sums differ at most in the sign of a zero,
-// and xa - s <= theta reads +0 and -0 alike), so the index is the same.
-template <typename T, int kD>
-__device__ __forceinline__ void AnTileWg(const uint32_t (&qf)[kD / 16][4], uint32_t ks,
-                                         float (&acc)[8][4]) {
-#if SPATTN_AN_SM90A
-  // The descriptor of k step kk is the tile's plus the step's byte offset / 16 (in the address
-  // field: tile + offset stays below 2^18).
-  const uint64_t desc0 = Tile64SmemDesc(ks);
-  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-  for (int kk = 0; kk < kD / 16; ++kk) {
-    Tile64Wgmma<T>::RS(acc, qf[kk],
-                       desc0 + (((kk >> 2) * (kAnTileN * 128) + (kk & 3) * 32) >> 4),
-                       kk > 0 ? 1 : 0);
-  }
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-  Tile64Wait(acc);
-#else
-  __trap();
-#endif
-}
+// The wgmma pass's key tiles are in Tile64KeyOff's layout and its products come from
+// Tile64ProductsRs (wgmma_tile64.cuh), whose first k step starts from the products (scale-d 0):
+// a sum of products that is -0 there is +0 under mma.sync; no maximum, x_a or stripe comparison
+// downstream tells them apart (fmaxf of +-0 and the x_a sums differ at most in the sign of a
+// zero, and xa - s <= theta reads +0 and -0 alike), so the index is the same.
 
 constexpr int kAnWgBufs = 6;  // key buffers of the wgmma pass (2 + 4 in the Q tiles' space)
 
@@ -313,7 +286,7 @@ __global__ void __launch_bounds__(kAnThreads, 2) AnAnchorWgKernel(AnArgs a) {
   constexpr int kKeyIters = kAnTileN * kCh / kAnThreads;  // 4 or 2
   static_assert(kRowStep % 8 == 0 && kKeyIters * kAnThreads == kAnTileN * kCh, "key copies");
   // Shared memory from a 1024-byte aligned base: the Q tiles [kAnPair][kAnRows][kD] (swizzled as
-  // AnAnchorKernel's), two key buffers (AnKeyOff layout), the row maxima. Once the warps have
+  // AnAnchorKernel's), two key buffers (Tile64KeyOff layout), the row maxima. Once the warps have
   // their Q fragments and the pooled queries are written, the Q tiles' space holds four more key
   // buffers: key tile t goes to buffer t % kAnWgBufs (0, 1: the key buffers; 2..5: the Q space),
   // loaded kAnWgBufs - 1 tiles ahead.
@@ -341,7 +314,7 @@ __global__ void __launch_bounds__(kAnThreads, 2) AnAnchorWgKernel(AnArgs a) {
   const int sub = warp >> 2;         // warpgroup = slot of the sweep
   const int wrow = (warp & 3) * 16;  // the warp's rows in each half: wrow + 64 h ..
   const int k_r0 = tid / kCh, k_ch = tid % kCh;
-  const uint32_t k_off0 = AnKeyOff(k_r0, k_ch);
+  const uint32_t k_off0 = Tile64KeyOff(k_r0, k_ch);
   const int64_t k_row_bytes = p.k_token_stride * static_cast<int64_t>(sizeof(T));
 
   for (int sweep = 0; sweep < sweeps; ++sweep) {
@@ -451,7 +424,7 @@ __global__ void __launch_bounds__(kAnThreads, 2) AnAnchorWgKernel(AnArgs a) {
           // half.
           if (64 * h >= rows || (p.causal && start > geo.first_pos + 64 * h + 63)) continue;
           float s[8][4];
-          AnTileWg<T, kD>(qf[h], kst, s);
+          Tile64ProductsRs<T, kD>(qf[h], kst, s);
           // Full tiles (every tile but a span's last and the causal diagonal): the maxima without
           // masks (uniform in a warp but at the diagonal).
           if (n == kAnTileN && (!p.causal || start + kAnTileN - 1 <= pos_r[2 * h])) {

@@ -440,6 +440,114 @@ void ExpectAgreement(HostProblem& hp, CudaAttentionEngine& engine, const MethodC
   EXPECT_NEAR(a.gpu_density, a.cpu_density, density_tol) << what;
 }
 
+// The tests' LLM-like prompt: llm_mix, 16K queries, 8 q / 2 kv heads, d = 128, bf16.
+WorkloadOptions LlmMix16K() {
+  WorkloadOptions o;
+  o.workload = "llm_mix";
+  o.shape.q_lens = {16384};
+  o.shape.num_q_heads = 8;
+  o.shape.num_kv_heads = 2;
+  o.shape.head_dim = 128;
+  o.shape.dtype = DType::kBF16;
+  return o;
+}
+
+// Sets (or, with nullptr, unsets) one environment knob for its scope; unset after it (the
+// tests' knobs are all unset by default).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (value != nullptr) {
+      setenv(name, value, 1);
+    } else {
+      unsetenv(name);
+    }
+  }
+  ~ScopedEnv() { unsetenv(name_); }
+
+ private:
+  const char* name_;
+};
+
+// `method`'s index built with the environment knob `var` at each of `values` (nullptr: unset)
+// equals its build at `ref_value`, every index array and the offsets bit for bit: every shape
+// and config of the method's twin cases at block_m 64 and 128 with all heads (and, with
+// `both_head_lists`, the last and the first head), then llm_mix 16K with the method's defaults
+// (all heads). Returns the indexes compared.
+int ExpectEnvValuesBuildTheSameIndex(Method method, const char* var, const char* ref_value,
+                                     const std::vector<const char*>& values, uint64_t seed,
+                                     bool both_head_lists) {
+  auto engine = MakeEngine(int64_t{2} << 30);
+  EXPECT_NE(engine, nullptr);
+  if (engine == nullptr) return 0;
+  auto label = [&](const char* v) { return absl::StrCat(var, "=", v == nullptr ? "unset" : v); };
+  int compared = 0;
+  // One build per setting, the reference first; false on a fatal failure.
+  auto compare = [&](const HostProblem& hp, DeviceProblem& dp, const MethodConfig& config,
+                     const std::vector<int>& heads, int block_m, const std::string& what) {
+    SparseIndex ref;
+    {
+      ScopedEnv env(var, ref_value);
+      BuildOnGpu(*engine, hp, dp, config, heads, block_m, nullptr, what + " " + label(ref_value),
+                 &ref);
+      engine->ReleaseIndexes();
+    }
+    if (::testing::Test::HasFatalFailure()) return false;
+    for (const char* v : values) {
+      SparseIndex got;
+      {
+        ScopedEnv env(var, v);
+        BuildOnGpu(*engine, hp, dp, config, heads, block_m, nullptr, what + " " + label(v), &got);
+        engine->ReleaseIndexes();
+      }
+      if (::testing::Test::HasFatalFailure()) return false;
+      const Agreement a = Compare(hp.problem(), ref, got, block_m);
+      if (a.differing > 0) {
+        printf("%s: %s vs %s: %lld/%lld rows differ\n", what.c_str(), label(v).c_str(),
+               label(ref_value).c_str(), static_cast<long long>(a.differing),
+               static_cast<long long>(a.rows));
+      }
+      ExpectSameIndex(got, ref, absl::StrCat(what, " ", label(v), " vs ", label(ref_value)),
+                      /*with_offsets=*/true);
+      ++compared;
+    }
+    return true;
+  };
+  const MethodCases mc = CasesFor(method);
+  for (const Shape& sh : Shapes()) {
+    auto hp = MakeProblem(sh.q, sh.k, sh.hq, sh.hkv, sh.d, sh.dtype, sh.causal, ++seed, false);
+    auto dp = DeviceProblem::Create(engine->device(), *hp);
+    EXPECT_TRUE(dp.ok()) << dp.status();
+    if (!dp.ok()) return compared;
+    std::vector<std::vector<int>> head_lists = {AllHeads(sh.hq)};
+    if (both_head_lists) head_lists.push_back({sh.hq - 1, 0});
+    for (const MethodConfig& config : mc.configs) {
+      for (const std::vector<int>& heads : head_lists) {
+        for (int block_m : {64, 128}) {
+          const std::string what = absl::StrCat(config.DebugString(), " heads=", heads.size(),
+                                                " block_m=", block_m, " ", Describe(hp->problem()));
+          if (!compare(*hp, **dp, config, heads, block_m, what)) return compared;
+        }
+      }
+    }
+  }
+  auto w = GenerateWorkload(LlmMix16K());
+  EXPECT_TRUE(w.ok()) << w.status();
+  if (!w.ok()) return compared;
+  auto dp = DeviceProblem::Create(engine->device(), *w->host);
+  EXPECT_TRUE(dp.ok()) << dp.status();
+  if (!dp.ok()) return compared;
+  MethodConfig c;
+  c.method = method;
+  for (int block_m : {64, 128}) {
+    if (!compare(*w->host, **dp, c, AllHeads(8), block_m,
+                 absl::StrCat("llm_mix 16K block_m=", block_m))) {
+      return compared;
+    }
+  }
+  return compared;
+}
+
 class BuildIndexOnGpuTest : public ::testing::TestWithParam<Method> {};
 
 TEST_P(BuildIndexOnGpuTest, MatchesCpuTwin) {
@@ -556,13 +664,7 @@ TEST_P(BuildIndexOnGpuTest, LongWorkloadKeepsCpuFidelity) {
   SKIP_WITHOUT_GPU();
   auto engine = MakeEngine(int64_t{2} << 30);
   ASSERT_NE(engine, nullptr);
-  WorkloadOptions o;
-  o.workload = "llm_mix";
-  o.shape.q_lens = {16384};
-  o.shape.num_q_heads = 8;
-  o.shape.num_kv_heads = 2;
-  o.shape.head_dim = 128;
-  o.shape.dtype = DType::kBF16;
+  const WorkloadOptions o = LlmMix16K();
   auto w = GenerateWorkload(o);
   ASSERT_TRUE(w.ok()) << w.status();
   MethodConfig c;
@@ -1210,14 +1312,7 @@ TEST(BuildIndexOnGpuEstimateTest, FastEstimateKeepsTheExactFidelity) {
 #else
   auto engine = MakeEngine(int64_t{2} << 30);
   ASSERT_NE(engine, nullptr);
-  WorkloadOptions o;
-  o.workload = "llm_mix";
-  o.shape.q_lens = {16384};
-  o.shape.num_q_heads = 8;
-  o.shape.num_kv_heads = 2;
-  o.shape.head_dim = 128;
-  o.shape.dtype = DType::kBF16;
-  auto w = GenerateWorkload(o);
+  auto w = GenerateWorkload(LlmMix16K());
   ASSERT_TRUE(w.ok()) << w.status();
   auto dp = DeviceProblem::Create(engine->device(), *w->host);
   ASSERT_TRUE(dp.ok()) << dp.status();
@@ -1467,14 +1562,7 @@ int64_t ExpectEstKnobsBuildTheSameIndex(uint64_t seed0, SetA a, SetB b) {
       }
     }
   }
-  WorkloadOptions o;
-  o.workload = "llm_mix";
-  o.shape.q_lens = {16384};
-  o.shape.num_q_heads = 8;
-  o.shape.num_kv_heads = 2;
-  o.shape.head_dim = 128;
-  o.shape.dtype = DType::kBF16;
-  auto w = GenerateWorkload(o);
+  auto w = GenerateWorkload(LlmMix16K());
   EXPECT_TRUE(w.ok()) << w.status();
   if (!w.ok()) return compared;
   auto dp = DeviceProblem::Create(engine->device(), *w->host);
@@ -1573,191 +1661,30 @@ TEST(BuildIndexOnGpuSaapTest, PackedWeightSlabsBuildTheRowMajorIndex) {
 // below: most rows). Every index array, offsets included, is the same bit for bit over every
 // shape and config (blk 16 / 32 / 64 / 128, local windows, chunk_n 1-5) at block_m 64 and 128,
 // and on llm_mix 16K.
-class SpanCapEnv {
- public:
-  explicit SpanCapEnv(int cap) {
-    if (cap >= 0) {
-      setenv("SPATTN_ASM_SPAN_CAP", std::to_string(cap).c_str(), 1);
-    } else {
-      unsetenv("SPATTN_ASM_SPAN_CAP");
-    }
-  }
-  ~SpanCapEnv() { unsetenv("SPATTN_ASM_SPAN_CAP"); }
-};
-
 TEST(BuildIndexOnGpuSampleAttentionTest, SpanRowsBuildTheBitmapIndex) {
   SKIP_WITHOUT_GPU();
-  auto engine = MakeEngine(int64_t{512} << 20);
-  ASSERT_NE(engine, nullptr);
-  const MethodCases mc = CasesFor(Method::kSampleAttention);
-  uint64_t seed = 3000;
-  int compared = 0;
-  for (const Shape& sh : Shapes()) {
-    auto hp = MakeProblem(sh.q, sh.k, sh.hq, sh.hkv, sh.d, sh.dtype, sh.causal, ++seed, false);
-    auto dp = DeviceProblem::Create(engine->device(), *hp);
-    ASSERT_TRUE(dp.ok()) << dp.status();
-    for (const MethodConfig& config : mc.configs) {
-      for (int block_m : {64, 128}) {
-        const std::string what =
-            absl::StrCat(config.DebugString(), " block_m=", block_m, " ", Describe(hp->problem()));
-        SparseIndex ref;
-        {
-          SpanCapEnv env(0);
-          BuildOnGpu(*engine, *hp, **dp, config, AllHeads(sh.hq), block_m, nullptr,
-                     what + " bitmaps", &ref);
-          engine->ReleaseIndexes();
-        }
-        if (::testing::Test::HasFatalFailure()) return;
-        for (int cap : {-1, 4}) {
-          SparseIndex got;
-          {
-            SpanCapEnv env(cap);
-            BuildOnGpu(*engine, *hp, **dp, config, AllHeads(sh.hq), block_m, nullptr,
-                       absl::StrCat(what, " span cap ", cap), &got);
-            engine->ReleaseIndexes();
-          }
-          if (::testing::Test::HasFatalFailure()) return;
-          ExpectSameIndex(got, ref, absl::StrCat(what, " span cap ", cap), /*with_offsets=*/true);
-          ++compared;
-        }
-      }
-    }
-  }
+  const int compared = ExpectEnvValuesBuildTheSameIndex(
+      Method::kSampleAttention, "SPATTN_ASM_SPAN_CAP", "0", {nullptr, "4"}, 3000,
+      /*both_head_lists=*/false);
+  printf("sample_attention span rows vs bitmaps: %d indexes compared\n", compared);
   EXPECT_GT(compared, 0);
 }
 
-TEST(BuildIndexOnGpuSampleAttentionTest, SpanRowsBuildTheBitmapIndexOnLlmMix) {
-  SKIP_WITHOUT_GPU();
-  auto engine = MakeEngine(int64_t{2} << 30);
-  ASSERT_NE(engine, nullptr);
-  WorkloadOptions o;
-  o.workload = "llm_mix";
-  o.shape.q_lens = {16384};
-  o.shape.num_q_heads = 8;
-  o.shape.num_kv_heads = 2;
-  o.shape.head_dim = 128;
-  o.shape.dtype = DType::kBF16;
-  auto w = GenerateWorkload(o);
-  ASSERT_TRUE(w.ok()) << w.status();
-  auto dp = DeviceProblem::Create(engine->device(), *w->host);
-  ASSERT_TRUE(dp.ok()) << dp.status();
-  MethodConfig c;
-  c.method = Method::kSampleAttention;
-  for (int block_m : {64, 128}) {
-    SparseIndex ref;
-    {
-      SpanCapEnv env(0);
-      BuildOnGpu(*engine, *w->host, **dp, c, AllHeads(8), block_m, nullptr, "bitmaps", &ref);
-      engine->ReleaseIndexes();
-    }
-    if (::testing::Test::HasFatalFailure()) return;
-    for (int cap : {-1, 4}) {
-      SparseIndex got;
-      {
-        SpanCapEnv env(cap);
-        BuildOnGpu(*engine, *w->host, **dp, c, AllHeads(8), block_m, nullptr,
-                   absl::StrCat("span cap ", cap), &got);
-        engine->ReleaseIndexes();
-      }
-      if (::testing::Test::HasFatalFailure()) return;
-      const Agreement a = Compare(w->host->problem(), ref, got, block_m);
-      printf(
-          "sample_attention llm_mix 16K block_m %d span cap %d vs bitmaps: %lld/%lld rows "
-          "differ, %zu ranges\n",
-          block_m, cap, static_cast<long long>(a.differing), static_cast<long long>(a.rows),
-          got.range_start.size());
-      ExpectSameIndex(got, ref, absl::StrCat("llm_mix 16K block_m ", block_m, " span cap ", cap),
-                      /*with_offsets=*/true);
-    }
-  }
-}
-
-// ---- s31-sa: sample_attention's one pass on wgmma (sample_attention.cu SaTileWg) ----
+// ---- s31-sa: sample_attention's one pass on wgmma (sample_attention.cu, Tile64ProductsRs) ----
 // On compute capability 9.0 the one pass (blk >= 64) takes its Q K^T products from wgmma
 // (m64n64k16, Q fragments in registers, key tiles by descriptor, six key buffers) instead of
 // mma.sync; SPATTN_SA_WGMMA=0 runs main's mma.sync pass. The products are the same floats (the
 // sign of an all -0 sum aside, which no sum or maximum downstream tells apart), so every index
 // array, offsets included, is the same bit for bit: every shape and config (blk 16 / 32 take the
-// two passes, the same code either way) at block_m 64 and 128, and llm_mix 16K. Elsewhere than
-// 9.0 both builds are mma.sync and the test compares a path with itself.
-class SaWgmmaEnv {
- public:
-  explicit SaWgmmaEnv(bool on) {
-    if (on) {
-      unsetenv("SPATTN_SA_WGMMA");
-    } else {
-      setenv("SPATTN_SA_WGMMA", "0", 1);
-    }
-  }
-  ~SaWgmmaEnv() { unsetenv("SPATTN_SA_WGMMA"); }
-};
-
+// two passes, the same code either way) with all heads and two of them, at block_m 64 and 128,
+// and llm_mix 16K. Elsewhere than 9.0 both builds are mma.sync and the test compares a path with
+// itself.
 TEST(BuildIndexOnGpuSampleAttentionTest, WgmmaOnePassBuildsTheMmaSyncIndex) {
   SKIP_WITHOUT_GPU();
-  auto engine = MakeEngine(int64_t{512} << 20);
-  ASSERT_NE(engine, nullptr);
-  const MethodCases mc = CasesFor(Method::kSampleAttention);
-  uint64_t seed = 3100;
-  int compared = 0;
-  for (const Shape& sh : Shapes()) {
-    auto hp = MakeProblem(sh.q, sh.k, sh.hq, sh.hkv, sh.d, sh.dtype, sh.causal, ++seed, false);
-    auto dp = DeviceProblem::Create(engine->device(), *hp);
-    ASSERT_TRUE(dp.ok()) << dp.status();
-    for (const MethodConfig& config : mc.configs) {
-      for (const std::vector<int>& heads : {AllHeads(sh.hq), std::vector<int>{sh.hq - 1, 0}}) {
-        for (int block_m : {64, 128}) {
-          const std::string what = absl::StrCat(config.DebugString(), " heads=", heads.size(),
-                                                " block_m=", block_m, " ", Describe(hp->problem()));
-          SparseIndex ref, got;
-          for (bool wg : {false, true}) {
-            SaWgmmaEnv env(wg);
-            BuildOnGpu(*engine, *hp, **dp, config, heads, block_m, nullptr,
-                       absl::StrCat(what, wg ? " wgmma" : " mma.sync"), wg ? &got : &ref);
-            engine->ReleaseIndexes();
-            if (::testing::Test::HasFatalFailure()) return;
-          }
-          ExpectSameIndex(got, ref, what + " wgmma vs mma.sync", /*with_offsets=*/true);
-          ++compared;
-        }
-      }
-    }
-  }
+  const int compared = ExpectEnvValuesBuildTheSameIndex(
+      Method::kSampleAttention, "SPATTN_SA_WGMMA", "0", {nullptr}, 3100, /*both_head_lists=*/true);
   printf("sample_attention wgmma vs mma.sync one pass: %d indexes compared\n", compared);
   EXPECT_GT(compared, 0);
-}
-
-TEST(BuildIndexOnGpuSampleAttentionTest, WgmmaOnePassBuildsTheMmaSyncIndexOnLlmMix) {
-  SKIP_WITHOUT_GPU();
-  auto engine = MakeEngine(int64_t{2} << 30);
-  ASSERT_NE(engine, nullptr);
-  WorkloadOptions o;
-  o.workload = "llm_mix";
-  o.shape.q_lens = {16384};
-  o.shape.num_q_heads = 8;
-  o.shape.num_kv_heads = 2;
-  o.shape.head_dim = 128;
-  o.shape.dtype = DType::kBF16;
-  auto w = GenerateWorkload(o);
-  ASSERT_TRUE(w.ok()) << w.status();
-  auto dp = DeviceProblem::Create(engine->device(), *w->host);
-  ASSERT_TRUE(dp.ok()) << dp.status();
-  MethodConfig c;
-  c.method = Method::kSampleAttention;
-  for (int block_m : {64, 128}) {
-    SparseIndex ref, got;
-    for (bool wg : {false, true}) {
-      SaWgmmaEnv env(wg);
-      BuildOnGpu(*engine, *w->host, **dp, c, AllHeads(8), block_m, nullptr,
-                 wg ? "wgmma" : "mma.sync", wg ? &got : &ref);
-      engine->ReleaseIndexes();
-      if (::testing::Test::HasFatalFailure()) return;
-    }
-    const Agreement a = Compare(w->host->problem(), ref, got, block_m);
-    printf("sample_attention llm_mix 16K block_m %d wgmma vs mma.sync: %lld/%lld rows differ\n",
-           block_m, static_cast<long long>(a.differing), static_cast<long long>(a.rows));
-    ExpectSameIndex(got, ref, absl::StrCat("llm_mix 16K block_m ", block_m, " wgmma vs mma.sync"),
-                    /*with_offsets=*/true);
-  }
 }
 
 // ---- s31-flex: flex_prefill's line selection in fewer sweeps; pooled keys, two channels a thread
@@ -1810,14 +1737,7 @@ TEST(BuildIndexOnGpuSampledLinesTest, BucketLoadsBuildMainsIndex) {
   ASSERT_NE(engine, nullptr);
   auto longp = MakeProblem({1300, 40}, {200001, 1000}, 2, 1, 64, DType::kBF16, true, 93,
                            /*integer_qk=*/true);
-  WorkloadOptions o;
-  o.workload = "llm_mix";
-  o.shape.q_lens = {16384};
-  o.shape.num_q_heads = 8;
-  o.shape.num_kv_heads = 2;
-  o.shape.head_dim = 128;
-  o.shape.dtype = DType::kBF16;
-  auto w = GenerateWorkload(o);
+  auto w = GenerateWorkload(LlmMix16K());
   ASSERT_TRUE(w.ok()) << w.status();
   cuda::SlKnobs& k = cuda::SampledLinesKnobs();
   const cuda::SlKnobs saved = k;

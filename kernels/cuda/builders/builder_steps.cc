@@ -540,7 +540,9 @@ std::vector<RowGroup> MakeGroups(const Plan& plan, const PooledPlan& pp, int row
 
 absl::StatusOr<float*> PoolKeysOnDevice(const AttentionProblem& p, const AttnParams& a,
                                         const PooledPlan& pp, const int32_t* d_kb_offsets,
-                                        int block, const BuildScope& ws, cudaStream_t stream) {
+                                        int block, const BuildScope& ws, cudaStream_t stream,
+                                        cudaError_t (*launch)(const PoolKeysParams&,
+                                                              cudaStream_t)) {
   PoolKeysParams k;
   k.k = a.k;
   k.k_token_stride = a.k_token_stride;
@@ -556,7 +558,7 @@ absl::StatusOr<float*> PoolKeysOnDevice(const AttentionProblem& p, const AttnPar
   SPATTN_ASSIGN_OR_RETURN(
       k.out, Carve<float>(ws, static_cast<int64_t>(p.num_kv_heads) * pp.total_kb * p.head_dim,
                           "pooled keys"));
-  SPATTN_CUDA_RETURN_IF_ERROR(LaunchPoolKeys(k, stream), "pool keys");
+  SPATTN_CUDA_RETURN_IF_ERROR(launch(k, stream), "pool keys");
   return k.out;
 }
 

@@ -265,10 +265,13 @@ int GlobalScratchCtas(int64_t groups);
 absl::Status CarveRowScratch(const BuildScope& ws, int num_groups, int64_t slot_bytes,
                              const char* what, unsigned char** scratch, int* ctas);
 
-// Mean-pooled keys of every kv head (LaunchPoolKeys) in the workspace.
+// Mean-pooled keys of every kv head in the workspace, by `launch` (LaunchPoolKeys, or
+// flex_prefill's LaunchFlexPoolKeys: the same values).
 absl::StatusOr<float*> PoolKeysOnDevice(const AttentionProblem& p, const AttnParams& a,
                                         const PooledPlan& pp, const int32_t* d_kb_offsets,
-                                        int block, const BuildScope& ws, cudaStream_t stream);
+                                        int block, const BuildScope& ws, cudaStream_t stream,
+                                        cudaError_t (*launch)(const PoolKeysParams&,
+                                                              cudaStream_t) = LaunchPoolKeys);
 
 }  // namespace merged
 

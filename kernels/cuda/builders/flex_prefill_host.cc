@@ -44,30 +44,6 @@ const uint8_t* PinnedDecisions(size_t n) {
   return static_cast<const uint8_t*>(buf.p);
 }
 
-// PoolKeysOnDevice's pooled keys by LaunchFlexPoolKeys (the same values, two channels a thread;
-// session 31; SPATTN_FLEX_POOL=0: LaunchPoolKeys, main's).
-absl::StatusOr<float*> FlexPoolKeys(const AttentionProblem& p, const AttnParams& a,
-                                    const PooledPlan& pp, const int32_t* d_kb_offsets, int block,
-                                    const BuildScope& ws, cudaStream_t stream) {
-  PoolKeysParams k;
-  k.k = a.k;
-  k.k_token_stride = a.k_token_stride;
-  k.k_head_stride = a.k_head_stride;
-  k.dtype = p.dtype;
-  k.head_dim = p.head_dim;
-  k.num_kv_heads = p.num_kv_heads;
-  k.block = block;
-  k.batch = p.batch();
-  k.cu_k = a.cu_seqlens_k;
-  k.kb_offsets = d_kb_offsets;
-  k.total_kb = pp.total_kb;
-  SPATTN_ASSIGN_OR_RETURN(
-      k.out, Carve<float>(ws, static_cast<int64_t>(p.num_kv_heads) * pp.total_kb * p.head_dim,
-                          "pooled keys"));
-  SPATTN_CUDA_RETURN_IF_ERROR(LaunchFlexPoolKeys(k, stream), "pool keys");
-  return k.out;
-}
-
 absl::StatusOr<SparseIndexView> BuildFlexPrefill(const AttentionProblem& p, const AttnParams& a,
                                                  const FlexPrefillParams& fp,
                                                  const std::vector<int>& heads,
@@ -104,8 +80,10 @@ absl::StatusOr<SparseIndexView> BuildFlexPrefill(const AttentionProblem& p, cons
   const int64_t units = static_cast<int64_t>(plan.slots) * plan.batch;
   const int64_t rows = plan.rows();
 
-  SPATTN_ASSIGN_OR_RETURN(float* pooled_k,
-                          FlexPoolKeys(p, a, pp, blob.At<int32_t>(pm.kb_offsets), bs, ws, stream));
+  // (LaunchFlexPoolKeys: two channels a thread, LaunchPoolKeys' values; session 31.)
+  SPATTN_ASSIGN_OR_RETURN(
+      float* pooled_k, PoolKeysOnDevice(p, a, pp, blob.At<int32_t>(pm.kb_offsets), bs, ws, stream,
+                                        LaunchFlexPoolKeys));
   timer.Mark("pool_keys");
   SPATTN_ASSIGN_OR_RETURN(EstimateParams ep, RunEstimate(p, a, e, blob.At<EstimateSeq>(lm.seqs),
                                                          d_heads, plan.slots, ws, stream, timer));
@@ -186,10 +164,9 @@ absl::StatusOr<SparseIndexView> BuildFlexPrefill(const AttentionProblem& p, cons
       (void)cudaGetLastError();
     }
     if (decisions != nullptr && decided.e != nullptr) {
-      SPATTN_CUDA_RETURN_IF_ERROR(
-          cudaMemcpyAsync(const_cast<uint8_t*>(decisions), f.unit_is_vs, units,
-                          cudaMemcpyDeviceToHost, stream),
-          "flex decisions to host");
+      SPATTN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(const_cast<uint8_t*>(decisions), f.unit_is_vs,
+                                                  units, cudaMemcpyDeviceToHost, stream),
+                                  "flex decisions to host");
       SPATTN_CUDA_RETURN_IF_ERROR(cudaEventRecord(decided.e, stream), "flex decisions event");
     }
   }

@@ -43,8 +43,8 @@ constexpr int SaSmemBytes() {
 // warpgroup (rows 64 wg .. 64 wg + 63; warp w's 16 rows are row0 = 16 w, as with mma.sync) with
 // 8 RS m64n64k16 (A = the warp's Q fragments, the mma.sync A layout; B = the key tile by
 // descriptor), in the mma.sync C layout: the per-element code after the products is the mma.sync
-// pass's. Key tiles in the 128-byte swizzle layout (SaKeyOff: [kD / 64 sub-tiles][64 keys][128
-// bytes], 16-byte chunk XOR key % 8, 1024-byte aligned bases; anchor's AnKeyOff). Once the warps
+// pass's. Key tiles in the 128-byte swizzle layout (Tile64KeyOff: [kD / 64 sub-tiles][64 keys][128
+// bytes], 16-byte chunk XOR key % 8, 1024-byte aligned bases). Once the warps
 // hold their Q fragments, the Q tile's space takes two key tiles: kSaWgBufs buffers (4 dedicated,
 // 2 in the Q space), tile t in buffer t % kSaWgBufs, loaded kSaWgBufs - 1 tiles ahead (anchor's
 // pass, s28-anchor: two buffers 2.10 ms, six 1.37).
@@ -61,36 +61,13 @@ constexpr int SaWgSmemBytes() {
   return kSaRows * kD * 2 + kSaWgDedicated * kSaTileN * kD * 2 + 1024;
 }
 
-// Byte offset of 16-byte chunk `ch` of key row `r` in a wgmma-layout tile of 64 keys.
-__device__ __forceinline__ uint32_t SaKeyOff(int r, int ch) {
-  return static_cast<uint32_t>((ch >> 3) * (kSaTileN * 128) + r * 128 +
-                               (((ch & 7) ^ (r & 7)) * 16));
-}
-
-// The warpgroup's products against the key tile at `ks` (SaKeyOff layout): issue, commit, wait.
-// Every thread of the warpgroup calls it. The first k step does not add the accumulators
-// (scale-d 0): mma.sync adds its first products to +0, so only a sum of products that is -0 here
-// is +0 there. Such a -0 (times the scale) can change only the sign of a zero maximum m: every
-// Exp2(s - m) of it is 2^(+-0) = 1 either way, Rescale2 and the lse (m + log2 l, l > 0) read the
-// same values, so the sums, partials and index are the same (build_index_gpu_test's
+// The wgmma pass's key tiles are in Tile64KeyOff's layout and its products come from
+// Tile64ProductsRs (wgmma_tile64.cuh), whose first k step starts from the products (scale-d 0):
+// mma.sync adds its first products to +0, so only a sum of products that is -0 there is +0 here.
+// Such a -0 (times the scale) can change only the sign of a zero maximum m: every Exp2(s - m) of
+// it is 2^(+-0) = 1 either way, Rescale2 and the lse (m + log2 l, l > 0) read the same values, so
+// the sums, partials and index are the same (build_index_gpu_test's
 // WgmmaOnePassBuildsTheMmaSyncIndex compares the indexes).
-template <typename T, int kD>
-__device__ __forceinline__ void SaTileWg(const uint32_t (&qf)[kD / 16][4], uint32_t ks,
-                                         float (&acc)[8][4]) {
-#if SPATTN_SA_SM90A
-  const uint64_t desc0 = Tile64SmemDesc(ks);
-  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-  for (int kk = 0; kk < kD / 16; ++kk) {
-    Tile64Wgmma<T>::RS(acc, qf[kk], desc0 + (((kk >> 2) * (kSaTileN * 128) + (kk & 3) * 32) >> 4),
-                       kk > 0 ? 1 : 0);
-  }
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-  Tile64Wait(acc);
-#else
-  __trap();
-#endif
-}
 
 // The column blocks [cb0, cb0 + n_cb) and slash blocks [sb_lo, sb_lo + n_sb) a span's keys and
 // the unit's sampled rows can touch.
@@ -183,7 +160,7 @@ __global__ void __launch_bounds__(kSaThreads) SaPassKernel(SaArgs a) {
     const int j = kb + t * kSaTileN;
     if constexpr (kWg) {
       const int n = min(kSaTileN, ke - j);
-      const uint32_t dst = buf_of(t) + SaKeyOff(k_r0, k_ch);
+      const uint32_t dst = buf_of(t) + Tile64KeyOff(k_r0, k_ch);
       const char* row0 = k_base + static_cast<int64_t>(j) * k_row_bytes;
       const char* src = row0 + static_cast<int64_t>(k_r0) * k_row_bytes;
       if (n == kSaTileN) {
@@ -288,7 +265,7 @@ __global__ void __launch_bounds__(kSaThreads) SaPassKernel(SaArgs a) {
     if (kWg ? wg_active : active) {
       float s[8][4];
       if constexpr (kWg) {
-        SaTileWg<T, kD>(qf, buf_of(t), s);
+        Tile64ProductsRs<T, kD>(qf, buf_of(t), s);
       } else {
         const uint32_t kst = sKa + (t & 1) * kSaTileN * kD * 2;
 #pragma unroll
@@ -897,7 +874,7 @@ struct SaSrc {
   }
 };
 
-// The one pass's products by wgmma (SaTileWg) on compute capability 9.0 (the sm_90a image);
+// The one pass's products by wgmma (Tile64ProductsRs) on compute capability 9.0 (the sm_90a image);
 // SPATTN_SA_WGMMA=0 (read at each build): mma.sync, main's pass until session 31.
 bool SaUsesWgmma() {
   if (const char* e = std::getenv("SPATTN_SA_WGMMA"); e != nullptr && e[0] == '0') return false;

@@ -51,7 +51,7 @@ struct SlSmem {
 };
 // Key buffers of pass `pass`.
 __host__ __device__ inline constexpr int PassBuffers(int pass) { return pass == 2 ? 1 : 2; }
-// kWg: the key tiles in wgmma's 128-byte swizzle layout (SlKeyOff), whose descriptors need a
+// kWg: the key tiles in wgmma's 128-byte swizzle layout (Tile64KeyOff), whose descriptors need a
 // 1024-byte aligned base: 1024 bytes more to align it (tile sizes are multiples of 1024).
 // Pass 2's histograms: `hist_blocks` (SlArgs::hist_blocks, the build's largest group) x kSlBins.
 __host__ __device__ inline SlSmem Layout(int head_dim, int pass, bool wg = false,
@@ -134,11 +134,6 @@ __device__ __forceinline__ void TileLogits(const uint32_t (&qf)[kD / 16][4], uin
 #define SPATTN_SL_SM90A 0
 #endif
 
-// Byte offset of 16-byte chunk `ch` of key row `r` in a wgmma-layout tile of 64 keys.
-__device__ __forceinline__ uint32_t SlKeyOff(int r, int ch) {
-  return static_cast<uint32_t>((ch >> 3) * (kTile * 128) + r * 128 + (((ch & 7) ^ (r & 7)) * 16));
-}
-
 // Shared memory written by cp.async (the generic proxy) made visible to wgmma (the async proxy);
 // every writer before the barrier that publishes the tile.
 __device__ __forceinline__ void SlFenceProxyAsync() {
@@ -147,7 +142,7 @@ __device__ __forceinline__ void SlFenceProxyAsync() {
 #endif
 }
 
-// TileLogits by wgmma for the key tile at `ks` (SlKeyOff layout, 1024-byte aligned). Every
+// TileLogits by wgmma for the key tile at `ks` (Tile64KeyOff layout, 1024-byte aligned). Every
 // thread of the CTA calls it (one warpgroup). The first k step does not add the accumulators
 // (scale-d 0): acc starts from the products, as mma.sync's from +0 (a sum of products that is -0
 // may come out +0 there; no Exp2 or comparison downstream tells them apart).
@@ -161,8 +156,7 @@ __device__ __forceinline__ void TileLogitsWgIssue(const uint32_t (&qf)[kD / 16][
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
   for (int kk = 0; kk < kD / 16; ++kk) {
-    Tile64Wgmma<T>::RS(acc, qf[kk],
-                       Tile64SmemDesc(ks + (kk >> 2) * (kTile * 128) + (kk & 3) * 32),
+    Tile64Wgmma<T>::RS(acc, qf[kk], Tile64SmemDesc(ks + (kk >> 2) * (kTile * 128) + (kk & 3) * 32),
                        kk > 0 ? 1 : 0);
   }
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
@@ -170,7 +164,7 @@ __device__ __forceinline__ void TileLogitsWgIssue(const uint32_t (&qf)[kD / 16][
   __trap();
 #endif
 }
-// TileLogitsWgIssue with the Q tile read from shared memory at `qs` (SlKeyOff layout, 1024-byte
+// TileLogitsWgIssue with the Q tile read from shared memory at `qs` (Tile64KeyOff layout, 1024-byte
 // aligned; the SS form): the same products (the same instruction shape and k steps, only A's
 // source differs).
 template <typename T, int kD>
@@ -405,7 +399,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) SlPassKernel(SlArgs a) {
   static_assert(kRowStep % 8 == 0 && kKeyIters * kThreads == kTile * kChunks, "key copies");
   const int k_r0 = tid / kChunks, k_ch = tid % kChunks;
   const int64_t k_row_bytes = a.p.k_token_stride * static_cast<int64_t>(sizeof(T));
-  const uint32_t k_off0 = SlKeyOff(k_r0, k_ch);
+  const uint32_t k_off0 = Tile64KeyOff(k_r0, k_ch);
   const char* k_src0 = reinterpret_cast<const char*>(kg + (ktok + k_r0) * a.p.k_token_stride +
                                                      kvh * a.p.k_head_stride) +
                        k_ch * 16;
@@ -419,7 +413,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) SlPassKernel(SlArgs a) {
       return kg + (ktok + j0 + r) * a.p.k_token_stride + kvh * a.p.k_head_stride;
     };
     if constexpr (kUseWg) {
-      // assembled::LoadTileAsync's copies into SlKeyOff's layout, from per-thread bases: the
+      // assembled::LoadTileAsync's copies into Tile64KeyOff's layout, from per-thread bases: the
       // thread's chunks are chunk k_ch of rows k_r0 + m * kRowStep, so its shared offsets are
       // k_off0 + m * kRowStep * 128 (the swizzle's row & 7 is k_r0's) and its global addresses
       // k_src0 + (j0 + m * kRowStep) rows. The generic loop's 64-bit address arithmetic per
@@ -453,13 +447,13 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) SlPassKernel(SlArgs a) {
     return qg + (qtok + a.rows[g.row_begin + r].q_row) * a.p.q_token_stride +
            qh * a.p.q_head_stride;
   };
-  if constexpr (kSsQ) {  // SlKeyOff's layout (rows past the group's zero-filled)
+  if constexpr (kSsQ) {  // Tile64KeyOff's layout (rows past the group's zero-filled)
     for (int i = tid; i < kTile * kChunks; i += kThreads) {
       const int r = i / kChunks, ch = i - r * kChunks;
       const bool valid = r < g.rows;
       const char* src =
           reinterpret_cast<const char*>(q_row_ptr(valid ? r : 0)) + (valid ? ch * 16 : 0);
-      detail::CpAsync16(qbuf + SlKeyOff(r, ch), src, valid);
+      detail::CpAsync16(qbuf + Tile64KeyOff(r, ch), src, valid);
     }
   } else {
     assembled::LoadTileAsync(qbuf, kTile, g.rows, kChunks, q_row_ptr, tid, kThreads);
@@ -1057,7 +1051,7 @@ __global__ void SlExp2InversionsKernel(unsigned long long* count) {
 // CountSampledLinesTileMismatches: per CTA one tile of 64 query rows x 64 keys of pseudo-random
 // values (magnitudes and signs varied per tile: scales 2^-8 .. 2^8, heavy outliers, zeros, runs
 // of equal values, mixed-sign sums that cancel), its products by TileLogits (mma.sync, from the
-// swizzled tiles of the passes with kWg false) and by TileLogitsWg (wgmma, SlKeyOff's layout),
+// swizzled tiles of the passes with kWg false) and by TileLogitsWg (wgmma, Tile64KeyOff's layout),
 // compared bit for bit (two NaNs count as equal: every NaN is treated alike downstream).
 __device__ __forceinline__ uint32_t SlHash(uint64_t x) {
   x ^= x >> 33;
@@ -1103,7 +1097,8 @@ __global__ void __launch_bounds__(kThreads)
   const uint32_t sbuf = (sraw + 1023u) & ~1023u;
   unsigned char* base = smem + (sbuf - sraw);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  // Q (swizzled as the passes' Q tile), K as the mma.sync passes hold it, K in SlKeyOff's layout.
+  // Q (swizzled as the passes' Q tile), K as the mma.sync passes hold it, K in Tile64KeyOff's
+  // layout.
   for (int i = tid; i < kTile * kD; i += kThreads) {
     const int r = i / kD, c = i - r * kD;
     const unsigned short q = SlTestBits<T>(SlTestValue(seed, blockIdx.x, 0, r, c));
@@ -1111,11 +1106,11 @@ __global__ void __launch_bounds__(kThreads)
     *reinterpret_cast<unsigned short*>(base + assembled::TileElemOff(r, c, kChunks)) = q;
     *reinterpret_cast<unsigned short*>(base + kTileBytes + assembled::TileElemOff(r, c, kChunks)) =
         k;
-    *reinterpret_cast<unsigned short*>(base + 2 * kTileBytes + SlKeyOff(r, c >> 3) + (c & 7) * 2) =
-        k;
-    // Q in SlKeyOff's layout too: pass 3's SS form (TileLogitsWgIssueSs).
-    *reinterpret_cast<unsigned short*>(base + 3 * kTileBytes + SlKeyOff(r, c >> 3) + (c & 7) * 2) =
-        q;
+    *reinterpret_cast<unsigned short*>(base + 2 * kTileBytes + Tile64KeyOff(r, c >> 3) +
+                                       (c & 7) * 2) = k;
+    // Q in Tile64KeyOff's layout too: pass 3's SS form (TileLogitsWgIssueSs).
+    *reinterpret_cast<unsigned short*>(base + 3 * kTileBytes + Tile64KeyOff(r, c >> 3) +
+                                       (c & 7) * 2) = q;
   }
   SlFenceProxyAsync();
   __syncthreads();

@@ -28,8 +28,7 @@ template <typename T>
 struct Tile64Wgmma;
 template <>
 struct Tile64Wgmma<__nv_bfloat16> {
-  static __device__ __forceinline__ void SS(float (&d)[8][4], uint64_t a, uint64_t b,
-                                            int scale_d) {
+  static __device__ __forceinline__ void SS(float (&d)[8][4], uint64_t a, uint64_t b, int scale_d) {
     detail::WgmmaSS_N64_bf16(&d[0][0], a, b, scale_d);
   }
   static __device__ __forceinline__ void RS(float (&d)[8][4], const uint32_t (&a)[4], uint64_t b,
@@ -39,8 +38,7 @@ struct Tile64Wgmma<__nv_bfloat16> {
 };
 template <>
 struct Tile64Wgmma<__half> {
-  static __device__ __forceinline__ void SS(float (&d)[8][4], uint64_t a, uint64_t b,
-                                            int scale_d) {
+  static __device__ __forceinline__ void SS(float (&d)[8][4], uint64_t a, uint64_t b, int scale_d) {
     detail::WgmmaSS_N64_f16(&d[0][0], a, b, scale_d);
   }
   static __device__ __forceinline__ void RS(float (&d)[8][4], const uint32_t (&a)[4], uint64_t b,
@@ -64,6 +62,37 @@ __device__ __forceinline__ void Tile64Wait(float (&acc)[8][4]) {
 #endif
 }
 
+// Byte offset of 16-byte chunk `ch` of key row `r` in a 64-key tile of that layout: [kD / 64
+// sub-tiles][64 keys][128 bytes], the chunk index XOR key % 8.
+__device__ __forceinline__ uint32_t Tile64KeyOff(int r, int ch) {
+  return static_cast<uint32_t>((ch >> 3) * (64 * 128) + r * 128 + (((ch & 7) ^ (r & 7)) * 16));
+}
+
+// The products of a warpgroup's 64 rows (Q fragments `qf`, the mma.sync A layout) against the
+// key tile at shared address `ks` (Tile64KeyOff layout, 1024-byte aligned): issue, commit, wait.
+// Every thread of the warpgroup calls it. The first k step does not add the accumulators
+// (scale-d 0; no zeroing instructions): mma.sync adds its first products to +0, so a sum of
+// products that is -0 here is +0 there (each caller says why its index cannot tell them apart).
+// The descriptor of k step kk is the tile's plus the step's byte offset / 16 (in the address
+// field: tile + offset stays below 2^18).
+template <typename T, int kD>
+__device__ __forceinline__ void Tile64ProductsRs(const uint32_t (&qf)[kD / 16][4], uint32_t ks,
+                                                 float (&acc)[8][4]) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  const uint64_t desc0 = Tile64SmemDesc(ks);
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+  for (int kk = 0; kk < kD / 16; ++kk) {
+    Tile64Wgmma<T>::RS(acc, qf[kk], desc0 + (((kk >> 2) * (64 * 128) + (kk & 3) * 32) >> 4),
+                       kk > 0 ? 1 : 0);
+  }
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+  Tile64Wait(acc);
+#else
+  __trap();
+#endif
+}
+
 // Saap's classifier (session 29): m64n128k16 with A from registers (the mma.sync A fragment
 // layout) and B a 128-row K-major tile in the layout above (16 groups of 8 rows, 1024 bytes
 // apart) read by descriptor; the 64 accumulators as two n64 halves, d[h][nt][e] = column
@@ -72,15 +101,15 @@ template <typename T>
 struct Tile64WgmmaN128;
 template <>
 struct Tile64WgmmaN128<__nv_bfloat16> {
-  static __device__ __forceinline__ void RS(float (&d)[2][8][4], const uint32_t (&a)[4],
-                                            uint64_t b, int scale_d) {
+  static __device__ __forceinline__ void RS(float (&d)[2][8][4], const uint32_t (&a)[4], uint64_t b,
+                                            int scale_d) {
     detail::WgmmaRSK_N128_bf16(&d[0][0][0], a, b, scale_d);
   }
 };
 template <>
 struct Tile64WgmmaN128<__half> {
-  static __device__ __forceinline__ void RS(float (&d)[2][8][4], const uint32_t (&a)[4],
-                                            uint64_t b, int scale_d) {
+  static __device__ __forceinline__ void RS(float (&d)[2][8][4], const uint32_t (&a)[4], uint64_t b,
+                                            int scale_d) {
     detail::WgmmaRSK_N128_f16(&d[0][0][0], a, b, scale_d);
   }
 };
