@@ -669,16 +669,7 @@ AnKnobs& AnchorKnobs() {
   return knobs;
 }
 
-bool AnchorUsesWgmma() {
-  if (!AnchorKnobs().wgmma) return false;
-  int dev = 0, major = 0, minor = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) return false;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
-    return false;
-  }
-  return major == 9 && minor == 0;
-}
+bool AnchorUsesWgmma() { return AnchorKnobs().wgmma && CurrentDeviceIsSm90(); }
 
 cudaError_t LaunchAnchorSelect(const AnArgs& a, cudaStream_t stream) {
   using namespace assembled;

@@ -982,16 +982,12 @@ SaapKnobsT& SaapKnobs() {
 }
 
 bool SaapClassifierUsesWgmma(int smem_bytes) {
-  if (!SaapKnobs().cls_wgmma) return false;
-  int dev = 0, major = 0, minor = 0, smem_max = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) return false;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) !=
-          cudaSuccess) {
-    return false;
-  }
-  return major == 9 && minor == 0 && smem_bytes <= smem_max;
+  if (!SaapKnobs().cls_wgmma || !CurrentDeviceIsSm90()) return false;
+  int dev = 0, smem_max = 0;
+  return cudaGetDevice(&dev) == cudaSuccess &&
+         cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) ==
+             cudaSuccess &&
+         smem_bytes <= smem_max;
 }
 
 int SaapClassifySmemBytes(int head_dim, int num_layers, int hidden_pad, int c_pad) {

@@ -878,13 +878,7 @@ struct SaSrc {
 // SPATTN_SA_WGMMA=0 (read at each build): mma.sync, main's pass until session 31.
 bool SaUsesWgmma() {
   if (const char* e = std::getenv("SPATTN_SA_WGMMA"); e != nullptr && e[0] == '0') return false;
-  int dev = 0, major = 0, minor = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) return false;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
-    return false;
-  }
-  return major == 9 && minor == 0;
+  return CurrentDeviceIsSm90();
 }
 
 template <typename T, int kD>

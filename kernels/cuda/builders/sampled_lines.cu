@@ -1281,16 +1281,7 @@ cudaError_t LaunchPassAs(const SlArgs& a, cudaStream_t stream, int* ctas = nullp
 
 // The wgmma instances (SlKnobs::wgmma, default) on a compute capability 9.0 device, whose sm_90a
 // image has them; elsewhere main's mma.sync instances.
-bool SlDeviceIsSm90() {
-  int dev = 0, major = 0, minor = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) return false;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
-    return false;
-  }
-  return major == 9 && minor == 0;
-}
-bool SlUseWgmma() { return SampledLinesKnobs().wgmma && SlDeviceIsSm90(); }
+bool SlUseWgmma() { return SampledLinesKnobs().wgmma && CurrentDeviceIsSm90(); }
 
 template <typename T, int kD, int kPass, bool kCensus>
 cudaError_t LaunchPass(const SlArgs& a, cudaStream_t stream, int* ctas = nullptr) {
@@ -1761,7 +1752,7 @@ cudaError_t CheckTiles(int tiles, uint64_t seed, unsigned long long* d) {
 cudaError_t CountSampledLinesTileMismatches(int head_dim, bool bf16, int tiles, uint64_t seed,
                                             unsigned long long* mismatches,
                                             unsigned long long* compared) {
-  if (!SlDeviceIsSm90()) return cudaErrorNotSupported;
+  if (!CurrentDeviceIsSm90()) return cudaErrorNotSupported;
   if ((head_dim != 64 && head_dim != 128) || tiles < 1) return cudaErrorInvalidValue;
   unsigned long long* d = nullptr;
   cudaError_t err = cudaMalloc(&d, 2 * sizeof(*d));

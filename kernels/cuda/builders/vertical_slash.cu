@@ -1014,25 +1014,7 @@ __global__ void __launch_bounds__(kSelectThreads)
       __syncthreads();
       t_rem = static_cast<double>(p.gamma) * total_s;
     }
-    if (tid < 32) {
-      const MassBin mb = WarpFindMassBin(sm.hist, sm.mass, t_rem);
-      if (tid == 0) {
-        sm.total = mb.total;
-        sm.bin = mb.bin;
-        sm.bin_count = mb.bin_count;
-        sm.count_above = mb.count_above;
-        sm.mass_above = mb.mass_above;
-        if (shift == 56 && mb.total == 0) {
-          sm.all = 1;  // nothing eligible
-        } else if (t_rem <= 0) {
-          sm.all = 2;  // target already met: one element
-        } else if (!mb.found) {
-          sm.all = 3;  // falls short: the whole group
-        } else {
-          sm.all = 0;
-        }
-      }
-    }
+    MassBinPublish(sm, shift, t_rem);
     __syncthreads();
     const int all = sm.all, bin = sm.bin, bin_count = sm.bin_count, total = sm.total;
     const int c_above = sm.count_above;
@@ -1299,13 +1281,7 @@ bool EstFused() {
 }
 
 int EstWgPasses() {
-  static const bool sm90 = [] {
-    int dev = 0, major = 0, minor = 0;
-    return cudaGetDevice(&dev) == cudaSuccess &&
-           cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-           cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess &&
-           major == 9 && minor == 0;
-  }();
+  static const bool sm90 = CurrentDeviceIsSm90();
   return sm90 ? (EstimateKnobs().wg_passes & 7) : 0;
 }
 

@@ -261,6 +261,34 @@ __device__ __forceinline__ MassBin WarpFindMassBin(const int* hist, const double
   return r;
 }
 
+// One digit of a mass walk (CtaMassCount, vertical_slash's SelectFlexLinesKernel) once its
+// histogram (sm.hist, sm.mass) is complete: warp 0 finds the bin where the remaining target
+// t_rem falls (WarpFindMassBin) and publishes it, with the case in sm.all: 1 nothing eligible
+// (first digit), 2 target already met (one element), 3 falls short (the whole group), 0 found.
+// Every thread calls it; the caller's barrier after it publishes the fields.
+__device__ __forceinline__ void MassBinPublish(RadixSmem& sm, int shift, double t_rem) {
+  const int tid = threadIdx.x;
+  if (tid < 32) {
+    const MassBin mb = WarpFindMassBin(sm.hist, sm.mass, t_rem);
+    if (tid == 0) {
+      sm.total = mb.total;
+      sm.bin = mb.bin;
+      sm.bin_count = mb.bin_count;
+      sm.count_above = mb.count_above;
+      sm.mass_above = mb.mass_above;
+      if (shift == 56 && mb.total == 0) {
+        sm.all = 1;  // nothing eligible
+      } else if (t_rem <= 0) {
+        sm.all = 2;  // target already met: one element
+      } else if (!mb.found) {
+        sm.all = 3;  // falls short: the whole group
+      } else {
+        sm.all = 0;
+      }
+    }
+  }
+}
+
 // The length of the shortest prefix, in (key desc, index asc) order of the eligible elements,
 // whose masses (> 0 only) sum to >= target; all eligible elements when they fall short; 1 when
 // target <= 0 (estimate.cc's CumulativeCount). key_mass(i, &key, &mass) returns eligibility.
@@ -285,25 +313,7 @@ __device__ int CtaMassCount(int n, double target, KeyMassFn key_mass, RadixSmem&
       WarpHistMassAdd(sm.hist, sm.mass, in ? static_cast<int>((key >> shift) & 255) : -1, m);
     }
     __syncthreads();
-    if (tid < 32) {
-      const MassBin mb = WarpFindMassBin(sm.hist, sm.mass, t_rem);
-      if (tid == 0) {
-        sm.total = mb.total;
-        sm.bin = mb.bin;
-        sm.bin_count = mb.bin_count;
-        sm.count_above = mb.count_above;
-        sm.mass_above = mb.mass_above;
-        if (shift == 56 && mb.total == 0) {
-          sm.all = 1;  // nothing eligible
-        } else if (t_rem <= 0) {
-          sm.all = 2;  // target already met: one element
-        } else if (!mb.found) {
-          sm.all = 3;  // falls short: the whole group
-        } else {
-          sm.all = 0;
-        }
-      }
-    }
+    MassBinPublish(sm, shift, t_rem);
     __syncthreads();
     const int all = sm.all, bin = sm.bin, bin_count = sm.bin_count, total = sm.total;
     const int c_above = sm.count_above;

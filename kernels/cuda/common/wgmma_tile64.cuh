@@ -1,12 +1,14 @@
 // The wgmma the index builders run on 64-key tiles (sampled_lines' passes, vertical_slash's
 // estimate, anchor's pass): m64n64k16, f32 accumulators in the mma.sync C layout ([n-tile][4]),
 // tiles in shared memory in the 128-byte swizzle, K-major, 8-row core-matrix groups 1024 bytes
-// apart. Device code for sm_90a images only: callers keep it behind their sm_90a guards.
+// apart. Device code for sm_90a images only: callers keep it behind their sm_90a guards
+// (CurrentDeviceIsSm90, the host's check for those images, aside).
 #ifndef SPATTN_KERNELS_CUDA_COMMON_WGMMA_TILE64_CUH_
 #define SPATTN_KERNELS_CUDA_COMMON_WGMMA_TILE64_CUH_
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
 
 #include <cstdint>
 
@@ -14,6 +16,16 @@
 
 namespace spattn {
 namespace cuda {
+
+// Host: whether the current device is compute capability 9.0, whose sm_90a image holds the
+// builders' wgmma instances (elsewhere they run their mma.sync instances).
+inline bool CurrentDeviceIsSm90() {
+  int dev = 0, major = 0, minor = 0;
+  return cudaGetDevice(&dev) == cudaSuccess &&
+         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess &&
+         major == 9 && minor == 0;
+}
 
 // The matrix descriptor of a tile at shared address `addr` in that layout (the leading offset is
 // unused for it).
