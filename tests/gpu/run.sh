@@ -34,6 +34,8 @@ SPATTN_HOPPER_PACK_TAILS=1 timeout 90 bin/attention_cuda_test \
 note "attention_cuda_test PACK_TAILS=1 rc=$? $(grep -hE '^\[  (PASSED|FAILED) ' "$LOGS/test_pack_tails1.log" | tr '\n' ' ')"
 timeout 60 bin/cuda_ipc_test > "$LOGS/test_cuda_ipc_test.log" 2>&1
 note "cuda_ipc_test rc=$? $(grep -hE '^\[  (PASSED|FAILED) ' "$LOGS/test_cuda_ipc_test.log" | tr '\n' ' ')"
+# The test logs now, so they come back even if the benchmarks run out of the call's time.
+tar -czf "$OUT/test_logs.tar.gz" -C "$LOGS" .
 
 # cuDNN / flash SDPA first, so the comparison is there even if the benchmarks run out of time.
 timeout 60 python3 sdpa_reference.py --seq_lens 32768,131072 > "$OUT/sdpa.jsonl" 2>> "$OUT/bench.err"
@@ -91,7 +93,6 @@ for len in 32768 131072; do
   done
 done
 
-tar -czf "$OUT/test_logs.tar.gz" -C "$LOGS" .
 echo "=== failures"
 grep -hE "^\[  FAILED|Failure" "$LOGS"/test_*.log | head -20
 echo "=== sdpa"
