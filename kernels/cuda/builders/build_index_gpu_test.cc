@@ -19,6 +19,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -438,6 +439,27 @@ void ExpectAgreement(HostProblem& hp, CudaAttentionEngine& engine, const MethodC
                                                                         << a.first_difference;
   EXPECT_NEAR(a.gpu_recall, a.cpu_recall, recall_tol) << what;
   EXPECT_NEAR(a.gpu_density, a.cpu_density, density_tol) << what;
+}
+
+// Builds `config` after `set_a()` and again after `set_b()` (each build released before the
+// next) and expects the same index, offsets included; the first build in `*a_out` if given.
+// False on a fatal failure (the caller restores whatever the setters changed).
+template <class SetA, class SetB>
+bool ExpectSameIndexEitherWay(CudaAttentionEngine& engine, const HostProblem& hp, DeviceProblem& dp,
+                              const MethodConfig& config, const std::vector<int>& heads,
+                              int block_m, const std::string& what, SetA set_a, SetB set_b,
+                              SparseIndex* a_out = nullptr) {
+  SparseIndex ia, ib;
+  set_a();
+  BuildOnGpu(engine, hp, dp, config, heads, block_m, nullptr, what, &ia);
+  engine.ReleaseIndexes();
+  set_b();
+  BuildOnGpu(engine, hp, dp, config, heads, block_m, nullptr, what, &ib);
+  engine.ReleaseIndexes();
+  if (::testing::Test::HasFatalFailure()) return false;
+  ExpectSameIndex(ia, ib, what, /*with_offsets=*/true);
+  if (a_out != nullptr) *a_out = std::move(ia);
+  return true;
 }
 
 // The tests' LLM-like prompt: llm_mix, 16K queries, 8 q / 2 kv heads, d = 128, bf16.
@@ -930,17 +952,15 @@ int ExpectSlKnobsBuildTheSameIndex(uint64_t seed, SetA a, SetB b) {
           const std::string what =
               absl::StrCat(config.DebugString(), " block_m=", block_m, " split_tiles=", split, " ",
                            Describe(hp->problem()));
-          SparseIndex with_a, with_b;
-          knobs.split_tiles = split;
-          a(knobs);
-          BuildOnGpu(*engine, *hp, **dp, config, AllHeads(sh.hq), block_m, nullptr, what, &with_a);
-          engine->ReleaseIndexes();
-          b(knobs);
-          BuildOnGpu(*engine, *hp, **dp, config, AllHeads(sh.hq), block_m, nullptr, what, &with_b);
-          engine->ReleaseIndexes();
+          const bool ok = ExpectSameIndexEitherWay(
+              *engine, *hp, **dp, config, AllHeads(sh.hq), block_m, what,
+              [&] {
+                knobs.split_tiles = split;
+                a(knobs);
+              },
+              [&] { b(knobs); });
           knobs = saved;
-          if (::testing::Test::HasFatalFailure()) return compared;
-          ExpectSameIndex(with_a, with_b, what, /*with_offsets=*/true);
+          if (!ok) return compared;
           ++compared;
         }
       }
@@ -1521,20 +1541,19 @@ int64_t ExpectEstKnobsBuildTheSameIndex(uint64_t seed0, SetA a, SetB b) {
   int64_t compared = 0;
   auto both = [&](const HostProblem& hp, DeviceProblem& dp, const MethodConfig& config,
                   const std::vector<int>& heads, int block_m, bool exact, const std::string& what) {
-    SparseIndex ia, ib;
-    knobs.exact_exp = exact;
-    a(knobs);
-    BuildOnGpu(*engine, hp, dp, config, heads, block_m, nullptr, what, &ia);
-    engine->ReleaseIndexes();
+    const bool ok = ExpectSameIndexEitherWay(
+        *engine, hp, dp, config, heads, block_m, what,
+        [&] {
+          knobs.exact_exp = exact;
+          a(knobs);
+        },
+        [&] {
+          knobs = saved;
+          knobs.exact_exp = exact;
+          b(knobs);
+        });
     knobs = saved;
-    knobs.exact_exp = exact;
-    b(knobs);
-    BuildOnGpu(*engine, hp, dp, config, heads, block_m, nullptr, what, &ib);
-    engine->ReleaseIndexes();
-    knobs = saved;
-    if (::testing::Test::HasFatalFailure()) return;
-    ExpectSameIndex(ia, ib, what, /*with_offsets=*/true);
-    ++compared;
+    if (ok) ++compared;
   };
   for (Method m : {Method::kVerticalSlash, Method::kFlexPrefill}) {
     const MethodCases mc = CasesFor(m);
@@ -1762,18 +1781,17 @@ TEST(BuildIndexOnGpuSampledLinesTest, BucketLoadsBuildMainsIndex) {
           const std::string what =
               absl::StrCat(is_long ? "200K keys " : "llm_mix 16K ", config.DebugString(),
                            " block_m=", block_m, " bucket=", bucket);
-          SparseIndex ref, got;
+          SparseIndex ref;
+          const bool ok = ExpectSameIndexEitherWay(
+              *engine, *hp, **dp, config, heads, block_m, what,
+              [&] {
+                k = saved;
+                k.asm_bucket = bucket;
+                k.bucket_loads = 1;
+              },
+              [&] { k.bucket_loads = 8; }, &ref);
           k = saved;
-          k.asm_bucket = bucket;
-          k.bucket_loads = 1;
-          BuildOnGpu(*engine, *hp, **dp, config, heads, block_m, nullptr, what, &ref);
-          engine->ReleaseIndexes();
-          k.bucket_loads = 8;
-          BuildOnGpu(*engine, *hp, **dp, config, heads, block_m, nullptr, what, &got);
-          engine->ReleaseIndexes();
-          k = saved;
-          if (::testing::Test::HasFatalFailure()) return;
-          ExpectSameIndex(got, ref, what, /*with_offsets=*/true);
+          if (!ok) return;
           EXPECT_FALSE(ref.col_idx.empty()) << what;
           ++compared;
         }
