@@ -1803,35 +1803,5 @@ TEST(BuildIndexOnGpuSampledLinesTest, BucketLoadsBuildMainsIndex) {
 #endif
 }
 
-// ---- s32-slhist ----
-// Pass 2's 4-CTA instances of session 32 (SlKnobs::hist: 1 one branch per n-tile, 2 no branch,
-// every histogram add predicated; 4 two key buffers, one barrier per tile; 6 both) build main's
-// index (hist 0 with pass 2 at 5 CTAs, main's default) bit for bit, offsets included, on every
-// shape, first / last twin config, block_m 64 and 128, groups whole and split into single tiles
-// (split items add their bins into the global histograms). Off compute capability 9.0 every
-// setting runs mma.sync (the same launch): the test then checks only that the knob changes
-// nothing.
-TEST(BuildIndexOnGpuSampledLinesTest, HistUpdateFormsAndTwoKeyBuffersBuildTheSameIndex) {
-  SKIP_WITHOUT_GPU();
-#ifndef SPATTN_SL_KNOBS
-  GTEST_SKIP() << "the GPU sampled_lines builder exists only in CUDA builds";
-#else
-  int compared = 0;
-  for (int hist : {1, 2, 4, 6}) {
-    compared += ExpectSlKnobsBuildTheSameIndex(
-        3200 + hist,
-        [hist](cuda::SlKnobs& k) {
-          k.hist = hist;
-          k.ctas2 = 4;
-        },
-        [](cuda::SlKnobs& k) {
-          k.hist = 0;
-          k.ctas2 = 5;
-        });
-  }
-  EXPECT_GT(compared, 0);
-#endif
-}
-
 }  // namespace
 }  // namespace spattn

@@ -49,19 +49,16 @@ constexpr int kFixedKeyShift = 31 * 8;  // bin key (fp32 bits >> 20) of m * kFix
 struct SlSmem {
   int64_t tile, hm, total;
 };
-// Key buffers of pass `pass` (pass 2's kHist instance, SlKnobs::hist: 2 with kSlHistBufs2).
-constexpr int kSlHistBufs2 = 4;
-__host__ __device__ inline constexpr int PassBuffers(int pass, int hist = 0) {
-  return pass == 2 ? ((hist & kSlHistBufs2) ? 2 : 1) : 2;
-}
+// Key buffers of pass `pass`.
+__host__ __device__ inline constexpr int PassBuffers(int pass) { return pass == 2 ? 1 : 2; }
 // kWg: the key tiles in wgmma's 128-byte swizzle layout (Tile64KeyOff), whose descriptors need a
 // 1024-byte aligned base: 1024 bytes more to align it (tile sizes are multiples of 1024).
 // Pass 2's histograms: `hist_blocks` (SlArgs::hist_blocks, the build's largest group) x kSlBins.
 __host__ __device__ inline SlSmem Layout(int head_dim, int pass, bool wg = false,
-                                         int hist_blocks = kSlGroupBlocks, int hist = 0) {
+                                         int hist_blocks = kSlGroupBlocks) {
   SlSmem l;
   l.tile = static_cast<int64_t>(kTile) * head_dim * 2;
-  l.hm = PassBuffers(pass, hist) * l.tile;
+  l.hm = PassBuffers(pass) * l.tile;
   l.total = pass == 2 ? l.hm + static_cast<int64_t>(hist_blocks) * kSlBins * 4 : l.hm;
   if (wg) l.total += 1024;
   return l;
@@ -143,20 +140,6 @@ __device__ __forceinline__ void SlFenceProxyAsync() {
 #if SPATTN_SL_SM90A
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 #endif
-}
-
-// Pass 2's histogram update without a branch (SlKnobs::hist's update forms 1 and 2): where t >=
-// t_min (NaN fails), the fixed-point mass RN(t) added to the 32-bit bin at shared address row + 4
-// (bits(t) >> 20); the compare, the conversion and the add under one predicate. The same adds as
-// main's `if (t >= t_min) atomicAdd(hm + (bits(t) >> 20) + slot_base, RN(t))` (row = the shared
-// address of hm[slot_base]; integer adds, in any order the same bins).
-__device__ __forceinline__ void SlHistAddIfGe(float t, float t_min, uint32_t row) {
-  asm volatile(
-      "{\n .reg .pred p;\n .reg .u32 a, v;\n setp.ge.f32 p, %0, %1;\n mov.b32 a, %0;\n"
-      " shr.u32 a, a, 20;\n shl.b32 a, a, 2;\n add.u32 a, a, %2;\n"
-      " @p cvt.rni.u32.f32 v, %0;\n @p red.shared.add.u32 [a], v;\n}\n" ::"f"(t),
-      "f"(t_min), "r"(row)
-      : "memory");
 }
 
 // TileLogits by wgmma for the key tile at `ks` (Tile64KeyOff layout, 1024-byte aligned). Every
@@ -367,24 +350,18 @@ __device__ unsigned long long g_sl_census[4];  // pass 2 tiles, skipped; pass 3 
 // mma.sync path of kWg false), the key tiles in its layout at a 1024-byte aligned base.
 // kMinCtas: the CTAs per SM the registers are capped for (__launch_bounds__): 4 (128 registers),
 // or 5 (96; the wgmma instances of passes 1 and 2, SlKnobs::ctas1 / ctas2).
-// kHist (pass 2's 4-CTA wgmma instances, SlKnobs::hist; session 32): bits 0-1 the histogram
-// update form (0: main's branch per entry; 1: one branch per n-tile, its 4 adds predicated; 2: no
-// branch, every add predicated), bit 2 (kSlHistBufs2) two key buffers (tile t + 1 loaded right
-// after tile t's barrier, as passes 1 and 3: one barrier per tile instead of two). The same bins.
-template <typename T, int kD, int kPass, bool kCensus = false, bool kWg = false, int kMinCtas = 4,
-          int kHist = 0>
+template <typename T, int kD, int kPass, bool kCensus = false, bool kWg = false, int kMinCtas = 4>
 __global__ void __launch_bounds__(kThreads, kMinCtas) SlPassKernel(SlArgs a) {
   extern __shared__ __align__(128) unsigned char smem[];
   constexpr bool kUseWg = kWg && SPATTN_SL_SM90A;
-  constexpr int kBufs = PassBuffers(kPass, kHist);
-  constexpr int kUpd = kPass == 2 ? (kHist & 3) : 0;
+  constexpr int kBufs = PassBuffers(kPass);
   // Pass 3's 5-CTA instance (96 registers; SlKnobs::ctas3): the Q tile stays in buffer 1 in the
   // wgmma layout and the products read it there (SS form; its 32 fragment registers would not
   // fit), the key tiles take turns in buffer 0 alone, each loaded once every warp has the previous
   // one's products (as pass 2): the same shared memory, 33 KB.
   constexpr bool kSsQ = kUseWg && kPass == 3 && kMinCtas >= 5;
   constexpr int kKeyBufs = kSsQ ? 1 : kBufs;
-  const SlSmem lay = Layout(kD, kPass, kWg, a.hist_blocks, kHist);
+  const SlSmem lay = Layout(kD, kPass, kWg, a.hist_blocks);
   constexpr int kChunks = kD / 8;  // 16-byte chunks per tile row
   const uint32_t sraw = detail::SmemAddr(smem);
   const uint32_t sbuf = kWg ? (sraw + 1023u) & ~1023u : sraw;
@@ -539,7 +516,6 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) SlPassKernel(SlArgs a) {
   // t_min (bin key >= cut, and RN(t) > 0, i.e. t > 1/2); its slot is (bits(t) >> 20) + slot_base.
   float w2[2] = {0.f, 0.f}, t_min[2] = {CUDART_INF_F, CUDART_INF_F};
   int slot_base[2] = {0, 0};
-  uint32_t hm_row[2] = {0u, 0u};  // kUpd > 0: the shared address of hm[slot_base[h]] (mod 2^32)
   // Pass 2 skips a warp's tile when none of its raw products q . k reaches its row's x_cut, the
   // smallest float whose entry counts (t >= t_min as a function of q . k is monotone, as pass 3's
   // keep test, below): such a tile adds nothing to the histograms. Off with hist_exact.
@@ -574,7 +550,6 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) SlPassKernel(SlArgs a) {
           __uint_as_float(0x3f000001u),  // the float after 1/2
           __uint_as_float(static_cast<unsigned>(cut[h] + kSlBinFloor + kFixedKeyShift) << 20));
       slot_base[h] = blk[h] * kSlBins - kSlBinFloor - kFixedKeyShift;
-      hm_row[h] = detail::SmemAddr(hm) + static_cast<uint32_t>(slot_base[h]) * 4u;
       // The count test of the masked path below as a function of x = q . k (the plain path's t
       // is the same for every non-NaN x there, and NaN counts in neither).
       if (hist_skip && rl[h] < g.rows && mx[h] != -CUDART_INF_F) {
@@ -858,37 +833,15 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) SlPassKernel(SlArgs a) {
           }
         }
       }
-      if constexpr (kUpd == 0) {
 #pragma unroll
-        for (int nt = 0; nt < 8; ++nt) {
+      for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int h = e >> 1;
-            if (tv[nt][e] >= t_min[h]) {
-              atomicAdd(hm + static_cast<int>(__float_as_uint(tv[nt][e]) >> 20) + slot_base[h],
-                        __float2uint_rn(tv[nt][e]));
-            }
+        for (int e = 0; e < 4; ++e) {
+          const int h = e >> 1;
+          if (tv[nt][e] >= t_min[h]) {
+            atomicAdd(hm + static_cast<int>(__float_as_uint(tv[nt][e]) >> 20) + slot_base[h],
+                      __float2uint_rn(tv[nt][e]));
           }
-        }
-      } else if constexpr (kUpd == 1) {
-        // One branch per n-tile (the lane's 4 entries), its adds predicated: main's BSSY / BRA /
-        // BSYNC per entry were 110 of the update region's 250 instructions per warp tile (ncu at
-        // 128K, session 31).
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt) {
-          if (tv[nt][0] >= t_min[0] || tv[nt][1] >= t_min[0] || tv[nt][2] >= t_min[1] ||
-              tv[nt][3] >= t_min[1]) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) SlHistAddIfGe(tv[nt][e], t_min[e >> 1], hm_row[e >> 1]);
-          }
-        }
-      } else {
-        // No branch: every warp that does not skip the tile runs the same instructions (the
-        // per-tile barrier waits only for the skips' and the masked tiles' differences).
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) SlHistAddIfGe(tv[nt][e], t_min[e >> 1], hm_row[e >> 1]);
         }
       }
       continue;
@@ -1292,44 +1245,37 @@ __global__ void SlClassifyKernel(SlArgs a) {
 
 // The CTAs per SM an instance keeps resident with the build's shared memory (after setting its
 // dynamic shared memory limit; resident null: only the limit).
-template <typename T, int kD, int kPass, bool kCensus, bool kWg, int kMinCtas, int kHist = 0>
+template <typename T, int kD, int kPass, bool kCensus, bool kWg, int kMinCtas>
 cudaError_t PassResident(const SlArgs& a, int* resident) {
-  const int64_t bytes = Layout(kD, kPass, kWg, a.hist_blocks, kHist).total;
+  const int64_t bytes = Layout(kD, kPass, kWg, a.hist_blocks).total;
   cudaError_t err =
-      cudaFuncSetAttribute(SlPassKernel<T, kD, kPass, kCensus, kWg, kMinCtas, kHist>,
+      cudaFuncSetAttribute(SlPassKernel<T, kD, kPass, kCensus, kWg, kMinCtas>,
                            cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
   if (err != cudaSuccess || resident == nullptr) return err;
   return cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      resident, SlPassKernel<T, kD, kPass, kCensus, kWg, kMinCtas, kHist>, kThreads, bytes);
+      resident, SlPassKernel<T, kD, kPass, kCensus, kWg, kMinCtas>, kThreads, bytes);
 }
 
 // The instance capped for kMinCtas > 4 CTAs per SM runs only where the shared memory lets that
 // many stay (pass 2: histograms of <= 21 blocks, e.g. 3 sampled rows per block); else the
 // 128-register instance. *ctas (if not null): the resident CTAs per SM of the one launched.
-// Pass 2's two-buffer kHist instances likewise only where 4 CTAs stay (else one buffer).
-template <typename T, int kD, int kPass, bool kCensus, bool kWg, int kMinCtas = 4, int kHist = 0>
+template <typename T, int kD, int kPass, bool kCensus, bool kWg, int kMinCtas = 4>
 cudaError_t LaunchPassAs(const SlArgs& a, cudaStream_t stream, int* ctas = nullptr) {
   // The occupancy query only where it decides something (the 4-CTA launch as main's).
-  constexpr bool kBufs2 = (kHist & kSlHistBufs2) != 0;
   int resident = 0;
-  cudaError_t err = PassResident<T, kD, kPass, kCensus, kWg, kMinCtas, kHist>(
-      a, kMinCtas > 4 || kBufs2 || ctas != nullptr ? &resident : nullptr);
+  cudaError_t err = PassResident<T, kD, kPass, kCensus, kWg, kMinCtas>(
+      a, kMinCtas > 4 || ctas != nullptr ? &resident : nullptr);
   if (err != cudaSuccess) return err;
   if constexpr (kMinCtas > 4) {
     if (resident < kMinCtas) return LaunchPassAs<T, kD, kPass, kCensus, kWg, 4>(a, stream, ctas);
-  }
-  if constexpr (kBufs2) {
-    if (resident < 4) {
-      return LaunchPassAs<T, kD, kPass, kCensus, kWg, 4, kHist & ~kSlHistBufs2>(a, stream, ctas);
-    }
   }
   if (ctas != nullptr) {
     *ctas = resident;
     return cudaSuccess;  // the query only (SampledLinesPassCtas)
   }
-  SlPassKernel<T, kD, kPass, kCensus, kWg, kMinCtas, kHist>
+  SlPassKernel<T, kD, kPass, kCensus, kWg, kMinCtas>
       <<<static_cast<unsigned>(a.num_items) * a.num_slots, kThreads,
-         Layout(kD, kPass, kWg, a.hist_blocks, kHist).total, stream>>>(a);
+         Layout(kD, kPass, kWg, a.hist_blocks).total, stream>>>(a);
   return cudaGetLastError();
 }
 
@@ -1344,26 +1290,8 @@ cudaError_t LaunchPass(const SlArgs& a, cudaStream_t stream, int* ctas = nullptr
   // Q read from shared memory: its RS form capped at 96 registers spilled 140 bytes and was 33 %
   // slower, NOTES.md "Session 27 — s27-slhist").
   const SlKnobs& k = SampledLinesKnobs();
-  // Pass 2 with SlKnobs::hist != 0: the 4-CTA instance of that form (ctas2 aside; other values
-  // than those below: main's 4-CTA instance).
-  if (kPass != 2 || k.hist == 0 || kCensus) {
-    if ((kPass == 1 ? k.ctas1 : (kPass == 2 ? k.ctas2 : k.ctas3)) == 5) {
-      return LaunchPassAs<T, kD, kPass, kCensus, true, 5>(a, stream, ctas);
-    }
-  }
-  if constexpr (kPass == 2 && !kCensus) {
-    switch (k.hist) {
-      case 1:
-        return LaunchPassAs<T, kD, kPass, kCensus, true, 4, 1>(a, stream, ctas);
-      case 2:
-        return LaunchPassAs<T, kD, kPass, kCensus, true, 4, 2>(a, stream, ctas);
-      case kSlHistBufs2:
-        return LaunchPassAs<T, kD, kPass, kCensus, true, 4, kSlHistBufs2>(a, stream, ctas);
-      case kSlHistBufs2 | 2:
-        return LaunchPassAs<T, kD, kPass, kCensus, true, 4, kSlHistBufs2 | 2>(a, stream, ctas);
-      default:
-        break;
-    }
+  if ((kPass == 1 ? k.ctas1 : (kPass == 2 ? k.ctas2 : k.ctas3)) == 5) {
+    return LaunchPassAs<T, kD, kPass, kCensus, true, 5>(a, stream, ctas);
   }
   return LaunchPassAs<T, kD, kPass, kCensus, true>(a, stream, ctas);
 }
@@ -1721,7 +1649,6 @@ SlKnobs& SampledLinesKnobs() {
     if (const char* c = std::getenv("SPATTN_SL_ASM_SPANS")) k.asm_spans = c[0] != '0';
     if (const char* c = std::getenv("SPATTN_SL_BUCKET_LOADS")) k.bucket_loads = std::atoi(c);
     if (const char* c = std::getenv("SPATTN_SL_WGMMA")) k.wgmma = c[0] != '0';
-    if (const char* c = std::getenv("SPATTN_SL_HIST")) k.hist = std::atoi(c);
     if (const char* c = std::getenv("SPATTN_SL_ORDER_BAND")) {  // "B1,B2,B3" (a missing value 0)
       k.order_band1 = std::atoi(c);
       const char* comma = std::strchr(c, ',');
@@ -1852,10 +1779,8 @@ cudaError_t SampledLinesPassCtas(int pass, int head_dim, bool bf16, int hist_blo
     return cudaErrorInvalidValue;
   }
   const SlKnobs& k = SampledLinesKnobs();
-  *capped_for = SlUseWgmma() && (pass != 2 || k.hist == 0) &&
-                        (pass == 1 ? k.ctas1 : (pass == 2 ? k.ctas2 : k.ctas3)) == 5
-                    ? 5
-                    : 4;
+  *capped_for =
+      SlUseWgmma() && (pass == 1 ? k.ctas1 : (pass == 2 ? k.ctas2 : k.ctas3)) == 5 ? 5 : 4;
   SlArgs a;
   a.p.head_dim = head_dim;
   a.p.dtype = bf16 ? DType::kBF16 : DType::kF16;

@@ -56,9 +56,7 @@ TEST(SampledLinesGpuTest, WgmmaProductsAreMmaSyncProducts) {
 // default the wgmma instances of passes 1 and 2 on a compute capability 9.0 device,
 // SPATTN_SL_CTAS=P1,P2) keeps >= 5 resident, pass 2's histograms sized by the build's largest group
 // (21 blocks at 3 sampled rows per block); where a group spans 32 blocks pass 2 at d 128 (33 KB of
-// histograms) falls back to its 128-register instance; those at d 128 keep 4. Pass 2 with
-// SPATTN_SL_HIST != 0 (session 32) runs its 128-register instance (two key buffers only where 4
-// CTAs stay, else one). Skips without a GPU.
+// histograms) falls back to its 128-register instance; those at d 128 keep 4. Skips without a GPU.
 TEST(SampledLinesGpuTest, PassesKeepTheirCtasPerSm) {
   std::string why;
   if (ListCudaDevices(&why).empty()) GTEST_SKIP() << "no CUDA device: " << why;
@@ -68,9 +66,7 @@ TEST(SampledLinesGpuTest, PassesKeepTheirCtasPerSm) {
   ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), cudaSuccess);
   ASSERT_EQ(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev), cudaSuccess);
   const bool defaults = std::getenv("SPATTN_SL_CTAS") == nullptr &&
-                        std::getenv("SPATTN_SL_WGMMA") == nullptr &&
-                        std::getenv("SPATTN_SL_HIST") == nullptr && major == 9 && minor == 0;
-  constexpr int kPass2Default = 5;  // pass 2's capped_for by default (SlKnobs::hist 0: ctas2)
+                        std::getenv("SPATTN_SL_WGMMA") == nullptr && major == 9 && minor == 0;
   for (int head_dim : {64, 128}) {
     for (bool bf16 : {true, false}) {
       for (int pass = 1; pass <= 3; ++pass) {
@@ -82,8 +78,8 @@ TEST(SampledLinesGpuTest, PassesKeepTheirCtasPerSm) {
           ASSERT_EQ(cuda::SampledLinesPassCtas(pass, head_dim, bf16, blocks, &ctas, &capped_for),
                     cudaSuccess)
               << at;
-          if (defaults) {  // pass 3's since session 28 (Q by the SS wgmma)
-            EXPECT_EQ(capped_for, pass == 2 ? kPass2Default : 5) << at;
+          if (defaults) {
+            EXPECT_EQ(capped_for, 5) << at;  // pass 3's since session 28 (Q by the SS wgmma)
           }
           if (capped_for == 5 && !(pass == 2 && head_dim == 128 && blocks == 32)) {
             EXPECT_GE(ctas, 5) << at;  // d 64's pass 1 (79 registers): 6

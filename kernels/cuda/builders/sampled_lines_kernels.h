@@ -182,12 +182,6 @@ struct SlKnobs {
   int ctas1 = 5;
   int ctas2 = 5;
   int ctas3 = 5;
-  // Session 32. SPATTN_SL_HIST=H: H != 0 runs pass 2's 4-CTA wgmma instance (128 registers,
-  // whatever ctas2 says) with H's histogram update form and key buffers (SlPassKernel's kHist):
-  // 1 one branch per n-tile, 2 no branch (every add predicated), 4 two key buffers (one barrier
-  // per tile), 6 both (4 + 2); another nonzero H main's 4-CTA instance. 0: pass 2 as ctas2 says,
-  // main's code. The same bins either way.
-  int hist = 0;
   // Session 30. SPATTN_SL_ORDER_BAND=B1,B2,B3 (a missing value 0): the launch order of passes 1-3
   // (SlArgs::order_band; >= the items: kv-head runs over the whole launch). The same index.
   // Pass 3 defaults to one band of every item: its CTAs of one kv head then stream the same key
