@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # s32-slhist device bundle (s31-sa's pack.sh): this tree's spattn-bench and GPU tests (`new`, bazel
 # -c opt --config=cuda) plus main b50f02c's spattn-bench (`base`, /work/main/bazel-bin copied to
-# $BASE), into the worktree's ignored .device/s32-slhist/ (carry [".device/s32-slhist"]), then on
-# the device: OUT=$OUT bash .device/s32-slhist/run.sh. spattn-bench-base is zstd'ed whole, the
+# $BASE), into the worktree's ignored .device/s32-slhist/; the run tool sends /work/main's checkout,
+# so copy it to /work/main/.device/s32-slhist/ (ignored; delete after) and carry
+# [".device/s32-slhist"], then on the device: OUT=$OUT bash .device/s32-slhist/run.sh. spattn-bench-base is zstd'ed whole, the
 # others as zstd --patch-from patches against it; the shared libraries the GPU machine lacks tarred.
 set -euo pipefail
 cd "$(dirname "$0")/../../../.."
