@@ -899,9 +899,14 @@ struct SaSrc {
 // row_assembly.cuh's span count kernel (AssembleSpansKernel<SaSrc, false>) with the row's record
 // made in the warp (SaSrc::Begin on lane 0 into the warp's shared slice, then written out for the
 // bitmap kernel and the fill launch: AssembleRecordsKernel's words) instead of by a launch
-// before it; the same span rows, keys, sort and walk, so the same counts.
+// before it; the same span rows, keys, sort and walk, so the same counts. With `kept` (else
+// null) it also keeps what the fill launch's span kernel would find again: each span row's
+// ranges as (start, end) pairs at kept + unit * 2 * kAsmSpanCap (a span row has at most
+// span_cap <= kAsmSpanCap spans, so as many ranges), written at their ranks as that kernel
+// writes them, and span_row[unit] = 1 (0 for the rows left to the bitmap kernel), for
+// SaSpanCopyKernel.
 __global__ void __launch_bounds__(row_assembly::kAsmSpanWarps * 32)
-    SaSpanCountKernel(SaSrc src, int num_units, AsmOut out) {
+    SaSpanCountKernel(SaSrc src, int num_units, AsmOut out, int32_t* kept, int32_t* span_row) {
   using row_assembly::AsmRec;
   using row_assembly::kAsmRecWords;
   using row_assembly::kAsmSpanCap;
@@ -924,10 +929,14 @@ __global__ void __launch_bounds__(row_assembly::kAsmSpanWarps * 32)
     const SaSrc::Shared& sh = rec.sh;
     uint32_t* const dst = out.rec + static_cast<int64_t>(unit) * kAsmRecWords;
     for (int i = lane; i < header_words + ctx.num_slots; i += 32) dst[i] = rw[i];
-    if (!row_assembly::AsmSpanRow(src, ctx, sh, out)) {
+    const bool span = row_assembly::AsmSpanRow(src, ctx, sh, out);
+    if (kept != nullptr && lane == 0) span_row[unit] = span ? 1 : 0;
+    if (!span) {
       if (lane == 0 && out.span_rest != nullptr) atomicAdd(out.span_rest, 1u);
       continue;
     }
+    int32_t* const pairs =
+        kept == nullptr ? nullptr : kept + static_cast<int64_t>(unit) * 2 * kAsmSpanCap;
     const int n = src.NumSpans(ctx, sh);
     const int64_t key_end = ctx.key_end;
     int np = 32;
@@ -976,15 +985,44 @@ __global__ void __launch_bounds__(row_assembly::kAsmSpanWarps * 32)
       }
       int prev = __shfl_up_sync(0xffffffffu, m, 1);  // the maximum end before this span
       if (lane == 0 || prev < run_end) prev = run_end;
-      ranges += __popc(__ballot_sync(0xffffffffu, valid && st > prev));
+      const bool starts = valid && st > prev;
+      const unsigned starts_mask = __ballot_sync(0xffffffffu, starts);
+      if (pairs != nullptr && starts) {
+        const int r = ranges + __popc(starts_mask & ((1u << lane) - 1u));
+        pairs[2 * r] = st;
+        if (r > 0) pairs[2 * r - 1] = prev;  // the range before ends at the running maximum
+      }
+      ranges += __popc(starts_mask);
       const int chunk_max = __shfl_sync(0xffffffffu, m, 31);
       if (chunk_max > run_end) run_end = chunk_max;
       if (__shfl_sync(0xffffffffu, v, 31) == ~0ull) break;  // the rest is padding
     }
+    if (pairs != nullptr && lane == 0 && ranges > 0) pairs[2 * ranges - 1] = run_end;
     for (int si = lane; si < ctx.num_slots; si += 32) {
       const int64_t row = static_cast<int64_t>(ctx.slots[si]) * out.num_blocks + ctx.block;
       out.count_ranges[row] = ranges;
       out.count_cols[row] = 0;
+    }
+  }
+}
+
+// The fill launch's span rows from the pairs SaSpanCountKernel kept, a warp a unit: starts and
+// lengths at the row's offset, coalesced (what AssembleSpansKernel<SaSrc, true> writes). A
+// sample_attention unit is one row of one slot (SaSrc::Begin: num_slots 1), row = unit.
+__global__ void __launch_bounds__(256)
+    SaSpanCopyKernel(int num_units, const int32_t* kept, const int32_t* span_row, AsmOut out) {
+  const int lane = threadIdx.x & 31;
+  const int stride = gridDim.x * (blockDim.x >> 5);
+  for (int unit = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); unit < num_units;
+       unit += stride) {
+    if (span_row[unit] == 0) continue;
+    const int64_t ro = out.off_ranges[unit];
+    const int ranges = static_cast<int>(out.off_ranges[unit + 1] - ro);
+    const int32_t* const pairs = kept + static_cast<int64_t>(unit) * 2 * row_assembly::kAsmSpanCap;
+    for (int r = lane; r < ranges; r += 32) {
+      const int2 p = reinterpret_cast<const int2*>(pairs)[r];
+      out.range_start[ro + r] = p.x;
+      out.range_len[ro + r] = p.y - p.x;
     }
   }
 }
@@ -1137,28 +1175,42 @@ cudaError_t LaunchSampleAttentionSelect(const SaArgs& a, cudaStream_t stream) {
   return cudaMemsetAsync(a.selected_n, 0, sizeof(int32_t) * 2 * a.num_units, stream);
 }
 
+namespace {
+// The span cap of both lean launches (LaunchAssemble's: SPATTN_ASM_SPAN_CAP lowers it).
+int SaSpanCap(const row_assembly::AsmOut& out) {
+  int cap = out.span_cap;
+  if (const char* e = std::getenv("SPATTN_ASM_SPAN_CAP"); e != nullptr && *e != '\0') {
+    const int c = std::atoi(e);
+    cap = c < 0 ? 0 : (c < cap ? c : cap);
+  }
+  return cap;
+}
+cudaError_t SaSms(int* sms) {
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  return cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, device);
+}
+}  // namespace
+
 cudaError_t LaunchSampleAttentionLeanCount(const SaAsmArgs& a, const AsmOut& out,
                                            int32_t* range_indptr, int32_t* col_indptr,
-                                           int64_t* totals, cudaStream_t stream) {
+                                           int64_t* totals, int32_t* kept, int32_t* span_row,
+                                           cudaStream_t stream) {
   using namespace assembled;
   const int num_units = a.num_slots * a.num_blocks;
   cudaError_t err = cudaSuccess;
   if (num_units > 0) {
     if (out.rec == nullptr || out.span_rest == nullptr) return cudaErrorInvalidValue;
-    int device = 0, sms = 0;
-    if ((err = cudaGetDevice(&device)) != cudaSuccess) return err;
-    err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-    if (err != cudaSuccess) return err;
+    if ((kept == nullptr) != (span_row == nullptr)) return cudaErrorInvalidValue;
+    int sms = 0;
+    if ((err = SaSms(&sms)) != cudaSuccess) return err;
     AsmOut o = out;
-    // SPATTN_ASM_SPAN_CAP as in LaunchAssemble (the fill launch lowers it the same way).
-    if (const char* e = std::getenv("SPATTN_ASM_SPAN_CAP"); e != nullptr && *e != '\0') {
-      const int cap = std::atoi(e);
-      o.span_cap = cap < 0 ? 0 : (cap < o.span_cap ? cap : o.span_cap);
-    }
+    o.span_cap = SaSpanCap(out);
     const int warps = row_assembly::kAsmSpanWarps;
     const int span_grid = std::min((num_units + warps - 1) / warps, sms * 16);
     SaSrc src{a};
-    SaSpanCountKernel<<<span_grid, warps * 32, 0, stream>>>(src, num_units, o);
+    SaSpanCountKernel<<<span_grid, warps * 32, 0, stream>>>(src, num_units, o, kept, span_row);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
     const int grid = std::min(num_units, sms * 8);
     row_assembly::AssembleKernel<SaSrc, false, true>
@@ -1169,6 +1221,34 @@ cudaError_t LaunchSampleAttentionLeanCount(const SaAsmArgs& a, const AsmOut& out
       reinterpret_cast<long long*>(out.count_ranges), reinterpret_cast<long long*>(out.count_cols),
       static_cast<int64_t>(num_units), range_indptr, col_indptr,
       reinterpret_cast<long long*>(totals));
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchSampleAttentionLeanFill(const SaAsmArgs& a, const AsmOut& out,
+                                          const int32_t* kept, const int32_t* span_row,
+                                          cudaStream_t stream) {
+  using namespace assembled;
+  if (kept == nullptr) return LaunchSampleAttentionAssemble(a, out, true, stream);
+  const int num_units = a.num_slots * a.num_blocks;
+  if (num_units <= 0) return cudaSuccess;
+  int sms = 0;
+  cudaError_t err = SaSms(&sms);
+  if (err != cudaSuccess) return err;
+  AsmOut o = out;
+  o.span_cap = SaSpanCap(out);
+  if (o.span_cap > 0) {
+    SaSpanCopyKernel<<<std::min((num_units + 7) / 8, sms * 8), 256, 0, stream>>>(num_units, kept,
+                                                                                 span_row, o);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+  }
+  // The rows left to the bitmap kernel, as LaunchAssemble's fill launch.
+  err = cudaFuncSetAttribute(row_assembly::AssembleKernel<SaSrc, true, true>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             row_assembly::kAsmStageBytes);
+  if (err != cudaSuccess) return err;
+  row_assembly::AssembleKernel<SaSrc, true, true>
+      <<<std::min(num_units, sms * 8), row_assembly::kAsmThreads, row_assembly::kAsmStageBytes,
+         stream>>>(SaSrc{a}, num_units, o);
   return cudaGetLastError();
 }
 
