@@ -5,7 +5,8 @@
 #     launches at span caps default / 4 / 0: every index array equal) and the earlier SA tests.
 #  2. spattn-bench sample_attention 32K base (main b50f02c) vs new, one process per cell,
 #     alternating, NP (no profile) and PROFILE (SPATTN_GPU_BUILDER_PROFILE=1); new with
-#     SPATTN_SA_LEAN=0 (PROFILE, same binary: main's launches); 128K NP base / new.
+#     SPATTN_SA_LEAN=0 (PROFILE, same binary: main's launches) and =1 (without the kept span
+#     ranges); 128K NP base / new.
 set -u
 cd "$(dirname "$0")"
 W=/tmp/s32sa && rm -rf "$W" && mkdir -p "$W/bin" && tar -xJf lib.tar.xz -C "$W"
@@ -47,6 +48,7 @@ bench newNP 32768 10 16 X=1
 bench base 32768 7 16 $P
 bench new 32768 7 16 $P
 bench newoff 32768 7 16 $P $OFF
+bench new1 32768 7 16 $P SPATTN_SA_LEAN=1
 bench newNP 32768 10 16 X=1
 bench baseNP 32768 10 16 X=1
 bench new 32768 7 16 $P
@@ -57,7 +59,7 @@ bench baseNP 131072 3 4 X=1
 bench newNP 131072 3 4 X=1
 python3 - "$OUT/raw" <<'PY' | tee "$OUT/shares.txt"
 import json, sys, os
-for v in ("base", "new", "newoff", "baseNP", "newNP"):
+for v in ("base", "new", "newoff", "new1", "baseNP", "newNP"):
     path = os.path.join(sys.argv[1], "bench_%s.jsonl" % v)
     if not os.path.exists(path): continue
     for line in open(path):
@@ -69,7 +71,7 @@ for v in ("base", "new", "newoff", "baseNP", "newNP"):
               (v, r["method"], r["seq_len"], b, k, 100 * b / (b + k), r["density"],
                r["recall"], r.get("index_ranges"), r.get("index_cols"), r.get("pairs")))
 PY
-python3 builder_stages.py $(for v in base new newoff; do [ -f "$OUT/raw/bench_$v.jsonl" ] && echo "$v=$OUT/raw/bench_$v"; done) > "$OUT/stages.txt" 2>&1
+python3 builder_stages.py $(for v in base new newoff new1; do [ -f "$OUT/raw/bench_$v.jsonl" ] && echo "$v=$OUT/raw/bench_$v"; done) > "$OUT/stages.txt" 2>&1
 cat "$OUT/stages.txt"
 (cd "$OUT" && tar -cJf raw.tar.xz raw && rm -rf raw)
 note done
