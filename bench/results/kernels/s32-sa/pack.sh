@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # s32-sa (s31-sa's pack.sh): packs (opt, CUDA) binaries for the device into $DEST =
-# <worktree>/.device/s32-sa (git-ignored); carry [".device/s32-sa"], run bash .device/s32-sa/run1.sh.
+# /work/main/.device/s32-sa (git-ignored; the device call runs in a copy of /work/main, not of
+# this worktree: a bundle in the worktree is not carried); carry [".device/s32-sa"], run bash .device/s32-sa/run1.sh.
 # $BASE = main b50f02c's spattn-bench (/work/main/bazel-bin, copied to /tmp/s32-sa/base, not
 # rebuilt). New = this tree's bazel-bin (built -c opt --config=cuda). spattn-bench-base is zstd'ed
 # whole, the others as zstd --patch-from patches against it.
 set -euo pipefail
 cd "$(dirname "$0")/../../../.."
-DEST=${DEST:-$PWD/.device/s32-sa}
+DEST=${DEST:-/work/main/.device/s32-sa}
 BASE=${BASE:-/tmp/s32-sa/base}
 NEW=(tests/bench/spattn-bench kernels/cuda/build_index_gpu_test)
 T=$(mktemp -d)
