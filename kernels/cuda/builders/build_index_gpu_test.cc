@@ -1803,5 +1803,32 @@ TEST(BuildIndexOnGpuSampledLinesTest, BucketLoadsBuildMainsIndex) {
 #endif
 }
 
+// ---- s32-sa: sample_attention with fewer launches (sample_attention.cu, _host.cc) ----
+// SPATTN_SA_LEAN (0: main's launches): the row lse made in SaOneCombineKernel (no SaCombineKernel
+// launch), the rows' records in the span count kernel (SaSpanCountKernel, no records launch), no
+// span_rest memset (zeroed by the metadata upload), one scan launch for both offset arrays
+// writing the int32 indptr (no Narrow64 launches), one copy of the totals (1); and the span rows'
+// ranges kept by the count launch and copied by the fill (SaSpanCopyKernel) instead of sorted
+// again (unset, the default). Every index array, offsets included, bit for bit against main's
+// launches: every shape and config (blk 16 / 32 take the two passes: only the assembly differs
+// there), both head lists, block_m 64 and 128, llm_mix 16K; with the default span cap, with cap 4
+// (most rows left to the bitmap kernels, reading the records the span count kernel wrote) and
+// cap 0 (every row).
+TEST(BuildIndexOnGpuSampleAttentionTest, LeanLaunchesBuildMainsIndex) {
+  SKIP_WITHOUT_GPU();
+  int compared = 0;
+  for (const char* cap : {static_cast<const char*>(nullptr), "4", "0"}) {
+    ScopedEnv env("SPATTN_ASM_SPAN_CAP", cap);
+    const int n = ExpectEnvValuesBuildTheSameIndex(Method::kSampleAttention, "SPATTN_SA_LEAN", "0",
+                                                   {nullptr, "1"}, 3200, /*both_head_lists=*/true);
+    printf("sample_attention lean vs main's launches, span cap %s: %d indexes compared\n",
+           cap == nullptr ? "default" : cap, n);
+    EXPECT_GT(n, 0);
+    compared += n;
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  printf("sample_attention lean vs main's launches: %d indexes compared\n", compared);
+}
+
 }  // namespace
 }  // namespace spattn

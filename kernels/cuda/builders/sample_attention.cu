@@ -12,6 +12,7 @@
 //     bits (no sort), ties taken in block order.
 //  4. Assembly: each query block ORs the column and slash spans of the chunks its rows belong to
 //     and the local window into its row bitmap (assembled_common.cuh).
+#include <algorithm>
 #include <cfloat>
 #include <cstdlib>
 #include <type_traits>
@@ -538,16 +539,55 @@ __global__ void SaReduceKernel(SaArgs a) {
   }
 }
 
+// Row log2-sum-exp2 of sampled row r (< kSaRows) of unit u from the spans' partials; NaN when the
+// row has no finite score or a non-finite sum (the CPU builder skips such rows). One code for
+// SaCombineKernel and SaOneCombineKernel<true> (the same value in both).
+__device__ __forceinline__ float SaRowLse2(const SaArgs& a, const SaUnit& u, int r) {
+  float out = __int_as_float(0x7fffffff);
+  if (r < u.s1 - u.s0) {
+    float m = kNegInf;
+    for (int i = 0; i < u.item_count; ++i) {
+      m = fmaxf(m, a.partial[static_cast<int64_t>(u.item_begin + i) * kSaRows + r].x);
+    }
+    if (isfinite(m)) {
+      float l = 0.f;
+      for (int i = 0; i < u.item_count; ++i) {
+        const float2 pl = a.partial[static_cast<int64_t>(u.item_begin + i) * kSaRows + r];
+        l += Rescale2(pl.y, pl.x, m);
+      }
+      if (isfinite(l) && l > 0.f) out = m + log2f(l);
+    }
+  }
+  return out;
+}
+
+// Every sampled row's lse2 (SaRowLse2), one CTA per unit.
+__global__ void SaCombineKernel(SaArgs a) {
+  const SaUnit u = a.units[blockIdx.x];
+  const int r = threadIdx.x;
+  if (r >= kSaRows) return;
+  a.lse2[static_cast<int64_t>(blockIdx.x) * kSaRows + r] = SaRowLse2(a, u, r);
+}
+
 // One pass's scores (replaces pass 2 and SaReduceKernel): entry e of unit blockIdx.x (a column
 // block, then the slash blocks from sb_min) in CTA blockIdx.y's range of kOneEntries, one warp
 // per entry: sum over the unit's spans (in order) and its sampled rows of the block partials
-// times 2^(m - lse) of the row (rows without a vote, lse NaN, skipped), in double.
+// times 2^(m - lse) of the row (rows without a vote, lse NaN, skipped), in double. kLse: the
+// CTA makes its unit's lse2 itself (SaRowLse2, into shared memory) instead of reading
+// SaCombineKernel's: one launch fewer (s32-sa; SPATTN_SA_LEAN=0 launches SaCombineKernel).
 constexpr int kOneEntries = 64;
+template <bool kLse>
 __global__ void __launch_bounds__(256) SaOneCombineKernel(SaArgs a) {
   const SaUnit u = a.units[blockIdx.x];
   const int total = u.n_col + u.n_slash;
   const int e_begin = blockIdx.y * kOneEntries;
   if (e_begin >= total) return;
+  __shared__ float lse_s[kLse ? kSaRows : 1];
+  if constexpr (kLse) {
+    static_assert(kSaRows <= 256, "a thread per sampled row");
+    if (threadIdx.x < kSaRows) lse_s[threadIdx.x] = SaRowLse2(a, u, threadIdx.x);
+    __syncthreads();
+  }
   const int e_end = min(total, e_begin + kOneEntries);
   const AttnParams& p = a.p;
   const int q_len = p.cu_seqlens_q[u.seq + 1] - p.cu_seqlens_q[u.seq];
@@ -560,8 +600,12 @@ __global__ void __launch_bounds__(256) SaOneCombineKernel(SaArgs a) {
 #pragma unroll
   for (int k = 0; k < kSaRows / 32; ++k) {
     const int r = lane + 32 * k;
-    lse[k] = r < rows ? a.lse2[static_cast<int64_t>(blockIdx.x) * kSaRows + r]
-                      : __int_as_float(0x7fffffff);
+    if constexpr (kLse) {
+      lse[k] = r < rows ? lse_s[r] : __int_as_float(0x7fffffff);
+    } else {
+      lse[k] = r < rows ? a.lse2[static_cast<int64_t>(blockIdx.x) * kSaRows + r]
+                        : __int_as_float(0x7fffffff);
+    }
   }
   for (int e = e_begin + warp; e < e_end; e += 8) {
     const bool is_col = e < u.n_col;
@@ -594,30 +638,6 @@ __global__ void __launch_bounds__(256) SaOneCombineKernel(SaArgs a) {
     for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
     if (lane == 0) a.scores[u.score_off + e] = static_cast<float>(sum);
   }
-}
-
-// Row log2-sum-exp2 of each sampled row from the spans' partials; NaN when the row has no finite
-// score or a non-finite sum (the CPU builder skips such rows).
-__global__ void SaCombineKernel(SaArgs a) {
-  const SaUnit u = a.units[blockIdx.x];
-  const int r = threadIdx.x;
-  if (r >= kSaRows) return;
-  float out = __int_as_float(0x7fffffff);
-  if (r < u.s1 - u.s0) {
-    float m = kNegInf;
-    for (int i = 0; i < u.item_count; ++i) {
-      m = fmaxf(m, a.partial[static_cast<int64_t>(u.item_begin + i) * kSaRows + r].x);
-    }
-    if (isfinite(m)) {
-      float l = 0.f;
-      for (int i = 0; i < u.item_count; ++i) {
-        const float2 pl = a.partial[static_cast<int64_t>(u.item_begin + i) * kSaRows + r];
-        l += Rescale2(pl.y, pl.x, m);
-      }
-      if (isfinite(l) && l > 0.f) out = m + log2f(l);
-    }
-  }
-  a.lse2[static_cast<int64_t>(blockIdx.x) * kSaRows + r] = out;
 }
 
 constexpr int kCraThreads = 256;
@@ -874,11 +894,202 @@ struct SaSrc {
   }
 };
 
+// ---- The lean count launch (s32-sa; sample_attention_host.cc's SaAssembleLean) ----------------
+//
+// row_assembly.cuh's span count kernel (AssembleSpansKernel<SaSrc, false>) with the row's record
+// made in the warp (SaSrc::Begin on lane 0 into the warp's shared slice, then written out for the
+// bitmap kernel and the fill launch: AssembleRecordsKernel's words) instead of by a launch
+// before it; the same span rows, keys, sort and walk, so the same counts. With `kept` (else
+// null) it also keeps what the fill launch's span kernel would find again: each span row's
+// ranges as (start, end) pairs at kept + unit * 2 * kAsmSpanCap (a span row has at most
+// span_cap <= kAsmSpanCap spans, so as many ranges), written at their ranks as that kernel
+// writes them, and span_row[unit] = 1 (0 for the rows left to the bitmap kernel), for
+// SaSpanCopyKernel.
+__global__ void __launch_bounds__(row_assembly::kAsmSpanWarps * 32)
+    SaSpanCountKernel(SaSrc src, int num_units, AsmOut out, int32_t* kept, int32_t* span_row) {
+  using row_assembly::AsmRec;
+  using row_assembly::kAsmRecWords;
+  using row_assembly::kAsmSpanCap;
+  using row_assembly::kAsmSpanWarps;
+  __shared__ AsmRec<SaSrc> rec_s[kAsmSpanWarps];
+  __shared__ unsigned long long buf_s[kAsmSpanWarps][kAsmSpanCap];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  unsigned long long* const buf = buf_s[warp];
+  AsmRec<SaSrc>& rec = rec_s[warp];
+  const uint32_t* const rw = reinterpret_cast<const uint32_t*>(&rec);
+  // The record's used words (AssembleRecordsKernel's): the header, then ctx.num_slots slots.
+  const int header_words = static_cast<int>(
+      (reinterpret_cast<const char*>(rec.ctx.slots) - reinterpret_cast<const char*>(&rec)) / 4);
+  const int stride = gridDim.x * kAsmSpanWarps;
+  for (int unit = blockIdx.x * kAsmSpanWarps + warp; unit < num_units; unit += stride) {
+    __syncwarp();  // the previous row's reads of the record and the buffer are done
+    if (lane == 0) src.Begin(unit, rec.sh, rec.ctx);
+    __syncwarp();
+    const RowCtx& ctx = rec.ctx;
+    const SaSrc::Shared& sh = rec.sh;
+    uint32_t* const dst = out.rec + static_cast<int64_t>(unit) * kAsmRecWords;
+    for (int i = lane; i < header_words + ctx.num_slots; i += 32) dst[i] = rw[i];
+    const bool span = row_assembly::AsmSpanRow(src, ctx, sh, out);
+    if (kept != nullptr && lane == 0) span_row[unit] = span ? 1 : 0;
+    if (!span) {
+      if (lane == 0 && out.span_rest != nullptr) atomicAdd(out.span_rest, 1u);
+      continue;
+    }
+    int32_t* const pairs =
+        kept == nullptr ? nullptr : kept + static_cast<int64_t>(unit) * 2 * kAsmSpanCap;
+    const int n = src.NumSpans(ctx, sh);
+    const int64_t key_end = ctx.key_end;
+    int np = 32;
+    while (np < n) np <<= 1;
+    for (int i = lane; i < np; i += 32) {
+      unsigned long long v = ~0ull;
+      if (i < n) {
+        int64_t st, en;
+        src.SpanAt(ctx, sh, i, &st, &en);
+        if (st < 0) st = 0;
+        if (en > key_end) en = key_end;
+        if (en > st) {
+          v = (static_cast<unsigned long long>(st) << 32) | static_cast<unsigned long long>(en);
+        }
+      }
+      buf[i] = v;
+    }
+    __syncwarp();
+    for (int k = 2; k <= np; k <<= 1) {
+      for (int j = k >> 1; j > 0; j >>= 1) {
+        for (int i = lane; i < np; i += 32) {
+          const int l = i ^ j;
+          if (l > i) {
+            const unsigned long long x = buf[i], y = buf[l];
+            if ((x > y) == ((i & k) == 0)) {
+              buf[i] = y;
+              buf[l] = x;
+            }
+          }
+        }
+        __syncwarp();
+      }
+    }
+    int ranges = 0;    // ranges started before this chunk
+    int run_end = -1;  // the largest end before this chunk
+    for (int c0 = 0; c0 < np; c0 += 32) {
+      const unsigned long long v = buf[c0 + lane];
+      const bool valid = v != ~0ull;
+      const int st = static_cast<int>(v >> 32);
+      const int en = valid ? static_cast<int>(v & 0xffffffffull) : -1;
+      int m = en;  // inclusive prefix maximum of the ends in the chunk
+#pragma unroll
+      for (int d = 1; d < 32; d <<= 1) {
+        const int o = __shfl_up_sync(0xffffffffu, m, d);
+        if (lane >= d && o > m) m = o;
+      }
+      int prev = __shfl_up_sync(0xffffffffu, m, 1);  // the maximum end before this span
+      if (lane == 0 || prev < run_end) prev = run_end;
+      const bool starts = valid && st > prev;
+      const unsigned starts_mask = __ballot_sync(0xffffffffu, starts);
+      if (pairs != nullptr && starts) {
+        const int r = ranges + __popc(starts_mask & ((1u << lane) - 1u));
+        pairs[2 * r] = st;
+        if (r > 0) pairs[2 * r - 1] = prev;  // the range before ends at the running maximum
+      }
+      ranges += __popc(starts_mask);
+      const int chunk_max = __shfl_sync(0xffffffffu, m, 31);
+      if (chunk_max > run_end) run_end = chunk_max;
+      if (__shfl_sync(0xffffffffu, v, 31) == ~0ull) break;  // the rest is padding
+    }
+    if (pairs != nullptr && lane == 0 && ranges > 0) pairs[2 * ranges - 1] = run_end;
+    for (int si = lane; si < ctx.num_slots; si += 32) {
+      const int64_t row = static_cast<int64_t>(ctx.slots[si]) * out.num_blocks + ctx.block;
+      out.count_ranges[row] = ranges;
+      out.count_cols[row] = 0;
+    }
+  }
+}
+
+// The fill launch's span rows from the pairs SaSpanCountKernel kept, a warp a unit: starts and
+// lengths at the row's offset, coalesced (what AssembleSpansKernel<SaSrc, true> writes). A
+// sample_attention unit is one row of one slot (SaSrc::Begin: num_slots 1), row = unit.
+__global__ void __launch_bounds__(256)
+    SaSpanCopyKernel(int num_units, const int32_t* kept, const int32_t* span_row, AsmOut out) {
+  const int lane = threadIdx.x & 31;
+  const int stride = gridDim.x * (blockDim.x >> 5);
+  for (int unit = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); unit < num_units;
+       unit += stride) {
+    if (span_row[unit] == 0) continue;
+    const int64_t ro = out.off_ranges[unit];
+    const int ranges = static_cast<int>(out.off_ranges[unit + 1] - ro);
+    const int32_t* const pairs = kept + static_cast<int64_t>(unit) * 2 * row_assembly::kAsmSpanCap;
+    for (int r = lane; r < ranges; r += 32) {
+      const int2 p = reinterpret_cast<const int2*>(pairs)[r];
+      out.range_start[ro + r] = p.x;
+      out.range_len[ro + r] = p.y - p.x;
+    }
+  }
+}
+
+// Both offset arrays by one CTA (scan.cu's ScanKernel<long long, false, true> on each, in one
+// launch): exclusive prefix sums in place (the fill launch's off_ranges / off_cols), the same
+// as int32 into the index's indptr arrays (what LaunchNarrow64 wrote), and the two totals into
+// totals[0, 2) (one copy to the host).
+constexpr int kSaScanThreads = 1024;
+constexpr int kSaScanItems = 4;
+__global__ void __launch_bounds__(kSaScanThreads)
+    SaScanOffsetsKernel(long long* ranges, long long* cols, int64_t n, int32_t* range_indptr,
+                        int32_t* col_indptr, long long* totals) {
+  using Scan = cub::BlockScan<long long, kSaScanThreads>;
+  __shared__ typename Scan::TempStorage temp;
+  __shared__ long long carry[2];
+  if (threadIdx.x < 2) carry[threadIdx.x] = 0;
+  __syncthreads();
+  for (int64_t base = 0; base < n; base += kSaScanThreads * kSaScanItems) {
+#pragma unroll
+    for (int a = 0; a < 2; ++a) {
+      long long* const data = a == 0 ? ranges : cols;
+      int32_t* const narrow = a == 0 ? range_indptr : col_indptr;
+      long long items[kSaScanItems];
+#pragma unroll
+      for (int j = 0; j < kSaScanItems; ++j) {
+        const int64_t i = base + threadIdx.x * kSaScanItems + j;
+        items[j] = i < n ? data[i] : 0ll;
+      }
+      long long chunk_total = 0;
+      Scan(temp).ExclusiveSum(items, items, chunk_total);
+      const long long c = carry[a];
+#pragma unroll
+      for (int j = 0; j < kSaScanItems; ++j) {
+        const int64_t i = base + threadIdx.x * kSaScanItems + j;
+        if (i < n) {
+          data[i] = items[j] + c;
+          narrow[i] = static_cast<int32_t>(items[j] + c);
+        }
+      }
+      __syncthreads();
+      if (threadIdx.x == 0) carry[a] = c + chunk_total;
+      __syncthreads();
+    }
+  }
+  if (threadIdx.x < 2) {
+    const long long t = carry[threadIdx.x];
+    (threadIdx.x == 0 ? ranges : cols)[n] = t;
+    (threadIdx.x == 0 ? range_indptr : col_indptr)[n] = static_cast<int32_t>(t);
+    totals[threadIdx.x] = t;
+  }
+}
+
 // The one pass's products by wgmma (Tile64ProductsRs) on compute capability 9.0 (the sm_90a image);
 // SPATTN_SA_WGMMA=0 (read at each build): mma.sync, main's pass until session 31.
 bool SaUsesWgmma() {
   if (const char* e = std::getenv("SPATTN_SA_WGMMA"); e != nullptr && e[0] == '0') return false;
   return CurrentDeviceIsSm90();
+}
+
+// s32-sa's fewer launches (the lse in SaOneCombineKernel; the host's SaAssembleLean: the records
+// in the span count kernel, one scan launch for both offset arrays writing the int32 indptr, one
+// copy of the totals); SPATTN_SA_LEAN=0 (read at each build, here and in
+// sample_attention_host.cc): main's launches.
+bool SaLean() {
+  const char* e = std::getenv("SPATTN_SA_LEAN");
+  return !(e != nullptr && e[0] == '0');
 }
 
 template <typename T, int kD>
@@ -894,12 +1105,20 @@ cudaError_t SaLaunchTyped(const SaArgs& a, cudaStream_t stream) {
     if (err != cudaSuccess) return err;
     one<<<a.num_items, kSaThreads, one_smem, stream>>>(a);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
-    SaCombineKernel<<<a.num_units, kSaRows, 0, stream>>>(a);
-    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+    const bool lean = SaLean();
+    if (!lean) {
+      SaCombineKernel<<<a.num_units, kSaRows, 0, stream>>>(a);
+      if ((err = cudaGetLastError()) != cudaSuccess) return err;
+    }
     if (a.pass1_done != nullptr && (err = cudaEventRecord(a.pass1_done, stream)) != cudaSuccess) {
       return err;
     }
-    SaOneCombineKernel<<<dim3(a.num_units, a.op_ctas_y), 256, 0, stream>>>(a);
+    const dim3 grid(a.num_units, a.op_ctas_y);
+    if (lean) {
+      SaOneCombineKernel<true><<<grid, 256, 0, stream>>>(a);
+    } else {
+      SaOneCombineKernel<false><<<grid, 256, 0, stream>>>(a);
+    }
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
     if (a.pass2_done != nullptr && (err = cudaEventRecord(a.pass2_done, stream)) != cudaSuccess) {
       return err;
@@ -954,6 +1173,83 @@ cudaError_t LaunchSampleAttentionSelect(const SaArgs& a, cudaStream_t stream) {
   }
   // No keys anywhere: nothing is selected.
   return cudaMemsetAsync(a.selected_n, 0, sizeof(int32_t) * 2 * a.num_units, stream);
+}
+
+namespace {
+// The span cap of both lean launches (LaunchAssemble's: SPATTN_ASM_SPAN_CAP lowers it).
+int SaSpanCap(const row_assembly::AsmOut& out) {
+  int cap = out.span_cap;
+  if (const char* e = std::getenv("SPATTN_ASM_SPAN_CAP"); e != nullptr && *e != '\0') {
+    const int c = std::atoi(e);
+    cap = c < 0 ? 0 : (c < cap ? c : cap);
+  }
+  return cap;
+}
+cudaError_t SaSms(int* sms) {
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  return cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, device);
+}
+}  // namespace
+
+cudaError_t LaunchSampleAttentionLeanCount(const SaAsmArgs& a, const AsmOut& out,
+                                           int32_t* range_indptr, int32_t* col_indptr,
+                                           int64_t* totals, int32_t* kept, int32_t* span_row,
+                                           cudaStream_t stream) {
+  using namespace assembled;
+  const int num_units = a.num_slots * a.num_blocks;
+  cudaError_t err = cudaSuccess;
+  if (num_units > 0) {
+    if (out.rec == nullptr || out.span_rest == nullptr) return cudaErrorInvalidValue;
+    if ((kept == nullptr) != (span_row == nullptr)) return cudaErrorInvalidValue;
+    int sms = 0;
+    if ((err = SaSms(&sms)) != cudaSuccess) return err;
+    AsmOut o = out;
+    o.span_cap = SaSpanCap(out);
+    const int warps = row_assembly::kAsmSpanWarps;
+    const int span_grid = std::min((num_units + warps - 1) / warps, sms * 16);
+    SaSrc src{a};
+    SaSpanCountKernel<<<span_grid, warps * 32, 0, stream>>>(src, num_units, o, kept, span_row);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+    const int grid = std::min(num_units, sms * 8);
+    row_assembly::AssembleKernel<SaSrc, false, true>
+        <<<grid, row_assembly::kAsmThreads, 0, stream>>>(src, num_units, o);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+  }
+  SaScanOffsetsKernel<<<1, kSaScanThreads, 0, stream>>>(
+      reinterpret_cast<long long*>(out.count_ranges), reinterpret_cast<long long*>(out.count_cols),
+      static_cast<int64_t>(num_units), range_indptr, col_indptr,
+      reinterpret_cast<long long*>(totals));
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchSampleAttentionLeanFill(const SaAsmArgs& a, const AsmOut& out,
+                                          const int32_t* kept, const int32_t* span_row,
+                                          cudaStream_t stream) {
+  using namespace assembled;
+  if (kept == nullptr) return LaunchSampleAttentionAssemble(a, out, true, stream);
+  const int num_units = a.num_slots * a.num_blocks;
+  if (num_units <= 0) return cudaSuccess;
+  int sms = 0;
+  cudaError_t err = SaSms(&sms);
+  if (err != cudaSuccess) return err;
+  AsmOut o = out;
+  o.span_cap = SaSpanCap(out);
+  if (o.span_cap > 0) {
+    SaSpanCopyKernel<<<std::min((num_units + 7) / 8, sms * 8), 256, 0, stream>>>(num_units, kept,
+                                                                                 span_row, o);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+  }
+  // The rows left to the bitmap kernel, as LaunchAssemble's fill launch.
+  err = cudaFuncSetAttribute(row_assembly::AssembleKernel<SaSrc, true, true>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             row_assembly::kAsmStageBytes);
+  if (err != cudaSuccess) return err;
+  row_assembly::AssembleKernel<SaSrc, true, true>
+      <<<std::min(num_units, sms * 8), row_assembly::kAsmThreads, row_assembly::kAsmStageBytes,
+         stream>>>(SaSrc{a}, num_units, o);
+  return cudaGetLastError();
 }
 
 cudaError_t LaunchSampleAttentionAssemble(const SaAsmArgs& a, const AsmOut& out, bool fill,

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <vector>
 
@@ -15,7 +16,140 @@
 namespace spattn {
 
 namespace cuda {
+
+// sample_attention.cu (declared here rather than in assembled_kernels.h, which anchor.cu and
+// saap.cu include too): the lean launches of SaAssembleLean below. Count: the span count kernel
+// making each row's record itself (and, with `kept`, keeping each span row's ranges there,
+// 2 * kAsmSpanCap words a unit, span_row[unit] = 1 for those rows), the bitmap count kernel for
+// the rows left to it, then one CTA scanning both count arrays in place into offsets, writing
+// them as int32 into range_indptr / col_indptr and the two totals into totals[0, 2) (device
+// memory). Fill: with `kept`, the span rows copied from it and the bitmap fill for the others;
+// without, LaunchSampleAttentionAssemble's fill launch.
+cudaError_t LaunchSampleAttentionLeanCount(const SaAsmArgs& a, const AsmOut& out,
+                                           int32_t* range_indptr, int32_t* col_indptr,
+                                           int64_t* totals, int32_t* kept, int32_t* span_row,
+                                           cudaStream_t stream);
+cudaError_t LaunchSampleAttentionLeanFill(const SaAsmArgs& a, const AsmOut& out,
+                                          const int32_t* kept, const int32_t* span_row,
+                                          cudaStream_t stream);
+
 namespace {
+
+// SPATTN_SA_LEAN (read at each build): 0 main's launches (builder_steps' Assemble; the lse
+// kernel apart, sample_attention.cu's SaLean); 1 SaAssembleLean without the kept ranges (the fill
+// sorts the span rows again); unset / else SaAssembleLean with them where they fit.
+int SaLeanLevel() {
+  const char* e = std::getenv("SPATTN_SA_LEAN");
+  if (e != nullptr && e[0] == '0') return 0;
+  if (e != nullptr && e[0] == '1') return 1;
+  return 2;
+}
+
+// builder_steps' Assemble for sample_attention with fewer launches and one host round trip of
+// one copy (s32-sa): the index's indptr arrays are carved before the count launch (their size is
+// known) and written by its scan (no Narrow64 launches after the round trip); the records come
+// from the span count kernel (no records launch); the span kernel's word `span_rest` comes
+// zeroed (the caller's metadata upload: no memset); one scan launch for both arrays; the two
+// totals in one 16-byte copy. With `keep_ranges`, the count launch also keeps each span row's
+// ranges (2 * kAsmSpanCap words a unit, carved where they take at most an eighth of what the
+// workspace has left) and the fill launch copies them instead of sorting the row's spans again.
+// The same index as Assemble (the kept words carved the same way).
+absl::StatusOr<SparseIndexView> SaAssembleLean(const BuildScope& env, const Layout& l,
+                                               const SaAsmArgs& args, uint32_t* rec,
+                                               uint32_t* span_rest, bool keep_ranges,
+                                               StageTimer* timer, const char* select_stage) {
+  const int num_slots = l.host.num_heads(), num_blocks = l.host.num_blocks();
+  const int64_t rows = static_cast<int64_t>(num_slots) * num_blocks;
+  SparseIndexView v;
+  v.block_m = l.host.block_m;
+  v.num_heads = num_slots;
+  v.num_blocks = num_blocks;
+  MetaBlob blob;  // one pageable copy instead of two, where the index is kept
+  const size_t o_heads = blob.Add(l.host.heads), o_offsets = blob.Add(l.host.block_offsets);
+  SPATTN_RETURN_IF_ERROR(blob.Upload(env, env.stream, /*kept=*/true));
+  v.heads = blob.At<int32_t>(o_heads);
+  v.block_offsets = blob.At<int32_t>(o_offsets);
+  AsmOut out;
+  out.num_blocks = num_blocks;
+  out.rec = rec;
+  out.span_rest = span_rest;
+  SPATTN_ASSIGN_OR_RETURN(out.count_ranges, Carve<int64_t>(env, rows + 1, "range counts"));
+  SPATTN_ASSIGN_OR_RETURN(out.count_cols, Carve<int64_t>(env, rows + 1, "column counts"));
+  SPATTN_ASSIGN_OR_RETURN(int64_t* const d_totals, Carve<int64_t>(env, 2, "index totals"));
+  int32_t *kept = nullptr, *span_row = nullptr;
+  if (keep_ranges && rows > 0) {
+    const int64_t words = rows * 2 * row_assembly::kAsmSpanCap;
+    if (!env.available || 4 * (words + rows) <= env.available() / 8) {
+      absl::StatusOr<int32_t*> k = Carve<int32_t>(env, words + rows, "span row ranges");
+      if (k.ok()) {
+        kept = *k;
+        span_row = *k + words;
+      }
+    }
+  }
+  {  // Kept words, as Assemble carves them (SPATTN_ASM_KEEP_MB).
+    int64_t keep_mb = 1024;
+    if (const char* e = std::getenv("SPATTN_ASM_KEEP_MB"); e != nullptr && *e != '\0') {
+      keep_mb = std::max<int64_t>(0, std::atoll(e));
+    }
+    int64_t max_key_end = 0;
+    for (const BlockGeoDev& g : l.geo) max_key_end = std::max<int64_t>(max_key_end, g.key_end);
+    const int64_t stride = row_assembly::AsmKeepStride(max_key_end);
+    const int64_t unit_bytes = 4 * row_assembly::AsmKeepUnitWords(stride);
+    int64_t keep_bytes = keep_mb << 20;
+    if (env.available) keep_bytes = std::min<int64_t>(keep_bytes, env.available() / 8);
+    const int64_t units = std::min<int64_t>(rows, keep_bytes / unit_bytes);
+    if (units > 0) {
+      absl::StatusOr<uint32_t*> k =
+          Carve<uint32_t>(env, units * (unit_bytes / 4), "row assembly kept words");
+      if (k.ok()) {
+        out.keep = *k;
+        out.keep_units = units;
+        out.keep_stride = stride;
+      }
+    }
+  }
+  int32_t *range_indptr, *col_indptr, *range_start, *range_len, *col_idx;
+  SPATTN_ASSIGN_OR_RETURN(range_indptr, CarveKept<int32_t>(env, rows + 1, "range_indptr"));
+  SPATTN_ASSIGN_OR_RETURN(col_indptr, CarveKept<int32_t>(env, rows + 1, "col_indptr"));
+  timer->Mark(select_stage);
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchSampleAttentionLeanCount(args, out, range_indptr, col_indptr,
+                                                             d_totals, kept, span_row, env.stream),
+                              "index assembly (count)");
+  timer->Mark("count");
+  int64_t totals[2] = {0, 0};
+  SPATTN_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(totals, d_totals, sizeof(totals), cudaMemcpyDeviceToHost, env.stream),
+      "index totals");
+  SPATTN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(env.stream), "index count pass");
+  constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
+  if (totals[0] > kMax || totals[1] > kMax) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("index has ", totals[0], " ranges and ", totals[1],
+                     " columns: more than the int32 offsets of SparseIndex hold"));
+  }
+  ReportTotals(env, totals[0], totals[1]);
+  SPATTN_ASSIGN_OR_RETURN(range_start, CarveKept<int32_t>(env, totals[0], "range_start"));
+  SPATTN_ASSIGN_OR_RETURN(range_len, CarveKept<int32_t>(env, totals[0], "range_len"));
+  SPATTN_ASSIGN_OR_RETURN(col_idx, CarveKept<int32_t>(env, totals[1], "col_idx"));
+  out.off_ranges = out.count_ranges;
+  out.off_cols = out.count_cols;
+  out.count_ranges = nullptr;
+  out.count_cols = nullptr;
+  out.range_start = range_start;
+  out.range_len = range_len;
+  out.col_idx = col_idx;
+  timer->Mark("sync+alloc");
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchSampleAttentionLeanFill(args, out, kept, span_row, env.stream),
+                              "index assembly (fill)");
+  timer->Mark("fill");
+  v.range_indptr = range_indptr;
+  v.range_start = range_start;
+  v.range_len = range_len;
+  v.col_indptr = col_indptr;
+  v.col_idx = col_idx;
+  return v;
+}
 
 absl::StatusOr<SparseIndexView> BuildSampleAttention(const BuildScope& env,
                                                      const AttentionProblem& p, const AttnParams& a,
@@ -70,6 +204,8 @@ absl::StatusOr<SparseIndexView> BuildSampleAttention(const BuildScope& env,
   MetaBlob blob;
   const size_t o_heads = blob.Add(heads32), o_units = blob.Add(units), o_items = blob.Add(items);
   const size_t o_geo = blob.Add(l.geo), o_first = blob.Add(unit_first);
+  // The lean assembly's span_rest word (SaAssembleLean), zeroed by this upload.
+  const size_t o_rest = blob.Add(std::vector<uint32_t>(4, 0u));
   SPATTN_RETURN_IF_ERROR(blob.Upload(env, env.stream));
   sa.heads = blob.At<int32_t>(o_heads);
   sa.units = blob.At<SaUnit>(o_units);
@@ -124,6 +260,7 @@ absl::StatusOr<SparseIndexView> BuildSampleAttention(const BuildScope& env,
   SPATTN_CUDA_RETURN_IF_ERROR(LaunchSampleAttentionSelect(sa, env.stream),
                               "sample_attention selection");
 
+  const int lean = SaLeanLevel();
   SaAsmArgs asm_args;
   asm_args.geo = blob.At<BlockGeoDev>(o_geo);
   asm_args.num_blocks = l.host.num_blocks();
@@ -135,15 +272,18 @@ absl::StatusOr<SparseIndexView> BuildSampleAttention(const BuildScope& env,
   asm_args.selected_n = sa.selected_n;
   asm_args.block_size = blk;
   asm_args.local_tokens = params.local_tokens;
-  auto v = Assemble(
-      env, l,
-      [&](const AsmOut& out, bool fill) {
-        AsmOut o = out;
-        o.rec = asm_rec;
-        o.span_rest = asm_rec + rec_words;
-        return LaunchSampleAttentionAssemble(asm_args, o, fill, env.stream);
-      },
-      &timer, "cra");
+  absl::StatusOr<SparseIndexView> v =
+      lean > 0 ? SaAssembleLean(env, l, asm_args, asm_rec, blob.At<uint32_t>(o_rest), lean > 1,
+                                &timer, "cra")
+               : Assemble(
+                     env, l,
+                     [&](const AsmOut& out, bool fill) {
+                       AsmOut o = out;
+                       o.rec = asm_rec;
+                       o.span_rest = asm_rec + rec_words;
+                       return LaunchSampleAttentionAssemble(asm_args, o, fill, env.stream);
+                     },
+                     &timer, "cra");
   if (!v.ok()) timer.Cancel();
   return v;
 }
