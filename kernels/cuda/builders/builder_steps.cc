@@ -101,6 +101,63 @@ Layout MakeLayout(const AttentionProblem& p, const std::vector<int>& heads, int 
   return l;
 }
 
+absl::Status StartIndexView(const BuildScope& env, const Layout& l, SparseIndexView* v) {
+  v->block_m = l.host.block_m;
+  v->num_heads = l.host.num_heads();
+  v->num_blocks = l.host.num_blocks();
+  MetaBlob blob;  // one pageable copy instead of two, where the index is kept
+  const size_t o_heads = blob.Add(l.host.heads), o_offsets = blob.Add(l.host.block_offsets);
+  SPATTN_RETURN_IF_ERROR(blob.Upload(env, env.stream, /*kept=*/true));
+  v->heads = blob.At<int32_t>(o_heads);
+  v->block_offsets = blob.At<int32_t>(o_offsets);
+  return absl::OkStatus();
+}
+
+// Kept words (row_assembly.h AsmOut::keep): the count pass stores each row's final words and
+// the fill pass reads them instead of building the row's bitmaps again, for as many units as
+// SPATTN_ASM_KEEP_MB (default 1024; 0: off) holds, and at most an eighth of what the workspace
+// has left (the index arrays and the fill's scratch come after: a build that fitted without
+// the kept words keeps fitting unless it needed more than 7/8 of that); the other rows (all of
+// them where the workspace has no room) take the bitmaps as before. The same index either way.
+void CarveKeptWords(const BuildScope& env, const Layout& l, int64_t rows, AsmOut* out) {
+  int64_t keep_mb = 1024;
+  if (const char* e = std::getenv("SPATTN_ASM_KEEP_MB"); e != nullptr && *e != '\0') {
+    keep_mb = std::max<int64_t>(0, std::atoll(e));
+  }
+  int64_t max_key_end = 0;
+  for (const BlockGeoDev& g : l.geo) max_key_end = std::max<int64_t>(max_key_end, g.key_end);
+  const int64_t stride = row_assembly::AsmKeepStride(max_key_end);
+  const int64_t unit_bytes = 4 * row_assembly::AsmKeepUnitWords(stride);
+  int64_t keep_bytes = keep_mb << 20;
+  if (env.available) keep_bytes = std::min<int64_t>(keep_bytes, env.available() / 8);
+  const int64_t units = std::min<int64_t>(rows, keep_bytes / unit_bytes);
+  if (units > 0) {
+    absl::StatusOr<uint32_t*> k =
+        Carve<uint32_t>(env, units * (unit_bytes / 4), "row assembly kept words");
+    if (k.ok()) {
+      out->keep = *k;
+      out->keep_units = units;
+      out->keep_stride = stride;
+    }
+  }
+  if (std::getenv("SPATTN_GPU_BUILDER_PROFILE") != nullptr) {
+    std::fprintf(stderr, "row assembly: kept words for %lld of %lld rows (stride %lld words)\n",
+                 static_cast<long long>(out->keep_units), static_cast<long long>(rows),
+                 static_cast<long long>(stride));
+  }
+}
+
+absl::Status CheckIndexTotals(const BuildScope& env, const int64_t totals[2]) {
+  constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
+  if (totals[0] > kMax || totals[1] > kMax) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("index has ", totals[0], " ranges and ", totals[1],
+                     " columns: more than the int32 offsets of SparseIndex hold"));
+  }
+  ReportTotals(env, totals[0], totals[1]);
+  return absl::OkStatus();
+}
+
 // Count pass, scan, the entry totals (the build's one host round trip), fill pass.
 absl::StatusOr<SparseIndexView> Assemble(
     const BuildScope& env, const Layout& l,
@@ -109,51 +166,12 @@ absl::StatusOr<SparseIndexView> Assemble(
   const int num_slots = l.host.num_heads(), num_blocks = l.host.num_blocks();
   const int64_t rows = static_cast<int64_t>(num_slots) * num_blocks;
   SparseIndexView v;
-  v.block_m = l.host.block_m;
-  v.num_heads = num_slots;
-  v.num_blocks = num_blocks;
-  MetaBlob blob;  // one pageable copy instead of two, where the index is kept
-  const size_t o_heads = blob.Add(l.host.heads), o_offsets = blob.Add(l.host.block_offsets);
-  SPATTN_RETURN_IF_ERROR(blob.Upload(env, env.stream, /*kept=*/true));
-  v.heads = blob.At<int32_t>(o_heads);
-  v.block_offsets = blob.At<int32_t>(o_offsets);
+  SPATTN_RETURN_IF_ERROR(StartIndexView(env, l, &v));
   AsmOut out;
   out.num_blocks = num_blocks;
   SPATTN_ASSIGN_OR_RETURN(out.count_ranges, Carve<int64_t>(env, rows + 1, "range counts"));
   SPATTN_ASSIGN_OR_RETURN(out.count_cols, Carve<int64_t>(env, rows + 1, "column counts"));
-  // Kept words (row_assembly.h AsmOut::keep): the count pass stores each row's final words and
-  // the fill pass reads them instead of building the row's bitmaps again, for as many units as
-  // SPATTN_ASM_KEEP_MB (default 1024; 0: off) holds, and at most an eighth of what the workspace
-  // has left (the index arrays and the fill's scratch come after: a build that fitted without
-  // the kept words keeps fitting unless it needed more than 7/8 of that); the other rows (all of
-  // them where the workspace has no room) take the bitmaps as before. The same index either way.
-  {
-    int64_t keep_mb = 1024;
-    if (const char* e = std::getenv("SPATTN_ASM_KEEP_MB"); e != nullptr && *e != '\0') {
-      keep_mb = std::max<int64_t>(0, std::atoll(e));
-    }
-    int64_t max_key_end = 0;
-    for (const BlockGeoDev& g : l.geo) max_key_end = std::max<int64_t>(max_key_end, g.key_end);
-    const int64_t stride = row_assembly::AsmKeepStride(max_key_end);
-    const int64_t unit_bytes = 4 * row_assembly::AsmKeepUnitWords(stride);
-    int64_t keep_bytes = keep_mb << 20;
-    if (env.available) keep_bytes = std::min<int64_t>(keep_bytes, env.available() / 8);
-    const int64_t units = std::min<int64_t>(rows, keep_bytes / unit_bytes);
-    if (units > 0) {
-      absl::StatusOr<uint32_t*> k =
-          Carve<uint32_t>(env, units * (unit_bytes / 4), "row assembly kept words");
-      if (k.ok()) {
-        out.keep = *k;
-        out.keep_units = units;
-        out.keep_stride = stride;
-      }
-    }
-    if (std::getenv("SPATTN_GPU_BUILDER_PROFILE") != nullptr) {
-      std::fprintf(stderr, "row assembly: kept words for %lld of %lld rows (stride %lld words)\n",
-                   static_cast<long long>(out.keep_units), static_cast<long long>(rows),
-                   static_cast<long long>(stride));
-    }
-  }
+  CarveKeptWords(env, l, rows, &out);
   timer->Mark(select_stage);
   SPATTN_CUDA_RETURN_IF_ERROR(launch(out, false), "index assembly (count)");
   SPATTN_CUDA_RETURN_IF_ERROR(LaunchExclusiveScan64(out.count_ranges, rows, env.stream),
@@ -169,13 +187,7 @@ absl::StatusOr<SparseIndexView> Assemble(
       cudaMemcpyAsync(&totals[1], out.count_cols + rows, 8, cudaMemcpyDeviceToHost, env.stream),
       "index totals");
   SPATTN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(env.stream), "index count pass");
-  constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
-  if (totals[0] > kMax || totals[1] > kMax) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("index has ", totals[0], " ranges and ", totals[1],
-                     " columns: more than the int32 offsets of SparseIndex hold"));
-  }
-  ReportTotals(env, totals[0], totals[1]);
+  SPATTN_RETURN_IF_ERROR(CheckIndexTotals(env, totals));
   int32_t *range_indptr, *col_indptr, *range_start, *range_len, *col_idx;
   SPATTN_ASSIGN_OR_RETURN(range_indptr, CarveKept<int32_t>(env, rows + 1, "range_indptr"));
   SPATTN_ASSIGN_OR_RETURN(col_indptr, CarveKept<int32_t>(env, rows + 1, "col_indptr"));

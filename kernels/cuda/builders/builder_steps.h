@@ -284,6 +284,15 @@ struct Layout {
 };
 Layout MakeLayout(const AttentionProblem& p, const std::vector<int>& heads, int block_m);
 
+// Assemble's steps, shared with builders that assemble with their own launches
+// (sample_attention_host.cc's SaAssembleLean): the view's shape, heads and block offsets (one
+// upload into the kept workspace); the count pass's kept words (row_assembly.h AsmOut::keep,
+// SPATTN_ASM_KEEP_MB; none where the workspace has no room); the entry totals checked against
+// SparseIndex's int32 offsets and reported.
+absl::Status StartIndexView(const BuildScope& env, const Layout& l, SparseIndexView* v);
+void CarveKeptWords(const BuildScope& env, const Layout& l, int64_t rows, AsmOut* out);
+absl::Status CheckIndexTotals(const BuildScope& env, const int64_t totals[2]);
+
 // Count pass, scan, the entry totals (the build's one host round trip), fill pass.
 absl::StatusOr<SparseIndexView> Assemble(
     const BuildScope& env, const Layout& l,

@@ -61,14 +61,7 @@ absl::StatusOr<SparseIndexView> SaAssembleLean(const BuildScope& env, const Layo
   const int num_slots = l.host.num_heads(), num_blocks = l.host.num_blocks();
   const int64_t rows = static_cast<int64_t>(num_slots) * num_blocks;
   SparseIndexView v;
-  v.block_m = l.host.block_m;
-  v.num_heads = num_slots;
-  v.num_blocks = num_blocks;
-  MetaBlob blob;  // one pageable copy instead of two, where the index is kept
-  const size_t o_heads = blob.Add(l.host.heads), o_offsets = blob.Add(l.host.block_offsets);
-  SPATTN_RETURN_IF_ERROR(blob.Upload(env, env.stream, /*kept=*/true));
-  v.heads = blob.At<int32_t>(o_heads);
-  v.block_offsets = blob.At<int32_t>(o_offsets);
+  SPATTN_RETURN_IF_ERROR(StartIndexView(env, l, &v));
   AsmOut out;
   out.num_blocks = num_blocks;
   out.rec = rec;
@@ -87,28 +80,7 @@ absl::StatusOr<SparseIndexView> SaAssembleLean(const BuildScope& env, const Layo
       }
     }
   }
-  {  // Kept words, as Assemble carves them (SPATTN_ASM_KEEP_MB).
-    int64_t keep_mb = 1024;
-    if (const char* e = std::getenv("SPATTN_ASM_KEEP_MB"); e != nullptr && *e != '\0') {
-      keep_mb = std::max<int64_t>(0, std::atoll(e));
-    }
-    int64_t max_key_end = 0;
-    for (const BlockGeoDev& g : l.geo) max_key_end = std::max<int64_t>(max_key_end, g.key_end);
-    const int64_t stride = row_assembly::AsmKeepStride(max_key_end);
-    const int64_t unit_bytes = 4 * row_assembly::AsmKeepUnitWords(stride);
-    int64_t keep_bytes = keep_mb << 20;
-    if (env.available) keep_bytes = std::min<int64_t>(keep_bytes, env.available() / 8);
-    const int64_t units = std::min<int64_t>(rows, keep_bytes / unit_bytes);
-    if (units > 0) {
-      absl::StatusOr<uint32_t*> k =
-          Carve<uint32_t>(env, units * (unit_bytes / 4), "row assembly kept words");
-      if (k.ok()) {
-        out.keep = *k;
-        out.keep_units = units;
-        out.keep_stride = stride;
-      }
-    }
-  }
+  CarveKeptWords(env, l, rows, &out);  // as Assemble carves them
   int32_t *range_indptr, *col_indptr, *range_start, *range_len, *col_idx;
   SPATTN_ASSIGN_OR_RETURN(range_indptr, CarveKept<int32_t>(env, rows + 1, "range_indptr"));
   SPATTN_ASSIGN_OR_RETURN(col_indptr, CarveKept<int32_t>(env, rows + 1, "col_indptr"));
@@ -122,13 +94,7 @@ absl::StatusOr<SparseIndexView> SaAssembleLean(const BuildScope& env, const Layo
       cudaMemcpyAsync(totals, d_totals, sizeof(totals), cudaMemcpyDeviceToHost, env.stream),
       "index totals");
   SPATTN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(env.stream), "index count pass");
-  constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
-  if (totals[0] > kMax || totals[1] > kMax) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("index has ", totals[0], " ranges and ", totals[1],
-                     " columns: more than the int32 offsets of SparseIndex hold"));
-  }
-  ReportTotals(env, totals[0], totals[1]);
+  SPATTN_RETURN_IF_ERROR(CheckIndexTotals(env, totals));
   SPATTN_ASSIGN_OR_RETURN(range_start, CarveKept<int32_t>(env, totals[0], "range_start"));
   SPATTN_ASSIGN_OR_RETURN(range_len, CarveKept<int32_t>(env, totals[0], "range_len"));
   SPATTN_ASSIGN_OR_RETURN(col_idx, CarveKept<int32_t>(env, totals[1], "col_idx"));
