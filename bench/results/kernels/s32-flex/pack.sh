@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# s32-flex: packs (opt, CUDA) binaries for the device into $DEST = /work/wt/s32-flex/.device/s32-flex
+# s32-flex: packs (opt, CUDA) binaries for the device into $DEST = /work/main/.device/s32-flex (the run tool copies /work/main)
 # (git-ignored there); carry [".device/s32-flex"] and run bash .device/s32-flex/run<N>.sh.
 # $BASE = main b50f02c's spattn-bench (/work/main/bazel-bin, not rebuilt),
 # copied to /tmp/s32-flex/base. NEWDIR = this branch's spattn-bench + build_index_gpu_test.
 # spattn-bench-base is zstd'ed whole, the others as zstd --patch-from patches against it.
 set -euo pipefail
 cd "$(dirname "$0")/../../../.."
-DEST=${DEST:-/work/wt/s32-flex/.device/s32-flex}
+DEST=${DEST:-/work/main/.device/s32-flex}
 BASE=${BASE:-/tmp/s32-flex/base}
 NEWDIR=${NEWDIR:?set NEWDIR}
 T=$(mktemp -d)
