@@ -1830,5 +1830,42 @@ TEST(BuildIndexOnGpuSampleAttentionTest, LeanLaunchesBuildMainsIndex) {
   printf("sample_attention lean vs main's launches: %d indexes compared\n", compared);
 }
 
+// ---- s32-flex: the estimate's logical CTAs, several per launched CTA (EstKnobs::est_span);
+// flex_prefill's pass 2 with two key tiles, the next by cp.async (EstKnobs::est_db) ----
+
+// A launched CTA of flex_prefill's 8-warp estimate runs `span` logical CTAs one after another,
+// each computing and storing what its own CTA did, the Q chunk kept between them where they
+// share a one-chunk sequence; its 8-warp passes 1-2 by mma.sync load key tile t + 1 by cp.async
+// into a second buffer during tile t. Both give the row partials, column sums, diagonal partials
+// and index of one logical CTA per CTA and one buffer (main's). Spans 1, 2, 3, 4 and 7 (logical
+// CTAs of two sequences in one CTA, a last CTA with fewer than span), with and without the
+// second buffer, against span 1 without it: every shape and config of the vertical_slash /
+// flex_prefill twin cases, both inputs, fast and exact estimate, llm_mix 16K.
+TEST(BuildIndexOnGpuEstimateTest, EstimateSpanAndKeyBuffersBuildMainsIndex) {
+  SKIP_WITHOUT_GPU();
+#ifndef SPATTN_SL_KNOBS
+  GTEST_SKIP() << "the GPU estimate's knobs exist only in CUDA builds";
+#else
+  int64_t compared = 0;
+  const std::pair<int, bool> variants[] = {{1, true}, {2, true}, {3, false}, {4, true}, {7, true}};
+  for (const auto& [span, db] : variants) {
+    compared += ExpectEstKnobsBuildTheSameIndex(
+        3232 + span,
+        [span = span, db = db](cuda::EstKnobs& k) {
+          k.est_span = span;
+          k.est_db = db;
+        },
+        [](cuda::EstKnobs& k) {
+          k.est_span = 1;
+          k.est_db = false;
+        });
+    if (::testing::Test::HasFatalFailure()) return;
+    printf("estimate span %d, two key tiles %d vs main's: %lld builds compared, same index\n",
+           span, db ? 1 : 0, static_cast<long long>(compared));
+  }
+  EXPECT_GT(compared, 0);
+#endif
+}
+
 }  // namespace
 }  // namespace spattn

@@ -56,8 +56,9 @@ struct EstSmem {
 // offsets from that base.
 // colsplit (pass 3, fast): column sums by `colsplit` threads a column (rows 64 h .. of the chunk:
 // flex_prefill's 8 warps, 128 rows), each into its own column accumulators.
+// kbufs (passes 1-2 by mma.sync, session 32's double buffer): key tiles in shared memory.
 __host__ __device__ inline EstSmem EstLayout(int head_dim, int max_n, int pass, int warps,
-                                             bool wg = false, int colsplit = 1) {
+                                             bool wg = false, int colsplit = 1, int kbufs = 1) {
   EstSmem l;
   if (wg && pass < 3) {
     l.diag = l.ptile = 0;
@@ -88,7 +89,7 @@ __host__ __device__ inline EstSmem EstLayout(int head_dim, int max_n, int pass, 
     l.diag = l.ptile = 0;  // unused
     l.qs = 0;
     l.ks = q_bytes;
-    l.total = q_bytes + k_bytes;
+    l.total = q_bytes + kbufs * k_bytes;
     return l;
   }
   l.diag = AlignUp16(static_cast<int64_t>(kEstKeysPerCta) * 8 * colsplit);
@@ -217,6 +218,32 @@ __device__ __forceinline__ void LoadTile(T* dst, int pitch, const T* base, int64
     const int r = idx / kVecs, v = idx - r * kVecs;
     *reinterpret_cast<uint4*>(dst + r * pitch + v * 8) = val[u];
   }
+}
+
+// LoadTile by cp.async (zeros past `rows`), committed as one group by the caller.
+template <int kD, int kRows, int kThreads, typename T>
+__device__ __forceinline__ void LoadTileAsync(T* dst, int pitch, const T* base, int64_t token0,
+                                              int rows, int64_t token_stride, int64_t head,
+                                              int64_t head_stride) {
+  constexpr int kVecs = kD / 8;
+  constexpr int kPer = kRows * kVecs / kThreads;
+  static_assert(kRows * kVecs % kThreads == 0, "whole vectors per thread");
+#pragma unroll
+  for (int u = 0; u < kPer; ++u) {
+    const int idx = static_cast<int>(threadIdx.x) + u * kThreads;
+    const int r = idx / kVecs, v = idx - r * kVecs;
+    const T* src = r < rows ? base + (token0 + r) * token_stride + head * head_stride + v * 8 : base;
+    const int n = r < rows ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
+                     detail::SmemAddr(dst + r * pitch + v * 8)),
+                 "l"(src), "r"(n)
+                 : "memory");
+  }
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void EstCpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 // S = Q K^T for the warp's 16 rows x 64 keys: acc[n-tile][fragment].
@@ -353,9 +380,12 @@ __host__ __device__ constexpr int EstColSplit() {
 // the 4 lanes of a row combine theirs, and the CTA writes its (sum, max) pair as the two words of
 // its row_part double (RowInvKernel<true> rescales them to the row's maximum) and its maximum to
 // row_max by atomicMax (the same maxima as pass 1's: max of the same sanitized logits).
+// kDbArg (8 warps, passes 1-2 by mma.sync; session 32): two key tiles in shared memory, tile t + 1
+// loaded by cp.async while tile t's products run (EstKnobs::est_db); the same tiles' values.
 template <typename T, int kD, int kPass, int kWarps, bool kWg = false, bool kExact = true,
-          bool kFuse = false>
-__device__ __forceinline__ void EstimateBody(const EstimateParams& p) {
+          bool kFuse = false, bool kDbArg = false>
+__device__ __forceinline__ void EstimateBody(const EstimateParams& p, int span_arg) {
+  constexpr bool kDb = kDbArg && kWarps == 8 && kPass < 3 && !kWg;
   static_assert(kExact || kPass >= 2, "pass 1 has no exp");
   static_assert(!kFuse || (kPass == 2 && !kExact), "only the fast pass 2 fuses pass 1");
   constexpr int kEstThreads = 32 * kWarps;
@@ -363,7 +393,7 @@ __device__ __forceinline__ void EstimateBody(const EstimateParams& p) {
   constexpr int kColSplit = EstColSplit<kPass, kWarps, kExact>();
   constexpr int kColThreads = kTile * kColSplit;
   extern __shared__ __align__(16) unsigned char smem[];
-  const EstSmem lay = EstLayout(kD, p.max_n, kPass, kWarps, kWg, kColSplit);
+  const EstSmem lay = EstLayout(kD, p.max_n, kPass, kWarps, kWg, kColSplit, kDb ? 2 : 1);
   // kWg: the tiles from the first 1024-byte aligned byte.
   unsigned char* const wbase = smem + (kWg ? ((1024u - (detail::SmemAddr(smem) & 1023u)) & 1023u) : 0u);
   const uint32_t wq = detail::SmemAddr(wbase) + static_cast<uint32_t>(lay.qs) +
@@ -381,10 +411,22 @@ __device__ __forceinline__ void EstimateBody(const EstimateParams& p) {
   if (kExact && kPass >= 2 && tid < 64) exp_tab[tid] = kExp2Frac[tid];
 
   const int slot = blockIdx.x % p.num_slots;
-  const int g = blockIdx.x / p.num_slots;
+  // span (session 32): this CTA runs the logical CTAs g = span * (blockIdx.x / num_slots) + u,
+  // u < span, of its slot one after another, each exactly as its own CTA would (the same
+  // products, sums and stores); the Q chunk stays in shared memory from one to the next where
+  // they share a sequence of one chunk (flex_prefill's 128 rows, vertical_slash's 64).
+  // 4 warps (vertical_slash's 64 rows: Q is a fifth of a CTA's loads) keep one logical CTA per
+  // CTA: the loop took their pass 2 from 96 to 128 registers (5 -> 4 CTAs per SM).
+  constexpr bool kSpan = kWarps == 8;
+  const int span = kSpan ? span_arg : 1;
+  int q_seq = -1;  // the sequence whose only Q chunk is in qs, or -1
+  for (int u = 0; u < span; ++u) {
+  const int g = (blockIdx.x / p.num_slots) * span + u;
+  if (kSpan && g >= p.total_ctas) break;
   const int seq = LastAtOrBelow(p.batch, g, [&](int s) { return p.seqs[s].cta_begin; });
   const EstimateSeq s = p.seqs[seq];
-  if (s.n == 0 || g >= s.cta_begin + s.ctas) return;
+  if (s.n == 0 || g >= s.cta_begin + s.ctas) continue;
+  if (kSpan && u > 0) __syncthreads();  // the previous logical CTA's readers of the accumulators are done
   const int cta = g - s.cta_begin;
   const int key0 = cta * kEstKeysPerCta;
   const int qh = p.slot_head[slot];
@@ -403,13 +445,22 @@ __device__ __forceinline__ void EstimateBody(const EstimateParams& p) {
     const int i0 = c * kRows;
     const int rows_here = min(kRows, s.n - i0);
     __syncthreads();  // previous chunk's readers of qs are done
-    if (kWg) {
-      LoadTileSw<kD, kRows, kEstThreads>(wbase + lay.qs, qg, static_cast<int64_t>(s.q_row0) + i0,
-                                         rows_here, p.q_token_stride, qh, p.q_head_stride);
-    } else {
-      LoadTile<kD, kRows, kEstThreads>(qs, kPitch, qg, static_cast<int64_t>(s.q_row0) + i0,
-                                       rows_here, p.q_token_stride, qh, p.q_head_stride);
+    if (kDb && key0 < s.kl) {
+      LoadTileAsync<kD, kTile, kEstThreads>(ks, kPitch, kg, static_cast<int64_t>(s.k_begin) + key0,
+                                            min(kTile, s.kl - key0), p.k_token_stride, kvh,
+                                            p.k_head_stride);
     }
+    if (!kSpan || chunks > 1 || q_seq != seq) {
+      if (kWg) {
+        LoadTileSw<kD, kRows, kEstThreads>(wbase + lay.qs, qg,
+                                           static_cast<int64_t>(s.q_row0) + i0, rows_here,
+                                           p.q_token_stride, qh, p.q_head_stride);
+      } else {
+        LoadTile<kD, kRows, kEstThreads>(qs, kPitch, qg, static_cast<int64_t>(s.q_row0) + i0,
+                                         rows_here, p.q_token_stride, qh, p.q_head_stride);
+      }
+    }
+    if (kSpan) q_seq = chunks == 1 ? seq : -1;
     // This thread's two rows of the chunk (fragment rows lane/4 and lane/4 + 8 of its warp).
     const int rl[2] = {warp * 16 + (lane >> 2), warp * 16 + (lane >> 2) + 8};
     float mx[2] = {-CUDART_INF_F, -CUDART_INF_F};
@@ -431,7 +482,19 @@ __device__ __forceinline__ void EstimateBody(const EstimateParams& p) {
       const int j0 = key0 + t * kTile;
       if (j0 >= s.kl) break;
       __syncthreads();  // previous tile's readers of ks / ptile are done
-      if (kWg) {
+      T* const kt = kDb ? ks + (t & 1) * (kTile * kPitch) : ks;
+      if (kDb) {
+        const int j1 = j0 + kTile;
+        if (t + 1 < kTilesPerCta && j1 < s.kl) {
+          LoadTileAsync<kD, kTile, kEstThreads>(ks + ((t + 1) & 1) * (kTile * kPitch), kPitch, kg,
+                                                static_cast<int64_t>(s.k_begin) + j1,
+                                                min(kTile, s.kl - j1), p.k_token_stride, kvh,
+                                                p.k_head_stride);
+          EstCpAsyncWait<1>();
+        } else {
+          EstCpAsyncWait<0>();
+        }
+      } else if (kWg) {
         LoadTileSw<kD, kTile, kEstThreads>(wbase + lay.ks, kg,
                                            static_cast<int64_t>(s.k_begin) + j0,
                                            min(kTile, s.kl - j0), p.k_token_stride, kvh,
@@ -447,7 +510,7 @@ __device__ __forceinline__ void EstimateBody(const EstimateParams& p) {
       if (kWg) {
         TileLogitsWg<T, kD>(wq, wk, acc);
       } else {
-        TileLogits<T, kD>(qs, ks, acc);
+        TileLogits<T, kD>(qs, kt, acc);
       }
       if (kPass == 3) __syncthreads();  // every warp's reads of ks are done: ptile overwrites it
       // A full tile (every row of the chunk sees every key of the tile, scale > 0) skips the
@@ -663,29 +726,35 @@ __device__ __forceinline__ void EstimateBody(const EstimateParams& p) {
         p.dpart + slot * p.dpart_stride + s.dpart_base + static_cast<int64_t>(cta) * diag_len;
     for (int x = tid; x < diag_len; x += kEstThreads) dp[x] = diag_acc[x];
   }
+  }  // logical CTAs
 }
 
 // 4 warps: as many CTAs per SM as registers and shared memory allow (5 for d 128). 8 warps: at
 // least 3 CTAs per SM (80 registers; pass 3 would take 98, i.e. 2 CTAs of 8 warps).
 template <typename T, int kD, int kPass, bool kExact = true, bool kFuse = false>
-__global__ void __launch_bounds__(128) EstimateKernel4(EstimateParams p) {
-  EstimateBody<T, kD, kPass, 4, false, kExact, kFuse>(p);
+__global__ void __launch_bounds__(128) EstimateKernel4(EstimateParams p, int span) {
+  EstimateBody<T, kD, kPass, 4, false, kExact, kFuse>(p, span);
 }
 // The wgmma instances (passes 1-2): capped for 6 CTAs per SM (80 registers; unbounded, ptxas
 // took 132-140, 3 CTAs per SM).
 template <typename T, int kD, int kPass, bool kExact = true, bool kFuse = false>
-__global__ void __launch_bounds__(128, 6) EstimateKernel4Wg(EstimateParams p) {
-  EstimateBody<T, kD, kPass, 4, true, kExact, kFuse>(p);
+__global__ void __launch_bounds__(128, 6) EstimateKernel4Wg(EstimateParams p, int span) {
+  EstimateBody<T, kD, kPass, 4, true, kExact, kFuse>(p, span);
 }
 // Pass 3 by wgmma, 4 warps: shared memory holds 5 CTAs per SM (EstLayout: ~39 KB at d 128), so
 // the bound is 5 (at 6, 80 registers, ptxas spilled 88 bytes).
 template <typename T, int kD, int kPass, bool kExact = true, bool kFuse = false>
-__global__ void __launch_bounds__(128, 5) EstimateKernel4Wg3(EstimateParams p) {
-  EstimateBody<T, kD, kPass, 4, true, kExact, kFuse>(p);
+__global__ void __launch_bounds__(128, 5) EstimateKernel4Wg3(EstimateParams p, int span) {
+  EstimateBody<T, kD, kPass, 4, true, kExact, kFuse>(p, span);
 }
 template <typename T, int kD, int kPass, bool kWg = false, bool kExact = true, bool kFuse = false>
-__global__ void __launch_bounds__(256, 3) EstimateKernel8(EstimateParams p) {
-  EstimateBody<T, kD, kPass, 8, kWg, kExact, kFuse>(p);
+__global__ void __launch_bounds__(256, 3) EstimateKernel8(EstimateParams p, int span) {
+  EstimateBody<T, kD, kPass, 8, kWg, kExact, kFuse>(p, span);
+}
+// Passes 1-2 by mma.sync with two key tiles (EstKnobs::est_db).
+template <typename T, int kD, int kPass, bool kExact, bool kFuse>
+__global__ void __launch_bounds__(256, 3) EstimateKernel8Db(EstimateParams p, int span) {
+  EstimateBody<T, kD, kPass, 8, false, kExact, kFuse, true>(p, span);
 }
 
 // kFused: the partials are pass 2's (sum, max) pairs (EstimateBody's kFuse), each rescaled to the
@@ -1288,10 +1357,15 @@ int EstWgPasses() {
 template <typename T, int kD, int kPass, int kWarps, bool kExact, bool kFuse = false>
 cudaError_t LaunchEstimateTyped(const EstimateParams& p, int max_n, cudaStream_t stream) {
   const bool wg = (EstWgPasses() >> (kPass - 1) & 1) != 0;
+  const bool db = kWarps == 8 && kPass < 3 && !wg && EstimateKnobs().est_db;
   const int64_t bytes =
-      EstLayout(kD, max_n, kPass, kWarps, wg, EstColSplit<kPass, kWarps, kExact>()).total;
+      EstLayout(kD, max_n, kPass, kWarps, wg, EstColSplit<kPass, kWarps, kExact>(), db ? 2 : 1)
+          .total;
   auto kernel = kWarps == 8 ? EstimateKernel8<T, kD, kPass, false, kExact, kFuse>
                             : EstimateKernel4<T, kD, kPass, kExact, kFuse>;
+  if constexpr (kWarps == 8 && kPass < 3) {
+    if (db) kernel = EstimateKernel8Db<T, kD, kPass, kExact, kFuse>;
+  }
   if (wg) {
     if constexpr (kPass == 3) {
       kernel = kWarps == 8 ? EstimateKernel8<T, kD, kPass, true, kExact, kFuse>
@@ -1304,10 +1378,11 @@ cudaError_t LaunchEstimateTyped(const EstimateParams& p, int max_n, cudaStream_t
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(bytes));
   if (err != cudaSuccess) return err;
-  const int64_t grid = static_cast<int64_t>(p.total_ctas) * p.num_slots;
+  const int span = kWarps == 8 ? std::max(1, std::min(EstimateKnobs().est_span, 64)) : 1;
+  const int64_t grid = static_cast<int64_t>((p.total_ctas + span - 1) / span) * p.num_slots;
   if (grid == 0) return cudaSuccess;
   if (grid > 0x7fffffff) return cudaErrorInvalidValue;
-  kernel<<<static_cast<unsigned>(grid), 32 * kWarps, bytes, stream>>>(p);
+  kernel<<<static_cast<unsigned>(grid), 32 * kWarps, bytes, stream>>>(p, span);
   return cudaGetLastError();
 }
 
@@ -1471,6 +1546,9 @@ EstKnobs& EstimateKnobs() {
     k.flex_select = sel == nullptr || std::string(sel) != "0";
     const char* pool = std::getenv("SPATTN_FLEX_POOL");
     k.flex_pool = pool == nullptr || std::string(pool) != "0";
+    if (const char* sp = std::getenv("SPATTN_EST_SPAN")) k.est_span = std::atoi(sp);
+    const char* db = std::getenv("SPATTN_EST_DB");
+    k.est_db = db == nullptr || std::string(db) != "0";
     return k;
   }();
   return knobs;

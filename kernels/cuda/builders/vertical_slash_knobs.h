@@ -16,8 +16,10 @@
 // from wgmma instead of mma.sync (bit 0 pass 1, bit 1 pass 2, bit 2 pass 3; default 5: passes 1
 // and 3; 1 is main's before session 30). SPATTN_FLEX_SEL=0 / SPATTN_FLEX_POOL=0: flex_prefill's
 // line selection / pooled keys by main's kernels (session 31's are the default: the same lines,
-// the same pooled keys). Tests change the knobs through the returned reference, between builds
-// only.
+// the same pooled keys). SPATTN_EST_SPAN=n: passes 1-3 run n logical CTAs per launched CTA
+// (default 2; 1 is main's launch; the same values). SPATTN_EST_DB=0: flex_prefill's 8-warp pass 2
+// with one key tile (main's) instead of two, the next by cp.async. Tests change the knobs through the returned
+// reference, between builds only.
 #ifndef SPATTN_KERNELS_CUDA_BUILDERS_VERTICAL_SLASH_KNOBS_H_
 #define SPATTN_KERNELS_CUDA_BUILDERS_VERTICAL_SLASH_KNOBS_H_
 
@@ -37,6 +39,14 @@ struct EstKnobs {
   // flex_prefill's pooled keys by LaunchFlexPoolKeys (two channels a thread, the same values:
   // session 31); SPATTN_FLEX_POOL=0: LaunchPoolKeys (block_sparse's, main's before).
   bool flex_pool = true;
+  // Logical estimate CTAs (kEstKeysPerCta keys each) per launched CTA, run one after another
+  // with the Q chunk kept in shared memory (session 32; every logical CTA computes and stores
+  // what its own CTA did). SPATTN_EST_SPAN=1: one per CTA, main's launch.
+  int est_span = 2;
+  // flex_prefill's 8-warp passes 1-2 by mma.sync (pass 2 by default) with two key tiles in shared
+  // memory, the next loaded by cp.async during the current one's products (session 32; the same
+  // tiles). SPATTN_EST_DB=0: one tile, loaded between barriers (main's).
+  bool est_db = true;
 };
 EstKnobs& EstimateKnobs();
 
