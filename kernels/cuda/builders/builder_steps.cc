@@ -158,6 +158,22 @@ absl::Status CheckIndexTotals(const BuildScope& env, const int64_t totals[2]) {
   return absl::OkStatus();
 }
 
+absl::Status CarveIndexEntries(const BuildScope& env, const int64_t totals[2], AsmOut* out,
+                               SparseIndexView* v) {
+  int32_t *range_start, *range_len, *col_idx;
+  SPATTN_ASSIGN_OR_RETURN(range_start, CarveKept<int32_t>(env, totals[0], "range_start"));
+  SPATTN_ASSIGN_OR_RETURN(range_len, CarveKept<int32_t>(env, totals[0], "range_len"));
+  SPATTN_ASSIGN_OR_RETURN(col_idx, CarveKept<int32_t>(env, totals[1], "col_idx"));
+  out->off_ranges = out->count_ranges;  // scanned in place by the count step
+  out->off_cols = out->count_cols;
+  out->count_ranges = nullptr;
+  out->count_cols = nullptr;
+  out->range_start = v->range_start = range_start;
+  out->range_len = v->range_len = range_len;
+  out->col_idx = v->col_idx = col_idx;
+  return absl::OkStatus();
+}
+
 // Count pass, scan, the entry totals (the build's one host round trip), fill pass.
 absl::StatusOr<SparseIndexView> Assemble(
     const BuildScope& env, const Layout& l,
@@ -188,31 +204,19 @@ absl::StatusOr<SparseIndexView> Assemble(
       "index totals");
   SPATTN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(env.stream), "index count pass");
   SPATTN_RETURN_IF_ERROR(CheckIndexTotals(env, totals));
-  int32_t *range_indptr, *col_indptr, *range_start, *range_len, *col_idx;
+  int32_t *range_indptr, *col_indptr;
   SPATTN_ASSIGN_OR_RETURN(range_indptr, CarveKept<int32_t>(env, rows + 1, "range_indptr"));
   SPATTN_ASSIGN_OR_RETURN(col_indptr, CarveKept<int32_t>(env, rows + 1, "col_indptr"));
-  SPATTN_ASSIGN_OR_RETURN(range_start, CarveKept<int32_t>(env, totals[0], "range_start"));
-  SPATTN_ASSIGN_OR_RETURN(range_len, CarveKept<int32_t>(env, totals[0], "range_len"));
-  SPATTN_ASSIGN_OR_RETURN(col_idx, CarveKept<int32_t>(env, totals[1], "col_idx"));
-  SPATTN_CUDA_RETURN_IF_ERROR(LaunchNarrow64(out.count_ranges, rows + 1, range_indptr, env.stream),
+  v.range_indptr = range_indptr;
+  v.col_indptr = col_indptr;
+  SPATTN_RETURN_IF_ERROR(CarveIndexEntries(env, totals, &out, &v));
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchNarrow64(out.off_ranges, rows + 1, range_indptr, env.stream),
                               "range_indptr");
-  SPATTN_CUDA_RETURN_IF_ERROR(LaunchNarrow64(out.count_cols, rows + 1, col_indptr, env.stream),
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchNarrow64(out.off_cols, rows + 1, col_indptr, env.stream),
                               "col_indptr");
-  out.off_ranges = out.count_ranges;
-  out.off_cols = out.count_cols;
-  out.count_ranges = nullptr;
-  out.count_cols = nullptr;
-  out.range_start = range_start;
-  out.range_len = range_len;
-  out.col_idx = col_idx;
   timer->Mark("sync+alloc");
   SPATTN_CUDA_RETURN_IF_ERROR(launch(out, true), "index assembly (fill)");
   timer->Mark("fill");
-  v.range_indptr = range_indptr;
-  v.range_start = range_start;
-  v.range_len = range_len;
-  v.col_indptr = col_indptr;
-  v.col_idx = col_idx;
   return v;
 }
 

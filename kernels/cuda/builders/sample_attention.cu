@@ -937,66 +937,9 @@ __global__ void __launch_bounds__(row_assembly::kAsmSpanWarps * 32)
     }
     int32_t* const pairs =
         kept == nullptr ? nullptr : kept + static_cast<int64_t>(unit) * 2 * kAsmSpanCap;
-    const int n = src.NumSpans(ctx, sh);
-    const int64_t key_end = ctx.key_end;
-    int np = 32;
-    while (np < n) np <<= 1;
-    for (int i = lane; i < np; i += 32) {
-      unsigned long long v = ~0ull;
-      if (i < n) {
-        int64_t st, en;
-        src.SpanAt(ctx, sh, i, &st, &en);
-        if (st < 0) st = 0;
-        if (en > key_end) en = key_end;
-        if (en > st) {
-          v = (static_cast<unsigned long long>(st) << 32) | static_cast<unsigned long long>(en);
-        }
-      }
-      buf[i] = v;
-    }
-    __syncwarp();
-    for (int k = 2; k <= np; k <<= 1) {
-      for (int j = k >> 1; j > 0; j >>= 1) {
-        for (int i = lane; i < np; i += 32) {
-          const int l = i ^ j;
-          if (l > i) {
-            const unsigned long long x = buf[i], y = buf[l];
-            if ((x > y) == ((i & k) == 0)) {
-              buf[i] = y;
-              buf[l] = x;
-            }
-          }
-        }
-        __syncwarp();
-      }
-    }
-    int ranges = 0;    // ranges started before this chunk
-    int run_end = -1;  // the largest end before this chunk
-    for (int c0 = 0; c0 < np; c0 += 32) {
-      const unsigned long long v = buf[c0 + lane];
-      const bool valid = v != ~0ull;
-      const int st = static_cast<int>(v >> 32);
-      const int en = valid ? static_cast<int>(v & 0xffffffffull) : -1;
-      int m = en;  // inclusive prefix maximum of the ends in the chunk
-#pragma unroll
-      for (int d = 1; d < 32; d <<= 1) {
-        const int o = __shfl_up_sync(0xffffffffu, m, d);
-        if (lane >= d && o > m) m = o;
-      }
-      int prev = __shfl_up_sync(0xffffffffu, m, 1);  // the maximum end before this span
-      if (lane == 0 || prev < run_end) prev = run_end;
-      const bool starts = valid && st > prev;
-      const unsigned starts_mask = __ballot_sync(0xffffffffu, starts);
-      if (pairs != nullptr && starts) {
-        const int r = ranges + __popc(starts_mask & ((1u << lane) - 1u));
-        pairs[2 * r] = st;
-        if (r > 0) pairs[2 * r - 1] = prev;  // the range before ends at the running maximum
-      }
-      ranges += __popc(starts_mask);
-      const int chunk_max = __shfl_sync(0xffffffffu, m, 31);
-      if (chunk_max > run_end) run_end = chunk_max;
-      if (__shfl_sync(0xffffffffu, v, 31) == ~0ull) break;  // the rest is padding
-    }
+    const int np = row_assembly::AsmSortSpans(src, ctx, sh, buf, lane);
+    int run_end;
+    const int ranges = row_assembly::AsmWalkSpans<false>(buf, np, lane, pairs, &run_end);
     if (pairs != nullptr && lane == 0 && ranges > 0) pairs[2 * ranges - 1] = run_end;
     for (int si = lane; si < ctx.num_slots; si += 32) {
       const int64_t row = static_cast<int64_t>(ctx.slots[si]) * out.num_blocks + ctx.block;

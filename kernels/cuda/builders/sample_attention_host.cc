@@ -81,9 +81,11 @@ absl::StatusOr<SparseIndexView> SaAssembleLean(const BuildScope& env, const Layo
     }
   }
   CarveKeptWords(env, l, rows, &out);  // as Assemble carves them
-  int32_t *range_indptr, *col_indptr, *range_start, *range_len, *col_idx;
+  int32_t *range_indptr, *col_indptr;
   SPATTN_ASSIGN_OR_RETURN(range_indptr, CarveKept<int32_t>(env, rows + 1, "range_indptr"));
   SPATTN_ASSIGN_OR_RETURN(col_indptr, CarveKept<int32_t>(env, rows + 1, "col_indptr"));
+  v.range_indptr = range_indptr;
+  v.col_indptr = col_indptr;
   timer->Mark(select_stage);
   SPATTN_CUDA_RETURN_IF_ERROR(LaunchSampleAttentionLeanCount(args, out, range_indptr, col_indptr,
                                                              d_totals, kept, span_row, env.stream),
@@ -95,25 +97,11 @@ absl::StatusOr<SparseIndexView> SaAssembleLean(const BuildScope& env, const Layo
       "index totals");
   SPATTN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(env.stream), "index count pass");
   SPATTN_RETURN_IF_ERROR(CheckIndexTotals(env, totals));
-  SPATTN_ASSIGN_OR_RETURN(range_start, CarveKept<int32_t>(env, totals[0], "range_start"));
-  SPATTN_ASSIGN_OR_RETURN(range_len, CarveKept<int32_t>(env, totals[0], "range_len"));
-  SPATTN_ASSIGN_OR_RETURN(col_idx, CarveKept<int32_t>(env, totals[1], "col_idx"));
-  out.off_ranges = out.count_ranges;
-  out.off_cols = out.count_cols;
-  out.count_ranges = nullptr;
-  out.count_cols = nullptr;
-  out.range_start = range_start;
-  out.range_len = range_len;
-  out.col_idx = col_idx;
+  SPATTN_RETURN_IF_ERROR(CarveIndexEntries(env, totals, &out, &v));
   timer->Mark("sync+alloc");
   SPATTN_CUDA_RETURN_IF_ERROR(LaunchSampleAttentionLeanFill(args, out, kept, span_row, env.stream),
                               "index assembly (fill)");
   timer->Mark("fill");
-  v.range_indptr = range_indptr;
-  v.range_start = range_start;
-  v.range_len = range_len;
-  v.col_indptr = col_indptr;
-  v.col_idx = col_idx;
   return v;
 }
 

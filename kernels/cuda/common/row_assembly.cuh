@@ -607,6 +607,88 @@ __global__ void __launch_bounds__(128)
 // ranges' (start, end) pairs into the buffer at their ranks (a rank never passes the index of
 // the span being read, so every slot written was read before the warp's barrier), then every
 // slot row's starts and lengths, coalesced.
+// The steps of AssembleSpansKernel below, also called by a builder's own span kernel
+// (sample_attention.cu's SaSpanCountKernel). AsmSortSpans: the row's spans, clipped, as sorted
+// (start << 32 | end) keys in the warp's buffer `buf` (kAsmSpanCap keys), padded with ~0 to a
+// power of two >= 32; returns that length. AsmWalkSpans: the walk over them, returning the
+// number of ranges and the last range's end (*run_end); with `pairs` (else null) each range's
+// (start, end) at [2r, 2r + 1]. kSyncRead: `pairs` may alias `buf` (every lane reads its chunk's
+// key before any pair is written).
+template <class Src>
+__device__ __forceinline__ int AsmSortSpans(const Src& src, const RowCtx& ctx,
+                                            const typename Src::Shared& sh,
+                                            unsigned long long* buf, int lane) {
+  const int n = src.NumSpans(ctx, sh);
+  const int64_t key_end = ctx.key_end;
+  int np = 32;
+  while (np < n) np <<= 1;
+  for (int i = lane; i < np; i += 32) {
+    unsigned long long v = ~0ull;
+    if (i < n) {
+      int64_t s, e;
+      src.SpanAt(ctx, sh, i, &s, &e);
+      if (s < 0) s = 0;
+      if (e > key_end) e = key_end;
+      if (e > s) {
+        v = (static_cast<unsigned long long>(s) << 32) | static_cast<unsigned long long>(e);
+      }
+    }
+    buf[i] = v;
+  }
+  __syncwarp();
+  for (int k = 2; k <= np; k <<= 1) {
+    for (int j = k >> 1; j > 0; j >>= 1) {
+      for (int i = lane; i < np; i += 32) {
+        const int l = i ^ j;
+        if (l > i) {
+          const unsigned long long x = buf[i], y = buf[l];
+          if ((x > y) == ((i & k) == 0)) {
+            buf[i] = y;
+            buf[l] = x;
+          }
+        }
+      }
+      __syncwarp();
+    }
+  }
+  return np;
+}
+
+template <bool kSyncRead>
+__device__ __forceinline__ int AsmWalkSpans(const unsigned long long* buf, int np, int lane,
+                                            int32_t* pairs, int* run_end_out) {
+  int ranges = 0;    // ranges started before this chunk
+  int run_end = -1;  // the largest end before this chunk
+  for (int c0 = 0; c0 < np; c0 += 32) {
+    const unsigned long long v = buf[c0 + lane];
+    if (kSyncRead) __syncwarp();  // every lane has read its span before pairs are written
+    const bool valid = v != ~0ull;
+    const int s = static_cast<int>(v >> 32);
+    const int e = valid ? static_cast<int>(v & 0xffffffffull) : -1;
+    int m = e;  // inclusive prefix maximum of the ends in the chunk
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      const int o = __shfl_up_sync(0xffffffffu, m, d);
+      if (lane >= d && o > m) m = o;
+    }
+    int prev = __shfl_up_sync(0xffffffffu, m, 1);  // the maximum end before this span
+    if (lane == 0 || prev < run_end) prev = run_end;
+    const bool starts = valid && s > prev;
+    const unsigned starts_mask = __ballot_sync(0xffffffffu, starts);
+    if (pairs != nullptr && starts) {
+      const int r = ranges + __popc(starts_mask & ((1u << lane) - 1u));
+      pairs[2 * r] = s;
+      if (r > 0) pairs[2 * r - 1] = prev;  // the range before ends at the running maximum
+    }
+    ranges += __popc(starts_mask);
+    const int chunk_max = __shfl_sync(0xffffffffu, m, 31);
+    if (chunk_max > run_end) run_end = chunk_max;
+    if (__shfl_sync(0xffffffffu, v, 31) == ~0ull) break;  // the rest is padding
+  }
+  *run_end_out = run_end;
+  return ranges;
+}
+
 constexpr int kAsmSpanWarps = 8;
 template <class Src, bool kFill>
 __global__ void __launch_bounds__(kAsmSpanWarps * 32)
@@ -631,67 +713,9 @@ __global__ void __launch_bounds__(kAsmSpanWarps * 32)
       if (!kFill && lane == 0 && out.span_rest != nullptr) atomicAdd(out.span_rest, 1u);
       continue;
     }
-    const int n = src.NumSpans(ctx, sh);
-    const int64_t key_end = ctx.key_end;
-    int np = 32;
-    while (np < n) np <<= 1;
-    for (int i = lane; i < np; i += 32) {
-      unsigned long long v = ~0ull;
-      if (i < n) {
-        int64_t s, e;
-        src.SpanAt(ctx, sh, i, &s, &e);
-        if (s < 0) s = 0;
-        if (e > key_end) e = key_end;
-        if (e > s) {
-          v = (static_cast<unsigned long long>(s) << 32) | static_cast<unsigned long long>(e);
-        }
-      }
-      buf[i] = v;
-    }
-    __syncwarp();
-    for (int k = 2; k <= np; k <<= 1) {
-      for (int j = k >> 1; j > 0; j >>= 1) {
-        for (int i = lane; i < np; i += 32) {
-          const int l = i ^ j;
-          if (l > i) {
-            const unsigned long long x = buf[i], y = buf[l];
-            if ((x > y) == ((i & k) == 0)) {
-              buf[i] = y;
-              buf[l] = x;
-            }
-          }
-        }
-        __syncwarp();
-      }
-    }
-    int ranges = 0;   // ranges started before this chunk
-    int run_end = -1;  // the largest end before this chunk
-    for (int c0 = 0; c0 < np; c0 += 32) {
-      const unsigned long long v = buf[c0 + lane];
-      if (kFill) __syncwarp();  // every lane has read its span before pairs are written
-      const bool valid = v != ~0ull;
-      const int s = static_cast<int>(v >> 32);
-      const int e = valid ? static_cast<int>(v & 0xffffffffull) : -1;
-      int m = e;  // inclusive prefix maximum of the ends in the chunk
-#pragma unroll
-      for (int d = 1; d < 32; d <<= 1) {
-        const int o = __shfl_up_sync(0xffffffffu, m, d);
-        if (lane >= d && o > m) m = o;
-      }
-      int prev = __shfl_up_sync(0xffffffffu, m, 1);  // the maximum end before this span
-      if (lane == 0 || prev < run_end) prev = run_end;
-      const bool starts = valid && s > prev;
-      const unsigned starts_mask = __ballot_sync(0xffffffffu, starts);
-      if (kFill && starts) {
-        const int r = ranges + __popc(starts_mask & ((1u << lane) - 1u));
-        pairs[2 * r] = s;
-        if (r > 0) pairs[2 * r - 1] = prev;  // the range before ends at the running maximum
-      }
-      ranges += __popc(starts_mask);
-      const int chunk_max = __shfl_sync(0xffffffffu, m, 31);
-      if (chunk_max > run_end) run_end = chunk_max;
-      if (__shfl_sync(0xffffffffu, v, 31) == ~0ull) break;  // the rest is padding
-    }
+    const int np = AsmSortSpans(src, ctx, sh, buf, lane);
+    int run_end;
+    const int ranges = AsmWalkSpans<kFill>(buf, np, lane, kFill ? pairs : nullptr, &run_end);
     if (!kFill) {
       if (lane < ctx.num_slots) {
         const int64_t row = static_cast<int64_t>(ctx.slots[lane]) * out.num_blocks + ctx.block;
