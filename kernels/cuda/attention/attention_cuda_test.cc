@@ -607,8 +607,8 @@ TEST_F(CudaAttentionTest, SparseRingChoiceMatchesEveryRing) {
 }
 
 // The sparse stream's next tile descriptor read under the current tile's GEMMs
-// (SPATTN_HOPPER_EARLY_DESC, default 1; session 32, s32-sparse) against the read at the step's
-// start (=0): the same arithmetic, so O and LSE byte for byte, and the reference's values. Long
+// (SPATTN_HOPPER_EARLY_DESC=1; session 32, s32-sparse) against the read at the step's start
+// (the default, 0): the same arithmetic, so O and LSE byte for byte, and the reference's values. Long
 // ranges (many tiles of one item), short items, gathered columns and packed range tails (mixed
 // tiles), batch 1 and varlen, bf16 / fp16, causal or not; under both rings of the per-launch
 // choice (SPATTN_HOPPER_SPARSE_RING 22 / 23 set around the pair).
@@ -656,7 +656,7 @@ TEST_F(CudaAttentionTest, SparseEarlyDescMatchesLateDesc) {
             absl::StrCat(Describe(c), " block_m=128 ring=", ring, cols ? " short" : " long");
         setenv("SPATTN_HOPPER_SPARSE_RING", ring, 1);
         std::vector<float> o[2], lse[2];
-        RunSparseWithAndWithoutKnob(*hp, idx, "SPATTN_HOPPER_EARLY_DESC", "0", config, o, lse);
+        RunSparseWithAndWithoutKnob(*hp, idx, "SPATTN_HOPPER_EARLY_DESC", "1", config, o, lse);
         unsetenv("SPATTN_HOPPER_SPARSE_RING");
         ReloadCudaKernelKnobs();
         if (HasFatalFailure()) return;

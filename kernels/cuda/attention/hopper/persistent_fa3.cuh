@@ -206,14 +206,17 @@ constexpr int kFlagTmaStore = 64;
 constexpr int kStaleMaxShift = 8;
 // Named barrier of the producer warpgroup (kFlagDynamic): ids 1-7 are the consumers'.
 constexpr int kBarProducer = 8;
-// kFlagEarlyDesc (the sparse stream; SPATTN_HOPPER_EARLY_DESC, default 1): a consumer warp reads
+// kFlagEarlyDesc (the sparse stream; SPATTN_HOPPER_EARLY_DESC=1, default 0): a consumer warp reads
 // the next tile's descriptor of the same item (TileDesc, the tile's largest key, its half / mask
 // facts) right after issuing the current tile's GEMMs, while S(t) is on the tensor cores, where
 // K(t + 1) has landed by then (a non-blocking test of its k_full phase; otherwise at the next
 // step's start, as without the flag). Session 32 (s32-sparse): ncu put ~530 consumer-warp cycles
 // per 128-key tile in the step's start (K wait, the descriptor's shared load and its dependent
 // uniform-register chain, the V wait), against ~240 per 176-key tile in the dense kernel, on
-// the chain from one P V's end to the next GEMMs' issue that sets the tile period.
+// the chain from one P V's end to the next GEMMs' issue. Measured (H200, in one process): range
+// indexes +1.4-2.1 % at 32K, +1.6-6 % at 128K; gathered columns and sampled_lines -1.8 % at 32K
+// (likely the gathered tile's FenceProxyAsync, now issued while this warp's wgmmas are in
+// flight); so off by default. The tile period is set elsewhere: NOTES.md s32-sparse.
 constexpr int kFlagEarlyDesc = 1 << 16;
 
 // The producer's walk over an item's key set with kFlagPackTails: first every range's whole
