@@ -25,3 +25,5 @@ done
 (cd $D && tar -cf - $FILES lib | xz -6 --lzma2=preset=6,dict=256MiB -T2 > bundle.tar.xz && rm -rf bin lib)
 cp bench/results/kernels/s32-sparse/$RUN $D/
 du -sh $D
+# The run tool's checkout is /work/main: the bundle has to lie there (git-ignored) to be carried.
+mkdir -p /work/main/.device/s32-sparse && cp $D/* /work/main/.device/s32-sparse/
