@@ -606,6 +606,72 @@ TEST_F(CudaAttentionTest, SparseRingChoiceMatchesEveryRing) {
   }
 }
 
+// The sparse stream's next tile descriptor read under the current tile's GEMMs
+// (SPATTN_HOPPER_EARLY_DESC=1; session 32, s32-sparse) against the read at the step's start
+// (the default, 0): the same arithmetic, so O and LSE byte for byte, and the reference's values. Long
+// ranges (many tiles of one item), short items, gathered columns and packed range tails (mixed
+// tiles), batch 1 and varlen, bf16 / fp16, causal or not; under both rings of the per-launch
+// choice (SPATTN_HOPPER_SPARSE_RING 22 / 23 set around the pair).
+TEST_F(CudaAttentionTest, SparseEarlyDescMatchesLateDesc) {
+  const std::vector<Case> cases = {
+      {{4099}, {}, 8, 2, 128, DType::kBF16, true},
+      {{5000}, {7000}, 8, 4, 128, DType::kF16, true},
+      {{3001}, {3001}, 4, 1, 128, DType::kBF16, false},
+      {{1, 63, 700, 2100}, {1, 100, 900, 2100}, 4, 2, 128, DType::kF16, true},
+  };
+  uint64_t seed = 3232;
+  for (const char* ring : {"22", "23"}) {
+    for (const Case& c : cases) {
+      auto hp = MakeProblem(c, seed++);
+      // Short items (random ranges + columns), then long ones: a sink, a window of up to 1500
+      // keys (many tiles of one item, a partial or packed tail) and, in every other row, 40
+      // columns.
+      for (const bool short_items : {true, false}) {
+        SparseIndex idx;
+        if (short_items) {
+          idx = RandomIndex(hp->problem(), AllHeads(c.hq), 128, 3, 90, seed++, true);
+        } else {
+          InitSparseIndex(hp->problem(), AllHeads(c.hq), 128, &idx);
+          std::mt19937_64 rng(seed++);
+          std::vector<RowKeys> rows(idx.num_rows());
+          for (int s = 0; s < idx.num_heads(); ++s) {
+            for (int b = 0; b < idx.num_blocks(); ++b) {
+              const BlockGeometry g = GetBlockGeometry(hp->problem(), idx, b);
+              if (g.key_end <= 0) continue;
+              RowKeys& row = rows[idx.row(s, b)];
+              row.AddRange(0, std::min<int64_t>(64, g.key_end));
+              const int64_t w = 1 + static_cast<int64_t>(rng() % 1500);
+              row.AddRange(std::max<int64_t>(0, g.key_end - w), g.key_end);
+              if ((s + b) % 2 == 0) {
+                for (int i = 0; i < 40; ++i) row.AddCol(rng() % g.key_end);
+              }
+              row.Normalize(g.key_end, /*min_run=*/1 << 30);
+            }
+          }
+          CompactRows(&rows, &idx);
+        }
+        const bool cols = short_items;
+        ASSERT_TRUE(ValidateSparseIndex(hp->problem(), idx).ok());
+        const std::string config =
+            absl::StrCat(Describe(c), " block_m=128 ring=", ring, cols ? " short" : " long");
+        setenv("SPATTN_HOPPER_SPARSE_RING", ring, 1);
+        std::vector<float> o[2], lse[2];
+        RunSparseWithAndWithoutKnob(*hp, idx, "SPATTN_HOPPER_EARLY_DESC", "1", config, o, lse);
+        unsetenv("SPATTN_HOPPER_SPARSE_RING");
+        ReloadCudaKernelKnobs();
+        if (HasFatalFailure()) return;
+        EXPECT_EQ(CheckRows(hp->problem(), &idx, SampleRows(hp->problem(), AllHeads(c.hq), 64),
+                            o[0], lse[0]),
+                  "")
+            << config;
+        ASSERT_EQ(o[0].size(), o[1].size());
+        EXPECT_EQ(0, std::memcmp(o[0].data(), o[1].data(), o[0].size() * 4)) << config;
+        EXPECT_EQ(0, std::memcmp(lse[0].data(), lse[1].data(), lse[0].size() * 4)) << config;
+      }
+    }
+  }
+}
+
 // An empty row gives O = 0 and LSE = -inf; rows of heads outside the index stay untouched.
 TEST_F(CudaAttentionTest, EmptyRowsAndUntouchedHeads) {
   Case c{{130}, {}, 4, 2, 64, DType::kBF16, true};

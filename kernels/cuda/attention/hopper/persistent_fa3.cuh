@@ -57,6 +57,22 @@ __device__ __forceinline__ void CpAsyncArriveInc(uint32_t bar) {
 #endif
 }
 
+// Whether the phase of parity `parity` of `bar` has completed, without waiting (acquire, as a
+// completed MbarWait).
+__device__ __forceinline__ bool MbarTest(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+#if SPATTN_SM90A
+  asm volatile(
+      "{\n.reg .pred p;\n"
+      "mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(done)
+      : "r"(bar), "r"(parity)
+      : "memory");
+#endif
+  return done != 0;
+}
+
 __device__ __forceinline__ void CpAsync16Zfill(uint32_t dst, const void* src, bool valid) {
   const int n = valid ? 16 : 0;
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n)
@@ -190,6 +206,18 @@ constexpr int kFlagTmaStore = 64;
 constexpr int kStaleMaxShift = 8;
 // Named barrier of the producer warpgroup (kFlagDynamic): ids 1-7 are the consumers'.
 constexpr int kBarProducer = 8;
+// kFlagEarlyDesc (the sparse stream; SPATTN_HOPPER_EARLY_DESC=1, default 0): a consumer warp reads
+// the next tile's descriptor of the same item (TileDesc, the tile's largest key, its half / mask
+// facts) right after issuing the current tile's GEMMs, while S(t) is on the tensor cores, where
+// K(t + 1) has landed by then (a non-blocking test of its k_full phase; otherwise at the next
+// step's start, as without the flag). Session 32 (s32-sparse): ncu put ~530 consumer-warp cycles
+// per 128-key tile in the step's start (K wait, the descriptor's shared load and its dependent
+// uniform-register chain, the V wait), against ~240 per 176-key tile in the dense kernel, on
+// the chain from one P V's end to the next GEMMs' issue. Measured (H200, in one process): range
+// indexes +1.4-2.1 % at 32K, +1.6-6 % at 128K; gathered columns and sampled_lines -1.8 % at 32K
+// (likely the gathered tile's FenceProxyAsync, now issued while this warp's wgmmas are in
+// flight); so off by default. The tile period is set elsewhere: NOTES.md s32-sparse.
+constexpr int kFlagEarlyDesc = 1 << 16;
 
 // The producer's walk over an item's key set with kFlagPackTails: first every range's whole
 // kBN-key tiles (kind 0, ending at the range's end), then gathered tiles (kind 1) over the list
@@ -721,14 +749,13 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
     NamedSync(my_turn, turn_threads);
     if constexpr (kTrace) tr_turn += clk() - t0;
   };
-  auto read_tile = [&](Tile& d) {
-    const int s = Ring::KSlot(tile);
-    const unsigned t0 = clk();
-    wait(ring.KFull(s), Ring::KPhase(tile));
-    if constexpr (kTrace) tr_kwait += clk() - t0, ++tr_tiles;
+  // The descriptor of the tile at ring position `pos` (its K landed: k_full's phase seen);
+  // `m`: whether another tile of the same item follows it.
+  auto read_desc = [&](Tile& d, int pos, bool& m) {
+    const int s = Ring::KSlot(pos);
     const TileDesc td = *(reinterpret_cast<const TileDesc*>(smem + Tr::kTileDescOff) + s);
     d.kind = td.kind_more & 1;
-    more = (td.kind_more & 2) != 0;
+    m = (td.kind_more & 2) != 0;
     d.mixed = (td.kind_more & 4) != 0;
     d.start = td.start;
     d.n = td.n;
@@ -755,6 +782,18 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
     d.half = Tr::kHalfTiles && (d.n <= kBN / 2 || (p.causal && d.kind == 0 && d.start >= my_first));
     if (d.kind == 1) detail::FenceProxyAsync();  // gathered K written by cp.async
   };
+  auto read_tile = [&](Tile& d) {
+    const int s = Ring::KSlot(tile);
+    const unsigned t0 = clk();
+    wait(ring.KFull(s), Ring::KPhase(tile));
+    if constexpr (kTrace) tr_kwait += clk() - t0, ++tr_tiles;
+    read_desc(d, tile, more);
+  };
+  // kFlagEarlyDesc (the sparse kernel, not the traced instance): the next tile's descriptor, read
+  // under the current tile's GEMMs (have_nd: `nd` holds it; `more` is then already its own).
+  const bool early_desc = kSparse && !kTrace && (flags & kFlagEarlyDesc) != 0;
+  bool have_nd = false;
+  Tile nd;
   auto release = [&](uint32_t bar) {
     if (lane == 0) MbarArrive(bar);
   };
@@ -873,7 +912,7 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
   for (;;) {
     const ItemDesc old = cur;
     const int old_qb = cur_qb;
-    const bool same = more;
+    const bool same = more || have_nd;
     if constexpr (kTrace) {
       if (!same) stamp(n_item, kTrCWait);
     }
@@ -888,7 +927,12 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
         flush_p(n_item - 3);  // (complete: its producer round ended before this Q's)
       }
     }
-    read_tile(d);
+    if (have_nd) {
+      d = nd;
+      have_nd = false;
+    } else {
+      read_tile(d);
+    }
     if constexpr (kTrace) {
       if (!same) stamp(n_item - 1, kTrCK0);
     }
@@ -904,6 +948,10 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
       if (!same) stamp(n_item - 1, kTrCQk);
     }
     NamedArrive(other_turn, turn_threads);
+    if (early_desc && more && MbarTest(ring.KFull(Ring::KSlot(tile + 1)), Ring::KPhase(tile + 1))) {
+      read_desc(nd, tile + 1, more);
+      have_nd = true;
+    }
     WgmmaWait<1>();  // S(t) is ready; P(t-1) V is still running
     st.FenceS();
     if (!d.mixed) release(ring.KEmpty(ks));
