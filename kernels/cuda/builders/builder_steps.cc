@@ -168,9 +168,12 @@ absl::Status CarveIndexEntries(const BuildScope& env, const int64_t totals[2], A
   out->off_cols = out->count_cols;
   out->count_ranges = nullptr;
   out->count_cols = nullptr;
-  out->range_start = v->range_start = range_start;
-  out->range_len = v->range_len = range_len;
-  out->col_idx = v->col_idx = col_idx;
+  out->range_start = range_start;
+  out->range_len = range_len;
+  out->col_idx = col_idx;
+  v->range_start = range_start;
+  v->range_len = range_len;
+  v->col_idx = col_idx;
   return absl::OkStatus();
 }
 
