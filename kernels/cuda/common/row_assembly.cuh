@@ -675,7 +675,7 @@ __device__ __forceinline__ int AsmWalkSpans(const unsigned long long* buf, int n
     if (lane == 0 || prev < run_end) prev = run_end;
     const bool starts = valid && s > prev;
     const unsigned starts_mask = __ballot_sync(0xffffffffu, starts);
-    if (pairs != nullptr && starts) {
+    if ((kSyncRead || pairs != nullptr) && starts) {
       const int r = ranges + __popc(starts_mask & ((1u << lane) - 1u));
       pairs[2 * r] = s;
       if (r > 0) pairs[2 * r - 1] = prev;  // the range before ends at the running maximum
