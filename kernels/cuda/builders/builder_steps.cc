@@ -101,7 +101,9 @@ Layout MakeLayout(const AttentionProblem& p, const std::vector<int>& heads, int 
   return l;
 }
 
-absl::Status StartIndexView(const BuildScope& env, const Layout& l, SparseIndexView* v) {
+absl::Status StartAssembly(const BuildScope& env, const Layout& l, SparseIndexView* v,
+                           AsmOut* out) {
+  const int64_t rows = static_cast<int64_t>(l.host.num_heads()) * l.host.num_blocks();
   v->block_m = l.host.block_m;
   v->num_heads = l.host.num_heads();
   v->num_blocks = l.host.num_blocks();
@@ -110,6 +112,9 @@ absl::Status StartIndexView(const BuildScope& env, const Layout& l, SparseIndexV
   SPATTN_RETURN_IF_ERROR(blob.Upload(env, env.stream, /*kept=*/true));
   v->heads = blob.At<int32_t>(o_heads);
   v->block_offsets = blob.At<int32_t>(o_offsets);
+  out->num_blocks = l.host.num_blocks();
+  SPATTN_ASSIGN_OR_RETURN(out->count_ranges, Carve<int64_t>(env, rows + 1, "range counts"));
+  SPATTN_ASSIGN_OR_RETURN(out->count_cols, Carve<int64_t>(env, rows + 1, "column counts"));
   return absl::OkStatus();
 }
 
@@ -185,11 +190,8 @@ absl::StatusOr<SparseIndexView> Assemble(
   const int num_slots = l.host.num_heads(), num_blocks = l.host.num_blocks();
   const int64_t rows = static_cast<int64_t>(num_slots) * num_blocks;
   SparseIndexView v;
-  SPATTN_RETURN_IF_ERROR(StartIndexView(env, l, &v));
   AsmOut out;
-  out.num_blocks = num_blocks;
-  SPATTN_ASSIGN_OR_RETURN(out.count_ranges, Carve<int64_t>(env, rows + 1, "range counts"));
-  SPATTN_ASSIGN_OR_RETURN(out.count_cols, Carve<int64_t>(env, rows + 1, "column counts"));
+  SPATTN_RETURN_IF_ERROR(StartAssembly(env, l, &v, &out));
   CarveKeptWords(env, l, rows, &out);
   timer->Mark(select_stage);
   SPATTN_CUDA_RETURN_IF_ERROR(launch(out, false), "index assembly (count)");

@@ -286,12 +286,13 @@ Layout MakeLayout(const AttentionProblem& p, const std::vector<int>& heads, int 
 
 // Assemble's steps, shared with builders that assemble with their own launches
 // (sample_attention_host.cc's SaAssembleLean): the view's shape, heads and block offsets (one
-// upload into the kept workspace); the count pass's kept words (row_assembly.h AsmOut::keep,
+// upload into the kept workspace) and the count pass's two count arrays; the count pass's kept words (row_assembly.h AsmOut::keep,
 // SPATTN_ASM_KEEP_MB; none where the workspace has no room); the entry totals checked against
 // SparseIndex's int32 offsets and reported; the entry arrays carved into the view for those
 // totals, and `out` turned from the count pass's into the fill pass's (its scanned counts as the
 // offsets).
-absl::Status StartIndexView(const BuildScope& env, const Layout& l, SparseIndexView* v);
+absl::Status StartAssembly(const BuildScope& env, const Layout& l, SparseIndexView* v,
+                           AsmOut* out);
 void CarveKeptWords(const BuildScope& env, const Layout& l, int64_t rows, AsmOut* out);
 absl::Status CheckIndexTotals(const BuildScope& env, const int64_t totals[2]);
 absl::Status CarveIndexEntries(const BuildScope& env, const int64_t totals[2], AsmOut* out,

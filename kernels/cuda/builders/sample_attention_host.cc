@@ -61,13 +61,10 @@ absl::StatusOr<SparseIndexView> SaAssembleLean(const BuildScope& env, const Layo
   const int num_slots = l.host.num_heads(), num_blocks = l.host.num_blocks();
   const int64_t rows = static_cast<int64_t>(num_slots) * num_blocks;
   SparseIndexView v;
-  SPATTN_RETURN_IF_ERROR(StartIndexView(env, l, &v));
   AsmOut out;
-  out.num_blocks = num_blocks;
+  SPATTN_RETURN_IF_ERROR(StartAssembly(env, l, &v, &out));
   out.rec = rec;
   out.span_rest = span_rest;
-  SPATTN_ASSIGN_OR_RETURN(out.count_ranges, Carve<int64_t>(env, rows + 1, "range counts"));
-  SPATTN_ASSIGN_OR_RETURN(out.count_cols, Carve<int64_t>(env, rows + 1, "column counts"));
   SPATTN_ASSIGN_OR_RETURN(int64_t* const d_totals, Carve<int64_t>(env, 2, "index totals"));
   int32_t *kept = nullptr, *span_row = nullptr;
   if (keep_ranges && rows > 0) {
