@@ -10,6 +10,7 @@ PACKAGES=(
   pkg-config python3 curl
   python3-grpcio python3-protobuf python3-numpy
   clang libclang-rt-14-dev openssl
+  zstd xz-utils binutils
 )
 
 missing=()
