@@ -94,7 +94,8 @@ struct LaunchKnobs {
   int sleep_waits = 3;       // SPATTN_HOPPER_SLEEP_WAITS (the sparse stream's mbarrier waits)
   int stale_max = 8;         // SPATTN_HOPPER_STALE_MAX (the sparse stream's row maximum)
   bool tma_store = true;     // SPATTN_HOPPER_TMA_STORE (the sparse stream's epilogue)
-  bool early_desc = false;   // SPATTN_HOPPER_EARLY_DESC (the sparse stream's next descriptor)
+  int early_desc = 0;        // SPATTN_HOPPER_EARLY_DESC (the sparse stream's next descriptor)
+  int pd_probe = 0;          // SPATTN_HOPPER_PD_PROBE (the dense persistent kernel's probes)
   std::string trace;         // SPATTN_HOPPER_TRACE (timeline file of the sparse stream)
   int trace_launch = 0;      // SPATTN_HOPPER_TRACE_LAUNCH
 };
@@ -119,7 +120,8 @@ LaunchKnobs ReadKnobs() {
   k.sleep_waits = EnvInt("SPATTN_HOPPER_SLEEP_WAITS", k.sleep_waits);
   k.stale_max = std::max(-1, std::min(254, EnvInt("SPATTN_HOPPER_STALE_MAX", k.stale_max)));
   k.tma_store = EnvInt("SPATTN_HOPPER_TMA_STORE", 1) != 0;
-  k.early_desc = EnvInt("SPATTN_HOPPER_EARLY_DESC", 0) != 0;
+  k.early_desc = EnvInt("SPATTN_HOPPER_EARLY_DESC", 0);
+  k.pd_probe = EnvInt("SPATTN_HOPPER_PD_PROBE", 0);
   const char* trace = std::getenv("SPATTN_HOPPER_TRACE");
   k.trace = trace == nullptr ? "" : trace;
   k.trace_launch = EnvInt("SPATTN_HOPPER_TRACE_LAUNCH", k.trace_launch);
@@ -400,6 +402,18 @@ cudaError_t LaunchPersistent(const AttnParams& p, const SparseIndexView& idx,
   // items, the A/B baseline of NOTES.md session 21). Needs the consumers to take their items
   // from the producer's descriptors (kDesc) and the schedule's counter.
   if (kSparse && Tr::kDesc && sched.counter != nullptr && Knobs().dynamic) flags |= kFlagDynamic;
+  // The dense persistent kernel's probes (SPATTN_HOPPER_PD_PROBE, default 0: none): bit 0 one
+  // producer thread (kFlagSoloProducer), bit 1 the producer's waits sleep (kFlagSleepProducer),
+  // bit 2 the dense grid's L2-section order (kFlagSectionOrder), bit 3 (PersistentDim) 240
+  // consumer registers. NOTES.md s33-sparse.
+  if (!kSparse) {
+    const int probe = Knobs().pd_probe;
+    if (probe & 1) flags |= kFlagSoloProducer;
+    if (probe & 2) flags |= kFlagSleepProducer;
+    if (probe & 4) {
+      flags |= kFlagSectionOrder | (std::min(SectionHeads(p), 255) << kSectionHeadsShift);
+    }
+  }
   // The sparse stream's sleeping mbarrier waits (SPATTN_HOPPER_SLEEP_WAITS: bit 0 the producer's,
   // bit 1 the consumers'; default 3) and its stale row maximum (SPATTN_HOPPER_STALE_MAX: the
   // bound in log2 units, default 8; 0 moves the maximum wherever it rises; -1 rescales O every
@@ -411,7 +425,9 @@ cudaError_t LaunchPersistent(const AttnParams& p, const SparseIndexView& idx,
     // The next tile's descriptor read under the current tile's GEMMs (kFlagEarlyDesc;
     // SPATTN_HOPPER_EARLY_DESC=1; default 0: at the step's start, as before session 32: range
     // indexes +1.4-2 % at 32K, gathered columns / sampled_lines -1.8 %; NOTES.md s32-sparse).
-    if (Knobs().early_desc) flags |= kFlagEarlyDesc;
+    // =2: range tiles only (kFlagEarlyDescRanges; session 33).
+    if (Knobs().early_desc != 0) flags |= kFlagEarlyDesc;
+    if (Knobs().early_desc == 2) flags |= kFlagEarlyDescRanges;
   }
   // The sparse stream's TMA-store epilogue (kFlagTmaStore; SPATTN_HOPPER_TMA_STORE=0: the
   // 16-byte stores of session 24, NOTES.md session 25 s25-sparse): O's map with 16-row boxes
@@ -508,6 +524,12 @@ cudaError_t PersistentDim(const AttnParams& p, const SparseIndexView& idx,
       return LaunchPersistent<PersistTraits<T, 128, 2>, true,
                               PersistTraits<T, 128, 3, 2, 4, 128, 2, 2>>(
           p, idx, sched, num_items, num_m_blocks, stream, pick);
+    }
+  }
+  if constexpr (!kSparse && kD == 128) {
+    if (Knobs().pd_probe & 8) {
+      return LaunchPersistent<PersistTraits<T, 128, 2, 2, 4, 128, 2, 0, 240>, false>(
+          p, idx, sched, num_items, num_m_blocks, stream);
     }
   }
   using Tr = PersistTraits<T, kD, kD == 128 ? 2 : 4>;
