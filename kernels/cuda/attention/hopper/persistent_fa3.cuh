@@ -82,11 +82,8 @@ __device__ __forceinline__ void CpAsync16Zfill(uint32_t dst, const void* src, bo
 // kBM_ = 128: two consumer warpgroups of 64 rows (ping-pong), 128-key tiles, one CTA per SM.
 // kBM_ = 64 (block_m 64 indexes): one consumer warpgroup, 64-key tiles, two CTAs per SM (their
 // warpgroups take turns on the tensor cores as the hardware schedules them).
-// kConsumerRegs_ (0: 224 / 56 at block_m 128): 240 gives the consumers the dense kernel's 240
-// registers and the producer its 24 (the dense persistent kernel's probe, SPATTN_HOPPER_PD_PROBE
-// bit 3; NOTES.md s33-sparse).
 template <typename T_, int kD_, int kStages_, int kQBufs_ = 2, int kLanes_ = 4, int kBM_ = 128,
-          int kItems_ = 2, int kKStages_ = 0, int kConsumerRegs_ = 0>
+          int kItems_ = 2, int kKStages_ = 0>
 struct PersistTraits {
   using T = T_;
   static constexpr int kD = kD_;
@@ -150,8 +147,8 @@ struct PersistTraits {
   // counter to the other producer threads here (two slots, alternating by round).
   static constexpr int kNextItemOff = kTileKeysOff + kKStages * kBN * 4;
   static constexpr int kSmemBytes = kNextItemOff + 16 + 1024;
-  static constexpr int kProducerRegs = kConsumerRegs_ == 240 ? 24 : 56;
-  static constexpr int kConsumerRegs = kConsumerRegs_ > 0 ? kConsumerRegs_ : kBM == 128 ? 224 : 200;
+  static constexpr int kProducerRegs = 56;
+  static constexpr int kConsumerRegs = kBM == 128 ? 224 : 200;
   static_assert(kSmemBytes * kMinBlocks <= 227 * 1024, "shared memory");
   // setmaxnreg only moves registers within the CTA's launch allocation (168 x 384 = 64512 for
   // one CTA of 384 threads per SM, 128 x 256 for two of 256); 32 / 240 (65536) deadlocks in the
@@ -225,16 +222,6 @@ constexpr int kFlagEarlyDesc = 1 << 16;
 // tile's proxy fence and last-key load stay at the step's start, where none of this warp's
 // wgmmas is in flight (s32's guess at why gathered columns lost under =1).
 constexpr int kFlagEarlyDescRanges = 1 << 19;
-// The dense persistent kernel's probes of what it does unlike the dense kernel
-// (SPATTN_HOPPER_PD_PROBE, default 0; NOTES.md s33-sparse): kFlagSoloProducer -- one producer
-// thread, as the dense kernel: k_full / v_full expect one arrival and the other 127 producer
-// threads leave at once (else every producer thread arrives on every K / V barrier and waits on
-// every empty one); kFlagSleepProducer as in the sparse stream; kFlagSectionOrder -- the work
-// list in the dense grid's L2-section order (SectionTile; heads per section in bits 24-31)
-// instead of query blocks from the last with all heads side by side.
-constexpr int kFlagSoloProducer = 1 << 17;
-constexpr int kFlagSectionOrder = 1 << 18;
-constexpr int kSectionHeadsShift = 24;
 
 // The producer's walk over an item's key set with kFlagPackTails: first every range's whole
 // kBN-key tiles (kind 0, ending at the range's end), then gathered tiles (kind 1) over the list
@@ -349,7 +336,7 @@ struct Item {
 template <bool kSparse, int kBM = 128>
 __device__ __forceinline__ bool GetItem(const AttnParams& p, const SparseIndexView& idx,
                                         const SparseSchedule& sched, int num_m_blocks, int w,
-                                        Item& it, int flags = 0) {
+                                        Item& it) {
   int seq, q_block;
   if constexpr (kSparse) {
     int blk, r0, c0;
@@ -381,9 +368,6 @@ __device__ __forceinline__ bool GetItem(const AttnParams& p, const SparseIndexVi
     it.ks.range_start = idx.range_start + r0;
     it.ks.range_len = idx.range_len + r0;
     it.ks.cols = idx.col_idx + c0;
-  } else if (flags & kFlagSectionOrder) {
-    SectionTile(w, p.num_q_heads, p.batch, num_m_blocks,
-                (flags >> kSectionHeadsShift) & 0xff, it.head, q_block, seq);
   } else {
     const int per_block = p.num_q_heads * p.batch;
     q_block = num_m_blocks - 1 - w / per_block;
@@ -1069,18 +1053,15 @@ __device__ __forceinline__ void PersistentFa3Body(
   auto k_empty = [&](int s) { return bars + 8 * (2 * kQB + kKStages + kStages + s); };
   auto v_empty = [&](int s) { return bars + 8 * (2 * kQB + 2 * kKStages + kStages + s); };
 
-  // kFlagSoloProducer (the dense persistent kernel's probe): the leader alone.
-  const bool solo = !kSparse && (flags & kFlagSoloProducer) != 0;
   if (threadIdx.x == 0) {
     for (int b = 0; b < kQB; ++b) {
       MbarInit(q_full(b), 1);
       MbarInit(q_empty(b), 4 * Tr::kConsumerWgs);  // every consumer warp releases
     }
-    const int producers = solo ? 1 : 128;
     for (int s = 0; s < (kKStages > kStages ? kKStages : kStages); ++s) {
       // every producer thread arrives (TMA: one with the bytes)
-      if (s < kKStages) MbarInit(k_full(s), producers);
-      if (s < kStages) MbarInit(v_full(s), producers);
+      if (s < kKStages) MbarInit(k_full(s), 128);
+      if (s < kStages) MbarInit(v_full(s), 128);
       if (s < kKStages) MbarInit(k_empty(s), 4 * Tr::kConsumerWgs);
       if (s < kStages) MbarInit(v_empty(s), 4 * Tr::kConsumerWgs);
     }
@@ -1099,8 +1080,7 @@ __device__ __forceinline__ void PersistentFa3Body(
     // The sparse stream's producer sleeps in its waits (MbarWaitSleep: it waits most of the
     // time, beside the consumer warps on their schedulers); the dense persistent kernel's and
     // the kItems 0 / 1 and one-Q-buffer sparse kernels' as before.
-    // (The dense persistent kernel's probe may set the flag too.)
-    const bool psleep = (!kSparse || Tr::kCross) && (flags & kFlagSleepProducer) != 0;
+    const bool psleep = kSparse && Tr::kCross && (flags & kFlagSleepProducer) != 0;
     auto pwait = [&](uint32_t bar, uint32_t parity) {
       if (psleep) {
         MbarWaitSleep(bar, parity);
@@ -1114,8 +1094,6 @@ __device__ __forceinline__ void PersistentFa3Body(
       PrefetchTensorMap(&tmap_v);
       if (flags & kFlagTmaStore) PrefetchTensorMap(&tmap_o);
     }
-    if (solo && !leader) return;
-    const int pthreads = solo ? 1 : 128;  // producer threads in the loop below
     int tile = 0;    // tiles issued so far (ring position)
     int n_item = 0;  // items loaded so far (Q buffer)
     const int pwarp = tid / 32, plane = tid % 32;
@@ -1236,7 +1214,7 @@ __device__ __forceinline__ void PersistentFa3Body(
       if (w >= num_items) break;
       if (dynamic && leader) fetched = atomicAdd(sched.counter, 1);
       Item it;
-      if (!GetItem<kSparse, kBM>(p, idx, sched, num_m_blocks, w, it, flags)) continue;
+      if (!GetItem<kSparse, kBM>(p, idx, sched, num_m_blocks, w, it)) continue;
       // The item's Q load (and its descriptor): as soon as the item is known to have a tile --
       // from the schedule's record (it.keys; the sparse stream), before the walk to its first
       // tile (the first range reads, one or two dependent L2 reads: s24's timeline had the
@@ -1292,14 +1270,12 @@ __device__ __forceinline__ void PersistentFa3Body(
         T* o_block = static_cast<T*>(p.o) + static_cast<int64_t>(it.head) * p.o_head_stride +
                      row_tok * p.o_token_stride;
         constexpr int kChunks = kD / 8;
-        for (int i = tid; i < it.rows * kChunks; i += pthreads) {
+        for (int i = tid; i < it.rows * kChunks; i += 128) {
           *reinterpret_cast<uint4*>(o_block + static_cast<int64_t>(i / kChunks) * p.o_token_stride +
                                     (i % kChunks) * 8) = make_uint4(0, 0, 0, 0);
         }
-        if (p.maybe_lse != nullptr) {
-          for (int r = tid; r < it.rows; r += pthreads) {
-            p.maybe_lse[static_cast<int64_t>(it.head) * p.total_q + row_tok + r] = detail::kNegInf;
-          }
+        if (p.maybe_lse != nullptr && tid < it.rows) {
+          p.maybe_lse[static_cast<int64_t>(it.head) * p.total_q + row_tok + tid] = detail::kNegInf;
         }
         continue;
       }
@@ -1394,7 +1370,7 @@ __device__ __forceinline__ void PersistentFa3Body(
         const int w = SnakeItem(round, c, G);
         if (w >= num_items) break;
         Item full;
-        if (!GetItem<kSparse, kBM>(p, idx, sched, num_m_blocks, w, full, flags)) continue;
+        if (!GetItem<kSparse, kBM>(p, idx, sched, num_m_blocks, w, full)) continue;
         it = ItemDesc{
             full.ks.cols, full.q_tok0, full.q_begin, full.rows, full.first_pos, full.head, 1};
         ks = full.ks;
