@@ -617,7 +617,8 @@ TEST_F(CudaAttentionTest, SparseRingChoiceMatchesEveryRing) {
 // (the default, 0): the same arithmetic, so O and LSE byte for byte, and the reference's values. Long
 // ranges (many tiles of one item), short items, gathered columns and packed range tails (mixed
 // tiles), batch 1 and varlen, bf16 / fp16, causal or not; under both rings of the per-launch
-// choice (SPATTN_HOPPER_SPARSE_RING 22 / 23 set around the pair).
+// choice (SPATTN_HOPPER_SPARSE_RING 22 / 23 set around the pair). Also =2 (range tiles only,
+// session 33).
 TEST_F(CudaAttentionTest, SparseEarlyDescMatchesLateDesc) {
   const std::vector<Case> cases = {
       {{4099}, {}, 8, 2, 128, DType::kBF16, true},
@@ -660,14 +661,16 @@ TEST_F(CudaAttentionTest, SparseEarlyDescMatchesLateDesc) {
         ASSERT_TRUE(ValidateSparseIndex(hp->problem(), idx).ok());
         const std::string config =
             absl::StrCat(Describe(c), " block_m=128 ring=", ring, cols ? " short" : " long");
-        setenv("SPATTN_HOPPER_SPARSE_RING", ring, 1);
-        std::vector<float> o[2], lse[2];
-        RunSparseWithAndWithoutKnob(*hp, idx, "SPATTN_HOPPER_EARLY_DESC", "1", config, o, lse);
-        unsetenv("SPATTN_HOPPER_SPARSE_RING");
-        ReloadCudaKernelKnobs();
-        if (HasFatalFailure()) return;
-        ASSERT_EQ(o[0].size(), o[1].size());
-        ExpectCheckedAndKnobIdentical(*hp, idx, c.hq, o, lse, config);
+        for (const char* ed : {"1", "2"}) {
+          setenv("SPATTN_HOPPER_SPARSE_RING", ring, 1);
+          std::vector<float> o[2], lse[2];
+          RunSparseWithAndWithoutKnob(*hp, idx, "SPATTN_HOPPER_EARLY_DESC", ed, config, o, lse);
+          unsetenv("SPATTN_HOPPER_SPARSE_RING");
+          ReloadCudaKernelKnobs();
+          if (HasFatalFailure()) return;
+          ASSERT_EQ(o[0].size(), o[1].size());
+          ExpectCheckedAndKnobIdentical(*hp, idx, c.hq, o, lse, absl::StrCat(config, " ed=", ed));
+        }
       }
     }
   }

@@ -94,7 +94,7 @@ struct LaunchKnobs {
   int sleep_waits = 3;       // SPATTN_HOPPER_SLEEP_WAITS (the sparse stream's mbarrier waits)
   int stale_max = 8;         // SPATTN_HOPPER_STALE_MAX (the sparse stream's row maximum)
   bool tma_store = true;     // SPATTN_HOPPER_TMA_STORE (the sparse stream's epilogue)
-  bool early_desc = false;   // SPATTN_HOPPER_EARLY_DESC (the sparse stream's next descriptor)
+  int early_desc = 0;        // SPATTN_HOPPER_EARLY_DESC (the sparse stream's next descriptor)
   std::string trace;         // SPATTN_HOPPER_TRACE (timeline file of the sparse stream)
   int trace_launch = 0;      // SPATTN_HOPPER_TRACE_LAUNCH
 };
@@ -119,7 +119,7 @@ LaunchKnobs ReadKnobs() {
   k.sleep_waits = EnvInt("SPATTN_HOPPER_SLEEP_WAITS", k.sleep_waits);
   k.stale_max = std::max(-1, std::min(254, EnvInt("SPATTN_HOPPER_STALE_MAX", k.stale_max)));
   k.tma_store = EnvInt("SPATTN_HOPPER_TMA_STORE", 1) != 0;
-  k.early_desc = EnvInt("SPATTN_HOPPER_EARLY_DESC", 0) != 0;
+  k.early_desc = EnvInt("SPATTN_HOPPER_EARLY_DESC", 0);
   const char* trace = std::getenv("SPATTN_HOPPER_TRACE");
   k.trace = trace == nullptr ? "" : trace;
   k.trace_launch = EnvInt("SPATTN_HOPPER_TRACE_LAUNCH", k.trace_launch);
@@ -411,7 +411,9 @@ cudaError_t LaunchPersistent(const AttnParams& p, const SparseIndexView& idx,
     // The next tile's descriptor read under the current tile's GEMMs (kFlagEarlyDesc;
     // SPATTN_HOPPER_EARLY_DESC=1; default 0: at the step's start, as before session 32: range
     // indexes +1.4-2 % at 32K, gathered columns / sampled_lines -1.8 %; NOTES.md s32-sparse).
-    if (Knobs().early_desc) flags |= kFlagEarlyDesc;
+    // =2: range tiles only (kFlagEarlyDescRanges; session 33).
+    if (Knobs().early_desc != 0) flags |= kFlagEarlyDesc;
+    if (Knobs().early_desc == 2) flags |= kFlagEarlyDescRanges;
   }
   // The sparse stream's TMA-store epilogue (kFlagTmaStore; SPATTN_HOPPER_TMA_STORE=0: the
   // 16-byte stores of session 24, NOTES.md session 25 s25-sparse): O's map with 16-row boxes

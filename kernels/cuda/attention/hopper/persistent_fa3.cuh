@@ -218,6 +218,10 @@ constexpr int kBarProducer = 8;
 // (likely the gathered tile's FenceProxyAsync, now issued while this warp's wgmmas are in
 // flight); so off by default. The tile period is set elsewhere: NOTES.md s32-sparse.
 constexpr int kFlagEarlyDesc = 1 << 16;
+// With kFlagEarlyDesc, range tiles only (SPATTN_HOPPER_EARLY_DESC=2; session 33): a gathered
+// tile's proxy fence and last-key load stay at the step's start, where none of this warp's
+// wgmmas is in flight (s32's guess at why gathered columns lost under =1).
+constexpr int kFlagEarlyDescRanges = 1 << 19;
 
 // The producer's walk over an item's key set with kFlagPackTails: first every range's whole
 // kBN-key tiles (kind 0, ending at the range's end), then gathered tiles (kind 1) over the list
@@ -792,6 +796,7 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
   // kFlagEarlyDesc (the sparse kernel, not the traced instance): the next tile's descriptor, read
   // under the current tile's GEMMs (have_nd: `nd` holds it; `more` is then already its own).
   const bool early_desc = kSparse && !kTrace && (flags & kFlagEarlyDesc) != 0;
+  const bool early_ranges = (flags & kFlagEarlyDescRanges) != 0;
   bool have_nd = false;
   Tile nd;
   auto release = [&](uint32_t bar) {
@@ -949,8 +954,11 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
     }
     NamedArrive(other_turn, turn_threads);
     if (early_desc && more && MbarTest(ring.KFull(Ring::KSlot(tile + 1)), Ring::KPhase(tile + 1))) {
-      read_desc(nd, tile + 1, more);
-      have_nd = true;
+      const TileDesc* tds = reinterpret_cast<const TileDesc*>(smem + Tr::kTileDescOff);
+      if (!early_ranges || (tds[Ring::KSlot(tile + 1)].kind_more & 1) == 0) {
+        read_desc(nd, tile + 1, more);
+        have_nd = true;
+      }
     }
     WgmmaWait<1>();  // S(t) is ready; P(t-1) V is still running
     st.FenceS();

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# s33-sparse call 1 (this branch's binaries; every knob at 0 / its default is main 4fd85f9's path):
+#  pd32 / pd128: cuda_bench dense lines, variants 5 (dense kernel) and 6 (the persistent dense
+#    kernel), knob sets: d176 (defaults), base (CAUSAL_BN=128: v5 at 128-key tiles), p1 (one
+#    producer thread), p2 (sleeping producer waits), p4 (L2-section work order), p8 (240 consumer
+#    registers), p15 (all four), interleaved rounds (SPATTN_HOPPER_PD_PROBE bits).
+#  sp32: the sparse stream (variant 5), ranges 0.03 / 0.1, columns 0.05, sampled_lines 0.95 at 32K:
+#    ed0 (main), ed1 (EARLY_DESC=1), ed2 (=2: range tiles only), sw2 / sw0 (SLEEP_WAITS), 2 rounds.
+#  ncu (clocks unlocked) of variant 6: base, p1, p15 (+ the best single probe named in $BEST).
+#  attention_cuda_test, all tests, in 4 shards at once.
+. "$(dirname "$0")/lib.sh" && ab_unpack
+O=$OUT/raw
+nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,noheader -l 1 > "$O/clocks.csv" 2>/dev/null &
+CLK=$!
+B=bin/cuda_bench
+T=bin/attention_cuda_test
+C="--kv_heads=8 --head_dim=128 --causal=1 --dtype=bf16 --block_ms=128"
+P=SPATTN_HOPPER_PD_PROBE
+BN=SPATTN_HOPPER_CAUSAL_BN=128
+KS="--knob_sets=d176:;base:$BN;p1:$BN+$P=1;p2:$BN+$P=2;p4:$BN+$P=4;p8:$BN+$P=8;p15:$BN+$P=15"
+timeout 60 $B $C --variants=5,6 --sparse_variants= --seq_lens=32768 --iters=10 --warmup=3 --workspace_mb=2048 --range_densities= --col_densities= --sampled_lines=0 --rounds=3 "$KS" --tag=pd32 >> "$O/bench.jsonl" 2>> "$O/errors.log"
+ab_note "pd32 rc=$?"
+KS128="--knob_sets=base:$BN;p1:$BN+$P=1;p8:$BN+$P=8;p15:$BN+$P=15"
+timeout 60 $B $C --variants=5,6 --sparse_variants= --seq_lens=131072 --iters=3 --warmup=1 --workspace_mb=2048 --range_densities= --col_densities= --sampled_lines=0 --rounds=2 "$KS128" --tag=pd128 >> "$O/bench.jsonl" 2>> "$O/errors.log"
+ab_note "pd128 rc=$?"
+ED=SPATTN_HOPPER_EARLY_DESC
+SW=SPATTN_HOPPER_SLEEP_WAITS
+KSS="--knob_sets=ed0:;ed1:$ED=1;ed2:$ED=2;sw2:$SW=2;sw0:$SW=0"
+timeout 60 $B $C --variants=5 --sparse_variants=5 --index_stats=1 --seq_lens=32768 --iters=5 --warmup=1 --workspace_mb=4096 --range_densities=0.03,0.1 --col_densities=0.05 --sampled_lines=0.95 --sparse_knobs=1 --rounds=2 "$KSS" --tag=sp32 >> "$O/bench.jsonl" 2>> "$O/errors.log"
+ab_note "sp32 rc=$?"
+kill $CLK 2>/dev/null
+python3 - "$O/bench.jsonl" <<'PY' | tee "$OUT/table.txt"
+import json, sys, collections
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{") and '"ms"' in l]
+ms = collections.defaultdict(list)
+for r in rows:
+    tag, s = r["tag"].split("/")
+    ms[(tag, r["kernel"], r.get("density"), s)].append((r["ms"], r["tflops"]))
+for k in sorted(ms):
+    v = ms[k]
+    print("%-6s %-24s %-7s %-5s ms %s  tflops %s" % (k[0], k[1], k[2], k[3],
+          " ".join("%.3f" % a for a, b in v), " ".join("%.0f" % b for a, b in v)))
+PY
+NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)
+S="--kv_heads=8 --head_dim=128 --causal=1 --dtype=bf16 --seq_lens=32768 --iters=1 --warmup=0 --col_densities= --sampled_lines=0 --workspace_mb=2048 --variants=6 --sparse_variants= --block_ms= --range_densities="
+SEC="--section WarpStateStats --section SourceCounters --section SpeedOfLight --section InstructionStats --section MemoryWorkloadAnalysis"
+prof() {  # name probe
+  env $P=$2 timeout 40 $NCU --clock-control none -k regex:PersistentFa3Kernel --launch-count 1 $SEC -o "$W/$1" -f $B $S --tag=ncu > "$O/ncu_${1}_log.txt" 2>&1
+  ab_note "ncu $1 rc=$?"
+  timeout 10 $NCU --import "$W/$1.ncu-rep" --print-details all > "$O/ncu_$1.txt" 2>&1
+  timeout 15 $NCU --import "$W/$1.ncu-rep" --page source --csv --print-source sass > "$W/sass_$1.csv" 2>&1
+  xz -4 -T4 -c "$W/sass_$1.csv" > "$O/sass_$1.csv.xz"
+}
+prof pd0 0
+prof pd1 1
+prof pd15 15
+[ -n "${BEST:-}" ] && prof pd$BEST $BEST
+G1='*LongContexts*:*PersistentDenseProbes*'
+G2='*SparseEarlyDesc*:*SparseKernelWithDenseIndex*:*SparseTmaStore*:*Nan*:*Empty*:*HostPath*'
+G3='*SparseRingChoice*:*AShape*:*RandomRanges*:*Columns*:*Dense*'
+ab_test t1 100 $T --gtest_filter="$G1" &
+ab_test t2 100 $T --gtest_filter="$G2" &
+ab_test t3 100 $T --gtest_filter="$G3:-$G1:$G2" &
+ab_test t4 100 $T --gtest_filter="-$G1:$G2:$G3" &
+wait
+ab_note "tests: $(cat $O/test_t*.log | grep -cE '^\[       OK \]') OK, $(cat $O/test_t*.log | grep -cE '^\[  FAILED  \] [A-Z]') FAILED"
+grep -hE '^\[ +(OK|FAILED) ' "$O"/test_t*.log | sort | uniq -c | sort -rn | head -40 >> "$OUT/summary.txt"
+ab_finish
