@@ -81,6 +81,9 @@ struct SaArgs {
   int op_entries = 0, op_ncol = 0, op_ctas_y = 0;
   cudaEvent_t pass1_done = nullptr;  // optional: recorded after pass 1 (+ combine)
   cudaEvent_t pass2_done = nullptr;  // optional: recorded after pass 2 (+ reduce)
+  // The row lse made by the one pass's combine (no SaCombineKernel launch); false: main's
+  // launches (SPATTN_SA_LEAN=0, read once by the host: sample_attention_host.cc).
+  bool lean = true;
 };
 // Sampled-row statistics, block-reduced scores (per span, then summed in span order: the same
 // scores on every run), CRA selection.

@@ -894,6 +894,140 @@ struct SaSrc {
   }
 };
 
+// ---- s33-sa: the record and the sort of SaSpanCountKernel by the whole warp ------------------
+//
+// SaSrc::Begin's fields by the warp's lanes: every lane reads the block's geometry and its
+// sequence's unit range (broadcast loads), the lanes read one chunk each (chunks of a (slot, seq)
+// are in row order, row_begin and row_end increasing): the chunks ending at or before the block's
+// first row are a prefix (Begin's binary search finds its end), those beginning before the
+// block's end too (Begin's walk stops at its end), both counted by ballots; lanes 0 .. kPre - 1
+// read the first chunks' selections. Three dependent loads instead of Begin's ~8 on one lane.
+__device__ __forceinline__ void SaBeginWarp(const SaSrc& src, int unit, SaSrc::Shared& sh,
+                                            RowCtx& ctx, int lane) {
+  const SaAsmArgs& a = src.a;
+  const int slot = unit / a.num_blocks, block = unit - slot * a.num_blocks;
+  const BlockGeoDev g = a.geo[block];
+  const int lo0 = a.unit_first[slot * a.batch + g.seq];
+  const int end = a.unit_first[slot * a.batch + g.seq + 1];
+  int n_before = 0, n_begun = 0;
+  for (int base = lo0; base < end; base += 32) {
+    const int u = base + lane;
+    bool before = false, begun = false;
+    if (u < end) {
+      before = a.units[u].row_end <= g.q_begin;
+      begun = a.units[u].row_begin < g.q_end;
+    }
+    n_before += __popc(__ballot_sync(0xffffffffu, before));
+    n_begun += __popc(__ballot_sync(0xffffffffu, begun));
+  }
+  const int lo = lo0 + n_before;
+  const int e = lo0 + n_begun > lo ? lo0 + n_begun : lo;
+  if (lane < SaSrc::kPre && lo + lane < e) {
+    const int ui = lo + lane;
+    sh.nc[lane] = a.selected_n[2 * ui];
+    sh.ns[lane] = a.selected_n[2 * ui + 1];
+    sh.n_col[lane] = a.units[ui].n_col;
+    sh.score_off[lane] = a.units[ui].score_off;
+  }
+  if (lane == 0) {
+    ctx.key_end = g.key_end;
+    ctx.block = block;
+    ctx.num_slots = 1;
+    ctx.slots[0] = slot;
+    sh.first = g.first_pos;
+    sh.last = g.last_pos;
+    sh.u_lo = lo;
+    sh.u_hi = e;
+  }
+}
+
+// row_assembly::AsmSortSpans' keys and length (np = 32 * R), sorted in registers instead of by
+// shared-memory passes with a warp barrier per step: key i = r * 32 + lane in v[r], the bitonic
+// network's exchanges across lanes by shuffles (j < 32), across registers in place (j >= 32);
+// then one store of the sorted keys into buf[0, np) for the walk. A sort: the same keys in the
+// same order as AsmSortSpans leaves them.
+template <int R>
+__device__ __forceinline__ void SaSortSpansRegs(const SaSrc& src, const RowCtx& ctx,
+                                                const SaSrc::Shared& sh, int n,
+                                                unsigned long long* buf, int lane) {
+  const int64_t key_end = ctx.key_end;
+  unsigned long long v[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int i = r * 32 + lane;
+    unsigned long long x = ~0ull;
+    if (i < n) {
+      int64_t s, e;
+      src.SpanAt(ctx, sh, i, &s, &e);
+      if (s < 0) s = 0;
+      if (e > key_end) e = key_end;
+      if (e > s) x = (static_cast<unsigned long long>(s) << 32) | static_cast<unsigned long long>(e);
+    }
+    v[r] = x;
+  }
+  constexpr int kLog = R == 1 ? 5 : R == 2 ? 6 : R == 4 ? 7 : 8;
+  static_assert(32 * R == 1 << kLog, "R is a power of two up to 8");
+#pragma unroll
+  for (int lk = 1; lk <= kLog; ++lk) {
+    const int k = 1 << lk;
+#pragma unroll
+    for (int lj = lk - 1; lj >= 0; --lj) {
+      const int j = 1 << lj;
+      if (lj >= 5) {
+        const int jr = j >> 5;
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const int r2 = r ^ jr;
+          if (r2 > r) {
+            const bool asc = ((r * 32) & k) == 0;  // lane < 32 <= j < k: k's bit is r's
+            const unsigned long long x = v[r], y = v[r2];
+            if ((x > y) == asc) {
+              v[r] = y;
+              v[r2] = x;
+            }
+          }
+        }
+      } else {
+        const bool lower = (lane & j) == 0;
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const unsigned long long x = v[r];
+          const unsigned long long y = __shfl_xor_sync(0xffffffffu, x, j);
+          const bool asc = ((r * 32 + lane) & k) == 0;
+          v[r] = (lower == asc) == (x < y) ? x : y;  // lower (ascending): the smaller
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) buf[r * 32 + lane] = v[r];
+  __syncwarp();
+}
+__device__ __forceinline__ int SaSortSpans(const SaSrc& src, const RowCtx& ctx,
+                                           const SaSrc::Shared& sh, unsigned long long* buf,
+                                           int lane) {
+  const int n = src.NumSpans(ctx, sh);
+  if (n <= 32) {
+    SaSortSpansRegs<1>(src, ctx, sh, n, buf, lane);
+    return 32;
+  }
+  if (n <= 64) {
+    SaSortSpansRegs<2>(src, ctx, sh, n, buf, lane);
+    return 64;
+  }
+  if (n <= 128) {
+    SaSortSpansRegs<4>(src, ctx, sh, n, buf, lane);
+    return 128;
+  }
+  if (n <= 256) {
+    SaSortSpansRegs<8>(src, ctx, sh, n, buf, lane);
+    return 256;
+  }
+  // Longer rows (few): the shared-memory sort (16 keys a lane would cost the common rows'
+  // occupancy in registers).
+  return row_assembly::AsmSortSpans(src, ctx, sh, buf, lane);
+}
+
 // ---- The lean count launch (s32-sa; sample_attention_host.cc's SaAssembleLean) ----------------
 //
 // row_assembly.cuh's span count kernel (AssembleSpansKernel<SaSrc, false>) with the row's record
@@ -905,7 +1039,11 @@ struct SaSrc {
 // span_cap <= kAsmSpanCap spans, so as many ranges), written at their ranks as that kernel
 // writes them, and span_row[unit] = 1 (0 for the rows left to the bitmap kernel), for
 // SaSpanCopyKernel.
-__global__ void __launch_bounds__(row_assembly::kAsmSpanWarps * 32)
+//
+// kWarp (s33-sa, the default): the record by SaBeginWarp and the sort by SaSortSpans (the whole
+// warp; the same record fields, the same sorted keys).
+template <bool kWarp>
+__global__ void __launch_bounds__(row_assembly::kAsmSpanWarps * 32, kWarp ? 5 : 1)
     SaSpanCountKernel(SaSrc src, int num_units, AsmOut out, int32_t* kept, int32_t* span_row) {
   using row_assembly::AsmRec;
   using row_assembly::kAsmRecWords;
@@ -923,7 +1061,11 @@ __global__ void __launch_bounds__(row_assembly::kAsmSpanWarps * 32)
   const int stride = gridDim.x * kAsmSpanWarps;
   for (int unit = blockIdx.x * kAsmSpanWarps + warp; unit < num_units; unit += stride) {
     __syncwarp();  // the previous row's reads of the record and the buffer are done
-    if (lane == 0) src.Begin(unit, rec.sh, rec.ctx);
+    if constexpr (kWarp) {
+      SaBeginWarp(src, unit, rec.sh, rec.ctx, lane);
+    } else if (lane == 0) {
+      src.Begin(unit, rec.sh, rec.ctx);
+    }
     __syncwarp();
     const RowCtx& ctx = rec.ctx;
     const SaSrc::Shared& sh = rec.sh;
@@ -937,7 +1079,8 @@ __global__ void __launch_bounds__(row_assembly::kAsmSpanWarps * 32)
     }
     int32_t* const pairs =
         kept == nullptr ? nullptr : kept + static_cast<int64_t>(unit) * 2 * kAsmSpanCap;
-    const int np = row_assembly::AsmSortSpans(src, ctx, sh, buf, lane);
+    const int np = kWarp ? SaSortSpans(src, ctx, sh, buf, lane)
+                         : row_assembly::AsmSortSpans(src, ctx, sh, buf, lane);
     int run_end;
     const int ranges = row_assembly::AsmWalkSpans<false>(buf, np, lane, pairs, &run_end);
     if (pairs != nullptr && lane == 0 && ranges > 0) pairs[2 * ranges - 1] = run_end;
@@ -978,7 +1121,7 @@ constexpr int kSaScanThreads = 1024;
 constexpr int kSaScanItems = 4;
 __global__ void __launch_bounds__(kSaScanThreads)
     SaScanOffsetsKernel(long long* ranges, long long* cols, int64_t n, int32_t* range_indptr,
-                        int32_t* col_indptr, long long* totals) {
+                        int32_t* col_indptr, long long* totals, const uint32_t* span_rest) {
   using Scan = cub::BlockScan<long long, kSaScanThreads>;
   __shared__ typename Scan::TempStorage temp;
   __shared__ long long carry[2];
@@ -1017,6 +1160,9 @@ __global__ void __launch_bounds__(kSaScanThreads)
     (threadIdx.x == 0 ? range_indptr : col_indptr)[n] = static_cast<int32_t>(t);
     totals[threadIdx.x] = t;
   }
+  // s33-sa: the rows the span kernel left to the bitmap kernels, with the totals (the host
+  // skips the bitmap fill launch where there are none).
+  if (span_rest != nullptr && threadIdx.x == 2) totals[2] = n > 0 ? *span_rest : 0;
 }
 
 // The one pass's products by wgmma (Tile64ProductsRs) on compute capability 9.0 (the sm_90a image);
@@ -1024,15 +1170,6 @@ __global__ void __launch_bounds__(kSaScanThreads)
 bool SaUsesWgmma() {
   if (const char* e = std::getenv("SPATTN_SA_WGMMA"); e != nullptr && e[0] == '0') return false;
   return CurrentDeviceIsSm90();
-}
-
-// s32-sa's fewer launches (the lse in SaOneCombineKernel; the host's SaAssembleLean: the records
-// in the span count kernel, one scan launch for both offset arrays writing the int32 indptr, one
-// copy of the totals); SPATTN_SA_LEAN=0 (read at each build, here and in
-// sample_attention_host.cc): main's launches.
-bool SaLean() {
-  const char* e = std::getenv("SPATTN_SA_LEAN");
-  return !(e != nullptr && e[0] == '0');
 }
 
 template <typename T, int kD>
@@ -1048,7 +1185,7 @@ cudaError_t SaLaunchTyped(const SaArgs& a, cudaStream_t stream) {
     if (err != cudaSuccess) return err;
     one<<<a.num_items, kSaThreads, one_smem, stream>>>(a);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
-    const bool lean = SaLean();
+    const bool lean = a.lean;  // s32-sa: the lse in SaOneCombineKernel
     if (!lean) {
       SaCombineKernel<<<a.num_units, kSaRows, 0, stream>>>(a);
       if ((err = cudaGetLastError()) != cudaSuccess) return err;
@@ -1118,28 +1255,10 @@ cudaError_t LaunchSampleAttentionSelect(const SaArgs& a, cudaStream_t stream) {
   return cudaMemsetAsync(a.selected_n, 0, sizeof(int32_t) * 2 * a.num_units, stream);
 }
 
-namespace {
-// The span cap of both lean launches (LaunchAssemble's: SPATTN_ASM_SPAN_CAP lowers it).
-int SaSpanCap(const row_assembly::AsmOut& out) {
-  int cap = out.span_cap;
-  if (const char* e = std::getenv("SPATTN_ASM_SPAN_CAP"); e != nullptr && *e != '\0') {
-    const int c = std::atoi(e);
-    cap = c < 0 ? 0 : (c < cap ? c : cap);
-  }
-  return cap;
-}
-cudaError_t SaSms(int* sms) {
-  int device = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err != cudaSuccess) return err;
-  return cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, device);
-}
-}  // namespace
-
 cudaError_t LaunchSampleAttentionLeanCount(const SaAsmArgs& a, const AsmOut& out,
                                            int32_t* range_indptr, int32_t* col_indptr,
                                            int64_t* totals, int32_t* kept, int32_t* span_row,
-                                           cudaStream_t stream) {
+                                           bool warp, cudaStream_t stream) {
   using namespace assembled;
   const int num_units = a.num_slots * a.num_blocks;
   cudaError_t err = cudaSuccess;
@@ -1147,13 +1266,19 @@ cudaError_t LaunchSampleAttentionLeanCount(const SaAsmArgs& a, const AsmOut& out
     if (out.rec == nullptr || out.span_rest == nullptr) return cudaErrorInvalidValue;
     if ((kept == nullptr) != (span_row == nullptr)) return cudaErrorInvalidValue;
     int sms = 0;
-    if ((err = SaSms(&sms)) != cudaSuccess) return err;
+    if ((err = row_assembly::AsmSmCount(&sms)) != cudaSuccess) return err;
     AsmOut o = out;
-    o.span_cap = SaSpanCap(out);
+    o.span_cap = row_assembly::AsmSpanCapFromEnv(out.span_cap);
     const int warps = row_assembly::kAsmSpanWarps;
     const int span_grid = std::min((num_units + warps - 1) / warps, sms * 16);
     SaSrc src{a};
-    SaSpanCountKernel<<<span_grid, warps * 32, 0, stream>>>(src, num_units, o, kept, span_row);
+    if (warp) {
+      SaSpanCountKernel<true>
+          <<<span_grid, warps * 32, 0, stream>>>(src, num_units, o, kept, span_row);
+    } else {
+      SaSpanCountKernel<false>
+          <<<span_grid, warps * 32, 0, stream>>>(src, num_units, o, kept, span_row);
+    }
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
     const int grid = std::min(num_units, sms * 8);
     row_assembly::AssembleKernel<SaSrc, false, true>
@@ -1163,28 +1288,30 @@ cudaError_t LaunchSampleAttentionLeanCount(const SaAsmArgs& a, const AsmOut& out
   SaScanOffsetsKernel<<<1, kSaScanThreads, 0, stream>>>(
       reinterpret_cast<long long*>(out.count_ranges), reinterpret_cast<long long*>(out.count_cols),
       static_cast<int64_t>(num_units), range_indptr, col_indptr,
-      reinterpret_cast<long long*>(totals));
+      reinterpret_cast<long long*>(totals), warp ? out.span_rest : nullptr);
   return cudaGetLastError();
 }
 
 cudaError_t LaunchSampleAttentionLeanFill(const SaAsmArgs& a, const AsmOut& out,
                                           const int32_t* kept, const int32_t* span_row,
-                                          cudaStream_t stream) {
+                                          bool bitmap_rows, cudaStream_t stream) {
   using namespace assembled;
   if (kept == nullptr) return LaunchSampleAttentionAssemble(a, out, true, stream);
   const int num_units = a.num_slots * a.num_blocks;
   if (num_units <= 0) return cudaSuccess;
   int sms = 0;
-  cudaError_t err = SaSms(&sms);
+  cudaError_t err = row_assembly::AsmSmCount(&sms);
   if (err != cudaSuccess) return err;
   AsmOut o = out;
-  o.span_cap = SaSpanCap(out);
+  o.span_cap = row_assembly::AsmSpanCapFromEnv(out.span_cap);
   if (o.span_cap > 0) {
     SaSpanCopyKernel<<<std::min((num_units + 7) / 8, sms * 8), 256, 0, stream>>>(num_units, kept,
                                                                                  span_row, o);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
   }
-  // The rows left to the bitmap kernel, as LaunchAssemble's fill launch.
+  // The rows left to the bitmap kernel, as LaunchAssemble's fill launch (none: it would return
+  // at once).
+  if (!bitmap_rows) return cudaSuccess;
   err = cudaFuncSetAttribute(row_assembly::AssembleKernel<SaSrc, true, true>,
                              cudaFuncAttributeMaxDynamicSharedMemorySize,
                              row_assembly::kAsmStageBytes);

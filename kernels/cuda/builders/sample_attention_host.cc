@@ -24,25 +24,53 @@ namespace cuda {
 // the rows left to it, then one CTA scanning both count arrays in place into offsets, writing
 // them as int32 into range_indptr / col_indptr and the two totals into totals[0, 2) (device
 // memory). Fill: with `kept`, the span rows copied from it and the bitmap fill for the others;
-// without, LaunchSampleAttentionAssemble's fill launch.
+// without, LaunchSampleAttentionAssemble's fill launch. `warp` (s33-sa): the count kernel's
+// record and sort by the whole warp, and totals[2] = the rows left to the bitmap kernels (0: the
+// fill launch skips the bitmap fill, `bitmap_rows` false).
 cudaError_t LaunchSampleAttentionLeanCount(const SaAsmArgs& a, const AsmOut& out,
                                            int32_t* range_indptr, int32_t* col_indptr,
                                            int64_t* totals, int32_t* kept, int32_t* span_row,
-                                           cudaStream_t stream);
+                                           bool warp, cudaStream_t stream);
 cudaError_t LaunchSampleAttentionLeanFill(const SaAsmArgs& a, const AsmOut& out,
                                           const int32_t* kept, const int32_t* span_row,
-                                          cudaStream_t stream);
+                                          bool bitmap_rows, cudaStream_t stream);
 
 namespace {
 
-// SPATTN_SA_LEAN (read at each build): 0 main's launches (builder_steps' Assemble; the lse
-// kernel apart, sample_attention.cu's SaLean); 1 SaAssembleLean without the kept ranges (the fill
+// SPATTN_SA_LEAN (read once per build; SaArgs::lean passes it to the select launch): 0 main's
+// launches (builder_steps' Assemble, SaCombineKernel); 1 SaAssembleLean without the kept ranges (the fill
 // sorts the span rows again); unset / else SaAssembleLean with them where they fit.
+// 2 s32-sa's SaAssembleLean with the kept ranges; unset / else (3) that with s33-sa's: the
+// count kernel's record and sort by the whole warp, the totals written by the scan kernel
+// straight into this thread's pinned host words (no copy), the bitmap fill launch skipped where
+// the span kernel left it no row.
 int SaLeanLevel() {
   const char* e = std::getenv("SPATTN_SA_LEAN");
-  if (e != nullptr && e[0] == '0') return 0;
-  if (e != nullptr && e[0] == '1') return 1;
-  return 2;
+  if (e != nullptr && e[0] >= '0' && e[0] <= '2') return e[0] - '0';
+  return 3;
+}
+
+// This host thread's mapped pinned words for the lean assembly's totals (the scan kernel writes
+// them, the host reads them after its stream synchronization: no device-to-host copy in the
+// round trip); kept for the thread's later builds (a build reads them before it returns). Null
+// where they cannot be had (the caller copies from device memory then).
+int64_t* PinnedTotals() {
+  struct Buf {
+    void* p = nullptr;
+    bool failed = false;
+    ~Buf() {
+      if (p != nullptr) cudaFreeHost(p);
+    }
+  };
+  thread_local Buf buf;
+  if (buf.p == nullptr && !buf.failed) {
+    if (cudaHostAlloc(&buf.p, 64, cudaHostAllocMapped | cudaHostAllocPortable) != cudaSuccess) {
+      buf.p = nullptr;
+      buf.failed = true;
+      (void)cudaGetLastError();
+    }
+  }
+  return static_cast<int64_t*>(buf.p);
 }
 
 // builder_steps' Assemble for sample_attention with fewer launches and one host round trip of
@@ -57,7 +85,8 @@ int SaLeanLevel() {
 absl::StatusOr<SparseIndexView> SaAssembleLean(const BuildScope& env, const Layout& l,
                                                const SaAsmArgs& args, uint32_t* rec,
                                                uint32_t* span_rest, bool keep_ranges,
-                                               StageTimer* timer, const char* select_stage) {
+                                               bool warp, StageTimer* timer,
+                                               const char* select_stage) {
   const int num_slots = l.host.num_heads(), num_blocks = l.host.num_blocks();
   const int64_t rows = static_cast<int64_t>(num_slots) * num_blocks;
   SparseIndexView v;
@@ -65,7 +94,22 @@ absl::StatusOr<SparseIndexView> SaAssembleLean(const BuildScope& env, const Layo
   SPATTN_RETURN_IF_ERROR(StartAssembly(env, l, &v, &out));
   out.rec = rec;
   out.span_rest = span_rest;
-  SPATTN_ASSIGN_OR_RETURN(int64_t* const d_totals, Carve<int64_t>(env, 2, "index totals"));
+  // s33-sa (`warp`): three totals (the third: rows left to the bitmap kernels), in pinned host
+  // words where they can be had (the kernel's writes are the round trip's only transfer).
+  int64_t* h_totals = warp ? PinnedTotals() : nullptr;
+  int64_t* d_totals = nullptr;
+  if (h_totals != nullptr) {
+    void* dp = nullptr;
+    if (cudaHostGetDevicePointer(&dp, h_totals, 0) == cudaSuccess) {
+      d_totals = static_cast<int64_t*>(dp);
+    } else {
+      (void)cudaGetLastError();
+      h_totals = nullptr;
+    }
+  }
+  if (d_totals == nullptr) {
+    SPATTN_ASSIGN_OR_RETURN(d_totals, Carve<int64_t>(env, warp ? 3 : 2, "index totals"));
+  }
   int32_t *kept = nullptr, *span_row = nullptr;
   if (keep_ranges && rows > 0) {
     const int64_t words = rows * 2 * row_assembly::kAsmSpanCap;
@@ -85,19 +129,27 @@ absl::StatusOr<SparseIndexView> SaAssembleLean(const BuildScope& env, const Layo
   v.col_indptr = col_indptr;
   timer->Mark(select_stage);
   SPATTN_CUDA_RETURN_IF_ERROR(LaunchSampleAttentionLeanCount(args, out, range_indptr, col_indptr,
-                                                             d_totals, kept, span_row, env.stream),
+                                                             d_totals, kept, span_row, warp,
+                                                             env.stream),
                               "index assembly (count)");
   timer->Mark("count");
-  int64_t totals[2] = {0, 0};
-  SPATTN_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(totals, d_totals, sizeof(totals), cudaMemcpyDeviceToHost, env.stream),
-      "index totals");
+  int64_t totals[3] = {0, 0, 1};
+  if (h_totals == nullptr) {
+    SPATTN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(totals, d_totals, (warp ? 3 : 2) * sizeof(int64_t),
+                                                cudaMemcpyDeviceToHost, env.stream),
+                                "index totals");
+  }
   SPATTN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(env.stream), "index count pass");
+  if (h_totals != nullptr) {
+    for (int i = 0; i < 3; ++i) totals[i] = h_totals[i];
+  }
+  const bool bitmap_rows = !warp || totals[2] != 0;
   SPATTN_RETURN_IF_ERROR(CheckIndexTotals(env, totals));
   SPATTN_RETURN_IF_ERROR(CarveIndexEntries(env, totals, &out, &v));
   timer->Mark("sync+alloc");
-  SPATTN_CUDA_RETURN_IF_ERROR(LaunchSampleAttentionLeanFill(args, out, kept, span_row, env.stream),
-                              "index assembly (fill)");
+  SPATTN_CUDA_RETURN_IF_ERROR(
+      LaunchSampleAttentionLeanFill(args, out, kept, span_row, bitmap_rows, env.stream),
+      "index assembly (fill)");
   timer->Mark("fill");
   return v;
 }
@@ -192,6 +244,8 @@ absl::StatusOr<SparseIndexView> BuildSampleAttention(const BuildScope& env,
                                                         "sample_attention selection counts"));
   sa.alpha_c = params.alpha_c;
   sa.alpha_s = params.alpha_s;
+  const int lean = SaLeanLevel();  // read once: the select launch and the assembly below
+  sa.lean = lean > 0;
   if (score_total > 0 && sa.op_partial == nullptr) {
     // Units without keys get no span: their scores stay 0. (The one pass's combine writes every
     // score of every unit, 0 where no span touches it: no memset there.)
@@ -211,7 +265,6 @@ absl::StatusOr<SparseIndexView> BuildSampleAttention(const BuildScope& env,
   SPATTN_CUDA_RETURN_IF_ERROR(LaunchSampleAttentionSelect(sa, env.stream),
                               "sample_attention selection");
 
-  const int lean = SaLeanLevel();
   SaAsmArgs asm_args;
   asm_args.geo = blob.At<BlockGeoDev>(o_geo);
   asm_args.num_blocks = l.host.num_blocks();
@@ -225,7 +278,7 @@ absl::StatusOr<SparseIndexView> BuildSampleAttention(const BuildScope& env,
   asm_args.local_tokens = params.local_tokens;
   absl::StatusOr<SparseIndexView> v =
       lean > 0 ? SaAssembleLean(env, l, asm_args, asm_rec, blob.At<uint32_t>(o_rest), lean > 1,
-                                &timer, "cra")
+                                lean > 2, &timer, "cra")
                : Assemble(
                      env, l,
                      [&](const AsmOut& out, bool fill) {

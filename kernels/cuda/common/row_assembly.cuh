@@ -743,25 +743,37 @@ __global__ void __launch_bounds__(kAsmSpanWarps * 32)
   }
 }
 
+// The launches' span cap: `cap` (AsmOut::span_cap) lowered to SPATTN_ASM_SPAN_CAP where that is
+// set (fewer span rows; 0: none, the bitmap passes only). Host; LaunchAssemble's and any
+// builder's own span launches (sample_attention.cu) read it here, so both agree.
+inline int AsmSpanCapFromEnv(int cap) {
+  if (const char* e = std::getenv("SPATTN_ASM_SPAN_CAP"); e != nullptr && *e != '\0') {
+    const int c = std::atoi(e);
+    return c < 0 ? 0 : (c < cap ? c : cap);
+  }
+  return cap;
+}
+// The current device's SM count (the launches' grid sizes).
+inline cudaError_t AsmSmCount(int* sms) {
+  int device = 0;
+  const cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  return cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, device);
+}
+
 template <class Src>
 cudaError_t LaunchAssemble(const Src& src, int num_units, const AsmOut& out, bool fill,
                            cudaStream_t stream) {
   if (num_units <= 0) return cudaSuccess;
-  int device = 0, sms = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err != cudaSuccess) return err;
-  err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  int sms = 0;
+  cudaError_t err = AsmSmCount(&sms);
   if (err != cudaSuccess) return err;
   const int grid = num_units < sms * 8 ? num_units : sms * 8;
   if constexpr (AsmUsesRecords<Src>::value) {
     if (out.rec == nullptr) return cudaErrorInvalidValue;
     AsmOut o = out;
     if constexpr (AsmUsesSpans<Src>::value) {
-      // SPATTN_ASM_SPAN_CAP: fewer span rows (0: none, the bitmap passes only).
-      if (const char* e = std::getenv("SPATTN_ASM_SPAN_CAP"); e != nullptr && *e != '\0') {
-        const int cap = std::atoi(e);
-        o.span_cap = cap < 0 ? 0 : (cap < o.span_cap ? cap : o.span_cap);
-      }
+      o.span_cap = AsmSpanCapFromEnv(o.span_cap);
     } else {
       o.span_cap = 0;
     }
