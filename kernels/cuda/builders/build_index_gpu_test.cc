@@ -1891,5 +1891,112 @@ TEST(BuildIndexOnGpuSampleAttentionTest, WarpRecordAndRegisterSortBuildMainsInde
   printf("sample_attention s33 / s32 lean vs main's launches: %d indexes compared\n", compared);
 }
 
+// ---- s33-sl: sampled_lines' estimate on a second stream, the host tables in one upload ----
+// SPATTN_SL_EST_STREAM (0: main's, the estimate on the build's stream before pass 1; 1: on a
+// second stream at the greatest priority beside passes 1-2, with the evidence means, joined
+// before the emit launch; 2: the same at the default priority) and SPATTN_SL_ONE_UPLOAD (0:
+// main's, one copy per host table): every index array, offsets included, bit for bit against
+// main's path. llm_mix 16K (the defaults) and the 200K-key batch of two sequences (first / last
+// config), block_m 64 / 128, groups whole and split into single tiles; per-head gammas (one more
+// table in the upload) on a short batch. Several builds in a row on one thread reuse the side
+// stream and its events.
+TEST(BuildIndexOnGpuSampledLinesTest, EstimateStreamAndOneUploadBuildMainsIndex) {
+  SKIP_WITHOUT_GPU();
+#ifndef SPATTN_SL_KNOBS
+  GTEST_SKIP() << "the GPU sampled_lines builder exists only in CUDA builds";
+#else
+  auto engine = MakeEngine(int64_t{2} << 30);
+  ASSERT_NE(engine, nullptr);
+  auto longp = MakeProblem({1300, 40}, {200001, 1000}, 2, 1, 64, DType::kBF16, true, 93,
+                           /*integer_qk=*/true);
+  auto w = GenerateWorkload(LlmMix16K());
+  ASSERT_TRUE(w.ok()) << w.status();
+  cuda::SlKnobs& k = cuda::SampledLinesKnobs();
+  const cuda::SlKnobs saved = k;
+  const MethodCases mc = CasesFor(Method::kSampledLines);
+  const std::pair<int, bool> kNew[] = {{1, true}, {2, true}, {1, false}, {0, true}};
+  int compared = 0;
+  for (HostProblem* hp : {longp.get(), w->host.get()}) {
+    auto dp = DeviceProblem::Create(engine->device(), *hp);
+    ASSERT_TRUE(dp.ok()) << dp.status();
+    const std::vector<int> heads = AllHeads(hp->problem().num_q_heads);
+    const bool is_long = hp == longp.get();
+    std::vector<MethodConfig> configs;
+    if (is_long) {
+      configs = {mc.configs.front(), mc.configs.back()};
+    } else {
+      MethodConfig c;
+      c.method = Method::kSampledLines;  // the defaults
+      configs = {c};
+    }
+    for (const MethodConfig& config : configs) {
+      for (int block_m : {64, 128}) {
+        for (int split : {0, 1}) {
+          SparseIndex ref;
+          bool first = true;
+          for (const auto& [est, one] : kNew) {
+            const std::string what = absl::StrCat(
+                is_long ? "200K keys " : "llm_mix 16K ", config.DebugString(), " block_m=", block_m,
+                " split_tiles=", split, " est_stream=", est, " one_upload=", one);
+            SparseIndex got;
+            k = saved;
+            k.split_tiles = split;
+            if (first) {
+              k.est_stream = 0;
+              k.one_upload = false;
+              BuildOnGpu(*engine, *hp, **dp, config, heads, block_m, nullptr, what, &ref);
+              engine->ReleaseIndexes();
+              first = false;
+            }
+            k.est_stream = est;
+            k.one_upload = one;
+            BuildOnGpu(*engine, *hp, **dp, config, heads, block_m, nullptr, what, &got);
+            engine->ReleaseIndexes();
+            k = saved;
+            if (::testing::Test::HasFatalFailure()) return;
+            ExpectSameIndex(ref, got, what, /*with_offsets=*/true);
+            EXPECT_FALSE(ref.col_idx.empty()) << what;
+            ++compared;
+          }
+        }
+      }
+    }
+  }
+  // Per-head gammas.
+  auto hp = MakeProblem({700, 300}, {700, 900}, 4, 2, 128, DType::kBF16, true, 4343,
+                        /*integer_qk=*/true);
+  auto dp = DeviceProblem::Create(engine->device(), *hp);
+  ASSERT_TRUE(dp.ok()) << dp.status();
+  const std::vector<int> heads = AllHeads(4);
+  const std::vector<float> gammas = {0.95f, 0.5f, 0.9823f, 1.f};
+  for (int split : {0, 1}) {
+    SparseIndex idx[2];
+    for (int v = 0; v < 2; ++v) {
+      k = saved;
+      k.split_tiles = split;
+      k.est_stream = v;
+      k.one_upload = v == 1;
+      GpuBuildOptions o;
+      o.block_m = 64;
+      o.sampled_lines_gammas = gammas;
+      MethodConfig c;
+      c.method = Method::kSampledLines;
+      auto built = BuildIndexOnGpu(*engine, (*dp)->problem(), c, heads, o);
+      k = saved;
+      ASSERT_TRUE(built.ok()) << built.status();
+      ASSERT_TRUE(DownloadIndex(*engine, *built, &idx[v]).ok());
+      engine->ReleaseIndexes();
+    }
+    ExpectSameIndex(idx[0], idx[1], absl::StrCat("per-head gammas split_tiles=", split),
+                    /*with_offsets=*/true);
+    ++compared;
+  }
+  k = saved;
+  printf("sampled_lines estimate stream / one upload vs main's path: %d indexes compared\n",
+         compared);
+  EXPECT_EQ(compared, (2 * 2 * 2 + 1 * 2 * 2) * 4 + 2);
+#endif
+}
+
 }  // namespace
 }  // namespace spattn

@@ -1649,6 +1649,8 @@ SlKnobs& SampledLinesKnobs() {
     if (const char* c = std::getenv("SPATTN_SL_ASM_SPANS")) k.asm_spans = c[0] != '0';
     if (const char* c = std::getenv("SPATTN_SL_BUCKET_LOADS")) k.bucket_loads = std::atoi(c);
     if (const char* c = std::getenv("SPATTN_SL_WGMMA")) k.wgmma = c[0] != '0';
+    if (const char* c = std::getenv("SPATTN_SL_EST_STREAM")) k.est_stream = std::atoi(c);
+    if (const char* c = std::getenv("SPATTN_SL_ONE_UPLOAD")) k.one_upload = c[0] != '0';
     if (const char* c = std::getenv("SPATTN_SL_ORDER_BAND")) {  // "B1,B2,B3" (a missing value 0)
       k.order_band1 = std::atoi(c);
       const char* comma = std::strchr(c, ',');
@@ -1687,13 +1689,18 @@ cudaError_t LaunchSampledLinesHistogram(const SlArgs& a, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-cudaError_t LaunchSampledLinesEmit(const SlArgs& a, cudaStream_t stream) {
+cudaError_t LaunchSampledLinesEvidence(const SlArgs& a, cudaStream_t stream) {
   if (a.num_items == 0 || a.num_slots == 0) return cudaSuccess;
   SlColumnEvidenceKernel<<<dim3(64, a.num_slots * a.batch), 256, 0, stream>>>(a);
-  cudaError_t err = cudaGetLastError();
+  const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
   SlDiagonalEvidenceKernel<<<dim3(64, a.num_slots * a.batch), 256, 0, stream>>>(a);
-  err = cudaGetLastError();
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchSampledLinesEmit(const SlArgs& a, cudaStream_t stream) {
+  if (a.num_items == 0 || a.num_slots == 0) return cudaSuccess;
+  cudaError_t err = a.evidence_ready ? cudaSuccess : LaunchSampledLinesEvidence(a, stream);
   if (err != cudaSuccess) return err;
   const cudaError_t perr =
       SampledLinesKnobs().tile_census ? Dispatch<3, true>(a, stream) : Dispatch<3>(a, stream);

@@ -2,7 +2,8 @@
 // kernels/builders/sampled_lines.cc): the sampled-row and group tables, the last-rows evidence
 // (vertical_slash's estimate, builder_steps.h RunEstimate), the three passes, and the row
 // assembly. Two host round trips: the kept-entry total (to carve the entry list) and the CSR
-// totals (Assemble).
+// totals (Assemble). The estimate and the evidence means run on a second stream beside passes
+// 1-2 (SlKnobs::est_stream, session 33) and the host tables travel in one copy (one_upload).
 #include <algorithm>
 #include <climits>
 #include <cstdint>
@@ -45,6 +46,80 @@ absl::StatusOr<int> SplitLength(int64_t total_tiles) {
   const int64_t ctas = static_cast<int64_t>(std::max(sms, 1)) * kSlCtasPerSm * waves;
   return static_cast<int>(std::max<int64_t>(kSlMinSplitTiles, (total_tiles + ctas - 1) / ctas));
 }
+
+// The estimate's second stream (SlKnobs::est_stream) and its fork / join events: one set per host
+// thread, device and priority mode, made at first use and kept for the thread's life.
+struct SlSide {
+  cudaStream_t stream = nullptr;
+  cudaEvent_t fork = nullptr, join = nullptr;
+};
+struct SlSides {
+  std::vector<SlSide> by_dev;  // [device * 2 + (mode == 2)]
+  ~SlSides() {
+    for (SlSide& s : by_dev) {
+      if (s.stream != nullptr) cudaStreamDestroy(s.stream);
+      if (s.fork != nullptr) cudaEventDestroy(s.fork);
+      if (s.join != nullptr) cudaEventDestroy(s.join);
+    }
+  }
+};
+// Null (the estimate then runs on the build's stream) if any of them cannot be made.
+SlSide* SideStream(int device, int mode) {
+  thread_local SlSides sides;
+  const size_t at = static_cast<size_t>(device) * 2 + (mode == 2 ? 1 : 0);
+  if (sides.by_dev.size() <= at) sides.by_dev.resize(at + 1);
+  SlSide& s = sides.by_dev[at];
+  if (s.join != nullptr) return &s;
+  int least = 0, greatest = 0;
+  if (cudaDeviceGetStreamPriorityRange(&least, &greatest) != cudaSuccess) greatest = 0;
+  if (s.stream == nullptr &&
+      cudaStreamCreateWithPriority(&s.stream, cudaStreamNonBlocking, mode == 2 ? 0 : greatest) !=
+          cudaSuccess) {
+    s.stream = nullptr;
+  }
+  if (s.stream != nullptr && s.fork == nullptr &&
+      cudaEventCreateWithFlags(&s.fork, cudaEventDisableTiming) != cudaSuccess) {
+    s.fork = nullptr;
+  }
+  if (s.fork != nullptr &&
+      cudaEventCreateWithFlags(&s.join, cudaEventDisableTiming) != cudaSuccess) {
+    s.join = nullptr;
+  }
+  if (s.join == nullptr) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  return &s;
+}
+
+// The side stream's end of work (Record, once) and `main`'s wait for it (Now, once): at the
+// first reader of the evidence or, on an error path, when the build returns, so that no side
+// work outlives the build's workspace.
+class SlJoin {
+ public:
+  SlJoin(cudaStream_t main, const SlSide* side) : main_(main), side_(side) {}
+  ~SlJoin() { (void)Now(); }
+  SlJoin(const SlJoin&) = delete;
+  SlJoin& operator=(const SlJoin&) = delete;
+  cudaError_t Record() {
+    if (side_ == nullptr || recorded_) return cudaSuccess;
+    recorded_ = true;
+    return cudaEventRecord(side_->join, side_->stream);
+  }
+  cudaError_t Now() {
+    if (side_ == nullptr) return cudaSuccess;
+    cudaError_t err = Record();
+    const SlSide* side = side_;
+    side_ = nullptr;
+    if (err != cudaSuccess) return err;
+    return cudaStreamWaitEvent(main_, side->join, 0);
+  }
+
+ private:
+  cudaStream_t main_;
+  const SlSide* side_;
+  bool recorded_ = false;
+};
 
 absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const AttentionProblem& p,
                                                   const AttnParams& a,
@@ -150,29 +225,73 @@ absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const A
   }
 
   StageTimer timer(env.stream, "sampled_lines");
+  const SlKnobs& knobs = SampledLinesKnobs();
   std::vector<int32_t> heads32(heads.begin(), heads.end());
-  SPATTN_ASSIGN_OR_RETURN(const int32_t* d_heads, Upload(env, heads32, "sampled_lines heads"));
-  // Step 2: the last-rows evidence.
   const merged::EstimatePlan e = merged::MakeEstimatePlan(p, params.last_q);
-  SPATTN_ASSIGN_OR_RETURN(const merged::EstimateSeq* d_ev_seqs,
-                          Upload(env, e.seqs, "sampled_lines evidence sequences"));
-  SPATTN_ASSIGN_OR_RETURN(
-      merged::EstimateParams ep,
-      merged::RunEstimate(p, a, e, d_ev_seqs, d_heads, nslots, env, env.stream, timer));
-
+  std::vector<int32_t> k_lens(p.batch());
+  for (int b = 0; b < p.batch(); ++b) k_lens[b] = p.k_len(b);
   SlArgs sa;
+  SlAsmArgs asm_args;
+  const int32_t* d_heads = nullptr;
+  const merged::EstimateSeq* d_ev_seqs = nullptr;
+  if (knobs.one_upload) {
+    // One pageable copy instead of up to nine (each ~µs of host time before pass 1 starts).
+    MetaBlob blob;
+    const size_t o_heads = blob.Add(heads32), o_seqs = blob.Add(e.seqs),
+                 o_groups = blob.Add(groups), o_items = blob.Add(items), o_rows = blob.Add(rows),
+                 o_split = blob.Add(split_block_ids), o_geo = blob.Add(l.geo),
+                 o_gammas = blob.Add(gammas), o_klens = blob.Add(k_lens);
+    SPATTN_RETURN_IF_ERROR(blob.Upload(env, env.stream));
+    d_heads = blob.At<const int32_t>(o_heads);
+    d_ev_seqs = blob.At<const merged::EstimateSeq>(o_seqs);
+    sa.groups = blob.At<const SlGroup>(o_groups);
+    sa.items = blob.At<const SlItem>(o_items);
+    sa.rows = blob.At<const SlRow>(o_rows);
+    if (!split_block_ids.empty()) sa.split_block_ids = blob.At<const int32_t>(o_split);
+    sa.geo = blob.At<const BlockGeoDev>(o_geo);
+    if (!gammas.empty()) sa.gammas = blob.At<const float>(o_gammas);
+    asm_args.k_lens = blob.At<const int32_t>(o_klens);
+  } else {
+    SPATTN_ASSIGN_OR_RETURN(d_heads, Upload(env, heads32, "sampled_lines heads"));
+    SPATTN_ASSIGN_OR_RETURN(d_ev_seqs, Upload(env, e.seqs, "sampled_lines evidence sequences"));
+  }
+  // Step 2: the last-rows evidence. Only the emit launch reads it: on a second stream
+  // (SlKnobs::est_stream) it runs beside passes 1-2 (its small launches and their gaps under
+  // theirs) and is joined before the emit launch.
+  SlSide* side = nullptr;
+  int dev = 0;
+  if (knobs.est_stream != 0 && cudaGetDevice(&dev) == cudaSuccess) {
+    side = SideStream(dev, knobs.est_stream);
+  }
+  if (side != nullptr && (cudaEventRecord(side->fork, env.stream) != cudaSuccess ||
+                          cudaStreamWaitEvent(side->stream, side->fork, 0) != cudaSuccess)) {
+    (void)cudaGetLastError();
+    side = nullptr;
+  }
+  SlJoin join(env.stream, side);
+  const cudaStream_t est_stream = side != nullptr ? side->stream : env.stream;
+  SPATTN_ASSIGN_OR_RETURN(
+      const merged::EstimateParams ep,
+      merged::RunEstimate(p, a, e, d_ev_seqs, d_heads, nslots, env, est_stream, timer));
+
   sa.p = a;
   sa.scale = p.softmax_scale;
   sa.heads = d_heads;
   sa.num_slots = nslots;
   sa.num_blocks = nblocks;
-  SPATTN_ASSIGN_OR_RETURN(sa.groups, Upload(env, groups, "sampled_lines groups"));
+  if (!knobs.one_upload) {
+    SPATTN_ASSIGN_OR_RETURN(sa.groups, Upload(env, groups, "sampled_lines groups"));
+  }
   sa.num_groups = static_cast<int>(groups.size());
   sa.hist_blocks = 1;
   for (const SlGroup& g : groups) sa.hist_blocks = std::max(sa.hist_blocks, g.blocks);
-  SPATTN_ASSIGN_OR_RETURN(sa.items, Upload(env, items, "sampled_lines items"));
+  if (!knobs.one_upload) {
+    SPATTN_ASSIGN_OR_RETURN(sa.items, Upload(env, items, "sampled_lines items"));
+  }
   sa.num_items = static_cast<int>(items.size());
-  SPATTN_ASSIGN_OR_RETURN(sa.rows, Upload(env, rows, "sampled_lines rows"));
+  if (!knobs.one_upload) {
+    SPATTN_ASSIGN_OR_RETURN(sa.rows, Upload(env, rows, "sampled_lines rows"));
+  }
   sa.num_rows = static_cast<int>(rows.size());
   sa.split_blocks = static_cast<int>(split_block_ids.size());
   if (sa.split_blocks > 0) {
@@ -186,15 +305,19 @@ absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const A
     SPATTN_ASSIGN_OR_RETURN(sa.split_wsum,
                             Carve<float>(env, sblocks, "sampled_lines split weights"));
     SPATTN_ASSIGN_OR_RETURN(sa.split_vis, Carve<int32_t>(env, sblocks, "sampled_lines split keys"));
-    SPATTN_ASSIGN_OR_RETURN(sa.split_block_ids,
-                            Upload(env, split_block_ids, "sampled_lines split blocks"));
+    if (!knobs.one_upload) {
+      SPATTN_ASSIGN_OR_RETURN(sa.split_block_ids,
+                              Upload(env, split_block_ids, "sampled_lines split blocks"));
+    }
   }
-  SPATTN_ASSIGN_OR_RETURN(sa.geo, Upload(env, l.geo, "block geometry"));
+  if (!knobs.one_upload) {
+    SPATTN_ASSIGN_OR_RETURN(sa.geo, Upload(env, l.geo, "block geometry"));
+  }
   sa.gamma = params.gamma;
-  if (!gammas.empty()) {
+  if (!gammas.empty() && !knobs.one_upload) {
     SPATTN_ASSIGN_OR_RETURN(sa.gammas, Upload(env, gammas, "sampled_lines gammas"));
   }
-  sa.emit_exact = SampledLinesKnobs().emit_exact;
+  sa.emit_exact = knobs.emit_exact;
   sa.emit_flush_late = SampledLinesKnobs().emit_flush_late;
   sa.classify_batch = SampledLinesKnobs().classify_batch;
   sa.hist_exact = SampledLinesKnobs().hist_exact;
@@ -233,6 +356,13 @@ absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const A
   // Blocks without sampled rows (empty sequences) keep nothing: counts start at 0.
   SPATTN_ASSIGN_OR_RETURN(sa.kept,
                           CarveZeroed<int64_t>(env, irows + 1, "sampled_lines kept", env.stream));
+  if (side != nullptr) {
+    // The evidence means too (they read the estimate alone), then the side stream's end.
+    SPATTN_CUDA_RETURN_IF_ERROR(LaunchSampledLinesEvidence(sa, side->stream),
+                                "sampled_lines evidence");
+    sa.evidence_ready = true;
+    SPATTN_CUDA_RETURN_IF_ERROR(join.Record(), "sampled_lines estimate join");
+  }
   SPATTN_CUDA_RETURN_IF_ERROR(LaunchSampledLinesStats(sa, env.stream), "sampled_lines row stats");
   timer.Mark("row_stats");
   SPATTN_CUDA_RETURN_IF_ERROR(LaunchSampledLinesHistogram(sa, env.stream),
@@ -248,19 +378,19 @@ absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const A
   // Slices sized by pass 2's bound; the assembler reads the first `counts` entries of each.
   SPATTN_ASSIGN_OR_RETURN(sa.entries, Carve<int32_t>(env, total, "sampled_lines entries"));
   timer.Mark("entry_total");
+  SPATTN_CUDA_RETURN_IF_ERROR(join.Now(), "sampled_lines estimate join");
   SPATTN_CUDA_RETURN_IF_ERROR(LaunchSampledLinesEmit(sa, env.stream), "sampled_lines emit");
   timer.Mark("emit");
 
-  SlAsmArgs asm_args;
   asm_args.geo = sa.geo;
   asm_args.num_blocks = nblocks;
   asm_args.num_rows = static_cast<int>(irows);
   asm_args.offsets = sa.kept;
   asm_args.counts = sa.counts;
   asm_args.entries = sa.entries;
-  std::vector<int32_t> k_lens(p.batch());
-  for (int b = 0; b < p.batch(); ++b) k_lens[b] = p.k_len(b);
-  SPATTN_ASSIGN_OR_RETURN(asm_args.k_lens, Upload(env, k_lens, "sampled_lines k_lens"));
+  if (!knobs.one_upload) {
+    SPATTN_ASSIGN_OR_RETURN(asm_args.k_lens, Upload(env, k_lens, "sampled_lines k_lens"));
+  }
   asm_args.sink_tokens = params.sink_tokens;
   asm_args.local_tokens = params.local_tokens;
   asm_args.clip_diagonals = params.clip_diagonals;

@@ -109,9 +109,11 @@ struct SlArgs {
   int64_t col_stride = 0, diag_stride = 0;
   int batch = 0;
   // The evidence as the per-row means V(j) and D(o) (same layouts as col_sums / diag_sums),
-  // written by the emit launcher before pass 3.
+  // written by the emit launcher before pass 3, or earlier by LaunchSampledLinesEvidence
+  // (evidence_ready: the emit launcher then leaves them).
   float* col_mean = nullptr;
   float* diag_mean = nullptr;
+  bool evidence_ready = false;
   // Per sampled row (slot-major [slots * num_rows]): log2-domain max and 1 / sum.
   float* row_max2 = nullptr;
   float* row_inv = nullptr;
@@ -191,6 +193,14 @@ struct SlKnobs {
   int order_band1 = 0;
   int order_band2 = 0;
   int order_band3 = 1 << 30;
+  // Session 33 (host only; the same index either way). est_stream: the last-rows estimate, which
+  // only the emit launch reads, runs on a second stream beside passes 1-2 and is joined before
+  // the emit launch (SPATTN_SL_EST_STREAM=0: main's, on the build's stream before pass 1; 1: the
+  // second stream at the device's greatest priority; 2: at the default priority).
+  // one_upload: the host tables (heads, evidence sequences, groups, items, rows, geometry, ...)
+  // in one copy (SPATTN_SL_ONE_UPLOAD=0: main's, one pageable copy per table).
+  int est_stream = 1;
+  bool one_upload = true;
 };
 SlKnobs& SampledLinesKnobs();
 
@@ -198,8 +208,11 @@ SlKnobs& SampledLinesKnobs();
 cudaError_t LaunchSampledLinesStats(const SlArgs& a, cudaStream_t stream);
 // Pass 2 (histograms -> thr, kept counts).
 cudaError_t LaunchSampledLinesHistogram(const SlArgs& a, cudaStream_t stream);
-// The evidence means, pass 3 (the kept entries into the slices at the scanned offsets in `kept`,
-// their number into `counts`), then the entries classified as columns or diagonals.
+// The evidence means V(j), D(o) from the estimate's sums alone (SlArgs::col_mean, diag_mean).
+cudaError_t LaunchSampledLinesEvidence(const SlArgs& a, cudaStream_t stream);
+// The evidence means (unless SlArgs::evidence_ready), pass 3 (the kept entries into the slices at
+// the scanned offsets in `kept`, their number into `counts`), then the entries classified as
+// columns or diagonals.
 cudaError_t LaunchSampledLinesEmit(const SlArgs& a, cudaStream_t stream);
 
 // Row assembly: per index row its entries plus sink [0, sink) and local
