@@ -1867,5 +1867,96 @@ TEST(BuildIndexOnGpuEstimateTest, EstimateSpanAndKeyBuffersBuildMainsIndex) {
 #endif
 }
 
+// ---- s33-anchor ----
+// The anchor pass on four warpgroups and 128-key tiles (AnchorKnobs().wg4 = 1) and the stripe
+// scan by wgmma (stripe_wg), each alone and both, against main's passes (wg4 = 0, stripe_wg
+// off): the pooled anchors x_a and pooled queries qbar equal as floats, and the whole index
+// equal, on every shape of Shapes() ×
+// the anchor configs × both head lists × block_m 64 / 128 (random non-integer Q/K), then llm_mix
+// 16K with the defaults. On a device without the sm_90a image every value runs the mma.sync pass.
+TEST(BuildIndexOnGpuAnchorTest, Wg4AnchorPassIsMainsPass) {
+  SKIP_WITHOUT_GPU();
+#ifndef SPATTN_SL_KNOBS
+  GTEST_SKIP() << "the GPU anchor builder's knobs exist only in CUDA builds";
+#else
+  auto engine = MakeEngine(int64_t{1} << 30);
+  ASSERT_NE(engine, nullptr);
+  cuda::AnKnobs& knobs = cuda::AnchorKnobs();
+  const cuda::AnKnobs saved = knobs;
+  int64_t compared = 0, builds = 0;
+  // Builds at (wg4, stripe_wg) = main's, then each variant, with the captures; false on a
+  // fatal failure.
+  const std::pair<int, bool> variants[] = {{0, false}, {1, false}, {0, true}, {1, true}};
+  auto compare = [&](const HostProblem& hp, DeviceProblem& dp, const MethodConfig& config,
+                     const std::vector<int>& heads, int block_m, const std::string& what) {
+    SparseIndex idx[4];
+    std::vector<float> xa[4], qbar[4];
+    for (int v = 0; v < 4; ++v) {
+      knobs.wgmma = true;
+      knobs.wg4 = variants[v].first;
+      knobs.stripe_wg = variants[v].second;
+      knobs.capture_xa = &xa[v];
+      knobs.capture_qbar = &qbar[v];
+      BuildOnGpu(*engine, hp, dp, config, heads, block_m, nullptr,
+                 absl::StrCat(what, " variant ", v), &idx[v]);
+      engine->ReleaseIndexes();
+      knobs = saved;
+      if (::testing::Test::HasFatalFailure()) return false;
+    }
+    for (int v = 1; v < 4; ++v) {
+      const std::string w = absl::StrCat(what, " wg4=", variants[v].first,
+                                         " stripe_wg=", variants[v].second, " vs main's");
+      EXPECT_EQ(xa[v].size(), xa[0].size()) << w;
+      EXPECT_EQ(qbar[v].size(), qbar[0].size()) << w;
+      if (xa[v].size() != xa[0].size() || qbar[v].size() != qbar[0].size()) return false;
+      int64_t xa_diff = 0, qbar_diff = 0;
+      for (size_t i = 0; i < xa[0].size(); ++i) xa_diff += !(xa[v][i] == xa[0][i]);
+      for (size_t i = 0; i < qbar[0].size(); ++i) qbar_diff += !(qbar[v][i] == qbar[0][i]);
+      EXPECT_EQ(xa_diff, 0) << w;
+      EXPECT_EQ(qbar_diff, 0) << w;
+      ExpectSameIndex(idx[v], idx[0], w, /*with_offsets=*/true);
+      compared += static_cast<int64_t>(xa[0].size());
+      ++builds;
+    }
+    return true;
+  };
+  const MethodCases mc = CasesFor(Method::kAnchor);
+  uint64_t seed = 3301;
+  for (const Shape& sh : Shapes()) {
+    auto hp = MakeProblem(sh.q, sh.k, sh.hq, sh.hkv, sh.d, sh.dtype, sh.causal, ++seed,
+                          /*integer_qk=*/false);
+    auto dp = DeviceProblem::Create(engine->device(), *hp);
+    ASSERT_TRUE(dp.ok()) << dp.status();
+    for (const MethodConfig& config : mc.configs) {
+      for (const std::vector<int>& heads : {AllHeads(sh.hq), std::vector<int>{sh.hq - 1, 0}}) {
+        for (int block_m : {64, 128}) {
+          const std::string what =
+              absl::StrCat(config.DebugString(), " block_m=", block_m, " heads=", heads.size(), " ",
+                           Describe(hp->problem()));
+          if (!compare(*hp, **dp, config, heads, block_m, what)) return;
+        }
+      }
+    }
+  }
+  auto w = GenerateWorkload(LlmMix16K());
+  ASSERT_TRUE(w.ok()) << w.status();
+  auto dp = DeviceProblem::Create(engine->device(), *w->host);
+  ASSERT_TRUE(dp.ok()) << dp.status();
+  MethodConfig c;
+  c.method = Method::kAnchor;
+  for (int block_m : {64, 128}) {
+    if (!compare(*w->host, **dp, c, AllHeads(8), block_m,
+                 absl::StrCat("llm_mix 16K block_m=", block_m))) {
+      return;
+    }
+  }
+  printf("anchor wg4 / stripe_wg vs main's: %lld builds, %lld pooled anchors compared (wgmma "
+         "here: %d)\n",
+         static_cast<long long>(builds), static_cast<long long>(compared),
+         static_cast<int>(cuda::AnchorUsesWgmma()));
+  EXPECT_GT(compared, 0);
+#endif
+}
+
 }  // namespace
 }  // namespace spattn
