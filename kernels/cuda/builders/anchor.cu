@@ -62,11 +62,11 @@ struct AnCta {
   }
 };
 
-__device__ __forceinline__ AnCta AnCtaAt(const AnArgs& a, int x) {
+__device__ __forceinline__ AnCta AnCtaOf(const AnArgs& a) {
   AnCta c;
   const AttnParams& p = a.p;
-  const int pair = x / a.num_blocks;
-  const int block = x - pair * a.num_blocks;
+  const int pair = blockIdx.x / a.num_blocks;
+  const int block = blockIdx.x - pair * a.num_blocks;
   c.block = block;
   c.geo = a.geo[block];
   c.s0 = kAnPair * pair;
@@ -84,7 +84,6 @@ __device__ __forceinline__ AnCta AnCtaAt(const AnArgs& a, int x) {
   c.ntiles = c.t1 + (c.hi > c.grp.gfp ? (c.hi - c.grp.gfp + kAnTileN - 1) / kAnTileN : 0);
   return c;
 }
-__device__ __forceinline__ AnCta AnCtaOf(const AnArgs& a) { return AnCtaAt(a, blockIdx.x); }
 
 template <typename T, int kD>
 __global__ void __launch_bounds__(kAnThreads, 2) AnAnchorKernel(AnArgs a) {
@@ -472,234 +471,6 @@ __global__ void __launch_bounds__(kAnThreads, 2) AnAnchorWgKernel(AnArgs a) {
   }
 }
 
-// ---- Anchor pass by wgmma, four warpgroups (sm_90a; AnchorKnobs().wg4, anchor_knobs.h) ----
-//
-// AnAnchorWgKernel's CTA (a pair of slots of one kv head and a query block; the same Q tiles, the
-// same products, maxima, x_a and qbar sums) with 512 threads, one CTA per SM: warpgroup w takes
-// slot w / 2 of the sweep and its rows 64 (w % 2) .. + 64 (one m64 half, 32 registers of Q
-// fragments instead of 64), which leaves room for m64n128k16 products (64 accumulators): 128-key
-// tiles, half the barriers and the wgmma instructions per key of the 64-key pass. The Q tiles stay
-// resident (the pooled queries are summed with them); five 128-key buffers, each tile loaded four
-// tiles ahead. Each accumulator adds the same eight k16 steps in k order as the 64-key pass and
-// mma.sync (the N of an instruction does not change a column's sum; build_index_gpu_test's
-// Wg4AnchorPassIsMainsPass compares x_a, qbar and the index).
-constexpr int kAn4Threads = 512;
-constexpr int kAn4TileN = 128;
-constexpr int kAn4Bufs = 5;
-
-template <int kD>
-constexpr int AnAnchorWg4SmemBytes() {
-  return 1024 + kAnPair * kAnRows * kD * 2 + kAn4Bufs * kAn4TileN * kD * 2 + kAnPair * kAnRows * 4;
-}
-
-// Byte offset of 16-byte chunk `ch` of key row `r` in a 128-key tile: [kD / 64 sub-tiles][128
-// keys][128 bytes], the chunk index XOR key % 8 (Tile64WgmmaN128's B layout).
-__device__ __forceinline__ uint32_t Tile128KeyOff(int r, int ch) {
-  return static_cast<uint32_t>((ch >> 3) * (128 * 128) + r * 128 + (((ch & 7) ^ (r & 7)) * 16));
-}
-
-template <typename T, int kD>
-__global__ void __launch_bounds__(kAn4Threads, 1) AnAnchorWg4Kernel(AnArgs a) {
-  constexpr int kCh = kD / 8;
-  constexpr int kKS = kD / 16;
-  constexpr int kQBytes = kAnRows * kD * 2;
-  constexpr int kKBytes = kAn4TileN * kD * 2;
-  constexpr int kRowStep = kAn4Threads / kCh;               // 32 (d 128) or 64 (d 64)
-  constexpr int kKeyIters = kAn4TileN * kCh / kAn4Threads;  // 4 or 2
-  static_assert(kRowStep % 8 == 0 && kKeyIters * kAn4Threads == kAn4TileN * kCh, "key copies");
-  extern __shared__ __align__(128) char smem[];
-  const uint32_t sQa = (SmemAddr(smem) + 1023u) & ~1023u;
-  char* const qsm = smem + (sQa - SmemAddr(smem));
-  const uint32_t sKa = sQa + kAnPair * kQBytes;  // 1024-aligned: kQBytes is a multiple of 1024
-  float* sMax = reinterpret_cast<float*>(qsm + kAnPair * kQBytes + kAn4Bufs * kKBytes);
-
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int g = lane >> 2, t4 = lane & 3;
-  // CTAs in reverse order: a sequence's first blocks (the fewest keys) run last, which shortens
-  // the last wave (one CTA per SM).
-  const AnCta c = AnCtaAt(a, static_cast<int>(gridDim.x - 1 - blockIdx.x));
-  const BlockGeoDev& geo = c.geo;
-  const AttnParams& p = a.p;
-  const int block = c.block, s0 = c.s0, sweeps = c.sweeps, rows = c.rows;
-  const bool shared_kv = c.shared_kv;
-  const int q_tok0 = c.q_tok0, k_tok0 = c.k_tok0;
-  // 128-key tiles over [0, r1) then [gfp, hi).
-  const int t1 = (c.grp.r1 + kAn4TileN - 1) / kAn4TileN;
-  const int ntiles =
-      t1 + (c.hi > c.grp.gfp ? (c.hi - c.grp.gfp + kAn4TileN - 1) / kAn4TileN : 0);
-  auto tile_span = [&](int t, int& start, int& n) {
-    if (t < t1) {
-      start = t * kAn4TileN;
-      n = min(kAn4TileN, c.grp.r1 - start);
-    } else {
-      start = c.grp.gfp + (t - t1) * kAn4TileN;
-      n = min(kAn4TileN, c.hi - start);
-    }
-  };
-  const int wg = warp >> 2;
-  const int sub = wg >> 1;                      // slot of the sweep
-  const int half = wg & 1;                      // rows 64 half ..
-  const int wrow = 64 * half + (warp & 3) * 16;  // the warp's 16 rows
-  const int k_r0 = tid / kCh, k_ch = tid % kCh;
-  const uint32_t k_off0 = Tile128KeyOff(k_r0, k_ch);
-  const int64_t k_row_bytes = p.k_token_stride * static_cast<int64_t>(sizeof(T));
-
-  for (int sweep = 0; sweep < sweeps; ++sweep) {
-    const int first = s0 + sweep;
-    const int nsub = shared_kv ? kAnPair : 1;
-    const int kvh = a.heads[first] / p.group;
-    const T* kg = static_cast<const T*>(p.k) + static_cast<int64_t>(kvh) * p.k_head_stride;
-    for (int u = 0; u < nsub; ++u) {
-      const T* qg =
-          static_cast<const T*>(p.q) + static_cast<int64_t>(a.heads[first + u]) * p.q_head_stride;
-      LoadTileAsync(
-          sQa + u * kQBytes, kAnRows, rows, kCh,
-          [&](int r) {
-            return qg + static_cast<int64_t>(q_tok0 + geo.q_begin + r) * p.q_token_stride;
-          },
-          tid, kAn4Threads);
-    }
-    const char* k_base =
-        reinterpret_cast<const char*>(kg + static_cast<int64_t>(k_tok0) * p.k_token_stride) +
-        k_ch * 16;
-    auto issue = [&](int t) {
-      int start, n;
-      tile_span(t, start, n);
-      const uint32_t dst = sKa + (t % kAn4Bufs) * kKBytes + k_off0;
-      const char* row0 = k_base + static_cast<int64_t>(start) * k_row_bytes;
-      const char* src = row0 + static_cast<int64_t>(k_r0) * k_row_bytes;
-      if (n == kAn4TileN) {
-#pragma unroll
-        for (int m = 0; m < kKeyIters; ++m) {
-          CpAsync16(dst + m * kRowStep * 128, src, true);
-          src += kRowStep * k_row_bytes;
-        }
-      } else {  // rows past the span zero-filled (their source: the span's row 0, not read)
-#pragma unroll
-        for (int m = 0; m < kKeyIters; ++m) {
-          const bool valid = k_r0 + m * kRowStep < n;
-          CpAsync16(dst + m * kRowStep * 128, valid ? src : row0, valid);
-          src += kRowStep * k_row_bytes;
-        }
-      }
-    };
-    // One commit group per key tile (empty past the last): Q with tile 0, then tiles 1 .. 3;
-    // tile t + kAn4Bufs - 1 at the top of tile t.
-#pragma unroll
-    for (int t = 0; t < kAn4Bufs - 1; ++t) {
-      if (t < ntiles) issue(t);
-      CpAsyncCommit();
-    }
-    const bool active = sub < nsub && 64 * half < rows;
-    const uint32_t sQw = sQa + sub * kQBytes;
-    // Unscaled maxima of rows wrow + g (mx[0]) and wrow + g + 8 (mx[1]).
-    float mx[2] = {kNegInf, kNegInf};
-    int pos_r[2];
-#pragma unroll
-    for (int i = 0; i < 2; ++i) pos_r[i] = geo.first_pos + wrow + g + 8 * i;
-    uint32_t qf[kKS][4];
-    CpAsyncWait<kAn4Bufs - 2>();  // Q and tile 0
-    __syncthreads();
-    if (active) {
-#pragma unroll
-      for (int ks = 0; ks < kKS; ++ks) LoadA(sQw, wrow, ks, kCh, lane, qf[ks]);
-    }
-    // Pooled scaled query: the CPU's float sums in row order (AnAnchorKernel's); warpgroup w sums
-    // columns (w % 2) kD / 2 .. of its slot (loads ahead of the serial adds).
-    if (sub < nsub && (tid & 127) < kD / 2) {
-      const int col = half * (kD / 2) + (tid & 127);
-      const char* q = qsm + sub * kQBytes;
-      const float scale = a.softmax_scale;
-      float acc = 0.f;
-#pragma unroll 8
-      for (int r = 0; r < rows; ++r) {
-        const T v = *reinterpret_cast<const T*>(q + TileElemOff(r, col, kCh));
-        acc = __fadd_rn(acc, __fmul_rn(ToF(v), scale));
-      }
-      const int64_t out = static_cast<int64_t>(first + sub) * a.num_blocks + block;
-      a.qbar[out * kD + col] = __fdiv_rn(acc, static_cast<float>(rows));
-    }
-
-    for (int t = 0; t < ntiles; ++t) {
-      // Tile t has landed (then the barrier for everyone's copies), visible to wgmma; every
-      // warpgroup is past tile t - 1, whose buffer takes tile t + kAn4Bufs - 1.
-      CpAsyncWait<kAn4Bufs - 2>();
-#if SPATTN_AN_SM90A
-      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-#endif
-      __syncthreads();
-      if (t + kAn4Bufs - 1 < ntiles) issue(t + kAn4Bufs - 1);
-      CpAsyncCommit();
-      int start, n;
-      tile_span(t, start, n);
-      // Warpgroup-uniform skips: rows past the block, or causal keys past every row of the half.
-      if (active && !(p.causal && start > geo.first_pos + 64 * half + 63)) {
-#if SPATTN_AN_SM90A
-        const uint32_t kst = sKa + (t % kAn4Bufs) * kKBytes;
-        const uint64_t desc0 = Tile64SmemDesc(kst);
-        float s[2][8][4];
-        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-        for (int kk = 0; kk < kKS; ++kk) {
-          Tile64WgmmaN128<T>::RS(s, qf[kk],
-                                 desc0 + (((kk >> 2) * (128 * 128) + (kk & 3) * 32) >> 4),
-                                 kk > 0 ? 1 : 0);
-        }
-        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-        Tile64Wait(s);
-        if (n == kAn4TileN && (!p.causal || start + kAn4TileN - 1 <= pos_r[0])) {
-#pragma unroll
-          for (int hh = 0; hh < 2; ++hh) {
-#pragma unroll
-            for (int nt = 0; nt < 8; ++nt) {
-              mx[0] = fmaxf(mx[0], fmaxf(s[hh][nt][0], s[hh][nt][1]));
-              mx[1] = fmaxf(mx[1], fmaxf(s[hh][nt][2], s[hh][nt][3]));
-            }
-          }
-        } else {
-#pragma unroll
-          for (int hh = 0; hh < 2; ++hh) {
-#pragma unroll
-            for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-              for (int e = 0; e < 4; ++e) {
-                const int col = 64 * hh + nt * 8 + 2 * t4 + (e & 1);
-                const int i = e >> 1;
-                if (col < n && (!p.causal || start + col <= pos_r[i])) {
-                  mx[i] = fmaxf(mx[i], s[hh][nt][e]);
-                }
-              }
-            }
-          }
-        }
-#else
-        __trap();
-#endif
-      }
-    }
-    CpAsyncWait<0>();
-    __syncthreads();
-    if (active) {
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const float m = QuadMax(mx[i]);
-        const int r = wrow + g + 8 * i;
-        if (t4 == 0 && r < rows) sMax[sub * kAnRows + r] = m * a.softmax_scale;
-      }
-    }
-    __syncthreads();
-    // x_a: AnAnchorKernel's double sum in row order.
-    if (lane == 0 && warp < nsub) {
-      double sum = 0;
-#pragma unroll 8
-      for (int r = 0; r < rows; ++r) sum += sMax[warp * kAnRows + r];
-      a.xa[static_cast<int64_t>(first + warp) * a.num_blocks + block] =
-          static_cast<float>(sum / rows);
-    }
-    __syncthreads();  // the next sweep reuses the Q tiles and sMax
-  }
-}
-
 // Stripe scan: warp w takes m-tile item.tile_begin + w (16 pooled queries of one group).
 // Two CTAs per SM (128 registers; 12 bytes of spill at d = 128, outside the tile loop). One CTA
 // per SM (156 registers, no spill) took 1.29x as long at 32K and at 128K (H100,
@@ -1025,12 +796,8 @@ struct AnSrc {
 template <typename T, int kD>
 cudaError_t AnLaunchTyped(const AnArgs& a, cudaStream_t stream) {
   const bool wg = AnchorUsesWgmma();
-  const bool wg4 = wg && AnchorKnobs().wg4;
-  auto anchor = wg4 ? AnAnchorWg4Kernel<T, kD> : wg ? AnAnchorWgKernel<T, kD> : AnAnchorKernel<T, kD>;
-  const int anchor_smem = wg4  ? AnAnchorWg4SmemBytes<kD>()
-                          : wg ? AnAnchorWgSmemBytes<kD>()
-                               : AnAnchorSmemBytes<kD>();
-  const int anchor_threads = wg4 ? kAn4Threads : kAnThreads;
+  auto anchor = wg ? AnAnchorWgKernel<T, kD> : AnAnchorKernel<T, kD>;
+  const int anchor_smem = wg ? AnAnchorWgSmemBytes<kD>() : AnAnchorSmemBytes<kD>();
   const bool stripe_wg = wg && AnchorKnobs().stripe_wg;
   auto stripe = stripe_wg ? AnStripeWgKernel<T, kD> : AnStripeKernel<T, kD>;
   const int stripe_smem = stripe_wg ? AnStripeWgSmemBytes<kD>() : AnStripeSmemBytes<kD>();
@@ -1041,7 +808,7 @@ cudaError_t AnLaunchTyped(const AnArgs& a, cudaStream_t stream) {
   if (err != cudaSuccess) return err;
   const int64_t blocks = static_cast<int64_t>((a.num_slots + kAnPair - 1) / kAnPair) * a.num_blocks;
   if (blocks > 0) {
-    anchor<<<static_cast<unsigned>(blocks), anchor_threads, anchor_smem, stream>>>(a);
+    anchor<<<static_cast<unsigned>(blocks), kAnThreads, anchor_smem, stream>>>(a);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
   }
   if (a.anchor_done != nullptr && (err = cudaEventRecord(a.anchor_done, stream)) != cudaSuccess) {
@@ -1061,7 +828,6 @@ AnKnobs& AnchorKnobs() {
   static AnKnobs knobs = [] {
     AnKnobs k;
     if (const char* c = std::getenv("SPATTN_ANCHOR_WGMMA")) k.wgmma = c[0] != '0';
-    if (const char* c = std::getenv("SPATTN_ANCHOR_WG4")) k.wg4 = std::atoi(c);
     if (const char* c = std::getenv("SPATTN_ANCHOR_STRIPE_WG")) k.stripe_wg = c[0] != '0';
     return k;
   }();

@@ -2,12 +2,10 @@
 // environment once per process (at first use): SPATTN_ANCHOR_WGMMA (=0: the anchor pass by
 // mma.sync, main's before session 28, instead of wgmma on a compute capability 9.0 device; the
 // same x_a and pooled queries bit for bit, build_index_gpu_test's
-// BuildIndexOnGpuAnchorTest.WgmmaAnchorPassIsTheMmaSyncPass); SPATTN_ANCHOR_WG4 (=0: the wgmma
-// pass on 64-key tiles, 256 threads and two CTAs per SM, main's before session 33, instead of
-// four warpgroups on 128-key tiles) and SPATTN_ANCHOR_STRIPE_WG (=0: the stripe scan by mma.sync,
-// main's, instead of wgmma on a 9.0 device); the same x_a, qbar and index,
-// BuildIndexOnGpuAnchorTest.Wg4AnchorPassIsMainsPass. Tests change them through the returned
-// reference, between builds only.
+// BuildIndexOnGpuAnchorTest.WgmmaAnchorPassIsTheMmaSyncPass); SPATTN_ANCHOR_STRIPE_WG (=0: the
+// stripe scan by mma.sync, main's before session 33, instead of wgmma on a compute capability 9.0
+// device; the same index, BuildIndexOnGpuAnchorTest.WgmmaStripeScanIsMainsScan). Tests change
+// them through the returned reference, between builds only.
 #ifndef SPATTN_KERNELS_CUDA_BUILDERS_ANCHOR_KNOBS_H_
 #define SPATTN_KERNELS_CUDA_BUILDERS_ANCHOR_KNOBS_H_
 
@@ -18,8 +16,7 @@ namespace cuda {
 
 struct AnKnobs {
   bool wgmma = true;
-  int wg4 = 1;             // with wgmma: 0 AnAnchorWgKernel (64-key tiles), 1 AnAnchorWg4Kernel
-  bool stripe_wg = true;   // with wgmma: AnStripeWgKernel instead of AnStripeKernel (mma.sync)
+  bool stripe_wg = true;  // with wgmma: AnStripeWgKernel instead of AnStripeKernel (mma.sync)
   // Tests: when set, each build copies its pooled anchors x_a ([slot][block]) and pooled scaled
   // queries ([slot][block][head_dim]) here (a synchronizing download; not for timing).
   std::vector<float>* capture_xa = nullptr;
