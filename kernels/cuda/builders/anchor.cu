@@ -598,6 +598,169 @@ __global__ void __launch_bounds__(kAnThreads, 2) AnStripeKernel(AnArgs a) {
   CpAsyncWait<0>();
 }
 
+// ---- Stripe scan by wgmma (sm_90a; AnchorKnobs().stripe_wg, anchor_knobs.h) ----
+//
+// AnStripeKernel's CTA (an item: up to 8 m-tiles of 16 pooled queries, warp w takes tile w) with
+// the products of warpgroup q (warps 4 q .. 4 q + 3: four m-tiles, 64 rows) from m64n64k16
+// wgmmas: A = the warp's hi and lo fragments in registers (the mma.sync A layout), B = the key
+// tile by descriptor (Tile64KeyOff layout). Each accumulator starts at +0 and adds hi then lo of
+// each k16 step in k order, as AnStripeKernel's mma.sync (per k step 2 instructions per
+// warpgroup instead of 64 mma.sync + 16 ldmatrix.x4 per warp); the bitmap words come from the
+// same C layout by the same code. A warpgroup runs its products when some warp of it has a tile
+// overlapping the key tile (bar.red.or over its 128 threads).
+template <int kD>
+constexpr int AnStripeWgSmemBytes() {
+  return 1024 + 2 * kAnTileN * kD * 2;
+}
+
+// Named barriers 1 and 2 (immediates: a register id makes ptxas reserve all 16).
+template <int kBar>
+__device__ __forceinline__ bool WarpgroupAnyAt(bool v) {
+  uint32_t r;
+  asm volatile(
+      "{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n"
+      " bar.red.or.pred q, %2, 128, p;\n selp.u32 %0, 1, 0, q;\n}\n"
+      : "=r"(r)
+      : "r"(static_cast<uint32_t>(v)), "n"(kBar)
+      : "memory");
+  return r != 0;
+}
+__device__ __forceinline__ bool WarpgroupAny(bool v, int wg) {
+  return wg == 0 ? WarpgroupAnyAt<1>(v) : WarpgroupAnyAt<2>(v);
+}
+
+template <typename T, int kD>
+__global__ void __launch_bounds__(kAnThreads, 2) AnStripeWgKernel(AnArgs a) {
+  constexpr int kCh = kD / 8;
+  constexpr int kKS = kD / 16;
+  constexpr int kKBytes = kAnTileN * kD * 2;
+  extern __shared__ __align__(128) char smem[];
+  const uint32_t sKa = (SmemAddr(smem) + 1023u) & ~1023u;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, t4 = lane & 3;
+  const AnItem item = a.items[blockIdx.x];
+  const AttnParams& p = a.p;
+  const AnGroup g0 = a.groups[a.tiles[item.tile_begin].group];
+  const int kvh = a.heads[g0.slot] / p.group;
+  const int k_tok0 = p.cu_seqlens_k[g0.seq];
+  const T* kg = static_cast<const T*>(p.k) + static_cast<int64_t>(kvh) * p.k_head_stride;
+
+  const bool has_tile = warp < item.tile_count;
+  AnTile tile{0, 0, 0};
+  AnGroup grp = g0;
+  if (has_tile) {
+    tile = a.tiles[item.tile_begin + warp];
+    grp = a.groups[tile.group];
+  }
+  // A fragments of the pooled queries, split hi + lo; x_a of rows g and g + 8 (AnStripeKernel's).
+  uint32_t ahi[kKS][4], alo[kKS][4];
+  float xa[2];
+  {
+    const int64_t row_base =
+        static_cast<int64_t>(grp.slot) * a.num_blocks + grp.first_block + tile.row_begin;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = g + 8 * h;
+      xa[h] = has_tile && r < tile.rows ? a.xa[row_base + r] : __int_as_float(0x7fffffff);
+    }
+#pragma unroll
+    for (int ks = 0; ks < kKS; ++ks) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = g + 8 * (e & 1);
+        const int c = ks * 16 + 2 * t4 + 8 * (e >> 1);
+        float x0 = 0.f, x1 = 0.f;
+        if (has_tile && r < tile.rows) {
+          const float2 v = *reinterpret_cast<const float2*>(a.qbar + (row_base + r) * kD + c);
+          x0 = v.x;
+          x1 = v.y;
+        }
+        SplitPair<T>(x0, x1, ahi[ks][e], alo[ks][e]);
+      }
+    }
+  }
+  const int kb = item.key_begin, ke = item.key_end;
+  const int ntiles = (ke - kb + kAnTileN - 1) / kAnTileN;
+  auto issue = [&](int t) {
+    const int j = kb + t * kAnTileN;
+    const int n = min(kAnTileN, ke - j);
+    const uint32_t dst = sKa + (t & 1) * kKBytes;
+    const T* base = kg + static_cast<int64_t>(k_tok0 + j) * p.k_token_stride;
+    for (int i = tid; i < kAnTileN * kCh; i += kAnThreads) {
+      const int r = i / kCh, ch = i - r * kCh;
+      const bool valid = r < n;
+      const char* src = reinterpret_cast<const char*>(base + static_cast<int64_t>(valid ? r : 0) * p.k_token_stride) +
+                        (valid ? ch * 16 : 0);
+      CpAsync16(dst + Tile64KeyOff(r, ch), src, valid);
+    }
+  };
+  issue(0);
+  CpAsyncCommit();
+  for (int t = 0; t < ntiles; ++t) {
+    if (t + 1 < ntiles) issue(t + 1);
+    CpAsyncCommit();
+    CpAsyncWait<1>();
+#if SPATTN_AN_SM90A
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+    __syncthreads();
+    const int j = kb + t * kAnTileN;
+    const bool overlap = has_tile && ((j < grp.b1 && j + kAnTileN > grp.a1 && grp.a1 < grp.b1) ||
+                                      (j < grp.b2 && j + kAnTileN > grp.a2 && grp.a2 < grp.b2));
+    if (WarpgroupAny(overlap, warp >> 2)) {
+#if SPATTN_AN_SM90A
+      const uint64_t desc0 = Tile64SmemDesc(sKa + (t & 1) * kKBytes);
+      float s[8][4];
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[nt][e] = 0.f;
+      }
+      asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+      for (int ks = 0; ks < kKS; ++ks) {
+        const uint64_t d = desc0 + (((ks >> 2) * (64 * 128) + (ks & 3) * 32) >> 4);
+        Tile64Wgmma<T>::RS(s, ahi[ks], d, 1);
+        Tile64Wgmma<T>::RS(s, alo[ks], d, 1);
+      }
+      asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+      Tile64Wait(s);
+      if (overlap) {
+        uint32_t words[2] = {0u, 0u};
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int key = j + nt * 8 + 2 * t4 + e;
+            const bool cand = (key >= grp.a1 && key < grp.b1) || (key >= grp.a2 && key < grp.b2);
+            // NaN x_a (padding rows) never passes.
+            const bool pass =
+                cand && (xa[0] - s[nt][e] <= a.theta || xa[1] - s[nt][2 + e] <= a.theta);
+            uint32_t bal = __ballot_sync(0xffffffffu, pass);  // lane 4 g + t4
+            bal |= bal >> 16;
+            bal |= bal >> 8;
+            bal |= bal >> 4;  // bit t4: column 8 nt + 2 t4 + e kept by some row
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+              words[nt >> 2] |= ((bal >> q) & 1u) << ((nt & 3) * 8 + 2 * q + e);
+            }
+          }
+        }
+        if (lane == 0) {
+          uint32_t* bm = a.bitmaps + grp.bitmap_off + (j >> 5);
+          if (words[0] != 0u) atomicOr(bm, words[0]);
+          if (words[1] != 0u) atomicOr(bm + 1, words[1]);
+        }
+      }
+#else
+      __trap();
+#endif
+    }
+    __syncthreads();
+  }
+  CpAsyncWait<0>();
+}
+
 struct AnSrc {
   AnAsmArgs a;
   struct Shared {
@@ -635,12 +798,13 @@ cudaError_t AnLaunchTyped(const AnArgs& a, cudaStream_t stream) {
   const bool wg = AnchorUsesWgmma();
   auto anchor = wg ? AnAnchorWgKernel<T, kD> : AnAnchorKernel<T, kD>;
   const int anchor_smem = wg ? AnAnchorWgSmemBytes<kD>() : AnAnchorSmemBytes<kD>();
-  auto stripe = AnStripeKernel<T, kD>;
+  const bool stripe_wg = wg && AnchorKnobs().stripe_wg;
+  auto stripe = stripe_wg ? AnStripeWgKernel<T, kD> : AnStripeKernel<T, kD>;
+  const int stripe_smem = stripe_wg ? AnStripeWgSmemBytes<kD>() : AnStripeSmemBytes<kD>();
   cudaError_t err =
       cudaFuncSetAttribute(anchor, cudaFuncAttributeMaxDynamicSharedMemorySize, anchor_smem);
   if (err != cudaSuccess) return err;
-  err = cudaFuncSetAttribute(stripe, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             AnStripeSmemBytes<kD>());
+  err = cudaFuncSetAttribute(stripe, cudaFuncAttributeMaxDynamicSharedMemorySize, stripe_smem);
   if (err != cudaSuccess) return err;
   const int64_t blocks = static_cast<int64_t>((a.num_slots + kAnPair - 1) / kAnPair) * a.num_blocks;
   if (blocks > 0) {
@@ -651,7 +815,7 @@ cudaError_t AnLaunchTyped(const AnArgs& a, cudaStream_t stream) {
     return err;
   }
   if (a.num_items > 0) {
-    stripe<<<a.num_items, kAnThreads, AnStripeSmemBytes<kD>(), stream>>>(a);
+    stripe<<<a.num_items, kAnThreads, stripe_smem, stream>>>(a);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -664,6 +828,7 @@ AnKnobs& AnchorKnobs() {
   static AnKnobs knobs = [] {
     AnKnobs k;
     if (const char* c = std::getenv("SPATTN_ANCHOR_WGMMA")) k.wgmma = c[0] != '0';
+    if (const char* c = std::getenv("SPATTN_ANCHOR_STRIPE_WG")) k.stripe_wg = c[0] != '0';
     return k;
   }();
   return knobs;

@@ -2,8 +2,10 @@
 // environment once per process (at first use): SPATTN_ANCHOR_WGMMA (=0: the anchor pass by
 // mma.sync, main's before session 28, instead of wgmma on a compute capability 9.0 device; the
 // same x_a and pooled queries bit for bit, build_index_gpu_test's
-// BuildIndexOnGpuAnchorTest.WgmmaAnchorPassIsTheMmaSyncPass). Tests change them through the
-// returned reference, between builds only.
+// BuildIndexOnGpuAnchorTest.WgmmaAnchorPassIsTheMmaSyncPass); SPATTN_ANCHOR_STRIPE_WG (=0: the
+// stripe scan by mma.sync, main's before session 33, instead of wgmma on a compute capability 9.0
+// device; the same index, BuildIndexOnGpuAnchorTest.WgmmaStripeScanIsMainsScan). Tests change
+// them through the returned reference, between builds only.
 #ifndef SPATTN_KERNELS_CUDA_BUILDERS_ANCHOR_KNOBS_H_
 #define SPATTN_KERNELS_CUDA_BUILDERS_ANCHOR_KNOBS_H_
 
@@ -14,6 +16,7 @@ namespace cuda {
 
 struct AnKnobs {
   bool wgmma = true;
+  bool stripe_wg = true;  // with wgmma: AnStripeWgKernel instead of AnStripeKernel (mma.sync)
   // Tests: when set, each build copies its pooled anchors x_a ([slot][block]) and pooled scaled
   // queries ([slot][block][head_dim]) here (a synchronizing download; not for timing).
   std::vector<float>* capture_xa = nullptr;
