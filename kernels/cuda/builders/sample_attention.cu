@@ -13,7 +13,9 @@
 //  4. Assembly: each query block ORs the column and slash spans of the chunks its rows belong to
 //     and the local window into its row bitmap (assembled_common.cuh).
 #include <algorithm>
+#include <atomic>
 #include <cfloat>
+#include <cstdint>
 #include <cstdlib>
 #include <type_traits>
 
@@ -1116,12 +1118,17 @@ __global__ void __launch_bounds__(256)
 // Both offset arrays by one CTA (scan.cu's ScanKernel<long long, false, true> on each, in one
 // launch): exclusive prefix sums in place (the fill launch's off_ranges / off_cols), the same
 // as int32 into the index's indptr arrays (what LaunchNarrow64 wrote), and the two totals into
-// totals[0, 2) (one copy to the host).
+// totals[0, 2) (one copy to the host). `publish` (s33-sa2, SPATTN_SA_LEAN=4): then totals[3] = 1
+// once totals[0, 3) are written (mapped pinned words: the host waits on that word instead of
+// the stream). (ptxas spills ~300 bytes here since s32-sa: 1024 threads cap registers at 64.
+// 512 threads of 8 with the arrays one after the other spilled nothing but read ~11 us slower
+// in the count stage on an H200: kept as is.)
 constexpr int kSaScanThreads = 1024;
 constexpr int kSaScanItems = 4;
 __global__ void __launch_bounds__(kSaScanThreads)
     SaScanOffsetsKernel(long long* ranges, long long* cols, int64_t n, int32_t* range_indptr,
-                        int32_t* col_indptr, long long* totals, const uint32_t* span_rest) {
+                        int32_t* col_indptr, long long* totals, const uint32_t* span_rest,
+                        bool publish) {
   using Scan = cub::BlockScan<long long, kSaScanThreads>;
   __shared__ typename Scan::TempStorage temp;
   __shared__ long long carry[2];
@@ -1163,6 +1170,18 @@ __global__ void __launch_bounds__(kSaScanThreads)
   // s33-sa: the rows the span kernel left to the bitmap kernels, with the totals (the host
   // skips the bitmap fill launch where there are none).
   if (span_rest != nullptr && threadIdx.x == 2) totals[2] = n > 0 ? *span_rest : 0;
+  if (publish) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      // One thread writes the three words again (the same values) and then the flag, so the
+      // fence orders them all before it.
+      totals[0] = carry[0];
+      totals[1] = carry[1];
+      totals[2] = n > 0 && span_rest != nullptr ? *span_rest : 0;
+      __threadfence_system();
+      *reinterpret_cast<volatile long long*>(totals + 3) = 1;
+    }
+  }
 }
 
 // The one pass's products by wgmma (Tile64ProductsRs) on compute capability 9.0 (the sm_90a image);
@@ -1170,6 +1189,20 @@ __global__ void __launch_bounds__(kSaScanThreads)
 bool SaUsesWgmma() {
   if (const char* e = std::getenv("SPATTN_SA_WGMMA"); e != nullptr && e[0] == '0') return false;
   return CurrentDeviceIsSm90();
+}
+
+// cudaFuncSetAttribute(kernel, max dynamic shared memory) once per device and process (s33-sa2:
+// a driver call less per build ahead of the first launch); `done` holds a bit per device set.
+template <class K>
+cudaError_t SaSetSmemOnce(K* kernel, int bytes, std::atomic<uint64_t>& done) {
+  int dev = 0;
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err != cudaSuccess) return err;
+  const uint64_t bit = dev >= 0 && dev < 64 ? uint64_t{1} << dev : 0;
+  if (bit != 0 && (done.load(std::memory_order_acquire) & bit) != 0) return cudaSuccess;
+  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (err == cudaSuccess) done.fetch_or(bit, std::memory_order_acq_rel);
+  return err;
 }
 
 template <typename T, int kD>
@@ -1180,8 +1213,8 @@ cudaError_t SaLaunchTyped(const SaArgs& a, cudaStream_t stream) {
     auto one = wg ? SaPassKernel<T, kD, false, kSaSlots, true, true>
                   : SaPassKernel<T, kD, false, kSaSlots, true>;
     const int one_smem = wg ? SaWgSmemBytes<kD>() : smem;
-    cudaError_t err =
-        cudaFuncSetAttribute(one, cudaFuncAttributeMaxDynamicSharedMemorySize, one_smem);
+    static std::atomic<uint64_t> one_set[2];
+    cudaError_t err = SaSetSmemOnce(one, one_smem, one_set[wg ? 1 : 0]);
     if (err != cudaSuccess) return err;
     one<<<a.num_items, kSaThreads, one_smem, stream>>>(a);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
@@ -1258,7 +1291,7 @@ cudaError_t LaunchSampleAttentionSelect(const SaArgs& a, cudaStream_t stream) {
 cudaError_t LaunchSampleAttentionLeanCount(const SaAsmArgs& a, const AsmOut& out,
                                            int32_t* range_indptr, int32_t* col_indptr,
                                            int64_t* totals, int32_t* kept, int32_t* span_row,
-                                           bool warp, cudaStream_t stream) {
+                                           bool warp, bool publish, cudaStream_t stream) {
   using namespace assembled;
   const int num_units = a.num_slots * a.num_blocks;
   cudaError_t err = cudaSuccess;
@@ -1288,7 +1321,7 @@ cudaError_t LaunchSampleAttentionLeanCount(const SaAsmArgs& a, const AsmOut& out
   SaScanOffsetsKernel<<<1, kSaScanThreads, 0, stream>>>(
       reinterpret_cast<long long*>(out.count_ranges), reinterpret_cast<long long*>(out.count_cols),
       static_cast<int64_t>(num_units), range_indptr, col_indptr,
-      reinterpret_cast<long long*>(totals), warp ? out.span_rest : nullptr);
+      reinterpret_cast<long long*>(totals), warp ? out.span_rest : nullptr, warp && publish);
   return cudaGetLastError();
 }
 
@@ -1312,9 +1345,9 @@ cudaError_t LaunchSampleAttentionLeanFill(const SaAsmArgs& a, const AsmOut& out,
   // The rows left to the bitmap kernel, as LaunchAssemble's fill launch (none: it would return
   // at once).
   if (!bitmap_rows) return cudaSuccess;
-  err = cudaFuncSetAttribute(row_assembly::AssembleKernel<SaSrc, true, true>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             row_assembly::kAsmStageBytes);
+  static std::atomic<uint64_t> fill_set;
+  err = SaSetSmemOnce(row_assembly::AssembleKernel<SaSrc, true, true>,
+                      row_assembly::kAsmStageBytes, fill_set);
   if (err != cudaSuccess) return err;
   row_assembly::AssembleKernel<SaSrc, true, true>
       <<<std::min(num_units, sms * 8), row_assembly::kAsmThreads, row_assembly::kAsmStageBytes,

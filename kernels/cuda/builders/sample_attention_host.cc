@@ -3,8 +3,11 @@
 // carving, and the count-then-fill row assembly (builder_steps.h: Assemble) with its one host round
 // trip.
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <vector>
@@ -30,7 +33,7 @@ namespace cuda {
 cudaError_t LaunchSampleAttentionLeanCount(const SaAsmArgs& a, const AsmOut& out,
                                            int32_t* range_indptr, int32_t* col_indptr,
                                            int64_t* totals, int32_t* kept, int32_t* span_row,
-                                           bool warp, cudaStream_t stream);
+                                           bool warp, bool publish, cudaStream_t stream);
 cudaError_t LaunchSampleAttentionLeanFill(const SaAsmArgs& a, const AsmOut& out,
                                           const int32_t* kept, const int32_t* span_row,
                                           bool bitmap_rows, cudaStream_t stream);
@@ -43,20 +46,38 @@ namespace {
 // 2 s32-sa's SaAssembleLean with the kept ranges; unset / else (3) that with s33-sa's: the
 // count kernel's record and sort by the whole warp, the totals written by the scan kernel
 // straight into this thread's pinned host words (no copy), the bitmap fill launch skipped where
-// the span kernel left it no row.
+// the span kernel left it no row. 4 (s33-sa2, opt-in: not shown faster in a whole build on an
+// H200, kernels/cuda/NOTES.md): that with the host waiting on the totals' published word (the
+// scan kernel sets words[3] after them) instead of on the stream.
 int SaLeanLevel() {
   const char* e = std::getenv("SPATTN_SA_LEAN");
-  if (e != nullptr && e[0] >= '0' && e[0] <= '2') return e[0] - '0';
+  if (e != nullptr && e[0] >= '0' && e[0] <= '4') return e[0] - '0';
   return 3;
+}
+
+// Host-side times of the build under SPATTN_GPU_BUILDER_PROFILE (s33-sa2; a line after the
+// stage line): the clock where the timer is on, else nothing is read.
+using SaClock = std::chrono::steady_clock;
+SaClock::time_point SaHostClock(const StageTimer* timer) {
+  return timer->on() ? SaClock::now() : SaClock::time_point();
+}
+double SaMicros(SaClock::time_point a, SaClock::time_point b) {
+  return std::chrono::duration<double, std::micro>(b - a).count();
 }
 
 // This host thread's mapped pinned words for the lean assembly's totals (the scan kernel writes
 // them, the host reads them after its stream synchronization: no device-to-host copy in the
 // round trip); kept for the thread's later builds (a build reads them before it returns). Null
-// where they cannot be had (the caller copies from device memory then).
-int64_t* PinnedTotals() {
+// where they cannot be had (the caller copies from device memory then). The device pointer is
+// looked up once with them (s33-sa2; portable: the same for every device).
+struct PinnedWords {
+  int64_t* host = nullptr;
+  int64_t* dev = nullptr;
+};
+PinnedWords PinnedTotals() {
   struct Buf {
     void* p = nullptr;
+    void* d = nullptr;
     bool failed = false;
     ~Buf() {
       if (p != nullptr) cudaFreeHost(p);
@@ -64,13 +85,35 @@ int64_t* PinnedTotals() {
   };
   thread_local Buf buf;
   if (buf.p == nullptr && !buf.failed) {
-    if (cudaHostAlloc(&buf.p, 64, cudaHostAllocMapped | cudaHostAllocPortable) != cudaSuccess) {
+    if (cudaHostAlloc(&buf.p, 64, cudaHostAllocMapped | cudaHostAllocPortable) != cudaSuccess ||
+        cudaHostGetDevicePointer(&buf.d, buf.p, 0) != cudaSuccess) {
+      if (buf.p != nullptr) cudaFreeHost(buf.p);
       buf.p = nullptr;
+      buf.d = nullptr;
       buf.failed = true;
       (void)cudaGetLastError();
     }
   }
-  return static_cast<int64_t*>(buf.p);
+  return PinnedWords{static_cast<int64_t*>(buf.p), static_cast<int64_t*>(buf.d)};
+}
+
+// s33-sa2: waits until the count launch published the totals in the pinned words (words[3] != 0:
+// set by the scan kernel after the three totals) instead of for the whole stream: the host goes
+// on as the word lands, not after the kernel's end and the synchronization's wake-up. The stream is polled now and then, so a failed launch
+// (the word never comes) returns its error; a stream done without the word reads them anyway.
+cudaError_t WaitPublished(const volatile int64_t* words, cudaStream_t stream) {
+  for (int polls = 1; words[3] == 0; ++polls) {
+    if ((polls & 255) == 0) {
+      const cudaError_t e = cudaStreamQuery(stream);
+      if (e == cudaSuccess) break;
+      if (e != cudaErrorNotReady) return e;
+    }
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#endif
+  }
+  std::atomic_thread_fence(std::memory_order_acquire);
+  return cudaSuccess;
 }
 
 // builder_steps' Assemble for sample_attention with fewer launches and one host round trip of
@@ -85,8 +128,8 @@ int64_t* PinnedTotals() {
 absl::StatusOr<SparseIndexView> SaAssembleLean(const BuildScope& env, const Layout& l,
                                                const SaAsmArgs& args, uint32_t* rec,
                                                uint32_t* span_rest, bool keep_ranges,
-                                               bool warp, StageTimer* timer,
-                                               const char* select_stage) {
+                                               bool warp, bool publish, StageTimer* timer,
+                                               const char* select_stage, double host_us[3]) {
   const int num_slots = l.host.num_heads(), num_blocks = l.host.num_blocks();
   const int64_t rows = static_cast<int64_t>(num_slots) * num_blocks;
   SparseIndexView v;
@@ -96,20 +139,14 @@ absl::StatusOr<SparseIndexView> SaAssembleLean(const BuildScope& env, const Layo
   out.span_rest = span_rest;
   // s33-sa (`warp`): three totals (the third: rows left to the bitmap kernels), in pinned host
   // words where they can be had (the kernel's writes are the round trip's only transfer).
-  int64_t* h_totals = warp ? PinnedTotals() : nullptr;
-  int64_t* d_totals = nullptr;
-  if (h_totals != nullptr) {
-    void* dp = nullptr;
-    if (cudaHostGetDevicePointer(&dp, h_totals, 0) == cudaSuccess) {
-      d_totals = static_cast<int64_t*>(dp);
-    } else {
-      (void)cudaGetLastError();
-      h_totals = nullptr;
-    }
-  }
+  // s33-sa2 (`publish`): a fourth word, set once the three are written; the host waits on it.
+  const PinnedWords pinned = warp ? PinnedTotals() : PinnedWords{};
+  int64_t* h_totals = pinned.host;
+  int64_t* d_totals = pinned.dev;
   if (d_totals == nullptr) {
-    SPATTN_ASSIGN_OR_RETURN(d_totals, Carve<int64_t>(env, warp ? 3 : 2, "index totals"));
+    SPATTN_ASSIGN_OR_RETURN(d_totals, Carve<int64_t>(env, warp ? 4 : 2, "index totals"));
   }
+  publish = publish && h_totals != nullptr;
   int32_t *kept = nullptr, *span_row = nullptr;
   if (keep_ranges && rows > 0) {
     const int64_t words = rows * 2 * row_assembly::kAsmSpanCap;
@@ -128,18 +165,29 @@ absl::StatusOr<SparseIndexView> SaAssembleLean(const BuildScope& env, const Layo
   v.range_indptr = range_indptr;
   v.col_indptr = col_indptr;
   timer->Mark(select_stage);
-  SPATTN_CUDA_RETURN_IF_ERROR(LaunchSampleAttentionLeanCount(args, out, range_indptr, col_indptr,
-                                                             d_totals, kept, span_row, warp,
-                                                             env.stream),
-                              "index assembly (count)");
+  // The previous build's count launch set it (it has ended: that build waited for it).
+  if (publish) *reinterpret_cast<volatile int64_t*>(h_totals + 3) = 0;
+  const cudaError_t count_err = LaunchSampleAttentionLeanCount(
+      args, out, range_indptr, col_indptr, d_totals, kept, span_row, warp, publish, env.stream);
+  if (count_err != cudaSuccess && publish) {
+    // What was launched may still publish into the words: let it end before the next build.
+    (void)cudaStreamSynchronize(env.stream);
+  }
+  SPATTN_CUDA_RETURN_IF_ERROR(count_err, "index assembly (count)");
   timer->Mark("count");
+  const auto wait_start = SaHostClock(timer);
   int64_t totals[3] = {0, 0, 1};
   if (h_totals == nullptr) {
     SPATTN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(totals, d_totals, (warp ? 3 : 2) * sizeof(int64_t),
                                                 cudaMemcpyDeviceToHost, env.stream),
                                 "index totals");
   }
-  SPATTN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(env.stream), "index count pass");
+  if (publish) {
+    SPATTN_CUDA_RETURN_IF_ERROR(WaitPublished(h_totals, env.stream), "index count pass");
+  } else {
+    SPATTN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(env.stream), "index count pass");
+  }
+  const auto wait_end = SaHostClock(timer);
   if (h_totals != nullptr) {
     for (int i = 0; i < 3; ++i) totals[i] = h_totals[i];
   }
@@ -150,6 +198,10 @@ absl::StatusOr<SparseIndexView> SaAssembleLean(const BuildScope& env, const Layo
   SPATTN_CUDA_RETURN_IF_ERROR(
       LaunchSampleAttentionLeanFill(args, out, kept, span_row, bitmap_rows, env.stream),
       "index assembly (fill)");
+  if (timer->on()) {
+    host_us[1] = SaMicros(wait_start, wait_end);
+    host_us[2] = SaMicros(wait_end, SaHostClock(timer));
+  }
   timer->Mark("fill");
   return v;
 }
@@ -158,6 +210,7 @@ absl::StatusOr<SparseIndexView> BuildSampleAttention(const BuildScope& env,
                                                      const AttentionProblem& p, const AttnParams& a,
                                                      const SampleAttentionParams& params,
                                                      const std::vector<int>& heads) {
+  const SaClock::time_point entry = SaClock::now();
   const int blk = params.block_size;
   const Layout l = MakeLayout(p, heads, blk);
   const int nslots = l.host.num_heads(), nb = p.batch();
@@ -264,6 +317,7 @@ absl::StatusOr<SparseIndexView> BuildSampleAttention(const BuildScope& env,
   sa.pass2_done = timer.Event("pass2");
   SPATTN_CUDA_RETURN_IF_ERROR(LaunchSampleAttentionSelect(sa, env.stream),
                               "sample_attention selection");
+  double host_us[3] = {timer.on() ? SaMicros(entry, SaClock::now()) : 0.0, 0.0, 0.0};
 
   SaAsmArgs asm_args;
   asm_args.geo = blob.At<BlockGeoDev>(o_geo);
@@ -278,7 +332,7 @@ absl::StatusOr<SparseIndexView> BuildSampleAttention(const BuildScope& env,
   asm_args.local_tokens = params.local_tokens;
   absl::StatusOr<SparseIndexView> v =
       lean > 0 ? SaAssembleLean(env, l, asm_args, asm_rec, blob.At<uint32_t>(o_rest), lean > 1,
-                                lean > 2, &timer, "cra")
+                                lean > 2, lean > 3, &timer, "cra", host_us)
                : Assemble(
                      env, l,
                      [&](const AsmOut& out, bool fill) {
@@ -288,7 +342,14 @@ absl::StatusOr<SparseIndexView> BuildSampleAttention(const BuildScope& env,
                        return LaunchSampleAttentionAssemble(asm_args, o, fill, env.stream);
                      },
                      &timer, "cra");
-  if (!v.ok()) timer.Cancel();
+  if (!v.ok()) {
+    timer.Cancel();
+  } else if (timer.on()) {
+    // Host: entry to the select launch's return; the wait for the totals; from them to the
+    // fill launch's return (lean > 0).
+    std::fprintf(stderr, "sample_attention host: launch %.1f us, wait %.1f us, post %.1f us\n",
+                 host_us[0], host_us[1], host_us[2]);
+  }
   return v;
 }
 
