@@ -2076,30 +2076,5 @@ TEST(BuildIndexOnGpuAnchorTest, WgmmaStripeScanIsMainsScan) {
 #endif
 }
 
-// ---- s33-sa2: sample_attention's host wait on the totals' published word ----
-// SPATTN_SA_LEAN=4 (s33-sa2, opt-in: the scan kernel sets the fourth pinned word after the three
-// totals and the host waits on it instead of the stream) and unset (s33-sa's path; the smem
-// attributes set once per device in both) against =0 (main's launches): every index array,
-// offsets included, bit for bit; every shape and config, both head lists, block_m 64 and 128,
-// llm_mix 16K; span cap default, 4 (most rows to the bitmap kernels) and 0 (every row). Many
-// builds in a row on one thread reuse the published word. (Run 1 ran this with =3 and the
-// folded count of bench/results/kernels/s33-sa2/run1-code.patch as the unset path: 684 equal.)
-TEST(BuildIndexOnGpuSampleAttentionTest, PublishedTotalsBuildMainsIndex) {
-  SKIP_WITHOUT_GPU();
-  int compared = 0;
-  for (const char* cap : {static_cast<const char*>(nullptr), "4", "0"}) {
-    ScopedEnv env("SPATTN_ASM_SPAN_CAP", cap);
-    const int n = ExpectEnvValuesBuildTheSameIndex(Method::kSampleAttention, "SPATTN_SA_LEAN", "0",
-                                                   {"4", nullptr}, 3400, /*both_head_lists=*/true);
-    printf("sample_attention s33-sa2 / s33-sa vs main's launches, span cap %s: %d indexes "
-           "compared\n",
-           cap == nullptr ? "default" : cap, n);
-    EXPECT_GT(n, 0);
-    compared += n;
-    if (::testing::Test::HasFatalFailure()) return;
-  }
-  printf("sample_attention s33-sa2 / s33-sa vs main's launches: %d indexes compared\n", compared);
-}
-
 }  // namespace
 }  // namespace spattn

@@ -1118,17 +1118,14 @@ __global__ void __launch_bounds__(256)
 // Both offset arrays by one CTA (scan.cu's ScanKernel<long long, false, true> on each, in one
 // launch): exclusive prefix sums in place (the fill launch's off_ranges / off_cols), the same
 // as int32 into the index's indptr arrays (what LaunchNarrow64 wrote), and the two totals into
-// totals[0, 2) (one copy to the host). `publish` (s33-sa2, SPATTN_SA_LEAN=4): then totals[3] = 1
-// once totals[0, 3) are written (mapped pinned words: the host waits on that word instead of
-// the stream). (ptxas spills ~300 bytes here since s32-sa: 1024 threads cap registers at 64.
+// totals[0, 2) (one copy to the host). (ptxas spills ~300 bytes here since s32-sa: 1024 threads cap registers at 64.
 // 512 threads of 8 with the arrays one after the other spilled nothing but read ~11 us slower
 // in the count stage on an H200: kept as is.)
 constexpr int kSaScanThreads = 1024;
 constexpr int kSaScanItems = 4;
 __global__ void __launch_bounds__(kSaScanThreads)
     SaScanOffsetsKernel(long long* ranges, long long* cols, int64_t n, int32_t* range_indptr,
-                        int32_t* col_indptr, long long* totals, const uint32_t* span_rest,
-                        bool publish) {
+                        int32_t* col_indptr, long long* totals, const uint32_t* span_rest) {
   using Scan = cub::BlockScan<long long, kSaScanThreads>;
   __shared__ typename Scan::TempStorage temp;
   __shared__ long long carry[2];
@@ -1170,18 +1167,6 @@ __global__ void __launch_bounds__(kSaScanThreads)
   // s33-sa: the rows the span kernel left to the bitmap kernels, with the totals (the host
   // skips the bitmap fill launch where there are none).
   if (span_rest != nullptr && threadIdx.x == 2) totals[2] = n > 0 ? *span_rest : 0;
-  if (publish) {
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      // One thread writes the three words again (the same values) and then the flag, so the
-      // fence orders them all before it.
-      totals[0] = carry[0];
-      totals[1] = carry[1];
-      totals[2] = n > 0 && span_rest != nullptr ? *span_rest : 0;
-      __threadfence_system();
-      *reinterpret_cast<volatile long long*>(totals + 3) = 1;
-    }
-  }
 }
 
 // The one pass's products by wgmma (Tile64ProductsRs) on compute capability 9.0 (the sm_90a image);
@@ -1291,7 +1276,7 @@ cudaError_t LaunchSampleAttentionSelect(const SaArgs& a, cudaStream_t stream) {
 cudaError_t LaunchSampleAttentionLeanCount(const SaAsmArgs& a, const AsmOut& out,
                                            int32_t* range_indptr, int32_t* col_indptr,
                                            int64_t* totals, int32_t* kept, int32_t* span_row,
-                                           bool warp, bool publish, cudaStream_t stream) {
+                                           bool warp, cudaStream_t stream) {
   using namespace assembled;
   const int num_units = a.num_slots * a.num_blocks;
   cudaError_t err = cudaSuccess;
@@ -1321,7 +1306,7 @@ cudaError_t LaunchSampleAttentionLeanCount(const SaAsmArgs& a, const AsmOut& out
   SaScanOffsetsKernel<<<1, kSaScanThreads, 0, stream>>>(
       reinterpret_cast<long long*>(out.count_ranges), reinterpret_cast<long long*>(out.count_cols),
       static_cast<int64_t>(num_units), range_indptr, col_indptr,
-      reinterpret_cast<long long*>(totals), warp ? out.span_rest : nullptr, warp && publish);
+      reinterpret_cast<long long*>(totals), warp ? out.span_rest : nullptr);
   return cudaGetLastError();
 }
 

@@ -3,7 +3,6 @@
 // carving, and the count-then-fill row assembly (builder_steps.h: Assemble) with its one host round
 // trip.
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -33,7 +32,7 @@ namespace cuda {
 cudaError_t LaunchSampleAttentionLeanCount(const SaAsmArgs& a, const AsmOut& out,
                                            int32_t* range_indptr, int32_t* col_indptr,
                                            int64_t* totals, int32_t* kept, int32_t* span_row,
-                                           bool warp, bool publish, cudaStream_t stream);
+                                           bool warp, cudaStream_t stream);
 cudaError_t LaunchSampleAttentionLeanFill(const SaAsmArgs& a, const AsmOut& out,
                                           const int32_t* kept, const int32_t* span_row,
                                           bool bitmap_rows, cudaStream_t stream);
@@ -46,12 +45,12 @@ namespace {
 // 2 s32-sa's SaAssembleLean with the kept ranges; unset / else (3) that with s33-sa's: the
 // count kernel's record and sort by the whole warp, the totals written by the scan kernel
 // straight into this thread's pinned host words (no copy), the bitmap fill launch skipped where
-// the span kernel left it no row. 4 (s33-sa2, opt-in: not shown faster in a whole build on an
-// H200, kernels/cuda/NOTES.md): that with the host waiting on the totals' published word (the
-// scan kernel sets words[3] after them) instead of on the stream.
+// the span kernel left it no row. (s33-sa2's 4, the host waiting on a word the scan kernel
+// publishes after the totals instead of on the stream, was not faster in a whole build on an
+// H200: bench/results/kernels/s33-sa2/published_totals.patch.)
 int SaLeanLevel() {
   const char* e = std::getenv("SPATTN_SA_LEAN");
-  if (e != nullptr && e[0] >= '0' && e[0] <= '4') return e[0] - '0';
+  if (e != nullptr && e[0] >= '0' && e[0] <= '3') return e[0] - '0';
   return 3;
 }
 
@@ -97,25 +96,6 @@ PinnedWords PinnedTotals() {
   return PinnedWords{static_cast<int64_t*>(buf.p), static_cast<int64_t*>(buf.d)};
 }
 
-// s33-sa2: waits until the count launch published the totals in the pinned words (words[3] != 0:
-// set by the scan kernel after the three totals) instead of for the whole stream: the host goes
-// on as the word lands, not after the kernel's end and the synchronization's wake-up. The stream is polled now and then, so a failed launch
-// (the word never comes) returns its error; a stream done without the word reads them anyway.
-cudaError_t WaitPublished(const volatile int64_t* words, cudaStream_t stream) {
-  for (int polls = 1; words[3] == 0; ++polls) {
-    if ((polls & 255) == 0) {
-      const cudaError_t e = cudaStreamQuery(stream);
-      if (e == cudaSuccess) break;
-      if (e != cudaErrorNotReady) return e;
-    }
-#if defined(__x86_64__)
-    __builtin_ia32_pause();
-#endif
-  }
-  std::atomic_thread_fence(std::memory_order_acquire);
-  return cudaSuccess;
-}
-
 // builder_steps' Assemble for sample_attention with fewer launches and one host round trip of
 // one copy (s32-sa): the index's indptr arrays are carved before the count launch (their size is
 // known) and written by its scan (no Narrow64 launches after the round trip); the records come
@@ -128,7 +108,7 @@ cudaError_t WaitPublished(const volatile int64_t* words, cudaStream_t stream) {
 absl::StatusOr<SparseIndexView> SaAssembleLean(const BuildScope& env, const Layout& l,
                                                const SaAsmArgs& args, uint32_t* rec,
                                                uint32_t* span_rest, bool keep_ranges,
-                                               bool warp, bool publish, StageTimer* timer,
+                                               bool warp, StageTimer* timer,
                                                const char* select_stage, double host_us[3]) {
   const int num_slots = l.host.num_heads(), num_blocks = l.host.num_blocks();
   const int64_t rows = static_cast<int64_t>(num_slots) * num_blocks;
@@ -139,14 +119,12 @@ absl::StatusOr<SparseIndexView> SaAssembleLean(const BuildScope& env, const Layo
   out.span_rest = span_rest;
   // s33-sa (`warp`): three totals (the third: rows left to the bitmap kernels), in pinned host
   // words where they can be had (the kernel's writes are the round trip's only transfer).
-  // s33-sa2 (`publish`): a fourth word, set once the three are written; the host waits on it.
   const PinnedWords pinned = warp ? PinnedTotals() : PinnedWords{};
   int64_t* h_totals = pinned.host;
   int64_t* d_totals = pinned.dev;
   if (d_totals == nullptr) {
-    SPATTN_ASSIGN_OR_RETURN(d_totals, Carve<int64_t>(env, warp ? 4 : 2, "index totals"));
+    SPATTN_ASSIGN_OR_RETURN(d_totals, Carve<int64_t>(env, warp ? 3 : 2, "index totals"));
   }
-  publish = publish && h_totals != nullptr;
   int32_t *kept = nullptr, *span_row = nullptr;
   if (keep_ranges && rows > 0) {
     const int64_t words = rows * 2 * row_assembly::kAsmSpanCap;
@@ -165,15 +143,10 @@ absl::StatusOr<SparseIndexView> SaAssembleLean(const BuildScope& env, const Layo
   v.range_indptr = range_indptr;
   v.col_indptr = col_indptr;
   timer->Mark(select_stage);
-  // The previous build's count launch set it (it has ended: that build waited for it).
-  if (publish) *reinterpret_cast<volatile int64_t*>(h_totals + 3) = 0;
-  const cudaError_t count_err = LaunchSampleAttentionLeanCount(
-      args, out, range_indptr, col_indptr, d_totals, kept, span_row, warp, publish, env.stream);
-  if (count_err != cudaSuccess && publish) {
-    // What was launched may still publish into the words: let it end before the next build.
-    (void)cudaStreamSynchronize(env.stream);
-  }
-  SPATTN_CUDA_RETURN_IF_ERROR(count_err, "index assembly (count)");
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchSampleAttentionLeanCount(args, out, range_indptr, col_indptr,
+                                                             d_totals, kept, span_row, warp,
+                                                             env.stream),
+                              "index assembly (count)");
   timer->Mark("count");
   const auto wait_start = SaHostClock(timer);
   int64_t totals[3] = {0, 0, 1};
@@ -182,11 +155,7 @@ absl::StatusOr<SparseIndexView> SaAssembleLean(const BuildScope& env, const Layo
                                                 cudaMemcpyDeviceToHost, env.stream),
                                 "index totals");
   }
-  if (publish) {
-    SPATTN_CUDA_RETURN_IF_ERROR(WaitPublished(h_totals, env.stream), "index count pass");
-  } else {
-    SPATTN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(env.stream), "index count pass");
-  }
+  SPATTN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(env.stream), "index count pass");
   const auto wait_end = SaHostClock(timer);
   if (h_totals != nullptr) {
     for (int i = 0; i < 3; ++i) totals[i] = h_totals[i];
@@ -332,7 +301,7 @@ absl::StatusOr<SparseIndexView> BuildSampleAttention(const BuildScope& env,
   asm_args.local_tokens = params.local_tokens;
   absl::StatusOr<SparseIndexView> v =
       lean > 0 ? SaAssembleLean(env, l, asm_args, asm_rec, blob.At<uint32_t>(o_rest), lean > 1,
-                                lean > 2, lean > 3, &timer, "cra", host_us)
+                                lean > 2, &timer, "cra", host_us)
                : Assemble(
                      env, l,
                      [&](const AsmOut& out, bool fill) {
