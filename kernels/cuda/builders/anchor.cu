@@ -471,6 +471,75 @@ __global__ void __launch_bounds__(kAnThreads, 2) AnAnchorWgKernel(AnArgs a) {
   }
 }
 
+// A stripe CTA's warp (both stripe kernels): its m-tile and group where it has one, the pooled
+// queries' A fragments (the mma.sync A layout) split hi + lo, and x_a of rows g and g + 8 (NaN
+// where the row is padding: it never passes).
+template <typename T, int kD>
+__device__ __forceinline__ void AnStripeWarpQueries(const AnArgs& a, const AnItem& item, int warp,
+                                                    int g, int t4, bool has_tile, AnTile& tile,
+                                                    AnGroup& grp, uint32_t (&ahi)[kD / 16][4],
+                                                    uint32_t (&alo)[kD / 16][4], float (&xa)[2]) {
+  constexpr int kKS = kD / 16;
+  if (has_tile) {
+    tile = a.tiles[item.tile_begin + warp];
+    grp = a.groups[tile.group];
+  }
+  const int64_t row_base =
+      static_cast<int64_t>(grp.slot) * a.num_blocks + grp.first_block + tile.row_begin;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = g + 8 * h;
+    xa[h] = has_tile && r < tile.rows ? a.xa[row_base + r] : __int_as_float(0x7fffffff);
+  }
+#pragma unroll
+  for (int ks = 0; ks < kKS; ++ks) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = g + 8 * (e & 1);
+      const int c = ks * 16 + 2 * t4 + 8 * (e >> 1);
+      float x0 = 0.f, x1 = 0.f;
+      if (has_tile && r < tile.rows) {
+        const float2 v = *reinterpret_cast<const float2*>(a.qbar + (row_base + r) * kD + c);
+        x0 = v.x;
+        x1 = v.y;
+      }
+      SplitPair<T>(x0, x1, ahi[ks][e], alo[ks][e]);
+    }
+  }
+}
+
+// A warp's m-tile against key tile j (S in the mma.sync C layout, 64 keys): the columns of the
+// group's candidate ranges that some row keeps (x_a - s <= theta), OR-ed into the group's bitmap.
+__device__ __forceinline__ void AnStripeMarkColumns(const AnArgs& a, const AnGroup& grp, int j,
+                                                    const float (&s)[8][4], const float (&xa)[2],
+                                                    int lane, int t4) {
+  uint32_t words[2] = {0u, 0u};
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int key = j + nt * 8 + 2 * t4 + e;
+      const bool cand = (key >= grp.a1 && key < grp.b1) || (key >= grp.a2 && key < grp.b2);
+      // NaN x_a (padding rows) never passes.
+      const bool pass =
+          cand && (xa[0] - s[nt][e] <= a.theta || xa[1] - s[nt][2 + e] <= a.theta);
+      uint32_t bal = __ballot_sync(0xffffffffu, pass);  // lane 4 g + t4
+      bal |= bal >> 16;
+      bal |= bal >> 8;
+      bal |= bal >> 4;  // bit t4: column 8 nt + 2 t4 + e kept by some row
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        words[nt >> 2] |= ((bal >> q) & 1u) << ((nt & 3) * 8 + 2 * q + e);
+      }
+    }
+  }
+  if (lane == 0) {
+    uint32_t* bm = a.bitmaps + grp.bitmap_off + (j >> 5);
+    if (words[0] != 0u) atomicOr(bm, words[0]);
+    if (words[1] != 0u) atomicOr(bm + 1, words[1]);
+  }
+}
+
 // Stripe scan: warp w takes m-tile item.tile_begin + w (16 pooled queries of one group).
 // Two CTAs per SM (128 registers; 12 bytes of spill at d = 128, outside the tile loop). One CTA
 // per SM (156 registers, no spill) took 1.29x as long at 32K and at 128K (H100,
@@ -493,37 +562,9 @@ __global__ void __launch_bounds__(kAnThreads, 2) AnStripeKernel(AnArgs a) {
   const bool has_tile = warp < item.tile_count;
   AnTile tile{0, 0, 0};
   AnGroup grp = g0;
-  if (has_tile) {
-    tile = a.tiles[item.tile_begin + warp];
-    grp = a.groups[tile.group];
-  }
-  // A fragments of the pooled queries, split hi + lo; x_a of rows g and g + 8.
   uint32_t ahi[kKS][4], alo[kKS][4];
   float xa[2];
-  {
-    const int64_t row_base =
-        static_cast<int64_t>(grp.slot) * a.num_blocks + grp.first_block + tile.row_begin;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = g + 8 * h;
-      xa[h] = has_tile && r < tile.rows ? a.xa[row_base + r] : __int_as_float(0x7fffffff);
-    }
-#pragma unroll
-    for (int ks = 0; ks < kKS; ++ks) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = g + 8 * (e & 1);
-        const int c = ks * 16 + 2 * t4 + 8 * (e >> 1);
-        float x0 = 0.f, x1 = 0.f;
-        if (has_tile && r < tile.rows) {
-          const float2 v = *reinterpret_cast<const float2*>(a.qbar + (row_base + r) * kD + c);
-          x0 = v.x;
-          x1 = v.y;
-        }
-        SplitPair<T>(x0, x1, ahi[ks][e], alo[ks][e]);
-      }
-    }
-  }
+  AnStripeWarpQueries<T, kD>(a, item, warp, g, t4, has_tile, tile, grp, ahi, alo, xa);
   const int kb = item.key_begin, ke = item.key_end;
   const int ntiles = (ke - kb + kAnTileN - 1) / kAnTileN;
   auto issue = [&](int t) {
@@ -567,31 +608,7 @@ __global__ void __launch_bounds__(kAnThreads, 2) AnStripeKernel(AnArgs a) {
           Mma<T>::Run(s[2 * np + 1], alo[ks], b[np][2], b[np][3]);
         }
       }
-      uint32_t words[2] = {0u, 0u};
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int key = j + nt * 8 + 2 * t4 + e;
-          const bool cand = (key >= grp.a1 && key < grp.b1) || (key >= grp.a2 && key < grp.b2);
-          // NaN x_a (padding rows) never passes.
-          const bool pass =
-              cand && (xa[0] - s[nt][e] <= a.theta || xa[1] - s[nt][2 + e] <= a.theta);
-          uint32_t bal = __ballot_sync(0xffffffffu, pass);  // lane 4 g + t4
-          bal |= bal >> 16;
-          bal |= bal >> 8;
-          bal |= bal >> 4;  // bit t4: column 8 nt + 2 t4 + e kept by some row
-#pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            words[nt >> 2] |= ((bal >> q) & 1u) << ((nt & 3) * 8 + 2 * q + e);
-          }
-        }
-      }
-      if (lane == 0) {
-        uint32_t* bm = a.bitmaps + grp.bitmap_off + (j >> 5);
-        if (words[0] != 0u) atomicOr(bm, words[0]);
-        if (words[1] != 0u) atomicOr(bm + 1, words[1]);
-      }
+      AnStripeMarkColumns(a, grp, j, s, xa, lane, t4);
     }
     __syncthreads();
   }
@@ -648,37 +665,9 @@ __global__ void __launch_bounds__(kAnThreads, 2) AnStripeWgKernel(AnArgs a) {
   const bool has_tile = warp < item.tile_count;
   AnTile tile{0, 0, 0};
   AnGroup grp = g0;
-  if (has_tile) {
-    tile = a.tiles[item.tile_begin + warp];
-    grp = a.groups[tile.group];
-  }
-  // A fragments of the pooled queries, split hi + lo; x_a of rows g and g + 8 (AnStripeKernel's).
   uint32_t ahi[kKS][4], alo[kKS][4];
   float xa[2];
-  {
-    const int64_t row_base =
-        static_cast<int64_t>(grp.slot) * a.num_blocks + grp.first_block + tile.row_begin;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = g + 8 * h;
-      xa[h] = has_tile && r < tile.rows ? a.xa[row_base + r] : __int_as_float(0x7fffffff);
-    }
-#pragma unroll
-    for (int ks = 0; ks < kKS; ++ks) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = g + 8 * (e & 1);
-        const int c = ks * 16 + 2 * t4 + 8 * (e >> 1);
-        float x0 = 0.f, x1 = 0.f;
-        if (has_tile && r < tile.rows) {
-          const float2 v = *reinterpret_cast<const float2*>(a.qbar + (row_base + r) * kD + c);
-          x0 = v.x;
-          x1 = v.y;
-        }
-        SplitPair<T>(x0, x1, ahi[ks][e], alo[ks][e]);
-      }
-    }
-  }
+  AnStripeWarpQueries<T, kD>(a, item, warp, g, t4, has_tile, tile, grp, ahi, alo, xa);
   const int kb = item.key_begin, ke = item.key_end;
   const int ntiles = (ke - kb + kAnTileN - 1) / kAnTileN;
   auto issue = [&](int t) {
@@ -726,31 +715,7 @@ __global__ void __launch_bounds__(kAnThreads, 2) AnStripeWgKernel(AnArgs a) {
       asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
       Tile64Wait(s);
       if (overlap) {
-        uint32_t words[2] = {0u, 0u};
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int key = j + nt * 8 + 2 * t4 + e;
-            const bool cand = (key >= grp.a1 && key < grp.b1) || (key >= grp.a2 && key < grp.b2);
-            // NaN x_a (padding rows) never passes.
-            const bool pass =
-                cand && (xa[0] - s[nt][e] <= a.theta || xa[1] - s[nt][2 + e] <= a.theta);
-            uint32_t bal = __ballot_sync(0xffffffffu, pass);  // lane 4 g + t4
-            bal |= bal >> 16;
-            bal |= bal >> 8;
-            bal |= bal >> 4;  // bit t4: column 8 nt + 2 t4 + e kept by some row
-#pragma unroll
-            for (int q = 0; q < 4; ++q) {
-              words[nt >> 2] |= ((bal >> q) & 1u) << ((nt & 3) * 8 + 2 * q + e);
-            }
-          }
-        }
-        if (lane == 0) {
-          uint32_t* bm = a.bitmaps + grp.bitmap_off + (j >> 5);
-          if (words[0] != 0u) atomicOr(bm, words[0]);
-          if (words[1] != 0u) atomicOr(bm + 1, words[1]);
-        }
+        AnStripeMarkColumns(a, grp, j, s, xa, lane, t4);
       }
 #else
       __trap();
