@@ -678,8 +678,9 @@ __global__ void __launch_bounds__(kAnThreads, 2) AnStripeWgKernel(AnArgs a) {
     for (int i = tid; i < kAnTileN * kCh; i += kAnThreads) {
       const int r = i / kCh, ch = i - r * kCh;
       const bool valid = r < n;
-      const char* src = reinterpret_cast<const char*>(base + static_cast<int64_t>(valid ? r : 0) * p.k_token_stride) +
-                        (valid ? ch * 16 : 0);
+      const int64_t row = valid ? r : 0;
+      const char* src =
+          reinterpret_cast<const char*>(base + row * p.k_token_stride) + (valid ? ch * 16 : 0);
       CpAsync16(dst + Tile64KeyOff(r, ch), src, valid);
     }
   };

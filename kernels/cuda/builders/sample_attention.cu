@@ -963,7 +963,9 @@ __device__ __forceinline__ void SaSortSpansRegs(const SaSrc& src, const RowCtx& 
       src.SpanAt(ctx, sh, i, &s, &e);
       if (s < 0) s = 0;
       if (e > key_end) e = key_end;
-      if (e > s) x = (static_cast<unsigned long long>(s) << 32) | static_cast<unsigned long long>(e);
+      if (e > s) {
+        x = (static_cast<unsigned long long>(s) << 32) | static_cast<unsigned long long>(e);
+      }
     }
     v[r] = x;
   }
@@ -1118,9 +1120,9 @@ __global__ void __launch_bounds__(256)
 // Both offset arrays by one CTA (scan.cu's ScanKernel<long long, false, true> on each, in one
 // launch): exclusive prefix sums in place (the fill launch's off_ranges / off_cols), the same
 // as int32 into the index's indptr arrays (what LaunchNarrow64 wrote), and the two totals into
-// totals[0, 2) (one copy to the host). (ptxas spills ~300 bytes here since s32-sa: 1024 threads cap registers at 64.
-// 512 threads of 8 with the arrays one after the other spilled nothing but read ~11 us slower
-// in the count stage on an H200: kept as is.)
+// totals[0, 2) (one copy to the host). (ptxas spills ~300 bytes here since s32-sa: 1024 threads
+// cap registers at 64. 512 threads of 8 with the arrays one after the other spilled nothing but
+// read ~11 us slower in the count stage on an H200: kept as is.)
 constexpr int kSaScanThreads = 1024;
 constexpr int kSaScanItems = 4;
 __global__ void __launch_bounds__(kSaScanThreads)

@@ -40,14 +40,14 @@ cudaError_t LaunchSampleAttentionLeanFill(const SaAsmArgs& a, const AsmOut& out,
 namespace {
 
 // SPATTN_SA_LEAN (read once per build; SaArgs::lean passes it to the select launch): 0 main's
-// launches (builder_steps' Assemble, SaCombineKernel); 1 SaAssembleLean without the kept ranges (the fill
-// sorts the span rows again); unset / else SaAssembleLean with them where they fit.
-// 2 s32-sa's SaAssembleLean with the kept ranges; unset / else (3) that with s33-sa's: the
-// count kernel's record and sort by the whole warp, the totals written by the scan kernel
-// straight into this thread's pinned host words (no copy), the bitmap fill launch skipped where
-// the span kernel left it no row. (s33-sa2's 4, the host waiting on a word the scan kernel
-// publishes after the totals instead of on the stream, was not faster in a whole build on an
-// H200: bench/results/kernels/s33-sa2/published_totals.patch.)
+// launches (builder_steps' Assemble, SaCombineKernel); 1 SaAssembleLean without the kept ranges
+// (the fill sorts the span rows again); 2 s32-sa's SaAssembleLean, with them where they fit;
+// 3, unset or anything else: that with s33-sa's count kernel (the row record and the span sort
+// by the whole warp), the totals written by the scan kernel straight into this thread's pinned
+// host words (no copy) and the bitmap fill launch skipped where the span kernel left it no row.
+// (s33-sa2's 4, the host waiting on a word the scan kernel publishes after the totals instead of
+// on the stream, was not faster in a whole build on an H200:
+// bench/results/kernels/s33-sa2/published_totals.patch.)
 int SaLeanLevel() {
   const char* e = std::getenv("SPATTN_SA_LEAN");
   if (e != nullptr && e[0] >= '0' && e[0] <= '3') return e[0] - '0';
