@@ -1741,6 +1741,37 @@ TEST(BuildIndexOnGpuEstimateTest, FlexSelectAndPoolBuildMainsIndex) {
 #endif
 }
 
+#ifdef SPATTN_SL_KNOBS
+// The inputs of the sampled_lines knob-pair tests below: rows of 4 segments (200K keys, two
+// sequences, integer Q/K) with the twin cases' first and last config, and llm_mix 16K with the
+// defaults. Calls fn(hp, dp, heads, config, label) once per (input, config); stops at a fatal
+// failure.
+template <class Fn>
+void ForEachSlKnobCase(CudaAttentionEngine& engine, Fn fn) {
+  auto longp = MakeProblem({1300, 40}, {200001, 1000}, 2, 1, 64, DType::kBF16, true, 93,
+                           /*integer_qk=*/true);
+  auto w = GenerateWorkload(LlmMix16K());
+  ASSERT_TRUE(w.ok()) << w.status();
+  const MethodCases mc = CasesFor(Method::kSampledLines);
+  MethodConfig defaults;
+  defaults.method = Method::kSampledLines;
+  for (HostProblem* hp : {longp.get(), w->host.get()}) {
+    auto dp = DeviceProblem::Create(engine.device(), *hp);
+    ASSERT_TRUE(dp.ok()) << dp.status();
+    const std::vector<int> heads = AllHeads(hp->problem().num_q_heads);
+    const bool is_long = hp == longp.get();
+    const std::vector<MethodConfig> configs =
+        is_long ? std::vector<MethodConfig>{mc.configs.front(), mc.configs.back()}
+                : std::vector<MethodConfig>{defaults};
+    for (const MethodConfig& config : configs) {
+      fn(*hp, **dp, heads, config,
+         absl::StrCat(is_long ? "200K keys " : "llm_mix 16K ", config.DebugString()));
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+}
+#endif
+
 // ---- Session 31, s31-slasm ----------------------------------------------------------------
 //
 // sampled_lines' bucket passes with 8 entries loaded per thread before any is bucketed or copied
@@ -1754,51 +1785,33 @@ TEST(BuildIndexOnGpuSampledLinesTest, BucketLoadsBuildMainsIndex) {
 #else
   auto engine = MakeEngine(int64_t{2} << 30);
   ASSERT_NE(engine, nullptr);
-  auto longp = MakeProblem({1300, 40}, {200001, 1000}, 2, 1, 64, DType::kBF16, true, 93,
-                           /*integer_qk=*/true);
-  auto w = GenerateWorkload(LlmMix16K());
-  ASSERT_TRUE(w.ok()) << w.status();
   cuda::SlKnobs& k = cuda::SampledLinesKnobs();
   const cuda::SlKnobs saved = k;
-  const MethodCases mc = CasesFor(Method::kSampledLines);
   int compared = 0;
-  for (HostProblem* hp : {longp.get(), w->host.get()}) {
-    auto dp = DeviceProblem::Create(engine->device(), *hp);
-    ASSERT_TRUE(dp.ok()) << dp.status();
-    const std::vector<int> heads = AllHeads(hp->problem().num_q_heads);
-    const bool is_long = hp == longp.get();
-    std::vector<MethodConfig> configs;
-    if (is_long) {
-      configs = {mc.configs.front(), mc.configs.back()};
-    } else {
-      MethodConfig c;
-      c.method = Method::kSampledLines;  // the defaults
-      configs = {c};
-    }
-    for (const MethodConfig& config : configs) {
-      for (int block_m : {64, 128}) {
-        for (int bucket : {0, 1}) {
-          const std::string what =
-              absl::StrCat(is_long ? "200K keys " : "llm_mix 16K ", config.DebugString(),
-                           " block_m=", block_m, " bucket=", bucket);
-          SparseIndex ref;
-          const bool ok = ExpectSameIndexEitherWay(
-              *engine, *hp, **dp, config, heads, block_m, what,
-              [&] {
-                k = saved;
-                k.asm_bucket = bucket;
-                k.bucket_loads = 1;
-              },
-              [&] { k.bucket_loads = 8; }, &ref);
-          k = saved;
-          if (!ok) return;
-          EXPECT_FALSE(ref.col_idx.empty()) << what;
-          ++compared;
-        }
+  ForEachSlKnobCase(*engine, [&](const HostProblem& hp, DeviceProblem& dp,
+                                 const std::vector<int>& heads, const MethodConfig& config,
+                                 const std::string& label) {
+    for (int block_m : {64, 128}) {
+      for (int bucket : {0, 1}) {
+        const std::string what = absl::StrCat(label, " block_m=", block_m, " bucket=", bucket);
+        SparseIndex ref;
+        const bool ok = ExpectSameIndexEitherWay(
+            *engine, hp, dp, config, heads, block_m, what,
+            [&] {
+              k = saved;
+              k.asm_bucket = bucket;
+              k.bucket_loads = 1;
+            },
+            [&] { k.bucket_loads = 8; }, &ref);
+        k = saved;
+        if (!ok) return;
+        EXPECT_FALSE(ref.col_idx.empty()) << what;
+        ++compared;
       }
     }
-  }
+  });
   k = saved;
+  if (::testing::Test::HasFatalFailure()) return;
   EXPECT_EQ(compared, 2 * 2 * 2 + 2 * 2);
 #endif
 }
@@ -1887,61 +1900,45 @@ TEST(BuildIndexOnGpuSampledLinesTest, EstimateStreamAndOneUploadBuildMainsIndex)
 #else
   auto engine = MakeEngine(int64_t{2} << 30);
   ASSERT_NE(engine, nullptr);
-  auto longp = MakeProblem({1300, 40}, {200001, 1000}, 2, 1, 64, DType::kBF16, true, 93,
-                           /*integer_qk=*/true);
-  auto w = GenerateWorkload(LlmMix16K());
-  ASSERT_TRUE(w.ok()) << w.status();
   cuda::SlKnobs& k = cuda::SampledLinesKnobs();
   const cuda::SlKnobs saved = k;
-  const MethodCases mc = CasesFor(Method::kSampledLines);
   const std::pair<int, bool> kNew[] = {{1, true}, {2, true}, {1, false}, {0, true}};
   int compared = 0;
-  for (HostProblem* hp : {longp.get(), w->host.get()}) {
-    auto dp = DeviceProblem::Create(engine->device(), *hp);
-    ASSERT_TRUE(dp.ok()) << dp.status();
-    const std::vector<int> heads = AllHeads(hp->problem().num_q_heads);
-    const bool is_long = hp == longp.get();
-    std::vector<MethodConfig> configs;
-    if (is_long) {
-      configs = {mc.configs.front(), mc.configs.back()};
-    } else {
-      MethodConfig c;
-      c.method = Method::kSampledLines;  // the defaults
-      configs = {c};
-    }
-    for (const MethodConfig& config : configs) {
-      for (int block_m : {64, 128}) {
-        for (int split : {0, 1}) {
-          SparseIndex ref;
-          bool first = true;
-          for (const auto& [est, one] : kNew) {
-            const std::string what = absl::StrCat(
-                is_long ? "200K keys " : "llm_mix 16K ", config.DebugString(), " block_m=", block_m,
-                " split_tiles=", split, " est_stream=", est, " one_upload=", one);
-            SparseIndex got;
-            k = saved;
-            k.split_tiles = split;
-            if (first) {
-              k.est_stream = 0;
-              k.one_upload = false;
-              BuildOnGpu(*engine, *hp, **dp, config, heads, block_m, nullptr, what, &ref);
-              engine->ReleaseIndexes();
-              first = false;
-            }
-            k.est_stream = est;
-            k.one_upload = one;
-            BuildOnGpu(*engine, *hp, **dp, config, heads, block_m, nullptr, what, &got);
+  ForEachSlKnobCase(*engine, [&](const HostProblem& hp, DeviceProblem& dp,
+                                 const std::vector<int>& heads, const MethodConfig& config,
+                                 const std::string& label) {
+    for (int block_m : {64, 128}) {
+      for (int split : {0, 1}) {
+        SparseIndex ref;
+        bool first = true;
+        for (const auto& [est, one] : kNew) {
+          const std::string what = absl::StrCat(label, " block_m=", block_m, " split_tiles=", split,
+                                                " est_stream=", est, " one_upload=", one);
+          SparseIndex got;
+          k = saved;
+          k.split_tiles = split;
+          if (first) {
+            k.est_stream = 0;
+            k.one_upload = false;
+            BuildOnGpu(*engine, hp, dp, config, heads, block_m, nullptr, what, &ref);
             engine->ReleaseIndexes();
-            k = saved;
-            if (::testing::Test::HasFatalFailure()) return;
-            ExpectSameIndex(ref, got, what, /*with_offsets=*/true);
-            EXPECT_FALSE(ref.col_idx.empty()) << what;
-            ++compared;
+            first = false;
           }
+          k.est_stream = est;
+          k.one_upload = one;
+          BuildOnGpu(*engine, hp, dp, config, heads, block_m, nullptr, what, &got);
+          engine->ReleaseIndexes();
+          k = saved;
+          if (::testing::Test::HasFatalFailure()) return;
+          ExpectSameIndex(ref, got, what, /*with_offsets=*/true);
+          EXPECT_FALSE(ref.col_idx.empty()) << what;
+          ++compared;
         }
       }
     }
-  }
+  });
+  k = saved;
+  if (::testing::Test::HasFatalFailure()) return;
   // Per-head gammas.
   auto hp = MakeProblem({700, 300}, {700, 900}, 4, 2, 128, DType::kBF16, true, 4343,
                         /*integer_qk=*/true);

@@ -956,18 +956,7 @@ __device__ __forceinline__ void SaSortSpansRegs(const SaSrc& src, const RowCtx& 
   unsigned long long v[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
-    const int i = r * 32 + lane;
-    unsigned long long x = ~0ull;
-    if (i < n) {
-      int64_t s, e;
-      src.SpanAt(ctx, sh, i, &s, &e);
-      if (s < 0) s = 0;
-      if (e > key_end) e = key_end;
-      if (e > s) {
-        x = (static_cast<unsigned long long>(s) << 32) | static_cast<unsigned long long>(e);
-      }
-    }
-    v[r] = x;
+    v[r] = row_assembly::AsmSpanKey(src, ctx, sh, r * 32 + lane, n, key_end);
   }
   constexpr int kLog = R == 1 ? 5 : R == 2 ? 6 : R == 4 ? 7 : 8;
   static_assert(32 * R == 1 << kLog, "R is a power of two up to 8");

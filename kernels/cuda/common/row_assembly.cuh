@@ -608,12 +608,29 @@ __global__ void __launch_bounds__(128)
 // the span being read, so every slot written was read before the warp's barrier), then every
 // slot row's starts and lengths, coalesced.
 // The steps of AssembleSpansKernel below, also called by a builder's own span kernel
-// (sample_attention.cu's SaSpanCountKernel). AsmSortSpans: the row's spans, clipped, as sorted
-// (start << 32 | end) keys in the warp's buffer `buf` (kAsmSpanCap keys), padded with ~0 to a
-// power of two >= 32; returns that length. AsmWalkSpans: the walk over them, returning the
-// number of ranges and the last range's end (*run_end); with `pairs` (else null) each range's
-// (start, end) at [2r, 2r + 1]. kSyncRead: `pairs` may alias `buf` (every lane reads its chunk's
-// key before any pair is written).
+// (sample_attention.cu's SaSpanCountKernel and its register sort). AsmSpanKey: span i of n as
+// its sort key, (start << 32 | end) clipped to [0, key_end) (the row's ctx.key_end), or ~0
+// (sorts last) past n or when the clipped span is empty. AsmSortSpans: the row's keys, sorted,
+// in the warp's buffer `buf` (kAsmSpanCap keys), padded with ~0 to a power of two >= 32;
+// returns that length. AsmWalkSpans: the walk over them, returning the number of ranges and the
+// last range's end (*run_end); with `pairs` (else null) each range's (start, end) at
+// [2r, 2r + 1]. kSyncRead: `pairs` may alias `buf` (every lane reads its chunk's key before any
+// pair is written).
+template <class Src>
+__device__ __forceinline__ unsigned long long AsmSpanKey(const Src& src, const RowCtx& ctx,
+                                                         const typename Src::Shared& sh, int i,
+                                                         int n, int64_t key_end) {
+  unsigned long long v = ~0ull;
+  if (i < n) {
+    int64_t s, e;
+    src.SpanAt(ctx, sh, i, &s, &e);
+    if (s < 0) s = 0;
+    if (e > key_end) e = key_end;
+    if (e > s) v = (static_cast<unsigned long long>(s) << 32) | static_cast<unsigned long long>(e);
+  }
+  return v;
+}
+
 template <class Src>
 __device__ __forceinline__ int AsmSortSpans(const Src& src, const RowCtx& ctx,
                                             const typename Src::Shared& sh,
@@ -622,19 +639,7 @@ __device__ __forceinline__ int AsmSortSpans(const Src& src, const RowCtx& ctx,
   const int64_t key_end = ctx.key_end;
   int np = 32;
   while (np < n) np <<= 1;
-  for (int i = lane; i < np; i += 32) {
-    unsigned long long v = ~0ull;
-    if (i < n) {
-      int64_t s, e;
-      src.SpanAt(ctx, sh, i, &s, &e);
-      if (s < 0) s = 0;
-      if (e > key_end) e = key_end;
-      if (e > s) {
-        v = (static_cast<unsigned long long>(s) << 32) | static_cast<unsigned long long>(e);
-      }
-    }
-    buf[i] = v;
-  }
+  for (int i = lane; i < np; i += 32) buf[i] = AsmSpanKey(src, ctx, sh, i, n, key_end);
   __syncwarp();
   for (int k = 2; k <= np; k <<= 1) {
     for (int j = k >> 1; j > 0; j >>= 1) {
