@@ -885,10 +885,11 @@ TEST_F(CudaAttentionTest, LongContextsMatchSampledReference) {
   }
 }
 
-// ---- s33-sparse2 ----
+// ---- s33-sparse2, s34-prep-sparse ----
 // The dense persistent kernel (variant 6) under each of SPATTN_HOPPER_PD_PROBE's probes (2
 // sleeping producer waits, 4 the L2-section work order, 16 the wgmma descriptors from
-// addresses, combinations) writes the same O and LSE bytes as without them; 32 (an item's tiles
+// addresses, 64 the consumers' tiles from their own count instead of TileDesc, combinations; 96
+// is 64: bit 64 drops 32) writes the same O and LSE bytes as without them; 32 (an item's tiles
 // from the diagonal down: another summation order) and 52 are checked against the reference
 // only. Every run is checked against the reference on 64 sampled rows of every head and for
 // every element written.
@@ -899,7 +900,7 @@ TEST_F(CudaAttentionTest, PersistentDenseProbesMatchDefault) {
   cases.push_back({{1000, 2500}, {1500, 2500}, 4, 1, 128, DType::kF16, true});
   for (const Case& c : cases) {
     auto hp = MakeProblem(c, seed++);
-    for (const char* probe : {"2", "4", "16", "22", "32", "52"}) {
+    for (const char* probe : {"2", "4", "16", "22", "32", "52", "64", "68", "86", "96"}) {
       const bool same_order = std::string(probe) != "32" && std::string(probe) != "52";
       const std::string config = absl::StrCat(Describe(c), " SPATTN_HOPPER_PD_PROBE=", probe);
       std::vector<float> o[2], lse[2];

@@ -405,7 +405,9 @@ cudaError_t LaunchPersistent(const AttnParams& p, const SparseIndexView& idx,
   // The dense persistent kernel's probes (SPATTN_HOPPER_PD_PROBE, default 0: none): bit 1 the
   // producer's waits sleep (kFlagSleepProducer), bit 2 the dense grid's L2-section order
   // (kFlagSectionOrder), bit 4 the wgmma descriptors from addresses (kFlagAddrDesc), bit 5 an
-  // item's tiles from the diagonal down (kFlagDiagFirst). NOTES.md s33-sparse2.
+  // item's tiles from the diagonal down (kFlagDiagFirst). NOTES.md s33-sparse2. Bit 6 (64) the
+  // consumers' tiles from their own count, no TileDesc read (kFlagRingTiles; s34-prep-sparse;
+  // drops bit 5).
   if (!kSparse && Tr::kCross) {
     const int probe = Knobs().pd_probe;
     if (probe & 2) flags |= kFlagSleepProducer;
@@ -414,6 +416,7 @@ cudaError_t LaunchPersistent(const AttnParams& p, const SparseIndexView& idx,
     }
     if (probe & 16) flags |= kFlagAddrDesc;
     if (probe & 32) flags |= kFlagDiagFirst;
+    if (probe & 64) flags = (flags | kFlagRingTiles) & ~kFlagDiagFirst;
   }
   // The sparse stream's sleeping mbarrier waits (SPATTN_HOPPER_SLEEP_WAITS: bit 0 the producer's,
   // bit 1 the consumers'; default 3) and its stale row maximum (SPATTN_HOPPER_STALE_MAX: the

@@ -233,6 +233,14 @@ constexpr int kFlagEarlyDescRanges = 1 << 19;
 constexpr int kFlagAddrDesc = 1 << 17;
 constexpr int kFlagSectionOrder = 1 << 18;
 constexpr int kFlagDiagFirst = 1 << 20;
+// kFlagRingTiles (the dense persistent kernel's probe, SPATTN_HOPPER_PD_PROBE bit 6, 64;
+// NOTES.md s34-prep-sparse): the consumers compute each tile of an item from their own count,
+// as the dense kernel's RunKeyTiles does (tiles [j kBN, min((j + 1) kBN, dense_end)) upward,
+// TileCursor's tiling; dense_end from ItemDesc::flags >> 2, written by the producer under this
+// flag), instead of reading the tile's TileDesc from shared memory after its K wait (s33-sparse's
+// regions: ~400 consumer cycles a tile at the step start against the dense kernel's ~270). Not
+// with kFlagDiagFirst (the host drops that one).
+constexpr int kFlagRingTiles = 1 << 21;
 constexpr int kSectionHeadsShift = 24;
 
 // The producer's walk over an item's key set with kFlagPackTails: first every range's whole
@@ -702,6 +710,10 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
   ItemDesc cur;       // the item of the newest tile
   int cur_qb = 0;     // its Q buffer
   bool more = false;  // another tile of `cur` follows
+  // kFlagRingTiles (the dense persistent kernel's probe): the tiles of `cur` from this count
+  // (the next tile's first key; the item's keys end at ring_end), no TileDesc read.
+  const bool ring_tiles = !kSparse && (flags & kFlagRingTiles) != 0;
+  int ring_next = 0, ring_end = 0;
   auto next_item = [&]() {
     const int qb = n_item % kQB;
     wait(q_full0 + 8 * qb, (n_item / kQB) & 1);
@@ -711,6 +723,7 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
     cur = x;
     cur_qb = qb;
     more = true;
+    if (ring_tiles) ring_next = 0, ring_end = x.flags >> 2;
     return true;
   };
   // The tile at ring position `tile` (of `cur`): waits for its K, reads its descriptor.
@@ -803,6 +816,24 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
   };
   auto read_tile = [&](Tile& d) {
     const int s = Ring::KSlot(tile);
+    if constexpr (!kSparse && !kTrace) {
+      if (ring_tiles) {
+        // kFlagRingTiles: the producer's tile (TileCursor over [0, dense_end): start-aligned,
+        // the last one partial), computed here while K is still on its way.
+        d.kind = 0;
+        d.mixed = false;
+        d.start = ring_next;
+        d.n = min(kBN, ring_end - ring_next);
+        d.last = ring_next + d.n - 1;
+        d.slot = s;
+        ring_next += kBN;
+        more = ring_next < ring_end;
+        d.half = Tr::kHalfTiles &&
+                 (d.n <= kBN / 2 || (p.causal && d.start >= cur.first_pos + cw * 64));
+        wait(ring.KFull(s), Ring::KPhase(tile));
+        return;
+      }
+    }
     const unsigned t0 = clk();
     wait(ring.KFull(s), Ring::KPhase(tile));
     if constexpr (kTrace) tr_kwait += clk() - t0, ++tr_tiles;
@@ -1263,7 +1294,11 @@ __device__ __forceinline__ void PersistentFa3Body(
             d->head = it.head;
             // (kSparse stream: the item's column count above the flags, for the consumers'
             // largest key of a tile with range tails.)
+            // (kFlagRingTiles, the dense persistent kernel's probe: the item's dense_end there.)
             d->flags = (tiles ? 1 : 0) | (kSparse && Tr::kCross ? it.ks.num_cols << 2 : 0);
+            if (!kSparse && Tr::kCross && (flags & kFlagRingTiles) != 0) {
+              d->flags |= it.ks.dense_end << 2;
+            }
           }
           MbarArriveExpectTx(q_full(qb), Tr::kQBytes);
 #pragma unroll
