@@ -885,49 +885,5 @@ TEST_F(CudaAttentionTest, LongContextsMatchSampledReference) {
   }
 }
 
-// ---- s33-sparse2, s34-prep-sparse ----
-// The dense persistent kernel (variant 6) under each of SPATTN_HOPPER_PD_PROBE's probes (2
-// sleeping producer waits, 4 the L2-section work order, 16 the wgmma descriptors from
-// addresses, 64 the consumers' tiles from their own count instead of TileDesc, combinations; 96
-// is 64: bit 64 drops 32) writes the same O and LSE bytes as without them; 32 (an item's tiles
-// from the diagonal down: another summation order) and 52 are checked against the reference
-// only. Every run is checked against the reference on 64 sampled rows of every head and for
-// every element written.
-TEST_F(CudaAttentionTest, PersistentDenseProbesMatchDefault) {
-  uint64_t seed = 3310;
-  std::vector<Case> cases = SmallCases();
-  cases.push_back({{4096}, {}, 8, 2, 128, DType::kBF16, true});
-  cases.push_back({{1000, 2500}, {1500, 2500}, 4, 1, 128, DType::kF16, true});
-  for (const Case& c : cases) {
-    auto hp = MakeProblem(c, seed++);
-    for (const char* probe : {"2", "4", "16", "22", "32", "52", "64", "68", "86", "96"}) {
-      const bool same_order = std::string(probe) != "32" && std::string(probe) != "52";
-      const std::string config = absl::StrCat(Describe(c), " SPATTN_HOPPER_PD_PROBE=", probe);
-      std::vector<float> o[2], lse[2];
-      for (int run = 0; run < 2; ++run) {
-        if (run == 1) setenv("SPATTN_HOPPER_PD_PROBE", probe, 1);
-        ReloadCudaKernelKnobs();
-        auto dp = DeviceProblem::Create(0, *hp);
-        ASSERT_TRUE(dp.ok()) << dp.status();
-        ASSERT_TRUE((*dp)->Poison().ok());
-        const absl::Status st = engines_[5]->RunDense((*dp)->problem());
-        unsetenv("SPATTN_HOPPER_PD_PROBE");
-        ReloadCudaKernelKnobs();
-        ASSERT_TRUE(st.ok()) << st << " " << config;
-        ASSERT_TRUE((*dp)->Download(&o[run], &lse[run]).ok());
-        EXPECT_EQ(CheckAllWritten((*dp)->problem(), AllHeads(c.hq), o[run], lse[run]), "")
-            << config << " run " << run;
-        EXPECT_EQ(CheckRows(hp->problem(), nullptr, SampleRows(hp->problem(), AllHeads(c.hq), 64),
-                            o[run], lse[run]),
-                  "")
-            << config << " run " << run;
-      }
-      if (!same_order) continue;
-      EXPECT_EQ(0, std::memcmp(o[0].data(), o[1].data(), o[0].size() * 4)) << config;
-      EXPECT_EQ(0, std::memcmp(lse[0].data(), lse[1].data(), lse[0].size() * 4)) << config;
-    }
-  }
-}
-
 }  // namespace
 }  // namespace spattn

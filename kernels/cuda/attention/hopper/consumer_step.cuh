@@ -29,27 +29,6 @@ namespace hopper {
 constexpr int kBarTurn0 = 1;
 constexpr int kBarWg0 = 4;
 
-// CTA order of the dense kernel (FlashAttention-3's L2 sections; here so that the persistent
-// dense kernel's probe can walk its work list alike, kFlagSectionOrder): the (sequence, head) pairs are cut into sections of
-// `section_heads` consecutive pairs whose K/V fit in L2 together; CTAs walk a section query block
-// by query block (the last, longest causal block first), the section's heads side by side, so
-// the CTAs in flight share K/V tiles through L2. section_heads = num_heads is the plain order
-// (heads fastest, then blocks, then sequences).
-__device__ __forceinline__ void SectionTile(int linear, int num_heads, int batch, int num_m_blocks,
-                                            int section_heads, int& head, int& m_block, int& seq) {
-  const int total_hb = num_heads * batch;
-  const int per_section = section_heads * num_m_blocks;
-  const int section = linear / per_section;
-  const int r = linear - section * per_section;
-  const int hb0 = section * section_heads;
-  const int here = min(section_heads, total_hb - hb0);
-  const int blk = r / here;
-  const int hb = hb0 + (r - blk * here);
-  seq = hb / num_heads;
-  head = hb - seq * num_heads;
-  m_block = num_m_blocks - 1 - blk;
-}
-
 // The K/V ring as the consumers see it: slot 0 of each tile array and of each barrier array
 // (slots follow each other: kTileBytes apart for tiles, 8 bytes for barriers). Ring position
 // `tile` counts every tile the producer loaded into this CTA's ring so far. kKStages: K slots

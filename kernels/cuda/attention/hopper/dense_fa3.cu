@@ -95,7 +95,6 @@ struct LaunchKnobs {
   int stale_max = 8;         // SPATTN_HOPPER_STALE_MAX (the sparse stream's row maximum)
   bool tma_store = true;     // SPATTN_HOPPER_TMA_STORE (the sparse stream's epilogue)
   int early_desc = 0;        // SPATTN_HOPPER_EARLY_DESC (the sparse stream's next descriptor)
-  int pd_probe = 0;          // SPATTN_HOPPER_PD_PROBE (the dense persistent kernel's probes)
   std::string trace;         // SPATTN_HOPPER_TRACE (timeline file of the sparse stream)
   int trace_launch = 0;      // SPATTN_HOPPER_TRACE_LAUNCH
 };
@@ -121,7 +120,6 @@ LaunchKnobs ReadKnobs() {
   k.stale_max = std::max(-1, std::min(254, EnvInt("SPATTN_HOPPER_STALE_MAX", k.stale_max)));
   k.tma_store = EnvInt("SPATTN_HOPPER_TMA_STORE", 1) != 0;
   k.early_desc = EnvInt("SPATTN_HOPPER_EARLY_DESC", 0);
-  k.pd_probe = EnvInt("SPATTN_HOPPER_PD_PROBE", 0);
   const char* trace = std::getenv("SPATTN_HOPPER_TRACE");
   k.trace = trace == nullptr ? "" : trace;
   k.trace_launch = EnvInt("SPATTN_HOPPER_TRACE_LAUNCH", k.trace_launch);
@@ -402,22 +400,6 @@ cudaError_t LaunchPersistent(const AttnParams& p, const SparseIndexView& idx,
   // items, the A/B baseline of NOTES.md session 21). Needs the consumers to take their items
   // from the producer's descriptors (kDesc) and the schedule's counter.
   if (kSparse && Tr::kDesc && sched.counter != nullptr && Knobs().dynamic) flags |= kFlagDynamic;
-  // The dense persistent kernel's probes (SPATTN_HOPPER_PD_PROBE, default 0: none): bit 1 the
-  // producer's waits sleep (kFlagSleepProducer), bit 2 the dense grid's L2-section order
-  // (kFlagSectionOrder), bit 4 the wgmma descriptors from addresses (kFlagAddrDesc), bit 5 an
-  // item's tiles from the diagonal down (kFlagDiagFirst). NOTES.md s33-sparse2. Bit 6 (64) the
-  // consumers' tiles from their own count, no TileDesc read (kFlagRingTiles; s34-prep-sparse;
-  // drops bit 5).
-  if (!kSparse && Tr::kCross) {
-    const int probe = Knobs().pd_probe;
-    if (probe & 2) flags |= kFlagSleepProducer;
-    if (probe & 4) {
-      flags |= kFlagSectionOrder | (std::min(SectionHeads(p), 255) << kSectionHeadsShift);
-    }
-    if (probe & 16) flags |= kFlagAddrDesc;
-    if (probe & 32) flags |= kFlagDiagFirst;
-    if (probe & 64) flags = (flags | kFlagRingTiles) & ~kFlagDiagFirst;
-  }
   // The sparse stream's sleeping mbarrier waits (SPATTN_HOPPER_SLEEP_WAITS: bit 0 the producer's,
   // bit 1 the consumers'; default 3) and its stale row maximum (SPATTN_HOPPER_STALE_MAX: the
   // bound in log2 units, default 8; 0 moves the maximum wherever it rises; -1 rescales O every

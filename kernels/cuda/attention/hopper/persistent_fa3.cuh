@@ -222,26 +222,6 @@ constexpr int kFlagEarlyDesc = 1 << 16;
 // tile's proxy fence and last-key load stay at the step's start, where none of this warp's
 // wgmmas is in flight (s32's guess at why gathered columns lost under =1).
 constexpr int kFlagEarlyDescRanges = 1 << 19;
-// The dense persistent kernel's probes of what it does unlike the dense kernel
-// (SPATTN_HOPPER_PD_PROBE, default 0; NOTES.md s33-sparse2): kFlagSectionOrder -- the work list
-// in the dense grid's L2-section order (SectionTile; heads per section in bits 24-31) instead of
-// query blocks from the last with all heads side by side; kFlagAddrDesc -- every wgmma's shared
-// descriptor built from its address as ConsumerStep does (the dense kernel) instead of one per
-// tile plus offsets (DescPlus); kFlagDiagFirst -- an item's key tiles from the last (the
-// diagonal, masked one) down, as the dense kernel, instead of upward. (kFlagSleepProducer may
-// be set too.)
-constexpr int kFlagAddrDesc = 1 << 17;
-constexpr int kFlagSectionOrder = 1 << 18;
-constexpr int kFlagDiagFirst = 1 << 20;
-// kFlagRingTiles (the dense persistent kernel's probe, SPATTN_HOPPER_PD_PROBE bit 6, 64;
-// NOTES.md s34-prep-sparse): the consumers compute each tile of an item from their own count,
-// as the dense kernel's RunKeyTiles does (tiles [j kBN, min((j + 1) kBN, dense_end)) upward,
-// TileCursor's tiling; dense_end from ItemDesc::flags >> 2, written by the producer under this
-// flag), instead of reading the tile's TileDesc from shared memory after its K wait (s33-sparse's
-// regions: ~400 consumer cycles a tile at the step start against the dense kernel's ~270). Not
-// with kFlagDiagFirst (the host drops that one).
-constexpr int kFlagRingTiles = 1 << 21;
-constexpr int kSectionHeadsShift = 24;
 
 // The producer's walk over an item's key set with kFlagPackTails: first every range's whole
 // kBN-key tiles (kind 0, ending at the range's end), then gathered tiles (kind 1) over the list
@@ -356,7 +336,7 @@ struct Item {
 template <bool kSparse, int kBM = 128>
 __device__ __forceinline__ bool GetItem(const AttnParams& p, const SparseIndexView& idx,
                                         const SparseSchedule& sched, int num_m_blocks, int w,
-                                        Item& it, int flags = 0) {
+                                        Item& it) {
   int seq, q_block;
   if constexpr (kSparse) {
     int blk, r0, c0;
@@ -388,9 +368,6 @@ __device__ __forceinline__ bool GetItem(const AttnParams& p, const SparseIndexVi
     it.ks.range_start = idx.range_start + r0;
     it.ks.range_len = idx.range_len + r0;
     it.ks.cols = idx.col_idx + c0;
-  } else if (flags & kFlagSectionOrder) {
-    SectionTile(w, p.num_q_heads, p.batch, num_m_blocks, (flags >> kSectionHeadsShift) & 0xff,
-                it.head, q_block, seq);
   } else {
     const int per_block = p.num_q_heads * p.batch;
     q_block = num_m_blocks - 1 - w / per_block;
@@ -710,10 +687,6 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
   ItemDesc cur;       // the item of the newest tile
   int cur_qb = 0;     // its Q buffer
   bool more = false;  // another tile of `cur` follows
-  // kFlagRingTiles (the dense persistent kernel's probe): the tiles of `cur` from this count
-  // (the next tile's first key; the item's keys end at ring_end), no TileDesc read.
-  const bool ring_tiles = !kSparse && (flags & kFlagRingTiles) != 0;
-  int ring_next = 0, ring_end = 0;
   auto next_item = [&]() {
     const int qb = n_item % kQB;
     wait(q_full0 + 8 * qb, (n_item / kQB) & 1);
@@ -723,7 +696,6 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
     cur = x;
     cur_qb = qb;
     more = true;
-    if (ring_tiles) ring_next = 0, ring_end = x.flags >> 2;
     return true;
   };
   // The tile at ring position `tile` (of `cur`): waits for its K, reads its descriptor.
@@ -816,24 +788,6 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
   };
   auto read_tile = [&](Tile& d) {
     const int s = Ring::KSlot(tile);
-    if constexpr (!kSparse && !kTrace) {
-      if (ring_tiles) {
-        // kFlagRingTiles: the producer's tile (TileCursor over [0, dense_end): start-aligned,
-        // the last one partial), computed here while K is still on its way.
-        d.kind = 0;
-        d.mixed = false;
-        d.start = ring_next;
-        d.n = min(kBN, ring_end - ring_next);
-        d.last = ring_next + d.n - 1;
-        d.slot = s;
-        ring_next += kBN;
-        more = ring_next < ring_end;
-        d.half = Tr::kHalfTiles &&
-                 (d.n <= kBN / 2 || (p.causal && d.start >= cur.first_pos + cw * 64));
-        wait(ring.KFull(s), Ring::KPhase(tile));
-        return;
-      }
-    }
     const unsigned t0 = clk();
     wait(ring.KFull(s), Ring::KPhase(tile));
     if constexpr (kTrace) tr_kwait += clk() - t0, ++tr_tiles;
@@ -893,26 +847,12 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
           return col < d.n && (!p.causal || key <= pos);
         });
   };
-  // kFlagAddrDesc (the dense persistent kernel's probe): ConsumerStep's descriptors.
-  const bool addr_desc = !kSparse && (flags & kFlagAddrDesc) != 0;
   auto issue_qk = [&](const Tile& d) {
     const uint32_t q_rows = sQ0 + cur_qb * Tr::kQBytes + cw * 64 * 128;
-    if (addr_desc) {
-      st.IssueQk(q_rows, ring.K(Ring::KSlot(tile)));
-      return;
-    }
     IssueQkDesc<Tr>(st, detail::SmemDesc(q_rows, 16, 1024),
                     detail::SmemDesc(ring.K(Ring::KSlot(tile)), 16, 1024));
   };
   auto issue_pv = [&](const Tile& d, int vs) {
-    if (addr_desc) {
-      if (d.half) {
-        st.template IssuePvN<kBN / 32>(ring.V(vs));
-      } else {
-        st.IssuePv(ring.V(vs));
-      }
-      return;
-    }
     const uint64_t v_desc = detail::SmemDesc(ring.V(vs), kBN * 128, 1024);
     if (d.half) {
       IssuePvDesc<Tr, kBN / 32>(st, v_desc);
@@ -1140,8 +1080,7 @@ __device__ __forceinline__ void PersistentFa3Body(
     // The sparse stream's producer sleeps in its waits (MbarWaitSleep: it waits most of the
     // time, beside the consumer warps on their schedulers); the dense persistent kernel's and
     // the kItems 0 / 1 and one-Q-buffer sparse kernels' as before.
-    // (The dense persistent kernel's probe may set the flag too.)
-    const bool psleep = (!kSparse || Tr::kCross) && (flags & kFlagSleepProducer) != 0;
+    const bool psleep = kSparse && Tr::kCross && (flags & kFlagSleepProducer) != 0;
     auto pwait = [&](uint32_t bar, uint32_t parity) {
       if (psleep) {
         MbarWaitSleep(bar, parity);
@@ -1275,7 +1214,7 @@ __device__ __forceinline__ void PersistentFa3Body(
       if (w >= num_items) break;
       if (dynamic && leader) fetched = atomicAdd(sched.counter, 1);
       Item it;
-      if (!GetItem<kSparse, kBM>(p, idx, sched, num_m_blocks, w, it, flags)) continue;
+      if (!GetItem<kSparse, kBM>(p, idx, sched, num_m_blocks, w, it)) continue;
       // The item's Q load (and its descriptor): as soon as the item is known to have a tile --
       // from the schedule's record (it.keys; the sparse stream), before the walk to its first
       // tile (the first range reads, one or two dependent L2 reads: s24's timeline had the
@@ -1294,11 +1233,7 @@ __device__ __forceinline__ void PersistentFa3Body(
             d->head = it.head;
             // (kSparse stream: the item's column count above the flags, for the consumers'
             // largest key of a tile with range tails.)
-            // (kFlagRingTiles, the dense persistent kernel's probe: the item's dense_end there.)
             d->flags = (tiles ? 1 : 0) | (kSparse && Tr::kCross ? it.ks.num_cols << 2 : 0);
-            if (!kSparse && Tr::kCross && (flags & kFlagRingTiles) != 0) {
-              d->flags |= it.ks.dense_end << 2;
-            }
           }
           MbarArriveExpectTx(q_full(qb), Tr::kQBytes);
 #pragma unroll
@@ -1316,23 +1251,9 @@ __device__ __forceinline__ void PersistentFa3Body(
       PackedCursor<kBN, kSparse && Tr::kCross> cursor;
       cursor.Init(flags);
       tail_keys = TailKeys<kBN>();
-      // kFlagDiagFirst (the dense persistent kernel's probe): the item's one range [0,
-      // dense_end) from its last tile (the diagonal one, partial) down, the dense kernel's order.
-      const bool diag_first = !kSparse && Tr::kCross && (flags & kFlagDiagFirst) != 0;
-      int rev_start = it.ks.dense_end > 0 ? (it.ks.dense_end - 1) / kBN * kBN : -1;
-      auto next_tile = [&](int& kind_, int& start_, int& n_, bool& mixed_) {
-        if (diag_first) {
-          if (rev_start < 0) return false;
-          kind_ = 0, start_ = rev_start, n_ = min(kBN, it.ks.dense_end - rev_start);
-          mixed_ = false;
-          rev_start -= kBN;
-          return true;
-        }
-        return cursor.Next(it.ks, kind_, start_, n_, mixed_);
-      };
       int kind = 0, start = 0, n = 0;
       bool mixed = false;
-      bool have = next_tile(kind, start, n, mixed);
+      bool have = cursor.Next(it.ks, kind, start, n, mixed);
       if constexpr (kTrace) {
         if (leader && have) {
           unsigned smid;
@@ -1368,7 +1289,7 @@ __device__ __forceinline__ void PersistentFa3Body(
       for (;;) {
         int nkind = 0, nstart = 0, nn = 0;
         bool nmixed = false;
-        const bool have_next = have && next_tile(nkind, nstart, nn, nmixed);
+        const bool have_next = have && cursor.Next(it.ks, nkind, nstart, nn, nmixed);
         const int key = have ? tile_key(it, kind, start, n) : 0;
         if (have) {
           const int s = tile % kKStages;
@@ -1449,7 +1370,7 @@ __device__ __forceinline__ void PersistentFa3Body(
         const int w = SnakeItem(round, c, G);
         if (w >= num_items) break;
         Item full;
-        if (!GetItem<kSparse, kBM>(p, idx, sched, num_m_blocks, w, full, flags)) continue;
+        if (!GetItem<kSparse, kBM>(p, idx, sched, num_m_blocks, w, full)) continue;
         it = ItemDesc{
             full.ks.cols, full.q_tok0, full.q_begin, full.rows, full.first_pos, full.head, 1};
         ks = full.ks;
