@@ -118,7 +118,9 @@ def main():
             recs.append(r)
     if head is not None:
         dumps.append((head, recs))
-    cols = ["tiles_per_item", "early_q_share", "change_share", "fit_b_cycles_per_tile", "fit_a_cycles",
+    # block_m and CTAs first: a block_m 64 dump's tiles are 64 x 64 on two CTAs an SM, its b
+    # not comparable with a block_m 128 one's (NOTES.md session 34, s34-sparse2).
+    cols = ["block_m", "ctas", "tiles_per_item", "early_q_share", "change_share", "fit_b_cycles_per_tile", "fit_a_cycles",
             "fixed_tile_steps", "med_lookup", "med_p_k0", "med_c_waitq", "med_c_waitk0",
             "med_c_toqk", "med_change", "med_epi", "med_lead_k0", "mean_kw", "mean_vw", "mean_tw"]
     for head, recs in dumps:

@@ -60,6 +60,7 @@ class SparseTimelineTest(unittest.TestCase):
         out = r.stdout.splitlines()
         self.assertEqual(out[0], "ranges bm128")
         self.assertIn("fixed_tile_steps=2.0", out[1])
+        self.assertIn("block_m=128  ctas=1", out[1])
 
 
 if __name__ == "__main__":
