@@ -97,6 +97,18 @@ for len in $LENS; do
       >> "$OUT/bench.jsonl"
     note "spattn-bench $m block_m 128 $len rc=${PIPESTATUS[0]}"
   done
+  # The range methods indexed at 128 rows (issue 10 item 2 reads the per-pair rate at block_m 64
+  # and 128): a_shape and vertical_slash at --block_m=128, block_sparse on 128 x 128 blocks with
+  # top_k 50 (the keys a row of its 64 x 64 default keeps). BM128_LINES=0 leaves them out.
+  if [ "${BM128_LINES:-1}" = 1 ]; then
+    rep=7; [ "$len" -gt 65536 ] && rep=3
+    timeout 90 bin/spattn-bench $COMMON_NOCAL --seq_len=$len --warmup=1 --repeat=$rep \
+      --methods=a_shape,vertical_slash,block_sparse --block_m=128 --block_sparse.block_size=128 \
+      --block_sparse.top_k=50 2>> "$OUT/bench.err" \
+      | sed -E 's/"method":"(a_shape|vertical_slash|block_sparse)"/"method":"\1_bm128"/' \
+      >> "$OUT/bench.jsonl"
+    note "spattn-bench ranges block_m 128 $len rc=${PIPESTATUS[0]}"
+  fi
 done
 
 echo "=== failures"
