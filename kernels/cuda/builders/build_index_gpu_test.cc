@@ -2053,5 +2053,105 @@ TEST(BuildIndexOnGpuAnchorTest, WgmmaStripeScanIsMainsScan) {
 #endif
 }
 
+// ---- s34-est: the fast estimate's per-element tail (EstKnobs::est_tail) ----
+// The fused pass 2 and the wgmma pass 3 with ClampLogitFast (NaN kept, +inf -> FLT_MAX: one
+// instruction for SanitizeLogit's two tests) and pass 3's probability tile at a pitch of 67
+// floats (tail 1), and a full chunk's diagonals by balanced pairs (tail 2), against main's
+// kernels (tail 0): every shape and config of the vertical_slash / flex_prefill twin cases with
+// their inputs and random non-integer Q/K, both head lists, block_m 64 / 128, fast and exact
+// estimate (the exact one takes main's kernels either way), llm_mix 16K; at the default span (2)
+// and at span 3 (two sequences' logical CTAs in one CTA). The same index, offsets included.
+TEST(BuildIndexOnGpuEstimateTest, EstimateTailBuildsMainsIndex) {
+  SKIP_WITHOUT_GPU();
+#ifndef SPATTN_SL_KNOBS
+  GTEST_SKIP() << "the GPU estimate's knobs exist only in CUDA builds";
+#else
+  int64_t compared = 0;
+  const std::pair<int, int> variants[] = {{1, 2}, {2, 2}, {2, 3}};  // (tail, span)
+  for (const auto& [tail, span] : variants) {
+    compared += ExpectEstKnobsBuildTheSameIndex(
+        3434 + 10 * tail + span,
+        [tail = tail, span = span](cuda::EstKnobs& k) {
+          k.est_span = span;
+          k.est_tail = tail;
+        },
+        [span = span](cuda::EstKnobs& k) {
+          k.est_span = span;
+          k.est_tail = 0;
+        });
+    if (::testing::Test::HasFatalFailure()) return;
+    printf("estimate tail %d vs main's kernels, span %d: %lld builds compared, same index\n", tail,
+           span, static_cast<long long>(compared));
+  }
+  EXPECT_GT(compared, 0);
+#endif
+}
+
+// The tail's clamp (tail 2 against 0) keeps a NaN logit where SanitizeLogit made it -inf: logits of +inf (Q and K
+// channel 0 at 2^100), -inf and NaN (+inf + -inf over channels 0 and 1) in the estimate's last
+// rows give the same index with the tail as without (vertical_slash and flex_prefill, 64 and
+// 200 query rows in the first of two sequences, block_m 64 / 128, bf16, the fast estimate).
+TEST(BuildIndexOnGpuEstimateTest, EstimateTailKeepsNonFiniteLogitsIndex) {
+  SKIP_WITHOUT_GPU();
+#ifndef SPATTN_SL_KNOBS
+  GTEST_SKIP() << "the GPU estimate's knobs exist only in CUDA builds";
+#else
+  auto engine = MakeEngine(int64_t{1} << 30);
+  ASSERT_NE(engine, nullptr);
+  cuda::EstKnobs& knobs = cuda::EstimateKnobs();
+  const cuda::EstKnobs saved = knobs;
+  int64_t compared = 0;
+  uint64_t seed = 3490;
+  for (int q_len : {64, 200}) {
+    const int hq = 8, hkv = 2, d = 128;
+    auto hp = MakeProblem({q_len, 96}, {1300, 700}, hq, hkv, d, DType::kBF16, true, ++seed,
+                          false);
+    // Q rows and K keys of both sequences, every head: channel 0 (and 1) at +-2^100, so their
+    // products overflow: +inf where both are +, -inf where one is -, NaN where a key has +2^100
+    // in channel 0 and -2^100 in channel 1 against a row with +2^100 in both.
+    const uint16_t big = FloatToBf16(0x1p100f), nbig = FloatToBf16(-0x1p100f);
+    uint16_t* qh = reinterpret_cast<uint16_t*>(hp->q_bytes().data());
+    uint16_t* kh = reinterpret_cast<uint16_t*>(hp->k_bytes().data());
+    const int total_q = q_len + 96, total_k = 1300 + 700;
+    std::mt19937_64 rng(seed);
+    for (int t = 0; t < total_q; ++t) {
+      if (rng() % 5 != 0) continue;
+      for (int h = 0; h < hq; ++h) {
+        qh[(static_cast<int64_t>(t) * hq + h) * d] = big;
+        if (rng() % 2 == 0) qh[(static_cast<int64_t>(t) * hq + h) * d + 1] = big;
+      }
+    }
+    for (int t = 0; t < total_k; ++t) {
+      const uint64_t kind = rng() % 16;
+      if (kind > 2) continue;
+      for (int h = 0; h < hkv; ++h) {
+        uint16_t* row = kh + (static_cast<int64_t>(t) * hkv + h) * d;
+        row[0] = kind == 1 ? nbig : big;
+        if (kind == 2) row[1] = nbig;
+      }
+    }
+    auto dp = DeviceProblem::Create(engine->device(), *hp);
+    ASSERT_TRUE(dp.ok()) << dp.status();
+    for (Method m : {Method::kVerticalSlash, Method::kFlexPrefill}) {
+      MethodConfig c;
+      c.method = m;
+      for (int block_m : {64, 128}) {
+        const std::string what = absl::StrCat(c.DebugString(), " non-finite logits block_m=",
+                                              block_m, " ", Describe(hp->problem()));
+        const bool ok = ExpectSameIndexEitherWay(
+            *engine, *hp, **dp, c, AllHeads(hq), block_m, what,
+            [&] { knobs.est_tail = 2; }, [&] { knobs.est_tail = 0; });
+        knobs = saved;
+        if (!ok) return;
+        ++compared;
+      }
+    }
+  }
+  printf("estimate tail vs main's kernels with non-finite logits: %lld builds compared\n",
+         static_cast<long long>(compared));
+  EXPECT_GT(compared, 0);
+#endif
+}
+
 }  // namespace
 }  // namespace spattn

@@ -68,6 +68,9 @@ struct EstimateParams {
   double* col_sums = nullptr;   // [slots * col_stride]
   double* dpart = nullptr;      // [slots * dpart_stride]
   double* diag_sums = nullptr;  // [slots * diag_stride]
+  // Set by the launcher (EstKnobs::est_tail 2): pass 3's diagonal sums of a full chunk by
+  // balanced pairs of diagonals (the same sums, other threads; vertical_slash.cu).
+  bool diag_pairs = false;
 };
 
 // Pass 1 (row maxima), 2 (row exp sums) or 3 (probabilities → column sums and diagonal

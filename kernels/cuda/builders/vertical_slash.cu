@@ -38,6 +38,13 @@ namespace {
 constexpr int kTile = 64;
 constexpr int kTilesPerCta = kEstKeysPerCta / kTile;
 constexpr int kPitchP = kTile + 1;  // floats per row of the probability tile
+// The tail's pitch (session 34, EstKnobs::est_tail): a warp's store of its accumulators (lanes
+// g = lane / 4, q = lane % 4: row g, column 2 q + e + 8 nt) hits bank (P g + 2 q) mod 32 + const,
+// 4 lanes a bank for P = 65 (g + 2 q), 2 for P = 67 (3 g + 2 q); the column reads (one row,
+// 32 consecutive columns) and both diagonal reads (one row, consecutive columns; consecutive
+// rows with a step of P + 1 - 1 = P in dl: 3 dl mod 32) stay one lane a bank. No linear pitch
+// gives the store one lane a bank with the diagonal reads (P must be odd for those).
+constexpr int kPitchTail = kTile + 3;
 
 __host__ __device__ constexpr int64_t AlignUp16(int64_t x) { return (x + 15) / 16 * 16; }
 
@@ -57,8 +64,10 @@ struct EstSmem {
 // colsplit (pass 3, fast): column sums by `colsplit` threads a column (rows 64 h .. of the chunk:
 // flex_prefill's 8 warps, 128 rows), each into its own column accumulators.
 // kbufs (passes 1-2 by mma.sync, session 32's double buffer): key tiles in shared memory.
+// pitch_p (session 34's tail, EstKnobs::est_tail): floats per row of the probability tile.
 __host__ __device__ inline EstSmem EstLayout(int head_dim, int max_n, int pass, int warps,
-                                             bool wg = false, int colsplit = 1, int kbufs = 1) {
+                                             bool wg = false, int colsplit = 1, int kbufs = 1,
+                                             int pitch_p = kPitchP) {
   EstSmem l;
   if (wg && pass < 3) {
     l.diag = l.ptile = 0;
@@ -78,7 +87,7 @@ __host__ __device__ inline EstSmem EstLayout(int head_dim, int max_n, int pass, 
     l.ks = l.qs + static_cast<int64_t>(16) * warps * head_dim * 2;
     l.ptile = l.ks;
     const int64_t k_bytes = static_cast<int64_t>(kTile) * head_dim * 2;
-    const int64_t ptile_bytes = AlignUp16(static_cast<int64_t>(16 * warps) * kPitchP * 4);
+    const int64_t ptile_bytes = AlignUp16(static_cast<int64_t>(16 * warps) * pitch_p * 4);
     l.total = l.ks + (ptile_bytes > k_bytes ? ptile_bytes : k_bytes) + 1024;
     return l;
   }
@@ -96,7 +105,7 @@ __host__ __device__ inline EstSmem EstLayout(int head_dim, int max_n, int pass, 
   l.qs = l.diag + AlignUp16(static_cast<int64_t>(max_n + kEstKeysPerCta - 1) * 8);
   l.ks = l.qs + q_bytes;
   l.ptile = l.ks;
-  const int64_t ptile_bytes = AlignUp16(static_cast<int64_t>(16 * warps) * kPitchP * 4);
+  const int64_t ptile_bytes = AlignUp16(static_cast<int64_t>(16 * warps) * pitch_p * 4);
   l.total = l.ks + (ptile_bytes > k_bytes ? ptile_bytes : k_bytes);
   return l;
 }
@@ -170,6 +179,17 @@ __device__ __forceinline__ float ExpFast(float x) {
   const float t = fmaxf(__fmul_rn(x, 1.44269504088896341f), -160.f);
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(t));
+  return y;
+}
+
+// SanitizeLogit where the result only feeds ExpFast(l - m) and fmaxf (the fast passes 2-3,
+// session 34's tail): +inf -> FLT_MAX as SanitizeLogit, NaN kept (min.NaN) instead of -inf. Every
+// use gives the same bits: fmaxf skips a NaN as it skips -inf (a row's maximum is unchanged), and
+// ExpFast of NaN - m is 0 (fmaxf(NaN, -160)), as ExpFast of -inf - m (-inf, or NaN where m is
+// -inf). One FMNMX for SanitizeLogit's two tests and selects.
+__device__ __forceinline__ float ClampLogitFast(float x) {
+  float y;
+  asm("min.NaN.f32 %0, %1, %2;\n" : "=f"(y) : "f"(x), "f"(FLT_MAX));
   return y;
 }
 
@@ -382,18 +402,29 @@ __host__ __device__ constexpr int EstColSplit() {
 // row_max by atomicMax (the same maxima as pass 1's: max of the same sanitized logits).
 // kDbArg (8 warps, passes 1-2 by mma.sync; session 32): two key tiles in shared memory, tile t + 1
 // loaded by cp.async while tile t's products run (EstKnobs::est_db); the same tiles' values.
+// kTailArg (the fast passes 2-3; session 34, EstKnobs::est_tail): the logits clamped by
+// ClampLogitFast (one instruction; the same exps, sums and maxima) and pass 3's probability tile
+// at kPitchTail floats a row (half the store's bank conflicts); with p.diag_pairs, a full chunk's
+// diagonals by balanced pairs (below). The same values. (Loading key
+// tile t + 1 into registers during tile t's column / diagonal sums, 8 warps: ptxas spilled the
+// 16 registers, 64 B a thread and tile through L1, which shares shared memory's bandwidth.)
 template <typename T, int kD, int kPass, int kWarps, bool kWg = false, bool kExact = true,
-          bool kFuse = false, bool kDbArg = false>
+          bool kFuse = false, bool kDbArg = false, bool kTailArg = false>
 __device__ __forceinline__ void EstimateBody(const EstimateParams& p, int span_arg) {
   constexpr bool kDb = kDbArg && kWarps == 8 && kPass < 3 && !kWg;
+  constexpr bool kTail = kTailArg && !kExact && kPass >= 2;
+  constexpr int kPP = kTail ? kPitchTail : kPitchP;
+  auto sanitize = [](float x) { return kTail ? ClampLogitFast(x) : SanitizeLogit(x); };
   static_assert(kExact || kPass >= 2, "pass 1 has no exp");
   static_assert(!kFuse || (kPass == 2 && !kExact), "only the fast pass 2 fuses pass 1");
   constexpr int kEstThreads = 32 * kWarps;
   constexpr int kRows = 16 * kWarps;
   constexpr int kColSplit = EstColSplit<kPass, kWarps, kExact>();
   constexpr int kColThreads = kTile * kColSplit;
+  static_assert(!kTail || kPass != 3 || kEstThreads - kColThreads == kRows,
+                "the tail's diagonal threads: one per row of the chunk");
   extern __shared__ __align__(16) unsigned char smem[];
-  const EstSmem lay = EstLayout(kD, p.max_n, kPass, kWarps, kWg, kColSplit, kDb ? 2 : 1);
+  const EstSmem lay = EstLayout(kD, p.max_n, kPass, kWarps, kWg, kColSplit, kDb ? 2 : 1, kPP);
   // kWg: the tiles from the first 1024-byte aligned byte.
   unsigned char* const wbase = smem + (kWg ? ((1024u - (detail::SmemAddr(smem) & 1023u)) & 1023u) : 0u);
   const uint32_t wq = detail::SmemAddr(wbase) + static_cast<uint32_t>(lay.qs) +
@@ -528,7 +559,7 @@ __device__ __forceinline__ void EstimateBody(const EstimateParams& p, int span_a
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int h = e >> 1;
-            float l = SanitizeLogit(__fmul_rn(acc[nt][e], p.scale));
+            float l = sanitize(__fmul_rn(acc[nt][e], p.scale));
             if (!full) {
               const int j = j0 + detail::AccCol(nt, e, lane);
               const int i = i0 + rl[h];
@@ -570,7 +601,7 @@ __device__ __forceinline__ void EstimateBody(const EstimateParams& p, int span_a
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int h = e >> 1;
-            const float l = SanitizeLogit(__fmul_rn(acc[nt][e], p.scale));
+            const float l = sanitize(__fmul_rn(acc[nt][e], p.scale));
             const float x = __fsub_rn(l, mx[h]);
             const float ex = kExact ? ExpNonPositive(x, exp_tab) : ExpFast(x);
             if (kPass == 2) {
@@ -580,7 +611,7 @@ __device__ __forceinline__ void EstimateBody(const EstimateParams& p, int span_a
                 tsum[h] = __fadd_rn(tsum[h], ex);
               }
             } else {
-              ptile[rl[h] * kPitchP + detail::AccCol(nt, e, lane)] = __fmul_rn(ex, inv[h]);
+              ptile[rl[h] * kPP + detail::AccCol(nt, e, lane)] = __fmul_rn(ex, inv[h]);
             }
           }
         }
@@ -599,7 +630,7 @@ __device__ __forceinline__ void EstimateBody(const EstimateParams& p, int span_a
             const int j = j0 + jj;
             const int i = i0 + rl[h];
             const bool valid = rl[h] < rows_here && j < s.kl && (!p.causal || j <= s.first_pos + i);
-            const float l = SanitizeLogit(__fmul_rn(acc[nt][e], p.scale));
+            const float l = sanitize(__fmul_rn(acc[nt][e], p.scale));
             if (kPass == 1) {
               if (valid) run_max[h] = fmaxf(run_max[h], l);
             } else {
@@ -615,7 +646,7 @@ __device__ __forceinline__ void EstimateBody(const EstimateParams& p, int span_a
                   tsum[h] = __fadd_rn(tsum[h], ex);
                 }
               } else {
-                ptile[rl[h] * kPitchP + jj] = __fmul_rn(ex, inv[h]);
+                ptile[rl[h] * kPP + jj] = __fmul_rn(ex, inv[h]);
               }
             }
           }
@@ -632,7 +663,7 @@ __device__ __forceinline__ void EstimateBody(const EstimateParams& p, int span_a
           if (kExact) {
             // Column cj: add this chunk's rows in row order (the CPU's order).
             double a = col_acc[t * kTile + cj];
-            for (int r = 0; r < rows_here; ++r) a += static_cast<double>(ptile[r * kPitchP + cj]);
+            for (int r = 0; r < rows_here; ++r) a += static_cast<double>(ptile[r * kPP + cj]);
             col_acc[t * kTile + cj] = a;
           } else {
             // Rows [r0, r1) of column cj in float, into this half's accumulator.
@@ -640,8 +671,35 @@ __device__ __forceinline__ void EstimateBody(const EstimateParams& p, int span_a
             const int r0 = half * kTile;
             const int r1 = kColSplit == 1 ? rows_here : min(rows_here, r0 + kTile);
             float f = 0.f;
-            for (int r = r0; r < r1; ++r) f = __fadd_rn(f, ptile[r * kPitchP + cj]);
+            for (int r = r0; r < r1; ++r) f = __fadd_rn(f, ptile[r * kPP + cj]);
             col_acc[half * kEstKeysPerCta + t * kTile + cj] += static_cast<double>(f);
+          }
+        } else if (kTail && p.diag_pairs && rows_here == kRows) {
+          // A full chunk's diagonals (the same sums, by other threads): dl in [0, kRows - 64]
+          // have 64 rows, dl = m - 64 and kRows - 64 + m (m in [1, 63]) m and 64 - m. Main's
+          // loop gives thread u the pair (u - 63, u + kRows - 63) for u < 63, so its first two
+          // warps run 32 + 63 steps; here the first warp takes dl 0 and the pairs m in [1, 15]
+          // and [48, 63], the second m in [16, 47], each pair's longer diagonal first: 64 + 16
+          // and 48 + 32 steps (kWarps 8: the other two warps dl 1 .. 64, 64 steps).
+          const int u = tid - kColThreads;
+          int dl1 = u - (kTile - 1), dl2 = dl1, pieces = 1;  // u >= 64: dl 1 .. 64
+          if (u == 0) {
+            dl1 = 0;
+          } else if (u < 2 * 32) {
+            const int m = u < 16 ? u : (u < 32 ? u + 32 : u - 16);
+            const int da = m - kTile, db = kRows - kTile + m;  // m rows, 64 - m rows
+            dl1 = m >= 32 ? da : db;
+            dl2 = m >= 32 ? db : da;
+            pieces = 2;
+          }
+          for (int k = 0; k < pieces; ++k) {
+            const int dl = k == 0 ? dl1 : dl2;
+            const int r_lo = max(0, dl);
+            const int r_hi = min(rows_here - 1, kTile - 1 + dl);
+            const int x = i0 - t * kTile + kEstKeysPerCta - 1 + dl;
+            float f = 0.f;
+            for (int r = r_lo; r <= r_hi; ++r) f = __fadd_rn(f, ptile[r * kPP + (r - dl)]);
+            diag_acc[x] += static_cast<double>(f);
           }
         } else {
           // Diagonals dl = row - column in [-63, rows_here - 1]: x = i0 - 64t + W - 1 + dl.
@@ -655,12 +713,12 @@ __device__ __forceinline__ void EstimateBody(const EstimateParams& p, int span_a
             if (kExact) {
               double a = diag_acc[x];
               for (int r = r_lo; r <= r_hi; ++r) {
-                a += static_cast<double>(ptile[r * kPitchP + (r - dl)]);
+                a += static_cast<double>(ptile[r * kPP + (r - dl)]);
               }
               diag_acc[x] = a;
             } else {
               float f = 0.f;
-              for (int r = r_lo; r <= r_hi; ++r) f = __fadd_rn(f, ptile[r * kPitchP + (r - dl)]);
+              for (int r = r_lo; r <= r_hi; ++r) f = __fadd_rn(f, ptile[r * kPP + (r - dl)]);
               diag_acc[x] += static_cast<double>(f);
             }
           }
@@ -731,9 +789,9 @@ __device__ __forceinline__ void EstimateBody(const EstimateParams& p, int span_a
 
 // 4 warps: as many CTAs per SM as registers and shared memory allow (5 for d 128). 8 warps: at
 // least 3 CTAs per SM (80 registers; pass 3 would take 98, i.e. 2 CTAs of 8 warps).
-template <typename T, int kD, int kPass, bool kExact = true, bool kFuse = false>
+template <typename T, int kD, int kPass, bool kExact = true, bool kFuse = false, bool kTail = false>
 __global__ void __launch_bounds__(128) EstimateKernel4(EstimateParams p, int span) {
-  EstimateBody<T, kD, kPass, 4, false, kExact, kFuse>(p, span);
+  EstimateBody<T, kD, kPass, 4, false, kExact, kFuse, false, kTail>(p, span);
 }
 // The wgmma instances (passes 1-2): capped for 6 CTAs per SM (80 registers; unbounded, ptxas
 // took 132-140, 3 CTAs per SM).
@@ -743,18 +801,19 @@ __global__ void __launch_bounds__(128, 6) EstimateKernel4Wg(EstimateParams p, in
 }
 // Pass 3 by wgmma, 4 warps: shared memory holds 5 CTAs per SM (EstLayout: ~39 KB at d 128), so
 // the bound is 5 (at 6, 80 registers, ptxas spilled 88 bytes).
-template <typename T, int kD, int kPass, bool kExact = true, bool kFuse = false>
+template <typename T, int kD, int kPass, bool kExact = true, bool kFuse = false, bool kTail = false>
 __global__ void __launch_bounds__(128, 5) EstimateKernel4Wg3(EstimateParams p, int span) {
-  EstimateBody<T, kD, kPass, 4, true, kExact, kFuse>(p, span);
+  EstimateBody<T, kD, kPass, 4, true, kExact, kFuse, false, kTail>(p, span);
 }
-template <typename T, int kD, int kPass, bool kWg = false, bool kExact = true, bool kFuse = false>
+template <typename T, int kD, int kPass, bool kWg = false, bool kExact = true, bool kFuse = false,
+          bool kTail = false>
 __global__ void __launch_bounds__(256, 3) EstimateKernel8(EstimateParams p, int span) {
-  EstimateBody<T, kD, kPass, 8, kWg, kExact, kFuse>(p, span);
+  EstimateBody<T, kD, kPass, 8, kWg, kExact, kFuse, false, kTail>(p, span);
 }
 // Passes 1-2 by mma.sync with two key tiles (EstKnobs::est_db).
-template <typename T, int kD, int kPass, bool kExact, bool kFuse>
+template <typename T, int kD, int kPass, bool kExact, bool kFuse, bool kTail = false>
 __global__ void __launch_bounds__(256, 3) EstimateKernel8Db(EstimateParams p, int span) {
-  EstimateBody<T, kD, kPass, 8, false, kExact, kFuse, true>(p, span);
+  EstimateBody<T, kD, kPass, 8, false, kExact, kFuse, true, kTail>(p, span);
 }
 
 // kFused: the partials are pass 2's (sum, max) pairs (EstimateBody's kFuse), each rescaled to the
@@ -1358,9 +1417,6 @@ template <typename T, int kD, int kPass, int kWarps, bool kExact, bool kFuse = f
 cudaError_t LaunchEstimateTyped(const EstimateParams& p, int max_n, cudaStream_t stream) {
   const bool wg = (EstWgPasses() >> (kPass - 1) & 1) != 0;
   const bool db = kWarps == 8 && kPass < 3 && !wg && EstimateKnobs().est_db;
-  const int64_t bytes =
-      EstLayout(kD, max_n, kPass, kWarps, wg, EstColSplit<kPass, kWarps, kExact>(), db ? 2 : 1)
-          .total;
   auto kernel = kWarps == 8 ? EstimateKernel8<T, kD, kPass, false, kExact, kFuse>
                             : EstimateKernel4<T, kD, kPass, kExact, kFuse>;
   if constexpr (kWarps == 8 && kPass < 3) {
@@ -1375,6 +1431,34 @@ cudaError_t LaunchEstimateTyped(const EstimateParams& p, int max_n, cudaStream_t
                            : EstimateKernel4Wg<T, kD, kPass, kExact, kFuse>;
     }
   }
+  // Session 34's tail (EstKnobs::est_tail), instantiated for the default kernels only: the fast
+  // fused pass 2 (8 warps with two key tiles, 4 warps by mma.sync) and the fast pass 3 by wgmma.
+  bool tail = false;
+  if (!kExact && EstimateKnobs().est_tail) {
+    if constexpr (!kExact && kPass == 3) {
+      if (wg) {
+        tail = true;
+        if constexpr (kWarps == 8) {
+          kernel = EstimateKernel8<T, kD, kPass, true, kExact, kFuse, true>;
+        } else {
+          kernel = EstimateKernel4Wg3<T, kD, kPass, kExact, kFuse, true>;
+        }
+      }
+    } else if constexpr (!kExact && kPass == 2 && kFuse) {
+      if (!wg && (kWarps == 8) == db) {
+        tail = true;
+        if constexpr (kWarps == 8) {
+          kernel = EstimateKernel8Db<T, kD, kPass, kExact, kFuse, true>;
+        } else {
+          kernel = EstimateKernel4<T, kD, kPass, kExact, kFuse, true>;
+        }
+      }
+    }
+  }
+  const int64_t bytes = EstLayout(kD, max_n, kPass, kWarps, wg,
+                                  EstColSplit<kPass, kWarps, kExact>(), db ? 2 : 1,
+                                  tail && kPass == 3 ? kPitchTail : kPitchP)
+                            .total;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(bytes));
   if (err != cudaSuccess) return err;
@@ -1382,7 +1466,9 @@ cudaError_t LaunchEstimateTyped(const EstimateParams& p, int max_n, cudaStream_t
   const int64_t grid = static_cast<int64_t>((p.total_ctas + span - 1) / span) * p.num_slots;
   if (grid == 0) return cudaSuccess;
   if (grid > 0x7fffffff) return cudaErrorInvalidValue;
-  kernel<<<static_cast<unsigned>(grid), 32 * kWarps, bytes, stream>>>(p, span);
+  EstimateParams pk = p;
+  pk.diag_pairs = tail && EstimateKnobs().est_tail >= 2;
+  kernel<<<static_cast<unsigned>(grid), 32 * kWarps, bytes, stream>>>(pk, span);
   return cudaGetLastError();
 }
 
@@ -1549,6 +1635,7 @@ EstKnobs& EstimateKnobs() {
     if (const char* sp = std::getenv("SPATTN_EST_SPAN")) k.est_span = std::atoi(sp);
     const char* db = std::getenv("SPATTN_EST_DB");
     k.est_db = db == nullptr || std::string(db) != "0";
+    if (const char* tail = std::getenv("SPATTN_EST_TAIL")) k.est_tail = std::atoi(tail);
     return k;
   }();
   return knobs;

@@ -18,7 +18,9 @@
 // line selection / pooled keys by main's kernels (session 31's are the default: the same lines,
 // the same pooled keys). SPATTN_EST_SPAN=n: passes 1-3 run n logical CTAs per launched CTA
 // (default 2; 1 is main's launch; the same values). SPATTN_EST_DB=0: flex_prefill's 8-warp pass 2
-// with one key tile (main's) instead of two, the next by cp.async. Tests change the knobs through the returned
+// with one key tile (main's) instead of two, the next by cp.async. SPATTN_EST_TAIL=0: the fast
+// passes 2-3 without session 34's tail (main's kernels; 1: its clamp and pitch; 2, the default:
+// also balanced diagonal pairs; EstKnobs::est_tail). Tests change the knobs through the returned
 // reference, between builds only.
 #ifndef SPATTN_KERNELS_CUDA_BUILDERS_VERTICAL_SLASH_KNOBS_H_
 #define SPATTN_KERNELS_CUDA_BUILDERS_VERTICAL_SLASH_KNOBS_H_
@@ -47,6 +49,12 @@ struct EstKnobs {
   // memory, the next loaded by cp.async during the current one's products (session 32; the same
   // tiles). SPATTN_EST_DB=0: one tile, loaded between barriers (main's).
   bool est_db = true;
+  // The fast estimate's per-element tail (session 34; the default kernels: fused pass 2, pass 3
+  // by wgmma): 1 = a one-instruction logit clamp and pass 3's probability tile at a pitch of 67
+  // floats (2 lanes a bank on its stores instead of 4); 2 = also a full chunk's diagonal sums by
+  // balanced pairs of diagonals (80 steps for the slowest warp instead of 95; the default). The
+  // same values. SPATTN_EST_TAIL=0: main's kernels.
+  int est_tail = 2;
 };
 EstKnobs& EstimateKnobs();
 
