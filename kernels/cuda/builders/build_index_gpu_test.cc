@@ -2087,10 +2087,11 @@ TEST(BuildIndexOnGpuEstimateTest, EstimateTailBuildsMainsIndex) {
 #endif
 }
 
-// The tail's clamp (tail 2 against 0) keeps a NaN logit where SanitizeLogit made it -inf: logits of +inf (Q and K
-// channel 0 at 2^100), -inf and NaN (+inf + -inf over channels 0 and 1) in the estimate's last
-// rows give the same index with the tail as without (vertical_slash and flex_prefill, 64 and
-// 200 query rows in the first of two sequences, block_m 64 / 128, bf16, the fast estimate).
+// The tail's clamp (tail 2 against 0) keeps a NaN logit where SanitizeLogit made it -inf:
+// logits of +inf (Q and K channel 0 at 2^100), -inf and NaN (+inf + -inf over channels 0 and 1)
+// in the estimate's last rows give the same index with the tail as without (vertical_slash and
+// flex_prefill, 64 and 200 query rows in the first of two sequences, block_m 64 / 128, bf16, the
+// fast estimate).
 TEST(BuildIndexOnGpuEstimateTest, EstimateTailKeepsNonFiniteLogitsIndex) {
   SKIP_WITHOUT_GPU();
 #ifndef SPATTN_SL_KNOBS
