@@ -113,9 +113,15 @@ class DeviceAbTest(unittest.TestCase):
             self.assertIn("bench %s 32768 anchor rc=0" % v, summary)
         self.assertIn("skipped bench late 32768 anchor", summary)
         with open(os.path.join(self.out, "shares.txt")) as f:
-            shares = {l.split()[0]: l for l in f}
+            lines = f.read().splitlines()
+        shares = {l.split()[0]: l for l in lines if not l.startswith("mean ")}
         self.assertIn("share 18.18%", shares["base"])  # 2 / (2 + 9)
         self.assertIn("share 10.00%", shares["new"])   # 1 / (1 + 9)
+        # The per-variant means, each against the first variant's (base).
+        means = {l.split()[1]: l for l in lines if l.startswith("mean ")}
+        self.assertIn("n 1 build    2.000 kernel    9.000", means["base"])
+        self.assertNotIn("of base's", means["base"])
+        self.assertIn("of base's: build 0.500 kernel 1.000", means["new"])
         with open(os.path.join(self.out, "stages.txt")) as f:
             stages = f.read()
         self.assertIn("anchor", stages)

@@ -10,7 +10,8 @@
 #   ab_finish
 #
 # Results go under $OUT (the run tool's folder): summary.txt (one line per step, with the
-# seconds since the start), shares.txt (build / kernel / share / density / recall per bench line),
+# seconds since the start), shares.txt (build / kernel / share / density / recall per bench line,
+# then each variant's mean ms and TFLOP/s against the base variant's),
 # stages.txt (builder_stages.py over the profiled variants), raw.tar.xz (every log).
 set -u
 AB_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
