@@ -1433,25 +1433,25 @@ cudaError_t LaunchEstimateTyped(const EstimateParams& p, int max_n, cudaStream_t
   }
   // Session 34's tail (EstKnobs::est_tail), instantiated for the default kernels only: the fast
   // fused pass 2 (8 warps with two key tiles, 4 warps by mma.sync) and the fast pass 3 by wgmma.
+  // The exact-exp kernels have no tail instance, so the knob is read as 0 for them.
+  const int est_tail = kExact ? 0 : EstimateKnobs().est_tail;
   bool tail = false;
-  if (!kExact && EstimateKnobs().est_tail) {
-    if constexpr (!kExact && kPass == 3) {
-      if (wg) {
-        tail = true;
-        if constexpr (kWarps == 8) {
-          kernel = EstimateKernel8<T, kD, kPass, true, kExact, kFuse, true>;
-        } else {
-          kernel = EstimateKernel4Wg3<T, kD, kPass, kExact, kFuse, true>;
-        }
+  if constexpr (!kExact && kPass == 3) {
+    if (est_tail != 0 && wg) {
+      tail = true;
+      if constexpr (kWarps == 8) {
+        kernel = EstimateKernel8<T, kD, kPass, true, kExact, kFuse, true>;
+      } else {
+        kernel = EstimateKernel4Wg3<T, kD, kPass, kExact, kFuse, true>;
       }
-    } else if constexpr (!kExact && kPass == 2 && kFuse) {
-      if (!wg && (kWarps == 8) == db) {
-        tail = true;
-        if constexpr (kWarps == 8) {
-          kernel = EstimateKernel8Db<T, kD, kPass, kExact, kFuse, true>;
-        } else {
-          kernel = EstimateKernel4<T, kD, kPass, kExact, kFuse, true>;
-        }
+    }
+  } else if constexpr (!kExact && kPass == 2 && kFuse) {
+    if (est_tail != 0 && !wg && (kWarps == 8) == db) {
+      tail = true;
+      if constexpr (kWarps == 8) {
+        kernel = EstimateKernel8Db<T, kD, kPass, kExact, kFuse, true>;
+      } else {
+        kernel = EstimateKernel4<T, kD, kPass, kExact, kFuse, true>;
       }
     }
   }
@@ -1467,7 +1467,7 @@ cudaError_t LaunchEstimateTyped(const EstimateParams& p, int max_n, cudaStream_t
   if (grid == 0) return cudaSuccess;
   if (grid > 0x7fffffff) return cudaErrorInvalidValue;
   EstimateParams pk = p;
-  pk.diag_pairs = tail && EstimateKnobs().est_tail >= 2;
+  pk.diag_pairs = tail && est_tail >= 2;
   kernel<<<static_cast<unsigned>(grid), 32 * kWarps, bytes, stream>>>(pk, span);
   return cudaGetLastError();
 }
