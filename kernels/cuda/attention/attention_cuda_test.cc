@@ -885,5 +885,80 @@ TEST_F(CudaAttentionTest, LongContextsMatchSampledReference) {
   }
 }
 
+// ---- s34-sparse3 / s35-prep-earlyk0 ----
+// An item's first K tile issued from the schedule's record before the item's lookup, Q and
+// walk (SPATTN_HOPPER_EARLY_K0=1: the EarlyK0<Tr> kernel instances and FirstTileKernel's
+// records, dense_fa3.cu; sessions 34 s34-sparse3, 35 s35-prep-earlyk0) against the default: the
+// same tiles in the same slots, so O and LSE byte for byte, and the reference's values. Range-only rows
+// (a sink, a window of up to 1500 keys: a range first tile), columns-only rows (a gathered
+// first tile: the old order) and mixed rows (random ranges + columns, packed tails); batch 1,
+// chunked prefill, non-causal and varlen; block_m 64 and 128; at block_m 128 both rings of the
+// per-launch choice (SPATTN_HOPPER_SPARSE_RING 22 / 23), and the unpacked tiling
+// (SPATTN_HOPPER_PACK_TAILS=0, whose records name the first range's start) for one case.
+TEST_F(CudaAttentionTest, SparseEarlyK0MatchesDefault) {
+  const std::vector<Case> cases = {
+      {{4099}, {}, 8, 2, 128, DType::kBF16, true},
+      {{5000}, {7000}, 8, 4, 128, DType::kF16, true},
+      {{3001}, {3001}, 4, 1, 128, DType::kBF16, false},
+      {{1, 63, 700, 2100}, {1, 100, 900, 2100}, 4, 2, 128, DType::kF16, true},
+  };
+  uint64_t seed = 3434;
+  for (int block_m : {64, 128}) {
+    for (size_t ci = 0; ci < cases.size(); ++ci) {
+      const Case& c = cases[ci];
+      auto hp = MakeProblem(c, seed++);
+      for (const char* kind : {"ranges", "columns", "mixed"}) {
+        SparseIndex idx;
+        if (std::string(kind) == "mixed") {
+          idx = RandomIndex(hp->problem(), AllHeads(c.hq), block_m, 3, 90, seed++, true);
+        } else {
+          const bool ranges = std::string(kind) == "ranges";
+          InitSparseIndex(hp->problem(), AllHeads(c.hq), block_m, &idx);
+          std::mt19937_64 rng(seed++);
+          std::vector<RowKeys> rows(idx.num_rows());
+          for (int s = 0; s < idx.num_heads(); ++s) {
+            for (int b = 0; b < idx.num_blocks(); ++b) {
+              const BlockGeometry g = GetBlockGeometry(hp->problem(), idx, b);
+              if (g.key_end <= 0) continue;
+              RowKeys& row = rows[idx.row(s, b)];
+              if (ranges) {
+                row.AddRange(0, std::min<int64_t>(64, g.key_end));
+                const int64_t w = 1 + static_cast<int64_t>(rng() % 1500);
+                row.AddRange(std::max<int64_t>(0, g.key_end - w), g.key_end);
+              } else {
+                for (int i = 0; i < 150; ++i) row.AddCol(rng() % g.key_end);
+              }
+              row.Normalize(g.key_end, /*min_run=*/1 << 30);
+            }
+          }
+          CompactRows(&rows, &idx);
+        }
+        ASSERT_TRUE(ValidateSparseIndex(hp->problem(), idx).ok());
+        std::vector<std::pair<const char*, const char*>> around = {{nullptr, nullptr}};
+        if (block_m == 128) {
+          around = {{"SPATTN_HOPPER_SPARSE_RING", "22"}, {"SPATTN_HOPPER_SPARSE_RING", "23"}};
+        }
+        if (ci == 0) around.push_back({"SPATTN_HOPPER_PACK_TAILS", "0"});
+        // (No records, or packing per item: the knob falls back to the default instance.)
+        if (ci == 1) around.push_back({"SPATTN_HOPPER_ITEM_RECORDS", "0"});
+        if (ci == 2) around.push_back({"SPATTN_HOPPER_PACK_TAILS", "1"});
+        for (const auto& [knob, value] : around) {
+          const std::string config =
+              absl::StrCat(Describe(c), " block_m=", block_m, " ", kind,
+                           knob == nullptr ? "" : absl::StrCat(" ", knob, "=", value));
+          if (knob != nullptr) setenv(knob, value, 1);
+          std::vector<float> o[2], lse[2];
+          RunSparseWithAndWithoutKnob(*hp, idx, "SPATTN_HOPPER_EARLY_K0", "1", config, o, lse);
+          if (knob != nullptr) unsetenv(knob);
+          ReloadCudaKernelKnobs();
+          if (HasFatalFailure()) return;
+          ASSERT_EQ(o[0].size(), o[1].size());
+          ExpectCheckedAndKnobIdentical(*hp, idx, c.hq, o, lse, config);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace spattn
