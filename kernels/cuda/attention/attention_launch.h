@@ -73,8 +73,6 @@ struct SparseSchedule {
   // order[w], then the row's offsets and head: {r, range_indptr[r], ranges, col_indptr[r]},
   // {columns, heads[r / num_blocks], r % num_blocks, 1 if the row has keys (a key tile: the
   // producer then issues its Q before walking to that tile)}. Written by LaunchSparseSchedule.
-  // (SPATTN_HOPPER_EARLY_K0=1: the Hopper launch rewrites each record's first word, r, as the
-  // row's first range tile before its early-K0 kernel: dense_fa3.cu's FirstTileKernel.)
   const int32_t* items = nullptr;
   // Optional {sum of the rows' costs (64-key tiles, the schedule's cost model), rows with keys}
   // (two words, in the schedule's scratch: SparseScheduleStats): the Hopper kernel's per-launch

@@ -95,7 +95,6 @@ struct LaunchKnobs {
   int stale_max = 8;         // SPATTN_HOPPER_STALE_MAX (the sparse stream's row maximum)
   bool tma_store = true;     // SPATTN_HOPPER_TMA_STORE (the sparse stream's epilogue)
   int early_desc = 0;        // SPATTN_HOPPER_EARLY_DESC (the sparse stream's next descriptor)
-  bool early_k0 = false;     // SPATTN_HOPPER_EARLY_K0 (an item's first K from its record)
   std::string trace;         // SPATTN_HOPPER_TRACE (timeline file of the sparse stream)
   int trace_launch = 0;      // SPATTN_HOPPER_TRACE_LAUNCH
 };
@@ -121,7 +120,6 @@ LaunchKnobs ReadKnobs() {
   k.stale_max = std::max(-1, std::min(254, EnvInt("SPATTN_HOPPER_STALE_MAX", k.stale_max)));
   k.tma_store = EnvInt("SPATTN_HOPPER_TMA_STORE", 1) != 0;
   k.early_desc = EnvInt("SPATTN_HOPPER_EARLY_DESC", 0);
-  k.early_k0 = EnvInt("SPATTN_HOPPER_EARLY_K0", 0) != 0;
   const char* trace = std::getenv("SPATTN_HOPPER_TRACE");
   k.trace = trace == nullptr ? "" : trace;
   k.trace_launch = EnvInt("SPATTN_HOPPER_TRACE_LAUNCH", k.trace_launch);
@@ -365,81 +363,6 @@ cudaError_t LaunchTraced(const AttnParams& p, const SparseIndexView& idx,
   return cudaSuccess;
 }
 
-// The first key tile of row r as the early-K0 instance's producer walks it (PackedCursor of
-// persistent_fa3.cuh, tiles of block_m keys), when that is a range tile under a tiling known
-// here: 2 x (its first key token, the sequence's offset added, << 8 | the kv head) + 1 with the
-// tails packed (pack_tails 2: the first range of at least block_m keys, its whole tiles aligned
-// to its end), + 0 without packing (pack_tails 0: the first non-empty range, from its start);
-// -1 otherwise (columns first, no keys, a token past 2^21 or a kv head past 255).
-__device__ __forceinline__ int FirstRangeTile(const SparseIndexView& idx, const AttnParams& p,
-                                              int pack_tails, int64_t r, int blk) {
-  const int bm = idx.block_m;
-  int seq = 0;
-  while (seq + 1 < p.batch && idx.block_offsets[seq + 1] <= blk) ++seq;
-  const int q_len = p.cu_seqlens_q[seq + 1] - p.cu_seqlens_q[seq];
-  if ((blk - idx.block_offsets[seq]) * bm >= q_len) return -1;  // (no item: GetItem's test)
-  for (int e = idx.range_indptr[r]; e < idx.range_indptr[r + 1]; ++e) {
-    const int rl = idx.range_len[e];
-    const int whole = pack_tails == 2 ? rl / bm * bm : rl;
-    if (whole > 0) {
-      const int tok = p.cu_seqlens_k[seq] + idx.range_start[e] + (rl - whole);
-      const int kv_head = idx.heads[r / idx.num_blocks] / max(p.group, 1);
-      if (tok >= (1 << 21) || kv_head > 255) return -1;
-      return 2 * (tok << 8 | kv_head) + (pack_tails == 2 ? 1 : 0);
-    }
-  }
-  return -1;
-}
-
-// The early-K0 launch's records (SparseSchedule::items): each record's first word (the row r
-// from the schedule, which GetItem never reads) becomes the row's FirstRangeTile, r taken from
-// order[pos] so a second launch on the same schedule writes the same. Runs only before an
-// EarlyK0<Tr> launch: the default path's schedule and kernels stay main's (a launch of its own,
-// a few microseconds, counted in the knob's arm).
-__global__ void FirstTileKernel(SparseSchedule sched, SparseIndexView idx, AttnParams p,
-                                int pack_tails) {
-  int32_t* items = const_cast<int32_t*>(sched.items);
-  for (int pos = blockIdx.x * blockDim.x + threadIdx.x; pos < sched.num_items;
-       pos += gridDim.x * blockDim.x) {
-    int32_t* rec = items + 8 * static_cast<int64_t>(pos);
-    const int64_t r = sched.order[pos];
-    rec[0] = rec[7] != 0 ? FirstRangeTile(idx, p, pack_tails, r, rec[6]) : -1;
-  }
-}
-
-// The stream kernels with an early-K0 instance (EarlyK0<Tr>): the default bf16 / fp16 d = 128
-// stream kernels (block_m 128 k2, the ring-choice kernel's k2 and v3, block_m 64).
-template <class Tr>
-constexpr bool kEarlyK0able = Tr::kCross && Tr::kD == 128 && Tr::kLanes == 4;
-
-// One launch of PersistentFa3Kernel<Tr, kSparse> or (TrB not void) PersistentFa3PickKernel<Tr,
-// TrB> with `pick`. (Each branch names only its own kernel: no instance of the other.)
-template <class Tr, bool kSparse, class TrB>
-cudaError_t LaunchStream(const AttnParams& p, const SparseIndexView& idx,
-                         const SparseSchedule& sched, int num_items, int num_m_blocks, int flags,
-                         int grid, int pick, const CUtensorMap& tq, const CUtensorMap& tk,
-                         const CUtensorMap& tv, const CUtensorMap& to, cudaStream_t stream) {
-  constexpr bool kPick = !std::is_same<TrB, void>::value;
-  using TrB_ = typename std::conditional<kPick, TrB, Tr>::type;
-  constexpr int kSmem = Tr::kSmemBytes > TrB_::kSmemBytes ? Tr::kSmemBytes : TrB_::kSmemBytes;
-  cudaError_t err;
-  if constexpr (kPick) {
-    static_assert(kSparse && Tr::kCross, "the ring choice: the sparse stream only");
-    err = cudaFuncSetAttribute(PersistentFa3PickKernel<Tr, TrB_>,
-                               cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-    if (err != cudaSuccess) return err;
-    PersistentFa3PickKernel<Tr, TrB_><<<grid, Tr::kThreads, kSmem, stream>>>(
-        p, idx, sched, num_items, num_m_blocks, flags, pick, tq, tk, tv, to);
-  } else {
-    err = cudaFuncSetAttribute(PersistentFa3Kernel<Tr, kSparse>,
-                               cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-    if (err != cudaSuccess) return err;
-    PersistentFa3Kernel<Tr, kSparse><<<grid, Tr::kThreads, kSmem, stream>>>(
-        p, idx, sched, num_items, num_m_blocks, flags, tq, tk, tv, to);
-  }
-  return cudaGetLastError();
-}
-
 // TrB (not void): the sparse stream's per-launch ring choice, PersistentFa3PickKernel<Tr, TrB>
 // with `pick` (its argument: the mean item cost up to which TrB runs, -1 always Tr, -2 always
 // TrB).
@@ -452,6 +375,17 @@ cudaError_t LaunchPersistent(const AttnParams& p, const SparseIndexView& idx,
   if (!EncodeAll(p, Tr::kBM, Tr::kBN, &tq, &tk, &tv)) return cudaErrorInvalidValue;
   constexpr bool kPick = !std::is_same<TrB, void>::value;
   using TrB_ = typename std::conditional<kPick, TrB, Tr>::type;
+  constexpr int kSmem = Tr::kSmemBytes > TrB_::kSmemBytes ? Tr::kSmemBytes : TrB_::kSmemBytes;
+  // (Each branch names only its own kernel: no instance of the other.)
+  cudaError_t err;
+  if constexpr (kPick) {
+    err = cudaFuncSetAttribute(PersistentFa3PickKernel<Tr, TrB_>,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  } else {
+    err = cudaFuncSetAttribute(PersistentFa3Kernel<Tr, kSparse>,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  }
+  if (err != cudaSuccess) return err;
   const int grid = std::min(num_items, NumSms() * Tr::kMinBlocks);
   // Range tails packed with the columns (kFlagPackTails; SPATTN_HOPPER_PACK_TAILS: 2 (default)
   // every item with tails, 1 per item only where that saves tiles, 3 as 1 and also where it
@@ -498,21 +432,15 @@ cudaError_t LaunchPersistent(const AttnParams& p, const SparseIndexView& idx,
                               to, stream);
     }
   }
-  // An item's first K from its record (SPATTN_HOPPER_EARLY_K0=1, EarlyK0<Tr>: an instance of its
-  // own, so the default kernels' code stays main's): the records name first range tiles for the
-  // tilings of PACK_TAILS 0 and 2 only (dispatch.cu's FirstTileKernel).
-  if constexpr (kSparse && kEarlyK0able<Tr>) {
-    if (Knobs().early_k0 && sched.items != nullptr && sched.order != nullptr &&
-        (pack == 0 || pack == 2)) {
-      FirstTileKernel<<<std::min((sched.num_items + 255) / 256, 4 * NumSms()), 256, 0, stream>>>(
-          sched, idx, p, pack);
-      using TrEB = typename std::conditional<kPick, EarlyK0<TrB_>, void>::type;
-      return LaunchStream<EarlyK0<Tr>, kSparse, TrEB>(p, idx, sched, num_items, num_m_blocks,
-                                                     flags, grid, pick, tq, tk, tv, to, stream);
-    }
+  if constexpr (kPick) {
+    static_assert(kSparse && Tr::kCross, "the ring choice: the sparse stream only");
+    PersistentFa3PickKernel<Tr, TrB_><<<grid, Tr::kThreads, kSmem, stream>>>(
+        p, idx, sched, num_items, num_m_blocks, flags, pick, tq, tk, tv, to);
+  } else {
+    PersistentFa3Kernel<Tr, kSparse><<<grid, Tr::kThreads, kSmem, stream>>>(
+        p, idx, sched, num_items, num_m_blocks, flags, tq, tk, tv, to);
   }
-  return LaunchStream<Tr, kSparse, TrB>(p, idx, sched, num_items, num_m_blocks, flags, grid, pick,
-                                        tq, tk, tv, to, stream);
+  return cudaGetLastError();
 }
 
 template <typename T, int kD, bool kSparse>

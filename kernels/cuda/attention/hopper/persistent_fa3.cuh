@@ -73,19 +73,6 @@ __device__ __forceinline__ bool MbarTest(uint32_t bar, uint32_t parity) {
   return done != 0;
 }
 
-// Raises the transaction count of `bar`'s current phase by `bytes` without arriving (the
-// arrival comes later, from the thread that writes the tile's descriptor: EarlyK0<Tr>).
-__device__ __forceinline__ void MbarExpectTx(uint32_t bar, uint32_t bytes) {
-#if SPATTN_SM90A
-  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(bytes)
-               : "memory");
-#endif
-}
-
-__device__ __forceinline__ void PrefetchL1(const void* ptr) {
-  asm volatile("prefetch.global.L1 [%0];\n" ::"l"(ptr));
-}
-
 __device__ __forceinline__ void CpAsync16Zfill(uint32_t dst, const void* src, bool valid) {
   const int n = valid ? 16 : 0;
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n)
@@ -235,31 +222,6 @@ constexpr int kFlagEarlyDesc = 1 << 16;
 // tile's proxy fence and last-key load stay at the step's start, where none of this warp's
 // wgmmas is in flight (s32's guess at why gathered columns lost under =1).
 constexpr int kFlagEarlyDescRanges = 1 << 19;
-// EarlyK0<Tr> (the sparse stream with item records; SPATTN_HOPPER_EARLY_K0): the record of an
-// item names its first key tile when that is a range tile (SparseSchedule::items' first word:
-// key token, kv head; written before the launch by dense_fa3.cu's FirstTileKernel, which the
-// launch runs only for the tilings it knows, PACK_TAILS 0 and 2). At the round's start -- right after
-// the previous item's last V, before the lookup, the Q and the walk to the first tile -- the
-// producer's leader reads it (prefetched into L1 at the previous item's last K) and, if that K
-// slot is already free, issues the tile's TMA on its k_full barrier's transaction count only;
-// the tile's descriptor and every producer thread's arrival follow in the walk as before. The
-// consumers' wait for an item's first K was that load's latency behind the lookup, the Q and
-// the walk (~1950 cycles after Q for sampled_lines at 32K, NOTES.md s34-sparse2; s26-sparse's
-// plan). Gathered first tiles keep the old order. (Issued before the last V, or with a wait for
-// the slot, or with the flag in a register across the lookup, the producer's 56 registers
-// spilled 60-200 bytes: session 34, s34-sparse3.)
-// An instance of its own, not a flag: with the code in the default kernel that kernel ran 4.5 %
-// slower with the knob off (s34-sparse3); as EarlyK0<Tr> the default instances' code is main's
-// (.text compared byte for byte, session 35, s35-prep-earlyk0).
-template <class Tr>
-struct EarlyK0 : Tr {
-  static constexpr bool kEarlyK0 = true;
-};
-template <class Tr, class = void>
-struct EarlyK0On : std::false_type {};
-template <class Tr>
-struct EarlyK0On<Tr, std::void_t<decltype(Tr::kEarlyK0)>>
-    : std::integral_constant<bool, Tr::kEarlyK0> {};
 
 // The producer's walk over an item's key set with kFlagPackTails: first every range's whole
 // kBN-key tiles (kind 0, ending at the range's end), then gathered tiles (kind 1) over the list
@@ -1074,8 +1036,6 @@ __device__ __forceinline__ void PersistentFa3Body(
   using T = typename Tr::T;
   constexpr int kD = Tr::kD, kBM = Tr::kBM, kBN = Tr::kBN, kStages = Tr::kStages;
   constexpr int kKStages = Tr::kKStages;  // (K slots; kStages: V slots)
-  constexpr bool kEarlyK0 = EarlyK0On<Tr>::value;  // (an item's first K from its record)
-  static_assert(!kEarlyK0 || (kSparse && Tr::kCross && !TraceOn<Tr>::value), "early K0: stream");
   static_assert(kKStages == kStages || (kSparse && Tr::kCross), "a deeper K ring: the stream only");
   constexpr int kSub = Tr::kSub;
   extern __shared__ __align__(1024) char smem_raw[];
@@ -1194,7 +1154,7 @@ __device__ __forceinline__ void PersistentFa3Body(
     // releases its store.
     auto load = [&](const CUtensorMap* map, const T* base, int64_t tok_stride, uint32_t dst,
                     uint32_t full, const Item& it, int kind, int start, int n, int key,
-                    int keys_slot, bool sent) {
+                    int keys_slot) {
       auto arrive = [&]() {
         if (keys_slot >= 0) {
           if (key_row < n) tile_keys[keys_slot * kBN + key_row] = key;
@@ -1206,14 +1166,11 @@ __device__ __forceinline__ void PersistentFa3Body(
       };
       if (kind == 0) {
         if (leader) {
-          // (sent: the leader's TMA of this tile went out early, EarlyK0<Tr>: its arrival only)
-          MbarArriveExpectTx(full, kEarlyK0 && sent ? 0 : Tr::kTileBytes);
+          MbarArriveExpectTx(full, Tr::kTileBytes);
 #pragma unroll
           for (int sub = 0; sub < kSub; ++sub) {
-            if (!(kEarlyK0 && sent)) {
-              TmaLoad3d(dst + sub * kBN * 128, map, sub * 64, it.head / p.group,
-                        it.k_tok0 + start, full);
-            }
+            TmaLoad3d(dst + sub * kBN * 128, map, sub * 64, it.head / p.group, it.k_tok0 + start,
+                      full);
           }
         } else {
           MbarArrive(full);
@@ -1240,13 +1197,6 @@ __device__ __forceinline__ void PersistentFa3Body(
     int* const next_item = reinterpret_cast<int*>(smem + Tr::kNextItemOff);
     int fetched = 0;
     constexpr bool kTrace = TraceOn<Tr>::value;
-    // EarlyK0<Tr>: the leader issues an item's first K from its record (the launch picks that
-    // instance only with records and PACK_TAILS 0 / 2). No traced instance of it: there the
-    // early path spilled 72-76 bytes of the 56 registers (s34-sparse3).
-    volatile int* const k0_pos = reinterpret_cast<volatile int*>(smem + Tr::kNextItemOff) + 2;
-    if constexpr (kEarlyK0) {
-      if (leader) *k0_pos = -1;
-    }
     for (int round = 0;; ++round) {
       // (kTrace: the slot of the round's item, rewritten by the next round if it has no tiles)
       if constexpr (kTrace) {
@@ -1263,24 +1213,6 @@ __device__ __forceinline__ void PersistentFa3Body(
       }
       if (w >= num_items) break;
       if (dynamic && leader) fetched = atomicAdd(sched.counter, 1);
-      // EarlyK0<Tr>: the item's first K from its record, before the lookup and the walk, when
-      // its K slot is free (the leader's; its ring position goes to k0_pos in shared memory, not
-      // a register: a flag live across the lookup spilled 60-200 bytes of the 56 registers, as
-      // did a sleeping wait for the slot here). First word: 2 x (token << 8 | kv head) + packed.
-      if (kEarlyK0 && leader) {
-        const int first = __ldg(sched.items + 8 * w);
-        const int s = tile % kKStages;
-        if (first >= 0 && (first & 1) == ((flags & kFlagPackAlways) != 0 ? 1 : 0) &&
-            MbarTest(k_empty(s), ((tile / kKStages) & 1) ^ 1)) {
-          MbarExpectTx(k_full(s), Tr::kTileBytes);
-#pragma unroll
-          for (int sub = 0; sub < kSub; ++sub) {
-            TmaLoad3d(sK + s * Tr::kTileBytes + sub * kBN * 128, &tmap_k, sub * 64,
-                      (first >> 1) & 255, first >> 9, k_full(s));
-          }
-          *k0_pos = tile;
-        }
-      }
       Item it;
       if (!GetItem<kSparse, kBM>(p, idx, sched, num_m_blocks, w, it)) continue;
       // The item's Q load (and its descriptor): as soon as the item is known to have a tile --
@@ -1367,13 +1299,13 @@ __device__ __forceinline__ void PersistentFa3Body(
                 TileDesc{kind | (have_next ? 2 : 0) | (mixed ? 4 : 0), start, n, start + n - 1};
           }
           load(&tmap_k, kbase, p.k_token_stride, sK + s * Tr::kTileBytes, k_full(s), it, kind,
-               start, n, key, mixed ? s : -1, kEarlyK0 && leader && !have_prev && *k0_pos == tile);
+               start, n, key, mixed ? s : -1);
         }
         if (have_prev) {
           const int s = (tile - 1) % kStages;
           pwait(v_empty(s), (((tile - 1) / kStages) & 1) ^ 1);
           load(&tmap_v, vbase, p.v_token_stride, sV + s * Tr::kTileBytes, v_full(s), it, pkind,
-               pstart, pn, pkey, -1, false);
+               pstart, pn, pkey, -1);
         }
         if constexpr (kTrace) {
           if (leader && have && !have_prev) {
@@ -1384,11 +1316,6 @@ __device__ __forceinline__ void PersistentFa3Body(
           }
         }
         if (!have) break;
-        if (kEarlyK0 && leader && !have_next) {
-          // The item's last K is out: the next item's record into L1 for the early K0 above.
-          const int nw = dynamic ? G + fetched : SnakeItem(round + 1, c, G);
-          if (nw < num_items) PrefetchL1(sched.items + 8 * nw);
-        }
         ++tile;
         pkind = kind, pstart = start, pn = n, pkey = key;
         have_prev = true;
