@@ -56,6 +56,25 @@ constexpr int SaSmemBytes() {
 #else
 #define SPATTN_SA_SM90A 0
 #endif
+// Programmatic dependent launch (s35-sa, SPATTN_SA_PDL; sm_90+): the kernels after the one pass
+// up to the totals' scan are launched with programmatic stream serialization, so each is
+// launched and made resident while the one before runs, and waits at its top
+// (griddepcontrol.wait: the previous grid complete, its writes visible) before it reads or writes
+// anything. A kernel that ends a chain link lets its dependent launch at its own top
+// (launch_dependents: the dependent's CTAs take only what the running grid leaves free, and they
+// cannot start work before it completes). Both are no-ops on a normal launch: the same kernels,
+// the same values either way.
+__device__ __forceinline__ void SaGridWait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void SaLaunchDependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
 constexpr int kSaWgBufs = 6;
 constexpr int kSaWgDedicated = kSaWgBufs - 2;
 
@@ -99,6 +118,7 @@ template <typename T, int kD, bool kScores, int kSlots = kSaSlots, bool kOne = f
           bool kWg = false>
 __global__ void __launch_bounds__(kSaThreads) SaPassKernel(SaArgs a) {
   static_assert(!kWg || (kOne && !kScores), "the wgmma products serve the one pass");
+  if constexpr (kOne) SaLaunchDependents();  // the combine (SPATTN_SA_PDL)
   constexpr int kCh = kD / 8;
   constexpr int kKS = kD / 16;
   extern __shared__ __align__(128) char smem[];
@@ -577,9 +597,17 @@ __global__ void SaCombineKernel(SaArgs a) {
 // times 2^(m - lse) of the row (rows without a vote, lse NaN, skipped), in double. kLse: the
 // CTA makes its unit's lse2 itself (SaRowLse2, into shared memory) instead of reading
 // SaCombineKernel's: one launch fewer (s32-sa; SPATTN_SA_LEAN=0 launches SaCombineKernel).
+// kBatch (s35-sa, SPATTN_SA_COMB): each warp loads kSaCombItems spans' partials (and their
+// SaItem) before it adds any of them, instead of one span's loads between the adds: the same
+// terms added in the same order (spans, then rows), fewer dependent trips to L2 per entry.
 constexpr int kOneEntries = 64;
-template <bool kLse>
-__global__ void __launch_bounds__(256) SaOneCombineKernel(SaArgs a) {
+constexpr int kSaCombItems = 4;
+// (kBatch's loads take ~78 registers unbounded; 64 keeps 4 CTAs of 256 on an SM, so a 32K
+// build's 512 CTAs stay one wave on 132 SMs.)
+template <bool kLse, bool kBatch = false>
+__global__ void __launch_bounds__(256, kBatch ? 4 : 1) SaOneCombineKernel(SaArgs a) {
+  SaGridWait();  // the one pass's partials (SPATTN_SA_PDL)
+  SaLaunchDependents();
   const SaUnit u = a.units[blockIdx.x];
   const int total = u.n_col + u.n_slash;
   const int e_begin = blockIdx.y * kOneEntries;
@@ -613,6 +641,48 @@ __global__ void __launch_bounds__(256) SaOneCombineKernel(SaArgs a) {
     const bool is_col = e < u.n_col;
     const int b = e - u.n_col + u.sb_min;  // slash block (when !is_col)
     double sum = 0;
+    if constexpr (kBatch) {
+      const int it_end = u.item_begin + u.item_count;
+      for (int it0 = u.item_begin; it0 < it_end; it0 += kSaCombItems) {
+        float2 v[kSaCombItems][kSaRows / 32];
+        bool use[kSaCombItems][kSaRows / 32];
+#pragma unroll
+        for (int j = 0; j < kSaCombItems; ++j) {
+          const int it = it0 + j;
+          bool in = it < it_end;
+          SaItem item{0, 0, 1};
+          int i = 0;
+          if (in) {
+            item = a.items[it];
+            int cb0, n_cb, sb_lo, n_sb;
+            SaWindow(u, item, pos0, lg, cb0, n_cb, sb_lo, n_sb);
+            i = is_col ? e - cb0 : b - sb_lo;
+            in = i >= 0 && i < (is_col ? n_cb : n_sb);
+          }
+          const float2* src =
+              a.op_partial +
+              (static_cast<int64_t>(it) * a.op_entries + (is_col ? i : a.op_ncol + i)) * kSaRows;
+#pragma unroll
+          for (int k = 0; k < kSaRows / 32; ++k) {
+            const int r = lane + 32 * k;
+            bool ok = in && r < rows && !isnan(lse[k]);
+            if (ok && !is_col) {
+              const int pos = pos0 + r;
+              ok = !(b < ((pos - (item.key_end - 1)) >> lg) || b > ((pos - item.key_begin) >> lg));
+            }
+            use[j][k] = ok;
+            v[j][k] = ok ? src[r] : make_float2(0.f, 0.f);
+          }
+        }
+#pragma unroll
+        for (int j = 0; j < kSaCombItems; ++j) {
+#pragma unroll
+          for (int k = 0; k < kSaRows / 32; ++k) {
+            if (use[j][k]) sum += static_cast<double>(v[j][k].y * exp2f(v[j][k].x - lse[k]));
+          }
+        }
+      }
+    } else {
     for (int it = u.item_begin; it < u.item_begin + u.item_count; ++it) {
       const SaItem item = a.items[it];
       int cb0, n_cb, sb_lo, n_sb;
@@ -636,6 +706,7 @@ __global__ void __launch_bounds__(256) SaOneCombineKernel(SaArgs a) {
         sum += static_cast<double>(v.y * exp2f(v.x - lse[k]));
       }
     }
+    }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
     if (lane == 0) a.scores[u.score_off + e] = static_cast<float>(sum);
@@ -655,6 +726,8 @@ __global__ void __launch_bounds__(kCraThreads) SaCraKernel(SaArgs a) {
   __shared__ double s_bcast;
   __shared__ int s_ibcast;
 
+  SaGridWait();  // the combine's scores (SPATTN_SA_PDL)
+  SaLaunchDependents();
   const int kind = blockIdx.x & 1;
   const SaUnit u = a.units[blockIdx.x >> 1];
   const int n = kind == 0 ? u.n_col : u.n_slash;
@@ -1051,6 +1124,7 @@ __global__ void __launch_bounds__(row_assembly::kAsmSpanWarps * 32, kWarp ? 5 : 
   // The record's used words (AssembleRecordsKernel's): the header, then ctx.num_slots slots.
   const int header_words = static_cast<int>(
       (reinterpret_cast<const char*>(rec.ctx.slots) - reinterpret_cast<const char*>(&rec)) / 4);
+  SaGridWait();  // CRA's selection (SPATTN_SA_PDL)
   const int stride = gridDim.x * kAsmSpanWarps;
   for (int unit = blockIdx.x * kAsmSpanWarps + warp; unit < num_units; unit += stride) {
     __syncwarp();  // the previous row's reads of the record and the buffer are done
@@ -1120,6 +1194,7 @@ __global__ void __launch_bounds__(kSaScanThreads)
   using Scan = cub::BlockScan<long long, kSaScanThreads>;
   __shared__ typename Scan::TempStorage temp;
   __shared__ long long carry[2];
+  SaGridWait();  // the count kernels' counts (SPATTN_SA_PDL)
   if (threadIdx.x < 2) carry[threadIdx.x] = 0;
   __syncthreads();
   for (int64_t base = 0; base < n; base += kSaScanThreads * kSaScanItems) {
@@ -1167,6 +1242,42 @@ bool SaUsesWgmma() {
   return CurrentDeviceIsSm90();
 }
 
+// s35-sa knobs, read at each build: SPATTN_SA_PDL=0 launches the kernels after the one pass as
+// main did (no programmatic dependent launch); SPATTN_SA_COMB=0 runs main's combine loop (one
+// span's loads at a time). Both on by default; PDL only on compute capability 9.0+.
+bool SaKnobOn(const char* name) {
+  const char* e = std::getenv(name);
+  return e == nullptr || e[0] != '0';
+}
+bool SaUsesPdl() {
+  if (!SaKnobOn("SPATTN_SA_PDL")) return false;
+  int dev = 0, major = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return major >= 9;
+}
+
+// A launch, with programmatic stream serialization where `pdl` (the kernel waits at its top:
+// SaGridWait).
+template <typename... Params, typename... Args>
+cudaError_t SaLaunch(bool pdl, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                     cudaStream_t stream, Args... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, kernel, args...);
+}
+
 // cudaFuncSetAttribute(kernel, max dynamic shared memory) once per device and process (s33-sa2:
 // a driver call less per build ahead of the first launch); `done` holds a bit per device set.
 template <class K>
@@ -1203,17 +1314,19 @@ cudaError_t SaLaunchTyped(const SaArgs& a, cudaStream_t stream) {
       return err;
     }
     const dim3 grid(a.num_units, a.op_ctas_y);
+    const bool pdl = SaUsesPdl(), batch = SaKnobOn("SPATTN_SA_COMB");
     if (lean) {
-      SaOneCombineKernel<true><<<grid, 256, 0, stream>>>(a);
+      err = SaLaunch(pdl, batch ? SaOneCombineKernel<true, true> : SaOneCombineKernel<true>, grid,
+                     dim3(256), 0, stream, a);
     } else {
-      SaOneCombineKernel<false><<<grid, 256, 0, stream>>>(a);
+      err = SaLaunch(pdl, batch ? SaOneCombineKernel<false, true> : SaOneCombineKernel<false>,
+                     grid, dim3(256), 0, stream, a);
     }
-    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+    if (err != cudaSuccess) return err;
     if (a.pass2_done != nullptr && (err = cudaEventRecord(a.pass2_done, stream)) != cudaSuccess) {
       return err;
     }
-    SaCraKernel<<<a.num_units * 2, kCraThreads, 0, stream>>>(a);
-    return cudaGetLastError();
+    return SaLaunch(pdl, SaCraKernel, dim3(a.num_units * 2), dim3(kCraThreads), 0, stream, a);
   }
   auto pass1 = SaPassKernel<T, kD, false>;
   auto pass2 = SaPassKernel<T, kD, true>;  // blk 16 / 32 (the one pass takes 64 and 128)
@@ -1271,6 +1384,7 @@ cudaError_t LaunchSampleAttentionLeanCount(const SaAsmArgs& a, const AsmOut& out
   using namespace assembled;
   const int num_units = a.num_slots * a.num_blocks;
   cudaError_t err = cudaSuccess;
+  const bool pdl = SaUsesPdl();
   if (num_units > 0) {
     if (out.rec == nullptr || out.span_rest == nullptr) return cudaErrorInvalidValue;
     if ((kept == nullptr) != (span_row == nullptr)) return cudaErrorInvalidValue;
@@ -1281,24 +1395,20 @@ cudaError_t LaunchSampleAttentionLeanCount(const SaAsmArgs& a, const AsmOut& out
     const int warps = row_assembly::kAsmSpanWarps;
     const int span_grid = std::min((num_units + warps - 1) / warps, sms * 16);
     SaSrc src{a};
-    if (warp) {
-      SaSpanCountKernel<true>
-          <<<span_grid, warps * 32, 0, stream>>>(src, num_units, o, kept, span_row);
-    } else {
-      SaSpanCountKernel<false>
-          <<<span_grid, warps * 32, 0, stream>>>(src, num_units, o, kept, span_row);
-    }
-    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+    // After CRA (the select launch's last kernel, which lets it launch early) where pdl.
+    err = SaLaunch(pdl, warp ? SaSpanCountKernel<true> : SaSpanCountKernel<false>,
+                   dim3(span_grid), dim3(warps * 32), 0, stream, src, num_units, o, kept, span_row);
+    if (err != cudaSuccess) return err;
     const int grid = std::min(num_units, sms * 8);
     row_assembly::AssembleKernel<SaSrc, false, true>
         <<<grid, row_assembly::kAsmThreads, 0, stream>>>(src, num_units, o);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
   }
-  SaScanOffsetsKernel<<<1, kSaScanThreads, 0, stream>>>(
-      reinterpret_cast<long long*>(out.count_ranges), reinterpret_cast<long long*>(out.count_cols),
-      static_cast<int64_t>(num_units), range_indptr, col_indptr,
-      reinterpret_cast<long long*>(totals), warp ? out.span_rest : nullptr);
-  return cudaGetLastError();
+  return SaLaunch(pdl && num_units > 0, SaScanOffsetsKernel, dim3(1), dim3(kSaScanThreads), 0,
+                  stream, reinterpret_cast<long long*>(out.count_ranges),
+                  reinterpret_cast<long long*>(out.count_cols), static_cast<int64_t>(num_units),
+                  range_indptr, col_indptr, reinterpret_cast<long long*>(totals),
+                  static_cast<const uint32_t*>(warp ? out.span_rest : nullptr));
 }
 
 cudaError_t LaunchSampleAttentionLeanFill(const SaAsmArgs& a, const AsmOut& out,
