@@ -114,10 +114,16 @@ __device__ __forceinline__ void SaWindow(const SaUnit& u, const SaItem& item, in
 // per SM as pass 1 (124). (A minimum-blocks bound of 2 on it changed the other instantiations'
 // code as well; without one, their sm_90a .text is byte-identical to the two-pass file's.)
 // kWg (with kOne only): the products by wgmma, kSaWgBufs key buffers (above); the rest as kOne.
+// kPing (with kWg only; s35-sa, SPATTN_SA_PING): the two warpgroups out of phase by half a tile
+// step, so that one's products overlap the other's per-element work (between two barriers the
+// first warpgroup runs tile t's products then its elements, the second tile t - 1's elements
+// then tile t's products; one more step at the end). Each row's tiles in the same order, the
+// same code: the same values.
 template <typename T, int kD, bool kScores, int kSlots = kSaSlots, bool kOne = false,
-          bool kWg = false>
+          bool kWg = false, bool kPing = false>
 __global__ void __launch_bounds__(kSaThreads) SaPassKernel(SaArgs a) {
   static_assert(!kWg || (kOne && !kScores), "the wgmma products serve the one pass");
+  static_assert(!kPing || kWg, "the warpgroups' phases are the wgmma pass's");
   if constexpr (kOne) SaLaunchDependents();  // the combine (SPATTN_SA_PDL)
   constexpr int kCh = kD / 8;
   constexpr int kKS = kD / 16;
@@ -265,7 +271,8 @@ __global__ void __launch_bounds__(kSaThreads) SaPassKernel(SaArgs a) {
     }
   }
 
-  for (int t = 0; t < ntiles; ++t) {
+  float s[8][4];  // kPing: the second warpgroup's products live into the next step
+  for (int t = 0; t < ntiles + (kPing ? 1 : 0); ++t) {
     if constexpr (kWg) {
       // Tile t has landed (this thread's copies, then the barrier for everyone's), visible to
       // wgmma (fence.proxy.async); every warpgroup is past tile t - 1, whose buffer takes tile
@@ -284,11 +291,13 @@ __global__ void __launch_bounds__(kSaThreads) SaPassKernel(SaArgs a) {
         for (int ks = 0; ks < kKS; ++ks) LoadA(sQa, row0, ks, kCh, lane, qf[ks]);
       }
     }
-    const int j = kb + t * kSaTileN;
+    // kPing: the second warpgroup's elements are tile te = t - 1's (none at t = 0).
+    const bool wg1 = kPing && warp >= kSaWarps / 2;
+    const int te = wg1 ? t - 1 : t;
+    const int j = kb + te * kSaTileN;
     if (kWg ? wg_active : active) {
-      float s[8][4];
       if constexpr (kWg) {
-        Tile64ProductsRs<T, kD>(qf, buf_of(t), s);
+        if (!wg1 && t < ntiles) Tile64ProductsRs<T, kD>(qf, buf_of(t), s);
       } else {
         const uint32_t kst = sKa + (t & 1) * kSaTileN * kD * 2;
 #pragma unroll
@@ -307,200 +316,205 @@ __global__ void __launch_bounds__(kSaThreads) SaPassKernel(SaArgs a) {
           }
         }
       }
-      // Row h sees every key of the tile (all below the span's end and, causal, at or before
-      // the row): its elements skip the per-element mask, whose test is then true for each of
-      // them (the same values as the masked path).
-      const bool tile_in = j + kSaTileN <= ke;
-      bool full[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        full[h] = row_ok[h] && tile_in && (!p.causal || j + kSaTileN - 1 <= pos_h[h]);
-      }
-      if constexpr (!kScores) {
-#pragma unroll
+      if (te >= 0 && te < ntiles) {
+        // Row h sees every key of the tile (all below the span's end and, causal, at or before
+        // the row): its elements skip the per-element mask, whose test is then true for each of
+        // them (the same values as the masked path).
+        const bool tile_in = j + kSaTileN <= ke;
+        bool full[2];
+  #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          float mx = kNegInf;
-          if (full[h]) {
-#pragma unroll
-            for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-              for (int e = 0; e < 2; ++e) {
-                // __fmul_rn: the product rounded on its own, as the masked path's (its select
-                // keeps it out of an FMA with the later subtraction of m_new).
-                s[nt][2 * h + e] = __fmul_rn(s[nt][2 * h + e], scale);
-                mx = fmaxf(mx, s[nt][2 * h + e]);
-              }
-            }
-          } else {
-#pragma unroll
-            for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-              for (int e = 0; e < 2; ++e) {
-                const int key = j + nt * 8 + 2 * t4 + e;
-                const bool ok = row_ok[h] && key < ke && (!p.causal || key <= pos_h[h]);
-                const float v = s[nt][2 * h + e] * scale;
-                s[nt][2 * h + e] = ok ? v : kNegInf;
-                mx = fmaxf(mx, s[nt][2 * h + e]);
-              }
-            }
-          }
-          mx = QuadMax(mx);
-          const float m_new = fmaxf(m_run[h], mx);
-          if (m_new != kNegInf) {
-            float sum = 0.f;
-            float s0 = 0.f, s1 = 0.f;  // kOne: the tile's part in slash blocks A and A - 1
+          full[h] = row_ok[h] && tile_in && (!p.causal || j + kSaTileN - 1 <= pos_h[h]);
+        }
+        if constexpr (!kScores) {
+  #pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            float mx = kNegInf;
             if (full[h]) {
-              // v = -inf (an overflowed product) gives Exp2(-inf) = +0, which the masked path
-              // adds as 0.f: the same sum without the test.
-#pragma unroll
+  #pragma unroll
               for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
+  #pragma unroll
                 for (int e = 0; e < 2; ++e) {
-                  const float ex = Exp2(s[nt][2 * h + e] - m_new);
-                  sum += ex;
-                  if constexpr (kOne) {
-                    const bool next = j + nt * 8 + 2 * t4 + e > thr[h];
-                    s0 += next ? 0.f : ex;
-                    s1 += next ? ex : 0.f;
-                  }
+                  // __fmul_rn: the product rounded on its own, as the masked path's (its select
+                  // keeps it out of an FMA with the later subtraction of m_new).
+                  s[nt][2 * h + e] = __fmul_rn(s[nt][2 * h + e], scale);
+                  mx = fmaxf(mx, s[nt][2 * h + e]);
                 }
               }
             } else {
-#pragma unroll
+  #pragma unroll
               for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
+  #pragma unroll
                 for (int e = 0; e < 2; ++e) {
-                  const float v = s[nt][2 * h + e];
-                  const float ex = v == kNegInf ? 0.f : Exp2(v - m_new);
-                  sum += ex;
-                  if constexpr (kOne) {
-                    const bool next = j + nt * 8 + 2 * t4 + e > thr[h];
-                    s0 += next ? 0.f : ex;
-                    s1 += next ? ex : 0.f;
-                  }
-                }
-              }
-            }
-            l_run[h] = Rescale2(l_run[h], m_run[h], m_new) + sum;
-            if constexpr (kOne) {
-              // The whole tile lies in the current column block.
-              cacc[h] = Rescale2(cacc[h], m_run[h], m_new) + sum;
-              sacc0[h] = Rescale2(sacc0[h], m_run[h], m_new) + s0;
-              sacc1[h] = Rescale2(sacc1[h], m_run[h], m_new) + s1;
-            }
-            m_run[h] = m_new;
-          }
-        }
-        if constexpr (kOne) {
-          // Blocks complete after this tile go out with the running max they refer to: the
-          // column block when the next tile starts another (warp-uniform) or this is the last;
-          // slash block A when the next key lies in A - 1 (per row: quad-uniform), and at the
-          // span's end A and, when the span's last key is in it, A - 1. Every block of
-          // [(pos - (ke - 1)) >> lg, (pos - kb) >> lg] is written once (SaOneCombineKernel
-          // reads exactly those).
-          const bool last = t + 1 == ntiles;
-          const bool col_end = last || ((j + kSaTileN) >> lg) != (j >> lg);
-          const int64_t item_base = static_cast<int64_t>(blockIdx.x) * a.op_entries;
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int r = row0 + g + 8 * h;
-            const bool wr = t4 == 0 && row_ok[h];
-            if (col_end) {
-              const float q = QuadSum(cacc[h]);
-              if (wr) {
-                a.op_partial[(item_base + (j >> lg) - cb0) * kSaRows + r] =
-                    make_float2(m_run[h], q);
-              }
-              cacc[h] = 0.f;
-            }
-            const float q0 = QuadSum(sacc0[h]);
-            const int64_t at = item_base + a.op_ncol + (sb_a[h] - sb_lo);
-            if (last) {
-              const float q1 = QuadSum(sacc1[h]);
-              if (wr) {
-                a.op_partial[at * kSaRows + r] = make_float2(m_run[h], q0);
-                if (((pos_h[h] - (ke - 1)) >> lg) < sb_a[h]) {
-                  a.op_partial[(at - 1) * kSaRows + r] = make_float2(m_run[h], q1);
-                }
-              }
-            } else if (((pos_h[h] - (j + kSaTileN)) >> lg) < sb_a[h]) {
-              if (wr) a.op_partial[at * kSaRows + r] = make_float2(m_run[h], q0);
-              sacc0[h] = sacc1[h];
-              sacc1[h] = 0.f;
-              sb_a[h] -= 1;
-              thr[h] += blk;
-            }
-          }
-        }
-      } else {
-        float csum[8];
-        float ss[kSlots];
-#pragma unroll
-        for (int k = 0; k < kSlots; ++k) ss[k] = 0.f;
-        const int sb_base = (pos0 + row0 - (j + kSaTileN - 1)) >> lg;
-        // Every sum here starts at +0 and adds probabilities >= +0: adding the 0.f of a masked
-        // element or of another slot leaves it unchanged, so skipping those additions gives the
-        // same bits. `masked` (a std::bool_constant): the per-element mask, which tiles that
-        // both rows see whole skip.
-        auto accumulate = [&](auto masked) {
-#pragma unroll
-          for (int nt = 0; nt < 8; ++nt) {
-            csum[nt] = 0.f;
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-#pragma unroll
-              for (int e = 0; e < 2; ++e) {
-                const int key = j + nt * 8 + 2 * t4 + e;
-                float pr;
-                if constexpr (decltype(masked)::value) {
+                  const int key = j + nt * 8 + 2 * t4 + e;
                   const bool ok = row_ok[h] && key < ke && (!p.causal || key <= pos_h[h]);
-                  pr = ok ? Exp2(s[nt][2 * h + e] * scale - lse_h[h]) : 0.f;
-                } else {
-                  pr = Exp2(s[nt][2 * h + e] * scale - lse_h[h]);
+                  const float v = s[nt][2 * h + e] * scale;
+                  s[nt][2 * h + e] = ok ? v : kNegInf;
+                  mx = fmaxf(mx, s[nt][2 * h + e]);
                 }
-                csum[nt] += pr;
-                const int k = ((pos_h[h] - key) >> lg) - sb_base;
-#pragma unroll
-                for (int kk = 0; kk < kSlots; ++kk) {
+              }
+            }
+            mx = QuadMax(mx);
+            const float m_new = fmaxf(m_run[h], mx);
+            if (m_new != kNegInf) {
+              float sum = 0.f;
+              float s0 = 0.f, s1 = 0.f;  // kOne: the tile's part in slash blocks A and A - 1
+              if (full[h]) {
+                // v = -inf (an overflowed product) gives Exp2(-inf) = +0, which the masked path
+                // adds as 0.f: the same sum without the test.
+  #pragma unroll
+                for (int nt = 0; nt < 8; ++nt) {
+  #pragma unroll
+                  for (int e = 0; e < 2; ++e) {
+                    const float ex = Exp2(s[nt][2 * h + e] - m_new);
+                    sum += ex;
+                    if constexpr (kOne) {
+                      const bool next = j + nt * 8 + 2 * t4 + e > thr[h];
+                      s0 += next ? 0.f : ex;
+                      s1 += next ? ex : 0.f;
+                    }
+                  }
+                }
+              } else {
+  #pragma unroll
+                for (int nt = 0; nt < 8; ++nt) {
+  #pragma unroll
+                  for (int e = 0; e < 2; ++e) {
+                    const float v = s[nt][2 * h + e];
+                    const float ex = v == kNegInf ? 0.f : Exp2(v - m_new);
+                    sum += ex;
+                    if constexpr (kOne) {
+                      const bool next = j + nt * 8 + 2 * t4 + e > thr[h];
+                      s0 += next ? 0.f : ex;
+                      s1 += next ? ex : 0.f;
+                    }
+                  }
+                }
+              }
+              l_run[h] = Rescale2(l_run[h], m_run[h], m_new) + sum;
+              if constexpr (kOne) {
+                // The whole tile lies in the current column block.
+                cacc[h] = Rescale2(cacc[h], m_run[h], m_new) + sum;
+                sacc0[h] = Rescale2(sacc0[h], m_run[h], m_new) + s0;
+                sacc1[h] = Rescale2(sacc1[h], m_run[h], m_new) + s1;
+              }
+              m_run[h] = m_new;
+            }
+          }
+          if constexpr (kOne) {
+            // Blocks complete after this tile go out with the running max they refer to: the
+            // column block when the next tile starts another (warp-uniform) or this is the last;
+            // slash block A when the next key lies in A - 1 (per row: quad-uniform), and at the
+            // span's end A and, when the span's last key is in it, A - 1. Every block of
+            // [(pos - (ke - 1)) >> lg, (pos - kb) >> lg] is written once (SaOneCombineKernel
+            // reads exactly those).
+            const bool last = te + 1 == ntiles;
+            const bool col_end = last || ((j + kSaTileN) >> lg) != (j >> lg);
+            const int64_t item_base = static_cast<int64_t>(blockIdx.x) * a.op_entries;
+  #pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const int r = row0 + g + 8 * h;
+              const bool wr = t4 == 0 && row_ok[h];
+              if (col_end) {
+                const float q = QuadSum(cacc[h]);
+                if (wr) {
+                  a.op_partial[(item_base + (j >> lg) - cb0) * kSaRows + r] =
+                      make_float2(m_run[h], q);
+                }
+                cacc[h] = 0.f;
+              }
+              const float q0 = QuadSum(sacc0[h]);
+              const int64_t at = item_base + a.op_ncol + (sb_a[h] - sb_lo);
+              if (last) {
+                const float q1 = QuadSum(sacc1[h]);
+                if (wr) {
+                  a.op_partial[at * kSaRows + r] = make_float2(m_run[h], q0);
+                  if (((pos_h[h] - (ke - 1)) >> lg) < sb_a[h]) {
+                    a.op_partial[(at - 1) * kSaRows + r] = make_float2(m_run[h], q1);
+                  }
+                }
+              } else if (((pos_h[h] - (j + kSaTileN)) >> lg) < sb_a[h]) {
+                if (wr) a.op_partial[at * kSaRows + r] = make_float2(m_run[h], q0);
+                sacc0[h] = sacc1[h];
+                sacc1[h] = 0.f;
+                sb_a[h] -= 1;
+                thr[h] += blk;
+              }
+            }
+          }
+        } else {
+          float csum[8];
+          float ss[kSlots];
+  #pragma unroll
+          for (int k = 0; k < kSlots; ++k) ss[k] = 0.f;
+          const int sb_base = (pos0 + row0 - (j + kSaTileN - 1)) >> lg;
+          // Every sum here starts at +0 and adds probabilities >= +0: adding the 0.f of a masked
+          // element or of another slot leaves it unchanged, so skipping those additions gives the
+          // same bits. `masked` (a std::bool_constant): the per-element mask, which tiles that
+          // both rows see whole skip.
+          auto accumulate = [&](auto masked) {
+  #pragma unroll
+            for (int nt = 0; nt < 8; ++nt) {
+              csum[nt] = 0.f;
+  #pragma unroll
+              for (int h = 0; h < 2; ++h) {
+  #pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                  const int key = j + nt * 8 + 2 * t4 + e;
+                  float pr;
                   if constexpr (decltype(masked)::value) {
-                    ss[kk] += k == kk ? pr : 0.f;
-                  } else if (k == kk) {
-                    ss[kk] += pr;
+                    const bool ok = row_ok[h] && key < ke && (!p.causal || key <= pos_h[h]);
+                    pr = ok ? Exp2(s[nt][2 * h + e] * scale - lse_h[h]) : 0.f;
+                  } else {
+                    pr = Exp2(s[nt][2 * h + e] * scale - lse_h[h]);
+                  }
+                  csum[nt] += pr;
+                  const int k = ((pos_h[h] - key) >> lg) - sb_base;
+  #pragma unroll
+                  for (int kk = 0; kk < kSlots; ++kk) {
+                    if constexpr (decltype(masked)::value) {
+                      ss[kk] += k == kk ? pr : 0.f;
+                    } else if (k == kk) {
+                      ss[kk] += pr;
+                    }
                   }
                 }
               }
             }
+          };
+          if (full[0] && full[1]) {
+            accumulate(std::false_type());
+          } else {
+            accumulate(std::true_type());
           }
-        };
-        if (full[0] && full[1]) {
-          accumulate(std::false_type());
-        } else {
-          accumulate(std::true_type());
-        }
-        // Column blocks: nts of one block summed in the thread, then over the warp.
-        float cs = 0.f;
-        int cur = j >> lg;
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt) {
-          const int idx = (j + nt * 8) >> lg;  // warp-uniform
-          if (idx != cur) {
-            cs = WarpSum(cs);
-            if (lane == 0 && cs != 0.f) wCol[cur - cb0] += cs;
-            cs = 0.f;
-            cur = idx;
+          // Column blocks: nts of one block summed in the thread, then over the warp.
+          float cs = 0.f;
+          int cur = j >> lg;
+  #pragma unroll
+          for (int nt = 0; nt < 8; ++nt) {
+            const int idx = (j + nt * 8) >> lg;  // warp-uniform
+            if (idx != cur) {
+              cs = WarpSum(cs);
+              if (lane == 0 && cs != 0.f) wCol[cur - cb0] += cs;
+              cs = 0.f;
+              cur = idx;
+            }
+            cs += csum[nt];
           }
-          cs += csum[nt];
-        }
-        cs = WarpSum(cs);
-        if (lane == 0 && cs != 0.f) wCol[cur - cb0] += cs;
-#pragma unroll
-        for (int kk = 0; kk < kSlots; ++kk) {
-          if (__any_sync(0xffffffffu, ss[kk] != 0.f)) {
-            const float v = WarpSum(ss[kk]);
-            const int idx = sb_base + kk - sb_lo;
-            if (lane == 0 && v != 0.f && idx >= 0 && idx < n_sb) wSlash[idx] += v;
+          cs = WarpSum(cs);
+          if (lane == 0 && cs != 0.f) wCol[cur - cb0] += cs;
+  #pragma unroll
+          for (int kk = 0; kk < kSlots; ++kk) {
+            if (__any_sync(0xffffffffu, ss[kk] != 0.f)) {
+              const float v = WarpSum(ss[kk]);
+              const int idx = sb_base + kk - sb_lo;
+              if (lane == 0 && v != 0.f && idx >= 0 && idx < n_sb) wSlash[idx] += v;
+            }
           }
         }
+      }
+      if constexpr (kPing) {
+        if (wg1 && t < ntiles) Tile64ProductsRs<T, kD>(qf, buf_of(t), s);
       }
     }
     if constexpr (!kWg) __syncthreads();  // kWg: the next tile's top barrier
@@ -1244,7 +1258,8 @@ bool SaUsesWgmma() {
 
 // s35-sa knobs, read at each build: SPATTN_SA_PDL=0 launches the kernels after the one pass as
 // main did (no programmatic dependent launch); SPATTN_SA_COMB=0 runs main's combine loop (one
-// span's loads at a time). Both on by default; PDL only on compute capability 9.0+.
+// span's loads at a time); SPATTN_SA_PING=0 runs main's wgmma pass (the warpgroups in step).
+// All on by default; PDL only on compute capability 9.0+.
 bool SaKnobOn(const char* name) {
   const char* e = std::getenv(name);
   return e == nullptr || e[0] != '0';
@@ -1297,11 +1312,13 @@ cudaError_t SaLaunchTyped(const SaArgs& a, cudaStream_t stream) {
   constexpr int smem = SaSmemBytes<kD>();
   if (a.op_partial != nullptr) {
     const bool wg = SaUsesWgmma();
-    auto one = wg ? SaPassKernel<T, kD, false, kSaSlots, true, true>
-                  : SaPassKernel<T, kD, false, kSaSlots, true>;
+    const bool ping = wg && SaKnobOn("SPATTN_SA_PING");  // s35-sa: the warpgroups out of phase
+    auto one = ping ? SaPassKernel<T, kD, false, kSaSlots, true, true, true>
+               : wg ? SaPassKernel<T, kD, false, kSaSlots, true, true>
+                    : SaPassKernel<T, kD, false, kSaSlots, true>;
     const int one_smem = wg ? SaWgSmemBytes<kD>() : smem;
-    static std::atomic<uint64_t> one_set[2];
-    cudaError_t err = SaSetSmemOnce(one, one_smem, one_set[wg ? 1 : 0]);
+    static std::atomic<uint64_t> one_set[3];
+    cudaError_t err = SaSetSmemOnce(one, one_smem, one_set[ping ? 2 : wg ? 1 : 0]);
     if (err != cudaSuccess) return err;
     one<<<a.num_items, kSaThreads, one_smem, stream>>>(a);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
