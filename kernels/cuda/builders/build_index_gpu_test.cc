@@ -2154,51 +2154,5 @@ TEST(BuildIndexOnGpuEstimateTest, EstimateTailKeepsNonFiniteLogitsIndex) {
 #endif
 }
 
-// ---- s35-sa: sample_attention's kernels after the one pass by programmatic dependent launch
-// (SPATTN_SA_PDL), the combine's loads several spans at a time (SPATTN_SA_COMB), the one pass's
-// warpgroups out of phase (SPATTN_SA_PING) ----
-// Neither changes what any kernel computes: PDL only launches the combine, CRA, the span count and
-// the scan while the kernel before them runs (each waits at its top for it to complete), and the
-// batched combine adds the same terms in the same order. Every index array, offsets included, bit
-// for bit: each knob against 0 with the other off, and the combine's knob with PDL on (so both on
-// equals both off), every shape and config, both head lists, block_m 64 and 128, llm_mix 16K.
-TEST(BuildIndexOnGpuSampleAttentionTest, DependentLaunchAndBatchedCombineBuildMainsIndex) {
-  SKIP_WITHOUT_GPU();
-  int compared = 0;
-  {
-    ScopedEnv comb("SPATTN_SA_COMB", "0");
-    const int n = ExpectEnvValuesBuildTheSameIndex(Method::kSampleAttention, "SPATTN_SA_PDL", "0",
-                                                   {nullptr}, 3500, /*both_head_lists=*/true);
-    printf("sample_attention PDL vs none (main's combine): %d indexes compared\n", n);
-    EXPECT_GT(n, 0);
-    compared += n;
-  }
-  for (const char* pdl : {"0", static_cast<const char*>(nullptr)}) {
-    if (::testing::Test::HasFatalFailure()) return;
-    ScopedEnv env("SPATTN_SA_PDL", pdl);
-    const int n = ExpectEnvValuesBuildTheSameIndex(Method::kSampleAttention, "SPATTN_SA_COMB", "0",
-                                                   {nullptr}, 3510, /*both_head_lists=*/true);
-    printf("sample_attention batched vs main's combine, PDL %s: %d indexes compared\n",
-           pdl == nullptr ? "on" : "off", n);
-    EXPECT_GT(n, 0);
-    compared += n;
-  }
-  printf("sample_attention PDL / batched combine vs main's: %d indexes compared\n", compared);
-}
-
-// SPATTN_SA_PING (sample_attention.cu SaPassKernel kPing): the one pass's two warpgroups half a
-// tile step apart (the second runs a tile's elements one step later). Each row sees the same
-// tiles in the same order through the same code, so every index array is the same bit for bit
-// as main's lockstep pass (=0), with the other two knobs at their defaults: every shape and config
-// (blk 16 / 32: the two passes, the same code either way), both head lists, block_m 64 and 128,
-// llm_mix 16K. Elsewhere than 9.0 (no wgmma pass) both builds are mma.sync.
-TEST(BuildIndexOnGpuSampleAttentionTest, OutOfPhaseWarpgroupsBuildMainsIndex) {
-  SKIP_WITHOUT_GPU();
-  const int compared = ExpectEnvValuesBuildTheSameIndex(
-      Method::kSampleAttention, "SPATTN_SA_PING", "0", {nullptr}, 3520, /*both_head_lists=*/true);
-  printf("sample_attention warpgroups out of phase vs in step: %d indexes compared\n", compared);
-  EXPECT_GT(compared, 0);
-}
-
 }  // namespace
 }  // namespace spattn

@@ -56,25 +56,6 @@ constexpr int SaSmemBytes() {
 #else
 #define SPATTN_SA_SM90A 0
 #endif
-// Programmatic dependent launch (s35-sa, SPATTN_SA_PDL; sm_90+): the kernels after the one pass
-// up to the totals' scan are launched with programmatic stream serialization, so each is
-// launched and made resident while the one before runs, and waits at its top
-// (griddepcontrol.wait: the previous grid complete, its writes visible) before it reads or writes
-// anything. A kernel that ends a chain link lets its dependent launch at its own top
-// (launch_dependents: the dependent's CTAs take only what the running grid leaves free, and they
-// cannot start work before it completes). Both are no-ops on a normal launch: the same kernels,
-// the same values either way.
-__device__ __forceinline__ void SaGridWait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void SaLaunchDependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
-}
-
 constexpr int kSaWgBufs = 6;
 constexpr int kSaWgDedicated = kSaWgBufs - 2;
 
@@ -114,17 +95,10 @@ __device__ __forceinline__ void SaWindow(const SaUnit& u, const SaItem& item, in
 // per SM as pass 1 (124). (A minimum-blocks bound of 2 on it changed the other instantiations'
 // code as well; without one, their sm_90a .text is byte-identical to the two-pass file's.)
 // kWg (with kOne only): the products by wgmma, kSaWgBufs key buffers (above); the rest as kOne.
-// kPing (with kWg only; s35-sa, SPATTN_SA_PING): the two warpgroups out of phase by half a tile
-// step, so that one's products overlap the other's per-element work (between two barriers the
-// first warpgroup runs tile t's products then its elements, the second tile t - 1's elements
-// then tile t's products; one more step at the end). Each row's tiles in the same order, the
-// same code: the same values.
 template <typename T, int kD, bool kScores, int kSlots = kSaSlots, bool kOne = false,
-          bool kWg = false, bool kPing = false>
+          bool kWg = false>
 __global__ void __launch_bounds__(kSaThreads) SaPassKernel(SaArgs a) {
   static_assert(!kWg || (kOne && !kScores), "the wgmma products serve the one pass");
-  static_assert(!kPing || kWg, "the warpgroups' phases are the wgmma pass's");
-  if constexpr (kOne) SaLaunchDependents();  // the combine (SPATTN_SA_PDL)
   constexpr int kCh = kD / 8;
   constexpr int kKS = kD / 16;
   extern __shared__ __align__(128) char smem[];
@@ -271,8 +245,7 @@ __global__ void __launch_bounds__(kSaThreads) SaPassKernel(SaArgs a) {
     }
   }
 
-  float s[8][4];  // kPing: the second warpgroup's products live into the next step
-  for (int t = 0; t < ntiles + (kPing ? 1 : 0); ++t) {
+  for (int t = 0; t < ntiles; ++t) {
     if constexpr (kWg) {
       // Tile t has landed (this thread's copies, then the barrier for everyone's), visible to
       // wgmma (fence.proxy.async); every warpgroup is past tile t - 1, whose buffer takes tile
@@ -291,13 +264,11 @@ __global__ void __launch_bounds__(kSaThreads) SaPassKernel(SaArgs a) {
         for (int ks = 0; ks < kKS; ++ks) LoadA(sQa, row0, ks, kCh, lane, qf[ks]);
       }
     }
-    // kPing: the second warpgroup's elements are tile te = t - 1's (none at t = 0).
-    const bool wg1 = kPing && warp >= kSaWarps / 2;
-    const int te = wg1 ? t - 1 : t;
-    const int j = kb + te * kSaTileN;
+    const int j = kb + t * kSaTileN;
     if (kWg ? wg_active : active) {
+      float s[8][4];
       if constexpr (kWg) {
-        if (!wg1 && t < ntiles) Tile64ProductsRs<T, kD>(qf, buf_of(t), s);
+        Tile64ProductsRs<T, kD>(qf, buf_of(t), s);
       } else {
         const uint32_t kst = sKa + (t & 1) * kSaTileN * kD * 2;
 #pragma unroll
@@ -316,205 +287,200 @@ __global__ void __launch_bounds__(kSaThreads) SaPassKernel(SaArgs a) {
           }
         }
       }
-      if (te >= 0 && te < ntiles) {
-        // Row h sees every key of the tile (all below the span's end and, causal, at or before
-        // the row): its elements skip the per-element mask, whose test is then true for each of
-        // them (the same values as the masked path).
-        const bool tile_in = j + kSaTileN <= ke;
-        bool full[2];
-  #pragma unroll
+      // Row h sees every key of the tile (all below the span's end and, causal, at or before
+      // the row): its elements skip the per-element mask, whose test is then true for each of
+      // them (the same values as the masked path).
+      const bool tile_in = j + kSaTileN <= ke;
+      bool full[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        full[h] = row_ok[h] && tile_in && (!p.causal || j + kSaTileN - 1 <= pos_h[h]);
+      }
+      if constexpr (!kScores) {
+#pragma unroll
         for (int h = 0; h < 2; ++h) {
-          full[h] = row_ok[h] && tile_in && (!p.causal || j + kSaTileN - 1 <= pos_h[h]);
-        }
-        if constexpr (!kScores) {
-  #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            float mx = kNegInf;
+          float mx = kNegInf;
+          if (full[h]) {
+#pragma unroll
+            for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+              for (int e = 0; e < 2; ++e) {
+                // __fmul_rn: the product rounded on its own, as the masked path's (its select
+                // keeps it out of an FMA with the later subtraction of m_new).
+                s[nt][2 * h + e] = __fmul_rn(s[nt][2 * h + e], scale);
+                mx = fmaxf(mx, s[nt][2 * h + e]);
+              }
+            }
+          } else {
+#pragma unroll
+            for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+              for (int e = 0; e < 2; ++e) {
+                const int key = j + nt * 8 + 2 * t4 + e;
+                const bool ok = row_ok[h] && key < ke && (!p.causal || key <= pos_h[h]);
+                const float v = s[nt][2 * h + e] * scale;
+                s[nt][2 * h + e] = ok ? v : kNegInf;
+                mx = fmaxf(mx, s[nt][2 * h + e]);
+              }
+            }
+          }
+          mx = QuadMax(mx);
+          const float m_new = fmaxf(m_run[h], mx);
+          if (m_new != kNegInf) {
+            float sum = 0.f;
+            float s0 = 0.f, s1 = 0.f;  // kOne: the tile's part in slash blocks A and A - 1
             if (full[h]) {
-  #pragma unroll
+              // v = -inf (an overflowed product) gives Exp2(-inf) = +0, which the masked path
+              // adds as 0.f: the same sum without the test.
+#pragma unroll
               for (int nt = 0; nt < 8; ++nt) {
-  #pragma unroll
+#pragma unroll
                 for (int e = 0; e < 2; ++e) {
-                  // __fmul_rn: the product rounded on its own, as the masked path's (its select
-                  // keeps it out of an FMA with the later subtraction of m_new).
-                  s[nt][2 * h + e] = __fmul_rn(s[nt][2 * h + e], scale);
-                  mx = fmaxf(mx, s[nt][2 * h + e]);
+                  const float ex = Exp2(s[nt][2 * h + e] - m_new);
+                  sum += ex;
+                  if constexpr (kOne) {
+                    const bool next = j + nt * 8 + 2 * t4 + e > thr[h];
+                    s0 += next ? 0.f : ex;
+                    s1 += next ? ex : 0.f;
+                  }
                 }
               }
             } else {
-  #pragma unroll
+#pragma unroll
               for (int nt = 0; nt < 8; ++nt) {
-  #pragma unroll
+#pragma unroll
                 for (int e = 0; e < 2; ++e) {
-                  const int key = j + nt * 8 + 2 * t4 + e;
-                  const bool ok = row_ok[h] && key < ke && (!p.causal || key <= pos_h[h]);
-                  const float v = s[nt][2 * h + e] * scale;
-                  s[nt][2 * h + e] = ok ? v : kNegInf;
-                  mx = fmaxf(mx, s[nt][2 * h + e]);
-                }
-              }
-            }
-            mx = QuadMax(mx);
-            const float m_new = fmaxf(m_run[h], mx);
-            if (m_new != kNegInf) {
-              float sum = 0.f;
-              float s0 = 0.f, s1 = 0.f;  // kOne: the tile's part in slash blocks A and A - 1
-              if (full[h]) {
-                // v = -inf (an overflowed product) gives Exp2(-inf) = +0, which the masked path
-                // adds as 0.f: the same sum without the test.
-  #pragma unroll
-                for (int nt = 0; nt < 8; ++nt) {
-  #pragma unroll
-                  for (int e = 0; e < 2; ++e) {
-                    const float ex = Exp2(s[nt][2 * h + e] - m_new);
-                    sum += ex;
-                    if constexpr (kOne) {
-                      const bool next = j + nt * 8 + 2 * t4 + e > thr[h];
-                      s0 += next ? 0.f : ex;
-                      s1 += next ? ex : 0.f;
-                    }
-                  }
-                }
-              } else {
-  #pragma unroll
-                for (int nt = 0; nt < 8; ++nt) {
-  #pragma unroll
-                  for (int e = 0; e < 2; ++e) {
-                    const float v = s[nt][2 * h + e];
-                    const float ex = v == kNegInf ? 0.f : Exp2(v - m_new);
-                    sum += ex;
-                    if constexpr (kOne) {
-                      const bool next = j + nt * 8 + 2 * t4 + e > thr[h];
-                      s0 += next ? 0.f : ex;
-                      s1 += next ? ex : 0.f;
-                    }
+                  const float v = s[nt][2 * h + e];
+                  const float ex = v == kNegInf ? 0.f : Exp2(v - m_new);
+                  sum += ex;
+                  if constexpr (kOne) {
+                    const bool next = j + nt * 8 + 2 * t4 + e > thr[h];
+                    s0 += next ? 0.f : ex;
+                    s1 += next ? ex : 0.f;
                   }
                 }
               }
-              l_run[h] = Rescale2(l_run[h], m_run[h], m_new) + sum;
-              if constexpr (kOne) {
-                // The whole tile lies in the current column block.
-                cacc[h] = Rescale2(cacc[h], m_run[h], m_new) + sum;
-                sacc0[h] = Rescale2(sacc0[h], m_run[h], m_new) + s0;
-                sacc1[h] = Rescale2(sacc1[h], m_run[h], m_new) + s1;
-              }
-              m_run[h] = m_new;
             }
+            l_run[h] = Rescale2(l_run[h], m_run[h], m_new) + sum;
+            if constexpr (kOne) {
+              // The whole tile lies in the current column block.
+              cacc[h] = Rescale2(cacc[h], m_run[h], m_new) + sum;
+              sacc0[h] = Rescale2(sacc0[h], m_run[h], m_new) + s0;
+              sacc1[h] = Rescale2(sacc1[h], m_run[h], m_new) + s1;
+            }
+            m_run[h] = m_new;
           }
-          if constexpr (kOne) {
-            // Blocks complete after this tile go out with the running max they refer to: the
-            // column block when the next tile starts another (warp-uniform) or this is the last;
-            // slash block A when the next key lies in A - 1 (per row: quad-uniform), and at the
-            // span's end A and, when the span's last key is in it, A - 1. Every block of
-            // [(pos - (ke - 1)) >> lg, (pos - kb) >> lg] is written once (SaOneCombineKernel
-            // reads exactly those).
-            const bool last = te + 1 == ntiles;
-            const bool col_end = last || ((j + kSaTileN) >> lg) != (j >> lg);
-            const int64_t item_base = static_cast<int64_t>(blockIdx.x) * a.op_entries;
-  #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              const int r = row0 + g + 8 * h;
-              const bool wr = t4 == 0 && row_ok[h];
-              if (col_end) {
-                const float q = QuadSum(cacc[h]);
-                if (wr) {
-                  a.op_partial[(item_base + (j >> lg) - cb0) * kSaRows + r] =
-                      make_float2(m_run[h], q);
-                }
-                cacc[h] = 0.f;
+        }
+        if constexpr (kOne) {
+          // Blocks complete after this tile go out with the running max they refer to: the
+          // column block when the next tile starts another (warp-uniform) or this is the last;
+          // slash block A when the next key lies in A - 1 (per row: quad-uniform), and at the
+          // span's end A and, when the span's last key is in it, A - 1. Every block of
+          // [(pos - (ke - 1)) >> lg, (pos - kb) >> lg] is written once (SaOneCombineKernel
+          // reads exactly those).
+          const bool last = t + 1 == ntiles;
+          const bool col_end = last || ((j + kSaTileN) >> lg) != (j >> lg);
+          const int64_t item_base = static_cast<int64_t>(blockIdx.x) * a.op_entries;
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int r = row0 + g + 8 * h;
+            const bool wr = t4 == 0 && row_ok[h];
+            if (col_end) {
+              const float q = QuadSum(cacc[h]);
+              if (wr) {
+                a.op_partial[(item_base + (j >> lg) - cb0) * kSaRows + r] =
+                    make_float2(m_run[h], q);
               }
-              const float q0 = QuadSum(sacc0[h]);
-              const int64_t at = item_base + a.op_ncol + (sb_a[h] - sb_lo);
-              if (last) {
-                const float q1 = QuadSum(sacc1[h]);
-                if (wr) {
-                  a.op_partial[at * kSaRows + r] = make_float2(m_run[h], q0);
-                  if (((pos_h[h] - (ke - 1)) >> lg) < sb_a[h]) {
-                    a.op_partial[(at - 1) * kSaRows + r] = make_float2(m_run[h], q1);
-                  }
-                }
-              } else if (((pos_h[h] - (j + kSaTileN)) >> lg) < sb_a[h]) {
-                if (wr) a.op_partial[at * kSaRows + r] = make_float2(m_run[h], q0);
-                sacc0[h] = sacc1[h];
-                sacc1[h] = 0.f;
-                sb_a[h] -= 1;
-                thr[h] += blk;
-              }
+              cacc[h] = 0.f;
             }
-          }
-        } else {
-          float csum[8];
-          float ss[kSlots];
-  #pragma unroll
-          for (int k = 0; k < kSlots; ++k) ss[k] = 0.f;
-          const int sb_base = (pos0 + row0 - (j + kSaTileN - 1)) >> lg;
-          // Every sum here starts at +0 and adds probabilities >= +0: adding the 0.f of a masked
-          // element or of another slot leaves it unchanged, so skipping those additions gives the
-          // same bits. `masked` (a std::bool_constant): the per-element mask, which tiles that
-          // both rows see whole skip.
-          auto accumulate = [&](auto masked) {
-  #pragma unroll
-            for (int nt = 0; nt < 8; ++nt) {
-              csum[nt] = 0.f;
-  #pragma unroll
-              for (int h = 0; h < 2; ++h) {
-  #pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                  const int key = j + nt * 8 + 2 * t4 + e;
-                  float pr;
-                  if constexpr (decltype(masked)::value) {
-                    const bool ok = row_ok[h] && key < ke && (!p.causal || key <= pos_h[h]);
-                    pr = ok ? Exp2(s[nt][2 * h + e] * scale - lse_h[h]) : 0.f;
-                  } else {
-                    pr = Exp2(s[nt][2 * h + e] * scale - lse_h[h]);
-                  }
-                  csum[nt] += pr;
-                  const int k = ((pos_h[h] - key) >> lg) - sb_base;
-  #pragma unroll
-                  for (int kk = 0; kk < kSlots; ++kk) {
-                    if constexpr (decltype(masked)::value) {
-                      ss[kk] += k == kk ? pr : 0.f;
-                    } else if (k == kk) {
-                      ss[kk] += pr;
-                    }
-                  }
+            const float q0 = QuadSum(sacc0[h]);
+            const int64_t at = item_base + a.op_ncol + (sb_a[h] - sb_lo);
+            if (last) {
+              const float q1 = QuadSum(sacc1[h]);
+              if (wr) {
+                a.op_partial[at * kSaRows + r] = make_float2(m_run[h], q0);
+                if (((pos_h[h] - (ke - 1)) >> lg) < sb_a[h]) {
+                  a.op_partial[(at - 1) * kSaRows + r] = make_float2(m_run[h], q1);
                 }
               }
-            }
-          };
-          if (full[0] && full[1]) {
-            accumulate(std::false_type());
-          } else {
-            accumulate(std::true_type());
-          }
-          // Column blocks: nts of one block summed in the thread, then over the warp.
-          float cs = 0.f;
-          int cur = j >> lg;
-  #pragma unroll
-          for (int nt = 0; nt < 8; ++nt) {
-            const int idx = (j + nt * 8) >> lg;  // warp-uniform
-            if (idx != cur) {
-              cs = WarpSum(cs);
-              if (lane == 0 && cs != 0.f) wCol[cur - cb0] += cs;
-              cs = 0.f;
-              cur = idx;
-            }
-            cs += csum[nt];
-          }
-          cs = WarpSum(cs);
-          if (lane == 0 && cs != 0.f) wCol[cur - cb0] += cs;
-  #pragma unroll
-          for (int kk = 0; kk < kSlots; ++kk) {
-            if (__any_sync(0xffffffffu, ss[kk] != 0.f)) {
-              const float v = WarpSum(ss[kk]);
-              const int idx = sb_base + kk - sb_lo;
-              if (lane == 0 && v != 0.f && idx >= 0 && idx < n_sb) wSlash[idx] += v;
+            } else if (((pos_h[h] - (j + kSaTileN)) >> lg) < sb_a[h]) {
+              if (wr) a.op_partial[at * kSaRows + r] = make_float2(m_run[h], q0);
+              sacc0[h] = sacc1[h];
+              sacc1[h] = 0.f;
+              sb_a[h] -= 1;
+              thr[h] += blk;
             }
           }
         }
-      }
-      if constexpr (kPing) {
-        if (wg1 && t < ntiles) Tile64ProductsRs<T, kD>(qf, buf_of(t), s);
+      } else {
+        float csum[8];
+        float ss[kSlots];
+#pragma unroll
+        for (int k = 0; k < kSlots; ++k) ss[k] = 0.f;
+        const int sb_base = (pos0 + row0 - (j + kSaTileN - 1)) >> lg;
+        // Every sum here starts at +0 and adds probabilities >= +0: adding the 0.f of a masked
+        // element or of another slot leaves it unchanged, so skipping those additions gives the
+        // same bits. `masked` (a std::bool_constant): the per-element mask, which tiles that
+        // both rows see whole skip.
+        auto accumulate = [&](auto masked) {
+#pragma unroll
+          for (int nt = 0; nt < 8; ++nt) {
+            csum[nt] = 0.f;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+#pragma unroll
+              for (int e = 0; e < 2; ++e) {
+                const int key = j + nt * 8 + 2 * t4 + e;
+                float pr;
+                if constexpr (decltype(masked)::value) {
+                  const bool ok = row_ok[h] && key < ke && (!p.causal || key <= pos_h[h]);
+                  pr = ok ? Exp2(s[nt][2 * h + e] * scale - lse_h[h]) : 0.f;
+                } else {
+                  pr = Exp2(s[nt][2 * h + e] * scale - lse_h[h]);
+                }
+                csum[nt] += pr;
+                const int k = ((pos_h[h] - key) >> lg) - sb_base;
+#pragma unroll
+                for (int kk = 0; kk < kSlots; ++kk) {
+                  if constexpr (decltype(masked)::value) {
+                    ss[kk] += k == kk ? pr : 0.f;
+                  } else if (k == kk) {
+                    ss[kk] += pr;
+                  }
+                }
+              }
+            }
+          }
+        };
+        if (full[0] && full[1]) {
+          accumulate(std::false_type());
+        } else {
+          accumulate(std::true_type());
+        }
+        // Column blocks: nts of one block summed in the thread, then over the warp.
+        float cs = 0.f;
+        int cur = j >> lg;
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+          const int idx = (j + nt * 8) >> lg;  // warp-uniform
+          if (idx != cur) {
+            cs = WarpSum(cs);
+            if (lane == 0 && cs != 0.f) wCol[cur - cb0] += cs;
+            cs = 0.f;
+            cur = idx;
+          }
+          cs += csum[nt];
+        }
+        cs = WarpSum(cs);
+        if (lane == 0 && cs != 0.f) wCol[cur - cb0] += cs;
+#pragma unroll
+        for (int kk = 0; kk < kSlots; ++kk) {
+          if (__any_sync(0xffffffffu, ss[kk] != 0.f)) {
+            const float v = WarpSum(ss[kk]);
+            const int idx = sb_base + kk - sb_lo;
+            if (lane == 0 && v != 0.f && idx >= 0 && idx < n_sb) wSlash[idx] += v;
+          }
+        }
       }
     }
     if constexpr (!kWg) __syncthreads();  // kWg: the next tile's top barrier
@@ -611,17 +577,9 @@ __global__ void SaCombineKernel(SaArgs a) {
 // times 2^(m - lse) of the row (rows without a vote, lse NaN, skipped), in double. kLse: the
 // CTA makes its unit's lse2 itself (SaRowLse2, into shared memory) instead of reading
 // SaCombineKernel's: one launch fewer (s32-sa; SPATTN_SA_LEAN=0 launches SaCombineKernel).
-// kBatch (s35-sa, SPATTN_SA_COMB): each warp loads kSaCombItems spans' partials (and their
-// SaItem) before it adds any of them, instead of one span's loads between the adds: the same
-// terms added in the same order (spans, then rows), fewer dependent trips to L2 per entry.
 constexpr int kOneEntries = 64;
-constexpr int kSaCombItems = 4;
-// (kBatch's loads take ~78 registers unbounded; 64 keeps 4 CTAs of 256 on an SM, so a 32K
-// build's 512 CTAs stay one wave on 132 SMs.)
-template <bool kLse, bool kBatch = false>
-__global__ void __launch_bounds__(256, kBatch ? 4 : 1) SaOneCombineKernel(SaArgs a) {
-  SaGridWait();  // the one pass's partials (SPATTN_SA_PDL)
-  SaLaunchDependents();
+template <bool kLse>
+__global__ void __launch_bounds__(256) SaOneCombineKernel(SaArgs a) {
   const SaUnit u = a.units[blockIdx.x];
   const int total = u.n_col + u.n_slash;
   const int e_begin = blockIdx.y * kOneEntries;
@@ -655,48 +613,6 @@ __global__ void __launch_bounds__(256, kBatch ? 4 : 1) SaOneCombineKernel(SaArgs
     const bool is_col = e < u.n_col;
     const int b = e - u.n_col + u.sb_min;  // slash block (when !is_col)
     double sum = 0;
-    if constexpr (kBatch) {
-      const int it_end = u.item_begin + u.item_count;
-      for (int it0 = u.item_begin; it0 < it_end; it0 += kSaCombItems) {
-        float2 v[kSaCombItems][kSaRows / 32];
-        bool use[kSaCombItems][kSaRows / 32];
-#pragma unroll
-        for (int j = 0; j < kSaCombItems; ++j) {
-          const int it = it0 + j;
-          bool in = it < it_end;
-          SaItem item{0, 0, 1};
-          int i = 0;
-          if (in) {
-            item = a.items[it];
-            int cb0, n_cb, sb_lo, n_sb;
-            SaWindow(u, item, pos0, lg, cb0, n_cb, sb_lo, n_sb);
-            i = is_col ? e - cb0 : b - sb_lo;
-            in = i >= 0 && i < (is_col ? n_cb : n_sb);
-          }
-          const float2* src =
-              a.op_partial +
-              (static_cast<int64_t>(it) * a.op_entries + (is_col ? i : a.op_ncol + i)) * kSaRows;
-#pragma unroll
-          for (int k = 0; k < kSaRows / 32; ++k) {
-            const int r = lane + 32 * k;
-            bool ok = in && r < rows && !isnan(lse[k]);
-            if (ok && !is_col) {
-              const int pos = pos0 + r;
-              ok = !(b < ((pos - (item.key_end - 1)) >> lg) || b > ((pos - item.key_begin) >> lg));
-            }
-            use[j][k] = ok;
-            v[j][k] = ok ? src[r] : make_float2(0.f, 0.f);
-          }
-        }
-#pragma unroll
-        for (int j = 0; j < kSaCombItems; ++j) {
-#pragma unroll
-          for (int k = 0; k < kSaRows / 32; ++k) {
-            if (use[j][k]) sum += static_cast<double>(v[j][k].y * exp2f(v[j][k].x - lse[k]));
-          }
-        }
-      }
-    } else {
     for (int it = u.item_begin; it < u.item_begin + u.item_count; ++it) {
       const SaItem item = a.items[it];
       int cb0, n_cb, sb_lo, n_sb;
@@ -720,7 +636,6 @@ __global__ void __launch_bounds__(256, kBatch ? 4 : 1) SaOneCombineKernel(SaArgs
         sum += static_cast<double>(v.y * exp2f(v.x - lse[k]));
       }
     }
-    }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
     if (lane == 0) a.scores[u.score_off + e] = static_cast<float>(sum);
@@ -740,8 +655,6 @@ __global__ void __launch_bounds__(kCraThreads) SaCraKernel(SaArgs a) {
   __shared__ double s_bcast;
   __shared__ int s_ibcast;
 
-  SaGridWait();  // the combine's scores (SPATTN_SA_PDL)
-  SaLaunchDependents();
   const int kind = blockIdx.x & 1;
   const SaUnit u = a.units[blockIdx.x >> 1];
   const int n = kind == 0 ? u.n_col : u.n_slash;
@@ -1138,7 +1051,6 @@ __global__ void __launch_bounds__(row_assembly::kAsmSpanWarps * 32, kWarp ? 5 : 
   // The record's used words (AssembleRecordsKernel's): the header, then ctx.num_slots slots.
   const int header_words = static_cast<int>(
       (reinterpret_cast<const char*>(rec.ctx.slots) - reinterpret_cast<const char*>(&rec)) / 4);
-  SaGridWait();  // CRA's selection (SPATTN_SA_PDL)
   const int stride = gridDim.x * kAsmSpanWarps;
   for (int unit = blockIdx.x * kAsmSpanWarps + warp; unit < num_units; unit += stride) {
     __syncwarp();  // the previous row's reads of the record and the buffer are done
@@ -1208,7 +1120,6 @@ __global__ void __launch_bounds__(kSaScanThreads)
   using Scan = cub::BlockScan<long long, kSaScanThreads>;
   __shared__ typename Scan::TempStorage temp;
   __shared__ long long carry[2];
-  SaGridWait();  // the count kernels' counts (SPATTN_SA_PDL)
   if (threadIdx.x < 2) carry[threadIdx.x] = 0;
   __syncthreads();
   for (int64_t base = 0; base < n; base += kSaScanThreads * kSaScanItems) {
@@ -1256,43 +1167,6 @@ bool SaUsesWgmma() {
   return CurrentDeviceIsSm90();
 }
 
-// s35-sa knobs, read at each build: SPATTN_SA_PDL=0 launches the kernels after the one pass as
-// main did (no programmatic dependent launch); SPATTN_SA_COMB=0 runs main's combine loop (one
-// span's loads at a time); SPATTN_SA_PING=0 runs main's wgmma pass (the warpgroups in step).
-// All on by default; PDL only on compute capability 9.0+.
-bool SaKnobOn(const char* name) {
-  const char* e = std::getenv(name);
-  return e == nullptr || e[0] != '0';
-}
-bool SaUsesPdl() {
-  if (!SaKnobOn("SPATTN_SA_PDL")) return false;
-  int dev = 0, major = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  return major >= 9;
-}
-
-// A launch, with programmatic stream serialization where `pdl` (the kernel waits at its top:
-// SaGridWait).
-template <typename... Params, typename... Args>
-cudaError_t SaLaunch(bool pdl, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
-                     cudaStream_t stream, Args... args) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = pdl ? 1 : 0;
-  return cudaLaunchKernelEx(&cfg, kernel, args...);
-}
-
 // cudaFuncSetAttribute(kernel, max dynamic shared memory) once per device and process (s33-sa2:
 // a driver call less per build ahead of the first launch); `done` holds a bit per device set.
 template <class K>
@@ -1312,13 +1186,11 @@ cudaError_t SaLaunchTyped(const SaArgs& a, cudaStream_t stream) {
   constexpr int smem = SaSmemBytes<kD>();
   if (a.op_partial != nullptr) {
     const bool wg = SaUsesWgmma();
-    const bool ping = wg && SaKnobOn("SPATTN_SA_PING");  // s35-sa: the warpgroups out of phase
-    auto one = ping ? SaPassKernel<T, kD, false, kSaSlots, true, true, true>
-               : wg ? SaPassKernel<T, kD, false, kSaSlots, true, true>
-                    : SaPassKernel<T, kD, false, kSaSlots, true>;
+    auto one = wg ? SaPassKernel<T, kD, false, kSaSlots, true, true>
+                  : SaPassKernel<T, kD, false, kSaSlots, true>;
     const int one_smem = wg ? SaWgSmemBytes<kD>() : smem;
-    static std::atomic<uint64_t> one_set[3];
-    cudaError_t err = SaSetSmemOnce(one, one_smem, one_set[ping ? 2 : wg ? 1 : 0]);
+    static std::atomic<uint64_t> one_set[2];
+    cudaError_t err = SaSetSmemOnce(one, one_smem, one_set[wg ? 1 : 0]);
     if (err != cudaSuccess) return err;
     one<<<a.num_items, kSaThreads, one_smem, stream>>>(a);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
@@ -1331,19 +1203,17 @@ cudaError_t SaLaunchTyped(const SaArgs& a, cudaStream_t stream) {
       return err;
     }
     const dim3 grid(a.num_units, a.op_ctas_y);
-    const bool pdl = SaUsesPdl(), batch = SaKnobOn("SPATTN_SA_COMB");
     if (lean) {
-      err = SaLaunch(pdl, batch ? SaOneCombineKernel<true, true> : SaOneCombineKernel<true>, grid,
-                     dim3(256), 0, stream, a);
+      SaOneCombineKernel<true><<<grid, 256, 0, stream>>>(a);
     } else {
-      err = SaLaunch(pdl, batch ? SaOneCombineKernel<false, true> : SaOneCombineKernel<false>,
-                     grid, dim3(256), 0, stream, a);
+      SaOneCombineKernel<false><<<grid, 256, 0, stream>>>(a);
     }
-    if (err != cudaSuccess) return err;
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
     if (a.pass2_done != nullptr && (err = cudaEventRecord(a.pass2_done, stream)) != cudaSuccess) {
       return err;
     }
-    return SaLaunch(pdl, SaCraKernel, dim3(a.num_units * 2), dim3(kCraThreads), 0, stream, a);
+    SaCraKernel<<<a.num_units * 2, kCraThreads, 0, stream>>>(a);
+    return cudaGetLastError();
   }
   auto pass1 = SaPassKernel<T, kD, false>;
   auto pass2 = SaPassKernel<T, kD, true>;  // blk 16 / 32 (the one pass takes 64 and 128)
@@ -1401,7 +1271,6 @@ cudaError_t LaunchSampleAttentionLeanCount(const SaAsmArgs& a, const AsmOut& out
   using namespace assembled;
   const int num_units = a.num_slots * a.num_blocks;
   cudaError_t err = cudaSuccess;
-  const bool pdl = SaUsesPdl();
   if (num_units > 0) {
     if (out.rec == nullptr || out.span_rest == nullptr) return cudaErrorInvalidValue;
     if ((kept == nullptr) != (span_row == nullptr)) return cudaErrorInvalidValue;
@@ -1412,20 +1281,24 @@ cudaError_t LaunchSampleAttentionLeanCount(const SaAsmArgs& a, const AsmOut& out
     const int warps = row_assembly::kAsmSpanWarps;
     const int span_grid = std::min((num_units + warps - 1) / warps, sms * 16);
     SaSrc src{a};
-    // After CRA (the select launch's last kernel, which lets it launch early) where pdl.
-    err = SaLaunch(pdl, warp ? SaSpanCountKernel<true> : SaSpanCountKernel<false>,
-                   dim3(span_grid), dim3(warps * 32), 0, stream, src, num_units, o, kept, span_row);
-    if (err != cudaSuccess) return err;
+    if (warp) {
+      SaSpanCountKernel<true>
+          <<<span_grid, warps * 32, 0, stream>>>(src, num_units, o, kept, span_row);
+    } else {
+      SaSpanCountKernel<false>
+          <<<span_grid, warps * 32, 0, stream>>>(src, num_units, o, kept, span_row);
+    }
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
     const int grid = std::min(num_units, sms * 8);
     row_assembly::AssembleKernel<SaSrc, false, true>
         <<<grid, row_assembly::kAsmThreads, 0, stream>>>(src, num_units, o);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
   }
-  return SaLaunch(pdl && num_units > 0, SaScanOffsetsKernel, dim3(1), dim3(kSaScanThreads), 0,
-                  stream, reinterpret_cast<long long*>(out.count_ranges),
-                  reinterpret_cast<long long*>(out.count_cols), static_cast<int64_t>(num_units),
-                  range_indptr, col_indptr, reinterpret_cast<long long*>(totals),
-                  static_cast<const uint32_t*>(warp ? out.span_rest : nullptr));
+  SaScanOffsetsKernel<<<1, kSaScanThreads, 0, stream>>>(
+      reinterpret_cast<long long*>(out.count_ranges), reinterpret_cast<long long*>(out.count_cols),
+      static_cast<int64_t>(num_units), range_indptr, col_indptr,
+      reinterpret_cast<long long*>(totals), warp ? out.span_rest : nullptr);
+  return cudaGetLastError();
 }
 
 cudaError_t LaunchSampleAttentionLeanFill(const SaAsmArgs& a, const AsmOut& out,

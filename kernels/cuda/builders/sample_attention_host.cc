@@ -290,7 +290,7 @@ absl::StatusOr<SparseIndexView> BuildSampleAttention(const BuildScope& env,
                               "sample_attention selection");
   double host_us[3] = {timer.on() ? SaMicros(entry, SaClock::now()) : 0.0, 0.0, 0.0};
   // s35-sa: of the launch time, entry to the metadata upload's return and entry to the select
-  // launch's call (the GPU idles until the one pass's launch).
+  // launch's call (host time before the one pass is launched: 28-37 / 36-51 us on an H200 host).
   const double upload_us = timer.on() ? SaMicros(entry, uploaded) : 0.0;
   const double prep_us = timer.on() ? SaMicros(entry, pre_launch) : 0.0;
 
@@ -321,7 +321,7 @@ absl::StatusOr<SparseIndexView> BuildSampleAttention(const BuildScope& env,
     timer.Cancel();
   } else if (timer.on()) {
     // Host: entry to the select launch's return; the wait for the totals; from them to the
-    // fill launch's return (lean > 0).
+    // fill launch's return (lean > 0); entry to the upload's return; entry to the select launch.
     std::fprintf(stderr,
                  "sample_attention host: launch %.1f us, wait %.1f us, post %.1f us, "
                  "upload-done %.1f us, prep %.1f us\n",
