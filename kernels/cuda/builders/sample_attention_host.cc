@@ -232,6 +232,7 @@ absl::StatusOr<SparseIndexView> BuildSampleAttention(const BuildScope& env,
   // The lean assembly's span_rest word (SaAssembleLean), zeroed by this upload.
   const size_t o_rest = blob.Add(std::vector<uint32_t>(4, 0u));
   SPATTN_RETURN_IF_ERROR(blob.Upload(env, env.stream));
+  const SaClock::time_point uploaded = SaClock::now();
   sa.heads = blob.At<int32_t>(o_heads);
   sa.units = blob.At<SaUnit>(o_units);
   sa.items = blob.At<SaItem>(o_items);
@@ -284,9 +285,14 @@ absl::StatusOr<SparseIndexView> BuildSampleAttention(const BuildScope& env,
   StageTimer timer(env.stream, "sample_attention");
   sa.pass1_done = timer.Event("pass1");
   sa.pass2_done = timer.Event("pass2");
+  const SaClock::time_point pre_launch = SaHostClock(&timer);
   SPATTN_CUDA_RETURN_IF_ERROR(LaunchSampleAttentionSelect(sa, env.stream),
                               "sample_attention selection");
   double host_us[3] = {timer.on() ? SaMicros(entry, SaClock::now()) : 0.0, 0.0, 0.0};
+  // s35-sa: of the launch time, entry to the metadata upload's return and entry to the select
+  // launch's call (host time before the one pass is launched: 28-37 / 36-51 us on an H200 host).
+  const double upload_us = timer.on() ? SaMicros(entry, uploaded) : 0.0;
+  const double prep_us = timer.on() ? SaMicros(entry, pre_launch) : 0.0;
 
   SaAsmArgs asm_args;
   asm_args.geo = blob.At<BlockGeoDev>(o_geo);
@@ -315,9 +321,11 @@ absl::StatusOr<SparseIndexView> BuildSampleAttention(const BuildScope& env,
     timer.Cancel();
   } else if (timer.on()) {
     // Host: entry to the select launch's return; the wait for the totals; from them to the
-    // fill launch's return (lean > 0).
-    std::fprintf(stderr, "sample_attention host: launch %.1f us, wait %.1f us, post %.1f us\n",
-                 host_us[0], host_us[1], host_us[2]);
+    // fill launch's return (lean > 0); entry to the upload's return; entry to the select launch.
+    std::fprintf(stderr,
+                 "sample_attention host: launch %.1f us, wait %.1f us, post %.1f us, "
+                 "upload-done %.1f us, prep %.1f us\n",
+                 host_us[0], host_us[1], host_us[2], upload_us, prep_us);
   }
   return v;
 }
