@@ -701,13 +701,13 @@ __device__ __forceinline__ void WarpTopKByBisection(const float* sc, int n, int 
 // tile, or above 64 rows one block in several tiles; their scores per block kept in the CTA's
 // slice of score_scratch until the top-l (one warp per block, or the CTA block after block).
 // packed: SaapKnobs().cls_packed (the weights' layout, saap_knobs.h).
-// rope_tab (SaapKnobs().cls_rope_table; sampled rows, at most 64 a block): the item's 64 rows'
-// cos / sin, [grid][64][kD / 2] float2 after the logits scratch, computed once per item and read
-// by every q head of the group (the angles depend on the row, not the head); nullptr: each head
-// computes them (main's path). The same floats either way.
-template <typename T, int kD, bool kWg>
-__global__ void __launch_bounds__(kClsThreads, 1)
-    SaapClassifyKernel(SaapArgs a, bool packed, bool rope_tab_on) {
+// kTab (SaapKnobs().cls_rope_table; sampled rows, at most 64 a block): the item's 64 rows'
+// (cos, -sin), [grid][64][kD / 2] float2 after the logits scratch, computed once per item and
+// read by every q head of the group (the angles depend on the row, not the head); false: each
+// head computes them (main's path). The same floats either way.
+// kTab: a template parameter so that main's path (false) compiles to main's kernel.
+template <typename T, int kD, bool kWg, bool kTab>
+__global__ void __launch_bounds__(kClsThreads, 1) SaapClassifyKernel(SaapArgs a, bool packed) {
   constexpr int kHalf = kD / 2, kCh = kD / 8;
   extern __shared__ __align__(128) char smem[];
   const SaapAssetsDev& as = a.assets;
@@ -785,7 +785,7 @@ __global__ void __launch_bounds__(kClsThreads, 1)
     // (unused until the heads are done in sampled mode) holds each row's q token (-1: not
     // valid) and the valid mask; the table holds (cos, -sin) of every (row, pair).
     // (Recomputed where used, not held across the classifier: registers are at the limit.)
-    const bool tab = rope_tab_on && !wide;
+    const bool tab = kTab && !wide;
     int* sRowTok = reinterpret_cast<int*>(sScore);
     uint32_t* sValid = reinterpret_cast<uint32_t*>(sScore + kClsRows);
     int* sRowPos = reinterpret_cast<int*>(sScore) + 2 * kClsRows;  // c_pad >= 256 floats
@@ -819,8 +819,7 @@ __global__ void __launch_bounds__(kClsThreads, 1)
       for (int idx = tid; idx < kClsRows * kHalf; idx += kClsThreads) {
         const int r = idx / kHalf, i = idx - r * kHalf;
         if (sRowTok[r] < 0) continue;
-        const double ang =
-            fmod(static_cast<double>(sRowPos[r]) * as.inv_freq[i], kTwoPi);
+        const double ang = fmod(static_cast<double>(sRowPos[r]) * as.inv_freq[i], kTwoPi);
         double sd, cd;
         sincos(ang, &sd, &cd);
         rope_tab()[idx] = make_float2(static_cast<float>(cd), static_cast<float>(-sd));
@@ -856,35 +855,35 @@ __global__ void __launch_bounds__(kClsThreads, 1)
             StoreRowPair(sX, kCh, r, pc, y);
           }
         } else {
-        for (int r = 0; r < kClsRows; ++r) {
-          const int b = wide ? 0 : r / rpb, j = wide ? t * kClsRows + r : r % rpb;
-          if (b >= nblk) break;
-          const BlockGeoDev geo = a.geo[block0 + b];
-          if (j < min(rpb, geo.q_end - geo.q_begin)) valid |= uint64_t{1} << r;
-        }
-        __syncthreads();  // sX, sStat and the scratch are free
-        for (int idx = tid; idx < kClsRows * kHalf; idx += kClsThreads) {
-          const int r = idx / kHalf, i = idx - r * kHalf;
-          const RopePair pc = PairCols(as.interleaved, kHalf, i);
-          float2 y = make_float2(0.f, 0.f);
-          if ((valid >> r) & 1u) {
+          for (int r = 0; r < kClsRows; ++r) {
             const int b = wide ? 0 : r / rpb, j = wide ? t * kClsRows + r : r % rpb;
+            if (b >= nblk) break;
             const BlockGeoDev geo = a.geo[block0 + b];
-            const int n = geo.q_end - geo.q_begin, count = min(rpb, n);
-            const int row = static_cast<int>((int64_t{2} * j + 1) * n / (int64_t{2} * count));
-            const double ang =
-                fmod(static_cast<double>(geo.first_pos + row) * as.inv_freq[i], kTwoPi);
-            double sd, cd;
-            sincos(ang, &sd, &cd);
-            const float2 cs = make_float2(static_cast<float>(cd), static_cast<float>(-sd));
-            y = Rotate(
-                LoadPair(qg + static_cast<int64_t>(p.cu_seqlens_q[geo.seq] + geo.q_begin + row) *
-                                  p.q_token_stride,
-                         pc),
-                cs.x, cs.y);
+            if (j < min(rpb, geo.q_end - geo.q_begin)) valid |= uint64_t{1} << r;
           }
-          StoreRowPair(sX, kCh, r, pc, y);
-        }
+          __syncthreads();  // sX, sStat and the scratch are free
+          for (int idx = tid; idx < kClsRows * kHalf; idx += kClsThreads) {
+            const int r = idx / kHalf, i = idx - r * kHalf;
+            const RopePair pc = PairCols(as.interleaved, kHalf, i);
+            float2 y = make_float2(0.f, 0.f);
+            if ((valid >> r) & 1u) {
+              const int b = wide ? 0 : r / rpb, j = wide ? t * kClsRows + r : r % rpb;
+              const BlockGeoDev geo = a.geo[block0 + b];
+              const int n = geo.q_end - geo.q_begin, count = min(rpb, n);
+              const int row = static_cast<int>((int64_t{2} * j + 1) * n / (int64_t{2} * count));
+              const double ang =
+                  fmod(static_cast<double>(geo.first_pos + row) * as.inv_freq[i], kTwoPi);
+              double sd, cd;
+              sincos(ang, &sd, &cd);
+              const float2 cs = make_float2(static_cast<float>(cd), static_cast<float>(-sd));
+              y = Rotate(
+                  LoadPair(qg + static_cast<int64_t>(p.cu_seqlens_q[geo.seq] + geo.q_begin + row) *
+                                    p.q_token_stride,
+                           pc),
+                  cs.x, cs.y);
+            }
+            StoreRowPair(sX, kCh, r, pc, y);
+          }
         }
         __syncthreads();
         ClassifyTile<kD, kWg>(a, h, valid, lay, smem, scratch, packed);
@@ -1029,7 +1028,11 @@ cudaError_t SaapLaunchTyped(const SaapArgs& a, cudaStream_t stream) {
     const int smem_wg =
         MakeClsLayout(kD, a.assets.num_layers, a.assets.hidden_pad, a.assets.c_pad, true).total;
     const bool wg = SaapClassifierUsesWgmma(smem_wg);
-    auto classify = wg ? &SaapClassifyKernel<T, kD, true> : &SaapClassifyKernel<T, kD, false>;
+    const bool tab = SaapClassifierRopeTable(a);
+    auto classify = wg ? (tab ? &SaapClassifyKernel<T, kD, true, true>
+                              : &SaapClassifyKernel<T, kD, true, false>)
+                       : (tab ? &SaapClassifyKernel<T, kD, false, true>
+                              : &SaapClassifyKernel<T, kD, false, false>);
     const int smem =
         wg ? smem_wg
            : SaapClassifySmemBytes(kD, a.assets.num_layers, a.assets.hidden_pad, a.assets.c_pad);
@@ -1037,8 +1040,7 @@ cudaError_t SaapLaunchTyped(const SaapArgs& a, cudaStream_t stream) {
         cudaSuccess) {
       return err;
     }
-    classify<<<a.classify_grid, kClsThreads, smem, stream>>>(a, SaapKnobs().cls_packed,
-                                                             SaapClassifierRopeTable(a));
+    classify<<<a.classify_grid, kClsThreads, smem, stream>>>(a, SaapKnobs().cls_packed);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
   }
   return cudaSuccess;
