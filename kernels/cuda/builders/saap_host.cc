@@ -174,13 +174,9 @@ absl::StatusOr<SparseIndexView> BuildSaap(const BuildScope& env, const Attention
   const int64_t cls_items =
       static_cast<int64_t>(num_kv) * ((num_blocks + sp.blocks_per_item - 1) / sp.blocks_per_item);
   sp.classify_grid = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(cls_items, sms)));
-  // With the per-item RoPE table (SaapClassifierRopeTable), each CTA's 64 x head_dim / 2
-  // (cos, -sin) pairs after all CTAs' logits.
-  const int64_t rope_floats = SaapClassifierRopeTable(sp) ? int64_t{64} * sp.p.head_dim : 0;
-  SPATTN_ASSIGN_OR_RETURN(
-      sp.logits_scratch,
-      Carve<float>(env, static_cast<int64_t>(sp.classify_grid) * (64 * dev.c_pad + rope_floats),
-                   "saap logits scratch"));
+  SPATTN_ASSIGN_OR_RETURN(sp.logits_scratch,
+                          Carve<float>(env, static_cast<int64_t>(sp.classify_grid) * 64 * dev.c_pad,
+                                       "saap logits scratch"));
   if (sp.rows_per_block > 0) {
     SPATTN_ASSIGN_OR_RETURN(
         sp.score_scratch,
