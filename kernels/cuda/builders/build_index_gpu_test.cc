@@ -2154,5 +2154,50 @@ TEST(BuildIndexOnGpuEstimateTest, EstimateTailKeepsNonFiniteLogitsIndex) {
 #endif
 }
 
+// ---- s35-flex ----
+// flex_prefill's decision with its arrays in shared memory (SPATTN_FLEX_DECIDE_SMEM, default on)
+// and its pooled keys on a second stream beside the estimate (SPATTN_FLEX_POOL_SIDE, default on)
+// build main's index (both "0"), offsets included: every shape and config of the vertical_slash /
+// flex_prefill twin cases (ExpectEstKnobsBuildTheSameIndex), both on, then the decision alone.
+TEST(BuildIndexOnGpuEstimateTest, FlexDecideSmemAndPoolSideBuildMainsIndex) {
+  SKIP_WITHOUT_GPU();
+#ifndef SPATTN_SL_KNOBS
+  GTEST_SKIP() << "the GPU estimate's knobs exist only in CUDA builds";
+#else
+  const char* kDecide = "SPATTN_FLEX_DECIDE_SMEM";
+  const char* kSide = "SPATTN_FLEX_POOL_SIDE";
+  auto set = [](const char* name, bool on) {
+    if (on) {
+      unsetenv(name);
+    } else {
+      setenv(name, "0", 1);
+    }
+  };
+  int64_t compared = 0;
+  struct Case {
+    bool decide, side;
+  };
+  for (const Case c : {Case{true, true}, Case{true, false}}) {
+    const bool decide = c.decide, side = c.side;
+    compared += ExpectEstKnobsBuildTheSameIndex(
+        3535 + (side ? 1 : 0),
+        [&](cuda::EstKnobs&) {
+          set(kDecide, decide);
+          set(kSide, side);
+        },
+        [&](cuda::EstKnobs&) {
+          set(kDecide, false);
+          set(kSide, false);
+        });
+    unsetenv(kDecide);
+    unsetenv(kSide);
+    if (::testing::Test::HasFatalFailure()) return;
+    printf("flex decide smem %d / pool side stream %d vs main's: %lld builds compared, same index\n",
+           decide ? 1 : 0, side ? 1 : 0, static_cast<long long>(compared));
+  }
+  EXPECT_GT(compared, 0);
+#endif
+}
+
 }  // namespace
 }  // namespace spattn

@@ -44,6 +44,76 @@ const uint8_t* PinnedDecisions(size_t n) {
   return static_cast<const uint8_t*>(buf.p);
 }
 
+// Session 35 knobs, read at every build (tests flip them between builds): "0" selects main's path.
+bool KnobOn(const char* name) {
+  const char* e = std::getenv(name);
+  return e == nullptr || e[0] != '0';
+}
+
+// The pooled keys' second stream and its fork / join events (SPATTN_FLEX_POOL_SIDE): one set per
+// host thread and device, made at first use and kept for the thread's life; null (the pooled keys
+// then run on the build's stream) if any of them cannot be made.
+struct FlexSide {
+  cudaStream_t stream = nullptr;
+  cudaEvent_t fork = nullptr, join = nullptr;
+};
+FlexSide* PoolSide(int device) {
+  struct Sides {
+    std::vector<FlexSide> by_dev;
+    ~Sides() {
+      for (FlexSide& s : by_dev) {
+        if (s.stream != nullptr) cudaStreamDestroy(s.stream);
+        if (s.fork != nullptr) cudaEventDestroy(s.fork);
+        if (s.join != nullptr) cudaEventDestroy(s.join);
+      }
+    }
+  };
+  thread_local Sides sides;
+  if (device < 0) return nullptr;
+  if (sides.by_dev.size() <= static_cast<size_t>(device)) sides.by_dev.resize(device + 1);
+  FlexSide& s = sides.by_dev[device];
+  if (s.join != nullptr) return &s;
+  if (s.stream == nullptr &&
+      cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking) != cudaSuccess) {
+    s.stream = nullptr;
+  }
+  if (s.stream != nullptr && s.fork == nullptr &&
+      cudaEventCreateWithFlags(&s.fork, cudaEventDisableTiming) != cudaSuccess) {
+    s.fork = nullptr;
+  }
+  if (s.fork != nullptr &&
+      cudaEventCreateWithFlags(&s.join, cudaEventDisableTiming) != cudaSuccess) {
+    s.join = nullptr;
+  }
+  if (s.join == nullptr) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  return &s;
+}
+
+// The build stream's wait for the side stream's work (Now, once): before the first reader of the
+// pooled keys or, on an error path, when the build returns (no side work outlives the workspace).
+class SideJoin {
+ public:
+  SideJoin(cudaStream_t main, const FlexSide* side) : main_(main), side_(side) {}
+  ~SideJoin() { (void)Now(); }
+  SideJoin(const SideJoin&) = delete;
+  SideJoin& operator=(const SideJoin&) = delete;
+  cudaError_t Now() {
+    if (side_ == nullptr) return cudaSuccess;
+    const FlexSide* side = side_;
+    side_ = nullptr;
+    const cudaError_t err = cudaEventRecord(side->join, side->stream);
+    if (err != cudaSuccess) return err;
+    return cudaStreamWaitEvent(main_, side->join, 0);
+  }
+
+ private:
+  cudaStream_t main_;
+  const FlexSide* side_;
+};
+
 absl::StatusOr<SparseIndexView> BuildFlexPrefill(const AttentionProblem& p, const AttnParams& a,
                                                  const FlexPrefillParams& fp,
                                                  const std::vector<int>& heads,
@@ -81,12 +151,34 @@ absl::StatusOr<SparseIndexView> BuildFlexPrefill(const AttentionProblem& p, cons
   const int64_t rows = plan.rows();
 
   // (LaunchFlexPoolKeys: two channels a thread, LaunchPoolKeys' values; session 31.)
-  SPATTN_ASSIGN_OR_RETURN(
-      float* pooled_k, PoolKeysOnDevice(p, a, pp, blob.At<int32_t>(pm.kb_offsets), bs, ws, stream,
-                                        LaunchFlexPoolKeys));
+  // Session 35 (SPATTN_FLEX_POOL_SIDE, default on): only the decision and the query-aware rows
+  // read the pooled keys, so they run on a second stream, enqueued after the estimate's kernels:
+  // their CTAs take the SMs the estimate's last waves and small launches leave idle; the build's
+  // stream waits for them before the decision. Off: before the estimate, on the build's stream.
+  FlexSide* side = nullptr;
+  if (KnobOn("SPATTN_FLEX_POOL_SIDE")) {
+    int dev = -1;
+    if (cudaGetDevice(&dev) == cudaSuccess) side = PoolSide(dev);
+    if (side != nullptr && (cudaEventRecord(side->fork, stream) != cudaSuccess ||
+                            cudaStreamWaitEvent(side->stream, side->fork, 0) != cudaSuccess)) {
+      (void)cudaGetLastError();
+      side = nullptr;
+    }
+  }
+  SideJoin join(stream, side);
+  float* pooled_k = nullptr;
+  if (side == nullptr) {
+    SPATTN_ASSIGN_OR_RETURN(pooled_k, PoolKeysOnDevice(p, a, pp, blob.At<int32_t>(pm.kb_offsets),
+                                                       bs, ws, stream, LaunchFlexPoolKeys));
+  }
   timer.Mark("pool_keys");
   SPATTN_ASSIGN_OR_RETURN(EstimateParams ep, RunEstimate(p, a, e, blob.At<EstimateSeq>(lm.seqs),
                                                          d_heads, plan.slots, ws, stream, timer));
+  if (side != nullptr) {
+    SPATTN_ASSIGN_OR_RETURN(pooled_k, PoolKeysOnDevice(p, a, pp, blob.At<int32_t>(pm.kb_offsets),
+                                                       bs, ws, side->stream, LaunchFlexPoolKeys));
+    SPATTN_CUDA_RETURN_IF_ERROR(join.Now(), "flex pooled keys join");
+  }
   FlexParams f;
   f.q = a.q;
   f.q_token_stride = a.q_token_stride;
@@ -117,6 +209,9 @@ absl::StatusOr<SparseIndexView> BuildFlexPrefill(const AttentionProblem& p, cons
   SPATTN_ASSIGN_OR_RETURN(f.estimate, Carve<double>(ws, kb_all, "flex estimate"));
   SPATTN_ASSIGN_OR_RETURN(f.terms, Carve<double>(ws, 2 * kb_all, "flex js terms"));
   SPATTN_ASSIGN_OR_RETURN(f.unit_is_vs, CarveZeroed<uint8_t>(ws, units, "flex decisions", stream));
+  // (Session 35, SPATTN_FLEX_DECIDE_SMEM, default on: the decision's arrays in shared memory.)
+  f.decide_smem = KnobOn("SPATTN_FLEX_DECIDE_SMEM");
+  for (const PooledSeq& s : pp.seqs) f.decide_nk = std::max(f.decide_nk, static_cast<int>(s.nk));
   f.groups = blob.At<RowGroup>(pm.groups);
   f.num_groups = static_cast<int>(groups.size());
   f.max_rows = rows_per_group;

@@ -265,6 +265,10 @@ struct FlexParams {
   double* estimate = nullptr;
   double* terms = nullptr;        // [slots * total_kb * 2]
   uint8_t* unit_is_vs = nullptr;  // [slots * batch]
+  // Session 35: the decision's arrays in shared memory (32 * decide_nk bytes, decide_nk >= every
+  // sequence's key blocks) where they fit; false or too long: the global scratch above.
+  bool decide_smem = false;
+  int decide_nk = 0;
   // Query-aware rows.
   const RowGroup* groups = nullptr;
   int num_groups = 0, max_rows = 0, nk_max = 0;
