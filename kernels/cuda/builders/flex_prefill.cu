@@ -678,7 +678,73 @@ __global__ void __launch_bounds__(256) PoolKeysPairsKernel(PoolKeysParams p) {
   }
 }
 
+// ---- flex_prefill's CSR scan (session 35, s35-flex) ----
+// The exclusive scans of the merge's row counts (range and column, n = rows + 1 entries, the last
+// 0) in one launch of one CTA, the two totals (indptr[n - 1]) also written to `totals` (mapped
+// pinned host memory): one launch and no copy where main's ScanAndSize ran two device scans and
+// two copies to pageable memory, each of which waited for the stream. Integer adds: the same
+// indptr whatever the order.
+constexpr int kCsrScanThreads = 1024;
+constexpr int kCsrScanItems = 8;  // a thread's consecutive entries (one 32-byte sector)
+
+__global__ void __launch_bounds__(kCsrScanThreads)
+    FlexCsrScanKernel(const int32_t* __restrict__ rc, const int32_t* __restrict__ cc,
+                      int32_t* __restrict__ ri, int32_t* __restrict__ ci, int64_t n,
+                      int32_t* totals) {
+  using Scan = cub::BlockScan<int, kCsrScanThreads>;
+  __shared__ typename Scan::TempStorage tmp_r, tmp_c;
+  constexpr int64_t kChunk = static_cast<int64_t>(kCsrScanThreads) * kCsrScanItems;
+  const int tid = threadIdx.x;
+  int carry_r = 0, carry_c = 0;
+  for (int64_t base = 0; base < n; base += kChunk) {
+    const int64_t i0 = base + static_cast<int64_t>(tid) * kCsrScanItems;
+    int vr[kCsrScanItems], vc[kCsrScanItems];
+    int sr = 0, sc = 0;
+#pragma unroll
+    for (int j = 0; j < kCsrScanItems; ++j) {
+      const bool in = i0 + j < n;
+      vr[j] = in ? rc[i0 + j] : 0;
+      vc[j] = in ? cc[i0 + j] : 0;
+    }
+#pragma unroll
+    for (int j = 0; j < kCsrScanItems; ++j) {
+      sr += vr[j];
+      sc += vc[j];
+    }
+    int er, ec, tr, tc;
+    Scan(tmp_r).ExclusiveSum(sr, er, tr);
+    Scan(tmp_c).ExclusiveSum(sc, ec, tc);
+    int ar = carry_r + er, ac = carry_c + ec;
+#pragma unroll
+    for (int j = 0; j < kCsrScanItems; ++j) {
+      if (i0 + j < n) {
+        ri[i0 + j] = ar;
+        ci[i0 + j] = ac;
+      }
+      ar += vr[j];
+      ac += vc[j];
+    }
+    carry_r += tr;
+    carry_c += tc;
+    __syncthreads();  // the temp storage is reused by the next chunk
+  }
+  if (tid == 0) {
+    // The last entry's exclusive prefix: the totals (the last count is 0).
+    totals[0] = carry_r - (n > 0 ? rc[n - 1] : 0);
+    totals[1] = carry_c - (n > 0 ? cc[n - 1] : 0);
+    __threadfence_system();
+  }
+}
+
 }  // namespace
+
+cudaError_t LaunchFlexCsrScan(const int32_t* range_count, const int32_t* col_count,
+                              int32_t* range_indptr, int32_t* col_indptr, int64_t n,
+                              int32_t* totals, cudaStream_t stream) {
+  FlexCsrScanKernel<<<1, kCsrScanThreads, 0, stream>>>(range_count, col_count, range_indptr,
+                                                       col_indptr, n, totals);
+  return cudaGetLastError();
+}
 
 int64_t FlexQaSmemBytes(int head_dim, int max_rows, int nk_max, bool global_scratch) {
   return QaLayout(head_dim, max_rows, nk_max, global_scratch).total;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <functional>
 #include <limits>
 #include <vector>
 
@@ -113,6 +114,86 @@ class SideJoin {
   cudaStream_t main_;
   const FlexSide* side_;
 };
+
+// This host thread's mapped pinned pair for the CSR totals (SPATTN_FLEX_SCAN); nullptr if it
+// cannot be had (main's ScanAndSize then runs).
+int32_t* MappedTotals() {
+  struct Buf {
+    void* p = nullptr;
+    bool tried = false;
+    ~Buf() {
+      if (p != nullptr) cudaFreeHost(p);
+    }
+  };
+  thread_local Buf buf;
+  if (!buf.tried) {
+    buf.tried = true;
+    if (cudaHostAlloc(&buf.p, 64, cudaHostAllocMapped | cudaHostAllocPortable) != cudaSuccess) {
+      buf.p = nullptr;
+      (void)cudaGetLastError();
+    }
+  }
+  return static_cast<int32_t*>(buf.p);
+}
+
+// Most rows (rows + 1 entries) LaunchFlexCsrScan's one CTA scans; longer: main's device scans.
+constexpr int64_t kFlexScanMaxRows = int64_t{1} << 18;
+
+// ScanAndSize's result (indptr, totals, the entry arrays carved at their real size) by one scan
+// launch writing the totals to mapped host memory and one wait (session 35).
+absl::Status FlexScanAndSize(int64_t rows, Csr* c, const BuildScope& ws, cudaStream_t stream) {
+  int32_t* host = KnobOn("SPATTN_FLEX_SCAN") && rows < kFlexScanMaxRows ? MappedTotals() : nullptr;
+  int32_t* dev = nullptr;
+  if (host != nullptr && cudaHostGetDevicePointer(reinterpret_cast<void**>(&dev), host, 0) !=
+                             cudaSuccess) {
+    (void)cudaGetLastError();
+    dev = nullptr;
+  }
+  if (dev == nullptr) return ScanAndSize(rows, c, ws, stream, /*with_cols=*/true);
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchFlexCsrScan(c->range_count, c->col_count, c->range_indptr,
+                                                c->col_indptr, rows + 1, dev, stream),
+                              "flex CSR scan");
+  SPATTN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), "index count pass");
+  const volatile int32_t* t = host;
+  const int32_t totals[2] = {t[0], t[1]};
+  if (totals[0] < 0 || totals[1] < 0) {
+    return absl::InternalError("index builder: negative entry count");
+  }
+  c->total_ranges = totals[0];
+  c->total_cols = totals[1];
+  ReportTotals(ws, totals[0], totals[1]);
+  SPATTN_ASSIGN_OR_RETURN(c->range_start, CarveKept<int32_t>(ws, totals[0], "range_start"));
+  SPATTN_ASSIGN_OR_RETURN(c->range_len, CarveKept<int32_t>(ws, totals[0], "range_len"));
+  SPATTN_ASSIGN_OR_RETURN(c->col_idx, CarveKept<int32_t>(ws, totals[1], "col_idx"));
+  return absl::OkStatus();
+}
+
+// MergeLines (builder_steps.cc) with FlexScanAndSize for its scan and round trip.
+absl::StatusOr<Csr> FlexMergeLines(MergeParams mp, int64_t rows, int64_t cols_stride,
+                                   int64_t offs_stride, const BuildScope& ws, cudaStream_t stream,
+                                   StageTimer& timer,
+                                   const std::function<absl::Status(const Csr&, bool fill)>& also) {
+  SPATTN_ASSIGN_OR_RETURN(Csr csr, CarveCounts(rows, ws, stream));
+  mp.range_count = csr.range_count;
+  mp.col_count = csr.col_count;
+  SPATTN_ASSIGN_OR_RETURN(mp.lane_prefix, Carve<int32_t>(ws, rows * 64, "merge lane prefixes"));
+  SPATTN_RETURN_IF_ERROR(GroupLines(&mp, mp.num_slots, cols_stride, offs_stride, ws, stream));
+  timer.Mark("group");
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchMergeRows(mp, /*fill=*/false, stream), "merge rows (count)");
+  timer.Mark("merge_count");
+  SPATTN_RETURN_IF_ERROR(also(csr, /*fill=*/false));
+  SPATTN_RETURN_IF_ERROR(FlexScanAndSize(rows, &csr, ws, stream));
+  timer.Mark("scan_sync");
+  mp.range_indptr = csr.range_indptr;
+  mp.col_indptr = csr.col_indptr;
+  mp.range_start = csr.range_start;
+  mp.range_len = csr.range_len;
+  mp.col_idx = csr.col_idx;
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchMergeRows(mp, /*fill=*/true, stream), "merge rows (fill)");
+  timer.Mark("merge_fill");
+  SPATTN_RETURN_IF_ERROR(also(csr, /*fill=*/true));
+  return csr;
+}
 
 absl::StatusOr<SparseIndexView> BuildFlexPrefill(const AttentionProblem& p, const AttnParams& a,
                                                  const FlexPrefillParams& fp,
@@ -323,7 +404,7 @@ absl::StatusOr<SparseIndexView> BuildFlexPrefill(const AttentionProblem& p, cons
     return absl::OkStatus();
   };
   SPATTN_ASSIGN_OR_RETURN(
-      const Csr csr, MergeLines(mp, rows, cols_stride, offs_stride, ws, stream, timer, qa_rows));
+      const Csr csr, FlexMergeLines(mp, rows, cols_stride, offs_stride, ws, stream, timer, qa_rows));
   return ViewOf(plan, d_heads, d_offsets, csr);
 }
 

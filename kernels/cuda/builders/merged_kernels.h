@@ -313,6 +313,12 @@ cudaError_t LaunchFlexQaScan(const FlexParams& p, int level, cudaStream_t stream
 cudaError_t LaunchFlexTieScan(const FlexParams& p, cudaStream_t stream);
 // flex_prefill's pooled keys: LaunchPoolKeys' values, two channels a thread (flex_prefill.cu).
 cudaError_t LaunchFlexPoolKeys(const PoolKeysParams& p, cudaStream_t stream);
+// Session 35: exclusive scans of the merge's row counts (n = rows + 1 entries, the last 0) into
+// the indptr arrays in one launch of one CTA; `totals` (2 entries, e.g. mapped pinned host
+// memory) gets the range and column totals (flex_prefill.cu).
+cudaError_t LaunchFlexCsrScan(const int32_t* range_count, const int32_t* col_count,
+                              int32_t* range_indptr, int32_t* col_indptr, int64_t n,
+                              int32_t* totals, cudaStream_t stream);
 
 }  // namespace merged
 }  // namespace cuda
