@@ -2155,9 +2155,9 @@ TEST(BuildIndexOnGpuEstimateTest, EstimateTailKeepsNonFiniteLogitsIndex) {
 }
 
 // ---- s35-flex ----
-// flex_prefill's decision with its arrays in shared memory (SPATTN_FLEX_DECIDE_SMEM), its pooled
-// keys on a second stream beside the estimate (SPATTN_FLEX_POOL_SIDE) and its CSR scan in one
-// launch with the totals in mapped host memory (SPATTN_FLEX_SCAN), all default on, build main's
+// flex_prefill's decision with its arrays in shared memory (SPATTN_FLEX_DECIDE_SMEM), its zeroed
+// scratch in one memset (SPATTN_FLEX_ZERO) and its CSR scan in one launch with the totals in
+// mapped host memory (SPATTN_FLEX_SCAN), all default on, build main's
 // index (all three "0"), offsets included: every shape and config of the vertical_slash /
 // flex_prefill twin cases (ExpectEstKnobsBuildTheSameIndex), all on, then the scan alone; and
 // llm_mix 16K with 32 / 8 heads (8,193 row counts: the scan's CTA takes two chunks).
@@ -2166,7 +2166,7 @@ TEST(BuildIndexOnGpuEstimateTest, FlexDecideSideAndScanBuildMainsIndex) {
 #ifndef SPATTN_SL_KNOBS
   GTEST_SKIP() << "the GPU estimate's knobs exist only in CUDA builds";
 #else
-  const char* kKnobs[3] = {"SPATTN_FLEX_DECIDE_SMEM", "SPATTN_FLEX_POOL_SIDE", "SPATTN_FLEX_SCAN"};
+  const char* kKnobs[3] = {"SPATTN_FLEX_DECIDE_SMEM", "SPATTN_FLEX_ZERO", "SPATTN_FLEX_SCAN"};
   auto set = [&](const bool on[3]) {
     for (int i = 0; i < 3; ++i) {
       if (on[i]) {
@@ -2185,7 +2185,7 @@ TEST(BuildIndexOnGpuEstimateTest, FlexDecideSideAndScanBuildMainsIndex) {
         [&](cuda::EstKnobs&) { set(none); });
     set(all);
     if (::testing::Test::HasFatalFailure()) return;
-    printf("flex decide smem %d / pool side stream %d / scan %d vs main's: %lld builds compared, "
+    printf("flex decide smem %d / one memset %d / scan %d vs main's: %lld builds compared, "
            "same index\n",
            on[0] ? 1 : 0, on[1] ? 1 : 0, on[2] ? 1 : 0, static_cast<long long>(compared));
   }

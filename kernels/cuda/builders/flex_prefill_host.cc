@@ -51,70 +51,6 @@ bool KnobOn(const char* name) {
   return e == nullptr || e[0] != '0';
 }
 
-// The pooled keys' second stream and its fork / join events (SPATTN_FLEX_POOL_SIDE): one set per
-// host thread and device, made at first use and kept for the thread's life; null (the pooled keys
-// then run on the build's stream) if any of them cannot be made.
-struct FlexSide {
-  cudaStream_t stream = nullptr;
-  cudaEvent_t fork = nullptr, join = nullptr;
-};
-FlexSide* PoolSide(int device) {
-  struct Sides {
-    std::vector<FlexSide> by_dev;
-    ~Sides() {
-      for (FlexSide& s : by_dev) {
-        if (s.stream != nullptr) cudaStreamDestroy(s.stream);
-        if (s.fork != nullptr) cudaEventDestroy(s.fork);
-        if (s.join != nullptr) cudaEventDestroy(s.join);
-      }
-    }
-  };
-  thread_local Sides sides;
-  if (device < 0) return nullptr;
-  if (sides.by_dev.size() <= static_cast<size_t>(device)) sides.by_dev.resize(device + 1);
-  FlexSide& s = sides.by_dev[device];
-  if (s.join != nullptr) return &s;
-  if (s.stream == nullptr &&
-      cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking) != cudaSuccess) {
-    s.stream = nullptr;
-  }
-  if (s.stream != nullptr && s.fork == nullptr &&
-      cudaEventCreateWithFlags(&s.fork, cudaEventDisableTiming) != cudaSuccess) {
-    s.fork = nullptr;
-  }
-  if (s.fork != nullptr &&
-      cudaEventCreateWithFlags(&s.join, cudaEventDisableTiming) != cudaSuccess) {
-    s.join = nullptr;
-  }
-  if (s.join == nullptr) {
-    (void)cudaGetLastError();
-    return nullptr;
-  }
-  return &s;
-}
-
-// The build stream's wait for the side stream's work (Now, once): before the first reader of the
-// pooled keys or, on an error path, when the build returns (no side work outlives the workspace).
-class SideJoin {
- public:
-  SideJoin(cudaStream_t main, const FlexSide* side) : main_(main), side_(side) {}
-  ~SideJoin() { (void)Now(); }
-  SideJoin(const SideJoin&) = delete;
-  SideJoin& operator=(const SideJoin&) = delete;
-  cudaError_t Now() {
-    if (side_ == nullptr) return cudaSuccess;
-    const FlexSide* side = side_;
-    side_ = nullptr;
-    const cudaError_t err = cudaEventRecord(side->join, side->stream);
-    if (err != cudaSuccess) return err;
-    return cudaStreamWaitEvent(main_, side->join, 0);
-  }
-
- private:
-  cudaStream_t main_;
-  const FlexSide* side_;
-};
-
 // This host thread's mapped pinned pair for the CSR totals (SPATTN_FLEX_SCAN); nullptr if it
 // cannot be had (main's ScanAndSize then runs).
 int32_t* MappedTotals() {
@@ -144,8 +80,8 @@ constexpr int64_t kFlexScanMaxRows = int64_t{1} << 18;
 absl::Status FlexScanAndSize(int64_t rows, Csr* c, const BuildScope& ws, cudaStream_t stream) {
   int32_t* host = KnobOn("SPATTN_FLEX_SCAN") && rows < kFlexScanMaxRows ? MappedTotals() : nullptr;
   int32_t* dev = nullptr;
-  if (host != nullptr && cudaHostGetDevicePointer(reinterpret_cast<void**>(&dev), host, 0) !=
-                             cudaSuccess) {
+  if (host != nullptr &&
+      cudaHostGetDevicePointer(reinterpret_cast<void**>(&dev), host, 0) != cudaSuccess) {
     (void)cudaGetLastError();
     dev = nullptr;
   }
@@ -168,12 +104,22 @@ absl::Status FlexScanAndSize(int64_t rows, Csr* c, const BuildScope& ws, cudaStr
   return absl::OkStatus();
 }
 
-// MergeLines (builder_steps.cc) with FlexScanAndSize for its scan and round trip.
+// MergeLines (builder_steps.cc) with FlexScanAndSize for its scan and round trip; with
+// `zeroed_counts` (2 * RoundUp(rows + 1, 64) zeroed int32) for the range and column counts.
 absl::StatusOr<Csr> FlexMergeLines(MergeParams mp, int64_t rows, int64_t cols_stride,
                                    int64_t offs_stride, const BuildScope& ws, cudaStream_t stream,
                                    StageTimer& timer,
-                                   const std::function<absl::Status(const Csr&, bool fill)>& also) {
-  SPATTN_ASSIGN_OR_RETURN(Csr csr, CarveCounts(rows, ws, stream));
+                                   const std::function<absl::Status(const Csr&, bool fill)>& also,
+                                   int32_t* zeroed_counts) {
+  Csr csr;
+  if (zeroed_counts == nullptr) {
+    SPATTN_ASSIGN_OR_RETURN(csr, CarveCounts(rows, ws, stream));
+  } else {  // CarveCounts' arrays, the counts zeroed with the build's other scratch
+    csr.range_count = zeroed_counts;
+    csr.col_count = zeroed_counts + RoundUp(rows + 1, 64);
+    SPATTN_ASSIGN_OR_RETURN(csr.range_indptr, CarveKept<int32_t>(ws, rows + 1, "range_indptr"));
+    SPATTN_ASSIGN_OR_RETURN(csr.col_indptr, CarveKept<int32_t>(ws, rows + 1, "col_indptr"));
+  }
   mp.range_count = csr.range_count;
   mp.col_count = csr.col_count;
   SPATTN_ASSIGN_OR_RETURN(mp.lane_prefix, Carve<int32_t>(ws, rows * 64, "merge lane prefixes"));
@@ -232,34 +178,12 @@ absl::StatusOr<SparseIndexView> BuildFlexPrefill(const AttentionProblem& p, cons
   const int64_t rows = plan.rows();
 
   // (LaunchFlexPoolKeys: two channels a thread, LaunchPoolKeys' values; session 31.)
-  // Session 35 (SPATTN_FLEX_POOL_SIDE, default on): only the decision and the query-aware rows
-  // read the pooled keys, so they run on a second stream, enqueued after the estimate's kernels:
-  // their CTAs take the SMs the estimate's last waves and small launches leave idle; the build's
-  // stream waits for them before the decision. Off: before the estimate, on the build's stream.
-  FlexSide* side = nullptr;
-  if (KnobOn("SPATTN_FLEX_POOL_SIDE")) {
-    int dev = -1;
-    if (cudaGetDevice(&dev) == cudaSuccess) side = PoolSide(dev);
-    if (side != nullptr && (cudaEventRecord(side->fork, stream) != cudaSuccess ||
-                            cudaStreamWaitEvent(side->stream, side->fork, 0) != cudaSuccess)) {
-      (void)cudaGetLastError();
-      side = nullptr;
-    }
-  }
-  SideJoin join(stream, side);
-  float* pooled_k = nullptr;
-  if (side == nullptr) {
-    SPATTN_ASSIGN_OR_RETURN(pooled_k, PoolKeysOnDevice(p, a, pp, blob.At<int32_t>(pm.kb_offsets),
-                                                       bs, ws, stream, LaunchFlexPoolKeys));
-  }
+  SPATTN_ASSIGN_OR_RETURN(
+      float* pooled_k, PoolKeysOnDevice(p, a, pp, blob.At<int32_t>(pm.kb_offsets), bs, ws, stream,
+                                        LaunchFlexPoolKeys));
   timer.Mark("pool_keys");
   SPATTN_ASSIGN_OR_RETURN(EstimateParams ep, RunEstimate(p, a, e, blob.At<EstimateSeq>(lm.seqs),
                                                          d_heads, plan.slots, ws, stream, timer));
-  if (side != nullptr) {
-    SPATTN_ASSIGN_OR_RETURN(pooled_k, PoolKeysOnDevice(p, a, pp, blob.At<int32_t>(pm.kb_offsets),
-                                                       bs, ws, side->stream, LaunchFlexPoolKeys));
-    SPATTN_CUDA_RETURN_IF_ERROR(join.Now(), "flex pooled keys join");
-  }
   FlexParams f;
   f.q = a.q;
   f.q_token_stride = a.q_token_stride;
@@ -289,7 +213,34 @@ absl::StatusOr<SparseIndexView> BuildFlexPrefill(const AttentionProblem& p, cons
   SPATTN_ASSIGN_OR_RETURN(f.truth, Carve<double>(ws, kb_all, "flex truth"));
   SPATTN_ASSIGN_OR_RETURN(f.estimate, Carve<double>(ws, kb_all, "flex estimate"));
   SPATTN_ASSIGN_OR_RETURN(f.terms, Carve<double>(ws, 2 * kb_all, "flex js terms"));
-  SPATTN_ASSIGN_OR_RETURN(f.unit_is_vs, CarveZeroed<uint8_t>(ws, units, "flex decisions", stream));
+  // Session 35 (SPATTN_FLEX_ZERO, default on): the arrays that start at zero (decisions, ties,
+  // histograms, unit states, the merge's row counts) in one carve and one memset; main's path: a
+  // carve and a memset each (7 memsets on the stream between the estimate and the decision).
+  int32_t* zeroed_counts = nullptr;
+  const bool one_zero = KnobOn("SPATTN_FLEX_ZERO");
+  if (one_zero) {
+    const int64_t count_words = 2 * RoundUp(rows + 1, 64);
+    const int64_t o_ties = RoundUp(std::max<int64_t>(units, 1), 256);
+    const int64_t o_hc = o_ties + RoundUp(std::max<int64_t>(rows, 1) * 4, 256);
+    const int64_t o_hm = o_hc + RoundUp(std::max<int64_t>(units, 1) * 256 * 4, 256);
+    const int64_t o_st = o_hm + RoundUp(std::max<int64_t>(units, 1) * 256 * 8, 256);
+    const int64_t o_cnt =
+        o_st +
+        RoundUp(std::max<int64_t>(units, 1) * static_cast<int64_t>(sizeof(FlexUnitState)), 256);
+    const int64_t bytes = o_cnt + count_words * 4;
+    SPATTN_ASSIGN_OR_RETURN(unsigned char* z,
+                            Carve<unsigned char>(ws, bytes, "flex zeroed scratch"));
+    SPATTN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(z, 0, bytes, stream), "flex zeroed scratch");
+    f.unit_is_vs = z;
+    f.row_ties = reinterpret_cast<int32_t*>(z + o_ties);
+    f.hist_count = reinterpret_cast<int*>(z + o_hc);
+    f.hist_mass = reinterpret_cast<double*>(z + o_hm);
+    f.state = reinterpret_cast<FlexUnitState*>(z + o_st);
+    zeroed_counts = reinterpret_cast<int32_t*>(z + o_cnt);
+  } else {
+    SPATTN_ASSIGN_OR_RETURN(f.unit_is_vs,
+                            CarveZeroed<uint8_t>(ws, units, "flex decisions", stream));
+  }
   // (Session 35, SPATTN_FLEX_DECIDE_SMEM, default on: the decision's arrays in shared memory.)
   f.decide_smem = KnobOn("SPATTN_FLEX_DECIDE_SMEM");
   for (const PooledSeq& s : pp.seqs) f.decide_nk = std::max(f.decide_nk, static_cast<int>(s.nk));
@@ -300,13 +251,15 @@ absl::StatusOr<SparseIndexView> BuildFlexPrefill(const AttentionProblem& p, cons
   SPATTN_ASSIGN_OR_RETURN(f.row_mx, Carve<float>(ws, rows, "flex row max"));
   SPATTN_ASSIGN_OR_RETURN(f.row_sum, Carve<double>(ws, rows, "flex row sums"));
   SPATTN_ASSIGN_OR_RETURN(f.row_total, Carve<double>(ws, rows, "flex row totals"));
-  SPATTN_ASSIGN_OR_RETURN(f.row_ties, CarveZeroed<int32_t>(ws, rows, "flex ties", stream));
-  SPATTN_ASSIGN_OR_RETURN(f.hist_count,
-                          CarveZeroed<int>(ws, units * 256, "flex histogram", stream));
-  SPATTN_ASSIGN_OR_RETURN(f.hist_mass,
-                          CarveZeroed<double>(ws, units * 256, "flex histogram", stream));
-  SPATTN_ASSIGN_OR_RETURN(f.state,
-                          CarveZeroed<FlexUnitState>(ws, units, "flex unit state", stream));
+  if (!one_zero) {
+    SPATTN_ASSIGN_OR_RETURN(f.row_ties, CarveZeroed<int32_t>(ws, rows, "flex ties", stream));
+    SPATTN_ASSIGN_OR_RETURN(f.hist_count,
+                            CarveZeroed<int>(ws, units * 256, "flex histogram", stream));
+    SPATTN_ASSIGN_OR_RETURN(f.hist_mass,
+                            CarveZeroed<double>(ws, units * 256, "flex histogram", stream));
+    SPATTN_ASSIGN_OR_RETURN(f.state,
+                            CarveZeroed<FlexUnitState>(ws, units, "flex unit state", stream));
+  }
   if (global_scratch) {
     SPATTN_RETURN_IF_ERROR(
         CarveRowScratch(ws, f.num_groups, FlexQaScratchBytes(f.max_rows, f.nk_max),
@@ -403,8 +356,8 @@ absl::StatusOr<SparseIndexView> BuildFlexPrefill(const AttentionProblem& p, cons
     }
     return absl::OkStatus();
   };
-  SPATTN_ASSIGN_OR_RETURN(
-      const Csr csr, FlexMergeLines(mp, rows, cols_stride, offs_stride, ws, stream, timer, qa_rows));
+  SPATTN_ASSIGN_OR_RETURN(const Csr csr, FlexMergeLines(mp, rows, cols_stride, offs_stride, ws,
+                                                        stream, timer, qa_rows, zeroed_counts));
   return ViewOf(plan, d_heads, d_offsets, csr);
 }
 
