@@ -2161,7 +2161,7 @@ TEST(BuildIndexOnGpuEstimateTest, EstimateTailKeepsNonFiniteLogitsIndex) {
 // index (all three "0"), offsets included: every shape and config of the vertical_slash /
 // flex_prefill twin cases (ExpectEstKnobsBuildTheSameIndex), all on, then the scan alone; and
 // llm_mix 16K with 32 / 8 heads (8,193 row counts: the scan's CTA takes two chunks).
-TEST(BuildIndexOnGpuEstimateTest, FlexDecideSideAndScanBuildMainsIndex) {
+TEST(BuildIndexOnGpuEstimateTest, FlexDecideZeroAndScanBuildMainsIndex) {
   SKIP_WITHOUT_GPU();
 #ifndef SPATTN_SL_KNOBS
   GTEST_SKIP() << "the GPU estimate's knobs exist only in CUDA builds";
