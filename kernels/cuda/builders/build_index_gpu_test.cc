@@ -2154,5 +2154,67 @@ TEST(BuildIndexOnGpuEstimateTest, EstimateTailKeepsNonFiniteLogitsIndex) {
 #endif
 }
 
+// ---- s35-flex ----
+// flex_prefill's decision with its arrays in shared memory (SPATTN_FLEX_DECIDE_SMEM), its zeroed
+// scratch in one memset (SPATTN_FLEX_ZERO) and its CSR scan in one launch with the totals in
+// mapped host memory (SPATTN_FLEX_SCAN), all default on, build main's
+// index (all three "0"), offsets included: every shape and config of the vertical_slash /
+// flex_prefill twin cases (ExpectEstKnobsBuildTheSameIndex), all on, then the scan alone; and
+// llm_mix 16K with 32 / 8 heads (8,193 row counts: the scan's CTA takes two chunks).
+TEST(BuildIndexOnGpuEstimateTest, FlexDecideZeroAndScanBuildMainsIndex) {
+  SKIP_WITHOUT_GPU();
+#ifndef SPATTN_SL_KNOBS
+  GTEST_SKIP() << "the GPU estimate's knobs exist only in CUDA builds";
+#else
+  const char* kKnobs[3] = {"SPATTN_FLEX_DECIDE_SMEM", "SPATTN_FLEX_ZERO", "SPATTN_FLEX_SCAN"};
+  auto set = [&](const bool on[3]) {
+    for (int i = 0; i < 3; ++i) {
+      if (on[i]) {
+        unsetenv(kKnobs[i]);
+      } else {
+        setenv(kKnobs[i], "0", 1);
+      }
+    }
+  };
+  const bool all[3] = {true, true, true}, none[3] = {false, false, false};
+  const bool scan_only[3] = {false, false, true};
+  int64_t compared = 0;
+  for (const bool* on : {all, scan_only}) {
+    compared += ExpectEstKnobsBuildTheSameIndex(
+        3535 + (on[0] ? 1 : 0), [&](cuda::EstKnobs&) { set(on); },
+        [&](cuda::EstKnobs&) { set(none); });
+    set(all);
+    if (::testing::Test::HasFatalFailure()) return;
+    printf("flex decide smem %d / one memset %d / scan %d vs main's: %lld builds compared, "
+           "same index\n",
+           on[0] ? 1 : 0, on[1] ? 1 : 0, on[2] ? 1 : 0, static_cast<long long>(compared));
+  }
+  auto engine = MakeEngine(int64_t{2} << 30);
+  ASSERT_NE(engine, nullptr);
+  WorkloadOptions o = LlmMix16K();
+  o.shape.num_q_heads = 32;
+  o.shape.num_kv_heads = 8;
+  auto w = GenerateWorkload(o);
+  ASSERT_TRUE(w.ok()) << w.status();
+  auto dp = DeviceProblem::Create(engine->device(), *w->host);
+  ASSERT_TRUE(dp.ok()) << dp.status();
+  MethodConfig c;
+  c.method = Method::kFlexPrefill;
+  for (int block_m : {64, 128}) {
+    if (ExpectSameIndexEitherWay(
+            *engine, *w->host, **dp, c, AllHeads(32), block_m,
+            absl::StrCat("flex_prefill llm_mix 16K 32 heads block_m ", block_m),
+            [&] { set(all); }, [&] { set(none); })) {
+      ++compared;
+    }
+    set(all);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  printf("flex s35 knobs vs main's: %lld builds compared in all, same index\n",
+         static_cast<long long>(compared));
+  EXPECT_GT(compared, 0);
+#endif
+}
+
 }  // namespace
 }  // namespace spattn

@@ -22,13 +22,21 @@ namespace merged {
 namespace {
 
 constexpr int kDecideThreads = 256;
+// Largest dynamic shared memory of the decision's kSmem kernel (longer sequences: global scratch).
+constexpr int64_t kDecideSmemMax = 192 * 1024;
 constexpr int kQaThreads = 256;
 constexpr int kMaxGroupRows = 4 * (kQaThreads / 64);
 
 enum QaMode { kStats = 0, kHist = 1, kTies = 2, kCount = 3, kFill = 4 };
 
-template <typename T>
+// kSmem (session 35, the default where 32 * nk bytes fit): the truth, estimate and term arrays in
+// dynamic shared memory instead of the global scratch (p.truth / p.estimate / p.terms), and the
+// truth total summed by another warp beside the estimate's sum. The same values, adds and order:
+// the three sequential double sums (the CPU twin's order) were one thread's chains of global
+// loads, most of the kernel's time.
+template <typename T, bool kSmem>
 __global__ void __launch_bounds__(kDecideThreads) FlexDecideKernel(FlexParams p) {
+  extern __shared__ __align__(16) double decide_smem[];
   using Reduce = cub::BlockReduce<double, kDecideThreads>;
   __shared__ typename Reduce::TempStorage reduce;
   __shared__ float mq[256];
@@ -46,9 +54,9 @@ __global__ void __launch_bounds__(kDecideThreads) FlexDecideKernel(FlexParams p)
   const int d = p.head_dim, bs = p.block, nk = ps.nk, n = es.n;
   const double* cols = p.col_sums + slot * p.col_stride + es.col_base;
   const int64_t kb0 = static_cast<int64_t>(slot) * p.total_kb + ps.kb_base;
-  double* truth = p.truth + kb0;
-  double* est = p.estimate + kb0;
-  double* terms = p.terms + 2 * kb0;
+  double* truth = kSmem ? decide_smem : p.truth + kb0;
+  double* est = kSmem ? decide_smem + nk : p.estimate + kb0;
+  double* terms = kSmem ? decide_smem + 2 * nk : p.terms + 2 * kb0;
   const float* pk = p.pooled_k + (static_cast<int64_t>(kvh) * p.total_kb + ps.kb_base) * d;
 
   // True block distribution: the rows' column sums added per key block, in key order.
@@ -79,7 +87,20 @@ __global__ void __launch_bounds__(kDecideThreads) FlexDecideKernel(FlexParams p)
   const float factor = __fdiv_rn(p.scale, static_cast<float>(n));
   for (int c = tid; c < d; c += kDecideThreads) {
     float acc = 0.f;
-    for (int i = 0; i < n; ++i) {
+    int i = 0;
+    if constexpr (kSmem) {  // 16 rows' loads before their adds (the same adds in order)
+      for (; i + 16 <= n; i += 16) {
+        float v[16];
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+          v[j] = LoadAsFloat(q, static_cast<int64_t>(es.q_row0) + i + j, p.q_token_stride, qh,
+                             p.q_head_stride, c);
+        }
+#pragma unroll
+        for (int j = 0; j < 16; ++j) acc = __fadd_rn(acc, v[j]);
+      }
+    }
+    for (; i < n; ++i) {
       acc = __fadd_rn(acc, LoadAsFloat(q, static_cast<int64_t>(es.q_row0) + i, p.q_token_stride, qh,
                                        p.q_head_stride, c));
     }
@@ -123,8 +144,14 @@ __global__ void __launch_bounds__(kDecideThreads) FlexDecideKernel(FlexParams p)
   __syncthreads();
   if (tid == 0) {
     double sum = 0;
+#pragma unroll 8
     for (int kb = 0; kb < nk; ++kb) sum += est[kb];
     scalars[1] = sum;
+  } else if (kSmem && tid == 32) {  // the truth total does not wait for the estimate
+    double sq = 0;
+#pragma unroll 8
+    for (int kb = 0; kb < nk; ++kb) sq += truth[kb];
+    scalars[3] = sq;
   }
   __syncthreads();
   if (m != -CUDART_INF) {
@@ -134,12 +161,17 @@ __global__ void __launch_bounds__(kDecideThreads) FlexDecideKernel(FlexParams p)
   __syncthreads();
   if (tid == 0) {
     double sp = 0, sq = 0;
-    for (int kb = 0; kb < nk; ++kb) {
-      sp += est[kb];
-      sq += truth[kb];
+    if (kSmem) {
+#pragma unroll 8
+      for (int kb = 0; kb < nk; ++kb) sp += est[kb];
+    } else {
+      for (int kb = 0; kb < nk; ++kb) {
+        sp += est[kb];
+        sq += truth[kb];
+      }
+      scalars[3] = sq;
     }
     scalars[2] = sp;
-    scalars[3] = sq;
   }
   __syncthreads();
   const double sp = scalars[2], sq = scalars[3];
@@ -158,6 +190,7 @@ __global__ void __launch_bounds__(kDecideThreads) FlexDecideKernel(FlexParams p)
       js = sqrt(log(2.0));
     } else {
       double acc = 0;
+#pragma unroll 8
       for (int kb = 0; kb < nk; ++kb) {
         acc += terms[2 * kb];
         acc += terms[2 * kb + 1];
@@ -645,7 +678,73 @@ __global__ void __launch_bounds__(256) PoolKeysPairsKernel(PoolKeysParams p) {
   }
 }
 
+// ---- flex_prefill's CSR scan (session 35, s35-flex) ----
+// The exclusive scans of the merge's row counts (range and column, n = rows + 1 entries, the last
+// 0) in one launch of one CTA, the two totals (indptr[n - 1]) also written to `totals` (mapped
+// pinned host memory): one launch and no copy where main's ScanAndSize ran two device scans and
+// two copies to pageable memory, each of which waited for the stream. Integer adds: the same
+// indptr whatever the order.
+constexpr int kCsrScanThreads = 1024;
+constexpr int kCsrScanItems = 8;  // a thread's consecutive entries (one 32-byte sector)
+
+__global__ void __launch_bounds__(kCsrScanThreads)
+    FlexCsrScanKernel(const int32_t* __restrict__ rc, const int32_t* __restrict__ cc,
+                      int32_t* __restrict__ ri, int32_t* __restrict__ ci, int64_t n,
+                      int32_t* totals) {
+  using Scan = cub::BlockScan<int, kCsrScanThreads>;
+  __shared__ typename Scan::TempStorage tmp_r, tmp_c;
+  constexpr int64_t kChunk = static_cast<int64_t>(kCsrScanThreads) * kCsrScanItems;
+  const int tid = threadIdx.x;
+  int carry_r = 0, carry_c = 0;
+  for (int64_t base = 0; base < n; base += kChunk) {
+    const int64_t i0 = base + static_cast<int64_t>(tid) * kCsrScanItems;
+    int vr[kCsrScanItems], vc[kCsrScanItems];
+    int sr = 0, sc = 0;
+#pragma unroll
+    for (int j = 0; j < kCsrScanItems; ++j) {
+      const bool in = i0 + j < n;
+      vr[j] = in ? rc[i0 + j] : 0;
+      vc[j] = in ? cc[i0 + j] : 0;
+    }
+#pragma unroll
+    for (int j = 0; j < kCsrScanItems; ++j) {
+      sr += vr[j];
+      sc += vc[j];
+    }
+    int er, ec, tr, tc;
+    Scan(tmp_r).ExclusiveSum(sr, er, tr);
+    Scan(tmp_c).ExclusiveSum(sc, ec, tc);
+    int ar = carry_r + er, ac = carry_c + ec;
+#pragma unroll
+    for (int j = 0; j < kCsrScanItems; ++j) {
+      if (i0 + j < n) {
+        ri[i0 + j] = ar;
+        ci[i0 + j] = ac;
+      }
+      ar += vr[j];
+      ac += vc[j];
+    }
+    carry_r += tr;
+    carry_c += tc;
+    __syncthreads();  // the temp storage is reused by the next chunk
+  }
+  if (tid == 0) {
+    // The last entry's exclusive prefix: the totals (the last count is 0).
+    totals[0] = carry_r - (n > 0 ? rc[n - 1] : 0);
+    totals[1] = carry_c - (n > 0 ? cc[n - 1] : 0);
+    __threadfence_system();
+  }
+}
+
 }  // namespace
+
+cudaError_t LaunchFlexCsrScan(const int32_t* range_count, const int32_t* col_count,
+                              int32_t* range_indptr, int32_t* col_indptr, int64_t n,
+                              int32_t* totals, cudaStream_t stream) {
+  FlexCsrScanKernel<<<1, kCsrScanThreads, 0, stream>>>(range_count, col_count, range_indptr,
+                                                       col_indptr, n, totals);
+  return cudaGetLastError();
+}
 
 int64_t FlexQaSmemBytes(int head_dim, int max_rows, int nk_max, bool global_scratch) {
   return QaLayout(head_dim, max_rows, nk_max, global_scratch).total;
@@ -657,16 +756,22 @@ cudaError_t LaunchFlexDecide(const FlexParams& p, cudaStream_t stream) {
   const int units = p.num_slots * p.batch;
   if (units == 0) return cudaSuccess;
   if (p.head_dim > 256) return cudaErrorInvalidValue;
-  switch (p.dtype) {
-    case DType::kBF16:
-      FlexDecideKernel<__nv_bfloat16><<<units, kDecideThreads, 0, stream>>>(p);
-      break;
-    case DType::kF16:
-      FlexDecideKernel<__half><<<units, kDecideThreads, 0, stream>>>(p);
-      break;
-    case DType::kF32:
-      return cudaErrorInvalidValue;
+  if (p.dtype != DType::kBF16 && p.dtype != DType::kF16) return cudaErrorInvalidValue;
+  const bool bf16 = p.dtype == DType::kBF16;
+  // Truth, estimate and two terms per key block: 32 bytes each.
+  const int64_t bytes = int64_t{32} * std::max(p.decide_nk, 1);
+  if (p.decide_smem && p.decide_nk > 0 && bytes <= kDecideSmemMax) {
+    auto kernel = bf16 ? FlexDecideKernel<__nv_bfloat16, true> : FlexDecideKernel<__half, true>;
+    if (bytes > 48 * 1024) {
+      const cudaError_t err = cudaFuncSetAttribute(
+          kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+      if (err != cudaSuccess) return err;
+    }
+    kernel<<<units, kDecideThreads, static_cast<size_t>(bytes), stream>>>(p);
+    return cudaGetLastError();
   }
+  auto kernel = bf16 ? FlexDecideKernel<__nv_bfloat16, false> : FlexDecideKernel<__half, false>;
+  kernel<<<units, kDecideThreads, 0, stream>>>(p);
   return cudaGetLastError();
 }
 

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <functional>
 #include <limits>
 #include <vector>
 
@@ -42,6 +43,102 @@ const uint8_t* PinnedDecisions(size_t n) {
     buf.cap = cap;
   }
   return static_cast<const uint8_t*>(buf.p);
+}
+
+// Session 35 knobs, read at every build (tests flip them between builds): "0" selects main's path.
+bool KnobOn(const char* name) {
+  const char* e = std::getenv(name);
+  return e == nullptr || e[0] != '0';
+}
+
+// This host thread's mapped pinned pair for the CSR totals (SPATTN_FLEX_SCAN); nullptr if it
+// cannot be had (main's ScanAndSize then runs).
+int32_t* MappedTotals() {
+  struct Buf {
+    void* p = nullptr;
+    bool tried = false;
+    ~Buf() {
+      if (p != nullptr) cudaFreeHost(p);
+    }
+  };
+  thread_local Buf buf;
+  if (!buf.tried) {
+    buf.tried = true;
+    if (cudaHostAlloc(&buf.p, 64, cudaHostAllocMapped | cudaHostAllocPortable) != cudaSuccess) {
+      buf.p = nullptr;
+      (void)cudaGetLastError();
+    }
+  }
+  return static_cast<int32_t*>(buf.p);
+}
+
+// Most rows (rows + 1 entries) LaunchFlexCsrScan's one CTA scans; longer: main's device scans.
+constexpr int64_t kFlexScanMaxRows = int64_t{1} << 18;
+
+// ScanAndSize's result (indptr, totals, the entry arrays carved at their real size) by one scan
+// launch writing the totals to mapped host memory and one wait (session 35).
+absl::Status FlexScanAndSize(int64_t rows, Csr* c, const BuildScope& ws, cudaStream_t stream) {
+  int32_t* host = KnobOn("SPATTN_FLEX_SCAN") && rows < kFlexScanMaxRows ? MappedTotals() : nullptr;
+  int32_t* dev = nullptr;
+  if (host != nullptr &&
+      cudaHostGetDevicePointer(reinterpret_cast<void**>(&dev), host, 0) != cudaSuccess) {
+    (void)cudaGetLastError();
+    dev = nullptr;
+  }
+  if (dev == nullptr) return ScanAndSize(rows, c, ws, stream, /*with_cols=*/true);
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchFlexCsrScan(c->range_count, c->col_count, c->range_indptr,
+                                                c->col_indptr, rows + 1, dev, stream),
+                              "flex CSR scan");
+  SPATTN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), "index count pass");
+  const volatile int32_t* t = host;
+  const int32_t totals[2] = {t[0], t[1]};
+  if (totals[0] < 0 || totals[1] < 0) {
+    return absl::InternalError("index builder: negative entry count");
+  }
+  c->total_ranges = totals[0];
+  c->total_cols = totals[1];
+  ReportTotals(ws, totals[0], totals[1]);
+  SPATTN_ASSIGN_OR_RETURN(c->range_start, CarveKept<int32_t>(ws, totals[0], "range_start"));
+  SPATTN_ASSIGN_OR_RETURN(c->range_len, CarveKept<int32_t>(ws, totals[0], "range_len"));
+  SPATTN_ASSIGN_OR_RETURN(c->col_idx, CarveKept<int32_t>(ws, totals[1], "col_idx"));
+  return absl::OkStatus();
+}
+
+// MergeLines (builder_steps.cc) with FlexScanAndSize for its scan and round trip; with
+// `zeroed_counts` (2 * RoundUp(rows + 1, 64) zeroed int32) for the range and column counts.
+absl::StatusOr<Csr> FlexMergeLines(MergeParams mp, int64_t rows, int64_t cols_stride,
+                                   int64_t offs_stride, const BuildScope& ws, cudaStream_t stream,
+                                   StageTimer& timer,
+                                   const std::function<absl::Status(const Csr&, bool fill)>& also,
+                                   int32_t* zeroed_counts) {
+  Csr csr;
+  if (zeroed_counts == nullptr) {
+    SPATTN_ASSIGN_OR_RETURN(csr, CarveCounts(rows, ws, stream));
+  } else {  // CarveCounts' arrays, the counts zeroed with the build's other scratch
+    csr.range_count = zeroed_counts;
+    csr.col_count = zeroed_counts + RoundUp(rows + 1, 64);
+    SPATTN_ASSIGN_OR_RETURN(csr.range_indptr, CarveKept<int32_t>(ws, rows + 1, "range_indptr"));
+    SPATTN_ASSIGN_OR_RETURN(csr.col_indptr, CarveKept<int32_t>(ws, rows + 1, "col_indptr"));
+  }
+  mp.range_count = csr.range_count;
+  mp.col_count = csr.col_count;
+  SPATTN_ASSIGN_OR_RETURN(mp.lane_prefix, Carve<int32_t>(ws, rows * 64, "merge lane prefixes"));
+  SPATTN_RETURN_IF_ERROR(GroupLines(&mp, mp.num_slots, cols_stride, offs_stride, ws, stream));
+  timer.Mark("group");
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchMergeRows(mp, /*fill=*/false, stream), "merge rows (count)");
+  timer.Mark("merge_count");
+  SPATTN_RETURN_IF_ERROR(also(csr, /*fill=*/false));
+  SPATTN_RETURN_IF_ERROR(FlexScanAndSize(rows, &csr, ws, stream));
+  timer.Mark("scan_sync");
+  mp.range_indptr = csr.range_indptr;
+  mp.col_indptr = csr.col_indptr;
+  mp.range_start = csr.range_start;
+  mp.range_len = csr.range_len;
+  mp.col_idx = csr.col_idx;
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchMergeRows(mp, /*fill=*/true, stream), "merge rows (fill)");
+  timer.Mark("merge_fill");
+  SPATTN_RETURN_IF_ERROR(also(csr, /*fill=*/true));
+  return csr;
 }
 
 absl::StatusOr<SparseIndexView> BuildFlexPrefill(const AttentionProblem& p, const AttnParams& a,
@@ -116,7 +213,37 @@ absl::StatusOr<SparseIndexView> BuildFlexPrefill(const AttentionProblem& p, cons
   SPATTN_ASSIGN_OR_RETURN(f.truth, Carve<double>(ws, kb_all, "flex truth"));
   SPATTN_ASSIGN_OR_RETURN(f.estimate, Carve<double>(ws, kb_all, "flex estimate"));
   SPATTN_ASSIGN_OR_RETURN(f.terms, Carve<double>(ws, 2 * kb_all, "flex js terms"));
-  SPATTN_ASSIGN_OR_RETURN(f.unit_is_vs, CarveZeroed<uint8_t>(ws, units, "flex decisions", stream));
+  // Session 35 (SPATTN_FLEX_ZERO, default on): the arrays that start at zero (decisions, ties,
+  // histograms, unit states, the merge's row counts) in one carve and one memset; main's path: a
+  // carve and a memset each (7 memsets on the stream between the estimate and the decision).
+  int32_t* zeroed_counts = nullptr;
+  const bool one_zero = KnobOn("SPATTN_FLEX_ZERO");
+  if (one_zero) {
+    const int64_t count_words = 2 * RoundUp(rows + 1, 64);
+    const int64_t o_ties = RoundUp(std::max<int64_t>(units, 1), 256);
+    const int64_t o_hc = o_ties + RoundUp(std::max<int64_t>(rows, 1) * 4, 256);
+    const int64_t o_hm = o_hc + RoundUp(std::max<int64_t>(units, 1) * 256 * 4, 256);
+    const int64_t o_st = o_hm + RoundUp(std::max<int64_t>(units, 1) * 256 * 8, 256);
+    const int64_t o_cnt =
+        o_st +
+        RoundUp(std::max<int64_t>(units, 1) * static_cast<int64_t>(sizeof(FlexUnitState)), 256);
+    const int64_t bytes = o_cnt + count_words * 4;
+    SPATTN_ASSIGN_OR_RETURN(unsigned char* z,
+                            Carve<unsigned char>(ws, bytes, "flex zeroed scratch"));
+    SPATTN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(z, 0, bytes, stream), "flex zeroed scratch");
+    f.unit_is_vs = z;
+    f.row_ties = reinterpret_cast<int32_t*>(z + o_ties);
+    f.hist_count = reinterpret_cast<int*>(z + o_hc);
+    f.hist_mass = reinterpret_cast<double*>(z + o_hm);
+    f.state = reinterpret_cast<FlexUnitState*>(z + o_st);
+    zeroed_counts = reinterpret_cast<int32_t*>(z + o_cnt);
+  } else {
+    SPATTN_ASSIGN_OR_RETURN(f.unit_is_vs,
+                            CarveZeroed<uint8_t>(ws, units, "flex decisions", stream));
+  }
+  // (Session 35, SPATTN_FLEX_DECIDE_SMEM, default on: the decision's arrays in shared memory.)
+  f.decide_smem = KnobOn("SPATTN_FLEX_DECIDE_SMEM");
+  for (const PooledSeq& s : pp.seqs) f.decide_nk = std::max(f.decide_nk, static_cast<int>(s.nk));
   f.groups = blob.At<RowGroup>(pm.groups);
   f.num_groups = static_cast<int>(groups.size());
   f.max_rows = rows_per_group;
@@ -124,13 +251,15 @@ absl::StatusOr<SparseIndexView> BuildFlexPrefill(const AttentionProblem& p, cons
   SPATTN_ASSIGN_OR_RETURN(f.row_mx, Carve<float>(ws, rows, "flex row max"));
   SPATTN_ASSIGN_OR_RETURN(f.row_sum, Carve<double>(ws, rows, "flex row sums"));
   SPATTN_ASSIGN_OR_RETURN(f.row_total, Carve<double>(ws, rows, "flex row totals"));
-  SPATTN_ASSIGN_OR_RETURN(f.row_ties, CarveZeroed<int32_t>(ws, rows, "flex ties", stream));
-  SPATTN_ASSIGN_OR_RETURN(f.hist_count,
-                          CarveZeroed<int>(ws, units * 256, "flex histogram", stream));
-  SPATTN_ASSIGN_OR_RETURN(f.hist_mass,
-                          CarveZeroed<double>(ws, units * 256, "flex histogram", stream));
-  SPATTN_ASSIGN_OR_RETURN(f.state,
-                          CarveZeroed<FlexUnitState>(ws, units, "flex unit state", stream));
+  if (!one_zero) {
+    SPATTN_ASSIGN_OR_RETURN(f.row_ties, CarveZeroed<int32_t>(ws, rows, "flex ties", stream));
+    SPATTN_ASSIGN_OR_RETURN(f.hist_count,
+                            CarveZeroed<int>(ws, units * 256, "flex histogram", stream));
+    SPATTN_ASSIGN_OR_RETURN(f.hist_mass,
+                            CarveZeroed<double>(ws, units * 256, "flex histogram", stream));
+    SPATTN_ASSIGN_OR_RETURN(f.state,
+                            CarveZeroed<FlexUnitState>(ws, units, "flex unit state", stream));
+  }
   if (global_scratch) {
     SPATTN_RETURN_IF_ERROR(
         CarveRowScratch(ws, f.num_groups, FlexQaScratchBytes(f.max_rows, f.nk_max),
@@ -227,8 +356,8 @@ absl::StatusOr<SparseIndexView> BuildFlexPrefill(const AttentionProblem& p, cons
     }
     return absl::OkStatus();
   };
-  SPATTN_ASSIGN_OR_RETURN(
-      const Csr csr, MergeLines(mp, rows, cols_stride, offs_stride, ws, stream, timer, qa_rows));
+  SPATTN_ASSIGN_OR_RETURN(const Csr csr, FlexMergeLines(mp, rows, cols_stride, offs_stride, ws,
+                                                        stream, timer, qa_rows, zeroed_counts));
   return ViewOf(plan, d_heads, d_offsets, csr);
 }
 

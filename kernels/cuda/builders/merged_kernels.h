@@ -265,6 +265,10 @@ struct FlexParams {
   double* estimate = nullptr;
   double* terms = nullptr;        // [slots * total_kb * 2]
   uint8_t* unit_is_vs = nullptr;  // [slots * batch]
+  // Session 35: the decision's arrays in shared memory (32 * decide_nk bytes, decide_nk >= every
+  // sequence's key blocks) where they fit; false or too long: the global scratch above.
+  bool decide_smem = false;
+  int decide_nk = 0;
   // Query-aware rows.
   const RowGroup* groups = nullptr;
   int num_groups = 0, max_rows = 0, nk_max = 0;
@@ -309,6 +313,12 @@ cudaError_t LaunchFlexQaScan(const FlexParams& p, int level, cudaStream_t stream
 cudaError_t LaunchFlexTieScan(const FlexParams& p, cudaStream_t stream);
 // flex_prefill's pooled keys: LaunchPoolKeys' values, two channels a thread (flex_prefill.cu).
 cudaError_t LaunchFlexPoolKeys(const PoolKeysParams& p, cudaStream_t stream);
+// Session 35: exclusive scans of the merge's row counts (n = rows + 1 entries, the last 0) into
+// the indptr arrays in one launch of one CTA; `totals` (2 entries, e.g. mapped pinned host
+// memory) gets the range and column totals (flex_prefill.cu).
+cudaError_t LaunchFlexCsrScan(const int32_t* range_count, const int32_t* col_count,
+                              int32_t* range_indptr, int32_t* col_indptr, int64_t n,
+                              int32_t* totals, cudaStream_t stream);
 
 }  // namespace merged
 }  // namespace cuda
