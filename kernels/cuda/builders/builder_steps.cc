@@ -490,8 +490,17 @@ absl::StatusOr<LineSelectParams> CarveLineSelect(const Plan& plan, const Estimat
 absl::StatusOr<Csr> MergeLines(MergeParams mp, int64_t rows, int64_t cols_stride,
                                int64_t offs_stride, const BuildScope& ws, cudaStream_t stream,
                                StageTimer& timer,
-                               const std::function<absl::Status(const Csr&, bool fill)>& also) {
-  SPATTN_ASSIGN_OR_RETURN(Csr csr, CarveCounts(rows, ws, stream));
+                               const std::function<absl::Status(const Csr&, bool fill)>& also,
+                               const MergeLinesOptions& opt) {
+  Csr csr;
+  if (opt.zeroed_counts == nullptr) {
+    SPATTN_ASSIGN_OR_RETURN(csr, CarveCounts(rows, ws, stream));
+  } else {  // CarveCounts' arrays, the counts zeroed by the caller
+    csr.range_count = opt.zeroed_counts;
+    csr.col_count = opt.zeroed_counts + RoundUp(rows + 1, 64);
+    SPATTN_ASSIGN_OR_RETURN(csr.range_indptr, CarveKept<int32_t>(ws, rows + 1, "range_indptr"));
+    SPATTN_ASSIGN_OR_RETURN(csr.col_indptr, CarveKept<int32_t>(ws, rows + 1, "col_indptr"));
+  }
   mp.range_count = csr.range_count;
   mp.col_count = csr.col_count;
   SPATTN_ASSIGN_OR_RETURN(mp.lane_prefix, Carve<int32_t>(ws, rows * 64, "merge lane prefixes"));
@@ -500,7 +509,8 @@ absl::StatusOr<Csr> MergeLines(MergeParams mp, int64_t rows, int64_t cols_stride
   SPATTN_CUDA_RETURN_IF_ERROR(LaunchMergeRows(mp, /*fill=*/false, stream), "merge rows (count)");
   timer.Mark("merge_count");
   if (also) SPATTN_RETURN_IF_ERROR(also(csr, /*fill=*/false));
-  SPATTN_RETURN_IF_ERROR(ScanAndSize(rows, &csr, ws, stream, /*with_cols=*/true));
+  SPATTN_RETURN_IF_ERROR(opt.scan ? opt.scan(rows, &csr)
+                                   : ScanAndSize(rows, &csr, ws, stream, /*with_cols=*/true));
   timer.Mark("scan_sync");
   mp.range_indptr = csr.range_indptr;
   mp.col_indptr = csr.col_indptr;

@@ -215,10 +215,20 @@ absl::StatusOr<LineSelectParams> CarveLineSelect(const Plan& plan, const Estimat
 // sizing (the build's round trip), fill pass, over `mp` from LineMergeParams. `also(csr, fill)`,
 // when set, runs right after each merge pass (flex_prefill's query-aware rows). Stages: group,
 // merge_count, scan_sync, merge_fill (and what `also` marks).
+// `opt` (flex_prefill, session 35): counts the caller zeroed with its other scratch, and its own
+// scan and round trip in place of ScanAndSize.
+struct MergeLinesOptions {
+  // 2 * RoundUp(rows + 1, 64) zeroed int32: the range counts, then the column counts at
+  // RoundUp(rows + 1, 64). nullptr: carved and zeroed here (CarveCounts).
+  int32_t* zeroed_counts = nullptr;
+  // ScanAndSize's contract (indptr, totals, entry arrays carved); unset: ScanAndSize.
+  std::function<absl::Status(int64_t rows, Csr* c)> scan;
+};
 absl::StatusOr<Csr> MergeLines(MergeParams mp, int64_t rows, int64_t cols_stride,
                                int64_t offs_stride, const BuildScope& ws, cudaStream_t stream,
                                StageTimer& timer,
-                               const std::function<absl::Status(const Csr&, bool fill)>& also);
+                               const std::function<absl::Status(const Csr&, bool fill)>& also,
+                               const MergeLinesOptions& opt = {});
 
 // Pooled geometry (block_sparse, flex_prefill).
 struct PooledPlan {

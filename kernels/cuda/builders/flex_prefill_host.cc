@@ -104,43 +104,6 @@ absl::Status FlexScanAndSize(int64_t rows, Csr* c, const BuildScope& ws, cudaStr
   return absl::OkStatus();
 }
 
-// MergeLines (builder_steps.cc) with FlexScanAndSize for its scan and round trip; with
-// `zeroed_counts` (2 * RoundUp(rows + 1, 64) zeroed int32) for the range and column counts.
-absl::StatusOr<Csr> FlexMergeLines(MergeParams mp, int64_t rows, int64_t cols_stride,
-                                   int64_t offs_stride, const BuildScope& ws, cudaStream_t stream,
-                                   StageTimer& timer,
-                                   const std::function<absl::Status(const Csr&, bool fill)>& also,
-                                   int32_t* zeroed_counts) {
-  Csr csr;
-  if (zeroed_counts == nullptr) {
-    SPATTN_ASSIGN_OR_RETURN(csr, CarveCounts(rows, ws, stream));
-  } else {  // CarveCounts' arrays, the counts zeroed with the build's other scratch
-    csr.range_count = zeroed_counts;
-    csr.col_count = zeroed_counts + RoundUp(rows + 1, 64);
-    SPATTN_ASSIGN_OR_RETURN(csr.range_indptr, CarveKept<int32_t>(ws, rows + 1, "range_indptr"));
-    SPATTN_ASSIGN_OR_RETURN(csr.col_indptr, CarveKept<int32_t>(ws, rows + 1, "col_indptr"));
-  }
-  mp.range_count = csr.range_count;
-  mp.col_count = csr.col_count;
-  SPATTN_ASSIGN_OR_RETURN(mp.lane_prefix, Carve<int32_t>(ws, rows * 64, "merge lane prefixes"));
-  SPATTN_RETURN_IF_ERROR(GroupLines(&mp, mp.num_slots, cols_stride, offs_stride, ws, stream));
-  timer.Mark("group");
-  SPATTN_CUDA_RETURN_IF_ERROR(LaunchMergeRows(mp, /*fill=*/false, stream), "merge rows (count)");
-  timer.Mark("merge_count");
-  SPATTN_RETURN_IF_ERROR(also(csr, /*fill=*/false));
-  SPATTN_RETURN_IF_ERROR(FlexScanAndSize(rows, &csr, ws, stream));
-  timer.Mark("scan_sync");
-  mp.range_indptr = csr.range_indptr;
-  mp.col_indptr = csr.col_indptr;
-  mp.range_start = csr.range_start;
-  mp.range_len = csr.range_len;
-  mp.col_idx = csr.col_idx;
-  SPATTN_CUDA_RETURN_IF_ERROR(LaunchMergeRows(mp, /*fill=*/true, stream), "merge rows (fill)");
-  timer.Mark("merge_fill");
-  SPATTN_RETURN_IF_ERROR(also(csr, /*fill=*/true));
-  return csr;
-}
-
 absl::StatusOr<SparseIndexView> BuildFlexPrefill(const AttentionProblem& p, const AttnParams& a,
                                                  const FlexPrefillParams& fp,
                                                  const std::vector<int>& heads,
@@ -356,8 +319,11 @@ absl::StatusOr<SparseIndexView> BuildFlexPrefill(const AttentionProblem& p, cons
     }
     return absl::OkStatus();
   };
-  SPATTN_ASSIGN_OR_RETURN(const Csr csr, FlexMergeLines(mp, rows, cols_stride, offs_stride, ws,
-                                                        stream, timer, qa_rows, zeroed_counts));
+  MergeLinesOptions merge_opt;
+  merge_opt.zeroed_counts = zeroed_counts;
+  merge_opt.scan = [&](int64_t n, Csr* c) { return FlexScanAndSize(n, c, ws, stream); };
+  SPATTN_ASSIGN_OR_RETURN(const Csr csr, MergeLines(mp, rows, cols_stride, offs_stride, ws,
+                                                    stream, timer, qa_rows, merge_opt));
   return ViewOf(plan, d_heads, d_offsets, csr);
 }
 
