@@ -373,6 +373,11 @@ absl::Status ScanAndSize(int64_t rows, Csr* c, const BuildScope& ws, cudaStream_
       cudaMemcpyAsync(&totals[1], c->col_indptr + rows, 4, cudaMemcpyDeviceToHost, stream),
       "column total");
   SPATTN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), "index count pass");
+  return SizeFromTotals(totals, c, ws, with_cols);
+}
+
+absl::Status SizeFromTotals(const int32_t totals[2], Csr* c, const BuildScope& ws,
+                            bool with_cols) {
   if (totals[0] < 0 || totals[1] < 0) {
     return absl::InternalError("index builder: negative entry count");
   }

@@ -183,6 +183,11 @@ absl::StatusOr<Csr> CarveCounts(int64_t rows, const BuildScope& ws, cudaStream_t
 absl::Status ScanAndSize(int64_t rows, Csr* c, const BuildScope& ws, cudaStream_t stream,
                          bool with_cols);
 
+// ScanAndSize's last step, once the two totals (ranges, columns) are on the host: checks them
+// and carves the entry arrays at their real size (col_idx one entry without columns).
+absl::Status SizeFromTotals(const int32_t totals[2], Csr* c, const BuildScope& ws,
+                            bool with_cols);
+
 // Column runs and offset clusters of the selected lines (MergeParams' groups).
 absl::Status GroupLines(MergeParams* mp, int slots, int64_t cols_stride, int64_t offs_stride,
                         const BuildScope& ws, cudaStream_t stream);

@@ -92,16 +92,7 @@ absl::Status FlexScanAndSize(int64_t rows, Csr* c, const BuildScope& ws, cudaStr
   SPATTN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), "index count pass");
   const volatile int32_t* t = host;
   const int32_t totals[2] = {t[0], t[1]};
-  if (totals[0] < 0 || totals[1] < 0) {
-    return absl::InternalError("index builder: negative entry count");
-  }
-  c->total_ranges = totals[0];
-  c->total_cols = totals[1];
-  ReportTotals(ws, totals[0], totals[1]);
-  SPATTN_ASSIGN_OR_RETURN(c->range_start, CarveKept<int32_t>(ws, totals[0], "range_start"));
-  SPATTN_ASSIGN_OR_RETURN(c->range_len, CarveKept<int32_t>(ws, totals[0], "range_len"));
-  SPATTN_ASSIGN_OR_RETURN(c->col_idx, CarveKept<int32_t>(ws, totals[1], "col_idx"));
-  return absl::OkStatus();
+  return SizeFromTotals(totals, c, ws, /*with_cols=*/true);
 }
 
 absl::StatusOr<SparseIndexView> BuildFlexPrefill(const AttentionProblem& p, const AttnParams& a,
