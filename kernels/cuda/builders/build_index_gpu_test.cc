@@ -2216,5 +2216,19 @@ TEST(BuildIndexOnGpuEstimateTest, FlexDecideZeroAndScanBuildMainsIndex) {
 #endif
 }
 
+// ---- s35-sa2: the wgmma one pass's slash split by predicated steps (SPATTN_SA_SPLIT) ----
+// SaSplitStep keeps s0 as sum's running value over a thread's prefix of keys in slash block A and
+// adds only the suffix's elements to s1: the same bits as main's selects and adds, so every index
+// array, offsets included, is the same: every shape and config with all heads and two of them,
+// block_m 64 and 128, llm_mix 16K (elsewhere than 9.0 both builds are mma.sync).
+TEST(BuildIndexOnGpuSampleAttentionTest, PredicatedSlashSplitBuildsMainsIndex) {
+  SKIP_WITHOUT_GPU();
+  const int compared = ExpectEnvValuesBuildTheSameIndex(
+      Method::kSampleAttention, "SPATTN_SA_SPLIT", "0", {nullptr, "1"}, 3500,
+      /*both_head_lists=*/true);
+  printf("sample_attention split vs main's one pass: %d indexes compared\n", compared);
+  EXPECT_GT(compared, 0);
+}
+
 }  // namespace
 }  // namespace spattn

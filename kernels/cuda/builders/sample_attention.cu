@@ -72,6 +72,21 @@ constexpr int SaWgSmemBytes() {
 // the sums, partials and index are the same (build_index_gpu_test's
 // WgmmaOnePassBuildsTheMmaSyncIndex compares the indexes).
 
+// s35-sa2: one step of the slash split. A thread's elements come in increasing key order, so the
+// keys at or below thr (slash block A) are a prefix and `next` (key > thr) a suffix. Main's
+// s0 += next ? 0 : ex adds each prefix ex to +0 in sum's order, so s0 is sum's running value at
+// the prefix's end, and then adds +0 to a value >= +0 (ex >= +0: no -0 to turn into +0), which
+// leaves it unchanged; s1 adds +0 to +0 through the prefix and then each ex. Hence s0 = sum
+// (after this element's add) while !next, and s1 += ex only while next: the same bits, one
+// compare and two predicated instructions per element instead of 2 selects + 2 adds.
+__device__ __forceinline__ void SaSplitStep(bool next, float ex, float sum, float& s0, float& s1) {
+  if (next) {
+    s1 += ex;
+  } else {
+    s0 = sum;
+  }
+}
+
 // The column blocks [cb0, cb0 + n_cb) and slash blocks [sb_lo, sb_lo + n_sb) a span's keys and
 // the unit's sampled rows can touch.
 __device__ __forceinline__ void SaWindow(const SaUnit& u, const SaItem& item, int pos0, int lg,
@@ -95,8 +110,10 @@ __device__ __forceinline__ void SaWindow(const SaUnit& u, const SaItem& item, in
 // per SM as pass 1 (124). (A minimum-blocks bound of 2 on it changed the other instantiations'
 // code as well; without one, their sm_90a .text is byte-identical to the two-pass file's.)
 // kWg (with kOne only): the products by wgmma, kSaWgBufs key buffers (above); the rest as kOne.
+// kSplit (s35-sa2, with kOne): the slash split of a tile's sum by one compare and two
+// predicated steps per element instead of two selects and two adds (same bits: below).
 template <typename T, int kD, bool kScores, int kSlots = kSaSlots, bool kOne = false,
-          bool kWg = false>
+          bool kWg = false, bool kSplit = false>
 __global__ void __launch_bounds__(kSaThreads) SaPassKernel(SaArgs a) {
   static_assert(!kWg || (kOne && !kScores), "the wgmma products serve the one pass");
   constexpr int kCh = kD / 8;
@@ -340,8 +357,12 @@ __global__ void __launch_bounds__(kSaThreads) SaPassKernel(SaArgs a) {
                   sum += ex;
                   if constexpr (kOne) {
                     const bool next = j + nt * 8 + 2 * t4 + e > thr[h];
-                    s0 += next ? 0.f : ex;
-                    s1 += next ? ex : 0.f;
+                    if constexpr (kSplit) {
+                      SaSplitStep(next, ex, sum, s0, s1);
+                    } else {
+                      s0 += next ? 0.f : ex;
+                      s1 += next ? ex : 0.f;
+                    }
                   }
                 }
               }
@@ -355,8 +376,12 @@ __global__ void __launch_bounds__(kSaThreads) SaPassKernel(SaArgs a) {
                   sum += ex;
                   if constexpr (kOne) {
                     const bool next = j + nt * 8 + 2 * t4 + e > thr[h];
-                    s0 += next ? 0.f : ex;
-                    s1 += next ? ex : 0.f;
+                    if constexpr (kSplit) {
+                      SaSplitStep(next, ex, sum, s0, s1);
+                    } else {
+                      s0 += next ? 0.f : ex;
+                      s1 += next ? ex : 0.f;
+                    }
                   }
                 }
               }
@@ -1167,6 +1192,13 @@ bool SaUsesWgmma() {
   return CurrentDeviceIsSm90();
 }
 
+// s35-sa2: the wgmma one pass's slash split by SaSplitStep (the same bits); SPATTN_SA_SPLIT=0
+// (read at each build): main's selects and adds.
+bool SaSplit() {
+  const char* e = std::getenv("SPATTN_SA_SPLIT");
+  return e == nullptr || e[0] != '0';
+}
+
 // cudaFuncSetAttribute(kernel, max dynamic shared memory) once per device and process (s33-sa2:
 // a driver call less per build ahead of the first launch); `done` holds a bit per device set.
 template <class K>
@@ -1186,11 +1218,13 @@ cudaError_t SaLaunchTyped(const SaArgs& a, cudaStream_t stream) {
   constexpr int smem = SaSmemBytes<kD>();
   if (a.op_partial != nullptr) {
     const bool wg = SaUsesWgmma();
-    auto one = wg ? SaPassKernel<T, kD, false, kSaSlots, true, true>
-                  : SaPassKernel<T, kD, false, kSaSlots, true>;
+    const bool split = wg && SaSplit();
+    auto one = split ? SaPassKernel<T, kD, false, kSaSlots, true, true, true>
+               : wg  ? SaPassKernel<T, kD, false, kSaSlots, true, true>
+                     : SaPassKernel<T, kD, false, kSaSlots, true>;
     const int one_smem = wg ? SaWgSmemBytes<kD>() : smem;
-    static std::atomic<uint64_t> one_set[2];
-    cudaError_t err = SaSetSmemOnce(one, one_smem, one_set[wg ? 1 : 0]);
+    static std::atomic<uint64_t> one_set[3];
+    cudaError_t err = SaSetSmemOnce(one, one_smem, one_set[split ? 2 : wg ? 1 : 0]);
     if (err != cudaSuccess) return err;
     one<<<a.num_items, kSaThreads, one_smem, stream>>>(a);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
