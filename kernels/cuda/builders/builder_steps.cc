@@ -21,6 +21,26 @@ absl::StatusOr<const int32_t*> UploadHeads(const BuildScope& scope, const std::v
   return d;
 }
 
+MappedWords::~MappedWords() {
+  if (host_ != nullptr) cudaFreeHost(host_);
+}
+
+bool MappedWords::Get(void** host, void** dev) {
+  if (host_ == nullptr && !failed_) {
+    if (cudaHostAlloc(&host_, 64, cudaHostAllocMapped | cudaHostAllocPortable) != cudaSuccess ||
+        cudaHostGetDevicePointer(&dev_, host_, 0) != cudaSuccess) {
+      if (host_ != nullptr) cudaFreeHost(host_);
+      host_ = nullptr;
+      dev_ = nullptr;
+      failed_ = true;
+      (void)cudaGetLastError();
+    }
+  }
+  *host = host_;
+  *dev = dev_;
+  return host_ != nullptr;
+}
+
 int MaxSmemOptin() {
   int device = 0, bytes = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||

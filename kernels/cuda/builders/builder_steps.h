@@ -124,6 +124,25 @@ class MetaBlob {
 // The device's opt-in shared memory per block (48 KB when it cannot be read).
 int MaxSmemOptin();
 
+// 64 bytes of mapped, portable pinned host memory and their device address, made at the first
+// Get and kept until destruction: totals a kernel writes and the host reads after one wait, with
+// no device-to-host copy. Each builder holds its own, `thread_local` (a build reads its words
+// before it returns, so a thread's builds never share them in flight).
+class MappedWords {
+ public:
+  MappedWords() = default;
+  MappedWords(const MappedWords&) = delete;
+  MappedWords& operator=(const MappedWords&) = delete;
+  ~MappedWords();
+  // False (both nullptr) where the memory cannot be had; the caller copies from device memory.
+  bool Get(void** host, void** dev);
+
+ private:
+  void* host_ = nullptr;
+  void* dev_ = nullptr;
+  bool failed_ = false;
+};
+
 // ---- Checks ------------------------------------------------------------------------------------
 
 // What the bitmap builders' kernels need beyond AttentionProblem::Validate(): device Q/K in

@@ -51,46 +51,24 @@ bool KnobOn(const char* name) {
   return e == nullptr || e[0] != '0';
 }
 
-// This host thread's mapped pinned pair for the CSR totals (SPATTN_FLEX_SCAN); nullptr if it
-// cannot be had (main's ScanAndSize then runs).
-int32_t* MappedTotals() {
-  struct Buf {
-    void* p = nullptr;
-    bool tried = false;
-    ~Buf() {
-      if (p != nullptr) cudaFreeHost(p);
-    }
-  };
-  thread_local Buf buf;
-  if (!buf.tried) {
-    buf.tried = true;
-    if (cudaHostAlloc(&buf.p, 64, cudaHostAllocMapped | cudaHostAllocPortable) != cudaSuccess) {
-      buf.p = nullptr;
-      (void)cudaGetLastError();
-    }
-  }
-  return static_cast<int32_t*>(buf.p);
-}
-
 // Most rows (rows + 1 entries) LaunchFlexCsrScan's one CTA scans; longer: main's device scans.
 constexpr int64_t kFlexScanMaxRows = int64_t{1} << 18;
 
 // ScanAndSize's result (indptr, totals, the entry arrays carved at their real size) by one scan
 // launch writing the totals to mapped host memory and one wait (session 35).
 absl::Status FlexScanAndSize(int64_t rows, Csr* c, const BuildScope& ws, cudaStream_t stream) {
-  int32_t* host = KnobOn("SPATTN_FLEX_SCAN") && rows < kFlexScanMaxRows ? MappedTotals() : nullptr;
-  int32_t* dev = nullptr;
-  if (host != nullptr &&
-      cudaHostGetDevicePointer(reinterpret_cast<void**>(&dev), host, 0) != cudaSuccess) {
-    (void)cudaGetLastError();
-    dev = nullptr;
+  // This host thread's words for the two totals (kept for its later builds).
+  thread_local MappedWords words;
+  void *host = nullptr, *dev = nullptr;
+  if (!KnobOn("SPATTN_FLEX_SCAN") || rows >= kFlexScanMaxRows || !words.Get(&host, &dev)) {
+    return ScanAndSize(rows, c, ws, stream, /*with_cols=*/true);
   }
-  if (dev == nullptr) return ScanAndSize(rows, c, ws, stream, /*with_cols=*/true);
-  SPATTN_CUDA_RETURN_IF_ERROR(LaunchFlexCsrScan(c->range_count, c->col_count, c->range_indptr,
-                                                c->col_indptr, rows + 1, dev, stream),
-                              "flex CSR scan");
+  SPATTN_CUDA_RETURN_IF_ERROR(
+      LaunchFlexCsrScan(c->range_count, c->col_count, c->range_indptr, c->col_indptr, rows + 1,
+                        static_cast<int32_t*>(dev), stream),
+      "flex CSR scan");
   SPATTN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), "index count pass");
-  const volatile int32_t* t = host;
+  const volatile int32_t* t = static_cast<const int32_t*>(host);
   const int32_t totals[2] = {t[0], t[1]};
   return SizeFromTotals(totals, c, ws, /*with_cols=*/true);
 }

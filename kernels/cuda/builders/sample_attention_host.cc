@@ -66,34 +66,16 @@ double SaMicros(SaClock::time_point a, SaClock::time_point b) {
 
 // This host thread's mapped pinned words for the lean assembly's totals (the scan kernel writes
 // them, the host reads them after its stream synchronization: no device-to-host copy in the
-// round trip); kept for the thread's later builds (a build reads them before it returns). Null
-// where they cannot be had (the caller copies from device memory then). The device pointer is
-// looked up once with them (s33-sa2; portable: the same for every device).
+// round trip).
 struct PinnedWords {
   int64_t* host = nullptr;
   int64_t* dev = nullptr;
 };
 PinnedWords PinnedTotals() {
-  struct Buf {
-    void* p = nullptr;
-    void* d = nullptr;
-    bool failed = false;
-    ~Buf() {
-      if (p != nullptr) cudaFreeHost(p);
-    }
-  };
-  thread_local Buf buf;
-  if (buf.p == nullptr && !buf.failed) {
-    if (cudaHostAlloc(&buf.p, 64, cudaHostAllocMapped | cudaHostAllocPortable) != cudaSuccess ||
-        cudaHostGetDevicePointer(&buf.d, buf.p, 0) != cudaSuccess) {
-      if (buf.p != nullptr) cudaFreeHost(buf.p);
-      buf.p = nullptr;
-      buf.d = nullptr;
-      buf.failed = true;
-      (void)cudaGetLastError();
-    }
-  }
-  return PinnedWords{static_cast<int64_t*>(buf.p), static_cast<int64_t*>(buf.d)};
+  thread_local MappedWords words;
+  void *host, *dev;
+  words.Get(&host, &dev);
+  return PinnedWords{static_cast<int64_t*>(host), static_cast<int64_t*>(dev)};
 }
 
 // builder_steps' Assemble for sample_attention with fewer launches and one host round trip of
