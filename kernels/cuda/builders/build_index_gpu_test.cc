@@ -2230,5 +2230,21 @@ TEST(BuildIndexOnGpuSampleAttentionTest, PredicatedSlashSplitBuildsMainsIndex) {
   EXPECT_GT(compared, 0);
 }
 
+// ---- s36-sa ----
+// sample_attention's one pass in one wave (SPATTN_SA_WAVE, SaPassWaveKernel): Q read by the SS
+// wgmma from shared memory instead of register fragments, two key buffers at d 128 (four at 64),
+// three CTAs per SM. The same A values, instruction shape and k steps give the same products and
+// the per-element code is main's, so every index array, offsets included, is the same: every
+// shape and config with all heads and two of them, block_m 64 and 128, llm_mix 16K (elsewhere
+// than 9.0 both builds are mma.sync).
+TEST(BuildIndexOnGpuSampleAttentionTest, OneWaveSsPassBuildsMainsIndex) {
+  SKIP_WITHOUT_GPU();
+  const int compared = ExpectEnvValuesBuildTheSameIndex(
+      Method::kSampleAttention, "SPATTN_SA_WAVE", "0", {nullptr, "1"}, 3600,
+      /*both_head_lists=*/true);
+  printf("sample_attention one-wave SS pass vs main's: %d indexes compared\n", compared);
+  EXPECT_GT(compared, 0);
+}
+
 }  // namespace
 }  // namespace spattn

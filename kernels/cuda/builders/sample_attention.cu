@@ -64,6 +64,39 @@ constexpr int SaWgSmemBytes() {
   return kSaRows * kD * 2 + kSaWgDedicated * kSaTileN * kD * 2 + 1024;
 }
 
+// s36-sa (kSs): the one pass in one wave. At 32K its 384 spans (128 rows x 4096 keys, equal work)
+// ran on 132 SMs x 2 CTAs = 264 slots, 1.45 waves (the second 45 % full). Three CTAs per SM (792
+// slots) need <= 80 registers and <= 75 KB of shared memory a CTA: Q stays in shared memory
+// (each warpgroup's 64 rows a Tile64KeyOff tile, read by the SS wgmma: no 32 fragment registers),
+// and the key buffers after it (2 at d 128: 32 + 32 + 1 KB; 4 at d 64).
+template <int kD>
+constexpr int SaSsBufs() {
+  return kD == 128 ? 2 : 4;
+}
+template <int kD>
+constexpr int SaSsSmemBytes() {
+  return kSaRows * kD * 2 + SaSsBufs<kD>() * kSaTileN * kD * 2 + 1024;
+}
+
+// The products of the warpgroup's 64 rows (Q at `qs`, key tile at `ks`, both Tile64KeyOff tiles,
+// 1024-byte aligned) by the SS wgmma: Tile64ProductsRs's instruction shape and k steps with A
+// read from shared memory instead of registers (the same A values).
+template <typename T, int kD>
+__device__ __forceinline__ void SaProductsSs(uint32_t qs, uint32_t ks, float (&acc)[8][4]) {
+#if SPATTN_SA_SM90A
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+  for (int kk = 0; kk < kD / 16; ++kk) {
+    const uint32_t off = (kk >> 2) * (64 * 128) + (kk & 3) * 32;
+    Tile64Wgmma<T>::SS(acc, Tile64SmemDesc(qs + off), Tile64SmemDesc(ks + off), kk > 0 ? 1 : 0);
+  }
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+  Tile64Wait(acc);
+#else
+  __trap();
+#endif
+}
+
 // The wgmma pass's key tiles are in Tile64KeyOff's layout and its products come from
 // Tile64ProductsRs (wgmma_tile64.cuh), whose first k step starts from the products (scale-d 0):
 // mma.sync adds its first products to +0, so only a sum of products that is -0 there is +0 here.
@@ -112,10 +145,15 @@ __device__ __forceinline__ void SaWindow(const SaUnit& u, const SaItem& item, in
 // kWg (with kOne only): the products by wgmma, kSaWgBufs key buffers (above); the rest as kOne.
 // kSplit (s35-sa2, with kOne): the slash split of a tile's sum by one compare and two
 // predicated steps per element instead of two selects and two adds (same bits: below).
-template <typename T, int kD, bool kScores, int kSlots = kSaSlots, bool kOne = false,
-          bool kWg = false, bool kSplit = false>
-__global__ void __launch_bounds__(kSaThreads) SaPassKernel(SaArgs a) {
+// kSs (s36-sa, with kWg): Q by the SS wgmma from shared memory, SaSsBufs key buffers, three CTAs
+// per SM (above).
+// (The body is SaPassBody so that kSs's kernel alone carries the 3-CTA bound: a minimum-blocks
+// bound, even 1, on SaPassKernel changes the other instantiations' registers.)
+template <typename T, int kD, bool kScores, int kSlots, bool kOne, bool kWg, bool kSplit, bool kSs>
+__device__ __forceinline__ void SaPassBody(const SaArgs& a) {
   static_assert(!kWg || (kOne && !kScores), "the wgmma products serve the one pass");
+  static_assert(!kSs || kWg, "the SS form is the wgmma pass's");
+  constexpr int kBufs = kSs ? SaSsBufs<kD>() : kSaWgBufs;
   constexpr int kCh = kD / 8;
   constexpr int kKS = kD / 16;
   extern __shared__ __align__(128) char smem[];
@@ -156,14 +194,27 @@ __global__ void __launch_bounds__(kSaThreads) SaPassKernel(SaArgs a) {
 
   const T* qg = static_cast<const T*>(p.q) + static_cast<int64_t>(q_head) * p.q_head_stride;
   const T* kg = static_cast<const T*>(p.k) + static_cast<int64_t>(kvh) * p.k_head_stride;
-  LoadTileAsync(
-      sQa, kSaRows, rows, kCh,
-      [&](int r) { return qg + static_cast<int64_t>(q_tok0 + u.s0 + r) * p.q_token_stride; }, tid,
-      kSaThreads);
+  if constexpr (kSs) {
+    // Warpgroup w's rows 64 w .. 64 w + 63 as a Tile64KeyOff tile at sQa + w * 64 * kD * 2 (rows
+    // past the unit's zero-filled, their source row 0, not read).
+    for (int i = tid; i < kSaRows * kCh; i += kSaThreads) {
+      const int r = i / kCh, ch = i - r * kCh;
+      const bool valid = r < rows;
+      const T* src = qg + static_cast<int64_t>(q_tok0 + u.s0 + (valid ? r : 0)) * p.q_token_stride;
+      CpAsync16(sQa + (r >> 6) * (64 * kD * 2) + Tile64KeyOff(r & 63, ch),
+                reinterpret_cast<const char*>(src) + ch * 16, valid);
+    }
+  } else {
+    LoadTileAsync(
+        sQa, kSaRows, rows, kCh,
+        [&](int r) { return qg + static_cast<int64_t>(q_tok0 + u.s0 + r) * p.q_token_stride; },
+        tid, kSaThreads);
+  }
   const int ntiles = (ke - kb + kSaTileN - 1) / kSaTileN;
   constexpr int kKBytes = kSaTileN * kD * 2;
   // kWg: key tile t's buffer (0 .. kSaWgDedicated - 1 after Q, the rest in Q's space).
   auto buf_of = [&](int t) {
+    if constexpr (kSs) return sKa + (t % kBufs) * kKBytes;
     const int b = t % kSaWgBufs;
     return b < kSaWgDedicated ? sKa + b * kKBytes : sQa + (b - kSaWgDedicated) * kKBytes;
   };
@@ -239,7 +290,15 @@ __global__ void __launch_bounds__(kSaThreads) SaPassKernel(SaArgs a) {
     }
   }
   uint32_t qf[kKS][4];
-  if constexpr (kWg) {
+  if constexpr (kSs) {
+    // One commit group per key tile: Q with tile 0, tiles 1 .. kBufs - 2; tile t + kBufs - 1 at
+    // the top of tile t.
+#pragma unroll
+    for (int t = 1; t < kBufs - 1; ++t) {
+      if (t < ntiles) issue(t);
+      CpAsyncCommit();
+    }
+  } else if constexpr (kWg) {
     // One commit group per key tile (empty past the last): Q with tile 0, tiles 1 ..
     // kSaWgDedicated - 1; once every warp holds its Q fragments, the rest up to kSaWgBufs - 2 in
     // the Q space; tile t + kSaWgBufs - 1 at the top of tile t.
@@ -267,12 +326,12 @@ __global__ void __launch_bounds__(kSaThreads) SaPassKernel(SaArgs a) {
       // Tile t has landed (this thread's copies, then the barrier for everyone's), visible to
       // wgmma (fence.proxy.async); every warpgroup is past tile t - 1, whose buffer takes tile
       // t + kSaWgBufs - 1.
-      CpAsyncWait<kSaWgBufs - 2>();
+      CpAsyncWait<kBufs - 2>();
 #if SPATTN_SA_SM90A
       asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 #endif
       __syncthreads();
-      if (t + kSaWgBufs - 1 < ntiles) issue(t + kSaWgBufs - 1);
+      if (t + kBufs - 1 < ntiles) issue(t + kBufs - 1);
       CpAsyncCommit();
     } else {
       AwaitTile(t, ntiles, issue);
@@ -284,7 +343,9 @@ __global__ void __launch_bounds__(kSaThreads) SaPassKernel(SaArgs a) {
     const int j = kb + t * kSaTileN;
     if (kWg ? wg_active : active) {
       float s[8][4];
-      if constexpr (kWg) {
+      if constexpr (kSs) {
+        SaProductsSs<T, kD>(sQa + (warp >> 2) * (64 * kD * 2), buf_of(t), s);
+      } else if constexpr (kWg) {
         Tile64ProductsRs<T, kD>(qf, buf_of(t), s);
       } else {
         const uint32_t kst = sKa + (t & 1) * kSaTileN * kD * 2;
@@ -538,6 +599,16 @@ __global__ void __launch_bounds__(kSaThreads) SaPassKernel(SaArgs a) {
       out[kSaAcc + i] = sl;
     }
   }
+}
+
+template <typename T, int kD, bool kScores, int kSlots = kSaSlots, bool kOne = false,
+          bool kWg = false, bool kSplit = false>
+__global__ void __launch_bounds__(kSaThreads) SaPassKernel(SaArgs a) {
+  SaPassBody<T, kD, kScores, kSlots, kOne, kWg, kSplit, false>(a);
+}
+template <typename T, int kD>
+__global__ void __launch_bounds__(kSaThreads, 3) SaPassWaveKernel(SaArgs a) {
+  SaPassBody<T, kD, false, kSaSlots, true, true, true, true>(a);
 }
 
 // Scores of each unit: its spans' sums, added in span order.
@@ -1199,6 +1270,13 @@ bool SaSplit() {
   return e == nullptr || e[0] != '0';
 }
 
+// s36-sa: the wgmma one pass (with the split) in one wave, kSs; SPATTN_SA_WAVE=0 (read at each
+// build): main's RS pass, two CTAs per SM.
+bool SaWave() {
+  const char* e = std::getenv("SPATTN_SA_WAVE");
+  return e == nullptr || e[0] != '0';
+}
+
 // cudaFuncSetAttribute(kernel, max dynamic shared memory) once per device and process (s33-sa2:
 // a driver call less per build ahead of the first launch); `done` holds a bit per device set.
 template <class K>
@@ -1219,12 +1297,15 @@ cudaError_t SaLaunchTyped(const SaArgs& a, cudaStream_t stream) {
   if (a.op_partial != nullptr) {
     const bool wg = SaUsesWgmma();
     const bool split = wg && SaSplit();
-    auto one = split ? SaPassKernel<T, kD, false, kSaSlots, true, true, true>
-               : wg  ? SaPassKernel<T, kD, false, kSaSlots, true, true>
-                     : SaPassKernel<T, kD, false, kSaSlots, true>;
-    const int one_smem = wg ? SaWgSmemBytes<kD>() : smem;
-    static std::atomic<uint64_t> one_set[3];
-    cudaError_t err = SaSetSmemOnce(one, one_smem, one_set[split ? 2 : wg ? 1 : 0]);
+    const bool wave = split && SaWave();
+    auto one = wave    ? SaPassWaveKernel<T, kD>
+               : split ? SaPassKernel<T, kD, false, kSaSlots, true, true, true>
+               : wg    ? SaPassKernel<T, kD, false, kSaSlots, true, true>
+                       : SaPassKernel<T, kD, false, kSaSlots, true>;
+    const int one_smem = wave ? SaSsSmemBytes<kD>() : wg ? SaWgSmemBytes<kD>() : smem;
+    static std::atomic<uint64_t> one_set[4];
+    cudaError_t err =
+        SaSetSmemOnce(one, one_smem, one_set[wave ? 3 : split ? 2 : wg ? 1 : 0]);
     if (err != cudaSuccess) return err;
     one<<<a.num_items, kSaThreads, one_smem, stream>>>(a);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
