@@ -2230,35 +2230,5 @@ TEST(BuildIndexOnGpuSampleAttentionTest, PredicatedSlashSplitBuildsMainsIndex) {
   EXPECT_GT(compared, 0);
 }
 
-// ---- s36-sl ----
-
-// Pass 3 writing each kept entry's classified code itself (SlArgs::emit_classify, default) and
-// main's pass 3 + classify step (SPATTN_SL_EMIT_CLASSIFY=0) give the index bit for bit, offsets
-// included, over every shape, whole and split groups, clipped diagonals on and off (the twin
-// configs), the batched and the one-entry classify loop as main's side.
-TEST(BuildIndexOnGpuSampledLinesTest, EmitClassifyBuildsMainsIndex) {
-  SKIP_WITHOUT_GPU();
-#ifndef SPATTN_SL_KNOBS
-  GTEST_SKIP() << "the GPU sampled_lines builder exists only in CUDA builds";
-#else
-  int compared = ExpectSlKnobsBuildTheSameIndex(
-      3636, [](cuda::SlKnobs& k) { k.emit_classify = true; },
-      [](cuda::SlKnobs& k) { k.emit_classify = false; });
-  if (::testing::Test::HasFatalFailure()) return;
-  compared += ExpectSlKnobsBuildTheSameIndex(
-      3637,
-      [](cuda::SlKnobs& k) {
-        k.emit_classify = true;
-        k.emit_flush_late = true;
-      },
-      [](cuda::SlKnobs& k) {
-        k.emit_classify = false;
-        k.classify_batch = false;
-      });
-  printf("sampled_lines emit_classify vs main's classify step: %d indexes compared\n", compared);
-  EXPECT_GT(compared, 0);
-#endif
-}
-
 }  // namespace
 }  // namespace spattn

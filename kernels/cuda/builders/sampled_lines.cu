@@ -469,35 +469,13 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) SlPassKernel(SlArgs a) {
       blk_vis[tid] = 0;
     }
   }
-  // SlArgs::emit_classify (session 36): the classify step's inputs for the flush, per CTA (its
-  // sequence's evidence) and per block (the diagonal test's floor and bar as one limit), in
-  // shared memory so that the 96-register instance holds no more registers across the loop.
-  __shared__ const float* cls_col;
-  __shared__ const float* cls_diag;
-  __shared__ int cls_min, cls_num;
-  __shared__ float blk_lim[kSlGroupBlocks];
   if (kPass == 3 && tid < g.blocks) {
     const int64_t row = static_cast<int64_t>(slot) * a.num_blocks + g.block_begin + tid;
     blk_thr[tid] = a.thr[row];
     blk_cursor[tid] = 0;
     blk_base[tid] = a.kept[row];
     blk_count[tid] = static_cast<int>(a.kept[row + 1] - a.kept[row]);
-    const BlockGeoDev bg = a.geo[g.block_begin + tid];
-    blk_first[tid] = bg.first_pos;
-    if (a.emit_classify) {
-      // d > floor && d > bar <=> d > max(floor, bar) where neither is NaN (a NaN one: never).
-      const float fl = SampledLinesFloor(a.diagonal_floor, a.short_floor, kl);
-      const float bar = SampledLinesDiagonalBar(a.diagonal_cost, bg.q_end - bg.q_begin,
-                                                blk_thr[tid]);
-      blk_lim[tid] = isnan(fl) || isnan(bar) ? CUDART_NAN_F : fmaxf(fl, bar);
-    }
-  }
-  if (kPass == 3 && a.emit_classify && tid == 0) {
-    const merged::EstimateSeq es = a.ev_seqs[g.seq];
-    cls_col = a.col_mean + slot * a.col_stride + es.col_base;
-    cls_diag = a.diag_mean + slot * a.diag_stride + es.diag_base;
-    cls_min = es.min_offset;
-    cls_num = es.num_offsets;
+    blk_first[tid] = a.geo[g.block_begin + tid].first_pos;
   }
 
   // This thread's two rows (fragment rows lane/4 and lane/4 + 8 of its warp).
@@ -658,59 +636,6 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) SlPassKernel(SlArgs a) {
       }
     }
   };
-  // SlArgs::emit_classify's flush (session 36): SlClassifyKernel's code per entry here, key j
-  // (column) or its diagonal, by the same tests on the same evidence, so the classify launch and
-  // its read and write of every entry go. o = row position - j, the row position rel + its
-  // block's first. Its own lambda, called only where acc is not live (before the tile's
-  // products; in flush's place ptxas kept acc and these together and spilled), the entries kB at
-  // a time: their gathers in flight together.
-  auto flush_cls = [&]() {
-    if (!p_any) return;  // warp-uniform
-    int at0 = __shfl_sync(kFull, p_base[0], last_l[0]) + p_at[0];
-    int at1 = __shfl_sync(kFull, p_base[1], last_l[1]) + p_at[1];
-    const int jb = p_j0 + (lane & 3) * 2;
-    // Few registers live across a batch (the 96-register instance): the per-row values are read
-    // from shared memory where used.
-    constexpr int kB = 4;
-    for (uint32_t k = p_keep; k != 0u;) {
-      int j[kB];
-      uint32_t hm1 = 0u, lv = 0u;  // bit u: entry u's row half 1 / entry u exists
-      float d[kB], c[kB];
-#pragma unroll
-      for (int u = 0; u < kB; ++u) {
-        const bool live = k != 0u;
-        const int b = live ? __ffs(k) - 1 : 0;  // nt * 4 + e
-        k &= k - 1u;
-        j[u] = jb + (b >> 2) * 8 + (b & 1);
-        const bool h1 = (b >> 1) & 1;
-        hm1 |= static_cast<uint32_t>(h1) << u;
-        lv |= static_cast<uint32_t>(live) << u;
-        const int o = (h1 ? rel[1] : rel[0]) + blk_first[h1 ? blk[1] : blk[0]] - j[u];
-        const int oi = o - cls_min;
-        d[u] = live && oi >= 0 && oi < cls_num ? cls_diag[oi] : 0.f;
-        c[u] = live ? cls_col[j[u]] : 0.f;
-      }
-#pragma unroll
-      for (int u = 0; u < kB; ++u) {
-        if (!((lv >> u) & 1u)) break;
-        const bool h1 = (hm1 >> u) & 1u;
-        const int bh = h1 ? blk[1] : blk[0];
-        const int rh = h1 ? rel[1] : rel[0];
-        int32_t v = j[u];
-        if (d[u] > blk_lim[bh] && d[u] > c[u]) {
-          const int o = rh + blk_first[bh] - j[u];
-          v = a.clip_diagonals ? -1 - ((o + kl) * kSlClipRows + rh) : -1 - (o + kl);
-        }
-        if (h1) {
-          if (at1 < slice_cap[1]) slice[1][at1] = v;
-          ++at1;
-        } else {
-          if (at0 < slice_cap[0]) slice[0][at0] = v;
-          ++at0;
-        }
-      }
-    }
-  };
   float run_max[2] = {-CUDART_INF_F, -CUDART_INF_F};
   float run_sum[2] = {0.f, 0.f};
   // Passes 1 and 2: the keys every row of the warp sees (-1 if a row of the warp is past the
@@ -758,17 +683,15 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) SlPassKernel(SlArgs a) {
     }
     // Pass 3: the previous tile's entries before this tile's products (acc is not live yet),
     // with wgmma while the tensor cores compute them.
-    // With emit_classify (wgmma too) here, where acc is not live: its gathers need registers.
-    if (kPass == 3 && !kUseWg && !a.emit_classify) flush();
-    if (kPass == 3 && a.emit_classify) flush_cls();
+    if (kPass == 3 && !kUseWg) flush();
     float acc[8][4];
     if constexpr (kUseWg) {
       if constexpr (kSsQ) {
         TileLogitsWgIssueSs<T, kD>(qbuf, buf_of(t), acc);
-        if (!a.emit_flush_late && !a.emit_classify) flush();
+        if (!a.emit_flush_late) flush();
       } else {
         TileLogitsWgIssue<T, kD>(qf, buf_of(t), acc);
-        if (kPass == 3 && !a.emit_classify) flush();
+        if (kPass == 3) flush();
       }
       TileLogitsWgWait(acc);
     } else {
@@ -782,7 +705,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) SlPassKernel(SlArgs a) {
       }
     }
     // SlArgs::emit_flush_late: the previous tile's entries under tile t + 1's load instead.
-    if (kSsQ && a.emit_flush_late && !a.emit_classify) flush();
+    if (kSsQ && a.emit_flush_late) flush();
     if (kPass == 1) {
       // Log2-domain logits of this thread's entries (-inf where masked), then one rescale of
       // each row's running sum per tile. Fast path (same sums, bit for bit): a tile every row of
@@ -1054,11 +977,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) SlPassKernel(SlArgs a) {
       }
     }
   } else if (kPass == 3) {
-    if (a.emit_classify) {
-      flush_cls();
-    } else {
-      flush();
-    }
+    flush();
     __syncthreads();  // every cursor final
     if (!split && tid < g.blocks) {
       const int64_t row = static_cast<int64_t>(slot) * a.num_blocks + g.block_begin + tid;
@@ -1723,7 +1642,6 @@ SlKnobs& SampledLinesKnobs() {
     if (const char* x = std::getenv("SPATTN_SL_EMIT_EXACT")) k.emit_exact = x[0] == '1';
     if (const char* x = std::getenv("SPATTN_SL_EMIT_FLUSH")) k.emit_flush_late = x[0] == 'l';
     if (const char* x = std::getenv("SPATTN_SL_CLASSIFY_BATCH")) k.classify_batch = x[0] != '0';
-    if (const char* x = std::getenv("SPATTN_SL_EMIT_CLASSIFY")) k.emit_classify = x[0] != '0';
     if (const char* x = std::getenv("SPATTN_SL_HIST_EXACT")) k.hist_exact = x[0] == '1';
     const char* b = std::getenv("SPATTN_SL_ASM_BUCKET");
     if (b != nullptr && b[0] != '\0') k.asm_bucket = b[0] != '0' ? 1 : 0;
@@ -1808,7 +1726,6 @@ cudaError_t LaunchSampledLinesEmit(const SlArgs& a, cudaStream_t stream) {
     err = cudaGetLastError();
     if (err != cudaSuccess) return err;
   }
-  if (a.emit_classify) return cudaSuccess;  // pass 3 wrote the codes
   SlClassifyKernel<<<a.num_slots * a.num_blocks, 128, 0, stream>>>(a);
   return cudaGetLastError();
 }

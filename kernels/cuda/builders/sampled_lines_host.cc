@@ -320,7 +320,6 @@ absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const A
   sa.emit_exact = knobs.emit_exact;
   sa.emit_flush_late = SampledLinesKnobs().emit_flush_late;
   sa.classify_batch = SampledLinesKnobs().classify_batch;
-  sa.emit_classify = knobs.emit_classify;
   sa.hist_exact = SampledLinesKnobs().hist_exact;
   // The slots' kv-head runs (SlArgs::kv_run): the longest run length r <= 8 dividing the slots
   // with every r consecutive slots on one kv head.

@@ -138,10 +138,6 @@ struct SlArgs {
   // classifies them (SlClassifyKernel); false (SPATTN_SL_CLASSIFY_BATCH=0): main's loop, one entry
   // per step. The same codes either way.
   bool classify_batch = true;
-  // Session 36: pass 3's flush writes each kept entry's classified code (SlClassifyKernel's
-  // tests on the same evidence) and the classify launch is left out (SPATTN_SL_EMIT_CLASSIFY=0:
-  // main's, pass 3 writes (rel, key) codes and the classify step rewrites them). The same codes.
-  bool emit_classify = false;
   // Pass 2 computes every tile's masses (SPATTN_SL_HIST_EXACT=1, for comparisons) instead of
   // skipping a warp's tile where no raw product reaches its row's count threshold.
   bool hist_exact = false;
@@ -173,7 +169,6 @@ struct SlKnobs {
   bool emit_exact = false;
   bool emit_flush_late = false;
   bool classify_batch = true;  // SPATTN_SL_CLASSIFY_BATCH (=0: off): SlArgs::classify_batch
-  bool emit_classify = true;   // SPATTN_SL_EMIT_CLASSIFY (=0: off): SlArgs::emit_classify
   bool hist_exact = false;
   int asm_bucket = -1;    // -1: bucket rows of >= 5 segments; 0 / 1: never / always
   bool asm_spans = true;  // SlAsmArgs::row_spans
