@@ -2231,14 +2231,12 @@ TEST(BuildIndexOnGpuSampleAttentionTest, PredicatedSlashSplitBuildsMainsIndex) {
 }
 
 // ---- s36-est ----
-// The estimate's span for one wave (SPATTN_EST_SPAN=0: EstOneWaveSpan, vertical_slash.cu) and
-// pass 3's next key tile prefetched into L1 (SPATTN_EST_K_PREFETCH 1 / 2) build the index of
-// main's settings (span 2 and span 1, no prefetch), offsets included: every shape and config of
-// the vertical_slash / flex_prefill twin cases (ExpectEstKnobsBuildTheSameIndex; small problems,
-// where one wave is a span of 1 or 2), then llm_mix 16K with 32 / 8 heads (64 key chunks a head
-// over 32 slots: a span of ~6 on 132 SMs) for vertical_slash, flex_prefill and sampled_lines at
-// block_m 64 and 128.
-TEST(BuildIndexOnGpuEstimateTest, EstimateOneWaveSpanAndKeyPrefetchBuildMainsIndex) {
+// Pass 3's next key tile prefetched into L1 (SPATTN_EST_K_PREFETCH 1 / 2, a hint) builds the
+// index of main's pass 3 (no prefetch), offsets included: every shape and config of the
+// vertical_slash / flex_prefill twin cases (ExpectEstKnobsBuildTheSameIndex), then llm_mix 16K
+// with 32 / 8 heads for vertical_slash, flex_prefill and sampled_lines at block_m 64 and 128.
+// (Run on the H200 with three more variants, the reverted one-wave span: NOTES.md, s36-est.)
+TEST(BuildIndexOnGpuEstimateTest, EstimateKeyPrefetchBuildsMainsIndex) {
   SKIP_WITHOUT_GPU();
 #ifndef SPATTN_SL_KNOBS
   GTEST_SKIP() << "the GPU estimate's knobs exist only in CUDA builds";
@@ -2246,7 +2244,7 @@ TEST(BuildIndexOnGpuEstimateTest, EstimateOneWaveSpanAndKeyPrefetchBuildMainsInd
   struct Variant {
     int span, prefetch, ref_span;
   };
-  const Variant variants[] = {{0, 0, 2}, {0, 0, 1}, {2, 1, 2}, {2, 2, 2}, {0, 2, 2}};
+  const Variant variants[] = {{2, 1, 2}, {2, 2, 2}};
   int64_t compared = 0;
   for (const Variant& v : variants) {
     compared += ExpectEstKnobsBuildTheSameIndex(
@@ -2300,7 +2298,7 @@ TEST(BuildIndexOnGpuEstimateTest, EstimateOneWaveSpanAndKeyPrefetchBuildMainsInd
       }
     }
   }
-  printf("estimate one wave / key prefetch vs main's: %lld builds compared in all, same index\n",
+  printf("estimate key prefetch vs main's: %lld builds compared in all, same index\n",
          static_cast<long long>(compared));
   EXPECT_GT(compared, 0);
 #endif

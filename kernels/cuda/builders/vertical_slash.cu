@@ -388,7 +388,8 @@ __device__ __forceinline__ void PrefetchKeyTileL1(const T* kg, int64_t k_begin, 
   const int r = static_cast<int>(threadIdx.x) / kLinesPerRow;
   const int part = static_cast<int>(threadIdx.x) - r * kLinesPerRow;
   if (r < kTile && j + r < kl) {
-    const T* a = kg + (k_begin + j + r) * token_stride + head * head_stride + part * (128 / sizeof(T));
+    const T* a =
+        kg + (k_begin + j + r) * token_stride + head * head_stride + part * (128 / sizeof(T));
     asm volatile("prefetch.global.L1 [%0];\n" ::"l"(a));
   }
 }
@@ -427,8 +428,7 @@ __host__ __device__ constexpr int EstColSplit() {
 // 16 registers, 64 B a thread and tile through L1, which shares shared memory's bandwidth.)
 template <typename T, int kD, int kPass, int kWarps, bool kWg = false, bool kExact = true,
           bool kFuse = false, bool kDbArg = false, bool kTailArg = false>
-__device__ __forceinline__ void EstimateBody(const EstimateParams& p, int span_arg,
-                                             int kpf = 0) {
+__device__ __forceinline__ void EstimateBody(const EstimateParams& p, int span_arg, int kpf = 0) {
   constexpr bool kDb = kDbArg && kWarps == 8 && kPass < 3 && !kWg;
   constexpr bool kTail = kTailArg && !kExact && kPass >= 2;
   constexpr int kPP = kTail ? kPitchTail : kPitchP;
@@ -1441,35 +1441,6 @@ int EstWgPasses() {
   return sm90 ? (EstimateKnobs().wg_passes & 7) : 0;
 }
 
-// SPATTN_EST_SPAN=0 (session 36, s36-est): the span that puts every launched CTA in one wave
-// (the SMs times the kernel's resident CTAs a SM at `bytes`, as many a slot), so no short last
-// wave runs beside idle SMs (span 2 at 32K: 2,048 CTAs over 396 places, 5.2 waves). The span
-// changes no value (EstimateSpanAndKeyBuffersBuildMainsIndex). The occupancy query is cached
-// per thread for the last (kernel, bytes, device).
-template <class Kernel>
-int EstOneWaveSpan(Kernel kernel, int threads, int64_t bytes, int total_ctas, int num_slots) {
-  thread_local const void* last_kernel = nullptr;
-  thread_local int64_t last_bytes = -1;
-  thread_local int last_dev = -1, last_places = 0;
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) return 1;
-  const void* kp = reinterpret_cast<const void*>(kernel);
-  if (kp != last_kernel || bytes != last_bytes || dev != last_dev) {
-    int sms = 0, per_sm = 0;
-    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads,
-                                                      static_cast<size_t>(bytes)) != cudaSuccess) {
-      return 1;
-    }
-    last_kernel = kp;
-    last_bytes = bytes;
-    last_dev = dev;
-    last_places = sms * std::max(per_sm, 1);
-  }
-  const int per_slot = std::max(1, last_places / std::max(num_slots, 1));
-  return std::max(1, std::min((total_ctas + per_slot - 1) / per_slot, 64));
-}
-
 template <typename T, int kD, int kPass, int kWarps, bool kExact, bool kFuse = false>
 cudaError_t LaunchEstimateTyped(const EstimateParams& p, int max_n, cudaStream_t stream) {
   const bool wg = (EstWgPasses() >> (kPass - 1) & 1) != 0;
@@ -1519,19 +1490,14 @@ cudaError_t LaunchEstimateTyped(const EstimateParams& p, int max_n, cudaStream_t
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(bytes));
   if (err != cudaSuccess) return err;
-  const int span_knob = EstimateKnobs().est_span;
-  int span = 1;
-  if (kWarps == 8) {
-    span = span_knob > 0 ? std::min(span_knob, 64)
-                         : EstOneWaveSpan(kernel, 32 * kWarps, bytes, p.total_ctas, p.num_slots);
-  }
+  const int span = kWarps == 8 ? std::max(1, std::min(EstimateKnobs().est_span, 64)) : 1;
   const int64_t grid = static_cast<int64_t>((p.total_ctas + span - 1) / span) * p.num_slots;
   if (grid == 0) return cudaSuccess;
   if (grid > 0x7fffffff) return cudaErrorInvalidValue;
   EstimateParams pk = p;
   pk.diag_pairs = tail && est_tail >= 2;
   // SPATTN_EST_K_PREFETCH (session 36): pass 3's next key tile into L1, 1 after this tile's
-  // loads, 2 before the column / diagonal sums; 0: main's.
+  // loads, 2 (the default) before the column / diagonal sums; 0: main's.
   const int kpf = kPass == 3 ? EstimateKnobs().est_k_prefetch : 0;
   kernel<<<static_cast<unsigned>(grid), 32 * kWarps, bytes, stream>>>(pk, span, kpf);
   return cudaGetLastError();

@@ -17,10 +17,12 @@
 // and 3; 1 is main's before session 30). SPATTN_FLEX_SEL=0 / SPATTN_FLEX_POOL=0: flex_prefill's
 // line selection / pooled keys by main's kernels (session 31's are the default: the same lines,
 // the same pooled keys). SPATTN_EST_SPAN=n: passes 1-3 run n logical CTAs per launched CTA
-// (default 2; 1 is main's launch; 0 one wave; the same values). SPATTN_EST_DB=0: flex_prefill's 8-warp pass 2
+// (default 2; 1 is main's launch; the same values). SPATTN_EST_DB=0: flex_prefill's 8-warp pass 2
 // with one key tile (main's) instead of two, the next by cp.async. SPATTN_EST_TAIL=0: the fast
 // passes 2-3 without session 34's tail (main's kernels; 1: its clamp and pitch; 2, the default:
-// also balanced diagonal pairs; EstKnobs::est_tail). Tests change the knobs through the returned
+// also balanced diagonal pairs; EstKnobs::est_tail). SPATTN_EST_K_PREFETCH=0: pass 3 without
+// session 36's prefetch of the next key tile into L1 (1: after the current tile's loads; 2, the
+// default: before the column / diagonal sums). Tests change the knobs through the returned
 // reference, between builds only.
 #ifndef SPATTN_KERNELS_CUDA_BUILDERS_VERTICAL_SLASH_KNOBS_H_
 #define SPATTN_KERNELS_CUDA_BUILDERS_VERTICAL_SLASH_KNOBS_H_
@@ -43,8 +45,7 @@ struct EstKnobs {
   bool flex_pool = true;
   // Logical estimate CTAs (kEstKeysPerCta keys each) per launched CTA, run one after another
   // with the Q chunk kept in shared memory (session 32; every logical CTA computes and stores
-  // what its own CTA did). SPATTN_EST_SPAN=1: one per CTA, main's launch. 0 (session 36): the
-  // span that puts the launch in one wave (EstOneWaveSpan: SMs x resident CTAs a SM per slot).
+  // what its own CTA did). SPATTN_EST_SPAN=1: one per CTA, main's launch.
   int est_span = 2;
   // flex_prefill's 8-warp passes 1-2 by mma.sync (pass 2 by default) with two key tiles in shared
   // memory, the next loaded by cp.async during the current one's products (session 32; the same
@@ -57,8 +58,9 @@ struct EstKnobs {
   // same values. SPATTN_EST_TAIL=0: main's kernels.
   int est_tail = 2;
   // Pass 3's next key tile prefetched into L1 (session 36): 1 after the current tile's loads, 2
-  // before the column / diagonal sums. A hint: the same values. SPATTN_EST_K_PREFETCH=0: main's.
-  int est_k_prefetch = 0;
+  // (the default) before the column / diagonal sums. A hint: the same values.
+  // SPATTN_EST_K_PREFETCH=0: main's.
+  int est_k_prefetch = 2;
 };
 EstKnobs& EstimateKnobs();
 
