@@ -2246,5 +2246,79 @@ TEST(BuildIndexOnGpuSampleAttentionTest, OneWaveSsPassBuildsMainsIndex) {
   EXPECT_GT(compared, 0);
 }
 
+// ---- s36-est ----
+// Pass 3's next key tile prefetched into L1 (SPATTN_EST_K_PREFETCH 1 / 2, a hint) builds the
+// index of main's pass 3 (no prefetch), offsets included: every shape and config of the
+// vertical_slash / flex_prefill twin cases (ExpectEstKnobsBuildTheSameIndex), then llm_mix 16K
+// with 32 / 8 heads for vertical_slash, flex_prefill and sampled_lines at block_m 64 and 128.
+// (Run on the H200 with three more variants, the reverted one-wave span: NOTES.md, s36-est.)
+TEST(BuildIndexOnGpuEstimateTest, EstimateKeyPrefetchBuildsMainsIndex) {
+  SKIP_WITHOUT_GPU();
+#ifndef SPATTN_SL_KNOBS
+  GTEST_SKIP() << "the GPU estimate's knobs exist only in CUDA builds";
+#else
+  struct Variant {
+    int span, prefetch, ref_span;
+  };
+  const Variant variants[] = {{2, 1, 2}, {2, 2, 2}};
+  int64_t compared = 0;
+  for (const Variant& v : variants) {
+    compared += ExpectEstKnobsBuildTheSameIndex(
+        3636 + v.span * 10 + v.prefetch,
+        [v](cuda::EstKnobs& k) {
+          k.est_span = v.span;
+          k.est_k_prefetch = v.prefetch;
+        },
+        [v](cuda::EstKnobs& k) {
+          k.est_span = v.ref_span;
+          k.est_k_prefetch = 0;
+        });
+    if (::testing::Test::HasFatalFailure()) return;
+    printf("estimate span %d prefetch %d vs span %d: %lld builds compared, same index\n", v.span,
+           v.prefetch, v.ref_span, static_cast<long long>(compared));
+  }
+  auto engine = MakeEngine(int64_t{2} << 30);
+  ASSERT_NE(engine, nullptr);
+  WorkloadOptions o = LlmMix16K();
+  o.shape.num_q_heads = 32;
+  o.shape.num_kv_heads = 8;
+  auto w = GenerateWorkload(o);
+  ASSERT_TRUE(w.ok()) << w.status();
+  auto dp = DeviceProblem::Create(engine->device(), *w->host);
+  ASSERT_TRUE(dp.ok()) << dp.status();
+  cuda::EstKnobs& knobs = cuda::EstimateKnobs();
+  const cuda::EstKnobs saved = knobs;
+  for (Method m : {Method::kVerticalSlash, Method::kFlexPrefill, Method::kSampledLines}) {
+    MethodConfig c;
+    c.method = m;
+    for (int block_m : {64, 128}) {
+      for (const Variant& v : variants) {
+        if (ExpectSameIndexEitherWay(
+                *engine, *w->host, **dp, c, AllHeads(32), block_m,
+                absl::StrCat(c.DebugString(), " llm_mix 16K 32 heads block_m ", block_m, " span ",
+                             v.span, " prefetch ", v.prefetch, " vs span ", v.ref_span),
+                [&] {
+                  knobs = saved;
+                  knobs.est_span = v.span;
+                  knobs.est_k_prefetch = v.prefetch;
+                },
+                [&] {
+                  knobs = saved;
+                  knobs.est_span = v.ref_span;
+                  knobs.est_k_prefetch = 0;
+                })) {
+          ++compared;
+        }
+        knobs = saved;
+        if (::testing::Test::HasFatalFailure()) return;
+      }
+    }
+  }
+  printf("estimate key prefetch vs main's: %lld builds compared in all, same index\n",
+         static_cast<long long>(compared));
+  EXPECT_GT(compared, 0);
+#endif
+}
+
 }  // namespace
 }  // namespace spattn

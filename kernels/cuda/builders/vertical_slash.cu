@@ -376,6 +376,24 @@ __device__ __forceinline__ void TileLogitsWg(uint32_t qa, uint32_t ka, float (&a
 #endif
 }
 
+// Pass 3's next key tile into L1 (session 36, SPATTN_EST_K_PREFETCH): keys [j, j + kTile) of kv
+// head kvh, one 128-byte line a thread (kTile * kD * 2 / 128 threads: 128 at d 128), a hint
+// only; the tile's own loads (LoadTileSw / LoadTile, after the next barriers) then find it in L1
+// instead of waiting on L2 with every other thread of the CTA at the barrier. No value changes.
+template <int kD, typename T>
+__device__ __forceinline__ void PrefetchKeyTileL1(const T* kg, int64_t k_begin, int j, int kl,
+                                                  int64_t token_stride, int64_t head,
+                                                  int64_t head_stride) {
+  constexpr int kLinesPerRow = kD * static_cast<int>(sizeof(T)) / 128;
+  const int r = static_cast<int>(threadIdx.x) / kLinesPerRow;
+  const int part = static_cast<int>(threadIdx.x) - r * kLinesPerRow;
+  if (r < kTile && j + r < kl) {
+    const T* a =
+        kg + (k_begin + j + r) * token_stride + head * head_stride + part * (128 / sizeof(T));
+    asm volatile("prefetch.global.L1 [%0];\n" ::"l"(a));
+  }
+}
+
 // One pass of the estimate over one key chunk of one unit (see EstimateParams), the unit's rows
 // kRows = 16 kWarps at a time. Every sum runs in the same order for any kWarps: a column's and a
 // diagonal's in row order (tile by tile, a tile's rows in order: a diagonal's rows in tile t all
@@ -410,7 +428,7 @@ __host__ __device__ constexpr int EstColSplit() {
 // 16 registers, 64 B a thread and tile through L1, which shares shared memory's bandwidth.)
 template <typename T, int kD, int kPass, int kWarps, bool kWg = false, bool kExact = true,
           bool kFuse = false, bool kDbArg = false, bool kTailArg = false>
-__device__ __forceinline__ void EstimateBody(const EstimateParams& p, int span_arg) {
+__device__ __forceinline__ void EstimateBody(const EstimateParams& p, int span_arg, int kpf = 0) {
   constexpr bool kDb = kDbArg && kWarps == 8 && kPass < 3 && !kWg;
   constexpr bool kTail = kTailArg && !kExact && kPass >= 2;
   constexpr int kPP = kTail ? kPitchTail : kPitchP;
@@ -531,6 +549,10 @@ __device__ __forceinline__ void EstimateBody(const EstimateParams& p, int span_a
                                            min(kTile, s.kl - j0), p.k_token_stride, kvh,
                                            p.k_head_stride);
         EstFenceProxyAsync();  // this thread's Q and K stores, for wgmma
+        if (kPass == 3 && kpf == 1) {
+          PrefetchKeyTileL1<kD>(kg, s.k_begin, j0 + kTile, s.kl, p.k_token_stride, kvh,
+                                p.k_head_stride);
+        }
       } else {
         LoadTile<kD, kTile, kEstThreads>(ks, kPitch, kg, static_cast<int64_t>(s.k_begin) + j0,
                                          min(kTile, s.kl - j0), p.k_token_stride, kvh,
@@ -658,6 +680,12 @@ __device__ __forceinline__ void EstimateBody(const EstimateParams& p, int span_a
       }
       if (kPass == 3) {
         __syncthreads();
+        if (kpf == 2) {
+          // The next tile (this chunk's or the next logical CTA's: keys are contiguous) during
+          // the column / diagonal sums, which leave the memory pipes idle.
+          PrefetchKeyTileL1<kD>(kg, s.k_begin, j0 + kTile, s.kl, p.k_token_stride, kvh,
+                                p.k_head_stride);
+        }
         if (tid < kColThreads) {
           const int cj = tid & (kTile - 1);
           if (kExact) {
@@ -790,30 +818,30 @@ __device__ __forceinline__ void EstimateBody(const EstimateParams& p, int span_a
 // 4 warps: as many CTAs per SM as registers and shared memory allow (5 for d 128). 8 warps: at
 // least 3 CTAs per SM (80 registers; pass 3 would take 98, i.e. 2 CTAs of 8 warps).
 template <typename T, int kD, int kPass, bool kExact = true, bool kFuse = false, bool kTail = false>
-__global__ void __launch_bounds__(128) EstimateKernel4(EstimateParams p, int span) {
-  EstimateBody<T, kD, kPass, 4, false, kExact, kFuse, false, kTail>(p, span);
+__global__ void __launch_bounds__(128) EstimateKernel4(EstimateParams p, int span, int kpf) {
+  EstimateBody<T, kD, kPass, 4, false, kExact, kFuse, false, kTail>(p, span, kpf);
 }
 // The wgmma instances (passes 1-2): capped for 6 CTAs per SM (80 registers; unbounded, ptxas
 // took 132-140, 3 CTAs per SM).
 template <typename T, int kD, int kPass, bool kExact = true, bool kFuse = false>
-__global__ void __launch_bounds__(128, 6) EstimateKernel4Wg(EstimateParams p, int span) {
-  EstimateBody<T, kD, kPass, 4, true, kExact, kFuse>(p, span);
+__global__ void __launch_bounds__(128, 6) EstimateKernel4Wg(EstimateParams p, int span, int kpf) {
+  EstimateBody<T, kD, kPass, 4, true, kExact, kFuse>(p, span, kpf);
 }
 // Pass 3 by wgmma, 4 warps: shared memory holds 5 CTAs per SM (EstLayout: ~39 KB at d 128), so
 // the bound is 5 (at 6, 80 registers, ptxas spilled 88 bytes).
 template <typename T, int kD, int kPass, bool kExact = true, bool kFuse = false, bool kTail = false>
-__global__ void __launch_bounds__(128, 5) EstimateKernel4Wg3(EstimateParams p, int span) {
-  EstimateBody<T, kD, kPass, 4, true, kExact, kFuse, false, kTail>(p, span);
+__global__ void __launch_bounds__(128, 5) EstimateKernel4Wg3(EstimateParams p, int span, int kpf) {
+  EstimateBody<T, kD, kPass, 4, true, kExact, kFuse, false, kTail>(p, span, kpf);
 }
 template <typename T, int kD, int kPass, bool kWg = false, bool kExact = true, bool kFuse = false,
           bool kTail = false>
-__global__ void __launch_bounds__(256, 3) EstimateKernel8(EstimateParams p, int span) {
-  EstimateBody<T, kD, kPass, 8, kWg, kExact, kFuse, false, kTail>(p, span);
+__global__ void __launch_bounds__(256, 3) EstimateKernel8(EstimateParams p, int span, int kpf) {
+  EstimateBody<T, kD, kPass, 8, kWg, kExact, kFuse, false, kTail>(p, span, kpf);
 }
 // Passes 1-2 by mma.sync with two key tiles (EstKnobs::est_db).
 template <typename T, int kD, int kPass, bool kExact, bool kFuse, bool kTail = false>
-__global__ void __launch_bounds__(256, 3) EstimateKernel8Db(EstimateParams p, int span) {
-  EstimateBody<T, kD, kPass, 8, false, kExact, kFuse, true, kTail>(p, span);
+__global__ void __launch_bounds__(256, 3) EstimateKernel8Db(EstimateParams p, int span, int kpf) {
+  EstimateBody<T, kD, kPass, 8, false, kExact, kFuse, true, kTail>(p, span, kpf);
 }
 
 // kFused: the partials are pass 2's (sum, max) pairs (EstimateBody's kFuse), each rescaled to the
@@ -1468,7 +1496,10 @@ cudaError_t LaunchEstimateTyped(const EstimateParams& p, int max_n, cudaStream_t
   if (grid > 0x7fffffff) return cudaErrorInvalidValue;
   EstimateParams pk = p;
   pk.diag_pairs = tail && est_tail >= 2;
-  kernel<<<static_cast<unsigned>(grid), 32 * kWarps, bytes, stream>>>(pk, span);
+  // SPATTN_EST_K_PREFETCH (session 36): pass 3's next key tile into L1, 1 after this tile's
+  // loads, 2 (the default) before the column / diagonal sums; 0: main's.
+  const int kpf = kPass == 3 ? EstimateKnobs().est_k_prefetch : 0;
+  kernel<<<static_cast<unsigned>(grid), 32 * kWarps, bytes, stream>>>(pk, span, kpf);
   return cudaGetLastError();
 }
 
@@ -1636,6 +1667,7 @@ EstKnobs& EstimateKnobs() {
     const char* db = std::getenv("SPATTN_EST_DB");
     k.est_db = db == nullptr || std::string(db) != "0";
     if (const char* tail = std::getenv("SPATTN_EST_TAIL")) k.est_tail = std::atoi(tail);
+    if (const char* pf = std::getenv("SPATTN_EST_K_PREFETCH")) k.est_k_prefetch = std::atoi(pf);
     return k;
   }();
   return knobs;

@@ -20,7 +20,9 @@
 // (default 2; 1 is main's launch; the same values). SPATTN_EST_DB=0: flex_prefill's 8-warp pass 2
 // with one key tile (main's) instead of two, the next by cp.async. SPATTN_EST_TAIL=0: the fast
 // passes 2-3 without session 34's tail (main's kernels; 1: its clamp and pitch; 2, the default:
-// also balanced diagonal pairs; EstKnobs::est_tail). Tests change the knobs through the returned
+// also balanced diagonal pairs; EstKnobs::est_tail). SPATTN_EST_K_PREFETCH=0: pass 3 without
+// session 36's prefetch of the next key tile into L1 (1: after the current tile's loads; 2, the
+// default: before the column / diagonal sums). Tests change the knobs through the returned
 // reference, between builds only.
 #ifndef SPATTN_KERNELS_CUDA_BUILDERS_VERTICAL_SLASH_KNOBS_H_
 #define SPATTN_KERNELS_CUDA_BUILDERS_VERTICAL_SLASH_KNOBS_H_
@@ -55,6 +57,10 @@ struct EstKnobs {
   // balanced pairs of diagonals (80 steps for the slowest warp instead of 95; the default). The
   // same values. SPATTN_EST_TAIL=0: main's kernels.
   int est_tail = 2;
+  // Pass 3's next key tile prefetched into L1 (session 36): 1 after the current tile's loads, 2
+  // (the default) before the column / diagonal sums. A hint: the same values.
+  // SPATTN_EST_K_PREFETCH=0: main's.
+  int est_k_prefetch = 2;
 };
 EstKnobs& EstimateKnobs();
 
