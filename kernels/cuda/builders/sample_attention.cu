@@ -157,17 +157,15 @@ __device__ __forceinline__ void SaWindow(const SaUnit& u, const SaItem& item, in
 // per SM (above).
 // (The body is SaPassBody so that kSs's kernel alone carries the 3-CTA bound: a minimum-blocks
 // bound, even 1, on SaPassKernel changes the other instantiations' registers.)
-// kTrim (s36-sa2, with kSs; 0: s36-sa's): >= 1 the SS descriptors once a tile (SaProductsSs,
-// kHoist) and the split's key test against a threshold relative to the thread's first key of the
-// tile; 2 also the slash epilogue's quad sums skipped where no row of the warp finishes a block
-// (below). Fewer instructions per tile, the same products, tests and written values.
+// kHoist (s36-sa2, with kSs): the SS descriptors once a tile (SaProductsSs) and the split's key
+// test against a threshold relative to the thread's first key of the tile (below): fewer
+// instructions per tile, the same products and the same tests.
 template <typename T, int kD, bool kScores, int kSlots, bool kOne, bool kWg, bool kSplit, bool kSs,
-          int kTrim = 0>
+          bool kHoist = false>
 __device__ __forceinline__ void SaPassBody(const SaArgs& a) {
   static_assert(!kWg || (kOne && !kScores), "the wgmma products serve the one pass");
   static_assert(!kSs || kWg, "the SS form is the wgmma pass's");
-  static_assert(kTrim == 0 || kSs, "the trims are the SS form's");
-  constexpr bool kHoist = kTrim > 0;
+  static_assert(!kHoist || kSs, "the hoist is the SS form's");
   constexpr int kBufs = kSs ? SaSsBufs<kD>() : kSaWgBufs;
   constexpr int kCh = kD / 8;
   constexpr int kKS = kD / 16;
@@ -503,12 +501,6 @@ __device__ __forceinline__ void SaPassBody(const SaArgs& a) {
             // j + 64 > thr = pos - A blk (kHoist's form of the same test).
             const bool a_done = kHoist ? j + kSaTileN > thr[h]
                                        : ((pos_h[h] - (j + kSaTileN)) >> lg) < sb_a[h];
-            if constexpr (kTrim > 1) {
-              // s36-sa2: no row of the warp finishes slash block A in this tile (about half the
-              // tiles at blk 128, where a warp's 16 rows cross within 16 keys): its quad sum
-              // would not be written, skip it (warp-uniform, so the shuffles stay whole-warp).
-              if (!last && !__any_sync(0xffffffffu, a_done)) continue;
-            }
             const float q0 = QuadSum(sacc0[h]);
             const int64_t at = item_base + a.op_ncol + (sb_a[h] - sb_lo);
             if (last) {
@@ -636,9 +628,9 @@ template <typename T, int kD, bool kScores, int kSlots = kSaSlots, bool kOne = f
 __global__ void __launch_bounds__(kSaThreads) SaPassKernel(SaArgs a) {
   SaPassBody<T, kD, kScores, kSlots, kOne, kWg, kSplit, false>(a);
 }
-template <typename T, int kD, int kTrim>
+template <typename T, int kD, bool kHoist>
 __global__ void __launch_bounds__(kSaThreads, 3) SaPassWaveKernel(SaArgs a) {
-  SaPassBody<T, kD, false, kSaSlots, true, true, true, true, kTrim>(a);
+  SaPassBody<T, kD, false, kSaSlots, true, true, true, true, kHoist>(a);
 }
 
 // Scores of each unit: its spans' sums, added in span order.
@@ -1307,13 +1299,11 @@ bool SaWave() {
   return e == nullptr || e[0] != '0';
 }
 
-// s36-sa2: the wave kernel's per-tile trims (SaPassBody's kTrim), SPATTN_SA_HOIST (read at each
-// build): 0 s36-sa's wave kernel; 1 the descriptors once a tile and the key test relative to the
-// tile; unset or anything else: those and the slash quad sums skipped where no row finishes.
-int SaTrim() {
+// s36-sa2: the wave kernel with kHoist (the descriptors once a tile, the key test relative to
+// the tile); SPATTN_SA_HOIST=0 (read at each build): s36-sa's wave kernel.
+bool SaHoist() {
   const char* e = std::getenv("SPATTN_SA_HOIST");
-  if (e != nullptr && (e[0] == '0' || e[0] == '1')) return e[0] - '0';
-  return 2;
+  return e == nullptr || e[0] != '0';
 }
 
 // cudaFuncSetAttribute(kernel, max dynamic shared memory) once per device and process (s33-sa2:
@@ -1337,17 +1327,16 @@ cudaError_t SaLaunchTyped(const SaArgs& a, cudaStream_t stream) {
     const bool wg = SaUsesWgmma();
     const bool split = wg && SaSplit();
     const bool wave = split && SaWave();
-    const int trim = wave ? SaTrim() : 0;
-    auto one = trim == 2 ? SaPassWaveKernel<T, kD, 2>
-               : trim    ? SaPassWaveKernel<T, kD, 1>
-               : wave    ? SaPassWaveKernel<T, kD, 0>
-               : split   ? SaPassKernel<T, kD, false, kSaSlots, true, true, true>
-               : wg      ? SaPassKernel<T, kD, false, kSaSlots, true, true>
-                         : SaPassKernel<T, kD, false, kSaSlots, true>;
+    const bool hoist = wave && SaHoist();
+    auto one = hoist   ? SaPassWaveKernel<T, kD, true>
+               : wave  ? SaPassWaveKernel<T, kD, false>
+               : split ? SaPassKernel<T, kD, false, kSaSlots, true, true, true>
+               : wg    ? SaPassKernel<T, kD, false, kSaSlots, true, true>
+                       : SaPassKernel<T, kD, false, kSaSlots, true>;
     const int one_smem = wave ? SaSsSmemBytes<kD>() : wg ? SaWgSmemBytes<kD>() : smem;
-    static std::atomic<uint64_t> one_set[6];
-    cudaError_t err = SaSetSmemOnce(
-        one, one_smem, one_set[wave ? 3 + trim : split ? 2 : wg ? 1 : 0]);
+    static std::atomic<uint64_t> one_set[5];
+    cudaError_t err =
+        SaSetSmemOnce(one, one_smem, one_set[hoist ? 4 : wave ? 3 : split ? 2 : wg ? 1 : 0]);
     if (err != cudaSuccess) return err;
     one<<<a.num_items, kSaThreads, one_smem, stream>>>(a);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
