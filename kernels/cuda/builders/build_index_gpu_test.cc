@@ -2320,5 +2320,21 @@ TEST(BuildIndexOnGpuEstimateTest, EstimateKeyPrefetchBuildsMainsIndex) {
 #endif
 }
 
+// ---- s36-sa2 ----
+// The one-wave SS pass with kHoist (SPATTN_SA_HOIST): each k step's descriptors as the tile's
+// plus the step's offset / 16 (the same descriptors) and the split's key test as
+// 8 nt + e > thr - j - 2 t4 (the same test), so every index array, offsets included, is the same
+// as s36-sa's wave kernel (HOIST=0): every shape and config with all heads and two of them,
+// block_m 64 and 128, llm_mix 16K. (OneWaveSsPassBuildsMainsIndex, WAVE unset vs 0, now compares
+// the hoisted kernel with main's RS pass as well.)
+TEST(BuildIndexOnGpuSampleAttentionTest, HoistedSsPassBuildsTheWaveIndex) {
+  SKIP_WITHOUT_GPU();
+  const int compared = ExpectEnvValuesBuildTheSameIndex(
+      Method::kSampleAttention, "SPATTN_SA_HOIST", "0", {nullptr, "1"}, 3700,
+      /*both_head_lists=*/true);
+  printf("sample_attention hoisted SS pass vs s36-sa's: %d indexes compared\n", compared);
+  EXPECT_GT(compared, 0);
+}
+
 }  // namespace
 }  // namespace spattn

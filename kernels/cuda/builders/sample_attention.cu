@@ -81,14 +81,22 @@ constexpr int SaSsSmemBytes() {
 // The products of the warpgroup's 64 rows (Q at `qs`, key tile at `ks`, both Tile64KeyOff tiles,
 // 1024-byte aligned) by the SS wgmma: Tile64ProductsRs's instruction shape and k steps with A
 // read from shared memory instead of registers (the same A values).
-template <typename T, int kD>
+// kHoist (s36-sa2): each k step's descriptors as the tile's plus the step's offset / 16
+// (Tile64ProductsRs's form: the address field holds tile + offset, below 2^18: the same
+// descriptors), instead of masking and shifting qs + off and ks + off again at every step.
+template <typename T, int kD, bool kHoist>
 __device__ __forceinline__ void SaProductsSs(uint32_t qs, uint32_t ks, float (&acc)[8][4]) {
 #if SPATTN_SA_SM90A
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+  const uint64_t qd0 = Tile64SmemDesc(qs), kd0 = Tile64SmemDesc(ks);
 #pragma unroll
   for (int kk = 0; kk < kD / 16; ++kk) {
     const uint32_t off = (kk >> 2) * (64 * 128) + (kk & 3) * 32;
-    Tile64Wgmma<T>::SS(acc, Tile64SmemDesc(qs + off), Tile64SmemDesc(ks + off), kk > 0 ? 1 : 0);
+    if constexpr (kHoist) {
+      Tile64Wgmma<T>::SS(acc, qd0 + (off >> 4), kd0 + (off >> 4), kk > 0 ? 1 : 0);
+    } else {
+      Tile64Wgmma<T>::SS(acc, Tile64SmemDesc(qs + off), Tile64SmemDesc(ks + off), kk > 0 ? 1 : 0);
+    }
   }
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
   Tile64Wait(acc);
@@ -149,10 +157,15 @@ __device__ __forceinline__ void SaWindow(const SaUnit& u, const SaItem& item, in
 // per SM (above).
 // (The body is SaPassBody so that kSs's kernel alone carries the 3-CTA bound: a minimum-blocks
 // bound, even 1, on SaPassKernel changes the other instantiations' registers.)
-template <typename T, int kD, bool kScores, int kSlots, bool kOne, bool kWg, bool kSplit, bool kSs>
+// kHoist (s36-sa2, with kSs): the SS descriptors once a tile (SaProductsSs) and the split's key
+// test against a threshold relative to the thread's first key of the tile (below): fewer
+// instructions per tile, the same products and the same tests.
+template <typename T, int kD, bool kScores, int kSlots, bool kOne, bool kWg, bool kSplit, bool kSs,
+          bool kHoist = false>
 __device__ __forceinline__ void SaPassBody(const SaArgs& a) {
   static_assert(!kWg || (kOne && !kScores), "the wgmma products serve the one pass");
   static_assert(!kSs || kWg, "the SS form is the wgmma pass's");
+  static_assert(!kHoist || kSs, "the hoist is the SS form's");
   constexpr int kBufs = kSs ? SaSsBufs<kD>() : kSaWgBufs;
   constexpr int kCh = kD / 8;
   constexpr int kKS = kD / 16;
@@ -344,7 +357,7 @@ __device__ __forceinline__ void SaPassBody(const SaArgs& a) {
     if (kWg ? wg_active : active) {
       float s[8][4];
       if constexpr (kSs) {
-        SaProductsSs<T, kD>(sQa + (warp >> 2) * (64 * kD * 2), buf_of(t), s);
+        SaProductsSs<T, kD, kHoist>(sQa + (warp >> 2) * (64 * kD * 2), buf_of(t), s);
       } else if constexpr (kWg) {
         Tile64ProductsRs<T, kD>(qf, buf_of(t), s);
       } else {
@@ -407,6 +420,9 @@ __device__ __forceinline__ void SaPassBody(const SaArgs& a) {
           if (m_new != kNegInf) {
             float sum = 0.f;
             float s0 = 0.f, s1 = 0.f;  // kOne: the tile's part in slash blocks A and A - 1
+            // kHoist: key j + 8 nt + 2 t4 + e > thr as 8 nt + e > thr - j - 2 t4, the right side
+            // once a tile (small ints, no overflow: the same test).
+            const int thr_rel = thr[h] - j - 2 * t4;
             if (full[h]) {
               // v = -inf (an overflowed product) gives Exp2(-inf) = +0, which the masked path
               // adds as 0.f: the same sum without the test.
@@ -417,7 +433,8 @@ __device__ __forceinline__ void SaPassBody(const SaArgs& a) {
                   const float ex = Exp2(s[nt][2 * h + e] - m_new);
                   sum += ex;
                   if constexpr (kOne) {
-                    const bool next = j + nt * 8 + 2 * t4 + e > thr[h];
+                    const bool next =
+                        kHoist ? nt * 8 + e > thr_rel : j + nt * 8 + 2 * t4 + e > thr[h];
                     if constexpr (kSplit) {
                       SaSplitStep(next, ex, sum, s0, s1);
                     } else {
@@ -436,7 +453,8 @@ __device__ __forceinline__ void SaPassBody(const SaArgs& a) {
                   const float ex = v == kNegInf ? 0.f : Exp2(v - m_new);
                   sum += ex;
                   if constexpr (kOne) {
-                    const bool next = j + nt * 8 + 2 * t4 + e > thr[h];
+                    const bool next =
+                        kHoist ? nt * 8 + e > thr_rel : j + nt * 8 + 2 * t4 + e > thr[h];
                     if constexpr (kSplit) {
                       SaSplitStep(next, ex, sum, s0, s1);
                     } else {
@@ -479,6 +497,10 @@ __device__ __forceinline__ void SaPassBody(const SaArgs& a) {
               }
               cacc[h] = 0.f;
             }
+            // The next key is in slash block A - 1: (pos - (j + 64)) >> lg < A, i.e.
+            // j + 64 > thr = pos - A blk (kHoist's form of the same test).
+            const bool a_done = kHoist ? j + kSaTileN > thr[h]
+                                       : ((pos_h[h] - (j + kSaTileN)) >> lg) < sb_a[h];
             const float q0 = QuadSum(sacc0[h]);
             const int64_t at = item_base + a.op_ncol + (sb_a[h] - sb_lo);
             if (last) {
@@ -489,7 +511,7 @@ __device__ __forceinline__ void SaPassBody(const SaArgs& a) {
                   a.op_partial[(at - 1) * kSaRows + r] = make_float2(m_run[h], q1);
                 }
               }
-            } else if (((pos_h[h] - (j + kSaTileN)) >> lg) < sb_a[h]) {
+            } else if (a_done) {
               if (wr) a.op_partial[at * kSaRows + r] = make_float2(m_run[h], q0);
               sacc0[h] = sacc1[h];
               sacc1[h] = 0.f;
@@ -606,9 +628,9 @@ template <typename T, int kD, bool kScores, int kSlots = kSaSlots, bool kOne = f
 __global__ void __launch_bounds__(kSaThreads) SaPassKernel(SaArgs a) {
   SaPassBody<T, kD, kScores, kSlots, kOne, kWg, kSplit, false>(a);
 }
-template <typename T, int kD>
+template <typename T, int kD, bool kHoist>
 __global__ void __launch_bounds__(kSaThreads, 3) SaPassWaveKernel(SaArgs a) {
-  SaPassBody<T, kD, false, kSaSlots, true, true, true, true>(a);
+  SaPassBody<T, kD, false, kSaSlots, true, true, true, true, kHoist>(a);
 }
 
 // Scores of each unit: its spans' sums, added in span order.
@@ -1277,6 +1299,13 @@ bool SaWave() {
   return e == nullptr || e[0] != '0';
 }
 
+// s36-sa2: the wave kernel with kHoist (the descriptors once a tile, the key test relative to
+// the tile); SPATTN_SA_HOIST=0 (read at each build): s36-sa's wave kernel.
+bool SaHoist() {
+  const char* e = std::getenv("SPATTN_SA_HOIST");
+  return e == nullptr || e[0] != '0';
+}
+
 // cudaFuncSetAttribute(kernel, max dynamic shared memory) once per device and process (s33-sa2:
 // a driver call less per build ahead of the first launch); `done` holds a bit per device set.
 template <class K>
@@ -1298,14 +1327,16 @@ cudaError_t SaLaunchTyped(const SaArgs& a, cudaStream_t stream) {
     const bool wg = SaUsesWgmma();
     const bool split = wg && SaSplit();
     const bool wave = split && SaWave();
-    auto one = wave    ? SaPassWaveKernel<T, kD>
+    const bool hoist = wave && SaHoist();
+    auto one = hoist   ? SaPassWaveKernel<T, kD, true>
+               : wave  ? SaPassWaveKernel<T, kD, false>
                : split ? SaPassKernel<T, kD, false, kSaSlots, true, true, true>
                : wg    ? SaPassKernel<T, kD, false, kSaSlots, true, true>
                        : SaPassKernel<T, kD, false, kSaSlots, true>;
     const int one_smem = wave ? SaSsSmemBytes<kD>() : wg ? SaWgSmemBytes<kD>() : smem;
-    static std::atomic<uint64_t> one_set[4];
+    static std::atomic<uint64_t> one_set[5];
     cudaError_t err =
-        SaSetSmemOnce(one, one_smem, one_set[wave ? 3 : split ? 2 : wg ? 1 : 0]);
+        SaSetSmemOnce(one, one_smem, one_set[hoist ? 4 : wave ? 3 : split ? 2 : wg ? 1 : 0]);
     if (err != cudaSuccess) return err;
     one<<<a.num_items, kSaThreads, one_smem, stream>>>(a);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
