@@ -521,7 +521,12 @@ TEST_F(CudaAttentionTest, SparseTimelineTraceMatchesDefault) {
       const bool traced = c.dtype == DType::kBF16 && c.d == 128;
       std::remove(trace.c_str());
       std::vector<float> o[2], lse[2];
+      // (The traced kernel is the 64-key step's at block_m 64: its untraced twin is the pair
+      // step's SPATTN_HOPPER_PAIR_STEP=0, session 36.)
+      setenv("SPATTN_HOPPER_PAIR_STEP", "0", 1);
       RunSparseWithAndWithoutKnob(*hp, idx, "SPATTN_HOPPER_TRACE", trace, config, o, lse);
+      unsetenv("SPATTN_HOPPER_PAIR_STEP");
+      ReloadCudaKernelKnobs();
       if (HasFatalFailure()) return;
       ExpectCheckedAndKnobIdentical(*hp, idx, c.hq, o, lse, config);
       // The traced launch wrote a header and one record per item with keys.
@@ -882,6 +887,92 @@ TEST_F(CudaAttentionTest, LongContextsMatchSampledReference) {
     CheckRun(engines_[0], *hp, &random, 48, config + " random ranges+columns");
     CheckRun(engines_[3], *hp, &random, 48, config + " random ranges+columns wgmma deep");
     CheckRun(engines_[4], *hp, &random, 48, config + " random ranges+columns hopper");
+  }
+}
+
+// ---- s36-sparse ----
+// The pair step (block_m 64, d = 128, the default: two 64-key tiles of an item per consumer step,
+// the K slots interleaved as one 128-key tile) against SPATTN_HOPPER_PAIR_STEP=0 (the 64-key
+// step): both runs match the reference on 64 sampled rows of every head, and the pair step's
+// O / LSE stay within rounding of the 64-key step's everywhere (not
+// byte-identical: one row maximum and sum per 128 keys, and a pair's P V takes its halves in slot
+// order). Short items (random ranges + columns: odd tile counts, one-tile items, gathered and
+// packed tiles) and long ones (a sink, a window of up to 1500 keys, 40 columns in every other
+// row); batch 1 (TMA-store epilogue), chunked, non-causal, varlen; dynamic work list on and off.
+TEST_F(CudaAttentionTest, SparsePairStepMatchesDefault) {
+  const std::vector<Case> cases = {
+      {{4099}, {}, 8, 2, 128, DType::kBF16, true},
+      {{5000}, {7000}, 8, 4, 128, DType::kF16, true},
+      {{3001}, {3001}, 4, 1, 128, DType::kBF16, false},
+      {{1, 63, 700, 2100}, {1, 100, 900, 2100}, 4, 2, 128, DType::kF16, true},
+      {{130, 64, 65}, {130, 64, 65}, 2, 1, 128, DType::kBF16, true},
+  };
+  uint64_t seed = 3636;
+  for (const char* dyn : {"1", "0"}) {
+    for (const Case& c : cases) {
+      auto hp = MakeProblem(c, seed++);
+      for (const bool short_items : {true, false}) {
+        SparseIndex idx;
+        if (short_items) {
+          idx = RandomIndex(hp->problem(), AllHeads(c.hq), 64, 3, 90, seed++, true);
+        } else {
+          InitSparseIndex(hp->problem(), AllHeads(c.hq), 64, &idx);
+          std::mt19937_64 rng(seed++);
+          std::vector<RowKeys> rows(idx.num_rows());
+          for (int s = 0; s < idx.num_heads(); ++s) {
+            for (int b = 0; b < idx.num_blocks(); ++b) {
+              const BlockGeometry g = GetBlockGeometry(hp->problem(), idx, b);
+              if (g.key_end <= 0) continue;
+              RowKeys& row = rows[idx.row(s, b)];
+              row.AddRange(0, std::min<int64_t>(64, g.key_end));
+              const int64_t w = 1 + static_cast<int64_t>(rng() % 1500);
+              row.AddRange(std::max<int64_t>(0, g.key_end - w), g.key_end);
+              if ((s + b) % 2 == 0) {
+                for (int i = 0; i < 40; ++i) row.AddCol(rng() % g.key_end);
+              }
+              row.Normalize(g.key_end, /*min_run=*/1 << 30);
+            }
+          }
+          CompactRows(&rows, &idx);
+        }
+        ASSERT_TRUE(ValidateSparseIndex(hp->problem(), idx).ok());
+        const std::string config = absl::StrCat(Describe(c), " block_m=64 pair dynamic=", dyn,
+                                                short_items ? " short" : " long");
+        setenv("SPATTN_HOPPER_DYNAMIC", dyn, 1);
+        std::vector<float> o[2], lse[2];
+        RunSparseWithAndWithoutKnob(*hp, idx, "SPATTN_HOPPER_PAIR_STEP", "0", config, o, lse);
+        unsetenv("SPATTN_HOPPER_DYNAMIC");
+        ReloadCudaKernelKnobs();
+        if (HasFatalFailure()) return;
+        ASSERT_EQ(o[0].size(), o[1].size());
+        ASSERT_EQ(lse[0].size(), lse[1].size());
+        const auto rows = SampleRows(hp->problem(), AllHeads(c.hq), 64);
+        for (int run = 0; run < 2; ++run) {
+          EXPECT_EQ(CheckRows(hp->problem(), &idx, rows, o[run], lse[run]), "")
+              << config << " run " << run;
+        }
+        // Within rounding of each other: O is stored in 16 bits (a few ulps of |O| <= ~4).
+        size_t bad_o = 0, bad_lse = 0;
+        double max_o = 0, max_lse = 0;
+        for (size_t i = 0; i < o[0].size(); ++i) {
+          const double e = std::fabs(static_cast<double>(o[0][i]) - o[1][i]);
+          max_o = std::max(max_o, e);
+          if (!(e <= 2e-2 + 1e-2 * std::fabs(o[0][i]))) ++bad_o;
+        }
+        for (size_t i = 0; i < lse[0].size(); ++i) {
+          if (std::isinf(lse[0][i]) || std::isinf(lse[1][i])) {
+            if (lse[0][i] != lse[1][i]) ++bad_lse;
+            continue;
+          }
+          const double e = std::fabs(static_cast<double>(lse[0][i]) - lse[1][i]);
+          max_lse = std::max(max_lse, e);
+          if (!(e <= 1e-3 + 1e-4 * std::fabs(lse[0][i]))) ++bad_lse;
+        }
+        EXPECT_EQ(bad_o, 0u) << config << " max |dO| " << max_o;
+        EXPECT_EQ(bad_lse, 0u) << config << " max |dLSE| " << max_lse;
+        std::printf("%s: max |dO| %.3g, max |dLSE| %.3g\n", config.c_str(), max_o, max_lse);
+      }
+    }
   }
 }
 

@@ -83,9 +83,19 @@ __device__ __forceinline__ void CpAsync16Zfill(uint32_t dst, const void* src, bo
 // kBM_ = 64 (block_m 64 indexes): one consumer warpgroup, 64-key tiles, two CTAs per SM (their
 // warpgroups take turns on the tensor cores as the hardware schedules them).
 template <typename T_, int kD_, int kStages_, int kQBufs_ = 2, int kLanes_ = 4, int kBM_ = 128,
-          int kItems_ = 2, int kKStages_ = 0>
+          int kItems_ = 2, int kKStages_ = 0, bool kPair_ = false>
 struct PersistTraits {
   using T = T_;
+  // kPair (block_m 64, d 128, the stream; SPATTN_HOPPER_PAIR_STEP=1, session 36): the consumer
+  // takes two consecutive 64-key tiles of one item as one 128-key step (ConsumerStreamPair). The
+  // two K slots are interleaved as one 128-key K tile of the 128-row layout (each 64-column
+  // sub-tile holds slot 0's rows then slot 1's), so S of the pair is one m64n128 wgmma chain
+  // (m64n64 chains into halves of S make ptxas serialize the kernel's wgmmas: C7511). The
+  // producer issues V two positions behind K (K(u), then V(u - 2)): a step holds both K and both
+  // V slots, and with V one behind its next K tiles and V tiles all waited for the step's P V
+  // (session 36 run 1: 13-16 % slower at 32K; with V two behind, each step's P V as two commit
+  // groups and the pair's second V waited for under the step's S: 2-3 % faster, run 2).
+  static constexpr bool kPair = kPair_;
   static constexpr int kD = kD_;
   // Ring slots: kStages V slots and kKStages K slots (kKStages_ 0: kStages). The sparse stream
   // (kCross, block_m 128, d 128) may run 3 K slots beside 2 V slots and two Q buffers
@@ -150,6 +160,12 @@ struct PersistTraits {
   static constexpr int kProducerRegs = 56;
   static constexpr int kConsumerRegs = kBM == 128 ? 224 : 200;
   static_assert(kSmemBytes * kMinBlocks <= 227 * 1024, "shared memory");
+  static_assert(!kPair || (kBM == 64 && kD == 128 && kStages == 2 && kKStages == 2 && kItems_ == 2 &&
+                           kQBufs_ == 2),
+                "pair step: the block_m 64 stream with 2 K + 2 V slots");
+  // A K slot's base and the stride of its 64-column sub-tiles (kPair: interleaved).
+  static constexpr int kKSlotBytes = kPair ? kBN * 128 : kTileBytes;
+  static constexpr int kKSubBytes = kPair ? 2 * kBN * 128 : kBN * 128;
   // setmaxnreg only moves registers within the CTA's launch allocation (168 x 384 = 64512 for
   // one CTA of 384 threads per SM, 128 x 256 for two of 256); 32 / 240 (65536) deadlocks in the
   // increase (run 3 of NOTES.md).
@@ -1025,6 +1041,373 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
   flush_p(n_item - 1);
 }
 
+// The pair step (PersistTraits::kPair; block_m 64, one consumer warpgroup): ConsumerStream's
+// stream with two consecutive 64-key tiles of one item as one 128-key step, so the per-step
+// bookkeeping (waits, descriptors, the turn, row max / sum reductions, the softmax's shuffles)
+// is paid once per 128 keys (NOTES.md s35-sparse: ~185 consumer instructions a warp per tile,
+// whatever its width). A step is the tile at ring position `tile` and, where its item has
+// another, the next one; an item's odd last tile is a step alone. S's column half h holds the
+// tile of K slot h (slot = position % 2: the pair's first tile may sit in either half; the
+// softmax does not care about the order, and P V takes V slot h for P's half h). A lone tile's
+// other half is computed from the other K slot (stale data or a load in flight) and masked to
+// -inf before the softmax. The producer issues K(u) then V(u - 2) at position u (the item's last
+// two V tiles after its last K): a step of positions t, t + 1 waits for K(t), K(t + 1), V(t - 2)
+// (all issued before the producer waits for a slot this step frees), then issues S, then waits
+// for V(t - 1) (issued once the previous step gave back V(t - 3)'s slot) under S; its P V is two
+// commit groups, V(t - 2)'s slot given back when the first is done, which lets K(t + 2),
+// V(t), K(t + 3) load under the step.
+template <int kH, class Step>
+__device__ __forceinline__ void MaskRangeHalf(Step& st, int lim0, int lim1) {
+  const int l0 = lim0 - 2 * st.t4, l1 = lim1 - 2 * st.t4;
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      float& a = st.s[(kH * 8 + nt) * 4 + j];
+      float& b = st.s[(kH * 8 + nt) * 4 + 2 + j];
+      a = nt * 8 + j < l0 ? a : detail::kNegInf;
+      b = nt * 8 + j < l1 ? b : detail::kNegInf;
+    }
+  }
+}
+template <int kH, class Step, class KeyAt>
+__device__ __forceinline__ void MaskKeyHalf(Step& st, int n, int q0, int q1, KeyAt key_at) {
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int col = nt * 8 + 2 * st.t4 + j;
+      const int key = col < n ? key_at(col) : 0x7fffffff;
+      float& a = st.s[(kH * 8 + nt) * 4 + j];
+      float& b = st.s[(kH * 8 + nt) * 4 + 2 + j];
+      a = key <= q0 ? a : detail::kNegInf;
+      b = key <= q1 ? b : detail::kNegInf;
+    }
+  }
+}
+
+// O += P V over P's 16-key groups [kLo, kHi) (group kk: V slot kk / 4, its group kk % 4).
+// kFence false: the second half of a step's P V, right after the first (O's registers not
+// fenced: the first half's wgmmas still write them).
+template <class Tr, int kLo, int kHi, bool kFence = true, class Step>
+__device__ __forceinline__ void IssuePvPair(Step& st, uint64_t v0, uint64_t v1) {
+  using T = typename Tr::T;
+#pragma unroll
+  for (int kk = kLo; kk < kHi; ++kk) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) detail::FenceReg(st.pa[kk][e]);
+  }
+  if constexpr (kFence) st.FenceAcc();
+  detail::WgmmaFence();
+#pragma unroll
+  for (int kk = kLo; kk < kHi; ++kk) {
+    detail::Wgmma<T, Tr::kD>::RS(st.acc, st.pa[kk], DescPlus(kk < 4 ? v0 : v1, (kk % 4) * 16 * 128));
+  }
+  detail::WgmmaCommit();
+}
+
+template <class Tr, class Step, class Ring>
+__device__ __forceinline__ void ConsumerStreamPair(Step& st, char* smem, const AttnParams& p,
+                                                   int tid, int lane, int my_turn, int other_turn,
+                                                   int turn_threads, const Ring& ring,
+                                                   uint32_t q_full0, uint32_t q_empty0, int flags,
+                                                   const CUtensorMap* tmap_o) {
+  constexpr int kBN = Tr::kBN, kQB = Tr::kQBufs;
+  static_assert(kBN == 64 && Tr::kKStages == 2 && Tr::kStages == 2, "pair step");
+  constexpr int cw = 0;
+  const uint32_t sQ0 = Smem32(smem);
+  const uint32_t sK = ring.k_smem;
+  const int warp = tid / 32;
+  const int row0 = warp * 16 + lane / 4;  // + 8 * h
+  struct Tile {
+    int kind, start, n, last, slot;
+    bool mixed;
+  };
+  struct Pair {
+    Tile t[2];  // positions first, first + 1
+    int cnt;
+  };
+  // What the next step keeps of a step for its P V: per tile kind << 8 | n, the first tile's
+  // slot, the count.
+  struct Prev {
+    int kn[2];
+    int cnt, slot0;
+  };
+  auto keep = [](const Pair& d) {
+    return Prev{{d.t[0].kind << 8 | d.t[0].n, d.t[1].kind << 8 | d.t[1].n}, d.cnt, d.t[0].slot};
+  };
+  const bool sleep = (flags & kFlagSleepConsumers) != 0;
+  auto wait = [&](uint32_t bar, uint32_t parity) {
+    if (sleep) {
+      MbarWaitSleep(bar, parity);
+    } else {
+      MbarWait(bar, parity);
+    }
+  };
+  const float stale = static_cast<float>((flags >> kStaleMaxShift) & 0xff) - 1.f;
+  int tile = 0, n_item = 0;
+  ItemDesc cur;
+  int cur_qb = 0;
+  bool more = false;
+  auto next_item = [&]() {
+    const int qb = n_item % kQB;
+    wait(q_full0 + 8 * qb, (n_item / kQB) & 1);
+    const ItemDesc x = *(reinterpret_cast<const ItemDesc*>(smem + Tr::kItemDescOff) + qb);
+    if (x.flags & 2) return false;
+    ++n_item;
+    cur = x;
+    cur_qb = qb;
+    more = true;
+    return true;
+  };
+  auto turn = [&]() { NamedSync(my_turn, turn_threads); };
+  auto read_tile = [&](Tile& d, int pos) {
+    const int s = Ring::KSlot(pos);
+    wait(ring.KFull(s), Ring::KPhase(pos));
+    const TileDesc td = *(reinterpret_cast<const TileDesc*>(smem + Tr::kTileDescOff) + s);
+    d.kind = td.kind_more & 1;
+    more = (td.kind_more & 2) != 0;
+    d.mixed = (td.kind_more & 4) != 0;
+    d.start = td.start;
+    d.n = td.n;
+    d.slot = s;
+    if (d.kind == 0) {
+      d.last = td.last;
+    } else if (!d.mixed) {
+      d.last = __ldg(cur.cols + d.start + d.n - 1);
+    } else {
+      const int* keys = reinterpret_cast<const int*>(smem + Tr::kTileKeysOff) + s * kBN;
+      const int nc = cur.flags >> 2;
+      int last = keys[d.n - 1];
+      if (d.start < nc) last = max(last, keys[min(d.n, nc - d.start) - 1]);
+      d.last = last;
+    }
+    if (d.kind == 1) detail::FenceProxyAsync();  // gathered K written by cp.async
+  };
+  auto read_pair = [&](Pair& d) {
+    read_tile(d.t[0], tile);
+    d.cnt = 1;
+    if (more) {
+      read_tile(d.t[1], tile + 1);
+      d.cnt = 2;
+    }
+  };
+  auto release = [&](uint32_t bar) {
+    if (lane == 0) MbarArrive(bar);
+  };
+  // One tile's mask in its half (as ConsumerStream's mask).
+  auto mask_half = [&](auto hc, const Tile& d) {
+    constexpr int kH = decltype(hc)::value;
+    const int my_first = cur.first_pos;
+    if (d.n == kBN && !(p.causal && d.last > my_first)) return;
+    const int pos0 = cur.first_pos + row0;
+    if (d.kind == 0) {
+      MaskRangeHalf<kH>(st, p.causal ? min(d.n, pos0 - d.start + 1) : d.n,
+                        p.causal ? min(d.n, pos0 + 8 - d.start + 1) : d.n);
+      return;
+    }
+    if (!(p.causal && d.last > my_first)) {
+      MaskRangeHalf<kH>(st, d.n, d.n);
+      return;
+    }
+    const int32_t* cols = cur.cols;
+    const int* keys = reinterpret_cast<const int*>(smem + Tr::kTileKeysOff) + d.slot * kBN;
+    const int q0 = p.causal ? pos0 : 0x7ffffffe, q1 = p.causal ? pos0 + 8 : 0x7ffffffe;
+    if (d.mixed) {
+      MaskKeyHalf<kH>(st, d.n, q0, q1, [&](int col) { return keys[col]; });
+    } else {
+      MaskKeyHalf<kH>(st, d.n, q0, q1, [&](int col) { return __ldg(cols + d.start + col); });
+    }
+  };
+  // S's masks, the K slots released (a mixed tile's after its mask: its key list lies next to
+  // the slot), a lone tile's other half to -inf.
+  auto mask_release = [&](const Pair& d) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      if (i >= d.cnt) break;
+      if (!d.t[i].mixed) release(ring.KEmpty(d.t[i].slot));
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      if (i >= d.cnt) break;
+      if (d.t[i].slot == 0) {
+        mask_half(std::integral_constant<int, 0>(), d.t[i]);
+      } else {
+        mask_half(std::integral_constant<int, 1>(), d.t[i]);
+      }
+    }
+    if (d.cnt == 1) {
+      if (d.t[0].slot == 0) {
+        MaskRangeHalf<1>(st, 0, 0);
+      } else {
+        MaskRangeHalf<0>(st, 0, 0);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      if (i >= d.cnt) break;
+      if (d.t[i].mixed) release(ring.KEmpty(d.t[i].slot));
+    }
+  };
+  auto issue_qk = [&]() {
+    using T = typename Tr::T;
+    const uint64_t q_desc = detail::SmemDesc(sQ0 + cur_qb * Tr::kQBytes, 16, 1024);
+    const uint64_t k_desc = detail::SmemDesc(sK, 16, 1024);
+    st.FenceS();
+    detail::WgmmaFence();
+#pragma unroll
+    for (int ks = 0; ks < Tr::kD / 16; ++ks) {
+      const uint32_t koff = (ks % 4) * 32;
+      detail::Wgmma<T, 128>::SS(st.s, DescPlus(q_desc, (ks / 4) * Tr::kBM * 128 + koff),
+                                DescPlus(k_desc, (ks / 4) * Tr::kKSubBytes + koff), ks > 0 ? 1 : 0);
+    }
+    detail::WgmmaCommit();
+  };
+  // The previous step's V: waits, the partial range tiles' rows zeroed (PrepareV).
+  auto wait_v = [&](const Prev& d, int first) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      if (i >= d.cnt) break;
+      const int vs = Ring::VSlot(first + i);
+      wait(ring.VFull(vs), Ring::VPhase(first + i));
+      PrepareV<Tr>(smem, vs, d.kn[i] >> 8, d.kn[i] & 0xff, kBN, tid, cw);
+    }
+  };
+  // The previous step's P V, one commit group per tile (the first tile's V slot goes back as soon
+  // as its half is done: the producer's next loads wait for it, wait_pv).
+  auto issue_pv = [&](const Prev& d, int first) {
+    const uint64_t v0 = detail::SmemDesc(ring.V(0), kBN * 128, 1024);
+    const uint64_t v1 = detail::SmemDesc(ring.V(1), kBN * 128, 1024);
+    if (d.cnt == 2) {
+      if (d.slot0 == 0) {
+        IssuePvPair<Tr, 0, 4>(st, v0, v1);
+        IssuePvPair<Tr, 4, 8, false>(st, v0, v1);
+      } else {
+        IssuePvPair<Tr, 4, 8>(st, v0, v1);
+        IssuePvPair<Tr, 0, 4, false>(st, v0, v1);
+      }
+    } else {
+      if (d.slot0 == 0) {
+        IssuePvPair<Tr, 0, 4>(st, v0, v1);
+      } else {
+        IssuePvPair<Tr, 4, 8>(st, v0, v1);
+      }
+      detail::WgmmaCommit();  // (an empty group: every step commits S + two P V groups)
+    }
+  };
+  auto wait_v1 = [&](const Prev& d, int first) {
+    const int vs = Ring::VSlot(first + 1);
+    wait(ring.VFull(vs), Ring::VPhase(first + 1));
+    PrepareV<Tr>(smem, vs, d.kn[1] >> 8, d.kn[1] & 0xff, kBN, tid, cw);
+  };
+  auto wait_v0 = [&](const Prev& d, int first) {
+    const int vs = Ring::VSlot(first);
+    wait(ring.VFull(vs), Ring::VPhase(first));
+    PrepareV<Tr>(smem, vs, d.kn[0] >> 8, d.kn[0] & 0xff, kBN, tid, cw);
+  };
+  // After the step's S: waits for the previous step's P V, its V slots back (the first tile's as
+  // soon as its half is done).
+  auto wait_pv = [&](const Prev& d) {
+    WgmmaWait<1>();
+    release(ring.VEmpty(d.slot0));
+    WgmmaWait<0>();
+    st.FenceAcc();
+    if (d.cnt == 2) release(ring.VEmpty(d.slot0 ^ 1));
+  };
+  const bool tma_store = (flags & kFlagTmaStore) != 0;
+  int pend_qb = -1;
+  auto epilogue = [&](const ItemDesc& x, int qb) {
+    if (tma_store) {
+      StoreItemTma<Tr>(st, smem, p, x, qb, cw, warp, lane, tmap_o);
+      pend_qb = qb;
+      return;
+    }
+    StoreItem<Tr>(st, smem, p, x, qb, cw, warp, lane, q_empty0 + 8 * qb);
+  };
+  auto release_o = [&]() {
+    if (pend_qb >= 0) {
+      if (lane == 0) {
+        BulkWaitRead<0>();
+        MbarArrive(q_empty0 + 8 * pend_qb);
+      }
+      pend_qb = -1;
+    }
+  };
+
+  if (!next_item()) return;
+  Pair d;
+  Prev prev;
+  read_pair(d);
+  turn();
+  issue_qk();
+  NamedArrive(other_turn, turn_threads);
+  WgmmaWait<0>();
+  st.FenceS();
+  mask_release(d);
+  st.Reset();
+  {
+    float corr[2];
+    st.Softmax(p.scale_log2, corr);
+  }
+  st.ToP();
+  prev = keep(d);
+  tile += d.cnt;
+  for (;;) {
+    const ItemDesc old = cur;
+    const int old_qb = cur_qb;
+    const bool same = more;
+    if (!same) {
+      release_o();
+      if (!next_item()) break;
+    }
+    read_pair(d);
+    wait_v0(prev, tile - prev.cnt);
+    turn();
+    issue_qk();
+    // The second V of a pair (the producer's last load of the previous step) waited for under
+    // this step's S.
+    if (prev.cnt == 2) wait_v1(prev, tile - prev.cnt);
+    issue_pv(prev, tile - prev.cnt);
+    NamedArrive(other_turn, turn_threads);
+    // S of this step is ready; the previous step's P V (one or two groups) is still running.
+    WgmmaWait<2>();
+    st.FenceS();
+    mask_release(d);
+    float corr[2];
+    if (same) {
+      const bool moved = st.SoftmaxStale(p.scale_log2, corr, stale);
+      wait_pv(prev);
+      release_o();
+      if (__any_sync(0xffffffffu, moved)) st.Rescale(corr);
+      st.ToP();
+    } else {
+      const float m0 = st.m_i[0], m1 = st.m_i[1], l0 = st.l_i[0], l1 = st.l_i[1];
+      st.m_i[0] = st.m_i[1] = detail::kNegInf;
+      st.l_i[0] = st.l_i[1] = 0.f;
+      st.Softmax(p.scale_log2, corr);
+      wait_pv(prev);
+      release_o();
+      const float n_m0 = st.m_i[0], n_m1 = st.m_i[1], n_l0 = st.l_i[0], n_l1 = st.l_i[1];
+      st.m_i[0] = m0, st.m_i[1] = m1, st.l_i[0] = l0, st.l_i[1] = l1;
+      st.ToP();
+      epilogue(old, old_qb);
+      st.m_i[0] = n_m0, st.m_i[1] = n_m1, st.l_i[0] = n_l0, st.l_i[1] = n_l1;
+#pragma unroll
+      for (int i = 0; i < Tr::kD / 2; ++i) st.acc[i] = 0.f;
+    }
+    prev = keep(d);
+    tile += d.cnt;
+  }
+  wait_v(prev, tile - prev.cnt);
+  turn();
+  issue_pv(prev, tile - prev.cnt);
+  NamedArrive(other_turn, turn_threads);
+  wait_pv(prev);
+  epilogue(cur, cur_qb);
+  if (pend_qb >= 0 && lane == 0) BulkWait<0>();
+  release_o();
+}
+
 // The kernel's body (PersistentFa3Kernel, PersistentFa3PickKernel): the arguments are the
 // kernel's own parameters (the tensor maps stay in parameter space: TMA takes their address).
 template <class Tr, bool kSparse>
@@ -1103,7 +1486,7 @@ __device__ __forceinline__ void PersistentFa3Body(
     // read them (tile_key).
     constexpr int kWarpRows = Tr::kWarpRows;
     auto gather = [&](const T* base, int64_t tok_stride, uint32_t dst, const Item& it, int n,
-                      int key) {
+                      int key, int sub_bytes) {
       constexpr int kL = Tr::kLanes;
       constexpr int kRows = 32 / kL, kPer = kD / 8 / kL;
       const int sub = plane % kL;
@@ -1117,7 +1500,7 @@ __device__ __forceinline__ void PersistentFa3Body(
 #pragma unroll
         for (int m = 0; m < kPer; ++m) {
           const int ch = sub + kL * m;
-          const uint32_t off = (ch / 8) * kBN * 128 + row * 128 + (((ch & 7) ^ (row & 7)) * 16);
+          const uint32_t off = (ch / 8) * sub_bytes + row * 128 + (((ch & 7) ^ (row & 7)) * 16);
           CpAsync16Zfill(dst + off, src + ch * 8, valid);
         }
       }
@@ -1154,7 +1537,7 @@ __device__ __forceinline__ void PersistentFa3Body(
     // releases its store.
     auto load = [&](const CUtensorMap* map, const T* base, int64_t tok_stride, uint32_t dst,
                     uint32_t full, const Item& it, int kind, int start, int n, int key,
-                    int keys_slot) {
+                    int keys_slot, int sub_bytes) {
       auto arrive = [&]() {
         if (keys_slot >= 0) {
           if (key_row < n) tile_keys[keys_slot * kBN + key_row] = key;
@@ -1169,14 +1552,14 @@ __device__ __forceinline__ void PersistentFa3Body(
           MbarArriveExpectTx(full, Tr::kTileBytes);
 #pragma unroll
           for (int sub = 0; sub < kSub; ++sub) {
-            TmaLoad3d(dst + sub * kBN * 128, map, sub * 64, it.head / p.group, it.k_tok0 + start,
+            TmaLoad3d(dst + sub * sub_bytes, map, sub * 64, it.head / p.group, it.k_tok0 + start,
                       full);
           }
         } else {
           MbarArrive(full);
         }
       } else if constexpr (Tr::kLanes > 1) {
-        gather(base, tok_stride, dst, it, n, key);
+        gather(base, tok_stride, dst, it, n, key, sub_bytes);
         arrive();
       } else if (tid >= kBN) {
         MbarArrive(full);  // (64-key tiles: the upper producer threads hold no row)
@@ -1185,7 +1568,7 @@ __device__ __forceinline__ void PersistentFa3Body(
         const T* src = base + static_cast<int64_t>(it.k_tok0 + key) * tok_stride;
 #pragma unroll
         for (int ch = 0; ch < kD / 8; ++ch) {
-          const uint32_t off = (ch / 8) * kBN * 128 + tid * 128 + (((ch & 7) ^ (tid & 7)) * 16);
+          const uint32_t off = (ch / 8) * sub_bytes + tid * 128 + (((ch & 7) ^ (tid & 7)) * 16);
           CpAsync16Zfill(dst + off, src + ch * 8, valid);
         }
         arrive();
@@ -1286,6 +1669,10 @@ __device__ __forceinline__ void PersistentFa3Body(
           static_cast<const T*>(p.v) + static_cast<int64_t>(it.head / p.group) * p.v_head_stride;
       int pkind = 0, pstart = 0, pn = 0, pkey = 0;
       bool have_prev = false;
+      // kPair: V two positions behind K (K(u), then V(u - 2)), so a pair step's next K tiles load
+      // under its S and first P V half; the item's last two V tiles after its last K.
+      int qkind = 0, qstart = 0, qn = 0, qkey = 0;
+      bool have_pp = false;
       for (;;) {
         int nkind = 0, nstart = 0, nn = 0;
         bool nmixed = false;
@@ -1298,14 +1685,27 @@ __device__ __forceinline__ void PersistentFa3Body(
             *(reinterpret_cast<TileDesc*>(smem + Tr::kTileDescOff) + s) =
                 TileDesc{kind | (have_next ? 2 : 0) | (mixed ? 4 : 0), start, n, start + n - 1};
           }
-          load(&tmap_k, kbase, p.k_token_stride, sK + s * Tr::kTileBytes, k_full(s), it, kind,
-               start, n, key, mixed ? s : -1);
+          load(&tmap_k, kbase, p.k_token_stride, sK + s * Tr::kKSlotBytes, k_full(s), it, kind,
+               start, n, key, mixed ? s : -1, Tr::kKSubBytes);
         }
-        if (have_prev) {
+        if constexpr (Tr::kPair) {
+          if (have_pp) {
+            const int s = (tile - 2) % kStages;
+            pwait(v_empty(s), (((tile - 2) / kStages) & 1) ^ 1);
+            load(&tmap_v, vbase, p.v_token_stride, sV + s * Tr::kTileBytes, v_full(s), it, qkind,
+                 qstart, qn, qkey, -1, kBN * 128);
+          }
+          if (!have && have_prev) {
+            const int s = (tile - 1) % kStages;
+            pwait(v_empty(s), (((tile - 1) / kStages) & 1) ^ 1);
+            load(&tmap_v, vbase, p.v_token_stride, sV + s * Tr::kTileBytes, v_full(s), it, pkind,
+                 pstart, pn, pkey, -1, kBN * 128);
+          }
+        } else if (have_prev) {
           const int s = (tile - 1) % kStages;
           pwait(v_empty(s), (((tile - 1) / kStages) & 1) ^ 1);
           load(&tmap_v, vbase, p.v_token_stride, sV + s * Tr::kTileBytes, v_full(s), it, pkind,
-               pstart, pn, pkey, -1);
+               pstart, pn, pkey, -1, kBN * 128);
         }
         if constexpr (kTrace) {
           if (leader && have && !have_prev) {
@@ -1317,6 +1717,10 @@ __device__ __forceinline__ void PersistentFa3Body(
         }
         if (!have) break;
         ++tile;
+        if constexpr (Tr::kPair) {
+          qkind = pkind, qstart = pstart, qn = pn, qkey = pkey;
+          have_pp = have_prev;
+        }
         pkind = kind, pstart = start, pn = n, pkey = key;
         have_prev = true;
         kind = nkind, start = nstart, n = nn, mixed = nmixed;
@@ -1350,10 +1754,13 @@ __device__ __forceinline__ void PersistentFa3Body(
   constexpr int kTurnThreads = kPingPong ? 256 : 128;
   const KvRing<kStages, Tr::kTileBytes, kKStages> ring{sK, sV, k_full(0), v_full(0), k_empty(0),
                                                        v_empty(0)};
-  ConsumerStep<T, kD, kBN, kBM> st(lane);
+  ConsumerStep<T, kD, Tr::kPair ? 128 : kBN, kBM> st(lane);
 
   if (kPingPong && cw == 1) NamedArrive(kBarTurn0, 256);  // consumer warpgroup 0 goes first
-  if constexpr (Tr::kCross) {
+  if constexpr (Tr::kPair && kSparse) {
+    ConsumerStreamPair<Tr>(st, smem, p, tid, lane, my_turn, other_turn, kTurnThreads, ring,
+                           q_full(0), q_empty(0), flags, &tmap_o);
+  } else if constexpr (Tr::kCross) {
     ConsumerStream<Tr, kSparse>(st, smem, p, cw, tid, lane, my_turn, other_turn, kTurnThreads, ring,
                                 q_full(0), q_empty(0), flags, &tmap_o);
   } else {
