@@ -2336,5 +2336,147 @@ TEST(BuildIndexOnGpuSampleAttentionTest, HoistedSsPassBuildsTheWaveIndex) {
   EXPECT_GT(compared, 0);
 }
 
+// ---- s36-saap: the classifier's per-item RoPE table (SaapKnobs().cls_rope_table) ----
+
+// With sampled rows (classify_rows <= 64 a block) the classifier computes its rows' validity,
+// tokens and RoPE (cos, -sin) once per item and every q head of the kv group reads them
+// (cls_rope_table, the default) instead of each head computing them (main's path): the same
+// floats, so the same visited buckets (exactly) and the same index, offsets included. Every
+// shape of the twin cases x the twin's three asset shapes x every Saap config of the twin cases
+// and classify_rows 1 and 64 x both head lists x block_m 64 and 128 (wgmma on sm_90; mma.sync
+// once per shape), and llm_mix 16K with a bench-sized classifier (128 -> 1024 -> 1024) at
+// classify_rows 4 and 1. (Session 35's illegal address on this test's first build, after other
+// Saap tests in the process, was the keys kernel reading assets whose upload had not landed;
+// session 36's run showed it with the table off too. UploadSaapAssets now waits for the copy.)
+TEST(BuildIndexOnGpuSaapTest, RopeTablePerItemBuildsThePerHeadIndex) {
+  SKIP_WITHOUT_GPU();
+#ifndef SPATTN_SL_KNOBS
+  GTEST_SKIP() << "the GPU Saap builder's knobs exist only in CUDA builds";
+#else
+  auto engine = MakeEngine(int64_t{512} << 20);
+  ASSERT_NE(engine, nullptr);
+  MethodCases mc = CasesFor(Method::kSaap);
+  for (int rows : {1, 64}) {
+    MethodConfig c = mc.configs.front();
+    c.saap.classify_rows = rows;
+    mc.configs.push_back(c);
+  }
+  auto set = [](bool tab, bool wg) {
+    return [tab, wg](cuda::SaapKnobsT& k) {
+      k.cls_rope_table = tab;
+      k.cls_wgmma = wg;
+    };
+  };
+  int64_t compared = 0;
+  ForEachSaapAssetCase(
+      *engine, 3501,
+      [&](const Shape& sh, const HostProblem& hp, DeviceProblem& dp, const SaapAssetShape& as,
+          const LayerAssets& assets) {
+        auto up = engine->UploadLayerAssets(assets, sh.d);
+        ASSERT_TRUE(up.ok()) << up.status();
+        for (MethodConfig config : mc.configs) {
+          config.saap.num_centroids = as.centroids;
+          for (const std::vector<int>& heads : {AllHeads(sh.hq), std::vector<int>{sh.hq - 1, 0}}) {
+            for (int block_m : {64, 128}) {
+              for (bool wg : {true, false}) {
+                if (!wg && (block_m != 64 || heads.size() != AllHeads(sh.hq).size())) continue;
+                const std::string what =
+                    absl::StrCat(config.DebugString(), " hidden=", as.one_layer ? 0 : as.hidden,
+                                 " block_m=", block_m, " heads=", heads.size(), " wgmma=", wg, " ",
+                                 Describe(hp.problem()));
+                compared +=
+                    ExpectSameSaapBuckets(*engine, hp, dp, config, heads, block_m, up->get(),
+                                          set(false, wg), up->get(), set(true, wg), what);
+                if (::testing::Test::HasFatalFailure()) return;
+              }
+            }
+          }
+        }
+      });
+  if (::testing::Test::HasFatalFailure()) return;
+  auto w = GenerateWorkload(LlmMix16K());
+  ASSERT_TRUE(w.ok()) << w.status();
+  auto dp = DeviceProblem::Create(engine->device(), *w->host);
+  ASSERT_TRUE(dp.ok()) << dp.status();
+  LayerAssets assets = method_testing::RandomSaapAssets(8, 2, 128, 1024, 1024, 3599);
+  auto up = engine->UploadLayerAssets(assets, 128);
+  ASSERT_TRUE(up.ok()) << up.status();
+  MethodConfig config;
+  config.method = Method::kSaap;
+  config.saap.num_centroids = 1024;
+  config.saap.top_l = 32;
+  for (int rows : {SaapParams().classify_rows, 1}) {
+    config.saap.classify_rows = rows;
+    for (int block_m : {64, 128}) {
+      compared += ExpectSameSaapBuckets(
+          *engine, *w->host, **dp, config, AllHeads(8), block_m, up->get(), set(false, true),
+          up->get(), set(true, true),
+          absl::StrCat("llm_mix 16K classify_rows=", rows, " block_m=", block_m));
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+  printf(
+      "saap classifier RoPE table per item vs per head: %lld visited buckets compared (wgmma "
+      "on this device: %d)\n",
+      static_cast<long long>(compared), static_cast<int>(cuda::SaapClassifierUsesWgmma(0)));
+  EXPECT_GT(compared, 0);
+#endif
+}
+
+// The order session 35 failed in, in one test: one engine builds with the table (wgmma against
+// mma.sync, every twin and asset shape, the twin's first config) and is destroyed, then a new
+// engine uploads assets and builds main's path and the table's right after (the seed of
+// RopeTablePerItemBuildsThePerHeadIndex): the same buckets and index either way, no CUDA error.
+// (Session 36: the fault was the upload's unfinished copy, a race; a pass here alone does not
+// prove it gone, the wait in UploadSaapAssets does.)
+TEST(BuildIndexOnGpuSaapTest, RopeTableAfterAnotherEnginesTableBuilds) {
+  SKIP_WITHOUT_GPU();
+#ifndef SPATTN_SL_KNOBS
+  GTEST_SKIP() << "the GPU Saap builder's knobs exist only in CUDA builds";
+#else
+  auto set = [](bool tab, bool wg) {
+    return [tab, wg](cuda::SaapKnobsT& k) {
+      k.cls_rope_table = tab;
+      k.cls_wgmma = wg;
+    };
+  };
+  const MethodConfig config = CasesFor(Method::kSaap).configs.front();
+  int64_t compared = 0;
+  // first: the other engine's builds (table on, wgmma vs mma.sync); then main's vs the table's.
+  for (bool first : {true, false}) {
+    auto engine = MakeEngine(int64_t{512} << 20);
+    ASSERT_NE(engine, nullptr);
+    ForEachSaapAssetCase(
+        *engine, first ? 3031 : 3501,
+        [&](const Shape& sh, const HostProblem& hp, DeviceProblem& dp, const SaapAssetShape& as,
+            const LayerAssets& assets) {
+          auto up = engine->UploadLayerAssets(assets, sh.d);
+          ASSERT_TRUE(up.ok()) << up.status();
+          MethodConfig c = config;
+          c.saap.num_centroids = as.centroids;
+          for (const std::vector<int>& heads : {AllHeads(sh.hq), std::vector<int>{sh.hq - 1, 0}}) {
+            for (bool wg : {true, false}) {
+              const std::string what = absl::StrCat(
+                  first ? "first engine " : "second engine ", c.DebugString(),
+                  " hidden=", as.one_layer ? 0 : as.hidden, " wgmma=", wg,
+                  " heads=", heads.size(), " ", Describe(hp.problem()));
+              compared += first ? ExpectSameSaapBuckets(*engine, hp, dp, c, heads, 64, up->get(),
+                                                        set(true, wg), up->get(), set(true, !wg),
+                                                        what)
+                                : ExpectSameSaapBuckets(*engine, hp, dp, c, heads, 64, up->get(),
+                                                        set(false, wg), up->get(), set(true, wg),
+                                                        what);
+              if (::testing::Test::HasFatalFailure()) return;
+            }
+          }
+        });
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  printf("saap RoPE table after another engine's table builds: %lld visited buckets compared\n",
+         static_cast<long long>(compared));
+  EXPECT_GT(compared, 0);
+#endif
+}
+
 }  // namespace
 }  // namespace spattn

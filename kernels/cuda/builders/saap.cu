@@ -17,6 +17,7 @@
 //  4. Assembly: sink + local ranges and the members of the visited buckets, written to every
 //     head slot of the group.
 #include <cfloat>
+#include <cstdio>
 #include <cstdlib>
 
 #include "kernels/cuda/builders/assembled_common.cuh"
@@ -701,7 +702,12 @@ __device__ __forceinline__ void WarpTopKByBisection(const float* sc, int n, int 
 // tile, or above 64 rows one block in several tiles; their scores per block kept in the CTA's
 // slice of score_scratch until the top-l (one warp per block, or the CTA block after block).
 // packed: SaapKnobs().cls_packed (the weights' layout, saap_knobs.h).
-template <typename T, int kD, bool kWg>
+// kTab (SaapKnobs().cls_rope_table; sampled rows, at most 64 a block): the item's 64 rows'
+// (cos, -sin), [grid][64][kD / 2] float2 after the logits scratch, computed once per item and
+// read by every q head of the group (the angles depend on the row, not the head); false: each
+// head computes them (main's path). The same floats either way.
+// kTab: a template parameter so that main's path (false) compiles to main's kernel.
+template <typename T, int kD, bool kWg, bool kTab>
 __global__ void __launch_bounds__(kClsThreads, 1) SaapClassifyKernel(SaapArgs a, bool packed) {
   constexpr int kHalf = kD / 2, kCh = kD / 8;
   extern __shared__ __align__(128) char smem[];
@@ -776,40 +782,109 @@ __global__ void __launch_bounds__(kClsThreads, 1) SaapClassifyKernel(SaapArgs a,
     const int tiles =
         wide ? (min(rpb, a.geo[block0].q_end - a.geo[block0].q_begin) + kClsRows - 1) / kClsRows
              : 1;
+    // One tile per head: the rows, their validity and angles once for the whole group. sScore
+    // (unused until the heads are done in sampled mode) holds each row's q token (-1: not
+    // valid) and the valid mask; the table holds (cos, -sin) of every (row, pair).
+    // (Recomputed where used, not held across the classifier: registers are at the limit.)
+    const bool tab = kTab && !wide;
+    int* sRowTok = reinterpret_cast<int*>(sScore);
+    uint32_t* sValid = reinterpret_cast<uint32_t*>(sScore + kClsRows);
+    int* sRowPos = reinterpret_cast<int*>(sScore) + 2 * kClsRows;  // c_pad >= 256 floats
+    auto rope_tab = [&] {
+      return reinterpret_cast<float2*>(a.logits_scratch +
+                                       static_cast<int64_t>(gridDim.x) * kClsRows * cp) +
+             static_cast<int64_t>(blockIdx.x) * kClsRows * kHalf;
+    };
+    if (tab) {
+      if (tid < kClsRows) {
+        // Row tid's validity, position and token as below (the per-head path's expressions).
+        const int r = tid, b = r / rpb, j = r % rpb;
+        bool ok = false;
+        int tok = -1, pos = 0;
+        if (b < nblk) {
+          const BlockGeoDev geo = a.geo[block0 + b];
+          const int n = geo.q_end - geo.q_begin, count = min(rpb, n);
+          if (j < count) {
+            ok = true;
+            const int row = static_cast<int>((int64_t{2} * j + 1) * n / (int64_t{2} * count));
+            tok = p.cu_seqlens_q[geo.seq] + geo.q_begin + row;
+            pos = geo.first_pos + row;
+          }
+        }
+        sRowTok[r] = tok;
+        sRowPos[r] = pos;
+        const uint32_t m = __ballot_sync(0xffffffffu, ok);
+        if ((tid & 31) == 0) sValid[tid >> 5] = m;
+      }
+      __syncthreads();
+      for (int idx = tid; idx < kClsRows * kHalf; idx += kClsThreads) {
+        const int r = idx / kHalf, i = idx - r * kHalf;
+        if (sRowTok[r] < 0) continue;
+        const double ang = fmod(static_cast<double>(sRowPos[r]) * as.inv_freq[i], kTwoPi);
+        double sd, cd;
+        sincos(ang, &sd, &cd);
+        rope_tab()[idx] = make_float2(static_cast<float>(cd), static_cast<float>(-sd));
+      }
+      // The table's writes are visible to the CTA after the barrier before each head's de-rope.
+    }
     for (int hi = a.group_head_off[gi]; hi < a.group_head_off[gi + 1]; ++hi) {
       const int h = a.group_heads[hi];
       const T* qg = static_cast<const T*>(p.q) + static_cast<int64_t>(h) * p.q_head_stride;
       const bool first_head = hi == a.group_head_off[gi];
       for (int t = 0; t < tiles; ++t) {
         uint64_t valid = 0;
-        for (int r = 0; r < kClsRows; ++r) {
-          const int b = wide ? 0 : r / rpb, j = wide ? t * kClsRows + r : r % rpb;
-          if (b >= nblk) break;
-          const BlockGeoDev geo = a.geo[block0 + b];
-          if (j < min(rpb, geo.q_end - geo.q_begin)) valid |= uint64_t{1} << r;
-        }
-        __syncthreads();  // sX, sStat and the scratch are free
-        for (int idx = tid; idx < kClsRows * kHalf; idx += kClsThreads) {
-          const int r = idx / kHalf, i = idx - r * kHalf;
-          const RopePair pc = PairCols(as.interleaved, kHalf, i);
-          float2 y = make_float2(0.f, 0.f);
-          if ((valid >> r) & 1u) {
-            const int b = wide ? 0 : r / rpb, j = wide ? t * kClsRows + r : r % rpb;
-            const BlockGeoDev geo = a.geo[block0 + b];
-            const int n = geo.q_end - geo.q_begin, count = min(rpb, n);
-            const int row = static_cast<int>((int64_t{2} * j + 1) * n / (int64_t{2} * count));
-            const double ang =
-                fmod(static_cast<double>(geo.first_pos + row) * as.inv_freq[i], kTwoPi);
-            double sd, cd;
-            sincos(ang, &sd, &cd);
-            const float2 cs = make_float2(static_cast<float>(cd), static_cast<float>(-sd));
-            y = Rotate(
-                LoadPair(qg + static_cast<int64_t>(p.cu_seqlens_q[geo.seq] + geo.q_begin + row) *
-                                  p.q_token_stride,
-                         pc),
-                cs.x, cs.y);
+        if (tab) {
+          __syncthreads();  // sX, sStat and the scratch are free; the table and sRowTok written
+          valid = sValid[0] | (uint64_t{sValid[1]} << 32);
+          constexpr int kPer = kClsRows * kHalf / kClsThreads;
+          static_assert(kClsRows * kHalf % kClsThreads == 0, "pairs per thread");
+          float2 cs[kPer];
+#pragma unroll
+          for (int k = 0; k < kPer; ++k) {
+            const int idx = tid + k * kClsThreads, r = idx / kHalf;
+            cs[k] = (valid >> r) & 1u ? rope_tab()[idx] : make_float2(0.f, 0.f);
           }
-          StoreRowPair(sX, kCh, r, pc, y);
+#pragma unroll
+          for (int k = 0; k < kPer; ++k) {
+            const int idx = tid + k * kClsThreads, r = idx / kHalf, i = idx - r * kHalf;
+            const RopePair pc = PairCols(as.interleaved, kHalf, i);
+            float2 y = make_float2(0.f, 0.f);
+            if ((valid >> r) & 1u) {
+              y = Rotate(LoadPair(qg + static_cast<int64_t>(sRowTok[r]) * p.q_token_stride, pc),
+                         cs[k].x, cs[k].y);
+            }
+            StoreRowPair(sX, kCh, r, pc, y);
+          }
+        } else {
+          for (int r = 0; r < kClsRows; ++r) {
+            const int b = wide ? 0 : r / rpb, j = wide ? t * kClsRows + r : r % rpb;
+            if (b >= nblk) break;
+            const BlockGeoDev geo = a.geo[block0 + b];
+            if (j < min(rpb, geo.q_end - geo.q_begin)) valid |= uint64_t{1} << r;
+          }
+          __syncthreads();  // sX, sStat and the scratch are free
+          for (int idx = tid; idx < kClsRows * kHalf; idx += kClsThreads) {
+            const int r = idx / kHalf, i = idx - r * kHalf;
+            const RopePair pc = PairCols(as.interleaved, kHalf, i);
+            float2 y = make_float2(0.f, 0.f);
+            if ((valid >> r) & 1u) {
+              const int b = wide ? 0 : r / rpb, j = wide ? t * kClsRows + r : r % rpb;
+              const BlockGeoDev geo = a.geo[block0 + b];
+              const int n = geo.q_end - geo.q_begin, count = min(rpb, n);
+              const int row = static_cast<int>((int64_t{2} * j + 1) * n / (int64_t{2} * count));
+              const double ang =
+                  fmod(static_cast<double>(geo.first_pos + row) * as.inv_freq[i], kTwoPi);
+              double sd, cd;
+              sincos(ang, &sd, &cd);
+              const float2 cs = make_float2(static_cast<float>(cd), static_cast<float>(-sd));
+              y = Rotate(
+                  LoadPair(qg + static_cast<int64_t>(p.cu_seqlens_q[geo.seq] + geo.q_begin + row) *
+                                    p.q_token_stride,
+                           pc),
+                  cs.x, cs.y);
+            }
+            StoreRowPair(sX, kCh, r, pc, y);
+          }
         }
         __syncthreads();
         ClassifyTile<kD, kWg>(a, h, valid, lay, smem, scratch, packed);
@@ -923,9 +998,23 @@ struct SaapSrc {
   }
 };
 
+// SaapKnobs().debug_sync: waits for the stream and names a failing step on stderr (session 36:
+// it named the keys kernel as the one that faulted on the assets' unfinished upload).
+inline cudaError_t SaapStep(cudaError_t err, const char* step, cudaStream_t stream) {
+  if (err == cudaSuccess) err = cudaGetLastError();
+  if (!SaapKnobs().debug_sync) return err;
+  if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
+  if (err != cudaSuccess) fprintf(stderr, "saap debug: %s: %s\n", step, cudaGetErrorString(err));
+  return err;
+}
+
 template <typename T, int kD>
 cudaError_t SaapLaunchTyped(const SaapArgs& a, cudaStream_t stream) {
   cudaError_t err;
+  if (SaapKnobs().debug_sync &&
+      (err = SaapStep(cudaSuccess, "entry (before this build's kernels)", stream)) != cudaSuccess) {
+    return err;
+  }
   if (a.num_key_tiles > 0) {
     auto assign = SaapAssignKernel<T, kD>;
     if ((err = cudaFuncSetAttribute(assign, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -933,19 +1022,22 @@ cudaError_t SaapLaunchTyped(const SaapArgs& a, cudaStream_t stream) {
       return err;
     }
     assign<<<a.num_key_tiles, kAsThreads, AssignSmemBytes<kD>(), stream>>>(a);
-    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+    if ((err = SaapStep(cudaSuccess, "assign", stream)) != cudaSuccess) return err;
     SaapHistogramKernel<<<a.num_key_tiles, kAsKeys, 0, stream>>>(a);
-    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+    if ((err = SaapStep(cudaSuccess, "histogram", stream)) != cudaSuccess) return err;
   }
   const int64_t buckets = static_cast<int64_t>(a.num_kv) * a.p.batch * a.assets.num_centroids;
-  if ((err = LaunchExclusiveScan32(a.bucket_off, buckets, stream)) != cudaSuccess) return err;
+  if ((err = SaapStep(LaunchExclusiveScan32(a.bucket_off, buckets, stream), "scan", stream)) !=
+      cudaSuccess) {
+    return err;
+  }
   if (a.num_key_tiles > 0) {
     if ((err = cudaMemcpyAsync(a.bucket_cursor, a.bucket_off, buckets * sizeof(int32_t),
                                cudaMemcpyDeviceToDevice, stream)) != cudaSuccess) {
       return err;
     }
     SaapScatterKernel<<<a.num_key_tiles, kAsKeys, 0, stream>>>(a);
-    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+    if ((err = SaapStep(cudaSuccess, "scatter", stream)) != cudaSuccess) return err;
   }
   if (a.keys_done != nullptr && (err = cudaEventRecord(a.keys_done, stream)) != cudaSuccess) {
     return err;
@@ -954,7 +1046,11 @@ cudaError_t SaapLaunchTyped(const SaapArgs& a, cudaStream_t stream) {
     const int smem_wg =
         MakeClsLayout(kD, a.assets.num_layers, a.assets.hidden_pad, a.assets.c_pad, true).total;
     const bool wg = SaapClassifierUsesWgmma(smem_wg);
-    auto classify = wg ? &SaapClassifyKernel<T, kD, true> : &SaapClassifyKernel<T, kD, false>;
+    const bool tab = SaapClassifierRopeTable(a);
+    auto classify = wg ? (tab ? &SaapClassifyKernel<T, kD, true, true>
+                              : &SaapClassifyKernel<T, kD, true, false>)
+                       : (tab ? &SaapClassifyKernel<T, kD, false, true>
+                              : &SaapClassifyKernel<T, kD, false, false>);
     const int smem =
         wg ? smem_wg
            : SaapClassifySmemBytes(kD, a.assets.num_layers, a.assets.hidden_pad, a.assets.c_pad);
@@ -963,7 +1059,11 @@ cudaError_t SaapLaunchTyped(const SaapArgs& a, cudaStream_t stream) {
       return err;
     }
     classify<<<a.classify_grid, kClsThreads, smem, stream>>>(a, SaapKnobs().cls_packed);
-    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+    if (SaapKnobs().debug_sync) {
+      fprintf(stderr, "saap debug: classify d %d wgmma %d table %d grid %d smem %d rows %d\n", kD,
+              wg ? 1 : 0, tab ? 1 : 0, a.classify_grid, smem, a.rows_per_block);
+    }
+    if ((err = SaapStep(cudaSuccess, "classify", stream)) != cudaSuccess) return err;
   }
   return cudaSuccess;
 }
@@ -976,6 +1076,8 @@ SaapKnobsT& SaapKnobs() {
     SaapKnobsT k;
     if (const char* c = std::getenv("SPATTN_SAAP_CLS_WGMMA")) k.cls_wgmma = c[0] != '0';
     if (const char* c = std::getenv("SPATTN_SAAP_CLS_PACKED")) k.cls_packed = c[0] == '1';
+    if (const char* c = std::getenv("SPATTN_SAAP_CLS_ROPE_TABLE")) k.cls_rope_table = c[0] != '0';
+    if (const char* c = std::getenv("SPATTN_SAAP_DEBUG_SYNC")) k.debug_sync = c[0] == '1';
     return k;
   }();
   return knobs;
@@ -988,6 +1090,10 @@ bool SaapClassifierUsesWgmma(int smem_bytes) {
          cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) ==
              cudaSuccess &&
          smem_bytes <= smem_max;
+}
+
+bool SaapClassifierRopeTable(const SaapArgs& a) {
+  return SaapKnobs().cls_rope_table && a.rows_per_block > 0 && a.rows_per_block <= 64;
 }
 
 int SaapClassifySmemBytes(int head_dim, int num_layers, int hidden_pad, int c_pad) {

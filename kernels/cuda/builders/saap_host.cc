@@ -174,9 +174,13 @@ absl::StatusOr<SparseIndexView> BuildSaap(const BuildScope& env, const Attention
   const int64_t cls_items =
       static_cast<int64_t>(num_kv) * ((num_blocks + sp.blocks_per_item - 1) / sp.blocks_per_item);
   sp.classify_grid = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(cls_items, sms)));
-  SPATTN_ASSIGN_OR_RETURN(sp.logits_scratch,
-                          Carve<float>(env, static_cast<int64_t>(sp.classify_grid) * 64 * dev.c_pad,
-                                       "saap logits scratch"));
+  // With the per-item RoPE table (SaapClassifierRopeTable), each CTA's 64 x head_dim / 2
+  // (cos, -sin) pairs after all CTAs' logits.
+  const int64_t rope_floats = SaapClassifierRopeTable(sp) ? int64_t{64} * sp.p.head_dim : 0;
+  SPATTN_ASSIGN_OR_RETURN(
+      sp.logits_scratch,
+      Carve<float>(env, static_cast<int64_t>(sp.classify_grid) * (64 * dev.c_pad + rope_floats),
+                   "saap logits scratch"));
   if (sp.rows_per_block > 0) {
     SPATTN_ASSIGN_OR_RETURN(
         sp.score_scratch,
@@ -423,6 +427,12 @@ absl::StatusOr<std::unique_ptr<CudaLayerAssets::Rep>> UploadSaapAssets(const Lay
     put(at_wptr, ptrs.data(), static_cast<int64_t>(ptrs.size()) * 8);
   }
   SPATTN_RETURN_IF_ERROR(rep->buffer->CopyFromHost(host.data(), size));
+  // A cudaMemcpy from pageable memory may return before its DMA has landed, and the engine's
+  // stream (cudaStreamNonBlocking) does not wait for the legacy stream: without this wait the
+  // first build after an upload could read the assets' pointer tables before they arrive (session
+  // 36: the keys kernel's illegal address after an upload, the fault session 35 blamed on the
+  // RoPE table).
+  SPATTN_RETURN_IF_ERROR(CudaStatus(cudaDeviceSynchronize(), "saap assets upload"));
   SaapAssetsDev& dv = rep->dev;
   dv.head_dim = d;
   dv.num_centroids = C;

@@ -3,9 +3,10 @@
 // mma.sync, main's before session 29, instead of wgmma on a compute capability 9.0 device; the
 // same logits, classes and index, build_index_gpu_test's
 // BuildIndexOnGpuSaapTest.WgmmaClassifierIsTheMmaSyncClassifier); SPATTN_SAAP_CLS_PACKED (=1:
-// the classifier's weights uploaded slab by slab, session 30, below). Tests change them through
-// the returned reference, between builds only (cls_packed: before the assets' upload, and kept
-// for every build with them).
+// the classifier's weights uploaded slab by slab, session 30, below); SPATTN_SAAP_CLS_ROPE_TABLE
+// (=0: the sampled rows' RoPE once per q head, main's before session 36, below).
+// Tests change them through the returned reference, between builds only (cls_packed: before the
+// assets' upload, and kept for every build with them).
 #ifndef SPATTN_KERNELS_CUDA_BUILDERS_SAAP_KNOBS_H_
 #define SPATTN_KERNELS_CUDA_BUILDERS_SAAP_KNOBS_H_
 
@@ -23,6 +24,17 @@ struct SaapKnobsT {
   // CTA reading the same head's slabs at once). Read at the upload (saap_host.cc) and at every
   // launch (saap.cu); the same values, products and index. Off by default until measured.
   bool cls_packed = false;
+  // Sampled rows (classify_rows <= 64): each item's rows, validity and RoPE (cos, -sin) computed
+  // once per item into a table after the logits scratch and read by every q head of the kv
+  // group, instead of once per head (SPATTN_SAAP_CLS_ROPE_TABLE=0: main's path). The same
+  // floats, classes and index by construction (RopeTablePerItemBuildsThePerHeadIndex); H200
+  // classify -11 % at 32K and 128K (NOTES sessions 35 and 36). Session 35's illegal address was
+  // not the table's: the keys kernel read assets whose upload had not landed (saap_host.cc).
+  // Read at the scratch carve (saap_host.cc) and at the launch.
+  bool cls_rope_table = true;
+  // Diagnostics (SPATTN_SAAP_DEBUG_SYNC=1): LaunchSaapSelect waits after each step (and before
+  // the first) and names a failing step on stderr. Not for timing.
+  bool debug_sync = false;
   // Tests: when set, each build copies the visited buckets of every (kv group, block) (top_l each,
   // the classifier's classes) here (a synchronizing download; not for timing).
   std::vector<int32_t>* capture_selected = nullptr;
@@ -32,6 +44,9 @@ SaapKnobsT& SaapKnobs();
 // 9.0 device (whose sm_90a image has it) where its shared memory (smem_bytes: 1 KB more than the
 // mma.sync kernel's, for the slab buffers' alignment) fits; elsewhere by mma.sync.
 bool SaapClassifierUsesWgmma(int smem_bytes);
+struct SaapArgs;
+// The classify launch takes the per-item RoPE table (cls_rope_table and sampled rows <= 64).
+bool SaapClassifierRopeTable(const SaapArgs& a);
 
 }  // namespace cuda
 }  // namespace spattn
