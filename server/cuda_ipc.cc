@@ -83,6 +83,10 @@ absl::Status CudaCopyToDevice(void* dst, const void* src, size_t bytes, int devi
   if (err != cudaSuccess) return CudaStatus(err, "cudaSetDevice");
   err = cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice);
   if (err != cudaSuccess) return CudaStatus(err, "cudaMemcpy host to device");
+  // From pageable memory the copy returns before its DMA has landed: wait for it, since the
+  // reader (the client's process, once the response is sent) is not ordered after this stream.
+  err = cudaStreamSynchronize(nullptr);
+  if (err != cudaSuccess) return CudaStatus(err, "cudaMemcpy host to device (wait)");
   return absl::OkStatus();
 }
 

@@ -470,9 +470,14 @@ absl::Status CudaDeviceBuffer::CopyFromHost(const void* src, int64_t bytes, int6
     return absl::OutOfRangeError("CopyFromHost: outside the buffer");
   }
   SPATTN_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_), "cudaSetDevice");
-  return CudaStatus(
+  SPATTN_CUDA_RETURN_IF_ERROR(
       cudaMemcpy(static_cast<char*>(data_) + offset, src, bytes, cudaMemcpyHostToDevice),
       "CopyFromHost");
+  // From pageable memory cudaMemcpy returns once the bytes are staged, before the DMA into the
+  // buffer has landed; that DMA is ordered on the default stream only, and the engines' streams
+  // (cudaStreamNonBlocking) do not wait for it. Waiting here makes the copy complete for every
+  // reader (session 36: Saap's first build after an asset upload read the pointer tables early).
+  return CudaStatus(cudaStreamSynchronize(nullptr), "CopyFromHost");
 }
 
 absl::Status CudaDeviceBuffer::CopyToHost(void* dst, int64_t bytes, int64_t offset) const {

@@ -427,12 +427,9 @@ absl::StatusOr<std::unique_ptr<CudaLayerAssets::Rep>> UploadSaapAssets(const Lay
     put(at_wptr, ptrs.data(), static_cast<int64_t>(ptrs.size()) * 8);
   }
   SPATTN_RETURN_IF_ERROR(rep->buffer->CopyFromHost(host.data(), size));
-  // A cudaMemcpy from pageable memory may return before its DMA has landed, and the engine's
-  // stream (cudaStreamNonBlocking) does not wait for the legacy stream: without this wait the
-  // first build after an upload could read the assets' pointer tables before they arrive (session
-  // 36: the keys kernel's illegal address after an upload, the fault session 35 blamed on the
-  // RoPE table).
-  SPATTN_RETURN_IF_ERROR(CudaStatus(cudaDeviceSynchronize(), "saap assets upload"));
+  // CopyFromHost waits for its DMA: without that wait the first build after an upload could read
+  // the assets' pointer tables before they arrived (session 36: the keys kernel's illegal address
+  // after an upload, the fault session 35 blamed on the RoPE table).
   SaapAssetsDev& dv = rep->dev;
   dv.head_dim = d;
   dv.num_centroids = C;
