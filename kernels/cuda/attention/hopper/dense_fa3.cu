@@ -95,7 +95,7 @@ struct LaunchKnobs {
   int stale_max = 8;         // SPATTN_HOPPER_STALE_MAX (the sparse stream's row maximum)
   bool tma_store = true;     // SPATTN_HOPPER_TMA_STORE (the sparse stream's epilogue)
   int early_desc = 0;        // SPATTN_HOPPER_EARLY_DESC (the sparse stream's next descriptor)
-  bool pair_step = true;     // SPATTN_HOPPER_PAIR_STEP (block_m 64: 128-key consumer steps)
+  bool pair_step = false;    // SPATTN_HOPPER_PAIR_STEP (block_m 64: 128-key consumer steps)
   std::string trace;         // SPATTN_HOPPER_TRACE (timeline file of the sparse stream)
   int trace_launch = 0;      // SPATTN_HOPPER_TRACE_LAUNCH
 };
@@ -121,7 +121,7 @@ LaunchKnobs ReadKnobs() {
   k.stale_max = std::max(-1, std::min(254, EnvInt("SPATTN_HOPPER_STALE_MAX", k.stale_max)));
   k.tma_store = EnvInt("SPATTN_HOPPER_TMA_STORE", 1) != 0;
   k.early_desc = EnvInt("SPATTN_HOPPER_EARLY_DESC", 0);
-  k.pair_step = EnvInt("SPATTN_HOPPER_PAIR_STEP", 1) != 0;
+  k.pair_step = EnvInt("SPATTN_HOPPER_PAIR_STEP", 0) != 0;
   const char* trace = std::getenv("SPATTN_HOPPER_TRACE");
   k.trace = trace == nullptr ? "" : trace;
   k.trace_launch = EnvInt("SPATTN_HOPPER_TRACE_LAUNCH", k.trace_launch);
@@ -464,10 +464,12 @@ cudaError_t PersistentDim(const AttnParams& p, const SparseIndexView& idx,
         return LaunchPersistent<PersistTraits<T, kD, kD == 128 ? 2 : 4, 2, 4, 64, 1>, true>(
             p, idx, sched, num_items, num_m_blocks, stream);
       }
-      // d = 128: two 64-key tiles of an item per consumer step (PersistTraits::kPair,
-      // ConsumerStreamPair; session 36, H200 32K: a_shape / block_sparse / vertical_slash
-      // +2.3 / +3.2 / +1.7 %); SPATTN_HOPPER_PAIR_STEP=0 the 64-key step. Not under
-      // SPATTN_HOPPER_TRACE: the timeline's stamps are the 64-key stream's.
+      // SPATTN_HOPPER_PAIR_STEP=1, d = 128: two 64-key tiles of an item per consumer step
+      // (PersistTraits::kPair, ConsumerStreamPair; session 36, H200 32K: a_shape / block_sparse /
+      // vertical_slash +2.3 / +3.2 / +1.7 %, 128K within noise). Off by default: a pair's halves
+      // follow the ring's slot parity, which depends on the items the CTA ran before, so under
+      // the dynamic work list O / LSE bytes change from run to run (the 64-key step's do not).
+      // Not under SPATTN_HOPPER_TRACE: the timeline's stamps are the 64-key stream's.
       if constexpr (kD == 128) {
         if (Knobs().pair_step && Knobs().trace.empty()) {
           return LaunchPersistent<PersistTraits<T, kD, 2, 2, 4, 64, 2, 0, true>, true>(
