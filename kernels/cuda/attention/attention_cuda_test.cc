@@ -887,13 +887,14 @@ TEST_F(CudaAttentionTest, LongContextsMatchSampledReference) {
 
 // ---- s36-sparse ----
 // The pair step (SPATTN_HOPPER_PAIR_STEP=1; block_m 64, d = 128: two 64-key tiles of an item per
-// consumer step, the K slots interleaved as one 128-key tile) against the default 64-key step:
-// both runs match the reference on 64 sampled rows of every head, and the pair step's
-// O / LSE stay within rounding of the 64-key step's everywhere (not
-// byte-identical: one row maximum and sum per 128 keys, and a pair's P V takes its halves in slot
-// order, which under the dynamic work list depends on the CTA's earlier items: why it is off). Short items (random ranges + columns: odd tile counts, one-tile items, gathered and
-// packed tiles) and long ones (a sink, a window of up to 1500 keys, 40 columns in every other
-// row); batch 1 (TMA-store epilogue), chunked, non-causal, varlen; dynamic work list on and off.
+// consumer step, the K slots interleaved as one 128-key tile) against the default 64-key step: both
+// runs match the reference on 64 sampled rows of every head, and the pair step's O / LSE stay
+// within rounding of the 64-key step's everywhere (not byte-identical: one row maximum and sum per
+// 128 keys, and a pair's P V takes its halves in slot order, which under the dynamic work list
+// depends on the CTA's earlier items: why it is off). Short items (random ranges + columns: odd
+// tile counts, one-tile items, gathered and packed tiles) and long ones (a sink, a window of up to
+// 1500 keys, 40 columns in every other row); batch 1 (TMA-store epilogue), chunked, non-causal,
+// varlen; dynamic work list on and off.
 TEST_F(CudaAttentionTest, SparsePairStepMatchesDefault) {
   const std::vector<Case> cases = {
       {{4099}, {}, 8, 2, 128, DType::kBF16, true},

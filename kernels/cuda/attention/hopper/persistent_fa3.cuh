@@ -160,8 +160,8 @@ struct PersistTraits {
   static constexpr int kProducerRegs = 56;
   static constexpr int kConsumerRegs = kBM == 128 ? 224 : 200;
   static_assert(kSmemBytes * kMinBlocks <= 227 * 1024, "shared memory");
-  static_assert(!kPair || (kBM == 64 && kD == 128 && kStages == 2 && kKStages == 2 && kItems_ == 2 &&
-                           kQBufs_ == 2),
+  static_assert(!kPair || (kBM == 64 && kD == 128 && kStages == 2 && kKStages == 2 &&
+                           kItems_ == 2 && kQBufs_ == 2),
                 "pair step: the block_m 64 stream with 2 K + 2 V slots");
   // A K slot's base and the stride of its 64-column sub-tiles (kPair: interleaved).
   static constexpr int kKSlotBytes = kPair ? kBN * 128 : kTileBytes;
@@ -1101,7 +1101,8 @@ __device__ __forceinline__ void IssuePvPair(Step& st, uint64_t v0, uint64_t v1) 
   detail::WgmmaFence();
 #pragma unroll
   for (int kk = kLo; kk < kHi; ++kk) {
-    detail::Wgmma<T, Tr::kD>::RS(st.acc, st.pa[kk], DescPlus(kk < 4 ? v0 : v1, (kk % 4) * 16 * 128));
+    detail::Wgmma<T, Tr::kD>::RS(st.acc, st.pa[kk],
+                                 DescPlus(kk < 4 ? v0 : v1, (kk % 4) * 16 * 128));
   }
   detail::WgmmaCommit();
 }
