@@ -326,6 +326,32 @@ SparseIndex RandomIndex(const AttentionProblem& p, const std::vector<int>& heads
   return idx;
 }
 
+// Long items: per row a 64-key sink, a window of up to 1500 keys ending at the row's last key (many
+// tiles of one item, a partial or packed tail) and, in every other row, 40 gathered columns.
+SparseIndex LongItemsIndex(const AttentionProblem& p, const std::vector<int>& heads, int block_m,
+                           uint64_t seed) {
+  SparseIndex idx;
+  InitSparseIndex(p, heads, block_m, &idx);
+  std::mt19937_64 rng(seed);
+  std::vector<RowKeys> rows(idx.num_rows());
+  for (int s = 0; s < idx.num_heads(); ++s) {
+    for (int b = 0; b < idx.num_blocks(); ++b) {
+      const BlockGeometry g = GetBlockGeometry(p, idx, b);
+      if (g.key_end <= 0) continue;
+      RowKeys& row = rows[idx.row(s, b)];
+      row.AddRange(0, std::min<int64_t>(64, g.key_end));
+      const int64_t w = 1 + static_cast<int64_t>(rng() % 1500);
+      row.AddRange(std::max<int64_t>(0, g.key_end - w), g.key_end);
+      if ((s + b) % 2 == 0) {
+        for (int i = 0; i < 40; ++i) row.AddCol(rng() % g.key_end);
+      }
+      row.Normalize(g.key_end, /*min_run=*/1 << 30);
+    }
+  }
+  CompactRows(&rows, &idx);
+  return idx;
+}
+
 TEST_F(CudaAttentionTest, RandomRangesAndColumnsMatchReference) {
   uint64_t seed = 300;
   for (int block_m : {64, 128}) {
@@ -630,32 +656,13 @@ TEST_F(CudaAttentionTest, SparseEarlyDescMatchesLateDesc) {
   for (const char* ring : {"22", "23"}) {
     for (const Case& c : cases) {
       auto hp = MakeProblem(c, seed++);
-      // Short items (random ranges + columns), then long ones: a sink, a window of up to 1500
-      // keys (many tiles of one item, a partial or packed tail) and, in every other row, 40
-      // columns.
+      // Short items (random ranges + columns), then long ones (LongItemsIndex).
       for (const bool short_items : {true, false}) {
         SparseIndex idx;
         if (short_items) {
           idx = RandomIndex(hp->problem(), AllHeads(c.hq), 128, 3, 90, seed++, true);
         } else {
-          InitSparseIndex(hp->problem(), AllHeads(c.hq), 128, &idx);
-          std::mt19937_64 rng(seed++);
-          std::vector<RowKeys> rows(idx.num_rows());
-          for (int s = 0; s < idx.num_heads(); ++s) {
-            for (int b = 0; b < idx.num_blocks(); ++b) {
-              const BlockGeometry g = GetBlockGeometry(hp->problem(), idx, b);
-              if (g.key_end <= 0) continue;
-              RowKeys& row = rows[idx.row(s, b)];
-              row.AddRange(0, std::min<int64_t>(64, g.key_end));
-              const int64_t w = 1 + static_cast<int64_t>(rng() % 1500);
-              row.AddRange(std::max<int64_t>(0, g.key_end - w), g.key_end);
-              if ((s + b) % 2 == 0) {
-                for (int i = 0; i < 40; ++i) row.AddCol(rng() % g.key_end);
-              }
-              row.Normalize(g.key_end, /*min_run=*/1 << 30);
-            }
-          }
-          CompactRows(&rows, &idx);
+          idx = LongItemsIndex(hp->problem(), AllHeads(c.hq), 128, seed++);
         }
         const bool cols = short_items;
         ASSERT_TRUE(ValidateSparseIndex(hp->problem(), idx).ok());
@@ -912,24 +919,7 @@ TEST_F(CudaAttentionTest, SparsePairStepMatchesDefault) {
         if (short_items) {
           idx = RandomIndex(hp->problem(), AllHeads(c.hq), 64, 3, 90, seed++, true);
         } else {
-          InitSparseIndex(hp->problem(), AllHeads(c.hq), 64, &idx);
-          std::mt19937_64 rng(seed++);
-          std::vector<RowKeys> rows(idx.num_rows());
-          for (int s = 0; s < idx.num_heads(); ++s) {
-            for (int b = 0; b < idx.num_blocks(); ++b) {
-              const BlockGeometry g = GetBlockGeometry(hp->problem(), idx, b);
-              if (g.key_end <= 0) continue;
-              RowKeys& row = rows[idx.row(s, b)];
-              row.AddRange(0, std::min<int64_t>(64, g.key_end));
-              const int64_t w = 1 + static_cast<int64_t>(rng() % 1500);
-              row.AddRange(std::max<int64_t>(0, g.key_end - w), g.key_end);
-              if ((s + b) % 2 == 0) {
-                for (int i = 0; i < 40; ++i) row.AddCol(rng() % g.key_end);
-              }
-              row.Normalize(g.key_end, /*min_run=*/1 << 30);
-            }
-          }
-          CompactRows(&rows, &idx);
+          idx = LongItemsIndex(hp->problem(), AllHeads(c.hq), 64, seed++);
         }
         ASSERT_TRUE(ValidateSparseIndex(hp->problem(), idx).ok());
         const std::string config = absl::StrCat(Describe(c), " block_m=64 pair dynamic=", dyn,

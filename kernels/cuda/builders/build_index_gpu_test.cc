@@ -2347,7 +2347,7 @@ TEST(BuildIndexOnGpuSampleAttentionTest, HoistedSsPassBuildsTheWaveIndex) {
 // once per shape), and llm_mix 16K with a bench-sized classifier (128 -> 1024 -> 1024) at
 // classify_rows 4 and 1. (Session 35's illegal address on this test's first build, after other
 // Saap tests in the process, was the keys kernel reading assets whose upload had not landed;
-// session 36's run showed it with the table off too. UploadSaapAssets now waits for the copy.)
+// session 36's run showed it with the table off too. CopyFromHost now waits for its DMA.)
 TEST(BuildIndexOnGpuSaapTest, RopeTablePerItemBuildsThePerHeadIndex) {
   SKIP_WITHOUT_GPU();
 #ifndef SPATTN_SL_KNOBS

@@ -29,7 +29,8 @@ struct SaapKnobsT {
   // group, instead of once per head (SPATTN_SAAP_CLS_ROPE_TABLE=0: main's path). The same
   // floats, classes and index by construction (RopeTablePerItemBuildsThePerHeadIndex); H200
   // classify -11 % at 32K and 128K (NOTES sessions 35 and 36). Session 35's illegal address was
-  // not the table's: the keys kernel read assets whose upload had not landed (saap_host.cc).
+  // not the table's: the keys kernel read assets whose upload had not landed (CopyFromHost now
+  // waits for its DMA).
   // Read at the scratch carve (saap_host.cc) and at the launch.
   bool cls_rope_table = true;
   // Diagnostics (SPATTN_SAAP_DEBUG_SYNC=1): LaunchSaapSelect waits after each step (and before
