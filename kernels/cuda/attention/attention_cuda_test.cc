@@ -897,7 +897,7 @@ TEST_F(CudaAttentionTest, LongContextsMatchSampledReference) {
 // consumer step, the K slots interleaved as one 128-key tile) against the default 64-key step: both
 // runs match the reference on 64 sampled rows of every head, and the pair step's O / LSE stay
 // within rounding of the 64-key step's everywhere (not byte-identical: one row maximum and sum per
-// 128 keys, and a pair's P V takes its halves in slot order, which under the dynamic work list
+// 128 keys, and a row's sum adds S's halves in slot order, which under the dynamic work list
 // depends on the CTA's earlier items: why it is off). Short items (random ranges + columns: odd
 // tile counts, one-tile items, gathered and packed tiles) and long ones (a sink, a window of up to
 // 1500 keys, 40 columns in every other row); batch 1 (TMA-store epilogue), chunked, non-causal,
