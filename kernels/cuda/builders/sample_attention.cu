@@ -1285,24 +1285,13 @@ bool SaUsesWgmma() {
   return CurrentDeviceIsSm90();
 }
 
-// s35-sa2: the wgmma one pass's slash split by SaSplitStep (the same bits); SPATTN_SA_SPLIT=0
-// (read at each build): main's selects and adds.
-bool SaSplit() {
-  const char* e = std::getenv("SPATTN_SA_SPLIT");
-  return e == nullptr || e[0] != '0';
-}
-
-// s36-sa: the wgmma one pass (with the split) in one wave, kSs; SPATTN_SA_WAVE=0 (read at each
-// build): main's RS pass, two CTAs per SM.
-bool SaWave() {
-  const char* e = std::getenv("SPATTN_SA_WAVE");
-  return e == nullptr || e[0] != '0';
-}
-
-// s36-sa2: the wave kernel with kHoist (the descriptors once a tile, the key test relative to
-// the tile); SPATTN_SA_HOIST=0 (read at each build): s36-sa's wave kernel.
-bool SaHoist() {
-  const char* e = std::getenv("SPATTN_SA_HOIST");
+// The one pass's later forms, each read at every build (tests flip them between builds); "0"
+// selects the form before it: SPATTN_SA_SPLIT (s35-sa2: the slash split by SaSplitStep, the same
+// bits; 0: main's selects and adds), SPATTN_SA_WAVE (s36-sa: kSs, one wave; 0: the RS pass, two
+// CTAs per SM), SPATTN_SA_HOIST (s36-sa2: kHoist, the descriptors once a tile and the key test
+// relative to the tile; 0: s36-sa's wave kernel).
+bool SaKnobOn(const char* name) {
+  const char* e = std::getenv(name);
   return e == nullptr || e[0] != '0';
 }
 
@@ -1325,9 +1314,9 @@ cudaError_t SaLaunchTyped(const SaArgs& a, cudaStream_t stream) {
   constexpr int smem = SaSmemBytes<kD>();
   if (a.op_partial != nullptr) {
     const bool wg = SaUsesWgmma();
-    const bool split = wg && SaSplit();
-    const bool wave = split && SaWave();
-    const bool hoist = wave && SaHoist();
+    const bool split = wg && SaKnobOn("SPATTN_SA_SPLIT");
+    const bool wave = split && SaKnobOn("SPATTN_SA_WAVE");
+    const bool hoist = wave && SaKnobOn("SPATTN_SA_HOIST");
     auto one = hoist   ? SaPassWaveKernel<T, kD, true>
                : wave  ? SaPassWaveKernel<T, kD, false>
                : split ? SaPassKernel<T, kD, false, kSaSlots, true, true, true>
