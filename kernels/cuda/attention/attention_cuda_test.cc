@@ -897,11 +897,10 @@ TEST_F(CudaAttentionTest, LongContextsMatchSampledReference) {
 // consumer step, the K slots interleaved as one 128-key tile) against the default 64-key step: both
 // runs match the reference on 64 sampled rows of every head, and the pair step's O / LSE stay
 // within rounding of the 64-key step's everywhere (not byte-identical: one row maximum and sum per
-// 128 keys, and a row's sum adds S's halves in slot order, which under the dynamic work list
-// depends on the CTA's earlier items: why it is off). Short items (random ranges + columns: odd
-// tile counts, one-tile items, gathered and packed tiles) and long ones (a sink, a window of up to
-// 1500 keys, 40 columns in every other row); batch 1 (TMA-store epilogue), chunked, non-causal,
-// varlen; dynamic work list on and off.
+// 128 keys; its bytes do not depend on the schedule: SparsePairStepBytesIndependentOfSchedule,
+// s36-sparse2). Short items (random ranges + columns: odd tile counts, one-tile items, gathered
+// and packed tiles) and long ones (a sink, a window of up to 1500 keys, 40 columns in every other
+// row); batch 1 (TMA-store epilogue), chunked, non-causal, varlen; dynamic work list on and off.
 TEST_F(CudaAttentionTest, SparsePairStepMatchesDefault) {
   const std::vector<Case> cases = {
       {{4099}, {}, 8, 2, 128, DType::kBF16, true},
@@ -958,6 +957,79 @@ TEST_F(CudaAttentionTest, SparsePairStepMatchesDefault) {
         EXPECT_EQ(bad_lse, 0u) << config << " max |dLSE| " << max_lse;
         std::printf("%s: max |dO| %.3g, max |dLSE| %.3g\n", config.c_str(), max_o, max_lse);
       }
+    }
+  }
+}
+
+// ---- s36-sparse2 ----
+// The pair step's bytes follow the item, not the work schedule (SPATTN_HOPPER_PAIR_STEP=1; block_m
+// 64, d = 128). A pair's two tiles sit in S's column halves by the ring's slot parity, which
+// depends on the CTA's earlier items; the row sum takes each half alone and adds the two
+// (ConsumerStep::ExpRow<true>: a + b == b + a) and P V the item's key order, so O / LSE are the
+// same bits under the dynamic work list launch after launch, in the snake order
+// (SPATTN_HOPPER_DYNAMIC=0) and with the TMA-store epilogue off (SPATTN_HOPPER_TMA_STORE=0): the
+// checks SparseDynamicWorkListMatchesSnakeOrder and SparseTmaStoreMatchesStores that failed in
+// session 36's combined run with the pair step on. More items than the grid has CTAs, odd tile
+// counts and one-tile items (random ranges + columns), batch 1 and varlen, bf16 / fp16; run 0
+// against the reference.
+TEST_F(CudaAttentionTest, SparsePairStepBytesIndependentOfSchedule) {
+  const std::vector<Case> cases = {
+      {{9000, 4100}, {}, 8, 2, 128, DType::kBF16, true},
+      {{5000}, {7000}, 16, 4, 128, DType::kF16, true},
+      {{1, 63, 700, 2100}, {1, 100, 900, 2100}, 8, 2, 128, DType::kBF16, true},
+  };
+  // (knob, value) per run; the pair step is on in every run.
+  const std::vector<std::pair<const char*, const char*>> runs = {
+      {nullptr, nullptr}, {nullptr, nullptr}, {nullptr, nullptr},
+      {"SPATTN_HOPPER_DYNAMIC", "0"}, {"SPATTN_HOPPER_TMA_STORE", "0"},
+  };
+  struct PairOn {
+    PairOn() {
+      setenv("SPATTN_HOPPER_PAIR_STEP", "1", 1);
+      ReloadCudaKernelKnobs();
+    }
+    ~PairOn() {
+      unsetenv("SPATTN_HOPPER_PAIR_STEP");
+      ReloadCudaKernelKnobs();
+    }
+  } pair_on;
+  uint64_t seed = 3737;
+  for (const Case& c : cases) {
+    auto hp = MakeProblem(c, seed++);
+    SparseIndex idx = RandomIndex(hp->problem(), AllHeads(c.hq), 64, 3, 90, seed++, true);
+    ASSERT_TRUE(ValidateSparseIndex(hp->problem(), idx).ok());
+    const std::string config = absl::StrCat(Describe(c), " block_m=64 pair");
+    std::vector<std::vector<float>> o(runs.size()), lse(runs.size());
+    for (size_t run = 0; run < runs.size(); ++run) {
+      if (runs[run].first != nullptr) {
+        setenv(runs[run].first, runs[run].second, 1);
+        ReloadCudaKernelKnobs();
+      }
+      auto dp = DeviceProblem::Create(0, *hp);
+      ASSERT_TRUE(dp.ok()) << dp.status();
+      ASSERT_TRUE((*dp)->Poison().ok());
+      const absl::Status s = engines_[4]->RunSparse((*dp)->problem(), idx);
+      if (runs[run].first != nullptr) {
+        unsetenv(runs[run].first);
+        ReloadCudaKernelKnobs();
+      }
+      ASSERT_TRUE(s.ok()) << s << " " << config;
+      ASSERT_TRUE((*dp)->Download(&o[run], &lse[run]).ok());
+      std::vector<int> heads(idx.heads.begin(), idx.heads.end());
+      EXPECT_EQ(CheckAllWritten((*dp)->problem(), heads, o[run], lse[run]), "")
+          << config << " run " << run;
+    }
+    EXPECT_EQ(CheckRows(hp->problem(), &idx, SampleRows(hp->problem(), AllHeads(c.hq), 64), o[0],
+                        lse[0]),
+              "")
+        << config;
+    for (size_t run = 1; run < runs.size(); ++run) {
+      ASSERT_EQ(o[run].size(), o[0].size());
+      ASSERT_EQ(lse[run].size(), lse[0].size());
+      EXPECT_EQ(0, std::memcmp(o[0].data(), o[run].data(), o[0].size() * 4))
+          << config << " run " << run;
+      EXPECT_EQ(0, std::memcmp(lse[0].data(), lse[run].data(), lse[0].size() * 4))
+          << config << " run " << run;
     }
   }
 }

@@ -199,22 +199,37 @@ struct ConsumerStep {
     return fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
   }
   // Row h of S to P = 2^(s * scale - ms) in place; returns the thread's part of the row's sum.
+  // kHalfSums (the pair step, persistent_fa3.cuh's ConsumerStreamPair: S's column halves are two
+  // 64-key tiles in either order): each half summed alone, then the two added — a + b == b + a,
+  // so the sum's bits do not depend on which half holds the item's first tile.
+  template <bool kHalfSums = false>
   __device__ __forceinline__ float ExpRow(int h, float scale, float ms) {
-    float sum = 0.f;
+    constexpr int kParts = kHalfSums ? 2 : 1;
+    static_assert(kBN % (8 * kParts) == 0, "half sums");
+    float sum[kParts];
 #pragma unroll
-    for (int nt = 0; nt < kBN / 8; ++nt) {
+    for (int q = 0; q < kParts; ++q) {
+      sum[q] = 0.f;
 #pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const float pv = detail::Exp2(fmaf(s[nt * 4 + 2 * h + j], scale, -ms));
-        s[nt * 4 + 2 * h + j] = pv;
-        sum += pv;
+      for (int nt = q * (kBN / 8 / kParts); nt < (q + 1) * (kBN / 8 / kParts); ++nt) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const float pv = detail::Exp2(fmaf(s[nt * 4 + 2 * h + j], scale, -ms));
+          s[nt * 4 + 2 * h + j] = pv;
+          sum[q] += pv;
+        }
       }
     }
-    return sum;
+    if constexpr (kHalfSums) {
+      return sum[0] + sum[1];
+    } else {
+      return sum[0];
+    }
   }
 
   // Online softmax of S in place (log2 domain, `scale` = softmax scale * log2 e); corr gets the
   // rescale factors of the two rows.
+  template <bool kHalfSums = false>
   __device__ __forceinline__ void Softmax(float scale, float* corr) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -222,7 +237,7 @@ struct ConsumerStep {
       const float ms = mx == detail::kNegInf ? 0.f : mx * scale;
       corr[h] = detail::Exp2(m_i[h] * scale - ms);
       m_i[h] = mx;
-      l_i[h] = l_i[h] * corr[h] + ExpRow(h, scale, ms);
+      l_i[h] = l_i[h] * corr[h] + ExpRow<kHalfSums>(h, scale, ms);
     }
   }
 
@@ -239,6 +254,7 @@ struct ConsumerStep {
   // `stale`: that bound (kStaleMaxLog2 by default; SPATTN_HOPPER_STALE_MAX: 0 moves the maximum
   // wherever it rises, so only the multiplies by 1.0 are skipped; -1 moves it always, Softmax).
   static constexpr float kStaleMaxLog2 = 8.f;
+  template <bool kHalfSums = false>
   __device__ __forceinline__ bool SoftmaxStale(float scale, float* corr, float stale) {
     bool moved = false;
 #pragma unroll
@@ -251,7 +267,7 @@ struct ConsumerStep {
       corr[h] = move ? detail::Exp2(ms_old - ms) : 1.f;
       if (move) m_i[h] = mx;
       moved = moved || move;
-      l_i[h] = l_i[h] * corr[h] + ExpRow(h, scale, ms);
+      l_i[h] = l_i[h] * corr[h] + ExpRow<kHalfSums>(h, scale, ms);
     }
     return moved;
   }

@@ -1047,8 +1047,10 @@ __device__ __forceinline__ void ConsumerStream(Step& st, char* smem, const AttnP
 // is paid once per 128 keys (NOTES.md s35-sparse: ~185 consumer instructions a warp per tile,
 // whatever its width). A step is the tile at ring position `tile` and, where its item has
 // another, the next one; an item's odd last tile is a step alone. S's column half h holds the
-// tile of K slot h (slot = position % 2: the pair's first tile may sit in either half; the
-// softmax does not care about the order, and P V takes V slot h for P's half h). A lone tile's
+// tile of K slot h (slot = position % 2: the pair's first tile may sit in either half, by the
+// CTA's earlier items; P V takes V slot h for P's half h, the first tile's first). The bytes do
+// not depend on that parity (under the dynamic work list it changes from run to run): the row
+// maximum is exact and the row sum adds the two halves' sums (ExpRow<true>). A lone tile's
 // other half is computed from the other K slot (stale data or a load in flight) and masked to
 // -inf before the softmax. The producer issues K(u) then V(u - 2) at position u (the item's last
 // two V tiles after its last K): a step of positions t, t + 1 waits for K(t), K(t + 1), V(t - 2)
@@ -1348,7 +1350,7 @@ __device__ __forceinline__ void ConsumerStreamPair(Step& st, char* smem, const A
   st.Reset();
   {
     float corr[2];
-    st.Softmax(p.scale_log2, corr);
+    st.template Softmax<true>(p.scale_log2, corr);
   }
   st.ToP();
   prev = keep(d);
@@ -1376,7 +1378,7 @@ __device__ __forceinline__ void ConsumerStreamPair(Step& st, char* smem, const A
     mask_release(d);
     float corr[2];
     if (same) {
-      const bool moved = st.SoftmaxStale(p.scale_log2, corr, stale);
+      const bool moved = st.template SoftmaxStale<true>(p.scale_log2, corr, stale);
       wait_pv(prev);
       release_o();
       if (__any_sync(0xffffffffu, moved)) st.Rescale(corr);
@@ -1385,7 +1387,7 @@ __device__ __forceinline__ void ConsumerStreamPair(Step& st, char* smem, const A
       const float m0 = st.m_i[0], m1 = st.m_i[1], l0 = st.l_i[0], l1 = st.l_i[1];
       st.m_i[0] = st.m_i[1] = detail::kNegInf;
       st.l_i[0] = st.l_i[1] = 0.f;
-      st.Softmax(p.scale_log2, corr);
+      st.template Softmax<true>(p.scale_log2, corr);
       wait_pv(prev);
       release_o();
       const float n_m0 = st.m_i[0], n_m1 = st.m_i[1], n_l0 = st.l_i[0], n_l1 = st.l_i[1];
