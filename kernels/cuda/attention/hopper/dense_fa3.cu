@@ -466,9 +466,9 @@ cudaError_t PersistentDim(const AttnParams& p, const SparseIndexView& idx,
       }
       // SPATTN_HOPPER_PAIR_STEP=1, d = 128: two 64-key tiles of an item per consumer step
       // (PersistTraits::kPair, ConsumerStreamPair; session 36, H200 32K: a_shape / block_sparse /
-      // vertical_slash +2.3 / +3.2 / +1.7 %, 128K within noise). Off by default: a pair's halves
-      // follow the ring's slot parity, which depends on the items the CTA ran before, so under
-      // the dynamic work list O / LSE bytes change from run to run (the 64-key step's do not).
+      // vertical_slash +2.3 / +3.2 / +1.7 %). Its bytes follow the item, not the schedule
+      // (ExpRow<true>, session 37). Off by default: 128K not yet a clear no-loss (s37-sparse,
+      // H200: block_sparse 1.034 of the 64-key step's time, one process).
       // Not under SPATTN_HOPPER_TRACE: the timeline's stamps are the 64-key stream's.
       if constexpr (kD == 128) {
         if (Knobs().pair_step && Knobs().trace.empty()) {
