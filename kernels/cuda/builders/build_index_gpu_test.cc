@@ -37,6 +37,7 @@
 #include "kernels/cuda/builders/saap_knobs.h"
 #include "kernels/cuda/builders/sampled_lines_kernels.h"
 #include "kernels/cuda/builders/vertical_slash_knobs.h"
+#include "kernels/cuda/common/scan.h"
 #endif
 
 namespace spattn {
@@ -2477,6 +2478,133 @@ TEST(BuildIndexOnGpuSaapTest, RopeTableAfterAnotherEnginesTableBuilds) {
   EXPECT_GT(compared, 0);
 #endif
 }
+
+// ---- s37-sl ----
+
+#ifdef SPATTN_SL_KNOBS
+// The one-CTA scans' wide kernel (common/scan.h, session 37) and main's: the same values, totals
+// and untouched tails on int64 / int32 / reverse int32 arrays of sizes around the chunk edges
+// (4096: main's chunk, 8192: the wide one's) up to 1M + 3, values up to 2^40 (int64) and of both
+// signs, int32 sums that wrap included; an unaligned (4-byte offset) start for the scalar path.
+TEST(ScanKernelsTest, WideScanIsMainsScan) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(3737);
+  int compared = 0;
+  for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{1023}, int64_t{4095},
+                    int64_t{4096}, int64_t{4097}, int64_t{8191}, int64_t{8192}, int64_t{8193},
+                    int64_t{16384}, int64_t{24577}, int64_t{32768}, int64_t{100003},
+                    int64_t{(1 << 20) + 3}}) {
+    for (int kind = 0; kind < 3; ++kind) {  // int64 forward, int32 forward, int32 reverse
+      for (int offset : {0, 1}) {
+        const size_t elem = kind == 0 ? 8 : 4;
+        const size_t len = static_cast<size_t>(n) + 2 + offset;  // + total + a guard entry
+        std::vector<unsigned char> host(len * elem);
+        for (size_t i = 0; i < len; ++i) {
+          const uint64_t r = rng();
+          if (kind == 0) {
+            const int64_t v = static_cast<int64_t>(r % (uint64_t{1} << 40)) - (int64_t{1} << 38);
+            std::memcpy(host.data() + i * 8, &v, 8);
+          } else {
+            const int32_t v = static_cast<int32_t>(r);  // full range: sums wrap
+            std::memcpy(host.data() + i * 4, &v, 4);
+          }
+        }
+        std::vector<unsigned char> out[2];
+        void* dev = nullptr;
+        ASSERT_EQ(cudaMalloc(&dev, host.size()), cudaSuccess);
+        for (int form = 0; form < 2; ++form) {
+          ASSERT_EQ(cudaMemcpy(dev, host.data(), host.size(), cudaMemcpyHostToDevice), cudaSuccess);
+          cuda::SetScanFormForTesting(form);
+          unsigned char* at = static_cast<unsigned char*>(dev) + offset * elem;
+          cudaError_t err = kind == 0
+                                ? cuda::LaunchExclusiveScan64(reinterpret_cast<int64_t*>(at), n, 0)
+                            : kind == 1
+                                ? cuda::LaunchExclusiveScan32(reinterpret_cast<int32_t*>(at), n, 0)
+                                : cuda::LaunchReverseExclusiveScan32(
+                                      reinterpret_cast<int32_t*>(at), n, 0);
+          cuda::SetScanFormForTesting(-1);
+          ASSERT_EQ(err, cudaSuccess);
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+          out[form].resize(host.size());
+          ASSERT_EQ(cudaMemcpy(out[form].data(), dev, host.size(), cudaMemcpyDeviceToHost),
+                    cudaSuccess);
+        }
+        cudaFree(dev);
+        EXPECT_TRUE(out[0] == out[1]) << "n " << n << " kind " << kind << " offset " << offset;
+        // And the host's exclusive sums (the reference both should equal).
+        if (kind == 0) {
+          int64_t acc = 0, v = 0, got = 0;
+          bool ok = true;
+          for (int64_t i = 0; i <= n && ok; ++i) {
+            std::memcpy(&got, out[1].data() + (i + offset) * 8, 8);
+            ok = got == acc;
+            if (i < n) {
+              std::memcpy(&v, host.data() + (i + offset) * 8, 8);
+              acc += v;
+            }
+          }
+          EXPECT_TRUE(ok) << "n " << n << " int64 offset " << offset;
+        }
+        ++compared;
+      }
+    }
+  }
+  printf("wide vs main's one-CTA scans: %d arrays compared\n", compared);
+}
+
+// The index of every method whose build scans on the GPU through common/scan.h (the row
+// assembler's offsets: sample_attention, anchor, sampled_lines; the simple patterns' counts:
+// a_shape, dense) with the wide scans and with main's: the same, offsets included, every twin
+// shape and config at block_m 64 and 128, then llm_mix 16K with the defaults.
+TEST(ScanKernelsTest, WideScanBuildsMainsIndex) {
+  SKIP_WITHOUT_GPU();
+  auto engine = MakeEngine(int64_t{2} << 30);
+  ASSERT_NE(engine, nullptr);
+  int compared = 0;
+  uint64_t seed = 37370;
+  auto compare = [&](const HostProblem& hp, DeviceProblem& dp, const MethodConfig& config,
+                     int hq, int block_m, const std::string& what) {
+    const bool ok = ExpectSameIndexEitherWay(
+        *engine, hp, dp, config, AllHeads(hq), block_m, what,
+        [] { cuda::SetScanFormForTesting(1); }, [] { cuda::SetScanFormForTesting(0); });
+    cuda::SetScanFormForTesting(-1);
+    if (ok) ++compared;
+    return ok;
+  };
+  for (Method method : {Method::kSampledLines, Method::kAnchor, Method::kSampleAttention,
+                        Method::kAShape, Method::kDense}) {
+    const MethodCases mc = CasesFor(method);
+    for (const Shape& sh : Shapes()) {
+      auto hp = MakeProblem(sh.q, sh.k, sh.hq, sh.hkv, sh.d, sh.dtype, sh.causal, ++seed, false);
+      auto dp = DeviceProblem::Create(engine->device(), *hp);
+      ASSERT_TRUE(dp.ok()) << dp.status();
+      for (const MethodConfig& config : {mc.configs.front(), mc.configs.back()}) {
+        for (int block_m : {64, 128}) {
+          const std::string what = absl::StrCat(config.DebugString(), " block_m=", block_m, " ",
+                                                Describe(hp->problem()));
+          if (!compare(*hp, **dp, config, sh.hq, block_m, what)) return;
+        }
+      }
+    }
+  }
+  auto w = GenerateWorkload(LlmMix16K());
+  ASSERT_TRUE(w.ok()) << w.status();
+  auto dp = DeviceProblem::Create(engine->device(), *w->host);
+  ASSERT_TRUE(dp.ok()) << dp.status();
+  for (Method method : {Method::kSampledLines, Method::kAnchor, Method::kSampleAttention}) {
+    MethodConfig c;
+    c.method = method;
+    for (int block_m : {64, 128}) {
+      if (!compare(*w->host, **dp, c, 8, block_m,
+                   absl::StrCat(MethodName(method), " llm_mix 16K block_m=", block_m))) {
+        return;
+      }
+    }
+  }
+  printf("wide vs main's scans: %d indexes compared\n", compared);
+  EXPECT_GT(compared, 0);
+}
+#endif  // SPATTN_SL_KNOBS
 
 }  // namespace
 }  // namespace spattn
