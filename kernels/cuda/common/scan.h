@@ -14,12 +14,6 @@
 namespace spattn {
 namespace cuda {
 
-// The one-CTA scans below run ScanWideKernel (session 37: 8 entries per thread, warp-scan block
-// scan, the next chunk loaded under this one's scan) unless SPATTN_SCAN_WIDE=0 (main's 4-entry
-// raking loop); integer sums, so both give the same values. Tests: form 0 / 1 forces main's /
-// the wide kernel process-wide, -1 returns to the knob.
-void SetScanFormForTesting(int form);
-
 // data[0, n) -> exclusive prefix sums in place, data[n] = total (data has n + 1 entries).
 cudaError_t LaunchExclusiveScan64(int64_t* data, int64_t n, cudaStream_t stream);
 cudaError_t LaunchExclusiveScan32(int32_t* data, int64_t n, cudaStream_t stream);
