@@ -5,6 +5,7 @@
 // totals (Assemble). The estimate and the evidence means run on a second stream beside passes
 // 1-2 (SlKnobs::est_stream, session 33) and the host tables travel in one copy (one_upload).
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstdint>
 #include <cstdio>
@@ -121,11 +122,47 @@ class SlJoin {
   bool recorded_ = false;
 };
 
+// The host side's wall-clock split (session 37; SPATTN_SL_HOST_SPLIT=1, read once: one "sl host
+// split:" line per build on stderr, which builder_stages.py does not parse; its own knob so that
+// the profiled build times stay comparable with earlier sessions'): where the bench's build time
+// outside the device stages ("gap") goes. Marks: entry, timer (the host tables built), sync1
+// (passes 1-2 enqueued), wait1 (the entry total on the host), emit (emit enqueued), end.
+bool SlHostSplitOn() {
+  static const bool on = [] {
+    const char* v = std::getenv("SPATTN_SL_HOST_SPLIT");
+    return v != nullptr && v[0] == '1';
+  }();
+  return on;
+}
+class SlHostSplit {
+ public:
+  SlHostSplit() : on_(SlHostSplitOn()) { Mark(); }
+  ~SlHostSplit() {
+    if (!on_ || n_ < 6) return;
+    auto us = [&](int i) {
+      return std::chrono::duration<double, std::micro>(t_[i] - t_[i - 1]).count();
+    };
+    std::fprintf(stderr,
+                 "sl host split: tables %.1f us, enqueue1 %.1f us, wait1 %.1f us, enqueue2 %.1f "
+                 "us, assemble %.1f us (its count sync + fill enqueue)\n",
+                 us(1), us(2), us(3), us(4), us(5));
+  }
+  void Mark() {
+    if (on_ && n_ < 6) t_[n_++] = std::chrono::steady_clock::now();
+  }
+
+ private:
+  bool on_;
+  int n_ = 0;
+  std::chrono::steady_clock::time_point t_[6];
+};
+
 absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const AttentionProblem& p,
                                                   const AttnParams& a,
                                                   const SampledLinesParams& params,
                                                   const std::vector<int>& heads, int block_m,
                                                   const std::vector<float>& gammas) {
+  SlHostSplit split;
   SPATTN_RETURN_IF_ERROR(CheckSampledLinesGammas(gammas, heads.size()));
   const Layout l = MakeLayout(p, heads, block_m);
   const int nslots = l.host.num_heads(), nblocks = l.host.num_blocks();
@@ -224,6 +261,7 @@ absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const A
     }
   }
 
+  split.Mark();
   StageTimer timer(env.stream, "sampled_lines");
   const SlKnobs& knobs = SampledLinesKnobs();
   std::vector<int32_t> heads32(heads.begin(), heads.end());
@@ -374,13 +412,16 @@ absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const A
   SPATTN_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(&total, sa.kept + irows, 8, cudaMemcpyDeviceToHost, env.stream),
       "sampled_lines entry total");
+  split.Mark();
   SPATTN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(env.stream), "sampled_lines entry total");
+  split.Mark();
   // Slices sized by pass 2's bound; the assembler reads the first `counts` entries of each.
   SPATTN_ASSIGN_OR_RETURN(sa.entries, Carve<int32_t>(env, total, "sampled_lines entries"));
   timer.Mark("entry_total");
   SPATTN_CUDA_RETURN_IF_ERROR(join.Now(), "sampled_lines estimate join");
   SPATTN_CUDA_RETURN_IF_ERROR(LaunchSampledLinesEmit(sa, env.stream), "sampled_lines emit");
   timer.Mark("emit");
+  split.Mark();
 
   asm_args.geo = sa.geo;
   asm_args.num_blocks = nblocks;
@@ -448,6 +489,7 @@ absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const A
       },
       &timer, "select");
   if (!v.ok()) timer.Cancel();
+  split.Mark();
   return v;
 }
 
