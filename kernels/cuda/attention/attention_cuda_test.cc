@@ -141,26 +141,35 @@ class CudaAttentionTest : public ::testing::Test {
     EXPECT_EQ(err, "") << config;
   }
 
-  // Runs `index` on the warp-specialized engine twice, into o[0] / lse[0] with the kernel knobs as
-  // they are and into o[1] / lse[1] with the environment variable `knob` set to `value`, each
-  // run's output checked as written for every head of the index. Knobs are restored after.
+  // Runs `index` once on the warp-specialized engine into a poisoned problem and downloads O / LSE
+  // into *o / *lse, checked as written for every head of the index; with `knob` (may be null) set
+  // to `value` for this run only (kernel knobs re-read before and after).
+  void RunSparseUnderKnob(HostProblem& hp, const SparseIndex& index, const char* knob,
+                          const char* value, const std::string& config, int run,
+                          std::vector<float>* o, std::vector<float>* lse) {
+    if (knob != nullptr) setenv(knob, value, 1);
+    ReloadCudaKernelKnobs();
+    auto dp = DeviceProblem::Create(0, hp);
+    ASSERT_TRUE(dp.ok()) << dp.status();
+    ASSERT_TRUE((*dp)->Poison().ok());
+    const absl::Status st = engines_[4]->RunSparse((*dp)->problem(), index);
+    if (knob != nullptr) unsetenv(knob);
+    ReloadCudaKernelKnobs();
+    ASSERT_TRUE(st.ok()) << st << " " << config;
+    ASSERT_TRUE((*dp)->Download(o, lse).ok());
+    std::vector<int> heads(index.heads.begin(), index.heads.end());
+    EXPECT_EQ(CheckAllWritten((*dp)->problem(), heads, *o, *lse), "")
+        << config << " run " << run;
+  }
+
+  // Runs `index` twice, into o[0] / lse[0] with the kernel knobs as they are and into o[1] /
+  // lse[1] with the environment variable `knob` set to `value`.
   void RunSparseWithAndWithoutKnob(HostProblem& hp, const SparseIndex& index, const char* knob,
                                    const std::string& value, const std::string& config,
                                    std::vector<float> (&o)[2], std::vector<float> (&lse)[2]) {
     for (int run = 0; run < 2; ++run) {
-      if (run == 1) setenv(knob, value.c_str(), 1);
-      ReloadCudaKernelKnobs();
-      auto dp = DeviceProblem::Create(0, hp);
-      ASSERT_TRUE(dp.ok()) << dp.status();
-      ASSERT_TRUE((*dp)->Poison().ok());
-      const absl::Status st = engines_[4]->RunSparse((*dp)->problem(), index);
-      unsetenv(knob);
-      ReloadCudaKernelKnobs();
-      ASSERT_TRUE(st.ok()) << st << " " << config;
-      ASSERT_TRUE((*dp)->Download(&o[run], &lse[run]).ok());
-      std::vector<int> heads(index.heads.begin(), index.heads.end());
-      EXPECT_EQ(CheckAllWritten((*dp)->problem(), heads, o[run], lse[run]), "")
-          << config << " run " << run;
+      RunSparseUnderKnob(hp, index, run == 1 ? knob : nullptr, value.c_str(), config, run,
+                         &o[run], &lse[run]);
     }
   }
 
@@ -1001,23 +1010,8 @@ TEST_F(CudaAttentionTest, SparsePairStepBytesIndependentOfSchedule) {
     const std::string config = absl::StrCat(Describe(c), " block_m=64 pair");
     std::vector<std::vector<float>> o(runs.size()), lse(runs.size());
     for (size_t run = 0; run < runs.size(); ++run) {
-      if (runs[run].first != nullptr) {
-        setenv(runs[run].first, runs[run].second, 1);
-        ReloadCudaKernelKnobs();
-      }
-      auto dp = DeviceProblem::Create(0, *hp);
-      ASSERT_TRUE(dp.ok()) << dp.status();
-      ASSERT_TRUE((*dp)->Poison().ok());
-      const absl::Status s = engines_[4]->RunSparse((*dp)->problem(), idx);
-      if (runs[run].first != nullptr) {
-        unsetenv(runs[run].first);
-        ReloadCudaKernelKnobs();
-      }
-      ASSERT_TRUE(s.ok()) << s << " " << config;
-      ASSERT_TRUE((*dp)->Download(&o[run], &lse[run]).ok());
-      std::vector<int> heads(idx.heads.begin(), idx.heads.end());
-      EXPECT_EQ(CheckAllWritten((*dp)->problem(), heads, o[run], lse[run]), "")
-          << config << " run " << run;
+      RunSparseUnderKnob(*hp, idx, runs[run].first, runs[run].second, config,
+                         static_cast<int>(run), &o[run], &lse[run]);
     }
     EXPECT_EQ(CheckRows(hp->problem(), &idx, SampleRows(hp->problem(), AllHeads(c.hq), 64), o[0],
                         lse[0]),
