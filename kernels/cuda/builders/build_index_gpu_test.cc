@@ -2478,5 +2478,65 @@ TEST(BuildIndexOnGpuSaapTest, RopeTableAfterAnotherEnginesTableBuilds) {
 #endif
 }
 
+// ---- s38-flex ----
+// The line merge's lanes cut at equal counts of the row's lines (EstKnobs::merge_balance,
+// SPATTN_MERGE_BALANCE, the default) build main's index (equal key spans), offsets included:
+// every shape and config of the vertical_slash / flex_prefill twin cases
+// (ExpectEstKnobsBuildTheSameIndex), then llm_mix with 32 q / 8 kv heads at 5,000 (a partial
+// last block), 16K and 32K queries, both methods, block_m 64 and 128.
+TEST(BuildIndexOnGpuEstimateTest, BalancedMergeLanesBuildMainsIndex) {
+  SKIP_WITHOUT_GPU();
+#ifndef SPATTN_SL_KNOBS
+  GTEST_SKIP() << "the GPU estimate's knobs exist only in CUDA builds";
+#else
+  int64_t compared = ExpectEstKnobsBuildTheSameIndex(
+      3838, [](cuda::EstKnobs& k) { k.merge_balance = true; },
+      [](cuda::EstKnobs& k) { k.merge_balance = false; });
+  if (::testing::Test::HasFatalFailure()) return;
+  printf("balanced merge lanes vs main's: %lld twin builds compared, same index\n",
+         static_cast<long long>(compared));
+  auto engine = MakeEngine(int64_t{4} << 30);
+  ASSERT_NE(engine, nullptr);
+  cuda::EstKnobs& knobs = cuda::EstimateKnobs();
+  const cuda::EstKnobs saved = knobs;
+  for (int len : {5000, 16384, 32768}) {
+    WorkloadOptions o = LlmMix16K();
+    o.shape.q_lens = {len};
+    o.shape.num_q_heads = 32;
+    o.shape.num_kv_heads = 8;
+    auto w = GenerateWorkload(o);
+    ASSERT_TRUE(w.ok()) << w.status();
+    auto dp = DeviceProblem::Create(engine->device(), *w->host);
+    ASSERT_TRUE(dp.ok()) << dp.status();
+    for (Method m : {Method::kVerticalSlash, Method::kFlexPrefill}) {
+      MethodConfig c;
+      c.method = m;
+      for (int block_m : {64, 128}) {
+        if (ExpectSameIndexEitherWay(
+                *engine, *w->host, **dp, c, AllHeads(32), block_m,
+                absl::StrCat(c.DebugString(), " llm_mix ", len, " 32 heads block_m ", block_m,
+                             " balanced vs main's merge"),
+                [&] {
+                  knobs = saved;
+                  knobs.merge_balance = true;
+                },
+                [&] {
+                  knobs = saved;
+                  knobs.merge_balance = false;
+                })) {
+          ++compared;
+        }
+        knobs = saved;
+        if (::testing::Test::HasFatalFailure()) return;
+      }
+    }
+    engine->ReleaseIndexes();
+  }
+  printf("balanced merge lanes vs main's: %lld builds compared in all, same index\n",
+         static_cast<long long>(compared));
+  EXPECT_GT(compared, 0);
+#endif
+}
+
 }  // namespace
 }  // namespace spattn

@@ -20,6 +20,7 @@
 #include <cstring>
 #include <cub/block/block_reduce.cuh>
 #include <string>
+#include <type_traits>
 
 #include "kernels/cuda/builders/estimate.cuh"
 #include "kernels/cuda/builders/merged_kernels.h"
@@ -1282,7 +1283,10 @@ constexpr int kMergeMinBlocks = 8;
 // written them).
 // kKept: the rows also keep flex_prefill's blocks (p.kept_block > 0); without them (vertical_slash)
 // the walk's extra ranges are compiled out (fewer registers: no spill in the count kernel).
-template <bool fill, bool kKept>
+// kBalance: the lanes' windows cut at equal counts of the row's lines (row_assembly::PartCut,
+// session 38) instead of equal key spans (PartWindow, main's before; SPATTN_MERGE_BALANCE=0); both
+// passes cut the same way, and every partition gives the same row.
+template <bool fill, bool kKept, bool kBalance>
 __global__ void __launch_bounds__(kMergeThreads, kMergeMinBlocks) MergeRowsKernel(MergeParams p) {
   constexpr unsigned kAll = 0xffffffffu;
   const int lane = static_cast<int>(threadIdx.x & 31u);
@@ -1315,7 +1319,20 @@ __global__ void __launch_bounds__(kMergeThreads, kMergeMinBlocks) MergeRowsKerne
     lines.col_runs = p.col_runs + 2 * p.unit_col_base[unit];
     lines.n_runs = p.unit_nruns[unit];
     int lo = 0, hi = 0;
-    row_assembly::PartWindow(g.key_end, 32, lane, &lo, &hi);
+    if constexpr (kBalance) {
+      const row_assembly::RowItems items = row_assembly::CountRowItems(g, lines);
+      int shift = row_assembly::PartCut(g, lines, items, 32, lane) - lane;
+#pragma unroll
+      for (int d = 1; d < 32; d <<= 1) {
+        const int t = __shfl_up_sync(kAll, shift, d);
+        if (lane >= d) shift = max(shift, t);
+      }
+      lo = row_assembly::PartBound(g.key_end, lane, shift);
+      hi = __shfl_down_sync(kAll, lo, 1);
+      if (lane == 31) hi = g.key_end;
+    } else {
+      row_assembly::PartWindow(g.key_end, 32, lane, &lo, &hi);
+    }
     int32_t* lane_state = p.lane_prefix + row * 64;
     int sr, sc, nr, ncols;  // inclusive prefixes over the lanes; this lane's new ranges, columns
     bool cont;
@@ -1602,18 +1619,28 @@ cudaError_t LaunchMergeRows(const MergeParams& p, bool fill, cudaStream_t stream
   if (rows == 0) return cudaSuccess;
   const int grid = GridFor(rows * 32, kMergeThreads);
   const bool kept = p.kept_block > 0;
-  if (fill) {
-    if (kept) {
-      MergeRowsKernel<true, true><<<grid, kMergeThreads, 0, stream>>>(p);
+  auto launch = [&](auto balance) {
+    constexpr bool kB = decltype(balance)::value;
+    if (fill) {
+      if (kept) {
+        MergeRowsKernel<true, true, kB><<<grid, kMergeThreads, 0, stream>>>(p);
+      } else {
+        MergeRowsKernel<true, false, kB><<<grid, kMergeThreads, 0, stream>>>(p);
+      }
     } else {
-      MergeRowsKernel<true, false><<<grid, kMergeThreads, 0, stream>>>(p);
+      if (kept) {
+        MergeRowsKernel<false, true, kB><<<grid, kMergeThreads, 0, stream>>>(p);
+      } else {
+        MergeRowsKernel<false, false, kB><<<grid, kMergeThreads, 0, stream>>>(p);
+      }
     }
+  };
+  // Read at every launch: both passes of one build must see the same value (tests flip it
+  // between builds only).
+  if (EstimateKnobs().merge_balance) {
+    launch(std::true_type{});
   } else {
-    if (kept) {
-      MergeRowsKernel<false, true><<<grid, kMergeThreads, 0, stream>>>(p);
-    } else {
-      MergeRowsKernel<false, false><<<grid, kMergeThreads, 0, stream>>>(p);
-    }
+    launch(std::false_type{});
   }
   return cudaGetLastError();
 }
@@ -1668,6 +1695,8 @@ EstKnobs& EstimateKnobs() {
     k.est_db = db == nullptr || std::string(db) != "0";
     if (const char* tail = std::getenv("SPATTN_EST_TAIL")) k.est_tail = std::atoi(tail);
     if (const char* pf = std::getenv("SPATTN_EST_K_PREFETCH")) k.est_k_prefetch = std::atoi(pf);
+    const char* mb = std::getenv("SPATTN_MERGE_BALANCE");
+    k.merge_balance = mb == nullptr || std::string(mb) != "0";
     return k;
   }();
   return knobs;

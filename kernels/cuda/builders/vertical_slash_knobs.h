@@ -22,8 +22,9 @@
 // passes 2-3 without session 34's tail (main's kernels; 1: its clamp and pitch; 2, the default:
 // also balanced diagonal pairs; EstKnobs::est_tail). SPATTN_EST_K_PREFETCH=0: pass 3 without
 // session 36's prefetch of the next key tile into L1 (1: after the current tile's loads; 2, the
-// default: before the column / diagonal sums). Tests change the knobs through the returned
-// reference, between builds only.
+// default: before the column / diagonal sums). SPATTN_MERGE_BALANCE=0: the line merge's lanes
+// over equal key spans (main's) instead of session 38's equal counts of lines (the same rows).
+// Tests change the knobs through the returned reference, between builds only.
 #ifndef SPATTN_KERNELS_CUDA_BUILDERS_VERTICAL_SLASH_KNOBS_H_
 #define SPATTN_KERNELS_CUDA_BUILDERS_VERTICAL_SLASH_KNOBS_H_
 
@@ -61,6 +62,10 @@ struct EstKnobs {
   // (the default) before the column / diagonal sums. A hint: the same values.
   // SPATTN_EST_K_PREFETCH=0: main's.
   int est_k_prefetch = 2;
+  // The line merge's lanes (MergeRowsKernel, vertical_slash and flex_prefill) cut at equal counts
+  // of the row's lines (session 38; the same rows). SPATTN_MERGE_BALANCE=0: equal key spans
+  // (main's).
+  bool merge_balance = true;
 };
 EstKnobs& EstimateKnobs();
 

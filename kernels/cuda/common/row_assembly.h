@@ -361,6 +361,96 @@ SPATTN_HD void PartWindow(int key_end, int parts, int part, int* lo, int* hi) {
   *hi = b;
 }
 
+// Parts balanced by work (session 38). A part's walk costs about the lines its window meets
+// (column runs and offset clusters), not its keys, and a row's lines are unevenly spread over its
+// keys: with equal key windows a warp ran 5-7 busy lanes of 32. Here the cuts are placed at equal
+// counts of the row's "items" (the column runs below key_end by their first key, the clusters
+// whose segment meets [0, key_end) by their segment's start, both sorted by key: one merge-path
+// search a cut). Any partition of [0, key_end) into consecutive non-empty windows (then empty
+// ones at key_end) gives the same row, so only the walk's balance changes.
+struct RowItems {
+  int n_runs;  // column runs starting below key_end: runs [0, n_runs)
+  int cl_lo;   // clusters [cl_lo, cl_hi) have a segment that meets [0, key_end)
+  int cl_hi;
+};
+
+SPATTN_HD RowItems CountRowItems(const RowGeo& g, const RowLines& l) {
+  RowItems it;
+  int lo = 0, hi = l.n_runs;
+  while (lo < hi) {
+    const int mid = (lo + hi) >> 1;
+    if (l.col_runs[2 * mid] < g.key_end) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  it.n_runs = lo;
+  lo = 0;
+  hi = l.n_clusters;
+  while (lo < hi) {  // clusters with lo <= last_pos (others end before key 0)
+    const int mid = (lo + hi) >> 1;
+    if (l.clusters[2 * mid] <= g.last_pos) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  it.cl_hi = lo;
+  lo = 0;
+  hi = it.cl_hi;
+  while (lo < hi) {  // clusters whose segment starts at or after key_end (top too small)
+    const int mid = (lo + hi) >> 1;
+    if (g.first_pos - l.clusters[2 * mid + 1] >= g.key_end) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  it.cl_lo = lo;
+  return it;
+}
+
+// The key of cut j of `parts` (0 for j = 0, key_end for j = parts): the first key of item
+// j * items / parts in key order, clipped to [0, key_end]. Non-decreasing in j; may repeat.
+SPATTN_HD int PartCut(const RowGeo& g, const RowLines& l, const RowItems& it, int parts, int j) {
+  if (j <= 0) return 0;
+  const int na = it.n_runs, nb = it.cl_hi - it.cl_lo;
+  const int total = na + nb;
+  if (j >= parts || total == 0) return g.key_end;
+  const int d = static_cast<int>(static_cast<int64_t>(j) * total / parts);
+  // Item q of the clusters in key order: cluster cl_hi - 1 - q, start first_pos - its top.
+  auto b_key = [&](int q) { return g.first_pos - l.clusters[2 * (it.cl_hi - 1 - q) + 1]; };
+  auto a_key = [&](int i) { return l.col_runs[2 * i]; };
+  int lo = d - nb > 0 ? d - nb : 0;
+  int hi = d < na ? d : na;
+  while (lo < hi) {  // how many of the first d items are runs (ties: runs first)
+    const int mid = (lo + hi) >> 1;
+    if (a_key(mid) <= b_key(d - 1 - mid)) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  int key;
+  if (lo < na && (d - lo >= nb || a_key(lo) <= b_key(d - lo))) {
+    key = a_key(lo);
+  } else {
+    key = b_key(d - lo);
+  }
+  if (key < 0) key = 0;
+  if (key > g.key_end) key = g.key_end;
+  return key;
+}
+
+// Window bounds from the cuts: bound j = min(key_end, j + max over i <= j of (cut_i - i)),
+// strictly increasing until key_end (no empty window between two non-empty ones); part j owns
+// [bound j, bound j + 1), the last part up to key_end. `max_shift` is that running maximum.
+SPATTN_HD int PartBound(int key_end, int j, int max_shift) {
+  const int b = j + max_shift;
+  return b < key_end ? b : key_end;
+}
+
 // What one part found: its ranges (cut to the window) and columns, and whether its first range
 // starts at lo, its last ends at hi. Fill mode also writes them: range j of the part to index
 // j - merge_prev of range_start / range_end (range ENDS: the caller makes lengths once every

@@ -78,13 +78,38 @@ VecSink GpuRow(const BlockGeometry& g, const std::vector<int32_t>& offsets_asc,
   VecSink sink;
   row_assembly::MergeRow(geo, extra, lines, 16, sink);
   // The row in parts, as MergeRowsKernel's lanes make it: counts, continuations, prefix, fill,
-  // ends made lengths; must be the same row for every number of parts.
-  for (int parts : {1, 2, 3, 7, 32}) {
+  // ends made lengths; must be the same row for every number of parts, with equal key windows
+  // (PartWindow) and windows cut at equal counts of lines (PartCut / PartBound, as the kernel's
+  // lanes make them with a warp max-scan).
+  const std::pair<int, bool> modes[] = {{1, false}, {2, false}, {3, false}, {7, false},
+                                         {32, false}, {2, true},  {7, true},  {32, true}};
+  for (const auto& [parts, balanced] : modes) {
+    std::vector<int> lo_of(parts), hi_of(parts);
+    if (balanced) {
+      const row_assembly::RowItems items = row_assembly::CountRowItems(geo, lines);
+      int shift = 0;
+      int prev_cut = 0;
+      for (int l = 0; l < parts; ++l) {
+        const int cut = row_assembly::PartCut(geo, lines, items, parts, l);
+        EXPECT_GE(cut, prev_cut) << "parts " << parts << " cut " << l;
+        prev_cut = cut;
+        shift = l == 0 ? cut : std::max(shift, cut - l);
+        lo_of[l] = row_assembly::PartBound(geo.key_end, l, shift);
+        if (l > 0) hi_of[l - 1] = lo_of[l];
+      }
+      hi_of[parts - 1] = geo.key_end;
+      EXPECT_EQ(lo_of[0], 0);
+      for (int l = 0; l < parts; ++l) {  // non-empty windows, then empty ones at key_end
+        EXPECT_TRUE(lo_of[l] < hi_of[l] || lo_of[l] == geo.key_end) << "parts " << parts;
+      }
+    } else {
+      for (int l = 0; l < parts; ++l) {
+        row_assembly::PartWindow(geo.key_end, parts, l, &lo_of[l], &hi_of[l]);
+      }
+    }
     std::vector<row_assembly::PartSink> counts(parts);
     for (int l = 0; l < parts; ++l) {
-      int lo = 0, hi = 0;
-      row_assembly::PartWindow(geo.key_end, parts, l, &lo, &hi);
-      row_assembly::MergePart(geo, extra, lines, 16, lo, hi, counts[l]);
+      row_assembly::MergePart(geo, extra, lines, 16, lo_of[l], hi_of[l], counts[l]);
     }
     std::vector<int> base_r(parts + 1, 0), base_c(parts + 1, 0);
     std::vector<bool> cont(parts + 1, false);
@@ -106,9 +131,7 @@ VecSink GpuRow(const BlockGeometry& g, const std::vector<int32_t>& offsets_asc,
       fill.merge_prev = cont[l];
       fill.merge_next = cont[l + 1];
       fill.n_ranges = counts[l].ranges;
-      int lo = 0, hi = 0;
-      row_assembly::PartWindow(geo.key_end, parts, l, &lo, &hi);
-      row_assembly::MergePart(geo, extra, lines, 16, lo, hi, fill);
+      row_assembly::MergePart(geo, extra, lines, 16, lo_of[l], hi_of[l], fill);
     }
     std::vector<std::pair<int32_t, int32_t>> ranges;
     for (size_t i = 0; i < starts.size(); ++i) ranges.emplace_back(starts[i], ends[i] - starts[i]);
