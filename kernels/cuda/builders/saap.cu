@@ -685,13 +685,27 @@ __device__ __forceinline__ void SampledRowsMass(const float* scratch, const floa
       }
 #pragma unroll
       for (int k = 0; k < kG; ++k) {
+        // The block's row statistics, 4 rows a load where they come in fours (the layout's
+        // offsets are multiples of 16 bytes).
+        float rm[kRpb], ri[kRpb];
+        const int r0 = (b0 + k) * kRpb;
+        if constexpr (kRpb % 4 == 0) {
+#pragma unroll
+          for (int j = 0; j < kRpb; j += 4) {
+            const float4 vm = *reinterpret_cast<const float4*>(sRowM + r0 + j);
+            const float4 vi = *reinterpret_cast<const float4*>(sRowInv + r0 + j);
+            rm[j] = vm.x, rm[j + 1] = vm.y, rm[j + 2] = vm.z, rm[j + 3] = vm.w;
+            ri[j] = vi.x, ri[j + 1] = vi.y, ri[j + 2] = vi.z, ri[j + 3] = vi.w;
+          }
+        } else {
+#pragma unroll
+          for (int j = 0; j < kRpb; ++j) rm[j] = sRowM[r0 + j], ri[j] = sRowInv[r0 + j];
+        }
         float s = 0.f;
 #pragma unroll
         for (int j = 0; j < kRpb; ++j) {
-          const int r = (b0 + k) * kRpb + j;
-          const float inv = sRowInv[r];
-          const float e = Exp2((x[k * kRpb + j] - sRowM[r]) * kLog2e);
-          s = inv != 0.f ? s + e * inv : s;
+          const float e = Exp2((x[k * kRpb + j] - rm[j]) * kLog2e);
+          s = ri[j] != 0.f ? s + e * ri[j] : s;
         }
         if (b0 + k < nblk) {
           block_scores[static_cast<int64_t>(b0 + k) * cp + c] = first ? s : old[k] + s;

@@ -38,7 +38,8 @@ struct SaapKnobsT {
   // template argument, each bucket's logits of a group of blocks loaded before the first Exp2
   // (SPATTN_SAAP_CLS_ROWS_MASS: 1 = 32 logits a group, 2 = 64, 0 = main's RowsMass loop). The
   // same operations per block, so the same scores and index
-  // (RowsMassTemplatedBuildsTheSameIndex). Read at each launch.
+  // (RowsMassTemplatedBuildsTheSameIndex). H200, classify_rows 4: classify -18 % at 32K and
+  // 128K (NOTES session 38, s38-saap). Read at each launch.
   int cls_rows_mass = 1;
   // Diagnostics (SPATTN_SAAP_DEBUG_SYNC=1): LaunchSaapSelect waits after each step (and before
   // the first) and names a failing step on stderr. Not for timing.
