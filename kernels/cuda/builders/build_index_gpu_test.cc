@@ -2538,5 +2538,82 @@ TEST(BuildIndexOnGpuEstimateTest, BalancedMergeLanesBuildMainsIndex) {
 #endif
 }
 
+// ---- s38-saap: RowsMass with rows_per_block a template argument (SaapKnobs().cls_rows_mass) ----
+
+// The sampled rows' per-block masses with rows_per_block 1, 2, 4, 8, 16 a template argument (mode
+// 1: 32 logits a group of blocks, 2: 64) give main's loop's (mode 0) classes and index bit for
+// bit, offsets included: every twin shape (items with fewer blocks than a group, blocks with fewer
+// rows than rows_per_block, several q heads per group adding to the scores) x three asset shapes,
+// block_m 64 and 128, wgmma and mma.sync; then llm_mix 16K. classify_rows 3 (not templated) runs
+// main's loop in both builds.
+TEST(BuildIndexOnGpuSaapTest, RowsMassTemplatedBuildsTheSameIndex) {
+  SKIP_WITHOUT_GPU();
+#ifndef SPATTN_SL_KNOBS
+  GTEST_SKIP() << "the GPU Saap builder's knobs exist only in CUDA builds";
+#else
+  auto engine = MakeEngine(int64_t{512} << 20);
+  ASSERT_NE(engine, nullptr);
+  const MethodConfig base = CasesFor(Method::kSaap).configs.front();
+  auto set = [](int mass, bool wg) {
+    return [mass, wg](cuda::SaapKnobsT& k) {
+      k.cls_rows_mass = mass;
+      k.cls_wgmma = wg;
+    };
+  };
+  int64_t compared = 0;
+  ForEachSaapAssetCase(
+      *engine, 3801,
+      [&](const Shape& sh, const HostProblem& hp, DeviceProblem& dp, const SaapAssetShape& as,
+          const LayerAssets& assets) {
+        auto up = engine->UploadLayerAssets(assets, sh.d);
+        ASSERT_TRUE(up.ok()) << up.status();
+        for (int rows : {1, 2, 4, 8, 16, 3}) {
+          MethodConfig config = base;
+          config.saap.num_centroids = as.centroids;
+          config.saap.classify_rows = rows;
+          for (int mass : {1, 2}) {
+            for (int block_m : {64, 128}) {
+              for (bool wg : {true, false}) {
+                if (!wg && (block_m != 64 || mass != 1)) continue;
+                const std::string what = absl::StrCat(
+                    config.DebugString(), " hidden=", as.one_layer ? 0 : as.hidden,
+                    " block_m=", block_m, " mass=", mass, " wgmma=", wg, " ",
+                    Describe(hp.problem()));
+                compared += ExpectSameSaapBuckets(*engine, hp, dp, config, AllHeads(sh.hq),
+                                                  block_m, up->get(), set(0, wg), up->get(),
+                                                  set(mass, wg), what);
+                if (::testing::Test::HasFatalFailure()) return;
+              }
+            }
+          }
+        }
+      });
+  if (::testing::Test::HasFatalFailure()) return;
+  auto w = GenerateWorkload(LlmMix16K());
+  ASSERT_TRUE(w.ok()) << w.status();
+  auto dp = DeviceProblem::Create(engine->device(), *w->host);
+  ASSERT_TRUE(dp.ok()) << dp.status();
+  LayerAssets assets = method_testing::RandomSaapAssets(8, 2, 128, 1024, 1024, 3899);
+  auto up = engine->UploadLayerAssets(assets, 128);
+  ASSERT_TRUE(up.ok()) << up.status();
+  MethodConfig config;
+  config.method = Method::kSaap;
+  config.saap.num_centroids = 1024;
+  config.saap.top_l = 32;
+  for (int rows : {SaapParams().classify_rows, 1, 16}) {
+    config.saap.classify_rows = rows;
+    for (int mass : {1, 2}) {
+      compared += ExpectSameSaapBuckets(
+          *engine, *w->host, **dp, config, AllHeads(8), 64, up->get(), set(0, true), up->get(),
+          set(mass, true), absl::StrCat("llm_mix 16K classify_rows=", rows, " mass=", mass));
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+  printf("saap RowsMass templated vs main's loop: %lld visited buckets compared\n",
+         static_cast<long long>(compared));
+  EXPECT_GT(compared, 0);
+#endif
+}
+
 }  // namespace
 }  // namespace spattn

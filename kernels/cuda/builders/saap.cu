@@ -655,6 +655,94 @@ __device__ __forceinline__ float RowsMass(const float* scratch, const float* sRo
   return s;
 }
 
+// The sampled rows' per-block masses into block_scores (first: stored, else added), kRpb rows per
+// block known at compile time (SaapKnobs().cls_rows_mass; 64 / kRpb blocks per item): per bucket,
+// kG blocks' kG x kRpb logits (kLoads of them) loaded before the first Exp2. Main's loop calls
+// RowsMass with a runtime trip count and stores after each 8 blocks, so the compiler issues one
+// row's load at a time. Rows of blocks past nblk lie in the CTA's 64-row scratch and do not vote
+// (sRowInv 0): loaded, never stored. Per block the same operations in the same order as
+// RowsMass, so the same scores bit for bit.
+template <int kRpb, int kLoads>
+__device__ __forceinline__ void SampledRowsMass(const float* scratch, const float* sRowM,
+                                                const float* sRowInv, float* block_scores, int cp,
+                                                int C, int nblk, bool first) {
+  constexpr int kBpi = kClsRows / kRpb;
+  // At most 16 blocks a group (their running sums live beside the logits).
+  constexpr int kG0 = kLoads / kRpb < 1 ? 1 : (kLoads / kRpb > kBpi ? kBpi : kLoads / kRpb);
+  constexpr int kG = kG0 > 16 ? 16 : kG0;
+  static_assert(kClsRows % kRpb == 0 && kBpi % kG == 0, "groups tile the item");
+  for (int c = threadIdx.x; c < C; c += kClsThreads) {
+    // b0 < nblk <= kBpi and kG divides kBpi: every row of the group is below kClsRows.
+    for (int b0 = 0; b0 < nblk; b0 += kG) {
+      const float* x0 = scratch + static_cast<int64_t>(b0 * kRpb) * cp + c;
+      float x[kG * kRpb], old[kG];
+#pragma unroll
+      for (int i = 0; i < kG * kRpb; ++i) x[i] = x0[static_cast<int64_t>(i) * cp];
+#pragma unroll
+      for (int k = 0; k < kG; ++k) {
+        old[k] = !first && b0 + k < nblk ? block_scores[static_cast<int64_t>(b0 + k) * cp + c]
+                                         : 0.f;
+      }
+#pragma unroll
+      for (int k = 0; k < kG; ++k) {
+        // The block's row statistics, 4 rows a load where they come in fours (the layout's
+        // offsets are multiples of 16 bytes).
+        float rm[kRpb], ri[kRpb];
+        const int r0 = (b0 + k) * kRpb;
+        if constexpr (kRpb % 4 == 0) {
+#pragma unroll
+          for (int j = 0; j < kRpb; j += 4) {
+            const float4 vm = *reinterpret_cast<const float4*>(sRowM + r0 + j);
+            const float4 vi = *reinterpret_cast<const float4*>(sRowInv + r0 + j);
+            rm[j] = vm.x, rm[j + 1] = vm.y, rm[j + 2] = vm.z, rm[j + 3] = vm.w;
+            ri[j] = vi.x, ri[j + 1] = vi.y, ri[j + 2] = vi.z, ri[j + 3] = vi.w;
+          }
+        } else {
+#pragma unroll
+          for (int j = 0; j < kRpb; ++j) rm[j] = sRowM[r0 + j], ri[j] = sRowInv[r0 + j];
+        }
+        float s = 0.f;
+#pragma unroll
+        for (int j = 0; j < kRpb; ++j) {
+          const float e = Exp2((x[k * kRpb + j] - rm[j]) * kLog2e);
+          s = ri[j] != 0.f ? s + e * ri[j] : s;
+        }
+        if (b0 + k < nblk) {
+          block_scores[static_cast<int64_t>(b0 + k) * cp + c] = first ? s : old[k] + s;
+        }
+      }
+    }
+  }
+}
+
+// Dispatches on rows_per_block (1, 2, 4, 8, 16) and the load depth (mode 1: 32 logits a group,
+// 2: 64); false: not templated here (main's loop runs).
+template <int kLoads>
+__device__ __forceinline__ bool SampledRowsMassFor(int rpb, const float* scratch,
+                                                   const float* sRowM, const float* sRowInv,
+                                                   float* block_scores, int cp, int C, int nblk,
+                                                   bool first) {
+  switch (rpb) {
+    case 1:
+      SampledRowsMass<1, kLoads>(scratch, sRowM, sRowInv, block_scores, cp, C, nblk, first);
+      return true;
+    case 2:
+      SampledRowsMass<2, kLoads>(scratch, sRowM, sRowInv, block_scores, cp, C, nblk, first);
+      return true;
+    case 4:
+      SampledRowsMass<4, kLoads>(scratch, sRowM, sRowInv, block_scores, cp, C, nblk, first);
+      return true;
+    case 8:
+      SampledRowsMass<8, kLoads>(scratch, sRowM, sRowInv, block_scores, cp, C, nblk, first);
+      return true;
+    case 16:
+      SampledRowsMass<16, kLoads>(scratch, sRowM, sRowInv, block_scores, cp, C, nblk, first);
+      return true;
+    default:
+      return false;
+  }
+}
+
 // The top k of sc[0, n) (n <= kWarpTopLMax, scores >= 0 or NaN-free) by one warp, the same
 // selection and output order as topk::CtaTopKByBisection: the largest float bit pattern t with
 // count(>= t) >= k, everything above t, ties at t lowest index first, indices ascending. Lane
@@ -708,7 +796,8 @@ __device__ __forceinline__ void WarpTopKByBisection(const float* sc, int n, int 
 // head computes them (main's path). The same floats either way.
 // kTab: a template parameter so that main's path (false) compiles to main's kernel.
 template <typename T, int kD, bool kWg, bool kTab>
-__global__ void __launch_bounds__(kClsThreads, 1) SaapClassifyKernel(SaapArgs a, bool packed) {
+__global__ void __launch_bounds__(kClsThreads, 1) SaapClassifyKernel(SaapArgs a, bool packed,
+                                                                   int mass) {
   constexpr int kHalf = kD / 2, kCh = kD / 8;
   extern __shared__ __align__(128) char smem[];
   const SaapAssetsDev& as = a.assets;
@@ -889,6 +978,14 @@ __global__ void __launch_bounds__(kClsThreads, 1) SaapClassifyKernel(SaapArgs a,
         __syncthreads();
         ClassifyTile<kD, kWg>(a, h, valid, lay, smem, scratch, packed);
         const bool first = first_head && t == 0;
+        // mass (SaapKnobs().cls_rows_mass): rows_per_block as a template argument.
+        if (mass != 0 && !wide &&
+            (mass == 1 ? SampledRowsMassFor<32>(rpb, scratch, sRowM, sRowInv, block_scores, cp,
+                                                C, nblk, first)
+                       : SampledRowsMassFor<64>(rpb, scratch, sRowM, sRowInv, block_scores, cp,
+                                                C, nblk, first))) {
+          continue;
+        }
         // Per bucket, 8 blocks at a time: every load (the rows' logits, the running sums) before
         // the stores, which the compiler could not move past them (they may alias).
         for (int c = tid; c < C; c += kClsThreads) {
@@ -1058,7 +1155,8 @@ cudaError_t SaapLaunchTyped(const SaapArgs& a, cudaStream_t stream) {
         cudaSuccess) {
       return err;
     }
-    classify<<<a.classify_grid, kClsThreads, smem, stream>>>(a, SaapKnobs().cls_packed);
+    classify<<<a.classify_grid, kClsThreads, smem, stream>>>(a, SaapKnobs().cls_packed,
+                                                             SaapKnobs().cls_rows_mass);
     if (SaapKnobs().debug_sync) {
       fprintf(stderr, "saap debug: classify d %d wgmma %d table %d grid %d smem %d rows %d\n", kD,
               wg ? 1 : 0, tab ? 1 : 0, a.classify_grid, smem, a.rows_per_block);
@@ -1078,6 +1176,7 @@ SaapKnobsT& SaapKnobs() {
     if (const char* c = std::getenv("SPATTN_SAAP_CLS_PACKED")) k.cls_packed = c[0] == '1';
     if (const char* c = std::getenv("SPATTN_SAAP_CLS_ROPE_TABLE")) k.cls_rope_table = c[0] != '0';
     if (const char* c = std::getenv("SPATTN_SAAP_DEBUG_SYNC")) k.debug_sync = c[0] == '1';
+    if (const char* c = std::getenv("SPATTN_SAAP_CLS_ROWS_MASS")) k.cls_rows_mass = c[0] - '0';
     return k;
   }();
   return knobs;

@@ -4,7 +4,8 @@
 // same logits, classes and index, build_index_gpu_test's
 // BuildIndexOnGpuSaapTest.WgmmaClassifierIsTheMmaSyncClassifier); SPATTN_SAAP_CLS_PACKED (=1:
 // the classifier's weights uploaded slab by slab, session 30, below); SPATTN_SAAP_CLS_ROPE_TABLE
-// (=0: the sampled rows' RoPE once per q head, main's before session 36, below).
+// (=0: the sampled rows' RoPE once per q head, main's before session 36, below);
+// SPATTN_SAAP_CLS_ROWS_MASS (0: main's RowsMass loop; 1, 2: rows_per_block templated, below).
 // Tests change them through the returned reference, between builds only (cls_packed: before the
 // assets' upload, and kept for every build with them).
 #ifndef SPATTN_KERNELS_CUDA_BUILDERS_SAAP_KNOBS_H_
@@ -33,6 +34,13 @@ struct SaapKnobsT {
   // waits for its DMA).
   // Read at the scratch carve (saap_host.cc) and at the launch.
   bool cls_rope_table = true;
+  // Sampled rows with rows_per_block 1, 2, 4, 8 or 16: the per-block masses with rows_per_block a
+  // template argument, each bucket's logits of a group of blocks loaded before the first Exp2
+  // (SPATTN_SAAP_CLS_ROWS_MASS: 1 = 32 logits a group, 2 = 64, 0 = main's RowsMass loop). The
+  // same operations per block, so the same scores and index
+  // (RowsMassTemplatedBuildsTheSameIndex). H200, classify_rows 4: classify -18 % at 32K and
+  // 128K (NOTES session 38, s38-saap). Read at each launch.
+  int cls_rows_mass = 1;
   // Diagnostics (SPATTN_SAAP_DEBUG_SYNC=1): LaunchSaapSelect waits after each step (and before
   // the first) and names a failing step on stderr. Not for timing.
   bool debug_sync = false;
