@@ -1028,5 +1028,76 @@ TEST_F(CudaAttentionTest, SparsePairStepBytesIndependentOfSchedule) {
   }
 }
 
+// ---- s38-sparse ----
+// The pair step with 3 V slots (SPATTN_HOPPER_PAIR_STEP=2; block_m 64, d = 128: V slot = position
+// % 3, each P half's V descriptor by its tile's position; no alignment slack) computes what the
+// 2-V pair step computes in the same order, so its O / LSE must be the 2-V step's bytes: run 0
+// (PAIR_STEP=1, dynamic work list) against the reference, then PAIR_STEP=2 under the dynamic work
+// list twice, the snake order (SPATTN_HOPPER_DYNAMIC=0) and the stores epilogue
+// (SPATTN_HOPPER_TMA_STORE=0), each byte-identical to run 0. Short items (odd tile counts, one-tile
+// items, packed tails) and long ones, more items than CTAs, bf16 / fp16, batch 1 and varlen.
+TEST_F(CudaAttentionTest, SparsePairStepThreeVSlotsMatchesTwo) {
+  const std::vector<Case> cases = {
+      {{9000, 4100}, {}, 8, 2, 128, DType::kBF16, true},
+      {{5000}, {7000}, 16, 4, 128, DType::kF16, true},
+      {{1, 63, 700, 2100}, {1, 100, 900, 2100}, 8, 2, 128, DType::kBF16, true},
+      {{3001}, {3001}, 4, 1, 128, DType::kBF16, false},
+  };
+  struct Run {
+    const char* pair;
+    const char* knob;
+    const char* value;
+  };
+  const std::vector<Run> runs = {
+      {"1", nullptr, nullptr}, {"2", nullptr, nullptr}, {"2", nullptr, nullptr},
+      {"2", "SPATTN_HOPPER_DYNAMIC", "0"}, {"2", "SPATTN_HOPPER_TMA_STORE", "0"},
+  };
+  uint64_t seed = 3838;
+  for (const Case& c : cases) {
+    auto hp = MakeProblem(c, seed++);
+    for (const bool short_items : {true, false}) {
+      SparseIndex idx;
+      if (short_items) {
+        idx = RandomIndex(hp->problem(), AllHeads(c.hq), 64, 3, 90, seed++, true);
+      } else {
+        idx = LongItemsIndex(hp->problem(), AllHeads(c.hq), 64, seed++);
+      }
+      ASSERT_TRUE(ValidateSparseIndex(hp->problem(), idx).ok());
+      const std::string config =
+          absl::StrCat(Describe(c), " block_m=64 pair 3V", short_items ? " short" : " long");
+      std::vector<std::vector<float>> o(runs.size()), lse(runs.size());
+      for (size_t run = 0; run < runs.size(); ++run) {
+        setenv("SPATTN_HOPPER_PAIR_STEP", runs[run].pair, 1);
+        if (runs[run].knob != nullptr) setenv(runs[run].knob, runs[run].value, 1);
+        ReloadCudaKernelKnobs();
+        auto dp = DeviceProblem::Create(0, *hp);
+        ASSERT_TRUE(dp.ok()) << dp.status();
+        ASSERT_TRUE((*dp)->Poison().ok());
+        const absl::Status s = engines_[4]->RunSparse((*dp)->problem(), idx);
+        unsetenv("SPATTN_HOPPER_PAIR_STEP");
+        if (runs[run].knob != nullptr) unsetenv(runs[run].knob);
+        ReloadCudaKernelKnobs();
+        ASSERT_TRUE(s.ok()) << s << " " << config;
+        ASSERT_TRUE((*dp)->Download(&o[run], &lse[run]).ok());
+        std::vector<int> heads(idx.heads.begin(), idx.heads.end());
+        EXPECT_EQ(CheckAllWritten((*dp)->problem(), heads, o[run], lse[run]), "")
+            << config << " run " << run;
+      }
+      EXPECT_EQ(CheckRows(hp->problem(), &idx, SampleRows(hp->problem(), AllHeads(c.hq), 64),
+                          o[0], lse[0]),
+                "")
+          << config;
+      for (size_t run = 1; run < runs.size(); ++run) {
+        ASSERT_EQ(o[run].size(), o[0].size());
+        ASSERT_EQ(lse[run].size(), lse[0].size());
+        EXPECT_EQ(0, std::memcmp(o[0].data(), o[run].data(), o[0].size() * 4))
+            << config << " run " << run;
+        EXPECT_EQ(0, std::memcmp(lse[0].data(), lse[run].data(), lse[0].size() * 4))
+            << config << " run " << run;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace spattn

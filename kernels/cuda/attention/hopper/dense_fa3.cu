@@ -95,7 +95,7 @@ struct LaunchKnobs {
   int stale_max = 8;         // SPATTN_HOPPER_STALE_MAX (the sparse stream's row maximum)
   bool tma_store = true;     // SPATTN_HOPPER_TMA_STORE (the sparse stream's epilogue)
   int early_desc = 0;        // SPATTN_HOPPER_EARLY_DESC (the sparse stream's next descriptor)
-  bool pair_step = false;    // SPATTN_HOPPER_PAIR_STEP (block_m 64: 128-key consumer steps)
+  int pair_step = 0;         // SPATTN_HOPPER_PAIR_STEP (block_m 64: 128-key consumer steps; 2: 3 V slots)
   std::string trace;         // SPATTN_HOPPER_TRACE (timeline file of the sparse stream)
   int trace_launch = 0;      // SPATTN_HOPPER_TRACE_LAUNCH
 };
@@ -121,7 +121,7 @@ LaunchKnobs ReadKnobs() {
   k.stale_max = std::max(-1, std::min(254, EnvInt("SPATTN_HOPPER_STALE_MAX", k.stale_max)));
   k.tma_store = EnvInt("SPATTN_HOPPER_TMA_STORE", 1) != 0;
   k.early_desc = EnvInt("SPATTN_HOPPER_EARLY_DESC", 0);
-  k.pair_step = EnvInt("SPATTN_HOPPER_PAIR_STEP", 0) != 0;
+  k.pair_step = EnvInt("SPATTN_HOPPER_PAIR_STEP", 0);
   const char* trace = std::getenv("SPATTN_HOPPER_TRACE");
   k.trace = trace == nullptr ? "" : trace;
   k.trace_launch = EnvInt("SPATTN_HOPPER_TRACE_LAUNCH", k.trace_launch);
@@ -471,7 +471,29 @@ cudaError_t PersistentDim(const AttnParams& p, const SparseIndexView& idx,
       // H200: block_sparse 1.034 of the 64-key step's time, one process).
       // Not under SPATTN_HOPPER_TRACE: the timeline's stamps are the 64-key stream's.
       if constexpr (kD == 128) {
-        if (Knobs().pair_step && Knobs().trace.empty()) {
+        // SPATTN_HOPPER_PAIR_STEP=2 (s38-sparse): the same step with 3 V slots (no alignment
+        // slack: PersistTraits::kNoSlack), only where two of its CTAs fit an SM (else the 2-V
+        // step: same bytes).
+        if (Knobs().pair_step == 2 && Knobs().trace.empty()) {
+          using Tr3 = PersistTraits<T, kD, 3, 2, 4, 64, 2, 2, true>;
+          static const bool fits = [] {
+            auto kernel = PersistentFa3Kernel<Tr3, true>;
+            int n = 0;
+            const bool ok =
+                cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     Tr3::kSmemBytes) == cudaSuccess &&
+                cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, Tr3::kThreads,
+                                                              Tr3::kSmemBytes) == cudaSuccess &&
+                n >= Tr3::kMinBlocks;
+            std::fprintf(stderr, "spattn: SPATTN_HOPPER_PAIR_STEP=2: %d B, %d CTAs an SM: %s\n",
+                         Tr3::kSmemBytes, n, ok ? "3 V slots" : "too few, the 2-V pair step");
+            return ok;
+          }();
+          if (fits) {
+            return LaunchPersistent<Tr3, true>(p, idx, sched, num_items, num_m_blocks, stream);
+          }
+        }
+        if (Knobs().pair_step != 0 && Knobs().trace.empty()) {
           return LaunchPersistent<PersistTraits<T, kD, 2, 2, 4, 64, 2, 0, true>, true>(
               p, idx, sched, num_items, num_m_blocks, stream);
         }

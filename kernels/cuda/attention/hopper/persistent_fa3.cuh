@@ -156,11 +156,17 @@ struct PersistTraits {
   // Dynamic work list (kFlagDynamic): the producer's leader hands the item it took from the
   // counter to the other producer threads here (two slots, alternating by round).
   static constexpr int kNextItemOff = kTileKeysOff + kKStages * kBN * 4;
-  static constexpr int kSmemBytes = kNextItemOff + 16 + 1024;
+  // kPair with 3 V slots (SPATTN_HOPPER_PAIR_STEP=2, s38-sparse): 115424 B of slots, bars and
+  // descriptors fit two CTAs an SM (115712 B each) only without the 1024-B alignment slack; the
+  // kernel then traps unless the dynamic shared base is 1024-aligned (on sm_90 it follows the
+  // 1 KB system reservation, so it is; PersistentFa3Body checks it).
+  static constexpr bool kNoSlack = kPair_ && kStages_ == 3;
+  static constexpr int kSmemBytes = kNextItemOff + 16 + (kNoSlack ? 0 : 1024);
   static constexpr int kProducerRegs = 56;
   static constexpr int kConsumerRegs = kBM == 128 ? 224 : 200;
   static_assert(kSmemBytes * kMinBlocks <= 227 * 1024, "shared memory");
-  static_assert(!kPair || (kBM == 64 && kD == 128 && kStages == 2 && kKStages == 2 &&
+  static_assert(!kPair || (kBM == 64 && kD == 128 && (kStages == 2 || kStages == 3) &&
+                           kKStages == 2 &&
                            kItems_ == 2 && kQBufs_ == 2),
                 "pair step: the block_m 64 stream with 2 K + 2 V slots");
   // A K slot's base and the stride of its 64-column sub-tiles (kPair: interleaved).
@@ -1116,7 +1122,8 @@ __device__ __forceinline__ void ConsumerStreamPair(Step& st, char* smem, const A
                                                    uint32_t q_full0, uint32_t q_empty0, int flags,
                                                    const CUtensorMap* tmap_o) {
   constexpr int kBN = Tr::kBN, kQB = Tr::kQBufs;
-  static_assert(kBN == 64 && Tr::kKStages == 2 && Tr::kStages == 2, "pair step");
+  static_assert(kBN == 64 && Tr::kKStages == 2 && (Tr::kStages == 2 || Tr::kStages == 3),
+                "pair step");
   constexpr int cw = 0;
   const uint32_t sQ0 = Smem32(smem);
   const uint32_t sK = ring.k_smem;
@@ -1138,6 +1145,13 @@ __device__ __forceinline__ void ConsumerStreamPair(Step& st, char* smem, const A
   };
   auto keep = [](const Pair& d) {
     return Prev{{d.t[0].kind << 8 | d.t[0].n, d.t[1].kind << 8 | d.t[1].n}, d.cnt, d.t[0].slot};
+  };
+  // 3 V slots (kStages 3): V slot = position % 3, no longer the K slot; P's half h still takes
+  // the tile of K slot h, so each half's V descriptor follows that tile's position. The producer
+  // keeps V two positions behind K: the third slot frees V(t)'s load (and the K loads queued
+  // behind it) from waiting for P V(t - 2), which released that slot only at the step's end.
+  auto v_of_half = [&](int first, int h, int slot0) {
+    return detail::SmemDesc(ring.V(Ring::VSlot(first + (h == slot0 ? 0 : 1))), kBN * 128, 1024);
   };
   const bool sleep = (flags & kFlagSleepConsumers) != 0;
   auto wait = [&](uint32_t bar, uint32_t parity) {
@@ -1279,8 +1293,14 @@ __device__ __forceinline__ void ConsumerStreamPair(Step& st, char* smem, const A
   // The previous step's P V, one commit group per tile (the first tile's V slot goes back as soon
   // as its half is done: the producer's next loads wait for it, wait_pv).
   auto issue_pv = [&](const Prev& d, int first) {
-    const uint64_t v0 = detail::SmemDesc(ring.V(0), kBN * 128, 1024);
-    const uint64_t v1 = detail::SmemDesc(ring.V(1), kBN * 128, 1024);
+    uint64_t v0, v1;
+    if constexpr (Tr::kStages == 2) {
+      v0 = detail::SmemDesc(ring.V(0), kBN * 128, 1024);
+      v1 = detail::SmemDesc(ring.V(1), kBN * 128, 1024);
+    } else {
+      v0 = v_of_half(first, 0, d.slot0);
+      v1 = v_of_half(first, 1, d.slot0);
+    }
     if (d.cnt == 2) {
       if (d.slot0 == 0) {
         IssuePvPair<Tr, 0, 4>(st, v0, v1);
@@ -1310,12 +1330,20 @@ __device__ __forceinline__ void ConsumerStreamPair(Step& st, char* smem, const A
   };
   // After the step's S: waits for the previous step's P V, its V slots back (the first tile's as
   // soon as its half is done).
-  auto wait_pv = [&](const Prev& d) {
+  auto wait_pv = [&](const Prev& d, int first) {
     WgmmaWait<1>();
-    release(ring.VEmpty(d.slot0));
+    if constexpr (Tr::kStages == 2) {
+      release(ring.VEmpty(d.slot0));
+    } else {
+      release(ring.VEmpty(Ring::VSlot(first)));
+    }
     WgmmaWait<0>();
     st.FenceAcc();
-    if (d.cnt == 2) release(ring.VEmpty(d.slot0 ^ 1));
+    if constexpr (Tr::kStages == 2) {
+      if (d.cnt == 2) release(ring.VEmpty(d.slot0 ^ 1));
+    } else {
+      if (d.cnt == 2) release(ring.VEmpty(Ring::VSlot(first + 1)));
+    }
   };
   const bool tma_store = (flags & kFlagTmaStore) != 0;
   int pend_qb = -1;
@@ -1379,7 +1407,7 @@ __device__ __forceinline__ void ConsumerStreamPair(Step& st, char* smem, const A
     float corr[2];
     if (same) {
       const bool moved = st.template SoftmaxStale<true>(p.scale_log2, corr, stale);
-      wait_pv(prev);
+      wait_pv(prev, tile - prev.cnt);
       release_o();
       if (__any_sync(0xffffffffu, moved)) st.Rescale(corr);
       st.ToP();
@@ -1388,7 +1416,7 @@ __device__ __forceinline__ void ConsumerStreamPair(Step& st, char* smem, const A
       st.m_i[0] = st.m_i[1] = detail::kNegInf;
       st.l_i[0] = st.l_i[1] = 0.f;
       st.template Softmax<true>(p.scale_log2, corr);
-      wait_pv(prev);
+      wait_pv(prev, tile - prev.cnt);
       release_o();
       const float n_m0 = st.m_i[0], n_m1 = st.m_i[1], n_l0 = st.l_i[0], n_l1 = st.l_i[1];
       st.m_i[0] = m0, st.m_i[1] = m1, st.l_i[0] = l0, st.l_i[1] = l1;
@@ -1405,7 +1433,7 @@ __device__ __forceinline__ void ConsumerStreamPair(Step& st, char* smem, const A
   turn();
   issue_pv(prev, tile - prev.cnt);
   NamedArrive(other_turn, turn_threads);
-  wait_pv(prev);
+  wait_pv(prev, tile - prev.cnt);
   epilogue(cur, cur_qb);
   if (pend_qb >= 0 && lane == 0) BulkWait<0>();
   release_o();
@@ -1426,6 +1454,9 @@ __device__ __forceinline__ void PersistentFa3Body(
   constexpr int kSub = Tr::kSub;
   extern __shared__ __align__(1024) char smem_raw[];
   char* smem = smem_raw + ((1024 - (Smem32(smem_raw) & 1023)) & 1023);
+  if constexpr (Tr::kNoSlack) {
+    if (Smem32(smem_raw) & 1023) __trap();  // (no room for the alignment slack)
+  }
 
   const uint32_t sQ0 = Smem32(smem);
   const uint32_t sK = sQ0 + Tr::kKOff;
