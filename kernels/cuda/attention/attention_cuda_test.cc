@@ -902,15 +902,16 @@ TEST_F(CudaAttentionTest, LongContextsMatchSampledReference) {
 }
 
 // ---- s36-sparse ----
-// The pair step (SPATTN_HOPPER_PAIR_STEP=1; block_m 64, d = 128: two 64-key tiles of an item per
-// consumer step, the K slots interleaved as one 128-key tile) against the default 64-key step: both
+// The pair step (SPATTN_HOPPER_PAIR_STEP=1, the default since session 38; block_m 64, d = 128: two
+// 64-key tiles of an item per consumer step, the K slots interleaved as one 128-key tile) against
+// the 64-key step (SPATTN_HOPPER_PAIR_STEP=0): both
 // runs match the reference on 64 sampled rows of every head, and the pair step's O / LSE stay
 // within rounding of the 64-key step's everywhere (not byte-identical: one row maximum and sum per
 // 128 keys; its bytes do not depend on the schedule: SparsePairStepBytesIndependentOfSchedule,
 // s36-sparse2). Short items (random ranges + columns: odd tile counts, one-tile items, gathered
 // and packed tiles) and long ones (a sink, a window of up to 1500 keys, 40 columns in every other
 // row); batch 1 (TMA-store epilogue), chunked, non-causal, varlen; dynamic work list on and off.
-TEST_F(CudaAttentionTest, SparsePairStepMatchesDefault) {
+TEST_F(CudaAttentionTest, SparsePairStepMatches64KeyStep) {
   const std::vector<Case> cases = {
       {{4099}, {}, 8, 2, 128, DType::kBF16, true},
       {{5000}, {7000}, 8, 4, 128, DType::kF16, true},
@@ -934,7 +935,7 @@ TEST_F(CudaAttentionTest, SparsePairStepMatchesDefault) {
                                                 short_items ? " short" : " long");
         setenv("SPATTN_HOPPER_DYNAMIC", dyn, 1);
         std::vector<float> o[2], lse[2];
-        RunSparseWithAndWithoutKnob(*hp, idx, "SPATTN_HOPPER_PAIR_STEP", "1", config, o, lse);
+        RunSparseWithAndWithoutKnob(*hp, idx, "SPATTN_HOPPER_PAIR_STEP", "0", config, o, lse);
         unsetenv("SPATTN_HOPPER_DYNAMIC");
         ReloadCudaKernelKnobs();
         if (HasFatalFailure()) return;
