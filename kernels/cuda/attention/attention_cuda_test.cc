@@ -141,6 +141,19 @@ class CudaAttentionTest : public ::testing::Test {
     EXPECT_EQ(err, "") << config;
   }
 
+  // Sets a kernel knob for a scope (re-read at once), unsets it at the scope's end.
+  struct ScopedKnob {
+    ScopedKnob(const char* knob, const char* value) : knob(knob) {
+      setenv(knob, value, 1);
+      ReloadCudaKernelKnobs();
+    }
+    ~ScopedKnob() {
+      unsetenv(knob);
+      ReloadCudaKernelKnobs();
+    }
+    const char* knob;
+  };
+
   // Runs `index` once on the warp-specialized engine into a poisoned problem and downloads O / LSE
   // into *o / *lse, checked as written for every head of the index; with `knob` (may be null) set
   // to `value` for this run only (kernel knobs re-read before and after).
@@ -519,6 +532,9 @@ TEST_F(CudaAttentionTest, SparseTimelineTraceMatchesDefault) {
   };
   const char* tmp = std::getenv("TEST_TMPDIR");
   const std::string trace = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/sparse_trace.jsonl");
+  // The timeline is the 64-key step's (a trace turns the block_m 64 pair step off), so both runs
+  // take that step.
+  const ScopedKnob pair_off("SPATTN_HOPPER_PAIR_STEP", "0");
   uint64_t seed = 470;
   for (int block_m : {64, 128}) {
     for (const Case& c : cases) {
@@ -993,16 +1009,7 @@ TEST_F(CudaAttentionTest, SparsePairStepBytesIndependentOfSchedule) {
       {nullptr, nullptr}, {nullptr, nullptr}, {nullptr, nullptr},
       {"SPATTN_HOPPER_DYNAMIC", "0"}, {"SPATTN_HOPPER_TMA_STORE", "0"},
   };
-  struct PairOn {
-    PairOn() {
-      setenv("SPATTN_HOPPER_PAIR_STEP", "1", 1);
-      ReloadCudaKernelKnobs();
-    }
-    ~PairOn() {
-      unsetenv("SPATTN_HOPPER_PAIR_STEP");
-      ReloadCudaKernelKnobs();
-    }
-  } pair_on;
+  const ScopedKnob pair_on("SPATTN_HOPPER_PAIR_STEP", "1");
   uint64_t seed = 3737;
   for (const Case& c : cases) {
     auto hp = MakeProblem(c, seed++);
