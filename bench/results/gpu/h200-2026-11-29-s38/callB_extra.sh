@@ -33,3 +33,5 @@ for m in block_sparse a_shape vertical_slash; do
 done
 grep -h "PAIR_STEP=2" "$X"/bench_pair3v.err | sort | uniq -c | tee -a "$X/summary.txt"
 note done
+# The device tool brings back few files: the extra logs as one tarball.
+tar -czf "$OUT/extra.tar.gz" -C "$X" . && rm -rf "$X"
