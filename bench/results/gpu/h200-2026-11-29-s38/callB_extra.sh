@@ -15,9 +15,9 @@ SPATTN_HOPPER_PAIR_STEP=0 timeout 90 bin/attention_cuda_test \
   --gtest_filter='*Sparse*:*Columns*:*AShape*:-*SparsePairStep*' > "$X/attention_pair0.log" 2>&1
 note "attention_cuda_test PAIR_STEP=0 rc=$? $(grep -hE '^\[  (PASSED|FAILED) ' "$X/attention_pair0.log" | tr '\n' ' ')"
 bench() {  # variant len pair method
-  [ "$SECONDS" -gt 520 ] && { note "skipped $1 $2 $4"; return; }
+  [ "$SECONDS" -gt "${EXTRA_STOP_AFTER:-300}" ] && { note "skipped $1 $2 $4"; return; }
   local rr=16 w=2 rep=7; [ "$2" -gt 65536 ] && { rr=4; w=1; rep=3; }
-  SPATTN_HOPPER_PAIR_STEP=$3 timeout 60 bin/spattn-bench --device=cuda --workload=llm_mix \
+  SPATTN_HOPPER_PAIR_STEP=$3 timeout 45 bin/spattn-bench --device=cuda --workload=llm_mix \
     --heads=32 --kv_heads=8 --head_dim=128 --dtype=bf16 --group_by=all --recall_rows=$rr \
     --warmup=$w --repeat=$rep --seq_len=$2 --methods=$4 >> "$X/bench_$1.jsonl" 2>> "$X/bench_$1.err"
   note "bench $1 $2 $4 rc=$?"
