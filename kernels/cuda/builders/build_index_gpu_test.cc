@@ -2615,5 +2615,47 @@ TEST(BuildIndexOnGpuSaapTest, RowsMassTemplatedBuildsTheSameIndex) {
 #endif
 }
 
+// ---- s38-sl ----
+// SlKnobs::early_est (the estimate enqueued before the host tables) builds main's index, with and
+// without the second stream and the one upload.
+TEST(BuildIndexOnGpuSampledLinesTest, EarlyEstimateBuildsMainsIndex) {
+  SKIP_WITHOUT_GPU();
+#ifndef SPATTN_SL_KNOBS
+  GTEST_SKIP() << "the GPU sampled_lines builder exists only in CUDA builds";
+#else
+  auto engine = MakeEngine(int64_t{2} << 30);
+  ASSERT_NE(engine, nullptr);
+  cuda::SlKnobs& k = cuda::SampledLinesKnobs();
+  const cuda::SlKnobs saved = k;
+  int compared = 0;
+  ForEachSlKnobCase(*engine, [&](const HostProblem& hp, DeviceProblem& dp,
+                                 const std::vector<int>& heads, const MethodConfig& config,
+                                 const std::string& label) {
+    for (int block_m : {64, 128}) {
+      for (const auto& [est, one] : {std::pair<int, bool>{1, true}, {0, true}, {1, false}}) {
+        const std::string what = absl::StrCat(label, " block_m=", block_m, " est_stream=", est,
+                                              " one_upload=", one);
+        SparseIndex idx[2];
+        for (int v = 0; v < 2; ++v) {
+          k = saved;
+          k.est_stream = est;
+          k.one_upload = one;
+          k.early_est = v == 1;
+          BuildOnGpu(*engine, hp, dp, config, heads, block_m, nullptr, what, &idx[v]);
+          engine->ReleaseIndexes();
+          k = saved;
+          if (::testing::Test::HasFatalFailure()) return;
+        }
+        ExpectSameIndex(idx[0], idx[1], what, /*with_offsets=*/true);
+        EXPECT_FALSE(idx[0].col_idx.empty()) << what;
+        ++compared;
+      }
+    }
+  });
+  k = saved;
+  EXPECT_GT(compared, 0);
+#endif
+}
+
 }  // namespace
 }  // namespace spattn

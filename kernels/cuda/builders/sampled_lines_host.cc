@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -166,6 +167,52 @@ absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const A
   SPATTN_RETURN_IF_ERROR(CheckSampledLinesGammas(gammas, heads.size()));
   const Layout l = MakeLayout(p, heads, block_m);
   const int nslots = l.host.num_heads(), nblocks = l.host.num_blocks();
+  const SlKnobs& knobs = SampledLinesKnobs();
+  const bool early = knobs.early_est;
+  std::optional<StageTimer> timer;
+  std::vector<int32_t> heads32(heads.begin(), heads.end());
+  const merged::EstimatePlan e = merged::MakeEstimatePlan(p, params.last_q);
+  // Step 2: the last-rows evidence. Only the emit launch reads it: on a second stream
+  // (SlKnobs::est_stream) it runs beside passes 1-2 (its small launches and their gaps under
+  // theirs) and is joined before the emit launch.
+  SlSide* side = nullptr;
+  int dev = 0;
+  if (knobs.est_stream != 0 && cudaGetDevice(&dev) == cudaSuccess) {
+    side = SideStream(dev, knobs.est_stream);
+  }
+  std::optional<SlJoin> join;  // made at the fork (the side stream may fall back to null there)
+  auto launch_estimate = [&](const int32_t* dh,
+                             const merged::EstimateSeq* ds) -> absl::StatusOr<merged::EstimateParams> {
+    if (side != nullptr && (cudaEventRecord(side->fork, env.stream) != cudaSuccess ||
+                            cudaStreamWaitEvent(side->stream, side->fork, 0) != cudaSuccess)) {
+      (void)cudaGetLastError();
+      side = nullptr;
+    }
+    join.emplace(env.stream, side);
+    const cudaStream_t est_stream = side != nullptr ? side->stream : env.stream;
+    return merged::RunEstimate(p, a, e, ds, dh, nslots, env, est_stream, *timer);
+  };
+  // SlKnobs::early_est: a build that fails in the table checks below waits for the enqueued
+  // estimate before its scratch is given back.
+  struct EarlyGuard {
+    cudaStream_t side = nullptr;
+    ~EarlyGuard() {
+      if (side != nullptr) (void)cudaStreamSynchronize(side);
+    }
+  } early_guard;
+  merged::EstimateParams ep{};
+  const int32_t* early_heads = nullptr;
+  const merged::EstimateSeq* early_seqs = nullptr;
+  if (early) {
+    timer.emplace(env.stream, "sampled_lines");
+    MetaBlob eb;
+    const size_t o_h = eb.Add(heads32), o_s = eb.Add(e.seqs);
+    SPATTN_RETURN_IF_ERROR(eb.Upload(env, env.stream));
+    early_heads = eb.At<const int32_t>(o_h);
+    early_seqs = eb.At<const merged::EstimateSeq>(o_s);
+    early_guard.side = side != nullptr ? side->stream : env.stream;
+    SPATTN_ASSIGN_OR_RETURN(ep, launch_estimate(early_heads, early_seqs));
+  }
   if (params.clip_diagonals) {
     for (int b = 0; b < p.batch(); ++b) {
       if (block_m > kSlClipRows || p.k_len(b) > INT32_MAX / kSlClipRows / 2) {
@@ -262,10 +309,7 @@ absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const A
   }
 
   split.Mark();
-  StageTimer timer(env.stream, "sampled_lines");
-  const SlKnobs& knobs = SampledLinesKnobs();
-  std::vector<int32_t> heads32(heads.begin(), heads.end());
-  const merged::EstimatePlan e = merged::MakeEstimatePlan(p, params.last_q);
+  if (!early) timer.emplace(env.stream, "sampled_lines");
   std::vector<int32_t> k_lens(p.batch());
   for (int b = 0; b < p.batch(); ++b) k_lens[b] = p.k_len(b);
   SlArgs sa;
@@ -293,25 +337,14 @@ absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const A
     SPATTN_ASSIGN_OR_RETURN(d_heads, Upload(env, heads32, "sampled_lines heads"));
     SPATTN_ASSIGN_OR_RETURN(d_ev_seqs, Upload(env, e.seqs, "sampled_lines evidence sequences"));
   }
-  // Step 2: the last-rows evidence. Only the emit launch reads it: on a second stream
-  // (SlKnobs::est_stream) it runs beside passes 1-2 (its small launches and their gaps under
-  // theirs) and is joined before the emit launch.
-  SlSide* side = nullptr;
-  int dev = 0;
-  if (knobs.est_stream != 0 && cudaGetDevice(&dev) == cudaSuccess) {
-    side = SideStream(dev, knobs.est_stream);
+  if (early) {
+    d_heads = early_heads;
+    d_ev_seqs = early_seqs;
   }
-  if (side != nullptr && (cudaEventRecord(side->fork, env.stream) != cudaSuccess ||
-                          cudaStreamWaitEvent(side->stream, side->fork, 0) != cudaSuccess)) {
-    (void)cudaGetLastError();
-    side = nullptr;
+  if (!early) {
+    SPATTN_ASSIGN_OR_RETURN(ep, launch_estimate(d_heads, d_ev_seqs));
   }
-  SlJoin join(env.stream, side);
-  const cudaStream_t est_stream = side != nullptr ? side->stream : env.stream;
-  SPATTN_ASSIGN_OR_RETURN(
-      const merged::EstimateParams ep,
-      merged::RunEstimate(p, a, e, d_ev_seqs, d_heads, nslots, env, est_stream, timer));
-
+  early_guard.side = nullptr;  // past the table checks: errors from here on are main's
   sa.p = a;
   sa.scale = p.softmax_scale;
   sa.heads = d_heads;
@@ -399,13 +432,13 @@ absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const A
     SPATTN_CUDA_RETURN_IF_ERROR(LaunchSampledLinesEvidence(sa, side->stream),
                                 "sampled_lines evidence");
     sa.evidence_ready = true;
-    SPATTN_CUDA_RETURN_IF_ERROR(join.Record(), "sampled_lines estimate join");
+    SPATTN_CUDA_RETURN_IF_ERROR(join->Record(), "sampled_lines estimate join");
   }
   SPATTN_CUDA_RETURN_IF_ERROR(LaunchSampledLinesStats(sa, env.stream), "sampled_lines row stats");
-  timer.Mark("row_stats");
+  timer->Mark("row_stats");
   SPATTN_CUDA_RETURN_IF_ERROR(LaunchSampledLinesHistogram(sa, env.stream),
                               "sampled_lines histograms");
-  timer.Mark("histogram");
+  timer->Mark("histogram");
   SPATTN_CUDA_RETURN_IF_ERROR(LaunchExclusiveScan64(sa.kept, irows, env.stream),
                               "sampled_lines entry offsets");
   int64_t total = 0;
@@ -417,10 +450,10 @@ absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const A
   split.Mark();
   // Slices sized by pass 2's bound; the assembler reads the first `counts` entries of each.
   SPATTN_ASSIGN_OR_RETURN(sa.entries, Carve<int32_t>(env, total, "sampled_lines entries"));
-  timer.Mark("entry_total");
-  SPATTN_CUDA_RETURN_IF_ERROR(join.Now(), "sampled_lines estimate join");
+  timer->Mark("entry_total");
+  SPATTN_CUDA_RETURN_IF_ERROR(join->Now(), "sampled_lines estimate join");
   SPATTN_CUDA_RETURN_IF_ERROR(LaunchSampledLinesEmit(sa, env.stream), "sampled_lines emit");
-  timer.Mark("emit");
+  timer->Mark("emit");
   split.Mark();
 
   asm_args.geo = sa.geo;
@@ -480,15 +513,15 @@ absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const A
                    "staging rows\n",
                    static_cast<long long>(total), longest, max_segs, asm_args.staging_rows);
     }
-    timer.Mark("bucket");
+    timer->Mark("bucket");
   }
   auto v = Assemble(
       env, l,
       [&](const AsmOut& out, bool fill) {
         return LaunchSampledLinesAssemble(asm_args, out, fill, env.stream);
       },
-      &timer, "select");
-  if (!v.ok()) timer.Cancel();
+      &*timer, "select");
+  if (!v.ok()) timer->Cancel();
   split.Mark();
   return v;
 }

@@ -201,6 +201,10 @@ struct SlKnobs {
   // in one copy (SPATTN_SL_ONE_UPLOAD=0: main's, one pageable copy per table).
   int est_stream = 1;
   bool one_upload = true;
+  // Session 38 (host only; the same index). early_est: the estimate (its heads and sequences in
+  // a small copy of their own) is enqueued before the host builds the rows / groups / items
+  // tables, so they are built while the GPU runs it (SPATTN_SL_EARLY_EST=1; 0: main's order).
+  bool early_est = false;
 };
 SlKnobs& SampledLinesKnobs();
 
