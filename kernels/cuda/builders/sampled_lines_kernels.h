@@ -204,7 +204,8 @@ struct SlKnobs {
   // Session 38 (host only; the same index). early_est: the estimate (its heads and sequences in
   // a small copy of their own) is enqueued before the host builds the rows / groups / items
   // tables, so they are built while the GPU runs it (SPATTN_SL_EARLY_EST=1; 0: main's order).
-  bool early_est = false;
+  // On since session 38: 32K build 0.97x of main's order on an H200 (NOTES, "Session 38 — lead").
+  bool early_est = true;
 };
 SlKnobs& SampledLinesKnobs();
 
