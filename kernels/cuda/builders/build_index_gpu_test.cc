@@ -2657,5 +2657,73 @@ TEST(BuildIndexOnGpuSampledLinesTest, EarlyEstimateBuildsMainsIndex) {
 #endif
 }
 
+// ---- s38-flex3 ----
+// The balanced merge's window starts stored by the count pass and read by the fill
+// (EstKnobs::merge_store_cuts, SPATTN_MERGE_STORE_CUTS, the default) build the index of the fill
+// that recomputes them, offsets included: every vertical_slash / flex_prefill twin shape and
+// config, then llm_mix with 32 q / 8 kv heads at 5,000, 16K and 32K queries, block_m 64 and 128.
+TEST(BuildIndexOnGpuEstimateTest, StoreCutsMergeBuildsTheSameIndex) {
+  SKIP_WITHOUT_GPU();
+#ifndef SPATTN_SL_KNOBS
+  GTEST_SKIP() << "the GPU estimate's knobs exist only in CUDA builds";
+#else
+  int64_t compared = ExpectEstKnobsBuildTheSameIndex(
+      3839,
+      [](cuda::EstKnobs& k) {
+        k.merge_balance = true;
+        k.merge_store_cuts = true;
+      },
+      [](cuda::EstKnobs& k) {
+        k.merge_balance = true;
+        k.merge_store_cuts = false;
+      });
+  if (::testing::Test::HasFatalFailure()) return;
+  printf("stored merge cuts vs recomputed: %lld twin builds compared, same index\n",
+         static_cast<long long>(compared));
+  auto engine = MakeEngine(int64_t{4} << 30);
+  ASSERT_NE(engine, nullptr);
+  cuda::EstKnobs& knobs = cuda::EstimateKnobs();
+  const cuda::EstKnobs saved = knobs;
+  for (int len : {5000, 16384, 32768}) {
+    WorkloadOptions o = LlmMix16K();
+    o.shape.q_lens = {len};
+    o.shape.num_q_heads = 32;
+    o.shape.num_kv_heads = 8;
+    auto w = GenerateWorkload(o);
+    ASSERT_TRUE(w.ok()) << w.status();
+    auto dp = DeviceProblem::Create(engine->device(), *w->host);
+    ASSERT_TRUE(dp.ok()) << dp.status();
+    for (Method m : {Method::kVerticalSlash, Method::kFlexPrefill}) {
+      MethodConfig c;
+      c.method = m;
+      for (int block_m : {64, 128}) {
+        if (ExpectSameIndexEitherWay(
+                *engine, *w->host, **dp, c, AllHeads(32), block_m,
+                absl::StrCat(c.DebugString(), " llm_mix ", len, " 32 heads block_m ", block_m,
+                             " stored vs recomputed merge cuts"),
+                [&] {
+                  knobs = saved;
+                  knobs.merge_balance = true;
+                  knobs.merge_store_cuts = true;
+                },
+                [&] {
+                  knobs = saved;
+                  knobs.merge_balance = true;
+                  knobs.merge_store_cuts = false;
+                })) {
+          ++compared;
+        }
+        knobs = saved;
+        if (::testing::Test::HasFatalFailure()) return;
+      }
+    }
+    engine->ReleaseIndexes();
+  }
+  printf("stored merge cuts vs recomputed: %lld builds compared in all, same index\n",
+         static_cast<long long>(compared));
+  EXPECT_GT(compared, 0);
+#endif
+}
+
 }  // namespace
 }  // namespace spattn

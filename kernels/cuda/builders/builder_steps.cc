@@ -528,7 +528,8 @@ absl::StatusOr<Csr> MergeLines(MergeParams mp, int64_t rows, int64_t cols_stride
   }
   mp.range_count = csr.range_count;
   mp.col_count = csr.col_count;
-  SPATTN_ASSIGN_OR_RETURN(mp.lane_prefix, Carve<int32_t>(ws, rows * 64, "merge lane prefixes"));
+  // 64 prefixes a row, then (SPATTN_MERGE_STORE_CUTS) 32 window starts a row.
+  SPATTN_ASSIGN_OR_RETURN(mp.lane_prefix, Carve<int32_t>(ws, rows * 96, "merge lane prefixes"));
   SPATTN_RETURN_IF_ERROR(GroupLines(&mp, mp.num_slots, cols_stride, offs_stride, ws, stream));
   timer.Mark("group");
   SPATTN_CUDA_RETURN_IF_ERROR(LaunchMergeRows(mp, /*fill=*/false, stream), "merge rows (count)");

@@ -1286,7 +1286,10 @@ constexpr int kMergeMinBlocks = 8;
 // kBalance: the lanes' windows cut at equal counts of the row's lines (row_assembly::PartCut,
 // session 38) instead of equal key spans (PartWindow, main's before; SPATTN_MERGE_BALANCE=0); both
 // passes cut the same way, and every partition gives the same row.
-template <bool fill, bool kKept, bool kBalance>
+// kStore (with kBalance; s38-flex3, SPATTN_MERGE_STORE_CUTS): the count pass stores each lane's
+// window start at lane_prefix[rows * 64 + row * 32 + lane] and the fill pass reads it (hi: the
+// next lane's) instead of repeating the cut searches and the max-scan: the same windows.
+template <bool fill, bool kKept, bool kBalance, bool kStore>
 __global__ void __launch_bounds__(kMergeThreads, kMergeMinBlocks) MergeRowsKernel(MergeParams p) {
   constexpr unsigned kAll = 0xffffffffu;
   const int lane = static_cast<int>(threadIdx.x & 31u);
@@ -1319,7 +1322,12 @@ __global__ void __launch_bounds__(kMergeThreads, kMergeMinBlocks) MergeRowsKerne
     lines.col_runs = p.col_runs + 2 * p.unit_col_base[unit];
     lines.n_runs = p.unit_nruns[unit];
     int lo = 0, hi = 0;
-    if constexpr (kBalance) {
+    int32_t* lane_cut = p.lane_prefix + rows * 64 + row * 32 + lane;
+    if constexpr (kBalance && kStore && fill) {
+      lo = *lane_cut;
+      hi = __shfl_down_sync(kAll, lo, 1);
+      if (lane == 31) hi = g.key_end;
+    } else if constexpr (kBalance) {
       const row_assembly::RowItems items = row_assembly::CountRowItems(g, lines);
       int shift = row_assembly::PartCut(g, lines, items, 32, lane) - lane;
 #pragma unroll
@@ -1330,6 +1338,7 @@ __global__ void __launch_bounds__(kMergeThreads, kMergeMinBlocks) MergeRowsKerne
       lo = row_assembly::PartBound(g.key_end, lane, shift);
       hi = __shfl_down_sync(kAll, lo, 1);
       if (lane == 31) hi = g.key_end;
+      if constexpr (kStore) *lane_cut = lo;  // count pass (the fill takes the branch above)
     } else {
       row_assembly::PartWindow(g.key_end, 32, lane, &lo, &hi);
     }
@@ -1619,28 +1628,31 @@ cudaError_t LaunchMergeRows(const MergeParams& p, bool fill, cudaStream_t stream
   if (rows == 0) return cudaSuccess;
   const int grid = GridFor(rows * 32, kMergeThreads);
   const bool kept = p.kept_block > 0;
-  auto launch = [&](auto balance) {
+  auto launch = [&](auto balance, auto store) {
     constexpr bool kB = decltype(balance)::value;
+    constexpr bool kS = decltype(store)::value;
     if (fill) {
       if (kept) {
-        MergeRowsKernel<true, true, kB><<<grid, kMergeThreads, 0, stream>>>(p);
+        MergeRowsKernel<true, true, kB, kS><<<grid, kMergeThreads, 0, stream>>>(p);
       } else {
-        MergeRowsKernel<true, false, kB><<<grid, kMergeThreads, 0, stream>>>(p);
+        MergeRowsKernel<true, false, kB, kS><<<grid, kMergeThreads, 0, stream>>>(p);
       }
     } else {
       if (kept) {
-        MergeRowsKernel<false, true, kB><<<grid, kMergeThreads, 0, stream>>>(p);
+        MergeRowsKernel<false, true, kB, kS><<<grid, kMergeThreads, 0, stream>>>(p);
       } else {
-        MergeRowsKernel<false, false, kB><<<grid, kMergeThreads, 0, stream>>>(p);
+        MergeRowsKernel<false, false, kB, kS><<<grid, kMergeThreads, 0, stream>>>(p);
       }
     }
   };
-  // Read at every launch: both passes of one build must see the same value (tests flip it
+  // Read at every launch: both passes of one build must see the same values (tests flip them
   // between builds only).
-  if (EstimateKnobs().merge_balance) {
-    launch(std::true_type{});
+  if (!EstimateKnobs().merge_balance) {
+    launch(std::false_type{}, std::false_type{});
+  } else if (EstimateKnobs().merge_store_cuts) {
+    launch(std::true_type{}, std::true_type{});
   } else {
-    launch(std::false_type{});
+    launch(std::true_type{}, std::false_type{});
   }
   return cudaGetLastError();
 }
@@ -1697,6 +1709,8 @@ EstKnobs& EstimateKnobs() {
     if (const char* pf = std::getenv("SPATTN_EST_K_PREFETCH")) k.est_k_prefetch = std::atoi(pf);
     const char* mb = std::getenv("SPATTN_MERGE_BALANCE");
     k.merge_balance = mb == nullptr || std::string(mb) != "0";
+    const char* sc = std::getenv("SPATTN_MERGE_STORE_CUTS");
+    k.merge_store_cuts = sc == nullptr || std::string(sc) != "0";
     return k;
   }();
   return knobs;

@@ -66,6 +66,11 @@ struct EstKnobs {
   // of the row's lines (session 38; the same rows). SPATTN_MERGE_BALANCE=0: equal key spans
   // (main's).
   bool merge_balance = true;
+  // With merge_balance: the count pass stores each lane's window start (rows x 32 ints after the
+  // lane prefixes) and the fill pass reads it instead of repeating the cut searches (session 38,
+  // s38-flex3; the same windows, so the same rows). SPATTN_MERGE_STORE_CUTS=0: the fill recomputes
+  // them (main's).
+  bool merge_store_cuts = true;
 };
 EstKnobs& EstimateKnobs();
 
