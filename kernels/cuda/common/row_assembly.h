@@ -25,6 +25,8 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/common/lower_bound.h"
+
 #if defined(__CUDACC__)
 #define SPATTN_HD __host__ __device__ __forceinline__
 #else
@@ -375,39 +377,15 @@ struct RowItems {
 };
 
 SPATTN_HD RowItems CountRowItems(const RowGeo& g, const RowLines& l) {
+  using spattn::cuda::LowerBoundBy;
   RowItems it;
-  int lo = 0, hi = l.n_runs;
-  while (lo < hi) {
-    const int mid = (lo + hi) >> 1;
-    if (l.col_runs[2 * mid] < g.key_end) {
-      lo = mid + 1;
-    } else {
-      hi = mid;
-    }
-  }
-  it.n_runs = lo;
-  lo = 0;
-  hi = l.n_clusters;
-  while (lo < hi) {  // clusters with lo <= last_pos (others end before key 0)
-    const int mid = (lo + hi) >> 1;
-    if (l.clusters[2 * mid] <= g.last_pos) {
-      lo = mid + 1;
-    } else {
-      hi = mid;
-    }
-  }
-  it.cl_hi = lo;
-  lo = 0;
-  hi = it.cl_hi;
-  while (lo < hi) {  // clusters whose segment starts at or after key_end (top too small)
-    const int mid = (lo + hi) >> 1;
-    if (g.first_pos - l.clusters[2 * mid + 1] >= g.key_end) {
-      lo = mid + 1;
-    } else {
-      hi = mid;
-    }
-  }
-  it.cl_lo = lo;
+  it.n_runs = LowerBoundBy(0, l.n_runs, [&](int i) { return l.col_runs[2 * i] < g.key_end; });
+  // Clusters with lo <= last_pos (the others end before key 0).
+  it.cl_hi = LowerBoundBy(0, l.n_clusters, [&](int i) { return l.clusters[2 * i] <= g.last_pos; });
+  // Of those, the ones whose segment starts at or after key_end (their top is too small).
+  it.cl_lo = LowerBoundBy(0, it.cl_hi, [&](int i) {
+    return g.first_pos - l.clusters[2 * i + 1] >= g.key_end;
+  });
   return it;
 }
 
@@ -422,16 +400,9 @@ SPATTN_HD int PartCut(const RowGeo& g, const RowLines& l, const RowItems& it, in
   // Item q of the clusters in key order: cluster cl_hi - 1 - q, start first_pos - its top.
   auto b_key = [&](int q) { return g.first_pos - l.clusters[2 * (it.cl_hi - 1 - q) + 1]; };
   auto a_key = [&](int i) { return l.col_runs[2 * i]; };
-  int lo = d - nb > 0 ? d - nb : 0;
-  int hi = d < na ? d : na;
-  while (lo < hi) {  // how many of the first d items are runs (ties: runs first)
-    const int mid = (lo + hi) >> 1;
-    if (a_key(mid) <= b_key(d - 1 - mid)) {
-      lo = mid + 1;
-    } else {
-      hi = mid;
-    }
-  }
+  // How many of the first d items are runs (ties: runs first): a merge-path search.
+  const int lo = spattn::cuda::LowerBoundBy(d - nb > 0 ? d - nb : 0, d < na ? d : na,
+                                            [&](int i) { return a_key(i) <= b_key(d - 1 - i); });
   int key;
   if (lo < na && (d - lo >= nb || a_key(lo) <= b_key(d - lo))) {
     key = a_key(lo);
