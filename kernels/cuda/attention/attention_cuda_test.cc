@@ -200,6 +200,26 @@ class CudaAttentionTest : public ::testing::Test {
     EXPECT_EQ(0, std::memcmp(lse[0].data(), lse[1].data(), lse[0].size() * 4)) << config;
   }
 
+  // Run 0's rows match the reference on 64 sampled rows of every head, and every later run wrote
+  // run 0's O and LSE bytes.
+  static void ExpectRunsMatchFirst(HostProblem& hp, const SparseIndex& idx, int hq,
+                                   const std::vector<std::vector<float>>& o,
+                                   const std::vector<std::vector<float>>& lse,
+                                   const std::string& config) {
+    EXPECT_EQ(CheckRows(hp.problem(), &idx, SampleRows(hp.problem(), AllHeads(hq), 64), o[0],
+                        lse[0]),
+              "")
+        << config;
+    for (size_t run = 1; run < o.size(); ++run) {
+      ASSERT_EQ(o[run].size(), o[0].size());
+      ASSERT_EQ(lse[run].size(), lse[0].size());
+      EXPECT_EQ(0, std::memcmp(o[0].data(), o[run].data(), o[0].size() * 4))
+          << config << " run " << run;
+      EXPECT_EQ(0, std::memcmp(lse[0].data(), lse[run].data(), lse[0].size() * 4))
+          << config << " run " << run;
+    }
+  }
+
   static std::string* skip_reason_;
   // Kernel variants 1 (8 warps), 2 (4 warps of 32 rows), 3 (wgmma; = 2 off Hopper), 4 (3 with
   // deeper pipelines), 5 (warp-specialized TMA kernels of attention/hopper; sparse block_m 64:
@@ -1021,18 +1041,7 @@ TEST_F(CudaAttentionTest, SparsePairStepBytesIndependentOfSchedule) {
       RunSparseUnderKnob(*hp, idx, runs[run].first, runs[run].second, config,
                          static_cast<int>(run), &o[run], &lse[run]);
     }
-    EXPECT_EQ(CheckRows(hp->problem(), &idx, SampleRows(hp->problem(), AllHeads(c.hq), 64), o[0],
-                        lse[0]),
-              "")
-        << config;
-    for (size_t run = 1; run < runs.size(); ++run) {
-      ASSERT_EQ(o[run].size(), o[0].size());
-      ASSERT_EQ(lse[run].size(), lse[0].size());
-      EXPECT_EQ(0, std::memcmp(o[0].data(), o[run].data(), o[0].size() * 4))
-          << config << " run " << run;
-      EXPECT_EQ(0, std::memcmp(lse[0].data(), lse[run].data(), lse[0].size() * 4))
-          << config << " run " << run;
-    }
+    ExpectRunsMatchFirst(*hp, idx, c.hq, o, lse, config);
   }
 }
 
@@ -1075,34 +1084,11 @@ TEST_F(CudaAttentionTest, SparsePairStepThreeVSlotsMatchesTwo) {
           absl::StrCat(Describe(c), " block_m=64 pair 3V", short_items ? " short" : " long");
       std::vector<std::vector<float>> o(runs.size()), lse(runs.size());
       for (size_t run = 0; run < runs.size(); ++run) {
-        setenv("SPATTN_HOPPER_PAIR_STEP", runs[run].pair, 1);
-        if (runs[run].knob != nullptr) setenv(runs[run].knob, runs[run].value, 1);
-        ReloadCudaKernelKnobs();
-        auto dp = DeviceProblem::Create(0, *hp);
-        ASSERT_TRUE(dp.ok()) << dp.status();
-        ASSERT_TRUE((*dp)->Poison().ok());
-        const absl::Status s = engines_[4]->RunSparse((*dp)->problem(), idx);
-        unsetenv("SPATTN_HOPPER_PAIR_STEP");
-        if (runs[run].knob != nullptr) unsetenv(runs[run].knob);
-        ReloadCudaKernelKnobs();
-        ASSERT_TRUE(s.ok()) << s << " " << config;
-        ASSERT_TRUE((*dp)->Download(&o[run], &lse[run]).ok());
-        std::vector<int> heads(idx.heads.begin(), idx.heads.end());
-        EXPECT_EQ(CheckAllWritten((*dp)->problem(), heads, o[run], lse[run]), "")
-            << config << " run " << run;
+        const ScopedKnob pair("SPATTN_HOPPER_PAIR_STEP", runs[run].pair);
+        RunSparseUnderKnob(*hp, idx, runs[run].knob, runs[run].value, config,
+                           static_cast<int>(run), &o[run], &lse[run]);
       }
-      EXPECT_EQ(CheckRows(hp->problem(), &idx, SampleRows(hp->problem(), AllHeads(c.hq), 64),
-                          o[0], lse[0]),
-                "")
-          << config;
-      for (size_t run = 1; run < runs.size(); ++run) {
-        ASSERT_EQ(o[run].size(), o[0].size());
-        ASSERT_EQ(lse[run].size(), lse[0].size());
-        EXPECT_EQ(0, std::memcmp(o[0].data(), o[run].data(), o[0].size() * 4))
-            << config << " run " << run;
-        EXPECT_EQ(0, std::memcmp(lse[0].data(), lse[run].data(), lse[0].size() * 4))
-            << config << " run " << run;
-      }
+      ExpectRunsMatchFirst(*hp, idx, c.hq, o, lse, config);
     }
   }
 }
