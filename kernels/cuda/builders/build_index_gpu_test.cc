@@ -2479,21 +2479,17 @@ TEST(BuildIndexOnGpuSaapTest, RopeTableAfterAnotherEnginesTableBuilds) {
 }
 
 // ---- s38-flex ----
-// The line merge's lanes cut at equal counts of the row's lines (EstKnobs::merge_balance,
-// SPATTN_MERGE_BALANCE, the default) build main's index (equal key spans), offsets included:
-// every shape and config of the vertical_slash / flex_prefill twin cases
-// (ExpectEstKnobsBuildTheSameIndex), then llm_mix with 32 q / 8 kv heads at 5,000 (a partial
-// last block), 16K and 32K queries, both methods, block_m 64 and 128.
-TEST(BuildIndexOnGpuEstimateTest, BalancedMergeLanesBuildMainsIndex) {
-  SKIP_WITHOUT_GPU();
-#ifndef SPATTN_SL_KNOBS
-  GTEST_SKIP() << "the GPU estimate's knobs exist only in CUDA builds";
-#else
-  int64_t compared = ExpectEstKnobsBuildTheSameIndex(
-      3838, [](cuda::EstKnobs& k) { k.merge_balance = true; },
-      [](cuda::EstKnobs& k) { k.merge_balance = false; });
+#ifdef SPATTN_SL_KNOBS
+// ExpectEstKnobsBuildTheSameIndex (seed0, knobs `a` against `b`), then llm_mix with 32 q / 8 kv
+// heads at 5,000 (a partial last block), 16K and 32K queries: vertical_slash and flex_prefill,
+// block_m 64 and 128, the same index (offsets included) either way. `what` names the pair in
+// messages and in the printed counts.
+template <class SetA, class SetB>
+void ExpectEstKnobsBuildTheSameIndexWithLlmMix(uint64_t seed0, const std::string& what, SetA a,
+                                               SetB b) {
+  int64_t compared = ExpectEstKnobsBuildTheSameIndex(seed0, a, b);
   if (::testing::Test::HasFatalFailure()) return;
-  printf("balanced merge lanes vs main's: %lld twin builds compared, same index\n",
+  printf("%s: %lld twin builds compared, same index\n", what.c_str(),
          static_cast<long long>(compared));
   auto engine = MakeEngine(int64_t{4} << 30);
   ASSERT_NE(engine, nullptr);
@@ -2515,14 +2511,14 @@ TEST(BuildIndexOnGpuEstimateTest, BalancedMergeLanesBuildMainsIndex) {
         if (ExpectSameIndexEitherWay(
                 *engine, *w->host, **dp, c, AllHeads(32), block_m,
                 absl::StrCat(c.DebugString(), " llm_mix ", len, " 32 heads block_m ", block_m,
-                             " balanced vs main's merge"),
+                             " ", what),
                 [&] {
                   knobs = saved;
-                  knobs.merge_balance = true;
+                  a(knobs);
                 },
                 [&] {
                   knobs = saved;
-                  knobs.merge_balance = false;
+                  b(knobs);
                 })) {
           ++compared;
         }
@@ -2532,9 +2528,25 @@ TEST(BuildIndexOnGpuEstimateTest, BalancedMergeLanesBuildMainsIndex) {
     }
     engine->ReleaseIndexes();
   }
-  printf("balanced merge lanes vs main's: %lld builds compared in all, same index\n",
+  printf("%s: %lld builds compared in all, same index\n", what.c_str(),
          static_cast<long long>(compared));
   EXPECT_GT(compared, 0);
+}
+#endif
+
+// The line merge's lanes cut at equal counts of the row's lines (EstKnobs::merge_balance,
+// SPATTN_MERGE_BALANCE, the default) build main's index (equal key spans), offsets included:
+// every shape and config of the vertical_slash / flex_prefill twin cases
+// (ExpectEstKnobsBuildTheSameIndex), then llm_mix with 32 q / 8 kv heads at 5,000 (a partial
+// last block), 16K and 32K queries, both methods, block_m 64 and 128.
+TEST(BuildIndexOnGpuEstimateTest, BalancedMergeLanesBuildMainsIndex) {
+  SKIP_WITHOUT_GPU();
+#ifndef SPATTN_SL_KNOBS
+  GTEST_SKIP() << "the GPU estimate's knobs exist only in CUDA builds";
+#else
+  ExpectEstKnobsBuildTheSameIndexWithLlmMix(
+      3838, "balanced vs main's merge lanes", [](cuda::EstKnobs& k) { k.merge_balance = true; },
+      [](cuda::EstKnobs& k) { k.merge_balance = false; });
 #endif
 }
 
@@ -2667,8 +2679,8 @@ TEST(BuildIndexOnGpuEstimateTest, StoreCutsMergeBuildsTheSameIndex) {
 #ifndef SPATTN_SL_KNOBS
   GTEST_SKIP() << "the GPU estimate's knobs exist only in CUDA builds";
 #else
-  int64_t compared = ExpectEstKnobsBuildTheSameIndex(
-      3839,
+  ExpectEstKnobsBuildTheSameIndexWithLlmMix(
+      3839, "stored vs recomputed merge cuts",
       [](cuda::EstKnobs& k) {
         k.merge_balance = true;
         k.merge_store_cuts = true;
@@ -2677,51 +2689,6 @@ TEST(BuildIndexOnGpuEstimateTest, StoreCutsMergeBuildsTheSameIndex) {
         k.merge_balance = true;
         k.merge_store_cuts = false;
       });
-  if (::testing::Test::HasFatalFailure()) return;
-  printf("stored merge cuts vs recomputed: %lld twin builds compared, same index\n",
-         static_cast<long long>(compared));
-  auto engine = MakeEngine(int64_t{4} << 30);
-  ASSERT_NE(engine, nullptr);
-  cuda::EstKnobs& knobs = cuda::EstimateKnobs();
-  const cuda::EstKnobs saved = knobs;
-  for (int len : {5000, 16384, 32768}) {
-    WorkloadOptions o = LlmMix16K();
-    o.shape.q_lens = {len};
-    o.shape.num_q_heads = 32;
-    o.shape.num_kv_heads = 8;
-    auto w = GenerateWorkload(o);
-    ASSERT_TRUE(w.ok()) << w.status();
-    auto dp = DeviceProblem::Create(engine->device(), *w->host);
-    ASSERT_TRUE(dp.ok()) << dp.status();
-    for (Method m : {Method::kVerticalSlash, Method::kFlexPrefill}) {
-      MethodConfig c;
-      c.method = m;
-      for (int block_m : {64, 128}) {
-        if (ExpectSameIndexEitherWay(
-                *engine, *w->host, **dp, c, AllHeads(32), block_m,
-                absl::StrCat(c.DebugString(), " llm_mix ", len, " 32 heads block_m ", block_m,
-                             " stored vs recomputed merge cuts"),
-                [&] {
-                  knobs = saved;
-                  knobs.merge_balance = true;
-                  knobs.merge_store_cuts = true;
-                },
-                [&] {
-                  knobs = saved;
-                  knobs.merge_balance = true;
-                  knobs.merge_store_cuts = false;
-                })) {
-          ++compared;
-        }
-        knobs = saved;
-        if (::testing::Test::HasFatalFailure()) return;
-      }
-    }
-    engine->ReleaseIndexes();
-  }
-  printf("stored merge cuts vs recomputed: %lld builds compared in all, same index\n",
-         static_cast<long long>(compared));
-  EXPECT_GT(compared, 0);
 #endif
 }
 
