@@ -2725,5 +2725,89 @@ TEST(BuildIndexOnGpuEstimateTest, StoreCutsMergeBuildsTheSameIndex) {
 #endif
 }
 
+// ---- s39-flex ----
+#ifdef SPATTN_SL_KNOBS
+// llm_mix with 32 q / 8 kv heads at 5,000 (a partial last block), 16K and 32K queries (lists of
+// ~32K sums: longer than the select's candidate capacity), vertical_slash and flex_prefill,
+// block_m 64 and 128: the index with the estimate knobs set by `a` and by `b` (each from the
+// knobs as found), offsets included. Returns the build pairs compared.
+template <class SetA, class SetB>
+int64_t ExpectLlmMix32HeadsKnobsBuildTheSameIndex(const std::string& what, SetA a, SetB b) {
+  auto engine = MakeEngine(int64_t{4} << 30);
+  EXPECT_NE(engine, nullptr);
+  if (engine == nullptr) return 0;
+  cuda::EstKnobs& knobs = cuda::EstimateKnobs();
+  const cuda::EstKnobs saved = knobs;
+  int64_t compared = 0;
+  for (int len : {5000, 16384, 32768}) {
+    WorkloadOptions o = LlmMix16K();
+    o.shape.q_lens = {len};
+    o.shape.num_q_heads = 32;
+    o.shape.num_kv_heads = 8;
+    auto w = GenerateWorkload(o);
+    EXPECT_TRUE(w.ok()) << w.status();
+    if (!w.ok()) return compared;
+    auto dp = DeviceProblem::Create(engine->device(), *w->host);
+    EXPECT_TRUE(dp.ok()) << dp.status();
+    if (!dp.ok()) return compared;
+    for (Method m : {Method::kVerticalSlash, Method::kFlexPrefill}) {
+      MethodConfig c;
+      c.method = m;
+      for (int block_m : {64, 128}) {
+        const bool ok = ExpectSameIndexEitherWay(
+            *engine, *w->host, **dp, c, AllHeads(32), block_m,
+            absl::StrCat(c.DebugString(), " llm_mix ", len, " 32 heads block_m ", block_m, " ",
+                         what),
+            [&] {
+              knobs = saved;
+              a(knobs);
+            },
+            [&] {
+              knobs = saved;
+              b(knobs);
+            });
+        knobs = saved;
+        if (ok) ++compared;
+        if (::testing::Test::HasFatalFailure()) return compared;
+      }
+    }
+    engine->ReleaseIndexes();
+  }
+  return compared;
+}
+#endif
+
+// SelectFlexLinesKernel on a cluster of 2 CTAs x 512 threads a list (EstKnobs::flex_sel_cluster,
+// SPATTN_FLEX_SEL_CLUSTER) selects the 1,024-thread CTA's lines: the same index, offsets
+// included, for every vertical_slash / flex_prefill twin shape and config
+// (ExpectEstKnobsBuildTheSameIndex) and llm_mix 32 q / 8 kv heads at 5,000, 16K and 32K queries,
+// with the default candidate capacity and with 64 and 0 (levels from the list after the first;
+// none from candidates). Off compute capability 9.0 both builds run one CTA a list.
+TEST(BuildIndexOnGpuEstimateTest, ClusterFlexSelectBuildsTheSameIndex) {
+  SKIP_WITHOUT_GPU();
+#ifndef SPATTN_SL_KNOBS
+  GTEST_SKIP() << "the GPU estimate's knobs exist only in CUDA builds";
+#else
+  int64_t compared = 0;
+  for (int cap : {12288, 64, 0}) {
+    auto with = [cap](bool cluster) {
+      return [cap, cluster](cuda::EstKnobs& k) {
+        k.flex_select = true;
+        k.flex_sel_cap = cap;
+        k.flex_sel_cluster = cluster;
+      };
+    };
+    compared += ExpectEstKnobsBuildTheSameIndex(3939 + cap, with(true), with(false));
+    if (::testing::Test::HasFatalFailure()) return;
+    compared += ExpectLlmMix32HeadsKnobsBuildTheSameIndex(
+        absl::StrCat("cluster vs one-CTA select, candidates ", cap), with(true), with(false));
+    if (::testing::Test::HasFatalFailure()) return;
+    printf("cluster flex select (candidates %d) vs one CTA: %lld builds compared, same index\n",
+           cap, static_cast<long long>(compared));
+  }
+  EXPECT_GT(compared, 0);
+#endif
+}
+
 }  // namespace
 }  // namespace spattn
