@@ -1853,7 +1853,7 @@ EstKnobs& EstimateKnobs() {
     const char* sc = std::getenv("SPATTN_MERGE_STORE_CUTS");
     k.merge_store_cuts = sc == nullptr || std::string(sc) != "0";
     const char* scl = std::getenv("SPATTN_FLEX_SEL_CLUSTER");
-    k.flex_sel_cluster = scl != nullptr && std::string(scl) != "0";
+    k.flex_sel_cluster = scl == nullptr || std::string(scl) != "0";
     return k;
   }();
   return knobs;

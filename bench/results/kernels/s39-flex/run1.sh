@@ -20,7 +20,7 @@ if [ "$SECONDS" -lt 100 ]; then
   B="--device=cuda --workload=llm_mix --heads=32 --kv_heads=8 --head_dim=128 --dtype=bf16 --group_by=all --recall_rows=1 --seq_len=32768 --warmup=1 --repeat=1"
   for v in 0 1; do
     SPATTN_FLEX_SEL_CLUSTER=$v timeout 30 ncu --clock-control none -k regex:SelectFlexLines --launch-skip 2 --launch-count 2 \
-      --metrics gpu__time_duration.sum,smsp__inst_executed.sum,launch__grid_size,launch__cluster_dim_x \
+      --metrics gpu__time_duration.sum,smsp__inst_executed.sum,launch__grid_size,launch__block_size \
       bin/spattn-bench $B --methods=flex_prefill > "$OUT/ncu_select$v.txt" 2> "$OUT/raw/ncu_select$v.err"
     ab_note "ncu flex_prefill select cluster=$v rc=$?"
   done
