@@ -2733,5 +2733,33 @@ TEST(BuildIndexOnGpuSampledLinesTest, PairScanBuildsMainsIndex) {
 #endif
 }
 
+// ---- s39-flex ----
+// SelectFlexLinesKernel on a cluster of 2 CTAs x 512 threads a list (EstKnobs::flex_sel_cluster,
+// SPATTN_FLEX_SEL_CLUSTER) selects the 1,024-thread CTA's lines: the same index, offsets
+// included, for every vertical_slash / flex_prefill twin shape and config
+// (ExpectEstKnobsBuildTheSameIndex) and llm_mix 32 q / 8 kv heads at 5,000, 16K and 32K queries,
+// with the default candidate capacity and with 64 and 0 (levels from the list after the first;
+// none from candidates). Off compute capability 9.0 both builds run one CTA a list.
+TEST(BuildIndexOnGpuEstimateTest, ClusterFlexSelectBuildsTheSameIndex) {
+  SKIP_WITHOUT_GPU();
+#ifndef SPATTN_SL_KNOBS
+  GTEST_SKIP() << "the GPU estimate's knobs exist only in CUDA builds";
+#else
+  for (int cap : {12288, 64, 0}) {
+    auto with = [cap](bool cluster) {
+      return [cap, cluster](cuda::EstKnobs& k) {
+        k.flex_select = true;
+        k.flex_sel_cap = cap;
+        k.flex_sel_cluster = cluster;
+      };
+    };
+    ExpectEstKnobsBuildTheSameIndexWithLlmMix(
+        3939 + cap, absl::StrCat("cluster vs one-CTA select, candidates ", cap), with(true),
+        with(false));
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+#endif
+}
+
 }  // namespace
 }  // namespace spattn

@@ -18,7 +18,9 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <cooperative_groups.h>
 #include <cub/block/block_reduce.cuh>
+#include <cub/warp/warp_reduce.cuh>
 #include <string>
 #include <type_traits>
 
@@ -32,6 +34,8 @@ namespace spattn {
 namespace cuda {
 namespace merged {
 namespace {
+
+namespace cg = cooperative_groups;
 
 // A CTA runs kWarps warps of 16 estimate rows each over its key chunk: 4 (64 rows at a time,
 // vertical_slash's last_q 64) or 8 (128 rows at a time: flex_prefill's block of 128 loads each
@@ -913,12 +917,14 @@ constexpr int kSelectThreads = 1024;
 // the equal ones and places the selected ones by ballots. The same selection (eligible
 // elements above the rule's prefix, and the first take_eq equal ones by index) and the same
 // positions (index order), emit(i, position) for each. Every thread must call it; returns the
-// number selected in every thread.
-template <int kThreads, class KeyFn, class Emit>
+// number selected in every thread. `warp` is the warp's index among the kThreads / 32 and
+// `sync` the barrier over all of them (a 2-CTA cluster's: SelectFlexLinesKernel<true>, whose
+// warp_eq / warp_above are rank 0's).
+template <int kThreads, class KeyFn, class Emit, class Sync>
 __device__ int ApplyRuleByWarps(int n, const TopKRule& rule, KeyFn key_of, Emit emit,
-                                int* warp_eq, int* warp_above) {
+                                int* warp_eq, int* warp_above, int warp, Sync sync) {
   constexpr int kWarps = kThreads / 32;
-  const int lane = static_cast<int>(threadIdx.x & 31u), warp = static_cast<int>(threadIdx.x >> 5);
+  const int lane = static_cast<int>(threadIdx.x & 31u);
   const int chunk = (n + kThreads - 1) / kThreads * 32;
   const int begin = min(n, warp * chunk), end = min(n, begin + chunk);
   auto test = [&](int i, bool* eq, bool* above) {
@@ -942,7 +948,7 @@ __device__ int ApplyRuleByWarps(int n, const TopKRule& rule, KeyFn key_of, Emit 
     warp_eq[warp] = eq_n;
     warp_above[warp] = above_n;
   }
-  __syncthreads();
+  sync();
   const bool all_eq = rule.take_eq == INT_MAX;
   int eq_before = 0, sel_before = 0, total = 0, eq_seen = 0;
   for (int w = 0; w < kWarps; ++w) {
@@ -970,6 +976,14 @@ __device__ int ApplyRuleByWarps(int n, const TopKRule& rule, KeyFn key_of, Emit 
     sel_before += __popc(selb);
   }
   return total;
+}
+
+// One CTA of kThreads.
+template <int kThreads, class KeyFn, class Emit>
+__device__ int ApplyRuleByWarps(int n, const TopKRule& rule, KeyFn key_of, Emit emit,
+                                int* warp_eq, int* warp_above) {
+  return ApplyRuleByWarps<kThreads>(n, rule, key_of, emit, warp_eq, warp_above,
+                                    static_cast<int>(threadIdx.x >> 5), [] { __syncthreads(); });
 }
 
 __global__ void __launch_bounds__(kSelectThreads) SelectLinesKernel(LineSelectParams p) {
@@ -1057,25 +1071,84 @@ struct FlexSelSmem {
   int ncand;
 };
 
-__global__ void __launch_bounds__(kSelectThreads)
+// SelectFlexLinesKernel<true> (s39-flex, EstKnobs::flex_sel_cluster, sm_90): the same kernel on
+// a cluster of 2 CTAs x 512 threads a list (64 lists at 32K filled 64 of 132 SMs). Thread tid of
+// rank r plays thread r * 512 + tid of the 1,024-thread CTA: the same list elements in the same
+// order, so the same part of the total; the warp totals are added in cub::BlockReduce's order
+// (each warp's shuffle tree, then warps 0..31 serially: BLOCK_REDUCE_WARP_REDUCTIONS). Each rank
+// histograms its own elements into its own shared memory and rank 0 adds rank 1's (the counts
+// are integers; a bin's mass never had a fixed order), then alone finds the bin; rank 1 reads
+// the scalars from rank 0. Each rank keeps the candidates of its own elements. Every barrier that
+// publishes across ranks is a cluster barrier. Cluster helpers trap where there are no clusters
+// (the sm_80 image; the host launches <true> on compute capability 9.0 only).
+__device__ __forceinline__ unsigned SelClusterRank() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  return cg::this_cluster().block_rank();
+#else
+  return 0;
+#endif
+}
+__device__ __forceinline__ void SelClusterSync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  cg::this_cluster().sync();
+#else
+  __trap();
+#endif
+}
+template <class T>
+__device__ __forceinline__ T* SelClusterMap(T* p, unsigned rank) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  return cg::this_cluster().map_shared_rank(p, rank);
+#else
+  __trap();
+  return p;
+#endif
+}
+
+template <bool kCluster>
+__global__ void __launch_bounds__(kCluster ? kSelectThreads / 2 : kSelectThreads)
     SelectFlexLinesKernel(LineSelectParams p, int cap) {
   using Reduce = cub::BlockReduce<double, kSelectThreads>;
+  constexpr int kCta = kCluster ? kSelectThreads / 2 : kSelectThreads;  // this CTA's threads
   extern __shared__ __align__(16) unsigned long long cand[];
   __shared__ FlexSelSmem fs;
   __shared__ typename Reduce::TempStorage reduce;
   __shared__ int warp_eq[kSelectThreads / 32], warp_above[kSelectThreads / 32];
   __shared__ double total_s;
+  using WarpSum = cub::WarpReduce<double>;
+  __shared__ typename WarpSum::TempStorage wsum[kCta / 32];  // kCluster
+  __shared__ double warp_part[kCta / 32];                     // kCluster: the warps' totals
   RadixSmem& sm = fs.r;
   const int tid = threadIdx.x, lane = tid & 31;
-  const int list = blockIdx.x & 1;
-  const int unit = blockIdx.x >> 1;
+  const unsigned rank = kCluster ? SelClusterRank() : 0u;
+  const bool lead = !kCluster || rank == 0;  // the CTA that finds the bins
+  const int vtid = static_cast<int>(rank) * kCta + tid;  // the thread of the 1,024 it plays
+  const unsigned list_id = kCluster ? blockIdx.x >> 1 : blockIdx.x;  // the cluster's list
+  const int list = list_id & 1;
+  const int unit = list_id >> 1;
   const int slot = unit / p.batch, seq = unit - slot * p.batch;
   const EstimateSeq s = p.seqs[seq];
   const LineSeq ls = p.lines[seq];
   int32_t* count_out = list == 0 ? p.unit_ncols + unit : p.unit_noffs + unit;
   if (s.n == 0 || p.unit_is_vs[unit] == 0) {
-    if (tid == 0) *count_out = 0;
+    if (vtid == 0) *count_out = 0;
     return;
+  }
+  // Barrier over the list's threads; rank 0's scalars, saved levels and warp counts.
+  auto sync = [] {
+    if constexpr (kCluster) {
+      SelClusterSync();
+    } else {
+      __syncthreads();
+    }
+  };
+  FlexSelSmem* fs0 = &fs;
+  int* warp_eq0 = warp_eq;
+  int* warp_above0 = warp_above;
+  if constexpr (kCluster) {
+    fs0 = SelClusterMap(&fs, 0);
+    warp_eq0 = SelClusterMap(warp_eq, 0);
+    warp_above0 = SelClusterMap(warp_above, 0);
   }
   const int len = list == 0 ? s.kl : s.num_offsets;
   const double* v = list == 0 ? p.col_sums + slot * p.col_stride + s.col_base
@@ -1089,7 +1162,8 @@ __global__ void __launch_bounds__(kSelectThreads)
     return true;
   };
   if (tid < 8) fs.saved_valid[tid] = 0;
-  // The candidate set: keys of the elements matching (cand_prefix, cand_mask), in no order.
+  // The candidate set: keys of the elements matching (cand_prefix, cand_mask), in no order
+  // (kCluster: this rank's elements).
   bool cand_ok = false;
   unsigned long long cand_prefix = 0, cand_mask = 0;
   int ncand = 0;
@@ -1097,20 +1171,24 @@ __global__ void __launch_bounds__(kSelectThreads)
   // (prefix, mask), from the candidates when they hold them, else from the list (then writing
   // the matching keys to the candidates when `remaining`, their count, fits). part: the list
   // sweep also adds every element to *part in SelectLinesKernel's order (thread tid: tid,
-  // tid + kSelectThreads, ...).
+  // tid + kSelectThreads, ...). kCluster: rank 0's sm.hist / sm.mass hold both ranks' (and
+  // total_s the total when part) when it returns.
   auto level = [&](int shift, unsigned long long prefix, unsigned long long mask, bool with_mass,
                    int remaining, double* part) {
     const bool from_cand = cand_ok && (mask & cand_mask) == cand_mask &&
                            (prefix & cand_mask) == cand_prefix && part == nullptr;
     const bool compact = !from_cand && remaining <= cap;
-    for (int b = tid; b < 256; b += kSelectThreads) {
+    for (int b = tid; b < 256; b += kCta) {
       sm.hist[b] = 0;
       sm.mass[b] = 0;
     }
     if (compact && tid == 0) fs.ncand = 0;
     __syncthreads();
     const int n = from_cand ? ncand : len;
-    for (int base = tid & ~31; base < n; base += kSelectThreads) {  // warp-uniform trip count
+    // warp-uniform trip count; the list in the 1,024 threads' order, the candidates by this CTA
+    const int first = (from_cand ? tid : vtid) & ~31;
+    const int step = from_cand ? kCta : kSelectThreads;
+    for (int base = first; base < n; base += step) {
       const int i = base + lane;
       unsigned long long key = 0;
       double m = 0;
@@ -1141,12 +1219,38 @@ __global__ void __launch_bounds__(kSelectThreads)
         WarpHistAdd(sm.hist, bin);
       }
     }
-    __syncthreads();
+    if constexpr (kCluster) {
+      if (part != nullptr) {
+        // cub::BlockReduce's warp step (WarpReduce over 32 lanes; the sum in lane 0).
+        const double w = WarpSum(wsum[tid >> 5]).Sum(*part);
+        if (lane == 0) warp_part[tid >> 5] = w;
+      }
+    }
+    sync();
     if (compact) {
       ncand = fs.ncand;
       cand_ok = true;
       cand_prefix = prefix;
       cand_mask = mask;
+    }
+    if constexpr (kCluster) {
+      if (rank == 0) {
+        // Rank 1's counts and masses into rank 0's; rank 1 rewrites them only after the next
+        // cluster barrier (the bin's publication).
+        if (tid < 256) {
+          sm.hist[tid] += SelClusterMap(sm.hist, 1)[tid];
+          if (with_mass) sm.mass[tid] += SelClusterMap(sm.mass, 1)[tid];
+        }
+        if (part != nullptr && tid == 0) {
+          // cub's ApplyWarpAggregates: warp 0's total, then warps 1..31 added one by one.
+          const double* far = SelClusterMap(warp_part, 1);
+          double t = warp_part[0];
+          for (int w = 1; w < kCta / 32; ++w) t = t + warp_part[w];
+          for (int w = 0; w < kCta / 32; ++w) t = t + far[w];
+          total_s = t;
+        }
+        __syncthreads();
+      }
     }
   };
 
@@ -1160,23 +1264,32 @@ __global__ void __launch_bounds__(kSelectThreads)
   for (int shift = 56; shift >= 0; shift -= 8) {
     level(shift, prefix, mask, true, remaining, shift == 56 ? &part : nullptr);
     const int lv = (56 - shift) / 8;
-    for (int b = tid; b < 256; b += kSelectThreads) fs.saved[lv][b] = sm.hist[b];
-    if (tid == 0) {
-      fs.saved_prefix[lv] = prefix;
-      fs.saved_valid[lv] = 1;
+    if (lead) {
+      for (int b = tid; b < 256; b += kCta) fs.saved[lv][b] = sm.hist[b];
+      if (tid == 0) {
+        fs.saved_prefix[lv] = prefix;
+        fs.saved_valid[lv] = 1;
+      }
     }
     if (shift == 56) {
-      const double total = Reduce(reduce).Sum(part);
-      if (tid == 0) total_s = total;
-      __syncthreads();
-      t_rem = static_cast<double>(p.gamma) * total_s;
+      if constexpr (!kCluster) {
+        const double total = Reduce(reduce).Sum(part);
+        if (tid == 0) total_s = total;
+        __syncthreads();
+      }
+      if (lead) t_rem = static_cast<double>(p.gamma) * total_s;
     }
-    MassBinPublish(sm, shift, t_rem);
-    __syncthreads();
-    const int all = sm.all, bin = sm.bin, bin_count = sm.bin_count, total = sm.total;
-    const int c_above = sm.count_above;
-    const double m_above = sm.mass_above;
-    __syncthreads();
+    if (lead) MassBinPublish(sm, shift, t_rem);
+    sync();
+    if constexpr (kCluster) {
+      if (shift == 56 && !lead) t_rem = static_cast<double>(p.gamma) * *SelClusterMap(&total_s, 0);
+    }
+    const RadixSmem& sm0 = fs0->r;
+    const int all = sm0.all, bin = sm0.bin, bin_count = sm0.bin_count, total = sm0.total;
+    const int c_above = sm0.count_above;
+    const double m_above = sm0.mass_above;
+    // kCluster: rank 0 rewrites the scalars only after the next level's cluster barrier.
+    if constexpr (!kCluster) __syncthreads();
     if (all == 1) {
       k_mass = 0;
       have_rule = true;  // SelectNone, CtaTopKRule's rule for k = 0
@@ -1235,16 +1348,20 @@ __global__ void __launch_bounds__(kSelectThreads)
       bool done = false;
       for (int shift = 56; shift >= 0 && !done; shift -= 8) {
         const int lv = (56 - shift) / 8;
-        if (fs.saved_valid[lv] && fs.saved_prefix[lv] == prefix) {
-          for (int b = tid; b < 256; b += kSelectThreads) sm.hist[b] = fs.saved[lv][b];
-          __syncthreads();
+        if (fs0->saved_valid[lv] && fs0->saved_prefix[lv] == prefix) {
+          if (lead) {
+            for (int b = tid; b < 256; b += kCta) sm.hist[b] = fs.saved[lv][b];
+          }
+          // kCluster: also orders rank 1's reads of the last scalars before FindCountBin's writes
+          sync();
         } else {
           level(shift, prefix, mask, false, remaining, nullptr);
         }
-        if (tid < 32) FindCountBin(sm, k_rem);
-        __syncthreads();
-        const int all = sm.all, bin = sm.bin, bin_count = sm.bin_count, rem = sm.k_rem;
-        __syncthreads();  // the scalars are rewritten by the next pass
+        if (lead && tid < 32) FindCountBin(sm, k_rem);
+        sync();
+        const RadixSmem& sm0 = fs0->r;
+        const int all = sm0.all, bin = sm0.bin, bin_count = sm0.bin_count, rem = sm0.k_rem;
+        if constexpr (!kCluster) __syncthreads();  // the scalars are rewritten by the next pass
         if (all) {
           rule = TopKRule{prefix, mask, INT_MAX};
           done = true;
@@ -1265,8 +1382,11 @@ __global__ void __launch_bounds__(kSelectThreads)
   }
   const int add = list == 0 ? 0 : s.min_offset;
   const int n = ApplyRuleByWarps<kSelectThreads>(
-      len, rule, key_of, [&](int i, int pos) { out[pos] = i + add; }, warp_eq, warp_above);
-  if (tid == 0) *count_out = n;
+      len, rule, key_of, [&](int i, int pos) { out[pos] = i + add; }, warp_eq0, warp_above0,
+      static_cast<int>((rank * kCta + threadIdx.x) >> 5), sync);
+  if (vtid == 0) *count_out = n;
+  // Rank 1 has read rank 0's warp counts before rank 0's shared memory goes.
+  if constexpr (kCluster) SelClusterSync();
 }
 
 constexpr int kMergeThreads = 128;  // 4 rows per CTA, one warp each
@@ -1612,11 +1732,32 @@ cudaError_t LaunchSelectLines(const LineSelectParams& p, cudaStream_t stream) {
   if (grid == 0) return cudaSuccess;
   if (p.flex && EstimateKnobs().flex_select) {
     constexpr int bytes = kFlexSelCap * static_cast<int>(sizeof(unsigned long long));
-    const cudaError_t err = cudaFuncSetAttribute(
-        SelectFlexLinesKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-    if (err != cudaSuccess) return err;
     const int cap = std::max(0, std::min(EstimateKnobs().flex_sel_cap, kFlexSelCap));
-    SelectFlexLinesKernel<<<static_cast<unsigned>(grid), kSelectThreads, bytes, stream>>>(p, cap);
+    static const bool sm90 = CurrentDeviceIsSm90();
+    if (EstimateKnobs().flex_sel_cluster && sm90) {
+      // A cluster of 2 CTAs x 512 threads a list (s39-flex): the same lines.
+      const cudaError_t err = cudaFuncSetAttribute(
+          SelectFlexLinesKernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+      if (err != cudaSuccess) return err;
+      cudaLaunchAttribute attr[1];
+      attr[0].id = cudaLaunchAttributeClusterDimension;
+      attr[0].val.clusterDim.x = 2;
+      attr[0].val.clusterDim.y = 1;
+      attr[0].val.clusterDim.z = 1;
+      cudaLaunchConfig_t cfg = {};
+      cfg.gridDim = dim3(static_cast<unsigned>(grid * 2));
+      cfg.blockDim = dim3(kSelectThreads / 2);
+      cfg.dynamicSmemBytes = bytes;
+      cfg.stream = stream;
+      cfg.attrs = attr;
+      cfg.numAttrs = 1;
+      return cudaLaunchKernelEx(&cfg, SelectFlexLinesKernel<true>, p, cap);
+    }
+    const cudaError_t err = cudaFuncSetAttribute(
+        SelectFlexLinesKernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (err != cudaSuccess) return err;
+    SelectFlexLinesKernel<false><<<static_cast<unsigned>(grid), kSelectThreads, bytes, stream>>>(
+        p, cap);
     return cudaGetLastError();
   }
   SelectLinesKernel<<<static_cast<unsigned>(grid), kSelectThreads, 0, stream>>>(p);
@@ -1711,6 +1852,8 @@ EstKnobs& EstimateKnobs() {
     k.merge_balance = mb == nullptr || std::string(mb) != "0";
     const char* sc = std::getenv("SPATTN_MERGE_STORE_CUTS");
     k.merge_store_cuts = sc == nullptr || std::string(sc) != "0";
+    const char* scl = std::getenv("SPATTN_FLEX_SEL_CLUSTER");
+    k.flex_sel_cluster = scl == nullptr || std::string(scl) != "0";
     return k;
   }();
   return knobs;

@@ -71,6 +71,10 @@ struct EstKnobs {
   // s38-flex3; the same windows, so the same rows). SPATTN_MERGE_STORE_CUTS=0: the fill recomputes
   // them (main's).
   bool merge_store_cuts = true;
+  // With flex_select, on compute capability 9.0: SelectFlexLinesKernel on a cluster of 2 CTAs x
+  // 512 threads a list instead of one 1,024-thread CTA (session 39, s39-flex; the same lines;
+  // H200 32K select 0.131 -> 0.112 ms). SPATTN_FLEX_SEL_CLUSTER=0: one CTA a list (main's).
+  bool flex_sel_cluster = true;
 };
 EstKnobs& EstimateKnobs();
 
