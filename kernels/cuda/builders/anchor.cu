@@ -471,6 +471,221 @@ __global__ void __launch_bounds__(kAnThreads, 2) AnAnchorWgKernel(AnArgs a) {
   }
 }
 
+// ---- Anchor pass by wgmma with Q from shared memory (AnchorKnobs().ss_q, anchor_knobs.h) ----
+//
+// AnAnchorWgKernel's CTA, sweeps, key tiles and products (the same m64n64k16 instruction and k
+// steps; only A's source differs: Q by descriptor, SS, as sampled_lines' TileLogitsWgIssueSs),
+// so the same maxima, x_a and qbar. Q stays in shared memory for the whole sweep, each slot's 128
+// rows as two 64-row tiles in Tile64KeyOff's layout, so the 64 registers of A fragments are free
+// (AnAnchorWgKernel: 128 registers, 20 bytes of spill at d 128): both halves' accumulators are
+// issued in one commit group and waited once. The cost: Q's space no longer holds key tiles, so
+// fewer key buffers (3 at d 128: 64 KB of Q + 48 KB + the 1024-byte alignment is two CTAs' share
+// of an SM; the row maxima reuse key buffer 0 after the last tile).
+template <int kD>
+constexpr int AnSsBufs() {
+  return kD == 128 ? 3 : 6;
+}
+template <int kD>
+constexpr int AnAnchorWgSsSmemBytes() {
+  return kAnPair * kAnRows * kD * 2 + 1024 + AnSsBufs<kD>() * kAnTileN * kD * 2;
+}
+
+template <typename T, int kD>
+__global__ void __launch_bounds__(kAnThreads, 2) AnAnchorWgSsKernel(AnArgs a) {
+  constexpr int kCh = kD / 8;
+  constexpr int kBufs = AnSsBufs<kD>();
+  constexpr int kQBytes = kAnRows * kD * 2;
+  constexpr int kKBytes = kAnTileN * kD * 2;  // also one 64-row half of a slot's Q
+  constexpr int kRowStep = kAnThreads / kCh;
+  constexpr int kKeyIters = kAnTileN * kCh / kAnThreads;
+  static_assert(kRowStep % 8 == 0 && kKeyIters * kAnThreads == kAnTileN * kCh, "key copies");
+  static_assert(kKBytes >= kAnPair * kAnRows * 4, "the row maxima fit in key buffer 0");
+  extern __shared__ __align__(128) char smem[];
+  const uint32_t sQa = (SmemAddr(smem) + 1023u) & ~1023u;
+  char* const qsm = smem + (sQa - SmemAddr(smem));
+  const uint32_t sKa = sQa + kAnPair * kQBytes;
+  float* sMax = reinterpret_cast<float*>(qsm + kAnPair * kQBytes);  // key buffer 0, after the keys
+  auto buf_of = [&](int t) { return sKa + (t % kBufs) * kKBytes; };
+  // Byte offset of Q row r's chunk ch in a slot's Q: half r / 64, Tile64KeyOff within it.
+  auto q_off = [](int r, int ch) { return (r >> 6) * kKBytes + Tile64KeyOff(r & 63, ch); };
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2;
+  const int t4 = lane & 3;
+  const AnCta c = AnCtaOf(a);
+  const BlockGeoDev& geo = c.geo;
+  const AttnParams& p = a.p;
+  const int block = c.block, s0 = c.s0, sweeps = c.sweeps, rows = c.rows, ntiles = c.ntiles;
+  const bool shared_kv = c.shared_kv;
+  const int q_tok0 = c.q_tok0, k_tok0 = c.k_tok0;
+  auto tile_span = [&](int t, int& start, int& n) { c.TileSpan(t, start, n); };
+  const int sub = warp >> 2;
+  const int wrow = (warp & 3) * 16;
+  const int k_r0 = tid / kCh, k_ch = tid % kCh;
+  const uint32_t k_off0 = Tile64KeyOff(k_r0, k_ch);
+  const int64_t k_row_bytes = p.k_token_stride * static_cast<int64_t>(sizeof(T));
+
+  for (int sweep = 0; sweep < sweeps; ++sweep) {
+    const int first = s0 + sweep;
+    const int nsub = shared_kv ? kAnPair : 1;
+    const int kvh = a.heads[first] / p.group;
+    const T* kg = static_cast<const T*>(p.k) + static_cast<int64_t>(kvh) * p.k_head_stride;
+    for (int u = 0; u < nsub; ++u) {
+      const T* qg =
+          static_cast<const T*>(p.q) + static_cast<int64_t>(a.heads[first + u]) * p.q_head_stride;
+      for (int i = tid; i < kAnRows * kCh; i += kAnThreads) {
+        const int r = i / kCh, ch = i - r * kCh;
+        const bool valid = r < rows;
+        const char* src = reinterpret_cast<const char*>(
+                              qg + static_cast<int64_t>(q_tok0 + geo.q_begin + (valid ? r : 0)) *
+                                       p.q_token_stride) +
+                          (valid ? ch * 16 : 0);
+        CpAsync16(sQa + u * kQBytes + q_off(r, ch), src, valid);
+      }
+    }
+    const char* k_base =
+        reinterpret_cast<const char*>(kg + static_cast<int64_t>(k_tok0) * p.k_token_stride) +
+        k_ch * 16;
+    auto issue = [&](int t) {
+      int start, n;
+      tile_span(t, start, n);
+      const uint32_t dst = buf_of(t) + k_off0;
+      const char* row0 = k_base + static_cast<int64_t>(start) * k_row_bytes;
+      const char* src = row0 + static_cast<int64_t>(k_r0) * k_row_bytes;
+      if (n == kAnTileN) {
+#pragma unroll
+        for (int m = 0; m < kKeyIters; ++m) {
+          CpAsync16(dst + m * kRowStep * 128, src, true);
+          src += kRowStep * k_row_bytes;
+        }
+      } else {
+#pragma unroll
+        for (int m = 0; m < kKeyIters; ++m) {
+          const bool valid = k_r0 + m * kRowStep < n;
+          CpAsync16(dst + m * kRowStep * 128, valid ? src : row0, valid);
+          src += kRowStep * k_row_bytes;
+        }
+      }
+    };
+    // One commit group per key tile (empty past the last): Q with tile 0, then tiles
+    // 1 .. kBufs - 2; tile t + kBufs - 1 at the top of tile t.
+    if (ntiles > 0) issue(0);
+    CpAsyncCommit();
+#pragma unroll
+    for (int t = 1; t < kBufs - 1; ++t) {
+      if (t < ntiles) issue(t);
+      CpAsyncCommit();
+    }
+
+    const bool active = sub < nsub;
+    const uint32_t sQw = sQa + sub * kQBytes;
+    float mx[4] = {kNegInf, kNegInf, kNegInf, kNegInf};
+    int pos_r[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) pos_r[i] = geo.first_pos + wrow + 64 * (i >> 1) + g + 8 * (i & 1);
+    CpAsyncWait<kBufs - 2>();  // Q and tile 0
+    __syncthreads();
+    // Pooled scaled query: AnAnchorKernel's float sums in row order.
+    {
+      const float scale = a.softmax_scale;
+      for (int i = tid; i < nsub * kD; i += kAnThreads) {
+        const int u = i / kD, c = i - u * kD;
+        const char* q = qsm + u * kQBytes;
+        float acc = 0.f;
+        for (int r = 0; r < rows; ++r) {
+          const T v = *reinterpret_cast<const T*>(q + q_off(r, c >> 3) + (c & 7) * 2);
+          acc = __fadd_rn(acc, __fmul_rn(ToF(v), scale));
+        }
+        const int64_t out = static_cast<int64_t>(first + u) * a.num_blocks + block;
+        a.qbar[out * kD + c] = __fdiv_rn(acc, static_cast<float>(rows));
+      }
+    }
+
+    for (int t = 0; t < ntiles; ++t) {
+      CpAsyncWait<kBufs - 2>();
+#if SPATTN_AN_SM90A
+      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+      __syncthreads();
+      if (t + kBufs - 1 < ntiles) issue(t + kBufs - 1);
+      CpAsyncCommit();
+      int start, n;
+      tile_span(t, start, n);
+      if (active) {
+        const uint32_t kst = buf_of(t);
+        // Warpgroup-uniform skips (AnAnchorWgKernel's): rows past the block, or causal keys past
+        // every row of the half.
+        bool run[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          run[h] = !(64 * h >= rows || (p.causal && start > geo.first_pos + 64 * h + 63));
+        }
+        float s[2][8][4];
+#if SPATTN_AN_SM90A
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+        // Both halves issued whatever the skips (a skipped half's products are not read; a
+        // skip inside the issue serializes the wgmmas, ptxas C7520).
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+#pragma unroll
+          for (int kk = 0; kk < kD / 16; ++kk) {
+            const uint32_t off = (kk >> 2) * (kAnTileN * 128) + (kk & 3) * 32;
+            Tile64Wgmma<T>::SS(s[h], Tile64SmemDesc(sQw + h * kKBytes + off),
+                               Tile64SmemDesc(kst + off), kk > 0 ? 1 : 0);
+          }
+        }
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        Tile64Wait(s[0]);
+        Tile64Wait(s[1]);
+#else
+        __trap();
+#endif
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          if (!run[h]) continue;
+          if (n == kAnTileN && (!p.causal || start + kAnTileN - 1 <= pos_r[2 * h])) {
+#pragma unroll
+            for (int nt = 0; nt < 8; ++nt) {
+              mx[2 * h] = fmaxf(mx[2 * h], fmaxf(s[h][nt][0], s[h][nt][1]));
+              mx[2 * h + 1] = fmaxf(mx[2 * h + 1], fmaxf(s[h][nt][2], s[h][nt][3]));
+            }
+          } else {
+#pragma unroll
+            for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+              for (int e = 0; e < 4; ++e) {
+                const int col = nt * 8 + 2 * t4 + (e & 1);
+                const int i = 2 * h + (e >> 1);
+                if (col < n && (!p.causal || start + col <= pos_r[i])) {
+                  mx[i] = fmaxf(mx[i], s[h][nt][e]);
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+    CpAsyncWait<0>();
+    __syncthreads();  // every wgmma read of key buffer 0 is done: it takes the row maxima
+    if (active) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float m = QuadMax(mx[i]);
+        const int r = wrow + 64 * (i >> 1) + g + 8 * (i & 1);
+        if (t4 == 0 && r < rows) sMax[sub * kAnRows + r] = m * a.softmax_scale;
+      }
+    }
+    __syncthreads();
+    if (lane == 0 && warp < nsub) {
+      double sum = 0;
+      for (int r = 0; r < rows; ++r) sum += sMax[warp * kAnRows + r];
+      a.xa[static_cast<int64_t>(first + warp) * a.num_blocks + block] =
+          static_cast<float>(sum / rows);
+    }
+    __syncthreads();  // the next sweep reuses Q's space and key buffer 0
+  }
+}
+
 // A stripe CTA's warp (both stripe kernels): its m-tile and group where it has one, the pooled
 // queries' A fragments (the mma.sync A layout) split hi + lo, and x_a of rows g and g + 8 (NaN
 // where the row is padding: it never passes).
@@ -762,8 +977,11 @@ struct AnSrc {
 template <typename T, int kD>
 cudaError_t AnLaunchTyped(const AnArgs& a, cudaStream_t stream) {
   const bool wg = AnchorUsesWgmma();
-  auto anchor = wg ? AnAnchorWgKernel<T, kD> : AnAnchorKernel<T, kD>;
-  const int anchor_smem = wg ? AnAnchorWgSmemBytes<kD>() : AnAnchorSmemBytes<kD>();
+  const bool ss = wg && AnchorKnobs().ss_q;
+  auto anchor = ss ? AnAnchorWgSsKernel<T, kD> : wg ? AnAnchorWgKernel<T, kD> : AnAnchorKernel<T, kD>;
+  const int anchor_smem = ss   ? AnAnchorWgSsSmemBytes<kD>()
+                          : wg ? AnAnchorWgSmemBytes<kD>()
+                               : AnAnchorSmemBytes<kD>();
   const bool stripe_wg = wg && AnchorKnobs().stripe_wg;
   auto stripe = stripe_wg ? AnStripeWgKernel<T, kD> : AnStripeKernel<T, kD>;
   const int stripe_smem = stripe_wg ? AnStripeWgSmemBytes<kD>() : AnStripeSmemBytes<kD>();
@@ -795,6 +1013,7 @@ AnKnobs& AnchorKnobs() {
     AnKnobs k;
     if (const char* c = std::getenv("SPATTN_ANCHOR_WGMMA")) k.wgmma = c[0] != '0';
     if (const char* c = std::getenv("SPATTN_ANCHOR_STRIPE_WG")) k.stripe_wg = c[0] != '0';
+    if (const char* c = std::getenv("SPATTN_ANCHOR_SS_Q")) k.ss_q = c[0] != '0';
     return k;
   }();
   return knobs;
