@@ -4,10 +4,7 @@
 // same x_a and pooled queries bit for bit, build_index_gpu_test's
 // BuildIndexOnGpuAnchorTest.WgmmaAnchorPassIsTheMmaSyncPass); SPATTN_ANCHOR_STRIPE_WG (=0: the
 // stripe scan by mma.sync, main's before session 33, instead of wgmma on a compute capability 9.0
-// device; the same index, BuildIndexOnGpuAnchorTest.WgmmaStripeScanIsMainsScan);
-// SPATTN_ANCHOR_SS_Q (=1: the wgmma anchor pass reads Q from shared memory, AnAnchorWgSsKernel,
-// instead of register fragments; the same x_a, qbar and index, BuildIndexOnGpuAnchorTest.
-// SsQAnchorPassIsMainsPass; default off: main's AnAnchorWgKernel). Tests change
+// device; the same index, BuildIndexOnGpuAnchorTest.WgmmaStripeScanIsMainsScan). Tests change
 // them through the returned reference, between builds only.
 #ifndef SPATTN_KERNELS_CUDA_BUILDERS_ANCHOR_KNOBS_H_
 #define SPATTN_KERNELS_CUDA_BUILDERS_ANCHOR_KNOBS_H_
@@ -20,7 +17,6 @@ namespace cuda {
 struct AnKnobs {
   bool wgmma = true;
   bool stripe_wg = true;  // with wgmma: AnStripeWgKernel instead of AnStripeKernel (mma.sync)
-  bool ss_q = false;      // with wgmma: AnAnchorWgSsKernel (Q by descriptor) for AnAnchorWgKernel
   // Tests: when set, each build copies its pooled anchors x_a ([slot][block]) and pooled scaled
   // queries ([slot][block][head_dim]) here (a synchronizing download; not for timing).
   std::vector<float>* capture_xa = nullptr;

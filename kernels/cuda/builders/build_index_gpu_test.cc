@@ -1981,42 +1981,6 @@ TEST(BuildIndexOnGpuSampledLinesTest, EstimateStreamAndOneUploadBuildMainsIndex)
 // (the anchor pass is the same) and the whole index equal, on every shape of Shapes() × the
 // anchor configs × both head lists × block_m 64 / 128 (random non-integer Q/K), then llm_mix 16K
 // with the defaults. Elsewhere both run the mma.sync scan.
-//
-// ForEachAnchorCase: those cases (shape seeds from `seed` + 1); `fn(hp, dp, config, heads,
-// block_m, what)` returns false to stop (a fatal failure). Also s39-anchor's test.
-template <class Fn>
-void ForEachAnchorCase(CudaAttentionEngine& engine, uint64_t seed, Fn fn) {
-  const MethodCases mc = CasesFor(Method::kAnchor);
-  for (const Shape& sh : Shapes()) {
-    auto hp = MakeProblem(sh.q, sh.k, sh.hq, sh.hkv, sh.d, sh.dtype, sh.causal, ++seed,
-                          /*integer_qk=*/false);
-    auto dp = DeviceProblem::Create(engine.device(), *hp);
-    ASSERT_TRUE(dp.ok()) << dp.status();
-    for (const MethodConfig& config : mc.configs) {
-      for (const std::vector<int>& heads : {AllHeads(sh.hq), std::vector<int>{sh.hq - 1, 0}}) {
-        for (int block_m : {64, 128}) {
-          const std::string what =
-              absl::StrCat(config.DebugString(), " block_m=", block_m, " heads=", heads.size(), " ",
-                           Describe(hp->problem()));
-          if (!fn(*hp, **dp, config, heads, block_m, what)) return;
-        }
-      }
-    }
-  }
-  auto w = GenerateWorkload(LlmMix16K());
-  ASSERT_TRUE(w.ok()) << w.status();
-  auto dp = DeviceProblem::Create(engine.device(), *w->host);
-  ASSERT_TRUE(dp.ok()) << dp.status();
-  MethodConfig c;
-  c.method = Method::kAnchor;
-  for (int block_m : {64, 128}) {
-    if (!fn(*w->host, **dp, c, AllHeads(8), block_m,
-            absl::StrCat("llm_mix 16K block_m=", block_m))) {
-      return;
-    }
-  }
-}
-
 TEST(BuildIndexOnGpuAnchorTest, WgmmaStripeScanIsMainsScan) {
   SKIP_WITHOUT_GPU();
 #ifndef SPATTN_SL_KNOBS
@@ -2051,8 +2015,36 @@ TEST(BuildIndexOnGpuAnchorTest, WgmmaStripeScanIsMainsScan) {
     ++builds;
     return true;
   };
-  ForEachAnchorCase(*engine, 3301, compare);
-  if (::testing::Test::HasFatalFailure()) return;
+  const MethodCases mc = CasesFor(Method::kAnchor);
+  uint64_t seed = 3301;
+  for (const Shape& sh : Shapes()) {
+    auto hp = MakeProblem(sh.q, sh.k, sh.hq, sh.hkv, sh.d, sh.dtype, sh.causal, ++seed,
+                          /*integer_qk=*/false);
+    auto dp = DeviceProblem::Create(engine->device(), *hp);
+    ASSERT_TRUE(dp.ok()) << dp.status();
+    for (const MethodConfig& config : mc.configs) {
+      for (const std::vector<int>& heads : {AllHeads(sh.hq), std::vector<int>{sh.hq - 1, 0}}) {
+        for (int block_m : {64, 128}) {
+          const std::string what =
+              absl::StrCat(config.DebugString(), " block_m=", block_m, " heads=", heads.size(), " ",
+                           Describe(hp->problem()));
+          if (!compare(*hp, **dp, config, heads, block_m, what)) return;
+        }
+      }
+    }
+  }
+  auto w = GenerateWorkload(LlmMix16K());
+  ASSERT_TRUE(w.ok()) << w.status();
+  auto dp = DeviceProblem::Create(engine->device(), *w->host);
+  ASSERT_TRUE(dp.ok()) << dp.status();
+  MethodConfig c;
+  c.method = Method::kAnchor;
+  for (int block_m : {64, 128}) {
+    if (!compare(*w->host, **dp, c, AllHeads(8), block_m,
+                 absl::StrCat("llm_mix 16K block_m=", block_m))) {
+      return;
+    }
+  }
   printf("anchor stripe scan wgmma vs mma.sync: %lld index pairs, %lld columns compared (wgmma "
          "here: %d)\n",
          static_cast<long long>(builds), static_cast<long long>(compared),
@@ -2730,54 +2722,6 @@ TEST(BuildIndexOnGpuEstimateTest, StoreCutsMergeBuildsTheSameIndex) {
   printf("stored merge cuts vs recomputed: %lld builds compared in all, same index\n",
          static_cast<long long>(compared));
   EXPECT_GT(compared, 0);
-#endif
-}
-
-// ---- s39-anchor ----
-// The wgmma anchor pass with Q from shared memory (AnchorKnobs().ss_q, AnAnchorWgSsKernel) against
-// main's (ss_q off, AnAnchorWgKernel): the pooled anchors x_a and pooled queries qbar equal as
-// floats and the whole index equal, offsets included, over ForEachAnchorCase's cases. Elsewhere
-// (no 9.0 device) both run the mma.sync pass.
-TEST(BuildIndexOnGpuAnchorTest, SsQAnchorPassIsMainsPass) {
-  SKIP_WITHOUT_GPU();
-#ifndef SPATTN_SL_KNOBS
-  GTEST_SKIP() << "the GPU anchor builder's knobs exist only in CUDA builds";
-#else
-  auto engine = MakeEngine(int64_t{1} << 30);
-  ASSERT_NE(engine, nullptr);
-  cuda::AnKnobs& knobs = cuda::AnchorKnobs();
-  const cuda::AnKnobs saved = knobs;
-  int64_t compared = 0, builds = 0;
-  ForEachAnchorCase(*engine, 3901,
-                    [&](const HostProblem& hp, DeviceProblem& dp, const MethodConfig& config,
-                        const std::vector<int>& heads, int block_m, const std::string& what) {
-                      SparseIndex idx[2];
-                      std::vector<float> xa[2], qbar[2];
-                      for (int v = 0; v < 2; ++v) {
-                        knobs = saved;
-                        knobs.ss_q = v == 1;
-                        knobs.capture_xa = &xa[v];
-                        knobs.capture_qbar = &qbar[v];
-                        BuildOnGpu(*engine, hp, dp, config, heads, block_m, nullptr,
-                                   absl::StrCat(what, " ss_q=", v), &idx[v]);
-                        engine->ReleaseIndexes();
-                        knobs = saved;
-                        if (::testing::Test::HasFatalFailure()) return false;
-                      }
-                      const std::string w = absl::StrCat(what, " ss_q=1 vs 0");
-                      EXPECT_EQ(xa[1], xa[0]) << w;
-                      EXPECT_EQ(qbar[1], qbar[0]) << w;
-                      ExpectSameIndex(idx[1], idx[0], w, /*with_offsets=*/true);
-                      compared += static_cast<int64_t>(idx[0].col_idx.size());
-                      ++builds;
-                      return true;
-                    });
-  knobs = saved;
-  if (::testing::Test::HasFatalFailure()) return;
-  printf("anchor pass ss_q vs main's: %lld index pairs, %lld columns compared (wgmma here: %d)\n",
-         static_cast<long long>(builds), static_cast<long long>(compared),
-         static_cast<int>(cuda::AnchorUsesWgmma()));
-  EXPECT_GT(builds, 0);
 #endif
 }
 
