@@ -1221,7 +1221,7 @@ SaapKnobsT& SaapKnobs() {
     if (const char* c = std::getenv("SPATTN_SAAP_CLS_ROPE_TABLE")) k.cls_rope_table = c[0] != '0';
     if (const char* c = std::getenv("SPATTN_SAAP_DEBUG_SYNC")) k.debug_sync = c[0] == '1';
     if (const char* c = std::getenv("SPATTN_SAAP_CLS_ROWS_MASS")) k.cls_rows_mass = c[0] - '0';
-    if (const char* c = std::getenv("SPATTN_SAAP_KEYS_WGMMA")) k.keys_wgmma = c[0] == '1';
+    if (const char* c = std::getenv("SPATTN_SAAP_KEYS_WGMMA")) k.keys_wgmma = c[0] != '0';
     return k;
   }();
   return knobs;

@@ -6,7 +6,7 @@
 // the classifier's weights uploaded slab by slab, session 30, below); SPATTN_SAAP_CLS_ROPE_TABLE
 // (=0: the sampled rows' RoPE once per q head, main's before session 36, below);
 // SPATTN_SAAP_CLS_ROWS_MASS (0: main's RowsMass loop; 1, 2: rows_per_block templated, below);
-// SPATTN_SAAP_KEYS_WGMMA (=1: the keys' products by wgmma, below).
+// SPATTN_SAAP_KEYS_WGMMA (=0: the keys' products by mma.sync, main's before session 39, below).
 // Tests change them through the returned reference, between builds only (cls_packed: before the
 // assets' upload, and kept for every build with them).
 #ifndef SPATTN_KERNELS_CUDA_BUILDERS_SAAP_KNOBS_H_
@@ -44,8 +44,9 @@ struct SaapKnobsT {
   int cls_rows_mass = 1;
   // The keys kernel's products (hi.hi, hi.lo, lo.hi per k step, the same order) by wgmma on a
   // compute capability 9.0 device instead of mma.sync: the same sums, buckets and index
-  // (KeysWgmmaBuildsTheSameIndex). Off by default until measured. Read at each launch.
-  bool keys_wgmma = false;
+  // (KeysWgmmaBuildsTheSameIndex). H200: keys 0.564 -> 0.408 ms at 32K, 2.131 -> 1.504 ms at
+  // 128K (NOTES session 39, s39-saap). Read at each launch.
+  bool keys_wgmma = true;
   // Diagnostics (SPATTN_SAAP_DEBUG_SYNC=1): LaunchSaapSelect waits after each step (and before
   // the first) and names a failing step on stderr. Not for timing.
   bool debug_sync = false;
