@@ -2338,6 +2338,25 @@ TEST(BuildIndexOnGpuSampleAttentionTest, HoistedSsPassBuildsTheWaveIndex) {
 
 // ---- s36-saap: the classifier's per-item RoPE table (SaapKnobs().cls_rope_table) ----
 
+// llm_mix 16K (8 q / 2 kv heads, d 128) with random assets of 1024 centroids (hidden 1024,
+// seeded by `seed`) uploaded: fn(host problem, device problem, a Saap config of 1024 centroids
+// and top_l 32, the uploaded assets).
+template <typename Fn>
+void WithSaapLlmMix16K(CudaAttentionEngine& engine, uint64_t seed, Fn fn) {
+  auto w = GenerateWorkload(LlmMix16K());
+  ASSERT_TRUE(w.ok()) << w.status();
+  auto dp = DeviceProblem::Create(engine.device(), *w->host);
+  ASSERT_TRUE(dp.ok()) << dp.status();
+  LayerAssets assets = method_testing::RandomSaapAssets(8, 2, 128, 1024, 1024, seed);
+  auto up = engine.UploadLayerAssets(assets, 128);
+  ASSERT_TRUE(up.ok()) << up.status();
+  MethodConfig config;
+  config.method = Method::kSaap;
+  config.saap.num_centroids = 1024;
+  config.saap.top_l = 32;
+  fn(*w->host, **dp, config, up->get());
+}
+
 // With sampled rows (classify_rows <= 64 a block) the classifier computes its rows' validity,
 // tokens and RoPE (cos, -sin) once per item and every q head of the kv group reads them
 // (cls_rope_table, the default) instead of each head computing them (main's path): the same
@@ -2394,27 +2413,20 @@ TEST(BuildIndexOnGpuSaapTest, RopeTablePerItemBuildsThePerHeadIndex) {
         }
       });
   if (::testing::Test::HasFatalFailure()) return;
-  auto w = GenerateWorkload(LlmMix16K());
-  ASSERT_TRUE(w.ok()) << w.status();
-  auto dp = DeviceProblem::Create(engine->device(), *w->host);
-  ASSERT_TRUE(dp.ok()) << dp.status();
-  LayerAssets assets = method_testing::RandomSaapAssets(8, 2, 128, 1024, 1024, 3599);
-  auto up = engine->UploadLayerAssets(assets, 128);
-  ASSERT_TRUE(up.ok()) << up.status();
-  MethodConfig config;
-  config.method = Method::kSaap;
-  config.saap.num_centroids = 1024;
-  config.saap.top_l = 32;
-  for (int rows : {SaapParams().classify_rows, 1}) {
-    config.saap.classify_rows = rows;
-    for (int block_m : {64, 128}) {
-      compared += ExpectSameSaapBuckets(
-          *engine, *w->host, **dp, config, AllHeads(8), block_m, up->get(), set(false, true),
-          up->get(), set(true, true),
-          absl::StrCat("llm_mix 16K classify_rows=", rows, " block_m=", block_m));
-      if (::testing::Test::HasFatalFailure()) return;
+  WithSaapLlmMix16K(*engine, 3599, [&](const HostProblem& hp, DeviceProblem& dp,
+                                       MethodConfig config, const CudaLayerAssets* up) {
+    for (int rows : {SaapParams().classify_rows, 1}) {
+      config.saap.classify_rows = rows;
+      for (int block_m : {64, 128}) {
+        compared += ExpectSameSaapBuckets(
+            *engine, hp, dp, config, AllHeads(8), block_m, up, set(false, true), up,
+            set(true, true),
+            absl::StrCat("llm_mix 16K classify_rows=", rows, " block_m=", block_m));
+        if (::testing::Test::HasFatalFailure()) return;
+      }
     }
-  }
+  });
+  if (::testing::Test::HasFatalFailure()) return;
   printf(
       "saap classifier RoPE table per item vs per head: %lld visited buckets compared (wgmma "
       "on this device: %d)\n",
@@ -2601,26 +2613,18 @@ TEST(BuildIndexOnGpuSaapTest, RowsMassTemplatedBuildsTheSameIndex) {
         }
       });
   if (::testing::Test::HasFatalFailure()) return;
-  auto w = GenerateWorkload(LlmMix16K());
-  ASSERT_TRUE(w.ok()) << w.status();
-  auto dp = DeviceProblem::Create(engine->device(), *w->host);
-  ASSERT_TRUE(dp.ok()) << dp.status();
-  LayerAssets assets = method_testing::RandomSaapAssets(8, 2, 128, 1024, 1024, 3899);
-  auto up = engine->UploadLayerAssets(assets, 128);
-  ASSERT_TRUE(up.ok()) << up.status();
-  MethodConfig config;
-  config.method = Method::kSaap;
-  config.saap.num_centroids = 1024;
-  config.saap.top_l = 32;
-  for (int rows : {SaapParams().classify_rows, 1, 16}) {
-    config.saap.classify_rows = rows;
-    for (int mass : {1, 2}) {
-      compared += ExpectSameSaapBuckets(
-          *engine, *w->host, **dp, config, AllHeads(8), 64, up->get(), set(0, true), up->get(),
-          set(mass, true), absl::StrCat("llm_mix 16K classify_rows=", rows, " mass=", mass));
-      if (::testing::Test::HasFatalFailure()) return;
+  WithSaapLlmMix16K(*engine, 3899, [&](const HostProblem& hp, DeviceProblem& dp,
+                                       MethodConfig config, const CudaLayerAssets* up) {
+    for (int rows : {SaapParams().classify_rows, 1, 16}) {
+      config.saap.classify_rows = rows;
+      for (int mass : {1, 2}) {
+        compared += ExpectSameSaapBuckets(
+            *engine, hp, dp, config, AllHeads(8), 64, up, set(0, true), up, set(mass, true),
+            absl::StrCat("llm_mix 16K classify_rows=", rows, " mass=", mass));
+        if (::testing::Test::HasFatalFailure()) return;
+      }
     }
-  }
+  });
   printf("saap RowsMass templated vs main's loop: %lld visited buckets compared\n",
          static_cast<long long>(compared));
   EXPECT_GT(compared, 0);
@@ -2758,6 +2762,69 @@ TEST(BuildIndexOnGpuEstimateTest, ClusterFlexSelectBuildsTheSameIndex) {
         with(false));
     if (::testing::Test::HasFatalFailure()) return;
   }
+#endif
+}
+
+// ---- s39-saap: the keys' products by wgmma (SaapKnobs().keys_wgmma) ----
+
+// The keys kernel by wgmma (hi.hi, hi.lo, lo.hi per k step, as the mma.sync kernel adds them)
+// assigns every key main's bucket (compared key by key, exactly), so the same visited buckets
+// and index, offsets included: every twin shape (d 64 and 128, fp16 and bf16, interleaved and
+// half RoPE, partial key tiles) x the three asset shapes of RowsMassTemplatedBuildsTheSameIndex
+// (32 and 300 centroids: padded centroid tiles), block_m 64 and 128; then llm_mix 16K with 1024
+// centroids. Off compute capability 9.0 both builds run mma.sync.
+TEST(BuildIndexOnGpuSaapTest, KeysWgmmaBuildsTheSameIndex) {
+  SKIP_WITHOUT_GPU();
+#ifndef SPATTN_SL_KNOBS
+  GTEST_SKIP() << "the GPU Saap builder's knobs exist only in CUDA builds";
+#else
+  auto engine = MakeEngine(int64_t{512} << 20);
+  ASSERT_NE(engine, nullptr);
+  const MethodConfig base = CasesFor(Method::kSaap).configs.front();
+  std::vector<int32_t> keys[2];
+  auto set = [&keys](bool wg) {
+    return [&keys, wg](cuda::SaapKnobsT& k) {
+      k.keys_wgmma = wg;
+      k.capture_key_buckets = &keys[wg ? 1 : 0];
+    };
+  };
+  int64_t buckets = 0, compared_keys = 0;
+  auto compare = [&](const HostProblem& hp, DeviceProblem& dp, const MethodConfig& config,
+                     const std::vector<int>& heads, int block_m, const CudaLayerAssets* up,
+                     const std::string& what) {
+    buckets += ExpectSameSaapBuckets(*engine, hp, dp, config, heads, block_m, up, set(false), up,
+                                     set(true), what);
+    if (::testing::Test::HasFatalFailure()) return;
+    ASSERT_EQ(keys[0].size(), keys[1].size()) << what;
+    int64_t diff = 0;
+    for (size_t i = 0; i < keys[0].size(); ++i) diff += keys[0][i] != keys[1][i];
+    EXPECT_EQ(diff, 0) << what << " (" << keys[0].size() << " keys)";
+    EXPECT_FALSE(keys[0].empty()) << what;
+    compared_keys += static_cast<int64_t>(keys[0].size());
+  };
+  ForEachSaapAssetCase(
+      *engine, 3901,
+      [&](const Shape& sh, const HostProblem& hp, DeviceProblem& dp, const SaapAssetShape& as,
+          const LayerAssets& assets) {
+        auto up = engine->UploadLayerAssets(assets, sh.d);
+        ASSERT_TRUE(up.ok()) << up.status();
+        MethodConfig config = base;
+        config.saap.num_centroids = as.centroids;
+        for (int block_m : {64, 128}) {
+          compare(hp, dp, config, AllHeads(sh.hq), block_m, up->get(),
+                  absl::StrCat(config.DebugString(), " centroids=", as.centroids,
+                               " block_m=", block_m, " ", Describe(hp.problem())));
+          if (::testing::Test::HasFatalFailure()) return;
+        }
+      });
+  if (::testing::Test::HasFatalFailure()) return;
+  WithSaapLlmMix16K(*engine, 3999, [&](const HostProblem& hp, DeviceProblem& dp,
+                                       const MethodConfig& config, const CudaLayerAssets* up) {
+    compare(hp, dp, config, AllHeads(8), 64, up, "llm_mix 16K");
+  });
+  printf("saap keys by wgmma vs mma.sync: %lld keys and %lld visited buckets compared\n",
+         static_cast<long long>(compared_keys), static_cast<long long>(buckets));
+  EXPECT_GT(compared_keys, 0);
 #endif
 }
 

@@ -90,16 +90,26 @@ constexpr int kAsTileC = 64;
 // Shared memory: the double-buffered hi / lo centroid tiles and the tile's base angles. The
 // de-roped keys go straight from global memory into each warp's A fragments (no float key tile):
 // 66.5 KB at d 128, three CTAs per SM (12 warps) instead of two with a 34 KB key tile.
-template <int kD>
+// kWg (the wgmma kernel): 1024 more bytes, so the tiles start 1024-byte aligned.
+template <int kD, bool kWg = false>
 constexpr int AssignSmemBytes() {
-  return 2 * 2 * kAsTileC * kD * 2 + kD * 8;
+  return 2 * 2 * kAsTileC * kD * 2 + kD * 8 + (kWg ? 1024 : 0);
 }
 
-template <typename T, int kD>
+// kWg (SaapKnobs().keys_wgmma, sm_90a): the CTA's four warps are one warpgroup, its 64 keys the
+// m64 A operand (the same hi / lo fragments in registers: wgmma's RS A layout is mma.sync's per
+// warp) and each centroid tile the n64 B operand by descriptor, stored in wgmma_tile64.cuh's
+// layout (Tile64KeyOff: [kD / 64][64 rows][128 bytes]; at d 64 the same bytes as TileOff). Per k
+// step hi.hi, hi.lo, lo.hi as the mma.sync loop adds them to each accumulator, from zeroed
+// accumulators: the same sums bit for bit (session 29), the same argmax and index
+// (KeysWgmmaBuildsTheSameIndex). false: main's kernel.
+template <typename T, int kD, bool kWg = false>
 __global__ void __launch_bounds__(kAsThreads, 3) SaapAssignKernel(SaapArgs a) {
   constexpr int kHalf = kD / 2, kCh = kD / 8, kKS = kD / 16;
   constexpr int kTileBytes = kAsTileC * kD * 2;
-  extern __shared__ __align__(128) char smem[];
+  extern __shared__ __align__(128) char smem_raw[];
+  char* smem = smem_raw;
+  if constexpr (kWg) smem += (1024 - (SmemAddr(smem_raw) & 1023)) & 1023;
   const uint32_t sCa = SmemAddr(smem);
   double* sBase = reinterpret_cast<double*>(smem + 4 * kTileBytes);
 
@@ -123,14 +133,17 @@ __global__ void __launch_bounds__(kAsThreads, 3) SaapAssignKernel(SaapArgs a) {
   static_assert(kRowStep % 8 == 0 && kAsTileC % kRowStep == 0, "tile rows per thread");
   const int lr = tid / kCh, lch = tid - lr * kCh;
   const int64_t csrc = static_cast<int64_t>(lr) * kD + lch * 8;
-  const uint32_t cdst = sCa + TileOff(lr, lch, kCh);
+  const uint32_t cdst = sCa + (kWg ? Tile64KeyOff(lr, lch) : TileOff(lr, lch, kCh));
+  // Row lr + kRowStep j: kRowStep j rows further in either layout (128 bytes a row in
+  // Tile64KeyOff's, kCh x 16 in TileOff's).
+  constexpr int kRowBytes = kWg ? 128 : kCh * 16;
   auto issue = [&](int t) {
     const uint32_t dst = cdst + (t & 1) * 2 * kTileBytes;
     const int64_t src = csrc + static_cast<int64_t>(t) * kAsTileC * kD;
 #pragma unroll
     for (int j = 0; j < kAsTileC / kRowStep; ++j) {
-      CpAsync16(dst + j * kRowStep * kCh * 16, chi + src + j * kRowStep * kD, true);
-      CpAsync16(dst + kTileBytes + j * kRowStep * kCh * 16, clo + src + j * kRowStep * kD, true);
+      CpAsync16(dst + j * kRowStep * kRowBytes, chi + src + j * kRowStep * kD, true);
+      CpAsync16(dst + kTileBytes + j * kRowStep * kRowBytes, clo + src + j * kRowStep * kD, true);
     }
   };
   issue(0);
@@ -187,6 +200,10 @@ __global__ void __launch_bounds__(kAsThreads, 3) SaapAssignKernel(SaapArgs a) {
     if (t + 1 < ntiles) issue(t + 1);
     CpAsyncCommit();
     CpAsyncWait<1>();
+    // The tile's copies visible to wgmma's async proxy.
+#if SPATTN_SAAP_SM90A
+    if constexpr (kWg) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
     __syncthreads();
     const uint32_t th = sCa + (t & 1) * 2 * kTileBytes, tl = th + kTileBytes;
     float acc[8][4];
@@ -195,6 +212,30 @@ __global__ void __launch_bounds__(kAsThreads, 3) SaapAssignKernel(SaapArgs a) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
     }
+    if constexpr (kWg) {
+#if SPATTN_SAAP_SM90A
+      const uint64_t dh = Tile64SmemDesc(th), dl = Tile64SmemDesc(tl);
+      asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+      for (int ks = 0; ks < kKS; ++ks) {
+        // k step ks: sub-tile ks / 4, 32 bytes a step into its 128-byte rows (address field / 16).
+        const uint64_t o = static_cast<uint64_t>(((ks >> 2) * (64 * 128) + (ks & 3) * 32) >> 4);
+        Tile64Wgmma<__nv_bfloat16>::RS(acc, ahi[ks], dh + o, 1);
+        Tile64Wgmma<__nv_bfloat16>::RS(acc, ahi[ks], dl + o, 1);
+        Tile64Wgmma<__nv_bfloat16>::RS(acc, alo[ks], dh + o, 1);
+      }
+      asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+      Tile64Wait(acc);
+      // The A fragments are read by the wgmma until the wait: keep their registers until here.
+#pragma unroll
+      for (int ks = 0; ks < kKS; ++ks) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(ahi[ks][i]), "+r"(alo[ks][i])::"memory");
+      }
+#else
+      __trap();
+#endif
+    } else {
 #pragma unroll
     for (int ks = 0; ks < kKS; ++ks) {
 #pragma unroll
@@ -209,6 +250,7 @@ __global__ void __launch_bounds__(kAsThreads, 3) SaapAssignKernel(SaapArgs a) {
         Mma<__nv_bfloat16>::Run(acc[2 * np], alo[ks], bh[0], bh[1]);
         Mma<__nv_bfloat16>::Run(acc[2 * np + 1], alo[ks], bh[2], bh[3]);
       }
+    }
     }
     // Ascending centroid order within the thread: a strict > keeps the lowest on ties.
 #pragma unroll
@@ -1113,12 +1155,14 @@ cudaError_t SaapLaunchTyped(const SaapArgs& a, cudaStream_t stream) {
     return err;
   }
   if (a.num_key_tiles > 0) {
-    auto assign = SaapAssignKernel<T, kD>;
-    if ((err = cudaFuncSetAttribute(assign, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    AssignSmemBytes<kD>())) != cudaSuccess) {
+    const bool kwg = SaapKeysUseWgmma();
+    auto assign = kwg ? &SaapAssignKernel<T, kD, true> : &SaapAssignKernel<T, kD, false>;
+    const int asmem = kwg ? AssignSmemBytes<kD, true>() : AssignSmemBytes<kD, false>();
+    if ((err = cudaFuncSetAttribute(assign, cudaFuncAttributeMaxDynamicSharedMemorySize, asmem)) !=
+        cudaSuccess) {
       return err;
     }
-    assign<<<a.num_key_tiles, kAsThreads, AssignSmemBytes<kD>(), stream>>>(a);
+    assign<<<a.num_key_tiles, kAsThreads, asmem, stream>>>(a);
     if ((err = SaapStep(cudaSuccess, "assign", stream)) != cudaSuccess) return err;
     SaapHistogramKernel<<<a.num_key_tiles, kAsKeys, 0, stream>>>(a);
     if ((err = SaapStep(cudaSuccess, "histogram", stream)) != cudaSuccess) return err;
@@ -1177,6 +1221,7 @@ SaapKnobsT& SaapKnobs() {
     if (const char* c = std::getenv("SPATTN_SAAP_CLS_ROPE_TABLE")) k.cls_rope_table = c[0] != '0';
     if (const char* c = std::getenv("SPATTN_SAAP_DEBUG_SYNC")) k.debug_sync = c[0] == '1';
     if (const char* c = std::getenv("SPATTN_SAAP_CLS_ROWS_MASS")) k.cls_rows_mass = c[0] - '0';
+    if (const char* c = std::getenv("SPATTN_SAAP_KEYS_WGMMA")) k.keys_wgmma = c[0] != '0';
     return k;
   }();
   return knobs;
@@ -1190,6 +1235,8 @@ bool SaapClassifierUsesWgmma(int smem_bytes) {
              cudaSuccess &&
          smem_bytes <= smem_max;
 }
+
+bool SaapKeysUseWgmma() { return SaapKnobs().keys_wgmma && CurrentDeviceIsSm90(); }
 
 bool SaapClassifierRopeTable(const SaapArgs& a) {
   return SaapKnobs().cls_rope_table && a.rows_per_block > 0 && a.rows_per_block <= 64;

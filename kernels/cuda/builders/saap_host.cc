@@ -205,6 +205,17 @@ absl::StatusOr<SparseIndexView> BuildSaap(const BuildScope& env, const Attention
     }
     SPATTN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(env.stream), "saap selection capture");
   }
+  // Tests: every key's bucket (the keys kernel's argmax), downloaded.
+  if (std::vector<int32_t>* cap = SaapKnobs().capture_key_buckets; cap != nullptr) {
+    cap->assign(total_keys, -1);
+    if (total_keys > 0) {
+      SPATTN_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(cap->data(), sp.bucket_of, total_keys * sizeof(int32_t),
+                          cudaMemcpyDeviceToHost, env.stream),
+          "saap key buckets capture");
+    }
+    SPATTN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(env.stream), "saap key buckets capture");
+  }
 
   SaapAsmArgs asm_args;
   asm_args.geo = sp.geo;

@@ -5,7 +5,8 @@
 // BuildIndexOnGpuSaapTest.WgmmaClassifierIsTheMmaSyncClassifier); SPATTN_SAAP_CLS_PACKED (=1:
 // the classifier's weights uploaded slab by slab, session 30, below); SPATTN_SAAP_CLS_ROPE_TABLE
 // (=0: the sampled rows' RoPE once per q head, main's before session 36, below);
-// SPATTN_SAAP_CLS_ROWS_MASS (0: main's RowsMass loop; 1, 2: rows_per_block templated, below).
+// SPATTN_SAAP_CLS_ROWS_MASS (0: main's RowsMass loop; 1, 2: rows_per_block templated, below);
+// SPATTN_SAAP_KEYS_WGMMA (=0: the keys' products by mma.sync, main's before session 39, below).
 // Tests change them through the returned reference, between builds only (cls_packed: before the
 // assets' upload, and kept for every build with them).
 #ifndef SPATTN_KERNELS_CUDA_BUILDERS_SAAP_KNOBS_H_
@@ -41,18 +42,28 @@ struct SaapKnobsT {
   // (RowsMassTemplatedBuildsTheSameIndex). H200, classify_rows 4: classify -18 % at 32K and
   // 128K (NOTES session 38, s38-saap). Read at each launch.
   int cls_rows_mass = 1;
+  // The keys kernel's products (hi.hi, hi.lo, lo.hi per k step, the same order) by wgmma on a
+  // compute capability 9.0 device instead of mma.sync: the same sums, buckets and index
+  // (KeysWgmmaBuildsTheSameIndex). H200: keys 0.564 -> 0.408 ms at 32K, 2.131 -> 1.504 ms at
+  // 128K (NOTES session 39, s39-saap). Read at each launch.
+  bool keys_wgmma = true;
   // Diagnostics (SPATTN_SAAP_DEBUG_SYNC=1): LaunchSaapSelect waits after each step (and before
   // the first) and names a failing step on stderr. Not for timing.
   bool debug_sync = false;
   // Tests: when set, each build copies the visited buckets of every (kv group, block) (top_l each,
   // the classifier's classes) here (a synchronizing download; not for timing).
   std::vector<int32_t>* capture_selected = nullptr;
+  // Tests: when set, each build copies every key's bucket (the keys kernel's output, [kv head]
+  // [sequence][key]) here (a synchronizing download; not for timing).
+  std::vector<int32_t>* capture_key_buckets = nullptr;
 };
 SaapKnobsT& SaapKnobs();
 // The classifier kernel runs its products by wgmma: SaapKnobs().cls_wgmma on a compute capability
 // 9.0 device (whose sm_90a image has it) where its shared memory (smem_bytes: 1 KB more than the
 // mma.sync kernel's, for the slab buffers' alignment) fits; elsewhere by mma.sync.
 bool SaapClassifierUsesWgmma(int smem_bytes);
+// The keys kernel runs by wgmma: SaapKnobs().keys_wgmma on a compute capability 9.0 device.
+bool SaapKeysUseWgmma();
 struct SaapArgs;
 // The classify launch takes the per-item RoPE table (cls_rope_table and sampled rows <= 64).
 bool SaapClassifierRopeTable(const SaapArgs& a);
