@@ -2696,47 +2696,6 @@ TEST(BuildIndexOnGpuEstimateTest, StoreCutsMergeBuildsTheSameIndex) {
 #endif
 }
 
-// ---- s38-sl2 ----
-// SlKnobs::pair_scan: the assembler's two offset scans in one launch build main's index.
-TEST(BuildIndexOnGpuSampledLinesTest, PairScanBuildsMainsIndex) {
-  SKIP_WITHOUT_GPU();
-#ifndef SPATTN_SL_KNOBS
-  GTEST_SKIP() << "the GPU sampled_lines builder exists only in CUDA builds";
-#else
-  auto engine = MakeEngine(int64_t{2} << 30);
-  ASSERT_NE(engine, nullptr);
-  cuda::SlKnobs& k = cuda::SampledLinesKnobs();
-  const cuda::SlKnobs saved = k;
-  int compared = 0;
-  ForEachSlKnobCase(*engine, [&](const HostProblem& hp, DeviceProblem& dp,
-                                 const std::vector<int>& heads, const MethodConfig& config,
-                                 const std::string& label) {
-    for (int block_m : {64, 128}) {
-      for (bool early : {true, false}) {
-        const std::string what =
-            absl::StrCat(label, " block_m=", block_m, " early_est=", early);
-        SparseIndex idx[2];
-        for (int v = 0; v < 2; ++v) {
-          k = saved;
-          k.early_est = early;
-          k.pair_scan = v == 1;
-          BuildOnGpu(*engine, hp, dp, config, heads, block_m, nullptr, what, &idx[v]);
-          engine->ReleaseIndexes();
-          k = saved;
-          if (::testing::Test::HasFatalFailure()) return;
-        }
-        ExpectSameIndex(idx[0], idx[1], what, /*with_offsets=*/true);
-        EXPECT_FALSE(idx[0].col_idx.empty()) << what;
-        ++compared;
-      }
-    }
-  });
-  k = saved;
-  EXPECT_GT(compared, 0);
-  std::printf("pair scan: %d sampled_lines indexes compared\n", compared);
-#endif
-}
-
 // ---- s39-flex ----
 // SelectFlexLinesKernel on a cluster of 2 CTAs x 512 threads a list (EstKnobs::flex_sel_cluster,
 // SPATTN_FLEX_SEL_CLUSTER) selects the 1,024-thread CTA's lines: the same index, offsets

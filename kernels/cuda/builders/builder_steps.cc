@@ -206,7 +206,7 @@ absl::Status CarveIndexEntries(const BuildScope& env, const int64_t totals[2], A
 absl::StatusOr<SparseIndexView> Assemble(
     const BuildScope& env, const Layout& l,
     const std::function<cudaError_t(const AsmOut&, bool)>& launch, StageTimer* timer,
-    const char* select_stage, bool paired_scans) {
+    const char* select_stage) {
   const int num_slots = l.host.num_heads(), num_blocks = l.host.num_blocks();
   const int64_t rows = static_cast<int64_t>(num_slots) * num_blocks;
   SparseIndexView v;
@@ -215,16 +215,10 @@ absl::StatusOr<SparseIndexView> Assemble(
   CarveKeptWords(env, l, rows, &out);
   timer->Mark(select_stage);
   SPATTN_CUDA_RETURN_IF_ERROR(launch(out, false), "index assembly (count)");
-  if (paired_scans) {
-    SPATTN_CUDA_RETURN_IF_ERROR(
-        LaunchExclusiveScan64Pair(out.count_ranges, out.count_cols, rows, env.stream),
-        "range and column offsets");
-  } else {
-    SPATTN_CUDA_RETURN_IF_ERROR(LaunchExclusiveScan64(out.count_ranges, rows, env.stream),
-                                "range offsets");
-    SPATTN_CUDA_RETURN_IF_ERROR(LaunchExclusiveScan64(out.count_cols, rows, env.stream),
-                                "column offsets");
-  }
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchExclusiveScan64(out.count_ranges, rows, env.stream),
+                              "range offsets");
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchExclusiveScan64(out.count_cols, rows, env.stream),
+                              "column offsets");
   int64_t totals[2] = {0, 0};
   timer->Mark("count");
   SPATTN_CUDA_RETURN_IF_ERROR(

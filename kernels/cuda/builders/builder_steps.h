@@ -333,12 +333,10 @@ absl::Status CarveIndexEntries(const BuildScope& env, const int64_t totals[2], A
                                SparseIndexView* v);
 
 // Count pass, scan, the entry totals (the build's one host round trip), fill pass.
-// paired_scans: the range and column offsets scanned in one launch (LaunchExclusiveScan64Pair;
-// the same sums); false: two launches (every builder but sampled_lines, SlKnobs::pair_scan).
 absl::StatusOr<SparseIndexView> Assemble(
     const BuildScope& env, const Layout& l,
     const std::function<cudaError_t(const AsmOut&, bool)>& launch, StageTimer* timer,
-    const char* select_stage, bool paired_scans = false);
+    const char* select_stage);
 
 }  // namespace cuda
 }  // namespace spattn

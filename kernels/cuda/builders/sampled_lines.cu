@@ -1652,7 +1652,6 @@ SlKnobs& SampledLinesKnobs() {
     if (const char* c = std::getenv("SPATTN_SL_EST_STREAM")) k.est_stream = std::atoi(c);
     if (const char* c = std::getenv("SPATTN_SL_ONE_UPLOAD")) k.one_upload = c[0] != '0';
     if (const char* c = std::getenv("SPATTN_SL_EARLY_EST")) k.early_est = c[0] == '1';
-    if (const char* c = std::getenv("SPATTN_SL_PAIR_SCAN")) k.pair_scan = c[0] == '1';
     if (const char* c = std::getenv("SPATTN_SL_ORDER_BAND")) {  // "B1,B2,B3" (a missing value 0)
       k.order_band1 = std::atoi(c);
       const char* comma = std::strchr(c, ',');

@@ -520,7 +520,7 @@ absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const A
       [&](const AsmOut& out, bool fill) {
         return LaunchSampledLinesAssemble(asm_args, out, fill, env.stream);
       },
-      &*timer, "select", knobs.pair_scan);
+      &*timer, "select");
   if (!v.ok()) timer->Cancel();
   split.Mark();
   return v;

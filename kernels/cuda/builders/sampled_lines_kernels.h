@@ -206,9 +206,6 @@ struct SlKnobs {
   // tables, so they are built while the GPU runs it (SPATTN_SL_EARLY_EST=1; 0: main's order).
   // On since session 38: 32K build 0.97x of main's order on an H200 (NOTES, "Session 38 — lead").
   bool early_est = true;
-  // Session 38 (s38-sl2; the same index): the row assembler's range and column offset scans in
-  // one launch of two CTAs (SPATTN_SL_PAIR_SCAN=1; 0: main's two launches).
-  bool pair_scan = false;
 };
 SlKnobs& SampledLinesKnobs();
 

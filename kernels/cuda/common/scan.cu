@@ -14,7 +14,7 @@ constexpr int kScanItems = 4;
 // Exclusive prefix sums of data[0, n) in place by one CTA; with kTotal data[n] gets the total.
 // kReverse sums from the end: data[i] = sum of data[j] for j > i.
 template <typename V, bool kReverse, bool kTotal>
-__device__ __forceinline__ void ScanOneArray(V* data, int64_t n) {
+__global__ void __launch_bounds__(kScanThreads) ScanKernel(V* data, int64_t n) {
   using Scan = cub::BlockScan<V, kScanThreads>;
   __shared__ typename Scan::TempStorage temp;
   __shared__ V carry;
@@ -42,18 +42,6 @@ __device__ __forceinline__ void ScanOneArray(V* data, int64_t n) {
   if (kTotal && threadIdx.x == 0) data[n] = carry;
 }
 
-template <typename V, bool kReverse, bool kTotal>
-__global__ void __launch_bounds__(kScanThreads) ScanKernel(V* data, int64_t n) {
-  ScanOneArray<V, kReverse, kTotal>(data, n);
-}
-
-// Two arrays of the same length, one CTA each, in one launch (session 38: the row assembler's
-// range and column counts; a launch saved, each array's sums as ScanKernel's).
-template <typename V>
-__global__ void __launch_bounds__(kScanThreads) ScanPairKernel(V* a, V* b, int64_t n) {
-  ScanOneArray<V, false, true>(blockIdx.x == 0 ? a : b, n);
-}
-
 __global__ void NarrowKernel(const int64_t* in, int64_t n, int32_t* out) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -71,12 +59,6 @@ cudaError_t LaunchExclusiveScan64(int64_t* data, int64_t n, cudaStream_t stream)
 
 cudaError_t LaunchExclusiveScan32(int32_t* data, int64_t n, cudaStream_t stream) {
   ScanKernel<int, false, true><<<1, kScanThreads, 0, stream>>>(data, n);
-  return cudaGetLastError();
-}
-
-cudaError_t LaunchExclusiveScan64Pair(int64_t* a, int64_t* b, int64_t n, cudaStream_t stream) {
-  ScanPairKernel<long long><<<2, kScanThreads, 0, stream>>>(reinterpret_cast<long long*>(a),
-                                                             reinterpret_cast<long long*>(b), n);
   return cudaGetLastError();
 }
 

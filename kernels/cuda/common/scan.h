@@ -17,8 +17,6 @@ namespace cuda {
 // data[0, n) -> exclusive prefix sums in place, data[n] = total (data has n + 1 entries).
 cudaError_t LaunchExclusiveScan64(int64_t* data, int64_t n, cudaStream_t stream);
 cudaError_t LaunchExclusiveScan32(int32_t* data, int64_t n, cudaStream_t stream);
-// LaunchExclusiveScan64 of a and of b (each n + 1 entries, distinct) in one launch of two CTAs.
-cudaError_t LaunchExclusiveScan64Pair(int64_t* a, int64_t* b, int64_t n, cudaStream_t stream);
 // data[i] = sum of data[j] for j in (i, n), in place; no total written.
 cudaError_t LaunchReverseExclusiveScan32(int32_t* data, int64_t n, cudaStream_t stream);
 
