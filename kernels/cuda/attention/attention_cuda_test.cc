@@ -394,6 +394,13 @@ SparseIndex LongItemsIndex(const AttentionProblem& p, const std::vector<int>& he
   return idx;
 }
 
+// The pair-step tests' two index kinds at block_m 64 over every head: short items (random ranges
+// and columns: odd tile counts, one-tile items, packed tails) or long ones (LongItemsIndex).
+SparseIndex PairStepIndex(const AttentionProblem& p, int hq, bool short_items, uint64_t seed) {
+  return short_items ? RandomIndex(p, AllHeads(hq), 64, 3, 90, seed, true)
+                     : LongItemsIndex(p, AllHeads(hq), 64, seed);
+}
+
 TEST_F(CudaAttentionTest, RandomRangesAndColumnsMatchReference) {
   uint64_t seed = 300;
   for (int block_m : {64, 128}) {
@@ -960,12 +967,7 @@ TEST_F(CudaAttentionTest, SparsePairStepMatches64KeyStep) {
     for (const Case& c : cases) {
       auto hp = MakeProblem(c, seed++);
       for (const bool short_items : {true, false}) {
-        SparseIndex idx;
-        if (short_items) {
-          idx = RandomIndex(hp->problem(), AllHeads(c.hq), 64, 3, 90, seed++, true);
-        } else {
-          idx = LongItemsIndex(hp->problem(), AllHeads(c.hq), 64, seed++);
-        }
+        const SparseIndex idx = PairStepIndex(hp->problem(), c.hq, short_items, seed++);
         ASSERT_TRUE(ValidateSparseIndex(hp->problem(), idx).ok());
         const std::string config = absl::StrCat(Describe(c), " block_m=64 pair dynamic=", dyn,
                                                 short_items ? " short" : " long");
@@ -1073,12 +1075,7 @@ TEST_F(CudaAttentionTest, SparsePairStepThreeVSlotsMatchesTwo) {
   for (const Case& c : cases) {
     auto hp = MakeProblem(c, seed++);
     for (const bool short_items : {true, false}) {
-      SparseIndex idx;
-      if (short_items) {
-        idx = RandomIndex(hp->problem(), AllHeads(c.hq), 64, 3, 90, seed++, true);
-      } else {
-        idx = LongItemsIndex(hp->problem(), AllHeads(c.hq), 64, seed++);
-      }
+      const SparseIndex idx = PairStepIndex(hp->problem(), c.hq, short_items, seed++);
       ASSERT_TRUE(ValidateSparseIndex(hp->problem(), idx).ok());
       const std::string config =
           absl::StrCat(Describe(c), " block_m=64 pair 3V", short_items ? " short" : " long");
