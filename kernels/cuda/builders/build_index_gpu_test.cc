@@ -1397,6 +1397,19 @@ void ForEachSaapAssetCase(CudaAttentionEngine& engine, uint64_t seed, Fn fn) {
   }
 }
 
+// ForEachSaapAssetCase with each case's assets uploaded for its head dim: calls fn(shape, host
+// problem, device problem, asset shape, device assets).
+template <typename Fn>
+void ForEachUploadedSaapCase(CudaAttentionEngine& engine, uint64_t seed, Fn fn) {
+  ForEachSaapAssetCase(engine, seed,
+                       [&](const Shape& sh, const HostProblem& hp, DeviceProblem& dp,
+                           const SaapAssetShape& as, const LayerAssets& assets) {
+                         auto up = engine.UploadLayerAssets(assets, sh.d);
+                         ASSERT_TRUE(up.ok()) << up.status();
+                         fn(sh, hp, dp, as, up->get());
+                       });
+}
+
 // Builds `config` with the Saap knobs set by set_a on assets `a` and by set_b on assets `b`
 // (the knobs restored after each) and expects the same visited buckets (the classes, exactly)
 // and the same index, offsets included. Returns the buckets compared.
@@ -1447,12 +1460,10 @@ TEST(BuildIndexOnGpuSaapTest, WgmmaClassifierIsTheMmaSyncClassifier) {
   ASSERT_NE(engine, nullptr);
   const MethodCases mc = CasesFor(Method::kSaap);
   int64_t compared = 0;
-  ForEachSaapAssetCase(
+  ForEachUploadedSaapCase(
       *engine, 2901,
       [&](const Shape& sh, const HostProblem& hp, DeviceProblem& dp, const SaapAssetShape& as,
-          const LayerAssets& assets) {
-        auto up = engine->UploadLayerAssets(assets, sh.d);
-        ASSERT_TRUE(up.ok()) << up.status();
+          const CudaLayerAssets* up) {
         for (MethodConfig config : mc.configs) {
           config.saap.num_centroids = as.centroids;
           for (const std::vector<int>& heads : {AllHeads(sh.hq), std::vector<int>{sh.hq - 1, 0}}) {
@@ -1461,8 +1472,8 @@ TEST(BuildIndexOnGpuSaapTest, WgmmaClassifierIsTheMmaSyncClassifier) {
                   config.DebugString(), " hidden=", as.one_layer ? 0 : as.hidden,
                   " block_m=", block_m, " heads=", heads.size(), " ", Describe(hp.problem()));
               compared += ExpectSameSaapBuckets(
-                  *engine, hp, dp, config, heads, block_m, up->get(),
-                  [](cuda::SaapKnobsT& k) { k.cls_wgmma = true; }, up->get(),
+                  *engine, hp, dp, config, heads, block_m, up,
+                  [](cuda::SaapKnobsT& k) { k.cls_wgmma = true; }, up,
                   [](cuda::SaapKnobsT& k) { k.cls_wgmma = false; }, what);
               if (::testing::Test::HasFatalFailure()) return;
             }
@@ -2387,12 +2398,10 @@ TEST(BuildIndexOnGpuSaapTest, RopeTablePerItemBuildsThePerHeadIndex) {
     };
   };
   int64_t compared = 0;
-  ForEachSaapAssetCase(
+  ForEachUploadedSaapCase(
       *engine, 3501,
       [&](const Shape& sh, const HostProblem& hp, DeviceProblem& dp, const SaapAssetShape& as,
-          const LayerAssets& assets) {
-        auto up = engine->UploadLayerAssets(assets, sh.d);
-        ASSERT_TRUE(up.ok()) << up.status();
+          const CudaLayerAssets* up) {
         for (MethodConfig config : mc.configs) {
           config.saap.num_centroids = as.centroids;
           for (const std::vector<int>& heads : {AllHeads(sh.hq), std::vector<int>{sh.hq - 1, 0}}) {
@@ -2403,9 +2412,8 @@ TEST(BuildIndexOnGpuSaapTest, RopeTablePerItemBuildsThePerHeadIndex) {
                     absl::StrCat(config.DebugString(), " hidden=", as.one_layer ? 0 : as.hidden,
                                  " block_m=", block_m, " heads=", heads.size(), " wgmma=", wg, " ",
                                  Describe(hp.problem()));
-                compared +=
-                    ExpectSameSaapBuckets(*engine, hp, dp, config, heads, block_m, up->get(),
-                                          set(false, wg), up->get(), set(true, wg), what);
+                compared += ExpectSameSaapBuckets(*engine, hp, dp, config, heads, block_m, up,
+                                                  set(false, wg), up, set(true, wg), what);
                 if (::testing::Test::HasFatalFailure()) return;
               }
             }
@@ -2458,12 +2466,10 @@ TEST(BuildIndexOnGpuSaapTest, RopeTableAfterAnotherEnginesTableBuilds) {
   for (bool first : {true, false}) {
     auto engine = MakeEngine(int64_t{512} << 20);
     ASSERT_NE(engine, nullptr);
-    ForEachSaapAssetCase(
+    ForEachUploadedSaapCase(
         *engine, first ? 3031 : 3501,
         [&](const Shape& sh, const HostProblem& hp, DeviceProblem& dp, const SaapAssetShape& as,
-            const LayerAssets& assets) {
-          auto up = engine->UploadLayerAssets(assets, sh.d);
-          ASSERT_TRUE(up.ok()) << up.status();
+            const CudaLayerAssets* up) {
           MethodConfig c = config;
           c.saap.num_centroids = as.centroids;
           for (const std::vector<int>& heads : {AllHeads(sh.hq), std::vector<int>{sh.hq - 1, 0}}) {
@@ -2472,12 +2478,10 @@ TEST(BuildIndexOnGpuSaapTest, RopeTableAfterAnotherEnginesTableBuilds) {
                   first ? "first engine " : "second engine ", c.DebugString(),
                   " hidden=", as.one_layer ? 0 : as.hidden, " wgmma=", wg,
                   " heads=", heads.size(), " ", Describe(hp.problem()));
-              compared += first ? ExpectSameSaapBuckets(*engine, hp, dp, c, heads, 64, up->get(),
-                                                        set(true, wg), up->get(), set(true, !wg),
-                                                        what)
-                                : ExpectSameSaapBuckets(*engine, hp, dp, c, heads, 64, up->get(),
-                                                        set(false, wg), up->get(), set(true, wg),
-                                                        what);
+              compared += first ? ExpectSameSaapBuckets(*engine, hp, dp, c, heads, 64, up,
+                                                        set(true, wg), up, set(true, !wg), what)
+                                : ExpectSameSaapBuckets(*engine, hp, dp, c, heads, 64, up,
+                                                        set(false, wg), up, set(true, wg), what);
               if (::testing::Test::HasFatalFailure()) return;
             }
           }
@@ -2585,12 +2589,10 @@ TEST(BuildIndexOnGpuSaapTest, RowsMassTemplatedBuildsTheSameIndex) {
     };
   };
   int64_t compared = 0;
-  ForEachSaapAssetCase(
+  ForEachUploadedSaapCase(
       *engine, 3801,
       [&](const Shape& sh, const HostProblem& hp, DeviceProblem& dp, const SaapAssetShape& as,
-          const LayerAssets& assets) {
-        auto up = engine->UploadLayerAssets(assets, sh.d);
-        ASSERT_TRUE(up.ok()) << up.status();
+          const CudaLayerAssets* up) {
         for (int rows : {1, 2, 4, 8, 16, 3}) {
           MethodConfig config = base;
           config.saap.num_centroids = as.centroids;
@@ -2603,9 +2605,8 @@ TEST(BuildIndexOnGpuSaapTest, RowsMassTemplatedBuildsTheSameIndex) {
                     config.DebugString(), " hidden=", as.one_layer ? 0 : as.hidden,
                     " block_m=", block_m, " mass=", mass, " wgmma=", wg, " ",
                     Describe(hp.problem()));
-                compared += ExpectSameSaapBuckets(*engine, hp, dp, config, AllHeads(sh.hq),
-                                                  block_m, up->get(), set(0, wg), up->get(),
-                                                  set(mass, wg), what);
+                compared += ExpectSameSaapBuckets(*engine, hp, dp, config, AllHeads(sh.hq), block_m,
+                                                  up, set(0, wg), up, set(mass, wg), what);
                 if (::testing::Test::HasFatalFailure()) return;
               }
             }
@@ -2762,21 +2763,19 @@ TEST(BuildIndexOnGpuSaapTest, KeysWgmmaBuildsTheSameIndex) {
     EXPECT_FALSE(keys[0].empty()) << what;
     compared_keys += static_cast<int64_t>(keys[0].size());
   };
-  ForEachSaapAssetCase(
-      *engine, 3901,
-      [&](const Shape& sh, const HostProblem& hp, DeviceProblem& dp, const SaapAssetShape& as,
-          const LayerAssets& assets) {
-        auto up = engine->UploadLayerAssets(assets, sh.d);
-        ASSERT_TRUE(up.ok()) << up.status();
-        MethodConfig config = base;
-        config.saap.num_centroids = as.centroids;
-        for (int block_m : {64, 128}) {
-          compare(hp, dp, config, AllHeads(sh.hq), block_m, up->get(),
-                  absl::StrCat(config.DebugString(), " centroids=", as.centroids,
-                               " block_m=", block_m, " ", Describe(hp.problem())));
-          if (::testing::Test::HasFatalFailure()) return;
-        }
-      });
+  ForEachUploadedSaapCase(*engine, 3901,
+                          [&](const Shape& sh, const HostProblem& hp, DeviceProblem& dp,
+                              const SaapAssetShape& as, const CudaLayerAssets* up) {
+                            MethodConfig config = base;
+                            config.saap.num_centroids = as.centroids;
+                            for (int block_m : {64, 128}) {
+                              compare(
+                                  hp, dp, config, AllHeads(sh.hq), block_m, up,
+                                  absl::StrCat(config.DebugString(), " centroids=", as.centroids,
+                                               " block_m=", block_m, " ", Describe(hp.problem())));
+                              if (::testing::Test::HasFatalFailure()) return;
+                            }
+                          });
   if (::testing::Test::HasFatalFailure()) return;
   WithSaapLlmMix16K(*engine, 3999, [&](const HostProblem& hp, DeviceProblem& dp,
                                        const MethodConfig& config, const CudaLayerAssets* up) {
