@@ -2787,5 +2787,64 @@ TEST(BuildIndexOnGpuSaapTest, KeysWgmmaBuildsTheSameIndex) {
 #endif
 }
 
+// ---- s40-flex ----
+// Pass 3's full-chunk column / diagonal sums as unrolled 64-step chains, a balanced pair's two
+// diagonals side by side (EstKnobs::est_chain, SPATTN_EST_CHAIN), build main's index (its loops):
+// the same index, offsets included, for every vertical_slash / flex_prefill twin shape and config
+// (ExpectEstKnobsBuildTheSameIndex: 8-warp and 4-warp pass 3, full and partial chunks) and
+// llm_mix 32 q / 8 kv heads at 5,000, 16K and 32K queries, both methods, block_m 64 and 128.
+// Off compute capability 9.0 pass 3 runs mma.sync (no tail kernel): both builds are main's.
+TEST(BuildIndexOnGpuEstimateTest, UnrolledChainsBuildMainsIndex) {
+  SKIP_WITHOUT_GPU();
+#ifndef SPATTN_SL_KNOBS
+  GTEST_SKIP() << "the GPU estimate's knobs exist only in CUDA builds";
+#else
+  auto with = [](bool chain) {
+    return [chain](cuda::EstKnobs& k) {
+      k.est_tail = 2;
+      k.est_chain = chain;
+    };
+  };
+  ExpectEstKnobsBuildTheSameIndexWithLlmMix(4040, "unrolled chains vs main's loops", with(true),
+                                            with(false));
+  if (::testing::Test::HasFatalFailure()) return;
+  // sampled_lines runs the same pass 3: llm_mix 16K, 32 / 8 heads, block_m 64 and 128.
+  auto engine = MakeEngine(int64_t{2} << 30);
+  ASSERT_NE(engine, nullptr);
+  WorkloadOptions o = LlmMix16K();
+  o.shape.num_q_heads = 32;
+  o.shape.num_kv_heads = 8;
+  auto w = GenerateWorkload(o);
+  ASSERT_TRUE(w.ok()) << w.status();
+  auto dp = DeviceProblem::Create(engine->device(), *w->host);
+  ASSERT_TRUE(dp.ok()) << dp.status();
+  cuda::EstKnobs& knobs = cuda::EstimateKnobs();
+  const cuda::EstKnobs saved = knobs;
+  int64_t compared = 0;
+  MethodConfig c;
+  c.method = Method::kSampledLines;
+  for (int block_m : {64, 128}) {
+    if (ExpectSameIndexEitherWay(
+            *engine, *w->host, **dp, c, AllHeads(32), block_m,
+            absl::StrCat(c.DebugString(), " llm_mix 16K 32 heads block_m ", block_m, " chains"),
+            [&] {
+              knobs = saved;
+              with(true)(knobs);
+            },
+            [&] {
+              knobs = saved;
+              with(false)(knobs);
+            })) {
+      ++compared;
+    }
+    knobs = saved;
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  printf("unrolled chains vs main's loops, sampled_lines: %lld builds compared, same index\n",
+         static_cast<long long>(compared));
+  EXPECT_GT(compared, 0);
+#endif
+}
+
 }  // namespace
 }  // namespace spattn

@@ -399,6 +399,81 @@ __device__ __forceinline__ void PrefetchKeyTileL1(const T* kg, int64_t k_begin, 
   }
 }
 
+// ---- Session 40 (s40-flex, EstKnobs::est_chain): a full chunk's column / diagonal sums ----
+//
+// Pass 3 of the fast estimate, tail 2, for a full chunk (kRows rows): every column half and
+// every diagonal (or balanced pair of diagonals) holds at most kTile = 64 terms, so each chain
+// runs as 64 unrolled steps at immediate offsets (main's loops: runtime bounds, unrolled by 4,
+// and each pair's two diagonals one after the other: up to 80 dependent steps). The same terms
+// in the same order into the same float, added once to the same double: the same bits.
+
+// Terms s < len of the chain at p (step `step` floats), in order, into f. kUncond: len >= kUncond
+// (no test below it); kMax: len <= kMax (no steps from it on).
+template <int kStep, int kUncond, int kMax>
+__device__ __forceinline__ void EstChainSteps(const float* p, int len, float& f) {
+#pragma unroll
+  for (int s = 0; s < kMax; ++s) {
+    if (s < kUncond || s < len) f = __fadd_rn(f, p[s * kStep]);
+  }
+}
+
+// A balanced pair's two diagonals as two chains run side by side: L (the longer, len_l in
+// [kL0, kL1]) and S (len_s in [kS0, kS1]).
+template <int kStep, int kL0, int kL1, int kS0, int kS1>
+__device__ __forceinline__ void EstPairSteps(const float* pl, int len_l, const float* ps,
+                                             int len_s, float& fl, float& fs) {
+#pragma unroll
+  for (int s = 0; s < kL1; ++s) {
+    if (s < kL0 || s < len_l) fl = __fadd_rn(fl, pl[s * kStep]);
+    if (s < kS1 && (s < kS0 || s < len_s)) fs = __fadd_rn(fs, ps[s * kStep]);
+  }
+}
+
+// Thread tid's sums of tile t of a full chunk (rows i0 ..): the columns (tid < kColThreads: half
+// tid / 64, rows 64 half ..) and the diagonals of EstimateBody's balanced pairs (tid - kColThreads
+// = u: u = 0 dl 0; u in [1, 63] the pair m - 64 (m rows) and kRows - 64 + m (64 - m rows); u >= 64
+// dl u - 63, 64 rows). Warp-uniform branches: the column warps, the pair warps u < 32 (the
+// longer diagonal 48-64 rows, the shorter 0-16) and u in [32, 64) (32-48, 16-32), the rest.
+template <int kRows, int kColThreads, int kPP>
+__device__ __forceinline__ void EstFullChunkSums(const float* ptile, double* col_acc,
+                                                 double* diag_acc, int tid, int t, int i0) {
+  constexpr int kDiag = kPP + 1;  // (r, r - dl) -> (r + 1, r + 1 - dl)
+  static_assert(kColThreads == kRows, "a column half of 64 rows a thread");
+  if (tid < kColThreads) {
+    const int cj = tid & (kTile - 1), half = tid / kTile;
+    float f = 0.f;
+    EstChainSteps<kPP, kTile, kTile>(ptile + half * kTile * kPP + cj, kTile, f);
+    col_acc[half * kEstKeysPerCta + t * kTile + cj] += static_cast<double>(f);
+    return;
+  }
+  const int u = tid - kColThreads;
+  const int xb = i0 - t * kTile + kEstKeysPerCta - 1;  // diag_acc index of dl = 0
+  if (u >= 2 * 32) {
+    const int dl = u - (kTile - 1);
+    float f = 0.f;
+    EstChainSteps<kDiag, kTile, kTile>(ptile + dl * kPP, kTile, f);
+    diag_acc[xb + dl] += static_cast<double>(f);
+    return;
+  }
+  // m: rows of the diagonal m - 64 (u = 0: m = 64, dl 0 alone); the other has 64 - m.
+  const int m = u == 0 ? kTile : (u < 16 ? u : (u < 32 ? u + 32 : u - 16));
+  const float* pa = ptile + (kTile - m);                  // (0, 64 - m): dl = m - 64
+  const float* pb = ptile + (kRows - kTile + m) * kPP;    // (kRows - 64 + m, 0)
+  const bool a_long = m >= kTile / 2;
+  const float* pl = a_long ? pa : pb;
+  const float* ps = a_long ? pb : pa;
+  const int len_l = a_long ? m : kTile - m, len_s = kTile - len_l;
+  float fl = 0.f, fs = 0.f;
+  if (u < 32) {
+    EstPairSteps<kDiag, 48, 64, 0, 16>(pl, len_l, ps, len_s, fl, fs);
+  } else {
+    EstPairSteps<kDiag, 32, 48, 16, 32>(pl, len_l, ps, len_s, fl, fs);
+  }
+  const int dla = m - kTile, dlb = kRows - kTile + m;
+  diag_acc[xb + (a_long ? dla : dlb)] += static_cast<double>(fl);
+  if (len_s > 0) diag_acc[xb + (a_long ? dlb : dla)] += static_cast<double>(fs);
+}
+
 // One pass of the estimate over one key chunk of one unit (see EstimateParams), the unit's rows
 // kRows = 16 kWarps at a time. Every sum runs in the same order for any kWarps: a column's and a
 // diagonal's in row order (tile by tile, a tile's rows in order: a diagonal's rows in tile t all
@@ -432,10 +507,11 @@ __host__ __device__ constexpr int EstColSplit() {
 // tile t + 1 into registers during tile t's column / diagonal sums, 8 warps: ptxas spilled the
 // 16 registers, 64 B a thread and tile through L1, which shares shared memory's bandwidth.)
 template <typename T, int kD, int kPass, int kWarps, bool kWg = false, bool kExact = true,
-          bool kFuse = false, bool kDbArg = false, bool kTailArg = false>
+          bool kFuse = false, bool kDbArg = false, bool kTailArg = false, bool kChainArg = false>
 __device__ __forceinline__ void EstimateBody(const EstimateParams& p, int span_arg, int kpf = 0) {
   constexpr bool kDb = kDbArg && kWarps == 8 && kPass < 3 && !kWg;
   constexpr bool kTail = kTailArg && !kExact && kPass >= 2;
+  constexpr bool kChain = kChainArg && kTail && kPass == 3;  // EstFullChunkSums (session 40)
   constexpr int kPP = kTail ? kPitchTail : kPitchP;
   auto sanitize = [](float x) { return kTail ? ClampLogitFast(x) : SanitizeLogit(x); };
   static_assert(kExact || kPass >= 2, "pass 1 has no exp");
@@ -691,7 +767,11 @@ __device__ __forceinline__ void EstimateBody(const EstimateParams& p, int span_a
           PrefetchKeyTileL1<kD>(kg, s.k_begin, j0 + kTile, s.kl, p.k_token_stride, kvh,
                                 p.k_head_stride);
         }
-        if (tid < kColThreads) {
+        if (kChain && p.diag_pairs && rows_here == kRows) {
+          if constexpr (kChain) {
+            EstFullChunkSums<kRows, kColThreads, kPP>(ptile, col_acc, diag_acc, tid, t, i0);
+          }
+        } else if (tid < kColThreads) {
           const int cj = tid & (kTile - 1);
           if (kExact) {
             // Column cj: add this chunk's rows in row order (the CPU's order).
@@ -834,14 +914,15 @@ __global__ void __launch_bounds__(128, 6) EstimateKernel4Wg(EstimateParams p, in
 }
 // Pass 3 by wgmma, 4 warps: shared memory holds 5 CTAs per SM (EstLayout: ~39 KB at d 128), so
 // the bound is 5 (at 6, 80 registers, ptxas spilled 88 bytes).
-template <typename T, int kD, int kPass, bool kExact = true, bool kFuse = false, bool kTail = false>
+template <typename T, int kD, int kPass, bool kExact = true, bool kFuse = false, bool kTail = false,
+          bool kChain = false>
 __global__ void __launch_bounds__(128, 5) EstimateKernel4Wg3(EstimateParams p, int span, int kpf) {
-  EstimateBody<T, kD, kPass, 4, true, kExact, kFuse, false, kTail>(p, span, kpf);
+  EstimateBody<T, kD, kPass, 4, true, kExact, kFuse, false, kTail, kChain>(p, span, kpf);
 }
 template <typename T, int kD, int kPass, bool kWg = false, bool kExact = true, bool kFuse = false,
-          bool kTail = false>
+          bool kTail = false, bool kChain = false>
 __global__ void __launch_bounds__(256, 3) EstimateKernel8(EstimateParams p, int span, int kpf) {
-  EstimateBody<T, kD, kPass, 8, kWg, kExact, kFuse, false, kTail>(p, span, kpf);
+  EstimateBody<T, kD, kPass, 8, kWg, kExact, kFuse, false, kTail, kChain>(p, span, kpf);
 }
 // Passes 1-2 by mma.sync with two key tiles (EstKnobs::est_db).
 template <typename T, int kD, int kPass, bool kExact, bool kFuse, bool kTail = false>
@@ -1613,10 +1694,15 @@ cudaError_t LaunchEstimateTyped(const EstimateParams& p, int max_n, cudaStream_t
   if constexpr (!kExact && kPass == 3) {
     if (est_tail != 0 && wg) {
       tail = true;
+      // Session 40 (EstKnobs::est_chain): a full chunk's sums by EstFullChunkSums; it needs the
+      // balanced pairs (tail 2).
+      const bool chain = est_tail >= 2 && EstimateKnobs().est_chain;
       if constexpr (kWarps == 8) {
-        kernel = EstimateKernel8<T, kD, kPass, true, kExact, kFuse, true>;
+        kernel = chain ? EstimateKernel8<T, kD, kPass, true, kExact, kFuse, true, true>
+                       : EstimateKernel8<T, kD, kPass, true, kExact, kFuse, true>;
       } else {
-        kernel = EstimateKernel4Wg3<T, kD, kPass, kExact, kFuse, true>;
+        kernel = chain ? EstimateKernel4Wg3<T, kD, kPass, kExact, kFuse, true, true>
+                       : EstimateKernel4Wg3<T, kD, kPass, kExact, kFuse, true>;
       }
     }
   } else if constexpr (!kExact && kPass == 2 && kFuse) {
@@ -1854,6 +1940,8 @@ EstKnobs& EstimateKnobs() {
     k.merge_store_cuts = sc == nullptr || std::string(sc) != "0";
     const char* scl = std::getenv("SPATTN_FLEX_SEL_CLUSTER");
     k.flex_sel_cluster = scl == nullptr || std::string(scl) != "0";
+    const char* ch = std::getenv("SPATTN_EST_CHAIN");
+    k.est_chain = ch == nullptr || std::string(ch) != "0";
     return k;
   }();
   return knobs;

@@ -24,6 +24,8 @@
 // session 36's prefetch of the next key tile into L1 (1: after the current tile's loads; 2, the
 // default: before the column / diagonal sums). SPATTN_MERGE_BALANCE=0: the line merge's lanes
 // over equal key spans (main's) instead of session 38's equal counts of lines (the same rows).
+// SPATTN_EST_CHAIN=0: pass 3's full-chunk sums by main's loops instead of session 40's unrolled
+// chains (EstKnobs::est_chain; the same sums).
 // Tests change the knobs through the returned reference, between builds only.
 #ifndef SPATTN_KERNELS_CUDA_BUILDERS_VERTICAL_SLASH_KNOBS_H_
 #define SPATTN_KERNELS_CUDA_BUILDERS_VERTICAL_SLASH_KNOBS_H_
@@ -75,6 +77,11 @@ struct EstKnobs {
   // 512 threads a list instead of one 1,024-thread CTA (session 39, s39-flex; the same lines;
   // H200 32K select 0.131 -> 0.112 ms). SPATTN_FLEX_SEL_CLUSTER=0: one CTA a list (main's).
   bool flex_sel_cluster = true;
+  // With est_tail 2, the fast pass 3 by wgmma: a full chunk's column / diagonal sums as unrolled
+  // 64-step chains, a balanced pair's two diagonals side by side (session 40, s40-flex; the same
+  // terms in the same order: the same sums; H200 flex_prefill 32K est_probs 0.231 -> 0.209 ms).
+  // SPATTN_EST_CHAIN=0: main's loops.
+  bool est_chain = true;
 };
 EstKnobs& EstimateKnobs();
 
