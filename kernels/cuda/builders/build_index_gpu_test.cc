@@ -2788,5 +2788,72 @@ TEST(BuildIndexOnGpuSaapTest, KeysWgmmaBuildsTheSameIndex) {
 #endif
 }
 
+// ---- s40-saap: the classifier's weights in a ring of half slabs (SaapKnobs().cls_half_slabs) ----
+
+// The wgmma classifier with its weights streamed as four 16 KB half slabs (three in flight)
+// multiplies the same k steps in the same order as main's two 32 KB slabs: the same logits, so
+// the same visited buckets (the classes, exactly) and the same index, offsets included. Every
+// twin shape x the three asset shapes (hidden 48 / 600, padded to 256 / 768: 8 and 24 half
+// stages in layer 2; one layer d -> 32: 2 or 4 half stages of K = d), classify_rows 4, 1, 96 (above
+// 64: tiles of one block) and 128 (every row) at block_m 64 and 128; then llm_mix 16K with a
+// bench-sized classifier (128 -> 1024 -> 1024) at classify_rows 4, 1 and 64, and with the
+// packed weights (cls_packed: the half copies' other source layout). Off compute capability 9.0
+// both builds run mma.sync (the knob then changes nothing).
+TEST(BuildIndexOnGpuSaapTest, HalfSlabsBuildTheSameIndex) {
+  SKIP_WITHOUT_GPU();
+#ifndef SPATTN_SL_KNOBS
+  GTEST_SKIP() << "the GPU Saap builder's knobs exist only in CUDA builds";
+#else
+  auto engine = MakeEngine(int64_t{512} << 20);
+  ASSERT_NE(engine, nullptr);
+  const MethodConfig base = CasesFor(Method::kSaap).configs.front();
+  auto set = [](bool half) { return [half](cuda::SaapKnobsT& k) { k.cls_half_slabs = half; }; };
+  int64_t compared = 0;
+  ForEachSaapAssetCase(
+      *engine, 4001,
+      [&](const Shape& sh, const HostProblem& hp, DeviceProblem& dp, const SaapAssetShape& as,
+          const LayerAssets& assets) {
+        auto up = engine->UploadLayerAssets(assets, sh.d);
+        ASSERT_TRUE(up.ok()) << up.status();
+        for (int rows : {4, 1, 96, 128}) {
+          MethodConfig config = base;
+          config.saap.num_centroids = as.centroids;
+          config.saap.classify_rows = rows;
+          for (int block_m : {64, 128}) {
+            if (rows == 96 && block_m != 128) continue;  // 64 < rows < block_m only
+            const std::string what =
+                absl::StrCat(config.DebugString(), " hidden=", as.one_layer ? 0 : as.hidden,
+                             " block_m=", block_m, " ", Describe(hp.problem()));
+            compared += ExpectSameSaapBuckets(*engine, hp, dp, config, AllHeads(sh.hq), block_m,
+                                              up->get(), set(false), up->get(), set(true), what);
+            if (::testing::Test::HasFatalFailure()) return;
+          }
+        }
+      });
+  if (::testing::Test::HasFatalFailure()) return;
+  for (bool packed : {false, true}) {
+    cuda::SaapKnobsT& knobs = cuda::SaapKnobs();
+    const bool saved_packed = knobs.cls_packed;
+    knobs.cls_packed = packed;  // at the upload and at every build with those assets
+    WithSaapLlmMix16K(*engine, 4099, [&](const HostProblem& hp, DeviceProblem& dp,
+                                         MethodConfig config, const CudaLayerAssets* up) {
+      for (int rows : {SaapParams().classify_rows, 1, 64}) {
+        if (packed && rows != SaapParams().classify_rows) continue;
+        config.saap.classify_rows = rows;
+        compared += ExpectSameSaapBuckets(
+            *engine, hp, dp, config, AllHeads(8), 64, up, set(false), up, set(true),
+            absl::StrCat("llm_mix 16K classify_rows=", rows, " packed=", packed));
+        if (::testing::Test::HasFatalFailure()) return;
+      }
+    });
+    knobs.cls_packed = saved_packed;
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  printf("saap half slabs vs whole slabs: %lld visited buckets compared\n",
+         static_cast<long long>(compared));
+  EXPECT_GT(compared, 0);
+#endif
+}
+
 }  // namespace
 }  // namespace spattn
