@@ -511,108 +511,13 @@ __device__ __forceinline__ void ClsGemmWg(uint32_t sA, int K, const __nv_bfloat1
 #endif
 }
 
-// ClsGemmWg with each slab in two k halves of 16 KB (k [0, 32) and [32, 64) of its 128-byte
-// rows), a ring of four half stages (SaapKnobs().cls_half_slabs): three halves (48 KB) in
-// flight while one is multiplied, where ClsGemmWg has one 32 KB slab in flight (its copy of slab
-// s + 1 waits for the wgmma of slab s - 1, whose buffer it takes). The classifier's slab loop
-// waits on L2 (NOTES sessions 34-35): more bytes in flight without more shared memory. Half
-// stage q is slab q / 2's chunks 4 (q & 1) + [0, 4) in buffer (q / 2) & 1, the same bytes and
-// descriptors as ClsGemmWg's, and its two k steps are ClsGemmWg's k steps 2 (q & 1) + [0, 2) in
-// the same order into the same accumulators: the same sums bit for bit. Stage q + 3 takes the
-// region of stage q - 1, freed by the wgmma wait before the barrier.
-__device__ __forceinline__ void ClsGemmWgHalf(uint32_t sA, int K, const __nv_bfloat16* w, int n0,
-                                              uint32_t sW, float (&acc)[2][8][4], bool packed) {
-#if SPATTN_SAAP_SM90A
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int u = warp >> 2, wq = warp & 3;
-  const int chunks_a = K / 8;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[h][nt][e] = 0.f;
-    }
-  }
-  const int stages = 2 * (K / kClsK);
-  const uint32_t a_row = sA + (16 * wq + (lane & 15)) * chunks_a * 16;
-  static_assert(kClsN == 2 * 128 && kClsK == 64, "two warpgroups of n128, 128-byte slab rows");
-  // Thread tid copies chunk 4 half + tid % 4 of rows tid / 4 + 64 j (j < 4): the swizzle
-  // (row & 7) is the same for every j.
-  constexpr int kHalfCh = kClsK / 16, kRowStep = kClsThreads / kHalfCh;
-  static_assert(kClsN % kRowStep == 0, "half-slab rows per thread");
-  const int lr = tid / kHalfCh, lc = tid - lr * kHalfCh;
-  const int64_t row_stride = packed ? kClsK : K;
-  const int64_t slab_stride = packed ? int64_t{kClsN} * kClsK : kClsK;
-  const __nv_bfloat16* src =
-      w +
-      (packed ? static_cast<int64_t>(n0 / kClsN) * (K / kClsK) * kClsN * kClsK
-              : static_cast<int64_t>(n0) * K) +
-      lr * row_stride + lc * 8;
-  const int64_t step = kRowStep * row_stride;
-  auto issue = [&](int q) {
-    const int s = q >> 1, ch = 4 * (q & 1) + lc;
-    const __nv_bfloat16* from = src + s * slab_stride + 4 * (q & 1) * 8;
-    const uint32_t to = sW + (s & 1) * kClsSlabBytes + TileOff(lr, ch, kClsK / 8);
-#pragma unroll
-    for (int j = 0; j < kClsN / kRowStep; ++j) {
-      CpAsync16(to + j * kRowStep * (kClsK / 8) * 16, from + j * step, true);
-    }
-  };
-  uint32_t af[2][4];
-  auto wait_mma = [&] {
-    Tile64Wait(acc);
-#pragma unroll
-    for (int kk = 0; kk < 2; ++kk) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(af[kk][i])::"memory");
-    }
-  };
-  // Three groups first (empty ones past the last stage), then one a stage: before stage q's
-  // wait, 3 + q groups are committed and the first q + 1 must have landed.
-#pragma unroll
-  for (int q = 0; q < 3; ++q) {
-    if (q < stages) issue(q);
-    CpAsyncCommit();
-  }
-  for (int q = 0; q < stages; ++q) {
-    CpAsyncWait<2>();
-    if (q > 0) wait_mma();
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-    __syncthreads();
-    if (q + 3 < stages) issue(q + 3);
-    CpAsyncCommit();
-    const int s = q >> 1, k0 = 2 * (q & 1);
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const int kk = k0 + j;
-      LdMatrixX4(a_row + s * (kClsK / 8) * 16 + (((2 * kk + (lane >> 4)) ^ (lane & 7)) * 16),
-                 af[j][0], af[j][1], af[j][2], af[j][3]);
-    }
-    const uint64_t desc = Tile64SmemDesc(sW + (s & 1) * kClsSlabBytes + u * (128 * kClsK * 2));
-    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      Tile64WgmmaN128<__nv_bfloat16>::RS(acc, af[j], desc + (((k0 + j) * 32) >> 4), 1);
-    }
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-  }
-  wait_mma();
-  CpAsyncWait<0>();  // the trailing empty groups (nothing pending: no copy outlives the call)
-  __syncthreads();  // every warpgroup is done with the slab buffers (the next call loads slab 0)
-#else
-  __trap();
-#endif
-}
-
 // The classifier over the 64 de-roped rows in sX (bf16, swizzled) for q head h: logits into
 // `scratch` [64 x c_pad] and each row's max and 1 / sum into sRowM / sRowInv (1 / sum = 0: the
 // row does not vote, as rows outside `valid` and rows with a NaN/Inf logit). kWg: the products by
 // ClsGemmWg; each thread then holds other rows and columns of the chunk than ClsGemm's (row_of,
 // col_of), but every partial statistic the same: a thread's 16 columns of one row in one quarter
 // (64 columns) of the chunk in the same order, the same quad, the quarter's slot in sStat.
-// kHalfSlabs (kWg only; SaapKnobs().cls_half_slabs): the products by ClsGemmWgHalf.
-template <int kD, bool kWg, bool kHalfSlabs = false>
+template <int kD, bool kWg>
 __device__ __forceinline__ void ClassifyTile(const SaapArgs& a, int h, uint64_t valid,
                                              const ClsLayout& lay, char* smem, float* scratch,
                                              bool packed) {
@@ -640,11 +545,7 @@ __device__ __forceinline__ void ClassifyTile(const SaapArgs& a, int h, uint64_t 
   float acc[2][8][4];
   auto gemm = [&](uint32_t sA, int K, const __nv_bfloat16* w, int n0) {
     if constexpr (kWg) {
-      if constexpr (kHalfSlabs) {
-        ClsGemmWgHalf(sA, K, w, n0, sWa, acc, packed);
-      } else {
-        ClsGemmWg(sA, K, w, n0, sWa, acc, packed);
-      }
+      ClsGemmWg(sA, K, w, n0, sWa, acc, packed);
     } else {
       ClsGemm(sA, K, w, n0, sWa, acc, packed);
     }
@@ -935,10 +836,8 @@ __device__ __forceinline__ void WarpTopKByBisection(const float* sc, int n, int 
 // (cos, -sin), [grid][64][kD / 2] float2 after the logits scratch, computed once per item and
 // read by every q head of the group (the angles depend on the row, not the head); false: each
 // head computes them (main's path). The same floats either way.
-// kTab: a template parameter so that main's path (false) compiles to main's kernel; kHalfSlabs
-// (kWg only, SaapKnobs().cls_half_slabs) likewise: a runtime flag cost the wgmma instances
-// ~200 bytes of spills (both loops inlined at once).
-template <typename T, int kD, bool kWg, bool kTab, bool kHalfSlabs = false>
+// kTab: a template parameter so that main's path (false) compiles to main's kernel.
+template <typename T, int kD, bool kWg, bool kTab>
 __global__ void __launch_bounds__(kClsThreads, 1) SaapClassifyKernel(SaapArgs a, bool packed,
                                                                    int mass) {
   constexpr int kHalf = kD / 2, kCh = kD / 8;
@@ -994,7 +893,7 @@ __global__ void __launch_bounds__(kClsThreads, 1) SaapClassifyKernel(SaapArgs a,
           }
           __syncthreads();
           const uint64_t valid = rows >= 64 ? ~uint64_t{0} : (uint64_t{1} << rows) - 1;
-          ClassifyTile<kD, kWg, kHalfSlabs>(a, h, valid, lay, smem, scratch, packed);
+          ClassifyTile<kD, kWg>(a, h, valid, lay, smem, scratch, packed);
           for (int c = tid; c < C; c += kClsThreads) {
             sScore[c] += RowsMass(scratch, sRowM, sRowInv, cp, c, 0, rows);
           }
@@ -1119,7 +1018,7 @@ __global__ void __launch_bounds__(kClsThreads, 1) SaapClassifyKernel(SaapArgs a,
           }
         }
         __syncthreads();
-        ClassifyTile<kD, kWg, kHalfSlabs>(a, h, valid, lay, smem, scratch, packed);
+        ClassifyTile<kD, kWg>(a, h, valid, lay, smem, scratch, packed);
         const bool first = first_head && t == 0;
         // mass (SaapKnobs().cls_rows_mass): rows_per_block as a template argument.
         if (mass != 0 && !wide &&
@@ -1289,13 +1188,10 @@ cudaError_t SaapLaunchTyped(const SaapArgs& a, cudaStream_t stream) {
         MakeClsLayout(kD, a.assets.num_layers, a.assets.hidden_pad, a.assets.c_pad, true).total;
     const bool wg = SaapClassifierUsesWgmma(smem_wg);
     const bool tab = SaapClassifierRopeTable(a);
-    const bool half = wg && SaapKnobs().cls_half_slabs;
-    auto classify = half ? (tab ? &SaapClassifyKernel<T, kD, true, true, true>
-                                : &SaapClassifyKernel<T, kD, true, false, true>)
-                    : wg ? (tab ? &SaapClassifyKernel<T, kD, true, true>
-                                : &SaapClassifyKernel<T, kD, true, false>)
-                         : (tab ? &SaapClassifyKernel<T, kD, false, true>
-                                : &SaapClassifyKernel<T, kD, false, false>);
+    auto classify = wg ? (tab ? &SaapClassifyKernel<T, kD, true, true>
+                              : &SaapClassifyKernel<T, kD, true, false>)
+                       : (tab ? &SaapClassifyKernel<T, kD, false, true>
+                              : &SaapClassifyKernel<T, kD, false, false>);
     const int smem =
         wg ? smem_wg
            : SaapClassifySmemBytes(kD, a.assets.num_layers, a.assets.hidden_pad, a.assets.c_pad);
@@ -1326,7 +1222,6 @@ SaapKnobsT& SaapKnobs() {
     if (const char* c = std::getenv("SPATTN_SAAP_DEBUG_SYNC")) k.debug_sync = c[0] == '1';
     if (const char* c = std::getenv("SPATTN_SAAP_CLS_ROWS_MASS")) k.cls_rows_mass = c[0] - '0';
     if (const char* c = std::getenv("SPATTN_SAAP_KEYS_WGMMA")) k.keys_wgmma = c[0] != '0';
-    if (const char* c = std::getenv("SPATTN_SAAP_CLS_HALF_SLABS")) k.cls_half_slabs = c[0] == '1';
     return k;
   }();
   return knobs;

@@ -6,9 +6,7 @@
 // the classifier's weights uploaded slab by slab, session 30, below); SPATTN_SAAP_CLS_ROPE_TABLE
 // (=0: the sampled rows' RoPE once per q head, main's before session 36, below);
 // SPATTN_SAAP_CLS_ROWS_MASS (0: main's RowsMass loop; 1, 2: rows_per_block templated, below);
-// SPATTN_SAAP_KEYS_WGMMA (=0: the keys' products by mma.sync, main's before session 39, below);
-// SPATTN_SAAP_CLS_HALF_SLABS (=1: the wgmma classifier's weights in a ring of four 16 KB half
-// slabs, below).
+// SPATTN_SAAP_KEYS_WGMMA (=0: the keys' products by mma.sync, main's before session 39, below).
 // Tests change them through the returned reference, between builds only (cls_packed: before the
 // assets' upload, and kept for every build with them).
 #ifndef SPATTN_KERNELS_CUDA_BUILDERS_SAAP_KNOBS_H_
@@ -49,12 +47,6 @@ struct SaapKnobsT {
   // (KeysWgmmaBuildsTheSameIndex). H200: keys 0.564 -> 0.408 ms at 32K, 2.131 -> 1.504 ms at
   // 128K (NOTES session 39, s39-saap). Read at each launch.
   bool keys_wgmma = true;
-  // The wgmma classifier (cls_wgmma on sm_90a) streams its weights as a ring of four half slabs
-  // (k [0, 32) / [32, 64) of each 256 x 64 slab, 16 KB), three in flight while one is
-  // multiplied, in the same two 32 KB buffers, instead of one 32 KB slab in flight
-  // (ClsGemmWgHalf, saap.cu). The same k steps in the same order: the same logits, classes and
-  // index (HalfSlabsBuildTheSameIndex). Read at each launch.
-  bool cls_half_slabs = false;
   // Diagnostics (SPATTN_SAAP_DEBUG_SYNC=1): LaunchSaapSelect waits after each step (and before
   // the first) and names a failing step on stderr. Not for timing.
   bool debug_sync = false;
