@@ -10,6 +10,10 @@
 //     keys go to a bitmap per group.
 //  3. Assembly: init range, the group's local range and its kept keys (as columns) per row.
 #include <cstdlib>
+#include <mutex>
+#include <vector>
+
+#include <cub/block/block_scan.cuh>
 
 #include "kernels/cuda/builders/anchor_knobs.h"
 #include "kernels/cuda/builders/assembled_common.cuh"
@@ -83,6 +87,21 @@ __device__ __forceinline__ AnCta AnCtaOf(const AnArgs& a) {
   c.t1 = (c.grp.r1 + kAnTileN - 1) / kAnTileN;
   c.ntiles = c.t1 + (c.hi > c.grp.gfp ? (c.hi - c.grp.gfp + kAnTileN - 1) / kAnTileN : 0);
   return c;
+}
+
+// s40-anchor (AnKnobs::lean): the kept-key bitmaps zeroed by the anchor pass's CTAs (16-byte
+// stores, grid-stride, after the CTA's sweeps) instead of a cudaMemsetAsync before
+// the pass; the stripe scan, the next launch on the stream, sets their bits. The host passes
+// clear_words only where a.bitmaps is 16-byte aligned.
+__device__ __forceinline__ void AnClearBitmaps(const AnArgs& a) {
+  const int64_t n4 = a.clear_words >> 2;
+  uint4* const w4 = reinterpret_cast<uint4*>(a.bitmaps);
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n4;
+       i += stride) {
+    w4[i] = make_uint4(0u, 0u, 0u, 0u);
+  }
+  if (blockIdx.x == 0 && threadIdx.x < (a.clear_words & 3)) a.bitmaps[4 * n4 + threadIdx.x] = 0u;
 }
 
 template <typename T, int kD>
@@ -234,6 +253,7 @@ __global__ void __launch_bounds__(kAnThreads, 2) AnAnchorKernel(AnArgs a) {
     }
     __syncthreads();  // the next sweep reuses the Q tiles and sMax
   }
+  if (a.clear_words > 0) AnClearBitmaps(a);  // after the sweeps: no live values to spill
 }
 
 // ---- Anchor pass by wgmma (sm_90a; AnchorKnobs().wgmma, anchor_knobs.h) ----
@@ -469,6 +489,7 @@ __global__ void __launch_bounds__(kAnThreads, 2) AnAnchorWgKernel(AnArgs a) {
     }
     __syncthreads();  // the next sweep reuses the Q space and sMax
   }
+  if (a.clear_words > 0) AnClearBitmaps(a);  // after the sweeps: no live values to spill
 }
 
 // A stripe CTA's warp (both stripe kernels): its m-tile and group where it has one, the pooled
@@ -759,6 +780,30 @@ struct AnSrc {
   }
 };
 
+// The kernel's dynamic shared memory limit; with `once` (AnKnobs::lean) set once per (kernel,
+// device, bytes) in the process instead of before every launch (main's: every build).
+cudaError_t AnSetSmem(const void* kernel, int bytes, bool once) {
+  if (!once) {
+    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  }
+  struct Done {
+    const void* kernel;
+    int device, bytes;
+  };
+  static std::mutex mu;
+  static std::vector<Done> done;
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  std::lock_guard<std::mutex> lock(mu);
+  for (const Done& d : done) {
+    if (d.kernel == kernel && d.device == device && d.bytes == bytes) return cudaSuccess;
+  }
+  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (err == cudaSuccess) done.push_back(Done{kernel, device, bytes});
+  return err;
+}
+
 template <typename T, int kD>
 cudaError_t AnLaunchTyped(const AnArgs& a, cudaStream_t stream) {
   const bool wg = AnchorUsesWgmma();
@@ -767,12 +812,16 @@ cudaError_t AnLaunchTyped(const AnArgs& a, cudaStream_t stream) {
   const bool stripe_wg = wg && AnchorKnobs().stripe_wg;
   auto stripe = stripe_wg ? AnStripeWgKernel<T, kD> : AnStripeKernel<T, kD>;
   const int stripe_smem = stripe_wg ? AnStripeWgSmemBytes<kD>() : AnStripeSmemBytes<kD>();
-  cudaError_t err =
-      cudaFuncSetAttribute(anchor, cudaFuncAttributeMaxDynamicSharedMemorySize, anchor_smem);
+  const bool lean = AnchorKnobs().lean;
+  cudaError_t err = AnSetSmem(reinterpret_cast<const void*>(anchor), anchor_smem, lean);
   if (err != cudaSuccess) return err;
-  err = cudaFuncSetAttribute(stripe, cudaFuncAttributeMaxDynamicSharedMemorySize, stripe_smem);
+  err = AnSetSmem(reinterpret_cast<const void*>(stripe), stripe_smem, lean);
   if (err != cudaSuccess) return err;
   const int64_t blocks = static_cast<int64_t>((a.num_slots + kAnPair - 1) / kAnPair) * a.num_blocks;
+  if (a.clear_words > 0 && blocks == 0) {  // no pass to clear them (words need blocks)
+    err = cudaMemsetAsync(a.bitmaps, 0, a.clear_words * 4, stream);
+    if (err != cudaSuccess) return err;
+  }
   if (blocks > 0) {
     anchor<<<static_cast<unsigned>(blocks), kAnThreads, anchor_smem, stream>>>(a);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
@@ -787,6 +836,51 @@ cudaError_t AnLaunchTyped(const AnArgs& a, cudaStream_t stream) {
   return cudaSuccess;
 }
 
+// s40-anchor (AnKnobs::lean): both count arrays scanned by one CTA in one launch (Assemble's
+// two LaunchExclusiveScan64 and two LaunchNarrow64): exclusive prefix sums in place (the fill
+// pass's offsets), the same as int32 into the index's indptr arrays, entry n the total, and the
+// two totals into `totals` (this thread's mapped host words, or device memory).
+constexpr int kAnScanThreads = 1024;
+constexpr int kAnScanItems = 4;
+__global__ void __launch_bounds__(kAnScanThreads)
+    AnScanOffsetsKernel(long long* ranges, long long* cols, int64_t n, int32_t* range_indptr,
+                        int32_t* col_indptr, long long* totals) {
+  using Scan = cub::BlockScan<long long, kAnScanThreads>;
+  __shared__ typename Scan::TempStorage temp;
+  __shared__ long long carry[2];
+  if (threadIdx.x < 2) carry[threadIdx.x] = 0;
+  __syncthreads();
+  for (int64_t base = 0; base < n; base += kAnScanThreads * kAnScanItems) {
+    for (int arr = 0; arr < 2; ++arr) {
+      long long* const data = arr == 0 ? ranges : cols;
+      int32_t* const narrow = arr == 0 ? range_indptr : col_indptr;
+      long long v[kAnScanItems];
+      const int64_t i0 = base + static_cast<int64_t>(threadIdx.x) * kAnScanItems;
+#pragma unroll
+      for (int j = 0; j < kAnScanItems; ++j) v[j] = i0 + j < n ? data[i0 + j] : 0ll;
+      long long chunk = 0;
+      Scan(temp).ExclusiveSum(v, v, chunk);
+      const long long c = carry[arr];
+#pragma unroll
+      for (int j = 0; j < kAnScanItems; ++j) {
+        if (i0 + j < n) {
+          data[i0 + j] = v[j] + c;
+          narrow[i0 + j] = static_cast<int32_t>(v[j] + c);
+        }
+      }
+      __syncthreads();  // carry read and temp reused
+      if (threadIdx.x == 0) carry[arr] = c + chunk;
+      __syncthreads();
+    }
+  }
+  if (threadIdx.x < 2) {
+    const long long t = carry[threadIdx.x];
+    (threadIdx.x == 0 ? ranges : cols)[n] = t;
+    (threadIdx.x == 0 ? range_indptr : col_indptr)[n] = static_cast<int32_t>(t);
+    totals[threadIdx.x] = t;
+  }
+}
+
 }  // namespace
 }  // namespace assembled
 
@@ -795,6 +889,7 @@ AnKnobs& AnchorKnobs() {
     AnKnobs k;
     if (const char* c = std::getenv("SPATTN_ANCHOR_WGMMA")) k.wgmma = c[0] != '0';
     if (const char* c = std::getenv("SPATTN_ANCHOR_STRIPE_WG")) k.stripe_wg = c[0] != '0';
+    if (const char* c = std::getenv("SPATTN_ANCHOR_LEAN")) k.lean = c[0] != '0';
     return k;
   }();
   return knobs;
@@ -820,6 +915,17 @@ cudaError_t LaunchAnchorAssemble(const AnAsmArgs& a, const AsmOut& out, bool fil
                                  cudaStream_t stream) {
   assembled::AnSrc src{a};
   return assembled::LaunchAssemble(src, a.num_slots * a.num_blocks, out, fill, stream);
+}
+
+cudaError_t LaunchAnchorLeanCount(const AnAsmArgs& a, const AsmOut& out, int32_t* range_indptr,
+                                  int32_t* col_indptr, int64_t* totals, cudaStream_t stream) {
+  cudaError_t err = LaunchAnchorAssemble(a, out, false, stream);
+  if (err != cudaSuccess) return err;
+  const int64_t rows = static_cast<int64_t>(a.num_slots) * a.num_blocks;
+  assembled::AnScanOffsetsKernel<<<1, assembled::kAnScanThreads, 0, stream>>>(
+      reinterpret_cast<long long*>(out.count_ranges), reinterpret_cast<long long*>(out.count_cols),
+      rows, range_indptr, col_indptr, reinterpret_cast<long long*>(totals));
+  return cudaGetLastError();
 }
 
 }  // namespace cuda

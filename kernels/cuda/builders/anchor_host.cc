@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -15,9 +17,176 @@
 namespace spattn {
 
 namespace cuda {
+
+// anchor.cu (s40-anchor, AnKnobs::lean): the count pass, then one CTA scanning both count arrays
+// in place into offsets, writing them as int32 into range_indptr / col_indptr and the two totals
+// into totals[0, 2).
+cudaError_t LaunchAnchorLeanCount(const AnAsmArgs& a, const AsmOut& out, int32_t* range_indptr,
+                                  int32_t* col_indptr, int64_t* totals, cudaStream_t stream);
+
 namespace {
 
 constexpr int kAnSpan = 2048;  // keys per stripe-scan CTA
+
+// ---- s40-anchor: the lean launch sequence (AnKnobs::lean) ----
+
+// This thread's pinned host staging buffer for the builds' small uploads (a pageable copy
+// stages through the driver's buffer before cudaMemcpyAsync returns). A build rewrites it only
+// after the previous build on this thread synchronized its stream (every lean build does
+// before it returns: the totals' round trip, or AnSyncOnExit on an error path). nullptr where
+// pinned memory cannot be had (the caller copies from pageable memory).
+char* AnStage(size_t bytes) {
+  struct Stage {
+    char* host = nullptr;
+    size_t cap = 0;
+    ~Stage() {
+      if (host != nullptr) cudaFreeHost(host);
+    }
+  };
+  thread_local Stage st;
+  if (bytes > st.cap) {
+    if (st.host != nullptr) cudaFreeHost(st.host);
+    st.host = nullptr;
+    st.cap = 0;
+    const size_t cap = std::max<size_t>(size_t{1} << 16, bytes + bytes / 2);
+    void* h = nullptr;
+    if (cudaHostAlloc(&h, cap, cudaHostAllocPortable) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return nullptr;
+    }
+    st.host = static_cast<char*>(h);
+    st.cap = cap;
+  }
+  return st.host;
+}
+
+// MetaBlob's layout (each array 256-byte aligned) over borrowed vectors, uploaded from the
+// pinned stage at `stage` (or, where that is null, from a pageable copy as MetaBlob does).
+class AnBlob {
+ public:
+  template <typename T>
+  size_t Add(const std::vector<T>& v) {
+    const size_t at = (size_ + 255) / 256 * 256;
+    parts_.push_back(Part{v.data(), v.size() * sizeof(T), at});
+    size_ = at + std::max<size_t>(v.size() * sizeof(T), 1);
+    return at;
+  }
+  size_t size() const { return size_; }
+  absl::Status Upload(void* dev, char* stage, cudaStream_t stream) {
+    std::vector<char> pageable;
+    char* src = stage;
+    if (src == nullptr) {
+      pageable.resize(size_);
+      src = pageable.data();
+    }
+    for (const Part& part : parts_) {
+      if (part.bytes > 0) std::memcpy(src + part.at, part.src, part.bytes);
+    }
+    base_ = static_cast<char*>(dev);
+    return CudaStatus(cudaMemcpyAsync(dev, src, size_, cudaMemcpyHostToDevice, stream),
+                      "anchor metadata upload");
+  }
+  template <typename T>
+  T* At(size_t offset) const {
+    return reinterpret_cast<T*>(base_ + offset);
+  }
+
+ private:
+  struct Part {
+    const void* src;
+    size_t bytes, at;
+  };
+  std::vector<Part> parts_;
+  size_t size_ = 0;
+  char* base_ = nullptr;
+};
+
+// Synchronizes the stream when the build leaves before its round trip (an error path), so that
+// no copy from the pinned stage is in flight when the thread's next build rewrites it.
+struct AnSyncOnExit {
+  explicit AnSyncOnExit(cudaStream_t s) : stream(s) {}
+  AnSyncOnExit(const AnSyncOnExit&) = delete;
+  AnSyncOnExit& operator=(const AnSyncOnExit&) = delete;
+  cudaStream_t stream;
+  bool synced = false;
+  ~AnSyncOnExit() {
+    if (!synced) {
+      cudaStreamSynchronize(stream);
+      (void)cudaGetLastError();
+    }
+  }
+};
+
+// This thread's mapped pinned words for the totals (the scan kernel writes them; no copy).
+int64_t* AnPinnedTotals(int64_t** dev) {
+  thread_local MappedWords words;
+  void *host = nullptr, *d = nullptr;
+  words.Get(&host, &d);
+  *dev = static_cast<int64_t*>(d);
+  return static_cast<int64_t*>(host);
+}
+
+// builder_steps' Assemble with fewer launches and copies: the index's indptr arrays carved
+// before the count launch and written by its one scan launch (no LaunchExclusiveScan64 /
+// LaunchNarrow64 pairs), the totals written into mapped host words (no device-to-host copies;
+// one 16-byte copy where they cannot be had), the index metadata uploaded from the pinned stage.
+// The same carves as StartAssembly + CarveKeptWords in the workspace; the same index.
+absl::StatusOr<SparseIndexView> AnAssembleLean(const BuildScope& env, const Layout& l,
+                                               const AnAsmArgs& args, char* stage,
+                                               StageTimer* timer, AnSyncOnExit* sync) {
+  const int64_t rows = static_cast<int64_t>(l.host.num_heads()) * l.host.num_blocks();
+  SparseIndexView v;
+  AsmOut out;
+  v.block_m = l.host.block_m;
+  v.num_heads = l.host.num_heads();
+  v.num_blocks = l.host.num_blocks();
+  AnBlob kb;
+  const size_t o_heads = kb.Add(l.host.heads), o_offsets = kb.Add(l.host.block_offsets);
+  const int64_t kb_bytes = static_cast<int64_t>(kb.size());
+  SPATTN_ASSIGN_OR_RETURN(void* kdev, env.keep ? env.keep(kb_bytes, "index metadata")
+                                               : env.alloc(kb_bytes, "builder metadata"));
+  SPATTN_RETURN_IF_ERROR(kb.Upload(kdev, stage, env.stream));
+  v.heads = kb.At<int32_t>(o_heads);
+  v.block_offsets = kb.At<int32_t>(o_offsets);
+  out.num_blocks = l.host.num_blocks();
+  SPATTN_ASSIGN_OR_RETURN(out.count_ranges, Carve<int64_t>(env, rows + 1, "range counts"));
+  SPATTN_ASSIGN_OR_RETURN(out.count_cols, Carve<int64_t>(env, rows + 1, "column counts"));
+  int64_t* d_totals = nullptr;
+  int64_t* h_totals = AnPinnedTotals(&d_totals);
+  if (d_totals == nullptr) {
+    SPATTN_ASSIGN_OR_RETURN(d_totals, Carve<int64_t>(env, 2, "index totals"));
+  }
+  CarveKeptWords(env, l, rows, &out);
+  int32_t *range_indptr, *col_indptr;
+  SPATTN_ASSIGN_OR_RETURN(range_indptr, CarveKept<int32_t>(env, rows + 1, "range_indptr"));
+  SPATTN_ASSIGN_OR_RETURN(col_indptr, CarveKept<int32_t>(env, rows + 1, "col_indptr"));
+  v.range_indptr = range_indptr;
+  v.col_indptr = col_indptr;
+  timer->Mark("stripes");
+  SPATTN_CUDA_RETURN_IF_ERROR(
+      LaunchAnchorLeanCount(args, out, range_indptr, col_indptr, d_totals, env.stream),
+      "index assembly (count)");
+  timer->Mark("count");
+  int64_t totals[2] = {0, 0};
+  if (h_totals == nullptr) {
+    SPATTN_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(totals, d_totals, 2 * sizeof(int64_t), cudaMemcpyDeviceToHost, env.stream),
+        "index totals");
+  }
+  SPATTN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(env.stream), "index count pass");
+  sync->synced = true;
+  if (h_totals != nullptr) {
+    totals[0] = h_totals[0];
+    totals[1] = h_totals[1];
+  }
+  SPATTN_RETURN_IF_ERROR(CheckIndexTotals(env, totals));
+  SPATTN_RETURN_IF_ERROR(CarveIndexEntries(env, totals, &out, &v));
+  timer->Mark("sync+alloc");
+  SPATTN_CUDA_RETURN_IF_ERROR(LaunchAnchorAssemble(args, out, true, env.stream),
+                              "index assembly (fill)");
+  timer->Mark("fill");
+  return v;
+}
 
 absl::StatusOr<SparseIndexView> BuildAnchor(const BuildScope& env, const AttentionProblem& p,
                                             const AttnParams& a, const AnchorParams& params,
@@ -110,20 +279,53 @@ absl::StatusOr<SparseIndexView> BuildAnchor(const BuildScope& env, const Attenti
 
   AnArgs an;
   an.p = a;
+  const bool lean = AnchorKnobs().lean;
   // The host arrays in one upload (one pageable copy instead of six; the build's wall time did
   // not move beyond its run-to-run spread, kernels/cuda/NOTES.md Session 22 — s22-build).
   std::vector<int32_t> heads32(heads.begin(), heads.end());
   MetaBlob blob;
-  const size_t o_heads = blob.Add(heads32), o_geo = blob.Add(l.geo), o_groups = blob.Add(groups);
-  const size_t o_gob = blob.Add(group_of_block), o_tiles = blob.Add(tiles);
-  const size_t o_items = blob.Add(items);
-  SPATTN_RETURN_IF_ERROR(blob.Upload(env, env.stream));
-  an.heads = blob.At<int32_t>(o_heads);
-  an.geo = blob.At<BlockGeoDev>(o_geo);
-  an.groups = blob.At<AnGroup>(o_groups);
-  an.group_of_block = blob.At<int32_t>(o_gob);
-  an.tiles = blob.At<AnTile>(o_tiles);
-  an.items = blob.At<AnItem>(o_items);
+  AnBlob lean_blob;  // lean: the same layout, from the pinned stage
+  size_t o_heads, o_geo, o_groups, o_gob, o_tiles, o_items;
+  char* stage = nullptr;  // lean: the pinned stage (this blob, then the index metadata)
+  size_t kept_at = 0;     // lean: the index metadata's offset in it
+  std::optional<AnSyncOnExit> sync;
+  if (!lean) {
+    o_heads = blob.Add(heads32);
+    o_geo = blob.Add(l.geo);
+    o_groups = blob.Add(groups);
+    o_gob = blob.Add(group_of_block);
+    o_tiles = blob.Add(tiles);
+    o_items = blob.Add(items);
+    SPATTN_RETURN_IF_ERROR(blob.Upload(env, env.stream));
+    an.heads = blob.At<int32_t>(o_heads);
+    an.geo = blob.At<BlockGeoDev>(o_geo);
+    an.groups = blob.At<AnGroup>(o_groups);
+    an.group_of_block = blob.At<int32_t>(o_gob);
+    an.tiles = blob.At<AnTile>(o_tiles);
+    an.items = blob.At<AnItem>(o_items);
+  } else {
+    AnBlob& b = lean_blob;
+    o_heads = b.Add(heads32);
+    o_geo = b.Add(l.geo);
+    o_groups = b.Add(groups);
+    o_gob = b.Add(group_of_block);
+    o_tiles = b.Add(tiles);
+    o_items = b.Add(items);
+    kept_at = (b.size() + 255) / 256 * 256;
+    const size_t kept_bytes = 512 + l.host.heads.size() * sizeof(l.host.heads[0]) +
+                              l.host.block_offsets.size() * sizeof(l.host.block_offsets[0]);
+    stage = AnStage(kept_at + kept_bytes);
+    SPATTN_ASSIGN_OR_RETURN(void* dev,
+                            env.alloc(static_cast<int64_t>(b.size()), "builder metadata"));
+    sync.emplace(env.stream);
+    SPATTN_RETURN_IF_ERROR(b.Upload(dev, stage, env.stream));
+    an.heads = b.At<int32_t>(o_heads);
+    an.geo = b.At<BlockGeoDev>(o_geo);
+    an.groups = b.At<AnGroup>(o_groups);
+    an.group_of_block = b.At<int32_t>(o_gob);
+    an.tiles = b.At<AnTile>(o_tiles);
+    an.items = b.At<AnItem>(o_items);
+  }
   an.num_blocks = num_blocks;
   an.num_slots = nslots;
   an.groups_per_slot = groups_per_slot;
@@ -134,7 +336,9 @@ absl::StatusOr<SparseIndexView> BuildAnchor(const BuildScope& env, const Attenti
                           Carve<float>(env, slot_blocks * p.head_dim, "anchor pooled queries"));
   an.num_items = static_cast<int>(items.size());
   SPATTN_ASSIGN_OR_RETURN(an.bitmaps, Carve<uint32_t>(env, words, "anchor kept-key bitmaps"));
-  if (words > 0) {
+  if (lean && words > 0 && reinterpret_cast<uintptr_t>(an.bitmaps) % 16 == 0) {
+    an.clear_words = words;  // zeroed by the anchor pass's CTAs
+  } else if (words > 0) {
     SPATTN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(an.bitmaps, 0, words * 4, env.stream),
                                 "anchor bitmaps");
   }
@@ -171,6 +375,12 @@ absl::StatusOr<SparseIndexView> BuildAnchor(const BuildScope& env, const Attenti
   asm_args.group_of_block = an.group_of_block;
   asm_args.groups_per_slot = groups_per_slot;
   asm_args.bitmaps = an.bitmaps;
+  if (lean) {
+    auto v = AnAssembleLean(env, l, asm_args, stage == nullptr ? nullptr : stage + kept_at, &timer,
+                            &*sync);
+    if (!v.ok()) timer.Cancel();
+    return v;
+  }
   auto v = Assemble(
       env, l,
       [&](const AsmOut& out, bool fill) {

@@ -4,8 +4,13 @@
 // same x_a and pooled queries bit for bit, build_index_gpu_test's
 // BuildIndexOnGpuAnchorTest.WgmmaAnchorPassIsTheMmaSyncPass); SPATTN_ANCHOR_STRIPE_WG (=0: the
 // stripe scan by mma.sync, main's before session 33, instead of wgmma on a compute capability 9.0
-// device; the same index, BuildIndexOnGpuAnchorTest.WgmmaStripeScanIsMainsScan). Tests change
-// them through the returned reference, between builds only.
+// device; the same index, BuildIndexOnGpuAnchorTest.WgmmaStripeScanIsMainsScan);
+// SPATTN_ANCHOR_LEAN (session 40, default on; =0: main's launch sequence before it): the bitmap
+// memset folded into the anchor pass, the kernels' shared memory limits set once per process,
+// the host tables uploaded from pinned memory, and the assembly's two scans, two narrowings and
+// two totals copies replaced by one scan launch writing the totals into mapped host words; the
+// same index, BuildIndexOnGpuAnchorTest.LeanBuildIsMainsBuild. Tests change them through the
+// returned reference, between builds only.
 #ifndef SPATTN_KERNELS_CUDA_BUILDERS_ANCHOR_KNOBS_H_
 #define SPATTN_KERNELS_CUDA_BUILDERS_ANCHOR_KNOBS_H_
 
@@ -17,6 +22,7 @@ namespace cuda {
 struct AnKnobs {
   bool wgmma = true;
   bool stripe_wg = true;  // with wgmma: AnStripeWgKernel instead of AnStripeKernel (mma.sync)
+  bool lean = true;        // s40-anchor: the lean launch sequence (anchor_host.cc)
   // Tests: when set, each build copies its pooled anchors x_a ([slot][block]) and pooled scaled
   // queries ([slot][block][head_dim]) here (a synchronizing download; not for timing).
   std::vector<float>* capture_xa = nullptr;

@@ -149,6 +149,9 @@ struct AnArgs {
   uint32_t* bitmaps = nullptr;  // kept keys per group (zeroed)
   float theta = 0;
   cudaEvent_t anchor_done = nullptr;  // optional: recorded after the anchor pass
+  // s40-anchor (AnKnobs::lean): > 0: the anchor pass zeroes bitmaps[0, clear_words) itself (16-byte
+  // aligned) and the host issues no memset; 0: they come zeroed (main's memset).
+  int64_t clear_words = 0;
 };
 // Anchor pass (pooled anchors and queries) and stripe scan (kept-key bitmaps).
 cudaError_t LaunchAnchorSelect(const AnArgs& a, cudaStream_t stream);

@@ -2846,5 +2846,108 @@ TEST(BuildIndexOnGpuEstimateTest, UnrolledChainsBuildMainsIndex) {
 #endif
 }
 
+// ---- s40-anchor ----
+// The lean launch sequence (AnchorKnobs().lean: the bitmap memset folded into the anchor pass,
+// the pinned uploads, one scan launch and mapped totals) against main's (lean off): the same
+// index, offsets included. Per case the build with lean off comes first; then, with lean on, a
+// build of another problem of the same shape with theta 1e30 (every stripe key kept: the
+// bitmaps, carved at the same workspace address by the same carves, are left full of bits) and
+// the case again, which must equal the first: the anchor pass must really clear what the
+// previous build left. Every shape of Shapes() × the anchor configs × both head lists × block_m
+// 64 / 128 (random non-integer Q/K), then llm_mix 16K with the defaults, the anchor pass by
+// wgmma and by mma.sync.
+TEST(BuildIndexOnGpuAnchorTest, LeanBuildIsMainsBuild) {
+  SKIP_WITHOUT_GPU();
+#ifndef SPATTN_SL_KNOBS
+  GTEST_SKIP() << "the GPU anchor builder's knobs exist only in CUDA builds";
+#else
+  auto engine = MakeEngine(int64_t{1} << 30);
+  ASSERT_NE(engine, nullptr);
+  cuda::AnKnobs& knobs = cuda::AnchorKnobs();
+  const cuda::AnKnobs saved = knobs;
+  int64_t compared = 0, builds = 0, dirty_differs = 0;
+  // Main's build of (hp, config), then lean builds of (dirty_hp, theta 1e30) and (hp, config);
+  // false on a fatal failure.
+  auto compare = [&](const HostProblem& hp, DeviceProblem& dp, const HostProblem& dirty_hp,
+                     DeviceProblem& dirty_dp, const MethodConfig& config,
+                     const std::vector<int>& heads, int block_m, bool wgmma,
+                     const std::string& what) {
+    SparseIndex main_idx, dirty, lean_idx;
+    MethodConfig keep_all = config;
+    keep_all.anchor.theta = 1e30f;
+    knobs.wgmma = wgmma;
+    knobs.lean = false;
+    BuildOnGpu(*engine, hp, dp, config, heads, block_m, nullptr, absl::StrCat(what, " lean=0"),
+               &main_idx);
+    engine->ReleaseIndexes();
+    knobs.lean = true;
+    BuildOnGpu(*engine, dirty_hp, dirty_dp, keep_all, heads, block_m, nullptr,
+               absl::StrCat(what, " lean=1 theta=1e30 (dirty)"), &dirty);
+    engine->ReleaseIndexes();
+    BuildOnGpu(*engine, hp, dp, config, heads, block_m, nullptr, absl::StrCat(what, " lean=1"),
+               &lean_idx);
+    engine->ReleaseIndexes();
+    knobs = saved;
+    if (::testing::Test::HasFatalFailure()) return false;
+    ExpectSameIndex(lean_idx, main_idx, absl::StrCat(what, " lean=1 vs 0"), /*with_offsets=*/true);
+    dirty_differs += dirty.col_idx.size() > main_idx.col_idx.size();
+    compared += static_cast<int64_t>(main_idx.col_idx.size());
+    ++builds;
+    return true;
+  };
+  const MethodCases mc = CasesFor(Method::kAnchor);
+  uint64_t seed = 4001;
+  for (const Shape& sh : Shapes()) {
+    auto hp = MakeProblem(sh.q, sh.k, sh.hq, sh.hkv, sh.d, sh.dtype, sh.causal, ++seed,
+                          /*integer_qk=*/false);
+    auto dirty_hp = MakeProblem(sh.q, sh.k, sh.hq, sh.hkv, sh.d, sh.dtype, sh.causal, ++seed,
+                                /*integer_qk=*/false);
+    auto dp = DeviceProblem::Create(engine->device(), *hp);
+    ASSERT_TRUE(dp.ok()) << dp.status();
+    auto dirty_dp = DeviceProblem::Create(engine->device(), *dirty_hp);
+    ASSERT_TRUE(dirty_dp.ok()) << dirty_dp.status();
+    for (const MethodConfig& config : mc.configs) {
+      for (const std::vector<int>& heads : {AllHeads(sh.hq), std::vector<int>{sh.hq - 1, 0}}) {
+        for (int block_m : {64, 128}) {
+          const std::string what =
+              absl::StrCat(config.DebugString(), " block_m=", block_m, " heads=", heads.size(), " ",
+                           Describe(hp->problem()));
+          if (!compare(*hp, **dp, *dirty_hp, **dirty_dp, config, heads, block_m, saved.wgmma,
+                       what)) {
+            return;
+          }
+        }
+      }
+    }
+  }
+  WorkloadOptions o = LlmMix16K();
+  auto w = GenerateWorkload(o);
+  ASSERT_TRUE(w.ok()) << w.status();
+  o.seed += 1;
+  auto dirty_w = GenerateWorkload(o);
+  ASSERT_TRUE(dirty_w.ok()) << dirty_w.status();
+  auto dp = DeviceProblem::Create(engine->device(), *w->host);
+  ASSERT_TRUE(dp.ok()) << dp.status();
+  auto dirty_dp = DeviceProblem::Create(engine->device(), *dirty_w->host);
+  ASSERT_TRUE(dirty_dp.ok()) << dirty_dp.status();
+  MethodConfig c;
+  c.method = Method::kAnchor;
+  for (bool wgmma : {true, false}) {
+    for (int block_m : {64, 128}) {
+      if (!compare(*w->host, **dp, *dirty_w->host, **dirty_dp, c, AllHeads(8), block_m, wgmma,
+                   absl::StrCat("llm_mix 16K block_m=", block_m, " wgmma=", wgmma))) {
+        return;
+      }
+    }
+  }
+  printf("anchor lean vs main's build: %lld index pairs, %lld columns compared; %lld after a "
+         "dirtier build (more columns) on the same workspace\n",
+         static_cast<long long>(builds), static_cast<long long>(compared),
+         static_cast<long long>(dirty_differs));
+  EXPECT_GT(builds, 0);
+  EXPECT_GT(dirty_differs, 0);
+#endif
+}
+
 }  // namespace
 }  // namespace spattn
