@@ -36,28 +36,8 @@ constexpr int kAnSpan = 2048;  // keys per stripe-scan CTA
 // before it returns: the totals' round trip, or AnSyncOnExit on an error path). nullptr where
 // pinned memory cannot be had (the caller copies from pageable memory).
 char* AnStage(size_t bytes) {
-  struct Stage {
-    char* host = nullptr;
-    size_t cap = 0;
-    ~Stage() {
-      if (host != nullptr) cudaFreeHost(host);
-    }
-  };
-  thread_local Stage st;
-  if (bytes > st.cap) {
-    if (st.host != nullptr) cudaFreeHost(st.host);
-    st.host = nullptr;
-    st.cap = 0;
-    const size_t cap = std::max<size_t>(size_t{1} << 16, bytes + bytes / 2);
-    void* h = nullptr;
-    if (cudaHostAlloc(&h, cap, cudaHostAllocPortable) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return nullptr;
-    }
-    st.host = static_cast<char*>(h);
-    st.cap = cap;
-  }
-  return st.host;
+  thread_local PinnedBuffer stage;
+  return stage.Get(bytes, size_t{1} << 16);
 }
 
 // MetaBlob's layout (each array 256-byte aligned) over borrowed vectors, uploaded from the
@@ -289,42 +269,38 @@ absl::StatusOr<SparseIndexView> BuildAnchor(const BuildScope& env, const Attenti
   char* stage = nullptr;  // lean: the pinned stage (this blob, then the index metadata)
   size_t kept_at = 0;     // lean: the index metadata's offset in it
   std::optional<AnSyncOnExit> sync;
-  if (!lean) {
-    o_heads = blob.Add(heads32);
-    o_geo = blob.Add(l.geo);
-    o_groups = blob.Add(groups);
-    o_gob = blob.Add(group_of_block);
-    o_tiles = blob.Add(tiles);
-    o_items = blob.Add(items);
-    SPATTN_RETURN_IF_ERROR(blob.Upload(env, env.stream));
-    an.heads = blob.At<int32_t>(o_heads);
-    an.geo = blob.At<BlockGeoDev>(o_geo);
-    an.groups = blob.At<AnGroup>(o_groups);
-    an.group_of_block = blob.At<int32_t>(o_gob);
-    an.tiles = blob.At<AnTile>(o_tiles);
-    an.items = blob.At<AnItem>(o_items);
-  } else {
-    AnBlob& b = lean_blob;
+  // The same layout in either blob (MetaBlob: main's pageable copy; AnBlob: the pinned stage).
+  auto add_arrays = [&](auto& b) {
     o_heads = b.Add(heads32);
     o_geo = b.Add(l.geo);
     o_groups = b.Add(groups);
     o_gob = b.Add(group_of_block);
     o_tiles = b.Add(tiles);
     o_items = b.Add(items);
-    kept_at = (b.size() + 255) / 256 * 256;
+  };
+  auto point_args = [&](const auto& b) {
+    an.heads = b.template At<int32_t>(o_heads);
+    an.geo = b.template At<BlockGeoDev>(o_geo);
+    an.groups = b.template At<AnGroup>(o_groups);
+    an.group_of_block = b.template At<int32_t>(o_gob);
+    an.tiles = b.template At<AnTile>(o_tiles);
+    an.items = b.template At<AnItem>(o_items);
+  };
+  if (!lean) {
+    add_arrays(blob);
+    SPATTN_RETURN_IF_ERROR(blob.Upload(env, env.stream));
+    point_args(blob);
+  } else {
+    add_arrays(lean_blob);
+    kept_at = (lean_blob.size() + 255) / 256 * 256;
     const size_t kept_bytes = 512 + l.host.heads.size() * sizeof(l.host.heads[0]) +
                               l.host.block_offsets.size() * sizeof(l.host.block_offsets[0]);
     stage = AnStage(kept_at + kept_bytes);
     SPATTN_ASSIGN_OR_RETURN(void* dev,
-                            env.alloc(static_cast<int64_t>(b.size()), "builder metadata"));
+                            env.alloc(static_cast<int64_t>(lean_blob.size()), "builder metadata"));
     sync.emplace(env.stream);
-    SPATTN_RETURN_IF_ERROR(b.Upload(dev, stage, env.stream));
-    an.heads = b.At<int32_t>(o_heads);
-    an.geo = b.At<BlockGeoDev>(o_geo);
-    an.groups = b.At<AnGroup>(o_groups);
-    an.group_of_block = b.At<int32_t>(o_gob);
-    an.tiles = b.At<AnTile>(o_tiles);
-    an.items = b.At<AnItem>(o_items);
+    SPATTN_RETURN_IF_ERROR(lean_blob.Upload(dev, stage, env.stream));
+    point_args(lean_blob);
   }
   an.num_blocks = num_blocks;
   an.num_slots = nslots;

@@ -2496,22 +2496,19 @@ TEST(BuildIndexOnGpuSaapTest, RopeTableAfterAnotherEnginesTableBuilds) {
 
 // ---- s38-flex ----
 #ifdef SPATTN_SL_KNOBS
-// ExpectEstKnobsBuildTheSameIndex (seed0, knobs `a` against `b`), then llm_mix with 32 q / 8 kv
-// heads at 5,000 (a partial last block), 16K and 32K queries: vertical_slash and flex_prefill,
-// block_m 64 and 128, the same index (offsets included) either way. `what` names the pair in
-// messages and in the printed counts.
+// llm_mix with 32 q / 8 kv heads at each of `lens` queries: each of `methods` at block_m 64 and
+// 128 builds the same index (offsets included) with knobs `a` as with `b`; adds the builds
+// compared to *compared. `what` names the pair in messages.
 template <class SetA, class SetB>
-void ExpectEstKnobsBuildTheSameIndexWithLlmMix(uint64_t seed0, const std::string& what, SetA a,
-                                               SetB b) {
-  int64_t compared = ExpectEstKnobsBuildTheSameIndex(seed0, a, b);
-  if (::testing::Test::HasFatalFailure()) return;
-  printf("%s: %lld twin builds compared, same index\n", what.c_str(),
-         static_cast<long long>(compared));
+void ExpectEstKnobsBuildTheSameLlmMixIndex(const std::vector<int>& lens,
+                                           const std::vector<Method>& methods,
+                                           const std::string& what, SetA a, SetB b,
+                                           int64_t* compared) {
   auto engine = MakeEngine(int64_t{4} << 30);
   ASSERT_NE(engine, nullptr);
   cuda::EstKnobs& knobs = cuda::EstimateKnobs();
   const cuda::EstKnobs saved = knobs;
-  for (int len : {5000, 16384, 32768}) {
+  for (int len : lens) {
     WorkloadOptions o = LlmMix16K();
     o.shape.q_lens = {len};
     o.shape.num_q_heads = 32;
@@ -2520,7 +2517,7 @@ void ExpectEstKnobsBuildTheSameIndexWithLlmMix(uint64_t seed0, const std::string
     ASSERT_TRUE(w.ok()) << w.status();
     auto dp = DeviceProblem::Create(engine->device(), *w->host);
     ASSERT_TRUE(dp.ok()) << dp.status();
-    for (Method m : {Method::kVerticalSlash, Method::kFlexPrefill}) {
+    for (Method m : methods) {
       MethodConfig c;
       c.method = m;
       for (int block_m : {64, 128}) {
@@ -2536,7 +2533,7 @@ void ExpectEstKnobsBuildTheSameIndexWithLlmMix(uint64_t seed0, const std::string
                   knobs = saved;
                   b(knobs);
                 })) {
-          ++compared;
+          ++*compared;
         }
         knobs = saved;
         if (::testing::Test::HasFatalFailure()) return;
@@ -2544,6 +2541,22 @@ void ExpectEstKnobsBuildTheSameIndexWithLlmMix(uint64_t seed0, const std::string
     }
     engine->ReleaseIndexes();
   }
+}
+
+// ExpectEstKnobsBuildTheSameIndex (seed0, knobs `a` against `b`), then llm_mix with 32 q / 8 kv
+// heads at 5,000 (a partial last block), 16K and 32K queries: vertical_slash and flex_prefill,
+// block_m 64 and 128, the same index (offsets included) either way. `what` names the pair in
+// messages and in the printed counts.
+template <class SetA, class SetB>
+void ExpectEstKnobsBuildTheSameIndexWithLlmMix(uint64_t seed0, const std::string& what, SetA a,
+                                               SetB b) {
+  int64_t compared = ExpectEstKnobsBuildTheSameIndex(seed0, a, b);
+  if (::testing::Test::HasFatalFailure()) return;
+  printf("%s: %lld twin builds compared, same index\n", what.c_str(),
+         static_cast<long long>(compared));
+  ExpectEstKnobsBuildTheSameLlmMixIndex(
+      {5000, 16384, 32768}, {Method::kVerticalSlash, Method::kFlexPrefill}, what, a, b, &compared);
+  if (::testing::Test::HasFatalFailure()) return;
   printf("%s: %lld builds compared in all, same index\n", what.c_str(),
          static_cast<long long>(compared));
   EXPECT_GT(compared, 0);
@@ -2809,37 +2822,10 @@ TEST(BuildIndexOnGpuEstimateTest, UnrolledChainsBuildMainsIndex) {
                                             with(false));
   if (::testing::Test::HasFatalFailure()) return;
   // sampled_lines runs the same pass 3: llm_mix 16K, 32 / 8 heads, block_m 64 and 128.
-  auto engine = MakeEngine(int64_t{2} << 30);
-  ASSERT_NE(engine, nullptr);
-  WorkloadOptions o = LlmMix16K();
-  o.shape.num_q_heads = 32;
-  o.shape.num_kv_heads = 8;
-  auto w = GenerateWorkload(o);
-  ASSERT_TRUE(w.ok()) << w.status();
-  auto dp = DeviceProblem::Create(engine->device(), *w->host);
-  ASSERT_TRUE(dp.ok()) << dp.status();
-  cuda::EstKnobs& knobs = cuda::EstimateKnobs();
-  const cuda::EstKnobs saved = knobs;
   int64_t compared = 0;
-  MethodConfig c;
-  c.method = Method::kSampledLines;
-  for (int block_m : {64, 128}) {
-    if (ExpectSameIndexEitherWay(
-            *engine, *w->host, **dp, c, AllHeads(32), block_m,
-            absl::StrCat(c.DebugString(), " llm_mix 16K 32 heads block_m ", block_m, " chains"),
-            [&] {
-              knobs = saved;
-              with(true)(knobs);
-            },
-            [&] {
-              knobs = saved;
-              with(false)(knobs);
-            })) {
-      ++compared;
-    }
-    knobs = saved;
-    if (::testing::Test::HasFatalFailure()) return;
-  }
+  ExpectEstKnobsBuildTheSameLlmMixIndex({16384}, {Method::kSampledLines}, "chains", with(true),
+                                        with(false), &compared);
+  if (::testing::Test::HasFatalFailure()) return;
   printf("unrolled chains vs main's loops, sampled_lines: %lld builds compared, same index\n",
          static_cast<long long>(compared));
   EXPECT_GT(compared, 0);

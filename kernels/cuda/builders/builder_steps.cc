@@ -41,6 +41,27 @@ bool MappedWords::Get(void** host, void** dev) {
   return host_ != nullptr;
 }
 
+PinnedBuffer::~PinnedBuffer() {
+  if (host_ != nullptr) cudaFreeHost(host_);
+}
+
+char* PinnedBuffer::Get(size_t bytes, size_t min_bytes) {
+  if (bytes > cap_) {
+    if (host_ != nullptr) cudaFreeHost(host_);
+    host_ = nullptr;
+    cap_ = 0;
+    const size_t cap = std::max(min_bytes, bytes + bytes / 2);
+    void* h = nullptr;
+    if (cudaHostAlloc(&h, cap, cudaHostAllocPortable) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return nullptr;
+    }
+    host_ = static_cast<char*>(h);
+    cap_ = cap;
+  }
+  return host_;
+}
+
 int MaxSmemOptin() {
   int device = 0, bytes = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||

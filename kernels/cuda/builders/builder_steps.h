@@ -143,6 +143,24 @@ class MappedWords {
   bool failed_ = false;
 };
 
+// A growable portable pinned host buffer, kept until destruction: a builder's small host <-> device
+// copies without the driver's pageable staging. Each builder holds its own, `thread_local`, and
+// rewrites it only after the copies from the previous build on that thread are done.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  ~PinnedBuffer();
+  // At least `bytes` bytes (grown to 1.5x, at least `min_bytes`, when smaller: the old contents
+  // are not kept); nullptr where pinned memory cannot be had (the caller uses pageable memory).
+  char* Get(size_t bytes, size_t min_bytes);
+
+ private:
+  char* host_ = nullptr;
+  size_t cap_ = 0;
+};
+
 // ---- Checks ------------------------------------------------------------------------------------
 
 // What the bitmap builders' kernels need beyond AttentionProblem::Validate(): device Q/K in

@@ -22,27 +22,8 @@ namespace {
 // kept for the thread's later builds: a build waits for its copy before it returns); nullptr if
 // it cannot be had (the caller then launches the query-aware kernels unconditionally).
 const uint8_t* PinnedDecisions(size_t n) {
-  struct Buf {
-    void* p = nullptr;
-    size_t cap = 0;
-    ~Buf() {
-      if (p != nullptr) cudaFreeHost(p);
-    }
-  };
-  thread_local Buf buf;
-  if (buf.cap < n) {
-    if (buf.p != nullptr) cudaFreeHost(buf.p);
-    buf.p = nullptr;
-    buf.cap = 0;
-    const size_t cap = std::max<size_t>(n, 4096);
-    if (cudaHostAlloc(&buf.p, cap, cudaHostAllocPortable) != cudaSuccess) {
-      buf.p = nullptr;
-      (void)cudaGetLastError();
-      return nullptr;
-    }
-    buf.cap = cap;
-  }
-  return static_cast<const uint8_t*>(buf.p);
+  thread_local PinnedBuffer buf;
+  return reinterpret_cast<const uint8_t*>(buf.Get(n, 4096));
 }
 
 // Session 35 knobs, read at every build (tests flip them between builds): "0" selects main's path.
