@@ -13,8 +13,6 @@
 #include <mutex>
 #include <vector>
 
-#include <cub/block/block_scan.cuh>
-
 #include "kernels/cuda/builders/anchor_knobs.h"
 #include "kernels/cuda/builders/assembled_common.cuh"
 #include "kernels/cuda/common/wgmma_tile64.cuh"
@@ -836,51 +834,6 @@ cudaError_t AnLaunchTyped(const AnArgs& a, cudaStream_t stream) {
   return cudaSuccess;
 }
 
-// s40-anchor (AnKnobs::lean): both count arrays scanned by one CTA in one launch (Assemble's
-// two LaunchExclusiveScan64 and two LaunchNarrow64): exclusive prefix sums in place (the fill
-// pass's offsets), the same as int32 into the index's indptr arrays, entry n the total, and the
-// two totals into `totals` (this thread's mapped host words, or device memory).
-constexpr int kAnScanThreads = 1024;
-constexpr int kAnScanItems = 4;
-__global__ void __launch_bounds__(kAnScanThreads)
-    AnScanOffsetsKernel(long long* ranges, long long* cols, int64_t n, int32_t* range_indptr,
-                        int32_t* col_indptr, long long* totals) {
-  using Scan = cub::BlockScan<long long, kAnScanThreads>;
-  __shared__ typename Scan::TempStorage temp;
-  __shared__ long long carry[2];
-  if (threadIdx.x < 2) carry[threadIdx.x] = 0;
-  __syncthreads();
-  for (int64_t base = 0; base < n; base += kAnScanThreads * kAnScanItems) {
-    for (int arr = 0; arr < 2; ++arr) {
-      long long* const data = arr == 0 ? ranges : cols;
-      int32_t* const narrow = arr == 0 ? range_indptr : col_indptr;
-      long long v[kAnScanItems];
-      const int64_t i0 = base + static_cast<int64_t>(threadIdx.x) * kAnScanItems;
-#pragma unroll
-      for (int j = 0; j < kAnScanItems; ++j) v[j] = i0 + j < n ? data[i0 + j] : 0ll;
-      long long chunk = 0;
-      Scan(temp).ExclusiveSum(v, v, chunk);
-      const long long c = carry[arr];
-#pragma unroll
-      for (int j = 0; j < kAnScanItems; ++j) {
-        if (i0 + j < n) {
-          data[i0 + j] = v[j] + c;
-          narrow[i0 + j] = static_cast<int32_t>(v[j] + c);
-        }
-      }
-      __syncthreads();  // carry read and temp reused
-      if (threadIdx.x == 0) carry[arr] = c + chunk;
-      __syncthreads();
-    }
-  }
-  if (threadIdx.x < 2) {
-    const long long t = carry[threadIdx.x];
-    (threadIdx.x == 0 ? ranges : cols)[n] = t;
-    (threadIdx.x == 0 ? range_indptr : col_indptr)[n] = static_cast<int32_t>(t);
-    totals[threadIdx.x] = t;
-  }
-}
-
 }  // namespace
 }  // namespace assembled
 
@@ -922,10 +875,7 @@ cudaError_t LaunchAnchorLeanCount(const AnAsmArgs& a, const AsmOut& out, int32_t
   cudaError_t err = LaunchAnchorAssemble(a, out, false, stream);
   if (err != cudaSuccess) return err;
   const int64_t rows = static_cast<int64_t>(a.num_slots) * a.num_blocks;
-  assembled::AnScanOffsetsKernel<<<1, assembled::kAnScanThreads, 0, stream>>>(
-      reinterpret_cast<long long*>(out.count_ranges), reinterpret_cast<long long*>(out.count_cols),
-      rows, range_indptr, col_indptr, reinterpret_cast<long long*>(totals));
-  return cudaGetLastError();
+  return LaunchScanBothOffsets(out, rows, range_indptr, col_indptr, totals, stream);
 }
 
 }  // namespace cuda

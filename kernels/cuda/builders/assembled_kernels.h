@@ -104,6 +104,12 @@ struct SaAsmArgs {
 cudaError_t LaunchSampleAttentionAssemble(const SaAsmArgs& a, const AsmOut& out, bool fill,
                                           cudaStream_t stream);
 
+// Both count arrays of `out` (n rows) scanned by one CTA in one launch: exclusive prefix sums in
+// place (the fill pass's offsets), the same as int32 into range_indptr / col_indptr, entry n the
+// total, and the two totals into totals[0, 2) (sample_attention's and anchor's lean assembly).
+cudaError_t LaunchScanBothOffsets(const AsmOut& out, int64_t n, int32_t* range_indptr,
+                                  int32_t* col_indptr, int64_t* totals, cudaStream_t stream);
+
 // ---- AnchorAttention ---------------------------------------------------------------------------
 
 // One group of `step` query blocks of one (slot, sequence): its stripe candidates and bitmap.

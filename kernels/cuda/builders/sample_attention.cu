@@ -1436,6 +1436,14 @@ cudaError_t LaunchSampleAttentionLeanCount(const SaAsmArgs& a, const AsmOut& out
   return cudaGetLastError();
 }
 
+cudaError_t LaunchScanBothOffsets(const AsmOut& out, int64_t n, int32_t* range_indptr,
+                                  int32_t* col_indptr, int64_t* totals, cudaStream_t stream) {
+  assembled::SaScanOffsetsKernel<<<1, assembled::kSaScanThreads, 0, stream>>>(
+      reinterpret_cast<long long*>(out.count_ranges), reinterpret_cast<long long*>(out.count_cols),
+      n, range_indptr, col_indptr, reinterpret_cast<long long*>(totals), nullptr);
+  return cudaGetLastError();
+}
+
 cudaError_t LaunchSampleAttentionLeanFill(const SaAsmArgs& a, const AsmOut& out,
                                           const int32_t* kept, const int32_t* span_row,
                                           bool bitmap_rows, cudaStream_t stream) {
