@@ -1987,6 +1987,41 @@ TEST(BuildIndexOnGpuSampledLinesTest, EstimateStreamAndOneUploadBuildMainsIndex)
 }
 
 // ---- s33-anchor ----
+// One shape's random non-integer problem, on the host and on the device.
+struct AnchorCaseProblem {
+  std::unique_ptr<HostProblem> host;
+  std::unique_ptr<DeviceProblem> dev;
+};
+
+// For every shape of Shapes(): `problems` random non-integer problems of it (seeds from `seed`
+// up), then fn(problems, config, heads, block_m, what) for every anchor config, both head lists
+// and block_m 64 / 128 (`what` names the case by problems[0]); stops where fn returns false or at
+// a fatal failure.
+template <typename Fn>
+void ForEachAnchorCase(CudaAttentionEngine& engine, uint64_t seed, int problems, Fn fn) {
+  const MethodCases mc = CasesFor(Method::kAnchor);
+  for (const Shape& sh : Shapes()) {
+    std::vector<AnchorCaseProblem> ps(problems);
+    for (AnchorCaseProblem& p : ps) {
+      p.host = MakeProblem(sh.q, sh.k, sh.hq, sh.hkv, sh.d, sh.dtype, sh.causal, ++seed,
+                           /*integer_qk=*/false);
+      auto dp = DeviceProblem::Create(engine.device(), *p.host);
+      ASSERT_TRUE(dp.ok()) << dp.status();
+      p.dev = std::move(*dp);
+    }
+    for (const MethodConfig& config : mc.configs) {
+      for (const std::vector<int>& heads : {AllHeads(sh.hq), std::vector<int>{sh.hq - 1, 0}}) {
+        for (int block_m : {64, 128}) {
+          const std::string what =
+              absl::StrCat(config.DebugString(), " block_m=", block_m, " heads=", heads.size(), " ",
+                           Describe(ps[0].host->problem()));
+          if (!fn(ps, config, heads, block_m, what)) return;
+        }
+      }
+    }
+  }
+}
+
 // The stripe scan by wgmma (AnchorKnobs().stripe_wg, the default on a 9.0 device) against main's
 // mma.sync scan (stripe_wg off): the pooled anchors x_a and pooled queries qbar equal as floats
 // (the anchor pass is the same) and the whole index equal, on every shape of Shapes() × the
@@ -2026,24 +2061,12 @@ TEST(BuildIndexOnGpuAnchorTest, WgmmaStripeScanIsMainsScan) {
     ++builds;
     return true;
   };
-  const MethodCases mc = CasesFor(Method::kAnchor);
-  uint64_t seed = 3301;
-  for (const Shape& sh : Shapes()) {
-    auto hp = MakeProblem(sh.q, sh.k, sh.hq, sh.hkv, sh.d, sh.dtype, sh.causal, ++seed,
-                          /*integer_qk=*/false);
-    auto dp = DeviceProblem::Create(engine->device(), *hp);
-    ASSERT_TRUE(dp.ok()) << dp.status();
-    for (const MethodConfig& config : mc.configs) {
-      for (const std::vector<int>& heads : {AllHeads(sh.hq), std::vector<int>{sh.hq - 1, 0}}) {
-        for (int block_m : {64, 128}) {
-          const std::string what =
-              absl::StrCat(config.DebugString(), " block_m=", block_m, " heads=", heads.size(), " ",
-                           Describe(hp->problem()));
-          if (!compare(*hp, **dp, config, heads, block_m, what)) return;
-        }
-      }
-    }
-  }
+  ForEachAnchorCase(*engine, 3301, 1,
+                    [&](const std::vector<AnchorCaseProblem>& ps, const MethodConfig& config,
+                        const std::vector<int>& heads, int block_m, const std::string& what) {
+                      return compare(*ps[0].host, *ps[0].dev, config, heads, block_m, what);
+                    });
+  if (::testing::Test::HasFatalFailure()) return;
   auto w = GenerateWorkload(LlmMix16K());
   ASSERT_TRUE(w.ok()) << w.status();
   auto dp = DeviceProblem::Create(engine->device(), *w->host);
@@ -2881,31 +2904,14 @@ TEST(BuildIndexOnGpuAnchorTest, LeanBuildIsMainsBuild) {
     ++builds;
     return true;
   };
-  const MethodCases mc = CasesFor(Method::kAnchor);
-  uint64_t seed = 4001;
-  for (const Shape& sh : Shapes()) {
-    auto hp = MakeProblem(sh.q, sh.k, sh.hq, sh.hkv, sh.d, sh.dtype, sh.causal, ++seed,
-                          /*integer_qk=*/false);
-    auto dirty_hp = MakeProblem(sh.q, sh.k, sh.hq, sh.hkv, sh.d, sh.dtype, sh.causal, ++seed,
-                                /*integer_qk=*/false);
-    auto dp = DeviceProblem::Create(engine->device(), *hp);
-    ASSERT_TRUE(dp.ok()) << dp.status();
-    auto dirty_dp = DeviceProblem::Create(engine->device(), *dirty_hp);
-    ASSERT_TRUE(dirty_dp.ok()) << dirty_dp.status();
-    for (const MethodConfig& config : mc.configs) {
-      for (const std::vector<int>& heads : {AllHeads(sh.hq), std::vector<int>{sh.hq - 1, 0}}) {
-        for (int block_m : {64, 128}) {
-          const std::string what =
-              absl::StrCat(config.DebugString(), " block_m=", block_m, " heads=", heads.size(), " ",
-                           Describe(hp->problem()));
-          if (!compare(*hp, **dp, *dirty_hp, **dirty_dp, config, heads, block_m, saved.wgmma,
-                       what)) {
-            return;
-          }
-        }
-      }
-    }
-  }
+  // Per shape: the case's problem, then the dirty build's.
+  ForEachAnchorCase(*engine, 4001, 2,
+                    [&](const std::vector<AnchorCaseProblem>& ps, const MethodConfig& config,
+                        const std::vector<int>& heads, int block_m, const std::string& what) {
+                      return compare(*ps[0].host, *ps[0].dev, *ps[1].host, *ps[1].dev, config,
+                                     heads, block_m, saved.wgmma, what);
+                    });
+  if (::testing::Test::HasFatalFailure()) return;
   WorkloadOptions o = LlmMix16K();
   auto w = GenerateWorkload(o);
   ASSERT_TRUE(w.ok()) << w.status();
