@@ -2941,5 +2941,51 @@ TEST(BuildIndexOnGpuAnchorTest, LeanBuildIsMainsBuild) {
 #endif
 }
 
+// ---- s41-sl ----
+// SlKnobs::tile_list (passes 2 / 3 walk only the key tiles pass 1's per-row tile maxima say some
+// row needs) builds main's index, offsets included: lists in pass 2, pass 3 and both against
+// none, groups whole and split into 3-tile items, block_m 64 / 128.
+TEST(BuildIndexOnGpuSampledLinesTest, TileListBuildsMainsIndex) {
+  SKIP_WITHOUT_GPU();
+#ifndef SPATTN_SL_KNOBS
+  GTEST_SKIP() << "the GPU sampled_lines builder exists only in CUDA builds";
+#else
+  auto engine = MakeEngine(int64_t{2} << 30);
+  ASSERT_NE(engine, nullptr);
+  cuda::SlKnobs& k = cuda::SampledLinesKnobs();
+  const cuda::SlKnobs saved = k;
+  int compared = 0;
+  ForEachSlKnobCase(*engine, [&](const HostProblem& hp, DeviceProblem& dp,
+                                 const std::vector<int>& heads, const MethodConfig& config,
+                                 const std::string& label) {
+    for (int block_m : {64, 128}) {
+      for (int split : {0, 3}) {
+        for (int list : {1, 2, 3}) {
+          const std::string what = absl::StrCat(label, " block_m=", block_m,
+                                                " split_tiles=", split, " tile_list=", list);
+          SparseIndex ref;
+          const bool ok = ExpectSameIndexEitherWay(
+              *engine, hp, dp, config, heads, block_m, what,
+              [&] {
+                k = saved;
+                k.split_tiles = split;
+                k.tile_list = 0;
+              },
+              [&] { k.tile_list = list; }, &ref);
+          k = saved;
+          if (!ok) return;
+          EXPECT_FALSE(ref.col_idx.empty()) << what;
+          ++compared;
+        }
+      }
+    }
+  });
+  k = saved;
+  if (::testing::Test::HasFatalFailure()) return;
+  printf("sampled_lines tile lists vs main's walk: %d index pairs equal\n", compared);
+  EXPECT_EQ(compared, 3 * 2 * 2 * 3);
+#endif
+}
+
 }  // namespace
 }  // namespace spattn

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cfloat>
+#include <climits>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -376,6 +377,12 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) SlPassKernel(SlArgs a) {
   __shared__ float blk_wsum[kSlGroupBlocks];
   __shared__ float blk_vsum[kSlGroupBlocks];
   __shared__ int blk_vis[kSlGroupBlocks];  // pass 2: entries of the block (its rows' visible keys)
+  // Session 41 (SlArgs::tile_list): per group row the Sanitize'd logit its tile bound must reach
+  // (+inf: none), and the item's first kTlWords * 32 key tiles that some row needs (bit per tile).
+  constexpr int kTlWords = 64;
+  __shared__ float tl_need[kSlGroupRows];
+  __shared__ unsigned tl_mask[kTlWords];
+  __shared__ int tl_info[2];  // the walk's first tile and the first past the recorded ones
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   // Items longest first (the host's order); SlCtaUnit: the launch order of (item, slot).
   int item_i = 0, slot = 0;
@@ -458,9 +465,19 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) SlPassKernel(SlArgs a) {
   } else {
     assembled::LoadTileAsync(qbuf, kTile, g.rows, kChunks, q_row_ptr, tid, kThreads);
   }
-  if ((kBufs == 2 || kSsQ) && t_end > t_begin) load_keys(t_begin);
+  // Session 41: passes 2 and 3's one-key-buffer instances may walk only the key tiles some row
+  // needs (SlArgs::tile_max; the conditions of hist_skip / logit_thr below).
+  // The mma.sync instances (SlKnobs::wgmma off; elsewhere than sm_90a) walk every tile: pass 2's
+  // spilled 12 bytes with the list.
+  constexpr bool kListable = kUseWg && !kCensus && kKeyBufs == 1 && (kPass == 2 || kPass == 3);
+  const bool use_list = kListable && a.tile_max != nullptr &&
+                        (a.tile_list & (kPass == 2 ? 1 : 2)) != 0 &&
+                        !(kPass == 2 ? a.hist_exact : a.emit_exact) && a.p.scale_log2 > 0.f &&
+                        a.p.scale_log2 < CUDART_INF_F;
+  if ((kBufs == 2 || kSsQ) && t_end > t_begin && !use_list) load_keys(t_begin);
   detail::CpAsyncCommit();
 
+  if (kListable && tid < kTlWords) tl_mask[tid] = 0u;  // ordered by the setup barriers below
   if (kPass == 2) {
     for (int i = tid; i < g.blocks * kSlBins; i += kThreads) hm[i] = 0u;
     if (tid < kSlGroupBlocks) {
@@ -559,6 +576,12 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) SlPassKernel(SlArgs a) {
           return t >= t_min[h];
         });
       }
+      // Session 41: an entry that counts has x >= x_cut, so Sanitize(x * scale_log2) >= need
+      // (both round monotonically); NaN x_cut: nothing of the row counts.
+      if (use_list && (lane & 3) == 0) {
+        tl_need[rl[h]] =
+            isnan(x_cut[h]) ? CUDART_INF_F : Sanitize(__fmul_rn(x_cut[h], a.p.scale_log2));
+      }
     }
   }
   // Pass 3: the rows' threshold bins as masses (for m > 0, SampledLinesBin(m) >= thr <=> m >= the
@@ -609,6 +632,11 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) SlPassKernel(SlArgs a) {
         };
         if (live) x_thr[h] = SmallestKept(keep_x);
       }
+      // Session 41: as pass 2's, for the keep test (NaN x_thr: nothing of the row is kept).
+      if (use_list && (lane & 3) == 0) {
+        tl_need[rl[h]] =
+            isnan(x_thr[h]) ? CUDART_INF_F : Sanitize(__fmul_rn(x_thr[h], a.p.scale_log2));
+      }
     }
   }
   // Pass 3's slots of one tile are taken from the cursor in that tile and used in the next (the
@@ -644,6 +672,58 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) SlPassKernel(SlArgs a) {
 #pragma unroll
   for (int x = 1; x < 32; x <<= 1) warp_vis = min(warp_vis, __shfl_xor_sync(kFull, warp_vis, x));
 
+  // Session 41: the item's tiles some row needs (tile bound >= the row's need; NaN bounds kept),
+  // from pass 1's records (16-byte loads: 8 rows of one tile a thread), then the walk's first.
+  // The walk's state in shared memory (tl_info; read per tile, not held in registers through the
+  // products: pass 3's 96-register instance spilled with it in registers).
+  const int tl_n = min(t_end - t_begin, kTlWords * 32);
+  auto next_tile = [&](int t) -> int {  // CTA-uniform
+    // Pass 2 keeps the walk's state in registers, pass 3 reads it from shared memory (where each
+    // keeps ptxas from spilling: pass 2's 96-register instance spills less than main's this way).
+    const int base = kPass == 2 ? t_begin : tl_info[0];
+    const int end = kPass == 2 ? (use_list ? t_begin + tl_n : INT_MIN) : tl_info[1];
+    if (t + 1 >= end) return t + 1;  // past the recorded tiles (or the item): every one
+    const int i = t + 1 - base;
+    int wd = i >> 5;
+    unsigned m = tl_mask[wd] & (~0u << (i & 31));
+    while (m == 0u) {
+      if (++wd * 32 >= end - base) return end;
+      m = tl_mask[wd];
+    }
+    return base + wd * 32 + __ffs(m) - 1;
+  };
+  if (kListable && kPass == 3 && tid == 0) {
+    tl_info[0] = t_begin;
+    tl_info[1] = use_list ? t_begin + tl_n : INT_MIN;  // INT_MIN: no list, every tile
+  }
+  int t_first = t_begin;
+  if (use_list) {
+    __syncthreads();  // tl_need written, tl_mask zeroed
+    const int c = tid & 7;
+    float nd[8];
+#pragma unroll
+    for (int r = 0; r < 8; ++r) nd[r] = tl_need[c * 8 + r];
+    const uint16_t* rec = a.tile_max + slot * a.tile_stride +
+                          static_cast<int64_t>(g.tile_base + t_begin) * kSlGroupRows + c * 8;
+    for (int i = tid >> 3; i < tl_n; i += kThreads / 8) {
+      const uint4 v = *reinterpret_cast<const uint4*>(rec + static_cast<int64_t>(i) * kSlGroupRows);
+      const unsigned u[4] = {v.x, v.y, v.z, v.w};
+      bool need = false;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        need |= !(__uint_as_float(u[k] << 16) < nd[2 * k]);
+        need |= !(__uint_as_float(u[k] & 0xffff0000u) < nd[2 * k + 1]);
+      }
+      if (need) atomicOr(tl_mask + (i >> 5), 1u << (i & 31));
+    }
+    __syncthreads();
+    t_first = next_tile(t_begin - 1);
+    if constexpr (kSsQ) {
+      if (t_first < t_end) load_keys(t_first);
+      detail::CpAsyncCommit();
+    }
+  }
+
   // The Q fragments into registers. With two buffers the Q buffer takes a key tile only after the
   // first iteration's barrier, which every warp reaches with its fragments loaded.
   uint32_t qf[kD / 16][4];
@@ -660,14 +740,16 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) SlPassKernel(SlArgs a) {
   // histogram work (before, each tile's load waited for the previous tile's updates).
   if (kBufs == 1) {
     __syncthreads();
-    if (t_end > t_begin) {
-      load_keys(t_begin);
+    if (t_first < t_end) {
+      load_keys(t_first);
       detail::CpAsyncCommit();
     }
   }
 
   unsigned census_tiles = 0, census_none = 0;  // kCensus: this warp's tiles, those adding nothing
-  for (int t = t_begin; t < t_end; ++t) {
+  int t_next = t_first;
+  for (int t = t_first; t < t_end; t = t_next) {
+    t_next = t + 1;
     const int j0 = t * kTile;
     if (kCensus) ++census_tiles;
     detail::CpAsyncWait<0>();
@@ -677,6 +759,9 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) SlPassKernel(SlArgs a) {
     // per tile (before, tile t + 1 was loaded ahead of this barrier and a second one after the
     // products had to free tile t's buffer).
     __syncthreads();
+    // The next tile (tl_info / tl_mask were written before this barrier): pass 3 here, before
+    // its products; pass 2 at its load below (where each placement keeps ptxas from spilling).
+    if (kListable && kPass == 3) t_next = next_tile(t);
     if (kKeyBufs == 2) {
       if (t + 1 < t_end) load_keys(t + 1);
       detail::CpAsyncCommit();
@@ -698,9 +783,10 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) SlPassKernel(SlArgs a) {
       TileLogits<T, kD>(qf, buf_of(t), acc, lane);
     }
     if (kKeyBufs == 1) {
-      __syncthreads();  // every warp has read tile t: the buffer takes tile t + 1
-      if (t + 1 < t_end) {
-        load_keys(t + 1);
+      __syncthreads();  // every warp has read tile t: the buffer takes the next tile
+      if (kListable && kPass == 2) t_next = next_tile(t);
+      if (t_next < t_end) {
+        load_keys(t_next);
         detail::CpAsyncCommit();
       }
     }
@@ -750,6 +836,18 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) SlPassKernel(SlArgs a) {
             acc[nt][e] = l2;
             tmax[h] = fmaxf(tmax[h], l2);
           }
+        }
+      }
+      // Session 41 (SlArgs::tile_max): the rows' tile maxima (Sanitize'd logits of visible keys,
+      // -inf where none), rounded up to bf16, for passes 2 and 3's tile lists.
+      if (a.tile_max != nullptr) {
+        uint16_t* rec = a.tile_max + slot * a.tile_stride +
+                        static_cast<int64_t>(g.tile_base + t) * kSlGroupRows;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float m = fmaxf(tmax[h], __shfl_xor_sync(kFull, tmax[h], 1));
+          m = fmaxf(m, __shfl_xor_sync(kFull, m, 2));
+          if ((lane & 3) == 0) rec[rl[h]] = __bfloat16_as_ushort(__float2bfloat16_ru(m));
         }
       }
 #pragma unroll
@@ -1652,6 +1750,7 @@ SlKnobs& SampledLinesKnobs() {
     if (const char* c = std::getenv("SPATTN_SL_EST_STREAM")) k.est_stream = std::atoi(c);
     if (const char* c = std::getenv("SPATTN_SL_ONE_UPLOAD")) k.one_upload = c[0] != '0';
     if (const char* c = std::getenv("SPATTN_SL_EARLY_EST")) k.early_est = c[0] == '1';
+    if (const char* c = std::getenv("SPATTN_SL_TILE_LIST")) k.tile_list = std::atoi(c) & 3;
     if (const char* c = std::getenv("SPATTN_SL_ORDER_BAND")) {  // "B1,B2,B3" (a missing value 0)
       k.order_band1 = std::atoi(c);
       const char* comma = std::strchr(c, ',');

@@ -279,9 +279,12 @@ absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const A
                           SplitLength(total_tiles * static_cast<int64_t>(heads.size())));
   std::vector<SlItem> items;
   std::vector<int32_t> split_block_ids;
+  int64_t group_tiles = 0;  // SlGroup::tile_base (session 41's tile records)
   for (int gi = 0; gi < static_cast<int>(groups.size()); ++gi) {
     SlGroup& g = groups[gi];
     const int tiles = (g.key_end + kSlTile - 1) / kSlTile;
+    g.tile_base = static_cast<int>(std::min<int64_t>(group_tiles, INT_MAX));
+    group_tiles += tiles;
     const int parts = tiles > split_len ? (tiles + split_len - 1) / split_len : 1;
     g.part_begin = static_cast<int>(items.size());
     g.parts = parts;
@@ -427,6 +430,26 @@ absl::StatusOr<SparseIndexView> BuildSampledLines(const BuildScope& env, const A
   // Blocks without sampled rows (empty sequences) keep nothing: counts start at 0.
   SPATTN_ASSIGN_OR_RETURN(sa.kept,
                           CarveZeroed<int64_t>(env, irows + 1, "sampled_lines kept", env.stream));
+  // Session 41 (SlKnobs::tile_list): pass 1's per-row tile maxima for passes 2 and 3's tile
+  // lists, 2 bytes per (slot, group tile, group row), written whole by pass 1; only up to 256 MiB
+  // (128K x 32 heads: ~200 MB) and where the workspace has room, else main's walk.
+  const int64_t tl_bytes = static_cast<int64_t>(nslots) * group_tiles * kSlGroupRows * 2;
+  if (knobs.tile_list != 0 && group_tiles < INT_MAX && tl_bytes <= (int64_t{256} << 20)) {
+    absl::StatusOr<uint16_t*> tm = Carve<uint16_t>(env, tl_bytes / 2, "sampled_lines tile maxima");
+    if (tm.ok()) {
+      sa.tile_max = *tm;
+      sa.tile_stride = group_tiles * kSlGroupRows;
+      sa.tile_list = knobs.tile_list;
+    }
+  }
+  if (knobs.tile_list != 0 && sa.tile_max == nullptr) {
+    static bool told = false;  // once per process (comparisons: a list asked for and not run)
+    if (!told) {
+      std::fprintf(stderr, "sampled_lines: no tile list (%lld bytes)\n",
+                   static_cast<long long>(tl_bytes));
+    }
+    told = true;
+  }
   if (side != nullptr) {
     // The evidence means too (they read the estimate alone), then the side stream's end.
     SPATTN_CUDA_RETURN_IF_ERROR(LaunchSampledLinesEvidence(sa, side->stream),

@@ -54,6 +54,7 @@ struct SlGroup {
   int key_end;              // keys any of its rows sees
   int part_begin, parts;    // its items (key-tile ranges) as part_begin + split, split < parts
   int split_block;          // parts > 1: its first block among the split groups' blocks; else -1
+  int tile_base;            // session 41: its key tiles' first record in SlArgs::tile_max
 };
 
 // One CTA's work per head slot: key tiles [tile_begin, tile_end) of one group.
@@ -150,6 +151,16 @@ struct SlArgs {
   // kv-head run by run within a band (set per pass from SlKnobs::order_band1-3 at launch).
   int kv_run = 1;
   int order_band = 0;
+  // Session 41 (SlKnobs::tile_list). Pass 1 records per (slot, group key tile, group row) an
+  // upper bound of the row's largest Sanitize(q . k * scale_log2) over the tile's visible keys,
+  // as bf16 rounded up (-inf where it sees none): tile_max[slot * tile_stride + (g.tile_base + t)
+  // * kSlGroupRows + row]; null: not recorded. Passes 2 (tile_list bit 0) and 3 (bit 1) then
+  // load and multiply only the key tiles where some row's bound reaches the Sanitize'd logit of
+  // its count / keep threshold on q . k: no entry of a skipped tile counts or is kept (both tests
+  // are monotone in q . k), so the same index.
+  uint16_t* tile_max = nullptr;
+  int64_t tile_stride = 0;
+  int tile_list = 0;
 };
 
 // The build's comparison knobs, read from the environment once per process (at first use):
@@ -206,6 +217,10 @@ struct SlKnobs {
   // tables, so they are built while the GPU runs it (SPATTN_SL_EARLY_EST=1; 0: main's order).
   // On since session 38: 32K build 0.97x of main's order on an H200 (NOTES, "Session 38 — lead").
   bool early_est = true;
+  // Session 41 (the same index; SlArgs::tile_max): SPATTN_SL_TILE_LIST=L, bit 0 pass 2, bit 1
+  // pass 3 skip the key tiles where pass 1's per-row tile maxima say no entry counts / is kept
+  // (0: main's, no record). Off where the records would take more than 256 MiB.
+  int tile_list = 0;
 };
 SlKnobs& SampledLinesKnobs();
 
