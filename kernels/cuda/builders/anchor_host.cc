@@ -51,6 +51,29 @@ char* AnStripeStage(size_t bytes) {
   return stage.Get(bytes, size_t{1} << 16);
 }
 
+// The host tables of one build. s41-anchor (AnKnobs::early): this thread's, reused by its next
+// build (cleared, capacity kept): at 128K the groups and items tables are ~128 KB each, which
+// glibc maps fresh and page-faults in every build when they are a build's own vectors.
+struct AnTables {
+  std::vector<AnGroup> slot_groups, groups;
+  std::vector<int32_t> group_of_block, heads32;
+  std::vector<AnTile> tiles;
+  std::vector<AnItem> items;
+  void Clear() {
+    slot_groups.clear();
+    groups.clear();
+    group_of_block.clear();
+    heads32.clear();
+    tiles.clear();
+    items.clear();
+  }
+};
+AnTables& AnThreadTables() {
+  thread_local AnTables tables;
+  tables.Clear();
+  return tables;
+}
+
 // Microseconds since `t0` (the profile's host line).
 double AnHostUs(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
@@ -191,9 +214,14 @@ absl::StatusOr<SparseIndexView> BuildAnchor(const BuildScope& env, const Attenti
   const int bm = params.block_size, step = params.step;
   const Layout l = MakeLayout(p, heads, bm);
   const int nslots = l.host.num_heads(), nb = p.batch(), num_blocks = l.host.num_blocks();
+  const bool lean = AnchorKnobs().lean;
+  const bool early = lean && AnchorKnobs().early;
+  AnTables local;
+  AnTables& tb = early ? AnThreadTables() : local;
+  std::vector<AnGroup>& slot_groups = tb.slot_groups;
+  std::vector<int32_t>& group_of_block = tb.group_of_block;
+  group_of_block.assign(num_blocks, 0);
   // Groups of one slot (the same for every slot), then replicated per slot.
-  std::vector<AnGroup> slot_groups;
-  std::vector<int32_t> group_of_block(num_blocks, 0);
   for (int b = 0; b < nb; ++b) {
     const int ql = p.q_len(b), kl = p.k_len(b);
     const int nqb = (ql + bm - 1) / bm;
@@ -223,7 +251,7 @@ absl::StatusOr<SparseIndexView> BuildAnchor(const BuildScope& env, const Attenti
     }
   }
   const int groups_per_slot = static_cast<int>(slot_groups.size());
-  std::vector<AnGroup> groups;
+  std::vector<AnGroup>& groups = tb.groups;
   groups.reserve(static_cast<size_t>(groups_per_slot) * nslots);
   int64_t words = 0;
   for (int s = 0; s < nslots; ++s) {
@@ -237,8 +265,8 @@ absl::StatusOr<SparseIndexView> BuildAnchor(const BuildScope& env, const Attenti
   // Stripe scan: m-tiles of 16 pooled queries, ordered by (kv head, sequence, group, slot) so
   // that one CTA's tiles share the keys; items of up to 8 tiles per key span. Built before the
   // launches (main's) or, with AnKnobs::early, while the anchor pass runs (it does not read them).
-  std::vector<AnTile> tiles;
-  std::vector<AnItem> items;
+  std::vector<AnTile>& tiles = tb.tiles;
+  std::vector<AnItem>& items = tb.items;
   auto make_stripe_work = [&] {
     for (int kvh = 0; kvh < p.num_kv_heads; ++kvh) {
       for (int b = 0; b < nb; ++b) {
@@ -276,15 +304,14 @@ absl::StatusOr<SparseIndexView> BuildAnchor(const BuildScope& env, const Attenti
       }
     }
   };
-  const bool lean = AnchorKnobs().lean;
-  const bool early = lean && AnchorKnobs().early;
   if (!early) make_stripe_work();
 
   AnArgs an;
   an.p = a;
   // The host arrays in one upload (one pageable copy instead of six; the build's wall time did
   // not move beyond its run-to-run spread, kernels/cuda/NOTES.md Session 22 — s22-build).
-  std::vector<int32_t> heads32(heads.begin(), heads.end());
+  std::vector<int32_t>& heads32 = tb.heads32;
+  heads32.assign(heads.begin(), heads.end());
   MetaBlob blob;
   AnBlob lean_blob;  // lean: the same layout, from the pinned stage
   size_t o_heads, o_geo, o_groups, o_gob, o_tiles, o_items;

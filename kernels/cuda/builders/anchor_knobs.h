@@ -10,10 +10,11 @@
 // the host tables uploaded from pinned memory, and the assembly's two scans, two narrowings and
 // two totals copies replaced by one scan launch writing the totals into mapped host words; the
 // same index, BuildIndexOnGpuAnchorTest.LeanBuildIsMainsBuild; SPATTN_ANCHOR_EARLY (session 41,
-// default off; with lean only): the anchor pass launched before the stripe scan's tables are
-// built, which are then uploaded (a pinned stage of their own) and the stripe scan launched; the
-// same index, BuildIndexOnGpuAnchorTest.EarlyPassLaunchBuildsMainsIndex. Tests change them
-// through the returned reference, between builds only.
+// default off; with lean only): the host tables in per-thread vectors reused by the next build
+// (no fresh ~128 KB tables a build at 128K), and the anchor pass launched before the stripe
+// scan's tables are built, which are then uploaded (a pinned stage of their own) and the stripe
+// scan launched; the same index, BuildIndexOnGpuAnchorTest.EarlyPassLaunchBuildsMainsIndex.
+// Tests change them through the returned reference, between builds only.
 #ifndef SPATTN_KERNELS_CUDA_BUILDERS_ANCHOR_KNOBS_H_
 #define SPATTN_KERNELS_CUDA_BUILDERS_ANCHOR_KNOBS_H_
 
