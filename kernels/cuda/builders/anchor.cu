@@ -802,8 +802,10 @@ cudaError_t AnSetSmem(const void* kernel, int bytes, bool once) {
   return err;
 }
 
+// parts: bit 0 the anchor pass (with the bitmaps' clear and anchor_done), bit 1 the stripe scan
+// (s41-anchor's early launch enqueues them apart, the stripe scan's tables built in between).
 template <typename T, int kD>
-cudaError_t AnLaunchTyped(const AnArgs& a, cudaStream_t stream) {
+cudaError_t AnLaunchTyped(const AnArgs& a, int parts, cudaStream_t stream) {
   const bool wg = AnchorUsesWgmma();
   auto anchor = wg ? AnAnchorWgKernel<T, kD> : AnAnchorKernel<T, kD>;
   const int anchor_smem = wg ? AnAnchorWgSmemBytes<kD>() : AnAnchorSmemBytes<kD>();
@@ -816,6 +818,11 @@ cudaError_t AnLaunchTyped(const AnArgs& a, cudaStream_t stream) {
   err = AnSetSmem(reinterpret_cast<const void*>(stripe), stripe_smem, lean);
   if (err != cudaSuccess) return err;
   const int64_t blocks = static_cast<int64_t>((a.num_slots + kAnPair - 1) / kAnPair) * a.num_blocks;
+  if ((parts & 1) == 0) {  // the stripe scan alone
+    if (a.num_items == 0 || (parts & 2) == 0) return cudaSuccess;
+    stripe<<<a.num_items, kAnThreads, stripe_smem, stream>>>(a);
+    return cudaGetLastError();
+  }
   if (a.clear_words > 0 && blocks == 0) {  // no pass to clear them (words need blocks)
     err = cudaMemsetAsync(a.bitmaps, 0, a.clear_words * 4, stream);
     if (err != cudaSuccess) return err;
@@ -827,7 +834,7 @@ cudaError_t AnLaunchTyped(const AnArgs& a, cudaStream_t stream) {
   if (a.anchor_done != nullptr && (err = cudaEventRecord(a.anchor_done, stream)) != cudaSuccess) {
     return err;
   }
-  if (a.num_items > 0) {
+  if (a.num_items > 0 && (parts & 2)) {
     stripe<<<a.num_items, kAnThreads, stripe_smem, stream>>>(a);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
   }
@@ -843,6 +850,7 @@ AnKnobs& AnchorKnobs() {
     if (const char* c = std::getenv("SPATTN_ANCHOR_WGMMA")) k.wgmma = c[0] != '0';
     if (const char* c = std::getenv("SPATTN_ANCHOR_STRIPE_WG")) k.stripe_wg = c[0] != '0';
     if (const char* c = std::getenv("SPATTN_ANCHOR_LEAN")) k.lean = c[0] != '0';
+    if (const char* c = std::getenv("SPATTN_ANCHOR_EARLY")) k.early = c[0] != '0';
     return k;
   }();
   return knobs;
@@ -850,18 +858,23 @@ AnKnobs& AnchorKnobs() {
 
 bool AnchorUsesWgmma() { return AnchorKnobs().wgmma && CurrentDeviceIsSm90(); }
 
-cudaError_t LaunchAnchorSelect(const AnArgs& a, cudaStream_t stream) {
+// s41-anchor (AnKnobs::early, anchor_host.cc): parts 1 = the anchor pass, 2 = the stripe scan.
+cudaError_t LaunchAnchorSelectParts(const AnArgs& a, int parts, cudaStream_t stream) {
   using namespace assembled;
   const bool bf16 = a.p.dtype == DType::kBF16;
   if (a.p.head_dim == 64) {
-    return bf16 ? AnLaunchTyped<__nv_bfloat16, 64>(a, stream)
-                : AnLaunchTyped<__half, 64>(a, stream);
+    return bf16 ? AnLaunchTyped<__nv_bfloat16, 64>(a, parts, stream)
+                : AnLaunchTyped<__half, 64>(a, parts, stream);
   }
   if (a.p.head_dim == 128) {
-    return bf16 ? AnLaunchTyped<__nv_bfloat16, 128>(a, stream)
-                : AnLaunchTyped<__half, 128>(a, stream);
+    return bf16 ? AnLaunchTyped<__nv_bfloat16, 128>(a, parts, stream)
+                : AnLaunchTyped<__half, 128>(a, parts, stream);
   }
   return cudaErrorInvalidValue;
+}
+
+cudaError_t LaunchAnchorSelect(const AnArgs& a, cudaStream_t stream) {
+  return LaunchAnchorSelectParts(a, 3, stream);
 }
 
 cudaError_t LaunchAnchorAssemble(const AnAsmArgs& a, const AsmOut& out, bool fill,

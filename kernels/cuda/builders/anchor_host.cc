@@ -2,8 +2,10 @@
 // kernels/builders/anchor.cc): host-side tables from the problem's sizes, workspace carving, and
 // the count-then-fill row assembly (builder_steps.h: Assemble) with its one host round trip.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <optional>
@@ -21,6 +23,8 @@ namespace cuda {
 // anchor.cu (s40-anchor, AnKnobs::lean): the count pass, then one CTA scanning both count arrays
 // in place into offsets, writing them as int32 into range_indptr / col_indptr and the two totals
 // into totals[0, 2).
+// anchor.cu (s41-anchor, AnKnobs::early): parts 1 = the anchor pass, 2 = the stripe scan.
+cudaError_t LaunchAnchorSelectParts(const AnArgs& a, int parts, cudaStream_t stream);
 cudaError_t LaunchAnchorLeanCount(const AnAsmArgs& a, const AsmOut& out, int32_t* range_indptr,
                                   int32_t* col_indptr, int64_t* totals, cudaStream_t stream);
 
@@ -38,6 +42,41 @@ constexpr int kAnSpan = 2048;  // keys per stripe-scan CTA
 char* AnStage(size_t bytes) {
   thread_local PinnedBuffer stage;
   return stage.Get(bytes, size_t{1} << 16);
+}
+
+// s41-anchor (AnKnobs::early): this thread's pinned stage for the stripe scan's tables, built
+// and uploaded after the anchor pass's launch (the same reuse rule as AnStage's).
+char* AnStripeStage(size_t bytes) {
+  thread_local PinnedBuffer stage;
+  return stage.Get(bytes, size_t{1} << 16);
+}
+
+// The host tables of one build. s41-anchor (AnKnobs::early): this thread's, reused by its next
+// build (cleared, capacity kept): at 128K the groups and items tables are ~128 KB each, which
+// glibc maps fresh and page-faults in every build when they are a build's own vectors.
+struct AnTables {
+  std::vector<AnGroup> slot_groups, groups;
+  std::vector<int32_t> group_of_block, heads32;
+  std::vector<AnTile> tiles;
+  std::vector<AnItem> items;
+  void Clear() {
+    slot_groups.clear();
+    groups.clear();
+    group_of_block.clear();
+    heads32.clear();
+    tiles.clear();
+    items.clear();
+  }
+};
+AnTables& AnThreadTables() {
+  thread_local AnTables tables;
+  tables.Clear();
+  return tables;
+}
+
+// Microseconds since `t0` (the profile's host line).
+double AnHostUs(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
 }
 
 // MetaBlob's layout (each array 256-byte aligned) over borrowed vectors, uploaded from the
@@ -171,12 +210,18 @@ absl::StatusOr<SparseIndexView> AnAssembleLean(const BuildScope& env, const Layo
 absl::StatusOr<SparseIndexView> BuildAnchor(const BuildScope& env, const AttentionProblem& p,
                                             const AttnParams& a, const AnchorParams& params,
                                             const std::vector<int>& heads) {
+  const auto t_entry = std::chrono::steady_clock::now();  // the profile's host line
   const int bm = params.block_size, step = params.step;
   const Layout l = MakeLayout(p, heads, bm);
   const int nslots = l.host.num_heads(), nb = p.batch(), num_blocks = l.host.num_blocks();
+  const bool lean = AnchorKnobs().lean;
+  const bool early = lean && AnchorKnobs().early;
+  AnTables local;
+  AnTables& tb = early ? AnThreadTables() : local;
+  std::vector<AnGroup>& slot_groups = tb.slot_groups;
+  std::vector<int32_t>& group_of_block = tb.group_of_block;
+  group_of_block.assign(num_blocks, 0);
   // Groups of one slot (the same for every slot), then replicated per slot.
-  std::vector<AnGroup> slot_groups;
-  std::vector<int32_t> group_of_block(num_blocks, 0);
   for (int b = 0; b < nb; ++b) {
     const int ql = p.q_len(b), kl = p.k_len(b);
     const int nqb = (ql + bm - 1) / bm;
@@ -206,7 +251,7 @@ absl::StatusOr<SparseIndexView> BuildAnchor(const BuildScope& env, const Attenti
     }
   }
   const int groups_per_slot = static_cast<int>(slot_groups.size());
-  std::vector<AnGroup> groups;
+  std::vector<AnGroup>& groups = tb.groups;
   groups.reserve(static_cast<size_t>(groups_per_slot) * nslots);
   int64_t words = 0;
   for (int s = 0; s < nslots; ++s) {
@@ -218,80 +263,93 @@ absl::StatusOr<SparseIndexView> BuildAnchor(const BuildScope& env, const Attenti
     }
   }
   // Stripe scan: m-tiles of 16 pooled queries, ordered by (kv head, sequence, group, slot) so
-  // that one CTA's tiles share the keys; items of up to 8 tiles per key span.
-  std::vector<AnTile> tiles;
-  std::vector<AnItem> items;
-  for (int kvh = 0; kvh < p.num_kv_heads; ++kvh) {
-    for (int b = 0; b < nb; ++b) {
-      const size_t first_tile = tiles.size();
-      for (int gi = 0; gi < groups_per_slot; ++gi) {
-        if (slot_groups[gi].seq != b) continue;
-        for (int s = 0; s < nslots; ++s) {
-          if (p.kv_head_of(heads[s]) != kvh) continue;
-          const int group = s * groups_per_slot + gi;
-          for (int r = 0; r < groups[group].num_blocks; r += 16) {
-            tiles.push_back(AnTile{group, r, std::min(16, groups[group].num_blocks - r)});
+  // that one CTA's tiles share the keys; items of up to 8 tiles per key span. Built before the
+  // launches (main's) or, with AnKnobs::early, while the anchor pass runs (it does not read them).
+  std::vector<AnTile>& tiles = tb.tiles;
+  std::vector<AnItem>& items = tb.items;
+  auto make_stripe_work = [&] {
+    for (int kvh = 0; kvh < p.num_kv_heads; ++kvh) {
+      for (int b = 0; b < nb; ++b) {
+        const size_t first_tile = tiles.size();
+        for (int gi = 0; gi < groups_per_slot; ++gi) {
+          if (slot_groups[gi].seq != b) continue;
+          for (int s = 0; s < nslots; ++s) {
+            if (p.kv_head_of(heads[s]) != kvh) continue;
+            const int group = s * groups_per_slot + gi;
+            for (int r = 0; r < groups[group].num_blocks; r += 16) {
+              tiles.push_back(AnTile{group, r, std::min(16, groups[group].num_blocks - r)});
+            }
           }
         }
-      }
-      for (size_t t0 = first_tile; t0 < tiles.size(); t0 += 8) {
-        const int count = static_cast<int>(std::min<size_t>(8, tiles.size() - t0));
-        int64_t lo = std::numeric_limits<int64_t>::max(), hi = 0;
-        for (int k = 0; k < count; ++k) {
-          const AnGroup& gr = groups[tiles[t0 + k].group];
-          if (gr.a1 < gr.b1) {
-            lo = std::min<int64_t>(lo, gr.a1);
-            hi = std::max<int64_t>(hi, gr.b1);
+        for (size_t t0 = first_tile; t0 < tiles.size(); t0 += 8) {
+          const int count = static_cast<int>(std::min<size_t>(8, tiles.size() - t0));
+          int64_t lo = std::numeric_limits<int64_t>::max(), hi = 0;
+          for (int k = 0; k < count; ++k) {
+            const AnGroup& gr = groups[tiles[t0 + k].group];
+            if (gr.a1 < gr.b1) {
+              lo = std::min<int64_t>(lo, gr.a1);
+              hi = std::max<int64_t>(hi, gr.b1);
+            }
+            if (gr.a2 < gr.b2) {
+              lo = std::min<int64_t>(lo, gr.a2);
+              hi = std::max<int64_t>(hi, gr.b2);
+            }
           }
-          if (gr.a2 < gr.b2) {
-            lo = std::min<int64_t>(lo, gr.a2);
-            hi = std::max<int64_t>(hi, gr.b2);
+          if (lo >= hi) continue;
+          for (int64_t k0 = lo / 64 * 64; k0 < hi; k0 += kAnSpan) {
+            items.push_back(AnItem{static_cast<int>(t0), count, static_cast<int>(k0),
+                                   static_cast<int>(std::min<int64_t>(hi, k0 + kAnSpan))});
           }
-        }
-        if (lo >= hi) continue;
-        for (int64_t k0 = lo / 64 * 64; k0 < hi; k0 += kAnSpan) {
-          items.push_back(AnItem{static_cast<int>(t0), count, static_cast<int>(k0),
-                                 static_cast<int>(std::min<int64_t>(hi, k0 + kAnSpan))});
         }
       }
     }
-  }
+  };
+  if (!early) make_stripe_work();
 
   AnArgs an;
   an.p = a;
-  const bool lean = AnchorKnobs().lean;
   // The host arrays in one upload (one pageable copy instead of six; the build's wall time did
   // not move beyond its run-to-run spread, kernels/cuda/NOTES.md Session 22 — s22-build).
-  std::vector<int32_t> heads32(heads.begin(), heads.end());
+  std::vector<int32_t>& heads32 = tb.heads32;
+  heads32.assign(heads.begin(), heads.end());
   MetaBlob blob;
   AnBlob lean_blob;  // lean: the same layout, from the pinned stage
   size_t o_heads, o_geo, o_groups, o_gob, o_tiles, o_items;
   char* stage = nullptr;  // lean: the pinned stage (this blob, then the index metadata)
   size_t kept_at = 0;     // lean: the index metadata's offset in it
   std::optional<AnSyncOnExit> sync;
-  // The same layout in either blob (MetaBlob: main's pageable copy; AnBlob: the pinned stage).
-  auto add_arrays = [&](auto& b) {
-    o_heads = b.Add(heads32);
-    o_geo = b.Add(l.geo);
-    o_groups = b.Add(groups);
-    o_gob = b.Add(group_of_block);
-    o_tiles = b.Add(tiles);
-    o_items = b.Add(items);
+  // The same layout in either blob (MetaBlob: main's pageable copy; AnBlob: the pinned stage);
+  // the stripe scan's two tables last (early: a blob of their own, after the pass's launch).
+  auto add_arrays = [&](auto& b, bool pass_work, bool stripe_work) {
+    if (pass_work) {
+      o_heads = b.Add(heads32);
+      o_geo = b.Add(l.geo);
+      o_groups = b.Add(groups);
+      o_gob = b.Add(group_of_block);
+    }
+    if (stripe_work) {
+      o_tiles = b.Add(tiles);
+      o_items = b.Add(items);
+    }
   };
-  auto point_args = [&](const auto& b) {
-    an.heads = b.template At<int32_t>(o_heads);
-    an.geo = b.template At<BlockGeoDev>(o_geo);
-    an.groups = b.template At<AnGroup>(o_groups);
-    an.group_of_block = b.template At<int32_t>(o_gob);
-    an.tiles = b.template At<AnTile>(o_tiles);
-    an.items = b.template At<AnItem>(o_items);
+  auto point_args = [&](const auto& b, bool pass_work, bool stripe_work) {
+    if (pass_work) {
+      an.heads = b.template At<int32_t>(o_heads);
+      an.geo = b.template At<BlockGeoDev>(o_geo);
+      an.groups = b.template At<AnGroup>(o_groups);
+      an.group_of_block = b.template At<int32_t>(o_gob);
+    }
+    if (stripe_work) {
+      an.tiles = b.template At<AnTile>(o_tiles);
+      an.items = b.template At<AnItem>(o_items);
+    }
   };
   if (!lean) {
-    add_arrays(blob);
+    add_arrays(blob, true, true);
     SPATTN_RETURN_IF_ERROR(blob.Upload(env, env.stream));
-    point_args(blob);
+    point_args(blob, true, true);
   } else {
-    add_arrays(lean_blob);
+    add_arrays(lean_blob, true, !early);
     kept_at = (lean_blob.size() + 255) / 256 * 256;
     const size_t kept_bytes = 512 + l.host.heads.size() * sizeof(l.host.heads[0]) +
                               l.host.block_offsets.size() * sizeof(l.host.block_offsets[0]);
@@ -300,7 +358,7 @@ absl::StatusOr<SparseIndexView> BuildAnchor(const BuildScope& env, const Attenti
                             env.alloc(static_cast<int64_t>(lean_blob.size()), "builder metadata"));
     sync.emplace(env.stream);
     SPATTN_RETURN_IF_ERROR(lean_blob.Upload(dev, stage, env.stream));
-    point_args(lean_blob);
+    point_args(lean_blob, true, !early);
   }
   an.num_blocks = num_blocks;
   an.num_slots = nslots;
@@ -321,7 +379,25 @@ absl::StatusOr<SparseIndexView> BuildAnchor(const BuildScope& env, const Attenti
   an.theta = params.theta;
   StageTimer timer(env.stream, "anchor");
   an.anchor_done = timer.Event("anchor");
-  SPATTN_CUDA_RETURN_IF_ERROR(LaunchAnchorSelect(an, env.stream), "anchor selection");
+  double us_pass = 0, us_stripes = 0;
+  if (!early) {
+    SPATTN_CUDA_RETURN_IF_ERROR(LaunchAnchorSelect(an, env.stream), "anchor selection");
+    us_pass = us_stripes = AnHostUs(t_entry);
+  } else {
+    // The anchor pass first, then the stripe scan's tables built and uploaded under it.
+    SPATTN_CUDA_RETURN_IF_ERROR(LaunchAnchorSelectParts(an, 1, env.stream), "anchor pass");
+    us_pass = AnHostUs(t_entry);
+    make_stripe_work();
+    AnBlob stripe_blob;
+    add_arrays(stripe_blob, false, true);
+    SPATTN_ASSIGN_OR_RETURN(
+        void* sdev, env.alloc(static_cast<int64_t>(stripe_blob.size()), "builder metadata"));
+    SPATTN_RETURN_IF_ERROR(stripe_blob.Upload(sdev, AnStripeStage(stripe_blob.size()), env.stream));
+    point_args(stripe_blob, false, true);
+    an.num_items = static_cast<int>(items.size());
+    SPATTN_CUDA_RETURN_IF_ERROR(LaunchAnchorSelectParts(an, 2, env.stream), "anchor stripes");
+    us_stripes = AnHostUs(t_entry);
+  }
   // Tests (AnchorKnobs): the pooled anchors and queries of this build, downloaded.
   const AnKnobs& knobs = AnchorKnobs();
   if (knobs.capture_xa != nullptr || knobs.capture_qbar != nullptr) {
@@ -355,6 +431,12 @@ absl::StatusOr<SparseIndexView> BuildAnchor(const BuildScope& env, const Attenti
     auto v = AnAssembleLean(env, l, asm_args, stage == nullptr ? nullptr : stage + kept_at, &timer,
                             &*sync);
     if (!v.ok()) timer.Cancel();
+    // s41-anchor: where the host time goes (the profile's gap): microseconds from the entry to
+    // the anchor pass's launch returning, the stripe scan's, and the return (the fill launched).
+    if (timer.on() && v.ok()) {
+      std::fprintf(stderr, "anchor host us: early %d pass %.1f stripes %.1f return %.1f\n",
+                   static_cast<int>(early), us_pass, us_stripes, AnHostUs(t_entry));
+    }
     return v;
   }
   auto v = Assemble(

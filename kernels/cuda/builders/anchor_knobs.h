@@ -9,8 +9,12 @@
 // memset folded into the anchor pass, the kernels' shared memory limits set once per process,
 // the host tables uploaded from pinned memory, and the assembly's two scans, two narrowings and
 // two totals copies replaced by one scan launch writing the totals into mapped host words; the
-// same index, BuildIndexOnGpuAnchorTest.LeanBuildIsMainsBuild. Tests change them through the
-// returned reference, between builds only.
+// same index, BuildIndexOnGpuAnchorTest.LeanBuildIsMainsBuild; SPATTN_ANCHOR_EARLY (session 41,
+// default off; with lean only): the host tables in per-thread vectors reused by the next build
+// (no fresh ~128 KB tables a build at 128K), and the anchor pass launched before the stripe
+// scan's tables are built, which are then uploaded (a pinned stage of their own) and the stripe
+// scan launched; the same index, BuildIndexOnGpuAnchorTest.EarlyPassLaunchBuildsMainsIndex.
+// Tests change them through the returned reference, between builds only.
 #ifndef SPATTN_KERNELS_CUDA_BUILDERS_ANCHOR_KNOBS_H_
 #define SPATTN_KERNELS_CUDA_BUILDERS_ANCHOR_KNOBS_H_
 
@@ -22,7 +26,8 @@ namespace cuda {
 struct AnKnobs {
   bool wgmma = true;
   bool stripe_wg = true;  // with wgmma: AnStripeWgKernel instead of AnStripeKernel (mma.sync)
-  bool lean = true;        // s40-anchor: the lean launch sequence (anchor_host.cc)
+  bool lean = true;       // s40-anchor: the lean launch sequence (anchor_host.cc)
+  bool early = false;     // s41-anchor: with lean, the pass launched before the stripe tables
   // Tests: when set, each build copies its pooled anchors x_a ([slot][block]) and pooled scaled
   // queries ([slot][block][head_dim]) here (a synchronizing download; not for timing).
   std::vector<float>* capture_xa = nullptr;

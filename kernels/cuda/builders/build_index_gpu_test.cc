@@ -2987,5 +2987,86 @@ TEST(BuildIndexOnGpuSampledLinesTest, TileListBuildsMainsIndex) {
 #endif
 }
 
+// ---- s41-anchor ----
+// The anchor pass launched before the stripe scan's tables are built (AnchorKnobs().early, with
+// lean: the tables built, uploaded from their own pinned stage and the stripe scan launched while
+// the pass runs) against main's lean build (early off): the same index, offsets included. Per case
+// main's build first; then, with early on, a build of another problem of the same shape with
+// theta 1e30 (bitmaps left full of bits at the same workspace address) and the case again. Every
+// shape of Shapes() × the anchor configs × both head lists × block_m 64 / 128 (random non-integer
+// Q/K), then llm_mix 16K with the defaults, the anchor pass by wgmma and by mma.sync.
+TEST(BuildIndexOnGpuAnchorTest, EarlyPassLaunchBuildsMainsIndex) {
+  SKIP_WITHOUT_GPU();
+#ifndef SPATTN_SL_KNOBS
+  GTEST_SKIP() << "the GPU anchor builder's knobs exist only in CUDA builds";
+#else
+  auto engine = MakeEngine(int64_t{1} << 30);
+  ASSERT_NE(engine, nullptr);
+  cuda::AnKnobs& knobs = cuda::AnchorKnobs();
+  const cuda::AnKnobs saved = knobs;
+  int64_t compared = 0, builds = 0;
+  // Main's build of (hp, config), then early builds of (dirty_hp, theta 1e30) and (hp, config);
+  // false on a fatal failure.
+  auto compare = [&](const HostProblem& hp, DeviceProblem& dp, const HostProblem& dirty_hp,
+                     DeviceProblem& dirty_dp, const MethodConfig& config,
+                     const std::vector<int>& heads, int block_m, bool wgmma,
+                     const std::string& what) {
+    SparseIndex main_idx, dirty, early_idx;
+    MethodConfig keep_all = config;
+    keep_all.anchor.theta = 1e30f;
+    knobs.wgmma = wgmma;
+    knobs.lean = true;
+    knobs.early = false;
+    BuildOnGpu(*engine, hp, dp, config, heads, block_m, nullptr, absl::StrCat(what, " early=0"),
+               &main_idx);
+    engine->ReleaseIndexes();
+    knobs.early = true;
+    BuildOnGpu(*engine, dirty_hp, dirty_dp, keep_all, heads, block_m, nullptr,
+               absl::StrCat(what, " early=1 theta=1e30 (dirty)"), &dirty);
+    engine->ReleaseIndexes();
+    BuildOnGpu(*engine, hp, dp, config, heads, block_m, nullptr, absl::StrCat(what, " early=1"),
+               &early_idx);
+    engine->ReleaseIndexes();
+    knobs = saved;
+    if (::testing::Test::HasFatalFailure()) return false;
+    ExpectSameIndex(early_idx, main_idx, absl::StrCat(what, " early=1 vs 0"),
+                    /*with_offsets=*/true);
+    compared += static_cast<int64_t>(main_idx.col_idx.size());
+    ++builds;
+    return true;
+  };
+  ForEachAnchorCase(*engine, 4101, 2,
+                    [&](const std::vector<AnchorCaseProblem>& ps, const MethodConfig& config,
+                        const std::vector<int>& heads, int block_m, const std::string& what) {
+                      return compare(*ps[0].host, *ps[0].dev, *ps[1].host, *ps[1].dev, config,
+                                     heads, block_m, saved.wgmma, what);
+                    });
+  if (::testing::Test::HasFatalFailure()) return;
+  WorkloadOptions o = LlmMix16K();
+  auto w = GenerateWorkload(o);
+  ASSERT_TRUE(w.ok()) << w.status();
+  o.seed += 1;
+  auto dirty_w = GenerateWorkload(o);
+  ASSERT_TRUE(dirty_w.ok()) << dirty_w.status();
+  auto dp = DeviceProblem::Create(engine->device(), *w->host);
+  ASSERT_TRUE(dp.ok()) << dp.status();
+  auto dirty_dp = DeviceProblem::Create(engine->device(), *dirty_w->host);
+  ASSERT_TRUE(dirty_dp.ok()) << dirty_dp.status();
+  MethodConfig c;
+  c.method = Method::kAnchor;
+  for (bool wgmma : {true, false}) {
+    for (int block_m : {64, 128}) {
+      if (!compare(*w->host, **dp, *dirty_w->host, **dirty_dp, c, AllHeads(8), block_m, wgmma,
+                   absl::StrCat("llm_mix 16K block_m=", block_m, " wgmma=", wgmma))) {
+        return;
+      }
+    }
+  }
+  printf("anchor early pass launch vs main's build: %lld index pairs, %lld columns compared\n",
+         static_cast<long long>(builds), static_cast<long long>(compared));
+  EXPECT_GT(builds, 0);
+#endif
+}
+
 }  // namespace
 }  // namespace spattn
