@@ -27,7 +27,7 @@ struct AnKnobs {
   bool wgmma = true;
   bool stripe_wg = true;  // with wgmma: AnStripeWgKernel instead of AnStripeKernel (mma.sync)
   bool lean = true;       // s40-anchor: the lean launch sequence (anchor_host.cc)
-  bool early = false;     // s41-anchor: with lean, the pass launched before the stripe tables
+  bool early = true;      // s41-anchor: with lean, the pass launched before the stripe tables
   // Tests: when set, each build copies its pooled anchors x_a ([slot][block]) and pooled scaled
   // queries ([slot][block][head_dim]) here (a synchronizing download; not for timing).
   std::vector<float>* capture_xa = nullptr;
