@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -2855,57 +2856,57 @@ TEST(BuildIndexOnGpuEstimateTest, UnrolledChainsBuildMainsIndex) {
 #endif
 }
 
-// ---- s40-anchor ----
-// The lean launch sequence (AnchorKnobs().lean: the bitmap memset folded into the anchor pass,
-// the pinned uploads, one scan launch and mapped totals) against main's (lean off): the same
-// index, offsets included. Per case the build with lean off comes first; then, with lean on, a
-// build of another problem of the same shape with theta 1e30 (every stripe key kept: the
-// bitmaps, carved at the same workspace address by the same carves, are left full of bits) and
-// the case again, which must equal the first: the anchor pass must really clear what the
-// previous build left. Every shape of Shapes() × the anchor configs × both head lists × block_m
-// 64 / 128 (random non-integer Q/K), then llm_mix 16K with the defaults, the anchor pass by
-// wgmma and by mma.sync.
-TEST(BuildIndexOnGpuAnchorTest, LeanBuildIsMainsBuild) {
-  SKIP_WITHOUT_GPU();
-#ifndef SPATTN_SL_KNOBS
-  GTEST_SKIP() << "the GPU anchor builder's knobs exist only in CUDA builds";
-#else
+#ifdef SPATTN_SL_KNOBS
+// Counts of ExpectAnchorTwinBuilds.
+struct AnchorTwinCounts {
+  int64_t builds = 0, compared = 0, dirty_differs = 0;
+};
+
+// An anchor knob's build against main's, offsets included. Per case (ForEachAnchorCase from
+// `seed`, then llm_mix 16K × the anchor pass by wgmma and by mma.sync × block_m 64 / 128): the
+// build with use_main's knobs first; then, with use_new's, a build of another problem of the
+// same shape with theta 1e30 (every stripe key kept: the bitmaps, carved at the same workspace
+// address, are left full of bits) and the case again, which must equal the first. `name` labels
+// the builds (name=0 / name=1).
+void ExpectAnchorTwinBuilds(uint64_t seed, const std::string& name,
+                            const std::function<void(cuda::AnKnobs&)>& use_main,
+                            const std::function<void(cuda::AnKnobs&)>& use_new,
+                            AnchorTwinCounts* n) {
   auto engine = MakeEngine(int64_t{1} << 30);
   ASSERT_NE(engine, nullptr);
   cuda::AnKnobs& knobs = cuda::AnchorKnobs();
   const cuda::AnKnobs saved = knobs;
-  int64_t compared = 0, builds = 0, dirty_differs = 0;
-  // Main's build of (hp, config), then lean builds of (dirty_hp, theta 1e30) and (hp, config);
-  // false on a fatal failure.
+  // False on a fatal failure.
   auto compare = [&](const HostProblem& hp, DeviceProblem& dp, const HostProblem& dirty_hp,
                      DeviceProblem& dirty_dp, const MethodConfig& config,
                      const std::vector<int>& heads, int block_m, bool wgmma,
                      const std::string& what) {
-    SparseIndex main_idx, dirty, lean_idx;
+    SparseIndex main_idx, dirty, new_idx;
     MethodConfig keep_all = config;
     keep_all.anchor.theta = 1e30f;
     knobs.wgmma = wgmma;
-    knobs.lean = false;
-    BuildOnGpu(*engine, hp, dp, config, heads, block_m, nullptr, absl::StrCat(what, " lean=0"),
-               &main_idx);
+    use_main(knobs);
+    BuildOnGpu(*engine, hp, dp, config, heads, block_m, nullptr,
+               absl::StrCat(what, " ", name, "=0"), &main_idx);
     engine->ReleaseIndexes();
-    knobs.lean = true;
+    use_new(knobs);
     BuildOnGpu(*engine, dirty_hp, dirty_dp, keep_all, heads, block_m, nullptr,
-               absl::StrCat(what, " lean=1 theta=1e30 (dirty)"), &dirty);
+               absl::StrCat(what, " ", name, "=1 theta=1e30 (dirty)"), &dirty);
     engine->ReleaseIndexes();
-    BuildOnGpu(*engine, hp, dp, config, heads, block_m, nullptr, absl::StrCat(what, " lean=1"),
-               &lean_idx);
+    BuildOnGpu(*engine, hp, dp, config, heads, block_m, nullptr,
+               absl::StrCat(what, " ", name, "=1"), &new_idx);
     engine->ReleaseIndexes();
     knobs = saved;
     if (::testing::Test::HasFatalFailure()) return false;
-    ExpectSameIndex(lean_idx, main_idx, absl::StrCat(what, " lean=1 vs 0"), /*with_offsets=*/true);
-    dirty_differs += dirty.col_idx.size() > main_idx.col_idx.size();
-    compared += static_cast<int64_t>(main_idx.col_idx.size());
-    ++builds;
+    ExpectSameIndex(new_idx, main_idx, absl::StrCat(what, " ", name, "=1 vs 0"),
+                    /*with_offsets=*/true);
+    n->dirty_differs += dirty.col_idx.size() > main_idx.col_idx.size();
+    n->compared += static_cast<int64_t>(main_idx.col_idx.size());
+    ++n->builds;
     return true;
   };
   // Per shape: the case's problem, then the dirty build's.
-  ForEachAnchorCase(*engine, 4001, 2,
+  ForEachAnchorCase(*engine, seed, 2,
                     [&](const std::vector<AnchorCaseProblem>& ps, const MethodConfig& config,
                         const std::vector<int>& heads, int block_m, const std::string& what) {
                       return compare(*ps[0].host, *ps[0].dev, *ps[1].host, *ps[1].dev, config,
@@ -2932,12 +2933,35 @@ TEST(BuildIndexOnGpuAnchorTest, LeanBuildIsMainsBuild) {
       }
     }
   }
+}
+#endif
+
+// ---- s40-anchor ----
+// The lean launch sequence (AnchorKnobs().lean: the bitmap memset folded into the anchor pass,
+// the pinned uploads, one scan launch and mapped totals) against main's (lean off): the same
+// index, offsets included. Per case the build with lean off comes first; then, with lean on, a
+// build of another problem of the same shape with theta 1e30 (every stripe key kept: the
+// bitmaps, carved at the same workspace address by the same carves, are left full of bits) and
+// the case again, which must equal the first: the anchor pass must really clear what the
+// previous build left. Every shape of Shapes() × the anchor configs × both head lists × block_m
+// 64 / 128 (random non-integer Q/K), then llm_mix 16K with the defaults, the anchor pass by
+// wgmma and by mma.sync.
+TEST(BuildIndexOnGpuAnchorTest, LeanBuildIsMainsBuild) {
+  SKIP_WITHOUT_GPU();
+#ifndef SPATTN_SL_KNOBS
+  GTEST_SKIP() << "the GPU anchor builder's knobs exist only in CUDA builds";
+#else
+  AnchorTwinCounts n;
+  ExpectAnchorTwinBuilds(
+      4001, "lean", [](cuda::AnKnobs& k) { k.lean = false; },
+      [](cuda::AnKnobs& k) { k.lean = true; }, &n);
+  if (::testing::Test::HasFatalFailure()) return;
   printf("anchor lean vs main's build: %lld index pairs, %lld columns compared; %lld after a "
          "dirtier build (more columns) on the same workspace\n",
-         static_cast<long long>(builds), static_cast<long long>(compared),
-         static_cast<long long>(dirty_differs));
-  EXPECT_GT(builds, 0);
-  EXPECT_GT(dirty_differs, 0);
+         static_cast<long long>(n.builds), static_cast<long long>(n.compared),
+         static_cast<long long>(n.dirty_differs));
+  EXPECT_GT(n.builds, 0);
+  EXPECT_GT(n.dirty_differs, 0);
 #endif
 }
 
@@ -3000,71 +3024,18 @@ TEST(BuildIndexOnGpuAnchorTest, EarlyPassLaunchBuildsMainsIndex) {
 #ifndef SPATTN_SL_KNOBS
   GTEST_SKIP() << "the GPU anchor builder's knobs exist only in CUDA builds";
 #else
-  auto engine = MakeEngine(int64_t{1} << 30);
-  ASSERT_NE(engine, nullptr);
-  cuda::AnKnobs& knobs = cuda::AnchorKnobs();
-  const cuda::AnKnobs saved = knobs;
-  int64_t compared = 0, builds = 0;
-  // Main's build of (hp, config), then early builds of (dirty_hp, theta 1e30) and (hp, config);
-  // false on a fatal failure.
-  auto compare = [&](const HostProblem& hp, DeviceProblem& dp, const HostProblem& dirty_hp,
-                     DeviceProblem& dirty_dp, const MethodConfig& config,
-                     const std::vector<int>& heads, int block_m, bool wgmma,
-                     const std::string& what) {
-    SparseIndex main_idx, dirty, early_idx;
-    MethodConfig keep_all = config;
-    keep_all.anchor.theta = 1e30f;
-    knobs.wgmma = wgmma;
-    knobs.lean = true;
-    knobs.early = false;
-    BuildOnGpu(*engine, hp, dp, config, heads, block_m, nullptr, absl::StrCat(what, " early=0"),
-               &main_idx);
-    engine->ReleaseIndexes();
-    knobs.early = true;
-    BuildOnGpu(*engine, dirty_hp, dirty_dp, keep_all, heads, block_m, nullptr,
-               absl::StrCat(what, " early=1 theta=1e30 (dirty)"), &dirty);
-    engine->ReleaseIndexes();
-    BuildOnGpu(*engine, hp, dp, config, heads, block_m, nullptr, absl::StrCat(what, " early=1"),
-               &early_idx);
-    engine->ReleaseIndexes();
-    knobs = saved;
-    if (::testing::Test::HasFatalFailure()) return false;
-    ExpectSameIndex(early_idx, main_idx, absl::StrCat(what, " early=1 vs 0"),
-                    /*with_offsets=*/true);
-    compared += static_cast<int64_t>(main_idx.col_idx.size());
-    ++builds;
-    return true;
-  };
-  ForEachAnchorCase(*engine, 4101, 2,
-                    [&](const std::vector<AnchorCaseProblem>& ps, const MethodConfig& config,
-                        const std::vector<int>& heads, int block_m, const std::string& what) {
-                      return compare(*ps[0].host, *ps[0].dev, *ps[1].host, *ps[1].dev, config,
-                                     heads, block_m, saved.wgmma, what);
-                    });
+  AnchorTwinCounts n;
+  ExpectAnchorTwinBuilds(
+      4101, "early",
+      [](cuda::AnKnobs& k) {
+        k.lean = true;
+        k.early = false;
+      },
+      [](cuda::AnKnobs& k) { k.early = true; }, &n);
   if (::testing::Test::HasFatalFailure()) return;
-  WorkloadOptions o = LlmMix16K();
-  auto w = GenerateWorkload(o);
-  ASSERT_TRUE(w.ok()) << w.status();
-  o.seed += 1;
-  auto dirty_w = GenerateWorkload(o);
-  ASSERT_TRUE(dirty_w.ok()) << dirty_w.status();
-  auto dp = DeviceProblem::Create(engine->device(), *w->host);
-  ASSERT_TRUE(dp.ok()) << dp.status();
-  auto dirty_dp = DeviceProblem::Create(engine->device(), *dirty_w->host);
-  ASSERT_TRUE(dirty_dp.ok()) << dirty_dp.status();
-  MethodConfig c;
-  c.method = Method::kAnchor;
-  for (bool wgmma : {true, false}) {
-    for (int block_m : {64, 128}) {
-      if (!compare(*w->host, **dp, *dirty_w->host, **dirty_dp, c, AllHeads(8), block_m, wgmma,
-                   absl::StrCat("llm_mix 16K block_m=", block_m, " wgmma=", wgmma))) {
-        return;
-      }
-    }
-  }
   printf("anchor early pass launch vs main's build: %lld index pairs, %lld columns compared\n",
-         static_cast<long long>(builds), static_cast<long long>(compared));
-  EXPECT_GT(builds, 0);
+         static_cast<long long>(n.builds), static_cast<long long>(n.compared));
+  EXPECT_GT(n.builds, 0);
 #endif
 }
 
