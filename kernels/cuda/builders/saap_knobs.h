@@ -7,8 +7,8 @@
 // (=0: the sampled rows' RoPE once per q head, main's before session 36, below);
 // SPATTN_SAAP_CLS_ROWS_MASS (0: main's RowsMass loop; 1, 2: rows_per_block templated, below);
 // SPATTN_SAAP_KEYS_WGMMA (=0: the keys' products by mma.sync, main's before session 39, below);
-// SPATTN_SAAP_CLS_TMA (=1: the wgmma classifier's weights pre-swizzled at the upload and streamed
-// by bulk copies on mbarriers, below).
+// SPATTN_SAAP_CLS_TMA (1, 2: the wgmma classifier's weights pre-swizzled at the upload and
+// streamed by bulk copies on mbarriers, two or four stages a warpgroup, below).
 // Tests change them through the returned reference, between builds only (cls_packed: before the
 // assets' upload, and kept for every build with them).
 #ifndef SPATTN_KERNELS_CUDA_BUILDERS_SAAP_KNOBS_H_
@@ -53,10 +53,12 @@ struct SaapKnobsT {
   // with chunk c of slab row r at c ^ (r & 7): each 128-row half slab is the 16 KB image of the
   // 128-byte swizzle) and streamed per warpgroup by one thread's bulk copies on full mbarriers,
   // the slab loop without CTA barriers (ClsGemmWgTma, saap.cu); the same products in the same
-  // order, so the same logits, classes and index (TmaWeightRingBuildsTheSameIndex). Read at the
-  // upload (SaapClassifierUsesTma: also needs cls_wgmma and sm_90a then); the launch follows the
-  // assets' layout (with such assets and cls_wgmma off it fails). Off by default until measured.
-  bool cls_tma = false;
+  // order, so the same logits, classes and index (TmaWeightRingBuildsTheSameIndex). 1: two 16 KB
+  // stages a warpgroup (its half of a slab each); 2: four 8 KB stages (a slab's 64-row n halves).
+  // Non-zero at the upload (SaapClassifierUsesTma: also needs cls_wgmma and sm_90a then) lays the
+  // weights out so; the launch follows the assets' layout (such assets with cls_wgmma off fail)
+  // and reads 2 / else for the stages. 0 (off) by default until measured.
+  int cls_tma = 0;
   // Diagnostics (SPATTN_SAAP_DEBUG_SYNC=1): LaunchSaapSelect waits after each step (and before
   // the first) and names a failing step on stderr. Not for timing.
   bool debug_sync = false;
