@@ -512,7 +512,7 @@ __device__ __forceinline__ void ClsGemmWg(uint32_t sA, int K, const __nv_bfloat1
 #endif
 }
 
-// ---- The classifier's weights by TMA (SaapKnobs().cls_tma)
+// ---- The classifier's weights by TMA (SaapKnobs().cls_tma) --------------------------------------
 // ----------------------------------------
 //
 // ClsGemmWg streams each 32 KB slab with every thread's cp.async, then per slab a cp.async wait,
