@@ -200,6 +200,8 @@ struct SaapAssetsDev {
   const float* const* b0 = nullptr;
   const void* const* w1t = nullptr;
   const float* const* b1 = nullptr;
+  // w0t / w1t pre-swizzled for the classifier's TMA kernels (SaapKnobs().cls_tma, saap_knobs.h).
+  bool w_swizzled = false;
 };
 
 // Keys of the used kv heads: 64-key tiles, de-roped and assigned to the nearest centroid.

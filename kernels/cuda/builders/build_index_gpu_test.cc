@@ -3039,5 +3039,102 @@ TEST(BuildIndexOnGpuAnchorTest, EarlyPassLaunchBuildsMainsIndex) {
 #endif
 }
 
+// ---- s41-saap: the classifier's weights by TMA on mbarriers (SaapKnobs().cls_tma) ----
+
+// The assets uploaded with cls_tma (weights pre-swizzled; the classifier streams them by bulk
+// copies, each warpgroup on its own full barriers, no CTA barrier in the slab loop; two stages a
+// warpgroup, and four with cls_tma 2 at the build) and without (main's wgmma slab loop): the
+// same k steps in the same order, so the same logits, visited buckets (exactly) and index,
+// offsets included, both stage counts against main. Every twin shape x the three asset shapes (one
+// 256-wide chunk per layer, 2 / 3 chunks with 10 slabs in layer 2, one layer d -> 32: 1 or 2
+// slabs a tile, the ring's short sequences), classify_rows 4, 1, 96 (block_m 128: tiles of one
+// block) and 128 (every row), block_m 64 and 128, both head lists at classify_rows 4; then
+// llm_mix 16K with a bench-sized classifier (128 -> 1024 -> 1024: 72 slabs a tile, many tiles
+// a CTA) at classify_rows 4, 1 and 64. Off compute capability 9.0 no TMA layout is uploaded and
+// both builds are main's.
+TEST(BuildIndexOnGpuSaapTest, TmaWeightRingBuildsTheSameIndex) {
+  SKIP_WITHOUT_GPU();
+#ifndef SPATTN_SL_KNOBS
+  GTEST_SKIP() << "the GPU Saap builder's knobs exist only in CUDA builds";
+#else
+  auto engine = MakeEngine(int64_t{512} << 20);
+  ASSERT_NE(engine, nullptr);
+  cuda::SaapKnobsT& knobs = cuda::SaapKnobs();
+  const cuda::SaapKnobsT saved = knobs;
+  const MethodConfig base = CasesFor(Method::kSaap).configs.front();
+  auto none = [](cuda::SaapKnobsT&) {};
+  auto stages4 = [](bool four) {
+    return [four](cuda::SaapKnobsT& k) { k.cls_tma = four ? 2 : 1; };
+  };
+  // The assets uploaded without and with the TMA layout.
+  auto upload = [&](const LayerAssets& assets, int d, bool tma) {
+    knobs.cls_tma = tma ? 1 : 0;
+    auto up = engine->UploadLayerAssets(assets, d);
+    knobs = saved;
+    return up;
+  };
+  int64_t compared = 0;
+  ForEachSaapAssetCase(
+      *engine, 4101,
+      [&](const Shape& sh, const HostProblem& hp, DeviceProblem& dp, const SaapAssetShape& as,
+          const LayerAssets& assets) {
+        auto up_main = upload(assets, sh.d, false);
+        auto up_tma = upload(assets, sh.d, true);
+        ASSERT_TRUE(up_main.ok()) << up_main.status();
+        ASSERT_TRUE(up_tma.ok()) << up_tma.status();
+        for (int rows : {4, 1, 96, 128}) {
+          MethodConfig config = base;
+          config.saap.num_centroids = as.centroids;
+          config.saap.classify_rows = rows;
+          for (int block_m : {64, 128}) {
+            if (rows == 96 && block_m != 128) continue;  // 64 < rows < block_m only
+            for (const std::vector<int>& heads :
+                 {AllHeads(sh.hq), std::vector<int>{sh.hq - 1, 0}}) {
+              if (rows != 4 && heads.size() != static_cast<size_t>(sh.hq)) continue;
+              const std::string what = absl::StrCat(
+                  config.DebugString(), " hidden=", as.one_layer ? 0 : as.hidden,
+                  " block_m=", block_m, " heads=", heads.size(), " ", Describe(hp.problem()));
+              for (bool four : {false, true}) {
+                compared += ExpectSameSaapBuckets(
+                    *engine, hp, dp, config, heads, block_m, up_main->get(), none, up_tma->get(),
+                    stages4(four), absl::StrCat(what, " four=", four));
+                if (::testing::Test::HasFatalFailure()) return;
+              }
+            }
+          }
+        }
+      });
+  if (::testing::Test::HasFatalFailure()) return;
+  constexpr uint64_t kSeed = 4199;
+  WithSaapLlmMix16K(
+      *engine, kSeed,
+      [&](const HostProblem& hp, DeviceProblem& dp, MethodConfig config,
+          const CudaLayerAssets* up) {
+        // WithSaapLlmMix16K's assets again (the same seed), uploaded with the TMA layout.
+        auto up_tma =
+            upload(method_testing::RandomSaapAssets(8, 2, 128, 1024, 1024, kSeed), 128, true);
+        ASSERT_TRUE(up_tma.ok()) << up_tma.status();
+        for (int rows : {SaapParams().classify_rows, 1, 64}) {
+          config.saap.classify_rows = rows;
+          for (bool four : {false, true}) {
+            compared += ExpectSameSaapBuckets(
+                *engine, hp, dp, config, AllHeads(8), 64, up, none, up_tma->get(), stages4(four),
+                absl::StrCat("llm_mix 16K classify_rows=", rows, " four=", four));
+            if (::testing::Test::HasFatalFailure()) return;
+          }
+        }
+      });
+  if (::testing::Test::HasFatalFailure()) return;
+  knobs.cls_tma = 1;
+  const bool tma = cuda::SaapClassifierUsesTma(128, 2, 1024, 1024);
+  knobs = saved;
+  printf(
+      "saap classifier weights by TMA vs main's slab loop: %lld visited buckets compared "
+      "(TMA layout uploaded: %d)\n",
+      static_cast<long long>(compared), static_cast<int>(tma));
+  EXPECT_GT(compared, 0);
+#endif
+}
+
 }  // namespace
 }  // namespace spattn

@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "kernels/cuda/attention/hopper/sm90_primitives.cuh"
 #include "kernels/cuda/builders/assembled_common.cuh"
 #include "kernels/cuda/builders/saap_knobs.h"
 #include "kernels/cuda/common/topk.cuh"
@@ -511,16 +512,161 @@ __device__ __forceinline__ void ClsGemmWg(uint32_t sA, int K, const __nv_bfloat1
 #endif
 }
 
+// ---- The classifier's weights by TMA (SaapKnobs().cls_tma) --------------------------------------
+// ----------------------------------------
+//
+// ClsGemmWg streams each 32 KB slab with every thread's cp.async, then per slab a cp.async wait,
+// the wgmma wait and a CTA barrier with all 8 warps in step (NOTES session 40: those syncs, not
+// bytes, are the slab loop's cost), and a CTA barrier at the end of every 256-column chunk. Here
+// each warpgroup streams only its own 128-row half of each slab (16 KB, contiguous in the
+// pre-swizzled packed layout of saap_knobs.h: the shared-memory image of the 128-byte swizzle)
+// into its own stages in main's two 32 KB buffers, each stage one bulk copy issued by the
+// warpgroup's first thread and counted on the stage's mbarrier (tx bytes) instead of 256
+// threads' cp.async waits. A warpgroup waits only on its own stages' barriers; the slab loop has
+// no CTA barrier, and the ring runs over the tile's whole slab sequence (layer 1's chunks, then
+// layer 2's), so the next chunk's first slabs load during this chunk's epilogue.
+// kStages a warpgroup: 2 (a stage is the warpgroup's 16 KB of a slab, one m64n128k16 a k step)
+// or 4 (two 8 KB stages a slab, its 64-row n halves, one m64n64k16 a k step into each half's
+// accumulators: three stages in flight while one is multiplied). Either way every accumulator
+// gets ClsGemmWg's k steps, with the same A fragments and B rows, in the same order: the same
+// sums (a wgmma's n width does not change a column's products; wgmma and mma.sync already agree
+// bit for bit, WgmmaClassifierIsTheMmaSyncClassifier).
+
+// 1-D bulk copy (TMA without a tensor map) of `bytes` (a multiple of 16) from global `src` to
+// shared `dst`, counted on the mbarrier `bar` (its phase announced by MbarArriveExpectTx).
+__device__ __forceinline__ void ClsBulkLoad(uint32_t dst, const void* src, uint32_t bytes,
+                                            uint32_t bar) {
+#if SPATTN_SAAP_SM90A
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::
+          "r"(dst),
+      "l"(src), "r"(bytes), "r"(bar)
+      : "memory");
+#endif
+}
+
+// The stages' full barriers, stage b of warpgroup u at 8 (kStages u + b) bytes (static shared
+// memory of the TMA kernels only, so main's layout is unchanged).
+__device__ __forceinline__ uint32_t ClsFullBars() {
+  __shared__ __align__(8) uint64_t bars[8];
+  return SmemAddr(bars);
+}
+
+// A warpgroup's place in its ring: g stages consumed since the kernel's start (stage g %
+// kStages, barrier phase parity (g / kStages) & 1), j of them in the current tile; the tile's
+// slab sequence is layer 1's slabs (l1 of them, from w0) then layer 2's (from w1), total stages
+// in all.
+struct ClsRing {
+  uint32_t g;
+  int j, l1, total;
+  const __nv_bfloat16 *w0, *w1;
+};
+
+// Stage b of warpgroup u: its part of buffer b / split (split = kStages / 2 stages a slab).
+template <int kStages>
+__device__ __forceinline__ uint32_t ClsStageAddr(uint32_t sW, uint32_t b, int u) {
+  constexpr int kSplit = kStages / 2;
+  return sW + (b / kSplit) * kClsSlabBytes + u * (kClsSlabBytes / 2) +
+         (b % kSplit) * (kClsSlabBytes / 2 / kSplit);
+}
+
+// Warpgroup u's first thread: the bulk copy of the tile's stage jj (part jj % split of slab
+// jj / split) into stage (g + jj - j) % kStages, whose previous use's wgmma this thread has
+// waited for.
+template <int kStages>
+__device__ __forceinline__ void ClsRingIssue(const ClsRing& r, int jj, uint32_t sW, int u) {
+  constexpr int kSplit = kStages / 2, kBytes = kClsSlabBytes / 2 / kSplit;
+  const uint32_t b = (r.g + static_cast<uint32_t>(jj - r.j)) % kStages;
+  const uint32_t bar = ClsFullBars() + 8u * (kStages * u + b);
+  const int slab = jj / kSplit;
+  const __nv_bfloat16* src =
+      (slab < r.l1 ? r.w0 + static_cast<int64_t>(slab) * (kClsN * kClsK)
+                   : r.w1 + static_cast<int64_t>(slab - r.l1) * (kClsN * kClsK)) +
+      u * (kClsN / 2 * kClsK) + (jj % kSplit) * (kBytes / 2);
+  hopper::MbarArriveExpectTx(bar, kBytes);
+  ClsBulkLoad(ClsStageAddr<kStages>(sW, b, u), src, kBytes, bar);
+}
+
+// ClsGemmWg's products for the ring's next K / 64 slabs (chunk n0 of the tile's current layer):
+// acc as ClsGemmWg's. Per slab the A fragments (ldmatrix), then per stage the wait on its
+// barrier, its wgmma and their wait; then the warpgroup's first thread refills the stage with the
+// one kStages ahead in the tile's sequence (one thread's wgmma wait stands for its warpgroup's,
+// as CUTLASS's one consumer arrival per warpgroup on an empty barrier).
+template <int kStages>
+__device__ __forceinline__ void ClsGemmWgTma(uint32_t sA, int K, uint32_t sW, float (&acc)[2][8][4],
+                                             ClsRing& ring) {
+#if SPATTN_SAAP_SM90A
+  static_assert(kStages == 2 || kStages == 4, "a slab in one or two stages a warpgroup");
+  constexpr int kSplit = kStages / 2;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int u = warp >> 2, wq = warp & 3;
+  const bool issuer = (tid & 127) == 0;
+  const int chunks_a = K / 8;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[h][nt][e] = 0.f;
+    }
+  }
+  const int slabs = K / kClsK;
+  const uint32_t a_row = sA + (16 * wq + (lane & 15)) * chunks_a * 16;
+  const uint32_t bars = ClsFullBars() + 8u * kStages * u;
+  uint32_t af[kClsK / 16][4];
+  for (int s = 0; s < slabs; ++s) {
+#pragma unroll
+    for (int kk = 0; kk < kClsK / 16; ++kk) {
+      LdMatrixX4(a_row + s * (kClsK / 8) * 16 + (((2 * kk + (lane >> 4)) ^ (lane & 7)) * 16),
+                 af[kk][0], af[kk][1], af[kk][2], af[kk][3]);
+    }
+#pragma unroll
+    for (int part = 0; part < kSplit; ++part) {
+      const uint32_t b = ring.g % kStages;
+      hopper::MbarWait(bars + 8u * b, (ring.g / kStages) & 1u);
+      const uint64_t desc = Tile64SmemDesc(ClsStageAddr<kStages>(sW, b, u));
+      asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+      for (int kk = 0; kk < kClsK / 16; ++kk) {
+        // k step kk: 32 bytes into the 128-byte rows (the descriptor's address field counts 16).
+        if constexpr (kSplit == 1) {
+          Tile64WgmmaN128<__nv_bfloat16>::RS(acc, af[kk], desc + ((kk * 32) >> 4), 1);
+        } else {
+          Tile64Wgmma<__nv_bfloat16>::RS(acc[part], af[kk], desc + ((kk * 32) >> 4), 1);
+        }
+      }
+      asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+      Tile64Wait(acc);
+#pragma unroll
+      for (int kk = 0; kk < kClsK / 16; ++kk) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(af[kk][i])::"memory");
+      }
+      if (issuer && ring.j + kStages < ring.total) {
+        ClsRingIssue<kStages>(ring, ring.j + kStages, sW, u);
+      }
+      ++ring.g;
+      ++ring.j;
+    }
+  }
+#else
+  __trap();
+#endif
+}
+
 // The classifier over the 64 de-roped rows in sX (bf16, swizzled) for q head h: logits into
 // `scratch` [64 x c_pad] and each row's max and 1 / sum into sRowM / sRowInv (1 / sum = 0: the
 // row does not vote, as rows outside `valid` and rows with a NaN/Inf logit). kWg: the products by
 // ClsGemmWg; each thread then holds other rows and columns of the chunk than ClsGemm's (row_of,
 // col_of), but every partial statistic the same: a thread's 16 columns of one row in one quarter
 // (64 columns) of the chunk in the same order, the same quad, the quarter's slot in sStat.
-template <int kD, bool kWg>
+// kTma (kWg only; the assets' pre-swizzled weights, SaapKnobs().cls_tma): the products by
+// ClsGemmWgTma<kTma> (kTma stages a warpgroup; 0: not), ring_g the warpgroup's stages consumed
+// by the kernel's earlier tiles.
+template <int kD, bool kWg, int kTma = 0>
 __device__ __forceinline__ void ClassifyTile(const SaapArgs& a, int h, uint64_t valid,
                                              const ClsLayout& lay, char* smem, float* scratch,
-                                             bool packed) {
+                                             bool packed, uint32_t& ring_g) {
   const SaapAssetsDev& as = a.assets;
   const int hp = as.hidden_pad, cp = as.c_pad, C = as.num_centroids;
   const uint32_t sXa = SmemAddr(smem + lay.x);
@@ -543,8 +689,23 @@ __device__ __forceinline__ void ClassifyTile(const SaapArgs& a, int h, uint64_t 
   auto quarter_of = [&](int mt) { return kWg ? 2 * u + mt : wc; };
   constexpr int kBiasSets = kWg ? 2 : 1;  // ClsGemm: the same columns for both mt
   float acc[2][8][4];
+  ClsRing ring{};
+  if constexpr (kTma != 0) {
+    // The tile's slab sequence (the order of the gemm calls below); its first stages now.
+    ring.g = ring_g;
+    ring.j = 0;
+    ring.l1 = as.num_layers == 2 ? hp / kClsN * (kD / kClsK) : 0;
+    ring.total = (ring.l1 + cp / kClsN * ((as.num_layers == 2 ? hp : kD) / kClsK)) * (kTma / 2);
+    ring.w0 = as.num_layers == 2 ? static_cast<const __nv_bfloat16*>(as.w0t[h]) : nullptr;
+    ring.w1 = static_cast<const __nv_bfloat16*>(as.w1t[h]);
+    if ((tid & 127) == 0) {
+      for (int jj = 0; jj < kTma && jj < ring.total; ++jj) ClsRingIssue<kTma>(ring, jj, sWa, u);
+    }
+  }
   auto gemm = [&](uint32_t sA, int K, const __nv_bfloat16* w, int n0) {
-    if constexpr (kWg) {
+    if constexpr (kTma != 0) {
+      ClsGemmWgTma<kTma>(sA, K, sWa, acc, ring);
+    } else if constexpr (kWg) {
       ClsGemmWg(sA, K, w, n0, sWa, acc, packed);
     } else {
       ClsGemm(sA, K, w, n0, sWa, acc, packed);
@@ -674,6 +835,7 @@ __device__ __forceinline__ void ClassifyTile(const SaapArgs& a, int h, uint64_t 
     sRowM[tid] = m;
     sRowInv[tid] = ok ? 1.f / l : 0.f;
   }
+  if constexpr (kTma != 0) ring_g = ring.g;
   __syncthreads();
 }
 
@@ -836,10 +998,12 @@ __device__ __forceinline__ void WarpTopKByBisection(const float* sc, int n, int 
 // (cos, -sin), [grid][64][kD / 2] float2 after the logits scratch, computed once per item and
 // read by every q head of the group (the angles depend on the row, not the head); false: each
 // head computes them (main's path). The same floats either way.
-// kTab: a template parameter so that main's path (false) compiles to main's kernel.
-template <typename T, int kD, bool kWg, bool kTab>
-__global__ void __launch_bounds__(kClsThreads, 1) SaapClassifyKernel(SaapArgs a, bool packed,
-                                                                   int mass) {
+// kTab: a template parameter so that main's path (false) compiles to main's kernel; kTma (kWg
+// only: the assets' weights pre-swizzled, SaapKnobs().cls_tma) likewise (session 40: a runtime
+// choice between two slab loops inlined both into every wgmma instance and spilled).
+template <typename T, int kD, bool kWg, bool kTab, int kTma = 0>
+__global__ void __launch_bounds__(kClsThreads, 1)
+    SaapClassifyKernel(SaapArgs a, bool packed, int mass) {
   constexpr int kHalf = kD / 2, kCh = kD / 8;
   extern __shared__ __align__(128) char smem[];
   const SaapAssetsDev& as = a.assets;
@@ -859,6 +1023,15 @@ __global__ void __launch_bounds__(kClsThreads, 1) SaapClassifyKernel(SaapArgs a,
       rpb > 0 ? a.score_scratch + static_cast<int64_t>(blockIdx.x) * bpi * cp : nullptr;
   const int chunks = (a.num_blocks + bpi - 1) / bpi;
   const int64_t items = static_cast<int64_t>(a.num_kv) * chunks;
+  uint32_t ring_g = 0;  // kTma: this warpgroup's stages consumed (ClsRing)
+  if constexpr (kTma != 0) {
+    if (tid == 0) {
+#pragma unroll
+      for (int i = 0; i < 2 * kTma; ++i) hopper::MbarInit(ClsFullBars() + 8u * i, 1);
+      hopper::MbarInitFence();
+    }
+    __syncthreads();
+  }
 
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
     const int gi = static_cast<int>(item / chunks);
@@ -893,7 +1066,7 @@ __global__ void __launch_bounds__(kClsThreads, 1) SaapClassifyKernel(SaapArgs a,
           }
           __syncthreads();
           const uint64_t valid = rows >= 64 ? ~uint64_t{0} : (uint64_t{1} << rows) - 1;
-          ClassifyTile<kD, kWg>(a, h, valid, lay, smem, scratch, packed);
+          ClassifyTile<kD, kWg, kTma>(a, h, valid, lay, smem, scratch, packed, ring_g);
           for (int c = tid; c < C; c += kClsThreads) {
             sScore[c] += RowsMass(scratch, sRowM, sRowInv, cp, c, 0, rows);
           }
@@ -1018,7 +1191,7 @@ __global__ void __launch_bounds__(kClsThreads, 1) SaapClassifyKernel(SaapArgs a,
           }
         }
         __syncthreads();
-        ClassifyTile<kD, kWg>(a, h, valid, lay, smem, scratch, packed);
+        ClassifyTile<kD, kWg, kTma>(a, h, valid, lay, smem, scratch, packed, ring_g);
         const bool first = first_head && t == 0;
         // mass (SaapKnobs().cls_rows_mass): rows_per_block as a template argument.
         if (mass != 0 && !wide &&
@@ -1188,10 +1361,19 @@ cudaError_t SaapLaunchTyped(const SaapArgs& a, cudaStream_t stream) {
         MakeClsLayout(kD, a.assets.num_layers, a.assets.hidden_pad, a.assets.c_pad, true).total;
     const bool wg = SaapClassifierUsesWgmma(smem_wg);
     const bool tab = SaapClassifierRopeTable(a);
-    auto classify = wg ? (tab ? &SaapClassifyKernel<T, kD, true, true>
-                              : &SaapClassifyKernel<T, kD, true, false>)
-                       : (tab ? &SaapClassifyKernel<T, kD, false, true>
-                              : &SaapClassifyKernel<T, kD, false, false>);
+    // Pre-swizzled weights (uploaded so by SaapClassifierUsesTma) only the TMA kernels read;
+    // cls_tma 2 at the launch: four stages a warpgroup, else two.
+    const bool tma = a.assets.w_swizzled;
+    if (tma && !wg) return cudaErrorInvalidValue;
+    const bool tma4 = SaapKnobs().cls_tma == 2;
+    auto classify = tma  ? (tma4 ? (tab ? &SaapClassifyKernel<T, kD, true, true, 4>
+                                        : &SaapClassifyKernel<T, kD, true, false, 4>)
+                                 : (tab ? &SaapClassifyKernel<T, kD, true, true, 2>
+                                        : &SaapClassifyKernel<T, kD, true, false, 2>))
+                    : wg ? (tab ? &SaapClassifyKernel<T, kD, true, true>
+                                : &SaapClassifyKernel<T, kD, true, false>)
+                         : (tab ? &SaapClassifyKernel<T, kD, false, true>
+                                : &SaapClassifyKernel<T, kD, false, false>);
     const int smem =
         wg ? smem_wg
            : SaapClassifySmemBytes(kD, a.assets.num_layers, a.assets.hidden_pad, a.assets.c_pad);
@@ -1202,8 +1384,10 @@ cudaError_t SaapLaunchTyped(const SaapArgs& a, cudaStream_t stream) {
     classify<<<a.classify_grid, kClsThreads, smem, stream>>>(a, SaapKnobs().cls_packed,
                                                              SaapKnobs().cls_rows_mass);
     if (SaapKnobs().debug_sync) {
-      fprintf(stderr, "saap debug: classify d %d wgmma %d table %d grid %d smem %d rows %d\n", kD,
-              wg ? 1 : 0, tab ? 1 : 0, a.classify_grid, smem, a.rows_per_block);
+      fprintf(stderr,
+              "saap debug: classify d %d wgmma %d tma stages %d table %d grid %d smem %d rows %d\n",
+              kD, wg ? 1 : 0, tma ? (tma4 ? 4 : 2) : 0, tab ? 1 : 0, a.classify_grid, smem,
+              a.rows_per_block);
     }
     if ((err = SaapStep(cudaSuccess, "classify", stream)) != cudaSuccess) return err;
   }
@@ -1222,6 +1406,7 @@ SaapKnobsT& SaapKnobs() {
     if (const char* c = std::getenv("SPATTN_SAAP_DEBUG_SYNC")) k.debug_sync = c[0] == '1';
     if (const char* c = std::getenv("SPATTN_SAAP_CLS_ROWS_MASS")) k.cls_rows_mass = c[0] - '0';
     if (const char* c = std::getenv("SPATTN_SAAP_KEYS_WGMMA")) k.keys_wgmma = c[0] != '0';
+    if (const char* c = std::getenv("SPATTN_SAAP_CLS_TMA")) k.cls_tma = c[0] - '0';
     return k;
   }();
   return knobs;
@@ -1234,6 +1419,13 @@ bool SaapClassifierUsesWgmma(int smem_bytes) {
          cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) ==
              cudaSuccess &&
          smem_bytes <= smem_max;
+}
+
+bool SaapClassifierUsesTma(int head_dim, int num_layers, int hidden_pad, int c_pad) {
+  // Slack for the TMA kernels' static barriers (64 bytes).
+  return SaapKnobs().cls_tma != 0 &&
+         SaapClassifierUsesWgmma(
+             assembled::MakeClsLayout(head_dim, num_layers, hidden_pad, c_pad, true).total + 256);
 }
 
 bool SaapKeysUseWgmma() { return SaapKnobs().keys_wgmma && CurrentDeviceIsSm90(); }

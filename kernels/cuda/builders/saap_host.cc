@@ -313,6 +313,7 @@ absl::StatusOr<std::unique_ptr<CudaLayerAssets::Rep>> UploadSaapAssets(const Lay
         absl::StrCat("saap: the classifier (hidden ", hidden, ", ", C, " centroids) needs ", smem,
                      " bytes of shared memory, the device has ", smem_max));
   }
+  const bool swizzled = SaapClassifierUsesTma(d, std::max(layers, 1), hidden_pad, c_pad);
   const int nkv = static_cast<int>(assets.centroids.size());
   for (int k = 0; k < nkv; ++k) {
     const auto& c = assets.centroids[k];
@@ -403,16 +404,19 @@ absl::StatusOr<std::unique_ptr<CudaLayerAssets::Rep>> UploadSaapAssets(const Lay
       // Transposed weights [out][in] (bf16), zero-padded rows and columns; with
       // SaapKnobs().cls_packed the same elements slab by slab (saap_knobs.h): (o, i) at
       // ((o / 256 x in_pad / 64 + i / 64) x 256 + o % 256) x 64 + i % 64 (out_pad is a multiple
-      // of 256, in_pad of 64).
-      const bool packed = SaapKnobs().cls_packed;
+      // of 256, in_pad of 64); swizzled (SaapClassifierUsesTma), also packed, with i's 16-byte
+      // chunk (i % 64) / 8 at chunk ((i % 64) / 8) ^ (o % 8) of its 128-byte row.
+      const bool packed = SaapKnobs().cls_packed || swizzled;
       auto transpose = [&](const DenseLayerWeights& w, int out_pad, int in_pad, int64_t at) {
         std::vector<uint16_t> t(static_cast<size_t>(out_pad) * in_pad, 0);
         for (int i = 0; i < w.in; ++i) {
+          const int ik = i % 64;
           for (int o = 0; o < w.out; ++o) {
+            const int col = swizzled ? (((ik >> 3) ^ (o & 7)) << 3) | (ik & 7) : ik;
             const size_t to =
                 packed ? ((static_cast<size_t>(o / 256) * (in_pad / 64) + i / 64) * 256 + o % 256) *
                                  64 +
-                             i % 64
+                             col
                        : static_cast<size_t>(o) * in_pad + i;
             t[to] = FloatToBf16(w.weight[static_cast<size_t>(i) * w.out + o]);
           }
@@ -450,6 +454,7 @@ absl::StatusOr<std::unique_ptr<CudaLayerAssets::Rep>> UploadSaapAssets(const Lay
   dv.relu0 = relu0;
   dv.relu1 = relu1;
   dv.interleaved = assets.rope_interleaved;
+  dv.w_swizzled = swizzled;
   dv.inv_freq = reinterpret_cast<const double*>(base + at_freq);
   dv.step_cs = reinterpret_cast<const double*>(base + at_step);
   auto ptr_array = [&](int64_t at, int64_t index) {

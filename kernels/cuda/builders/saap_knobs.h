@@ -6,7 +6,9 @@
 // the classifier's weights uploaded slab by slab, session 30, below); SPATTN_SAAP_CLS_ROPE_TABLE
 // (=0: the sampled rows' RoPE once per q head, main's before session 36, below);
 // SPATTN_SAAP_CLS_ROWS_MASS (0: main's RowsMass loop; 1, 2: rows_per_block templated, below);
-// SPATTN_SAAP_KEYS_WGMMA (=0: the keys' products by mma.sync, main's before session 39, below).
+// SPATTN_SAAP_KEYS_WGMMA (=0: the keys' products by mma.sync, main's before session 39, below);
+// SPATTN_SAAP_CLS_TMA (1, 2: the wgmma classifier's weights pre-swizzled at the upload and
+// streamed by bulk copies on mbarriers, two or four stages a warpgroup, below).
 // Tests change them through the returned reference, between builds only (cls_packed: before the
 // assets' upload, and kept for every build with them).
 #ifndef SPATTN_KERNELS_CUDA_BUILDERS_SAAP_KNOBS_H_
@@ -47,6 +49,16 @@ struct SaapKnobsT {
   // (KeysWgmmaBuildsTheSameIndex). H200: keys 0.564 -> 0.408 ms at 32K, 2.131 -> 1.504 ms at
   // 128K (NOTES session 39, s39-saap). Read at each launch.
   bool keys_wgmma = true;
+  // The wgmma classifier's weights uploaded pre-swizzled (the packed slab-by-slab layout above
+  // with chunk c of slab row r at c ^ (r & 7): each 128-row half slab is the 16 KB image of the
+  // 128-byte swizzle) and streamed per warpgroup by one thread's bulk copies on full mbarriers,
+  // the slab loop without CTA barriers (ClsGemmWgTma, saap.cu); the same products in the same
+  // order, so the same logits, classes and index (TmaWeightRingBuildsTheSameIndex). 1: two 16 KB
+  // stages a warpgroup (its half of a slab each); 2: four 8 KB stages (a slab's 64-row n halves).
+  // Non-zero at the upload (SaapClassifierUsesTma: also needs cls_wgmma and sm_90a then) lays the
+  // weights out so; the launch follows the assets' layout (such assets with cls_wgmma off fail)
+  // and reads 2 / else for the stages. 0 (off) by default until measured.
+  int cls_tma = 0;
   // Diagnostics (SPATTN_SAAP_DEBUG_SYNC=1): LaunchSaapSelect waits after each step (and before
   // the first) and names a failing step on stderr. Not for timing.
   bool debug_sync = false;
@@ -64,6 +76,9 @@ SaapKnobsT& SaapKnobs();
 bool SaapClassifierUsesWgmma(int smem_bytes);
 // The keys kernel runs by wgmma: SaapKnobs().keys_wgmma on a compute capability 9.0 device.
 bool SaapKeysUseWgmma();
+// The upload lays the classifier's weights out for the TMA kernels: SaapKnobs().cls_tma and the
+// wgmma classifier (SaapClassifierUsesWgmma) for this classifier shape.
+bool SaapClassifierUsesTma(int head_dim, int num_layers, int hidden_pad, int c_pad);
 struct SaapArgs;
 // The classify launch takes the per-item RoPE table (cls_rope_table and sampled rows <= 64).
 bool SaapClassifierRopeTable(const SaapArgs& a);
