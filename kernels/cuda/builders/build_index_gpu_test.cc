@@ -1442,6 +1442,20 @@ int64_t ExpectSameSaapBuckets(CudaAttentionEngine& engine, const HostProblem& hp
   ExpectSameIndex(index_a, index_b, what, /*with_offsets=*/true);
   return static_cast<int64_t>(sel_a.size());
 }
+
+// Saap tests that also build with the mma.sync classifier (cls_wgmma off) or with the row-major
+// weights upload their assets without the TMA layout (SaapKnobs().cls_tma, on by default): only
+// the wgmma classifier reads that layout, and TmaWeightRingBuildsTheSameIndex compares it with
+// the layout these tests use.
+class NoTmaSaapUploads {
+ public:
+  NoTmaSaapUploads() : saved_(cuda::SaapKnobs().cls_tma) { cuda::SaapKnobs().cls_tma = 0; }
+  ~NoTmaSaapUploads() { cuda::SaapKnobs().cls_tma = saved_; }
+
+ private:
+  int saved_;
+};
+
 #endif  // SPATTN_SL_KNOBS
 
 // Session 29 (s29-saap): the query classifier by wgmma (SaapKnobs().cls_wgmma, compute capability
@@ -1457,6 +1471,7 @@ TEST(BuildIndexOnGpuSaapTest, WgmmaClassifierIsTheMmaSyncClassifier) {
 #ifndef SPATTN_SL_KNOBS
   GTEST_SKIP() << "the GPU Saap builder's knobs exist only in CUDA builds";
 #else
+  const NoTmaSaapUploads no_tma;
   auto engine = MakeEngine(int64_t{512} << 20);
   ASSERT_NE(engine, nullptr);
   const MethodCases mc = CasesFor(Method::kSaap);
@@ -1639,6 +1654,7 @@ TEST(BuildIndexOnGpuSaapTest, PackedWeightSlabsBuildTheRowMajorIndex) {
 #ifndef SPATTN_SL_KNOBS
   GTEST_SKIP() << "the GPU Saap builder's knobs exist only in CUDA builds";
 #else
+  const NoTmaSaapUploads no_tma;
   auto engine = MakeEngine(int64_t{512} << 20);
   ASSERT_NE(engine, nullptr);
   cuda::SaapKnobsT& knobs = cuda::SaapKnobs();
@@ -2407,6 +2423,7 @@ TEST(BuildIndexOnGpuSaapTest, RopeTablePerItemBuildsThePerHeadIndex) {
 #ifndef SPATTN_SL_KNOBS
   GTEST_SKIP() << "the GPU Saap builder's knobs exist only in CUDA builds";
 #else
+  const NoTmaSaapUploads no_tma;
   auto engine = MakeEngine(int64_t{512} << 20);
   ASSERT_NE(engine, nullptr);
   MethodCases mc = CasesFor(Method::kSaap);
@@ -2478,6 +2495,7 @@ TEST(BuildIndexOnGpuSaapTest, RopeTableAfterAnotherEnginesTableBuilds) {
 #ifndef SPATTN_SL_KNOBS
   GTEST_SKIP() << "the GPU Saap builder's knobs exist only in CUDA builds";
 #else
+  const NoTmaSaapUploads no_tma;
   auto set = [](bool tab, bool wg) {
     return [tab, wg](cuda::SaapKnobsT& k) {
       k.cls_rope_table = tab;
@@ -2616,6 +2634,7 @@ TEST(BuildIndexOnGpuSaapTest, RowsMassTemplatedBuildsTheSameIndex) {
 #ifndef SPATTN_SL_KNOBS
   GTEST_SKIP() << "the GPU Saap builder's knobs exist only in CUDA builds";
 #else
+  const NoTmaSaapUploads no_tma;
   auto engine = MakeEngine(int64_t{512} << 20);
   ASSERT_NE(engine, nullptr);
   const MethodConfig base = CasesFor(Method::kSaap).configs.front();
@@ -3057,6 +3076,7 @@ TEST(BuildIndexOnGpuSaapTest, TmaWeightRingBuildsTheSameIndex) {
 #ifndef SPATTN_SL_KNOBS
   GTEST_SKIP() << "the GPU Saap builder's knobs exist only in CUDA builds";
 #else
+  const NoTmaSaapUploads no_tma;  // main's layout unless `upload` asks for the TMA one
   auto engine = MakeEngine(int64_t{512} << 20);
   ASSERT_NE(engine, nullptr);
   cuda::SaapKnobsT& knobs = cuda::SaapKnobs();
