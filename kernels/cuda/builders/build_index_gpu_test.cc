@@ -2975,10 +2975,11 @@ TEST(BuildIndexOnGpuAnchorTest, LeanBuildIsMainsBuild) {
       4001, "lean", [](cuda::AnKnobs& k) { k.lean = false; },
       [](cuda::AnKnobs& k) { k.lean = true; }, &n);
   if (::testing::Test::HasFatalFailure()) return;
-  printf("anchor lean vs main's build: %lld index pairs, %lld columns compared; %lld after a "
-         "dirtier build (more columns) on the same workspace\n",
-         static_cast<long long>(n.builds), static_cast<long long>(n.compared),
-         static_cast<long long>(n.dirty_differs));
+  printf(
+      "anchor lean vs main's build: %lld index pairs, %lld columns compared; %lld after a "
+      "dirtier build (more columns) on the same workspace\n",
+      static_cast<long long>(n.builds), static_cast<long long>(n.compared),
+      static_cast<long long>(n.dirty_differs));
   EXPECT_GT(n.builds, 0);
   EXPECT_GT(n.dirty_differs, 0);
 #endif
@@ -2998,31 +2999,31 @@ TEST(BuildIndexOnGpuSampledLinesTest, TileListBuildsMainsIndex) {
   cuda::SlKnobs& k = cuda::SampledLinesKnobs();
   const cuda::SlKnobs saved = k;
   int compared = 0;
-  ForEachSlKnobCase(*engine, [&](const HostProblem& hp, DeviceProblem& dp,
-                                 const std::vector<int>& heads, const MethodConfig& config,
-                                 const std::string& label) {
-    for (int block_m : {64, 128}) {
-      for (int split : {0, 3}) {
-        for (int list : {1, 2, 3}) {
-          const std::string what = absl::StrCat(label, " block_m=", block_m,
-                                                " split_tiles=", split, " tile_list=", list);
-          SparseIndex ref;
-          const bool ok = ExpectSameIndexEitherWay(
-              *engine, hp, dp, config, heads, block_m, what,
-              [&] {
-                k = saved;
-                k.split_tiles = split;
-                k.tile_list = 0;
-              },
-              [&] { k.tile_list = list; }, &ref);
-          k = saved;
-          if (!ok) return;
-          EXPECT_FALSE(ref.col_idx.empty()) << what;
-          ++compared;
+  ForEachSlKnobCase(
+      *engine, [&](const HostProblem& hp, DeviceProblem& dp, const std::vector<int>& heads,
+                   const MethodConfig& config, const std::string& label) {
+        for (int block_m : {64, 128}) {
+          for (int split : {0, 3}) {
+            for (int list : {1, 2, 3}) {
+              const std::string what = absl::StrCat(label, " block_m=", block_m,
+                                                    " split_tiles=", split, " tile_list=", list);
+              SparseIndex ref;
+              const bool ok = ExpectSameIndexEitherWay(
+                  *engine, hp, dp, config, heads, block_m, what,
+                  [&] {
+                    k = saved;
+                    k.split_tiles = split;
+                    k.tile_list = 0;
+                  },
+                  [&] { k.tile_list = list; }, &ref);
+              k = saved;
+              if (!ok) return;
+              EXPECT_FALSE(ref.col_idx.empty()) << what;
+              ++compared;
+            }
+          }
         }
-      }
-    }
-  });
+      });
   k = saved;
   if (::testing::Test::HasFatalFailure()) return;
   printf("sampled_lines tile lists vs main's walk: %d index pairs equal\n", compared);
