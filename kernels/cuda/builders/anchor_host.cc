@@ -34,21 +34,17 @@ constexpr int kAnSpan = 2048;  // keys per stripe-scan CTA
 
 // ---- s40-anchor: the lean launch sequence (AnKnobs::lean) ----
 
-// This thread's pinned host staging buffer for the builds' small uploads (a pageable copy
-// stages through the driver's buffer before cudaMemcpyAsync returns). A build rewrites it only
-// after the previous build on this thread synchronized its stream (every lean build does
+// This thread's pinned host staging buffers for the builds' small uploads (a pageable copy
+// stages through the driver's buffer before cudaMemcpyAsync returns): kAnMetaStage for the
+// pass's tables and the index metadata, kAnStripeStage for the stripe scan's tables (s41-anchor,
+// AnKnobs::early: built and uploaded after the anchor pass's launch). A build rewrites a stage
+// only after the previous build on this thread synchronized its stream (every lean build does
 // before it returns: the totals' round trip, or AnSyncOnExit on an error path). nullptr where
 // pinned memory cannot be had (the caller copies from pageable memory).
-char* AnStage(size_t bytes) {
-  thread_local PinnedBuffer stage;
-  return stage.Get(bytes, size_t{1} << 16);
-}
-
-// s41-anchor (AnKnobs::early): this thread's pinned stage for the stripe scan's tables, built
-// and uploaded after the anchor pass's launch (the same reuse rule as AnStage's).
-char* AnStripeStage(size_t bytes) {
-  thread_local PinnedBuffer stage;
-  return stage.Get(bytes, size_t{1} << 16);
+enum AnStageId { kAnMetaStage = 0, kAnStripeStage = 1 };
+char* AnStage(AnStageId id, size_t bytes) {
+  thread_local PinnedBuffer stages[2];
+  return stages[id].Get(bytes, size_t{1} << 16);
 }
 
 // The host tables of one build. s41-anchor (AnKnobs::early): this thread's, reused by its next
@@ -353,7 +349,7 @@ absl::StatusOr<SparseIndexView> BuildAnchor(const BuildScope& env, const Attenti
     kept_at = (lean_blob.size() + 255) / 256 * 256;
     const size_t kept_bytes = 512 + l.host.heads.size() * sizeof(l.host.heads[0]) +
                               l.host.block_offsets.size() * sizeof(l.host.block_offsets[0]);
-    stage = AnStage(kept_at + kept_bytes);
+    stage = AnStage(kAnMetaStage, kept_at + kept_bytes);
     SPATTN_ASSIGN_OR_RETURN(void* dev,
                             env.alloc(static_cast<int64_t>(lean_blob.size()), "builder metadata"));
     sync.emplace(env.stream);
@@ -392,7 +388,8 @@ absl::StatusOr<SparseIndexView> BuildAnchor(const BuildScope& env, const Attenti
     add_arrays(stripe_blob, false, true);
     SPATTN_ASSIGN_OR_RETURN(
         void* sdev, env.alloc(static_cast<int64_t>(stripe_blob.size()), "builder metadata"));
-    SPATTN_RETURN_IF_ERROR(stripe_blob.Upload(sdev, AnStripeStage(stripe_blob.size()), env.stream));
+    SPATTN_RETURN_IF_ERROR(
+        stripe_blob.Upload(sdev, AnStage(kAnStripeStage, stripe_blob.size()), env.stream));
     point_args(stripe_blob, false, true);
     an.num_items = static_cast<int>(items.size());
     SPATTN_CUDA_RETURN_IF_ERROR(LaunchAnchorSelectParts(an, 2, env.stream), "anchor stripes");
